@@ -1,0 +1,22 @@
+/**
+ * How a page reports to the launcher (or a Playwright test): the launcher exposes
+ * `window.__ddpReport` before the page loads; a person's tab has none and reports nowhere.
+ */
+export type Report =
+  | { type: 'rank'; rank: number; worldSize: number }
+  | { type: 'progress'; data: Record<string, unknown> }
+  | { type: 'result'; result: Record<string, unknown> }
+  | { type: 'error'; name: string; message: string };
+
+declare global {
+  interface Window {
+    __ddpReport?: (report: Report) => void;
+    /** The last report, for tests that poll the page instead. */
+    __ddpLast?: Report;
+  }
+}
+
+export function report(r: Report): void {
+  window.__ddpLast = r;
+  window.__ddpReport?.(r);
+}

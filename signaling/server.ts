@@ -1,0 +1,307 @@
+/**
+ * The signaling server: one HTTP server that serves the built page and, on `/ws`, the
+ * rank-0 store and signaling relay. It never sees a tensor.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { extname, join, normalize, resolve, sep } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { WebSocketServer, type WebSocket } from 'ws';
+import {
+  CloseCode,
+  DEFAULT_LIMITS,
+  ErrorCode,
+  PROTOCOL_VERSION,
+  ProtocolViolation,
+  SESSION_NAME,
+  parseRequest,
+  type ErrorMessage,
+  type Limits,
+  type Request,
+  type ResultOf,
+  type RequestType,
+} from '../src/protocol.ts';
+import { Session } from './session.ts';
+import { StoreRefusal } from './store.ts';
+
+export interface ServerOptions {
+  /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
+  port?: number;
+  /** Interface to bind. Default: HOST or 127.0.0.1. */
+  host?: string;
+  /** Folder with the built page (vite's output). Default: `dist/` next to this project. */
+  staticDir?: string;
+  /** Input limits; any left out take `DEFAULT_LIMITS`. */
+  limits?: Partial<Limits>;
+  /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
+  sessionIdleMs?: number;
+  /** Where server messages go. Default: console.log; pass () => {} to silence. */
+  log?: (line: string) => void;
+}
+
+export interface RunningServer {
+  /** http://host:port/ */
+  url: string;
+  port: number;
+  /** Live sessions, for tests and diagnostics. */
+  sessions: ReadonlyMap<string, Session>;
+  close(): Promise<void>;
+}
+
+interface Connection {
+  ws: WebSocket;
+  session?: Session;
+  rank?: number;
+  errors: number;
+}
+
+const CONTENT_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json',
+  '.wasm': 'application/wasm',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.bin': 'application/octet-stream',
+};
+
+export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
+
+export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
+  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
+  const log = options.log ?? ((line: string) => console.log(line));
+  const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
+  const sessions = new Map<string, Session>();
+
+  const http = createServer((req, res) => {
+    serveStatic(staticDir, req, res).catch((err: unknown) => {
+      res.writeHead(500, { 'content-type': 'text/plain' });
+      res.end(`internal error: ${String(err)}`);
+    });
+  });
+  const wss = new WebSocketServer({ server: http, path: '/ws', maxPayload: limits.maxFrameBytes });
+
+  wss.on('connection', (ws) => {
+    const conn: Connection = { ws, errors: 0 };
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) {
+        refuse(conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'binary frames are not part of the protocol'));
+        return;
+      }
+      let request: Request;
+      try {
+        request = parseRequest(data.toString(), limits);
+      } catch (err) {
+        refuse(conn, err);
+        return;
+      }
+      handle(conn, request).catch((err: unknown) => refuse(conn, err, request.id));
+    });
+    ws.on('close', () => detach(conn));
+    // A socket error (e.g. an oversized frame) is followed by 'close'; nothing else to do.
+    ws.on('error', () => {});
+  });
+
+  function send(conn: Connection, message: object): void {
+    if (conn.ws.readyState === conn.ws.OPEN) conn.ws.send(JSON.stringify(message));
+  }
+
+  function reply<T extends RequestType>(conn: Connection, req: Request<T>, result: ResultOf[T]): void {
+    send(conn, { type: 'reply', id: req.id, result });
+  }
+
+  /** Turns a refusal into an error reply; closes sockets that keep sending garbage. */
+  function refuse(conn: Connection, err: unknown, id?: number): void {
+    let message: ErrorMessage;
+    if (err instanceof ProtocolViolation) {
+      message = { type: 'error', id: err.id ?? id, code: err.code, message: err.message };
+      conn.errors++;
+    } else if (err instanceof StoreRefusal) {
+      message = { type: 'error', id, code: err.code, message: err.message, details: err.details };
+    } else {
+      log(`[server] unexpected error: ${err instanceof Error ? err.stack : String(err)}`);
+      message = { type: 'error', id, code: ErrorCode.BAD_MESSAGE, message: `server could not handle this: ${String(err)}` };
+    }
+    send(conn, message);
+    if (conn.errors > limits.maxErrorsPerSocket) {
+      conn.ws.close(CloseCode.TOO_MANY_ERRORS, `more than ${limits.maxErrorsPerSocket} bad messages`);
+    }
+  }
+
+  function requireSession(conn: Connection, req: Request): Session {
+    if (!conn.session) {
+      throw new ProtocolViolation(ErrorCode.NO_SESSION, `"${req.type}" before "hello": choose a session first`, req.id);
+    }
+    return conn.session;
+  }
+
+  async function handle(conn: Connection, req: Request): Promise<void> {
+    if (req.type === 'hello') {
+      if (conn.session) {
+        throw new ProtocolViolation(ErrorCode.ALREADY_IN_SESSION, `this socket is already in session "${conn.session.name}"`, req.id);
+      }
+      if (req.version !== PROTOCOL_VERSION) {
+        throw new StoreRefusal(ErrorCode.BAD_VERSION, `protocol version ${req.version} is not supported; this server speaks ${PROTOCOL_VERSION}`);
+      }
+      if (!SESSION_NAME.test(req.session)) {
+        throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . -`);
+      }
+      let session = sessions.get(req.session);
+      if (!session) {
+        session = new Session(req.session, { maxKeys: limits.maxKeysPerSession, maxBytes: limits.maxBytesPerSession });
+        sessions.set(req.session, session);
+      }
+      session.connections++;
+      conn.session = session;
+      return reply(conn, req, { session: session.name });
+    }
+    const session = requireSession(conn, req);
+    const store = session.store;
+    switch (req.type) {
+      case 'set':
+        store.set(req.key, b(req.value));
+        return reply(conn, req, null);
+      case 'get':
+        return reply(conn, req, b64(await store.get(req.key, req.timeoutMs, conn)));
+      case 'add':
+        return reply(conn, req, store.add(req.key, req.amount));
+      case 'compareSet':
+        return reply(conn, req, b64(store.compareSet(req.key, b(req.expected), b(req.desired))));
+      case 'wait':
+        await store.wait(req.keys, req.timeoutMs, conn);
+        return reply(conn, req, null);
+      case 'check':
+        return reply(conn, req, store.check(req.keys));
+      case 'deleteKey':
+        return reply(conn, req, store.deleteKey(req.key));
+      case 'numKeys':
+        return reply(conn, req, store.numKeys);
+      case 'append':
+        store.append(req.key, b(req.value));
+        return reply(conn, req, null);
+      case 'multiGet':
+        return reply(conn, req, (await store.multiGet(req.keys, req.timeoutMs, conn)).map(b64));
+      case 'multiSet':
+        store.multiSet(req.keys, req.values.map(b));
+        return reply(conn, req, null);
+      case 'join': {
+        if (conn.rank !== undefined) {
+          throw new StoreRefusal(ErrorCode.ALREADY_JOINED, `this socket already joined as rank ${conn.rank}`);
+        }
+        const member = { send: (m: object) => send(conn, m) };
+        const rank = session.join(member, req.worldSize, req.rank);
+        conn.rank = rank;
+        log(`[server] session "${session.name}": rank ${rank} joined (${session.members.size}/${req.worldSize})`);
+        reply(conn, req, { rank, worldSize: req.worldSize });
+        session.broadcastMembers();
+        return;
+      }
+      case 'signal': {
+        if (conn.rank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'join the group before sending signals');
+        const target = session.memberAt(req.to);
+        if (!target) {
+          throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `rank ${req.to} is not a member of session "${session.name}"`, {
+            rank: req.to,
+          });
+        }
+        target.send({ type: 'signal', from: conn.rank, data: req.data });
+        return reply(conn, req, null);
+      }
+      default: {
+        const unhandled: never = req;
+        throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unhandled type ${String(unhandled)}`);
+      }
+    }
+  }
+
+  function detach(conn: Connection): void {
+    const session = conn.session;
+    if (!session) return;
+    session.store.cancelWaiters(conn);
+    if (conn.rank !== undefined) {
+      log(`[server] session "${session.name}": rank ${conn.rank} left`);
+      session.leave(conn.rank);
+    }
+    session.connections--;
+    if (session.connections === 0) session.idleSince = Date.now();
+  }
+
+  const sweeper = setInterval(() => {
+    const now = Date.now();
+    for (const [name, s] of sessions) {
+      if (s.connections === 0 && now - s.idleSince > sessionIdleMs) sessions.delete(name);
+    }
+  }, Math.min(sessionIdleMs, 60_000));
+  sweeper.unref();
+
+  const port = options.port ?? Number(process.env.PORT ?? 8080);
+  const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  await new Promise<void>((resolveListen, reject) => {
+    http.once('error', reject);
+    http.listen(port, host, () => {
+      http.off('error', reject);
+      resolveListen();
+    });
+  });
+  const bound = (http.address() as AddressInfo).port;
+  const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
+
+  return {
+    url: `http://${shownHost}:${bound}/`,
+    port: bound,
+    sessions,
+    close: () =>
+      new Promise<void>((done) => {
+        clearInterval(sweeper);
+        for (const client of wss.clients) client.close(CloseCode.SERVER_CLOSING, 'server shutting down');
+        wss.close();
+        http.close(() => done());
+        http.closeAllConnections();
+      }),
+  };
+
+  function b(v: string): Uint8Array {
+    return Buffer.from(v, 'base64');
+  }
+  function b64(v: Uint8Array): string {
+    return Buffer.from(v.buffer, v.byteOffset, v.length).toString('base64');
+  }
+}
+
+async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { allow: 'GET, HEAD' });
+    res.end();
+    return;
+  }
+  const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
+  const rel = normalize(pathname === '/' ? '/index.html' : pathname);
+  const file = join(root, rel);
+  if (!file.startsWith(root + sep)) {
+    res.writeHead(403).end();
+    return;
+  }
+  try {
+    const info = await stat(file);
+    if (!info.isFile()) throw new Error('not a file');
+  } catch {
+    if (rel === '/index.html' || rel === sep + 'index.html') {
+      res.writeHead(503, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(`The page is not built: ${root} has no index.html. Run "npm run build" (npm start does it for you).`);
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`not found: ${pathname}`);
+    return;
+  }
+  const body = await readFile(file);
+  res.writeHead(200, {
+    'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
+    'content-length': body.length,
+    // Hashed assets never change; the page itself must always be fresh.
+    'cache-control': rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache',
+  });
+  res.end(req.method === 'HEAD' ? undefined : body);
+}

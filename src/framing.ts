@@ -1,0 +1,176 @@
+/**
+ * Tensor frames: how a message of bytes travels over a peer link in chunks under the data
+ * channel's 256 KiB message limit, and how the receiver reassembles it. Pure: no I/O.
+ *
+ * Every chunk carries a 32-byte little-endian header:
+ *
+ *   0  u8  magic (0xD7)        4  u32 seq     (collective or point-to-point sequence number)
+ *   1  u8  kind  (FrameKind)   8  u32 step    (which message within the collective)
+ *   2  u8  collective          12 u32 numel   (the collective's element count, for matching)
+ *   3  u8  reduce op           16 u32 root    (broadcast source; 0 otherwise)
+ *                              20 u32 total   (bytes in the whole message)
+ *                              24 u32 offset  (where this chunk's payload starts)
+ *                              28 u32 length  (payload bytes in this chunk)
+ *
+ * The descriptor fields (collective, reduce op, numel, root) let each receiver check that the
+ * sender issued the same collective at the same sequence number; a mismatch is an error on both
+ * sides instead of a hang or wrong numbers.
+ */
+import { FramingError } from './errors.ts';
+
+export const MAGIC = 0xd7;
+export const HEADER_BYTES = 32;
+/** The data channel's largest message (Chromium). */
+export const MAX_FRAME_BYTES = 262_144;
+
+export const FrameKind = { collective: 1, p2p: 2, abort: 3 } as const;
+export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
+
+export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6 } as const;
+export type Collective = (typeof Collective)[keyof typeof Collective];
+export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(Collective).map(([name, code]) => [code, name]),
+);
+
+export const ReduceOp = { sum: 0, avg: 1, max: 2, min: 3 } as const;
+export type ReduceOpName = keyof typeof ReduceOp;
+export const REDUCE_OP_NAMES: Record<number, ReduceOpName> = { 0: 'sum', 1: 'avg', 2: 'max', 3: 'min' };
+
+/** What both sides of a collective must agree on. */
+export interface Descriptor {
+  collective: Collective;
+  reduceOp: number;
+  numel: number;
+  root: number;
+}
+
+export interface FrameHeader extends Descriptor {
+  kind: FrameKind;
+  seq: number;
+  step: number;
+  total: number;
+  offset: number;
+  length: number;
+}
+
+export function describeCollective(d: Descriptor): string {
+  const name = COLLECTIVE_NAMES[d.collective] ?? `collective#${d.collective}`;
+  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce
+    ? `(${REDUCE_OP_NAMES[d.reduceOp] ?? d.reduceOp})`
+    : d.collective === Collective.broadcast
+      ? `(src ${d.root})`
+      : '';
+  return `${name}${op} of ${d.numel} elements`;
+}
+
+export function sameDescriptor(a: Descriptor, b: Descriptor): boolean {
+  return a.collective === b.collective && a.reduceOp === b.reduceOp && a.numel === b.numel && a.root === b.root;
+}
+
+export function writeHeader(frame: Uint8Array, h: FrameHeader): void {
+  const v = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
+  v.setUint8(0, MAGIC);
+  v.setUint8(1, h.kind);
+  v.setUint8(2, h.collective);
+  v.setUint8(3, h.reduceOp);
+  v.setUint32(4, h.seq, true);
+  v.setUint32(8, h.step, true);
+  v.setUint32(12, h.numel, true);
+  v.setUint32(16, h.root, true);
+  v.setUint32(20, h.total, true);
+  v.setUint32(24, h.offset, true);
+  v.setUint32(28, h.length, true);
+}
+
+/** Reads and checks a frame's header; throws FramingError on a short or foreign frame. */
+export function readHeader(frame: Uint8Array): FrameHeader {
+  if (frame.length < HEADER_BYTES) {
+    throw new FramingError(`frame of ${frame.length} bytes is shorter than the ${HEADER_BYTES}-byte header`);
+  }
+  const v = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
+  if (v.getUint8(0) !== MAGIC) throw new FramingError(`frame has magic 0x${v.getUint8(0).toString(16)}, expected 0xd7`);
+  const kind = v.getUint8(1);
+  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort) {
+    throw new FramingError(`frame has unknown kind ${kind}`);
+  }
+  const h: FrameHeader = {
+    kind,
+    collective: v.getUint8(2) as Collective,
+    reduceOp: v.getUint8(3),
+    seq: v.getUint32(4, true),
+    step: v.getUint32(8, true),
+    numel: v.getUint32(12, true),
+    root: v.getUint32(16, true),
+    total: v.getUint32(20, true),
+    offset: v.getUint32(24, true),
+    length: v.getUint32(28, true),
+  };
+  if (frame.length - HEADER_BYTES !== h.length) {
+    throw new FramingError(
+      `truncated chunk: header says ${h.length} payload bytes, frame carries ${frame.length - HEADER_BYTES} (seq ${h.seq}, offset ${h.offset})`,
+    );
+  }
+  if (h.offset + h.length > h.total) {
+    throw new FramingError(`chunk [${h.offset}, ${h.offset + h.length}) runs past the message's ${h.total} bytes (seq ${h.seq})`);
+  }
+  return h;
+}
+
+/**
+ * Splits a message into frames of at most `maxFrameBytes`, payloads aligned to 4 bytes so a
+ * receiver can view them as Float32. An empty message is one header-only frame, so that even a
+ * zero-length collective is matched (and a mismatch noticed) on the other side.
+ */
+export function* frames(
+  payload: Uint8Array,
+  header: Omit<FrameHeader, 'total' | 'offset' | 'length'>,
+  maxFrameBytes = MAX_FRAME_BYTES,
+): Generator<Uint8Array> {
+  const chunk = Math.floor((maxFrameBytes - HEADER_BYTES) / 4) * 4;
+  if (chunk <= 0) throw new RangeError(`maxFrameBytes ${maxFrameBytes} leaves no room for payload`);
+  let offset = 0;
+  do {
+    const length = Math.min(chunk, payload.length - offset);
+    const frame = new Uint8Array(HEADER_BYTES + length);
+    writeHeader(frame, { ...header, total: payload.length, offset, length });
+    frame.set(payload.subarray(offset, offset + length), HEADER_BYTES);
+    yield frame;
+    offset += length;
+  } while (offset < payload.length);
+}
+
+/**
+ * Rebuilds one message from its chunks, which an ordered channel delivers in order: each chunk
+ * must start where the last ended and agree on the total. Anything else (a duplicate, a gap, a
+ * chunk after the end) is a FramingError.
+ */
+export class Reassembler {
+  private received = 0;
+  private started = false;
+
+  constructor(
+    readonly total: number,
+    /** Called with each chunk's payload and where it belongs in the message. */
+    private readonly onChunk: (payload: Uint8Array, offset: number) => void,
+  ) {}
+
+  get done(): boolean {
+    return this.started && this.received === this.total;
+  }
+
+  push(frame: Uint8Array, h: FrameHeader = readHeader(frame)): void {
+    if (h.total !== this.total) {
+      throw new FramingError(`chunk says the message has ${h.total} bytes, earlier chunks said ${this.total} (seq ${h.seq})`);
+    }
+    if (this.done) throw new FramingError(`chunk at offset ${h.offset} arrived after the message was complete (seq ${h.seq})`);
+    if (h.offset < this.received) {
+      throw new FramingError(`duplicate chunk at offset ${h.offset}; expected offset ${this.received} (seq ${h.seq})`);
+    }
+    if (h.offset > this.received) {
+      throw new FramingError(`out-of-order chunk at offset ${h.offset}; expected offset ${this.received} (seq ${h.seq})`);
+    }
+    this.started = true;
+    this.received += h.length;
+    this.onChunk(frame.subarray(HEADER_BYTES), h.offset);
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * The library: torch.distributed for browser tabs. One entry, importable from the browser and
+ * from Node (through tsx).
+ */
+export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './store.ts';
+export {
+  initProcessGroup,
+  ProcessGroup,
+  reducer,
+  type InitProcessGroupOptions,
+  type ProcessGroupEvent,
+  type ReduceOpName,
+} from './process_group.ts';
+export type { PeerLink, PeerLinkFactory, LinkState } from './peer_link.ts';
+export {
+  StoreError,
+  StoreTimeoutError,
+  RendezvousError,
+  ConnectionClosedError,
+  DistTimeoutError,
+  PeerLostError,
+  CollectiveMismatchError,
+  FramingError,
+} from './errors.ts';
+export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
+export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions } from './sampler.ts';

@@ -1,0 +1,367 @@
+/**
+ * The store: torch's `Store` interface and `StoreClient`, its implementation over the
+ * signaling server's WebSocket (what TCPStore's client is to its server). Works in the browser
+ * and in Node (through `ws`), with any number of requests in flight on one socket.
+ */
+import {
+  DEFAULT_STORE_TIMEOUT_MS,
+  ErrorCode,
+  PROTOCOL_VERSION,
+  decodeValue,
+  encodeValue,
+  parseServerMessage,
+  type MembersEvent,
+  type PeerLeftEvent,
+  type RequestFields,
+  type RequestType,
+  type ResultOf,
+  type ServerMessage,
+  type SignalEvent,
+} from './protocol.ts';
+import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreError, StoreTimeoutError } from './errors.ts';
+
+export type StoreValue = Uint8Array | string;
+
+/** torch.distributed.Store: a key-value store shared by the ranks of a session. */
+export interface Store {
+  set(key: string, value: StoreValue): Promise<void>;
+  /** Blocks until the key exists or `timeoutMs` passes (default: the store's timeout). */
+  get(key: string, timeoutMs?: number): Promise<Uint8Array>;
+  /** Adds to an integer counter (a missing key counts from 0); returns the new value. */
+  add(key: string, amount: number): Promise<number>;
+  /** torch's compare_set; returns the value the key holds afterwards (see the server's rules). */
+  compareSet(key: string, expected: StoreValue, desired: StoreValue): Promise<Uint8Array>;
+  wait(keys: string[], timeoutMs?: number): Promise<void>;
+  check(keys: string[]): Promise<boolean>;
+  deleteKey(key: string): Promise<boolean>;
+  numKeys(): Promise<number>;
+  append(key: string, value: StoreValue): Promise<void>;
+  multiGet(keys: string[], timeoutMs?: number): Promise<Uint8Array[]>;
+  multiSet(keys: string[], values: StoreValue[]): Promise<void>;
+}
+
+export interface StoreClientOptions {
+  /** The session (namespace) to use. */
+  session: string;
+  /** Default timeout of blocking calls. Default 300 s, as torch. */
+  timeoutMs?: number;
+  /** How long to wait for the socket to open and the server to answer `hello`. Default 10 s. */
+  connectTimeoutMs?: number;
+  /** How long a non-blocking request may go unanswered before it fails. Default 30 s. */
+  requestTimeoutMs?: number;
+}
+
+type Handler<E> = (event: E) => void;
+interface EventMap {
+  members: MembersEvent;
+  signal: SignalEvent;
+  'peer-left': PeerLeftEvent;
+  close: { code: number; reason: string };
+}
+
+interface Pending {
+  resolve(result: unknown): void;
+  reject(err: Error): void;
+  timer: ReturnType<typeof setTimeout>;
+  what: string;
+}
+
+/** Minimal structural view of a WebSocket: the browser's and `ws`'s both fit. */
+interface SocketLike {
+  readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+}
+type SocketConstructor = new (url: string) => SocketLike;
+
+async function socketConstructor(): Promise<SocketConstructor> {
+  const native = (globalThis as { WebSocket?: unknown }).WebSocket;
+  if (native) return native as SocketConstructor;
+  // Node 20 has no global WebSocket; `ws` is the implementation the server uses too.
+  const ws = await import('ws');
+  return ws.WebSocket as unknown as SocketConstructor;
+}
+
+/** Accepts the page URL (http://host:port/...) or the socket URL (ws://host:port/ws). */
+export function storeSocketUrl(url: string): string {
+  const u = new URL(url);
+  if (u.protocol === 'http:') u.protocol = 'ws:';
+  else if (u.protocol === 'https:') u.protocol = 'wss:';
+  else if (u.protocol !== 'ws:' && u.protocol !== 'wss:') {
+    throw new TypeError(`store URL must be http(s):// or ws(s)://, got ${url}`);
+  }
+  u.pathname = '/ws';
+  u.search = '';
+  u.hash = '';
+  return u.toString();
+}
+
+export class StoreClient implements Store {
+  readonly session: string;
+  readonly timeoutMs: number;
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private readonly handlers: { [K in keyof EventMap]: Set<Handler<EventMap[K]>> } = {
+    members: new Set(),
+    signal: new Set(),
+    'peer-left': new Set(),
+    close: new Set(),
+  };
+  private closed: { code: number; reason: string } | undefined;
+
+  private constructor(
+    private readonly socket: SocketLike,
+    options: StoreClientOptions,
+    private readonly requestTimeoutMs: number,
+  ) {
+    this.session = options.session;
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    socket.onmessage = (ev) => this.onMessage(ev.data);
+    socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
+  }
+
+  /** Opens a socket to the server at `url` and enters `options.session`. */
+  static async connect(url: string, options: StoreClientOptions): Promise<StoreClient> {
+    const wsUrl = storeSocketUrl(url);
+    const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    const Ctor = await socketConstructor();
+    const socket = new Ctor(wsUrl);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        socket.close();
+        reject(new DistTimeoutError(`the store server at ${wsUrl} to accept the connection`, connectTimeoutMs));
+      }, connectTimeoutMs);
+      socket.onopen = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      socket.onerror = () => {};
+      socket.onclose = (ev) => {
+        clearTimeout(timer);
+        reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})`, ev.code, ev.reason));
+      };
+    });
+    const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
+    await client.request('hello', { session: options.session, version: PROTOCOL_VERSION }, connectTimeoutMs);
+    return client;
+  }
+
+  get isClosed(): boolean {
+    return this.closed !== undefined;
+  }
+
+  on<K extends keyof EventMap>(type: K, handler: Handler<EventMap[K]>): () => void {
+    this.handlers[type].add(handler);
+    return () => this.handlers[type].delete(handler);
+  }
+
+  close(): void {
+    this.socket.close(1000, 'client closed');
+  }
+
+  // --- Store -----------------------------------------------------------------------------------
+
+  async set(key: string, value: StoreValue): Promise<void> {
+    await this.request('set', { key, value: encodeValue(value) });
+  }
+
+  async get(key: string, timeoutMs = this.timeoutMs): Promise<Uint8Array> {
+    return decodeValue(await this.request('get', { key, timeoutMs }, timeoutMs));
+  }
+
+  add(key: string, amount: number): Promise<number> {
+    return this.request('add', { key, amount });
+  }
+
+  async compareSet(key: string, expected: StoreValue, desired: StoreValue): Promise<Uint8Array> {
+    return decodeValue(await this.request('compareSet', { key, expected: encodeValue(expected), desired: encodeValue(desired) }));
+  }
+
+  async wait(keys: string[], timeoutMs = this.timeoutMs): Promise<void> {
+    await this.request('wait', { keys, timeoutMs }, timeoutMs);
+  }
+
+  check(keys: string[]): Promise<boolean> {
+    return this.request('check', { keys });
+  }
+
+  deleteKey(key: string): Promise<boolean> {
+    return this.request('deleteKey', { key });
+  }
+
+  numKeys(): Promise<number> {
+    return this.request('numKeys', {});
+  }
+
+  async append(key: string, value: StoreValue): Promise<void> {
+    await this.request('append', { key, value: encodeValue(value) });
+  }
+
+  async multiGet(keys: string[], timeoutMs = this.timeoutMs): Promise<Uint8Array[]> {
+    return (await this.request('multiGet', { keys, timeoutMs }, timeoutMs)).map(decodeValue);
+  }
+
+  async multiSet(keys: string[], values: StoreValue[]): Promise<void> {
+    await this.request('multiSet', { keys, values: values.map(encodeValue) });
+  }
+
+  // --- Rendezvous and signaling (used by the process group) ------------------------------------
+
+  /** Joins the session's group; resolves with the rank the server assigned or accepted. */
+  join(worldSize: number, rank?: number): Promise<{ rank: number; worldSize: number }> {
+    return this.request('join', rank === undefined ? { worldSize } : { worldSize, rank });
+  }
+
+  /** Relays a signaling payload to the member with rank `to`. */
+  async signal(to: number, data: RequestFields['signal']['data']): Promise<void> {
+    await this.request('signal', { to, data });
+  }
+
+  // --- Plumbing --------------------------------------------------------------------------------
+
+  /**
+   * Sends one request and resolves with its result. Blocking requests get the server's timeout
+   * plus a grace period on this side, so a dead server still fails the call.
+   */
+  request<T extends RequestType>(type: T, fields: RequestFields[T], serverTimeoutMs?: number): Promise<ResultOf[T]> {
+    const what = describeRequest(type, fields as Record<string, unknown>);
+    if (this.closed) {
+      return Promise.reject(
+        new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${this.closed.code} ${this.closed.reason})`),
+      );
+    }
+    const id = this.nextId++;
+    const limit = serverTimeoutMs === undefined ? this.requestTimeoutMs : serverTimeoutMs + 10_000;
+    return new Promise<ResultOf[T]>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new DistTimeoutError(`the store server to answer: ${what}`, limit));
+      }, limit);
+      this.pending.set(id, { resolve: resolve as (r: unknown) => void, reject, timer, what });
+      this.socket.send(JSON.stringify({ type, id, ...fields }));
+    });
+  }
+
+  private onMessage(data: unknown): void {
+    let msg: ServerMessage;
+    try {
+      msg = parseServerMessage(typeof data === 'string' ? data : String(data));
+    } catch (err) {
+      console.error('[store] ignoring a malformed frame from the server:', err);
+      return;
+    }
+    switch (msg.type) {
+      case 'reply': {
+        const p = this.settle(msg.id);
+        p?.resolve(msg.result);
+        return;
+      }
+      case 'error': {
+        const p = msg.id === undefined ? undefined : this.settle(msg.id);
+        const err = toError(msg.code, msg.message, msg.details ?? {});
+        if (p) p.reject(err);
+        else console.error(`[store] server error: ${msg.message}`);
+        return;
+      }
+      case 'members':
+      case 'signal':
+      case 'peer-left':
+        for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
+        return;
+      default: {
+        const unknown: never = msg;
+        console.error('[store] unhandled message', unknown);
+      }
+    }
+  }
+
+  private settle(id: number): Pending | undefined {
+    const p = this.pending.get(id);
+    if (!p) return undefined;
+    clearTimeout(p.timer);
+    this.pending.delete(id);
+    return p;
+  }
+
+  private onClose(code: number, reason: string): void {
+    this.closed = { code, reason };
+    for (const [id, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason));
+      this.pending.delete(id);
+    }
+    for (const h of this.handlers.close) h({ code, reason });
+  }
+}
+
+const RENDEZVOUS_CODES = new Set<string>([
+  ErrorCode.WORLD_SIZE_MISMATCH,
+  ErrorCode.RANK_OUT_OF_RANGE,
+  ErrorCode.DUPLICATE_RANK,
+  ErrorCode.SESSION_FULL,
+  ErrorCode.ALREADY_JOINED,
+]);
+
+function toError(code: ErrorCode, message: string, details: Record<string, unknown>): StoreError {
+  if (code === ErrorCode.TIMEOUT) {
+    const keys = Array.isArray(details.keys) ? (details.keys as string[]) : [];
+    const timeoutMs = typeof details.timeoutMs === 'number' ? details.timeoutMs : 0;
+    return new StoreTimeoutError(message, keys, timeoutMs);
+  }
+  if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
+  return new StoreError(code, message, details);
+}
+
+function describeRequest(type: string, fields: Record<string, unknown>): string {
+  if (typeof fields.key === 'string') return `${type}("${fields.key}")`;
+  if (Array.isArray(fields.keys)) return `${type}(${fields.keys.map((k) => `"${String(k)}"`).join(', ')})`;
+  return type;
+}
+
+/** torch's PrefixStore: every key goes through `prefix/`, so groups can share one store. */
+export class PrefixStore implements Store {
+  constructor(
+    readonly prefix: string,
+    private readonly inner: Store,
+  ) {}
+  private k(key: string): string {
+    return `${this.prefix}/${key}`;
+  }
+  set(key: string, value: StoreValue) {
+    return this.inner.set(this.k(key), value);
+  }
+  get(key: string, timeoutMs?: number) {
+    return this.inner.get(this.k(key), timeoutMs);
+  }
+  add(key: string, amount: number) {
+    return this.inner.add(this.k(key), amount);
+  }
+  compareSet(key: string, expected: StoreValue, desired: StoreValue) {
+    return this.inner.compareSet(this.k(key), expected, desired);
+  }
+  wait(keys: string[], timeoutMs?: number) {
+    return this.inner.wait(keys.map((k) => this.k(k)), timeoutMs);
+  }
+  check(keys: string[]) {
+    return this.inner.check(keys.map((k) => this.k(k)));
+  }
+  deleteKey(key: string) {
+    return this.inner.deleteKey(this.k(key));
+  }
+  numKeys() {
+    return this.inner.numKeys();
+  }
+  append(key: string, value: StoreValue) {
+    return this.inner.append(this.k(key), value);
+  }
+  multiGet(keys: string[], timeoutMs?: number) {
+    return this.inner.multiGet(keys.map((k) => this.k(k)), timeoutMs);
+  }
+  multiSet(keys: string[], values: StoreValue[]) {
+    return this.inner.multiSet(keys.map((k) => this.k(k)), values);
+  }
+}

@@ -1,0 +1,56 @@
+/** Fixtures: a real server on a free port per test, and helpers to open ranks as pages. */
+import { test as base, expect, type Browser, type Page } from '@playwright/test';
+import { startServer, type RunningServer } from '../../signaling/server.ts';
+import type { Report } from '../../client/report.ts';
+
+export interface RankPage {
+  page: Page;
+  /** Resolves with the job's result, or rejects with the error the page reported. */
+  result: Promise<Record<string, unknown>>;
+  reports: Report[];
+}
+
+export const test = base.extend<{ server: RunningServer }>({
+  server: async ({}, use) => {
+    const server = await startServer({ port: 0, log: () => {} });
+    await use(server);
+    await server.close();
+  },
+});
+export { expect };
+
+let sessions = 0;
+export function sessionName(prefix: string): string {
+  return `${prefix}-${Date.now().toString(36)}-${++sessions}`;
+}
+
+/** Opens one page per rank running `job` with the given URL parameters. */
+export async function openRanks(
+  browser: Browser,
+  server: RunningServer,
+  n: number,
+  params: Record<string, string>,
+): Promise<RankPage[]> {
+  const context = await browser.newContext();
+  const ranks: RankPage[] = [];
+  for (let i = 0; i < n; i++) {
+    const page = await context.newPage();
+    const reports: Report[] = [];
+    let settle!: { resolve(r: Record<string, unknown>): void; reject(e: Error): void };
+    const result = new Promise<Record<string, unknown>>((resolve, reject) => (settle = { resolve, reject }));
+    result.catch(() => {});
+    page.on('console', (m) => {
+      if (process.env.DEBUG_PAGES) console.log(`[page ${i}] ${m.text()}`);
+    });
+    await page.exposeFunction('__ddpReport', (r: Report) => {
+      reports.push(r);
+      if (r.type === 'result') settle.resolve(r.result);
+      if (r.type === 'error') settle.reject(Object.assign(new Error(r.message), { name: r.name }));
+    });
+    const url = new URL(server.url);
+    url.search = new URLSearchParams({ world: String(n), rank: String(i), ...params }).toString();
+    await page.goto(url.toString());
+    ranks.push({ page, result, reports });
+  }
+  return ranks;
+}

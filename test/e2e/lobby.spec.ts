@@ -1,0 +1,36 @@
+/** Three tabs open the real page with ?session=x&world=3 and each shows its rank and WebGPU. */
+import { expect, sessionName, test } from './fixtures.ts';
+
+test('three pages join one session through the page and each shows its rank and WebGPU', async ({ browser, server }) => {
+  const context = await browser.newContext();
+  const session = sessionName('lobby');
+  const pages = [];
+  for (let i = 0; i < 3; i++) {
+    const page = await context.newPage();
+    await page.goto(`${server.url}?session=${session}&world=3`);
+    pages.push(page);
+  }
+  const ranks: string[] = [];
+  for (const page of pages) {
+    await expect(page.getByRole('status')).toHaveText('Group complete: 3 ranks.');
+    await expect(page.locator('dd').nth(2)).toHaveText('3 of 3: ranks 0, 1, 2');
+    await expect(page.locator('dd[data-available]')).toHaveAttribute('data-available', 'true');
+    await expect(page.locator('dd[data-available]')).toContainText('available: google swiftshader');
+    ranks.push((await page.locator('dd').first().textContent()) ?? '');
+  }
+  expect(ranks.sort()).toEqual(['rank 0', 'rank 1', 'rank 2']);
+  // A fourth tab is told the session is full.
+  const extra = await context.newPage();
+  await extra.goto(`${server.url}?session=${session}&world=3`);
+  await expect(extra.getByRole('status')).toContainText('is full');
+  await context.close();
+});
+
+test('without a session the page offers to create one', async ({ page, server }) => {
+  await page.goto(server.url);
+  await page.getByLabel('Session name').fill('my-run');
+  await page.getByLabel('World size (tabs)').fill('2');
+  await page.getByRole('button', { name: 'Create session' }).click();
+  await expect(page).toHaveURL(/session=my-run&world=2/);
+  await expect(page.getByRole('status')).toContainText('Waiting for 2 tabs');
+});

@@ -1,0 +1,18 @@
+/** Shared test helpers: a real server on a free port, real clients. */
+import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
+import { StoreClient } from '../src/store.ts';
+
+export async function withServer(options: ServerOptions = {}): Promise<RunningServer> {
+  return startServer({ port: 0, log: () => {}, ...options });
+}
+
+let sessionCounter = 0;
+export function uniqueSession(prefix = 't'): string {
+  return `${prefix}-${process.pid}-${++sessionCounter}`;
+}
+
+export function connect(server: RunningServer, session: string, timeoutMs = 5_000): Promise<StoreClient> {
+  return StoreClient.connect(server.url, { session, timeoutMs });
+}
+
+export const text = (b: Uint8Array) => new TextDecoder().decode(b);

@@ -1,0 +1,154 @@
+/** Rendezvous (initProcessGroup), barrier and the signaling relay against the real server. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { initProcessGroup, type ProcessGroup } from '../src/process_group.ts';
+import { DistTimeoutError, RendezvousError } from '../src/errors.ts';
+import { connect, uniqueSession, withServer } from './helpers.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  server = await withServer();
+});
+afterAll(async () => {
+  await server.close();
+});
+
+function group(session: string, worldSize: number, rank?: number, timeoutMs = 5_000): Promise<ProcessGroup> {
+  return initProcessGroup({ url: server.url, session, worldSize, rank, timeoutMs });
+}
+
+describe('rendezvous', () => {
+  it('resolves once N ranks joined, assigning 0..N-1 in join order', async () => {
+    const session = uniqueSession('rdzv');
+    const groups: Array<Promise<ProcessGroup>> = [];
+    for (let i = 0; i < 4; i++) {
+      groups.push(group(session, 4));
+      await new Promise((r) => setTimeout(r, 20)); // a definite join order
+    }
+    const pgs = await Promise.all(groups);
+    expect(pgs.map((p) => p.rank)).toEqual([0, 1, 2, 3]);
+    expect(pgs.every((p) => p.worldSize === 4)).toBe(true);
+    for (const p of pgs) p.destroy();
+  });
+
+  it('accepts explicit ranks and fills the rest with the lowest free ones', async () => {
+    const session = uniqueSession('explicit');
+    const a = group(session, 3, 2);
+    await new Promise((r) => setTimeout(r, 30));
+    const b = group(session, 3);
+    await new Promise((r) => setTimeout(r, 30));
+    const c = group(session, 3);
+    const pgs = await Promise.all([a, b, c]);
+    expect(pgs.map((p) => p.rank)).toEqual([2, 0, 1]);
+    for (const p of pgs) p.destroy();
+  });
+
+  it('a world of one needs no peers', async () => {
+    const pg = await group(uniqueSession('one'), 1);
+    expect(pg.rank).toBe(0);
+    const buf = new Float32Array([1, 2, 3]);
+    expect([...(await pg.allReduce(buf, 'avg'))]).toEqual([1, 2, 3]);
+    await pg.barrier();
+    pg.destroy();
+  });
+
+  it('refuses a duplicate rank', async () => {
+    const session = uniqueSession('dup');
+    const first = group(session, 2, 1);
+    await new Promise((r) => setTimeout(r, 50));
+    const err = (await group(session, 2, 1).catch((e: unknown) => e)) as RendezvousError;
+    expect(err).toBeInstanceOf(RendezvousError);
+    expect(err.code).toBe('DUPLICATE_RANK');
+    expect(err.message).toContain('rank 1');
+    const other = await group(session, 2, 0);
+    (await first).destroy();
+    other.destroy();
+  });
+
+  it('refuses a rank outside 0..N-1', async () => {
+    const session = uniqueSession('range');
+    for (const rank of [3, -1]) {
+      const err = (await group(session, 3, rank).catch((e: unknown) => e)) as RendezvousError;
+      expect(err).toBeInstanceOf(RendezvousError);
+      expect(err.code).toBe('RANK_OUT_OF_RANGE');
+      expect(err.message).toContain(`rank ${rank} is outside 0..2`);
+    }
+  });
+
+  it('refuses a world size that disagrees with the session', async () => {
+    const session = uniqueSession('ws');
+    const first = group(session, 2);
+    await new Promise((r) => setTimeout(r, 50));
+    const err = (await group(session, 3).catch((e: unknown) => e)) as RendezvousError;
+    expect(err).toBeInstanceOf(RendezvousError);
+    expect(err.code).toBe('WORLD_SIZE_MISMATCH');
+    expect(err.message).toMatch(/world size 2, but this rank asked for 3/);
+    const second = await group(session, 2);
+    (await first).destroy();
+    second.destroy();
+  });
+
+  it('refuses a join to a full session', async () => {
+    const session = uniqueSession('full');
+    const pgs = await Promise.all([group(session, 2), group(session, 2)]);
+    const err = (await group(session, 2).catch((e: unknown) => e)) as RendezvousError;
+    expect(err).toBeInstanceOf(RendezvousError);
+    expect(err.code).toBe('SESSION_FULL');
+    for (const p of pgs) p.destroy();
+  });
+
+  it('times out naming the ranks that never came', async () => {
+    const session = uniqueSession('late');
+    const err = (await group(session, 3, 0, 300).catch((e: unknown) => e)) as DistTimeoutError;
+    expect(err).toBeInstanceOf(DistTimeoutError);
+    expect(err.message).toContain('ranks 1, 2 to join');
+    expect(err.message).toContain('1 of 3 joined');
+  });
+
+  it('barrier releases only when every rank arrived, and times out naming the count', async () => {
+    const session = uniqueSession('barrier');
+    const [a, b, c] = await Promise.all([group(session, 3), group(session, 3), group(session, 3)]);
+    let released = 0;
+    const pa = a.barrier().then(() => released++);
+    const pb = b.barrier().then(() => released++);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(released).toBe(0);
+    await c.barrier();
+    await Promise.all([pa, pb]);
+    expect(released).toBe(2);
+    const err = (await a.barrier(200).catch((e: unknown) => e)) as DistTimeoutError;
+    expect(err).toBeInstanceOf(DistTimeoutError);
+    expect(err.message).toContain('barrier #2 (1 arrived)');
+    for (const p of [a, b, c]) p.destroy();
+  });
+
+  it('relays signals by rank inside the session and tells members when one leaves', async () => {
+    const session = uniqueSession('relay');
+    const [s0, s1] = await Promise.all([connect(server, session), connect(server, session)]);
+    await s0.join(2, 0);
+    await s1.join(2, 1);
+    const got = new Promise((resolve) => s1.on('signal', resolve));
+    await s0.signal(1, { channel: 'x', body: { sdp: 'offer' } });
+    expect(await got).toEqual({ type: 'signal', from: 0, data: { channel: 'x', body: { sdp: 'offer' } } });
+    const left = new Promise((resolve) => s0.on('peer-left', resolve));
+    s1.close();
+    expect(await left).toEqual({ type: 'peer-left', rank: 1 });
+    const err = await s0.signal(1, { channel: 'x', body: null }).catch((e: unknown) => e);
+    expect((err as RendezvousError).code).toBe('UNKNOWN_PEER');
+    s0.close();
+  });
+
+  it('signals cannot reach another session', async () => {
+    const [a0, b1] = await Promise.all([connect(server, uniqueSession('A')), connect(server, uniqueSession('B'))]);
+    await a0.join(2, 0);
+    await b1.join(2, 1);
+    let leaked = false;
+    b1.on('signal', () => (leaked = true));
+    const err = await a0.signal(1, { channel: 'x', body: 'hi' }).catch((e: unknown) => e);
+    expect((err as RendezvousError).code).toBe('UNKNOWN_PEER');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(leaked).toBe(false);
+    a0.close();
+    b1.close();
+  });
+});
