@@ -7,10 +7,14 @@ import { report } from './report.ts';
 import { probeWebGpu } from './webgpu.ts';
 import type { Job, JobContext } from './jobs/job.ts';
 import { rendezvousJob } from './jobs/rendezvous.ts';
+import { allreduceJob } from './jobs/allreduce.ts';
+import { collectivesJob } from './jobs/collectives.ts';
 import './style.css';
 
 const JOBS: Record<string, Job> = {
   rendezvous: rendezvousJob,
+  allreduce: allreduceJob,
+  collectives: collectivesJob,
 };
 
 const params = new URLSearchParams(location.search);

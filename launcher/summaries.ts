@@ -6,7 +6,55 @@ export function summarize(job: string, worldSize: number, results: RankResult[])
   switch (job) {
     case 'rendezvous':
       return { job, worldSize, ranks: ranks.map((r) => ({ rank: r.rank, adapter: r.adapter, webgpu: r.webgpu, ...(r.reason ? { reason: r.reason } : {}) })) };
+    case 'allreduce':
+      return summarizeAllreduce(job, worldSize, ranks);
     default:
       return { job, worldSize, ranks };
   }
 }
+
+interface AllreduceRow {
+  elements: number;
+  bytes: number;
+  ms: number;
+  meshMs: number | null;
+  maxAbsErr: number;
+  hash: string;
+}
+
+/**
+ * nccl-tests' figures: algbw = bytes / time, busbw = algbw * 2(n-1)/n. A collective is done when
+ * its slowest rank is, so the time is the largest of the ranks' medians.
+ */
+function summarizeAllreduce(job: string, worldSize: number, ranks: RankResult[]): Record<string, unknown> {
+  const rows = ranks.map((r) => r.results as AllreduceRow[]);
+  const results = rows[0].map((first, i) => {
+    const at = rows.map((rs) => rs[i]);
+    const ms = Math.max(...at.map((r) => r.ms));
+    const meshTimes = at.map((r) => r.meshMs).filter((m): m is number => m !== null);
+    const algbwMBps = ms > 0 ? first.bytes / 1e6 / (ms / 1000) : 0;
+    return {
+      elements: first.elements,
+      bytes: first.bytes,
+      ms: round(ms),
+      algbwMBps: round(algbwMBps),
+      busbwMBps: round((algbwMBps * 2 * (worldSize - 1)) / worldSize),
+      maxAbsErr: Math.max(...at.map((r) => r.maxAbsErr)),
+      identical: at.every((r) => r.hash === first.hash),
+      meshMs: meshTimes.length ? round(Math.max(...meshTimes)) : null,
+    };
+  });
+  const rank0 = ranks.find((r) => r.rank === 0);
+  const figure = (x: unknown) => (typeof x === 'number' ? round(x) : null);
+  return {
+    job,
+    worldSize,
+    op: ranks[0].op,
+    iters: ranks[0].iters,
+    linkMBps: figure(rank0?.linkMBps),
+    duplexMBps: figure(rank0?.duplexMBps),
+    results,
+  };
+}
+
+const round = (x: number) => Math.round(x * 100) / 100;

@@ -150,8 +150,8 @@ export class Reassembler {
 
   constructor(
     readonly total: number,
-    /** Called with each chunk's payload and where it belongs in the message. */
-    private readonly onChunk: (payload: Uint8Array, offset: number) => void,
+    /** Called with each chunk's payload, where it belongs in the message, and the whole frame. */
+    private readonly onChunk: (payload: Uint8Array, offset: number, frame: Uint8Array) => void,
   ) {}
 
   get done(): boolean {
@@ -171,6 +171,6 @@ export class Reassembler {
     }
     this.started = true;
     this.received += h.length;
-    this.onChunk(frame.subarray(HEADER_BYTES), h.offset);
+    this.onChunk(frame.subarray(HEADER_BYTES), h.offset, frame);
   }
 }

@@ -24,3 +24,4 @@ export {
 } from './errors.ts';
 export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions } from './sampler.ts';
+export { hashFloat32 } from './hash.ts';

@@ -165,6 +165,9 @@ export class ProcessGroup {
   private readonly receivers = new Set<Receiver>();
   private readonly abortedSeqs = new Map<number, Error>();
   private broken: Error | undefined;
+  /** Rejects with the reason once the group breaks; lets store waits fail fast too. */
+  private readonly whenBroken: Promise<never>;
+  private rejectBroken!: (err: Error) => void;
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
   private readonly unsubscribe: Array<() => void> = [];
   private readonly linkFactory: PeerLinkFactory | undefined;
@@ -177,6 +180,8 @@ export class ProcessGroup {
 
   constructor(store: StoreClient, rank: number, worldSize: number, options: InitProcessGroupOptions, early: SignalEvent[] = []) {
     this.store = store;
+    this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
+    this.whenBroken.catch(() => {});
     this.rank = rank;
     this.worldSize = worldSize;
     this.timeoutMs = options.timeoutMs ?? 300_000;
@@ -333,14 +338,18 @@ export class ProcessGroup {
     return buf;
   }
 
-  /** Blocks until every rank has called barrier() the same number of times (through the store). */
+  /**
+   * Blocks until every rank has called barrier() the same number of times (through the store).
+   * Fails at once, naming the rank, if a member is lost while waiting.
+   */
   async barrier(timeoutMs = this.timeoutMs): Promise<void> {
+    this.throwIfBroken();
     const n = ++this.barrierCount;
     const key = `__pg/barrier/${n}`;
     const arrived = await this.store.add(key, 1);
     if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
     try {
-      await this.store.wait([`${key}/done`], timeoutMs);
+      await Promise.race([this.store.wait([`${key}/done`], timeoutMs), this.whenBroken]);
     } catch (err) {
       if (!(err instanceof StoreTimeoutError)) throw err;
       const count = await this.store.add(key, 0);
@@ -572,7 +581,7 @@ export class ProcessGroup {
             h.seq,
           );
         }
-        r.reassembler = new Reassembler(h.total, (payload, offset) => r.onChunk(payload, offset, frame));
+        r.reassembler = new Reassembler(h.total, r.onChunk);
       }
       r.reassembler.push(frame, h);
       if (r.reassembler.done) {
@@ -669,6 +678,7 @@ export class ProcessGroup {
   private fail(err: Error): void {
     if (this.broken) return;
     this.broken = err;
+    this.rejectBroken(err);
     for (const r of [...this.receivers]) r.reject(err);
   }
 

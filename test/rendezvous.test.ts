@@ -122,6 +122,21 @@ describe('rendezvous', () => {
     for (const p of [a, b, c]) p.destroy();
   });
 
+  it('a barrier fails at once, naming the rank, when a member leaves while others wait', async () => {
+    const session = uniqueSession('barrier-lost');
+    const [a, b, c] = await Promise.all([group(session, 3), group(session, 3), group(session, 3)]);
+    const waiting = a.barrier(10_000).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 50));
+    const t0 = Date.now();
+    c.destroy();
+    const err = (await waiting) as Error;
+    expect(err.name).toBe('PeerLostError');
+    expect(err.message).toContain('lost rank 2');
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    a.destroy();
+    b.destroy();
+  });
+
   it('relays signals by rank inside the session and tells members when one leaves', async () => {
     const session = uniqueSession('relay');
     const [s0, s1] = await Promise.all([connect(server, session), connect(server, session)]);

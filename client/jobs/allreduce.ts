@@ -1,0 +1,109 @@
+/**
+ * Job `allreduce`: times the ring all-reduce (and, for comparison, a full-mesh exchange) over
+ * the sizes given, checks every result exactly, and measures one link's throughput, the bound
+ * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
+ */
+import { hashFloat32, initProcessGroup, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import type { JobContext } from './job.ts';
+
+/** Small integers, so that sums are exact in float32 and every rank knows the exact answer. */
+export function fillValue(rank: number, size: number, i: number): number {
+  return ((i * 7 + rank * 13 + size) % 17) - 8;
+}
+
+function expectedValue(worldSize: number, size: number, i: number, op: ReduceOpName): number {
+  let acc = fillValue(0, size, i);
+  for (let r = 1; r < worldSize; r++) {
+    const v = fillValue(r, size, i);
+    acc = op === 'max' ? Math.max(acc, v) : op === 'min' ? Math.min(acc, v) : acc + v;
+  }
+  return op === 'avg' ? Math.fround(acc / worldSize) : acc;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/**
+ * Rank 0 streams `bytes` to rank 1 `rounds` times; rank 1 acknowledges each. Returns MB/s
+ * (median) on rank 0. With `duplex`, rank 1 streams to rank 0 at the same time, as every link
+ * of a ring does, and the figure is per direction.
+ */
+export async function measureLink(pg: ProcessGroup, duplex = false, bytes = 8 << 20, rounds = 3): Promise<number | null> {
+  if (pg.worldSize < 2) return null;
+  const out = new Float32Array(bytes / 4);
+  const inbox = new Float32Array(bytes / 4);
+  const ack = new Float32Array(1);
+  const rates: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    if (pg.rank === 0) {
+      const t0 = performance.now();
+      await Promise.all([pg.send(out, 1), duplex ? pg.recv(inbox, 1) : undefined]);
+      await pg.recv(ack, 1);
+      rates.push(bytes / 1e6 / ((performance.now() - t0) / 1000));
+    } else if (pg.rank === 1) {
+      await Promise.all([pg.recv(inbox, 0), duplex ? pg.send(out, 0) : undefined]);
+      await pg.send(ack, 0);
+    }
+  }
+  return pg.rank === 0 ? median(rates) : null;
+}
+
+export async function allreduceJob(ctx: JobContext): Promise<Record<string, unknown>> {
+  const sizes = (ctx.params.get('sizes') ?? '1024,262144,1048576').split(',').map((s) => {
+    const n = Number(s.trim());
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--sizes takes element counts, got "${s}"`);
+    return n;
+  });
+  const iters = Number(ctx.params.get('iters') ?? 5);
+  if (!Number.isInteger(iters) || iters < 1) throw new Error(`--iters must be a positive integer, got ${ctx.params.get('iters')}`);
+  const op = (ctx.params.get('op') ?? 'sum') as ReduceOpName;
+  if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
+  const mesh = ctx.params.get('mesh') !== 'false';
+
+  const frameBytes = ctx.params.get('frameBytes');
+  const highWaterMark = ctx.params.get('highWaterMark');
+  const pg = await initProcessGroup({
+    url: ctx.serverUrl,
+    session: ctx.session,
+    worldSize: ctx.worldSize,
+    rank: ctx.rank,
+    timeoutMs: ctx.timeoutMs,
+    ...(frameBytes ? { maxFrameBytes: Number(frameBytes) } : {}),
+    ...(highWaterMark ? { highWaterMark: Number(highWaterMark) } : {}),
+  });
+  ctx.joined(pg.rank, pg.worldSize);
+  const n = pg.worldSize;
+  // Open the ring's links before timing anything.
+  await pg.allReduce(new Float32Array(n), op);
+  const linkMBps = await measureLink(pg);
+  const duplexMBps = await measureLink(pg, true);
+  if (linkMBps !== null) ctx.log(`link 0->1: ${linkMBps.toFixed(1)} MB/s alone, ${duplexMBps?.toFixed(1)} MB/s each way in both directions at once`);
+  await pg.barrier();
+
+  const results: Array<Record<string, unknown>> = [];
+  for (const size of sizes) {
+    const template = Float32Array.from({ length: size }, (_, i) => fillValue(pg.rank, size, i));
+    const time = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<{ ms: number; out: Float32Array }> => {
+      const times: number[] = [];
+      let out: Float32Array = template.slice();
+      for (let it = 0; it <= iters; it++) {
+        const buf = template.slice();
+        await pg.barrier();
+        const t0 = performance.now();
+        out = await fn(buf);
+        if (it > 0) times.push(performance.now() - t0); // iteration 0 warms up
+      }
+      return { ms: median(times), out };
+    };
+    const ring = await time((b) => pg.allReduce(b, op));
+    let maxAbsErr = 0;
+    for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(ring.out[i] - expectedValue(n, size, i, op)));
+    const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
+    const row = { elements: size, bytes: size * 4, ms: ring.ms, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(ring.out) };
+    ctx.log(`${size} elements: ring ${ring.ms.toFixed(2)} ms${meshRun ? `, mesh ${meshRun.ms.toFixed(2)} ms` : ''}, max abs err ${maxAbsErr}`);
+    ctx.progress(row);
+    results.push(row);
+  }
+  await pg.barrier();
+  pg.destroy();
+  return { rank: pg.rank, worldSize: n, op, iters, linkMBps, duplexMBps, results };
+}

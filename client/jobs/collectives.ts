@@ -1,0 +1,81 @@
+/**
+ * Job `collectives`: a self-check of every collective over real WebRTC. Each rank computes the
+ * exact expected result of each case and reports whether it got it, with a hash of what it got
+ * so that the caller can check every rank is bit-identical.
+ */
+import { hashFloat32, initProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import { fillValue } from './allreduce.ts';
+import type { JobContext } from './job.ts';
+
+interface Case {
+  name: string;
+  ok: boolean;
+  hash: string;
+  detail?: string;
+}
+
+export async function collectivesJob(ctx: JobContext): Promise<Record<string, unknown>> {
+  const sizes = (ctx.params.get('sizes') ?? '0,1,7,1000,65537').split(',').map(Number);
+  const pg = await initProcessGroup({
+    url: ctx.serverUrl,
+    session: ctx.session,
+    worldSize: ctx.worldSize,
+    rank: ctx.rank,
+    timeoutMs: ctx.timeoutMs,
+    peerTimeoutMs: Number(ctx.params.get('peerTimeoutMs') ?? 30_000),
+    // Small frames so that even modest sizes cross many chunk boundaries.
+    maxFrameBytes: Number(ctx.params.get('frameBytes') ?? 16_384),
+  });
+  ctx.joined(pg.rank, pg.worldSize);
+  const { rank, worldSize: n } = pg;
+  const fill = (r: number, size: number) => Float32Array.from({ length: size }, (_, i) => fillValue(r, size, i));
+  const cases: Case[] = [];
+  const check = (name: string, got: Float32Array, want: Float32Array) => {
+    let bad = -1;
+    if (got.length !== want.length) bad = 0;
+    else for (let i = 0; i < want.length && bad < 0; i++) if (!Object.is(got[i], want[i])) bad = i;
+    cases.push({ name, ok: bad < 0, hash: hashFloat32(got), ...(bad >= 0 ? { detail: `first difference at ${bad}: got ${got[bad]}, want ${want[bad]}` } : {}) });
+  };
+
+  for (const op of ['sum', 'avg', 'max', 'min'] as ReduceOpName[]) {
+    for (const size of sizes) {
+      const want = fill(0, size);
+      for (let r = 1; r < n; r++) {
+        const v = fill(r, size);
+        for (let i = 0; i < size; i++) want[i] = op === 'max' ? Math.max(want[i], v[i]) : op === 'min' ? Math.min(want[i], v[i]) : want[i] + v[i];
+      }
+      if (op === 'avg') for (let i = 0; i < size; i++) want[i] /= n;
+      check(`allReduce ${op} ${size}`, await pg.allReduce(fill(rank, size), op), want);
+    }
+  }
+  for (const src of [0, n - 1]) {
+    const size = 10_001;
+    check(`broadcast src ${src}`, await pg.broadcast(rank === src ? fill(src, size) : new Float32Array(size), src), fill(src, size));
+  }
+  const gathered = await pg.allGather(fill(rank, 333));
+  const wantGather = new Float32Array(333 * n);
+  for (let r = 0; r < n; r++) wantGather.set(fill(r, 333), r * 333);
+  check('allGather 333', gathered, wantGather);
+  const k = 257;
+  const full = new Float32Array(k * n);
+  for (let r = 0; r < n; r++) {
+    const v = fill(r, k * n);
+    for (let i = 0; i < full.length; i++) full[i] += v[i];
+  }
+  const scattered = await pg.reduceScatter(fill(rank, k * n), 'sum');
+  cases.push({ ...caseOf(scattered, full.subarray(rank * k, (rank + 1) * k)), name: 'reduceScatter sum (own block)', hash: 'per-rank' });
+  // Point to point around the ring: send to the right, receive from the left.
+  const right = (rank + 1) % n;
+  const left = (rank + n - 1) % n;
+  const got = new Float32Array(4097);
+  await Promise.all([pg.send(fill(rank, 4097), right), pg.recv(got, left)]);
+  cases.push({ ...caseOf(got, fill(left, 4097)), name: 'send/recv ring', hash: 'per-rank' });
+  await pg.barrier();
+  pg.destroy();
+  return { rank, worldSize: n, cases };
+}
+
+function caseOf(got: Float32Array, want: Float32Array): { ok: boolean; detail?: string } {
+  for (let i = 0; i < want.length; i++) if (!Object.is(got[i], want[i])) return { ok: false, detail: `first difference at ${i}` };
+  return { ok: got.length === want.length };
+}

@@ -1,0 +1,193 @@
+/**
+ * The collectives' logic in Node: real server for rendezvous, in-memory peer links (the same
+ * PeerLink interface as WebRTC) so every size and world size runs fast. The WebRTC path is
+ * proven by the Playwright tests in test/e2e/collectives.spec.ts.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { initProcessGroup, type ProcessGroup, type ReduceOpName } from '../src/process_group.ts';
+import { CollectiveMismatchError, PeerLostError } from '../src/errors.ts';
+import { uniqueSession, withServer } from './helpers.ts';
+import { MemoryNetwork } from './memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  server = await withServer();
+});
+afterAll(async () => {
+  await server.close();
+});
+
+async function groups(n: number, extra: { peerTimeoutMs?: number; maxFrameBytes?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+  const session = uniqueSession('coll');
+  const net = new MemoryNetwork();
+  const pgs = await Promise.all(
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({ url: server.url, session, worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+    ),
+  );
+  return { pgs, net };
+}
+
+/** Small integers: sums are exact in float32, so expected values are exact. */
+const value = (rank: number, i: number) => ((i * 7 + rank * 13) % 17) - 8;
+const input = (rank: number, len: number) => Float32Array.from({ length: len }, (_, i) => value(rank, i));
+
+function expected(n: number, len: number, op: ReduceOpName): Float32Array {
+  return Float32Array.from({ length: len }, (_, i) => {
+    const vs = Array.from({ length: n }, (_, r) => value(r, i));
+    if (op === 'max') return Math.max(...vs);
+    if (op === 'min') return Math.min(...vs);
+    const sum = vs.reduce((a, b) => a + b, 0);
+    return op === 'avg' ? sum / n : sum;
+  });
+}
+
+function destroy(pgs: ProcessGroup[]): void {
+  for (const p of pgs) p.destroy();
+}
+
+describe('collectives over in-memory links', () => {
+  for (const n of [2, 3, 4]) {
+    it(`allReduce, every op and odd lengths, world ${n}: exact and bit-identical`, async () => {
+      const { pgs } = await groups(n, { maxFrameBytes: 1024 });
+      for (const op of ['sum', 'avg', 'max', 'min'] as const) {
+        for (const len of [0, 1, 2, 7, 1000, 4099]) {
+          const outs = await Promise.all(pgs.map((pg) => pg.allReduce(input(pg.rank, len), op)));
+          const want = expected(n, len, op);
+          for (const out of outs) expect(out).toEqual(want);
+          const bytes = outs.map((o) => Buffer.from(o.buffer, o.byteOffset, o.byteLength).toString('hex'));
+          expect(new Set(bytes).size).toBe(1);
+        }
+      }
+      destroy(pgs);
+    });
+  }
+
+  it('meshAllReduce gives the same results as the ring', async () => {
+    const { pgs } = await groups(3, { maxFrameBytes: 1024 });
+    const outs = await Promise.all(pgs.map((pg) => pg.meshAllReduce(input(pg.rank, 777), 'avg')));
+    for (const out of outs) expect(out).toEqual(expected(3, 777, 'avg'));
+    destroy(pgs);
+  });
+
+  it('broadcast from every source, pipelined through the ring', async () => {
+    const { pgs } = await groups(4, { maxFrameBytes: 256 });
+    for (const src of [0, 1, 3]) {
+      const outs = await Promise.all(pgs.map((pg) => pg.broadcast(pg.rank === src ? input(src, 1001) : new Float32Array(1001), src)));
+      for (const out of outs) expect(out).toEqual(input(src, 1001));
+    }
+    destroy(pgs);
+  });
+
+  it('allGather concatenates in rank order; reduceScatter gives rank r block r', async () => {
+    const { pgs } = await groups(3);
+    const gathered = await Promise.all(pgs.map((pg) => pg.allGather(input(pg.rank, 5))));
+    const want = Float32Array.from([...input(0, 5), ...input(1, 5), ...input(2, 5)]);
+    for (const g of gathered) expect(g).toEqual(want);
+    const scattered = await Promise.all(pgs.map((pg) => pg.reduceScatter(input(pg.rank, 12), 'sum')));
+    const full = expected(3, 12, 'sum');
+    scattered.forEach((s, r) => expect(s).toEqual(full.slice(r * 4, r * 4 + 4)));
+    await expect(pgs[0].reduceScatter(new Float32Array(7))).rejects.toThrow(/divisible by the world size 3, got 7/);
+    destroy(pgs);
+  });
+
+  it('send and recv match in order between a pair; lengths must agree', async () => {
+    const { pgs } = await groups(3);
+    const a = new Float32Array([1, 2, 3]);
+    const b = new Float32Array([4, 5]);
+    const got1 = new Float32Array(3);
+    const got2 = new Float32Array(2);
+    await Promise.all([pgs[0].send(a, 2), pgs[0].send(b, 2), pgs[2].recv(got1, 0), pgs[2].recv(got2, 0)]);
+    expect([...got1]).toEqual([1, 2, 3]);
+    expect([...got2]).toEqual([4, 5]);
+    const err = await Promise.all([pgs[1].send(new Float32Array(4), 0), pgs[0].recv(new Float32Array(3), 1)]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CollectiveMismatchError);
+    destroy(pgs);
+  });
+
+  it('a world of one returns its input for every collective', async () => {
+    const { pgs } = await groups(1);
+    const pg = pgs[0];
+    expect([...(await pg.allReduce(new Float32Array([3]), 'avg'))]).toEqual([3]);
+    expect([...(await pg.broadcast(new Float32Array([4]), 0))]).toEqual([4]);
+    expect([...(await pg.allGather(new Float32Array([5])))]).toEqual([5]);
+    expect([...(await pg.reduceScatter(new Float32Array([6]), 'max'))]).toEqual([6]);
+    destroy(pgs);
+  });
+});
+
+describe('mismatch detection', () => {
+  it('different lengths: every rank rejects naming both collectives, no hang', async () => {
+    const { pgs } = await groups(3);
+    const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(new Float32Array(pg.rank === 1 ? 20 : 10))));
+    for (const r of results) {
+      expect(r.status).toBe('rejected');
+      const err = (r as PromiseRejectedResult).reason as Error;
+      expect(err).toBeInstanceOf(CollectiveMismatchError);
+      expect(err.message).toMatch(/allReduce\(sum\) of (10|20) elements/);
+    }
+    destroy(pgs);
+  });
+
+  it('different ops: rejects naming the ops', async () => {
+    const { pgs } = await groups(2);
+    const results = await Promise.allSettled([pgs[0].allReduce(new Float32Array(4), 'sum'), pgs[1].allReduce(new Float32Array(4), 'max')]);
+    const messages = results.map((r) => ((r as PromiseRejectedResult).reason as Error).message);
+    for (const m of messages) expect(m).toMatch(/allReduce\(max\).*allReduce\(sum\)|allReduce\(sum\).*allReduce\(max\)/);
+    destroy(pgs);
+  });
+
+  it('different collectives at the same sequence number: rejects, even for zero-length buffers', async () => {
+    const { pgs } = await groups(2);
+    const results = await Promise.allSettled([pgs[0].allReduce(new Float32Array(0)), pgs[1].broadcast(new Float32Array(0), 0)]);
+    for (const r of results) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(CollectiveMismatchError);
+    destroy(pgs);
+  });
+
+  it('a corrupted chunk breaks the collective with a FramingError instead of wrong numbers', async () => {
+    const { pgs, net } = await groups(2, { maxFrameBytes: 256 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
+    const link = net.end(0, 1)!;
+    let sent = 0;
+    link.intercept = (f) => (++sent === 2 ? [f, f] : [f]); // a duplicated chunk
+    const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(new Float32Array(1000))));
+    const reasons = results.map((r) => (r.status === 'rejected' ? (r.reason as Error).message : 'ok'));
+    expect(reasons.some((m) => /duplicate chunk/.test(m))).toBe(true);
+    expect(results.every((r) => r.status === 'rejected')).toBe(true);
+    destroy(pgs);
+  });
+});
+
+describe('failure', () => {
+  it('a peer that vanishes mid-collective makes every survivor reject naming it, within the bound', async () => {
+    const { pgs } = await groups(4, { peerTimeoutMs: 1_000 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(10))));
+    const t0 = Date.now();
+    // Rank 2 never joins the next collective and its socket to the server closes.
+    const survivors = [0, 1, 3].map((r) => pgs[r].allReduce(new Float32Array(100000)));
+    setTimeout(() => pgs[2].store.close(), 100);
+    const results = await Promise.allSettled(survivors);
+    for (const r of results) {
+      expect(r.status).toBe('rejected');
+      const err = (r as PromiseRejectedResult).reason as PeerLostError;
+      expect(err).toBeInstanceOf(PeerLostError);
+      expect(err.rank).toBe(2);
+    }
+    expect(Date.now() - t0).toBeLessThan(3_000);
+    // The group is broken for good: later calls fail at once, naming the lost rank.
+    await expect(pgs[0].allReduce(new Float32Array(1))).rejects.toThrow(/lost rank 2/);
+    destroy(pgs);
+  });
+
+  it('a silent peer (no close) is declared lost after peerTimeoutMs', async () => {
+    const { pgs } = await groups(2, { peerTimeoutMs: 300 });
+    const t0 = Date.now();
+    const err = (await pgs[0].allReduce(new Float32Array(8)).catch((e: unknown) => e)) as PeerLostError;
+    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err.rank).toBe(1);
+    expect(err.message).toMatch(/sent nothing for 300 ms/);
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    destroy(pgs);
+  });
+});

@@ -1,0 +1,94 @@
+/** Framing and reassembly: chunk boundaries, and bad chunks rejected with an error. */
+import { describe, expect, it } from 'vitest';
+import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/framing.ts';
+import { FramingError } from '../src/errors.ts';
+
+const base = { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
+
+function payloadOf(n: number): Uint8Array {
+  return Uint8Array.from({ length: n }, (_, i) => (i * 31 + 7) & 0xff);
+}
+
+function reassemble(list: Uint8Array[], total: number): Uint8Array {
+  const out = new Uint8Array(total);
+  const r = new Reassembler(total, (p, offset) => out.set(p, offset));
+  for (const f of list) r.push(f);
+  expect(r.done).toBe(true);
+  return out;
+}
+
+describe('frames', () => {
+  it('round-trips the header', () => {
+    const f = new Uint8Array(HEADER_BYTES + 4);
+    const h: FrameHeader = { ...base, total: 400, offset: 396, length: 4 };
+    writeHeader(f, h);
+    expect(readHeader(f)).toEqual(h);
+  });
+
+  it('splits at chunk boundaries under the frame limit, payloads 4-byte aligned', () => {
+    const max = 64 + HEADER_BYTES + 3; // payload room 67 -> 64 bytes per chunk
+    for (const n of [0, 1, 63, 64, 65, 128, 129, 1000]) {
+      const p = payloadOf(n);
+      const list = [...frames(p, base, max)];
+      expect(list.length).toBe(Math.max(1, Math.ceil(n / 64)));
+      for (const f of list) {
+        expect(f.length).toBeLessThanOrEqual(max);
+        expect(readHeader(f).offset % 4).toBe(0);
+      }
+      expect([...reassemble(list, n)]).toEqual([...p]);
+    }
+  });
+
+  it('keeps full-size frames at or under 256 KiB', () => {
+    const list = [...frames(new Uint8Array(1 << 20), base)];
+    expect(list.every((f) => f.length <= 262_144)).toBe(true);
+    expect(list.length).toBe(5);
+  });
+
+  it('an empty message is one header-only frame', () => {
+    const list = [...frames(new Uint8Array(0), base)];
+    expect(list).toHaveLength(1);
+    expect(readHeader(list[0])).toMatchObject({ total: 0, offset: 0, length: 0 });
+  });
+});
+
+describe('reassembly rejects bad chunks', () => {
+  const list = [...frames(payloadOf(256), base, 64 + HEADER_BYTES)];
+  const start = () => new Reassembler(256, () => {});
+
+  it('a duplicate chunk', () => {
+    const r = start();
+    r.push(list[0]);
+    r.push(list[1]);
+    expect(() => r.push(list[1])).toThrow(FramingError);
+    expect(() => start().push(list[0])).not.toThrow();
+    const r2 = start();
+    r2.push(list[0]);
+    expect(() => r2.push(list[0])).toThrow(/duplicate chunk at offset 0; expected offset 64/);
+  });
+
+  it('an out-of-order chunk', () => {
+    const r = start();
+    r.push(list[0]);
+    expect(() => r.push(list[2])).toThrow(/out-of-order chunk at offset 128; expected offset 64/);
+  });
+
+  it('a truncated chunk', () => {
+    expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(/truncated chunk: header says 64 payload bytes, frame carries 59/);
+    expect(() => readHeader(new Uint8Array(10))).toThrow(/shorter than the 32-byte header/);
+  });
+
+  it('a chunk after the message is complete, or disagreeing on the total', () => {
+    const r = start();
+    for (const f of list) r.push(f);
+    expect(() => r.push(list[3])).toThrow(/after the message was complete/);
+    const other = [...frames(payloadOf(512), base, 64 + HEADER_BYTES)];
+    expect(() => start().push(other[0])).toThrow(/message has 512 bytes, earlier chunks said 256/);
+  });
+
+  it('a foreign frame', () => {
+    const f = list[0].slice();
+    f[0] = 0x42;
+    expect(() => readHeader(f)).toThrow(/magic 0x42/);
+  });
+});
