@@ -25,3 +25,17 @@ export {
 export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
+export {
+  type Dataset,
+  InMemoryDataset,
+  Subset,
+  subset,
+  parseIdx,
+  mnistFromIdx,
+  loadMnist,
+  loadMnistSplits,
+  syntheticDataset,
+  csvDataset,
+  DatasetError,
+  DatasetFetchError,
+} from './datasets.ts';
