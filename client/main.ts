@@ -9,12 +9,14 @@ import type { Job, JobContext } from './jobs/job.ts';
 import { rendezvousJob } from './jobs/rendezvous.ts';
 import { allreduceJob } from './jobs/allreduce.ts';
 import { collectivesJob } from './jobs/collectives.ts';
+import { trainJob } from './jobs/train.ts';
 import './style.css';
 
 const JOBS: Record<string, Job> = {
   rendezvous: rendezvousJob,
   allreduce: allreduceJob,
   collectives: collectivesJob,
+  train: trainJob,
 };
 
 const params = new URLSearchParams(location.search);

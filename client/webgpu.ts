@@ -14,7 +14,7 @@ interface AdapterInfoLike {
 }
 
 export async function probeWebGpu(): Promise<WebGpuProbe> {
-  const gpu = (navigator as Navigator & { gpu?: { requestAdapter(): Promise<{ info?: AdapterInfoLike } | null> } }).gpu;
+  const gpu = (navigator as unknown as { gpu?: { requestAdapter(): Promise<{ info?: AdapterInfoLike } | null> } }).gpu;
   if (!window.isSecureContext) {
     return { available: false, adapter: null, reason: 'not a secure context: open the page over https or on localhost' };
   }

@@ -5,6 +5,7 @@
  * Options it does not know become URL parameters of the job (e.g. --sizes 0,1,7 -> sizes=0,1,7).
  */
 import { parseArgs } from 'node:util';
+import { writeFile } from 'node:fs/promises';
 import { launch, type LaunchOptions } from './run.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--job NAME] [--server URL] [--session NAME] [--timeout SECONDS] [--JOBOPTION VALUE ...]`;
@@ -64,7 +65,23 @@ async function main(): Promise<number> {
     console.error((err as Error).message);
     return 2;
   }
-  const { ok, summary } = await launch(opts);
+  // --dump-weights FILE: rank 0 returns its final weights and the launcher writes them.
+  const dumpTo = opts.jobParams['dump-weights'] ?? opts.jobParams.dumpWeights;
+  delete opts.jobParams['dump-weights'];
+  delete opts.jobParams.dumpWeights;
+  if (dumpTo) opts.jobParams.returnWeights = 'true';
+  const { ok, summary, results } = await launch(opts);
+  if (ok && dumpTo) {
+    const weights = results.find((r) => r.rank === 0)?.weights;
+    if (typeof weights !== 'string') {
+      console.error(`[launch] --dump-weights: job "${opts.job}" returned no weights`);
+      console.log(JSON.stringify({ ...summary, ok: false, errors: ['no weights to dump'] }));
+      return 1;
+    }
+    const bytes = Buffer.from(weights, 'base64');
+    await writeFile(dumpTo, bytes);
+    console.log(`[launch] wrote ${bytes.length / 4} float32 weights (little-endian, trainableWeights order) to ${dumpTo}`);
+  }
   console.log(JSON.stringify(summary));
   return ok ? 0 : 1;
 }

@@ -24,13 +24,15 @@ export interface LaunchOptions {
 export interface LaunchOutcome {
   ok: boolean;
   summary: Record<string, unknown>;
+  /** Each rank's own result, as the page returned it. */
+  results: RankResult[];
 }
 
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const summaryBase = { job: opts.job, worldSize: opts.nproc };
   let server: RunningServer | undefined;
-  let outcome: LaunchOutcome = { ok: false, summary: { ...summaryBase, ok: false } };
+  let outcome: LaunchOutcome = { ok: false, summary: { ...summaryBase, ok: false }, results: [] };
   const browser = await launchChromium();
   try {
     let base = opts.server;
@@ -81,13 +83,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: failures } };
+      outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results: [...results.values()] };
     } else {
-      outcome = { ok: true, summary: { ...summarize(opts.job, opts.nproc, [...results.values()]), ok: true } };
+      outcome = { ok: true, summary: { ...summarize(opts.job, opts.nproc, [...results.values()]), ok: true }, results: [...results.values()] };
     }
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] } };
+    outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
   } finally {
     await browser.close().catch(() => {});
     await server?.close();

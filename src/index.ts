@@ -39,3 +39,5 @@ export {
   DatasetError,
   DatasetFetchError,
 } from './datasets.ts';
+export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
+export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';

@@ -349,7 +349,13 @@ export class ProcessGroup {
     const arrived = await this.store.add(key, 1);
     if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
     try {
-      await Promise.race([this.store.wait([`${key}/done`], timeoutMs), this.whenBroken]);
+      await Promise.race([
+        this.store.wait([`${key}/done`], timeoutMs),
+        // A member lost after everyone arrived (e.g. one that passed first and left) is fine.
+        this.whenBroken.catch(async (err: Error) => {
+          if (!(await this.store.check([`${key}/done`]))) throw err;
+        }),
+      ]);
     } catch (err) {
       if (!(err instanceof StoreTimeoutError)) throw err;
       const count = await this.store.add(key, 0);

@@ -1,0 +1,53 @@
+/**
+ * Chooses the TF.js backend: WebGPU by default, or the one the URL asks for, falling back
+ * (webgpu -> webgl -> cpu) with the reason when it cannot start.
+ */
+import * as tf from '@tensorflow/tfjs';
+import '@tensorflow/tfjs-backend-webgpu';
+import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
+import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
+import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
+import type { BackendName } from './train/events.ts';
+
+export const BACKENDS: BackendName[] = ['webgpu', 'webgl', 'wasm', 'cpu'];
+
+setWasmPaths({
+  'tfjs-backend-wasm.wasm': wasmPlain,
+  'tfjs-backend-wasm-simd.wasm': wasmSimd,
+  'tfjs-backend-wasm-threaded-simd.wasm': wasmThreadedSimd,
+});
+
+export interface BackendChoice {
+  backend: BackendName;
+  /** Why the backend asked for is not the one running, if it is not. */
+  fallbackReason?: string;
+}
+
+async function tryBackend(name: BackendName): Promise<string | undefined> {
+  try {
+    if (name === 'webgpu' && !(navigator as unknown as { gpu?: unknown }).gpu) return 'this browser has no WebGPU';
+    const ok = await tf.setBackend(name);
+    if (!ok) return `the ${name} backend failed to initialise`;
+    await tf.ready();
+    // A tiny computation proves the backend works before training relies on it.
+    const probe = tf.add(tf.scalar(1), tf.scalar(2));
+    const v = (await probe.data())[0];
+    probe.dispose();
+    return v === 3 ? undefined : `the ${name} backend computed 1 + 2 = ${v}`;
+  } catch (err) {
+    return `the ${name} backend failed: ${(err as Error).message}`;
+  }
+}
+
+export async function selectBackend(wanted: BackendName): Promise<BackendChoice> {
+  if (!BACKENDS.includes(wanted)) throw new Error(`unknown backend "${wanted}"; use ${BACKENDS.join(', ')}`);
+  const reasons: string[] = [];
+  const order = [wanted, ...(['webgpu', 'webgl', 'cpu'] as BackendName[]).filter((b) => b !== wanted && BACKENDS.indexOf(b) > BACKENDS.indexOf(wanted))];
+  for (const name of order) {
+    const failure = await tryBackend(name);
+    if (failure === undefined) return name === wanted ? { backend: name } : { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
+    reasons.push(failure);
+  }
+  throw new Error(`no TF.js backend could start: ${reasons.join('; ')}`);
+}

@@ -1,0 +1,242 @@
+/**
+ * DistributedDataParallel for a TF.js LayersModel, with torch's semantics:
+ * - at creation, checks that every rank's parameters have the same shapes (an error names the
+ *   first mismatch and the ranks) and broadcasts rank 0's weights;
+ * - `backward` computes this rank's gradients and averages them across ranks with all-reduces
+ *   over buckets (torch's defaults: first bucket 1 MiB, then 25 MiB; parameters in reverse
+ *   order; the same buckets on every rank), overlapping each bucket's all-reduce with the next
+ *   bucket's readback from the device;
+ * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
+ *   sum (gradient accumulation);
+ * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad).
+ * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical.
+ */
+import * as tf from '@tensorflow/tfjs';
+import type { ProcessGroup } from './process_group.ts';
+import { hashFloat32 } from './hash.ts';
+import { bytesToString } from './protocol.ts';
+
+export interface DDPOptions {
+  /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
+  bucketCapMB?: number;
+  /** The first bucket's cap in MiB (torch: 1 MiB). */
+  firstBucketCapMB?: number;
+  /** Key prefix for the shape check in the store; distinct per DDP instance in one session. */
+  name?: string;
+}
+
+export interface Bucket {
+  /** Indices into `model.trainableWeights`. */
+  params: number[];
+  /** Where each parameter's gradient starts in the flat gradient buffer (elements). */
+  offsets: number[];
+  /** The bucket's span of the flat buffer. */
+  start: number;
+  end: number;
+}
+
+export interface BackwardTimings {
+  /** Forward and backward, until the loss is on the host. */
+  compute: number;
+  /** Gradient readback from the device (includes waiting for the backward to finish). */
+  readback: number;
+  /** Waiting for all-reduces not hidden behind readback. */
+  allreduce: number;
+}
+
+export class ShapeMismatchError extends Error {
+  override name = 'ShapeMismatchError';
+}
+
+/**
+ * torch's bucketing: parameters in reverse order (gradients are ready last-layer first), whole
+ * parameters per bucket, a new bucket once the cap is reached; the first cap is small so that
+ * communication starts early.
+ */
+export function assignBuckets(sizes: number[], firstCapBytes: number, capBytes: number): Bucket[] {
+  // Flat layout follows model order, so the flat buffer is the weights' natural order.
+  const offsets: number[] = [];
+  let total = 0;
+  for (const s of sizes) {
+    offsets.push(total);
+    total += s;
+  }
+  const buckets: Bucket[] = [];
+  let current: number[] = [];
+  let bytes = 0;
+  const close = () => {
+    if (current.length === 0) return;
+    // Reverse-order parameters are contiguous in the flat buffer; the bucket spans them.
+    const start = Math.min(...current.map((i) => offsets[i]));
+    const end = Math.max(...current.map((i) => offsets[i] + sizes[i]));
+    buckets.push({ params: current, offsets: current.map((i) => offsets[i]), start, end });
+    current = [];
+    bytes = 0;
+  };
+  for (let i = sizes.length - 1; i >= 0; i--) {
+    current.push(i);
+    bytes += sizes[i] * 4;
+    if (bytes >= (buckets.length === 0 ? firstCapBytes : capBytes)) close();
+  }
+  close();
+  return buckets;
+}
+
+export class DistributedDataParallel {
+  readonly model: tf.LayersModel;
+  readonly pg: ProcessGroup;
+  readonly buckets: Bucket[];
+  private readonly variables: tf.Variable[];
+  private readonly sizes: number[];
+  private readonly numel: number;
+  /** Accumulated local gradients (noSync) and, after a synchronised backward, the averages. */
+  private readonly grad: Float32Array;
+  private hasGrad = false;
+  private syncing = true;
+
+  private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
+    this.model = model;
+    this.pg = pg;
+    // Match ranks by position in trainableWeights, never by name: names carry per-page counters.
+    this.variables = model.trainableWeights.map((w) => w.read() as tf.Variable);
+    this.sizes = model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
+    this.numel = this.sizes.reduce((a, b) => a + b, 0);
+    this.grad = new Float32Array(this.numel);
+    const mib = 1 << 20;
+    this.buckets = assignBuckets(this.sizes, (options.firstBucketCapMB ?? 1) * mib, (options.bucketCapMB ?? 25) * mib);
+  }
+
+  /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
+  static async create(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions = {}): Promise<DistributedDataParallel> {
+    const ddp = new DistributedDataParallel(model, pg, options);
+    await ddp.checkShapes(options.name ?? 'ddp');
+    await ddp.broadcastWeights(0);
+    return ddp;
+  }
+
+  get parameterCount(): number {
+    return this.numel;
+  }
+
+  /**
+   * Computes gradients of `lossFn` for this rank's batch and, unless inside `noSync`, averages
+   * the (accumulated) gradients across ranks. Returns the loss and where the time went.
+   */
+  async backward(lossFn: () => tf.Scalar): Promise<{ loss: number; timings: BackwardTimings }> {
+    const t0 = performance.now();
+    const { value, grads } = tf.variableGrads(lossFn, this.variables);
+    const loss = (await value.data())[0];
+    value.dispose();
+    const t1 = performance.now();
+    let readback = 0;
+    let waiting = 0;
+    const reductions: Array<Promise<Float32Array>> = [];
+    try {
+      for (const bucket of this.buckets) {
+        const r0 = performance.now();
+        const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
+        const local = (await flat.data()) as Float32Array;
+        flat.dispose();
+        readback += performance.now() - r0;
+        const view = this.grad.subarray(bucket.start, bucket.end);
+        // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
+        let at = 0;
+        for (let k = 0; k < bucket.params.length; k++) {
+          const offset = bucket.offsets[k] - bucket.start;
+          const size = this.sizes[bucket.params[k]];
+          const src = local.subarray(at, at + size);
+          if (this.hasGrad) for (let j = 0; j < size; j++) view[offset + j] += src[j];
+          else view.set(src, offset);
+          at += size;
+        }
+        // Start this bucket's all-reduce while the next bucket is read back.
+        if (this.syncing) reductions.push(this.pg.allReduce(view, 'avg'));
+      }
+    } finally {
+      for (const g of Object.values(grads)) g.dispose();
+    }
+    this.hasGrad = true;
+    const w0 = performance.now();
+    await Promise.all(reductions);
+    waiting = performance.now() - w0;
+    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting } };
+  }
+
+  /** Runs `fn` with gradient synchronisation off: backward calls only accumulate locally. */
+  async noSync<T>(fn: () => Promise<T>): Promise<T> {
+    const previous = this.syncing;
+    this.syncing = false;
+    try {
+      return await fn();
+    } finally {
+      this.syncing = previous;
+    }
+  }
+
+  /** Applies the averaged gradients with `optimizer` and clears them (step + zero_grad). */
+  step(optimizer: tf.Optimizer): void {
+    if (!this.hasGrad) throw new Error('step() before backward(): there are no gradients to apply');
+    tf.tidy(() => {
+      const named: tf.NamedTensorMap = {};
+      let offset = 0;
+      this.variables.forEach((v, i) => {
+        named[v.name] = tf.tensor(this.grad.subarray(offset, offset + this.sizes[i]), v.shape, 'float32');
+        offset += this.sizes[i];
+      });
+      optimizer.applyGradients(named);
+    });
+    this.grad.fill(0);
+    this.hasGrad = false;
+  }
+
+  /** All trainable weights, flattened in `model.trainableWeights` order. */
+  async flatWeights(): Promise<Float32Array> {
+    const flat = tf.tidy(() => tf.concat(this.variables.map((v) => v.reshape([-1]))));
+    const data = (await flat.data()) as Float32Array;
+    flat.dispose();
+    return data;
+  }
+
+  /** A fingerprint of this replica's weights: equal on every rank when replicas are identical. */
+  async weightsHash(): Promise<string> {
+    return hashFloat32(await this.flatWeights());
+  }
+
+  /** Sets every rank's weights to rank `src`'s (DDP does this once, from rank 0, at creation). */
+  async broadcastWeights(src: number): Promise<void> {
+    const flat = await this.flatWeights();
+    await this.pg.broadcast(flat, src);
+    let offset = 0;
+    this.variables.forEach((v, i) => {
+      const t = tf.tensor(flat.subarray(offset, offset + this.sizes[i]), v.shape, 'float32');
+      v.assign(t);
+      t.dispose();
+      offset += this.sizes[i];
+    });
+  }
+
+  /** Every rank publishes its parameter shapes; each compares all of them with rank 0's. */
+  private async checkShapes(name: string): Promise<void> {
+    const shapes = this.model.trainableWeights.map((w) => w.shape);
+    const store = this.pg.store;
+    await store.set(`__ddp/${name}/shapes/${this.pg.rank}`, JSON.stringify(shapes));
+    const keys = Array.from({ length: this.pg.worldSize }, (_, r) => `__ddp/${name}/shapes/${r}`);
+    const all = (await store.multiGet(keys)).map((b) => JSON.parse(bytesToString(b)) as number[][]);
+    const reference = all[0];
+    for (let r = 1; r < all.length; r++) {
+      const other = all[r];
+      if (other.length !== reference.length) {
+        throw new ShapeMismatchError(
+          `model parameters differ between ranks: rank 0 has ${reference.length} parameter tensors, rank ${r} has ${other.length}`,
+        );
+      }
+      for (let i = 0; i < reference.length; i++) {
+        if (JSON.stringify(reference[i]) !== JSON.stringify(other[i])) {
+          throw new ShapeMismatchError(
+            `model parameters differ between ranks: parameter ${i} (${this.model.trainableWeights[i].originalName}) has shape [${reference[i].join(', ')}] on rank 0 but [${other[i].join(', ')}] on rank ${r}`,
+          );
+        }
+      }
+    }
+  }
+}
