@@ -7,16 +7,16 @@ import { report } from './report.ts';
 import { probeWebGpu } from './webgpu.ts';
 import type { Job, JobContext } from './jobs/job.ts';
 import { rendezvousJob } from './jobs/rendezvous.ts';
+import { trainPage } from './train/page.ts';
+import { mountCreateForm } from './ui/create_form.ts';
 import { allreduceJob } from './jobs/allreduce.ts';
 import { collectivesJob } from './jobs/collectives.ts';
-import { trainJob } from './jobs/train.ts';
 import './style.css';
 
 const JOBS: Record<string, Job> = {
   rendezvous: rendezvousJob,
   allreduce: allreduceJob,
   collectives: collectivesJob,
-  train: trainJob,
 };
 
 const params = new URLSearchParams(location.search);
@@ -121,29 +121,17 @@ async function lobby(session: string): Promise<void> {
   }
 }
 
-function createForm(): void {
-  const name = el('input', { id: 'session-name', name: 'session', value: `run-${Math.random().toString(36).slice(2, 7)}`, pattern: '[A-Za-z0-9_.\\-]{1,64}', required: '' });
-  const world = el('input', { id: 'world-size', name: 'world', type: 'number', min: '1', max: '64', value: '2', required: '' });
-  const form = el(
-    'form',
-    { class: 'create' },
-    el('label', { for: 'session-name' }, 'Session name'),
-    name,
-    el('label', { for: 'world-size' }, 'World size (tabs)'),
-    world,
-    el('button', { type: 'submit' }, 'Create session'),
-  );
-  form.addEventListener('submit', (ev) => {
-    ev.preventDefault();
-    const url = new URL(location.href);
-    url.search = new URLSearchParams({ session: name.value, world: world.value }).toString();
-    location.href = url.toString();
-  });
-  app.append(el('h1', {}, 'Browser DDP'), el('p', {}, 'Train one model together in several browser tabs.'), form);
-}
-
 const session = params.get('session');
 const jobName = params.get('job');
-if (jobName) void runJob(jobName);
+if (jobName === 'train' && session) {
+  void trainPage({
+    root: app,
+    params,
+    session,
+    worldSize: intParam('world', 1)!,
+    rank: intParam('rank', undefined),
+    timeoutMs: intParam('timeoutMs', 3_600_000)!,
+  });
+} else if (jobName) void runJob(jobName);
 else if (session) void lobby(session);
-else createForm();
+else mountCreateForm(app, { origin: location.origin });

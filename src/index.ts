@@ -41,3 +41,19 @@ export {
 } from './datasets.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
 export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';
+export {
+  encodeCheckpoint,
+  decodeCheckpoint,
+  saveCheckpoint,
+  loadCheckpoint,
+  listCheckpoints,
+  CheckpointCorruptError,
+  CheckpointError,
+  DEFAULT_CHECKPOINT_TIMEOUT_MS,
+  type Checkpoint,
+  type WeightSpec,
+  type CheckpointInfo,
+  type LoadedCheckpoint,
+  type CheckpointRequestOptions,
+  type LoadCheckpointOptions,
+} from './checkpoint.ts';

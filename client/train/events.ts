@@ -78,5 +78,7 @@ export type TrainEvent =
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }
   | { type: 'link'; peer: number; state: 'connecting' | 'open' | 'closed'; throughputMBps?: number }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
+  /** A member of the group was lost (its tab closed, froze, or its link broke). */
+  | { type: 'rank-lost'; rank: number; reason: string }
   | { type: 'stopped'; by: number; atStep: number }
   | { type: 'done'; summary: Record<string, unknown> };

@@ -7,7 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import {
   DistributedDataParallel,
   DistributedSampler,
-  StoreClient,
+  type StoreClient,
   buildModel,
   classificationLoss,
   hashFloat32,
@@ -52,7 +52,7 @@ export function parseTrainConfig(params: URLSearchParams, worldSize: number): Tr
     model: oneOf(params, 'model', ['mlp', 'cnn'] as const, 'mlp'),
     dataset: oneOf(params, 'dataset', ['mnist', 'synthetic'] as const, 'mnist'),
     batchSize: num(params, 'batchSize', 64, positiveInt, 'a positive integer'),
-    lr: num(params, 'lr', optimizer === 'adam' ? 0.001 : 0.05, (n) => n > 0 && Number.isFinite(n), 'a positive number'),
+    lr: num(params, 'lr', optimizer === 'adam' ? 0.003 : 0.05, (n) => n > 0 && Number.isFinite(n), 'a positive number'),
     optimizer,
     epochs: num(params, 'epochs', 1, positiveInt, 'a positive integer'),
     steps: stepsRaw === null || stepsRaw === '' ? null : num(params, 'steps', 0, positiveInt, 'a positive integer'),
@@ -65,6 +65,8 @@ export function parseTrainConfig(params: URLSearchParams, worldSize: number): Tr
 
 export interface TrainerOptions {
   serverUrl: string;
+  /** An open connection to the server (the page retries until it has one). */
+  store: StoreClient;
   session: string;
   rank: number | undefined;
   timeoutMs: number;
@@ -77,6 +79,8 @@ export interface TrainerOptions {
 
 export interface TrainResult {
   summary: Record<string, unknown>;
+  /** The group, still open: `destroy()` it when done with it. */
+  pg: ProcessGroup;
   model: tf.LayersModel;
   /** Predictions of the trained model on the first test samples (to check a download against). */
   probe: { inputs: Float32Array; inputShape: number[]; logits: Float32Array };
@@ -114,7 +118,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 
   const dataPromise = loadData(config, params);
   dataPromise.catch(() => {});
-  const store = await StoreClient.connect(opts.serverUrl, { session: opts.session, timeoutMs: opts.timeoutMs });
+  const store = opts.store;
   // Every tab of a session must train the same job: the first to arrive sets it.
   const agreed = { ...config } as Record<string, unknown>;
   const mine = JSON.stringify(agreed);
@@ -141,9 +145,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   watchLinks(pg, emit);
 
   try {
-    return await runLoop(pg, config, await dataPromise, backendChoice.backend, { checkWeights, returnWeights, recordIndices }, opts);
-  } finally {
+    // The group stays up after training so the page keeps showing the ring; the caller ends it.
+    return { ...(await runLoop(pg, config, await dataPromise, backendChoice.backend, { checkWeights, returnWeights, recordIndices }, opts)), pg };
+  } catch (err) {
     pg.destroy();
+    throw err;
   }
 }
 
@@ -155,7 +161,7 @@ function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
   const last = new Map<number, { t: number; bytes: number }>();
   pg.on((e) => {
     if (e.type === 'link') emit({ type: 'link', peer: e.peer, state: e.state });
-    else emit({ type: 'log', level: 'error', message: `Lost rank ${e.rank}: ${e.reason}` });
+    else emit({ type: 'rank-lost', rank: e.rank, reason: e.reason });
   });
   // Throughput per link from its byte counters, every two seconds.
   const timer = setInterval(() => {
@@ -179,7 +185,7 @@ async function runLoop(
   backend: BackendName,
   flags: { checkWeights: boolean; returnWeights: boolean; recordIndices: boolean },
   opts: TrainerOptions,
-): Promise<TrainResult> {
+): Promise<Omit<TrainResult, 'pg'>> {
   const { emit } = opts;
   const { train: trainSet, test: testSet } = data;
   const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
@@ -260,7 +266,7 @@ async function runLoop(
         for (const k of Object.keys(sums) as Array<keyof StepBreakdownMs>) sums[k] += ranks.reduce((s, r) => s + r.breakdownMs[k], 0) / ranks.length;
         samplesPerSecTotal += ranks.reduce((s, r) => s + r.samplesPerSec, 0);
       }
-      if (step <= 3 || step % 10 === 0) tensorCounts.push(tf.memory().numTensors);
+      tensorCounts.push(tf.memory().numTensors);
       emit({ type: 'step', epoch, step, totalSteps, ranks, elapsedSec: (performance.now() - started) / 1000 });
       if (stoppedBy !== null) {
         emit({ type: 'stopped', by: stoppedBy, atStep: step });
@@ -297,7 +303,8 @@ async function runLoop(
     breakdownMs: Object.fromEntries(Object.entries(sums).map(([k, v]) => [k, timedSteps > 0 ? v / timedSteps : null])),
     seconds,
     samplesSeenPerEpoch: seenPerEpoch,
-    numTensors: tensorCounts,
+    // Live tensors after each step: flat when nothing leaks.
+    liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
     ...(flags.checkWeights ? { identicalEveryStep: hashHistory.every(Boolean), checkedSteps: hashHistory.length } : {}),
     ...(stoppedBy !== null ? { stoppedBy } : {}),
     ...(flags.recordIndices ? { trainedOn } : {}),

@@ -26,11 +26,16 @@ test('three pages join one session through the page and each shows its rank and 
   await context.close();
 });
 
-test('without a session the page offers to create one', async ({ page, server }) => {
+test('without a session the page offers to create one, with a link to share', async ({ page, server }) => {
   await page.goto(server.url);
   await page.getByLabel('Session name').fill('my-run');
-  await page.getByLabel('World size (tabs)').fill('2');
+  await page.getByLabel('World size (tabs)').fill('3');
+  await page.getByLabel('Model').selectOption('mlp');
+  await page.getByLabel('Dataset').selectOption('synthetic');
   await page.getByRole('button', { name: 'Create session' }).click();
-  await expect(page).toHaveURL(/session=my-run&world=2/);
-  await expect(page.getByRole('status')).toContainText('Waiting for 2 tabs');
+  const link = page.getByTestId('share-link');
+  await expect(link).toHaveValue(/session=my-run&world=3&job=train&model=mlp&dataset=synthetic/);
+  await page.getByTestId('join-link').click();
+  await expect(page).toHaveURL(/session=my-run/);
+  await expect(page.getByTestId('status')).toContainText('Waiting for 2 more tabs');
 });

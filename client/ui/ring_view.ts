@@ -1,0 +1,236 @@
+/**
+ * The ring all-reduce drawn as ranks on a circle. Rank r sends to r+1 and receives from r-1, so
+ * the links are the circle's edges, with arrows in the direction chunks travel.
+ *
+ * A tab only observes its own two links ('link' events name a peer of this tab). The other links
+ * are drawn as "not observed" until a step completes: a completed ring all-reduce means every link
+ * carried data, so from then on they are shown as open (inferred, marked as such).
+ */
+import { svg, rankColour } from './dom.ts';
+
+export type LinkState = 'connecting' | 'open' | 'closed' | 'unknown';
+
+export interface RingLink {
+  from: number;
+  to: number;
+  state: LinkState;
+  /** True when this tab saw the state in a 'link' event; false when inferred or unknown. */
+  observed: boolean;
+  throughputMBps?: number;
+}
+
+export interface RingModel {
+  worldSize: number;
+  /** This tab's rank, once known. */
+  self: number | null;
+  joined: ReadonlySet<number>;
+  lost: ReadonlySet<number>;
+  /** Links observed by this tab, by peer rank. */
+  observedLinks: ReadonlyMap<number, { state: 'connecting' | 'open' | 'closed'; throughputMBps?: number }>;
+  /** At least one step completed (so every ring link has carried data). */
+  ringProven: boolean;
+  /** Data is flowing right now: animate open links. */
+  active: boolean;
+}
+
+/** The ring's edges: r -> r+1 for every r; one edge for two ranks, none for one. */
+export function ringLinks(model: RingModel): RingLink[] {
+  const n = model.worldSize;
+  if (n < 2) return [];
+  const links: RingLink[] = [];
+  for (let from = 0; from < (n === 2 ? 1 : n); from++) {
+    const to = (from + 1) % n;
+    let link: RingLink = { from, to, state: 'unknown', observed: false };
+    const peer = model.self === from ? to : model.self === to ? from : null;
+    const seen = peer === null ? undefined : model.observedLinks.get(peer);
+    if (seen) link = { from, to, state: seen.state, observed: true, throughputMBps: seen.throughputMBps };
+    else if (model.ringProven) link.state = 'open';
+    // A lost rank's links cannot carry anything, whatever was last seen.
+    if (model.lost.has(from) || model.lost.has(to)) link = { ...link, state: 'closed' };
+    links.push(link);
+  }
+  return links;
+}
+
+function linkLabel(l: RingLink): string {
+  switch (l.state) {
+    case 'open':
+      return l.throughputMBps !== undefined ? `open · ${fmtMBps(l.throughputMBps)}` : l.observed ? 'open' : 'open (inferred)';
+    case 'connecting':
+      return 'connecting…';
+    case 'closed':
+      return '✕ closed';
+    case 'unknown':
+      return 'not observed';
+  }
+}
+
+function fmtMBps(v: number): string {
+  return `${v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)} MB/s`;
+}
+
+const W = 400;
+const H = 300;
+const CX = W / 2;
+const CY = H / 2;
+
+export class RingView {
+  readonly element: HTMLElement;
+  private readonly svgEl: SVGSVGElement;
+  private readonly summary: HTMLElement;
+  private readonly selfNote: HTMLElement;
+
+  constructor() {
+    this.svgEl = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'ring-svg', role: 'img', 'aria-labelledby': 'ring-summary' });
+    this.summary = document.createElement('p');
+    this.summary.id = 'ring-summary';
+    this.summary.className = 'visually-hidden';
+    this.element = document.createElement('div');
+    this.element.className = 'ring';
+    this.element.dataset.testid = 'ring';
+    this.selfNote = document.createElement('p');
+    this.selfNote.className = 'ring-note';
+    this.selfNote.setAttribute('aria-hidden', 'true');
+    this.element.append(this.svgEl, this.summary, legend(), this.selfNote);
+  }
+
+  update(model: RingModel): void {
+    this.selfNote.textContent = model.self === null ? '' : `Circled: this tab (rank ${model.self}). Arrows show which way data travels.`;
+    const n = Math.max(model.worldSize, 1);
+    const radius = n <= 2 ? 70 : n <= 4 ? 95 : 112;
+    const nodeR = Math.max(9, Math.min(n <= 4 ? 22 : 18, (Math.PI * radius) / n - 8));
+    // With many ranks, label only what this tab saw or what is wrong; the legend covers the rest.
+    const showLabel = (l: RingLink) => n <= 4 || l.observed || l.state === 'closed' || l.state === 'connecting';
+    const pos = (r: number) => {
+      // Rank 0 at the top, then clockwise.
+      const a = -Math.PI / 2 + (2 * Math.PI * r) / n;
+      return { x: CX + radius * Math.cos(a), y: CY + radius * Math.sin(a) };
+    };
+
+    const defs = svg(
+      'defs',
+      {},
+      ...(['open', 'connecting', 'closed', 'unknown'] as const).map((s) =>
+        svg('marker', { id: `arrow-${s}`, viewBox: '0 0 10 10', refX: 8, refY: 5, markerWidth: 6, markerHeight: 6, orient: 'auto-start-reverse', class: `arrow arrow-${s}` }, svg('path', { d: 'M0,0 L10,5 L0,10 z' })),
+      ),
+    );
+    const linksG = svg('g', { class: 'ring-links' });
+    const labelsG = svg('g', { class: 'ring-labels' });
+    const links = ringLinks(model);
+    for (const l of links) {
+      const a = pos(l.from);
+      const b = pos(l.to);
+      const dx = b.x - a.x;
+      const dy = b.y - a.y;
+      const len = Math.hypot(dx, dy) || 1;
+      const ux = dx / len;
+      const uy = dy / len;
+      const gap = nodeR + 4;
+      const x1 = a.x + ux * gap;
+      const y1 = a.y + uy * gap;
+      const x2 = b.x - ux * gap;
+      const y2 = b.y - uy * gap;
+      const g = svg('g', {
+        class: `ring-link link-${l.state}${l.observed ? '' : ' link-inferred'}`,
+        'data-testid': 'ring-link',
+        'data-from': l.from,
+        'data-to': l.to,
+        'data-state': l.state,
+        'data-observed': l.observed,
+        'data-throughput': l.throughputMBps,
+      });
+      g.append(
+        svg('title', {}, `rank ${l.from} → rank ${l.to}: ${linkLabel(l)}${l.observed ? '' : ' (not a link of this tab)'}`),
+        svg('line', {
+          x1,
+          y1,
+          x2,
+          y2,
+          class: 'link-line',
+          'marker-end': `url(#arrow-${l.state})`,
+          // Two ranks exchange both ways over their single link.
+          'marker-start': model.worldSize === 2 ? `url(#arrow-${l.state})` : undefined,
+        }),
+      );
+      if (model.active && l.state === 'open') g.append(svg('line', { x1, y1, x2, y2, class: 'link-flow' }));
+      linksG.append(g);
+
+      // Label just outside the chord's midpoint (outward from the centre), so it never sits on a node.
+      const mx = (a.x + b.x) / 2;
+      const my = (a.y + b.y) / 2;
+      let ox = mx - CX;
+      let oy = my - CY;
+      const olen = Math.hypot(ox, oy);
+      if (olen < 1) {
+        // Two ranks: the chord passes through the centre; put the label beside it.
+        ox = 1;
+        oy = 0;
+      } else {
+        ox /= olen;
+        oy /= olen;
+      }
+      const off = olen < 1 ? 10 : 12;
+      const lx = mx + ox * off;
+      const ly = my + oy * off;
+      const anchor = Math.abs(ox) < 0.3 ? 'middle' : ox > 0 ? 'start' : 'end';
+      if (showLabel(l)) {
+        labelsG.append(svg('text', { x: lx, y: ly + 4, 'text-anchor': anchor, class: `link-label label-${l.state}` }, linkLabel(l)));
+      }
+    }
+
+    const nodesG = svg('g', { class: 'ring-nodes' });
+    for (let r = 0; r < model.worldSize; r++) {
+      const p = pos(r);
+      const state = model.lost.has(r) ? 'lost' : model.joined.has(r) || model.ringProven ? 'joined' : 'waiting';
+      const isSelf = model.self === r;
+      const g = svg('g', {
+        class: `ring-node node-${state}${isSelf ? ' node-self' : ''}`,
+        'data-testid': 'ring-node',
+        'data-rank': r,
+        'data-state': state,
+        'data-self': isSelf,
+        style: `--rank-colour: ${rankColour(r)}`,
+      });
+      const caption = isSelf ? 'this tab' : state === 'joined' ? '' : state;
+      g.append(svg('title', {}, `rank ${r}${isSelf ? ' (this tab)' : ''}: ${state}`));
+      if (isSelf) g.append(svg('circle', { cx: p.x, cy: p.y, r: nodeR + 5, class: 'self-halo' }));
+      g.append(svg('circle', { cx: p.x, cy: p.y, r: nodeR, class: 'node-dot' }));
+      g.append(svg('text', { x: p.x, y: p.y + 5, 'text-anchor': 'middle', class: 'node-num' }, String(r)));
+      if (caption && (n <= 5 || !isSelf)) {
+        // Caption outside the circle, away from the centre.
+        const dirx = (p.x - CX) / radius;
+        const diry = (p.y - CY) / radius;
+        const cy = p.y + diry * (nodeR + 16) + 4;
+        const cx = p.x + dirx * (nodeR + 16);
+        const anchor = Math.abs(dirx) < 0.3 ? 'middle' : dirx > 0 ? 'start' : 'end';
+        g.append(svg('text', { x: cx, y: cy, 'text-anchor': anchor, class: 'node-caption' }, caption));
+      }
+      nodesG.append(g);
+    }
+    this.svgEl.replaceChildren(defs, linksG, nodesG, labelsG);
+
+    const who = model.self === null ? '' : ` This tab is rank ${model.self}.`;
+    const lost = model.lost.size ? ` Lost: rank ${[...model.lost].join(', ')}.` : '';
+    const linkText = links.map((l) => `rank ${l.from} to ${l.to} ${linkLabel(l)}`).join('; ');
+    this.summary.textContent = `Ring of ${model.worldSize} rank${model.worldSize === 1 ? '' : 's'}.${who}${lost}${linkText ? ` Links: ${linkText}.` : ''}`;
+  }
+}
+
+/** A legend that shows each state by line style and words, not by colour alone. */
+function legend(): HTMLElement {
+  const ul = document.createElement('ul');
+  ul.className = 'ring-legend';
+  const items: Array<[LinkState | 'inferred', string]> = [
+    ['open', 'open (solid)'],
+    ['connecting', 'connecting (dashed)'],
+    ['closed', 'closed (dotted, ✕)'],
+    ['unknown', 'not observed by this tab'],
+  ];
+  for (const [state, text] of items) {
+    const li = document.createElement('li');
+    const s = svg('svg', { viewBox: '0 0 28 8', width: 28, height: 8, 'aria-hidden': 'true', class: `ring-link link-${state}` }, svg('line', { x1: 1, y1: 4, x2: 27, y2: 4, class: 'link-line' }));
+    li.append(s, document.createTextNode(text));
+    ul.append(li);
+  }
+  return ul;
+}

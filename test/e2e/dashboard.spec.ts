@@ -1,0 +1,88 @@
+/**
+ * The training page as a person sees it: three tabs train together; the progress bar advances to
+ * done, every chart has every rank's points, the ring shows three nodes with open links, and the
+ * downloaded model loads in TF.js and predicts what the page predicts.
+ */
+import { readFile } from 'node:fs/promises';
+import * as tf from '@tensorflow/tfjs';
+import { expect, openRanks, sessionName, test } from './fixtures.ts';
+
+test('three tabs train together on the dashboard; the downloaded model matches the page', async ({ browser, server }, testInfo) => {
+  const ranks = await openRanks(browser, server, 3, {
+    session: sessionName('dash'),
+    job: 'train',
+    dataset: 'synthetic',
+    trainSize: '1536',
+    batchSize: '32',
+    epochs: '2',
+  });
+  const page = ranks[0].page;
+  const progress = page.getByTestId('progress');
+
+  // Mid-run.
+  await expect.poll(async () => Number(await progress.getAttribute('data-step')), { timeout: 120_000 }).toBeGreaterThanOrEqual(8);
+  const total = Number(await progress.getAttribute('data-total'));
+  expect(total).toBe(32); // 1536 / 3 ranks / 32 per batch = 16 steps per epoch, 2 epochs
+  for (const r of ranks) {
+    for (const chart of ['loss-chart', 'accuracy-chart']) {
+      await expect(r.page.getByTestId(chart)).toHaveAttribute('data-ranks', '0,1,2');
+    }
+    await expect(r.page.getByTestId('ring-node')).toHaveCount(3);
+    // Each tab sees its own two ring links open.
+    await expect.poll(() => r.page.locator('[data-testid=ring-link][data-state=open]').count()).toBeGreaterThanOrEqual(2);
+  }
+  await page.screenshot({ path: testInfo.outputPath('dashboard-mid-run.png'), fullPage: true });
+  await testInfo.attach('mid-run', { path: testInfo.outputPath('dashboard-mid-run.png'), contentType: 'image/png' });
+
+  // The end.
+  const results = await Promise.all(ranks.map((r) => r.result));
+  for (const r of ranks) {
+    await expect(r.page.getByTestId('progress')).toHaveAttribute('data-done', 'true');
+    await expect(r.page.getByTestId('progress')).toHaveAttribute('data-step', String(total));
+    const points = Number(await r.page.getByTestId('loss-chart').getAttribute('data-points'));
+    expect(points).toBe(total * 3);
+    // Each tab sees its own two ring links open.
+    const links = r.page.locator('[data-testid=ring-link][data-state=open]');
+    expect(await links.count()).toBeGreaterThanOrEqual(2);
+    await expect(r.page.getByTestId('download-button')).toBeEnabled();
+  }
+  await page.screenshot({ path: testInfo.outputPath('dashboard-end.png'), fullPage: true });
+  await testInfo.attach('end', { path: testInfo.outputPath('dashboard-end.png'), contentType: 'image/png' });
+
+  // Download the model (TF.js format: model.json + weights) and load it with TF.js.
+  const downloads: Record<string, string> = {};
+  const both = new Promise<void>((resolve) => {
+    page.on('download', async (d) => {
+      const path = testInfo.outputPath(d.suggestedFilename());
+      await d.saveAs(path);
+      downloads[d.suggestedFilename()] = path;
+      if (Object.keys(downloads).length === 2) resolve();
+    });
+  });
+  await page.getByTestId('download-button').click();
+  await both;
+  const jsonName = Object.keys(downloads).find((n) => n.endsWith('.json'))!;
+  const binName = Object.keys(downloads).find((n) => n.endsWith('.bin'))!;
+  const modelJson = JSON.parse(await readFile(downloads[jsonName], 'utf8')) as {
+    modelTopology: object;
+    weightsManifest: Array<{ weights: tf.io.WeightsManifestEntry[] }>;
+  };
+  const weightData = await readFile(downloads[binName]);
+  await tf.setBackend('cpu');
+  const model = await tf.loadLayersModel(
+    tf.io.fromMemory({
+      modelTopology: modelJson.modelTopology,
+      weightSpecs: modelJson.weightsManifest[0].weights,
+      weightData: weightData.buffer.slice(weightData.byteOffset, weightData.byteOffset + weightData.byteLength),
+    }),
+  );
+  const probe = results[0].probe as { inputs: number[]; inputShape: number[]; logits: number[] };
+  const n = probe.logits.length / 4;
+  const out = model.predict(tf.tensor(probe.inputs, [n, ...probe.inputShape])) as tf.Tensor;
+  const logits = await out.data();
+  let maxDiff = 0;
+  for (let i = 0; i < logits.length; i++) maxDiff = Math.max(maxDiff, Math.abs(logits[i] - probe.logits[i]));
+  expect(maxDiff, 'downloaded model vs page predictions').toBeLessThan(1e-4);
+  // All replicas were identical, so any tab's download is the same model.
+  expect(new Set(results.map((r) => r.weightHash)).size).toBe(1);
+});
