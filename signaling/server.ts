@@ -40,6 +40,10 @@ export interface ServerOptions {
   checkpointKeep?: number;
   /** Largest checkpoint upload, in bytes. Default 256 MiB. */
   checkpointMaxBytes?: number;
+  /** An elastic member silent this long is evicted (a frozen tab). Default 5 s. */
+  heartbeatTimeoutMs?: number;
+  /** With min..max members present, wait this long for more before the first generation. Default 1 s. */
+  settleMs?: number;
   /** Input limits; any left out take `DEFAULT_LIMITS`. */
   limits?: Partial<Limits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
@@ -61,7 +65,11 @@ interface Connection {
   ws: WebSocket;
   session?: Session;
   rank?: number;
+  /** Elastic member id, once the socket used `rendezvous`. */
+  memberId?: number;
   errors: number;
+  /** When the socket last sent anything (elastic members are evicted when silent too long). */
+  lastSeen: number;
 }
 
 const CONTENT_TYPES: Record<string, string> = {
@@ -85,6 +93,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const log = options.log ?? ((line: string) => console.log(line));
   const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
   const sessions = new Map<string, Session>();
+  const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
+  const settleMs = options.settleMs ?? 1_000;
+  // Changes on every start, so links made through an earlier server never match new ones.
+  const instance = Math.random().toString(36).slice(2, 10);
+  const connections = new Set<Connection>();
 
   const checkpoints = checkpointHandler({
     dir: options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'),
@@ -104,8 +117,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const wss = new WebSocketServer({ server: http, path: '/ws', maxPayload: limits.maxFrameBytes });
 
   wss.on('connection', (ws) => {
-    const conn: Connection = { ws, errors: 0 };
+    const conn: Connection = { ws, errors: 0, lastSeen: Date.now() };
+    connections.add(conn);
     ws.on('message', (data, isBinary) => {
+      conn.lastSeen = Date.now();
       if (isBinary) {
         refuse(conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'binary frames are not part of the protocol'));
         return;
@@ -119,7 +134,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       handle(conn, request).catch((err: unknown) => refuse(conn, err, request.id));
     });
-    ws.on('close', () => detach(conn));
+    ws.on('close', () => {
+      connections.delete(conn);
+      detach(conn);
+    });
     // A socket error (e.g. an oversized frame) is followed by 'close'; nothing else to do.
     ws.on('error', () => {});
   });
@@ -175,7 +193,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       session.connections++;
       conn.session = session;
-      return reply(conn, req, { session: session.name });
+      return reply(conn, req, { session: session.name, instance });
     }
     const session = requireSession(conn, req);
     const store = session.store;
@@ -218,15 +236,32 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         session.broadcastMembers();
         return;
       }
+      case 'rendezvous': {
+        if (conn.rank !== undefined || conn.memberId !== undefined) {
+          throw new StoreRefusal(ErrorCode.ALREADY_JOINED, 'this socket already joined the group');
+        }
+        const member = { send: (m: object) => send(conn, m) };
+        // The generation that includes the member may be announced before this reply.
+        conn.memberId = session.rendezvous(member, req.min, req.max, settleMs, log);
+        log(`[server] session "${session.name}": member ${conn.memberId} arrived (elastic ${req.min}..${req.max})`);
+        return reply(conn, req, { memberId: conn.memberId });
+      }
+      case 'heartbeat':
+        return reply(conn, req, null);
+      case 'regroup': {
+        if (conn.memberId === undefined || !session.elastic) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs an elastic member: rendezvous first');
+        return reply(conn, req, { gen: session.elastic.regroup(req.fromGen) });
+      }
       case 'signal': {
-        if (conn.rank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'join the group before sending signals');
+        const fromRank = conn.memberId !== undefined ? session.elastic?.rankOf(conn.memberId) : conn.rank;
+        if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'join the group before sending signals');
         const target = session.memberAt(req.to);
         if (!target) {
           throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `rank ${req.to} is not a member of session "${session.name}"`, {
             rank: req.to,
           });
         }
-        target.send({ type: 'signal', from: conn.rank, data: req.data });
+        target.send({ type: 'signal', from: fromRank, data: req.data });
         return reply(conn, req, null);
       }
       default: {
@@ -244,6 +279,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       log(`[server] session "${session.name}": rank ${conn.rank} left`);
       session.leave(conn.rank);
     }
+    if (conn.memberId !== undefined) session.elastic?.remove(conn.memberId, 'its connection closed');
     session.connections--;
     if (session.connections === 0) session.idleSince = Date.now();
   }
@@ -251,10 +287,28 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const sweeper = setInterval(() => {
     const now = Date.now();
     for (const [name, s] of sessions) {
-      if (s.connections === 0 && now - s.idleSince > sessionIdleMs) sessions.delete(name);
+      if (s.connections === 0 && now - s.idleSince > sessionIdleMs) {
+        s.elastic?.close();
+        sessions.delete(name);
+      }
     }
   }, Math.min(sessionIdleMs, 60_000));
   sweeper.unref();
+  // Frozen tabs keep their sockets open but stop sending: evict elastic members that go silent.
+  const watchdog = setInterval(() => {
+    const now = Date.now();
+    for (const conn of connections) {
+      if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs) continue;
+      const silent = now - conn.lastSeen;
+      log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
+      conn.session?.elastic?.remove(conn.memberId, `no heartbeat for ${silent} ms`);
+      conn.memberId = undefined;
+      conn.ws.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
+      // A frozen page may never answer the close handshake.
+      setTimeout(() => conn.ws.terminate(), 1_000).unref();
+    }
+  }, Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4)));
+  watchdog.unref();
 
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
@@ -275,6 +329,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     close: () =>
       new Promise<void>((done) => {
         clearInterval(sweeper);
+        clearInterval(watchdog);
+        for (const s of sessions.values()) s.elastic?.close();
         for (const client of wss.clients) client.close(CloseCode.SERVER_CLOSING, 'server shutting down');
         wss.close();
         http.close(() => done());

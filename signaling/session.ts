@@ -4,6 +4,7 @@
  */
 import { ErrorCode } from '../src/protocol.ts';
 import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
+import { ElasticGroup } from './elastic.ts';
 
 /** What the session needs from a member's connection: a way to send it an event. */
 export interface Member {
@@ -15,6 +16,8 @@ export class Session {
   /** The group's world size, fixed by the first join and forgotten when the last member leaves. */
   worldSize: number | undefined;
   readonly members = new Map<number, Member>();
+  /** Set once the first member uses elastic rendezvous; a session is either fixed or elastic. */
+  elastic: ElasticGroup | undefined;
   /** Sockets attached to this session (members or store-only clients). */
   connections = 0;
   idleSince = Date.now();
@@ -32,6 +35,12 @@ export class Session {
    * The caller replies to the joiner and then calls `broadcastMembers`.
    */
   join(member: Member, worldSize: number, rank: number | undefined): number {
+    if (this.elastic) {
+      throw new StoreRefusal(
+        ErrorCode.ELASTIC_MISMATCH,
+        `session "${this.name}" is elastic (${this.elastic.options.min}..${this.elastic.options.max} ranks); join it with min and max, not a fixed world size`,
+      );
+    }
     if (this.worldSize !== undefined && this.worldSize !== worldSize) {
       throw new StoreRefusal(
         ErrorCode.WORLD_SIZE_MISMATCH,
@@ -77,7 +86,19 @@ export class Session {
   }
 
   memberAt(rank: number): Member | undefined {
-    return this.members.get(rank);
+    return this.elastic ? this.elastic.memberAtRank(rank) : this.members.get(rank);
+  }
+
+  /** Elastic rendezvous: the first caller fixes min and max for the session. */
+  rendezvous(member: Member, min: number, max: number, settleMs: number, log: (line: string) => void): number {
+    if (this.worldSize !== undefined) {
+      throw new StoreRefusal(ErrorCode.ELASTIC_MISMATCH, `session "${this.name}" has a fixed world size of ${this.worldSize}; it cannot be joined elastically`);
+    }
+    if (!this.elastic || this.elastic.size === 0) {
+      this.elastic?.close();
+      this.elastic = new ElasticGroup({ min, max, settleMs }, this.name, log);
+    }
+    return this.elastic.admit(member, min, max);
   }
 
   /** Tells every member who is in the group (after the joiner has had its reply). */

@@ -70,6 +70,11 @@ export interface InitProcessGroupOptions {
   store?: StoreClient;
   /** Replace the WebRTC link (tests, other transports). */
   linkFactory?: PeerLinkFactory;
+  /**
+   * Names this group's links and store keys apart from other groups of the same session (an
+   * elastic group's generations). Default "static".
+   */
+  groupKey?: string;
 }
 
 /** Joins the session's group and resolves once `worldSize` ranks have joined. */
@@ -177,6 +182,7 @@ export class ProcessGroup {
   private readonly highWaterMark: number;
   private readonly iceServers: RTCIceServer[];
   private readonly timeoutMs: number;
+  private readonly groupKey: string;
 
   constructor(store: StoreClient, rank: number, worldSize: number, options: InitProcessGroupOptions, early: SignalEvent[] = []) {
     this.store = store;
@@ -185,6 +191,7 @@ export class ProcessGroup {
     this.rank = rank;
     this.worldSize = worldSize;
     this.timeoutMs = options.timeoutMs ?? 300_000;
+    this.groupKey = options.groupKey ?? 'static';
     this.peerTimeoutMs = options.peerTimeoutMs ?? 30_000;
     this.linkTimeoutMs = options.linkTimeoutMs ?? 30_000;
     this.maxFrameBytes = Math.min(options.maxFrameBytes ?? MAX_FRAME_BYTES, MAX_FRAME_BYTES);
@@ -345,7 +352,7 @@ export class ProcessGroup {
   async barrier(timeoutMs = this.timeoutMs): Promise<void> {
     this.throwIfBroken();
     const n = ++this.barrierCount;
-    const key = `__pg/barrier/${n}`;
+    const key = `__pg/${this.groupKey}/barrier/${n}`;
     const arrived = await this.store.add(key, 1);
     if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
     try {
@@ -361,6 +368,11 @@ export class ProcessGroup {
       const count = await this.store.add(key, 0);
       throw new DistTimeoutError(`all ${this.worldSize} ranks to reach barrier #${n} (${count} arrived)`, timeoutMs);
     }
+  }
+
+  /** Breaks the group from outside (e.g. a new generation replaced it): pending calls reject with `err`. */
+  abort(err: Error): void {
+    this.fail(err);
   }
 
   /** Closes every peer link and, if `closeStore`, the store connection (torch's destroy_process_group). */
@@ -633,7 +645,7 @@ export class ProcessGroup {
         `rank ${this.rank} needs a peer link to rank ${peer}, but WebRTC is not available here: run in a browser or pass linkFactory`,
       );
     }
-    const channel = linkChannel(this.rank, peer);
+    const channel = this.linkChannel(peer);
     const pending = this.linkFactory({
       peer,
       initiator: this.rank < peer,
@@ -658,9 +670,14 @@ export class ProcessGroup {
   }
 
   private onSignal(e: SignalEvent): void {
-    if (e.data.channel !== linkChannel(this.rank, e.from)) return; // another group's link
+    if (e.data.channel !== this.linkChannel(e.from)) return; // another group's (or generation's) link
     const pending = this.links.get(e.from) ?? (this.broken ? undefined : this.tryCreateLink(e.from));
     pending?.receiveSignal(e.data.body);
+  }
+
+  /** Both ends of a pair name their link the same way, within this group only. */
+  private linkChannel(peer: number): string {
+    return `pg:${this.groupKey}:${Math.min(this.rank, peer)}-${Math.max(this.rank, peer)}`;
   }
 
   private tryCreateLink(peer: number): PendingLink | undefined {
@@ -714,10 +731,6 @@ function inboxKey(peer: number, kind: number, seq: number, step: number): string
   return `${peer}:${kind}:${seq}:${step}`;
 }
 
-/** Both ends of a pair name their link the same way. */
-function linkChannel(a: number, b: number): string {
-  return `pg:${Math.min(a, b)}-${Math.max(a, b)}`;
-}
 
 function next(counters: Map<number, number>, peer: number): number {
   const n = (counters.get(peer) ?? 0) + 1;

@@ -76,6 +76,8 @@ export const ErrorCode = {
   NOT_JOINED: 'NOT_JOINED',
   /** `signal` to a rank that is not a member of the session. */
   UNKNOWN_PEER: 'UNKNOWN_PEER',
+  /** `rendezvous` with min/max other than the session's, or on a session of fixed size. */
+  ELASTIC_MISMATCH: 'ELASTIC_MISMATCH',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -87,6 +89,8 @@ export const CloseCode = {
   TOO_MANY_ERRORS: 4001,
   /** The server is shutting down. */
   SERVER_CLOSING: 4002,
+  /** An elastic member sent nothing for longer than the heartbeat timeout (a frozen tab). */
+  EVICTED: 4003,
 } as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -113,11 +117,21 @@ export interface RequestFields {
   join: { worldSize: number; rank?: number };
   /** Relay an opaque WebRTC signaling payload to another member, addressed by rank. */
   signal: { to: number; data: SignalPayload };
+  /**
+   * Elastic rendezvous (torchrun's --nnodes MIN:MAX): become a member of a group whose size may
+   * change. The server forms generations of the group and sends each member its rank in them.
+   */
+  rendezvous: { min: number; max: number };
+  /** An elastic member is alive (any frame counts; this one exists for idle members). */
+  heartbeat: {};
+  /** Ask for a new generation (to admit waiting members) unless one newer than `fromGen` exists. */
+  regroup: { fromGen: number };
 }
 
 /** What each request resolves to. */
 export interface ResultOf {
-  hello: { session: string };
+  /** `instance` changes when the server restarts: link names include it, so old links never match. */
+  hello: { session: string; instance: string };
   set: null;
   get: WireValue;
   add: number;
@@ -131,6 +145,9 @@ export interface ResultOf {
   multiSet: null;
   join: { rank: number; worldSize: number };
   signal: null;
+  rendezvous: { memberId: number };
+  heartbeat: null;
+  regroup: { gen: number };
 }
 
 export type RequestType = keyof RequestFields;
@@ -184,7 +201,31 @@ export interface PeerLeftEvent {
   rank: number;
 }
 
-export type ServerMessage = ReplyMessage | ErrorMessage | MembersEvent | SignalEvent | PeerLeftEvent;
+/**
+ * A new generation of an elastic group. Each member gets its own copy with its rank; `rank` is -1
+ * for a member left waiting (the group is at its maximum). `paused` generations have fewer than
+ * the minimum members: nobody trains until more join.
+ */
+export interface GenerationEvent {
+  type: 'generation';
+  gen: number;
+  rank: number;
+  worldSize: number;
+  /** Member ids in rank order. */
+  members: number[];
+  paused: boolean;
+  min: number;
+  max: number;
+}
+
+/** Members are waiting to join the running generation at the next step boundary. */
+export interface JoinPendingEvent {
+  type: 'join-pending';
+  gen: number;
+  waiting: number;
+}
+
+export type ServerMessage = ReplyMessage | ErrorMessage | MembersEvent | SignalEvent | PeerLeftEvent | GenerationEvent | JoinPendingEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Validation.
@@ -327,6 +368,16 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       if (raw.rank === undefined) return { type: t, id, worldSize };
       return { type: t, id, worldSize, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
     }
+    case 'rendezvous': {
+      const min = int(raw, 'min', id, 1, 4096);
+      const max = int(raw, 'max', id, 1, 4096);
+      if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
+      return { type: t, id, min, max };
+    }
+    case 'heartbeat':
+      return { type: t, id };
+    case 'regroup':
+      return { type: t, id, fromGen: int(raw, 'fromGen', id, 0, Number.MAX_SAFE_INTEGER) };
     case 'signal': {
       const to = int(raw, 'to', id, 0, 4095);
       const data = raw.data;
@@ -364,6 +415,12 @@ export function parseServerMessage(text: string): ServerMessage {
     case 'peer-left':
       if (typeof raw.rank !== 'number') throw new Error('bad peer-left event');
       return raw as unknown as PeerLeftEvent;
+    case 'generation':
+      if (typeof raw.gen !== 'number' || typeof raw.rank !== 'number' || !Array.isArray(raw.members)) throw new Error('bad generation event');
+      return raw as unknown as GenerationEvent;
+    case 'join-pending':
+      if (typeof raw.gen !== 'number' || typeof raw.waiting !== 'number') throw new Error('bad join-pending event');
+      return raw as unknown as JoinPendingEvent;
     default: {
       const unknown: never = t;
       throw new Error(`server sent unknown message type ${String(unknown)}`);

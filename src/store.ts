@@ -10,6 +10,8 @@ import {
   decodeValue,
   encodeValue,
   parseServerMessage,
+  type GenerationEvent,
+  type JoinPendingEvent,
   type MembersEvent,
   type PeerLeftEvent,
   type RequestFields,
@@ -56,6 +58,8 @@ interface EventMap {
   members: MembersEvent;
   signal: SignalEvent;
   'peer-left': PeerLeftEvent;
+  generation: GenerationEvent;
+  'join-pending': JoinPendingEvent;
   close: { code: number; reason: string };
 }
 
@@ -109,8 +113,13 @@ export class StoreClient implements Store {
     members: new Set(),
     signal: new Set(),
     'peer-left': new Set(),
+    generation: new Set(),
+    'join-pending': new Set(),
     close: new Set(),
   };
+  /** The server's instance id (changes when the server restarts). */
+  instance = '';
+  private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
   private closed: { code: number; reason: string } | undefined;
 
   private constructor(
@@ -146,7 +155,8 @@ export class StoreClient implements Store {
       };
     });
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
-    await client.request('hello', { session: options.session, version: PROTOCOL_VERSION }, connectTimeoutMs);
+    const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION }, connectTimeoutMs);
+    client.instance = hello.instance;
     return client;
   }
 
@@ -216,6 +226,23 @@ export class StoreClient implements Store {
     return this.request('join', rank === undefined ? { worldSize } : { worldSize, rank });
   }
 
+  /**
+   * Elastic rendezvous: joins with a size range and starts heartbeats (a member that stops
+   * sending, like a frozen tab, is evicted). Generations arrive as 'generation' events.
+   */
+  async rendezvous(min: number, max: number, heartbeatIntervalMs = 1_000): Promise<{ memberId: number }> {
+    const result = await this.request('rendezvous', { min, max });
+    this.heartbeatTimer ??= setInterval(() => {
+      if (!this.closed) this.request('heartbeat', {}).catch(() => {});
+    }, heartbeatIntervalMs);
+    return result;
+  }
+
+  /** Asks the server to admit waiting members unless a generation newer than `fromGen` exists. */
+  regroup(fromGen: number): Promise<{ gen: number }> {
+    return this.request('regroup', { fromGen });
+  }
+
   /** Relays a signaling payload to the member with rank `to`. */
   async signal(to: number, data: RequestFields['signal']['data']): Promise<void> {
     await this.request('signal', { to, data });
@@ -270,6 +297,8 @@ export class StoreClient implements Store {
       case 'members':
       case 'signal':
       case 'peer-left':
+      case 'generation':
+      case 'join-pending':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
         return;
       default: {
@@ -289,6 +318,7 @@ export class StoreClient implements Store {
 
   private onClose(code: number, reason: string): void {
     this.closed = { code, reason };
+    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       p.reject(new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason));
