@@ -80,7 +80,11 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     identical: ranks.every((r) => r.weightHash === r0.weightHash),
     breakdownMs: Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, v === null ? null : round(v)])),
     seconds: round(Math.max(...ranks.map((r) => r.seconds as number))),
-    samplesSeenPerEpoch: ranks.map((r) => r.samplesSeenPerEpoch),
+    generations: r0.generations,
+    stepsRedone: r0.stepsRedone,
+    // Per epoch: samples trained on, and whether the committed steps covered the epoch exactly once.
+    samplesSeen: (r0.samplesSeen as Array<{ samples: number; exactlyOnce: boolean }>).map(({ samples, exactlyOnce }) => ({ samples, exactlyOnce })),
+    ...(Array.isArray(r0.resumes) && r0.resumes.length > 0 ? { resumes: r0.resumes } : {}),
     ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),
     backends: [...new Set(ranks.map((r) => r.backend))],

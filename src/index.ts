@@ -57,3 +57,5 @@ export {
   type CheckpointRequestOptions,
   type LoadCheckpointOptions,
 } from './checkpoint.ts';
+export { modelArtifacts, loadModelWeights, optimizerState, loadOptimizerState, type TensorBundle } from './training_state.ts';
+export { ElasticAgent, type ElasticOptions, type Generation, type AgentEvent } from './elastic.ts';

@@ -25,6 +25,12 @@ export interface TrainConfig {
   shuffle: boolean;
   backend: BackendName;
   worldSize: number;
+  /** Elastic size range (torchrun's --nnodes MIN:MAX), or null for a fixed world size. */
+  elastic: { min: number; max: number } | null;
+  /** Rank 0 saves a checkpoint every this many steps (0: only at epoch ends of elastic runs). */
+  checkpointEvery: number;
+  /** Start from the latest checkpoint of this session instead of from scratch. */
+  resumeFrom: string | null;
 }
 
 export interface StepBreakdownMs {

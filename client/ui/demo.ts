@@ -53,6 +53,9 @@ function buildScript(scenario: string | null): Action[] {
     shuffle: true,
     backend: 'webgpu',
     worldSize: WORLD,
+    elastic: null,
+    checkpointEvery: 0,
+    resumeFrom: null,
   };
   const a: Action[] = [];
   const push = (delayMs: number, event: TrainEvent, step?: number) => a.push({ delayMs, event, step });
