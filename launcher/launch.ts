@@ -6,9 +6,18 @@
  */
 import { parseArgs } from 'node:util';
 import { writeFile } from 'node:fs/promises';
-import { launch, type LaunchOptions } from './run.ts';
+import { launch, type Fault, type LaunchOptions } from './run.ts';
 
-const USAGE = `usage: npm run launch -- --nproc N [--job NAME] [--server URL] [--session NAME] [--timeout SECONDS] [--JOBOPTION VALUE ...]`;
+const USAGE = `usage: npm run launch -- --nproc N [--job NAME] [--server URL] [--session NAME] [--timeout SECONDS]
+         [--min N --max N] [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP]
+         [--heartbeat-timeout MS] [--JOBOPTION VALUE ...]`;
+
+/** RANK@STEP or N@STEP. */
+function parseAt(flag: string, value: string): { n: number; step: number } {
+  const m = /^(\d+)@(\d+)$/.exec(value);
+  if (!m) throw new Error(`--${flag} takes N@STEP (e.g. --${flag} 1@10), got "${value}"`);
+  return { n: Number(m[1]), step: Number(m[2]) };
+}
 
 function parse(argv: string[]): LaunchOptions {
   const { values, tokens } = parseArgs({
@@ -34,6 +43,8 @@ function parse(argv: string[]): LaunchOptions {
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
   const known = new Set(['nproc', 'job', 'server', 'session', 'timeout', 'help']);
   const jobParams: Record<string, string> = {};
+  const faults: Fault[] = [];
+  let heartbeatTimeoutMs: number | undefined;
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i];
     if (t.kind !== 'option' || known.has(t.name)) continue;
@@ -45,7 +56,35 @@ function parse(argv: string[]): LaunchOptions {
         i++;
       } else value = 'true';
     }
-    jobParams[t.name] = value;
+    switch (t.name) {
+      case 'kill':
+      case 'freeze': {
+        const { n, step } = parseAt(t.name, value);
+        faults.push({ kind: t.name, rank: n, step });
+        break;
+      }
+      case 'join': {
+        const { n, step } = parseAt(t.name, value);
+        faults.push({ kind: 'join', count: n, step });
+        break;
+      }
+      case 'restart-server': {
+        const step = Number(value);
+        if (!Number.isInteger(step) || step < 1) throw new Error(`--restart-server takes a step number, got "${value}"`);
+        faults.push({ kind: 'restart-server', step });
+        break;
+      }
+      case 'heartbeat-timeout':
+        heartbeatTimeoutMs = Number(value);
+        if (!(heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
+        break;
+      default:
+        // --min and --max go to the pages too: they make the session elastic.
+        jobParams[t.name] = value;
+    }
+  }
+  if (faults.some((f) => f.kind !== 'restart-server') && jobParams.min === undefined) {
+    throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
   }
   return {
     nproc,
@@ -54,6 +93,8 @@ function parse(argv: string[]): LaunchOptions {
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
     timeoutSec,
     jobParams,
+    faults,
+    serverOptions: heartbeatTimeoutMs === undefined ? undefined : { heartbeatTimeoutMs },
   };
 }
 
@@ -72,7 +113,7 @@ async function main(): Promise<number> {
   if (dumpTo) opts.jobParams.returnWeights = 'true';
   const { ok, summary, results } = await launch(opts);
   if (ok && dumpTo) {
-    const weights = results.find((r) => r.rank === 0)?.weights;
+    const weights = results.find((r) => typeof r.weights === 'string')?.weights;
     if (typeof weights !== 'string') {
       console.error(`[launch] --dump-weights: job "${opts.job}" returned no weights`);
       console.log(JSON.stringify({ ...summary, ok: false, errors: ['no weights to dump'] }));

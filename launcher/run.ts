@@ -1,12 +1,21 @@
 /**
- * Runs one job on N headless ranks (the body of the launcher, callable from benchmarks).
+ * Runs one job on N headless ranks (the body of the launcher, callable from benchmarks and
+ * tests), with fault injection for elastic runs: kill or freeze a rank's page at a step, open
+ * more pages at a step, restart the server at a step.
  */
-import type { Page } from 'playwright';
+import type { Browser, Page } from 'playwright';
 import { ensureBuilt } from '../signaling/build.ts';
-import { startServer, type RunningServer } from '../signaling/server.ts';
+import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import { launchChromium } from './browser.ts';
 import { summarize, type RankResult } from './summaries.ts';
 import type { Report } from '../client/report.ts';
+
+/** A fault to inject once the run reaches `step` (as reported by any rank). */
+export type Fault =
+  | { kind: 'kill'; rank: number; step: number }
+  | { kind: 'freeze'; rank: number; step: number }
+  | { kind: 'join'; count: number; step: number }
+  | { kind: 'restart-server'; step: number };
 
 export interface LaunchOptions {
   nproc: number;
@@ -17,6 +26,9 @@ export interface LaunchOptions {
   timeoutSec: number;
   /** Passed to the job as URL parameters. */
   jobParams: Record<string, string>;
+  faults?: Fault[];
+  /** Options for the server the launcher starts. */
+  serverOptions?: ServerOptions;
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -24,75 +36,180 @@ export interface LaunchOptions {
 export interface LaunchOutcome {
   ok: boolean;
   summary: Record<string, unknown>;
-  /** Each rank's own result, as the page returned it. */
+  /** Each finishing rank's own result, as the page returned it. */
   results: RankResult[];
+}
+
+interface RankPage {
+  index: number;
+  page: Page;
+  label: string;
+  rank: number | undefined;
+  /** Killed or frozen pages are not expected to finish. */
+  expected: boolean;
+  done: boolean;
+  result?: RankResult;
+}
+
+export function describeFault(f: Fault): string {
+  switch (f.kind) {
+    case 'kill':
+      return `kill rank ${f.rank} at step ${f.step}`;
+    case 'freeze':
+      return `freeze rank ${f.rank} at step ${f.step}`;
+    case 'join':
+      return `open ${f.count} more rank(s) at step ${f.step}`;
+    case 'restart-server':
+      return `restart the server at step ${f.step}`;
+  }
 }
 
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const summaryBase = { job: opts.job, worldSize: opts.nproc };
   let server: RunningServer | undefined;
-  let outcome: LaunchOutcome = { ok: false, summary: { ...summaryBase, ok: false }, results: [] };
   const browser = await launchChromium();
+  const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
+  if (faults.some((f) => f.kind === 'restart-server') && opts.server) {
+    throw new Error('--restart-server needs the launcher to run its own server; drop --server');
+  }
+  const pages: RankPage[] = [];
+  const failures: string[] = [];
+  const injected: Array<{ fault: string; atStep: number }> = [];
+  let wake: () => void = () => {};
+  let allSettled = new Promise<void>((r) => (wake = r));
+  const checkSettled = () => {
+    if (pages.every((p) => p.done || !p.expected)) wake();
+  };
   try {
     let base = opts.server;
     if (!base) {
       await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {} });
+      server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
-    const results = new Map<number, RankResult>();
-    const failures: string[] = [];
-    let settled = 0;
-    let wake: () => void = () => {};
-    const allSettled = new Promise<void>((r) => (wake = r));
-    const pages: Page[] = [];
-    for (let i = 0; i < opts.nproc; i++) {
-      const page = await browser.newPage();
-      pages.push(page);
-      let label = `rank ${i}`;
-      let done = false;
+    const url = base;
+    let reachedStep = 0;
+    let busy = Promise.resolve();
+
+    const onStep = (step: number) => {
+      if (step <= reachedStep) return;
+      reachedStep = step;
+      // Faults run one at a time, in order, as the run passes their step.
+      while (faults.length > 0 && faults[0].step <= step) {
+        const fault = faults.shift()!;
+        busy = busy.then(() => inject(fault, step)).catch((err: Error) => {
+          failures.push(`could not ${describeFault(fault)}: ${err.message}`);
+          wake();
+        });
+      }
+    };
+
+    const inject = async (fault: Fault, step: number): Promise<void> => {
+      log(`[launch] step ${step}: ${describeFault(fault)}`);
+      injected.push({ fault: describeFault(fault), atStep: step });
+      switch (fault.kind) {
+        case 'kill':
+        case 'freeze': {
+          const target = pages.find((p) => p.rank === fault.rank && p.expected && !p.done);
+          if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
+          target.expected = false;
+          if (fault.kind === 'kill') await target.page.close();
+          else {
+            // The page-lifecycle API's "frozen" state: timers, tasks and the page's sockets stall.
+            const cdp = await target.page.context().newCDPSession(target.page);
+            await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
+          }
+          checkSettled();
+          return;
+        }
+        case 'join':
+          for (let i = 0; i < fault.count; i++) await openPage(browser, url, undefined);
+          return;
+        case 'restart-server': {
+          const port = server!.port;
+          await server!.close();
+          server = await startServer({ port, log: () => {}, ...opts.serverOptions });
+          log(`[launch] server restarted on port ${port}`);
+          return;
+        }
+      }
+    };
+
+    const openPage = async (b: Browser, serverUrl: string, rank: number | undefined): Promise<void> => {
+      const index = pages.length;
+      const page = await b.newPage();
+      const rp: RankPage = { index, page, label: rank === undefined ? `page ${index}` : `rank ${rank}`, rank, expected: true, done: false };
+      pages.push(rp);
       const finish = (failure?: string) => {
-        if (done) return;
-        done = true;
-        if (failure) failures.push(failure);
-        if (++settled === opts.nproc) wake();
+        if (rp.done) return;
+        rp.done = true;
+        if (failure && rp.expected) failures.push(failure);
+        checkSettled();
       };
-      page.on('console', (msg) => log(`[${label}] ${msg.text()}`));
-      page.on('pageerror', (err) => log(`[${label}] page error: ${err.message}`));
-      page.on('crash', () => finish(`${label}: the page crashed`));
+      page.on('console', (msg) => log(`[${rp.label}] ${msg.text()}`));
+      page.on('pageerror', (err) => log(`[${rp.label}] page error: ${err.message}`));
+      page.on('crash', () => finish(`${rp.label}: the page crashed`));
       await page.exposeFunction('__ddpReport', (r: Report) => {
-        if (r.type === 'rank') label = `rank ${r.rank}`;
-        else if (r.type === 'result') {
-          if (!done) results.set(i, { rank: i, ...r.result } as RankResult);
-          finish();
-        } else if (r.type === 'error') finish(`${label}: ${r.name}: ${r.message}`);
+        switch (r.type) {
+          case 'rank':
+            rp.rank = r.rank;
+            rp.label = `rank ${r.rank}`;
+            return;
+          case 'progress':
+            if (r.data.type === 'joined' && typeof r.data.rank === 'number') {
+              rp.rank = r.data.rank;
+              rp.label = `rank ${r.data.rank}`;
+            }
+            if (r.data.type === 'step' && typeof r.data.step === 'number') onStep(r.data.step);
+            return;
+          case 'result':
+            rp.result = { rank: rp.rank ?? index, ...r.result } as RankResult;
+            finish();
+            return;
+          case 'error':
+            finish(`${rp.label}: ${r.name}: ${r.message}`);
+            return;
+        }
       });
-      const url = new URL(base);
-      url.search = new URLSearchParams({ session: opts.session, world: String(opts.nproc), rank: String(i), job: opts.job, ...opts.jobParams }).toString();
-      await page.goto(url.toString());
-    }
+      const u = new URL(serverUrl);
+      const params: Record<string, string> = { session: opts.session, world: String(opts.nproc), job: opts.job, ...opts.jobParams };
+      if (rank !== undefined && opts.jobParams.min === undefined) params.rank = String(rank);
+      u.search = new URLSearchParams(params).toString();
+      await page.goto(u.toString());
+    };
+
+    for (let i = 0; i < opts.nproc; i++) await openPage(browser, url, i);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
-    const how = await Promise.race([allSettled.then(() => 'settled' as const), timedOut]);
+    // A join fault adds pages later: wait again until those have settled too.
+    let how: 'settled' | 'timeout' = 'settled';
+    for (;;) {
+      how = await Promise.race([allSettled.then(() => 'settled' as const), timedOut]);
+      await busy;
+      if (how === 'timeout' || pages.every((p) => p.done || !p.expected) || failures.length > 0) break;
+      allSettled = new Promise<void>((r) => (wake = r));
+      checkSettled();
+    }
     clearTimeout(timer);
     if (how === 'timeout') {
-      const missing = Array.from({ length: opts.nproc }, (_, r) => r).filter((r) => !results.has(r));
-      failures.push(`timed out after ${opts.timeoutSec} s waiting for rank(s) ${missing.join(', ')} to finish job "${opts.job}"`);
+      const missing = pages.filter((p) => p.expected && !p.done).map((p) => p.label);
+      failures.push(`timed out after ${opts.timeoutSec} s waiting for ${missing.join(', ')} to finish job "${opts.job}"`);
     }
+    if (faults.length > 0) failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
+    const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results: [...results.values()] };
-    } else {
-      outcome = { ok: true, summary: { ...summarize(opts.job, opts.nproc, [...results.values()]), ok: true }, results: [...results.values()] };
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
     }
+    const summary = summarize(opts.job, opts.nproc, results);
+    return { ok: true, summary: { ...summary, ...(injected.length ? { faults: injected } : {}), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    outcome = { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
   } finally {
     await browser.close().catch(() => {});
     await server?.close();
   }
-  return outcome;
 }

@@ -67,7 +67,8 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
   const breakdown = r0.breakdownMs as Record<string, number | null>;
   return {
     job,
-    worldSize,
+    // The final generation's size (it differs from --nproc after an elastic run lost or gained ranks).
+    worldSize: typeof r0.worldSize === 'number' ? r0.worldSize : worldSize,
     backend: r0.backend,
     model: r0.model,
     dataset: r0.dataset,

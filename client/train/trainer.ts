@@ -508,12 +508,13 @@ async function syncState(
   let opt = optimizer;
   const adopt = async (src: number, own: Progress | null): Promise<Progress> => {
     const shared = await shareState(pg, src, model, opt, own);
-    if (pg.rank !== src) {
-      // A fresh optimizer: TF.js's setWeights would leak the old moment variables.
-      opt.dispose();
-      opt = makeOptimizer();
-      await loadOptimizerState(opt, shared.optimizer);
-    }
+    // Every rank, the source too, restores the same bytes into a fresh optimizer: a restored Adam
+    // recomputes beta powers with pow(), which can differ in the last bit from the running product,
+    // so only restoring everywhere keeps the replicas bit-identical. (Fresh, because TF.js's
+    // setWeights would leak the old moment variables.)
+    opt.dispose();
+    opt = makeOptimizer();
+    await loadOptimizerState(opt, shared.optimizer);
     return shared.progress;
   };
   if (best < 0) {
