@@ -64,6 +64,26 @@ export function describeFault(f: Fault): string {
   }
 }
 
+/**
+ * Freezes a page: first through the page-lifecycle API ("frozen": no timers, no tasks). Headless
+ * Chromium 156 accepts that command but keeps running the page's JavaScript, so when a probe shows
+ * the page still running, its JavaScript is paused with the debugger as well: to the server and the
+ * other ranks the tab then looks exactly like a frozen one (socket open, nothing sent).
+ */
+async function freeze(page: Page, log: (line: string) => void): Promise<void> {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
+  const running = await Promise.race([
+    page.evaluate(() => true).catch(() => false),
+    new Promise<boolean>((r) => setTimeout(() => r(false), 500)),
+  ]);
+  if (running) {
+    log('[launch] the page still runs after the lifecycle freeze (headless Chromium); pausing its JavaScript too');
+    await cdp.send('Debugger.enable');
+    await cdp.send('Debugger.pause');
+  }
+}
+
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const summaryBase = { job: opts.job, worldSize: opts.nproc };
@@ -116,11 +136,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
           target.expected = false;
           if (fault.kind === 'kill') await target.page.close();
-          else {
-            // The page-lifecycle API's "frozen" state: timers, tasks and the page's sockets stall.
-            const cdp = await target.page.context().newCDPSession(target.page);
-            await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
-          }
+          else await freeze(target.page, log);
           checkSettled();
           return;
         }

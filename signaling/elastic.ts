@@ -77,8 +77,8 @@ export class ElasticGroup {
     if (rank < 0) return;
     this.active = this.active.filter((a) => a !== id);
     // Tell the running generation whom it lost (by rank) before announcing the next one.
-    if (!this.paused) for (const m of this.activeMembers()) m.send({ type: 'peer-left', rank });
-    this.form(`rank ${rank} left: ${why}`);
+    if (!this.paused) for (const m of this.activeMembers()) m.send({ type: 'peer-left', rank, reason: why });
+    this.form(`rank ${rank} ${why}`);
   }
 
   /** A running generation's members ask to admit the waiting ones at a step boundary. */

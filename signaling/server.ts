@@ -279,7 +279,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       log(`[server] session "${session.name}": rank ${conn.rank} left`);
       session.leave(conn.rank);
     }
-    if (conn.memberId !== undefined) session.elastic?.remove(conn.memberId, 'its connection closed');
+    if (conn.memberId !== undefined) session.elastic?.remove(conn.memberId, 'closed its connection to the server');
     session.connections--;
     if (session.connections === 0) session.idleSince = Date.now();
   }
@@ -301,7 +301,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs) continue;
       const silent = now - conn.lastSeen;
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
-      conn.session?.elastic?.remove(conn.memberId, `no heartbeat for ${silent} ms`);
+      conn.session?.elastic?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
       conn.memberId = undefined;
       conn.ws.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
       // A frozen page may never answer the close handshake.

@@ -201,7 +201,7 @@ export class ProcessGroup {
       options.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined);
     this.unsubscribe.push(
       store.on('signal', (e) => this.onSignal(e)),
-      store.on('peer-left', (e) => this.markLost(e.rank, 'its connection to the server closed')),
+      store.on('peer-left', (e) => this.markLost(e.rank, e.reason ?? 'its connection to the server closed')),
       store.on('close', (e) => this.fail(new Error(`the connection to the server closed (${e.code} ${e.reason})`))),
     );
     for (const e of early) this.onSignal(e);

@@ -199,6 +199,8 @@ export interface SignalEvent {
 export interface PeerLeftEvent {
   type: 'peer-left';
   rank: number;
+  /** Why, when the server knows more than "its socket closed" (e.g. evicted for silence). */
+  reason?: string;
 }
 
 /**

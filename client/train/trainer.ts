@@ -28,6 +28,7 @@ import {
   subset,
   syntheticDataset,
   type Dataset,
+  type Generation,
   type ProcessGroup,
   type StoreClient,
   type TensorBundle,
@@ -160,7 +161,7 @@ interface Membership {
   next(after: number): Promise<{ id: number; pg: ProcessGroup }>;
   /** Members waiting to join at the next step boundary. */
   pendingJoins(): number;
-  regroup(id: number, pg: ProcessGroup): Promise<void>;
+  regroup(generation: { id: number; pg: ProcessGroup }): Promise<void>;
 }
 
 const METRICS = 11; // loss, accuracy, samples/s, compute, readback, allreduce, apply, stop, join, hash hi, hash lo
@@ -329,7 +330,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 
       if (outcome === 'regroup') {
         emit({ type: 'log', level: 'info', message: `Tabs are waiting to join: regrouping after step ${progress.step}` });
-        await membership.regroup(generation.id, pg);
+        await membership.regroup(generation);
         generation = await nextGeneration(membership, generation.id, emit);
         continue;
       }
@@ -470,9 +471,10 @@ async function joinGroup(opts: TrainerOptions): Promise<Membership> {
     first: () => agent.next(0),
     next: (after) => agent.next(after),
     pendingJoins: () => agent.pendingJoins,
-    regroup: async (id) => {
-      const current = await agent.next(id - 1, 1);
-      await agent.requestRegroup(current);
+    regroup: async (generation) => {
+      // Everyone past the step's last collective first, so the new generation interrupts nobody.
+      await generation.pg.barrier();
+      await agent.requestRegroup(generation as Generation);
     },
   };
 }
