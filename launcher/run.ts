@@ -95,7 +95,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   }
   const pages: RankPage[] = [];
   const failures: string[] = [];
-  const injected: Array<{ fault: string; atStep: number }> = [];
+  const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
   const checkSettled = () => {
@@ -128,7 +128,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
 
     const inject = async (fault: Fault, step: number): Promise<void> => {
       log(`[launch] step ${step}: ${describeFault(fault)}`);
-      injected.push({ fault: describeFault(fault), atStep: step });
+      injected.push({ fault: describeFault(fault), atStep: step, at: Date.now() });
       switch (fault.kind) {
         case 'kill':
         case 'freeze': {
@@ -179,6 +179,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
               rp.label = `rank ${r.data.rank}`;
             }
             if (r.data.type === 'step' && typeof r.data.step === 'number') onStep(r.data.step);
+            if (r.data.type === 'rank-lost') {
+              // How long the survivors took to notice a killed or frozen rank.
+              const f = injected.find((x) => (x.fault.startsWith('kill') || x.fault.startsWith('freeze')) && x.detectedAfterMs === undefined);
+              if (f) f.detectedAfterMs = Date.now() - f.at;
+            }
             return;
           case 'result':
             rp.result = { rank: rp.rank ?? index, ...r.result } as RankResult;
@@ -220,7 +225,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
     }
     const summary = summarize(opts.job, opts.nproc, results);
-    return { ok: true, summary: { ...summary, ...(injected.length ? { faults: injected } : {}), ok: true }, results };
+    const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
+    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };

@@ -83,8 +83,13 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     seconds: round(Math.max(...ranks.map((r) => r.seconds as number))),
     generations: r0.generations,
     stepsRedone: r0.stepsRedone,
+    pausedGenerations: Math.max(0, ...ranks.map((r) => (typeof r.pausedGenerations === 'number' ? r.pausedGenerations : 0))),
     // Per epoch: samples trained on, and whether the committed steps covered the epoch exactly once.
-    samplesSeen: (r0.samplesSeen as Array<{ samples: number; exactlyOnce: boolean }>).map(({ samples, exactlyOnce }) => ({ samples, exactlyOnce })),
+    samplesSeen: (r0.samplesSeen as Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>).map(({ samples, exactlyOnce, complete }) => ({
+      samples,
+      exactlyOnce,
+      complete,
+    })),
     ...(Array.isArray(r0.resumes) && r0.resumes.length > 0 ? { resumes: r0.resumes } : {}),
     ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),

@@ -363,9 +363,15 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           seconds: (performance.now() - started) / 1000,
           generations: p.generations,
           stepsRedone: p.stepsRedone,
+          pausedGenerations,
           resumes: p.resumes,
           // Per epoch: the spans of the sample order trained on, and whether they cover it exactly once.
-          samplesSeen: coverage.map((spans) => ({ spans, samples: spans.reduce((s, [a, b]) => s + b - a, 0), exactlyOnce: exactlyOnce(spans, trainSet.length) })),
+          samplesSeen: coverage.map((spans) => ({
+            spans,
+            samples: spans.reduce((s, [a, b]) => s + b - a, 0),
+            exactlyOnce: exactlyOnce(spans),
+            complete: spans.length > 0 && spans[spans.length - 1][1] === trainSet.length,
+          })),
           // Live tensors after each step: flat when nothing leaks.
           liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
           ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
@@ -416,6 +422,9 @@ async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
   throw new ConfigMismatchError(`this tab's configuration disagrees with session "${opts.session}": ${diffs.join('; ')}`);
 }
 
+/** Generations this tab saw paused below the minimum size (reported in the summary). */
+let pausedGenerations = 0;
+
 /** A fixed group (initProcessGroup) or an elastic one (ElasticAgent), behind one interface. */
 async function joinGroup(opts: TrainerOptions): Promise<Membership> {
   const { config, emit, store } = opts;
@@ -442,6 +451,7 @@ async function joinGroup(opts: TrainerOptions): Promise<Membership> {
   agent.on((e) => {
     switch (e.type) {
       case 'paused':
+        pausedGenerations++;
         emit({ type: 'log', level: 'warn', message: `Paused: ${e.members} rank(s), below the minimum of ${e.min}. Training resumes when more tabs join.` });
         emit({ type: 'waiting', joined: [], worldSize: e.min });
         break;
@@ -600,7 +610,9 @@ async function restoreFromCheckpoint(
   const optimizer = makeOptimizer();
   await loadOptimizerState(optimizer, loaded.checkpoint.optimizer);
   const saved = loaded.checkpoint.meta.progress as Progress;
-  const progress: Progress = { ...saved, resumes: [...saved.resumes, `resumed at step ${saved.step} from checkpoint ${loaded.name} of session "${session}"`] };
+  const skipped = loaded.skipped.map((k) => `${k.name} (${k.reason})`).join(', ');
+  const note = `resumed at step ${saved.step} from checkpoint ${loaded.name} of session "${session}"${skipped ? `; skipped unusable ${skipped}` : ''}`;
+  const progress: Progress = { ...saved, resumes: [...saved.resumes, note] };
   opts.emit({ type: 'log', level: 'info', message: `Resumed from checkpoint ${loaded.name} (step ${saved.step}, epoch ${saved.epoch + 1})` });
   return { progress, optimizer };
 }
@@ -626,14 +638,14 @@ function addSpan(spans: Array<[number, number]>, start: number, end: number): vo
   else spans.push([start, end]);
 }
 
-/** True when the spans cover [0, length) with no gap and no overlap. */
-function exactlyOnce(spans: Array<[number, number]>, length: number): boolean {
+/** True when the spans run from 0 with no gap and no overlap: every sample so far trained on once. */
+function exactlyOnce(spans: Array<[number, number]>): boolean {
   let at = 0;
   for (const [a, b] of spans) {
-    if (a !== at) return false;
+    if (a !== at || b < a) return false;
     at = b;
   }
-  return at === length;
+  return true;
 }
 
 function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {

@@ -1,0 +1,109 @@
+/**
+ * Elastic training, run from the launcher (real server, real pages, real WebRTC): a tab killed or
+ * frozen costs at most one step, a tab joins mid-run, the server restarts, a truncated checkpoint
+ * is skipped, and training pauses below the minimum until a tab joins.
+ */
+import { mkdtemp, readdir, stat, truncate } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
+import { expect, sessionName, test } from './fixtures.ts';
+
+type Summary = Record<string, unknown> & {
+  weightHashes: string[];
+  identical: boolean;
+  stepsRedone: number;
+  generations: number;
+  samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
+  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number }>;
+};
+
+async function run(nproc: number, params: Record<string, string>, faults: Fault[], extra: Partial<LaunchOptions> = {}): Promise<Summary> {
+  const lines: string[] = [];
+  const { ok, summary } = await launch({
+    nproc,
+    job: 'train',
+    session: sessionName('elastic'),
+    timeoutSec: 240,
+    jobParams: { dataset: 'synthetic', trainSize: '2048', batchSize: '32', ...params },
+    faults,
+    log: (l) => lines.push(l),
+    ...extra,
+  });
+  if (!ok) console.log(lines.slice(-40).join('\n'));
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  console.log(JSON.stringify(summary));
+  return summary as Summary;
+}
+
+function expectHealthy(s: Summary, worldSize: number): void {
+  expect(s.worldSize).toBe(worldSize);
+  expect(s.weightHashes).toHaveLength(worldSize);
+  expect(s.identical).toBe(true);
+  for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples: 2048, exactlyOnce: true, complete: true });
+}
+
+test('4 ranks, one killed at step 10: the rest finish, at most one step redone, each sample once', async () => {
+  const s = await run(4, { min: '2', max: '4' }, [{ kind: 'kill', rank: 1, step: 10 }]);
+  expectHealthy(s, 3);
+  expect(s.stepsRedone).toBeLessThanOrEqual(1);
+  expect(s.generations).toBeGreaterThanOrEqual(2);
+  expect(s.faults![0].detectedAfterMs).toBeLessThan(10_000);
+});
+
+test('a frozen rank is evicted within the heartbeat bound and the rest continue', async () => {
+  const s = await run(3, { min: '2', max: '3' }, [{ kind: 'freeze', rank: 2, step: 8 }], { serverOptions: { heartbeatTimeoutMs: 3_000 } });
+  expectHealthy(s, 2);
+  expect(s.stepsRedone).toBeLessThanOrEqual(1);
+  const detected = s.faults![0].detectedAfterMs!;
+  expect(detected).toBeGreaterThan(0);
+  // 3 s of silence, checked every 750 ms, plus the time a step takes here.
+  expect(detected).toBeLessThan(10_000);
+});
+
+test('a fifth tab joins mid-run, gets the state, and ends with the same weights', async () => {
+  const s = await run(4, { min: '2', max: '5' }, [{ kind: 'join', count: 1, step: 8 }]);
+  expectHealthy(s, 5);
+  expect(s.stepsRedone).toBe(0);
+});
+
+test('the server restarts mid-run: the ranks reconnect and finish from their live replicas', async () => {
+  const s = await run(3, { min: '2', max: '3' }, [{ kind: 'restart-server', step: 8 }]);
+  expectHealthy(s, 3);
+  expect(s.stepsRedone).toBeLessThanOrEqual(1);
+  expect(s.generations).toBeGreaterThanOrEqual(2);
+});
+
+test('below the minimum training pauses, and resumes when a tab joins', async () => {
+  const s = await run(2, { min: '2', max: '3' }, [
+    { kind: 'kill', rank: 1, step: 6 },
+    { kind: 'join', count: 1, step: 6 },
+  ]);
+  expectHealthy(s, 2);
+  expect(s.pausedGenerations).toBeGreaterThanOrEqual(1);
+});
+
+test('a truncated checkpoint is detected and the previous one is used', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'ddp-ckpt-'));
+  const first = sessionName('ckpt');
+  const { ok } = await launch({
+    nproc: 2,
+    job: 'train',
+    session: first,
+    timeoutSec: 240,
+    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '20', checkpointEvery: '5' },
+    serverOptions: { checkpointDir: dir },
+    log: () => {},
+  });
+  expect(ok).toBe(true);
+  const files = (await readdir(join(dir, first))).filter((f) => f.endsWith('.ckpt')).sort();
+  expect(files).toHaveLength(3); // the server keeps the last three: steps 10, 15, 20
+  const newest = join(dir, first, files[2]);
+  await truncate(newest, Math.floor((await stat(newest)).size / 2));
+  const s = await run(2, { trainSize: '4096', steps: '25', resumeFrom: first }, [], { serverOptions: { checkpointDir: dir } });
+  const resumes = s.resumes as string[];
+  expect(resumes[0]).toContain(`resumed at step 15 from checkpoint ${files[1].replace(/\.ckpt$/, '')}`);
+  expect(resumes[0]).toMatch(/skipped unusable .*step-00000020.*truncated/);
+  expect(s.steps).toBe(25);
+  expect(s.identical).toBe(true);
+});
