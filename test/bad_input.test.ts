@@ -77,6 +77,8 @@ describe('bad input', () => {
       [{ type: 'join', id: 9, worldSize: 0 }, 'field "worldSize" is 0'],
       [{ type: 'signal', id: 10, to: 1, data: 'x' }, 'field "data" must be an object'],
       [{ type: 'set', id: 11, key: '', value: '' }, 'must not be empty'],
+      [{ type: 'rendezvous', id: 12, min: 3, max: 2 }, 'field "max" (2) must be at least "min" (3)'],
+      [{ type: 'regroup', id: 13, fromGen: 'one' }, 'field "fromGen" must be an integer'],
     ];
     // A socket per case: this server closes a socket after 5 bad messages.
     for (const [frame, message] of cases) {
@@ -87,6 +89,14 @@ describe('bad input', () => {
       expect(reply.message).toContain(message);
       raw.ws.close();
     }
+  });
+
+  it('refuses regroup and signal from a socket that has not joined', async () => {
+    const raw = await Raw.open();
+    await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: 1 });
+    expect(await raw.send({ type: 'regroup', id: 2, fromGen: 1 })).toMatchObject({ id: 2, code: 'NOT_JOINED' });
+    expect(await raw.send({ type: 'signal', id: 3, to: 0, data: { channel: 'x', body: null } })).toMatchObject({ id: 3, code: 'NOT_JOINED' });
+    raw.ws.close();
   });
 
   it('closes a socket that sends a frame over the size limit, and keeps serving others', async () => {

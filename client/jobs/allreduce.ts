@@ -3,8 +3,8 @@
  * the sizes given, checks every result exactly, and measures one link's throughput, the bound
  * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
  */
-import { hashFloat32, initProcessGroup, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
-import type { JobContext } from './job.ts';
+import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import { joinGroup, type JobContext } from './job.ts';
 
 /** Small integers, so that sums are exact in float32 and every rank knows the exact answer. */
 export function fillValue(rank: number, size: number, i: number): number {
@@ -59,18 +59,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
   const mesh = ctx.params.get('mesh') !== 'false';
 
-  const frameBytes = ctx.params.get('frameBytes');
-  const highWaterMark = ctx.params.get('highWaterMark');
-  const pg = await initProcessGroup({
-    url: ctx.serverUrl,
-    session: ctx.session,
-    worldSize: ctx.worldSize,
-    rank: ctx.rank,
-    timeoutMs: ctx.timeoutMs,
-    ...(frameBytes ? { maxFrameBytes: Number(frameBytes) } : {}),
-    ...(highWaterMark ? { highWaterMark: Number(highWaterMark) } : {}),
-  });
-  ctx.joined(pg.rank, pg.worldSize);
+  const pg = await joinGroup(ctx);
   const n = pg.worldSize;
   // Open the ring's links before timing anything.
   await pg.allReduce(new Float32Array(n), op);

@@ -3,9 +3,9 @@
  * exact expected result of each case and reports whether it got it, with a hash of what it got
  * so that the caller can check every rank is bit-identical.
  */
-import { hashFloat32, initProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import { hashFloat32, type ReduceOpName } from '../../src/index.ts';
 import { fillValue } from './allreduce.ts';
-import type { JobContext } from './job.ts';
+import { joinGroup, type JobContext } from './job.ts';
 
 interface Case {
   name: string;
@@ -16,17 +16,8 @@ interface Case {
 
 export async function collectivesJob(ctx: JobContext): Promise<Record<string, unknown>> {
   const sizes = (ctx.params.get('sizes') ?? '0,1,7,1000,65537').split(',').map(Number);
-  const pg = await initProcessGroup({
-    url: ctx.serverUrl,
-    session: ctx.session,
-    worldSize: ctx.worldSize,
-    rank: ctx.rank,
-    timeoutMs: ctx.timeoutMs,
-    peerTimeoutMs: Number(ctx.params.get('peerTimeoutMs') ?? 30_000),
-    // Small frames so that even modest sizes cross many chunk boundaries.
-    maxFrameBytes: Number(ctx.params.get('frameBytes') ?? 16_384),
-  });
-  ctx.joined(pg.rank, pg.worldSize);
+  // Small frames by default, so that even modest sizes cross many chunk boundaries.
+  const pg = await joinGroup(ctx, { maxFrameBytes: 16_384 });
   const { rank, worldSize: n } = pg;
   const fill = (r: number, size: number) => Float32Array.from({ length: size }, (_, i) => fillValue(r, size, i));
   const cases: Case[] = [];

@@ -1,3 +1,5 @@
+import { initProcessGroup, type InitProcessGroupOptions, type ProcessGroup } from '../../src/index.ts';
+
 /** What every job gets from the page, and the jobs by name. */
 export interface JobContext {
   /** The page's URL parameters (job options). */
@@ -18,3 +20,23 @@ export interface JobContext {
 }
 
 export type Job = (ctx: JobContext) => Promise<Record<string, unknown>>;
+
+/** Joins the job's process group: the URL's session, world size and rank, and any tuning it sets. */
+export async function joinGroup(ctx: JobContext, defaults: Partial<InitProcessGroupOptions> = {}): Promise<ProcessGroup> {
+  const tuning: Partial<InitProcessGroupOptions> = {};
+  for (const key of ['maxFrameBytes', 'highWaterMark', 'peerTimeoutMs'] as const) {
+    const raw = ctx.params.get(key === 'maxFrameBytes' ? 'frameBytes' : key);
+    if (raw !== null) tuning[key] = Number(raw);
+  }
+  const pg = await initProcessGroup({
+    url: ctx.serverUrl,
+    session: ctx.session,
+    worldSize: ctx.worldSize,
+    rank: ctx.rank,
+    timeoutMs: ctx.timeoutMs,
+    ...defaults,
+    ...tuning,
+  });
+  ctx.joined(pg.rank, pg.worldSize);
+  return pg;
+}

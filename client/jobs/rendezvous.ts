@@ -1,13 +1,11 @@
 /** Job `rendezvous`: join, pass a barrier, report rank, world size and WebGPU adapter. */
-import { initProcessGroup } from '../../src/index.ts';
-import type { JobContext } from './job.ts';
+import { joinGroup, type JobContext } from './job.ts';
 import { probeWebGpu } from '../webgpu.ts';
 
 export async function rendezvousJob(ctx: JobContext): Promise<Record<string, unknown>> {
   const gpu = await probeWebGpu();
   ctx.log(gpu.available ? `WebGPU adapter: ${gpu.adapter}` : `no WebGPU: ${gpu.reason}`);
-  const pg = await initProcessGroup({ url: ctx.serverUrl, session: ctx.session, worldSize: ctx.worldSize, rank: ctx.rank, timeoutMs: ctx.timeoutMs });
-  ctx.joined(pg.rank, pg.worldSize);
+  const pg = await joinGroup(ctx);
   ctx.log(`joined as rank ${pg.rank} of ${pg.worldSize}`);
   await pg.barrier();
   ctx.log('passed the barrier');
