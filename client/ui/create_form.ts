@@ -52,6 +52,13 @@ const FIELDS: FieldSpec[] = [
     input: { type: 'number', value: '2', min: 1, max: 64, step: '1' },
     validate: intInRange('World size', 1, 64),
   },
+  {
+    name: 'min',
+    label: 'Keep training with at least (tabs)',
+    hint: 'Leave empty to need every tab. Fewer than the world size makes the session elastic: it starts once this many tabs are in (later tabs join at the next step), and when a tab closes or freezes the rest regroup and go on, down to this many.',
+    input: { type: 'number', value: '', min: 1, max: 64, step: '1' },
+    validate: (v) => (v === '' ? null : intInRange('Minimum', 1, 64)(v)),
+  },
   { name: 'model', label: 'Model', input: { options: ['mlp', 'cnn'], value: 'mlp' }, validate: oneOf('Model', ['mlp', 'cnn']) },
   { name: 'dataset', label: 'Dataset', input: { options: ['mnist', 'synthetic'], value: 'mnist' }, validate: oneOf('Dataset', ['mnist', 'synthetic']) },
   {
@@ -91,6 +98,13 @@ export function sessionUrl(origin: string, values: Record<string, string>): stri
   p.set('world', values.world ?? '');
   p.set('job', 'train');
   for (const k of ['model', 'dataset', 'batchSize', 'lr', 'optimizer', 'epochs', 'backend']) p.set(k, values[k] ?? '');
+  // An elastic session: it starts with `min` tabs (more join at the next step) and survives losses down to it.
+  const min = Number(values.min);
+  const world = Number(values.world);
+  if (Number.isInteger(min) && min >= 1 && min < world) {
+    p.set('min', String(min));
+    p.set('max', String(world));
+  }
   return `${origin.replace(/\/+$/, '')}/?${p.toString()}`;
 }
 
@@ -164,6 +178,7 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
     for (const [name, c] of controls) values[name] = c.control.value.trim();
     // Normalise numbers ("1e-3" stays as typed is fine, but " 64 " or "064" should not).
     for (const k of ['world', 'batchSize', 'epochs']) values[k] = String(Number(values[k]));
+    if (values.min !== '') values.min = String(Math.min(Number(values.min), Number(values.world)));
     showResult(sessionUrl(options.origin, values), values);
   });
 
