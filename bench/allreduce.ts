@@ -3,7 +3,7 @@
  * bound, at 2 and 4 ranks (override with --nprocs 2,3,4), sizes 4 KB to 16 MB. Writes
  * bench/results/allreduce.json and allreduce.md and prints the table.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,6 +16,8 @@ const { values } = parseArgs({
     sizes: { type: 'string', default: '1024,16384,262144,1048576,4194304' },
     iters: { type: 'string', default: '5' },
     frameBytes: { type: 'string' },
+    /** Only re-render the Markdown table from the last results. */
+    'table-only': { type: 'boolean', default: false },
   },
 });
 
@@ -30,8 +32,23 @@ interface Row {
   meshMs: number | null;
 }
 
-const runs: Array<{ worldSize: number; linkMBps: number; duplexMBps: number; results: Row[] }> = [];
-for (const n of values.nprocs!.split(',').map(Number)) {
+interface Run {
+  worldSize: number;
+  linkMBps: number;
+  duplexMBps: number;
+  results: Row[];
+}
+
+const dir = join(PROJECT_ROOT, 'bench', 'results');
+let runs: Run[] = [];
+let date = new Date().toISOString().slice(0, 10);
+let machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Chromium headless, WebRTC over loopback`;
+let iters = Number(values.iters);
+if (values['table-only']) {
+  const saved = JSON.parse(await readFile(join(dir, 'allreduce.json'), 'utf8')) as { date: string; machine: string; iters: number; runs: Run[] };
+  ({ runs, date, machine, iters } = saved);
+}
+for (const n of values['table-only'] ? [] : values.nprocs!.split(',').map(Number)) {
   console.log(`--- ${n} ranks`);
   const { ok, summary } = await launch({
     nproc: n,
@@ -45,31 +62,33 @@ for (const n of values.nprocs!.split(',').map(Number)) {
     console.error(JSON.stringify(summary));
     process.exit(1);
   }
-  runs.push(summary as unknown as (typeof runs)[number]);
+  runs.push(summary as unknown as Run);
 }
 
 const size = (b: number) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : `${b / 1024} KiB`);
-const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Chromium headless, WebRTC over loopback`;
-const date = new Date().toISOString().slice(0, 10);
 const lines = [
-  `All-reduce, ${date}, ${machine}. Median of ${values.iters} iterations; time is the slowest rank's.`,
+  `All-reduce, ${date}, ${machine}. Median of ${iters} iterations; time is the slowest rank's.`,
   '',
-  '| ranks | size | ring ms | algbw MB/s | busbw MB/s | link MB/s | busbw / link | mesh ms | ring vs mesh | exact | identical |',
-  '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+  '| ranks | size | ring ms | algbw MB/s | busbw MB/s | link MB/s | busbw / link | all links MB/s | mesh ms | ring vs mesh | exact | identical |',
+  '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
 ];
 for (const run of runs) {
   for (const r of run.results) {
     const ratio = run.linkMBps ? (r.busbwMBps / run.linkMBps).toFixed(2) : '-';
     const speedup = r.meshMs ? `${(r.meshMs / r.ms).toFixed(2)}x` : '-';
     lines.push(
-      `| ${run.worldSize} | ${size(r.bytes)} | ${r.ms} | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${ratio} | ${r.meshMs ?? '-'} | ${speedup} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
+      `| ${run.worldSize} | ${size(r.bytes)} | ${r.ms} | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${ratio} | ${(r.busbwMBps * run.worldSize).toFixed(1)} | ${r.meshMs ?? '-'} | ${speedup} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
     );
   }
 }
-lines.push('', `Link MB/s: one direction between ranks 0 and 1 alone. Both directions at once (as every ring link runs): ${runs.map((r) => `${r.duplexMBps} MB/s each way at ${r.worldSize} ranks`).join(', ')}.`);
+lines.push(
+  '',
+  `Link MB/s: one direction between ranks 0 and 1 with every other link idle. The same link in both directions at once (as every ring link runs): ${runs
+    .map((r) => `${r.duplexMBps} MB/s each way (measured in the ${r.worldSize}-rank run)`)
+    .join(', ')}. All links MB/s: busbw times the number of ring links, the bytes per second the whole ring moves.`,
+);
 const table = lines.join('\n');
-const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
-await writeFile(join(dir, 'allreduce.json'), JSON.stringify({ date, machine, iters: Number(values.iters), runs }, null, 2) + '\n');
+if (!values['table-only']) await writeFile(join(dir, 'allreduce.json'), JSON.stringify({ date, machine, iters, runs }, null, 2) + '\n');
 await writeFile(join(dir, 'allreduce.md'), table + '\n');
 console.log('\n' + table);

@@ -29,6 +29,8 @@ export interface TrainConfig {
   elastic: { min: number; max: number } | null;
   /** Rank 0 saves a checkpoint every this many steps (0: only at epoch ends of elastic runs). */
   checkpointEvery: number;
+  /** Evaluate on the test set every this many steps (0: only at epoch ends). */
+  evalEvery: number;
   /** Start from the latest checkpoint of this session instead of from scratch. */
   resumeFrom: string | null;
 }

@@ -35,7 +35,7 @@ import {
 } from '../../src/index.ts';
 import { selectBackend } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
-import type { BackendName, RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from './events.ts';
+import type { RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from './events.ts';
 
 /** Reads a job option from the URL, accepting camelCase or kebab-case (batchSize, batch-size). */
 function option(params: URLSearchParams, name: string): string | null {
@@ -86,6 +86,7 @@ export function parseTrainConfig(params: URLSearchParams, worldSize: number): Tr
     worldSize,
     elastic,
     checkpointEvery: num(params, 'checkpointEvery', 0, (n) => Number.isInteger(n) && n >= 0, 'a non-negative integer'),
+    evalEvery: num(params, 'evalEvery', 100, (n) => Number.isInteger(n) && n >= 0, 'a non-negative integer'),
     resumeFrom: option(params, 'resumeFrom'),
   };
 }
@@ -181,7 +182,9 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   dataPromise.catch(() => {});
 
   await agreeOnConfig(opts);
-  const membership = await joinGroup(opts);
+  /** Generations this tab saw paused below the minimum size (reported in the summary). */
+  let pausedGenerations = 0;
+  const membership = await joinGroup(opts, () => pausedGenerations++);
   const data = await dataPromise;
   const { train: trainSet, test: testSet } = data;
   const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
@@ -305,6 +308,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           }
           tensorCounts.push(tf.memory().numTensors);
           emit({ type: 'step', epoch: progress.epoch, step: progress.step, totalSteps, ranks, elapsedSec: (performance.now() - started) / 1000 });
+          if (config.evalEvery > 0 && progress.step % config.evalEvery === 0 && progress.consumed < trainSet.length) {
+            lastEval = await evaluate(pg, model, testSet);
+            emit({ type: 'eval', epoch: progress.epoch, step: progress.step, ...lastEval });
+          }
           if (config.checkpointEvery > 0 && progress.step % config.checkpointEvery === 0 && pg.rank === 0) {
             await checkpoint(model, optimizer, progress, opts);
           }
@@ -422,11 +429,8 @@ async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
   throw new ConfigMismatchError(`this tab's configuration disagrees with session "${opts.session}": ${diffs.join('; ')}`);
 }
 
-/** Generations this tab saw paused below the minimum size (reported in the summary). */
-let pausedGenerations = 0;
-
 /** A fixed group (initProcessGroup) or an elastic one (ElasticAgent), behind one interface. */
-async function joinGroup(opts: TrainerOptions): Promise<Membership> {
+async function joinGroup(opts: TrainerOptions, onPaused: () => void): Promise<Membership> {
   const { config, emit, store } = opts;
   if (!config.elastic) {
     const stopWaiting = store.on('members', (e) => emit({ type: 'waiting', joined: e.ranks, worldSize: e.worldSize }));
@@ -451,7 +455,7 @@ async function joinGroup(opts: TrainerOptions): Promise<Membership> {
   agent.on((e) => {
     switch (e.type) {
       case 'paused':
-        pausedGenerations++;
+        onPaused();
         emit({ type: 'log', level: 'warn', message: `Paused: ${e.members} rank(s), below the minimum of ${e.min}. Training resumes when more tabs join.` });
         emit({ type: 'waiting', joined: [], worldSize: e.min });
         break;

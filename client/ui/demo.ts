@@ -55,6 +55,7 @@ function buildScript(scenario: string | null): Action[] {
     worldSize: WORLD,
     elastic: null,
     checkpointEvery: 0,
+    evalEvery: 50,
     resumeFrom: null,
   };
   const a: Action[] = [];
