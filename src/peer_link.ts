@@ -33,6 +33,8 @@ export interface LinkFactoryOptions {
   iceServers: RTCIceServer[];
   /** Send-queue high-water mark in bytes. */
   highWaterMark: number;
+  /** How long a full send queue may go without draining before the peer counts as lost. */
+  stallTimeoutMs: number;
 }
 
 export interface PendingLink {
@@ -140,7 +142,25 @@ class SimplePeerLink implements PeerLink, PendingLink {
     channel.send(bytes as Uint8Array<ArrayBuffer>);
     this.bytesSent += bytes.byteLength;
     if (channel.bufferedAmount > this.options.highWaterMark) {
-      await new Promise<void>((resolve, reject) => this.drainWaiters.push({ resolve, reject }));
+      const stall = this.options.stallTimeoutMs;
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          const err = new PeerLostError(this.peer, `its link did not take data for ${stall} ms (${channel.bufferedAmount} bytes queued)`);
+          this.drainWaiters = this.drainWaiters.filter((w) => w !== waiter);
+          reject(err);
+        }, stall);
+        const waiter = {
+          resolve: () => {
+            clearTimeout(timer);
+            resolve();
+          },
+          reject: (e: Error) => {
+            clearTimeout(timer);
+            reject(e);
+          },
+        };
+        this.drainWaiters.push(waiter);
+      });
     }
   }
 

@@ -651,6 +651,7 @@ export class ProcessGroup {
       initiator: this.rank < peer,
       iceServers: this.iceServers,
       highWaterMark: this.highWaterMark,
+      stallTimeoutMs: this.peerTimeoutMs,
       sendSignal: (body) => {
         this.store.signal(peer, { channel, body }).catch((err: Error) => this.markLost(peer, `signaling failed: ${err.message}`));
       },
