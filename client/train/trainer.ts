@@ -33,6 +33,7 @@ import {
   type StoreClient,
   type TensorBundle,
 } from '../../src/index.ts';
+import { encodeValue } from '../../src/protocol.ts';
 import { selectBackend } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from './events.ts';
@@ -384,7 +385,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
           ...(stoppedBy !== null ? { stoppedBy } : {}),
           ...(flags.recordIndices ? { trainedOn } : {}),
-          ...(flags.returnWeights && pg.rank === 0 ? { weights: toBase64(weights) } : {}),
+          ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
         };
         emit({ type: 'done', summary });
         return { summary, model, pg, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
@@ -698,11 +699,4 @@ async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset):
   }
   await pg.allReduce(totals, 'sum');
   return { testAccuracy: totals[0] / totals[2], testLoss: totals[1] / totals[2] };
-}
-
-function toBase64(data: Float32Array): string {
-  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  let bin = '';
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
 }
