@@ -13,7 +13,6 @@ import {
   DistributedDataParallel,
   DistributedSampler,
   ElasticAgent,
-  PeerLostError,
   buildModel,
   classificationLoss,
   hashFloat32,
@@ -397,7 +396,6 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       }
       const e = err as Error;
       emit({ type: 'log', level: 'warn', message: `Generation failed at step ${progress?.step ?? 0}${inFlight > 0 ? ` (step ${inFlight} in flight)` : ''}: ${e.message}` });
-      if (e instanceof PeerLostError) emit({ type: 'rank-lost', rank: e.rank, reason: e.reason });
       generation = await nextGeneration(membership, generation.id, emit);
     }
   }
