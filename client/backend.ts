@@ -8,9 +8,7 @@ import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
-import type { BackendName } from './train/events.ts';
-
-export const BACKENDS: BackendName[] = ['webgpu', 'webgl', 'wasm', 'cpu'];
+import { BACKENDS, type BackendName } from './train/config.ts';
 
 setWasmPaths({
   'tfjs-backend-wasm.wasm': wasmPlain,
@@ -41,7 +39,7 @@ async function tryBackend(name: BackendName): Promise<string | undefined> {
 }
 
 export async function selectBackend(wanted: BackendName): Promise<BackendChoice> {
-  if (!BACKENDS.includes(wanted)) throw new Error(`unknown backend "${wanted}"; use ${BACKENDS.join(', ')}`);
+  if (!(BACKENDS as readonly string[]).includes(wanted)) throw new Error(`unknown backend "${wanted}"; use ${BACKENDS.join(', ')}`);
   const reasons: string[] = [];
   const order = [wanted, ...(['webgpu', 'webgl', 'cpu'] as BackendName[]).filter((b) => b !== wanted && BACKENDS.indexOf(b) > BACKENDS.indexOf(wanted))];
   for (const name of order) {

@@ -2,10 +2,11 @@
  * The page. `/?session=NAME&world=N` joins session NAME; `&job=...` runs a job (what the
  * launcher's headless ranks do); without a session it offers to create one.
  */
-import { StoreClient, initProcessGroup, type ProcessGroup } from '../src/index.ts';
+import { RendezvousHandler } from '../src/index.ts';
 import { report } from './report.ts';
 import { probeWebGpu } from './webgpu.ts';
-import type { Job, JobContext } from './jobs/job.ts';
+import type { Job } from './jobs/job.ts';
+import { runOnPage } from './job_page.ts';
 import { rendezvousJob } from './jobs/rendezvous.ts';
 import { trainPage } from './train/page.ts';
 import { mountCreateForm } from './ui/create_form.ts';
@@ -38,45 +39,29 @@ function intParam(name: string, fallback: number | undefined): number | undefine
 }
 
 async function runJob(jobName: string): Promise<void> {
-  const job = JOBS[jobName];
-  const logList = el('ol', { class: 'log', 'aria-label': 'job log' });
-  const status = el('p', { class: 'status', role: 'status' }, `Job "${jobName}": starting…`);
-  app.append(el('h1', {}, 'Browser DDP'), status, logList);
-  const log = (line: string) => {
-    console.log(line);
-    logList.append(el('li', {}, line));
-  };
-  try {
+  await runOnPage(app, `Job "${jobName}"`, (page) => {
+    const job = JOBS[jobName];
     if (!job) throw new Error(`unknown job "${jobName}"; known jobs: ${Object.keys(JOBS).join(', ')}`);
     const session = params.get('session');
     if (!session) throw new Error('URL parameter "session" is required');
-    const ctx: JobContext = {
+    return job({
       params,
       serverUrl: location.origin,
       session,
       worldSize: intParam('world', 1)!,
       rank: intParam('rank', undefined),
       timeoutMs: intParam('timeoutMs', 120_000)!,
-      log,
+      log: page.log,
       joined: (rank, worldSize) => {
-        status.textContent = `Job "${jobName}": rank ${rank} of ${worldSize}`;
+        page.status(`rank ${rank} of ${worldSize}`);
         report({ type: 'rank', rank, worldSize });
       },
       progress: (data) => report({ type: 'progress', data }),
-    };
-    const result = await job(ctx);
-    status.textContent = `Job "${jobName}": done`;
-    report({ type: 'result', result });
-  } catch (err) {
-    const e = err instanceof Error ? err : new Error(String(err));
-    status.textContent = `Job "${jobName}" failed: ${e.message}`;
-    status.classList.add('error');
-    console.error(e);
-    report({ type: 'error', name: e.name, message: e.message });
-  }
+    });
+  });
 }
 
-/** A person's tab: join, show the rank, who has joined, and WebGPU. */
+/** A person's tab: join, show the rank, how many have joined, and WebGPU. */
 async function lobby(session: string): Promise<void> {
   const worldSize = intParam('world', undefined);
   const rankEl = el('dd', {}, '…');
@@ -98,23 +83,25 @@ async function lobby(session: string): Promise<void> {
     status.classList.add('error');
     return;
   }
-  let pg: ProcessGroup;
   try {
-    const store = await StoreClient.connect(location.origin, { session });
-    store.on('members', (e) => {
-      membersEl.textContent = `${e.ranks.length} of ${e.worldSize}: ranks ${e.ranks.join(', ')}`;
-      if (pg && e.ranks.length < e.worldSize) status.textContent = `Waiting: ${e.worldSize - e.ranks.length} rank(s) left the group.`;
+    status.textContent = `Waiting for ${worldSize} tabs to join…`;
+    const handler = await RendezvousHandler.start({ url: location.origin, session, min: worldSize, max: worldSize, rank: intParam('rank', undefined), timeoutMs: 3_600_000 }, (e) => {
+      if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
+      if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
     });
-    store.on('close', () => {
+    handler.store.on('close', () => {
       status.textContent = 'Lost the connection to the server.';
       status.classList.add('error');
     });
-    status.textContent = `Waiting for ${worldSize} tabs to join…`;
-    pg = await initProcessGroup({ url: location.origin, session, worldSize, rank: intParam('rank', undefined), store, timeoutMs: 3_600_000 });
-    rankEl.textContent = `rank ${pg.rank}`;
-    status.textContent = `Group complete: ${pg.worldSize} ranks.`;
-    status.dataset.complete = 'true';
-    report({ type: 'rank', rank: pg.rank, worldSize: pg.worldSize });
+    for (let after = 0; ; ) {
+      const round = await handler.nextRendezvous(after, 3_600_000);
+      after = round.id;
+      rankEl.textContent = `rank ${round.rank}`;
+      membersEl.textContent = `${round.worldSize} of ${worldSize}: ranks ${Array.from({ length: round.worldSize }, (_, r) => r).join(', ')}`;
+      status.textContent = `Group complete: ${round.worldSize} ranks.`;
+      status.dataset.complete = 'true';
+      report({ type: 'rank', rank: round.rank, worldSize: round.worldSize });
+    }
   } catch (err) {
     status.textContent = `Could not join: ${(err as Error).message}`;
     status.classList.add('error');
@@ -128,7 +115,6 @@ if (jobName === 'train' && session) {
     root: app,
     params,
     session,
-    worldSize: intParam('world', 1)!,
     rank: intParam('rank', undefined),
     timeoutMs: intParam('timeoutMs', 3_600_000)!,
   });

@@ -1,16 +1,38 @@
 /**
- * The launcher (this project's torchrun): `npm run launch -- --nproc N --job NAME [options]`.
+ * The launcher (this project's torchrun):
+ *   npm run launch -- --nproc N [options] SCRIPT.ts [script arguments]   a user's training script
+ *   npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE]  a built-in job of the page
  * Starts a server unless --server is given, opens N headless ranks as pages of one Chromium,
  * prefixes each rank's console with its rank, and prints one JSON summary as its last line.
- * Options it does not know become URL parameters of the job (e.g. --sizes 0,1,7 -> sizes=0,1,7).
+ * For a job, options it does not know become URL parameters of the job (e.g. --sizes 0,1,7).
+ * Launcher options come before the script's path and all take a value; everything after the
+ * path is the script's.
  */
 import { parseArgs } from 'node:util';
 import { writeFile } from 'node:fs/promises';
-import { launch, type Fault, type LaunchOptions } from './run.ts';
+import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
 
-const USAGE = `usage: npm run launch -- --nproc N [--job NAME] [--server URL] [--session NAME] [--timeout SECONDS]
-         [--min N --max N] [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP]
-         [--heartbeat-timeout MS] [--JOBOPTION VALUE ...]`;
+const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
+       npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
+options: [--server URL] [--session NAME] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
+         [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]`;
+
+/** Launcher options a script run passes to its pages. */
+const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
+
+/** Splits the command line at the script's path: launcher options before it, the script's own after. */
+function splitAtScript(argv: string[]): { launcher: string[]; script?: string; scriptArgs: string[] } {
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a.startsWith('--')) {
+      if (!a.includes('=') && a !== '--help' && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) i++;
+      continue;
+    }
+    if (!isScript(a)) throw new Error(`"${a}" is not a launcher option or a script (a .ts or .js file)\n${USAGE}`);
+    return { launcher: argv.slice(0, i), script: a, scriptArgs: argv.slice(i + 1) };
+  }
+  return { launcher: argv, scriptArgs: [] };
+}
 
 /** RANK@STEP or N@STEP. */
 function parseAt(flag: string, value: string): { n: number; step: number } {
@@ -20,8 +42,9 @@ function parseAt(flag: string, value: string): { n: number; step: number } {
 }
 
 function parse(argv: string[]): LaunchOptions {
+  const split = splitAtScript(argv);
   const { values, tokens } = parseArgs({
-    args: argv,
+    args: split.launcher,
     strict: false,
     tokens: true,
     options: {
@@ -86,9 +109,17 @@ function parse(argv: string[]): LaunchOptions {
   if (faults.some((f) => f.kind !== 'restart-server') && jobParams.min === undefined) {
     throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
   }
+  if (split.script !== undefined) {
+    if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
+    const unknown = Object.keys(jobParams).filter((k) => !SCRIPT_PARAMS.has(k));
+    if (unknown.length > 0) {
+      throw new Error(`unknown launcher option ${unknown.map((k) => `--${k}`).join(', ')}: a script's own arguments go after its path\n${USAGE}`);
+    }
+  }
   return {
     nproc,
-    job: typeof values.job === 'string' ? values.job : 'rendezvous',
+    job: split.script ?? (typeof values.job === 'string' ? values.job : 'rendezvous'),
+    scriptArgs: split.scriptArgs,
     server: typeof values.server === 'string' ? values.server : undefined,
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
     timeoutSec,

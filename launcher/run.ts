@@ -1,13 +1,15 @@
 /**
- * Runs one job on N headless ranks (the body of the launcher, callable from benchmarks and
- * tests), with fault injection for elastic runs: kill or freeze a rank's page at a step, open
- * more pages at a step, restart the server at a step.
+ * Runs one job or user script on N headless ranks (the body of the launcher, callable from
+ * benchmarks and tests), with fault injection for elastic runs: kill or freeze a rank's page at
+ * a step, open more pages at a step, restart the server at a step.
  */
 import type { Browser, Page } from 'playwright';
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
+import type { ElasticEvent } from '../src/elastic/events.ts';
 import { launchChromium } from './browser.ts';
-import { summarize, type RankResult } from './summaries.ts';
+import { buildScript } from './build_script.ts';
+import { summarize, summarizeScript, type RankResult } from './summaries.ts';
 import type { Report } from '../client/report.ts';
 
 /** A fault to inject once the run reaches `step` (as reported by any rank). */
@@ -19,12 +21,15 @@ export type Fault =
 
 export interface LaunchOptions {
   nproc: number;
+  /** A built-in job of the page, or the path of a user script (a module whose default export trains). */
   job: string;
+  /** The script's own arguments (for a script). */
+  scriptArgs?: string[];
   /** Use this server instead of starting one. */
   server?: string;
   session: string;
   timeoutSec: number;
-  /** Passed to the job as URL parameters. */
+  /** Passed to the job as URL parameters (min, max and backend for a script). */
   jobParams: Record<string, string>;
   faults?: Fault[];
   /** Options for the server the launcher starts. */
@@ -84,10 +89,28 @@ async function freeze(page: Page, log: (line: string) => void): Promise<void> {
   }
 }
 
+/** A job name that is a file path: a user script. */
+export function isScript(job: string): boolean {
+  return /\.(ts|js|mts|mjs)$/.test(job);
+}
+
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
-  const summaryBase = { job: opts.job, worldSize: opts.nproc };
+  const script = isScript(opts.job);
+  const summaryBase = { [script ? 'script' : 'job']: opts.job, worldSize: opts.nproc };
+  const events: ElasticEvent[] = [];
   let server: RunningServer | undefined;
+  // A script is served as its own page, built by Vite next to the built-in one.
+  let entry = '/';
+  if (script) {
+    try {
+      entry = await buildScript(opts.job, (l) => log(`[launch] ${l}`));
+    } catch (err) {
+      const message = `could not build ${opts.job}: ${(err as Error).message}`;
+      log(`[launch] FAILED ${message}`);
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
+    }
+  }
   const browser = await launchChromium();
   const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
   if (faults.some((f) => f.kind === 'restart-server') && opts.server) {
@@ -104,7 +127,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   try {
     let base = opts.server;
     if (!base) {
-      await ensureBuilt((l) => log(`[launch] ${l}`));
+      if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
       server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions });
       base = server.url;
       log(`[launch] server on ${base}`);
@@ -174,17 +197,22 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             rp.label = `rank ${r.rank}`;
             return;
           case 'progress':
-            if (r.data.type === 'joined' && typeof r.data.rank === 'number') {
-              rp.rank = r.data.rank;
-              rp.label = `rank ${r.data.rank}`;
+            return;
+          case 'elastic': {
+            const e = r.event;
+            events.push(e);
+            if (e.type === 'round') {
+              rp.rank = e.rank;
+              rp.label = `rank ${e.rank}`;
             }
-            if (r.data.type === 'step' && typeof r.data.step === 'number') onStep(r.data.step);
-            if (r.data.type === 'rank-lost') {
+            if (e.type === 'step') onStep(e.step);
+            if (e.type === 'peer-lost') {
               // How long the survivors took to notice a killed or frozen rank.
               const f = injected.find((x) => (x.fault.startsWith('kill') || x.fault.startsWith('freeze')) && x.detectedAfterMs === undefined);
               if (f) f.detectedAfterMs = Date.now() - f.at;
             }
             return;
+          }
           case 'result':
             rp.result = { rank: rp.rank ?? index, ...r.result } as RankResult;
             finish();
@@ -194,10 +222,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             return;
         }
       });
-      const u = new URL(serverUrl);
-      const params: Record<string, string> = { session: opts.session, world: String(opts.nproc), job: opts.job, ...opts.jobParams };
-      if (rank !== undefined && opts.jobParams.min === undefined) params.rank = String(rank);
-      u.search = new URLSearchParams(params).toString();
+      const u = new URL(entry, serverUrl);
+      const params = new URLSearchParams({ session: opts.session, world: String(opts.nproc), ...(script ? {} : { job: opts.job }), ...opts.jobParams });
+      if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
+      for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
+      u.search = params.toString();
       await page.goto(u.toString());
     };
 
@@ -224,7 +253,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       for (const f of failures) log(`[launch] FAILED ${f}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
     }
-    const summary = summarize(opts.job, opts.nproc, results);
+    const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
     return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ok: true }, results };
   } catch (err) {

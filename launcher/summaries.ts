@@ -1,7 +1,11 @@
-/** Turns the ranks' results into the launcher's one-line JSON summary, per job. */
+/** Turns the ranks' results into the launcher's one-line JSON summary, per job or script. */
+import type { ElasticEvent } from '../src/elastic/events.ts';
+import { samplesSeen } from './samples_seen.ts';
+
 export type RankResult = Record<string, unknown> & { rank: number };
 
-export function summarize(job: string, worldSize: number, results: RankResult[]): Record<string, unknown> {
+/** `events`: every elastic event the ranks reported (empty for jobs that do not train elastically). */
+export function summarize(job: string, worldSize: number, results: RankResult[], events: ElasticEvent[] = []): Record<string, unknown> {
   const ranks = [...results].sort((a, b) => a.rank - b.rank);
   switch (job) {
     case 'rendezvous':
@@ -9,10 +13,39 @@ export function summarize(job: string, worldSize: number, results: RankResult[])
     case 'allreduce':
       return summarizeAllreduce(job, worldSize, ranks);
     case 'train':
-      return summarizeTrain(job, worldSize, ranks);
+      return { ...summarizeTrain(job, worldSize, ranks), ...elasticFigures(events) };
     default:
       return { job, worldSize, ranks };
   }
+}
+
+/** A user script: rank 0's result, and the library's own figures when it trained elastically. */
+export function summarizeScript(script: string, worldSize: number, results: RankResult[], events: ElasticEvent[]): Record<string, unknown> {
+  const r0 = [...results].sort((a, b) => a.rank - b.rank)[0] ?? { rank: 0 };
+  const { rank: _rank, ...returned } = r0;
+  const figures = elasticFigures(events);
+  return { script, worldSize: figures.worldSize ?? worldSize, ...returned, ...figures };
+}
+
+/**
+ * What the ranks' elastic events say about the run: its final ranks (from their 'end' events),
+ * the rounds it trained in, the steps redone, the final weights of every final rank, and per
+ * epoch which samples were trained on (from the reported sample indices).
+ */
+export function elasticFigures(events: ElasticEvent[]): Record<string, unknown> {
+  const ends = events.filter((e): e is Extract<ElasticEvent, { type: 'end' }> => e.type === 'end').sort((a, b) => a.rank - b.rank);
+  if (ends.length === 0) return {};
+  const last = ends[0]!;
+  const finalRanks = ends.filter((e) => e.round === last.round);
+  return {
+    worldSize: last.worldSize,
+    steps: last.steps,
+    generations: last.generations,
+    stepsRedone: last.stepsRedone,
+    weightHashes: finalRanks.map((e) => e.weightHash),
+    identical: finalRanks.length === last.worldSize && finalRanks.every((e) => e.weightHash === last.weightHash),
+    samplesSeen: samplesSeen(events),
+  };
 }
 
 interface AllreduceRow {
@@ -81,15 +114,7 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     identical: ranks.every((r) => r.weightHash === r0.weightHash),
     breakdownMs: Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, v === null ? null : round(v)])),
     seconds: round(Math.max(...ranks.map((r) => r.seconds as number))),
-    generations: r0.generations,
-    stepsRedone: r0.stepsRedone,
     pausedGenerations: Math.max(0, ...ranks.map((r) => (typeof r.pausedGenerations === 'number' ? r.pausedGenerations : 0))),
-    // Per epoch: samples trained on, and whether the committed steps covered the epoch exactly once.
-    samplesSeen: (r0.samplesSeen as Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>).map(({ samples, exactlyOnce, complete }) => ({
-      samples,
-      exactlyOnce,
-      complete,
-    })),
     ...(Array.isArray(r0.resumes) && r0.resumes.length > 0 ? { resumes: r0.resumes } : {}),
     ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),

@@ -27,7 +27,7 @@ import {
   parseHeader,
   readPreamble,
   type CheckpointHeader,
-} from '../src/checkpoint.ts';
+} from '../src/checkpoint_format.ts';
 
 export interface CheckpointHandlerOptions {
   /** Where checkpoints are kept: one folder per session. Created when needed. */

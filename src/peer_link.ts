@@ -50,6 +50,59 @@ export type PeerLinkFactory = (options: LinkFactoryOptions) => PendingLink;
 /** Defaults for the send queue: Chromium's queue holds 16 MiB; stay well below it. */
 export const DEFAULT_HIGH_WATER_MARK = 4 << 20;
 
+/**
+ * Backpressure for one link's send queue, whatever carries the bytes: a sender that queued
+ * more than the high-water mark waits until the queue drains, and a queue that does not drain
+ * for `stallTimeoutMs` fails the send with PeerLostError (the peer stopped taking data).
+ */
+export class SendQueue {
+  private waiters: Array<{ resolve(): void; reject(e: Error): void }> = [];
+
+  constructor(
+    private readonly peer: number,
+    private readonly highWaterMark: number,
+    private readonly stallTimeoutMs: number,
+    /** Bytes queued and not yet taken by the transport. */
+    private readonly buffered: () => number,
+  ) {}
+
+  /** Call after queueing a message: resolves once the queue is back under the high-water mark. */
+  async afterSend(): Promise<void> {
+    if (this.buffered() <= this.highWaterMark) return;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        reject(new PeerLostError(this.peer, `its link did not take data for ${this.stallTimeoutMs} ms (${this.buffered()} bytes queued)`));
+      }, this.stallTimeoutMs);
+      const waiter = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** The transport took data (its "buffered amount low" event): wake the senders. */
+  drained(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.resolve();
+  }
+
+  /** The link closed: every waiting sender fails with `err`. */
+  fail(err: Error): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.reject(err);
+  }
+}
+
 type SimplePeerCtor = new (opts: SimplePeerOptions) => SimplePeerInstance;
 let simplePeerCtor: SimplePeerCtor | undefined;
 
@@ -93,21 +146,22 @@ class SimplePeerLink implements PeerLink, PendingLink {
   private readonly messageHandlers: Array<(bytes: Uint8Array) => void> = [];
   private readonly closeHandlers: Array<(reason: string) => void> = [];
   private closeReason = '';
-  private drainWaiters: Array<{ resolve(): void; reject(e: Error): void }> = [];
+  private readonly queue: SendQueue;
   private channel: RTCDataChannel | undefined;
 
   constructor(
     readonly peer: number,
     private readonly sp: SimplePeerInstance,
-    private readonly options: LinkFactoryOptions,
+    options: LinkFactoryOptions,
   ) {
+    this.queue = new SendQueue(peer, options.highWaterMark, options.stallTimeoutMs, () => this.channel?.bufferedAmount ?? 0);
     this.opened = new Promise<void>((resolve, reject) => {
       sp.on('connect', () => {
         this.state = 'open';
         // simple-peer keeps the channel private; backpressure needs its bufferedAmount.
         this.channel = (sp as unknown as { _channel: RTCDataChannel })._channel;
         this.channel.bufferedAmountLowThreshold = Math.floor(options.highWaterMark / 4);
-        this.channel.addEventListener('bufferedamountlow', () => this.wakeSenders());
+        this.channel.addEventListener('bufferedamountlow', () => this.queue.drained());
         resolve();
       });
       sp.once('close', () => reject(new PeerLostError(peer, this.closeReason || 'link closed before it opened')));
@@ -141,27 +195,7 @@ class SimplePeerLink implements PeerLink, PendingLink {
     }
     channel.send(bytes as Uint8Array<ArrayBuffer>);
     this.bytesSent += bytes.byteLength;
-    if (channel.bufferedAmount > this.options.highWaterMark) {
-      const stall = this.options.stallTimeoutMs;
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          const err = new PeerLostError(this.peer, `its link did not take data for ${stall} ms (${channel.bufferedAmount} bytes queued)`);
-          this.drainWaiters = this.drainWaiters.filter((w) => w !== waiter);
-          reject(err);
-        }, stall);
-        const waiter = {
-          resolve: () => {
-            clearTimeout(timer);
-            resolve();
-          },
-          reject: (e: Error) => {
-            clearTimeout(timer);
-            reject(e);
-          },
-        };
-        this.drainWaiters.push(waiter);
-      });
-    }
+    await this.queue.afterSend();
   }
 
   onMessage(handler: (bytes: Uint8Array) => void): void {
@@ -179,19 +213,11 @@ class SimplePeerLink implements PeerLink, PendingLink {
     this.markClosed(this.closeReason);
   }
 
-  private wakeSenders(): void {
-    const waiters = this.drainWaiters;
-    this.drainWaiters = [];
-    for (const w of waiters) w.resolve();
-  }
-
   private markClosed(reason: string): void {
     if (this.state === 'closed') return;
     this.state = 'closed';
     this.closeReason = reason;
-    const waiters = this.drainWaiters;
-    this.drainWaiters = [];
-    for (const w of waiters) w.reject(new PeerLostError(this.peer, reason));
+    this.queue.fail(new PeerLostError(this.peer, reason));
     for (const h of this.closeHandlers) h(reason);
   }
 }

@@ -1,13 +1,13 @@
 /**
- * The wire protocol between the signaling server (the rank-0 store) and its clients.
- *
- * Like TCPStore's shared `QueryType` enum, this one module is imported by both ends: every
- * message type, its fields, its result and its validation live here, and both ends switch on
- * the type exhaustively. Messages are JSON text frames; store values travel as base64 so that
- * arbitrary bytes survive. Tensors never travel here: they go peer to peer.
+ * The wire protocol between the signaling server (the rank-0 store) and its clients: the
+ * contract both ends import, like TCPStore's shared `QueryType` enum. Every message type, its
+ * fields and its result are declared here; `protocol_validation.ts` beside it parses and checks
+ * them, and both ends switch on the type exhaustively. Messages are JSON text frames; store
+ * values travel as base64 so that arbitrary bytes survive. Tensors never travel here: they go
+ * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -62,21 +62,21 @@ export const ErrorCode = {
   QUOTA_KEYS: 'QUOTA_KEYS',
   /** The session holds too many bytes. */
   QUOTA_BYTES: 'QUOTA_BYTES',
-  /** `join` with a world size other than the session's. */
+  /** `rendezvous` with a fixed world size other than the session's fixed world size. */
   WORLD_SIZE_MISMATCH: 'WORLD_SIZE_MISMATCH',
-  /** `join` with a rank outside 0..worldSize-1. */
+  /** `rendezvous` with a rank outside 0..worldSize-1. */
   RANK_OUT_OF_RANGE: 'RANK_OUT_OF_RANGE',
-  /** `join` with a rank another member holds. */
+  /** `rendezvous` with a rank another member asked for. */
   DUPLICATE_RANK: 'DUPLICATE_RANK',
-  /** `join` to a session that already has worldSize members. */
+  /** `rendezvous` to a session that already has its maximum of members. */
   SESSION_FULL: 'SESSION_FULL',
-  /** A second `join` on one socket. */
+  /** A second `rendezvous` on one socket. */
   ALREADY_JOINED: 'ALREADY_JOINED',
-  /** `signal` before `join`. */
+  /** `signal` or `regroup` from a socket without a rank in the running round. */
   NOT_JOINED: 'NOT_JOINED',
-  /** `signal` to a rank that is not a member of the session. */
+  /** `signal` to a rank that is not a member of the running round. */
   UNKNOWN_PEER: 'UNKNOWN_PEER',
-  /** `rendezvous` with min/max other than the session's, or on a session of fixed size. */
+  /** `rendezvous` with a size range other than the session's, where one of them is elastic. */
   ELASTIC_MISMATCH: 'ELASTIC_MISMATCH',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -89,7 +89,7 @@ export const CloseCode = {
   TOO_MANY_ERRORS: 4001,
   /** The server is shutting down. */
   SERVER_CLOSING: 4002,
-  /** An elastic member sent nothing for longer than the heartbeat timeout (a frozen tab). */
+  /** A member sent nothing for longer than the heartbeat timeout (a frozen tab). */
   EVICTED: 4003,
 } as const;
 
@@ -113,19 +113,18 @@ export interface RequestFields {
   append: { key: string; value: WireValue };
   multiGet: { keys: string[]; timeoutMs: number };
   multiSet: { keys: string[]; values: WireValue[] };
-  /** Rendezvous: become a member of the session's group. */
-  join: { worldSize: number; rank?: number };
-  /** Relay an opaque WebRTC signaling payload to another member, addressed by rank. */
-  signal: { to: number; data: SignalPayload };
   /**
-   * Elastic rendezvous (torchrun's --nnodes MIN:MAX): become a member of a group whose size may
-   * change. The server forms generations of the group and sends each member its rank in them.
+   * Rendezvous (torchrun's --nnodes MIN:MAX): become a member of the session's group, which
+   * trains with min..max ranks; a fixed world size N is min = max = N, and only then may a rank
+   * be asked for. The server forms rounds of the group and sends each member its rank in them.
    */
-  rendezvous: { min: number; max: number };
-  /** An elastic member is alive (any frame counts; this one exists for idle members). */
+  rendezvous: { min: number; max: number; rank?: number };
+  /** Relay an opaque WebRTC signaling payload to another member of the round, addressed by rank. */
+  signal: { to: number; data: SignalPayload };
+  /** A member is alive (any frame counts; this one exists for idle members). */
   heartbeat: {};
-  /** Ask for a new generation (to admit waiting members) unless one newer than `fromGen` exists. */
-  regroup: { fromGen: number };
+  /** Ask for a new round (to admit waiting members) unless one newer than `fromRound` exists. */
+  regroup: { fromRound: number };
 }
 
 /** What each request resolves to. */
@@ -143,11 +142,10 @@ export interface ResultOf {
   append: null;
   multiGet: WireValue[];
   multiSet: null;
-  join: { rank: number; worldSize: number };
-  signal: null;
   rendezvous: { memberId: number };
+  signal: null;
   heartbeat: null;
-  regroup: { gen: number };
+  regroup: { round: number };
 }
 
 export type RequestType = keyof RequestFields;
@@ -157,7 +155,7 @@ export type Request<T extends RequestType = RequestType> = T extends RequestType
 
 /** A signaling payload: opaque to the server, small, JSON. */
 export interface SignalPayload {
-  /** Which link this belongs to; lets a later group generation ignore an old one's signals. */
+  /** Which link this belongs to; lets a later round's group ignore an earlier one's signals. */
   channel: string;
   body: unknown;
 }
@@ -181,13 +179,6 @@ export interface ErrorMessage {
   details?: Record<string, unknown>;
 }
 
-/** Sent to every member when membership changes. */
-export interface MembersEvent {
-  type: 'members';
-  worldSize: number;
-  ranks: number[];
-}
-
 /** A relayed signaling payload from another member. */
 export interface SignalEvent {
   type: 'signal';
@@ -195,240 +186,49 @@ export interface SignalEvent {
   data: SignalPayload;
 }
 
-/** A member's socket closed. */
+/** A member of the running round left (its socket closed, or it was evicted), by rank in that round. */
 export interface PeerLeftEvent {
   type: 'peer-left';
+  round: number;
   rank: number;
-  /** Why, when the server knows more than "its socket closed" (e.g. evicted for silence). */
-  reason?: string;
+  /** Why: its connection closed, or it was evicted for silence. */
+  reason: string;
 }
 
 /**
- * A new generation of an elastic group. Each member gets its own copy with its rank; `rank` is -1
- * for a member left waiting (the group is at its maximum). `paused` generations have fewer than
- * the minimum members: nobody trains until more join.
+ * A new round of the group (torch's rendezvous round): a fixed set of ranks 0..worldSize-1.
+ * Each member gets its own copy with its rank; `rank` is -1 for a member left waiting (the
+ * group is at its maximum). A `paused` round has fewer than `min` members: nobody trains until
+ * more arrive.
  */
-export interface GenerationEvent {
-  type: 'generation';
-  gen: number;
+export interface RoundEvent {
+  type: 'round';
+  round: number;
   rank: number;
   worldSize: number;
-  /** Member ids in rank order. */
-  members: number[];
   paused: boolean;
   min: number;
   max: number;
 }
 
-/** Members are waiting to join the running generation at the next step boundary. */
-export interface JoinPendingEvent {
-  type: 'join-pending';
-  gen: number;
-  waiting: number;
-}
-
-export type ServerMessage = ReplyMessage | ErrorMessage | MembersEvent | SignalEvent | PeerLeftEvent | GenerationEvent | JoinPendingEvent;
-
-// ---------------------------------------------------------------------------------------------
-// Validation.
-
-export class ProtocolViolation extends Error {
-  override name = 'ProtocolViolation';
-  constructor(
-    readonly code: ErrorCode,
-    message: string,
-    readonly id?: number,
-  ) {
-    super(message);
-  }
-}
-
-type Obj = Record<string, unknown>;
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function fail(id: number | undefined, message: string): never {
-  throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, message, id);
-}
-
-function str(m: Obj, field: string, id: number, maxLength: number): string {
-  const v = m[field];
-  if (typeof v !== 'string') fail(id, `field "${field}" must be a string, got ${describe(v)}`);
-  if (v.length > maxLength) fail(id, `field "${field}" is ${v.length} characters; the limit is ${maxLength}`);
-  return v;
-}
-
-function key(m: Obj, field: string, id: number, limits: Limits): string {
-  const k = str(m, field, id, limits.maxKeyLength);
-  if (k.length === 0) fail(id, `field "${field}" must not be empty`);
-  return k;
-}
-
-function int(m: Obj, field: string, id: number, min: number, max: number): number {
-  const v = m[field];
-  if (typeof v !== 'number' || !Number.isSafeInteger(v)) {
-    fail(id, `field "${field}" must be an integer, got ${describe(v)}`);
-  }
-  if (v < min || v > max) fail(id, `field "${field}" is ${v}; allowed is ${min}..${max}`);
-  return v;
-}
-
-const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
-
-function value(m: Obj, field: string, id: number): WireValue {
-  const v = m[field];
-  if (typeof v !== 'string' || v.length % 4 !== 0 || !BASE64.test(v)) {
-    fail(id, `field "${field}" must be base64 text, got ${describe(v)}`);
-  }
-  return v;
-}
-
-function keyList(m: Obj, field: string, id: number, limits: Limits): string[] {
-  const v = m[field];
-  if (!Array.isArray(v)) fail(id, `field "${field}" must be an array of keys, got ${describe(v)}`);
-  if (v.length > limits.maxKeysPerRequest) {
-    fail(id, `field "${field}" names ${v.length} keys; the limit is ${limits.maxKeysPerRequest}`);
-  }
-  return v.map((_, i) => key(v as unknown as Obj, String(i), id, limits));
-}
-
-function describe(v: unknown): string {
-  if (v === undefined) return 'nothing';
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'an array';
-  if (typeof v === 'string') return v.length > 40 ? `a ${v.length}-character string` : JSON.stringify(v);
-  if (typeof v === 'number') return String(v);
-  return `a ${typeof v}`;
-}
-
 /**
- * Parses and validates one client frame. Throws `ProtocolViolation` with the code and a message
- * that says what was wrong; the server turns that into an error reply.
+ * Who is waiting (torch's num_nodes_waiting), sent to every member whenever it changes: before
+ * the first round, while paused, and while a round runs (the running ranks then admit the
+ * waiting ones at their next step boundary with `regroup`).
  */
-export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Request {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch {
-    throw new ProtocolViolation(ErrorCode.BAD_JSON, 'the frame is not valid JSON');
-  }
-  if (!isObj(raw)) throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'a message must be a JSON object');
-  const idRaw = raw.id;
-  if (typeof idRaw !== 'number' || !Number.isSafeInteger(idRaw) || idRaw < 0) {
-    throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, `field "id" must be a non-negative integer, got ${describe(idRaw)}`);
-  }
-  const id = idRaw;
-  const type = raw.type;
-  if (typeof type !== 'string') fail(id, `field "type" must be a string, got ${describe(type)}`);
-  const t = type as RequestType;
-  const timeout = () => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
-  switch (t) {
-    case 'hello':
-      return { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9) };
-    case 'set':
-      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
-    case 'get':
-      return { type: t, id, key: key(raw, 'key', id, limits), timeoutMs: timeout() };
-    case 'add':
-      return {
-        type: t,
-        id,
-        key: key(raw, 'key', id, limits),
-        amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER),
-      };
-    case 'compareSet':
-      return {
-        type: t,
-        id,
-        key: key(raw, 'key', id, limits),
-        expected: value(raw, 'expected', id),
-        desired: value(raw, 'desired', id),
-      };
-    case 'wait':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
-    case 'check':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits) };
-    case 'deleteKey':
-      return { type: t, id, key: key(raw, 'key', id, limits) };
-    case 'numKeys':
-      return { type: t, id };
-    case 'append':
-      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
-    case 'multiGet':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
-    case 'multiSet': {
-      const keys = keyList(raw, 'keys', id, limits);
-      const vs = raw.values;
-      if (!Array.isArray(vs)) fail(id, `field "values" must be an array, got ${describe(vs)}`);
-      if (vs.length !== keys.length) fail(id, `multiSet has ${keys.length} keys but ${vs.length} values`);
-      return { type: t, id, keys, values: vs.map((_, i) => value(vs as unknown as Obj, String(i), id)) };
-    }
-    case 'join': {
-      const worldSize = int(raw, 'worldSize', id, 1, 4096);
-      if (raw.rank === undefined) return { type: t, id, worldSize };
-      return { type: t, id, worldSize, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
-    }
-    case 'rendezvous': {
-      const min = int(raw, 'min', id, 1, 4096);
-      const max = int(raw, 'max', id, 1, 4096);
-      if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
-      return { type: t, id, min, max };
-    }
-    case 'heartbeat':
-      return { type: t, id };
-    case 'regroup':
-      return { type: t, id, fromGen: int(raw, 'fromGen', id, 0, Number.MAX_SAFE_INTEGER) };
-    case 'signal': {
-      const to = int(raw, 'to', id, 0, 4095);
-      const data = raw.data;
-      if (!isObj(data) || typeof data.channel !== 'string' || data.channel.length > 128 || !('body' in data)) {
-        fail(id, 'field "data" must be an object { channel: string, body }');
-      }
-      return { type: t, id, to, data: { channel: data.channel as string, body: data.body } };
-    }
-    default: {
-      // Exhaustive: adding a request type without handling it here fails to compile.
-      const unknown: never = t;
-      throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(unknown)}`, id);
-    }
-  }
+export interface WaitingEvent {
+  type: 'waiting';
+  /** The latest round (0 before the first). */
+  round: number;
+  /** Members that hold no rank in a running round and wait for the next one. */
+  waiting: number;
+  /** Every member of the session's group, waiting or not. */
+  members: number;
+  min: number;
+  max: number;
 }
 
-/** Parses a server frame on the client side. Throws on anything malformed. */
-export function parseServerMessage(text: string): ServerMessage {
-  const raw: unknown = JSON.parse(text);
-  if (!isObj(raw) || typeof raw.type !== 'string') throw new Error('server sent a frame that is not a message');
-  const t = raw.type as ServerMessage['type'];
-  switch (t) {
-    case 'reply':
-      if (typeof raw.id !== 'number') throw new Error('server reply without id');
-      return raw as unknown as ReplyMessage;
-    case 'error':
-      if (typeof raw.code !== 'string' || typeof raw.message !== 'string') throw new Error('server error without code');
-      return raw as unknown as ErrorMessage;
-    case 'members':
-      if (!Array.isArray(raw.ranks) || typeof raw.worldSize !== 'number') throw new Error('bad members event');
-      return raw as unknown as MembersEvent;
-    case 'signal':
-      if (typeof raw.from !== 'number' || !isObj(raw.data)) throw new Error('bad signal event');
-      return raw as unknown as SignalEvent;
-    case 'peer-left':
-      if (typeof raw.rank !== 'number') throw new Error('bad peer-left event');
-      return raw as unknown as PeerLeftEvent;
-    case 'generation':
-      if (typeof raw.gen !== 'number' || typeof raw.rank !== 'number' || !Array.isArray(raw.members)) throw new Error('bad generation event');
-      return raw as unknown as GenerationEvent;
-    case 'join-pending':
-      if (typeof raw.gen !== 'number' || typeof raw.waiting !== 'number') throw new Error('bad join-pending event');
-      return raw as unknown as JoinPendingEvent;
-    default: {
-      const unknown: never = t;
-      throw new Error(`server sent unknown message type ${String(unknown)}`);
-    }
-  }
-}
+export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Values: bytes <-> base64, without Node's Buffer so the browser can use it too.

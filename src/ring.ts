@@ -1,6 +1,8 @@
 /**
- * The ring schedule: which segment each rank sends and receives at each step of a ring
- * reduce-scatter and all-gather. Pure arithmetic, tested exhaustively.
+ * Ring algorithms: the schedule (which segment each rank sends and receives at each step of a
+ * ring reduce-scatter and all-gather, pure arithmetic, tested exhaustively) and the reduce-
+ * scatter, all-gather and pipelined broadcast written against a small `RingTransport`, so they
+ * never see a link, a frame or a sequence number.
  *
  * The buffer is cut into `worldSize` segments whose lengths differ by at most one. Rank r sends
  * to r+1 and receives from r-1. After the reduce-scatter, rank r holds the fully reduced
@@ -8,6 +10,8 @@
  * segment around the ring. Each segment is reduced once, on its owner, in one fixed order, and
  * then copied: every rank ends with bit-identical values.
  */
+
+import type { ReduceOpName } from './framing.ts';
 
 export interface Segment {
   start: number;
@@ -62,4 +66,123 @@ export function ringSchedule(rank: number, worldSize: number): { reduceScatter: 
     reduceScatter: steps.map((s) => reduceScatterStep(rank, worldSize, s)),
     allGather: steps.map((s) => allGatherStep(rank, worldSize, s)),
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The algorithms
+
+/** One collective's view of the network: messages to and from ranks, numbered by step. */
+export interface RingTransport {
+  readonly rank: number;
+  readonly worldSize: number;
+  /** Sends message `step` of this collective to `peer`. */
+  send(peer: number, step: number, bytes: Uint8Array): Promise<void>;
+  /**
+   * Receives message `step` of this collective from `peer` (exactly `bytes` long), chunk by
+   * chunk as it arrives; `frame` is the chunk as it travelled, to forward it unchanged.
+   */
+  recv(peer: number, step: number, bytes: number, onChunk: (payload: Uint8Array, offset: number, frame: Uint8Array) => void): Promise<void>;
+  /** Passes a received frame on to `peer` as is (a broadcast's pipelining). */
+  forward(peer: number): Promise<(frame: Uint8Array) => Promise<void>>;
+}
+
+/**
+ * Ring reduce-scatter over `segs` of `buf`, in place: afterwards rank r holds the reduction of
+ * segment r (divided by n for avg). Each chunk is reduced as it arrives.
+ */
+export async function ringReduceScatter(t: RingTransport, buf: Float32Array, segs: Segment[], op: ReduceOpName): Promise<void> {
+  const n = t.worldSize;
+  const right = rightOf(t.rank, n);
+  const left = leftOf(t.rank, n);
+  const reduce = reducer(op);
+  for (let s = 0; s < n - 1; s++) {
+    const { send, recv } = reduceScatterStep(t.rank, n, s);
+    const into = segs[recv]!;
+    await Promise.all([
+      t.send(right, s, asBytes(buf, segs[send]!)),
+      t.recv(left, s, (into.end - into.start) * 4, (payload, offset) => {
+        const incoming = asFloats(payload);
+        reduce(buf, incoming, into.start + offset / 4, incoming.length, 0);
+      }),
+    ]);
+  }
+  if (op === 'avg') {
+    const own = segs[t.rank]!;
+    for (let i = own.start; i < own.end; i++) buf[i]! /= n;
+  }
+}
+
+/**
+ * Ring all-gather over `segs` of `buf`, in place: rank r starts owning segment r and ends with
+ * all of them. `stepBase` keeps message numbers apart from a reduce-scatter in the same collective.
+ */
+export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: Segment[], stepBase = 0): Promise<void> {
+  const n = t.worldSize;
+  const right = rightOf(t.rank, n);
+  const left = leftOf(t.rank, n);
+  for (let s = 0; s < n - 1; s++) {
+    const { send, recv } = allGatherStep(t.rank, n, s);
+    const into = segs[recv]!;
+    await Promise.all([
+      t.send(right, stepBase + s, asBytes(buf, segs[send]!)),
+      t.recv(left, stepBase + s, (into.end - into.start) * 4, copyInto(buf, into.start)),
+    ]);
+  }
+}
+
+/** Copies `src`'s bytes into everyone's `bytes`, passing each chunk on along the ring as it arrives. */
+export async function ringBroadcast(t: RingTransport, bytes: Uint8Array, src: number): Promise<void> {
+  const right = rightOf(t.rank, t.worldSize);
+  if (t.rank === src) return t.send(right, 0, bytes);
+  const forward = right === src ? undefined : await t.forward(right);
+  let chain = Promise.resolve();
+  await t.recv(leftOf(t.rank, t.worldSize), 0, bytes.length, (payload, offset, frame) => {
+    bytes.set(payload, offset);
+    if (forward) chain = chain.then(() => forward(frame));
+  });
+  await chain;
+}
+
+type Reduce = (acc: Float32Array, incoming: Float32Array, at: number, count: number, from: number) => void;
+
+/** acc[at + i] = op(acc[at + i], incoming[from + i]) for i in [0, count). */
+export function reducer(op: ReduceOpName): Reduce {
+  switch (op) {
+    case 'sum':
+    case 'avg':
+      return (acc, inc, at, count, from) => {
+        for (let i = 0; i < count; i++) acc[at + i]! += inc[from + i]!;
+      };
+    case 'max':
+      return (acc, inc, at, count, from) => {
+        for (let i = 0; i < count; i++) acc[at + i] = Math.max(acc[at + i]!, inc[from + i]!);
+      };
+    case 'min':
+      return (acc, inc, at, count, from) => {
+        for (let i = 0; i < count; i++) acc[at + i] = Math.min(acc[at + i]!, inc[from + i]!);
+      };
+    default: {
+      const unknown: never = op;
+      throw new RangeError(`unknown reduce op ${String(unknown)}`);
+    }
+  }
+}
+
+/** The bytes of `buf` (or of one segment of it), without a copy. */
+export function asBytes(buf: Float32Array, seg?: Segment): Uint8Array {
+  const start = seg ? seg.start : 0;
+  const end = seg ? seg.end : buf.length;
+  return new Uint8Array(buf.buffer, buf.byteOffset + start * 4, (end - start) * 4);
+}
+
+/** A Float32 view of a payload; copies only when the payload is not 4-byte aligned. */
+function asFloats(payload: Uint8Array): Float32Array {
+  if (payload.byteOffset % 4 === 0) return new Float32Array(payload.buffer, payload.byteOffset, payload.length / 4);
+  return new Float32Array(payload.slice().buffer);
+}
+
+/** A chunk handler that copies each chunk into `target` from element `startElement` on. */
+export function copyInto(target: Float32Array, startElement: number): (payload: Uint8Array, offset: number) => void {
+  const bytes = new Uint8Array(target.buffer, target.byteOffset, target.byteLength);
+  return (payload, offset) => bytes.set(payload, startElement * 4 + offset);
 }

@@ -216,6 +216,12 @@ export interface DistributedSamplerOptions {
   startIndex?: number;
 }
 
+/** A sampler's position: see `DistributedSampler.stateDict`. */
+export interface SamplerState {
+  epoch: number;
+  position: number;
+}
+
 /**
  * torch.utils.data.distributed.DistributedSampler over a dataset of `datasetLength` items.
  * With startIndex = 0 (the default) every field and every index list equals torch's.
@@ -280,6 +286,35 @@ export class DistributedSampler implements Iterable<number> {
   /** `len(sampler)` in torch. */
   get length(): number {
     return this._numSamples;
+  }
+
+  /**
+   * Where this sampler is (torchdata's StatefulDistributedSampler has the same pair): the epoch,
+   * and the position in the epoch's global order from which the rest of the epoch is sharded.
+   * The state does not depend on the rank or the number of replicas, so a group of another size
+   * can `loadStateDict` it and re-shard the rest of the epoch among its own ranks.
+   */
+  stateDict(): SamplerState {
+    return { epoch: this._epoch, position: this._startIndex };
+  }
+
+  /** Continues from `state`: sets the epoch and shards the global order from `state.position` on. */
+  loadStateDict(state: SamplerState): void {
+    this.setEpoch(state.epoch);
+    this.setStartIndex(state.position);
+  }
+
+  /**
+   * How many of this rank's indices, at the end of `indices()`, are padding: repeats that torch
+   * adds so that every rank gets the same number (0 with dropLast, or when the rest divides evenly).
+   */
+  get numPadding(): number {
+    const remaining = this.datasetLength - this._startIndex;
+    // Positions rank, rank + n, ... below numSamples * n; those at or past `remaining` are padding.
+    const last = this.rank + (this._numSamples - 1) * this.numReplicas;
+    if (this._numSamples === 0 || last < remaining) return 0;
+    const firstPadded = remaining <= this.rank ? 0 : Math.ceil((remaining - this.rank) / this.numReplicas);
+    return this._numSamples - firstPadded;
   }
 
   /** Like torch's set_epoch: call before each epoch so shuffling differs per epoch. */

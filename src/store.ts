@@ -9,17 +9,16 @@ import {
   PROTOCOL_VERSION,
   decodeValue,
   encodeValue,
-  parseServerMessage,
-  type GenerationEvent,
-  type JoinPendingEvent,
-  type MembersEvent,
   type PeerLeftEvent,
   type RequestFields,
   type RequestType,
   type ResultOf,
+  type RoundEvent,
   type ServerMessage,
   type SignalEvent,
+  type WaitingEvent,
 } from './protocol.ts';
+import { parseServerMessage } from './protocol_validation.ts';
 import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreError, StoreTimeoutError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
@@ -55,11 +54,10 @@ export interface StoreClientOptions {
 
 type Handler<E> = (event: E) => void;
 interface EventMap {
-  members: MembersEvent;
   signal: SignalEvent;
   'peer-left': PeerLeftEvent;
-  generation: GenerationEvent;
-  'join-pending': JoinPendingEvent;
+  round: RoundEvent;
+  waiting: WaitingEvent;
   close: { code: number; reason: string };
 }
 
@@ -81,6 +79,9 @@ interface SocketLike {
   onmessage: ((ev: { data: unknown }) => void) | null;
 }
 type SocketConstructor = new (url: string) => SocketLike;
+
+/** WebSocket.OPEN, the same in browsers and in `ws`. */
+const OPEN = 1;
 
 async function socketConstructor(): Promise<SocketConstructor> {
   const native = (globalThis as { WebSocket?: unknown }).WebSocket;
@@ -110,11 +111,10 @@ export class StoreClient implements Store {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private readonly handlers: { [K in keyof EventMap]: Set<Handler<EventMap[K]>> } = {
-    members: new Set(),
     signal: new Set(),
     'peer-left': new Set(),
-    generation: new Set(),
-    'join-pending': new Set(),
+    round: new Set(),
+    waiting: new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
@@ -170,6 +170,8 @@ export class StoreClient implements Store {
   }
 
   close(): void {
+    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = undefined;
     this.socket.close(1000, 'client closed');
   }
 
@@ -219,28 +221,24 @@ export class StoreClient implements Store {
     await this.request('multiSet', { keys, values: values.map(encodeValue) });
   }
 
-  // --- Rendezvous and signaling (used by the process group) ------------------------------------
-
-  /** Joins the session's group; resolves with the rank the server assigned or accepted. */
-  join(worldSize: number, rank?: number): Promise<{ rank: number; worldSize: number }> {
-    return this.request('join', rank === undefined ? { worldSize } : { worldSize, rank });
-  }
+  // --- Rendezvous and signaling (used by the rendezvous handler and the process group) --------
 
   /**
-   * Elastic rendezvous: joins with a size range and starts heartbeats (a member that stops
-   * sending, like a frozen tab, is evicted). Generations arrive as 'generation' events.
+   * Joins the session's group with a size range (min = max for a fixed world size, which may
+   * ask for a rank) and starts heartbeats: a member that stops sending, like a frozen tab, is
+   * evicted. Rounds arrive as 'round' events, possibly before this resolves.
    */
-  async rendezvous(min: number, max: number, heartbeatIntervalMs = 1_000): Promise<{ memberId: number }> {
-    const result = await this.request('rendezvous', { min, max });
+  async rendezvous(request: RequestFields['rendezvous'], heartbeatIntervalMs = 1_000): Promise<{ memberId: number }> {
+    const result = await this.request('rendezvous', request);
     this.heartbeatTimer ??= setInterval(() => {
-      if (!this.closed) this.request('heartbeat', {}).catch(() => {});
+      if (this.socket.readyState === OPEN) this.request('heartbeat', {}).catch(() => {});
     }, heartbeatIntervalMs);
     return result;
   }
 
-  /** Asks the server to admit waiting members unless a generation newer than `fromGen` exists. */
-  regroup(fromGen: number): Promise<{ gen: number }> {
-    return this.request('regroup', { fromGen });
+  /** Asks the server to admit waiting members unless a round newer than `fromRound` exists. */
+  regroup(fromRound: number): Promise<{ round: number }> {
+    return this.request('regroup', { fromRound });
   }
 
   /** Relays a signaling payload to the member with rank `to`. */
@@ -260,6 +258,9 @@ export class StoreClient implements Store {
       return Promise.reject(
         new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${this.closed.code} ${this.closed.reason})`),
       );
+    }
+    if (this.socket.readyState !== OPEN) {
+      return Promise.reject(new ConnectionClosedError(`cannot ${what}: the connection to the store is closing`));
     }
     const id = this.nextId++;
     const limit = serverTimeoutMs === undefined ? this.requestTimeoutMs : serverTimeoutMs + 10_000;
@@ -294,11 +295,10 @@ export class StoreClient implements Store {
         else console.error(`[store] server error: ${msg.message}`);
         return;
       }
-      case 'members':
       case 'signal':
       case 'peer-left':
-      case 'generation':
-      case 'join-pending':
+      case 'round':
+      case 'waiting':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
         return;
       default: {

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreError } from '../src/errors.ts';
-import { encodeValue } from '../src/protocol.ts';
+import { PROTOCOL_VERSION, encodeValue } from '../src/protocol.ts';
 import { connect, text, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer;
@@ -58,10 +58,10 @@ describe('bad input', () => {
   it('refuses store calls before hello, and bad session names', async () => {
     const raw = await Raw.open();
     expect(await raw.send({ type: 'get', id: 1, key: 'k', timeoutMs: 10 })).toMatchObject({ id: 1, code: 'NO_SESSION' });
-    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: 1 })).toMatchObject({ id: 2, code: 'BAD_SESSION' });
+    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: PROTOCOL_VERSION })).toMatchObject({ id: 2, code: 'BAD_SESSION' });
     expect(await raw.send({ type: 'hello', id: 3, session: 'ok', version: 99 })).toMatchObject({ id: 3, code: 'BAD_VERSION' });
-    expect(await raw.send({ type: 'hello', id: 4, session: uniqueSession(), version: 1 })).toMatchObject({ id: 4, type: 'reply' });
-    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: 1 })).toMatchObject({ id: 5, code: 'ALREADY_IN_SESSION' });
+    expect(await raw.send({ type: 'hello', id: 4, session: uniqueSession(), version: PROTOCOL_VERSION })).toMatchObject({ id: 4, type: 'reply' });
+    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: PROTOCOL_VERSION })).toMatchObject({ id: 5, code: 'ALREADY_IN_SESSION' });
     raw.ws.close();
   });
 
@@ -74,16 +74,17 @@ describe('bad input', () => {
       [{ type: 'add', id: 6, key: 'k', amount: 1.5 }, 'field "amount" must be an integer'],
       [{ type: 'wait', id: 7, keys: 'k', timeoutMs: 1 }, 'field "keys" must be an array'],
       [{ type: 'multiSet', id: 8, keys: ['a', 'b'], values: [''] }, 'multiSet has 2 keys but 1 values'],
-      [{ type: 'join', id: 9, worldSize: 0 }, 'field "worldSize" is 0'],
+      [{ type: 'rendezvous', id: 9, min: 0, max: 2 }, 'field "min" is 0'],
       [{ type: 'signal', id: 10, to: 1, data: 'x' }, 'field "data" must be an object'],
       [{ type: 'set', id: 11, key: '', value: '' }, 'must not be empty'],
       [{ type: 'rendezvous', id: 12, min: 3, max: 2 }, 'field "max" (2) must be at least "min" (3)'],
-      [{ type: 'regroup', id: 13, fromGen: 'one' }, 'field "fromGen" must be an integer'],
+      [{ type: 'regroup', id: 13, fromRound: 'one' }, 'field "fromRound" must be an integer'],
+      [{ type: 'rendezvous', id: 14, min: 2, max: 4, rank: 1 }, 'field "rank" can only be given for a fixed world size'],
     ];
     // A socket per case: this server closes a socket after 5 bad messages.
     for (const [frame, message] of cases) {
       const raw = await Raw.open();
-      await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: 1 });
+      await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION });
       const reply = await raw.send(frame);
       expect(reply).toMatchObject({ type: 'error', code: 'BAD_MESSAGE' });
       expect(reply.message).toContain(message);
@@ -93,8 +94,8 @@ describe('bad input', () => {
 
   it('refuses regroup and signal from a socket that has not joined', async () => {
     const raw = await Raw.open();
-    await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: 1 });
-    expect(await raw.send({ type: 'regroup', id: 2, fromGen: 1 })).toMatchObject({ id: 2, code: 'NOT_JOINED' });
+    await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION });
+    expect(await raw.send({ type: 'regroup', id: 2, fromRound: 1 })).toMatchObject({ id: 2, code: 'NOT_JOINED' });
     expect(await raw.send({ type: 'signal', id: 3, to: 0, data: { channel: 'x', body: null } })).toMatchObject({ id: 3, code: 'NOT_JOINED' });
     raw.ws.close();
   });
@@ -156,7 +157,7 @@ describe('bad input', () => {
     const session = uniqueSession('mixed');
     const good = await connect(server, session);
     const raw = await Raw.open();
-    await raw.send({ type: 'hello', id: 1, session, version: 1 });
+    await raw.send({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION });
     await raw.send({ type: 'set', id: 2, key: 'x', value: encodeValue('raw') });
     await raw.send({ type: 'add', id: 3, key: 'x', amount: 1 });
     expect(await good.add('counter', 1)).toBe(1);

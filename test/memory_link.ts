@@ -1,8 +1,9 @@
 /**
  * An in-memory PeerLink for fast, deterministic tests of the collectives in Node: the same
- * interface as the WebRTC link, messages delivered asynchronously and in order.
+ * interface as the WebRTC link, messages delivered asynchronously and in order, and the same
+ * backpressure (a send queue with a high-water mark that drains as messages are delivered).
  */
-import type { LinkFactoryOptions, LinkState, PeerLink, PeerLinkFactory, PendingLink } from '../src/peer_link.ts';
+import { SendQueue, type LinkFactoryOptions, type LinkState, type PeerLink, type PeerLinkFactory, type PendingLink } from '../src/peer_link.ts';
 import { PeerLostError } from '../src/errors.ts';
 
 class MemoryLink implements PeerLink, PendingLink {
@@ -16,9 +17,24 @@ class MemoryLink implements PeerLink, PendingLink {
   private readonly closeHandlers: Array<(reason: string) => void> = [];
   /** Tests can tamper with frames on the way out. */
   intercept: ((bytes: Uint8Array) => Uint8Array[]) | undefined;
+  /** Bytes sent and not yet delivered. */
+  buffered = 0;
+  private stalled = false;
+  private readonly queue: SendQueue;
+  private readonly lowWaterMark: number;
 
-  constructor(readonly peer: number) {
+  constructor(
+    readonly peer: number,
+    options: LinkFactoryOptions,
+  ) {
     this.opened = new Promise((r) => (this.open = r));
+    this.queue = new SendQueue(peer, options.highWaterMark, options.stallTimeoutMs, () => this.buffered);
+    this.lowWaterMark = Math.floor(options.highWaterMark / 4);
+  }
+
+  /** From now on the link delivers nothing: its send queue stops draining, as a dead peer's does. */
+  stall(): void {
+    this.stalled = true;
   }
   get link(): PeerLink {
     return this;
@@ -36,12 +52,16 @@ class MemoryLink implements PeerLink, PendingLink {
     for (const frame of out) {
       const copy = frame.slice();
       this.bytesSent += copy.length;
+      this.buffered += copy.length;
       setImmediate(() => {
-        if (other.state !== 'open') return;
+        if (this.stalled || other.state !== 'open') return;
+        this.buffered -= copy.length;
+        if (this.buffered <= this.lowWaterMark) this.queue.drained();
         other.bytesReceived += copy.length;
         for (const h of other.messageHandlers) h(copy);
       });
     }
+    await this.queue.afterSend();
   }
   onMessage(h: (b: Uint8Array) => void): void {
     this.messageHandlers.push(h);
@@ -52,6 +72,7 @@ class MemoryLink implements PeerLink, PendingLink {
   close(reason = 'closed locally'): void {
     if (this.state === 'closed') return;
     this.state = 'closed';
+    this.queue.fail(new PeerLostError(this.peer, reason));
     for (const h of this.closeHandlers) h(reason);
     const other = this.other;
     setImmediate(() => other?.close('the peer closed the link'));
@@ -65,7 +86,7 @@ export class MemoryNetwork {
 
   factoryFor(rank: number): PeerLinkFactory {
     return (o: LinkFactoryOptions) => {
-      const link = new MemoryLink(o.peer);
+      const link = new MemoryLink(o.peer, o);
       this.links.push(link);
       const mine = `${rank}->${o.peer}`;
       const theirs = `${o.peer}->${rank}`;

@@ -4,36 +4,9 @@
  * of them.
  */
 
-export type ModelKind = 'mlp' | 'cnn';
-export type DatasetKind = 'mnist' | 'synthetic';
-export type OptimizerKind = 'sgd' | 'adam';
-export type BackendName = 'webgpu' | 'webgl' | 'wasm' | 'cpu';
+import type { BackendName, TrainConfig } from './config.ts';
 
-/** The job's configuration, from the URL (every rank of a session must agree on it). */
-export interface TrainConfig {
-  model: ModelKind;
-  dataset: DatasetKind;
-  /** Per-rank batch size. */
-  batchSize: number;
-  lr: number;
-  optimizer: OptimizerKind;
-  /** Train this many epochs, unless `steps` is set. */
-  epochs: number;
-  /** Stop after this many steps in all (overrides epochs when set). */
-  steps: number | null;
-  seed: number;
-  shuffle: boolean;
-  backend: BackendName;
-  worldSize: number;
-  /** Elastic size range (torchrun's --nnodes MIN:MAX), or null for a fixed world size. */
-  elastic: { min: number; max: number } | null;
-  /** Rank 0 saves a checkpoint every this many steps (0: only at epoch ends of elastic runs). */
-  checkpointEvery: number;
-  /** Evaluate on the test set every this many steps (0: only at epoch ends). */
-  evalEvery: number;
-  /** Start from the latest checkpoint of this session instead of from scratch. */
-  resumeFrom: string | null;
-}
+export type { BackendName, TrainConfig } from './config.ts';
 
 export interface StepBreakdownMs {
   compute: number;
@@ -63,7 +36,11 @@ export type TrainEvent =
       fallbackReason?: string;
       adapter: string | null;
     }
-  | { type: 'waiting'; joined: number[]; worldSize: number }
+  /**
+   * Not training yet, or paused: `arrived` tabs are in the session and it needs `min` (it
+   * starts at once with `max`). `paused` when a running group fell below its minimum.
+   */
+  | { type: 'waiting'; arrived: number; min: number; max: number; paused: boolean }
   | {
       type: 'shard';
       epoch: number;

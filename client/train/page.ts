@@ -5,8 +5,9 @@
 import * as tf from '@tensorflow/tfjs';
 import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreClient, PeerLostError } from '../../src/index.ts';
 import { Dashboard } from '../ui/dashboard.ts';
-import { report } from '../report.ts';
-import { ConfigMismatchError, parseTrainConfig, train, type TrainResult } from './trainer.ts';
+import { report, reportElasticEvents } from '../report.ts';
+import { ConfigError, parseTrainConfig, urlOption } from './config.ts';
+import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';
 
@@ -14,7 +15,6 @@ export interface TrainPageOptions {
   root: HTMLElement;
   params: URLSearchParams;
   session: string;
-  worldSize: number;
   rank: number | undefined;
   timeoutMs: number;
 }
@@ -98,15 +98,15 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
     report({ type: 'progress', data: e as unknown as Record<string, unknown> });
   };
+  reportElasticEvents();
   try {
-    const config = parseTrainConfig(params, opts.worldSize);
+    const config = parseTrainConfig((name) => urlOption(params, name));
+    const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
     const store = await connectWithRetry(dash, location.origin, session, opts.timeoutMs);
-    result = await train({ serverUrl: location.origin, store, session, rank: opts.rank, timeoutMs: opts.timeoutMs, params, config, emit, stopRequested: () => stop });
+    result = await train({ serverUrl: location.origin, store, session, rank: opts.rank, timeoutMs: opts.timeoutMs, config, flags, emit, stopRequested: () => stop });
     // For tests: what the page's model predicts on the first test samples.
     const probe = { inputs: Array.from(result.probe.inputs), inputShape: result.probe.inputShape, logits: Array.from(result.probe.logits) };
     (window as unknown as { __ddpModel?: tf.LayersModel }).__ddpModel = result.model;
-    const group = result.pg;
-    window.addEventListener('pagehide', () => group.destroy());
     report({ type: 'result', result: { ...result.summary, probe } });
   } catch (err) {
     const e = err instanceof Error ? err : new Error(String(err));
@@ -130,6 +130,7 @@ function explain(e: Error): [string, string | undefined] {
     }
   }
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.'];
+  if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
   if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'The group cannot continue without it. Start a new session to train again.'];
   if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then reload.'];
   return ['Training failed', undefined];

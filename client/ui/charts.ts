@@ -5,7 +5,8 @@
  */
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { rankColour, fmtPercent } from './dom.ts';
+import { rankColour } from './dom.ts';
+import { fmtPercent } from './format.ts';
 
 type Cell = number | null;
 
@@ -60,7 +61,7 @@ export class StepTable {
 }
 
 /** TensorBoard's debiased exponential moving average; nulls stay gaps. */
-export function smooth(values: Cell[], weight: number): Cell[] {
+function smooth(values: Cell[], weight: number): Cell[] {
   if (weight <= 0) return values;
   const out: Cell[] = new Array<Cell>(values.length);
   let last = 0;

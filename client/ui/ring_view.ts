@@ -8,14 +8,20 @@
  */
 import { svg, rankColour } from './dom.ts';
 
-export type LinkState = 'connecting' | 'open' | 'closed' | 'unknown';
+type LinkState = 'connecting' | 'open' | 'closed' | 'unknown';
 
-export interface RingLink {
+interface RingLink {
   from: number;
   to: number;
   state: LinkState;
   /** True when this tab saw the state in a 'link' event; false when inferred or unknown. */
   observed: boolean;
+  throughputMBps?: number;
+}
+
+/** What this tab saw of one of its own links. */
+export interface LinkObservation {
+  state: 'connecting' | 'open' | 'closed';
   throughputMBps?: number;
 }
 
@@ -26,7 +32,7 @@ export interface RingModel {
   joined: ReadonlySet<number>;
   lost: ReadonlySet<number>;
   /** Links observed by this tab, by peer rank. */
-  observedLinks: ReadonlyMap<number, { state: 'connecting' | 'open' | 'closed'; throughputMBps?: number }>;
+  observedLinks: ReadonlyMap<number, LinkObservation>;
   /** At least one step completed (so every ring link has carried data). */
   ringProven: boolean;
   /** Data is flowing right now: animate open links. */
@@ -34,7 +40,7 @@ export interface RingModel {
 }
 
 /** The ring's edges: r -> r+1 for every r; one edge for two ranks, none for one. */
-export function ringLinks(model: RingModel): RingLink[] {
+function ringLinks(model: RingModel): RingLink[] {
   const n = model.worldSize;
   if (n < 2) return [];
   const links: RingLink[] = [];

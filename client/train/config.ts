@@ -1,0 +1,259 @@
+/**
+ * The training job's configuration: one schema for every option, with its label, default and
+ * rule. The page's URL is parsed with it, the create form is built from it, and the dashboard
+ * and the trainer read the resulting `TrainConfig`; nothing else repeats a default.
+ */
+
+export const MODELS = ['mlp', 'cnn'] as const;
+export const DATASETS = ['mnist', 'synthetic'] as const;
+export const OPTIMIZERS = ['adam', 'sgd'] as const;
+export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
+
+export type ModelKind = (typeof MODELS)[number];
+export type DatasetKind = (typeof DATASETS)[number];
+export type OptimizerKind = (typeof OPTIMIZERS)[number];
+export type BackendName = (typeof BACKENDS)[number];
+
+/** The job every tab of a session runs; all tabs of a session must agree on it. */
+export interface TrainConfig {
+  model: ModelKind;
+  dataset: DatasetKind;
+  /** Per-rank batch size. */
+  batchSize: number;
+  lr: number;
+  optimizer: OptimizerKind;
+  /** Train this many epochs, unless `steps` is set. */
+  epochs: number;
+  /** Stop after this many steps in all (overrides epochs when set). */
+  steps: number | null;
+  /** Train on the first N samples only (0: the whole training set). */
+  trainSize: number;
+  seed: number;
+  shuffle: boolean;
+  backend: BackendName;
+  /**
+   * How many ranks the session trains with, like torchrun's --nnodes MIN:MAX: it starts with
+   * `max` (or `min` once no more arrive) and keeps going down to `min`. Equal for a fixed size.
+   */
+  min: number;
+  max: number;
+  /** Rank 0 saves a checkpoint every this many steps (0: only at epoch ends of elastic runs). */
+  checkpointEvery: number;
+  /** Evaluate on the test set every this many steps (0: only at epoch ends). */
+  evalEvery: number;
+  /** Start from the latest checkpoint of this session instead of from scratch. */
+  resumeFrom: string | null;
+}
+
+/** Largest session the page offers (the form's bound and the URL's). */
+export const MAX_WORLD_SIZE = 64;
+
+/** The learning rate each optimizer defaults to (measured on MNIST, see README). */
+export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.05 };
+
+type Kind =
+  | { type: 'int'; min: number; max: number }
+  | { type: 'number'; min: number; max: number }
+  | { type: 'choice'; choices: readonly string[] }
+  | { type: 'bool' }
+  | { type: 'text'; pattern: RegExp; rule: string };
+
+export interface OptionSpec {
+  /** The URL parameter (camelCase; the kebab-case spelling is accepted too). */
+  name: string;
+  label: string;
+  hint?: string;
+  kind: Kind;
+  /** Shown in the create form. */
+  inForm: boolean;
+  /** The value when the URL leaves it out; null means "not set". */
+  defaultValue(partial: Partial<Record<string, unknown>>): unknown;
+}
+
+const int = (min: number, max: number): Kind => ({ type: 'int', min, max });
+const fixed = (v: unknown) => () => v;
+
+/** Every option, in the order the form shows them. */
+export const TRAIN_OPTIONS: readonly OptionSpec[] = [
+  {
+    name: 'world',
+    label: 'World size (tabs)',
+    hint: 'How many tabs train together; training starts when all have joined.',
+    kind: int(1, MAX_WORLD_SIZE),
+    inForm: true,
+    defaultValue: fixed(1),
+  },
+  {
+    name: 'min',
+    label: 'Keep training with at least (tabs)',
+    hint: 'Leave empty to need every tab. Fewer than the world size makes the session elastic: it starts once this many tabs are in (later tabs join at the next step), and when a tab closes or freezes the rest regroup and go on, down to this many.',
+    kind: int(1, MAX_WORLD_SIZE),
+    inForm: true,
+    defaultValue: (p) => p.world,
+  },
+  {
+    name: 'max',
+    label: 'Train with at most (tabs)',
+    hint: 'Tabs beyond this many are told the session is full. Default: the world size.',
+    kind: int(1, MAX_WORLD_SIZE),
+    inForm: false,
+    defaultValue: (p) => p.world,
+  },
+  { name: 'model', label: 'Model', kind: { type: 'choice', choices: MODELS }, inForm: true, defaultValue: fixed('mlp') },
+  { name: 'dataset', label: 'Dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: fixed('mnist') },
+  {
+    name: 'batchSize',
+    label: 'Batch size per rank',
+    hint: 'The global batch is this times the world size.',
+    kind: int(1, 4096),
+    inForm: true,
+    defaultValue: fixed(64),
+  },
+  { name: 'optimizer', label: 'Optimizer', kind: { type: 'choice', choices: OPTIMIZERS }, inForm: true, defaultValue: fixed('adam') },
+  {
+    name: 'lr',
+    label: 'Learning rate',
+    hint: `Default ${DEFAULT_LR.adam} for adam, ${DEFAULT_LR.sgd} for sgd.`,
+    kind: { type: 'number', min: Number.MIN_VALUE, max: 10 },
+    inForm: true,
+    defaultValue: (p) => DEFAULT_LR[(p.optimizer as OptimizerKind | undefined) ?? 'adam'],
+  },
+  { name: 'epochs', label: 'Epochs', kind: int(1, 1000), inForm: true, defaultValue: fixed(1) },
+  {
+    name: 'steps',
+    label: 'Steps (optional)',
+    hint: 'Stop after this many steps in all, whatever the epochs say. Leave empty to train whole epochs.',
+    kind: int(1, 10_000_000),
+    inForm: true,
+    defaultValue: fixed(null),
+  },
+  {
+    name: 'trainSize',
+    label: 'Training samples (optional)',
+    hint: 'Train on the first N samples only, for a short run. Leave empty for the whole training set.',
+    kind: int(0, 10_000_000),
+    inForm: true,
+    defaultValue: fixed(0),
+  },
+  {
+    name: 'backend',
+    label: 'Backend',
+    hint: 'If a tab has no WebGPU it falls back and says which backend it uses.',
+    kind: { type: 'choice', choices: BACKENDS },
+    inForm: true,
+    defaultValue: fixed('webgpu'),
+  },
+  { name: 'seed', label: 'Seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
+  { name: 'shuffle', label: 'Shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
+  { name: 'checkpointEvery', label: 'Checkpoint every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
+  { name: 'evalEvery', label: 'Evaluate every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
+  {
+    name: 'resumeFrom',
+    label: 'Resume from session',
+    kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
+    inForm: false,
+    defaultValue: fixed(null),
+  },
+];
+
+/** A URL or form value that breaks an option's rule; the message says which and what is allowed. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  constructor(
+    readonly option: string,
+    readonly value: string,
+    readonly rule: string,
+  ) {
+    super(`option ${option} must be ${rule}, got "${value}"`);
+  }
+}
+
+/** What an option allows, in words ("an integer from 1 to 64"). */
+export function describeRule(kind: Kind): string {
+  switch (kind.type) {
+    case 'int':
+      return kind.min <= Number.MIN_SAFE_INTEGER ? 'an integer' : `an integer from ${kind.min} to ${kind.max}`;
+    case 'number':
+      return `a number above 0 and at most ${kind.max}`;
+    case 'choice':
+      return `one of ${kind.choices.join(', ')}`;
+    case 'bool':
+      return 'true or false';
+    case 'text':
+      return kind.rule;
+  }
+}
+
+/** Parses one option's text; throws ConfigError. An empty string means "not set". */
+export function parseOption(spec: OptionSpec, raw: string): unknown {
+  const k = spec.kind;
+  const bad = () => new ConfigError(spec.name, raw, describeRule(k));
+  switch (k.type) {
+    case 'int':
+    case 'number': {
+      const n = Number(raw.trim());
+      if (raw.trim() === '' || !Number.isFinite(n) || n < k.min || n > k.max || (k.type === 'int' && !Number.isSafeInteger(n))) throw bad();
+      return n;
+    }
+    case 'choice':
+      if (!k.choices.includes(raw)) throw bad();
+      return raw;
+    case 'bool':
+      if (raw !== 'true' && raw !== 'false') throw bad();
+      return raw === 'true';
+    case 'text':
+      if (!k.pattern.test(raw)) throw bad();
+      return raw;
+  }
+}
+
+/** Reads a parameter in camelCase or kebab-case (batchSize, batch-size). */
+export function urlOption(params: URLSearchParams, name: string): string | null {
+  const kebab = name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  return params.get(name) ?? params.get(kebab);
+}
+
+/** The job's configuration from raw values (URL parameters or form fields); throws ConfigError. */
+export function parseTrainConfig(get: (name: string) => string | null): TrainConfig {
+  const values: Record<string, unknown> = {};
+  for (const spec of TRAIN_OPTIONS) {
+    const raw = get(spec.name);
+    values[spec.name] = raw === null || raw === '' ? spec.defaultValue(values) : parseOption(spec, raw);
+  }
+  const min = values.min as number;
+  const max = values.max as number;
+  if (min > max) throw new ConfigError('min', String(min), `at most the session's largest size (${max})`);
+  return {
+    model: values.model as ModelKind,
+    dataset: values.dataset as DatasetKind,
+    batchSize: values.batchSize as number,
+    lr: values.lr as number,
+    optimizer: values.optimizer as OptimizerKind,
+    epochs: values.epochs as number,
+    steps: values.steps as number | null,
+    trainSize: values.trainSize as number,
+    seed: values.seed as number,
+    shuffle: values.shuffle as boolean,
+    backend: values.backend as BackendName,
+    min,
+    max,
+    checkpointEvery: values.checkpointEvery as number,
+    evalEvery: values.evalEvery as number,
+    resumeFrom: values.resumeFrom as string | null,
+  };
+}
+
+/** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
+export function configParams(config: TrainConfig): URLSearchParams {
+  const p = new URLSearchParams();
+  const byName: Record<string, unknown> = { ...config, world: config.max };
+  for (const spec of TRAIN_OPTIONS) {
+    const v = byName[spec.name];
+    if (v === null || v === undefined) continue;
+    if (v === spec.defaultValue(byName) && (!spec.inForm || spec.name === 'min' || spec.name === 'steps' || spec.name === 'trainSize')) continue;
+    p.set(spec.name, String(v));
+  }
+  return p;
+}
+
+export const isElastic = (c: TrainConfig): boolean => c.min < c.max;

@@ -1,0 +1,705 @@
+/**
+ * What the training dashboard knows and says, as a pure reducer: the page's TrainEvents
+ * (client/train/events.ts) and the few things the page itself reports (a stop request, an error,
+ * a failed run) go in; a new DashboardState comes out, and every text and figure the views draw
+ * is derived here from that state. No DOM and no clock: each action carries its time (`at`), and
+ * step rates come from the steps' own `elapsedSec`, so replaying the same actions gives the same
+ * page, in a test as in a tab.
+ *
+ * Updates are immutable, and a part that did not change keeps its identity (`joined`, `links`,
+ * `recent`, `log`, ...), so a view can skip redrawing it. The per-step chart series are the one
+ * thing not kept here: they grow with every step and copying them on each event would make a run
+ * quadratic, so the charts' own StepTable (charts.ts) takes the same step and eval events.
+ *
+ * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
+ */
+import type { BackendName, RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from '../train/events.ts';
+import type { LinkObservation, RingModel } from './ring_view.ts';
+import { fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
+
+// ---------------------------------------------------------------- actions
+
+/** What the page reports besides the job's events. */
+export type PageEvent =
+  /** The person pressed "Stop training for everyone"; the job hears it at its next step. */
+  | { type: 'stop-requested' }
+  /** Something went wrong that the person should know about; the run may go on. */
+  | { type: 'error-shown'; title: string; detail: string; action?: string }
+  | { type: 'error-dismissed' }
+  /** The job threw: the run cannot go on. */
+  | { type: 'failed'; title: string; detail: string; action?: string };
+
+export type DashboardEvent = TrainEvent | PageEvent;
+
+/** An event and when it happened, in ms since the epoch: the only clock the state sees. */
+export interface DashboardAction {
+  at: number;
+  event: DashboardEvent;
+}
+
+// ---------------------------------------------------------------- state
+
+export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed';
+export type LogLevel = 'info' | 'warn' | 'error';
+type StepEvent = Extract<TrainEvent, { type: 'step' }>;
+type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
+type ShardEvent = Extract<TrainEvent, { type: 'shard' }>;
+type WaitingEvent = Extract<TrainEvent, { type: 'waiting' }>;
+
+export interface LogEntry {
+  /** Grows by one per entry, so a view can tell which entries it has not drawn yet. */
+  id: number;
+  at: number;
+  level: LogLevel;
+  message: string;
+}
+
+export interface ErrorMessage {
+  title: string;
+  detail: string;
+  /** What the person can do about it. */
+  action?: string;
+}
+
+export interface DashboardState {
+  readonly session: string;
+  readonly phase: Phase;
+  readonly config: TrainConfig | null;
+  /** This tab's rank in the current group, from its latest 'joined'. */
+  readonly self: number | null;
+  /** Size of the current group (from 'joined', or the widest step seen). */
+  readonly worldSize: number | null;
+  readonly backend: { name: BackendName; adapter: string | null; fallbackReason?: string } | null;
+  /** The session's tab count from the latest 'waiting' event. */
+  readonly waiting: Omit<WaitingEvent, 'type'> | null;
+  /** Ranks of the current group seen so far (this tab, and every rank that reported a step), ascending. */
+  readonly joined: readonly number[];
+  /** Ranks of the current group that are gone, ascending. */
+  readonly lost: readonly number[];
+  /** This tab's own ring links, by peer rank. */
+  readonly links: ReadonlyMap<number, LinkObservation>;
+  /** A step completed in the current group, so every ring link has carried data. */
+  readonly ringProven: boolean;
+  readonly shard: ShardEvent | null;
+  readonly lastStep: StepEvent | null;
+  /** Step number and elapsed seconds of the last RECENT + 1 steps: the step rate's window. */
+  readonly stepClock: ReadonlyArray<{ step: number; t: number }>;
+  /** The last RECENT steps' figures of each rank of the current group. */
+  readonly recent: ReadonlyMap<number, readonly RankStepMetrics[]>;
+  readonly lastEval: EvalEvent | null;
+  readonly bestEval: number | null;
+  readonly stopRequested: boolean;
+  readonly stoppedBy: { by: number; atStep: number } | null;
+  readonly summary: Readonly<Record<string, unknown>> | null;
+  /** 'done' arrived: the model exists (also after a stop, which the job follows with 'done'). */
+  readonly finished: boolean;
+  /** Title of the error that ended the run. */
+  readonly failure: string | null;
+  /** The banner's message, until dismissed. */
+  readonly error: ErrorMessage | null;
+  /** Epoch numbering of the job: torch-style 0-based or 1-based, decided by the first epoch seen. */
+  readonly epochBase: 0 | 1 | null;
+  /** Newest first, at most MAX_LOG entries. */
+  readonly log: readonly LogEntry[];
+  readonly nextLogId: number;
+}
+
+/** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
+export const RECENT = 20;
+export const MAX_LOG = 400;
+
+export const BREAKDOWN_PARTS: ReadonlyArray<keyof StepBreakdownMs> = ['compute', 'readback', 'allreduce', 'apply'];
+export const BREAKDOWN_NAME: Readonly<Record<keyof StepBreakdownMs, string>> = { compute: 'Compute', readback: 'Readback', allreduce: 'All-reduce', apply: 'Apply' };
+
+const PHASE_LABEL: Readonly<Record<Phase, string>> = {
+  connecting: 'Connecting',
+  waiting: 'Waiting for tabs',
+  starting: 'Starting',
+  training: 'Training',
+  done: 'Done',
+  stopped: 'Stopped',
+  failed: 'Failed',
+};
+
+const NO_RANKS: readonly number[] = [];
+
+export function initialDashboardState(options: { session: string; at: number }): DashboardState {
+  const state: DashboardState = {
+    session: options.session,
+    phase: 'connecting',
+    config: null,
+    self: null,
+    worldSize: null,
+    backend: null,
+    waiting: null,
+    joined: NO_RANKS,
+    lost: NO_RANKS,
+    links: new Map(),
+    ringProven: false,
+    shard: null,
+    lastStep: null,
+    stepClock: [],
+    recent: new Map(),
+    lastEval: null,
+    bestEval: null,
+    stopRequested: false,
+    stoppedBy: null,
+    summary: null,
+    finished: false,
+    failure: null,
+    error: null,
+    epochBase: null,
+    log: [],
+    nextLogId: 0,
+  };
+  return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
+}
+
+// ---------------------------------------------------------------- reducer
+
+export function reduceDashboard(state: DashboardState, action: DashboardAction): DashboardState {
+  const { at, event } = action;
+  const log = (s: DashboardState, level: LogLevel, message: string) => withLog(s, at, level, message);
+  switch (event.type) {
+    case 'config':
+      return log({ ...state, config: event.config }, 'info', `Job: ${describeJob(event.config)}.`);
+
+    case 'joined': {
+      // A second 'joined' is a new group (generation): ranks are renumbered, so what this tab
+      // knew about the old group's ranks and links no longer applies.
+      const regroup = state.self !== null;
+      const group: DashboardState = regroup ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), ringProven: false } : state;
+      const next: DashboardState = {
+        ...group,
+        self: event.rank,
+        worldSize: event.worldSize,
+        joined: withRank(group.joined, event.rank),
+        backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason },
+        phase: state.phase === 'connecting' || state.phase === 'waiting' ? 'starting' : state.phase,
+      };
+      if (regroup) return log(next, 'info', `New group: this tab is rank ${event.rank} of ${event.worldSize}.`);
+      const how = event.fallbackReason ? `, a fallback from ${state.config?.backend ?? 'the requested backend'}` : event.adapter ? `, ${event.adapter}` : '';
+      return log(next, event.fallbackReason ? 'warn' : 'info', `This tab joined as rank ${event.rank} of ${event.worldSize} (backend ${event.backend}${how}).`);
+    }
+
+    case 'waiting': {
+      const { type: _type, ...counts } = event;
+      const prev = state.waiting;
+      let next: DashboardState = { ...state, waiting: counts, phase: phaseAfterWaiting(state, event) };
+      if (event.paused && !prev?.paused) {
+        next = log(next, 'warn', `Paused: ${plural(event.arrived, 'tab')} left, below the minimum of ${event.min}. Training resumes when more tabs join.`);
+      } else if (prev?.arrived !== event.arrived) {
+        next = log(next, 'info', `${tabsInSession(counts)}.`);
+      }
+      return next;
+    }
+
+    case 'shard': {
+      const s = noteEpoch(state, event.epoch);
+      return log(
+        { ...s, shard: event, phase: s.phase === 'connecting' || s.phase === 'waiting' ? 'starting' : s.phase },
+        'info',
+        `Epoch ${epochLabel(s, event.epoch)}: this rank's shard is ${fmtInt(event.samples)} of ${fmtInt(event.datasetSize)} samples, ${fmtInt(event.stepsPerEpoch)} steps.`,
+      );
+    }
+
+    case 'link': {
+      const prev = state.links.get(event.peer);
+      const links = new Map(state.links);
+      // A throughput figure stays while the link stays open; an update without one keeps it.
+      links.set(event.peer, { state: event.state, throughputMBps: event.throughputMBps ?? (event.state === 'open' ? prev?.throughputMBps : undefined) });
+      let next: DashboardState = { ...state, links };
+      const duringTraining = state.phase === 'training';
+      if (prev?.state !== event.state) {
+        const tp = event.throughputMBps !== undefined ? ` (${event.throughputMBps.toFixed(1)} MB/s)` : '';
+        next = log(next, event.state === 'closed' && duringTraining ? 'warn' : 'info', `Link to rank ${event.peer}: ${event.state}${tp}.`);
+      } else if (event.throughputMBps !== undefined && prev.throughputMBps === undefined) {
+        next = log(next, 'info', `Link to rank ${event.peer}: measured ${event.throughputMBps.toFixed(1)} MB/s.`);
+      }
+      // Before training a link may close and reconnect while the ring forms; during training it means the peer is gone.
+      if (event.state === 'closed' && duringTraining && !next.lost.includes(event.peer)) {
+        next = log({ ...next, lost: withRank(next.lost, event.peer) }, 'error', `Rank ${event.peer} lost: its link closed during training.`);
+      }
+      return next;
+    }
+
+    case 'step':
+      return onStep(state, event, at);
+
+    case 'eval': {
+      const s = noteEpoch(state, event.epoch);
+      return log(
+        { ...s, lastEval: event, bestEval: Math.max(s.bestEval ?? -Infinity, event.testAccuracy) },
+        'info',
+        `Eval at step ${event.step} (epoch ${epochLabel(s, event.epoch)}): test accuracy ${fmtPercent(event.testAccuracy, 2)}, test loss ${fmtNumber(event.testLoss, 4)}.`,
+      );
+    }
+
+    case 'log':
+      return log(state, event.level, event.message);
+
+    case 'rank-lost': {
+      const next = log(state, 'error', `Lost rank ${event.rank}: ${event.reason}.`);
+      // After 'done' the group is finished with; a rank closing its tab then is no loss.
+      return state.finished ? next : { ...next, lost: withRank(next.lost, event.rank) };
+    }
+
+    case 'stopped':
+      return log(
+        { ...state, stoppedBy: { by: event.by, atStep: event.atStep }, phase: !state.finished && state.phase !== 'failed' ? 'stopped' : state.phase },
+        'warn',
+        `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
+      );
+
+    case 'done': {
+      // A stopped run still ends with 'done'; keep saying who stopped it.
+      const phase = state.phase === 'stopped' || state.phase === 'failed' ? state.phase : 'done';
+      return log({ ...state, summary: event.summary, finished: true, phase }, 'info', `${phase === 'stopped' ? 'Finished after the stop' : 'Done'}. ${summaryLine(event.summary)}`);
+    }
+
+    case 'stop-requested':
+      if (state.stopRequested || isOver(state.phase)) return state;
+      return log({ ...state, stopRequested: true }, 'info', 'Stop requested by this tab.');
+
+    case 'error-shown': {
+      const { type: _type, ...error } = event;
+      return log({ ...state, error }, 'error', `${event.title}: ${event.detail}`);
+    }
+
+    case 'error-dismissed':
+      return state.error === null ? state : { ...state, error: null };
+
+    case 'failed': {
+      const { type: _type, ...error } = event;
+      return log({ ...state, failure: event.title, error, phase: state.finished ? state.phase : 'failed' }, 'error', `${event.title}: ${event.detail}`);
+    }
+
+    default: {
+      // Exhaustive at compile time; at run time a newer event kind is ignored rather than break the page.
+      const unknown: never = event;
+      void unknown;
+      return state;
+    }
+  }
+}
+
+function phaseAfterWaiting(state: DashboardState, e: WaitingEvent): Phase {
+  if (isOver(state.phase)) return state.phase;
+  if (e.paused) return 'waiting';
+  // Tabs arriving during training join the group at its next step; the run goes on meanwhile.
+  if (state.phase === 'training') return 'training';
+  // This tab's group has formed already: the count is about tabs that will join a later one.
+  if (state.phase === 'starting' && state.self !== null) return 'starting';
+  return e.arrived >= e.min ? 'starting' : 'waiting';
+}
+
+function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState {
+  const s = noteEpoch(state, e.epoch);
+  const firstStep = s.lastStep === null;
+  const newEpoch = s.lastStep !== null && e.epoch !== s.lastStep.epoch;
+  const recent = new Map(s.recent);
+  let joined = s.joined;
+  for (const m of e.ranks) {
+    // A rank that reports figures has plainly joined.
+    joined = withRank(joined, m.rank);
+    const list = [...(recent.get(m.rank) ?? []), m];
+    recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
+  }
+  const clock = [...s.stepClock, { step: e.step, t: e.elapsedSec }];
+  let next: DashboardState = {
+    ...s,
+    phase: isOver(s.phase) ? s.phase : 'training',
+    worldSize: s.worldSize === null || e.ranks.length > s.worldSize ? e.ranks.length : s.worldSize,
+    lastStep: e,
+    joined,
+    recent,
+    ringProven: true,
+    stepClock: clock.length > RECENT + 1 ? clock.slice(-(RECENT + 1)) : clock,
+  };
+  if (firstStep) next = withLog(next, at, 'info', `Training started: first step done with ${plural(e.ranks.length, 'rank')}.`);
+  if (newEpoch) next = withLog(next, at, 'info', `Epoch ${epochLabel(next, e.epoch)} started at step ${e.step}.`);
+  return next;
+}
+
+function noteEpoch(state: DashboardState, epoch: number): DashboardState {
+  return state.epochBase === null ? { ...state, epochBase: epoch === 0 ? 0 : 1 } : state;
+}
+
+function withLog(state: DashboardState, at: number, level: LogLevel, message: string): DashboardState {
+  const entry: LogEntry = { id: state.nextLogId, at, level, message };
+  const log = [entry, ...state.log];
+  if (log.length > MAX_LOG) log.length = MAX_LOG;
+  return { ...state, log, nextLogId: state.nextLogId + 1 };
+}
+
+/** `ranks` with `rank` added in order; the same array when it is there already. */
+function withRank(ranks: readonly number[], rank: number): readonly number[] {
+  if (ranks.includes(rank)) return ranks;
+  return [...ranks, rank].sort((a, b) => a - b);
+}
+
+/** The run is over (for better or worse): nothing but 'done' changes its phase any more. */
+function isOver(phase: Phase): boolean {
+  return phase === 'done' || phase === 'stopped' || phase === 'failed';
+}
+
+// ---------------------------------------------------------------- derived: words
+
+export function phaseLabel(s: DashboardState): string {
+  return s.phase === 'waiting' && s.waiting?.paused ? 'Paused' : PHASE_LABEL[s.phase];
+}
+
+/** 1-based epoch for people, whatever the job counts from. */
+function epochLabel(s: DashboardState, epoch: number): string {
+  return String(epoch + (s.epochBase === 0 ? 1 : 0));
+}
+
+/** "2 of 3" when the job trains whole epochs, else "2". */
+function epochOf(s: DashboardState, epoch: number): string {
+  const total = s.config && s.config.steps === null ? ` of ${s.config.epochs}` : '';
+  return `${epochLabel(s, epoch)}${total}`;
+}
+
+/** The status line: where the run is and what the person can do. */
+export function statusText(s: DashboardState): string {
+  const lostNote = s.lost.length ? ` Lost: rank ${s.lost.join(', ')}.` : '';
+  switch (s.phase) {
+    case 'connecting':
+      return 'Connecting to the server…';
+    case 'waiting': {
+      const w = s.waiting;
+      if (!w) return 'Waiting for the other tabs…';
+      const more = Math.max(0, w.min - w.arrived);
+      if (w.paused) {
+        const at = s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : '';
+        return `Training is paused${at}: ${plural(w.arrived, 'tab')} left, below the minimum of ${w.min}. It resumes when ${plural(more, 'more tab')} ${more === 1 ? 'joins' : 'join'}. Share the link below.${lostNote}`;
+      }
+      const here = w.min === w.max ? `${w.arrived} of ${w.max} here` : `${w.arrived} here; training starts with ${w.min}, up to ${w.max} can join`;
+      return `Waiting for ${plural(more, 'more tab')} (${here}). Share the link below.`;
+    }
+    case 'starting': {
+      const n = s.worldSize ?? s.waiting?.arrived;
+      const max = s.waiting?.max ?? s.config?.max;
+      const next = 'Connecting the ring and loading data…';
+      if (n === undefined) return `Starting. ${next}`;
+      if (max !== undefined && n < max) return `${plural(n, 'tab')} joined, enough to start (up to ${max} can train together). ${next}`;
+      return `${n === 1 ? 'The only tab' : `All ${n} tabs`} joined. ${next}`;
+    }
+    case 'training': {
+      const e = s.lastStep;
+      const w = s.worldSize ?? 0;
+      return `Training${e ? ` (epoch ${epochOf(s, e.epoch)})` : ''} on ${w || '?'} rank${w === 1 ? '' : 's'}.${lostNote}`;
+    }
+    case 'done': {
+      const final = finalTestAccuracy(s);
+      const acc = final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
+      const steps = s.lastStep ? ` ${fmtInt(s.lastStep.step)} steps in ${fmtDuration(s.lastStep.elapsedSec)}.` : '';
+      return `Done.${steps}${acc} The model can be downloaded.`;
+    }
+    case 'failed':
+      return `Training failed${s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : ''}: ${s.failure ?? 'see the message below'}.`;
+    case 'stopped': {
+      const by = s.stoppedBy;
+      if (!by) return 'Stopped.';
+      const who = by.by === s.self ? `rank ${by.by} (this tab)` : `rank ${by.by}`;
+      const final = finalTestAccuracy(s);
+      const after = s.finished ? `${final !== null ? ` Test accuracy ${fmtPercent(final)}.` : ''} The model trained so far can be downloaded.` : '';
+      return `Stopped by ${who} at step ${fmtInt(by.atStep)}.${lostNote}${after}`;
+    }
+  }
+}
+
+/** The job in one line: "mlp on mnist · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs". */
+export function describeJob(c: TrainConfig): string {
+  const length = c.steps !== null ? `${fmtInt(c.steps)} steps` : `${c.epochs} epoch${c.epochs === 1 ? '' : 's'}`;
+  const global = c.min === c.max ? `${c.batchSize * c.max} global` : `up to ${c.batchSize * c.max} global`;
+  const tabs = c.min === c.max ? '' : ` · elastic, ${c.min} to ${c.max} tabs`;
+  const subset = c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '';
+  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}`;
+}
+
+export type BackendFact =
+  | { kind: 'running'; name: BackendName; detail: string; fallback: string | null }
+  | { kind: 'requested'; name: BackendName }
+  | { kind: 'unknown' };
+
+export interface Facts {
+  rank: { text: string; rank: number | null };
+  backend: BackendFact;
+  shard: string;
+  job: string;
+}
+
+/** The facts card: this tab's rank, its backend, its data shard, the job. */
+export function facts(s: DashboardState): Facts {
+  const c = s.config;
+  let size = '';
+  if (s.worldSize !== null) size = ` · world size ${s.worldSize}`;
+  else if (c) size = c.min === c.max ? ` · world size ${c.max}` : ` · ${c.min} to ${c.max} tabs`;
+
+  let backend: BackendFact = { kind: 'unknown' };
+  const b = s.backend;
+  if (b) {
+    const cpuOnly = b.name === 'wasm' || b.name === 'cpu';
+    const detail = b.adapter ? ` · ${b.adapter}` : cpuOnly ? ' · on the CPU' : ' · adapter not reported';
+    const fallback = b.fallbackReason ? `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}` : null;
+    backend = { kind: 'running', name: b.name, detail, fallback };
+  } else if (c) {
+    backend = { kind: 'requested', name: c.backend };
+  }
+
+  const sh = s.shard;
+  return {
+    rank: { text: s.self === null ? `joining…${size}` : `rank ${s.self}${size}`, rank: s.self },
+    backend,
+    shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
+    job: c ? describeJob(c) : '–',
+  };
+}
+
+export interface Controls {
+  stop: { disabled: boolean; label: string };
+  /** The model exists once 'done' arrived. */
+  downloadEnabled: boolean;
+}
+
+export function controls(s: DashboardState): Controls {
+  let stop = { disabled: false, label: 'Stop training for everyone' };
+  if (s.finished) stop = { disabled: true, label: s.phase === 'stopped' ? 'Stopped' : 'Training finished' };
+  else if (s.stoppedBy) stop = { disabled: true, label: 'Stopped' };
+  else if (s.phase === 'failed') stop = { ...stop, disabled: true };
+  else if (s.stopRequested) stop = { disabled: true, label: 'Stopping…' };
+  return { stop, downloadEnabled: s.finished };
+}
+
+// ---------------------------------------------------------------- derived: figures
+
+/** Steps per second over the recent window, or over the whole run before there is a window. */
+export function stepRate(s: DashboardState): number | null {
+  const c = s.stepClock;
+  if (c.length >= 2) {
+    const a = c[0]!;
+    const b = c[c.length - 1]!;
+    if (b.t > a.t && b.step > a.step) return (b.step - a.step) / (b.t - a.t);
+  }
+  const e = s.lastStep;
+  return e && e.elapsedSec > 0 ? e.step / e.elapsedSec : null;
+}
+
+/** Seconds left at the recent step rate, or null before there is a rate. */
+export function etaSeconds(s: DashboardState): number | null {
+  const e = s.lastStep;
+  const rate = stepRate(s);
+  if (!e || !rate) return null;
+  return Math.max(0, (e.totalSteps - e.step) / rate);
+}
+
+export interface ProgressFigures {
+  step: number;
+  total: number;
+  /** The progress element's value and max (never 0, so an empty bar is not indeterminate). */
+  value: number;
+  max: number;
+  /** The run finished ('done' arrived, also after a stop). */
+  done: boolean;
+  text: string;
+}
+
+export function progressFigures(s: DashboardState): ProgressFigures {
+  const e = s.lastStep;
+  const total = e?.totalSteps ?? 0;
+  const step = e?.step ?? 0;
+  const figures = { step, total, max: Math.max(total, 1), value: s.phase === 'done' && total > 0 ? total : Math.min(step, total || 1), done: s.finished };
+  if (!e) return { ...figures, text: 'No steps yet.' };
+  const pct = e.totalSteps > 0 ? Math.floor((100 * e.step) / e.totalSteps) : 0;
+  const parts = [`Epoch ${epochOf(s, e.epoch)}`, `step ${fmtInt(e.step)} / ${fmtInt(e.totalSteps)} (${pct}%)`];
+  if (s.phase === 'done') parts.push(`finished in ${fmtDuration(e.elapsedSec)}`);
+  else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(e.elapsedSec)}`);
+  else if (s.phase === 'failed') parts.push(`failed after ${fmtDuration(e.elapsedSec)}`);
+  else {
+    const rate = stepRate(s);
+    const eta = etaSeconds(s);
+    if (rate) parts.push(`${rate >= 10 ? rate.toFixed(0) : rate.toFixed(1)} steps/s`);
+    parts.push(eta === null ? 'estimating time left…' : `about ${fmtDuration(eta)} left`);
+  }
+  return { ...figures, text: parts.join(' · ') };
+}
+
+export interface RankAverages {
+  rank: number;
+  samplesPerSec: number;
+  breakdownMs: StepBreakdownMs;
+  /** The breakdown's sum: the rank's time per step. */
+  totalMs: number;
+  self: boolean;
+  lost: boolean;
+}
+
+/** Each rank's averages over its recent steps, in rank order (non-finite figures are skipped). */
+export function rankAverages(s: DashboardState): RankAverages[] {
+  return [...s.recent.keys()]
+    .sort((a, b) => a - b)
+    .map((rank) => {
+      const list = s.recent.get(rank)!;
+      const breakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
+      for (const p of BREAKDOWN_PARTS) breakdownMs[p] = mean(list.map((m) => m.breakdownMs[p]));
+      return {
+        rank,
+        samplesPerSec: mean(list.map((m) => m.samplesPerSec)),
+        breakdownMs,
+        totalMs: BREAKDOWN_PARTS.reduce((sum, p) => sum + breakdownMs[p], 0),
+        self: rank === s.self,
+        lost: s.lost.includes(rank),
+      };
+    });
+}
+
+export type StatKey = 'loss' | 'acc' | 'test' | 'speed' | 'time';
+
+export interface StatCard {
+  value: string;
+  /** Shown smaller after the value. */
+  unit?: string;
+  sub: string;
+}
+
+/** The five figures above the charts. */
+export function statCards(s: DashboardState): Record<StatKey, StatCard> {
+  const empty: StatCard = { value: '–', sub: '' };
+  const cards: Record<StatKey, StatCard> = { loss: empty, acc: empty, test: empty, speed: empty, time: empty };
+  const all = [...s.recent.values()].flat();
+  const e = s.lastStep;
+  if (e) {
+    const loss = mean(all.map((m) => m.loss));
+    cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: `all ranks, last ${Math.min(RECENT, s.stepClock.length)} steps` };
+    cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: 'training batches, same window' };
+    const ranks = rankAverages(s);
+    const total = ranks.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
+    cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${plural(ranks.length, 'rank')} · global batch ${s.config ? fmtInt(s.config.batchSize * e.ranks.length) : '?'}` };
+    const eta = etaSeconds(s);
+    const timeSub =
+      s.phase === 'done' ? 'total training time' : s.phase === 'stopped' ? 'until stopped' : s.phase === 'failed' ? 'until it failed' : eta === null ? 'elapsed' : `elapsed · about ${fmtDuration(eta)} left`;
+    cards.time = { value: fmtDuration(e.elapsedSec), sub: timeSub };
+  }
+  const final = s.summary?.testAccuracy;
+  const finalLoss = s.summary?.testLoss;
+  const ev = s.lastEval;
+  if (s.finished && typeof final === 'number') {
+    // The job evaluates once more at the end (e.g. after a stop) without an 'eval' event.
+    cards.test = { value: fmtPercent(final), sub: `final${typeof finalLoss === 'number' ? `, loss ${fmtNumber(finalLoss, 3)}` : ''}` };
+  } else if (ev) {
+    const best = s.bestEval !== null && s.bestEval > ev.testAccuracy ? ` · best ${fmtPercent(s.bestEval)}` : '';
+    cards.test = { value: fmtPercent(ev.testAccuracy), sub: `at step ${fmtInt(ev.step)}, loss ${fmtNumber(ev.testLoss, 3)}${best}` };
+  } else if (e) {
+    cards.test = { value: '–', sub: 'no evaluation yet' };
+  }
+  return cards;
+}
+
+/** What the ring view draws. */
+export function ringModel(s: DashboardState): RingModel {
+  return {
+    worldSize: s.worldSize ?? s.config?.max ?? Math.max(1, s.joined.length),
+    self: s.self,
+    joined: new Set(s.joined),
+    lost: new Set(s.lost),
+    observedLinks: s.links,
+    ringProven: s.ringProven,
+    active: s.phase === 'training',
+  };
+}
+
+function finalTestAccuracy(s: DashboardState): number | null {
+  const fromSummary = s.summary?.testAccuracy;
+  if (typeof fromSummary === 'number' && Number.isFinite(fromSummary)) return fromSummary;
+  return s.lastEval?.testAccuracy ?? null;
+}
+
+// ---------------------------------------------------------------- derived: the run's summary
+
+export interface SummaryEntry {
+  /** The summary's key (shared by the entries of one flattened object). */
+  key: string;
+  label: string;
+  value: string;
+}
+
+/** Shown already in the header, or not for people (the weights themselves). */
+const SUMMARY_SKIP = new Set(['rank', 'worldSize', 'backend', 'model', 'dataset', 'weights']);
+const SUMMARY_FIRST = ['testAccuracy', 'testLoss', 'finalLoss', 'steps', 'epochs', 'seconds', 'elapsedSec', 'samplesPerSec', 'stoppedBy', 'weightHash'];
+
+/**
+ * The summary's scalar entries, most interesting first. One level of nested numbers (the
+ * job's breakdownMs) is flattened; arrays and long strings are left out.
+ */
+export function summaryEntries(summary: Readonly<Record<string, unknown>>): SummaryEntry[] {
+  const out: SummaryEntry[] = [];
+  const scalar = (v: unknown) => v === null || typeof v === 'number' || typeof v === 'boolean' || (typeof v === 'string' && v.length <= 80);
+  for (const [k, v] of Object.entries(summary)) {
+    if (SUMMARY_SKIP.has(k)) continue;
+    if (scalar(v)) out.push({ key: k, label: humanKey(k), value: fmtSummaryValue(k, v) });
+    else if (v && typeof v === 'object' && !Array.isArray(v)) {
+      const inner = Object.entries(v as Record<string, unknown>);
+      if (inner.length > 0 && inner.length <= 8 && inner.every(([, x]) => x === null || typeof x === 'number')) {
+        const unitKey = /Ms$/.test(k) ? 'Ms' : '';
+        for (const [sub, x] of inner) out.push({ key: k, label: `${humanKey(k)}: ${sub}`, value: fmtSummaryValue(`${sub}${unitKey}`, x) });
+      }
+    }
+  }
+  const order = (key: string) => {
+    const i = SUMMARY_FIRST.indexOf(key);
+    return i < 0 ? SUMMARY_FIRST.length : i;
+  };
+  return out.sort((a, b) => order(a.key) - order(b.key));
+}
+
+function summaryLine(summary: Readonly<Record<string, unknown>>): string {
+  return summaryEntries(summary)
+    .slice(0, 6)
+    .map((e) => `${e.label}: ${e.value}`)
+    .join(', ');
+}
+
+/** "testAccuracy" -> "Test accuracy"; duration keys lose their unit ("elapsedSec" -> "Elapsed"). */
+function humanKey(k: string): string {
+  const base = isDurationKey(k) ? k.replace(/_?(sec|seconds)$/i, '') : k.replace(/Ms$/, '');
+  if (base === '') return 'Time';
+  const words = base.replace(/([a-z0-9])([A-Z])/g, '$1 $2').replace(/[_-]+/g, ' ').toLowerCase();
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+/** Keys like elapsedSec / seconds are durations; samplesPerSec is not. */
+function isDurationKey(k: string): boolean {
+  return !/per ?sec/i.test(k) && /(sec|seconds)$/i.test(k);
+}
+
+function fmtSummaryValue(k: string, v: unknown): string {
+  if (v === null || v === undefined) return '–';
+  if (k === 'stoppedBy' && typeof v === 'number') return `rank ${v}`;
+  if (typeof v === 'number') {
+    if (/acc/i.test(k) && v >= 0 && v <= 1) return fmtPercent(v, 2);
+    if (isDurationKey(k)) return fmtDuration(v);
+    if (/Ms$/.test(k)) return fmtMs(v);
+    if (/per ?sec/i.test(k)) return fmtInt(v);
+    return fmtNumber(v, 4);
+  }
+  return String(v);
+}
+
+// ---------------------------------------------------------------- helpers
+
+/** The mean of the finite values, NaN when there are none. */
+function mean(xs: readonly number[]): number {
+  const ok = xs.filter(Number.isFinite);
+  return ok.length ? ok.reduce((a, b) => a + b, 0) / ok.length : NaN;
+}
+
+/** "1 tab", "3 tabs". */
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */
+function tabsInSession(w: { arrived: number; min: number; max: number }): string {
+  return w.min === w.max ? `${w.arrived} of ${plural(w.max, 'tab')} in the session` : `${plural(w.arrived, 'tab')} in the session (needs ${w.min}, up to ${w.max})`;
+}

@@ -1,0 +1,465 @@
+/**
+ * The dashboard's parts as DOM. Each builds its elements once and then draws a DashboardState,
+ * touching the DOM only when what it shows changed; every text and figure comes from
+ * dashboard_state.ts. The charts are the exception that keeps data of its own (their per-step
+ * series, see ChartsView).
+ */
+import type { TrainEvent } from '../train/events.ts';
+import { MetricChart, StepTable } from './charts.ts';
+import {
+  BREAKDOWN_NAME,
+  BREAKDOWN_PARTS,
+  MAX_LOG,
+  RECENT,
+  controls,
+  facts,
+  phaseLabel,
+  progressFigures,
+  rankAverages,
+  ringModel,
+  statCards,
+  statusText,
+  summaryEntries,
+  type DashboardState,
+  type LogEntry,
+  type RankAverages,
+  type StatKey,
+} from './dashboard_state.ts';
+import { el, rankColour, shareField } from './dom.ts';
+import { fmtClock, fmtInt, fmtMs } from './format.ts';
+import { RingView } from './ring_view.ts';
+
+/**
+ * True when any input differs (by identity) from the previous call's: the state keeps the
+ * identity of parts that did not change, so this is how a view skips redrawing.
+ */
+function changeDetector(): (inputs: readonly unknown[]) => boolean {
+  let last: readonly unknown[] | null = null;
+  return (inputs) => {
+    const changed = last === null || inputs.some((v, i) => v !== last![i]);
+    last = inputs;
+    return changed;
+  };
+}
+
+function setText(node: Node, text: string): void {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+/** Title, phase pill, stop and download buttons, and the status line. */
+export class HeaderView {
+  readonly node: HTMLElement;
+  private readonly status: HTMLElement;
+  private readonly pill: HTMLElement;
+  private readonly stop: HTMLButtonElement;
+  private readonly download: HTMLButtonElement;
+
+  constructor(session: string, on: { stop: () => void; download: () => void }) {
+    this.status = el('p', { class: 'status-line', role: 'status', 'data-testid': 'status' });
+    this.pill = el('span', { class: 'phase-pill' });
+    this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button' });
+    this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
+    this.stop.addEventListener('click', on.stop);
+    this.download.addEventListener('click', on.download);
+    this.node = el(
+      'header',
+      { class: 'dash-header' },
+      el(
+        'div',
+        { class: 'title-row' },
+        el('h1', {}, el('span', { class: 'title-kicker' }, 'Session '), el('span', { class: 'session-name' }, session)),
+        this.pill,
+        el('div', { class: 'actions' }, this.stop, this.download),
+      ),
+      this.status,
+      el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.'),
+    );
+  }
+
+  render(s: DashboardState): void {
+    setText(this.status, statusText(s));
+    if (this.pill.dataset.phase !== s.phase) this.pill.dataset.phase = s.phase;
+    setText(this.pill, phaseLabel(s));
+    const c = controls(s);
+    this.stop.disabled = c.stop.disabled;
+    setText(this.stop, c.stop.label);
+    this.download.disabled = !c.downloadEnabled;
+  }
+}
+
+/** A prominent banner that says what went wrong and what the person can do about it. */
+export class ErrorBannerView {
+  readonly node: HTMLElement;
+  private readonly changed = changeDetector();
+
+  constructor(private readonly onDismiss: () => void) {
+    this.node = el('div', { class: 'error-banner', role: 'alert', 'data-testid': 'error-banner', hidden: true });
+  }
+
+  render(s: DashboardState): void {
+    const error = s.error;
+    if (!this.changed([error])) return;
+    if (!error) {
+      this.node.hidden = true;
+      this.node.replaceChildren();
+      delete this.node.dataset.title;
+      return;
+    }
+    const dismiss = el('button', { type: 'button', class: 'btn btn-quiet', 'aria-label': 'Dismiss this message' }, 'Dismiss');
+    dismiss.addEventListener('click', this.onDismiss);
+    const action = error.action ? [el('p', { class: 'error-action' }, el('strong', {}, 'What to do: '), error.action)] : [];
+    this.node.replaceChildren(
+      el('span', { class: 'error-icon', 'aria-hidden': 'true' }, '!'),
+      el('div', { class: 'error-body' }, el('p', { class: 'error-title' }, error.title), el('p', { class: 'error-detail' }, error.detail), ...action),
+      dismiss,
+    );
+    this.node.hidden = false;
+    this.node.dataset.title = error.title;
+  }
+}
+
+/** This tab's rank, backend, data shard and job, and the link for more tabs. */
+export class FactsView {
+  readonly node: HTMLElement;
+  private readonly dd: Record<'rank' | 'backend' | 'shard' | 'job', HTMLElement>;
+  private readonly changed = changeDetector();
+
+  constructor(shareUrl: string) {
+    const fact = (label: string, key: string) => {
+      const dd = el('dd', { 'data-fact': key }, '–');
+      return { node: el('div', { class: 'fact' }, el('dt', {}, label), dd), dd };
+    };
+    const rank = fact('This tab', 'rank');
+    const backend = fact('Backend', 'backend');
+    const shard = fact('Data shard', 'shard');
+    const job = fact('Job', 'job');
+    this.dd = { rank: rank.dd, backend: backend.dd, shard: shard.dd, job: job.dd };
+    const share = shareField('dash-share', 'Link for more tabs', shareUrl);
+    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, shard.node, job.node), share.root);
+  }
+
+  render(s: DashboardState): void {
+    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.shard, s.epochBase])) return;
+    const f = facts(s);
+    setText(this.dd.rank, f.rank.text);
+    this.dd.rank.style.setProperty('--rank-colour', f.rank.rank === null ? 'transparent' : rankColour(f.rank.rank));
+    this.dd.rank.classList.toggle('has-rank', f.rank.rank !== null);
+    const b = f.backend;
+    if (b.kind === 'running') {
+      const parts: Array<Node | string> = [el('strong', {}, b.name), b.detail];
+      if (b.fallback) parts.push(el('span', { class: 'fallback' }, b.fallback));
+      this.dd.backend.replaceChildren(...parts);
+    } else {
+      setText(this.dd.backend, b.kind === 'requested' ? `${b.name} (requested)` : '–');
+    }
+    setText(this.dd.shard, f.shard);
+    setText(this.dd.job, f.job);
+  }
+}
+
+/** The progress bar, its text, and the test hooks data-step / data-total / data-done. */
+export class ProgressView {
+  readonly node: HTMLElement;
+  private readonly bar: HTMLProgressElement;
+  private readonly text: HTMLElement;
+
+  constructor() {
+    this.bar = el('progress', { id: 'dash-progress', max: 1, value: 0, 'aria-describedby': 'dash-progress-text' });
+    this.text = el('p', { id: 'dash-progress-text', class: 'progress-text' });
+    this.node = el(
+      'section',
+      { class: 'card progress-card', 'data-testid': 'progress', 'data-step': 0, 'data-total': 0, 'data-done': 'false', 'aria-labelledby': 'dash-progress-label' },
+      el('label', { id: 'dash-progress-label', for: 'dash-progress', class: 'card-title' }, 'Progress'),
+      this.bar,
+      this.text,
+    );
+  }
+
+  render(s: DashboardState): void {
+    const p = progressFigures(s);
+    this.bar.max = p.max;
+    this.bar.value = p.value;
+    this.node.dataset.step = String(p.step);
+    this.node.dataset.total = String(p.total);
+    this.node.dataset.done = String(p.done);
+    this.node.dataset.state = s.phase;
+    setText(this.text, p.text);
+  }
+}
+
+/** The run's summary once 'done' arrived. */
+export class SummaryView {
+  readonly node: HTMLElement;
+  private readonly changed = changeDetector();
+
+  constructor() {
+    this.node = el('section', { class: 'card summary-card', hidden: true, 'aria-labelledby': 'summary-title' });
+  }
+
+  render(s: DashboardState): void {
+    if (!this.changed([s.summary]) || !s.summary) return;
+    const entries = summaryEntries(s.summary);
+    this.node.replaceChildren(
+      el('h2', { id: 'summary-title', class: 'card-title' }, 'Run summary'),
+      entries.length
+        ? el('dl', { class: 'summary-list' }, ...entries.map(({ label, value }) => el('div', { class: 'summary-item' }, el('dt', {}, label), el('dd', {}, value))))
+        : el('p', {}, 'Training finished.'),
+    );
+    this.node.hidden = false;
+  }
+}
+
+const STAT_LABEL: Record<StatKey, string> = { loss: 'Train loss', acc: 'Train accuracy', test: 'Test accuracy', speed: 'Throughput', time: 'Time' };
+const STAT_ORDER: readonly StatKey[] = ['loss', 'acc', 'test', 'speed', 'time'];
+
+/** The five latest figures (drawn on the throttled render). */
+export class StatsView {
+  readonly node: HTMLElement;
+  private readonly cards = new Map<StatKey, { value: HTMLElement; sub: HTMLElement }>();
+
+  constructor() {
+    this.node = el('section', { class: 'stats', 'aria-label': 'Latest figures' });
+    for (const key of STAT_ORDER) {
+      const value = el('p', { class: 'stat-value' }, '–');
+      const sub = el('p', { class: 'stat-sub' }, '');
+      this.cards.set(key, { value, sub });
+      this.node.append(el('div', { class: 'stat', 'data-stat': key }, el('p', { class: 'stat-label' }, STAT_LABEL[key]), value, sub));
+    }
+  }
+
+  render(s: DashboardState): void {
+    const figures = statCards(s);
+    for (const [key, card] of this.cards) {
+      const f = figures[key];
+      if (f.unit) card.value.replaceChildren(f.value, el('span', { class: 'unit' }, f.unit));
+      else setText(card.value, f.value);
+      setText(card.sub, f.sub);
+    }
+  }
+}
+
+/**
+ * The loss and accuracy charts with their smoothing and log-scale controls. The per-step series
+ * live here, in the charts' StepTable, fed the same step and eval events as the state (see the
+ * note in dashboard_state.ts); the cards' test hooks (data-ranks, data-points, data-eval-points)
+ * are kept exact on every event, while the canvases redraw on the throttled render.
+ */
+export class ChartsView {
+  readonly node: HTMLElement;
+  private readonly table = new StepTable();
+  private readonly ranks = new Set<number>();
+  private readonly lossCard: HTMLElement;
+  private readonly accCard: HTMLElement;
+  private readonly lossChart: MetricChart;
+  private readonly accChart: MetricChart;
+  private smoothing = 0.6;
+
+  constructor(onSettingsChange: () => void) {
+    const lossHost = el('div', { class: 'chart-host' });
+    const accHost = el('div', { class: 'chart-host' });
+    const emptyNote = () => el('p', { class: 'chart-empty' }, 'Waiting for the first step…');
+    const logInput = el('input', { id: 'dash-logscale', type: 'checkbox' });
+    logInput.addEventListener('change', () => {
+      this.lossChart.setLogScale(logInput.checked);
+      onSettingsChange();
+    });
+    const hooks = { 'data-ranks': '', 'data-points': 0, 'data-eval-points': 0 };
+    this.lossCard = el(
+      'figure',
+      { class: 'card chart-card', 'data-testid': 'loss-chart', ...hooks, 'aria-labelledby': 'loss-title' },
+      el(
+        'figcaption',
+        { class: 'chart-head' },
+        el('span', { id: 'loss-title', class: 'card-title' }, 'Loss per step', el('span', { class: 'card-note' }, ' · one line per rank, ● test loss')),
+        el('label', { class: 'check', for: 'dash-logscale' }, logInput, 'Log scale'),
+      ),
+      lossHost,
+      emptyNote(),
+    );
+    this.accCard = el(
+      'figure',
+      { class: 'card chart-card', 'data-testid': 'accuracy-chart', ...hooks, 'aria-labelledby': 'acc-title' },
+      el('figcaption', { class: 'chart-head' }, el('span', { id: 'acc-title', class: 'card-title' }, 'Accuracy per step', el('span', { class: 'card-note' }, ' · train batch per rank, ● test set'))),
+      accHost,
+      emptyNote(),
+    );
+    this.lossChart = new MetricChart(lossHost, { prefix: 'loss', evalColumn: 'evalLoss', evalLabel: 'test loss', yLabel: 'loss', percent: false });
+    this.accChart = new MetricChart(accHost, { prefix: 'acc', evalColumn: 'evalAcc', evalLabel: 'test accuracy', yLabel: 'accuracy', percent: true });
+
+    const smoothInput = el('input', { id: 'dash-smoothing', type: 'range', min: 0, max: 0.95, step: 0.05, value: this.smoothing });
+    const smoothOut = el('output', { for: 'dash-smoothing', id: 'dash-smoothing-value' }, this.smoothing.toFixed(2));
+    smoothInput.addEventListener('input', () => {
+      this.smoothing = Number(smoothInput.value);
+      smoothOut.textContent = this.smoothing.toFixed(2);
+      onSettingsChange();
+    });
+
+    this.node = el(
+      'section',
+      { class: 'charts-section', 'aria-labelledby': 'charts-title' },
+      el('div', { class: 'section-head' }, el('h2', { id: 'charts-title' }, 'Metrics'), el('div', { class: 'smoothing' }, el('label', { for: 'dash-smoothing' }, 'Smoothing'), smoothInput, smoothOut)),
+      el('div', { class: 'charts-grid' }, this.lossCard, this.accCard),
+    );
+  }
+
+  /** Adds a step's or an eval's points and updates the test hooks. */
+  take(event: TrainEvent): void {
+    if (event.type === 'step') {
+      for (const m of event.ranks) {
+        this.table.set(`loss:${m.rank}`, event.step, m.loss);
+        this.table.set(`acc:${m.rank}`, event.step, m.accuracy);
+        this.ranks.add(m.rank);
+      }
+    } else if (event.type === 'eval') {
+      this.table.set('evalAcc', event.step, event.testAccuracy);
+      this.table.set('evalLoss', event.step, event.testLoss);
+    } else {
+      return;
+    }
+    const ranks = this.sortedRanks();
+    for (const [card, prefix, evalColumn] of [
+      [this.lossCard, 'loss', 'evalLoss'],
+      [this.accCard, 'acc', 'evalAcc'],
+    ] as const) {
+      const withPoints = ranks.filter((r) => this.table.count(`${prefix}:${r}`) > 0);
+      card.dataset.ranks = withPoints.join(',');
+      card.dataset.points = String(withPoints.reduce((n, r) => n + this.table.count(`${prefix}:${r}`), 0));
+      card.dataset.evalPoints = String(this.table.count(evalColumn));
+      card.classList.toggle('has-data', this.table.x.length > 0);
+    }
+  }
+
+  draw(s: DashboardState): void {
+    if (this.table.x.length === 0) return;
+    const ranks = this.sortedRanks();
+    this.lossChart.render(this.table, ranks, s.self, this.smoothing);
+    this.accChart.render(this.table, ranks, s.self, this.smoothing);
+  }
+
+  destroy(): void {
+    this.lossChart.destroy();
+    this.accChart.destroy();
+  }
+
+  private sortedRanks(): number[] {
+    return [...this.ranks].sort((a, b) => a - b);
+  }
+}
+
+/** The ring all-reduce picture, redrawn when its inputs change. */
+export class RingCardView {
+  readonly node: HTMLElement;
+  private readonly ring = new RingView();
+  private readonly changed = changeDetector();
+
+  constructor() {
+    this.node = el('section', { class: 'card ring-card', 'aria-labelledby': 'ring-title' }, el('h2', { id: 'ring-title', class: 'card-title' }, 'Ring all-reduce'), this.ring.element);
+  }
+
+  render(s: DashboardState): void {
+    if (this.changed([s.worldSize, s.config, s.self, s.joined, s.lost, s.links, s.ringProven, s.phase === 'training'])) this.ring.update(ringModel(s));
+  }
+}
+
+/** Per-rank throughput and where each rank's step time goes (drawn on the throttled render). */
+export class PerfView {
+  readonly node: HTMLElement;
+  private readonly body: HTMLTableSectionElement;
+  private readonly foot: HTMLTableSectionElement;
+
+  constructor() {
+    this.body = el('tbody');
+    this.foot = el('tfoot');
+    const table = el(
+      'table',
+      { class: 'perf-table', 'aria-describedby': 'perf-note' },
+      el('caption', { class: 'visually-hidden' }, 'Per-rank throughput and step time breakdown, averaged over recent steps'),
+      el(
+        'thead',
+        {},
+        el('tr', {}, el('th', { scope: 'col' }, 'Rank'), el('th', { scope: 'col', class: 'num' }, 'Samples/s'), el('th', { scope: 'col', class: 'num' }, 'ms/step'), el('th', { scope: 'col', class: 'bar-col' }, 'Where the time goes')),
+      ),
+      this.body,
+      this.foot,
+    );
+    const legend = el('ul', { class: 'perf-legend', 'aria-hidden': 'true' }, ...BREAKDOWN_PARTS.map((p) => el('li', {}, el('span', { class: `swatch seg-${p}` }), BREAKDOWN_NAME[p])));
+    this.node = el(
+      'section',
+      { class: 'card perf-card', 'aria-labelledby': 'perf-title' },
+      el('h2', { id: 'perf-title', class: 'card-title' }, 'Throughput and step time per rank'),
+      el('div', { class: 'table-scroll' }, table),
+      legend,
+      el('p', { id: 'perf-note', class: 'card-note' }, `Averages over the last ${RECENT} steps. All-reduce time includes waiting for the slowest rank.`),
+    );
+  }
+
+  render(s: DashboardState): void {
+    const rows = rankAverages(s);
+    const maxMs = Math.max(1, ...rows.map((r) => (Number.isFinite(r.totalMs) ? r.totalMs : 0)));
+    this.body.replaceChildren(...rows.map((row) => perfRow(row, maxMs)));
+    const total = rows.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
+    this.foot.replaceChildren(
+      rows.length
+        ? el('tr', {}, el('th', { scope: 'row' }, 'All ranks'), el('td', { class: 'num', 'data-unit': 'samples/s' }, fmtInt(total)), el('td', { class: 'num' }, ''), el('td', { class: 'bar-col' }, ''))
+        : el('tr', {}, el('td', { colspan: 4, class: 'empty' }, 'No steps yet.')),
+    );
+  }
+}
+
+function perfRow(row: RankAverages, maxMs: number): HTMLTableRowElement {
+  const b = row.breakdownMs;
+  const bar = el('div', { class: 'stack', role: 'img', 'aria-label': BREAKDOWN_PARTS.map((p) => `${BREAKDOWN_NAME[p]} ${b[p].toFixed(1)} ms`).join(', ') });
+  bar.style.width = `${(100 * row.totalMs) / maxMs}%`;
+  for (const p of BREAKDOWN_PARTS) {
+    if (!(b[p] > 0)) continue;
+    const seg = el('span', { class: `seg seg-${p}`, title: `${BREAKDOWN_NAME[p]}: ${b[p].toFixed(1)} ms` });
+    seg.style.flexGrow = String(b[p]);
+    bar.append(seg);
+  }
+  const figures = el('div', { class: 'stack-figures' }, ...BREAKDOWN_PARTS.map((p) => el('span', { class: `fig fig-${p}` }, `${BREAKDOWN_NAME[p]} ${fmtMs(b[p])}`)));
+  return el(
+    'tr',
+    { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },
+    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
+    el('td', { class: 'num', 'data-unit': 'samples/s' }, fmtInt(row.samplesPerSec)),
+    el('td', { class: 'num', 'data-unit': 'per step' }, fmtMs(row.totalMs)),
+    el('td', { class: 'bar-col' }, bar, figures),
+  );
+}
+
+/** The event log, newest first; only entries it has not drawn yet are added. */
+export class LogView {
+  readonly node: HTMLElement;
+  private readonly list: HTMLOListElement;
+  /** Id of the first entry not drawn yet. */
+  private drawnUpTo = 0;
+
+  constructor() {
+    this.list = el('ol', { class: 'event-log', 'data-testid': 'event-log', role: 'log', 'aria-live': 'polite', 'aria-labelledby': 'log-title', tabindex: 0 });
+    this.node = el('section', { class: 'card log-card', 'aria-labelledby': 'log-title' }, el('h2', { id: 'log-title', class: 'card-title' }, 'Event log', el('span', { class: 'card-note' }, ' · newest first')), this.list);
+  }
+
+  render(s: DashboardState): void {
+    const fresh: LogEntry[] = [];
+    for (const entry of s.log) {
+      if (entry.id < this.drawnUpTo) break;
+      fresh.push(entry);
+    }
+    if (fresh.length === 0) return;
+    // Oldest of the new ones first, each on top of the list.
+    for (const entry of fresh.reverse()) {
+      const at = new Date(entry.at);
+      this.list.prepend(
+        el(
+          'li',
+          { class: `log-entry level-${entry.level}`, 'data-level': entry.level },
+          el('time', { datetime: at.toISOString() }, fmtClock(at)),
+          el('span', { class: 'log-level' }, entry.level === 'info' ? 'info' : entry.level === 'warn' ? 'warning' : 'error'),
+          el('span', { class: 'log-msg' }, entry.message),
+        ),
+      );
+    }
+    this.drawnUpTo = s.nextLogId;
+    while (this.list.childElementCount > MAX_LOG) this.list.lastElementChild?.remove();
+  }
+}

@@ -1,0 +1,40 @@
+/**
+ * Plain data-parallel training, as a torch DDP script does it: join a group of fixed size, take
+ * this rank's shard with DistributedSampler, average gradients with DistributedDataParallel.
+ *
+ *   npm run launch -- --nproc 2 examples/ddp_train.ts --dataset synthetic --epochs 2
+ */
+import * as tf from '@tensorflow/tfjs';
+import { DistributedDataParallel, DistributedSampler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, syntheticDataset } from '../src/index.ts';
+import type { LaunchContext } from '../src/index.ts';
+
+export default async function main(ctx: LaunchContext) {
+  const dataset = ctx.args.dataset === 'mnist' ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href }) : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
+  const batchSize = intArg(ctx.args, 'batch-size', 32);
+  const epochs = intArg(ctx.args, 'epochs', 1);
+
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const model = buildModel({ kind: 'mlp', inputShape: dataset.inputShape, numClasses: dataset.numClasses, seed: 0 });
+  const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
+  const optimizer = tf.train.adam(0.003);
+  const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
+
+  let loss = NaN;
+  for (let epoch = 0; epoch < epochs; epoch++) {
+    sampler.setEpoch(epoch);
+    const indices = sampler.indices();
+    for (let i = 0; i < indices.length; i += batchSize) {
+      const { x, y } = dataset.batch(indices.slice(i, i + batchSize));
+      const xs = tf.tensor(x, [y.length, ...dataset.inputShape]);
+      const ys = tf.tensor1d(y, 'int32');
+      ({ loss } = await ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, dataset.numClasses)));
+      ddp.step(optimizer); // optimizer.step() + zero_grad() with the averaged gradients
+      tf.dispose([xs, ys]);
+    }
+    ctx.log(`epoch ${epoch}: loss ${loss.toFixed(4)}`);
+  }
+  const weightHash = await ddp.weightsHash(); // equal on every rank
+  await pg.barrier();
+  pg.destroy();
+  return { finalLoss: loss, weightHash };
+}

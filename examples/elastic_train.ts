@@ -1,0 +1,49 @@
+/**
+ * The same training made elastic: tabs may close, freeze or join mid-run and the rest go on.
+ * The library carries the rounds, recovery from the replica that got furthest, re-sharding,
+ * the votes at step boundaries and checkpoints; the script gives it a plain training step.
+ *
+ *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/elastic_train.ts \
+ *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1
+ */
+import * as tf from '@tensorflow/tfjs';
+import { TrainState, buildModel, classificationLoss, intArg, loadMnist, runElastic, subset, syntheticDataset } from '../src/index.ts';
+import type { LaunchContext } from '../src/index.ts';
+
+export default async function main(ctx: LaunchContext) {
+  const { args } = ctx;
+  const trainSize = intArg(args, 'train-size', 0, 0);
+  const full = args.dataset === 'mnist' ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href }) : syntheticDataset({ length: trainSize || 4096, inputSize: 16, numClasses: 4, seed: 0 });
+  const data = trainSize > 0 && trainSize < full.length ? subset(full, Array.from({ length: trainSize }, (_, i) => i)) : full;
+
+  const model = buildModel({ kind: 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
+  const state = new TrainState({ model, optimizer: () => tf.train.adam(0.003) });
+  let finalLoss = NaN;
+  const run = await runElastic({
+    url: ctx.url,
+    session: ctx.session,
+    min: ctx.min,
+    max: ctx.max,
+    timeoutMs: ctx.timeoutMs,
+    state,
+    datasetLength: data.length,
+    batchSize: intArg(args, 'batch-size', 32),
+    epochs: intArg(args, 'epochs', 1),
+    steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
+    async step({ indices, ddp, optimizer }) {
+      const { x, y } = data.batch(indices);
+      const xs = tf.tensor(x, [y.length, ...data.inputShape]);
+      const ys = tf.tensor1d(y, 'int32');
+      const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses));
+      ddp.step(optimizer);
+      tf.dispose([xs, ys]);
+      return { loss };
+    },
+    onStep({ step, metrics, pg }) {
+      finalLoss = metrics.reduce((s, m) => s + m.loss, 0) / metrics.length; // every rank's, from the step's vote
+      if (step % 10 === 0) ctx.log(`step ${step} on ${pg.worldSize} ranks: loss ${finalLoss.toFixed(4)}`);
+    },
+  });
+  await run.close(); // after every rank is done
+  return { finalLoss };
+}

@@ -1,0 +1,227 @@
+/**
+ * Rendezvous on the server (the state torch's c10d rendezvous handler keeps in its store): the
+ * members of a session's group arrive and leave, and the group moves through rounds. Each round
+ * is a fixed set of ranks 0..n-1; a change of membership makes a new round, never a changed one.
+ * A fixed world size N is the range N..N: the same code, with ranks that may be asked for.
+ *
+ * - The first round forms once `max` members have arrived, or `min` have and no one else
+ *   arrived for `settleMs`.
+ * - A member lost (socket closed, or silent past the heartbeat timeout) makes a new round at
+ *   once from the rest; with fewer than `min` it is paused until enough arrive again.
+ * - A member arriving while a round runs waits; the running members are told (num nodes
+ *   waiting), finish their step, and ask to `regroup`, which admits it. Past `max` members,
+ *   arrivals are refused.
+ * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
+ * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives.
+ */
+import { ErrorCode, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/protocol.ts';
+import { StoreRefusal } from './store.ts';
+
+/** What the rendezvous needs from a member's connection: a way to send it an event. */
+export interface Participant {
+  send(message: ServerMessage): void;
+}
+
+export interface RendezvousOptions {
+  min: number;
+  max: number;
+  /** Wait this long for more members once `min` are there, before the first round. */
+  settleMs: number;
+}
+
+interface Member {
+  participant: Participant;
+  /** The rank this member asked for (fixed world sizes only). */
+  rank?: number;
+}
+
+export class Rendezvous {
+  /** The latest round's number. Numbers go on across the rendezvous a session has over time. */
+  round: number;
+  /** The first round has formed. */
+  private started = false;
+  /** Member ids in rank order in the current round (its members in order, when paused). */
+  private active: number[] = [];
+  /** Member ids waiting for the next round, in arrival order. */
+  private waiting: number[] = [];
+  private paused = false;
+  private nextId = 1;
+  private readonly members = new Map<number, Member>();
+  private settleTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    readonly options: RendezvousOptions,
+    private readonly sessionName: string,
+    private readonly log: (line: string) => void,
+    /** The round before this rendezvous' first one: round numbers (and so group keys) never repeat in a session. */
+    previousRound = 0,
+  ) {
+    this.round = previousRound;
+  }
+
+  get size(): number {
+    return this.members.size;
+  }
+
+  /** A round with ranks is running (not before the first, not paused). */
+  get running(): boolean {
+    return this.started && !this.paused;
+  }
+
+  /**
+   * Admits a member, or refuses it saying which rule it broke. The round that includes it is
+   * announced by event, possibly before the caller replies.
+   */
+  admit(participant: Participant, request: RequestFields['rendezvous']): number {
+    const { min, max } = this.options;
+    const fixed = min === max;
+    if (request.min !== min || request.max !== max) {
+      if (fixed && request.min === request.max) {
+        throw new StoreRefusal(ErrorCode.WORLD_SIZE_MISMATCH, `session "${this.sessionName}" has world size ${max}, but this rank asked for ${request.max}`, {
+          sessionWorldSize: max,
+          requested: request.max,
+        });
+      }
+      const theirs = fixed ? `a fixed world size of ${max}` : `${min}..${max} ranks (elastic)`;
+      const mine = request.min === request.max ? `a fixed world size of ${request.max}` : `${request.min}..${request.max}`;
+      throw new StoreRefusal(ErrorCode.ELASTIC_MISMATCH, `session "${this.sessionName}" has ${theirs}, but this tab asked for ${mine}`, { min, max });
+    }
+    const rank = request.rank;
+    if (rank !== undefined && (rank < 0 || rank >= max)) {
+      throw new StoreRefusal(ErrorCode.RANK_OUT_OF_RANGE, `rank ${rank} is outside 0..${max - 1} for world size ${max}`, { rank, worldSize: max });
+    }
+    if (this.members.size >= max) {
+      throw new StoreRefusal(
+        ErrorCode.SESSION_FULL,
+        fixed ? `session "${this.sessionName}" is full: all ${max} ranks have joined` : `session "${this.sessionName}" is full: it already has its maximum of ${max} ranks`,
+        { max },
+      );
+    }
+    if (rank !== undefined && [...this.members.values()].some((m) => m.rank === rank)) {
+      throw new StoreRefusal(ErrorCode.DUPLICATE_RANK, `rank ${rank} has already joined session "${this.sessionName}"`, { rank });
+    }
+    const id = this.nextId++;
+    this.members.set(id, { participant, rank });
+    this.waiting.push(id);
+    if (!this.started && this.members.size >= max) this.form('all ranks arrived');
+    else if (this.paused && this.members.size >= min) this.form(`enough ranks again (${this.members.size})`);
+    else {
+      if (!this.started && this.members.size >= min) this.settleSoon();
+      this.announceWaiting();
+    }
+    return id;
+  }
+
+  /** A member left (its socket closed, or it was evicted). */
+  remove(id: number, why: string): void {
+    if (!this.members.delete(id)) return;
+    const rank = this.active.indexOf(id);
+    this.waiting = this.waiting.filter((w) => w !== id);
+    if (rank >= 0) this.active.splice(rank, 1);
+    if (rank >= 0 && this.running) {
+      // Tell the running round whom it lost (by rank) before announcing the next one.
+      for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
+      this.form(`rank ${rank} ${why}`);
+      return;
+    }
+    if (!this.started && this.members.size < this.options.min) this.cancelSettle();
+    this.announceWaiting();
+  }
+
+  /** The running round's members ask to admit the waiting ones at a step boundary. */
+  regroup(fromRound: number): number {
+    if (fromRound === this.round && this.running && this.waiting.length > 0) this.form('admitting waiting ranks');
+    return this.round;
+  }
+
+  /** The rank of a member in the running round, if it has one. */
+  rankOf(id: number): number | undefined {
+    if (!this.running) return undefined;
+    const r = this.active.indexOf(id);
+    return r < 0 ? undefined : r;
+  }
+
+  participantAt(rank: number): Participant | undefined {
+    if (!this.running) return undefined;
+    const id = this.active[rank];
+    return id === undefined ? undefined : this.members.get(id)?.participant;
+  }
+
+  close(): void {
+    this.cancelSettle();
+  }
+
+  private activeMembers(): Participant[] {
+    return this.active.map((id) => this.members.get(id)?.participant).filter((p): p is Participant => p !== undefined);
+  }
+
+  /** Tells every member how many wait for the next round. */
+  private announceWaiting(): void {
+    const event: WaitingEvent = {
+      type: 'waiting',
+      round: this.round,
+      waiting: this.running ? this.waiting.length : this.members.size,
+      members: this.members.size,
+      min: this.options.min,
+      max: this.options.max,
+    };
+    for (const m of this.members.values()) m.participant.send(event);
+  }
+
+  private settleSoon(): void {
+    this.cancelSettle();
+    this.settleTimer = setTimeout(() => {
+      this.settleTimer = undefined;
+      if (!this.started && this.members.size >= this.options.min) {
+        this.form(`${this.members.size} ranks arrived and ${this.options.settleMs} ms passed`);
+      }
+    }, this.options.settleMs);
+  }
+
+  private cancelSettle(): void {
+    if (this.settleTimer) clearTimeout(this.settleTimer);
+    this.settleTimer = undefined;
+  }
+
+  /** Makes the next round from the survivors (in order) and then the waiting members. */
+  private form(why: string): void {
+    this.cancelSettle();
+    const everyone = [...this.active, ...this.waiting].filter((id) => this.members.has(id));
+    this.started = true;
+    this.round++;
+    this.paused = everyone.length < this.options.min;
+    this.waiting = [];
+    this.active = this.paused ? everyone : this.assignRanks(everyone);
+    const worldSize = this.paused ? 0 : this.active.length;
+    this.log(
+      `[server] session "${this.sessionName}": round ${this.round}, ${this.active.length} rank(s)${this.paused ? `, paused below the minimum of ${this.options.min}` : ''} (${why})`,
+    );
+    for (const [id, m] of this.members) {
+      const event: RoundEvent = {
+        type: 'round',
+        round: this.round,
+        rank: this.paused ? -1 : this.active.indexOf(id),
+        worldSize,
+        paused: this.paused,
+        min: this.options.min,
+        max: this.options.max,
+      };
+      m.participant.send(event);
+    }
+    // Paused members learn how many are here, and so how many more it takes.
+    if (this.paused) this.announceWaiting();
+  }
+
+  /** Ranks asked for are kept; everyone else fills the free ranks in order. */
+  private assignRanks(order: number[]): number[] {
+    const slots = new Array<number | undefined>(order.length);
+    const rest: number[] = [];
+    for (const id of order) {
+      const asked = this.members.get(id)?.rank;
+      if (asked !== undefined && asked < slots.length && slots[asked] === undefined) slots[asked] = id;
+      else rest.push(id);
+    }
+    for (let r = 0; r < slots.length; r++) if (slots[r] === undefined) slots[r] = rest.shift();
+    return slots as number[];
+  }
+}

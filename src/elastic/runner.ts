@@ -1,0 +1,363 @@
+/**
+ * Elastic training for any training step (what torchrun plus torchft's Manager give a torch
+ * script): `runElastic` joins the session's group of min..max ranks and trains through its
+ * rounds. At the start of each round every rank gets the state of the replica that committed
+ * the most steps (or the latest checkpoint, when nobody has one), the rest of the epoch is
+ * re-sharded among the round's ranks from the sampler's position, and training goes on. At each
+ * step boundary the ranks vote, in one small all-gather that also carries each rank's metrics:
+ * stop (any rank asked), or regroup (members wait to join; after a barrier the round ends and
+ * the next one admits them). A lost rank, a lost server or a replaced group ends the round and
+ * the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
+ * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
+ * pauses the group until a tab takes its place.
+ *
+ * The user's step function is a plain training step: it gets this rank's sample indices and the
+ * round's DistributedDataParallel, computes and applies the gradients, and returns its metrics.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
+import { isRecoverable } from '../errors.ts';
+import type { LinkOptions, ProcessGroup } from '../process_group.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from '../rendezvous.ts';
+import { DistributedSampler } from '../sampler.ts';
+import type { Json, TrainState } from '../state_dict.ts';
+import type { StoreClient } from '../store.ts';
+import { recordEvent, type ElasticEvent } from './events.ts';
+import { recover, saveState, type RunRecord } from './recovery.ts';
+
+/** A rank's figures for one step, by name; every rank must return the same names. */
+export type StepMetrics = Record<string, number>;
+
+export interface StepContext {
+  /** This rank's samples for the step (indices into the dataset). */
+  indices: number[];
+  /** The step's number in the run, from 1. */
+  step: number;
+  epoch: number;
+  ddp: DistributedDataParallel;
+  optimizer: tf.Optimizer;
+  pg: ProcessGroup;
+}
+
+/** What hooks that run collectives get: every rank of the round calls them at the same step. */
+export interface RoundContext {
+  pg: ProcessGroup;
+  ddp: DistributedDataParallel;
+  step: number;
+  epoch: number;
+}
+
+export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends LinkOptions {
+  /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
+  url: string;
+  session: string;
+  /** The fewest ranks to train with; below it the run pauses until tabs join. */
+  min: number;
+  /** The most ranks; more are told the session is full. */
+  max: number;
+  /** Ask for this rank (fixed world sizes only). */
+  rank?: number;
+  /** How long any wait may take: a round to form, a barrier, the server. Default 300 s. */
+  timeoutMs?: number;
+  heartbeatIntervalMs?: number;
+  /** An open connection to use for the first rendezvous. */
+  store?: StoreClient;
+
+  state: TrainState;
+  datasetLength: number;
+  /** Samples per rank per step. */
+  batchSize: number;
+  /** Train this many epochs (default 1), unless `steps` is given. */
+  epochs?: number;
+  /** Stop after this many steps in all, whatever the epochs. */
+  steps?: number | null;
+  /** DistributedSampler's options, the same on every rank. */
+  shuffle?: boolean;
+  seed?: number;
+  dropLast?: boolean;
+
+  /** One training step on this rank's samples. */
+  step(ctx: StepContext): Promise<M | void>;
+  /** Asked once a step: true once this rank wants everyone to stop. */
+  shouldStop?(): boolean;
+  /** A round starts training (after the state is shared and DDP wraps the model). */
+  onRound?(ctx: RoundContext): void | Promise<void>;
+  /** After each committed step and its vote. May run collectives: every rank calls it at the same step. */
+  onStep?(ctx: RoundContext & { metrics: M[] }): void | Promise<void>;
+  /** After an epoch's last step. May run collectives. */
+  onEpochEnd?(ctx: RoundContext): void | Promise<void>;
+  /** Every event of the run, also sent to the handler of `setEventHandler`. */
+  onEvent?(e: ElasticEvent): void;
+
+  /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
+  checkpointEvery?: number;
+  /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */
+  checkpointAtEpochEnd?: boolean;
+  /** Kept in each checkpoint's metadata (the job's configuration, say). */
+  checkpointMeta?: Json;
+  /** Resume from this session's checkpoints when no rank has live state. Default: this session's. */
+  resumeFrom?: string | null;
+  ddp?: DDPOptions;
+}
+
+export interface ElasticRunResult {
+  /** The last round's group and DDP, still open: evaluate with them, then `close()`. */
+  pg: ProcessGroup;
+  ddp: DistributedDataParallel;
+  rank: number;
+  worldSize: number;
+  steps: number;
+  epoch: number;
+  /** Rounds the run trained in, and steps trained twice because a round failed mid-step. */
+  generations: number;
+  stepsRedone: number;
+  /** Rounds this rank saw paused below the minimum. */
+  pausedGenerations: number;
+  resumes: string[];
+  stoppedBy: number | null;
+  weightHash: string;
+  /** Waits until every rank of the group is done (a barrier), then leaves it and closes the connection. */
+  close(): Promise<void>;
+}
+
+type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
+
+/** Trains with `options.step` until the epochs or steps are done or a rank asks to stop. */
+export async function runElastic<M extends StepMetrics>(options: ElasticRunOptions<M>): Promise<ElasticRunResult> {
+  checkOptions(options);
+  const run = new ElasticRun(options);
+  const handler = await RendezvousHandler.start({ ...options, reconnect: true }, (e) => run.onRendezvous(e));
+  try {
+    return await run.run(handler);
+  } catch (err) {
+    handler.shutdown();
+    throw err;
+  }
+}
+
+class ElasticRun<M extends StepMetrics> {
+  private record: RunRecord = { generations: 0, stepsRedone: 0, resumes: [] };
+  /** Whether this rank's state is worth keeping (it trained, or received a state). */
+  private live = false;
+  /** The step started here but not committed, or -1. */
+  private inFlight = -1;
+  private paused = 0;
+  private readonly started = performance.now();
+  private readonly maxSteps: number;
+  private readonly maxEpochs: number;
+  private handler!: RendezvousHandler;
+
+  constructor(private readonly o: ElasticRunOptions<M>) {
+    this.maxSteps = o.steps ?? Number.POSITIVE_INFINITY;
+    this.maxEpochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
+  }
+
+  onRendezvous(e: RendezvousEvent): void {
+    switch (e.type) {
+      case 'paused':
+        this.paused++;
+        return this.emit({ type: 'paused', min: e.min });
+      case 'waiting':
+        return this.emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
+      case 'reconnecting':
+        return this.emit({ type: 'reconnecting', attempt: e.attempt, waitMs: e.waitMs, reason: e.reason });
+      case 'reconnected':
+        return this.emit({ type: 'reconnected' });
+      case 'round':
+        return;
+      default: {
+        const unknown: never = e;
+        void unknown;
+      }
+    }
+  }
+
+  async run(handler: RendezvousHandler): Promise<ElasticRunResult> {
+    this.handler = handler;
+    const o = this.o;
+    let round = await this.handler.nextRendezvous(0);
+    for (;;) {
+      const { pg } = round;
+      const stopWatching = pg.on((e) => {
+        if (e.type === 'peer-lost') this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
+      });
+      try {
+        await this.startRound(round);
+        const ddp = await DistributedDataParallel.create(o.state.model, pg, o.ddp);
+        await o.onRound?.({ pg, ddp, step: o.state.progress.step, epoch: o.state.progress.epoch });
+        let outcome = await this.train(round, ddp);
+        while (outcome.kind === 'regroup') {
+          // Everyone past the step's last collective first, so the new round interrupts nobody.
+          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, step: o.state.progress.step, waiting: this.handler.numNodesWaiting() });
+          await pg.barrier();
+          if ((await this.handler.regroup(round)) === round.round) {
+            outcome = await this.train(round, ddp); // the members who waited left again
+            continue;
+          }
+          break;
+        }
+        if (outcome.kind === 'regroup') {
+          stopWatching();
+          round = await this.handler.nextRendezvous(round.id);
+          continue;
+        }
+        const weightHash = await ddp.weightsHash();
+        const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
+        const p = o.state.progress;
+        this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash });
+        stopWatching();
+        return {
+          pg,
+          ddp,
+          rank: pg.rank,
+          worldSize: pg.worldSize,
+          steps: p.step,
+          epoch: p.epoch,
+          generations: this.record.generations,
+          stepsRedone: this.record.stepsRedone,
+          pausedGenerations: this.paused,
+          resumes: [...this.record.resumes],
+          stoppedBy,
+          weightHash,
+          close: async () => {
+            // A rank that left early would end the round under the others' last collectives.
+            await pg.barrier().catch(() => {});
+            this.handler.shutdown();
+          },
+        };
+      } catch (err) {
+        stopWatching();
+        const recoverable = isRecoverable(err);
+        const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+        this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: o.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
+        if (!recoverable) throw err;
+        round = await this.handler.nextRendezvous(round.id);
+      }
+    }
+  }
+
+  /** One state for everyone, from the replica that got furthest (or a checkpoint). */
+  private async startRound(round: Round): Promise<void> {
+    const { pg } = round;
+    const o = this.o;
+    const r = await recover(pg, o.state, this.record, this.live, this.inFlight, { url: o.url, session: o.session, resumeFrom: o.resumeFrom });
+    for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
+    this.live = true;
+    this.inFlight = -1;
+    this.record = { ...r.run, generations: r.run.generations + 1 };
+    const p = o.state.progress;
+    this.emit({
+      type: 'round',
+      round: round.key,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      step: p.step,
+      epoch: p.epoch,
+      position: p.position,
+      datasetLength: o.datasetLength,
+      shuffle: o.shuffle ?? true,
+      seed: o.seed ?? 0,
+      dropLast: o.dropLast ?? false,
+      source: r.source,
+      from: r.from,
+      redone: r.redone,
+      ...(r.note ? { note: r.note } : {}),
+    });
+  }
+
+  /** Trains in this round until the run is done, a rank stops it, or members wait to join. */
+  private async train(round: Round, ddp: DistributedDataParallel): Promise<Outcome> {
+    const o = this.o;
+    const { pg } = round;
+    const p = o.state.progress;
+    const n = pg.worldSize;
+    const length = o.datasetLength;
+    while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
+      const sampler = new DistributedSampler(length, { numReplicas: n, rank: pg.rank, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
+      sampler.loadStateDict({ epoch: p.epoch, position: p.position });
+      const indices = sampler.indices();
+      const firstPadding = indices.length - sampler.numPadding;
+      const stepsLeft = Math.ceil(indices.length / o.batchSize);
+      const fullEpochSteps = Math.ceil(new DistributedSampler(length, { numReplicas: n, rank: 0, dropLast: o.dropLast }).numSamples / o.batchSize);
+      const totalSteps = Math.min(this.maxSteps, p.step + stepsLeft + (this.maxEpochs - p.epoch - 1) * fullEpochSteps);
+      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: sampler.numSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+      for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
+        const from = k * o.batchSize;
+        const to = Math.min(from + o.batchSize, indices.length);
+        const batch = indices.slice(from, to);
+        this.inFlight = p.step + 1;
+        this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding: Math.max(0, to - Math.max(from, firstPadding)) });
+        const metrics = (await o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: o.state.optimizer, pg })) ?? ({} as M);
+
+        // Commit: the step's samples are trained on; the group's position moves past them.
+        p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
+        p.step++;
+        this.inFlight = -1;
+
+        const vote = await this.vote(pg, metrics);
+        this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
+        await o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics });
+        if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
+        if (vote.stoppedBy !== null) return { kind: 'stopped', by: vote.stoppedBy };
+        if (vote.regroup) return { kind: 'regroup' };
+      }
+      if (p.position >= length) {
+        await o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch });
+        p.epoch++;
+        p.position = 0;
+        if (o.checkpointAtEpochEnd ?? (o.min < o.max || (o.checkpointEvery ?? 0) > 0)) await this.checkpoint(pg);
+      }
+    }
+    return { kind: 'done' };
+  }
+
+  /** One all-gather per step: [stop, join wanted, ...this rank's metrics] from every rank. */
+  private async vote(pg: ProcessGroup, mine: M): Promise<{ stoppedBy: number | null; regroup: boolean; metrics: M[] }> {
+    const names = Object.keys(mine).sort();
+    const buf = new Float32Array(2 + names.length);
+    buf[0] = this.o.shouldStop?.() ? 1 : 0;
+    buf[1] = this.handler.numNodesWaiting() > 0 ? 1 : 0;
+    names.forEach((name, i) => (buf[2 + i] = mine[name]!));
+    const all = await pg.allGather(buf);
+    let stoppedBy: number | null = null;
+    let regroup = false;
+    const metrics: M[] = [];
+    for (let r = 0; r < pg.worldSize; r++) {
+      const row = all.subarray(r * buf.length, (r + 1) * buf.length);
+      if (row[0] === 1 && stoppedBy === null) stoppedBy = r;
+      if (row[1] === 1) regroup = true;
+      metrics.push(Object.fromEntries(names.map((name, i) => [name, row[2 + i]!])) as M);
+    }
+    return { stoppedBy, regroup, metrics };
+  }
+
+  /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */
+  private async checkpoint(pg: ProcessGroup): Promise<void> {
+    if (pg.rank !== 0) return;
+    const step = this.o.state.progress.step;
+    try {
+      const saved = await saveState(this.o.state, this.record, { url: this.o.url, session: this.o.session, meta: this.o.checkpointMeta });
+      this.emit({ type: 'checkpoint', step, name: saved.name, bytes: saved.bytes });
+    } catch (err) {
+      this.emit({ type: 'checkpoint-failed', step, error: (err as Error).message });
+    }
+  }
+
+  private emit(e: ElasticEvent): void {
+    this.o.onEvent?.(e);
+    recordEvent(e);
+  }
+}
+
+function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
+  const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+  if (!(typeof o.datasetLength === 'number' && Number.isSafeInteger(o.datasetLength) && o.datasetLength >= 0)) {
+    throw new RangeError(`datasetLength must be a non-negative integer, got ${o.datasetLength}`);
+  }
+  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
+  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
+  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0)) {
+    throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
+  }
+}

@@ -1,0 +1,224 @@
+/**
+ * The message mailbox of a process group: matches incoming frames to the receives waiting for
+ * them, by (sender, kind, sequence number, step), reassembling chunked messages. Frames that
+ * arrive before their receive is posted are kept until it is. A receive whose sender goes
+ * silent for `peerTimeoutMs` reports the sender as lost. Abort notices (one rank telling the
+ * others a collective failed) are encoded and decoded here too. No I/O: the process group feeds
+ * it frames.
+ */
+import {
+  CollectiveAbortedError,
+  CollectiveMismatchError,
+  ConnectionClosedError,
+  DistTimeoutError,
+  FramingError,
+  GroupClosedError,
+  PeerLostError,
+} from './errors.ts';
+import {
+  Collective,
+  FrameKind,
+  HEADER_BYTES,
+  Reassembler,
+  describeCollective,
+  sameDescriptor,
+  writeHeader,
+  type Descriptor,
+  type FrameHeader,
+} from './framing.ts';
+
+export type OnChunk = (payload: Uint8Array, offset: number, frame: Uint8Array) => void;
+
+interface Receiver {
+  peer: number;
+  key: string;
+  descriptor: Descriptor;
+  expectedBytes: number;
+  reassembler: Reassembler | undefined;
+  onChunk: OnChunk;
+  resolve(): void;
+  reject(err: Error): void;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  what: string;
+}
+
+interface InboxEntry {
+  buffered: Array<{ frame: Uint8Array; header: FrameHeader }>;
+  receiver?: Receiver;
+}
+
+/** Messages completed recently, to catch a sender that sends one twice. */
+const COMPLETED_KEPT = 4096;
+
+export class Mailbox {
+  private readonly inbox = new Map<string, InboxEntry>();
+  private readonly completed = new Set<string>();
+  private readonly receivers = new Set<Receiver>();
+
+  constructor(
+    private readonly rank: number,
+    private readonly peerTimeoutMs: number,
+    /** A sender stayed silent past the timeout while a receive waited on it. */
+    private readonly onSilentPeer: (peer: number, reason: string) => void,
+  ) {}
+
+  /**
+   * Waits for message (kind, seq, step) from `peer`, which must match `descriptor` and be
+   * `expectedBytes` long; calls `onChunk` for each chunk in order. Rejects if `ready` rejects
+   * (the link to the peer failed to open).
+   */
+  receive(peer: number, kind: FrameKind, seq: number, step: number, descriptor: Descriptor, expectedBytes: number, onChunk: OnChunk, ready: Promise<unknown>): Promise<void> {
+    const key = inboxKey(peer, kind, seq, step);
+    return new Promise<void>((resolve, reject) => {
+      const receiver: Receiver = {
+        peer,
+        key,
+        descriptor,
+        expectedBytes,
+        reassembler: undefined,
+        onChunk,
+        timer: undefined,
+        what: `${describeCollective(descriptor)} #${seq} step ${step}`,
+        resolve: () => {
+          this.finish(receiver);
+          resolve();
+        },
+        reject: (err) => {
+          this.finish(receiver);
+          reject(err);
+        },
+      };
+      ready.catch((err: Error) => receiver.reject(err));
+      this.receivers.add(receiver);
+      let entry = this.inbox.get(key);
+      if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
+      entry.receiver = receiver;
+      this.armTimer(receiver);
+      for (const { frame, header } of entry.buffered.splice(0)) {
+        this.deliver(receiver, frame, header);
+        if (!this.receivers.has(receiver)) return;
+      }
+    });
+  }
+
+  /** A collective or point-to-point frame from `from`. Throws FramingError for a repeated message. */
+  put(from: number, frame: Uint8Array, h: FrameHeader): void {
+    const key = inboxKey(from, h.kind, h.seq, h.step);
+    if (this.completed.has(key)) {
+      throw new FramingError(`rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`);
+    }
+    let entry = this.inbox.get(key);
+    if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
+    if (entry.receiver) this.deliver(entry.receiver, frame, h);
+    else entry.buffered.push({ frame, header: h });
+  }
+
+  /** Rejects every waiting receive with `err`. */
+  failAll(err: Error): void {
+    for (const r of [...this.receivers]) r.reject(err);
+  }
+
+  private deliver(r: Receiver, frame: Uint8Array, h: FrameHeader): void {
+    try {
+      if (!r.reassembler) {
+        if (!sameDescriptor(h, r.descriptor) || h.total !== r.expectedBytes) {
+          throw new CollectiveMismatchError(
+            `collective #${h.seq} does not match: rank ${r.peer} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(r.descriptor)}`,
+            h.seq,
+          );
+        }
+        r.reassembler = new Reassembler(h.total, r.onChunk);
+      }
+      r.reassembler.push(frame, h);
+      if (r.reassembler.done) {
+        this.completed.add(r.key);
+        if (this.completed.size > COMPLETED_KEPT) this.completed.delete(this.completed.values().next().value!);
+        r.resolve();
+      } else {
+        this.armTimer(r);
+      }
+    } catch (err) {
+      r.reject(err as Error);
+    }
+  }
+
+  private armTimer(r: Receiver): void {
+    if (r.timer !== undefined) clearTimeout(r.timer);
+    r.timer = setTimeout(() => {
+      this.onSilentPeer(r.peer, `sent nothing for ${this.peerTimeoutMs} ms while this rank waited for ${r.what}`);
+    }, this.peerTimeoutMs);
+  }
+
+  private finish(r: Receiver): void {
+    if (r.timer !== undefined) clearTimeout(r.timer);
+    this.receivers.delete(r);
+    const entry = this.inbox.get(r.key);
+    if (entry?.receiver === r) this.inbox.delete(r.key);
+  }
+}
+
+function inboxKey(peer: number, kind: number, seq: number, step: number): string {
+  return `${peer}:${kind}:${seq}:${step}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Abort notices: what one rank tells the others when a collective fails there, so none waits.
+
+type AbortKind = 'peer-lost' | 'mismatch' | 'framing' | 'recoverable' | 'other';
+
+interface AbortNotice {
+  kind: AbortKind;
+  message: string;
+  origin: number;
+  lostRank?: number;
+}
+
+const MAX_NOTICE_MESSAGE = 2_000;
+
+export function encodeAbortNotice(seq: number, err: Error, origin: number): Uint8Array {
+  const notice: AbortNotice = {
+    kind:
+      err instanceof PeerLostError
+        ? 'peer-lost'
+        : err instanceof CollectiveMismatchError
+          ? 'mismatch'
+          : err instanceof FramingError
+            ? 'framing'
+            : err instanceof GroupClosedError || err instanceof ConnectionClosedError || err instanceof DistTimeoutError || err instanceof CollectiveAbortedError
+              ? 'recoverable'
+              : 'other',
+    message: err.message.slice(0, MAX_NOTICE_MESSAGE),
+    origin,
+    lostRank: err instanceof PeerLostError ? err.rank : undefined,
+  };
+  const payload = new TextEncoder().encode(JSON.stringify(notice));
+  const frame = new Uint8Array(HEADER_BYTES + payload.length);
+  writeHeader(frame, { kind: FrameKind.abort, collective: Collective.allReduce, reduceOp: 0, seq, step: 0, numel: 0, root: 0, total: payload.length, offset: 0, length: payload.length });
+  frame.set(payload, HEADER_BYTES);
+  return frame;
+}
+
+/** The error an abort notice from `from` stands for. The notice is untrusted: anything odd is "other". */
+export function decodeAbortNotice(from: number, h: FrameHeader, frame: Uint8Array): Error {
+  let n: Partial<AbortNotice> = {};
+  try {
+    const parsed: unknown = JSON.parse(new TextDecoder().decode(frame.subarray(HEADER_BYTES)));
+    if (typeof parsed === 'object' && parsed !== null) n = parsed as Partial<AbortNotice>;
+  } catch {
+    // an unreadable notice still aborts the collective
+  }
+  const message = typeof n.message === 'string' ? n.message.slice(0, MAX_NOTICE_MESSAGE) : 'no reason given';
+  const origin = typeof n.origin === 'number' && Number.isInteger(n.origin) ? n.origin : from;
+  switch (n.kind) {
+    case 'peer-lost':
+      if (typeof n.lostRank === 'number' && Number.isInteger(n.lostRank)) return new PeerLostError(n.lostRank, `reported by rank ${origin}: ${message}`);
+      break;
+    case 'mismatch':
+      return new CollectiveMismatchError(`rank ${origin} reported: ${message}`, h.seq);
+    case 'framing':
+      return new FramingError(`rank ${origin} reported: ${message}`);
+    case 'recoverable':
+      return new CollectiveAbortedError(origin, h.seq, message, true);
+  }
+  return new CollectiveAbortedError(origin, h.seq, message, false);
+}

@@ -1,0 +1,228 @@
+/**
+ * Validation of the wire protocol (`protocol.ts`): both ends parse every frame here, so nothing
+ * either side acts on has a field of the wrong type or out of range. A bad client frame becomes
+ * a `ProtocolViolation` that names the field; the server answers it with an error reply.
+ */
+import {
+  DEFAULT_LIMITS,
+  ErrorCode,
+  type ErrorMessage,
+  type Limits,
+  type PeerLeftEvent,
+  type ReplyMessage,
+  type Request,
+  type RequestType,
+  type RoundEvent,
+  type ServerMessage,
+  type SignalEvent,
+  type WaitingEvent,
+  type WireValue,
+} from './protocol.ts';
+
+
+export class ProtocolViolation extends Error {
+  override name = 'ProtocolViolation';
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly id?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** Largest group the protocol describes (ranks are 0..MAX_WORLD-1). */
+export const MAX_WORLD = 4096;
+
+type Obj = Record<string, unknown>;
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function fail(id: number | undefined, message: string): never {
+  throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, message, id);
+}
+
+function str(m: Obj, field: string, id: number, maxLength: number): string {
+  const v = m[field];
+  if (typeof v !== 'string') fail(id, `field "${field}" must be a string, got ${describe(v)}`);
+  if (v.length > maxLength) fail(id, `field "${field}" is ${v.length} characters; the limit is ${maxLength}`);
+  return v;
+}
+
+function key(m: Obj, field: string, id: number, limits: Limits): string {
+  const k = str(m, field, id, limits.maxKeyLength);
+  if (k.length === 0) fail(id, `field "${field}" must not be empty`);
+  return k;
+}
+
+function int(m: Obj, field: string, id: number, min: number, max: number): number {
+  const v = m[field];
+  if (typeof v !== 'number' || !Number.isSafeInteger(v)) {
+    fail(id, `field "${field}" must be an integer, got ${describe(v)}`);
+  }
+  if (v < min || v > max) fail(id, `field "${field}" is ${v}; allowed is ${min}..${max}`);
+  return v;
+}
+
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function value(m: Obj, field: string, id: number): WireValue {
+  const v = m[field];
+  if (typeof v !== 'string' || v.length % 4 !== 0 || !BASE64.test(v)) {
+    fail(id, `field "${field}" must be base64 text, got ${describe(v)}`);
+  }
+  return v;
+}
+
+function keyList(m: Obj, field: string, id: number, limits: Limits): string[] {
+  const v = m[field];
+  if (!Array.isArray(v)) fail(id, `field "${field}" must be an array of keys, got ${describe(v)}`);
+  if (v.length > limits.maxKeysPerRequest) {
+    fail(id, `field "${field}" names ${v.length} keys; the limit is ${limits.maxKeysPerRequest}`);
+  }
+  return v.map((_, i) => key(v as unknown as Obj, String(i), id, limits));
+}
+
+function describe(v: unknown): string {
+  if (v === undefined) return 'nothing';
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'string') return v.length > 40 ? `a ${v.length}-character string` : JSON.stringify(v);
+  if (typeof v === 'number') return String(v);
+  return `a ${typeof v}`;
+}
+
+/**
+ * Parses and validates one client frame. Throws `ProtocolViolation` with the code and a message
+ * that says what was wrong; the server turns that into an error reply.
+ */
+export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Request {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new ProtocolViolation(ErrorCode.BAD_JSON, 'the frame is not valid JSON');
+  }
+  if (!isObj(raw)) throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'a message must be a JSON object');
+  const idRaw = raw.id;
+  if (typeof idRaw !== 'number' || !Number.isSafeInteger(idRaw) || idRaw < 0) {
+    throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, `field "id" must be a non-negative integer, got ${describe(idRaw)}`);
+  }
+  const id = idRaw;
+  const type = raw.type;
+  if (typeof type !== 'string') fail(id, `field "type" must be a string, got ${describe(type)}`);
+  const t = type as RequestType;
+  const timeout = () => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
+  switch (t) {
+    case 'hello':
+      return { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9) };
+    case 'set':
+      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
+    case 'get':
+      return { type: t, id, key: key(raw, 'key', id, limits), timeoutMs: timeout() };
+    case 'add':
+      return {
+        type: t,
+        id,
+        key: key(raw, 'key', id, limits),
+        amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER),
+      };
+    case 'compareSet':
+      return {
+        type: t,
+        id,
+        key: key(raw, 'key', id, limits),
+        expected: value(raw, 'expected', id),
+        desired: value(raw, 'desired', id),
+      };
+    case 'wait':
+      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
+    case 'check':
+      return { type: t, id, keys: keyList(raw, 'keys', id, limits) };
+    case 'deleteKey':
+      return { type: t, id, key: key(raw, 'key', id, limits) };
+    case 'numKeys':
+      return { type: t, id };
+    case 'append':
+      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
+    case 'multiGet':
+      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
+    case 'multiSet': {
+      const keys = keyList(raw, 'keys', id, limits);
+      const vs = raw.values;
+      if (!Array.isArray(vs)) fail(id, `field "values" must be an array, got ${describe(vs)}`);
+      if (vs.length !== keys.length) fail(id, `multiSet has ${keys.length} keys but ${vs.length} values`);
+      return { type: t, id, keys, values: vs.map((_, i) => value(vs as unknown as Obj, String(i), id)) };
+    }
+    case 'rendezvous': {
+      const min = int(raw, 'min', id, 1, MAX_WORLD);
+      const max = int(raw, 'max', id, 1, MAX_WORLD);
+      if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
+      if (raw.rank === undefined) return { type: t, id, min, max };
+      if (min !== max) fail(id, `field "rank" can only be given for a fixed world size (min = max), not for ${min}..${max}`);
+      return { type: t, id, min, max, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
+    }
+    case 'heartbeat':
+      return { type: t, id };
+    case 'regroup':
+      return { type: t, id, fromRound: int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER) };
+    case 'signal': {
+      const to = int(raw, 'to', id, 0, MAX_WORLD - 1);
+      const data = raw.data;
+      if (!isObj(data) || typeof data.channel !== 'string' || data.channel.length > 128 || !('body' in data)) {
+        fail(id, 'field "data" must be an object { channel: string, body }');
+      }
+      return { type: t, id, to, data: { channel: data.channel as string, body: data.body } };
+    }
+    default: {
+      // Exhaustive: adding a request type without handling it here fails to compile.
+      const unknown: never = t;
+      throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(unknown)}`, id);
+    }
+  }
+}
+
+/**
+ * Parses a server frame on the client side. Throws on anything malformed: a client acts only on
+ * messages whose fields it has checked.
+ */
+export function parseServerMessage(text: string): ServerMessage {
+  const raw: unknown = JSON.parse(text);
+  if (!isObj(raw) || typeof raw.type !== 'string') throw new Error('server sent a frame that is not a message');
+  const t = raw.type as ServerMessage['type'];
+  const need = (ok: boolean, what: string) => {
+    if (!ok) throw new Error(`server sent a bad "${t}" message: ${what}`);
+  };
+  const isInt = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min && v <= max;
+  switch (t) {
+    case 'reply':
+      need(isInt(raw.id, 0, Number.MAX_SAFE_INTEGER) && 'result' in raw, 'no id or result');
+      return raw as unknown as ReplyMessage;
+    case 'error':
+      need(typeof raw.code === 'string' && typeof raw.message === 'string', 'no code or message');
+      need(raw.id === undefined || isInt(raw.id, 0, Number.MAX_SAFE_INTEGER), 'bad id');
+      need(raw.details === undefined || isObj(raw.details), 'bad details');
+      return raw as unknown as ErrorMessage;
+    case 'signal':
+      need(isInt(raw.from, 0, MAX_WORLD - 1) && isObj(raw.data) && typeof raw.data.channel === 'string', 'bad sender or data');
+      return raw as unknown as SignalEvent;
+    case 'peer-left':
+      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.rank, 0, MAX_WORLD - 1) && typeof raw.reason === 'string', 'bad round, rank or reason');
+      return raw as unknown as PeerLeftEvent;
+    case 'round':
+      need(isInt(raw.round, 1, Number.MAX_SAFE_INTEGER), 'bad round');
+      need(isInt(raw.worldSize, 0, MAX_WORLD) && isInt(raw.rank, -1, MAX_WORLD - 1) && (raw.rank as number) < Math.max(1, raw.worldSize as number), 'bad rank or world size');
+      need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
+      return raw as unknown as RoundEvent;
+    case 'waiting':
+      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.waiting, 0, MAX_WORLD) && isInt(raw.members, 0, MAX_WORLD), 'bad round or counts');
+      need(isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad min or max');
+      return raw as unknown as WaitingEvent;
+    default: {
+      const unknown: never = t;
+      throw new Error(`server sent unknown message type ${String(unknown)}`);
+    }
+  }
+}

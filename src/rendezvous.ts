@@ -1,0 +1,285 @@
+/**
+ * Rendezvous: how ranks find each other and get a process group.
+ *
+ * - `initProcessGroup` (torch's init_process_group): join a group of a fixed world size and
+ *   resolve once all of it is there.
+ * - `RendezvousHandler` (torch elastic's rendezvous handler): join a group of min..max members
+ *   and follow it through rounds; each round is a fixed set of ranks with its own ProcessGroup.
+ *   A member lost or arriving makes a new round. It reports how many members wait for the next
+ *   round (num nodes waiting) and, when asked to, rejoins after the server went away or evicted
+ *   this member.
+ *
+ * Both are one code path: a fixed world size N is the range N..N.
+ */
+import { DistTimeoutError, GroupClosedError } from './errors.ts';
+import { loadSimplePeer } from './peer_link.ts';
+import { ProcessGroup, type LinkOptions } from './process_group.ts';
+import { CloseCode, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
+import { StoreClient } from './store.ts';
+
+export interface RendezvousOptions extends LinkOptions {
+  /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
+  url: string;
+  session: string;
+  /** The fewest ranks a round may have; below it the group pauses. */
+  min: number;
+  /** The most ranks; members beyond it are refused (SESSION_FULL). */
+  max: number;
+  /** Ask for this rank (fixed world sizes, min = max, only). */
+  rank?: number;
+  /** How long waiting for a round may take, and the default for blocking store calls. Default 300 s. */
+  timeoutMs?: number;
+  /** How often to tell the server this member is alive. Default 1 s. */
+  heartbeatIntervalMs?: number;
+  /** Rejoin, with backoff, after the server went away or evicted this member. Default false. */
+  reconnect?: boolean;
+  /** How long to keep trying to rejoin. Default 10 min. */
+  reconnectTimeoutMs?: number;
+  /** Use this open connection for the first rendezvous instead of opening one. */
+  store?: StoreClient;
+}
+
+/** One round this member takes part in. */
+export interface Round {
+  /** Counts the rounds this handler has seen (server round numbers restart with the server). */
+  id: number;
+  /** The server's round number. */
+  round: number;
+  /** Names the round's group apart from every other (server instance and round). */
+  key: string;
+  rank: number;
+  worldSize: number;
+  pg: ProcessGroup;
+}
+
+export type RendezvousEvent =
+  | { type: 'round'; id: number; round: number; rank: number; worldSize: number }
+  /** The group fell below its minimum; nobody trains until more members arrive ('waiting' says how many are here). */
+  | { type: 'paused'; round: number; min: number }
+  /** How many members wait for the next round (torch's num_nodes_waiting), and how many there are. */
+  | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean }
+  | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
+  | { type: 'reconnected' };
+
+/** Signals kept for rounds this member has not built yet (the oldest go first). */
+const MAX_EARLY_SIGNALS = 500;
+
+export class RendezvousHandler {
+  private client!: StoreClient;
+  private current: Round | undefined;
+  private latest: RoundEvent | undefined;
+  private waitingNow: WaitingEvent | undefined;
+  private localId = 0;
+  private signals: SignalEvent[] = [];
+  private readonly listeners = new Set<(e: RendezvousEvent) => void>();
+  private readonly waiters = new Set<() => void>();
+  private unsubscribe: Array<() => void> = [];
+  private closed = false;
+
+  private constructor(private readonly options: RendezvousOptions) {}
+
+  /**
+   * Connects and joins the session's group. Rounds follow as the server forms them. `listener`
+   * hears every event from the start, including those that come before joining completes.
+   */
+  static async start(options: RendezvousOptions, listener?: (e: RendezvousEvent) => void): Promise<RendezvousHandler> {
+    const { min, max, rank } = options;
+    if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max < min) {
+      throw new RangeError(`the group's size must satisfy 1 <= min <= max, got min ${min}, max ${max}`);
+    }
+    if (rank !== undefined && (min !== max || !Number.isInteger(rank))) {
+      throw new RangeError(`a rank can only be asked for in a group of fixed size (min = max), got rank ${rank} for ${min}..${max}`);
+    }
+    if (typeof RTCPeerConnection !== 'undefined' && !options.linkFactory) await loadSimplePeer();
+    const handler = new RendezvousHandler(options);
+    if (listener) handler.on(listener);
+    await handler.connect(options.store);
+    return handler;
+  }
+
+  on(listener: (e: RendezvousEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Members waiting to join the running round (they get in at the next regroup). */
+  numNodesWaiting(): number {
+    const w = this.waitingNow;
+    return w && this.latest && w.round === this.latest.round && !this.latest.paused ? w.waiting : 0;
+  }
+
+  /** The connection to the server (it changes when the handler rejoins). */
+  get store(): StoreClient {
+    return this.client;
+  }
+
+  /**
+   * Resolves with the first round newer than `after` (an id from an earlier Round, or 0) in
+   * which this member has a rank. Paused rounds (below the minimum) are waited out.
+   */
+  nextRendezvous(after = 0, timeoutMs = this.options.timeoutMs ?? 300_000): Promise<Round> {
+    return new Promise<Round>((resolve, reject) => {
+      const check = () => {
+        if (this.current && this.current.id > after) {
+          done();
+          resolve(this.current);
+        }
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(new DistTimeoutError(this.describeWait(), timeoutMs));
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(check);
+      };
+      this.waiters.add(check);
+      check();
+    });
+  }
+
+  /**
+   * Asks the server to admit the waiting members now. Every rank of the round asks, after a
+   * barrier, so that the new round interrupts nobody's collective. Resolves with the server's
+   * latest round: the same one when nobody was waiting any more.
+   */
+  async regroup(round: Round): Promise<number> {
+    return (await this.client.regroup(round.round)).round;
+  }
+
+  /** Leaves the group and closes the connection. */
+  shutdown(): void {
+    this.closed = true;
+    for (const off of this.unsubscribe) off();
+    this.current?.pg.destroy(false);
+    this.client?.close();
+  }
+
+  // --- Internals -----------------------------------------------------------------------------------
+
+  private emit(e: RendezvousEvent): void {
+    for (const l of this.listeners) l(e);
+  }
+
+  private describeWait(): string {
+    const { session, min, max } = this.options;
+    const w = this.waitingNow;
+    const l = this.latest;
+    if (min === max && (!l || l.paused)) {
+      const arrived = w?.members ?? 1;
+      return `${max - arrived} more rank${max - arrived === 1 ? '' : 's'} to join session "${session}" (${arrived} of ${max} joined)`;
+    }
+    const now = l ? ` (round ${l.round} ${l.paused ? `is paused with ${w?.members ?? '?'} member(s)` : `has ${l.worldSize} ranks without this member`})` : '';
+    return `a round of session "${session}" with at least ${min} rank(s)${now}`;
+  }
+
+  private async connect(existing?: StoreClient): Promise<void> {
+    const { url, session, timeoutMs, min, max, rank } = this.options;
+    const client = existing ?? (await StoreClient.connect(url, { session, timeoutMs }));
+    this.client = client;
+    for (const off of this.unsubscribe) off();
+    this.signals = [];
+    // Listen first: the round that includes this member may come before the reply.
+    this.unsubscribe = [
+      client.on('round', (e) => this.onRound(e)),
+      client.on('waiting', (e) => {
+        this.waitingNow = e;
+        this.emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: this.latest?.round === e.round && !this.latest.paused });
+      }),
+      // Signals for a round this member has not built yet are kept for it.
+      client.on('signal', (e) => {
+        this.signals.push(e);
+        if (this.signals.length > MAX_EARLY_SIGNALS) this.signals.shift();
+      }),
+      client.on('close', (e) => void this.onClose(e.code, e.reason)),
+    ];
+    try {
+      await client.rendezvous(rank === undefined ? { min, max } : { min, max, rank }, this.options.heartbeatIntervalMs);
+    } catch (err) {
+      for (const off of this.unsubscribe) off();
+      if (!existing) client.close();
+      throw err;
+    }
+  }
+
+  private onRound(e: RoundEvent): void {
+    this.latest = e;
+    const old = this.current;
+    if (old) old.pg.abort(new GroupClosedError(`round ${old.round} ended: the server formed round ${e.round}`));
+    if (e.paused || e.rank < 0) {
+      this.current = undefined;
+      if (e.paused) this.emit({ type: 'paused', round: e.round, min: e.min });
+      old?.pg.destroy(false);
+      return;
+    }
+    const key = `${this.client.instance}.${e.round}`;
+    const early = this.signals.filter((s) => s.data.channel.startsWith(`pg:${key}:`));
+    this.signals = [];
+    const pg = new ProcessGroup({
+      ...this.options,
+      client: this.client,
+      rank: e.rank,
+      worldSize: e.worldSize,
+      round: e.round,
+      groupKey: key,
+      timeoutMs: this.options.timeoutMs ?? 300_000,
+      early,
+    });
+    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, pg };
+    old?.pg.destroy(false);
+    this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** The server went away (restart, network) or evicted this member: join again, with backoff. */
+  private async onClose(code: number, reason: string): Promise<void> {
+    if (this.closed) return;
+    this.current = undefined;
+    if (!this.options.reconnect) return;
+    const why = code === CloseCode.EVICTED ? `evicted by the server: ${reason}` : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
+    const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
+    for (let attempt = 1; !this.closed; attempt++) {
+      const waitMs = Math.min(5_000, 250 * 2 ** attempt);
+      this.emit({ type: 'reconnecting', attempt, waitMs, reason: why });
+      await new Promise((r) => setTimeout(r, waitMs));
+      try {
+        await this.connect();
+        this.emit({ type: 'reconnected' });
+        return;
+      } catch {
+        if (Date.now() > deadline) return; // nextRendezvous times out and says what it waited for
+      }
+    }
+  }
+}
+
+export interface InitProcessGroupOptions extends LinkOptions {
+  /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
+  url: string;
+  session: string;
+  worldSize: number;
+  /** Explicit rank; omitted, the server assigns the lowest free one in arrival order. */
+  rank?: number;
+  /** How long rendezvous may take, and the default for blocking store calls. Default 300 s. */
+  timeoutMs?: number;
+  /** Reuse an open store connection instead of opening one. */
+  store?: StoreClient;
+}
+
+/**
+ * Joins the session's group of `worldSize` ranks and resolves with its process group once all
+ * have joined. As in torch, the group is fixed: a rank lost breaks it for good.
+ */
+export async function initProcessGroup(options: InitProcessGroupOptions): Promise<ProcessGroup> {
+  const { worldSize } = options;
+  if (!Number.isInteger(worldSize) || worldSize < 1) {
+    throw new RangeError(`worldSize must be a positive integer, got ${worldSize}`);
+  }
+  const handler = await RendezvousHandler.start({ ...options, min: worldSize, max: worldSize, reconnect: false });
+  try {
+    return (await handler.nextRendezvous(0)).pg;
+  } catch (err) {
+    handler.shutdown();
+    throw err;
+  }
+}

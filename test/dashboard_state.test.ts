@@ -1,0 +1,399 @@
+/**
+ * The dashboard as a person reads it, replayed through its pure reducer (client/ui/dashboard_state.ts):
+ * phases and status lines, waiting counts, progress and ETA, per-rank averages, lost ranks, stop,
+ * done, fail, epochs and the log. No DOM: every figure asserted is what the views would draw.
+ */
+import { describe, expect, it } from 'vitest';
+import type { RankStepMetrics, TrainConfig, TrainEvent } from '../client/train/events.ts';
+import {
+  MAX_LOG,
+  controls,
+  describeJob,
+  etaSeconds,
+  facts,
+  initialDashboardState,
+  phaseLabel,
+  progressFigures,
+  rankAverages,
+  reduceDashboard,
+  ringModel,
+  statCards,
+  statusText,
+  stepRate,
+  summaryEntries,
+  type DashboardEvent,
+  type DashboardState,
+} from '../client/ui/dashboard_state.ts';
+
+const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
+
+function config(over: Partial<TrainConfig> = {}): TrainConfig {
+  return {
+    model: 'mlp',
+    dataset: 'synthetic',
+    batchSize: 64,
+    lr: 0.003,
+    optimizer: 'adam',
+    epochs: 2,
+    steps: null,
+    trainSize: 0,
+    seed: 0,
+    shuffle: true,
+    backend: 'webgpu',
+    min: 3,
+    max: 3,
+    checkpointEvery: 0,
+    evalEvery: 100,
+    resumeFrom: null,
+    ...over,
+  };
+}
+
+function metrics(rank: number, over: Partial<RankStepMetrics> = {}): RankStepMetrics {
+  return { rank, loss: 0.5, accuracy: 0.8, samplesPerSec: 100, breakdownMs: { compute: 10, readback: 1, allreduce: 5, apply: 2 }, ...over };
+}
+
+function step(n: number, opts: { epoch?: number; total?: number; elapsed?: number; ranks?: number[] | RankStepMetrics[] } = {}): TrainEvent {
+  const ranks = (opts.ranks ?? [0, 1, 2]).map((r) => (typeof r === 'number' ? metrics(r) : r));
+  return { type: 'step', epoch: opts.epoch ?? 0, step: n, totalSteps: opts.total ?? 32, ranks, elapsedSec: opts.elapsed ?? n };
+}
+
+/** Replays `events` one second apart, starting one second after the page opened. */
+function replay(events: DashboardEvent[], from: DashboardState = initialDashboardState({ session: 's', at: T0 })): DashboardState {
+  let s = from;
+  let at = (s.log[0]?.at ?? T0) + 1000;
+  for (const event of events) {
+    s = reduceDashboard(s, { at, event });
+    at += 1000;
+  }
+  return s;
+}
+
+const joined = (rank: number, worldSize = 3): TrainEvent => ({ type: 'joined', rank, worldSize, backend: 'webgpu', adapter: 'SwiftShader' });
+const waiting = (arrived: number, min = 3, max = 3, paused = false): TrainEvent => ({ type: 'waiting', arrived, min, max, paused });
+
+/** A fixed-size run of 3 that has started training (this tab is rank 1). */
+function training(over: Partial<TrainConfig> = {}): DashboardState {
+  return replay([{ type: 'config', config: config(over) }, waiting(3), joined(1), { type: 'shard', epoch: 0, samples: 512, datasetSize: 1536, stepsPerEpoch: 16 }, step(1), step(2), step(3), step(4), step(5)]);
+}
+
+describe('phases and the status line', () => {
+  it('starts connecting, and the log says which session was opened', () => {
+    const s = initialDashboardState({ session: 'my-run', at: T0 });
+    expect(s.phase).toBe('connecting');
+    expect(statusText(s)).toBe('Connecting to the server…');
+    expect(s.log).toEqual([{ id: 0, at: T0, level: 'info', message: 'Opened session “my-run”.' }]);
+  });
+
+  it('while waiting it counts the tabs the session still needs', () => {
+    const s = replay([{ type: 'config', config: config() }, waiting(1)]);
+    expect(s.phase).toBe('waiting');
+    expect(phaseLabel(s)).toBe('Waiting for tabs');
+    expect(statusText(s)).toBe('Waiting for 2 more tabs (1 of 3 here). Share the link below.');
+    const two = replay([waiting(2)], s);
+    expect(statusText(two)).toBe('Waiting for 1 more tab (2 of 3 here). Share the link below.');
+    expect(two.log[0]!.message).toBe('2 of 3 tabs in the session.');
+  });
+
+  it('an elastic session waits for its minimum, then starts saying how many more can join', () => {
+    const one = replay([{ type: 'config', config: config({ min: 2, max: 4 }) }, waiting(1, 2, 4)]);
+    expect(statusText(one)).toBe('Waiting for 1 more tab (1 here; training starts with 2, up to 4 can join). Share the link below.');
+    const two = replay([waiting(2, 2, 4)], one);
+    expect(two.phase).toBe('starting');
+    expect(statusText(two)).toBe('2 tabs joined, enough to start (up to 4 can train together). Connecting the ring and loading data…');
+  });
+
+  it('goes waiting, starting, training as the tabs arrive, the group forms and the first step completes', () => {
+    const full = replay([{ type: 'config', config: config() }, waiting(1), waiting(3)]);
+    expect(full.phase).toBe('starting');
+    expect(statusText(full)).toBe('All 3 tabs joined. Connecting the ring and loading data…');
+    const grouped = replay([joined(1)], full);
+    expect(grouped.phase).toBe('starting');
+    expect(facts(grouped).rank).toEqual({ text: 'rank 1 · world size 3', rank: 1 });
+    const stepped = replay([step(1)], grouped);
+    expect(stepped.phase).toBe('training');
+    expect(statusText(stepped)).toBe('Training (epoch 1 of 2) on 3 ranks.');
+    expect(stepped.log[0]!.message).toBe('Training started: first step done with 3 ranks.');
+  });
+
+  it('a group that falls below its minimum is paused until a new group forms', () => {
+    const s = training({ min: 2, max: 3 });
+    const paused = replay([waiting(1, 2, 3, true)], s);
+    expect(paused.phase).toBe('waiting');
+    expect(phaseLabel(paused)).toBe('Paused');
+    expect(statusText(paused)).toBe('Training is paused at step 5: 1 tab left, below the minimum of 2. It resumes when 1 more tab joins. Share the link below.');
+    expect(paused.log[0]).toMatchObject({ level: 'warn', message: 'Paused: 1 tab left, below the minimum of 2. Training resumes when more tabs join.' });
+    const regrouped = replay([waiting(2, 2, 3), joined(0, 2)], paused);
+    expect(regrouped.phase).toBe('starting');
+    expect(regrouped.self).toBe(0);
+    expect(regrouped.worldSize).toBe(2);
+    expect(replay([step(6, { ranks: [0, 1] })], regrouped).phase).toBe('training');
+  });
+
+  it('tabs arriving during training do not interrupt it', () => {
+    const s = replay([waiting(4, 2, 4)], training({ min: 2, max: 4 }));
+    expect(s.phase).toBe('training');
+    expect(s.waiting).toEqual({ arrived: 4, min: 2, max: 4, paused: false });
+  });
+
+  it('done: the status gives steps, time and the final accuracy, and the model can be downloaded', () => {
+    const s = replay([step(32, { epoch: 1, elapsed: 65 }), { type: 'done', summary: { testAccuracy: 0.9312, testLoss: 0.22, steps: 32 } }], training());
+    expect(s.phase).toBe('done');
+    expect(statusText(s)).toBe('Done. 32 steps in 1 min 05 s. Final test accuracy 93.1%. The model can be downloaded.');
+    expect(controls(s)).toEqual({ stop: { disabled: true, label: 'Training finished' }, downloadEnabled: true });
+    expect(progressFigures(s)).toMatchObject({ step: 32, total: 32, value: 32, max: 32, done: true, text: 'Epoch 2 of 2 · step 32 / 32 (100%) · finished in 1 min 05 s' });
+    expect(statCards(s).test).toEqual({ value: '93.1%', sub: 'final, loss 0.22' });
+  });
+
+  it('stop: requested here, stopped by this tab, and after done it still says who stopped it', () => {
+    const s = training();
+    expect(controls(s).stop).toEqual({ disabled: false, label: 'Stop training for everyone' });
+    const requested = replay([{ type: 'stop-requested' }], s);
+    expect(controls(requested).stop).toEqual({ disabled: true, label: 'Stopping…' });
+    expect(requested.log[0]!.message).toBe('Stop requested by this tab.');
+    expect(requested.phase).toBe('training');
+    const stopped = replay([{ type: 'stopped', by: 1, atStep: 6 }], requested);
+    expect(stopped.phase).toBe('stopped');
+    expect(statusText(stopped)).toBe('Stopped by rank 1 (this tab) at step 6.');
+    expect(controls(stopped)).toEqual({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: false });
+    const done = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1 } }], stopped);
+    expect(done.phase).toBe('stopped');
+    expect(statusText(done)).toBe('Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.');
+    expect(controls(done)).toEqual({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
+    expect(done.log[0]!.message).toBe('Finished after the stop. Test accuracy: 90.00%, Stopped by: rank 1');
+  });
+
+  it('fail: the run is failed, keeps its lost ranks, and later events do not revive it', () => {
+    const lost = replay([{ type: 'rank-lost', rank: 2, reason: 'its tab closed' }], training());
+    const failed = replay([{ type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', action: 'Start a new session.' }], lost);
+    expect(failed.phase).toBe('failed');
+    expect(statusText(failed)).toBe('Training failed at step 5: Rank 2 was lost.');
+    expect(failed.error).toEqual({ title: 'Rank 2 was lost', detail: 'peer 2 closed', action: 'Start a new session.' });
+    expect(failed.lost).toEqual([2]);
+    expect(controls(failed).stop.disabled).toBe(true);
+    const later = replay([step(6), { type: 'stopped', by: 0, atStep: 6 }, { type: 'done', summary: {} }], failed);
+    expect(later.phase).toBe('failed');
+    expect(later.lost).toEqual([2]);
+    expect(progressFigures(later).text).toBe('Epoch 1 of 2 · step 6 / 32 (18%) · failed after 6 s');
+  });
+
+  it('an error banner comes and goes without changing the phase', () => {
+    const s = replay([{ type: 'error-shown', title: 'Server unreachable', detail: 'Could not reach it.', action: 'Retrying in 2 s.' }], training());
+    expect(s.phase).toBe('training');
+    expect(s.error).toEqual({ title: 'Server unreachable', detail: 'Could not reach it.', action: 'Retrying in 2 s.' });
+    expect(s.log[0]).toMatchObject({ level: 'error', message: 'Server unreachable: Could not reach it.' });
+    const cleared = replay([{ type: 'error-dismissed' }], s);
+    expect(cleared.error).toBeNull();
+    expect(cleared.phase).toBe('training');
+  });
+});
+
+describe('lost ranks', () => {
+  it("a 'rank-lost' event marks the rank lost everywhere it shows", () => {
+    const s = replay([{ type: 'rank-lost', rank: 2, reason: 'its tab closed' }], training());
+    expect(s.lost).toEqual([2]);
+    expect(s.log[0]).toMatchObject({ level: 'error', message: 'Lost rank 2: its tab closed.' });
+    expect(statusText(s)).toBe('Training (epoch 1 of 2) on 3 ranks. Lost: rank 2.');
+    expect([...ringModel(s).lost]).toEqual([2]);
+    expect(rankAverages(s).map((r) => [r.rank, r.lost])).toEqual([
+      [0, false],
+      [1, false],
+      [2, true],
+    ]);
+  });
+
+  it('a link that closes during training loses its peer; one that closes before training does not', () => {
+    const before = replay([{ type: 'config', config: config() }, waiting(3), joined(1), { type: 'link', peer: 2, state: 'open' }, { type: 'link', peer: 2, state: 'closed' }]);
+    expect(before.lost).toEqual([]);
+    expect(before.log[0]).toMatchObject({ level: 'info', message: 'Link to rank 2: closed.' });
+
+    const during = replay([{ type: 'link', peer: 2, state: 'closed' }], training());
+    expect(during.lost).toEqual([2]);
+    expect(during.log[0]).toMatchObject({ level: 'error', message: 'Rank 2 lost: its link closed during training.' });
+    expect(during.links.get(2)).toEqual({ state: 'closed', throughputMBps: undefined });
+  });
+
+  it('a waiting event never makes a rank lost', () => {
+    const s = replay([waiting(2, 2, 3)], training({ min: 2, max: 3 }));
+    expect(s.lost).toEqual([]);
+  });
+
+  it('after done, a rank closing its tab is not a loss', () => {
+    const s = replay([{ type: 'done', summary: {} }, { type: 'rank-lost', rank: 0, reason: 'its tab closed' }], training());
+    expect(s.lost).toEqual([]);
+    expect(s.log[0]!.message).toBe('Lost rank 0: its tab closed.');
+  });
+
+  it('a new group renumbers the ranks, so lost ranks and links start over', () => {
+    const s = replay([{ type: 'link', peer: 2, state: 'open', throughputMBps: 12 }, { type: 'rank-lost', rank: 2, reason: 'froze' }, joined(1, 2)], training({ min: 2, max: 3 }));
+    expect(s.lost).toEqual([]);
+    expect(s.links.size).toBe(0);
+    expect(s.joined).toEqual([1]);
+    expect(ringModel(s)).toMatchObject({ worldSize: 2, self: 1, ringProven: false });
+    expect(s.log[0]!.message).toBe('New group: this tab is rank 1 of 2.');
+  });
+});
+
+describe('progress and time left', () => {
+  it('the step rate and the time left come from the steps’ own elapsed seconds', () => {
+    const s = replay([{ type: 'config', config: config() }, joined(1), step(10, { total: 100, elapsed: 5 }), step(20, { total: 100, elapsed: 10 })]);
+    expect(stepRate(s)).toBe(2);
+    expect(etaSeconds(s)).toBe(40);
+    expect(progressFigures(s)).toEqual({ step: 20, total: 100, value: 20, max: 100, done: false, text: 'Epoch 1 of 2 · step 20 / 100 (20%) · 2.0 steps/s · about 40 s left' });
+    expect(statCards(s).time).toEqual({ value: '10 s', sub: 'elapsed · about 40 s left' });
+  });
+
+  it('the rate is over the last 21 steps, so it follows a speed-up', () => {
+    const slow = Array.from({ length: 30 }, (_, i) => step(i + 1, { total: 100, elapsed: i + 1 }));
+    const fast = Array.from({ length: 20 }, (_, i) => step(31 + i, { total: 100, elapsed: 30 + (i + 1) * 0.25 }));
+    const s = replay([joined(1), ...slow, ...fast]);
+    expect(stepRate(s)).toBe(4);
+    expect(etaSeconds(s)).toBe(12.5);
+  });
+
+  it('with a single step the rate is steps over elapsed time', () => {
+    const s = replay([joined(0), step(4, { total: 10, elapsed: 2 })]);
+    expect(stepRate(s)).toBe(2);
+    expect(etaSeconds(s)).toBe(3);
+  });
+
+  it('before any step there is no rate and no bar', () => {
+    const s = replay([joined(0)]);
+    expect(stepRate(s)).toBeNull();
+    expect(etaSeconds(s)).toBeNull();
+    expect(progressFigures(s)).toEqual({ step: 0, total: 0, value: 0, max: 1, done: false, text: 'No steps yet.' });
+  });
+});
+
+describe('per-rank averages', () => {
+  it('average each rank over its last 20 steps, skipping figures that are not finite', () => {
+    const events = Array.from({ length: 25 }, (_, i) => {
+      const n = i + 1;
+      return step(n, {
+        ranks: [
+          metrics(0, { samplesPerSec: n, loss: 1, breakdownMs: { compute: 10, readback: 1, allreduce: n, apply: 2 } }),
+          metrics(1, { samplesPerSec: 100, loss: n % 2 ? NaN : 3, accuracy: 0.5 }),
+        ],
+      });
+    });
+    const s = replay([{ type: 'config', config: config({ min: 2, max: 2 }) }, joined(1, 2), ...events]);
+    const [r0, r1] = rankAverages(s);
+    expect(r0).toEqual({ rank: 0, samplesPerSec: 15.5, breakdownMs: { compute: 10, readback: 1, allreduce: 15.5, apply: 2 }, totalMs: 28.5, self: false, lost: false });
+    expect(r1).toMatchObject({ rank: 1, samplesPerSec: 100, totalMs: 18, self: true });
+    const cards = statCards(s);
+    // Loss: rank 0's twenty 1s and rank 1's ten finite 3s.
+    expect(cards.loss).toEqual({ value: '1.667', sub: 'all ranks, last 20 steps' });
+    expect(cards.acc).toEqual({ value: '65.0%', sub: 'training batches, same window' });
+    expect(cards.speed).toEqual({ value: '116', unit: ' samples/s', sub: '2 ranks · global batch 128' });
+    expect(cards.test).toEqual({ value: '–', sub: 'no evaluation yet' });
+  });
+
+  it('an eval shows the latest test accuracy and the best so far', () => {
+    const s = replay(
+      [
+        { type: 'eval', epoch: 0, step: 5, testAccuracy: 0.9, testLoss: 0.3 },
+        { type: 'eval', epoch: 0, step: 10, testAccuracy: 0.85, testLoss: 0.35 },
+      ],
+      training(),
+    );
+    expect(statCards(s).test).toEqual({ value: '85.0%', sub: 'at step 10, loss 0.35 · best 90.0%' });
+    expect(s.log[0]!.message).toBe('Eval at step 10 (epoch 1): test accuracy 85.00%, test loss 0.35.');
+  });
+});
+
+describe('the run summary', () => {
+  it('lists scalars, most interesting first, accuracy as a percent and breakdownMs flattened', () => {
+    const entries = summaryEntries({
+      rank: 0,
+      worldSize: 3,
+      model: 'mlp',
+      weightHash: '9f3c2a71',
+      breakdownMs: { compute: 37.9, allreduce: 126.4 },
+      samplesSeen: [{ spans: [[0, 10]] }],
+      seconds: 65,
+      testAccuracy: 0.9312,
+      stoppedBy: 1,
+      samplesPerSec: 4215.7,
+      steps: 32,
+    });
+    expect(entries.map((e) => [e.label, e.value])).toEqual([
+      ['Test accuracy', '93.12%'],
+      ['Steps', '32'],
+      ['Time', '1 min 05 s'],
+      ['Samples per sec', '4,216'],
+      ['Stopped by', 'rank 1'],
+      ['Weight hash', '9f3c2a71'],
+      ['Breakdown: compute', '37.9 ms'],
+      ['Breakdown: allreduce', '126 ms'],
+    ]);
+  });
+
+  it("'done' logs the first summary entries", () => {
+    const s = replay([{ type: 'done', summary: { steps: 32, testAccuracy: 0.5, testLoss: 1.25 } }], training());
+    expect(s.log[0]!.message).toBe('Done. Test accuracy: 50.00%, Test loss: 1.25, Steps: 32');
+    expect(s.summary).toEqual({ steps: 32, testAccuracy: 0.5, testLoss: 1.25 });
+  });
+});
+
+describe('epochs', () => {
+  it('a 0-based job is numbered from 1 for people', () => {
+    const s = replay([step(17, { epoch: 1 })], training());
+    expect(s.epochBase).toBe(0);
+    expect(s.log.map((e) => e.message)).toContain("Epoch 1: this rank's shard is 512 of 1,536 samples, 16 steps.");
+    expect(s.log[0]!.message).toBe('Epoch 2 started at step 17.');
+    expect(statusText(s)).toBe('Training (epoch 2 of 2) on 3 ranks.');
+    expect(facts(s).shard).toBe('512 of 1,536 samples · epoch 1 of 2 · 16 steps/epoch');
+  });
+
+  it('a 1-based job keeps its numbers, and a job of steps has no epoch total', () => {
+    const s = replay([{ type: 'config', config: config({ steps: 50 }) }, joined(0), step(1, { epoch: 1, total: 50 })]);
+    expect(s.epochBase).toBe(1);
+    expect(statusText(s)).toBe('Training (epoch 1) on 3 ranks.');
+  });
+});
+
+describe('the log', () => {
+  it('is newest first and keeps the last MAX_LOG entries, with the times of their actions', () => {
+    const events: DashboardEvent[] = Array.from({ length: 450 }, (_, i) => ({ type: 'log', level: 'info', message: `message ${i}` }));
+    const s = replay(events);
+    expect(s.log).toHaveLength(MAX_LOG);
+    expect(s.log[0]).toEqual({ id: 450, at: T0 + 450_000, level: 'info', message: 'message 449' });
+    expect(s.log[MAX_LOG - 1]!.message).toBe('message 50');
+  });
+});
+
+describe('purity and the facts', () => {
+  it('the same action on the same state gives the same state, and the input is left alone', () => {
+    const s = training();
+    const snapshot = structuredClone(s);
+    const action = { at: T0 + 99_000, event: step(6) };
+    expect(reduceDashboard(s, action)).toEqual(reduceDashboard(s, action));
+    expect(s).toEqual(snapshot);
+  });
+
+  it('parts that did not change keep their identity, so views can skip them', () => {
+    const s = training();
+    const next = replay([step(6)], s);
+    expect(next.joined).toBe(s.joined);
+    expect(next.lost).toBe(s.lost);
+    expect(next.links).toBe(s.links);
+    expect(next.log).toBe(s.log);
+  });
+
+  it('before a group exists the ring has the session’s largest size and nobody in it', () => {
+    const s = replay([{ type: 'config', config: config({ min: 2, max: 4 }) }, waiting(1, 2, 4)]);
+    expect(ringModel(s)).toMatchObject({ worldSize: 4, self: null, ringProven: false, active: false });
+    expect(facts(s).rank.text).toBe('joining… · 2 to 4 tabs');
+  });
+
+  it('a backend fallback is a warning, and the facts say from what and why', () => {
+    const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'wasm', adapter: null, fallbackReason: 'no WebGPU adapter' }]);
+    expect(s.log[0]).toMatchObject({ level: 'warn', message: 'This tab joined as rank 0 of 3 (backend wasm, a fallback from webgpu).' });
+    expect(facts(s).backend).toEqual({ kind: 'running', name: 'wasm', detail: ' · on the CPU', fallback: '⚠ Fallback from webgpu: no WebGPU adapter' });
+  });
+
+  it('describes a job in one line', () => {
+    expect(describeJob(config())).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
+    expect(describeJob(config({ min: 2, max: 4, steps: 1000, trainSize: 1536 }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (up to 256 global) · 1,000 steps · first 1,536 samples · elastic, 2 to 4 tabs');
+  });
+});

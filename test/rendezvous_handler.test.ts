@@ -1,0 +1,144 @@
+/** The rendezvous handler against the real server: rounds on loss, join, pause and eviction. */
+import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import type { RunningServer } from '../signaling/server.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/rendezvous.ts';
+import { StoreClient } from '../src/store.ts';
+import { PROTOCOL_VERSION } from '../src/protocol.ts';
+import { RendezvousError } from '../src/errors.ts';
+import { uniqueSession, withServer } from './helpers.ts';
+
+let server: RunningServer | undefined;
+const agents: RendezvousHandler[] = [];
+afterEach(async () => {
+  for (const a of agents.splice(0)) a.shutdown();
+  await server?.close();
+  server = undefined;
+});
+
+async function agent(session: string, min: number, max: number, rank?: number): Promise<RendezvousHandler> {
+  const a = await RendezvousHandler.start({ url: server!.url, session, min, max, rank, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true });
+  agents.push(a);
+  return a;
+}
+
+describe('rendezvous rounds', () => {
+  it('forms a first round once min ranks settle, then a new one with contiguous ranks when a rank leaves', async () => {
+    server = await withServer({ settleMs: 200 });
+    const session = uniqueSession('el');
+    const [a, b, c] = [await agent(session, 2, 4), await agent(session, 2, 4), await agent(session, 2, 4)];
+    const g1 = await Promise.all([a, b, c].map((x) => x.nextRendezvous(0)));
+    expect(g1.map((g) => g.rank)).toEqual([0, 1, 2]);
+    expect(g1.every((g) => g.worldSize === 3 && g.round === 1)).toBe(true);
+    // Rank 1 goes away: the others get generation 2 with ranks 0 and 1, in their old order.
+    const lost = g1[0].pg.barrier(5_000).catch((e: Error) => e);
+    b.shutdown();
+    const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id)]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[2, 0, 2], [2, 1, 2]]);
+    expect(((await lost) as Error).message).toMatch(/lost rank 1|round 1 ended/);
+    await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
+  });
+
+  it('admits a late member at a regroup the running ranks ask for', async () => {
+    server = await withServer({ settleMs: 100 });
+    const session = uniqueSession('join');
+    const [a, b] = [await agent(session, 2, 3), await agent(session, 2, 3)];
+    const g1 = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
+    const pending = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'waiting' && resolve(e)));
+    const late = await agent(session, 2, 3);
+    expect(await pending).toEqual({ type: 'waiting', waiting: 1, members: 3, min: 2, max: 3, running: true });
+    expect(a.numNodesWaiting()).toBe(1);
+    const rounds = await Promise.all(g1.map((g, i) => [a, b][i].regroup(g)));
+    expect(rounds).toEqual([2, 2]);
+    const g2 = await Promise.all([a.nextRendezvous(g1[0].id), b.nextRendezvous(g1[1].id), late.nextRendezvous(0)]);
+    expect(g2.map((g) => g.rank)).toEqual([0, 1, 2]);
+    expect(new Set(g2.map((g) => g.round))).toEqual(new Set([2]));
+    // A fourth tab is told the session is full.
+    const err = await agent(session, 2, 3).catch((e: unknown) => e);
+    expect((err as RendezvousError).code).toBe('SESSION_FULL');
+  });
+
+  it('pauses below the minimum and resumes when a tab joins', async () => {
+    server = await withServer({ settleMs: 100 });
+    const session = uniqueSession('pause');
+    const [a, b] = [await agent(session, 2, 3), await agent(session, 2, 3)];
+    const g1 = await a.nextRendezvous(0);
+    await b.nextRendezvous(0);
+    const paused = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'paused' && resolve(e)));
+    const count = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'waiting' && resolve(e)));
+    b.shutdown();
+    expect(await paused).toEqual({ type: 'paused', round: 2, min: 2 });
+    expect(await count).toMatchObject({ type: 'waiting', waiting: 1, members: 1, running: false });
+    const resumed = a.nextRendezvous(g1.id);
+    await agent(session, 2, 3);
+    const g = await resumed;
+    expect([g.rank, g.worldSize]).toEqual([0, 2]);
+  });
+
+  it('a fixed world size is the range N..N: a lost rank pauses the group until a tab takes its place', async () => {
+    server = await withServer();
+    const session = uniqueSession('fixed');
+    const [a, b, c] = [await agent(session, 3, 3, 2), await agent(session, 3, 3), await agent(session, 3, 3)];
+    const g1 = await Promise.all([a, b, c].map((x) => x.nextRendezvous(0)));
+    expect(g1.map((g) => g.rank)).toEqual([2, 0, 1]);
+    const paused = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'paused' && resolve(e)));
+    const lost = g1[0].pg.barrier(5_000).catch((e: unknown) => e);
+    b.shutdown();
+    expect(await paused).toEqual({ type: 'paused', round: 2, min: 3 });
+    expect(((await lost) as Error).name).toBe('PeerLostError');
+    // A replacement takes the free rank; the rank asked for is kept, the survivor keeps its order.
+    const d = await agent(session, 3, 3);
+    const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id), d.nextRendezvous(0)]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[3, 2, 3], [3, 0, 3], [3, 1, 3]]);
+    await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
+  });
+
+  it('evicts a member that stops sending (a frozen tab) within the heartbeat timeout', async () => {
+    server = await withServer({ settleMs: 100, heartbeatTimeoutMs: 600 });
+    const session = uniqueSession('freeze');
+    const a = await agent(session, 1, 3);
+    // A member that joins and then goes silent, like a frozen page: raw socket, no heartbeats.
+    const raw = new WebSocket(server.url.replace('http', 'ws') + 'ws');
+    await new Promise((r) => raw.once('open', r));
+    raw.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION }));
+    raw.send(JSON.stringify({ type: 'rendezvous', id: 2, min: 1, max: 3 }));
+    const closed = new Promise<[number, string]>((r) => raw.once('close', (code, reason) => r([code, reason.toString()])));
+    const g1 = await a.nextRendezvous(0);
+    let g = g1;
+    if (g.worldSize < 2) g = await a.nextRendezvous(g.id);
+    expect(g.worldSize).toBe(2);
+    const t0 = Date.now();
+    const after = await a.nextRendezvous(g.id);
+    expect(after.worldSize).toBe(1);
+    expect(Date.now() - t0).toBeLessThan(2_500);
+    const [code, reason] = await closed;
+    expect(code).toBe(4003);
+    expect(reason).toMatch(/evicted: no heartbeat for \d+ ms/);
+  });
+
+  it('refuses to mix fixed and elastic sizes, and elastic ranges that differ', async () => {
+    server = await withServer();
+    const session = uniqueSession('mix');
+    await agent(session, 2, 4);
+    const s = await StoreClient.connect(server.url, { session });
+    const e1 = (await s.rendezvous({ min: 2, max: 2 }).catch((e: unknown) => e)) as RendezvousError;
+    expect(e1.code).toBe('ELASTIC_MISMATCH');
+    const e2 = (await agent(session, 1, 4).catch((e: unknown) => e)) as RendezvousError;
+    expect(e2.code).toBe('ELASTIC_MISMATCH');
+    expect(e2.message).toContain('2..4');
+    s.close();
+  });
+
+  it('joins again after a server restart and gets a generation from the new server', async () => {
+    server = await withServer({ settleMs: 100 });
+    const port = server.port;
+    const session = uniqueSession('restart');
+    const a = await agent(session, 1, 2);
+    const g1: Round = await a.nextRendezvous(0);
+    await server.close();
+    server = await withServer({ settleMs: 100, port });
+    const g2 = await a.nextRendezvous(g1.id, 10_000);
+    expect(g2.id).toBeGreaterThan(g1.id);
+    expect(g2.rank).toBe(0);
+  });
+});
