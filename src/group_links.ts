@@ -97,6 +97,7 @@ export class GroupLinks {
     const channel = this.channel(peer);
     const pending = this.o.factory({
       peer,
+      channel,
       initiator: this.o.rank < peer,
       iceServers: this.o.iceServers,
       highWaterMark: this.o.highWaterMark,

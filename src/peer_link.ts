@@ -26,6 +26,8 @@ export interface PeerLink {
 
 export interface LinkFactoryOptions {
   peer: number;
+  /** Names the link: the same at both of its ends, different for every group and pair of ranks. */
+  channel: string;
   /** Exactly one side of each pair initiates (the lower rank). */
   initiator: boolean;
   /** Sends a signaling payload to the peer (through the server). */

@@ -260,9 +260,3 @@ export function decodeValue(v: WireValue): Uint8Array {
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
 }
-
-/** Byte length of a base64 value without decoding it. */
-export function decodedLength(v: WireValue): number {
-  const pad = v.endsWith('==') ? 2 : v.endsWith('=') ? 1 : 0;
-  return (v.length / 4) * 3 - pad;
-}

@@ -334,6 +334,7 @@ const RENDEZVOUS_CODES = new Set<string>([
   ErrorCode.DUPLICATE_RANK,
   ErrorCode.SESSION_FULL,
   ErrorCode.ALREADY_JOINED,
+  ErrorCode.ELASTIC_MISMATCH,
 ]);
 
 function toError(code: ErrorCode, message: string, details: Record<string, unknown>): StoreError {

@@ -79,28 +79,33 @@ class MemoryLink implements PeerLink, PendingLink {
   }
 }
 
-/** One network of in-memory links; `factoryFor(rank)` is what each rank's group uses. */
+/**
+ * One network of in-memory links. `factoryFor(id)` is what one member uses; the two ends of a
+ * link find each other by its channel name, so members can change rank from round to round.
+ */
 export class MemoryNetwork {
+  private readonly unpaired = new Map<string, MemoryLink>();
   private readonly ends = new Map<string, MemoryLink>();
   readonly links: MemoryLink[] = [];
 
-  factoryFor(rank: number): PeerLinkFactory {
+  factoryFor(id: number): PeerLinkFactory {
     return (o: LinkFactoryOptions) => {
       const link = new MemoryLink(o.peer, o);
       this.links.push(link);
-      const mine = `${rank}->${o.peer}`;
-      const theirs = `${o.peer}->${rank}`;
-      this.ends.set(mine, link);
-      const other = this.ends.get(theirs);
+      this.ends.set(`${id}->${o.peer}`, link);
+      const other = this.unpaired.get(o.channel);
       if (other) {
+        this.unpaired.delete(o.channel);
         link.connect(other);
         other.connect(link);
+      } else {
+        this.unpaired.set(o.channel, link);
       }
       return link;
     };
   }
 
-  /** The link `from` uses to reach `to`. */
+  /** The latest link member `from` opened to rank `to`. */
   end(from: number, to: number): MemoryLink | undefined {
     return this.ends.get(`${from}->${to}`);
   }

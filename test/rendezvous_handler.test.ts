@@ -129,7 +129,7 @@ describe('rendezvous rounds', () => {
     s.close();
   });
 
-  it('joins again after a server restart and gets a generation from the new server', async () => {
+  it('joins again after a server restart and gets a round from the new server', async () => {
     server = await withServer({ settleMs: 100 });
     const port = server.port;
     const session = uniqueSession('restart');

@@ -475,6 +475,45 @@ describe('DistributedSampler startIndex', () => {
   });
 });
 
+describe('DistributedSampler state dict', () => {
+  it('is the epoch and the global position, and a sampler of another world size continues from it', () => {
+    const len = 103;
+    const four = new DistributedSampler(len, { numReplicas: 4, rank: 2, seed: 9 });
+    four.loadStateDict({ epoch: 3, position: 40 });
+    expect(four.stateDict()).toEqual({ epoch: 3, position: 40 });
+    expect(four.epoch).toBe(3);
+    // 3 replicas take the rest of epoch 3 from position 40: together, each remaining sample once.
+    const order = epochOrder(len, { seed: 9, epoch: 3 });
+    const rest: number[] = [];
+    for (let rank = 0; rank < 3; rank++) {
+      const s = new DistributedSampler(len, { numReplicas: 3, rank, seed: 9 });
+      s.loadStateDict(four.stateDict());
+      rest.push(...s.indices().slice(0, s.numSamples - s.numPadding));
+    }
+    expect(rest.sort((a, b) => a - b)).toEqual(order.slice(40).sort((a, b) => a - b));
+  });
+
+  it('counts the padding at the end of each rank\'s list (torch repeats the head of the order)', () => {
+    // 10 samples over 4 ranks: 3 each, 2 repeats, on ranks 2 and 3.
+    const pads = [0, 1, 2, 3].map((rank) => new DistributedSampler(10, { numReplicas: 4, rank, shuffle: false }).numPadding);
+    expect(pads).toEqual([0, 0, 1, 1]);
+    expect(new DistributedSampler(10, { numReplicas: 4, rank: 3, shuffle: false }).indices()).toEqual([3, 7, 1]);
+    // From position 7: 3 left over 2 ranks: rank 1 gets one repeat.
+    const from7 = [0, 1].map((rank) => new DistributedSampler(10, { numReplicas: 2, rank, shuffle: false, startIndex: 7 }));
+    expect(from7.map((s) => [s.indices(), s.numPadding])).toEqual([[[7, 9], 0], [[8, 7], 1]]);
+    // Nothing left, an even split, and dropLast: no padding.
+    expect(new DistributedSampler(10, { numReplicas: 3, rank: 2, startIndex: 10 }).numPadding).toBe(0);
+    expect(new DistributedSampler(12, { numReplicas: 4, rank: 3 }).numPadding).toBe(0);
+    expect(new DistributedSampler(10, { numReplicas: 4, rank: 3, dropLast: true }).numPadding).toBe(0);
+  });
+
+  it('refuses a state outside the dataset', () => {
+    const s = new DistributedSampler(10, { numReplicas: 2, rank: 0 });
+    expect(() => s.loadStateDict({ epoch: 0, position: 11 })).toThrow(/Invalid startIndex 11/);
+    expect(() => s.loadStateDict({ epoch: 1.5, position: 0 })).toThrow(/Invalid epoch 1.5/);
+  });
+});
+
 describe('argument validation', () => {
   const ok = { numReplicas: 3, rank: 0 };
 

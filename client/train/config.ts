@@ -66,6 +66,8 @@ export interface OptionSpec {
   kind: Kind;
   /** Shown in the create form. */
   inForm: boolean;
+  /** May be left empty ("not set": every tab, whole epochs, the whole training set); a link then leaves it out. */
+  optional?: boolean;
   /** The value when the URL leaves it out; null means "not set". */
   defaultValue(partial: Partial<Record<string, unknown>>): unknown;
 }
@@ -78,7 +80,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   {
     name: 'world',
     label: 'World size (tabs)',
-    hint: 'How many tabs train together; training starts when all have joined.',
+    hint: 'How many tabs train together; training starts when all have joined (or, for an elastic session, once the minimum has and no more arrive).',
     kind: int(1, MAX_WORLD_SIZE),
     inForm: true,
     defaultValue: fixed(1),
@@ -89,6 +91,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     hint: 'Leave empty to need every tab. Fewer than the world size makes the session elastic: it starts once this many tabs are in (later tabs join at the next step), and when a tab closes or freezes the rest regroup and go on, down to this many.',
     kind: int(1, MAX_WORLD_SIZE),
     inForm: true,
+    optional: true,
     defaultValue: (p) => p.world,
   },
   {
@@ -125,6 +128,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     hint: 'Stop after this many steps in all, whatever the epochs say. Leave empty to train whole epochs.',
     kind: int(1, 10_000_000),
     inForm: true,
+    optional: true,
     defaultValue: fixed(null),
   },
   {
@@ -133,6 +137,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     hint: 'Train on the first N samples only, for a short run. Leave empty for the whole training set.',
     kind: int(0, 10_000_000),
     inForm: true,
+    optional: true,
     defaultValue: fixed(0),
   },
   {
@@ -250,10 +255,8 @@ export function configParams(config: TrainConfig): URLSearchParams {
   for (const spec of TRAIN_OPTIONS) {
     const v = byName[spec.name];
     if (v === null || v === undefined) continue;
-    if (v === spec.defaultValue(byName) && (!spec.inForm || spec.name === 'min' || spec.name === 'steps' || spec.name === 'trainSize')) continue;
+    if (v === spec.defaultValue(byName) && (!spec.inForm || spec.optional)) continue;
     p.set(spec.name, String(v));
   }
   return p;
 }
-
-export const isElastic = (c: TrainConfig): boolean => c.min < c.max;

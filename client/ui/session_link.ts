@@ -34,12 +34,6 @@ const SESSION_FIELD: FormField = {
   optional: false,
 };
 
-/**
- * Options a person may leave empty (every tab, whole epochs, the whole training set). The schema
- * has no flag for this; configParams in config.ts leaves the same three out of a link.
- */
-const OPTIONAL = new Set(['min', 'steps', 'trainSize']);
-
 const FORM_OPTIONS = TRAIN_OPTIONS.filter((o) => o.inForm);
 
 function controlOf(kind: OptionSpec['kind']): FieldControl {
@@ -60,7 +54,7 @@ function controlOf(kind: OptionSpec['kind']): FieldControl {
 /** The form's fields in order: the session name, then each schema option shown in the form. */
 export const FORM_FIELDS: readonly FormField[] = [
   SESSION_FIELD,
-  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: spec.label, hint: spec.hint, control: controlOf(spec.kind), optional: OPTIONAL.has(spec.name) })),
+  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: spec.label, hint: spec.hint, control: controlOf(spec.kind), optional: spec.optional === true })),
 ];
 
 /**
@@ -73,7 +67,7 @@ export function fieldDefaults(values: FormValues): Record<string, string> {
   const out: Record<string, string> = {};
   for (const spec of TRAIN_OPTIONS) {
     const fallback = spec.defaultValue(parsed);
-    if (spec.inForm) out[spec.name] = OPTIONAL.has(spec.name) || fallback === null || fallback === undefined ? '' : String(fallback);
+    if (spec.inForm) out[spec.name] = spec.optional === true || fallback === null || fallback === undefined ? '' : String(fallback);
     parsed[spec.name] = fallback;
     const raw = spec.inForm ? (values[spec.name] ?? '') : '';
     if (raw === '') continue;
@@ -101,7 +95,7 @@ export function checkForm(values: FormValues): Record<string, string> {
   for (const spec of FORM_OPTIONS) {
     const raw = values[spec.name] ?? '';
     if (raw === '') {
-      if (!OPTIONAL.has(spec.name)) errors[spec.name] = `${fieldName(spec.label)} is required.`;
+      if (!spec.optional) errors[spec.name] = `${fieldName(spec.label)} is required.`;
       continue;
     }
     try {

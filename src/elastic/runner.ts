@@ -17,11 +17,10 @@
 import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
 import { isRecoverable } from '../errors.ts';
-import type { LinkOptions, ProcessGroup } from '../process_group.ts';
-import { RendezvousHandler, type RendezvousEvent, type Round } from '../rendezvous.ts';
+import type { ProcessGroup } from '../process_group.ts';
+import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
 import { DistributedSampler } from '../sampler.ts';
 import type { Json, TrainState } from '../state_dict.ts';
-import type { StoreClient } from '../store.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type RunRecord } from './recovery.ts';
 
@@ -47,22 +46,11 @@ export interface RoundContext {
   epoch: number;
 }
 
-export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends LinkOptions {
-  /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
-  url: string;
-  session: string;
-  /** The fewest ranks to train with; below it the run pauses until tabs join. */
-  min: number;
-  /** The most ranks; more are told the session is full. */
-  max: number;
-  /** Ask for this rank (fixed world sizes only). */
-  rank?: number;
-  /** How long any wait may take: a round to form, a barrier, the server. Default 300 s. */
-  timeoutMs?: number;
-  heartbeatIntervalMs?: number;
-  /** An open connection to use for the first rendezvous. */
-  store?: StoreClient;
-
+/**
+ * The group to join (`url`, `session`, `min`, `max`, ...: a rendezvous, which the run always
+ * rejoins after losing the server) and the training to do in it.
+ */
+export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect'> {
   state: TrainState;
   datasetLength: number;
   /** Samples per rank per step. */

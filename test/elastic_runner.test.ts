@@ -1,0 +1,170 @@
+/**
+ * runElastic in Node (TF.js cpu backend, in-memory links, the real server): a member lost
+ * mid-run, a member joining mid-run, resuming from another session's checkpoint, and failures a
+ * new round cannot fix. The samples each rank trained are checked from its own reported batches.
+ * The same paths on real pages with WebRTC are in test/e2e/elastic.spec.ts and examples.spec.ts.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { samplesSeen } from '../launcher/samples_seen.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
+import type { ElasticEvent } from '../src/elastic/events.ts';
+import { CollectiveMismatchError } from '../src/errors.ts';
+import { buildModel, classificationLoss } from '../src/models.ts';
+import { TrainState } from '../src/state_dict.ts';
+import { uniqueSession, withServer } from './helpers.ts';
+import { MemoryNetwork } from './memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  server = await withServer({ settleMs: 300, checkpointDir: await mkdtemp(join(tmpdir(), 'ddp-runner-')) });
+});
+afterAll(async () => {
+  await server.close();
+});
+
+const data = syntheticDataset({ length: 120, inputSize: 16, numClasses: 4, seed: 1 });
+
+interface Member {
+  events: ElasticEvent[];
+  result: Promise<ElasticRunResult>;
+}
+
+/** One member of the session: a plain SGD step on its samples, plus whatever `extra` does first. */
+function member(
+  net: MemoryNetwork,
+  id: number,
+  session: string,
+  opts: { min: number; max: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> },
+): Member {
+  const events: ElasticEvent[] = [];
+  const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
+  const state = new TrainState({ model, optimizer: () => tf.train.sgd(0.1) });
+  const result = runElastic({
+    url: server.url,
+    session,
+    min: opts.min,
+    max: opts.max,
+    timeoutMs: 10_000,
+    heartbeatIntervalMs: 200,
+    linkFactory: net.factoryFor(id),
+    state,
+    datasetLength: data.length,
+    batchSize: 4,
+    steps: opts.steps,
+    seed: 5,
+    checkpointEvery: opts.checkpointEvery,
+    resumeFrom: opts.resumeFrom,
+    onEvent: (e) => events.push(e),
+    async step(ctx) {
+      await opts.extra?.(ctx);
+      const { x, y } = data.batch(ctx.indices);
+      const xs = tf.tensor(x, [ctx.indices.length, 16]);
+      const ys = tf.tensor1d(y, 'int32');
+      const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4));
+      tf.dispose([xs, ys]);
+      ctx.ddp.step(ctx.optimizer);
+      return { loss };
+    },
+  });
+  result.catch(() => {});
+  return { events, result };
+}
+
+/** A member that leaves for good at `step` (as a closing tab does): its run fails, the others go on. */
+class TabClosed extends Error {}
+const leaveAt = (step: number) => async (ctx: StepContext) => {
+  if (ctx.step === step) throw new TabClosed(`rank ${ctx.pg.rank} closed at step ${step}`);
+};
+
+/** Every rank closes at once: close() waits for the others at a barrier. */
+const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
+
+describe('runElastic', () => {
+  it('a member lost mid-run: the rest recover from the furthest replica, re-shard, and train every sample once', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('lost');
+    const members = [0, 1, 2].map((id) => member(net, id, session, { min: 2, max: 3, extra: id === 1 ? leaveAt(4) : undefined }));
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    const lost = outcomes.filter((o) => o.status === 'rejected');
+    expect(lost).toHaveLength(1);
+    expect((lost[0] as PromiseRejectedResult).reason).toBeInstanceOf(TabClosed);
+    const done = outcomes.filter((o): o is PromiseFulfilledResult<ElasticRunResult> => o.status === 'fulfilled').map((o) => o.value);
+    expect(done.map((r) => [r.rank, r.worldSize]).sort()).toEqual([[0, 2], [1, 2]]);
+    expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
+    for (const r of done) {
+      expect(r.generations).toBe(2);
+      expect(r.stepsRedone).toBe(1); // step 4 was in flight on every rank
+      // 3 steps of 3 x 4, then the remaining 84 samples over 2 ranks: 11 steps.
+      expect(r.steps).toBe(3 + 11);
+      expect(r.resumes).toEqual(['resumed at step 3 from the replica of rank 0; step 4 is trained again']);
+    }
+    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
+    await closeAll(done);
+  });
+
+  it('a member joining mid-run gets the state at a step boundary and trains the rest of the epoch', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('join');
+    let joiner: Member | undefined;
+    const first = [0, 1].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 3,
+        extra: async (ctx) => {
+          if (ctx.step === 3 && ctx.pg.rank === 0 && !joiner) joiner = member(net, 2, session, { min: 2, max: 3 });
+        },
+      }),
+    );
+    const done = await Promise.all(first.map((m) => m.result));
+    const late = await joiner!.result;
+    const all = [...done, late];
+    expect(all.map((r) => r.worldSize)).toEqual([3, 3, 3]);
+    expect(new Set(all.map((r) => r.weightHash)).size).toBe(1);
+    expect(all.every((r) => r.stepsRedone === 0 && r.generations === 2)).toBe(true);
+    const events = [...first, joiner!].flatMap((m) => m.events);
+    expect(events.some((e) => e.type === 'regroup')).toBe(true);
+    expect(samplesSeen(events)).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
+    await closeAll(all);
+  });
+
+  it("resumes from another session's checkpoint when nobody has live state", async () => {
+    const net = new MemoryNetwork();
+    const source = uniqueSession('ckpt');
+    const before = await Promise.all([0, 1].map((id) => member(net, id, source, { min: 2, max: 2, steps: 6, checkpointEvery: 3 }).result));
+    await closeAll(before);
+    const session = uniqueSession('resumed');
+    const members = [0, 1].map((id) => member(net, id + 10, session, { min: 2, max: 2, steps: 9, resumeFrom: source }));
+    const after = await Promise.all(members.map((m) => m.result));
+    for (const r of after) {
+      expect(r.steps).toBe(9);
+      expect(r.resumes[0]).toMatch(new RegExp(`^resumed at step 6 from checkpoint .*-step-00000006 of session "${source}"$`));
+    }
+    const round = members[0]!.events.find((e) => e.type === 'round');
+    expect(round).toMatchObject({ source: 'checkpoint', step: 6, position: 6 * 8 });
+    expect(new Set(after.map((r) => r.weightHash)).size).toBe(1);
+    await closeAll(after);
+  });
+
+  it('ranks that issue different collectives end the run on every rank: a new round would fail the same way', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('mismatch');
+    const extra = async (ctx: StepContext) => {
+      if (ctx.step === 2 && ctx.pg.rank === 1) await ctx.pg.allReduce(new Float32Array(3));
+    };
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, extra }));
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    for (const [i, o] of outcomes.entries()) {
+      expect(o.status).toBe('rejected');
+      expect((o as PromiseRejectedResult).reason).toBeInstanceOf(CollectiveMismatchError);
+      const failure = members[i]!.events.find((e) => e.type === 'failure');
+      expect(failure).toMatchObject({ recoverable: false, step: 1, inFlight: 2 });
+    }
+  });
+});
