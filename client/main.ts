@@ -56,7 +56,6 @@ async function runJob(jobName: string): Promise<void> {
         page.status(`rank ${rank} of ${worldSize}`);
         report({ type: 'rank', rank, worldSize });
       },
-      progress: (data) => report({ type: 'progress', data }),
     });
   });
 }

@@ -8,7 +8,6 @@ import { setEventHandler, type ElasticEvent } from '../src/index.ts';
 
 export type Report =
   | { type: 'rank'; rank: number; worldSize: number }
-  | { type: 'progress'; data: Record<string, unknown> }
   | { type: 'elastic'; event: ElasticEvent }
   | { type: 'result'; result: Record<string, unknown> }
   | { type: 'error'; name: string; message: string };

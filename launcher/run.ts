@@ -196,8 +196,6 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             rp.rank = r.rank;
             rp.label = `rank ${r.rank}`;
             return;
-          case 'progress':
-            return;
           case 'elastic': {
             const e = r.event;
             events.push(e);

@@ -89,7 +89,6 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
     const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
     const row = { elements: size, bytes: size * 4, ms: ring.ms, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(ring.out) };
     ctx.log(`${size} elements: ring ${ring.ms.toFixed(2)} ms${meshRun ? `, mesh ${meshRun.ms.toFixed(2)} ms` : ''}, max abs err ${maxAbsErr}`);
-    ctx.progress(row);
     results.push(row);
   }
   await pg.barrier();

@@ -15,8 +15,6 @@ export interface JobContext {
   log(line: string): void;
   /** Call once the rank is known. */
   joined(rank: number, worldSize: number): void;
-  /** Structured progress for dashboards and the launcher. */
-  progress(data: Record<string, unknown>): void;
 }
 
 export type Job = (ctx: JobContext) => Promise<Record<string, unknown>>;

@@ -1,7 +1,7 @@
 /**
- * What the training job tells the page while it runs. The dashboard (client/ui/) renders these;
- * the launcher receives the same objects as progress reports. The library (src/) knows nothing
- * of them.
+ * What the training job tells its page while it runs: the dashboard (client/ui/) renders these,
+ * and the console gets a line for the notable ones. The library (src/) knows nothing of them;
+ * the launcher hears the library's own elastic events instead.
  */
 
 import type { BackendName, TrainConfig } from './config.ts';

@@ -96,7 +96,6 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const line = logLine(e, logEvery);
     if (line) console.log(line);
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
-    report({ type: 'progress', data: e as unknown as Record<string, unknown> });
   };
   reportElasticEvents();
   try {

@@ -252,9 +252,9 @@ function dashboardEvents(emit: (e: TrainEvent) => void): (e: ElasticEvent) => vo
         return emit({ type: 'step', epoch: e.epoch, step: e.step, totalSteps: e.totalSteps, ranks, elapsedSec: e.elapsedMs / 1000 });
       }
       case 'round':
+        // 'joined' (from onRound) tells the dashboard the rank; a resumed run also says from where.
         paused = false;
-        if (e.note) log('info', `New group of ${e.worldSize}: ${e.note}`);
-        return log('info', `Round ${e.round}: rank ${e.rank} of ${e.worldSize}`);
+        return e.note ? log('info', `New group of ${e.worldSize}: ${e.note}`) : undefined;
       case 'paused':
         paused = true;
         return;
