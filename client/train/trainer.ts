@@ -84,6 +84,7 @@ type Metrics = {
 
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
+  const started = performance.now();
   emit({ type: 'config', config });
   const backend = await selectBackend(config.backend);
   if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
@@ -219,6 +220,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     testLoss: final.testLoss,
     weightHash: hashFloat32(weights),
     breakdownMs: Object.fromEntries(Object.entries(sums).map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null])),
+    seconds: (performance.now() - started) / 1000,
     generations: run.generations,
     stepsRedone: run.stepsRedone,
     pausedGenerations: run.pausedGenerations,

@@ -41,6 +41,7 @@ function expectHealthy(s: Summary, worldSize: number): void {
   expect(s.weightHashes).toHaveLength(worldSize);
   expect(s.identical).toBe(true);
   for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples: 2048, exactlyOnce: true, complete: true });
+  expect(s.seconds).toBeGreaterThan(0);
 }
 
 test('4 ranks, one killed at step 10: the rest finish, at most one step redone, each sample once', async () => {
