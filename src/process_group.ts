@@ -296,7 +296,8 @@ export class ProcessGroup {
         const link = await this.links.get(peer);
         for (const frame of frames(bytes, { kind, seq, step, ...d }, this.maxFrameBytes)) {
           this.throwIfBroken();
-          await link.send(frame);
+          // A send waiting for the queue to drain stops as soon as the group breaks.
+          await this.failFast(link.send(frame));
         }
       },
       // Make sure the link exists while waiting: the other side may be the one to open it.
@@ -318,7 +319,9 @@ export class ProcessGroup {
       const error = err instanceof Error ? err : new Error(String(err));
       if (collective) this.abortCollective(seq, error);
       this.fail(error);
-      throw error;
+      // Once broken, every pending and later call fails with the first reason (the lost rank),
+      // not with what closing the group did to its links afterwards.
+      throw this.broken ?? error;
     }
   }
 

@@ -208,6 +208,20 @@ describe('failure', () => {
     await other;
   });
 
+  it('a send waiting on a full queue fails with the lost rank, not with what closing the group did to its links', async () => {
+    const { pgs, net } = await groups(3, { peerTimeoutMs: 10_000, highWaterMark: 4096, maxFrameBytes: 1024 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
+    net.end(0, 1)!.stall(); // rank 0's send to rank 1 waits for a drain that never comes
+    const results = pgs.map((pg) => pg.allReduce(new Float32Array(30_000)).then(() => new Error('finished'), (e: unknown) => e as Error));
+    await new Promise((r) => setTimeout(r, 200));
+    pgs[2].destroy(); // the server tells the others, then forms a new round, which closes their groups
+    const err = (await results[0]) as PeerLostError;
+    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err.rank).toBe(2);
+    destroy(pgs);
+    await Promise.all(results);
+  });
+
   it('a silent peer (no close) is declared lost after peerTimeoutMs', async () => {
     const { pgs } = await groups(2, { peerTimeoutMs: 300 });
     const t0 = Date.now();
