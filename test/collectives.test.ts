@@ -19,7 +19,7 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number, extra: { peerTimeoutMs?: number; maxFrameBytes?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+async function groups(n: number, extra: { peerTimeoutMs?: number; maxFrameBytes?: number; highWaterMark?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('coll');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
