@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { launchChromium } from '../launcher/browser.ts';
 import { ensureBuilt } from '../signaling/build.ts';
 import { PROJECT_ROOT, startServer } from '../signaling/server.ts';
+import { newSessionToken, withToken } from '../src/session_token.ts';
 
 const { values } = parseArgs({ options: { step: { type: 'string', default: '60' }, out: { type: 'string' } } });
 const atStep = Number(values.step);
@@ -18,10 +19,11 @@ const browser = await launchChromium();
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const session = `screenshot-${Date.now().toString(36)}`;
+  const token = newSessionToken();
   const pages = [];
   for (let i = 0; i < 3; i++) {
     const page = await context.newPage();
-    await page.goto(`${server.url}?session=${session}&world=3&job=train&model=mlp&dataset=mnist&batchSize=64&epochs=1`);
+    await page.goto(withToken(`${server.url}?session=${session}&world=3&job=train&model=mlp&dataset=mnist&batchSize=64&epochs=1`, token));
     pages.push(page);
   }
   const progress = pages[0].getByTestId('progress');

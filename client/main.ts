@@ -4,6 +4,7 @@
  */
 import { RendezvousHandler } from '../src/index.ts';
 import { report } from './report.ts';
+import { pageToken } from './page_token.ts';
 import { probeWebGpu } from './webgpu.ts';
 import type { Job } from './jobs/job.ts';
 import { runOnPage } from './job_page.ts';
@@ -48,6 +49,7 @@ async function runJob(jobName: string): Promise<void> {
       params,
       serverUrl: location.origin,
       session,
+      token: pageToken(false),
       worldSize: intParam('world', 1)!,
       rank: intParam('rank', undefined),
       timeoutMs: intParam('timeoutMs', 120_000)!,
@@ -84,7 +86,7 @@ async function lobby(session: string): Promise<void> {
   }
   try {
     status.textContent = `Waiting for ${worldSize} tabs to join…`;
-    const handler = await RendezvousHandler.start({ url: location.origin, session, min: worldSize, max: worldSize, rank: intParam('rank', undefined), timeoutMs: 3_600_000 }, (e) => {
+    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(true), min: worldSize, max: worldSize, rank: intParam('rank', undefined), timeoutMs: 3_600_000 }, (e) => {
       if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
       if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
     });

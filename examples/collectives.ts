@@ -8,7 +8,7 @@ import { initProcessGroup } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
   const { rank, worldSize: n } = pg;
   const check = (what: string, got: Float32Array, want: number[]) => {
     if (got.length !== want.length || want.some((w, i) => got[i] !== w)) throw new Error(`${what} on rank ${rank}: got [${[...got]}], want [${want}]`);

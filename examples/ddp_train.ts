@@ -13,7 +13,7 @@ export default async function main(ctx: LaunchContext) {
   const batchSize = intArg(ctx.args, 'batch-size', 32);
   const epochs = intArg(ctx.args, 'epochs', 1);
 
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
   const model = buildModel({ kind: 'mlp', inputShape: dataset.inputShape, numClasses: dataset.numClasses, seed: 0 });
   const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
   const optimizer = tf.train.adam(0.003);

@@ -22,6 +22,7 @@ export default async function main(ctx: LaunchContext) {
   const run = await runElastic({
     url: ctx.url,
     session: ctx.session,
+    token: ctx.token,
     min: ctx.min,
     max: ctx.max,
     timeoutMs: ctx.timeoutMs,

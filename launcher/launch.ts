@@ -11,10 +11,11 @@
 import { parseArgs } from 'node:util';
 import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
+import { isSessionToken } from '../src/session_token.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
-options: [--server URL] [--session NAME] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
+options: [--server URL] [--session NAME] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]`;
 
 /** Launcher options a script run passes to its pages. */
@@ -52,6 +53,7 @@ function parse(argv: string[]): LaunchOptions {
       job: { type: 'string' },
       server: { type: 'string' },
       session: { type: 'string' },
+      token: { type: 'string' },
       timeout: { type: 'string' },
       help: { type: 'boolean' },
     },
@@ -64,7 +66,12 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'timeout', 'help']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help']);
+  // Joining an existing session takes its token (from its link's #token=...); a new session gets a new one.
+  const token = typeof values.token === 'string' ? values.token : process.env.SESSION_TOKEN || undefined;
+  if (token !== undefined && !isSessionToken(token)) {
+    throw new Error('--token (or SESSION_TOKEN) must be a session token: the 22-128 characters after #token= in the session\'s link');
+  }
   const jobParams: Record<string, string> = {};
   const faults: Fault[] = [];
   let heartbeatTimeoutMs: number | undefined;
@@ -122,6 +129,7 @@ function parse(argv: string[]): LaunchOptions {
     scriptArgs: split.scriptArgs,
     server: typeof values.server === 'string' ? values.server : undefined,
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
+    token,
     timeoutSec,
     jobParams,
     faults,

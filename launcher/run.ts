@@ -7,6 +7,7 @@ import type { Browser, Page } from 'playwright';
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
+import { newSessionToken, withToken } from '../src/session_token.ts';
 import { launchChromium } from './browser.ts';
 import { buildScript } from './build_script.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
@@ -28,6 +29,8 @@ export interface LaunchOptions {
   /** Use this server instead of starting one. */
   server?: string;
   session: string;
+  /** The session's secret; the pages get it in their links' fragments. Default: a new one. */
+  token?: string;
   timeoutSec: number;
   /** Passed to the job as URL parameters (min, max and backend for a script). */
   jobParams: Record<string, string>;
@@ -96,6 +99,7 @@ export function isScript(job: string): boolean {
 
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
+  const token = opts.token ?? newSessionToken();
   const script = isScript(opts.job);
   const summaryBase = { [script ? 'script' : 'job']: opts.job, worldSize: opts.nproc };
   const events: ElasticEvent[] = [];
@@ -225,7 +229,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
       for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
       u.search = params.toString();
-      await page.goto(u.toString());
+      await page.goto(withToken(u, token));
     };
 
     for (let i = 0; i < opts.nproc; i++) await openPage(browser, url, i);

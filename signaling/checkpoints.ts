@@ -19,6 +19,7 @@ import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'nod
 import { pipeline } from 'node:stream/promises';
 import { dirname, join, resolve } from 'node:path';
 import { SESSION_NAME } from '../src/protocol.ts';
+import type { SessionTokens } from './session_tokens.ts';
 import {
   CHECKSUM_BYTES,
   PREAMBLE_BYTES,
@@ -32,6 +33,8 @@ import {
 export interface CheckpointHandlerOptions {
   /** Where checkpoints are kept: one folder per session. Created when needed. */
   dir: string;
+  /** The sessions' tokens: every route checks `Authorization: Bearer <token>` against them. */
+  tokens: SessionTokens;
   /** How many checkpoints each session keeps; older ones are deleted after a save. Default 3. */
   keep?: number;
   /** Largest upload accepted, in bytes. Default 256 MiB. */

@@ -12,6 +12,7 @@ import {
   ErrorCode,
   PROTOCOL_VERSION,
   SESSION_NAME,
+  SESSION_TOKEN,
   type ErrorMessage,
   type Limits,
   type Request,
@@ -24,6 +25,7 @@ import { Session } from './session.ts';
 import { StoreRefusal } from './store.ts';
 import { checkpointHandler } from './checkpoints.ts';
 import { serveStatic } from './static.ts';
+import { SessionTokens } from './session_tokens.ts';
 
 export interface ServerOptions {
   /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
@@ -67,6 +69,10 @@ interface Connection {
   /** Member id in the session's rendezvous, once the socket joined the group. */
   memberId?: number;
   errors: number;
+  /** The remote address, for limits and logs. */
+  address: string;
+  /** The first `hello` while it is being handled. */
+  hello?: Promise<void>;
   /** When the socket last sent anything (members are evicted when silent too long). */
   lastSeen: number;
 }
@@ -86,8 +92,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const instance = Math.random().toString(36).slice(2, 10);
   const connections = new Set<Connection>();
 
+  const checkpointDir = resolve(options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'));
+  const tokens = new SessionTokens(checkpointDir);
   const checkpoints = checkpointHandler({
-    dir: options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'),
+    dir: checkpointDir,
+    tokens,
     keep: options.checkpointKeep,
     maxBytes: options.checkpointMaxBytes,
     log,
@@ -103,8 +112,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const wss = new WebSocketServer({ server: http, path: '/ws', maxPayload: limits.maxFrameBytes });
 
-  wss.on('connection', (ws) => {
-    const conn: Connection = { ws, errors: 0, lastSeen: Date.now() };
+  wss.on('connection', (ws, req) => {
+    const conn: Connection = { ws, errors: 0, lastSeen: Date.now(), address: req.socket.remoteAddress ?? 'unknown' };
     connections.add(conn);
     ws.on('message', (data, isBinary) => {
       conn.lastSeen = Date.now();
@@ -119,7 +128,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         refuse(conn, err);
         return;
       }
-      handle(conn, request).catch((err: unknown) => refuse(conn, err, request.id));
+      const run = () => handle(conn, request).catch((err: unknown) => refuse(conn, err, request.id));
+      // Checking a token may read the disk: requests sent right behind `hello` wait for it.
+      if (request.type === 'hello') conn.hello = run();
+      else if (conn.hello) void conn.hello.then(run);
+      else void run();
     });
     ws.on('close', () => {
       connections.delete(conn);
@@ -171,7 +184,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         throw new StoreRefusal(ErrorCode.BAD_VERSION, `protocol version ${req.version} is not supported; this server speaks ${PROTOCOL_VERSION}`);
       }
       if (!SESSION_NAME.test(req.session)) {
-        throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . -`);
+        throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
+      }
+      if (!(await tokens.claim(req.session, req.token))) {
+        // Nothing of the session was read or changed; the socket can do nothing more.
+        conn.errors++;
+        const malformed = !SESSION_TOKEN.test(req.token);
+        log(`[server] session "${req.session}": refused a connection from ${conn.address} with ${malformed ? 'a malformed' : 'a wrong'} token`);
+        send(conn, {
+          type: 'error',
+          id: req.id,
+          code: ErrorCode.UNAUTHORIZED,
+          details: { session: req.session },
+          message: malformed
+            ? `the session token must be 22-128 characters of A-Z a-z 0-9 _ - (the #token=... of the session's link; newSessionToken() makes one)`
+            : `wrong token for session "${req.session}": use the session's full link (with its #token=...), or choose another session name`,
+        });
+        conn.ws.close(CloseCode.UNAUTHORIZED, 'unauthorized');
+        return;
       }
       let session = sessions.get(req.session);
       if (!session) {
@@ -263,6 +293,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       if (s.connections === 0 && now - s.idleSince > sessionIdleMs) {
         s.close();
         sessions.delete(name);
+        tokens.forget(name);
       }
     }
   }, Math.min(sessionIdleMs, 60_000));

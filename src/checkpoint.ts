@@ -21,6 +21,8 @@ export class CheckpointError extends Error {
 }
 
 export interface CheckpointRequestOptions {
+  /** The session's secret: sent as `Authorization: Bearer <token>` (the routes refuse anything else). */
+  token: string;
   /** Default: the global fetch. */
   fetch?: typeof fetch;
   signal?: AbortSignal;
@@ -56,7 +58,7 @@ export async function saveCheckpoint(
   serverUrl: string,
   session: string,
   checkpoint: Checkpoint,
-  options: CheckpointRequestOptions = {},
+  options: CheckpointRequestOptions,
 ): Promise<{ name: string; bytes: number }> {
   const url = checkpointUrl(serverUrl, session);
   const body = await encodeCheckpoint(checkpoint);
@@ -77,7 +79,7 @@ export async function saveCheckpoint(
 export async function loadCheckpoint(
   serverUrl: string,
   session: string,
-  options: LoadCheckpointOptions = {},
+  options: LoadCheckpointOptions,
 ): Promise<LoadedCheckpoint | null> {
   const named = options.name;
   if (named !== undefined && (!/^[A-Za-z0-9_.-]{1,128}$/.test(named) || named === '.' || named === '..')) {
@@ -93,7 +95,7 @@ export async function loadCheckpoint(
 }
 
 /** The session's checkpoints, oldest first. Empty when it has none. */
-export async function listCheckpoints(serverUrl: string, session: string, options: CheckpointRequestOptions = {}): Promise<CheckpointInfo[]> {
+export async function listCheckpoints(serverUrl: string, session: string, options: CheckpointRequestOptions): Promise<CheckpointInfo[]> {
   const url = checkpointUrl(serverUrl, session);
   const res = await request('GET', url, session, 'listing checkpoints', options);
   const reply = parseJson(res, url, session, 'listing checkpoints');
@@ -157,10 +159,11 @@ async function request(
     let headers: Headers;
     let bytes: Uint8Array<ArrayBuffer>;
     try {
-      const init: RequestInit = { method, signal: controller.signal };
+      const sent: Record<string, string> = { authorization: `Bearer ${options.token}` };
+      const init: RequestInit = { method, signal: controller.signal, headers: sent };
       if (body) {
         init.body = body;
-        init.headers = { 'content-type': 'application/octet-stream' };
+        sent['content-type'] = 'application/octet-stream';
       }
       const response = await fetchImpl(url, init);
       status = response.status;

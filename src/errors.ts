@@ -33,6 +33,17 @@ export class RendezvousError extends StoreError {
   override name = 'RendezvousError';
 }
 
+/** The server refused the session's token (missing, malformed or not the session's). Not recoverable by retrying. */
+export class UnauthorizedError extends StoreError {
+  override name = 'UnauthorizedError';
+  constructor(
+    message: string,
+    readonly session: string,
+  ) {
+    super('UNAUTHORIZED', message, { session });
+  }
+}
+
 /** The connection to the server closed while something was waiting on it. */
 export class ConnectionClosedError extends Error {
   override name = 'ConnectionClosedError';

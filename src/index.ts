@@ -18,6 +18,7 @@ export {
   StoreError,
   StoreTimeoutError,
   RendezvousError,
+  UnauthorizedError,
   ConnectionClosedError,
   DistTimeoutError,
   PeerLostError,
@@ -28,6 +29,7 @@ export {
   isRecoverable,
 } from './errors.ts';
 export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
+export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';

@@ -11,6 +11,8 @@ export interface LaunchContext {
   /** The server (the store and signaling relay), for initProcessGroup or runElastic. */
   url: string;
   session: string;
+  /** The session's secret, for initProcessGroup, runElastic and the checkpoint calls. */
+  token: string;
   /** How many ranks the launcher opened (--nproc). */
   nproc: number;
   /** The group's size range (--min/--max); both are --nproc for a fixed-size run. */

@@ -7,7 +7,7 @@
  * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -25,6 +25,24 @@ export const DEFAULT_LIMITS = {
   maxErrorsPerSocket: 100,
   /** Longest a blocking store call may wait on the server. */
   maxTimeoutMs: 3_600_000,
+  /** Most sessions the server holds at once; a `hello` naming a new one past this is refused. */
+  maxSessions: 1_000,
+  /** Most bytes (keys + values) all sessions together may hold. */
+  maxServerBytes: 512 << 20,
+  /** Most open sockets from one remote address. */
+  maxConnectionsPerAddress: 128,
+  /** Most blocking calls (get, wait, multiGet) one socket may have waiting on the server. */
+  maxPendingPerSocket: 256,
+  /** Largest reply the server builds (a multiGet of big values). */
+  maxReplyBytes: 16 << 20,
+  /** A socket that has not sent `hello` this long after opening is closed. */
+  helloTimeoutMs: 10_000,
+  /** The server pings every socket this often; one that has not answered the previous ping is cut off. */
+  pingIntervalMs: 15_000,
+  /** A socket whose unsent replies pass this many bytes (it does not read them) is cut off. */
+  maxBufferedBytes: 32 << 20,
+  /** Shortest time between two regroups a session's members may cause. */
+  regroupIntervalMs: 1_000,
 } as const;
 
 export type Limits = { -readonly [K in keyof typeof DEFAULT_LIMITS]: number };
@@ -32,8 +50,14 @@ export type Limits = { -readonly [K in keyof typeof DEFAULT_LIMITS]: number };
 /** Default timeout of blocking store calls, as in torch's Store (300 s). */
 export const DEFAULT_STORE_TIMEOUT_MS = 300_000;
 
-/** Session names: short, URL-safe. */
-export const SESSION_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+/** Session names: short, URL-safe; not "." or ".." (they also name checkpoint folders). */
+export const SESSION_NAME = /^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$/;
+
+/**
+ * Session tokens: base64url, at least 22 characters (128 bits; `newSessionToken` makes 256).
+ * The first connection to a session fixes its token; the server keeps only its SHA-256.
+ */
+export const SESSION_TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
 
 /**
  * Refusal codes. Each is a stable value a client can match on; the message beside it says
@@ -78,6 +102,20 @@ export const ErrorCode = {
   UNKNOWN_PEER: 'UNKNOWN_PEER',
   /** `rendezvous` with a size range other than the session's, where one of them is elastic. */
   ELASTIC_MISMATCH: 'ELASTIC_MISMATCH',
+  /** `hello` without the session's token, or with another one. Nothing of the session was read or changed. */
+  UNAUTHORIZED: 'UNAUTHORIZED',
+  /** `hello` naming a new session while the server holds `maxSessions`. */
+  TOO_MANY_SESSIONS: 'TOO_MANY_SESSIONS',
+  /** All sessions together would hold more than `maxServerBytes`. */
+  QUOTA_SERVER_BYTES: 'QUOTA_SERVER_BYTES',
+  /** A socket has `maxPendingPerSocket` blocking calls waiting already. */
+  TOO_MANY_PENDING: 'TOO_MANY_PENDING',
+  /** The reply would be larger than `maxReplyBytes`. */
+  REPLY_TOO_LARGE: 'REPLY_TOO_LARGE',
+  /** A request names the same key twice. */
+  DUPLICATE_KEYS: 'DUPLICATE_KEYS',
+  /** A request came faster than its limit allows (regroups). */
+  RATE_LIMITED: 'RATE_LIMITED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -91,6 +129,14 @@ export const CloseCode = {
   SERVER_CLOSING: 4002,
   /** A member sent nothing for longer than the heartbeat timeout (a frozen tab). */
   EVICTED: 4003,
+  /** The socket sent no `hello` within `helloTimeoutMs`. */
+  HELLO_TIMEOUT: 4004,
+  /** The socket did not read its replies: more than `maxBufferedBytes` were waiting to be sent. */
+  SLOW_READER: 4005,
+  /** `hello` was refused as UNAUTHORIZED: the socket can do nothing else. */
+  UNAUTHORIZED: 4006,
+  /** The remote address has `maxConnectionsPerAddress` sockets open already. */
+  TOO_MANY_CONNECTIONS: 4007,
 } as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -100,7 +146,8 @@ export const CloseCode = {
 export type WireValue = string;
 
 export interface RequestFields {
-  hello: { session: string; version: number };
+  /** Enter a session; `token` is the session's secret (SESSION_TOKEN), fixed by its first connection. */
+  hello: { session: string; version: number; token: string };
   set: { key: string; value: WireValue };
   get: { key: string; timeoutMs: number };
   add: { key: string; amount: number };

@@ -117,7 +117,7 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
   const timeout = () => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
   switch (t) {
     case 'hello':
-      return { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9) };
+      return { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
     case 'set':
       return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
     case 'get':

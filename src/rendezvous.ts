@@ -11,7 +11,7 @@
  *
  * Both are one code path: a fixed world size N is the range N..N.
  */
-import { DistTimeoutError, GroupClosedError } from './errors.ts';
+import { DistTimeoutError, GroupClosedError, UnauthorizedError } from './errors.ts';
 import { loadSimplePeer } from './peer_link.ts';
 import { ProcessGroup, type LinkOptions } from './process_group.ts';
 import { CloseCode, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
@@ -21,6 +21,8 @@ export interface RendezvousOptions extends LinkOptions {
   /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
   url: string;
   session: string;
+  /** The session's secret (`newSessionToken()`, a share link's `#token=...`). */
+  token: string;
   /** The fewest ranks a round may have; below it the group pauses. */
   min: number;
   /** The most ranks; members beyond it are refused (SESSION_FULL). */
@@ -75,6 +77,8 @@ export class RendezvousHandler {
   private readonly waiters = new Set<() => void>();
   private unsubscribe: Array<() => void> = [];
   private closed = false;
+  /** A refusal that ends this member's part in the session (its token no longer opens it). */
+  private fatal: Error | undefined;
 
   private constructor(private readonly options: RendezvousOptions) {}
 
@@ -120,7 +124,10 @@ export class RendezvousHandler {
   nextRendezvous(after = 0, timeoutMs = this.options.timeoutMs ?? 300_000): Promise<Round> {
     return new Promise<Round>((resolve, reject) => {
       const check = () => {
-        if (this.current && this.current.id > after) {
+        if (this.fatal) {
+          done();
+          reject(this.fatal);
+        } else if (this.current && this.current.id > after) {
           done();
           resolve(this.current);
         }
@@ -174,8 +181,8 @@ export class RendezvousHandler {
   }
 
   private async connect(existing?: StoreClient): Promise<void> {
-    const { url, session, timeoutMs, min, max, rank } = this.options;
-    const client = existing ?? (await StoreClient.connect(url, { session, timeoutMs }));
+    const { url, session, token, timeoutMs, min, max, rank } = this.options;
+    const client = existing ?? (await StoreClient.connect(url, { session, token, timeoutMs }));
     this.client = client;
     for (const off of this.unsubscribe) off();
     this.signals = [];
@@ -246,7 +253,13 @@ export class RendezvousHandler {
         await this.connect();
         this.emit({ type: 'reconnected' });
         return;
-      } catch {
+      } catch (err) {
+        // The session's token no longer opens it (the name was claimed anew): retrying cannot help.
+        if (err instanceof UnauthorizedError) {
+          this.fatal = err;
+          for (const w of [...this.waiters]) w();
+          return;
+        }
         if (Date.now() > deadline) return; // nextRendezvous times out and says what it waited for
       }
     }
@@ -257,6 +270,8 @@ export interface InitProcessGroupOptions extends LinkOptions {
   /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
   url: string;
   session: string;
+  /** The session's secret (`newSessionToken()`, a share link's `#token=...`). */
+  token: string;
   worldSize: number;
   /** Explicit rank; omitted, the server assigns the lowest free one in arrival order. */
   rank?: number;

@@ -19,7 +19,7 @@ import {
   type WaitingEvent,
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
-import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreError, StoreTimeoutError } from './errors.ts';
+import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
 
@@ -44,6 +44,12 @@ export interface Store {
 export interface StoreClientOptions {
   /** The session (namespace) to use. */
   session: string;
+  /**
+   * The session's secret (`newSessionToken()`; a share link's `#token=...`). The first connection
+   * to a session fixes it; every later one must present the same, or `connect` fails with
+   * `UnauthorizedError`.
+   */
+  token: string;
   /** Default timeout of blocking calls. Default 300 s, as torch. */
   timeoutMs?: number;
   /** How long to wait for the socket to open and the server to answer `hello`. Default 10 s. */
@@ -155,7 +161,7 @@ export class StoreClient implements Store {
       };
     });
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
-    const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION }, connectTimeoutMs);
+    const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION, token: options.token }, connectTimeoutMs);
     client.instance = hello.instance;
     return client;
   }
@@ -344,6 +350,7 @@ function toError(code: ErrorCode, message: string, details: Record<string, unkno
     return new StoreTimeoutError(message, keys, timeoutMs);
   }
   if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
+  if (code === ErrorCode.UNAUTHORIZED) return new UnauthorizedError(message, typeof details.session === 'string' ? details.session : '');
   return new StoreError(code, message, details);
 }
 

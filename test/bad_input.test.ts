@@ -7,7 +7,7 @@ import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreError } from '../src/errors.ts';
 import { PROTOCOL_VERSION, encodeValue } from '../src/protocol.ts';
-import { connect, text, uniqueSession, withServer } from './helpers.ts';
+import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -58,10 +58,11 @@ describe('bad input', () => {
   it('refuses store calls before hello, and bad session names', async () => {
     const raw = await Raw.open();
     expect(await raw.send({ type: 'get', id: 1, key: 'k', timeoutMs: 10 })).toMatchObject({ id: 1, code: 'NO_SESSION' });
-    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: PROTOCOL_VERSION })).toMatchObject({ id: 2, code: 'BAD_SESSION' });
-    expect(await raw.send({ type: 'hello', id: 3, session: 'ok', version: 99 })).toMatchObject({ id: 3, code: 'BAD_VERSION' });
-    expect(await raw.send({ type: 'hello', id: 4, session: uniqueSession(), version: PROTOCOL_VERSION })).toMatchObject({ id: 4, type: 'reply' });
-    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: PROTOCOL_VERSION })).toMatchObject({ id: 5, code: 'ALREADY_IN_SESSION' });
+    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: PROTOCOL_VERSION, token: tokenFor('x') })).toMatchObject({ id: 2, code: 'BAD_SESSION' });
+    expect(await raw.send({ type: 'hello', id: 3, session: 'ok', version: 99, token: tokenFor('ok') })).toMatchObject({ id: 3, code: 'BAD_VERSION' });
+    const first = uniqueSession();
+    expect(await raw.send({ type: 'hello', id: 4, session: first, version: PROTOCOL_VERSION, token: tokenFor(first) })).toMatchObject({ id: 4, type: 'reply' });
+    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: PROTOCOL_VERSION, token: tokenFor('other') })).toMatchObject({ id: 5, code: 'ALREADY_IN_SESSION' });
     raw.ws.close();
   });
 
@@ -84,7 +85,7 @@ describe('bad input', () => {
     // A socket per case: this server closes a socket after 5 bad messages.
     for (const [frame, message] of cases) {
       const raw = await Raw.open();
-      await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION });
+      await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION, token: tokenFor('fresh') });
       const reply = await raw.send(frame);
       expect(reply).toMatchObject({ type: 'error', code: 'BAD_MESSAGE' });
       expect(reply.message).toContain(message);
@@ -94,7 +95,7 @@ describe('bad input', () => {
 
   it('refuses regroup and signal from a socket that has not joined', async () => {
     const raw = await Raw.open();
-    await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION });
+    await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION, token: tokenFor('fresh') });
     expect(await raw.send({ type: 'regroup', id: 2, fromRound: 1 })).toMatchObject({ id: 2, code: 'NOT_JOINED' });
     expect(await raw.send({ type: 'signal', id: 3, to: 0, data: { channel: 'x', body: null } })).toMatchObject({ id: 3, code: 'NOT_JOINED' });
     raw.ws.close();
@@ -157,7 +158,7 @@ describe('bad input', () => {
     const session = uniqueSession('mixed');
     const good = await connect(server, session);
     const raw = await Raw.open();
-    await raw.send({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION });
+    await raw.send({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) });
     await raw.send({ type: 'set', id: 2, key: 'x', value: encodeValue('raw') });
     await raw.send({ type: 'add', id: 3, key: 'x', amount: 1 });
     expect(await good.add('counter', 1)).toBe(1);

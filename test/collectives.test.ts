@@ -8,7 +8,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
 import { CollectiveMismatchError, PeerLostError } from '../src/errors.ts';
-import { uniqueSession, withServer } from './helpers.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
 let server: RunningServer;
@@ -24,7 +24,7 @@ async function groups(n: number, extra: { peerTimeoutMs?: number; maxFrameBytes?
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
     ),
   );
   return { pgs, net };
@@ -187,7 +187,7 @@ describe('failure', () => {
     // Rank 1 waits longer, so the failure seen first is rank 0's full send queue, not rank 1's silence.
     const pgs = await Promise.all(
       [500, 10_000].map((peerTimeoutMs, rank) =>
-        initProcessGroup({ url: server.url, session, worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), peerTimeoutMs, highWaterMark: 4096, maxFrameBytes: 1024 }),
+        initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), peerTimeoutMs, highWaterMark: 4096, maxFrameBytes: 1024 }),
       ),
     );
     await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));

@@ -6,6 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../client/train/config.ts';
 import { FORM_FIELDS, checkForm, fieldDefaults, formConfig, sessionUrl } from '../client/ui/session_link.ts';
+import { newSessionToken, tokenFromFragment } from '../src/session_token.ts';
+
+const TOKEN = newSessionToken();
 
 const ORIGIN = 'http://127.0.0.1:8080/';
 
@@ -29,13 +32,14 @@ describe('the create form', () => {
   });
 
   it('makes the link in the documented order, leaving out what is not set', () => {
-    const url = sessionUrl(ORIGIN, form({ world: '3', model: 'mlp', dataset: 'synthetic' }));
-    expect(url).toBe('http://127.0.0.1:8080/?session=my-run&world=3&job=train&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu');
+    const url = sessionUrl(ORIGIN, form({ world: '3', model: 'mlp', dataset: 'synthetic' }), TOKEN);
+    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu#token=${TOKEN}`);
+    expect(tokenFromFragment(url)).toBe(TOKEN);
   });
 
   it('a link with every option set parses back to the job the form describes', () => {
     const values = form({ world: ' 4 ', min: '2', optimizer: 'sgd', lr: '1e-2', steps: '100', trainSize: '1536', backend: 'wasm' });
-    const url = new URL(sessionUrl(ORIGIN, values));
+    const url = new URL(sessionUrl(ORIGIN, values, TOKEN));
     expect(url.search).toBe('?session=my-run&world=4&job=train&min=2&model=mlp&dataset=mnist&batchSize=64&optimizer=sgd&lr=0.01&epochs=1&steps=100&trainSize=1536&backend=wasm');
     expect(parseTrainConfig((name) => urlOption(url.searchParams, name))).toEqual(formConfig(values));
     expect(formConfig(values)).toMatchObject({ min: 2, max: 4, lr: 0.01, steps: 100, trainSize: 1536 });
@@ -58,6 +62,6 @@ describe('the create form', () => {
 
   it('refuses a minimum above the world size, as the page would', () => {
     expect(checkForm(form({ world: '3', min: '5' }))).toEqual({ min: "Keep training with at least (tabs) must be at most the session's largest size (3)." });
-    expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }))).toThrow(/option min/);
+    expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }), TOKEN)).toThrow(/option min/);
   });
 });

@@ -11,7 +11,7 @@ import { initProcessGroup } from '../src/rendezvous.ts';
 import { DistributedDataParallel, ShapeMismatchError, assignBuckets } from '../src/ddp.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { uniqueSession, withServer } from './helpers.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
 let server: RunningServer;
@@ -25,7 +25,7 @@ afterAll(async () => {
 
 async function groups(n: number, net = new MemoryNetwork(), session = uniqueSession('ddp')): Promise<ProcessGroup[]> {
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
   );
 }
 

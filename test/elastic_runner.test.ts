@@ -17,7 +17,7 @@ import type { ElasticEvent } from '../src/elastic/events.ts';
 import { CollectiveMismatchError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/state_dict.ts';
-import { uniqueSession, withServer } from './helpers.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
 let server: RunningServer;
@@ -49,6 +49,7 @@ function member(
   const result = runElastic({
     url: server.url,
     session,
+    token: tokenFor(session),
     min: opts.min,
     max: opts.max,
     timeoutMs: 10_000,

@@ -4,7 +4,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
 import { DistTimeoutError, RendezvousError } from '../src/errors.ts';
-import { connect, uniqueSession, withServer } from './helpers.ts';
+import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -15,7 +15,7 @@ afterAll(async () => {
 });
 
 function group(session: string, worldSize: number, rank?: number, timeoutMs = 5_000): Promise<ProcessGroup> {
-  return initProcessGroup({ url: server.url, session, worldSize, rank, timeoutMs });
+  return initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize, rank, timeoutMs });
 }
 
 describe('rendezvous', () => {

@@ -6,7 +6,7 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/rend
 import { StoreClient } from '../src/store.ts';
 import { PROTOCOL_VERSION } from '../src/protocol.ts';
 import { RendezvousError } from '../src/errors.ts';
-import { uniqueSession, withServer } from './helpers.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];
@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 async function agent(session: string, min: number, max: number, rank?: number): Promise<RendezvousHandler> {
-  const a = await RendezvousHandler.start({ url: server!.url, session, min, max, rank, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true });
+  const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min, max, rank, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true });
   agents.push(a);
   return a;
 }
@@ -100,7 +100,7 @@ describe('rendezvous rounds', () => {
     // A member that joins and then goes silent, like a frozen page: raw socket, no heartbeats.
     const raw = new WebSocket(server.url.replace('http', 'ws') + 'ws');
     await new Promise((r) => raw.once('open', r));
-    raw.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION }));
+    raw.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) }));
     raw.send(JSON.stringify({ type: 'rendezvous', id: 2, min: 1, max: 3 }));
     const closed = new Promise<[number, string]>((r) => raw.once('close', (code, reason) => r([code, reason.toString()])));
     const g1 = await a.nextRendezvous(0);
@@ -120,7 +120,7 @@ describe('rendezvous rounds', () => {
     server = await withServer();
     const session = uniqueSession('mix');
     await agent(session, 2, 4);
-    const s = await StoreClient.connect(server.url, { session });
+    const s = await StoreClient.connect(server.url, { session, token: tokenFor(session) });
     const e1 = (await s.rendezvous({ min: 2, max: 2 }).catch((e: unknown) => e)) as RendezvousError;
     expect(e1.code).toBe('ELASTIC_MISMATCH');
     const e2 = (await agent(session, 1, 4).catch((e: unknown) => e)) as RendezvousError;

@@ -7,6 +7,8 @@ export interface JobContext {
   /** The server's origin: the store and signaling relay. */
   serverUrl: string;
   session: string;
+  /** The session's secret (from the link's #token=...). */
+  token: string;
   worldSize: number;
   /** Explicit rank from the URL, if any. */
   rank: number | undefined;
@@ -29,6 +31,7 @@ export async function joinGroup(ctx: JobContext, defaults: Partial<InitProcessGr
   const pg = await initProcessGroup({
     url: ctx.serverUrl,
     session: ctx.session,
+    token: ctx.token,
     worldSize: ctx.worldSize,
     rank: ctx.rank,
     timeoutMs: ctx.timeoutMs,

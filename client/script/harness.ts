@@ -8,6 +8,7 @@ import { selectBackend } from '../backend.ts';
 import { BACKENDS, type BackendName } from '../train/config.ts';
 import { reportElasticEvents } from '../report.ts';
 import { runOnPage } from '../job_page.ts';
+import { pageToken } from '../page_token.ts';
 
 function intParam(params: URLSearchParams, name: string, fallback: number): number {
   const raw = params.get(name);
@@ -34,6 +35,7 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
     const ctx: LaunchContext = {
       url: location.origin,
       session,
+      token: pageToken(false),
       nproc,
       min,
       max,

@@ -3,7 +3,8 @@
  * the launcher's headless ranks use the same page; the launcher also gets reports.
  */
 import * as tf from '@tensorflow/tfjs';
-import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreClient, PeerLostError } from '../../src/index.ts';
+import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreClient, PeerLostError, UnauthorizedError } from '../../src/index.ts';
+import { MissingTokenError, pageToken } from '../page_token.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
 import { ConfigError, parseTrainConfig, urlOption } from './config.ts';
@@ -52,11 +53,11 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
 }
 
 /** Connects to the server, retrying with backoff (and saying so) while it is unreachable. */
-async function connectWithRetry(dash: Dashboard, origin: string, session: string, timeoutMs: number): Promise<StoreClient> {
+async function connectWithRetry(dash: Dashboard, origin: string, session: string, token: string, timeoutMs: number): Promise<StoreClient> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {
-      const store = await StoreClient.connect(origin, { session, timeoutMs });
+      const store = await StoreClient.connect(origin, { session, token, timeoutMs });
       dash.clearError();
       return store;
     } catch (err) {
@@ -73,6 +74,13 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   root.removeAttribute('aria-live'); // the dashboard manages its own live regions
   let stop = false;
   let result: TrainResult | undefined;
+  // Before the dashboard takes the share link from the address bar: a link without a token gets one.
+  let token: string | Error;
+  try {
+    token = pageToken(true);
+  } catch (err) {
+    token = err as Error;
+  }
   const dash = new Dashboard(root, {
     session,
     shareUrl: location.href.replace(/([?&])rank=\d+&?/, '$1').replace(/[?&]$/, ''),
@@ -99,10 +107,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   };
   reportElasticEvents();
   try {
+    if (token instanceof Error) throw token;
     const config = parseTrainConfig((name) => urlOption(params, name));
     const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
-    const store = await connectWithRetry(dash, location.origin, session, opts.timeoutMs);
-    result = await train({ serverUrl: location.origin, store, session, rank: opts.rank, timeoutMs: opts.timeoutMs, config, flags, emit, stopRequested: () => stop });
+    const store = await connectWithRetry(dash, location.origin, session, token, opts.timeoutMs);
+    result = await train({ serverUrl: location.origin, store, session, token, rank: opts.rank, timeoutMs: opts.timeoutMs, config, flags, emit, stopRequested: () => stop });
     // For tests: what the page's model predicts on the first test samples.
     const probe = { inputs: Array.from(result.probe.inputs), inputShape: result.probe.inputShape, logits: Array.from(result.probe.logits) };
     (window as unknown as { __ddpModel?: tf.LayersModel }).__ddpModel = result.model;
@@ -128,6 +137,10 @@ function explain(e: Error): [string, string | undefined] {
         return ['Could not join the session', undefined];
     }
   }
+  if (e instanceof UnauthorizedError) {
+    return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.'];
+  }
+  if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.'];
   if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
   if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'The group cannot continue without it. Start a new session to train again.'];

@@ -32,6 +32,8 @@ export interface TrainerOptions {
   /** An open connection to the server (the page retries until it has one). */
   store: StoreClient;
   session: string;
+  /** The session's secret (checkpoints need it). */
+  token: string;
   /** A rank asked for in the URL (fixed-size sessions only). */
   rank: number | undefined;
   timeoutMs: number;
@@ -115,6 +117,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const run = await runElastic<Metrics>({
     url: opts.serverUrl,
     session: opts.session,
+    token: opts.token,
     min: config.min,
     max: config.max,
     rank: config.min === config.max ? opts.rank : undefined,

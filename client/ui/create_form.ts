@@ -5,6 +5,7 @@
  */
 import { FORM_FIELDS, checkForm, fieldDefaults, formConfig, sessionUrl, type FormField, type FormValues } from './session_link.ts';
 import { el, shareField } from './dom.ts';
+import { newSessionToken } from '../../src/session_token.ts';
 import './dashboard.css';
 
 function randomName(): string {
@@ -107,7 +108,8 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
   });
 
   function showResult(v: FormValues): void {
-    const url = sessionUrl(options.origin, v);
+    // A new secret per session: whoever has the link can join it, nobody else.
+    const url = sessionUrl(options.origin, v, newSessionToken());
     const { min, max } = formConfig(v);
     const share = shareField('cr-link', 'Link to share', url);
     share.input.setAttribute('data-testid', 'share-link');

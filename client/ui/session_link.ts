@@ -5,6 +5,7 @@
  * page would refuse, nor refuse one it would accept.
  */
 import { SESSION_NAME } from '../../src/protocol.ts';
+import { withToken } from '../../src/session_token.ts';
 import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../train/config.ts';
 
 /** The form's text by field name, as typed (trimmed). A missing name counts as empty. */
@@ -120,17 +121,18 @@ export function checkForm(values: FormValues): Record<string, string> {
 
 /**
  * The link every tab of the session opens: `session`, `world` and `job` first (the documented
- * order), then the job's options as the page's parser reads them back. Throws ConfigError when a
- * value breaks its rule (checkForm says which, for a person).
+ * order), then the job's options as the page's parser reads them back, and the session's secret
+ * in the fragment (`#token=...`, never sent to the server). Throws ConfigError when a value breaks
+ * its rule (checkForm says which, for a person).
  */
-export function sessionUrl(origin: string, values: FormValues): string {
+export function sessionUrl(origin: string, values: FormValues, token: string): string {
   const config = formConfig(values);
   const p = new URLSearchParams();
   p.set('session', values.session ?? '');
   p.set('world', String(config.max));
   p.set('job', 'train');
   for (const [name, value] of configParams(config)) if (name !== 'world') p.set(name, value);
-  return `${origin.replace(/\/+$/, '')}/?${p.toString()}`;
+  return withToken(`${origin.replace(/\/+$/, '')}/?${p.toString()}`, token);
 }
 
 /** "Steps (optional)" -> "Steps": the label as the subject of a sentence. */

@@ -32,8 +32,12 @@ export interface Recovered {
 export interface RecoveryOptions {
   url: string;
   session: string;
+  /** The session's token (the checkpoint routes require it). */
+  token: string;
   /** Whose checkpoints to resume from when nobody has live state. Default: this session's. */
   resumeFrom?: string | null;
+  /** That session's token. Default: `token`. */
+  resumeFromToken?: string;
 }
 
 /**
@@ -134,7 +138,7 @@ function wordsOf(bytes: number): number {
 /** Rank 0: loads the latest valid checkpoint of the session (or of `resumeFrom`) into `state`. */
 async function restoreFromCheckpoint(state: TrainState, o: RecoveryOptions): Promise<{ run: RunRecord; note: string; skipped: Array<{ name: string; reason: string }> } | null> {
   const session = o.resumeFrom ?? o.session;
-  const loaded = await loadCheckpoint(o.url, session);
+  const loaded = await loadCheckpoint(o.url, session, { token: o.resumeFrom ? (o.resumeFromToken ?? o.token) : o.token });
   if (!loaded) return null;
   const meta = loaded.checkpoint.meta;
   const progress = meta.progress as Progress | undefined;
@@ -156,7 +160,7 @@ export async function saveState(state: TrainState, run: RunRecord, o: RecoveryOp
     meta: { step: sd.progress.step, progress: { ...sd.progress }, run: { ...run }, extras: sd.extras, ...(o.meta === undefined ? {} : { user: o.meta }) },
     model: sd.model,
     optimizer: sd.optimizer,
-  });
+  }, { token: o.token });
 }
 
 function isProgress(p: unknown): p is Progress {

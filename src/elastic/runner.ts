@@ -85,6 +85,8 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   checkpointMeta?: Json;
   /** Resume from this session's checkpoints when no rank has live state. Default: this session's. */
   resumeFrom?: string | null;
+  /** The token of the `resumeFrom` session. Default: this session's token. */
+  resumeFromToken?: string;
   ddp?: DDPOptions;
 }
 
@@ -228,7 +230,7 @@ class ElasticRun<M extends StepMetrics> {
   private async startRound(round: Round): Promise<void> {
     const { pg } = round;
     const o = this.o;
-    const r = await recover(pg, o.state, this.record, this.live, this.inFlight, { url: o.url, session: o.session, resumeFrom: o.resumeFrom });
+    const r = await recover(pg, o.state, this.record, this.live, this.inFlight, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.inFlight = -1;
@@ -324,7 +326,7 @@ class ElasticRun<M extends StepMetrics> {
     if (pg.rank !== 0) return;
     const step = this.o.state.progress.step;
     try {
-      const saved = await saveState(this.o.state, this.record, { url: this.o.url, session: this.o.session, meta: this.o.checkpointMeta });
+      const saved = await saveState(this.o.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta });
       this.emit({ type: 'checkpoint', step, name: saved.name, bytes: saved.bytes });
     } catch (err) {
       this.emit({ type: 'checkpoint-failed', step, error: (err as Error).message });

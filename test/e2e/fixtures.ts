@@ -1,6 +1,8 @@
 /** Fixtures: a real server on a free port per test, and helpers to open ranks as pages. */
 import { test as base, expect, type Browser, type Page } from '@playwright/test';
 import { startServer, type RunningServer } from '../../signaling/server.ts';
+import { withToken } from '../../src/session_token.ts';
+import { tokenFor } from '../helpers.ts';
 import type { Report } from '../../client/report.ts';
 
 export interface RankPage {
@@ -49,7 +51,7 @@ export async function openRanks(
     });
     const url = new URL(server.url);
     url.search = new URLSearchParams({ world: String(n), rank: String(i), ...params }).toString();
-    await page.goto(url.toString());
+    await page.goto(withToken(url, tokenFor(params.session ?? '')));
     ranks.push({ page, result, reports });
   }
   return ranks;

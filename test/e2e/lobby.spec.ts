@@ -4,10 +4,15 @@ import { expect, sessionName, test } from './fixtures.ts';
 test('three pages join one session through the page and each shows its rank and WebGPU', async ({ browser, server }) => {
   const context = await browser.newContext();
   const session = sessionName('lobby');
-  const pages = [];
-  for (let i = 0; i < 3; i++) {
+  // The first tab opens a link typed by hand: it makes the session's token and shows it in the address bar.
+  const first = await context.newPage();
+  await first.goto(`${server.url}?session=${session}&world=3`);
+  await expect(first).toHaveURL(/#token=[A-Za-z0-9_-]{43}$/);
+  const link = first.url();
+  const pages = [first];
+  for (let i = 1; i < 3; i++) {
     const page = await context.newPage();
-    await page.goto(`${server.url}?session=${session}&world=3`);
+    await page.goto(link);
     pages.push(page);
   }
   const ranks: string[] = [];
@@ -21,8 +26,12 @@ test('three pages join one session through the page and each shows its rank and 
   expect(ranks.sort()).toEqual(['rank 0', 'rank 1', 'rank 2']);
   // A fourth tab is told the session is full.
   const extra = await context.newPage();
-  await extra.goto(`${server.url}?session=${session}&world=3`);
+  await extra.goto(link);
   await expect(extra.getByRole('status')).toContainText('is full');
+  // A tab without the session's token (the link retyped without it) gets nothing of the session.
+  const stranger = await context.newPage();
+  await stranger.goto(`${server.url}?session=${session}&world=3`);
+  await expect(stranger.getByRole('status')).toContainText(`wrong token for session "${session}"`);
   await context.close();
 });
 
@@ -34,8 +43,9 @@ test('without a session the page offers to create one, with a link to share', as
   await page.getByLabel('Dataset').selectOption('synthetic');
   await page.getByRole('button', { name: 'Create session' }).click();
   const link = page.getByTestId('share-link');
-  await expect(link).toHaveValue(/session=my-run&world=3&job=train&model=mlp&dataset=synthetic/);
+  await expect(link).toHaveValue(/session=my-run&world=3&job=train&model=mlp&dataset=synthetic&.*#token=[A-Za-z0-9_-]{43}$/);
+  const shared = await link.inputValue();
   await page.getByTestId('join-link').click();
-  await expect(page).toHaveURL(/session=my-run/);
+  await expect(page).toHaveURL(shared);
   await expect(page.getByTestId('status')).toContainText('Waiting for 2 more tabs');
 });
