@@ -26,6 +26,7 @@ import { StoreRefusal } from './store.ts';
 import { checkpointHandler } from './checkpoints.ts';
 import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
+import { OriginPolicy } from './origin_check.ts';
 
 export interface ServerOptions {
   /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
@@ -50,6 +51,10 @@ export interface ServerOptions {
   limits?: Partial<Limits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
   sessionIdleMs?: number;
+  /** More host names the server answers to (pages, API and sockets). Default: ALLOWED_HOSTS (comma-separated). */
+  allowedHosts?: string[];
+  /** More origins whose pages may use the server. Default: ALLOWED_ORIGINS (comma-separated). */
+  allowedOrigins?: string[];
   /** Where server messages go. Default: console.log; pass () => {} to silence. */
   log?: (line: string) => void;
 }
@@ -101,7 +106,19 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     maxBytes: options.checkpointMaxBytes,
     log,
   });
+  const port = options.port ?? Number(process.env.PORT ?? 8080);
+  const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  const origins = new OriginPolicy({
+    listenHost: host,
+    allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
+    allowedOrigins: options.allowedOrigins ?? envList('ALLOWED_ORIGINS'),
+  });
   const http = createServer((req, res) => {
+    const verdict = origins.check(req);
+    if (!verdict.ok) {
+      res.writeHead(verdict.status, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(verdict.message);
+      return;
+    }
     checkpoints(req, res)
       .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
       .catch((err: unknown) => {
@@ -110,7 +127,23 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         res.end(`internal error: ${String(err)}`);
       });
   });
-  const wss = new WebSocketServer({ server: http, path: '/ws', maxPayload: limits.maxFrameBytes });
+  let lastOriginLog = 0;
+  const wss = new WebSocketServer({
+    server: http,
+    path: '/ws',
+    maxPayload: limits.maxFrameBytes,
+    // Refused at the upgrade, before a socket exists: a foreign page or host name gets HTTP 403.
+    verifyClient: ({ req }, done) => {
+      const verdict = origins.check(req);
+      if (verdict.ok) return done(true);
+      // At most one line a few seconds: a hostile page may retry in a loop.
+      if (Date.now() - lastOriginLog > 5_000) {
+        lastOriginLog = Date.now();
+        log(`[server] refused a WebSocket from ${req.socket.remoteAddress}: ${verdict.message}`);
+      }
+      done(false, verdict.status, verdict.message);
+    },
+  });
 
   wss.on('connection', (ws, req) => {
     const conn: Connection = { ws, errors: 0, lastSeen: Date.now(), address: req.socket.remoteAddress ?? 'unknown' };
@@ -314,8 +347,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }, Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4)));
   watchdog.unref();
 
-  const port = options.port ?? Number(process.env.PORT ?? 8080);
-  const host = options.host ?? process.env.HOST ?? '127.0.0.1';
   await new Promise<void>((resolveListen, reject) => {
     http.once('error', reject);
     http.listen(port, host, () => {
@@ -348,4 +379,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   function b64(v: Uint8Array): string {
     return Buffer.from(v.buffer, v.byteOffset, v.length).toString('base64');
   }
+}
+
+function envList(name: string): string[] | undefined {
+  const raw = process.env[name];
+  return raw ? raw.split(',').map((s) => s.trim()).filter(Boolean) : undefined;
 }
