@@ -10,6 +10,9 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
+import { StoreClient } from '../../src/store.ts';
+import { newSessionToken, withToken } from '../../src/session_token.ts';
+import { tokenFor } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 /** Another site: a plain page on another port of this machine (another origin). */
@@ -73,4 +76,16 @@ test('a foreign host name resolved to this server (DNS rebinding) gets 403 for t
   } finally {
     await browser.close();
   }
+});
+
+test('a training link with another token is told it is the wrong link, and the session is untouched', async ({ page, server }) => {
+  const session = sessionName('guarded');
+  const owner = await StoreClient.connect(server.url, { session, token: tokenFor(session) });
+  await owner.set('config', 'the owner’s');
+  await page.goto(withToken(`${server.url}?session=${session}&world=2&job=train&model=mlp&dataset=synthetic`, newSessionToken()));
+  await expect(page.getByTestId('error-banner')).toContainText('Wrong link for this session');
+  await expect(page.getByTestId('error-banner')).toContainText('#token=');
+  expect(new TextDecoder().decode(await owner.get('config'))).toBe('the owner’s');
+  expect(await owner.numKeys()).toBe(1);
+  owner.close();
 });
