@@ -8,12 +8,21 @@
  *                                                404 {error: 'no-checkpoint'} when there is none, 409 when none verifies
  *   GET      /api/checkpoints/<session>/<name>   that checkpoint, as stored (the client verifies it)
  *
+ * Every route needs `Authorization: Bearer <the session's token>` (signaling/session_tokens.ts):
+ * 401 when it is missing or malformed, 403 when it is wrong or nobody has connected to the session
+ * yet. Nothing on disk is touched before that check. Uploads must be `application/octet-stream`
+ * (so that a cross-site form or text/plain "simple" request cannot store anything) with a
+ * Content-Length; the container's preamble and header are checked from the first bytes before a
+ * file is created. Refusals: 400 corrupt/incomplete, 401, 403, 408 too slow, 411 no length,
+ * 413 too large, 415 wrong type, 503 too many uploads at once (retry-after), 507 disk budget.
+ *
  * Errors are JSON {error, message}. Files live in `<dir>/<session>/<name>.ckpt`; an upload is
  * written to a .tmp file, verified, fsynced and renamed, so a crash at any point leaves the
  * earlier checkpoints intact. Names are `<UTC time>-step-<step>`: sorting them sorts by write
  * time, so the newest is last even when a restarted run saves a lower step.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Stats } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
@@ -28,6 +37,7 @@ import {
   parseHeader,
   readPreamble,
   type CheckpointHeader,
+  type ContainerLayout,
 } from '../src/checkpoint_format.ts';
 
 export interface CheckpointHandlerOptions {
@@ -39,8 +49,24 @@ export interface CheckpointHandlerOptions {
   keep?: number;
   /** Largest upload accepted, in bytes. Default 256 MiB. */
   maxBytes?: number;
+  /**
+   * Disk budget for all sessions together: stored checkpoints plus uploads in progress (counted
+   * at their Content-Length). An upload that would pass it is refused with 507. Default 4 GiB.
+   */
+  maxDiskBytes?: number;
+  /** Uploads received at the same time; more are refused with 503 and retry-after. Default 4. */
+  maxConcurrentUploads?: number;
+  /** Longest an upload's body may take to arrive; slower ones get 408 and their .tmp is removed. Default 60 s. */
+  uploadTimeoutMs?: number;
+  /** Longest an upload may send nothing (a stalled client) before it gets 408. Default 15 s. */
+  uploadIdleTimeoutMs?: number;
   /** Where notes about corrupt or refused checkpoints go. Default: nowhere. */
   log?: (line: string) => void;
+  /**
+   * Called each time a stored checkpoint is read and hashed in full (an upload, or a `latest`
+   * that had not verified the file as it is now). For diagnostics and tests.
+   */
+  onVerify?: (path: string, bytes: number) => void;
 }
 
 export interface Skipped {
@@ -58,11 +84,24 @@ export interface ValidCheckpoint {
 }
 
 /** A verified checkpoint, still open so that a concurrent prune cannot delete it before it is sent. */
-interface OpenCheckpoint {
+interface OpenCheckpoint<T> {
   name: string;
   fh: FileHandle;
   size: number;
-  header: CheckpointHeader;
+  /** What the verification gave. */
+  verified: T;
+}
+
+/** An expected refusal: answered as {error: code, message} without a stack in the log. */
+class Refusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
 }
 
 const PREFIX = '/api/checkpoints';
@@ -73,18 +112,44 @@ const CHECKPOINT_NAME = /^(\d{8})T(\d{2})(\d{2})(\d{2})(\d{3})Z(?:-step-(\d{1,16
 /** A .tmp file nobody has written to for this long belongs to a crashed or abandoned upload. */
 const STALE_TMP_MS = 15 * 60_000;
 const READ_CHUNK = 1 << 20;
+/** The JSON header is held in memory while it is checked, before anything is written: cap it. */
+const MAX_HEADER_BYTES = 16 * 1024 * 1024;
+/** Files whose verification `latest` remembers. */
+const VERIFIED_CACHE_ENTRIES = 1024;
+/** What a 503 suggests; uploads are short, so a few seconds is enough for a slot to free. */
+const RETRY_AFTER_S = 5;
+/** `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235). */
+const BEARER = /^Bearer +(\S+) *$/i;
 
 export function checkpointHandler(options: CheckpointHandlerOptions): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
   const dir = resolve(options.dir);
+  const tokens = options.tokens;
   const keep = options.keep ?? 3;
   const maxBytes = options.maxBytes ?? 256 * 1024 * 1024;
+  const maxDiskBytes = options.maxDiskBytes ?? 4 * 1024 * 1024 * 1024;
+  const maxConcurrentUploads = options.maxConcurrentUploads ?? 4;
+  const uploadTimeoutMs = options.uploadTimeoutMs ?? 60_000;
+  const uploadIdleTimeoutMs = options.uploadIdleTimeoutMs ?? 15_000;
   const log = options.log ?? (() => {});
-  if (!Number.isSafeInteger(keep) || keep < 1) throw new RangeError(`keep must be a positive integer, got ${keep}`);
+  const onVerify = options.onVerify;
+  const positiveInteger = (name: string, v: number) => {
+    if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  };
+  positiveInteger('keep', keep);
   if (!Number.isSafeInteger(maxBytes) || maxBytes < PREAMBLE_BYTES + CHECKSUM_BYTES) {
     throw new RangeError(`maxBytes must be an integer of at least ${PREAMBLE_BYTES + CHECKSUM_BYTES}, got ${maxBytes}`);
   }
-  /** Uploads in progress in this process: their .tmp files are not stale. */
+  positiveInteger('maxDiskBytes', maxDiskBytes);
+  positiveInteger('maxConcurrentUploads', maxConcurrentUploads);
+  positiveInteger('uploadTimeoutMs', uploadTimeoutMs);
+  positiveInteger('uploadIdleTimeoutMs', uploadIdleTimeoutMs);
+
+  /** Uploads in progress in this process: their .tmp files are not stale, and not counted twice. */
   const uploading = new Set<string>();
+  let activeUploads = 0;
+  /** Content-Length of the uploads in progress: disk they are about to use. */
+  let reservedBytes = 0;
+  const verifiedFiles = new VerifiedFiles(VERIFIED_CACHE_ENTRIES);
   /** The last name's time, so that two saves in one millisecond still get ordered, distinct names. */
   let lastNameMs = 0;
 
@@ -99,6 +164,18 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     try {
       await route(req, res, pathname);
     } catch (err) {
+      if (err instanceof Refusal) {
+        log(`[checkpoints] ${req.method} ${pathname} from ${req.socket.remoteAddress ?? 'unknown'}: ${err.status} ${err.code}: ${err.message}`);
+        if (res.headersSent) {
+          res.destroy();
+          return true;
+        }
+        // An unread body is not worth reading (it may be large, or stalled): close after answering.
+        if (!req.complete) res.setHeader('connection', 'close');
+        for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
+        sendError(res, err.status, err.code, err.message);
+        return true;
+      }
       log(`[checkpoints] ${req.method} ${pathname} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
       if (!res.headersSent) sendError(res, 500, 'internal', `the server could not handle this: ${String(err)}`);
       else res.destroy();
@@ -121,10 +198,12 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       return sendError(res, 400, 'bad-session', `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
     }
     if (extra.length > 0) return sendError(res, 404, 'not-found', `no such resource: ${pathname}`);
+    // Before anything reads or writes the session's folder.
+    const token = await authorize(req, session);
     const sessionDir = join(dir, session);
 
     if (name === undefined) {
-      if (req.method === 'POST' || req.method === 'PUT') return upload(req, res, session, sessionDir);
+      if (req.method === 'POST' || req.method === 'PUT') return upload(req, res, session, token, sessionDir);
       if (req.method === 'GET') return sendJson(res, 200, { session, checkpoints: await listCheckpointFiles(sessionDir) });
       return methodNotAllowed(res, 'GET, POST, PUT');
     }
@@ -143,56 +222,150 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     await sendFile(res, fh, name, []);
   }
 
-  async function upload(req: IncomingMessage, res: ServerResponse, session: string, sessionDir: string): Promise<void> {
-    const declared = Number(req.headers['content-length']);
-    if (declared > maxBytes) return tooLarge(res, `${declared} bytes`);
-    // A new session folder must itself survive a crash, so its parent is synced too.
-    if ((await mkdir(sessionDir, { recursive: true })) !== undefined) await syncDir(dirname(sessionDir));
-    const tmp = join(sessionDir, `upload-${Date.now()}-${randomBytes(6).toString('hex')}${TMP_EXT}`);
-    uploading.add(tmp);
-    try {
-      const fh = await open(tmp, 'wx+');
-      let size = 0;
-      let header: CheckpointHeader | CheckpointCorruptError;
-      try {
-        for await (const chunk of req as AsyncIterable<Buffer>) {
-          size += chunk.length;
-          if (size > maxBytes) {
-            // Answer without reading the rest: leaving the loop destroys the request, and
-            // `connection: close` tells the client the connection ends here.
-            tooLarge(res, `more than ${maxBytes} bytes`);
-            break;
-          }
-          await fh.write(chunk);
-        }
-        if (size > maxBytes) return;
-        await fh.sync();
-        header = await verifyOpen(fh, size).catch((err: unknown) => {
-          if (err instanceof CheckpointCorruptError) return err;
-          throw err;
-        });
-      } finally {
-        await fh.close();
-      }
-      if (header instanceof CheckpointCorruptError) {
-        log(`[checkpoints] session "${session}": refused an upload of ${size} bytes: ${header.reason}`);
-        return sendError(res, 400, 'corrupt', `checkpoint upload refused: ${header.reason}`);
-      }
-      const step = stepOf(header.meta);
-      const name = nextName(await checkpointNames(sessionDir), step);
-      await rename(tmp, join(sessionDir, name + EXT));
-      uploading.delete(tmp);
-      await syncDir(sessionDir);
-      await prune(sessionDir);
-      sendJson(res, 201, { name, bytes: size, step });
-    } finally {
-      if (uploading.delete(tmp)) await unlink(tmp).catch(() => {});
+  /** The request's token when it is the session's; throws a 401 or 403 Refusal otherwise. */
+  async function authorize(req: IncomingMessage, session: string): Promise<string> {
+    const header = req.headers.authorization;
+    const token = header === undefined ? undefined : BEARER.exec(header)?.[1];
+    if (token === undefined) {
+      throw new Refusal(
+        401,
+        'unauthorized',
+        `checkpoints of session "${session}" need the session's token: send "Authorization: Bearer <token>" (the #token=... of the session's link)`,
+        { 'www-authenticate': 'Bearer realm="checkpoints"' },
+      );
+    }
+    switch (await tokens.verify(session, token)) {
+      case 'ok':
+        return token;
+      case 'missing':
+        throw new Refusal(
+          401,
+          'unauthorized',
+          `the bearer token is not a session token (22-128 characters of A-Z a-z 0-9 _ -): send the #token=... of session "${session}"'s link`,
+          { 'www-authenticate': 'Bearer realm="checkpoints", error="invalid_token"' },
+        );
+      case 'wrong':
+        throw new Refusal(403, 'forbidden', `wrong token for session "${session}": use the token of the session's link`);
+      case 'unknown':
+        throw new Refusal(403, 'forbidden', `session "${session}" has no token yet: connect to the session first (its first connection fixes the token), then use that token`);
     }
   }
 
-  function tooLarge(res: ServerResponse, what: string): void {
-    res.setHeader('connection', 'close');
-    sendError(res, 413, 'too-large', `checkpoint upload is ${what}; this server accepts at most ${maxBytes} bytes (checkpointHandler maxBytes)`);
+  async function upload(req: IncomingMessage, res: ServerResponse, session: string, token: string, sessionDir: string): Promise<void> {
+    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/octet-stream') {
+      const sent = type === '' ? 'no Content-Type' : `Content-Type ${JSON.stringify(type)}`;
+      throw new Refusal(415, 'unsupported-media-type', `a checkpoint upload must be sent as "Content-Type: application/octet-stream", not with ${sent}`);
+    }
+    const lengthHeader = req.headers['content-length'];
+    if (lengthHeader === undefined) {
+      // The length is what the disk budget reserves and what the preamble is checked against.
+      throw new Refusal(411, 'length-required', 'a checkpoint upload needs a Content-Length header: send the whole container as one body (fetch with a Uint8Array does), not chunked');
+    }
+    const declared = Number(lengthHeader); // node's parser has already refused a malformed one
+    if (declared > maxBytes) throw tooLarge(`${declared} bytes`);
+    if (activeUploads >= maxConcurrentUploads) {
+      throw new Refusal(
+        503,
+        'busy',
+        `the server is receiving ${activeUploads} checkpoint uploads, the most it takes at once (maxConcurrentUploads): retry in ${RETRY_AFTER_S} s`,
+        { 'retry-after': String(RETRY_AFTER_S) },
+      );
+    }
+    // Claimed before the first await, so that concurrent uploads each see the others.
+    activeUploads++;
+    reservedBytes += declared;
+    let reserved = true;
+    let tmp: string | undefined;
+    let fh: FileHandle | undefined;
+    try {
+      await checkDiskBudget(declared);
+      const body = new BodyReader(req, declared, uploadTimeoutMs, uploadIdleTimeoutMs);
+      let header: CheckpointHeader;
+      let size: number;
+      try {
+        const head = await readContainerHead(body, declared);
+        // A new session folder must itself survive a crash, so its parent is synced too.
+        if ((await mkdir(sessionDir, { recursive: true })) !== undefined) await syncDir(dirname(sessionDir));
+        tmp = join(sessionDir, `upload-${Date.now()}-${randomBytes(6).toString('hex')}${TMP_EXT}`);
+        uploading.add(tmp);
+        fh = await open(tmp, 'wx+');
+        await fh.write(head);
+        size = head.length;
+        for (let chunk = await body.next(); chunk !== null; chunk = await body.next()) {
+          size += chunk.length;
+          await fh.write(chunk);
+        }
+        await fh.sync();
+        header = await verifyOpen(fh, size, tmp);
+      } catch (err) {
+        if (!(err instanceof CheckpointCorruptError)) throw err;
+        throw new Refusal(400, 'corrupt', `checkpoint upload refused: ${err.reason} (nothing was stored: save the checkpoint again)`);
+      }
+      await fh.close();
+      fh = undefined;
+      const step = stepOf(header.meta);
+      // The token must outlive this process once the session has a checkpoint; checked again in
+      // case the session was dropped and claimed by someone else while the body arrived.
+      await tokens.persist(session);
+      if ((await tokens.verify(session, token)) !== 'ok') throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
+      const name = nextName(await checkpointNames(sessionDir), step);
+      const path = join(sessionDir, name + EXT);
+      await rename(tmp, path);
+      uploading.delete(tmp);
+      reservedBytes -= declared;
+      reserved = false;
+      // Verified above: `latest` need not hash it again while it stays as written.
+      verifiedFiles.set(path, await stat(path), null);
+      await syncDir(sessionDir);
+      await prune(sessionDir);
+      sendJson(res, 201, { name, bytes: size, step });
+    } catch (err) {
+      if (isCode(err, 'ENOSPC')) {
+        throw new Refusal(507, 'insufficient-storage', `the server's disk is full: the checkpoint was not stored; ask the server's operator to free space`);
+      }
+      throw err;
+    } finally {
+      // Cleaned up before the refusal is answered, so a client that sees it finds no leftovers.
+      await fh?.close().catch(() => {});
+      if (tmp !== undefined && uploading.delete(tmp)) await unlink(tmp).catch(() => {});
+      if (reserved) reservedBytes -= declared;
+      activeUploads--;
+    }
+  }
+
+  /** Refuses an upload (507) that would take the stored checkpoints of all sessions past maxDiskBytes. */
+  async function checkDiskBudget(declared: number): Promise<void> {
+    // reservedBytes includes this upload; the files of uploads in progress are left out of the scan.
+    const stored = await storedBytes(dir, uploading);
+    const used = stored + reservedBytes - declared;
+    if (stored + reservedBytes <= maxDiskBytes) return;
+    log(`[checkpoints] disk budget: ${stored} bytes stored in ${dir}, ${reservedBytes - declared} being uploaded, limit ${maxDiskBytes}`);
+    throw new Refusal(
+      507,
+      'insufficient-storage',
+      `the server's checkpoint storage is full: ${used} bytes are stored or being uploaded (all sessions) and this upload of ${declared} bytes would pass its limit of ${maxDiskBytes} bytes (maxDiskBytes); ask the server's operator to delete old checkpoints or raise the limit`,
+    );
+  }
+
+  /**
+   * Reads the preamble and the JSON header from the body and checks them against the declared
+   * length, before anything is written. Returns the bytes read so far (to be written first).
+   */
+  async function readContainerHead(body: BodyReader, declared: number): Promise<Buffer> {
+    const preamble = await body.firstBytes(Math.min(declared, PREAMBLE_BYTES));
+    const layout = readPreamble(preamble.subarray(0, PREAMBLE_BYTES), declared);
+    if (layout.headerBytes > MAX_HEADER_BYTES) {
+      throw new Refusal(413, 'too-large', `the checkpoint's JSON header is ${layout.headerBytes} bytes; this server reads headers of at most ${MAX_HEADER_BYTES} bytes (keep large data in the weight sections)`);
+    }
+    const headerEnd = PREAMBLE_BYTES + layout.headerBytes;
+    const head = await body.firstBytes(headerEnd);
+    checkSectionSizes(parseHeader(head.subarray(PREAMBLE_BYTES, headerEnd)), layout);
+    return head;
+  }
+
+  function tooLarge(what: string): Refusal {
+    return new Refusal(413, 'too-large', `checkpoint upload is ${what}; this server accepts at most ${maxBytes} bytes (checkpointHandler maxBytes)`);
   }
 
   /** Names sort by time; anything not newer than the newest on disk (clock skew) is moved past it. */
@@ -209,7 +382,9 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
   async function prune(sessionDir: string): Promise<void> {
     const names = await checkpointNames(sessionDir);
     for (const old of names.slice(0, Math.max(0, names.length - keep))) {
-      await unlink(join(sessionDir, old + EXT)).catch(() => {});
+      const path = join(sessionDir, old + EXT);
+      verifiedFiles.delete(path);
+      await unlink(path).catch(() => {});
     }
     for (const file of await readdir(sessionDir)) {
       const path = join(sessionDir, file);
@@ -220,7 +395,7 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
   }
 
   async function sendLatest(res: ServerResponse, session: string, sessionDir: string): Promise<void> {
-    const { found, skipped } = await findLatest(sessionDir);
+    const { found, skipped } = await findLatest(sessionDir, verifyRemembered);
     for (const s of skipped) log(`[checkpoints] session "${session}": skipping ${s.name}: ${s.reason}`);
     if (found) return sendFile(res, found.fh, found.name, skipped);
     if (skipped.length === 0) return sendError(res, 404, 'no-checkpoint', `session "${session}" has no checkpoint`);
@@ -228,16 +403,36 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     const list = skipped.map((s) => `${s.name} (${s.reason})`).join('; ');
     sendError(res, 409, 'all-corrupt', `session "${session}" has ${skipped.length} checkpoint(s) and none verifies: ${list}`);
   }
+
+  /** verifyOpen, unless this file was verified (or found corrupt) as it is now. */
+  async function verifyRemembered(fh: FileHandle, path: string, info: Stats): Promise<void> {
+    const known = verifiedFiles.get(path, info);
+    if (known === null) return;
+    if (known !== undefined) throw known;
+    try {
+      await verifyOpen(fh, info.size, path);
+      verifiedFiles.set(path, info, null);
+    } catch (err) {
+      if (err instanceof CheckpointCorruptError) verifiedFiles.set(path, info, err);
+      throw err;
+    }
+  }
+
+  /** Verifies a container on disk: preamble against the size, SHA-256, header. Throws CheckpointCorruptError. */
+  async function verifyOpen(fh: FileHandle, size: number, path: string): Promise<CheckpointHeader> {
+    onVerify?.(path, size);
+    return verifyContainer(fh, size);
+  }
 }
 
 /** The newest checkpoint of a session that verifies (magic, lengths, SHA-256, header), or null. */
 export async function latestValidCheckpoint(dir: string, session: string): Promise<ValidCheckpoint | null> {
   if (!validSession(session)) throw new TypeError(`session name ${JSON.stringify(session)} is not allowed`);
   const sessionDir = join(resolve(dir), session);
-  const { found, skipped } = await findLatest(sessionDir);
+  const { found, skipped } = await findLatest(sessionDir, (fh, _path, info) => verifyContainer(fh, info.size));
   if (!found) return null;
   await found.fh.close();
-  return { name: found.name, path: join(sessionDir, found.name + EXT), bytes: found.size, meta: found.header.meta, skipped };
+  return { name: found.name, path: join(sessionDir, found.name + EXT), bytes: found.size, meta: found.verified.meta, skipped };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,6 +440,181 @@ export async function latestValidCheckpoint(dir: string, session: string): Promi
 function validSession(session: string): boolean {
   // The pattern admits "." and "..", which would name the folder itself or its parent.
   return SESSION_NAME.test(session) && session !== '.' && session !== '..';
+}
+
+/**
+ * An upload's body, chunk by chunk, within a deadline for the whole body and a shorter one for
+ * each wait (a client that stalls). Failures are Refusals: 408 on time, 400 when it broke off.
+ */
+class BodyReader {
+  private readonly chunks: AsyncIterator<Buffer>;
+  private readonly deadline: number;
+  private received = 0;
+  /** The body's first bytes, kept by `firstBytes`. */
+  private start: Buffer[] = [];
+  private startBytes = 0;
+
+  constructor(
+    req: IncomingMessage,
+    private readonly declared: number,
+    private readonly totalMs: number,
+    private readonly idleMs: number,
+  ) {
+    this.chunks = (req as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+    this.deadline = Date.now() + totalMs;
+  }
+
+  /** All bytes received so far, after reading until there are at least `n` (first call first). */
+  async firstBytes(n: number): Promise<Buffer> {
+    while (this.startBytes < n) {
+      const chunk = await this.next();
+      if (chunk === null) break; // not reached: next() refuses a body shorter than declared
+      this.start.push(chunk);
+      this.startBytes += chunk.length;
+    }
+    this.start = [Buffer.concat(this.start, this.startBytes)];
+    return this.start[0]!;
+  }
+
+  /** The next chunk, or null at the end of the body. */
+  async next(): Promise<Buffer | null> {
+    const left = this.deadline - Date.now();
+    const idle = this.idleMs < left;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<'timeout'>((done) => {
+      timer = setTimeout(() => done('timeout'), Math.max(0, idle ? this.idleMs : left));
+    });
+    let result: IteratorResult<Buffer> | 'timeout';
+    try {
+      // The losing next() stays pending until the connection closes; race() has handled its rejection.
+      result = await Promise.race([this.chunks.next(), timeout]);
+    } catch (err) {
+      throw this.brokeOff(err instanceof Error ? err.message : String(err));
+    } finally {
+      clearTimeout(timer);
+    }
+    const got = `${this.received} of ${this.declared} bytes`;
+    if (result === 'timeout' && idle) {
+      throw new Refusal(408, 'timeout', `the checkpoint upload stalled: nothing arrived for ${this.idleMs} ms after ${got} (uploadIdleTimeoutMs); nothing was stored: save it again`);
+    }
+    if (result === 'timeout') {
+      throw new Refusal(
+        408,
+        'timeout',
+        `the checkpoint upload took too long: ${got} arrived in ${this.totalMs} ms, the most this server waits for one (uploadTimeoutMs); nothing was stored: retry over a faster connection or save a smaller checkpoint`,
+      );
+    }
+    if (result.done) {
+      if (this.received !== this.declared) throw this.brokeOff('the body ended early');
+      return null;
+    }
+    this.received += result.value.length;
+    if (this.received > this.declared) throw this.brokeOff('more bytes than its Content-Length'); // node's parser prevents it
+    return result.value;
+  }
+
+  private brokeOff(why: string): Refusal {
+    return new Refusal(400, 'incomplete', `the checkpoint upload broke off after ${this.received} of ${this.declared} bytes (${why}); nothing was stored: save it again`);
+  }
+}
+
+/** Bytes per element of the dtypes TF.js stores (a quantized weight stores its quantization dtype). */
+const DTYPE_BYTES = new Map<string, number>([
+  ['float32', 4],
+  ['int32', 4],
+  ['bool', 1],
+  ['complex64', 8],
+  ['float16', 2],
+  ['uint8', 1],
+  ['uint16', 2],
+]);
+
+/**
+ * Checks that the header's weight specs describe exactly the sections' lengths. A section with a
+ * string tensor (variable length) or a dtype this server does not know is left to the client.
+ */
+function checkSectionSizes(header: CheckpointHeader, layout: ContainerLayout): void {
+  const sections = [
+    ['model', header.model.weightSpecs, layout.modelBytes],
+    ['optimizer', header.optimizer.weightSpecs, layout.optimizerBytes],
+  ] as const;
+  for (const [where, specs, bytes] of sections) {
+    let total = 0;
+    for (const spec of specs) {
+      const quantization: unknown = (spec as { quantization?: unknown }).quantization;
+      const dtype = typeof quantization === 'object' && quantization !== null && 'dtype' in quantization && typeof quantization.dtype === 'string' ? quantization.dtype : spec.dtype;
+      const size = DTYPE_BYTES.get(dtype);
+      if (size === undefined) {
+        total = NaN;
+        break;
+      }
+      total += size * spec.shape.reduce((a, b) => a * b, 1);
+    }
+    if (!Number.isNaN(total) && total !== bytes) {
+      throw new CheckpointCorruptError('header', `the header's ${where}.weightSpecs describe ${total} bytes of tensors but the ${where} section holds ${bytes} bytes`);
+    }
+  }
+}
+
+/**
+ * Verification results of stored files, valid while a file stays as it was: same inode, size,
+ * mtime and ctime (a write or a utimes that restores the mtime still changes the ctime). Bounded:
+ * the least recently used entries go first.
+ */
+class VerifiedFiles {
+  private readonly entries = new Map<string, { stamp: string; result: CheckpointCorruptError | null }>();
+
+  constructor(private readonly limit: number) {}
+
+  /** null: verified; an error: found corrupt; undefined: not known for the file as it is now. */
+  get(path: string, info: Stats): CheckpointCorruptError | null | undefined {
+    const entry = this.entries.get(path);
+    if (entry === undefined || entry.stamp !== stampOf(info)) return undefined;
+    this.entries.delete(path);
+    this.entries.set(path, entry);
+    return entry.result;
+  }
+
+  set(path: string, info: Stats, result: CheckpointCorruptError | null): void {
+    this.entries.delete(path);
+    this.entries.set(path, { stamp: stampOf(info), result });
+    if (this.entries.size > this.limit) this.entries.delete(this.entries.keys().next().value!);
+  }
+
+  delete(path: string): void {
+    this.entries.delete(path);
+  }
+}
+
+function stampOf(info: Stats): string {
+  return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}`;
+}
+
+/** Bytes of checkpoint and .tmp files of all sessions under `dir`, leaving out the files in `skip`. */
+async function storedBytes(dir: string, skip: ReadonlySet<string>): Promise<number> {
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch (err) {
+    if (isCode(err, 'ENOENT')) return 0;
+    throw err;
+  }
+  const perSession = await Promise.all(
+    entries
+      .filter((e) => e.isDirectory())
+      .map(async (e) => {
+        const sessionDir = join(dir, e.name);
+        let sum = 0;
+        for (const file of await readdir(sessionDir).catch(() => [])) {
+          const path = join(sessionDir, file);
+          if ((!file.endsWith(EXT) && !file.endsWith(TMP_EXT)) || skip.has(path)) continue;
+          const info = await stat(path).catch(() => undefined);
+          if (info?.isFile()) sum += info.size;
+        }
+        return sum;
+      }),
+  );
+  return perSession.reduce((a, b) => a + b, 0);
 }
 
 /** Checkpoint names in a session folder, oldest first; none when the folder does not exist. */
@@ -286,21 +656,25 @@ function stepOf(meta: Record<string, unknown>): number | null {
   return typeof step === 'number' && Number.isSafeInteger(step) && step >= 0 ? step : null;
 }
 
-/** Walks from the newest checkpoint back to the first that verifies, noting the ones that do not. */
-async function findLatest(sessionDir: string): Promise<{ found: OpenCheckpoint | null; skipped: Skipped[] }> {
+/** Walks from the newest checkpoint back to the first that `verify` accepts, noting the ones it does not. */
+async function findLatest<T>(
+  sessionDir: string,
+  verify: (fh: FileHandle, path: string, info: Stats) => Promise<T>,
+): Promise<{ found: OpenCheckpoint<T> | null; skipped: Skipped[] }> {
   const skipped: Skipped[] = [];
   for (const name of (await checkpointNames(sessionDir)).reverse()) {
+    const path = join(sessionDir, name + EXT);
     let fh: FileHandle;
     try {
-      fh = await open(join(sessionDir, name + EXT), 'r');
+      fh = await open(path, 'r');
     } catch (err) {
       if (isCode(err, 'ENOENT')) continue;
       throw err;
     }
     try {
-      const { size } = await fh.stat();
-      const header = await verifyOpen(fh, size);
-      return { found: { name, fh, size, header }, skipped };
+      const info = await fh.stat();
+      const verified = await verify(fh, path, info);
+      return { found: { name, fh, size: info.size, verified }, skipped };
     } catch (err) {
       await fh.close();
       if (!(err instanceof CheckpointCorruptError)) throw err;
@@ -311,7 +685,7 @@ async function findLatest(sessionDir: string): Promise<{ found: OpenCheckpoint |
 }
 
 /** Verifies a container on disk: preamble against the size, SHA-256, header. Throws CheckpointCorruptError. */
-async function verifyOpen(fh: FileHandle, size: number): Promise<CheckpointHeader> {
+async function verifyContainer(fh: FileHandle, size: number): Promise<CheckpointHeader> {
   const head = await readAt(fh, 0, Math.min(size, PREAMBLE_BYTES));
   const layout = readPreamble(head, size);
   const bodyEnd = layout.total - CHECKSUM_BYTES;

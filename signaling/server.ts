@@ -43,6 +43,14 @@ export interface ServerOptions {
   checkpointKeep?: number;
   /** Largest checkpoint upload, in bytes. Default 256 MiB. */
   checkpointMaxBytes?: number;
+  /** Disk budget for all sessions' checkpoints and uploads in progress, in bytes. Default 4 GiB. */
+  checkpointMaxDiskBytes?: number;
+  /** Checkpoint uploads received at once; more get 503. Default 4. */
+  checkpointMaxConcurrentUploads?: number;
+  /** Longest a checkpoint upload may take to arrive (408 after). Default 60 s. */
+  checkpointUploadTimeoutMs?: number;
+  /** Longest a checkpoint upload may send nothing (408 after). Default 15 s. */
+  checkpointUploadIdleTimeoutMs?: number;
   /** A member of a session's group silent this long is evicted (a frozen tab). Default 5 s. */
   heartbeatTimeoutMs?: number;
   /** With min..max members present, wait this long for more before the first generation. Default 1 s. */
@@ -104,6 +112,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     tokens,
     keep: options.checkpointKeep,
     maxBytes: options.checkpointMaxBytes,
+    maxDiskBytes: options.checkpointMaxDiskBytes,
+    maxConcurrentUploads: options.checkpointMaxConcurrentUploads,
+    uploadTimeoutMs: options.checkpointUploadTimeoutMs,
+    uploadIdleTimeoutMs: options.checkpointUploadIdleTimeoutMs,
     log,
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);

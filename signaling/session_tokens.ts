@@ -4,7 +4,7 @@
  * lives and, once the session has checkpoints, in its checkpoint folder, so that a restarted
  * server or a session dropped for idleness cannot be claimed by someone else with its checkpoints.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SESSION_TOKEN } from '../src/protocol.ts';
@@ -56,14 +56,16 @@ export class SessionTokens {
 
   /** Writes the session's token hash into its checkpoint folder (before its first checkpoint). */
   async persist(session: string): Promise<void> {
-    const hash = this.hashes.get(session);
+    // A session dropped for idleness is known only by its persisted hash: nothing to write then.
+    const hash = this.hashes.get(session) ?? (await this.readPersisted(session));
     if (hash === undefined) throw new Error(`session "${session}" has no token to persist`);
     const folder = join(this.dir, session);
     await mkdir(folder, { recursive: true });
     const file = join(folder, TOKEN_FILE);
     const existing = await this.readPersisted(session);
     if (existing !== undefined && existing.equals(hash)) return;
-    const tmp = `${file}.${process.pid}.tmp`;
+    // Unique: two first uploads of a session may persist at the same time.
+    const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     await writeFile(tmp, hash.toString('hex') + '\n', { mode: 0o600 });
     await rename(tmp, file);
   }

@@ -2,14 +2,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, truncate, utimes, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { checkpointHandler, latestValidCheckpoint, type CheckpointHandlerOptions } from '../signaling/checkpoints.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint.ts';
 import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint_format.ts';
-import { DistTimeoutError } from '../src/errors.ts';
+import { DistTimeoutError, UnauthorizedError } from '../src/errors.ts';
+import { SessionTokens, TOKEN_FILE } from '../signaling/session_tokens.ts';
+import type { RunningServer } from '../signaling/server.ts';
+import { StoreClient } from '../src/store.ts';
+import { newSessionToken } from '../src/session_token.ts';
+import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: what a TF.js Sequential MLP and an Adam optimizer give.
@@ -155,29 +160,40 @@ describe('checkpoint container', () => {
 
 // ---------------------------------------------------------------------------------------------
 
-interface Mounted {
+interface Listening {
   url: string;
   dir: string;
   close(): Promise<void>;
 }
 
-const servers: Mounted[] = [];
+interface Mounted extends Listening {
+  tokens: SessionTokens;
+  /** Paths the handler read and hashed in full (onVerify), in order. */
+  hashed: string[];
+}
 
-/** The handler on a real node:http server on port 0, over a fresh temp dir; other paths get a plain 404. */
+const servers: Listening[] = [];
+
+/**
+ * The handler on a real node:http server on port 0, over a fresh temp dir, with its own session
+ * tokens (sessions get theirs from `joined`); other paths get a plain 404.
+ */
 async function mount(options: Partial<CheckpointHandlerOptions> = {}): Promise<Mounted> {
   const dir = await mkdtemp(join(tmpdir(), 'ckpt-test-'));
-  const handle = checkpointHandler({ dir, ...options });
+  const tokens = new SessionTokens(dir);
+  const hashed: string[] = [];
+  const handle = checkpointHandler({ dir, tokens, onVerify: (path) => hashed.push(path), ...options });
   const server = createServer((req, res) => {
     void handle(req, res).then((handled) => {
       if (!handled) res.writeHead(404, { 'content-type': 'text/plain' }).end(`not found: ${req.url}`);
     });
   });
-  const mounted = await listen(server, dir);
+  const mounted = { ...(await listen(server, dir)), tokens, hashed };
   servers.push(mounted);
   return mounted;
 }
 
-async function listen(server: Server, dir = ''): Promise<Mounted> {
+async function listen(server: Server, dir = ''): Promise<Listening> {
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   const { port } = server.address() as AddressInfo;
   return {
@@ -201,6 +217,16 @@ afterAll(async () => {
 let counter = 0;
 const session = (prefix = 'ckpt') => `${prefix}-${process.pid}-${++counter}`;
 
+/** A new session whose token is fixed on `srv`, as a hello would. */
+async function joined(srv: Mounted, prefix = 'ckpt'): Promise<string> {
+  const s = session(prefix);
+  expect(await srv.tokens.claim(s, tokenFor(s))).toBe(true);
+  return s;
+}
+
+const auth = (s: string) => ({ token: tokenFor(s) });
+const headersFor = (s: string) => ({ authorization: `Bearer ${tokenFor(s)}`, 'content-type': 'application/octet-stream' });
+
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   return p.then(
     () => {
@@ -210,6 +236,64 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
   );
 }
 
+const exists = (path: string) => stat(path).then(() => true, () => false);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** An upload into that folder has got past its header (its .tmp file exists). */
+const hasTmp = async (sessionDir: string) => (await readdir(sessionDir).catch(() => [])).some((f) => f.endsWith('.tmp'));
+
+/** Polls `check` until it holds, for at most `ms`. */
+async function eventually(check: () => Promise<boolean>, ms = 3_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
+    await sleep(20);
+  }
+}
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: { error?: string; message?: string };
+}
+
+/**
+ * A raw POST that declares `length` bytes, sends `head` and then nothing more (a stalled
+ * client). `answer` settles with the server's response; a guard timer fails it instead of
+ * letting a test hang. `abort()` drops the connection.
+ */
+function stalledUpload(url: string, s: string, head: Uint8Array, length: number, guardMs = 5_000): { answer: Promise<Answer>; abort(): void } {
+  const { port } = new URL(url);
+  const req = httpRequest({
+    host: '127.0.0.1',
+    port,
+    method: 'POST',
+    path: `/api/checkpoints/${s}`,
+    headers: { ...headersFor(s), 'content-length': String(length) },
+  });
+  const answer = new Promise<Answer>((done, fail) => {
+    const guard = setTimeout(() => {
+      req.destroy();
+      fail(new Error(`no answer to the stalled upload within ${guardMs} ms`));
+    }, guardMs);
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        clearTimeout(guard);
+        req.destroy();
+        done({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(Buffer.concat(chunks).toString() || '{}') as Answer['body'] });
+      });
+    });
+    req.on('error', (err) => {
+      clearTimeout(guard);
+      fail(err);
+    });
+  });
+  answer.catch(() => {}); // awaited by the test, or dropped by abort()
+  req.write(head);
+  return { answer, abort: () => req.destroy() };
+}
+
 describe('checkpoint server', () => {
   let srv: Mounted;
   beforeAll(async () => {
@@ -217,67 +301,67 @@ describe('checkpoint server', () => {
   });
 
   it('save then load returns identical bytes', async () => {
-    const s = session();
+    const s = await joined(srv);
     const c = makeCheckpoint(123);
-    const saved = await saveCheckpoint(srv.url, s, c);
+    const saved = await saveCheckpoint(srv.url, s, c, auth(s));
     expect(saved.name).toMatch(/^\d{8}T\d{9}Z-step-00000123$/);
     const encoded = await encodeCheckpoint(c);
     expect(saved.bytes).toBe(encoded.length);
     // What is on disk is exactly what the client encoded.
     expect((await readFile(join(srv.dir, s, `${saved.name}.ckpt`))).equals(Buffer.from(encoded))).toBe(true);
 
-    const loaded = await loadCheckpoint(srv.url, s);
+    const loaded = await loadCheckpoint(srv.url, s, auth(s));
     expect(loaded).not.toBeNull();
     expect(loaded!.name).toBe(saved.name);
     expect(loaded!.skipped).toEqual([]);
     expect(Buffer.from(await encodeCheckpoint(loaded!.checkpoint)).equals(Buffer.from(encoded))).toBe(true);
     expect(loaded!.checkpoint.meta).toEqual(c.meta);
 
-    const listed = await listCheckpoints(srv.url, s);
+    const listed = await listCheckpoints(srv.url, s, auth(s));
     expect(listed).toHaveLength(1);
     expect(listed[0]).toMatchObject({ name: saved.name, bytes: encoded.length, step: 123 });
     expect(Number.isNaN(Date.parse(listed[0].mtime))).toBe(false);
 
-    const named = await loadCheckpoint(srv.url, s, { name: saved.name });
+    const named = await loadCheckpoint(srv.url, s, { ...auth(s), name: saved.name });
     expect(named!.name).toBe(saved.name);
     expect(sameBytes(named!.checkpoint.model.weightData, c.model.weightData)).toBe(true);
   });
 
-  it('keeps only the last `keep` checkpoints, newest last', async () => {
-    const s = session();
+  it('keeps only the last `keep` checkpoints, newest last, and persists the token beside them', async () => {
+    const s = await joined(srv);
     const names: string[] = [];
-    for (let step = 1; step <= 5; step++) names.push((await saveCheckpoint(srv.url, s, makeCheckpoint(step))).name);
+    for (let step = 1; step <= 5; step++) names.push((await saveCheckpoint(srv.url, s, makeCheckpoint(step), auth(s))).name);
     expect([...names].sort()).toEqual(names);
-    const listed = await listCheckpoints(srv.url, s);
+    const listed = await listCheckpoints(srv.url, s, auth(s));
     expect(listed.map((c) => c.name)).toEqual(names.slice(2));
     expect(listed.map((c) => c.step)).toEqual([3, 4, 5]);
-    expect((await readdir(join(srv.dir, s))).sort()).toEqual(names.slice(2).map((n) => `${n}.ckpt`));
-    expect((await loadCheckpoint(srv.url, s))!.checkpoint.meta.step).toBe(5);
+    expect((await readdir(join(srv.dir, s))).sort()).toEqual([...names.slice(2).map((n) => `${n}.ckpt`), TOKEN_FILE]);
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.checkpoint.meta.step).toBe(5);
   });
 
   it('a newer save at a lower step (a restarted run) is the latest and is not pruned', async () => {
-    const s = session();
-    for (const step of [500, 600, 700]) await saveCheckpoint(srv.url, s, makeCheckpoint(step));
-    const restarted = await saveCheckpoint(srv.url, s, makeCheckpoint(450));
-    expect((await listCheckpoints(srv.url, s)).map((c) => c.step)).toEqual([600, 700, 450]);
-    expect((await loadCheckpoint(srv.url, s))!.name).toBe(restarted.name);
+    const s = await joined(srv);
+    for (const step of [500, 600, 700]) await saveCheckpoint(srv.url, s, makeCheckpoint(step), auth(s));
+    const restarted = await saveCheckpoint(srv.url, s, makeCheckpoint(450), auth(s));
+    expect((await listCheckpoints(srv.url, s, auth(s))).map((c) => c.step)).toEqual([600, 700, 450]);
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(restarted.name);
   });
 
   it('concurrent saves get distinct, ordered names', async () => {
-    const s = session();
-    const saved = await Promise.all([1, 2, 3].map((step) => saveCheckpoint(srv.url, s, makeCheckpoint(step))));
+    const s = await joined(srv);
+    const saved = await Promise.all([1, 2, 3].map((step) => saveCheckpoint(srv.url, s, makeCheckpoint(step), auth(s))));
     expect(new Set(saved.map((x) => x.name)).size).toBe(3);
-    expect((await listCheckpoints(srv.url, s))).toHaveLength(3);
+    expect(await listCheckpoints(srv.url, s, auth(s))).toHaveLength(3);
   });
 
   it('skips a truncated newest checkpoint and says which and why', async () => {
-    const s = session();
-    const older = await saveCheckpoint(srv.url, s, makeCheckpoint(10));
-    const newer = await saveCheckpoint(srv.url, s, makeCheckpoint(20));
+    const s = await joined(srv);
+    const older = await saveCheckpoint(srv.url, s, makeCheckpoint(10), auth(s));
+    const newer = await saveCheckpoint(srv.url, s, makeCheckpoint(20), auth(s));
     const path = join(srv.dir, s, `${newer.name}.ckpt`);
     await truncate(path, newer.bytes - 100);
 
-    const loaded = await loadCheckpoint(srv.url, s);
+    const loaded = await loadCheckpoint(srv.url, s, auth(s));
     expect(loaded!.name).toBe(older.name);
     expect(loaded!.checkpoint.meta.step).toBe(10);
     expect(loaded!.skipped).toEqual([{ name: newer.name, reason: `truncated: expected ${newer.bytes} bytes, got ${newer.bytes - 100}` }]);
@@ -287,15 +371,15 @@ describe('checkpoint server', () => {
     expect(direct!.meta.step).toBe(10);
 
     // Loading the corrupt one by name fails on the client, naming it.
-    const err = await rejection(loadCheckpoint(srv.url, s, { name: newer.name }));
+    const err = await rejection(loadCheckpoint(srv.url, s, { ...auth(s), name: newer.name }));
     expect(err).toBeInstanceOf(CheckpointCorruptError);
     expect((err as Error).message).toContain(newer.name);
   });
 
   it('skips a checkpoint with a flipped byte (checksum mismatch)', async () => {
-    const s = session();
-    const older = await saveCheckpoint(srv.url, s, makeCheckpoint(1));
-    const newer = await saveCheckpoint(srv.url, s, makeCheckpoint(2));
+    const s = await joined(srv);
+    const older = await saveCheckpoint(srv.url, s, makeCheckpoint(1), auth(s));
+    const newer = await saveCheckpoint(srv.url, s, makeCheckpoint(2), auth(s));
     const flip = async (name: string) => {
       const path = join(srv.dir, s, `${name}.ckpt`);
       const bytes = await readFile(path);
@@ -303,13 +387,13 @@ describe('checkpoint server', () => {
       await writeFile(path, bytes);
     };
     await flip(newer.name);
-    const loaded = await loadCheckpoint(srv.url, s);
+    const loaded = await loadCheckpoint(srv.url, s, auth(s));
     expect(loaded!.name).toBe(older.name);
     expect(loaded!.skipped).toEqual([{ name: newer.name, reason: expect.stringContaining('checksum mismatch') }]);
 
     // None verifies: an error listing them, not "no checkpoint" (which would start a job afresh).
     await flip(older.name);
-    const err = await rejection(loadCheckpoint(srv.url, s));
+    const err = await rejection(loadCheckpoint(srv.url, s, auth(s)));
     expect(err).toBeInstanceOf(CheckpointError);
     expect((err as CheckpointError).status).toBe(409);
     expect((err as Error).message).toContain(`${older.name} (checksum mismatch`);
@@ -318,8 +402,8 @@ describe('checkpoint server', () => {
   });
 
   it('ignores leftover .tmp files and cleans stale ones on the next save', async () => {
-    const s = session();
-    const first = await saveCheckpoint(srv.url, s, makeCheckpoint(1));
+    const s = await joined(srv);
+    const first = await saveCheckpoint(srv.url, s, makeCheckpoint(1), auth(s));
     const sessionDir = join(srv.dir, s);
     // A crash mid-upload: a partial file, even one named like a newer checkpoint.
     const stale = join(sessionDir, '29990101T000000000Z-step-00000099.ckpt.tmp');
@@ -330,10 +414,10 @@ describe('checkpoint server', () => {
     const hourAgo = new Date(Date.now() - 3_600_000);
     await utimes(stale, hourAgo, hourAgo);
 
-    expect((await listCheckpoints(srv.url, s)).map((c) => c.name)).toEqual([first.name]);
-    expect((await loadCheckpoint(srv.url, s))!.name).toBe(first.name);
+    expect((await listCheckpoints(srv.url, s, auth(s))).map((c) => c.name)).toEqual([first.name]);
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(first.name);
 
-    await saveCheckpoint(srv.url, s, makeCheckpoint(2));
+    await saveCheckpoint(srv.url, s, makeCheckpoint(2), auth(s));
     const files = await readdir(sessionDir);
     expect(files).not.toContain('29990101T000000000Z-step-00000099.ckpt.tmp');
     expect(files).toContain('upload-in-progress-elsewhere.tmp'); // recently written: may be live
@@ -349,43 +433,100 @@ describe('checkpoint server', () => {
     }
     // "." and ".." match the character set but would name the folder or its parent.
     await expect(latestValidCheckpoint(srv.dir, '..')).rejects.toThrow(TypeError);
-    await expect(saveCheckpoint(srv.url, '..', makeCheckpoint(1))).rejects.toThrow(/not allowed/);
-    await expect(loadCheckpoint(srv.url, 'bad name')).rejects.toThrow(TypeError);
+    await expect(saveCheckpoint(srv.url, '..', makeCheckpoint(1), auth('..'))).rejects.toThrow(/not allowed/);
+    await expect(loadCheckpoint(srv.url, 'bad name', auth('bad name'))).rejects.toThrow(TypeError);
     expect(await readdir(srv.dir)).not.toContain('bad name');
   });
 
-  it('refuses a corrupt upload with 400 saying why', async () => {
-    const s = session();
+  it('refuses a corrupt upload with 400 saying why, storing nothing', async () => {
+    const s = await joined(srv);
     const bytes = await encodeCheckpoint(makeCheckpoint(1));
-    bytes[100] ^= 1;
-    const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', body: bytes });
+    bytes[bytes.length - 100] ^= 1; // in the weights: found by the checksum, after the upload
+    const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes });
     expect(res.status).toBe(400);
-    expect(((await res.json()) as { message: string }).message).toContain('checksum mismatch');
-    const truncated = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'PUT', body: bytes.subarray(0, 1000) });
+    const body = (await res.json()) as { error: string; message: string };
+    expect(body.error).toBe('corrupt');
+    expect(body.message).toContain('checksum mismatch');
+    const truncated = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'PUT', headers: headersFor(s), body: bytes.subarray(0, 1000) });
     expect(truncated.status).toBe(400);
     expect(((await truncated.json()) as { message: string }).message).toContain(`truncated: expected ${bytes.length} bytes, got 1000`);
+    // No checkpoint, no .tmp, and no token file: the session still has no checkpoint.
     expect(await readdir(join(srv.dir, s))).toEqual([]);
   });
 
+  it('refuses, before creating anything, a container whose header does not describe its sections', async () => {
+    const s = await joined(srv);
+    const c = makeCheckpoint(1);
+    // A valid container (checksum included) whose model section is 4 bytes short of its weightSpecs.
+    const short = { ...c, model: { ...c.model, weightData: c.model.weightData.slice(4) } };
+    const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: await encodeCheckpoint(short) });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: string; message: string };
+    expect(body.error).toBe('corrupt');
+    const expected = bytesOf(c.model.weightSpecs);
+    expect(body.message).toContain(`model.weightSpecs describe ${expected} bytes of tensors but the model section holds ${expected - 4} bytes`);
+    expect(await exists(join(srv.dir, s))).toBe(false);
+  });
+
   it('returns null for a session with no checkpoints; lists nothing', async () => {
-    expect(await loadCheckpoint(srv.url, session('unknown'))).toBeNull();
-    expect(await listCheckpoints(srv.url, session('unknown'))).toEqual([]);
+    const s = await joined(srv, 'empty');
+    expect(await loadCheckpoint(srv.url, s, auth(s))).toBeNull();
+    expect(await listCheckpoints(srv.url, s, auth(s))).toEqual([]);
+    expect(await exists(join(srv.dir, s))).toBe(false);
   });
 
   it('refuses bad checkpoint names and unknown ones', async () => {
-    const s = session();
-    expect((await fetch(`${srv.url}api/checkpoints/${s}/..%2F..%2Fetc`)).status).toBe(400);
-    const err = await rejection(loadCheckpoint(srv.url, s, { name: '20200101T000000000Z-step-00000001' }));
+    const s = await joined(srv);
+    expect((await fetch(`${srv.url}api/checkpoints/${s}/..%2F..%2Fetc`, { headers: headersFor(s) })).status).toBe(400);
+    const err = await rejection(loadCheckpoint(srv.url, s, { ...auth(s), name: '20200101T000000000Z-step-00000001' }));
     expect(err).toBeInstanceOf(CheckpointError);
     expect((err as CheckpointError).status).toBe(404);
+  });
+
+  it('latest does not hash a file again while it stays as the server wrote and verified it', async () => {
+    const s = await joined(srv);
+    const older = await saveCheckpoint(srv.url, s, makeCheckpoint(1, [[256, 256]]), auth(s));
+    const newer = await saveCheckpoint(srv.url, s, makeCheckpoint(2, [[256, 256]]), auth(s));
+    const olderPath = join(srv.dir, s, `${older.name}.ckpt`);
+    const newerPath = join(srv.dir, s, `${newer.name}.ckpt`);
+    srv.hashed.length = 0;
+    for (let i = 0; i < 3; i++) expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(newer.name);
+    expect(srv.hashed).toEqual([]); // verified on upload: never read in full again
+
+    // Touched on disk: verified again (and still good).
+    const whole = new Date(Math.floor(Date.now() / 1000) * 1000 - 60_000); // exactly representable, unlike ns mtimes
+    await utimes(newerPath, whole, whole);
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(newer.name);
+    expect(srv.hashed).toEqual([newerPath]);
+    srv.hashed.length = 0;
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(newer.name);
+    expect(srv.hashed).toEqual([]);
+
+    // Changed in place: same size, and the mtime put back. The ctime still moves, so it is verified again.
+    const before = await stat(newerPath);
+    const fh = await open(newerPath, 'r+');
+    await fh.write(Buffer.from([0x55]), 0, 1, before.size >> 1);
+    await fh.close();
+    await utimes(newerPath, whole, whole);
+    const after = await stat(newerPath);
+    expect([after.size, after.mtimeMs]).toEqual([before.size, before.mtimeMs]);
+
+    const loaded = await loadCheckpoint(srv.url, s, auth(s));
+    expect(loaded!.name).toBe(older.name);
+    expect(loaded!.skipped).toEqual([{ name: newer.name, reason: expect.stringContaining('checksum mismatch') }]);
+    expect(srv.hashed).toEqual([newerPath]);
+    // The verdict is remembered too: neither file is hashed again.
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.name).toBe(older.name);
+    expect(srv.hashed).toEqual([newerPath]);
+    expect(srv.hashed).not.toContain(olderPath);
   });
 });
 
 describe('checkpoint limits and failures', () => {
   it('refuses an upload over maxBytes with 413, naming the session, status and limit', async () => {
     const small = await mount({ maxBytes: 4096 });
-    const s = session();
-    const err = await rejection(saveCheckpoint(small.url, s, makeCheckpoint(1, [[64, 32]])));
+    const s = await joined(small);
+    const err = await rejection(saveCheckpoint(small.url, s, makeCheckpoint(1, [[64, 32]]), auth(s)));
     expect(err).toBeInstanceOf(CheckpointError);
     const e = err as CheckpointError;
     expect(e.status).toBe(413);
@@ -393,31 +534,109 @@ describe('checkpoint limits and failures', () => {
     expect(e.message).toContain(`"${s}"`);
     expect(e.message).toContain('HTTP 413');
     expect(e.message).toContain('at most 4096 bytes');
+    expect(await exists(join(small.dir, s))).toBe(false);
   });
 
-  it('refuses a streamed (chunked) upload once it passes maxBytes, leaving no files', async () => {
-    const small = await mount({ maxBytes: 4096 });
-    const s = session();
-    const { port } = new URL(small.url);
-    const status = await new Promise<number>((done, fail) => {
-      const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: `/api/checkpoints/${s}` }, (res) => {
-        res.resume();
-        done(res.statusCode ?? 0);
+  it('refuses a chunked upload (no Content-Length) with 411, leaving no files', async () => {
+    const srv = await mount({ maxBytes: 4096 });
+    const s = await joined(srv);
+    const { port } = new URL(srv.url);
+    const answer = await new Promise<{ status: number; body: string }>((done, fail) => {
+      const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: `/api/checkpoints/${s}`, headers: headersFor(s) }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => done({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
       });
       req.on('error', fail);
-      // No content-length: the server must count.
+      // No content-length: node sends it chunked.
       for (let i = 0; i < 10; i++) req.write(Buffer.alloc(1024));
       req.end();
     });
-    expect(status).toBe(413);
-    await new Promise((r) => setTimeout(r, 50));
-    expect(await readdir(join(small.dir, s))).toEqual([]);
+    expect(answer.status).toBe(411);
+    expect(JSON.parse(answer.body)).toMatchObject({ error: 'length-required', message: expect.stringContaining('Content-Length') });
+    expect(await exists(join(srv.dir, s))).toBe(false);
+  });
+
+  it('times out an upload that takes too long (408), removing its .tmp', async () => {
+    const srv = await mount({ uploadTimeoutMs: 300 });
+    const s = await joined(srv);
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    const started = Date.now();
+    // Past the header, so the .tmp file exists when the time runs out.
+    const { answer } = stalledUpload(srv.url, s, bytes.subarray(0, bytes.length >> 1), bytes.length);
+    const { status, body } = await answer;
+    expect(status).toBe(408);
+    expect(body.error).toBe('timeout');
+    expect(body.message).toContain(`${bytes.length >> 1} of ${bytes.length} bytes arrived in 300 ms`);
+    expect(body.message).toContain('uploadTimeoutMs');
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(await readdir(join(srv.dir, s))).toEqual([]);
+  });
+
+  it('times out an upload that stalls (408), before the whole-upload limit', async () => {
+    const srv = await mount({ uploadIdleTimeoutMs: 200, uploadTimeoutMs: 30_000 });
+    const s = await joined(srv);
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    // Stalled inside the preamble: nothing was created yet, and nothing is.
+    const { answer } = stalledUpload(srv.url, s, bytes.subarray(0, 20), bytes.length);
+    const { status, body } = await answer;
+    expect(status).toBe(408);
+    expect(body.message).toContain(`nothing arrived for 200 ms after 20 of ${bytes.length} bytes`);
+    expect(body.message).toContain('uploadIdleTimeoutMs');
+    expect(await exists(join(srv.dir, s))).toBe(false);
+  });
+
+  it('refuses uploads beyond maxConcurrentUploads with 503 and retry-after', async () => {
+    const srv = await mount({ maxConcurrentUploads: 1 });
+    const s = await joined(srv);
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    const first = stalledUpload(srv.url, s, bytes.subarray(0, bytes.length >> 1), bytes.length);
+    // The first upload holds the only slot once its .tmp exists.
+    await eventually(() => hasTmp(join(srv.dir, s)));
+
+    const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('5');
+    const body = (await res.json()) as { error: string; message: string };
+    expect(body.error).toBe('busy');
+    expect(body.message).toContain('maxConcurrentUploads');
+
+    // Once the first one is gone, its slot is free again.
+    first.abort();
+    await eventually(async () => (await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes })).status === 201);
+    expect((await listCheckpoints(srv.url, s, auth(s))).length).toBe(1);
+  });
+
+  it('refuses uploads past the disk budget of all sessions (507), counting uploads in progress', async () => {
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    const srv = await mount({ maxDiskBytes: Math.floor(bytes.length * 1.5) });
+    const a = await joined(srv);
+    const b = await joined(srv);
+    await saveCheckpoint(srv.url, a, makeCheckpoint(1), auth(a));
+    // Another session: the budget is the server's, not the session's.
+    const err = await rejection(saveCheckpoint(srv.url, b, makeCheckpoint(1), auth(b)));
+    expect(err).toBeInstanceOf(CheckpointError);
+    expect((err as CheckpointError).status).toBe(507);
+    expect((err as Error).message).toContain(`${bytes.length} bytes are stored or being uploaded`);
+    expect((err as Error).message).toContain('maxDiskBytes');
+    expect(await exists(join(srv.dir, b))).toBe(false);
+
+    // Nothing stored, but an upload in progress holds its length.
+    const empty = await mount({ maxDiskBytes: Math.floor(bytes.length * 1.5) });
+    const c = await joined(empty);
+    const holding = stalledUpload(empty.url, c, bytes.subarray(0, bytes.length >> 1), bytes.length);
+    await eventually(() => hasTmp(join(empty.dir, c)));
+    const refused = await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes });
+    expect(refused.status).toBe(507);
+    expect(((await refused.json()) as { message: string }).message).toContain(`${bytes.length} bytes are stored or being uploaded`);
+    holding.abort();
+    await eventually(async () => (await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes })).status === 201);
   });
 
   it('times out a request that gets no answer, naming the URL and the time', async () => {
     const silent = await listen(createServer(() => {}));
     servers.push(silent);
-    const err = await rejection(loadCheckpoint(silent.url, 'quiet', { timeoutMs: 200 }));
+    const err = await rejection(loadCheckpoint(silent.url, 'quiet', { ...auth('quiet'), timeoutMs: 200 }));
     expect(err).toBeInstanceOf(DistTimeoutError);
     expect((err as Error).message).toContain('200 ms');
     expect((err as Error).message).toContain(`${silent.url}api/checkpoints/quiet/latest`);
@@ -426,7 +645,7 @@ describe('checkpoint limits and failures', () => {
   it('a server without the checkpoint handler is an error, not "no checkpoint"', async () => {
     const plain = await listen(createServer((_req, res) => res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: /api/...')));
     servers.push(plain);
-    const err = await rejection(loadCheckpoint(plain.url, 'x'));
+    const err = await rejection(loadCheckpoint(plain.url, 'x', auth('x')));
     expect(err).toBeInstanceOf(CheckpointError);
     expect((err as Error).message).toContain('HTTP 404: not found');
   });
@@ -434,7 +653,7 @@ describe('checkpoint limits and failures', () => {
   it('an unreachable server is a CheckpointError naming the session and URL', async () => {
     const gone = await listen(createServer());
     await gone.close();
-    const err = await rejection(listCheckpoints(gone.url, 'x'));
+    const err = await rejection(listCheckpoints(gone.url, 'x', auth('x')));
     expect(err).toBeInstanceOf(CheckpointError);
     expect((err as Error).message).toContain('could not reach the server');
     expect((err as Error).message).toContain(`${gone.url}api/checkpoints/x`);
@@ -444,8 +663,149 @@ describe('checkpoint limits and failures', () => {
     const silent = await listen(createServer(() => {}));
     servers.push(silent);
     const controller = new AbortController();
-    const pending = rejection(listCheckpoints(silent.url, 'x', { signal: controller.signal }));
+    const pending = rejection(listCheckpoints(silent.url, 'x', { ...auth('x'), signal: controller.signal }));
     controller.abort(new Error('user cancelled'));
     expect(((await pending) as Error).message).toBe('user cancelled');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The real server: tokens fixed by a WebSocket hello, then HTTP.
+
+describe('checkpoint routes on the real server need the session token', () => {
+  let server: RunningServer;
+  let dir: string;
+  const clients: StoreClient[] = [];
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'ckpt-auth-'));
+    server = await withServer({ checkpointDir: dir });
+  });
+  afterAll(async () => {
+    for (const c of clients) c.close();
+    await server.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function connected(prefix: string): Promise<string> {
+    const s = uniqueSession(prefix);
+    clients.push(await connect(server, s));
+    return s;
+  }
+
+  it('refuses every route without the token (401), with a wrong one (403) and for a session nobody joined (403)', async () => {
+    const s = await connected('auth');
+    const saved = await saveCheckpoint(server.url, s, makeCheckpoint(1), auth(s));
+    const body = await encodeCheckpoint(makeCheckpoint(2));
+    const nobody = uniqueSession('nobody');
+    const routes = (session: string) => [
+      { what: 'GET list', method: 'GET', path: `api/checkpoints/${session}` },
+      { what: 'GET latest', method: 'GET', path: `api/checkpoints/${session}/latest` },
+      { what: 'GET named', method: 'GET', path: `api/checkpoints/${session}/${saved.name}` },
+      { what: 'POST', method: 'POST', path: `api/checkpoints/${session}`, body },
+    ];
+    const call = async (route: ReturnType<typeof routes>[number], authorization?: string) => {
+      const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+      if (authorization !== undefined) headers.authorization = authorization;
+      const res = await fetch(server.url + route.path, { method: route.method, headers, body: route.body });
+      return { status: res.status, challenge: res.headers.get('www-authenticate'), ...((await res.json()) as { error: string; message: string }) };
+    };
+
+    for (const route of routes(s)) {
+      for (const authorization of [undefined, `Basic ${btoa('user:pass')}`, 'Bearer', 'Bearer not a token', 'Bearer short']) {
+        const r = await call(route, authorization);
+        expect([route.what, authorization, r.status, r.error], r.message).toEqual([route.what, authorization, 401, 'unauthorized']);
+        expect(r.challenge).toMatch(/^Bearer realm="checkpoints"/);
+        expect(r.message).toMatch(/token/);
+      }
+      const wrong = await call(route, `Bearer ${tokenFor(nobody)}`);
+      expect([route.what, wrong.status, wrong.error]).toEqual([route.what, 403, 'forbidden']);
+      expect(wrong.message).toContain(`wrong token for session "${s}"`);
+    }
+    for (const route of routes(nobody)) {
+      const unknown = await call(route, `Bearer ${tokenFor(nobody)}`);
+      expect([route.what, unknown.status, unknown.error]).toEqual([route.what, 403, 'forbidden']);
+      expect(unknown.message).toContain('connect to the session first');
+    }
+
+    // Nothing was stored or created by the refused requests.
+    expect((await listCheckpoints(server.url, s, auth(s))).map((c) => c.name)).toEqual([saved.name]);
+    expect(await readdir(dir)).not.toContain(nobody);
+    // The client says what happened.
+    const err = await rejection(loadCheckpoint(server.url, s, { token: tokenFor(nobody) }));
+    expect(err).toBeInstanceOf(CheckpointError);
+    expect((err as CheckpointError).status).toBe(403);
+    expect((err as Error).message).toContain('wrong token');
+  });
+
+  it('refuses an upload that is not application/octet-stream (415), creating nothing', async () => {
+    const s = await connected('type');
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    const bearer = { authorization: `Bearer ${tokenFor(s)}` };
+    const attempts: RequestInit[] = [
+      { body: new TextDecoder('latin1').decode(bytes), headers: { ...bearer } }, // a string body: text/plain, a "simple" request
+      { body: bytes, headers: { ...bearer, 'content-type': 'text/plain' } },
+      { body: bytes, headers: { ...bearer, 'content-type': 'application/x-www-form-urlencoded' } },
+      { body: bytes, headers: { ...bearer } }, // no Content-Type at all
+    ];
+    for (const init of attempts) {
+      const res = await fetch(`${server.url}api/checkpoints/${s}`, { method: 'POST', ...init });
+      expect(res.status).toBe(415);
+      const body = (await res.json()) as { error: string; message: string };
+      expect(body.error).toBe('unsupported-media-type');
+      expect(body.message).toContain('application/octet-stream');
+    }
+    expect(await readdir(dir)).not.toContain(s);
+  });
+
+  it('keeps the token across a restart: another token is refused, the original loads the checkpoint', async () => {
+    const own = await mkdtemp(join(tmpdir(), 'ckpt-restart-'));
+    let first: RunningServer | undefined = await withServer({ checkpointDir: own });
+    let second: RunningServer | undefined;
+    try {
+      const s = uniqueSession('restart');
+      const client = await connect(first, s);
+      const saved = await saveCheckpoint(first.url, s, makeCheckpoint(42), auth(s));
+      expect(await readFile(join(own, s, TOKEN_FILE), 'utf8')).toMatch(/^[0-9a-f]{64}\n$/);
+      client.close();
+      await first.close();
+      first = undefined;
+
+      second = await withServer({ checkpointDir: own });
+      const intruder = await rejection(StoreClient.connect(second.url, { session: s, token: newSessionToken(), timeoutMs: 5_000 }));
+      expect(intruder).toBeInstanceOf(UnauthorizedError);
+      expect((intruder as UnauthorizedError).code).toBe('UNAUTHORIZED');
+      const stolen = await rejection(loadCheckpoint(second.url, s, { token: newSessionToken() }));
+      expect((stolen as CheckpointError).status).toBe(403);
+
+      // Before anyone connects to the new server: the persisted hash is enough.
+      const loaded = await loadCheckpoint(second.url, s, auth(s));
+      expect(loaded!.name).toBe(saved.name);
+      expect(loaded!.checkpoint.meta.step).toBe(42);
+      (await connect(second, s)).close();
+    } finally {
+      await first?.close();
+      await second?.close();
+      await rm(own, { recursive: true, force: true });
+    }
+  });
+
+  it('a session dropped for idleness keeps its token through its checkpoints and can save again', async () => {
+    const own = await mkdtemp(join(tmpdir(), 'ckpt-idle-'));
+    const idle = await withServer({ checkpointDir: own, sessionIdleMs: 50 });
+    try {
+      const s = uniqueSession('idle');
+      const client = await connect(idle, s);
+      await saveCheckpoint(idle.url, s, makeCheckpoint(1), auth(s));
+      client.close();
+      await eventually(async () => !idle.sessions.has(s));
+      // Known now only from the token file: saving again must not need the in-memory token.
+      const again = await saveCheckpoint(idle.url, s, makeCheckpoint(2), auth(s));
+      expect((await loadCheckpoint(idle.url, s, auth(s)))!.name).toBe(again.name);
+      const intruder = await rejection(StoreClient.connect(idle.url, { session: s, token: newSessionToken(), timeoutMs: 5_000 }));
+      expect(intruder).toBeInstanceOf(UnauthorizedError);
+    } finally {
+      await idle.close();
+      await rm(own, { recursive: true, force: true });
+    }
   });
 });

@@ -62,6 +62,8 @@ function member(
     seed: 5,
     checkpointEvery: opts.checkpointEvery,
     resumeFrom: opts.resumeFrom,
+    // Another session's checkpoints need that session's token.
+    resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
     async step(ctx) {
       await opts.extra?.(ctx);
