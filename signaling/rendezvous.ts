@@ -10,7 +10,10 @@
  *   once from the rest; with fewer than `min` it is paused until enough arrive again.
  * - A member arriving while a round runs waits; the running members are told (num nodes
  *   waiting), finish their step, and ask to `regroup`, which admits it. Past `max` members,
- *   arrivals are refused.
+ *   arrivals are refused. Only members with a rank in the running round may ask, and regroups
+ *   form at most one round per `regroupIntervalMs`: one asked for sooner is deferred to the end
+ *   of the interval and answered then, with the round it formed (the ranks wait at their barrier
+ *   anyway, so a deferred answer costs them that wait and nothing else).
  * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
  * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives.
  */
@@ -27,6 +30,8 @@ export interface RendezvousOptions {
   max: number;
   /** Wait this long for more members once `min` are there, before the first round. */
   settleMs: number;
+  /** Shortest time between two rounds formed by `regroup`. */
+  regroupIntervalMs: number;
 }
 
 interface Member {
@@ -48,6 +53,10 @@ export class Rendezvous {
   private nextId = 1;
   private readonly members = new Map<number, Member>();
   private settleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When `regroup` last formed a round. */
+  private lastRegroupAt = Number.NEGATIVE_INFINITY;
+  /** A regroup asked for inside the interval: its timer and the requests waiting for their answer. */
+  private deferred: { timer: ReturnType<typeof setTimeout>; answers: Array<(round: number) => void> } | undefined;
 
   constructor(
     readonly options: RendezvousOptions,
@@ -128,10 +137,39 @@ export class Rendezvous {
     this.announceWaiting();
   }
 
-  /** The running round's members ask to admit the waiting ones at a step boundary. */
-  regroup(fromRound: number): number {
-    if (fromRound === this.round && this.running && this.waiting.length > 0) this.form('admitting waiting ranks');
-    return this.round;
+  /**
+   * A member of the running round asks to admit the waiting ones at a step boundary; resolves
+   * with the latest round (the same one when nobody waits any more). Asking about an older
+   * round just answers the latest, whoever asks: ranks that lost a race with a new round (or
+   * fell out of it) learn nothing they were not sent already.
+   */
+  regroup(id: number, fromRound: number): Promise<number> {
+    if (fromRound !== this.round) return Promise.resolve(this.round);
+    if (this.rankOf(id) === undefined) {
+      throw new StoreRefusal(
+        ErrorCode.NOT_JOINED,
+        `only a member with a rank in the running round ${this.round} of session "${this.sessionName}" may ask for a regroup; this one ${
+          this.running ? 'is waiting to be admitted' : 'waits for the paused group to resume'
+        }`,
+        { round: this.round },
+      );
+    }
+    if (this.waiting.length === 0) return Promise.resolve(this.round);
+    const wait = this.lastRegroupAt + this.options.regroupIntervalMs - Date.now();
+    if (wait <= 0) {
+      this.formByRegroup();
+      return Promise.resolve(this.round);
+    }
+    // Too soon after the last one: form it when the interval ends, and answer then.
+    this.deferred ??= {
+      answers: [],
+      timer: setTimeout(() => {
+        if (this.running && this.waiting.length > 0) this.formByRegroup();
+        else this.answerDeferred(); // the waiting members left meanwhile
+      }, wait),
+    };
+    const answers = this.deferred.answers;
+    return new Promise<number>((resolve) => answers.push(resolve));
   }
 
   /** The rank of a member in the running round, if it has one. */
@@ -149,6 +187,7 @@ export class Rendezvous {
 
   close(): void {
     this.cancelSettle();
+    this.answerDeferred();
   }
 
   private activeMembers(): Participant[] {
@@ -183,6 +222,20 @@ export class Rendezvous {
     this.settleTimer = undefined;
   }
 
+  private formByRegroup(): void {
+    this.lastRegroupAt = Date.now();
+    this.form('admitting waiting ranks');
+  }
+
+  /** Answers deferred regroups with the latest round (whatever formed it). */
+  private answerDeferred(): void {
+    const deferred = this.deferred;
+    if (!deferred) return;
+    this.deferred = undefined;
+    clearTimeout(deferred.timer);
+    for (const answer of deferred.answers) answer(this.round);
+  }
+
   /** Makes the next round from the survivors (in order) and then the waiting members. */
   private form(why: string): void {
     this.cancelSettle();
@@ -210,6 +263,8 @@ export class Rendezvous {
     }
     // Paused members learn how many are here, and so how many more it takes.
     if (this.paused) this.announceWaiting();
+    // Any new round answers regroups deferred for the old one (after its events went out).
+    this.answerDeferred();
   }
 
   /** Ranks asked for are kept; everyone else fills the free ranks in order. */

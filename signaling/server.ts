@@ -1,11 +1,20 @@
 /**
  * The signaling server: one HTTP server that serves the built page and, on `/ws`, the
  * rank-0 store and signaling relay. It never sees a tensor.
+ *
+ * Every limit (`Limits`, src/protocol.ts) refuses only the request or socket that broke it, with
+ * a code and a message saying what to do; everyone else is served on. Per request: frame size,
+ * keys (count, length, duplicates), reply size, blocking calls per socket. Per session: keys and
+ * bytes. Server-wide: sessions, bytes, sockets per address. Per socket: `hello` in time, pings
+ * answered, replies read, and at most `maxErrorsPerSocket` bad messages or counted refusals.
+ * Sockets past `maxConnectionsPerAddress` are accepted and closed at once with
+ * TOO_MANY_CONNECTIONS and a reason: a browser cannot read an HTTP status refusing its upgrade,
+ * but it does get a close code and reason.
  */
 import { createServer } from 'node:http';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocketServer } from 'ws';
 import {
   CloseCode,
   DEFAULT_LIMITS,
@@ -18,11 +27,13 @@ import {
   type Request,
   type ResultOf,
   type RequestType,
-  type ServerMessage,
 } from '../src/protocol.ts';
 import { ProtocolViolation, parseRequest } from '../src/protocol_validation.ts';
-import { Session } from './session.ts';
+import type { Session } from './session.ts';
+import { Sessions } from './sessions.ts';
 import { StoreRefusal } from './store.ts';
+import { Connection } from './connection.ts';
+import { AddressCounts, QuietLog, checkReplySize } from './limits.ts';
 import { checkpointHandler } from './checkpoints.ts';
 import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
@@ -55,7 +66,7 @@ export interface ServerOptions {
   heartbeatTimeoutMs?: number;
   /** With min..max members present, wait this long for more before the first generation. Default 1 s. */
   settleMs?: number;
-  /** Input limits; any left out take `DEFAULT_LIMITS`. */
+  /** Limits (input, store, sockets, regroups); any left out take `DEFAULT_LIMITS`. */
   limits?: Partial<Limits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
   sessionIdleMs?: number;
@@ -76,20 +87,6 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-interface Connection {
-  ws: WebSocket;
-  session?: Session;
-  /** Member id in the session's rendezvous, once the socket joined the group. */
-  memberId?: number;
-  errors: number;
-  /** The remote address, for limits and logs. */
-  address: string;
-  /** The first `hello` while it is being handled. */
-  hello?: Promise<void>;
-  /** When the socket last sent anything (members are evicted when silent too long). */
-  lastSeen: number;
-}
-
 export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -98,15 +95,17 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const datasetsDir = resolve(options.datasetsDir ?? join(PROJECT_ROOT, 'node_modules'));
   const log = options.log ?? ((line: string) => console.log(line));
   const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
-  const sessions = new Map<string, Session>();
   const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
   const settleMs = options.settleMs ?? 1_000;
   // Changes on every start, so links made through an earlier server never match new ones.
   const instance = Math.random().toString(36).slice(2, 10);
   const connections = new Set<Connection>();
+  const perAddress = new AddressCounts();
+  const quiet = new QuietLog(log);
 
   const checkpointDir = resolve(options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'));
   const tokens = new SessionTokens(checkpointDir);
+  const sessions = new Sessions(limits, tokens, sessionIdleMs);
   const checkpoints = checkpointHandler({
     dir: checkpointDir,
     tokens,
@@ -158,7 +157,16 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
 
   wss.on('connection', (ws, req) => {
-    const conn: Connection = { ws, errors: 0, lastSeen: Date.now(), address: req.socket.remoteAddress ?? 'unknown' };
+    const address = req.socket.remoteAddress ?? 'unknown';
+    ws.on('error', () => {});
+    if (!perAddress.tryAdd(address, limits.maxConnectionsPerAddress)) {
+      // Accepted only to say why: a browser sees a close code and reason, never an HTTP status.
+      quiet.note('socket close 4007', `[server] refused a socket from ${address}: it has ${limits.maxConnectionsPerAddress} open already`);
+      ws.close(CloseCode.TOO_MANY_CONNECTIONS, `${limits.maxConnectionsPerAddress} sockets from your address are open: close some`);
+      setTimeout(() => ws.terminate(), 1_000).unref();
+      return;
+    }
+    const conn = new Connection(ws, address, limits, quiet);
     connections.add(conn);
     ws.on('message', (data, isBinary) => {
       conn.lastSeen = Date.now();
@@ -179,23 +187,23 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       else if (conn.hello) void conn.hello.then(run);
       else void run();
     });
+    // A socket error (e.g. an oversized frame) is followed by 'close'.
     ws.on('close', () => {
       connections.delete(conn);
+      perAddress.release(address);
+      conn.closed();
       detach(conn);
     });
-    // A socket error (e.g. an oversized frame) is followed by 'close'; nothing else to do.
-    ws.on('error', () => {});
   });
 
-  function send(conn: Connection, message: ServerMessage): void {
-    if (conn.ws.readyState === conn.ws.OPEN) conn.ws.send(JSON.stringify(message));
-  }
-
   function reply<T extends RequestType>(conn: Connection, req: Request<T>, result: ResultOf[T]): void {
-    send(conn, { type: 'reply', id: req.id, result });
+    conn.send({ type: 'reply', id: req.id, result });
   }
 
-  /** Turns a refusal into an error reply; closes sockets that keep sending garbage. */
+  /**
+   * Turns a refusal into an error reply; closes sockets that keep sending bad messages. Protocol
+   * violations and the refusals a correct client does not meet (see StoreRefusal.counted) count.
+   */
   function refuse(conn: Connection, err: unknown, id?: number): void {
     let message: ErrorMessage;
     if (err instanceof ProtocolViolation) {
@@ -203,13 +211,41 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       conn.errors++;
     } else if (err instanceof StoreRefusal) {
       message = { type: 'error', id, code: err.code, message: err.message, details: err.details };
+      if (err.counted) conn.errors++;
     } else {
-      log(`[server] unexpected error: ${err instanceof Error ? err.stack : String(err)}`);
+      // A bug here, not the client's doing: logged (the first of each kind with its stack), not counted.
+      const kind = (err instanceof Error ? `${err.name}: ${err.message}` : String(err)).slice(0, 200);
+      quiet.note(`unexpected ${kind}`, `[server] unexpected error: ${kind}`, err instanceof Error ? err.stack : undefined);
       message = { type: 'error', id, code: ErrorCode.BAD_MESSAGE, message: `server could not handle this: ${String(err)}` };
     }
-    send(conn, message);
+    if (err instanceof ProtocolViolation || (err instanceof StoreRefusal && message.code !== ErrorCode.TIMEOUT)) {
+      const where = conn.session ? ` in session "${conn.session.name}"` : '';
+      quiet.note(`refused ${message.code}`, `[server] refused a request from ${conn.address}${where}: ${message.code}: ${message.message}`);
+    }
+    conn.send(message);
     if (conn.errors > limits.maxErrorsPerSocket) {
-      conn.ws.close(CloseCode.TOO_MANY_ERRORS, `more than ${limits.maxErrorsPerSocket} bad messages`);
+      conn.close(CloseCode.TOO_MANY_ERRORS, `more than ${limits.maxErrorsPerSocket} bad messages`);
+    }
+  }
+
+  /**
+   * Runs a call that may wait on the server (get, wait, multiGet, regroup), counting it against
+   * the socket's `maxPendingPerSocket` while it waits; `waits` false: it will not wait (its keys
+   * exist already), so the limit does not apply.
+   */
+  async function blocking<T>(conn: Connection, waits: boolean, call: () => Promise<T>): Promise<T> {
+    if (waits && conn.pending >= limits.maxPendingPerSocket) {
+      throw new StoreRefusal(
+        ErrorCode.TOO_MANY_PENDING,
+        `this socket has ${conn.pending} blocking calls waiting already; the limit is ${limits.maxPendingPerSocket}. Wait for some to finish, or ask for several keys in one wait or multiGet.`,
+        { limit: limits.maxPendingPerSocket },
+      );
+    }
+    conn.pending++;
+    try {
+      return await call();
+    } finally {
+      conn.pending--;
     }
   }
 
@@ -231,12 +267,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       if (!SESSION_NAME.test(req.session)) {
         throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
       }
+      // Checked before the token is claimed, so a refused session leaves no token behind.
+      sessions.checkRoomFor(req.session);
       if (!(await tokens.claim(req.session, req.token))) {
         // Nothing of the session was read or changed; the socket can do nothing more.
         conn.errors++;
         const malformed = !SESSION_TOKEN.test(req.token);
-        log(`[server] session "${req.session}": refused a connection from ${conn.address} with ${malformed ? 'a malformed' : 'a wrong'} token`);
-        send(conn, {
+        quiet.note('refused UNAUTHORIZED', `[server] session "${req.session}": refused a connection from ${conn.address} with ${malformed ? 'a malformed' : 'a wrong'} token`);
+        conn.send({
           type: 'error',
           id: req.id,
           code: ErrorCode.UNAUTHORIZED,
@@ -245,16 +283,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
             ? `the session token must be 22-128 characters of A-Z a-z 0-9 _ - (the #token=... of the session's link; newSessionToken() makes one)`
             : `wrong token for session "${req.session}": use the session's full link (with its #token=...), or choose another session name`,
         });
-        conn.ws.close(CloseCode.UNAUTHORIZED, 'unauthorized');
+        conn.close(CloseCode.UNAUTHORIZED, 'unauthorized');
         return;
       }
-      let session = sessions.get(req.session);
-      if (!session) {
-        session = new Session(req.session, { maxKeys: limits.maxKeysPerSession, maxBytes: limits.maxBytesPerSession });
-        sessions.set(req.session, session);
-      }
+      const session = sessions.open(req.session);
       session.connections++;
-      conn.session = session;
+      conn.entered(session);
       return reply(conn, req, { session: session.name, instance });
     }
     const session = requireSession(conn, req);
@@ -263,14 +297,21 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       case 'set':
         store.set(req.key, b(req.value));
         return reply(conn, req, null);
-      case 'get':
-        return reply(conn, req, b64(await store.get(req.key, req.timeoutMs, conn)));
+      case 'get': {
+        const value = await blocking(conn, !store.has(req.key), () => store.get(req.key, req.timeoutMs, conn));
+        checkReplySize([value], limits.maxReplyBytes);
+        return reply(conn, req, b64(value));
+      }
       case 'add':
         return reply(conn, req, store.add(req.key, req.amount));
-      case 'compareSet':
-        return reply(conn, req, b64(store.compareSet(req.key, b(req.expected), b(req.desired))));
+      case 'compareSet': {
+        // The answer may be the current value, which appends can make larger than any frame.
+        const value = store.compareSet(req.key, b(req.expected), b(req.desired));
+        checkReplySize([value], limits.maxReplyBytes);
+        return reply(conn, req, b64(value));
+      }
       case 'wait':
-        await store.wait(req.keys, req.timeoutMs, conn);
+        await blocking(conn, !store.check(req.keys), () => store.wait(req.keys, req.timeoutMs, conn));
         return reply(conn, req, null);
       case 'check':
         return reply(conn, req, store.check(req.keys));
@@ -281,15 +322,18 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       case 'append':
         store.append(req.key, b(req.value));
         return reply(conn, req, null);
-      case 'multiGet':
-        return reply(conn, req, (await store.multiGet(req.keys, req.timeoutMs, conn)).map(b64));
+      case 'multiGet': {
+        const values = await blocking(conn, !store.check(req.keys), () => store.multiGet(req.keys, req.timeoutMs, conn));
+        checkReplySize(values, limits.maxReplyBytes);
+        return reply(conn, req, values.map(b64));
+      }
       case 'multiSet':
         store.multiSet(req.keys, req.values.map(b));
         return reply(conn, req, null);
       case 'rendezvous': {
         if (conn.memberId !== undefined) throw new StoreRefusal(ErrorCode.ALREADY_JOINED, 'this socket already joined the group');
         // The round that includes the member may be announced before this reply.
-        conn.memberId = session.join({ send: (m) => send(conn, m) }, req, settleMs, log);
+        conn.memberId = session.join({ send: (m) => conn.send(m) }, req, { settleMs, regroupIntervalMs: limits.regroupIntervalMs }, log);
         const range = req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;
         log(`[server] session "${session.name}": member ${conn.memberId} arrived (${range})`);
         return reply(conn, req, { memberId: conn.memberId });
@@ -298,8 +342,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         return reply(conn, req, null);
       case 'regroup': {
         const rendezvous = session.rendezvous;
-        if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs a member of the group: rendezvous first');
-        return reply(conn, req, { round: rendezvous.regroup(req.fromRound) });
+        const memberId = conn.memberId;
+        if (memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs a member of the group: rendezvous first');
+        // Answered at once, or when a regroup deferred by regroupIntervalMs forms its round.
+        return reply(conn, req, { round: await blocking(conn, true, () => rendezvous.regroup(memberId, req.fromRound)) });
       }
       case 'signal': {
         const rendezvous = session.rendezvous;
@@ -309,7 +355,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
           throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `rank ${req.to} is not a member of the running round of session "${session.name}"`, { rank: req.to });
         }
         const fromRank = rendezvous.rankOf(conn.memberId);
-        if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal');
+        // A member that fell out of the round as it changed may still signal: not counted.
+        if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal', undefined, false);
         target.send({ type: 'signal', from: fromRank, data: req.data });
         return reply(conn, req, null);
       }
@@ -332,17 +379,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     if (session.connections === 0) session.idleSince = Date.now();
   }
 
-  const sweeper = setInterval(() => {
-    const now = Date.now();
-    for (const [name, s] of sessions) {
-      if (s.connections === 0 && now - s.idleSince > sessionIdleMs) {
-        s.close();
-        sessions.delete(name);
-        tokens.forget(name);
-      }
-    }
-  }, Math.min(sessionIdleMs, 60_000));
-  sweeper.unref();
   // Frozen tabs keep their sockets open but stop sending: evict members that go silent.
   const watchdog = setInterval(() => {
     const now = Date.now();
@@ -352,12 +388,16 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
       conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
       conn.memberId = undefined;
-      conn.ws.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
-      // A frozen page may never answer the close handshake.
-      setTimeout(() => conn.ws.terminate(), 1_000).unref();
+      // A frozen page may never answer the close handshake: close() destroys it after a grace.
+      conn.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
     }
   }, Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4)));
   watchdog.unref();
+  // Every socket, member or not, must answer pings: a dead peer's socket can stay open for hours.
+  const pinger = setInterval(() => {
+    for (const conn of connections) conn.probe();
+  }, limits.pingIntervalMs);
+  pinger.unref();
 
   await new Promise<void>((resolveListen, reject) => {
     http.once('error', reject);
@@ -372,12 +412,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   return {
     url: `http://${shownHost}:${bound}/`,
     port: bound,
-    sessions,
+    sessions: sessions.map,
     close: () =>
       new Promise<void>((done) => {
-        clearInterval(sweeper);
         clearInterval(watchdog);
-        for (const s of sessions.values()) s.close();
+        clearInterval(pinger);
+        quiet.close();
+        sessions.close();
         for (const client of wss.clients) client.close(CloseCode.SERVER_CLOSING, 'server shutting down');
         wss.close();
         http.close(() => done());

@@ -22,15 +22,22 @@ export class Session {
   }
 
   /** Admits a member to the group (see Rendezvous.admit for the refusals); returns its member id. */
-  join(participant: Participant, request: RequestFields['rendezvous'], settleMs: number, log: (line: string) => void): number {
+  join(
+    participant: Participant,
+    request: RequestFields['rendezvous'],
+    timing: { settleMs: number; regroupIntervalMs: number },
+    log: (line: string) => void,
+  ): number {
     if (!this.rendezvous || this.rendezvous.size === 0) {
       this.rendezvous?.close();
-      this.rendezvous = new Rendezvous({ min: request.min, max: request.max, settleMs }, this.name, log, this.rendezvous?.round ?? 0);
+      this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0);
     }
     return this.rendezvous.admit(participant, request);
   }
 
+  /** The session is dropped: its bytes go back to the server's budget. */
   close(): void {
     this.rendezvous?.close();
+    this.store.close();
   }
 }

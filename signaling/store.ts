@@ -6,25 +6,54 @@
  */
 import { ErrorCode } from '../src/protocol.ts';
 
+/**
+ * Refusals a correct client can meet through no fault of its own request: a blocking call timed
+ * out, other sessions filled the server, other members filled or shaped the group, the round
+ * changed under a signal. They do not count toward `maxErrorsPerSocket`; every other refusal
+ * means the request itself (or its own session's use of the store) was wrong, and counts.
+ */
+const ORDINARY_REFUSALS = new Set<ErrorCode>([
+  ErrorCode.TIMEOUT,
+  ErrorCode.QUOTA_SERVER_BYTES,
+  ErrorCode.TOO_MANY_SESSIONS,
+  ErrorCode.WORLD_SIZE_MISMATCH,
+  ErrorCode.RANK_OUT_OF_RANGE,
+  ErrorCode.DUPLICATE_RANK,
+  ErrorCode.SESSION_FULL,
+  ErrorCode.ELASTIC_MISMATCH,
+  ErrorCode.UNKNOWN_PEER,
+]);
+
 export class StoreRefusal extends Error {
   override name = 'StoreRefusal';
   constructor(
     readonly code: ErrorCode,
     message: string,
     readonly details?: Record<string, unknown>,
+    /** Whether it counts toward the socket's bad-message limit (see ORDINARY_REFUSALS). */
+    readonly counted: boolean = !ORDINARY_REFUSALS.has(code),
   ) {
     super(message);
   }
 }
 
+/** Bytes held by all sessions together, shared by their stores (`maxServerBytes`). */
+export interface ByteBudget {
+  used: number;
+  readonly max: number;
+}
+
 export interface StoreQuota {
   maxKeys: number;
   maxBytes: number;
+  /** The server-wide budget this store draws from too; none: only the session's own quota. */
+  server?: ByteBudget;
 }
 
 interface Waiter {
   keys: string[];
-  resolve: () => void;
+  /** Gets the values as they were when the last key arrived (a later delete cannot take them away). */
+  resolve: (values: Uint8Array[]) => void;
   timer: ReturnType<typeof setTimeout>;
   /** Lets the owner (a socket) cancel its waiters when it goes away. */
   owner: object;
@@ -60,8 +89,7 @@ export class KeyValueStore {
 
   /** Resolves with the value once the key exists; rejects with TIMEOUT after `timeoutMs`. */
   async get(key: string, timeoutMs: number, owner: object): Promise<Uint8Array> {
-    await this.wait([key], timeoutMs, owner);
-    return this.data.get(key)!;
+    return (await this.waitFor([key], timeoutMs, owner))[0]!;
   }
 
   /** TCPStore's add: a missing key counts from 0; the stored value is the decimal text. */
@@ -109,15 +137,24 @@ export class KeyValueStore {
   }
 
   /** Resolves when every key exists; rejects with TIMEOUT naming the missing keys. */
-  wait(keys: string[], timeoutMs: number, owner: object): Promise<void> {
-    if (keys.every((k) => this.data.has(k))) return Promise.resolve();
+  async wait(keys: string[], timeoutMs: number, owner: object): Promise<void> {
+    await this.waitFor(keys, timeoutMs, owner);
+  }
+
+  /**
+   * Resolves with the keys' values once all exist. The values are taken the moment the last one
+   * arrives: requests handled before the caller resumes (a `deleteKey` in the same read) cannot
+   * change what it gets.
+   */
+  private waitFor(keys: string[], timeoutMs: number, owner: object): Promise<Uint8Array[]> {
+    if (keys.every((k) => this.data.has(k))) return Promise.resolve(this.snapshot(keys));
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         keys,
         owner,
-        resolve: () => {
+        resolve: (values) => {
           this.removeWaiter(waiter);
-          resolve();
+          resolve(values);
         },
         timer: setTimeout(() => {
           this.removeWaiter(waiter);
@@ -149,7 +186,7 @@ export class KeyValueStore {
   deleteKey(key: string): boolean {
     const v = this.data.get(key);
     if (v === undefined) return false;
-    this.bytes -= key.length + v.length;
+    this.account(-(key.length + v.length));
     this.data.delete(key);
     return true;
   }
@@ -164,9 +201,8 @@ export class KeyValueStore {
     this.write(key, joined);
   }
 
-  async multiGet(keys: string[], timeoutMs: number, owner: object): Promise<Uint8Array[]> {
-    await this.wait(keys, timeoutMs, owner);
-    return keys.map((k) => this.data.get(k)!);
+  multiGet(keys: string[], timeoutMs: number, owner: object): Promise<Uint8Array[]> {
+    return this.waitFor(keys, timeoutMs, owner);
   }
 
   multiSet(keys: string[], values: Uint8Array[]): void {
@@ -185,6 +221,14 @@ export class KeyValueStore {
         }
       }
     }
+  }
+
+  /** The session is dropped: its waiters go, and its bytes return to the server's budget. */
+  close(): void {
+    for (const set of this.waiters.values()) for (const w of set) clearTimeout(w.timer);
+    this.waiters.clear();
+    this.account(-this.bytes);
+    this.data.clear();
   }
 
   get pendingWaiters(): number {
@@ -218,20 +262,39 @@ export class KeyValueStore {
         { limit: this.quota.maxBytes },
       );
     }
+    const server = this.quota.server;
+    if (server && bytes > this.bytes && server.used + (bytes - this.bytes) > server.max) {
+      throw new StoreRefusal(
+        ErrorCode.QUOTA_SERVER_BYTES,
+        `the server is full: all sessions together would hold ${server.used + (bytes - this.bytes)} bytes; the limit is ${server.max}. Try again later, or delete keys you no longer need.`,
+        { limit: server.max },
+      );
+    }
   }
 
   private write(key: string, value: Uint8Array): void {
     const old = this.data.get(key);
-    this.bytes += key.length + value.length - (old === undefined ? 0 : key.length + old.length);
+    this.account(key.length + value.length - (old === undefined ? 0 : key.length + old.length));
     this.data.set(key, value);
     const waiting = this.waiters.get(key);
     if (!waiting) return;
     for (const w of [...waiting]) {
       if (w.keys.every((k) => this.data.has(k))) {
         clearTimeout(w.timer);
-        w.resolve();
+        w.resolve(this.snapshot(w.keys));
       }
     }
+  }
+
+  /** The keys' values now (all must exist). */
+  private snapshot(keys: string[]): Uint8Array[] {
+    return keys.map((k) => this.data.get(k)!);
+  }
+
+  /** Changes the bytes held, here and in the server's budget. */
+  private account(delta: number): void {
+    this.bytes += delta;
+    if (this.quota.server) this.quota.server.used += delta;
   }
 
   private removeWaiter(w: Waiter): void {

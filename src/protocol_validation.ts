@@ -82,7 +82,17 @@ function keyList(m: Obj, field: string, id: number, limits: Limits): string[] {
   if (v.length > limits.maxKeysPerRequest) {
     fail(id, `field "${field}" names ${v.length} keys; the limit is ${limits.maxKeysPerRequest}`);
   }
-  return v.map((_, i) => key(v as unknown as Obj, String(i), id, limits));
+  const keys = v.map((_, i) => key(v as unknown as Obj, String(i), id, limits));
+  // A key named twice would be waited for, stored or sent back twice: always a client bug.
+  const first = new Map<string, number>();
+  for (const [i, k] of keys.entries()) {
+    const j = first.get(k);
+    if (j !== undefined) {
+      throw new ProtocolViolation(ErrorCode.DUPLICATE_KEYS, `field "${field}" names key ${JSON.stringify(k)} twice (at ${j} and ${i}); name each key once`, id);
+    }
+    first.set(k, i);
+  }
+  return keys;
 }
 
 function describe(v: unknown): string {

@@ -145,6 +145,8 @@ export class StoreClient implements Store {
     const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
     const Ctor = await socketConstructor();
     const socket = new Ctor(wsUrl);
+    // The server may close right after accepting (too many sockets from this address): keep why.
+    let closedEarly: { code: number; reason: string } | undefined;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         socket.close();
@@ -157,12 +159,20 @@ export class StoreClient implements Store {
       socket.onerror = () => {};
       socket.onclose = (ev) => {
         clearTimeout(timer);
+        closedEarly = { code: ev.code, reason: ev.reason };
         reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})`, ev.code, ev.reason));
       };
     });
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
-    const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION, token: options.token }, connectTimeoutMs);
-    client.instance = hello.instance;
+    if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
+    try {
+      const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION, token: options.token }, connectTimeoutMs);
+      client.instance = hello.instance;
+    } catch (err) {
+      // Refused (a full server, a bad name): the socket would only count against this address's limit.
+      client.close();
+      throw err;
+    }
     return client;
   }
 
@@ -261,12 +271,8 @@ export class StoreClient implements Store {
   request<T extends RequestType>(type: T, fields: RequestFields[T], serverTimeoutMs?: number): Promise<ResultOf[T]> {
     const what = describeRequest(type, fields as Record<string, unknown>);
     if (this.closed) {
-      return Promise.reject(
-        new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${this.closed.code} ${this.closed.reason})`),
-      );
-    }
-    if (this.socket.readyState !== OPEN) {
-      return Promise.reject(new ConnectionClosedError(`cannot ${what}: the connection to the store is closing`));
+      const { code, reason } = this.closed;
+      return Promise.reject(new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${code} ${reason})`, code, reason));
     }
     const id = this.nextId++;
     const limit = serverTimeoutMs === undefined ? this.requestTimeoutMs : serverTimeoutMs + 10_000;
@@ -276,7 +282,8 @@ export class StoreClient implements Store {
         reject(new DistTimeoutError(`the store server to answer: ${what}`, limit));
       }, limit);
       this.pending.set(id, { resolve: resolve as (r: unknown) => void, reject, timer, what });
-      this.socket.send(JSON.stringify({ type, id, ...fields }));
+      // A closing socket sends nothing: its close event fails the call with the server's code and reason.
+      if (this.socket.readyState === OPEN) this.socket.send(JSON.stringify({ type, id, ...fields }));
     });
   }
 

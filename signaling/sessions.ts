@@ -1,0 +1,78 @@
+/**
+ * The server's sessions and the server-wide limits on them: at most `maxSessions` at once, and
+ * at most `maxServerBytes` in all their stores together. A session lives while it has sockets and
+ * for `idleMs` after its last one left; dropping it frees its place, its bytes and its name.
+ */
+import { ErrorCode, type Limits } from '../src/protocol.ts';
+import { Session } from './session.ts';
+import { StoreRefusal, type ByteBudget } from './store.ts';
+import type { SessionTokens } from './session_tokens.ts';
+
+export class Sessions {
+  readonly map = new Map<string, Session>();
+  /** The bytes of every session's store, against `maxServerBytes`. */
+  readonly bytes: ByteBudget;
+  private readonly sweeper: ReturnType<typeof setInterval>;
+
+  constructor(
+    private readonly limits: Limits,
+    private readonly tokens: SessionTokens,
+    private readonly idleMs: number,
+  ) {
+    this.bytes = { used: 0, max: limits.maxServerBytes };
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      for (const [name, s] of this.map) {
+        if (s.connections === 0 && now - s.idleSince > idleMs) this.drop(name);
+      }
+    }, Math.min(idleMs, 60_000));
+    this.sweeper.unref();
+  }
+
+  get(name: string): Session | undefined {
+    return this.map.get(name);
+  }
+
+  /**
+   * Refuses (TOO_MANY_SESSIONS) to make a new session while the server holds `maxSessions`.
+   * Places come free as the sweeper drops idle sessions. (Dropping an idle one early to make room
+   * would let whoever fills the server free, and then claim, the name of a session whose tabs are
+   * all reloading.)
+   */
+  checkRoomFor(name: string): void {
+    if (this.map.has(name) || this.map.size < this.limits.maxSessions) return;
+    throw new StoreRefusal(
+      ErrorCode.TOO_MANY_SESSIONS,
+      `the server holds its maximum of ${this.limits.maxSessions} sessions; join an existing session or try again later (a session is dropped ${Math.round(this.idleMs / 1000)} s after its last socket closed)`,
+      { limit: this.limits.maxSessions },
+    );
+  }
+
+  /** The session `name`, made if needed (its token is claimed already; a refusal forgets it again). */
+  open(name: string): Session {
+    let session = this.map.get(name);
+    if (session) return session;
+    try {
+      // Again: another hello may have taken the last place while this one's token was checked.
+      this.checkRoomFor(name);
+    } catch (err) {
+      this.tokens.forget(name);
+      throw err;
+    }
+    session = new Session(name, { maxKeys: this.limits.maxKeysPerSession, maxBytes: this.limits.maxBytesPerSession, server: this.bytes });
+    this.map.set(name, session);
+    return session;
+  }
+
+  /** Drops a session: its keys, its bytes from the server's budget, its place, its token. */
+  drop(name: string): void {
+    this.map.get(name)?.close();
+    this.map.delete(name);
+    this.tokens.forget(name);
+  }
+
+  close(): void {
+    clearInterval(this.sweeper);
+    for (const s of this.map.values()) s.close();
+  }
+}
