@@ -183,7 +183,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       const run = () => handle(conn, request).catch((err: unknown) => refuse(conn, err, request.id));
       // Checking a token may read the disk: requests sent right behind `hello` wait for it.
-      if (request.type === 'hello') conn.hello = run();
+      // A second hello runs after the first, so it meets ALREADY_IN_SESSION rather than racing it.
+      if (request.type === 'hello') conn.hello = conn.hello ? conn.hello.then(run) : run();
       else if (conn.hello) void conn.hello.then(run);
       else void run();
     });

@@ -42,8 +42,10 @@ export class SessionTokens {
       this.hashes.set(session, hash);
       return true;
     }
+    if (!timingSafeEqual(current, hash)) return false;
+    // Kept in memory only for a session someone entered: a wrong guess leaves nothing behind.
     this.hashes.set(session, current);
-    return timingSafeEqual(current, hash);
+    return true;
   }
 
   /** Checks a token without fixing one (checkpoint routes). */
