@@ -125,8 +125,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
+  // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   const checkSettled = () => {
-    if (pages.every((p) => p.done || !p.expected)) wake();
+    if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
   };
   try {
     let base = opts.server;

@@ -7,6 +7,7 @@ import { mkdtemp, readdir, stat, truncate } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
+import { newSessionToken } from '../../src/session_token.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 type Summary = Record<string, unknown> & {
@@ -87,10 +88,13 @@ test('below the minimum training pauses, and resumes when a tab joins', async ()
 test('a truncated checkpoint is detected and the previous one is used', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'ddp-ckpt-'));
   const first = sessionName('ckpt');
+  // Resuming from another session's checkpoints takes that session's token.
+  const token = newSessionToken();
   const { ok } = await launch({
     nproc: 2,
     job: 'train',
     session: first,
+    token,
     timeoutSec: 240,
     jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '20', checkpointEvery: '5' },
     serverOptions: { checkpointDir: dir },
@@ -101,10 +105,22 @@ test('a truncated checkpoint is detected and the previous one is used', async ()
   expect(files).toHaveLength(3); // the server keeps the last three: steps 10, 15, 20
   const newest = join(dir, first, files[2]);
   await truncate(newest, Math.floor((await stat(newest)).size / 2));
-  const s = await run(2, { trainSize: '4096', steps: '25', resumeFrom: first }, [], { serverOptions: { checkpointDir: dir } });
+  const s = await run(2, { trainSize: '4096', steps: '25', resumeFrom: first }, [], { serverOptions: { checkpointDir: dir }, token });
   const resumes = s.resumes as string[];
   expect(resumes[0]).toContain(`resumed at step 15 from checkpoint ${files[1].replace(/\.ckpt$/, '')}`);
   expect(resumes[0]).toMatch(/skipped unusable .*step-00000020.*truncated/);
   expect(s.steps).toBe(25);
   expect(s.identical).toBe(true);
+  // Without that session's token its checkpoints stay closed, and the run fails at once, saying why.
+  const stranger = await launch({
+    nproc: 2,
+    job: 'train',
+    session: sessionName('stranger'),
+    timeoutSec: 120,
+    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '25', resumeFrom: first },
+    serverOptions: { checkpointDir: dir },
+    log: () => {},
+  });
+  expect(stranger.ok).toBe(false);
+  expect(JSON.stringify(stranger.summary.errors)).toContain('HTTP 403');
 });
