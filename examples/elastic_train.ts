@@ -1,6 +1,6 @@
 /**
  * The same training made elastic: tabs may close, freeze or join mid-run and the rest go on.
- * The library carries the rounds, recovery from the replica that got furthest, re-sharding,
+ * The library carries the rounds, recovery from a surviving replica, re-sharding,
  * the votes at step boundaries and checkpoints; the script gives it a plain training step.
  *
  *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/elastic_train.ts \

@@ -8,13 +8,17 @@
  *   bucket's readback from the device;
  * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
  *   sum (gradient accumulation);
- * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad).
- * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical.
+ * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad);
+ * - with `errorIfNonfinite`, a backward whose averaged gradients hold a NaN or an infinity fails
+ *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
+ * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
+ * (`verifyReplicas` in replicas.ts checks that they do).
  */
 import * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from './process_group.ts';
-import { hashFloat32 } from './hash.ts';
+import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
 import { bytesToString } from './protocol.ts';
+import { NonFiniteGradientError } from './errors.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -23,6 +27,12 @@ export interface DDPOptions {
   firstBucketCapMB?: number;
   /** Key prefix for the shape check in the group's store; distinct per DDP instance in one group. */
   name?: string;
+  /**
+   * Fail `backward` with NonFiniteGradientError when an averaged gradient is NaN or infinite, and
+   * drop the gradients so that no update is applied (torch: clip_grad_norm_'s error_if_nonfinite).
+   * A pass over the gradients already on the host; no device readback. Default false.
+   */
+  errorIfNonfinite?: boolean;
 }
 
 export interface Bucket {
@@ -46,6 +56,13 @@ export interface BackwardTimings {
 
 export class ShapeMismatchError extends Error {
   override name = 'ShapeMismatchError';
+}
+
+/** Whether every value is finite: x - x is 0 for finite x and NaN for NaN or an infinity. */
+function allFinite(values: Float32Array): boolean {
+  let acc = 0;
+  for (let i = 0; i < values.length; i++) acc += values[i]! - values[i]!;
+  return acc === 0;
 }
 
 /**
@@ -93,6 +110,7 @@ export class DistributedDataParallel {
   private readonly grad: Float32Array;
   private hasGrad = false;
   private syncing = true;
+  private readonly errorIfNonfinite: boolean;
 
   private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
     this.model = model;
@@ -104,6 +122,7 @@ export class DistributedDataParallel {
     this.grad = new Float32Array(this.numel);
     const mib = 1 << 20;
     this.buckets = assignBuckets(this.sizes, (options.firstBucketCapMB ?? 1) * mib, (options.bucketCapMB ?? 25) * mib);
+    this.errorIfNonfinite = options.errorIfNonfinite ?? false;
   }
 
   /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
@@ -130,7 +149,9 @@ export class DistributedDataParallel {
     const t1 = performance.now();
     let readback = 0;
     let waiting = 0;
-    const reductions: Array<Promise<Float32Array>> = [];
+    const reductions: Array<Promise<unknown>> = [];
+    /** Buckets whose averages hold a NaN or an infinity (checked as each all-reduce lands). */
+    const nonfinite: Bucket[] = [];
     try {
       for (const bucket of this.buckets) {
         const r0 = performance.now();
@@ -150,7 +171,10 @@ export class DistributedDataParallel {
           at += size;
         }
         // Start this bucket's all-reduce while the next bucket is read back.
-        if (this.syncing) reductions.push(this.pg.allReduce(view, 'avg'));
+        if (this.syncing) {
+          const reduced = this.pg.allReduce(view, 'avg');
+          reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
+        }
       }
     } finally {
       for (const g of Object.values(grads)) g.dispose();
@@ -159,7 +183,24 @@ export class DistributedDataParallel {
     const w0 = performance.now();
     await Promise.all(reductions);
     waiting = performance.now() - w0;
+    if (nonfinite.length > 0) {
+      // Every rank holds the same averages, so every rank names the same parameter. Dropping the
+      // gradients makes a later step() refuse rather than apply them.
+      const index = this.firstNonfinite(nonfinite);
+      this.grad.fill(0);
+      this.hasGrad = false;
+      throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+    }
     return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting } };
+  }
+
+  /** The first parameter, in model order, with a NaN or an infinity in its gradient. */
+  private firstNonfinite(buckets: Bucket[]): number {
+    const params = buckets.flatMap((b) => b.params.map((index, k) => ({ index, offset: b.offsets[k] }))).sort((a, b) => a.index - b.index);
+    for (const { index, offset } of params) {
+      if (!allFinite(this.grad.subarray(offset, offset + this.sizes[index]))) return index;
+    }
+    return params[0]!.index;
   }
 
   /** Runs `fn` with gradient synchronisation off: backward calls only accumulate locally. */
@@ -191,15 +232,17 @@ export class DistributedDataParallel {
 
   /** All trainable weights, flattened in `model.trainableWeights` order. */
   async flatWeights(): Promise<Float32Array> {
-    const flat = tf.tidy(() => tf.concat(this.variables.map((v) => v.reshape([-1]))));
-    const data = (await flat.data()) as Float32Array;
-    flat.dispose();
-    return data;
+    return flatTrainableWeights(this.model);
   }
 
   /** A fingerprint of this replica's weights: equal on every rank when replicas are identical. */
   async weightsHash(): Promise<string> {
-    return hashFloat32(await this.flatWeights());
+    return weightsHash(this.model);
+  }
+
+  /** Collective: throws ReplicaDivergenceError on every rank if the replicas' weights differ (see verifyReplicas). */
+  async verifyReplicas(): Promise<string> {
+    return verifyReplicas(this.pg, this.model);
   }
 
   /** Sets every rank's weights to rank `src`'s (DDP does this once, from rank 0, at creation). */

@@ -90,9 +90,21 @@ export class CollectiveMismatchError extends Error {
   }
 }
 
-/** A tensor frame broke the framing rules (duplicate, out of order, truncated chunk). */
+/**
+ * A tensor frame broke the framing rules (duplicate, out of order, truncated or misaligned chunk,
+ * a sequence number too far ahead, more buffered than allowed).
+ */
 export class FramingError extends Error {
   override name = 'FramingError';
+  constructor(
+    message: string,
+    /** The rank the frame came from, once known (the link's, never the frame's own say). */
+    readonly rank?: number,
+    /** The header field at fault (offset, length, seq, step, ...), when one is. */
+    readonly field?: string,
+  ) {
+    super(message);
+  }
 }
 
 /**
@@ -119,6 +131,60 @@ export class CollectiveAbortedError extends Error {
     readonly recoverable: boolean,
   ) {
     super(`rank ${origin} aborted collective #${seq}: ${reason}`);
+  }
+}
+
+/**
+ * The gradients averaged across ranks hold a NaN or an infinity (DDP's `errorIfNonfinite`, torch's
+ * `error_if_nonfinite`). Every rank sees the same averages, so every rank fails the same step.
+ */
+export class NonFiniteGradientError extends Error {
+  override name = 'NonFiniteGradientError';
+  constructor(
+    readonly rank: number,
+    /** The first parameter (in model order) whose averaged gradient is not finite. */
+    readonly parameter: string,
+    /** Its index in `model.trainableWeights`. */
+    readonly index: number,
+  ) {
+    super(`rank ${rank}: the averaged gradient of parameter ${index} (${parameter}) is not finite (NaN or infinity); the update was not applied`);
+  }
+}
+
+/** The replicas' weights differ: the ranks named hold weights unlike the majority's (or rank 0's). */
+export class ReplicaDivergenceError extends Error {
+  override name = 'ReplicaDivergenceError';
+  constructor(
+    /** The ranks whose weights differ from the reference. */
+    readonly ranks: number[],
+    /** Every rank's weights hash, in rank order. */
+    readonly hashes: string[],
+    /** The hash taken as right: the majority's, or rank 0's when no hash has a majority. */
+    readonly reference: string,
+    readonly byMajority: boolean,
+  ) {
+    const who = ranks.length === 1 ? `rank ${ranks[0]}` : `ranks ${ranks.join(', ')}`;
+    super(
+      `replicas diverged: ${who} ${ranks.length === 1 ? 'has' : 'have'} weights hash ${ranks.map((r) => hashes[r]).join(', ')}, ` +
+        `${byMajority ? 'the majority has' : 'rank 0 has (no majority)'} ${reference}`,
+    );
+  }
+}
+
+/**
+ * The state a rank sent at recovery does not fit this rank's model (a size, shape or length the
+ * receiver did not expect): refused before anything is allocated or loaded.
+ */
+export class StateTransferError extends Error {
+  override name = 'StateTransferError';
+  constructor(
+    /** The rank that sent the state. */
+    readonly rank: number,
+    /** What does not fit: a parameter's name, or "header", "model", "optimizer". */
+    readonly parameter: string,
+    message: string,
+  ) {
+    super(`state from rank ${rank} refused: ${parameter}: ${message}`);
   }
 }
 

@@ -14,7 +14,8 @@
  *
  * The descriptor fields (collective, reduce op, numel, root) let each receiver check that the
  * sender issued the same collective at the same sequence number; a mismatch is an error on both
- * sides instead of a hang or wrong numbers.
+ * sides instead of a hang or wrong numbers. Collective and point-to-point payloads are float32:
+ * their chunks start and end on 4-byte boundaries (`checkFloat32Chunk`).
  */
 import { FramingError } from './errors.ts';
 
@@ -108,12 +109,25 @@ export function readHeader(frame: Uint8Array): FrameHeader {
   if (frame.length - HEADER_BYTES !== h.length) {
     throw new FramingError(
       `truncated chunk: header says ${h.length} payload bytes, frame carries ${frame.length - HEADER_BYTES} (seq ${h.seq}, offset ${h.offset})`,
+      undefined,
+      'length',
     );
   }
   if (h.offset + h.length > h.total) {
-    throw new FramingError(`chunk [${h.offset}, ${h.offset + h.length}) runs past the message's ${h.total} bytes (seq ${h.seq})`);
+    throw new FramingError(`chunk [${h.offset}, ${h.offset + h.length}) runs past the message's ${h.total} bytes (seq ${h.seq})`, undefined, 'length');
   }
   return h;
+}
+
+/**
+ * Collective and point-to-point payloads are float32 (`frames` cuts them on 4-byte boundaries):
+ * a chunk that does not start and end on one cannot be viewed as floats. Throws FramingError
+ * naming the field. Abort notices carry JSON and are not checked.
+ */
+export function checkFloat32Chunk(h: FrameHeader): void {
+  if (h.kind === FrameKind.abort) return;
+  if (h.offset % 4 !== 0) throw new FramingError(`chunk offset ${h.offset} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'offset');
+  if (h.length % 4 !== 0) throw new FramingError(`chunk length ${h.length} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'length');
 }
 
 /**

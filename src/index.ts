@@ -26,6 +26,9 @@ export {
   CollectiveAbortedError,
   GroupClosedError,
   FramingError,
+  NonFiniteGradientError,
+  ReplicaDivergenceError,
+  StateTransferError,
   isRecoverable,
 } from './errors.ts';
 export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
@@ -37,6 +40,7 @@ export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/m
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
+export { verifyReplicas, weightsHash, flatTrainableWeights } from './replicas.ts';
 export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';
 export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
 export {

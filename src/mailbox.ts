@@ -5,6 +5,11 @@
  * silent for `peerTimeoutMs` reports the sender as lost. Abort notices (one rank telling the
  * others a collective failed) are encoded and decoded here too. No I/O: the process group feeds
  * it frames.
+ *
+ * Every frame is untrusted: what a peer can make this rank keep is bounded. Frames are buffered
+ * only for sequence numbers at most `maxSeqAhead` past the last one this rank issued, for message
+ * numbers a collective can have, and up to `maxBufferedBytes` per peer; anything else is a
+ * FramingError (the group then fails, as for any bad frame) instead of memory held forever.
  */
 import {
   CollectiveAbortedError,
@@ -47,6 +52,20 @@ interface InboxEntry {
   receiver?: Receiver;
 }
 
+/** What one peer may make this rank hold. */
+export interface MailboxLimits {
+  /** How far past the last sequence number this rank issued (per kind, and per peer for p2p) a frame may be. */
+  maxSeqAhead: number;
+  /** Message numbers within one collective are below this. */
+  maxStep: number;
+  /** Bytes of frames from one peer waiting for receives not posted yet. */
+  maxBufferedBytes: number;
+}
+
+/** Defaults: more collectives than DDP keeps in flight (one per bucket), a quarter GiB per peer. */
+export const DEFAULT_MAX_SEQ_AHEAD = 64;
+export const DEFAULT_MAX_BUFFERED_BYTES = 256 << 20;
+
 /** Messages completed recently, to catch a sender that sends one twice. */
 const COMPLETED_KEPT = 4096;
 
@@ -54,12 +73,17 @@ export class Mailbox {
   private readonly inbox = new Map<string, InboxEntry>();
   private readonly completed = new Set<string>();
   private readonly receivers = new Set<Receiver>();
+  /** Bytes buffered per peer, for `limits.maxBufferedBytes`. */
+  private readonly held = new Map<number, number>();
 
   constructor(
     private readonly rank: number,
     private readonly peerTimeoutMs: number,
     /** A sender stayed silent past the timeout while a receive waited on it. */
     private readonly onSilentPeer: (peer: number, reason: string) => void,
+    private readonly limits: MailboxLimits,
+    /** The last sequence number this rank issued of `kind` (for p2p: the last receive posted for `peer`). */
+    private readonly issued: (peer: number, kind: FrameKind) => number,
   ) {}
 
   /**
@@ -95,22 +119,48 @@ export class Mailbox {
       entry.receiver = receiver;
       this.armTimer(receiver);
       for (const { frame, header } of entry.buffered.splice(0)) {
+        this.hold(peer, -frame.length);
         this.deliver(receiver, frame, header);
         if (!this.receivers.has(receiver)) return;
       }
     });
   }
 
-  /** A collective or point-to-point frame from `from`. Throws FramingError for a repeated message. */
+  /**
+   * A collective or point-to-point frame from `from`. Throws FramingError for a repeated message,
+   * or for one this rank would have to keep beyond the limits.
+   */
   put(from: number, frame: Uint8Array, h: FrameHeader): void {
     const key = inboxKey(from, h.kind, h.seq, h.step);
     if (this.completed.has(key)) {
-      throw new FramingError(`rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`);
+      throw new FramingError(`rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`, from, 'seq');
     }
     let entry = this.inbox.get(key);
+    if (entry?.receiver) return this.deliver(entry.receiver, frame, h);
+    // Nobody waits for it yet: keep it only if an honest peer could have sent it by now.
+    const issued = this.issued(from, h.kind);
+    const what = h.kind === FrameKind.p2p ? 'point-to-point message' : 'collective';
+    if (h.seq < 1 || h.seq > issued + this.limits.maxSeqAhead) {
+      throw new FramingError(
+        `${what} #${h.seq} is outside the window of ${this.limits.maxSeqAhead} past #${issued}, the last this rank issued; refused, not buffered`,
+        from,
+        'seq',
+      );
+    }
+    if (h.step >= this.limits.maxStep) {
+      throw new FramingError(`message step ${h.step} of ${what} #${h.seq} is past the last a collective has (${this.limits.maxStep - 1})`, from, 'step');
+    }
+    const held = (this.held.get(from) ?? 0) + frame.length;
+    if (held > this.limits.maxBufferedBytes) {
+      throw new FramingError(
+        `${held} bytes would wait for receives this rank has not posted, over the limit of ${this.limits.maxBufferedBytes} (${what} #${h.seq})`,
+        from,
+        'buffered',
+      );
+    }
+    this.hold(from, frame.length);
     if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
-    if (entry.receiver) this.deliver(entry.receiver, frame, h);
-    else entry.buffered.push({ frame, header: h });
+    entry.buffered.push({ frame, header: h });
   }
 
   /** Rejects every waiting receive with `err`. */
@@ -140,6 +190,10 @@ export class Mailbox {
     } catch (err) {
       r.reject(err as Error);
     }
+  }
+
+  private hold(peer: number, bytes: number): void {
+    this.held.set(peer, (this.held.get(peer) ?? 0) + bytes);
   }
 
   private armTimer(r: Receiver): void {

@@ -14,9 +14,9 @@
  * algorithms), framing.ts (the frames).
  */
 import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError } from './errors.ts';
-import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
+import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
 import { GroupLinks } from './group_links.ts';
-import { Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
+import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
@@ -36,6 +36,14 @@ export interface LinkOptions {
   maxFrameBytes?: number;
   /** Send-queue high-water mark per link. Default 4 MiB. */
   highWaterMark?: number;
+  /**
+   * How many sequence numbers past the last one this rank issued a peer's frame may be, and still
+   * be kept for later; a frame further ahead fails the group with a FramingError. Default 64
+   * (DDP keeps one all-reduce per bucket in flight; a broadcast's source or a sender runs ahead).
+   */
+  maxSeqAhead?: number;
+  /** Bytes of frames one peer may have waiting for receives this rank has not posted yet. Default 256 MiB. */
+  maxBufferedBytes?: number;
   /** Replace the WebRTC link (tests, other transports). */
   linkFactory?: PeerLinkFactory;
 }
@@ -61,6 +69,8 @@ export class ProcessGroup {
   readonly rank: number;
   readonly worldSize: number;
   readonly round: number;
+  /** The server instance the group was formed on (it changes when the server restarts; round numbers start again). */
+  readonly instance: string;
   /** The session's store, with keys scoped to this group (torch gives each group a PrefixStore). */
   readonly store: Store;
   private readonly client: StoreClient;
@@ -78,12 +88,14 @@ export class ProcessGroup {
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
   private readonly unsubscribe: Array<() => void> = [];
   private readonly maxFrameBytes: number;
+  private readonly maxSeqAhead: number;
   private readonly timeoutMs: number;
 
   constructor(init: GroupInit) {
     this.rank = init.rank;
     this.worldSize = init.worldSize;
     this.round = init.round;
+    this.instance = init.client.instance;
     this.client = init.client;
     this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
     this.timeoutMs = init.timeoutMs;
@@ -91,7 +103,19 @@ export class ProcessGroup {
     this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
     this.whenBroken.catch(() => {});
     const peerTimeoutMs = init.peerTimeoutMs ?? 30_000;
-    this.mailbox = new Mailbox(this.rank, peerTimeoutMs, (peer, reason) => this.markLost(peer, reason));
+    this.maxSeqAhead = positiveInt(init.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead');
+    this.mailbox = new Mailbox(
+      this.rank,
+      peerTimeoutMs,
+      (peer, reason) => this.markLost(peer, reason),
+      {
+        maxSeqAhead: this.maxSeqAhead,
+        // An all-reduce numbers its messages 0 .. 2(n-1)-1; other collectives use 0 only.
+        maxStep: Math.max(1, 2 * (this.worldSize - 1)),
+        maxBufferedBytes: positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes'),
+      },
+      (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
+    );
     this.links = new GroupLinks({
       rank: this.rank,
       groupKey: init.groupKey,
@@ -334,15 +358,26 @@ export class ProcessGroup {
 
   private onFrame(from: number, frame: Uint8Array): void {
     try {
+      if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
       const h = readHeader(frame);
-      if (h.kind !== FrameKind.abort) return this.mailbox.put(from, frame, h);
+      checkFloat32Chunk(h);
+      if (h.kind !== FrameKind.abort) {
+        // A broken group posts no more receives: data arriving now could only pile up.
+        if (!this.broken) this.mailbox.put(from, frame, h);
+        return;
+      }
       if (this.abortedSeqs.has(h.seq)) return;
+      // Only collectives this rank issued, or a peer could have issued ahead of it, can be
+      // aborted: the window bounds the notices kept and forwarded.
+      if (h.seq < 1 || h.seq > this.seq + this.maxSeqAhead) {
+        throw new FramingError(`abort notice for collective #${h.seq} is outside the window of ${this.maxSeqAhead} past #${this.seq}, the last this rank issued`, from, 'seq');
+      }
       const err = decodeAbortNotice(from, h, frame);
       // Forward, so ranks that are not neighbours of the origin hear of it too.
       this.abortCollective(h.seq, err);
       this.fail(err);
     } catch (err) {
-      this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`) : (err as Error));
+      this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error));
     }
   }
 
@@ -381,6 +416,11 @@ export class ProcessGroup {
     this.checkRank(r, what);
     if (r === this.rank) throw new RangeError(`${what} must be another rank, got this rank's own (${r})`);
   }
+}
+
+function positiveInt(v: number, name: string): number {
+  if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  return v;
 }
 
 function p2pDescriptor(numel: number): Descriptor {

@@ -1,8 +1,8 @@
 /**
  * State dicts (torch's state_dict / load_state_dict): a model's weights and an optimizer's state
  * as bytes, and `TrainState`, everything a replica needs to continue a run (model, optimizer,
- * where the run is, and the user's own extras). A state dict goes into a checkpoint, or from the
- * replica that got furthest to the others after a regroup.
+ * where the run is, and the user's own extras). A state dict goes into a checkpoint, or from a
+ * surviving replica to the others after a regroup.
  */
 import * as tf from '@tensorflow/tfjs';
 import type { Checkpoint, WeightSpec } from './checkpoint_format.ts';

@@ -8,7 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistributedDataParallel, ShapeMismatchError, assignBuckets } from '../src/ddp.ts';
+import { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions } from '../src/ddp.ts';
+import { NonFiniteGradientError, ReplicaDivergenceError } from '../src/errors.ts';
+import { verifyReplicas } from '../src/replicas.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
@@ -180,5 +182,128 @@ describe('DistributedDataParallel', () => {
     const b = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 11 });
     const flat = async (m: tf.LayersModel) => (await tf.concat(m.getWeights().map((w) => w.reshape([-1]))).data()) as Float32Array;
     expect(Buffer.from((await flat(a)).buffer).equals(Buffer.from((await flat(b)).buffer))).toBe(true);
+  });
+});
+
+describe('errorIfNonfinite', () => {
+  /**
+   * Two ranks take one step; on rank 1 the loss adds NaN * sum(last bias), so only that
+   * parameter's gradient is NaN there, and so its average on both ranks.
+   */
+  async function nanStep(options: DDPOptions): Promise<{ ddps: DistributedDataParallel[]; results: PromiseSettledResult<{ loss: number }>[]; before: string[] }> {
+    const pgs = await groups(2);
+    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg, options)));
+    const before = await Promise.all(ddps.map((d) => d.weightsHash()));
+    const results = await Promise.allSettled(
+      ddps.map(async (d, r) => {
+        const { x, y } = data.batch(range(r * 8, r * 8 + 8));
+        const xs = tf.tensor(x, [8, 16]);
+        const ys = tf.tensor1d(y, 'int32');
+        const bias = d.model.trainableWeights.at(-1)!.read();
+        try {
+          return await d.backward(() =>
+            tf.tidy(() => {
+              const loss = classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4);
+              return r === 1 ? loss.add(bias.sum().mul(Number.NaN)) : loss;
+            }),
+          );
+        } finally {
+          tf.dispose([xs, ys]);
+        }
+      }),
+    );
+    return { ddps, results, before };
+  }
+
+  it('a NaN gradient on one rank fails the step on every rank, naming the parameter, and applies nothing', async () => {
+    const { ddps, results, before } = await nanStep({ errorIfNonfinite: true });
+    const last = ddps[0]!.model.trainableWeights.length - 1;
+    results.forEach((res, r) => {
+      expect(res.status).toBe('rejected');
+      const err = (res as PromiseRejectedResult).reason as NonFiniteGradientError;
+      expect(err).toBeInstanceOf(NonFiniteGradientError);
+      expect(err.rank).toBe(r);
+      expect(err.index).toBe(last);
+      expect(err.parameter).toMatch(/bias$/);
+      expect(err.message).toMatch(new RegExp(`^rank ${r}: the averaged gradient of parameter ${last} \\(.*bias\\) is not finite`));
+    });
+    // The gradients were dropped: a step has nothing to apply, and the weights did not move.
+    for (const d of ddps) expect(() => d.step(tf.train.sgd(0.1))).toThrow(/step\(\) before backward\(\)/);
+    expect(await Promise.all(ddps.map((d) => d.weightsHash()))).toEqual(before);
+    // Training goes on after the failed step, and the replicas still agree.
+    await Promise.all(ddps.map((d, r) => trainSteps(d, [range(64 + r * 8, 72 + r * 8)], tf.train.sgd(0.1))));
+    expect(await Promise.all(ddps.map((d) => verifyReplicas(d.pg, d.model)))).toHaveLength(2);
+    for (const d of ddps) d.pg.destroy();
+  });
+
+  it('without the option a NaN gradient is averaged and applied as before', async () => {
+    const { ddps, results } = await nanStep({});
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled']);
+    expect(Number.isNaN((results[1] as PromiseFulfilledResult<{ loss: number }>).value.loss)).toBe(true);
+    for (const d of ddps) d.step(tf.train.sgd(0.1));
+    const bias = (await ddps[0]!.flatWeights()).at(-1)!;
+    expect(Number.isNaN(bias)).toBe(true);
+    for (const d of ddps) d.pg.destroy();
+  });
+
+  it('keeps the live tensor count flat when it checks, and when a step fails', async () => {
+    const pgs = await groups(2);
+    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg, { errorIfNonfinite: true })));
+    const opts = ddps.map(() => tf.train.adam(0.01));
+    const batches = (r: number, from: number) => [range(from * 16 + r * 8, from * 16 + r * 8 + 8)];
+    await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, 0), opts[r]!)));
+    const before = tf.memory().numTensors;
+    for (let s = 1; s < 6; s++) await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, s), opts[r]!)));
+    // An infinite gradient for the first kernel only (the rest come from the ordinary loss).
+    const failed = await Promise.allSettled(
+      ddps.map(async (d, r) => {
+        const { x, y } = data.batch(range(r * 8, r * 8 + 8));
+        const [xs, ys] = [tf.tensor(x, [8, 16]), tf.tensor1d(y, 'int32')];
+        const kernel = d.model.trainableWeights[0]!.read();
+        const lossFn = () => tf.tidy(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4).add(kernel.sum().mul(Number.POSITIVE_INFINITY)) as tf.Scalar);
+        return d.backward(lossFn).finally(() => tf.dispose([xs, ys]));
+      }),
+    );
+    for (const f of failed) expect((f as PromiseRejectedResult).reason).toMatchObject({ name: 'NonFiniteGradientError', index: 0 });
+    expect(tf.memory().numTensors).toBe(before);
+    for (const p of pgs) p.destroy();
+  });
+});
+
+describe('verifyReplicas', () => {
+  /** Adds `delta` to one element of `d`'s first weight. */
+  function perturb(d: DistributedDataParallel, delta: number): void {
+    const v = d.model.trainableWeights[0]!.read() as tf.Variable;
+    const nudged = tf.tidy(() => v.add(tf.oneHot([0], v.size).reshape(v.shape).mul(delta)));
+    v.assign(nudged);
+    nudged.dispose();
+  }
+
+  it('passes while replicas agree and names the rank that diverged from the majority', async () => {
+    const pgs = await groups(3);
+    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)));
+    const agreed = await Promise.all(ddps.map((d) => d.verifyReplicas()));
+    expect(new Set(agreed).size).toBe(1);
+    expect(agreed[0]).toBe(await ddps[0]!.weightsHash());
+    perturb(ddps[2]!, 1e-3);
+    const results = await Promise.allSettled(ddps.map((d) => d.verifyReplicas()));
+    for (const res of results) {
+      const err = (res as PromiseRejectedResult).reason as ReplicaDivergenceError;
+      expect(err).toBeInstanceOf(ReplicaDivergenceError);
+      expect(err.ranks).toEqual([2]);
+      expect(err.byMajority).toBe(true);
+      expect(err.reference).toBe(agreed[0]);
+      expect(err.message).toMatch(new RegExp(`^replicas diverged: rank 2 has weights hash [0-9a-f]{8}, the majority has ${agreed[0]}$`));
+    }
+    for (const p of pgs) p.destroy();
+  });
+
+  it('with no majority (two ranks), names the ranks that differ from rank 0', async () => {
+    const pgs = await groups(2);
+    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)));
+    perturb(ddps[1]!, -1e-3);
+    const results = await Promise.allSettled(ddps.map((d) => verifyReplicas(d.pg, d.model)));
+    for (const res of results) expect((res as PromiseRejectedResult).reason).toMatchObject({ name: 'ReplicaDivergenceError', ranks: [1], byMajority: false });
+    for (const p of pgs) p.destroy();
   });
 });

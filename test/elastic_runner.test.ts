@@ -14,7 +14,7 @@ import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { CollectiveMismatchError } from '../src/errors.ts';
+import { CollectiveMismatchError, ReplicaDivergenceError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
@@ -41,7 +41,7 @@ function member(
   net: MemoryNetwork,
   id: number,
   session: string,
-  opts: { min: number; max: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> },
+  opts: { min: number; max: number; steps?: number; checkpointEvery?: number; checkReplicasEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> },
 ): Member {
   const events: ElasticEvent[] = [];
   const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
@@ -61,6 +61,7 @@ function member(
     steps: opts.steps,
     seed: 5,
     checkpointEvery: opts.checkpointEvery,
+    checkReplicasEvery: opts.checkReplicasEvery,
     resumeFrom: opts.resumeFrom,
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
@@ -90,7 +91,7 @@ const leaveAt = (step: number) => async (ctx: StepContext) => {
 const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
 
 describe('runElastic', () => {
-  it('a member lost mid-run: the rest recover from the furthest replica, re-shard, and train every sample once', async () => {
+  it('a member lost mid-run: the rest recover from a surviving replica, re-shard, and train every sample once', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('lost');
     const members = [0, 1, 2].map((id) => member(net, id, session, { min: 2, max: 3, extra: id === 1 ? leaveAt(4) : undefined }));
@@ -168,6 +169,30 @@ describe('runElastic', () => {
       expect((o as PromiseRejectedResult).reason).toBeInstanceOf(CollectiveMismatchError);
       const failure = members[i]!.events.find((e) => e.type === 'failure');
       expect(failure).toMatchObject({ recoverable: false, step: 1, inFlight: 2 });
+    }
+  });
+
+  it('checkReplicasEvery: a rank whose weights went astray ends the run on every rank, named, before the next step', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diverged');
+    // Rank 1 nudges one weight before step 3's update: from then on its replica differs.
+    const extra = async (ctx: StepContext) => {
+      if (ctx.step !== 3 || ctx.pg.rank !== 1) return;
+      const v = ctx.ddp.model.trainableWeights[0]!.read() as tf.Variable;
+      const nudged = tf.tidy(() => v.add(1e-3));
+      v.assign(nudged);
+      nudged.dispose();
+    };
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, checkReplicasEvery: 2, extra }));
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    for (const [i, o] of outcomes.entries()) {
+      const err = (o as PromiseRejectedResult).reason as ReplicaDivergenceError;
+      expect(err).toBeInstanceOf(ReplicaDivergenceError);
+      expect(err.ranks).toEqual([1]);
+      // Checked at steps 2 (agreeing) and 4 (not): step 5 never started.
+      const steps = members[i]!.events.filter((e) => e.type === 'step').map((e) => (e as { step: number }).step);
+      expect(steps).toEqual([1, 2, 3, 4]);
+      expect(members[i]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: false, step: 4 });
     }
   });
 });

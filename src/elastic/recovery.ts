@@ -1,11 +1,15 @@
 /**
- * How a new round gets one state on every rank (torchft's recovery from the peer with the
- * highest step): the replica that committed the most steps sends its state dict to the others;
- * with no live state anywhere, rank 0 loads the latest checkpoint, or everyone starts fresh.
- * Every rank, the source too, then loads the same bytes, so replicas are bit-identical.
+ * How a new round gets one state on every rank (torchft's recovery from a live peer): a replica
+ * that held the group's state in an earlier round sends its state dict to the others (the rule
+ * is at `chooseSource`); with no live state anywhere, rank 0 loads the latest checkpoint, or
+ * everyone starts fresh. Every rank, the source too, then loads the same bytes, so replicas are
+ * bit-identical. What a peer sends is checked against this rank's own model before anything is
+ * allocated or loaded.
  */
+import type * as tf from '@tensorflow/tfjs';
 import { CheckpointCorruptError, type WeightSpec } from '../checkpoint_format.ts';
 import { loadCheckpoint, saveCheckpoint } from '../checkpoint.ts';
+import { StateTransferError } from '../errors.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import type { Json, Progress, TrainState, TrainStateDict } from '../state_dict.ts';
 
@@ -40,21 +44,48 @@ export interface RecoveryOptions {
   resumeFromToken?: string;
 }
 
+/** A round of the group: which server instance formed it, and its number there. */
+export interface RoundRef {
+  instance: string;
+  round: number;
+}
+
+/** What a rank brings to a new round. */
+export interface StateClaim {
+  /** Whether this rank holds a state worth keeping (it trained, or received a state). */
+  live: boolean;
+  /** The step it had started but not committed when its last round failed, or -1. */
+  inFlight: number;
+  /** The latest round in which it got (or kept) the group's state and trained; null if none. */
+  heldIn: RoundRef | null;
+}
+
+/** One rank's claim as gathered: numbers only, each checked, since a peer may send anything. */
+interface Status {
+  rank: number;
+  live: boolean;
+  step: number;
+  inFlight: number;
+  /** Instance tag and round of `heldIn`, or -1. */
+  instance: number;
+  round: number;
+}
+
 /**
- * Gives every rank of `pg` the same state. `live` says whether this rank holds a state worth
- * keeping; `inFlight` is the step it had started but not committed when its last round failed.
+ * Gives every rank of `pg` the same state, from the source `chooseSource` picks among the ranks'
+ * claims (or a checkpoint, or the seed, when nobody has live state).
  */
-export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, live: boolean, inFlight: number, o: RecoveryOptions): Promise<Recovered> {
-  const status = await pg.allGather(Float32Array.of(live ? state.progress.step : -1, inFlight));
-  let best = -1;
-  let source = 0;
-  for (let r = 0; r < pg.worldSize; r++) {
-    if (status[2 * r]! > best) {
-      best = status[2 * r]!;
-      source = r;
-    }
-  }
-  if (best < 0) {
+export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, claim: StateClaim, o: RecoveryOptions): Promise<Recovered> {
+  const mine = Float32Array.of(
+    claim.live ? state.progress.step : -1,
+    claim.inFlight,
+    claim.heldIn ? instanceTag(claim.heldIn.instance) : -1,
+    claim.heldIn ? claim.heldIn.round : -1,
+  );
+  const gathered = await pg.allGather(mine);
+  const statuses = Array.from({ length: pg.worldSize }, (_, r) => readStatus(r, gathered.subarray(4 * r, 4 * r + 4)));
+  const source = chooseSource(statuses, { instance: instanceTag(pg.instance), round: pg.round });
+  if (source === undefined) {
     // Nobody has trained yet: a checkpoint, if there is one, else the seed.
     const restored = pg.rank === 0 ? await restoreFromCheckpoint(state, o) : null;
     const flag = await pg.broadcast(Float32Array.of(restored ? 1 : 0), 0);
@@ -63,9 +94,10 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
     const note = shared.note ?? 'resumed from a checkpoint';
     return { run: { ...shared.run, resumes: [...shared.run.resumes, note] }, source: 'checkpoint', from: 0, redone: false, note, skipped: restored?.skipped ?? [] };
   }
-  // A step some rank had started but nobody committed is trained again.
-  let redone = false;
-  for (let r = 0; r < pg.worldSize; r++) if (status[2 * r + 1] === best + 1) redone = true;
+  // A step past the source's that some rank had started (or, one step ahead of the others,
+  // committed alone before the round failed) is trained again.
+  const best = statuses[source]!.step;
+  const redone = statuses.some((s) => s.inFlight === best + 1 || (s.live && s.step === best + 1));
   const shared = await broadcastState(pg, source, state, pg.rank === source ? { run } : null);
   const note = `resumed at step ${state.progress.step} from the replica of rank ${source}${redone ? `; step ${best + 1} is trained again` : ''}`;
   return {
@@ -76,6 +108,54 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
     note,
     skipped: [],
   };
+}
+
+/**
+ * Which live rank's state the round takes; undefined when no rank has any.
+ *
+ * The rule: the source is never chosen by the step a rank claims (any member could claim a huge
+ * one), but by who it is. Among the live ranks that held the group's state in a round of this
+ * server instance, the lowest rank is the source. The server lists a round's members before the
+ * members that arrive, and every member takes part in every round formed while it is connected;
+ * so the lowest of them has been in the group longest and took part in every step committed
+ * since it joined: it holds the latest committed state (at most the one step in flight behind a
+ * rank that committed it alone, which is then trained again). Every survivor of the last round
+ * holds the same steps as it (they committed them together), so none needs to be believed over
+ * it; a joiner, whatever it claims, comes after the survivors and cannot win while one is here.
+ * (In a fixed-size group a round without every rank is paused, so all live ranks trained in the
+ * same last round; but a tab that asks for the rank of one that left takes its place in the
+ * order, so there the lowest rank is trusted as it is.) After a server restart no rank has a round of the new instance, and arrival order says
+ * nothing; then the ranks that claim the latest round of the lowest live rank's instance are
+ * eligible, and again the lowest of them is the source. Impossible claims (a round of this
+ * instance not before the current one, a malformed number) count as no state.
+ */
+function chooseSource(statuses: Status[], current: { instance: number; round: number }): number | undefined {
+  const live = statuses.filter((s) => s.live && !(s.instance === current.instance && s.round >= current.round));
+  const here = live.find((s) => s.instance === current.instance);
+  if (here) return here.rank;
+  const first = live[0];
+  if (!first) return undefined;
+  const sameInstance = live.filter((s) => s.instance === first.instance);
+  const latest = Math.max(...sameInstance.map((s) => s.round));
+  return sameInstance.find((s) => s.round === latest)!.rank;
+}
+
+function readStatus(rank: number, v: Float32Array): Status {
+  const int = (x: number, min: number) => (Number.isSafeInteger(x) && x >= min ? x : undefined);
+  const step = int(v[0]!, 0);
+  const inFlight = int(v[1]!, -1) ?? -1;
+  const instance = int(v[2]!, 0);
+  const round = int(v[3]!, 0);
+  // A live state always comes with the round it was held in.
+  const live = step !== undefined && instance !== undefined && round !== undefined;
+  return { rank, live, step: step ?? -1, inFlight, instance: live ? instance : -1, round: live ? round : -1 };
+}
+
+/** 24 bits of the instance id: a float32 holds them exactly. */
+function instanceTag(instance: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < instance.length; i++) h = Math.imul(h ^ instance.charCodeAt(i), 0x01000193);
+  return (h >>> 0) & 0xffffff;
 }
 
 interface Header {
@@ -89,9 +169,13 @@ interface Header {
   optimizerBytes: number;
 }
 
+/** The largest header (progress, run record, weight specs, the user's extras, as JSON) a rank accepts. */
+export const MAX_STATE_HEADER_BYTES = 16 << 20;
+
 /**
  * Sends `source`'s state (and run record) to every rank of `pg`: a small JSON header, then the
- * model's and the optimizer's bytes. Every rank, the source too, loads what was sent.
+ * model's and the optimizer's bytes. Every rank, the source too, checks the header against its
+ * own model before allocating what it announces, then loads what was sent.
  */
 async function broadcastState(pg: ProcessGroup, source: number, state: TrainState, mine: { run: RunRecord; note?: string } | null): Promise<{ run: RunRecord; note?: string }> {
   let sd: TrainStateDict | undefined;
@@ -113,26 +197,116 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
     new Uint8Array(words.buffer).set(json);
   }
   const length = await pg.broadcast(Float32Array.of(words.length), source);
-  if (pg.rank !== source) words = new Float32Array(length[0]!);
+  // The source checks its own too, so that a header too big fails every rank alike.
+  const declared = length[0]!;
+  if (!Number.isSafeInteger(declared) || declared < 0 || declared * 4 > MAX_STATE_HEADER_BYTES) {
+    throw new StateTransferError(source, 'header', `a header of ${declared} 4-byte words is not a length up to ${MAX_STATE_HEADER_BYTES} bytes`);
+  }
+  if (pg.rank !== source) words = new Float32Array(declared);
   await pg.broadcast(words, source);
-  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(words.buffer)).replace(/\0+$/, '')) as Header;
+  const header = parseHeader(source, words);
+  const layout = checkLayout(source, header, state.model);
   // Weights and optimizer state travel as raw 4-byte words: bytes are copied, never computed on.
-  const model = pg.rank === source ? new Float32Array(sd!.model.weightData) : new Float32Array(wordsOf(header.modelBytes));
+  const model = pg.rank === source ? new Float32Array(sd!.model.weightData) : new Float32Array(layout.modelBytes / 4);
   await pg.broadcast(model, source);
-  const optimizer = pg.rank === source ? new Float32Array(sd!.optimizer.weightData) : new Float32Array(wordsOf(header.optimizerBytes));
+  const optimizer = pg.rank === source ? new Float32Array(sd!.optimizer.weightData) : new Float32Array(layout.optimizerBytes / 4);
   await pg.broadcast(optimizer, source);
   await state.loadStateDict({
     progress: header.progress,
     extras: header.extras,
-    model: { modelTopology: null, weightSpecs: header.modelSpecs, weightData: model.buffer as ArrayBuffer },
-    optimizer: { weightSpecs: header.optimizerSpecs, weightData: optimizer.buffer as ArrayBuffer },
+    model: { modelTopology: null, weightSpecs: layout.modelSpecs, weightData: model.buffer as ArrayBuffer },
+    optimizer: { weightSpecs: layout.optimizerSpecs, weightData: optimizer.buffer as ArrayBuffer },
   });
   return { run: header.run, note: header.note };
 }
 
-function wordsOf(bytes: number): number {
-  if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes % 4 !== 0) throw new RangeError(`a state of ${bytes} bytes is not made of 4-byte values`);
-  return bytes / 4;
+/** The header's JSON, its fields checked; the weight specs are checked by `checkLayout`. */
+function parseHeader(source: number, words: Float32Array): Header {
+  const bad = (why: string) => new StateTransferError(source, 'header', why);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder().decode(new Uint8Array(words.buffer, words.byteOffset, words.byteLength)).replace(/\0+$/, ''));
+  } catch {
+    throw bad('it is not JSON');
+  }
+  if (typeof raw !== 'object' || raw === null) throw bad('it is not a JSON object');
+  const h = raw as Partial<Header>;
+  if (!isProgress(h.progress)) throw bad('its progress is not {step, epoch, position} of non-negative integers');
+  if (!isRunRecord(h.run)) throw bad('its run record is not {generations, stepsRedone, resumes}');
+  if (h.note !== undefined && typeof h.note !== 'string') throw bad('its note is not a string');
+  if (!Array.isArray(h.modelSpecs) || !Array.isArray(h.optimizerSpecs)) throw bad('its weight specs are not lists');
+  if (typeof h.modelBytes !== 'number' || typeof h.optimizerBytes !== 'number') throw bad('its byte counts are not numbers');
+  return { ...h, extras: h.extras ?? null } as Header;
+}
+
+/**
+ * Checks the announced weights against this rank's own model, before anything is allocated:
+ * the model's specs must be its weights' shapes and types, in order; each optimizer slot a scalar
+ * (the step count) or the shape of a trainable weight (moments), at most three per weight; and
+ * both byte counts what those specs make. Returns clean specs (names unique) to load.
+ */
+function checkLayout(source: number, h: Header, model: tf.LayersModel): { modelSpecs: WeightSpec[]; modelBytes: number; optimizerSpecs: WeightSpec[]; optimizerBytes: number } {
+  const weights = model.weights;
+  if (h.modelSpecs.length !== weights.length) {
+    throw new StateTransferError(source, 'model', `it sends ${h.modelSpecs.length} weight tensors, this model has ${weights.length}`);
+  }
+  const names = new Set<string>();
+  const cleanName = (spec: unknown, where: string): string => {
+    const name = (spec as Partial<WeightSpec> | null)?.name;
+    if (typeof name !== 'string' || name.length > 1_000 || names.has(name)) throw new StateTransferError(source, where, 'its name is missing, too long or repeated');
+    names.add(name);
+    return name;
+  };
+  let modelBytes = 0;
+  const modelSpecs = h.modelSpecs.map((spec: unknown, i): WeightSpec => {
+    const w = weights[i]!;
+    const where = `parameter ${i} (${w.originalName})`;
+    const s = spec as Partial<WeightSpec> | null;
+    if (!sameShape(s?.shape, w.shape) || s?.dtype !== w.dtype || !fourByte(w.dtype)) {
+      throw new StateTransferError(source, where, `it sends shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)}, this model has [${w.shape.join(', ')}] ${w.dtype}`);
+    }
+    modelBytes += numel(w.shape as number[]) * 4;
+    return { name: cleanName(spec, where), shape: [...(w.shape as number[])], dtype: w.dtype };
+  });
+  if (h.modelBytes !== modelBytes) throw new StateTransferError(source, 'model', `it announces ${h.modelBytes} bytes of weights, this model's weights take ${modelBytes}`);
+
+  const slotShapes = [[], ...model.trainableWeights.map((w) => w.shape as number[])];
+  const maxSlots = 1 + 3 * model.trainableWeights.length;
+  if (h.optimizerSpecs.length > maxSlots) {
+    throw new StateTransferError(source, 'optimizer', `it sends ${h.optimizerSpecs.length} optimizer tensors, more than the ${maxSlots} an optimizer of this model's ${model.trainableWeights.length} trainable weights has`);
+  }
+  let optimizerBytes = 0;
+  const optimizerSpecs = h.optimizerSpecs.map((spec: unknown, i): WeightSpec => {
+    const s = spec as Partial<WeightSpec> | null;
+    const where = `optimizer tensor ${i}`;
+    const shape = slotShapes.find((sh) => sameShape(s?.shape, sh));
+    if (!shape || typeof s?.dtype !== 'string' || !fourByte(s.dtype)) {
+      throw new StateTransferError(source, where, `shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)} is neither a scalar nor the shape of one of this model's trainable weights`);
+    }
+    optimizerBytes += numel(shape) * 4;
+    return { name: cleanName(spec, where), shape: [...shape], dtype: s.dtype };
+  });
+  if (h.optimizerBytes !== optimizerBytes) {
+    throw new StateTransferError(source, 'optimizer', `it announces ${h.optimizerBytes} bytes of optimizer state, its tensors take ${optimizerBytes}`);
+  }
+  return { modelSpecs, modelBytes, optimizerSpecs, optimizerBytes };
+}
+
+function sameShape(a: unknown, b: readonly (number | null)[]): boolean {
+  return Array.isArray(a) && a.length === b.length && a.every((d, k) => d === b[k]);
+}
+
+function describeShape(shape: unknown): string {
+  return Array.isArray(shape) ? `[${shape.slice(0, 8).map((d) => String(d).slice(0, 12)).join(', ')}${shape.length > 8 ? ', ...' : ''}]` : 'none';
+}
+
+function numel(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+/** Weights travel as 4-byte words. */
+function fourByte(dtype: string): boolean {
+  return dtype === 'float32' || dtype === 'int32';
 }
 
 /** Rank 0: loads the latest valid checkpoint of the session (or of `resumeFrom`) into `state`. */
@@ -170,5 +344,12 @@ function isProgress(p: unknown): p is Progress {
 
 function isRunRecord(r: unknown): r is RunRecord {
   const x = r as RunRecord;
-  return typeof r === 'object' && r !== null && typeof x.generations === 'number' && typeof x.stepsRedone === 'number' && Array.isArray(x.resumes);
+  return (
+    typeof r === 'object' &&
+    r !== null &&
+    typeof x.generations === 'number' &&
+    typeof x.stepsRedone === 'number' &&
+    Array.isArray(x.resumes) &&
+    x.resumes.every((n) => typeof n === 'string')
+  );
 }

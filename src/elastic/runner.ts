@@ -1,13 +1,13 @@
 /**
  * Elastic training for any training step (what torchrun plus torchft's Manager give a torch
  * script): `runElastic` joins the session's group of min..max ranks and trains through its
- * rounds. At the start of each round every rank gets the state of the replica that committed
- * the most steps (or the latest checkpoint, when nobody has one), the rest of the epoch is
- * re-sharded among the round's ranks from the sampler's position, and training goes on. At each
- * step boundary the ranks vote, in one small all-gather that also carries each rank's metrics:
- * stop (any rank asked), or regroup (members wait to join; after a barrier the round ends and
- * the next one admits them). A lost rank, a lost server or a replaced group ends the round and
- * the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
+ * rounds. At the start of each round every rank gets the state of a replica that held the
+ * group's state before (chosen by a rule a joiner's claims cannot sway, see recovery.ts), or the
+ * latest checkpoint when nobody has one; the rest of the epoch is re-sharded among the round's
+ * ranks from the sampler's position, and training goes on. At each step boundary the ranks
+ * vote, in one small all-gather that also carries each rank's metrics: stop (any rank asked), or
+ * regroup (members wait to join; after a barrier the round ends and the next one admits them).
+ * A lost rank, a lost server or a replaced group ends the round and the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
  * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
  * pauses the group until a tab takes its place.
  *
@@ -18,11 +18,12 @@ import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
 import { isRecoverable } from '../errors.ts';
 import type { ProcessGroup } from '../process_group.ts';
+import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
 import { DistributedSampler } from '../sampler.ts';
 import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
-import { recover, saveState, type RunRecord } from './recovery.ts';
+import { recover, saveState, type RoundRef, type RunRecord } from './recovery.ts';
 
 /** A rank's figures for one step, by name; every rank must return the same names. */
 export type StepMetrics = Record<string, number>;
@@ -77,6 +78,12 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   /** Every event of the run, also sent to the handler of `setEventHandler`. */
   onEvent?(e: ElasticEvent): void;
 
+  /**
+   * Every this many committed steps, the ranks compare hashes of their weights (verifyReplicas)
+   * and the run ends with ReplicaDivergenceError, naming the ranks that differ, if they are not
+   * identical. Costs one weights readback and a tiny all-gather each time. Default 0: never.
+   */
+  checkReplicasEvery?: number;
   /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
   checkpointEvery?: number;
   /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */
@@ -129,6 +136,8 @@ class ElasticRun<M extends StepMetrics> {
   private record: RunRecord = { generations: 0, stepsRedone: 0, resumes: [] };
   /** Whether this rank's state is worth keeping (it trained, or received a state). */
   private live = false;
+  /** The latest round whose state this rank took (or kept) and trained in: what it tells the next recovery. */
+  private heldIn: RoundRef | null = null;
   /** The step started here but not committed, or -1. */
   private inFlight = -1;
   private paused = 0;
@@ -226,13 +235,15 @@ class ElasticRun<M extends StepMetrics> {
     }
   }
 
-  /** One state for everyone, from the replica that got furthest (or a checkpoint). */
+  /** One state for everyone, from a surviving replica (or a checkpoint): see `recover`. */
   private async startRound(round: Round): Promise<void> {
     const { pg } = round;
     const o = this.o;
-    const r = await recover(pg, o.state, this.record, this.live, this.inFlight, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
+    const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
+    const r = await recover(pg, o.state, this.record, claim, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
+    this.heldIn = { instance: pg.instance, round: pg.round };
     this.inFlight = -1;
     this.record = { ...r.run, generations: r.run.generations + 1 };
     const p = o.state.progress;
@@ -287,6 +298,8 @@ class ElasticRun<M extends StepMetrics> {
         const vote = await this.vote(pg, metrics);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics });
+        // Before a checkpoint: a diverged state is never saved.
+        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) await verifyReplicas(pg, o.state.model);
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
         if (vote.stoppedBy !== null) return { kind: 'stopped', by: vote.stoppedBy };
         if (vote.regroup) return { kind: 'regroup' };
@@ -347,7 +360,8 @@ function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
   if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
   if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
-  if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0)) {
-    throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
+  for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
+    const v = o[name];
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
   }
 }

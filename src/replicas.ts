@@ -1,0 +1,52 @@
+/**
+ * Checking that data-parallel replicas still hold the same weights. DDP keeps them bit-identical
+ * (same averaged gradients, same update), so a difference means a rank went wrong: a bug, a bad
+ * device, or a member that trains on something else. Each rank hashes its weights; one small
+ * all-gather compares them.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { ReplicaDivergenceError } from './errors.ts';
+import { hashFloat32 } from './hash.ts';
+import type { ProcessGroup } from './process_group.ts';
+
+/** All trainable weights of `model`, flattened in `model.trainableWeights` order (one readback). */
+export async function flatTrainableWeights(model: tf.LayersModel): Promise<Float32Array> {
+  const flat = tf.tidy(() => tf.concat(model.trainableWeights.map((w) => w.read().reshape([-1]))));
+  // data(), not dataSync(): dataSync can return stale data on TF.js's WebGPU backend.
+  const data = (await flat.data()) as Float32Array;
+  flat.dispose();
+  return data;
+}
+
+/** A fingerprint of `model`'s trainable weights: equal on every rank while replicas are identical. */
+export async function weightsHash(model: tf.LayersModel): Promise<string> {
+  return hashFloat32(await flatTrainableWeights(model));
+}
+
+/**
+ * Collective: every rank of `pg` calls it at the same point. Compares the ranks' weights hashes
+ * and throws ReplicaDivergenceError on every rank, naming the ranks whose hash differs from the
+ * majority's (from rank 0's when no hash is held by more than half). Resolves with the common
+ * hash when all agree.
+ */
+export async function verifyReplicas(pg: ProcessGroup, model: tf.LayersModel): Promise<string> {
+  const mine = await weightsHash(model);
+  // 32 bits as two 16-bit halves: float32 holds each exactly.
+  const word = parseInt(mine, 16);
+  const all = await pg.allGather(Float32Array.of(Math.floor(word / 0x10000), word % 0x10000));
+  const hashes = Array.from({ length: pg.worldSize }, (_, r) => {
+    const hi = all[2 * r]!;
+    const lo = all[2 * r + 1]!;
+    // Whatever a peer sent, it becomes some 8-digit hash (a garbled one simply differs).
+    const ok = (v: number) => Number.isInteger(v) && v >= 0 && v < 0x10000;
+    return ok(hi) && ok(lo) ? (hi * 0x10000 + lo).toString(16).padStart(8, '0') : 'invalid';
+  });
+  const counts = new Map<string, number>();
+  for (const h of hashes) counts.set(h, (counts.get(h) ?? 0) + 1);
+  const [top, topCount] = [...counts].reduce((a, b) => (b[1] > a[1] ? b : a));
+  const byMajority = topCount * 2 > pg.worldSize;
+  const reference = byMajority ? top : hashes[0]!;
+  const diverged = hashes.flatMap((h, r) => (h === reference ? [] : [r]));
+  if (diverged.length > 0) throw new ReplicaDivergenceError(diverged, hashes, reference, byMajority);
+  return reference;
+}

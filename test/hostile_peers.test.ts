@@ -1,0 +1,272 @@
+/**
+ * A member that sends what an honest one never would: misaligned chunks, frames for collectives
+ * far ahead, more bytes than a receive will ever take, a state that does not fit the model, a
+ * claim of a huge step at recovery. Each is refused with a typed error naming the rank (in-memory
+ * links, real server; TF.js cpu backend).
+ */
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { recover, type StateClaim } from '../src/elastic/recovery.ts';
+import { FramingError, StateTransferError } from '../src/errors.ts';
+import { Collective, FrameKind, HEADER_BYTES, checkFloat32Chunk, frames, readHeader, writeHeader } from '../src/framing.ts';
+import { Mailbox } from '../src/mailbox.ts';
+import { buildModel } from '../src/models.ts';
+import type { ProcessGroup } from '../src/process_group.ts';
+import { initProcessGroup } from '../src/rendezvous.ts';
+import { weightsHash } from '../src/replicas.ts';
+import { TrainState } from '../src/state_dict.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { MemoryNetwork } from './memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  server = await withServer();
+});
+afterAll(async () => {
+  await server.close();
+});
+
+async function groups(n: number, extra: { maxFrameBytes?: number; peerTimeoutMs?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+  const session = uniqueSession('hostile');
+  const net = new MemoryNetwork();
+  const pgs = await Promise.all(
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+    ),
+  );
+  return { pgs, net };
+}
+
+const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
+
+/** A copy of `frame` with header fields changed and its payload cut to the new length. */
+function tamper(frame: Uint8Array, change: { offset?: number; length?: number; seq?: number }): Uint8Array {
+  const h = { ...readHeader(frame), ...change };
+  const out = new Uint8Array(HEADER_BYTES + h.length);
+  writeHeader(out, h);
+  out.set(frame.subarray(HEADER_BYTES, HEADER_BYTES + h.length), HEADER_BYTES);
+  return out;
+}
+
+/** Runs one all-reduce on every rank while rank 0's first frame to rank 1 is replaced by `bad(frame)`. */
+async function allReduceWithBadFrame(bad: (frame: Uint8Array) => Uint8Array): Promise<PromiseSettledResult<Float32Array>[]> {
+  const { pgs, net } = await groups(2, { peerTimeoutMs: 5_000 });
+  await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
+  let first = true;
+  net.end(0, 1)!.intercept = (f) => {
+    if (!first) return [f];
+    first = false;
+    return [bad(f)];
+  };
+  const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(new Float32Array(8))));
+  destroy(pgs);
+  return results;
+}
+
+function rejection(r: PromiseSettledResult<unknown>): Error {
+  expect(r.status).toBe('rejected');
+  return (r as PromiseRejectedResult).reason as Error;
+}
+
+describe('peer frames', () => {
+  it('a chunk whose offset or length is not a multiple of 4 bytes is refused, naming the field', () => {
+    const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
+    expect(() => checkFloat32Chunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(/chunk offset 2 is not a multiple of 4 bytes/);
+    expect(() => checkFloat32Chunk(readHeader(tamper(f!, { length: 6 })))).toThrow(/chunk length 6 is not a multiple of 4 bytes/);
+    expect(() => checkFloat32Chunk(readHeader(f!))).not.toThrow();
+  });
+
+  for (const [field, change] of [
+    ['offset', { offset: 2, length: 4 }],
+    ['length', { length: 6 }],
+  ] as const) {
+    it(`a misaligned ${field} from a peer fails the collective on every rank, naming the peer and the field`, async () => {
+      const results = await allReduceWithBadFrame((f) => tamper(f, change));
+      const atReceiver = rejection(results[1]!) as FramingError;
+      expect(atReceiver).toBeInstanceOf(FramingError);
+      expect(atReceiver.rank).toBe(0);
+      expect(atReceiver.field).toBe(field);
+      expect(atReceiver.message).toMatch(new RegExp(`bad frame from rank 0: chunk ${field} \\d+ is not a multiple of 4 bytes`));
+      expect(rejection(results[0]!)).toBeInstanceOf(FramingError); // told by rank 1's abort notice
+    });
+  }
+
+  it('a frame for a collective far ahead is refused at once, not buffered', async () => {
+    const t0 = Date.now();
+    const results = await allReduceWithBadFrame((f) => tamper(f, { seq: readHeader(f).seq + 1_000 }));
+    const err = rejection(results[1]!) as FramingError;
+    expect(err).toBeInstanceOf(FramingError);
+    expect(err).toMatchObject({ rank: 0, field: 'seq' });
+    expect(err.message).toMatch(/collective #1002 is outside the window of 64 past #2, the last this rank issued; refused, not buffered/);
+    expect(rejection(results[0]!)).toBeInstanceOf(FramingError);
+    expect(Date.now() - t0).toBeLessThan(3_000); // no wait for a peer timeout
+  });
+
+  it('collectives a peer legitimately runs ahead with (as DDP pipelines its buckets) are still buffered', async () => {
+    const { pgs } = await groups(2);
+    const ahead = Array.from({ length: 20 }, () => pgs[0]!.allReduce(new Float32Array(1000).fill(1)));
+    await new Promise((r) => setTimeout(r, 50));
+    const behind = Array.from({ length: 20 }, () => pgs[1]!.allReduce(new Float32Array(1000).fill(2)));
+    for (const out of await Promise.all([...ahead, ...behind])) expect(out[999]).toBe(3);
+    destroy(pgs);
+  });
+});
+
+describe('mailbox bounds', () => {
+  const frameFor = (seq: number, step = 0, bytes = 16) =>
+    [...frames(new Uint8Array(bytes), { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq, step, numel: bytes / 4, root: 0 })][0]!;
+  const mailbox = () => new Mailbox(1, 60_000, () => {}, { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 }, () => 10);
+  const put = (mb: Mailbox, f: Uint8Array) => mb.put(0, f, readHeader(f));
+
+  it('buffers frames up to maxSeqAhead past the last issued collective, and refuses the next', () => {
+    const mb = mailbox();
+    expect(() => put(mb, frameFor(14))).not.toThrow();
+    expect(() => put(mb, frameFor(15))).toThrow(FramingError);
+    expect(() => put(mb, frameFor(0))).toThrow(/collective #0 is outside the window/);
+  });
+
+  it('refuses message numbers no collective of the group has', () => {
+    expect(() => put(mailbox(), frameFor(11, 2))).toThrow(/message step 2 of collective #11 is past the last a collective has \(1\)/);
+  });
+
+  it('bounds the bytes one peer can make it hold, and frees them when a receive takes them', async () => {
+    const mb = mailbox();
+    put(mb, frameFor(11, 0, 64)); // 96 bytes with the header
+    put(mb, frameFor(12, 0, 64)); // 192
+    let err: unknown;
+    try {
+      put(mb, frameFor(13, 0, 64)); // 288 > 200
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(FramingError);
+    expect(err).toMatchObject({ rank: 0, field: 'buffered' });
+    const got = new Uint8Array(64);
+    const d = { collective: Collective.allReduce, reduceOp: 0, numel: 16, root: 0 } as const;
+    await mb.receive(0, FrameKind.collective, 11, 0, d, 64, (p, o) => got.set(p, o), Promise.resolve());
+    expect(() => put(mb, frameFor(13, 0, 64))).not.toThrow(); // 96 freed
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Recovery: who becomes the source, and what a receiver accepts.
+
+const mlp = (seed: number, hidden = 32) => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed, hidden });
+const trainState = (seed: number, step: number, hidden = 32) => {
+  const s = new TrainState({ model: mlp(seed, hidden), optimizer: () => tf.train.sgd(0.1) });
+  s.progress = { step, epoch: 0, position: step * 8 };
+  return s;
+};
+/** Used only when nobody has live state (a checkpoint is then looked for): not in these tests. */
+const options = () => ({ url: server.url, session: 'unused', token: tokenFor('unused') });
+const run = () => ({ generations: 1, stepsRedone: 0, resumes: [] });
+/** A survivor's claim: it held the state in an earlier round of this server instance. */
+const survivor = (pg: ProcessGroup): StateClaim => ({ live: true, inFlight: -1, heldIn: { instance: pg.instance, round: pg.round - 1 } });
+
+describe('recovery source', () => {
+  it('a joiner claiming a huge step does not become the source, before or after the survivor', async () => {
+    for (const joinerRank of [0, 1]) {
+      const { pgs } = await groups(2);
+      const survivorRank = 1 - joinerRank;
+      const states = pgs.map((pg) => (pg.rank === joinerRank ? trainState(7, 1_000_000) : trainState(3, 5)));
+      const survivorHash = await weightsHash(states[survivorRank]!.model);
+      // The joiner holds state from somewhere else (another server, say) and claims a huge step.
+      // As rank 0 it comes before the survivor, as a fixed group's asked-for rank could.
+      const joinerClaim: StateClaim = { live: true, inFlight: -1, heldIn: { instance: 'elsewhere', round: 99 } };
+      const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === joinerRank ? joinerClaim : survivor(pg), options())));
+      for (const [r, result] of results.entries()) {
+        expect(result).toMatchObject({ source: 'replica', from: survivorRank, redone: false });
+        expect(states[r]!.progress.step).toBe(5);
+        expect(await weightsHash(states[r]!.model)).toBe(survivorHash);
+      }
+      destroy(pgs);
+    }
+  });
+
+  it('a joiner that also claims a round of this server loses to the survivor listed before it', async () => {
+    const { pgs } = await groups(3);
+    const states = pgs.map((pg) => (pg.rank === 2 ? trainState(7, 1_000_000) : trainState(3, 5)));
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), options())));
+    expect(results.map((r) => r.from)).toEqual([0, 0, 0]);
+    expect(states.map((s) => s.progress.step)).toEqual([5, 5, 5]);
+    destroy(pgs);
+  });
+
+  it('survivors one step apart: the lowest rank is the source and the step it lacks is trained again', async () => {
+    const { pgs } = await groups(2);
+    const states = pgs.map((pg) => trainState(3, pg.rank === 0 ? 5 : 6));
+    const claims = pgs.map((pg): StateClaim => ({ ...survivor(pg), inFlight: pg.rank === 0 ? 6 : -1 }));
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), claims[pg.rank]!, options())));
+    for (const r of results) expect(r).toMatchObject({ from: 0, redone: true, note: 'resumed at step 5 from the replica of rank 0; step 6 is trained again' });
+    destroy(pgs);
+  });
+});
+
+describe('state transfer', () => {
+  it('a state whose weights do not fit the receiving model is refused, naming the sender and the parameter', async () => {
+    const { pgs } = await groups(2);
+    const states = [trainState(3, 5, 32), trainState(3, 0, 24)];
+    const joiner: StateClaim = { live: false, inFlight: -1, heldIn: null };
+    const results = await Promise.allSettled(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === 0 ? survivor(pg) : joiner, options())));
+    const err = rejection(results[1]!) as StateTransferError;
+    expect(err).toBeInstanceOf(StateTransferError);
+    expect(err.rank).toBe(0);
+    expect(err.parameter).toMatch(/^parameter 0 \(.*kernel\)$/);
+    expect(err.message).toMatch(/state from rank 0 refused: parameter 0 .*: it sends shape \[16, 32\] float32, this model has \[16, 24\] float32/);
+    destroy(pgs);
+  });
+
+  /**
+   * Rank 0 plays a hostile source by hand: it claims live state (of another server instance, so
+   * that it is the source as the lowest live rank) and then `send`s a state transfer of its own.
+   */
+  async function hostileSource(send: (pg: ProcessGroup) => Promise<void>): Promise<unknown> {
+    const { pgs } = await groups(2, { peerTimeoutMs: 2_000 });
+    const [evil, victim] = pgs as [ProcessGroup, ProcessGroup];
+    const state = trainState(3, 0);
+    const received = recover(victim, state, run(), { live: false, inFlight: -1, heldIn: null }, options()).then(
+      () => new Error('the victim accepted the state'),
+      (e: unknown) => e,
+    );
+    await evil.allGather(Float32Array.of(5, -1, 12345, 3));
+    await send(evil).catch(() => {});
+    const err = await received;
+    destroy(pgs);
+    return err;
+  }
+
+  it('a declared header length over the limit is refused before anything is allocated', async () => {
+    const err = await hostileSource(async (pg) => {
+      await pg.broadcast(Float32Array.of(2 ** 30), 0);
+    });
+    expect(err).toBeInstanceOf(StateTransferError);
+    expect((err as Error).message).toMatch(/state from rank 0 refused: header: a header of 1073741824 4-byte words is not a length up to 16777216 bytes/);
+  });
+
+  it('optimizer tensors the model cannot have, or byte counts their specs do not make, are refused before allocation', async () => {
+    const honest = await trainState(3, 0).stateDict();
+    const header = (optimizerSpecs: unknown[], optimizerBytes: number, modelBytes = honest.model.weightData.byteLength) => ({
+      progress: { step: 5, epoch: 0, position: 40 },
+      extras: null,
+      run: run(),
+      modelSpecs: honest.model.weightSpecs,
+      modelBytes,
+      optimizerSpecs,
+      optimizerBytes,
+    });
+    const sendHeader = (h: unknown) => async (pg: ProcessGroup) => {
+      const json = new TextEncoder().encode(JSON.stringify(h));
+      const words = new Float32Array(Math.ceil(json.length / 4));
+      new Uint8Array(words.buffer).set(json);
+      await pg.broadcast(Float32Array.of(words.length), 0);
+      await pg.broadcast(words, 0);
+    };
+    const huge = await hostileSource(sendHeader(header([{ name: 'm', shape: [100_000, 100_000], dtype: 'float32' }], 4e10)));
+    expect(huge).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'optimizer tensor 0' });
+    const lying = await hostileSource(sendHeader(header([], 0, 2 ** 31)));
+    expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
+    expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
+  });
+});
