@@ -3,7 +3,7 @@
  * the launcher's headless ranks use the same page; the launcher also gets reports.
  */
 import * as tf from '@tensorflow/tfjs';
-import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreClient, PeerLostError, UnauthorizedError } from '../../src/index.ts';
+import { ConnectionClosedError, DistTimeoutError, NonFiniteGradientError, RendezvousError, ReplicaDivergenceError, StoreClient, PeerLostError, UnauthorizedError } from '../../src/index.ts';
 import { MissingTokenError, pageToken } from '../page_token.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
@@ -140,6 +140,8 @@ function explain(e: Error): [string, string | undefined] {
   if (e instanceof UnauthorizedError) {
     return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.'];
   }
+  if (e instanceof NonFiniteGradientError) return ['Training diverged', 'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.'];
+  if (e instanceof ReplicaDivergenceError) return ['Replicas differ', 'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.'];
   if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.'];
   if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];

@@ -134,6 +134,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     checkpointMeta: { config } as unknown as Json,
     resumeFrom: config.resumeFrom,
     shouldStop: opts.stopRequested,
+    // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
+    // the run with a name instead of spoiling every replica in silence.
+    ddp: { errorIfNonfinite: true },
+    checkReplicasEvery: 100,
 
     async step({ indices, ddp, optimizer }) {
       const t0 = performance.now();
