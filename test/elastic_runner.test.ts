@@ -41,7 +41,17 @@ function member(
   net: MemoryNetwork,
   id: number,
   session: string,
-  opts: { min: number; max: number; steps?: number; checkpointEvery?: number; checkReplicasEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> },
+  opts: {
+    min: number;
+    max: number;
+    steps?: number;
+    checkpointEvery?: number;
+    checkReplicasEvery?: number;
+    resumeFrom?: string;
+    stopVote?: 'any' | 'all';
+    shouldStop?: () => boolean;
+    extra?: (ctx: StepContext) => Promise<void>;
+  },
 ): Member {
   const events: ElasticEvent[] = [];
   const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
@@ -63,6 +73,8 @@ function member(
     checkpointEvery: opts.checkpointEvery,
     checkReplicasEvery: opts.checkReplicasEvery,
     resumeFrom: opts.resumeFrom,
+    stopVote: opts.stopVote,
+    shouldStop: opts.shouldStop,
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
@@ -91,6 +103,21 @@ const leaveAt = (step: number) => async (ctx: StepContext) => {
 const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
 
 describe('runElastic', () => {
+  it("stopVote 'all': one rank voting alone does not stop the run; the step every rank votes at does", async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('vote');
+    // Rank-to-be 1 wants to stop from the start (a member acting alone); the other learns of the stop at step 6.
+    let seen = 0;
+    const members = [
+      member(net, 0, session, { min: 2, max: 2, steps: 30, stopVote: 'all', shouldStop: () => ++seen >= 6 }),
+      member(net, 1, session, { min: 2, max: 2, steps: 30, stopVote: 'all', shouldStop: () => true }),
+    ];
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(runs.map((r) => r.steps)).toEqual([6, 6]);
+    expect(runs[0]!.stoppedBy).not.toBeNull();
+    await closeAll(runs);
+  });
+
   it('a member lost mid-run: the rest recover from a surviving replica, re-shard, and train every sample once', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('lost');

@@ -69,6 +69,12 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   step(ctx: StepContext): Promise<M | void>;
   /** Asked once a step: true once this rank wants everyone to stop. */
   shouldStop?(): boolean;
+  /**
+   * Whose `shouldStop` stops the run: 'any' rank's (default), or 'all' ranks' at the same step.
+   * 'all' suits a stop every rank learns of from a trusted source (the session's host, through
+   * the server): no single member can stop the run by voting alone.
+   */
+  stopVote?: 'any' | 'all';
   /** A round starts training (after the state is shared and DDP wraps the model). */
   onRound?(ctx: RoundContext): void | Promise<void>;
   /** After each committed step and its vote. May run collectives: every rank calls it at the same step. */
@@ -323,14 +329,19 @@ class ElasticRun<M extends StepMetrics> {
     names.forEach((name, i) => (buf[2 + i] = mine[name]!));
     const all = await pg.allGather(buf);
     let stoppedBy: number | null = null;
+    let stopVotes = 0;
     let regroup = false;
     const metrics: M[] = [];
     for (let r = 0; r < pg.worldSize; r++) {
       const row = all.subarray(r * buf.length, (r + 1) * buf.length);
-      if (row[0] === 1 && stoppedBy === null) stoppedBy = r;
+      if (row[0] === 1) {
+        stopVotes++;
+        stoppedBy ??= r;
+      }
       if (row[1] === 1) regroup = true;
       metrics.push(Object.fromEntries(names.map((name, i) => [name, row[2 + i]!])) as M);
     }
+    if (this.o.stopVote === 'all' && stopVotes < pg.worldSize) stoppedBy = null;
     return { stoppedBy, regroup, metrics };
   }
 
@@ -360,6 +371,7 @@ function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
   if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
   if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
