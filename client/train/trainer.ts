@@ -43,6 +43,10 @@ export interface TrainerOptions {
   emit(event: TrainEvent): void;
   /** Polled once a step: true once this tab asked everyone to stop. */
   stopRequested(): boolean;
+  /** 'all' when a stop comes to every rank from the session's host (see runElastic's stopVote). Default 'any'. */
+  stopVote?: 'any' | 'all';
+  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. */
+  onModel?(model: tf.LayersModel): void;
 }
 
 export interface TrainResult {
@@ -97,6 +101,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const { train: trainSet, test: testSet } = await dataPromise;
   const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
   const state = new TrainState({ model, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
+  opts.onModel?.(model);
 
   const sums: StepBreakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
   let timedSteps = 0;
@@ -130,10 +135,13 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     steps: config.steps,
     shuffle: config.shuffle,
     seed: config.seed,
-    checkpointEvery: config.checkpointEvery,
+    // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
+    // reopened goes on from there instead of starting a second run under the same name.
+    checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
     checkpointMeta: { config } as unknown as Json,
     resumeFrom: config.resumeFrom,
     shouldStop: opts.stopRequested,
+    stopVote: opts.stopVote ?? 'any',
     // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
     // the run with a name instead of spoiling every replica in silence.
     ddp: { errorIfNonfinite: true },
