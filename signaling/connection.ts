@@ -14,6 +14,8 @@ const CLOSE_GRACE_MS = 1_000;
 
 export class Connection {
   session?: Session;
+  /** It presented the session's host secret at `hello`: it may send `control`. */
+  isHost = false;
   /** Member id in the session's rendezvous, once the socket joined the group. */
   memberId?: number;
   /** Bad messages and counted refusals so far (`maxErrorsPerSocket`). */

@@ -10,8 +10,14 @@
  *   once from the rest; with fewer than `min` it is paused until enough arrive again.
  * - A member arriving while a round runs waits; the running members are told (num nodes
  *   waiting), finish their step, and ask to `regroup`, which admits it. Past `max` members,
- *   arrivals are refused. Only members with a rank in the running round may ask, and regroups
- *   form at most one round per `regroupIntervalMs`: one asked for sooner is deferred to the end
+ *   arrivals are refused, unless they ask to `spectate`: then up to `maxSpectators` of them wait
+ *   beyond the maximum (rank -1 in each round) and fill ranks that come free, in arrival order.
+ *   Only members that a regroup could admit count as waiting for the running ranks, so a full
+ *   group with spectators does not regroup for nothing.
+ * - The session's host may change the minimum (`setMin`): a running group below it pauses, a
+ *   paused one that has enough forms. Arrivals still name the range the first member set.
+ * - Only members with a rank in the running round may ask for a regroup, and regroups form at
+ *   most one round per `regroupIntervalMs`: one asked for sooner is deferred to the end
  *   of the interval and answered then, with the round it formed (the ranks wait at their barrier
  *   anyway, so a deferred answer costs them that wait and nothing else).
  * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
@@ -26,8 +32,11 @@ export interface Participant {
 }
 
 export interface RendezvousOptions {
+  /** The size range arrivals must name (the first member's); the minimum in force may differ (`setMin`). */
   min: number;
   max: number;
+  /** Most members waiting beyond `max` (`spectate`). */
+  maxSpectators: number;
   /** Wait this long for more members once `min` are there, before the first round. */
   settleMs: number;
   /** Shortest time between two rounds formed by `regroup`. */
@@ -43,6 +52,8 @@ interface Member {
 export class Rendezvous {
   /** The latest round's number. Numbers go on across the rendezvous a session has over time. */
   round: number;
+  /** The minimum in force: `options.min` until the host changes it. */
+  min: number;
   /** The first round has formed. */
   private started = false;
   /** Member ids in rank order in the current round (its members in order, when paused). */
@@ -66,6 +77,7 @@ export class Rendezvous {
     previousRound = 0,
   ) {
     this.round = previousRound;
+    this.min = options.min;
   }
 
   get size(): number {
@@ -82,7 +94,7 @@ export class Rendezvous {
    * announced by event, possibly before the caller replies.
    */
   admit(participant: Participant, request: RequestFields['rendezvous']): number {
-    const { min, max } = this.options;
+    const { min, max, maxSpectators } = this.options;
     const fixed = min === max;
     if (request.min !== min || request.max !== max) {
       if (fixed && request.min === request.max) {
@@ -99,11 +111,13 @@ export class Rendezvous {
     if (rank !== undefined && (rank < 0 || rank >= max)) {
       throw new StoreRefusal(ErrorCode.RANK_OUT_OF_RANGE, `rank ${rank} is outside 0..${max - 1} for world size ${max}`, { rank, worldSize: max });
     }
-    if (this.members.size >= max) {
+    const spectators = Math.max(0, this.members.size - max);
+    if (this.members.size >= max && !(request.spectate === true && spectators < maxSpectators)) {
+      const full = fixed ? `session "${this.sessionName}" is full: all ${max} ranks have joined` : `session "${this.sessionName}" is full: it already has its maximum of ${max} ranks`;
       throw new StoreRefusal(
         ErrorCode.SESSION_FULL,
-        fixed ? `session "${this.sessionName}" is full: all ${max} ranks have joined` : `session "${this.sessionName}" is full: it already has its maximum of ${max} ranks`,
-        { max },
+        request.spectate === true ? `${full}, and ${spectators} spectators wait, the most it takes` : `${full} (join with spectate to wait for a free rank)`,
+        { max, spectators, maxSpectators },
       );
     }
     if (rank !== undefined && [...this.members.values()].some((m) => m.rank === rank)) {
@@ -113,12 +127,30 @@ export class Rendezvous {
     this.members.set(id, { participant, rank });
     this.waiting.push(id);
     if (!this.started && this.members.size >= max) this.form('all ranks arrived');
-    else if (this.paused && this.members.size >= min) this.form(`enough ranks again (${this.members.size})`);
+    else if (this.paused && this.members.size >= this.min) this.form(`enough ranks again (${this.members.size})`);
     else {
-      if (!this.started && this.members.size >= min) this.settleSoon();
+      if (!this.started && this.members.size >= this.min) this.settleSoon();
+      // A spectator learns at once that it waits beyond a running round (and how big it is).
+      if (this.running && this.waiting.length > this.room) participant.send(this.roundEvent(-1));
       this.announceWaiting();
     }
     return id;
+  }
+
+  /**
+   * The host changed the minimum (1..max, checked by the caller). A running group now below it
+   * pauses (a new round); a paused one, or one not yet formed, that has enough forms; otherwise
+   * the members are just told the new minimum.
+   */
+  setMin(min: number, why: string): void {
+    this.min = min;
+    if (this.running && this.active.length < min) return this.form(why);
+    if (this.started && this.paused && this.members.size >= min) return this.form(why);
+    if (!this.started) {
+      if (this.members.size >= min && this.members.size > 0) this.settleSoon();
+      else this.cancelSettle();
+    }
+    this.announceWaiting();
   }
 
   /** A member left (its socket closed, or it was evicted). */
@@ -133,7 +165,7 @@ export class Rendezvous {
       this.form(`rank ${rank} ${why}`);
       return;
     }
-    if (!this.started && this.members.size < this.options.min) this.cancelSettle();
+    if (!this.started && this.members.size < this.min) this.cancelSettle();
     this.announceWaiting();
   }
 
@@ -154,7 +186,8 @@ export class Rendezvous {
         { round: this.round },
       );
     }
-    if (this.waiting.length === 0) return Promise.resolve(this.round);
+    // Spectators alone (no free rank) are no reason for a new round.
+    if (this.admittable === 0) return Promise.resolve(this.round);
     const wait = this.lastRegroupAt + this.options.regroupIntervalMs - Date.now();
     if (wait <= 0) {
       this.formByRegroup();
@@ -164,7 +197,7 @@ export class Rendezvous {
     this.deferred ??= {
       answers: [],
       timer: setTimeout(() => {
-        if (this.running && this.waiting.length > 0) this.formByRegroup();
+        if (this.running && this.admittable > 0) this.formByRegroup();
         else this.answerDeferred(); // the waiting members left meanwhile
       }, wait),
     };
@@ -190,18 +223,44 @@ export class Rendezvous {
     this.answerDeferred();
   }
 
+  /** Free ranks of the running round: how many waiting members a regroup could admit. */
+  private get room(): number {
+    return Math.max(0, this.options.max - this.active.length);
+  }
+
+  /** Waiting members a regroup would admit now (0 unless a round runs). */
+  private get admittable(): number {
+    return this.running ? Math.min(this.waiting.length, this.room) : 0;
+  }
+
+  /** The running round as a member with `rank` sees it. */
+  private roundEvent(rank: number): RoundEvent {
+    return {
+      type: 'round',
+      round: this.round,
+      rank,
+      worldSize: this.paused ? 0 : this.active.length,
+      paused: this.paused,
+      min: this.min,
+      max: this.options.max,
+    };
+  }
+
   private activeMembers(): Participant[] {
     return this.active.map((id) => this.members.get(id)?.participant).filter((p): p is Participant => p !== undefined);
   }
 
   /** Tells every member how many wait for the next round. */
   private announceWaiting(): void {
+    const waiting = this.running ? this.admittable : this.members.size;
     const event: WaitingEvent = {
       type: 'waiting',
       round: this.round,
-      waiting: this.running ? this.waiting.length : this.members.size,
+      waiting,
+      // Beyond a full group only while one runs: a group not running has no more than max members.
+      spectators: this.running ? this.waiting.length - waiting : 0,
       members: this.members.size,
-      min: this.options.min,
+      min: this.min,
       max: this.options.max,
     };
     for (const m of this.members.values()) m.participant.send(event);
@@ -211,7 +270,7 @@ export class Rendezvous {
     this.cancelSettle();
     this.settleTimer = setTimeout(() => {
       this.settleTimer = undefined;
-      if (!this.started && this.members.size >= this.options.min) {
+      if (!this.started && this.members.size >= this.min) {
         this.form(`${this.members.size} ranks arrived and ${this.options.settleMs} ms passed`);
       }
     }, this.options.settleMs);
@@ -236,33 +295,27 @@ export class Rendezvous {
     for (const answer of deferred.answers) answer(this.round);
   }
 
-  /** Makes the next round from the survivors (in order) and then the waiting members. */
+  /**
+   * Makes the next round from the survivors (in order) and then the waiting members, up to
+   * `max`; the rest (spectators) keep waiting, in arrival order.
+   */
   private form(why: string): void {
     this.cancelSettle();
     const everyone = [...this.active, ...this.waiting].filter((id) => this.members.has(id));
+    const admitted = everyone.slice(0, this.options.max);
     this.started = true;
     this.round++;
-    this.paused = everyone.length < this.options.min;
-    this.waiting = [];
-    this.active = this.paused ? everyone : this.assignRanks(everyone);
-    const worldSize = this.paused ? 0 : this.active.length;
+    this.paused = admitted.length < this.min;
+    this.waiting = everyone.slice(this.options.max);
+    this.active = this.paused ? admitted : this.assignRanks(admitted);
+    const beyond = this.waiting.length > 0 ? `, ${this.waiting.length} spectator(s) waiting` : '';
     this.log(
-      `[server] session "${this.sessionName}": round ${this.round}, ${this.active.length} rank(s)${this.paused ? `, paused below the minimum of ${this.options.min}` : ''} (${why})`,
+      `[server] session "${this.sessionName}": round ${this.round}, ${this.active.length} rank(s)${this.paused ? `, paused below the minimum of ${this.min}` : ''}${beyond} (${why})`,
     );
-    for (const [id, m] of this.members) {
-      const event: RoundEvent = {
-        type: 'round',
-        round: this.round,
-        rank: this.paused ? -1 : this.active.indexOf(id),
-        worldSize,
-        paused: this.paused,
-        min: this.options.min,
-        max: this.options.max,
-      };
-      m.participant.send(event);
-    }
-    // Paused members learn how many are here, and so how many more it takes.
-    if (this.paused) this.announceWaiting();
+    for (const [id, m] of this.members) m.participant.send(this.roundEvent(this.paused ? -1 : this.active.indexOf(id)));
+    // Paused members learn how many are here, and so how many more it takes; with spectators
+    // left waiting, everyone learns how many there are now.
+    if (this.paused || this.waiting.length > 0) this.announceWaiting();
     // Any new round answers regroups deferred for the old one (after its events went out).
     this.answerDeferred();
   }

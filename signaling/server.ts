@@ -10,6 +10,11 @@
  * Sockets past `maxConnectionsPerAddress` are accepted and closed at once with
  * TOO_MANY_CONNECTIONS and a reason: a browser cannot read an HTTP status refusing its upgrade,
  * but it does get a close code and reason.
+ *
+ * A session may have a host: the connection that created it may fix a host secret, and a later
+ * connection presenting it may `control` the session (stop, end, change the minimum). The server
+ * relays every control to all of the session's sockets; 'end' also closes them and refuses the
+ * session from then on.
  */
 import { createServer } from 'node:http';
 import { join, resolve } from 'node:path';
@@ -22,6 +27,7 @@ import {
   PROTOCOL_VERSION,
   SESSION_NAME,
   SESSION_TOKEN,
+  type ControlEvent,
   type ErrorMessage,
   type Limits,
   type Request,
@@ -38,6 +44,12 @@ import { checkpointHandler } from './checkpoints.ts';
 import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
+import { infoHandler, lanUrls, listenError, listeningLabel } from './network.ts';
+
+export { ServerStartError } from './network.ts';
+
+/** How long an ended session's sockets have to receive the 'end' event before they are closed. */
+const END_CLOSE_DELAY_MS = 1_000;
 
 export interface ServerOptions {
   /** Port to listen on; 0 picks a free one. Default: PORT or 8080. */
@@ -82,6 +94,13 @@ export interface RunningServer {
   /** http://host:port/ */
   url: string;
   port: number;
+  /**
+   * Page URLs other machines can open (`GET /api/info`'s `urls`): one per network address when
+   * listening on every interface, none on loopback. Read anew each time (addresses change).
+   */
+  readonly urls: string[];
+  /** The interface it listens on (HOST): "127.0.0.1", "0.0.0.0", ... */
+  host: string;
   /** Live sessions, for tests and diagnostics. */
   sessions: ReadonlyMap<string, Session>;
   close(): Promise<void>;
@@ -89,6 +108,10 @@ export interface RunningServer {
 
 export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 
+/**
+ * Starts the server. Rejects with `ServerStartError` (a message saying what to do) when it cannot
+ * listen: the port is in use or not allowed, or HOST is not this machine's.
+ */
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
@@ -124,12 +147,16 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
     allowedOrigins: options.allowedOrigins ?? envList('ALLOWED_ORIGINS'),
   });
+  // Filled in once listening (the port may be 0 until then).
+  let bound = port;
+  const info = infoHandler(() => ({ urls: lanUrls(host, bound), secure: false, listening: listeningLabel(host, bound) }));
   const http = createServer((req, res) => {
     const verdict = origins.check(req);
     if (!verdict.ok) {
       res.writeHead(verdict.status, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(verdict.message);
       return;
     }
+    if (info(req, res)) return;
     checkpoints(req, res)
       .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
       .catch((err: unknown) => {
@@ -156,6 +183,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     },
   });
 
+  // ws re-emits the HTTP server's errors (a taken port); they are handled where listen is awaited.
+  wss.on('error', () => {});
   wss.on('connection', (ws, req) => {
     const address = req.socket.remoteAddress ?? 'unknown';
     ws.on('error', () => {});
@@ -268,31 +297,51 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       if (!SESSION_NAME.test(req.session)) {
         throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
       }
+      // Before the token is claimed: a creating hello with a bad host secret must fix nothing.
+      if (req.host !== undefined && !SESSION_TOKEN.test(req.host)) {
+        return unauthorized(
+          conn,
+          req,
+          'a malformed host secret',
+          `the host secret must be 22-128 characters of A-Z a-z 0-9 _ - (the host link's secret; newSessionToken() makes one)`,
+        );
+      }
       // Checked before the token is claimed, so a refused session leaves no token behind.
       sessions.checkRoomFor(req.session);
-      if (!(await tokens.claim(req.session, req.token))) {
-        // Nothing of the session was read or changed; the socket can do nothing more.
-        conn.errors++;
+      const claim = await tokens.claimSession(req.session, req.token, req.host);
+      if (!claim.ok) {
         const malformed = !SESSION_TOKEN.test(req.token);
-        quiet.note('refused UNAUTHORIZED', `[server] session "${req.session}": refused a connection from ${conn.address} with ${malformed ? 'a malformed' : 'a wrong'} token`);
-        conn.send({
-          type: 'error',
-          id: req.id,
-          code: ErrorCode.UNAUTHORIZED,
-          details: { session: req.session },
-          message: malformed
+        return unauthorized(
+          conn,
+          req,
+          `${malformed ? 'a malformed' : 'a wrong'} token`,
+          malformed
             ? `the session token must be 22-128 characters of A-Z a-z 0-9 _ - (the #token=... of the session's link; newSessionToken() makes one)`
             : `wrong token for session "${req.session}": use the session's full link (with its #token=...), or choose another session name`,
-        });
-        conn.close(CloseCode.UNAUTHORIZED, 'unauthorized');
-        return;
+        );
+      }
+      if (sessions.get(req.session)?.ended) return sessionEnded(conn, req);
+      // Only the hello that fixed the token fixed a host secret; others must match it.
+      const host = await tokens.checkHost(req.session, req.host);
+      if (host === 'wrong') {
+        return unauthorized(
+          conn,
+          req,
+          'a wrong host secret',
+          `wrong host secret for session "${req.session}": the host link is wrong (open it exactly as it was made), or open the session's member link to join as a member`,
+        );
       }
       const session = sessions.open(req.session);
+      // Another hello may have ended it while this one read the host secret.
+      if (session.ended) return sessionEnded(conn, req);
       session.connections++;
+      conn.isHost = host === 'host';
       conn.entered(session);
-      return reply(conn, req, { session: session.name, instance });
+      return reply(conn, req, { session: session.name, instance, host: conn.isHost, hasHost: tokens.hasHost(session.name) });
     }
     const session = requireSession(conn, req);
+    // Heartbeats still pass: a member is not evicted in the second before its socket is closed.
+    if (session.ended && req.type !== 'heartbeat') throw new StoreRefusal(ErrorCode.SESSION_ENDED, endedMessage(session.name), { session: session.name });
     const store = session.store;
     switch (req.type) {
       case 'set':
@@ -334,9 +383,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       case 'rendezvous': {
         if (conn.memberId !== undefined) throw new StoreRefusal(ErrorCode.ALREADY_JOINED, 'this socket already joined the group');
         // The round that includes the member may be announced before this reply.
-        conn.memberId = session.join({ send: (m) => conn.send(m) }, req, { settleMs, regroupIntervalMs: limits.regroupIntervalMs }, log);
+        conn.memberId = session.join(
+          { send: (m) => conn.send(m) },
+          req,
+          { settleMs, regroupIntervalMs: limits.regroupIntervalMs, maxSpectators: limits.maxSpectators },
+          log,
+        );
         const range = req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;
-        log(`[server] session "${session.name}": member ${conn.memberId} arrived (${range})`);
+        log(`[server] session "${session.name}": member ${conn.memberId} arrived (${range}${req.spectate ? ', may spectate' : ''})`);
         return reply(conn, req, { memberId: conn.memberId });
       }
       case 'heartbeat':
@@ -361,11 +415,74 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         target.send({ type: 'signal', from: fromRank, data: req.data });
         return reply(conn, req, null);
       }
+      case 'control': {
+        if (!conn.isHost) {
+          const what = req.action === 'min' ? 'change its minimum' : `${req.action} it`;
+          throw new StoreRefusal(
+            ErrorCode.NOT_HOST,
+            `only the host of session "${session.name}" may ${what}: this connection did not present the session's host secret (open the host link)`,
+            { action: req.action },
+          );
+        }
+        let event: ControlEvent;
+        if (req.action === 'min') {
+          const min = req.min;
+          const rendezvous = session.rendezvous;
+          if (min === undefined) throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'action "min" needs a field "min"', req.id);
+          if (!rendezvous) {
+            throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `session "${session.name}" has no group yet: its minimum can be changed once a member has joined`);
+          }
+          const max = rendezvous.options.max;
+          if (min > max) {
+            throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `min ${min} is outside 1..${max}: the group of session "${session.name}" has at most ${max} ranks`, { min, max });
+          }
+          event = { type: 'control', action: 'min', min, by: 'host' };
+        } else {
+          event = { type: 'control', action: req.action, by: 'host' };
+        }
+        log(`[server] session "${session.name}": the host sent ${req.action}${req.min === undefined ? '' : ` ${req.min}`}`);
+        // Everyone hears it first, then sees its effect (a paused round, the closing socket).
+        for (const c of connections) if (c.session === session) c.send(event);
+        if (event.action === 'min' && event.min !== undefined) {
+          session.minOverride = event.min;
+          session.rendezvous?.setMin(event.min, `the host set the minimum to ${event.min}`);
+        } else if (event.action === 'end') {
+          endSession(session);
+        }
+        return reply(conn, req, null);
+      }
       default: {
         const unhandled: never = req;
         throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unhandled type ${String(unhandled)}`);
       }
     }
+  }
+
+  /** Refuses a hello as UNAUTHORIZED and closes its socket: nothing of the session was read or changed. */
+  function unauthorized(conn: Connection, req: Request<'hello'>, what: string, message: string): void {
+    conn.errors++;
+    quiet.note('refused UNAUTHORIZED', `[server] session "${req.session}": refused a connection from ${conn.address} with ${what}`);
+    conn.send({ type: 'error', id: req.id, code: ErrorCode.UNAUTHORIZED, details: { session: req.session }, message });
+    conn.close(CloseCode.UNAUTHORIZED, 'unauthorized');
+  }
+
+  /** Refuses a hello to an ended session and closes its socket (it could do nothing there). */
+  function sessionEnded(conn: Connection, req: Request<'hello'>): void {
+    conn.send({ type: 'error', id: req.id, code: ErrorCode.SESSION_ENDED, details: { session: req.session }, message: endedMessage(req.session) });
+    conn.close(CloseCode.SESSION_ENDED, 'session ended');
+  }
+
+  /**
+   * The host ended the session: refused from now on, its group stopped and keys dropped at once,
+   * its sockets closed once the 'end' event had time to arrive. The ended session keeps its name
+   * (refusing hellos) until the idle sweeper drops it.
+   */
+  function endSession(session: Session): void {
+    session.end();
+    log(`[server] session "${session.name}": ended by its host`);
+    setTimeout(() => {
+      for (const c of connections) if (c.session === session) c.close(CloseCode.SESSION_ENDED, `the host ended session "${session.name}"`);
+    }, END_CLOSE_DELAY_MS).unref();
   }
 
   function detach(conn: Connection): void {
@@ -384,7 +501,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const watchdog = setInterval(() => {
     const now = Date.now();
     for (const conn of connections) {
-      if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs) continue;
+      // An ended session's sockets are being closed anyway.
+      if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs || conn.session?.ended) continue;
       const silent = now - conn.lastSeen;
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
       conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
@@ -400,19 +518,33 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }, limits.pingIntervalMs);
   pinger.unref();
 
-  await new Promise<void>((resolveListen, reject) => {
-    http.once('error', reject);
-    http.listen(port, host, () => {
-      http.off('error', reject);
-      resolveListen();
+  try {
+    await new Promise<void>((resolveListen, reject) => {
+      http.once('error', reject);
+      http.listen(port, host, () => {
+        http.off('error', reject);
+        resolveListen();
+      });
     });
-  });
-  const bound = (http.address() as AddressInfo).port;
+  } catch (err) {
+    // Nothing may keep running for a server that never started.
+    clearInterval(watchdog);
+    clearInterval(pinger);
+    quiet.close();
+    sessions.close();
+    wss.close();
+    throw listenError(err, host, port);
+  }
+  bound = (http.address() as AddressInfo).port;
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
 
   return {
     url: `http://${shownHost}:${bound}/`,
     port: bound,
+    get urls() {
+      return lanUrls(host, bound);
+    },
+    host,
     sessions: sessions.map,
     close: () =>
       new Promise<void>((done) => {
@@ -433,6 +565,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   function b64(v: Uint8Array): string {
     return Buffer.from(v.buffer, v.byteOffset, v.length).toString('base64');
   }
+}
+
+function endedMessage(session: string): string {
+  return `the host ended session "${session}": create a new one`;
 }
 
 function envList(name: string): string[] | undefined {

@@ -13,6 +13,10 @@ export class Session {
   /** Sockets attached to this session (members or store-only clients). */
   connections = 0;
   idleSince = Date.now();
+  /** The host ended the session: every request to it is refused (SESSION_ENDED) until it is dropped. */
+  ended = false;
+  /** The minimum the host set (`control` 'min'): kept for the next group when this one empties. */
+  minOverride: number | undefined;
 
   constructor(
     readonly name: string,
@@ -25,14 +29,25 @@ export class Session {
   join(
     participant: Participant,
     request: RequestFields['rendezvous'],
-    timing: { settleMs: number; regroupIntervalMs: number },
+    timing: { settleMs: number; regroupIntervalMs: number; maxSpectators: number },
     log: (line: string) => void,
   ): number {
     if (!this.rendezvous || this.rendezvous.size === 0) {
       this.rendezvous?.close();
       this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0);
+      // The host's choice outlives a group that emptied (every tab reloading), where it still fits.
+      if (this.minOverride !== undefined && this.minOverride <= request.max) this.rendezvous.min = this.minOverride;
     }
     return this.rendezvous.admit(participant, request);
+  }
+
+  /** The host ends the session: its group stops at once and its keys are dropped. */
+  end(): void {
+    this.ended = true;
+    this.rendezvous?.close();
+    // No more rounds or peer-left events while its sockets close.
+    this.rendezvous = undefined;
+    this.store.close();
   }
 
   /** The session is dropped: its bytes go back to the server's budget. */

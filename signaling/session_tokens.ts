@@ -3,14 +3,36 @@
  * name fixes its token; the server keeps only the token's SHA-256, in memory while the session
  * lives and, once the session has checkpoints, in its checkpoint folder, so that a restarted
  * server or a session dropped for idleness cannot be claimed by someone else with its checkpoints.
+ *
+ * The same connection may fix a host secret (`hello.host`): only the one that fixes the token, so
+ * that nobody who merely has the member link can make themselves host later. Kept the same way
+ * (its SHA-256, persisted beside the token's as `host.sha256`).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SESSION_TOKEN } from '../src/protocol.ts';
 
 /** The file in a session's checkpoint folder that holds its token's SHA-256 (hex). */
 export const TOKEN_FILE = 'token.sha256';
+/** The file beside it that holds the session's host secret's SHA-256 (hex), if it has one. */
+export const HOST_FILE = 'host.sha256';
+
+/** What `claimSession` decided. */
+export type Claim =
+  /** A missing, malformed or wrong token: nothing was read or kept. */
+  | { ok: false }
+  /** The token is the session's; `created`: this call fixed it (and the host secret, if given). */
+  | { ok: true; created: boolean };
+
+/** Whether a hello's host secret makes its connection the host. */
+export type HostCheck =
+  /** It is the session's host secret. */
+  | 'host'
+  /** No host secret given, or the session has none (then one given is ignored). */
+  | 'member'
+  /** A host secret was given and it is not the session's. */
+  | 'wrong';
 
 export type TokenCheck =
   /** The token is the session's. */
@@ -24,6 +46,8 @@ export type TokenCheck =
 
 export class SessionTokens {
   private readonly hashes = new Map<string, Buffer>();
+  /** Host secret hashes; null: the session has none (known, so the disk is not read again). */
+  private readonly hosts = new Map<string, Buffer | null>();
 
   /** @param dir the checkpoint folder (one sub-folder per session), where persisted hashes live. */
   constructor(private readonly dir: string) {}
@@ -33,54 +57,100 @@ export class SessionTokens {
    * for a missing, malformed or wrong token.
    */
   async claim(session: string, token: string | undefined): Promise<boolean> {
-    if (token === undefined || !SESSION_TOKEN.test(token)) return false;
+    return (await this.claimSession(session, token)).ok;
+  }
+
+  /**
+   * `claim`, and says whether this call fixed the token. The call that fixes it also fixes the
+   * host secret `host` (or that the session has none), in the same step, so no other hello can
+   * come between the two. `host` must be well-formed (the caller checks, before claiming).
+   */
+  async claimSession(session: string, token: string | undefined, host?: string): Promise<Claim> {
+    if (token === undefined || !SESSION_TOKEN.test(token)) return { ok: false };
     const hash = sha256(token);
-    const known = this.hashes.get(session) ?? (await this.readPersisted(session));
+    const known = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     // Another hello may have fixed it while this one read the disk: the first one wins.
     const current = this.hashes.get(session) ?? known;
     if (current === undefined) {
       this.hashes.set(session, hash);
-      return true;
+      this.hosts.set(session, host === undefined ? null : sha256(host));
+      return { ok: true, created: true };
     }
-    if (!timingSafeEqual(current, hash)) return false;
+    if (!timingSafeEqual(current, hash)) return { ok: false };
     // Kept in memory only for a session someone entered: a wrong guess leaves nothing behind.
     this.hashes.set(session, current);
-    return true;
+    return { ok: true, created: false };
+  }
+
+  /** Checks a hello's host secret, after its token was accepted by `claimSession`. */
+  async checkHost(session: string, host: string | undefined): Promise<HostCheck> {
+    const known = await this.hostHash(session);
+    if (host === undefined || known === null) return 'member';
+    return SESSION_TOKEN.test(host) && timingSafeEqual(known, sha256(host)) ? 'host' : 'wrong';
+  }
+
+  /** Whether the session has a host secret (after a `claimSession` or `checkHost` loaded it). */
+  hasHost(session: string): boolean {
+    return (this.hosts.get(session) ?? null) !== null;
+  }
+
+  private async hostHash(session: string): Promise<Buffer | null> {
+    const inMemory = this.hosts.get(session);
+    if (inMemory !== undefined) return inMemory;
+    // Not fixed by this server: the session's token came from its checkpoint folder.
+    const persisted = (await this.readPersisted(session, HOST_FILE)) ?? null;
+    const current = this.hosts.get(session);
+    if (current !== undefined) return current;
+    this.hosts.set(session, persisted);
+    return persisted;
   }
 
   /** Checks a token without fixing one (checkpoint routes). */
   async verify(session: string, token: string | undefined): Promise<TokenCheck> {
     if (token === undefined || !SESSION_TOKEN.test(token)) return 'missing';
-    const known = this.hashes.get(session) ?? (await this.readPersisted(session));
+    const known = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     if (known === undefined) return 'unknown';
     return timingSafeEqual(known, sha256(token)) ? 'ok' : 'wrong';
   }
 
-  /** Writes the session's token hash into its checkpoint folder (before its first checkpoint). */
+  /**
+   * Writes the session's token hash into its checkpoint folder (before its first checkpoint), and
+   * its host secret's hash beside it, so that a restarted server keeps both.
+   */
   async persist(session: string): Promise<void> {
     // A session dropped for idleness is known only by its persisted hash: nothing to write then.
-    const hash = this.hashes.get(session) ?? (await this.readPersisted(session));
+    const hash = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     if (hash === undefined) throw new Error(`session "${session}" has no token to persist`);
     const folder = join(this.dir, session);
     await mkdir(folder, { recursive: true });
-    const file = join(folder, TOKEN_FILE);
-    const existing = await this.readPersisted(session);
+    // The host's first: a crash between the two leaves a host file without a token file, which a
+    // new claim ignores (it fixes both); the other order could keep a token and lose its host.
+    const host = this.hosts.get(session);
+    if (host === null) await rm(join(folder, HOST_FILE), { force: true }); // a stray one from an older session of this name
+    else if (host !== undefined) await this.writeHash(session, HOST_FILE, host);
+    await this.writeHash(session, TOKEN_FILE, hash);
+  }
+
+  /** The session was dropped: its name is free again unless a checkpoint folder holds its hash. */
+  forget(session: string): void {
+    this.hashes.delete(session);
+    this.hosts.delete(session);
+  }
+
+  private async writeHash(session: string, name: string, hash: Buffer): Promise<void> {
+    const existing = await this.readPersisted(session, name);
     if (existing !== undefined && existing.equals(hash)) return;
+    const file = join(this.dir, session, name);
     // Unique: two first uploads of a session may persist at the same time.
     const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     await writeFile(tmp, hash.toString('hex') + '\n', { mode: 0o600 });
     await rename(tmp, file);
   }
 
-  /** The session was dropped: its name is free again unless a checkpoint folder holds its hash. */
-  forget(session: string): void {
-    this.hashes.delete(session);
-  }
-
-  private async readPersisted(session: string): Promise<Buffer | undefined> {
+  private async readPersisted(session: string, name: string): Promise<Buffer | undefined> {
     let text: string;
     try {
-      text = await readFile(join(this.dir, session, TOKEN_FILE), 'utf8');
+      text = await readFile(join(this.dir, session, name), 'utf8');
     } catch {
       return undefined;
     }
@@ -91,5 +161,6 @@ export class SessionTokens {
 }
 
 function sha256(token: string): Buffer {
+  // Tokens and host secrets alike.
   return createHash('sha256').update(token, 'utf8').digest();
 }

@@ -9,8 +9,9 @@ import { ErrorCode } from '../src/protocol.ts';
 /**
  * Refusals a correct client can meet through no fault of its own request: a blocking call timed
  * out, other sessions filled the server, other members filled or shaped the group, the round
- * changed under a signal. They do not count toward `maxErrorsPerSocket`; every other refusal
- * means the request itself (or its own session's use of the store) was wrong, and counts.
+ * changed under a signal, the host ended the session. They do not count toward
+ * `maxErrorsPerSocket`; every other refusal means the request itself (or its own session's use of
+ * the store) was wrong, and counts.
  */
 const ORDINARY_REFUSALS = new Set<ErrorCode>([
   ErrorCode.TIMEOUT,
@@ -22,6 +23,7 @@ const ORDINARY_REFUSALS = new Set<ErrorCode>([
   ErrorCode.SESSION_FULL,
   ErrorCode.ELASTIC_MISMATCH,
   ErrorCode.UNKNOWN_PEER,
+  ErrorCode.SESSION_ENDED,
 ]);
 
 export class StoreRefusal extends Error {

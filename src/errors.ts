@@ -44,6 +44,20 @@ export class UnauthorizedError extends StoreError {
   }
 }
 
+/**
+ * The session's host ended it: the server refuses it from then on (SESSION_ENDED) and closed its
+ * sockets (close code 4008). Not recoverable: create a new session.
+ */
+export class SessionEndedError extends StoreError {
+  override name = 'SessionEndedError';
+  constructor(
+    message: string,
+    readonly session: string,
+  ) {
+    super('SESSION_ENDED', message, { session });
+  }
+}
+
 /** The connection to the server closed while something was waiting on it. */
 export class ConnectionClosedError extends Error {
   override name = 'ConnectionClosedError';

@@ -19,6 +19,7 @@ export {
   StoreTimeoutError,
   RendezvousError,
   UnauthorizedError,
+  SessionEndedError,
   ConnectionClosedError,
   DistTimeoutError,
   PeerLostError,
@@ -31,7 +32,7 @@ export {
   StateTransferError,
   isRecoverable,
 } from './errors.ts';
-export { ErrorCode, DEFAULT_LIMITS, PROTOCOL_VERSION } from './protocol.ts';
+export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent } from './protocol.ts';
 export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';

@@ -7,7 +7,7 @@
  * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -43,6 +43,8 @@ export const DEFAULT_LIMITS = {
   maxBufferedBytes: 32 << 20,
   /** Shortest time between two regroups a session's members may cause. */
   regroupIntervalMs: 1_000,
+  /** Most members that wait beyond a full group (`rendezvous` with `spectate`); past it, SESSION_FULL. */
+  maxSpectators: 64,
 } as const;
 
 export type Limits = { -readonly [K in keyof typeof DEFAULT_LIMITS]: number };
@@ -55,7 +57,8 @@ export const SESSION_NAME = /^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$/;
 
 /**
  * Session tokens: base64url, at least 22 characters (128 bits; `newSessionToken` makes 256).
- * The first connection to a session fixes its token; the server keeps only its SHA-256.
+ * The first connection to a session fixes its token; the server keeps only its SHA-256. A host
+ * secret (`hello.host`) has the same format.
  */
 export const SESSION_TOKEN = /^[A-Za-z0-9_-]{22,128}$/;
 
@@ -116,6 +119,10 @@ export const ErrorCode = {
   DUPLICATE_KEYS: 'DUPLICATE_KEYS',
   /** A request came faster than its limit allows (regroups). */
   RATE_LIMITED: 'RATE_LIMITED',
+  /** `control` from a connection that did not present the session's host secret. */
+  NOT_HOST: 'NOT_HOST',
+  /** `hello`, `rendezvous` or any request to a session its host ended: create a new session. */
+  SESSION_ENDED: 'SESSION_ENDED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -137,7 +144,17 @@ export const CloseCode = {
   UNAUTHORIZED: 4006,
   /** The remote address has `maxConnectionsPerAddress` sockets open already. */
   TOO_MANY_CONNECTIONS: 4007,
+  /** The session's host ended it (`control` 'end'): every socket of the session is closed. */
+  SESSION_ENDED: 4008,
 } as const;
+
+/**
+ * What the host of a session may do (`control`): 'stop' asks every tab to stop training (the
+ * server only relays it); 'end' also ends the session (refused from then on, its sockets closed,
+ * its keys dropped); 'min' changes the group's minimum size.
+ */
+export type ControlAction = 'stop' | 'end' | 'min';
+export const CONTROL_ACTIONS: readonly ControlAction[] = ['stop', 'end', 'min'];
 
 // ---------------------------------------------------------------------------------------------
 // Client -> server requests. Every request carries a numeric `id`; its reply echoes the id.
@@ -146,8 +163,13 @@ export const CloseCode = {
 export type WireValue = string;
 
 export interface RequestFields {
-  /** Enter a session; `token` is the session's secret (SESSION_TOKEN), fixed by its first connection. */
-  hello: { session: string; version: number; token: string };
+  /**
+   * Enter a session; `token` is the session's secret (SESSION_TOKEN), fixed by its first
+   * connection. `host` (same format) is the host secret: the hello that creates the session's
+   * token fixes it; a later hello with it must match (else UNAUTHORIZED) and makes that connection
+   * the host, one without it is a plain member. On a session created without one, it is ignored.
+   */
+  hello: { session: string; version: number; token: string; host?: string };
   set: { key: string; value: WireValue };
   get: { key: string; timeoutMs: number };
   add: { key: string; amount: number };
@@ -165,19 +187,36 @@ export interface RequestFields {
    * trains with min..max ranks; a fixed world size N is min = max = N, and only then may a rank
    * be asked for. The server forms rounds of the group and sends each member its rank in them.
    */
-  rendezvous: { min: number; max: number; rank?: number };
+  rendezvous: {
+    min: number;
+    max: number;
+    rank?: number;
+    /**
+     * When the group is at its maximum, wait beyond it (a spectator: rounds with rank -1) rather
+     * than be refused SESSION_FULL; it takes a rank when one comes free. At most `maxSpectators`.
+     */
+    spectate?: boolean;
+  };
   /** Relay an opaque WebRTC signaling payload to another member of the round, addressed by rank. */
   signal: { to: number; data: SignalPayload };
   /** A member is alive (any frame counts; this one exists for idle members). */
   heartbeat: {};
   /** Ask for a new round (to admit waiting members) unless one newer than `fromRound` exists. */
   regroup: { fromRound: number };
+  /**
+   * The host steers the session (host connections only, else NOT_HOST). `min` (1..the group's
+   * max) goes with action 'min' only. Every socket of the session gets a `control` event.
+   */
+  control: { action: ControlAction; min?: number };
 }
 
 /** What each request resolves to. */
 export interface ResultOf {
-  /** `instance` changes when the server restarts: link names include it, so old links never match. */
-  hello: { session: string; instance: string };
+  /**
+   * `instance` changes when the server restarts: link names include it, so old links never match.
+   * `host`: this connection presented the session's host secret; `hasHost`: the session has one.
+   */
+  hello: { session: string; instance: string; host: boolean; hasHost: boolean };
   set: null;
   get: WireValue;
   add: number;
@@ -193,6 +232,7 @@ export interface ResultOf {
   signal: null;
   heartbeat: null;
   regroup: { round: number };
+  control: null;
 }
 
 export type RequestType = keyof RequestFields;
@@ -245,8 +285,9 @@ export interface PeerLeftEvent {
 /**
  * A new round of the group (torch's rendezvous round): a fixed set of ranks 0..worldSize-1.
  * Each member gets its own copy with its rank; `rank` is -1 for a member left waiting (the
- * group is at its maximum). A `paused` round has fewer than `min` members: nobody trains until
- * more arrive.
+ * group is at its maximum: a spectator), whose copy has the running round's `worldSize`. A
+ * `paused` round has fewer than `min` members (worldSize 0): nobody trains until more arrive.
+ * `min` is the session's current minimum (the host may change it).
  */
 export interface RoundEvent {
   type: 'round';
@@ -267,15 +308,29 @@ export interface WaitingEvent {
   type: 'waiting';
   /** The latest round (0 before the first). */
   round: number;
-  /** Members that hold no rank in a running round and wait for the next one. */
+  /**
+   * Members that hold no rank in a running round and wait for the next one. While a round runs,
+   * only those a regroup could admit (at most max minus the running ranks): what the ranks act on.
+   */
   waiting: number;
+  /** Members waiting beyond the group's maximum (spectators): no regroup admits them until a rank comes free. */
+  spectators: number;
   /** Every member of the session's group, waiting or not. */
   members: number;
   min: number;
   max: number;
 }
 
-export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent;
+/** The host sent `control`: relayed to every socket of the session, the host's own included. */
+export interface ControlEvent {
+  type: 'control';
+  action: ControlAction;
+  /** The new minimum (action 'min' only). */
+  min?: number;
+  by: 'host';
+}
+
+export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Values: bytes <-> base64, without Node's Buffer so the browser can use it too.

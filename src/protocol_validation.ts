@@ -4,8 +4,11 @@
  * a `ProtocolViolation` that names the field; the server answers it with an error reply.
  */
 import {
+  CONTROL_ACTIONS,
   DEFAULT_LIMITS,
   ErrorCode,
+  type ControlAction,
+  type ControlEvent,
   type ErrorMessage,
   type Limits,
   type PeerLeftEvent,
@@ -126,8 +129,11 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
   const t = type as RequestType;
   const timeout = () => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
   switch (t) {
-    case 'hello':
-      return { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
+    case 'hello': {
+      const hello = { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
+      // Its format is checked by the server, like the token's: a malformed one is UNAUTHORIZED.
+      return raw.host === undefined ? hello : { ...hello, host: str(raw, 'host', id, 128) };
+    }
     case 'set':
       return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
     case 'get':
@@ -170,9 +176,25 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       const min = int(raw, 'min', id, 1, MAX_WORLD);
       const max = int(raw, 'max', id, 1, MAX_WORLD);
       if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
-      if (raw.rank === undefined) return { type: t, id, min, max };
+      const spectate = raw.spectate;
+      if (spectate !== undefined && typeof spectate !== 'boolean') fail(id, `field "spectate" must be true or false, got ${describe(spectate)}`);
+      const base = spectate === undefined ? { type: t, id, min, max } : { type: t, id, min, max, spectate };
+      if (raw.rank === undefined) return base;
       if (min !== max) fail(id, `field "rank" can only be given for a fixed world size (min = max), not for ${min}..${max}`);
-      return { type: t, id, min, max, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
+      return { ...base, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
+    }
+    case 'control': {
+      const action = raw.action;
+      if (typeof action !== 'string' || !(CONTROL_ACTIONS as readonly string[]).includes(action)) {
+        fail(id, `field "action" must be one of ${CONTROL_ACTIONS.map((a) => `"${a}"`).join(', ')}, got ${describe(action)}`);
+      }
+      const a = action as ControlAction;
+      if (a !== 'min') {
+        if (raw.min !== undefined) fail(id, `field "min" goes with action "min" only, not "${a}"`);
+        return { type: t, id, action: a };
+      }
+      // The upper bound is the group's max, which only the server knows; it checks that too.
+      return { type: t, id, action: a, min: int(raw, 'min', id, 1, MAX_WORLD) };
     }
     case 'heartbeat':
       return { type: t, id };
@@ -227,9 +249,15 @@ export function parseServerMessage(text: string): ServerMessage {
       need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
       return raw as unknown as RoundEvent;
     case 'waiting':
-      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.waiting, 0, MAX_WORLD) && isInt(raw.members, 0, MAX_WORLD), 'bad round or counts');
+      // Members and spectators may outnumber the largest group (spectators wait beyond it).
+      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.waiting, 0, MAX_WORLD), 'bad round or waiting');
+      need(isInt(raw.members, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.spectators, 0, Number.MAX_SAFE_INTEGER), 'bad members or spectators');
       need(isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad min or max');
       return raw as unknown as WaitingEvent;
+    case 'control':
+      need(typeof raw.action === 'string' && (CONTROL_ACTIONS as readonly string[]).includes(raw.action) && raw.by === 'host', 'bad action or sender');
+      need(raw.action === 'min' ? isInt(raw.min, 1, MAX_WORLD) : raw.min === undefined, 'bad min');
+      return raw as unknown as ControlEvent;
     default: {
       const unknown: never = t;
       throw new Error(`server sent unknown message type ${String(unknown)}`);

@@ -11,10 +11,10 @@
  *
  * Both are one code path: a fixed world size N is the range N..N.
  */
-import { DistTimeoutError, GroupClosedError, UnauthorizedError } from './errors.ts';
+import { DistTimeoutError, GroupClosedError, SessionEndedError, UnauthorizedError } from './errors.ts';
 import { loadSimplePeer } from './peer_link.ts';
 import { ProcessGroup, type LinkOptions } from './process_group.ts';
-import { CloseCode, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
+import { CloseCode, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
 import { StoreClient } from './store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
@@ -23,12 +23,19 @@ export interface RendezvousOptions extends LinkOptions {
   session: string;
   /** The session's secret (`newSessionToken()`, a share link's `#token=...`). */
   token: string;
-  /** The fewest ranks a round may have; below it the group pauses. */
+  /** The session's host secret, if this member is its host (kept when the handler rejoins). See StoreClientOptions.host. */
+  host?: string;
+  /** The fewest ranks a round may have; below it the group pauses. (The session's host may change it.) */
   min: number;
-  /** The most ranks; members beyond it are refused (SESSION_FULL). */
+  /** The most ranks; members beyond it are refused (SESSION_FULL), unless they `spectate`. */
   max: number;
   /** Ask for this rank (fixed world sizes, min = max, only). */
   rank?: number;
+  /**
+   * When the group is full, wait as a spectator (a 'spectating' event, no process group) instead
+   * of failing with SESSION_FULL; `nextRendezvous` resolves once a rank comes free for it.
+   */
+  spectate?: boolean;
   /** How long waiting for a round may take, and the default for blocking store calls. Default 300 s. */
   timeoutMs?: number;
   /** How often to tell the server this member is alive. Default 1 s. */
@@ -58,8 +65,15 @@ export type RendezvousEvent =
   | { type: 'round'; id: number; round: number; rank: number; worldSize: number }
   /** The group fell below its minimum; nobody trains until more members arrive ('waiting' says how many are here). */
   | { type: 'paused'; round: number; min: number }
-  /** How many members wait for the next round (torch's num_nodes_waiting), and how many there are. */
-  | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean }
+  /**
+   * How many members wait for the next round (torch's num_nodes_waiting: only those a regroup
+   * could admit), how many wait beyond the full group (spectators), and how many there are.
+   */
+  | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean; spectators: number }
+  /** This member waits beyond a full group (it asked to `spectate`): round `round` runs with `worldSize` ranks without it. */
+  | { type: 'spectating'; round: number; worldSize: number; max: number }
+  /** The session's host sent a control (every member hears it; 'end' is followed by the connection closing). */
+  | { type: 'control'; action: ControlAction; min?: number }
   | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
   | { type: 'reconnected' };
 
@@ -176,13 +190,16 @@ export class RendezvousHandler {
       const arrived = w?.members ?? 1;
       return `${max - arrived} more rank${max - arrived === 1 ? '' : 's'} to join session "${session}" (${arrived} of ${max} joined)`;
     }
+    if (l && !l.paused && l.rank < 0) {
+      return `a free rank in session "${session}" (this member is spectating: round ${l.round} runs with ${l.worldSize} of at most ${l.max} ranks)`;
+    }
     const now = l ? ` (round ${l.round} ${l.paused ? `is paused with ${w?.members ?? '?'} member(s)` : `has ${l.worldSize} ranks without this member`})` : '';
     return `a round of session "${session}" with at least ${min} rank(s)${now}`;
   }
 
   private async connect(existing?: StoreClient): Promise<void> {
-    const { url, session, token, timeoutMs, min, max, rank } = this.options;
-    const client = existing ?? (await StoreClient.connect(url, { session, token, timeoutMs }));
+    const { url, session, token, host, timeoutMs, min, max, rank, spectate } = this.options;
+    const client = existing ?? (await StoreClient.connect(url, host === undefined ? { session, token, timeoutMs } : { session, token, host, timeoutMs }));
     this.client = client;
     for (const off of this.unsubscribe) off();
     this.signals = [];
@@ -191,8 +208,17 @@ export class RendezvousHandler {
       client.on('round', (e) => this.onRound(e)),
       client.on('waiting', (e) => {
         this.waitingNow = e;
-        this.emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: this.latest?.round === e.round && !this.latest.paused });
+        this.emit({
+          type: 'waiting',
+          waiting: e.waiting,
+          members: e.members,
+          min: e.min,
+          max: e.max,
+          running: this.latest?.round === e.round && !this.latest.paused,
+          spectators: e.spectators,
+        });
       }),
+      client.on('control', (e) => this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min })),
       // Signals for a round this member has not built yet are kept for it.
       client.on('signal', (e) => {
         this.signals.push(e);
@@ -201,7 +227,8 @@ export class RendezvousHandler {
       client.on('close', (e) => void this.onClose(e.code, e.reason)),
     ];
     try {
-      await client.rendezvous(rank === undefined ? { min, max } : { min, max, rank }, this.options.heartbeatIntervalMs);
+      const request = rank === undefined ? { min, max } : { min, max, rank };
+      await client.rendezvous(spectate ? { ...request, spectate } : request, this.options.heartbeatIntervalMs);
     } catch (err) {
       for (const off of this.unsubscribe) off();
       if (!existing) client.close();
@@ -216,6 +243,7 @@ export class RendezvousHandler {
     if (e.paused || e.rank < 0) {
       this.current = undefined;
       if (e.paused) this.emit({ type: 'paused', round: e.round, min: e.min });
+      else this.emit({ type: 'spectating', round: e.round, worldSize: e.worldSize, max: e.max });
       old?.pg.destroy(false);
       return;
     }
@@ -242,6 +270,12 @@ export class RendezvousHandler {
   private async onClose(code: number, reason: string): Promise<void> {
     if (this.closed) return;
     this.current = undefined;
+    // The host ended the session: rejoining would only be refused.
+    if (code === CloseCode.SESSION_ENDED) {
+      this.fatal = new SessionEndedError(reason || `the host ended session "${this.options.session}": create a new one`, this.options.session);
+      for (const w of [...this.waiters]) w();
+      return;
+    }
     if (!this.options.reconnect) return;
     const why = code === CloseCode.EVICTED ? `evicted by the server: ${reason}` : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
     const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
@@ -254,8 +288,9 @@ export class RendezvousHandler {
         this.emit({ type: 'reconnected' });
         return;
       } catch (err) {
-        // The session's token no longer opens it (the name was claimed anew): retrying cannot help.
-        if (err instanceof UnauthorizedError) {
+        // The session's token no longer opens it (the name was claimed anew), or its host ended
+        // it meanwhile: retrying cannot help.
+        if (err instanceof UnauthorizedError || err instanceof SessionEndedError) {
           this.fatal = err;
           for (const w of [...this.waiters]) w();
           return;

@@ -9,6 +9,8 @@ import {
   PROTOCOL_VERSION,
   decodeValue,
   encodeValue,
+  type ControlAction,
+  type ControlEvent,
   type PeerLeftEvent,
   type RequestFields,
   type RequestType,
@@ -19,7 +21,7 @@ import {
   type WaitingEvent,
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
-import { ConnectionClosedError, DistTimeoutError, RendezvousError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
+import { ConnectionClosedError, DistTimeoutError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
 
@@ -50,6 +52,12 @@ export interface StoreClientOptions {
    * `UnauthorizedError`.
    */
   token: string;
+  /**
+   * The session's host secret (same format as a token). The connection that creates the session
+   * fixes it; a later one presenting it becomes the host (`isHost`) and may send `control`; a
+   * wrong one fails `connect` with `UnauthorizedError`. Ignored by a session created without one.
+   */
+  host?: string;
   /** Default timeout of blocking calls. Default 300 s, as torch. */
   timeoutMs?: number;
   /** How long to wait for the socket to open and the server to answer `hello`. Default 10 s. */
@@ -64,6 +72,7 @@ interface EventMap {
   'peer-left': PeerLeftEvent;
   round: RoundEvent;
   waiting: WaitingEvent;
+  control: ControlEvent;
   close: { code: number; reason: string };
 }
 
@@ -121,10 +130,12 @@ export class StoreClient implements Store {
     'peer-left': new Set(),
     round: new Set(),
     waiting: new Set(),
+    control: new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
   instance = '';
+  private hostReply = { host: false, hasHost: false };
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
   private closed: { code: number; reason: string } | undefined;
 
@@ -166,14 +177,26 @@ export class StoreClient implements Store {
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
     if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
     try {
-      const hello = await client.request('hello', { session: options.session, version: PROTOCOL_VERSION, token: options.token }, connectTimeoutMs);
+      const fields = { session: options.session, version: PROTOCOL_VERSION, token: options.token };
+      const hello = await client.request('hello', options.host === undefined ? fields : { ...fields, host: options.host }, connectTimeoutMs);
       client.instance = hello.instance;
+      client.hostReply = { host: hello.host, hasHost: hello.hasHost };
     } catch (err) {
       // Refused (a full server, a bad name): the socket would only count against this address's limit.
       client.close();
       throw err;
     }
     return client;
+  }
+
+  /** This connection presented the session's host secret: it may `control` the session. */
+  get isHost(): boolean {
+    return this.hostReply.host;
+  }
+
+  /** The session has a host secret (its creator gave one). */
+  get hasHost(): boolean {
+    return this.hostReply.hasHost;
   }
 
   get isClosed(): boolean {
@@ -242,7 +265,8 @@ export class StoreClient implements Store {
   /**
    * Joins the session's group with a size range (min = max for a fixed world size, which may
    * ask for a rank) and starts heartbeats: a member that stops sending, like a frozen tab, is
-   * evicted. Rounds arrive as 'round' events, possibly before this resolves.
+   * evicted. Rounds arrive as 'round' events, possibly before this resolves. With `spectate`, a
+   * full group takes this member as a spectator (rounds with rank -1) instead of refusing it.
    */
   async rendezvous(request: RequestFields['rendezvous'], heartbeatIntervalMs = 1_000): Promise<{ memberId: number }> {
     const result = await this.request('rendezvous', request);
@@ -255,6 +279,16 @@ export class StoreClient implements Store {
   /** Asks the server to admit waiting members unless a round newer than `fromRound` exists. */
   regroup(fromRound: number): Promise<{ round: number }> {
     return this.request('regroup', { fromRound });
+  }
+
+  /**
+   * The host steers the session: 'stop' asks every tab to stop training, 'end' ends the session
+   * (its sockets are closed with 4008 and it is refused from then on), 'min' sets the group's
+   * minimum to `min` (1..max). Every socket of the session, this one included, gets a 'control'
+   * event. Fails with StoreError NOT_HOST unless this connection `isHost`.
+   */
+  async control(action: ControlAction, min?: number): Promise<void> {
+    await this.request('control', min === undefined ? { action } : { action, min });
   }
 
   /** Relays a signaling payload to the member with rank `to`. */
@@ -312,6 +346,7 @@ export class StoreClient implements Store {
       case 'peer-left':
       case 'round':
       case 'waiting':
+      case 'control':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
         return;
       default: {
@@ -358,6 +393,7 @@ function toError(code: ErrorCode, message: string, details: Record<string, unkno
   }
   if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
   if (code === ErrorCode.UNAUTHORIZED) return new UnauthorizedError(message, typeof details.session === 'string' ? details.session : '');
+  if (code === ErrorCode.SESSION_ENDED) return new SessionEndedError(message, typeof details.session === 'string' ? details.session : '');
   return new StoreError(code, message, details);
 }
 

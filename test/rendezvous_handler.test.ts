@@ -46,7 +46,7 @@ describe('rendezvous rounds', () => {
     const g1 = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
     const pending = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'waiting' && resolve(e)));
     const late = await agent(session, 2, 3);
-    expect(await pending).toEqual({ type: 'waiting', waiting: 1, members: 3, min: 2, max: 3, running: true });
+    expect(await pending).toEqual({ type: 'waiting', waiting: 1, members: 3, min: 2, max: 3, running: true, spectators: 0 });
     expect(a.numNodesWaiting()).toBe(1);
     const rounds = await Promise.all(g1.map((g, i) => [a, b][i].regroup(g)));
     expect(rounds).toEqual([2, 2]);

@@ -83,6 +83,8 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   onEpochEnd?(ctx: RoundContext): void | Promise<void>;
   /** Every event of the run, also sent to the handler of `setEventHandler`. */
   onEvent?(e: ElasticEvent): void;
+  /** Every event of the rendezvous handler as it comes (e.g. 'spectating', the host's 'control'). */
+  onRendezvous?(e: RendezvousEvent): void;
 
   /**
    * Every this many committed steps, the ranks compare hashes of their weights (verifyReplicas)
@@ -158,6 +160,7 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   onRendezvous(e: RendezvousEvent): void {
+    this.o.onRendezvous?.(e);
     switch (e.type) {
       case 'paused':
         this.paused++;
@@ -169,6 +172,8 @@ class ElasticRun<M extends StepMetrics> {
       case 'reconnected':
         return this.emit({ type: 'reconnected' });
       case 'round':
+      case 'spectating': // a spectator waits in nextRendezvous; the page hears it through onRendezvous
+      case 'control': // the page decides what a host's control means for it
         return;
       default: {
         const unknown: never = e;
