@@ -19,6 +19,7 @@ import {
   type ElasticEvent,
   type Json,
   type ProcessGroup,
+  type RendezvousEvent,
   type StoreClient,
 } from '../../src/index.ts';
 import { encodeValue } from '../../src/protocol.ts';
@@ -47,6 +48,12 @@ export interface TrainerOptions {
   stopVote?: 'any' | 'all';
   /** Called with the model as soon as it is built: the page can save this replica even if the run fails. */
   onModel?(model: tf.LayersModel): void;
+  /** The host secret of the creator's tab (kept when the tab reconnects). */
+  host?: string;
+  /** Wait as a spectator when the session is full, and take a rank when one frees up. */
+  spectate?: boolean;
+  /** The rendezvous' own events (spectating, the host's control). */
+  onRendezvous?(e: RendezvousEvent): void;
 }
 
 export interface TrainResult {
@@ -142,6 +149,9 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     resumeFrom: config.resumeFrom,
     shouldStop: opts.stopRequested,
     stopVote: opts.stopVote ?? 'any',
+    ...(opts.host === undefined ? {} : { host: opts.host }),
+    spectate: opts.spectate ?? false,
+    onRendezvous: opts.onRendezvous,
     // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
     // the run with a name instead of spoiling every replica in silence.
     ddp: { errorIfNonfinite: true },
