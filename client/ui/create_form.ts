@@ -189,7 +189,7 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
     const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
     result.replaceChildren(
       el('h2', { id: 'cr-title' }, `Session “${v.session}” is ready`),
-      el('p', {}, `Open the link below in up to ${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
+      el('p', {}, `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
       ...(chooser ? [chooser] : []),
       el('div', { class: 'share-with-qr' }, el('div', { class: 'share-col' }, share.root, note), qr),
       el(

@@ -5,13 +5,13 @@
  *
  * Every constant of the estimate is here. They were measured with this project's launcher on a
  * 2-core machine without a GPU, Chromium's WebGPU running on SwiftShader (a CPU implementation,
- * the slow end of what a class's computers have):
- * - MLP, MNIST: 0.35-0.55 s per step at batch 32-64 per rank with a few tabs sharing the
- *   machine (one tab alone: 0.24 s at batch 64; `npm run launch -- --nproc 1 --job train
- *   --model mlp --steps 40`).
- * - CNN, MNIST: see CNN_SECONDS below, the same way with `--model cnn`.
- * - An evaluation (the test set, every `evalEvery` steps and at each epoch end) and the start
- *   (loading the data, compiling the shaders) measured as the difference between runs.
+ * the slow end of what a class's computers have), one tab, batch 64, MNIST
+ * (`npm run launch -- --nproc 1 --job train --model mlp|cnn --steps 20 --eval-every 10 --logEvery 1`,
+ * timing the console lines):
+ * - MLP: 0.2 s per step alone; 0.35-0.55 s at batch 32-64 with a few tabs sharing a machine,
+ *   which is what the estimate assumes. Evaluating the 10,000 test samples: 12 s.
+ * - CNN: 3.2 s per step alone, about 15 times the MLP; evaluating the test set: 7 minutes.
+ * - From opening the page to the first step (loading MNIST, compiling shaders): about 5 s alone.
  */
 import type { DatasetKind, ModelKind, TrainConfig } from '../train/config.ts';
 import { fmtDuration, fmtInt } from './format.ts';
@@ -20,8 +20,8 @@ import { fmtDuration, fmtInt } from './format.ts';
 const STEP_SECONDS: Readonly<Record<ModelKind, { base: number; perSample: number }>> = {
   // 0.35 s at batch 32 and 0.55 s at batch 64.
   mlp: { base: 0.15, perSample: 0.2 / 32 },
-  // CNN_SECONDS: measured 2.4 s at batch 64 (one tab), about 4x the MLP.
-  cnn: { base: 0.6, perSample: 2.4 / 64 },
+  // 3.2 s at batch 64 for one tab alone; a little more when tabs share a machine.
+  cnn: { base: 0.3, perSample: 3.2 / 64 },
 };
 
 /** Training and test samples, as the trainer loads them (synthetic: 4096 + 1024 by default). */
@@ -31,10 +31,10 @@ export const DATASET_SIZE: Readonly<Record<DatasetKind, { train: number; test: n
 };
 
 /** Seconds to evaluate 1,000 test samples, split among the ranks. */
-const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 0.5, cnn: 4 };
+const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 1.2, cnn: 42 };
 
-/** Loading the data and compiling shaders before the first step. */
-const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 8, synthetic: 3 };
+/** Loading the data and compiling shaders before the first step (MNIST comes over the network). */
+const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 10, synthetic: 3 };
 
 export interface RunEstimate {
   /** Steps of the whole run (every rank takes each of them). */
