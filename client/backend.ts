@@ -9,6 +9,7 @@ import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { BACKENDS, type BackendName } from './train/config.ts';
+import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
 
 setWasmPaths({
   'tfjs-backend-wasm.wasm': wasmPlain,
@@ -24,7 +25,10 @@ export interface BackendChoice {
 
 async function tryBackend(name: BackendName): Promise<string | undefined> {
   try {
-    if (name === 'webgpu' && !(navigator as unknown as { gpu?: unknown }).gpu) return 'this browser has no WebGPU';
+    if (name === 'webgpu') {
+      const missing = missingWebGpuReason();
+      if (missing !== undefined) return missing;
+    }
     const ok = await tf.setBackend(name);
     if (!ok) return `the ${name} backend failed to initialise`;
     await tf.ready();
@@ -44,7 +48,14 @@ export async function selectBackend(wanted: BackendName): Promise<BackendChoice>
   const order = [wanted, ...(['webgpu', 'webgl', 'cpu'] as BackendName[]).filter((b) => b !== wanted && BACKENDS.indexOf(b) > BACKENDS.indexOf(wanted))];
   for (const name of order) {
     const failure = await tryBackend(name);
-    if (failure === undefined) return name === wanted ? { backend: name } : { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
+    if (failure === undefined) {
+      if (name === wanted) return { backend: name };
+      // Plain http from another machine: say it is the page, not the browser, and how to get WebGPU.
+      if (reasons[0] === INSECURE_PAGE_REASON) {
+        return { backend: name, fallbackReason: `${INSECURE_PAGE_REASON}. This tab trains on ${name} meanwhile; to use WebGPU, open the session over https (see the README's “Across machines”)` };
+      }
+      return { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
+    }
     reasons.push(failure);
   }
   throw new Error(`no TF.js backend could start: ${reasons.join('; ')}`);

@@ -11,6 +11,8 @@ import { runOnPage } from './job_page.ts';
 import { rendezvousJob } from './jobs/rendezvous.ts';
 import { trainPage } from './train/page.ts';
 import { mountCreateForm } from './ui/create_form.ts';
+import { mountBadLink } from './ui/bad_link.ts';
+import { readLink } from './ui/link_check.ts';
 import { allreduceJob } from './jobs/allreduce.ts';
 import { collectivesJob } from './jobs/collectives.ts';
 import './style.css';
@@ -63,8 +65,7 @@ async function runJob(jobName: string): Promise<void> {
 }
 
 /** A person's tab: join, show the rank, how many have joined, and WebGPU. */
-async function lobby(session: string): Promise<void> {
-  const worldSize = intParam('world', undefined);
+async function lobby(session: string, worldSize: number | undefined, rank: number | undefined): Promise<void> {
   const rankEl = el('dd', {}, '…');
   const worldEl = el('dd', {}, worldSize === undefined ? '?' : String(worldSize));
   const membersEl = el('dd', {}, '…');
@@ -79,14 +80,14 @@ async function lobby(session: string): Promise<void> {
     gpuEl.textContent = g.available ? `available: ${g.adapter}` : `not available: ${g.reason}`;
     gpuEl.dataset.available = String(g.available);
   });
-  if (worldSize === undefined || worldSize < 1) {
+  if (worldSize === undefined) {
     status.textContent = 'Add &world=N to the link: how many tabs will train together.';
     status.classList.add('error');
     return;
   }
   try {
     status.textContent = `Waiting for ${worldSize} tabs to join…`;
-    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(true), min: worldSize, max: worldSize, rank: intParam('rank', undefined), timeoutMs: 3_600_000 }, (e) => {
+    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(true), min: worldSize, max: worldSize, rank, timeoutMs: 3_600_000 }, (e) => {
       if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
       if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
     });
@@ -109,16 +110,26 @@ async function lobby(session: string): Promise<void> {
   }
 }
 
-const session = params.get('session');
-const jobName = params.get('job');
-if (jobName === 'train' && session) {
-  void trainPage({
-    root: app,
-    params,
-    session,
-    rank: intParam('rank', undefined),
-    timeoutMs: intParam('timeoutMs', 3_600_000)!,
-  });
-} else if (jobName) void runJob(jobName);
-else if (session) void lobby(session);
-else mountCreateForm(app, { origin: location.origin });
+// Every link is read before anything runs: a bad value gets a page that says which and what to
+// do, never a blank page or a run that "failed".
+const link = readLink(params, Object.keys(JOBS));
+switch (link.kind) {
+  case 'bad':
+    mountBadLink(app, link.problem);
+    console.error(`${link.problem.title}: ${link.problem.message}`);
+    // The launcher's pages must hear of it too, or it would wait for a result until its timeout.
+    report({ type: 'error', name: 'LinkError', message: link.problem.message });
+    break;
+  case 'train':
+    void trainPage({ root: app, params, session: link.session, rank: link.rank, timeoutMs: link.timeoutMs });
+    break;
+  case 'job':
+    void runJob(link.job);
+    break;
+  case 'lobby':
+    void lobby(link.session, link.world, link.rank);
+    break;
+  case 'create':
+    mountCreateForm(app, { origin: location.origin });
+    break;
+}

@@ -26,3 +26,13 @@ export function pageToken(create: boolean): string {
   history.replaceState(history.state, '', withToken(location.href, made));
   return made;
 }
+
+/**
+ * The host's secret, when this tab opened the creator's own link (`#token=T&host=H`): it lets this
+ * tab stop or end the session for everyone. The link shared with others carries only the token.
+ */
+export function pageHostSecret(): string | undefined {
+  const hash = location.hash.startsWith('#') ? location.hash.slice(1) : location.hash;
+  const host = new URLSearchParams(hash).get('host');
+  return host !== null && isSessionToken(host) ? host : undefined;
+}

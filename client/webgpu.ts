@@ -13,12 +13,23 @@ interface AdapterInfoLike {
   description?: string;
 }
 
+/**
+ * Why WebGPU is missing on a plain-http page from another machine: browsers offer it only to
+ * secure pages, so the browser is not to blame and another browser would not help.
+ */
+export const INSECURE_PAGE_REASON = 'WebGPU needs a secure page (https, or localhost)';
+
+/** Why this page has no `navigator.gpu`, or undefined when it has one. */
+export function missingWebGpuReason(): string | undefined {
+  if (!window.isSecureContext) return INSECURE_PAGE_REASON;
+  if (!(navigator as unknown as { gpu?: unknown }).gpu) return 'this browser has no WebGPU (navigator.gpu is missing)';
+  return undefined;
+}
+
 export async function probeWebGpu(): Promise<WebGpuProbe> {
   const gpu = (navigator as unknown as { gpu?: { requestAdapter(): Promise<{ info?: AdapterInfoLike } | null> } }).gpu;
-  if (!window.isSecureContext) {
-    return { available: false, adapter: null, reason: 'not a secure context: open the page over https or on localhost' };
-  }
-  if (!gpu) return { available: false, adapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
+  const missing = missingWebGpuReason();
+  if (missing !== undefined || !gpu) return { available: false, adapter: null, reason: missing };
   try {
     const adapter = await gpu.requestAdapter();
     if (!adapter) return { available: false, adapter: null, reason: 'WebGPU found no adapter (no usable GPU or driver)' };

@@ -5,7 +5,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../client/train/config.ts';
-import { FORM_FIELDS, checkForm, fieldDefaults, formConfig, sessionUrl } from '../client/ui/session_link.ts';
+import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, shareableUrl, withOrigin } from '../client/ui/session_link.ts';
+import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../client/ui/estimate.ts';
+import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';
+import { qrPath } from '../client/ui/qr.ts';
 import { newSessionToken, tokenFromFragment } from '../src/session_token.ts';
 
 const TOKEN = newSessionToken();
@@ -23,18 +26,64 @@ describe('the create form', () => {
     expect(FORM_FIELDS.slice(0, 5).map((f) => f.label)).toEqual(['Session name', 'World size (tabs)', 'Keep training with at least (tabs)', 'Model', 'Dataset']);
     expect(FORM_FIELDS.find((f) => f.name === 'model')!.control).toEqual({ type: 'select', choices: ['mlp', 'cnn'] });
     expect(FORM_FIELDS.find((f) => f.name === 'world')!.control).toEqual({ type: 'number', min: 1, max: 64 });
-    expect(FORM_FIELDS.filter((f) => f.optional).map((f) => f.name)).toEqual(['min', 'steps', 'trainSize']);
+    expect(FORM_FIELDS.filter((f) => f.optional).map((f) => f.name)).toEqual(['steps', 'trainSize']);
+    expect(FORM_FIELDS.find((f) => f.name === 'steps')!.label).toBe('Steps (optional)');
+    expect(FORM_FIELDS.find((f) => f.name === 'trainSize')!.label).toBe('Training samples (optional)');
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {
-    expect(fieldDefaults({})).toEqual({ world: '1', min: '', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu' });
+    expect(fieldDefaults({})).toEqual({ world: '1', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu' });
     expect(fieldDefaults({ optimizer: 'sgd' }).lr).toBe('0.05');
   });
 
   it('makes the link in the documented order, leaving out what is not set', () => {
     const url = sessionUrl(ORIGIN, form({ world: '3', model: 'mlp', dataset: 'synthetic' }), TOKEN);
-    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu#token=${TOKEN}`);
+    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&min=1&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu#token=${TOKEN}`);
     expect(tokenFromFragment(url)).toBe(TOKEN);
+  });
+
+  it('a session made on the page is elastic: the minimum starts at 1, and the link says so', () => {
+    const config = formConfig(form({ world: '5' }));
+    expect(config).toMatchObject({ min: 1, max: 5 });
+    // A link without min still means a fixed size, as it always did (the launcher's, old links).
+    const params = new URLSearchParams('world=5');
+    expect(parseTrainConfig((name) => urlOption(params, name))).toMatchObject({ min: 5, max: 5 });
+    expect(checkForm(form({ min: '' }))).toEqual({ min: 'Keep training with at least (tabs) is required.' });
+  });
+
+  it('explains the minimum in one sentence that follows the numbers typed', () => {
+    expect(minNote({ world: '5', min: '1' })).toBe('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (5 here) would pause whenever one leaves.');
+    expect(minNote({ world: '5', min: '3' })).toContain('at least 3 are in');
+    expect(minNote({ world: '4', min: '4' })).toBe('A fixed size: training pauses whenever one of the 4 tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.');
+    expect(minNote({ world: '1', min: '1' })).toMatch(/^One tab trains alone/);
+    expect(minNote({ world: 'x', min: '1' })).toBe(TRAIN_OPTIONS.find((o) => o.name === 'min')!.hint);
+  });
+
+  it("the creator's own link carries the host's secret; the shared one only the token", () => {
+    const host = newSessionToken();
+    const own = sessionUrl(ORIGIN, form({ world: '3' }), TOKEN, host);
+    expect(new URL(own).hash).toBe(`#token=${TOKEN}&host=${host}`);
+    expect(tokenFromFragment(own)).toBe(TOKEN);
+    const shared = shareableUrl(own);
+    expect(shared).toBe(sessionUrl(ORIGIN, form({ world: '3' }), TOKEN));
+    expect(shared).not.toContain(host);
+    // A tab's own address (with its rank) becomes a link anyone can open.
+    expect(shareableUrl(`http://127.0.0.1:8080/?session=s&world=2&rank=1&job=train#token=${TOKEN}&host=${host}`)).toBe(`http://127.0.0.1:8080/?session=s&world=2&job=train#token=${TOKEN}`);
+  });
+
+  it('moves a link to an address other machines reach, keeping everything else', () => {
+    const local = sessionUrl(ORIGIN, form({ world: '3' }), TOKEN);
+    const lan = withOrigin(local, 'http://192.168.1.5:8080/');
+    expect(lan).toBe(local.replace('http://127.0.0.1:8080', 'http://192.168.1.5:8080'));
+  });
+
+  it('says when a link only this computer can open, and what plain http costs other machines', () => {
+    expect(reachNote('http://127.0.0.1:8080/?session=s', null)).toBe(
+      "Only this computer can open this link: 127.0.0.1 is this computer's own address. To let other machines in, restart the server with HOST=0.0.0.0 npm start and create the session again.",
+    );
+    expect(reachNote('http://localhost:8080/', { urls: [], secure: false, listening: '127.0.0.1:8080' })).toContain('the server listens on 127.0.0.1:8080 only');
+    expect(reachNote('http://192.168.1.5:8080/', { urls: ['http://192.168.1.5:8080/'], secure: false, listening: '0.0.0.0:8080' })).toMatch(/plain http, where browsers offer no WebGPU/);
+    expect(reachNote('https://class.example:8443/', null)).toBe('');
   });
 
   it('a link with every option set parses back to the job the form describes', () => {
@@ -60,8 +109,73 @@ describe('the create form', () => {
     });
   });
 
+  it('the quick demo preset is a valid, short run', () => {
+    const values = form(DEMO_PRESET);
+    expect(checkForm(values)).toEqual({});
+    const config = formConfig(values);
+    expect(config).toMatchObject({ dataset: 'synthetic', steps: 60, trainSize: 2048, batchSize: 32 });
+    expect(estimateRun(config).seconds).toBeLessThan(60);
+  });
+
+  it('refuses a world size above 64, as the page would', () => {
+    expect(checkForm(form({ world: '100' }))).toEqual({ world: 'World size (tabs) must be an integer from 1 to 64.' });
+  });
+
   it('refuses a minimum above the world size, as the page would', () => {
     expect(checkForm(form({ world: '3', min: '5' }))).toEqual({ min: "Keep training with at least (tabs) must be at most the session's largest size (3)." });
     expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }), TOKEN)).toThrow(/option min/);
+  });
+});
+
+describe('the duration estimate', () => {
+  it('counts steps as the sampler does, and evaluations at each epoch end and every evalEvery steps', () => {
+    expect(stepsPerEpoch(60_000, 2, 64)).toBe(469);
+    const mnist = formConfig(form({ world: '2' }));
+    const e = estimateRun(mnist);
+    expect(e.steps).toBe(469);
+    expect(e.evals).toBe(1 + 4); // the epoch end, and steps 100..400
+    expect(e.text).toMatch(/^about \d+ min$/);
+  });
+
+  it('steps override epochs; a CNN takes longer than an MLP', () => {
+    const mlp = formConfig(form({ steps: '200' }));
+    const cnn = formConfig(form({ steps: '200', model: 'cnn' }));
+    expect(estimateRun(mlp).steps).toBe(200);
+    expect(estimateRun(cnn).seconds).toBeGreaterThan(estimateRun(mlp).seconds);
+  });
+
+  it('reads as a rough guess', () => {
+    expect(fmtApprox(24)).toBe('20 s');
+    expect(fmtApprox(3)).toBe('10 s');
+    expect(fmtApprox(250)).toBe('4 min');
+    expect(fmtApprox(2 * 3600 + 25 * 60)).toBe('2 h 30 min');
+    expect(fmtApprox(3 * 3600)).toBe('3 h');
+    const sentence = estimateSentence(formConfig(form({ world: '3', min: '1', steps: '100' })));
+    expect(sentence).toMatch(/^Estimated duration: about .+ for 100 steps with 3 tabs \(longer with fewer\)\. A rough estimate/);
+  });
+});
+
+describe('where other machines reach the server', () => {
+  it('takes /api/info only in its documented shape', () => {
+    expect(parseServerInfo({ urls: ['http://192.168.1.5:8080/', 'javascript:alert(1)', 7], secure: false, listening: '0.0.0.0:8080' })).toEqual({
+      urls: ['http://192.168.1.5:8080/'],
+      secure: false,
+      listening: '0.0.0.0:8080',
+    });
+    expect(parseServerInfo({ urls: 'http://x/' })).toBeNull();
+    expect(parseServerInfo(null)).toBeNull();
+  });
+
+  it('knows the loopback addresses', () => {
+    for (const h of ['localhost', '127.0.0.1', '127.1.2.3', '[::1]', '::1', 'app.localhost']) expect(isLoopbackHost(h), h).toBe(true);
+    for (const h of ['192.168.1.5', 'example.com', '10.0.0.1']) expect(isLoopbackHost(h), h).toBe(false);
+  });
+
+  it('draws a QR code of a link: a square with the quiet zone', () => {
+    const link = sessionUrl('http://192.168.1.5:8080', form({ world: '3' }), TOKEN);
+    const qr = qrPath(link);
+    expect(Number.isInteger(qr.size)).toBe(true);
+    expect((qr.size - 8 - 17) % 4).toBe(0); // QR versions are 21, 25, 29, ... modules wide
+    expect(qr.d.startsWith('M4 4h1v1h-1z')).toBe(true); // the top-left finder pattern
   });
 });

@@ -6,10 +6,15 @@
 import { describe, expect, it } from 'vitest';
 import type { RankStepMetrics, TrainConfig, TrainEvent } from '../client/train/events.ts';
 import {
+  CONFIRM,
   MAX_LOG,
   controls,
   describeJob,
+  displayPhase,
+  downloadBaseName,
   etaSeconds,
+  evalSeconds,
+  evalsLeft,
   facts,
   initialDashboardState,
   phaseLabel,
@@ -17,6 +22,8 @@ import {
   rankAverages,
   reduceDashboard,
   ringModel,
+  runReport,
+  runSeconds,
   statCards,
   statusText,
   stepRate,
@@ -121,8 +128,8 @@ describe('phases and the status line', () => {
     const paused = replay([waiting(1, 2, 3, true)], s);
     expect(paused.phase).toBe('waiting');
     expect(phaseLabel(paused)).toBe('Paused');
-    expect(statusText(paused)).toBe('Training is paused at step 5: 1 tab left, below the minimum of 2. It resumes when 1 more tab joins. Share the link below.');
-    expect(paused.log[0]).toMatchObject({ level: 'warn', message: 'Paused: 1 tab left, below the minimum of 2. Training resumes when more tabs join.' });
+    expect(statusText(paused)).toBe('Training is paused at step 5: only 1 tab is left, below the minimum of 2. It resumes when 1 more tab joins. Share the link below.');
+    expect(paused.log[0]).toMatchObject({ level: 'warn', message: 'Paused: only 1 tab is left, below the minimum of 2. Training resumes when more tabs join.' });
     const regrouped = replay([waiting(2, 2, 3), joined(0, 2)], paused);
     expect(regrouped.phase).toBe('starting');
     expect(regrouped.self).toBe(0);
@@ -140,27 +147,27 @@ describe('phases and the status line', () => {
     const s = replay([step(32, { epoch: 1, elapsed: 65 }), { type: 'done', summary: { testAccuracy: 0.9312, testLoss: 0.22, steps: 32 } }], training());
     expect(s.phase).toBe('done');
     expect(statusText(s)).toBe('Done. 32 steps in 1 min 05 s. Final test accuracy 93.1%. The model can be downloaded.');
-    expect(controls(s)).toEqual({ stop: { disabled: true, label: 'Training finished' }, downloadEnabled: true });
+    expect(controls(s)).toMatchObject({ stop: { visible: true, disabled: true, label: 'Training finished' }, downloadEnabled: true });
     expect(progressFigures(s)).toMatchObject({ step: 32, total: 32, value: 32, max: 32, done: true, text: 'Epoch 2 of 2 · step 32 / 32 (100%) · finished in 1 min 05 s' });
     expect(statCards(s).test).toEqual({ value: '93.1%', sub: 'final, loss 0.22' });
   });
 
   it('stop: requested here, stopped by this tab, and after done it still says who stopped it', () => {
     const s = training();
-    expect(controls(s).stop).toEqual({ disabled: false, label: 'Stop training for everyone' });
+    expect(controls(s).stop).toEqual({ visible: true, disabled: false, label: 'Stop training for everyone' });
     const requested = replay([{ type: 'stop-requested' }], s);
-    expect(controls(requested).stop).toEqual({ disabled: true, label: 'Stopping…' });
+    expect(controls(requested).stop).toEqual({ visible: true, disabled: true, label: 'Stopping…' });
     expect(requested.log[0]!.message).toBe('Stop requested by this tab.');
     expect(requested.phase).toBe('training');
     const stopped = replay([{ type: 'stopped', by: 1, atStep: 6 }], requested);
     expect(stopped.phase).toBe('stopped');
     expect(statusText(stopped)).toBe('Stopped by rank 1 (this tab) at step 6.');
-    expect(controls(stopped)).toEqual({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: false });
+    expect(controls(stopped)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: false });
     const done = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1 } }], stopped);
     expect(done.phase).toBe('stopped');
     expect(statusText(done)).toBe('Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.');
-    expect(controls(done)).toEqual({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
-    expect(done.log[0]!.message).toBe('Finished after the stop. Test accuracy: 90.00%, Stopped by: rank 1');
+    expect(controls(done)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
+    expect(done.log[0]!.message).toBe('Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none');
   });
 
   it('fail: the run is failed, keeps its lost ranks, and later events do not revive it', () => {
@@ -328,10 +335,53 @@ describe('the run summary', () => {
     ]);
   });
 
-  it("'done' logs the first summary entries", () => {
-    const s = replay([{ type: 'done', summary: { steps: 32, testAccuracy: 0.5, testLoss: 1.25 } }], training());
-    expect(s.log[0]!.message).toBe('Done. Test accuracy: 50.00%, Test loss: 1.25, Steps: 32');
-    expect(s.summary).toEqual({ steps: 32, testAccuracy: 0.5, testLoss: 1.25 });
+  it("'done' logs the report's main line", () => {
+    const s = replay([step(32, { epoch: 1, elapsed: 60 }), { type: 'done', summary: { steps: 32, testAccuracy: 0.5, testLoss: 1.25, seconds: 65 } }], training());
+    expect(s.log[0]!.message).toBe('Done. Training: 32 steps · 2 epochs · 3 tabs at the end, Total time: 1 min 05 s, Final test accuracy: 50.00%, Faults survived: none');
+    expect(s.summary).toEqual({ steps: 32, testAccuracy: 0.5, testLoss: 1.25, seconds: 65 });
+  });
+
+  it('the report for people: what, how long (one total everywhere), how well, how fast, what it survived; the rest under Details', () => {
+    const events: DashboardEvent[] = [
+      { type: 'rank-lost', rank: 2, reason: 'its tab closed' },
+      joined(1, 2),
+      step(6, { ranks: [0, 1] }),
+      joined(1, 3),
+      step(31, { epoch: 1, elapsed: 58, ranks: [0, 1, 2] }),
+      step(32, { epoch: 1, elapsed: 60, ranks: [0, 1, 2] }),
+      {
+        type: 'done',
+        summary: {
+          rank: 1, worldSize: 3, backend: 'webgpu', model: 'mlp', dataset: 'synthetic', steps: 32, epochs: 1, samplesPerSec: 4215.7, finalLoss: 0.31, testAccuracy: 0.9312, testLoss: 0.22,
+          weightHash: '9f3c2a71', breakdownMs: { compute: 37.9, readback: 1, allreduce: 12, apply: 2 }, seconds: 65, generations: 3, stepsRedone: 1, pausedGenerations: 0, resumes: [],
+          liveTensors: { steps: 32, min: 40, max: 40 },
+        },
+      },
+    ];
+    const s = replay(events, training({ min: 2, max: 3 }));
+    const report = runReport(s)!;
+    expect(report.main.map((e) => [e.label, e.value])).toEqual([
+      ['Trained', 'MLP on synthetic data, 1,536 training samples'],
+      ['Training', '32 steps · 2 epochs · 3 tabs at the end'],
+      ['Total time', '1 min 05 s'],
+      ['Final test accuracy', '93.12%'],
+      ['Speed', '4,216 samples/s, all tabs together'],
+      ['Faults survived', '1 rank lost, 1 tab joined mid-run, 1 step trained again'],
+    ]);
+    const details = report.details.map((e) => e.label);
+    expect(details).toEqual(expect.arrayContaining(['Test loss', 'Final loss', 'Generations', 'Paused generations', 'Weight hash', 'Breakdown: compute', 'Live tensors: min', 'Live tensors: max']));
+    for (const shown of ['Test accuracy', 'Steps', 'Epochs', 'Time', 'Samples per sec', 'Steps redone']) expect(details).not.toContain(shown);
+    // One total time: the status line, the progress text, the time card and the report agree.
+    expect(runSeconds(s)).toBe(65);
+    expect(statusText(s)).toBe('Done. 32 steps in 1 min 05 s. Final test accuracy 93.1%. The model can be downloaded.');
+    expect(progressFigures(s).text).toContain('finished in 1 min 05 s');
+    expect(statCards(s).time).toEqual({ value: '1 min 05 s', sub: 'total time' });
+  });
+
+  it('epochs are counted from 1 in the report, also inside the first epoch', () => {
+    const s = replay([{ type: 'done', summary: { steps: 5, epochs: 0 } }], training({ steps: 5 }));
+    expect(runReport(s)!.main.find((e) => e.key === 'training')!.value).toBe('5 steps · in epoch 1 · 3 tabs at the end');
+    expect(JSON.stringify(runReport(s))).not.toMatch(/Epochs/);
   });
 });
 
@@ -395,5 +445,136 @@ describe('purity and the facts', () => {
   it('describes a job in one line', () => {
     expect(describeJob(config())).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
     expect(describeJob(config({ min: 2, max: 4, steps: 1000, trainSize: 1536 }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (up to 256 global) · 1,000 steps · first 1,536 samples · elastic, 2 to 4 tabs');
+  });
+});
+
+describe('time left with evaluation pauses', () => {
+  it('measures an evaluation as the gap after its step, and leaves it out of the step rate', () => {
+    // Steps every second; the eval after step 10 takes 4 s, so step 11 comes 5 s after step 10.
+    let s = replay([{ type: 'config', config: config({ evalEvery: 10 }) }, joined(0), { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 50 }]);
+    const at0 = T0 + 100_000;
+    for (let n = 1; n <= 10; n++) s = reduceDashboard(s, { at: at0 + n * 1000, event: step(n, { total: 50, elapsed: n }) });
+    s = reduceDashboard(s, { at: at0 + 14_000, event: { type: 'eval', epoch: 0, step: 10, testAccuracy: 0.5, testLoss: 1 } });
+    s = reduceDashboard(s, { at: at0 + 15_000, event: step(11, { total: 50, elapsed: 15 }) });
+    expect(evalSeconds(s)).toBe(4);
+    expect(stepRate(s)).toBe(1);
+    // Evals left: steps 20, 30, 40 and 50 (the epoch end and the run's end are the same step).
+    expect(evalsLeft(s)).toBe(4);
+    expect(etaSeconds(s)).toBe(39 + 4 * 4);
+  });
+
+  it('counts the final evaluation when the run ends between evaluation steps', () => {
+    const s = replay([{ type: 'config', config: config({ evalEvery: 100, steps: 250 }) }, joined(0), { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 1000 }, step(10, { total: 250 })]);
+    expect(evalsLeft(s)).toBe(2 + 1); // steps 100 and 200, then the end (250)
+  });
+});
+
+describe('roles: the host, the other tabs, spectators', () => {
+  const role = (host: boolean, hasHost: boolean, spectator = false): DashboardEvent => ({ type: 'role', host, hasHost, spectator });
+
+  it('the host has stop, end and the minimum; its stop and end are confirmed first', () => {
+    const s = replay([{ type: 'config', config: config({ min: 1, max: 3 }) }, waiting(1, 1, 3), joined(0), role(true, true)]);
+    const c = controls(s);
+    expect(c.stop).toEqual({ visible: true, disabled: false, label: 'Stop training for everyone' });
+    expect(c.end).toEqual({ visible: true, disabled: false });
+    expect(c.min).toEqual({ visible: true, disabled: false, value: 1, max: 3 });
+    expect(c.note).toBeNull();
+    expect(s.log[0]!.message).toBe('This tab is the host: it can stop the training or end the session for everyone.');
+    expect(CONFIRM.stop.body).toMatch(/Every tab of the session stops at the same step/);
+    expect(CONFIRM.end.body).toMatch(/every tab is disconnected/);
+  });
+
+  it("other tabs of a hosted session have no such buttons and say the host's tab controls it", () => {
+    const c = controls(replay([role(false, true)], training()));
+    expect(c.stop.visible).toBe(false);
+    expect(c.end.visible).toBe(false);
+    expect(c.min.visible).toBe(false);
+    expect(c.note).toBe("The host's tab controls this session: it can stop the training or end the session.");
+  });
+
+  it('a session without a host (the launcher’s) keeps the stop button on every tab', () => {
+    const c = controls(replay([role(false, false)], training()));
+    expect(c.stop.visible).toBe(true);
+    expect(c.end.visible).toBe(false);
+    expect(c.note).toBeNull();
+  });
+
+  it('a spectator is told the session is full, calmly, and becomes a rank when it gets one', () => {
+    const s = replay([{ type: 'config', config: config({ min: 2, max: 3 }) }, role(false, true, true)]);
+    expect(displayPhase(s)).toBe('spectating');
+    expect(phaseLabel(s)).toBe('Spectating');
+    expect(statusText(s)).toBe('The session is full (3 ranks): this tab watches and takes a rank when one frees up.');
+    expect(controls(s).stop.visible).toBe(false);
+    const ranked = replay([joined(2, 3)], s);
+    expect(ranked.role.spectator).toBe(false);
+    expect(displayPhase(ranked)).toBe('starting');
+  });
+
+  it('"full" is a state of its own, not a failure', () => {
+    const s = replay([{ type: 'config', config: config() }, { type: 'full', ranks: 3 }]);
+    expect(s.phase).toBe('full');
+    expect(s.failure).toBeNull();
+    expect(phaseLabel(s)).toBe('Session full');
+    expect(statusText(s)).toBe('The session is full: all 3 ranks are taken, so this tab is not training. Keep it for when a tab closes (reload it then), or create a new session.');
+    expect(controls(s).stop.disabled).toBe(true);
+  });
+
+  it('the host’s actions are announced on every tab', () => {
+    const stopped = replay([{ type: 'control', action: 'stop' }, { type: 'stopped', by: 0, atStep: 6 }], training());
+    expect(stopped.log[1]!.message).toBe('The host stopped the run: every tab stops at the same step.');
+    expect(stopped.log[0]!.message).toBe('Training stopped at step 6 by the host.');
+    expect(statusText(stopped)).toBe('Stopped by the host at step 6.');
+
+    const min = replay([{ type: 'min-requested', min: 2 }, { type: 'control', action: 'min', min: 2 }], replay([role(true, true)], training({ min: 3, max: 3 })));
+    expect(min.config!.min).toBe(2);
+    expect(controls(min).min.value).toBe(2);
+    expect(min.log[0]!.message).toBe('The host set the minimum to 2 tabs: training goes on while at least 2 are in.');
+
+    const ended = replay([{ type: 'control', action: 'end' }, { type: 'failed', title: 'Server unreachable', detail: 'connection closed' }], training());
+    expect(ended.phase).toBe('ended');
+    expect(ended.error).toBeNull();
+    expect(statusText(ended)).toBe('The host ended the session at step 5: this tab is disconnected.');
+    expect(phaseLabel(ended)).toBe('Session ended');
+  });
+});
+
+describe('after a failure', () => {
+  it('"Training failed" is never said twice', () => {
+    const s = replay([{ type: 'failed', title: 'Training failed', detail: 'Training failed.' }], training());
+    expect(statusText(s)).toBe('Training failed at step 5: see the message below.');
+  });
+
+  it('the page may keep the model downloadable and offer to continue', () => {
+    const failed = replay([{ type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', canContinue: true }, { type: 'downloadable', available: true }], training());
+    expect(controls(failed)).toMatchObject({ continueVisible: true, downloadEnabled: true });
+    expect(statusText(failed)).toBe('Training failed at step 5: Rank 2 was lost. The model trained so far is kept: you can continue training.');
+    const again = replay([{ type: 'continue-requested' }], failed);
+    expect(again.phase).toBe('starting');
+    expect(again.failure).toBeNull();
+    expect(controls(again).continueVisible).toBe(false);
+    expect(replay([step(6)], again).phase).toBe('training');
+    // Without canContinue there is no button, and the request does nothing.
+    const final = replay([{ type: 'failed', title: 'Replicas differ', detail: 'x' }], training());
+    expect(controls(final).continueVisible).toBe(false);
+    expect(replay([{ type: 'continue-requested' }], final)).toBe(final);
+  });
+
+  it('downloads are named after the session and the step', () => {
+    expect(downloadBaseName(replay([{ type: 'done', summary: {} }], training()))).toBe('s-step-5');
+    expect(downloadBaseName(initialDashboardState({ session: 'my run', at: T0 }))).toBe('my_run-step-0');
+  });
+});
+
+describe('waiting and WebGPU words', () => {
+  it('never says nobody is here while this tab waits', () => {
+    const s = replay([{ type: 'config', config: config() }, waiting(0)]);
+    expect(statusText(s)).toBe('Waiting for 2 more tabs (1 of 3 here). Share the link below.');
+  });
+
+  it('WebGPU missing on a plain-http page is the page’s doing, and says how to get it', () => {
+    const reason = "WebGPU needs a secure page (https, or localhost). This tab trains on webgl meanwhile; to use WebGPU, open the session over https (see the README's “Across machines”)";
+    const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'webgl', adapter: null, fallbackReason: reason }]);
+    expect(facts(s).backend).toMatchObject({ kind: 'running', name: 'webgl', fallback: `⚠ ${reason}.` });
+    expect(JSON.stringify(facts(s))).not.toMatch(/browser has no WebGPU/);
   });
 });

@@ -1,6 +1,7 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_LR, configParams, parseTrainConfig, urlOption } from '../client/train/config.ts';
+import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, parseTrainConfig, urlOption } from '../client/train/config.ts';
+import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 
 const parse = (query: string) => {
   const params = new URLSearchParams(query);
@@ -46,7 +47,9 @@ describe('parseTrainConfig', () => {
     };
     expect(refusal('world=abc').message).toBe('option world must be an integer from 1 to 64, got "abc"');
     expect(refusal('world=-2')).toMatchObject({ name: 'ConfigError', option: 'world', value: '-2' });
-    expect(refusal('world=100').option).toBe('world');
+    expect(refusal('world=100').message).toBe('option world must be an integer from 1 to 64, got "100"');
+    expect(refusal('world=4&max=65').option).toBe('max');
+    expect(refusal('world=4&min=0').option).toBe('min');
     expect(refusal('world=2&lr=0').message).toBe('option lr must be a number above 0 and at most 10, got "0"');
     expect(refusal('world=2&model=resnet').message).toBe('option model must be one of mlp, cnn, got "resnet"');
     expect(refusal('world=2&min=3').message).toBe('option min must be at most the session\'s largest size (2), got "3"');
@@ -55,5 +58,72 @@ describe('parseTrainConfig', () => {
   it('a config turned into link parameters parses back to itself', () => {
     const config = parse('world=4&min=2&dataset=synthetic&steps=50&trainSize=1024&optimizer=sgd&lr=0.1&seed=7');
     expect(parse(configParams(config).toString())).toEqual(config);
+  });
+});
+
+describe('the schema bounds every size by the form’s', () => {
+  it('world, min and max stop at 64', () => {
+    expect(MAX_WORLD_SIZE).toBe(64);
+    for (const name of ['world', 'min', 'max']) expect(TRAIN_OPTIONS.find((o) => o.name === name)!.kind).toEqual({ type: 'int', min: 1, max: 64 });
+    expect(parse('world=64')).toMatchObject({ min: 64, max: 64 });
+  });
+
+  it('a link without min is a fixed size; only the form starts at 1', () => {
+    expect(parse('world=4')).toMatchObject({ min: 4, max: 4 });
+    expect(TRAIN_OPTIONS.find((o) => o.name === 'min')!.formDefault?.({})).toBe(1);
+  });
+});
+
+describe('readLink: every bad value of a link is named, with what is allowed and what to do', () => {
+  const JOBS = ['rendezvous', 'allreduce', 'collectives'];
+  const read = (query: string) => readLink(new URLSearchParams(query), JOBS);
+  const problem = (query: string): LinkProblem => {
+    const r = read(query);
+    if (r.kind !== 'bad') throw new Error(`${query} was accepted as ${r.kind}`);
+    return r.problem;
+  };
+
+  it('good links: the form, a training session, a launcher job, the lobby', () => {
+    expect(read('')).toEqual({ kind: 'create' });
+    expect(read('session=s&world=3&job=train&rank=2')).toMatchObject({ kind: 'train', session: 's', rank: 2, timeoutMs: 3_600_000, config: { max: 3 } });
+    expect(read('session=s&world=3&job=rendezvous')).toEqual({ kind: 'job', job: 'rendezvous', session: 's' });
+    expect(read('session=s&world=3')).toEqual({ kind: 'lobby', session: 's', world: 3, rank: undefined });
+  });
+
+  it('world that is not a number, negative, or above 64', () => {
+    expect(problem('session=s&job=train&world=abc')).toEqual({
+      field: 'world',
+      value: 'abc',
+      title: 'This link is not valid',
+      message: 'The link says “world=abc”, but the world size (how many tabs train together) must be an integer from 1 to 64.',
+      action: 'Open the link exactly as it was shared (copy it again from whoever sent it), or create a new session on the start page.',
+    });
+    expect(problem('session=s&job=train&world=-2').message).toBe('The link says “world=-2”, but the world size (how many tabs train together) must be an integer from 1 to 64.');
+    expect(problem('session=s&job=train&world=100').message).toBe('The link says “world=100”, but the world size (how many tabs train together) must be an integer from 1 to 64.');
+    // The lobby (no job) refuses the same values in the same words.
+    expect(problem('session=s&world=100').message).toBe('The link says “world=100”, but the world size (how many tabs train together) must be an integer from 1 to 64.');
+  });
+
+  it('a minimum above the world size', () => {
+    expect(problem('session=s&job=train&world=3&min=5').message).toBe("The link says “min=5”, but the minimum number of tabs must be at most the session's largest size (3).");
+  });
+
+  it('job=train without a session, and an unknown job', () => {
+    const p = problem('job=train&world=2');
+    expect(p).toMatchObject({ field: 'session', value: null, title: 'This link has no session' });
+    expect(p.message).toBe('The link asks for job=train but names no session (session=NAME).');
+    expect(p.action).toMatch(/create a new session on the start page/);
+    expect(problem('session=s&job=trian').message).toBe('The link says “job=trian”, but the job must be one of train, rendezvous, allreduce, collectives.');
+  });
+
+  it('a bad rank, a bad session name, any bad option', () => {
+    expect(problem('session=s&job=train&world=3&rank=3').message).toBe('The link says “rank=3”, but the rank must be an integer from 0 to 2 (this session has 3 ranks).');
+    expect(problem('session=s&job=train&world=3&rank=x').field).toBe('rank');
+    expect(problem('session=s&world=3&rank=-1').field).toBe('rank');
+    expect(problem('session=a%20b&job=train').message).toBe('The link says “session=a b”, but the session must be 1 to 64 letters, digits, “-”, “_” or “.”.');
+    expect(problem('session=s&job=train&world=2&lr=0').message).toBe('The link says “lr=0”, but the learning rate must be a number above 0 and at most 10.');
+    expect(problem('session=s&job=train&world=2&batch-size=0').message).toBe('The link says “batchSize=0”, but the batch size per rank must be an integer from 1 to 4096.');
+    expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn.');
+    expect(problem('session=s&job=train&timeoutMs=5').field).toBe('timeoutMs');
   });
 });

@@ -70,6 +70,11 @@ export interface OptionSpec {
   optional?: boolean;
   /** The value when the URL leaves it out; null means "not set". */
   defaultValue(partial: Partial<Record<string, unknown>>): unknown;
+  /**
+   * What the create form starts with when that differs from a link's default: a session made on
+   * the page is elastic (min 1), while a link without `min` keeps the fixed size it always meant.
+   */
+  formDefault?: (partial: Partial<Record<string, unknown>>) => unknown;
 }
 
 const int = (min: number, max: number): Kind => ({ type: 'int', min, max });
@@ -88,11 +93,13 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   {
     name: 'min',
     label: 'Keep training with at least (tabs)',
-    hint: 'Leave empty to need every tab. Fewer than the world size makes the session elastic: it starts once this many tabs are in (later tabs join at the next step), and when a tab closes or freezes the rest regroup and go on, down to this many.',
+    // The form replaces this with a sentence about the numbers typed (session_link.ts's minNote).
+    hint: 'Tabs may close, reload or join while the session runs: training goes on while at least this many are in. Set it to the world size for a fixed size, which pauses whenever a tab leaves.',
     kind: int(1, MAX_WORLD_SIZE),
     inForm: true,
-    optional: true,
     defaultValue: (p) => p.world,
+    // A class's tabs come and go: sessions made on the page keep training with whoever is there.
+    formDefault: fixed(1),
   },
   {
     name: 'max',

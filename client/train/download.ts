@@ -15,7 +15,14 @@ function clickDownload(name: string, blob: Blob): void {
   setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
 }
 
-export async function downloadModel(model: tf.LayersModel, name = 'browser-ddp-model'): Promise<void> {
+/**
+ * Saves `model` as `<baseName>.json` + `<baseName>.weights.bin`. The dashboard names them after
+ * the session and the step (`my-run-step-938`, its `onDownload` argument), so downloads from
+ * several runs do not overwrite each other or all read "model".
+ */
+export async function downloadModel(model: tf.LayersModel, baseName = 'browser-ddp-model'): Promise<void> {
+  // A file name, whatever the caller passed: no path separators or odd characters.
+  const name = baseName.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '') || 'browser-ddp-model';
   const artifacts = await modelArtifacts(model);
   const weightsFile = `${name}.weights.bin`;
   const modelJson = {

@@ -2,9 +2,17 @@
  * The start page when the URL has no session: choose the job's configuration, get the link that
  * every tab of the session opens. Nothing is sent anywhere; the link is the session. The fields,
  * their rules and the link come from session_link.ts (and through it from the job's schema).
+ *
+ * The link to share uses an address the class's computers can reach (the server's `/api/info`,
+ * falling back to this page's own address), with a QR code of it; the creator's own "Join" link
+ * also carries the host's secret, which lets that tab stop or end the session for everyone.
  */
-import { FORM_FIELDS, checkForm, fieldDefaults, formConfig, sessionUrl, type FormField, type FormValues } from './session_link.ts';
+import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, withOrigin, type FormField, type FormValues } from './session_link.ts';
 import { el, shareField } from './dom.ts';
+import { estimateSentence } from './estimate.ts';
+import { fmtInt } from './format.ts';
+import { qrSvg } from './qr.ts';
+import { fetchServerInfo, type ServerInfo } from './server_info.ts';
 import { newSessionToken } from '../../src/session_token.ts';
 import './dashboard.css';
 
@@ -36,8 +44,17 @@ function controlFor(field: FormField, id: string, describedBy: string): Control 
   });
 }
 
-export function mountCreateForm(root: HTMLElement, options: { origin: string }): void {
-  const controls = new Map<string, { control: Control; error: HTMLElement }>();
+export interface CreateFormOptions {
+  /** This page's origin: the creator's own tab joins from here. */
+  origin: string;
+  /** Where other machines reach the server; defaults to asking the server (`/api/info`). */
+  serverInfo?: () => Promise<ServerInfo | null>;
+}
+
+export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): void {
+  // Asked once, at once: by the time the form is filled in, the answer is there.
+  const info = (options.serverInfo ?? fetchServerInfo)();
+  const controls = new Map<string, { control: Control; error: HTMLElement; hint: HTMLElement | null }>();
   /** Fields the person typed their own value into; the others follow their default. */
   const edited = new Set<string>();
   const form = el('form', { class: 'create-form', novalidate: true, 'data-testid': 'create-form', 'aria-labelledby': 'create-title' });
@@ -68,6 +85,25 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
     return firstBad;
   };
 
+  const estimate = el('p', { class: 'estimate', id: 'cf-estimate', 'data-testid': 'estimate' });
+  /** The sentences that depend on several fields: the minimum's meaning and the duration. */
+  const describe = () => {
+    const v = values();
+    const minHint = controls.get('min')?.hint;
+    if (minHint) minHint.textContent = minNote(v);
+    estimate.textContent = Object.keys(checkForm(v)).length === 0 ? estimateSentence(formConfig(v)) : 'Estimated duration: shown once every field above is valid.';
+  };
+
+  const demo = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'demo-preset', 'aria-describedby': 'cf-demo-hint' }, 'Quick demo');
+  form.append(
+    el(
+      'div',
+      { class: 'presets' },
+      demo,
+      el('p', { id: 'cf-demo-hint', class: 'field-hint' }, `Fills in a short run on synthetic data (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples), to see every tab train before a real run.`),
+    ),
+  );
+
   for (const field of FORM_FIELDS) {
     const id = `cf-${field.name}`;
     const errId = `${id}-error`;
@@ -75,10 +111,11 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
     const control = controlFor(field, id, [field.hint ? hintId : '', errId].filter(Boolean).join(' '));
     const error = el('p', { id: errId, class: 'field-error', 'data-testid': `error-${field.name}` });
     const node = el('div', { class: `field field-${field.name}` }, el('label', { for: id }, field.label), control);
-    if (field.hint) node.append(el('p', { id: hintId, class: 'field-hint' }, field.hint));
+    const hint = field.hint ? el('p', { id: hintId, class: 'field-hint', 'data-testid': `hint-${field.name}` }, field.hint) : null;
+    if (hint) node.append(hint);
     node.append(error);
     form.append(node);
-    controls.set(field.name, { control, error });
+    controls.set(field.name, { control, error, hint });
     control.addEventListener(control instanceof HTMLSelectElement ? 'change' : 'input', () => {
       // A value chosen or typed is the person's own; clearing a field hands it back to its default.
       if (control.value.trim() === '') edited.delete(field.name);
@@ -86,13 +123,27 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
       followDefaults();
       // Re-validate as the person fixes a flagged field, not while they first type.
       showErrors(false);
+      describe();
     });
   }
   controls.get('session')!.control.value = randomName();
   followDefaults();
 
+  demo.addEventListener('click', () => {
+    for (const [name, value] of Object.entries(DEMO_PRESET)) {
+      const c = controls.get(name);
+      if (!c) continue;
+      c.control.value = value;
+      edited.add(name);
+    }
+    followDefaults();
+    showErrors(false);
+    describe();
+  });
+
   const submit = el('button', { type: 'submit', class: 'btn btn-primary' }, 'Create session');
-  form.append(el('div', { class: 'form-actions' }, submit));
+  form.append(estimate, el('div', { class: 'form-actions' }, submit));
+  describe();
 
   const result = el('section', { class: 'card create-result', hidden: true, 'aria-labelledby': 'cr-title', 'data-testid': 'create-result' });
 
@@ -104,23 +155,51 @@ export function mountCreateForm(root: HTMLElement, options: { origin: string }):
       result.hidden = true;
       return;
     }
-    showResult(values());
+    void showResult(values());
   });
 
-  function showResult(v: FormValues): void {
-    // A new secret per session: whoever has the link can join it, nobody else.
-    const url = sessionUrl(options.origin, v, newSessionToken());
-    const { min, max } = formConfig(v);
-    const share = shareField('cr-link', 'Link to share', url);
+  async function showResult(v: FormValues): Promise<void> {
+    // New secrets per session: whoever has the link can join it, nobody else; the host's secret
+    // stays in the creator's own link.
+    const token = newSessionToken();
+    const host = newSessionToken();
+    const own = sessionUrl(options.origin, v, token, host);
+    const local = sessionUrl(options.origin, v, token);
+    const server = await info;
+    const addresses = server?.urls ?? [];
+    const share = shareField('cr-link', 'Link to share', addresses.length ? withOrigin(local, addresses[0]!) : local);
     share.input.setAttribute('data-testid', 'share-link');
-    const join = el('a', { href: url, class: 'btn btn-primary', 'data-testid': 'join-link' }, 'Join this session (open as a rank)');
-    const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} have joined, and up to ${max} train together.`;
+    const qr = el('figure', { class: 'qr' });
+    const note = el('p', { class: 'share-note', 'data-testid': 'share-note' });
+    const showLink = (url: string) => {
+      share.input.value = url;
+      qr.replaceChildren(qrSvg(url, 'QR code of the link to share'), el('figcaption', {}, 'The same link as a QR code: point a camera at it to open the session.'));
+      note.textContent = reachNote(url, server);
+      note.hidden = note.textContent === '';
+    };
+    let chooser: HTMLElement | null = null;
+    if (addresses.length > 1) {
+      // Several networks (Wi-Fi, a cable, a VPN): the creator knows which one the class is on.
+      const select = el('select', { id: 'cr-origin', 'data-testid': 'share-origin' }, ...addresses.map((u) => el('option', { value: u }, u)));
+      select.addEventListener('change', () => showLink(withOrigin(local, select.value)));
+      chooser = el('div', { class: 'field origin-choice' }, el('label', { for: 'cr-origin' }, 'Address the other computers use'), select);
+    }
+    const { min, max } = formConfig(v);
+    const join = el('a', { href: own, class: 'btn btn-primary', 'data-testid': 'join-link', 'aria-describedby': 'cr-join-note' }, 'Join this session (open as a rank)');
+    const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
     result.replaceChildren(
       el('h2', { id: 'cr-title' }, `Session “${v.session}” is ready`),
-      el('p', {}, `Open this link in ${max} tab${max === 1 ? '' : 's'} (on this computer or others that can reach this server). `, `Each tab becomes one rank; ${starts}`),
-      share.root,
-      el('p', { class: 'form-actions' }, join),
+      el('p', {}, `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
+      ...(chooser ? [chooser] : []),
+      el('div', { class: 'share-with-qr' }, el('div', { class: 'share-col' }, share.root, note), qr),
+      el(
+        'p',
+        { class: 'form-actions' },
+        join,
+        el('span', { id: 'cr-join-note', class: 'field-hint' }, 'Your own tab: it can stop the training or end the session for everyone. Share the link above, not this one.'),
+      ),
     );
+    showLink(share.input.value);
     result.hidden = false;
     result.scrollIntoView({ block: 'nearest' });
     join.focus();

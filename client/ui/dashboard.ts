@@ -8,16 +8,29 @@
  * animation frame, so hundreds of steps a second cost one draw per frame.
  */
 import type { TrainEvent } from '../train/events.ts';
-import { initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from './dashboard_state.ts';
+import { displayPhase, downloadBaseName, initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
 import { ChartsView, ErrorBannerView, FactsView, HeaderView, LogView, PerfView, ProgressView, RingCardView, StatsView, SummaryView } from './dashboard_views.ts';
 import { el } from './dom.ts';
+import { fetchServerInfo, isLoopbackHost } from './server_info.ts';
+import { shareableUrl, withOrigin } from './session_link.ts';
 import './dashboard.css';
+
+export type { ControlAction, Role } from './dashboard_state.ts';
 
 export interface DashboardOptions {
   session: string;
+  /** This tab's link; the dashboard drops the host's secret and the rank before showing it. */
   shareUrl: string;
+  /** "Stop training for everyone", after the person confirmed it. */
   onStop: () => void;
-  onDownload: () => void;
+  /** "Download model", with the files' base name: "<session>-step-<n>". */
+  onDownload: (baseName: string) => void;
+  /** The host's "End session", after confirming. */
+  onEnd?: () => void;
+  /** The host's new minimum number of tabs (1..max). */
+  onSetMin?: (min: number) => void;
+  /** "Continue training" after a failure the page said it can train past. */
+  onContinue?: () => void;
 }
 
 const MIN_REDRAW_MS = 250;
@@ -46,10 +59,25 @@ export class Dashboard {
         this.dispatch({ type: 'stop-requested' });
         options.onStop();
       },
-      download: () => options.onDownload(),
+      end: () => {
+        this.dispatch({ type: 'end-requested' });
+        options.onEnd?.();
+      },
+      setMin: (min) => {
+        this.dispatch({ type: 'min-requested', min });
+        options.onSetMin?.(min);
+      },
+      continueTraining: () => {
+        if (!this.state.canContinue) return;
+        this.dispatch({ type: 'continue-requested' });
+        options.onContinue?.();
+      },
+      download: () => options.onDownload(downloadBaseName(this.state)),
     });
     this.banner = new ErrorBannerView(() => this.clearError());
-    this.facts = new FactsView(options.shareUrl);
+    const share = shareableUrl(options.shareUrl);
+    this.facts = new FactsView(share);
+    void this.preferReachableLink(share);
     this.charts = new ChartsView(() => this.scheduleRender(true));
     this.root = el(
       'div',
@@ -80,10 +108,35 @@ export class Dashboard {
 
   /**
    * The run cannot go on (the job threw: a rank lost, config mismatch, server gone for good):
-   * show the error and put the whole page in its "failed" state.
+   * show the error and put the whole page in its "failed" state. `canContinue`: the page can
+   * train on from here, so a "Continue training" button calls `onContinue`.
    */
-  fail(title: string, detail: string, action?: string): void {
-    this.dispatch({ type: 'failed', title, detail, action });
+  fail(title: string, detail: string, action?: string, opts: { canContinue?: boolean } = {}): void {
+    this.dispatch({ type: 'failed', title, detail, action, canContinue: opts.canContinue === true });
+  }
+
+  /**
+   * What this tab may do: the host's tab gets "Stop training for everyone", "End session" and
+   * the minimum; other tabs of a hosted session say the host controls it; a session without a
+   * host (the launcher's) keeps the stop button on every tab. A spectator watches a full session.
+   */
+  setRole(role: Role): void {
+    this.dispatch({ type: 'role', host: role.host, hasHost: role.hasHost, spectator: role.spectator });
+  }
+
+  /** Whether the page holds a model to download (e.g. still after a failure). */
+  setDownloadable(available: boolean): void {
+    this.dispatch({ type: 'downloadable', available });
+  }
+
+  /** The host stopped the run, ended the session or set a new minimum: every tab says so. */
+  controlEvent(action: ControlAction, min?: number): void {
+    this.dispatch({ type: 'control', action, min });
+  }
+
+  /** Every rank is taken and this tab does not spectate: said plainly, not as a failure. */
+  full(ranks: number | null = null): void {
+    this.dispatch({ type: 'full', ranks });
   }
 
   clearError(): void {
@@ -114,7 +167,7 @@ export class Dashboard {
   /** The parts cheap enough to draw on every event. */
   private drawNow(): void {
     const s = this.state;
-    this.root.dataset.phase = s.phase;
+    this.root.dataset.phase = displayPhase(s);
     this.header.render(s);
     this.banner.render(s);
     this.facts.render(s);
@@ -122,6 +175,18 @@ export class Dashboard {
     this.summary.render(s);
     this.ring.render(s);
     this.log.render(s);
+  }
+
+  /**
+   * A tab opened as 127.0.0.1 would show a link only this machine can open: when the server
+   * says where others reach it (GET /api/info), the link uses that address instead.
+   */
+  private async preferReachableLink(share: string): Promise<void> {
+    // The launcher's headless ranks (they report through __ddpReport) share no links.
+    if (!isLoopbackHost(new URL(share).hostname) || window.__ddpReport) return;
+    const info = await fetchServerInfo();
+    const url = info?.urls[0];
+    if (url && !this.destroyed) this.facts.setShareUrl(withOrigin(share, url));
   }
 
   private scheduleRender(soon = false): void {

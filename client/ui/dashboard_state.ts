@@ -16,18 +16,45 @@
 import type { BackendName, RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation, RingModel } from './ring_view.ts';
 import { fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
+import { INSECURE_PAGE_REASON } from '../webgpu.ts';
 
 // ---------------------------------------------------------------- actions
 
+/** What this tab may do in its session (the page learns it from the link and the server). */
+export interface Role {
+  /** This tab holds the host's secret: it stops or ends the session for everyone. */
+  host: boolean;
+  /** The session has a host at all (sessions made on the page do; the launcher's do not). */
+  hasHost: boolean;
+  /** The session was full when this tab came: it watches, and takes a rank when one frees up. */
+  spectator: boolean;
+}
+
+/** What the host did, as every tab hears it. */
+export type ControlAction = 'stop' | 'end' | 'min';
+
 /** What the page reports besides the job's events. */
 export type PageEvent =
-  /** The person pressed "Stop training for everyone"; the job hears it at its next step. */
+  /** The person confirmed "Stop training for everyone"; the job hears it at its next step. */
   | { type: 'stop-requested' }
+  /** The host confirmed "End session". */
+  | { type: 'end-requested' }
+  /** The host asked for a new minimum number of tabs. */
+  | { type: 'min-requested'; min: number }
+  /** The person pressed "Continue training" after a failure the page can recover from. */
+  | { type: 'continue-requested' }
   /** Something went wrong that the person should know about; the run may go on. */
   | { type: 'error-shown'; title: string; detail: string; action?: string }
   | { type: 'error-dismissed' }
-  /** The job threw: the run cannot go on. */
-  | { type: 'failed'; title: string; detail: string; action?: string };
+  /** The job threw: the run cannot go on (unless `canContinue`: the page can train on from here). */
+  | { type: 'failed'; title: string; detail: string; action?: string; canContinue?: boolean }
+  | ({ type: 'role' } & Role)
+  /** Whether the page holds a model to download (it may after a failure). */
+  | { type: 'downloadable'; available: boolean }
+  /** Every rank of the session is taken and this tab is not spectating: not a failure. */
+  | { type: 'full'; ranks: number | null }
+  /** The host stopped the run, ended the session or changed the minimum. */
+  | { type: 'control'; action: ControlAction; min?: number };
 
 export type DashboardEvent = TrainEvent | PageEvent;
 
@@ -39,7 +66,8 @@ export interface DashboardAction {
 
 // ---------------------------------------------------------------- state
 
-export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed';
+/** `full`: every rank is taken (not a failure); `ended`: the host ended the session. */
+export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed' | 'full' | 'ended';
 export type LogLevel = 'info' | 'warn' | 'error';
 type StepEvent = Extract<TrainEvent, { type: 'step' }>;
 type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
@@ -82,8 +110,15 @@ export interface DashboardState {
   readonly ringProven: boolean;
   readonly shard: ShardEvent | null;
   readonly lastStep: StepEvent | null;
-  /** Step number and elapsed seconds of the last RECENT + 1 steps: the step rate's window. */
-  readonly stepClock: ReadonlyArray<{ step: number; t: number }>;
+  /**
+   * Step number, elapsed seconds and the evaluation seconds so far, of the last RECENT + 1 steps:
+   * the step rate's window (evaluation pauses are taken out of it).
+   */
+  readonly stepClock: ReadonlyArray<{ step: number; t: number; evalT: number }>;
+  /** When the last step was reported (the action's time), to time the evaluation after it. */
+  readonly lastStepAt: number | null;
+  /** Evaluations timed so far and their seconds in all. */
+  readonly evalClock: { readonly count: number; readonly seconds: number };
   /** The last RECENT steps' figures of each rank of the current group. */
   readonly recent: ReadonlyMap<number, readonly RankStepMetrics[]>;
   readonly lastEval: EvalEvent | null;
@@ -102,6 +137,19 @@ export interface DashboardState {
   /** Newest first, at most MAX_LOG entries. */
   readonly log: readonly LogEntry[];
   readonly nextLogId: number;
+  readonly role: Role;
+  /** The page says whether it has a model to download; null: it has one once 'done' arrived. */
+  readonly downloadable: boolean | null;
+  /** The failure can be trained past ("Continue training"). */
+  readonly canContinue: boolean;
+  /** The session's size when it was found full. */
+  readonly fullRanks: number | null;
+  /** The host stopped this run (rather than a rank's own button). */
+  readonly stoppedByHost: boolean;
+  /** Faults the run went through, over every group: ranks lost, ranks that joined a running session. */
+  readonly faults: { readonly lost: number; readonly joined: number };
+  /** This tab asked for a new minimum and has not heard it applied yet. */
+  readonly minRequested: number | null;
 }
 
 /** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
@@ -119,7 +167,11 @@ const PHASE_LABEL: Readonly<Record<Phase, string>> = {
   done: 'Done',
   stopped: 'Stopped',
   failed: 'Failed',
+  full: 'Session full',
+  ended: 'Session ended',
 };
+
+const NO_ROLE: Role = { host: false, hasHost: false, spectator: false };
 
 const NO_RANKS: readonly number[] = [];
 
@@ -139,6 +191,8 @@ export function initialDashboardState(options: { session: string; at: number }):
     shard: null,
     lastStep: null,
     stepClock: [],
+    lastStepAt: null,
+    evalClock: { count: 0, seconds: 0 },
     recent: new Map(),
     lastEval: null,
     bestEval: null,
@@ -151,6 +205,13 @@ export function initialDashboardState(options: { session: string; at: number }):
     epochBase: null,
     log: [],
     nextLogId: 0,
+    role: NO_ROLE,
+    downloadable: null,
+    canContinue: false,
+    fullRanks: null,
+    stoppedByHost: false,
+    faults: { lost: 0, joined: 0 },
+    minRequested: null,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -169,13 +230,18 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       // knew about the old group's ranks and links no longer applies.
       const regroup = state.self !== null;
       const group: DashboardState = regroup ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), ringProven: false } : state;
+      // A running group that grows has admitted tabs that joined mid-run.
+      const grew = regroup && state.lastStep !== null && state.worldSize !== null && event.worldSize > state.worldSize ? event.worldSize - state.worldSize : 0;
       const next: DashboardState = {
         ...group,
         self: event.rank,
         worldSize: event.worldSize,
         joined: withRank(group.joined, event.rank),
         backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason },
-        phase: state.phase === 'connecting' || state.phase === 'waiting' ? 'starting' : state.phase,
+        phase: state.phase === 'connecting' || state.phase === 'waiting' || state.phase === 'full' ? 'starting' : state.phase,
+        // A rank of its own: this tab no longer watches from the side.
+        role: state.role.spectator ? { ...state.role, spectator: false } : state.role,
+        faults: grew ? { ...state.faults, joined: state.faults.joined + grew } : state.faults,
       };
       if (regroup) return log(next, 'info', `New group: this tab is rank ${event.rank} of ${event.worldSize}.`);
       const how = event.fallbackReason ? `, a fallback from ${state.config?.backend ?? 'the requested backend'}` : event.adapter ? `, ${event.adapter}` : '';
@@ -187,7 +253,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const prev = state.waiting;
       let next: DashboardState = { ...state, waiting: counts, phase: phaseAfterWaiting(state, event) };
       if (event.paused && !prev?.paused) {
-        next = log(next, 'warn', `Paused: ${plural(event.arrived, 'tab')} left, below the minimum of ${event.min}. Training resumes when more tabs join.`);
+        next = log(next, 'warn', `Paused: only ${plural(event.arrived, 'tab')} ${event.arrived === 1 ? 'is' : 'are'} left, below the minimum of ${event.min}. Training resumes when more tabs join.`);
       } else if (prev?.arrived !== event.arrived) {
         next = log(next, 'info', `${tabsInSession(counts)}.`);
       }
@@ -197,7 +263,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'shard': {
       const s = noteEpoch(state, event.epoch);
       return log(
-        { ...s, shard: event, phase: s.phase === 'connecting' || s.phase === 'waiting' ? 'starting' : s.phase },
+        { ...s, shard: event, phase: s.phase === 'connecting' || s.phase === 'waiting' || s.phase === 'full' ? 'starting' : s.phase },
         'info',
         `Epoch ${epochLabel(s, event.epoch)}: this rank's shard is ${fmtInt(event.samples)} of ${fmtInt(event.datasetSize)} samples, ${fmtInt(event.stepsPerEpoch)} steps.`,
       );
@@ -218,7 +284,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       }
       // Before training a link may close and reconnect while the ring forms; during training it means the peer is gone.
       if (event.state === 'closed' && duringTraining && !next.lost.includes(event.peer)) {
-        next = log({ ...next, lost: withRank(next.lost, event.peer) }, 'error', `Rank ${event.peer} lost: its link closed during training.`);
+        next = log({ ...next, lost: withRank(next.lost, event.peer), faults: { ...next.faults, lost: next.faults.lost + 1 } }, 'error', `Rank ${event.peer} lost: its link closed during training.`);
       }
       return next;
     }
@@ -228,8 +294,11 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'eval': {
       const s = noteEpoch(state, event.epoch);
+      // The job evaluates right after reporting the step: the gap is the evaluation's time.
+      const timed = s.lastStepAt !== null && s.lastStep?.step === event.step && at >= s.lastStepAt;
+      const evalClock = timed ? { count: s.evalClock.count + 1, seconds: s.evalClock.seconds + (at - s.lastStepAt!) / 1000 } : s.evalClock;
       return log(
-        { ...s, lastEval: event, bestEval: Math.max(s.bestEval ?? -Infinity, event.testAccuracy) },
+        { ...s, lastEval: event, bestEval: Math.max(s.bestEval ?? -Infinity, event.testAccuracy), evalClock },
         'info',
         `Eval at step ${event.step} (epoch ${epochLabel(s, event.epoch)}): test accuracy ${fmtPercent(event.testAccuracy, 2)}, test loss ${fmtNumber(event.testLoss, 4)}.`,
       );
@@ -241,25 +310,61 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'rank-lost': {
       const next = log(state, 'error', `Lost rank ${event.rank}: ${event.reason}.`);
       // After 'done' the group is finished with; a rank closing its tab then is no loss.
-      return state.finished ? next : { ...next, lost: withRank(next.lost, event.rank) };
+      if (state.finished || next.lost.includes(event.rank)) return next;
+      return { ...next, lost: withRank(next.lost, event.rank), faults: { ...next.faults, lost: next.faults.lost + 1 } };
     }
 
     case 'stopped':
       return log(
-        { ...state, stoppedBy: { by: event.by, atStep: event.atStep }, phase: !state.finished && state.phase !== 'failed' ? 'stopped' : state.phase },
+        { ...state, stoppedBy: { by: event.by, atStep: event.atStep }, phase: !state.finished && !isOver(state.phase) ? 'stopped' : state.phase },
         'warn',
-        `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
+        state.stoppedByHost ? `Training stopped at step ${event.atStep} by the host.` : `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
       );
 
     case 'done': {
       // A stopped run still ends with 'done'; keep saying who stopped it.
-      const phase = state.phase === 'stopped' || state.phase === 'failed' ? state.phase : 'done';
-      return log({ ...state, summary: event.summary, finished: true, phase }, 'info', `${phase === 'stopped' ? 'Finished after the stop' : 'Done'}. ${summaryLine(event.summary)}`);
+      const phase = state.phase === 'stopped' || state.phase === 'failed' || state.phase === 'ended' ? state.phase : 'done';
+      const next: DashboardState = { ...state, summary: event.summary, finished: true, phase };
+      return log(next, 'info', `${phase === 'stopped' ? 'Finished after the stop' : 'Done'}. ${summaryLine(next)}`);
     }
 
     case 'stop-requested':
       if (state.stopRequested || isOver(state.phase)) return state;
-      return log({ ...state, stopRequested: true }, 'info', 'Stop requested by this tab.');
+      return log({ ...state, stopRequested: true }, 'info', `Stop requested by this tab${state.role.host ? ' (the host)' : ''}.`);
+
+    case 'end-requested':
+      if (state.phase === 'ended') return state;
+      return log(state, 'info', 'Ending the session, as asked by this tab (the host).');
+
+    case 'min-requested':
+      return log({ ...state, minRequested: event.min }, 'info', `Asked to keep training with at least ${plural(event.min, 'tab')}.`);
+
+    case 'continue-requested':
+      if (!state.canContinue) return state;
+      return log(
+        { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
+        'info',
+        'Continuing the training from where it stopped.',
+      );
+
+    case 'role': {
+      const { type: _type, ...role } = event;
+      if (role.host === state.role.host && role.hasHost === state.role.hasHost && role.spectator === state.role.spectator) return state;
+      const next: DashboardState = { ...state, role };
+      if (role.spectator && !state.role.spectator) return log(next, 'info', `The session is full: this tab watches and takes a rank when one frees up.`);
+      if (role.host && !state.role.host) return log(next, 'info', 'This tab is the host: it can stop the training or end the session for everyone.');
+      return next;
+    }
+
+    case 'downloadable':
+      return state.downloadable === event.available ? state : { ...state, downloadable: event.available };
+
+    case 'full':
+      if (isOver(state.phase)) return state;
+      return log({ ...state, phase: 'full', fullRanks: event.ranks }, 'warn', `The session is full${event.ranks !== null ? ` (${plural(event.ranks, 'rank')})` : ''}: this tab has no rank.`);
+
+    case 'control':
+      return onControl(state, event, log);
 
     case 'error-shown': {
       const { type: _type, ...error } = event;
@@ -270,8 +375,10 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return state.error === null ? state : { ...state, error: null };
 
     case 'failed': {
-      const { type: _type, ...error } = event;
-      return log({ ...state, failure: event.title, error, phase: state.finished ? state.phase : 'failed' }, 'error', `${event.title}: ${event.detail}`);
+      const { type: _type, canContinue, ...error } = event;
+      // After the host ended the session, losing the connection is what ending means.
+      if (state.phase === 'ended') return log(state, 'info', `${event.title}: ${event.detail}`);
+      return log({ ...state, failure: event.title, error, canContinue: canContinue === true, phase: state.finished ? state.phase : 'failed' }, 'error', `${event.title}: ${event.detail}`);
     }
 
     default: {
@@ -279,6 +386,23 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const unknown: never = event;
       void unknown;
       return state;
+    }
+  }
+}
+
+function onControl(state: DashboardState, e: Extract<PageEvent, { type: 'control' }>, log: (s: DashboardState, level: LogLevel, message: string) => DashboardState): DashboardState {
+  switch (e.action) {
+    case 'stop':
+      return log({ ...state, stoppedByHost: true }, 'warn', 'The host stopped the run: every tab stops at the same step.');
+    case 'end': {
+      const next: DashboardState = { ...state, phase: 'ended', stopRequested: false, error: null };
+      return log(next, 'warn', 'The host ended the session: this tab is disconnected from it.');
+    }
+    case 'min': {
+      if (e.min === undefined) return state;
+      const config = state.config ? { ...state.config, min: e.min } : state.config;
+      const waiting = state.waiting ? { ...state.waiting, min: e.min } : state.waiting;
+      return log({ ...state, config, waiting, minRequested: null }, 'info', `The host set the minimum to ${plural(e.min, 'tab')}: training goes on while at least ${e.min} ${e.min === 1 ? 'is' : 'are'} in.`);
     }
   }
 }
@@ -305,7 +429,7 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
     const list = [...(recent.get(m.rank) ?? []), m];
     recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
   }
-  const clock = [...s.stepClock, { step: e.step, t: e.elapsedSec }];
+  const clock = [...s.stepClock, { step: e.step, t: e.elapsedSec, evalT: s.evalClock.seconds }];
   let next: DashboardState = {
     ...s,
     phase: isOver(s.phase) ? s.phase : 'training',
@@ -315,6 +439,7 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
     recent,
     ringProven: true,
     stepClock: clock.length > RECENT + 1 ? clock.slice(-(RECENT + 1)) : clock,
+    lastStepAt: at,
   };
   if (firstStep) next = withLog(next, at, 'info', `Training started: first step done with ${plural(e.ranks.length, 'rank')}.`);
   if (newEpoch) next = withLog(next, at, 'info', `Epoch ${epochLabel(next, e.epoch)} started at step ${e.step}.`);
@@ -340,13 +465,37 @@ function withRank(ranks: readonly number[], rank: number): readonly number[] {
 
 /** The run is over (for better or worse): nothing but 'done' changes its phase any more. */
 function isOver(phase: Phase): boolean {
-  return phase === 'done' || phase === 'stopped' || phase === 'failed';
+  return phase === 'done' || phase === 'stopped' || phase === 'failed' || phase === 'ended';
 }
 
 // ---------------------------------------------------------------- derived: words
 
+/** What the phase pill and the page's data-phase show: a spectating tab is neither waiting nor failed. */
+export function displayPhase(s: DashboardState): Phase | 'spectating' {
+  return s.role.spectator && !isOver(s.phase) ? 'spectating' : s.phase;
+}
+
 export function phaseLabel(s: DashboardState): string {
+  if (displayPhase(s) === 'spectating') return 'Spectating';
   return s.phase === 'waiting' && s.waiting?.paused ? 'Paused' : PHASE_LABEL[s.phase];
+}
+
+/** The session's size: from the group's events, else the job's. */
+function sessionRanks(s: DashboardState): number | null {
+  return s.fullRanks ?? s.waiting?.max ?? s.config?.max ?? null;
+}
+
+/** A failure title that says nothing more than "it failed" is not repeated after "Training failed". */
+function failureReason(s: DashboardState): string {
+  const f = s.failure?.trim().replace(/[.:]+$/, '');
+  return !f || /^training failed$/i.test(f) ? 'see the message below' : f;
+}
+
+/** Seconds the run took: the job's own total once it is done, else the latest step's elapsed time. */
+export function runSeconds(s: DashboardState): number | null {
+  const total = s.summary?.seconds;
+  if (s.finished && typeof total === 'number' && Number.isFinite(total)) return total;
+  return s.lastStep?.elapsedSec ?? null;
 }
 
 /** 1-based epoch for people, whatever the job counts from. */
@@ -363,18 +512,25 @@ function epochOf(s: DashboardState, epoch: number): string {
 /** The status line: where the run is and what the person can do. */
 export function statusText(s: DashboardState): string {
   const lostNote = s.lost.length ? ` Lost: rank ${s.lost.join(', ')}.` : '';
+  if (displayPhase(s) === 'spectating') {
+    const n = sessionRanks(s);
+    const at = s.lastStep ? ` Training is at step ${fmtInt(s.lastStep.step)}.` : '';
+    return `The session is full${n !== null ? ` (${plural(n, 'rank')})` : ''}: this tab watches and takes a rank when one frees up.${at}`;
+  }
   switch (s.phase) {
     case 'connecting':
       return 'Connecting to the server…';
     case 'waiting': {
       const w = s.waiting;
       if (!w) return 'Waiting for the other tabs…';
-      const more = Math.max(0, w.min - w.arrived);
+      const more = Math.max(0, w.min - Math.max(1, w.arrived));
       if (w.paused) {
         const at = s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : '';
-        return `Training is paused${at}: ${plural(w.arrived, 'tab')} left, below the minimum of ${w.min}. It resumes when ${plural(more, 'more tab')} ${more === 1 ? 'joins' : 'join'}. Share the link below.${lostNote}`;
+        return `Training is paused${at}: only ${plural(w.arrived, 'tab')} ${w.arrived === 1 ? 'is' : 'are'} left, below the minimum of ${w.min}. It resumes when ${plural(more, 'more tab')} ${more === 1 ? 'joins' : 'join'}. Share the link below.${lostNote}`;
       }
-      const here = w.min === w.max ? `${w.arrived} of ${w.max} here` : `${w.arrived} here; training starts with ${w.min}, up to ${w.max} can join`;
+      // This tab is one of the session's members, so at least one is here whatever a count says.
+      const arrived = Math.max(1, w.arrived);
+      const here = w.min === w.max ? `${arrived} of ${w.max} here` : `${arrived} here; training starts with ${w.min}, up to ${w.max} can join`;
       return `Waiting for ${plural(more, 'more tab')} (${here}). Share the link below.`;
     }
     case 'starting': {
@@ -393,18 +549,30 @@ export function statusText(s: DashboardState): string {
     case 'done': {
       const final = finalTestAccuracy(s);
       const acc = final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
-      const steps = s.lastStep ? ` ${fmtInt(s.lastStep.step)} steps in ${fmtDuration(s.lastStep.elapsedSec)}.` : '';
+      const took = runSeconds(s);
+      const steps = s.lastStep ? ` ${fmtInt(s.lastStep.step)} steps in ${fmtDuration(took ?? s.lastStep.elapsedSec)}.` : '';
       return `Done.${steps}${acc} The model can be downloaded.`;
     }
-    case 'failed':
-      return `Training failed${s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : ''}: ${s.failure ?? 'see the message below'}.`;
+    case 'failed': {
+      const more = s.canContinue ? ' The model trained so far is kept: you can continue training.' : '';
+      return `Training failed${s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : ''}: ${failureReason(s)}.${more}`;
+    }
     case 'stopped': {
       const by = s.stoppedBy;
       if (!by) return 'Stopped.';
-      const who = by.by === s.self ? `rank ${by.by} (this tab)` : `rank ${by.by}`;
+      const who = s.stoppedByHost ? 'the host' : by.by === s.self ? `rank ${by.by} (this tab)` : `rank ${by.by}`;
       const final = finalTestAccuracy(s);
       const after = s.finished ? `${final !== null ? ` Test accuracy ${fmtPercent(final)}.` : ''} The model trained so far can be downloaded.` : '';
       return `Stopped by ${who} at step ${fmtInt(by.atStep)}.${lostNote}${after}`;
+    }
+    case 'full': {
+      const n = s.fullRanks;
+      return `The session is full${n !== null ? `: all ${plural(n, 'rank')} are taken` : ''}, so this tab is not training. Keep it for when a tab closes (reload it then), or create a new session.`;
+    }
+    case 'ended': {
+      const at = s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : '';
+      const model = controls(s).downloadEnabled ? ' The model trained so far can still be downloaded from this tab.' : '';
+      return `The host ended the session${at}: this tab is disconnected.${model}`;
     }
   }
 }
@@ -442,7 +610,8 @@ export function facts(s: DashboardState): Facts {
   if (b) {
     const cpuOnly = b.name === 'wasm' || b.name === 'cpu';
     const detail = b.adapter ? ` · ${b.adapter}` : cpuOnly ? ' · on the CPU' : ' · adapter not reported';
-    const fallback = b.fallbackReason ? `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}` : null;
+    // The insecure-page reason says all itself (it is the page, not the browser, and what to do).
+    const fallback = !b.fallbackReason ? null : b.fallbackReason.startsWith(INSECURE_PAGE_REASON) ? `⚠ ${b.fallbackReason}.` : `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}`;
     backend = { kind: 'running', name: b.name, detail, fallback };
   } else if (c) {
     backend = { kind: 'requested', name: c.backend };
@@ -450,7 +619,7 @@ export function facts(s: DashboardState): Facts {
 
   const sh = s.shard;
   return {
-    rank: { text: s.self === null ? `joining…${size}` : `rank ${s.self}${size}`, rank: s.self },
+    rank: { text: s.self !== null ? `rank ${s.self}${size}` : s.role.spectator ? `watching, no rank yet${size}` : `joining…${size}`, rank: s.self },
     backend,
     shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
     job: c ? describeJob(c) : '–',
@@ -458,40 +627,106 @@ export function facts(s: DashboardState): Facts {
 }
 
 export interface Controls {
-  stop: { disabled: boolean; label: string };
-  /** The model exists once 'done' arrived. */
+  /** "Stop training for everyone": the host's tab, or every tab of a session without a host. */
+  stop: { visible: boolean; disabled: boolean; label: string };
+  /** "End session": the host's tab only. */
+  end: { visible: boolean; disabled: boolean };
+  /** The host's control of the minimum number of tabs (1..max). */
+  min: { visible: boolean; disabled: boolean; value: number; max: number };
+  /** Said instead of the buttons on tabs that are not the host's. */
+  note: string | null;
+  /** "Continue training" after a failure the page can train past. */
+  continueVisible: boolean;
+  /** The model exists once 'done' arrived, or when the page says it has one (after a failure). */
   downloadEnabled: boolean;
 }
 
 export function controls(s: DashboardState): Controls {
-  let stop = { disabled: false, label: 'Stop training for everyone' };
-  if (s.finished) stop = { disabled: true, label: s.phase === 'stopped' ? 'Stopped' : 'Training finished' };
-  else if (s.stoppedBy) stop = { disabled: true, label: 'Stopped' };
-  else if (s.phase === 'failed') stop = { ...stop, disabled: true };
-  else if (s.stopRequested) stop = { disabled: true, label: 'Stopping…' };
-  return { stop, downloadEnabled: s.finished };
+  const { host, hasHost, spectator } = s.role;
+  let stop = { visible: (host || !hasHost) && !spectator, disabled: false, label: 'Stop training for everyone' };
+  if (s.finished) stop = { ...stop, disabled: true, label: s.phase === 'stopped' ? 'Stopped' : 'Training finished' };
+  else if (s.stoppedBy) stop = { ...stop, disabled: true, label: 'Stopped' };
+  else if (isOver(s.phase) || s.phase === 'full') stop = { ...stop, disabled: true };
+  else if (s.stopRequested) stop = { ...stop, disabled: true, label: 'Stopping…' };
+  const max = s.config?.max ?? s.waiting?.max ?? 1;
+  const min = s.minRequested ?? s.waiting?.min ?? s.config?.min ?? 1;
+  return {
+    stop,
+    end: { visible: host, disabled: s.phase === 'ended' },
+    min: { visible: host && max > 1, disabled: isOver(s.phase), value: Math.min(min, max), max },
+    note: !host && hasHost && s.phase !== 'ended' ? "The host's tab controls this session: it can stop the training or end the session." : null,
+    continueVisible: s.phase === 'failed' && s.canContinue,
+    downloadEnabled: s.downloadable ?? s.finished,
+  };
+}
+
+/** What the confirmation dialogs say: what happens, before it happens. */
+export const CONFIRM = {
+  stop: {
+    title: 'Stop training for everyone?',
+    body: 'Every tab of the session stops at the same step. The model trained so far is kept, and every tab can download it. Training does not start again in this session.',
+    confirm: 'Stop training',
+  },
+  end: {
+    title: 'End the session?',
+    body: 'Training stops and every tab is disconnected from the session; its link no longer works. Download the model first if you want to keep it.',
+    confirm: 'End session',
+  },
+} as const;
+
+/** The downloaded files' name: the session and the step the model is at ("my-run-step-938"). */
+export function downloadBaseName(s: DashboardState): string {
+  const session = s.session.replace(/[^A-Za-z0-9_.-]/g, '_') || 'browser-ddp';
+  const step = s.lastStep?.step ?? (typeof s.summary?.steps === 'number' ? s.summary.steps : 0);
+  return `${session}-step-${step}`;
 }
 
 // ---------------------------------------------------------------- derived: figures
 
-/** Steps per second over the recent window, or over the whole run before there is a window. */
+/**
+ * Training steps per second over the recent window, or over the whole run before there is a
+ * window; time spent evaluating in the window is not step time.
+ */
 export function stepRate(s: DashboardState): number | null {
   const c = s.stepClock;
   if (c.length >= 2) {
     const a = c[0]!;
     const b = c[c.length - 1]!;
-    if (b.t > a.t && b.step > a.step) return (b.step - a.step) / (b.t - a.t);
+    const t = b.t - a.t - (b.evalT - a.evalT);
+    if (t > 0 && b.step > a.step) return (b.step - a.step) / t;
   }
   const e = s.lastStep;
-  return e && e.elapsedSec > 0 ? e.step / e.elapsedSec : null;
+  const t = e ? e.elapsedSec - s.evalClock.seconds : 0;
+  return e && t > 0 ? e.step / t : null;
 }
 
-/** Seconds left at the recent step rate, or null before there is a rate. */
+/** Mean seconds of one evaluation so far, or null before one was timed. */
+export function evalSeconds(s: DashboardState): number | null {
+  return s.evalClock.count > 0 ? s.evalClock.seconds / s.evalClock.count : null;
+}
+
+/**
+ * Evaluations still to come after the latest step: every `evalEvery` steps, at each epoch end,
+ * and once at the very end (steps that are several of these count once).
+ */
+export function evalsLeft(s: DashboardState): number {
+  const e = s.lastStep;
+  if (!e || e.totalSteps <= e.step) return 0;
+  const every = s.config?.evalEvery ?? 0;
+  const epoch = s.shard?.stepsPerEpoch ?? 0;
+  const multiples = (k: number) => (k > 0 ? Math.floor(e.totalSteps / k) - Math.floor(e.step / k) : 0);
+  const both = every > 0 && epoch > 0 ? multiples(lcm(every, epoch)) : 0;
+  const counted = multiples(every) + multiples(epoch) - both;
+  const lastCounted = (every > 0 && e.totalSteps % every === 0) || (epoch > 0 && e.totalSteps % epoch === 0);
+  return counted + (lastCounted ? 0 : 1);
+}
+
+/** Seconds left: the steps to go at the recent rate, plus the evaluations to go at their measured time. */
 export function etaSeconds(s: DashboardState): number | null {
   const e = s.lastStep;
   const rate = stepRate(s);
   if (!e || !rate) return null;
-  return Math.max(0, (e.totalSteps - e.step) / rate);
+  return Math.max(0, (e.totalSteps - e.step) / rate + evalsLeft(s) * (evalSeconds(s) ?? 0));
 }
 
 export interface ProgressFigures {
@@ -513,9 +748,11 @@ export function progressFigures(s: DashboardState): ProgressFigures {
   if (!e) return { ...figures, text: 'No steps yet.' };
   const pct = e.totalSteps > 0 ? Math.floor((100 * e.step) / e.totalSteps) : 0;
   const parts = [`Epoch ${epochOf(s, e.epoch)}`, `step ${fmtInt(e.step)} / ${fmtInt(e.totalSteps)} (${pct}%)`];
-  if (s.phase === 'done') parts.push(`finished in ${fmtDuration(e.elapsedSec)}`);
-  else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(e.elapsedSec)}`);
-  else if (s.phase === 'failed') parts.push(`failed after ${fmtDuration(e.elapsedSec)}`);
+  const took = runSeconds(s) ?? e.elapsedSec;
+  if (s.phase === 'done') parts.push(`finished in ${fmtDuration(took)}`);
+  else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(took)}`);
+  else if (s.phase === 'failed') parts.push(`failed after ${fmtDuration(took)}`);
+  else if (s.phase === 'ended') parts.push(`ended after ${fmtDuration(took)}`);
   else {
     const rate = stepRate(s);
     const eta = etaSeconds(s);
@@ -571,15 +808,26 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
   const e = s.lastStep;
   if (e) {
     const loss = mean(all.map((m) => m.loss));
-    cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: `all ranks, last ${Math.min(RECENT, s.stepClock.length)} steps` };
+    const span = Math.min(RECENT, s.stepClock.length);
+    cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
     cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: 'training batches, same window' };
     const ranks = rankAverages(s);
     const total = ranks.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
     cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${plural(ranks.length, 'rank')} · global batch ${s.config ? fmtInt(s.config.batchSize * e.ranks.length) : '?'}` };
     const eta = etaSeconds(s);
     const timeSub =
-      s.phase === 'done' ? 'total training time' : s.phase === 'stopped' ? 'until stopped' : s.phase === 'failed' ? 'until it failed' : eta === null ? 'elapsed' : `elapsed · about ${fmtDuration(eta)} left`;
-    cards.time = { value: fmtDuration(e.elapsedSec), sub: timeSub };
+      s.phase === 'done'
+        ? 'total time'
+        : s.phase === 'stopped'
+          ? 'until stopped'
+          : s.phase === 'failed'
+            ? 'until it failed'
+            : s.phase === 'ended'
+              ? 'until the session ended'
+              : eta === null
+                ? 'elapsed'
+                : `elapsed · about ${fmtDuration(eta)} left`;
+    cards.time = { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub: timeSub };
   }
   const final = s.summary?.testAccuracy;
   const finalLoss = s.summary?.testLoss;
@@ -626,7 +874,7 @@ export interface SummaryEntry {
 
 /** Shown already in the header, or not for people (the weights themselves). */
 const SUMMARY_SKIP = new Set(['rank', 'worldSize', 'backend', 'model', 'dataset', 'weights']);
-const SUMMARY_FIRST = ['testAccuracy', 'testLoss', 'finalLoss', 'steps', 'epochs', 'seconds', 'elapsedSec', 'samplesPerSec', 'stoppedBy', 'weightHash'];
+const SUMMARY_FIRST = ['testAccuracy', 'testLoss', 'finalLoss', 'steps', 'epochs', 'seconds', 'elapsedSec', 'samplesPerSec', 'stoppedBy', 'generations', 'pausedGenerations', 'weightHash'];
 
 /**
  * The summary's scalar entries, most interesting first. One level of nested numbers (the
@@ -653,9 +901,64 @@ export function summaryEntries(summary: Readonly<Record<string, unknown>>): Summ
   return out.sort((a, b) => order(a.key) - order(b.key));
 }
 
-function summaryLine(summary: Readonly<Record<string, unknown>>): string {
-  return summaryEntries(summary)
-    .slice(0, 6)
+export interface ReportItem {
+  key: 'trained' | 'training' | 'time' | 'accuracy' | 'speed' | 'faults';
+  label: string;
+  value: string;
+}
+
+/** The end-of-run panel: a few facts for everyone, and the developers' figures behind "Details". */
+export interface RunReport {
+  main: ReportItem[];
+  details: SummaryEntry[];
+}
+
+const MODEL_NAME: Readonly<Record<string, string>> = { mlp: 'MLP', cnn: 'CNN' };
+const DATASET_NAME: Readonly<Record<string, string>> = { mnist: 'MNIST', synthetic: 'synthetic data' };
+/** In the main part of the report, or said by the page elsewhere (rank, backend): not repeated in Details. */
+const REPORTED = new Set(['testAccuracy', 'samplesPerSec', 'stepsRedone', 'steps', 'seconds', 'epochs']);
+
+/** What the run was and how it went, once 'done' arrived (null before). */
+export function runReport(s: DashboardState): RunReport | null {
+  const summary = s.summary;
+  if (!summary) return null;
+  const c = s.config;
+  const main: ReportItem[] = [];
+  const model = typeof summary.model === 'string' ? summary.model : c?.model;
+  const dataset = typeof summary.dataset === 'string' ? summary.dataset : c?.dataset;
+  const samples = s.shard?.datasetSize ?? (c && c.trainSize > 0 ? c.trainSize : null);
+  if (model && dataset) {
+    const data = samples !== null ? `, ${fmtInt(samples)} training samples` : '';
+    main.push({ key: 'trained', label: 'Trained', value: `${MODEL_NAME[model] ?? model} on ${DATASET_NAME[dataset] ?? dataset}${data}` });
+  }
+  const steps = typeof summary.steps === 'number' ? summary.steps : s.lastStep?.step;
+  if (steps !== undefined) {
+    // Epochs as people count them: the first is epoch 1, also while the run is still inside it.
+    const epoch = s.lastStep ? Number(epochLabel(s, s.lastStep.epoch)) : null;
+    const allEpochs = c !== null && c.steps === null && epoch === c.epochs && s.lastStep !== null && s.lastStep.step >= s.lastStep.totalSteps;
+    const epochs = epoch === null ? '' : allEpochs ? ` · ${plural(epoch, 'epoch')}` : c && c.steps === null ? ` · epoch ${epoch} of ${c.epochs}` : ` · in epoch ${epoch}`;
+    const tabs = s.worldSize !== null ? ` · ${plural(s.worldSize, 'tab')} at the end` : '';
+    main.push({ key: 'training', label: 'Training', value: `${fmtInt(steps)} steps${epochs}${tabs}` });
+  }
+  const seconds = runSeconds(s);
+  if (seconds !== null) main.push({ key: 'time', label: 'Total time', value: fmtDuration(seconds) });
+  const accuracy = finalTestAccuracy(s);
+  if (accuracy !== null) main.push({ key: 'accuracy', label: 'Final test accuracy', value: fmtPercent(accuracy, 2) });
+  if (typeof summary.samplesPerSec === 'number') main.push({ key: 'speed', label: 'Speed', value: `${fmtInt(summary.samplesPerSec)} samples/s, all tabs together` });
+  const redone = typeof summary.stepsRedone === 'number' ? summary.stepsRedone : 0;
+  const faults = [
+    s.faults.lost ? `${plural(s.faults.lost, 'rank')} lost` : '',
+    s.faults.joined ? `${plural(s.faults.joined, 'tab')} joined mid-run` : '',
+    redone ? `${plural(redone, 'step')} trained again` : '',
+  ].filter(Boolean);
+  main.push({ key: 'faults', label: 'Faults survived', value: faults.length ? faults.join(', ') : 'none' });
+  return { main, details: summaryEntries(summary).filter((e) => !REPORTED.has(e.key)) };
+}
+
+/** The report in one line, for the log. */
+function summaryLine(s: DashboardState): string {
+  return (runReport(s)?.main ?? [])
+    .filter((e) => e.key !== 'trained')
     .map((e) => `${e.label}: ${e.value}`)
     .join(', ');
 }
@@ -692,6 +995,14 @@ function fmtSummaryValue(k: string, v: unknown): string {
 function mean(xs: readonly number[]): number {
   const ok = xs.filter(Number.isFinite);
   return ok.length ? ok.reduce((a, b) => a + b, 0) / ok.length : NaN;
+}
+
+function gcd(a: number, b: number): number {
+  return b === 0 ? a : gcd(b, a % b);
+}
+
+function lcm(a: number, b: number): number {
+  return (a / gcd(a, b)) * b;
 }
 
 /** "1 tab", "3 tabs". */

@@ -9,17 +9,19 @@ import { MetricChart, StepTable } from './charts.ts';
 import {
   BREAKDOWN_NAME,
   BREAKDOWN_PARTS,
+  CONFIRM,
   MAX_LOG,
   RECENT,
   controls,
+  displayPhase,
   facts,
   phaseLabel,
   progressFigures,
   rankAverages,
   ringModel,
+  runReport,
   statCards,
   statusText,
-  summaryEntries,
   type DashboardState,
   type LogEntry,
   type RankAverages,
@@ -27,6 +29,7 @@ import {
 } from './dashboard_state.ts';
 import { el, rankColour, shareField } from './dom.ts';
 import { fmtClock, fmtInt, fmtMs } from './format.ts';
+import { qrSvg } from './qr.ts';
 import { RingView } from './ring_view.ts';
 
 /**
@@ -46,21 +49,109 @@ function setText(node: Node, text: string): void {
   if (node.textContent !== text) node.textContent = text;
 }
 
-/** Title, phase pill, stop and download buttons, and the status line. */
+export interface HeaderActions {
+  /** Confirmed in a dialog first. */
+  stop(): void;
+  /** Confirmed in a dialog first. */
+  end(): void;
+  setMin(min: number): void;
+  download(): void;
+  continueTraining(): void;
+}
+
+/**
+ * A native modal dialog that says what will happen, with Cancel focused first so a stray Enter
+ * does nothing; `onConfirm` runs only when the person chose the action.
+ */
+function confirmDialog(kind: keyof typeof CONFIRM, onConfirm: () => void): { dialog: HTMLDialogElement; open(): void } {
+  const text = CONFIRM[kind];
+  const dialog = el(
+    'dialog',
+    { class: 'confirm-dialog', 'aria-labelledby': `${kind}-dialog-title`, 'aria-describedby': `${kind}-dialog-body`, 'data-testid': `${kind}-dialog` },
+    el(
+      'form',
+      { method: 'dialog' },
+      el('h2', { id: `${kind}-dialog-title` }, text.title),
+      el('p', { id: `${kind}-dialog-body` }, text.body),
+      el(
+        'div',
+        { class: 'dialog-actions' },
+        el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'),
+        el('button', { value: 'confirm', class: 'btn btn-danger-solid', 'data-testid': `${kind}-confirm` }, text.confirm),
+      ),
+    ),
+  );
+  dialog.addEventListener('close', () => {
+    if (dialog.returnValue === 'confirm') onConfirm();
+  });
+  return {
+    dialog,
+    open: () => {
+      dialog.returnValue = '';
+      if (!dialog.open) dialog.showModal();
+    },
+  };
+}
+
+/** Title, phase pill, the session's controls (as this tab's role allows), and the status line. */
 export class HeaderView {
   readonly node: HTMLElement;
   private readonly status: HTMLElement;
   private readonly pill: HTMLElement;
   private readonly stop: HTMLButtonElement;
+  private readonly end: HTMLButtonElement;
+  private readonly continueButton: HTMLButtonElement;
   private readonly download: HTMLButtonElement;
+  private readonly downloadHint: HTMLElement;
+  private readonly minGroup: HTMLElement;
+  private readonly minInput: HTMLInputElement;
+  private readonly minError: HTMLElement;
+  private readonly note: HTMLElement;
 
-  constructor(session: string, on: { stop: () => void; download: () => void }) {
+  constructor(session: string, on: HeaderActions) {
     this.status = el('p', { class: 'status-line', role: 'status', 'data-testid': 'status' });
-    this.pill = el('span', { class: 'phase-pill' });
-    this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button' });
+    this.pill = el('span', { class: 'phase-pill', 'data-testid': 'phase-pill' });
+    const stopDialog = confirmDialog('stop', on.stop);
+    const endDialog = confirmDialog('end', on.end);
+    this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button', 'aria-haspopup': 'dialog' });
+    this.end = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true }, 'End session');
+    this.continueButton = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true }, 'Continue training');
     this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
-    this.stop.addEventListener('click', on.stop);
+    this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.');
+    this.stop.addEventListener('click', stopDialog.open);
+    this.end.addEventListener('click', endDialog.open);
+    this.continueButton.addEventListener('click', on.continueTraining);
     this.download.addEventListener('click', on.download);
+
+    // The host's control of the minimum: typed, then applied with the button (or Enter).
+    this.minInput = el('input', { id: 'dash-min', type: 'number', min: 1, step: 1, inputmode: 'numeric', 'data-testid': 'min-input', 'aria-describedby': 'dash-min-hint dash-min-error' });
+    this.minError = el('p', { id: 'dash-min-error', class: 'field-error', role: 'alert' });
+    const setMin = el('button', { type: 'submit', class: 'btn btn-secondary', 'data-testid': 'min-set' }, 'Set');
+    this.minGroup = el(
+      'form',
+      { class: 'host-controls', 'aria-label': 'Host controls', hidden: true, novalidate: true },
+      el('label', { for: 'dash-min' }, 'Keep training with at least'),
+      this.minInput,
+      el('span', { 'aria-hidden': 'true' }, 'tabs'),
+      setMin,
+      el('p', { id: 'dash-min-hint', class: 'field-hint' }, 'Tabs may close, reload or join: training goes on while at least this many are in.'),
+      this.minError,
+    );
+    this.minGroup.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const max = Number(this.minInput.max);
+      const n = Number(this.minInput.value);
+      if (!Number.isInteger(n) || n < 1 || n > max) {
+        this.minError.textContent = `Enter a whole number from 1 to ${max}.`;
+        this.minInput.setAttribute('aria-invalid', 'true');
+        return;
+      }
+      this.minError.textContent = '';
+      this.minInput.removeAttribute('aria-invalid');
+      on.setMin(n);
+    });
+    this.note = el('p', { class: 'role-note', 'data-testid': 'role-note', hidden: true });
+
     this.node = el(
       'header',
       { class: 'dash-header' },
@@ -69,21 +160,38 @@ export class HeaderView {
         { class: 'title-row' },
         el('h1', {}, el('span', { class: 'title-kicker' }, 'Session '), el('span', { class: 'session-name' }, session)),
         this.pill,
-        el('div', { class: 'actions' }, this.stop, this.download),
+        el('div', { class: 'actions' }, this.continueButton, this.stop, this.end, this.download),
       ),
+      this.minGroup,
+      this.note,
       this.status,
-      el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.'),
+      this.downloadHint,
+      stopDialog.dialog,
+      endDialog.dialog,
     );
   }
 
   render(s: DashboardState): void {
     setText(this.status, statusText(s));
-    if (this.pill.dataset.phase !== s.phase) this.pill.dataset.phase = s.phase;
+    const phase = displayPhase(s);
+    if (this.pill.dataset.phase !== phase) this.pill.dataset.phase = phase;
     setText(this.pill, phaseLabel(s));
     const c = controls(s);
+    this.stop.hidden = !c.stop.visible;
     this.stop.disabled = c.stop.disabled;
     setText(this.stop, c.stop.label);
+    this.end.hidden = !c.end.visible;
+    this.end.disabled = c.end.disabled;
+    this.continueButton.hidden = !c.continueVisible;
     this.download.disabled = !c.downloadEnabled;
+    setText(this.downloadHint, c.downloadEnabled ? 'Saves the model as model.json and its weights.' : 'Available when training is done.');
+    this.minGroup.hidden = !c.min.visible;
+    this.minInput.max = String(c.min.max);
+    this.minInput.disabled = c.min.disabled;
+    // Do not overwrite what the host is typing.
+    if (document.activeElement !== this.minInput && this.minInput.value !== String(c.min.value)) this.minInput.value = String(c.min.value);
+    this.note.hidden = c.note === null;
+    setText(this.note, c.note ?? '');
   }
 }
 
@@ -124,6 +232,9 @@ export class FactsView {
   private readonly dd: Record<'rank' | 'backend' | 'shard' | 'job', HTMLElement>;
   private readonly changed = changeDetector();
 
+  private readonly share: { root: HTMLElement; input: HTMLInputElement };
+  private readonly qr: HTMLDetailsElement;
+
   constructor(shareUrl: string) {
     const fact = (label: string, key: string) => {
       const dd = el('dd', { 'data-fact': key }, '–');
@@ -134,8 +245,25 @@ export class FactsView {
     const shard = fact('Data shard', 'shard');
     const job = fact('Job', 'job');
     this.dd = { rank: rank.dd, backend: backend.dd, shard: shard.dd, job: job.dd };
-    const share = shareField('dash-share', 'Link for more tabs', shareUrl);
-    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, shard.node, job.node), share.root);
+    this.share = shareField('dash-share', 'Link for more tabs', shareUrl);
+    this.share.input.setAttribute('data-testid', 'dash-share-link');
+    this.qr = el('details', { class: 'qr-details' }, el('summary', {}, 'Show the link as a QR code'));
+    // Drawn when opened: most tabs never need it.
+    this.qr.addEventListener('toggle', () => this.drawQr());
+    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, shard.node, job.node), this.share.root, this.qr);
+  }
+
+  /** A better link to share (e.g. from an address other machines can reach). */
+  setShareUrl(url: string): void {
+    this.share.input.value = url;
+    this.drawQr();
+  }
+
+  private drawQr(): void {
+    if (!this.qr.open) return;
+    const figure = el('figure', { class: 'qr' }, qrSvg(this.share.input.value, 'QR code of the link for more tabs'), el('figcaption', {}, 'Point a camera at it to open the session.'));
+    this.qr.querySelector('figure')?.remove();
+    this.qr.append(figure);
   }
 
   render(s: DashboardState): void {
@@ -187,24 +315,25 @@ export class ProgressView {
   }
 }
 
-/** The run's summary once 'done' arrived. */
+/** The run's summary once 'done' arrived: a few facts for everyone, the rest behind "Details". */
 export class SummaryView {
   readonly node: HTMLElement;
   private readonly changed = changeDetector();
 
   constructor() {
-    this.node = el('section', { class: 'card summary-card', hidden: true, 'aria-labelledby': 'summary-title' });
+    this.node = el('section', { class: 'card summary-card', hidden: true, 'aria-labelledby': 'summary-title', 'data-testid': 'summary' });
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.summary]) || !s.summary) return;
-    const entries = summaryEntries(s.summary);
-    this.node.replaceChildren(
-      el('h2', { id: 'summary-title', class: 'card-title' }, 'Run summary'),
-      entries.length
-        ? el('dl', { class: 'summary-list' }, ...entries.map(({ label, value }) => el('div', { class: 'summary-item' }, el('dt', {}, label), el('dd', {}, value))))
-        : el('p', {}, 'Training finished.'),
-    );
+    if (!this.changed([s.summary, s.config, s.faults, s.lastStep, s.shard]) || !s.summary) return;
+    const report = runReport(s);
+    if (!report) return;
+    const list = (items: ReadonlyArray<{ label: string; value: string; key: string }>, cls: string) =>
+      el('dl', { class: cls }, ...items.map(({ label, value, key }) => el('div', { class: 'summary-item', 'data-key': key }, el('dt', {}, label), el('dd', {}, value))));
+    const details = report.details.length
+      ? [el('details', { class: 'summary-details', 'data-testid': 'summary-details' }, el('summary', {}, 'Details'), list(report.details, 'summary-list details-list'))]
+      : [];
+    this.node.replaceChildren(el('h2', { id: 'summary-title', class: 'card-title' }, 'Run summary'), list(report.main, 'summary-list'), ...details);
     this.node.hidden = false;
   }
 }

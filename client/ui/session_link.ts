@@ -5,7 +5,7 @@
  * page would refuse, nor refuse one it would accept.
  */
 import { SESSION_NAME } from '../../src/protocol.ts';
-import { withToken } from '../../src/session_token.ts';
+import { isLoopbackHost, type ServerInfo } from './server_info.ts';
 import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../train/config.ts';
 
 /** The form's text by field name, as typed (trimmed). A missing name counts as empty. */
@@ -60,15 +60,17 @@ export const FORM_FIELDS: readonly FormField[] = [
 
 /**
  * What each option's field holds until the person types their own: the schema's default given
- * the fields before it (so the learning rate follows the optimizer). Optional fields hold
- * nothing: empty means "not set".
+ * the fields before it (so the learning rate follows the optimizer), or its form default (the
+ * minimum starts at 1: sessions made here are elastic). Optional fields hold nothing: empty
+ * means "not set".
  */
 export function fieldDefaults(values: FormValues): Record<string, string> {
   const parsed: Record<string, unknown> = {};
   const out: Record<string, string> = {};
   for (const spec of TRAIN_OPTIONS) {
     const fallback = spec.defaultValue(parsed);
-    if (spec.inForm) out[spec.name] = spec.optional === true || fallback === null || fallback === undefined ? '' : String(fallback);
+    const shown = spec.formDefault ? spec.formDefault(parsed) : fallback;
+    if (spec.inForm) out[spec.name] = spec.optional === true || shown === null || shown === undefined ? '' : String(shown);
     parsed[spec.name] = fallback;
     const raw = spec.inForm ? (values[spec.name] ?? '') : '';
     if (raw === '') continue;
@@ -122,18 +124,66 @@ export function checkForm(values: FormValues): Record<string, string> {
 /**
  * The link every tab of the session opens: `session`, `world` and `job` first (the documented
  * order), then the job's options as the page's parser reads them back, and the session's secret
- * in the fragment (`#token=...`, never sent to the server). Throws ConfigError when a value breaks
- * its rule (checkForm says which, for a person).
+ * in the fragment (`#token=...`, never sent to the server). With `hostSecret`, the creator's own
+ * link: `#token=T&host=H` lets that tab stop or end the session for everyone; the link shared
+ * with others has the token only. Throws ConfigError when a value breaks its rule (checkForm
+ * says which, for a person).
  */
-export function sessionUrl(origin: string, values: FormValues, token: string): string {
+export function sessionUrl(origin: string, values: FormValues, token: string, hostSecret?: string): string {
   const config = formConfig(values);
   const p = new URLSearchParams();
   p.set('session', values.session ?? '');
   p.set('world', String(config.max));
   p.set('job', 'train');
   for (const [name, value] of configParams(config)) if (name !== 'world') p.set(name, value);
-  return withToken(`${origin.replace(/\/+$/, '')}/?${p.toString()}`, token);
+  const url = new URL(`${origin.replace(/\/+$/, '')}/?${p.toString()}`);
+  url.hash = new URLSearchParams(hostSecret === undefined ? { token } : { token, host: hostSecret }).toString();
+  return url.toString();
 }
+
+/**
+ * A link that is safe to pass on: without the host's secret (`host` in the fragment) and without
+ * a `rank` (each tab gets its own).
+ */
+export function shareableUrl(link: string): string {
+  const url = new URL(link);
+  url.searchParams.delete('rank');
+  const fragment = new URLSearchParams(url.hash.replace(/^#/, ''));
+  fragment.delete('host');
+  url.hash = fragment.toString();
+  return url.toString();
+}
+
+/** The same link from another address (an origin other machines can reach). */
+export function withOrigin(link: string, origin: string): string {
+  const url = new URL(link);
+  const base = new URL(origin);
+  url.protocol = base.protocol;
+  url.host = base.host;
+  return url.toString();
+}
+
+/**
+ * One sentence under the minimum: what the numbers typed mean when tabs close, reload or join.
+ * Falls back to the schema's hint while the numbers are not valid yet.
+ */
+export function minNote(values: FormValues): string {
+  const world = Number(values.world);
+  const min = Number(values.min);
+  const valid = Number.isSafeInteger(world) && Number.isSafeInteger(min) && min >= 1 && world >= 1 && min <= world;
+  if (!valid) return TRAIN_OPTIONS.find((o) => o.name === 'min')!.hint ?? '';
+  if (min < world) {
+    return `Tabs may close, reload or join while it runs: training goes on while at least ${min} ${min === 1 ? 'is' : 'are'} in, whereas a fixed size (${world} here) would pause whenever one leaves.`;
+  }
+  if (world === 1) return 'One tab trains alone; with a larger world size, tabs may close, reload or join while training goes on with at least this many.';
+  return `A fixed size: training pauses whenever one of the ${world} tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.`;
+}
+
+/**
+ * "Quick demo": a run of about half a minute on the built-in synthetic data, to see the
+ * dashboard work before a real run (the learning rate follows the optimizer as usual).
+ */
+export const DEMO_PRESET: FormValues = { model: 'mlp', dataset: 'synthetic', batchSize: '32', epochs: '1', steps: '60', trainSize: '2048' };
 
 /** "Steps (optional)" -> "Steps": the label as the subject of a sentence. */
 function fieldName(label: string): string {
@@ -143,4 +193,17 @@ function fieldName(label: string): string {
 function ruleMessage(spec: OptionSpec, err: unknown): string {
   if (!(err instanceof ConfigError)) throw err;
   return `${fieldName(spec.label)} must be ${err.rule}.`;
+}
+
+/** Whether other machines can open `url`, and what to do when they cannot. */
+export function reachNote(url: string, server: ServerInfo | null): string {
+  const u = new URL(url);
+  if (isLoopbackHost(u.hostname)) {
+    const why = server ? `the server listens on ${server.listening} only` : `${u.hostname} is this computer's own address`;
+    return `Only this computer can open this link: ${why}. To let other machines in, restart the server with HOST=0.0.0.0 npm start and create the session again.`;
+  }
+  if (u.protocol === 'http:') {
+    return 'Other computers open this over plain http, where browsers offer no WebGPU: their tabs train on WebGL or the CPU instead, and say so.';
+  }
+  return '';
 }

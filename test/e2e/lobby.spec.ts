@@ -39,13 +39,18 @@ test('without a session the page offers to create one, with a link to share', as
   await page.goto(server.url);
   await page.getByLabel('Session name').fill('my-run');
   await page.getByLabel('World size (tabs)').fill('3');
+  // Sessions made on the page are elastic by default; a fixed size waits for every tab.
+  await expect(page.getByLabel('Keep training with at least (tabs)')).toHaveValue('1');
+  await page.getByLabel('Keep training with at least (tabs)').fill('3');
   await page.getByLabel('Model').selectOption('mlp');
   await page.getByLabel('Dataset').selectOption('synthetic');
   await page.getByRole('button', { name: 'Create session' }).click();
   const link = page.getByTestId('share-link');
-  await expect(link).toHaveValue(/session=my-run&world=3&job=train&model=mlp&dataset=synthetic&.*#token=[A-Za-z0-9_-]{43}$/);
+  await expect(link).toHaveValue(/session=my-run&world=3&job=train&min=3&model=mlp&dataset=synthetic&.*#token=[A-Za-z0-9_-]{43}$/);
   const shared = await link.inputValue();
   await page.getByTestId('join-link').click();
-  await expect(page).toHaveURL(shared);
+  // The creator's own tab also holds the host's secret; the link it shows others does not.
+  await expect(page).toHaveURL(new RegExp(`^${shared.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}&host=[A-Za-z0-9_-]{43}$`));
   await expect(page.getByTestId('status')).toContainText('Waiting for 2 more tabs');
+  await expect(page.getByTestId('dash-share-link')).toHaveValue(shared);
 });

@@ -1,0 +1,41 @@
+/**
+ * What the server says about where it can be reached (`GET /api/info`): the page URLs other
+ * machines can open, so a share link made on the host's own tab (opened as 127.0.0.1) works on
+ * the class's computers. An older server has no such endpoint: callers then use the page's own
+ * address.
+ */
+
+export interface ServerInfo {
+  /** Page URLs other machines can open (e.g. "http://192.168.1.5:8080/"); empty when the server listens on loopback only. */
+  urls: string[];
+  /** The server itself serves https. */
+  secure: boolean;
+  /** The address it listens on, e.g. "127.0.0.1:8080". */
+  listening: string;
+}
+
+/** Checks the answer's shape: a page must not build links from whatever a proxy returned. */
+export function parseServerInfo(body: unknown): ServerInfo | null {
+  if (typeof body !== 'object' || body === null) return null;
+  const b = body as Record<string, unknown>;
+  if (!Array.isArray(b.urls) || typeof b.secure !== 'boolean' || typeof b.listening !== 'string') return null;
+  const urls = b.urls.filter((u): u is string => typeof u === 'string' && /^https?:\/\//.test(u) && URL.canParse(u));
+  return { urls, secure: b.secure, listening: b.listening };
+}
+
+/** The server's info, or null when it has none to give (404, an old server, a timeout). */
+export async function fetchServerInfo(timeoutMs = 3000): Promise<ServerInfo | null> {
+  try {
+    const res = await fetch('/api/info', { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'application/json' } });
+    if (!res.ok) return null;
+    return parseServerInfo(await res.json());
+  } catch {
+    return null;
+  }
+}
+
+/** 127.0.0.1, ::1 or localhost: an address only this machine can open. */
+export function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h.endsWith('.localhost') || h === '::1' || /^127\./.test(h);
+}

@@ -1,0 +1,118 @@
+/**
+ * Bad links on the real page: each one opens a page that names the parameter, its value and
+ * what is allowed, with a next step; never a blank page, a dashboard that "failed", or a 404 in
+ * the console. Screenshots go to /tmp/badlinks/ to be looked at.
+ */
+import { mkdir } from 'node:fs/promises';
+import { withToken } from '../../src/session_token.ts';
+import { tokenFor } from '../helpers.ts';
+import { expect, sessionName, test } from './fixtures.ts';
+
+const SHOTS = '/tmp/badlinks';
+
+const CASES: Array<{ name: string; query: (session: string) => string; title: string; message: string }> = [
+  {
+    name: 'world-abc',
+    query: (s) => `session=${s}&world=abc&job=train`,
+    title: 'This link is not valid',
+    message: 'The link says “world=abc”, but the world size (how many tabs train together) must be an integer from 1 to 64.',
+  },
+  {
+    name: 'world-negative',
+    query: (s) => `session=${s}&world=-2&job=train`,
+    title: 'This link is not valid',
+    message: 'The link says “world=-2”, but the world size (how many tabs train together) must be an integer from 1 to 64.',
+  },
+  {
+    name: 'world-100',
+    query: (s) => `session=${s}&world=100&job=train`,
+    title: 'This link is not valid',
+    message: 'The link says “world=100”, but the world size (how many tabs train together) must be an integer from 1 to 64.',
+  },
+  {
+    name: 'min-above-world',
+    query: (s) => `session=${s}&world=3&min=5&job=train`,
+    title: 'This link is not valid',
+    message: "The link says “min=5”, but the minimum number of tabs must be at most the session's largest size (3).",
+  },
+  {
+    name: 'train-without-session',
+    query: () => 'world=2&job=train',
+    title: 'This link has no session',
+    message: 'The link asks for job=train but names no session (session=NAME).',
+  },
+  {
+    name: 'unknown-job',
+    query: (s) => `session=${s}&world=2&job=trian`,
+    title: 'This link is not valid',
+    message: 'The link says “job=trian”, but the job must be one of train, rendezvous, allreduce, collectives.',
+  },
+  {
+    name: 'bad-rank',
+    query: (s) => `session=${s}&world=3&job=train&rank=7`,
+    title: 'This link is not valid',
+    message: 'The link says “rank=7”, but the rank must be an integer from 0 to 2 (this session has 3 ranks).',
+  },
+  {
+    name: 'lobby-world-100',
+    query: (s) => `session=${s}&world=100`,
+    title: 'This link is not valid',
+    message: 'The link says “world=100”, but the world size (how many tabs train together) must be an integer from 1 to 64.',
+  },
+  {
+    name: 'learning-rate',
+    query: (s) => `session=${s}&world=2&job=train&lr=fast`,
+    title: 'This link is not valid',
+    message: 'The link says “lr=fast”, but the learning rate must be a number above 0 and at most 10.',
+  },
+];
+
+test('every bad link says which value is wrong, what is allowed and what to do', async ({ browser, server }) => {
+  await mkdir(SHOTS, { recursive: true });
+  const context = await browser.newContext({ viewport: { width: 1000, height: 640 } });
+  const page = await context.newPage();
+  const notFound: string[] = [];
+  page.on('response', (r) => {
+    if (r.status() === 404) notFound.push(r.url());
+  });
+  for (const c of CASES) {
+    const session = sessionName('bad');
+    await page.goto(withToken(`${server.url}?${c.query(session)}`, tokenFor(session)));
+    const card = page.getByTestId('bad-link');
+    await expect(card, c.name).toBeVisible();
+    await expect(card.getByRole('heading', { level: 1 })).toHaveText(c.title);
+    await expect(page.getByTestId('bad-link-message')).toHaveText(c.message);
+    await expect(card).toContainText('What to do:');
+    await expect(card.getByRole('link', { name: 'Create a new session' })).toHaveAttribute('href', '/');
+    // Not a training run that failed: no dashboard, no "failed".
+    await expect(page.locator('.dashboard')).toHaveCount(0);
+    await expect(page.locator('body')).not.toContainText(/failed/i);
+    await page.screenshot({ path: `${SHOTS}/${c.name}.png`, fullPage: true });
+  }
+  // The favicon is inline: no tab asks the server for anything it does not have.
+  expect(notFound).toEqual([]);
+  await context.close();
+});
+
+test('the create form starts elastic, estimates the duration, and shares a link with a QR code', async ({ page, server }) => {
+  await mkdir(SHOTS, { recursive: true });
+  await page.goto(server.url);
+  const min = page.getByLabel('Keep training with at least (tabs)');
+  await expect(min).toHaveValue('1');
+  await page.getByLabel('World size (tabs)').fill('4');
+  await expect(page.getByTestId('hint-min')).toHaveText('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.');
+  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. A rough estimate/);
+  await page.getByTestId('demo-preset').click();
+  await expect(page.getByLabel('Dataset')).toHaveValue('synthetic');
+  await expect(page.getByLabel('Steps (optional)')).toHaveValue('60');
+  await expect(page.getByTestId('estimate')).toContainText('for 60 steps');
+  await page.getByLabel('Session name').fill('class-demo');
+  await page.getByRole('button', { name: 'Create session' }).click();
+  const link = page.getByTestId('share-link');
+  // Today's server has no /api/info: the link uses the page's own address, and says who can open it.
+  await expect(link).toHaveValue(new RegExp(`^${server.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\?session=class-demo&world=4&job=train&min=1&.*#token=[A-Za-z0-9_-]{43}$`));
+  await expect(page.getByTestId('share-note')).toContainText('HOST=0.0.0.0 npm start');
+  await expect(page.getByTestId('qr-code')).toBeVisible();
+  await expect(page.getByTestId('join-link')).toHaveAttribute('href', /#token=[A-Za-z0-9_-]{43}&host=[A-Za-z0-9_-]{43}$/);
+  await page.screenshot({ path: `${SHOTS}/create-form.png`, fullPage: true });
+});
