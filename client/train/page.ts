@@ -3,11 +3,22 @@
  * the launcher's headless ranks use the same page; the launcher also gets reports.
  */
 import * as tf from '@tensorflow/tfjs';
-import { ConnectionClosedError, DistTimeoutError, NonFiniteGradientError, RendezvousError, ReplicaDivergenceError, StoreClient, PeerLostError, UnauthorizedError } from '../../src/index.ts';
-import { MissingTokenError, pageToken } from '../page_token.ts';
+import {
+  ConnectionClosedError,
+  DistTimeoutError,
+  NonFiniteGradientError,
+  PeerLostError,
+  RendezvousError,
+  ReplicaDivergenceError,
+  SessionEndedError,
+  StoreClient,
+  UnauthorizedError,
+} from '../../src/index.ts';
+import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { DashboardPublisher, watchDashboard } from './spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
-import { ConfigError, parseTrainConfig, urlOption } from './config.ts';
+import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from './config.ts';
 import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';
@@ -28,14 +39,14 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'step': {
       if (e.step !== 1 && e.step % logEvery !== 0 && e.step !== e.totalSteps) return undefined;
       const loss = e.ranks.reduce((s, r) => s + r.loss, 0) / e.ranks.length;
-      return `epoch ${e.epoch} step ${e.step}/${e.totalSteps} loss ${loss.toFixed(4)}`;
+      return `epoch ${e.epoch + 1} step ${e.step}/${e.totalSteps} loss ${loss.toFixed(4)}`;
     }
     case 'eval':
-      return `epoch ${e.epoch} step ${e.step}: test accuracy ${(e.testAccuracy * 100).toFixed(2)}%, test loss ${e.testLoss.toFixed(4)}`;
+      return `epoch ${e.epoch + 1} step ${e.step}: test accuracy ${(e.testAccuracy * 100).toFixed(2)}%, test loss ${e.testLoss.toFixed(4)}`;
     case 'log':
       return `${e.level}: ${e.message}`;
     case 'shard':
-      return `epoch ${e.epoch}: ${e.samples} of ${e.datasetSize} samples on this rank, ${e.stepsPerEpoch} steps`;
+      return `epoch ${e.epoch + 1}: ${e.samples} of ${e.datasetSize} samples on this rank, ${e.stepsPerEpoch} steps`;
     case 'stopped':
       return `stopped by rank ${e.by} at step ${e.atStep}`;
     case 'rank-lost':
@@ -53,11 +64,11 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
 }
 
 /** Connects to the server, retrying with backoff (and saying so) while it is unreachable. */
-async function connectWithRetry(dash: Dashboard, origin: string, session: string, token: string, timeoutMs: number): Promise<StoreClient> {
+async function connectWithRetry(dash: Dashboard, origin: string, session: string, token: string, host: string | undefined, timeoutMs: number): Promise<StoreClient> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {
-      const store = await StoreClient.connect(origin, { session, token, timeoutMs });
+      const store = await StoreClient.connect(origin, { session, token, timeoutMs, ...(host === undefined ? {} : { host }) });
       dash.clearError();
       return store;
     } catch (err) {
@@ -74,6 +85,10 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   root.removeAttribute('aria-live'); // the dashboard manages its own live regions
   let stop = false;
   let result: TrainResult | undefined;
+  /** This tab's replica, from the moment it exists: it can be saved even when the run fails. */
+  let liveModel: tf.LayersModel | undefined;
+  let store: StoreClient | undefined;
+  let config: TrainConfig | undefined;
   // Before the dashboard takes the share link from the address bar: a link without a token gets one.
   let token: string | Error;
   try {
@@ -81,16 +96,29 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   } catch (err) {
     token = err as Error;
   }
+  const hostSecret = pageHostSecret();
+  /** Asks the server to pass the host's action to every tab; only the host's tab offers these. */
+  const control = (action: 'stop' | 'end' | 'min', min?: number) => {
+    if (!store) return;
+    store.control(action, min).catch((err: Error) => dash.showError('The session did not take this', err.message, 'Reload this tab (it rejoins as the host) and try again.'));
+  };
   const dash = new Dashboard(root, {
     session,
-    shareUrl: location.href.replace(/([?&])rank=\d+&?/, '$1').replace(/[?&]$/, ''),
+    shareUrl: location.href,
     onStop: () => {
-      stop = true;
+      // A session with a host stops when the host says so, through the server, to every tab at once.
+      if (store?.hasHost) control('stop');
+      else stop = true;
     },
-    onDownload: () => {
-      if (!result) return;
-      downloadModel(result.model).then(
-        () => console.log('model downloaded: browser-ddp-model.json + browser-ddp-model.weights.bin'),
+    onEnd: () => control('end'),
+    onSetMin: (min) => control('min', min),
+    // This tab rejoins the session: it takes the state of the live replicas, or the latest checkpoint.
+    onContinue: () => location.reload(),
+    onDownload: (baseName) => {
+      const model = result?.model ?? liveModel;
+      if (!model) return;
+      downloadModel(model, baseName).then(
+        () => console.log(`model downloaded: ${baseName}.json + ${baseName}.weights.bin`),
         (err: Error) => {
           console.error(`download failed: ${err.message}`);
           dash.showError('Download failed', err.message);
@@ -99,53 +127,100 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     },
   });
   const logEvery = Math.max(1, Number(params.get('logEvery') ?? 20));
+  let publisher: DashboardPublisher | undefined;
+  let rank = -1;
   const emit = (e: TrainEvent) => {
     dash.handle(e);
+    if (e.type === 'joined') rank = e.rank;
+    // Rank 0 shows the run to the spectators of a full session.
+    publisher?.record(e, rank === 0);
     const line = logLine(e, logEvery);
     if (line) console.log(line);
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
   reportElasticEvents();
+  let watcher: { stop(): void } | undefined;
   try {
     if (token instanceof Error) throw token;
-    const config = parseTrainConfig((name) => urlOption(params, name));
+    config = parseTrainConfig((name) => urlOption(params, name));
     const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
-    const store = await connectWithRetry(dash, location.origin, session, token, opts.timeoutMs);
-    result = await train({ serverUrl: location.origin, store, session, token, rank: opts.rank, timeoutMs: opts.timeoutMs, config, flags, emit, stopRequested: () => stop });
+    const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
+    store = connected;
+    const role = { host: connected.isHost, hasHost: connected.hasHost };
+    dash.setRole({ ...role, spectator: false });
+    publisher = new DashboardPublisher(connected);
+    result = await train({
+      serverUrl: location.origin,
+      store: connected,
+      session,
+      token,
+      rank: opts.rank,
+      timeoutMs: opts.timeoutMs,
+      config,
+      flags,
+      emit,
+      stopRequested: () => stop,
+      // With a host, a stop counts only when every rank heard it from the server: no member stops the run alone.
+      stopVote: connected.hasHost ? 'all' : 'any',
+      ...(hostSecret === undefined ? {} : { host: hostSecret }),
+      spectate: true,
+      onModel: (model) => {
+        liveModel = model;
+      },
+      onRendezvous: (e) => {
+        if (e.type === 'spectating') {
+          dash.setRole({ ...role, spectator: true });
+          watcher ??= watchDashboard(connected, (shared) => dash.handle(shared));
+        } else if (e.type === 'round') {
+          watcher?.stop();
+          watcher = undefined;
+        } else if (e.type === 'control') {
+          dash.controlEvent(e.action, e.min);
+          if (e.action === 'stop' || e.action === 'end') stop = true;
+        }
+      },
+    });
     // For tests: what the page's model predicts on the first test samples.
     const probe = { inputs: Array.from(result.probe.inputs), inputShape: result.probe.inputShape, logits: Array.from(result.probe.logits) };
     (window as unknown as { __ddpModel?: tf.LayersModel }).__ddpModel = result.model;
     report({ type: 'result', result: { ...result.summary, probe } });
   } catch (err) {
+    watcher?.stop();
     const e = err instanceof Error ? err : new Error(String(err));
-    const [title, action] = explain(e);
-    dash.fail(title, e.message, action);
     console.error(`${e.name}: ${e.message}`);
     report({ type: 'error', name: e.name, message: e.message });
+    if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
+      // Even the spectators' seats are taken: not a failure of training.
+      dash.full(config?.max ?? null);
+      return;
+    }
+    const [title, action, canContinue] = explain(e);
+    // Whatever happened, this tab's replica is still here to save.
+    if (liveModel) dash.setDownloadable(true);
+    dash.fail(title, e.message, action, { canContinue: canContinue && liveModel !== undefined });
   }
 }
 
-/** A title and a next step a person can act on, for each way a run can fail. */
-function explain(e: Error): [string, string | undefined] {
+/** A title, a next step a person can act on, and whether rejoining may help, for each way a run can fail. */
+function explain(e: Error): [string, string | undefined, boolean] {
   if (e instanceof RendezvousError) {
     switch (e.code) {
-      case 'SESSION_FULL':
-        return ['Session full', 'Every rank of this session is taken. Create a new session, or wait for a tab to close.'];
       case 'WORLD_SIZE_MISMATCH':
-        return ['World size disagrees with the session', 'Open the link exactly as it was shared.'];
+        return ['World size disagrees with the session', 'Open the link exactly as it was shared.', false];
       default:
-        return ['Could not join the session', undefined];
+        return ['Could not join the session', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
     }
   }
+  if (e instanceof SessionEndedError) return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
   if (e instanceof UnauthorizedError) {
-    return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.'];
+    return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.', false];
   }
-  if (e instanceof NonFiniteGradientError) return ['Training diverged', 'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.'];
-  if (e instanceof ReplicaDivergenceError) return ['Replicas differ', 'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.'];
-  if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
-  if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.'];
-  if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.'];
-  if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'The group cannot continue without it. Start a new session to train again.'];
-  if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then reload.'];
-  return ['Training failed', undefined];
+  if (e instanceof NonFiniteGradientError) return ['Training diverged', 'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.', false];
+  if (e instanceof ReplicaDivergenceError) return ['Replicas differ', 'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.', false];
+  if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
+  if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.', true];
+  if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
+  return [`Unexpected error: ${e.name}`, 'Continue training to rejoin the session. If it happens again, create a new session and report the message above.', true];
 }

@@ -1,0 +1,108 @@
+/**
+ * The class scenario on real pages: a session made with the form (elastic by default), a host tab
+ * and students; a tab that closes, comes back or reloads; a fourth tab that spectates and takes a
+ * freed rank; only the host stops or ends the run, after a confirmation; nothing trained is lost.
+ */
+import type { BrowserContext, Page } from '@playwright/test';
+import { expect, sessionName, test } from './fixtures.ts';
+
+const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
+/** Waits until the page's dashboard shows a step past `beyond`. */
+const passes = (page: Page, beyond: number, timeout = 90_000) => expect.poll(() => stepOf(page), { timeout, message: `${page.url()} past step ${beyond}` }).toBeGreaterThan(beyond);
+
+/** The teacher fills the form: 3 tabs, a long synthetic run; returns the shared link, and the teacher's tab joins with the host link. */
+async function createSession(context: BrowserContext, serverUrl: string): Promise<{ teacher: Page; shared: string; session: string }> {
+  const teacher = await context.newPage();
+  await teacher.goto(serverUrl);
+  const session = sessionName('class');
+  await teacher.getByLabel('Session name').fill(session);
+  await teacher.getByLabel('World size (tabs)').fill('3');
+  await expect(teacher.getByLabel('Keep training with at least (tabs)')).toHaveValue('1');
+  await teacher.getByLabel('Model').selectOption('mlp');
+  await teacher.getByLabel('Dataset').selectOption('synthetic');
+  await teacher.getByLabel('Batch size per rank').fill('16');
+  await teacher.getByLabel('Steps (optional)').fill('2000');
+  await teacher.getByLabel('Training samples (optional)').fill('4096');
+  await teacher.getByRole('button', { name: 'Create session' }).click();
+  const shared = await teacher.getByTestId('share-link').inputValue();
+  expect(shared).toMatch(/#token=[A-Za-z0-9_-]{43}$/);
+  await teacher.getByTestId('join-link').click();
+  await expect(teacher).toHaveURL(/&host=[A-Za-z0-9_-]{43}$/);
+  return { teacher, shared, session };
+}
+
+test('a class session survives a closed tab, a reload and a fourth tab; only the host stops it', async ({ browser, server }) => {
+  test.setTimeout(360_000);
+  const context = await browser.newContext();
+  const { teacher, shared } = await createSession(context, server.url);
+  const alice = await context.newPage();
+  await alice.goto(shared);
+  const bob = await context.newPage();
+  await bob.goto(shared);
+  await passes(teacher, 3);
+
+  // Students see who is in control, and have no stop button.
+  await expect(alice.getByTestId('stop-button')).toBeHidden();
+  await expect(alice.getByTestId('role-note')).toContainText('host');
+  await expect(teacher.getByTestId('stop-button')).toBeVisible();
+
+  // Bob's tab closes: the others train on, nobody fails.
+  const atClose = await stepOf(teacher);
+  await bob.close();
+  await passes(teacher, atClose + 3);
+  await passes(alice, atClose + 3);
+  await expect(teacher.getByTestId('error-banner')).toBeHidden();
+
+  // Bob opens the link again: he rejoins the running session and goes on from its step, not from 0.
+  const bobAgain = await context.newPage();
+  await bobAgain.goto(shared);
+  await passes(bobAgain, atClose + 3);
+
+  // Alice reloads: she rejoins too.
+  const atReload = await stepOf(teacher);
+  await alice.reload();
+  await passes(alice, atReload);
+
+  // A fourth tab on the full session watches, then takes the rank Bob frees.
+  const carol = await context.newPage();
+  await carol.goto(shared);
+  await expect(carol.getByTestId('phase-pill')).toHaveAttribute('data-phase', 'spectating');
+  await passes(carol, 0); // the charts fill from what rank 0 publishes
+  await expect(carol.getByTestId('error-banner')).toBeHidden();
+  await bobAgain.close();
+  await expect(carol.getByTestId('phase-pill')).not.toHaveAttribute('data-phase', 'spectating', { timeout: 60_000 });
+  const atTakeover = await stepOf(teacher);
+  await passes(carol, atTakeover + 2);
+
+  // Only the host stops, after confirming; every tab ends at the same step and can download.
+  await teacher.getByTestId('stop-button').click();
+  await expect(teacher.getByTestId('stop-dialog')).toBeVisible();
+  await teacher.getByTestId('stop-confirm').click();
+  for (const page of [teacher, alice, carol]) await expect(page.getByTestId('progress')).toHaveAttribute('data-done', 'true', { timeout: 90_000 });
+  const finals = await Promise.all([teacher, alice, carol].map(stepOf));
+  expect(new Set(finals).size).toBe(1);
+  expect(finals[0]).toBeLessThan(2000);
+  await expect(alice.getByTestId('download-button')).toBeEnabled();
+  await context.close();
+});
+
+test('the host ends the session: every tab keeps its replica and downloads it, named after the session and step', async ({ browser, server }) => {
+  test.setTimeout(240_000);
+  const context = await browser.newContext();
+  const { teacher, shared, session } = await createSession(context, server.url);
+  const student = await context.newPage();
+  await student.goto(shared);
+  await passes(student, 3);
+  await teacher.getByTestId('end-button').click();
+  await teacher.getByTestId('end-confirm').click();
+  await expect(student.getByTestId('phase-pill')).toHaveAttribute('data-phase', 'ended', { timeout: 60_000 });
+  await expect(student.getByTestId('download-button')).toBeEnabled();
+  const download = student.waitForEvent('download');
+  await student.getByTestId('download-button').click();
+  expect((await download).suggestedFilename()).toMatch(new RegExp(`^${session}-step-\\d+\\.json$`));
+  // The session is over: its link opens nothing any more.
+  const late = await context.newPage();
+  await late.goto(shared);
+  await expect(late.getByTestId('error-banner')).toContainText('ended');
+  await context.close();
+});
