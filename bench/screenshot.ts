@@ -1,14 +1,14 @@
 /**
- * `npm run screenshot`: the README's picture of a session in progress. Starts a server, opens
- * three ranks training MNIST, and saves rank 0's dashboard at step --step (default 60) to
- * docs/dashboard.png.
+ * `npm run screenshot`: the README's pictures of a class session. Starts a server, fills the
+ * create form (saved to docs/create-session.png), opens the host's tab and two students' tabs
+ * training MNIST with the form's defaults, and saves the host's dashboard at step --step
+ * (default 60) to docs/dashboard.png.
  */
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launchChromium } from '../launcher/browser.ts';
 import { ensureBuilt } from '../signaling/build.ts';
 import { PROJECT_ROOT, startServer } from '../signaling/server.ts';
-import { newSessionToken, withToken } from '../src/session_token.ts';
 
 const { values } = parseArgs({ options: { step: { type: 'string', default: '60' }, out: { type: 'string' } } });
 const atStep = Number(values.step);
@@ -18,12 +18,20 @@ const server = await startServer({ port: 0, log: () => {} });
 const browser = await launchChromium();
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const session = `screenshot-${Date.now().toString(36)}`;
-  const token = newSessionToken();
-  const pages = [];
-  for (let i = 0; i < 3; i++) {
+  const form = await context.newPage();
+  await form.goto(server.url);
+  await form.getByLabel('Session name').fill(`class-${Date.now().toString(36)}`);
+  await form.getByLabel('World size (tabs)').fill('3');
+  await form.getByRole('button', { name: 'Create session' }).click();
+  await form.getByTestId('share-link').waitFor();
+  await form.screenshot({ path: join(dirname(out), 'create-session.png'), fullPage: true });
+  const shared = await form.getByTestId('share-link').inputValue();
+  // The host's tab opens the form's join link (with the host secret); two students open the shared one.
+  await form.getByTestId('join-link').click();
+  const pages = [form];
+  for (let i = 0; i < 2; i++) {
     const page = await context.newPage();
-    await page.goto(withToken(`${server.url}?session=${session}&world=3&job=train&model=mlp&dataset=mnist&batchSize=64&epochs=1`, token));
+    await page.goto(shared);
     pages.push(page);
   }
   const progress = pages[0].getByTestId('progress');

@@ -4,6 +4,7 @@
  * freed rank; only the host stops or ends the run, after a confirmation; nothing trained is lost.
  */
 import type { BrowserContext, Page } from '@playwright/test';
+import { startServer } from '../../signaling/server.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
@@ -105,4 +106,29 @@ test('the host ends the session: every tab keeps its replica and downloads it, n
   await late.goto(shared);
   await expect(late.getByTestId('error-banner')).toContainText('ended');
   await context.close();
+});
+
+test('on all interfaces, the form shares a link other machines can open, and it opens', async ({ browser }) => {
+  const server = await startServer({ port: 0, host: '0.0.0.0', log: () => {} });
+  try {
+    const lan = server.urls[0];
+    expect(lan, 'this machine has a non-loopback address').toBeDefined();
+    expect(new URL(lan!).hostname).not.toMatch(/^(127\.|localhost$)/);
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`http://127.0.0.1:${server.port}/`);
+    await page.getByLabel('Session name').fill(sessionName('lan'));
+    await page.getByRole('button', { name: 'Create session' }).click();
+    const shared = await page.getByTestId('share-link').inputValue();
+    expect(shared.startsWith(lan!)).toBe(true);
+    await expect(page.getByTestId('qr-code')).toBeVisible();
+    // The link works from that address (the server answers to its own addresses).
+    const other = await context.newPage();
+    const response = await other.goto(shared);
+    expect(response?.status()).toBe(200);
+    await expect(other.getByTestId('status')).toBeVisible();
+    await context.close();
+  } finally {
+    await server.close();
+  }
 });
