@@ -21,6 +21,7 @@ import {
   type WaitingEvent,
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
+import { startTicker } from './ticker.ts';
 import { ConnectionClosedError, DistTimeoutError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
@@ -136,7 +137,7 @@ export class StoreClient implements Store {
   /** The server's instance id (changes when the server restarts). */
   instance = '';
   private hostReply = { host: false, hasHost: false };
-  private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  private stopHeartbeat: (() => void) | undefined;
   private closed: { code: number; reason: string } | undefined;
 
   private constructor(
@@ -209,8 +210,8 @@ export class StoreClient implements Store {
   }
 
   close(): void {
-    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = undefined;
+    this.stopHeartbeat?.();
+    this.stopHeartbeat = undefined;
     this.socket.close(1000, 'client closed');
   }
 
@@ -270,9 +271,10 @@ export class StoreClient implements Store {
    */
   async rendezvous(request: RequestFields['rendezvous'], heartbeatIntervalMs = 1_000): Promise<{ memberId: number }> {
     const result = await this.request('rendezvous', request);
-    this.heartbeatTimer ??= setInterval(() => {
+    // On a tick a background tab keeps (ticker.ts): a hidden tab is slow, not frozen.
+    this.stopHeartbeat ??= startTicker(heartbeatIntervalMs, () => {
       if (this.socket.readyState === OPEN) this.request('heartbeat', {}).catch(() => {});
-    }, heartbeatIntervalMs);
+    });
     return result;
   }
 
@@ -366,7 +368,8 @@ export class StoreClient implements Store {
 
   private onClose(code: number, reason: string): void {
     this.closed = { code, reason };
-    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
+    this.stopHeartbeat?.();
+    this.stopHeartbeat = undefined;
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       p.reject(new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason));

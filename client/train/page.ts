@@ -131,6 +131,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   let rank = -1;
   const emit = (e: TrainEvent) => {
     dash.handle(e);
+    showInTitle(session, e);
     if (e.type === 'joined') rank = e.rank;
     // Rank 0 shows the run to the spectators of a full session.
     publisher?.record(e, rank === 0);
@@ -139,6 +140,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
   reportElasticEvents();
+  watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
   let watcher: { stop(): void } | undefined;
   try {
     if (token instanceof Error) throw token;
@@ -169,6 +171,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       },
       onRendezvous: (e) => {
         if (e.type === 'spectating') {
+          document.title = `watching · ${session} · Browser DDP`;
           dash.setRole({ ...role, spectator: true });
           watcher ??= watchDashboard(connected, (shared) => dash.handle(shared));
         } else if (e.type === 'round') {
@@ -195,10 +198,44 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       return;
     }
     const [title, action, canContinue] = explain(e);
+    document.title = `⚠ ${title} · ${session}`;
     // Whatever happened, this tab's replica is still here to save.
     if (liveModel) dash.setDownloadable(true);
     dash.fail(title, e.message, action, { canContinue: canContinue && liveModel !== undefined });
   }
+}
+
+/** The step and state in the tab's title, so that the tab strip shows progress. */
+function showInTitle(session: string, e: TrainEvent): void {
+  if (e.type === 'step') document.title = `${e.step}/${e.totalSteps} · ${session} · Browser DDP`;
+  else if (e.type === 'done') document.title = `✓ done · ${session} · Browser DDP`;
+  else if (e.type === 'waiting') document.title = `${e.paused ? 'paused' : 'waiting'} · ${session} · Browser DDP`;
+}
+
+/**
+ * Warns when the browser is likely to slow this tab: after a long time in the background, or on
+ * a low battery (battery savers throttle pages). Training goes on; the user learns why it is slow.
+ */
+function watchThrottling(warn: (message: string) => void): void {
+  let hiddenSince: number | undefined;
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'hidden') {
+      hiddenSince = Date.now();
+      return;
+    }
+    const minutes = hiddenSince === undefined ? 0 : (Date.now() - hiddenSince) / 60_000;
+    hiddenSince = undefined;
+    if (minutes >= 5) {
+      warn(`This tab was in the background for ${Math.round(minutes)} min. Browsers slow background tabs down; for full speed keep it in a window of its own that stays visible.`);
+    }
+  });
+  const battery = (navigator as { getBattery?: () => Promise<{ charging: boolean; level: number }> }).getBattery;
+  battery?.call(navigator).then(
+    (b) => {
+      if (!b.charging && b.level < 0.2) warn(`The battery is at ${Math.round(b.level * 100)}%: a battery saver may slow this tab. Plug the computer in for full speed.`);
+    },
+    () => {},
+  );
 }
 
 /** A title, a next step a person can act on, and whether rejoining may help, for each way a run can fail. */

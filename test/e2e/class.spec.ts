@@ -42,6 +42,9 @@ test('a class session survives a closed tab, a reload and a fourth tab; only the
   await bob.goto(shared);
   await passes(teacher, 3);
 
+  // The tab strip shows each tab's progress.
+  await expect(alice).toHaveTitle(/^\d+\/2000 · class-/);
+
   // Students see who is in control, and have no stop button.
   await expect(alice.getByTestId('stop-button')).toBeHidden();
   await expect(alice.getByTestId('role-note')).toContainText('host');
