@@ -2,7 +2,8 @@
  * The launcher (this project's torchrun):
  *   npm run launch -- --nproc N [options] SCRIPT.ts [script arguments]   a user's training script
  *   npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE]  a built-in job of the page
- * Starts a server unless --server is given, opens N headless ranks as pages of one Chromium,
+ * Starts a server unless --server is given, opens N headless ranks as pages of one Chromium
+ * (or, with --tabs, as tabs of a headful Chromium under Xvfb with default background throttling),
  * prefixes each rank's console with its rank, and prints one JSON summary as its last line.
  * For a job, options it does not know become URL parameters of the job (e.g. --sizes 0,1,7).
  * Launcher options come before the script's path and all take a value; everything after the
@@ -16,7 +17,8 @@ import { isSessionToken } from '../src/session_token.ts';
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
-         [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]`;
+         [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]`;
 
 /** Launcher options a script run passes to its pages. */
 const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
@@ -56,6 +58,7 @@ function parse(argv: string[]): LaunchOptions {
       token: { type: 'string' },
       timeout: { type: 'string' },
       help: { type: 'boolean' },
+      tabs: { type: 'boolean' },
     },
   });
   if (values.help) {
@@ -66,7 +69,7 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs']);
   // Joining an existing session takes its token (from its link's #token=...); a new session gets a new one.
   const token = typeof values.token === 'string' ? values.token : process.env.SESSION_TOKEN || undefined;
   if (token !== undefined && !isSessionToken(token)) {
@@ -88,7 +91,8 @@ function parse(argv: string[]): LaunchOptions {
     }
     switch (t.name) {
       case 'kill':
-      case 'freeze': {
+      case 'freeze':
+      case 'hide': {
         const { n, step } = parseAt(t.name, value);
         faults.push({ kind: t.name, rank: n, step });
         break;
@@ -113,7 +117,8 @@ function parse(argv: string[]): LaunchOptions {
         jobParams[t.name] = value;
     }
   }
-  if (faults.some((f) => f.kind !== 'restart-server') && jobParams.min === undefined) {
+  if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
+  if (faults.some((f) => f.kind !== 'restart-server' && f.kind !== 'hide') && jobParams.min === undefined) {
     throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
   }
   if (split.script !== undefined) {
@@ -133,6 +138,7 @@ function parse(argv: string[]): LaunchOptions {
     timeoutSec,
     jobParams,
     faults,
+    tabs: values.tabs === true,
     serverOptions: heartbeatTimeoutMs === undefined ? undefined : { heartbeatTimeoutMs },
   };
 }

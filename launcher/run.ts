@@ -3,12 +3,12 @@
  * benchmarks and tests), with fault injection for elastic runs: kill or freeze a rank's page at
  * a step, open more pages at a step, restart the server at a step.
  */
-import type { Browser, Page } from 'playwright';
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { newSessionToken, withToken } from '../src/session_token.ts';
-import { launchChromium } from './browser.ts';
+import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
+import { tabsDriver } from './tabs.ts';
 import { buildScript } from './build_script.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
 import type { Report } from '../client/report.ts';
@@ -17,6 +17,8 @@ import type { Report } from '../client/report.ts';
 export type Fault =
   | { kind: 'kill'; rank: number; step: number }
   | { kind: 'freeze'; rank: number; step: number }
+  /** Put the rank's tab in the background (--tabs only). */
+  | { kind: 'hide'; rank: number; step: number }
   | { kind: 'join'; count: number; step: number }
   | { kind: 'restart-server'; step: number };
 
@@ -37,6 +39,8 @@ export interface LaunchOptions {
   faults?: Fault[];
   /** Options for the server the launcher starts. */
   serverOptions?: ServerOptions;
+  /** Run the ranks as tabs of a headful Chromium under Xvfb, with default background throttling. */
+  tabs?: boolean;
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -50,7 +54,7 @@ export interface LaunchOutcome {
 
 interface RankPage {
   index: number;
-  page: Page;
+  page: RankTarget;
   label: string;
   rank: number | undefined;
   /** Killed or frozen pages are not expected to finish. */
@@ -65,30 +69,12 @@ export function describeFault(f: Fault): string {
       return `kill rank ${f.rank} at step ${f.step}`;
     case 'freeze':
       return `freeze rank ${f.rank} at step ${f.step}`;
+    case 'hide':
+      return `hide rank ${f.rank}'s tab at step ${f.step}`;
     case 'join':
       return `open ${f.count} more rank(s) at step ${f.step}`;
     case 'restart-server':
       return `restart the server at step ${f.step}`;
-  }
-}
-
-/**
- * Freezes a page: first through the page-lifecycle API ("frozen": no timers, no tasks). Headless
- * Chromium 156 accepts that command but keeps running the page's JavaScript, so when a probe shows
- * the page still running, its JavaScript is paused with the debugger as well: to the server and the
- * other ranks the tab then looks exactly like a frozen one (socket open, nothing sent).
- */
-async function freeze(page: Page, log: (line: string) => void): Promise<void> {
-  const cdp = await page.context().newCDPSession(page);
-  await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
-  const running = await Promise.race([
-    page.evaluate(() => true).catch(() => false),
-    new Promise<boolean>((r) => setTimeout(() => r(false), 500)),
-  ]);
-  if (running) {
-    log('[launch] the page still runs after the lifecycle freeze (headless Chromium); pausing its JavaScript too');
-    await cdp.send('Debugger.enable');
-    await cdp.send('Debugger.pause');
   }
 }
 
@@ -115,11 +101,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
     }
   }
-  const browser = await launchChromium();
   const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
   if (faults.some((f) => f.kind === 'restart-server') && opts.server) {
     throw new Error('--restart-server needs the launcher to run its own server; drop --server');
   }
+  if (faults.some((f) => f.kind === 'hide') && !opts.tabs) {
+    throw new Error('--hide needs --tabs: headless pages are never in the background');
+  }
+  const driver: RankDriver = opts.tabs ? await tabsDriver(log) : await headlessDriver();
+  const hidden: Array<{ rank: number; atStep: number }> = [];
   const pages: RankPage[] = [];
   const failures: string[] = [];
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
@@ -138,6 +128,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       log(`[launch] server on ${base}`);
     }
     const url = base;
+    const sampleVisibility = () =>
+      Promise.all(pages.filter((p) => p.expected).map(async (p) => ({ rank: p.rank ?? p.index, state: await p.page.visibility() })));
     let reachedStep = 0;
     let busy = Promise.resolve();
 
@@ -163,13 +155,20 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           const target = pages.find((p) => p.rank === fault.rank && p.expected && !p.done);
           if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
           target.expected = false;
-          if (fault.kind === 'kill') await target.page.close();
-          else await freeze(target.page, log);
+          if (fault.kind === 'kill') await target.page.kill();
+          else await target.page.freeze(log);
           checkSettled();
           return;
         }
+        case 'hide': {
+          const target = pages.find((p) => p.rank === fault.rank && !p.done);
+          if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
+          await target.page.hide(log);
+          hidden.push({ rank: fault.rank, atStep: step });
+          return;
+        }
         case 'join':
-          for (let i = 0; i < fault.count; i++) await openPage(browser, url, undefined);
+          for (let i = 0; i < fault.count; i++) await openPage(url, undefined);
           return;
         case 'restart-server': {
           const port = server!.port;
@@ -181,21 +180,17 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
-    const openPage = async (b: Browser, serverUrl: string, rank: number | undefined): Promise<void> => {
+    const openPage = async (serverUrl: string, rank: number | undefined): Promise<void> => {
       const index = pages.length;
-      const page = await b.newPage();
-      const rp: RankPage = { index, page, label: rank === undefined ? `page ${index}` : `rank ${rank}`, rank, expected: true, done: false };
-      pages.push(rp);
+      const rp = { index, label: rank === undefined ? `page ${index}` : `rank ${rank}`, rank, expected: true, done: false } as RankPage;
       const finish = (failure?: string) => {
         if (rp.done) return;
         rp.done = true;
         if (failure && rp.expected) failures.push(failure);
         checkSettled();
       };
-      page.on('console', (msg) => log(`[${rp.label}] ${msg.text()}`));
-      page.on('pageerror', (err) => log(`[${rp.label}] page error: ${err.message}`));
-      page.on('crash', () => finish(`${rp.label}: the page crashed`));
-      await page.exposeFunction('__ddpReport', (r: Report) => {
+      // Both drivers feed this one handler.
+      const onReport = (r: Report) => {
         switch (r.type) {
           case 'rank':
             rp.rank = r.rank;
@@ -224,16 +219,23 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             finish(`${rp.label}: ${r.name}: ${r.message}`);
             return;
         }
+      };
+      rp.page = await driver.newRank({
+        onReport,
+        onConsole: (line) => log(`[${rp.label}] ${line}`),
+        onCrash: (reason) => finish(`${rp.label}: ${reason}`),
       });
+      pages.push(rp);
       const u = new URL(entry, serverUrl);
       const params = new URLSearchParams({ session: opts.session, world: String(opts.nproc), ...(script ? {} : { job: opts.job }), ...opts.jobParams });
       if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
       for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
       u.search = params.toString();
-      await page.goto(withToken(u, token));
+      await rp.page.open(withToken(u, token));
     };
 
-    for (let i = 0; i < opts.nproc; i++) await openPage(browser, url, i);
+    for (let i = 0; i < opts.nproc; i++) await openPage(url, i);
+    if (opts.tabs) log(`[launch] visibility at start: ${(await sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
     // A join fault adds pages later: wait again until those have settled too.
@@ -256,14 +258,16 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       for (const f of failures) log(`[launch] FAILED ${f}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
     }
+    const visibility = opts.tabs ? await sampleVisibility() : undefined;
+    if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
   } finally {
-    await browser.close().catch(() => {});
+    await driver.close();
     await server?.close();
   }
 }

@@ -1,0 +1,241 @@
+/**
+ * `--tabs`: the ranks as pages of ONE headful Chromium under Xvfb, with the browser's default
+ * background throttling (none of the throttle-disabling flags of the headless driver). Playwright
+ * emulates focus, so its pages stay "visible" even in background tabs: this driver spawns Chromium
+ * itself and talks to it over the DevTools protocol (one websocket per target, kept open for the run).
+ * Each rank gets its own window at its own place on a large virtual screen, so every rank is
+ * visible (not occluded) until `--hide` opens a blank tab in front of it in its window.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { WebSocket } from 'ws';
+import type { Report } from '../client/report.ts';
+import { CHROMIUM_ARGS, chromiumPath } from './browser.ts';
+import type { RankDriver, RankHandlers, RankTarget } from './driver.ts';
+
+/** The browser's default throttling: the headless flags minus the three that disable it. */
+export const TABS_ARGS = CHROMIUM_ARGS.filter(
+  (a) => !['--disable-background-timer-throttling', '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows'].includes(a),
+);
+
+const SCREEN = { width: 3840, height: 2160 };
+const WINDOW = { width: 900, height: 700 };
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A DevTools-protocol connection (a page's or the browser's websocket). */
+class Cdp {
+  private nextId = 0;
+  private pending = new Map<number, { resolve: (v: any) => void; reject: (e: Error) => void; method: string }>();
+  private listeners: Array<(method: string, params: any) => void> = [];
+  closed = false;
+  private constructor(private ws: WebSocket) {
+    ws.on('message', (data) => {
+      const m = JSON.parse(data.toString());
+      if (m.id !== undefined) {
+        const p = this.pending.get(m.id);
+        if (!p) return;
+        this.pending.delete(m.id);
+        if (m.error) p.reject(new Error(`${p.method}: ${m.error.message}`));
+        else p.resolve(m.result);
+      } else if (m.method) {
+        for (const l of this.listeners) l(m.method, m.params);
+      }
+    });
+    ws.on('close', () => {
+      this.closed = true;
+      for (const p of this.pending.values()) p.reject(new Error(`${p.method}: the DevTools connection closed`));
+      this.pending.clear();
+      for (const l of this.listeners) l('__closed', {});
+    });
+  }
+  static async connect(url: string): Promise<Cdp> {
+    const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 * 1024 });
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    return new Cdp(ws);
+  }
+  send<T = any>(method: string, params: Record<string, unknown> = {}): Promise<T> {
+    if (this.closed) return Promise.reject(new Error(`${method}: the DevTools connection is closed`));
+    const id = ++this.nextId;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, method });
+      this.ws.send(JSON.stringify({ id, method, params }));
+    });
+  }
+  on(listener: (method: string, params: any) => void): void {
+    this.listeners.push(listener);
+  }
+  close(): void {
+    this.closed = true;
+    this.ws.close();
+  }
+}
+
+/** A console call's arguments as one line (strings as themselves, the rest by value or description). */
+function consoleLine(args: Array<{ type: string; value?: unknown; description?: string; unserializableValue?: string }>): string {
+  return args
+    .map((a) => (a.type === 'string' ? String(a.value) : a.value !== undefined ? JSON.stringify(a.value) : (a.unserializableValue ?? a.description ?? a.type)))
+    .join(' ');
+}
+
+const SHIM = 'window.__ddpReport = (r) => window.__ddpReportJson(JSON.stringify(r));';
+
+export async function tabsDriver(log: (line: string) => void): Promise<RankDriver> {
+  const port = 9222 + 1000 + Math.floor(Math.random() * 20000);
+  const userDataDir = mkdtempSync(join(tmpdir(), 'ddp-tabs-'));
+  const child: ChildProcess = spawn(
+    'xvfb-run',
+    [
+      '-a',
+      '-s',
+      `-screen 0 ${SCREEN.width}x${SCREEN.height}x24`,
+      chromiumPath(),
+      ...TABS_ARGS,
+      `--remote-debugging-port=${port}`,
+      `--user-data-dir=${userDataDir}`,
+      `--window-size=${WINDOW.width},${WINDOW.height}`,
+      '--window-position=0,0',
+      'about:blank',
+    ],
+    { stdio: 'ignore', detached: true },
+  );
+  let exited = false;
+  child.on('exit', () => (exited = true));
+  const killAll = () => {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+    rmSync(userDataDir, { recursive: true, force: true });
+  };
+  const onExit = () => killAll();
+  process.once('exit', onExit);
+  const http = `http://127.0.0.1:${port}`;
+  let browserWs: string | undefined;
+  for (let i = 0; i < 120 && !exited; i++) {
+    await sleep(250);
+    try {
+      browserWs = ((await (await fetch(`${http}/json/version`)).json()) as { webSocketDebuggerUrl: string }).webSocketDebuggerUrl;
+      break;
+    } catch {
+      /* not up yet */
+    }
+  }
+  if (!browserWs) {
+    killAll();
+    throw new Error(`--tabs: Chromium under xvfb-run did not open its DevTools port ${port} (is xvfb installed? apt-get install -y xvfb)`);
+  }
+  const browser = await Cdp.connect(browserWs);
+  const initial = ((await (await fetch(`${http}/json/list`)).json()) as Array<{ id: string; type: string }>).filter((t) => t.type === 'page');
+  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools on port ${port}, default throttling`);
+  let count = 0;
+  let initialClosed = false;
+
+  return {
+    name: 'tabs',
+    async newRank(h: RankHandlers): Promise<RankTarget> {
+      const index = count++;
+      const cols = Math.floor(SCREEN.width / WINDOW.width);
+      const bounds = { left: (index % cols) * WINDOW.width, top: Math.floor(index / cols) * WINDOW.height, width: WINDOW.width, height: WINDOW.height };
+      const { targetId } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank', newWindow: true, ...bounds });
+      const { windowId } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId });
+      await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'normal' } }).catch(() => {});
+      await browser.send('Browser.setWindowBounds', { windowId, bounds });
+      if (!initialClosed) {
+        // The command line's first window would overlap the ranks' windows.
+        initialClosed = true;
+        for (const t of initial) await browser.send('Target.closeTarget', { targetId: t.id }).catch(() => {});
+      }
+      const page = await Cdp.connect(`ws://127.0.0.1:${port}/devtools/page/${targetId}`);
+      let closing = false;
+      page.on((method, params) => {
+        switch (method) {
+          case 'Runtime.bindingCalled':
+            if (params.name === '__ddpReportJson') h.onReport(JSON.parse(params.payload) as Report);
+            return;
+          case 'Runtime.consoleAPICalled':
+            h.onConsole(consoleLine(params.args ?? []));
+            return;
+          case 'Runtime.exceptionThrown': {
+            const d = params.exceptionDetails;
+            h.onConsole(`page error: ${d?.exception?.description ?? d?.text ?? 'unknown'}`);
+            return;
+          }
+          case 'Inspector.targetCrashed':
+            h.onCrash('the page crashed');
+            return;
+          case 'Inspector.detached':
+          case '__closed':
+            if (!closing) h.onCrash(`the tab went away (${params.reason ?? 'DevTools connection closed'})`);
+            closing = true;
+            return;
+        }
+      });
+      await page.send('Runtime.enable');
+      await page.send('Page.enable');
+      await page.send('Inspector.enable').catch(() => {});
+      await page.send('Runtime.addBinding', { name: '__ddpReportJson' });
+      await page.send('Page.addScriptToEvaluateOnNewDocument', { source: SHIM });
+      const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
+        const res = await Promise.race([
+          page.send<{ result: { value?: unknown }; exceptionDetails?: { text: string } }>('Runtime.evaluate', { expression, returnByValue: true }),
+          sleep(timeoutMs).then(() => {
+            throw new Error(`no answer in ${timeoutMs} ms`);
+          }),
+        ]);
+        if (res.exceptionDetails) throw new Error(res.exceptionDetails.text);
+        return res.result.value;
+      };
+      return {
+        open: async (url) => {
+          const r = await page.send<{ errorText?: string }>('Page.navigate', { url });
+          if (r.errorText) throw new Error(`could not open ${url}: ${r.errorText}`);
+        },
+        kill: async () => {
+          closing = true;
+          await browser.send('Target.closeTarget', { targetId });
+          page.close();
+        },
+        freeze: async (flog) => {
+          await page.send('Page.setWebLifecycleState', { state: 'frozen' });
+          const running = await evaluate('true', 500).then(() => true, () => false);
+          if (running) {
+            flog('[launch] the page still runs after the lifecycle freeze; pausing its JavaScript too');
+            await page.send('Debugger.enable');
+            await page.send('Debugger.pause');
+          }
+        },
+        hide: async (hlog) => {
+          // A blank tab in the rank's own window, in front of the rank's tab: focus the rank's
+          // window, open the tab there, and check that it landed in that window.
+          await browser.send('Target.activateTarget', { targetId });
+          const { targetId: blank } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank' });
+          const { windowId: w } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId: blank });
+          if (w !== windowId) {
+            hlog(`[launch] the blank tab opened in window ${w}, not the rank's window ${windowId}; minimizing the rank's window instead`);
+            await browser.send('Target.closeTarget', { targetId: blank }).catch(() => {});
+            await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'minimized' } });
+          } else {
+            await browser.send('Target.activateTarget', { targetId: blank });
+          }
+          await sleep(200);
+          hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
+        },
+        visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
+      };
+    },
+    async close(): Promise<void> {
+      await browser.send('Browser.close').catch(() => {});
+      browser.close();
+      for (let i = 0; i < 20 && !exited; i++) await sleep(100);
+      killAll();
+      process.removeListener('exit', onExit);
+    },
+  };
+}
