@@ -24,7 +24,8 @@ export const HEADER_BYTES = 32;
 /** The data channel's largest message (Chromium). */
 export const MAX_FRAME_BYTES = 262_144;
 
-export const FrameKind = { collective: 1, p2p: 2, abort: 3 } as const;
+/** `alive`: a header-only frame each rank sends each link every second, so that a silent peer is told apart from a busy one. */
+export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6 } as const;
@@ -91,7 +92,7 @@ export function readHeader(frame: Uint8Array): FrameHeader {
   const v = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   if (v.getUint8(0) !== MAGIC) throw new FramingError(`frame has magic 0x${v.getUint8(0).toString(16)}, expected 0xd7`);
   const kind = v.getUint8(1);
-  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort) {
+  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort && kind !== FrameKind.alive) {
     throw new FramingError(`frame has unknown kind ${kind}`);
   }
   const h: FrameHeader = {
@@ -126,6 +127,10 @@ export function readHeader(frame: Uint8Array): FrameHeader {
  */
 export function checkFloat32Chunk(h: FrameHeader): void {
   if (h.kind === FrameKind.abort) return;
+  if (h.kind === FrameKind.alive) {
+    if (h.length !== 0 || h.total !== 0) throw new FramingError(`a liveness frame carries no payload, this one ${h.length} bytes`, undefined, 'length');
+    return;
+  }
   if (h.offset % 4 !== 0) throw new FramingError(`chunk offset ${h.offset} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'offset');
   if (h.length % 4 !== 0) throw new FramingError(`chunk length ${h.length} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'length');
 }
@@ -187,4 +192,11 @@ export class Reassembler {
     this.received += h.length;
     this.onChunk(frame.subarray(HEADER_BYTES), h.offset, frame);
   }
+}
+
+/** The liveness frame: a header and nothing else. */
+export function encodeAlive(): Uint8Array {
+  const frame = new Uint8Array(HEADER_BYTES);
+  writeHeader(frame, { kind: FrameKind.alive, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
+  return frame;
 }

@@ -75,6 +75,8 @@ export class Mailbox {
   private readonly receivers = new Set<Receiver>();
   /** Bytes buffered per peer, for `limits.maxBufferedBytes`. */
   private readonly held = new Map<number, number>();
+  /** When each peer was last heard from (any frame, its link opening); unset until its link opens. */
+  private readonly lastHeard = new Map<number, number>();
 
   constructor(
     private readonly rank: number,
@@ -126,11 +128,31 @@ export class Mailbox {
     });
   }
 
+  /** Any sign of life from `peer`: a frame of any kind, or its link opening. */
+  heard(peer: number, now = Date.now()): void {
+    this.lastHeard.set(peer, now);
+  }
+
+  /**
+   * Fails a receive whose peer has shown no sign of life for `stallMs` although its link is open:
+   * its page is paused, frozen or gone. A peer that is alive but late (busy elsewhere) keeps
+   * sending liveness frames and is only bounded by `peerTimeoutMs`.
+   */
+  checkStalls(stallMs: number, now = Date.now()): void {
+    for (const r of [...this.receivers]) {
+      const last = this.lastHeard.get(r.peer);
+      if (last === undefined || now - last <= stallMs) continue;
+      this.onSilentPeer(r.peer, `stalled: no sign of life for ${now - last} ms (its page is paused, frozen or gone) while this rank waited for ${r.what}`);
+      return; // the group is broken now: every receive has been rejected
+    }
+  }
+
   /**
    * A collective or point-to-point frame from `from`. Throws FramingError for a repeated message,
    * or for one this rank would have to keep beyond the limits.
    */
   put(from: number, frame: Uint8Array, h: FrameHeader): void {
+    this.heard(from);
     const key = inboxKey(from, h.kind, h.seq, h.step);
     if (this.completed.has(key)) {
       throw new FramingError(`rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`, from, 'seq');

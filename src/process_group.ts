@@ -14,13 +14,19 @@
  * algorithms), framing.ts (the frames).
  */
 import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError } from './errors.ts';
-import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
+import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
 import { GroupLinks } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { PrefixStore, type Store, type StoreClient } from './store.ts';
+import { startTicker } from './ticker.ts';
+
+/** How often each rank tells each peer it is alive (more often when the stall bound is short). */
+const ALIVE_EVERY_MS = 1_000;
+/** See `LinkOptions.stallTimeoutMs`. */
+export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
 
 export type { ReduceOpName } from './framing.ts';
 
@@ -29,7 +35,14 @@ export interface LinkOptions {
   /** ICE servers for WebRTC. Default none: host candidates only, nothing leaves the network. */
   iceServers?: RTCIceServer[];
   /** How long a peer may stay silent while a collective waits on it. Default 30 s. */
-  peerTimeoutMs?: number;
+peerTimeoutMs?: number;
+  /**
+   * A peer whose link is open but that sends nothing at all, not even the liveness frame every
+   * rank sends each link every second, for this long while a collective waits on it, is lost
+   * (PeerLostError, "stalled"): a paused or frozen page is found in seconds, while a busy one is
+   * only bounded by `peerTimeoutMs`. Default 10 s.
+   */
+  stallTimeoutMs?: number;
   /** How long opening a WebRTC link may take. Default 30 s. */
   linkTimeoutMs?: number;
   /** Largest data-channel message, header included. Default 256 KiB (Chromium's limit). */
@@ -116,6 +129,7 @@ export class ProcessGroup {
       },
       (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
     );
+    const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
     this.links = new GroupLinks({
       rank: this.rank,
       groupKey: init.groupKey,
@@ -126,10 +140,31 @@ export class ProcessGroup {
       stallTimeoutMs: peerTimeoutMs,
       linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
       onMessage: (peer, bytes) => this.onFrame(peer, bytes),
-      onState: (peer, state) => this.emit({ type: 'link', peer, state }),
+      onState: (peer, state) => {
+        if (state === 'open') this.mailbox.heard(peer);
+        this.emit({ type: 'link', peer, state });
+      },
       onLost: (peer, reason) => this.markLost(peer, reason),
     });
+    // Liveness, on a tick a background tab keeps: tell every peer this rank is alive, and find
+    // the peers that are not. A send still queued is not doubled: data is flowing then anyway.
+    const aliveFrame = encodeAlive();
+    const sending = new Set<number>();
+    // Several ticks fit in the bound, so one late tick is never taken for a stall.
+    const stopTicker = startTicker(Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4), () => {
+      if (this.broken) return;
+      for (const link of this.links.open()) {
+        if (sending.has(link.peer)) continue;
+        sending.add(link.peer);
+        link.send(aliveFrame).then(
+          () => sending.delete(link.peer),
+          () => sending.delete(link.peer),
+        );
+      }
+      this.mailbox.checkStalls(stallTimeoutMs);
+    });
     this.unsubscribe.push(
+      stopTicker,
       init.client.on('signal', (e) => this.links.onSignal(e)),
       init.client.on('peer-left', (e) => {
         if (e.round === this.round) this.markLost(e.rank, e.reason);
@@ -361,6 +396,10 @@ export class ProcessGroup {
       if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
       const h = readHeader(frame);
       checkFloat32Chunk(h);
+      if (h.kind === FrameKind.alive) {
+        this.mailbox.heard(from);
+        return;
+      }
       if (h.kind !== FrameKind.abort) {
         // A broken group posts no more receives: data arriving now could only pile up.
         if (!this.broken) this.mailbox.put(from, frame, h);

@@ -19,7 +19,7 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number, extra: { peerTimeoutMs?: number; maxFrameBytes?: number; highWaterMark?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+async function groups(n: number, extra: { peerTimeoutMs?: number; stallTimeoutMs?: number; maxFrameBytes?: number; highWaterMark?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('coll');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
@@ -231,5 +231,31 @@ describe('failure', () => {
     expect(err.message).toMatch(/sent nothing for 300 ms/);
     expect(Date.now() - t0).toBeLessThan(2_000);
     destroy(pgs);
+  });
+});
+
+describe('liveness', () => {
+  it('a peer that sends nothing at all (a paused page) is lost as stalled within stallTimeoutMs, naming it and the collective', async () => {
+    const { pgs, net } = await groups(2, { peerTimeoutMs: 20_000, stallTimeoutMs: 1_500 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(Float32Array.of(1)))); // links open, both alive
+    net.end(1, 0)!.stall(); // from now on nothing of rank 1 reaches rank 0, liveness frames included
+    const t0 = Date.now();
+    const err = (await pgs[0]!.allReduce(Float32Array.of(1)).catch((e: unknown) => e)) as PeerLostError;
+    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err.rank).toBe(1);
+    expect(err.message).toMatch(/stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 1 elements #2/);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    for (const pg of pgs) pg.destroy();
+  });
+
+  it('a peer that is alive but late (busy elsewhere) is waited for past stallTimeoutMs', async () => {
+    const { pgs } = await groups(2, { peerTimeoutMs: 20_000, stallTimeoutMs: 1_000 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(Float32Array.of(1))));
+    const early = pgs[0]!.allReduce(Float32Array.of(2));
+    await new Promise((r) => setTimeout(r, 3_000)); // rank 1 is busy for three stall bounds, but its liveness frames arrive
+    const late = pgs[1]!.allReduce(Float32Array.of(3));
+    expect(Array.from(await early)).toEqual([5]);
+    expect(Array.from(await late)).toEqual([5]);
+    for (const pg of pgs) pg.destroy();
   });
 });
