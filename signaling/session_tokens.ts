@@ -53,15 +53,8 @@ export class SessionTokens {
   constructor(private readonly dir: string) {}
 
   /**
-   * `hello`: accepts the session's token, or fixes it when the session has none yet. Returns false
-   * for a missing, malformed or wrong token.
-   */
-  async claim(session: string, token: string | undefined): Promise<boolean> {
-    return (await this.claimSession(session, token)).ok;
-  }
-
-  /**
-   * `claim`, and says whether this call fixed the token. The call that fixes it also fixes the
+   * `hello`: accepts the session's token, or fixes it when the session has none yet (not ok for a
+   * missing, malformed or wrong token), and says whether this call fixed the token. The call that fixes it also fixes the
    * host secret `host` (or that the session has none), in the same step, so no other hello can
    * come between the two. `host` must be well-formed (the caller checks, before claiming).
    */

@@ -220,7 +220,7 @@ const session = (prefix = 'ckpt') => `${prefix}-${process.pid}-${++counter}`;
 /** A new session whose token is fixed on `srv`, as a hello would. */
 async function joined(srv: Mounted, prefix = 'ckpt'): Promise<string> {
   const s = session(prefix);
-  expect(await srv.tokens.claim(s, tokenFor(s))).toBe(true);
+  expect((await srv.tokens.claimSession(s, tokenFor(s))).ok).toBe(true);
   return s;
 }
 

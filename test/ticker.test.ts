@@ -1,0 +1,39 @@
+/** The shared tick behind heartbeats and liveness frames (Node: a plain interval under the same sharing). */
+import { describe, expect, it } from 'vitest';
+import { startTicker } from '../src/ticker.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('startTicker', () => {
+  it('ticks every subscriber of an interval, and stops each one alone', async () => {
+    let a = 0;
+    let b = 0;
+    const stopA = startTicker(20, () => a++);
+    const stopB = startTicker(20, () => b++);
+    await sleep(110);
+    expect(a).toBeGreaterThanOrEqual(3);
+    expect(b).toBeGreaterThanOrEqual(3);
+    stopA();
+    stopA(); // twice is harmless: B keeps ticking
+    const [a1, b1] = [a, b];
+    await sleep(110);
+    expect(a).toBe(a1);
+    expect(b).toBeGreaterThan(b1);
+    stopB();
+    const b2 = b;
+    await sleep(60);
+    expect(b).toBe(b2);
+  });
+
+  it('the same callback subscribed twice is two subscriptions', async () => {
+    let n = 0;
+    const tick = () => n++;
+    const stop1 = startTicker(15, tick);
+    const stop2 = startTicker(15, tick);
+    stop1();
+    const before = n;
+    await sleep(80);
+    expect(n).toBeGreaterThan(before);
+    stop2();
+  });
+});
