@@ -27,6 +27,8 @@ export interface RankTarget {
   hide(log: (line: string) => void): Promise<void>;
   /** document.visibilityState, or an error's text. */
   visibility(): Promise<string>;
+  /** For a hidden tab: the longest gap between its own chained 200 ms timers since it was hidden. */
+  timerProbe(): Promise<{ longestGapMs: number; ticks: number } | undefined>;
 }
 
 export interface RankDriver {
@@ -76,6 +78,7 @@ export async function headlessDriver(): Promise<RankDriver> {
           throw new Error('--hide needs --tabs: headless pages are never in the background');
         },
         visibility: () => page.evaluate(() => document.visibilityState as string).catch((e: Error) => `error: ${e.message}`),
+        timerProbe: async () => undefined,
       };
     },
     close: () => browser.close().catch(() => {}),

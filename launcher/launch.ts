@@ -18,7 +18,8 @@ const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SC
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
-         [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]`;
+         [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
+         [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]`;
 
 /** Launcher options a script run passes to its pages. */
 const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
@@ -59,6 +60,7 @@ function parse(argv: string[]): LaunchOptions {
       timeout: { type: 'string' },
       help: { type: 'boolean' },
       tabs: { type: 'boolean' },
+      'intensive-throttling-after': { type: 'string' },
     },
   });
   if (values.help) {
@@ -69,7 +71,15 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after']);
+  const intensiveRaw = values['intensive-throttling-after'];
+  const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
+  if (intensiveThrottlingAfterSec !== undefined) {
+    if (!(Number.isInteger(intensiveThrottlingAfterSec) && intensiveThrottlingAfterSec >= 1)) {
+      throw new Error(`--intensive-throttling-after takes whole seconds >= 1, got "${String(intensiveRaw)}"`);
+    }
+    if (!values.tabs) throw new Error('--intensive-throttling-after needs --tabs (headless pages are never throttled)');
+  }
   // Joining an existing session takes its token (from its link's #token=...); a new session gets a new one.
   const token = typeof values.token === 'string' ? values.token : process.env.SESSION_TOKEN || undefined;
   if (token !== undefined && !isSessionToken(token)) {
@@ -139,6 +149,7 @@ function parse(argv: string[]): LaunchOptions {
     jobParams,
     faults,
     tabs: values.tabs === true,
+    ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),
     serverOptions: heartbeatTimeoutMs === undefined ? undefined : { heartbeatTimeoutMs },
   };
 }

@@ -41,6 +41,8 @@ export interface LaunchOptions {
   serverOptions?: ServerOptions;
   /** Run the ranks as tabs of a headful Chromium under Xvfb, with default background throttling. */
   tabs?: boolean;
+  /** With `tabs`: start intensive throttling after this many seconds hidden (see TabsOptions). */
+  intensiveThrottlingAfterSec?: number;
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -108,8 +110,12 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (faults.some((f) => f.kind === 'hide') && !opts.tabs) {
     throw new Error('--hide needs --tabs: headless pages are never in the background');
   }
-  const driver: RankDriver = opts.tabs ? await tabsDriver(log) : await headlessDriver();
-  const hidden: Array<{ rank: number; atStep: number }> = [];
+  if (opts.intensiveThrottlingAfterSec !== undefined && !opts.tabs) {
+    throw new Error('--intensive-throttling-after needs --tabs: headless pages are never throttled');
+  }
+  const driver: RankDriver = opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
+  const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
+  const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
   const failures: string[] = [];
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
@@ -164,7 +170,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           const target = pages.find((p) => p.rank === fault.rank && !p.done);
           if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
           await target.page.hide(log);
-          hidden.push({ rank: fault.rank, atStep: step });
+          const entry = { rank: fault.rank, atStep: step };
+          hidden.push(entry);
+          hiddenPages.push({ entry, page: target.page });
           return;
         }
         case 'join':
@@ -260,6 +268,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
+    for (const { entry, page } of hiddenPages) {
+      const probe = await page.timerProbe();
+      if (probe) {
+        (entry as { longestTimerGapMs?: number }).longestTimerGapMs = probe.longestGapMs;
+        log(`[launch] rank ${entry.rank}'s own timers while hidden: longest gap ${probe.longestGapMs} ms over ${probe.ticks} ticks`);
+      }
+    }
     const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
     return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };

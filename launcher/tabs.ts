@@ -20,6 +20,41 @@ export const TABS_ARGS = CHROMIUM_ARGS.filter(
   (a) => !['--disable-background-timer-throttling', '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows'].includes(a),
 );
 
+export interface TabsOptions {
+  /**
+   * Start Chrome's intensive wake-up throttling (one timer wake-up a minute for chained timers)
+   * after this many seconds hidden instead of the browser's default grace period (minutes), so that a test sees in seconds what a class sees after minutes.
+   */
+  intensiveThrottlingAfterSec?: number;
+}
+
+/** TABS_ARGS with the features a run asks for (Chromium reads only one --enable-features). */
+export function tabsArgs(o: TabsOptions): string[] {
+  const after = o.intensiveThrottlingAfterSec;
+  if (after === undefined) return TABS_ARGS;
+  if (!(Number.isInteger(after) && after >= 1)) throw new RangeError(`intensiveThrottlingAfterSec must be a whole number of seconds >= 1, got ${after}`);
+  return TABS_ARGS.map((a) => (a.startsWith('--enable-features=') ? `${a},IntensiveWakeUpThrottling:grace_period_seconds/${after}` : a));
+}
+
+/**
+ * Runs in a hidden rank's page: a chain of 200 ms timers, the longest gap between two of them
+ * kept in window.__ddpTimerProbe. It shows how hard the browser throttled the page's own timers
+ * (about 1 s: basic throttling; about 60 s: intensive throttling) while the run went on.
+ */
+const TIMER_PROBE = `(() => {
+  const probe = { longestGapMs: 0, ticks: 0, last: performance.now() };
+  window.__ddpTimerProbe = probe;
+  let last = probe.last;
+  const tick = () => {
+    const now = performance.now();
+    probe.longestGapMs = Math.max(probe.longestGapMs, Math.round(now - last));
+    probe.ticks++;
+    probe.last = last = now;
+    setTimeout(tick, 200);
+  };
+  setTimeout(tick, 200);
+})()`;
+
 const SCREEN = { width: 3840, height: 2160 };
 const WINDOW = { width: 900, height: 700 };
 
@@ -85,7 +120,8 @@ function consoleLine(args: Array<{ type: string; value?: unknown; description?: 
 
 const SHIM = 'window.__ddpReport = (r) => window.__ddpReportJson(JSON.stringify(r));';
 
-export async function tabsDriver(log: (line: string) => void): Promise<RankDriver> {
+export async function tabsDriver(log: (line: string) => void, options: TabsOptions = {}): Promise<RankDriver> {
+  const args = tabsArgs(options);
   const port = 9222 + 1000 + Math.floor(Math.random() * 20000);
   const userDataDir = mkdtempSync(join(tmpdir(), 'ddp-tabs-'));
   const child: ChildProcess = spawn(
@@ -95,7 +131,7 @@ export async function tabsDriver(log: (line: string) => void): Promise<RankDrive
       '-s',
       `-screen 0 ${SCREEN.width}x${SCREEN.height}x24`,
       chromiumPath(),
-      ...TABS_ARGS,
+      ...args,
       `--remote-debugging-port=${port}`,
       `--user-data-dir=${userDataDir}`,
       `--window-size=${WINDOW.width},${WINDOW.height}`,
@@ -116,6 +152,14 @@ export async function tabsDriver(log: (line: string) => void): Promise<RankDrive
   };
   const onExit = () => killAll();
   process.once('exit', onExit);
+  // Ctrl-C (or a kill) must not leave a headful Chromium and its Xvfb behind: Node runs no 'exit'
+  // handlers on a signal, so take it, clean up, and exit as the signal would have.
+  const signals = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+  const onSignal = (signal: NodeJS.Signals) => {
+    killAll();
+    process.exit(signals[signal as keyof typeof signals] ?? 1);
+  };
+  for (const signal of Object.keys(signals) as NodeJS.Signals[]) process.once(signal, onSignal);
   const http = `http://127.0.0.1:${port}`;
   let browserWs: string | undefined;
   for (let i = 0; i < 120 && !exited; i++) {
@@ -133,7 +177,8 @@ export async function tabsDriver(log: (line: string) => void): Promise<RankDrive
   }
   const browser = await Cdp.connect(browserWs);
   const initial = ((await (await fetch(`${http}/json/list`)).json()) as Array<{ id: string; type: string }>).filter((t) => t.type === 'page');
-  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools on port ${port}, default throttling`);
+  const throttling = options.intensiveThrottlingAfterSec === undefined ? 'default throttling' : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
+  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools on port ${port}, ${throttling}`);
   let count = 0;
   let initialClosed = false;
 
@@ -224,10 +269,16 @@ export async function tabsDriver(log: (line: string) => void): Promise<RankDrive
           } else {
             await browser.send('Target.activateTarget', { targetId: blank });
           }
+          await evaluate(TIMER_PROBE).catch((e: Error) => hlog(`[launch] could not start the timer probe: ${e.message}`));
           await sleep(200);
           hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
         },
         visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
+        timerProbe: async () => {
+          // The gap still open counts too: a throttled page may not have woken since.
+          const v = await evaluate('window.__ddpTimerProbe ? { ...window.__ddpTimerProbe, longestGapMs: Math.max(window.__ddpTimerProbe.longestGapMs, Math.round(performance.now() - window.__ddpTimerProbe.last)) } : null').catch(() => null);
+          return v && typeof v === 'object' ? (v as { longestGapMs: number; ticks: number }) : undefined;
+        },
       };
     },
     async close(): Promise<void> {
@@ -236,6 +287,7 @@ export async function tabsDriver(log: (line: string) => void): Promise<RankDrive
       for (let i = 0; i < 20 && !exited; i++) await sleep(100);
       killAll();
       process.removeListener('exit', onExit);
+      for (const signal of Object.keys(signals)) process.removeListener(signal, onSignal);
     },
   };
 }

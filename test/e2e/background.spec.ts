@@ -4,7 +4,11 @@
  * mid-run. It must not hang the run: it finishes, the tab really was hidden, replicas agree.
  * The speed comparison is a benchmark (npm run bench:background), not a timed test.
  */
+import type { Report } from '../../client/report.ts';
 import { launch } from '../../launcher/run.ts';
+import { tabsDriver } from '../../launcher/tabs.ts';
+import { withToken } from '../../src/session_token.ts';
+import { tokenFor } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 test('a rank whose tab goes to the background at step 5 trains on to the end (headful, default throttling)', async () => {
@@ -24,9 +28,63 @@ test('a rank whose tab goes to the background at step 5 trains on to the end (he
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(summary.steps).toBe(60);
   expect(summary.identical).toBe(true);
-  expect(summary.hidden).toEqual([{ rank: 1, atStep: 5 }]);
+  const hidden = summary.hidden as Array<{ rank: number; atStep: number; longestTimerGapMs: number }>;
+  expect(hidden).toMatchObject([{ rank: 1, atStep: 5 }]);
+  // The browser did throttle the tab: its own 200 ms timers fired about once a second.
+  expect(hidden[0]!.longestTimerGapMs).toBeGreaterThanOrEqual(900);
   expect(summary.visibility).toEqual([
     { rank: 0, state: 'visible' },
     { rank: 1, state: 'hidden' },
   ]);
+});
+
+test('a tab hidden while it waits for the group, under intensive throttling, keeps its place and trains when the group fills', async ({ server }) => {
+  // Intensive throttling (one timer wake-up a minute) after 5 s hidden instead of minutes. A rank
+  // that waits in the lobby has no WebRTC link and no title updates, so nothing exempts it: only
+  // heartbeats that tick from a Worker keep the server from evicting it.
+  test.setTimeout(240_000);
+  const driver = await tabsDriver(() => {}, { intensiveThrottlingAfterSec: 5 });
+  try {
+    const session = sessionName('intensive');
+    const open = async (rank: number) => {
+      const reports: Report[] = [];
+      let settle!: { resolve(r: Record<string, unknown>): void; reject(e: Error): void };
+      const result = new Promise<Record<string, unknown>>((resolve, reject) => (settle = { resolve, reject }));
+      result.catch(() => {});
+      const tab = await driver.newRank({
+        onReport: (r) => {
+          reports.push(r);
+          if (r.type === 'result') settle.resolve(r.result);
+          if (r.type === 'error') settle.reject(new Error(`rank ${rank}: ${r.name}: ${r.message}`));
+        },
+        onConsole: () => {},
+        onCrash: (reason) => settle.reject(new Error(`rank ${rank}: ${reason}`)),
+      });
+      const url = new URL(server.url);
+      url.search = new URLSearchParams({ session, world: '2', rank: String(rank), job: 'train', dataset: 'synthetic', trainSize: '1024', batchSize: '32', steps: '20', evalEvery: '0' }).toString();
+      await tab.open(withToken(url, tokenFor(session)));
+      return { tab, reports, result };
+    };
+    const first = await open(0);
+    await first.tab.hide(() => {});
+    expect(await first.tab.visibility()).toBe('hidden');
+    // The page's own chained timers show when intensive throttling is in force: a gap of 15 s or
+    // more (basic throttling alone gives about 1 s). The server's heartbeat timeout is 5 s.
+    let gap = 0;
+    for (const deadline = Date.now() + 120_000; gap < 15_000 && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 2_000));
+      gap = (await first.tab.timerProbe())?.longestGapMs ?? 0;
+    }
+    expect(gap, 'intensive throttling never applied to the hidden tab').toBeGreaterThanOrEqual(15_000);
+    const second = await open(1);
+    const [a, b] = await Promise.all([first.result, second.result]);
+    expect(a.steps).toBe(20);
+    expect(a.weightHash).toBe(b.weightHash);
+    // The server never lost the hidden rank: no reconnect, one round.
+    const events = first.reports.flatMap((r) => (r.type === 'elastic' ? [r.event] : []));
+    expect(events.filter((e) => e.type === 'reconnecting')).toEqual([]);
+    expect(a.generations).toBe(1);
+  } finally {
+    await driver.close();
+  }
 });
