@@ -12,11 +12,12 @@
 import { parseArgs } from 'node:util';
 import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
+import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
-options: [--server URL] [--session NAME] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
+options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]`;
@@ -61,6 +62,8 @@ function parse(argv: string[]): LaunchOptions {
       help: { type: 'boolean' },
       tabs: { type: 'boolean' },
       'intensive-throttling-after': { type: 'string' },
+      nnodes: { type: 'string' },
+      'node-rank': { type: 'string' },
     },
   });
   if (values.help) {
@@ -71,7 +74,7 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank']);
   const intensiveRaw = values['intensive-throttling-after'];
   const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
   if (intensiveThrottlingAfterSec !== undefined) {
@@ -85,6 +88,11 @@ function parse(argv: string[]): LaunchOptions {
   if (token !== undefined && !isSessionToken(token)) {
     throw new Error('--token (or SESSION_TOKEN) must be a session token: the 22-128 characters after #token= in the session\'s link');
   }
+  const nnodes = values.nnodes === undefined ? 1 : Number(values.nnodes);
+  const nodeRank = values['node-rank'] === undefined ? 0 : Number(values['node-rank']);
+  const server = typeof values.server === 'string' ? values.server : undefined;
+  const problems = checkMultiNode({ nnodes, nodeRank, server, token, sessionGiven: typeof values.session === 'string' });
+  if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
   const jobParams: Record<string, string> = {};
   const faults: Fault[] = [];
   let heartbeatTimeoutMs: number | undefined;
@@ -142,7 +150,8 @@ function parse(argv: string[]): LaunchOptions {
     nproc,
     job: split.script ?? (typeof values.job === 'string' ? values.job : 'rendezvous'),
     scriptArgs: split.scriptArgs,
-    server: typeof values.server === 'string' ? values.server : undefined,
+    server,
+    ...(nnodes > 1 ? { nnodes, nodeRank } : {}),
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
     token,
     timeoutSec,

@@ -10,6 +10,7 @@ import { newSessionToken, withToken } from '../src/session_token.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
 import { tabsDriver } from './tabs.ts';
 import { buildScript } from './build_script.ts';
+import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
 import type { Report } from '../client/report.ts';
 
@@ -43,6 +44,10 @@ export interface LaunchOptions {
   tabs?: boolean;
   /** With `tabs`: start intensive throttling after this many seconds hidden (see TabsOptions). */
   intensiveThrottlingAfterSec?: number;
+  /** Machines in the world (torchrun's --nnodes), each running a launcher with `nproc` ranks. Default 1. */
+  nnodes?: number;
+  /** This machine's place among them, 0..nnodes-1 (torchrun's --node-rank). Default 0. */
+  nodeRank?: number;
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -89,7 +94,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const token = opts.token ?? newSessionToken();
   const script = isScript(opts.job);
-  const summaryBase = { [script ? 'script' : 'job']: opts.job, worldSize: opts.nproc };
+  const nnodes = opts.nnodes ?? 1;
+  const nodeRank = opts.nodeRank ?? 0;
+  const problems = checkMultiNode({ nnodes, nodeRank, server: opts.server, token: opts.token, sessionGiven: true });
+  if (problems.length > 0) throw new Error(problems.join('\n'));
+  const worldSize = nnodes * opts.nproc;
+  const nodes = nnodes > 1 ? { nnodes, nodeRank, localRanks: Array.from({ length: opts.nproc }, (_, i) => globalRank(nodeRank, opts.nproc, i)) } : undefined;
+  const summaryBase = { [script ? 'script' : 'job']: opts.job, worldSize, ...(nodes ? { nodes } : {}) };
   const events: ElasticEvent[] = [];
   let server: RunningServer | undefined;
   // A script is served as its own page, built by Vite next to the built-in one.
@@ -118,6 +129,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
   const failures: string[] = [];
+  let nodeGroup: NodeGroup | undefined;
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
@@ -235,14 +247,24 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       });
       pages.push(rp);
       const u = new URL(entry, serverUrl);
-      const params = new URLSearchParams({ session: opts.session, world: String(opts.nproc), ...(script ? {} : { job: opts.job }), ...opts.jobParams });
+      const params = new URLSearchParams({ session: opts.session, world: String(worldSize), ...(script ? {} : { job: opts.job }), ...opts.jobParams });
       if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
       for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
       u.search = params.toString();
       await rp.page.open(withToken(u, token));
     };
 
-    for (let i = 0; i < opts.nproc; i++) await openPage(url, i);
+    if (nnodes > 1) {
+      // Another node's failure stops this one too (torchrun's agents fail the whole world).
+      nodeGroup = await NodeGroup.join(url, opts.session, token, nnodes, nodeRank, opts.timeoutSec * 1000);
+      nodeGroup.watchFailures((message) => {
+        if (message.startsWith(`node ${nodeRank} `)) return;
+        failures.push(message);
+        wake();
+      }, opts.timeoutSec * 1000);
+      log(`[launch] node ${nodeRank} of ${nnodes}: ranks ${nodes!.localRanks.join(', ')} of a world of ${worldSize}`);
+    }
+    for (let i = 0; i < opts.nproc; i++) await openPage(url, globalRank(nodeRank, opts.nproc, i));
     if (opts.tabs) log(`[launch] visibility at start: ${(await sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
@@ -262,6 +284,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (faults.length > 0) failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
     const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);
+    if (nodeGroup) {
+      // This node's outcome for the others, then theirs: the run succeeded only if every node's did.
+      await nodeGroup.report({ nodeRank, ok: failures.length === 0, ...(failures.length ? { errors: failures } : {}) });
+      if (failures.length === 0) {
+        for (const o of await nodeGroup.outcomes(opts.timeoutSec * 1000)) {
+          if (!o.ok) failures.push(`node ${o.nodeRank} failed: ${(o.errors ?? []).join('; ')}`);
+        }
+      }
+    }
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
@@ -275,13 +306,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         log(`[launch] rank ${entry.rank}'s own timers while hidden: longest gap ${probe.longestGapMs} ms over ${probe.ticks} ticks`);
       }
     }
-    const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
+    const summary = script ? summarizeScript(opts.job, worldSize, results, events) : summarize(opts.job, worldSize, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
   } finally {
+    nodeGroup?.close();
     await driver.close();
     await server?.close();
   }

@@ -1,0 +1,97 @@
+/**
+ * Several launchers, one world (torchrun's --nnodes/--node-rank): each machine's launcher opens
+ * its `nproc` local ranks of a world of nnodes x nproc, against the one server the host runs.
+ * The launchers agree through the session's store, as torchrun's agents do through theirs: each
+ * posts its node's outcome under `__launch/node/<R>`, the first node to fail posts
+ * `__launch/failed`, which every other launcher watches and stops on, and a launcher succeeds
+ * only when every node posted success.
+ */
+import { StoreClient } from '../src/store.ts';
+
+export interface NodeOutcome {
+  nodeRank: number;
+  ok: boolean;
+  errors?: string[];
+}
+
+const FAILED_KEY = '__launch/failed';
+const nodeKey = (r: number) => `__launch/node/${r}`;
+
+/** Global rank of local rank `local` on node `nodeRank` (fixed-size sessions). */
+export function globalRank(nodeRank: number, nproc: number, local: number): number {
+  return nodeRank * nproc + local;
+}
+
+/** Checks --nnodes/--node-rank and what a multi-node run needs; returns a message for each problem. */
+export function checkMultiNode(o: { nnodes: number; nodeRank: number; server?: string; token?: string; sessionGiven: boolean }): string[] {
+  const problems: string[] = [];
+  if (!(Number.isInteger(o.nnodes) && o.nnodes >= 1)) problems.push(`--nnodes must be a positive integer, got ${o.nnodes}`);
+  if (!(Number.isInteger(o.nodeRank) && o.nodeRank >= 0 && o.nodeRank < o.nnodes)) {
+    problems.push(`--node-rank must be an integer from 0 to ${o.nnodes - 1} (--nnodes ${o.nnodes}), got ${o.nodeRank}`);
+  }
+  if (o.nnodes > 1) {
+    // Every node must meet at the same server, session and secret: none may invent its own.
+    if (!o.server) problems.push('--nnodes > 1 needs --server URL: the host runs `npm start` and every node joins it');
+    if (!o.sessionGiven) problems.push('--nnodes > 1 needs --session NAME, the same on every node');
+    if (!o.token) problems.push("--nnodes > 1 needs --token TOKEN (or SESSION_TOKEN), the same on every node: the session link's #token=...");
+  }
+  return problems;
+}
+
+export class NodeGroup {
+  private closed = false;
+  private constructor(
+    private readonly store: StoreClient,
+    readonly nnodes: number,
+    readonly nodeRank: number,
+  ) {}
+
+  static async join(url: string, session: string, token: string, nnodes: number, nodeRank: number, timeoutMs: number): Promise<NodeGroup> {
+    const store = await StoreClient.connect(url, { session, token, timeoutMs });
+    return new NodeGroup(store, nnodes, nodeRank);
+  }
+
+  /** Calls `onFailure` once another node (or this one) posts a failure; until close(). */
+  watchFailures(onFailure: (message: string) => void, timeoutMs: number): void {
+    const watch = async () => {
+      while (!this.closed) {
+        try {
+          const value = await this.store.get(FAILED_KEY, timeoutMs);
+          if (!this.closed) onFailure(new TextDecoder().decode(value));
+          return;
+        } catch {
+          if (this.closed) return;
+          // A timed-out wait just waits again; a lost server ends the watch (the run notices it too).
+          if (this.store.isClosed) return;
+        }
+      }
+    };
+    void watch();
+  }
+
+  /** Posts this node's outcome; a failure also tells every other node to stop. */
+  async report(outcome: NodeOutcome): Promise<void> {
+    await this.store.set(nodeKey(this.nodeRank), JSON.stringify(outcome));
+    if (!outcome.ok) {
+      const why = `node ${this.nodeRank} failed: ${(outcome.errors ?? []).join('; ') || 'no reason given'}`;
+      // The first failure is the one every node reports.
+      await this.store.compareSet(FAILED_KEY, '', why);
+    }
+  }
+
+  /** Every node's outcome, waiting up to `timeoutMs` for all of them to be posted. */
+  async outcomes(timeoutMs: number): Promise<NodeOutcome[]> {
+    const keys = Array.from({ length: this.nnodes }, (_, r) => nodeKey(r));
+    try {
+      const values = await this.store.multiGet(keys, timeoutMs);
+      return values.map((v) => JSON.parse(new TextDecoder().decode(v)) as NodeOutcome);
+    } catch (err) {
+      throw new Error(`waited ${Math.round(timeoutMs / 1000)} s for every node's outcome (${keys.join(', ')}): ${(err as Error).message}`);
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    this.store.close();
+  }
+}
