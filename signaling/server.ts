@@ -44,7 +44,8 @@ import { checkpointHandler } from './checkpoints.ts';
 import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
-import { infoHandler, lanUrls, listenError, listeningLabel } from './network.ts';
+import { checkIceConfig, iceConfigFromEnv, iceServersFor, type IceConfig } from './ice.ts';
+import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -86,6 +87,12 @@ export interface ServerOptions {
   allowedHosts?: string[];
   /** More origins whose pages may use the server. Default: ALLOWED_ORIGINS (comma-separated). */
   allowedOrigins?: string[];
+  /**
+   * STUN/TURN servers handed to every member (see signaling/ice.ts): fixed `iceServers`, and a
+   * TURN relay whose credentials are minted per session from coturn's shared secret. Default:
+   * ICE_SERVERS, TURN_SECRET, TURN_URLS, TURN_TTL, else none (host candidates only).
+   */
+  ice?: IceConfig;
   /** Where server messages go. Default: console.log; pass () => {} to silence. */
   log?: (line: string) => void;
 }
@@ -142,6 +149,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  let ice: IceConfig;
+  try {
+    ice = options.ice ? checkIceConfig(options.ice) : iceConfigFromEnv();
+  } catch (err) {
+    throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
+  }
   const origins = new OriginPolicy({
     listenHost: host,
     allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
@@ -337,7 +350,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       session.connections++;
       conn.isHost = host === 'host';
       conn.entered(session);
-      return reply(conn, req, { session: session.name, instance, host: conn.isHost, hasHost: tokens.hasHost(session.name) });
+      return reply(conn, req, { session: session.name, instance, host: conn.isHost, hasHost: tokens.hasHost(session.name), iceServers: iceServersFor(ice, session.name) });
     }
     const session = requireSession(conn, req);
     // Heartbeats still pass: a member is not evicted in the second before its socket is closed.

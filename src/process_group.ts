@@ -32,7 +32,10 @@ export type { ReduceOpName } from './framing.ts';
 
 /** How a group's links behave: the options every way of making a group takes. */
 export interface LinkOptions {
-  /** ICE servers for WebRTC. Default none: host candidates only, nothing leaves the network. */
+  /**
+   * ICE servers for WebRTC. Default: the ones the server hands out with `hello` (a TURN relay it
+   * mints credentials for, see the README's “Across machines”), else none: host candidates only.
+   */
   iceServers?: RTCIceServer[];
   /** How long a peer may stay silent while a collective waits on it. Default 30 s. */
 peerTimeoutMs?: number;

@@ -7,7 +7,7 @@
  * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -210,13 +210,44 @@ export interface RequestFields {
   control: { action: ControlAction; min?: number };
 }
 
+/** An ICE server as RTCPeerConnection takes it (the server hands them out with `hello`). */
+export interface IceServer {
+  urls: string[];
+  username?: string;
+  credential?: string;
+}
+
+/** Bounds on the ICE servers a client accepts from the server. */
+export const MAX_ICE_SERVERS = 16;
+
+/** A well-formed list of ICE servers: what a client checks before giving it to WebRTC. */
+export function isIceServers(x: unknown): x is IceServer[] {
+  const short = (v: unknown) => typeof v === 'string' && v.length <= 512;
+  return (
+    Array.isArray(x) &&
+    x.length <= MAX_ICE_SERVERS &&
+    x.every(
+      (s) =>
+        typeof s === 'object' &&
+        s !== null &&
+        Array.isArray((s as IceServer).urls) &&
+        (s as IceServer).urls.length <= 8 &&
+        (s as IceServer).urls.every((u) => short(u) && /^(stun|stuns|turn|turns):/.test(u as string)) &&
+        ((s as IceServer).username === undefined || short((s as IceServer).username)) &&
+        ((s as IceServer).credential === undefined || short((s as IceServer).credential)),
+    )
+  );
+}
+
 /** What each request resolves to. */
 export interface ResultOf {
   /**
    * `instance` changes when the server restarts: link names include it, so old links never match.
    * `host`: this connection presented the session's host secret; `hasHost`: the session has one.
+   * `iceServers`: STUN/TURN servers for the session's WebRTC links (TURN credentials minted for
+   * this session, time-limited); empty when the server has none configured.
    */
-  hello: { session: string; instance: string; host: boolean; hasHost: boolean };
+  hello: { session: string; instance: string; host: boolean; hasHost: boolean; iceServers: IceServer[] };
   set: null;
   get: WireValue;
   add: number;

@@ -252,6 +252,8 @@ export class RendezvousHandler {
     this.signals = [];
     const pg = new ProcessGroup({
       ...this.options,
+      // The user's ICE servers, else the ones the server gave this session (a TURN relay, say).
+      iceServers: this.options.iceServers ?? this.client.iceServers,
       client: this.client,
       rank: e.rank,
       worldSize: e.worldSize,

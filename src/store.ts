@@ -9,8 +9,10 @@ import {
   PROTOCOL_VERSION,
   decodeValue,
   encodeValue,
+  isIceServers,
   type ControlAction,
   type ControlEvent,
+  type IceServer,
   type PeerLeftEvent,
   type RequestFields,
   type RequestType,
@@ -137,6 +139,8 @@ export class StoreClient implements Store {
   /** The server's instance id (changes when the server restarts). */
   instance = '';
   private hostReply = { host: false, hasHost: false };
+  /** STUN/TURN servers the server gave this session (with TURN credentials minted for it), or none. */
+  iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
   private closed: { code: number; reason: string } | undefined;
 
@@ -182,6 +186,9 @@ export class StoreClient implements Store {
       const hello = await client.request('hello', options.host === undefined ? fields : { ...fields, host: options.host }, connectTimeoutMs);
       client.instance = hello.instance;
       client.hostReply = { host: hello.host, hasHost: hello.hasHost };
+      // From the server, but checked before WebRTC sees it: a malformed list would throw deep inside.
+      if (hello.iceServers !== undefined && !isIceServers(hello.iceServers)) throw new Error(`the server sent malformed ICE servers in its hello reply: ${JSON.stringify(hello.iceServers).slice(0, 200)}`);
+      client.iceServers = hello.iceServers ?? [];
     } catch (err) {
       // Refused (a full server, a bad name): the socket would only count against this address's limit.
       client.close();
