@@ -110,6 +110,12 @@ async function lobby(session: string, worldSize: number | undefined, rank: numbe
   }
 }
 
+// A page restored from the back/forward cache would run on with its connections to the server
+// and its peers closed (the library closes them on pagehide): load it anew, so it joins again.
+addEventListener('pageshow', (e) => {
+  if (e.persisted) location.reload();
+});
+
 // Every link is read before anything runs: a bad value gets a page that says which and what to
 // do, never a blank page or a run that "failed".
 const link = readLink(params, Object.keys(JOBS));

@@ -42,8 +42,9 @@ export interface RankDriver {
  * Chromium 156 accepts that command but keeps running the page's JavaScript, so when a probe shows
  * the page still running, its JavaScript is paused with the debugger as well: to the server and the
  * other ranks the tab then looks exactly like a frozen one (socket open, nothing sent).
+ * Returns what thaws it again (as a tab does when it is shown, or the computer wakes).
  */
-async function freezePage(page: Page, log: (line: string) => void): Promise<void> {
+export async function freezePage(page: Page, log: (line: string) => void): Promise<() => Promise<void>> {
   const cdp = await page.context().newCDPSession(page);
   await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
   const running = await Promise.race([
@@ -55,6 +56,14 @@ async function freezePage(page: Page, log: (line: string) => void): Promise<void
     await cdp.send('Debugger.enable');
     await cdp.send('Debugger.pause');
   }
+  return async () => {
+    await cdp.send('Page.setWebLifecycleState', { state: 'active' });
+    if (running) {
+      await cdp.send('Debugger.resume');
+      await cdp.send('Debugger.disable');
+    }
+    await cdp.detach();
+  };
 }
 
 /** The default: headless pages of one Playwright-driven Chromium. */
@@ -73,7 +82,9 @@ export async function headlessDriver(): Promise<RankDriver> {
           await page.goto(url);
         },
         kill: () => page.close(),
-        freeze: (log) => freezePage(page, log),
+        freeze: async (log) => {
+          await freezePage(page, log);
+        },
         hide: async () => {
           throw new Error('--hide needs --tabs: headless pages are never in the background');
         },

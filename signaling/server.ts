@@ -27,6 +27,7 @@ import {
   PROTOCOL_VERSION,
   SESSION_NAME,
   SESSION_TOKEN,
+  describeMemberClose,
   type ControlEvent,
   type ErrorMessage,
   type Limits,
@@ -231,11 +232,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       else void run();
     });
     // A socket error (e.g. an oversized frame) is followed by 'close'.
-    ws.on('close', () => {
+    ws.on('close', (code) => {
       connections.delete(conn);
       perAddress.release(address);
       conn.closed();
-      detach(conn);
+      detach(conn, code);
     });
   });
 
@@ -498,13 +499,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     }, END_CLOSE_DELAY_MS).unref();
   }
 
-  function detach(conn: Connection): void {
+  /** A socket closed with `code`: a member's group hears why at once (a tab closing says so with CloseCode.LEFT). */
+  function detach(conn: Connection, code: number): void {
     const session = conn.session;
     if (!session) return;
     session.store.cancelWaiters(conn);
     if (conn.memberId !== undefined) {
-      log(`[server] session "${session.name}": member ${conn.memberId} left`);
-      session.rendezvous?.remove(conn.memberId, 'closed its connection to the server');
+      const why = describeMemberClose(code);
+      log(`[server] session "${session.name}": member ${conn.memberId} left (${code}: ${why})`);
+      session.rendezvous?.remove(conn.memberId, why);
     }
     session.connections--;
     if (session.connections === 0) session.idleSince = Date.now();

@@ -93,6 +93,36 @@ export class PeerLostError extends Error {
   }
 }
 
+/**
+ * This rank's own page stopped running for longer than the stall bound (`stallTimeoutMs`): the
+ * browser froze the tab, the computer slept, a debugger paused it, or a script blocked the page.
+ * Its peers have counted it as lost by then, so its group fails at once when it runs again,
+ * instead of with the confusing errors that follow (links closed by the peers, the server's
+ * eviction). Recoverable: an elastic run rejoins; a fixed group must be made again.
+ */
+export class RankStalledError extends Error {
+  override name = 'RankStalledError';
+  constructor(
+    /** This rank (in the group that failed). */
+    readonly rank: number,
+    /** How long the page did not run, in ms (the gap between two of its ticks). */
+    readonly stalledMs: number,
+    /** What the rank was doing: "waiting for allReduce(sum) of 10 elements #42", or "between collectives". */
+    readonly during: string,
+    /** The failure that came first after the page ran again, if any (a closed link, the server's eviction). */
+    readonly after?: Error,
+  ) {
+    super(
+      `this tab (rank ${rank}) was paused for ${formatSeconds(stalledMs)} (the browser froze it, the computer slept, or a script blocked the page) ` +
+        `while it was ${during}: the other ranks have gone on without it`,
+    );
+  }
+}
+
+function formatSeconds(ms: number): string {
+  return ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`;
+}
+
 /** Ranks issued different collectives (op, length, root) at the same sequence number. */
 export class CollectiveMismatchError extends Error {
   override name = 'CollectiveMismatchError';
@@ -203,13 +233,15 @@ export class StateTransferError extends Error {
 }
 
 /**
- * Whether a new round of the group can recover from `err`: a lost rank or server, a group
- * replaced by a new round, a wait that ran out because a peer went away. A mismatch between
- * ranks, bad frames or a bug in the training step are not: every round would fail the same way.
+ * Whether a new round of the group can recover from `err`: a lost rank or server, this rank
+ * paused past the stall bound (it rejoins), a group replaced by a new round, a wait that ran out
+ * because a peer went away. A mismatch between ranks, bad frames or a bug in the training step
+ * are not: every round would fail the same way.
  */
 export function isRecoverable(err: unknown): boolean {
   return (
     err instanceof PeerLostError ||
+    err instanceof RankStalledError ||
     err instanceof ConnectionClosedError ||
     err instanceof GroupClosedError ||
     err instanceof DistTimeoutError ||

@@ -23,6 +23,7 @@ export {
   ConnectionClosedError,
   DistTimeoutError,
   PeerLostError,
+  RankStalledError,
   CollectiveMismatchError,
   CollectiveAbortedError,
   GroupClosedError,

@@ -19,6 +19,7 @@ import {
   FramingError,
   GroupClosedError,
   PeerLostError,
+  RankStalledError,
 } from './errors.ts';
 import {
   Collective,
@@ -252,6 +253,10 @@ interface AbortNotice {
 const MAX_NOTICE_MESSAGE = 2_000;
 
 export function encodeAbortNotice(seq: number, err: Error, origin: number): Uint8Array {
+  // A rank that finds it was paused is, to its peers, a lost rank: it says so itself.
+  if (err instanceof RankStalledError) {
+    err = new PeerLostError(err.rank, `stalled: its page was paused for ${err.stalledMs} ms while it was ${err.during}`);
+  }
   const notice: AbortNotice = {
     kind:
       err instanceof PeerLostError
@@ -263,7 +268,8 @@ export function encodeAbortNotice(seq: number, err: Error, origin: number): Uint
             : err instanceof GroupClosedError || err instanceof ConnectionClosedError || err instanceof DistTimeoutError || err instanceof CollectiveAbortedError
               ? 'recoverable'
               : 'other',
-    message: err.message.slice(0, MAX_NOTICE_MESSAGE),
+    // A lost rank's notice carries the reason alone: the receiver says "lost rank N: " itself.
+    message: (err instanceof PeerLostError ? err.reason : err.message).slice(0, MAX_NOTICE_MESSAGE),
     origin,
     lostRank: err instanceof PeerLostError ? err.rank : undefined,
   };
@@ -287,7 +293,10 @@ export function decodeAbortNotice(from: number, h: FrameHeader, frame: Uint8Arra
   const origin = typeof n.origin === 'number' && Number.isInteger(n.origin) ? n.origin : from;
   switch (n.kind) {
     case 'peer-lost':
-      if (typeof n.lostRank === 'number' && Number.isInteger(n.lostRank)) return new PeerLostError(n.lostRank, `reported by rank ${origin}: ${message}`);
+      if (typeof n.lostRank === 'number' && Number.isInteger(n.lostRank)) {
+        // A rank that announces its own leaving (its tab closing) speaks for itself.
+        return new PeerLostError(n.lostRank, n.lostRank === origin ? message : `reported by rank ${origin}: ${message}`);
+      }
       break;
     case 'mismatch':
       return new CollectiveMismatchError(`rank ${origin} reported: ${message}`, h.seq);

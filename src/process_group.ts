@@ -13,15 +13,16 @@
  * pieces: `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
  * algorithms), framing.ts (the frames).
  */
-import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError } from './errors.ts';
-import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
+import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError, StoreTimeoutError } from './errors.ts';
+import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, describeCollective, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
 import { GroupLinks } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { PrefixStore, type Store, type StoreClient } from './store.ts';
-import { startTicker } from './ticker.ts';
+import { TickGap, startTicker } from './ticker.ts';
+import { onPageHide } from './page_lifecycle.ts';
 
 /** How often each rank tells each peer it is alive (more often when the stall bound is short). */
 const ALIVE_EVERY_MS = 1_000;
@@ -43,7 +44,10 @@ peerTimeoutMs?: number;
    * A peer whose link is open but that sends nothing at all, not even the liveness frame every
    * rank sends each link every second, for this long while a collective waits on it, is lost
    * (PeerLostError, "stalled"): a paused or frozen page is found in seconds, while a busy one is
-   * only bounded by `peerTimeoutMs`. Default 10 s.
+   * only bounded by `peerTimeoutMs`. The same bound applies to this rank itself: when its own page
+   * did not run for longer (frozen, asleep, paused in a debugger, a script blocking it), its
+   * peers have given up on it, so its group fails with RankStalledError as soon as it runs again.
+   * Default 10 s.
    */
   stallTimeoutMs?: number;
   /** How long opening a WebRTC link may take. Default 30 s. */
@@ -77,6 +81,8 @@ export interface GroupInit extends LinkOptions {
   timeoutMs: number;
   /** Signals for this group that arrived before it existed. */
   early?: SignalEvent[];
+  /** This rank found its own page was paused past the stall bound (the group has failed with `err`). */
+  onStalled?(err: RankStalledError): void;
 }
 
 export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
@@ -106,6 +112,12 @@ export class ProcessGroup {
   private readonly maxFrameBytes: number;
   private readonly maxSeqAhead: number;
   private readonly timeoutMs: number;
+  /** Gaps in this page's own ticks: this rank was paused. */
+  private readonly gap: TickGap;
+  private readonly onStalled: ((err: RankStalledError) => void) | undefined;
+  /** What this rank is waiting for now (collectives, transfers, barriers), oldest first. */
+  private readonly doing = new Map<number, string>();
+  private activities = 0;
 
   constructor(init: GroupInit) {
     this.rank = init.rank;
@@ -133,6 +145,8 @@ export class ProcessGroup {
       (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
     );
     const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
+    this.gap = new TickGap(stallTimeoutMs);
+    this.onStalled = init.onStalled;
     this.links = new GroupLinks({
       rank: this.rank,
       groupKey: init.groupKey,
@@ -155,7 +169,11 @@ export class ProcessGroup {
     const sending = new Set<number>();
     // Several ticks fit in the bound, so one late tick is never taken for a stall.
     const stopTicker = startTicker(Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4), () => {
+      // A tick after a gap longer than the bound: this page was paused, and its peers counted it
+      // as lost meanwhile. Failing now says so, before the links they closed say something vaguer.
+      const stalled = this.gap.tick();
       if (this.broken) return;
+      if (stalled !== undefined) return this.fail(this.stalledError(stalled));
       for (const link of this.links.open()) {
         if (sending.has(link.peer)) continue;
         sending.add(link.peer);
@@ -173,6 +191,7 @@ export class ProcessGroup {
         if (e.round === this.round) this.markLost(e.rank, e.reason);
       }),
       init.client.on('close', (e) => this.fail(new ConnectionClosedError(`the connection to the server closed (${e.code} ${e.reason})`, e.code, e.reason))),
+      onPageHide(() => this.leave()),
     );
     for (const e of init.early ?? []) this.links.onSignal(e);
   }
@@ -280,7 +299,7 @@ export class ProcessGroup {
     this.checkPeer(dst, 'dst');
     this.throwIfBroken();
     const t = this.transport(FrameKind.p2p, next(this.sendSeq, dst), p2pDescriptor(buf.length));
-    await this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false);
+    await this.track(`send #${t.seq} to rank ${dst}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
   }
 
   /** Point-to-point: fills `buf` with the next message from `src`; lengths must agree. */
@@ -288,7 +307,7 @@ export class ProcessGroup {
     this.checkPeer(src, 'src');
     this.throwIfBroken();
     const t = this.transport(FrameKind.p2p, next(this.recvSeq, src), p2pDescriptor(buf.length));
-    await this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false);
+    await this.track(`recv #${t.seq} from rank ${src}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
     return buf;
   }
 
@@ -299,6 +318,10 @@ export class ProcessGroup {
   async barrier(timeoutMs = this.timeoutMs): Promise<void> {
     this.throwIfBroken();
     const n = ++this.barrierCount;
+    return this.track(`barrier #${n}`, () => this.barrierWait(n, timeoutMs));
+  }
+
+  private async barrierWait(n: number, timeoutMs: number): Promise<void> {
     const key = `barrier/${n}`;
     const arrived = await this.store.add(key, 1);
     if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
@@ -345,7 +368,7 @@ export class ProcessGroup {
     // One rank: nothing to exchange. avg of one value is the value.
     if (this.worldSize === 1) return single;
     const t = this.transport(FrameKind.collective, seq, d);
-    return this.guard(seq, () => body(t), true);
+    return this.track(`${describeCollective(d)} #${seq}`, () => this.guard(seq, () => body(t), true));
   }
 
   /** Messages of one collective (or one point-to-point transfer), for the ring algorithms. */
@@ -417,7 +440,9 @@ export class ProcessGroup {
       const err = decodeAbortNotice(from, h, frame);
       // Forward, so ranks that are not neighbours of the origin hear of it too.
       this.abortCollective(h.seq, err);
-      this.fail(err);
+      // A lost rank told by a peer (or by itself, leaving) is a lost rank here too.
+      if (err instanceof PeerLostError) this.markLost(err.rank, err.reason);
+      else this.fail(err);
     } catch (err) {
       this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error));
     }
@@ -427,17 +452,57 @@ export class ProcessGroup {
 
   private markLost(rank: number, reason: string): void {
     if (this.broken) return;
-    this.emit({ type: 'peer-lost', rank, reason });
+    // Resuming after a pause, the peers' closed links are news of this rank's stall, not theirs.
+    if (this.gap.gap() === undefined) this.emit({ type: 'peer-lost', rank, reason });
     this.fail(new PeerLostError(rank, reason));
   }
 
-  /** Breaks the group: every pending receive rejects with `err`, and so does every later call. */
+  /**
+   * Breaks the group: every pending receive rejects with `err`, and so does every later call.
+   * Whatever breaks it first after this page was paused past the bound (a peer's link closing,
+   * the server's eviction, a new round) is a consequence: the group fails with RankStalledError.
+   */
   private fail(err: Error): void {
     if (this.broken) return;
+    const stalled = err instanceof RankStalledError ? undefined : this.gap.gap();
+    if (stalled !== undefined) err = this.stalledError(stalled, err);
     this.broken = err;
     this.rejectBroken(err);
     this.links.stop(err);
     this.mailbox.failAll(err);
+    if (err instanceof RankStalledError) this.onStalled?.(err);
+  }
+
+  private stalledError(stalledMs: number, after?: Error): RankStalledError {
+    const first = this.doing.values().next();
+    return new RankStalledError(this.rank, stalledMs, first.done ? 'between collectives' : `waiting for ${first.value}`, after);
+  }
+
+  /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
+  private async track<T>(what: string, body: () => Promise<T>): Promise<T> {
+    const id = ++this.activities;
+    this.doing.set(id, what);
+    try {
+      return await body();
+    } finally {
+      this.doing.delete(id);
+    }
+  }
+
+  /**
+   * The page is going away (closed, navigated from, or into the back/forward cache): tell every
+   * peer, so that they fail at once naming this rank and why instead of waiting for a link to
+   * break or a stall bound, then close the links. Best effort: a notice queued behind a full send
+   * queue goes down with its link, and the server's 'peer-left' says the same.
+   */
+  private leave(): void {
+    if (!this.broken) {
+      const notice = encodeAbortNotice(Math.max(1, this.seq), new PeerLostError(this.rank, 'its tab closed'), this.rank);
+      for (const link of this.links.open()) link.send(notice).catch(() => {});
+    }
+    const reason = new GroupClosedError(`this tab is closing (or going into the back/forward cache): rank ${this.rank} left the group`);
+    this.fail(reason);
+    this.links.closeAll(reason);
   }
 
   private throwIfBroken(): void {

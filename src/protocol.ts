@@ -146,7 +146,48 @@ export const CloseCode = {
   TOO_MANY_CONNECTIONS: 4007,
   /** The session's host ended it (`control` 'end'): every socket of the session is closed. */
   SESSION_ENDED: 4008,
+  /** Sent by a client: its tab is closing (or entering the back/forward cache). The server tells the group at once. */
+  LEFT: 4009,
+  /** Sent by a client: its page was paused past its stall bound, so it leaves the round and joins again. */
+  STALLED: 4010,
 } as const;
+
+export type CloseCodeValue = (typeof CloseCode)[keyof typeof CloseCode];
+
+/**
+ * Why a member whose socket closed with `code` is gone, for the rest of its group ("rank 2 ..."):
+ * the words the server puts in 'peer-left' and in its round log. Any other code (1000, 1001,
+ * 1006: the socket just closed or broke) is a plain closed connection.
+ */
+export function describeMemberClose(code: number): string {
+  const known = code as CloseCodeValue;
+  switch (known) {
+    case CloseCode.LEFT:
+      return 'its tab closed';
+    case CloseCode.STALLED:
+      return 'was paused (its tab froze or its computer slept) and joins again';
+    case CloseCode.EVICTED:
+      return 'was evicted: nothing received from it (frozen or hung)';
+    case CloseCode.SESSION_ENDED:
+      return 'left: the host ended the session';
+    case CloseCode.SERVER_CLOSING:
+      return 'left: the server is shutting down';
+    case CloseCode.MESSAGE_TOO_BIG:
+    case CloseCode.TOO_MANY_ERRORS:
+    case CloseCode.SLOW_READER:
+      return 'was cut off by the server (it broke a limit)';
+    // Never members: closed before or instead of joining.
+    case CloseCode.HELLO_TIMEOUT:
+    case CloseCode.UNAUTHORIZED:
+    case CloseCode.TOO_MANY_CONNECTIONS:
+      return 'closed its connection to the server';
+    default: {
+      const other: never = known;
+      void other;
+      return 'closed its connection to the server';
+    }
+  }
+}
 
 /**
  * What the host of a session may do (`control`): 'stop' asks every tab to stop training (the

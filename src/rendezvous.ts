@@ -12,9 +12,10 @@
  * Both are one code path: a fixed world size N is the range N..N.
  */
 import { DistTimeoutError, GroupClosedError, SessionEndedError, UnauthorizedError } from './errors.ts';
+import { onPageHide, onPageRestored } from './page_lifecycle.ts';
 import { loadSimplePeer } from './peer_link.ts';
 import { ProcessGroup, type LinkOptions } from './process_group.ts';
-import { CloseCode, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
+import { CloseCode, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
 import { StoreClient } from './store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
@@ -40,7 +41,11 @@ export interface RendezvousOptions extends LinkOptions {
   timeoutMs?: number;
   /** How often to tell the server this member is alive. Default 1 s. */
   heartbeatIntervalMs?: number;
-  /** Rejoin, with backoff, after the server went away or evicted this member. Default false. */
+  /**
+   * Rejoin, with backoff, after the server went away or evicted this member, after this member
+   * found its page was paused past `stallTimeoutMs`, and when its page comes back from the
+   * back/forward cache. Default false.
+   */
   reconnect?: boolean;
   /** How long to keep trying to rejoin. Default 10 min. */
   reconnectTimeoutMs?: number;
@@ -93,8 +98,23 @@ export class RendezvousHandler {
   private closed = false;
   /** A refusal that ends this member's part in the session (its token no longer opens it). */
   private fatal: Error | undefined;
+  /** The page was hidden (closed, or put in the back/forward cache): its connections are gone. */
+  private hidden = false;
+  private rejoining = false;
+  private readonly stopWatchingPage: Array<() => void>;
 
-  private constructor(private readonly options: RendezvousOptions) {}
+  private constructor(private readonly options: RendezvousOptions) {
+    // The store client and the group close themselves on pagehide; a page restored from the
+    // back/forward cache must not run on with them dead: it joins again (or its group stays failed).
+    this.stopWatchingPage = [
+      onPageHide(() => (this.hidden = true)),
+      onPageRestored(() => {
+        if (!this.hidden) return;
+        this.hidden = false;
+        if (this.options.reconnect && !this.closed) void this.rejoin('this tab came back from the back/forward cache');
+      }),
+    ];
+  }
 
   /**
    * Connects and joins the session's group. Rounds follow as the server forms them. `listener`
@@ -171,6 +191,7 @@ export class RendezvousHandler {
   /** Leaves the group and closes the connection. */
   shutdown(): void {
     this.closed = true;
+    for (const off of this.stopWatchingPage) off();
     for (const off of this.unsubscribe) off();
     this.current?.pg.destroy(false);
     this.client?.close();
@@ -247,7 +268,8 @@ export class RendezvousHandler {
       old?.pg.destroy(false);
       return;
     }
-    const key = `${this.client.instance}.${e.round}`;
+    const client = this.client;
+    const key = `${client.instance}.${e.round}`;
     const early = this.signals.filter((s) => s.data.channel.startsWith(`pg:${key}:`));
     this.signals = [];
     const pg = new ProcessGroup({
@@ -261,6 +283,7 @@ export class RendezvousHandler {
       groupKey: key,
       timeoutMs: this.options.timeoutMs ?? 300_000,
       early,
+      onStalled: () => this.onStalled(client),
     });
     this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, pg };
     old?.pg.destroy(false);
@@ -268,18 +291,56 @@ export class RendezvousHandler {
     for (const w of [...this.waiters]) w();
   }
 
+  /**
+   * This member's page was paused past its stall bound, and its round's group failed. The server
+   * may still count it in that round (its heartbeats resumed before the eviction bound), and then
+   * the others would wait for a new round that never forms: leave it now, and join again.
+   */
+  private onStalled(client: StoreClient): void {
+    if (!this.options.reconnect || this.closed || client !== this.client || client.isClosed) return;
+    client.close(CloseCode.STALLED, 'paused past its stall bound: joining again');
+  }
+
   /** The server went away (restart, network) or evicted this member: join again, with backoff. */
   private async onClose(code: number, reason: string): Promise<void> {
     if (this.closed) return;
     this.current = undefined;
-    // The host ended the session: rejoining would only be refused.
-    if (code === CloseCode.SESSION_ENDED) {
-      this.fatal = new SessionEndedError(reason || `the host ended session "${this.options.session}": create a new one`, this.options.session);
-      for (const w of [...this.waiters]) w();
-      return;
+    // The socket this tab closed on pagehide may report any code (1006 if the close did not
+    // finish): a hidden page does not rejoin until it is shown again.
+    if (this.hidden) return;
+    switch (afterClose(code)) {
+      case 'ended':
+        // The host ended the session: rejoining would only be refused.
+        this.fatal = new SessionEndedError(reason || `the host ended session "${this.options.session}": create a new one`, this.options.session);
+        for (const w of [...this.waiters]) w();
+        return;
+      case 'left':
+        return; // this tab is going away; if the page is restored, onPageRestored rejoins
+      case 'rejoin':
+        break;
     }
     if (!this.options.reconnect) return;
-    const why = code === CloseCode.EVICTED ? `evicted by the server: ${reason}` : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
+    const why =
+      code === CloseCode.EVICTED
+        ? `the server evicted this tab (${reason}): its page was paused, or its network stalled`
+        : code === CloseCode.STALLED
+          ? 'this tab was paused past its stall bound, so it left its round: joining again'
+          : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
+    await this.rejoin(why);
+  }
+
+  /** Joins the session again on a new connection, with backoff, until it works, fails for good, or time runs out. */
+  private async rejoin(why: string): Promise<void> {
+    if (this.rejoining) return;
+    this.rejoining = true;
+    try {
+      await this.rejoinLoop(why);
+    } finally {
+      this.rejoining = false;
+    }
+  }
+
+  private async rejoinLoop(why: string): Promise<void> {
     const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
     for (let attempt = 1; !this.closed; attempt++) {
       const waitMs = Math.min(5_000, 250 * 2 ** attempt);
@@ -299,6 +360,33 @@ export class RendezvousHandler {
         }
         if (Date.now() > deadline) return; // nextRendezvous times out and says what it waited for
       }
+    }
+  }
+}
+
+/** What a closed connection means for a member: the session is over, its tab left, or it may join again. */
+function afterClose(code: number): 'ended' | 'left' | 'rejoin' {
+  const known = code as CloseCodeValue;
+  switch (known) {
+    case CloseCode.SESSION_ENDED:
+      return 'ended';
+    case CloseCode.LEFT:
+      return 'left';
+    case CloseCode.STALLED:
+    case CloseCode.EVICTED:
+    case CloseCode.SERVER_CLOSING:
+    case CloseCode.MESSAGE_TOO_BIG:
+    case CloseCode.TOO_MANY_ERRORS:
+    case CloseCode.HELLO_TIMEOUT:
+    case CloseCode.SLOW_READER:
+    case CloseCode.UNAUTHORIZED: // the rejoin's hello is refused again, and that ends it (UnauthorizedError)
+    case CloseCode.TOO_MANY_CONNECTIONS:
+      return 'rejoin';
+    default: {
+      // Any other code: the socket closed or broke (1000, 1001, 1006): the server may be back soon.
+      const other: never = known;
+      void other;
+      return 'rejoin';
     }
   }
 }

@@ -4,6 +4,7 @@
  * and in Node (through `ws`), with any number of requests in flight on one socket.
  */
 import {
+  CloseCode,
   DEFAULT_STORE_TIMEOUT_MS,
   ErrorCode,
   PROTOCOL_VERSION,
@@ -24,6 +25,7 @@ import {
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
 import { startTicker } from './ticker.ts';
+import { onPageHide } from './page_lifecycle.ts';
 import { ConnectionClosedError, DistTimeoutError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
@@ -143,6 +145,7 @@ export class StoreClient implements Store {
   iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
   private closed: { code: number; reason: string } | undefined;
+  private readonly stopWatchingPage: () => void;
 
   private constructor(
     private readonly socket: SocketLike,
@@ -153,6 +156,9 @@ export class StoreClient implements Store {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     socket.onmessage = (ev) => this.onMessage(ev.data);
     socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
+    // A closing tab says so: the server tells its group at once that it left, and why, instead
+    // of the group finding out from a broken socket (or, if the socket lingers, a heartbeat timeout).
+    this.stopWatchingPage = onPageHide(() => this.close(CloseCode.LEFT, 'its tab closed'));
   }
 
   /** Opens a socket to the server at `url` and enters `options.session`. */
@@ -216,10 +222,12 @@ export class StoreClient implements Store {
     return () => this.handlers[type].delete(handler);
   }
 
-  close(): void {
+  /** Closes the connection; `code` (1000 or one of CloseCode's 4xxx) tells the server why. */
+  close(code: number = 1000, reason = 'client closed'): void {
     this.stopHeartbeat?.();
     this.stopHeartbeat = undefined;
-    this.socket.close(1000, 'client closed');
+    this.stopWatchingPage();
+    this.socket.close(code, reason);
   }
 
   // --- Store -----------------------------------------------------------------------------------
@@ -377,6 +385,7 @@ export class StoreClient implements Store {
     this.closed = { code, reason };
     this.stopHeartbeat?.();
     this.stopHeartbeat = undefined;
+    this.stopWatchingPage();
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       p.reject(new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason));

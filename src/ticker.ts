@@ -48,3 +48,38 @@ function startClock(ms: number, tick: () => void): () => void {
   const timer = setInterval(tick, ms);
   return () => clearInterval(timer);
 }
+
+/**
+ * Notices that this page itself stopped running: the wall time since its last tick is far longer
+ * than ticks are apart. Wall time (Date.now) goes on while a page is frozen, paused in a
+ * debugger, blocked by a long script or asleep with its computer; the ticks do not. The tick
+ * comes from a Worker (`startTicker`), so a throttled background tab still ticks and is not
+ * taken for a stopped one. `now` is injectable for tests.
+ */
+export class TickGap {
+  private last: number;
+
+  constructor(
+    /** A gap longer than this counts (the caller's stall bound). */
+    readonly boundMs: number,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.last = now();
+  }
+
+  /** Call on every tick: the gap that ended with this tick, when longer than the bound. */
+  tick(): number | undefined {
+    const gap = this.gap();
+    this.last = this.now();
+    return gap;
+  }
+
+  /**
+   * The time since the last tick, when longer than the bound: for whatever runs first when a
+   * page resumes (a closed link, a socket's close), which may come before the tick does.
+   */
+  gap(): number | undefined {
+    const ms = this.now() - this.last;
+    return ms > this.boundMs ? ms : undefined;
+  }
+}

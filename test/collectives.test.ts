@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
-import { CollectiveMismatchError, PeerLostError } from '../src/errors.ts';
+import { CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
@@ -245,6 +245,31 @@ describe('liveness', () => {
     expect(err.rank).toBe(1);
     expect(err.message).toMatch(/stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 1 elements #2/);
     expect(Date.now() - t0).toBeLessThan(5_000);
+    for (const pg of pgs) pg.destroy();
+  });
+
+  it('a rank whose own page stops running past stallTimeoutMs fails with RankStalledError, naming itself and what it waited for', async () => {
+    const { pgs } = await groups(2, { peerTimeoutMs: 20_000, stallTimeoutMs: 1_000 });
+    await Promise.all(pgs.map((pg) => pg.allReduce(Float32Array.of(1))));
+    const waiting = pgs[0]!.allReduce(Float32Array.of(1)).then(
+      () => new Error('finished'),
+      (e: unknown) => e as Error,
+    );
+    // A long synchronous block: this process's ticks stop, as a frozen tab's do (both ranks live
+    // here, so both were paused).
+    const until = Date.now() + 1_600;
+    while (Date.now() < until) {
+      /* blocked */
+    }
+    const err = (await waiting) as RankStalledError;
+    expect(err).toBeInstanceOf(RankStalledError);
+    expect(err.rank).toBe(0);
+    expect(err.stalledMs).toBeGreaterThan(1_000);
+    expect(err.during).toBe('waiting for allReduce(sum) of 1 elements #2');
+    expect(err.message).toMatch(/^this tab \(rank 0\) was paused for 1\.\d s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 1 elements #2: the other ranks have gone on without it$/);
+    expect(isRecoverable(err)).toBe(true);
+    // Rank 1 was between collectives; its group failed the same way, and later calls say so.
+    await expect(pgs[1]!.allReduce(Float32Array.of(1))).rejects.toThrow(/this tab \(rank 1\) was paused .* while it was between collectives/);
     for (const pg of pgs) pg.destroy();
   });
 

@@ -1,7 +1,8 @@
 /** Framing and reassembly: chunk boundaries, and bad chunks rejected with an error. */
 import { describe, expect, it } from 'vitest';
 import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/framing.ts';
-import { FramingError } from '../src/errors.ts';
+import { FramingError, PeerLostError, RankStalledError } from '../src/errors.ts';
+import { decodeAbortNotice, encodeAbortNotice } from '../src/mailbox.ts';
 
 const base = { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
 
@@ -90,5 +91,24 @@ describe('reassembly rejects bad chunks', () => {
     const f = list[0].slice();
     f[0] = 0x42;
     expect(() => readHeader(f)).toThrow(/magic 0x42/);
+  });
+});
+
+describe('abort notices about the sender itself', () => {
+  const roundTrip = (err: Error, origin: number) => {
+    const frame = encodeAbortNotice(3, err, origin);
+    return decodeAbortNotice(origin, readHeader(frame), frame);
+  };
+
+  it('a rank that found it was paused is a lost rank to its peers, in its own words', () => {
+    const got = roundTrip(new RankStalledError(1, 23_456, 'waiting for allReduce(sum) of 10 elements #42'), 1) as PeerLostError;
+    expect(got).toBeInstanceOf(PeerLostError);
+    expect(got.rank).toBe(1);
+    expect(got.message).toBe('lost rank 1: stalled: its page was paused for 23456 ms while it was waiting for allReduce(sum) of 10 elements #42');
+  });
+
+  it('a rank leaving speaks for itself; a lost rank reported by another says by whom', () => {
+    expect(roundTrip(new PeerLostError(2, 'its tab closed'), 2).message).toBe('lost rank 2: its tab closed');
+    expect(roundTrip(new PeerLostError(2, 'its tab closed'), 0).message).toBe('lost rank 2: reported by rank 0: its tab closed');
   });
 });

@@ -5,6 +5,7 @@ import type { ProcessGroup } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
 import { DistTimeoutError, RendezvousError } from '../src/errors.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { CloseCode } from '../src/protocol.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -155,6 +156,21 @@ describe('rendezvous', () => {
     expect((err as RendezvousError).code).toBe('UNKNOWN_PEER');
     s0.close();
   });
+
+  for (const [code, reason] of [
+    [CloseCode.LEFT, 'its tab closed'], // what a page's StoreClient does on pagehide
+    [CloseCode.STALLED, 'was paused (its tab froze or its computer slept) and joins again'], // a member that found it was paused
+  ] as const) {
+    it(`a member that closes with ${code} says why: the others are told "${reason}"`, async () => {
+      const session = uniqueSession('left');
+      const [s0, s1] = await Promise.all([connect(server, session), connect(server, session)]);
+      await Promise.all([s0.rendezvous({ min: 2, max: 2, rank: 0 }), s1.rendezvous({ min: 2, max: 2, rank: 1 })]);
+      const left = new Promise((resolve) => s0.on('peer-left', resolve));
+      s1.close(code, 'test');
+      expect(await left).toEqual({ type: 'peer-left', round: 1, rank: 1, reason });
+      s0.close();
+    });
+  }
 
   it('signals cannot reach another session', async () => {
     const [a0, b1] = await Promise.all([connect(server, uniqueSession('A')), connect(server, uniqueSession('B'))]);

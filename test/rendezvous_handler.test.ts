@@ -5,7 +5,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/rendezvous.ts';
 import { StoreClient } from '../src/store.ts';
 import { PROTOCOL_VERSION } from '../src/protocol.ts';
-import { RendezvousError } from '../src/errors.ts';
+import { RankStalledError, RendezvousError } from '../src/errors.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;
@@ -140,5 +140,32 @@ describe('rendezvous rounds', () => {
     const g2 = await a.nextRendezvous(g1.id, 10_000);
     expect(g2.id).toBeGreaterThan(g1.id);
     expect(g2.rank).toBe(0);
+  });
+});
+
+describe('a member paused past its stall bound', () => {
+  it('fails its group with RankStalledError, leaves the round and joins again, so a new round forms without waiting for an eviction', async () => {
+    server = await withServer({ settleMs: 100 });
+    const session = uniqueSession('stalled');
+    const reasons: string[] = [];
+    const start = () =>
+      RendezvousHandler.start(
+        { url: server!.url, session, token: tokenFor(session), min: 2, max: 3, timeoutMs: 10_000, heartbeatIntervalMs: 100, reconnect: true, stallTimeoutMs: 1_000 },
+        (e) => e.type === 'reconnecting' && reasons.push(e.reason),
+      ).then((a) => (agents.push(a), a));
+    const [a, b] = [await start(), await start()];
+    const g1 = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
+    // Both members live in this process: a long synchronous block pauses both, well under the
+    // server's 5 s eviction bound, so only their own stall detection can move the group on.
+    const until = Date.now() + 1_600;
+    while (Date.now() < until) {
+      /* blocked */
+    }
+    const g2 = await Promise.all([a.nextRendezvous(g1[0].id), b.nextRendezvous(g1[1].id)]);
+    for (const g of g1) expect(g.pg.error).toBeInstanceOf(RankStalledError);
+    expect(reasons.length).toBeGreaterThanOrEqual(2);
+    for (const r of reasons) expect(r).toMatch(/paused past its stall bound/);
+    expect(g2.map((g) => g.worldSize)).toEqual([2, 2]);
+    expect(g2[0].round).toBeGreaterThan(g1[0].round);
   });
 });

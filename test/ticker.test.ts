@@ -1,6 +1,6 @@
 /** The shared tick behind heartbeats and liveness frames (Node: a plain interval under the same sharing). */
 import { describe, expect, it } from 'vitest';
-import { startTicker } from '../src/ticker.ts';
+import { TickGap, startTicker } from '../src/ticker.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -35,5 +35,29 @@ describe('startTicker', () => {
     await sleep(80);
     expect(n).toBeGreaterThan(before);
     stop2();
+  });
+});
+
+describe('TickGap', () => {
+  it('reports a gap between ticks longer than its bound, once, and nothing for ticks on time', () => {
+    let now = 1_000;
+    const gap = new TickGap(3_000, () => now);
+    now += 750;
+    expect(gap.tick()).toBeUndefined();
+    now += 3_000; // exactly the bound: not a stall
+    expect(gap.tick()).toBeUndefined();
+    now += 23_000; // the page was frozen
+    expect(gap.gap()).toBe(23_000); // seen by whatever runs first after it resumes...
+    expect(gap.tick()).toBe(23_000); // ...and by the tick
+    now += 750;
+    expect(gap.tick()).toBeUndefined();
+    expect(gap.gap()).toBeUndefined();
+  });
+
+  it('a clock set back is no stall', () => {
+    let now = 50_000;
+    const gap = new TickGap(1_000, () => now);
+    now -= 20_000;
+    expect(gap.tick()).toBeUndefined();
   });
 });

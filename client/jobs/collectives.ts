@@ -1,9 +1,10 @@
 /**
  * Job `collectives`: a self-check of every collective over real WebRTC. Each rank computes the
  * exact expected result of each case and reports whether it got it, with a hash of what it got
- * so that the caller can check every rank is bit-identical.
+ * so that the caller can check every rank is bit-identical. With `loop=N` it runs N checked
+ * all-reduces of `loopSize` elements instead: a group that is always mid-collective, for fault tests.
  */
-import { hashFloat32, type ReduceOpName } from '../../src/index.ts';
+import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
 import { fillValue } from './allreduce.ts';
 import { joinGroup, type JobContext } from './job.ts';
 
@@ -20,6 +21,8 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
   const pg = await joinGroup(ctx, { maxFrameBytes: 16_384 });
   const { rank, worldSize: n } = pg;
   const fill = (r: number, size: number) => Float32Array.from({ length: size }, (_, i) => fillValue(r, size, i));
+  const loop = ctx.params.get('loop');
+  if (loop !== null) return allReduceLoop(ctx, pg, positive(loop, 'loop'), positive(ctx.params.get('loopSize') ?? '65537', 'loopSize'), fill);
   const cases: Case[] = [];
   const check = (name: string, got: Float32Array, want: Float32Array) => {
     let bad = -1;
@@ -64,6 +67,31 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
   await pg.barrier();
   pg.destroy();
   return { rank, worldSize: n, cases };
+}
+
+function positive(raw: string, name: string): number {
+  const v = Number(raw);
+  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer, got "${raw}"`);
+  return v;
+}
+
+/** `iterations` all-reduces (sum) of `size` elements, each checked; a line of progress every 50. */
+async function allReduceLoop(ctx: JobContext, pg: ProcessGroup, iterations: number, size: number, fill: (r: number, size: number) => Float32Array): Promise<Record<string, unknown>> {
+  const want = fill(0, size);
+  for (let r = 1; r < pg.worldSize; r++) {
+    const v = fill(r, size);
+    for (let i = 0; i < size; i++) want[i] += v[i];
+  }
+  const mine = fill(pg.rank, size);
+  for (let it = 1; it <= iterations; it++) {
+    const got = await pg.allReduce(mine.slice(), 'sum');
+    const bad = caseOf(got, want);
+    if (!bad.ok) throw new Error(`all-reduce ${it} of the loop is wrong: ${bad.detail ?? 'length differs'}`);
+    if (it % 50 === 0) ctx.log(`loop: ${it} all-reduces of ${size} elements`);
+  }
+  await pg.barrier();
+  pg.destroy();
+  return { rank: pg.rank, worldSize: pg.worldSize, iterations, size };
 }
 
 function caseOf(got: Float32Array, want: Float32Array): { ok: boolean; detail?: string } {

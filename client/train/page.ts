@@ -8,6 +8,7 @@ import {
   DistTimeoutError,
   NonFiniteGradientError,
   PeerLostError,
+  RankStalledError,
   RendezvousError,
   ReplicaDivergenceError,
   SessionEndedError,
@@ -197,7 +198,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       dash.full(config?.max ?? null);
       return;
     }
-    const [title, action, canContinue] = explain(e);
+    const [title, action, canContinue] = explain(e, config !== undefined && config.min === config.max);
     document.title = `⚠ ${title} · ${session}`;
     // Whatever happened, this tab's replica is still here to save.
     if (liveModel) dash.setDownloadable(true);
@@ -238,8 +239,11 @@ function watchThrottling(warn: (message: string) => void): void {
   );
 }
 
-/** A title, a next step a person can act on, and whether rejoining may help, for each way a run can fail. */
-function explain(e: Error): [string, string | undefined, boolean] {
+/**
+ * A title, a next step a person can act on, and whether rejoining may help, for each way a run
+ * can fail. `fixed`: the session has a fixed number of tabs (the others wait for a lost one).
+ */
+function explain(e: Error, fixed: boolean): [string, string | undefined, boolean] {
   if (e instanceof RendezvousError) {
     switch (e.code) {
       case 'WORLD_SIZE_MISMATCH':
@@ -257,6 +261,10 @@ function explain(e: Error): [string, string | undefined, boolean] {
   if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
   if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof RankStalledError) {
+    const others = fixed ? 'the other tabs wait for this one to take its place again' : 'the other tabs train on and take this one back at their next step';
+    return ['This tab was paused', `Continue training to rejoin: ${others}. To avoid this, keep the computer awake and this tab in a window of its own.`, true];
+  }
   if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.', true];
   if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
   return [`Unexpected error: ${e.name}`, 'Continue training to rejoin the session. If it happens again, create a new session and report the message above.', true];

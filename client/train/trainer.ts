@@ -218,7 +218,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       await evaluateAndEmit(pg, step, epoch);
     },
 
-    onEvent: dashboardEvents(emit),
+    onEvent: dashboardEvents(emit, config.min === config.max),
   });
 
   const { pg } = run;
@@ -260,8 +260,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
 }
 
-/** What the dashboard and the console hear of the run's own events. */
-function dashboardEvents(emit: (e: TrainEvent) => void): (e: ElasticEvent) => void {
+/** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
+function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
   let paused = false;
   return (e) => {
@@ -290,10 +290,21 @@ function dashboardEvents(emit: (e: TrainEvent) => void): (e: ElasticEvent) => vo
         return emit({ type: 'waiting', arrived: e.members, min: e.min, max: e.max, paused });
       case 'regroup':
         return log('info', `Tabs are waiting to join: regrouping after step ${e.step}`);
-      case 'failure':
+      case 'failure': {
+        // This tab's own pause, in plain words: the errors after it (closed links) would only confuse.
+        const stalled = /^RankStalledError: this tab (.*)$/s.exec(e.error);
+        if (stalled) {
+          const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
+          return log('warn', `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`);
+        }
         return log('warn', `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.error}${e.recoverable ? '; waiting for the next round…' : ''}`);
-      case 'reconnecting':
-        return log('warn', `Server unreachable (${e.reason}); reconnecting in ${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`);
+      }
+      case 'reconnecting': {
+        const when = `${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`;
+        // Only a closed connection means the server may be gone; an eviction or a pause is this tab's own story.
+        if (e.reason.startsWith('connection closed')) return log('warn', `Server unreachable (${e.reason}); reconnecting in ${when}`);
+        return log('warn', `${e.reason[0]!.toUpperCase()}${e.reason.slice(1)}; rejoining in ${when}`);
+      }
       case 'reconnected':
         return log('info', 'Reconnected to the server');
       case 'checkpoint':

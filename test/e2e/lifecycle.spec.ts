@@ -1,0 +1,80 @@
+/**
+ * A rank's page stops or goes away, with real pages, a real server and real WebRTC: a page paused
+ * mid-collective (a frozen tab, a sleeping laptop) is found by the others within the stall bound,
+ * and, once it runs again, says that it was paused instead of something confusing; a tab closed
+ * mid-run announces that it left, so the others regroup at once, told why.
+ */
+import { freezePage } from '../../launcher/driver.ts';
+import { launch } from '../../launcher/run.ts';
+import { expect, openRanks, sessionName, test } from './fixtures.ts';
+
+test('a fixed group: a rank paused mid-collective is lost as stalled within the bound, and says it was paused when it resumes', async ({ browser, server }) => {
+  const STALL_MS = 3_000;
+  const ranks = await openRanks(browser, server, 3, {
+    session: sessionName('pause'),
+    job: 'collectives',
+    loop: '1000000',
+    loopSize: '20000',
+    stallTimeoutMs: String(STALL_MS),
+    timeoutMs: '60000',
+  });
+  await expect.poll(() => ranks.every((r) => r.reports.some((x) => x.type === 'rank')), { timeout: 30_000 }).toBe(true);
+  await ranks[0].page.waitForTimeout(2_000); // the loop runs: every rank is always mid all-reduce
+  // When each rank's failure arrived (its report), measured as it arrives.
+  const failedAt = ranks.map((r) => r.result.then(() => Number.NaN, () => Date.now()));
+  const before = Date.now();
+  const resume = await freezePage(ranks[1].page, () => {});
+  const frozen = Date.now(); // the page is paused between `before` and here
+  for (const r of [0, 2]) {
+    const err = await ranks[r].result.then(
+      () => new Error('finished without noticing the paused rank'),
+      (e: Error) => e,
+    );
+    const after = (await failedAt[r]) - frozen;
+    console.log(`rank ${r}: ${err.name} ${after} ms after the pause: ${err.message}`);
+    expect(err.name).toBe('PeerLostError');
+    expect(err.message).toContain('lost rank 1');
+    expect(err.message).toMatch(/stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 20000 elements #\d+/);
+    // The bound, from the last frame rank 1 sent (at most a tick before the pause), checked every tick.
+    expect((await failedAt[r]) - before).toBeGreaterThanOrEqual(STALL_MS - 1_000);
+    expect(after).toBeLessThan(STALL_MS + 2_500);
+  }
+  // Long enough that the server has evicted it too (5 s without a heartbeat): the resumed page
+  // then meets closed links, a closed socket and its own late tick, in whatever order.
+  await ranks[0].page.waitForTimeout(Math.max(0, frozen + 7_000 - Date.now()));
+  await resume();
+  const own = await ranks[1].result.then(
+    () => new Error('the paused rank finished its loop'),
+    (e: Error) => e,
+  );
+  console.log(`rank 1 on resuming: ${own.name}: ${own.message}`);
+  expect(own.name).toBe('RankStalledError');
+  expect(own.message).toMatch(
+    /^this tab \(rank 1\) was paused for ([\d.]+) s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 20000 elements #\d+: the other ranks have gone on without it$/,
+  );
+  expect(Number(/paused for ([\d.]+) s/.exec(own.message)![1])).toBeGreaterThanOrEqual(7);
+});
+
+test('a tab closed mid-run announces it left: the others regroup at once and are told why', async () => {
+  const lines: string[] = [];
+  const { ok, summary } = await launch({
+    nproc: 3,
+    job: 'train',
+    session: sessionName('leave'),
+    timeoutSec: 180,
+    jobParams: { dataset: 'synthetic', trainSize: '1024', batchSize: '32', min: '2', max: '3' },
+    faults: [{ kind: 'kill', rank: 1, step: 6 }],
+    log: (l) => lines.push(l),
+  });
+  if (!ok) console.log(lines.slice(-40).join('\n'));
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  const faults = summary.faults as Array<{ detectedAfterMs?: number }>;
+  // What each survivor was told (the dashboard's "lost rank" lines).
+  const told = lines.filter((l) => /\] lost rank 1: /.test(l));
+  console.log(`detected after ${faults[0].detectedAfterMs} ms; ${told.join(' | ')}`);
+  expect(faults[0].detectedAfterMs).toBeLessThan(2_000);
+  expect(told.length).toBeGreaterThanOrEqual(2);
+  for (const line of told) expect(line).toMatch(/lost rank 1: (reported by rank \d: )?its tab closed/);
+  expect(summary.identical).toBe(true);
+  expect(summary.worldSize).toBe(2);
+});
