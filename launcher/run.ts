@@ -9,6 +9,8 @@ import type { ElasticEvent } from '../src/elastic/events.ts';
 import { newSessionToken, withToken } from '../src/session_token.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
 import { tabsDriver } from './tabs.ts';
+import { checkLanSupport, createLan, type Lan, type LanOptions } from './lan.ts';
+import { lanDriver } from './lan_driver.ts';
 import { buildScript } from './build_script.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
 import type { Report } from '../client/report.ts';
@@ -43,6 +45,13 @@ export interface LaunchOptions {
   tabs?: boolean;
   /** With `tabs`: start intensive throttling after this many seconds hidden (see TabsOptions). */
   intensiveThrottlingAfterSec?: number;
+  /**
+   * A LAN in a box (launcher/lan.ts): every rank a Chromium of its own in its own network
+   * namespace on a bridge, its link shaped to its rate; the server listens on the bridge. Root only.
+   */
+  lan?: LanOptions;
+  /** More Chromium flags for each rank's browser (--lan). */
+  rankChromiumArgs?: string[];
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -113,7 +122,26 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.intensiveThrottlingAfterSec !== undefined && !opts.tabs) {
     throw new Error('--intensive-throttling-after needs --tabs: headless pages are never throttled');
   }
-  const driver: RankDriver = opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
+  if (opts.lan) {
+    if (opts.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
+    if (opts.server) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
+    if (opts.lan.rates && opts.lan.rates.length !== opts.nproc) {
+      throw new Error(`--lan-rates gives ${opts.lan.rates.length} rate(s) but --nproc is ${opts.nproc}: give one rate per rank`);
+    }
+    checkLanSupport();
+  }
+  // Before the server: it listens on the LAN's bridge.
+  let lan: Lan | undefined;
+  if (opts.lan) {
+    try {
+      lan = await createLan(opts.lan, (l) => log(`[launch] ${l}`));
+    } catch (err) {
+      log(`[launch] FAILED ${(err as Error).message}`);
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    }
+    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)`);
+  }
+  const driver: RankDriver = lan ? lanDriver(lan, { log, extraArgs: opts.rankChromiumArgs }) : opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
   const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
@@ -121,6 +149,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
+  // --lan: each rank's address and rate, in every summary (failures too).
+  const lanPart = () =>
+    lan ? { lan: lan.summary(pages.filter((p) => p.page?.host).map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined }))) } : {};
   // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   const checkSettled = () => {
     if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
@@ -129,7 +160,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     let base = opts.server;
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions });
+      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
@@ -181,7 +212,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'restart-server': {
           const port = server!.port;
           await server!.close();
-          server = await startServer({ port, log: () => {}, ...opts.serverOptions });
+          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
           log(`[launch] server restarted on port ${port}`);
           return;
         }
@@ -264,7 +295,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures, ...lanPart() }, results };
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -277,12 +308,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };
   } finally {
     await driver.close();
     await server?.close();
+    await lan?.close();
   }
 }
