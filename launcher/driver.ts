@@ -2,11 +2,13 @@
  * How the launcher drives its ranks' pages. Two drivers feed the same report handler in run.ts:
  * headless pages of one Playwright Chromium (the default), and `--tabs` (launcher/tabs.ts): a
  * headful Chromium under Xvfb, driven over the DevTools protocol, with the browser's default
- * background throttling.
+ * background throttling. With `--lan` (launcher/lan_driver.ts) each rank is a Chromium of its own
+ * in its own network namespace.
  */
 import type { Browser, Page } from 'playwright';
 import type { Report } from '../client/report.ts';
 import { launchChromium } from './browser.ts';
+import type { LanHost } from './lan.ts';
 
 export interface RankHandlers {
   onReport(r: Report): void;
@@ -29,10 +31,12 @@ export interface RankTarget {
   visibility(): Promise<string>;
   /** For a hidden tab: the longest gap between its own chained 200 ms timers since it was hidden. */
   timerProbe(): Promise<{ longestGapMs: number; ticks: number } | undefined>;
+  /** The rank's host on the virtual LAN (--lan). */
+  readonly host?: LanHost;
 }
 
 export interface RankDriver {
-  readonly name: 'headless' | 'tabs';
+  readonly name: 'headless' | 'tabs' | 'lan';
   newRank(handlers: RankHandlers): Promise<RankTarget>;
   close(): Promise<void>;
 }
@@ -66,32 +70,34 @@ export async function freezePage(page: Page, log: (line: string) => void): Promi
   };
 }
 
+/** Wires a Playwright page to a rank's handlers (the headless and --lan drivers). */
+export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankTarget> {
+  page.on('console', (msg) => h.onConsole(msg.text()));
+  page.on('pageerror', (err) => h.onConsole(`page error: ${err.message}`));
+  page.on('crash', () => h.onCrash('the page crashed'));
+  await page.exposeFunction('__ddpReport', (r: Report) => h.onReport(r));
+  return {
+    open: async (url) => {
+      await page.goto(url);
+    },
+    kill: () => page.close(),
+    freeze: async (log) => {
+      await freezePage(page, log);
+    },
+    hide: async () => {
+      throw new Error('--hide needs --tabs: headless pages are never in the background');
+    },
+    visibility: () => page.evaluate(() => document.visibilityState as string).catch((e: Error) => `error: ${e.message}`),
+    timerProbe: async () => undefined,
+  };
+}
+
 /** The default: headless pages of one Playwright-driven Chromium. */
 export async function headlessDriver(): Promise<RankDriver> {
   const browser: Browser = await launchChromium();
   return {
     name: 'headless',
-    async newRank(h: RankHandlers): Promise<RankTarget> {
-      const page = await browser.newPage();
-      page.on('console', (msg) => h.onConsole(msg.text()));
-      page.on('pageerror', (err) => h.onConsole(`page error: ${err.message}`));
-      page.on('crash', () => h.onCrash('the page crashed'));
-      await page.exposeFunction('__ddpReport', (r: Report) => h.onReport(r));
-      return {
-        open: async (url) => {
-          await page.goto(url);
-        },
-        kill: () => page.close(),
-        freeze: async (log) => {
-          await freezePage(page, log);
-        },
-        hide: async () => {
-          throw new Error('--hide needs --tabs: headless pages are never in the background');
-        },
-        visibility: () => page.evaluate(() => document.visibilityState as string).catch((e: Error) => `error: ${e.message}`),
-        timerProbe: async () => undefined,
-      };
-    },
+    newRank: async (h: RankHandlers) => playwrightRank(await browser.newPage(), h),
     close: () => browser.close().catch(() => {}),
   };
 }

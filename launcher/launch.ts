@@ -14,13 +14,15 @@ import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
+import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
-         [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]`;
+         [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
+         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]`;
 
 /** Launcher options a script run passes to its pages. */
 const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
@@ -46,6 +48,20 @@ function parseAt(flag: string, value: string): { n: number; step: number } {
   return { n: Number(m[1]), step: Number(m[2]) };
 }
 
+/** --lan MBIT and --lan-rates R0,R1,...: checked here, root and iproute2 included, so that the run fails before it starts. */
+function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<string, unknown>): LanOptions | undefined {
+  if (rate === undefined && rates === undefined) return undefined;
+  if (rate === true || rates === true) throw new Error(`--lan takes a rate in Mbit/s (--lan 40), --lan-rates one per rank (--lan-rates 100,100,20)\n${USAGE}`);
+  const lan: LanOptions = {
+    ...(rate === undefined ? {} : { rateMbit: parseRate('--lan', String(rate)) }),
+    ...(rates === undefined ? {} : { rates: parseRates(String(rates), nproc) }),
+  };
+  if (values.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
+  if (values.server !== undefined) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
+  checkLanSupport();
+  return lan;
+}
+
 function parse(argv: string[]): LaunchOptions {
   const split = splitAtScript(argv);
   const { values, tokens } = parseArgs({
@@ -64,6 +80,8 @@ function parse(argv: string[]): LaunchOptions {
       'intensive-throttling-after': { type: 'string' },
       nnodes: { type: 'string' },
       'node-rank': { type: 'string' },
+      lan: { type: 'string' },
+      'lan-rates': { type: 'string' },
     },
   });
   if (values.help) {
@@ -74,7 +92,8 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates']);
+  const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
   const intensiveRaw = values['intensive-throttling-after'];
   const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
   if (intensiveThrottlingAfterSec !== undefined) {
@@ -159,6 +178,7 @@ function parse(argv: string[]): LaunchOptions {
     faults,
     tabs: values.tabs === true,
     ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),
+    ...(lan ? { lan } : {}),
     serverOptions: heartbeatTimeoutMs === undefined ? undefined : { heartbeatTimeoutMs },
   };
 }

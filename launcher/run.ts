@@ -9,6 +9,8 @@ import type { ElasticEvent } from '../src/elastic/events.ts';
 import { newSessionToken, withToken } from '../src/session_token.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
 import { tabsDriver } from './tabs.ts';
+import { checkLanSupport, createLan, type Lan, type LanOptions } from './lan.ts';
+import { lanDriver } from './lan_driver.ts';
 import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
@@ -48,6 +50,13 @@ export interface LaunchOptions {
   nnodes?: number;
   /** This machine's place among them, 0..nnodes-1 (torchrun's --node-rank). Default 0. */
   nodeRank?: number;
+  /**
+   * A LAN in a box (launcher/lan.ts): every rank a Chromium of its own in its own network
+   * namespace on a bridge, its link shaped to its rate; the server listens on the bridge. Root only.
+   */
+  lan?: LanOptions;
+  /** More Chromium flags for each rank's browser (--lan). */
+  rankChromiumArgs?: string[];
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -124,7 +133,26 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.intensiveThrottlingAfterSec !== undefined && !opts.tabs) {
     throw new Error('--intensive-throttling-after needs --tabs: headless pages are never throttled');
   }
-  const driver: RankDriver = opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
+  if (opts.lan) {
+    if (opts.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
+    if (opts.server) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
+    if (opts.lan.rates && opts.lan.rates.length !== opts.nproc) {
+      throw new Error(`--lan-rates gives ${opts.lan.rates.length} rate(s) but --nproc is ${opts.nproc}: give one rate per rank`);
+    }
+    checkLanSupport();
+  }
+  // Before the server: it listens on the LAN's bridge.
+  let lan: Lan | undefined;
+  if (opts.lan) {
+    try {
+      lan = await createLan(opts.lan, (l) => log(`[launch] ${l}`));
+    } catch (err) {
+      log(`[launch] FAILED ${(err as Error).message}`);
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    }
+    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)`);
+  }
+  const driver: RankDriver = lan ? lanDriver(lan, { log, extraArgs: opts.rankChromiumArgs }) : opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
   const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
@@ -133,6 +161,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
+  // --lan: each rank's address and rate, in every summary (failures too).
+  const lanPart = () =>
+    lan ? { lan: lan.summary(pages.filter((p) => p.page?.host).map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined }))) } : {};
   // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   const checkSettled = () => {
     if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
@@ -141,7 +172,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     let base = opts.server;
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions });
+      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
@@ -193,7 +224,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'restart-server': {
           const port = server!.port;
           await server!.close();
-          server = await startServer({ port, log: () => {}, ...opts.serverOptions });
+          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
           log(`[launch] server restarted on port ${port}`);
           return;
         }
@@ -295,7 +326,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures, ...lanPart() }, results };
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -308,13 +339,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     const summary = script ? summarizeScript(opts.job, worldSize, results, events) : summarize(opts.job, worldSize, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };
   } finally {
     nodeGroup?.close();
     await driver.close();
     await server?.close();
+    await lan?.close();
   }
 }

@@ -1,0 +1,111 @@
+/**
+ * `--lan`: every rank a Chromium of its own in its own network namespace on a shaped virtual LAN
+ * (launcher/lan.ts). Root only. Each test checks that nothing of its run is left afterwards: no
+ * namespace, no interface, no address of its /24.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
+import type { LanSummary } from '../../launcher/lan.ts';
+import { expect, sessionName, test } from './fixtures.ts';
+
+test.skip(process.getuid?.() !== 0, '--lan needs root (network namespaces)');
+
+function leftovers(lan: LanSummary): string[] {
+  const out: string[] = [];
+  const prefix = lan.subnet.replace(/\.0\/24$/, '.');
+  for (const ns of execFileSync('ip', ['netns', 'list']).toString().split('\n')) if (ns.startsWith(lan.run)) out.push(`netns ${ns}`);
+  for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n')) if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
+  for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n')) if (a.includes(` ${prefix}`)) out.push(`addr ${a.slice(0, 60)}`);
+  return out;
+}
+
+/** Nothing of the run remains (namespaces whose interfaces the kernel still removes get a moment). */
+async function expectTornDown(lan: LanSummary): Promise<void> {
+  await expect.poll(() => leftovers(lan), { timeout: 5_000 }).toEqual([]);
+}
+
+async function run(o: Partial<LaunchOptions> & Pick<LaunchOptions, 'nproc' | 'job' | 'jobParams'>) {
+  const lines: string[] = [];
+  const t0 = Date.now();
+  const out = await launch({ session: sessionName('lan'), timeoutSec: 120, log: (l) => lines.push(l), ...o });
+  console.log(`${o.job} on --lan: ${((Date.now() - t0) / 1000).toFixed(1)} s, ok ${out.ok}`);
+  if (!out.ok) console.log(lines.slice(-30).join('\n'));
+  const lan = out.summary.lan as LanSummary;
+  expect(lan, JSON.stringify(out.summary)).toBeDefined();
+  return { ...out, lan, lines };
+}
+
+test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on one /24, nothing left', async () => {
+  const { ok, summary, lan, results } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40 }, jobParams: { sizes: '1,1000', iters: '2' } });
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  expect(lan.rateMbit).toBe(40);
+  expect(lan.rates).toBeUndefined();
+  expect(lan.subnet).toMatch(/^10\.\d+\.\d+\.0\/24$/);
+  const prefix = lan.subnet.replace(/0\/24$/, '');
+  expect(lan.server).toBe(`${prefix}1`);
+  expect(lan.ranks.map((r) => r.rank).sort()).toEqual([0, 1]);
+  const addresses = lan.ranks.map((r) => r.address);
+  expect(new Set(addresses).size).toBe(2);
+  for (const a of addresses) expect(a.startsWith(prefix)).toBe(true);
+  for (const r of lan.ranks) expect(r).toMatchObject({ rateMbit: 40, finished: true });
+  expect(results).toHaveLength(2);
+  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
+  await expectTornDown(lan);
+});
+
+test('elastic training on the LAN with a killed host: the others finish, each sample once', async () => {
+  const faults: Fault[] = [{ kind: 'kill', rank: 1, step: 3 }];
+  const { ok, summary, lan } = await run({
+    nproc: 3,
+    job: 'train',
+    lan: { rates: [40, 40, 20] },
+    faults,
+    // The cpu backend: SwiftShader's WebGPU is the slow part here, and this test is about the network.
+    jobParams: { dataset: 'synthetic', trainSize: '768', batchSize: '32', min: '2', max: '3', backend: 'cpu' },
+  });
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  const s = summary as { identical: boolean; stepsRedone: number; samplesSeen: Array<{ exactlyOnce: boolean; complete: boolean }>; faults: Array<{ detectedAfterMs?: number }> };
+  expect(s.identical).toBe(true);
+  expect(s.stepsRedone).toBeLessThanOrEqual(1);
+  for (const epoch of s.samplesSeen) expect(epoch).toMatchObject({ exactlyOnce: true, complete: true });
+  expect(s.faults[0].detectedAfterMs).toBeLessThan(10_000);
+  expect(lan.rates).toEqual([40, 40, 20]);
+  expect(lan.ranks).toHaveLength(3);
+  expect(lan.ranks.filter((r) => r.finished)).toHaveLength(2);
+  await expectTornDown(lan);
+});
+
+test('a run that fails (timeout) still removes its LAN', async () => {
+  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 10 }, timeoutSec: 3, jobParams: { sizes: '1048576', iters: '50' } });
+  expect(ok).toBe(false);
+  expect(JSON.stringify(summary.errors)).toContain('timed out after 3 s');
+  expect(lan.ranks).toHaveLength(2);
+  await expectTornDown(lan);
+});
+
+test('Ctrl-C on the launcher removes its LAN', async () => {
+  // As a terminal does it: SIGINT to the whole process group (tsx, its node and the Chromiums).
+  const child = spawn('node_modules/.bin/tsx', ['launcher/launch.ts', '--nproc', '2', '--lan', '40', '--job', 'allreduce', '--sizes', '4194304', '--iters', '20'], {
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  try {
+    await expect.poll(() => out, { timeout: 60_000 }).toContain('host 1 in namespace');
+    const m = /lan: (10\.\d+\.\d+\.0\/24) \((ddp[0-9a-z]+-[0-9a-z]+)-lan\)/.exec(out)!;
+    const lan = { subnet: m[1]!, run: m[2]! } as LanSummary;
+    expect(leftovers(lan).length).toBeGreaterThan(0);
+    process.kill(-child.pid!, 'SIGINT');
+    expect(await exited).toBe(130);
+    await expectTornDown(lan);
+  } finally {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+});
