@@ -17,7 +17,7 @@ import { isSessionToken } from '../src/session_token.ts';
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
-         [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]`;
 
 /** Launcher options a script run passes to its pages. */
@@ -92,7 +92,8 @@ function parse(argv: string[]): LaunchOptions {
     switch (t.name) {
       case 'kill':
       case 'freeze':
-      case 'hide': {
+      case 'hide':
+      case 'lose-device': {
         const { n, step } = parseAt(t.name, value);
         faults.push({ kind: t.name, rank: n, step });
         break;
@@ -118,7 +119,8 @@ function parse(argv: string[]): LaunchOptions {
     }
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
-  if (faults.some((f) => f.kind !== 'restart-server' && f.kind !== 'hide') && jobParams.min === undefined) {
+  // A lost device is survived at a fixed world size too: the rank rejoins with its own number.
+  if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined) {
     throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
   }
   if (split.script !== undefined) {

@@ -168,6 +168,32 @@ export class RendezvousHandler {
     return (await this.client.regroup(round.round)).round;
   }
 
+  /**
+   * Leaves the group now and joins it again as a new member, for a member that must start over
+   * (its GPU was lost, say). Closing the connection makes the server form a round of the others
+   * at once, rather than after this member's heartbeats stop; `prepare` runs while they train on;
+   * then the handler connects again (with the reconnect's backoff while the server cannot be
+   * reached). The round that admits this member comes through `nextRendezvous`, as ever.
+   */
+  async rejoin(prepare?: () => Promise<void>): Promise<void> {
+    if (this.closed) throw new GroupClosedError('the rendezvous handler was shut down');
+    for (const off of this.unsubscribe) off();
+    this.unsubscribe = [];
+    const old = this.current;
+    this.current = undefined;
+    old?.pg.destroy(false);
+    this.client.close();
+    await prepare?.();
+    if (this.closed) return;
+    try {
+      await this.connect();
+    } catch (err) {
+      if (err instanceof UnauthorizedError || err instanceof SessionEndedError) throw err;
+      // The server is away for now: keep trying in the background; nextRendezvous waits for it.
+      void this.reconnectLoop(`could not rejoin: ${(err as Error).message}`);
+    }
+  }
+
   /** Leaves the group and closes the connection. */
   shutdown(): void {
     this.closed = true;
@@ -278,6 +304,11 @@ export class RendezvousHandler {
     }
     if (!this.options.reconnect) return;
     const why = code === CloseCode.EVICTED ? `evicted by the server: ${reason}` : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
+    await this.reconnectLoop(why);
+  }
+
+  /** Connects again with backoff until it works, a refusal says it never will, or the reconnect timeout passes. */
+  private async reconnectLoop(why: string): Promise<void> {
     const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
     for (let attempt = 1; !this.closed; attempt++) {
       const waitMs = Math.min(5_000, 250 * 2 ** attempt);

@@ -5,6 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   ConnectionClosedError,
+  DeviceLostError,
   DistTimeoutError,
   NonFiniteGradientError,
   PeerLostError,
@@ -22,6 +23,7 @@ import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from './co
 import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';
+import { installDeviceLossHook } from '../device_hook.ts';
 
 export interface TrainPageOptions {
   root: HTMLElement;
@@ -140,6 +142,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
   reportElasticEvents();
+  installDeviceLossHook();
   watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
   let watcher: { stop(): void } | undefined;
   try {
@@ -257,6 +260,9 @@ function explain(e: Error): [string, string | undefined, boolean] {
   if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
   if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof DeviceLostError) {
+    return ['This tab lost its GPU', 'The GPU was reset (a driver crash or update, or the computer switched graphics cards) and the model on it is gone. Continue training to rejoin: this tab gets the group\'s state from the other tabs, or the latest checkpoint.', true];
+  }
   if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.', true];
   if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
   return [`Unexpected error: ${e.name}`, 'Continue training to rejoin the session. If it happens again, create a new session and report the message above.', true];
