@@ -27,7 +27,7 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
     job: 'train',
     session: sessionName('device-lost'),
     timeoutSec: 120,
-    jobParams: { dataset: 'synthetic', trainSize: '1536', batchSize: '32', backend: 'webgpu', ...params },
+    jobParams: { dataset: 'synthetic', batchSize: '32', backend: 'webgpu', epochs: '1', ...params },
     faults,
     log: (l) => lines.push(l),
     ...extra,
@@ -38,12 +38,12 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
   return { summary: summary as Summary, lines, results };
 }
 
-function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank: number): void {
+function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank: number, samples: number): void {
   expect(s.backends).toEqual(['webgpu']);
   expect(s.identical).toBe(true);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
   expect(s.generations).toBeGreaterThanOrEqual(2);
-  for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples: 1536, exactlyOnce: true, complete: true });
+  for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples, exactlyOnce: true, complete: true });
   const fault = s.faults[0]!;
   expect(fault.fault).toBe(`lose rank ${rank}'s WebGPU device at step 6`);
   // The rank noticed its loss (a 'device-lost' event) and was in a round again later.
@@ -57,16 +57,16 @@ function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank
 }
 
 test('elastic 3 ranks (min 2): rank 1 loses its WebGPU device at step 6, rejoins with a fresh backend, and all finish identical', async () => {
-  const { summary: s, lines, results } = await run(3, { min: '2', max: '3', epochs: '1' }, [{ kind: 'lose-device', rank: 1, step: 6 }]);
+  const { summary: s, lines, results } = await run(3, { min: '2', max: '3', trainSize: '1152' }, [{ kind: 'lose-device', rank: 1, step: 6 }]);
   expect(s.worldSize).toBe(3);
   expect(s.weightHashes).toHaveLength(3);
-  expectRejoined(s, lines, results, 1);
+  expectRejoined(s, lines, results, 1, 1152);
 });
 
 test('fixed world size 2: rank 0 loses its device at step 6; the other waits, rank 0 takes its number again, and both finish identical', async () => {
-  const { summary: s, lines, results } = await run(2, { epochs: '1' }, [{ kind: 'lose-device', rank: 0, step: 6 }]);
+  const { summary: s, lines, results } = await run(2, { trainSize: '1024' }, [{ kind: 'lose-device', rank: 0, step: 6 }]);
   expect(s.worldSize).toBe(2);
-  expectRejoined(s, lines, results, 0);
+  expectRejoined(s, lines, results, 0, 1024);
 });
 
 test('without rebuildState (examples/elastic_train.ts) a lost device ends the run with DeviceLostError, saying what to do', async () => {
