@@ -222,7 +222,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
               const f = injected.find((x) => x.page === index && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
               if (f) f.rejoinedAfterMs = Date.now() - f.at;
             }
-            if (e.type === 'device-lost') {
+            if (e.type === 'failure' || e.type === 'device-lost') {
+              // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
               const f = injected.find((x) => x.page === index && x.detectedAfterMs === undefined);
               if (f) f.detectedAfterMs = Date.now() - f.at;
             }
