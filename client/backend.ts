@@ -8,6 +8,7 @@ import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
+import { probeBackend } from '../src/index.ts';
 import { BACKENDS, type BackendName } from './train/config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
 
@@ -32,11 +33,9 @@ async function tryBackend(name: BackendName): Promise<string | undefined> {
     const ok = await tf.setBackend(name);
     if (!ok) return `the ${name} backend failed to initialise`;
     await tf.ready();
-    // A tiny computation proves the backend works before training relies on it.
-    const probe = tf.add(tf.scalar(1), tf.scalar(2));
-    const v = (await probe.data())[0];
-    probe.dispose();
-    return v === 3 ? undefined : `the ${name} backend computed 1 + 2 = ${v}`;
+    // A computation proves the backend works before training relies on it (one big enough for
+    // the GPU: webgpu computes tiny ones on the CPU).
+    return await probeBackend(name);
   } catch (err) {
     return `the ${name} backend failed: ${(err as Error).message}`;
   }

@@ -10,6 +10,17 @@ import type { Report } from '../client/report.ts';
 import { launchChromium } from './browser.ts';
 import type { LanHost } from './lan.ts';
 
+/** Calls the page's `__ddpLoseDevice` hook (client/device_hook.ts); an expression, so both drivers can evaluate it. */
+export const LOSE_DEVICE_EXPRESSION = `typeof window.__ddpLoseDevice === 'function' ? window.__ddpLoseDevice() : 'the page has no __ddpLoseDevice hook (not a training page or script of this project?)'`;
+
+/** What the hook answers when it destroyed the device (client/device_hook.ts's DEVICE_DESTROYED). */
+const DESTROYED = 'destroyed';
+
+/** Throws unless the page's answer says the device was destroyed. */
+export function checkDeviceLost(answer: unknown): void {
+  if (answer !== DESTROYED) throw new Error(String(answer));
+}
+
 export interface RankHandlers {
   onReport(r: Report): void;
   onConsole(line: string): void;
@@ -27,6 +38,8 @@ export interface RankTarget {
   freeze(log: (line: string) => void): Promise<void>;
   /** Puts the page in the background (tabs only). */
   hide(log: (line: string) => void): Promise<void>;
+  /** Destroys the page's WebGPU device (its `__ddpLoseDevice` hook); fails when the page has none. */
+  loseDevice(): Promise<void>;
   /** document.visibilityState, or an error's text. */
   visibility(): Promise<string>;
   /** For a hidden tab: the longest gap between its own chained 200 ms timers since it was hidden. */
@@ -87,6 +100,7 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
     hide: async () => {
       throw new Error('--hide needs --tabs: headless pages are never in the background');
     },
+    loseDevice: async () => checkDeviceLost(await page.evaluate(LOSE_DEVICE_EXPRESSION)),
     visibility: () => page.evaluate(() => document.visibilityState as string).catch((e: Error) => `error: ${e.message}`),
     timerProbe: async () => undefined,
   };

@@ -73,6 +73,10 @@ export function lanDriver(lan: Lan, o: LanDriverOptions): RankDriver {
         hide: async () => {
           throw new Error('--hide needs --tabs: headless pages are never in the background');
         },
+        loseDevice: async () => {
+          if (!target) throw notOpen();
+          await target.loseDevice();
+        },
         visibility: async () => (target ? target.visibility() : 'error: not open'),
         timerProbe: async () => undefined,
       };

@@ -19,7 +19,7 @@ import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.t
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
-         [--kill RANK@STEP] [--freeze RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
          [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]`;
@@ -129,7 +129,8 @@ function parse(argv: string[]): LaunchOptions {
     switch (t.name) {
       case 'kill':
       case 'freeze':
-      case 'hide': {
+      case 'hide':
+      case 'lose-device': {
         const { n, step } = parseAt(t.name, value);
         faults.push({ kind: t.name, rank: n, step });
         break;
@@ -155,7 +156,8 @@ function parse(argv: string[]): LaunchOptions {
     }
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
-  if (faults.some((f) => f.kind !== 'restart-server' && f.kind !== 'hide') && jobParams.min === undefined) {
+  // A lost device is survived at a fixed world size too: the rank rejoins with its own number.
+  if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined) {
     throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
   }
   if (split.script !== undefined) {

@@ -1,7 +1,7 @@
 /**
  * Runs one job or user script on N headless ranks (the body of the launcher, callable from
  * benchmarks and tests), with fault injection for elastic runs: kill or freeze a rank's page at
- * a step, open more pages at a step, restart the server at a step.
+ * a step, lose its WebGPU device, open more pages at a step, restart the server at a step.
  */
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
@@ -22,6 +22,8 @@ export type Fault =
   | { kind: 'freeze'; rank: number; step: number }
   /** Put the rank's tab in the background (--tabs only). */
   | { kind: 'hide'; rank: number; step: number }
+  /** Destroy the rank's WebGPU device, as a driver reset loses it: the rank rebuilds and rejoins. */
+  | { kind: 'lose-device'; rank: number; step: number }
   | { kind: 'join'; count: number; step: number }
   | { kind: 'restart-server'; step: number };
 
@@ -87,6 +89,8 @@ export function describeFault(f: Fault): string {
       return `freeze rank ${f.rank} at step ${f.step}`;
     case 'hide':
       return `hide rank ${f.rank}'s tab at step ${f.step}`;
+    case 'lose-device':
+      return `lose rank ${f.rank}'s WebGPU device at step ${f.step}`;
     case 'join':
       return `open ${f.count} more rank(s) at step ${f.step}`;
     case 'restart-server':
@@ -158,7 +162,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const pages: RankPage[] = [];
   const failures: string[] = [];
   let nodeGroup: NodeGroup | undefined;
-  const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
+  /**
+   * The faults as injected; `detectedAfterMs` is how long until a rank noticed (a peer lost, a
+   * device lost), `rejoinedAfterMs` how long until a rank that lost its device was in a round again.
+   */
+  const injected: Array<{ fault: string; atStep: number; at: number; page?: number; detectedAfterMs?: number; rejoinedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
   // --lan: each rank's address and rate, in every summary (failures too).
@@ -218,6 +226,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           hiddenPages.push({ entry, page: target.page });
           return;
         }
+        case 'lose-device': {
+          // The page is still expected to finish: it rebuilds its state and rejoins.
+          const target = pages.find((p) => p.rank === fault.rank && p.expected && !p.done);
+          if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
+          injected.at(-1)!.page = target.index;
+          await target.page.loseDevice();
+          return;
+        }
         case 'join':
           for (let i = 0; i < fault.count; i++) await openPage(url, undefined);
           return;
@@ -253,6 +269,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             if (e.type === 'round') {
               rp.rank = e.rank;
               rp.label = `rank ${e.rank}`;
+              // Back in a round after losing its device: how long the rejoin took.
+              const f = injected.find((x) => x.page === index && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
+              if (f) f.rejoinedAfterMs = Date.now() - f.at;
+            }
+            if (e.type === 'failure' || e.type === 'device-lost') {
+              // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
+              const f = injected.find((x) => x.page === index && x.detectedAfterMs === undefined);
+              if (f) f.detectedAfterMs = Date.now() - f.at;
             }
             if (e.type === 'step') onStep(e.step);
             if (e.type === 'peer-lost') {
@@ -338,7 +362,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     }
     const summary = script ? summarizeScript(opts.job, worldSize, results, events) : summarize(opts.job, worldSize, results, events);
-    const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
+    const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
     return { ok: true, summary: { ...summary, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { WebSocket } from 'ws';
 import type { Report } from '../client/report.ts';
 import { CHROMIUM_ARGS, chromiumPath } from './browser.ts';
-import type { RankDriver, RankHandlers, RankTarget } from './driver.ts';
+import { LOSE_DEVICE_EXPRESSION, checkDeviceLost, type RankDriver, type RankHandlers, type RankTarget } from './driver.ts';
 
 /** The browser's default throttling: the headless flags minus the three that disable it. */
 export const TABS_ARGS = CHROMIUM_ARGS.filter(
@@ -273,6 +273,7 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
           await sleep(200);
           hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
         },
+        loseDevice: async () => checkDeviceLost(await evaluate(LOSE_DEVICE_EXPRESSION)),
         visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
         timerProbe: async () => {
           // The gap still open counts too: a throttled page may not have woken since.

@@ -144,8 +144,16 @@ export class DistributedDataParallel {
   async backward(lossFn: () => tf.Scalar): Promise<{ loss: number; timings: BackwardTimings }> {
     const t0 = performance.now();
     const { value, grads } = tf.variableGrads(lossFn, this.variables);
-    const loss = (await value.data())[0];
-    value.dispose();
+    let loss: number;
+    try {
+      loss = (await value.data())[0];
+    } catch (err) {
+      // A failed readback (a lost GPU device, say) must not leak the gradients.
+      for (const g of Object.values(grads)) g.dispose();
+      throw err;
+    } finally {
+      value.dispose();
+    }
     const t1 = performance.now();
     let readback = 0;
     let waiting = 0;
@@ -156,8 +164,12 @@ export class DistributedDataParallel {
       for (const bucket of this.buckets) {
         const r0 = performance.now();
         const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
-        const local = (await flat.data()) as Float32Array;
-        flat.dispose();
+        let local: Float32Array;
+        try {
+          local = (await flat.data()) as Float32Array;
+        } finally {
+          flat.dispose();
+        }
         readback += performance.now() - r0;
         const view = this.grad.subarray(bucket.start, bucket.end);
         // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.

@@ -232,11 +232,46 @@ export class StateTransferError extends Error {
   }
 }
 
+/** Why a WebGPU device was lost, as GPUDeviceLostInfo says: 'destroyed' by the page itself, or 'unknown' (a reset, a crash). */
+export type DeviceLostReason = 'destroyed' | 'unknown';
+
+/**
+ * This tab's WebGPU device was lost (GPUDevice.lost): the driver reset or crashed, the laptop
+ * switched graphics cards, the GPU ran out of memory, or the page destroyed the device. Every
+ * tensor on it is gone, so this rank's replica is gone too. The tab can rejoin with a new device:
+ * reload it, or give runElastic a `rebuildState`, which re-creates the backend and rejoins by
+ * itself.
+ */
+export class DeviceLostError extends Error {
+  override name = 'DeviceLostError';
+  constructor(
+    /** The rank whose device was lost, or -1 when not known (not in a group yet). */
+    readonly rank: number,
+    readonly reason: DeviceLostReason,
+    /** The browser's own words (GPUDeviceLostInfo.message). */
+    readonly detail: string,
+    /** What the rank was doing when it was lost, e.g. "step 12". */
+    readonly during: string,
+    /** What this error adds to the usual advice (e.g. why the backend could not come back). */
+    advice = 'Reload the page to rejoin the session with a new device (runElastic rejoins by itself when given rebuildState).',
+    options?: { cause?: unknown },
+  ) {
+    const who = rank >= 0 ? `rank ${rank}'s` : "this tab's";
+    const why =
+      reason === 'destroyed'
+        ? 'the page destroyed it (GPUDevice.destroy())'
+        : 'the GPU was reset or taken away (a driver crash or update, the computer switching graphics cards, or too little GPU memory)';
+    super(`${who} WebGPU device was lost during ${during}: ${why}; the browser said "${detail}". Every tensor on that device is gone. ${advice}`, options);
+  }
+}
+
 /**
  * Whether a new round of the group can recover from `err`: a lost rank or server, this rank
  * paused past the stall bound (it rejoins), a group replaced by a new round, a wait that ran out
  * because a peer went away. A mismatch between ranks, bad frames or a bug in the training step
  * are not: every round would fail the same way.
+ * Neither is a lost WebGPU device (DeviceLostError) by itself: runElastic recovers from it only
+ * when it can rebuild the state (`rebuildState`).
  */
 export function isRecoverable(err: unknown): boolean {
   return (

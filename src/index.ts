@@ -31,8 +31,23 @@ export {
   NonFiniteGradientError,
   ReplicaDivergenceError,
   StateTransferError,
+  DeviceLostError,
   isRecoverable,
+  type DeviceLostReason,
 } from './errors.ts';
+export {
+  watchDevice,
+  recreateBackend,
+  destroyDevice,
+  currentDevice,
+  probeBackend,
+  disposeQuietly,
+  type DeviceWatch,
+  type DeviceLostInfo,
+  type GpuDeviceLike,
+  type RecreatedBackend,
+  type RecreateBackendOptions,
+} from './device.ts';
 export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent } from './protocol.ts';
 export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
@@ -69,7 +84,7 @@ export {
   type Stateful,
   type Json,
 } from './state_dict.ts';
-export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics } from './elastic/runner.ts';
+export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export type { RunRecord } from './elastic/recovery.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';

@@ -111,7 +111,7 @@ export class RendezvousHandler {
       onPageRestored(() => {
         if (!this.hidden) return;
         this.hidden = false;
-        if (this.options.reconnect && !this.closed) void this.rejoin('this tab came back from the back/forward cache');
+        if (this.options.reconnect && !this.closed) void this.reconnect('this tab came back from the back/forward cache');
       }),
     ];
   }
@@ -186,6 +186,32 @@ export class RendezvousHandler {
    */
   async regroup(round: Round): Promise<number> {
     return (await this.client.regroup(round.round)).round;
+  }
+
+  /**
+   * Leaves the group now and joins it again as a new member, for a member that must start over
+   * (its GPU was lost, say). Closing the connection makes the server form a round of the others
+   * at once, rather than after this member's heartbeats stop; `prepare` runs while they train on;
+   * then the handler connects again (with the reconnect's backoff while the server cannot be
+   * reached). The round that admits this member comes through `nextRendezvous`, as ever.
+   */
+  async rejoin(prepare?: () => Promise<void>): Promise<void> {
+    if (this.closed) throw new GroupClosedError('the rendezvous handler was shut down');
+    for (const off of this.unsubscribe) off();
+    this.unsubscribe = [];
+    const old = this.current;
+    this.current = undefined;
+    old?.pg.destroy(false);
+    this.client.close();
+    await prepare?.();
+    if (this.closed) return;
+    try {
+      await this.connect();
+    } catch (err) {
+      if (err instanceof UnauthorizedError || err instanceof SessionEndedError) throw err;
+      // The server is away for now: keep trying in the background; nextRendezvous waits for it.
+      void this.reconnect(`could not rejoin: ${(err as Error).message}`);
+    }
   }
 
   /** Leaves the group and closes the connection. */
@@ -326,21 +352,21 @@ export class RendezvousHandler {
         : code === CloseCode.STALLED
           ? 'this tab was paused past its stall bound, so it left its round: joining again'
           : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
-    await this.rejoin(why);
+    await this.reconnect(why);
   }
 
   /** Joins the session again on a new connection, with backoff, until it works, fails for good, or time runs out. */
-  private async rejoin(why: string): Promise<void> {
+  private async reconnect(why: string): Promise<void> {
     if (this.rejoining) return;
     this.rejoining = true;
     try {
-      await this.rejoinLoop(why);
+      await this.reconnectLoop(why);
     } finally {
       this.rejoining = false;
     }
   }
 
-  private async rejoinLoop(why: string): Promise<void> {
+  private async reconnectLoop(why: string): Promise<void> {
     const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
     for (let attempt = 1; !this.closed; attempt++) {
       const waitMs = Math.min(5_000, 250 * 2 ** attempt);

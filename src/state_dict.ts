@@ -40,8 +40,13 @@ export function loadModelWeights(model: tf.LayersModel, saved: TensorBundle): vo
 /** The optimizer's state (iterations, moments ...) as specs and bytes; empty before its first step. */
 export async function optimizerState(optimizer: tf.Optimizer): Promise<TensorBundle> {
   const weights = await optimizer.getWeights();
-  const { data, specs } = await tf.io.encodeWeights(weights);
-  return { weightSpecs: specs as WeightSpec[], weightData: data };
+  try {
+    const { data, specs } = await tf.io.encodeWeights(weights);
+    return { weightSpecs: specs as WeightSpec[], weightData: data };
+  } finally {
+    // getWeights makes a new scalar for the iteration count each call; the rest are the optimizer's own variables.
+    for (const w of weights) if (!(w.tensor instanceof tf.Variable)) w.tensor.dispose();
+  }
 }
 
 /**

@@ -58,6 +58,33 @@ describe('rendezvous rounds', () => {
     expect((err as RendezvousError).code).toBe('SESSION_FULL');
   });
 
+  it('rejoin: the others get a round without the member at once, and a regroup admits it again as a new member', async () => {
+    server = await withServer({ settleMs: 100 });
+    const session = uniqueSession('rejoin');
+    const [a, b, c] = [await agent(session, 2, 3), await agent(session, 2, 3), await agent(session, 2, 3)];
+    const g1 = await Promise.all([a, b, c].map((x) => x.nextRendezvous(0)));
+    expect(g1.map((g) => g.rank)).toEqual([0, 1, 2]);
+    const interrupted = g1[0].pg.barrier(5_000).catch((e: Error) => e);
+    let prepared = false;
+    const waiting = new Promise<RendezvousEvent>((resolve) => a.on((e) => e.type === 'waiting' && e.waiting === 1 && resolve(e)));
+    // While b prepares, the others already train in a round of two.
+    const rejoined = b.rejoin(async () => {
+      const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id)]);
+      expect(g2.map((g) => [g.rank, g.worldSize])).toEqual([[0, 2], [1, 2]]);
+      prepared = true;
+    });
+    expect(await interrupted).toBeInstanceOf(Error);
+    await rejoined;
+    expect(prepared).toBe(true);
+    await waiting;
+    const g2 = [await a.nextRendezvous(g1[0].id), await c.nextRendezvous(g1[2].id)];
+    expect(await Promise.all(g2.map((g, i) => [a, c][i]!.regroup(g)))).toEqual([3, 3]);
+    const g3 = await Promise.all([a.nextRendezvous(g2[0]!.id), c.nextRendezvous(g2[1]!.id), b.nextRendezvous(g1[1].id)]);
+    // Survivors first, the rejoined member last.
+    expect(g3.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[3, 0, 3], [3, 1, 3], [3, 2, 3]]);
+    await Promise.all(g3.map((g) => g.pg.barrier(2_000)));
+  });
+
   it('pauses below the minimum and resumes when a tab joins', async () => {
     server = await withServer({ settleMs: 100 });
     const session = uniqueSession('pause');

@@ -81,4 +81,13 @@ describe('TrainState', () => {
     for (let i = 0; i < 5; i++) await state.loadStateDict(sd);
     expect(tf.memory().numTensors).toBe(before);
   });
+
+  it('taking the state dict again and again leaks no tensor (a checkpoint, a recovery source)', async () => {
+    const state = new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), optimizer: () => tf.train.adam(0.01) });
+    adamStep(state, 0);
+    const before = tf.memory().numTensors;
+    for (let i = 0; i < 5; i++) await state.stateDict();
+    expect(tf.memory().numTensors).toBe(before);
+    adamStep(state, 8); // the optimizer's own variables are still there
+  });
 });

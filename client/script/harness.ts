@@ -7,6 +7,7 @@ import { parseScriptArgs, type LaunchContext, type ScriptMain } from '../../src/
 import { selectBackend } from '../backend.ts';
 import { BACKENDS, type BackendName } from '../train/config.ts';
 import { reportElasticEvents } from '../report.ts';
+import { installDeviceLossHook } from '../device_hook.ts';
 import { runOnPage } from '../job_page.ts';
 import { pageToken } from '../page_token.ts';
 
@@ -21,6 +22,7 @@ function intParam(params: URLSearchParams, name: string, fallback: number): numb
 export async function runScript(main: ScriptMain, name: string): Promise<void> {
   const params = new URLSearchParams(location.search);
   reportElasticEvents();
+  installDeviceLossHook();
   await runOnPage(document.getElementById('app')!, `Script ${name}`, async (page) => {
     const session = params.get('session');
     if (!session) throw new Error('URL parameter "session" is required');

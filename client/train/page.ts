@@ -5,6 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   ConnectionClosedError,
+  DeviceLostError,
   DistTimeoutError,
   NonFiniteGradientError,
   PeerLostError,
@@ -23,6 +24,7 @@ import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from './co
 import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';
+import { installDeviceLossHook } from '../device_hook.ts';
 
 export interface TrainPageOptions {
   root: HTMLElement;
@@ -141,6 +143,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
   reportElasticEvents();
+  installDeviceLossHook();
   watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
   let watcher: { stop(): void } | undefined;
   try {
@@ -264,6 +267,9 @@ function explain(e: Error, fixed: boolean): [string, string | undefined, boolean
   if (e instanceof RankStalledError) {
     const others = fixed ? 'the other tabs wait for this one to take its place again' : 'the other tabs train on and take this one back at their next step';
     return ['This tab was paused', `Continue training to rejoin: ${others}. To avoid this, keep the computer awake and this tab in a window of its own.`, true];
+  }
+  if (e instanceof DeviceLostError) {
+    return ['This tab lost its GPU', 'The GPU was reset (a driver crash or update, or the computer switched graphics cards) and the model on it is gone. Continue training to rejoin: this tab gets the group\'s state from the other tabs, or the latest checkpoint.', true];
   }
   if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.', true];
   if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];

@@ -23,9 +23,9 @@ import {
   type StoreClient,
 } from '../../src/index.ts';
 import { encodeValue } from '../../src/protocol.ts';
-import { selectBackend } from '../backend.ts';
+import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
-import type { TrainConfig } from './config.ts';
+import type { BackendName, TrainConfig } from './config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
 
 export interface TrainerOptions {
@@ -99,15 +99,19 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
   const started = performance.now();
   emit({ type: 'config', config });
-  const backend = await selectBackend(config.backend);
+  // `let`: a lost WebGPU device is re-created (or falls back) during the run.
+  let backend: BackendChoice = await selectBackend(config.backend);
   if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
   const dataPromise = loadData(config);
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
   const { train: trainSet, test: testSet } = await dataPromise;
-  const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
-  const state = new TrainState({ model, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
+  // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
+  const newModel = () => buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
+  const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
+  let model = newModel();
+  let state = newState(model);
   opts.onModel?.(model);
 
   const sums: StepBreakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
@@ -164,6 +168,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       const ys = tf.tensor1d(y, 'int32');
       let correctT: tf.Tensor | undefined;
       let result: Awaited<ReturnType<typeof ddp.backward>>;
+      let correct: number;
       try {
         result = await ddp.backward(() => {
           const logits = model.apply(xs, { training: true }) as tf.Tensor;
@@ -171,12 +176,13 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
           return classificationLoss(logits, ys, trainSet.numClasses);
         });
+        correct = (await correctT!.data())[0]!;
       } finally {
+        // Also when the step fails (a lost GPU): nothing of it may stay behind.
+        correctT?.dispose();
         xs.dispose();
         ys.dispose();
       }
-      const correct = (await correctT!.data())[0]!;
-      correctT!.dispose();
       const a0 = performance.now();
       ddp.step(optimizer);
       const apply = performance.now() - a0;
@@ -216,6 +222,18 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 
     async onEpochEnd({ pg, step, epoch }) {
       await evaluateAndEmit(pg, step, epoch);
+    },
+
+    // After a lost GPU, on the re-created backend: the same model as at the start; the group's
+    // state comes with the next round.
+    rebuildState({ backend: now, fallbackReason }) {
+      // recreateBackend starts webgpu again, or one of its default fallbacks (webgl, cpu).
+      backend = { backend: now as BackendName, ...(fallbackReason ? { fallbackReason } : {}) };
+      if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
+      model = newModel();
+      state = newState(model);
+      opts.onModel?.(model);
+      return state;
     },
 
     onEvent: dashboardEvents(emit, config.min === config.max),
@@ -264,6 +282,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
   let paused = false;
+  /** A lost GPU, told when the rank is back in a round. */
+  let deviceLost: Extract<ElasticEvent, { type: 'device-lost' }> | undefined;
   return (e) => {
     switch (e.type) {
       case 'epoch':
@@ -281,7 +301,15 @@ function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: Ela
       case 'round':
         // 'joined' (from onRound) tells the dashboard the rank; a resumed run also says from where.
         paused = false;
+        if (deviceLost) {
+          const lost = deviceLost;
+          deviceLost = undefined;
+          log('warn', `This tab's GPU was reset (${lost.reason}: ${lost.message}); it rejoined the group with a fresh ${lost.backend} backend at step ${e.step}`);
+        }
         return e.note ? log('info', `New group of ${e.worldSize}: ${e.note}`) : undefined;
+      case 'device-lost':
+        deviceLost = e;
+        return log('warn', `This tab's GPU was lost during ${e.during} (${e.reason}); ${e.backend} runs again after ${Math.round(e.rebuildMs)} ms: rejoining the group…`);
       case 'paused':
         paused = true;
         return;
@@ -297,7 +325,7 @@ function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: Ela
           const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
           return log('warn', `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`);
         }
-        return log('warn', `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.error}${e.recoverable ? '; waiting for the next round…' : ''}`);
+        return log('warn', `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`);
       }
       case 'reconnecting': {
         const when = `${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`;

@@ -46,6 +46,25 @@ export type ElasticEvent =
   | { type: 'checkpoint'; step: number; name: string; bytes: number }
   | { type: 'checkpoint-failed'; step: number; error: string }
   | { type: 'checkpoint-skipped'; name: string; reason: string }
+  /**
+   * This rank's WebGPU device was lost in `round` after `step` committed steps, while doing
+   * `during`; its backend now runs again (`backend`, on a new device unless it fell back) with a
+   * rebuilt state, and the rank is rejoining the group: its next 'round' event is the rejoin.
+   */
+  | {
+      type: 'device-lost';
+      round: string;
+      rank: number;
+      step: number;
+      during: string;
+      /** GPUDeviceLostInfo's reason and message. */
+      reason: 'destroyed' | 'unknown';
+      message: string;
+      backend: string;
+      fallbackReason?: string;
+      /** From noticing the loss to a rebuilt state on the new backend. */
+      rebuildMs: number;
+    }
   /** The run ended on this rank (done, or stopped by a rank). */
   | {
       type: 'end';

@@ -9,14 +9,17 @@
  * regroup (members wait to join; after a barrier the round ends and the next one admits them).
  * A lost rank, a lost server or a replaced group ends the round and the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
  * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
- * pauses the group until a tab takes its place.
+ * pauses the group until a tab takes its place. A lost WebGPU device ends this rank's step at
+ * once with DeviceLostError; given `rebuildState`, the rank re-creates its backend, leaves the
+ * group, and rejoins it holding no state, so that recovery gives it the group's.
  *
  * The user's step function is a plain training step: it gets this rank's sample indices and the
  * round's DistributedDataParallel, computes and applies the gradients, and returns its metrics.
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
-import { isRecoverable } from '../errors.ts';
+import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../device.ts';
+import { DeviceLostError, isRecoverable } from '../errors.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
@@ -85,6 +88,15 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   onEvent?(e: ElasticEvent): void;
   /** Every event of the rendezvous handler as it comes (e.g. 'spectating', the host's 'control'). */
   onRendezvous?(e: RendezvousEvent): void;
+  /**
+   * A fresh state (model and optimizer built as at the start) on the backend runElastic has just
+   * re-created after this tab's WebGPU device was lost. The rank then rejoins the group holding
+   * no state, and recovery loads the group's into this one (from a surviving replica, or the
+   * latest checkpoint). The old state's tensors lived on the lost device: runElastic disposes
+   * its model and optimizer. Keep the model in a variable this hook updates (or use `ctx.ddp.model`
+   * in the step). Without it, a lost device ends the run with DeviceLostError.
+   */
+  rebuildState?(ctx: RebuildContext): TrainState | Promise<TrainState>;
 
   /**
    * Every this many committed steps, the ranks compare hashes of their weights (verifyReplicas)
@@ -125,6 +137,14 @@ export interface ElasticRunResult {
   close(): Promise<void>;
 }
 
+/** What `rebuildState` learns: which backend now runs, and what was lost. */
+export interface RebuildContext {
+  /** 'webgpu' on a new device, or the fallback when WebGPU did not come back. */
+  backend: string;
+  fallbackReason?: string;
+  error: DeviceLostError;
+}
+
 type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
 
 /** Trains with `options.step` until the epochs or steps are done or a rank asks to stop. */
@@ -149,12 +169,22 @@ class ElasticRun<M extends StepMetrics> {
   /** The step started here but not committed, or -1. */
   private inFlight = -1;
   private paused = 0;
+  /** This rank in the current round (-1 before the first). */
+  private rank = -1;
+  /** What the run is doing, in words, for a DeviceLostError. */
+  private activity = 'joining the group';
   private readonly started = performance.now();
   private readonly maxSteps: number;
   private readonly maxEpochs: number;
   private handler!: RendezvousHandler;
+  /** The state trained: `o.state`, until a lost device makes `rebuildState` replace it. */
+  private state: TrainState;
+  /** The device of the running backend (a watch that never fires on backends without one). */
+  private device: DeviceWatch;
 
   constructor(private readonly o: ElasticRunOptions<M>) {
+    this.state = o.state;
+    this.device = watchDevice();
     this.maxSteps = o.steps ?? Number.POSITIVE_INFINITY;
     this.maxEpochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
   }
@@ -184,21 +214,33 @@ class ElasticRun<M extends StepMetrics> {
 
   async run(handler: RendezvousHandler): Promise<ElasticRunResult> {
     this.handler = handler;
+    try {
+      return await this.rounds();
+    } finally {
+      // The result's DDP goes on without the run: evaluating on a lost device fails on its own.
+      this.device.stop();
+    }
+  }
+
+  private async rounds(): Promise<ElasticRunResult> {
     const o = this.o;
     let round = await this.handler.nextRendezvous(0);
     for (;;) {
       const { pg } = round;
+      this.rank = pg.rank;
       const stopWatching = pg.on((e) => {
         if (e.type === 'peer-lost') this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
       });
       try {
-        await this.startRound(round);
-        const ddp = await DistributedDataParallel.create(o.state.model, pg, o.ddp);
-        await o.onRound?.({ pg, ddp, step: o.state.progress.step, epoch: o.state.progress.epoch });
+        this.activity = `the state transfer at the start of round ${round.key}`;
+        await this.whileDeviceLives(this.startRound(round));
+        const ddp = await DistributedDataParallel.create(this.state.model, pg, o.ddp);
+        this.activity = `onRound of round ${round.key}`;
+        await this.whileDeviceLives(o.onRound?.({ pg, ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
         let outcome = await this.train(round, ddp);
         while (outcome.kind === 'regroup') {
           // Everyone past the step's last collective first, so the new round interrupts nobody.
-          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, step: o.state.progress.step, waiting: this.handler.numNodesWaiting() });
+          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() });
           await pg.barrier();
           if ((await this.handler.regroup(round)) === round.round) {
             outcome = await this.train(round, ddp); // the members who waited left again
@@ -211,9 +253,10 @@ class ElasticRun<M extends StepMetrics> {
           round = await this.handler.nextRendezvous(round.id);
           continue;
         }
-        const weightHash = await ddp.weightsHash();
+        this.activity = 'the final weights hash';
+        const weightHash = await this.whileDeviceLives(ddp.weightsHash());
         const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
-        const p = o.state.progress;
+        const p = this.state.progress;
         this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash });
         stopWatching();
         return {
@@ -237,13 +280,98 @@ class ElasticRun<M extends StepMetrics> {
         };
       } catch (err) {
         stopWatching();
-        const recoverable = isRecoverable(err);
-        const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-        this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: o.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
-        if (!recoverable) throw err;
+        const lost = await this.deviceLoss(err);
+        const failure = lost ?? err;
+        // A rank without its device can go on only with a state rebuilt on a new backend.
+        const recoverable = lost ? o.rebuildState !== undefined : isRecoverable(err);
+        const error = failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
+        this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: this.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
+        if (!recoverable) throw failure;
+        if (lost) await this.rebuild(round, lost);
         round = await this.handler.nextRendezvous(round.id);
       }
     }
+  }
+
+  /**
+   * After a lost device: leaves the group (the others go on at once), re-creates the backend,
+   * has the user rebuild the state on it, and rejoins holding no state, so that the next round's
+   * recovery gives this rank the group's state from a surviving replica (or the checkpoint).
+   */
+  private async rebuild(round: Round, lost: DeviceLostError): Promise<void> {
+    const started = performance.now();
+    const step = this.state.progress.step;
+    await this.handler.rejoin(async () => {
+      this.device.stop();
+      const backend = await recreateBackend({ rank: lost.rank, during: lost.during });
+      this.device = watchDevice();
+      const old = this.state;
+      const fresh = await this.o.rebuildState!({ backend: backend.backend, ...(backend.fallbackReason ? { fallbackReason: backend.fallbackReason } : {}), error: lost });
+      if (!fresh || fresh === old || fresh.model === old.model) {
+        throw new TypeError('rebuildState must return a new TrainState with a new model, built after the backend was re-created (the old one lived on the lost device)');
+      }
+      // The old tensors lived on the lost device: free what the engine still counts.
+      disposeQuietly(old, old.model);
+      this.state = fresh;
+      this.live = false;
+      this.heldIn = null;
+      this.emit({
+        type: 'device-lost',
+        round: round.key,
+        rank: lost.rank,
+        step,
+        during: lost.during,
+        reason: lost.reason,
+        message: lost.detail,
+        backend: backend.backend,
+        ...(backend.fallbackReason ? { fallbackReason: backend.fallbackReason } : {}),
+        rebuildMs: performance.now() - started,
+      });
+    });
+  }
+
+  /** The DeviceLostError that `err` stands for when this rank's device is lost; undefined when it is not. */
+  private async deviceLoss(err: unknown): Promise<DeviceLostError | undefined> {
+    if (err instanceof DeviceLostError) return err;
+    const device = this.device;
+    // A readback can fail (mapAsync's AbortError) before `device.lost` resolves: give the loss a moment to show.
+    if (!device.isLost() && device.backend === 'webgpu' && looksLikeDeviceLoss(err)) await Promise.race([device.lost, sleep(1000)]);
+    return device.info ? this.lostError(device.info, err) : undefined;
+  }
+
+  private lostError(info: DeviceLostInfo, cause?: unknown): DeviceLostError {
+    const advice = this.o.rebuildState ? 'This rank re-creates its backend, rebuilds its state and rejoins the group.' : undefined;
+    return new DeviceLostError(this.rank, info.reason, info.message, this.activity, advice, cause === undefined ? undefined : { cause });
+  }
+
+  /** Fails with DeviceLostError if the device is lost already: work started on it now could never finish. */
+  private throwIfDeviceLost(): void {
+    if (this.device.info) throw this.lostError(this.device.info);
+  }
+
+  /**
+   * `work`, unless the device is lost first: then DeviceLostError at once, whatever `work` does
+   * (a step on a lost device may fail late with a cryptic error, or not settle at all).
+   */
+  private whileDeviceLives<T>(work: T | Promise<T>): Promise<T> {
+    const p = Promise.resolve(work);
+    const device = this.device;
+    return new Promise<T>((resolve, reject) => {
+      const off = device.onLost((info) => {
+        p.catch(() => {}); // what the abandoned work does next no longer matters
+        reject(this.lostError(info));
+      });
+      p.then(
+        (v) => {
+          off();
+          resolve(v);
+        },
+        (e: unknown) => {
+          off();
+          reject(e);
+        },
+      );
+    });
   }
 
   /** One state for everyone, from a surviving replica (or a checkpoint): see `recover`. */
@@ -251,13 +379,16 @@ class ElasticRun<M extends StepMetrics> {
     const { pg } = round;
     const o = this.o;
     const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
-    const r = await recover(pg, o.state, this.record, claim, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
+    const device = this.device;
+    const r = await recover(pg, this.state, this.record, claim, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
+    // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
+    if (device.info) throw this.lostError(device.info);
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.heldIn = { instance: pg.instance, round: pg.round };
     this.inFlight = -1;
     this.record = { ...r.run, generations: r.run.generations + 1 };
-    const p = o.state.progress;
+    const p = this.state.progress;
     this.emit({
       type: 'round',
       round: round.key,
@@ -281,7 +412,7 @@ class ElasticRun<M extends StepMetrics> {
   private async train(round: Round, ddp: DistributedDataParallel): Promise<Outcome> {
     const o = this.o;
     const { pg } = round;
-    const p = o.state.progress;
+    const p = this.state.progress;
     const n = pg.worldSize;
     const length = o.datasetLength;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
@@ -298,25 +429,29 @@ class ElasticRun<M extends StepMetrics> {
         const to = Math.min(from + o.batchSize, indices.length);
         const batch = indices.slice(from, to);
         this.inFlight = p.step + 1;
+        this.activity = `step ${p.step + 1}`;
+        this.throwIfDeviceLost();
         this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding: Math.max(0, to - Math.max(from, firstPadding)) });
-        const metrics = (await o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: o.state.optimizer, pg })) ?? ({} as M);
+        const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
 
         // Commit: the step's samples are trained on; the group's position moves past them.
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
         p.step++;
         this.inFlight = -1;
 
+        this.activity = `the end of step ${p.step}`;
         const vote = await this.vote(pg, metrics);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
-        await o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics });
+        await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
         // Before a checkpoint: a diverged state is never saved.
-        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) await verifyReplicas(pg, o.state.model);
+        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
         if (vote.stoppedBy !== null) return { kind: 'stopped', by: vote.stoppedBy };
         if (vote.regroup) return { kind: 'regroup' };
       }
       if (p.position >= length) {
-        await o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch });
+        this.activity = `the end of epoch ${p.epoch}`;
+        await this.whileDeviceLives(o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch }));
         p.epoch++;
         p.position = 0;
         if (o.checkpointAtEpochEnd ?? (o.min < o.max || (o.checkpointEvery ?? 0) > 0)) await this.checkpoint(pg);
@@ -353,11 +488,13 @@ class ElasticRun<M extends StepMetrics> {
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */
   private async checkpoint(pg: ProcessGroup): Promise<void> {
     if (pg.rank !== 0) return;
-    const step = this.o.state.progress.step;
+    const step = this.state.progress.step;
     try {
-      const saved = await saveState(this.o.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta });
+      const saved = await saveState(this.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta });
       this.emit({ type: 'checkpoint', step, name: saved.name, bytes: saved.bytes });
     } catch (err) {
+      // Not a failed save but a lost device: the run handles that.
+      if (this.device.isLost() || err instanceof DeviceLostError) throw err;
       this.emit({ type: 'checkpoint-failed', step, error: (err as Error).message });
     }
   }
@@ -366,6 +503,16 @@ class ElasticRun<M extends StepMetrics> {
     this.o.onEvent?.(e);
     recordEvent(e);
   }
+}
+
+/** An error a WebGPU readback or submission gives once its device is lost. */
+function looksLikeDeviceLoss(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return err.name === 'AbortError' || err.name === 'OperationError' || /device (was |is )?lost|mapAsync|GPUDevice/i.test(err.message);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
