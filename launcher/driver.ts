@@ -57,9 +57,9 @@ async function freezePage(page: Page, log: (line: string) => void): Promise<void
   }
 }
 
-/** The default: headless pages of one Playwright-driven Chromium. */
-export async function headlessDriver(): Promise<RankDriver> {
-  const browser: Browser = await launchChromium();
+/** The default: headless pages of one Playwright-driven Chromium (`extraArgs`: e.g. `trustArgs`). */
+export async function headlessDriver(extraArgs: readonly string[] = []): Promise<RankDriver> {
+  const browser: Browser = await launchChromium(extraArgs);
   return {
     name: 'headless',
     async newRank(h: RankHandlers): Promise<RankTarget> {

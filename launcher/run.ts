@@ -7,7 +7,9 @@ import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { newSessionToken, withToken } from '../src/session_token.ts';
+import { keptCertificate, type TlsOptions } from '../signaling/tls.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
+import { trustArgs } from './browser.ts';
 import { tabsDriver } from './tabs.ts';
 import { buildScript } from './build_script.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
@@ -30,6 +32,13 @@ export interface LaunchOptions {
   scriptArgs?: string[];
   /** Use this server instead of starting one. */
   server?: string;
+  /**
+   * The launcher's own server serves https and wss with the self-signed certificate kept in
+   * certs/ (made if needed), and the ranks' Chromium trusts exactly that certificate.
+   */
+  https?: boolean;
+  /** The certificate (PEM) of `server`, for the ranks to trust (a self-signed server's certs/cert.pem). */
+  serverCert?: string;
   session: string;
   /** The session's secret; the pages get it in their links' fragments. Default: a new one. */
   token?: string;
@@ -113,7 +122,24 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.intensiveThrottlingAfterSec !== undefined && !opts.tabs) {
     throw new Error('--intensive-throttling-after needs --tabs: headless pages are never throttled');
   }
-  const driver: RankDriver = opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
+  if (opts.https && opts.server) {
+    throw new Error("--https serves the launcher's own server over TLS; for a server already running, give its URL (https://...) and, if self-signed, its certificate with --server-cert FILE");
+  }
+  let tls: TlsOptions | undefined;
+  if (opts.https) {
+    try {
+      tls = await keptCertificate({ log: (l) => log(`[launch] ${l}`) });
+    } catch (err) {
+      const message = `could not make a certificate for --https: ${(err as Error).message}`;
+      log(`[launch] FAILED ${message}`);
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
+    }
+  }
+  // The ranks trust the one certificate the server presents, nothing more.
+  const trusted = tls ? trustArgs(tls.cert) : opts.serverCert ? trustArgs(opts.serverCert) : [];
+  const driver: RankDriver = opts.tabs
+    ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec, extraArgs: trusted })
+    : await headlessDriver(trusted);
   const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
@@ -122,6 +148,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
   // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
+  // The server URL the ranks opened, for the summary.
+  let opened: { url?: string } = {};
   const checkSettled = () => {
     if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
   };
@@ -129,11 +157,12 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     let base = opts.server;
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions });
+      server = await startServer({ port: 0, log: () => {}, ...opts.serverOptions, ...(tls ? { tls } : {}) });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
     const url = base;
+    opened = { url };
     const sampleVisibility = () =>
       Promise.all(pages.filter((p) => p.expected).map(async (p) => ({ rank: p.rank ?? p.index, state: await p.page.visibility() })));
     let reachedStep = 0;
@@ -181,7 +210,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'restart-server': {
           const port = server!.port;
           await server!.close();
-          server = await startServer({ port, log: () => {}, ...opts.serverOptions });
+          server = await startServer({ port, log: () => {}, ...opts.serverOptions, ...(tls ? { tls } : {}) });
           log(`[launch] server restarted on port ${port}`);
           return;
         }
@@ -264,7 +293,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures }, results };
+      return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: failures }, results };
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -277,10 +306,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     const summary = script ? summarizeScript(opts.job, opts.nproc, results, events) : summarize(opts.job, opts.nproc, results, events);
     const faultsOut = injected.map(({ at: _at, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...opened, ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message] }, results: [] };
   } finally {
     await driver.close();
     await server?.close();

@@ -16,7 +16,8 @@
  * relays every control to all of the session's sockets; 'end' also closes them and refuses the
  * session from then on.
  */
-import { createServer } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
@@ -45,6 +46,7 @@ import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
 import { infoHandler, lanUrls, listenError, listeningLabel } from './network.ts';
+import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -88,11 +90,21 @@ export interface ServerOptions {
   allowedOrigins?: string[];
   /** Where server messages go. Default: console.log; pass () => {} to silence. */
   log?: (line: string) => void;
+  /**
+   * Serve page, API and WebSocket over TLS (https and wss on the one port) with this certificate
+   * and key (`keptCertificate()` makes a self-signed one, `readTlsFiles()` reads PEM files).
+   * A certificate or key that cannot be used rejects with `ServerStartError`. Default: plain http.
+   */
+  tls?: TlsOptions;
 }
 
 export interface RunningServer {
-  /** http://host:port/ */
+  /** http://host:port/, or https://host:port/ under TLS. */
   url: string;
+  /** Served over TLS (https, wss). */
+  secure: boolean;
+  /** The certificate served under TLS: its fingerprint, SPKI hash, names. */
+  certificate?: CertificateFacts;
   port: number;
   /**
    * Page URLs other machines can open (`GET /api/info`'s `urls`): one per network address when
@@ -110,7 +122,8 @@ export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 
 /**
  * Starts the server. Rejects with `ServerStartError` (a message saying what to do) when it cannot
- * listen: the port is in use or not allowed, or HOST is not this machine's.
+ * listen: the port is in use or not allowed, HOST is not this machine's, or the TLS certificate or
+ * key cannot be used.
  */
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -142,15 +155,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  // Checked before anything runs: a bad certificate stops the start, naming the file.
+  const tls = options.tls;
+  let certificate: CertificateFacts | undefined;
+  if (tls) {
+    checkTls(tls);
+    certificate = certificateFacts(tls.cert);
+  }
+  const scheme = tls ? 'https' : 'http';
   const origins = new OriginPolicy({
     listenHost: host,
+    secure: tls !== undefined,
     allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
     allowedOrigins: options.allowedOrigins ?? envList('ALLOWED_ORIGINS'),
   });
   // Filled in once listening (the port may be 0 until then).
   let bound = port;
-  const info = infoHandler(() => ({ urls: lanUrls(host, bound), secure: false, listening: listeningLabel(host, bound) }));
-  const http = createServer((req, res) => {
+  const info = infoHandler(() => ({ urls: lanUrls(host, bound, undefined, scheme), secure: tls !== undefined, listening: listeningLabel(host, bound) }));
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const verdict = origins.check(req);
     if (!verdict.ok) {
       res.writeHead(verdict.status, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(verdict.message);
@@ -164,7 +186,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         res.writeHead(500, { 'content-type': 'text/plain' });
         res.end(`internal error: ${String(err)}`);
       });
-  });
+  };
+  const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);
   let lastOriginLog = 0;
   const wss = new WebSocketServer({
     server: http,
@@ -539,10 +562,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
 
   return {
-    url: `http://${shownHost}:${bound}/`,
+    url: `${scheme}://${shownHost}:${bound}/`,
+    secure: tls !== undefined,
+    ...(certificate ? { certificate } : {}),
     port: bound,
     get urls() {
-      return lanUrls(host, bound);
+      return lanUrls(host, bound, undefined, scheme);
     },
     host,
     sessions: sessions.map,
