@@ -268,7 +268,18 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
       for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
       u.search = params.toString();
-      await rp.page.open(withToken(u, token));
+      try {
+        await rp.page.open(withToken(u, token));
+      } catch (err) {
+        const cert = /net::(ERR_CERT_[A-Z_]+)/.exec((err as Error).message)?.[1];
+        if (!cert) throw err;
+        // Playwright's message carries the page's link, token included: say what to do instead.
+        throw new Error(
+          opts.https
+            ? `the ranks refused the launcher's own certificate (${cert}): remove certs/ (or CERT_DIR) to make a new one`
+            : `the ranks do not trust ${serverUrl}'s certificate (${cert}): for a self-signed server give its certificate with --server-cert FILE (its certs/cert.pem)`,
+        );
+      }
     };
 
     for (let i = 0; i < opts.nproc; i++) await openPage(url, i);

@@ -13,6 +13,8 @@ export interface ServerInfo {
   secure: boolean;
   /** The address and port the server listens on, e.g. "0.0.0.0:8080". */
   listening: string;
+  /** Under TLS: the certificate's SHA-256 fingerprint ("AB:CD:...") and whether it is self-signed (browsers warn until trusted). */
+  certificate?: { fingerprint256: string; selfSigned: boolean };
 }
 
 const WILDCARD = new Set(['0.0.0.0', '::', '']);

@@ -171,7 +171,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   // Filled in once listening (the port may be 0 until then).
   let bound = port;
-  const info = infoHandler(() => ({ urls: lanUrls(host, bound, undefined, scheme), secure: tls !== undefined, listening: listeningLabel(host, bound) }));
+  const info = infoHandler(() => ({
+    urls: lanUrls(host, bound, undefined, scheme),
+    secure: tls !== undefined,
+    listening: listeningLabel(host, bound),
+    ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
+  }));
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const verdict = origins.check(req);
     if (!verdict.ok) {

@@ -220,8 +220,9 @@ describe('the server over https and wss', () => {
     const tls = await testCertificate();
     const server = await withServer({ tls, host: '0.0.0.0' });
     servers.push(server);
-    const info = JSON.parse((await get(`https://127.0.0.1:${server.port}/api/info`, tls.cert)).body) as { urls: string[]; secure: boolean };
+    const info = JSON.parse((await get(`https://127.0.0.1:${server.port}/api/info`, tls.cert)).body) as { urls: string[]; secure: boolean; certificate: unknown };
     expect(info.secure).toBe(true);
+    expect(info.certificate).toEqual({ fingerprint256: new X509Certificate(tls.cert).fingerprint256, selfSigned: true });
     expect(info.urls.length).toBeGreaterThan(0);
     for (const u of info.urls) expect(u).toMatch(/^https:\/\//);
     // The page itself.
