@@ -7,6 +7,7 @@
  */
 import { X509Certificate, createHash, createPrivateKey, createPublicKey, type KeyObject } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { hostname, networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { ServerStartError } from './network.ts';
@@ -113,6 +114,21 @@ export function machineNames(interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = n
   return { dns: [...new Set(dns)], ips: [...new Set(['127.0.0.1', '::1', ...addresses])] };
 }
 
+/**
+ * `machineNames()` and the names the server is told to answer to (ALLOWED_HOSTS, comma-separated):
+ * a DNS name other machines use must be in the certificate too, or browsers refuse it.
+ */
+export function certificateNames(env: NodeJS.ProcessEnv = process.env): MachineNames {
+  const names = machineNames();
+  for (const raw of (env.ALLOWED_HOSTS ?? '').split(',')) {
+    const h = raw.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1');
+    if (!h) continue;
+    const list = isIP(h) ? names.ips : names.dns;
+    if (!list.includes(h)) list.push(h);
+  }
+  return names;
+}
+
 /** The names and addresses of `want` that `cert` does not cover. */
 export function uncovered(cert: string | Buffer, want: MachineNames): string[] {
   const x = leaf(cert);
@@ -176,7 +192,7 @@ export function readTlsFiles(certFile: string, keyFile: string): TlsOptions {
 export interface KeptCertificateOptions {
   /** Where it is kept (cert.pem, key.pem). Default: `defaultCertDir()`. */
   dir?: string;
-  /** What it must cover. Default: `machineNames()`. */
+  /** What it must cover. Default: `certificateNames()` (this machine and ALLOWED_HOSTS). */
   names?: MachineNames;
   /** Made anew when it expires sooner than this. Default 30 days. */
   renewWithinDays?: number;
@@ -204,7 +220,7 @@ export interface KeptCertificate extends TlsOptions {
  */
 export async function keptCertificate(options: KeptCertificateOptions = {}): Promise<KeptCertificate> {
   const dir = options.dir ?? defaultCertDir();
-  const names = options.names ?? machineNames();
+  const names = options.names ?? certificateNames();
   const now = options.now ?? new Date();
   const renewMs = (options.renewWithinDays ?? 30) * 86_400_000;
   const certFile = join(dir, 'cert.pem');

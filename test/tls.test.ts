@@ -12,7 +12,7 @@ import { hostname, networkInterfaces, tmpdir, type NetworkInterfaceInfo } from '
 import { join } from 'node:path';
 import { WebSocket } from 'ws';
 import { ServerStartError, startServer, PROJECT_ROOT, type RunningServer } from '../signaling/server.ts';
-import { keptCertificate, machineNames, makeSelfSigned, readTlsFiles, spkiSha256, tlsFromEnv, trustLines } from '../signaling/tls.ts';
+import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTlsFiles, spkiSha256, tlsFromEnv, trustLines } from '../signaling/tls.ts';
 import { trustArgs } from '../launcher/browser.ts';
 import { StoreClient } from '../src/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
@@ -63,6 +63,10 @@ describe('the kept self-signed certificate', () => {
     expect(names.dns).toEqual(['localhost', 'labhost', 'labhost.local']);
     expect(names.ips).toEqual(['127.0.0.1', '::1', '192.168.1.20', 'fd00::20']);
     expect(machineNames({}, 'lab.example.org').dns).toEqual(['localhost', 'lab.example.org']);
+    // Names the server is told to answer to must be in its certificate too.
+    const allowed = certificateNames({ ALLOWED_HOSTS: 'DDP.lab.example, 203.0.113.5,[fd00::7]' });
+    expect(allowed.dns).toContain('ddp.lab.example');
+    expect(allowed.ips).toEqual(expect.arrayContaining(['203.0.113.5', 'fd00::7']));
   });
 
   it('is made for the real names and addresses, with its key 0600, and reused', async () => {
