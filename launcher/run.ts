@@ -147,9 +147,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const injected: Array<{ fault: string; atStep: number; at: number; detectedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
-  // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   // The server URL the ranks opened, for the summary.
   let opened: { url?: string } = {};
+  // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   const checkSettled = () => {
     if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
   };

@@ -126,6 +126,13 @@ export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
  * key cannot be used.
  */
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
+  // Checked before anything runs (timers, sessions): a bad certificate stops the start, naming the file.
+  const tls = options.tls;
+  let certificate: CertificateFacts | undefined;
+  if (tls) {
+    checkTls(tls);
+    certificate = certificateFacts(tls.cert);
+  }
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
   const datasetsDir = resolve(options.datasetsDir ?? join(PROJECT_ROOT, 'node_modules'));
@@ -155,13 +162,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
-  // Checked before anything runs: a bad certificate stops the start, naming the file.
-  const tls = options.tls;
-  let certificate: CertificateFacts | undefined;
-  if (tls) {
-    checkTls(tls);
-    certificate = certificateFacts(tls.cert);
-  }
   const scheme = tls ? 'https' : 'http';
   const origins = new OriginPolicy({
     listenHost: host,
