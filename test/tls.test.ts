@@ -3,10 +3,10 @@
  * reused, is remade when it no longer covers them), bad TLS_CERT/TLS_KEY stopping the start with
  * a message naming the file, and the real server over https and wss with real clients.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { X509Certificate, createHash, createPublicKey } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { hostname, networkInterfaces, tmpdir, type NetworkInterfaceInfo } from 'node:os';
 import { join } from 'node:path';
@@ -23,7 +23,15 @@ afterEach(async () => {
   for (const s of servers.splice(0)) await s.close();
 });
 
-const tempDir = () => mkdtempSync(join(tmpdir(), 'ddp-tls-test-'));
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+const tempDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ddp-tls-test-'));
+  dirs.push(dir);
+  return dir;
+};
 const lines = (): { log: (l: string) => void; seen: string[] } => {
   const seen: string[] = [];
   return { log: (l) => seen.push(l), seen };

@@ -5,7 +5,7 @@
  * or the launcher's ranks would. Two ranks train over wss and WebRTC; the same name over plain
  * http is no secure context, which shows the test can fail.
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from '@playwright/test';
@@ -83,7 +83,8 @@ test('the same name over plain http is no secure context: no WebGPU', async () =
 test('launch({ https: true }) serves its ranks over https and both have WebGPU', async () => {
   // The launcher keeps its certificate in CERT_DIR: a fresh folder, not the project's certs/.
   const saved = process.env.CERT_DIR;
-  process.env.CERT_DIR = mkdtempSync(join(tmpdir(), 'ddp-launch-certs-'));
+  const dir = mkdtempSync(join(tmpdir(), 'ddp-launch-certs-'));
+  process.env.CERT_DIR = dir;
   const lines: string[] = [];
   try {
     const { ok, summary } = await launch({ nproc: 2, job: 'rendezvous', https: true, session: sessionName('launch-https'), timeoutSec: 120, jobParams: {}, log: (l) => lines.push(l) });
@@ -98,5 +99,6 @@ test('launch({ https: true }) serves its ranks over https and both have WebGPU',
   } finally {
     if (saved === undefined) delete process.env.CERT_DIR;
     else process.env.CERT_DIR = saved;
+    rmSync(dir, { recursive: true, force: true });
   }
 });
