@@ -1,6 +1,7 @@
 /** Debian's Chromium with the flags headless ranks need (see PLATFORM.md). */
 import { existsSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright';
+import { spkiSha256 } from '../signaling/tls.ts';
 
 export function chromiumPath(): string {
   const path = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -26,6 +27,16 @@ export const CHROMIUM_ARGS = [
   '--enable-features=Vulkan',
 ];
 
-export function launchChromium(): Promise<Browser> {
-  return chromium.launch({ executablePath: chromiumPath(), args: CHROMIUM_ARGS, headless: true });
+/** `extraArgs`: e.g. `trustArgs(cert)` for a server with a self-signed certificate. */
+export function launchChromium(extraArgs: readonly string[] = []): Promise<Browser> {
+  return chromium.launch({ executablePath: chromiumPath(), args: [...CHROMIUM_ARGS, ...extraArgs], headless: true });
+}
+
+/**
+ * Chromium args that make it accept exactly this certificate's public key for https and wss,
+ * not any certificate (as --ignore-certificate-errors would). Chromium honours the flag only
+ * with a --user-data-dir, which Playwright always passes.
+ */
+export function trustArgs(cert: string | Buffer): string[] {
+  return [`--ignore-certificate-errors-spki-list=${spkiSha256(cert)}`];
 }

@@ -106,9 +106,9 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
   };
 }
 
-/** The default: headless pages of one Playwright-driven Chromium. */
-export async function headlessDriver(): Promise<RankDriver> {
-  const browser: Browser = await launchChromium();
+/** The default: headless pages of one Playwright-driven Chromium (`extraArgs`: e.g. `trustArgs`). */
+export async function headlessDriver(extraArgs: readonly string[] = []): Promise<RankDriver> {
+  const browser: Browser = await launchChromium(extraArgs);
   return {
     name: 'headless',
     newRank: async (h: RankHandlers) => playwrightRank(await browser.newPage(), h),

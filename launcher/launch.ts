@@ -10,11 +10,13 @@
  * path is the script's.
  */
 import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
+import { spkiSha256 } from '../signaling/tls.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
@@ -22,7 +24,11 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
-         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]`;
+         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
+         [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]`;
+
+/** Options that take no value: the argument after them is not theirs. */
+const FLAGS = new Set(['--help', '--tabs', '--https']);
 
 /** Launcher options a script run passes to its pages. */
 const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
@@ -32,7 +38,7 @@ function splitAtScript(argv: string[]): { launcher: string[]; script?: string; s
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a.startsWith('--')) {
-      if (!a.includes('=') && a !== '--help' && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) i++;
+      if (!a.includes('=') && !FLAGS.has(a) && i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) i++;
       continue;
     }
     if (!isScript(a)) throw new Error(`"${a}" is not a launcher option or a script (a .ts or .js file)\n${USAGE}`);
@@ -82,6 +88,8 @@ function parse(argv: string[]): LaunchOptions {
       'node-rank': { type: 'string' },
       lan: { type: 'string' },
       'lan-rates': { type: 'string' },
+      https: { type: 'boolean' },
+      'server-cert': { type: 'string' },
     },
   });
   if (values.help) {
@@ -92,8 +100,27 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert']);
   const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
+  const server = typeof values.server === 'string' ? values.server : undefined;
+  if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");
+  const certFile = values['server-cert'];
+  if (certFile !== undefined && (typeof certFile !== 'string' || !server?.startsWith('https:'))) {
+    throw new Error('--server-cert FILE goes with --server https://...: the certificate the ranks should trust for that server');
+  }
+  let serverCert: string | undefined;
+  if (typeof certFile === 'string') {
+    try {
+      serverCert = readFileSync(certFile, 'utf8');
+    } catch (err) {
+      throw new Error(`--server-cert: cannot read ${certFile} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): give the server's certificate file (PEM), e.g. its certs/cert.pem`);
+    }
+    try {
+      spkiSha256(serverCert);
+    } catch (err) {
+      throw new Error(`--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`);
+    }
+  }
   const intensiveRaw = values['intensive-throttling-after'];
   const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
   if (intensiveThrottlingAfterSec !== undefined) {
@@ -109,7 +136,6 @@ function parse(argv: string[]): LaunchOptions {
   }
   const nnodes = values.nnodes === undefined ? 1 : Number(values.nnodes);
   const nodeRank = values['node-rank'] === undefined ? 0 : Number(values['node-rank']);
-  const server = typeof values.server === 'string' ? values.server : undefined;
   const problems = checkMultiNode({ nnodes, nodeRank, server, token, sessionGiven: typeof values.session === 'string' });
   if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
   const jobParams: Record<string, string> = {};
@@ -173,6 +199,8 @@ function parse(argv: string[]): LaunchOptions {
     scriptArgs: split.scriptArgs,
     server,
     ...(nnodes > 1 ? { nnodes, nodeRank } : {}),
+    ...(values.https === true ? { https: true } : {}),
+    ...(serverCert === undefined ? {} : { serverCert }),
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
     token,
     timeoutSec,

@@ -7,7 +7,9 @@ import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { newSessionToken, withToken } from '../src/session_token.ts';
+import { keptCertificate, type TlsOptions } from '../signaling/tls.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
+import { trustArgs } from './browser.ts';
 import { tabsDriver } from './tabs.ts';
 import { checkLanSupport, createLan, type Lan, type LanOptions } from './lan.ts';
 import { lanDriver } from './lan_driver.ts';
@@ -35,6 +37,13 @@ export interface LaunchOptions {
   scriptArgs?: string[];
   /** Use this server instead of starting one. */
   server?: string;
+  /**
+   * The launcher's own server serves https and wss with the self-signed certificate kept in
+   * certs/ (made if needed), and the ranks' Chromium trusts exactly that certificate.
+   */
+  https?: boolean;
+  /** The certificate (PEM) of `server`, for the ranks to trust (a self-signed server's certs/cert.pem). */
+  serverCert?: string;
   session: string;
   /** The session's secret; the pages get it in their links' fragments. Default: a new one. */
   token?: string;
@@ -137,6 +146,21 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.intensiveThrottlingAfterSec !== undefined && !opts.tabs) {
     throw new Error('--intensive-throttling-after needs --tabs: headless pages are never throttled');
   }
+  if (opts.https && opts.server) {
+    throw new Error("--https serves the launcher's own server over TLS; for a server already running, give its URL (https://...) and, if self-signed, its certificate with --server-cert FILE");
+  }
+  let tls: TlsOptions | undefined;
+  if (opts.https) {
+    try {
+      tls = await keptCertificate({ log: (l) => log(`[launch] ${l}`) });
+    } catch (err) {
+      const message = `could not make a certificate for --https: ${(err as Error).message}`;
+      log(`[launch] FAILED ${message}`);
+      return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
+    }
+  }
+  // The ranks trust the one certificate the server presents, nothing more.
+  const trusted = tls ? trustArgs(tls.cert) : opts.serverCert ? trustArgs(opts.serverCert) : [];
   if (opts.lan) {
     if (opts.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
     if (opts.server) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
@@ -156,7 +180,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)`);
   }
-  const driver: RankDriver = lan ? lanDriver(lan, { log, extraArgs: opts.rankChromiumArgs }) : opts.tabs ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec }) : await headlessDriver();
+  const driver: RankDriver = lan
+    ? lanDriver(lan, { log, extraArgs: [...(opts.rankChromiumArgs ?? []), ...trusted] })
+    : opts.tabs
+      ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec, extraArgs: trusted })
+      : await headlessDriver(trusted);
   const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
@@ -172,6 +200,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   // --lan: each rank's address and rate, in every summary (failures too).
   const lanPart = () =>
     lan ? { lan: lan.summary(pages.filter((p) => p.page?.host).map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined }))) } : {};
+  // The server URL the ranks opened, for the summary.
+  let opened: { url?: string } = {};
   // A rank that failed for good fails the run at once (torchrun's default): the others may wait on it forever.
   const checkSettled = () => {
     if (failures.length > 0 || pages.every((p) => p.done || !p.expected)) wake();
@@ -180,11 +210,12 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     let base = opts.server;
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
+      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions, ...(tls ? { tls } : {}) });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
     const url = base;
+    opened = { url };
     const sampleVisibility = () =>
       Promise.all(pages.filter((p) => p.expected).map(async (p) => ({ rank: p.rank ?? p.index, state: await p.page.visibility() })));
     let reachedStep = 0;
@@ -240,7 +271,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'restart-server': {
           const port = server!.port;
           await server!.close();
-          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions });
+          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions, ...(tls ? { tls } : {}) });
           log(`[launch] server restarted on port ${port}`);
           return;
         }
@@ -306,7 +337,18 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       if (rank !== undefined && opts.jobParams.min === undefined && !script) params.set('rank', String(rank));
       for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
       u.search = params.toString();
-      await rp.page.open(withToken(u, token));
+      try {
+        await rp.page.open(withToken(u, token));
+      } catch (err) {
+        const cert = /net::(ERR_CERT_[A-Z_]+)/.exec((err as Error).message)?.[1];
+        if (!cert) throw err;
+        // Playwright's message carries the page's link, token included: say what to do instead.
+        throw new Error(
+          opts.https
+            ? `the ranks refused the launcher's own certificate (${cert}): remove certs/ (or CERT_DIR) to make a new one`
+            : `the ranks do not trust ${serverUrl}'s certificate (${cert}): for a self-signed server give its certificate with --server-cert FILE (its certs/cert.pem)`,
+        );
+      }
     };
 
     if (nnodes > 1) {
@@ -350,7 +392,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      return { ok: false, summary: { ...summaryBase, ok: false, errors: failures, ...lanPart() }, results };
+      return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: failures, ...lanPart() }, results };
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -363,10 +405,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     const summary = script ? summarizeScript(opts.job, worldSize, results, events) : summarize(opts.job, worldSize, results, events);
     const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };
   } finally {
     nodeGroup?.close();
     await driver.close();

@@ -26,6 +26,8 @@ export interface TabsOptions {
    * after this many seconds hidden instead of the browser's default grace period (minutes), so that a test sees in seconds what a class sees after minutes.
    */
   intensiveThrottlingAfterSec?: number;
+  /** More Chromium args, e.g. `trustArgs(cert)` for a server with a self-signed certificate. */
+  extraArgs?: readonly string[];
 }
 
 /** TABS_ARGS with the features a run asks for (Chromium reads only one --enable-features). */
@@ -132,6 +134,7 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
       `-screen 0 ${SCREEN.width}x${SCREEN.height}x24`,
       chromiumPath(),
       ...args,
+      ...(options.extraArgs ?? []),
       `--remote-debugging-port=${port}`,
       `--user-data-dir=${userDataDir}`,
       `--window-size=${WINDOW.width},${WINDOW.height}`,

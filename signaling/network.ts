@@ -9,10 +9,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 export interface ServerInfo {
   /** Page URLs other machines can open (empty when the server listens on loopback only). */
   urls: string[];
-  /** Whether the page is served over HTTPS (this server serves plain HTTP: false). */
+  /** Whether the page is served over HTTPS (`startServer({ tls })`, `npm start -- --https`). */
   secure: boolean;
   /** The address and port the server listens on, e.g. "0.0.0.0:8080". */
   listening: string;
+  /** Under TLS: the certificate's SHA-256 fingerprint ("AB:CD:...") and whether it is self-signed (browsers warn until trusted). */
+  certificate?: { fingerprint256: string; selfSigned: boolean };
 }
 
 const WILDCARD = new Set(['0.0.0.0', '::', '']);
@@ -28,8 +30,8 @@ function isLinkLocal6(address: string): boolean {
   return /^fe[89ab][0-9a-f]:/i.test(address);
 }
 
-function urlOf(address: string, port: number): string {
-  return `http://${address.includes(':') ? `[${address}]` : address}:${port}/`;
+function urlOf(address: string, port: number, scheme: 'http' | 'https'): string {
+  return `${scheme}://${address.includes(':') ? `[${address}]` : address}:${port}/`;
 }
 
 /**
@@ -40,13 +42,18 @@ function urlOf(address: string, port: number): string {
  * - On one non-loopback address or name: that one.
  * - On loopback: none.
  */
-export function lanUrls(listenHost: string, port: number, interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = networkInterfaces()): string[] {
-  if (!WILDCARD.has(listenHost)) return isLoopback(listenHost) ? [] : [urlOf(listenHost.replace(/^\[(.*)\]$/, '$1'), port)];
+export function lanUrls(
+  listenHost: string,
+  port: number,
+  interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = networkInterfaces(),
+  scheme: 'http' | 'https' = 'http',
+): string[] {
+  if (!WILDCARD.has(listenHost)) return isLoopback(listenHost) ? [] : [urlOf(listenHost.replace(/^\[(.*)\]$/, '$1'), port, scheme)];
   const all = Object.values(interfaces).flatMap((list) => list ?? []).filter((a) => !a.internal);
   const v4 = all.filter((a) => a.family === 'IPv4').map((a) => a.address);
   const v6 = listenHost === '::' ? all.filter((a) => a.family === 'IPv6' && !isLinkLocal6(a.address)).map((a) => a.address) : [];
   // An address on two interfaces (a bridge) is one URL.
-  return [...new Set([...v4, ...v6])].map((a) => urlOf(a, port));
+  return [...new Set([...v4, ...v6])].map((a) => urlOf(a, port, scheme));
 }
 
 /** "0.0.0.0:8080", "[::]:8080", "127.0.0.1:8080". */
@@ -77,17 +84,17 @@ export function infoHandler(info: () => ServerInfo): (req: IncomingMessage, res:
 }
 
 /**
- * The server could not listen: a port in use, one it may not bind, an address that is not this
- * machine's. The message says what to do; `npm start` prints it alone.
+ * The server could not start: a port in use, one it may not bind, an address that is not this
+ * machine's, a certificate or key it cannot use. The message says what to do; `npm start` prints it alone.
  */
 export class ServerStartError extends Error {
   override name = 'ServerStartError';
   constructor(
     message: string,
-    /** The system's code: EADDRINUSE, EACCES, EADDRNOTAVAIL, ... */
+    /** The system's code (EADDRINUSE, EACCES, EADDRNOTAVAIL, ...) or ERR_TLS_* for a bad certificate or key. */
     readonly code: string,
-    readonly port: number,
-    readonly host: string,
+    readonly port?: number,
+    readonly host?: string,
   ) {
     super(message);
   }

@@ -5,7 +5,9 @@
  *   foreign name resolved to this machine by DNS rebinding reaches nothing;
  * - `Origin`, when a browser sends one, must be this server's own (the same host and port the
  *   request was sent to) or a configured one, so that another site's page open in the same
- *   browser cannot use the store, the signaling relay or the checkpoint routes.
+ *   browser cannot use the store, the signaling relay or the checkpoint routes. A server
+ *   serving https takes only https origins: a page of the same host and port over plain http
+ *   is not its own.
  * Requests without `Origin` (Node clients, the launcher, same-origin page loads) pass.
  */
 import type { IncomingMessage } from 'node:http';
@@ -18,6 +20,8 @@ export interface OriginPolicyOptions {
   allowedHosts?: readonly string[];
   /** More origins whose pages may use the server (e.g. `https://ddp.example.org` behind a proxy). */
   allowedOrigins?: readonly string[];
+  /** The server serves https (its own pages' origins are https://). */
+  secure?: boolean;
 }
 
 export type Verdict = { ok: true } | { ok: false; status: 403; message: string };
@@ -27,8 +31,14 @@ const WILDCARD = new Set(['0.0.0.0', '::', '']);
 export class OriginPolicy {
   private readonly hosts: Set<string>;
   private readonly origins: Set<string>;
+  /**
+   * The scheme of this server's own pages. A plain-http server also takes https origins of its
+   * own host and port: a TLS reverse proxy in front of it keeps the Host header.
+   */
+  private readonly schemes: ReadonlySet<string>;
 
   constructor(options: OriginPolicyOptions) {
+    this.schemes = new Set(options.secure ? ['https:'] : ['http:', 'https:']);
     const hosts = ['localhost', '127.0.0.1', '::1', ...(options.allowedHosts ?? [])];
     if (WILDCARD.has(options.listenHost)) {
       // Listening on every interface: other machines reach it by any of this machine's addresses or its name.
@@ -60,7 +70,7 @@ export class OriginPolicy {
     } catch {
       parsed = undefined; // "null" (sandboxed frames, file://) and garbage are foreign
     }
-    if (parsed && (parsed.host === host!.toLowerCase() || this.origins.has(parsed.origin))) return { ok: true };
+    if (parsed && ((parsed.host === host!.toLowerCase() && this.schemes.has(parsed.protocol)) || this.origins.has(parsed.origin))) return { ok: true };
     return {
       ok: false,
       status: 403,

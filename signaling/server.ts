@@ -16,7 +16,8 @@
  * relays every control to all of the session's sockets; 'end' also closes them and refuses the
  * session from then on.
  */
-import { createServer } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
@@ -47,6 +48,7 @@ import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
 import { checkIceConfig, iceConfigFromEnv, iceServersFor, type IceConfig } from './ice.ts';
 import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
+import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -96,11 +98,21 @@ export interface ServerOptions {
   ice?: IceConfig;
   /** Where server messages go. Default: console.log; pass () => {} to silence. */
   log?: (line: string) => void;
+  /**
+   * Serve page, API and WebSocket over TLS (https and wss on the one port) with this certificate
+   * and key (`keptCertificate()` makes a self-signed one, `readTlsFiles()` reads PEM files).
+   * A certificate or key that cannot be used rejects with `ServerStartError`. Default: plain http.
+   */
+  tls?: TlsOptions;
 }
 
 export interface RunningServer {
-  /** http://host:port/ */
+  /** http://host:port/, or https://host:port/ under TLS. */
   url: string;
+  /** Served over TLS (https, wss). */
+  secure: boolean;
+  /** The certificate served under TLS: its fingerprint, SPKI hash, names. */
+  certificate?: CertificateFacts;
   port: number;
   /**
    * Page URLs other machines can open (`GET /api/info`'s `urls`): one per network address when
@@ -118,9 +130,17 @@ export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
 
 /**
  * Starts the server. Rejects with `ServerStartError` (a message saying what to do) when it cannot
- * listen: the port is in use or not allowed, or HOST is not this machine's.
+ * listen: the port is in use or not allowed, HOST is not this machine's, or the TLS certificate or
+ * key cannot be used.
  */
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
+  // Checked before anything runs (timers, sessions): a bad certificate stops the start, naming the file.
+  const tls = options.tls;
+  let certificate: CertificateFacts | undefined;
+  if (tls) {
+    checkTls(tls);
+    certificate = certificateFacts(tls.cert);
+  }
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
   const datasetsDir = resolve(options.datasetsDir ?? join(PROJECT_ROOT, 'node_modules'));
@@ -156,15 +176,22 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   } catch (err) {
     throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
   }
+  const scheme = tls ? 'https' : 'http';
   const origins = new OriginPolicy({
     listenHost: host,
+    secure: tls !== undefined,
     allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
     allowedOrigins: options.allowedOrigins ?? envList('ALLOWED_ORIGINS'),
   });
   // Filled in once listening (the port may be 0 until then).
   let bound = port;
-  const info = infoHandler(() => ({ urls: lanUrls(host, bound), secure: false, listening: listeningLabel(host, bound) }));
-  const http = createServer((req, res) => {
+  const info = infoHandler(() => ({
+    urls: lanUrls(host, bound, undefined, scheme),
+    secure: tls !== undefined,
+    listening: listeningLabel(host, bound),
+    ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
+  }));
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const verdict = origins.check(req);
     if (!verdict.ok) {
       res.writeHead(verdict.status, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(verdict.message);
@@ -178,7 +205,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         res.writeHead(500, { 'content-type': 'text/plain' });
         res.end(`internal error: ${String(err)}`);
       });
-  });
+  };
+  const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);
   let lastOriginLog = 0;
   const wss = new WebSocketServer({
     server: http,
@@ -555,10 +583,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
 
   return {
-    url: `http://${shownHost}:${bound}/`,
+    url: `${scheme}://${shownHost}:${bound}/`,
+    secure: tls !== undefined,
+    ...(certificate ? { certificate } : {}),
     port: bound,
     get urls() {
-      return lanUrls(host, bound);
+      return lanUrls(host, bound, undefined, scheme);
     },
     host,
     sessions: sessions.map,

@@ -69,6 +69,13 @@ export interface StoreClientOptions {
   connectTimeoutMs?: number;
   /** How long a non-blocking request may go unanswered before it fails. Default 30 s. */
   requestTimeoutMs?: number;
+  /**
+   * Node only: the certificate(s), PEM, to trust for a wss:// server whose certificate no CA of
+   * Node's signed, e.g. the self-signed `certs/cert.pem` of `npm start -- --https`
+   * (NODE_EXTRA_CA_CERTS=FILE does the same for a whole process). A browser trusts what its own
+   * certificate store trusts and cannot take this.
+   */
+  ca?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
 }
 
 type Handler<E> = (event: E) => void;
@@ -98,14 +105,18 @@ interface SocketLike {
   onerror: ((ev: unknown) => void) | null;
   onmessage: ((ev: { data: unknown }) => void) | null;
 }
-type SocketConstructor = new (url: string) => SocketLike;
+type SocketConstructor = new (url: string, protocols?: string[], options?: { ca: StoreClientOptions['ca'] }) => SocketLike;
 
 /** WebSocket.OPEN, the same in browsers and in `ws`. */
 const OPEN = 1;
 
-async function socketConstructor(): Promise<SocketConstructor> {
+async function socketConstructor(withCa: boolean): Promise<SocketConstructor> {
   const native = (globalThis as { WebSocket?: unknown }).WebSocket;
-  if (native) return native as SocketConstructor;
+  if (withCa) {
+    // Only `ws` takes a CA; a browser (whose bundle may polyfill `process`) has no Node version.
+    const node = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node;
+    if (!node) throw new TypeError('the `ca` option is for Node: a browser trusts the certificates its own certificate store trusts');
+  } else if (native) return native as SocketConstructor;
   // Node 20 has no global WebSocket; `ws` is the implementation the server uses too.
   const ws = await import('ws');
   return ws.WebSocket as unknown as SocketConstructor;
@@ -123,6 +134,27 @@ export function storeSocketUrl(url: string): string {
   u.search = '';
   u.hash = '';
   return u.toString();
+}
+
+/** Node's TLS error codes for a server certificate it does not trust. */
+const UNTRUSTED_CERT = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+]);
+
+/** ": <ws's reason>" for a failed connect, with what to do about an untrusted certificate. */
+function whyNotConnected(failure: { message?: string; error?: { code?: string } } | undefined): string {
+  const message = typeof failure?.message === 'string' && failure.message ? failure.message : undefined;
+  if (!message) return '';
+  const code = failure?.error?.code;
+  if (code && UNTRUSTED_CERT.has(code)) {
+    return `: ${message}. Trust the server's certificate: pass it as \`ca\` (StoreClient.connect's option; a self-signed server's is certs/cert.pem) or set NODE_EXTRA_CA_CERTS to its file`;
+  }
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `: ${message}. Connect by a name or address the server's certificate covers`;
+  return `: ${message}`;
 }
 
 export class StoreClient implements Store {
@@ -165,10 +197,12 @@ export class StoreClient implements Store {
   static async connect(url: string, options: StoreClientOptions): Promise<StoreClient> {
     const wsUrl = storeSocketUrl(url);
     const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    const Ctor = await socketConstructor();
-    const socket = new Ctor(wsUrl);
+    const Ctor = await socketConstructor(options.ca !== undefined);
+    const socket = options.ca === undefined ? new Ctor(wsUrl) : new Ctor(wsUrl, undefined, { ca: options.ca });
     // The server may close right after accepting (too many sockets from this address): keep why.
     let closedEarly: { code: number; reason: string } | undefined;
+    // Node's `ws` says why a socket failed (a certificate it does not trust); browsers never do.
+    let failure: { message?: string; error?: { code?: string } } | undefined;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         socket.close();
@@ -178,11 +212,13 @@ export class StoreClient implements Store {
         clearTimeout(timer);
         resolve();
       };
-      socket.onerror = () => {};
+      socket.onerror = (ev) => {
+        failure = typeof ev === 'object' && ev !== null ? (ev as typeof failure) : undefined;
+      };
       socket.onclose = (ev) => {
         clearTimeout(timer);
         closedEarly = { code: ev.code, reason: ev.reason };
-        reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})`, ev.code, ev.reason));
+        reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})${whyNotConnected(failure)}`, ev.code, ev.reason));
       };
     });
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);

@@ -20,6 +20,9 @@ function form(changes: Record<string, string> = {}): Record<string, string> {
   return { session: 'my-run', ...fieldDefaults({}), ...changes };
 }
 
+/** A SHA-256 fingerprint as the server reports it. */
+const FP = Array.from({ length: 32 }, (_, i) => (i * 7 + 16).toString(16).toUpperCase().padStart(2, '0')).join(':');
+
 describe('the create form', () => {
   it('has the session name, then one field per schema option shown in the form', () => {
     expect(FORM_FIELDS.map((f) => f.label)).toEqual(['Session name', ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => o.label)]);
@@ -84,6 +87,12 @@ describe('the create form', () => {
     expect(reachNote('http://localhost:8080/', { urls: [], secure: false, listening: '127.0.0.1:8080' })).toContain('the server listens on 127.0.0.1:8080 only');
     expect(reachNote('http://192.168.1.5:8080/', { urls: ['http://192.168.1.5:8080/'], secure: false, listening: '0.0.0.0:8080' })).toMatch(/plain http, where browsers offer no WebGPU/);
     expect(reachNote('https://class.example:8443/', null)).toBe('');
+    expect(reachNote('https://class.example:8443/', { urls: [], secure: true, listening: '0.0.0.0:8443', certificate: { fingerprint256: FP, selfSigned: false } })).toBe('');
+  });
+
+  it('over https with a self-signed certificate, says which fingerprint the other browsers\' warning must show', () => {
+    const note = reachNote('https://192.168.1.5:8080/', { urls: ['https://192.168.1.5:8080/'], secure: true, listening: '0.0.0.0:8080', certificate: { fingerprint256: FP, selfSigned: true } });
+    expect(note).toContain(`SHA-256 fingerprint the warning page's certificate shows is ${FP}, then proceed`);
   });
 
   it('a link with every option set parses back to the job the form describes', () => {
@@ -163,6 +172,10 @@ describe('where other machines reach the server', () => {
       listening: '0.0.0.0:8080',
     });
     expect(parseServerInfo({ urls: 'http://x/' })).toBeNull();
+    const tls = { urls: ['https://192.168.1.5:8080/'], secure: true, listening: '0.0.0.0:8080' };
+    expect(parseServerInfo({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } })).toEqual({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } });
+    // Shown to people as what to compare: anything but a fingerprint is dropped.
+    expect(parseServerInfo({ ...tls, certificate: { fingerprint256: 'trust me', selfSigned: true } })).toEqual(tls);
     expect(parseServerInfo(null)).toBeNull();
   });
 

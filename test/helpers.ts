@@ -2,6 +2,10 @@
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import { StoreClient } from '../src/store.ts';
 import { newSessionToken } from '../src/session_token.ts';
+import { keptCertificate, type KeptCertificate } from '../signaling/tls.ts';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 export async function withServer(options: ServerOptions = {}): Promise<RunningServer> {
   return startServer({ port: 0, log: () => {}, ...options });
@@ -20,8 +24,17 @@ export function tokenFor(session: string): string {
   return token;
 }
 
-export function connect(server: RunningServer, session: string, timeoutMs = 5_000): Promise<StoreClient> {
-  return StoreClient.connect(server.url, { session, token: tokenFor(session), timeoutMs });
+let certificate: Promise<KeptCertificate> | undefined;
+/** One self-signed certificate for this machine per test process, kept in a temporary folder (not certs/). */
+export function testCertificate(): Promise<KeptCertificate> {
+  certificate ??= keptCertificate({ dir: mkdtempSync(join(tmpdir(), 'ddp-test-certs-')) });
+  return certificate;
+}
+
+/** A store client for `server`; over wss it trusts the test certificate (the one `testCertificate()` gives). */
+export async function connect(server: RunningServer, session: string, timeoutMs = 5_000): Promise<StoreClient> {
+  const ca = server.secure ? (await testCertificate()).cert : undefined;
+  return StoreClient.connect(server.url, { session, token: tokenFor(session), timeoutMs, ...(ca ? { ca } : {}) });
 }
 
 export const text = (b: Uint8Array) => new TextDecoder().decode(b);

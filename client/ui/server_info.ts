@@ -12,6 +12,8 @@ export interface ServerInfo {
   secure: boolean;
   /** The address it listens on, e.g. "127.0.0.1:8080". */
   listening: string;
+  /** Under https: the certificate's SHA-256 fingerprint, and whether it is self-signed (other browsers warn until they trust it). */
+  certificate?: { fingerprint256: string; selfSigned: boolean };
 }
 
 /** Checks the answer's shape: a page must not build links from whatever a proxy returned. */
@@ -20,7 +22,13 @@ export function parseServerInfo(body: unknown): ServerInfo | null {
   const b = body as Record<string, unknown>;
   if (!Array.isArray(b.urls) || typeof b.secure !== 'boolean' || typeof b.listening !== 'string') return null;
   const urls = b.urls.filter((u): u is string => typeof u === 'string' && /^https?:\/\//.test(u) && URL.canParse(u));
-  return { urls, secure: b.secure, listening: b.listening };
+  const c = b.certificate as Record<string, unknown> | undefined;
+  // Shown to people as the thing to compare: only a well-formed fingerprint is.
+  const certificate =
+    typeof c === 'object' && c !== null && typeof c.fingerprint256 === 'string' && /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(c.fingerprint256) && typeof c.selfSigned === 'boolean'
+      ? { fingerprint256: c.fingerprint256, selfSigned: c.selfSigned }
+      : undefined;
+  return { urls, secure: b.secure, listening: b.listening, ...(certificate ? { certificate } : {}) };
 }
 
 /** The server's info, or null when it has none to give (404, an old server, a timeout). */

@@ -203,7 +203,10 @@ export function reachNote(url: string, server: ServerInfo | null): string {
     return `Only this computer can open this link: ${why}. To let other machines in, restart the server with HOST=0.0.0.0 npm start and create the session again.`;
   }
   if (u.protocol === 'http:') {
-    return 'Other computers open this over plain http, where browsers offer no WebGPU: their tabs train on WebGL or the CPU instead, and say so.';
+    return 'Other computers open this over plain http, where browsers offer no WebGPU: their tabs train on WebGL or the CPU instead, and say so. For WebGPU, restart the server with npm start -- --https.';
+  }
+  if (server?.certificate?.selfSigned) {
+    return `The server's certificate is self-signed: other computers' browsers warn about it the first time. Check that the SHA-256 fingerprint the warning page's certificate shows is ${server.certificate.fingerprint256}, then proceed (or import the server's certs/cert.pem as trusted).`;
   }
   return '';
 }

@@ -26,12 +26,13 @@ export function sessionName(prefix: string): string {
   return `${prefix}-${Date.now().toString(36)}-${++sessions}`;
 }
 
-/** Opens one page per rank running `job` with the given URL parameters. */
+/** Opens one page per rank running `job` with the given URL parameters (at `base`, default the server's URL). */
 export async function openRanks(
   browser: Browser,
   server: RunningServer,
   n: number,
   params: Record<string, string>,
+  base: string = server.url,
 ): Promise<RankPage[]> {
   const context = await browser.newContext();
   const ranks: RankPage[] = [];
@@ -49,7 +50,7 @@ export async function openRanks(
       if (r.type === 'result') settle.resolve(r.result);
       if (r.type === 'error') settle.reject(Object.assign(new Error(r.message), { name: r.name }));
     });
-    const url = new URL(server.url);
+    const url = new URL(base);
     url.search = new URLSearchParams({ world: String(n), rank: String(i), ...params }).toString();
     await page.goto(withToken(url, tokenFor(params.session ?? '')));
     ranks.push({ page, result, reports });
