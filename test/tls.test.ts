@@ -230,7 +230,10 @@ describe('the server over https and wss', () => {
 
   it('GET /api/info says secure and lists https URLs; the origin check takes its https origin only', async () => {
     const tls = await testCertificate();
-    const server = await withServer({ tls, host: '0.0.0.0' });
+    // A page of its own: the built one (dist/) may not exist yet when vitest runs.
+    const staticDir = tempDir();
+    writeFileSync(join(staticDir, 'index.html'), '<!doctype html><title>page</title>');
+    const server = await withServer({ tls, host: '0.0.0.0', staticDir });
     servers.push(server);
     const info = JSON.parse((await get(`https://127.0.0.1:${server.port}/api/info`, tls.cert)).body) as { urls: string[]; secure: boolean; certificate: unknown };
     expect(info.secure).toBe(true);
