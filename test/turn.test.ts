@@ -3,12 +3,15 @@
  * started and stopped on loopback (no root needed; skipped without coturn). That ranks really
  * connect through it, relay at both ends, is test/e2e/turn.spec.ts (root).
  */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { runTag } from '../launcher/lan.ts';
 import { linksOf } from '../launcher/summaries.ts';
+import { iceServersFor } from '../signaling/ice.ts';
 import { findTurnserver, freeUdpPort, isStunBindingSuccess, killRunTurnserver, stunBindingRequest, turnserverConfig, TurnProcess, type TurnSettings } from '../launcher/turn.ts';
 
 const dirs: string[] = [];
@@ -147,6 +150,70 @@ describe.skipIf(coturn === undefined)('the real turnserver', () => {
     writeFileSync(join(other, 'turnserver.pid'), `${process.pid}\n`);
     expect(killRunTurnserver(other)).toBe(false);
   });
+});
+
+/**
+ * coturn in a network namespace of the test's own (two addresses on a veth pair), driven by
+ * coturn's own client, turnutils_uclient: it allocates a relay with the credentials the server
+ * mints (signaling/ice.ts) and sends through it to a peer address. Root only.
+ */
+describe.skipIf(coturn === undefined || process.getuid?.() !== 0)('the relay with the server\'s credentials (root)', () => {
+  const ns = `${runTag(process.pid, 46_000)}-turntest`;
+  const secret = randomBytes(24).toString('base64url');
+  const ip = (...args: string[]) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], timeout: 15_000 }).toString();
+
+  /** Starts coturn in the namespace with `allowedPeers`, runs the client once as `username`/`credential`, stops coturn; returns what both said. */
+  async function relayOnce(allowedPeers: string[], username: string, credential: string): Promise<{ client: string; server: string }> {
+    const dir = runDir();
+    writeFileSync(join(dir, 'turnserver.conf'), turnserverConfig(settings(dir, { listenIp: '10.0.0.1', relayIp: '10.0.0.1', secret, allowedPeers })), { mode: 0o600 });
+    const proc = spawn('ip', ['netns', 'exec', ns, coturn!, '-c', join(dir, 'turnserver.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let server = '';
+    proc.stdout.on('data', (d: Buffer) => (server += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (server += d.toString()));
+    try {
+      // Ready when it answers STUN (the client would only say it could not allocate).
+      for (let attempt = 0; ; attempt++) {
+        if (spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1', 'turnutils_stunclient', '-p', '3478', '10.0.0.1'], { timeout: 5_000 }).status === 0) break;
+        if (attempt >= 30) throw new Error(`coturn did not answer STUN in the test namespace; it said:\n${server.slice(-2000)}`);
+        await new Promise((res) => setTimeout(res, 200));
+      }
+      const r = spawnSync('ip', ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'], { timeout: 20_000 });
+      return { client: `${r.stdout}${r.stderr}`, server };
+    } finally {
+      proc.kill('SIGKILL');
+      await new Promise((res) => (proc.exitCode !== null ? res(undefined) : proc.once('exit', res)));
+    }
+  }
+
+  afterAll(() => {
+    try {
+      ip('netns', 'del', ns);
+    } catch {
+      /* never made */
+    }
+  });
+
+  it('relays between relay addresses when they are allowed, refuses peers that are not, and credentials not minted with the secret', async () => {
+    ip('netns', 'add', ns);
+    ip('-n', ns, 'link', 'set', 'lo', 'up');
+    ip('-n', ns, 'link', 'add', 'name', 'va', 'type', 'veth', 'peer', 'name', 'vb');
+    ip('-n', ns, 'addr', 'add', '10.0.0.1/24', 'dev', 'va');
+    ip('-n', ns, 'addr', 'add', '10.0.0.2/24', 'dev', 'vb');
+    ip('-n', ns, 'link', 'set', 'va', 'up');
+    ip('-n', ns, 'link', 'set', 'vb', 'up');
+    const [minted] = iceServersFor({ turn: { secret, urls: ['turn:10.0.0.1:3478'] } }, 'a-session');
+    // -y: two clients relay to each other's relay address, as two ranks do through --turn.
+    const allowed = await relayOnce(['10.0.0.1'], minted!.username!, minted!.credential!);
+    expect(allowed.client, allowed.client).toMatch(/tot_recv_msgs=[1-9]/);
+    const denied = await relayOnce(['10.0.0.2'], minted!.username!, minted!.credential!);
+    expect(denied.client, denied.client).toContain('403 (Forbidden IP)');
+    expect(denied.client).not.toMatch(/tot_recv_msgs=[1-9]/);
+    const credential = minted!.credential!;
+    const wrong = await relayOnce(['10.0.0.1'], minted!.username!, `${credential[0] === 'A' ? 'B' : 'A'}${credential.slice(1)}`);
+    expect(wrong.client, wrong.client).not.toMatch(/tot_recv_msgs=[1-9]/);
+    // coturn answered STUN just before: the allocation fails on the credential (coturn answers 401 to each try).
+    expect(wrong.client).toContain('Cannot complete Allocation');
+  }, 60_000);
 });
 
 describe("the launcher's links summary", () => {
