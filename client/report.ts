@@ -4,7 +4,7 @@
  * `elastic` reports carry the library's own events (rounds, the samples each step trained,
  * the end), from the built-in job and from user scripts alike.
  */
-import { setEventHandler, type ElasticEvent } from '../src/index.ts';
+import { setEventHandler, type ElasticEvent, type ProcessGroup } from '../src/index.ts';
 
 export type Report =
   | { type: 'rank'; rank: number; worldSize: number }
@@ -28,4 +28,22 @@ export function report(r: Report): void {
 /** Sends the library's elastic events of this page to the launcher. */
 export function reportElasticEvents(): void {
   if (window.__ddpReport) setEventHandler((event) => report({ type: 'elastic', event }));
+}
+
+/** One link as a rank reports it to the launcher: which way its bytes go (see ProcessGroup.linkDetails). */
+export interface LinkReport {
+  peer: number;
+  state: string;
+  local: string | null;
+  remote: string | null;
+  protocol: string | null;
+  rttMs: number | null;
+}
+
+/** This rank's links now, for its result (read once, at the end of a job). */
+export async function linkReport(pg: ProcessGroup): Promise<LinkReport[]> {
+  const details = await pg.linkDetails();
+  return details
+    .sort((a, b) => a.peer - b.peer)
+    .map((d) => ({ peer: d.peer, state: d.state, local: d.path?.local ?? null, remote: d.path?.remote ?? null, protocol: d.path?.protocol ?? null, rttMs: d.path?.rttMs ?? null }));
 }

@@ -14,6 +14,12 @@
  * Each host namespace has a default route via 10.A.B.254, an address no host has: Chromium gathers
  * no ICE candidates without a default route, and with this one nothing can leave the LAN.
  *
+ * `isolate`: the hosts' bridge ports are isolated (as a guest Wi-Fi isolates its clients): a rank
+ * reaches the server's address and nothing else, the ranks cannot reach each other, and WebRTC
+ * connects them only through a relay. `turn`: the launcher starts one, coturn (launcher/turn.ts),
+ * listening on the server's address and relaying from an address on a /24 of its own (on the
+ * launcher's veth) that no host has a route to, so a relayed link is relayed at both ends.
+ *
  * Names carry the owning process's pid and a per-process run number (`ddp<pid36>-<n>`), so two runs
  * never collide and a later run sweeps what a dead run left behind. The /24 is one that no address
  * or route of the root namespace overlaps, reserved by a file created with O_EXCL in the state
@@ -25,6 +31,8 @@ import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_pro
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { findTurnserver, freeUdpPort, killRunTurnserver, newTurnSecret, RELAY_PORTS, TURN_REALM, TurnProcess } from './turn.ts';
+import type { IceConfig } from '../signaling/ice.ts';
 
 /** How fast each host's link is. */
 export interface LanOptions {
@@ -32,6 +40,10 @@ export interface LanOptions {
   rateMbit?: number;
   /** One rate per initial rank (host index 0..nproc-1): a heterogeneous LAN. */
   rates?: number[];
+  /** Hosts cannot reach each other, only the server (isolated bridge ports). */
+  isolate?: boolean;
+  /** Start a TURN relay (Debian's coturn) for the run; the server hands the ranks credentials for it. */
+  turn?: boolean;
 }
 
 /** One host on the LAN: a namespace, its address and its link's rate. */
@@ -50,6 +62,10 @@ export interface LanSummary {
   /** The run's name prefix: every namespace and interface of the run starts with it. */
   run: string;
   ranks: Array<{ rank: number | null; address: string; rateMbit: number; finished: boolean }>;
+  /** The hosts could reach only the server (`isolate`). */
+  isolated?: true;
+  /** The run's TURN relay: where ranks reached it and the address it relayed from. */
+  turn?: { url: string; relay: string };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,6 +286,7 @@ export function sweepLeftovers(tools = checkLanSupport()): string[] {
         }
       }
       if (dead(owner)) {
+        if (killRunTurnserver(join(root, entry))) removed.push(`turnserver of ${entry}`);
         rmSync(join(root, entry), { recursive: true, force: true });
         removed.push(`${root}/${entry}`);
       }
@@ -294,6 +311,13 @@ let done = false;
 const reap = () => {
   if (done) return;
   done = true;
+  // The run's coturn first (its pid file, checked against its command line: pids are recycled).
+  try {
+    const dir = path.join(stateRoot, tag);
+    const pid = Number(fs.readFileSync(path.join(dir, 'turnserver.pid'), 'utf8').trim());
+    const cmd = fs.readFileSync('/proc/' + pid + '/cmdline', 'utf8');
+    if (pid > 1 && cmd.includes('turnserver') && cmd.includes(dir)) process.kill(pid, 'SIGKILL');
+  } catch {}
   run(['link', 'del', tag + 's']);
   const names = run(['netns', 'list']).split('\\n').map((l) => l.trim().split(/\\s+/)[0]).filter((n) => n && n.startsWith(tag + '-'));
   for (const n of names.sort((a, b) => (a.endsWith('-lan') ? 1 : 0) - (b.endsWith('-lan') ? 1 : 0))) run(['netns', 'del', n]);
@@ -365,11 +389,14 @@ export class Lan {
   readonly serverAddress: string;
   readonly hosts: LanHost[] = [];
   private readonly stateDir: string;
-  private readonly reservation: string;
+  private readonly reservations: string[];
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
   private finished = false;
   private reaper?: ChildProcess;
+  /** The run's TURN relay (`turn`), and the address it relays from. */
+  private turn?: TurnProcess;
+  private relayAddress?: string;
 
   /** Use createLan(). */
   constructor(
@@ -383,7 +410,7 @@ export class Lan {
     this.subnet = `${prefix}.0/24`;
     this.serverAddress = `${prefix}.1`;
     this.stateDir = join(stateRoot(), tag);
-    this.reservation = join(stateRoot(), `subnet-${prefix}`);
+    this.reservations = [join(stateRoot(), `subnet-${prefix}`)];
   }
 
   /** The address no host has, the hosts' default route (see the module comment). */
@@ -435,6 +462,8 @@ export class Lan {
     await this.ip('-n', ns, 'link', 'set', 'lo', 'up');
     await this.ip('-n', n.lanNs, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns);
     await this.ip('-n', n.lanNs, 'link', 'set', port, 'master', n.bridge, 'up');
+    // An isolated port forwards only to ports that are not: the server's. Hosts see no one else.
+    if (this.options.isolate) await this.ip('-n', n.lanNs, 'link', 'set', 'dev', port, 'type', 'bridge_slave', 'isolated', 'on');
     await this.ip('-n', ns, 'link', 'set', 'eth0', 'addrgenmode', 'none');
     await this.ip('-n', ns, 'addr', 'add', `${host.address}/24`, 'dev', 'eth0');
     await this.ip('-n', ns, 'link', 'set', 'eth0', 'up');
@@ -443,6 +472,45 @@ export class Lan {
     await this.tc('-n', ns, 'qdisc', 'add', 'dev', 'eth0', 'root', ...tbfArgs(host.rateMbit));
     await this.tc('-n', n.lanNs, 'qdisc', 'add', 'dev', port, 'root', ...tbfArgs(host.rateMbit));
     return host;
+  }
+
+  /**
+   * Starts the run's TURN relay (called once, by createLan, after `up`): coturn listening on the
+   * server's address, relaying from the .1 of a second reserved /24, put on the launcher's veth
+   * as a /32. Hosts route only their own /24 (and their default route goes nowhere), so no host
+   * reaches the relay address: the relay talks to relays, and to the LAN's hosts only if they
+   * could answer (with `isolate` they cannot).
+   */
+  async startTurn(): Promise<TurnProcess> {
+    const binary = findTurnserver();
+    const relayPrefix = reserveSubnet(this.tools.ip, this.tag);
+    this.reservations.push(join(stateRoot(), `subnet-${relayPrefix}`));
+    const relayAddress = `${relayPrefix}.1`;
+    await this.ip('addr', 'add', `${relayAddress}/32`, 'dev', this.names.serverVeth);
+    this.relayAddress = relayAddress;
+    const prefix = this.prefix;
+    this.turn = await TurnProcess.start(
+      {
+        listenIp: this.serverAddress,
+        listenPort: await freeUdpPort(this.serverAddress, 3478),
+        relayIp: relayAddress,
+        minPort: RELAY_PORTS.min,
+        maxPort: RELAY_PORTS.max,
+        secret: newTurnSecret(),
+        realm: TURN_REALM,
+        // Exactly the run's addresses: the LAN's /24 and the relay's own.
+        allowedPeers: [`${prefix}.0-${prefix}.255`, relayAddress],
+        dir: this.stateDir,
+      },
+      { binary },
+    );
+    this.log(`lan: TURN relay (coturn, pid ${this.turn.pid}) at ${this.turn.url}, relaying from ${relayAddress}`);
+    return this.turn;
+  }
+
+  /** What the server hands the ranks for the run's relay (undefined without one). */
+  iceConfig(): IceConfig | undefined {
+    return this.turn ? { turn: { secret: this.turn.secret, urls: [this.turn.url] } } : undefined;
   }
 
   /**
@@ -467,6 +535,8 @@ export class Lan {
       server: this.serverAddress,
       run: this.tag,
       ranks: ranks.map((r) => ({ rank: r.rank ?? null, address: r.host.address, rateMbit: r.host.rateMbit, finished: r.finished })),
+      ...(o.isolate ? { isolated: true as const } : {}),
+      ...(this.turn && this.relayAddress ? { turn: { url: this.turn.url, relay: this.relayAddress } } : {}),
     };
   }
 
@@ -485,7 +555,7 @@ export class Lan {
     if (this.finished) return;
     this.finished = true;
     rmSync(this.stateDir, { recursive: true, force: true });
-    rmSync(this.reservation, { force: true });
+    for (const r of this.reservations) rmSync(r, { force: true });
     this.reaper?.stdin?.end(); // nothing left for it: it exits
     untrack(this);
   }
@@ -495,15 +565,18 @@ export class Lan {
     if (this.closed) return;
     this.closed = true;
     await this.chain; // a host being made
+    // The relay before the addresses it listens and relays on.
+    await this.turn?.stop();
     for (const [bin, args] of this.teardownSteps()) await run(bin, args).catch(() => {});
     this.finish();
-    this.log(`lan: removed ${this.names.lanNs} and ${this.hosts.length} host namespace(s)`);
+    this.log(`lan: removed ${this.names.lanNs} and ${this.hosts.length} host namespace(s)${this.turn ? ', stopped the TURN relay' : ''}`);
   }
 
   /** The same, synchronously (for the 'exit' handler; also finishes an asynchronous close under way). */
   closeSync(): void {
     if (this.finished) return;
     this.closed = true;
+    this.turn?.stopSync();
     for (const [bin, args] of this.teardownSteps()) {
       try {
         runSync(bin, args);
@@ -567,6 +640,14 @@ export async function createLan(options: LanOptions, log: (line: string) => void
   } catch (err) {
     await lan.close();
     throw new Error(`could not make the virtual LAN: ${(err as Error).message}`);
+  }
+  if (options.turn) {
+    try {
+      await lan.startTurn();
+    } catch (err) {
+      await lan.close();
+      throw new Error(`could not start the TURN relay: ${(err as Error).message}`);
+    }
   }
   return lan;
 }

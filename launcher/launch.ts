@@ -17,6 +17,7 @@ import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
+import { findTurnserver } from './turn.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
@@ -25,10 +26,11 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
          [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
-         [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]`;
+         [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
+         [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]`;
 
 /** Options that take no value: the argument after them is not theirs. */
-const FLAGS = new Set(['--help', '--tabs', '--https']);
+const FLAGS = new Set(['--help', '--tabs', '--https', '--lan-isolate', '--turn']);
 
 /** Launcher options a script run passes to its pages. */
 const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
@@ -56,15 +58,21 @@ function parseAt(flag: string, value: string): { n: number; step: number } {
 
 /** --lan MBIT and --lan-rates R0,R1,...: checked here, root and iproute2 included, so that the run fails before it starts. */
 function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<string, unknown>): LanOptions | undefined {
-  if (rate === undefined && rates === undefined) return undefined;
+  if (rate === undefined && rates === undefined) {
+    if (values['lan-isolate'] || values.turn) throw new Error(`--lan-isolate and --turn work on the virtual LAN: add --lan MBIT (root)\n${USAGE}`);
+    return undefined;
+  }
   if (rate === true || rates === true) throw new Error(`--lan takes a rate in Mbit/s (--lan 40), --lan-rates one per rank (--lan-rates 100,100,20)\n${USAGE}`);
   const lan: LanOptions = {
     ...(rate === undefined ? {} : { rateMbit: parseRate('--lan', String(rate)) }),
     ...(rates === undefined ? {} : { rates: parseRates(String(rates), nproc) }),
+    ...(values['lan-isolate'] === true ? { isolate: true } : {}),
+    ...(values.turn === true ? { turn: true } : {}),
   };
   if (values.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
   if (values.server !== undefined) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
   checkLanSupport();
+  if (lan.turn) findTurnserver();
   return lan;
 }
 
@@ -90,6 +98,8 @@ function parse(argv: string[]): LaunchOptions {
       'lan-rates': { type: 'string' },
       https: { type: 'boolean' },
       'server-cert': { type: 'string' },
+      'lan-isolate': { type: 'boolean' },
+      turn: { type: 'boolean' },
     },
   });
   if (values.help) {
@@ -100,7 +110,7 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert', 'lan-isolate', 'turn']);
   const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
   const server = typeof values.server === 'string' ? values.server : undefined;
   if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");

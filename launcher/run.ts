@@ -13,6 +13,7 @@ import { trustArgs } from './browser.ts';
 import { tabsDriver } from './tabs.ts';
 import { checkLanSupport, createLan, type Lan, type LanOptions } from './lan.ts';
 import { lanDriver } from './lan_driver.ts';
+import { findTurnserver } from './turn.ts';
 import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
@@ -64,6 +65,7 @@ export interface LaunchOptions {
   /**
    * A LAN in a box (launcher/lan.ts): every rank a Chromium of its own in its own network
    * namespace on a bridge, its link shaped to its rate; the server listens on the bridge. Root only.
+   * `isolate`: the ranks cannot reach each other; `turn`: a TURN relay (coturn) for the run.
    */
   lan?: LanOptions;
   /** More Chromium flags for each rank's browser (--lan). */
@@ -164,6 +166,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.lan) {
     if (opts.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
     if (opts.server) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
+    if (opts.lan.turn) findTurnserver();
     if (opts.lan.rates && opts.lan.rates.length !== opts.nproc) {
       throw new Error(`--lan-rates gives ${opts.lan.rates.length} rate(s) but --nproc is ${opts.nproc}: give one rate per rank`);
     }
@@ -178,8 +181,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       log(`[launch] FAILED ${(err as Error).message}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
     }
-    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)`);
+    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)${opts.lan.isolate ? '; hosts isolated: each reaches only the server' : ''}`);
   }
+  // --turn: the server mints the ranks' credentials for the run's relay (an explicit `ice` wins).
+  const lanIce = lan?.iceConfig();
+  const serverOptions = { ...(lanIce ? { ice: lanIce } : {}), ...opts.serverOptions };
   const driver: RankDriver = lan
     ? lanDriver(lan, { log, extraArgs: [...(opts.rankChromiumArgs ?? []), ...trusted] })
     : opts.tabs
@@ -210,7 +216,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     let base = opts.server;
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
-      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions, ...(tls ? { tls } : {}) });
+      server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
       base = server.url;
       log(`[launch] server on ${base}`);
     }
@@ -271,7 +277,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'restart-server': {
           const port = server!.port;
           await server!.close();
-          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...opts.serverOptions, ...(tls ? { tls } : {}) });
+          server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
           log(`[launch] server restarted on port ${port}`);
           return;
         }

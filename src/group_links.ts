@@ -4,7 +4,7 @@
  * the pair, so signals of another group or an earlier round never reach them.
  */
 import { DistTimeoutError } from './errors.ts';
-import type { LinkState, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';
+import type { CandidateType, LinkState, PathSample, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';
 import type { SignalEvent, SignalPayload } from './protocol.ts';
 
 export interface GroupLinksOptions {
@@ -26,8 +26,55 @@ export interface GroupLinksOptions {
   onLost(peer: number, reason: string): void;
 }
 
+/** A link's byte counters (the data channel's payload bytes, both ways). */
+export interface LinkStats {
+  peer: number;
+  state: LinkState;
+  bytesSent: number;
+  bytesReceived: number;
+}
+
+/** Where a link's bytes go: the selected ICE candidate pair, its round-trip time and its rates. */
+export interface LinkPath {
+  /** This end's candidate type: "host" (direct), "srflx"/"prflx" (through a NAT), "relay" (through TURN); null when unknown. */
+  local: CandidateType | null;
+  /** The peer's end. */
+  remote: CandidateType | null;
+  /** "udp" or "tcp", or null. */
+  protocol: string | null;
+  rttMs: number | null;
+  /** Bytes per second on the wire since the previous reading (null on the first). */
+  sentBytesPerSec: number | null;
+  receivedBytesPerSec: number | null;
+}
+
+export interface LinkDetails extends LinkStats {
+  /** Null where the transport has no path to report (not open, in-memory links) or did not answer in time. */
+  path: LinkPath | null;
+}
+
+/** Readings closer together than this keep the previous rates: two pollers must not make noise of each other. */
+const MIN_RATE_WINDOW_MS = 500;
+
+/**
+ * The next reading of one link: `cur` with rates over the interval since `prev.sample`, or the
+ * previous rates when the interval is too short (the previous sample is then kept as the base).
+ */
+export function nextPathReading(prev: { sample: PathSample; path: LinkPath } | undefined, cur: PathSample): { sample: PathSample; path: LinkPath } {
+  const base = { local: cur.local, remote: cur.remote, protocol: cur.protocol, rttMs: cur.rttMs };
+  if (!prev) return { sample: cur, path: { ...base, sentBytesPerSec: null, receivedBytesPerSec: null } };
+  const dt = (cur.at - prev.sample.at) / 1000;
+  if (!(dt * 1000 >= MIN_RATE_WINDOW_MS)) {
+    return { sample: prev.sample, path: { ...base, sentBytesPerSec: prev.path.sentBytesPerSec, receivedBytesPerSec: prev.path.receivedBytesPerSec } };
+  }
+  // Counters that went backwards (a new transport) give no rate rather than a negative one.
+  const rate = (a: number, b: number) => (b >= a ? Math.round((b - a) / dt) : null);
+  return { sample: cur, path: { ...base, sentBytesPerSec: rate(prev.sample.bytesSent, cur.bytesSent), receivedBytesPerSec: rate(prev.sample.bytesReceived, cur.bytesReceived) } };
+}
+
 export class GroupLinks {
   private readonly links = new Map<number, PendingLink>();
+  private readonly readings = new Map<number, { sample: PathSample; path: LinkPath }>();
   private closed: Error | undefined;
 
   constructor(private readonly o: GroupLinksOptions) {}
@@ -43,7 +90,7 @@ export class GroupLinks {
     }
     if (pending.link.state === 'open') return Promise.resolve(pending.link);
     return new Promise<PeerLink>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new DistTimeoutError(`a WebRTC link to rank ${peer} to open`, this.o.linkTimeoutMs)), this.o.linkTimeoutMs);
+      const timer = setTimeout(() => reject(new DistTimeoutError(`a WebRTC link to rank ${peer} to open (${this.noPathHint()})`, this.o.linkTimeoutMs)), this.o.linkTimeoutMs);
       pending.opened.then(
         () => {
           clearTimeout(timer);
@@ -76,8 +123,22 @@ export class GroupLinks {
     return [...this.links.values()].map((p) => p.link).filter((l) => l.state === 'open');
   }
 
-  stats(): Array<{ peer: number; state: LinkState; bytesSent: number; bytesReceived: number }> {
+  stats(): LinkStats[] {
     return [...this.links.values()].map(({ link }) => ({ peer: link.peer, state: link.state, bytesSent: link.bytesSent, bytesReceived: link.bytesReceived }));
+  }
+
+  /** `stats()` with each open link's network path, read from the transport; a link that does not answer within `timeoutMs` gets `path: null`. */
+  async details(timeoutMs: number): Promise<LinkDetails[]> {
+    return Promise.all(
+      [...this.links.values()].map(async ({ link }): Promise<LinkDetails> => {
+        const stats = { peer: link.peer, state: link.state, bytesSent: link.bytesSent, bytesReceived: link.bytesReceived };
+        const sample = link.state === 'open' && link.path ? await withinTime(link.path(), timeoutMs) : undefined;
+        if (!sample) return { ...stats, path: null };
+        const reading = nextPathReading(this.readings.get(link.peer), sample);
+        this.readings.set(link.peer, reading);
+        return { ...stats, path: reading.path };
+      }),
+    );
   }
 
   /** No new links from now on; later `get` calls reject with `reason`. */
@@ -107,6 +168,7 @@ export class GroupLinks {
       },
     });
     this.links.set(peer, pending);
+    this.readings.delete(peer);
     this.o.onState(peer, 'connecting');
     pending.opened.then(
       () => this.o.onState(peer, 'open'),
@@ -120,8 +182,32 @@ export class GroupLinks {
     return pending;
   }
 
+  /** What a link that never opened says about the network: most often the ranks cannot reach each other. */
+  private noPathHint(): string {
+    return this.o.iceServers.length === 0
+      ? 'no STUN or TURN server is configured, so only direct paths were tried; ranks on networks that cannot reach each other need a TURN relay: TURN_SECRET and TURN_URLS on the server'
+      : 'no path worked, not even through the configured ICE servers: check that every rank reaches the TURN server and that its credentials are valid';
+  }
+
   /** Both ends of a pair name their link the same way, within this group only. */
   private channel(peer: number): string {
     return `pg:${this.o.groupKey}:${Math.min(this.o.rank, peer)}-${Math.max(this.o.rank, peer)}`;
   }
+}
+
+/** `p`'s value, or undefined if it fails or takes longer than `ms` (stats are for display: never worth a wait or an error). */
+function withinTime<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(undefined), ms);
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      () => {
+        clearTimeout(timer);
+        resolve(undefined);
+      },
+    );
+  });
 }

@@ -11,9 +11,10 @@ export {
   type RendezvousEvent,
   type Round,
 } from './rendezvous.ts';
-export { ProcessGroup, type LinkOptions, type ProcessGroupEvent, type ReduceOpName } from './process_group.ts';
+export { ProcessGroup, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './process_group.ts';
 export { reducer } from './ring.ts';
-export type { PeerLink, PeerLinkFactory, LinkState } from './peer_link.ts';
+export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './peer_link.ts';
+export { selectedPath } from './peer_link.ts';
 export {
   StoreError,
   StoreTimeoutError,

@@ -22,6 +22,31 @@ export interface PeerLink {
   close(): void;
   readonly bytesSent: number;
   readonly bytesReceived: number;
+  /**
+   * The network path under the link now (WebRTC's selected ICE candidate pair), for dashboards and
+   * summaries. Optional: a transport without one (an in-memory test link) leaves it out.
+   */
+  path?(): Promise<PathSample | undefined>;
+}
+
+/** ICE candidate types: a host's own address, its address as a STUN server saw it, as the peer saw it, or a TURN relay's. */
+export type CandidateType = 'host' | 'srflx' | 'prflx' | 'relay';
+
+/** One reading of a link's network path, as `RTCPeerConnection.getStats()` reports it. */
+export interface PathSample {
+  /** This end's candidate of the selected pair; null when the browser did not say. */
+  local: CandidateType | null;
+  /** The peer's candidate of the selected pair. */
+  remote: CandidateType | null;
+  /** "udp" or "tcp" (the local candidate's), or null. */
+  protocol: string | null;
+  /** The pair's current round-trip time (from ICE consent checks), or null before one was measured. */
+  rttMs: number | null;
+  /** The transport's byte counters (everything the connection carried, DTLS and SCTP framing included). */
+  bytesSent: number;
+  bytesReceived: number;
+  /** When the stats were taken, in ms since the epoch (the counters' clock). */
+  at: number;
 }
 
 export interface LinkFactoryOptions {
@@ -105,6 +130,64 @@ export class SendQueue {
   }
 }
 
+const CANDIDATE_TYPES: ReadonlySet<string> = new Set(['host', 'srflx', 'prflx', 'relay']);
+/** A peer connection's stats hold a few entries per candidate; more than this is not a stats report we understand. */
+const MAX_STATS_ENTRIES = 2_000;
+
+/**
+ * The selected candidate pair out of a `getStats()` report's entries: the transport's
+ * `selectedCandidatePairId` (the standard, Chromium), else a pair marked `selected` (Firefox),
+ * else the nominated, succeeded pair that carried the most. Undefined when no pair is selected yet.
+ * Reads defensively: every field is checked, nothing is trusted to be there.
+ */
+export function selectedPath(stats: Iterable<unknown>, now = Date.now()): PathSample | undefined {
+  const byId = new Map<string, Record<string, unknown>>();
+  const transports: Array<Record<string, unknown>> = [];
+  const pairs: Array<Record<string, unknown>> = [];
+  let count = 0;
+  for (const s of stats) {
+    if (++count > MAX_STATS_ENTRIES) break;
+    if (typeof s !== 'object' || s === null) continue;
+    const entry = s as Record<string, unknown>;
+    if (typeof entry.id === 'string') byId.set(entry.id, entry);
+    if (entry.type === 'transport') transports.push(entry);
+    else if (entry.type === 'candidate-pair') pairs.push(entry);
+  }
+  const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null);
+  let pair: Record<string, unknown> | undefined;
+  let transport: Record<string, unknown> | undefined;
+  for (const t of transports) {
+    const id = t.selectedCandidatePairId;
+    const p = typeof id === 'string' ? byId.get(id) : undefined;
+    if (p?.type === 'candidate-pair') {
+      pair = p;
+      transport = t;
+      break;
+    }
+  }
+  pair ??= pairs.find((p) => p.selected === true);
+  pair ??= pairs.filter((p) => p.nominated === true && p.state === 'succeeded').sort((a, b) => (num(b.bytesSent) ?? 0) - (num(a.bytesSent) ?? 0))[0];
+  if (!pair) return undefined;
+  transport ??= transports.find((t) => t.id === pair.transportId);
+  const candidate = (id: unknown): Record<string, unknown> | undefined => (typeof id === 'string' ? byId.get(id) : undefined);
+  const local = candidate(pair.localCandidateId);
+  const remote = candidate(pair.remoteCandidateId);
+  const type = (c: Record<string, unknown> | undefined): CandidateType | null =>
+    typeof c?.candidateType === 'string' && CANDIDATE_TYPES.has(c.candidateType) ? (c.candidateType as CandidateType) : null;
+  const rtt = num(pair.currentRoundTripTime);
+  // The transport's counters survive a change of the selected pair (the pair's restart at zero).
+  const counters = transport && num(transport.bytesSent) !== null ? transport : pair;
+  return {
+    local: type(local),
+    remote: type(remote),
+    protocol: typeof local?.protocol === 'string' && /^(udp|tcp)$/.test(local.protocol) ? local.protocol : null,
+    rttMs: rtt === null ? null : Math.round(rtt * 1e4) / 10,
+    bytesSent: num(counters.bytesSent) ?? 0,
+    bytesReceived: num(counters.bytesReceived) ?? 0,
+    at: num(pair.timestamp) ?? now,
+  };
+}
+
 type SimplePeerCtor = new (opts: SimplePeerOptions) => SimplePeerInstance;
 let simplePeerCtor: SimplePeerCtor | undefined;
 
@@ -184,6 +267,14 @@ class SimplePeerLink implements PeerLink, PendingLink {
 
   get link(): PeerLink {
     return this;
+  }
+
+  async path(): Promise<PathSample | undefined> {
+    // simple-peer keeps its RTCPeerConnection private too; this is the one place that reads it.
+    const pc = (this.sp as unknown as { _pc?: RTCPeerConnection | null })._pc;
+    if (this.state !== 'open' || !pc) return undefined;
+    const report = await pc.getStats();
+    return selectedPath(report.values());
   }
 
   receiveSignal(body: unknown): void {

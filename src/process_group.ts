@@ -15,7 +15,7 @@
  */
 import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError, StoreTimeoutError } from './errors.ts';
 import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, describeCollective, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
-import { GroupLinks } from './group_links.ts';
+import { GroupLinks, type LinkDetails, type LinkStats } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
@@ -30,6 +30,7 @@ const ALIVE_EVERY_MS = 1_000;
 export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
 
 export type { ReduceOpName } from './framing.ts';
+export type { LinkDetails, LinkPath, LinkStats } from './group_links.ts';
 
 /** How a group's links behave: the options every way of making a group takes. */
 export interface LinkOptions {
@@ -203,8 +204,18 @@ export class ProcessGroup {
   }
 
   /** The open or opening links, with their byte counters. */
-  linkStats(): Array<{ peer: number; state: LinkState; bytesSent: number; bytesReceived: number }> {
+  linkStats(): LinkStats[] {
     return this.links.stats();
+  }
+
+  /**
+   * `linkStats()` plus each open link's network path: the selected ICE candidate pair's types
+   * (host, srflx, prflx, relay), its round-trip time and the bytes per second on the wire since
+   * the previous call (from `RTCPeerConnection.getStats()`). Asynchronous and not free: poll it
+   * every second or two, not per step. A link whose stats take longer than `timeoutMs` gets `path: null`.
+   */
+  linkDetails(timeoutMs = 2_000): Promise<LinkDetails[]> {
+    return this.links.details(timeoutMs);
   }
 
   /** Why the group can no longer run collectives, if it cannot. */

@@ -28,9 +28,11 @@ import {
   statusText,
   stepRate,
   summaryEntries,
+  pathWords,
   type DashboardEvent,
   type DashboardState,
 } from '../client/ui/dashboard_state.ts';
+import { pathLabel } from '../client/ui/ring_view.ts';
 
 const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
 
@@ -218,6 +220,29 @@ describe('lost ranks', () => {
     expect(during.lost).toEqual([2]);
     expect(during.log[0]).toMatchObject({ level: 'error', message: 'Rank 2 lost: its link closed during training.' });
     expect(during.links.get(2)).toEqual({ state: 'closed', throughputMBps: undefined });
+  });
+
+  it("a link's path is kept while it is open, told once per kind, and drawn in a few characters", () => {
+    const relay = { local: 'relay', remote: 'relay', protocol: 'udp', rttMs: 3.1, sentBytesPerSec: 1_200_000, receivedBytesPerSec: 900_000 } as const;
+    const s = replay(
+      [
+        { type: 'link', peer: 2, state: 'open' },
+        { type: 'link', peer: 2, state: 'open', throughputMBps: 2.1, path: relay },
+        { type: 'link', peer: 2, state: 'open', throughputMBps: 2.3, path: { ...relay, rttMs: 2.9 } },
+        { type: 'link', peer: 2, state: 'open' },
+      ],
+      training(),
+    );
+    expect(s.links.get(2)).toEqual({ state: 'open', throughputMBps: 2.3, path: { ...relay, rttMs: 2.9 } });
+    expect(ringModel(s).observedLinks.get(2)?.path?.local).toBe('relay');
+    expect(s.log.filter((e) => e.message.startsWith('Link to rank 2 goes')).map((e) => e.message)).toEqual(['Link to rank 2 goes through a TURN relay (relay ↔ relay), round trip 3.1 ms.']);
+    const moved = replay([{ type: 'link', peer: 2, state: 'open', path: { ...relay, local: 'host', remote: 'host', rttMs: 0.4 } }], s);
+    expect(moved.log[0]!.message).toBe('Link to rank 2 goes directly (host ↔ host), round trip 0.4 ms.');
+    expect(replay([{ type: 'link', peer: 2, state: 'closed' }], s).links.get(2)?.path).toBeUndefined();
+    expect(pathWords({ local: 'srflx', remote: 'prflx', rttMs: null })).toBe('directly, through NAT (srflx ↔ prflx)');
+    expect(pathLabel(relay)).toBe('relay · 3.1 ms');
+    expect(pathLabel({ ...relay, local: 'host', remote: 'prflx', rttMs: 12.4 })).toBe('host ↔ prflx · 12 ms');
+    expect(pathLabel({ ...relay, local: null, rttMs: null })).toBe('? ↔ relay');
   });
 
   it('a waiting event never makes a rank lost', () => {

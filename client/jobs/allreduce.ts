@@ -5,6 +5,7 @@
  */
 import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
 import { joinGroup, type JobContext } from './job.ts';
+import { linkReport } from '../report.ts';
 
 /** Small integers, so that sums are exact in float32 and every rank knows the exact answer. */
 export function fillValue(rank: number, size: number, i: number): number {
@@ -91,7 +92,10 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
     ctx.log(`${size} elements: ring ${ring.ms.toFixed(2)} ms${meshRun ? `, mesh ${meshRun.ms.toFixed(2)} ms` : ''}, max abs err ${maxAbsErr}`);
     results.push(row);
   }
+  // Before the barrier: every link is still open here.
+  const links = await linkReport(pg);
+  ctx.log(`links: ${links.map((l) => `to ${l.peer} ${l.local ?? '?'}/${l.remote ?? '?'} ${l.rttMs ?? '?'} ms`).join(', ') || 'none'}`);
   await pg.barrier();
   pg.destroy();
-  return { rank: pg.rank, worldSize: n, op, iters, linkMBps, duplexMBps, results };
+  return { rank: pg.rank, worldSize: n, op, iters, linkMBps, duplexMBps, results, links };
 }

@@ -4,6 +4,7 @@
  * the launcher hears the library's own elastic events instead.
  */
 
+import type { LinkPath } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 
 export type { BackendName, TrainConfig } from './config.ts';
@@ -61,7 +62,15 @@ export type TrainEvent =
       elapsedSec: number;
     }
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }
-  | { type: 'link'; peer: number; state: 'connecting' | 'open' | 'closed'; throughputMBps?: number }
+  | {
+      type: 'link';
+      peer: number;
+      state: 'connecting' | 'open' | 'closed';
+      /** Payload bytes both ways per second over the last two seconds. */
+      throughputMBps?: number;
+      /** The network path under the link (candidate types, RTT, bytes per second on the wire). */
+      path?: LinkPath;
+    }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
   /** A member of the group was lost (its tab closed, froze, or its link broke). */
   | { type: 'rank-lost'; rank: number; reason: string }

@@ -23,6 +23,7 @@ import {
   type StoreClient,
 } from '../../src/index.ts';
 import { encodeValue } from '../../src/protocol.ts';
+import { linkReport } from '../report.ts';
 import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import type { BackendName, TrainConfig } from './config.ts';
@@ -249,6 +250,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const logitsT = tf.tidy(() => model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
   const logits = (await logitsT.data()) as Float32Array;
   logitsT.dispose();
+  const links = await linkReport(pg);
   const summary: Record<string, unknown> = {
     rank: pg.rank,
     worldSize: pg.worldSize,
@@ -270,6 +272,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     resumes: run.resumes,
     // Live tensors after each step: flat when nothing leaks.
     liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
+    // The final group's links: which way each one's bytes went (host, srflx, prflx, relay).
+    links,
     ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
     ...(run.stoppedBy !== null ? { stoppedBy: run.stoppedBy } : {}),
     ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
@@ -371,24 +375,36 @@ async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
   throw new ConfigMismatchError(`this tab's configuration disagrees with session "${opts.session}": ${diffs.join('; ')}`);
 }
 
-/** Link states and lost ranks for the dashboard, and each link's traffic every two seconds. */
+/**
+ * Link states and lost ranks for the dashboard, and every two seconds each link's traffic and
+ * network path (candidate types, round-trip time, bytes per second on the wire).
+ */
 function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
   const last = new Map<number, { t: number; bytes: number }>();
   pg.on((e) => {
     if (e.type === 'link') emit({ type: 'link', peer: e.peer, state: e.state });
     else emit({ type: 'rank-lost', rank: e.rank, reason: e.reason });
   });
+  let reading = false;
   const timer = setInterval(() => {
     if (pg.error) return clearInterval(timer);
-    const now = performance.now();
-    for (const l of pg.linkStats()) {
-      const bytes = l.bytesSent + l.bytesReceived;
-      const prev = last.get(l.peer);
-      last.set(l.peer, { t: now, bytes });
-      if (prev && l.state === 'open') {
-        emit({ type: 'link', peer: l.peer, state: l.state, throughputMBps: (bytes - prev.bytes) / 1e6 / ((now - prev.t) / 1000) });
-      }
-    }
+    // getStats is asynchronous: a slow reading is skipped over, never stacked.
+    if (reading) return;
+    reading = true;
+    pg.linkDetails(1_500)
+      .then((details) => {
+        const now = performance.now();
+        for (const l of details) {
+          const bytes = l.bytesSent + l.bytesReceived;
+          const prev = last.get(l.peer);
+          last.set(l.peer, { t: now, bytes });
+          if (prev && l.state === 'open') {
+            emit({ type: 'link', peer: l.peer, state: l.state, throughputMBps: (bytes - prev.bytes) / 1e6 / ((now - prev.t) / 1000), ...(l.path ? { path: l.path } : {}) });
+          }
+        }
+      })
+      .catch(() => {})
+      .finally(() => (reading = false));
   }, 2000);
 }
 

@@ -272,9 +272,14 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'link': {
       const prev = state.links.get(event.peer);
       const links = new Map(state.links);
-      // A throughput figure stays while the link stays open; an update without one keeps it.
-      links.set(event.peer, { state: event.state, throughputMBps: event.throughputMBps ?? (event.state === 'open' ? prev?.throughputMBps : undefined) });
+      // A throughput figure and a path stay while the link stays open; an update without them keeps them.
+      const path = event.path ?? (event.state === 'open' ? prev?.path : undefined);
+      links.set(event.peer, { state: event.state, throughputMBps: event.throughputMBps ?? (event.state === 'open' ? prev?.throughputMBps : undefined), ...(path ? { path } : {}) });
       let next: DashboardState = { ...state, links };
+      // The path's kind is news when first known or when it changes (ICE moved to another pair).
+      if (event.path && (event.path.local !== prev?.path?.local || event.path.remote !== prev?.path?.remote)) {
+        next = log(next, 'info', `Link to rank ${event.peer} goes ${pathWords(event.path)}.`);
+      }
       const duringTraining = state.phase === 'training';
       if (prev?.state !== event.state) {
         const tp = event.throughputMBps !== undefined ? ` (${event.throughputMBps.toFixed(1)} MB/s)` : '';
@@ -842,6 +847,20 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     cards.test = { value: '–', sub: 'no evaluation yet' };
   }
   return cards;
+}
+
+/** How a link's bytes travel, in words: "directly (host ↔ host)", "through a TURN relay (relay ↔ relay)". */
+export function pathWords(path: { local: string | null; remote: string | null; rttMs: number | null }): string {
+  const pair = `${path.local ?? 'unknown'} ↔ ${path.remote ?? 'unknown'}`;
+  const how =
+    path.local === 'relay' || path.remote === 'relay'
+      ? 'through a TURN relay'
+      : path.local === 'host' && path.remote === 'host'
+        ? 'directly'
+        : path.local === null || path.remote === null
+          ? 'by an unknown path'
+          : 'directly, through NAT';
+  return `${how} (${pair})${path.rttMs === null ? '' : `, round trip ${path.rttMs} ms`}`;
 }
 
 /** What the ring view draws. */

@@ -6,6 +6,7 @@
  * are drawn as "not observed" until a step completes: a completed ring all-reduce means every link
  * carried data, so from then on they are shown as open (inferred, marked as such).
  */
+import type { LinkPath } from '../../src/index.ts';
 import { svg, rankColour } from './dom.ts';
 
 type LinkState = 'connecting' | 'open' | 'closed' | 'unknown';
@@ -17,12 +18,15 @@ interface RingLink {
   /** True when this tab saw the state in a 'link' event; false when inferred or unknown. */
   observed: boolean;
   throughputMBps?: number;
+  path?: LinkPath;
 }
 
 /** What this tab saw of one of its own links. */
 export interface LinkObservation {
   state: 'connecting' | 'open' | 'closed';
   throughputMBps?: number;
+  /** Candidate types, round-trip time and rates on the wire (from the link's WebRTC stats). */
+  path?: LinkPath;
 }
 
 export interface RingModel {
@@ -49,7 +53,7 @@ function ringLinks(model: RingModel): RingLink[] {
     let link: RingLink = { from, to, state: 'unknown', observed: false };
     const peer = model.self === from ? to : model.self === to ? from : null;
     const seen = peer === null ? undefined : model.observedLinks.get(peer);
-    if (seen) link = { from, to, state: seen.state, observed: true, throughputMBps: seen.throughputMBps };
+    if (seen) link = { from, to, state: seen.state, observed: true, throughputMBps: seen.throughputMBps, ...(seen.path ? { path: seen.path } : {}) };
     else if (model.ringProven) link.state = 'open';
     // A lost rank's links cannot carry anything, whatever was last seen.
     if (model.lost.has(from) || model.lost.has(to)) link = { ...link, state: 'closed' };
@@ -69,6 +73,19 @@ function linkLabel(l: RingLink): string {
     case 'unknown':
       return 'not observed';
   }
+}
+
+/** The path in a few characters for the drawing: "relay ↔ relay · 3 ms". */
+export function pathLabel(p: LinkPath): string {
+  const kind = p.local === p.remote ? (p.local ?? '?') : `${p.local ?? '?'} ↔ ${p.remote ?? '?'}`;
+  return p.rttMs === null ? kind : `${kind} · ${p.rttMs < 10 ? p.rttMs.toFixed(1) : p.rttMs.toFixed(0)} ms`;
+}
+
+/** The path in full, for the link's tooltip and the screen-reader summary. */
+function pathTitle(p: LinkPath): string {
+  const rate = (v: number | null) => (v === null ? '…' : fmtMBps(v / 1e6));
+  const where = (t: string | null) => (t === 'relay' ? 'relay (TURN)' : t === 'host' ? 'host (direct)' : t === 'srflx' || t === 'prflx' ? `${t} (through NAT)` : (t ?? 'unknown'));
+  return `path ${where(p.local)} here, ${where(p.remote)} at the peer${p.protocol ? `, ${p.protocol.toUpperCase()}` : ''}${p.rttMs === null ? '' : `, round trip ${p.rttMs} ms`}, on the wire ${rate(p.sentBytesPerSec)} out, ${rate(p.receivedBytesPerSec)} in`;
 }
 
 function fmtMBps(v: number): string {
@@ -144,9 +161,12 @@ export class RingView {
         'data-state': l.state,
         'data-observed': l.observed,
         'data-throughput': l.throughputMBps,
+        'data-local': l.path?.local ?? undefined,
+        'data-remote': l.path?.remote ?? undefined,
+        'data-rtt': l.path?.rttMs ?? undefined,
       });
       g.append(
-        svg('title', {}, `rank ${l.from} → rank ${l.to}: ${linkLabel(l)}${l.observed ? '' : ' (not a link of this tab)'}`),
+        svg('title', {}, `rank ${l.from} → rank ${l.to}: ${linkLabel(l)}${l.path && l.state === 'open' ? `; ${pathTitle(l.path)}` : ''}${l.observed ? '' : ' (not a link of this tab)'}`),
         svg('line', {
           x1,
           y1,
@@ -181,6 +201,10 @@ export class RingView {
       const anchor = Math.abs(ox) < 0.3 ? 'middle' : ox > 0 ? 'start' : 'end';
       if (showLabel(l)) {
         labelsG.append(svg('text', { x: lx, y: ly + 4, 'text-anchor': anchor, class: `link-label label-${l.state}` }, linkLabel(l)));
+        // The path on a second line: which way the bytes go is what a person debugging a slow ring asks first.
+        if (l.path && l.state === 'open') {
+          labelsG.append(svg('text', { x: lx, y: ly + 17, 'text-anchor': anchor, class: 'link-label link-path', 'data-testid': 'ring-link-path' }, pathLabel(l.path)));
+        }
       }
     }
 
@@ -217,7 +241,7 @@ export class RingView {
 
     const who = model.self === null ? '' : ` This tab is rank ${model.self}.`;
     const lost = model.lost.size ? ` Lost: rank ${[...model.lost].join(', ')}.` : '';
-    const linkText = links.map((l) => `rank ${l.from} to ${l.to} ${linkLabel(l)}`).join('; ');
+    const linkText = links.map((l) => `rank ${l.from} to ${l.to} ${linkLabel(l)}${l.path && l.state === 'open' ? `, ${pathTitle(l.path)}` : ''}`).join('; ');
     this.summary.textContent = `Ring of ${model.worldSize} rank${model.worldSize === 1 ? '' : 's'}.${who}${lost}${linkText ? ` Links: ${linkText}.` : ''}`;
   }
 }

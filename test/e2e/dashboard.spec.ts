@@ -30,12 +30,20 @@ test('three tabs train together on the dashboard; the downloaded model matches t
     await expect(r.page.getByTestId('ring-node')).toHaveCount(3);
     // Each tab sees its own two ring links open.
     await expect.poll(() => r.page.locator('[data-testid=ring-link][data-state=open]').count()).toBeGreaterThanOrEqual(2);
+    // And which way their bytes go (getStats' selected candidate pair): directly, on loopback.
+    await expect.poll(() => r.page.locator('[data-testid=ring-link][data-local=host][data-remote=host]').count(), { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+    await expect(r.page.getByTestId('ring-link-path').first()).toContainText('host');
   }
   await page.screenshot({ path: testInfo.outputPath('dashboard-mid-run.png'), fullPage: true });
   await testInfo.attach('mid-run', { path: testInfo.outputPath('dashboard-mid-run.png'), contentType: 'image/png' });
 
   // The end.
   const results = await Promise.all(ranks.map((r) => r.result));
+  for (const r of results) {
+    const links = r.links as Array<{ peer: number; local: string; remote: string }>;
+    expect(links.length, JSON.stringify(links)).toBeGreaterThanOrEqual(2);
+    for (const l of links) expect(l).toMatchObject({ local: 'host', remote: 'host' });
+  }
   for (const r of ranks) {
     await expect(r.page.getByTestId('progress')).toHaveAttribute('data-done', 'true');
     await expect(r.page.getByTestId('progress')).toHaveAttribute('data-step', String(total));

@@ -50,6 +50,14 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
   for (const r of lan.ranks) expect(r).toMatchObject({ rateMbit: 40, finished: true });
   expect(results).toHaveLength(2);
   for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
+  // Hosts of one LAN connect directly: host candidates at both ends, no relay configured.
+  const links = summary.links as Array<{ rank: number; peer: number; local: string; remote: string; rttMs: number | null }>;
+  expect(links.map((l) => [l.rank, l.peer])).toEqual([
+    [0, 1],
+    [1, 0],
+  ]);
+  for (const l of links) expect(l, JSON.stringify(links)).toMatchObject({ local: 'host', remote: 'host' });
+  expect(lan.turn).toBeUndefined();
   await expectTornDown(lan);
 });
 
