@@ -2,6 +2,10 @@
  * `npm run bench:allreduce`: the ring all-reduce against the full mesh and against the single-link
  * bound, at 2 and 4 ranks (override with --nprocs 2,3,4), sizes 4 KB to 16 MB. Writes
  * bench/results/allreduce.json and allreduce.md and prints the table.
+ *
+ * `npm run bench:lan` (root): the same on the launcher's LAN in a box, every link shaped to
+ * --lan MBIT (40 in the npm script) each way, at 2, 4 and 6 ranks, 64 KiB to 4 MiB; busbw is also held
+ * against the shaped rate. Writes bench/results/lan.json and lan.md.
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -16,6 +20,8 @@ const { values } = parseArgs({
     sizes: { type: 'string', default: '1024,16384,262144,1048576,4194304' },
     iters: { type: 'string', default: '5' },
     frameBytes: { type: 'string' },
+    /** Shape every rank's link to this many Mbit/s each way (the launcher's --lan; root). */
+    lan: { type: 'string' },
     /** Only re-render the Markdown table from the last results. */
     'table-only': { type: 'boolean', default: false },
   },
@@ -40,12 +46,19 @@ interface Run {
 }
 
 const dir = join(PROJECT_ROOT, 'bench', 'results');
+const lanMbit = values.lan === undefined ? undefined : Number(values.lan);
+if (lanMbit !== undefined && !(lanMbit > 0)) throw new Error(`--lan takes Mbit/s, got ${values.lan}`);
+/** The shaped rate in MB/s, the bound busbw is held against on the LAN. */
+const rateMBps = lanMbit === undefined ? undefined : lanMbit / 8;
+const name = lanMbit === undefined ? 'allreduce' : 'lan';
 let runs: Run[] = [];
 let date = new Date().toISOString().slice(0, 10);
-let machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Chromium headless, WebRTC over loopback`;
+let machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Chromium headless, ${
+  lanMbit === undefined ? 'WebRTC over loopback' : `each rank its own Chromium in its own network namespace, links shaped to ${lanMbit} Mbit/s (${rateMBps} MB/s) each way with tbf`
+}`;
 let iters = Number(values.iters);
 if (values['table-only']) {
-  const saved = JSON.parse(await readFile(join(dir, 'allreduce.json'), 'utf8')) as { date: string; machine: string; iters: number; runs: Run[] };
+  const saved = JSON.parse(await readFile(join(dir, `${name}.json`), 'utf8')) as { date: string; machine: string; iters: number; runs: Run[] };
   ({ runs, date, machine, iters } = saved);
 }
 for (const n of values['table-only'] ? [] : values.nprocs!.split(',').map(Number)) {
@@ -56,6 +69,7 @@ for (const n of values['table-only'] ? [] : values.nprocs!.split(',').map(Number
     session: `bench-${n}-${Date.now().toString(36)}`,
     timeoutSec: 1800,
     jobParams: { sizes: values.sizes!, iters: values.iters!, ...(values.frameBytes ? { frameBytes: values.frameBytes } : {}) },
+    ...(lanMbit === undefined ? {} : { lan: { rateMbit: lanMbit } }),
     log: (line) => console.log(line),
   });
   if (!ok) {
@@ -69,15 +83,15 @@ const size = (b: number) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : `${b / 1024
 const lines = [
   `All-reduce, ${date}, ${machine}. Median of ${iters} iterations; time is the slowest rank's.`,
   '',
-  '| ranks | size | ring ms | algbw MB/s | busbw MB/s | link MB/s | busbw / link | all links MB/s | mesh ms | ring vs mesh | exact | identical |',
-  '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+  `| ranks | size | ring ms | algbw MB/s | busbw MB/s | link MB/s | busbw / link |${rateMBps ? ' busbw / shaped rate |' : ''} all links MB/s | mesh ms | ring vs mesh | exact | identical |`,
+  `| --- | --- | --- | --- | --- | --- | --- |${rateMBps ? ' --- |' : ''} --- | --- | --- | --- | --- |`,
 ];
 for (const run of runs) {
   for (const r of run.results) {
     const ratio = run.linkMBps ? (r.busbwMBps / run.linkMBps).toFixed(2) : '-';
     const speedup = r.meshMs ? `${(r.meshMs / r.ms).toFixed(2)}x` : '-';
     lines.push(
-      `| ${run.worldSize} | ${size(r.bytes)} | ${r.ms} | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${ratio} | ${(r.busbwMBps * run.worldSize).toFixed(1)} | ${r.meshMs ?? '-'} | ${speedup} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
+      `| ${run.worldSize} | ${size(r.bytes)} | ${r.ms} | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${ratio} |${rateMBps ? ` ${(r.busbwMBps / rateMBps).toFixed(2)} |` : ''} ${(r.busbwMBps * run.worldSize).toFixed(1)} | ${r.meshMs ?? '-'} | ${speedup} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
     );
   }
 }
@@ -89,6 +103,6 @@ lines.push(
 );
 const table = lines.join('\n');
 await mkdir(dir, { recursive: true });
-if (!values['table-only']) await writeFile(join(dir, 'allreduce.json'), JSON.stringify({ date, machine, iters, runs }, null, 2) + '\n');
-await writeFile(join(dir, 'allreduce.md'), table + '\n');
+if (!values['table-only']) await writeFile(join(dir, `${name}.json`), JSON.stringify({ date, machine, iters, runs }, null, 2) + '\n');
+await writeFile(join(dir, `${name}.md`), table + '\n');
 console.log('\n' + table);
