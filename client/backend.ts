@@ -2,13 +2,12 @@
  * Chooses the TF.js backend: WebGPU by default, or the one the URL asks for, falling back
  * (webgpu -> webgl -> cpu) with the reason when it cannot start.
  */
-import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-webgpu';
 import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
-import { probeBackend } from '../src/index.ts';
+import { startBackend } from '../src/index.ts';
 import { BACKENDS, type BackendName } from './train/config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
 
@@ -25,20 +24,11 @@ export interface BackendChoice {
 }
 
 async function tryBackend(name: BackendName): Promise<string | undefined> {
-  try {
-    if (name === 'webgpu') {
-      const missing = missingWebGpuReason();
-      if (missing !== undefined) return missing;
-    }
-    const ok = await tf.setBackend(name);
-    if (!ok) return `the ${name} backend failed to initialise`;
-    await tf.ready();
-    // A computation proves the backend works before training relies on it (one big enough for
-    // the GPU: webgpu computes tiny ones on the CPU).
-    return await probeBackend(name);
-  } catch (err) {
-    return `the ${name} backend failed: ${(err as Error).message}`;
+  if (name === 'webgpu') {
+    const missing = missingWebGpuReason();
+    if (missing !== undefined) return missing;
   }
+  return startBackend(name);
 }
 
 export async function selectBackend(wanted: BackendName): Promise<BackendChoice> {

@@ -171,8 +171,8 @@ export async function recreateBackend(options: RecreateBackendOptions = {}): Pro
   throw new DeviceLostError(options.rank ?? -1, 'unknown', 'no backend could start after the loss', options.during ?? 'the re-creation of the backend', `No TF.js backend could start again: ${reasons.join('; ')}. Reload the page; if WebGPU stays unavailable, open the session with backend=webgl.`);
 }
 
-/** Starts `name` and checks it computes; undefined when it works, else why not. */
-async function startBackend(name: string): Promise<string | undefined> {
+/** Starts TF.js backend `name` and checks it computes; undefined when it works, else why not. */
+export async function startBackend(name: string): Promise<string | undefined> {
   try {
     if (!(await tf.setBackend(name))) return `the ${name} backend failed to start`;
     await tf.ready();

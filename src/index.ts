@@ -42,6 +42,7 @@ export {
   destroyDevice,
   currentDevice,
   probeBackend,
+  startBackend,
   disposeQuietly,
   type DeviceWatch,
   type DeviceLostInfo,

@@ -3,7 +3,10 @@ import { startServer, type RunningServer, type ServerOptions } from '../signalin
 import { StoreClient } from '../src/store.ts';
 import { newSessionToken } from '../src/session_token.ts';
 import { keptCertificate, type KeptCertificate } from '../signaling/tls.ts';
+import { findTurnserver } from '../launcher/turn.ts';
 import { mkdtempSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -38,3 +41,45 @@ export async function connect(server: RunningServer, session: string, timeoutMs 
 }
 
 export const text = (b: Uint8Array) => new TextDecoder().decode(b);
+
+/**
+ * One HTTP(S) request with headers fetch may not set (Host, Origin), trusting `ca` over https.
+ * Resolves with the status and the body as text.
+ */
+export function rawRequest(url: string, o: { headers?: Record<string, string>; method?: string; ca?: string } = {}): Promise<{ status: number; body: string }> {
+  const send = url.startsWith('https:') ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const req = send(url, { method: o.method ?? 'GET', headers: o.headers ?? {}, ...(o.ca ? { ca: o.ca } : {}) }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/**
+ * Why the tests that build network namespaces (root) or start coturn cannot run on this
+ * machine, or undefined when they can. On a developer's machine without root or coturn they
+ * skip with that reason; `.ci/run` sets DDP_REQUIRE_ALL_TESTS=1, and there a missing need fails
+ * the run instead, so CI can never turn green by skipping them.
+ */
+export function lanTestsBlocked(needs: { root: boolean; coturn: boolean }): string | undefined {
+  const missing: string[] = [];
+  if (needs.root && process.getuid?.() !== 0) missing.push('root (network namespaces)');
+  if (needs.coturn && !hasTurnserver()) missing.push("coturn's turnserver (apt-get install -y coturn)");
+  if (missing.length === 0) return undefined;
+  const reason = `needs ${missing.join(' and ')}`;
+  if (process.env.DDP_REQUIRE_ALL_TESTS) throw new Error(`${reason}, and DDP_REQUIRE_ALL_TESTS is set: CI must run these tests, not skip them`);
+  return reason;
+}
+
+function hasTurnserver(): boolean {
+  try {
+    findTurnserver();
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { PROTOCOL_VERSION } from '../src/protocol.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { rawRequest, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;
 afterEach(async () => {
@@ -36,19 +36,7 @@ function upgrade(url: string, headers: Record<string, string>): Promise<{ status
   });
 }
 
-async function get(url: string, headers: Record<string, string>, method = 'GET'): Promise<{ status: number; body: string }> {
-  // fetch cannot set Host: node:http can.
-  const { request } = await import('node:http');
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method, headers }, (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const get = (url: string, headers: Record<string, string>, method = 'GET') => rawRequest(url, { headers, method });
 
 describe('origin and host checks', () => {
   it('refuses a WebSocket from a foreign page with 403 at the upgrade, before any session is touched', async () => {

@@ -7,7 +7,6 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { X509Certificate, createHash, createPublicKey } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { request } from 'node:https';
 import { hostname, networkInterfaces, tmpdir, type NetworkInterfaceInfo } from 'node:os';
 import { join } from 'node:path';
 import { WebSocket } from 'ws';
@@ -16,7 +15,7 @@ import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTl
 import { trustArgs } from '../launcher/browser.ts';
 import { StoreClient } from '../src/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
-import { connect, testCertificate, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, rawRequest, testCertificate, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 const servers: RunningServer[] = [];
 afterEach(async () => {
@@ -38,17 +37,7 @@ const lines = (): { log: (l: string) => void; seen: string[] } => {
 };
 
 /** A GET over https trusting `ca`. */
-function get(url: string, ca: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { ca, headers }, (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const get = (url: string, ca: string, headers: Record<string, string> = {}) => rawRequest(url, { ca, headers });
 
 /** A wss upgrade with these headers: 101 when it opens, else the refusal's status. */
 function upgrade(url: string, ca: string, headers: Record<string, string>): Promise<number> {

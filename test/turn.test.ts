@@ -13,6 +13,7 @@ import { runTag } from '../launcher/lan.ts';
 import { linksOf } from '../launcher/summaries.ts';
 import { iceServersFor } from '../signaling/ice.ts';
 import { findTurnserver, freeUdpPort, isStunBindingSuccess, killRunTurnserver, stunBindingRequest, turnserverConfig, TurnProcess, type TurnSettings } from '../launcher/turn.ts';
+import { lanTestsBlocked } from './helpers.ts';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -106,7 +107,8 @@ const coturn = (() => {
   }
 })();
 
-describe.skipIf(coturn === undefined)('the real turnserver', () => {
+// Skipped without coturn or root (a developer's machine); CI has both and requires these (see lanTestsBlocked).
+describe.skipIf(lanTestsBlocked({ root: false, coturn: true }) !== undefined)('the real turnserver', () => {
   it('starts from its own config file (secret not on the command line), answers STUN, and stops', async () => {
     const dir = runDir();
     const port = await freeUdpPort('127.0.0.1', 0);
@@ -157,7 +159,7 @@ describe.skipIf(coturn === undefined)('the real turnserver', () => {
  * coturn's own client, turnutils_uclient: it allocates a relay with the credentials the server
  * mints (signaling/ice.ts) and sends through it to a peer address. Root only.
  */
-describe.skipIf(coturn === undefined || process.getuid?.() !== 0)('the relay with the server\'s credentials (root)', () => {
+describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)('the relay with the server\'s credentials (root)', () => {
   const ns = `${runTag(process.pid, 46_000)}-turntest`;
   const secret = randomBytes(24).toString('base64url');
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], timeout: 15_000 }).toString();

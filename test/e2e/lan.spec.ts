@@ -6,9 +6,12 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
+import { lanTestsBlocked } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
-test.skip(process.getuid?.() !== 0, '--lan needs root (network namespaces)');
+// Skipped without root (a developer's machine); CI runs as root and requires these (see lanTestsBlocked).
+const blocked = lanTestsBlocked({ root: true, coturn: false });
+test.skip(blocked !== undefined, `--lan ${blocked}`);
 
 function leftovers(lan: LanSummary): string[] {
   const out: string[] = [];

@@ -9,18 +9,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { launch, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
 import type { LinkSummary } from '../../launcher/summaries.ts';
-import { findTurnserver } from '../../launcher/turn.ts';
+import { lanTestsBlocked } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
-const coturn = (() => {
-  try {
-    return findTurnserver();
-  } catch {
-    return undefined;
-  }
-})();
-test.skip(process.getuid?.() !== 0, '--lan-isolate and --turn need root (network namespaces)');
-test.skip(coturn === undefined, "--turn needs coturn's turnserver: apt-get install -y coturn");
+// Skipped without root or coturn (a developer's machine); CI has both and requires these (see lanTestsBlocked).
+const blocked = lanTestsBlocked({ root: true, coturn: true });
+test.skip(blocked !== undefined, `--lan-isolate --turn ${blocked}`);
 
 /** turnserver processes started for the run (their command line names the run's folder). */
 function turnservers(run: string): number[] {
