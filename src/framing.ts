@@ -23,6 +23,8 @@ export const MAGIC = 0xd7;
 export const HEADER_BYTES = 32;
 /** The data channel's largest message (Chromium). */
 export const MAX_FRAME_BYTES = 262_144;
+/** What a sender cuts messages into by default: a quarter of the default credit window (peer_link.ts), so that a window holds several frames. */
+export const DEFAULT_FRAME_BYTES = 32_768;
 
 /** `alive`: a header-only frame each rank sends each link every second, so that a silent peer is told apart from a busy one. */
 export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4 } as const;

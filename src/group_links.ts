@@ -16,6 +16,7 @@ export interface GroupLinksOptions {
   sendSignal(peer: number, data: SignalPayload): Promise<void>;
   iceServers: RTCIceServer[];
   highWaterMark: number;
+  windowBytes: number;
   /** How long a full send queue may go without draining before the peer counts as lost. */
   stallTimeoutMs: number;
   /** How long opening a link may take. */
@@ -162,6 +163,7 @@ export class GroupLinks {
       initiator: this.o.rank < peer,
       iceServers: this.o.iceServers,
       highWaterMark: this.o.highWaterMark,
+      windowBytes: this.o.windowBytes,
       stallTimeoutMs: this.o.stallTimeoutMs,
       sendSignal: (body) => {
         this.o.sendSignal(peer, { channel, body }).catch((err: Error) => this.o.onLost(peer, `signaling failed: ${err.message}`));

@@ -14,10 +14,10 @@
  * algorithms), framing.ts (the frames).
  */
 import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError, StoreTimeoutError } from './errors.ts';
-import { Collective, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, describeCollective, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
+import { Collective, DEFAULT_FRAME_BYTES, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, describeCollective, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
 import { GroupLinks, type LinkDetails, type LinkStats } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
-import { DEFAULT_HIGH_WATER_MARK, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { PrefixStore, type Store, type StoreClient } from './store.ts';
@@ -53,10 +53,17 @@ peerTimeoutMs?: number;
   stallTimeoutMs?: number;
   /** How long opening a WebRTC link may take. Default 30 s. */
   linkTimeoutMs?: number;
-  /** Largest data-channel message, header included. Default 256 KiB (Chromium's limit). */
+  /** Largest data-channel message, header included. Default 32 KiB; at most 256 KiB (Chromium's limit). */
   maxFrameBytes?: number;
   /** Send-queue high-water mark per link. Default 4 MiB. */
   highWaterMark?: number;
+  /**
+   * Credit window per link: bytes a rank may have sent on a link that the peer's page has not
+   * acknowledged taking (see `CreditWindow`). Keeps the network's queues short, so that both
+   * directions of a link run at its rate; caps one link at `linkWindowBytes` per round trip.
+   * Default 128 KiB; 0 turns flow control off.
+   */
+  linkWindowBytes?: number;
   /**
    * How many sequence numbers past the last one this rank issued a peer's frame may be, and still
    * be kept for later; a frame further ahead fails the group with a FramingError. Default 64
@@ -128,7 +135,7 @@ export class ProcessGroup {
     this.client = init.client;
     this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
     this.timeoutMs = init.timeoutMs;
-    this.maxFrameBytes = Math.min(init.maxFrameBytes ?? MAX_FRAME_BYTES, MAX_FRAME_BYTES);
+    this.maxFrameBytes = Math.min(init.maxFrameBytes ?? DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES);
     this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
     this.whenBroken.catch(() => {});
     const peerTimeoutMs = init.peerTimeoutMs ?? 30_000;
@@ -155,6 +162,7 @@ export class ProcessGroup {
       sendSignal: (peer, data) => this.client.signal(peer, data),
       iceServers: init.iceServers ?? [],
       highWaterMark: init.highWaterMark ?? DEFAULT_HIGH_WATER_MARK,
+      windowBytes: init.linkWindowBytes ?? DEFAULT_WINDOW_BYTES,
       stallTimeoutMs: peerTimeoutMs,
       linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
       onMessage: (peer, bytes) => this.onFrame(peer, bytes),

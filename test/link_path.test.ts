@@ -136,6 +136,7 @@ describe('linkDetails', () => {
         sendSignal: async () => {},
         iceServers: [],
         highWaterMark: 1 << 20,
+        windowBytes: 0,
         stallTimeoutMs: 5_000,
         linkTimeoutMs: 5_000,
         onMessage: () => {},

@@ -24,7 +24,7 @@ export type Job = (ctx: JobContext) => Promise<Record<string, unknown>>;
 /** Joins the job's process group: the URL's session, world size and rank, and any tuning it sets. */
 export async function joinGroup(ctx: JobContext, defaults: Partial<InitProcessGroupOptions> = {}): Promise<ProcessGroup> {
   const tuning: Partial<InitProcessGroupOptions> = {};
-  for (const key of ['maxFrameBytes', 'highWaterMark', 'peerTimeoutMs', 'stallTimeoutMs', 'linkTimeoutMs'] as const) {
+  for (const key of ['maxFrameBytes', 'highWaterMark', 'linkWindowBytes', 'peerTimeoutMs', 'stallTimeoutMs', 'linkTimeoutMs'] as const) {
     const raw = ctx.params.get(key === 'maxFrameBytes' ? 'frameBytes' : key);
     if (raw !== null) tuning[key] = Number(raw);
   }
