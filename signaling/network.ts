@@ -25,8 +25,8 @@ function isLoopback(host: string): boolean {
   return h === 'localhost' || h === '::1' || h.startsWith('127.') || h === '0:0:0:0:0:0:0:1' || h.startsWith('::ffff:127.');
 }
 
-/** IPv6 link-local (fe80::/10) addresses need a zone (%eth0) that a URL cannot carry to a browser. */
-function isLinkLocal6(address: string): boolean {
+/** IPv6 link-local (fe80::/10) addresses need a zone (%eth0) that no URL can carry to a browser. */
+export function isLinkLocal6(address: string): boolean {
   return /^fe[89ab][0-9a-f]:/i.test(address);
 }
 

@@ -176,10 +176,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   } catch (err) {
     throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
   }
-  const scheme = tls ? 'https' : 'http';
+  const secure = tls !== undefined;
+  const scheme = secure ? 'https' : 'http';
   const origins = new OriginPolicy({
     listenHost: host,
-    secure: tls !== undefined,
+    secure,
     allowedHosts: options.allowedHosts ?? envList('ALLOWED_HOSTS'),
     allowedOrigins: options.allowedOrigins ?? envList('ALLOWED_ORIGINS'),
   });
@@ -187,7 +188,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   let bound = port;
   const info = infoHandler(() => ({
     urls: lanUrls(host, bound, undefined, scheme),
-    secure: tls !== undefined,
+    secure,
     listening: listeningLabel(host, bound),
     ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
   }));
@@ -584,7 +585,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   return {
     url: `${scheme}://${shownHost}:${bound}/`,
-    secure: tls !== undefined,
+    secure,
     ...(certificate ? { certificate } : {}),
     port: bound,
     get urls() {

@@ -10,7 +10,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, w
 import { isIP } from 'node:net';
 import { hostname, networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { join, relative, resolve } from 'node:path';
-import { ServerStartError } from './network.ts';
+import { ServerStartError, isLinkLocal6 } from './network.ts';
 
 /** A certificate and its private key, as `startServer({ tls })` takes them. */
 export interface TlsOptions {
@@ -92,11 +92,6 @@ function parseSubjectAltName(san: string): MachineNames {
     else if (m?.[1] === 'IP Address') ips.push(m[2]!.toLowerCase());
   }
   return { dns, ips };
-}
-
-/** IPv6 link-local (fe80::/10) addresses need a zone (%eth0) that no URL can carry to a browser. */
-function isLinkLocal6(address: string): boolean {
-  return /^fe[89ab][0-9a-f]:/i.test(address);
 }
 
 /**

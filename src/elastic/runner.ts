@@ -379,10 +379,9 @@ class ElasticRun<M extends StepMetrics> {
     const { pg } = round;
     const o = this.o;
     const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
-    const device = this.device;
     const r = await recover(pg, this.state, this.record, claim, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
     // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
-    if (device.info) throw this.lostError(device.info);
+    this.throwIfDeviceLost();
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.heldIn = { instance: pg.instance, round: pg.round };
