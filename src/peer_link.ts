@@ -81,6 +81,12 @@ export const DEFAULT_HIGH_WATER_MARK = 4 << 20;
 /** Default credit window: windows of 64-192 KiB in 16-32 KiB frames measured alike under --lan, larger ones worse (README, Figures). */
 export const DEFAULT_WINDOW_BYTES = 128 << 10;
 
+/**
+ * Messages this small never wait for the credit window: liveness frames and abort or leave notices
+ * must go at once (a peer must not take a busy link for a stalled one), and they add nothing to a queue.
+ */
+export const WINDOW_EXEMPT_BYTES = 4096;
+
 /** First byte of a credit message. Frames start with 0xD7 (framing.ts), so the two never mix. */
 export const CREDIT_MAGIC = 0xc3;
 const CREDIT_BYTES = 12;
@@ -385,7 +391,8 @@ class SimplePeerLink implements PeerLink, PendingLink {
   }
 
   async send(bytes: Uint8Array): Promise<void> {
-    await this.queue.beforeSend();
+    // Sent synchronously unless it must wait: a leave notice followed at once by close() still goes.
+    if (bytes.byteLength > WINDOW_EXEMPT_BYTES && !this.window.open) await this.queue.beforeSend();
     const channel = this.channel;
     if (this.state !== 'open' || !channel || channel.readyState !== 'open') {
       throw new PeerLostError(this.peer, this.closeReason || `link is ${this.state}`);
