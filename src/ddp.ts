@@ -54,6 +54,23 @@ export interface BackwardTimings {
   allreduce: number;
 }
 
+export interface BackwardOptions {
+  /**
+   * Tensors, other than the model's weights, to differentiate the loss by as well (made
+   * variables by the caller): a pipeline stage's input activations, whose gradients it sends to
+   * the stage before it. Their gradients come back in `inputGrads`, in this order, and are the
+   * caller's to dispose.
+   */
+  inputs?: tf.Variable[];
+}
+
+export interface BackwardResult {
+  loss: number;
+  timings: BackwardTimings;
+  /** The gradients of `options.inputs` (empty without inputs). */
+  inputGrads: tf.Tensor[];
+}
+
 export class ShapeMismatchError extends Error {
   override name = 'ShapeMismatchError';
 }
@@ -141,15 +158,22 @@ export class DistributedDataParallel {
    * Computes gradients of `lossFn` for this rank's batch and, unless inside `noSync`, averages
    * the (accumulated) gradients across ranks. Returns the loss and where the time went.
    */
-  async backward(lossFn: () => tf.Scalar): Promise<{ loss: number; timings: BackwardTimings }> {
+  async backward(lossFn: () => tf.Scalar, options: BackwardOptions = {}): Promise<BackwardResult> {
     const t0 = performance.now();
-    const { value, grads } = tf.variableGrads(lossFn, this.variables);
+    const inputs = options.inputs ?? [];
+    const { value, grads } = tf.variableGrads(lossFn, [...this.variables, ...inputs]);
+    // The inputs' gradients go back to the caller (a pipeline stage sends them upstream), not into the buckets.
+    const inputGrads = inputs.map((v) => {
+      const g = grads[v.name]!;
+      delete grads[v.name];
+      return g;
+    });
     let loss: number;
     try {
       loss = (await value.data())[0];
     } catch (err) {
       // A failed readback (a lost GPU device, say) must not leak the gradients.
-      for (const g of Object.values(grads)) g.dispose();
+      for (const g of [...Object.values(grads), ...inputGrads]) g.dispose();
       throw err;
     } finally {
       value.dispose();
@@ -188,14 +212,23 @@ export class DistributedDataParallel {
           reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
         }
       }
+    } catch (err) {
+      for (const g of inputGrads) g.dispose();
+      throw err;
     } finally {
       for (const g of Object.values(grads)) g.dispose();
     }
     this.hasGrad = true;
     const w0 = performance.now();
-    await Promise.all(reductions);
+    try {
+      await Promise.all(reductions);
+    } catch (err) {
+      for (const g of inputGrads) g.dispose();
+      throw err;
+    }
     waiting = performance.now() - w0;
     if (nonfinite.length > 0) {
+      for (const g of inputGrads) g.dispose();
       // Every rank holds the same averages, so every rank names the same parameter. Dropping the
       // gradients makes a later step() refuse rather than apply them.
       const index = this.firstNonfinite(nonfinite);
@@ -203,7 +236,7 @@ export class DistributedDataParallel {
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
-    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting } };
+    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting }, inputGrads };
   }
 
   /** The first parameter, in model order, with a NaN or an infinity in its gradient. */

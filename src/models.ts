@@ -2,6 +2,10 @@
  * Small models for the training job and tests. Initial weights come from `seed` alone, so every
  * rank (and every world size) starts from the same weights even before DDP's broadcast.
  * Models output logits; the loss applies the softmax.
+ *
+ * A model is also a list of layer factories (`modelLayers`): a pipeline stage builds only its
+ * own layers, and each layer's initial weights are the same as in the whole model, because a
+ * layer's seed is fixed by its place in the list, not by the order layers are built in.
  */
 import * as tf from '@tensorflow/tfjs';
 
@@ -16,37 +20,59 @@ export interface ModelSpec {
   hidden?: number;
 }
 
-export function buildModel(spec: ModelSpec): tf.LayersModel {
+/**
+ * Makes one layer of a model. `inputShape` (without the batch dimension) is given to the first
+ * layer of a model or of a pipeline stage; other layers get undefined.
+ */
+export type LayerFactory = (inputShape?: number[]) => tf.layers.Layer;
+
+/** The model's layers, in order, as factories (see `LayerFactory`). */
+export function modelLayers(spec: ModelSpec): LayerFactory[] {
   const { kind, inputShape, numClasses, seed } = spec;
-  // One seed per layer, derived from the model's seed, so layers do not share random streams.
+  // One seed per weighted layer, derived from the model's seed, so layers do not share random streams.
   let layerIndex = 0;
-  const kernel = () => tf.initializers.glorotUniform({ seed: seed * 1000 + ++layerIndex });
-  const model = tf.sequential({ name: `${kind}-seed${seed}` });
+  const kernel = () => {
+    const s = seed * 1000 + ++layerIndex;
+    return () => tf.initializers.glorotUniform({ seed: s });
+  };
+  const shape = (s: number[] | undefined) => (s ? { inputShape: s } : {});
   if (kind === 'mlp') {
     const hidden = spec.hidden ?? (inputShape.length > 1 ? 128 : 32);
-    if (inputShape.length > 1) model.add(tf.layers.flatten({ inputShape }));
-    model.add(
-      tf.layers.dense({
-        units: hidden,
-        activation: 'relu',
-        kernelInitializer: kernel(),
-        ...(inputShape.length > 1 ? {} : { inputShape }),
-      }),
-    );
-    model.add(tf.layers.dense({ units: numClasses, kernelInitializer: kernel() }));
-  } else if (kind === 'cnn') {
-    if (inputShape.length !== 3) throw new Error(`the cnn model needs image inputs [h, w, c], got shape [${inputShape.join(', ')}]`);
-    model.add(tf.layers.conv2d({ inputShape, filters: 8, kernelSize: 3, activation: 'relu', kernelInitializer: kernel() }));
-    model.add(tf.layers.maxPooling2d({ poolSize: 2 }));
-    model.add(tf.layers.conv2d({ filters: 16, kernelSize: 3, activation: 'relu', kernelInitializer: kernel() }));
-    model.add(tf.layers.maxPooling2d({ poolSize: 2 }));
-    model.add(tf.layers.flatten());
-    model.add(tf.layers.dense({ units: numClasses, kernelInitializer: kernel() }));
-  } else {
-    const unknown: never = kind;
-    throw new Error(`unknown model "${String(unknown)}"; use mlp or cnn`);
+    const k1 = kernel();
+    const k2 = kernel();
+    return [
+      ...(inputShape.length > 1 ? [(s?: number[]) => tf.layers.flatten(shape(s))] : []),
+      (s?: number[]) => tf.layers.dense({ units: hidden, activation: 'relu', kernelInitializer: k1(), ...shape(s) }),
+      (s?: number[]) => tf.layers.dense({ units: numClasses, kernelInitializer: k2(), ...shape(s) }),
+    ];
   }
+  if (kind === 'cnn') {
+    if (inputShape.length !== 3) throw new Error(`the cnn model needs image inputs [h, w, c], got shape [${inputShape.join(', ')}]`);
+    const k1 = kernel();
+    const k2 = kernel();
+    const k3 = kernel();
+    return [
+      (s?: number[]) => tf.layers.conv2d({ filters: 8, kernelSize: 3, activation: 'relu', kernelInitializer: k1(), ...shape(s) }),
+      (s?: number[]) => tf.layers.maxPooling2d({ poolSize: 2, ...shape(s) }),
+      (s?: number[]) => tf.layers.conv2d({ filters: 16, kernelSize: 3, activation: 'relu', kernelInitializer: k2(), ...shape(s) }),
+      (s?: number[]) => tf.layers.maxPooling2d({ poolSize: 2, ...shape(s) }),
+      (s?: number[]) => tf.layers.flatten(shape(s)),
+      (s?: number[]) => tf.layers.dense({ units: numClasses, kernelInitializer: k3(), ...shape(s) }),
+    ];
+  }
+  const unknown: never = kind;
+  throw new Error(`unknown model "${String(unknown)}"; use mlp or cnn`);
+}
+
+/** `layers` as one Sequential model taking inputs of `inputShape` (a whole model, or one pipeline stage). */
+export function sequentialOf(layers: LayerFactory[], inputShape: number[], name: string): tf.Sequential {
+  const model = tf.sequential({ name });
+  layers.forEach((make, i) => model.add(make(i === 0 ? inputShape : undefined)));
   return model;
+}
+
+export function buildModel(spec: ModelSpec): tf.LayersModel {
+  return sequentialOf(modelLayers(spec), spec.inputShape, `${spec.kind}-seed${spec.seed}`);
 }
 
 /** Mean softmax cross-entropy of logits against integer labels. */

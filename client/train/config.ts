@@ -8,11 +8,15 @@ export const MODELS = ['mlp', 'cnn'] as const;
 export const DATASETS = ['mnist', 'synthetic'] as const;
 export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
+export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
+export const ACTIVATION_DTYPE_NAMES = ['float32', 'float16'] as const;
 
 export type ModelKind = (typeof MODELS)[number];
 export type DatasetKind = (typeof DATASETS)[number];
 export type OptimizerKind = (typeof OPTIMIZERS)[number];
 export type BackendName = (typeof BACKENDS)[number];
+export type ScheduleName = (typeof SCHEDULE_KINDS)[number];
+export type ActivationDtypeName = (typeof ACTIVATION_DTYPE_NAMES)[number];
 
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
@@ -43,6 +47,15 @@ export interface TrainConfig {
   evalEvery: number;
   /** Start from the latest checkpoint of this session instead of from scratch. */
   resumeFrom: string | null;
+  /** Pipeline stages (model parallel): 1 is plain data parallel. The world is pp x dp ranks, a fixed size. */
+  pp: number;
+  /** Replicas of the pipeline (data parallel over pipelines); `batchSize` is per replica. */
+  dp: number;
+  /** Micro-batches each replica's batch is cut into (pipeline runs). */
+  microBatches: number;
+  schedule: ScheduleName;
+  /** How activations travel between stages. */
+  activationDtype: ActivationDtypeName;
 }
 
 /** Largest session the page offers (the form's bound and the URL's). */
@@ -160,6 +173,25 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   { name: 'checkpointEvery', label: 'Checkpoint every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', label: 'Evaluate every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
   {
+    name: 'pp',
+    label: 'Pipeline stages',
+    hint: 'Split the model into this many stages, one per tab (model parallelism); the world is stages x replicas tabs.',
+    kind: int(1, MAX_WORLD_SIZE),
+    inForm: false,
+    defaultValue: fixed(1),
+  },
+  { name: 'dp', label: 'Pipeline replicas', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
+  {
+    name: 'microBatches',
+    label: 'Micro-batches',
+    hint: 'Each batch is cut into this many micro-batches that flow through the pipeline one after another.',
+    kind: int(1, 4096),
+    inForm: false,
+    defaultValue: (p) => ((p.pp as number) > 1 ? 4 : 1),
+  },
+  { name: 'schedule', label: 'Pipeline schedule', kind: { type: 'choice', choices: SCHEDULE_KINDS }, inForm: false, defaultValue: fixed('gpipe') },
+  { name: 'activationDtype', label: 'Activations on the wire', kind: { type: 'choice', choices: ACTIVATION_DTYPE_NAMES }, inForm: false, defaultValue: fixed('float32') },
+  {
     name: 'resumeFrom',
     label: 'Resume from session',
     kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
@@ -235,6 +267,15 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const min = values.min as number;
   const max = values.max as number;
   if (min > max) throw new ConfigError('min', String(min), `at most the session's largest size (${max})`);
+  const pp = values.pp as number;
+  const dp = values.dp as number;
+  if (pp > 1 && (pp * dp !== max || min !== max)) {
+    throw new ConfigError('pp', String(pp), `such that stages x replicas is the world size, a fixed one: pp ${pp} x dp ${dp} = ${pp * dp} ranks, but the world is ${min === max ? max : `${min}..${max}`}`);
+  }
+  if (pp === 1 && dp !== 1) throw new ConfigError('dp', String(dp), '1 without pipeline stages (pp): plain data parallelism uses every rank as a replica');
+  if (pp > 1 && (values.microBatches as number) > (values.batchSize as number)) {
+    throw new ConfigError('microBatches', String(values.microBatches), `at most the batch size per replica (${values.batchSize as number})`);
+  }
   return {
     model: values.model as ModelKind,
     dataset: values.dataset as DatasetKind,
@@ -252,6 +293,11 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     checkpointEvery: values.checkpointEvery as number,
     evalEvery: values.evalEvery as number,
     resumeFrom: values.resumeFrom as string | null,
+    pp,
+    dp,
+    microBatches: values.microBatches as number,
+    schedule: values.schedule as ScheduleName,
+    activationDtype: values.activationDtype as ActivationDtypeName,
   };
 }
 

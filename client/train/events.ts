@@ -24,6 +24,24 @@ export interface RankStepMetrics {
   accuracy: number;
   samplesPerSec: number;
   breakdownMs: StepBreakdownMs;
+  /** Pipeline runs: this rank's stage and replica, its idle share of the step, and its waits (ms). */
+  pipeline?: { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
+}
+
+/** One stage's forward (F) and backward (B) passes in a step, ms from the step's start. */
+export interface TimelineEntry {
+  phase: 'F' | 'B';
+  microBatch: number;
+  start: number;
+  end: number;
+}
+
+/** The model's layers and which stage holds each. */
+export interface StageLayer {
+  index: number;
+  className: string;
+  parameters: number;
+  stage: number;
 }
 
 export type TrainEvent =
@@ -75,4 +93,19 @@ export type TrainEvent =
   /** A member of the group was lost (its tab closed, froze, or its link broke). */
   | { type: 'rank-lost'; rank: number; reason: string }
   | { type: 'stopped'; by: number; atStep: number }
-  | { type: 'done'; summary: Record<string, unknown> };
+  | { type: 'done'; summary: Record<string, unknown> }
+  /** A pipeline run: this tab's place (stage, replica) and which layers each stage holds. */
+  | {
+      type: 'pipeline';
+      stage: number;
+      stages: number;
+      replica: number;
+      replicas: number;
+      schedule: 'gpipe' | '1f1b';
+      microBatches: number;
+      layers: StageLayer[];
+      /** Idle share of a step by the formula (S-1)/(M+S-1). */
+      bubbleFormula: number;
+    }
+  /** The schedule as it ran in one step of replica 0's pipeline: each stage's passes. */
+  | { type: 'timeline'; step: number; stages: Array<{ stage: number; totalMs: number; entries: TimelineEntry[] }> };

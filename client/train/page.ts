@@ -54,6 +54,12 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `stopped by rank ${e.by} at step ${e.atStep}`;
     case 'rank-lost':
       return `lost rank ${e.rank}: ${e.reason}`;
+    case 'pipeline': {
+      const mine = e.layers.filter((l) => l.stage === e.stage);
+      const params = mine.reduce((n, l) => n + l.parameters, 0);
+      return `pipeline stage ${e.stage} of ${e.stages}${e.replicas > 1 ? ` in replica ${e.replica} of ${e.replicas}` : ''}: layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${params} parameters); ${e.schedule}, ${e.microBatches} micro-batches, bubble by the formula ${(e.bubbleFormula * 100).toFixed(1)}%`;
+    }
+    case 'timeline':
     case 'config':
     case 'waiting':
     case 'link':

@@ -27,9 +27,9 @@ import { DistributedSampler } from '../sampler.ts';
 import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type RoundRef, type RunRecord } from './recovery.ts';
+import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
 
-/** A rank's figures for one step, by name; every rank must return the same names. */
-export type StepMetrics = Record<string, number>;
+export type { StepMetrics } from './vote.ts';
 
 export interface StepContext {
   /** This rank's samples for the step (indices into the dataset). */
@@ -460,28 +460,8 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   /** One all-gather per step: [stop, join wanted, ...this rank's metrics] from every rank. */
-  private async vote(pg: ProcessGroup, mine: M): Promise<{ stoppedBy: number | null; regroup: boolean; metrics: M[] }> {
-    const names = Object.keys(mine).sort();
-    const buf = new Float32Array(2 + names.length);
-    buf[0] = this.o.shouldStop?.() ? 1 : 0;
-    buf[1] = this.handler.numNodesWaiting() > 0 ? 1 : 0;
-    names.forEach((name, i) => (buf[2 + i] = mine[name]!));
-    const all = await pg.allGather(buf);
-    let stoppedBy: number | null = null;
-    let stopVotes = 0;
-    let regroup = false;
-    const metrics: M[] = [];
-    for (let r = 0; r < pg.worldSize; r++) {
-      const row = all.subarray(r * buf.length, (r + 1) * buf.length);
-      if (row[0] === 1) {
-        stopVotes++;
-        stoppedBy ??= r;
-      }
-      if (row[1] === 1) regroup = true;
-      metrics.push(Object.fromEntries(names.map((name, i) => [name, row[2 + i]!])) as M);
-    }
-    if (this.o.stopVote === 'all' && stopVotes < pg.worldSize) stoppedBy = null;
-    return { stoppedBy, regroup, metrics };
+  private vote(pg: ProcessGroup, mine: M): Promise<StepVote<M>> {
+    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote });
   }
 
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */

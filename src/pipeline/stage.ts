@@ -1,0 +1,393 @@
+/**
+ * A pipeline stage (torch.distributed.pipelining's PipelineStage): the layers of a model that
+ * one rank holds, and one training step of them over micro-batches under a schedule (GPipe or
+ * 1F1B, schedule.ts). Activations go forward to the next stage's rank and their gradients come
+ * back, over the pipeline group's send/recv; the last stage computes the loss.
+ *
+ * A stage keeps only each micro-batch's input between its forward and its backward, and runs the
+ * forward again in the backward (GPipe's re-materialisation): TF.js records no tape across calls.
+ * The micro-batches' gradients accumulate on the stage's DistributedDataParallel (under
+ * `noSync`); the last backward of the step averages them over the stage's replicas (a group of
+ * one without data parallelism). Each micro-batch's loss is scaled by its share of the batch, so
+ * the step's gradients are those of the whole batch's mean loss, as on one rank.
+ */
+import * as tf from '@tensorflow/tfjs';
+import type { DistributedDataParallel } from '../ddp.ts';
+import { sequentialOf, type LayerFactory } from '../models.ts';
+import type { ProcessGroup } from '../process_group.ts';
+import { microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from './schedule.ts';
+import { balancedSplitPoints, checkSplitPoints, countTrainable, describeLayers, stageRanges, type LayerInfo } from './split.ts';
+
+export type ActivationDtype = 'float32' | 'float16';
+export const ACTIVATION_DTYPES: readonly ActivationDtype[] = ['float32', 'float16'];
+
+export interface PipelineStageOptions {
+  /** The whole model's layers, in order (see `modelLayers`); only this stage's are built. */
+  layers: LayerFactory[];
+  /** The model's input shape, without the batch dimension. */
+  inputShape: number[];
+  /** The pipeline's group: its rank s holds stage s, and its size is the number of stages. */
+  group: ProcessGroup;
+  /** Where stages 1 .. S-1 start (layer indices). Default: balanced by parameter count. */
+  splitPoints?: number[];
+  /** The stage model's name. Default `stage<s>`. */
+  name?: string;
+}
+
+export interface StageStepOptions {
+  /** Wraps this stage's model on the stage's data-parallel group (a group of one without replicas). */
+  ddp: DistributedDataParallel;
+  /** Samples in this replica's batch; every stage of the pipeline gets the same. */
+  batchSize: number;
+  microBatches: number;
+  /** Default 'gpipe'. */
+  schedule?: ScheduleKind;
+  /** How activations and their gradients travel between stages. Default float32; float16 halves the bytes (and is no longer exact). */
+  activationDtype?: ActivationDtype;
+  /** First stage: the batch's inputs, `batchSize` samples of the model's input shape, flat. */
+  inputs?: Float32Array;
+  /** Last stage: the batch's labels. */
+  labels?: Int32Array;
+  /** Last stage: a micro-batch's mean loss from the model's outputs and its labels. */
+  loss?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
+  /** Last stage: a figure summed over the batch's micro-batches (correct predictions, say). */
+  metric?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
+}
+
+/** One forward or backward pass in a step, in ms from the step's start. */
+export interface TimelineEntry extends Action {
+  start: number;
+  end: number;
+}
+
+export interface StageStepResult {
+  /** Last stage: the batch's mean loss; NaN on other stages. */
+  loss: number;
+  /** Last stage: `metric` summed over the micro-batches; NaN on other stages. */
+  metric: number;
+  /** Where the step's time went, ms. */
+  timings: {
+    /** Forward and backward passes, readbacks included. */
+    compute: number;
+    /** Waiting for activations from the stage before. */
+    waitActivations: number;
+    /** Waiting for activation gradients from the stage after. */
+    waitGradients: number;
+    /** Waiting for the replicas' all-reduce after the last backward. */
+    allreduce: number;
+    /** The whole step on this stage, up to the last send. */
+    total: number;
+  };
+  /** Idle share of this stage's step: 1 - compute / total. */
+  bubble: number;
+  timeline: TimelineEntry[];
+  /** Most micro-batch inputs held at once. */
+  peakStashed: number;
+  /** Most live tensors during the step. */
+  peakTensors: number;
+}
+
+export class PipelineStage {
+  readonly stage: number;
+  readonly numStages: number;
+  /** This stage's layers only. */
+  readonly model: tf.Sequential;
+  /** Every layer of the model, and which stage holds it. */
+  readonly allLayers: Array<LayerInfo & { stage: number }>;
+  readonly splitPoints: number[];
+  /** This stage's input and output shapes, without the batch dimension. */
+  readonly inputShape: number[];
+  readonly outputShape: number[];
+  readonly group: ProcessGroup;
+  private readonly inElems: number;
+  private readonly outElems: number;
+
+  constructor(o: PipelineStageOptions) {
+    this.group = o.group;
+    this.stage = o.group.rank;
+    this.numStages = o.group.worldSize;
+    const infos = describeLayers(o.layers, o.inputShape);
+    const points = o.splitPoints ?? balancedSplitPoints(infos.map((l) => l.parameters), this.numStages);
+    checkSplitPoints(points, infos.length, this.numStages);
+    this.splitPoints = points;
+    const ranges = stageRanges(points, infos.length);
+    this.allLayers = infos.map((l) => ({ ...l, stage: ranges.findIndex((r) => l.index >= r.start && l.index < r.end) }));
+    const { start, end } = ranges[this.stage]!;
+    this.inputShape = infos[start]!.inputShape;
+    this.outputShape = infos[end - 1]!.outputShape;
+    this.model = sequentialOf(o.layers.slice(start, end), this.inputShape, o.name ?? `stage${this.stage}`);
+    this.inElems = this.inputShape.reduce((a, b) => a * b, 1);
+    this.outElems = this.outputShape.reduce((a, b) => a * b, 1);
+  }
+
+  get isFirst(): boolean {
+    return this.stage === 0;
+  }
+
+  get isLast(): boolean {
+    return this.stage === this.numStages - 1;
+  }
+
+  /** This stage's layers (indices into the model). */
+  get layers(): Array<LayerInfo & { stage: number }> {
+    return this.allLayers.filter((l) => l.stage === this.stage);
+  }
+
+  get parameterCount(): number {
+    return countTrainable(this.model);
+  }
+
+  /**
+   * One training step of this stage: every stage of the pipeline calls it with the same batch
+   * size, micro-batches and schedule. Leaves the batch's gradients, averaged over the replicas,
+   * on `ddp`: apply them with `ddp.step(optimizer)`.
+   */
+  async step(o: StageStepOptions): Promise<StageStepResult> {
+    const t0 = performance.now();
+    const sizes = microBatchSizes(o.batchSize, o.microBatches);
+    const starts = sizes.map((_, i) => sizes.slice(0, i).reduce((a, b) => a + b, 0));
+    const actions = scheduleActions(o.schedule ?? 'gpipe', this.stage, this.numStages, sizes.length);
+    const half = (o.activationDtype ?? 'float32') === 'float16';
+    this.checkStepInputs(o);
+    const stash = new Map<number, tf.Tensor>();
+    const results: tf.Tensor[] = [];
+    const sends: Array<Promise<void>> = [];
+    const timeline: TimelineEntry[] = [];
+    const t = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0 };
+    let peakTensors = tf.memory().numTensors;
+    const labelsOf = (i: number) => tf.tensor1d(o.labels!.subarray(starts[i]!, starts[i]! + sizes[i]!), 'int32');
+    const send = (values: Float32Array, peer: number) => {
+      const p = this.group.send(half ? packHalf(values) : values, peer);
+      p.catch(() => {}); // the group breaks, and the next receive says why
+      sends.push(p);
+    };
+    const recv = async (elems: number, peer: number): Promise<Float32Array> => {
+      const buf = await this.group.recv(new Float32Array(half ? Math.ceil(elems / 2) : elems), peer);
+      return half ? unpackHalf(buf, elems) : buf;
+    };
+    try {
+      for (const a of actions) {
+        const i = a.microBatch;
+        const n = sizes[i]!;
+        const start = performance.now() - t0;
+        if (a.phase === 'F') {
+          let x: tf.Tensor;
+          if (this.isFirst) {
+            x = tf.tensor(o.inputs!.subarray(starts[i]! * this.inElems, (starts[i]! + n) * this.inElems), [n, ...this.inputShape]);
+          } else {
+            const w0 = performance.now();
+            const values = await recv(n * this.inElems, this.stage - 1);
+            t.waitActivations += performance.now() - w0;
+            x = tf.tensor(values, [n, ...this.inputShape]);
+          }
+          stash.set(i, x);
+          const c0 = performance.now();
+          if (this.isLast) {
+            // The loss (and metric) for the step's figures; the backward computes it again with its gradients.
+            const ys = labelsOf(i);
+            try {
+              results.push(...tf.tidy(() => {
+                const out = this.model.apply(x, { training: true }) as tf.Tensor;
+                return [o.loss!(out, ys).mul(n / o.batchSize), ...(o.metric ? [o.metric(out, ys)] : [])];
+              }));
+            } finally {
+              ys.dispose();
+            }
+          } else {
+            const out = tf.tidy(() => this.model.apply(x, { training: true }) as tf.Tensor);
+            let values: Float32Array;
+            try {
+              values = (await out.data()) as Float32Array;
+            } finally {
+              out.dispose();
+            }
+            send(values, this.stage + 1);
+          }
+          t.compute += performance.now() - c0;
+        } else {
+          const x = stash.get(i)!;
+          stash.delete(i);
+          let dy: tf.Tensor | undefined;
+          let ys: tf.Tensor1D | undefined;
+          const xv = this.isFirst ? undefined : tf.variable(x, true);
+          try {
+            if (!this.isLast) {
+              const w0 = performance.now();
+              const values = await recv(n * this.outElems, this.stage + 1);
+              t.waitGradients += performance.now() - w0;
+              dy = tf.tensor(values, [n, ...this.outputShape]);
+            } else {
+              ys = labelsOf(i);
+            }
+            const input = xv ?? x;
+            // The gradient of sum(outputs * dy) is the chain rule's product with dy: the same
+            // gradients as backpropagating through the whole model.
+            const lossFn = this.isLast
+              ? () => o.loss!(this.model.apply(input, { training: true }) as tf.Tensor, ys!).mul(n / o.batchSize) as tf.Scalar
+              : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
+            const last = i === sizes.length - 1;
+            const backward = () => o.ddp.backward(lossFn, xv ? { inputs: [xv] } : {});
+            const r = last ? await backward() : await o.ddp.noSync(backward);
+            t.allreduce += r.timings.allreduce;
+            t.compute += r.timings.compute + r.timings.readback;
+            const [dx] = r.inputGrads;
+            if (dx) {
+              const r0 = performance.now();
+              let values: Float32Array;
+              try {
+                values = (await dx.data()) as Float32Array;
+              } finally {
+                dx.dispose();
+              }
+              t.compute += performance.now() - r0;
+              send(values, this.stage - 1);
+            }
+          } finally {
+            x.dispose();
+            xv?.dispose();
+            dy?.dispose();
+            ys?.dispose();
+          }
+        }
+        timeline.push({ ...a, start, end: performance.now() - t0 });
+        peakTensors = Math.max(peakTensors, tf.memory().numTensors);
+      }
+      await Promise.all(sends);
+      let loss = NaN;
+      let metric = NaN;
+      if (this.isLast) {
+        const values = await Promise.all(results.map((r) => r.data()));
+        const per = o.metric ? 2 : 1;
+        loss = 0;
+        metric = o.metric ? 0 : NaN;
+        values.forEach((v, k) => (k % per === 0 ? (loss += v[0]!) : (metric += v[0]!)));
+      }
+      const total = performance.now() - t0;
+      return {
+        loss,
+        metric,
+        timings: { ...t, total },
+        bubble: total > 0 ? Math.max(0, 1 - t.compute / total) : 0,
+        timeline,
+        peakStashed: peakStashed(actions),
+        peakTensors,
+      };
+    } finally {
+      for (const x of stash.values()) x.dispose();
+      for (const r of results) r.dispose();
+    }
+  }
+
+  /**
+   * Inference through the pipeline (no gradients): every stage calls it with the same batch
+   * size. The first stage takes `inputs`; the last returns the model's outputs for the batch
+   * (the caller disposes them); the others return null.
+   */
+  async forward(o: { batchSize: number; inputs?: Float32Array; microBatches?: number; activationDtype?: ActivationDtype }): Promise<tf.Tensor | null> {
+    if (this.isFirst && (!o.inputs || o.inputs.length !== o.batchSize * this.inElems)) {
+      throw new RangeError(`stage 0 needs ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${o.batchSize * this.inElems} floats), got ${o.inputs ? o.inputs.length : 'none'}`);
+    }
+    const half = (o.activationDtype ?? 'float32') === 'float16';
+    const sizes = microBatchSizes(o.batchSize, o.microBatches ?? 1);
+    const outs: tf.Tensor[] = [];
+    const sends: Array<Promise<void>> = [];
+    let at = 0;
+    try {
+      for (const n of sizes) {
+        let x: tf.Tensor;
+        if (this.isFirst) {
+          x = tf.tensor(o.inputs!.subarray(at * this.inElems, (at + n) * this.inElems), [n, ...this.inputShape]);
+        } else {
+          const buf = await this.group.recv(new Float32Array(half ? Math.ceil((n * this.inElems) / 2) : n * this.inElems), this.stage - 1);
+          x = tf.tensor(half ? unpackHalf(buf, n * this.inElems) : buf, [n, ...this.inputShape]);
+        }
+        at += n;
+        const out = tf.tidy(() => this.model.predict(x) as tf.Tensor);
+        x.dispose();
+        if (this.isLast) {
+          outs.push(out);
+          continue;
+        }
+        let values: Float32Array;
+        try {
+          values = (await out.data()) as Float32Array;
+        } finally {
+          out.dispose();
+        }
+        const p = this.group.send(half ? packHalf(values) : values, this.stage + 1);
+        p.catch(() => {});
+        sends.push(p);
+      }
+      await Promise.all(sends);
+      if (!this.isLast) return null;
+      return outs.length === 1 ? outs.pop()! : tf.concat(outs);
+    } finally {
+      for (const t of outs) t.dispose();
+    }
+  }
+
+  private checkStepInputs(o: StageStepOptions): void {
+    if (this.isFirst) {
+      const want = o.batchSize * this.inElems;
+      if (!o.inputs || o.inputs.length !== want) throw new RangeError(`stage 0 needs the batch's inputs: ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${want} floats), got ${o.inputs ? o.inputs.length : 'none'}`);
+    }
+    if (this.isLast) {
+      if (!o.labels || o.labels.length !== o.batchSize) throw new RangeError(`the last stage (${this.stage}) needs ${o.batchSize} labels, got ${o.labels ? o.labels.length : 'none'}`);
+      if (!o.loss) throw new RangeError(`the last stage (${this.stage}) needs a loss function`);
+    }
+  }
+}
+
+// --- float16 on the wire --------------------------------------------------------------------------
+
+/** float32 values as IEEE half floats (round to nearest even), two to a float32 slot. */
+export function packHalf(values: Float32Array): Float32Array {
+  const out = new Float32Array(Math.ceil(values.length / 2));
+  const halves = new Uint16Array(out.buffer);
+  for (let i = 0; i < values.length; i++) halves[i] = toHalf(values[i]!);
+  return out;
+}
+
+/** The `count` values `packHalf` packed, as float32. */
+export function unpackHalf(packed: Float32Array, count: number): Float32Array {
+  const halves = new Uint16Array(packed.buffer, packed.byteOffset, packed.length * 2);
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) out[i] = fromHalf(halves[i]!);
+  return out;
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+function toHalf(v: number): number {
+  f32[0] = v;
+  const x = u32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // inf, NaN
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; // overflow: infinity
+  if (e <= 0) {
+    if (e < -10) return sign; // underflow: zero
+    mant |= 0x800000;
+    const shift = 14 - e;
+    const half = mant >>> shift;
+    const rest = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    return sign | (half + (rest > mid || (rest === mid && (half & 1)) ? 1 : 0));
+  }
+  const half = (e << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  // A carry out of the mantissa rolls into the exponent, which is what rounding up means.
+  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && (half & 1)) ? 1 : 0));
+}
+
+function fromHalf(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const mant = h & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
