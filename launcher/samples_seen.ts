@@ -64,7 +64,7 @@ export function samplesSeen(events: ElasticEvent[]): EpochSeen[] {
         trained.set(b.epoch, into);
         into.push(...b.indices.slice(0, b.indices.length - b.padding));
       }
-      if (ranks.size < r.worldSize) missing.add(list[0]?.epoch ?? -1);
+      if (ranks.size < (r.samplers ?? r.worldSize)) missing.add(list[0]?.epoch ?? -1);
     }
   }
   const epochs = [...trained.keys()].sort((a, b) => a - b);

@@ -58,9 +58,24 @@ export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFet
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
-export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
+export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './ddp.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights } from './replicas.ts';
-export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';
+export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
+export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './pipeline/schedule.ts';
+export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './pipeline/split.ts';
+export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './pipeline/stage.ts';
+export {
+  runPipeline,
+  pipelineMesh,
+  meshRank,
+  stagePart,
+  describeMeshFailure,
+  type PipelineMesh,
+  type PipelineRunOptions,
+  type PipelineRunResult,
+  type PipelineStepContext,
+  type PipelineRoundContext,
+} from './pipeline/runner.ts';
 export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
 export {
   saveCheckpoint,
@@ -86,6 +101,7 @@ export {
   type Stateful,
   type Json,
 } from './state_dict.ts';
+export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export type { RunRecord } from './elastic/recovery.ts';

@@ -71,7 +71,7 @@ export class ConfigMismatchError extends Error {
   override name = 'ConfigMismatchError';
 }
 
-async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Dataset }> {
+export async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Dataset }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   if (config.dataset === 'mnist') {
     const { train, test } = await loadMnistSplits({ baseUrl: new URL('/datasets/mnist/', location.origin).toString() });
@@ -83,8 +83,11 @@ async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Da
   return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + 1024), 'synthetic-test') };
 }
 
+/** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
+export type PipelineMetrics = { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
+
 /** The figures each rank contributes per step (gathered with the step's vote). */
-type Metrics = {
+export type Metrics = {
   loss: number;
   accuracy: number;
   samplesPerSec: number;
@@ -97,6 +100,8 @@ type Metrics = {
 };
 
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
+  // Model parallel: the pipeline's own trainer (a module of its own, loaded when used).
+  if (opts.config.pp > 1) return (await import('./pipeline_trainer.ts')).trainPipeline(opts);
   const { config, emit, flags } = opts;
   const started = performance.now();
   emit({ type: 'config', config });
@@ -283,7 +288,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 }
 
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
-function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
+export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
   let paused = false;
   /** A lost GPU, told when the rank is back in a round. */
@@ -293,12 +298,14 @@ function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: Ela
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Metrics[]).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics>>).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
           samplesPerSec: m.samplesPerSec,
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply },
+          // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
+          ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
         }));
         return emit({ type: 'step', epoch: e.epoch, step: e.step, totalSteps: e.totalSteps, ranks, elapsedSec: e.elapsedMs / 1000 });
       }
@@ -358,7 +365,7 @@ function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: Ela
 }
 
 /** Every tab of a session must train the same job: the first to arrive sets it. */
-async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
+export async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
   const mine = JSON.stringify(opts.config);
   const theirs = new TextDecoder().decode(await opts.store.compareSet('__train/config', '', mine));
   if (theirs === mine) return;
@@ -379,7 +386,7 @@ async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
  * Link states and lost ranks for the dashboard, and every two seconds each link's traffic and
  * network path (candidate types, round-trip time, bytes per second on the wire).
  */
-function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
+export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
   const last = new Map<number, { t: number; bytes: number }>();
   pg.on((e) => {
     if (e.type === 'link') emit({ type: 'link', peer: e.peer, state: e.state });

@@ -29,6 +29,8 @@ export type ElasticEvent =
       /** The step in flight when the last round failed, which this round trains again. */
       redone: boolean;
       note?: string;
+      /** How many ranks report 'batch' events, each its own shard (the pipeline's replicas); default worldSize. */
+      samplers?: number;
     }
   /** A step starts on this rank with these samples; the last `padding` of them are the sampler's padding. */
   | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }

@@ -306,6 +306,7 @@ class PipelineRun<M extends StepMetrics> {
       from: 0,
       redone: redone > 0,
       ...(note ? { note } : {}),
+      samplers: mesh.replicas,
     });
   }
 
