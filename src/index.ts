@@ -61,7 +61,7 @@ export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings } from './ddp.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights } from './replicas.ts';
 export { buildModel, classificationLoss, type ModelKind, type ModelSpec } from './models.ts';
-export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
+export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
 export {
   saveCheckpoint,
   loadCheckpoint,
@@ -88,5 +88,5 @@ export {
 } from './state_dict.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
-export type { RunRecord } from './elastic/recovery.ts';
+export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
