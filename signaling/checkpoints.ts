@@ -8,6 +8,16 @@
  *                                                404 {error: 'no-checkpoint'} when there is none, 409 when none verifies
  *   GET      /api/checkpoints/<session>/<name>   that checkpoint, as stored (the client verifies it)
  *
+ * Parts: each route takes an optional `?part=<part>` (e.g. `POST /api/checkpoints/<session>?part=stage-0`,
+ * `GET /api/checkpoints/<session>/latest?part=stage-0`). A part is one share of a run's state saved
+ * apart from the others (each pipeline stage saves its own): it lives in its own folder, keeps its
+ * own last `keep`, and its list and `latest` see only its files; without `?part` the routes see
+ * only the session's own files, as before parts existed, and pruning them never touches a part.
+ * A part's name must match CHECKPOINT_PART (src/checkpoint_format.ts: 1-32 of a-z 0-9 -, the
+ * first a letter or digit), given once; anything else is refused with 400 'bad-part' before the
+ * token is checked or the disk touched. Parts need the session's token and count in the disk
+ * budget like everything else. Other query parameters are ignored.
+ *
  * Every route needs `Authorization: Bearer <the session's token>` (signaling/session_tokens.ts):
  * 401 when it is missing or malformed, 403 when it is wrong or nobody has connected to the session
  * yet. Nothing on disk is touched before that check. Uploads must be `application/octet-stream`
@@ -16,7 +26,8 @@
  * file is created. Refusals: 400 corrupt/incomplete, 401, 403, 408 too slow, 411 no length,
  * 413 too large, 415 wrong type, 503 too many uploads at once (retry-after), 507 disk budget.
  *
- * Errors are JSON {error, message}. Files live in `<dir>/<session>/<name>.ckpt`; an upload is
+ * Errors are JSON {error, message}. Files live in `<dir>/<session>/<name>.ckpt`, a part's in
+ * `<dir>/<session>/parts/<part>/<name>.ckpt` (a folder name no checkpoint name can take); an upload is
  * written to a .tmp file, verified, fsynced and renamed, so a crash at any point leaves the
  * earlier checkpoints intact. Names are `<UTC time>-step-<step>`: sorting them sorts by write
  * time, so the newest is last even when a restarted run saves a lower step.
@@ -30,6 +41,8 @@ import { dirname, join, resolve } from 'node:path';
 import { SESSION_NAME } from '../src/protocol.ts';
 import type { SessionTokens } from './session_tokens.ts';
 import {
+  CHECKPOINT_PART,
+  CHECKPOINT_PART_RULE,
   CHECKSUM_BYTES,
   PREAMBLE_BYTES,
   CheckpointCorruptError,
@@ -45,7 +58,7 @@ export interface CheckpointHandlerOptions {
   dir: string;
   /** The sessions' tokens: every route checks `Authorization: Bearer <token>` against them. */
   tokens: SessionTokens;
-  /** How many checkpoints each session keeps; older ones are deleted after a save. Default 3. */
+  /** How many checkpoints each session keeps (and each part of it, apart); older ones are deleted after a save. Default 3. */
   keep?: number;
   /** Largest upload accepted, in bytes. Default 256 MiB. */
   maxBytes?: number;
@@ -105,6 +118,8 @@ class Refusal extends Error {
 }
 
 const PREFIX = '/api/checkpoints';
+/** The folder, inside a session's, that holds one folder per part. */
+const PARTS_DIR = 'parts';
 const EXT = '.ckpt';
 const TMP_EXT = '.tmp';
 /** `<YYYYMMDD>T<HHMMSSmmm>Z` with an optional `-step-<n>`. */
@@ -154,15 +169,16 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
   let lastNameMs = 0;
 
   return async (req, res) => {
-    let pathname: string;
+    let url: URL;
     try {
-      pathname = new URL(req.url ?? '/', 'http://x').pathname;
+      url = new URL(req.url ?? '/', 'http://x');
     } catch {
       return false; // not a path at all: not ours to answer
     }
+    const pathname = url.pathname;
     if (pathname !== PREFIX && !pathname.startsWith(`${PREFIX}/`)) return false;
     try {
-      await route(req, res, pathname);
+      await route(req, res, url);
     } catch (err) {
       if (err instanceof Refusal) {
         log(`[checkpoints] ${req.method} ${pathname} from ${req.socket.remoteAddress ?? 'unknown'}: ${err.status} ${err.code}: ${err.message}`);
@@ -183,7 +199,8 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     return true;
   };
 
-  async function route(req: IncomingMessage, res: ServerResponse, pathname: string): Promise<void> {
+  async function route(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const pathname = url.pathname;
     const parts = pathname.slice(PREFIX.length + 1).split('/');
     if (parts.length > 1 && parts.at(-1) === '') parts.pop();
     let segments: string[];
@@ -197,26 +214,35 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     if (!validSession(session)) {
       return sendError(res, 400, 'bad-session', `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
     }
+    const partNames = url.searchParams.getAll('part');
+    const part = partNames[0];
+    if (partNames.length > 1) return sendError(res, 400, 'bad-part', `give one part (?part=<part>), not ${partNames.length}`);
+    if (part !== undefined && !CHECKPOINT_PART.test(part)) {
+      return sendError(res, 400, 'bad-part', `part name ${JSON.stringify(part.slice(0, 100))} is not allowed: use ${CHECKPOINT_PART_RULE}`);
+    }
     if (extra.length > 0) return sendError(res, 404, 'not-found', `no such resource: ${pathname}`);
     // Before anything reads or writes the session's folder.
     const token = await authorize(req, session);
     const sessionDir = join(dir, session);
+    const folder = part === undefined ? sessionDir : join(sessionDir, PARTS_DIR, part);
+    const where = part === undefined ? `session "${session}"` : `part "${part}" of session "${session}"`;
 
     if (name === undefined) {
-      if (req.method === 'POST' || req.method === 'PUT') return upload(req, res, session, token, sessionDir);
-      if (req.method === 'GET') return sendJson(res, 200, { session, checkpoints: await listCheckpointFiles(sessionDir) });
+      if (req.method === 'POST' || req.method === 'PUT') return upload(req, res, session, token, folder);
+      if (req.method === 'GET') return sendJson(res, 200, { session, ...(part === undefined ? {} : { part }), checkpoints: await listCheckpointFiles(folder) });
       return methodNotAllowed(res, 'GET, POST, PUT');
     }
     if (req.method !== 'GET') return methodNotAllowed(res, 'GET');
-    if (name === 'latest') return sendLatest(res, session, sessionDir);
+    if (name === 'latest') return sendLatest(res, where, folder);
     if (!CHECKPOINT_NAME.test(name)) {
-      return sendError(res, 400, 'bad-name', `${JSON.stringify(name)} is not a checkpoint name (list them at ${PREFIX}/${session})`);
+      const list = `${PREFIX}/${session}${part === undefined ? '' : `?part=${part}`}`;
+      return sendError(res, 400, 'bad-name', `${JSON.stringify(name)} is not a checkpoint name (list them at ${list})`);
     }
     let fh: FileHandle;
     try {
-      fh = await open(join(sessionDir, name + EXT), 'r');
+      fh = await open(join(folder, name + EXT), 'r');
     } catch (err) {
-      if (isCode(err, 'ENOENT')) return sendError(res, 404, 'not-found', `session "${session}" has no checkpoint ${name}`);
+      if (isCode(err, 'ENOENT')) return sendError(res, 404, 'not-found', `${where} has no checkpoint ${name}`);
       throw err;
     }
     await sendFile(res, fh, name, []);
@@ -251,7 +277,8 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     }
   }
 
-  async function upload(req: IncomingMessage, res: ServerResponse, session: string, token: string, sessionDir: string): Promise<void> {
+  /** Stores an upload in `folder`: the session's folder, or one of its parts'. */
+  async function upload(req: IncomingMessage, res: ServerResponse, session: string, token: string, folder: string): Promise<void> {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/octet-stream') {
       const sent = type === '' ? 'no Content-Type' : `Content-Type ${JSON.stringify(type)}`;
@@ -285,9 +312,15 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       let size: number;
       try {
         const head = await readContainerHead(body, declared);
-        // A new session folder must itself survive a crash, so its parent is synced too.
-        if ((await mkdir(sessionDir, { recursive: true })) !== undefined) await syncDir(dirname(sessionDir));
-        tmp = join(sessionDir, `upload-${Date.now()}-${randomBytes(6).toString('hex')}${TMP_EXT}`);
+        // New folders must themselves survive a crash, so the parent of each new one is synced too.
+        const created = await mkdir(folder, { recursive: true });
+        if (created !== undefined) {
+          for (let made = folder; ; made = dirname(made)) {
+            await syncDir(dirname(made));
+            if (made === created || made === dir) break;
+          }
+        }
+        tmp = join(folder, `upload-${Date.now()}-${randomBytes(6).toString('hex')}${TMP_EXT}`);
         uploading.add(tmp);
         fh = await open(tmp, 'wx+');
         await fh.write(head);
@@ -309,16 +342,16 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       // case the session was dropped and claimed by someone else while the body arrived.
       await tokens.persist(session);
       if ((await tokens.verify(session, token)) !== 'ok') throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
-      const name = nextName(await checkpointNames(sessionDir), step);
-      const path = join(sessionDir, name + EXT);
+      const name = nextName(await checkpointNames(folder), step);
+      const path = join(folder, name + EXT);
       await rename(tmp, path);
       uploading.delete(tmp);
       reservedBytes -= declared;
       reserved = false;
       // Verified above: `latest` need not hash it again while it stays as written.
       verifiedFiles.set(path, await stat(path), null);
-      await syncDir(sessionDir);
-      await prune(sessionDir);
+      await syncDir(folder);
+      await prune(folder);
       sendJson(res, 201, { name, bytes: size, step });
     } catch (err) {
       if (isCode(err, 'ENOSPC')) {
@@ -378,30 +411,35 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     return step === null ? time : `${time}-step-${String(step).padStart(8, '0')}`;
   }
 
-  /** Deletes the oldest checkpoints beyond `keep`, and .tmp files of uploads that died. */
-  async function prune(sessionDir: string): Promise<void> {
-    const names = await checkpointNames(sessionDir);
+  /**
+   * Deletes the oldest checkpoints beyond `keep`, and .tmp files of uploads that died, in one
+   * folder (a session's or a part's): a part's folder is not a checkpoint file, so the session's
+   * pruning never reaches into it.
+   */
+  async function prune(folder: string): Promise<void> {
+    const names = await checkpointNames(folder);
     for (const old of names.slice(0, Math.max(0, names.length - keep))) {
-      const path = join(sessionDir, old + EXT);
+      const path = join(folder, old + EXT);
       verifiedFiles.delete(path);
       await unlink(path).catch(() => {});
     }
-    for (const file of await readdir(sessionDir)) {
-      const path = join(sessionDir, file);
+    for (const file of await readdir(folder)) {
+      const path = join(folder, file);
       if (!file.endsWith(TMP_EXT) || uploading.has(path)) continue;
       const info = await stat(path).catch(() => undefined);
       if (info && Date.now() - info.mtimeMs > STALE_TMP_MS) await unlink(path).catch(() => {});
     }
   }
 
-  async function sendLatest(res: ServerResponse, session: string, sessionDir: string): Promise<void> {
-    const { found, skipped } = await findLatest(sessionDir, verifyRemembered);
-    for (const s of skipped) log(`[checkpoints] session "${session}": skipping ${s.name}: ${s.reason}`);
+  /** `where` names the folder for messages: `session "<session>"` or `part "<part>" of session "<session>"`. */
+  async function sendLatest(res: ServerResponse, where: string, folder: string): Promise<void> {
+    const { found, skipped } = await findLatest(folder, verifyRemembered);
+    for (const s of skipped) log(`[checkpoints] ${where}: skipping ${s.name}: ${s.reason}`);
     if (found) return sendFile(res, found.fh, found.name, skipped);
-    if (skipped.length === 0) return sendError(res, 404, 'no-checkpoint', `session "${session}" has no checkpoint`);
+    if (skipped.length === 0) return sendError(res, 404, 'no-checkpoint', `${where} has no checkpoint`);
     // Not "none": starting afresh would soon prune checkpoints someone may want to rescue.
     const list = skipped.map((s) => `${s.name} (${s.reason})`).join('; ');
-    sendError(res, 409, 'all-corrupt', `session "${session}" has ${skipped.length} checkpoint(s) and none verifies: ${list}`);
+    sendError(res, 409, 'all-corrupt', `${where} has ${skipped.length} checkpoint(s) and none verifies: ${list}`);
   }
 
   /** verifyOpen, unless this file was verified (or found corrupt) as it is now. */
@@ -425,14 +463,16 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
   }
 }
 
-/** The newest checkpoint of a session that verifies (magic, lengths, SHA-256, header), or null. */
-export async function latestValidCheckpoint(dir: string, session: string): Promise<ValidCheckpoint | null> {
+/** The newest checkpoint of a session (or of one of its parts) that verifies (magic, lengths, SHA-256, header), or null. */
+export async function latestValidCheckpoint(dir: string, session: string, part?: string): Promise<ValidCheckpoint | null> {
   if (!validSession(session)) throw new TypeError(`session name ${JSON.stringify(session)} is not allowed`);
+  if (part !== undefined && !CHECKPOINT_PART.test(part)) throw new RangeError(`part name ${JSON.stringify(part)} is not allowed: use ${CHECKPOINT_PART_RULE}`);
   const sessionDir = join(resolve(dir), session);
-  const { found, skipped } = await findLatest(sessionDir, (fh, _path, info) => verifyContainer(fh, info.size));
+  const folder = part === undefined ? sessionDir : join(sessionDir, PARTS_DIR, part);
+  const { found, skipped } = await findLatest(folder, (fh, _path, info) => verifyContainer(fh, info.size));
   if (!found) return null;
   await found.fh.close();
-  return { name: found.name, path: join(sessionDir, found.name + EXT), bytes: found.size, meta: found.verified.meta, skipped };
+  return { name: found.name, path: join(folder, found.name + EXT), bytes: found.size, meta: found.verified.meta, skipped };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -590,38 +630,44 @@ function stampOf(info: Stats): string {
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}`;
 }
 
-/** Bytes of checkpoint and .tmp files of all sessions under `dir`, leaving out the files in `skip`. */
+/**
+ * Bytes of checkpoint and .tmp files of all sessions under `dir`, their parts' included, leaving
+ * out the files in `skip`.
+ */
 async function storedBytes(dir: string, skip: ReadonlySet<string>): Promise<number> {
-  let entries;
-  try {
-    entries = await readdir(dir, { withFileTypes: true });
-  } catch (err) {
-    if (isCode(err, 'ENOENT')) return 0;
-    throw err;
-  }
   const perSession = await Promise.all(
-    entries
-      .filter((e) => e.isDirectory())
-      .map(async (e) => {
-        const sessionDir = join(dir, e.name);
-        let sum = 0;
-        for (const file of await readdir(sessionDir).catch(() => [])) {
-          const path = join(sessionDir, file);
+    (await subfolders(dir)).map(async (sessionDir) => {
+      const folders = [sessionDir, ...(await subfolders(join(sessionDir, PARTS_DIR)))];
+      let sum = 0;
+      for (const folder of folders) {
+        for (const file of await readdir(folder).catch(() => [])) {
+          const path = join(folder, file);
           if ((!file.endsWith(EXT) && !file.endsWith(TMP_EXT)) || skip.has(path)) continue;
           const info = await stat(path).catch(() => undefined);
           if (info?.isFile()) sum += info.size;
         }
-        return sum;
-      }),
+      }
+      return sum;
+    }),
   );
   return perSession.reduce((a, b) => a + b, 0);
 }
 
-/** Checkpoint names in a session folder, oldest first; none when the folder does not exist. */
-async function checkpointNames(sessionDir: string): Promise<string[]> {
+/** The folders directly inside `folder`; none when it does not exist. */
+async function subfolders(folder: string): Promise<string[]> {
+  try {
+    return (await readdir(folder, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => join(folder, e.name));
+  } catch (err) {
+    if (isCode(err, 'ENOENT') || isCode(err, 'ENOTDIR')) return [];
+    throw err;
+  }
+}
+
+/** Checkpoint names in a session's or a part's folder, oldest first; none when the folder does not exist. */
+async function checkpointNames(folder: string): Promise<string[]> {
   let files: string[];
   try {
-    files = await readdir(sessionDir);
+    files = await readdir(folder);
   } catch (err) {
     if (isCode(err, 'ENOENT')) return [];
     throw err;
@@ -633,10 +679,10 @@ async function checkpointNames(sessionDir: string): Promise<string[]> {
     .sort();
 }
 
-async function listCheckpointFiles(sessionDir: string): Promise<Array<{ name: string; bytes: number; step: number | null; mtime: string }>> {
+async function listCheckpointFiles(folder: string): Promise<Array<{ name: string; bytes: number; step: number | null; mtime: string }>> {
   const out = [];
-  for (const name of await checkpointNames(sessionDir)) {
-    const info = await stat(join(sessionDir, name + EXT)).catch(() => undefined);
+  for (const name of await checkpointNames(folder)) {
+    const info = await stat(join(folder, name + EXT)).catch(() => undefined);
     if (!info) continue; // pruned meanwhile
     const step = CHECKPOINT_NAME.exec(name)?.[6];
     out.push({ name, bytes: info.size, step: step === undefined ? null : Number(step), mtime: info.mtime.toISOString() });
@@ -658,12 +704,12 @@ function stepOf(meta: Record<string, unknown>): number | null {
 
 /** Walks from the newest checkpoint back to the first that `verify` accepts, noting the ones it does not. */
 async function findLatest<T>(
-  sessionDir: string,
+  folder: string,
   verify: (fh: FileHandle, path: string, info: Stats) => Promise<T>,
 ): Promise<{ found: OpenCheckpoint<T> | null; skipped: Skipped[] }> {
   const skipped: Skipped[] = [];
-  for (const name of (await checkpointNames(sessionDir)).reverse()) {
-    const path = join(sessionDir, name + EXT);
+  for (const name of (await checkpointNames(folder)).reverse()) {
+    const path = join(folder, name + EXT);
     let fh: FileHandle;
     try {
       fh = await open(path, 'r');

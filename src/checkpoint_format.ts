@@ -45,6 +45,15 @@ export const CHECKPOINT_VERSION = 1;
 export const PREAMBLE_BYTES = 32;
 export const CHECKSUM_BYTES = 32;
 
+/**
+ * A checkpoint part's name: one share of a run's state that is saved, kept and loaded apart from
+ * the others (a pipeline stage's, `?part=` on the server's routes). Lower case so that two parts
+ * never share a folder on a case-insensitive disk.
+ */
+export const CHECKPOINT_PART = /^[a-z0-9][a-z0-9-]{0,31}$/;
+/** CHECKPOINT_PART in words, for refusals. */
+export const CHECKPOINT_PART_RULE = '1-32 characters of a-z 0-9 and "-", the first a letter or digit';
+
 const MAGIC_BYTES = new TextEncoder().encode(CHECKPOINT_MAGIC);
 
 export type CorruptKind = 'truncated' | 'trailing-data' | 'bad-magic' | 'bad-version' | 'checksum' | 'header';

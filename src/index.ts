@@ -76,7 +76,7 @@ export {
   type PipelineStepContext,
   type PipelineRoundContext,
 } from './pipeline/runner.ts';
-export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
+export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
 export {
   saveCheckpoint,
   loadCheckpoint,
@@ -104,5 +104,5 @@ export {
 export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
-export type { RunRecord } from './elastic/recovery.ts';
+export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';

@@ -15,6 +15,10 @@ import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/store.ts';
 import { newSessionToken } from '../src/session_token.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import * as tf from '@tensorflow/tfjs';
+import { buildModel } from '../src/models.ts';
+import { TrainState } from '../src/state_dict.ts';
+import { restoreStatePart, saveState, type RunRecord } from '../src/elastic/recovery.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: what a TF.js Sequential MLP and an Adam optimizer give.
@@ -522,6 +526,362 @@ describe('checkpoint server', () => {
   });
 });
 
+// ---------------------------------------------------------------------------------------------
+// Parts: each pipeline stage saves its own share of the state, kept apart from the others.
+
+/** A request sent with the path exactly as given (fetch and URL would resolve `..` first). */
+function rawPath(url: string, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<Answer> {
+  const { port } = new URL(url);
+  return new Promise((done, fail) => {
+    const req = httpRequest({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        let body: Answer['body'] = {};
+        try {
+          body = JSON.parse(text) as Answer['body'];
+        } catch {
+          body = { message: text };
+        }
+        done({ status: res.statusCode ?? 0, headers: res.headers, body });
+      });
+    });
+    req.on('error', fail);
+    req.end();
+  });
+}
+
+/** Every file and folder under `dir`, as paths relative to it, sorted. */
+async function tree(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true });
+  return entries.map((e) => e.split('\\').join('/')).sort();
+}
+
+describe('checkpoint parts', () => {
+  let srv: Mounted;
+  beforeAll(async () => {
+    srv = await mount({ keep: 3 });
+  });
+
+  const inPart = (s: string, part: string) => ({ ...auth(s), part });
+  const partDir = (s: string, part: string) => join(srv.dir, s, 'parts', part);
+  /** Stage 1 holds other layers than stage 0, so a load from the wrong part would show. */
+  const stageCheckpoint = (part: string, step: number) => makeCheckpoint(step, part === 'stage-0' ? [[16, 8]] : [[8, 4]]);
+
+  it("keeps each part apart: its own last `keep`, and the session's own checkpoints untouched", async () => {
+    const s = await joined(srv);
+    const saved: Record<string, string[]> = { 'stage-0': [], 'stage-1': [], plain: [] };
+    saved.plain.push((await saveCheckpoint(srv.url, s, makeCheckpoint(100), auth(s))).name);
+    // The stages save the same steps, interleaved, as a pipeline does.
+    for (let step = 1; step <= 4; step++) {
+      for (const part of ['stage-0', 'stage-1']) saved[part]!.push((await saveCheckpoint(srv.url, s, stageCheckpoint(part, step), inPart(s, part))).name);
+    }
+    saved.plain.push((await saveCheckpoint(srv.url, s, makeCheckpoint(200), auth(s))).name);
+
+    for (const part of ['stage-0', 'stage-1']) {
+      const listed = await listCheckpoints(srv.url, s, inPart(s, part));
+      expect(listed.map((c) => c.name)).toEqual(saved[part]!.slice(1));
+      expect(listed.map((c) => c.step)).toEqual([2, 3, 4]);
+      expect((await readdir(partDir(s, part))).sort()).toEqual(saved[part]!.slice(1).map((n) => `${n}.ckpt`));
+      const latest = await loadCheckpoint(srv.url, s, inPart(s, part));
+      expect(latest!.name).toBe(saved[part]!.at(-1));
+      expect(latest!.checkpoint.meta.step).toBe(4);
+      expect(latest!.checkpoint.model.weightSpecs).toEqual(stageCheckpoint(part, 4).model.weightSpecs);
+    }
+    // The session's own: both kept, and its list and latest see no part's files.
+    expect((await listCheckpoints(srv.url, s, auth(s))).map((c) => [c.name, c.step])).toEqual([
+      [saved.plain[0], 100],
+      [saved.plain[1], 200],
+    ]);
+    expect((await loadCheckpoint(srv.url, s, auth(s)))!.checkpoint.meta.step).toBe(200);
+    expect((await readdir(join(srv.dir, s))).sort()).toEqual([...saved.plain.map((n) => `${n}.ckpt`), TOKEN_FILE, 'parts'].sort());
+    expect((await readdir(join(srv.dir, s, 'parts'))).sort()).toEqual(['stage-0', 'stage-1']);
+
+    // Pruning the session's own folder never reaches into the parts.
+    for (const step of [300, 400, 500]) await saveCheckpoint(srv.url, s, makeCheckpoint(step), auth(s));
+    expect((await listCheckpoints(srv.url, s, auth(s))).map((c) => c.step)).toEqual([300, 400, 500]);
+    for (const part of ['stage-0', 'stage-1']) {
+      expect((await listCheckpoints(srv.url, s, inPart(s, part))).map((c) => c.name)).toEqual(saved[part]!.slice(1));
+    }
+  });
+
+  it('lists and loads per part: an empty part is empty, names do not cross parts, corrupt ones are skipped', async () => {
+    const s = await joined(srv);
+    const only = await saveCheckpoint(srv.url, s, stageCheckpoint('stage-0', 7), inPart(s, 'stage-0'));
+    expect(await loadCheckpoint(srv.url, s, inPart(s, 'stage-1'))).toBeNull();
+    expect(await listCheckpoints(srv.url, s, inPart(s, 'stage-1'))).toEqual([]);
+    expect(await loadCheckpoint(srv.url, s, auth(s))).toBeNull();
+    expect(await listCheckpoints(srv.url, s, auth(s))).toEqual([]);
+    expect(await exists(partDir(s, 'stage-1'))).toBe(false);
+
+    // The list names its part.
+    const res = await fetch(`${srv.url}api/checkpoints/${s}?part=stage-0`, { headers: headersFor(s) });
+    expect(await res.json()).toMatchObject({ session: s, part: 'stage-0', checkpoints: [{ name: only.name, step: 7 }] });
+
+    // A name is looked up in its own part only.
+    expect((await loadCheckpoint(srv.url, s, { ...inPart(s, 'stage-0'), name: only.name }))!.checkpoint.meta.step).toBe(7);
+    for (const elsewhere of [inPart(s, 'stage-1'), auth(s)]) {
+      const err = await rejection(loadCheckpoint(srv.url, s, { ...elsewhere, name: only.name }));
+      expect(err).toBeInstanceOf(CheckpointError);
+      expect((err as CheckpointError).status).toBe(404);
+    }
+    const direct = await latestValidCheckpoint(srv.dir, s, 'stage-0');
+    expect(direct).toMatchObject({ name: only.name, path: join(partDir(s, 'stage-0'), `${only.name}.ckpt`) });
+    expect(await latestValidCheckpoint(srv.dir, s)).toBeNull();
+    await expect(latestValidCheckpoint(srv.dir, s, '..')).rejects.toThrow(RangeError);
+
+    // A corrupt newest is passed over within the part; none verifying is a 409 naming the part.
+    const newer = await saveCheckpoint(srv.url, s, stageCheckpoint('stage-0', 8), inPart(s, 'stage-0'));
+    await truncate(join(partDir(s, 'stage-0'), `${newer.name}.ckpt`), newer.bytes - 10);
+    const loaded = await loadCheckpoint(srv.url, s, inPart(s, 'stage-0'));
+    expect(loaded!.name).toBe(only.name);
+    expect(loaded!.skipped).toEqual([{ name: newer.name, reason: expect.stringContaining('truncated') }]);
+    await truncate(join(partDir(s, 'stage-0'), `${only.name}.ckpt`), 100);
+    const err = await rejection(loadCheckpoint(srv.url, s, inPart(s, 'stage-0')));
+    expect((err as CheckpointError).status).toBe(409);
+    expect((err as Error).message).toContain(`part "stage-0" of session "${s}" has 2 checkpoint(s) and none verifies`);
+  });
+
+  it('loads by step: the newest checkpoint of the part at that step, null when there is none', async () => {
+    const s = await joined(srv);
+    const save = async (step: number) => (await saveCheckpoint(srv.url, s, stageCheckpoint('stage-1', step), inPart(s, 'stage-1'))).name;
+    await save(10);
+    const first20 = await save(20);
+    const restarted20 = await save(20); // a restarted stage saved step 20 again
+    const at30 = await save(30); // step 10 is pruned (keep 3)
+    await saveCheckpoint(srv.url, s, stageCheckpoint('stage-0', 30), inPart(s, 'stage-0'));
+
+    const at = (step: number, part = 'stage-1') => loadCheckpoint(srv.url, s, { ...inPart(s, part), step });
+    expect((await at(20))!.name).toBe(restarted20);
+    expect((await at(20))!.skipped).toEqual([]);
+    expect((await at(30))!.name).toBe(at30);
+    expect((await at(30, 'stage-0'))!.checkpoint.model.weightSpecs).toEqual(stageCheckpoint('stage-0', 30).model.weightSpecs);
+    expect(await at(10)).toBeNull(); // pruned
+    expect(await at(99)).toBeNull();
+    expect(await at(20, 'stage-0')).toBeNull();
+    expect(await loadCheckpoint(srv.url, s, { ...auth(s), step: 30 })).toBeNull(); // the session's own folder has none
+
+    // A corrupt newest at the step: the older one at that step, saying what was skipped.
+    const flip = async (name: string) => {
+      const path = join(partDir(s, 'stage-1'), `${name}.ckpt`);
+      const bytes = await readFile(path);
+      bytes[bytes.length >> 1] ^= 0xff;
+      await writeFile(path, bytes);
+    };
+    await flip(restarted20);
+    const older = await at(20);
+    expect(older!.name).toBe(first20);
+    expect(older!.checkpoint.meta.step).toBe(20);
+    expect(older!.skipped).toEqual([{ name: restarted20, reason: expect.stringContaining('checksum mismatch') }]);
+    await flip(first20);
+    const err = await rejection(at(20));
+    expect(err).toBeInstanceOf(CheckpointError);
+    expect((err as CheckpointError).status).toBe(409);
+    expect((err as Error).message).toContain('at step 20 of part "stage-1"');
+    expect((err as Error).message).toContain(first20);
+    expect((err as Error).message).toContain(restarted20);
+
+    await expect(loadCheckpoint(srv.url, s, { ...auth(s), step: 20, name: first20 })).rejects.toThrow(TypeError);
+    for (const bad of [-1, 1.5, Number.NaN]) await expect(loadCheckpoint(srv.url, s, { ...auth(s), step: bad })).rejects.toThrow(RangeError);
+  });
+
+  it('refuses bad part names: the server with 400 on every route, the client with RangeError before any request', async () => {
+    const s = await joined(srv);
+    const good = await saveCheckpoint(srv.url, s, makeCheckpoint(1), inPart(s, 'a'.repeat(32)));
+    expect((await saveCheckpoint(srv.url, s, makeCheckpoint(1), inPart(s, '0'))).name).toMatch(/step-00000001$/);
+    const body = await encodeCheckpoint(makeCheckpoint(2));
+    const before = await tree(srv.dir);
+    const queries = [
+      'part=Stage-0',
+      'part=-x',
+      'part=',
+      `part=${'a'.repeat(33)}`,
+      'part=a_b',
+      'part=a.b',
+      'part=.',
+      'part=..',
+      'part=%2e%2e',
+      'part=%2E%2E',
+      'part=a%2Fb',
+      'part=a/b',
+      'part=..%2F..%2Fetc',
+      'part=%5C..',
+      'part=a%00',
+      'part=a+b',
+      'part=%C3%BC',
+      'part=stage-0&part=stage-1',
+    ];
+    for (const query of queries) {
+      for (const [method, path] of [
+        ['POST', `api/checkpoints/${s}`],
+        ['GET', `api/checkpoints/${s}`],
+        ['GET', `api/checkpoints/${s}/latest`],
+        ['GET', `api/checkpoints/${s}/${good.name}`],
+      ] as const) {
+        for (const headers of [headersFor(s), {}]) {
+          const res = await fetch(`${srv.url}${path}?${query}`, { method, headers, body: method === 'POST' ? body : undefined });
+          const answer = (await res.json()) as { error: string; message: string };
+          expect([query, method, path, res.status, answer.error]).toEqual([query, method, path, 400, 'bad-part']);
+          expect(answer.message).toMatch(query.includes('&') ? /give one part/ : /is not allowed: use 1-32 characters of a-z 0-9 and "-", the first a letter or digit/);
+        }
+      }
+    }
+    expect(await tree(srv.dir)).toEqual(before);
+
+    let requests = 0;
+    const counting = (() => {
+      requests++;
+      return Promise.reject(new Error('no request was expected'));
+    }) as typeof fetch;
+    for (const bad of ['Stage-0', '-x', '', 'a'.repeat(33), 'a_b', 'a.b', '.', '..', '%2e%2e', 'a/b', '../x', 'ü', ' stage-0', 'stage-0\n']) {
+      const o = { ...inPart(s, bad), fetch: counting };
+      for (const call of [saveCheckpoint(srv.url, s, makeCheckpoint(1), o), loadCheckpoint(srv.url, s, o), loadCheckpoint(srv.url, s, { ...o, step: 1 }), listCheckpoints(srv.url, s, o)]) {
+        const err = await rejection(call);
+        expect(err, JSON.stringify(bad)).toBeInstanceOf(RangeError);
+        expect((err as Error).message).toContain(`checkpoint part ${JSON.stringify(bad)} is not allowed`);
+        expect((err as Error).message).toContain('/^[a-z0-9][a-z0-9-]{0,31}$/');
+      }
+    }
+    expect(requests).toBe(0);
+  });
+
+  it('refuses traversal through the name, the session and the path form', async () => {
+    const s = await joined(srv);
+    await saveCheckpoint(srv.url, s, makeCheckpoint(1), inPart(s, 'stage-0'));
+    const before = await tree(srv.dir);
+    const h = headersFor(s);
+    const other = await joined(srv);
+    const cases: Array<[string, number, string | undefined]> = [
+      [`/api/checkpoints/${s}/..%2F..%2Fetc?part=stage-0`, 400, 'bad-name'],
+      [`/api/checkpoints/${s}/..%2Fparts%2Fstage-0?part=stage-0`, 400, 'bad-name'],
+      [`/api/checkpoints/${s}/parts?part=stage-0`, 400, 'bad-name'],
+      [`/api/checkpoints/${s}/parts`, 400, 'bad-name'],
+      [`/api/checkpoints/${s}/parts/stage-0`, 404, 'not-found'],
+      [`/api/checkpoints/${s}/parts/stage-0/latest`, 404, 'not-found'],
+      [`/api/checkpoints/%252e%252e?part=stage-0`, 400, 'bad-session'],
+      [`/api/checkpoints/${s}%2Fparts%2Fstage-0?part=stage-0`, 400, 'bad-session'],
+      [`/api/checkpoints/${s}/latest?part=stage-0%2F..%2F..`, 400, 'bad-part'],
+      [`/api/checkpoints/${s}/latest?part=../../${s}`, 400, 'bad-part'],
+      // Dot segments, plain or percent-encoded, are resolved (WHATWG URL) before routing: they
+      // name another route of the API, with its own token check, or leave it.
+      [`/api/checkpoints/${s}/%2e%2e?part=stage-0`, 404, 'not-found'], // /api/checkpoints/: no session
+      [`/api/checkpoints/${s}/../${s}/latest?part=stage-0`, 200, undefined],
+      [`/api/checkpoints/${s}/.%2E/${other}/latest?part=stage-0`, 403, 'forbidden'], // s's token is not other's
+      [`/api/checkpoints/%2e%2e?part=stage-0`, 0, undefined],
+      [`/api/checkpoints/${s}/latest/../../../../etc/passwd?part=stage-0`, 0, undefined],
+    ];
+    for (const [path, status, error] of cases) {
+      const answer = await rawPath(srv.url, path, h);
+      if (status === 0) {
+        // Outside /api/checkpoints: not the handler's (the test server's plain 404).
+        expect([path, answer.status, answer.body.message]).toEqual([path, 404, expect.stringMatching(/^not found/)]);
+        continue;
+      }
+      expect([path, answer.status, answer.body.error]).toEqual([path, status, error]);
+    }
+    expect(await exists(join(srv.dir, other))).toBe(false);
+    // Uploads too.
+    for (const path of [`/api/checkpoints/${s}/parts/x`, `/api/checkpoints/${s}?part=..`, `/api/checkpoints/${s}?part=%2e%2e`, `/api/checkpoints/${s}?part=x%2F..%2F..`]) {
+      const res = await fetch(`${srv.url}${path.slice(1)}`, { method: 'POST', headers: h, body: await encodeCheckpoint(makeCheckpoint(1)) });
+      expect([path, res.status]).toEqual([path, path.includes('/parts/') ? 404 : 400]);
+    }
+    expect(await tree(srv.dir)).toEqual(before);
+  });
+
+  it('needs the session token for parts too (401 without, 403 wrong or nobody joined), touching nothing', async () => {
+    const s = await joined(srv);
+    const saved = await saveCheckpoint(srv.url, s, makeCheckpoint(1), inPart(s, 'stage-0'));
+    const nobody = session('nobody');
+    const body = await encodeCheckpoint(makeCheckpoint(2));
+    const routes = (x: string) => [
+      ['POST', `api/checkpoints/${x}?part=stage-0`],
+      ['POST', `api/checkpoints/${x}?part=stage-9`],
+      ['GET', `api/checkpoints/${x}?part=stage-0`],
+      ['GET', `api/checkpoints/${x}/latest?part=stage-0`],
+      ['GET', `api/checkpoints/${x}/${saved.name}?part=stage-0`],
+    ];
+    const before = await tree(srv.dir);
+    const call = async (method: string, path: string, authorization?: string) => {
+      const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+      if (authorization !== undefined) headers.authorization = authorization;
+      const res = await fetch(srv.url + path, { method, headers, body: method === 'POST' ? body : undefined });
+      return [res.status, ((await res.json()) as { error: string }).error];
+    };
+    for (const [method, path] of routes(s)) {
+      expect([method, path, ...(await call(method!, path!))]).toEqual([method, path, 401, 'unauthorized']);
+      expect([method, path, ...(await call(method!, path!, 'Bearer short'))]).toEqual([method, path, 401, 'unauthorized']);
+      expect([method, path, ...(await call(method!, path!, `Bearer ${tokenFor(nobody)}`))]).toEqual([method, path, 403, 'forbidden']);
+    }
+    for (const [method, path] of routes(nobody)) {
+      expect([method, path, ...(await call(method!, path!, `Bearer ${tokenFor(nobody)}`))]).toEqual([method, path, 403, 'forbidden']);
+    }
+    expect(await tree(srv.dir)).toEqual(before);
+    const err = await rejection(loadCheckpoint(srv.url, s, { token: tokenFor(nobody), part: 'stage-0' }));
+    expect((err as CheckpointError).status).toBe(403);
+  });
+
+  it('counts parts in the disk budget of all sessions', async () => {
+    const bytes = await encodeCheckpoint(makeCheckpoint(1));
+    const small = await mount({ maxDiskBytes: Math.floor(bytes.length * 2.5) });
+    const a = await joined(small);
+    const b = await joined(small);
+    await saveCheckpoint(small.url, a, makeCheckpoint(1), { ...auth(a), part: 'stage-0' });
+    await saveCheckpoint(small.url, a, makeCheckpoint(1), { ...auth(a), part: 'stage-1' });
+    for (const [who, part] of [[a, 'stage-2'], [a, undefined], [b, 'stage-0'], [b, undefined]] as const) {
+      const err = await rejection(saveCheckpoint(small.url, who, makeCheckpoint(1), { ...auth(who), part }));
+      expect((err as CheckpointError).status, `${who} ${part}`).toBe(507);
+      expect((err as Error).message).toContain(`${2 * bytes.length} bytes are stored or being uploaded`);
+    }
+  });
+});
+
+describe('saveState and restoreStatePart', () => {
+  beforeAll(async () => {
+    await tf.setBackend('cpu');
+  });
+
+  it('each stage saves its part and restores it at a given step, with its run record', async () => {
+    const srv = await mount({ keep: 3 });
+    const s = await joined(srv);
+    const o = { url: srv.url, session: s, token: tokenFor(s) };
+    // Two stages: different models, as a pipeline's are.
+    const stage = (part: number, seed: number) =>
+      new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [part === 0 ? 16 : 8], numClasses: 4, seed }), optimizer: () => tf.train.adam(0.01) });
+    const run: RunRecord = { generations: 2, stepsRedone: 1, resumes: ['resumed at step 3'] };
+    const stages = [stage(0, 1), stage(1, 2)];
+    for (const [i, st] of stages.entries()) {
+      st.progress = { step: 5, epoch: 0, position: 40 };
+      await saveState(st, run, { ...o, part: `stage-${i}` });
+    }
+    const weightsAt5 = stages.map((st) => st.model.getWeights().map((w) => Array.from(w.dataSync())));
+    // Stage 0 goes on alone to step 6 with other weights.
+    stages[0]!.model.setWeights(stages[0]!.model.getWeights().map((w) => tf.tidy(() => w.add(1))));
+    stages[0]!.progress = { step: 6, epoch: 0, position: 48 };
+    await saveState(stages[0]!, { ...run, generations: 3 }, { ...o, part: 'stage-0' });
+    expect(await listCheckpoints(srv.url, s, auth(s))).toEqual([]); // nothing in the session's own folder
+
+    for (const i of [0, 1]) {
+      const fresh = stage(i, 10 + i);
+      const restored = await restoreStatePart(fresh, { ...o, part: `stage-${i}`, step: 5 });
+      expect(restored.run).toEqual(run);
+      expect(restored.skipped).toEqual([]);
+      expect(restored.note).toMatch(new RegExp(`^resumed at step 5 from checkpoint \\S+ of part "stage-${i}" of session "${s}"$`));
+      expect(fresh.progress).toEqual({ step: 5, epoch: 0, position: 40 });
+      expect(fresh.model.getWeights().map((w) => Array.from(w.dataSync()))).toEqual(weightsAt5[i]);
+      fresh.dispose();
+    }
+    // Stage 1 has no step 6: an error naming what it has, not a fresh start.
+    const missing = await rejection(restoreStatePart(stage(1, 3), { ...o, part: 'stage-1', step: 6 }));
+    expect(missing).toBeInstanceOf(CheckpointError);
+    expect((missing as Error).message).toBe(`part "stage-1" of session "${s}" has no checkpoint at step 6 (it has steps 5)`);
+    const none = await rejection(restoreStatePart(stage(1, 3), { ...o, part: 'stage-7', step: 5 }));
+    expect((none as Error).message).toContain('(it has none)');
+    await expect(restoreStatePart(stage(1, 3), { ...o, part: 'Stage-1', step: 5 })).rejects.toThrow(RangeError);
+    for (const st of stages) st.dispose();
+  });
+});
+
 describe('checkpoint limits and failures', () => {
   it('refuses an upload over maxBytes with 413, naming the session, status and limit', async () => {
     const small = await mount({ maxBytes: 4096 });
@@ -695,6 +1055,7 @@ describe('checkpoint routes on the real server need the session token', () => {
   it('refuses every route without the token (401), with a wrong one (403) and for a session nobody joined (403)', async () => {
     const s = await connected('auth');
     const saved = await saveCheckpoint(server.url, s, makeCheckpoint(1), auth(s));
+    const savedPart = await saveCheckpoint(server.url, s, makeCheckpoint(1), { ...auth(s), part: 'stage-0' });
     const body = await encodeCheckpoint(makeCheckpoint(2));
     const nobody = uniqueSession('nobody');
     const routes = (session: string) => [
@@ -702,6 +1063,10 @@ describe('checkpoint routes on the real server need the session token', () => {
       { what: 'GET latest', method: 'GET', path: `api/checkpoints/${session}/latest` },
       { what: 'GET named', method: 'GET', path: `api/checkpoints/${session}/${saved.name}` },
       { what: 'POST', method: 'POST', path: `api/checkpoints/${session}`, body },
+      { what: 'GET part list', method: 'GET', path: `api/checkpoints/${session}?part=stage-0` },
+      { what: 'GET part latest', method: 'GET', path: `api/checkpoints/${session}/latest?part=stage-0` },
+      { what: 'GET part named', method: 'GET', path: `api/checkpoints/${session}/${savedPart.name}?part=stage-0` },
+      { what: 'POST part', method: 'POST', path: `api/checkpoints/${session}?part=stage-1`, body },
     ];
     const call = async (route: ReturnType<typeof routes>[number], authorization?: string) => {
       const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
@@ -729,6 +1094,8 @@ describe('checkpoint routes on the real server need the session token', () => {
 
     // Nothing was stored or created by the refused requests.
     expect((await listCheckpoints(server.url, s, auth(s))).map((c) => c.name)).toEqual([saved.name]);
+    expect((await listCheckpoints(server.url, s, { ...auth(s), part: 'stage-0' })).map((c) => c.name)).toEqual([savedPart.name]);
+    expect(await readdir(join(dir, s, 'parts'))).toEqual(['stage-0']);
     expect(await readdir(dir)).not.toContain(nobody);
     // The client says what happened.
     const err = await rejection(loadCheckpoint(server.url, s, { token: tokenFor(nobody) }));
