@@ -274,8 +274,10 @@ class PipelineRun<M extends StepMetrics> {
     const part = stagePart(mesh.stage);
     const saved = await listCheckpoints(o.url, session, { token, part });
     const latest = saved.reduce((m, c) => Math.max(m, c.step ?? -1), -1);
-    const all = await mesh.world.allGather(Float32Array.of(latest));
-    const step = Math.min(...all);
+    // With the step every stage has, each rank's furthest committed step: a new tab knows none.
+    const all = await mesh.world.allGather(Float32Array.of(latest, this.furthest));
+    const step = Math.min(...all.filter((_, i) => i % 2 === 0));
+    this.furthest = Math.max(...all.filter((_, i) => i % 2 === 1));
     let source: 'fresh' | 'checkpoint' = 'fresh';
     let note: string | undefined;
     if (step >= 0) {

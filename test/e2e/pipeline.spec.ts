@@ -1,0 +1,92 @@
+/**
+ * Pipeline parallelism on real pages (WebGPU through SwiftShader, WebRTC between the stages):
+ * 2 stages x 4 micro-batches train to one rank's weights; 2 stages x 2 replicas at batch 16 to
+ * one rank's at batch 32; 1F1B to GPipe's bit for bit; each rank holds only its stage; and, from
+ * the launcher, a lost rank stops every rank naming its stage, and the run resumes from every
+ * stage's checkpoint when a tab takes its place.
+ */
+import { spawn } from 'node:child_process';
+import { PROJECT_ROOT } from '../../signaling/server.ts';
+import { expect, openRanks, sessionName, test } from './fixtures.ts';
+
+type Result = Record<string, unknown>;
+type Pipeline = { stage: number; stages: number; replica: number; layers: number[]; parameters: number; weightHash: string; bubble: { measured: number; formula: number }; peakStashedMicroBatches: number };
+
+async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<Result[]> {
+  const ranks = await openRanks(browser, server, n, { session: sessionName('pp'), job: 'train', ...params });
+  return Promise.all(ranks.map((r) => r.result));
+}
+
+function weightsOf(r: Result): Float32Array {
+  const bytes = Buffer.from(r.weights as string, 'base64');
+  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+}
+
+function relativeError(a: Float32Array, b: Float32Array): number {
+  expect(a.length).toBe(b.length);
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return Math.sqrt(diff / norm);
+}
+
+const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true' };
+
+test('2 stages x 4 micro-batches equal one rank at batch 32 after 20 SGD steps; 1F1B equals GPipe; each rank holds only its stage', async ({ browser, server }) => {
+  const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
+  const gpipe = await run(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' });
+  const err = relativeError(weightsOf(gpipe[0]!), weightsOf(single!));
+  console.log(`2 stages x 4 micro-batches vs 1 rank, batch 32, 20 SGD steps: relative error ${err.toExponential(2)}`);
+  expect(err).toBeLessThanOrEqual(1e-5);
+  // The synthetic MLP is 16 -> 32 (relu) -> 4: 544 parameters on stage 0, 132 on stage 1, 676 in all.
+  const stages = gpipe.map((r) => r.pipeline as Pipeline).sort((a, b) => a.stage - b.stage);
+  expect(stages.map((p) => [p.layers, p.parameters])).toEqual([[[0], 544], [[1], 132]]);
+  expect(weightsOf(single!).length).toBe(544 + 132);
+  for (const p of stages) {
+    expect(p.bubble.formula).toBeCloseTo(1 / 5);
+    expect(p.bubble.measured).toBeGreaterThan(0);
+    expect(p.peakStashedMicroBatches).toBe(4);
+  }
+  const oneFOneB = await run(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4', schedule: '1f1b' });
+  expect(Array.from(weightsOf(oneFOneB[0]!))).toEqual(Array.from(weightsOf(gpipe[0]!)));
+  // 1F1B keeps fewer micro-batches on the first stage: S - s = 2.
+  expect((oneFOneB.find((r) => (r.pipeline as Pipeline).stage === 0)!.pipeline as Pipeline).peakStashedMicroBatches).toBe(2);
+});
+
+test('2 stages x 2 replicas at batch 16 equal one rank at batch 32; the replicas of each stage stay identical', async ({ browser, server }) => {
+  const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
+  const grid = await run(browser, server, 4, { ...sgd, batchSize: '16', pp: '2', dp: '2', microBatches: '2', checkWeights: 'true' });
+  for (const r of grid) expect(r.identicalEveryStep).toBe(true);
+  const byStage = (s: number) => grid.filter((r) => (r.pipeline as Pipeline).stage === s).map((r) => (r.pipeline as Pipeline).weightHash);
+  expect(new Set(byStage(0)).size).toBe(1);
+  expect(new Set(byStage(1)).size).toBe(1);
+  const err = relativeError(weightsOf(grid.find((r) => r.rank === 0)!), weightsOf(single!));
+  console.log(`2 stages x 2 replicas x 16 vs 1 rank x 32 after 20 SGD steps: relative error ${err.toExponential(2)}`);
+  expect(err).toBeLessThanOrEqual(1e-5);
+});
+
+test('launcher: a lost rank stops every rank naming its stage; the run resumes from every stage\'s checkpoint', async () => {
+  const out = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+    const child = spawn(
+      'npm',
+      ['run', '--silent', 'launch', '--', '--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--steps', '12', '--batch-size', '16', '--checkpoint-every', '4', '--kill', '1@6', '--join', '1@6'],
+      { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, output }));
+  });
+  const last = out.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}';
+  const summary = JSON.parse(last) as Record<string, unknown>;
+  if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
+  expect(out.code).toBe(0);
+  // The survivor said which rank and stage was lost.
+  expect(out.output).toMatch(/rank 1, stage 1 of 2, was lost/);
+  expect(summary.steps).toBe(12);
+  expect(summary.resumes).toEqual([expect.stringMatching(/every stage resumed from its checkpoint at step 4/)]);
+});
