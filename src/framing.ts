@@ -2,7 +2,7 @@
  * Tensor frames: how a message of bytes travels over a peer link in chunks under the data
  * channel's 256 KiB message limit, and how the receiver reassembles it. Pure: no I/O.
  *
- * Every chunk carries a 32-byte little-endian header:
+ * Every chunk carries a 36-byte little-endian header:
  *
  *   0  u8  magic (0xD7)        4  u32 seq     (collective or point-to-point sequence number)
  *   1  u8  kind  (FrameKind)   8  u32 step    (which message within the collective)
@@ -11,6 +11,11 @@
  *                              20 u32 total   (bytes in the whole message)
  *                              24 u32 offset  (where this chunk's payload starts)
  *                              28 u32 length  (payload bytes in this chunk)
+ *                              32 u32 group   (0: the top-level group; 1, 2, ...: its subgroups)
+ *
+ * `group` says which process group of the rank the frame belongs to: subgroups (`newGroup`) run
+ * over the top-level group's links, and each group numbers its collectives by itself. Liveness
+ * frames are about the link, so they carry group 0.
  *
  * The descriptor fields (collective, reduce op, numel, root) let each receiver check that the
  * sender issued the same collective at the same sequence number; a mismatch is an error on both
@@ -20,7 +25,7 @@
 import { FramingError } from './errors.ts';
 
 export const MAGIC = 0xd7;
-export const HEADER_BYTES = 32;
+export const HEADER_BYTES = 36;
 /** The data channel's largest message (Chromium). */
 export const MAX_FRAME_BYTES = 262_144;
 /** What a sender cuts messages into by default: a quarter of the default credit window (peer_link.ts), so that a window holds several frames. */
@@ -50,6 +55,8 @@ export interface Descriptor {
 
 export interface FrameHeader extends Descriptor {
   kind: FrameKind;
+  /** The process group: 0 for the top-level group, its subgroups' ids otherwise. */
+  group: number;
   seq: number;
   step: number;
   total: number;
@@ -84,6 +91,7 @@ export function writeHeader(frame: Uint8Array, h: FrameHeader): void {
   v.setUint32(20, h.total, true);
   v.setUint32(24, h.offset, true);
   v.setUint32(28, h.length, true);
+  v.setUint32(32, h.group, true);
 }
 
 /** Reads and checks a frame's header; throws FramingError on a short or foreign frame. */
@@ -108,6 +116,7 @@ export function readHeader(frame: Uint8Array): FrameHeader {
     total: v.getUint32(20, true),
     offset: v.getUint32(24, true),
     length: v.getUint32(28, true),
+    group: v.getUint32(32, true),
   };
   if (frame.length - HEADER_BYTES !== h.length) {
     throw new FramingError(
@@ -196,9 +205,9 @@ export class Reassembler {
   }
 }
 
-/** The liveness frame: a header and nothing else. */
+/** The liveness frame: a header and nothing else, about the link (group 0). */
 export function encodeAlive(): Uint8Array {
   const frame = new Uint8Array(HEADER_BYTES);
-  writeHeader(frame, { kind: FrameKind.alive, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
+  writeHeader(frame, { kind: FrameKind.alive, group: 0, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
   return frame;
 }

@@ -10,6 +10,9 @@
  * only for sequence numbers at most `maxSeqAhead` past the last one this rank issued, for message
  * numbers a collective can have, and up to `maxBufferedBytes` per peer; anything else is a
  * FramingError (the group then fails, as for any bad frame) instead of memory held forever.
+ *
+ * Each process group has its own mailbox (a subgroup's too); peers are named by their ranks in
+ * the top-level group, the links' numbering, so that errors name them as the user knows them.
  */
 import {
   CollectiveAbortedError,
@@ -87,6 +90,8 @@ export class Mailbox {
     private readonly limits: MailboxLimits,
     /** The last sequence number this rank issued of `kind` (for p2p: the last receive posted for `peer`). */
     private readonly issued: (peer: number, kind: FrameKind) => number,
+    /** Appended to what a receive waits for, in errors: which subgroup it is in (" in subgroup 1 [1, 3]"); empty for the top-level group. */
+    private readonly label = '',
   ) {}
 
   /**
@@ -105,7 +110,7 @@ export class Mailbox {
         reassembler: undefined,
         onChunk,
         timer: undefined,
-        what: `${describeCollective(descriptor)} #${seq} step ${step}`,
+        what: `${describeCollective(descriptor)} #${seq} step ${step}${this.label}`,
         resolve: () => {
           this.finish(receiver);
           resolve();
@@ -165,7 +170,7 @@ export class Mailbox {
     const what = h.kind === FrameKind.p2p ? 'point-to-point message' : 'collective';
     if (h.seq < 1 || h.seq > issued + this.limits.maxSeqAhead) {
       throw new FramingError(
-        `${what} #${h.seq} is outside the window of ${this.limits.maxSeqAhead} past #${issued}, the last this rank issued; refused, not buffered`,
+        `${what} #${h.seq}${this.label} is outside the window of ${this.limits.maxSeqAhead} past #${issued}, the last this rank issued; refused, not buffered`,
         from,
         'seq',
       );
@@ -196,7 +201,7 @@ export class Mailbox {
       if (!r.reassembler) {
         if (!sameDescriptor(h, r.descriptor) || h.total !== r.expectedBytes) {
           throw new CollectiveMismatchError(
-            `collective #${h.seq} does not match: rank ${r.peer} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(r.descriptor)}`,
+            `collective #${h.seq}${this.label} does not match: rank ${r.peer} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(r.descriptor)}`,
             h.seq,
           );
         }
@@ -252,7 +257,8 @@ interface AbortNotice {
 
 const MAX_NOTICE_MESSAGE = 2_000;
 
-export function encodeAbortNotice(seq: number, err: Error, origin: number): Uint8Array {
+/** A notice that collective `seq` of process group `group` (0: the top-level group) failed at `origin` (a top-level rank). */
+export function encodeAbortNotice(seq: number, err: Error, origin: number, group = 0): Uint8Array {
   // A rank that finds it was paused is, to its peers, a lost rank: it says so itself.
   if (err instanceof RankStalledError) {
     err = new PeerLostError(err.rank, `stalled: its page was paused for ${err.stalledMs} ms while it was ${err.during}`);
@@ -275,7 +281,7 @@ export function encodeAbortNotice(seq: number, err: Error, origin: number): Uint
   };
   const payload = new TextEncoder().encode(JSON.stringify(notice));
   const frame = new Uint8Array(HEADER_BYTES + payload.length);
-  writeHeader(frame, { kind: FrameKind.abort, collective: Collective.allReduce, reduceOp: 0, seq, step: 0, numel: 0, root: 0, total: payload.length, offset: 0, length: payload.length });
+  writeHeader(frame, { kind: FrameKind.abort, group, collective: Collective.allReduce, reduceOp: 0, seq, step: 0, numel: 0, root: 0, total: payload.length, offset: 0, length: payload.length });
   frame.set(payload, HEADER_BYTES);
   return frame;
 }

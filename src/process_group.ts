@@ -9,29 +9,33 @@
  *
  * Collectives are matched across ranks by sequence number: each call takes the next number, and
  * every frame carries it with the collective's descriptor (kind, op, element count, root), so
- * ranks that issue different collectives get a CollectiveMismatchError instead of a hang. The
- * pieces: `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
+ * ranks that issue different collectives get a CollectiveMismatchError instead of a hang.
+ *
+ * Subgroups (`newGroup`, torch's `dist.new_group`) run over the top-level group's links: each
+ * frame carries its group's id, and each group has its own mailbox, sequence numbers and store
+ * prefix, so the top-level group and its subgroups run collectives at the same time without
+ * mixing. Failure is all-or-nothing: whatever fails one group of a rank fails all of them.
+ *
+ * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
+ * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
  * algorithms), framing.ts (the frames).
  */
-import { ConnectionClosedError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError, StoreTimeoutError } from './errors.ts';
-import { Collective, DEFAULT_FRAME_BYTES, FrameKind, MAX_FRAME_BYTES, ReduceOp, checkFloat32Chunk, describeCollective, encodeAlive, frames, readHeader, type Descriptor, type ReduceOpName } from './framing.ts';
-import { GroupLinks, type LinkDetails, type LinkStats } from './group_links.ts';
+import { DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError, type RankStalledError } from './errors.ts';
+import { Collective, DEFAULT_FRAME_BYTES, FrameKind, MAX_FRAME_BYTES, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
+import type { LinkDetails, LinkStats } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
-import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, simplePeerLinkFactory, type LinkState, type PeerLinkFactory } from './peer_link.ts';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
+import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from './shared_links.ts';
 import { PrefixStore, type Store, type StoreClient } from './store.ts';
-import { TickGap, startTicker } from './ticker.ts';
-import { onPageHide } from './page_lifecycle.ts';
 
-/** How often each rank tells each peer it is alive (more often when the stall bound is short). */
-const ALIVE_EVERY_MS = 1_000;
 /** See `LinkOptions.stallTimeoutMs`. */
 export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
 
 export type { ReduceOpName } from './framing.ts';
 export type { LinkDetails, LinkPath, LinkStats } from './group_links.ts';
-
+export type { ProcessGroupEvent } from './shared_links.ts';
 /** How a group's links behave: the options every way of making a group takes. */
 export interface LinkOptions {
   /**
@@ -70,7 +74,7 @@ peerTimeoutMs?: number;
    * (DDP keeps one all-reduce per bucket in flight; a broadcast's source or a sender runs ahead).
    */
   maxSeqAhead?: number;
-  /** Bytes of frames one peer may have waiting for receives this rank has not posted yet. Default 256 MiB. */
+  /** Bytes of frames one peer may have waiting for receives this rank has not posted yet, in each group (a subgroup has a bound of its own). Default 256 MiB. */
   maxBufferedBytes?: number;
   /** Replace the WebRTC link (tests, other transports). */
   linkFactory?: PeerLinkFactory;
@@ -93,127 +97,128 @@ export interface GroupInit extends LinkOptions {
   onStalled?(err: RankStalledError): void;
 }
 
-export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
+
+/** How `newGroup` makes a subgroup. Internal: users call `newGroup`. */
+export interface SubgroupSpec {
+  parent: ProcessGroup;
+  id: number;
+  /** The members' top-level ranks, sorted. */
+  ranks: readonly number[];
+}
 
 export class ProcessGroup {
+  /** This rank in this group (in a subgroup: its index in `ranks`). */
   readonly rank: number;
   readonly worldSize: number;
   readonly round: number;
   /** The server instance the group was formed on (it changes when the server restarts; round numbers start again). */
   readonly instance: string;
-  /** The session's store, with keys scoped to this group (torch gives each group a PrefixStore). */
+  /** The session's store, with keys scoped to this group (torch gives each group a PrefixStore; a subgroup's is under its parent's). */
   readonly store: Store;
-  private readonly client: StoreClient;
+  /**
+   * The members' ranks in the top-level group (the rendezvous round's ranks), in the order of
+   * their ranks in this group: this group's rank i is top-level rank `ranks[i]`. For the
+   * top-level group, [0, 1, ..., worldSize - 1].
+   */
+  readonly ranks: readonly number[];
+  /** 0 for the top-level group; subgroups are numbered 1, 2, ... in the order `newGroup` made them. */
+  readonly groupId: number;
+  /** The links, liveness and frame routing every group of this rank shares. */
+  private readonly shared: SharedLinks;
+  /** The options this group was made with; its subgroups take the same. */
+  private readonly init: GroupInit;
+  private readonly members: ReadonlySet<number>;
+  /** " in subgroup 1 [1, 3]", for messages; empty for the top-level group. */
+  private readonly label: string;
   private seq = 0;
   private barrierCount = 0;
+  /** Point-to-point sequence numbers, by peer (top-level rank). */
   private readonly sendSeq = new Map<number, number>();
   private readonly recvSeq = new Map<number, number>();
   private readonly abortedSeqs = new Map<number, Error>();
-  private readonly links: GroupLinks;
   private readonly mailbox: Mailbox;
   private broken: Error | undefined;
   /** Rejects with the reason once the group breaks; lets store waits fail fast too. */
   private readonly whenBroken: Promise<never>;
   private rejectBroken!: (err: Error) => void;
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
-  private readonly unsubscribe: Array<() => void> = [];
   private readonly maxFrameBytes: number;
   private readonly maxSeqAhead: number;
   private readonly timeoutMs: number;
-  /** Gaps in this page's own ticks: this rank was paused. */
-  private readonly gap: TickGap;
-  private readonly onStalled: ((err: RankStalledError) => void) | undefined;
-  /** What this rank is waiting for now (collectives, transfers, barriers), oldest first. */
-  private readonly doing = new Map<number, string>();
-  private activities = 0;
 
-  constructor(init: GroupInit) {
-    this.rank = init.rank;
-    this.worldSize = init.worldSize;
+  /** Made by the rendezvous (`initProcessGroup`); subgroups by `newGroup` (`sub` is internal). */
+  constructor(init: GroupInit, sub?: SubgroupSpec) {
+    this.init = { ...init, early: undefined };
     this.round = init.round;
     this.instance = init.client.instance;
-    this.client = init.client;
-    this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
     this.timeoutMs = init.timeoutMs;
     this.maxFrameBytes = Math.min(init.maxFrameBytes ?? DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES);
-    this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
-    this.whenBroken.catch(() => {});
     const peerTimeoutMs = init.peerTimeoutMs ?? 30_000;
     this.maxSeqAhead = positiveInt(init.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead');
+    const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
+    const maxBufferedBytes = positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes');
+    if (sub) {
+      this.shared = sub.parent.shared;
+      this.groupId = sub.id;
+      this.ranks = Object.freeze([...sub.ranks]);
+      this.rank = this.ranks.indexOf(this.shared.rank);
+      this.worldSize = this.ranks.length;
+      this.store = new PrefixStore(`sub${sub.id}`, sub.parent.store);
+      this.label = ` in subgroup ${sub.id} [${this.ranks.join(', ')}]`;
+    } else {
+      this.shared = new SharedLinks({
+        client: init.client,
+        rank: init.rank,
+        round: init.round,
+        groupKey: init.groupKey,
+        linkFactory: init.linkFactory,
+        iceServers: init.iceServers ?? [],
+        highWaterMark: init.highWaterMark ?? DEFAULT_HIGH_WATER_MARK,
+        windowBytes: init.linkWindowBytes ?? DEFAULT_WINDOW_BYTES,
+        peerTimeoutMs,
+        stallTimeoutMs,
+        linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
+        early: init.early,
+        onStalled: init.onStalled,
+      });
+      this.groupId = 0;
+      this.ranks = Object.freeze(Array.from({ length: init.worldSize }, (_, r) => r));
+      this.rank = init.rank;
+      this.worldSize = init.worldSize;
+      this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
+      this.label = '';
+    }
+    this.members = new Set(this.ranks);
+    this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
+    this.whenBroken.catch(() => {});
     this.mailbox = new Mailbox(
-      this.rank,
+      this.shared.rank,
       peerTimeoutMs,
-      (peer, reason) => this.markLost(peer, reason),
+      (peer, reason) => this.shared.markLost(peer, reason),
       {
         maxSeqAhead: this.maxSeqAhead,
         // An all-reduce numbers its messages 0 .. 2(n-1)-1; other collectives use 0 only.
         maxStep: Math.max(1, 2 * (this.worldSize - 1)),
-        maxBufferedBytes: positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes'),
+        maxBufferedBytes,
       },
       (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
+      this.label,
     );
-    const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
-    this.gap = new TickGap(stallTimeoutMs);
-    this.onStalled = init.onStalled;
-    this.links = new GroupLinks({
-      rank: this.rank,
-      groupKey: init.groupKey,
-      factory: init.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined),
-      sendSignal: (peer, data) => this.client.signal(peer, data),
-      iceServers: init.iceServers ?? [],
-      highWaterMark: init.highWaterMark ?? DEFAULT_HIGH_WATER_MARK,
-      windowBytes: init.linkWindowBytes ?? DEFAULT_WINDOW_BYTES,
-      stallTimeoutMs: peerTimeoutMs,
-      linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
-      onMessage: (peer, bytes) => this.onFrame(peer, bytes),
-      onState: (peer, state) => {
-        if (state === 'open') this.mailbox.heard(peer);
-        this.emit({ type: 'link', peer, state });
-      },
-      onLost: (peer, reason) => this.markLost(peer, reason),
-    });
-    // Liveness, on a tick a background tab keeps: tell every peer this rank is alive, and find
-    // the peers that are not. A send still queued is not doubled: data is flowing then anyway.
-    const aliveFrame = encodeAlive();
-    const sending = new Set<number>();
-    // Several ticks fit in the bound, so one late tick is never taken for a stall.
-    const stopTicker = startTicker(Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4), () => {
-      // A tick after a gap longer than the bound: this page was paused, and its peers counted it
-      // as lost meanwhile. Failing now says so, before the links they closed say something vaguer.
-      const stalled = this.gap.tick();
-      if (this.broken) return;
-      if (stalled !== undefined) return this.fail(this.stalledError(stalled));
-      for (const link of this.links.open()) {
-        if (sending.has(link.peer)) continue;
-        sending.add(link.peer);
-        link.send(aliveFrame).then(
-          () => sending.delete(link.peer),
-          () => sending.delete(link.peer),
-        );
-      }
-      this.mailbox.checkStalls(stallTimeoutMs);
-    });
-    this.unsubscribe.push(
-      stopTicker,
-      init.client.on('signal', (e) => this.links.onSignal(e)),
-      init.client.on('peer-left', (e) => {
-        if (e.round === this.round) this.markLost(e.rank, e.reason);
-      }),
-      init.client.on('close', (e) => this.fail(new ConnectionClosedError(`the connection to the server closed (${e.code} ${e.reason})`, e.code, e.reason))),
-      onPageHide(() => this.leave()),
-    );
-    for (const e of init.early ?? []) this.links.onSignal(e);
+    this.shared.register(this.routed());
   }
 
-  /** Link states and lost peers, for dashboards and logs. */
+  /**
+   * Link states and lost peers, for dashboards and logs. Peers are named by their top-level
+   * ranks; a subgroup tells of its members' links, and of any lost rank (that fails every group).
+   */
   on(listener: (e: ProcessGroupEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
-  /** The open or opening links, with their byte counters. */
+  /** The open or opening links (to this group's members), with their byte counters. */
   linkStats(): LinkStats[] {
-    return this.links.stats();
+    return this.shared.links.stats().filter((s) => this.members.has(s.peer));
   }
 
   /**
@@ -222,8 +227,8 @@ export class ProcessGroup {
    * the previous call (from `RTCPeerConnection.getStats()`). Asynchronous and not free: poll it
    * every second or two, not per step. A link whose stats take longer than `timeoutMs` gets `path: null`.
    */
-  linkDetails(timeoutMs = 2_000): Promise<LinkDetails[]> {
-    return this.links.details(timeoutMs);
+  async linkDetails(timeoutMs = 2_000): Promise<LinkDetails[]> {
+    return (await this.shared.links.details(timeoutMs)).filter((d) => this.members.has(d.peer));
   }
 
   /** Why the group can no longer run collectives, if it cannot. */
@@ -234,6 +239,78 @@ export class ProcessGroup {
   /** Resolves like `p`, or rejects as soon as the group breaks (for store waits on other ranks). */
   failFast<T>(p: Promise<T>): Promise<T> {
     return Promise.race([p, this.whenBroken]);
+  }
+
+  // --- Subgroups -----------------------------------------------------------------------------------
+
+  /**
+   * Makes a subgroup of the members `ranks` (ranks of this group, in any order), as torch's
+   * `dist.new_group(ranks)`. Every rank of this group must call it for every subgroup, members
+   * or not, in the same order: each call takes the next subgroup id, so ids agree without
+   * messages. The id is taken when newGroup is called, so several calls may also be started
+   * together (`Promise.all`), in the same order everywhere. A member gets the subgroup once every
+   * member has made it (a barrier through the store, bounded by this group's timeout); a
+   * non-member gets null at once.
+   *
+   * In the subgroup, `rank` is this rank's index in the sorted `ranks` and `worldSize` their
+   * count; every collective, send/recv and barrier takes group ranks (src, dst, root), as torch's
+   * group-local ranks do. It runs over this group's links (no new connections), with its own
+   * sequence numbers and store prefix, at the same time as this group and other subgroups.
+   * Whatever fails one group of a rank fails all of them with the same error; destroying a
+   * subgroup only detaches it.
+   *
+   * Throws RangeError for an empty list, duplicates, non-integers or ranks outside 0..worldSize-1;
+   * DistTimeoutError (and breaks the groups) when a member does not make the subgroup in time.
+   * Only the top-level group makes subgroups.
+   */
+  async newGroup(ranks: readonly number[]): Promise<ProcessGroup | null> {
+    if (this.groupId !== 0) {
+      throw new Error(`newGroup was called on subgroup ${this.groupId} [${this.ranks.join(', ')}]: subgroups of subgroups are not supported; call newGroup on the top-level group, with top-level ranks`);
+    }
+    const members = subgroupRanks(ranks, this.worldSize);
+    this.throwIfBroken();
+    const id = this.shared.takeGroupId();
+    if (!members.includes(this.rank)) return null;
+    const sub = new ProcessGroup(this.init, { parent: this, id, ranks: members });
+    await sub.created();
+    return sub;
+  }
+
+  /** The top-level rank of this group's rank `groupRank` (torch's `get_global_rank`). */
+  globalRank(groupRank: number): number {
+    this.checkRank(groupRank, 'groupRank');
+    return this.ranks[groupRank]!;
+  }
+
+  /** This group's rank of top-level rank `globalRank` (torch's `get_group_rank`); RangeError if it is not a member. */
+  groupRank(globalRank: number): number {
+    const r = this.ranks.indexOf(globalRank);
+    if (r < 0) throw new RangeError(`rank ${globalRank} is not a member of ${this.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
+    return r;
+  }
+
+  /** A new subgroup's members meet in the store, so that none sends it frames before all have made it. */
+  private async created(): Promise<void> {
+    const key = 'created';
+    try {
+      await this.track('newGroup', async () => {
+        const arrived = await this.failFast(this.store.add(key, 1));
+        if (arrived === this.worldSize) await this.failFast(this.store.set(`${key}/done`, '1'));
+        await this.failFast(this.store.wait([`${key}/done`], this.timeoutMs));
+      });
+    } catch (err) {
+      let error = err instanceof Error ? err : new Error(String(err));
+      if (error instanceof StoreTimeoutError) {
+        const count = await this.store.add(key, 0).catch(() => '?');
+        error = new DistTimeoutError(
+          `all ${this.worldSize} members of subgroup ${this.groupId} [${this.ranks.join(', ')}] to call newGroup (${count} did; ` +
+            'every rank must call newGroup for every subgroup, in the same order)',
+          this.timeoutMs,
+        );
+      }
+      this.fail(error);
+      throw this.broken ?? error;
+    }
   }
 
   // --- Collectives ------------------------------------------------------------------------------
@@ -271,7 +348,7 @@ export class ProcessGroup {
     });
   }
 
-  /** Copies `src`'s buffer into `buf` on every rank (pipelined along the ring). */
+  /** Copies `src`'s buffer into `buf` on every rank (pipelined along the ring); `src` is a rank of this group. */
   async broadcast(buf: Float32Array, src: number): Promise<Float32Array> {
     this.checkRank(src, 'src');
     const d: Descriptor = { collective: Collective.broadcast, reduceOp: 0, numel: buf.length, root: src };
@@ -313,20 +390,20 @@ export class ProcessGroup {
     });
   }
 
-  /** Point-to-point: sends `buf` to `dst`, matched with `dst`'s `recv(_, thisRank)` in order. */
+  /** Point-to-point: sends `buf` to `dst` (a rank of this group), matched with `dst`'s `recv(_, thisRank)` in order. */
   async send(buf: Float32Array, dst: number): Promise<void> {
     this.checkPeer(dst, 'dst');
     this.throwIfBroken();
-    const t = this.transport(FrameKind.p2p, next(this.sendSeq, dst), p2pDescriptor(buf.length));
-    await this.track(`send #${t.seq} to rank ${dst}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
+    const t = this.transport(FrameKind.p2p, next(this.sendSeq, this.ranks[dst]!), p2pDescriptor(buf.length));
+    await this.track(`send #${t.seq} to ${this.who(dst)}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
   }
 
-  /** Point-to-point: fills `buf` with the next message from `src`; lengths must agree. */
+  /** Point-to-point: fills `buf` with the next message from `src` (a rank of this group); lengths must agree. */
   async recv(buf: Float32Array, src: number): Promise<Float32Array> {
     this.checkPeer(src, 'src');
     this.throwIfBroken();
-    const t = this.transport(FrameKind.p2p, next(this.recvSeq, src), p2pDescriptor(buf.length));
-    await this.track(`recv #${t.seq} from rank ${src}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
+    const t = this.transport(FrameKind.p2p, next(this.recvSeq, this.ranks[src]!), p2pDescriptor(buf.length));
+    await this.track(`recv #${t.seq} from ${this.who(src)}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
     return buf;
   }
 
@@ -355,22 +432,28 @@ export class ProcessGroup {
     } catch (err) {
       if (!(err instanceof StoreTimeoutError)) throw err;
       const count = await this.store.add(key, 0);
-      throw new DistTimeoutError(`all ${this.worldSize} ranks to reach barrier #${n} (${count} arrived)`, timeoutMs);
+      throw new DistTimeoutError(`all ${this.worldSize} ranks${this.label} to reach barrier #${n} (${count} arrived)`, timeoutMs);
     }
   }
 
-  /** Breaks the group from outside (e.g. a new round replaced it): pending calls reject with `err`. */
+  /**
+   * Breaks the group from outside (e.g. a new round replaced it): pending calls reject with `err`.
+   * As any failure, it breaks every group of this rank: the top-level group and its subgroups.
+   */
   abort(err: Error): void {
     this.fail(err);
   }
 
-  /** Closes every peer link and, if `closeStore`, the store connection (torch's destroy_process_group). */
+  /**
+   * Closes every peer link and, if `closeStore`, the store connection (torch's
+   * destroy_process_group); the subgroups fail with the same error. A subgroup's destroy only
+   * detaches it: its pending calls reject with GroupClosedError, the links and the store
+   * connection (which it shares with the top-level group) stay open, and `closeStore` is ignored.
+   */
   destroy(closeStore = true): void {
-    const reason = new GroupClosedError('the process group was destroyed');
-    this.fail(reason);
-    for (const off of this.unsubscribe) off();
-    this.links.closeAll(reason);
-    if (closeStore) this.client.close();
+    if (this.groupId === 0) return this.shared.destroy(closeStore);
+    this.breakWith(new GroupClosedError(`${this.describe()} was destroyed`));
+    this.shared.retire(this.groupId);
   }
 
   // --- Running a collective ----------------------------------------------------------------------
@@ -390,24 +473,31 @@ export class ProcessGroup {
     return this.track(`${describeCollective(d)} #${seq}`, () => this.guard(seq, () => body(t), true));
   }
 
-  /** Messages of one collective (or one point-to-point transfer), for the ring algorithms. */
+  /**
+   * Messages of one collective (or one point-to-point transfer), for the ring algorithms. The
+   * algorithms see this group's ranks; the links and the mailbox, top-level ranks.
+   */
   private transport(kind: FrameKind, seq: number, d: Descriptor): RingTransport & { seq: number } {
+    const group = this.groupId;
     return {
       seq,
       rank: this.rank,
       worldSize: this.worldSize,
       send: async (peer, step, bytes) => {
-        const link = await this.links.get(peer);
-        for (const frame of frames(bytes, { kind, seq, step, ...d }, this.maxFrameBytes)) {
+        const link = await this.shared.links.get(this.ranks[peer]!);
+        for (const frame of frames(bytes, { kind, group, seq, step, ...d }, this.maxFrameBytes)) {
           this.throwIfBroken();
           // A send waiting for the queue to drain stops as soon as the group breaks.
           await this.failFast(link.send(frame));
         }
       },
       // Make sure the link exists while waiting: the other side may be the one to open it.
-      recv: (peer, step, bytes, onChunk) => this.mailbox.receive(peer, kind, seq, step, d, bytes, onChunk, this.links.get(peer)),
+      recv: (peer, step, bytes, onChunk) => {
+        const from = this.ranks[peer]!;
+        return this.mailbox.receive(from, kind, seq, step, d, bytes, onChunk, this.shared.links.get(from));
+      },
       forward: async (peer) => {
-        const link = await this.links.get(peer);
+        const link = await this.shared.links.get(this.ranks[peer]!);
         return (frame) => link.send(frame);
       },
     };
@@ -429,112 +519,91 @@ export class ProcessGroup {
     }
   }
 
+  /** Tells this group's other members that collective `seq` failed here. */
   private abortCollective(seq: number, err: Error): void {
     if (this.abortedSeqs.has(seq)) return;
     this.abortedSeqs.set(seq, err);
-    const frame = encodeAbortNotice(seq, err, this.rank);
-    for (const link of this.links.open()) link.send(frame).catch(() => {});
+    const frame = encodeAbortNotice(seq, err, this.shared.rank, this.groupId);
+    for (const link of this.shared.open((r) => this.members.has(r))) link.send(frame).catch(() => {});
   }
 
-  private onFrame(from: number, frame: Uint8Array): void {
-    try {
-      if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
-      const h = readHeader(frame);
-      checkFloat32Chunk(h);
-      if (h.kind === FrameKind.alive) {
-        this.mailbox.heard(from);
-        return;
-      }
-      if (h.kind !== FrameKind.abort) {
-        // A broken group posts no more receives: data arriving now could only pile up.
-        if (!this.broken) this.mailbox.put(from, frame, h);
-        return;
-      }
-      if (this.abortedSeqs.has(h.seq)) return;
-      // Only collectives this rank issued, or a peer could have issued ahead of it, can be
-      // aborted: the window bounds the notices kept and forwarded.
-      if (h.seq < 1 || h.seq > this.seq + this.maxSeqAhead) {
-        throw new FramingError(`abort notice for collective #${h.seq} is outside the window of ${this.maxSeqAhead} past #${this.seq}, the last this rank issued`, from, 'seq');
-      }
-      const err = decodeAbortNotice(from, h, frame);
-      // Forward, so ranks that are not neighbours of the origin hear of it too.
-      this.abortCollective(h.seq, err);
-      // A lost rank told by a peer (or by itself, leaving) is a lost rank here too.
-      if (err instanceof PeerLostError) this.markLost(err.rank, err.reason);
-      else this.fail(err);
-    } catch (err) {
-      this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error));
+  /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
+  private onFrame(from: number, frame: Uint8Array, h: FrameHeader): void {
+    if (h.kind !== FrameKind.abort) {
+      // A broken group posts no more receives: data arriving now could only pile up.
+      if (!this.broken) this.mailbox.put(from, frame, h);
+      return;
     }
+    if (this.abortedSeqs.has(h.seq)) return;
+    // Only collectives this rank issued, or a peer could have issued ahead of it, can be
+    // aborted: the window bounds the notices kept and forwarded.
+    if (h.seq < 1 || h.seq > this.seq + this.maxSeqAhead) {
+      throw new FramingError(`abort notice for collective #${h.seq}${this.label} is outside the window of ${this.maxSeqAhead} past #${this.seq}, the last this rank issued`, from, 'seq');
+    }
+    const err = decodeAbortNotice(from, h, frame);
+    // Forward, so ranks that are not neighbours of the origin hear of it too.
+    this.abortCollective(h.seq, err);
+    // A lost rank told by a peer (or by itself, leaving) is a lost rank here too.
+    if (err instanceof PeerLostError) this.shared.markLost(err.rank, err.reason);
+    else this.fail(err);
+  }
+
+  /** This group as the shared links route to it. */
+  private routed(): RoutedGroup {
+    return {
+      id: this.groupId,
+      ranks: this.ranks,
+      has: (rank) => this.members.has(rank),
+      deliver: (from, frame, h) => this.onFrame(from, frame, h),
+      heard: (from) => this.mailbox.heard(from),
+      checkStalls: (stallMs) => this.mailbox.checkStalls(stallMs),
+      broke: (err) => this.breakWith(err),
+      emit: (e) => {
+        if (e.type === 'link' && !this.members.has(e.peer)) return;
+        for (const l of this.listeners) l(e);
+      },
+      lastSeq: () => this.seq,
+    };
   }
 
   // --- Failure -------------------------------------------------------------------------------------
 
-  private markLost(rank: number, reason: string): void {
-    if (this.broken) return;
-    // Resuming after a pause, the peers' closed links are news of this rank's stall, not theirs.
-    if (this.gap.gap() === undefined) this.emit({ type: 'peer-lost', rank, reason });
-    this.fail(new PeerLostError(rank, reason));
-  }
-
-  /**
-   * Breaks the group: every pending receive rejects with `err`, and so does every later call.
-   * Whatever breaks it first after this page was paused past the bound (a peer's link closing,
-   * the server's eviction, a new round) is a consequence: the group fails with RankStalledError.
-   */
+  /** A failure in this group fails every group of the rank (see SharedLinks.fail); a destroyed subgroup's do not. */
   private fail(err: Error): void {
     if (this.broken) return;
-    const stalled = err instanceof RankStalledError ? undefined : this.gap.gap();
-    if (stalled !== undefined) err = this.stalledError(stalled, err);
-    this.broken = err;
-    this.rejectBroken(err);
-    this.links.stop(err);
-    this.mailbox.failAll(err);
-    if (err instanceof RankStalledError) this.onStalled?.(err);
+    this.shared.fail(err);
   }
 
-  private stalledError(stalledMs: number, after?: Error): RankStalledError {
-    const first = this.doing.values().next();
-    return new RankStalledError(this.rank, stalledMs, first.done ? 'between collectives' : `waiting for ${first.value}`, after);
+  /** Every pending receive rejects with `err`, and so does every later call. */
+  private breakWith(err: Error): void {
+    if (this.broken) return;
+    this.broken = err;
+    this.rejectBroken(err);
+    this.mailbox.failAll(err);
   }
 
   /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
-  private async track<T>(what: string, body: () => Promise<T>): Promise<T> {
-    const id = ++this.activities;
-    this.doing.set(id, what);
-    try {
-      return await body();
-    } finally {
-      this.doing.delete(id);
-    }
-  }
-
-  /**
-   * The page is going away (closed, navigated from, or into the back/forward cache): tell every
-   * peer, so that they fail at once naming this rank and why instead of waiting for a link to
-   * break or a stall bound, then close the links. Best effort: a notice queued behind a full send
-   * queue goes down with its link, and the server's 'peer-left' says the same.
-   */
-  private leave(): void {
-    if (!this.broken) {
-      const notice = encodeAbortNotice(Math.max(1, this.seq), new PeerLostError(this.rank, 'its tab closed'), this.rank);
-      for (const link of this.links.open()) link.send(notice).catch(() => {});
-    }
-    const reason = new GroupClosedError(`this tab is closing (or going into the back/forward cache): rank ${this.rank} left the group`);
-    this.fail(reason);
-    this.links.closeAll(reason);
+  private track<T>(what: string, body: () => Promise<T>): Promise<T> {
+    return this.shared.track(`${what}${this.label}`, body);
   }
 
   private throwIfBroken(): void {
     if (this.broken) throw this.broken;
   }
 
-  private emit(e: ProcessGroupEvent): void {
-    for (const l of this.listeners) l(e);
+  private describe(): string {
+    return this.groupId === 0 ? 'the top-level group' : `subgroup ${this.groupId} [${this.ranks.join(', ')}]`;
+  }
+
+  /** This group's rank `r` in words: "rank 3 (rank 1 of subgroup 2 [1, 3])" in a subgroup. */
+  private who(r: number): string {
+    return this.groupId === 0 ? `rank ${r}` : `rank ${this.ranks[r]} (rank ${r} of ${this.describe()})`;
   }
 
   private checkRank(r: number, what: string): void {
     if (!Number.isInteger(r) || r < 0 || r >= this.worldSize) {
-      throw new RangeError(`${what} must be a rank in 0..${this.worldSize - 1}, got ${r}`);
+      const of = this.groupId === 0 ? '' : ` of ${this.describe()} (group ranks, not top-level ranks)`;
+      throw new RangeError(`${what} must be a rank${of} in 0..${this.worldSize - 1}, got ${r}`);
     }
   }
 
@@ -542,6 +611,25 @@ export class ProcessGroup {
     this.checkRank(r, what);
     if (r === this.rank) throw new RangeError(`${what} must be another rank, got this rank's own (${r})`);
   }
+}
+
+/**
+ * The members of a new subgroup, sorted. Throws a RangeError saying what is wrong with `ranks`
+ * and what is allowed: an empty list, a non-integer, a rank outside 0..worldSize-1, a duplicate.
+ */
+export function subgroupRanks(ranks: readonly number[], worldSize: number): number[] {
+  const allowed = `ranks of the group, integers in 0..${worldSize - 1}, each at most once`;
+  if (!Array.isArray(ranks)) throw new RangeError(`newGroup takes an array of ${allowed}; got ${String(ranks)}`);
+  if (ranks.length === 0) throw new RangeError(`newGroup needs at least one rank; the list is empty (allowed: ${allowed})`);
+  for (const [i, r] of ranks.entries()) {
+    if (!Number.isInteger(r)) throw new RangeError(`newGroup got ${JSON.stringify(r) ?? String(r)} at index ${i}, not an integer (allowed: ${allowed})`);
+    if (r < 0 || r >= worldSize) throw new RangeError(`newGroup got rank ${r} at index ${i}, outside 0..${worldSize - 1} (allowed: ${allowed})`);
+  }
+  const sorted = [...ranks].sort((a, b) => a - b);
+  for (let i = 1; i < sorted.length; i++) {
+    if (sorted[i] === sorted[i - 1]) throw new RangeError(`newGroup got rank ${sorted[i]} more than once in [${ranks.join(', ')}] (allowed: ${allowed})`);
+  }
+  return sorted;
 }
 
 function positiveInt(v: number, name: string): number {

@@ -4,7 +4,7 @@ import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, w
 import { FramingError, PeerLostError, RankStalledError } from '../src/errors.ts';
 import { decodeAbortNotice, encodeAbortNotice } from '../src/mailbox.ts';
 
-const base = { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
+const base = { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
 
 function payloadOf(n: number): Uint8Array {
   return Uint8Array.from({ length: n }, (_, i) => (i * 31 + 7) & 0xff);
@@ -24,6 +24,16 @@ describe('frames', () => {
     const h: FrameHeader = { ...base, total: 400, offset: 396, length: 4 };
     writeHeader(f, h);
     expect(readHeader(f)).toEqual(h);
+  });
+
+  it('carries the process group id as a u32 at byte 32 of a 36-byte header', () => {
+    expect(HEADER_BYTES).toBe(36);
+    const f = new Uint8Array(HEADER_BYTES);
+    writeHeader(f, { ...base, group: 0xfffffffe, total: 0, offset: 0, length: 0 });
+    expect(new DataView(f.buffer).getUint32(32, true)).toBe(0xfffffffe);
+    expect(readHeader(f).group).toBe(0xfffffffe);
+    const [g3] = [...frames(payloadOf(8), { ...base, group: 3 })];
+    expect(readHeader(g3!)).toMatchObject({ group: 3, seq: 7, total: 8 });
   });
 
   it('splits at chunk boundaries under the frame limit, payloads 4-byte aligned', () => {
@@ -76,7 +86,7 @@ describe('reassembly rejects bad chunks', () => {
 
   it('a truncated chunk', () => {
     expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(/truncated chunk: header says 64 payload bytes, frame carries 59/);
-    expect(() => readHeader(new Uint8Array(10))).toThrow(/shorter than the 32-byte header/);
+    expect(() => readHeader(new Uint8Array(10))).toThrow(/shorter than the 36-byte header/);
   });
 
   it('a chunk after the message is complete, or disagreeing on the total', () => {
@@ -105,6 +115,11 @@ describe('abort notices about the sender itself', () => {
     expect(got).toBeInstanceOf(PeerLostError);
     expect(got.rank).toBe(1);
     expect(got.message).toBe('lost rank 1: stalled: its page was paused for 23456 ms while it was waiting for allReduce(sum) of 10 elements #42');
+  });
+
+  it('carry the group whose collective failed (0, the top-level group, unless told)', () => {
+    expect(readHeader(encodeAbortNotice(3, new Error('x'), 0)).group).toBe(0);
+    expect(readHeader(encodeAbortNotice(3, new Error('x'), 0, 2))).toMatchObject({ kind: FrameKind.abort, group: 2, seq: 3 });
   });
 
   it('a rank leaving speaks for itself; a lost rank reported by another says by whom', () => {

@@ -72,7 +72,7 @@ function rejection(r: PromiseSettledResult<unknown>): Error {
 
 describe('peer frames', () => {
   it('a chunk whose offset or length is not a multiple of 4 bytes is refused, naming the field', () => {
-    const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
+    const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
     expect(() => checkFloat32Chunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(/chunk offset 2 is not a multiple of 4 bytes/);
     expect(() => checkFloat32Chunk(readHeader(tamper(f!, { length: 6 })))).toThrow(/chunk length 6 is not a multiple of 4 bytes/);
     expect(() => checkFloat32Chunk(readHeader(f!))).not.toThrow();
@@ -116,7 +116,7 @@ describe('peer frames', () => {
 
 describe('mailbox bounds', () => {
   const frameFor = (seq: number, step = 0, bytes = 16) =>
-    [...frames(new Uint8Array(bytes), { kind: FrameKind.collective, collective: Collective.allReduce, reduceOp: 0, seq, step, numel: bytes / 4, root: 0 })][0]!;
+    [...frames(new Uint8Array(bytes), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq, step, numel: bytes / 4, root: 0 })][0]!;
   const mailbox = () => new Mailbox(1, 60_000, () => {}, { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 }, () => 10);
   const put = (mb: Mailbox, f: Uint8Array) => mb.put(0, f, readHeader(f));
 
