@@ -12,7 +12,7 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { isScript, launch, type Fault, type LaunchOptions } from './run.ts';
+import { isScript, launch, pipelineProblems, type Fault, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
@@ -27,7 +27,9 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
          [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
          [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
-         [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]`;
+         [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
+job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
+         a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it`;
 
 /** Options that take no value: the argument after them is not theirs. */
 const FLAGS = new Set(['--help', '--tabs', '--https', '--lan-isolate', '--turn']);
@@ -195,6 +197,10 @@ function parse(argv: string[]): LaunchOptions {
   // A lost device is survived at a fixed world size too: the rank rejoins with its own number.
   if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined) {
     throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
+  }
+  if (split.script === undefined && values.job === 'train') {
+    const pipeline = pipelineProblems(jobParams, { nproc, nnodes });
+    if (pipeline.length > 0) throw new Error(`${pipeline.join('\n')}\n${USAGE}`);
   }
   if (split.script !== undefined) {
     if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);

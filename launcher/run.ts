@@ -109,6 +109,65 @@ export function describeFault(f: Fault): string {
   }
 }
 
+/** A job option given as --kebab-case or --camelCase (the page accepts both). */
+function jobParam(params: Record<string, string>, kebab: string): { flag: string; value: string } | undefined {
+  const camel = kebab.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+  if (params[kebab] !== undefined) return { flag: `--${kebab}`, value: params[kebab] };
+  if (params[camel] !== undefined) return { flag: `--${camel}`, value: params[camel] };
+  return undefined;
+}
+
+/**
+ * The train job's pipeline flags against the world, before anything starts: --pp S stages,
+ * --dp D replicas (default 1) and --micro-batches M are positive integers, --dp and
+ * --micro-batches need --pp, and a pipeline run is a fixed size of exactly S x D ranks (so
+ * --min/--max, if given, equal it). Returns the problems in words (none: fine, or no pipeline).
+ */
+export function pipelineProblems(jobParams: Record<string, string>, world: { nproc: number; nnodes?: number }): string[] {
+  const pp = jobParam(jobParams, 'pp');
+  const dp = jobParam(jobParams, 'dp');
+  const mb = jobParam(jobParams, 'micro-batches');
+  const problems: string[] = [];
+  const positive = (p: { flag: string; value: string } | undefined): number | undefined => {
+    if (p === undefined) return undefined;
+    const n = /^\d+$/.test(p.value) ? Number(p.value) : NaN;
+    if (Number.isSafeInteger(n) && n >= 1) return n;
+    problems.push(`${p.flag} must be a positive integer, got "${p.value}"`);
+    return undefined;
+  };
+  const S = positive(pp);
+  const D = positive(dp);
+  const M = positive(mb);
+  if (problems.length > 0) return problems;
+  if (pp === undefined) {
+    const without = [dp, mb].filter((p) => p !== undefined).map((p) => p!.flag);
+    if (without.length > 0) problems.push(`${without.join(' and ')} ${without.length > 1 ? 'are' : 'is'} for pipeline runs: add --pp S, the number of pipeline stages`);
+    return problems;
+  }
+  const stages = S!;
+  const replicas = D ?? 1;
+  const nnodes = world.nnodes ?? 1;
+  const ranks = nnodes * world.nproc;
+  if (stages === 1) {
+    // One stage is plain data parallelism: every rank is a replica, at any (elastic) size.
+    if (replicas > 1) problems.push(`${dp!.flag} ${replicas} needs --pp 2 or more: with --pp 1 every rank is a data-parallel replica already (leave out ${dp!.flag})`);
+    return problems;
+  }
+  if (stages * replicas !== ranks) {
+    const have = nnodes > 1 ? `--nnodes ${nnodes} x --nproc ${world.nproc} = ${ranks} ranks` : `--nproc ${world.nproc}`;
+    problems.push(`${have} must be --pp ${stages} x --dp ${replicas} = ${stages * replicas} ranks${D === undefined ? ' (--dp defaults to 1)' : ''}`);
+  }
+  for (const bound of ['min', 'max']) {
+    const b = jobParams[bound];
+    if (b !== undefined && Number(b) !== ranks) problems.push(`a pipeline run is a fixed size: --${bound} ${b} must be left out or equal the ${ranks} ranks`);
+  }
+  const batch = jobParam(jobParams, 'batch-size');
+  if (M !== undefined && batch !== undefined && Number(batch.value) >= 1 && M > Number(batch.value)) {
+    problems.push(`${mb!.flag} ${M} must be at most ${batch.flag} ${batch.value}: each micro-batch needs a sample of the replica's batch`);
+  }
+  return problems;
+}
+
 /** A job name that is a file path: a user script. */
 export function isScript(job: string): boolean {
   return /\.(ts|js|mts|mjs)$/.test(job);
@@ -137,6 +196,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       log(`[launch] FAILED ${message}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
     }
+  }
+  if (opts.job === 'train') {
+    const pipeline = pipelineProblems(opts.jobParams, { nproc: opts.nproc, nnodes });
+    if (pipeline.length > 0) throw new Error(pipeline.join('\n'));
   }
   const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
   if (faults.some((f) => f.kind === 'restart-server') && opts.server) {

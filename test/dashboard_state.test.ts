@@ -29,6 +29,8 @@ import {
   stepRate,
   summaryEntries,
   pathWords,
+  pipelinePanel,
+  timelineModel,
   type DashboardEvent,
   type DashboardState,
 } from '../client/ui/dashboard_state.ts';
@@ -54,6 +56,11 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     checkpointEvery: 0,
     evalEvery: 100,
     resumeFrom: null,
+    pp: 1,
+    dp: 1,
+    microBatches: 1,
+    schedule: 'gpipe',
+    activationDtype: 'float32',
     ...over,
   };
 }
@@ -601,5 +608,126 @@ describe('waiting and WebGPU words', () => {
     const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'webgl', adapter: null, fallbackReason: reason }]);
     expect(facts(s).backend).toMatchObject({ kind: 'running', name: 'webgl', fallback: `⚠ ${reason}.` });
     expect(JSON.stringify(facts(s))).not.toMatch(/browser has no WebGPU/);
+  });
+});
+
+describe('pipeline runs', () => {
+  // 2 stages x 2 replicas (rank = replica * 2 + stage); this tab is rank 3: stage 1 of replica 1.
+  const layers = [
+    { index: 0, className: 'Flatten', parameters: 0, stage: 0 },
+    { index: 1, className: 'Dense', parameters: 100_480, stage: 0 },
+    { index: 2, className: 'Dense', parameters: 1_290, stage: 1 },
+  ];
+  const layout: TrainEvent = { type: 'pipeline', stage: 1, stages: 2, replica: 1, replicas: 2, schedule: 'gpipe', microBatches: 4, layers, bubbleFormula: 0.2 };
+  const pipeCfg = config({ min: 4, max: 4, pp: 2, dp: 2, microBatches: 4 });
+  const pm = (rank: number, bubble: number, over: Partial<RankStepMetrics> = {}): RankStepMetrics =>
+    metrics(rank, { pipeline: { stage: rank % 2, replica: Math.floor(rank / 2), bubble, waitActivations: 1, waitGradients: 2 }, ...over });
+  const pipeStep = (n: number, bubbles = [0.3, 0.25, 0.2, 0.15]) => step(n, { ranks: bubbles.map((b, r) => pm(r, b, { samplesPerSec: 100 + r })) });
+  const started = (): DashboardState =>
+    replay([{ type: 'config', config: pipeCfg }, waiting(4, 4, 4), joined(3, 4), layout, { type: 'shard', epoch: 0, samples: 512, datasetSize: 1024, stepsPerEpoch: 8 }, pipeStep(1)]);
+  const timeline: TrainEvent = {
+    type: 'timeline',
+    step: 4,
+    stages: [
+      {
+        stage: 1,
+        totalMs: 10,
+        entries: [
+          { phase: 'F', microBatch: 0, start: 2, end: 3.1 },
+          { phase: 'B', microBatch: 2, start: 3.1, end: 5.4 },
+        ],
+      },
+      {
+        stage: 0,
+        totalMs: 9,
+        entries: [
+          { phase: 'F', microBatch: 0, start: 0, end: 2 },
+          { phase: 'B', microBatch: 0, start: 6, end: 8 },
+        ],
+      },
+    ],
+  };
+
+  it('a plain data-parallel run has no pipeline panel, no timeline, and its steps keep the (empty) pipeline figures as they were', () => {
+    const s = training();
+    expect(s.pipeline).toBeNull();
+    expect(s.timeline).toBeNull();
+    expect(s.pipelineRanks.size).toBe(0);
+    expect(pipelinePanel(s)).toBeNull();
+    expect(timelineModel(s)).toBeNull();
+    expect(replay([step(6)], s).pipelineRanks).toBe(s.pipelineRanks);
+  });
+
+  it("'pipeline' keeps the layout and logs this tab's place once, not again on the next round's same layout", () => {
+    const s = started();
+    expect(s.pipeline).toEqual({ stage: 1, stages: 2, replica: 1, replicas: 2, schedule: 'gpipe', microBatches: 4, layers, bubbleFormula: 0.2 });
+    const lines = s.log.filter((e) => e.message.startsWith('Pipeline:')).map((e) => e.message);
+    expect(lines).toEqual(['Pipeline: this tab is stage 1 of 2 (replica 1 of 2), layers 2 Dense (1,290 parameters); gpipe schedule, 4 micro-batches, bubble 20.0% by the formula.']);
+    const again = replay([layout], s);
+    expect(again.log.length).toBe(s.log.length);
+    expect(again.pipeline).toEqual(s.pipeline);
+    const moved = replay([{ ...layout, schedule: '1f1b' } as TrainEvent], s);
+    expect(moved.log[0]!.message).toMatch(/^Pipeline: this tab is stage 1 of 2 .*1f1b schedule/);
+  });
+
+  it("each step's pipeline figures are kept by rank; a new group starts them again but keeps the layout", () => {
+    const s = replay([pipeStep(2, [0.5, 0.4, 0.3, 0.2])], started());
+    expect(s.pipelineRanks.get(2)).toEqual({ stage: 0, replica: 1, bubble: 0.3, waitActivations: 1, waitGradients: 2 });
+    expect([...s.pipelineRanks.keys()].sort()).toEqual([0, 1, 2, 3]);
+    const regroup = replay([joined(3, 4)], s);
+    expect(regroup.pipelineRanks.size).toBe(0);
+    expect(regroup.pipeline).toBe(s.pipeline);
+  });
+
+  it('the panel lists each stage with its layers, parameters and ranks, marks this tab, and gives both bubbles', () => {
+    const s = started();
+    const p = pipelinePanel(s)!;
+    expect(p.stages.map(({ stage, layersText, parameters, ranks, self, bubble }) => ({ stage, layersText, parameters, ranks, self, bubble }))).toEqual([
+      { stage: 0, layersText: '0 Flatten, 1 Dense', parameters: 100_480, ranks: [0, 2], self: false, bubble: 0.25 },
+      { stage: 1, layersText: '2 Dense', parameters: 1_290, ranks: [1, 3], self: true, bubble: 0.2 },
+    ]);
+    expect(p.selfStage).toBe(1);
+    expect(p.selfReplica).toBe(1);
+    expect(p.shape).toBe('2 stages × 2 replicas · gpipe schedule · 4 micro-batches');
+    expect(p.formulaBubble).toBe(0.2);
+    expect(p.measuredBubble).toBeCloseTo(0.225);
+    expect(p.bubbleText).toBe('Bubble: 22.5% measured (latest step, mean of the stages) · 20.0% by the formula (S−1)/(M+S−1) = 1/5.');
+    // Before any step: the formula only.
+    const early = replay([{ type: 'config', config: pipeCfg }, joined(3, 4), layout]);
+    expect(pipelinePanel(early)!.measuredBubble).toBeNull();
+    expect(pipelinePanel(early)!.bubbleText).toBe('Bubble: not measured yet · 20.0% by the formula (S−1)/(M+S−1) = 1/5.');
+    // A lost rank is marked on its stage.
+    const lost = replay([{ type: 'rank-lost', rank: 2, reason: 'tab closed' }], s);
+    expect(pipelinePanel(lost)!.stages[0]!.lost).toEqual([2]);
+  });
+
+  it("'timeline' draws a row per stage in stage order and a box per pass over the step's span, labelled for screen readers", () => {
+    const s = replay([timeline], started());
+    const t = timelineModel(s)!;
+    expect(t.step).toBe(4);
+    expect(t.spanMs).toBe(10);
+    expect(t.rows.map((r) => [r.stage, r.self, r.label])).toEqual([
+      [0, false, 'stage 0: 2 passes, busy 4.0 of 9.0 ms'],
+      [1, true, 'stage 1: 2 passes, busy 3.4 of 10.0 ms'],
+    ]);
+    const b = t.rows[1]!.boxes[1]!;
+    expect(b).toMatchObject({ phase: 'B', microBatch: 2, startMs: 3.1, endMs: 5.4, label: 'stage 1: backward of micro-batch 2, 3.1-5.4 ms' });
+    expect(b.left).toBeCloseTo(0.31);
+    expect(b.width).toBeCloseTo(0.23);
+    expect(t.rows[0]!.boxes[0]!.label).toBe('stage 0: forward of micro-batch 0, 0.0-2.0 ms');
+    expect(t.ticks.map((x) => x.label)).toEqual(['0 ms', '2 ms', '4 ms', '6 ms', '8 ms', '10 ms']);
+    expect(t.ticks.at(-1)!.at).toBeCloseTo(1);
+    expect(t.caption).toBe("Step 4 of replica 0's pipeline: forward (F) and backward (B) passes of 4 micro-batches on 2 stages over 10.0 ms; the gaps are the bubble.");
+    // The next timeline replaces it; a bad entry (no end) is left out rather than drawn anywhere.
+    const next = replay([{ type: 'timeline', step: 8, stages: [{ stage: 0, totalMs: 4, entries: [{ phase: 'F', microBatch: 1, start: 1, end: Number.NaN }] }] }], s);
+    expect(timelineModel(next)!.step).toBe(8);
+    expect(timelineModel(next)!.rows[0]!.boxes).toEqual([]);
+  });
+
+  it('throughput counts each replica once (at its first stage) and the global batch is per replica', () => {
+    const s = started();
+    expect(statCards(s).speed).toEqual({ value: '202', unit: ' samples/s', sub: '2 replicas of 2 stages · global batch 128' });
+    expect(describeJob(pipeCfg)).toBe('mlp on synthetic · adam lr 0.003 · batch 64/replica (128 global) · 2 epochs · pipeline of 2 stages × 2 replicas, 4 micro-batches (gpipe)');
+    expect(describeJob({ ...pipeCfg, activationDtype: 'float16', schedule: '1f1b' })).toMatch(/\(1f1b, float16 activations\)$/);
   });
 });

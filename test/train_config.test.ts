@@ -27,8 +27,44 @@ describe('parseTrainConfig', () => {
       checkpointEvery: 0,
       evalEvery: 100,
       resumeFrom: null,
+      pp: 1,
+      dp: 1,
+      microBatches: 1,
+      schedule: 'gpipe',
+      activationDtype: 'float32',
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
+  });
+
+  it("takes a pipeline run's options as the launcher passes them (kebab-case), with 4 micro-batches by default", () => {
+    expect(parse('world=4&pp=2&dp=2&micro-batches=8&schedule=1f1b&activation-dtype=float16')).toMatchObject({
+      min: 4,
+      max: 4,
+      pp: 2,
+      dp: 2,
+      microBatches: 8,
+      schedule: '1f1b',
+      activationDtype: 'float16',
+    });
+    expect(parse('world=2&pp=2')).toMatchObject({ pp: 2, dp: 1, microBatches: 4 });
+    const config = parse('world=4&pp=2&dp=2&micro-batches=8&schedule=1f1b');
+    expect(parse(configParams(config).toString())).toEqual(config);
+  });
+
+  it('refuses a pipeline that is not the world, an elastic one, replicas without stages, and more micro-batches than samples', () => {
+    const option = (query: string) => {
+      try {
+        parse(query);
+      } catch (err) {
+        return (err as ConfigError).option;
+      }
+      return null;
+    };
+    expect(option('world=3&pp=2&dp=2')).toBe('pp');
+    expect(option('world=4&min=2&pp=2&dp=2')).toBe('pp');
+    expect(option('world=2&dp=2')).toBe('dp');
+    expect(option('world=2&pp=2&batch-size=4&micro-batches=8')).toBe('microBatches');
+    expect(option('world=4&pp=2&dp=2')).toBeNull();
   });
 
   it("takes kebab-case too, and the learning rate follows the optimizer's default", () => {

@@ -13,7 +13,7 @@
  *
  * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
  */
-import type { BackendName, RankStepMetrics, StepBreakdownMs, TrainConfig, TrainEvent } from '../train/events.ts';
+import type { BackendName, RankStepMetrics, StageLayer, StepBreakdownMs, TimelineEntry, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation, RingModel } from './ring_view.ts';
 import { fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
 import { INSECURE_PAGE_REASON } from '../webgpu.ts';
@@ -73,6 +73,15 @@ type StepEvent = Extract<TrainEvent, { type: 'step' }>;
 type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
 type ShardEvent = Extract<TrainEvent, { type: 'shard' }>;
 type WaitingEvent = Extract<TrainEvent, { type: 'waiting' }>;
+type PipelineEvent = Extract<TrainEvent, { type: 'pipeline' }>;
+type TimelineEvent = Extract<TrainEvent, { type: 'timeline' }>;
+
+/** A pipeline run's layout as this tab heard it: its place, and which stage holds each layer. */
+export type PipelineLayout = Omit<PipelineEvent, 'type'>;
+/** One step of replica 0's pipeline as it ran: each stage's passes, ms from the step's start. */
+export type PipelineTimeline = Omit<TimelineEvent, 'type'>;
+/** A rank's place in the pipeline and its latest idle share and waits (from the step metrics). */
+export type RankPipelineMetrics = NonNullable<RankStepMetrics['pipeline']>;
 
 export interface LogEntry {
   /** Grows by one per entry, so a view can tell which entries it has not drawn yet. */
@@ -150,6 +159,12 @@ export interface DashboardState {
   readonly faults: { readonly lost: number; readonly joined: number };
   /** This tab asked for a new minimum and has not heard it applied yet. */
   readonly minRequested: number | null;
+  /** Pipeline runs: the stages and this tab's place, from the round's 'pipeline' event (null: plain data parallel). */
+  readonly pipeline: PipelineLayout | null;
+  /** Pipeline runs: the latest schedule as it ran, from 'timeline' (every few steps). */
+  readonly timeline: PipelineTimeline | null;
+  /** Pipeline runs: each rank's stage, replica, bubble and waits in its latest step, by rank. */
+  readonly pipelineRanks: ReadonlyMap<number, RankPipelineMetrics>;
 }
 
 /** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
@@ -174,6 +189,7 @@ const PHASE_LABEL: Readonly<Record<Phase, string>> = {
 const NO_ROLE: Role = { host: false, hasHost: false, spectator: false };
 
 const NO_RANKS: readonly number[] = [];
+const NO_PIPELINE_RANKS: ReadonlyMap<number, RankPipelineMetrics> = new Map();
 
 export function initialDashboardState(options: { session: string; at: number }): DashboardState {
   const state: DashboardState = {
@@ -212,6 +228,9 @@ export function initialDashboardState(options: { session: string; at: number }):
     stoppedByHost: false,
     faults: { lost: 0, joined: 0 },
     minRequested: null,
+    pipeline: null,
+    timeline: null,
+    pipelineRanks: NO_PIPELINE_RANKS,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -229,7 +248,10 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       // A second 'joined' is a new group (generation): ranks are renumbered, so what this tab
       // knew about the old group's ranks and links no longer applies.
       const regroup = state.self !== null;
-      const group: DashboardState = regroup ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), ringProven: false } : state;
+      // The layout and the timeline stay until the new round's own replace them.
+      const group: DashboardState = regroup
+        ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false }
+        : state;
       // A running group that grows has admitted tabs that joined mid-run.
       const grew = regroup && state.lastStep !== null && state.worldSize !== null && event.worldSize > state.worldSize ? event.worldSize - state.worldSize : 0;
       const next: DashboardState = {
@@ -296,6 +318,27 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'step':
       return onStep(state, event, at);
+
+    case 'pipeline': {
+      const { type: _type, ...layout } = event;
+      const prev = state.pipeline;
+      const next: DashboardState = { ...state, pipeline: layout };
+      // Once per round: said when this tab's place or the schedule is new, not on every round.
+      const same =
+        prev !== null &&
+        prev.stage === layout.stage &&
+        prev.stages === layout.stages &&
+        prev.replica === layout.replica &&
+        prev.replicas === layout.replicas &&
+        prev.schedule === layout.schedule &&
+        prev.microBatches === layout.microBatches;
+      return same ? next : log(next, 'info', pipelineLine(layout));
+    }
+
+    case 'timeline': {
+      const { type: _type, ...timeline } = event;
+      return { ...state, timeline };
+    }
 
     case 'eval': {
       const s = noteEpoch(state, event.epoch);
@@ -428,11 +471,14 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
   const newEpoch = s.lastStep !== null && e.epoch !== s.lastStep.epoch;
   const recent = new Map(s.recent);
   let joined = s.joined;
+  // Plain data-parallel steps carry no pipeline figures: the map then keeps its identity.
+  let pipelineRanks: Map<number, RankPipelineMetrics> | null = null;
   for (const m of e.ranks) {
     // A rank that reports figures has plainly joined.
     joined = withRank(joined, m.rank);
     const list = [...(recent.get(m.rank) ?? []), m];
     recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
+    if (m.pipeline) (pipelineRanks ??= new Map(s.pipelineRanks)).set(m.rank, m.pipeline);
   }
   const clock = [...s.stepClock, { step: e.step, t: e.elapsedSec, evalT: s.evalClock.seconds }];
   let next: DashboardState = {
@@ -442,6 +488,7 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
     lastStep: e,
     joined,
     recent,
+    pipelineRanks: pipelineRanks ?? s.pipelineRanks,
     ringProven: true,
     stepClock: clock.length > RECENT + 1 ? clock.slice(-(RECENT + 1)) : clock,
     lastStepAt: at,
@@ -585,9 +632,15 @@ export function statusText(s: DashboardState): string {
 /** The job in one line: "mlp on mnist · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs". */
 export function describeJob(c: TrainConfig): string {
   const length = c.steps !== null ? `${fmtInt(c.steps)} steps` : `${c.epochs} epoch${c.epochs === 1 ? '' : 's'}`;
+  const subset = c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '';
+  if (c.pp > 1) {
+    // A pipeline run is a fixed size, and its batch is per replica (every stage of a replica sees it).
+    const wire = c.activationDtype === 'float32' ? '' : `, ${c.activationDtype} activations`;
+    const pipeline = ` · pipeline of ${plural(c.pp, 'stage')} × ${plural(c.dp, 'replica')}, ${plural(c.microBatches, 'micro-batch', 'micro-batches')} (${c.schedule}${wire})`;
+    return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/replica (${c.batchSize * c.dp} global) · ${length}${subset}${pipeline}`;
+  }
   const global = c.min === c.max ? `${c.batchSize * c.max} global` : `up to ${c.batchSize * c.max} global`;
   const tabs = c.min === c.max ? '' : ` · elastic, ${c.min} to ${c.max} tabs`;
-  const subset = c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '';
   return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}`;
 }
 
@@ -817,8 +870,13 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
     cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: 'training batches, same window' };
     const ranks = rankAverages(s);
-    const total = ranks.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
-    cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${plural(ranks.length, 'rank')} · global batch ${s.config ? fmtInt(s.config.batchSize * e.ranks.length) : '?'}` };
+    const p = s.pipeline;
+    // Every sample of a pipeline run passes through each stage: a replica counts once, at its first stage.
+    const counted = p && s.pipelineRanks.size > 0 ? ranks.filter((r) => s.pipelineRanks.get(r.rank)?.stage === 0) : ranks;
+    const total = counted.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
+    const replicas = p ? p.replicas : e.ranks.length;
+    const who = p ? `${plural(p.replicas, 'replica')} of ${plural(p.stages, 'stage')}` : plural(ranks.length, 'rank');
+    cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
     const eta = etaSeconds(s);
     const timeSub =
       s.phase === 'done'
@@ -880,6 +938,187 @@ function finalTestAccuracy(s: DashboardState): number | null {
   const fromSummary = s.summary?.testAccuracy;
   if (typeof fromSummary === 'number' && Number.isFinite(fromSummary)) return fromSummary;
   return s.lastEval?.testAccuracy ?? null;
+}
+
+// ---------------------------------------------------------------- derived: the pipeline
+
+/** The log's line for a round's 'pipeline' event (also the page's console line, in other words). */
+function pipelineLine(p: PipelineLayout): string {
+  const mine = p.layers.filter((l) => l.stage === p.stage);
+  const params = mine.reduce((n, l) => n + l.parameters, 0);
+  const replica = p.replicas > 1 ? ` (replica ${p.replica} of ${p.replicas})` : '';
+  const layers = mine.length ? `layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${fmtInt(params)} parameters)` : 'no layers reported';
+  return `Pipeline: this tab is stage ${p.stage} of ${p.stages}${replica}, ${layers}; ${p.schedule} schedule, ${plural(p.microBatches, 'micro-batch', 'micro-batches')}, bubble ${fmtPercent(p.bubbleFormula)} by the formula.`;
+}
+
+export interface PipelineStageRow {
+  stage: number;
+  /** The stage's layers in model order. */
+  layers: readonly StageLayer[];
+  /** "2 Dense, 3 Dense" (index and class), or "–" when the layout names none. */
+  layersText: string;
+  parameters: number;
+  /** The global ranks holding this stage, one per replica (rank = replica × stages + stage). */
+  ranks: number[];
+  /** This tab holds it. */
+  self: boolean;
+  /** Those of its ranks that are gone. */
+  lost: number[];
+  /** Mean idle share of its ranks in their latest step; null before one reported it. */
+  bubble: number | null;
+}
+
+/** What the Pipeline panel shows (null for plain data-parallel runs). */
+export interface PipelinePanel {
+  stages: PipelineStageRow[];
+  selfStage: number;
+  selfReplica: number;
+  /** "2 stages × 2 replicas · gpipe schedule · 4 micro-batches" (and the activations' dtype when not float32). */
+  shape: string;
+  formulaBubble: number;
+  /** Mean of the stages' measured bubbles in their latest steps; null before a step reported one. */
+  measuredBubble: number | null;
+  /** "Bubble: 27.3% measured (latest step, mean of the stages) · 20.0% by the formula (S−1)/(M+S−1) = 1/5." */
+  bubbleText: string;
+}
+
+export function pipelinePanel(s: DashboardState): PipelinePanel | null {
+  const p = s.pipeline;
+  if (!p) return null;
+  const S = p.stages;
+  // Bubbles by stage, from the ranks' own word on where they are.
+  const bubbles = new Map<number, number[]>();
+  for (const m of s.pipelineRanks.values()) {
+    if (!Number.isFinite(m.bubble)) continue;
+    bubbles.set(m.stage, [...(bubbles.get(m.stage) ?? []), m.bubble]);
+  }
+  const stages: PipelineStageRow[] = Array.from({ length: S }, (_, stage) => {
+    const layers = p.layers.filter((l) => l.stage === stage).sort((a, b) => a.index - b.index);
+    const ranks = Array.from({ length: p.replicas }, (_, replica) => replica * S + stage);
+    const measured = bubbles.get(stage);
+    return {
+      stage,
+      layers,
+      layersText: layers.length ? layers.map((l) => `${l.index} ${l.className}`).join(', ') : '–',
+      parameters: layers.reduce((n, l) => n + l.parameters, 0),
+      ranks,
+      self: stage === p.stage,
+      lost: ranks.filter((r) => s.lost.includes(r)),
+      bubble: measured ? mean(measured) : null,
+    };
+  });
+  const measuredStages = stages.map((r) => r.bubble).filter((b): b is number => b !== null);
+  const measuredBubble = measuredStages.length ? mean(measuredStages) : null;
+  const M = p.microBatches;
+  const wire = s.config && s.config.activationDtype !== 'float32' ? ` · ${s.config.activationDtype} activations` : '';
+  const formula = `${fmtPercent(p.bubbleFormula)} by the formula (S−1)/(M+S−1) = ${S - 1}/${M + S - 1}`;
+  return {
+    stages,
+    selfStage: p.stage,
+    selfReplica: p.replica,
+    shape: `${plural(S, 'stage')} × ${plural(p.replicas, 'replica')} · ${p.schedule} schedule · ${plural(M, 'micro-batch', 'micro-batches')}${wire}`,
+    formulaBubble: p.bubbleFormula,
+    measuredBubble,
+    bubbleText: `Bubble: ${measuredBubble === null ? 'not measured yet' : `${fmtPercent(measuredBubble)} measured (latest step, mean of the stages)`} · ${formula}.`,
+  };
+}
+
+export interface TimelineBox {
+  phase: TimelineEntry['phase'];
+  microBatch: number;
+  startMs: number;
+  endMs: number;
+  /** Left edge and width as fractions of the step's span (0..1). */
+  left: number;
+  width: number;
+  /** "stage 1: backward of micro-batch 2, 3.1-5.4 ms" */
+  label: string;
+}
+
+export interface TimelineRow {
+  stage: number;
+  /** This tab holds this stage (in its own replica). */
+  self: boolean;
+  totalMs: number;
+  boxes: TimelineBox[];
+  /** "stage 1: 8 passes, busy 9.5 of 12.3 ms" */
+  label: string;
+}
+
+/** The schedule drawing: one row per stage, a box per pass, over the step's span. */
+export interface TimelineModel {
+  step: number;
+  spanMs: number;
+  rows: TimelineRow[];
+  /** Axis ticks: position (fraction of the span) and label. */
+  ticks: Array<{ at: number; label: string }>;
+  /** What the drawing shows, in one sentence (its accessible description). */
+  caption: string;
+}
+
+const PHASE_WORD: Readonly<Record<TimelineEntry['phase'], string>> = { F: 'forward', B: 'backward' };
+
+/** A number of ms with one decimal ("3.1"), or none from 100 up. */
+function msFigure(ms: number): string {
+  return ms >= 100 ? ms.toFixed(0) : ms.toFixed(1);
+}
+
+export function timelineModel(s: DashboardState): TimelineModel | null {
+  const t = s.timeline;
+  if (!t) return null;
+  const stages = [...t.stages].filter((st) => Number.isInteger(st.stage)).sort((a, b) => a.stage - b.stage);
+  const ok = (e: TimelineEntry) => Number.isFinite(e.start) && Number.isFinite(e.end) && e.start >= 0;
+  let spanMs = 0;
+  for (const st of stages) {
+    if (Number.isFinite(st.totalMs)) spanMs = Math.max(spanMs, st.totalMs);
+    for (const e of st.entries) if (ok(e)) spanMs = Math.max(spanMs, e.end);
+  }
+  const span = spanMs > 0 ? spanMs : 1;
+  const rows: TimelineRow[] = stages.map((st) => {
+    const boxes = st.entries.filter(ok).map((e): TimelineBox => {
+      const end = Math.max(e.start, e.end);
+      return {
+        phase: e.phase,
+        microBatch: e.microBatch,
+        startMs: e.start,
+        endMs: end,
+        left: e.start / span,
+        width: (end - e.start) / span,
+        label: `stage ${st.stage}: ${PHASE_WORD[e.phase]} of micro-batch ${e.microBatch}, ${msFigure(e.start)}-${msFigure(end)} ms`,
+      };
+    });
+    const busy = boxes.reduce((sum, b) => sum + (b.endMs - b.startMs), 0);
+    const total = Number.isFinite(st.totalMs) ? st.totalMs : spanMs;
+    return {
+      stage: st.stage,
+      self: s.pipeline?.stage === st.stage,
+      totalMs: total,
+      boxes,
+      label: `stage ${st.stage}: ${plural(boxes.length, 'pass', 'passes')}, busy ${msFigure(busy)} of ${msFigure(total)} ms`,
+    };
+  });
+  const micro = s.pipeline ? `${plural(s.pipeline.microBatches, 'micro-batch', 'micro-batches')} on ` : '';
+  return {
+    step: t.step,
+    spanMs,
+    rows,
+    ticks: axisTicks(spanMs),
+    caption: `Step ${fmtInt(t.step)} of replica 0's pipeline: forward (F) and backward (B) passes of ${micro}${plural(rows.length, 'stage')} over ${msFigure(spanMs)} ms; the gaps are the bubble.`,
+  };
+}
+
+/** Ticks at round numbers of ms (1, 2 or 5 × 10^k apart), at most about six, from 0. */
+function axisTicks(spanMs: number): Array<{ at: number; label: string }> {
+  if (!(spanMs > 0)) return [];
+  const raw = spanMs / 5;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((k) => k * pow).find((x) => x >= raw)!;
+  const ticks: Array<{ at: number; label: string }> = [];
+  for (let v = 0; v <= spanMs + step * 1e-9; v += step) {
+    const value = Number(v.toPrecision(12));
+    ticks.push({ at: value / spanMs, label: `${value.toLocaleString('en-US', { maximumFractionDigits: 3 })} ms` });
+  }
+  return ticks;
 }
 
 // ---------------------------------------------------------------- derived: the run's summary
@@ -1024,9 +1263,9 @@ function lcm(a: number, b: number): number {
   return (a / gcd(a, b)) * b;
 }
 
-/** "1 tab", "3 tabs". */
-function plural(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+/** "1 tab", "3 tabs"; `many` for nouns that do not just take an s ("micro-batches"). */
+function plural(n: number, noun: string, many = `${noun}s`): string {
+  return `${n} ${n === 1 ? noun : many}`;
 }
 
 /** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */

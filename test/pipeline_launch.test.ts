@@ -1,0 +1,73 @@
+/**
+ * The launcher's pipeline flags (--pp, --dp, --micro-batches for --job train) are checked before
+ * anything starts: the pure check in launcher/run.ts, and the command line's exit code 2 with the
+ * message (each case fails before a server or a browser would start).
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { pipelineProblems } from '../launcher/run.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+describe('pipelineProblems', () => {
+  it('accepts S x D ranks, with --dp defaulting to 1, in kebab or camel case, and --min/--max equal to the world', () => {
+    expect(pipelineProblems({ pp: '2', dp: '2', 'micro-batches': '4' }, { nproc: 4 })).toEqual([]);
+    expect(pipelineProblems({ pp: '4' }, { nproc: 4 })).toEqual([]);
+    expect(pipelineProblems({ pp: '2', dp: '2', microBatches: '8', min: '4', max: '4' }, { nproc: 4 })).toEqual([]);
+    // Two machines of 2 ranks each: a world of 4.
+    expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 2, nnodes: 2 })).toEqual([]);
+    // No pipeline flags at all: nothing to say, whatever the rest.
+    expect(pipelineProblems({ min: '1', max: '4' }, { nproc: 3 })).toEqual([]);
+  });
+
+  it('names --nproc, --pp and --dp when the world is not S x D', () => {
+    expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3 })).toEqual(['--nproc 3 must be --pp 2 x --dp 2 = 4 ranks']);
+    expect(pipelineProblems({ pp: '2' }, { nproc: 4 })).toEqual(['--nproc 4 must be --pp 2 x --dp 1 = 2 ranks (--dp defaults to 1)']);
+    expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3, nnodes: 2 })).toEqual(['--nnodes 2 x --nproc 3 = 6 ranks must be --pp 2 x --dp 2 = 4 ranks']);
+  });
+
+  it('wants positive integers', () => {
+    for (const bad of ['0', '-1', '1.5', 'two', 'true', '']) {
+      expect(pipelineProblems({ pp: bad }, { nproc: 2 })).toEqual([`--pp must be a positive integer, got "${bad}"`]);
+    }
+    expect(pipelineProblems({ pp: '2', dp: 'x', 'micro-batches': '0' }, { nproc: 2 })).toEqual(['--dp must be a positive integer, got "x"', '--micro-batches must be a positive integer, got "0"']);
+  });
+
+  it('--dp and --micro-batches need --pp', () => {
+    expect(pipelineProblems({ dp: '2' }, { nproc: 2 })).toEqual(['--dp is for pipeline runs: add --pp S, the number of pipeline stages']);
+    expect(pipelineProblems({ dp: '2', microBatches: '4' }, { nproc: 2 })).toEqual(['--dp and --microBatches are for pipeline runs: add --pp S, the number of pipeline stages']);
+    expect(pipelineProblems({ pp: '1', dp: '2' }, { nproc: 2 })[0]).toMatch(/^--dp 2 needs --pp 2 or more/);
+    // --pp 1 is plain data parallelism: any size, elastic too.
+    expect(pipelineProblems({ pp: '1', min: '2', max: '4' }, { nproc: 3 })).toEqual([]);
+  });
+
+  it('a pipeline run is a fixed size: --min or --max other than the world is refused', () => {
+    expect(pipelineProblems({ pp: '2', dp: '2', min: '2' }, { nproc: 4 })).toEqual(['a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks']);
+    expect(pipelineProblems({ pp: '2', dp: '2', min: '4', max: '6' }, { nproc: 4 })).toEqual(['a pipeline run is a fixed size: --max 6 must be left out or equal the 4 ranks']);
+  });
+
+  it('more micro-batches than samples in a batch is refused when the batch size is given', () => {
+    expect(pipelineProblems({ pp: '2', 'micro-batches': '16', 'batch-size': '8' }, { nproc: 2 })).toEqual([
+      "--micro-batches 16 must be at most --batch-size 8: each micro-batch needs a sample of the replica's batch",
+    ]);
+  });
+});
+
+describe('npm run launch -- --job train --pp ...', () => {
+  const launch = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
+
+  it('exits 2 with the message before starting anything', () => {
+    const r = launch('--nproc', '3', '--job', 'train', '--pp', '2', '--dp', '2');
+    expect(r.status).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe('--nproc 3 must be --pp 2 x --dp 2 = 4 ranks');
+    expect(r.stderr).toMatch(/--pp S \(stages, one per rank\)/);
+    expect(r.stdout).toBe('');
+    const noPp = launch('--nproc', '2', '--job', 'train', '--micro-batches', '4');
+    expect(noPp.status).toBe(2);
+    expect(noPp.stderr.split('\n')[0]).toBe('--micro-batches is for pipeline runs: add --pp S, the number of pipeline stages');
+    const elastic = launch('--nproc', '4', '--job', 'train', '--pp', '2', '--dp', '2', '--min', '2', '--max', '4');
+    expect(elastic.status).toBe(2);
+    expect(elastic.stderr.split('\n')[0]).toBe('a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks');
+  });
+});
