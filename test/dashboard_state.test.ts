@@ -48,6 +48,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     epochs: 2,
     steps: null,
     trainSize: 0,
+    testSize: 0,
     seed: 0,
     shuffle: true,
     backend: 'webgpu',

@@ -77,7 +77,7 @@ async function singleRank(steps: number): Promise<Float32Array> {
  * every D-th sample), M micro-batches. Returns the whole model's weights (replica 0's stages in
  * order), every stage's weights per replica, and each stage's parameter count.
  */
-async function pipelineRun(stages: number, replicas: number, m: number, steps: number, schedule: ScheduleKind = 'gpipe') {
+async function pipelineRun(stages: number, replicas: number, m: number, steps: number, schedule: ScheduleKind = 'gpipe', activationDtype: 'float32' | 'float16' = 'float32') {
   const pgs = await groups(stages * replicas);
   const out = await Promise.all(
     pgs.map(async (world) => {
@@ -93,6 +93,7 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
           batchSize: indices.length,
           microBatches: m,
           schedule,
+          activationDtype,
           ...(stage.isFirst ? { inputs: x } : {}),
           ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf } : {}),
         });
@@ -144,6 +145,14 @@ describe('pipeline parallel', () => {
     const threeLayers = (await pipelineRun(3, 1, 4, 5, 'gpipe')).whole;
     const oneFOneB = (await pipelineRun(3, 1, 4, 5, '1f1b')).whole;
     expect(Array.from(oneFOneB)).toEqual(Array.from(threeLayers));
+  });
+
+  it('float16 activations on the wire train close to float32 (rounded, so not exact)', async () => {
+    const full = (await pipelineRun(2, 1, 4, 10)).whole;
+    const half = (await pipelineRun(2, 1, 4, 10, 'gpipe', 'float16')).whole;
+    const err = relErr(half, full);
+    expect(err).toBeGreaterThan(0); // rounded: no longer exact
+    expect(err).toBeLessThan(1e-2);
   });
 
   it('2 stages x 2 replicas at batch 16 equal one rank at batch 32; the replicas of each stage stay identical', async () => {

@@ -19,6 +19,7 @@ describe('parseTrainConfig', () => {
       epochs: 1,
       steps: null,
       trainSize: 0,
+      testSize: 0,
       seed: 0,
       shuffle: true,
       backend: 'webgpu',

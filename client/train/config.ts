@@ -32,6 +32,8 @@ export interface TrainConfig {
   steps: number | null;
   /** Train on the first N samples only (0: the whole training set). */
   trainSize: number;
+  /** Evaluate on the first N test samples only (0: the whole test set). */
+  testSize: number;
   seed: number;
   shuffle: boolean;
   backend: BackendName;
@@ -161,6 +163,14 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: fixed(0),
   },
   {
+    name: 'testSize',
+    label: 'Test samples',
+    hint: 'Evaluate on the first N test samples only (a slow device, a short run). 0: the whole test set.',
+    kind: int(0, 10_000_000),
+    inForm: false,
+    defaultValue: fixed(0),
+  },
+  {
     name: 'backend',
     label: 'Backend',
     hint: 'If a tab has no WebGPU it falls back and says which backend it uses.',
@@ -285,6 +295,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     epochs: values.epochs as number,
     steps: values.steps as number | null,
     trainSize: values.trainSize as number,
+    testSize: values.testSize as number,
     seed: values.seed as number,
     shuffle: values.shuffle as boolean,
     backend: values.backend as BackendName,

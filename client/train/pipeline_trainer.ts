@@ -73,7 +73,8 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     steps: config.steps,
     shuffle: config.shuffle,
     seed: config.seed,
-    checkpointEvery: config.checkpointEvery,
+    // A lost rank sends every stage back to the last checkpoint: without one set, the run would start over.
+    checkpointEvery: config.checkpointEvery > 0 ? config.checkpointEvery : 50,
     checkpointMeta: { config: { ...config } },
     resumeFrom: config.resumeFrom,
     shouldStop: opts.stopRequested,

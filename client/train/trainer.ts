@@ -73,14 +73,16 @@ export class ConfigMismatchError extends Error {
 
 export async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Dataset }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
+  const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
   if (config.dataset === 'mnist') {
     const { train, test } = await loadMnistSplits({ baseUrl: new URL('/datasets/mnist/', location.origin).toString() });
-    return { train: config.trainSize > 0 ? subset(train, range(0, Math.min(config.trainSize, train.length))) : train, test };
+    return { train: first(train, config.trainSize), test: first(test, config.testSize) };
   }
   // Synthetic: one generated set cut into train and test, so both come from one distribution.
   const length = config.trainSize > 0 ? config.trainSize : 4096;
+  const testLength = config.testSize > 0 ? Math.min(config.testSize, 1024) : 1024;
   const all = syntheticDataset({ length: length + 1024, inputSize: 16, numClasses: 4, seed: config.seed });
-  return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + 1024), 'synthetic-test') };
+  return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + testLength), 'synthetic-test') };
 }
 
 /** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */

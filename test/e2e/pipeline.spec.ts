@@ -13,8 +13,11 @@ type Result = Record<string, unknown>;
 type Pipeline = { stage: number; stages: number; replica: number; layers: number[]; parameters: number; weightHash: string; bubble: { measured: number; formula: number }; peakStashedMicroBatches: number };
 
 async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<Result[]> {
-  const ranks = await openRanks(browser, server, n, { session: sessionName('pp'), job: 'train', ...params });
-  return Promise.all(ranks.map((r) => r.result));
+  return Promise.all((await open(browser, server, n, params)).map((r) => r.result));
+}
+
+function open(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>) {
+  return openRanks(browser, server, n, { session: sessionName('pp'), job: 'train', ...params });
 }
 
 function weightsOf(r: Result): Float32Array {
@@ -37,10 +40,23 @@ const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', s
 
 test('2 stages x 4 micro-batches equal one rank at batch 32 after 20 SGD steps; 1F1B equals GPipe; each rank holds only its stage', async ({ browser, server }) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
-  const gpipe = await run(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' });
+  const pages = await open(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' });
+  const gpipe = await Promise.all(pages.map((p) => p.result));
+  // The dashboard shows which layers each tab holds, and the schedule as it ran.
+  const card = pages[1]!.page.getByTestId('pipeline');
+  await expect(card).toBeVisible();
+  await expect(card.locator('tr.self-row')).toHaveAttribute('data-stage', '1');
+  await expect(card.locator('tr[data-stage="0"] .pp-layers')).toContainText('Dense');
+  const timeline = pages[1]!.page.getByTestId('pipeline-timeline');
+  await expect(timeline).toBeVisible();
+  // 2 stages x (4 forwards + 4 backwards).
+  await expect(timeline).toHaveAttribute('data-boxes', '16');
+  await expect(timeline.locator('.tl-box[data-phase="B"]').first()).toHaveAttribute('aria-label', /backward of micro-batch/);
   const err = relativeError(weightsOf(gpipe[0]!), weightsOf(single!));
   console.log(`2 stages x 4 micro-batches vs 1 rank, batch 32, 20 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThanOrEqual(1e-5);
+  // Evaluated through the pipeline (stage 0 feeds, stage 1 scores): the same test accuracy as the whole model's.
+  expect(gpipe[0]!.testAccuracy).toBeCloseTo(single!.testAccuracy as number, 3);
   // The synthetic MLP is 16 -> 32 (relu) -> 4: 544 parameters on stage 0, 132 on stage 1, 676 in all.
   const stages = gpipe.map((r) => r.pipeline as Pipeline).sort((a, b) => a.stage - b.stage);
   expect(stages.map((p) => [p.layers, p.parameters])).toEqual([[[0], 544], [[1], 132]]);
