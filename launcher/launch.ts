@@ -195,8 +195,10 @@ function parse(argv: string[]): LaunchOptions {
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
   // A lost device is survived at a fixed world size too: the rank rejoins with its own number.
-  if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined) {
-    throw new Error('--kill, --freeze and --join need an elastic run: add --min N (and --max N)');
+  // A pipeline run is a fixed size whose lost rank pauses the group until a --join takes its place.
+  const pipeline = jobParams.pp !== undefined && jobParams.pp !== '1';
+  if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined && !pipeline) {
+    throw new Error('--kill, --freeze and --join need an elastic run (add --min N and --max N) or a pipeline run (--pp S, with --join to replace a lost rank)');
   }
   if (split.script === undefined && values.job === 'train') {
     const pipeline = pipelineProblems(jobParams, { nproc, nnodes });
