@@ -7,7 +7,7 @@
  * its stage, and the run resumes from every stage's checkpoint once the group is complete again.
  *
  *   npm run launch -- --nproc 4 examples/pipeline_train.ts --stages 2 --micro-batches 4 \
- *     --dataset synthetic --batch-size 32 --epochs 1
+ *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
 import * as tf from '@tensorflow/tfjs';
 import { bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, syntheticDataset } from '../src/index.ts';
@@ -39,6 +39,7 @@ export default async function main(ctx: LaunchContext) {
     datasetLength: data.length,
     batchSize: intArg(args, 'batch-size', 32), // per replica
     epochs: intArg(args, 'epochs', 1),
+    steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
     checkpointEvery: intArg(args, 'checkpoint-every', 0, 0),
     async step({ indices, stage, ddp, optimizer }) {
       const { x, y } = data.batch(indices);

@@ -62,6 +62,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     microBatches: 1,
     schedule: 'gpipe',
     activationDtype: 'float32',
+    splitPoints: null,
     ...over,
   };
 }

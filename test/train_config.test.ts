@@ -33,6 +33,7 @@ describe('parseTrainConfig', () => {
       microBatches: 1,
       schedule: 'gpipe',
       activationDtype: 'float32',
+      splitPoints: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });
@@ -50,6 +51,9 @@ describe('parseTrainConfig', () => {
     expect(parse('world=2&pp=2')).toMatchObject({ pp: 2, dp: 1, microBatches: 4 });
     const config = parse('world=4&pp=2&dp=2&micro-batches=8&schedule=1f1b');
     expect(parse(configParams(config).toString())).toEqual(config);
+    const split = parse('world=3&pp=3&split-points=1,5');
+    expect(split.splitPoints).toEqual([1, 5]);
+    expect(parse(configParams(split).toString())).toEqual(split);
   });
 
   it('refuses a pipeline that is not the world, an elastic one, replicas without stages, and more micro-batches than samples', () => {
@@ -66,6 +70,8 @@ describe('parseTrainConfig', () => {
     expect(option('world=2&dp=2')).toBe('dp');
     expect(option('world=2&pp=2&batch-size=4&micro-batches=8')).toBe('microBatches');
     expect(option('world=4&pp=2&dp=2')).toBeNull();
+    expect(option('world=2&pp=2&split-points=1,2')).toBe('splitPoints');
+    expect(option('world=2&pp=2&split-points=a')).toBe('splitPoints');
   });
 
   it("takes kebab-case too, and the learning rate follows the optimizer's default", () => {

@@ -58,6 +58,8 @@ export interface TrainConfig {
   schedule: ScheduleName;
   /** How activations travel between stages. */
   activationDtype: ActivationDtypeName;
+  /** Where stages 1 .. S-1 start (layer indices); null: balanced by parameter count. */
+  splitPoints: number[] | null;
 }
 
 /** Largest session the page offers (the form's bound and the URL's). */
@@ -202,6 +204,14 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   { name: 'schedule', label: 'Pipeline schedule', kind: { type: 'choice', choices: SCHEDULE_KINDS }, inForm: false, defaultValue: fixed('gpipe') },
   { name: 'activationDtype', label: 'Activations on the wire', kind: { type: 'choice', choices: ACTIVATION_DTYPE_NAMES }, inForm: false, defaultValue: fixed('float32') },
   {
+    name: 'splitPoints',
+    label: 'Pipeline split points',
+    hint: 'The layer index where each stage after the first starts (pp - 1 of them, comma-separated). Default: balanced by parameter count.',
+    kind: { type: 'text', pattern: /^\d{1,4}(,\d{1,4}){0,62}$/, rule: 'layer indices separated by commas (e.g. 1,3)' },
+    inForm: false,
+    defaultValue: fixed(null),
+  },
+  {
     name: 'resumeFrom',
     label: 'Resume from session',
     kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
@@ -283,6 +293,10 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     throw new ConfigError('pp', String(pp), `such that stages x replicas is the world size, a fixed one: pp ${pp} x dp ${dp} = ${pp * dp} ranks, but the world is ${min === max ? max : `${min}..${max}`}`);
   }
   if (pp === 1 && dp !== 1) throw new ConfigError('dp', String(dp), '1 without pipeline stages (pp): plain data parallelism uses every rank as a replica');
+  const splitPoints = values.splitPoints === null ? null : (values.splitPoints as string).split(',').map(Number);
+  if (splitPoints && splitPoints.length !== pp - 1) {
+    throw new ConfigError('splitPoints', splitPoints.join(','), `${pp - 1} layer index(es) for ${pp} stages (pp)`);
+  }
   if (pp > 1 && (values.microBatches as number) > (values.batchSize as number)) {
     throw new ConfigError('microBatches', String(values.microBatches), `at most the batch size per replica (${values.batchSize as number})`);
   }
@@ -309,6 +323,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     microBatches: values.microBatches as number,
     schedule: values.schedule as ScheduleName,
     activationDtype: values.activationDtype as ActivationDtypeName,
+    splitPoints,
   };
 }
 

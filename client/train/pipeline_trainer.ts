@@ -66,6 +66,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     replicas: config.dp,
     layers,
     inputShape: trainSet.inputShape,
+    ...(config.splitPoints ? { splitPoints: config.splitPoints } : {}),
     optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)),
     datasetLength: trainSet.length,
     batchSize: config.batchSize,
