@@ -52,6 +52,9 @@ async function groups(n: number): Promise<ProcessGroup[]> {
 const globalBatch = (k: number) => Array.from({ length: 32 }, (_, j) => (32 * k + j) % data.length);
 
 /** One rank, the whole model, batch 32, plain SGD: the reference. */
+/** The first step's loss and correct predictions on one rank (the reference for the last stage's figures). */
+let firstStep = { loss: NaN, correct: NaN };
+
 async function singleRank(steps: number): Promise<Float32Array> {
   const [pg] = await groups(1);
   const model = sequentialOf(layers(), [16], 'whole');
@@ -61,8 +64,14 @@ async function singleRank(steps: number): Promise<Float32Array> {
     const { x, y } = data.batch(globalBatch(k));
     const xs = tf.tensor(x, [32, 16]);
     const ys = tf.tensor1d(y, 'int32');
-    await ddp.backward(() => lossOf(model.apply(xs) as tf.Tensor, ys));
-    tf.dispose([xs, ys]);
+    let correct: tf.Tensor | undefined;
+    const { loss } = await ddp.backward(() => {
+      const out = model.apply(xs) as tf.Tensor;
+      correct = tf.keep(out.argMax(-1).equal(ys).sum());
+      return lossOf(out, ys);
+    });
+    if (k === 0) firstStep = { loss, correct: (await correct!.data())[0]! };
+    tf.dispose([xs, ys, correct!]);
     ddp.step(opt);
   }
   const w = await flatTrainableWeights(model);
@@ -85,22 +94,24 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
       const stage = new PipelineStage({ layers: layers(), inputShape: [16], group: mesh.pipe });
       const ddp = await DistributedDataParallel.create(stage.model, mesh.dp);
       const opt = tf.train.sgd(0.1);
+      let first = { loss: NaN, correct: NaN };
       for (let k = 0; k < steps; k++) {
         const indices = globalBatch(k).filter((_, j) => j % replicas === mesh.replica);
         const { x, y } = data.batch(indices);
-        await stage.step({
+        const r = await stage.step({
           ddp,
           batchSize: indices.length,
           microBatches: m,
           schedule,
           activationDtype,
           ...(stage.isFirst ? { inputs: x } : {}),
-          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf } : {}),
+          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf, metric: (out: tf.Tensor, labels: tf.Tensor1D) => out.argMax(-1).equal(labels).sum() } : {}),
         });
+        if (k === 0 && stage.isLast) first = { loss: r.loss, correct: r.metric };
         ddp.step(opt);
       }
       const weights = await flatTrainableWeights(stage.model);
-      const result = { rank: world.rank, stage: mesh.stage, replica: mesh.replica, weights, parameters: stage.parameterCount, layers: stage.layers.map((l) => l.index) };
+      const result = { rank: world.rank, stage: mesh.stage, replica: mesh.replica, weights, parameters: stage.parameterCount, layers: stage.layers.map((l) => l.index), first };
       stage.model.dispose();
       opt.dispose();
       return result;
@@ -137,6 +148,10 @@ describe('pipeline parallel', () => {
     // Nothing leaks: with the stages' models and optimizers disposed, the live tensors are as before.
     expect(tf.memory().numTensors).toBe(before);
     expect(relErr(whole, reference)).toBeLessThanOrEqual(1e-5);
+    // The last stage's figures are the whole batch's: its mean loss and its correct predictions.
+    const last = ranks.find((r) => r.stage === 1)!.first;
+    expect(last.loss).toBeCloseTo(firstStep.loss, 5);
+    expect(last.correct).toBe(firstStep.correct);
     // 16*24+24 = 408 on stage 0; 24*20+20 + 20*4+4 = 584 on stage 1: the whole model split, nothing doubled.
     expect(ranks.map((r) => [r.stage, r.layers, r.parameters]).sort()).toEqual([[0, [0], 408], [1, [1, 2], 584]]);
   });

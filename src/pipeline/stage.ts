@@ -6,6 +6,7 @@
  *
  * A stage keeps only each micro-batch's input between its forward and its backward, and runs the
  * forward again in the backward (GPipe's re-materialisation): TF.js records no tape across calls.
+ * The last stage sends nothing forward, so it runs its forward once, in the backward, with the loss.
  * The micro-batches' gradients accumulate on the stage's DistributedDataParallel (under
  * `noSync`); the last backward of the step averages them over the stage's replicas (a group of
  * one without data parallelism). Each micro-batch's loss is scaled by its share of the batch, so
@@ -150,7 +151,9 @@ export class PipelineStage {
     const half = (o.activationDtype ?? 'float32') === 'float16';
     this.checkStepInputs(o);
     const stash = new Map<number, tf.Tensor>();
-    const results: tf.Tensor[] = [];
+    /** Last stage: `metric` of each micro-batch, read once at the end. */
+    const metrics: tf.Tensor[] = [];
+    let loss = 0;
     const sends: Array<Promise<void>> = [];
     const timeline: TimelineEntry[] = [];
     const t = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0 };
@@ -182,18 +185,9 @@ export class PipelineStage {
           }
           stash.set(i, x);
           const c0 = performance.now();
-          if (this.isLast) {
-            // The loss (and metric) for the step's figures; the backward computes it again with its gradients.
-            const ys = labelsOf(i);
-            try {
-              results.push(...tf.tidy(() => {
-                const out = this.model.apply(x, { training: true }) as tf.Tensor;
-                return [o.loss!(out, ys).mul(n / o.batchSize), ...(o.metric ? [o.metric(out, ys)] : [])];
-              }));
-            } finally {
-              ys.dispose();
-            }
-          } else {
+          // The last stage's forward waits for its backward, which computes the loss once with
+          // its gradients: a forward here would only be computed again.
+          if (!this.isLast) {
             const out = tf.tidy(() => this.model.apply(x, { training: true }) as tf.Tensor);
             let values: Float32Array;
             try {
@@ -223,13 +217,20 @@ export class PipelineStage {
             // The gradient of sum(outputs * dy) is the chain rule's product with dy: the same
             // gradients as backpropagating through the whole model.
             const lossFn = this.isLast
-              ? () => o.loss!(this.model.apply(input, { training: true }) as tf.Tensor, ys!).mul(n / o.batchSize) as tf.Scalar
+              ? () => {
+                  const out = this.model.apply(input, { training: true }) as tf.Tensor;
+                  // The step's figure from the same forward, kept past the gradient computation.
+                  if (o.metric) metrics.push(tf.keep(o.metric(out, ys!)));
+                  return o.loss!(out, ys!).mul(n / o.batchSize) as tf.Scalar;
+                }
               : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
             const last = i === sizes.length - 1;
             const backward = () => o.ddp.backward(lossFn, xv ? { inputs: [xv] } : {});
             const r = last ? await backward() : await o.ddp.noSync(backward);
             t.allreduce += r.timings.allreduce;
             t.compute += r.timings.compute + r.timings.readback;
+            // Each micro-batch's loss is scaled by its share of the batch: they add up to the batch's mean.
+            loss += r.loss;
             const [dx] = r.inputGrads;
             if (dx) {
               const r0 = performance.now();
@@ -253,18 +254,14 @@ export class PipelineStage {
         peakTensors = Math.max(peakTensors, tf.memory().numTensors);
       }
       await Promise.all(sends);
-      let loss = NaN;
       let metric = NaN;
-      if (this.isLast) {
-        const values = await Promise.all(results.map((r) => r.data()));
-        const per = o.metric ? 2 : 1;
-        loss = 0;
-        metric = o.metric ? 0 : NaN;
-        values.forEach((v, k) => (k % per === 0 ? (loss += v[0]!) : (metric += v[0]!)));
+      if (this.isLast && o.metric) {
+        metric = 0;
+        for (const v of await Promise.all(metrics.map((m) => m.data()))) metric += v[0]!;
       }
       const total = performance.now() - t0;
       return {
-        loss,
+        loss: this.isLast ? loss : NaN,
         metric,
         timings: { ...t, total },
         bubble: total > 0 ? Math.max(0, 1 - t.compute / total) : 0,
@@ -274,7 +271,7 @@ export class PipelineStage {
       };
     } finally {
       for (const x of stash.values()) x.dispose();
-      for (const r of results) r.dispose();
+      for (const m of metrics) m.dispose();
     }
   }
 
