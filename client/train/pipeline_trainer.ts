@@ -49,7 +49,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const toDashboard = dashboardEvents(emit, true);
 
   const evaluateAndEmit = async (ctx: PipelineRoundContext, step: number, epoch: number) => {
-    const result = { step, ...(await evaluate(ctx, testSet, microBatches)) };
+    const result = { step, ...(await evaluate(ctx, testSet, config.batchSize, microBatches)) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
     return result;
@@ -272,12 +272,13 @@ async function emitTimeline(ctx: PipelineRoundContext, step: number, mine: { ent
  * first stage feeding the inputs and its last computing the sums, which are all-reduced over
  * the world (the other stages add zeros).
  */
-async function evaluate(ctx: PipelineRoundContext, test: Dataset, microBatches: number): Promise<{ testAccuracy: number; testLoss: number }> {
+async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number, microBatches: number): Promise<{ testAccuracy: number; testLoss: number }> {
   const { mesh, stage } = ctx;
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
   for (let i = mesh.replica; i < test.length; i += mesh.replicas) mine.push(i);
-  const batch = 500;
+  // Batches of the training batch's size: a stage waits for the one before it one micro-batch
+  // at a time, never for a pass much longer than training's.
   for (let s = 0; s < mine.length; s += batch) {
     const idx = mine.slice(s, s + batch);
     const { x, y } = test.batch(idx);

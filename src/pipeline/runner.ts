@@ -164,6 +164,9 @@ export function describeMeshFailure(err: unknown, stages: number, replicas: numb
 
 type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number };
 
+/** How long a stage waits for a live but busy neighbour (LinkOptions.peerTimeoutMs) unless told otherwise. */
+export const DEFAULT_PIPELINE_PEER_TIMEOUT_MS = 120_000;
+
 /** Trains a pipeline (x data parallel) until the epochs or steps are done or a rank stops it. */
 export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M>): Promise<PipelineRunResult> {
   const replicas = o.replicas ?? 1;
@@ -176,7 +179,9 @@ export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M
     o.onEvent?.(e);
     recordEvent(e);
   };
-  const handler = await RendezvousHandler.start({ ...o, min: world, max: world, reconnect: true }, (e) => {
+  // A stage waits for the stages before and after it for whole passes (under GPipe, the last
+  // stage's forwards and backwards): a peer that is alive but busy gets longer than a collective's 30 s.
+  const handler = await RendezvousHandler.start({ ...o, peerTimeoutMs: o.peerTimeoutMs ?? DEFAULT_PIPELINE_PEER_TIMEOUT_MS, min: world, max: world, reconnect: true }, (e) => {
     // What the dashboard shows while the pipeline waits for its ranks.
     if (e.type === 'paused') emit({ type: 'paused', min: e.min });
     else if (e.type === 'waiting') emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
