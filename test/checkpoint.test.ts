@@ -854,7 +854,8 @@ describe('saveState and restoreStatePart', () => {
       st.progress = { step: 5, epoch: 0, position: 40 };
       await saveState(st, run, { ...o, part: `stage-${i}` });
     }
-    const weightsAt5 = stages.map((st) => st.model.getWeights().map((w) => Array.from(w.dataSync())));
+    // data(), not dataSync(): dataSync can return stale data on TF.js's WebGPU backend (PLATFORM.md).
+    const weightsAt5 = await Promise.all(stages.map((st) => Promise.all(st.model.getWeights().map(async (w) => Array.from(await w.data())))));
     // Stage 0 goes on alone to step 6 with other weights.
     stages[0]!.model.setWeights(stages[0]!.model.getWeights().map((w) => tf.tidy(() => w.add(1))));
     stages[0]!.progress = { step: 6, epoch: 0, position: 48 };
@@ -868,7 +869,7 @@ describe('saveState and restoreStatePart', () => {
       expect(restored.skipped).toEqual([]);
       expect(restored.note).toMatch(new RegExp(`^resumed at step 5 from checkpoint \\S+ of part "stage-${i}" of session "${s}"$`));
       expect(fresh.progress).toEqual({ step: 5, epoch: 0, position: 40 });
-      expect(fresh.model.getWeights().map((w) => Array.from(w.dataSync()))).toEqual(weightsAt5[i]);
+      expect(await Promise.all(fresh.model.getWeights().map(async (w) => Array.from(await w.data())))).toEqual(weightsAt5[i]);
       fresh.dispose();
     }
     // Stage 1 has no step 6: an error naming what it has, not a fresh start.

@@ -6,7 +6,7 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, type Dataset, type ElasticEvent, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
+import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -125,10 +125,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
       emit({
         type: 'pipeline',
-        stage: mesh.stage,
-        stages: mesh.stages,
-        replica: mesh.replica,
-        replicas: mesh.replicas,
+        ...placeOf(mesh),
         schedule,
         microBatches,
         layers: stage.allLayers.map((l) => ({ index: l.index, className: l.className, parameters: l.parameters, stage: l.stage })),
@@ -200,10 +197,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     resumes: run.resumes,
     liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
     pipeline: {
-      stage: mesh.stage,
-      stages: mesh.stages,
-      replica: mesh.replica,
-      replicas: mesh.replicas,
+      ...placeOf(mesh),
       schedule,
       microBatches,
       activationDtype,
@@ -229,6 +223,11 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     close: run.close,
     probe: { inputs: stage.isLast ? probeBatch.x : new Float32Array(0), inputShape: testSet.inputShape, logits },
   };
+}
+
+/** This rank's place in the S x D layout, as the dashboard and the summary say it. */
+function placeOf(mesh: PipelineMesh): { stage: number; stages: number; replica: number; replicas: number } {
+  return { stage: mesh.stage, stages: mesh.stages, replica: mesh.replica, replicas: mesh.replicas };
 }
 
 /**

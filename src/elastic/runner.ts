@@ -23,11 +23,11 @@ import { DeviceLostError, isRecoverable } from '../errors.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
-import { DistributedSampler } from '../sampler.ts';
 import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
+import { batchOf, planEpoch } from './epoch.ts';
 
 export type { StepMetrics } from './vote.ts';
 
@@ -415,22 +415,16 @@ class ElasticRun<M extends StepMetrics> {
     const n = pg.worldSize;
     const length = o.datasetLength;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
-      const sampler = new DistributedSampler(length, { numReplicas: n, rank: pg.rank, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
-      sampler.loadStateDict({ epoch: p.epoch, position: p.position });
-      const indices = sampler.indices();
-      const firstPadding = indices.length - sampler.numPadding;
-      const stepsLeft = Math.ceil(indices.length / o.batchSize);
-      const fullEpochSteps = Math.ceil(new DistributedSampler(length, { numReplicas: n, rank: 0, dropLast: o.dropLast }).numSamples / o.batchSize);
+      const plan = planEpoch(length, p, { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
+      const { stepsLeft, fullEpochSteps } = plan;
       const totalSteps = Math.min(this.maxSteps, p.step + stepsLeft + (this.maxEpochs - p.epoch - 1) * fullEpochSteps);
-      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: sampler.numSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: plan.samples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
       for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
-        const from = k * o.batchSize;
-        const to = Math.min(from + o.batchSize, indices.length);
-        const batch = indices.slice(from, to);
+        const { indices: batch, padding } = batchOf(plan, k, o.batchSize);
         this.inFlight = p.step + 1;
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();
-        this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding: Math.max(0, to - Math.max(from, firstPadding)) });
+        this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
         const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
 
         // Commit: the step's samples are trained on; the group's position moves past them.

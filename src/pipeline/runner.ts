@@ -19,11 +19,11 @@ import { PeerLostError, isRecoverable } from '../errors.ts';
 import { recordEvent, type ElasticEvent } from '../elastic/events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../elastic/vote.ts';
+import { batchOf, planEpoch } from '../elastic/epoch.ts';
 import type { LayerFactory } from '../models.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousOptions, type Round } from '../rendezvous.ts';
-import { DistributedSampler } from '../sampler.ts';
 import { TrainState, type Json } from '../state_dict.ts';
 import { PipelineStage } from './stage.ts';
 
@@ -323,20 +323,15 @@ class PipelineRun<M extends StepMetrics> {
     const d = this.replicas;
     const length = o.datasetLength;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
-      const sampler = new DistributedSampler(length, { numReplicas: d, rank: mesh.replica, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
-      sampler.loadStateDict({ epoch: p.epoch, position: p.position });
-      const indices = sampler.indices();
-      const firstPadding = indices.length - sampler.numPadding;
-      const stepsLeft = Math.ceil(indices.length / o.batchSize);
-      const fullEpochSteps = Math.ceil(new DistributedSampler(length, { numReplicas: d, rank: 0, dropLast: o.dropLast }).numSamples / o.batchSize);
+      // The sampler shards by replica: every stage of a replica walks the same samples.
+      const plan = planEpoch(length, p, { numReplicas: d, rank: mesh.replica, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
+      const { stepsLeft, fullEpochSteps } = plan;
       const totalSteps = Math.min(this.maxSteps, p.step + stepsLeft + (this.maxEpochs - p.epoch - 1) * fullEpochSteps);
-      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: mesh.world.rank, epoch: p.epoch, samples: sampler.numSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: mesh.world.rank, epoch: p.epoch, samples: plan.samples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
       for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
-        const from = k * o.batchSize;
-        const to = Math.min(from + o.batchSize, indices.length);
-        const batch = indices.slice(from, to);
+        const { indices: batch, padding } = batchOf(plan, k, o.batchSize);
         // One stage per replica reports the samples: the others train on the same ones.
-        if (mesh.stage === 0) this.emit({ type: 'batch', round: round.key, rank: mesh.replica, step: p.step + 1, epoch: p.epoch, indices: batch, padding: Math.max(0, to - Math.max(from, firstPadding)) });
+        if (mesh.stage === 0) this.emit({ type: 'batch', round: round.key, rank: mesh.replica, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
         const metrics = (await o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, stage, ddp, optimizer: state.optimizer, mesh })) ?? ({} as M);
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * d);
         p.step++;

@@ -57,3 +57,21 @@ export async function openRanks(
   }
   return ranks;
 }
+
+/** The weights a rank returned (`returnWeights`), as float32. */
+export function weightsOf(r: Record<string, unknown>): Float32Array {
+  const bytes = Buffer.from(r.weights as string, 'base64');
+  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+}
+
+/** ||a - b|| / ||b||. */
+export function relativeError(a: Float32Array, b: Float32Array): number {
+  expect(a.length).toBe(b.length);
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return Math.sqrt(diff / norm);
+}

@@ -3,7 +3,7 @@
  * after every step; N ranks at batch B equal 1 rank at batch N*B; each sample once per epoch;
  * no tensor leak; MNIST learns.
  */
-import { expect, openRanks, sessionName, test, type RankPage } from './fixtures.ts';
+import { expect, openRanks, sessionName, test, type RankPage, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 
@@ -13,22 +13,6 @@ async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<
 
 function start(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<RankPage[]> {
   return openRanks(browser, server, n, { session: sessionName('train'), job: 'train', ...params });
-}
-
-function weightsOf(r: Result): Float32Array {
-  const bytes = Buffer.from(r.weights as string, 'base64');
-  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
-}
-
-function relativeError(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let diff = 0;
-  let norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i] - b[i]) ** 2;
-    norm += b[i] ** 2;
-  }
-  return Math.sqrt(diff / norm);
 }
 
 const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true' };
