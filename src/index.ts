@@ -105,6 +105,7 @@ export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
+export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './straggler.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
 export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';
 export {
