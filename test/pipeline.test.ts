@@ -170,6 +170,50 @@ describe('pipeline parallel', () => {
     expect(err).toBeLessThan(1e-2);
   });
 
+  // In memory the receiver keeps up; on real pages an evaluation's first stage ran 65 messages
+  // ahead before forward() ended each call together (test/e2e/pipeline.spec.ts caught it).
+  it('inference through the pipeline: many calls in a row (an evaluation) give the whole model\'s outputs', async () => {
+    const pgs = await groups(2);
+    const whole = sequentialOf(layers(), [16], 'whole');
+    const outs = await Promise.all(
+      pgs.map(async (world) => {
+        const mesh = await pipelineMesh(world, 2, 1);
+        const stage = new PipelineStage({ layers: layers(), inputShape: [16], group: mesh.pipe });
+        let last: Float32Array | null = null;
+        // 40 calls x 4 micro-batches: 160 messages, more than the 64 a receiver keeps waiting.
+        for (let k = 0; k < 40; k++) {
+          const { x } = data.batch(globalBatch(k % 20));
+          const out = await stage.forward({ batchSize: 32, microBatches: 4, ...(stage.isFirst ? { inputs: x } : {}) });
+          if (out) {
+            last = (await out.data()) as Float32Array;
+            out.dispose();
+          }
+        }
+        stage.model.dispose();
+        return last;
+      }),
+    );
+    const { x } = data.batch(globalBatch(39 % 20));
+    const expected = tf.tidy(() => whole.predict(tf.tensor(x, [32, 16])) as tf.Tensor);
+    expect(relErr(outs[1]!, (await expected.data()) as Float32Array)).toBeLessThan(1e-6);
+    expect(outs[0]).toBeNull();
+    tf.dispose([expected]);
+    whole.dispose();
+    await Promise.all(pgs.map((pg) => pg.barrier()));
+    for (const pg of pgs) pg.destroy();
+  });
+
+  it('refuses more micro-batches than a receiver keeps waiting, saying why', async () => {
+    const [pg] = await groups(1);
+    const mesh = await pipelineMesh(pg!, 1, 1);
+    const stage = new PipelineStage({ layers: layers(), inputShape: [16], group: mesh.pipe });
+    const ddp = await DistributedDataParallel.create(stage.model, mesh.dp);
+    const { x, y } = data.batch(Array.from({ length: 100 }, (_, i) => i));
+    await expect(stage.step({ ddp, batchSize: 100, microBatches: 65, inputs: x, labels: Int32Array.from(y), loss: lossOf })).rejects.toThrow(/at most 64 micro-batches per call, got 65/);
+    stage.model.dispose();
+    pg!.destroy();
+  });
+
   it('2 stages x 2 replicas at batch 16 equal one rank at batch 32; the replicas of each stage stay identical', async () => {
     const reference = await singleRank(10);
     const { whole, ranks } = await pipelineRun(2, 2, 2, 10);

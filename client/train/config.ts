@@ -204,7 +204,8 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     name: 'microBatches',
     label: 'Micro-batches',
     hint: 'Each batch is cut into this many micro-batches that flow through the pipeline one after another.',
-    kind: int(1, 4096),
+    // A stage sends a step's micro-batches before the next takes any: see MAX_MICRO_BATCHES in src/pipeline/stage.ts.
+    kind: int(1, 64),
     inForm: false,
     defaultValue: (p) => ((p.pp as number) > 1 ? 4 : 1),
   },

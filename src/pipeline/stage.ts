@@ -155,6 +155,7 @@ export class PipelineStage {
   async step(o: StageStepOptions): Promise<StageStepResult> {
     const t0 = performance.now();
     const sizes = microBatchSizes(o.batchSize, o.microBatches);
+    checkMicroBatches(sizes.length);
     const starts = sizes.map((_, i) => sizes.slice(0, i).reduce((a, b) => a + b, 0));
     const actions = scheduleActions(o.schedule ?? 'gpipe', this.stage, this.numStages, sizes.length);
     const half = (o.activationDtype ?? 'float32') === 'float16';
@@ -305,6 +306,7 @@ export class PipelineStage {
     }
     const half = (o.activationDtype ?? 'float32') === 'float16';
     const sizes = microBatchSizes(o.batchSize, o.microBatches ?? 1);
+    checkMicroBatches(sizes.length);
     const outs: tf.Tensor[] = [];
     const sends: Array<Promise<void>> = [];
     let at = 0;
@@ -335,6 +337,11 @@ export class PipelineStage {
         sends.push(p);
       }
       await Promise.all(sends);
+      // The stages end a call together, the last first: across many calls (an evaluation), a
+      // stage never runs more than one call's micro-batches ahead of the stage that takes them
+      // (the receiver keeps at most maxSeqAhead messages waiting).
+      if (!this.isLast) await this.group.recv(new Float32Array(1), this.stage + 1);
+      if (!this.isFirst) await this.group.send(Float32Array.of(1), this.stage - 1);
       if (!this.isLast) return null;
       return outs.length === 1 ? outs.pop()! : tf.concat(outs);
     } finally {
@@ -352,6 +359,17 @@ export class PipelineStage {
       if (!o.loss) throw new RangeError(`the last stage (${this.stage}) needs a loss function`);
     }
   }
+}
+
+/**
+ * Most micro-batches in one call. A stage sends a call's activations (and its gradients) without
+ * waiting for the stage that takes them, and a receiver keeps at most `maxSeqAhead` (64) messages
+ * from one peer waiting for receives it has not posted: more would fail the group.
+ */
+export const MAX_MICRO_BATCHES = 64;
+
+function checkMicroBatches(count: number): void {
+  if (count > MAX_MICRO_BATCHES) throw new RangeError(`at most ${MAX_MICRO_BATCHES} micro-batches per call, got ${count}: a stage sends them all before the next one takes any, and a receiver keeps at most ${MAX_MICRO_BATCHES} waiting`);
 }
 
 // --- float16 on the wire --------------------------------------------------------------------------
