@@ -5,7 +5,7 @@
  *   npm run launch -- --nproc 2 examples/ddp_train.ts --dataset synthetic --epochs 2
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistributedDataParallel, DistributedSampler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, syntheticDataset } from '../src/index.ts';
+import { DistributedDataParallel, DistributedSampler, Straggler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, slowFactor, syntheticDataset } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -18,6 +18,7 @@ export default async function main(ctx: LaunchContext) {
   const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
   const optimizer = tf.train.adam(0.003);
   const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
+  const straggler = new Straggler(slowFactor(ctx.slow, pg.rank)); // the launcher's --slow RANK:FACTOR (factor 1: never waits)
 
   let loss = NaN;
   for (let epoch = 0; epoch < epochs; epoch++) {
@@ -27,7 +28,7 @@ export default async function main(ctx: LaunchContext) {
       const { x, y } = dataset.batch(indices.slice(i, i + batchSize));
       const xs = tf.tensor(x, [y.length, ...dataset.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
-      ({ loss } = await ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, dataset.numClasses)));
+      ({ loss } = await ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, dataset.numClasses), { straggler }));
       ddp.step(optimizer); // optimizer.step() + zero_grad() with the averaged gradients
       tf.dispose([xs, ys]);
     }

@@ -7,7 +7,7 @@
  *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1
  */
 import * as tf from '@tensorflow/tfjs';
-import { TrainState, buildModel, classificationLoss, intArg, loadMnist, runElastic, subset, syntheticDataset } from '../src/index.ts';
+import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, runElastic, slowFactor, subset, syntheticDataset } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -31,11 +31,13 @@ export default async function main(ctx: LaunchContext) {
     batchSize: intArg(args, 'batch-size', 32),
     epochs: intArg(args, 'epochs', 1),
     steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
-    async step({ indices, ddp, optimizer }) {
+    async step({ indices, ddp, optimizer, pg }) {
       const { x, y } = data.batch(indices);
       const xs = tf.tensor(x, [y.length, ...data.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
-      const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses));
+      // --slow RANK:FACTOR names the rank of the current round: a tab's rank can change when the group does.
+      const straggler = new Straggler(slowFactor(ctx.slow, pg.rank));
+      const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), { straggler });
       ddp.step(optimizer);
       tf.dispose([xs, ys]);
       return { loss };

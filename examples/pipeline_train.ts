@@ -10,7 +10,7 @@
  *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, syntheticDataset } from '../src/index.ts';
+import { Straggler, bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, slowFactor, syntheticDataset } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -41,13 +41,14 @@ export default async function main(ctx: LaunchContext) {
     epochs: intArg(args, 'epochs', 1),
     steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
     checkpointEvery: intArg(args, 'checkpoint-every', 0, 0),
-    async step({ indices, stage, ddp, optimizer }) {
+    async step({ indices, stage, ddp, optimizer, mesh }) {
       const { x, y } = data.batch(indices);
       const r = await stage.step({
         ddp,
         batchSize: indices.length,
         microBatches,
         schedule,
+        straggler: new Straggler(slowFactor(ctx.slow, mesh.world.rank)), // --slow RANK:FACTOR: this stage's passes that much slower
         ...(stage.isFirst ? { inputs: x } : {}), // the first stage reads the data
         ...(stage.isLast ? { labels: Int32Array.from(y), loss } : {}), // the last computes the loss
       });

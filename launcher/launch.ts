@@ -12,7 +12,7 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { isScript, launch, pipelineProblems, type Fault, type LaunchOptions } from './run.ts';
+import { isScript, largestWorld, launch, pipelineProblems, slowParam, type Fault, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
@@ -23,6 +23,7 @@ const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SC
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
          [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
@@ -35,7 +36,7 @@ job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas o
 const FLAGS = new Set(['--help', '--tabs', '--https', '--lan-isolate', '--turn']);
 
 /** Launcher options a script run passes to its pages. */
-const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs']);
+const SCRIPT_PARAMS = new Set(['min', 'max', 'backend', 'timeoutMs', 'slow']);
 
 /** Splits the command line at the script's path: launcher options before it, the script's own after. */
 function splitAtScript(argv: string[]): { launcher: string[]; script?: string; scriptArgs: string[] } {
@@ -153,6 +154,7 @@ function parse(argv: string[]): LaunchOptions {
   const jobParams: Record<string, string> = {};
   const faults: Fault[] = [];
   let heartbeatTimeoutMs: number | undefined;
+  const slow: string[] = [];
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i];
     if (t.kind !== 'option' || known.has(t.name)) continue;
@@ -184,6 +186,9 @@ function parse(argv: string[]): LaunchOptions {
         faults.push({ kind: 'restart-server', step });
         break;
       }
+      case 'slow':
+        slow.push(value);
+        break;
       case 'heartbeat-timeout':
         heartbeatTimeoutMs = Number(value);
         if (!(heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
@@ -192,6 +197,11 @@ function parse(argv: string[]): LaunchOptions {
         // --min and --max go to the pages too: they make the session elastic.
         jobParams[t.name] = value;
     }
+  }
+  if (slow.length > 0) {
+    // Ranks count from 0 up to the largest world the run can have (an elastic --max beyond --nproc).
+    jobParams.slow = slowParam(slow, largestWorld(jobParams, { nproc, nnodes }));
+    if (split.script === undefined && values.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(values.job ?? 'rendezvous')}`);
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
   // A lost device is survived at a fixed world size too: the rank rejoins with its own number.

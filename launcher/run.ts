@@ -17,6 +17,7 @@ import { findTurnserver } from './turn.ts';
 import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
 import { summarize, summarizeScript, type RankResult } from './summaries.ts';
+import { formatSlow, parseSlow, StragglerSpecError } from '../src/straggler.ts';
 import type { Report } from '../client/report.ts';
 
 /** A fault to inject once the run reaches `step` (as reported by any rank). */
@@ -168,6 +169,34 @@ export function pipelineProblems(jobParams: Record<string, string>, world: { npr
   return problems;
 }
 
+/**
+ * The largest world a run can have, which `--slow` ranks must stay below: nnodes x nproc, or a
+ * larger --max (an elastic run's later joiners).
+ */
+export function largestWorld(jobParams: Record<string, string>, world: { nproc: number; nnodes?: number }): number {
+  const ranks = (world.nnodes ?? 1) * world.nproc;
+  const max = Number(jobParams.max);
+  return Number.isSafeInteger(max) && max > ranks ? max : ranks;
+}
+
+/**
+ * `--slow RANK:FACTOR`, given once or more, each a comma-separated list: checked as one spec
+ * (FACTOR a finite number >= 1, RANK from 0 to `worldSize` - 1, each rank once) and written back
+ * as the pages' `slow` URL parameter ("1:2.5,3:4"). Throws an Error naming the bad item.
+ */
+export function slowParam(values: string[], worldSize: number): string {
+  const how = 'it takes RANK:FACTOR, repeated or comma-separated (e.g. --slow 3:4 or --slow 1:2.5,3:4), FACTOR >= 1 times slower';
+  for (const v of values) {
+    if (v.trim() === '' || v === 'true') throw new Error(`--slow needs a value: ${how}`);
+  }
+  try {
+    return formatSlow(parseSlow(values.join(','), worldSize));
+  } catch (err) {
+    if (err instanceof StragglerSpecError) throw new Error(`--slow ${err.problem}: ${how}`);
+    throw err;
+  }
+}
+
 /** A job name that is a file path: a user script. */
 export function isScript(job: string): boolean {
   return /\.(ts|js|mts|mjs)$/.test(job);
@@ -200,6 +229,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.job === 'train') {
     const pipeline = pipelineProblems(opts.jobParams, { nproc: opts.nproc, nnodes });
     if (pipeline.length > 0) throw new Error(pipeline.join('\n'));
+  }
+  if (opts.jobParams.slow !== undefined) {
+    if (!script && opts.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${opts.job}`);
+    slowParam([opts.jobParams.slow], largestWorld(opts.jobParams, { nproc: opts.nproc, nnodes }));
   }
   const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
   if (faults.some((f) => f.kind === 'restart-server') && opts.server) {

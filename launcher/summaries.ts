@@ -171,7 +171,21 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),
     backends: [...new Set(ranks.map((r) => r.backend))],
+    ...stragglers(ranks),
     ...(pipeline ? { pipeline: pipeline.summary } : {}),
+  };
+}
+
+/**
+ * --slow: the ranks that were slowed on purpose, each with its factor and the ms it waited per
+ * step on average (`slowedMs`, null if unknown); present whenever the ranks report a `slowFactor`.
+ */
+export function stragglers(ranks: RankResult[]): { stragglers?: Array<{ rank: number; slowFactor: number; slowedMs: number | null }> } {
+  if (!ranks.some((r) => typeof r.slowFactor === 'number')) return {};
+  return {
+    stragglers: ranks
+      .filter((r) => typeof r.slowFactor === 'number' && Number.isFinite(r.slowFactor) && r.slowFactor > 1)
+      .map((r) => ({ rank: r.rank, slowFactor: r.slowFactor as number, slowedMs: typeof r.slowedMs === 'number' && Number.isFinite(r.slowedMs) ? round(r.slowedMs) : null })),
   };
 }
 

@@ -19,6 +19,7 @@ import type { ProcessGroup } from './process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
 import { bytesToString } from './protocol.ts';
 import { NonFiniteGradientError } from './errors.ts';
+import type { Straggler } from './straggler.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -52,6 +53,8 @@ export interface BackwardTimings {
   readback: number;
   /** Waiting for all-reduces not hidden behind readback. */
   allreduce: number;
+  /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
+  slowed: number;
 }
 
 export interface BackwardOptions {
@@ -62,6 +65,13 @@ export interface BackwardOptions {
    * caller's to dispose.
    */
   inputs?: tf.Variable[];
+  /**
+   * A rank slowed on purpose (see straggler.ts): after each bucket's readback (the first with the
+   * forward and backward before it) it waits in proportion to the time that took, before the
+   * bucket's all-reduce starts. So the other ranks wait for it in their all-reduces, as they would for a
+   * slower device. Its waits are `timings.slowed`, apart from `compute` and `readback`.
+   */
+  straggler?: Pick<Straggler, 'after'>;
 }
 
 export interface BackwardResult {
@@ -181,10 +191,14 @@ export class DistributedDataParallel {
     const t1 = performance.now();
     let readback = 0;
     let waiting = 0;
+    let slowed = 0;
+    const straggler = options.straggler;
     const reductions: Array<Promise<unknown>> = [];
     /** Buckets whose averages hold a NaN or an infinity (checked as each all-reduce lands). */
     const nonfinite: Bucket[] = [];
     try {
+      // The forward and backward count with the first readback, which waits for them to finish.
+      let unstretched = t1 - t0;
       for (const bucket of this.buckets) {
         const r0 = performance.now();
         const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
@@ -194,7 +208,12 @@ export class DistributedDataParallel {
         } finally {
           flat.dispose();
         }
-        readback += performance.now() - r0;
+        const took = performance.now() - r0;
+        readback += took;
+        if (straggler) {
+          slowed += await straggler.after(unstretched + took);
+          unstretched = 0;
+        }
         const view = this.grad.subarray(bucket.start, bucket.end);
         // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
         let at = 0;
@@ -212,6 +231,8 @@ export class DistributedDataParallel {
           reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
         }
       }
+      // No buckets (no trainable weights): the compute alone.
+      if (straggler && unstretched > 0) slowed += await straggler.after(unstretched);
     } catch (err) {
       for (const g of inputGrads) g.dispose();
       throw err;
@@ -236,7 +257,7 @@ export class DistributedDataParallel {
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
-    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting }, inputGrads };
+    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed }, inputGrads };
   }
 
   /** The first parameter, in model order, with a NaN or an infinity in its gradient. */

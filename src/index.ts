@@ -105,4 +105,20 @@ export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
+export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './straggler.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
+export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';
+export {
+  ParameterServerShard,
+  ShardStateError,
+  REFUSAL_REASONS,
+  type Push,
+  type ApplyResult,
+  type RefusalReason,
+  type ShardStats,
+  type ShardStateDict,
+  type ParameterServerShardOptions,
+} from './parameter_server/shard.ts';
+export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parameter_server/central_storage.ts';
+export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parameter_server/checkpoint.ts';
+export { assignFlatWeights, flatGradients } from './parameter_server/worker.ts';

@@ -24,6 +24,15 @@ export interface LaunchContext {
   argv: string[];
   /** `argv` as options: "--batch-size 32" gives args['batch-size'] === '32'; a flag alone gives 'true'. */
   args: Record<string, string>;
+  /**
+   * Stragglers asked for with the launcher's `--slow RANK:FACTOR`: rank -> factor (empty: none).
+   * The library does not act on it by itself: a script that honours it looks its factor up with
+   * the rank of the current round (`pg.rank`; it can change between rounds of an elastic run) and
+   * waits with a `Straggler` after each step's compute:
+   *   const straggler = new Straggler(slowFactor(ctx.slow, pg.rank));
+   *   await straggler.after(timings.compute + timings.readback);
+   */
+  slow: Record<number, number>;
   /** The TF.js backend the page set up, and why it is not the one asked for, if it is not. */
   backend: string;
   fallbackReason?: string;

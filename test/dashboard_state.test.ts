@@ -63,6 +63,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     schedule: 'gpipe',
     activationDtype: 'float32',
     splitPoints: null,
+    slow: null,
     ...over,
   };
 }

@@ -34,6 +34,7 @@ describe('parseTrainConfig', () => {
       schedule: 'gpipe',
       activationDtype: 'float32',
       splitPoints: null,
+      slow: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });

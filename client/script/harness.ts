@@ -3,7 +3,7 @@
  * reads the launch from the URL, sets up the TF.js backend, forwards the library's elastic
  * events to the launcher, and calls the script's default export with a LaunchContext.
  */
-import { parseScriptArgs, type LaunchContext, type ScriptMain } from '../../src/index.ts';
+import { parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
 import { selectBackend } from '../backend.ts';
 import { BACKENDS, type BackendName } from '../train/config.ts';
 import { reportElasticEvents } from '../report.ts';
@@ -34,6 +34,12 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
     const backend = await selectBackend(wanted as BackendName);
     if (backend.fallbackReason) page.log(`backend fallback: ${backend.fallbackReason}`);
     const argv = params.getAll('arg');
+    let slow: Record<number, number>;
+    try {
+      slow = parseSlow(params.get('slow') ?? '', max);
+    } catch (err) {
+      throw new Error(`URL parameter "slow" (--slow): ${(err as Error).message}`);
+    }
     const ctx: LaunchContext = {
       url: location.origin,
       session,
@@ -44,6 +50,7 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
       timeoutMs: intParam(params, 'timeoutMs', 600_000),
       argv,
       args: parseScriptArgs(argv),
+      slow,
       backend: backend.backend,
       ...(backend.fallbackReason ? { fallbackReason: backend.fallbackReason } : {}),
       log: page.log,

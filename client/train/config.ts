@@ -3,6 +3,7 @@
  * rule. The page's URL is parsed with it, the create form is built from it, and the dashboard
  * and the trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
+import { formatSlow, parseSlow, StragglerSpecError } from '../../src/straggler.ts';
 
 export const MODELS = ['mlp', 'cnn'] as const;
 export const DATASETS = ['mnist', 'synthetic'] as const;
@@ -60,6 +61,12 @@ export interface TrainConfig {
   activationDtype: ActivationDtypeName;
   /** Where stages 1 .. S-1 start (layer indices); null: balanced by parameter count. */
   splitPoints: number[] | null;
+  /**
+   * Stragglers on demand (the launcher's --slow RANK:FACTOR): rank -> factor. That rank waits
+   * (factor - 1) x its own compute each step, after the compute (src/straggler.ts). The rank is the
+   * one in the current round, which can change between rounds of an elastic run. null: none.
+   */
+  slow: Record<number, number> | null;
 }
 
 /** Largest session the page offers (the form's bound and the URL's). */
@@ -213,6 +220,15 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: fixed(null),
   },
   {
+    name: 'slow',
+    label: 'Slow ranks',
+    hint: 'RANK:FACTOR, comma-separated: that rank waits in proportion to its own compute, FACTOR times slower in all (a straggler on demand, e.g. 3:4).',
+    // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
+    kind: { type: 'text', pattern: /^\d{1,4}:[0-9.eE+-]{1,24}(,\d{1,4}:[0-9.eE+-]{1,24}){0,63}$/, rule: 'RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4)' },
+    inForm: false,
+    defaultValue: fixed(null),
+  },
+  {
     name: 'resumeFrom',
     label: 'Resume from session',
     kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
@@ -301,6 +317,15 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   if (pp > 1 && (values.microBatches as number) > (values.batchSize as number)) {
     throw new ConfigError('microBatches', String(values.microBatches), `at most the batch size per replica (${values.batchSize as number})`);
   }
+  let slow: Record<number, number> | null = null;
+  if (values.slow !== null) {
+    try {
+      slow = parseSlow(values.slow as string, max);
+    } catch (err) {
+      if (!(err instanceof StragglerSpecError)) throw err;
+      throw new ConfigError('slow', values.slow as string, `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`);
+    }
+  }
   return {
     model: values.model as ModelKind,
     dataset: values.dataset as DatasetKind,
@@ -325,13 +350,14 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     schedule: values.schedule as ScheduleName,
     activationDtype: values.activationDtype as ActivationDtypeName,
     splitPoints,
+    slow,
   };
 }
 
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
 export function configParams(config: TrainConfig): URLSearchParams {
   const p = new URLSearchParams();
-  const byName: Record<string, unknown> = { ...config, world: config.max };
+  const byName: Record<string, unknown> = { ...config, world: config.max, slow: config.slow ? formatSlow(config.slow) : null };
   for (const spec of TRAIN_OPTIONS) {
     const v = byName[spec.name];
     if (v === null || v === undefined) continue;

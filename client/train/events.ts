@@ -23,7 +23,8 @@ export interface RankStepMetrics {
   /** Accuracy on this rank's batch. */
   accuracy: number;
   samplesPerSec: number;
-  breakdownMs: StepBreakdownMs;
+  /** `slowed`: --slow, the ms a straggler waited on purpose in proportion to its compute (left out when 0). */
+  breakdownMs: StepBreakdownMs & { slowed?: number };
   /** Pipeline runs: this rank's stage and replica, its idle share of the step, and its waits (ms). */
   pipeline?: { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
 }

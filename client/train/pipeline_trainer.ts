@@ -6,7 +6,7 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
+import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -36,7 +36,9 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const activationDtype = config.activationDtype;
   const loss = (out: tf.Tensor, labels: tf.Tensor1D) => classificationLoss(out, labels, trainSet.numClasses);
 
-  const sums = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, apply: 0, bubble: 0 };
+  const sums = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, apply: 0, bubble: 0, slowed: 0 };
+  // --slow: this tab's factor is looked up by its world rank in the current round, every step.
+  let straggler = new Straggler(1);
   let timedSteps = 0;
   let samplesPerSecTotal = 0;
   let peakTensors = 0;
@@ -86,6 +88,8 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
 
     async step({ indices, stage, ddp, optimizer, mesh }) {
       const t0 = performance.now();
+      const factor = slowFactor(config.slow, mesh.world.rank);
+      if (straggler.factor !== factor) straggler = new Straggler(factor);
       const batch = trainSet.batch(indices);
       const r = await stage.step({
         ddp,
@@ -93,6 +97,8 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
         microBatches,
         schedule,
         activationDtype,
+        // A straggler stage waits after each pass in proportion to its compute, before sending on.
+        ...(straggler.slow ? { straggler } : {}),
         ...(stage.isFirst ? { inputs: batch.x } : {}),
         ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor1D) => out.argMax(-1).equal(labels).sum() } : {}),
       });
@@ -113,6 +119,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
         apply,
         waitActivations: r.timings.waitActivations,
         waitGradients: r.timings.waitGradients,
+        slowed: r.timings.slowed,
         bubble: r.bubble,
         stage: mesh.stage,
         replica: mesh.replica,
@@ -190,7 +197,17 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
     weightHash: hashFloat32(weights),
-    breakdownMs: { compute: mean(sums.compute), waitActivations: mean(sums.waitActivations), waitGradients: mean(sums.waitGradients), allreduce: mean(sums.allreduce), apply: mean(sums.apply) },
+    breakdownMs: {
+      compute: mean(sums.compute),
+      waitActivations: mean(sums.waitActivations),
+      waitGradients: mean(sums.waitGradients),
+      allreduce: mean(sums.allreduce),
+      apply: mean(sums.apply),
+      // --slow: this rank's own waits, as every figure here is this rank's.
+      ...(config.slow !== null ? { slowed: mean(sums.slowed) } : {}),
+    },
+    // --slow: this rank's factor (its stage is slowed) and the ms it waited per step on average.
+    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, mesh.world.rank), slowedMs: mean(sums.slowed) } : {}),
     seconds: (performance.now() - started) / 1000,
     generations: run.generations,
     stepsRedone: run.stepsRedone,

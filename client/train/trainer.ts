@@ -13,6 +13,8 @@ import {
   hashFloat32,
   loadMnistSplits,
   runElastic,
+  slowFactor,
+  Straggler,
   subset,
   syntheticDataset,
   type Dataset,
@@ -99,6 +101,8 @@ export type Metrics = {
   readback: number;
   allreduce: number;
   apply: number;
+  /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
+  slowed: number;
 };
 
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
@@ -122,7 +126,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   let state = newState(model);
   opts.onModel?.(model);
 
-  const sums: StepBreakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
+  const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
+  // --slow: this tab's factor is looked up by its rank in the current round, every step.
+  let straggler = new Straggler(1);
+  let slowedTotal = 0;
   let timedSteps = 0;
   let samplesPerSecTotal = 0;
   const tensorCounts: number[] = [];
@@ -169,8 +176,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     ddp: { errorIfNonfinite: true },
     checkReplicasEvery: 100,
 
-    async step({ indices, ddp, optimizer }) {
+    async step({ indices, ddp, optimizer, pg }) {
       const t0 = performance.now();
+      const factor = slowFactor(config.slow, pg.rank);
+      if (straggler.factor !== factor) straggler = new Straggler(factor);
       const { x, y } = trainSet.batch(indices);
       const xs = tf.tensor(x, [indices.length, ...trainSet.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
@@ -183,7 +192,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           // Train accuracy from the same forward pass; kept past the gradient computation's tidy.
           correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
           return classificationLoss(logits, ys, trainSet.numClasses);
-        });
+          // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
+        }, straggler.slow ? { straggler } : {});
         correct = (await correctT!.data())[0]!;
       } finally {
         // Also when the step fails (a lost GPU): nothing of it may stay behind.
@@ -220,7 +230,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       if (step > 1) {
         // The first step compiles shaders: leave it out of the averages.
         timedSteps++;
-        for (const key of Object.keys(sums) as Array<keyof StepBreakdownMs>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
+        for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
+        slowedTotal += metrics[pg.rank]!.slowed;
         samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
       }
       tensorCounts.push(tf.memory().numTensors);
@@ -271,7 +282,14 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
     weightHash: hashFloat32(weights),
-    breakdownMs: Object.fromEntries(Object.entries(sums).map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null])),
+    // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).
+    breakdownMs: Object.fromEntries(
+      Object.entries(sums)
+        .filter(([key]) => key !== 'slowed' || config.slow !== null)
+        .map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null]),
+    ),
+    // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
+    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
     seconds: (performance.now() - started) / 1000,
     generations: run.generations,
     stepsRedone: run.stepsRedone,
@@ -305,7 +323,7 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
           loss: m.loss,
           accuracy: m.accuracy,
           samplesPerSec: m.samplesPerSec,
-          breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply },
+          breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
           // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
           ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
         }));

@@ -632,7 +632,9 @@ export function statusText(s: DashboardState): string {
 /** The job in one line: "mlp on mnist · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs". */
 export function describeJob(c: TrainConfig): string {
   const length = c.steps !== null ? `${fmtInt(c.steps)} steps` : `${c.epochs} epoch${c.epochs === 1 ? '' : 's'}`;
-  const subset = c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '';
+  // --slow: the stragglers go with the length, so both kinds of run show them.
+  const slowed = c.slow ? Object.entries(c.slow).map(([rank, f]) => `rank ${rank} ${f}× slower`) : [];
+  const subset = (c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '') + (slowed.length > 0 ? ` · ${slowed.join(', ')}` : '');
   if (c.pp > 1) {
     // A pipeline run is a fixed size, and its batch is per replica (every stage of a replica sees it).
     const wire = c.activationDtype === 'float32' ? '' : `, ${c.activationDtype} activations`;

@@ -14,6 +14,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { DistributedDataParallel } from '../ddp.ts';
+import type { Straggler } from '../straggler.ts';
 import { sequentialOf, type LayerFactory } from '../models.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import { microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from './schedule.ts';
@@ -53,6 +54,12 @@ export interface StageStepOptions {
   loss?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
   /** Last stage: a figure summed over the batch's micro-batches (correct predictions, say). */
   metric?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
+  /**
+   * A stage slowed on purpose (see straggler.ts): after each forward and backward pass (readbacks
+   * included) it waits in proportion to the pass's compute, before sending its activations or
+   * gradients on, so its neighbours wait for it as they would for a slower device.
+   */
+  straggler?: Pick<Straggler, 'after'>;
 }
 
 /** One forward or backward pass in a step, in ms from the step's start. */
@@ -76,10 +83,12 @@ export interface StageStepResult {
     waitGradients: number;
     /** Waiting for the replicas' all-reduce after the last backward. */
     allreduce: number;
+    /** Waited by `straggler` (a stage slowed on purpose), 0 without one. */
+    slowed: number;
     /** The whole step on this stage, up to the last send. */
     total: number;
   };
-  /** Idle share of this stage's step: 1 - compute / total. */
+  /** Idle share of this stage's step: 1 - (compute + slowed) / total (a slowed stage is busy while it waits). */
   bubble: number;
   timeline: TimelineEntry[];
   /** Most micro-batch inputs held at once. */
@@ -157,7 +166,11 @@ export class PipelineStage {
     let loss = 0;
     const sends: Array<Promise<void>> = [];
     const timeline: TimelineEntry[] = [];
-    const t = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0 };
+    const t = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, slowed: 0 };
+    /** Stretches a pass's compute (--slow) before what follows it is sent. */
+    const stretch = async (computeMs: number) => {
+      if (o.straggler) t.slowed += await o.straggler.after(computeMs);
+    };
     let peakTensors = tf.memory().numTensors;
     const labelsOf = (i: number) => tf.tensor1d(o.labels!.subarray(starts[i]!, starts[i]! + sizes[i]!), 'int32');
     const send = (values: Float32Array, peer: number) => {
@@ -196,9 +209,11 @@ export class PipelineStage {
             } finally {
               out.dispose();
             }
+            const took = performance.now() - c0;
+            t.compute += took;
+            await stretch(took);
             send(values, this.stage + 1);
           }
-          t.compute += performance.now() - c0;
         } else {
           const x = stash.get(i)!;
           stash.delete(i);
@@ -226,10 +241,12 @@ export class PipelineStage {
                 }
               : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
             const last = i === sizes.length - 1;
-            const backward = () => o.ddp.backward(lossFn, xv ? { inputs: [xv] } : {});
+            // The straggler stretches the backward inside DDP, before the replicas' all-reduce.
+            const backward = () => o.ddp.backward(lossFn, { ...(xv ? { inputs: [xv] } : {}), ...(o.straggler ? { straggler: o.straggler } : {}) });
             const r = last ? await backward() : await o.ddp.noSync(backward);
             t.allreduce += r.timings.allreduce;
             t.compute += r.timings.compute + r.timings.readback;
+            t.slowed += r.timings.slowed;
             // Each micro-batch's loss is scaled by its share of the batch: they add up to the batch's mean.
             loss += r.loss;
             const [dx] = r.inputGrads;
@@ -241,7 +258,9 @@ export class PipelineStage {
               } finally {
                 dx.dispose();
               }
-              t.compute += performance.now() - r0;
+              const took = performance.now() - r0;
+              t.compute += took;
+              await stretch(took);
               send(values, this.stage - 1);
             }
           } finally {
@@ -265,7 +284,7 @@ export class PipelineStage {
         loss: this.isLast ? loss : NaN,
         metric,
         timings: { ...t, total },
-        bubble: total > 0 ? Math.max(0, 1 - t.compute / total) : 0,
+        bubble: total > 0 ? Math.max(0, 1 - (t.compute + t.slowed) / total) : 0,
         timeline,
         peakStashed: peakStashed(actions),
         peakTensors,
