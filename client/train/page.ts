@@ -60,6 +60,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `pipeline stage ${e.stage} of ${e.stages}${e.replicas > 1 ? ` in replica ${e.replica} of ${e.replicas}` : ''}: layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${params} parameters); ${e.schedule}, ${e.microBatches} micro-batches, bubble by the formula ${(e.bubbleFormula * 100).toFixed(1)}%`;
     }
     case 'timeline':
+    case 'ps': // about once a second: the dashboard shows it, the console would drown in it
     case 'config':
     case 'waiting':
     case 'link':

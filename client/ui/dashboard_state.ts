@@ -75,6 +75,8 @@ type ShardEvent = Extract<TrainEvent, { type: 'shard' }>;
 type WaitingEvent = Extract<TrainEvent, { type: 'waiting' }>;
 type PipelineEvent = Extract<TrainEvent, { type: 'pipeline' }>;
 type TimelineEvent = Extract<TrainEvent, { type: 'timeline' }>;
+/** A parameter-server run as this tab last heard it. */
+export type PsStatus = Omit<Extract<TrainEvent, { type: 'ps' }>, 'type'>;
 
 /** A pipeline run's layout as this tab heard it: its place, and which stage holds each layer. */
 export type PipelineLayout = Omit<PipelineEvent, 'type'>;
@@ -163,6 +165,8 @@ export interface DashboardState {
   readonly pipeline: PipelineLayout | null;
   /** Pipeline runs: the latest schedule as it ran, from 'timeline' (every few steps). */
   readonly timeline: PipelineTimeline | null;
+  /** Parameter-server runs: the layout and this tab's figures as a server or a worker, from 'ps' (about once a second; null: not a PS run). */
+  readonly ps: PsStatus | null;
   /** Pipeline runs: each rank's stage, replica, bubble and waits in its latest step, by rank. */
   readonly pipelineRanks: ReadonlyMap<number, RankPipelineMetrics>;
 }
@@ -230,6 +234,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     minRequested: null,
     pipeline: null,
     timeline: null,
+    ps: null,
     pipelineRanks: NO_PIPELINE_RANKS,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
@@ -338,6 +343,11 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'timeline': {
       const { type: _type, ...timeline } = event;
       return { ...state, timeline };
+    }
+
+    case 'ps': {
+      const { type: _type, ...ps } = event;
+      return { ...state, ps };
     }
 
     case 'eval': {
