@@ -122,3 +122,17 @@ export {
 export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parameter_server/central_storage.ts';
 export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parameter_server/checkpoint.ts';
 export { assignFlatWeights, flatGradients } from './parameter_server/worker.ts';
+export {
+  runParameterServer,
+  MAX_WORKER_IDS,
+  type ParameterServerRunOptions,
+  type ParameterServerRunResult,
+  type PsStrategy,
+  type PsStatus,
+  type PsRunEvent,
+  type PsSampleCounts,
+  type PsServerSlot,
+  type Lease,
+  type WorkerStepContext,
+  type WorkerStepResult,
+} from './parameter_server/runner.ts';

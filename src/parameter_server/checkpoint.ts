@@ -46,11 +46,12 @@ export async function saveShard(shard: ParameterServerShard, o: ShardCheckpointO
 }
 
 /**
- * Loads `shard`'s part into it: the newest that verifies, or the newest at `version` when given.
+ * Loads `shard`'s part into it: the newest that verifies, or the newest at `version` when given;
+ * returns the checkpoint's name, version and the `meta` it was saved with.
  * Returns null when the part has no checkpoint (start fresh); with `version`, a missing one is an
  * error naming the versions the part has.
  */
-export async function restoreShard(shard: ParameterServerShard, o: ShardCheckpointOptions & { version?: number }): Promise<{ name: string; version: number } | null> {
+export async function restoreShard(shard: ParameterServerShard, o: ShardCheckpointOptions & { version?: number }): Promise<{ name: string; version: number; meta?: Json } | null> {
   const part = psPart(shard.index);
   const request = { ...o, part };
   const loaded = await loadCheckpoint(o.url, o.session, o.version === undefined ? request : { ...request, step: o.version });
@@ -62,5 +63,6 @@ export async function restoreShard(shard: ParameterServerShard, o: ShardCheckpoi
   const sd = shardStateFromCheckpoint(loaded.checkpoint, loaded.name);
   if (sd.index !== shard.index) throw new CheckpointCorruptError('header', `it holds shard ${sd.index}, not shard ${shard.index}`, loaded.name);
   await shard.loadStateDict(sd);
-  return { name: loaded.name, version: sd.version };
+  const meta = loaded.checkpoint.meta.user;
+  return { name: loaded.name, version: sd.version, ...(meta === undefined ? {} : { meta: meta as Json }) };
 }

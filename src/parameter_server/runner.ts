@@ -1,0 +1,837 @@
+/**
+ * Parameter-server training across tabs (TensorFlow's ParameterServerStrategy, asynchronous, and
+ * CentralStorageStrategy, synchronous), for any model: what a user's script runs, as it runs
+ * `runElastic` for DDP. `runParameterServer` joins the session's group and gives each rank a
+ * role: K ranks serve the model's variables (sharded whole, balanced by size: `shardParameters`),
+ * the others are workers. The server (Node) still never holds a tensor; servers are tabs.
+ *
+ * A worker loops: pull every shard (one request and reply per server, over the group's links),
+ * compute the gradients of its batch on those values, push them; asynchronous servers apply each
+ * push as it comes (`ParameterServerShard.apply`: staleness bound, lr scaling, dedupe), with no
+ * barrier across workers. CentralStorage (K = 1) waits for every worker's push of step t,
+ * averages and applies once (`CentralStorageAccumulator`).
+ *
+ * Data: server 0 hands out the samples with each reply, as leases of the epoch's shuffled order
+ * (tf.data service's dynamic sharding): an asynchronous worker gets the next `batchSize` samples
+ * of the epoch, whatever its speed, so an epoch is the dataset once ("virtual epochs": progress
+ * is counted in samples processed by all workers together) and every sample is accounted for:
+ * applied, dropped as stale, refused, or lost with a worker that left holding it. CentralStorage
+ * hands worker i of W the DistributedSampler shard i of the step's W x batchSize samples, as DDP
+ * takes them, so that it trains to DDP's weights.
+ *
+ * Rounds: a lost rank makes the session's rendezvous form a new round at once from the rest. No
+ * state moves then: servers keep their shards in memory, workers keep the push they had not
+ * delivered and deliver it again (a push is applied at most once, by its step id), and training
+ * goes on; what a lost worker costs is the batch it held. A lost server stops every worker
+ * ("parameter server k was lost ...") until a tab joins and takes its place; that tab loads the
+ * shard's latest checkpoint (each server saves its own, `ps-<k>`, every `checkpointEvery`
+ * updates), so at most that many updates are lost. Tabs that join while training runs are
+ * admitted at once (server 0 sends everyone to a regroup), pull the parameters and start.
+ *
+ * Roles follow tabs, not ranks (ranks change from round to round): each rank says what it was in
+ * an all-gather at the start of each round; servers and workers keep their roles, and new ranks
+ * fill the servers' vacant places first. Workers have a stable worker id from the store.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { DistTimeoutError, isRecoverable } from '../errors.ts';
+import { batchOf, planEpoch } from '../elastic/epoch.ts';
+import type { StepMetrics } from '../elastic/vote.ts';
+import type { ProcessGroup } from '../process_group.ts';
+import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
+import type { Json } from '../state_dict.ts';
+import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
+import { restoreShard, saveShard } from './checkpoint.ts';
+import { ParameterServerShard, type ApplyResult } from './shard.ts';
+import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
+import { assignFlatWeights } from './worker.ts';
+
+export type PsStrategy = 'async' | 'central';
+
+/** Most workers a session may ever have had (worker ids are never reused). */
+export const MAX_WORKER_IDS = 4096;
+
+/** Samples of the run as server 0 counts them. */
+export interface PsSampleCounts {
+  /** epochs x the dataset (or steps x batch size with a step limit). */
+  target: number;
+  leased: number;
+  applied: number;
+  stale: number;
+  refused: number;
+  lost: number;
+  /** Whole epochs handed out. */
+  epoch: number;
+}
+
+/** A batch server 0 handed a worker: DistributedSampler rank `rank` of `replicas` at (epoch, position), `count` samples. */
+export interface Lease {
+  epoch: number;
+  position: number;
+  replicas: number;
+  rank: number;
+  count: number;
+}
+
+export interface PsServerSlot {
+  index: number;
+  rank: number;
+  parameters: number[];
+  numel: number;
+}
+
+export interface WorkerStepContext {
+  /** The batch's samples (indices into the dataset). */
+  indices: number[];
+  /** The whole model, holding the values just pulled. */
+  model: tf.LayersModel;
+  workerId: number;
+  /** This worker's step id (its pushes count up). */
+  stepId: number;
+  /** The epoch the samples belong to. */
+  epoch: number;
+  pg: ProcessGroup;
+}
+
+/** What the worker's step returns: the gradients of its batch's loss, flat in `model.trainableWeights` order (`flatGradients`). */
+export interface WorkerStepResult<M extends StepMetrics> {
+  grads: Float32Array;
+  metrics?: M;
+}
+
+/** What a tab is, about once a second (`onStatus`). */
+export interface PsStatus {
+  strategy: PsStrategy;
+  rank: number;
+  role: 'server' | 'worker';
+  servers: PsServerSlot[];
+  workers: Array<{ workerId: number; rank: number }>;
+  server?: {
+    index: number;
+    version: number;
+    updatesPerSec: number;
+    applied: number;
+    stale: number;
+    duplicate: number;
+    refused: number;
+    stalenessHistogram: number[];
+    pushRates: Array<{ workerId: number; rank: number | null; pushesPerSec: number; pushes: number; applied: number }>;
+  };
+  worker?: { workerId: number; pulls: number; pushes: number; applied: number; stale: number; samples: number; lastStaleness: number | null };
+  samples: PsSampleCounts | null;
+}
+
+export type PsRunEvent =
+  | { type: 'round'; round: string; rank: number; worldSize: number; role: 'server' | 'worker'; index: number; servers: PsServerSlot[]; workers: Array<{ workerId: number; rank: number }> }
+  /** A server's place is empty: every worker waits for a tab to take it. */
+  | { type: 'server-lost'; round: string; index: number; message: string }
+  | { type: 'restored'; index: number; version: number; name: string }
+  | { type: 'checkpoint'; index: number; version: number; name: string; bytes: number }
+  | { type: 'checkpoint-failed'; index: number; version: number; error: string }
+  /** Server 0: a worker left holding a lease; its samples are lost. */
+  | { type: 'samples-lost'; workerId: number; samples: number }
+  | { type: 'peer-lost'; round: string; rank: number; peer: number; reason: string }
+  | { type: 'failure'; round: string; rank: number; error: string; recoverable: boolean }
+  | { type: 'regroup'; round: string; rank: number; waiting: number }
+  | { type: 'stop'; round: string; rank: number; reason: string };
+
+export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'rank'> {
+  /** 'async' (default): ParameterServerStrategy; 'central': CentralStorageStrategy (K = 1, synchronous). */
+  strategy?: PsStrategy;
+  /** K: ranks that serve the variables. Default 1. */
+  numServers?: number;
+  /** Fewest ranks to train with. Default K + 1 (one worker). */
+  min?: number;
+  /** The whole model, built alike on every rank (the same seed): servers take their shard's initial values from it, workers compute on it. */
+  model: tf.LayersModel;
+  /** Makes a server's optimizer (one per shard). */
+  optimizer: () => tf.Optimizer;
+  datasetLength: number;
+  /** Samples per worker per step. */
+  batchSize: number;
+  /** Virtual epochs: the dataset's size in samples, this many times. Default 1 (unless `steps`). */
+  epochs?: number;
+  /** Stop after this many pushes by all workers together (async) or this many steps (central), whatever the epochs. */
+  steps?: number | null;
+  shuffle?: boolean;
+  seed?: number;
+  /** Async: drop pushes whose staleness exceeds this. Default: no bound. */
+  maxStaleness?: number;
+  /** Async: scale a push's gradients by 1/(1 + staleness). Default false. */
+  scaleLrByStaleness?: boolean;
+  /** Each server saves its shard every this many updates (0: never). Default 0. */
+  checkpointEvery?: number;
+  /** A server new to its place loads its shard's latest checkpoint, when there is one. Default true. */
+  resume?: boolean;
+  /** A worker's step: the gradients of `ctx.indices` on `ctx.model`. */
+  step(ctx: WorkerStepContext): Promise<WorkerStepResult<M>>;
+  /** Asked by server 0 at each request: true once the run should end (a host's stop, say). */
+  shouldStop?(): boolean;
+  /** After each of this worker's steps, with its metrics. */
+  onWorkerStep?(e: { workerId: number; stepId: number; indices: number[]; metrics: M | undefined; computeMs: number; staleness: number | null }): void;
+  /** About once a second (`statusIntervalMs`), and at each round. */
+  onStatus?(s: PsStatus): void;
+  statusIntervalMs?: number;
+  onEvent?(e: PsRunEvent): void;
+  onRendezvous?(e: RendezvousEvent): void;
+  /** Kept in each shard checkpoint's metadata. */
+  checkpointMeta?: Json;
+  /** Aborting it ends this rank's run at once, as closing its tab would: it leaves the group, and the run rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface ParameterServerRunResult {
+  role: 'server' | 'worker';
+  /** Server index, or worker id. */
+  index: number;
+  pg: ProcessGroup;
+  rank: number;
+  worldSize: number;
+  /** The model with the final parameters of every shard (the same on every rank). */
+  model: tf.LayersModel;
+  servers: PsServerSlot[];
+  workers: number;
+  /** Each server's final version. */
+  versions: number[];
+  samples: PsSampleCounts;
+  /** This server's shard figures (role server). */
+  shard?: ReturnType<ParameterServerShard['stats']> & { updatesPerSec: number | null };
+  /** This worker's figures (role worker). */
+  worker?: { workerId: number; pulls: number; pushes: number; applied: number; stale: number; refused: number; samples: number; stalenessHistogram: number[] };
+  checkpoints: number;
+  restoredFrom: number | null;
+  generations: number;
+  stoppedBy: 'done' | 'request';
+  /** Waits until every rank is done (a barrier), then leaves the group. */
+  close(): Promise<void>;
+}
+
+// Wire format: every request and reply is one p2p message of HEADER u32 words and the shard's
+// floats. Lengths are fixed per (worker, server) pair, so a receive always knows what comes.
+const HEADER = 16;
+const REQ_PULL = 1;
+const REQ_PUSH = 2;
+const REQ_END = 4;
+const VERDICT = { none: 0, applied: 1, stale: 2, duplicate: 3, refused: 4 } as const;
+const CONTROL = { continue: 0, stop: 1, regroup: 2, ended: 3 } as const;
+type Control = (typeof CONTROL)[keyof typeof CONTROL];
+
+/** What a worker holds between computing and delivering a push (kept across rounds). */
+interface PendingPush {
+  stepId: number;
+  parts: Float32Array[];
+  versions: number[];
+  samples: number;
+}
+
+type Role = { kind: 'server'; index: number } | { kind: 'worker' };
+
+export async function runParameterServer<M extends StepMetrics>(options: ParameterServerRunOptions<M>): Promise<ParameterServerRunResult> {
+  const run = new PsRun(options);
+  const handler = await RendezvousHandler.start({ ...options, min: run.min, reconnect: true }, (e) => options.onRendezvous?.(e));
+  const signal = options.signal;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal!.reason instanceof Error ? signal!.reason : new Error(String(signal!.reason ?? 'aborted')));
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  aborted.catch(() => {});
+  try {
+    return await Promise.race([run.run(handler), aborted]);
+  } catch (err) {
+    handler.shutdown();
+    throw err;
+  } finally {
+    run.stopStatus();
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+class PsRun<M extends StepMetrics> {
+  readonly strategy: PsStrategy;
+  readonly numServers: number;
+  readonly min: number;
+  private readonly layout: ShardLayout;
+  private handler!: RendezvousHandler;
+  private role: Role | null = null;
+  private workerId = -1;
+  private shard: ParameterServerShard | null = null;
+  // Worker state.
+  private stepId = 0;
+  private pending: PendingPush | null = null;
+  private versions: number[];
+  private readonly wstats = { pulls: 0, pushes: 0, applied: 0, stale: 0, refused: 0, samples: 0, lastStaleness: null as number | null, histogram: new Array<number>(32).fill(0) };
+  // Server 0's data and sample accounting.
+  private counts: PsSampleCounts;
+  private cursor = { epoch: 0, position: 0 };
+  private leases = 0;
+  /** Server 0: the lease each worker holds (handed out, not pushed yet), and its samples. */
+  private readonly inFlight = new Map<number, { lease: Lease; samples: number }>();
+  // Server figures.
+  private checkpoints = 0;
+  private saving = false;
+  private restoredFrom: number | null = null;
+  private readonly updates: Array<[number, number]> = [];
+  private readonly pushSnapshots = new Map<number, Array<[number, number]>>();
+  private firstUpdateAt: number | null = null;
+  private generations = 0;
+  private statusTimer: ReturnType<typeof setInterval> | null = null;
+  private current: { pg: ProcessGroup; servers: PsServerSlot[]; workers: Array<{ workerId: number; rank: number }> } | null = null;
+  private heardSamples: PsSampleCounts | null = null;
+  private stopReason: 'done' | 'request' = 'done';
+
+  constructor(private readonly o: ParameterServerRunOptions<M>) {
+    this.strategy = o.strategy ?? 'async';
+    this.numServers = o.numServers ?? 1;
+    checkOptions(o, this.strategy, this.numServers);
+    this.min = o.min ?? this.numServers + 1;
+    const sizes = o.model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
+    this.layout = shardParameters(sizes, this.numServers);
+    this.versions = new Array<number>(this.numServers).fill(0);
+    const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
+    const target = o.steps != null ? o.steps * o.batchSize * (this.strategy === 'central' ? Math.max(1, o.max - this.numServers) : 1) : epochs * o.datasetLength;
+    this.counts = { target, leased: 0, applied: 0, stale: 0, refused: 0, lost: 0, epoch: 0 };
+  }
+
+  stopStatus(): void {
+    if (this.statusTimer) clearInterval(this.statusTimer);
+    this.statusTimer = null;
+  }
+
+  async run(handler: RendezvousHandler): Promise<ParameterServerRunResult> {
+    this.handler = handler;
+    this.statusTimer = setInterval(() => this.reportStatus(), this.o.statusIntervalMs ?? 1000);
+    let round = await handler.nextRendezvous(0);
+    for (;;) {
+      const { pg } = round;
+      const off = pg.on((e) => {
+        if (e.type === 'peer-lost') this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
+      });
+      try {
+        this.generations++;
+        const vacant = await this.startRound(round);
+        let outcome: Control;
+        if (vacant !== null) {
+          await this.waitForServer(round, vacant);
+          outcome = CONTROL.regroup;
+        } else {
+          outcome = this.role!.kind === 'server' ? await this.serve(pg) : await this.work(pg);
+        }
+        if (outcome === CONTROL.regroup) {
+          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, waiting: this.handler.numNodesWaiting() });
+          await pg.barrier();
+          const formed = await this.handler.regroup(round);
+          off();
+          // The same round when the members who waited left again: train on in it.
+          round = formed === round.round ? round : await this.handler.nextRendezvous(round.id);
+          continue;
+        }
+        off();
+        return await this.finish(round);
+      } catch (err) {
+        off();
+        const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+        const recoverable = isRecoverable(err);
+        this.emit({ type: 'failure', round: round.key, rank: pg.rank, error, recoverable });
+        if (!recoverable) throw err;
+        if (this.strategy === 'central') {
+          // The step is collected again from the new round's workers, sharded among them.
+          this.pending = null;
+        }
+        round = await this.handler.nextRendezvous(round.id);
+      }
+    }
+  }
+
+  /**
+   * Who is what in this round: one all-gather of [role, index, worker id]. Returns the index of a
+   * server place nobody can take (null: every place is served).
+   */
+  private async startRound(round: Round): Promise<number | null> {
+    const { pg } = round;
+    if (this.workerId < 0) {
+      // Every tab takes an id once, whatever its role: ids are never reused.
+      this.workerId = (await this.handler.store.add('ps/worker-ids', 1)) - 1;
+      if (this.workerId >= MAX_WORKER_IDS) {
+        throw new RangeError(`this session has handed out ${this.workerId + 1} worker ids; at most ${MAX_WORKER_IDS} tabs may ever join a parameter-server run: start a new session`);
+      }
+    }
+    const mine = Float32Array.of(this.role === null ? 0 : this.role.kind === 'server' ? 1 : 2, this.role?.kind === 'server' ? this.role.index : -1, this.workerId);
+    const all = await pg.allGather(mine);
+    const K = this.numServers;
+    const serverRank = new Array<number>(K).fill(-1);
+    const kinds: Array<'server' | 'worker' | 'new'> = [];
+    const ids: number[] = [];
+    for (let r = 0; r < pg.worldSize; r++) {
+      const [kind, index, id] = [all[3 * r]!, all[3 * r + 1]!, all[3 * r + 2]!];
+      ids.push(Number.isSafeInteger(id) && id >= 0 && id < MAX_WORKER_IDS ? id : -1);
+      // A claim of a place someone else holds (or that does not exist) counts as a new tab.
+      if (kind === 1 && Number.isInteger(index) && index >= 0 && index < K && serverRank[index] === -1) {
+        serverRank[index] = r;
+        kinds.push('server');
+      } else kinds.push(kind === 2 && ids[r]! >= 0 ? 'worker' : 'new');
+    }
+    // New tabs fill vacant server places first, in rank order; the others work.
+    for (let r = 0; r < pg.worldSize; r++) {
+      if (kinds[r] !== 'new') continue;
+      const vacant = serverRank.indexOf(-1);
+      if (vacant >= 0) {
+        serverRank[vacant] = r;
+        kinds[r] = 'server';
+      } else kinds[r] = 'worker';
+    }
+    const seen = new Set<number>();
+    const workers: Array<{ workerId: number; rank: number }> = [];
+    for (let r = 0; r < pg.worldSize; r++) {
+      if (kinds[r] !== 'worker') continue;
+      const id = ids[r]!;
+      if (id < 0 || seen.has(id)) throw new RangeError(`rank ${r} claims worker id ${all[3 * r + 2]}, which is ${id < 0 ? 'not an id' : 'another rank\u2019s'}: every tab takes its own id from the store`);
+      seen.add(id);
+      workers.push({ workerId: id, rank: r });
+    }
+    workers.sort((a, b) => a.workerId - b.workerId);
+    const servers = serverRank.map((rank, index) => ({ index, rank, parameters: this.layout.shards[index]!, numel: this.layout.shardNumel[index]! }));
+    const myIndex = serverRank.indexOf(pg.rank);
+    this.role = myIndex >= 0 ? { kind: 'server', index: myIndex } : { kind: 'worker' };
+    this.current = { pg, servers, workers };
+
+    if (this.role.kind === 'server') await this.takePlace(this.role.index);
+    else if (this.shard) {
+      // A server this tab was is someone else's place now (it cannot happen with the rules above, but never serve twice).
+      this.shard.dispose();
+      this.shard = null;
+    }
+    if (this.role.kind === 'server' && this.role.index === 0) {
+      // Workers of the last round that are gone took their leases with them.
+      const present = new Set(workers.map((w) => w.workerId));
+      for (const [id, { samples }] of this.inFlight) {
+        if (present.has(id)) continue;
+        this.inFlight.delete(id);
+        if (this.strategy === 'central') continue; // the step is handed out again
+        this.counts.lost += samples;
+        this.emit({ type: 'samples-lost', workerId: id, samples });
+      }
+      if (this.strategy === 'central') this.inFlight.clear();
+    }
+    this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index: this.role.kind === 'server' ? this.role.index : this.workerId, servers, workers });
+    this.reportStatus();
+    const vacant = serverRank.indexOf(-1);
+    return vacant >= 0 ? vacant : workers.length === 0 ? -1 : null;
+  }
+
+  /** This tab serves place k: keeps the shard it has, or builds one (from the latest checkpoint when there is one). */
+  private async takePlace(k: number): Promise<void> {
+    if (this.shard?.index === k) return;
+    this.shard?.dispose();
+    const o = this.o;
+    this.shard = ParameterServerShard.fromModel(o.model, this.layout, k, {
+      optimizer: o.optimizer,
+      ...(o.maxStaleness === undefined ? {} : { maxStaleness: o.maxStaleness }),
+      scaleLrByStaleness: o.scaleLrByStaleness ?? false,
+      numWorkers: MAX_WORKER_IDS,
+      checkpointEvery: o.checkpointEvery ?? 0,
+    });
+    if (o.resume ?? true) {
+      const restored = await restoreShard(this.shard, { url: o.url, session: o.session, token: o.token });
+      if (restored) {
+        this.restoredFrom = restored.version;
+        this.emit({ type: 'restored', index: k, version: restored.version, name: restored.name });
+        const leases = (restored.meta as { leases?: Partial<PsSampleCounts & { position: number }> } | undefined)?.leases;
+        if (k === 0 && leases) this.loadLeases(leases);
+      }
+    }
+  }
+
+  /** Every rank waits until a tab arrives to take the empty server place (or the group has no worker left). */
+  private async waitForServer(round: Round, index: number): Promise<void> {
+    const message =
+      index >= 0
+        ? `parameter server ${index} was lost: training waits for a tab to take its place, which then resumes from the shard's last checkpoint (every ${this.o.checkpointEvery ?? 0} updates${(this.o.checkpointEvery ?? 0) === 0 ? ': none are saved, so it starts from the initial values' : ''})`
+        : 'every worker was lost: the servers wait for a tab to join as a worker';
+    this.emit({ type: 'server-lost', round: round.key, index, message });
+    const timeoutMs = this.o.timeoutMs ?? 300_000;
+    const deadline = Date.now() + timeoutMs;
+    while (this.handler.numNodesWaiting() === 0) {
+      if (round.pg.error) throw round.pg.error;
+      if (Date.now() > deadline) throw new DistTimeoutError(`a tab to take the place of ${index >= 0 ? `parameter server ${index}` : 'a worker'} (${message})`, timeoutMs);
+      await sleep(200);
+    }
+  }
+
+  // ---- servers ----
+
+  /** Serves every worker of the round until each has been told to stop or regroup. */
+  private async serve(pg: ProcessGroup): Promise<Control> {
+    const { workers } = this.current!;
+    const shard = this.shard!;
+    const index = (this.role as { index: number }).index;
+    let roundControl: Control = CONTROL.continue;
+    const central =
+      this.strategy === 'central' ? { acc: new CentralStorageAccumulator(shard, { numWorkers: workers.length }), done: new Deferred<void>(), control: null as Control | null } : null;
+    const decide = (): Control => {
+      if (roundControl !== CONTROL.continue) return roundControl;
+      if (this.o.shouldStop?.()) {
+        this.stopReason = 'request';
+        roundControl = CONTROL.stop;
+      } else if (this.exhausted()) roundControl = CONTROL.stop;
+      else if (this.handler.numNodesWaiting() > 0) roundControl = CONTROL.regroup;
+      return roundControl;
+    };
+    const results = await Promise.all(
+      workers.map(async (w, i) => {
+        const buf = new Float32Array(HEADER + shard.numel);
+        const head = new Uint32Array(buf.buffer, 0, HEADER);
+        const reply = new Float32Array(HEADER + shard.numel);
+        const out = new Uint32Array(reply.buffer, 0, HEADER);
+        for (;;) {
+          await pg.recv(buf, w.rank);
+          const kind = head[0]!;
+          const grads = buf.subarray(HEADER);
+          let verdict: number = VERDICT.none;
+          let staleness = 0;
+          out.fill(0);
+          if (kind & REQ_PUSH) {
+            if (central) {
+              try {
+                const r = central.acc.add(i, head[2]!, grads);
+                verdict = VERDICT.applied;
+                if (r.status === 'applied') {
+                  this.noteUpdate();
+                  if (index === 0) this.advanceCentral(workers.length);
+                  if (r.checkpointDue) this.checkpoint(index);
+                  central.control = decide();
+                  const done = central.done;
+                  central.done = new Deferred<void>();
+                  done.resolve();
+                } else await central.done.promise;
+              } catch (err) {
+                if (!(err instanceof SyncPushError)) throw err;
+                verdict = err.reason === 'past-step' ? VERDICT.duplicate : VERDICT.refused;
+              }
+            } else {
+              const r = shard.apply({ worker: w.workerId, stepId: head[1]!, version: head[2]!, grads });
+              verdict = VERDICT[r.status];
+              if (r.status === 'applied' || r.status === 'stale') staleness = r.staleness;
+              if (r.status === 'applied') this.noteUpdate();
+              if (index === 0) this.account(w.workerId, r, head[3]!);
+              if (r.status === 'applied' && r.checkpointDue) this.checkpoint(index);
+            }
+          }
+          let control: Control;
+          if (kind & REQ_END) control = CONTROL.ended;
+          else if (index !== 0) control = CONTROL.continue;
+          // Every worker of a synchronous step hears the same decision, made once per step.
+          else if (central) control = central.control ??= decide();
+          else control = decide();
+          const lease = index === 0 && control === CONTROL.continue ? this.lease(w.workerId, i, workers.length) : null;
+          if (index === 0 && control === CONTROL.continue && lease === null) control = decide(); // the last lease went to someone else
+          const pulled = await shard.pull();
+          out.set([verdict, pulled.version, control, lease?.epoch ?? 0, lease?.position ?? 0, lease?.replicas ?? 0, lease?.rank ?? 0, lease?.count ?? 0, staleness]);
+          if (index === 0) {
+            const c = this.counts;
+            out.set([c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch], 9);
+          }
+          reply.set(pulled.values, HEADER);
+          await pg.send(reply, w.rank);
+          if (control === CONTROL.ended) return head[4]! === CONTROL.regroup ? CONTROL.regroup : CONTROL.stop;
+          if (control !== CONTROL.continue) return control;
+        }
+      }),
+    );
+    if (central) central.acc.abandonStep();
+    return results.includes(CONTROL.regroup) ? CONTROL.regroup : CONTROL.stop;
+  }
+
+  /** Server 0: whether the run's samples (or steps) are all handed out. */
+  private exhausted(): boolean {
+    const o = this.o;
+    if (this.strategy === 'central') {
+      const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
+      return this.cursor.epoch >= epochs || (o.steps != null && (this.shard?.version ?? 0) >= o.steps);
+    }
+    return this.counts.leased >= this.counts.target;
+  }
+
+  /** Server 0: the next batch for a worker (null once the run's samples are all handed out). */
+  private lease(workerId: number, workerIndex: number, numWorkers: number): Lease | null {
+    const o = this.o;
+    const length = o.datasetLength;
+    if (this.strategy === 'central') {
+      if (this.exhausted()) return null;
+      const lease = { epoch: this.cursor.epoch, position: this.cursor.position, replicas: numWorkers, rank: workerIndex, count: o.batchSize };
+      const samples = batchOf(planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: workerIndex, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed }), 0, o.batchSize).indices.length;
+      this.inFlight.set(workerId, { lease, samples });
+      return lease;
+    }
+    // A lease still out when its worker asks for the next batch never reached it (the reply was
+    // lost with a round: requests and replies alternate, and a push returns its lease first):
+    // hand it out again.
+    const unanswered = this.inFlight.get(workerId);
+    if (unanswered !== undefined) return unanswered.lease;
+    const left = this.counts.target - this.counts.leased;
+    if (left <= 0) return null;
+    const count = Math.min(o.batchSize, length - this.cursor.position, left);
+    const lease = { epoch: this.cursor.epoch, position: this.cursor.position, replicas: 1, rank: 0, count };
+    this.cursor.position += count;
+    if (this.cursor.position >= length) {
+      this.cursor = { epoch: this.cursor.epoch + 1, position: 0 };
+    }
+    this.counts.leased += count;
+    this.counts.epoch = this.cursor.epoch;
+    this.leases++;
+    this.inFlight.set(workerId, { lease, samples: count });
+    return lease;
+  }
+
+  /** Server 0, CentralStorage: a step was applied; its W x batchSize samples are done. */
+  private advanceCentral(numWorkers: number): void {
+    const o = this.o;
+    const length = o.datasetLength;
+    const plan = planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: 0, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed });
+    const position = plan.stepsLeft <= 1 ? length : Math.min(length, this.cursor.position + o.batchSize * numWorkers);
+    this.cursor = position >= length ? { epoch: this.cursor.epoch + 1, position: 0 } : { epoch: this.cursor.epoch, position };
+    this.counts.epoch = this.cursor.epoch;
+    // Counted once the step is applied: a step abandoned by a new round is handed out again.
+    for (const { samples } of this.inFlight.values()) {
+      this.counts.leased += samples;
+      this.counts.applied += samples;
+    }
+    this.inFlight.clear();
+  }
+
+  /** Server 0: where a push's samples went. */
+  private account(workerId: number, r: ApplyResult, samplesHint: number): void {
+    const held = this.inFlight.get(workerId);
+    if (r.status === 'duplicate') return; // counted when it was applied
+    const samples = held?.samples ?? samplesHint;
+    this.inFlight.delete(workerId);
+    if (r.status === 'applied') this.counts.applied += samples;
+    else if (r.status === 'stale') this.counts.stale += samples;
+    else this.counts.refused += samples;
+  }
+
+  private loadLeases(l: Partial<PsSampleCounts & { position: number }>): void {
+    const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : 0);
+    this.counts = { ...this.counts, leased: n(l.leased), applied: n(l.applied), stale: n(l.stale), refused: n(l.refused), lost: n(l.lost), epoch: n(l.epoch) };
+    this.cursor = { epoch: n(l.epoch), position: Math.min(n(l.position), this.o.datasetLength) };
+  }
+
+  private noteUpdate(): void {
+    const now = performance.now();
+    this.firstUpdateAt ??= now;
+    this.updates.push([now, this.shard!.version]);
+    while (this.updates.length > 0 && now - this.updates[0]![0] > 5000) this.updates.shift();
+  }
+
+  /** Saves the shard in the background (one save at a time; a failed save is reported, training goes on). */
+  private checkpoint(index: number): void {
+    const shard = this.shard;
+    if (!shard || this.saving) return;
+    this.saving = true;
+    const o = this.o;
+    const leases = index === 0 ? { ...this.counts, position: this.cursor.position } : undefined;
+    const meta = { ...(o.checkpointMeta === undefined ? {} : { user: o.checkpointMeta }), ...(leases ? { leases } : {}) } as Json;
+    const version = shard.version;
+    saveShard(shard, { url: o.url, session: o.session, token: o.token, meta })
+      .then((saved) => {
+        this.checkpoints++;
+        this.emit({ type: 'checkpoint', index, version: saved.version, name: saved.name, bytes: saved.bytes });
+      })
+      .catch((err: unknown) => this.emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) }))
+      .finally(() => (this.saving = false));
+  }
+
+  // ---- workers ----
+
+  /** Pulls, computes, pushes, until server 0 says stop or regroup. */
+  private async work(pg: ProcessGroup): Promise<Control> {
+    const { servers } = this.current!;
+    const o = this.o;
+    const K = this.numServers;
+    const bufs = servers.map((s) => new Float32Array(HEADER + s.numel));
+    const replies = servers.map((s) => new Float32Array(HEADER + s.numel));
+    const values: Float32Array[] = servers.map((s) => new Float32Array(s.numel));
+    for (;;) {
+      // Server 0 first: its reply says whether to go on, and hands out the batch.
+      let control: Control = CONTROL.continue;
+      let lease: Lease | null = null;
+      const pending = this.pending;
+      for (let k = 0; k < K; k++) {
+        const req = bufs[k]!;
+        const head = new Uint32Array(req.buffer, 0, HEADER);
+        head.fill(0);
+        const ending = k > 0 && control !== CONTROL.continue;
+        head.set([(pending ? REQ_PUSH : REQ_PULL) | (ending ? REQ_END : 0), pending?.stepId ?? 0, pending?.versions[k] ?? 0, pending?.samples ?? 0, ending ? control : 0]);
+        if (pending) req.set(pending.parts[k]!, HEADER);
+        else req.fill(0, HEADER);
+        const server = servers[k]!;
+        await pg.send(req, server.rank);
+        const reply = await pg.recv(replies[k]!, server.rank);
+        const r = new Uint32Array(reply.buffer, 0, HEADER);
+        this.versions[k] = r[1]!;
+        values[k]!.set(reply.subarray(HEADER));
+        if (k === 0) {
+          control = r[2]! as Control;
+          if (control !== CONTROL.continue && control !== CONTROL.stop && control !== CONTROL.regroup) {
+            throw new RangeError(`parameter server 0 (rank ${server.rank}) sent control ${control}, which is none of continue, stop, regroup`);
+          }
+          if (control === CONTROL.continue) lease = { epoch: r[3]!, position: r[4]!, replicas: r[5]!, rank: r[6]!, count: r[7]! };
+          this.heardSamples = { target: r[9]!, leased: r[10]!, applied: r[11]!, stale: r[12]!, refused: r[13]!, lost: r[14]!, epoch: r[15]! };
+          if (pending) this.noteVerdict(r[0]!, r[8]!, pending.samples);
+        }
+      }
+      this.wstats.pulls++;
+      this.pending = null;
+      assignFlatWeights(o.model, joinShards(this.layout, values));
+      if (control !== CONTROL.continue) return control;
+      const indices = this.leaseIndices(lease!);
+      const stepId = ++this.stepId;
+      const t0 = performance.now();
+      const { grads, metrics } = await o.step({ indices, model: o.model, workerId: this.workerId, stepId, epoch: lease!.epoch, pg });
+      const computeMs = performance.now() - t0;
+      this.pending = { stepId, parts: splitByShard(this.layout, grads), versions: [...this.versions], samples: indices.length };
+      this.wstats.pushes++;
+      this.wstats.samples += indices.length;
+      o.onWorkerStep?.({ workerId: this.workerId, stepId, indices, metrics, computeMs, staleness: this.wstats.lastStaleness });
+    }
+  }
+
+  /** The samples of a lease: DistributedSampler rank `rank` of `replicas` from (epoch, position). */
+  private leaseIndices(l: Lease): number[] {
+    const o = this.o;
+    const length = o.datasetLength;
+    if (!(l.replicas >= 1 && l.rank < l.replicas && l.position <= length && l.count >= 1 && l.count <= Math.max(o.batchSize, 1))) {
+      throw new RangeError(`parameter server 0 handed out a lease this worker cannot read: ${JSON.stringify(l)} (dataset of ${length}, batch ${o.batchSize})`);
+    }
+    const plan = planEpoch(length, { epoch: l.epoch, position: l.position, step: 0 }, { numReplicas: l.replicas, rank: l.rank, batchSize: l.count, shuffle: o.shuffle, seed: o.seed });
+    return batchOf(plan, 0, l.count).indices;
+  }
+
+  private noteVerdict(verdict: number, staleness: number, samples: number): void {
+    const w = this.wstats;
+    if (verdict === VERDICT.applied) w.applied++;
+    else if (verdict === VERDICT.stale) w.stale++;
+    else if (verdict === VERDICT.refused) w.refused++;
+    if (verdict === VERDICT.applied || verdict === VERDICT.stale) {
+      w.lastStaleness = staleness;
+      w.histogram[Math.min(staleness, w.histogram.length - 1)]!++;
+    }
+    void samples;
+  }
+
+  // ---- the end ----
+
+  /** Everyone has stopped: every rank gets every shard's final values, and server 0's counts. */
+  private async finish(round: Round): Promise<ParameterServerRunResult> {
+    const { pg } = round;
+    const { servers, workers } = this.current!;
+    this.emit({ type: 'stop', round: round.key, rank: pg.rank, reason: this.stopReason });
+    await pg.barrier();
+    const parts: Float32Array[] = [];
+    for (const s of servers) {
+      const mine = this.role?.kind === 'server' && this.role.index === s.index;
+      const buf = mine ? (await this.shard!.pull()).values : new Float32Array(s.numel);
+      parts.push(await pg.broadcast(buf, s.rank));
+    }
+    assignFlatWeights(this.o.model, joinShards(this.layout, parts));
+    const isServer0 = this.role?.kind === 'server' && this.role.index === 0;
+    const c = this.counts;
+    const counts = await pg.broadcast(isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7), servers[0]!.rank);
+    const samples: PsSampleCounts = { target: counts[0]!, leased: counts[1]!, applied: counts[2]!, stale: counts[3]!, refused: counts[4]!, lost: counts[5]!, epoch: counts[6]! };
+    const versionRow = new Float32Array(this.numServers);
+    if (this.role?.kind === 'server') versionRow[this.role.index] = this.shard!.version;
+    const versions = Array.from(await pg.allReduce(versionRow, 'sum'));
+    this.heardSamples = samples;
+    this.reportStatus();
+    const role = this.role!;
+    const shardStats = this.shard ? { ...this.shard.stats(), updatesPerSec: this.overallUpdatesPerSec() } : undefined;
+    const w = this.wstats;
+    return {
+      role: role.kind,
+      index: role.kind === 'server' ? role.index : this.workerId,
+      pg,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      model: this.o.model,
+      servers,
+      workers: workers.length,
+      versions,
+      samples,
+      ...(shardStats ? { shard: shardStats } : {}),
+      ...(role.kind === 'worker' ? { worker: { workerId: this.workerId, pulls: w.pulls, pushes: w.pushes, applied: w.applied, stale: w.stale, refused: w.refused, samples: w.samples, stalenessHistogram: [...w.histogram] } } : {}),
+      checkpoints: this.checkpoints,
+      restoredFrom: this.restoredFrom,
+      generations: this.generations,
+      stoppedBy: this.stopReason,
+      close: async () => {
+        await pg.barrier().catch(() => {});
+        this.shard?.dispose();
+        this.shard = null;
+        this.handler.shutdown();
+      },
+    };
+  }
+
+  private overallUpdatesPerSec(): number | null {
+    const last = this.updates.at(-1);
+    if (this.firstUpdateAt === null || !last || last[0] <= this.firstUpdateAt) return null;
+    return ((this.shard?.version ?? 0) - (this.restoredFrom ?? 0)) / ((last[0] - this.firstUpdateAt) / 1000);
+  }
+
+  private reportStatus(): void {
+    const cur = this.current;
+    if (!cur || !this.role || !this.o.onStatus) return;
+    const base = { strategy: this.strategy, rank: cur.pg.rank, role: this.role.kind, servers: cur.servers, workers: cur.workers };
+    const now = performance.now();
+    if (this.role.kind === 'server' && this.shard) {
+      const stats = this.shard.stats();
+      const first = this.updates[0];
+      const last = this.updates.at(-1);
+      const updatesPerSec = first && last && last[0] > first[0] ? (last[1] - first[1]) / ((last[0] - first[0]) / 1000) : 0;
+      const rankOf = new Map(cur.workers.map((w) => [w.workerId, w.rank]));
+      const pushRates = stats.workers.map((w) => {
+        const snaps = this.pushSnapshots.get(w.worker) ?? [];
+        snaps.push([now, w.pushes]);
+        while (snaps.length > 1 && now - snaps[0]![0] > 5000) snaps.shift();
+        this.pushSnapshots.set(w.worker, snaps);
+        const [t0, p0] = snaps[0]!;
+        return { workerId: w.worker, rank: rankOf.get(w.worker) ?? null, pushesPerSec: now > t0 ? ((w.pushes - p0) / (now - t0)) * 1000 : 0, pushes: w.pushes, applied: w.applied };
+      });
+      const server = { index: this.shard.index, version: stats.version, updatesPerSec, applied: stats.applied, stale: stats.stale, duplicate: stats.duplicate, refused: stats.refused, stalenessHistogram: stats.stalenessHistogram, pushRates };
+      const samples = this.shard.index === 0 ? { ...this.counts } : this.heardSamples;
+      this.o.onStatus({ ...base, server, samples });
+      return;
+    }
+    const w = this.wstats;
+    this.o.onStatus({ ...base, worker: { workerId: this.workerId, pulls: w.pulls, pushes: w.pushes, applied: w.applied, stale: w.stale, samples: w.samples, lastStaleness: w.lastStaleness }, samples: this.heardSamples });
+  }
+
+  private emit(e: PsRunEvent): void {
+    this.o.onEvent?.(e);
+  }
+}
+
+class Deferred<T> {
+  resolve!: (v: T) => void;
+  readonly promise = new Promise<T>((r) => (this.resolve = r));
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function checkOptions(o: ParameterServerRunOptions<StepMetrics>, strategy: PsStrategy, K: number): void {
+  const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+  if (strategy !== 'async' && strategy !== 'central') throw new RangeError(`strategy must be 'async' or 'central', got ${String(strategy)}`);
+  if (!positiveInt(K)) throw new RangeError(`numServers must be a positive integer, got ${K}`);
+  if (strategy === 'central' && K !== 1) throw new RangeError(`CentralStorage keeps every variable on one server: numServers must be 1, got ${K}`);
+  if (!(positiveInt(o.max) && o.max > K)) throw new RangeError(`max must leave at least one worker beside the ${K} server(s): got ${o.max}, give at least ${K + 1}`);
+  if (o.min !== undefined && !(positiveInt(o.min) && o.min > K && o.min <= o.max)) throw new RangeError(`min must be from ${K + 1} (the servers and one worker) to max ${o.max}, got ${o.min}`);
+  if (!(Number.isSafeInteger(o.datasetLength) && o.datasetLength > 0)) throw new RangeError(`datasetLength must be a positive integer, got ${o.datasetLength}`);
+  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
+  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
+  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  if (o.maxStaleness !== undefined && !(Number.isSafeInteger(o.maxStaleness) && o.maxStaleness >= 0)) throw new RangeError(`maxStaleness must be a non-negative integer, got ${o.maxStaleness}`);
+  if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0)) throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
+  if (strategy === 'central' && (o.maxStaleness !== undefined || o.scaleLrByStaleness)) throw new RangeError('maxStaleness and scaleLrByStaleness are for asynchronous training; CentralStorage is synchronous (staleness 0)');
+}

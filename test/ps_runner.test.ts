@@ -1,0 +1,219 @@
+/**
+ * runParameterServer in Node (TF.js cpu backend, in-memory links, the real server): CentralStorage
+ * trains to one rank's weights at the global batch; asynchronous training converges and accounts
+ * for every sample; a worker that leaves costs its batch and the others go on; the staleness
+ * bound drops and counts; a lost server stops the workers until a tab takes its place, which
+ * resumes from the shard's checkpoint. The same on real pages is test/e2e/ps.spec.ts.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import { batchOf, planEpoch } from '../src/elastic/epoch.ts';
+import { classificationLoss } from '../src/models.ts';
+import { flatGradients } from '../src/parameter_server/worker.ts';
+import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parameter_server/runner.ts';
+import { flatTrainableWeights } from '../src/replicas.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { MemoryNetwork } from './memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  server = await withServer({ settleMs: 300, checkpointDir: await mkdtemp(join(tmpdir(), 'ddp-ps-')) });
+});
+afterAll(async () => {
+  await server.close();
+});
+
+const data = syntheticDataset({ length: 512, inputSize: 16, numClasses: 4, seed: 1 });
+
+function model(): tf.Sequential {
+  const m = tf.sequential();
+  m.add(tf.layers.dense({ units: 24, activation: 'relu', inputShape: [16], kernelInitializer: tf.initializers.glorotUniform({ seed: 5 }) }));
+  m.add(tf.layers.dense({ units: 4, kernelInitializer: tf.initializers.glorotUniform({ seed: 6 }) }));
+  return m;
+}
+
+async function gradsOf(m: tf.LayersModel, indices: number[]): Promise<{ loss: number; grads: Float32Array }> {
+  const { x, y } = data.batch(indices);
+  const xs = tf.tensor(x, [indices.length, 16]);
+  const ys = tf.tensor1d(Int32Array.from(y), 'int32');
+  try {
+    return await flatGradients(m, () => classificationLoss(m.apply(xs) as tf.Tensor, ys, 4));
+  } finally {
+    tf.dispose([xs, ys]);
+  }
+}
+
+interface Member {
+  events: PsRunEvent[];
+  result: Promise<ParameterServerRunResult>;
+  abort: AbortController;
+  steps: number;
+}
+
+type Extra = Partial<ParameterServerRunOptions> & { leaveAtStep?: number; slowMs?: number };
+
+function member(net: MemoryNetwork, id: number, session: string, max: number, extra: Extra = {}): Member {
+  const events: PsRunEvent[] = [];
+  const abort = new AbortController();
+  const m = model();
+  const self: Member = { events, abort, steps: 0, result: Promise.resolve() as unknown as Promise<ParameterServerRunResult> };
+  const { leaveAtStep, slowMs, ...options } = extra;
+  self.result = runParameterServer({
+    url: server.url,
+    session,
+    token: tokenFor(session),
+    timeoutMs: 20_000,
+    heartbeatIntervalMs: 200,
+    linkFactory: net.factoryFor(id),
+    max,
+    model: m,
+    optimizer: () => tf.train.sgd(0.1),
+    datasetLength: 256,
+    batchSize: 16,
+    seed: 3,
+    signal: abort.signal,
+    onEvent: (e) => events.push(e),
+    async step({ indices, model: mm }) {
+      self.steps++;
+      if (self.steps === leaveAtStep) abort.abort(new Error(`member ${id} closed at its step ${self.steps}`));
+      if (slowMs) await new Promise((r) => setTimeout(r, slowMs));
+      const { loss, grads } = await gradsOf(mm, indices);
+      return { grads, metrics: { loss } };
+    },
+    ...options,
+  });
+  self.result.catch(() => {});
+  return self;
+}
+
+function accounted(r: ParameterServerRunResult): number {
+  const s = r.samples;
+  return s.applied + s.stale + s.refused + s.lost;
+}
+
+describe('runParameterServer', () => {
+  it('CentralStorage with 2 workers at batch 16 equals one rank at batch 32 (SGD, 12 steps)', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('central');
+    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { strategy: 'central', steps: 12, min: 3 }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    // The reference: one model, batch 32, the epoch's order as one rank's DistributedSampler gives it.
+    const ref = model();
+    const opt = tf.train.sgd(0.1);
+    for (let k = 0; k < 12; k++) {
+      const epoch = Math.floor((32 * k) / 256);
+      const position = (32 * k) % 256;
+      const idx = batchOf(planEpoch(256, { epoch, position, step: 0 }, { numReplicas: 1, rank: 0, batchSize: 32, seed: 3 }), 0, 32).indices;
+      const { x, y } = data.batch(idx);
+      const xs = tf.tensor(x, [idx.length, 16]);
+      const ys = tf.tensor1d(Int32Array.from(y), 'int32');
+      opt.minimize(() => classificationLoss(ref.apply(xs) as tf.Tensor, ys, 4));
+      tf.dispose([xs, ys]);
+    }
+    const want = await flatTrainableWeights(ref);
+    for (const r of runs) {
+      const got = await flatTrainableWeights(r.model);
+      let num = 0;
+      let den = 0;
+      for (let i = 0; i < want.length; i++) {
+        num += (got[i]! - want[i]!) ** 2;
+        den += want[i]! ** 2;
+      }
+      expect(Math.sqrt(num / den)).toBeLessThan(1e-5);
+      expect(r.versions).toEqual([12]);
+      expect(r.samples.applied).toBe(12 * 32);
+    }
+    expect(runs.filter((r) => r.role === 'server').map((r) => r.rank)).toEqual([0]);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
+  it('asynchronous training over 2 servers converges and accounts for every sample of 2 virtual epochs', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('async');
+    const members = [0, 1, 2, 3, 4].map((id) => member(net, id, session, 5, { numServers: 2, epochs: 2, min: 5, ...(id === 4 ? { slowMs: 30 } : {}) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    const s0 = runs.find((r) => r.role === 'server' && r.index === 0)!;
+    expect(s0.samples.target).toBe(512);
+    expect(s0.samples.leased).toBe(512);
+    expect(accounted(s0)).toBe(512);
+    expect(s0.samples.lost).toBe(0);
+    // Every push applied exactly once on both shards: versions count the pushes.
+    const pushes = runs.filter((r) => r.role === 'worker').reduce((n, r) => n + r.worker!.pushes, 0);
+    expect(s0.versions).toEqual([pushes, pushes]);
+    // Every rank ends with the same parameters, and they learned something.
+    const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));
+    for (const f of finals) expect(f).toEqual(finals[0]);
+    const all = Array.from({ length: 256 }, (_, i) => i);
+    const before = (await gradsOf(model(), all)).loss;
+    const after = (await gradsOf(runs[0]!.model, all)).loss;
+    expect(after).toBeLessThan(before * 0.8);
+    // The slow worker's pushes are the stale ones.
+    expect(s0.shard!.stalenessHistogram.slice(1).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
+  it('a worker that leaves costs its batch; the others go on and every sample is accounted for', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('pslost');
+    const members = [0, 1, 2, 3].map((id) => member(net, id, session, 4, { epochs: 2, ...(id === 2 ? { leaveAtStep: 3 } : {}) }));
+    await expect(members[2]!.result).rejects.toThrow(/closed at its step 3/);
+    const runs = await Promise.all([0, 1, 3].map((i) => members[i]!.result));
+    const s0 = runs.find((r) => r.role === 'server')!;
+    expect(s0.samples.lost).toBe(16);
+    expect(accounted(s0)).toBe(512);
+    expect(members[0]!.events.some((e) => e.type === 'samples-lost' && e.samples === 16)).toBe(true);
+    // No state moved: the server kept its shard (one round change, no restore).
+    expect(s0.restoredFrom).toBeNull();
+    expect(s0.generations).toBe(2);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
+  it('the staleness bound drops and counts stale pushes', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('psstale');
+    const members = [0, 1, 2, 3].map((id) => member(net, id, session, 4, { epochs: 1, maxStaleness: 0, min: 4, slowMs: id === 3 ? 40 : 0 }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    const s0 = runs.find((r) => r.role === 'server')!;
+    expect(s0.shard!.stale).toBeGreaterThan(0);
+    expect(s0.samples.stale).toBeGreaterThan(0);
+    expect(accounted(s0)).toBe(256);
+    // Versions count only the applied pushes.
+    expect(s0.versions[0]).toBe(s0.shard!.applied);
+    const workerStale = runs.filter((r) => r.role === 'worker').reduce((n, r) => n + r.worker!.stale, 0);
+    expect(workerStale).toBe(s0.shard!.stale);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
+  it('a lost server stops the workers until a tab takes its place; it resumes from the shard checkpoint', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('pslostps');
+    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
+    // Close the server once it has saved a checkpoint and gone on a little.
+    await waitFor(() => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
+    members[0]!.abort.abort(new Error('the server tab closed'));
+    await waitFor(() => [1, 2].every((i) => members[i]!.events.some((e) => e.type === 'server-lost' && e.index === 0 && /parameter server 0 was lost/.test(e.message))));
+    const joiner = member(net, 3, session, 3, { epochs: 3, checkpointEvery: 4 });
+    const runs = await Promise.all([members[1]!, members[2]!, joiner].map((m) => m.result));
+    const server0 = runs.find((r) => r.role === 'server')!;
+    expect(server0.restoredFrom).toBeGreaterThanOrEqual(8);
+    expect(joiner.events.some((e) => e.type === 'restored' && e.index === 0)).toBe(true);
+    expect(server0.samples.leased).toBe(768);
+    const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));
+    for (const f of finals) expect(f).toEqual(finals[0]);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 90_000);
+});
+
+async function waitFor(cond: () => boolean, ms = 30_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
