@@ -108,6 +108,8 @@ export type Metrics = {
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
   // Model parallel: the pipeline's own trainer (a module of its own, loaded when used).
   if (opts.config.pp > 1) return (await import('./pipeline_trainer.ts')).trainPipeline(opts);
+  // Parameter servers (asynchronous, or CentralStorage): a trainer of their own too.
+  if (opts.config.strategy !== 'ddp') return (await import('./ps_trainer.ts')).trainParameterServer(opts);
   const { config, emit, flags } = opts;
   const started = performance.now();
   emit({ type: 'config', config });
@@ -436,7 +438,7 @@ export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): voi
 }
 
 /** Test accuracy and loss, each rank evaluating its share of the test set; sums all-reduced. */
-async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
+export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
   for (let i = pg.rank; i < test.length; i += pg.worldSize) mine.push(i);

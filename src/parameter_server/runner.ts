@@ -172,6 +172,8 @@ export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics> 
   onStatus?(s: PsStatus): void;
   statusIntervalMs?: number;
   onEvent?(e: PsRunEvent): void;
+  /** A round starts, once roles are known (watch the group's links here, say). */
+  onRound?(ctx: { pg: ProcessGroup; role: 'server' | 'worker'; index: number }): void;
   onRendezvous?(e: RendezvousEvent): void;
   /** Kept in each shard checkpoint's metadata. */
   checkpointMeta?: Json;
@@ -413,7 +415,9 @@ class PsRun<M extends StepMetrics> {
       }
       if (this.strategy === 'central') this.inFlight.clear();
     }
-    this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index: this.role.kind === 'server' ? this.role.index : this.workerId, servers, workers });
+    const index = this.role.kind === 'server' ? this.role.index : this.workerId;
+    this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index, servers, workers });
+    this.o.onRound?.({ pg, role: this.role.kind, index });
     this.reportStatus();
     const vacant = serverRank.indexOf(-1);
     return vacant >= 0 ? vacant : workers.length === 0 ? -1 : null;
