@@ -12,7 +12,7 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { isScript, largestWorld, launch, pipelineProblems, slowParam, type Fault, type LaunchOptions } from './run.ts';
+import { isScript, largestWorld, launch, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam, type Fault, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
@@ -30,7 +30,10 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
          [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
 job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
-         a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it`;
+         a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it
+job train, parameter servers: [--strategy ddp|ps|central (default ddp; ps: asynchronous parameter servers, central: one server, synchronous)]
+         [--ps K (with --strategy ps: K server ranks, default 1; --nproc at least K + 1)] [--max-staleness S (ps: drop pushes more than S updates stale)]
+         [--staleness-lr (ps: scale each push's gradients by 1/(1 + staleness))]; elastic by default: --min K + 1 unless given, and --kill/--freeze/--join work`;
 
 /** Options that take no value: the argument after them is not theirs. */
 const FLAGS = new Set(['--help', '--tabs', '--https', '--lan-isolate', '--turn']);
@@ -204,16 +207,19 @@ function parse(argv: string[]): LaunchOptions {
     if (split.script === undefined && values.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(values.job ?? 'rendezvous')}`);
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
-  // A lost device is survived at a fixed world size too: the rank rejoins with its own number.
-  // A pipeline run is a fixed size whose lost rank pauses the group until a --join takes its place.
-  const pipeline = jobParams.pp !== undefined && jobParams.pp !== '1';
-  if (faults.some((f) => f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'join') && jobParams.min === undefined && !pipeline) {
-    throw new Error('--kill, --freeze and --join need an elastic run (add --min N and --max N) or a pipeline run (--pp S, with --join to replace a lost rank)');
-  }
-  if (split.script === undefined && values.job === 'train') {
+  const train = split.script === undefined && values.job === 'train';
+  if (train) {
+    // A PS strategy with --pp is named as such before the pipeline's own sizes are.
+    const ps = parameterServerProblems(jobParams, { nproc, nnodes });
+    if (ps.length > 0) throw new Error(`${ps.join('\n')}\n${USAGE}`);
     const pipeline = pipelineProblems(jobParams, { nproc, nnodes });
     if (pipeline.length > 0) throw new Error(`${pipeline.join('\n')}\n${USAGE}`);
+  } else if (split.script === undefined) {
+    const psFlags = parameterServerFlagsFor(String(values.job ?? 'rendezvous'), jobParams);
+    if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`);
   }
+  const faultProblem = membershipFaultProblem(faults, jobParams, train);
+  if (faultProblem) throw new Error(faultProblem);
   if (split.script !== undefined) {
     if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
     const unknown = Object.keys(jobParams).filter((k) => !SCRIPT_PARAMS.has(k));

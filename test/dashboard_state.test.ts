@@ -63,6 +63,10 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     schedule: 'gpipe',
     activationDtype: 'float32',
     splitPoints: null,
+    strategy: 'ddp',
+    ps: 1,
+    maxStaleness: null,
+    stalenessLr: false,
     slow: null,
     ...over,
   };

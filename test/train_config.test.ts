@@ -34,6 +34,10 @@ describe('parseTrainConfig', () => {
       schedule: 'gpipe',
       activationDtype: 'float32',
       splitPoints: null,
+      strategy: 'ddp',
+      ps: 1,
+      maxStaleness: null,
+      stalenessLr: false,
       slow: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
@@ -102,6 +106,90 @@ describe('parseTrainConfig', () => {
   it('a config turned into link parameters parses back to itself', () => {
     const config = parse('world=4&min=2&dataset=synthetic&steps=50&trainSize=1024&optimizer=sgd&lr=0.1&seed=7');
     expect(parse(configParams(config).toString())).toEqual(config);
+  });
+});
+
+describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', () => {
+  const refusal = (query: string): ConfigError => {
+    try {
+      parse(query);
+    } catch (err) {
+      return err as ConfigError;
+    }
+    throw new Error(`${query} was accepted`);
+  };
+
+  it('reads them as the launcher passes them (kebab-case, --staleness-lr as true), and a link keeps them', () => {
+    expect(parse('world=4&min=3&strategy=ps&ps=2&max-staleness=4&staleness-lr=true')).toMatchObject({ min: 3, max: 4, strategy: 'ps', ps: 2, maxStaleness: 4, stalenessLr: true });
+    expect(parse('world=3&strategy=ps&maxStaleness=0')).toMatchObject({ strategy: 'ps', ps: 1, maxStaleness: 0, stalenessLr: false });
+    expect(parse('world=2&strategy=central')).toMatchObject({ strategy: 'central', ps: 1, maxStaleness: null, stalenessLr: false });
+    // ps=1 is the default: harmless with ddp and central.
+    expect(parse('world=2&strategy=ddp&ps=1')).toMatchObject({ strategy: 'ddp', ps: 1 });
+    expect(parse('world=2&strategy=central&ps=1').ps).toBe(1);
+    for (const query of ['world=4&min=3&strategy=ps&ps=2&max-staleness=4&staleness-lr=true', 'world=2&strategy=central', 'world=5&min=2&strategy=ps&slow=4:3']) {
+      const config = parse(query);
+      expect(parse(configParams(config).toString())).toEqual(config);
+    }
+    // A DDP run's link says nothing new: the options at their defaults are left out.
+    const ddp = configParams(parse('world=2'));
+    for (const name of ['strategy', 'ps', 'maxStaleness', 'stalenessLr']) expect(ddp.has(name)).toBe(false);
+    expect(configParams(parse('world=3&strategy=ps&ps=2&max-staleness=2')).toString()).toMatch(/strategy=ps&ps=2&maxStaleness=2/);
+  });
+
+  it('are in the schema with labels and hints, outside the create form', () => {
+    for (const name of ['strategy', 'ps', 'maxStaleness', 'stalenessLr']) {
+      const spec = TRAIN_OPTIONS.find((o) => o.name === name)!;
+      expect(spec.inForm).toBe(false);
+      expect(spec.label.length).toBeGreaterThan(0);
+      expect(spec.hint?.length).toBeGreaterThan(20);
+    }
+    expect(TRAIN_OPTIONS.find((o) => o.name === 'strategy')!.kind).toEqual({ type: 'choice', choices: ['ddp', 'ps', 'central'] });
+  });
+
+  it('refuses bad values naming the option and what is allowed', () => {
+    expect(refusal('world=3&strategy=async').message).toBe('option strategy must be one of ddp, ps, central, got "async"');
+    expect(refusal('world=3&strategy=ps&ps=0').message).toBe('option ps must be an integer from 1 to 63, got "0"');
+    expect(refusal('world=3&strategy=ps&ps=1.5').option).toBe('ps');
+    expect(refusal('world=3&strategy=ps&max-staleness=-1').message).toBe('option maxStaleness must be an integer from 0 to 1000000, got "-1"');
+    expect(refusal('world=3&strategy=ps&staleness-lr=yes').message).toBe('option stalenessLr must be true or false, got "yes"');
+  });
+
+  it('ps only with strategy ps, and central keeps one server', () => {
+    expect(refusal('world=3&ps=2').message).toBe('option ps must be 1 (or left out) unless strategy is ps: parameter servers need strategy=ps, got "2"');
+    expect(refusal('world=3&strategy=central&ps=2').message).toBe(
+      'option ps must be 1 with strategy central, which keeps every variable on one server (for several, use strategy=ps), got "2"',
+    );
+  });
+
+  it('leaves at least one worker, in the largest world and in the smallest', () => {
+    expect(refusal('world=2&strategy=ps&ps=2').message).toBe('option ps must be at most 1, the world size (2) less one: every tab that is not a server is a worker, and at least one is needed, got "2"');
+    expect(refusal('world=1&strategy=central').message).toBe('option world must be at least 2 with strategy central: a parameter server and at least one worker, got "1"');
+    expect(refusal('world=1&strategy=ps').option).toBe('world');
+    expect(refusal('world=4&min=2&strategy=ps&ps=2').message).toBe('option min must be at least 3 with strategy ps: the 2 parameter servers and one worker (with fewer tabs nothing trains), got "2"');
+    expect(parse('world=4&min=3&strategy=ps&ps=2')).toMatchObject({ min: 3, ps: 2 });
+    expect(parse('world=3&strategy=ps&ps=2')).toMatchObject({ min: 3, max: 3, ps: 2 });
+  });
+
+  it('the staleness options only with strategy ps', () => {
+    expect(refusal('world=3&max-staleness=2').message).toBe('option maxStaleness must be left out unless strategy is ps: only asynchronous parameter servers take stale pushes, got "2"');
+    expect(refusal('world=3&strategy=central&max-staleness=2').message).toBe('option maxStaleness must be left out unless strategy is ps: strategy central is synchronous, its pushes are never stale, got "2"');
+    expect(refusal('world=3&strategy=central&staleness-lr=true')).toMatchObject({ option: 'stalenessLr', value: 'true' });
+    expect(refusal('world=3&staleness-lr=true').message).toBe('option stalenessLr must be false (or left out) unless strategy is ps: only asynchronous parameter servers take stale pushes, got "true"');
+    expect(parse('world=3&staleness-lr=false').stalenessLr).toBe(false);
+  });
+
+  it('a PS strategy does not combine with a pipeline: the error names both', () => {
+    expect(refusal('world=2&strategy=ps&pp=2').message).toBe(
+      'option strategy must be ddp with pipeline stages or replicas (here pp 2): a pipeline splits the model between tabs while parameter servers hold all of it, so leave out pp and dp, or strategy, got "ps"',
+    );
+    expect(refusal('world=4&strategy=central&pp=2&dp=2').message).toMatch(/^option strategy must be ddp with pipeline stages or replicas \(here pp 2, dp 2\)/);
+    expect(refusal('world=4&strategy=ps&dp=2').message).toMatch(/\(here dp 2\).*got "ps"$/);
+  });
+
+  it('a bad link says which option and what to do, in the page’s words', () => {
+    const r = readLink(new URLSearchParams('session=s&job=train&world=3&strategy=central&ps=2'), []);
+    expect(r).toMatchObject({ kind: 'bad', problem: { field: 'ps', value: '2' } });
+    expect(r.kind === 'bad' && r.problem.message).toMatch(/must be 1 with strategy central, which keeps every variable on one server/);
   });
 });
 

@@ -11,6 +11,8 @@ export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
 export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
 export const ACTIVATION_DTYPE_NAMES = ['float32', 'float16'] as const;
+/** ddp: every rank a replica; ps: asynchronous parameter servers; central: CentralStorageStrategy (one server, synchronous). */
+export const STRATEGIES = ['ddp', 'ps', 'central'] as const;
 
 export type ModelKind = (typeof MODELS)[number];
 export type DatasetKind = (typeof DATASETS)[number];
@@ -18,6 +20,7 @@ export type OptimizerKind = (typeof OPTIMIZERS)[number];
 export type BackendName = (typeof BACKENDS)[number];
 export type ScheduleName = (typeof SCHEDULE_KINDS)[number];
 export type ActivationDtypeName = (typeof ACTIVATION_DTYPE_NAMES)[number];
+export type StrategyName = (typeof STRATEGIES)[number];
 
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
@@ -61,6 +64,21 @@ export interface TrainConfig {
   activationDtype: ActivationDtypeName;
   /** Where stages 1 .. S-1 start (layer indices); null: balanced by parameter count. */
   splitPoints: number[] | null;
+  /**
+   * How the ranks train together. 'ddp': every rank holds the model and gradients are averaged
+   * each step (DistributedDataParallel). 'ps': `ps` ranks are parameter servers holding the
+   * variables (split between them) and the others are workers that pull them and push gradients
+   * without waiting for each other (asynchronous). 'central': TensorFlow's
+   * CentralStorageStrategy, one server applying the workers' averaged gradients each step
+   * (synchronous). Neither PS strategy combines with pipelines (pp, dp).
+   */
+  strategy: StrategyName;
+  /** Parameter-server ranks ('ps': 1 .. world - 1, at least one worker; always 1 otherwise). */
+  ps: number;
+  /** 'ps' only: a server drops a push whose staleness (updates since the weights it was computed from) exceeds this; null: no bound. */
+  maxStaleness: number | null;
+  /** 'ps' only: scale each push's gradients (the learning rate, for SGD) by 1 / (1 + staleness). */
+  stalenessLr: boolean;
   /**
    * Stragglers on demand (the launcher's --slow RANK:FACTOR): rank -> factor. That rank waits
    * (factor - 1) x its own compute each step, after the compute (src/straggler.ts). The rank is the
@@ -220,6 +238,38 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: fixed(null),
   },
   {
+    name: 'strategy',
+    label: 'Training strategy',
+    hint: 'ddp: every tab holds the model and the gradients are averaged each step. ps: some tabs (parameter servers) hold the variables and the others (workers) pull them and push gradients without waiting for each other (asynchronous). central: one server, and each step applies the workers’ averaged gradients (TensorFlow’s CentralStorageStrategy).',
+    kind: { type: 'choice', choices: STRATEGIES },
+    inForm: false,
+    defaultValue: fixed('ddp'),
+  },
+  {
+    name: 'ps',
+    label: 'Parameter servers (tabs)',
+    hint: 'With strategy ps: how many tabs hold the variables, split between them; every other tab is a worker, so at most the world size - 1. Strategy central has exactly one.',
+    kind: int(1, MAX_WORLD_SIZE - 1),
+    inForm: false,
+    defaultValue: fixed(1),
+  },
+  {
+    name: 'maxStaleness',
+    label: 'Max staleness (updates)',
+    hint: 'With strategy ps: a server drops a push computed from weights more than this many updates old (its samples count as stale). Leave empty for no bound.',
+    kind: int(0, 1_000_000),
+    inForm: false,
+    defaultValue: fixed(null),
+  },
+  {
+    name: 'stalenessLr',
+    label: 'Scale stale gradients',
+    hint: 'With strategy ps: each push’s gradients are scaled by 1/(1 + staleness), so a stale push moves the weights less (for SGD, a smaller learning rate).',
+    kind: { type: 'bool' },
+    inForm: false,
+    defaultValue: fixed(false),
+  },
+  {
     name: 'slow',
     label: 'Slow ranks',
     hint: 'RANK:FACTOR, comma-separated: that rank waits in proportion to its own compute, FACTOR times slower in all (a straggler on demand, e.g. 3:4).',
@@ -306,6 +356,9 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   if (min > max) throw new ConfigError('min', String(min), `at most the session's largest size (${max})`);
   const pp = values.pp as number;
   const dp = values.dp as number;
+  const strategy = values.strategy as StrategyName;
+  const ps = values.ps as number;
+  checkStrategy(strategy, ps, values.maxStaleness as number | null, values.stalenessLr as boolean, { min, max, pp, dp });
   if (pp > 1 && (pp * dp !== max || min !== max)) {
     throw new ConfigError('pp', String(pp), `such that stages x replicas is the world size, a fixed one: pp ${pp} x dp ${dp} = ${pp * dp} ranks, but the world is ${min === max ? max : `${min}..${max}`}`);
   }
@@ -350,8 +403,41 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     schedule: values.schedule as ScheduleName,
     activationDtype: values.activationDtype as ActivationDtypeName,
     splitPoints,
+    strategy,
+    ps,
+    maxStaleness: values.maxStaleness as number | null,
+    stalenessLr: values.stalenessLr as boolean,
     slow,
   };
+}
+
+/**
+ * The parameter-server options against each other and the world: ps and the staleness options
+ * only where the strategy uses them, no pipeline with a PS strategy, and at least one worker
+ * besides the servers in the largest world and in the smallest (min). Throws ConfigError.
+ */
+function checkStrategy(strategy: StrategyName, ps: number, maxStaleness: number | null, stalenessLr: boolean, world: { min: number; max: number; pp: number; dp: number }): void {
+  const { min, max, pp, dp } = world;
+  if (strategy !== 'ddp' && (pp > 1 || dp > 1)) {
+    const pipeline = [pp > 1 ? `pp ${pp}` : '', dp > 1 ? `dp ${dp}` : ''].filter(Boolean).join(', ');
+    throw new ConfigError('strategy', strategy, `ddp with pipeline stages or replicas (here ${pipeline}): a pipeline splits the model between tabs while parameter servers hold all of it, so leave out pp and dp, or strategy`);
+  }
+  if (strategy === 'ddp' && ps !== 1) throw new ConfigError('ps', String(ps), '1 (or left out) unless strategy is ps: parameter servers need strategy=ps');
+  if (strategy === 'central' && ps !== 1) throw new ConfigError('ps', String(ps), '1 with strategy central, which keeps every variable on one server (for several, use strategy=ps)');
+  if (maxStaleness !== null && strategy !== 'ps') {
+    throw new ConfigError('maxStaleness', String(maxStaleness), `left out unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`);
+  }
+  if (stalenessLr && strategy !== 'ps') {
+    throw new ConfigError('stalenessLr', 'true', `false (or left out) unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`);
+  }
+  if (strategy === 'ddp') return;
+  const servers = `${ps} parameter server${ps === 1 ? '' : 's'}`;
+  if (ps >= max) {
+    // The default single server in a world of one tab: the world is what to change.
+    if (ps === 1) throw new ConfigError('world', String(max), `at least 2 with strategy ${strategy}: a parameter server and at least one worker`);
+    throw new ConfigError('ps', String(ps), `at most ${max - 1}, the world size (${max}) less one: every tab that is not a server is a worker, and at least one is needed`);
+  }
+  if (min < ps + 1) throw new ConfigError('min', String(min), `at least ${ps + 1} with strategy ${strategy}: the ${servers} and one worker (with fewer tabs nothing trains)`);
 }
 
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
