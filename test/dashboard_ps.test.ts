@@ -102,6 +102,10 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     activationDtype: 'float32',
     splitPoints: null,
     slow: null,
+    strategy: 'ps',
+    ps: 1,
+    maxStaleness: null,
+    stalenessLr: false,
     ...over,
   };
 }
