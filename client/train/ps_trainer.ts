@@ -31,6 +31,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
   opts.onModel?.(model);
   const strategy = config.strategy === 'central' ? 'central' : 'async';
+  const targetSamples = config.steps !== null ? config.steps * config.batchSize : config.epochs * trainSet.length;
 
   let straggler = new Straggler(1);
   let rank = -1;
@@ -113,7 +114,8 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
         type: 'step',
         epoch: 0,
         step: stepId,
-        totalSteps: 0,
+        // This worker's share of the run, if the workers keep pace with each other.
+        totalSteps: Math.ceil(targetSamples / config.batchSize / Math.max(1, config.max - config.ps)),
         ranks: [
           {
             rank,
@@ -139,7 +141,8 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   const { pg } = run;
   if (run.stoppedBy === 'request') emit({ type: 'stopped', by: pg.rank, atStep: run.versions[0] ?? 0 });
   const final = await evaluate(pg, run.model, testSet);
-  emit({ type: 'eval', epoch: run.samples.epoch, step: run.versions[0] ?? 0, ...final });
+  // The epoch just completed (virtual epochs: samples handed out over the dataset's size).
+  emit({ type: 'eval', epoch: Math.max(0, run.samples.epoch - 1), step: run.versions[0] ?? 0, ...final });
   // The workers' throughput together: each worker's samples after its first step over the time they took.
   const elapsed = mine.lastStepEnd - mine.firstStepEnd;
   const rates = await pg.allGather(Float32Array.of(run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0, trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0));
@@ -173,11 +176,12 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
     samplesPerSec: workerRates.length > 0 ? workerRates.reduce((a, b) => a + b, 0) : null,
     // Samples processed (applied or dropped as stale) over the whole training time, first steps included.
     samplesPerSecWall: trainSeconds > 0 ? processed / trainSeconds : null,
-    finalLoss: mine.loss,
+    // A worker's last batch loss; servers compute none.
+    ...(run.role === 'worker' ? { finalLoss: mine.loss } : {}),
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
     weightHash: hashFloat32(weights),
-    breakdownMs: { compute: mine.steps > 0 ? mine.compute / mine.steps : null, ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}) },
+    ...(run.role === 'worker' ? { breakdownMs: { compute: mine.steps > 0 ? mine.compute / mine.steps : null, ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}) } } : {}),
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}),
     seconds: (performance.now() - started) / 1000,
     generations: run.generations,

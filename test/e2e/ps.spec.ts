@@ -1,0 +1,103 @@
+/**
+ * Parameter servers on real pages (WebGPU through SwiftShader, WebRTC between servers and
+ * workers): CentralStorage with 2 workers at batch 16 trains to one rank's weights at batch 32;
+ * asynchronous training converges, a closed worker stops nobody and its samples are accounted
+ * for, the staleness bound drops and counts, no push is applied twice; and, from the launcher, a
+ * lost server stops the workers until a tab takes its place, which resumes from its checkpoint.
+ */
+import { spawn } from 'node:child_process';
+import { PROJECT_ROOT } from '../../signaling/server.ts';
+import { expect, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+
+type Result = Record<string, unknown>;
+interface Ps {
+  strategy: string;
+  role: 'server' | 'worker';
+  index: number;
+  versions: number[];
+  samples: { target: number; leased: number; applied: number; stale: number; refused: number; lost: number; epoch: number };
+  pushes: { applied: number; stale: number; duplicate: number; refused: number };
+  staleness: { histogram: number[]; max: number | null };
+  worker?: { workerId: number; pushes: number; samples: number };
+}
+const psOf = (r: Result) => r.parameterServer as Ps;
+const accounted = (p: Ps) => p.samples.applied + p.samples.stale + p.samples.refused + p.samples.lost;
+
+const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', seed: '7' };
+
+test('CentralStorage: 2 workers at batch 16 equal one rank at batch 32 after 15 SGD steps', async ({ browser, server }) => {
+  const [single] = await Promise.all((await openRanks(browser, server, 1, { session: sessionName('one'), job: 'train', ...sgd, steps: '15', batchSize: '32', returnWeights: 'true' })).map((p) => p.result));
+  const pages = await openRanks(browser, server, 3, { session: sessionName('central'), job: 'train', ...sgd, steps: '15', batchSize: '16', strategy: 'central', returnWeights: 'true' });
+  const runs = await Promise.all(pages.map((p) => p.result));
+  const rank0 = runs.find((r) => r.rank === 0)!;
+  expect(psOf(rank0).role).toBe('server');
+  expect(psOf(rank0).versions).toEqual([15]);
+  const err = relativeError(weightsOf(rank0), weightsOf(single!));
+  console.log(`CentralStorage 2 workers x 16 vs 1 rank x 32 after 15 SGD steps: relative error ${err.toExponential(2)}`);
+  expect(err).toBeLessThanOrEqual(1e-5);
+  // Every rank ends with the server's parameters.
+  expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+});
+
+test('async: training converges; a closed worker stops nobody and its samples are accounted for; no push is applied twice; the dashboard shows the server', async ({ browser, server }) => {
+  const pages = await openRanks(browser, server, 4, { session: sessionName('async'), job: 'train', ...sgd, trainSize: '2048', epochs: '2', batchSize: '32', strategy: 'ps', min: '2' });
+  // The server's card: its shard, and the staleness of the pushes.
+  const card = pages[0]!.page.getByTestId('ps');
+  await expect(card).toBeVisible({ timeout: 60_000 });
+  await expect(card).toHaveAttribute('data-role', 'server');
+  await expect(pages[0]!.page.getByTestId('ps-staleness')).toBeVisible();
+  await expect(pages[2]!.page.getByTestId('ps-worker')).toBeVisible();
+  // Close worker rank 2 once it has pushed a little.
+  await expect(pages[2]!.page.getByTestId('ps-worker')).toContainText(/Pushes\D{0,3}[1-9]\d/, { timeout: 60_000 });
+  await pages[2]!.page.close();
+  const runs = await Promise.all([0, 1, 3].map((i) => pages[i]!.result));
+  const s0 = psOf(runs.find((r) => psOf(r).role === 'server')!);
+  expect(s0.samples.target).toBe(4096);
+  expect(accounted(s0)).toBe(4096);
+  // What the closed worker held: at most one batch.
+  expect(s0.samples.lost).toBeGreaterThan(0);
+  expect(s0.samples.lost).toBeLessThanOrEqual(32);
+  // Each applied push made one version; a push delivered again after the round change was not applied again.
+  expect(s0.versions[0]).toBe(s0.pushes.applied);
+  expect(s0.samples.applied).toBeLessThanOrEqual(32 * s0.pushes.applied);
+  for (const r of runs) expect(r.testAccuracy as number).toBeGreaterThan(0.9);
+  expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+});
+
+test('async: the staleness bound drops and counts stale pushes', async ({ browser, server }) => {
+  const pages = await openRanks(browser, server, 4, { session: sessionName('stale'), job: 'train', ...sgd, trainSize: '1024', epochs: '1', batchSize: '32', strategy: 'ps', maxStaleness: '0', slow: '3:3' });
+  const runs = await Promise.all(pages.map((p) => p.result));
+  const s0 = psOf(runs.find((r) => psOf(r).role === 'server')!);
+  expect(s0.pushes.stale).toBeGreaterThan(0);
+  expect(s0.samples.stale).toBeGreaterThan(0);
+  expect(accounted(s0)).toBe(1024);
+  // Only pushes at staleness 0 were applied: the version counts them.
+  expect(s0.versions[0]).toBe(s0.pushes.applied);
+  expect(s0.staleness.histogram[0]).toBe(s0.pushes.applied);
+});
+
+test('launcher: a lost server stops the workers until a tab takes its place, which resumes from the shard checkpoint', async () => {
+  const out = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+    const child = spawn(
+      'npm',
+      ['run', '--silent', 'launch', '--', '--nproc', '3', '--strategy', 'ps', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--train-size', '1024', '--epochs', '2', '--batch-size', '16', '--checkpoint-every', '8', '--kill', '0@12', '--join', '1@12'],
+      { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, output }));
+  });
+  const last = out.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}';
+  const summary = JSON.parse(last) as Record<string, unknown>;
+  if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
+  expect(out.code).toBe(0);
+  // The workers said which server was lost, and the new tab resumed from the shard's checkpoint.
+  expect(out.output).toMatch(/Parameter server 0 was lost/);
+  expect(out.output).toMatch(/Parameter server 0 resumed from checkpoint .* \(version \d+\)/);
+  const ps = summary.parameterServer as { servers: Array<{ restoredFrom: number | null }>; samples: { leased: number; target: number } };
+  expect(ps.servers[0]!.restoredFrom).toBeGreaterThanOrEqual(8);
+  expect(ps.samples.leased).toBe(ps.samples.target);
+  expect(summary.identical).toBe(true);
+});
