@@ -48,7 +48,8 @@ export function elasticFigures(events: ElasticEvent[]): Record<string, unknown> 
     stepsRedone: last.stepsRedone,
     weightHashes: finalRanks.map((e) => e.weightHash),
     identical: finalRanks.length === last.worldSize && finalRanks.every((e) => e.weightHash === last.weightHash),
-    samplesSeen: samplesSeen(events),
+    // Parameter-server runs report no batches (server 0's leases account for the samples).
+    ...(events.some((e) => e.type === 'batch') ? { samplesSeen: samplesSeen(events) } : {}),
   };
 }
 

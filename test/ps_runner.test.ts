@@ -17,7 +17,7 @@ import { classificationLoss } from '../src/models.ts';
 import { flatGradients } from '../src/parameter_server/worker.ts';
 import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parameter_server/runner.ts';
 import { flatTrainableWeights } from '../src/replicas.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
 let server: RunningServer;
@@ -130,6 +130,14 @@ describe('runParameterServer', () => {
       expect(r.samples.applied).toBe(12 * 32);
     }
     expect(runs.filter((r) => r.role === 'server').map((r) => r.rank)).toEqual([0]);
+    // The store holds the roles, the server's version and the leases (records, never a tensor).
+    const store = await connect(server, session);
+    const roles = JSON.parse(text(await store.get('ps/roles'))) as { servers: Array<{ index: number; rank: number }>; workers: Array<{ workerId: number }> };
+    expect(roles.servers).toEqual([{ index: 0, rank: 0 }]);
+    expect(roles.workers).toHaveLength(2);
+    await waitFor(async () => (JSON.parse(text(await store.get('ps/server-0'))) as { version: number }).version === 12);
+    await waitFor(async () => (JSON.parse(text(await store.get('ps/leases'))) as { applied: number }).applied === 12 * 32);
+    store.close();
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
@@ -167,6 +175,8 @@ describe('runParameterServer', () => {
     const s0 = runs.find((r) => r.role === 'server')!;
     expect(s0.samples.lost).toBe(16);
     expect(accounted(s0)).toBe(512);
+    // Pushes delivered again after the round change were not applied twice: one version per applied push.
+    expect(s0.versions[0]).toBe(s0.shard!.applied);
     expect(members[0]!.events.some((e) => e.type === 'samples-lost' && e.samples === 16)).toBe(true);
     // No state moved: the server kept its shard (one round change, no restore).
     expect(s0.restoredFrom).toBeNull();
@@ -210,9 +220,9 @@ describe('runParameterServer', () => {
   }, 90_000);
 });
 
-async function waitFor(cond: () => boolean, ms = 30_000): Promise<void> {
+async function waitFor(cond: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
   const until = Date.now() + ms;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }

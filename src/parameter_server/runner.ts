@@ -30,11 +30,16 @@
  *
  * Roles follow tabs, not ranks (ranks change from round to round): each rank says what it was in
  * an all-gather at the start of each round; servers and workers keep their roles, and new ranks
- * fill the servers' vacant places first. Workers have a stable worker id from the store.
+ * fill the servers' vacant places first. Workers have a stable worker id from the store. The
+ * store also keeps the roles (`ps/roles`), each server's version (`ps/server-<k>`) and server 0's
+ * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistTimeoutError, isRecoverable } from '../errors.ts';
 import { batchOf, planEpoch } from '../elastic/epoch.ts';
+import { recordEvent } from '../elastic/events.ts';
+import { hashFloat32 } from '../hash.ts';
+import { flatTrainableWeights } from '../replicas.ts';
 import type { StepMetrics } from '../elastic/vote.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
@@ -280,6 +285,8 @@ class PsRun<M extends StepMetrics> {
   private statusTimer: ReturnType<typeof setInterval> | null = null;
   private current: { pg: ProcessGroup; servers: PsServerSlot[]; workers: Array<{ workerId: number; rank: number }> } | null = null;
   private heardSamples: PsSampleCounts | null = null;
+  private roundKey = '';
+  private readonly started = performance.now();
   private stopReason: 'done' | 'request' = 'done';
 
   constructor(private readonly o: ParameterServerRunOptions<M>) {
@@ -307,7 +314,9 @@ class PsRun<M extends StepMetrics> {
     for (;;) {
       const { pg } = round;
       const off = pg.on((e) => {
-        if (e.type === 'peer-lost') this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
+        if (e.type !== 'peer-lost') return;
+        this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
+        recordEvent({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
       });
       try {
         this.generations++;
@@ -335,6 +344,7 @@ class PsRun<M extends StepMetrics> {
         const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
         const recoverable = isRecoverable(err);
         this.emit({ type: 'failure', round: round.key, rank: pg.rank, error, recoverable });
+        recordEvent({ type: 'failure', round: round.key, rank: pg.rank, step: this.stepId, inFlight: this.pending?.stepId ?? null, error, recoverable });
         if (!recoverable) throw err;
         if (this.strategy === 'central') {
           // The step is collected again from the new round's workers, sharded among them.
@@ -417,7 +427,30 @@ class PsRun<M extends StepMetrics> {
     }
     const index = this.role.kind === 'server' ? this.role.index : this.workerId;
     this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index, servers, workers });
+    // What a launcher hears of any run (torch.distributed.elastic's events): who holds which rank.
+    // Workers report no 'batch' events: server 0's leases account for the samples instead.
+    this.roundKey = round.key;
+    recordEvent({
+      type: 'round',
+      round: round.key,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      step: this.role.kind === 'server' ? (this.shard?.version ?? 0) : this.stepId,
+      epoch: this.role.kind === 'server' && index === 0 ? this.counts.epoch : (this.heardSamples?.epoch ?? 0),
+      position: 0,
+      datasetLength: this.o.datasetLength,
+      shuffle: this.o.shuffle ?? true,
+      seed: this.o.seed ?? 0,
+      dropLast: false,
+      source: this.restoredFrom !== null && this.role.kind === 'server' ? 'checkpoint' : this.generations === 1 ? 'fresh' : 'replica',
+      from: servers[0]!.rank,
+      redone: false,
+      note: this.role.kind === 'server' ? `parameter server ${index} of ${K}` : `worker ${index}, pulling from ${K} server(s)`,
+      samplers: 0,
+    });
     this.o.onRound?.({ pg, role: this.role.kind, index });
+    // The roles in the session's store (server 0 writes them): who serves what, who works.
+    if (this.role.kind === 'server' && index === 0) this.record('ps/roles', { round: round.key, servers: servers.map(({ index: k, rank }) => ({ index: k, rank })), workers });
     this.reportStatus();
     const vacant = serverRank.indexOf(-1);
     return vacant >= 0 ? vacant : workers.length === 0 ? -1 : null;
@@ -697,6 +730,7 @@ class PsRun<M extends StepMetrics> {
       this.wstats.pushes++;
       this.wstats.samples += indices.length;
       o.onWorkerStep?.({ workerId: this.workerId, stepId, indices, metrics, computeMs, staleness: this.wstats.lastStaleness });
+      recordEvent({ type: 'step', round: this.roundKey, rank: pg.rank, step: stepId, epoch: lease!.epoch, totalSteps: 0, metrics: metrics ? [metrics] : [], elapsedMs: performance.now() - this.started });
     }
   }
 
@@ -748,6 +782,8 @@ class PsRun<M extends StepMetrics> {
     this.heardSamples = samples;
     this.reportStatus();
     const role = this.role!;
+    const weightHash = hashFloat32(await flatTrainableWeights(this.o.model));
+    recordEvent({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: versions[0] ?? 0, epoch: samples.epoch, generations: this.generations, stepsRedone: 0, stoppedBy: null, weightHash });
     const shardStats = this.shard ? { ...this.shard.stats(), updatesPerSec: this.overallUpdatesPerSec() } : undefined;
     const w = this.wstats;
     return {
@@ -784,7 +820,14 @@ class PsRun<M extends StepMetrics> {
 
   private reportStatus(): void {
     const cur = this.current;
-    if (!cur || !this.role || !this.o.onStatus) return;
+    if (!cur || !this.role) return;
+    if (this.role.kind === 'server' && this.shard) {
+      // Each server's version, and server 0's leases, in the session's store as they go.
+      const stats = this.shard.stats();
+      this.record(`ps/server-${this.shard.index}`, { rank: cur.pg.rank, version: stats.version, applied: stats.applied, stale: stats.stale });
+      if (this.shard.index === 0) this.record('ps/leases', { ...this.counts, position: this.cursor.position });
+    }
+    if (!this.o.onStatus) return;
     const base = { strategy: this.strategy, rank: cur.pg.rank, role: this.role.kind, servers: cur.servers, workers: cur.workers };
     const now = performance.now();
     if (this.role.kind === 'server' && this.shard) {
@@ -808,6 +851,11 @@ class PsRun<M extends StepMetrics> {
     }
     const w = this.wstats;
     this.o.onStatus({ ...base, worker: { workerId: this.workerId, pulls: w.pulls, pushes: w.pushes, applied: w.applied, stale: w.stale, samples: w.samples, lastStaleness: w.lastStaleness }, samples: this.heardSamples });
+  }
+
+  /** Best effort: a record that does not reach the store is written again a second later. */
+  private record(key: string, value: Json): void {
+    this.handler.store.set(key, JSON.stringify(value)).catch(() => {});
   }
 
   private emit(e: PsRunEvent): void {

@@ -76,6 +76,16 @@ test('pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its lay
   expect(output).toMatch(/stage 1 of 2 \(replica 1\): layers 1 Dense, 132 parameters/);
 });
 
+test('ps_train.ts: 1 server and 2 workers train asynchronously; every sample is accounted for', async () => {
+  const { code, summary, output } = await launchCommand(['--nproc', '3', 'examples/ps_train.ts', '--ps', '1', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '24']);
+  if (code !== 0) console.log(output.split('\n').slice(-30).join('\n'));
+  expect(code).toBe(0);
+  // Rank 0's result: the server, which applied every push (24 steps of 32 samples, by the workers together).
+  expect(summary).toMatchObject({ role: 'server', index: 0, versions: [24] });
+  expect(summary.samples).toMatchObject({ target: 24 * 32, leased: 24 * 32, lost: 0 });
+  expect(output).toMatch(/worker \d+ \(\d+ pushes\); samples applied 768/);
+});
+
 test('a script that does not exist, or a script argument before the path, is refused with what to do', async () => {
   const missing = await launchCommand(['--nproc', '2', 'examples/no_such_script.ts']);
   expect(missing.code).toBe(1);
