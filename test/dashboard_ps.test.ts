@@ -85,6 +85,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     optimizer: 'adam',
     epochs: 5,
     steps: null,
+    timeLimit: null,
     trainSize: 0,
     testSize: 0,
     seed: 0,

@@ -47,6 +47,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     optimizer: 'adam',
     epochs: 2,
     steps: null,
+    timeLimit: null,
     trainSize: 0,
     testSize: 0,
     seed: 0,

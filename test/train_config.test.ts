@@ -18,6 +18,7 @@ describe('parseTrainConfig', () => {
       optimizer: 'adam',
       epochs: 1,
       steps: null,
+      timeLimit: null,
       trainSize: 0,
       testSize: 0,
       seed: 0,
@@ -190,6 +191,46 @@ describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', ()
     const r = readLink(new URLSearchParams('session=s&job=train&world=3&strategy=central&ps=2'), []);
     expect(r).toMatchObject({ kind: 'bad', problem: { field: 'ps', value: '2' } });
     expect(r.kind === 'bad' && r.problem.message).toMatch(/must be 1 with strategy central, which keeps every variable on one server/);
+  });
+});
+
+describe('timeLimit: stop after so many seconds', () => {
+  const refusal = (query: string): ConfigError => {
+    try {
+      parse(query);
+    } catch (err) {
+      return err as ConfigError;
+    }
+    throw new Error(`${query} was accepted`);
+  };
+
+  it('reads seconds as the launcher passes them (--time-limit) or camelCase; none by default', () => {
+    expect(parse('world=2').timeLimit).toBeNull();
+    expect(parse('world=2&time-limit=60').timeLimit).toBe(60);
+    expect(parse('world=4&strategy=ps&timeLimit=90').timeLimit).toBe(90);
+    expect(parse('world=2&time-limit=0.5').timeLimit).toBe(0.5);
+    // Empty is "not set", as for the other optional options.
+    expect(parse('world=2&time-limit=').timeLimit).toBeNull();
+  });
+
+  it('refuses zero, negative, non-numeric and huge values, naming the option', () => {
+    expect(refusal('world=2&time-limit=0').message).toBe('option timeLimit must be a number above 0 and at most 1000000, got "0"');
+    expect(refusal('world=2&time-limit=-5')).toMatchObject({ name: 'ConfigError', option: 'timeLimit', value: '-5' });
+    expect(refusal('world=2&time-limit=abc').option).toBe('timeLimit');
+    expect(refusal('world=2&time-limit=Infinity').option).toBe('timeLimit');
+    expect(refusal('world=2&time-limit=1e7').option).toBe('timeLimit');
+  });
+
+  it('is in the schema with a label and a hint, outside the create form; a link carries it only when set', () => {
+    const spec = TRAIN_OPTIONS.find((o) => o.name === 'timeLimit')!;
+    expect(spec.inForm).toBe(false);
+    expect(spec.label).toMatch(/seconds/);
+    expect(spec.hint?.length).toBeGreaterThan(20);
+    expect(spec.defaultValue({})).toBeNull();
+    expect(configParams(parse('world=2')).has('timeLimit')).toBe(false);
+    const limited = parse('world=4&min=2&time-limit=45&strategy=central');
+    expect(configParams(limited).get('timeLimit')).toBe('45');
+    expect(parse(configParams(limited).toString())).toEqual(limited);
   });
 });
 

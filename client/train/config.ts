@@ -34,6 +34,12 @@ export interface TrainConfig {
   epochs: number;
   /** Stop after this many steps in all (overrides epochs when set). */
   steps: number | null;
+  /**
+   * Stop once this many seconds have passed since the tab joined (the page asks every rank to
+   * stop: DDP at the next step, a parameter-server run when server 0 next answers a worker).
+   * null: no limit.
+   */
+  timeLimit: number | null;
   /** Train on the first N samples only (0: the whole training set). */
   trainSize: number;
   /** Evaluate on the first N test samples only (0: the whole test set). */
@@ -178,6 +184,14 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     kind: int(1, 10_000_000),
     inForm: true,
     optional: true,
+    defaultValue: fixed(null),
+  },
+  {
+    name: 'timeLimit',
+    label: 'Time limit (seconds)',
+    hint: 'Stop training once this many seconds have passed since the tab joined, whatever the epochs say: every tab asks to stop, and the run ends at its next step (with parameter servers, when server 0 next answers a worker) and evaluates as usual. Leave empty for no limit.',
+    kind: { type: 'number', min: Number.MIN_VALUE, max: 1_000_000 },
+    inForm: false,
     defaultValue: fixed(null),
   },
   {
@@ -387,6 +401,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     optimizer: values.optimizer as OptimizerKind,
     epochs: values.epochs as number,
     steps: values.steps as number | null,
+    timeLimit: values.timeLimit as number | null,
     trainSize: values.trainSize as number,
     testSize: values.testSize as number,
     seed: values.seed as number,

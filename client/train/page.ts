@@ -149,6 +149,23 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     if (line) console.log(line);
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
+  /** When this tab first joined a round (performance.now()): the time limit counts from there. */
+  let joinedAt: number | undefined;
+  let timeUp = false;
+  /** The trainer's events: the page's, and the first 'joined' starts the time limit's clock. */
+  const trainerEmit = (e: TrainEvent) => {
+    if (e.type === 'joined' && joinedAt === undefined) joinedAt = performance.now();
+    emit(e);
+  };
+  /** True (and said once) once `timeLimit` seconds have passed since this tab first joined. */
+  const timeLimitReached = (): boolean => {
+    if (timeUp) return true;
+    const limit = config?.timeLimit ?? null;
+    if (limit === null || joinedAt === undefined || performance.now() - joinedAt < limit * 1000) return false;
+    timeUp = true;
+    emit({ type: 'log', level: 'info', message: `Time limit of ${limit} s reached: stopping.` });
+    return true;
+  };
   reportElasticEvents();
   installDeviceLossHook();
   watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
@@ -171,8 +188,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       timeoutMs: opts.timeoutMs,
       config,
       flags,
-      emit,
-      stopRequested: () => stop,
+      emit: trainerEmit,
+      // Every rank asks to stop at its time limit too: DDP stops at the next step boundary, a PS run when server 0 next answers a worker.
+      stopRequested: () => stop || timeLimitReached(),
       // With a host, a stop counts only when every rank heard it from the server: no member stops the run alone.
       stopVote: connected.hasHost ? 'all' : 'any',
       ...(hostSecret === undefined ? {} : { host: hostSecret }),
