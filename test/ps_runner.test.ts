@@ -184,6 +184,25 @@ describe('runParameterServer', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
+  it('a tab that joins while training runs is admitted at once, pulls the parameters and works', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('psjoin');
+    const members = [0, 1, 2].map((id) => member(net, id, session, 4, { epochs: 4, min: 2, slowMs: 5 }));
+    await waitFor(() => members[1]!.steps >= 3);
+    const joiner = member(net, 3, session, 4, { epochs: 4, min: 2 });
+    const runs = await Promise.all([...members, joiner].map((m) => m.result));
+    const joined = runs[3]!;
+    expect(joined.role).toBe('worker');
+    expect(joined.worker!.pushes).toBeGreaterThan(0);
+    expect(members[0]!.events.some((e) => e.type === 'regroup')).toBe(true);
+    const s0 = runs.find((r) => r.role === 'server')!;
+    expect(accounted(s0)).toBe(1024);
+    expect(s0.samples.lost).toBe(0);
+    const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));
+    for (const f of finals) expect(f).toEqual(finals[0]);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
   it('the staleness bound drops and counts stale pushes', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psstale');
