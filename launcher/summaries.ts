@@ -167,6 +167,8 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     steps: r0.steps,
     epochs: r0.epochs,
     samplesPerSec: typeof r0.samplesPerSec === 'number' ? round(r0.samplesPerSec) : null,
+    // Parameter-server runs: samples processed over the whole training time (every rank says the same).
+    ...(typeof r0.samplesPerSecWall === 'number' ? { samplesPerSecWall: round(r0.samplesPerSecWall) } : {}),
     finalLoss: pipeline || parameterServer ? fromLastStage('finalLoss') : r0.finalLoss,
     testAccuracy: pipeline || parameterServer ? fromLastStage('testAccuracy') : r0.testAccuracy,
     weightHashes: ranks.map((r) => r.weightHash),
