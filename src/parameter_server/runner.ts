@@ -550,7 +550,8 @@ class PsRun<M extends StepMetrics> {
               verdict = VERDICT[r.status];
               if (r.status === 'applied' || r.status === 'stale') staleness = r.staleness;
               if (r.status === 'applied') this.noteUpdate();
-              if (index === 0) this.account(w.workerId, r, head[3]!);
+              // The worker's own count only when server 0 lost its lease record (a restore): never above a batch.
+              if (index === 0) this.account(w.workerId, r, Math.min(head[3]!, this.o.batchSize));
               if (r.status === 'applied' && r.checkpointDue) this.checkpoint(index);
             }
           }
