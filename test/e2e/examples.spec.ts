@@ -4,36 +4,7 @@
  * summary as its last line. The elastic one is the issue's acceptance run: a rank killed at
  * step 8, the rest finish.
  */
-import { spawn } from 'node:child_process';
-import { PROJECT_ROOT } from '../../signaling/server.ts';
-import { expect, test } from './fixtures.ts';
-
-interface Launched {
-  code: number | null;
-  summary: Record<string, unknown>;
-  output: string;
-}
-
-/** `npm run launch -- ...args`, as a user types it. */
-function launchCommand(args: string[]): Promise<Launched> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('npm', ['run', '--silent', 'launch', '--', ...args], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const last = output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
-      let summary: Record<string, unknown> = {};
-      try {
-        summary = JSON.parse(last ?? '{}') as Record<string, unknown>;
-      } catch {
-        // left empty: the assertions below show the output
-      }
-      resolve({ code, summary, output });
-    });
-  });
-}
+import { expect, launchCommand, test } from './fixtures.ts';
 
 test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
   const r = await launchCommand(['--nproc', '4', '--min', '2', '--max', '4', '--kill', '2@8', 'examples/elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1']);

@@ -1,6 +1,7 @@
 /** Fixtures: a real server on a free port per test, and helpers to open ranks as pages. */
 import { test as base, expect, type Browser, type Page } from '@playwright/test';
-import { startServer, type RunningServer } from '../../signaling/server.ts';
+import { spawn } from 'node:child_process';
+import { PROJECT_ROOT, startServer, type RunningServer } from '../../signaling/server.ts';
 import { withToken } from '../../src/session_token.ts';
 import { tokenFor } from '../helpers.ts';
 import type { Report } from '../../client/report.ts';
@@ -74,4 +75,31 @@ export function relativeError(a: Float32Array, b: Float32Array): number {
     norm += b[i]! ** 2;
   }
   return Math.sqrt(diff / norm);
+}
+
+export interface Launched {
+  code: number | null;
+  summary: Record<string, unknown>;
+  output: string;
+}
+
+/** `npm run launch -- ...args`, as a user types it. */
+export function launchCommand(args: string[]): Promise<Launched> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('npm', ['run', '--silent', 'launch', '--', ...args], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const last = output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+      let summary: Record<string, unknown> = {};
+      try {
+        summary = JSON.parse(last ?? '{}') as Record<string, unknown>;
+      } catch {
+        // left empty: the assertions below show the output
+      }
+      resolve({ code, summary, output });
+    });
+  });
 }

@@ -5,9 +5,7 @@
  * the launcher, a lost rank stops every rank naming its stage, and the run resumes from every
  * stage's checkpoint when a tab takes its place.
  */
-import { spawn } from 'node:child_process';
-import { PROJECT_ROOT } from '../../signaling/server.ts';
-import { expect, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+import { expect, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 type Pipeline = { stage: number; stages: number; replica: number; layers: number[]; parameters: number; weightHash: string; bubble: { measured: number; formula: number }; peakStashedMicroBatches: number };
@@ -67,20 +65,8 @@ test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal o
 });
 
 test('launcher: a lost rank stops every rank naming its stage; the run resumes from every stage\'s checkpoint', async () => {
-  const out = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-    const child = spawn(
-      'npm',
-      ['run', '--silent', 'launch', '--', '--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--steps', '12', '--batch-size', '16', '--checkpoint-every', '4', '--kill', '1@6', '--join', '1@6'],
-      { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-  const last = out.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}';
-  const summary = JSON.parse(last) as Record<string, unknown>;
+  const out = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--steps', '12', '--batch-size', '16', '--checkpoint-every', '4', '--kill', '1@6', '--join', '1@6']);
+  const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
   expect(out.code).toBe(0);
   // The survivor said which rank and stage was lost.

@@ -5,9 +5,7 @@
  * for, the staleness bound drops and counts, no push is applied twice; and, from the launcher, a
  * lost server stops the workers until a tab takes its place, which resumes from its checkpoint.
  */
-import { spawn } from 'node:child_process';
-import { PROJECT_ROOT } from '../../signaling/server.ts';
-import { expect, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+import { expect, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 interface Ps {
@@ -77,20 +75,8 @@ test('async: the staleness bound drops and counts stale pushes', async ({ browse
 });
 
 test('launcher: a lost server stops the workers until a tab takes its place, which resumes from the shard checkpoint', async () => {
-  const out = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-    const child = spawn(
-      'npm',
-      ['run', '--silent', 'launch', '--', '--nproc', '3', '--strategy', 'ps', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--train-size', '1024', '--epochs', '1', '--batch-size', '16', '--checkpoint-every', '8', '--kill', '0@12', '--join', '1@12'],
-      { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-  const last = out.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}';
-  const summary = JSON.parse(last) as Record<string, unknown>;
+  const out = await launchCommand(['--nproc', '3', '--strategy', 'ps', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--train-size', '1024', '--epochs', '1', '--batch-size', '16', '--checkpoint-every', '8', '--kill', '0@12', '--join', '1@12']);
+  const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
   expect(out.code).toBe(0);
   // The workers said which server was lost, and the new tab resumed from the shard's checkpoint.
