@@ -4,7 +4,7 @@
  * the launcher hears the library's own elastic events instead.
  */
 
-import type { LinkPath } from '../../src/index.ts';
+import type { LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 
 export type { BackendName, TrainConfig } from './config.ts';
@@ -117,68 +117,11 @@ export type TrainEvent =
   /** The schedule as it ran in one step of replica 0's pipeline: each stage's passes. */
   | { type: 'timeline'; step: number; stages: Array<{ stage: number; totalMs: number; entries: TimelineEntry[] }> };
 
-/** One parameter server of the layout: its index, the rank serving it now, and its parameters. */
-export interface PsServerInfo {
-  index: number;
-  rank: number;
-  /** Indices of the model's trainable weights it holds. */
-  parameters: number[];
-  /** Elements it holds. */
-  numel: number;
-}
-
-export interface PsStatusEvent {
-  type: 'ps';
-  strategy: 'async' | 'central';
-  rank: number;
-  role: 'server' | 'worker';
-  servers: PsServerInfo[];
-  /** The workers of the current round: their stable worker id and their rank now. */
-  workers: Array<{ workerId: number; rank: number }>;
-  /** This tab as a server: its shard's figures. */
-  server?: {
-    index: number;
-    version: number;
-    /** Updates applied per second over the last few seconds. */
-    updatesPerSec: number;
-    applied: number;
-    stale: number;
-    duplicate: number;
-    refused: number;
-    /** Pushes applied or dropped as stale, by staleness (the last bucket: that staleness and above). */
-    stalenessHistogram: number[];
-    /** Each worker's pushes to this shard: per second over the last few seconds, and in all. */
-    pushRates: Array<{ workerId: number; rank: number | null; pushesPerSec: number; pushes: number; applied: number }>;
-  };
-  /** This tab as a worker. */
-  worker?: {
-    workerId: number;
-    pulls: number;
-    pushes: number;
-    /** Its pushes the servers applied, dropped as stale, or refused (server 0's verdicts). */
-    applied: number;
-    stale: number;
-    samples: number;
-    /** Staleness of its last push at server 0. */
-    lastStaleness: number | null;
-  };
-  /** The run's samples (server 0 counts them; null on a tab that has not heard them yet). */
-  samples: PsSamples | null;
-}
-
+/**
+ * A parameter-server run's status as the library reports it (`runParameterServer`'s `onStatus`):
+ * one definition, so the page shows what the run says.
+ */
+export type PsStatusEvent = { type: 'ps' } & PsStatus;
+export type PsServerInfo = PsServerSlot;
 /** Samples of a parameter-server run, counted by server 0 (virtual epochs: `target` is epochs x the dataset). */
-export interface PsSamples {
-  target: number;
-  /** Handed out to workers so far. */
-  leased: number;
-  /** Pushed and applied. */
-  applied: number;
-  /** Pushed but dropped as too stale (--max-staleness). */
-  stale: number;
-  /** Pushed but refused (malformed, or for a version the server no longer has after a restore). */
-  refused: number;
-  /** Handed to a worker that was lost before it pushed them. */
-  lost: number;
-  /** Virtual epoch now: leased / dataset size, whole epochs. */
-  epoch: number;
-}
+export type PsSamples = PsSampleCounts;

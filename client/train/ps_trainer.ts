@@ -7,14 +7,14 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { buildModel, classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent, type PsStatus } from '../../src/index.ts';
+import { buildModel, classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
 import { selectBackend } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import { agreeOnConfig, evaluate, loadData, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
-import type { PsStatusEvent, TrainEvent } from './events.ts';
+import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
@@ -129,7 +129,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
       });
     },
 
-    onStatus: (s) => emit(statusEvent(s)),
+    onStatus: (s) => emit({ type: 'ps', ...s }),
     onRound: ({ pg }) => {
       rank = pg.rank;
       emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
@@ -226,10 +226,6 @@ export function stalenessSummary(histogram: number[]): { histogram: number[]; me
   let max = 0;
   histogram.forEach((n, s) => n > 0 && (max = s));
   return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
-}
-
-function statusEvent(s: PsStatus): PsStatusEvent {
-  return { type: 'ps', ...s };
 }
 
 /** The run's events, as the dashboard and the console hear them. */

@@ -103,25 +103,32 @@ export interface WorkerStepResult<M extends StepMetrics> {
   metrics?: M;
 }
 
-/** What a tab is, about once a second (`onStatus`). */
+/** What a tab is, about once a second (`onStatus`): the layout, and its own figures as a server or a worker. */
 export interface PsStatus {
   strategy: PsStrategy;
   rank: number;
   role: 'server' | 'worker';
   servers: PsServerSlot[];
+  /** The workers of the current round: their stable worker id and their rank now. */
   workers: Array<{ workerId: number; rank: number }>;
+  /** This tab as a server: its shard's figures. */
   server?: {
     index: number;
     version: number;
+    /** Updates applied per second over the last few seconds. */
     updatesPerSec: number;
     applied: number;
     stale: number;
     duplicate: number;
     refused: number;
+    /** Pushes applied or dropped as stale, by staleness (the last bucket: that staleness and above). */
     stalenessHistogram: number[];
+    /** Each worker's pushes to this shard: per second over the last few seconds, and in all (rank null: it left). */
     pushRates: Array<{ workerId: number; rank: number | null; pushesPerSec: number; pushes: number; applied: number }>;
   };
+  /** This tab as a worker: its verdicts are server 0's; `lastStaleness` its last push's there. */
   worker?: { workerId: number; pulls: number; pushes: number; applied: number; stale: number; samples: number; lastStaleness: number | null };
+  /** The run's samples (server 0 counts them; null on a tab that has not heard them yet). */
   samples: PsSampleCounts | null;
 }
 
