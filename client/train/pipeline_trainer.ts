@@ -10,9 +10,7 @@ import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeli
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
-import { selectBackend } from '../backend.ts';
-import { probeWebGpu } from '../webgpu.ts';
-import { agreeOnConfig, dashboardEvents, loadData, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;
@@ -22,14 +20,7 @@ type StepFigures = Metrics & PipelineMetrics;
 export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
   const started = performance.now();
-  emit({ type: 'config', config });
-  const backend = await selectBackend(config.backend);
-  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
-  const gpu = await probeWebGpu();
-  const dataPromise = loadData(config);
-  dataPromise.catch(() => {});
-  await agreeOnConfig(opts);
-  const { train: trainSet, test: testSet } = await dataPromise;
+  const { backend, gpu, trainSet, testSet } = await startJob(opts);
   const layers = modelLayers({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
   const schedule = config.schedule;
   const microBatches = config.microBatches;

@@ -11,22 +11,13 @@ import { buildModel, classificationLoss, flatGradients, hashFloat32, runParamete
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
-import { selectBackend } from '../backend.ts';
-import { probeWebGpu } from '../webgpu.ts';
-import { agreeOnConfig, evaluate, loadData, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
   const started = performance.now();
-  emit({ type: 'config', config });
-  const backend = await selectBackend(config.backend);
-  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
-  const gpu = await probeWebGpu();
-  const dataPromise = loadData(config);
-  dataPromise.catch(() => {});
-  await agreeOnConfig(opts);
-  const { train: trainSet, test: testSet } = await dataPromise;
+  const { backend, gpu, trainSet, testSet } = await startJob(opts);
   // Every rank builds the whole model alike (one seed): servers take their shard from it.
   const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
   opts.onModel?.(model);

@@ -112,15 +112,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   if (opts.config.strategy !== 'ddp') return (await import('./ps_trainer.ts')).trainParameterServer(opts);
   const { config, emit, flags } = opts;
   const started = performance.now();
-  emit({ type: 'config', config });
+  const job = await startJob(opts);
+  const { gpu, trainSet, testSet } = job;
   // `let`: a lost WebGPU device is re-created (or falls back) during the run.
-  let backend: BackendChoice = await selectBackend(config.backend);
-  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
-  const gpu = await probeWebGpu();
-  const dataPromise = loadData(config);
-  dataPromise.catch(() => {});
-  await agreeOnConfig(opts);
-  const { train: trainSet, test: testSet } = await dataPromise;
+  let backend: BackendChoice = job.backend;
   // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
   const newModel = () => buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
   const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
@@ -307,6 +302,23 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   };
   emit({ type: 'done', summary });
   return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+}
+
+/**
+ * What every strategy's trainer does first: say the configuration, start the backend (saying
+ * why when it falls back), load the data while agreeing on the configuration with the session.
+ */
+export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset }> {
+  const { config, emit } = opts;
+  emit({ type: 'config', config });
+  const backend = await selectBackend(config.backend);
+  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
+  const gpu = await probeWebGpu();
+  const dataPromise = loadData(config);
+  dataPromise.catch(() => {});
+  await agreeOnConfig(opts);
+  const { train: trainSet, test: testSet } = await dataPromise;
+  return { backend, gpu, trainSet, testSet };
 }
 
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
