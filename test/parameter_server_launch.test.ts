@@ -164,6 +164,7 @@ function result(rank: number, over: Record<string, unknown> = {}, psOver: Record
     steps: 310,
     epochs: 1,
     samplesPerSec: rank < 2 ? null : 400,
+    samplesPerSecWall: 350.5,
     finalLoss: rank < 2 ? null : 0.31,
     testAccuracy: rank < 2 ? null : 0.93,
     weightHash: `hash${rank}`,
@@ -176,6 +177,8 @@ function result(rank: number, over: Record<string, unknown> = {}, psOver: Record
 describe('a parameter-server run in the summary', () => {
   it('gathers the layout, versions and rate, server 0’s samples and staleness, each server’s own pushes and each worker’s samples/s', () => {
     const s = summarize('train', 4, [result(3), result(1), result(0), result(2)]);
+    // Samples processed over the whole training time: every rank reports the same.
+    expect(s.samplesPerSecWall).toBe(350.5);
     expect(s.parameterServer).toEqual({
       strategy: 'async',
       servers: [
