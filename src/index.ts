@@ -150,3 +150,5 @@ export {
   type WorkerStepContext,
   type WorkerStepResult,
 } from './parameter_server/runner.ts';
+export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './comm_hooks/powersgd.ts';
+export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './comm_hooks/local_sgd.ts';
