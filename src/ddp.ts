@@ -24,7 +24,7 @@ import { bytesToString } from './protocol.ts';
 import { NonFiniteGradientError } from './errors.ts';
 import type { Straggler } from './straggler.ts';
 import { allreduceHook } from './comm_hooks/default_hooks.ts';
-import type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -232,15 +232,20 @@ export class DistributedDataParallel {
     return this.hook.stateDict?.() ?? null;
   }
 
-  /** Restores what `commHookState()` gave (on every rank, so that they reduce alike). Throws if the state is another hook's. */
-  loadCommHookState(state: CommHookState): void {
+  /**
+   * Restores what `commHookState()` gave (on every rank, so that they reduce alike). Throws if the
+   * state is another hook's. `options.otherRank`: the state is another rank's (a joiner's warm
+   * start, rank 0's checkpoint on another rank): the hook takes only what is the same on every
+   * rank (see LoadCommHookStateOptions).
+   */
+  loadCommHookState(state: CommHookState, options?: LoadCommHookStateOptions): void {
     if (state.name !== this.hook.name) {
       throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${this.hook.name}`);
     }
     if (!this.hook.loadStateDict) {
       throw new Error(`the communication hook ${this.hook.name} keeps no state to load`);
     }
-    this.hook.loadStateDict(state);
+    this.hook.loadStateDict(state, options);
   }
 
   /** Synchronised backwards so far (the optimizer steps DDP averaged gradients for). */

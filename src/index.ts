@@ -60,7 +60,7 @@ export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './ddp.ts';
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './comm_hooks/default_hooks.ts';
-export type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
+export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 export {
   WIRE_DTYPES,
   wireBytes,
@@ -118,7 +118,7 @@ export {
 export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
-export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
+export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './straggler.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
 export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';

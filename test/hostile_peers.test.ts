@@ -268,5 +268,12 @@ describe('state transfer', () => {
     const lying = await hostileSource(sendHeader(header([], 0, 2 ** 31)));
     expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
     expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
+    // A communication hook state bigger than any hook of this model keeps, or malformed.
+    const honestHeader = header(honest.optimizer.weightSpecs, honest.optimizer.weightData.byteLength);
+    const bigHook = await hostileSource(sendHeader({ ...honestHeader, commHookName: 'powerSGD', commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] } }));
+    expect(bigHook).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'communication hook state' });
+    expect((bigHook as Error).message).toMatch(/its tensors hold more than the \d+ values allowed/);
+    const oddHook = await hostileSource(sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }));
+    expect(oddHook).toMatchObject({ name: 'StateTransferError', parameter: 'communication hook state' });
   });
 });

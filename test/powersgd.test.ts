@@ -285,6 +285,13 @@ describe('PowerSGD hook', () => {
       }
       // Without the state (no error, a fresh Q) the step differs.
       expect(hex(c[0]![0]!)).not.toBe(hex(a[0]![0]!));
+      // Another rank's state (a joiner's warm start): its Q's and iteration, not its errors.
+      const joiner = powerSGD(options);
+      joiner.loadStateDict(structuredClone(states[0]!), { otherRank: true });
+      const warm = joiner.stateDict();
+      expect(warm.meta).toEqual(states[0]!.meta);
+      expect(Object.keys(warm.tensors).sort()).toEqual(['q:0/3', 'q:1/0', 'q:1/1']);
+      for (const key of Object.keys(warm.tensors)) expect(hex(warm.tensors[key]!)).toBe(hex(states[0]!.tensors[key]!));
       // stateDict hands out copies.
       states[0]!.tensors['q:0/3']!.fill(0);
       expect(hooks[0]!.stateDict().tensors['q:0/3']!.some((v) => v !== 0)).toBe(true);

@@ -44,7 +44,7 @@
  * issue the same sequence of collectives on every rank.
  */
 import type { ProcessGroup } from '../process_group.ts';
-import type { CommHook, CommHookState, GradBucket } from './types.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
 
 export interface PowerSGDOptions {
   /** The rank r of the approximation (torch: matrix_approximation_rank). Default 1. */
@@ -321,9 +321,13 @@ export class PowerSGDHook implements CommHook {
    * rank's own). Refuses, with PowerSGDStateError and leaving the hook as it was, a state of
    * another hook, one whose arrays do not fit their shapes or this hook's rank, or one whose
    * shapes differ from those this hook has reduced; a shape that differs from the model's later
-   * fails that bucket's reduce().
+   * fails that bucket's reduce(). With `options.otherRank` (the state is another rank's: a
+   * joiner's warm start, a checkpoint of rank 0 loaded on another rank) the Q's and the
+   * iteration are taken and the errors, checked all the same, are not: this rank's error
+   * feedback starts at zero.
    */
-  loadStateDict(state: CommHookState): void {
+  loadStateDict(state: CommHookState, options: LoadCommHookStateOptions = {}): void {
+    const ownErrors = !options.otherRank;
     if (state.name !== this.name) throw new PowerSGDStateError(`PowerSGD: the state is a ${JSON.stringify(state.name)} hook's, not PowerSGD's`);
     const iter = state.meta.iter;
     if (typeof iter !== 'number' || !Number.isSafeInteger(iter) || iter < 0) throw new PowerSGDStateError(`PowerSGD: the state's iter must be an integer >= 0, got ${String(iter)}`);
@@ -347,7 +351,7 @@ export class PowerSGDHook implements CommHook {
       entries.set(key, entry);
       if (kind === 'error') {
         if (data.length !== n * m) throw new PowerSGDStateError(`PowerSGD: the state's error for ${where} has ${data.length} elements, its shape [${shape.join(', ')}] ${n * m}`);
-        if (this.options.useErrorFeedback) entry.error = data.slice();
+        if (this.options.useErrorFeedback && ownErrors) entry.error = data.slice();
       } else {
         const saved = state.meta.matrixApproximationRank;
         if (saved !== r0) {

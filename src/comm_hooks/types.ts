@@ -35,10 +35,22 @@ export interface GradBucket {
 }
 /** State a hook keeps across steps, for checkpoints and joiners: plain numbers in `meta`, arrays in `tensors`. */
 export interface CommHookState { name: string; meta: Record<string, number | string | boolean | null>; tensors: Record<string, Float32Array> }
+/** How `loadStateDict` takes a state. */
+export interface LoadCommHookStateOptions {
+  /**
+   * The state is another rank's, not this rank's own: a joiner warm-starting from a live
+   * replica's hook, or a rank other than 0 resuming from a checkpoint (which holds rank 0's).
+   * The hook then takes only what is the same on every rank (PowerSGD: the Q matrices and the
+   * iteration) and starts what is each rank's own afresh (PowerSGD: the error feedback, zero, as
+   * for a rank that restarts in torch; another rank's error added here would count that rank's
+   * compression error twice in the average). Default false: the state is this rank's own.
+   */
+  otherRank?: boolean;
+}
 /** torch's comm hook: returns the bucket's gradients averaged over `pg` (the same on every rank). */
 export interface CommHook {
   readonly name: string;
   reduce(pg: ProcessGroup, bucket: GradBucket): Promise<Float32Array>;
   stateDict?(): CommHookState;
-  loadStateDict?(state: CommHookState): void;
+  loadStateDict?(state: CommHookState, options?: LoadCommHookStateOptions): void;
 }
