@@ -30,6 +30,7 @@ import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
+import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -105,6 +106,14 @@ export type Metrics = {
   slowed: number;
 };
 
+/**
+ * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
+ * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
+ * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
+ * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
+ */
+export type CommMetrics = { commBytes: number; commDenseBytes: number };
+
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
   // Model parallel: the pipeline's own trainer (a module of its own, loaded when used).
   if (opts.config.pp > 1) return (await import('./pipeline_trainer.ts')).trainPipeline(opts);
@@ -129,6 +138,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   opts.onModel?.(model);
 
   const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
+  // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
+  const comm = commSetup(config.commHook);
+  const hook = comm.hook;
+  /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
+  const bytes = { sent: 0, dense: 0, averagings: 0 };
   // --slow: this tab's factor is looked up by its rank in the current round, every step.
   let straggler = new Straggler(1);
   let slowedTotal = 0;
@@ -147,7 +161,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     return result;
   };
 
-  const run = await runElastic<Metrics>({
+  const run = await runElastic<Metrics & CommMetrics>({
     url: opts.serverUrl,
     session: opts.session,
     token: opts.token,
@@ -176,9 +190,13 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
     // the run with a name instead of spoiling every replica in silence.
     ddp: { errorIfNonfinite: true },
-    checkReplicasEvery: 100,
+    // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
+    // divergence (the NaN check above still guards every step).
+    checkReplicasEvery: comm.averager ? 0 : 100,
+    commHook: hook === undefined ? undefined : () => hook, // runElastic option from wip-commrun
+    modelAverager: comm.modelAverager, // runElastic option from wip-commrun
 
-    async step({ indices, ddp, optimizer, pg }) {
+    async step({ indices, step, ddp, optimizer, pg }) {
       const t0 = performance.now();
       const factor = slowFactor(config.slow, pg.rank);
       if (straggler.factor !== factor) straggler = new Straggler(factor);
@@ -208,6 +226,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       const apply = performance.now() - a0;
       const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
       return {
+        ...stepBytes(comm, result.commBytes, step, ddp, pg),
         loss: result.loss,
         accuracy: correct / indices.length,
         samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
@@ -234,6 +253,9 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         timedSteps++;
         for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
         slowedTotal += metrics[pg.rank]!.slowed;
+        bytes.sent += metrics[pg.rank]!.commBytes;
+        bytes.dense += metrics[pg.rank]!.commDenseBytes;
+        if (comm.averager?.averagesAt(step)) bytes.averagings++;
         samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
       }
       tensorCounts.push(tf.memory().numTensors);
@@ -290,6 +312,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         .filter(([key]) => key !== 'slowed' || config.slow !== null)
         .map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null]),
     ),
+    // --comm-hook: the hook, this rank's mean bytes per timed step, and their share of the float32 all-reduce's.
+    commHook: commHookSummary(comm, run.ddp.commHook.name, run.ddp.parameterCount, pg, bytes.averagings),
+    bytesPerStep: timedSteps > 0 ? bytes.sent / timedSteps : null,
+    denseBytesPerStep: timedSteps > 0 ? bytes.dense / timedSteps : null,
+    compressionRatio: bytes.dense > 0 ? bytes.sent / bytes.dense : null,
     // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
     seconds: (performance.now() - started) / 1000,
@@ -309,6 +336,37 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
 }
 
+/**
+ * A step's bytes for the vote: what the backward's reductions sent (plus, with localsgd, the
+ * model averaging runElastic does after this step, when it averages: one float32 all-reduce of
+ * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
+ */
+function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
+  const averaging = comm.averager?.averagesAt(step) ? ringAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
+  return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
+}
+
+/**
+ * The summary's `commHook`: the option as given (`name`: none, fp16, bf16, powersgd, localsgd)
+ * and its numbers, and `registered`, the name of the hook the last round's DDP reduced with (its
+ * own `allreduce` without one). PowerSGD adds its last step's counts (`lastStats`: elements this
+ * rank all-reduced, and those an uncompressed all-reduce would have); localsgd the averagings in
+ * the timed steps and what one sends from this rank.
+ */
+function commHookSummary(comm: CommSetup, registered: string, parameterCount: number, pg: ProcessGroup, averagings: number): Record<string, unknown> {
+  const spec = comm.spec;
+  switch (spec.kind) {
+    case 'powersgd': {
+      const stats = comm.powerSGD!.lastStats;
+      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
+    }
+    case 'localsgd':
+      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: ringAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+    default:
+      return { name: spec.kind, registered };
+  }
+}
+
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
 export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
@@ -320,12 +378,14 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics>>).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics>>).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
           samplesPerSec: m.samplesPerSec,
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
+          // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
+          ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
           // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
           ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
         }));
