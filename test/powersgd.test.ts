@@ -95,7 +95,8 @@ const layouts: Layout[] = [
     { index: 2, shape: [12] },
   ],
   [
-    { index: 1, shape: [8, 3, 3, 4] },
+    // A TF.js convolution kernel [kh, kw, in, out], viewed as (kh kw in) x out = 72 x 16.
+    { index: 1, shape: [3, 3, 8, 16] },
     { index: 0, shape: [20, 10] },
   ],
 ];
@@ -126,8 +127,8 @@ describe('PowerSGD hook', () => {
           expect(stats.step).toBe(s);
           expect(stats.elementsDense).toBe(sizeOf(layouts[0]!) + sizeOf(layouts[1]!));
           if (s <= 2) expect(stats.elementsSent).toBe(stats.elementsDense);
-          // (16 + 12) 2 + 12 and (8 + 36) 2 + (20 + 10) 2.
-          else expect(stats.elementsSent).toBe(68 + 148);
+          // (16 + 12) 2 + 12 and (72 + 16) 2 + (20 + 10) 2.
+          else expect(stats.elementsSent).toBe(68 + 236);
           expect(hooks[0]!.iteration).toBe(s);
         }
         // The warm-start Q's are the same everywhere; the errors are each rank's own.
@@ -270,7 +271,7 @@ describe('PowerSGD hook', () => {
       for (let s = 1; s <= 5; s++) await step(pgs, hooks, s);
       const states = hooks.map((h) => h.stateDict());
       expect(Object.keys(states[0]!.tensors).sort()).toEqual(['error:0/3', 'error:1/0', 'error:1/1', 'q:0/3', 'q:1/0', 'q:1/1']);
-      expect(states[0]!.meta).toMatchObject({ iter: 5, 'shape:0/3': '[16,12]', 'shape:1/1': '[8,3,3,4]' });
+      expect(states[0]!.meta).toMatchObject({ iter: 5, 'shape:0/3': '[16,12]', 'shape:1/1': '[3,3,8,16]' });
       const loaded = pgs.map(() => powerSGD(options));
       loaded.forEach((h, r) => h.loadStateDict(structuredClone(states[r]!)));
       expect(loaded[0]!.iteration).toBe(5);

@@ -7,7 +7,8 @@
  * - parameters that are not at least 2-D, or whose rank-r factors would not be at least
  *   `minCompressionRate` times smaller than the parameter, are averaged uncompressed, together in
  *   one flat all-reduce;
- * - every other parameter is viewed as a matrix M (n x m: its first dimension by the rest), plus
+ * - every other parameter is viewed as a matrix M (n x m: its other dimensions by its last, see
+ *   `matrixOf`), plus
  *   this rank's error from the previous step (error feedback). With Q (m x r, orthogonalized; drawn
  *   from a seeded generator identical on every rank the first time, then the previous step's with
  *   warm start): P = M Q, all-reduced (the bucket's P's in one flat buffer), orthogonalized;
@@ -378,10 +379,15 @@ function checkBucket(bucket: GradBucket): void {
   }
 }
 
-/** The matrix a parameter is viewed as: its first dimension by the rest (a scalar is 1 x 1). */
+/**
+ * The matrix a parameter is viewed as: every dimension but the last by the last (a scalar is 1 x
+ * 1). TF.js keeps the output dimension last (a dense kernel is [in, out], a convolution's [kh, kw,
+ * in, out]), so this is torch's out x (in kh kw) view transposed: a convolution becomes
+ * (kh kw in) x out, which compresses, where its first dimension (kh) by the rest would not.
+ */
 function matrixOf(shape: readonly number[]): { n: number; m: number } {
-  const n = shape.length === 0 ? 1 : shape[0]!;
-  const m = shape.slice(1).reduce((a, b) => a * b, 1);
+  const m = shape.length === 0 ? 1 : shape[shape.length - 1]!;
+  const n = shape.slice(0, -1).reduce((a, b) => a * b, 1);
   return { n, m };
 }
 
