@@ -584,6 +584,10 @@ export interface CommSummary {
   bytesPerStep?: number | null;
   /** Those bytes over what the float32 ring all-reduce of the same gradients would have sent: summed over the ranks (each rank's mean per step). */
   compressionRatio?: number | null;
+  /** Bytes per step after the hook's start (PowerSGD's plain warm-up left out), the mean over ranks. */
+  bytesPerStepAfterStart?: number | null;
+  /** Rank 0's overlap: the communication's span per step, what the step waited for of it, and the share hidden behind the backward. */
+  overlap?: { commMs: number; exposedMs: number; hiddenShare: number };
 }
 
 const COMM_HOOK_NAMES = new Set(['none', 'fp16', 'bf16', 'powersgd', 'localsgd']);
@@ -617,7 +621,15 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     const ratios = ranks.map((r) => finite(r.compressionRatio)).filter((x): x is number => x !== null && x >= 0);
     if (ratios.length > 0) compressionRatio = round4(ratios.reduce((a, b) => a + b, 0) / ratios.length);
   }
-  return { ...(hook ? { commHook } : {}), bytesPerStep, compressionRatio };
+  const after = ranks.map((r) => finite(r.bytesPerStepAfterStart)).filter((b): b is number => b !== null && b >= 0);
+  const o = ranks.map((r) => record(r.overlap)).find((x) => x !== null && [x.commMs, x.exposedMs, x.hiddenShare].every((v) => finite(v) !== null)) ?? null;
+  return {
+    ...(hook ? { commHook } : {}),
+    bytesPerStep,
+    compressionRatio,
+    ...(after.length > 0 ? { bytesPerStepAfterStart: round(after.reduce((a, b) => a + b, 0) / after.length) } : {}),
+    ...(o ? { overlap: { commMs: round(o.commMs as number), exposedMs: round(o.exposedMs as number), hiddenShare: round4(o.hiddenShare as number) } } : {}),
+  };
 }
 
 /**

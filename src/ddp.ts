@@ -66,6 +66,12 @@ export interface BackwardTimings {
   allreduce: number;
   /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
   slowed: number;
+  /**
+   * From the first bucket's reduction starting to the last one's ending (0 without reductions):
+   * the communication's span. `comm - allreduce` of it ran while buckets were still read back,
+   * hidden behind the backward.
+   */
+  comm: number;
 }
 
 export interface BackwardOptions {
@@ -296,6 +302,8 @@ export class DistributedDataParallel {
     const syncing = this.syncing;
     const step = syncing ? this.startStep + this.syncs++ : 0;
     const sentBefore = this.pg.bytesSent();
+    let commStart = 0;
+    let commEnd = 0;
     try {
       // The forward and backward count with the first readback, which waits for them to finish.
       let unstretched = t1 - t0;
@@ -327,7 +335,11 @@ export class DistributedDataParallel {
         }
         // Start this bucket's reduction while the next bucket is read back.
         if (syncing) {
-          const reduced = this.reduceBucket(index, view, step);
+          if (reductions.length === 0) commStart = performance.now();
+          const reduced = this.reduceBucket(index, view, step).then((avg) => {
+            commEnd = Math.max(commEnd, performance.now());
+            return avg;
+          });
           reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
         }
       }
@@ -362,7 +374,8 @@ export class DistributedDataParallel {
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
-    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed }, commBytes, inputGrads };
+    const comm = reductions.length > 0 ? commEnd - commStart : 0;
+    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed, comm }, commBytes, inputGrads };
   }
 
   /**

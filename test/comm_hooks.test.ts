@@ -290,6 +290,8 @@ interface Run {
   net: MemoryNetwork;
   /** Per rank and step: `commBytes`, the counter's difference over the backward, and the frames the links carried. */
   commBytes: number[][];
+  /** Per rank and step: the communication's span and the wait at the end (BackwardTimings.comm, .allreduce). */
+  spans: Array<Array<{ comm: number; allreduce: number }>>;
   counterDiffs: number[][];
   frameBytes: number[][];
 }
@@ -301,7 +303,7 @@ async function train(n: number, steps: number, hook?: () => CommHook, options: {
   if (hook) for (const d of ddps) d.registerCommHook(hook());
   await Promise.all(ddps.map((d) => d.pg.allReduce(new Float32Array(4)))); // every link of the ring open
   const sent = countFrames(net, n);
-  const run: Run = { ddps, net, commBytes: ddps.map(() => []), counterDiffs: ddps.map(() => []), frameBytes: ddps.map(() => []) };
+  const run: Run = { ddps, net, commBytes: ddps.map(() => []), spans: ddps.map(() => []), counterDiffs: ddps.map(() => []), frameBytes: ddps.map(() => []) };
   for (let s = 0; s < steps; s++) {
     await Promise.all(
       ddps.map(async (d, r) => {
@@ -312,6 +314,7 @@ async function train(n: number, steps: number, hook?: () => CommHook, options: {
         const framesBefore = sent[r]!;
         const res = await d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4));
         run.commBytes[r]!.push(res.commBytes);
+        run.spans[r]!.push({ comm: res.timings.comm, allreduce: res.timings.allreduce });
         run.counterDiffs[r]!.push(d.pg.bytesSent() - before);
         run.frameBytes[r]!.push(sent[r]! - framesBefore);
         tf.dispose([xs, ys]);
@@ -326,6 +329,16 @@ const flat = (d: DistributedDataParallel) => d.flatWeights();
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 describe('DistributedDataParallel communication hooks', () => {
+  it('times the communication: its span covers the wait at the end, so what is hidden is span - wait', async () => {
+    const run = await train(2, 3, undefined, { bucketCapMB: 0.0005, firstBucketCapMB: 0.0005 });
+    for (const perStep of run.spans) {
+      for (const { comm, allreduce } of perStep) {
+        expect(comm).toBeGreaterThan(0);
+        expect(comm + 1e-6).toBeGreaterThanOrEqual(allreduce);
+      }
+    }
+  });
+
   it('fp16CompressHook: replicas stay bit-identical, training stays close to float32, at most 0.55 of the bytes', async () => {
     const steps = 6;
     // Small buckets (the MLP's 4 parameters in 3): several reductions in flight per step, as on a bigger model.

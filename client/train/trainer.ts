@@ -104,6 +104,8 @@ export type Metrics = {
   apply: number;
   /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
   slowed: number;
+  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
+  comm: number;
 };
 
 /**
@@ -142,7 +144,10 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const comm = commSetup(config.commHook);
   const hook = comm.hook;
   /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
-  const bytes = { sent: 0, dense: 0, averagings: 0 };
+  const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
+  let commSpan = 0;
+  // The step after which the hook compresses (PowerSGD's startIter, post-local SGD's startStep; 0: from the first).
+  const hookStart = comm.spec.kind === 'powersgd' ? comm.spec.startIter : comm.spec.kind === 'localsgd' ? comm.spec.startStep : 0;
   // --slow: this tab's factor is looked up by its rank in the current round, every step.
   let straggler = new Straggler(1);
   let slowedTotal = 0;
@@ -254,6 +259,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
         slowedTotal += metrics[pg.rank]!.slowed;
         bytes.sent += metrics[pg.rank]!.commBytes;
+        commSpan += metrics.reduce((s, m) => s + m.comm, 0) / metrics.length;
+        if (step > hookStart) {
+          bytes.afterStart += metrics[pg.rank]!.commBytes;
+          bytes.stepsAfterStart++;
+        }
         bytes.dense += metrics[pg.rank]!.commDenseBytes;
         if (comm.averager?.averagesAt(step)) bytes.averagings++;
         samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
@@ -317,6 +327,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     bytesPerStep: timedSteps > 0 ? bytes.sent / timedSteps : null,
     denseBytesPerStep: timedSteps > 0 ? bytes.dense / timedSteps : null,
     compressionRatio: bytes.dense > 0 ? bytes.sent / bytes.dense : null,
+    // The same after the hook's start (PowerSGD's plain warm-up steps left out).
+    bytesPerStepAfterStart: bytes.stepsAfterStart > 0 ? bytes.afterStart / bytes.stepsAfterStart : null,
+    // Overlap: of the communication's span per step, what ran while buckets were still being read
+    // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
+    overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
     // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
     seconds: (performance.now() - started) / 1000,
@@ -522,4 +537,12 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
   }
   await pg.allReduce(totals, 'sum');
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+}
+
+/** Mean communication span and exposed wait per step, and the share of the span hidden behind the backward. */
+function overlapOf(steps: number, span: number, exposed: number): { commMs: number; exposedMs: number; hiddenShare: number } | null {
+  if (steps === 0 || span <= 0) return null;
+  const commMs = span / steps;
+  const exposedMs = Math.min(exposed / steps, commMs);
+  return { commMs, exposedMs, hiddenShare: 1 - exposedMs / commMs };
 }
