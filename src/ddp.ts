@@ -9,6 +9,9 @@
  * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
  *   sum (gradient accumulation);
  * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad);
+ * - `registerCommHook(hook)` (torch's register_comm_hook) replaces each bucket's all-reduce with
+ *   the hook's reduction (comm_hooks/: fp16 and bf16 compression, PowerSGD, ...); without one,
+ *   `allreduceHook()` is the plain float32 all-reduce;
  * - with `errorIfNonfinite`, a backward whose averaged gradients hold a NaN or an infinity fails
  *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
  * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
@@ -20,6 +23,8 @@ import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts
 import { bytesToString } from './protocol.ts';
 import { NonFiniteGradientError } from './errors.ts';
 import type { Straggler } from './straggler.ts';
+import { allreduceHook } from './comm_hooks/default_hooks.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -34,6 +39,12 @@ export interface DDPOptions {
    * A pass over the gradients already on the host; no device readback. Default false.
    */
   errorIfNonfinite?: boolean;
+  /**
+   * The step number (1-based) of the first synchronised backward, which hooks see as
+   * `GradBucket.step`: a DDP made again in the middle of a run (a new elastic round) continues
+   * its hooks' count. Default 1.
+   */
+  startStep?: number;
 }
 
 export interface Bucket {
@@ -55,6 +66,12 @@ export interface BackwardTimings {
   allreduce: number;
   /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
   slowed: number;
+  /**
+   * From the first bucket's reduction starting to the last one's ending (0 without reductions):
+   * the communication's span. `comm - allreduce` of it ran while buckets were still read back,
+   * hidden behind the backward.
+   */
+  comm: number;
 }
 
 export interface BackwardOptions {
@@ -77,6 +94,11 @@ export interface BackwardOptions {
 export interface BackwardResult {
   loss: number;
   timings: BackwardTimings;
+  /**
+   * Bytes this rank sent for this backward's reductions (`pg.bytesSent()` after they all
+   * finished, less before the first started: frames with their headers); 0 under `noSync`.
+   */
+  commBytes: number;
   /** The gradients of `options.inputs` (empty without inputs). */
   inputGrads: tf.Tensor[];
 }
@@ -138,6 +160,17 @@ export class DistributedDataParallel {
   private hasGrad = false;
   private syncing = true;
   private readonly errorIfNonfinite: boolean;
+  /** The hook reducing each bucket; the plain all-reduce until one is registered. */
+  private hook: CommHook = allreduceHook();
+  private hookRegistered = false;
+  /** Synchronised backwards started (the last one's step number is `startStep - 1 + syncs`). */
+  private syncs = 0;
+  private readonly startStep: number;
+  /** Bytes sent by the synchronised backwards' reductions, in total, and how many backwards finished them (for `bytesPerStep`). */
+  private commBytesTotal = 0;
+  private commSteps = 0;
+  /** The buckets as hooks see them, made once (every step reuses the parameters' layout). */
+  private readonly layouts: Array<GradBucket['parameters']>;
 
   private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
     this.model = model;
@@ -150,6 +183,17 @@ export class DistributedDataParallel {
     const mib = 1 << 20;
     this.buckets = assignBuckets(this.sizes, (options.firstBucketCapMB ?? 1) * mib, (options.bucketCapMB ?? 25) * mib);
     this.errorIfNonfinite = options.errorIfNonfinite ?? false;
+    const startStep = options.startStep ?? 1;
+    if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
+    this.startStep = startStep;
+    this.layouts = this.buckets.map((b) =>
+      b.params.map((index, k) => ({
+        index,
+        shape: model.trainableWeights[index]!.shape.map((d) => d ?? 1),
+        offset: b.offsets[k]! - b.start,
+        size: this.sizes[index]!,
+      })),
+    );
   }
 
   /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
@@ -162,6 +206,65 @@ export class DistributedDataParallel {
 
   get parameterCount(): number {
     return this.numel;
+  }
+
+  /**
+   * Makes `hook` reduce each bucket's gradients from the next synchronised backward on, in place
+   * of the plain all-reduce (torch's `register_comm_hook`). Every rank must register the same
+   * kind of hook. Once only, before the first backward: a second registration, or one after
+   * gradients were synchronised, throws.
+   */
+  registerCommHook(hook: CommHook): void {
+    if (this.hookRegistered) {
+      throw new Error(`a communication hook is already registered (${this.hook.name}); registerCommHook can only be called once (as torch's register_comm_hook)`);
+    }
+    if (this.syncs > 0) {
+      throw new Error(`registerCommHook must be called before the first backward; ${this.syncs} synchronised backward(s) already ran with ${this.hook.name}`);
+    }
+    if (!hook || typeof hook.reduce !== 'function' || typeof hook.name !== 'string') {
+      throw new TypeError('registerCommHook takes a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
+    }
+    this.hook = hook;
+    this.hookRegistered = true;
+  }
+
+  /** The hook reducing the buckets: the registered one, else the default `allreduceHook()`. */
+  get commHook(): CommHook {
+    return this.hook;
+  }
+
+  /** The hook's state (error feedback, warm starts, ...) for a checkpoint or a joiner; null for a hook without state. */
+  commHookState(): CommHookState | null {
+    return this.hook.stateDict?.() ?? null;
+  }
+
+  /**
+   * Restores what `commHookState()` gave (on every rank, so that they reduce alike). Throws if the
+   * state is another hook's. `options.otherRank`: the state is another rank's (a joiner's warm
+   * start, rank 0's checkpoint on another rank): the hook takes only what is the same on every
+   * rank (see LoadCommHookStateOptions).
+   */
+  loadCommHookState(state: CommHookState, options?: LoadCommHookStateOptions): void {
+    if (state.name !== this.hook.name) {
+      throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${this.hook.name}`);
+    }
+    if (!this.hook.loadStateDict) {
+      throw new Error(`the communication hook ${this.hook.name} keeps no state to load`);
+    }
+    this.hook.loadStateDict(state, options);
+  }
+
+  /** Synchronised backwards so far (the optimizer steps DDP averaged gradients for). */
+  get syncedSteps(): number {
+    return this.syncs;
+  }
+
+  /**
+   * Bytes this rank sent per synchronised backward for its reductions (`BackwardResult.commBytes`),
+   * averaged over the backwards whose reductions finished (0 before the first).
+   */
+  get bytesPerStep(): number {
+    return this.commSteps === 0 ? 0 : this.commBytesTotal / this.commSteps;
   }
 
   /**
@@ -196,10 +299,15 @@ export class DistributedDataParallel {
     const reductions: Array<Promise<unknown>> = [];
     /** Buckets whose averages hold a NaN or an infinity (checked as each all-reduce lands). */
     const nonfinite: Bucket[] = [];
+    const syncing = this.syncing;
+    const step = syncing ? this.startStep + this.syncs++ : 0;
+    const sentBefore = this.pg.bytesSent();
+    let commStart = 0;
+    let commEnd = 0;
     try {
       // The forward and backward count with the first readback, which waits for them to finish.
       let unstretched = t1 - t0;
-      for (const bucket of this.buckets) {
+      for (const [index, bucket] of this.buckets.entries()) {
         const r0 = performance.now();
         const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
         let local: Float32Array;
@@ -225,9 +333,13 @@ export class DistributedDataParallel {
           else view.set(src, offset);
           at += size;
         }
-        // Start this bucket's all-reduce while the next bucket is read back.
-        if (this.syncing) {
-          const reduced = this.pg.allReduce(view, 'avg');
+        // Start this bucket's reduction while the next bucket is read back.
+        if (syncing) {
+          if (reductions.length === 0) commStart = performance.now();
+          const reduced = this.reduceBucket(index, view, step).then((avg) => {
+            commEnd = Math.max(commEnd, performance.now());
+            return avg;
+          });
           reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
         }
       }
@@ -248,6 +360,11 @@ export class DistributedDataParallel {
       throw err;
     }
     waiting = performance.now() - w0;
+    const commBytes = syncing ? this.pg.bytesSent() - sentBefore : 0;
+    if (syncing) {
+      this.commBytesTotal += commBytes;
+      this.commSteps++;
+    }
     if (nonfinite.length > 0) {
       for (const g of inputGrads) g.dispose();
       // Every rank holds the same averages, so every rank names the same parameter. Dropping the
@@ -257,7 +374,25 @@ export class DistributedDataParallel {
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
-    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed }, inputGrads };
+    const comm = reductions.length > 0 ? commEnd - commStart : 0;
+    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed, comm }, commBytes, inputGrads };
+  }
+
+  /**
+   * Bucket `index`'s reduction by the hook: called at once (so the collectives it issues before
+   * its first await keep bucket order on every rank), its result copied into the bucket unless
+   * the hook reduced in place.
+   */
+  private async reduceBucket(index: number, view: Float32Array, step: number): Promise<Float32Array> {
+    const bucket: GradBucket = { index, buffer: view, parameters: this.layouts[index]!, step, isLast: index === this.buckets.length - 1 };
+    const out = await this.hook.reduce(this.pg, bucket);
+    if (out !== view) {
+      if (!(out instanceof Float32Array) || out.length !== view.length) {
+        throw new TypeError(`the communication hook ${this.hook.name} returned ${out instanceof Float32Array ? `${out.length} values` : String(out)} for bucket ${index}, which has ${view.length}`);
+      }
+      view.set(out);
+    }
+    return view;
   }
 
   /** The first parameter, in model order, with a NaN or an infinity in its gradient. */

@@ -7,7 +7,7 @@
  *   0  u8  magic (0xD7)        4  u32 seq     (collective or point-to-point sequence number)
  *   1  u8  kind  (FrameKind)   8  u32 step    (which message within the collective)
  *   2  u8  collective          12 u32 numel   (the collective's element count, for matching)
- *   3  u8  reduce op           16 u32 root    (broadcast source; 0 otherwise)
+ *   3  u8  reduce op | dtype   16 u32 root    (broadcast source; 0 otherwise)
  *                              20 u32 total   (bytes in the whole message)
  *                              24 u32 offset  (where this chunk's payload starts)
  *                              28 u32 length  (payload bytes in this chunk)
@@ -17,12 +17,18 @@
  * over the top-level group's links, and each group numbers its collectives by itself. Liveness
  * frames are about the link, so they carry group 0.
  *
- * The descriptor fields (collective, reduce op, numel, root) let each receiver check that the
- * sender issued the same collective at the same sequence number; a mismatch is an error on both
- * sides instead of a hang or wrong numbers. Collective and point-to-point payloads are float32:
- * their chunks start and end on 4-byte boundaries (`checkFloat32Chunk`).
+ * Byte 3 holds the reduce op in its low 4 bits and the payload's element type (the wire dtype,
+ * half.ts: 0 float32, 1 float16, 2 bfloat16) in its high 4 bits.
+ *
+ * The descriptor fields (collective, reduce op, dtype, numel, root) let each receiver check that
+ * the sender issued the same collective at the same sequence number; a mismatch (an all-reduce
+ * with a float16 wire on one rank and float32 on another, say) is an error on both sides instead
+ * of a hang or wrong numbers. Collective and point-to-point payloads are whole elements of their
+ * dtype: their chunks start and end on 4-byte boundaries for float32, 2-byte ones for the 16-bit
+ * dtypes (`checkChunk`).
  */
 import { FramingError } from './errors.ts';
+import { WIRE_DTYPE_NAMES } from './half.ts';
 
 export const MAGIC = 0xd7;
 export const HEADER_BYTES = 36;
@@ -51,6 +57,8 @@ export interface Descriptor {
   reduceOp: number;
   numel: number;
   root: number;
+  /** The payload's element type on the wire (`WIRE_DTYPE_CODES`): 0 (float32) when left out. */
+  dtype?: number;
 }
 
 export interface FrameHeader extends Descriptor {
@@ -71,11 +79,17 @@ export function describeCollective(d: Descriptor): string {
     : d.collective === Collective.broadcast
       ? `(src ${d.root})`
       : '';
-  return `${name}${op} of ${d.numel} elements`;
+  const dtype = d.dtype ? ` with a ${WIRE_DTYPE_NAMES[d.dtype] ?? `dtype#${d.dtype}`} wire` : '';
+  return `${name}${op} of ${d.numel} elements${dtype}`;
 }
 
 export function sameDescriptor(a: Descriptor, b: Descriptor): boolean {
-  return a.collective === b.collective && a.reduceOp === b.reduceOp && a.numel === b.numel && a.root === b.root;
+  return a.collective === b.collective && a.reduceOp === b.reduceOp && a.numel === b.numel && a.root === b.root && (a.dtype ?? 0) === (b.dtype ?? 0);
+}
+
+/** Bytes per element of a payload of wire dtype `code`. */
+export function elementBytes(code = 0): number {
+  return code === 0 ? 4 : 2;
 }
 
 export function writeHeader(frame: Uint8Array, h: FrameHeader): void {
@@ -83,7 +97,10 @@ export function writeHeader(frame: Uint8Array, h: FrameHeader): void {
   v.setUint8(0, MAGIC);
   v.setUint8(1, h.kind);
   v.setUint8(2, h.collective);
-  v.setUint8(3, h.reduceOp);
+  if (h.reduceOp < 0 || h.reduceOp > 0x0f) throw new RangeError(`reduce op ${h.reduceOp} does not fit 4 bits`);
+  const dtype = h.dtype ?? 0;
+  if (dtype < 0 || dtype > 0x0f) throw new RangeError(`dtype ${dtype} does not fit 4 bits`);
+  v.setUint8(3, h.reduceOp | (dtype << 4));
   v.setUint32(4, h.seq, true);
   v.setUint32(8, h.step, true);
   v.setUint32(12, h.numel, true);
@@ -108,7 +125,8 @@ export function readHeader(frame: Uint8Array): FrameHeader {
   const h: FrameHeader = {
     kind,
     collective: v.getUint8(2) as Collective,
-    reduceOp: v.getUint8(3),
+    reduceOp: v.getUint8(3) & 0x0f,
+    dtype: v.getUint8(3) >>> 4,
     seq: v.getUint32(4, true),
     step: v.getUint32(8, true),
     numel: v.getUint32(12, true),
@@ -118,6 +136,9 @@ export function readHeader(frame: Uint8Array): FrameHeader {
     length: v.getUint32(28, true),
     group: v.getUint32(32, true),
   };
+  if (WIRE_DTYPE_NAMES[h.dtype!] === undefined) {
+    throw new FramingError(`frame has unknown element type ${h.dtype} (seq ${h.seq})`, undefined, 'dtype');
+  }
   if (frame.length - HEADER_BYTES !== h.length) {
     throw new FramingError(
       `truncated chunk: header says ${h.length} payload bytes, frame carries ${frame.length - HEADER_BYTES} (seq ${h.seq}, offset ${h.offset})`,
@@ -132,23 +153,26 @@ export function readHeader(frame: Uint8Array): FrameHeader {
 }
 
 /**
- * Collective and point-to-point payloads are float32 (`frames` cuts them on 4-byte boundaries):
- * a chunk that does not start and end on one cannot be viewed as floats. Throws FramingError
- * naming the field. Abort notices carry JSON and are not checked.
+ * Collective and point-to-point payloads are whole elements of the header's dtype: float32
+ * unless a 16-bit wire was asked for (`frames` cuts them on 4-byte boundaries, so only a
+ * 16-bit message's last chunk may end on a 2-byte one). A chunk that does not start and end on
+ * an element's boundary cannot be viewed as values. Throws FramingError naming the field. Abort
+ * notices carry JSON and are not checked.
  */
-export function checkFloat32Chunk(h: FrameHeader): void {
+export function checkChunk(h: FrameHeader): void {
   if (h.kind === FrameKind.abort) return;
   if (h.kind === FrameKind.alive) {
     if (h.length !== 0 || h.total !== 0) throw new FramingError(`a liveness frame carries no payload, this one ${h.length} bytes`, undefined, 'length');
     return;
   }
-  if (h.offset % 4 !== 0) throw new FramingError(`chunk offset ${h.offset} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'offset');
-  if (h.length % 4 !== 0) throw new FramingError(`chunk length ${h.length} is not a multiple of 4 bytes (seq ${h.seq})`, undefined, 'length');
+  const size = elementBytes(h.dtype);
+  if (h.offset % size !== 0) throw new FramingError(`chunk offset ${h.offset} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'offset');
+  if (h.length % size !== 0) throw new FramingError(`chunk length ${h.length} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'length');
 }
 
 /**
  * Splits a message into frames of at most `maxFrameBytes`, payloads aligned to 4 bytes so a
- * receiver can view them as Float32. An empty message is one header-only frame, so that even a
+ * receiver can view them as Float32 (or 16-bit values). An empty message is one header-only frame, so that even a
  * zero-length collective is matched (and a mismatch noticed) on the other side.
  */
 export function* frames(

@@ -11,7 +11,7 @@ export {
   type RendezvousEvent,
   type Round,
 } from './rendezvous.ts';
-export { ProcessGroup, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './process_group.ts';
+export { ProcessGroup, type AllReduceOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './process_group.ts';
 export { reducer } from './ring.ts';
 export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './peer_link.ts';
 export { selectedPath } from './peer_link.ts';
@@ -59,6 +59,20 @@ export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/m
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './ddp.ts';
+export { allreduceHook, fp16CompressHook, bf16CompressHook } from './comm_hooks/default_hooks.ts';
+export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
+export {
+  WIRE_DTYPES,
+  wireBytes,
+  encode16,
+  decode16,
+  roundToWire,
+  toFloat16Bits,
+  fromFloat16Bits,
+  toBfloat16Bits,
+  fromBfloat16Bits,
+  type HalfDtype,
+} from './half.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights } from './replicas.ts';
 export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './pipeline/schedule.ts';
@@ -104,7 +118,7 @@ export {
 export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
-export { saveState, restoreStatePart, type RunRecord, type Restored } from './elastic/recovery.ts';
+export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './straggler.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
 export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';
@@ -136,3 +150,5 @@ export {
   type WorkerStepContext,
   type WorkerStepResult,
 } from './parameter_server/runner.ts';
+export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './comm_hooks/powersgd.ts';
+export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './comm_hooks/local_sgd.ts';

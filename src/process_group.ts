@@ -26,6 +26,7 @@ import type { LinkDetails, LinkStats } from './group_links.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from './mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from './peer_link.ts';
 import type { SignalEvent } from './protocol.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, type WireDtype } from './half.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from './shared_links.ts';
 import { PrefixStore, type Store, type StoreClient } from './store.ts';
@@ -34,6 +35,20 @@ import { PrefixStore, type Store, type StoreClient } from './store.ts';
 export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
 
 export type { ReduceOpName } from './framing.ts';
+export type { WireDtype } from './half.ts';
+
+/** How `allReduce` moves its values. */
+export interface AllReduceOptions {
+  /**
+   * What the values travel as (default float32). `float16` or `bfloat16` halve the bytes: each
+   * hop of the reduce-scatter sends its partial sums as 16-bit values and the receiver adds them
+   * in float32; each segment's owner encodes its final float32 reduction once and the all-gather
+   * carries those 16-bit values, so the result is rounded to the wire's precision and every
+   * rank ends with the same bits (on a world of one too: the values are rounded, as the wire
+   * would). Every rank must pass the same wire: a mismatch is a CollectiveMismatchError.
+   */
+  wire?: WireDtype;
+}
 export type { LinkDetails, LinkPath, LinkStats } from './group_links.ts';
 export type { ProcessGroupEvent } from './shared_links.ts';
 /** How a group's links behave: the options every way of making a group takes. */
@@ -143,6 +158,8 @@ export class ProcessGroup {
   private rejectBroken!: (err: Error) => void;
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
   private readonly maxFrameBytes: number;
+  /** Bytes of this group's collective and point-to-point frames this rank sent (see `bytesSent`). */
+  private sentBytes = 0;
   private readonly maxSeqAhead: number;
   private readonly timeoutMs: number;
 
@@ -231,6 +248,17 @@ export class ProcessGroup {
     return (await this.shared.links.details(timeoutMs)).filter((d) => this.members.has(d.peer));
   }
 
+  /**
+   * Bytes this rank has sent for this group's collectives and point-to-point messages since the
+   * group was made: every frame, its 36-byte header included, counted as it is handed to the
+   * link. Not counted: the links' own traffic (liveness frames, flow-control credits), abort
+   * notices, and other groups' frames (a subgroup counts its own). A difference of two readings
+   * is what the collectives in between sent (DDP's `commBytes`).
+   */
+  bytesSent(): number {
+    return this.sentBytes;
+  }
+
   /** Why the group can no longer run collectives, if it cannot. */
   get error(): Error | undefined {
     return this.broken;
@@ -315,14 +343,22 @@ export class ProcessGroup {
 
   // --- Collectives ------------------------------------------------------------------------------
 
-  /** Reduces `buf` across all ranks in place (ring reduce-scatter + all-gather) and returns it. */
-  async allReduce(buf: Float32Array, op: ReduceOpName = 'sum'): Promise<Float32Array> {
-    return this.run(this.descriptor(Collective.allReduce, buf.length, op), buf, async (t) => {
+  /**
+   * Reduces `buf` across all ranks in place (ring reduce-scatter + all-gather) and returns it.
+   * `options.wire` sends 16-bit values instead of float32 (see `AllReduceOptions`).
+   */
+  async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
+    const wire = checkWireDtype(options.wire ?? 'float32');
+    const d = { ...this.descriptor(Collective.allReduce, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
+    const out = await this.run(d, buf, async (t) => {
       const segs = segments(buf.length, this.worldSize);
-      await ringReduceScatter(t, buf, segs, op);
-      await ringAllGather(t, buf, segs, this.worldSize - 1);
+      await ringReduceScatter(t, buf, segs, op, wire);
+      await ringAllGather(t, buf, segs, this.worldSize - 1, wire);
       return buf;
     });
+    // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
+    if (this.worldSize === 1) roundToWire(wire, buf);
+    return out;
   }
 
   /**
@@ -487,6 +523,7 @@ export class ProcessGroup {
         const link = await this.shared.links.get(this.ranks[peer]!);
         for (const frame of frames(bytes, { kind, group, seq, step, ...d }, this.maxFrameBytes)) {
           this.throwIfBroken();
+          this.sentBytes += frame.length;
           // A send waiting for the queue to drain stops as soon as the group breaks.
           await this.failFast(link.send(frame));
         }
@@ -498,7 +535,10 @@ export class ProcessGroup {
       },
       forward: async (peer) => {
         const link = await this.shared.links.get(this.ranks[peer]!);
-        return (frame) => link.send(frame);
+        return (frame) => {
+          this.sentBytes += frame.length;
+          return link.send(frame);
+        };
       },
     };
   }

@@ -9,9 +9,16 @@
  * segment r (the layout torch's reduce_scatter gives); the all-gather then passes each owner's
  * segment around the ring. Each segment is reduced once, on its owner, in one fixed order, and
  * then copied: every rank ends with bit-identical values.
+ *
+ * A 16-bit wire (`wire`: float16 or bfloat16, half.ts) halves the bytes and keeps that promise:
+ * in the reduce-scatter each hop sends its partial sums encoded as 16-bit values and the receiver
+ * accumulates their decoded values in float32; the owner of each segment encodes its final
+ * float32 reduction once, keeps the decoded values itself, and the all-gather passes those
+ * 16-bit values on unchanged, so every rank decodes the same bits.
  */
 
 import type { ReduceOpName } from './framing.ts';
+import { decode16, encode16, wireBytes, type WireDtype } from './half.ts';
 
 export interface Segment {
   start: number;
@@ -88,21 +95,31 @@ export interface RingTransport {
 
 /**
  * Ring reduce-scatter over `segs` of `buf`, in place: afterwards rank r holds the reduction of
- * segment r (divided by n for avg). Each chunk is reduced as it arrives.
+ * segment r (divided by n for avg), in float32. Each chunk is reduced as it arrives. With a
+ * 16-bit `wire`, the partial sums travel as 16-bit values and are accumulated in float32.
  */
-export async function ringReduceScatter(t: RingTransport, buf: Float32Array, segs: Segment[], op: ReduceOpName): Promise<void> {
+export async function ringReduceScatter(t: RingTransport, buf: Float32Array, segs: Segment[], op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
   const n = t.worldSize;
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);
   const reduce = reducer(op);
+  const size = wireBytes(wire);
+  // Decoded chunks of a 16-bit wire, reused: at most one segment long.
+  const scratch = wire === 'float32' ? undefined : new Float32Array(Math.max(0, ...segs.map((g) => g.end - g.start)));
   for (let s = 0; s < n - 1; s++) {
     const { send, recv } = reduceScatterStep(t.rank, n, s);
     const into = segs[recv]!;
     await Promise.all([
-      t.send(right, s, asBytes(buf, segs[send]!)),
-      t.recv(left, s, (into.end - into.start) * 4, (payload, offset) => {
-        const incoming = asFloats(payload);
-        reduce(buf, incoming, into.start + offset / 4, incoming.length, 0);
+      t.send(right, s, wire === 'float32' ? asBytes(buf, segs[send]!) : encodeSegment(wire, buf, segs[send]!)),
+      t.recv(left, s, (into.end - into.start) * size, (payload, offset) => {
+        if (wire === 'float32') {
+          const incoming = asFloats(payload);
+          reduce(buf, incoming, into.start + offset / 4, incoming.length, 0);
+          return;
+        }
+        const incoming = asHalves(payload);
+        decode16(wire, incoming, scratch!, 0, incoming.length);
+        reduce(buf, scratch!, into.start + offset / 2, incoming.length, 0);
       }),
     ]);
   }
@@ -115,19 +132,52 @@ export async function ringReduceScatter(t: RingTransport, buf: Float32Array, seg
 /**
  * Ring all-gather over `segs` of `buf`, in place: rank r starts owning segment r and ends with
  * all of them. `stepBase` keeps message numbers apart from a reduce-scatter in the same collective.
+ *
+ * With a 16-bit `wire`, rank r encodes its segment once and replaces it with the decoded values
+ * (it is rounded to the wire's precision); the 16-bit values then travel unchanged around the
+ * ring and every rank decodes them: all ranks end with the same bits.
  */
-export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: Segment[], stepBase = 0): Promise<void> {
+export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: Segment[], stepBase = 0, wire: WireDtype = 'float32'): Promise<void> {
   const n = t.worldSize;
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);
+  if (wire === 'float32') {
+    for (let s = 0; s < n - 1; s++) {
+      const { send, recv } = allGatherStep(t.rank, n, s);
+      const into = segs[recv]!;
+      await Promise.all([
+        t.send(right, stepBase + s, asBytes(buf, segs[send]!)),
+        t.recv(left, stepBase + s, (into.end - into.start) * 4, copyInto(buf, into.start)),
+      ]);
+    }
+    return;
+  }
+  // The 16-bit values of the whole buffer as they travel: this rank's own segment encoded here,
+  // the others as received (and forwarded as received, never encoded again).
+  const bits = new Uint16Array(buf.length);
+  const own = segs[t.rank]!;
+  encode16(wire, buf.subarray(own.start, own.end), bits.subarray(own.start, own.end));
+  decode16(wire, bits, buf, own.start, own.end - own.start, own.start);
+  const wireBuf = new Uint8Array(bits.buffer);
   for (let s = 0; s < n - 1; s++) {
     const { send, recv } = allGatherStep(t.rank, n, s);
     const into = segs[recv]!;
+    const from = segs[send]!;
     await Promise.all([
-      t.send(right, stepBase + s, asBytes(buf, segs[send]!)),
-      t.recv(left, stepBase + s, (into.end - into.start) * 4, copyInto(buf, into.start)),
+      t.send(right, stepBase + s, wireBuf.subarray(from.start * 2, from.end * 2)),
+      t.recv(left, stepBase + s, (into.end - into.start) * 2, (payload, offset) => {
+        wireBuf.set(payload, into.start * 2 + offset);
+        decode16(wire, bits, buf, into.start + offset / 2, payload.length / 2, into.start + offset / 2);
+      }),
     ]);
   }
+}
+
+/** One segment of `buf` as 16-bit values (a fresh array: the partial sums of a reduce-scatter hop). */
+function encodeSegment(wire: Exclude<WireDtype, 'float32'>, buf: Float32Array, seg: Segment): Uint8Array {
+  const bits = new Uint16Array(seg.end - seg.start);
+  encode16(wire, buf.subarray(seg.start, seg.end), bits);
+  return new Uint8Array(bits.buffer);
 }
 
 /** Copies `src`'s bytes into everyone's `bytes`, passing each chunk on along the ring as it arrives. */
@@ -179,6 +229,12 @@ export function asBytes(buf: Float32Array, seg?: Segment): Uint8Array {
 function asFloats(payload: Uint8Array): Float32Array {
   if (payload.byteOffset % 4 === 0) return new Float32Array(payload.buffer, payload.byteOffset, payload.length / 4);
   return new Float32Array(payload.slice().buffer);
+}
+
+/** A Uint16 view of a payload; copies only when the payload is not 2-byte aligned. */
+function asHalves(payload: Uint8Array): Uint16Array {
+  if (payload.byteOffset % 2 === 0) return new Uint16Array(payload.buffer, payload.byteOffset, payload.length / 2);
+  return new Uint16Array(payload.slice().buffer);
 }
 
 /** A chunk handler that copies each chunk into `target` from element `startElement` on. */

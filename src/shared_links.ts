@@ -12,7 +12,7 @@
  * process_group.ts, which gives each group a `RoutedGroup`.
  */
 import { ConnectionClosedError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from './errors.ts';
-import { FrameKind, MAX_FRAME_BYTES, checkFloat32Chunk, encodeAlive, readHeader, type FrameHeader } from './framing.ts';
+import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, readHeader, type FrameHeader } from './framing.ts';
 import { GroupLinks } from './group_links.ts';
 import { encodeAbortNotice } from './mailbox.ts';
 import { onPageHide } from './page_lifecycle.ts';
@@ -215,7 +215,7 @@ export class SharedLinks {
     try {
       if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
       const h = readHeader(frame);
-      checkFloat32Chunk(h);
+      checkChunk(h);
       if (h.kind === FrameKind.alive) {
         if (h.group !== 0) throw new FramingError(`a liveness frame is about the link and carries group 0, this one group ${h.group}`, from, 'group');
         this.heard(from);

@@ -107,6 +107,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     ps: 1,
     maxStaleness: null,
     stalenessLr: false,
+    commHook: { kind: 'none' },
     ...over,
   };
 }

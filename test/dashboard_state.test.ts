@@ -8,7 +8,9 @@ import type { RankStepMetrics, TrainConfig, TrainEvent } from '../client/train/e
 import {
   CONFIRM,
   MAX_LOG,
+  commFigures,
   controls,
+  describeCommHook,
   describeJob,
   displayPhase,
   downloadBaseName,
@@ -69,6 +71,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     maxStaleness: null,
     stalenessLr: false,
     slow: null,
+    commHook: { kind: 'none' },
     ...over,
   };
 }
@@ -488,6 +491,52 @@ describe('purity and the facts', () => {
   });
 });
 
+describe('the communication hook (--comm-hook) on the performance card', () => {
+  /** Steps 1..k of ranks 0 and 1, each sending `sent(step, rank)` bytes of a baseline of 1000. */
+  const steps = (k: number, sent: (n: number, r: number) => number) =>
+    Array.from({ length: k }, (_, i) => step(i + 1, { ranks: [0, 1].map((r) => metrics(r, { commBytes: sent(i + 1, r), commDenseBytes: 1000 })) }));
+
+  it('says the hook, the bytes per rank per step and the ratio to the float32 all-reduce, over the recent steps', () => {
+    const s = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10 } }) }, joined(0, 2), ...steps(30, (n) => (n <= 10 ? 1000 : 100))]);
+    // The last 20 steps (11..30) per rank: all compressed.
+    expect(commFigures(s)).toEqual({ hook: 'PowerSGD, rank 2, after 10 plain steps', bytesPerStep: 100, ratio: 0.1, text: 'Gradients: PowerSGD, rank 2, after 10 plain steps · 100 B sent per rank per step · 0.1× the float32 all-reduce’s bytes' });
+    expect(rankAverages(s).map((r) => r.bytesPerStep)).toEqual([100, 100]);
+    // Steps 1..20, the window: ten plain (1000 bytes), ten compressed (100 + rank).
+    const early = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10 } }) }, joined(0, 2), ...steps(20, (n, r) => (n <= 10 ? 1000 : 100 + r))]);
+    expect(commFigures(early)).toMatchObject({ bytesPerStep: 550.25, ratio: 0.55025 });
+  });
+
+  it('the plain all-reduce reads as such, with a ratio of 1; before any step only the hook', () => {
+    const before = replay([{ type: 'config', config: config({ min: 2, max: 2 }) }, joined(0, 2)]);
+    expect(commFigures(before)).toEqual({ hook: 'float32 all-reduce', bytesPerStep: null, ratio: null, text: 'Gradients: float32 all-reduce' });
+    const s = replay(steps(3, () => 1000), before);
+    expect(commFigures(s)?.text).toBe('Gradients: float32 all-reduce · 1 kB sent per rank per step · 1× the float32 all-reduce’s bytes');
+    // Large figures in kB and MB.
+    const big = replay(steps(2, () => 2_450_000), before);
+    expect(commFigures(big)?.text).toMatch(/ · 2\.45 MB sent per rank per step · 2,450× /);
+  });
+
+  it('ranks that do not say their bytes (pipelines, parameter servers) have none; those runs have no line', () => {
+    const s = training();
+    expect(rankAverages(s)[0]).not.toHaveProperty('bytesPerStep');
+    expect(commFigures(s)).toMatchObject({ bytesPerStep: null, ratio: null });
+    expect(commFigures(training({ pp: 3, dp: 1 }))).toBeNull();
+    expect(commFigures(training({ strategy: 'central' }))).toBeNull();
+    expect(commFigures(initialDashboardState({ session: 's', at: T0 }))).toBeNull();
+    // A step whose baseline is missing gives bytes but no ratio.
+    const partial = replay([step(6, { ranks: [metrics(0, { commBytes: 10 }), metrics(1, { commBytes: 30, commDenseBytes: 100 })] })], training());
+    expect(commFigures(partial)).toMatchObject({ bytesPerStep: 20, ratio: null });
+  });
+
+  it('the job line names the hook when it is not the plain all-reduce', () => {
+    expect(describeJob(config({ commHook: { kind: 'fp16' } }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs · fp16 compression (float16 on the wire)');
+    expect(describeJob(config({ commHook: { kind: 'none' } }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
+    expect(describeCommHook({ kind: 'bf16' })).toBe('bf16 compression (bfloat16 on the wire)');
+    expect(describeCommHook({ kind: 'localsgd', period: 4, startStep: 1 })).toBe('local SGD, models averaged every 4 steps after 1 averaged step');
+    expect(describeCommHook({ kind: 'powersgd', rank: 1, startIter: 0 })).toBe('PowerSGD, rank 1, after 0 plain steps');
+  });
+});
+
 describe('time left with evaluation pauses', () => {
   it('measures an evaluation as the gap after its step, and leaves it out of the step rate', () => {
     // Steps every second; the eval after step 10 takes 4 s, so step 11 comes 5 s after step 10.
@@ -701,6 +750,7 @@ describe('pipeline runs', () => {
     expect(p.measuredBubble).toBeCloseTo(0.225);
     expect(p.bubbleText).toBe('Bubble: 22.5% measured (latest step, mean of the stages) · 20.0% by the formula (S−1)/(M+S−1) = 1/5.');
     // Before any step: the formula only.
+    // Steps 1..20, the window: ten plain (1000 bytes), ten compressed (100 + rank).
     const early = replay([{ type: 'config', config: pipeCfg }, joined(3, 4), layout]);
     expect(pipelinePanel(early)!.measuredBubble).toBeNull();
     expect(pipelinePanel(early)!.bubbleText).toBe('Bubble: not measured yet · 20.0% by the formula (S−1)/(M+S−1) = 1/5.');

@@ -21,9 +21,19 @@ function reassemble(list: Uint8Array[], total: number): Uint8Array {
 describe('frames', () => {
   it('round-trips the header', () => {
     const f = new Uint8Array(HEADER_BYTES + 4);
-    const h: FrameHeader = { ...base, total: 400, offset: 396, length: 4 };
+    const h: FrameHeader = { ...base, dtype: 0, total: 400, offset: 396, length: 4 };
     writeHeader(f, h);
     expect(readHeader(f)).toEqual(h);
+  });
+
+  it('carries the wire dtype in the high 4 bits of byte 3, the reduce op in the low 4', () => {
+    const f = new Uint8Array(HEADER_BYTES + 2);
+    const h: FrameHeader = { ...base, reduceOp: 1, dtype: 2, total: 6, offset: 4, length: 2 };
+    writeHeader(f, h);
+    expect(f[3]).toBe(0x21);
+    expect(readHeader(f)).toEqual(h);
+    f[3] = 0x31;
+    expect(() => readHeader(f)).toThrow(/unknown element type 3/);
   });
 
   it('carries the process group id as a u32 at byte 32 of a 36-byte header', () => {

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { recover, type StateClaim } from '../src/elastic/recovery.ts';
 import { FramingError, StateTransferError } from '../src/errors.ts';
-import { Collective, FrameKind, HEADER_BYTES, checkFloat32Chunk, frames, readHeader, writeHeader } from '../src/framing.ts';
+import { Collective, FrameKind, HEADER_BYTES, checkChunk, frames, readHeader, writeHeader } from '../src/framing.ts';
 import { Mailbox } from '../src/mailbox.ts';
 import { buildModel } from '../src/models.ts';
 import type { ProcessGroup } from '../src/process_group.ts';
@@ -73,9 +73,9 @@ function rejection(r: PromiseSettledResult<unknown>): Error {
 describe('peer frames', () => {
   it('a chunk whose offset or length is not a multiple of 4 bytes is refused, naming the field', () => {
     const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
-    expect(() => checkFloat32Chunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(/chunk offset 2 is not a multiple of 4 bytes/);
-    expect(() => checkFloat32Chunk(readHeader(tamper(f!, { length: 6 })))).toThrow(/chunk length 6 is not a multiple of 4 bytes/);
-    expect(() => checkFloat32Chunk(readHeader(f!))).not.toThrow();
+    expect(() => checkChunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(/chunk offset 2 is not a multiple of 4 bytes/);
+    expect(() => checkChunk(readHeader(tamper(f!, { length: 6 })))).toThrow(/chunk length 6 is not a multiple of 4 bytes/);
+    expect(() => checkChunk(readHeader(f!))).not.toThrow();
   });
 
   for (const [field, change] of [
@@ -268,5 +268,12 @@ describe('state transfer', () => {
     const lying = await hostileSource(sendHeader(header([], 0, 2 ** 31)));
     expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
     expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
+    // A communication hook state bigger than any hook of this model keeps, or malformed.
+    const honestHeader = header(honest.optimizer.weightSpecs, honest.optimizer.weightData.byteLength);
+    const bigHook = await hostileSource(sendHeader({ ...honestHeader, commHookName: 'powerSGD', commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] } }));
+    expect(bigHook).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'communication hook state' });
+    expect((bigHook as Error).message).toMatch(/its tensors hold more than the \d+ values allowed/);
+    const oddHook = await hostileSource(sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }));
+    expect(oddHook).toMatchObject({ name: 'StateTransferError', parameter: 'communication hook state' });
   });
 });

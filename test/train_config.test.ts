@@ -1,6 +1,6 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, parseTrainConfig, urlOption } from '../client/train/config.ts';
+import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, urlOption } from '../client/train/config.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 
 const parse = (query: string) => {
@@ -40,6 +40,7 @@ describe('parseTrainConfig', () => {
       maxStaleness: null,
       stalenessLr: false,
       slow: null,
+      commHook: { kind: 'none' },
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });
@@ -191,6 +192,94 @@ describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', ()
     const r = readLink(new URLSearchParams('session=s&job=train&world=3&strategy=central&ps=2'), []);
     expect(r).toMatchObject({ kind: 'bad', problem: { field: 'ps', value: '2' } });
     expect(r.kind === 'bad' && r.problem.message).toMatch(/must be 1 with strategy central, which keeps every variable on one server/);
+  });
+});
+
+describe('commHook: DDP’s communication hook (--comm-hook)', () => {
+  const refusal = (query: string): ConfigError => {
+    try {
+      parse(query);
+    } catch (err) {
+      return err as ConfigError;
+    }
+    throw new Error(`${query} was accepted`);
+  };
+
+  it('reads none, fp16, bf16, powersgd:RANK[:START] and localsgd:H[:START] as the launcher passes them (kebab-case); START is 10 unless given', () => {
+    expect(parse('world=2').commHook).toEqual({ kind: 'none' });
+    expect(parse('world=2&comm-hook=none').commHook).toEqual({ kind: 'none' });
+    expect(parse('world=2&comm-hook=fp16').commHook).toEqual({ kind: 'fp16' });
+    expect(parse('world=2&commHook=bf16').commHook).toEqual({ kind: 'bf16' });
+    expect(parse('world=2&comm-hook=powersgd:2').commHook).toEqual({ kind: 'powersgd', rank: 2, startIter: 10 });
+    expect(parse('world=2&comm-hook=powersgd:4:0').commHook).toEqual({ kind: 'powersgd', rank: 4, startIter: 0 });
+    expect(parse('world=4&min=2&comm-hook=localsgd:4').commHook).toEqual({ kind: 'localsgd', period: 4, startStep: 10 });
+    expect(parse('world=2&comm-hook=localsgd:1:100').commHook).toEqual({ kind: 'localsgd', period: 1, startStep: 100 });
+    // Empty is "not set", as for the other options.
+    expect(parse('world=2&comm-hook=').commHook).toEqual({ kind: 'none' });
+  });
+
+  it('a link carries it only when set, START only when not the default, and parses back to itself', () => {
+    expect(configParams(parse('world=2')).has('commHook')).toBe(false);
+    expect(configParams(parse('world=2&comm-hook=none')).has('commHook')).toBe(false);
+    expect(configParams(parse('world=2&comm-hook=powersgd:2:10')).get('commHook')).toBe('powersgd:2');
+    expect(configParams(parse('world=2&comm-hook=localsgd:4:25')).get('commHook')).toBe('localsgd:4:25');
+    for (const query of ['world=2&comm-hook=fp16', 'world=2&comm-hook=bf16', 'world=3&comm-hook=powersgd:3:50', 'world=4&min=2&comm-hook=localsgd:8', 'world=3&comm-hook=localsgd:2:0&slow=1:2']) {
+      const config = parse(query);
+      expect(parse(configParams(config).toString())).toEqual(config);
+    }
+    for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'localsgd:4', 'localsgd:4:11']) expect(formatCommHook(parseCommHook(text))).toBe(text);
+  });
+
+  it('is in the schema with a label and a hint, outside the create form', () => {
+    const spec = TRAIN_OPTIONS.find((o) => o.name === 'commHook')!;
+    expect(spec.inForm).toBe(false);
+    expect(spec.label.length).toBeGreaterThan(0);
+    expect(spec.hint).toMatch(/powersgd:RANK/);
+    expect(spec.hint).toMatch(/localsgd:H/);
+    expect(spec.defaultValue({})).toBe('none');
+  });
+
+  it('refuses a bad item naming it and what to write', () => {
+    expect(refusal('world=2&comm-hook=fp32').message).toBe(
+      'option commHook must be none, fp16, bf16, powersgd:RANK[:START] or localsgd:H[:START] (e.g. fp16, powersgd:2 or localsgd:4); "fp32" is not a hook, got "fp32"',
+    );
+    expect(refusal('world=2&comm-hook=powersgd').message).toBe(
+      'option commHook must be powersgd:RANK with RANK a positive integer up to 1024, the rank of the low-rank approximation (e.g. powersgd:2); RANK is missing, got "powersgd"',
+    );
+    expect(refusal('world=2&comm-hook=powersgd:0').message).toMatch(/^option commHook must be powersgd:RANK with RANK a positive integer up to 1024, .*; RANK "0" is not one, got "powersgd:0"$/);
+    expect(refusal('world=2&comm-hook=powersgd:1.5').message).toMatch(/RANK "1.5" is not one/);
+    expect(refusal('world=2&comm-hook=powersgd:2000').message).toMatch(/RANK "2000" is not one/);
+    expect(refusal('world=2&comm-hook=powersgd:2:-1').message).toBe(
+      'option commHook must be powersgd:2:START with START an integer from 0 to 10000000, the steps of plain all-reduce before compression starts (e.g. powersgd:2:100); START "-1" is not one, got "powersgd:2:-1"',
+    );
+    expect(refusal('world=2&comm-hook=powersgd:2:').message).toMatch(/START is missing/);
+    expect(refusal('world=2&comm-hook=localsgd:0').message).toBe(
+      'option commHook must be localsgd:H with H a positive integer up to 1000000, the steps between two averagings of the models (e.g. localsgd:4); H "0" is not one, got "localsgd:0"',
+    );
+    expect(refusal('world=2&comm-hook=localsgd:4:x').message).toMatch(/^option commHook must be localsgd:4:START with START an integer from 0 to 10000000, .*; START "x" is not one/);
+    expect(refusal('world=2&comm-hook=localsgd:1:2:3').message).toMatch(/^option commHook must be localsgd:H or localsgd:H:START .*at most two numbers after localsgd/);
+    expect(refusal('world=2&comm-hook=fp16:2').message).toBe('option commHook must be just fp16, without "2" after it, got "fp16:2"');
+    // Beyond the syntax: the schema's own rule.
+    expect(refusal('world=2&comm-hook=power sgd')).toMatchObject({ name: 'ConfigError', option: 'commHook', value: 'power sgd' });
+    expect(refusal('world=2&comm-hook=PowerSGD:2').message).toMatch(/"PowerSGD" is not a hook/);
+  });
+
+  it('is DDP’s: refused with strategy ps or central, and with a pipeline (not supported yet)', () => {
+    expect(refusal('world=3&strategy=ps&comm-hook=fp16').message).toBe(
+      'option commHook must be none (or left out) with strategy ps: communication hooks replace DDP\'s all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy), got "fp16"',
+    );
+    expect(refusal('world=3&strategy=central&comm-hook=powersgd:1')).toMatchObject({ option: 'commHook', value: 'powersgd:1' });
+    expect(refusal('world=2&pp=2&comm-hook=localsgd:4').message).toBe(
+      'option commHook must be none (or left out) with pipeline stages (here pp 2): communication hooks with pipelines are not supported yet (leave out commHook, or pp), got "localsgd:4"',
+    );
+    // none is harmless anywhere.
+    expect(parse('world=3&strategy=ps&comm-hook=none').commHook).toEqual({ kind: 'none' });
+    expect(parse('world=2&pp=2&comm-hook=none').commHook).toEqual({ kind: 'none' });
+  });
+
+  it('a bad link names the field', () => {
+    const r = readLink(new URLSearchParams('session=s&job=train&world=2&comm-hook=powersgd:0'), []);
+    expect(r).toMatchObject({ kind: 'bad', problem: { field: 'commHook', value: 'powersgd:0' } });
   });
 });
 

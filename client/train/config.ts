@@ -22,6 +22,28 @@ export type ScheduleName = (typeof SCHEDULE_KINDS)[number];
 export type ActivationDtypeName = (typeof ACTIVATION_DTYPE_NAMES)[number];
 export type StrategyName = (typeof STRATEGIES)[number];
 
+/**
+ * DDP's communication hook (the launcher's --comm-hook), parsed: how each step's gradients travel.
+ * 'none': the plain float32 ring all-reduce. 'fp16' / 'bf16': the same all-reduce with 16-bit
+ * values on the wire (torch's fp16_compress_hook, bf16_compress_hook). 'powersgd': low-rank
+ * compression of rank `rank`, plain all-reduces for steps 1 .. startIter (torch's powerSGD_hook,
+ * start_powerSGD_iter). 'localsgd': averaged gradients for steps 1 .. startStep, then local steps
+ * with the models averaged every `period` steps (torch's post_localSGD_hook with a
+ * PeriodicModelAverager).
+ */
+export type CommHookSpec =
+  | { kind: 'none' }
+  | { kind: 'fp16' }
+  | { kind: 'bf16' }
+  | { kind: 'powersgd'; rank: number; startIter: number }
+  | { kind: 'localsgd'; period: number; startStep: number };
+/** torch's start_powerSGD_iter default, and the same warm-up for local SGD. */
+export const DEFAULT_COMM_HOOK_START = 10;
+/** Bounds: a rank beyond the model's widest matrix compresses nothing; a START beyond any run. */
+export const MAX_POWERSGD_RANK = 1024;
+export const MAX_LOCALSGD_PERIOD = 1_000_000;
+export const MAX_COMM_HOOK_START = 10_000_000;
+
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
   model: ModelKind;
@@ -91,6 +113,8 @@ export interface TrainConfig {
    * one in the current round, which can change between rounds of an elastic run. null: none.
    */
   slow: Record<number, number> | null;
+  /** DDP's communication hook (see CommHookSpec); `{ kind: 'none' }` unless asked for. DDP only: not with ps/central or pipelines. */
+  commHook: CommHookSpec;
 }
 
 /** Largest session the page offers (the form's bound and the URL's). */
@@ -98,6 +122,8 @@ export const MAX_WORLD_SIZE = 64;
 
 /** The learning rate each optimizer defaults to (measured on MNIST, see README). */
 export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.05 };
+
+const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START] or localsgd:H[:START] (e.g. fp16, powersgd:2 or localsgd:4)';
 
 type Kind =
   | { type: 'int'; min: number; max: number }
@@ -293,6 +319,15 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: fixed(null),
   },
   {
+    name: 'commHook',
+    label: 'Gradient communication',
+    hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). Not with parameter servers or pipelines.',
+    // The syntax here; what each item may be in parseCommHook (which names the item).
+    kind: { type: 'text', pattern: /^[A-Za-z0-9]{1,16}(:[0-9A-Za-z.+-]{0,24}){0,3}$/, rule: COMM_HOOK_RULE },
+    inForm: false,
+    defaultValue: fixed('none'),
+  },
+  {
     name: 'resumeFrom',
     label: 'Resume from session',
     kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
@@ -393,6 +428,8 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
       throw new ConfigError('slow', values.slow as string, `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`);
     }
   }
+  const commHook = parseCommHook(values.commHook as string);
+  checkCommHook(values.commHook as string, commHook, strategy, pp);
   return {
     model: values.model as ModelKind,
     dataset: values.dataset as DatasetKind,
@@ -423,7 +460,71 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     maxStaleness: values.maxStaleness as number | null,
     stalenessLr: values.stalenessLr as boolean,
     slow,
+    commHook,
   };
+}
+
+/**
+ * `none`, `fp16`, `bf16`, `powersgd:RANK[:START]` or `localsgd:H[:START]` as a CommHookSpec.
+ * RANK and H are positive integers; START (the steps of plain, averaged gradients first, default
+ * 10) an integer >= 0. Throws ConfigError (option commHook) naming the item that is wrong and
+ * what to write.
+ */
+export function parseCommHook(raw: string): CommHookSpec {
+  const [kind = '', ...args] = raw.split(':');
+  const bad = (rule: string) => new ConfigError('commHook', raw, rule);
+  /** `item` (RANK, H, START) of `form` as a whole number in least..most; the error says what it is for and shows `example`. */
+  const item = (name: string, text: string | undefined, least: number, most: number, form: string, what: string, example: string): number => {
+    const n = text !== undefined && /^\d{1,16}$/.test(text) ? Number(text) : NaN;
+    if (Number.isSafeInteger(n) && n >= least && n <= most) return n;
+    const range = least === 1 ? `a positive integer up to ${most}` : `an integer from ${least} to ${most}`;
+    const problem = text === undefined || text === '' ? `${name} is missing` : `${name} "${text}" is not one`;
+    throw bad(`${form} with ${name} ${range}, ${what} (e.g. ${example}); ${problem}`);
+  };
+  switch (kind) {
+    case 'none':
+    case 'fp16':
+    case 'bf16':
+      if (args.length > 0) throw bad(`just ${kind}, without "${args.join(':')}" after it`);
+      return { kind };
+    case 'powersgd': {
+      if (args.length > 2) throw bad('powersgd:RANK or powersgd:RANK:START (e.g. powersgd:2 or powersgd:2:100): at most two numbers after powersgd');
+      const rank = item('RANK', args[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
+      const startIter = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
+      return { kind: 'powersgd', rank, startIter };
+    }
+    case 'localsgd': {
+      if (args.length > 2) throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
+      const period = item('H', args[0], 1, MAX_LOCALSGD_PERIOD, 'localsgd:H', 'the steps between two averagings of the models', 'localsgd:4');
+      const startStep = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `localsgd:${period}:START`, 'the steps of averaged gradients before local steps start', `localsgd:${period}:100`);
+      return { kind: 'localsgd', period, startStep };
+    }
+    default:
+      throw bad(`${COMM_HOOK_RULE}; "${kind}" is not a hook`);
+  }
+}
+
+/** A CommHookSpec as the option's text (what parseCommHook reads back), START only when not the default. */
+export function formatCommHook(spec: CommHookSpec): string {
+  switch (spec.kind) {
+    case 'powersgd':
+      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}`;
+    case 'localsgd':
+      return `localsgd:${spec.period}${spec.startStep === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startStep}`}`;
+    default:
+      return spec.kind;
+  }
+}
+
+/** Hooks are DDP's: refused with a parameter-server strategy and, for now, with pipelines. Throws ConfigError. */
+function checkCommHook(raw: string, spec: CommHookSpec, strategy: StrategyName, pp: number): void {
+  if (spec.kind === 'none') return;
+  if (strategy !== 'ddp') {
+    throw new ConfigError('commHook', raw, `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`);
+  }
+  if (pp > 1) {
+    throw new ConfigError('commHook', raw, `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`);
+  }
 }
 
 /**
@@ -458,7 +559,7 @@ function checkStrategy(strategy: StrategyName, ps: number, maxStaleness: number 
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
 export function configParams(config: TrainConfig): URLSearchParams {
   const p = new URLSearchParams();
-  const byName: Record<string, unknown> = { ...config, world: config.max, slow: config.slow ? formatSlow(config.slow) : null };
+  const byName: Record<string, unknown> = { ...config, world: config.max, slow: config.slow ? formatSlow(config.slow) : null, commHook: formatCommHook(config.commHook) };
   for (const spec of TRAIN_OPTIONS) {
     const v = byName[spec.name];
     if (v === null || v === undefined) continue;

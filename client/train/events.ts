@@ -25,6 +25,13 @@ export interface RankStepMetrics {
   samplesPerSec: number;
   /** `slowed`: --slow, the ms a straggler waited on purpose in proportion to its compute (left out when 0). */
   breakdownMs: StepBreakdownMs & { slowed?: number };
+  /**
+   * DDP runs: the bytes this rank sent this step to keep the replicas in step (its gradients'
+   * reductions by the --comm-hook, and localsgd's model averaging when it ran), and what the
+   * plain float32 ring all-reduce of the same gradients would have sent from it.
+   */
+  commBytes?: number;
+  commDenseBytes?: number;
   /** Pipeline runs: this rank's stage and replica, its idle share of the step, and its waits (ms). */
   pipeline?: { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
 }

@@ -107,6 +107,8 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
         compute: r.timings.compute,
         readback: 0,
         allreduce: r.timings.allreduce,
+        // The stage's all-reduce runs after its last backward: no span is measured to overlap.
+        comm: 0,
         apply,
         waitActivations: r.timings.waitActivations,
         waitGradients: r.timings.waitGradients,

@@ -30,6 +30,7 @@ import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
+import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -103,7 +104,17 @@ export type Metrics = {
   apply: number;
   /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
   slowed: number;
+  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
+  comm: number;
 };
+
+/**
+ * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
+ * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
+ * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
+ * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
+ */
+export type CommMetrics = { commBytes: number; commDenseBytes: number };
 
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
   // Model parallel: the pipeline's own trainer (a module of its own, loaded when used).
@@ -124,6 +135,14 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   opts.onModel?.(model);
 
   const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
+  // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
+  const comm = commSetup(config.commHook);
+  const hook = comm.hook;
+  /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
+  const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
+  let commSpan = 0;
+  // The step after which the hook compresses (PowerSGD's startIter, post-local SGD's startStep; 0: from the first).
+  const hookStart = comm.spec.kind === 'powersgd' ? comm.spec.startIter : comm.spec.kind === 'localsgd' ? comm.spec.startStep : 0;
   // --slow: this tab's factor is looked up by its rank in the current round, every step.
   let straggler = new Straggler(1);
   let slowedTotal = 0;
@@ -142,7 +161,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     return result;
   };
 
-  const run = await runElastic<Metrics>({
+  const run = await runElastic<Metrics & CommMetrics>({
     url: opts.serverUrl,
     session: opts.session,
     token: opts.token,
@@ -171,9 +190,13 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
     // the run with a name instead of spoiling every replica in silence.
     ddp: { errorIfNonfinite: true },
-    checkReplicasEvery: 100,
+    // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
+    // divergence (the NaN check above still guards every step).
+    checkReplicasEvery: comm.averager ? 0 : 100,
+    commHook: hook === undefined ? undefined : () => hook,
+    modelAverager: comm.modelAverager,
 
-    async step({ indices, ddp, optimizer, pg }) {
+    async step({ indices, step, ddp, optimizer, pg }) {
       const t0 = performance.now();
       const factor = slowFactor(config.slow, pg.rank);
       if (straggler.factor !== factor) straggler = new Straggler(factor);
@@ -203,6 +226,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       const apply = performance.now() - a0;
       const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
       return {
+        ...stepBytes(comm, result.commBytes, step, ddp, pg),
         loss: result.loss,
         accuracy: correct / indices.length,
         samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
@@ -229,6 +253,14 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         timedSteps++;
         for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
         slowedTotal += metrics[pg.rank]!.slowed;
+        bytes.sent += metrics[pg.rank]!.commBytes;
+        commSpan += metrics.reduce((s, m) => s + m.comm, 0) / metrics.length;
+        if (step > hookStart) {
+          bytes.afterStart += metrics[pg.rank]!.commBytes;
+          bytes.stepsAfterStart++;
+        }
+        bytes.dense += metrics[pg.rank]!.commDenseBytes;
+        if (comm.averager?.averagesAt(step)) bytes.averagings++;
         samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
       }
       tensorCounts.push(tf.memory().numTensors);
@@ -285,6 +317,16 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         .filter(([key]) => key !== 'slowed' || config.slow !== null)
         .map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null]),
     ),
+    // --comm-hook: the hook, this rank's mean bytes per timed step, and their share of the float32 all-reduce's.
+    commHook: commHookSummary(comm, run.ddp.commHook.name, run.ddp.parameterCount, pg, bytes.averagings),
+    bytesPerStep: timedSteps > 0 ? bytes.sent / timedSteps : null,
+    denseBytesPerStep: timedSteps > 0 ? bytes.dense / timedSteps : null,
+    compressionRatio: bytes.dense > 0 ? bytes.sent / bytes.dense : null,
+    // The same after the hook's start (PowerSGD's plain warm-up steps left out).
+    bytesPerStepAfterStart: bytes.stepsAfterStart > 0 ? bytes.afterStart / bytes.stepsAfterStart : null,
+    // Overlap: of the communication's span per step, what ran while buckets were still being read
+    // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
+    overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
     // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
     seconds: (performance.now() - started) / 1000,
@@ -321,6 +363,37 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   return { backend, gpu, trainSet, testSet };
 }
 
+/**
+ * A step's bytes for the vote: what the backward's reductions sent (plus, with localsgd, the
+ * model averaging runElastic does after this step, when it averages: one float32 all-reduce of
+ * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
+ */
+function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
+  const averaging = comm.averager?.averagesAt(step) ? ringAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
+  return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
+}
+
+/**
+ * The summary's `commHook`: the option as given (`name`: none, fp16, bf16, powersgd, localsgd)
+ * and its numbers, and `registered`, the name of the hook the last round's DDP reduced with (its
+ * own `allreduce` without one). PowerSGD adds its last step's counts (`lastStats`: elements this
+ * rank all-reduced, and those an uncompressed all-reduce would have); localsgd the averagings in
+ * the timed steps and what one sends from this rank.
+ */
+function commHookSummary(comm: CommSetup, registered: string, parameterCount: number, pg: ProcessGroup, averagings: number): Record<string, unknown> {
+  const spec = comm.spec;
+  switch (spec.kind) {
+    case 'powersgd': {
+      const stats = comm.powerSGD!.lastStats;
+      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
+    }
+    case 'localsgd':
+      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: ringAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+    default:
+      return { name: spec.kind, registered };
+  }
+}
+
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
 export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
@@ -332,12 +405,14 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics>>).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics>>).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
           samplesPerSec: m.samplesPerSec,
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
+          // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
+          ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
           // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
           ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
         }));
@@ -474,4 +549,12 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
   }
   await pg.allReduce(totals, 'sum');
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+}
+
+/** Mean communication span and exposed wait per step, and the share of the span hidden behind the backward. */
+function overlapOf(steps: number, span: number, exposed: number): { commMs: number; exposedMs: number; hiddenShare: number } | null {
+  if (steps === 0 || span <= 0) return null;
+  const commMs = span / steps;
+  const exposedMs = Math.min(exposed / steps, commMs);
+  return { commMs, exposedMs, hiddenShare: 1 - exposedMs / commMs };
 }

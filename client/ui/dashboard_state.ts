@@ -14,8 +14,9 @@
  * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
  */
 import type { BackendName, RankStepMetrics, StageLayer, StepBreakdownMs, TimelineEntry, TrainConfig, TrainEvent } from '../train/events.ts';
+import type { CommHookSpec } from '../train/config.ts';
 import type { LinkObservation, RingModel } from './ring_view.ts';
-import { fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
+import { fmtBytes, fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
 import { INSECURE_PAGE_REASON } from '../webgpu.ts';
 
 // ---------------------------------------------------------------- actions
@@ -671,7 +672,9 @@ export function describeJob(c: TrainConfig): string {
   }
   const global = c.min === c.max ? `${c.batchSize * c.max} global` : `up to ${c.batchSize * c.max} global`;
   const tabs = c.min === c.max ? '' : ` · elastic, ${c.min} to ${c.max} tabs`;
-  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}`;
+  // --comm-hook: said only when the gradients travel otherwise than the plain all-reduce.
+  const hook = c.commHook && c.commHook.kind !== 'none' ? ` · ${describeCommHook(c.commHook)}` : '';
+  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}`;
 }
 
 export type BackendFact =
@@ -856,6 +859,8 @@ export interface RankAverages {
   breakdownMs: StepBreakdownMs;
   /** The breakdown's sum: the rank's time per step. */
   totalMs: number;
+  /** DDP runs: bytes the rank sent per step, over its recent steps that said (left out when none did). */
+  bytesPerStep?: number;
   self: boolean;
   lost: boolean;
 }
@@ -868,15 +873,61 @@ export function rankAverages(s: DashboardState): RankAverages[] {
       const list = s.recent.get(rank)!;
       const breakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
       for (const p of BREAKDOWN_PARTS) breakdownMs[p] = mean(list.map((m) => m.breakdownMs[p]));
+      const sent = mean(list.map((m) => m.commBytes ?? NaN));
       return {
         rank,
         samplesPerSec: mean(list.map((m) => m.samplesPerSec)),
         breakdownMs,
         totalMs: BREAKDOWN_PARTS.reduce((sum, p) => sum + breakdownMs[p], 0),
+        ...(Number.isFinite(sent) ? { bytesPerStep: sent } : {}),
         self: rank === s.self,
         lost: s.lost.includes(rank),
       };
     });
+}
+
+/** How a --comm-hook reads on the page ("PowerSGD, rank 2, after 10 plain steps"). */
+export function describeCommHook(h: CommHookSpec): string {
+  switch (h.kind) {
+    case 'none':
+      return 'float32 all-reduce';
+    case 'fp16':
+      return 'fp16 compression (float16 on the wire)';
+    case 'bf16':
+      return 'bf16 compression (bfloat16 on the wire)';
+    case 'powersgd':
+      return `PowerSGD, rank ${h.rank}, after ${plural(h.startIter, 'plain step')}`;
+    case 'localsgd':
+      return `local SGD, models averaged every ${plural(h.period, 'step')} after ${plural(h.startStep, 'averaged step')}`;
+  }
+}
+
+/** The performance card's line about a DDP run's communication: the hook, bytes per step, and the ratio to the float32 all-reduce. */
+export interface CommFigures {
+  hook: string;
+  /** Mean over the ranks' recent steps (null: no step said). */
+  bytesPerStep: number | null;
+  /** Recent bytes sent over what the float32 all-reduce would have sent (null: unknown, or a world of one). */
+  ratio: number | null;
+  text: string;
+}
+
+/**
+ * The hook in use and what it sends, over the ranks' recent steps: null for a run that is not
+ * plain DDP (pipelines and parameter servers have no hook) or before the job's config is known.
+ */
+export function commFigures(s: DashboardState): CommFigures | null {
+  const c = s.config;
+  if (!c || c.pp > 1 || c.strategy !== 'ddp') return null;
+  const hook = describeCommHook(c.commHook ?? { kind: 'none' });
+  const steps = [...s.recent.values()].flat().filter((m) => typeof m.commBytes === 'number' && Number.isFinite(m.commBytes));
+  const bytesPerStep = steps.length > 0 ? mean(steps.map((m) => m.commBytes!)) : null;
+  const dense = steps.reduce((sum, m) => sum + (m.commDenseBytes ?? NaN), 0);
+  const ratio = steps.length > 0 && dense > 0 ? steps.reduce((sum, m) => sum + m.commBytes!, 0) / dense : null;
+  const parts = [`Gradients: ${hook}`];
+  if (bytesPerStep !== null) parts.push(`${fmtBytes(bytesPerStep)} sent per rank per step`);
+  if (ratio !== null) parts.push(`${fmtNumber(ratio, ratio < 0.1 ? 3 : 2)}× the float32 all-reduce’s bytes`);
+  return { hook, bytesPerStep, ratio, text: parts.join(' · ') };
 }
 
 export type StatKey = 'loss' | 'acc' | 'test' | 'speed' | 'time';

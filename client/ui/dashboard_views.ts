@@ -20,6 +20,7 @@ import {
   progressFigures,
   psPanel,
   rankAverages,
+  commFigures,
   ringModel,
   runReport,
   statCards,
@@ -35,7 +36,7 @@ import {
   type TimelineModel,
 } from './dashboard_state.ts';
 import { el, rankColour, shareField } from './dom.ts';
-import { fmtClock, fmtInt, fmtMs, fmtPercent } from './format.ts';
+import { fmtBytes, fmtClock, fmtInt, fmtMs, fmtPercent } from './format.ts';
 import { qrSvg } from './qr.ts';
 import { RingView } from './ring_view.ts';
 
@@ -502,10 +503,13 @@ export class PerfView {
   readonly node: HTMLElement;
   private readonly body: HTMLTableSectionElement;
   private readonly foot: HTMLTableSectionElement;
+  /** DDP runs: the communication hook, bytes per step and the ratio to the float32 all-reduce. */
+  private readonly comm: HTMLElement;
 
   constructor() {
     this.body = el('tbody');
     this.foot = el('tfoot');
+    this.comm = el('p', { class: 'card-note perf-comm', 'data-testid': 'perf-comm', hidden: true });
     const table = el(
       'table',
       { class: 'perf-table', 'aria-describedby': 'perf-note' },
@@ -525,12 +529,16 @@ export class PerfView {
       el('h2', { id: 'perf-title', class: 'card-title' }, 'Throughput and step time per rank'),
       el('div', { class: 'table-scroll' }, table),
       legend,
+      this.comm,
       el('p', { id: 'perf-note', class: 'card-note' }, `Averages over the last ${RECENT} steps. All-reduce time includes waiting for the slowest rank.`),
     );
   }
 
   render(s: DashboardState): void {
     const rows = rankAverages(s);
+    const comm = commFigures(s);
+    this.comm.hidden = comm === null;
+    setText(this.comm, comm?.text ?? '');
     const maxMs = Math.max(1, ...rows.map((r) => (Number.isFinite(r.totalMs) ? r.totalMs : 0)));
     this.body.replaceChildren(...rows.map((row) => perfRow(row, maxMs)));
     const total = rows.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
@@ -553,6 +561,8 @@ function perfRow(row: RankAverages, maxMs: number): HTMLTableRowElement {
     bar.append(seg);
   }
   const figures = el('div', { class: 'stack-figures' }, ...BREAKDOWN_PARTS.map((p) => el('span', { class: `fig fig-${p}` }, `${BREAKDOWN_NAME[p]} ${fmtMs(b[p])}`)));
+  // DDP runs: what the rank sent per step (--comm-hook).
+  if (row.bytesPerStep !== undefined) figures.append(el('span', { class: 'sent' }, `Sent ${fmtBytes(row.bytesPerStep)}/step`));
   return el(
     'tr',
     { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },

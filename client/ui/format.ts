@@ -37,3 +37,17 @@ export function fmtClock(date: Date): string {
   const p = (n: number) => String(n).padStart(2, '0');
   return `${p(date.getHours())}:${p(date.getMinutes())}:${p(date.getSeconds())}`;
 }
+
+/** "512 B", "1 kB", "24.1 kB", "3.25 MB": three significant digits at most, decimal units (as link rates are given). */
+export function fmtBytes(bytes: number): string {
+  if (!Number.isFinite(bytes)) return '–';
+  const units = ['B', 'kB', 'MB', 'GB'];
+  let v = bytes;
+  let u = 0;
+  while (Math.abs(v) >= 1000 && u < units.length - 1) {
+    v /= 1000;
+    u++;
+  }
+  if (u === 0) return `${Math.round(v)} B`;
+  return `${Number(v.toPrecision(3))} ${units[u]}`;
+}

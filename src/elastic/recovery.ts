@@ -5,13 +5,24 @@
  * everyone starts fresh. Every rank, the source too, then loads the same bytes, so replicas are
  * bit-identical. What a peer sends is checked against this rank's own model before anything is
  * allocated or loaded.
+ *
+ * A DDP communication hook's state (PowerSGD's Q matrices and error feedback) goes along: the
+ * source sends its hook's name and state with its state dict (the checkpoint's, when the state
+ * comes from one), and `recover` hands them back as `Recovered.commHook`; which ranks load it is
+ * the caller's choice (runElastic: see its `commHook` option). In a checkpoint the hook's state is
+ * `meta.commHook` (a CommHookStateHeader: name, meta, tensors' names and lengths) with the
+ * tensors' values after the optimizer's in the optimizer section (specs `commHook/<tensor>`,
+ * float32, 1-D), so that the server's checks of the sections hold; a checkpoint without
+ * `meta.commHook` (every one saved before) has no hook state and loads as before.
  */
 import type * as tf from '@tensorflow/tfjs';
 import { CheckpointCorruptError, type WeightSpec } from '../checkpoint_format.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint.ts';
 import { StateTransferError } from '../errors.ts';
+import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../comm_hooks/serialize.ts';
+import type { CommHookState } from '../comm_hooks/types.ts';
 import type { ProcessGroup } from '../process_group.ts';
-import type { Json, Progress, TrainState, TrainStateDict } from '../state_dict.ts';
+import type { Json, Progress, TensorBundle, TrainState, TrainStateDict } from '../state_dict.ts';
 
 /** The run's own record, replicated with the state: a rank that joins late reports the same. */
 export interface RunRecord {
@@ -31,6 +42,18 @@ export interface Recovered {
   note?: string;
   /** Newer checkpoints passed over because they failed verification. */
   skipped: Array<{ name: string; reason: string }>;
+  /**
+   * The communication hook of the state's source: for 'replica', the source's hook's name and
+   * its state (null for a hook without state, or a source that sent none); for 'checkpoint', the
+   * state saved in it (its name, or null without one); for 'fresh', both null.
+   */
+  commHook: { name: string | null; state: CommHookState | null };
+}
+
+/** A rank's communication hook, as `recover` sees it: its name and, when it keeps state, its state now. */
+export interface RecoveryHook {
+  name: string;
+  state(): CommHookState | null;
 }
 
 export interface RecoveryOptions {
@@ -75,7 +98,7 @@ interface Status {
  * Gives every rank of `pg` the same state, from the source `chooseSource` picks among the ranks'
  * claims (or a checkpoint, or the seed, when nobody has live state).
  */
-export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, claim: StateClaim, o: RecoveryOptions): Promise<Recovered> {
+export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, claim: StateClaim, o: RecoveryOptions, hook?: RecoveryHook): Promise<Recovered> {
   const mine = Float32Array.of(
     claim.live ? state.progress.step : -1,
     claim.inFlight,
@@ -89,16 +112,25 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
     // Nobody has trained yet: a checkpoint, if there is one, else the seed.
     const restored = pg.rank === 0 ? await restoreFromCheckpoint(state, o) : null;
     const flag = await pg.broadcast(Float32Array.of(restored ? 1 : 0), 0);
-    if (flag[0] === 0) return { run: { generations: 0, stepsRedone: 0, resumes: [] }, source: 'fresh', from: 0, redone: false, skipped: [] };
-    const shared = await broadcastState(pg, 0, state, restored);
+    if (flag[0] === 0) return { run: { generations: 0, stepsRedone: 0, resumes: [] }, source: 'fresh', from: 0, redone: false, skipped: [], commHook: { name: null, state: null } };
+    const mine = restored ? { run: restored.run, note: restored.note, commHook: restored.commHook, commHookName: restored.commHook?.name } : null;
+    const shared = await broadcastState(pg, 0, state, mine);
     const note = shared.note ?? 'resumed from a checkpoint';
-    return { run: { ...shared.run, resumes: [...shared.run.resumes, note] }, source: 'checkpoint', from: 0, redone: false, note, skipped: restored?.skipped ?? [] };
+    return {
+      run: { ...shared.run, resumes: [...shared.run.resumes, note] },
+      source: 'checkpoint',
+      from: 0,
+      redone: false,
+      note,
+      skipped: restored?.skipped ?? [],
+      commHook: shared.commHook,
+    };
   }
   // A step past the source's that some rank had started (or, one step ahead of the others,
   // committed alone before the round failed) is trained again.
   const best = statuses[source]!.step;
   const redone = statuses.some((s) => s.inFlight === best + 1 || (s.live && s.step === best + 1));
-  const shared = await broadcastState(pg, source, state, pg.rank === source ? { run } : null);
+  const shared = await broadcastState(pg, source, state, pg.rank === source ? { run, commHookName: hook?.name, commHook: hook?.state() ?? null } : null);
   const note = `resumed at step ${state.progress.step} from the replica of rank ${source}${redone ? `; step ${best + 1} is trained again` : ''}`;
   return {
     run: { ...shared.run, stepsRedone: shared.run.stepsRedone + (redone ? 1 : 0), resumes: [...shared.run.resumes, note] },
@@ -107,6 +139,7 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
     redone,
     note,
     skipped: [],
+    commHook: shared.commHook,
   };
 }
 
@@ -167,21 +200,52 @@ interface Header {
   modelBytes: number;
   optimizerSpecs: WeightSpec[];
   optimizerBytes: number;
+  /** The source's communication hook's name (absent from a source without one to name: a checkpoint without hook state). */
+  commHookName?: string;
+  /** Its state without the values, which follow the optimizer's in a broadcast of their own; absent or null for none. */
+  commHook?: CommHookStateHeader | null;
+}
+
+/** What the source of a state transfer sends besides its TrainState. */
+interface SourceExtras {
+  run: RunRecord;
+  note?: string;
+  commHookName?: string;
+  commHook?: CommHookState | null;
+}
+
+/**
+ * The most values a hook state sent with a replica's state may hold: four per trainable
+ * parameter of the receiving model, plus 65536 (PowerSGD keeps at most two: a Q and an error).
+ */
+export function maxCommHookElements(model: tf.LayersModel): number {
+  const params = model.trainableWeights.reduce((a, w) => a + numel(w.shape as number[]), 0);
+  return 4 * params + 65_536;
 }
 
 /** The largest header (progress, run record, weight specs, the user's extras, as JSON) a rank accepts. */
 export const MAX_STATE_HEADER_BYTES = 16 << 20;
 
 /**
- * Sends `source`'s state (and run record) to every rank of `pg`: a small JSON header, then the
- * model's and the optimizer's bytes. Every rank, the source too, checks the header against its
- * own model before allocating what it announces, then loads what was sent.
+ * Sends `source`'s state (and run record, and hook state) to every rank of `pg`: a small JSON
+ * header, then the model's and the optimizer's bytes, then the hook state's values when the
+ * header announces some. Every rank, the source too, checks the header against its own model
+ * before allocating what it announces, then loads what was sent (the hook state is returned,
+ * not loaded).
  */
-async function broadcastState(pg: ProcessGroup, source: number, state: TrainState, mine: { run: RunRecord; note?: string } | null): Promise<{ run: RunRecord; note?: string }> {
+async function broadcastState(
+  pg: ProcessGroup,
+  source: number,
+  state: TrainState,
+  mine: SourceExtras | null,
+): Promise<{ run: RunRecord; note?: string; commHook: { name: string | null; state: CommHookState | null } }> {
   let sd: TrainStateDict | undefined;
   let words = new Float32Array(0);
+  let hookData: Float32Array | undefined;
   if (pg.rank === source) {
     sd = await state.stateDict();
+    const hook = mine!.commHook ? flattenCommHookState(mine!.commHook) : null;
+    hookData = hook?.data;
     const header: Header = {
       progress: sd.progress,
       extras: sd.extras,
@@ -191,6 +255,8 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
       modelBytes: sd.model.weightData.byteLength,
       optimizerSpecs: sd.optimizer.weightSpecs,
       optimizerBytes: sd.optimizer.weightData.byteLength,
+      ...(mine!.commHookName === undefined ? {} : { commHookName: mine!.commHookName }),
+      commHook: hook?.header ?? null,
     };
     const json = new TextEncoder().encode(JSON.stringify(header));
     words = new Float32Array(Math.ceil(json.length / 4));
@@ -211,13 +277,19 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
   await pg.broadcast(model, source);
   const optimizer = pg.rank === source ? new Float32Array(sd!.optimizer.weightData) : new Float32Array(layout.optimizerBytes / 4);
   await pg.broadcast(optimizer, source);
+  let hookState: CommHookState | null = null;
+  if (layout.commHook) {
+    const values = pg.rank === source ? hookData! : new Float32Array(commHookStateElements(layout.commHook));
+    await pg.broadcast(values, source);
+    hookState = unflattenCommHookState(layout.commHook, values);
+  }
   await state.loadStateDict({
     progress: header.progress,
     extras: header.extras,
     model: { modelTopology: null, weightSpecs: layout.modelSpecs, weightData: model.buffer as ArrayBuffer },
     optimizer: { weightSpecs: layout.optimizerSpecs, weightData: optimizer.buffer as ArrayBuffer },
   });
-  return { run: header.run, note: header.note };
+  return { run: header.run, note: header.note, commHook: { name: header.commHookName ?? hookState?.name ?? null, state: hookState } };
 }
 
 /** The header's JSON, its fields checked; the weight specs are checked by `checkLayout`. */
@@ -236,6 +308,7 @@ function parseHeader(source: number, words: Float32Array): Header {
   if (h.note !== undefined && typeof h.note !== 'string') throw bad('its note is not a string');
   if (!Array.isArray(h.modelSpecs) || !Array.isArray(h.optimizerSpecs)) throw bad('its weight specs are not lists');
   if (typeof h.modelBytes !== 'number' || typeof h.optimizerBytes !== 'number') throw bad('its byte counts are not numbers');
+  if (h.commHookName !== undefined && (typeof h.commHookName !== 'string' || h.commHookName.length > 1_000)) throw bad('its communication hook name is not a string');
   return { ...h, extras: h.extras ?? null } as Header;
 }
 
@@ -245,7 +318,11 @@ function parseHeader(source: number, words: Float32Array): Header {
  * (the step count) or the shape of a trainable weight (moments), at most three per weight; and
  * both byte counts what those specs make. Returns clean specs (names unique) to load.
  */
-function checkLayout(source: number, h: Header, model: tf.LayersModel): { modelSpecs: WeightSpec[]; modelBytes: number; optimizerSpecs: WeightSpec[]; optimizerBytes: number } {
+function checkLayout(
+  source: number,
+  h: Header,
+  model: tf.LayersModel,
+): { modelSpecs: WeightSpec[]; modelBytes: number; optimizerSpecs: WeightSpec[]; optimizerBytes: number; commHook: CommHookStateHeader | null } {
   const weights = model.weights;
   if (h.modelSpecs.length !== weights.length) {
     throw new StateTransferError(source, 'model', `it sends ${h.modelSpecs.length} weight tensors, this model has ${weights.length}`);
@@ -289,7 +366,16 @@ function checkLayout(source: number, h: Header, model: tf.LayersModel): { modelS
   if (h.optimizerBytes !== optimizerBytes) {
     throw new StateTransferError(source, 'optimizer', `it announces ${h.optimizerBytes} bytes of optimizer state, its tensors take ${optimizerBytes}`);
   }
-  return { modelSpecs, modelBytes, optimizerSpecs, optimizerBytes };
+  let commHook: CommHookStateHeader | null = null;
+  if (h.commHook != null) {
+    try {
+      commHook = readCommHookStateHeader(h.commHook, maxCommHookElements(model));
+    } catch (err) {
+      if (err instanceof CommHookStateFormatError) throw new StateTransferError(source, 'communication hook state', err.reason);
+      throw err;
+    }
+  }
+  return { modelSpecs, modelBytes, optimizerSpecs, optimizerBytes, commHook };
 }
 
 function sameShape(a: unknown, b: readonly (number | null)[]): boolean {
@@ -317,6 +403,8 @@ export interface Restored {
   note: string;
   /** Newer checkpoints passed over because they failed verification. */
   skipped: Array<{ name: string; reason: string }>;
+  /** The communication hook state saved with the checkpoint (`saveState`'s `commHook`); null when it has none. */
+  commHook: CommHookState | null;
 }
 
 /** Rank 0: loads the latest valid checkpoint of the session (or of `resumeFrom`) into `state`. */
@@ -367,23 +455,85 @@ async function loadInto(state: TrainState, loaded: LoadedCheckpoint, what: strin
   if (step !== undefined && progress.step !== step) {
     throw new CheckpointCorruptError('header', `its progress is at step ${progress.step}, but its meta.step says ${step}`, loaded.name);
   }
-  await state.loadStateDict({ progress, extras: (meta.extras ?? null) as Json, model: loaded.checkpoint.model, optimizer: loaded.checkpoint.optimizer });
+  const { optimizer, commHook } = splitCommHookState(loaded.checkpoint.meta, loaded.checkpoint.optimizer, loaded.name);
+  await state.loadStateDict({ progress, extras: (meta.extras ?? null) as Json, model: loaded.checkpoint.model, optimizer });
   const skipped = loaded.skipped.map((k) => `${k.name} (${k.reason})`).join(', ');
   const note = `resumed at step ${progress.step} from ${what}${skipped ? `; skipped unusable ${skipped}` : ''}`;
-  return { run, note, skipped: loaded.skipped };
+  return { run, note, skipped: loaded.skipped, commHook };
+}
+
+/** The spec name of a hook state's tensor in a checkpoint's optimizer section. */
+const hookSpecName = (tensor: string) => `commHook/${tensor}`;
+
+/**
+ * A checkpoint's optimizer section with `commHook`'s values after the optimizer's own, and the
+ * header that goes in its meta (`meta.commHook`); the section unchanged and no header without one.
+ */
+export function appendCommHookState(optimizer: TensorBundle, commHook: CommHookState | null | undefined): { optimizer: TensorBundle; header: CommHookStateHeader | null } {
+  if (!commHook) return { optimizer, header: null };
+  const { header, data } = flattenCommHookState(commHook);
+  const bytes = new Uint8Array(optimizer.weightData.byteLength + data.byteLength);
+  bytes.set(new Uint8Array(optimizer.weightData), 0);
+  bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), optimizer.weightData.byteLength);
+  const specs = header.tensors.map((t): WeightSpec => ({ name: hookSpecName(t.name), shape: [t.length], dtype: 'float32' }));
+  return { optimizer: { weightSpecs: [...optimizer.weightSpecs, ...specs], weightData: bytes.buffer }, header };
+}
+
+/**
+ * The reverse of `appendCommHookState`, for a checkpoint's meta and optimizer section: the
+ * optimizer's own tensors, and the hook state of `meta.commHook` (null when the checkpoint has
+ * none, as every checkpoint saved before hooks were). Throws CheckpointCorruptError('header')
+ * when `meta.commHook` does not match the section's last tensors.
+ */
+export function splitCommHookState(meta: Record<string, unknown>, optimizer: TensorBundle, name?: string): { optimizer: TensorBundle; commHook: CommHookState | null } {
+  if (meta.commHook === undefined || meta.commHook === null) return { optimizer, commHook: null };
+  const corrupt = (why: string) => new CheckpointCorruptError('header', `its communication hook state ${why}`, name);
+  let header: CommHookStateHeader;
+  try {
+    header = readCommHookStateHeader(meta.commHook);
+  } catch (err) {
+    if (err instanceof CommHookStateFormatError) throw corrupt(`is unreadable: ${err.reason}`);
+    throw err;
+  }
+  const n = header.tensors.length;
+  const specs = optimizer.weightSpecs;
+  const own = specs.slice(0, specs.length - n);
+  const theirs = specs.slice(specs.length - n);
+  if (specs.length < n || !theirs.every((s, i) => s.name === hookSpecName(header.tensors[i]!.name) && s.dtype === 'float32' && s.shape.length === 1 && s.shape[0] === header.tensors[i]!.length)) {
+    throw corrupt(`lists ${n} tensors that are not the optimizer section's last ${n}`);
+  }
+  const hookBytes = 4 * commHookStateElements(header);
+  const total = optimizer.weightData.byteLength;
+  if (hookBytes > total) throw corrupt(`needs ${hookBytes} bytes, the optimizer section has ${total}`);
+  const values = new Float32Array(optimizer.weightData.slice(total - hookBytes));
+  return { optimizer: { weightSpecs: own, weightData: optimizer.weightData.slice(0, total - hookBytes) }, commHook: unflattenCommHookState(header, values) };
 }
 
 /**
  * Rank 0 (or, with `part`, each pipeline stage) saves the state and the run record to the
  * server's disk; `part` saves it as that part of the session's checkpoints (CHECKPOINT_PART).
+ * `commHook`: a communication hook's state saved with it (`meta.commHook` and the optimizer
+ * section's last tensors, see `appendCommHookState`), which `Restored.commHook` gives back.
  */
-export async function saveState(state: TrainState, run: RunRecord, o: RecoveryOptions & { meta?: Json; part?: string }): Promise<{ name: string; bytes: number }> {
+export async function saveState(
+  state: TrainState,
+  run: RunRecord,
+  o: RecoveryOptions & { meta?: Json; part?: string; commHook?: CommHookState | null },
+): Promise<{ name: string; bytes: number }> {
   const sd = await state.stateDict();
+  const { optimizer, header } = appendCommHookState(sd.optimizer, o.commHook);
   return saveCheckpoint(o.url, o.session, {
     // `step` on top: the server names the file after it.
-    meta: { step: sd.progress.step, progress: { ...sd.progress }, run: { ...run }, extras: sd.extras, ...(o.meta === undefined ? {} : { user: o.meta }) },
+    meta: {
+      step: sd.progress.step,
+      progress: { ...sd.progress },
+      run: { ...run },
+      extras: sd.extras,
+      ...(o.meta === undefined ? {} : { user: o.meta }),
+      ...(header === null ? {} : { commHook: header }),
+    },
     model: sd.model,
-    optimizer: sd.optimizer,
+    optimizer,
   }, { token: o.token, ...(o.part === undefined ? {} : { part: o.part }) });
 }
 

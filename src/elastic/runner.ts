@@ -15,9 +15,35 @@
  *
  * The user's step function is a plain training step: it gets this rank's sample indices and the
  * round's DistributedDataParallel, computes and applies the gradients, and returns its metrics.
+ *
+ * Communication hooks (torch: a hook registered on the DDP model, its state part of the training
+ * state). `commHook` makes this rank's hook once; every round's DDP registers it, numbering its
+ * steps on from the run's (GradBucket.step is the run's step). Its state goes with the training
+ * state: rank 0 saves its hook's state in each checkpoint, and every rank loads it on resuming
+ * from one (rank 0 whole, the others without the per-rank parts: PowerSGD's Q's and iteration,
+ * error feedback from zero; see LoadCommHookStateOptions). When a round's state comes from a live
+ * replica, the source sends its hook's name and state along: a rank that held no state (a
+ * joiner, a rank whose device was lost) takes the shared parts of it (PowerSGD: the warm-start
+ * Q's, so that it starts warm; its error feedback starts at zero, as a restarted rank's in
+ * torch), and a rank that held state (a survivor, the source) keeps its own hook's state, error
+ * feedback included. PowerSGD's reductions stay bit-identical on every rank whatever Q each rank
+ * starts from (everything it uses after an all-reduce was all-reduced), so a survivor's Q from a
+ * step that failed halfway does no harm. A rank whose hook is not the source's kind ends its run
+ * with an error: every rank must run the same hook.
+ *
+ * Local SGD (`modelAverager`, torch's PostLocalSGDOptimizer, with the `postLocalSGD` hook):
+ * after each committed step runElastic averages the replicas' weights at the averager's steps.
+ * Between averagings the replicas differ by design, so `checkReplicasEvery` then checks only at
+ * averaging steps (a check due at a step in between waits for the next one), rank 0 checkpoints
+ * its own replica's weights, and a regroup between averagings gives every rank one replica's
+ * weights (the source's, as always): an implicit averaging point, where the others' local steps
+ * since the last averaging are lost.
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
+import { allreduceHook } from '../comm_hooks/default_hooks.ts';
+import { PeriodicModelAverager, type PeriodicModelAveragerOptions } from '../comm_hooks/local_sgd.ts';
+import type { CommHook } from '../comm_hooks/types.ts';
 import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../device.ts';
 import { DeviceLostError, isRecoverable } from '../errors.ts';
 import type { ProcessGroup } from '../process_group.ts';
@@ -25,7 +51,7 @@ import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type Round } from '../rendezvous.ts';
 import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
-import { recover, saveState, type RoundRef, type RunRecord } from './recovery.ts';
+import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
 import { batchOf, planEpoch } from './epoch.ts';
 
@@ -37,6 +63,11 @@ export interface StepContext {
   /** The step's number in the run, from 1. */
   step: number;
   epoch: number;
+  /**
+   * The round's DDP, with `commHook` registered: `ddp.commHook.name` names the hook reducing the
+   * gradients ('allreduce' without one), `ddp.bytesPerStep` the bytes this rank sent per step for
+   * them in this round (the averagings of `modelAverager` not included).
+   */
   ddp: DistributedDataParallel;
   optimizer: tf.Optimizer;
   pg: ProcessGroup;
@@ -45,6 +76,7 @@ export interface StepContext {
 /** What hooks that run collectives get: every rank of the round calls them at the same step. */
 export interface RoundContext {
   pg: ProcessGroup;
+  /** The round's DDP (see StepContext.ddp: `ddp.commHook.name`, `ddp.bytesPerStep`). */
   ddp: DistributedDataParallel;
   step: number;
   epoch: number;
@@ -102,6 +134,8 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
    * Every this many committed steps, the ranks compare hashes of their weights (verifyReplicas)
    * and the run ends with ReplicaDivergenceError, naming the ranks that differ, if they are not
    * identical. Costs one weights readback and a tiny all-gather each time. Default 0: never.
+   * With `modelAverager`, a check falls due every this many steps and runs at the next averaging
+   * step (at once when the step averages): the replicas are only identical there.
    */
   checkReplicasEvery?: number;
   /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
@@ -114,7 +148,24 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   resumeFrom?: string | null;
   /** The token of the `resumeFrom` session. Default: this session's token. */
   resumeFromToken?: string;
+  /** Every round's DDP's options; `startStep` is runElastic's (the run's next step). */
   ddp?: DDPOptions;
+  /**
+   * Makes this rank's DDP communication hook (fp16CompressHook, powerSGD(...), postLocalSGD(...),
+   * ...): called once, at the start; the one hook is registered on every round's DDP, since its
+   * state (PowerSGD's error feedback and warm-start Q's) is this rank's and lasts across rounds.
+   * Its state is saved with checkpoints and sent to joiners (see the top of this file). Every
+   * rank must make the same kind of hook. Default: none (the plain float32 all-reduce).
+   */
+  commHook?: () => CommHook;
+  /**
+   * Periodic model averaging (torch's PostLocalSGDOptimizer, with `postLocalSGD` as the hook):
+   * after each committed step's optimizer step runElastic calls PeriodicModelAverager's
+   * `average(pg, model, step)`, which averages the replicas' weights when step > warmupSteps and
+   * (step - warmupSteps) is a multiple of `period`. Replicas differ between averagings:
+   * `checkReplicasEvery` then checks at averaging steps only. Default: none.
+   */
+  modelAverager?: PeriodicModelAveragerOptions;
 }
 
 export interface ElasticRunResult {
@@ -181,9 +232,22 @@ class ElasticRun<M extends StepMetrics> {
   private state: TrainState;
   /** The device of the running backend (a watch that never fires on backends without one). */
   private device: DeviceWatch;
+  /** This rank's communication hook (`o.commHook`'s), kept across rounds; undefined without one. */
+  private readonly hook: CommHook | undefined;
+  /** The hook's name, or the default's. */
+  private readonly hookName: string;
+  private readonly averager: PeriodicModelAverager | undefined;
+  /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
+  private checkDue = false;
 
   constructor(private readonly o: ElasticRunOptions<M>) {
     this.state = o.state;
+    this.hook = o.commHook?.();
+    if (o.commHook && (!this.hook || typeof this.hook.reduce !== 'function' || typeof this.hook.name !== 'string')) {
+      throw new TypeError('commHook must return a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
+    }
+    this.hookName = this.hook?.name ?? allreduceHook().name;
+    this.averager = o.modelAverager ? new PeriodicModelAverager(o.modelAverager) : undefined;
     this.device = watchDevice();
     this.maxSteps = o.steps ?? Number.POSITIVE_INFINITY;
     this.maxEpochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
@@ -234,7 +298,9 @@ class ElasticRun<M extends StepMetrics> {
       try {
         this.activity = `the state transfer at the start of round ${round.key}`;
         await this.whileDeviceLives(this.startRound(round));
-        const ddp = await DistributedDataParallel.create(this.state.model, pg, o.ddp);
+        // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
+        const ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
+        if (this.hook) ddp.registerCommHook(this.hook);
         this.activity = `onRound of round ${round.key}`;
         await this.whileDeviceLives(o.onRound?.({ pg, ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
         let outcome = await this.train(round, ddp);
@@ -379,9 +445,19 @@ class ElasticRun<M extends StepMetrics> {
     const { pg } = round;
     const o = this.o;
     const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
-    const r = await recover(pg, this.state, this.record, claim, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken });
+    const hook = this.hook;
+    const r = await recover(
+      pg,
+      this.state,
+      this.record,
+      claim,
+      { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken },
+      { name: this.hookName, state: () => hook?.stateDict?.() ?? null },
+    );
     // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
     this.throwIfDeviceLost();
+    const hookNote = this.takeHookState(r, claim.live, pg.rank);
+    const note = [r.note, hookNote].filter((n) => n !== undefined).join('; ');
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.heldIn = { instance: pg.instance, round: pg.round };
@@ -403,8 +479,35 @@ class ElasticRun<M extends StepMetrics> {
       source: r.source,
       from: r.from,
       redone: r.redone,
-      ...(r.note ? { note: r.note } : {}),
+      ...(note ? { note } : {}),
     });
+  }
+
+  /**
+   * Loads the hook state that came with the round's state into this rank's hook, as the top of
+   * this file says: a checkpoint's on every rank (whole on rank 0, the shared parts elsewhere); a
+   * replica's on a rank that held no state (the shared parts); nothing on a rank that held state.
+   * Throws when the source's hook is another kind than this rank's; a checkpoint's state for
+   * another hook is passed over (a run may change its hook when it resumes), and the note returned
+   * says so.
+   */
+  private takeHookState(r: Recovered, wasLive: boolean, rank: number): string | undefined {
+    const { name, state } = r.commHook;
+    if (r.source === 'replica') {
+      if (name !== null && name !== this.hookName) {
+        throw new Error(
+          `this rank's communication hook is ${this.hookName}, but the group's (rank ${r.from}'s) is ${name}: every rank must run the same hook (ElasticRunOptions.commHook)`,
+        );
+      }
+      if (!wasLive && state && state.name === this.hookName) this.hook?.loadStateDict?.(state, { otherRank: true });
+      return undefined;
+    }
+    if (r.source !== 'checkpoint' || !state) return undefined;
+    if (!this.hook?.loadStateDict || state.name !== this.hookName) {
+      return `the checkpoint's ${state.name} communication hook state is not for this run's hook (${this.hookName}): the hook starts afresh`;
+    }
+    this.hook.loadStateDict(state, { otherRank: rank !== 0 });
+    return undefined;
   }
 
   /** Trains in this round until the run is done, a rank stops it, or members wait to join. */
@@ -431,13 +534,22 @@ class ElasticRun<M extends StepMetrics> {
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
         p.step++;
         this.inFlight = -1;
+        let averaged = false;
+        if (this.averager) {
+          this.activity = `the model averaging after step ${p.step}`;
+          averaged = await this.whileDeviceLives(this.averager.average(pg, this.state.model, p.step));
+        }
 
         this.activity = `the end of step ${p.step}`;
         const vote = await this.vote(pg, metrics);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
-        // Before a checkpoint: a diverged state is never saved.
-        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
+        // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
+        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
+        if (this.checkDue && (!this.averager || averaged)) {
+          this.checkDue = false;
+          await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
+        }
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
         if (vote.stoppedBy !== null) return { kind: 'stopped', by: vote.stoppedBy };
         if (vote.regroup) return { kind: 'regroup' };
@@ -463,7 +575,8 @@ class ElasticRun<M extends StepMetrics> {
     if (pg.rank !== 0) return;
     const step = this.state.progress.step;
     try {
-      const saved = await saveState(this.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta });
+      const commHook = this.hook?.stateDict?.() ?? null;
+      const saved = await saveState(this.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta, commHook });
       this.emit({ type: 'checkpoint', step, name: saved.name, bytes: saved.bytes });
     } catch (err) {
       // Not a failed save but a lost device: the run handles that.

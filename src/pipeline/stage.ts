@@ -17,8 +17,12 @@ import type { DistributedDataParallel } from '../ddp.ts';
 import type { Straggler } from '../straggler.ts';
 import { sequentialOf, type LayerFactory } from '../models.ts';
 import type { ProcessGroup } from '../process_group.ts';
+import { packHalf, unpackHalf } from '../half.ts';
 import { microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from './schedule.ts';
 import { balancedSplitPoints, checkSplitPoints, countTrainable, describeLayers, stageRanges, type LayerInfo } from './split.ts';
+
+/** float16 on the wire lives in half.ts, shared with the collectives' 16-bit wire; re-exported for the stage's users. */
+export { packHalf, unpackHalf };
 
 export type ActivationDtype = 'float32' | 'float16';
 export const ACTIVATION_DTYPES: readonly ActivationDtype[] = ['float32', 'float16'];
@@ -370,58 +374,4 @@ export const MAX_MICRO_BATCHES = 64;
 
 function checkMicroBatches(count: number): void {
   if (count > MAX_MICRO_BATCHES) throw new RangeError(`at most ${MAX_MICRO_BATCHES} micro-batches per call, got ${count}: a stage sends them all before the next one takes any, and a receiver keeps at most ${MAX_MICRO_BATCHES} waiting`);
-}
-
-// --- float16 on the wire --------------------------------------------------------------------------
-
-/** float32 values as IEEE half floats (round to nearest even), two to a float32 slot. */
-export function packHalf(values: Float32Array): Float32Array {
-  const out = new Float32Array(Math.ceil(values.length / 2));
-  const halves = new Uint16Array(out.buffer);
-  for (let i = 0; i < values.length; i++) halves[i] = toHalf(values[i]!);
-  return out;
-}
-
-/** The `count` values `packHalf` packed, as float32. */
-export function unpackHalf(packed: Float32Array, count: number): Float32Array {
-  const halves = new Uint16Array(packed.buffer, packed.byteOffset, packed.length * 2);
-  const out = new Float32Array(count);
-  for (let i = 0; i < count; i++) out[i] = fromHalf(halves[i]!);
-  return out;
-}
-
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-function toHalf(v: number): number {
-  f32[0] = v;
-  const x = u32[0]!;
-  const sign = (x >>> 16) & 0x8000;
-  const exp = (x >>> 23) & 0xff;
-  let mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // inf, NaN
-  const e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00; // overflow: infinity
-  if (e <= 0) {
-    if (e < -10) return sign; // underflow: zero
-    mant |= 0x800000;
-    const shift = 14 - e;
-    const half = mant >>> shift;
-    const rest = mant & ((1 << shift) - 1);
-    const mid = 1 << (shift - 1);
-    return sign | (half + (rest > mid || (rest === mid && (half & 1)) ? 1 : 0));
-  }
-  const half = (e << 10) | (mant >>> 13);
-  const rest = mant & 0x1fff;
-  // A carry out of the mantissa rolls into the exponent, which is what rounding up means.
-  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && (half & 1)) ? 1 : 0));
-}
-
-function fromHalf(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >>> 10) & 0x1f;
-  const mant = h & 0x3ff;
-  if (exp === 0) return sign * mant * 2 ** -24;
-  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
-  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }

@@ -1,0 +1,396 @@
+/**
+ * `npm run bench:comm-hooks` (root for the shaped LAN): DDP communication hooks against the link.
+ * For each model (the train job's MNIST MLP and CNN), rank count, link rate (the launcher's LAN in
+ * a box, --lan; 0 = loopback) and hook (the job's comm-hook: none, fp16, bf16, powersgd:RANK,
+ * localsgd:H), trains one epoch of the first --train-size MNIST samples and records the step time
+ * (the breakdown's, over the whole run, and the wall time per step after the hook's START), bytes
+ * sent per step, those bytes against none's (same model and rank count), the communication share
+ * of the step, samples/s, test accuracy and whether the replicas ended identical. Writes
+ * bench/results/comm_hooks.json and comm_hooks.md and prints the table. A failed run is recorded
+ * and the others go on; the exit code is 1 if any failed. Not root (or no iproute2): loopback only.
+ *
+ * Options: --models mlp,cnn, --nprocs 2,4, --rates 100,20 (0 = loopback),
+ * --hooks none,fp16,powersgd:1,powersgd:2,powersgd:4,localsgd:4,localsgd:16, --start 10 (START of
+ * powersgd and localsgd when the hook does not give one), --epochs 1, --batch-size 64 (per rank),
+ * --train-size 4096, --test-size 0 (the whole test set), --steps (a cap; default: whole epochs),
+ * --timeout 3600 (seconds per run), --out-dir (default bench/results).
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { cpus } from 'node:os';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { checkLanSupport } from '../launcher/lan.ts';
+import { launch } from '../launcher/run.ts';
+import { PROJECT_ROOT } from '../signaling/server.ts';
+
+const { values } = parseArgs({
+  options: {
+    models: { type: 'string', default: 'mlp,cnn' },
+    nprocs: { type: 'string', default: '2,4' },
+    rates: { type: 'string', default: '100,20' },
+    hooks: { type: 'string', default: 'none,fp16,powersgd:1,powersgd:2,powersgd:4,localsgd:4,localsgd:16' },
+    start: { type: 'string', default: '10' },
+    epochs: { type: 'string', default: '1' },
+    'batch-size': { type: 'string', default: '64' },
+    'train-size': { type: 'string', default: '4096' },
+    'test-size': { type: 'string', default: '0' },
+    steps: { type: 'string' },
+    timeout: { type: 'string', default: '3600' },
+    'out-dir': { type: 'string' },
+  },
+});
+
+/** The goal this benchmark checks (see goalVerdicts). */
+const GOAL = { model: 'cnn', rateMbit: 20, hook: 'powersgd:2', baseline: 'none', minSpeedup: 3, maxAccuracyDrop: 0.01 };
+const GOAL_TEXT = `Goal: at ${GOAL.rateMbit} Mbit/s on the ${GOAL.model.toUpperCase()}, PowerSGD rank 2 (${GOAL.hook}) at least ${GOAL.minSpeedup}x faster per step than ${GOAL.baseline}, with test accuracy within ${GOAL.maxAccuracyDrop * 100} point of ${GOAL.baseline}'s.`;
+
+const list = (s: string) =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+const positiveInt = (name: string, s: string, least = 1): number => {
+  const n = Number(s);
+  if (!Number.isSafeInteger(n) || n < least) throw new Error(`--${name} must be an integer >= ${least}, got "${s}"`);
+  return n;
+};
+
+const models = list(values.models!);
+const nprocs = list(values.nprocs!).map((s) => positiveInt('nprocs', s, 2));
+let rates = list(values.rates!).map((s) => {
+  const n = Number(s);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--rates must be Mbit/s >= 0 (0: loopback), got "${s}"`);
+  return n;
+});
+const hooks = list(values.hooks!);
+const start = positiveInt('start', values.start!, 0);
+const epochs = positiveInt('epochs', values.epochs!);
+const batchSize = positiveInt('batch-size', values['batch-size']!);
+const trainSize = positiveInt('train-size', values['train-size']!, 0);
+const testSize = positiveInt('test-size', values['test-size']!, 0);
+const stepsCap = values.steps === undefined ? null : positiveInt('steps', values.steps);
+const timeoutSec = positiveInt('timeout', values.timeout!);
+
+/** A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. */
+function hookParam(hook: string): string {
+  const [kind, ...args] = hook.split(':');
+  if ((kind === 'powersgd' || kind === 'localsgd') && args.length === 1) return `${hook}:${start}`;
+  return hook;
+}
+
+/** The hook's START (steps of plain all-reduce first); 0 for hooks without one. */
+function hookStart(param: string): number {
+  const [kind, , s] = param.split(':');
+  return (kind === 'powersgd' || kind === 'localsgd') && s !== undefined ? Number(s) : 0;
+}
+
+// The LAN in a box needs root and iproute2: without them, loopback only.
+let lanNote: string | null = null;
+if (rates.some((r) => r > 0)) {
+  try {
+    checkLanSupport();
+  } catch (err) {
+    lanNote = `No shaped LAN (${(err as Error).message.split(':')[0]}): loopback only, instead of --rates ${rates.join(',')}.`;
+    console.log(`[bench] ${(err as Error).message}`);
+    console.log(`[bench] ${lanNote}`);
+    rates = [0];
+  }
+}
+
+interface Breakdown {
+  compute: number;
+  readback: number;
+  allreduce: number;
+  apply: number;
+}
+
+interface Row {
+  model: string;
+  nprocs: number;
+  /** null: loopback. */
+  rateMbit: number | null;
+  /** As asked (--hooks), and as passed to the job (with START). */
+  hook: string;
+  hookParam: string;
+  ok: boolean;
+  errors?: string[];
+  steps: number | null;
+  seconds: number | null;
+  /** Mean step over the timed steps (2 .. N) from the breakdown, or seconds / steps without one. */
+  stepMs: number | null;
+  stepMsFrom: 'breakdown' | 'seconds/steps' | null;
+  /** Wall time per step after START (steps START+2 .. N, between rank 0's step lines; eval intervals left out): the hook in force. */
+  stepMsAfterStart: number | null;
+  stepsAfterStart: number;
+  breakdownMs: Breakdown | null;
+  /** All-reduce (not hidden) over the step, from the breakdown. */
+  commShare: number | null;
+  /** Bytes each rank sent per step (mean over ranks), from the summary. */
+  bytesPerStep: number | null;
+  /** bytesPerStep / none's bytesPerStep at the same model and rank count (measured). */
+  bytesVsNone: number | null;
+  /** The summary's compressionRatio (bytes against the float32 ring all-reduce of the same gradients). */
+  compressionRatio: number | null;
+  samplesPerSec: number | null;
+  testAccuracy: number | null;
+  identical: boolean | null;
+  /** The summary's commHook as the ranks reported it. */
+  commHook: Record<string, unknown> | null;
+  backends: string[] | null;
+}
+
+const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+const r1 = (x: number) => Math.round(x * 10) / 10;
+const r2 = (x: number) => Math.round(x * 100) / 100;
+const r4 = (x: number) => Math.round(x * 10_000) / 10_000;
+
+/** Rank 0's step and eval lines, timed as they reach the launcher. */
+class StepClock {
+  private last: { step: number; at: number } | null = null;
+  private evalSinceLast = false;
+  private readonly intervals: Array<{ step: number; ms: number }> = [];
+
+  line(line: string): void {
+    const at = performance.now();
+    const m = /^\[rank 0\] epoch \d+ step (\d+)\/\d+ loss/.exec(line);
+    if (m) {
+      const step = Number(m[1]);
+      if (this.last && step === this.last.step + 1 && !this.evalSinceLast) this.intervals.push({ step, ms: at - this.last.at });
+      this.last = { step, at };
+      this.evalSinceLast = false;
+    } else if (/^\[rank 0\] .*test accuracy/.test(line)) {
+      this.evalSinceLast = true;
+    }
+  }
+
+  /** Mean ms of steps >= `from`. */
+  meanFrom(from: number): { ms: number | null; n: number } {
+    const xs = this.intervals.filter((i) => i.step >= from);
+    return { ms: xs.length ? r1(xs.reduce((s, i) => s + i.ms, 0) / xs.length) : null, n: xs.length };
+  }
+}
+
+const rows: Row[] = [];
+const runs = models.length * nprocs.length * rates.length * hooks.length;
+let runIndex = 0;
+for (const model of models) {
+  for (const nproc of nprocs) {
+    for (const rate of rates) {
+      for (const hook of hooks) {
+        runIndex++;
+        const param = hookParam(hook);
+        const where = rate > 0 ? `--lan ${rate}` : 'loopback';
+        console.log(`--- [${runIndex}/${runs}] ${model}, ${nproc} ranks, ${where}, comm-hook ${param}`);
+        const clock = new StepClock();
+        const row: Row = {
+          model,
+          nprocs: nproc,
+          rateMbit: rate > 0 ? rate : null,
+          hook,
+          hookParam: param,
+          ok: false,
+          steps: null,
+          seconds: null,
+          stepMs: null,
+          stepMsFrom: null,
+          stepMsAfterStart: null,
+          stepsAfterStart: 0,
+          breakdownMs: null,
+          commShare: null,
+          bytesPerStep: null,
+          bytesVsNone: null,
+          compressionRatio: null,
+          samplesPerSec: null,
+          testAccuracy: null,
+          identical: null,
+          commHook: null,
+          backends: null,
+        };
+        try {
+          const { ok, summary } = await launch({
+            nproc,
+            job: 'train',
+            session: `bench-hooks-${model}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
+            timeoutSec,
+            jobParams: {
+              model,
+              dataset: 'mnist',
+              epochs: String(epochs),
+              'batch-size': String(batchSize),
+              'train-size': String(trainSize),
+              'test-size': String(testSize),
+              // Only at epoch ends (and after the last step).
+              'eval-every': '0',
+              'comm-hook': param,
+              // Every step's line, for the step clock.
+              logEvery: '1',
+              ...(stepsCap !== null ? { steps: String(stepsCap) } : {}),
+            },
+            ...(rate > 0 ? { lan: { rateMbit: rate } } : {}),
+            log: (line) => {
+              clock.line(line);
+              // Every step of every rank is too much for the terminal: rank 0's every tenth.
+              const step = /^\[[^\]]+\] epoch \d+ step (\d+)\/(\d+) loss/.exec(line);
+              if (step && !(line.startsWith('[rank 0]') && (Number(step[1]) % 10 === 0 || step[1] === step[2] || step[1] === '1'))) return;
+              console.log(line);
+            },
+          });
+          const s = summary as Record<string, unknown>;
+          row.ok = ok;
+          if (!ok) row.errors = Array.isArray(s.errors) ? (s.errors as unknown[]).map(String) : ['the run failed (no errors in its summary)'];
+          row.steps = num(s.steps);
+          row.seconds = num(s.seconds);
+          const b = s.breakdownMs as Partial<Record<keyof Breakdown, unknown>> | undefined;
+          if (b && num(b.compute) !== null && num(b.readback) !== null && num(b.allreduce) !== null && num(b.apply) !== null) {
+            const bd: Breakdown = { compute: num(b.compute)!, readback: num(b.readback)!, allreduce: num(b.allreduce)!, apply: num(b.apply)! };
+            const stepMs = bd.compute + bd.readback + bd.allreduce + bd.apply;
+            row.breakdownMs = bd;
+            row.stepMs = r1(stepMs);
+            row.stepMsFrom = 'breakdown';
+            row.commShare = stepMs > 0 ? r4(bd.allreduce / stepMs) : null;
+          } else if (row.seconds !== null && row.steps) {
+            row.stepMs = r1((row.seconds * 1000) / row.steps);
+            row.stepMsFrom = 'seconds/steps';
+          }
+          // After START the hook is in force; its first step (START + 1) sets it up, so from START + 2.
+          const after = clock.meanFrom(hookStart(param) + 2);
+          row.stepMsAfterStart = after.ms;
+          row.stepsAfterStart = after.n;
+          row.bytesPerStep = num(s.bytesPerStep);
+          row.compressionRatio = num(s.compressionRatio);
+          row.samplesPerSec = num(s.samplesPerSec);
+          row.testAccuracy = num(s.testAccuracy);
+          row.identical = typeof s.identical === 'boolean' ? s.identical : null;
+          row.commHook = typeof s.commHook === 'object' && s.commHook !== null ? (s.commHook as Record<string, unknown>) : null;
+          row.backends = Array.isArray(s.backends) ? (s.backends as unknown[]).map(String) : null;
+          // A page that does not know the option trains without a hook and says nothing: not a result.
+          const kind = param.split(':')[0];
+          if (ok && kind !== 'none' && row.commHook?.name !== kind) {
+            row.ok = false;
+            row.errors = [`asked for comm-hook ${param} but the summary's commHook is ${row.commHook ? JSON.stringify(row.commHook) : 'missing'}: does the train job know the comm-hook option yet?`];
+          }
+        } catch (err) {
+          row.ok = false;
+          row.errors = [(err as Error).message];
+        }
+        if (!row.ok) console.log(`[bench] FAILED ${model}, ${nproc} ranks, ${where}, ${param}: ${(row.errors ?? []).join('; ')}`);
+        rows.push(row);
+      }
+    }
+  }
+}
+
+// Bytes against none's, measured: same model and rank count (the same rate if there is one; bytes do not depend on it).
+for (const r of rows) {
+  if (r.bytesPerStep === null) continue;
+  const nones = rows.filter((o) => o.ok && o.model === r.model && o.nprocs === r.nprocs && o.hook === 'none' && o.bytesPerStep !== null && o.bytesPerStep > 0);
+  const base = nones.find((o) => o.rateMbit === r.rateMbit) ?? nones[0];
+  if (base) r.bytesVsNone = r4(r.bytesPerStep / base.bytesPerStep!);
+}
+
+/** The step time to compare hooks by: after START when measured, else the whole run's. */
+const comparableStep = (r: Row): number | null => r.stepMsAfterStart ?? r.stepMs;
+
+interface GoalVerdict {
+  nprocs: number;
+  met: boolean | null;
+  speedup: number | null;
+  accuracyDrop: number | null;
+  note: string;
+}
+
+function goalVerdicts(): GoalVerdict[] {
+  const out: GoalVerdict[] = [];
+  for (const n of nprocs) {
+    const at = (hook: string) => rows.find((r) => r.model === GOAL.model && r.nprocs === n && r.rateMbit === GOAL.rateMbit && r.hook === hook);
+    const base = at(GOAL.baseline);
+    const hook = at(GOAL.hook);
+    if (!base || !hook) continue;
+    const baseMs = comparableStep(base);
+    const hookMs = comparableStep(hook);
+    if (!base.ok || !hook.ok || baseMs === null || hookMs === null || hookMs <= 0 || base.testAccuracy === null || hook.testAccuracy === null) {
+      out.push({ nprocs: n, met: null, speedup: null, accuracyDrop: null, note: `${n} ranks: not measured (a run failed or gave no step time or accuracy)` });
+      continue;
+    }
+    const speedup = r2(baseMs / hookMs);
+    const drop = r4(base.testAccuracy - hook.testAccuracy);
+    const met = speedup >= GOAL.minSpeedup && drop <= GOAL.maxAccuracyDrop;
+    const pts = (x: number) => `${(x * 100).toFixed(2)} points`;
+    out.push({
+      nprocs: n,
+      met,
+      speedup,
+      accuracyDrop: drop,
+      note: `${n} ranks: ${met ? 'met' : 'NOT met'}: ${speedup}x faster per step (${hookMs} ms against ${baseMs} ms${hook.stepMsAfterStart !== null && base.stepMsAfterStart !== null ? ', after START' : ', whole run'}), accuracy ${drop >= 0 ? `${pts(drop)} below` : `${pts(-drop)} above`} none's`,
+    });
+  }
+  return out;
+}
+
+const verdicts = goalVerdicts();
+const goalLine =
+  verdicts.length === 0
+    ? `${GOAL_TEXT} Not measured in this run (it needs --models ${GOAL.model} --rates ${GOAL.rateMbit} and hooks ${GOAL.baseline} and ${GOAL.hook}).`
+    : `${GOAL_TEXT} ${verdicts.every((v) => v.met === true) ? 'Met' : verdicts.some((v) => v.met === null) ? 'Not settled' : 'NOT met'}: ${verdicts.map((v) => v.note).join('; ')}.`;
+
+const date = new Date().toISOString().slice(0, 10);
+const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Chromium headless, WebGPU on SwiftShader; --lan: each rank its own Chromium in its own network namespace, links shaped with tbf`;
+const work = `MNIST, first ${trainSize || 'all'} training samples, ${stepsCap !== null ? `at most ${stepsCap} steps of ` : ''}${epochs} epoch${epochs === 1 ? '' : 's'}, batch ${batchSize} per rank, START ${start} for powersgd and localsgd, test accuracy on ${testSize || 'all'} test samples`;
+
+const fmtBytes = (b: number | null) => (b === null ? '–' : b >= 1e6 ? `${r2(b / 1e6)} MB` : b >= 1e3 ? `${r1(b / 1e3)} kB` : `${Math.round(b)} B`);
+const dash = (x: number | null | undefined, f: (v: number) => string = String) => (x === null || x === undefined ? '–' : f(x));
+const lines = [
+  `DDP communication hooks, ${date}, ${machine}. ${work}.`,
+  '',
+  ...(lanNote ? [lanNote, ''] : []),
+  goalLine,
+  '',
+];
+for (const model of models) {
+  const mine = rows.filter((r) => r.model === model);
+  if (mine.length === 0) continue;
+  lines.push(
+    `### ${model}`,
+    '',
+    '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes vs none | communication share | samples/s | test accuracy | identical |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    ...mine.map((r) => {
+      const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s`;
+      if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |`;
+      return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
+    }),
+    '',
+  );
+}
+lines.push(
+  'Step ms: the mean step of the whole run (steps 2 .. N, averaged over ranks: compute + readback + all-reduce not hidden + apply), warm-up steps before START included. ' +
+    'Step ms after START: wall time per step from step START + 2 on, when the hook is in force (from step 2 for hooks without a START: none, fp16, bf16; between rank 0 step lines as they reach the launcher; intervals with an evaluation left out; – when the run had no such steps). The goal compares these when both runs have them. ' +
+    "Bytes/step: what each rank sent per step, mean over ranks (the job's bytesPerStep). Bytes vs none: that over none's at the same model and rank count. " +
+    'Communication share: the all-reduce wait over the step. localsgd replicas are identical only right after an averaging step.',
+);
+const table = lines.join('\n');
+const dir = values['out-dir'] ? resolve(values['out-dir']) : join(PROJECT_ROOT, 'bench', 'results');
+await mkdir(dir, { recursive: true });
+await writeFile(
+  join(dir, 'comm_hooks.json'),
+  JSON.stringify(
+    {
+      date,
+      machine,
+      options: { models, nprocs, rates, hooks, start, epochs, batchSize, trainSize, testSize, steps: stepsCap },
+      ...(lanNote ? { lanNote } : {}),
+      goal: { ...GOAL, text: GOAL_TEXT, verdicts, line: goalLine },
+      rows,
+    },
+    null,
+    2,
+  ) + '\n',
+);
+await writeFile(join(dir, 'comm_hooks.md'), table + '\n');
+console.log('\n' + table);
+const failed = rows.filter((r) => !r.ok);
+if (failed.length > 0) {
+  console.log(`\n[bench] ${failed.length} of ${rows.length} run(s) failed`);
+  process.exit(1);
+}
