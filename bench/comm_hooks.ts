@@ -13,7 +13,8 @@
  * --hooks none,fp16,powersgd:1,powersgd:2,powersgd:4,localsgd:4,localsgd:16, --start 10 (START of
  * powersgd and localsgd when the hook does not give one), --epochs 1, --batch-size 64 (per rank),
  * --train-size 4096, --test-size 0 (the whole test set), --steps (a cap; default: whole epochs),
- * --timeout 3600 (seconds per run), --out-dir (default bench/results).
+ * --timeout 3600 (seconds per run), --out-dir (default bench/results), --name comm_hooks (the files'
+ * name: NAME.json and NAME.md, so that several grids can sit side by side).
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -38,6 +39,7 @@ const { values } = parseArgs({
     steps: { type: 'string' },
     timeout: { type: 'string', default: '3600' },
     'out-dir': { type: 'string' },
+    name: { type: 'string', default: 'comm_hooks' },
   },
 });
 
@@ -71,6 +73,7 @@ const trainSize = positiveInt('train-size', values['train-size']!, 0);
 const testSize = positiveInt('test-size', values['test-size']!, 0);
 const stepsCap = values.steps === undefined ? null : positiveInt('steps', values.steps);
 const timeoutSec = positiveInt('timeout', values.timeout!);
+if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
 
 /** A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. */
 function hookParam(hook: string): string {
@@ -128,8 +131,12 @@ interface Row {
   commShare: number | null;
   /** Bytes each rank sent per step (mean over ranks), from the summary. */
   bytesPerStep: number | null;
-  /** bytesPerStep / none's bytesPerStep at the same model and rank count (measured). */
+  /** Bytes each rank sent per step after the hook's START (the summary's bytesPerStepAfterStart; the whole run's for none, fp16, bf16). */
+  bytesPerStepAfterStart: number | null;
+  /** bytesPerStepAfterStart / none's bytesPerStep at the same model and rank count (measured): the hook's own ratio, its warm-up left out. */
   bytesVsNone: number | null;
+  /** Of the communication's span per step, the share that ran behind the backward's readback (rank 0's summary overlap.hiddenShare). */
+  hiddenShare: number | null;
   /** The summary's compressionRatio (bytes against the float32 ring all-reduce of the same gradients). */
   compressionRatio: number | null;
   samplesPerSec: number | null;
@@ -199,7 +206,9 @@ for (const model of models) {
           breakdownMs: null,
           commShare: null,
           bytesPerStep: null,
+          bytesPerStepAfterStart: null,
           bytesVsNone: null,
+          hiddenShare: null,
           compressionRatio: null,
           samplesPerSec: null,
           testAccuracy: null,
@@ -258,6 +267,9 @@ for (const model of models) {
           row.stepMsAfterStart = after.ms;
           row.stepsAfterStart = after.n;
           row.bytesPerStep = num(s.bytesPerStep);
+          row.bytesPerStepAfterStart = num(s.bytesPerStepAfterStart) ?? row.bytesPerStep;
+          const overlap = s.overlap as { hiddenShare?: unknown } | undefined;
+          row.hiddenShare = overlap ? num(overlap.hiddenShare) : null;
           row.compressionRatio = num(s.compressionRatio);
           row.samplesPerSec = num(s.samplesPerSec);
           row.testAccuracy = num(s.testAccuracy);
@@ -283,10 +295,10 @@ for (const model of models) {
 
 // Bytes against none's, measured: same model and rank count (the same rate if there is one; bytes do not depend on it).
 for (const r of rows) {
-  if (r.bytesPerStep === null) continue;
+  if (r.bytesPerStepAfterStart === null) continue;
   const nones = rows.filter((o) => o.ok && o.model === r.model && o.nprocs === r.nprocs && o.hook === 'none' && o.bytesPerStep !== null && o.bytesPerStep > 0);
   const base = nones.find((o) => o.rateMbit === r.rateMbit) ?? nones[0];
-  if (base) r.bytesVsNone = r4(r.bytesPerStep / base.bytesPerStep!);
+  if (base) r.bytesVsNone = r4(r.bytesPerStepAfterStart / base.bytesPerStep!);
 }
 
 /** The step time to compare hooks by: after START when measured, else the whole run's. */
@@ -353,12 +365,12 @@ for (const model of models) {
   lines.push(
     `### ${model}`,
     '',
-    '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes vs none | communication share | samples/s | test accuracy | identical |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes/step after START | vs none | communication share | hidden | samples/s | test accuracy | identical |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ...mine.map((r) => {
       const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s`;
-      if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |`;
-      return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
+      if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |`;
+      return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
     }),
     '',
   );
@@ -366,14 +378,14 @@ for (const model of models) {
 lines.push(
   'Step ms: the mean step of the whole run (steps 2 .. N, averaged over ranks: compute + readback + all-reduce not hidden + apply), warm-up steps before START included. ' +
     'Step ms after START: wall time per step from step START + 2 on, when the hook is in force (from step 2 for hooks without a START: none, fp16, bf16; between rank 0 step lines as they reach the launcher; intervals with an evaluation left out; – when the run had no such steps). The goal compares these when both runs have them. ' +
-    "Bytes/step: what each rank sent per step, mean over ranks (the job's bytesPerStep). Bytes vs none: that over none's at the same model and rank count. " +
-    'Communication share: the all-reduce wait over the step. localsgd replicas are identical only right after an averaging step.',
+    "Bytes/step: what each rank sent per step, mean over ranks (the job's bytesPerStep), warm-up included; after START: the steps with the hook in force (localsgd: its averagings spread over them). Vs none: bytes after START over none's at the same model and rank count. " +
+    'Communication share: the all-reduce wait over the step. Hidden: of the communication’s span per step, the share that ran while the backward was still reading gradients back (rank 0). localsgd replicas are identical only right after an averaging step.',
 );
 const table = lines.join('\n');
 const dir = values['out-dir'] ? resolve(values['out-dir']) : join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
 await writeFile(
-  join(dir, 'comm_hooks.json'),
+  join(dir, `${values.name}.json`),
   JSON.stringify(
     {
       date,
@@ -387,7 +399,7 @@ await writeFile(
     2,
   ) + '\n',
 );
-await writeFile(join(dir, 'comm_hooks.md'), table + '\n');
+await writeFile(join(dir, `${values.name}.md`), table + '\n');
 console.log('\n' + table);
 const failed = rows.filter((r) => !r.ok);
 if (failed.length > 0) {

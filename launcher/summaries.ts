@@ -610,6 +610,8 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     commHook.name = hook.name as string;
     if (typeof hook.registered === 'string' && /^[\w.-]{1,64}$/.test(hook.registered)) commHook.registered = hook.registered;
     for (const k of COMM_HOOK_NUMBERS) if (count(hook[k]) !== null) commHook[k] = hook[k] as number;
+    // PowerSGD's wire (float32, or 16-bit under the fp16/bf16 wrapper): one of three words, nothing else.
+    if (typeof hook.wire === 'string' && ['float32', 'float16', 'bfloat16'].includes(hook.wire)) commHook.wire = hook.wire;
   }
   const known = sent.filter((b): b is number => b !== null && b >= 0);
   const bytesPerStep = known.length > 0 ? round(known.reduce((a, b) => a + b, 0) / known.length) : null;
@@ -654,7 +656,8 @@ export function commLine(summary: Record<string, unknown>): string | null {
       break;
     case 'powersgd': {
       const stats = n('elementsSent') !== null && n('elementsDense') !== null ? `; step ${n('statsStep') ?? '?'} sent ${n('elementsSent')} of ${n('elementsDense')} elements` : '';
-      what = `powersgd rank ${n('rank') ?? '?'}, plain all-reduce for the first ${n('startIter') ?? '?'} steps${stats}`;
+      const wire = typeof hook.wire === 'string' && hook.wire !== 'float32' ? `, ${hook.wire} on the wire` : '';
+      what = `powersgd rank ${n('rank') ?? '?'}${wire}, plain all-reduce for the first ${n('startIter') ?? '?'} steps${stats}`;
       break;
     }
     case 'localsgd':

@@ -62,6 +62,12 @@ describe('a DDP run’s communication in the summary', () => {
     const fp16 = summarize('train', 1, [rank(0, { commHook: { name: 'fp16', registered: 'fp16_compress' }, bytesPerStep: null, denseBytesPerStep: null, compressionRatio: null })]);
     expect(fp16).toMatchObject({ commHook: { name: 'fp16' }, bytesPerStep: null, compressionRatio: null });
     expect(commLine(fp16)).toBe("communication: fp16 (float16 values on the wire) [hook fp16_compress]; n/a sent per step per rank (mean over ranks), n/a of the float32 all-reduce's bytes");
+    // PowerSGD under the 16-bit wrapper says its wire; a wire that is not one of the three words is not believed.
+    const wired = (wire: unknown) => summarize('train', 2, [0, 1].map((r) => rank(r, { commHook: { name: 'powersgd', registered: 'powerSGD', rank: 2, startIter: 0, wire } })));
+    expect(wired('float16').commHook).toMatchObject({ wire: 'float16' });
+    expect(commLine(wired('float16'))).toMatch(/^communication: powersgd rank 2, float16 on the wire, plain all-reduce for the first 0 steps/);
+    expect(wired('<b>float8</b>').commHook).not.toHaveProperty('wire');
+    expect(commLine(wired('float32'))).toMatch(/^communication: powersgd rank 2, plain all-reduce/);
     const local = summarize('train', 2, [0, 1].map((r) => rank(r, { commHook: { name: 'localsgd', period: 4, startStep: 10, averagings: 7 }, compressionRatio: 0.3 })));
     expect(commLine(local)).toMatch(/^communication: localsgd, models averaged every 4 steps after 10 averaged ones \(7 averagings timed\); 100500 bytes/);
   });

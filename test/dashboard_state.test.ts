@@ -497,12 +497,12 @@ describe('the communication hook (--comm-hook) on the performance card', () => {
     Array.from({ length: k }, (_, i) => step(i + 1, { ranks: [0, 1].map((r) => metrics(r, { commBytes: sent(i + 1, r), commDenseBytes: 1000 })) }));
 
   it('says the hook, the bytes per rank per step and the ratio to the float32 all-reduce, over the recent steps', () => {
-    const s = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10 } }) }, joined(0, 2), ...steps(30, (n) => (n <= 10 ? 1000 : 100))]);
+    const s = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) }, joined(0, 2), ...steps(30, (n) => (n <= 10 ? 1000 : 100))]);
     // The last 20 steps (11..30) per rank: all compressed.
     expect(commFigures(s)).toEqual({ hook: 'PowerSGD, rank 2, after 10 plain steps', bytesPerStep: 100, ratio: 0.1, text: 'Gradients: PowerSGD, rank 2, after 10 plain steps · 100 B sent per rank per step · 0.1× the float32 all-reduce’s bytes' });
     expect(rankAverages(s).map((r) => r.bytesPerStep)).toEqual([100, 100]);
     // Steps 1..20, the window: ten plain (1000 bytes), ten compressed (100 + rank).
-    const early = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10 } }) }, joined(0, 2), ...steps(20, (n, r) => (n <= 10 ? 1000 : 100 + r))]);
+    const early = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) }, joined(0, 2), ...steps(20, (n, r) => (n <= 10 ? 1000 : 100 + r))]);
     expect(commFigures(early)).toMatchObject({ bytesPerStep: 550.25, ratio: 0.55025 });
   });
 
@@ -533,7 +533,7 @@ describe('the communication hook (--comm-hook) on the performance card', () => {
     expect(describeJob(config({ commHook: { kind: 'none' } }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
     expect(describeCommHook({ kind: 'bf16' })).toBe('bf16 compression (bfloat16 on the wire)');
     expect(describeCommHook({ kind: 'localsgd', period: 4, startStep: 1 })).toBe('local SGD, models averaged every 4 steps after 1 averaged step');
-    expect(describeCommHook({ kind: 'powersgd', rank: 1, startIter: 0 })).toBe('PowerSGD, rank 1, after 0 plain steps');
+    expect(describeCommHook({ kind: 'powersgd', rank: 1, startIter: 0, wire: 'float32' })).toBe('PowerSGD, rank 1, after 0 plain steps');
   });
 });
 

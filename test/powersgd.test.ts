@@ -354,7 +354,41 @@ describe('PowerSGD hook', () => {
     }
   });
 
+  it('with a 16-bit wire (torch’s fp16_compress_wrapper) sends about half the bytes, bit-identical on every rank and close to float32', async () => {
+    const pgs = await groups(3);
+    try {
+      const run = async (wire: PowerSGDOptions['wire']) => {
+        const hooks = pgs.map(() => powerSGD({ matrixApproximationRank: 2, startIter: 1, wire }));
+        const before = pgs.map((pg) => pg.bytesSent());
+        let outs: Float32Array[][] = [];
+        for (let s = 1; s <= 4; s++) outs = await step(pgs, hooks, s, 77);
+        return { outs, bytes: pgs.map((pg, r) => pg.bytesSent() - before[r]!), stats: hooks[0]!.lastStats };
+      };
+      const f32 = await run('float32');
+      for (const wire of ['float16', 'bfloat16'] as const) {
+        const half = await run(wire);
+        for (let b = 0; b < layouts.length; b++) {
+          for (let r = 1; r < 3; r++) expect(hex(half.outs[r]![b]!)).toBe(hex(half.outs[0]![b]!));
+          // Same elements; each one 16-bit, so the approximation differs from float32's by the
+          // wire's rounding (relative 2^-11 for float16, 2^-8 for bfloat16, grown a little by the products).
+          let scale = 0;
+          for (const v of f32.outs[0]![b]!) scale = Math.max(scale, Math.abs(v));
+          expect(maxAbsDiff(half.outs[0]![b]!, f32.outs[0]![b]!)).toBeLessThan(scale * (wire === 'float16' ? 0.01 : 0.05));
+        }
+        expect(half.stats.elementsSent).toBe(f32.stats.elementsSent);
+        for (let r = 0; r < 3; r++) {
+          // Half the payload; the frame headers stay as they were.
+          expect(half.bytes[r]! / f32.bytes[r]!).toBeGreaterThan(0.5);
+          expect(half.bytes[r]! / f32.bytes[r]!).toBeLessThan(0.6);
+        }
+      }
+    } finally {
+      destroy(pgs);
+    }
+  });
+
   it('checks its options', () => {
+    expect(() => powerSGD({ wire: 'float8' as unknown as PowerSGDOptions['wire'] })).toThrow(/unknown wire dtype "float8"/);
     expect(() => powerSGD({ matrixApproximationRank: 0 })).toThrow(RangeError);
     expect(() => powerSGD({ startIter: -1 })).toThrow(RangeError);
     expect(() => powerSGD({ orthogonalizationEpsilon: -1 })).toThrow(RangeError);

@@ -210,8 +210,11 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
     expect(parse('world=2&comm-hook=none').commHook).toEqual({ kind: 'none' });
     expect(parse('world=2&comm-hook=fp16').commHook).toEqual({ kind: 'fp16' });
     expect(parse('world=2&commHook=bf16').commHook).toEqual({ kind: 'bf16' });
-    expect(parse('world=2&comm-hook=powersgd:2').commHook).toEqual({ kind: 'powersgd', rank: 2, startIter: 10 });
-    expect(parse('world=2&comm-hook=powersgd:4:0').commHook).toEqual({ kind: 'powersgd', rank: 4, startIter: 0 });
+    expect(parse('world=2&comm-hook=powersgd:2').commHook).toEqual({ kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' });
+    expect(parse('world=2&comm-hook=powersgd:4:0').commHook).toEqual({ kind: 'powersgd', rank: 4, startIter: 0, wire: 'float32' });
+    // A last item fp16 / bf16: PowerSGD's all-reduces go 16-bit (torch's fp16_compress_wrapper).
+    expect(parse('world=2&comm-hook=powersgd:2:fp16').commHook).toEqual({ kind: 'powersgd', rank: 2, startIter: 10, wire: 'float16' });
+    expect(parse('world=2&comm-hook=powersgd:2:5:bf16').commHook).toEqual({ kind: 'powersgd', rank: 2, startIter: 5, wire: 'bfloat16' });
     expect(parse('world=4&min=2&comm-hook=localsgd:4').commHook).toEqual({ kind: 'localsgd', period: 4, startStep: 10 });
     expect(parse('world=2&comm-hook=localsgd:1:100').commHook).toEqual({ kind: 'localsgd', period: 1, startStep: 100 });
     // Empty is "not set", as for the other options.
@@ -227,7 +230,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
       const config = parse(query);
       expect(parse(configParams(config).toString())).toEqual(config);
     }
-    for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'localsgd:4', 'localsgd:4:11']) expect(formatCommHook(parseCommHook(text))).toBe(text);
+    for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'powersgd:2:fp16', 'powersgd:4:0:bf16', 'localsgd:4', 'localsgd:4:11']) expect(formatCommHook(parseCommHook(text))).toBe(text);
   });
 
   it('is in the schema with a label and a hint, outside the create form', () => {
@@ -241,7 +244,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
 
   it('refuses a bad item naming it and what to write', () => {
     expect(refusal('world=2&comm-hook=fp32').message).toBe(
-      'option commHook must be none, fp16, bf16, powersgd:RANK[:START] or localsgd:H[:START] (e.g. fp16, powersgd:2 or localsgd:4); "fp32" is not a hook, got "fp32"',
+      'option commHook must be none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16] or localsgd:H[:START] (e.g. fp16, powersgd:2, powersgd:2:fp16 or localsgd:4); "fp32" is not a hook, got "fp32"',
     );
     expect(refusal('world=2&comm-hook=powersgd').message).toBe(
       'option commHook must be powersgd:RANK with RANK a positive integer up to 1024, the rank of the low-rank approximation (e.g. powersgd:2); RANK is missing, got "powersgd"',
@@ -252,6 +255,10 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
     expect(refusal('world=2&comm-hook=powersgd:2:-1').message).toBe(
       'option commHook must be powersgd:2:START with START an integer from 0 to 10000000, the steps of plain all-reduce before compression starts (e.g. powersgd:2:100); START "-1" is not one, got "powersgd:2:-1"',
     );
+    expect(refusal('world=2&comm-hook=powersgd:2:fp32').message).toMatch(/START "fp32" is not one/);
+    expect(refusal('world=2&comm-hook=powersgd:fp16').message).toMatch(/RANK "fp16" is not one/);
+    expect(refusal('world=2&comm-hook=powersgd:2:3:4:fp16')).toMatchObject({ name: 'ConfigError', option: 'commHook', value: 'powersgd:2:3:4:fp16' });
+    expect(refusal('world=2&comm-hook=powersgd:2:fp16:bf16').message).toMatch(/START "fp16" is not one/);
     expect(refusal('world=2&comm-hook=powersgd:2:').message).toMatch(/START is missing/);
     expect(refusal('world=2&comm-hook=localsgd:0').message).toBe(
       'option commHook must be localsgd:H with H a positive integer up to 1000000, the steps between two averagings of the models (e.g. localsgd:4); H "0" is not one, got "localsgd:0"',

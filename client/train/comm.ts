@@ -79,7 +79,7 @@ export function commSetup(spec: CommHookSpec): CommSetup {
     case 'bf16':
       return { ...none, hook: bf16CompressHook() };
     case 'powersgd': {
-      const hook = powerSGD({ matrixApproximationRank: spec.rank, startIter: spec.startIter });
+      const hook = powerSGD({ matrixApproximationRank: spec.rank, startIter: spec.startIter, wire: spec.wire });
       return { ...none, hook, powerSGD: hook };
     }
     case 'localsgd': {

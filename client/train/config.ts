@@ -27,7 +27,8 @@ export type StrategyName = (typeof STRATEGIES)[number];
  * 'none': the plain float32 ring all-reduce. 'fp16' / 'bf16': the same all-reduce with 16-bit
  * values on the wire (torch's fp16_compress_hook, bf16_compress_hook). 'powersgd': low-rank
  * compression of rank `rank`, plain all-reduces for steps 1 .. startIter (torch's powerSGD_hook,
- * start_powerSGD_iter). 'localsgd': averaged gradients for steps 1 .. startStep, then local steps
+ * start_powerSGD_iter), its all-reduces float32 or, with `wire`, 16-bit (torch's fp16_compress_wrapper
+ * around the hook). 'localsgd': averaged gradients for steps 1 .. startStep, then local steps
  * with the models averaged every `period` steps (torch's post_localSGD_hook with a
  * PeriodicModelAverager).
  */
@@ -35,8 +36,11 @@ export type CommHookSpec =
   | { kind: 'none' }
   | { kind: 'fp16' }
   | { kind: 'bf16' }
-  | { kind: 'powersgd'; rank: number; startIter: number }
+  | { kind: 'powersgd'; rank: number; startIter: number; wire: PowerSGDWire }
   | { kind: 'localsgd'; period: number; startStep: number };
+/** What PowerSGD's all-reduces send: float32, or 16-bit as under torch's fp16/bf16_compress_wrapper (`powersgd:R:fp16`, `powersgd:R:bf16`). */
+export type PowerSGDWire = 'float32' | 'float16' | 'bfloat16';
+const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'bfloat16' };
 /** torch's start_powerSGD_iter default, and the same warm-up for local SGD. */
 export const DEFAULT_COMM_HOOK_START = 10;
 /** Bounds: a rank beyond the model's widest matrix compresses nothing; a START beyond any run. */
@@ -123,7 +127,7 @@ export const MAX_WORLD_SIZE = 64;
 /** The learning rate each optimizer defaults to (measured on MNIST, see README). */
 export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.05 };
 
-const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START] or localsgd:H[:START] (e.g. fp16, powersgd:2 or localsgd:4)';
+const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16] or localsgd:H[:START] (e.g. fp16, powersgd:2, powersgd:2:fp16 or localsgd:4)';
 
 type Kind =
   | { type: 'int'; min: number; max: number }
@@ -321,7 +325,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   {
     name: 'commHook',
     label: 'Gradient communication',
-    hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). Not with parameter servers or pipelines.',
+    hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START; a last :fp16 or :bf16 sends its matrices 16-bit). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). Not with parameter servers or pipelines.',
     // The syntax here; what each item may be in parseCommHook (which names the item).
     kind: { type: 'text', pattern: /^[A-Za-z0-9]{1,16}(:[0-9A-Za-z.+-]{0,24}){0,3}$/, rule: COMM_HOOK_RULE },
     inForm: false,
@@ -465,7 +469,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
 }
 
 /**
- * `none`, `fp16`, `bf16`, `powersgd:RANK[:START]` or `localsgd:H[:START]` as a CommHookSpec.
+ * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
  * RANK and H are positive integers; START (the steps of plain, averaged gradients first, default
  * 10) an integer >= 0. Throws ConfigError (option commHook) naming the item that is wrong and
  * what to write.
@@ -488,10 +492,14 @@ export function parseCommHook(raw: string): CommHookSpec {
       if (args.length > 0) throw bad(`just ${kind}, without "${args.join(':')}" after it`);
       return { kind };
     case 'powersgd': {
-      if (args.length > 2) throw bad('powersgd:RANK or powersgd:RANK:START (e.g. powersgd:2 or powersgd:2:100): at most two numbers after powersgd');
-      const rank = item('RANK', args[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
-      const startIter = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
-      return { kind: 'powersgd', rank, startIter };
+      // A last item fp16 or bf16: P, Q and the rest go 16-bit on the wire.
+      const last = args[args.length - 1];
+      const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
+      const numbers = wire === 'float32' ? args : args.slice(0, -1);
+      if (numbers.length > 2) throw bad('powersgd:RANK[:START][:fp16|:bf16] (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally fp16 or bf16');
+      const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
+      const startIter = numbers.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', numbers[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
+      return { kind: 'powersgd', rank, startIter, wire };
     }
     case 'localsgd': {
       if (args.length > 2) throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
@@ -508,7 +516,7 @@ export function parseCommHook(raw: string): CommHookSpec {
 export function formatCommHook(spec: CommHookSpec): string {
   switch (spec.kind) {
     case 'powersgd':
-      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}`;
+      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
     case 'localsgd':
       return `localsgd:${spec.period}${spec.startStep === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startStep}`}`;
     default:

@@ -385,7 +385,7 @@ function commHookSummary(comm: CommSetup, registered: string, parameterCount: nu
   switch (spec.kind) {
     case 'powersgd': {
       const stats = comm.powerSGD!.lastStats;
-      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
+      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, wire: spec.wire, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
     }
     case 'localsgd':
       return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: ringAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };

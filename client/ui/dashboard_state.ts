@@ -896,7 +896,7 @@ export function describeCommHook(h: CommHookSpec): string {
     case 'bf16':
       return 'bf16 compression (bfloat16 on the wire)';
     case 'powersgd':
-      return `PowerSGD, rank ${h.rank}, after ${plural(h.startIter, 'plain step')}`;
+      return `PowerSGD, rank ${h.rank}${h.wire === 'float32' ? '' : `, ${h.wire} on the wire`}, after ${plural(h.startIter, 'plain step')}`;
     case 'localsgd':
       return `local SGD, models averaged every ${plural(h.period, 'step')} after ${plural(h.startStep, 'averaged step')}`;
   }

@@ -44,6 +44,7 @@
  * all-reduce of Q may overlap the next bucket's P), so concurrent calls from DDP, one per bucket,
  * issue the same sequence of collectives on every rank.
  */
+import { checkWireDtype, type WireDtype } from '../half.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
 
@@ -62,6 +63,14 @@ export interface PowerSGDOptions {
   orthogonalizationEpsilon?: number;
   /** Seeds the Q's drawn at random (any safe integer; the same on every rank). Default 0. */
   seed?: number;
+  /**
+   * What every all-reduce of the hook (the warm-up's, the uncompressed parameters', P's and Q's)
+   * sends on the wire: 'float16' or 'bfloat16' halve the bytes again, as torch's
+   * `fp16_compress_wrapper(powerSGD_hook)` / `bf16_compress_wrapper` do. The reductions stay in
+   * float32 and every rank still gets the same bits (see `pg.allReduce`); the rounding of P and Q
+   * ends up in the error feedback like the rest of the approximation's error. Default 'float32'.
+   */
+  wire?: WireDtype;
 }
 
 /** What one step's buckets sent (elements each rank all-reduced) against what DDP would have sent. */
@@ -133,6 +142,7 @@ export class PowerSGDHook implements CommHook {
       minCompressionRate: options.minCompressionRate ?? 2,
       orthogonalizationEpsilon: options.orthogonalizationEpsilon ?? 0,
       seed: options.seed ?? 0,
+      wire: checkWireDtype(options.wire ?? 'float32'),
     };
     if (!Number.isSafeInteger(o.matrixApproximationRank) || o.matrixApproximationRank < 1) {
       throw new RangeError(`PowerSGD: matrixApproximationRank must be an integer >= 1, got ${o.matrixApproximationRank}`);
@@ -186,7 +196,7 @@ export class PowerSGDHook implements CommHook {
 
     if (bucket.step <= this.options.startIter) {
       this.stats.elementsSent += buffer.length;
-      const reduced = pg.allReduce(buffer, 'avg');
+      const reduced = pg.allReduce(buffer, 'avg', { wire: this.options.wire });
       issued();
       const out = await reduced;
       this.finish(bucket);
@@ -247,9 +257,9 @@ export class PowerSGDHook implements CommHook {
       matMul(c.M, q, P.subarray(c.pAt, c.pAt + c.n * c.r), c.n, c.m, c.r);
     }
 
-    const plainDone = plainSize > 0 ? pg.allReduce(flat, 'avg') : Promise.resolve(flat);
+    const plainDone = plainSize > 0 ? pg.allReduce(flat, 'avg', { wire: this.options.wire }) : Promise.resolve(flat);
     plainDone.catch(() => {});
-    const pDone = pSize > 0 ? pg.allReduce(P, 'sum') : Promise.resolve(P);
+    const pDone = pSize > 0 ? pg.allReduce(P, 'sum', { wire: this.options.wire }) : Promise.resolve(P);
     // The all-reduce of P need not be divided by the world size: P is orthogonalized next.
     const Pall = await pDone;
     for (const c of compressed) {
@@ -257,7 +267,7 @@ export class PowerSGDHook implements CommHook {
       orthogonalize(p, c.n, c.r, eps);
       matTMul(c.M, p, Q.subarray(c.qAt, c.qAt + c.m * c.r), c.n, c.m, c.r);
     }
-    const qDone = qSize > 0 ? pg.allReduce(Q, 'avg') : Promise.resolve(Q);
+    const qDone = qSize > 0 ? pg.allReduce(Q, 'avg', { wire: this.options.wire }) : Promise.resolve(Q);
     issued();
     const [plainAvg, Qall] = await Promise.all([plainDone, qDone]);
 
@@ -306,6 +316,7 @@ export class PowerSGDHook implements CommHook {
       minCompressionRate: o.minCompressionRate,
       orthogonalizationEpsilon: o.orthogonalizationEpsilon,
       seed: o.seed,
+      wire: o.wire,
     };
     const tensors: CommHookState['tensors'] = {};
     for (const [key, entry] of [...this.entries].sort(([a], [b]) => compareKeys(a, b))) {
