@@ -4,10 +4,15 @@
  * the votes at step boundaries and checkpoints; the script gives it a plain training step.
  *
  *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/elastic_train.ts \
- *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1
+ *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1 [--powersgd 2 | --local-sgd 4]
+ *
+ * Communication hooks (torch's register_comm_hook) go through runElastic, which keeps their state
+ * across regroups, in checkpoints and for joiners: --powersgd R sends each step's gradients as
+ * rank-R PowerSGD factors after 10 plain steps; --local-sgd H steps locally after 10 averaged
+ * steps and averages the models every H steps.
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, runElastic, slowFactor, subset, syntheticDataset } from '../src/index.ts';
+import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, slowFactor, subset, syntheticDataset } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -19,6 +24,8 @@ export default async function main(ctx: LaunchContext) {
   const model = buildModel({ kind: 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
   const state = new TrainState({ model, optimizer: () => tf.train.adam(0.003) });
   let finalLoss = NaN;
+  const powerSGDRank = intArg(args, 'powersgd', 0, 0);
+  const localSGDPeriod = intArg(args, 'local-sgd', 0, 0);
   const run = await runElastic({
     url: ctx.url,
     session: ctx.session,
@@ -31,6 +38,8 @@ export default async function main(ctx: LaunchContext) {
     batchSize: intArg(args, 'batch-size', 32),
     epochs: intArg(args, 'epochs', 1),
     steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
+    commHook: powerSGDRank > 0 ? () => powerSGD({ matrixApproximationRank: powerSGDRank, startIter: 10 }) : localSGDPeriod > 0 ? () => postLocalSGD({ startStep: 10 }) : undefined,
+    modelAverager: localSGDPeriod > 0 ? { period: localSGDPeriod, warmupSteps: 10 } : undefined,
     async step({ indices, ddp, optimizer, pg }) {
       const { x, y } = data.batch(indices);
       const xs = tf.tensor(x, [y.length, ...data.inputShape]);
@@ -48,5 +57,5 @@ export default async function main(ctx: LaunchContext) {
     },
   });
   await run.close(); // after every rank is done
-  return { finalLoss };
+  return { finalLoss, bytesPerStep: run.ddp.bytesPerStep };
 }

@@ -20,6 +20,18 @@ test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with t
   expect(s.faults[0]!.detectedAfterMs).toBeLessThan(10_000);
 });
 
+test('elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force and takes the hook state; all three end with the same weights', async () => {
+  // 2 ranks, 32 steps of 64 samples; compression from step 11; the third tab joins at step 14.
+  const r = await launchCommand(['--nproc', '2', '--min', '2', '--max', '3', '--join', '1@14', 'examples/elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--powersgd', '2']);
+  expect(r.code, r.output).toBe(0);
+  const s = r.summary as { generations: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean }>; finalLoss: number };
+  expect(s.generations).toBeGreaterThanOrEqual(2);
+  expect(s.weightHashes).toHaveLength(3);
+  expect(new Set(s.weightHashes).size).toBe(1);
+  expect(s.samplesSeen[0]).toMatchObject({ samples: 2048, exactlyOnce: true });
+  expect(s.finalLoss).toBeLessThan(1.2);
+});
+
 test('ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights', async () => {
   const r = await launchCommand(['--nproc', '2', 'examples/ddp_train.ts', '--dataset', 'synthetic', '--epochs', '2']);
   expect(r.code, r.output).toBe(0);
