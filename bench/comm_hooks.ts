@@ -78,8 +78,10 @@ if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file
 /** A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. */
 function hookParam(hook: string): string {
   const [kind, ...args] = hook.split(':');
-  if ((kind === 'powersgd' || kind === 'localsgd') && args.length === 1) return `${hook}:${start}`;
-  return hook;
+  // powersgd:R:fp16 (a 16-bit wire, last) gets its START before the wire.
+  const wire = kind === 'powersgd' && (args.at(-1) === 'fp16' || args.at(-1) === 'bf16') ? args.pop()! : null;
+  if ((kind === 'powersgd' || kind === 'localsgd') && args.length === 1) args.push(String(start));
+  return [kind, ...args, ...(wire ? [wire] : [])].join(':');
 }
 
 /** The hook's START (steps of plain all-reduce first); 0 for hooks without one. */

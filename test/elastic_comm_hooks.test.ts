@@ -293,6 +293,28 @@ describe('runElastic with communication hooks', () => {
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1); // the run ends on an averaging step
     await closeAll(runs);
   });
+
+  it('post-local SGD: a run that ends between averagings averages once more at its end', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('lsgd-end');
+    const hashes: Array<Map<number, string>> = [new Map(), new Map()];
+    const members = [0, 1].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 2,
+        steps: 8,
+        commHook: () => postLocalSGD({ startStep: 2 }),
+        modelAverager: { period: 4, warmupSteps: 2 },
+        onStep: async (ctx) => void hashes[ctx.pg.rank]!.set(ctx.step, await ctx.ddp.weightsHash()),
+      }),
+    );
+    const runs = await Promise.all(members.map((m) => m.result));
+    // Averaged after step 6; steps 7 and 8 local, so the replicas differ after the last step ...
+    expect(hashes[0]!.get(8)).not.toBe(hashes[1]!.get(8));
+    // ... and the run's end averages them: one model everywhere.
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    await closeAll(runs);
+  });
 });
 
 describe("a hook's state in a checkpoint's optimizer section", () => {

@@ -81,9 +81,14 @@ export class PeriodicModelAverager {
    */
   async average(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<boolean> {
     if (!this.averagesAt(step)) return false;
+    await this.averageNow(pg, model);
+    return true;
+  }
+
+  /** Collective: averages the replicas now, whatever the step (runElastic does at the end of a run that ends between averagings). */
+  async averageNow(pg: ProcessGroup, model: tf.LayersModel): Promise<void> {
     const flat = await flatTrainableWeights(model);
     await pg.allReduce(flat, 'avg');
     assignFlatWeights(model, flat);
-    return true;
   }
 }

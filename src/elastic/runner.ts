@@ -37,7 +37,8 @@
  * averaging steps (a check due at a step in between waits for the next one), rank 0 checkpoints
  * its own replica's weights, and a regroup between averagings gives every rank one replica's
  * weights (the source's, as always): an implicit averaging point, where the others' local steps
- * since the last averaging are lost.
+ * since the last averaging are lost. A run that ends between averagings averages once more at
+ * its end, so that every rank ends with the same model.
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
@@ -551,7 +552,10 @@ class ElasticRun<M extends StepMetrics> {
           await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
         }
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
-        if (vote.stoppedBy !== null) return { kind: 'stopped', by: vote.stoppedBy };
+        if (vote.stoppedBy !== null) {
+          await this.averageAtEnd(pg);
+          return { kind: 'stopped', by: vote.stoppedBy };
+        }
         if (vote.regroup) return { kind: 'regroup' };
       }
       if (p.position >= length) {
@@ -562,7 +566,20 @@ class ElasticRun<M extends StepMetrics> {
         if (o.checkpointAtEpochEnd ?? (o.min < o.max || (o.checkpointEvery ?? 0) > 0)) await this.checkpoint(pg);
       }
     }
+    await this.averageAtEnd(pg);
     return { kind: 'done' };
+  }
+
+  /**
+   * Local SGD: a run that ends (or is stopped) between two averagings averages once more, so that
+   * it ends with one model on every rank, as plain DDP does (torch's PostLocalSGDOptimizer leaves
+   * that to the script). Every rank gets here after the same step.
+   */
+  private async averageAtEnd(pg: ProcessGroup): Promise<void> {
+    const step = this.state.progress.step;
+    if (!this.averager || step <= this.averager.warmupSteps || this.averager.averagesAt(step)) return;
+    this.activity = `the final model averaging after step ${step}`;
+    await this.whileDeviceLives(this.averager.averageNow(pg, this.state.model));
   }
 
   /** One all-gather per step: [stop, join wanted, ...this rank's metrics] from every rank. */

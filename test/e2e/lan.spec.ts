@@ -78,7 +78,7 @@ test('elastic training on the LAN with a killed host: the others finish, each sa
   const s = summary as { identical: boolean; stepsRedone: number; samplesSeen: Array<{ exactlyOnce: boolean; complete: boolean }>; faults: Array<{ detectedAfterMs?: number }> };
   expect(s.identical).toBe(true);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
-  for (const epoch of s.samplesSeen) expect(epoch).toMatchObject({ exactlyOnce: true, complete: true });
+  for (const epoch of s.samplesSeen) expect(epoch, JSON.stringify(summary)).toMatchObject({ exactlyOnce: true, complete: true });
   expect(s.faults[0].detectedAfterMs).toBeLessThan(10_000);
   expect(lan.rates).toEqual([40, 40, 20]);
   expect(lan.ranks).toHaveLength(3);

@@ -53,9 +53,12 @@ test('across one epoch the ranks see every sample exactly once apart from paddin
       if (report.type === 'elastic' && report.event.type === 'batch') for (const i of report.event.indices) counts.set(i, (counts.get(i) ?? 0) + 1);
     }
   }
-  expect(counts.size).toBe(1030);
+  // Should this fail, the rounds each rank went through say why (a regroup trains steps again).
+  const rounds = ranks.map((r) => r.reports.flatMap((report) => (report.type === 'elastic' && report.event.type === 'round' ? [`round ${report.event.round} from step ${report.event.step}`] : [])));
+  const why = `rounds per rank: ${JSON.stringify(rounds)}`;
+  expect(counts.size, why).toBe(1030);
   const twice = [...counts.values()].filter((c) => c === 2).length;
-  expect(twice).toBe(2);
+  expect(twice, why).toBe(2);
   expect([...counts.values()].every((c) => c === 1 || c === 2)).toBe(true);
   for (const r of results) {
     const live = r.liveTensors as { steps: number; min: number; max: number };
