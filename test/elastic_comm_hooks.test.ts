@@ -48,6 +48,7 @@ type MemberOptions = Pick<ElasticRunOptions, 'min' | 'max' | 'steps' | 'checkpoi
   extra?: (ctx: StepContext) => Promise<void>;
   onRound?: (ctx: RoundContext) => void | Promise<void>;
   onStep?: (ctx: RoundContext) => void | Promise<void>;
+  onEpochEnd?: (ctx: RoundContext) => void | Promise<void>;
 };
 
 /** One member of the session: a plain SGD step on its samples. */
@@ -83,6 +84,7 @@ function member(net: MemoryNetwork, id: number, session: string, opts: MemberOpt
     modelAverager: opts.modelAverager,
     onRound: opts.onRound,
     onStep: opts.onStep,
+    onEpochEnd: opts.onEpochEnd,
     onEvent: (e) => events.push(e),
     async step(ctx) {
       await opts.extra?.(ctx);
@@ -313,6 +315,28 @@ describe('runElastic with communication hooks', () => {
     expect(hashes[0]!.get(8)).not.toBe(hashes[1]!.get(8));
     // ... and the run's end averages them: one model everywhere.
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    await closeAll(runs);
+  });
+
+  it('post-local SGD: a run that ends with its epoch averages before the epoch-end hook (an evaluation there sees the one model)', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('lsgd-epoch');
+    const atEnd: string[] = [];
+    // 120 samples, 2 x 4 per step: one epoch is 15 steps; averagings after 6, 10 and 14.
+    const members = [0, 1].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 2,
+        commHook: () => postLocalSGD({ startStep: 2 }),
+        modelAverager: { period: 4, warmupSteps: 2 },
+        onEpochEnd: async (ctx) => void atEnd.push(await ctx.ddp.weightsHash()),
+      }),
+    );
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(runs.map((r) => r.steps)).toEqual([15, 15]);
+    expect(atEnd).toHaveLength(2);
+    expect(atEnd[0]).toBe(atEnd[1]);
+    expect(runs[0]!.weightHash).toBe(atEnd[0]);
     await closeAll(runs);
   });
 });

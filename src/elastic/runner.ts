@@ -238,6 +238,8 @@ class ElasticRun<M extends StepMetrics> {
   /** The hook's name, or the default's. */
   private readonly hookName: string;
   private readonly averager: PeriodicModelAverager | undefined;
+  /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
+  private averagedAtEnd = -1;
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
 
@@ -559,6 +561,8 @@ class ElasticRun<M extends StepMetrics> {
         if (vote.regroup) return { kind: 'regroup' };
       }
       if (p.position >= length) {
+        // The run's last step: local SGD's final averaging comes before the epoch's end (an evaluation there sees the one model).
+        if (p.epoch + 1 >= this.maxEpochs || p.step >= this.maxSteps) await this.averageAtEnd(pg);
         this.activity = `the end of epoch ${p.epoch}`;
         await this.whileDeviceLives(o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch }));
         p.epoch++;
@@ -577,9 +581,10 @@ class ElasticRun<M extends StepMetrics> {
    */
   private async averageAtEnd(pg: ProcessGroup): Promise<void> {
     const step = this.state.progress.step;
-    if (!this.averager || step <= this.averager.warmupSteps || this.averager.averagesAt(step)) return;
+    if (!this.averager || step <= this.averager.warmupSteps || this.averager.averagesAt(step) || this.averagedAtEnd === step) return;
     this.activity = `the final model averaging after step ${step}`;
     await this.whileDeviceLives(this.averager.averageNow(pg, this.state.model));
+    this.averagedAtEnd = step;
   }
 
   /** One all-gather per step: [stop, join wanted, ...this rank's metrics] from every rank. */
