@@ -3,19 +3,10 @@
  * (webgpu -> webgl -> cpu) with the reason when it cannot start.
  */
 import '@tensorflow/tfjs-backend-webgpu';
-import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
-import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
-import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
-import wasmThreadedSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
+import '../src/wasm_paths.ts';
 import { startBackend } from '../src/index.ts';
 import { BACKENDS, type BackendName } from './train/config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
-
-setWasmPaths({
-  'tfjs-backend-wasm.wasm': wasmPlain,
-  'tfjs-backend-wasm-simd.wasm': wasmSimd,
-  'tfjs-backend-wasm-threaded-simd.wasm': wasmThreadedSimd,
-});
 
 export interface BackendChoice {
   backend: BackendName;

@@ -31,6 +31,7 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
 job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
 job train, DDP: [--comm-hook none|fp16|bf16|powersgd:RANK[:START]|localsgd:H[:START] (default none: the gradients' communication hook; START default 10)]
+         [--devices K (each rank's batch split over K Workers, each a replica on its own backend: DataParallel; default 1)]
 job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
          a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it
 job train, parameter servers: [--strategy ddp|ps|central (default ddp; ps: asynchronous parameter servers, central: one server, synchronous)]

@@ -16,7 +16,7 @@ import { lanDriver } from './lan_driver.ts';
 import { findTurnserver } from './turn.ts';
 import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
-import { commLine, parameterServerLines, summarize, summarizeScript, type ParameterServerSummary, type RankResult } from './summaries.ts';
+import { commLine, devicesLine, parameterServerLines, summarize, summarizeScript, type ParameterServerSummary, type RankResult } from './summaries.ts';
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/straggler.ts';
 import type { Report } from '../client/report.ts';
 
@@ -633,6 +633,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     // A DDP run's hook and bytes per step (--comm-hook), in one line.
     const comm = script ? null : commLine(summary);
     if (comm) log(`[launch] ${comm}`);
+    const devices = script ? null : devicesLine(summary);
+    if (devices) log(`[launch] ${devices}`);
     const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
     return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {

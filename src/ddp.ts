@@ -9,6 +9,8 @@
  * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
  *   sum (gradient accumulation);
  * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad);
+ * - `backward(localGradients)` takes gradients this rank computed elsewhere, on its DataParallel
+ *   devices (torch's DDP over a multi-device module), instead of a loss function;
  * - `registerCommHook(hook)` (torch's register_comm_hook) replaces each bucket's all-reduce with
  *   the hook's reduction (comm_hooks/: fp16 and bf16 compression, PowerSGD, ...); without one,
  *   `allreduceHook()` is the plain float32 all-reduce;
@@ -25,6 +27,7 @@ import { NonFiniteGradientError } from './errors.ts';
 import type { Straggler } from './straggler.ts';
 import { allreduceHook } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
+import type { LocalGradients } from './data_parallel/data_parallel.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -270,8 +273,12 @@ export class DistributedDataParallel {
   /**
    * Computes gradients of `lossFn` for this rank's batch and, unless inside `noSync`, averages
    * the (accumulated) gradients across ranks. Returns the loss and where the time went.
+   * Given `LocalGradients` instead (the flat gradients of this rank's batch, computed by a
+   * DataParallel's devices), averages those: the loss and compute time are theirs, and nothing
+   * is read back.
    */
-  async backward(lossFn: () => tf.Scalar, options: BackwardOptions = {}): Promise<BackwardResult> {
+  async backward(lossFn: (() => tf.Scalar) | LocalGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
+    if (typeof lossFn !== 'function') return this.reduceGradients(lossFn, options);
     const t0 = performance.now();
     const inputs = options.inputs ?? [];
     const { value, grads } = tf.variableGrads(lossFn, [...this.variables, ...inputs]);
@@ -376,6 +383,43 @@ export class DistributedDataParallel {
     }
     const comm = reductions.length > 0 ? commEnd - commStart : 0;
     return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed, comm }, commBytes, inputGrads };
+  }
+
+  /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
+  private async reduceGradients(local: LocalGradients, options: BackwardOptions): Promise<BackwardResult> {
+    if (options.inputs && options.inputs.length > 0) throw new Error('backward(localGradients) takes no inputs: their gradients must come with the loss function');
+    if (!(local.grads instanceof Float32Array) || local.grads.length !== this.numel) {
+      throw new RangeError(`backward(localGradients): ${local.grads instanceof Float32Array ? `${local.grads.length} gradient values` : 'no Float32Array of gradients'}, the model has ${this.numel} trainable values`);
+    }
+    let slowed = 0;
+    // A straggler waits in proportion to the devices' compute, before the first reduction.
+    if (options.straggler) slowed = await options.straggler.after(local.computeMs);
+    if (this.hasGrad) for (let i = 0; i < this.numel; i++) this.grad[i] += local.grads[i]!;
+    else this.grad.set(local.grads);
+    this.hasGrad = true;
+    const timings = { compute: local.computeMs, readback: 0, allreduce: 0, slowed, comm: 0 };
+    if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, inputGrads: [] };
+    const step = this.startStep + this.syncs++;
+    const sentBefore = this.pg.bytesSent();
+    const w0 = performance.now();
+    const reductions = this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
+    const averaged = await Promise.all(reductions);
+    const commEnd = performance.now();
+    timings.allreduce = commEnd - w0;
+    timings.comm = reductions.length > 0 ? commEnd - w0 : 0;
+    const commBytes = this.pg.bytesSent() - sentBefore;
+    this.commBytesTotal += commBytes;
+    this.commSteps++;
+    if (this.errorIfNonfinite) {
+      const nonfinite = this.buckets.filter((_, i) => !allFinite(averaged[i]!));
+      if (nonfinite.length > 0) {
+        const index = this.firstNonfinite(nonfinite);
+        this.grad.fill(0);
+        this.hasGrad = false;
+        throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+      }
+    }
+    return { loss: local.loss, timings, commBytes, inputGrads: [] };
   }
 
   /**

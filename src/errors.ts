@@ -232,6 +232,28 @@ export class StateTransferError extends Error {
   }
 }
 
+/**
+ * A device of a DataParallel (a dedicated Worker with its own TF.js backend) failed: it could not
+ * start its backend or build its replica, a step threw on it, it crashed, or it did not answer
+ * in time. The DataParallel is unusable afterwards (torch's DataParallel fails the forward
+ * likewise); make a new one.
+ */
+export class DataParallelDeviceError extends Error {
+  override name = 'DataParallelDeviceError';
+  constructor(
+    /** The device's index (0 .. devices - 1). */
+    readonly device: number,
+    /** The backend it ran, or null when it never started one. */
+    readonly backend: string | null,
+    /** What it was doing: "start" or "step N". */
+    readonly during: string,
+    /** Why, in the device's own words where it gave any. */
+    readonly reason: string,
+  ) {
+    super(`DataParallel device ${device} (a Worker${backend ? ` on ${backend}` : ''}) failed during ${during}: ${reason}`);
+  }
+}
+
 /** Why a WebGPU device was lost, as GPUDeviceLostInfo says: 'destroyed' by the page itself, or 'unknown' (a reset, a crash). */
 export type DeviceLostReason = 'destroyed' | 'unknown';
 

@@ -33,6 +33,7 @@ export {
   ReplicaDivergenceError,
   StateTransferError,
   DeviceLostError,
+  DataParallelDeviceError,
   isRecoverable,
   type DeviceLostReason,
 } from './errors.ts';
@@ -73,7 +74,7 @@ export {
   fromBfloat16Bits,
   type HalfDtype,
 } from './half.ts';
-export { verifyReplicas, weightsHash, flatTrainableWeights } from './replicas.ts';
+export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights } from './replicas.ts';
 export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './pipeline/split.ts';
@@ -135,7 +136,7 @@ export {
 } from './parameter_server/shard.ts';
 export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parameter_server/central_storage.ts';
 export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parameter_server/checkpoint.ts';
-export { assignFlatWeights, flatGradients } from './parameter_server/worker.ts';
+export { flatGradients } from './parameter_server/worker.ts';
 export {
   runParameterServer,
   MAX_WORKER_IDS,
@@ -150,5 +151,20 @@ export {
   type WorkerStepContext,
   type WorkerStepResult,
 } from './parameter_server/runner.ts';
+export {
+  DataParallel,
+  webWorkerDevice,
+  MAX_DEVICES,
+  type DataParallelOptions,
+  type DataParallelBatch,
+  type DataParallelResult,
+  type DeviceChannel,
+  type DeviceInfo,
+  type DeviceStep,
+  type DeviceStats,
+  type LocalGradients,
+} from './data_parallel/data_parallel.ts';
+export { chunkSizes, scatter, gatherMean, type Chunk } from './data_parallel/scatter_gather.ts';
+export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type DeviceFault } from './data_parallel/protocol.ts';
 export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './comm_hooks/powersgd.ts';
 export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './comm_hooks/local_sgd.ts';

@@ -18,6 +18,25 @@ export async function flatTrainableWeights(model: tf.LayersModel): Promise<Float
   return data;
 }
 
+function sizeOf(shape: readonly (number | null)[]): number {
+  return shape.reduce<number>((a, b) => a * (b ?? 1), 1);
+}
+
+/** Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order. */
+export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array): void {
+  const weights = model.trainableWeights;
+  const total = weights.reduce((n, w) => n + sizeOf(w.shape), 0);
+  if (flat.length !== total) throw new RangeError(`the flat weights have ${flat.length} elements, the model's trainable weights ${total}`);
+  let offset = 0;
+  for (const w of weights) {
+    const size = sizeOf(w.shape);
+    const t = tf.tensor(flat.subarray(offset, offset + size), w.shape as number[], 'float32');
+    (w.read() as tf.Variable).assign(t);
+    t.dispose();
+    offset += size;
+  }
+}
+
 /** A fingerprint of `model`'s trainable weights: equal on every rank while replicas are identical. */
 export async function weightsHash(model: tf.LayersModel): Promise<string> {
   return hashFloat32(await flatTrainableWeights(model));

@@ -108,6 +108,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     maxStaleness: null,
     stalenessLr: false,
     commHook: { kind: 'none' },
+    devices: 1,
     ...over,
   };
 }

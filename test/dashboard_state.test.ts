@@ -72,6 +72,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     stalenessLr: false,
     slow: null,
     commHook: { kind: 'none' },
+    devices: 1,
     ...over,
   };
 }
@@ -787,5 +788,32 @@ describe('pipeline runs', () => {
     expect(statCards(s).speed).toEqual({ value: '202', unit: ' samples/s', sub: '2 replicas of 2 stages · global batch 128' });
     expect(describeJob(pipeCfg)).toBe('mlp on synthetic · adam lr 0.003 · batch 64/replica (128 global) · 2 epochs · pipeline of 2 stages × 2 replicas, 4 micro-batches (gpipe)');
     expect(describeJob({ ...pipeCfg, activationDtype: 'float16', schedule: '1f1b' })).toMatch(/\(1f1b, float16 activations\)$/);
+  });
+});
+
+describe('devices: DataParallel Workers of this tab (--devices)', () => {
+  it('lists this tab’s devices in the facts, with their figures once they trained and any fallback; says the start once', () => {
+    let s = training({ devices: 2 });
+    expect(facts(s).devices).toBeNull();
+    s = replay([{ type: 'devices', devices: [{ device: 0, backend: 'webgpu' }, { device: 1, backend: 'cpu', fallbackReason: 'no WebGPU in this Worker; using cpu instead' }] }], s);
+    expect(s.log[0]!.message).toBe('This tab computes on 2 devices (Workers, each with its own copy of the model): device 0 on webgpu, device 1 on cpu.');
+    expect(facts(s).devices).toEqual([
+      { text: 'device 0: webgpu', fallback: null },
+      { text: 'device 1: cpu', fallback: '⚠ no WebGPU in this Worker; using cpu instead' },
+    ]);
+    const logged = s.log.length;
+    s = replay([{ type: 'devices', devices: [{ device: 0, backend: 'webgpu', steps: 10, samples: 320, meanComputeMs: 12.3, liveTensors: { min: 4, max: 4 } }] }], s);
+    expect(s.log.length).toBe(logged);
+    expect(facts(s).devices![0]!.text).toBe('device 0: webgpu · 320 samples · 12.3 ms/step');
+    expect(describeJob(config({ devices: 2 }))).toMatch(/ · 2 devices per tab$/);
+  });
+
+  it('averages each rank’s device compute over its recent steps, and leaves it out for ranks with one device', () => {
+    const withDevices = (r: number, meanMs: number) => metrics(r, { devices: { count: 2, meanMs } });
+    const s = replay([step(6, { ranks: [withDevices(0, 10), metrics(1), withDevices(2, 20)] }), step(7, { ranks: [withDevices(0, 30), metrics(1), withDevices(2, 20)] })], training({ devices: 2 }));
+    const rows = rankAverages(s);
+    expect(rows[0]!.devices).toEqual({ count: 2, meanMs: 20 });
+    expect(rows[1]!.devices).toBeUndefined();
+    expect(rows[2]!.devices).toEqual({ count: 2, meanMs: 20 });
   });
 });

@@ -83,3 +83,15 @@ function hasTurnserver(): boolean {
     return false;
   }
 }
+
+/** ||a - b|| / ||b||, the relative error of `a` against `b`; throws when their lengths differ. */
+export function relativeError(a: Float32Array, b: Float32Array): number {
+  if (a.length !== b.length) throw new Error(`cannot compare ${a.length} values with ${b.length}`);
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return Math.sqrt(diff / norm);
+}

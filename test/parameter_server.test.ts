@@ -14,7 +14,8 @@ import { CentralStorageAccumulator, SyncPushError } from '../src/parameter_serve
 import { psPart, restoreShard, saveShard } from '../src/parameter_server/checkpoint.ts';
 import { ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parameter_server/shard.ts';
 import { joinShards, shardParameters, splitByShard } from '../src/parameter_server/sharding.ts';
-import { assignFlatWeights, flatGradients } from '../src/parameter_server/worker.ts';
+import { flatGradients } from '../src/parameter_server/worker.ts';
+import { assignFlatWeights } from '../src/replicas.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
 import { listCheckpoints } from '../src/checkpoint.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';

@@ -22,7 +22,7 @@ import { initProcessGroup } from '../src/rendezvous.ts';
 import { pipelineMesh, runPipeline, type PipelineRunResult } from '../src/pipeline/runner.ts';
 import type { ScheduleKind } from '../src/pipeline/schedule.ts';
 import { PipelineStage } from '../src/pipeline/stage.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { relativeError, tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
 let server: RunningServer;
@@ -129,16 +129,6 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
   return { whole, ranks: out };
 }
 
-function relErr(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let diff = 0;
-  let norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i]! - b[i]!) ** 2;
-    norm += b[i]! ** 2;
-  }
-  return Math.sqrt(diff / norm);
-}
 
 describe('pipeline parallel', () => {
   it('2 stages x 4 micro-batches at batch 32 train to one rank\'s weights after 20 SGD steps; each rank holds only its stage', async () => {
@@ -147,7 +137,7 @@ describe('pipeline parallel', () => {
     const { whole, ranks } = await pipelineRun(2, 1, 4, 20);
     // Nothing leaks: with the stages' models and optimizers disposed, the live tensors are as before.
     expect(tf.memory().numTensors).toBe(before);
-    expect(relErr(whole, reference)).toBeLessThanOrEqual(1e-5);
+    expect(relativeError(whole, reference)).toBeLessThanOrEqual(1e-5);
     // The last stage's figures are the whole batch's: its mean loss and its correct predictions.
     const last = ranks.find((r) => r.stage === 1)!.first;
     expect(last.loss).toBeCloseTo(firstStep.loss, 5);
@@ -165,7 +155,7 @@ describe('pipeline parallel', () => {
   it('float16 activations on the wire train close to float32 (rounded, so not exact)', async () => {
     const full = (await pipelineRun(2, 1, 4, 10)).whole;
     const half = (await pipelineRun(2, 1, 4, 10, 'gpipe', 'float16')).whole;
-    const err = relErr(half, full);
+    const err = relativeError(half, full);
     expect(err).toBeGreaterThan(0); // rounded: no longer exact
     expect(err).toBeLessThan(1e-2);
   });
@@ -195,7 +185,7 @@ describe('pipeline parallel', () => {
     );
     const { x } = data.batch(globalBatch(39 % 20));
     const expected = tf.tidy(() => whole.predict(tf.tensor(x, [32, 16])) as tf.Tensor);
-    expect(relErr(outs[1]!, (await expected.data()) as Float32Array)).toBeLessThan(1e-6);
+    expect(relativeError(outs[1]!, (await expected.data()) as Float32Array)).toBeLessThan(1e-6);
     expect(outs[0]).toBeNull();
     tf.dispose([expected]);
     whole.dispose();
@@ -217,7 +207,7 @@ describe('pipeline parallel', () => {
   it('2 stages x 2 replicas at batch 16 equal one rank at batch 32; the replicas of each stage stay identical', async () => {
     const reference = await singleRank(10);
     const { whole, ranks } = await pipelineRun(2, 2, 2, 10);
-    expect(relErr(whole, reference)).toBeLessThanOrEqual(1e-5);
+    expect(relativeError(whole, reference)).toBeLessThanOrEqual(1e-5);
     for (const s of [0, 1]) {
       const [a, b] = ranks.filter((r) => r.stage === s);
       expect(Array.from(a!.weights)).toEqual(Array.from(b!.weights));

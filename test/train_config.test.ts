@@ -41,6 +41,7 @@ describe('parseTrainConfig', () => {
       stalenessLr: false,
       slow: null,
       commHook: { kind: 'none' },
+      devices: 1,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });
@@ -394,5 +395,30 @@ describe('readLink: every bad value of a link is named, with what is allowed and
     expect(problem('session=s&job=train&world=2&batch-size=0').message).toBe('The link says “batchSize=0”, but the batch size per rank must be an integer from 1 to 4096.');
     expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn.');
     expect(problem('session=s&job=train&timeoutMs=5').field).toBe('timeoutMs');
+  });
+});
+
+describe('devices: DataParallel Workers per tab (--devices)', () => {
+  const refusal = (query: string): ConfigError => {
+    try {
+      parse(query);
+    } catch (err) {
+      return err as ConfigError;
+    }
+    throw new Error(`${query} was accepted`);
+  };
+
+  it('is 1 unless given, takes 1 to 16, and a link keeps it', () => {
+    expect(parse('world=2').devices).toBe(1);
+    expect(parse('world=2&devices=4').devices).toBe(4);
+    expect(parse(configParams(parse('world=2&devices=3')).toString()).devices).toBe(3);
+    expect(configParams(parse('world=2')).has('devices')).toBe(false);
+    for (const bad of ['0', '17', '1.5', 'two']) expect(refusal(`world=2&devices=${bad}`).message).toBe(`option devices must be an integer from 1 to 16, got "${bad}"`);
+  });
+
+  it('is refused with parameter servers and pipelines, saying what to leave out', () => {
+    expect(refusal('world=3&devices=2&strategy=ps').message).toMatch(/^option devices must be 1 \(or left out\) with strategy ps: .*leave out devices, or strategy/);
+    expect(refusal('world=2&devices=2&pp=2').message).toMatch(/^option devices must be 1 \(or left out\) with pipeline stages \(pp 2\): .*leave out devices, or pp/);
+    expect(parse('world=3&devices=1&strategy=central').devices).toBe(1);
   });
 });

@@ -119,7 +119,16 @@ export interface TrainConfig {
   slow: Record<number, number> | null;
   /** DDP's communication hook (see CommHookSpec); `{ kind: 'none' }` unless asked for. DDP only: not with ps/central or pipelines. */
   commHook: CommHookSpec;
+  /**
+   * Devices per tab (DataParallel): 1 computes on the page's own backend; K > 1 starts K Workers,
+   * each a replica of the model on its own backend (`backend`, falling back per Worker), scatters
+   * each batch over them and gathers their gradients. DDP only: not with ps/central or pipelines.
+   */
+  devices: number;
 }
+
+/** Most devices (Workers) a tab may run: each holds its own copy of the model and its backend. */
+export const MAX_DEVICES_PER_TAB = 16;
 
 /** Largest session the page offers (the form's bound and the URL's). */
 export const MAX_WORLD_SIZE = 64;
@@ -332,6 +341,14 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: fixed('none'),
   },
   {
+    name: 'devices',
+    label: 'Devices per tab',
+    hint: 'Workers per tab, each with its own copy of the model on its own backend; every batch is split between them and their gradients combined (DataParallel). On the cpu and wasm backends each Worker uses another CPU core. Not with parameter servers or pipelines.',
+    kind: int(1, MAX_DEVICES_PER_TAB),
+    inForm: false,
+    defaultValue: fixed(1),
+  },
+  {
     name: 'resumeFrom',
     label: 'Resume from session',
     kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
@@ -434,6 +451,11 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   }
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
+  const devices = values.devices as number;
+  if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
+    const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
+    throw new ConfigError('devices', String(devices), `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+  }
   return {
     model: values.model as ModelKind,
     dataset: values.dataset as DatasetKind,
@@ -465,6 +487,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     stalenessLr: values.stalenessLr as boolean,
     slow,
     commHook,
+    devices,
   };
 }
 

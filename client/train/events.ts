@@ -4,7 +4,7 @@
  * the launcher hears the library's own elastic events instead.
  */
 
-import type { LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
+import type { DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 
 export type { BackendName, TrainConfig } from './config.ts';
@@ -34,6 +34,8 @@ export interface RankStepMetrics {
   commDenseBytes?: number;
   /** Pipeline runs: this rank's stage and replica, its idle share of the step, and its waits (ms). */
   pipeline?: { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
+  /** --devices K > 1: this rank's devices (Workers) and their mean compute this step, ms. */
+  devices?: { count: number; meanMs: number };
 }
 
 /** One stage's forward (F) and backward (B) passes in a step, ms from the step's start. */
@@ -98,6 +100,11 @@ export type TrainEvent =
       path?: LinkPath;
     }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
+  /**
+   * --devices K > 1: this tab's devices (DataParallel Workers) and, once it trained, each one's
+   * figures (steps, samples, mean compute, live tensors). Sent when they start and every few steps.
+   */
+  | { type: 'devices'; devices: Array<DeviceInfo & Partial<DeviceStats>> }
   /** A member of the group was lost (its tab closed, froze, or its link broke). */
   | { type: 'rank-lost'; rank: number; reason: string }
   | { type: 'stopped'; by: number; atStep: number }

@@ -59,6 +59,8 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       const params = mine.reduce((n, l) => n + l.parameters, 0);
       return `pipeline stage ${e.stage} of ${e.stages}${e.replicas > 1 ? ` in replica ${e.replica} of ${e.replicas}` : ''}: layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${params} parameters); ${e.schedule}, ${e.microBatches} micro-batches, bubble by the formula ${(e.bubbleFormula * 100).toFixed(1)}%`;
     }
+    case 'devices':
+      return e.devices.some((d) => d.steps !== undefined) ? undefined : `devices: ${e.devices.map((d) => `${d.device} on ${d.backend}${d.fallbackReason ? ` (${d.fallbackReason})` : ''}`).join(', ')}`;
     case 'timeline':
     case 'ps': // about once a second: the dashboard shows it, the console would drown in it
     case 'config':

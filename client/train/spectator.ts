@@ -145,7 +145,10 @@ function isEvent(e: Record<string, unknown>): boolean {
         e.ranks.every((r: unknown) => {
           const m = r as Record<string, unknown>;
           const b = m?.breakdownMs as Record<string, unknown> | undefined;
-          return typeof m === 'object' && m !== null && int(m.rank) && num(m.loss) && num(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply);
+          const d = m?.devices as Record<string, unknown> | undefined;
+          // --devices: a count of devices and their compute, when there.
+          const devicesOk = d === undefined || (typeof d === 'object' && d !== null && int(d.count) && (d.count as number) <= 64 && num(d.meanMs));
+          return typeof m === 'object' && m !== null && int(m.rank) && num(m.loss) && num(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
         })
       );
     case 'eval':

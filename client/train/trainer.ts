@@ -7,7 +7,10 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import {
+  DataParallel,
   TrainState,
+  type BackwardOptions,
+  type DistributedDataParallel,
   buildModel,
   classificationLoss,
   hashFloat32,
@@ -31,6 +34,7 @@ import { probeWebGpu } from '../webgpu.ts';
 import type { BackendName, TrainConfig } from './config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
+import { setActiveDataParallel } from '../device_hook.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -116,6 +120,12 @@ export type Metrics = {
  */
 export type CommMetrics = { commBytes: number; commDenseBytes: number };
 
+/** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
+export type DeviceMetrics = { devices: number; deviceMs: number };
+
+/** Every how many steps the page hears its devices' figures. */
+const DEVICE_REPORT_EVERY = 10;
+
 export async function train(opts: TrainerOptions): Promise<TrainResult> {
   // Model parallel: the pipeline's own trainer (a module of its own, loaded when used).
   if (opts.config.pp > 1) return (await import('./pipeline_trainer.ts')).trainPipeline(opts);
@@ -133,6 +143,23 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   let model = newModel();
   let state = newState(model);
   opts.onModel?.(model);
+  // --devices K > 1: K Workers compute each batch's gradients (DataParallel). Made for the model
+  // they serve: a model rebuilt after a lost GPU gets devices of its own at its first step.
+  let dp: DataParallel | undefined;
+  const devicesFor = async (m: tf.LayersModel): Promise<DataParallel | undefined> => {
+    if (config.devices <= 1) return undefined;
+    if (dp?.model === m) return dp;
+    dp?.close();
+    dp = undefined;
+    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
+    dp = made;
+    setActiveDataParallel(made);
+    emit({ type: 'devices', devices: made.devices });
+    const fallbacks = made.devices.filter((d) => d.fallbackReason);
+    for (const d of fallbacks) emit({ type: 'log', level: 'warn', message: `Device ${d.device}: ${d.fallbackReason}` });
+    emit({ type: 'log', level: 'info', message: `This tab computes on ${made.devices.length} devices (Workers): ${made.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}` });
+    return made;
+  };
 
   const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
   // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
@@ -161,131 +188,158 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     return result;
   };
 
-  const run = await runElastic<Metrics & CommMetrics>({
-    url: opts.serverUrl,
-    session: opts.session,
-    token: opts.token,
-    min: config.min,
-    max: config.max,
-    rank: config.min === config.max ? opts.rank : undefined,
-    timeoutMs: opts.timeoutMs,
-    store: opts.store,
-    state,
-    datasetLength: trainSet.length,
-    batchSize: config.batchSize,
-    epochs: config.epochs,
-    steps: config.steps,
-    shuffle: config.shuffle,
-    seed: config.seed,
-    // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
-    // reopened goes on from there instead of starting a second run under the same name.
-    checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
-    checkpointMeta: { config } as unknown as Json,
-    resumeFrom: config.resumeFrom,
-    shouldStop: opts.stopRequested,
-    stopVote: opts.stopVote ?? 'any',
-    ...(opts.host === undefined ? {} : { host: opts.host }),
-    spectate: opts.spectate ?? false,
-    onRendezvous: opts.onRendezvous,
-    // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
-    // the run with a name instead of spoiling every replica in silence.
-    ddp: { errorIfNonfinite: true },
-    // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
-    // divergence (the NaN check above still guards every step).
-    checkReplicasEvery: comm.averager ? 0 : 100,
-    commHook: hook === undefined ? undefined : () => hook,
-    modelAverager: comm.modelAverager,
+  /** This rank's gradients computed on the page's own backend, averaged by DDP; and the right predictions. */
+  const backwardHere = async (ddp: DistributedDataParallel, x: Float32Array, y: Int32Array, stretch: BackwardOptions) => {
+    const xs = tf.tensor(x, [y.length, ...trainSet.inputShape]);
+    const ys = tf.tensor1d(y, 'int32');
+    let correctT: tf.Tensor | undefined;
+    try {
+      const result = await ddp.backward(() => {
+        const logits = model.apply(xs, { training: true }) as tf.Tensor;
+        // Train accuracy from the same forward pass; kept past the gradient computation's tidy.
+        correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
+        return classificationLoss(logits, ys, trainSet.numClasses);
+        // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
+      }, stretch);
+      return { result, correct: (await correctT!.data())[0]! };
+    } finally {
+      // Also when the step fails (a lost GPU): nothing of it may stay behind.
+      correctT?.dispose();
+      xs.dispose();
+      ys.dispose();
+    }
+  };
 
-    async step({ indices, step, ddp, optimizer, pg }) {
-      const t0 = performance.now();
-      const factor = slowFactor(config.slow, pg.rank);
-      if (straggler.factor !== factor) straggler = new Straggler(factor);
-      const { x, y } = trainSet.batch(indices);
-      const xs = tf.tensor(x, [indices.length, ...trainSet.inputShape]);
-      const ys = tf.tensor1d(y, 'int32');
-      let correctT: tf.Tensor | undefined;
-      let result: Awaited<ReturnType<typeof ddp.backward>>;
-      let correct: number;
-      try {
-        result = await ddp.backward(() => {
-          const logits = model.apply(xs, { training: true }) as tf.Tensor;
-          // Train accuracy from the same forward pass; kept past the gradient computation's tidy.
-          correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
-          return classificationLoss(logits, ys, trainSet.numClasses);
-          // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
-        }, straggler.slow ? { straggler } : {});
-        correct = (await correctT!.data())[0]!;
-      } finally {
-        // Also when the step fails (a lost GPU): nothing of it may stay behind.
-        correctT?.dispose();
-        xs.dispose();
-        ys.dispose();
-      }
-      const a0 = performance.now();
-      ddp.step(optimizer);
-      const apply = performance.now() - a0;
-      const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
-      return {
-        ...stepBytes(comm, result.commBytes, step, ddp, pg),
-        loss: result.loss,
-        accuracy: correct / indices.length,
-        samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
-        ...result.timings,
-        apply,
-        // A 32-bit hash in two halves, each exact in the float32 the vote carries.
-        hashHi: hash >>> 16,
-        hashLo: hash & 0xffff,
-      };
-    },
+  // Started before joining, so that the group does not wait for the Workers at its first step.
+  await devicesFor(model);
+  let run: Awaited<ReturnType<typeof runElastic<Metrics & CommMetrics & DeviceMetrics>>>;
+  try {
+    run = await runElastic<Metrics & CommMetrics & DeviceMetrics>({
+      url: opts.serverUrl,
+      session: opts.session,
+      token: opts.token,
+      min: config.min,
+      max: config.max,
+      rank: config.min === config.max ? opts.rank : undefined,
+      timeoutMs: opts.timeoutMs,
+      store: opts.store,
+      state,
+      datasetLength: trainSet.length,
+      batchSize: config.batchSize,
+      epochs: config.epochs,
+      steps: config.steps,
+      shuffle: config.shuffle,
+      seed: config.seed,
+      // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
+      // reopened goes on from there instead of starting a second run under the same name.
+      checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
+      checkpointMeta: { config } as unknown as Json,
+      resumeFrom: config.resumeFrom,
+      shouldStop: opts.stopRequested,
+      stopVote: opts.stopVote ?? 'any',
+      ...(opts.host === undefined ? {} : { host: opts.host }),
+      spectate: opts.spectate ?? false,
+      onRendezvous: opts.onRendezvous,
+      // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
+      // the run with a name instead of spoiling every replica in silence.
+      ddp: { errorIfNonfinite: true },
+      // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
+      // divergence (the NaN check above still guards every step).
+      checkReplicasEvery: comm.averager ? 0 : 100,
+      commHook: hook === undefined ? undefined : () => hook,
+      modelAverager: comm.modelAverager,
 
-    onRound({ pg, ddp }) {
-      emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
-      if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${config.model}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
-      announcedModel = true;
-      watchLinks(pg, emit);
-    },
-
-    async onStep({ pg, step, epoch, metrics }) {
-      lastLoss = metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
-      if (flags.checkWeights) hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
-      if (step > 1) {
-        // The first step compiles shaders: leave it out of the averages.
-        timedSteps++;
-        for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
-        slowedTotal += metrics[pg.rank]!.slowed;
-        bytes.sent += metrics[pg.rank]!.commBytes;
-        commSpan += metrics.reduce((s, m) => s + m.comm, 0) / metrics.length;
-        if (step > hookStart) {
-          bytes.afterStart += metrics[pg.rank]!.commBytes;
-          bytes.stepsAfterStart++;
+      async step({ indices, step, ddp, optimizer, pg }) {
+        const t0 = performance.now();
+        const factor = slowFactor(config.slow, pg.rank);
+        if (straggler.factor !== factor) straggler = new Straggler(factor);
+        const { x, y } = trainSet.batch(indices);
+        const stretch = straggler.slow ? { straggler } : {};
+        const devices = await devicesFor(model);
+        let result: Awaited<ReturnType<typeof ddp.backward>>;
+        let correct: number;
+        let deviceMetrics: DeviceMetrics = { devices: 1, deviceMs: 0 };
+        if (devices) {
+          // The devices compute; DDP averages their gathered gradients across ranks (a straggler stretches their time).
+          const local = await devices.computeGradients({ x, y });
+          result = await ddp.backward(local, stretch);
+          correct = local.correct ?? 0;
+          const working = local.devices.filter((d) => d.samples > 0);
+          deviceMetrics = { devices: devices.devices.length, deviceMs: working.reduce((s, d) => s + d.computeMs, 0) / Math.max(1, working.length) };
+          if (step % DEVICE_REPORT_EVERY === 0 || step === 1) emit({ type: 'devices', devices: devices.deviceStats() });
+        } else {
+          ({ result, correct } = await backwardHere(ddp, x, y, stretch));
         }
-        bytes.dense += metrics[pg.rank]!.commDenseBytes;
-        if (comm.averager?.averagesAt(step)) bytes.averagings++;
-        samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
-      }
-      tensorCounts.push(tf.memory().numTensors);
-      const atEpochEnd = state.progress.position >= trainSet.length;
-      if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
-    },
+        const a0 = performance.now();
+        ddp.step(optimizer);
+        const apply = performance.now() - a0;
+        const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
+        return {
+          ...stepBytes(comm, result.commBytes, step, ddp, pg),
+          ...deviceMetrics,
+          loss: result.loss,
+          accuracy: correct / indices.length,
+          samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
+          ...result.timings,
+          apply,
+          // A 32-bit hash in two halves, each exact in the float32 the vote carries.
+          hashHi: hash >>> 16,
+          hashLo: hash & 0xffff,
+        };
+      },
 
-    async onEpochEnd({ pg, step, epoch }) {
-      await evaluateAndEmit(pg, step, epoch);
-    },
+      onRound({ pg, ddp }) {
+        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${config.model}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
+        announcedModel = true;
+        watchLinks(pg, emit);
+      },
 
-    // After a lost GPU, on the re-created backend: the same model as at the start; the group's
-    // state comes with the next round.
-    rebuildState({ backend: now, fallbackReason }) {
-      // recreateBackend starts webgpu again, or one of its default fallbacks (webgl, cpu).
-      backend = { backend: now as BackendName, ...(fallbackReason ? { fallbackReason } : {}) };
-      if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
-      model = newModel();
-      state = newState(model);
-      opts.onModel?.(model);
-      return state;
-    },
+      async onStep({ pg, step, epoch, metrics }) {
+        lastLoss = metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
+        if (flags.checkWeights) hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
+        if (step > 1) {
+          // The first step compiles shaders: leave it out of the averages.
+          timedSteps++;
+          for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
+          slowedTotal += metrics[pg.rank]!.slowed;
+          bytes.sent += metrics[pg.rank]!.commBytes;
+          commSpan += metrics.reduce((s, m) => s + m.comm, 0) / metrics.length;
+          if (step > hookStart) {
+            bytes.afterStart += metrics[pg.rank]!.commBytes;
+            bytes.stepsAfterStart++;
+          }
+          bytes.dense += metrics[pg.rank]!.commDenseBytes;
+          if (comm.averager?.averagesAt(step)) bytes.averagings++;
+          samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
+        }
+        tensorCounts.push(tf.memory().numTensors);
+        const atEpochEnd = state.progress.position >= trainSet.length;
+        if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
+      },
 
-    onEvent: dashboardEvents(emit, config.min === config.max),
-  });
+      async onEpochEnd({ pg, step, epoch }) {
+        await evaluateAndEmit(pg, step, epoch);
+      },
+
+      // After a lost GPU, on the re-created backend: the same model as at the start; the group's
+      // state comes with the next round.
+      rebuildState({ backend: now, fallbackReason }) {
+        // recreateBackend starts webgpu again, or one of its default fallbacks (webgl, cpu).
+        backend = { backend: now as BackendName, ...(fallbackReason ? { fallbackReason } : {}) };
+        if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
+        model = newModel();
+        state = newState(model);
+        opts.onModel?.(model);
+        return state;
+      },
+
+      onEvent: dashboardEvents(emit, config.min === config.max),
+    });
+  } finally {
+    // The Workers end with the run, also when it fails; their figures stay readable.
+    dp?.close();
+  }
 
   const { pg } = run;
   if (run.stoppedBy !== null) emit({ type: 'stopped', by: run.stoppedBy, atStep: run.steps });
@@ -327,6 +381,9 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     // Overlap: of the communication's span per step, what ran while buckets were still being read
     // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
     overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
+    // --devices: how many this rank computed on and, with more than one, each one's backend and figures.
+    devices: config.devices,
+    ...(dp ? { deviceReports: dp.deviceStats() } : {}),
     // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
     seconds: (performance.now() - started) / 1000,
@@ -405,7 +462,7 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics>>).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics>>).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
@@ -413,6 +470,8 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
           // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
           ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
+          // --devices K > 1: the rank's Workers and their mean compute this step.
+          ...(m.devices !== undefined && m.devices > 1 ? { devices: { count: m.devices, meanMs: m.deviceMs ?? 0 } } : {}),
           // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
           ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
         }));

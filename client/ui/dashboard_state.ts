@@ -13,6 +13,7 @@
  *
  * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
  */
+import type { DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, RankStepMetrics, StageLayer, StepBreakdownMs, TimelineEntry, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { CommHookSpec } from '../train/config.ts';
 import type { LinkObservation, RingModel } from './ring_view.ts';
@@ -173,6 +174,8 @@ export interface DashboardState {
   readonly ps: PsStatus | null;
   /** Pipeline runs: each rank's stage, replica, bubble and waits in its latest step, by rank. */
   readonly pipelineRanks: ReadonlyMap<number, RankPipelineMetrics>;
+  /** --devices K > 1: this tab's devices (Workers), their backends and, once they trained, their figures (null: one device). */
+  readonly devices: ReadonlyArray<DeviceInfo & Partial<DeviceStats>> | null;
 }
 
 /** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
@@ -240,6 +243,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     timeline: null,
     ps: null,
     pipelineRanks: NO_PIPELINE_RANKS,
+    devices: null,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -347,6 +351,13 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'timeline': {
       const { type: _type, ...timeline } = event;
       return { ...state, timeline };
+    }
+
+    case 'devices': {
+      const next = { ...state, devices: event.devices };
+      // Said when they start (again: a rebuilt model gets new ones), not on every update of their figures.
+      if (event.devices.some((d) => d.steps !== undefined)) return next;
+      return log(next, 'info', `This tab computes on ${plural(event.devices.length, 'device')} (Workers, each with its own copy of the model): ${event.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}.`);
     }
 
     case 'ps': {
@@ -674,7 +685,8 @@ export function describeJob(c: TrainConfig): string {
   const tabs = c.min === c.max ? '' : ` · elastic, ${c.min} to ${c.max} tabs`;
   // --comm-hook: said only when the gradients travel otherwise than the plain all-reduce.
   const hook = c.commHook && c.commHook.kind !== 'none' ? ` · ${describeCommHook(c.commHook)}` : '';
-  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}`;
+  const devices = (c.devices ?? 1) > 1 ? ` · ${c.devices} devices per tab` : '';
+  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}`;
 }
 
 export type BackendFact =
@@ -685,6 +697,8 @@ export type BackendFact =
 export interface Facts {
   rank: { text: string; rank: number | null };
   backend: BackendFact;
+  /** --devices K > 1: one line per device (backend, its share and speed), and its fallback if any; null with one device. */
+  devices: Array<{ text: string; fallback: string | null }> | null;
   shard: string;
   job: string;
 }
@@ -712,9 +726,16 @@ export function facts(s: DashboardState): Facts {
   return {
     rank: { text: s.self !== null ? `rank ${s.self}${size}` : s.role.spectator ? `watching, no rank yet${size}` : `joining…${size}`, rank: s.self },
     backend,
+    devices: s.devices === null ? null : s.devices.map(deviceFact),
     shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
     job: c ? describeJob(c) : '–',
   };
+}
+
+/** "device 1: cpu · 1,024 samples · 12.3 ms/step", and its fallback reason. */
+function deviceFact(d: DeviceInfo & Partial<DeviceStats>): { text: string; fallback: string | null } {
+  const figures = d.steps ? ` · ${fmtInt(d.samples ?? 0)} samples · ${d.meanComputeMs == null ? '–' : fmtMs(d.meanComputeMs)}/step` : '';
+  return { text: `device ${d.device}: ${d.backend}${figures}`, fallback: d.fallbackReason ? `⚠ ${d.fallbackReason}` : null };
 }
 
 export interface Controls {
@@ -861,6 +882,8 @@ export interface RankAverages {
   totalMs: number;
   /** DDP runs: bytes the rank sent per step, over its recent steps that said (left out when none did). */
   bytesPerStep?: number;
+  /** --devices K > 1: the rank's devices and their mean compute per step over its recent steps. */
+  devices?: { count: number; meanMs: number };
   self: boolean;
   lost: boolean;
 }
@@ -874,12 +897,14 @@ export function rankAverages(s: DashboardState): RankAverages[] {
       const breakdownMs = { compute: 0, readback: 0, allreduce: 0, apply: 0 };
       for (const p of BREAKDOWN_PARTS) breakdownMs[p] = mean(list.map((m) => m.breakdownMs[p]));
       const sent = mean(list.map((m) => m.commBytes ?? NaN));
+      const withDevices = list.filter((m) => m.devices && m.devices.count > 1);
       return {
         rank,
         samplesPerSec: mean(list.map((m) => m.samplesPerSec)),
         breakdownMs,
         totalMs: BREAKDOWN_PARTS.reduce((sum, p) => sum + breakdownMs[p], 0),
         ...(Number.isFinite(sent) ? { bytesPerStep: sent } : {}),
+        ...(withDevices.length > 0 ? { devices: { count: withDevices.at(-1)!.devices!.count, meanMs: mean(withDevices.map((m) => m.devices!.meanMs)) } } : {}),
         self: rank === s.self,
         lost: s.lost.includes(rank),
       };

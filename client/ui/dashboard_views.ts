@@ -237,7 +237,8 @@ export class ErrorBannerView {
 /** This tab's rank, backend, data shard and job, and the link for more tabs. */
 export class FactsView {
   readonly node: HTMLElement;
-  private readonly dd: Record<'rank' | 'backend' | 'shard' | 'job', HTMLElement>;
+  private readonly dd: Record<'rank' | 'backend' | 'devices' | 'shard' | 'job', HTMLElement>;
+  private readonly devicesNode: HTMLElement;
   private readonly changed = changeDetector();
 
   private readonly share: { root: HTMLElement; input: HTMLInputElement };
@@ -250,15 +251,18 @@ export class FactsView {
     };
     const rank = fact('This tab', 'rank');
     const backend = fact('Backend', 'backend');
+    const devices = fact('Devices', 'devices');
+    devices.node.hidden = true;
+    this.devicesNode = devices.node;
     const shard = fact('Data shard', 'shard');
     const job = fact('Job', 'job');
-    this.dd = { rank: rank.dd, backend: backend.dd, shard: shard.dd, job: job.dd };
+    this.dd = { rank: rank.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd };
     this.share = shareField('dash-share', 'Link for more tabs', shareUrl);
     this.share.input.setAttribute('data-testid', 'dash-share-link');
     this.qr = el('details', { class: 'qr-details' }, el('summary', {}, 'Show the link as a QR code'));
     // Drawn when opened: most tabs never need it.
     this.qr.addEventListener('toggle', () => this.drawQr());
-    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, shard.node, job.node), this.share.root, this.qr);
+    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, devices.node, shard.node, job.node), this.share.root, this.qr);
   }
 
   /** A better link to share (e.g. from an address other machines can reach). */
@@ -275,7 +279,7 @@ export class FactsView {
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.shard, s.epochBase])) return;
+    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.devices, s.shard, s.epochBase])) return;
     const f = facts(s);
     setText(this.dd.rank, f.rank.text);
     this.dd.rank.style.setProperty('--rank-colour', f.rank.rank === null ? 'transparent' : rankColour(f.rank.rank));
@@ -288,6 +292,8 @@ export class FactsView {
     } else {
       setText(this.dd.backend, b.kind === 'requested' ? `${b.name} (requested)` : '–');
     }
+    this.devicesNode.hidden = f.devices === null;
+    this.dd.devices.replaceChildren(...(f.devices ?? []).flatMap((d) => [el('span', { class: 'device' }, d.text), ...(d.fallback ? [el('span', { class: 'fallback' }, d.fallback)] : [])]));
     setText(this.dd.shard, f.shard);
     setText(this.dd.job, f.job);
   }
@@ -563,6 +569,8 @@ function perfRow(row: RankAverages, maxMs: number): HTMLTableRowElement {
   const figures = el('div', { class: 'stack-figures' }, ...BREAKDOWN_PARTS.map((p) => el('span', { class: `fig fig-${p}` }, `${BREAKDOWN_NAME[p]} ${fmtMs(b[p])}`)));
   // DDP runs: what the rank sent per step (--comm-hook).
   if (row.bytesPerStep !== undefined) figures.append(el('span', { class: 'sent' }, `Sent ${fmtBytes(row.bytesPerStep)}/step`));
+  // --devices: the rank's Workers and their compute per step.
+  if (row.devices) figures.append(el('span', { class: 'devices', 'data-testid': 'rank-devices' }, `${row.devices.count} devices, ${fmtMs(row.devices.meanMs)} each`));
   return el(
     'tr',
     { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },

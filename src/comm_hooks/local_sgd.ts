@@ -22,7 +22,7 @@
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../process_group.ts';
-import { assignFlatWeights } from '../parameter_server/worker.ts';
+import { assignFlatWeights } from '../replicas.ts';
 import { flatTrainableWeights } from '../replicas.ts';
 import type { CommHook, GradBucket } from './types.ts';
 

@@ -48,7 +48,7 @@ import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
 import { restoreShard, saveShard } from './checkpoint.ts';
 import { ParameterServerShard, type ApplyResult } from './shard.ts';
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
-import { assignFlatWeights } from './worker.ts';
+import { assignFlatWeights } from '../replicas.ts';
 
 export type PsStrategy = 'async' | 'central';
 

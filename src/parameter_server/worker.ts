@@ -1,28 +1,10 @@
 /**
- * What a parameter-server worker does between a pull and a push, without any transport: set its
- * model's weights from the pulled values, compute the gradients of its batch as one flat buffer
- * (model order, as DDP lays them out), then cut it per server with `splitByShard`.
+ * What a parameter-server worker does between a pull and a push, without any transport: with its
+ * model's weights set from the pulled values (`assignFlatWeights`, in replicas.ts), compute the
+ * gradients of its batch as one flat buffer (model order, as DDP lays them out), then cut it per
+ * server with `splitByShard`.
  */
 import * as tf from '@tensorflow/tfjs';
-
-function sizeOf(shape: readonly (number | null)[]): number {
-  return shape.reduce<number>((a, b) => a * (b ?? 1), 1);
-}
-
-/** Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order. */
-export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array): void {
-  const weights = model.trainableWeights;
-  const total = weights.reduce((n, w) => n + sizeOf(w.shape), 0);
-  if (flat.length !== total) throw new RangeError(`the flat weights have ${flat.length} elements, the model's trainable weights ${total}`);
-  let offset = 0;
-  for (const w of weights) {
-    const size = sizeOf(w.shape);
-    const t = tf.tensor(flat.subarray(offset, offset + size), w.shape as number[], 'float32');
-    (w.read() as tf.Variable).assign(t);
-    t.dispose();
-    offset += size;
-  }
-}
 
 /**
  * The loss of `lossFn` and its gradients with respect to `model`'s trainable weights, flattened

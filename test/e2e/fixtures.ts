@@ -65,17 +65,7 @@ export function weightsOf(r: Record<string, unknown>): Float32Array {
   return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 }
 
-/** ||a - b|| / ||b||. */
-export function relativeError(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let diff = 0;
-  let norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i]! - b[i]!) ** 2;
-    norm += b[i]! ** 2;
-  }
-  return Math.sqrt(diff / norm);
-}
+export { relativeError } from '../helpers.ts';
 
 export interface Launched {
   code: number | null;
