@@ -40,7 +40,7 @@ export default async function main(ctx: LaunchContext) {
   }
   const devices = dp.deviceStats();
   dp.close();
-  const weightHash = await ddp.weightsHash(); // equal on every rank
+  const weightHash = await ddp.verifyReplicas(); // every rank's the same, or ReplicaDivergenceError
   await pg.barrier();
   pg.destroy();
   return { finalLoss: loss, weightHash, devices };

@@ -41,6 +41,23 @@ test('ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights
   expect(r.output).toContain('[rank 1] epoch 1: loss');
 });
 
+test('dataparallel_train.ts: 2 ranks of 2 cpu devices each train with DDP and end with the same weights', async () => {
+  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/dataparallel_train.ts', '--devices', '2', '--dataset', 'synthetic']);
+  expect(r.code, r.output).toBe(0);
+  expect(r.summary).toMatchObject({ script: 'examples/dataparallel_train.ts', worldSize: 2, ok: true });
+  expect(r.summary.finalLoss as number).toBeLessThan(1.2);
+  const devices = r.summary.devices as Array<{ backend: string; samples: number; liveTensors: { min: number; max: number } }>;
+  // Rank 0's 1024 samples of the epoch, half on each device; no tensor left behind in either.
+  expect(devices.map((d) => [d.backend, d.samples])).toEqual([
+    ['cpu', 512],
+    ['cpu', 512],
+  ]);
+  for (const d of devices) expect(d.liveTensors.min).toBe(d.liveTensors.max);
+  // verifyReplicas: the ranks compared their weights and agreed (it throws on every rank otherwise).
+  expect(r.summary.weightHash).toMatch(/^[0-9a-f]{8}$/);
+  expect(r.output).toContain('[rank 1] devices: 0 on cpu, 1 on cpu');
+});
+
 test('collectives.ts: every collective checks out on 3 ranks', async () => {
   const r = await launchCommand(['--nproc', '3', 'examples/collectives.ts']);
   expect(r.code, r.output).toBe(0);
