@@ -188,7 +188,7 @@ export class DataParallel {
         dp.info.push(undefined);
         dp.stats.push({ steps: 0, samples: 0, ms: 0, minTensors: Infinity, maxTensors: -Infinity });
         channel.onMessage((data) => dp.receive(d, data));
-        channel.onError((reason) => dp.fail(new DataParallelDeviceError(d, dp.info[d]?.backend ?? null, dp.pending.has(d) ? dp.during(d) : 'its run', reason)));
+        channel.onError((reason) => dp.fail(new DataParallelDeviceError(d, dp.info[d]?.backend ?? null, dp.during(d), reason)));
       }
       const startMs = options.startTimeoutMs ?? 60_000;
       await Promise.all(
@@ -207,9 +207,9 @@ export class DataParallel {
     return dp;
   }
 
-  /** The devices: index, backend and why it fell back. */
+  /** The devices: index, backend and why it fell back (every one has started: `create` resolves only then). */
   get devices(): DeviceInfo[] {
-    return this.info.map((i, d) => i ?? { device: d, backend: 'cpu' as DeviceBackend });
+    return this.info.map((i) => i!);
   }
 
   /** Each device's figures over the steps so far. */

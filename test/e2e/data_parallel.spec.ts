@@ -65,8 +65,6 @@ test('the default backend: 2 devices on WebGPU in Workers at an uneven batch (33
   await expect(page.locator('[data-fact="devices"]')).toContainText('device 0: webgpu');
   await expect(page.locator('[data-fact="devices"]')).toContainText('device 1: webgpu');
   await expect(page.locator('[data-testid="rank-devices"]').first()).toContainText('2 devices');
-  await page.context().close();
-  await one!.page.context().close();
 });
 
 test('a device that crashes ends the run with an error naming the device and its reason', async ({ browser, server }) => {
@@ -81,5 +79,4 @@ test('a device that crashes ends the run with an error naming the device and its
   );
   expect(err?.name).toBe('DataParallelDeviceError');
   expect(err?.message).toMatch(/^DataParallel device 1 \(a Worker on cpu\) failed during (step \d+|its run): the Worker threw: .*a crash injected by DataParallel\.injectFault/);
-  await page.context().close();
 });
