@@ -19,6 +19,12 @@ type Summary = Record<string, unknown> & {
   faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number }>;
 };
 
+// The cpu backend: these tests are about the group, not the GPU (device_lost.spec.ts and train.spec.ts
+// train on WebGPU), and four SwiftShader pages on two cores took about a minute per test. A cpu step
+// takes a tenth of a second, so the runs are long enough (4096 samples, 8192 with a joiner) for the
+// tabs the launcher opens one after another, or at a fault's step, to arrive well before the end.
+const TRAIN_SIZE = 4096;
+
 async function run(nproc: number, params: Record<string, string>, faults: Fault[], extra: Partial<LaunchOptions> = {}): Promise<Summary> {
   const lines: string[] = [];
   const { ok, summary } = await launch({
@@ -26,7 +32,7 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
     job: 'train',
     session: sessionName('elastic'),
     timeoutSec: 240,
-    jobParams: { dataset: 'synthetic', trainSize: '2048', batchSize: '32', ...params },
+    jobParams: { dataset: 'synthetic', trainSize: String(TRAIN_SIZE), batchSize: '32', backend: 'cpu', ...params },
     faults,
     log: (l) => lines.push(l),
     ...extra,
@@ -37,11 +43,11 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
   return summary as Summary;
 }
 
-function expectHealthy(s: Summary, worldSize: number): void {
+function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): void {
   expect(s.worldSize).toBe(worldSize);
   expect(s.weightHashes).toHaveLength(worldSize);
   expect(s.identical).toBe(true);
-  for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples: 2048, exactlyOnce: true, complete: true });
+  for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples, exactlyOnce: true, complete: true });
   expect(s.seconds).toBeGreaterThan(0);
 }
 
@@ -64,8 +70,8 @@ test('a frozen rank is evicted within the heartbeat bound and the rest continue'
 });
 
 test('a fifth tab joins mid-run, gets the state, and ends with the same weights', async () => {
-  const s = await run(4, { min: '2', max: '5' }, [{ kind: 'join', count: 1, step: 8 }]);
-  expectHealthy(s, 5);
+  const s = await run(4, { min: '2', max: '5', trainSize: '8192' }, [{ kind: 'join', count: 1, step: 8 }]);
+  expectHealthy(s, 5, 8192);
   expect(s.stepsRedone).toBe(0);
 });
 
@@ -96,7 +102,7 @@ test('a truncated checkpoint is detected and the previous one is used', async ()
     session: first,
     token,
     timeoutSec: 240,
-    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '20', checkpointEvery: '5' },
+    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '20', checkpointEvery: '5', backend: 'cpu' },
     serverOptions: { checkpointDir: dir },
     log: () => {},
   });
@@ -117,7 +123,7 @@ test('a truncated checkpoint is detected and the previous one is used', async ()
     job: 'train',
     session: sessionName('stranger'),
     timeoutSec: 120,
-    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '25', resumeFrom: first },
+    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', steps: '25', resumeFrom: first, backend: 'cpu' },
     serverOptions: { checkpointDir: dir },
     log: () => {},
   });

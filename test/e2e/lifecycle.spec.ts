@@ -62,7 +62,9 @@ test('a tab closed mid-run announces it left: the others regroup at once and are
     job: 'train',
     session: sessionName('leave'),
     timeoutSec: 180,
-    jobParams: { dataset: 'synthetic', trainSize: '1024', batchSize: '32', min: '2', max: '3' },
+    // The cpu backend (this is about the group, and SwiftShader is the slow part), with samples
+    // enough that the third tab, opened after the first two, joins well before the end.
+    jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', min: '2', max: '3', backend: 'cpu' },
     faults: [{ kind: 'kill', rank: 1, step: 6 }],
     log: (l) => lines.push(l),
   });

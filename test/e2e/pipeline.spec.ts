@@ -1,5 +1,7 @@
 /**
- * Pipeline parallelism on real pages (WebGPU through SwiftShader, WebRTC between the stages):
+ * Pipeline parallelism on real pages (WebRTC between the stages; the equality test on the cpu
+ * backend, since the schedules are what it tests and SwiftShader made it the slowest test; the
+ * launcher test and examples.spec.ts's pipeline_train.ts train on WebGPU):
  * 2 stages x 4 micro-batches train to one rank's weights; 2 stages x 2 replicas at batch 16 to
  * one rank's at batch 32; 1F1B to GPipe's bit for bit; each rank holds only its stage; and, from
  * the launcher, a lost rank stops every rank naming its stage, and the run resumes from every
@@ -18,7 +20,7 @@ function open(browser: Parameters<typeof openRanks>[0], server: Parameters<typeo
   return openRanks(browser, server, n, { session: sessionName('pp'), job: 'train', ...params });
 }
 
-const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true' };
+const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true', backend: 'cpu' };
 
 test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal one rank at batch 32 after 20 SGD steps; 1F1B equals GPipe; each rank holds only its stage', async ({ browser, server }) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
