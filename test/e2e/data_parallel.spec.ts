@@ -67,6 +67,19 @@ test('the default backend: 2 devices on WebGPU in Workers at an uneven batch (33
   await expect(page.locator('[data-testid="rank-devices"]').first()).toContainText('2 devices');
 });
 
+test('DDP x DataParallel: 2 ranks of 2 cpu devices at batch 16 train to 1 rank at batch 32, replicas identical every step', async ({ browser, server }) => {
+  const [single] = await openRanks(browser, server, 1, { session: sessionName('dp-one'), ...sgd, backend: 'cpu', batchSize: '32' });
+  const pair = await openRanks(browser, server, 2, { session: sessionName('dp-ddp'), ...sgd, backend: 'cpu', batchSize: '16', devices: '2', checkWeights: 'true' });
+  const [s, p0, p1] = await Promise.all([single!.result, pair[0]!.result, pair[1]!.result]);
+  for (const r of [p0!, p1!]) {
+    expect(r.identicalEveryStep).toBe(true);
+    expect(r.devices).toBe(2);
+  }
+  const err = relativeError(weightsOf(p0!), weightsOf(s!));
+  console.log(`2 ranks x 2 devices x 8 vs 1 rank x 32, 15 SGD steps: relative error ${err.toExponential(2)}`);
+  expect(err).toBeLessThan(1e-5);
+});
+
 test('a device that crashes ends the run with an error naming the device and its reason', async ({ browser, server }) => {
   const [rank] = await openRanks(browser, server, 1, { session: sessionName('dp-crash'), ...sgd, backend: 'cpu', batchSize: '32', steps: '100000', devices: '2' });
   const page = rank!.page;
