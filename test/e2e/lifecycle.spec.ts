@@ -77,7 +77,12 @@ test('a tab closed mid-run announces it left: the others regroup at once and are
   console.log(`detected after ${faults[0].detectedAfterMs} ms; ${told.join(' | ')}`);
   expect(faults[0].detectedAfterMs).toBeLessThan(2_000);
   expect(told.length).toBeGreaterThanOrEqual(2);
-  for (const line of told) expect(line).toMatch(/lost rank 1: (reported by rank \d: )?its tab closed/);
+  // Each survivor is told that the tab closed: by the closing tab's notice or by the server's
+  // 'peer-left'. The notice is best effort (SharedLinks.leave): when the link goes down first, a
+  // survivor may hear "its WebRTC link closed" before the server's word (seen in CI, 2026-11-25).
+  for (const rank of [0, 2]) {
+    expect(told.filter((l) => l.startsWith(`[rank ${rank}]`)).some((l) => /lost rank 1: (reported by rank \d: )?its tab closed/.test(l)), told.join(' | ')).toBe(true);
+  }
   expect(summary.identical).toBe(true);
   expect(summary.worldSize).toBe(2);
 });
