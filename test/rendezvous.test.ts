@@ -126,7 +126,8 @@ describe('rendezvous', () => {
 
   it('a barrier fails at once, naming the rank, when a member leaves while others wait', async () => {
     const session = uniqueSession('barrier-lost');
-    const [a, b, c] = await Promise.all([group(session, 3), group(session, 3), group(session, 3)]);
+    // Explicit ranks: joins sent together reach the server in any order (CI once made c rank 1).
+    const [a, b, c] = await Promise.all([group(session, 3, 0), group(session, 3, 1), group(session, 3, 2)]);
     const waiting = a.barrier(10_000).catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 50));
     const t0 = Date.now();
