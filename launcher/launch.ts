@@ -23,6 +23,7 @@ const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SC
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--last-call MS (the launcher's own server: once --min tabs are in, the first round waits until MS pass without another arriving, or --max are in; default 5000, torch's last_call_timeout)]
          [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
@@ -160,6 +161,7 @@ function parse(argv: string[]): LaunchOptions {
   const jobParams: Record<string, string> = {};
   const faults: Fault[] = [];
   let heartbeatTimeoutMs: number | undefined;
+  let lastCallMs: number | undefined;
   const slow: string[] = [];
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i];
@@ -198,6 +200,11 @@ function parse(argv: string[]): LaunchOptions {
       case 'heartbeat-timeout':
         heartbeatTimeoutMs = Number(value);
         if (!(heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
+        break;
+      case 'last-call':
+        lastCallMs = Number(value);
+        if (!Number.isSafeInteger(lastCallMs) || lastCallMs < 0) throw new Error(`--last-call takes milliseconds (0 or more), got "${value}"`);
+        if (server !== undefined) throw new Error('--last-call sets the launcher\'s own server: with --server, that server decides (its settleMs)');
         break;
       default:
         // --min and --max go to the pages too: they make the session elastic.
@@ -246,7 +253,7 @@ function parse(argv: string[]): LaunchOptions {
     tabs: values.tabs === true,
     ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),
     ...(lan ? { lan } : {}),
-    serverOptions: heartbeatTimeoutMs === undefined ? undefined : { heartbeatTimeoutMs },
+    serverOptions: heartbeatTimeoutMs === undefined && lastCallMs === undefined ? undefined : { ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }), ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }) },
   };
 }
 

@@ -87,11 +87,16 @@ interface RankPage {
   page: RankTarget;
   label: string;
   rank: number | undefined;
-  /** Killed or frozen pages are not expected to finish. */
+  /** Killed or frozen pages are not expected to finish, nor are pages that arrived after the run ended. */
   expected: boolean;
   done: boolean;
+  /** The page trained in a round (an elastic 'round' event): it was part of the run. */
+  trained?: boolean;
   result?: RankResult;
 }
+
+/** How long the launcher's server waits for more tabs once the minimum is in, before the first round (`--last-call`). */
+export const LAST_CALL_MS = 5_000;
 
 export function describeFault(f: Fault): string {
   switch (f.kind) {
@@ -403,7 +408,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   }
   // --turn: the server mints the ranks' credentials for the run's relay (an explicit `ice` wins).
   const lanIce = lan?.iceConfig();
-  const serverOptions = { ...(lanIce ? { ice: lanIce } : {}), ...opts.serverOptions };
+  // The launcher opens its tabs one after another (0.5-2.5 s apart on a loaded machine): its server
+  // waits LAST_CALL_MS after the minimum for more before the first round (torch's last call), so
+  // that a run of --nproc tabs starts with all of them rather than with the first --min.
+  const serverOptions = { settleMs: LAST_CALL_MS, ...(lanIce ? { ice: lanIce } : {}), ...opts.serverOptions };
   const driver: RankDriver = lan
     ? lanDriver(lan, { log, extraArgs: [...(opts.rankChromiumArgs ?? []), ...trusted] })
     : opts.tabs
@@ -413,6 +421,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
   const failures: string[] = [];
+  /** Pages that got no rank before the run ended (its rendezvous closed): they trained nothing, and that is no failure. */
+  const arrivedAfterEnd: Array<{ page: number; message: string }> = [];
   let nodeGroup: NodeGroup | undefined;
   /**
    * The faults as injected; `detectedAfterMs` is how long until a rank noticed (a peer lost, a
@@ -522,6 +532,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             const e = r.event;
             events.push(e);
             if (e.type === 'round') {
+              rp.trained = true;
               rp.rank = e.rank;
               rp.label = `rank ${e.rank}`;
               // Back in a round after losing its device: how long the rejoin took.
@@ -546,6 +557,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             finish();
             return;
           case 'error':
+            // torch's agents arriving after the end get RendezvousClosedError and exit: a tab
+            // that opened late (or waited beyond a full group) missed the run, it did not fail it.
+            if (r.name === 'RendezvousClosedError' && !rp.trained) {
+              rp.expected = false;
+              arrivedAfterEnd.push({ page: index, message: r.message });
+              log(`[launch] ${rp.label} arrived after the run ended and trained nothing: ${r.message}`);
+            }
             finish(`${rp.label}: ${r.name}: ${r.message}`);
             return;
         }
@@ -636,7 +654,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
     const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };

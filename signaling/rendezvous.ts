@@ -22,8 +22,12 @@
  *   anyway, so a deferred answer costs them that wait and nothing else).
  * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
  * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives.
+ * - A rank of the running round may close the rendezvous when the run ends (`closeGroup`,
+ *   torch's set_closed): no round forms after it, the members without a rank are told so, and
+ *   the session refuses arrivals from then on (Session.join). Ranks that leave afterwards are
+ *   still reported to the others ('peer-left'), so that their last collectives fail at once.
  */
-import { ErrorCode, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/protocol.ts';
+import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/protocol.ts';
 import { StoreRefusal } from './store.ts';
 
 /** What the rendezvous needs from a member's connection: a way to send it an event. */
@@ -56,6 +60,8 @@ export class Rendezvous {
   min: number;
   /** The first round has formed. */
   private started = false;
+  /** A rank closed the rendezvous: the last round and the rank that closed it. */
+  closedBy: { round: number; rank: number } | undefined;
   /** Member ids in rank order in the current round (its members in order, when paused). */
   private active: number[] = [];
   /** Member ids waiting for the next round, in arrival order. */
@@ -95,6 +101,10 @@ export class Rendezvous {
    */
   admit(participant: Participant, request: RequestFields['rendezvous']): number {
     const { min, max, maxSpectators } = this.options;
+    if (this.closedBy) {
+      const { round, rank } = this.closedBy;
+      throw new StoreRefusal(ErrorCode.RENDEZVOUS_CLOSED, rendezvousClosedMessage(this.sessionName, round, rank), { session: this.sessionName, round, by: rank });
+    }
     const fixed = min === max;
     if (request.min !== min || request.max !== max) {
       if (fixed && request.min === request.max) {
@@ -144,6 +154,7 @@ export class Rendezvous {
    */
   setMin(min: number, why: string): void {
     this.min = min;
+    if (this.closedBy) return; // the run is over: no round forms again
     if (this.running && this.active.length < min) return this.form(why);
     if (this.started && this.paused && this.members.size >= min) return this.form(why);
     if (!this.started) {
@@ -158,6 +169,14 @@ export class Rendezvous {
     if (!this.members.delete(id)) return;
     const rank = this.active.indexOf(id);
     this.waiting = this.waiting.filter((w) => w !== id);
+    if (rank >= 0 && this.closedBy) {
+      // The run is over: no next round, but the others' last collectives (their exit barrier)
+      // learn at once that this rank is gone. Ranks are not renumbered: they name the last round.
+      this.active[rank] = -1;
+      for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
+      return;
+    }
+    if (this.closedBy) return;
     if (rank >= 0) this.active.splice(rank, 1);
     if (rank >= 0 && this.running) {
       // Tell the running round whom it lost (by rank) before announcing the next one.
@@ -176,7 +195,7 @@ export class Rendezvous {
    * fell out of it) learn nothing they were not sent already.
    */
   regroup(id: number, fromRound: number): Promise<number> {
-    if (fromRound !== this.round) return Promise.resolve(this.round);
+    if (fromRound !== this.round || this.closedBy) return Promise.resolve(this.round);
     if (this.rankOf(id) === undefined) {
       throw new StoreRefusal(
         ErrorCode.NOT_JOINED,
@@ -218,6 +237,31 @@ export class Rendezvous {
     return id === undefined ? undefined : this.members.get(id)?.participant;
   }
 
+  /**
+   * The rank of member `id` in the running round closes the rendezvous: the run is over. The
+   * members holding no rank (waiting to be admitted, spectating, or in a paused group) are told,
+   * since no round will ever admit them. Closing it again changes nothing.
+   */
+  closeGroup(id: number): void {
+    if (this.closedBy) return;
+    const rank = this.rankOf(id);
+    if (rank === undefined) {
+      throw new StoreRefusal(
+        ErrorCode.NOT_JOINED,
+        `only a member with a rank in the running round ${this.round} of session "${this.sessionName}" may close its rendezvous (the run's end); this one ${
+          this.running ? 'is waiting to be admitted' : this.started ? 'waits for the paused group to resume' : 'waits for the first round'
+        }`,
+        { round: this.round },
+      );
+    }
+    this.closedBy = { round: this.round, rank };
+    this.cancelSettle();
+    this.answerDeferred();
+    const unranked = this.waiting.filter((w) => this.members.has(w));
+    this.log(`[server] session "${this.sessionName}": rank ${rank} closed the rendezvous after round ${this.round} (the run ended)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
+    for (const w of unranked) this.members.get(w)?.participant.send({ type: 'rendezvous-closed', round: this.round, by: rank });
+  }
+
   close(): void {
     this.cancelSettle();
     this.answerDeferred();
@@ -247,7 +291,7 @@ export class Rendezvous {
   }
 
   private activeMembers(): Participant[] {
-    return this.active.map((id) => this.members.get(id)?.participant).filter((p): p is Participant => p !== undefined);
+    return this.active.map((id) => (id < 0 ? undefined : this.members.get(id)?.participant)).filter((p): p is Participant => p !== undefined);
   }
 
   /** Tells every member how many wait for the next round. */

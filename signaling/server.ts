@@ -438,6 +438,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       case 'heartbeat':
         return reply(conn, req, null);
+      case 'closeRendezvous': {
+        const rendezvous = session.rendezvous;
+        if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'closing the rendezvous needs a rank in the running round: rendezvous first');
+        rendezvous.closeGroup(conn.memberId);
+        return reply(conn, req, null);
+      }
       case 'regroup': {
         const rendezvous = session.rendezvous;
         const memberId = conn.memberId;

@@ -8,7 +8,10 @@ import { Rendezvous, type Participant } from './rendezvous.ts';
 
 export class Session {
   readonly store: KeyValueStore;
-  /** The group; its size range is fixed by the first member and forgotten when the last leaves. */
+  /**
+   * The group; its size range is fixed by the first member and forgotten when the last leaves,
+   * unless a rank closed it (the run ended): then it refuses arrivals until the session is dropped.
+   */
   rendezvous: Rendezvous | undefined;
   /** Sockets attached to this session (members or store-only clients). */
   connections = 0;
@@ -32,7 +35,8 @@ export class Session {
     timing: { settleMs: number; regroupIntervalMs: number; maxSpectators: number },
     log: (line: string) => void,
   ): number {
-    if (!this.rendezvous || this.rendezvous.size === 0) {
+    // A closed rendezvous stays, empty or not: it refuses every arrival (the run is over).
+    if (!this.rendezvous || (this.rendezvous.size === 0 && !this.rendezvous.closedBy)) {
       this.rendezvous?.close();
       this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0);
       // The host's choice outlives a group that emptied (every tab reloading), where it still fits.

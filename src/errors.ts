@@ -33,6 +33,25 @@ export class RendezvousError extends StoreError {
   override name = 'RendezvousError';
 }
 
+/**
+ * The session's run has ended: a rank closed its rendezvous (torch's RendezvousClosedError, which
+ * "signals completion to nodes that arrive late"). A member arriving afterwards is refused
+ * (RENDEZVOUS_CLOSED), and one that was waiting without a rank is told. Not recoverable: there
+ * is no group left to join; start a new session to train again.
+ */
+export class RendezvousClosedError extends RendezvousError {
+  override name = 'RendezvousClosedError';
+  constructor(
+    message: string,
+    readonly session: string,
+    /** The last round, and the rank of it that closed the rendezvous. */
+    readonly round: number,
+    readonly closedBy: number,
+  ) {
+    super('RENDEZVOUS_CLOSED', message, { session, round, by: closedBy });
+  }
+}
+
 /** The server refused the session's token (missing, malformed or not the session's). Not recoverable by retrying. */
 export class UnauthorizedError extends StoreError {
   override name = 'UnauthorizedError';

@@ -19,6 +19,7 @@ export {
   StoreError,
   StoreTimeoutError,
   RendezvousError,
+  RendezvousClosedError,
   UnauthorizedError,
   SessionEndedError,
   ConnectionClosedError,

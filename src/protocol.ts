@@ -7,7 +7,7 @@
  * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -123,6 +123,8 @@ export const ErrorCode = {
   NOT_HOST: 'NOT_HOST',
   /** `hello`, `rendezvous` or any request to a session its host ended: create a new session. */
   SESSION_ENDED: 'SESSION_ENDED',
+  /** `rendezvous` to a session whose run ended (a rank closed its rendezvous): nothing is left to join. */
+  RENDEZVOUS_CLOSED: 'RENDEZVOUS_CLOSED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -249,6 +251,14 @@ export interface RequestFields {
    * max) goes with action 'min' only. Every socket of the session gets a `control` event.
    */
   control: { action: ControlAction; min?: number };
+  /**
+   * The run is over (torch's RendezvousHandler.set_closed, at the agents' shutdown): from now on
+   * the session's group forms no round and refuses arrivals with RENDEZVOUS_CLOSED, and the
+   * members waiting without a rank are told ('rendezvous-closed'), rather than waiting out their
+   * timeout for a group that will never train again. Members with a rank in the running round
+   * only; closing a closed rendezvous changes nothing.
+   */
+  closeRendezvous: {};
 }
 
 /** An ICE server as RTCPeerConnection takes it (the server hands them out with `hello`). */
@@ -305,6 +315,7 @@ export interface ResultOf {
   heartbeat: null;
   regroup: { round: number };
   control: null;
+  closeRendezvous: null;
 }
 
 export type RequestType = keyof RequestFields;
@@ -402,7 +413,24 @@ export interface ControlEvent {
   by: 'host';
 }
 
-export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent;
+/**
+ * A rank of the running round closed the rendezvous (the run ended): sent to the members that
+ * hold no rank in it (they waited to be admitted, or spectated), which will never get one.
+ */
+export interface RendezvousClosedEvent {
+  type: 'rendezvous-closed';
+  /** The last round, the one that ran to the end. */
+  round: number;
+  /** The rank of that round that closed it. */
+  by: number;
+}
+
+/** Why a member cannot join, or stops waiting: the words of RENDEZVOUS_CLOSED, for both ends. */
+export function rendezvousClosedMessage(session: string, round: number, by: number): string {
+  return `the run of session "${session}" has ended (rank ${by} closed its rendezvous after round ${round}): a tab that arrives after the end has nothing to join; to train again, start a new session`;
+}
+
+export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Values: bytes <-> base64, without Node's Buffer so the browser can use it too.

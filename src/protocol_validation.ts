@@ -12,6 +12,7 @@ import {
   type ErrorMessage,
   type Limits,
   type PeerLeftEvent,
+  type RendezvousClosedEvent,
   type ReplyMessage,
   type Request,
   type RequestType,
@@ -198,6 +199,8 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
     }
     case 'heartbeat':
       return { type: t, id };
+    case 'closeRendezvous':
+      return { type: t, id };
     case 'regroup':
       return { type: t, id, fromRound: int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER) };
     case 'signal': {
@@ -258,6 +261,9 @@ export function parseServerMessage(text: string): ServerMessage {
       need(typeof raw.action === 'string' && (CONTROL_ACTIONS as readonly string[]).includes(raw.action) && raw.by === 'host', 'bad action or sender');
       need(raw.action === 'min' ? isInt(raw.min, 1, MAX_WORLD) : raw.min === undefined, 'bad min');
       return raw as unknown as ControlEvent;
+    case 'rendezvous-closed':
+      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.by, 0, MAX_WORLD - 1), 'bad round or rank');
+      return raw as unknown as RendezvousClosedEvent;
     default: {
       const unknown: never = t;
       throw new Error(`server sent unknown message type ${String(unknown)}`);

@@ -9,13 +9,16 @@
  *   round (num nodes waiting) and, when asked to, rejoins after the server went away or evicted
  *   this member.
  *
- * Both are one code path: a fixed world size N is the range N..N.
+ * Both are one code path: a fixed world size N is the range N..N. When the run ends, a rank
+ * closes the rendezvous (`closeRendezvous`, torch's set_closed): a member still waiting for a
+ * rank, or arriving later, then fails at once with RendezvousClosedError instead of waiting out
+ * its timeout for a group that will never train again.
  */
-import { DistTimeoutError, GroupClosedError, SessionEndedError, UnauthorizedError } from './errors.ts';
+import { DistTimeoutError, GroupClosedError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from './errors.ts';
 import { onPageHide, onPageRestored } from './page_lifecycle.ts';
 import { loadSimplePeer } from './peer_link.ts';
 import { ProcessGroup, type LinkOptions } from './process_group.ts';
-import { CloseCode, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
+import { CloseCode, rendezvousClosedMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from './protocol.ts';
 import { StoreClient } from './store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
@@ -79,6 +82,8 @@ export type RendezvousEvent =
   | { type: 'spectating'; round: number; worldSize: number; max: number }
   /** The session's host sent a control (every member hears it; 'end' is followed by the connection closing). */
   | { type: 'control'; action: ControlAction; min?: number }
+  /** The run ended while this member held no rank: rank `by` of round `round` closed the rendezvous. */
+  | { type: 'closed'; round: number; by: number }
   | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
   | { type: 'reconnected' };
 
@@ -208,10 +213,19 @@ export class RendezvousHandler {
     try {
       await this.connect();
     } catch (err) {
-      if (err instanceof UnauthorizedError || err instanceof SessionEndedError) throw err;
+      if (err instanceof UnauthorizedError || err instanceof SessionEndedError || err instanceof RendezvousClosedError) throw err;
       // The server is away for now: keep trying in the background; nextRendezvous waits for it.
       void this.reconnect(`could not rejoin: ${(err as Error).message}`);
     }
+  }
+
+  /**
+   * The run is over (torch's set_closed): the server forms no more rounds, tells the members
+   * waiting without a rank, and refuses arrivals with RendezvousClosedError. Needs a rank in the
+   * running round; every rank may call it (the first closes it).
+   */
+  async closeRendezvous(): Promise<void> {
+    await this.client.closeRendezvous();
   }
 
   /** Leaves the group and closes the connection. */
@@ -266,6 +280,12 @@ export class RendezvousHandler {
         });
       }),
       client.on('control', (e) => this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min })),
+      // The run ended without this member: no round will ever give it a rank.
+      client.on('rendezvous-closed', (e) => {
+        this.fatal = new RendezvousClosedError(rendezvousClosedMessage(this.options.session, e.round, e.by), this.options.session, e.round, e.by);
+        this.emit({ type: 'closed', round: e.round, by: e.by });
+        for (const w of [...this.waiters]) w();
+      }),
       // Signals for a round this member has not built yet are kept for it.
       client.on('signal', (e) => {
         this.signals.push(e);
@@ -377,9 +397,9 @@ export class RendezvousHandler {
         this.emit({ type: 'reconnected' });
         return;
       } catch (err) {
-        // The session's token no longer opens it (the name was claimed anew), or its host ended
-        // it meanwhile: retrying cannot help.
-        if (err instanceof UnauthorizedError || err instanceof SessionEndedError) {
+        // The session's token no longer opens it (the name was claimed anew), its host ended it
+        // meanwhile, or its run ended: retrying cannot help.
+        if (err instanceof UnauthorizedError || err instanceof SessionEndedError || err instanceof RendezvousClosedError) {
           this.fatal = err;
           for (const w of [...this.waiters]) w();
           return;

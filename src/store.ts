@@ -15,6 +15,7 @@ import {
   type ControlEvent,
   type IceServer,
   type PeerLeftEvent,
+  type RendezvousClosedEvent,
   type RequestFields,
   type RequestType,
   type ResultOf,
@@ -26,7 +27,7 @@ import {
 import { parseServerMessage } from './protocol_validation.ts';
 import { startTicker } from './ticker.ts';
 import { onPageHide } from './page_lifecycle.ts';
-import { ConnectionClosedError, DistTimeoutError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
+import { ConnectionClosedError, DistTimeoutError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from './errors.ts';
 
 export type StoreValue = Uint8Array | string;
 
@@ -85,6 +86,7 @@ interface EventMap {
   round: RoundEvent;
   waiting: WaitingEvent;
   control: ControlEvent;
+  'rendezvous-closed': RendezvousClosedEvent;
   close: { code: number; reason: string };
 }
 
@@ -168,6 +170,7 @@ export class StoreClient implements Store {
     round: new Set(),
     waiting: new Set(),
     control: new Set(),
+    'rendezvous-closed': new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
@@ -329,6 +332,14 @@ export class StoreClient implements Store {
     return result;
   }
 
+  /**
+   * The run is over: no round forms again, members waiting without a rank are told, and arrivals
+   * are refused with RendezvousClosedError. Needs a rank in the running round; idempotent.
+   */
+  async closeRendezvous(): Promise<void> {
+    await this.request('closeRendezvous', {});
+  }
+
   /** Asks the server to admit waiting members unless a round newer than `fromRound` exists. */
   regroup(fromRound: number): Promise<{ round: number }> {
     return this.request('regroup', { fromRound });
@@ -400,6 +411,7 @@ export class StoreClient implements Store {
       case 'round':
       case 'waiting':
       case 'control':
+      case 'rendezvous-closed':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
         return;
       default: {
@@ -449,6 +461,10 @@ function toError(code: ErrorCode, message: string, details: Record<string, unkno
   if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
   if (code === ErrorCode.UNAUTHORIZED) return new UnauthorizedError(message, typeof details.session === 'string' ? details.session : '');
   if (code === ErrorCode.SESSION_ENDED) return new SessionEndedError(message, typeof details.session === 'string' ? details.session : '');
+  if (code === ErrorCode.RENDEZVOUS_CLOSED) {
+    const int = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : -1);
+    return new RendezvousClosedError(message, typeof details.session === 'string' ? details.session : '', int(details.round), int(details.by));
+  }
   return new StoreError(code, message, details);
 }
 

@@ -14,7 +14,7 @@ import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { CollectiveMismatchError, ReplicaDivergenceError } from '../src/errors.ts';
+import { CollectiveMismatchError, RendezvousClosedError, ReplicaDivergenceError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
@@ -49,6 +49,7 @@ function member(
     checkReplicasEvery?: number;
     resumeFrom?: string;
     stopVote?: 'any' | 'all';
+    spectate?: boolean;
     shouldStop?: () => boolean;
     extra?: (ctx: StepContext) => Promise<void>;
   },
@@ -74,6 +75,7 @@ function member(
     checkReplicasEvery: opts.checkReplicasEvery,
     resumeFrom: opts.resumeFrom,
     stopVote: opts.stopVote,
+    spectate: opts.spectate,
     shouldStop: opts.shouldStop,
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
@@ -181,6 +183,38 @@ describe('runElastic', () => {
     expect(round).toMatchObject({ source: 'checkpoint', step: 6, position: 6 * 8 });
     expect(new Set(after.map((r) => r.weightHash)).size).toBe(1);
     await closeAll(after);
+  });
+
+  it('the end of a run closes the rendezvous: a tab waiting for a rank, or arriving later, fails at once instead of waiting out its timeout', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('closed');
+    let spectator: Member | undefined;
+    // At step 3 a third tab arrives at the full group and waits beyond it; the run goes on once the ranks have heard of it.
+    const extra = async (ctx: StepContext) => {
+      if (ctx.step !== 3 || ctx.pg.rank !== 0) return;
+      spectator = member(net, 2, session, { min: 2, max: 2, spectate: true });
+      for (let t = 0; !members[0]!.events.some((e) => e.type === 'waiting' && e.members === 3); t += 20) {
+        if (t > 5_000) throw new Error('the spectator never arrived');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 6, extra }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(runs.map((r) => r.steps)).toEqual([6, 6]);
+    const ended = Date.now();
+    const waited = (await spectator!.result.catch((e: unknown) => e)) as RendezvousClosedError;
+    expect(waited).toBeInstanceOf(RendezvousClosedError);
+    expect(waited.message).toContain(`the run of session "${session}" has ended`);
+    // Arriving after the end, while the ranks are still connected, and once they have left.
+    const late = (await member(net, 3, session, { min: 2, max: 2 }).result.catch((e: unknown) => e)) as RendezvousClosedError;
+    await closeAll(runs);
+    const later = (await member(net, 4, session, { min: 2, max: 2 }).result.catch((e: unknown) => e)) as RendezvousClosedError;
+    for (const err of [late, later]) {
+      expect(err).toBeInstanceOf(RendezvousClosedError);
+      expect(err.round).toBe(waited.round);
+    }
+    // The members' rendezvous timeout is 10 s: none of them waited it out.
+    expect(Date.now() - ended).toBeLessThan(5_000);
   });
 
   it('ranks that issue different collectives end the run on every rank: a new round would fail the same way', async () => {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/process_group.ts';
 import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistTimeoutError, RendezvousError } from '../src/errors.ts';
+import { DistTimeoutError, RendezvousClosedError, RendezvousError, type StoreError } from '../src/errors.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { CloseCode } from '../src/protocol.ts';
 
@@ -172,6 +172,39 @@ describe('rendezvous', () => {
       s0.close();
     });
   }
+
+  it('a closed rendezvous forms no round: members without a rank are told, arrivals are refused, a rank that leaves is still reported', async () => {
+    const session = uniqueSession('closed');
+    const [s0, s1, spectator, waiter] = await Promise.all([0, 1, 2, 3].map(() => connect(server, session)));
+    await Promise.all([s0.rendezvous({ min: 2, max: 2, rank: 0 }), s1.rendezvous({ min: 2, max: 2, rank: 1 })]);
+    await spectator.rendezvous({ min: 2, max: 2, spectate: true });
+    // Only a rank of the running round may end the run.
+    const refused = (await spectator.closeRendezvous().catch((e: unknown) => e)) as StoreError;
+    expect(refused.code).toBe('NOT_JOINED');
+    expect(refused.message).toContain('only a member with a rank in the running round 1');
+    const told = new Promise((resolve) => spectator.on('rendezvous-closed', resolve));
+    await s1.closeRendezvous();
+    expect(await told).toEqual({ type: 'rendezvous-closed', round: 1, by: 1 });
+    await s0.closeRendezvous(); // every rank may ask: closing again changes nothing
+    const late = (await waiter.rendezvous({ min: 2, max: 2 }).catch((e: unknown) => e)) as RendezvousClosedError;
+    expect(late).toBeInstanceOf(RendezvousClosedError);
+    expect(late.message).toBe(`the run of session "${session}" has ended (rank 1 closed its rendezvous after round 1): a tab that arrives after the end has nothing to join; to train again, start a new session`);
+    expect([late.round, late.closedBy]).toEqual([1, 1]);
+    // A rank leaving after the end: the other hears it at once (its exit barrier fails), and no round forms.
+    let rounds = 0;
+    s0.on('round', () => rounds++);
+    const left = new Promise((resolve) => s0.on('peer-left', resolve));
+    s1.close(CloseCode.LEFT, 'done');
+    expect(await left).toEqual({ type: 'peer-left', round: 1, rank: 1, reason: 'its tab closed' });
+    // The group empties, and still the run is over: a new arrival is refused, not made a new group.
+    s0.close();
+    spectator.close();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(rounds).toBe(0);
+    const again = await connect(server, session);
+    expect(await again.rendezvous({ min: 1, max: 4 }).catch((e: unknown) => (e as Error).name)).toBe('RendezvousClosedError');
+    for (const c of [waiter, again]) c.close();
+  });
 
   it('signals cannot reach another session', async () => {
     const [a0, b1] = await Promise.all([connect(server, uniqueSession('A')), connect(server, uniqueSession('B'))]);

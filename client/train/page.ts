@@ -10,6 +10,7 @@ import {
   NonFiniteGradientError,
   PeerLostError,
   RankStalledError,
+  RendezvousClosedError,
   RendezvousError,
   ReplicaDivergenceError,
   SessionEndedError,
@@ -274,6 +275,9 @@ function watchThrottling(warn: (message: string) => void): void {
  * can fail. `fixed`: the session has a fixed number of tabs (the others wait for a lost one).
  */
 function explain(e: Error, fixed: boolean): [string, string | undefined, boolean] {
+  if (e instanceof RendezvousClosedError) {
+    return ['This run has ended', "The session's training finished before this tab got a rank. To train, ask the host for a new link, or create a new session on the start page.", false];
+  }
   if (e instanceof RendezvousError) {
     switch (e.code) {
       case 'WORLD_SIZE_MISMATCH':

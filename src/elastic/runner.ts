@@ -11,7 +11,10 @@
  * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
  * pauses the group until a tab takes its place. A lost WebGPU device ends this rank's step at
  * once with DeviceLostError; given `rebuildState`, the rank re-creates its backend, leaves the
- * group, and rejoins it holding no state, so that recovery gives it the group's.
+ * group, and rejoins it holding no state, so that recovery gives it the group's. When the run
+ * ends (done, or stopped), every rank closes the session's rendezvous, as torch's agents do at
+ * shutdown: a tab still waiting to be admitted, or arriving later, fails at once with
+ * RendezvousClosedError instead of waiting out its timeout for a group that will never train.
  *
  * The user's step function is a plain training step: it gets this rank's sample indices and the
  * round's DistributedDataParallel, computes and applies the gradients, and returns its metrics.
@@ -271,6 +274,7 @@ class ElasticRun<M extends StepMetrics> {
       case 'round':
       case 'spectating': // a spectator waits in nextRendezvous; the page hears it through onRendezvous
       case 'control': // the page decides what a host's control means for it
+      case 'closed': // nextRendezvous fails with RendezvousClosedError
         return;
       default: {
         const unknown: never = e;
@@ -322,6 +326,12 @@ class ElasticRun<M extends StepMetrics> {
           round = await this.handler.nextRendezvous(round.id);
           continue;
         }
+        // The run is over (every rank voted so): close the rendezvous, as torch's agents do at
+        // shutdown, so that a tab waiting to be admitted, or arriving now, learns at once that
+        // there is nothing left to join. Every rank asks (the first closes it); should the
+        // server be away, nobody can be waiting on it either.
+        this.activity = 'closing the rendezvous';
+        await this.handler.closeRendezvous().catch(() => {});
         this.activity = 'the final weights hash';
         const weightHash = await this.whileDeviceLives(ddp.weightsHash());
         const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;

@@ -787,6 +787,9 @@ class PsRun<M extends StepMetrics> {
     const versionRow = new Float32Array(this.numServers);
     if (this.role?.kind === 'server') versionRow[this.role.index] = this.shard!.version;
     const versions = Array.from(await pg.allReduce(versionRow, 'sum'));
+    // Every rank is through the run's last collective: close the rendezvous (see runElastic), so
+    // that a tab waiting for a rank, or arriving now, learns at once that the run is over.
+    await this.handler.closeRendezvous().catch(() => {});
     this.heardSamples = samples;
     this.reportStatus();
     const role = this.role!;

@@ -227,6 +227,9 @@ class PipelineRun<M extends StepMetrics> {
         const ctx = () => ({ mesh, stage, ddp, step: state.progress.step, epoch: state.progress.epoch });
         await this.o.onRound?.(ctx());
         const outcome = await this.train(round, mesh, stage, ddp, state, ctx);
+        // The run is over on every rank (they stop at the same step): close the rendezvous (see
+        // runElastic), so that a tab waiting for a rank, or arriving now, learns it at once.
+        await this.handler.closeRendezvous().catch(() => {});
         const p = state.progress;
         const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
         this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash: await ddp.weightsHash() });

@@ -17,9 +17,11 @@ function start(browser: Parameters<typeof openRanks>[0], server: Parameters<type
 
 const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true' };
 
-test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step', async ({ browser, server }) => {
+test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step; a tab opened after the end is told the run ended', async ({ browser, server }) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
-  const pair = await run(browser, server, 2, { ...sgd, batchSize: '16', checkWeights: 'true' });
+  const session = sessionName('train');
+  const pairParams = { session, job: 'train', ...sgd, batchSize: '16', checkWeights: 'true' };
+  const pair = await Promise.all((await openRanks(browser, server, 2, pairParams)).map((r) => r.result));
   for (const r of pair) {
     expect(r.identicalEveryStep).toBe(true);
     expect(r.checkedSteps).toBe(20);
@@ -31,6 +33,12 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   // And the weights really moved: the comparison is not between two untrained models.
   const [untrained] = await run(browser, server, 1, { ...sgd, batchSize: '32', steps: '1', lr: '0.000001' });
   expect(relativeError(weightsOf(untrained), weightsOf(single))).toBeGreaterThan(1e-2);
+  // The link opened once the run is over (the pair's tabs still open): the run closed its
+  // rendezvous, so the tab learns at once that it ended instead of waiting 300 s for a group.
+  const [late] = await openRanks(browser, server, 1, { ...pairParams, world: '2' });
+  const refused = await late.result.then(() => new Error('the late tab trained'), (e: Error) => e);
+  expect(`${refused.name}: ${refused.message}`).toContain(`RendezvousClosedError: the run of session "${session}" has ended`);
+  await expect(late.page.getByTestId('error-banner')).toContainText('This run has ended');
 });
 
 test('4 ranks at batch B train to the same weights as 1 rank at 4B', async ({ browser, server }) => {
