@@ -9,7 +9,9 @@
  * bench/results/comm_hooks.json and comm_hooks.md and prints the table. A failed run is recorded
  * and the others go on; the exit code is 1 if any failed. Not root (or no iproute2): loopback only.
  *
- * Options: --models mlp,cnn, --nprocs 2,4, --rates 100,20 (0 = loopback),
+ * Options: --models mlp,cnn (MODEL:N gives the model a hidden layer of N units, the job's --hidden:
+ * cnn:1024 is the CNN with a 1024-wide dense layer before its classifier), --backend (the job's;
+ * default webgpu), --optimizer adam|sgd (adam, the job's), --lr (the job's default for the optimizer), --nprocs 2,4, --rates 100,20 (0 = loopback),
  * --hooks none,fp16,powersgd:1,powersgd:2,powersgd:4,localsgd:4,localsgd:16, --start 10 (START of
  * powersgd and localsgd when the hook does not give one), --epochs 1, --batch-size 64 (per rank),
  * --train-size 4096, --test-size 0 (the whole test set), --steps (a cap; default: whole epochs),
@@ -28,6 +30,9 @@ import { PROJECT_ROOT } from '../signaling/server.ts';
 const { values } = parseArgs({
   options: {
     models: { type: 'string', default: 'mlp,cnn' },
+    backend: { type: 'string', default: 'webgpu' },
+    optimizer: { type: 'string', default: 'adam' },
+    lr: { type: 'string' },
     nprocs: { type: 'string', default: '2,4' },
     rates: { type: 'string', default: '100,20' },
     hooks: { type: 'string', default: 'none,fp16,powersgd:1,powersgd:2,powersgd:4,localsgd:4,localsgd:16' },
@@ -59,6 +64,19 @@ const positiveInt = (name: string, s: string, least = 1): number => {
 };
 
 const models = list(values.models!);
+/** A --models item as the job's options: "cnn:1024" is model cnn with hidden 1024. */
+function modelParams(model: string): Record<string, string> {
+  const [kind = '', hidden, ...rest] = model.split(':');
+  if (!['mlp', 'cnn'].includes(kind) || rest.length > 0 || (hidden !== undefined && !/^\d{1,4}$/.test(hidden))) {
+    throw new Error(`--models items are mlp or cnn, optionally :N for a hidden layer of N units (cnn:1024), got "${model}"`);
+  }
+  return { model: kind, ...(hidden !== undefined ? { hidden } : {}) };
+}
+models.forEach(modelParams);
+const backend = values.backend!;
+if (!['webgpu', 'webgl', 'wasm', 'cpu'].includes(backend)) throw new Error(`--backend must be webgpu, webgl, wasm or cpu, got "${backend}"`);
+const optimizer = values.optimizer!;
+if (optimizer !== 'sgd' && optimizer !== 'adam') throw new Error(`--optimizer must be sgd or adam, got "${optimizer}"`);
 const nprocs = list(values.nprocs!).map((s) => positiveInt('nprocs', s, 2));
 let rates = list(values.rates!).map((s) => {
   const n = Number(s);
@@ -222,10 +240,13 @@ for (const model of models) {
           const { ok, summary } = await launch({
             nproc,
             job: 'train',
-            session: `bench-hooks-${model}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
+            session: `bench-hooks-${model.replace(/[^A-Za-z0-9]/g, '')}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
             timeoutSec,
             jobParams: {
-              model,
+              ...modelParams(model),
+              backend,
+              optimizer,
+              ...(values.lr !== undefined ? { lr: values.lr } : {}),
               dataset: 'mnist',
               epochs: String(epochs),
               'batch-size': String(batchSize),
@@ -307,6 +328,7 @@ for (const r of rows) {
 const comparableStep = (r: Row): number | null => r.stepMsAfterStart ?? r.stepMs;
 
 interface GoalVerdict {
+  model: string;
   nprocs: number;
   met: boolean | null;
   speedup: number | null;
@@ -314,30 +336,35 @@ interface GoalVerdict {
   note: string;
 }
 
+/** The goal, for each CNN (cnn, cnn:N) and rank count measured at its rate with both hooks. */
 function goalVerdicts(): GoalVerdict[] {
   const out: GoalVerdict[] = [];
-  for (const n of nprocs) {
-    const at = (hook: string) => rows.find((r) => r.model === GOAL.model && r.nprocs === n && r.rateMbit === GOAL.rateMbit && r.hook === hook);
-    const base = at(GOAL.baseline);
-    const hook = at(GOAL.hook);
-    if (!base || !hook) continue;
-    const baseMs = comparableStep(base);
-    const hookMs = comparableStep(hook);
-    if (!base.ok || !hook.ok || baseMs === null || hookMs === null || hookMs <= 0 || base.testAccuracy === null || hook.testAccuracy === null) {
-      out.push({ nprocs: n, met: null, speedup: null, accuracyDrop: null, note: `${n} ranks: not measured (a run failed or gave no step time or accuracy)` });
-      continue;
+  for (const model of models.filter((m) => m.split(':')[0] === GOAL.model)) {
+    for (const n of nprocs) {
+      const at = (hook: string) => rows.find((r) => r.model === model && r.nprocs === n && r.rateMbit === GOAL.rateMbit && r.hook === hook);
+      const base = at(GOAL.baseline);
+      const hook = at(GOAL.hook);
+      if (!base || !hook) continue;
+      const baseMs = comparableStep(base);
+      const hookMs = comparableStep(hook);
+      const what = `${model}, ${n} ranks`;
+      if (!base.ok || !hook.ok || baseMs === null || hookMs === null || hookMs <= 0 || base.testAccuracy === null || hook.testAccuracy === null) {
+        out.push({ model, nprocs: n, met: null, speedup: null, accuracyDrop: null, note: `${what}: not measured (a run failed or gave no step time or accuracy)` });
+        continue;
+      }
+      const speedup = r2(baseMs / hookMs);
+      const drop = r4(base.testAccuracy - hook.testAccuracy);
+      const met = speedup >= GOAL.minSpeedup && drop <= GOAL.maxAccuracyDrop;
+      const pts = (x: number) => `${(x * 100).toFixed(2)} points`;
+      out.push({
+        model,
+        nprocs: n,
+        met,
+        speedup,
+        accuracyDrop: drop,
+        note: `${what}: ${met ? 'met' : 'NOT met'}: ${speedup}x faster per step (${hookMs} ms against ${baseMs} ms${hook.stepMsAfterStart !== null && base.stepMsAfterStart !== null ? ', after START' : ', whole run'}), accuracy ${drop >= 0 ? `${pts(drop)} below` : `${pts(-drop)} above`} none's`,
+      });
     }
-    const speedup = r2(baseMs / hookMs);
-    const drop = r4(base.testAccuracy - hook.testAccuracy);
-    const met = speedup >= GOAL.minSpeedup && drop <= GOAL.maxAccuracyDrop;
-    const pts = (x: number) => `${(x * 100).toFixed(2)} points`;
-    out.push({
-      nprocs: n,
-      met,
-      speedup,
-      accuracyDrop: drop,
-      note: `${n} ranks: ${met ? 'met' : 'NOT met'}: ${speedup}x faster per step (${hookMs} ms against ${baseMs} ms${hook.stepMsAfterStart !== null && base.stepMsAfterStart !== null ? ', after START' : ', whole run'}), accuracy ${drop >= 0 ? `${pts(drop)} below` : `${pts(-drop)} above`} none's`,
-    });
   }
   return out;
 }
@@ -349,8 +376,8 @@ const goalLine =
     : `${GOAL_TEXT} ${verdicts.every((v) => v.met === true) ? 'Met' : verdicts.some((v) => v.met === null) ? 'Not settled' : 'NOT met'}: ${verdicts.map((v) => v.note).join('; ')}.`;
 
 const date = new Date().toISOString().slice(0, 10);
-const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Chromium headless, WebGPU on SwiftShader; --lan: each rank its own Chromium in its own network namespace, links shaped with tbf`;
-const work = `MNIST, first ${trainSize || 'all'} training samples, ${stepsCap !== null ? `at most ${stepsCap} steps of ` : ''}${epochs} epoch${epochs === 1 ? '' : 's'}, batch ${batchSize} per rank, START ${start} for powersgd and localsgd, test accuracy on ${testSize || 'all'} test samples`;
+const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Chromium headless, backend ${backend}${backend === 'webgpu' ? ' (SwiftShader)' : ''}; --lan: each rank its own Chromium in its own network namespace, links shaped with tbf`;
+const work = `MNIST, first ${trainSize || 'all'} training samples, ${stepsCap !== null ? `at most ${stepsCap} steps of ` : ''}${epochs} epoch${epochs === 1 ? '' : 's'}, batch ${batchSize} per rank, ${optimizer}${values.lr !== undefined ? ` lr ${values.lr}` : ''}, START ${start} for powersgd and localsgd, test accuracy on ${testSize || 'all'} test samples`;
 
 const fmtBytes = (b: number | null) => (b === null ? '–' : b >= 1e6 ? `${r2(b / 1e6)} MB` : b >= 1e3 ? `${r1(b / 1e3)} kB` : `${Math.round(b)} B`);
 const dash = (x: number | null | undefined, f: (v: number) => string = String) => (x === null || x === undefined ? '–' : f(x));
@@ -392,7 +419,7 @@ await writeFile(
     {
       date,
       machine,
-      options: { models, nprocs, rates, hooks, start, epochs, batchSize, trainSize, testSize, steps: stepsCap },
+      options: { models, backend, optimizer, lr: values.lr ?? null, nprocs, rates, hooks, start, epochs, batchSize, trainSize, testSize, steps: stepsCap },
       ...(lanNote ? { lanNote } : {}),
       goal: { ...GOAL, text: GOAL_TEXT, verdicts, line: goalLine },
       rows,

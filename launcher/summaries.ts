@@ -163,6 +163,9 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     worldSize: typeof r0.worldSize === 'number' ? r0.worldSize : worldSize,
     backend: r0.backend,
     model: r0.model,
+    ...(typeof r0.hiddenUnits === 'number' ? { hiddenUnits: r0.hiddenUnits } : {}),
+    // A DDP run's model, whole on every rank (a pipeline's rank 0 holds only its stage: see pipeline.stages).
+    ...(typeof r0.parameters === 'number' && !pipeline ? { parameters: r0.parameters } : {}),
     dataset: r0.dataset,
     steps: r0.steps,
     epochs: r0.epochs,

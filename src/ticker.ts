@@ -83,3 +83,22 @@ export class TickGap {
     return ms > this.boundMs ? ms : undefined;
   }
 }
+
+/**
+ * Lets the page's other tasks run (the ticker's messages, heartbeats, WebRTC and socket events)
+ * before the caller goes on: for a long computation done in parts, such as evaluating a test set
+ * on the cpu backend, whose kernels run on the main thread and would otherwise hold it for many
+ * seconds, long enough for the server to evict a page that is only busy. A MessageChannel task,
+ * not a timer: a background tab throttles timers to one a second, not messages.
+ */
+export function yieldToEventLoop(): Promise<void> {
+  if (typeof MessageChannel === 'undefined') return new Promise((resolve) => setTimeout(resolve, 0));
+  return new Promise((resolve) => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => {
+      channel.port1.close();
+      resolve();
+    };
+    channel.port2.postMessage(0);
+  });
+}

@@ -51,6 +51,13 @@ describe('a DDP run’s communication in the summary', () => {
     });
   });
 
+  it('says the model: its hidden width when the job was given one, and its parameters', () => {
+    expect(summarize('train', 2, [rank(0, { model: 'cnn', hiddenUnits: 2048, parameters: 842_986 }), rank(1)])).toMatchObject({ model: 'cnn', hiddenUnits: 2048, parameters: 842_986 });
+    const plain = summarize('train', 2, [rank(0), rank(1)]);
+    expect(plain).not.toHaveProperty('hiddenUnits');
+    expect(plain).not.toHaveProperty('parameters');
+  });
+
   it('prints one line: the hook and its settings, bytes per step, the ratio', () => {
     expect(commLine(summarize('train', 2, [rank(0), rank(1)]))).toBe(
       "communication: powersgd rank 2, plain all-reduce for the first 10 steps; step 40 sent 3050 of 101770 elements [hook powerSGD]; 100500 bytes sent per step per rank (mean over ranks), 0.25 of the float32 all-reduce's bytes",

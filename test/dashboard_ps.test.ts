@@ -79,6 +79,7 @@ function workerEvent(over: Partial<PsStatusEvent> = {}): PsStatusEvent {
 function config(over: Partial<TrainConfig> = {}): TrainConfig {
   return {
     model: 'mlp',
+    hidden: null,
     dataset: 'mnist',
     batchSize: 64,
     lr: 0.003,

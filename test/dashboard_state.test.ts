@@ -43,6 +43,7 @@ const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
 function config(over: Partial<TrainConfig> = {}): TrainConfig {
   return {
     model: 'mlp',
+    hidden: null,
     dataset: 'synthetic',
     batchSize: 64,
     lr: 0.003,
@@ -489,6 +490,9 @@ describe('purity and the facts', () => {
   it('describes a job in one line', () => {
     expect(describeJob(config())).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
     expect(describeJob(config({ min: 2, max: 4, steps: 1000, trainSize: 1536 }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (up to 256 global) · 1,000 steps · first 1,536 samples · elastic, 2 to 4 tabs');
+    // --hidden: said when given, not when the model's default.
+    expect(describeJob(config({ model: 'cnn', hidden: 2048 }))).toBe('cnn (2,048 hidden) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
+    expect(describeJob(config({ model: 'cnn', hidden: 0 }))).toBe('cnn (no hidden layer) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
   });
 });
 

@@ -127,6 +127,22 @@ describe('splitting a model', () => {
     expect(infos.at(-1)!.outputShape).toEqual([10]);
     model.dispose();
   });
+
+  it('the cnn with a hidden layer (the usual MNIST CNN) keeps the default cnn’s other weights', () => {
+    const spec = { kind: 'cnn' as const, inputShape: [28, 28, 1], numClasses: 10, seed: 3 };
+    const plain = buildModel(spec);
+    const wide = buildModel({ ...spec, hidden: 128 });
+    expect(plain.countParams()).toBe(5258);
+    expect(wide.countParams()).toBe(53_866);
+    expect(wide.layers.map((l) => l.getClassName())).toEqual(['Conv2D', 'MaxPooling2D', 'Conv2D', 'MaxPooling2D', 'Flatten', 'Dense', 'Dense']);
+    // The convolutions start from the same weights with or without the hidden layer.
+    const conv = (m: tf.LayersModel) => m.layers[0]!.getWeights()[0]!.dataSync();
+    expect(Array.from(conv(wide))).toEqual(Array.from(conv(plain)));
+    expect(() => buildModel({ ...spec, hidden: -1 })).toThrow(/cnn's hidden layer must be a width >= 0/);
+    expect(() => buildModel({ ...spec, kind: 'mlp', inputShape: [16], hidden: 0 })).toThrow(/mlp's hidden layer must be a width >= 1/);
+    plain.dispose();
+    wide.dispose();
+  });
 });
 
 describe('float16 on the wire', () => {

@@ -1,6 +1,6 @@
 /** The shared tick behind heartbeats and liveness frames (Node: a plain interval under the same sharing). */
 import { describe, expect, it } from 'vitest';
-import { TickGap, startTicker } from '../src/ticker.ts';
+import { TickGap, startTicker, yieldToEventLoop } from '../src/ticker.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -59,5 +59,20 @@ describe('TickGap', () => {
     const gap = new TickGap(1_000, () => now);
     now -= 20_000;
     expect(gap.tick()).toBeUndefined();
+  });
+});
+
+describe('yieldToEventLoop', () => {
+  it('lets tasks queued before it run (a message, as a heartbeat or the ticker sends), which a resolved promise does not', async () => {
+    let delivered = 0;
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => delivered++;
+    channel.port2.postMessage(0);
+    await Promise.resolve();
+    await new Promise<void>((r) => queueMicrotask(r));
+    expect(delivered).toBe(0);
+    await yieldToEventLoop();
+    expect(delivered).toBe(1);
+    channel.port1.close();
   });
 });

@@ -12,6 +12,7 @@ describe('parseTrainConfig', () => {
   it('fills the defaults the README quotes; a fixed size is min = max = world', () => {
     expect(parse('world=3')).toEqual({
       model: 'mlp',
+      hidden: null,
       dataset: 'mnist',
       batchSize: 64,
       lr: DEFAULT_LR.adam,
@@ -420,5 +421,23 @@ describe('devices: DataParallel Workers per tab (--devices)', () => {
     expect(refusal('world=3&devices=2&strategy=ps').message).toMatch(/^option devices must be 1 \(or left out\) with strategy ps: .*leave out devices, or strategy/);
     expect(refusal('world=2&devices=2&pp=2').message).toMatch(/^option devices must be 1 \(or left out\) with pipeline stages \(pp 2\): .*leave out devices, or pp/);
     expect(parse('world=3&devices=1&strategy=central').devices).toBe(1);
+  });
+});
+
+describe('hidden: the width of the model’s hidden dense layer (--hidden)', () => {
+  it('is the model’s default unless given; the cnn takes 0 (none) and the mlp at least 1; a link keeps it', () => {
+    expect(parse('world=2').hidden).toBeNull();
+    expect(parse('world=2&model=cnn&hidden=128').hidden).toBe(128);
+    expect(parse('world=2&model=cnn&hidden=0').hidden).toBe(0);
+    expect(parse('world=2&hidden=512').hidden).toBe(512);
+    const config = parse('world=2&model=cnn&hidden=1024');
+    expect(parseTrainConfig((name) => configParams(config).get(name))).toEqual(config);
+  });
+
+  it('refuses a width the job cannot build, naming the option and what is allowed', () => {
+    expect(() => parse('world=2&hidden=0')).toThrow(/option hidden must be from 1 to 4096 for the mlp.*0, no hidden layer, is for the cnn/);
+    expect(() => parse('world=2&model=cnn&hidden=4097')).toThrow(/option hidden must be an integer from 0 to 4096, got "4097"/);
+    expect(() => parse('world=2&model=cnn&hidden=-1')).toThrow(ConfigError);
+    expect(() => parse('world=2&model=cnn&hidden=1.5')).toThrow(ConfigError);
   });
 });

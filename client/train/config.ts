@@ -51,6 +51,8 @@ export const MAX_COMM_HOOK_START = 10_000_000;
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
   model: ModelKind;
+  /** Width of the model's hidden dense layer (ModelSpec.hidden); null: the model's default (mlp 128 on MNIST, cnn none). */
+  hidden: number | null;
   dataset: DatasetKind;
   /** Per-rank batch size. */
   batchSize: number;
@@ -130,6 +132,9 @@ export interface TrainConfig {
 /** Most devices (Workers) a tab may run: each holds its own copy of the model and its backend. */
 export const MAX_DEVICES_PER_TAB = 16;
 
+/** Widest hidden layer the job builds (a 784 x 4096 matrix is 12.8 MB of gradients per step). */
+export const MAX_HIDDEN_UNITS = 4096;
+
 /** Largest session the page offers (the form's bound and the URL's). */
 export const MAX_WORLD_SIZE = 64;
 
@@ -197,6 +202,15 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     defaultValue: (p) => p.world,
   },
   { name: 'model', label: 'Model', kind: { type: 'choice', choices: MODELS }, inForm: true, defaultValue: fixed('mlp') },
+  {
+    name: 'hidden',
+    label: 'Hidden units',
+    hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
+    kind: int(0, MAX_HIDDEN_UNITS),
+    inForm: false,
+    optional: true,
+    defaultValue: fixed(null),
+  },
   { name: 'dataset', label: 'Dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: fixed('mnist') },
   {
     name: 'batchSize',
@@ -451,6 +465,8 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   }
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
+  const hidden = values.hidden as number | null;
+  if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
@@ -458,6 +474,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   }
   return {
     model: values.model as ModelKind,
+    hidden,
     dataset: values.dataset as DatasetKind,
     batchSize: values.batchSize as number,
     lr: values.lr as number,

@@ -10,7 +10,7 @@ import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeli
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
-import { startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;
@@ -21,7 +21,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const { config, emit, flags } = opts;
   const started = performance.now();
   const { backend, gpu, trainSet, testSet } = await startJob(opts);
-  const layers = modelLayers({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
+  const layers = modelLayers(modelSpecOf(config, trainSet));
   const schedule = config.schedule;
   const microBatches = config.microBatches;
   const activationDtype = config.activationDtype;

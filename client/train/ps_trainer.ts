@@ -11,7 +11,7 @@ import { buildModel, classificationLoss, flatGradients, hashFloat32, runParamete
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
-import { startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
@@ -19,7 +19,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   const started = performance.now();
   const { backend, gpu, trainSet, testSet } = await startJob(opts);
   // Every rank builds the whole model alike (one seed): servers take their shard from it.
-  const model = buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
+  const model = buildModel(modelSpecOf(config, trainSet));
   opts.onModel?.(model);
   const strategy = config.strategy === 'central' ? 'central' : 'async';
   const targetSamples = config.steps !== null ? config.steps * config.batchSize : config.epochs * trainSet.length;

@@ -23,11 +23,13 @@ import {
   type Dataset,
   type ElasticEvent,
   type Json,
+  type ModelSpec,
   type ProcessGroup,
   type RendezvousEvent,
   type StoreClient,
 } from '../../src/index.ts';
 import { encodeValue } from '../../src/protocol.ts';
+import { yieldToEventLoop } from '../../src/ticker.ts';
 import { linkReport } from '../report.ts';
 import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
@@ -138,7 +140,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   // `let`: a lost WebGPU device is re-created (or falls back) during the run.
   let backend: BackendChoice = job.backend;
   // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
-  const newModel = () => buildModel({ kind: config.model, inputShape: trainSet.inputShape, numClasses: trainSet.numClasses, seed: config.seed });
+  const newModel = () => buildModel(modelSpecOf(config, trainSet));
   const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
   let model = newModel();
   let state = newState(model);
@@ -357,6 +359,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
     worldSize: pg.worldSize,
     backend: backend.backend,
     model: config.model,
+    ...(config.hidden === null ? {} : { hiddenUnits: config.hidden }),
+    parameters: model.countParams(),
     dataset: config.dataset,
     steps: run.steps,
     epochs: run.epoch,
@@ -401,6 +405,11 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   };
   emit({ type: 'done', summary });
   return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+}
+
+/** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). */
+export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
+  return { kind: config.model, inputShape: data.inputShape, numClasses: data.numClasses, seed: config.seed, ...(config.hidden === null ? {} : { hidden: config.hidden }) };
 }
 
 /**
@@ -588,8 +597,12 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
   for (let i = pg.rank; i < test.length; i += pg.worldSize) mine.push(i);
-  const batch = 500;
+  const batch = 250;
   for (let s = 0; s < mine.length; s += batch) {
+    // On the cpu backend each batch holds the main thread: let heartbeats out between batches, or
+    // a large test set looks like a frozen page and the server evicts it (a 842k-parameter CNN's
+    // 5,000 test images took 13 s).
+    if (s > 0) await yieldToEventLoop();
     const idx = mine.slice(s, s + batch);
     const { x, y } = test.batch(idx);
     const out = tf.tidy(() => {

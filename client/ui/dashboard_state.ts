@@ -675,18 +675,20 @@ export function describeJob(c: TrainConfig): string {
   // --slow: the stragglers go with the length, so both kinds of run show them.
   const slowed = c.slow ? Object.entries(c.slow).map(([rank, f]) => `rank ${rank} ${f}× slower`) : [];
   const subset = (c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '') + (slowed.length > 0 ? ` · ${slowed.join(', ')}` : '');
+  // --hidden: said only when it is not the model's default (older configs have no such field).
+  const model = c.hidden === null || c.hidden === undefined ? c.model : c.hidden === 0 ? `${c.model} (no hidden layer)` : `${c.model} (${fmtInt(c.hidden)} hidden)`;
   if (c.pp > 1) {
     // A pipeline run is a fixed size, and its batch is per replica (every stage of a replica sees it).
     const wire = c.activationDtype === 'float32' ? '' : `, ${c.activationDtype} activations`;
     const pipeline = ` · pipeline of ${plural(c.pp, 'stage')} × ${plural(c.dp, 'replica')}, ${plural(c.microBatches, 'micro-batch', 'micro-batches')} (${c.schedule}${wire})`;
-    return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/replica (${c.batchSize * c.dp} global) · ${length}${subset}${pipeline}`;
+    return `${model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/replica (${c.batchSize * c.dp} global) · ${length}${subset}${pipeline}`;
   }
   const global = c.min === c.max ? `${c.batchSize * c.max} global` : `up to ${c.batchSize * c.max} global`;
   const tabs = c.min === c.max ? '' : ` · elastic, ${c.min} to ${c.max} tabs`;
   // --comm-hook: said only when the gradients travel otherwise than the plain all-reduce.
   const hook = c.commHook && c.commHook.kind !== 'none' ? ` · ${describeCommHook(c.commHook)}` : '';
   const devices = (c.devices ?? 1) > 1 ? ` · ${c.devices} devices per tab` : '';
-  return `${c.model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}`;
+  return `${model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}`;
 }
 
 export type BackendFact =
