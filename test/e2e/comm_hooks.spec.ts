@@ -48,7 +48,7 @@ test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16
     console.log(`cnn (hidden ${params.hidden}) ${hook}: ${runs[0]!.bytesPerStep} bytes per step per rank, ${ratio.toFixed(3)} of the plain all-reduce's`);
     // The ratio the summary reports is the same figure, against the computed float32 baseline.
     expect(runs[0]!.compressionRatio as number).toBeCloseTo(ratio, 6);
-    expect(ratio).toBeGreaterThan(least);
+    expect(ratio).toBeGreaterThanOrEqual(least);
     expect(ratio).toBeLessThanOrEqual(most);
     // Four steps say nothing of accuracy (bench:comm-hooks measures it); the loss is a number.
     expect(Number.isFinite(runs[0]!.finalLoss as number)).toBe(true);
