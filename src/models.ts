@@ -56,10 +56,10 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
     const k1 = kernel();
     const k2 = kernel();
     const k3 = kernel();
-    // Drawn after the others' seeds, so a CNN without it keeps the weights it always had.
     const hidden = spec.hidden ?? 0;
-    const kh = kernel();
     if (!Number.isSafeInteger(hidden) || hidden < 0) throw new Error(`the cnn's hidden layer must be a width >= 0 (0: none), got ${hidden}`);
+    // Drawn after the others' seeds, so a CNN without it keeps the weights it always had.
+    const kh = kernel();
     return [
       (s?: number[]) => tf.layers.conv2d({ filters: 8, kernelSize: 3, activation: 'relu', kernelInitializer: k1(), ...shape(s) }),
       (s?: number[]) => tf.layers.maxPooling2d({ poolSize: 2, ...shape(s) }),

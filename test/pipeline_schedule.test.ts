@@ -128,7 +128,7 @@ describe('splitting a model', () => {
     model.dispose();
   });
 
-  it('the cnn with a hidden layer (the usual MNIST CNN) keeps the default cnn’s other weights', () => {
+  it('the cnn with a hidden layer (the usual MNIST CNN) keeps the default cnn’s other weights', async () => {
     const spec = { kind: 'cnn' as const, inputShape: [28, 28, 1], numClasses: 10, seed: 3 };
     const plain = buildModel(spec);
     const wide = buildModel({ ...spec, hidden: 128 });
@@ -136,8 +136,8 @@ describe('splitting a model', () => {
     expect(wide.countParams()).toBe(53_866);
     expect(wide.layers.map((l) => l.getClassName())).toEqual(['Conv2D', 'MaxPooling2D', 'Conv2D', 'MaxPooling2D', 'Flatten', 'Dense', 'Dense']);
     // The convolutions start from the same weights with or without the hidden layer.
-    const conv = (m: tf.LayersModel) => m.layers[0]!.getWeights()[0]!.dataSync();
-    expect(Array.from(conv(wide))).toEqual(Array.from(conv(plain)));
+    const conv = (m: tf.LayersModel) => m.layers[0]!.getWeights()[0]!.data();
+    expect(Array.from(await conv(wide))).toEqual(Array.from(await conv(plain)));
     expect(() => buildModel({ ...spec, hidden: -1 })).toThrow(/cnn's hidden layer must be a width >= 0/);
     expect(() => buildModel({ ...spec, kind: 'mlp', inputShape: [16], hidden: 0 })).toThrow(/mlp's hidden layer must be a width >= 1/);
     plain.dispose();

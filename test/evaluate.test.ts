@@ -1,0 +1,72 @@
+/**
+ * The job's evaluation (client/train/trainer.ts `evaluate`) on real process groups over the real
+ * server: the accuracy is the whole test set's, and the page's other tasks (heartbeats, the
+ * ticker's messages) run between its batches. On the cpu backend a batch holds the main thread,
+ * so a test set evaluated in one go kept a page silent past the heartbeat bound and got it evicted.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import { initProcessGroup } from '../src/rendezvous.ts';
+import { buildModel } from '../src/models.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import type { Dataset } from '../src/datasets/dataset.ts';
+import { evaluate } from '../client/train/trainer.ts';
+import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { MemoryNetwork } from './memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  server = await withServer();
+});
+afterAll(async () => {
+  await server.close();
+});
+
+describe('evaluate', () => {
+  it('counts every test sample once across the ranks, and lets queued tasks run between its batches', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('evaluate');
+    const pgs = await Promise.all(
+      [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    );
+    // 1,000 samples: each rank evaluates 500, in more than one batch.
+    const test = syntheticDataset({ length: 1000, inputSize: 16, numClasses: 4, seed: 2 });
+    const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
+    const before = tf.memory().numTensors;
+
+    // Rank 0's dataset notes, at each batch, whether a message posted as evaluation began (as a
+    // heartbeat's timer or the ticker's Worker would post one) has been delivered yet.
+    let delivered = false;
+    const deliveredAtBatch: boolean[] = [];
+    const watched: Dataset = Object.assign(Object.create(test) as Dataset, {
+      batch: (idx: number[]) => {
+        deliveredAtBatch.push(delivered);
+        return test.batch(idx);
+      },
+    });
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => (delivered = true);
+    channel.port2.postMessage(0);
+    const [r0, r1] = await Promise.all([evaluate(pgs[0]!, model, watched), evaluate(pgs[1]!, model, test)]);
+    channel.port1.close();
+
+    expect(deliveredAtBatch.length).toBeGreaterThan(1);
+    expect(deliveredAtBatch[0]).toBe(false);
+    expect(deliveredAtBatch[1]).toBe(true);
+    // Both ranks agree on the whole set's figures, which are those of one pass over it.
+    expect(r0).toEqual(r1);
+    const correct = tf.tidy(() => {
+      const { x, y } = test.batch(Array.from({ length: test.length }, (_, i) => i));
+      const logits = model.predict(tf.tensor(x, [test.length, 16])) as tf.Tensor;
+      return logits.argMax(-1).equal(tf.tensor1d(y, 'int32')).sum();
+    });
+    const [whole] = await correct.data();
+    correct.dispose();
+    expect(r0.testAccuracy).toBeCloseTo(whole! / test.length, 6);
+    expect(tf.memory().numTensors).toBe(before);
+    model.dispose();
+    pgs.forEach((pg) => pg.destroy());
+  });
+});
