@@ -16,6 +16,9 @@
  *   group with spectators does not regroup for nothing.
  * - The session's host may change the minimum (`setMin`): a running group below it pauses, a
  *   paused one that has enough forms. Arrivals still name the range the first member set.
+ * - A rank whose round failed while every member is still here (a link between two live tabs
+ *   broke: nobody left, so nothing else would form a round) asks to regroup with `failed`: the
+ *   same members start a new round, as torch's agents re-rendezvous after a worker group fails.
  * - Only members with a rank in the running round may ask for a regroup, and regroups form at
  *   most one round per `regroupIntervalMs`: one asked for sooner is deferred to the end
  *   of the interval and answered then, with the round it formed (the ranks wait at their barrier
@@ -72,8 +75,8 @@ export class Rendezvous {
   private settleTimer: ReturnType<typeof setTimeout> | undefined;
   /** When `regroup` last formed a round. */
   private lastRegroupAt = Number.NEGATIVE_INFINITY;
-  /** A regroup asked for inside the interval: its timer and the requests waiting for their answer. */
-  private deferred: { timer: ReturnType<typeof setTimeout>; answers: Array<(round: number) => void> } | undefined;
+  /** A regroup asked for inside the interval: its timer, the requests waiting for their answer, and whether one came from a failed round. */
+  private deferred: { timer: ReturnType<typeof setTimeout>; answers: Array<(round: number) => void>; failedBy?: number } | undefined;
 
   constructor(
     readonly options: RendezvousOptions,
@@ -190,11 +193,12 @@ export class Rendezvous {
 
   /**
    * A member of the running round asks to admit the waiting ones at a step boundary; resolves
-   * with the latest round (the same one when nobody waits any more). Asking about an older
-   * round just answers the latest, whoever asks: ranks that lost a race with a new round (or
-   * fell out of it) learn nothing they were not sent already.
+   * with the latest round (the same one when nobody waits any more). With `failed`, the round
+   * failed on that member: a new round of the same members forms even with nobody waiting.
+   * Asking about an older round just answers the latest, whoever asks: ranks that lost a race
+   * with a new round (or fell out of it) learn nothing they were not sent already.
    */
-  regroup(id: number, fromRound: number): Promise<number> {
+  regroup(id: number, fromRound: number, failed = false): Promise<number> {
     if (fromRound !== this.round || this.closedBy) return Promise.resolve(this.round);
     if (this.rankOf(id) === undefined) {
       throw new StoreRefusal(
@@ -205,23 +209,24 @@ export class Rendezvous {
         { round: this.round },
       );
     }
+    const failedBy = failed ? this.rankOf(id) : undefined;
     // Spectators alone (no free rank) are no reason for a new round.
-    if (this.admittable === 0) return Promise.resolve(this.round);
+    if (this.admittable === 0 && failedBy === undefined) return Promise.resolve(this.round);
     const wait = this.lastRegroupAt + this.options.regroupIntervalMs - Date.now();
     if (wait <= 0) {
-      this.formByRegroup();
+      this.formByRegroup(failedBy);
       return Promise.resolve(this.round);
     }
     // Too soon after the last one: form it when the interval ends, and answer then.
-    this.deferred ??= {
+    const deferred = (this.deferred ??= {
       answers: [],
       timer: setTimeout(() => {
-        if (this.running && this.admittable > 0) this.formByRegroup();
+        if (this.running && (this.admittable > 0 || deferred.failedBy !== undefined)) this.formByRegroup(deferred.failedBy);
         else this.answerDeferred(); // the waiting members left meanwhile
       }, wait),
-    };
-    const answers = this.deferred.answers;
-    return new Promise<number>((resolve) => answers.push(resolve));
+    });
+    deferred.failedBy ??= failedBy;
+    return new Promise<number>((resolve) => deferred.answers.push(resolve));
   }
 
   /** The rank of a member in the running round, if it has one. */
@@ -325,9 +330,11 @@ export class Rendezvous {
     this.settleTimer = undefined;
   }
 
-  private formByRegroup(): void {
+  private formByRegroup(failedBy?: number): void {
     this.lastRegroupAt = Date.now();
-    this.form('admitting waiting ranks');
+    const admitting = this.admittable > 0 ? 'admitting waiting ranks' : '';
+    const failed = failedBy !== undefined ? `round ${this.round} failed on rank ${failedBy}` : '';
+    this.form([failed, admitting].filter(Boolean).join(', '));
   }
 
   /** Answers deferred regroups with the latest round (whatever formed it). */

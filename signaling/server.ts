@@ -449,7 +449,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         const memberId = conn.memberId;
         if (memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'regroup needs a member of the group: rendezvous first');
         // Answered at once, or when a regroup deferred by regroupIntervalMs forms its round.
-        return reply(conn, req, { round: await blocking(conn, true, () => rendezvous.regroup(memberId, req.fromRound)) });
+        return reply(conn, req, { round: await blocking(conn, true, () => rendezvous.regroup(memberId, req.fromRound, req.failed === true)) });
       }
       case 'signal': {
         const rendezvous = session.rendezvous;

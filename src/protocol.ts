@@ -244,8 +244,13 @@ export interface RequestFields {
   signal: { to: number; data: SignalPayload };
   /** A member is alive (any frame counts; this one exists for idle members). */
   heartbeat: {};
-  /** Ask for a new round (to admit waiting members) unless one newer than `fromRound` exists. */
-  regroup: { fromRound: number };
+  /**
+   * Ask for a new round unless one newer than `fromRound` exists: to admit waiting members, or,
+   * with `failed`, because round `fromRound` failed on this rank while every member is still
+   * here (a link between two live tabs broke): the same members then start a new round, which
+   * nothing else would form (torch's agents re-rendezvous after a worker group fails).
+   */
+  regroup: { fromRound: number; failed?: boolean };
   /**
    * The host steers the session (host connections only, else NOT_HOST). `min` (1..the group's
    * max) goes with action 'min' only. Every socket of the session gets a `control` event.

@@ -201,8 +201,12 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       return { type: t, id };
     case 'closeRendezvous':
       return { type: t, id };
-    case 'regroup':
-      return { type: t, id, fromRound: int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER) };
+    case 'regroup': {
+      const fromRound = int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER);
+      const failed = raw.failed;
+      if (failed !== undefined && typeof failed !== 'boolean') fail(id, `field "failed" must be true or false, got ${describe(failed)}`);
+      return failed === undefined ? { type: t, id, fromRound } : { type: t, id, fromRound, failed };
+    }
     case 'signal': {
       const to = int(raw, 'to', id, 0, MAX_WORLD - 1);
       const data = raw.data;

@@ -52,6 +52,13 @@ export interface RendezvousOptions extends LinkOptions {
   reconnect?: boolean;
   /** How long to keep trying to rejoin. Default 10 min. */
   reconnectTimeoutMs?: number;
+  /**
+   * After a round failed on this member with nobody gone (see `roundFailed`), how long to wait
+   * for the server to form a round by itself before asking it to. Longer than the server takes
+   * to evict a frozen member (its heartbeat timeout, 5 s by default), so that the new round is
+   * formed without it. Default 6 s.
+   */
+  failedRoundGraceMs?: number;
   /** Use this open connection for the first rendezvous instead of opening one. */
   store?: StoreClient;
 }
@@ -191,6 +198,22 @@ export class RendezvousHandler {
    */
   async regroup(round: Round): Promise<number> {
     return (await this.client.regroup(round.round)).round;
+  }
+
+  /**
+   * Round `round` failed on this member, which waits for the next (`nextRendezvous`). A member
+   * that left or was evicted makes the server form the next round by itself. When none did (a
+   * link between two live tabs broke), nothing would, and every rank would wait out its timeout:
+   * so when `failedRoundGraceMs` pass with no newer round on the same connection, this asks the
+   * server for a new round of the same members. The server ignores it once a newer round exists.
+   */
+  async roundFailed(round: Round): Promise<void> {
+    const client = this.client;
+    const seen = this.latest;
+    await new Promise((r) => setTimeout(r, this.options.failedRoundGraceMs ?? 6_000));
+    if (this.closed || this.client !== client || client.isClosed || this.latest !== seen || seen?.round !== round.round) return;
+    // Refused when this member no longer has a rank in it (the server moved on): nothing to do.
+    await client.regroup(round.round, true).catch(() => {});
   }
 
   /**

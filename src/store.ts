@@ -340,9 +340,12 @@ export class StoreClient implements Store {
     await this.request('closeRendezvous', {});
   }
 
-  /** Asks the server to admit waiting members unless a round newer than `fromRound` exists. */
-  regroup(fromRound: number): Promise<{ round: number }> {
-    return this.request('regroup', { fromRound });
+  /**
+   * Asks the server for a new round unless one newer than `fromRound` exists: one that admits the
+   * waiting members, or, with `failed`, one of the same members after round `fromRound` failed.
+   */
+  regroup(fromRound: number, failed = false): Promise<{ round: number }> {
+    return this.request('regroup', failed ? { fromRound, failed } : { fromRound });
   }
 
   /**

@@ -81,6 +81,7 @@ describe('bad input', () => {
       [{ type: 'rendezvous', id: 12, min: 3, max: 2 }, 'field "max" (2) must be at least "min" (3)'],
       [{ type: 'regroup', id: 13, fromRound: 'one' }, 'field "fromRound" must be an integer'],
       [{ type: 'rendezvous', id: 14, min: 2, max: 4, rank: 1 }, 'field "rank" can only be given for a fixed world size'],
+      [{ type: 'regroup', id: 15, fromRound: 1, failed: 'yes' }, 'field "failed" must be true or false'],
     ];
     // A socket per case: this server closes a socket after 5 bad messages.
     for (const [frame, message] of cases) {

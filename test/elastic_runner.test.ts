@@ -51,6 +51,7 @@ function member(
     stopVote?: 'any' | 'all';
     spectate?: boolean;
     shouldStop?: () => boolean;
+    failedRoundGraceMs?: number;
     extra?: (ctx: StepContext) => Promise<void>;
   },
 ): Member {
@@ -77,6 +78,7 @@ function member(
     stopVote: opts.stopVote,
     spectate: opts.spectate,
     shouldStop: opts.shouldStop,
+    failedRoundGraceMs: opts.failedRoundGraceMs,
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
@@ -140,6 +142,27 @@ describe('runElastic', () => {
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
     await closeAll(done);
+  });
+
+  it('a link between two live ranks breaks: nobody left, so the ranks ask the server for a new round of the same members, and finish', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('link-broke');
+    let broken = false;
+    // Both tabs stay connected to the server: only their WebRTC link closes (as a data channel can).
+    const breakLinkAt = (id: number) => async (ctx: StepContext) => {
+      if (ctx.step !== 4 || broken) return;
+      broken = true;
+      net.end(id, 1 - ctx.pg.rank)!.close('its data channel closed');
+    };
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 10, failedRoundGraceMs: 300, extra: breakLinkAt(id) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(runs.map((r) => r.steps)).toEqual([10, 10]);
+    expect(runs.map((r) => r.generations)).toEqual([2, 2]);
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    for (const m of members) {
+      expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { recoverable: boolean }).recoverable)).toEqual([true]);
+    }
+    await closeAll(runs);
   });
 
   it('a member joining mid-run gets the state at a step boundary and trains the rest of the epoch', async () => {

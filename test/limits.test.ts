@@ -362,6 +362,32 @@ describe('regroup', () => {
     expect(a.rounds.map((r) => r.round)).toEqual([1, 2, 3]);
   });
 
+  it('a round that failed with every member still here (failed): the same members start a new round, once, at most one per interval', async () => {
+    await start({ settleMs: 50, limits: { regroupIntervalMs: 400 } });
+    const session = uniqueSession('failed');
+    const a = await member(session);
+    await until(() => a.rounds.length === 1, 'round 1');
+    const b = await member(session);
+    expect((await a.s.regroup(1)).round).toBe(2);
+    // Nobody waits: a plain regroup forms nothing; a failed one forms round 3 of the same ranks.
+    expect((await b.s.regroup(2)).round).toBe(2);
+    const t0 = Date.now();
+    const [fromA, fromB] = await within(Promise.all([a.s.regroup(2, true), b.s.regroup(2, true)]), 2_000, 'the failed round’s regroup');
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(300); // inside the interval of round 2's: deferred
+    expect([fromA.round, fromB.round]).toEqual([3, 3]);
+    await until(() => b.rounds.length === 2, "b's round 3");
+    expect(a.rounds.at(-1)).toMatchObject({ round: 3, rank: 0, worldSize: 2 });
+    expect(b.rounds.at(-1)).toMatchObject({ round: 3, rank: 1, worldSize: 2 });
+    // Both ranks reporting round 2's failure formed one round; a report about it now is stale.
+    expect((await a.s.regroup(2, true)).round).toBe(3);
+    expect(a.rounds.map((r) => r.round)).toEqual([1, 2, 3]);
+    expect(logged.some((l) => l.includes('round 3, 2 rank(s) (round 2 failed on rank 0)'))).toBe(true);
+    // Only a rank of the running round may say it failed.
+    const outsider = await client(session);
+    expect((await refusal(outsider.regroup(3, true))).code).toBe('NOT_JOINED');
+    await stillServes(session);
+  });
+
   it('a deferred regroup is answered by whatever round comes first (a member leaving)', async () => {
     await start({ settleMs: 50, limits: { regroupIntervalMs: 5_000 } });
     const session = uniqueSession('defer');

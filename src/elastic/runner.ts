@@ -366,7 +366,9 @@ class ElasticRun<M extends StepMetrics> {
         const error = failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
         this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: this.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
         if (!recoverable) throw failure;
+        // A rank that lost its device leaves and joins again, which makes the next round.
         if (lost) await this.rebuild(round, lost);
+        else void this.handler.roundFailed(round);
         round = await this.handler.nextRendezvous(round.id);
       }
     }

@@ -353,6 +353,7 @@ class PsRun<M extends StepMetrics> {
         this.emit({ type: 'failure', round: round.key, rank: pg.rank, error, recoverable });
         recordEvent({ type: 'failure', round: round.key, rank: pg.rank, step: this.stepId, inFlight: this.pending?.stepId ?? null, error, recoverable });
         if (!recoverable) throw err;
+        void this.handler.roundFailed(round);
         if (this.strategy === 'central') {
           // The step is collected again from the new round's workers, sharded among them.
           this.pending = null;

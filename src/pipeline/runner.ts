@@ -254,6 +254,7 @@ class PipelineRun<M extends StepMetrics> {
         const error = describeMeshFailure(err, this.o.stages, this.replicas);
         this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: this.state?.progress.step ?? 0, inFlight: null, error, recoverable });
         if (!recoverable) throw err;
+        void this.handler.roundFailed(round);
         round = await this.handler.nextRendezvous(round.id);
       }
     }
