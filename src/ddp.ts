@@ -8,7 +8,14 @@
  *   bucket's readback from the device;
  * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
  *   sum (gradient accumulation);
- * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad);
+ * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad); with a
+ *   host optimizer (optim.ts: SGD, Adam, AdamW with torch's formulas) the update runs on a float32
+ *   master copy of the weights in JavaScript and the result is uploaded, so that ranks on
+ *   different backends (WebGPU, WebGL, wasm, cpu; Chromium, Firefox) keep bit-identical weights;
+ *   a TF.js optimizer updates on the device, with that backend's arithmetic;
+ * - `setBatchShare(samples, globalSamples)`: ranks with uneven batches (a slow device gets fewer
+ *   samples) weigh their gradients by their share, so that the average is the global batch's
+ *   gradient, as one rank at the global batch would compute it (torch's DDP needs equal batches);
  * - `backward(localGradients)` takes gradients this rank computed elsewhere, on its DataParallel
  *   devices (torch's DDP over a multi-device module), instead of a loss function;
  * - `registerCommHook(hook)` (torch's register_comm_hook) replaces each bucket's all-reduce with
@@ -28,6 +35,8 @@ import type { Straggler } from './straggler.ts';
 import { allreduceHook } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 import type { LocalGradients } from './data_parallel/data_parallel.ts';
+import { HostOptimizer, type ParamLayout } from './optim.ts';
+import { assignFlatWeights, hostWeights } from './replicas.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -174,6 +183,12 @@ export class DistributedDataParallel {
   private commSteps = 0;
   /** The buckets as hooks see them, made once (every step reuses the parameters' layout). */
   private readonly layouts: Array<GradBucket['parameters']>;
+  /** Each parameter's span of the flat buffers, for host optimizers. */
+  private readonly paramLayout: ParamLayout[];
+  /** This rank's gradient weight for uneven batches: samples * worldSize / globalSamples (1: equal batches). */
+  private gradientScale = 1;
+  /** The last backward's timings (the elastic runner balances batches by them). */
+  private lastTimingsValue: BackwardTimings | null = null;
 
   private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
     this.model = model;
@@ -189,6 +204,7 @@ export class DistributedDataParallel {
     const startStep = options.startStep ?? 1;
     if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
     this.startStep = startStep;
+    this.paramLayout = this.sizes.map((size, i) => ({ shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1), offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0), size }));
     this.layouts = this.buckets.map((b) =>
       b.params.map((index, k) => ({
         index,
@@ -342,6 +358,7 @@ export class DistributedDataParallel {
         }
         // Start this bucket's reduction while the next bucket is read back.
         if (syncing) {
+          this.scaleForShare(view);
           if (reductions.length === 0) commStart = performance.now();
           const reduced = this.reduceBucket(index, view, step).then((avg) => {
             commEnd = Math.max(commEnd, performance.now());
@@ -382,7 +399,9 @@ export class DistributedDataParallel {
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
     const comm = reductions.length > 0 ? commEnd - commStart : 0;
-    return { loss, timings: { compute: t1 - t0, readback, allreduce: waiting, slowed, comm }, commBytes, inputGrads };
+    const timings = { compute: t1 - t0, readback, allreduce: waiting, slowed, comm };
+    this.lastTimingsValue = timings;
+    return { loss, timings, commBytes, inputGrads };
   }
 
   /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
@@ -400,6 +419,8 @@ export class DistributedDataParallel {
     const timings = { compute: local.computeMs, readback: 0, allreduce: 0, slowed, comm: 0 };
     if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, inputGrads: [] };
     const step = this.startStep + this.syncs++;
+    this.lastTimingsValue = timings;
+    this.scaleForShare(this.grad);
     const sentBefore = this.pg.bytesSent();
     const w0 = performance.now();
     const reductions = this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
@@ -459,9 +480,47 @@ export class DistributedDataParallel {
     }
   }
 
-  /** Applies the averaged gradients with `optimizer` and clears them (step + zero_grad). */
-  step(optimizer: tf.Optimizer): void {
+  /**
+   * This rank trains `samples` of the step's `globalSamples` (the sum over ranks): from the next
+   * synchronised backward on, its gradients (the mean over its own samples) are weighted by
+   * samples * worldSize / globalSamples before the averaging, so that the average is the mean over
+   * the global batch. Equal batches (torch's case) weigh 1. Every rank sets its own share; the
+   * shares must add up to `globalSamples`.
+   */
+  setBatchShare(samples: number, globalSamples: number): void {
+    if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
+      throw new RangeError(`setBatchShare: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`);
+    }
+    this.gradientScale = (samples * this.pg.worldSize) / globalSamples;
+  }
+
+  /** Where the last backward's time went (null before the first). */
+  get lastTimings(): BackwardTimings | null {
+    return this.lastTimingsValue;
+  }
+
+  private scaleForShare(values: Float32Array): void {
+    const scale = this.gradientScale;
+    if (scale === 1) return;
+    for (let i = 0; i < values.length; i++) values[i] = values[i]! * scale;
+  }
+
+  /**
+   * Applies the averaged gradients with `optimizer` and clears them (step + zero_grad). A host
+   * optimizer (optim.ts) updates the float32 master copy of the weights and uploads it: the same
+   * bits on every backend. The update is done when this returns, unless the weights were written
+   * by something else since the last step (then the master copy is read back first): await it.
+   */
+  step(optimizer: tf.Optimizer): Promise<void> {
     if (!this.hasGrad) throw new Error('step() before backward(): there are no gradients to apply');
+    if (optimizer instanceof HostOptimizer) {
+      const master = hostWeights(this.model);
+      if (master) {
+        this.stepOnHost(optimizer, master);
+        return Promise.resolve();
+      }
+      return flatTrainableWeights(this.model).then((flat) => this.stepOnHost(optimizer, flat));
+    }
     tf.tidy(() => {
       const named: tf.NamedTensorMap = {};
       let offset = 0;
@@ -471,6 +530,14 @@ export class DistributedDataParallel {
       });
       optimizer.applyGradients(named);
     });
+    this.grad.fill(0);
+    this.hasGrad = false;
+    return Promise.resolve();
+  }
+
+  private stepOnHost(optimizer: HostOptimizer, master: Float32Array): void {
+    optimizer.stepFlat(master, this.grad, this.paramLayout);
+    assignFlatWeights(this.model, master);
     this.grad.fill(0);
     this.hasGrad = false;
   }
@@ -494,13 +561,8 @@ export class DistributedDataParallel {
   async broadcastWeights(src: number): Promise<void> {
     const flat = await this.flatWeights();
     await this.pg.broadcast(flat, src);
-    let offset = 0;
-    this.variables.forEach((v, i) => {
-      const t = tf.tensor(flat.subarray(offset, offset + this.sizes[i]), v.shape, 'float32');
-      v.assign(t);
-      t.dispose();
-      offset += this.sizes[i];
-    });
+    // Also the host master copy that host optimizers update.
+    assignFlatWeights(this.model, flat);
   }
 
   /**

@@ -61,6 +61,7 @@ export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/m
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './ddp.ts';
+export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './comm_hooks/default_hooks.ts';
 export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 export {
@@ -75,7 +76,7 @@ export {
   fromBfloat16Bits,
   type HalfDtype,
 } from './half.ts';
-export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights } from './replicas.ts';
+export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './replicas.ts';
 export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './pipeline/split.ts';

@@ -22,7 +22,25 @@ function sizeOf(shape: readonly (number | null)[]): number {
   return shape.reduce<number>((a, b) => a * (b ?? 1), 1);
 }
 
-/** Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order. */
+/**
+ * The float32 master copy of each model's trainable weights on the host, as last written by
+ * `assignFlatWeights` (DDP's host optimizers update it, then upload it): valid while every
+ * trainable variable still holds the tensor written from it. TF.js gives a variable a new dataId
+ * on every assign, so a write by anything else (setWeights, a loaded state) shows, and the copy is
+ * read back from the device instead.
+ */
+const masters = new WeakMap<tf.LayersModel, { values: Float32Array; ids: readonly object[] }>();
+
+/** `model`'s host master copy (see `masters`), or null when the device's weights were written since. */
+export function hostWeights(model: tf.LayersModel): Float32Array | null {
+  const m = masters.get(model);
+  if (!m) return null;
+  const weights = model.trainableWeights;
+  if (weights.length !== m.ids.length || weights.some((w, i) => w.read().dataId !== m.ids[i])) return null;
+  return m.values;
+}
+
+/** Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order, and keeps it as their host master copy. */
 export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array): void {
   const weights = model.trainableWeights;
   const total = weights.reduce((n, w) => n + sizeOf(w.shape), 0);
@@ -35,6 +53,7 @@ export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array): vo
     t.dispose();
     offset += size;
   }
+  masters.set(model, { values: flat === masters.get(model)?.values ? flat : flat.slice(), ids: weights.map((w) => w.read().dataId) });
 }
 
 /** A fingerprint of `model`'s trainable weights: equal on every rank while replicas are identical. */

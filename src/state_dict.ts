@@ -7,6 +7,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { Checkpoint, WeightSpec } from './checkpoint_format.ts';
 import type { SamplerState } from './sampler.ts';
+import { HostOptimizer } from './optim.ts';
 
 export interface TensorBundle {
   weightSpecs: WeightSpec[];
@@ -39,6 +40,8 @@ export function loadModelWeights(model: tf.LayersModel, saved: TensorBundle): vo
 
 /** The optimizer's state (iterations, moments ...) as specs and bytes; empty before its first step. */
 export async function optimizerState(optimizer: tf.Optimizer): Promise<TensorBundle> {
+  // A host optimizer's state is on the host already: its bytes, exactly.
+  if (optimizer instanceof HostOptimizer) return optimizer.stateBundle();
   const weights = await optimizer.getWeights();
   try {
     const { data, specs } = await tf.io.encodeWeights(weights);
@@ -54,6 +57,7 @@ export async function optimizerState(optimizer: tf.Optimizer): Promise<TensorBun
  * Use a fresh optimizer: TF.js's setWeights replaces the moment variables without disposing them.
  */
 export async function loadOptimizerState(optimizer: tf.Optimizer, state: TensorBundle): Promise<void> {
+  if (optimizer instanceof HostOptimizer) return optimizer.loadStateBundle(state);
   if (state.weightSpecs.length === 0) return;
   const named = tf.io.decodeWeights(state.weightData, state.weightSpecs as tf.io.WeightsManifestEntry[]);
   await optimizer.setWeights(state.weightSpecs.map((s) => ({ name: s.name, tensor: named[s.name] })));

@@ -4,6 +4,7 @@
  * and the trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../../src/straggler.ts';
+import { Adam, SGD, type HostOptimizer } from '../../src/optim.ts';
 
 export const MODELS = ['mlp', 'cnn'] as const;
 export const DATASETS = ['mnist', 'synthetic'] as const;
@@ -140,6 +141,14 @@ export const MAX_WORLD_SIZE = 64;
 
 /** The learning rate each optimizer defaults to (measured on MNIST, see README). */
 export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.05 };
+
+/**
+ * The job's optimizer for replicated weights (DDP, pipeline stages): torch's formulas on the host
+ * (src/optim.ts), so that tabs on different backends and browsers keep bit-identical replicas.
+ */
+export function hostOptimizer(config: Pick<TrainConfig, 'optimizer' | 'lr'>): HostOptimizer {
+  return config.optimizer === 'adam' ? new Adam({ lr: config.lr }) : new SGD({ lr: config.lr });
+}
 
 const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16] or localsgd:H[:START] (e.g. fp16, powersgd:2, powersgd:2:fp16 or localsgd:4)';
 
