@@ -91,6 +91,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     testSize: 0,
     seed: 0,
     shuffle: true,
+    balance: true,
     backend: 'webgpu',
     min: 4,
     max: 4,

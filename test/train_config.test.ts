@@ -24,6 +24,7 @@ describe('parseTrainConfig', () => {
       testSize: 0,
       seed: 0,
       shuffle: true,
+      balance: true,
       backend: 'webgpu',
       min: 3,
       max: 3,

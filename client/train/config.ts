@@ -75,6 +75,11 @@ export interface TrainConfig {
   testSize: number;
   seed: number;
   shuffle: boolean;
+  /**
+   * DDP: split each step's global batch between the ranks by their measured speed, gradients
+   * weighed by share (runElastic's balanceBatches). false: DistributedSampler's equal shards, as torch.
+   */
+  balance: boolean;
   backend: BackendName;
   /**
    * How many ranks the session trains with, like torchrun's --nnodes MIN:MAX: it starts with
@@ -283,6 +288,14 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
   },
   { name: 'seed', label: 'Seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', label: 'Shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
+  {
+    name: 'balance',
+    label: 'Balance batches by speed',
+    hint: 'DDP: a slower tab gets fewer of each step’s samples (gradients weighed by share, so the result equals one rank at the global batch); false gives every rank the same batch, as torch.',
+    kind: { type: 'bool' },
+    inForm: false,
+    defaultValue: fixed(true),
+  },
   { name: 'checkpointEvery', label: 'Checkpoint every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', label: 'Evaluate every (steps)', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
   {
@@ -495,6 +508,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     testSize: values.testSize as number,
     seed: values.seed as number,
     shuffle: values.shuffle as boolean,
+    balance: values.balance as boolean,
     backend: values.backend as BackendName,
     min,
     max,

@@ -46,3 +46,68 @@ export function batchOf(plan: EpochPlan, k: number, batchSize: number): { indice
   const to = Math.min(from + batchSize, plan.indices.length);
   return { indices: plan.indices.slice(from, to), padding: Math.max(0, to - Math.max(from, plan.firstPadding)) };
 }
+
+/**
+ * Batches balanced by speed (runElastic's `balanceBatches`): every step takes the next
+ * `batchSize * worldSize` samples of the epoch's global order (the DistributedSampler's, so the
+ * position means the same in both modes and a regroup can switch between them) and splits them
+ * between the ranks by their shares, so a device at 1/5 of the others' speed gets about 1/5 of
+ * their samples. Every sample of the epoch is trained exactly once; when the epoch's last step
+ * has fewer samples than ranks, the first samples of the order are repeated (torch's padding).
+ */
+export interface GlobalEpochPlan {
+  /** The rest of the epoch's global order. */
+  order: number[];
+  stepsLeft: number;
+  /** Steps in a whole epoch at this size. */
+  fullEpochSteps: number;
+}
+
+export function planGlobalEpoch(length: number, progress: Progress, o: Omit<EpochOptions, 'rank'>): GlobalEpochPlan {
+  const sampler = new DistributedSampler(length, { numReplicas: 1, rank: 0, shuffle: o.shuffle, seed: o.seed, dropLast: false });
+  sampler.loadStateDict({ epoch: progress.epoch, position: progress.position });
+  const order = sampler.indices();
+  const globalBatch = o.batchSize * o.numReplicas;
+  return { order, stepsLeft: Math.ceil(order.length / globalBatch), fullEpochSteps: Math.ceil(length / globalBatch) };
+}
+
+/**
+ * Step `k`'s samples for `rank` when the step's samples are split by `shares` (one positive
+ * weight per rank, e.g. each rank's measured samples per second): its indices, how many of them
+ * repeat earlier samples (padding), and the step's samples over all ranks.
+ */
+export function balancedBatchOf(plan: GlobalEpochPlan, k: number, globalBatch: number, shares: readonly number[], rank: number): { indices: number[]; padding: number; globalSamples: number } {
+  const from = k * globalBatch;
+  const real = plan.order.slice(from, Math.min(from + globalBatch, plan.order.length));
+  const n = shares.length;
+  // Every rank trains at least one sample: pad a last step shorter than the group from the start of the order.
+  const padding = Math.max(0, n - real.length);
+  const samples = real.concat(Array.from({ length: padding }, (_, i) => plan.order[i % plan.order.length]!));
+  const counts = splitBatch(samples.length, shares);
+  const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
+  const indices = samples.slice(start, start + counts[rank]!);
+  const paddingHere = Math.max(0, start + counts[rank]! - Math.max(start, real.length));
+  return { indices, padding: paddingHere, globalSamples: samples.length };
+}
+
+/**
+ * `count` samples split in proportion to `weights` (largest remainder; every rank at least one
+ * when count >= ranks; ties to the lower rank). Pure arithmetic on the same inputs: every rank
+ * computes the same split. A weight that is not a positive finite number counts as the median.
+ */
+export function splitBatch(count: number, weights: readonly number[]): number[] {
+  const n = weights.length;
+  if (n === 0) return [];
+  const valid = weights.filter((w) => Number.isFinite(w) && w > 0).sort((a, b) => a - b);
+  const median = valid.length > 0 ? valid[Math.floor(valid.length / 2)]! : 1;
+  const w = weights.map((x) => (Number.isFinite(x) && x > 0 ? x : median));
+  const total = w.reduce((a, b) => a + b, 0);
+  const min = count >= n ? 1 : 0;
+  const spare = count - min * n;
+  const raw = w.map((x) => (spare * x) / total);
+  const counts = raw.map((x) => min + Math.floor(x));
+  let left = count - counts.reduce((a, b) => a + b, 0);
+  const order = raw.map((x, r) => ({ r, frac: x - Math.floor(x) })).sort((a, b) => b.frac - a.frac || a.r - b.r);
+  for (let i = 0; left > 0; i = (i + 1) % n, left--) counts[order[i]!.r]!++;
+  return counts;
+}

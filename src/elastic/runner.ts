@@ -57,7 +57,7 @@ import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
-import { batchOf, planEpoch } from './epoch.ts';
+import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch } from './epoch.ts';
 
 export type { StepMetrics } from './vote.ts';
 
@@ -99,6 +99,16 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   epochs?: number;
   /** Stop after this many steps in all, whatever the epochs. */
   steps?: number | null;
+  /**
+   * Split each step's `batchSize * worldSize` samples between the ranks by their measured speed
+   * (the compute, readback and straggler time of each rank's last backwards, gathered with the
+   * step's vote and smoothed), re-balanced every step, so that a slow device gets fewer samples and
+   * the group no longer moves at its pace. Gradients are weighed by each rank's share
+   * (`ddp.setBatchShare`): the average is still the global batch's, and every sample of an epoch is
+   * still trained exactly once. Beyond torch, whose DDP needs equal batches: off by default; off
+   * gives DistributedSampler's exact shards.
+   */
+  balanceBatches?: boolean;
   /** DistributedSampler's options, the same on every rank. */
   shuffle?: boolean;
   seed?: number;
@@ -243,6 +253,8 @@ class ElasticRun<M extends StepMetrics> {
   private readonly averager: PeriodicModelAverager | undefined;
   /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
   private averagedAtEnd = -1;
+  /** Balanced batches: each rank's smoothed speed (samples/s), reset when a round starts (null: equal shares). */
+  private speeds: number[] | null = null;
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
 
@@ -532,13 +544,27 @@ class ElasticRun<M extends StepMetrics> {
     const p = this.state.progress;
     const n = pg.worldSize;
     const length = o.datasetLength;
+    const balance = o.balanceBatches === true;
+    this.speeds = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
-      const plan = planEpoch(length, p, { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
-      const { stepsLeft, fullEpochSteps } = plan;
+      const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
+      const plan = balance ? null : planEpoch(length, p, epochOptions);
+      const globalPlan = balance ? planGlobalEpoch(length, p, epochOptions) : null;
+      const { stepsLeft, fullEpochSteps } = (plan ?? globalPlan)!;
       const totalSteps = Math.min(this.maxSteps, p.step + stepsLeft + (this.maxEpochs - p.epoch - 1) * fullEpochSteps);
-      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: plan.samples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+      const epochSamples = plan ? plan.samples : Math.ceil(length / n);
+      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: epochSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
       for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
-        const { indices: batch, padding } = batchOf(plan, k, o.batchSize);
+        let batch: number[];
+        let padding: number;
+        if (globalPlan) {
+          const shares = this.speeds ?? new Array<number>(n).fill(1);
+          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, shares, pg.rank);
+          ({ indices: batch, padding } = b);
+          ddp.setBatchShare(batch.length, b.globalSamples);
+        } else {
+          ({ indices: batch, padding } = batchOf(plan!, k, o.batchSize));
+        }
         this.inFlight = p.step + 1;
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();
@@ -556,7 +582,8 @@ class ElasticRun<M extends StepMetrics> {
         }
 
         this.activity = `the end of step ${p.step}`;
-        const vote = await this.vote(pg, metrics);
+        const vote = await this.vote(pg, metrics, balance ? speedOf(ddp, batch.length) : 0);
+        if (balance) this.speeds = smoothSpeeds(this.speeds, vote.speeds);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
         // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
@@ -599,9 +626,9 @@ class ElasticRun<M extends StepMetrics> {
     this.averagedAtEnd = step;
   }
 
-  /** One all-gather per step: [stop, join wanted, ...this rank's metrics] from every rank. */
-  private vote(pg: ProcessGroup, mine: M): Promise<StepVote<M>> {
-    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote });
+  /** One all-gather per step: [stop, join wanted, speed, ...this rank's metrics] from every rank. */
+  private vote(pg: ProcessGroup, mine: M, speed: number): Promise<StepVote<M>> {
+    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, speed });
   }
 
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */
@@ -625,6 +652,36 @@ class ElasticRun<M extends StepMetrics> {
   }
 }
 
+/**
+ * This rank's speed at its last step, in samples per second of its own work (forward, backward,
+ * readback and a straggler's waits; not the waits for other ranks): what balanced batches split by.
+ */
+function speedOf(ddp: DistributedDataParallel, samples: number): number {
+  const t = ddp.lastTimings;
+  if (!t || samples <= 0) return 0;
+  const ms = t.compute + t.readback + t.slowed;
+  return ms > 0 ? (samples * 1000) / ms : 0;
+}
+
+/**
+ * The shares for the next step: each rank's speed smoothed over steps (half the last figure, half
+ * the history), so that one noisy step moves the split only a little. An unknown speed (0, or a
+ * figure no honest rank sends) keeps the rank's previous one; a rank is never weighed below a
+ * twentieth or above twenty times the group's median, so one bad figure cannot starve the others.
+ * Every rank computes this from the same gathered figures: the same shares everywhere.
+ */
+export function smoothSpeeds(previous: number[] | null, measured: readonly number[]): number[] | null {
+  const known = measured.filter((v) => v > 0).sort((a, b) => a - b);
+  if (known.length === 0) return previous;
+  const median = known[Math.floor(known.length / 2)]!;
+  return measured.map((v, r) => {
+    const last = previous?.[r] ?? median;
+    if (!(v > 0)) return last;
+    const bounded = Math.min(Math.max(v, median / 20), median * 20);
+    return previous ? 0.5 * last + 0.5 * bounded : bounded;
+  });
+}
+
 /** An error a WebGPU readback or submission gives once its device is lost. */
 function looksLikeDeviceLoss(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
@@ -644,6 +701,7 @@ function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
   if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
   if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
+  if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);

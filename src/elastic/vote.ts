@@ -14,23 +14,32 @@ export interface StepVote<M extends StepMetrics> {
   regroup: boolean;
   /** Every rank's metrics, in rank order. */
   metrics: M[];
+  /** Every rank's measured speed (samples per second of compute), in rank order; 0 where unknown. */
+  speeds: number[];
 }
 
 /**
- * [stop, join wanted, ...this rank's metrics] from every rank. `stopVote` 'all' stops only when
+ * [stop, join wanted, speed, ...this rank's metrics] from every rank (the speed balances batches:
+ * runElastic's `balanceBatches`). `stopVote` 'all' stops only when
  * every rank asks at the same step.
  */
-export async function stepVote<M extends StepMetrics>(pg: ProcessGroup, mine: M, wishes: { stop: boolean; join: boolean; stopVote?: 'any' | 'all' }): Promise<StepVote<M>> {
+export async function stepVote<M extends StepMetrics>(
+  pg: ProcessGroup,
+  mine: M,
+  wishes: { stop: boolean; join: boolean; stopVote?: 'any' | 'all'; speed?: number },
+): Promise<StepVote<M>> {
   const names = Object.keys(mine).sort();
-  const buf = new Float32Array(2 + names.length);
+  const buf = new Float32Array(3 + names.length);
   buf[0] = wishes.stop ? 1 : 0;
   buf[1] = wishes.join ? 1 : 0;
-  names.forEach((name, i) => (buf[2 + i] = mine[name]!));
+  buf[2] = wishes.speed ?? 0;
+  names.forEach((name, i) => (buf[3 + i] = mine[name]!));
   const all = await pg.allGather(buf);
   let stoppedBy: number | null = null;
   let stopVotes = 0;
   let regroup = false;
   const metrics: M[] = [];
+  const speeds: number[] = [];
   for (let r = 0; r < pg.worldSize; r++) {
     const row = all.subarray(r * buf.length, (r + 1) * buf.length);
     if (row[0] === 1) {
@@ -38,8 +47,10 @@ export async function stepVote<M extends StepMetrics>(pg: ProcessGroup, mine: M,
       stoppedBy ??= r;
     }
     if (row[1] === 1) regroup = true;
-    metrics.push(Object.fromEntries(names.map((name, i) => [name, row[2 + i]!])) as M);
+    // A peer's figure is untrusted: anything but a positive finite speed is unknown (0).
+    speeds.push(Number.isFinite(row[2]!) && row[2]! > 0 ? row[2]! : 0);
+    metrics.push(Object.fromEntries(names.map((name, i) => [name, row[3 + i]!])) as M);
   }
   if (wishes.stopVote === 'all' && stopVotes < pg.worldSize) stoppedBy = null;
-  return { stoppedBy, regroup, metrics };
+  return { stoppedBy, regroup, metrics, speeds };
 }
