@@ -7,6 +7,7 @@ import '../src/wasm_paths.ts';
 import { startBackend } from '../src/index.ts';
 import { BACKENDS, type BackendName } from './train/config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
+import { noBackendError } from './train/preflight.ts';
 
 export interface BackendChoice {
   backend: BackendName;
@@ -38,5 +39,6 @@ export async function selectBackend(wanted: BackendName): Promise<BackendChoice>
     }
     reasons.push(failure);
   }
-  throw new Error(`no TF.js backend could start: ${reasons.join('; ')}`);
+  // Said in plain words; the tab has not joined the group yet, so the others train on without it.
+  throw noBackendError(reasons);
 }

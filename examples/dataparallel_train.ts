@@ -7,8 +7,7 @@
  *   npm run launch -- --nproc 1 --backend cpu examples/dataparallel_train.ts --devices 2 --dataset synthetic --epochs 1
  *   npm run launch -- --nproc 2 --backend cpu examples/dataparallel_train.ts --devices 2
  */
-import * as tf from '@tensorflow/tfjs';
-import { DataParallel, DistributedDataParallel, DistributedSampler, buildModel, initProcessGroup, intArg, loadMnist, syntheticDataset, type DeviceBackend } from '../src/index.ts';
+import { DataParallel, DistributedDataParallel, DistributedSampler, buildModel, initProcessGroup, intArg, loadMnist, syntheticDataset, type DeviceBackend, Adam } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -23,7 +22,7 @@ export default async function main(ctx: LaunchContext) {
 
   const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
   const ddp = await DistributedDataParallel.create(model, pg); // rank 0's weights everywhere
-  const optimizer = tf.train.adam(0.003);
+  const optimizer = new Adam({ lr: 0.003 });
   const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
 
   let loss = NaN;
@@ -34,7 +33,7 @@ export default async function main(ctx: LaunchContext) {
       const batch = dataset.batch(indices.slice(i, i + batchSize));
       const local = await dp.computeGradients(batch); // scattered over the devices, gathered here
       ({ loss } = await ddp.backward(local)); // averaged across ranks
-      ddp.step(optimizer);
+      await ddp.step(optimizer);
     }
     ctx.log(`epoch ${epoch}: loss ${loss.toFixed(4)}`);
   }

@@ -5,7 +5,7 @@
  *   npm run launch -- --nproc 2 examples/ddp_train.ts --dataset synthetic --epochs 2
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistributedDataParallel, DistributedSampler, Straggler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, slowFactor, syntheticDataset } from '../src/index.ts';
+import { DistributedDataParallel, DistributedSampler, Straggler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, slowFactor, syntheticDataset, Adam } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -16,7 +16,7 @@ export default async function main(ctx: LaunchContext) {
   const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
   const model = buildModel({ kind: 'mlp', inputShape: dataset.inputShape, numClasses: dataset.numClasses, seed: 0 });
   const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
-  const optimizer = tf.train.adam(0.003);
+  const optimizer = new Adam({ lr: 0.003 });
   const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
   const straggler = new Straggler(slowFactor(ctx.slow, pg.rank)); // the launcher's --slow RANK:FACTOR (factor 1: never waits)
 
@@ -29,7 +29,7 @@ export default async function main(ctx: LaunchContext) {
       const xs = tf.tensor(x, [y.length, ...dataset.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
       ({ loss } = await ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, dataset.numClasses), { straggler }));
-      ddp.step(optimizer); // optimizer.step() + zero_grad() with the averaged gradients
+      await ddp.step(optimizer); // optimizer.step() + zero_grad() with the averaged gradients
       tf.dispose([xs, ys]);
     }
     ctx.log(`epoch ${epoch}: loss ${loss.toFixed(4)}`);

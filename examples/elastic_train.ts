@@ -12,7 +12,7 @@
  * steps and averages the models every H steps.
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, slowFactor, subset, syntheticDataset } from '../src/index.ts';
+import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, slowFactor, subset, syntheticDataset, Adam } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -22,7 +22,7 @@ export default async function main(ctx: LaunchContext) {
   const data = trainSize > 0 && trainSize < full.length ? subset(full, Array.from({ length: trainSize }, (_, i) => i)) : full;
 
   const model = buildModel({ kind: 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
-  const state = new TrainState({ model, optimizer: () => tf.train.adam(0.003) });
+  const state = new TrainState({ model, optimizer: () => new Adam({ lr: 0.003 }) });
   let finalLoss = NaN;
   const powerSGDRank = intArg(args, 'powersgd', 0, 0);
   const localSGDPeriod = intArg(args, 'local-sgd', 0, 0);
@@ -47,7 +47,7 @@ export default async function main(ctx: LaunchContext) {
       // --slow RANK:FACTOR names the rank of the current round: a tab's rank can change when the group does.
       const straggler = new Straggler(slowFactor(ctx.slow, pg.rank));
       const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), { straggler });
-      ddp.step(optimizer);
+      await ddp.step(optimizer);
       tf.dispose([xs, ys]);
       return { loss };
     },

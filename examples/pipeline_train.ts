@@ -10,7 +10,7 @@
  *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, slowFactor, syntheticDataset } from '../src/index.ts';
+import { Straggler, bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, slowFactor, syntheticDataset, SGD } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -35,7 +35,7 @@ export default async function main(ctx: LaunchContext) {
     // The whole model as a list of layers; this rank builds only its stage's.
     layers: modelLayers({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 }),
     inputShape: data.inputShape,
-    optimizer: () => tf.train.sgd(0.05),
+    optimizer: () => new SGD({ lr: 0.05 }),
     datasetLength: data.length,
     batchSize: intArg(args, 'batch-size', 32), // per replica
     epochs: intArg(args, 'epochs', 1),
@@ -52,7 +52,7 @@ export default async function main(ctx: LaunchContext) {
         ...(stage.isFirst ? { inputs: x } : {}), // the first stage reads the data
         ...(stage.isLast ? { labels: Int32Array.from(y), loss } : {}), // the last computes the loss
       });
-      ddp.step(optimizer); // each stage steps its own optimizer, with gradients averaged over its replicas
+      await ddp.step(optimizer); // each stage steps its own optimizer, with gradients averaged over its replicas
       return { loss: r.loss, bubble: r.bubble, stage: stage.stage };
     },
     onStep({ step, metrics, mesh }) {

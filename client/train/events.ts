@@ -6,8 +6,10 @@
 
 import type { DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from './config.ts';
+import type { FleetEvent } from './fleet.ts';
 
 export type { BackendName, TrainConfig } from './config.ts';
+export type { FleetEvent, FleetInfo, FleetMember } from './fleet.ts';
 
 export interface StepBreakdownMs {
   compute: number;
@@ -23,6 +25,11 @@ export interface RankStepMetrics {
   /** Accuracy on this rank's batch. */
   accuracy: number;
   samplesPerSec: number;
+  /**
+   * The samples this rank trained this step (ranks may take uneven shares of the global batch);
+   * left out by jobs that do not say, whose ranks then count as equal shares.
+   */
+  samples?: number;
   /** `slowed`: --slow, the ms a straggler waited on purpose in proportion to its compute (left out when 0). */
   breakdownMs: StepBreakdownMs & { slowed?: number };
   /**
@@ -100,6 +107,8 @@ export type TrainEvent =
       path?: LinkPath;
     }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
+  /** Each rank's browser, backend and device (from the store, untrusted and cleaned: see fleet.ts), once per round. */
+  | FleetEvent
   /**
    * --devices K > 1: this tab's devices (DataParallel Workers) and, once it trained, each one's
    * figures (steps, samples, mean compute, live tensors). Sent when they start and every few steps.

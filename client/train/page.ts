@@ -26,6 +26,8 @@ import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
+import { CannotTrainError, preflight, tabAbilities } from './preflight.ts';
+import { browserLabel, thisBrowser } from '../user_agent.ts';
 
 export interface TrainPageOptions {
   root: HTMLElement;
@@ -63,6 +65,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'devices':
       return e.devices.some((d) => d.steps !== undefined) ? undefined : `devices: ${e.devices.map((d) => `${d.device} on ${d.backend}${d.fallbackReason ? ` (${d.fallbackReason})` : ''}`).join(', ')}`;
     case 'timeline':
+    case 'fleet': // the dashboard says it once the group's tabs are known
     case 'ps': // about once a second: the dashboard shows it, the console would drown in it
     case 'config':
     case 'waiting':
@@ -176,6 +179,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   try {
     if (token instanceof Error) throw token;
     config = parseTrainConfig((name) => urlOption(params, name));
+    // A tab that cannot take part says why before it joins anything: the others never wait for it.
+    const refusal = preflight(config, tabAbilities(browserLabel(thisBrowser())));
+    if (refusal) throw refusal;
     const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
     const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
     store = connected;
@@ -275,6 +281,7 @@ function watchThrottling(warn: (message: string) => void): void {
  * can fail. `fixed`: the session has a fixed number of tabs (the others wait for a lost one).
  */
 function explain(e: Error, fixed: boolean): [string, string | undefined, boolean] {
+  if (e instanceof CannotTrainError) return [e.title, e.action, false];
   if (e instanceof RendezvousClosedError) {
     return ['This run has ended', "The session's training finished before this tab got a rank. To train, ask the host for a new link, or create a new session on the start page.", false];
   }

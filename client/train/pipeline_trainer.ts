@@ -10,7 +10,9 @@ import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeli
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
+import { fleetReporter } from './fleet_local.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { hostOptimizer } from './config.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;
@@ -21,6 +23,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const { config, emit, flags } = opts;
   const started = performance.now();
   const { backend, gpu, trainSet, testSet } = await startJob(opts);
+  const shareFleet = fleetReporter(opts.emit);
   const layers = modelLayers(modelSpecOf(config, trainSet));
   const schedule = config.schedule;
   const microBatches = config.microBatches;
@@ -60,7 +63,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     layers,
     inputShape: trainSet.inputShape,
     ...(config.splitPoints ? { splitPoints: config.splitPoints } : {}),
-    optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)),
+    optimizer: () => hostOptimizer(config),
     datasetLength: trainSet.length,
     batchSize: config.batchSize,
     epochs: config.epochs,
@@ -94,7 +97,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
         ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor1D) => out.argMax(-1).equal(labels).sum() } : {}),
       });
       const a0 = performance.now();
-      ddp.step(optimizer);
+      await ddp.step(optimizer);
       const apply = performance.now() - a0;
       peakTensors = Math.max(peakTensors, r.peakTensors);
       peakStashed = Math.max(peakStashed, r.peakStashed);
@@ -103,6 +106,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       return {
         loss: r.loss,
         accuracy: r.metric / indices.length,
+        samples: indices.length,
         samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
         compute: r.timings.compute,
         readback: 0,
@@ -123,6 +127,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
 
     onRound({ mesh, stage }) {
       emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      shareFleet(mesh.world, backend, gpu.adapter);
       emit({
         type: 'pipeline',
         ...placeOf(mesh),

@@ -11,6 +11,7 @@ import { buildModel, classificationLoss, flatGradients, hashFloat32, runParamete
 import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
+import { fleetReporter } from './fleet_local.ts';
 import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 
@@ -18,6 +19,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   const { config, emit, flags } = opts;
   const started = performance.now();
   const { backend, gpu, trainSet, testSet } = await startJob(opts);
+  const shareFleet = fleetReporter(opts.emit);
   // Every rank builds the whole model alike (one seed): servers take their shard from it.
   const model = buildModel(modelSpecOf(config, trainSet));
   opts.onModel?.(model);
@@ -124,6 +126,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
     onRound: ({ pg }) => {
       rank = pg.rank;
       emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      shareFleet(pg, backend, gpu.adapter);
       watchLinks(pg, emit);
     },
     onEvent: (e) => tellPage(e, emit),

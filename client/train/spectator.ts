@@ -9,6 +9,7 @@ import type { Store } from '../../src/index.ts';
 import { StoreError } from '../../src/index.ts';
 import type { TrainEvent } from './events.ts';
 import { configParams, parseTrainConfig, urlOption, type TrainConfig } from './config.ts';
+import { parseFleetMembers } from './fleet.ts';
 
 /** The store key rank 0 publishes to. */
 export const DASHBOARD_KEY = 'dashboard/replay';
@@ -17,7 +18,7 @@ const MAX_PUBLISHED_BYTES = 512 * 1024;
 const PUBLISH_EVERY_MS = 2_000;
 const POLL_EVERY_MS = 2_000;
 /** The kinds a spectator's dashboard needs; the rest are about the publishing tab itself. */
-const SHARED = new Set<TrainEvent['type']>(['config', 'shard', 'step', 'eval', 'rank-lost', 'stopped']);
+const SHARED = new Set<TrainEvent['type']>(['config', 'shard', 'step', 'eval', 'rank-lost', 'stopped', 'fleet']);
 
 /** Rank 0's side: remembers the shared events and publishes them, at most every few seconds. */
 export class DashboardPublisher {
@@ -30,6 +31,8 @@ export class DashboardPublisher {
   /** Every event the page's dashboard gets; `publishing` says whether this tab is rank 0 now. */
   record(e: TrainEvent, publishing: boolean): void {
     if (!SHARED.has(e.type)) return;
+    // The group's tabs: only the latest word counts (each says every rank heard so far).
+    if (e.type === 'fleet') this.events = this.events.filter((old) => old.type !== 'fleet');
     this.events.push(e);
     // Steps are the bulk: keep the latest ones within the budget (evaluations and the rest stay).
     if (this.events.length % 50 === 0) this.trim();
@@ -125,6 +128,10 @@ export function parseEvents(text: string): TrainEvent[] {
       } catch {
         // not a configuration: dropped
       }
+    } else if (event.type === 'fleet') {
+      // Another tab's words about the group's tabs: checked and cleaned like the store's values.
+      const members = int(event.worldSize) && (event.worldSize as number) <= 4096 ? parseFleetMembers(event.members, event.worldSize as number) : null;
+      if (members) out.push({ type: 'fleet', worldSize: event.worldSize as number, members });
     } else if (isEvent(event)) out.push(event as unknown as TrainEvent);
   }
   return out;
@@ -148,7 +155,9 @@ function isEvent(e: Record<string, unknown>): boolean {
           const d = m?.devices as Record<string, unknown> | undefined;
           // --devices: a count of devices and their compute, when there.
           const devicesOk = d === undefined || (typeof d === 'object' && d !== null && int(d.count) && (d.count as number) <= 64 && num(d.meanMs));
-          return typeof m === 'object' && m !== null && int(m.rank) && num(m.loss) && num(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
+          // Uneven batches: the rank's samples this step, when the job says.
+          const samplesOk = m?.samples === undefined || int(m.samples);
+          return typeof m === 'object' && m !== null && samplesOk && int(m.rank) && num(m.loss) && num(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
         })
       );
     case 'eval':

@@ -33,10 +33,11 @@ import { yieldToEventLoop } from '../../src/ticker.ts';
 import { linkReport } from '../report.ts';
 import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
-import type { BackendName, TrainConfig } from './config.ts';
+import { hostOptimizer, type BackendName, type TrainConfig } from './config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
+import { fleetReporter } from './fleet_local.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -112,6 +113,8 @@ export type Metrics = {
   slowed: number;
   /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
   comm: number;
+  /** The samples this rank trained this step. */
+  samples: number;
 };
 
 /**
@@ -137,11 +140,12 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
   const started = performance.now();
   const job = await startJob(opts);
   const { gpu, trainSet, testSet } = job;
+  const shareFleet = fleetReporter(emit);
   // `let`: a lost WebGPU device is re-created (or falls back) during the run.
   let backend: BackendChoice = job.backend;
   // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
   const newModel = () => buildModel(modelSpecOf(config, trainSet));
-  const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => (config.optimizer === 'adam' ? tf.train.adam(config.lr) : tf.train.sgd(config.lr)) });
+  const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => hostOptimizer(config) });
   let model = newModel();
   let state = newState(model);
   opts.onModel?.(model);
@@ -248,6 +252,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
       // divergence (the NaN check above still guards every step).
       checkReplicasEvery: comm.averager ? 0 : 100,
+      // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
+      balanceBatches: config.balance,
       commHook: hook === undefined ? undefined : () => hook,
       modelAverager: comm.modelAverager,
 
@@ -273,7 +279,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           ({ result, correct } = await backwardHere(ddp, x, y, stretch));
         }
         const a0 = performance.now();
-        ddp.step(optimizer);
+        await ddp.step(optimizer);
         const apply = performance.now() - a0;
         const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
         return {
@@ -281,6 +287,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           ...deviceMetrics,
           loss: result.loss,
           accuracy: correct / indices.length,
+          // This rank's share of the step's samples (balanced batches differ between ranks).
+          samples: indices.length,
           samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
           ...result.timings,
           apply,
@@ -292,6 +300,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
 
       onRound({ pg, ddp }) {
         emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        shareFleet(pg, backend, gpu.adapter);
         if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${config.model}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
         announcedModel = true;
         watchLinks(pg, emit);
@@ -471,11 +480,13 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics>>).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics> & { samples?: number }>).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
           samplesPerSec: m.samplesPerSec,
+          // Uneven batches: the samples this rank trained (the fleet table's share of the global batch).
+          ...(m.samples === undefined ? {} : { samples: m.samples }),
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
           // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
           ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),

@@ -4,13 +4,13 @@
  * pure reducer in dashboard_state.ts, and the views in dashboard_views.ts draw the new state.
  *
  * Cheap things (status text, progress and its test hooks, facts, ring, log) are drawn on each
- * event; charts, stat cards, the throughput table and a pipeline or parameter-server run's panel
+ * event; charts, stat cards, the fleet and throughput tables and a pipeline or parameter-server run's panel
  * redraw at most ~4 times a second on an animation frame, so hundreds of steps a second cost one
  * draw per frame.
  */
 import type { TrainEvent } from '../train/events.ts';
 import { displayPhase, downloadBaseName, initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
-import { ChartsView, ErrorBannerView, FactsView, HeaderView, LogView, PerfView, PipelineView, ProgressView, PsView, RingCardView, StatsView, SummaryView } from './dashboard_views.ts';
+import { ChartsView, ErrorBannerView, FactsView, FleetView, HeaderView, LogView, PerfView, PipelineView, ProgressView, PsView, RingCardView, StatsView, SummaryView } from './dashboard_views.ts';
 import { el } from './dom.ts';
 import { fetchServerInfo, isLoopbackHost } from './server_info.ts';
 import { shareableUrl, withOrigin } from './session_link.ts';
@@ -47,6 +47,7 @@ export class Dashboard {
   private readonly stats = new StatsView();
   private readonly charts: ChartsView;
   private readonly ring = new RingCardView();
+  private readonly fleet = new FleetView();
   private readonly perf = new PerfView();
   private readonly pipeline = new PipelineView();
   private readonly ps = new PsView();
@@ -96,7 +97,7 @@ export class Dashboard {
       this.charts.node,
       this.pipeline.node,
       this.ps.node,
-      el('section', { class: 'system-grid', 'aria-label': 'Distributed system' }, this.ring.node, this.perf.node, this.log.node),
+      el('section', { class: 'system-grid', 'aria-label': 'Distributed system' }, this.fleet.node, this.ring.node, this.perf.node, this.log.node),
     );
     host.append(this.root);
     this.drawNow();
@@ -163,8 +164,8 @@ export class Dashboard {
     if (next === prev) return;
     this.drawNow();
     // What the throttled parts (charts, stat cards, throughput table, pipeline and parameter-server panels) draw from.
-    const throttledInputs = [next.recent, next.lastStep, next.lastEval, next.summary, next.phase, next.lost, next.self, next.config, next.pipeline, next.timeline, next.pipelineRanks, next.ps] as const;
-    const before = [prev.recent, prev.lastStep, prev.lastEval, prev.summary, prev.phase, prev.lost, prev.self, prev.config, prev.pipeline, prev.timeline, prev.pipelineRanks, prev.ps] as const;
+    const throttledInputs = [next.recent, next.lastStep, next.lastEval, next.summary, next.phase, next.lost, next.self, next.config, next.pipeline, next.timeline, next.pipelineRanks, next.ps, next.fleet] as const;
+    const before = [prev.recent, prev.lastStep, prev.lastEval, prev.summary, prev.phase, prev.lost, prev.self, prev.config, prev.pipeline, prev.timeline, prev.pipelineRanks, prev.ps, prev.fleet] as const;
     // The final figures are drawn at once rather than up to a quarter second later.
     if (throttledInputs.some((v, i) => v !== before[i])) this.scheduleRender(event.type === 'done');
   }
@@ -209,6 +210,7 @@ export class Dashboard {
     this.charts.draw(this.state);
     this.stats.render(this.state);
     this.perf.render(this.state);
+    this.fleet.render(this.state);
     this.pipeline.render(this.state);
     this.ps.render(this.state);
   }

@@ -14,7 +14,7 @@
  * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
  */
 import type { DeviceInfo, DeviceStats } from '../../src/index.ts';
-import type { BackendName, RankStepMetrics, StageLayer, StepBreakdownMs, TimelineEntry, TrainConfig, TrainEvent } from '../train/events.ts';
+import type { BackendName, FleetMember, RankStepMetrics, StageLayer, StepBreakdownMs, TimelineEntry, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { CommHookSpec } from '../train/config.ts';
 import type { LinkObservation, RingModel } from './ring_view.ts';
 import { fmtBytes, fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';
@@ -176,6 +176,11 @@ export interface DashboardState {
   readonly pipelineRanks: ReadonlyMap<number, RankPipelineMetrics>;
   /** --devices K > 1: this tab's devices (Workers), their backends and, once they trained, their figures (null: one device). */
   readonly devices: ReadonlyArray<DeviceInfo & Partial<DeviceStats>> | null;
+  /**
+   * The current group's ranks as they describe themselves (browser, backend, device), by rank,
+   * from 'fleet' events: untrusted text from other tabs, cleaned and capped (client/train/fleet.ts).
+   */
+  readonly fleet: readonly FleetMember[];
 }
 
 /** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
@@ -200,6 +205,7 @@ const PHASE_LABEL: Readonly<Record<Phase, string>> = {
 const NO_ROLE: Role = { host: false, hasHost: false, spectator: false };
 
 const NO_RANKS: readonly number[] = [];
+const NO_FLEET: readonly FleetMember[] = [];
 const NO_PIPELINE_RANKS: ReadonlyMap<number, RankPipelineMetrics> = new Map();
 
 export function initialDashboardState(options: { session: string; at: number }): DashboardState {
@@ -244,6 +250,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     ps: null,
     pipelineRanks: NO_PIPELINE_RANKS,
     devices: null,
+    fleet: NO_FLEET,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -263,7 +270,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const regroup = state.self !== null;
       // The layout and the timeline stay until the new round's own replace them.
       const group: DashboardState = regroup
-        ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false }
+        ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false, fleet: NO_FLEET }
         : state;
       // A running group that grows has admitted tabs that joined mid-run.
       const grew = regroup && state.lastStep !== null && state.worldSize !== null && event.worldSize > state.worldSize ? event.worldSize - state.worldSize : 0;
@@ -394,6 +401,9 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'log':
       return log(state, event.level, event.message);
+
+    case 'fleet':
+      return onFleet(state, event, at);
 
     case 'rank-lost': {
       const next = log(state, 'error', `Lost rank ${event.rank}: ${event.reason}.`);
@@ -536,6 +546,25 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
   if (firstStep) next = withLog(next, at, 'info', `Training started: first step done with ${plural(e.ranks.length, 'rank')}.`);
   if (newEpoch) next = withLog(next, at, 'info', `Epoch ${epochLabel(next, e.epoch)} started at step ${e.step}.`);
   return next;
+}
+
+function onFleet(state: DashboardState, e: Extract<TrainEvent, { type: 'fleet' }>, at: number): DashboardState {
+  // A late event of a group this tab has left (another size) is not about the current one.
+  if (state.self !== null && state.worldSize !== null && e.worldSize !== state.worldSize) return state;
+  const byRank = new Map<number, FleetMember>();
+  for (const m of e.members) if (Number.isSafeInteger(m.rank) && m.rank >= 0 && m.rank < e.worldSize) byRank.set(m.rank, m);
+  const fleet = [...byRank.values()].sort((a, b) => a.rank - b.rank);
+  const next: DashboardState = { ...state, fleet };
+  // Said once per group, when every rank is known.
+  if (e.worldSize > 1 && fleet.length === e.worldSize && state.fleet.length < e.worldSize) {
+    return withLog(next, at, 'info', `The group's tabs: ${fleet.map((m) => `rank ${m.rank} on ${fleetWords(m)}`).join('; ')}.`);
+  }
+  return next;
+}
+
+/** "Chromium 156 (Android phone), cpu" */
+function fleetWords(m: FleetMember): string {
+  return `${m.browser}${m.platform ? ` (${m.platform})` : ''}, ${m.backend}${m.fallback ? ' (a fallback)' : ''}`;
 }
 
 function noteEpoch(state: DashboardState, epoch: number): DashboardState {
@@ -698,6 +727,8 @@ export type BackendFact =
 
 export interface Facts {
   rank: { text: string; rank: number | null };
+  /** This tab's browser and platform ("Chrome 156 · Android phone"), once its fleet info is known. */
+  browser: string;
   backend: BackendFact;
   /** --devices K > 1: one line per device (backend, its share and speed), and its fallback if any; null with one device. */
   devices: Array<{ text: string; fallback: string | null }> | null;
@@ -716,7 +747,8 @@ export function facts(s: DashboardState): Facts {
   const b = s.backend;
   if (b) {
     const cpuOnly = b.name === 'wasm' || b.name === 'cpu';
-    const detail = b.adapter ? ` · ${b.adapter}` : cpuOnly ? ' · on the CPU' : ' · adapter not reported';
+    // On wasm and cpu a WebGPU adapter the tab has is not what it trains on.
+    const detail = cpuOnly ? ' · on the CPU' : b.adapter ? ` · ${b.adapter}` : ' · adapter not reported';
     // The insecure-page reason says all itself (it is the page, not the browser, and what to do).
     const fallback = !b.fallbackReason ? null : b.fallbackReason.startsWith(INSECURE_PAGE_REASON) ? `⚠ ${b.fallbackReason}.` : `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}`;
     backend = { kind: 'running', name: b.name, detail, fallback };
@@ -725,8 +757,10 @@ export function facts(s: DashboardState): Facts {
   }
 
   const sh = s.shard;
+  const mine = s.self === null ? undefined : s.fleet.find((m) => m.rank === s.self);
   return {
     rank: { text: s.self !== null ? `rank ${s.self}${size}` : s.role.spectator ? `watching, no rank yet${size}` : `joining…${size}`, rank: s.self },
+    browser: mine ? [mine.browser, mine.platform].filter(Boolean).join(' · ') : '–',
     backend,
     devices: s.devices === null ? null : s.devices.map(deviceFact),
     shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
@@ -909,6 +943,77 @@ export function rankAverages(s: DashboardState): RankAverages[] {
         ...(withDevices.length > 0 ? { devices: { count: withDevices.at(-1)!.devices!.count, meanMs: mean(withDevices.map((m) => m.devices!.meanMs)) } } : {}),
         self: rank === s.self,
         lost: s.lost.includes(rank),
+      };
+    });
+}
+
+export interface FleetRow {
+  rank: number;
+  self: boolean;
+  lost: boolean;
+  /** "Chrome 156"; null until the rank said. */
+  browser: string | null;
+  /** "Android phone", "Linux". */
+  platform: string | null;
+  backend: BackendName | null;
+  /** Why it runs on a fallback backend. */
+  fallback: string | null;
+  /** The adapter, the WebGL renderer or the CPU, with the device's RAM when the browser says ("Mali-G715 · 4 GB RAM"). */
+  device: string | null;
+  /** Mean time per step (and its compute) over the rank's recent steps. */
+  stepMs: number | null;
+  computeMs: number | null;
+  /** The rank's share of the global batch over its recent steps, 0..1; null before a step. */
+  share: number | null;
+  /** True when the ranks do not report their samples and the share is the even split. */
+  shareEven: boolean;
+}
+
+/**
+ * Every rank of the current group: what it said about itself (browser, backend, device), its
+ * time per step, and its share of the global batch, `samples / sum over ranks` over the recent
+ * steps (each rank's batch may differ); a run whose steps do not report `samples` splits evenly.
+ */
+export function fleetRows(s: DashboardState): FleetRow[] {
+  const ranks = new Set<number>(s.fleet.map((m) => m.rank));
+  for (const r of s.recent.keys()) ranks.add(r);
+  if (s.worldSize !== null && s.worldSize <= 4096) for (let r = 0; r < s.worldSize; r++) ranks.add(r);
+  const averages = new Map(rankAverages(s).map((a) => [a.rank, a]));
+  // The share: samples over the recent steps, when every rank of the latest step reported them.
+  // Only data parallel ranks split a global batch: pipeline stages take the same batches, parameter-server workers their own.
+  const splitsBatch = s.config === null || (s.config.pp <= 1 && s.config.strategy === 'ddp');
+  const stepRanks = splitsBatch ? (s.lastStep?.ranks.map((m) => m.rank) ?? []) : [];
+  const sampleSums = new Map<number, number>();
+  let measured = stepRanks.length > 0;
+  for (const r of stepRanks) {
+    const list = s.recent.get(r) ?? [];
+    if (list.length === 0 || !list.every((m) => typeof m.samples === 'number' && Number.isFinite(m.samples) && m.samples >= 0)) measured = false;
+    sampleSums.set(r, list.reduce((sum, m) => sum + (m.samples ?? 0), 0));
+  }
+  const total = [...sampleSums.values()].reduce((a, b) => a + b, 0);
+  if (!(total > 0)) measured = false;
+  return [...ranks]
+    .sort((a, b) => a - b)
+    .map((rank) => {
+      const m = s.fleet.find((f) => f.rank === rank);
+      const a = averages.get(rank);
+      const inStep = stepRanks.includes(rank);
+      // The device's RAM as the browser reports it (navigator.deviceMemory), not the GPU's.
+      const memory = m?.memoryGB != null ? `${fmtNumber(m.memoryGB, m.memoryGB < 1 ? 2 : 0)} GB RAM` : null;
+      const device = [m?.device ?? null, memory].filter((x): x is string => x !== null).join(' · ');
+      return {
+        rank,
+        self: rank === s.self,
+        lost: s.lost.includes(rank),
+        browser: m?.browser ?? null,
+        platform: m?.platform ?? null,
+        backend: m?.backend ?? (rank === s.self ? (s.backend?.name ?? null) : null),
+        fallback: m?.fallback ?? null,
+        device: device === '' ? null : device,
+        stepMs: a && Number.isFinite(a.totalMs) ? a.totalMs : null,
+        computeMs: a && Number.isFinite(a.breakdownMs.compute) ? a.breakdownMs.compute : null,
+        share: !inStep ? null : measured ? sampleSums.get(rank)! / total : 1 / stepRanks.length,
+        shareEven: inStep && !measured,
       };
     });
 }

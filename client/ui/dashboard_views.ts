@@ -15,6 +15,7 @@ import {
   controls,
   displayPhase,
   facts,
+  fleetRows,
   phaseLabel,
   pipelinePanel,
   progressFigures,
@@ -27,6 +28,7 @@ import {
   statusText,
   timelineModel,
   type DashboardState,
+  type FleetRow,
   type LogEntry,
   type PsFigure,
   type PsHistogram,
@@ -237,7 +239,7 @@ export class ErrorBannerView {
 /** This tab's rank, backend, data shard and job, and the link for more tabs. */
 export class FactsView {
   readonly node: HTMLElement;
-  private readonly dd: Record<'rank' | 'backend' | 'devices' | 'shard' | 'job', HTMLElement>;
+  private readonly dd: Record<'rank' | 'browser' | 'backend' | 'devices' | 'shard' | 'job', HTMLElement>;
   private readonly devicesNode: HTMLElement;
   private readonly changed = changeDetector();
 
@@ -250,19 +252,20 @@ export class FactsView {
       return { node: el('div', { class: 'fact' }, el('dt', {}, label), dd), dd };
     };
     const rank = fact('This tab', 'rank');
+    const browser = fact('Browser', 'browser');
     const backend = fact('Backend', 'backend');
     const devices = fact('Devices', 'devices');
     devices.node.hidden = true;
     this.devicesNode = devices.node;
     const shard = fact('Data shard', 'shard');
     const job = fact('Job', 'job');
-    this.dd = { rank: rank.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd };
+    this.dd = { rank: rank.dd, browser: browser.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd };
     this.share = shareField('dash-share', 'Link for more tabs', shareUrl);
     this.share.input.setAttribute('data-testid', 'dash-share-link');
     this.qr = el('details', { class: 'qr-details' }, el('summary', {}, 'Show the link as a QR code'));
     // Drawn when opened: most tabs never need it.
     this.qr.addEventListener('toggle', () => this.drawQr());
-    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, backend.node, devices.node, shard.node, job.node), this.share.root, this.qr);
+    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node), this.share.root, this.qr);
   }
 
   /** A better link to share (e.g. from an address other machines can reach). */
@@ -279,9 +282,10 @@ export class FactsView {
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.devices, s.shard, s.epochBase])) return;
+    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.devices, s.shard, s.epochBase, s.fleet])) return;
     const f = facts(s);
     setText(this.dd.rank, f.rank.text);
+    setText(this.dd.browser, f.browser);
     this.dd.rank.style.setProperty('--rank-colour', f.rank.rank === null ? 'transparent' : rankColour(f.rank.rank));
     this.dd.rank.classList.toggle('has-rank', f.rank.rank !== null);
     const b = f.backend;
@@ -502,6 +506,71 @@ export class RingCardView {
   render(s: DashboardState): void {
     if (this.changed([s.worldSize, s.config, s.self, s.joined, s.lost, s.links, s.ringProven, s.phase === 'training'])) this.ring.update(ringModel(s));
   }
+}
+
+/**
+ * The fleet: every rank's browser, backend and device, its time per step and its share of the
+ * global batch (drawn on the throttled render). The browser, device and fallback texts come from
+ * other tabs: they are cleaned and capped before they get here, and only ever set as text.
+ */
+export class FleetView {
+  readonly node: HTMLElement;
+  private readonly body: HTMLTableSectionElement;
+  private readonly note: HTMLElement;
+  private readonly changed = changeDetector();
+
+  constructor() {
+    this.body = el('tbody');
+    this.note = el('p', { class: 'card-note', 'data-testid': 'fleet-note' });
+    const col = (text: string, cls = '') => el('th', { scope: 'col', ...(cls ? { class: cls } : {}) }, text);
+    const table = el(
+      'table',
+      { class: 'perf-table fleet-table', 'data-testid': 'fleet-table', 'aria-describedby': 'fleet-note' },
+      el('caption', { class: 'visually-hidden' }, "Each rank's browser, backend, device, time per step and share of the global batch"),
+      el('thead', {}, el('tr', {}, col('Rank'), col('Browser'), col('Backend'), col('Device'), col('Step time', 'num'), col('Share of batch', 'num'))),
+      this.body,
+    );
+    this.note.id = 'fleet-note';
+    this.node = el(
+      'section',
+      { class: 'card fleet-card', 'aria-labelledby': 'fleet-title' },
+      el('h2', { id: 'fleet-title', class: 'card-title' }, 'The group’s tabs'),
+      el('div', { class: 'table-scroll' }, table),
+      this.note,
+    );
+    this.node.hidden = true;
+  }
+
+  render(s: DashboardState): void {
+    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config])) return;
+    const rows = fleetRows(s);
+    this.node.hidden = rows.length === 0;
+    this.body.replaceChildren(...rows.map(fleetRow));
+    const even = rows.some((r) => r.shareEven);
+    setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.`);
+  }
+}
+
+function fleetRow(row: FleetRow): HTMLTableRowElement {
+  const unknown = (text: string) => el('span', { class: 'muted' }, text);
+  const backend: Array<Node | string> = row.backend ? [el('strong', {}, row.backend)] : [unknown('–')];
+  if (row.fallback) backend.push(el('span', { class: 'fallback', 'data-testid': 'fleet-fallback' }, `⚠ fallback: ${row.fallback}`));
+  const share = row.share === null ? '–' : fmtPercent(row.share, row.share < 0.1 ? 1 : 0);
+  return el(
+    'tr',
+    { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },
+    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
+    el('td', { class: 'fleet-browser', 'data-col': 'browser', 'data-label': 'Browser' }, ...(row.browser ? [row.browser, ...(row.platform ? [el('span', { class: 'fleet-sub' }, row.platform)] : [])] : [unknown('not reported yet')])),
+    el('td', { class: 'fleet-backend', 'data-col': 'backend', 'data-label': 'Backend' }, ...backend),
+    el('td', { class: 'fleet-device', 'data-col': 'device', 'data-label': 'Device' }, row.device ? el('span', { class: 'fleet-device-text' }, row.device) : unknown('–')),
+    el(
+      'td',
+      { class: 'num', 'data-col': 'step', 'data-label': 'Step time' },
+      row.stepMs === null ? '–' : fmtMs(row.stepMs),
+      ...(row.computeMs !== null && row.stepMs !== null ? [el('span', { class: 'fleet-sub' }, `compute ${fmtMs(row.computeMs)}`)] : []),
+    ),
+    el('td', { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' }, share),
+  );
 }
 
 /** Per-rank throughput and where each rank's step time goes (drawn on the throttled render). */
