@@ -3,7 +3,8 @@
  * headless pages of one Playwright Chromium (the default), and `--tabs` (launcher/tabs.ts): a
  * headful Chromium under Xvfb, driven over the DevTools protocol, with the browser's default
  * background throttling. With `--lan` (launcher/lan_driver.ts) each rank is a Chromium of its own
- * in its own network namespace.
+ * in its own network namespace. With `--browser firefox` or `--browsers ...` (launcher/rank_browsers.ts)
+ * a rank may be a Firefox process instead (launcher/firefox.ts).
  */
 import type { Browser, Page } from 'playwright';
 import type { Report } from '../client/report.ts';
@@ -49,7 +50,7 @@ export interface RankTarget {
 }
 
 export interface RankDriver {
-  readonly name: 'headless' | 'tabs' | 'lan';
+  readonly name: 'headless' | 'tabs' | 'lan' | 'firefox' | 'mixed';
   newRank(handlers: RankHandlers): Promise<RankTarget>;
   close(): Promise<void>;
 }

@@ -3,7 +3,8 @@
  *   npm run launch -- --nproc N [options] SCRIPT.ts [script arguments]   a user's training script
  *   npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE]  a built-in job of the page
  * Starts a server unless --server is given, opens N headless ranks as pages of one Chromium
- * (or, with --tabs, as tabs of a headful Chromium under Xvfb with default background throttling),
+ * (or, with --tabs, as tabs of a headful Chromium under Xvfb with default background throttling;
+ * with --browser firefox or --browsers chromium,firefox,..., some or all as Firefox processes),
  * prefixes each rank's console with its rank, and prints one JSON summary as its last line.
  * For a job, options it does not know become URL parameters of the job (e.g. --sizes 0,1,7).
  * Launcher options come before the script's path and all take a value; everything after the
@@ -12,12 +13,13 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { isScript, largestWorld, launch, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam, type Fault, type LaunchOptions } from './run.ts';
+import { isScript, largestWorld, launch, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam, type Fault, type FaultTarget, type LaunchOptions } from './run.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
 import { findTurnserver } from './turn.ts';
+import { firefoxProblems, isRankBrowser, opensIn, parseBrowsers, RANK_BROWSERS, type RankBrowser } from './rank_browsers.ts';
 
 const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
@@ -25,13 +27,14 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--last-call MS (the launcher's own server: once --min tabs are in, the first round waits until MS pass without another arriving, or --max are in; default 5000, torch's last_call_timeout)]
          [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
+         [--browser chromium|firefox (every rank's browser, --join's pages too; default chromium)] [--browsers B0,B1,... (one browser per rank, as many as --nproc, e.g. chromium,firefox; --join's pages open in Chromium)]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
          [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
          [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
          [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
 job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
-job train, DDP: [--comm-hook none|fp16|bf16|powersgd:RANK[:START]|localsgd:H[:START] (default none: the gradients' communication hook; START default 10)]
+job train, DDP: [--balance false (every rank the same batch, as torch; default true: each step's samples split by the ranks' measured speed)] [--comm-hook none|fp16|bf16|powersgd:RANK[:START]|localsgd:H[:START] (default none: the gradients' communication hook; START default 10)]
          [--devices K (each rank's batch split over K Workers, each a replica on its own backend: DataParallel; default 1)]
 job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
          a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it
@@ -57,6 +60,15 @@ function splitAtScript(argv: string[]): { launcher: string[]; script?: string; s
     return { launcher: argv.slice(0, i), script: a, scriptArgs: argv.slice(i + 1) };
   }
   return { launcher: argv, scriptArgs: [] };
+}
+
+/** RANK@STEP or BROWSER@STEP (the lowest rank in that browser, e.g. firefox@8): what --kill, --freeze and --lose-device take. */
+function parseTargetAt(flag: string, value: string): { target: FaultTarget; step: number } {
+  const m = /^([a-z]+)@(\d+)$/.exec(value);
+  if (m && isRankBrowser(m[1]!)) return { target: m[1]! as RankBrowser, step: Number(m[2]) };
+  if (m) throw new Error(`--${flag} takes RANK@STEP or BROWSER@STEP (${RANK_BROWSERS.join(', ')}), got "${value}"`);
+  const { n, step } = parseAt(flag, value);
+  return { target: n, step };
 }
 
 /** RANK@STEP or N@STEP. */
@@ -110,6 +122,8 @@ function parse(argv: string[]): LaunchOptions {
       'server-cert': { type: 'string' },
       'lan-isolate': { type: 'boolean' },
       turn: { type: 'boolean' },
+      browser: { type: 'string' },
+      browsers: { type: 'string' },
     },
   });
   if (values.help) {
@@ -120,7 +134,7 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert', 'lan-isolate', 'turn']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert', 'lan-isolate', 'turn', 'browser', 'browsers']);
   const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
   const server = typeof values.server === 'string' ? values.server : undefined;
   if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");
@@ -141,6 +155,12 @@ function parse(argv: string[]): LaunchOptions {
       throw new Error(`--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`);
     }
   }
+  for (const flag of ['browser', 'browsers'] as const) {
+    if (values[flag] === true) throw new Error(`--${flag} takes a value (${flag === 'browser' ? 'chromium or firefox' : 'one browser per rank, e.g. chromium,firefox'})\n${USAGE}`);
+  }
+  const browsers = parseBrowsers(values.browser as string | undefined, values.browsers as string | undefined, nproc);
+  const firefoxIssues = firefoxProblems(browsers, { tabs: values.tabs === true, lan: lan !== undefined, https: values.https === true, serverCert: certFile !== undefined, server });
+  if (firefoxIssues.length > 0) throw new Error(firefoxIssues.join('\n'));
   const intensiveRaw = values['intensive-throttling-after'];
   const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
   if (intensiveThrottlingAfterSec !== undefined) {
@@ -177,8 +197,12 @@ function parse(argv: string[]): LaunchOptions {
     switch (t.name) {
       case 'kill':
       case 'freeze':
-      case 'hide':
       case 'lose-device': {
+        const { target, step } = parseTargetAt(t.name, value);
+        faults.push({ kind: t.name, rank: target, step });
+        break;
+      }
+      case 'hide': {
         const { n, step } = parseAt(t.name, value);
         faults.push({ kind: t.name, rank: n, step });
         break;
@@ -217,6 +241,11 @@ function parse(argv: string[]): LaunchOptions {
     if (split.script === undefined && values.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(values.job ?? 'rendezvous')}`);
   }
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
+  for (const f of faults) {
+    if ((f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') && typeof f.rank === 'string' && !opensIn(browsers, f.rank)) {
+      throw new Error(`--${f.kind} ${f.rank}@${f.step}: no rank opens in ${f.rank} (give --browser ${f.rank} or --browsers with it)`);
+    }
+  }
   const train = split.script === undefined && values.job === 'train';
   if (train) {
     // A PS strategy with --pp is named as such before the pipeline's own sizes are.
@@ -251,6 +280,7 @@ function parse(argv: string[]): LaunchOptions {
     jobParams,
     faults,
     tabs: values.tabs === true,
+    ...(browsers ? { browsers } : {}),
     ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),
     ...(lan ? { lan } : {}),
     serverOptions: heartbeatTimeoutMs === undefined && lastCallMs === undefined ? undefined : { ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }), ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }) },

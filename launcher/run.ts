@@ -11,6 +11,7 @@ import { keptCertificate, type TlsOptions } from '../signaling/tls.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
 import { trustArgs } from './browser.ts';
 import { tabsDriver } from './tabs.ts';
+import { firefoxProblems, mixedDriver, opensIn, type BrowserPlan, type RankBrowser } from './rank_browsers.ts';
 import { checkLanSupport, createLan, type Lan, type LanOptions } from './lan.ts';
 import { lanDriver } from './lan_driver.ts';
 import { findTurnserver } from './turn.ts';
@@ -20,14 +21,26 @@ import { commLine, devicesLine, parameterServerLines, summarize, summarizeScript
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/straggler.ts';
 import type { Report } from '../client/report.ts';
 
+/**
+ * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank
+ * running in that browser when the fault comes. An elastic run numbers its ranks in the order
+ * they arrive, so in a mixed fleet a rank's number does not say which browser holds it.
+ */
+export type FaultTarget = number | RankBrowser;
+
+/** "rank 1", or "the firefox rank". */
+export function describeTarget(t: FaultTarget): string {
+  return typeof t === 'number' ? `rank ${t}` : `the ${t} rank`;
+}
+
 /** A fault to inject once the run reaches `step` (as reported by any rank). */
 export type Fault =
-  | { kind: 'kill'; rank: number; step: number }
-  | { kind: 'freeze'; rank: number; step: number }
+  | { kind: 'kill'; rank: FaultTarget; step: number }
+  | { kind: 'freeze'; rank: FaultTarget; step: number }
   /** Put the rank's tab in the background (--tabs only). */
   | { kind: 'hide'; rank: number; step: number }
   /** Destroy the rank's WebGPU device, as a driver reset loses it: the rank rebuilds and rejoins. */
-  | { kind: 'lose-device'; rank: number; step: number }
+  | { kind: 'lose-device'; rank: FaultTarget; step: number }
   | { kind: 'join'; count: number; step: number }
   | { kind: 'restart-server'; step: number };
 
@@ -71,6 +84,11 @@ export interface LaunchOptions {
   lan?: LanOptions;
   /** More Chromium flags for each rank's browser (--lan). */
   rankChromiumArgs?: string[];
+  /**
+   * The browser of each rank (--browser, --browsers): Chromium or Firefox, and of pages opened by
+   * --join. Default: every rank a headless page of one Chromium.
+   */
+  browsers?: BrowserPlan;
   /** Where rank-prefixed lines go. Default: console.log. */
   log?: (line: string) => void;
 }
@@ -92,6 +110,8 @@ interface RankPage {
   done: boolean;
   /** The page trained in a round (an elastic 'round' event): it was part of the run. */
   trained?: boolean;
+  /** Its browser, with --browser or --browsers. */
+  browser?: RankBrowser;
   result?: RankResult;
 }
 
@@ -101,13 +121,13 @@ export const LAST_CALL_MS = 5_000;
 export function describeFault(f: Fault): string {
   switch (f.kind) {
     case 'kill':
-      return `kill rank ${f.rank} at step ${f.step}`;
+      return `kill ${describeTarget(f.rank)} at step ${f.step}`;
     case 'freeze':
-      return `freeze rank ${f.rank} at step ${f.step}`;
+      return `freeze ${describeTarget(f.rank)} at step ${f.step}`;
     case 'hide':
       return `hide rank ${f.rank}'s tab at step ${f.step}`;
     case 'lose-device':
-      return `lose rank ${f.rank}'s WebGPU device at step ${f.step}`;
+      return `lose ${describeTarget(f.rank)}'s WebGPU device at step ${f.step}`;
     case 'join':
       return `open ${f.count} more rank(s) at step ${f.step}`;
     case 'restart-server':
@@ -384,6 +404,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       return { ok: false, summary: { ...summaryBase, ok: false, errors: [message] }, results: [] };
     }
   }
+  for (const f of faults) {
+    if ((f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') && typeof f.rank === 'string' && !opensIn(opts.browsers, f.rank)) {
+      throw new Error(`${describeFault(f)}: no rank of this run opens in ${f.rank} (give --browser or --browsers with it)`);
+    }
+  }
+  const firefoxIssues = firefoxProblems(opts.browsers, { tabs: opts.tabs, lan: opts.lan !== undefined, https: opts.https, serverCert: opts.serverCert !== undefined, server: opts.server });
+  if (firefoxIssues.length > 0) throw new Error(firefoxIssues.join('\n'));
   // The ranks trust the one certificate the server presents, nothing more.
   const trusted = tls ? trustArgs(tls.cert) : opts.serverCert ? trustArgs(opts.serverCert) : [];
   if (opts.lan) {
@@ -412,11 +439,12 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   // waits LAST_CALL_MS after the minimum for more before the first round (torch's last call), so
   // that a run of --nproc tabs starts with all of them rather than with the first --min.
   const serverOptions = { settleMs: LAST_CALL_MS, ...(lanIce ? { ice: lanIce } : {}), ...opts.serverOptions };
+  const mixed = opts.browsers ? mixedDriver(opts.browsers, { log, chromiumArgs: trusted }) : undefined;
   const driver: RankDriver = lan
     ? lanDriver(lan, { log, extraArgs: [...(opts.rankChromiumArgs ?? []), ...trusted] })
     : opts.tabs
       ? await tabsDriver(log, { intensiveThrottlingAfterSec: opts.intensiveThrottlingAfterSec, extraArgs: trusted })
-      : await headlessDriver(trusted);
+      : (mixed ?? (await headlessDriver(trusted)));
   const hidden: Array<{ rank: number; atStep: number; longestTimerGapMs?: number }> = [];
   const hiddenPages: Array<{ entry: (typeof hidden)[number]; page: RankTarget }> = [];
   const pages: RankPage[] = [];
@@ -431,6 +459,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const injected: Array<{ fault: string; atStep: number; at: number; page?: number; detectedAfterMs?: number; rejoinedAfterMs?: number }> = [];
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
+  // --browser/--browsers: each page's browser, rank and whether it finished (killed pages and late arrivals included), in every summary.
+  const browsersPart = () =>
+    mixed ? { browsers: pages.map((p) => ({ page: p.index, rank: p.rank ?? null, browser: p.browser ?? 'chromium', finished: p.expected && p.result !== undefined })) } : {};
   // --lan: each rank's address and rate, in every summary (failures too).
   const lanPart = () =>
     lan ? { lan: lan.summary(pages.filter((p) => p.page?.host).map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined }))) } : {};
@@ -468,14 +499,25 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
+    /** The running page a fault's target names (a browser: its lowest rank that has one). */
+    const runningPage = (target: FaultTarget): RankPage => {
+      const running = pages.filter((p) => p.expected && !p.done);
+      const page =
+        typeof target === 'number'
+          ? running.find((p) => p.rank === target)
+          : running.filter((p) => (p.browser ?? 'chromium') === target && p.rank !== undefined).sort((a, b) => a.rank! - b.rank!)[0];
+      if (!page) throw new Error(typeof target === 'number' ? `no running page holds rank ${target}` : `no running ${target} page holds a rank`);
+      if (typeof target !== 'number') log(`[launch] ${describeTarget(target)} is rank ${page.rank} (page ${page.index})`);
+      return page;
+    };
+
     const inject = async (fault: Fault, step: number): Promise<void> => {
       log(`[launch] step ${step}: ${describeFault(fault)}`);
       injected.push({ fault: describeFault(fault), atStep: step, at: Date.now() });
       switch (fault.kind) {
         case 'kill':
         case 'freeze': {
-          const target = pages.find((p) => p.rank === fault.rank && p.expected && !p.done);
-          if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
+          const target = runningPage(fault.rank);
           target.expected = false;
           if (fault.kind === 'kill') await target.page.kill();
           else await target.page.freeze(log);
@@ -493,8 +535,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         }
         case 'lose-device': {
           // The page is still expected to finish: it rebuilds its state and rejoins.
-          const target = pages.find((p) => p.rank === fault.rank && p.expected && !p.done);
-          if (!target) throw new Error(`no running page holds rank ${fault.rank}`);
+          const target = runningPage(fault.rank);
           injected.at(-1)!.page = target.index;
           await target.page.loseDevice();
           return;
@@ -512,7 +553,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
-    const openPage = async (serverUrl: string, rank: number | undefined): Promise<void> => {
+    /** A rank's page, blank: its browser started and its handlers wired. `navigate` opens the rank's link in it. */
+    const addPage = async (rank: number | undefined): Promise<RankPage> => {
       const index = pages.length;
       const rp = { index, label: rank === undefined ? `page ${index}` : `rank ${rank}`, rank, expected: true, done: false } as RankPage;
       const finish = (failure?: string) => {
@@ -573,7 +615,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         onConsole: (line) => log(`[${rp.label}] ${line}`),
         onCrash: (reason) => finish(`${rp.label}: ${reason}`),
       });
+      if (mixed) rp.browser = mixed.browserOf(index);
       pages.push(rp);
+      return rp;
+    };
+
+    const navigate = async (rp: RankPage, serverUrl: string): Promise<void> => {
+      const rank = rp.rank;
       const u = new URL(entry, serverUrl);
       const params = new URLSearchParams({ session: opts.session, world: String(worldSize), ...(script ? {} : { job: opts.job }), ...jobParams });
       if (rank !== undefined && jobParams.min === undefined && !script) params.set('rank', String(rank));
@@ -593,6 +641,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
+    const openPage = async (serverUrl: string, rank: number | undefined): Promise<void> => navigate(await addPage(rank), serverUrl);
+
     if (nnodes > 1) {
       // Another node's failure stops this one too (torchrun's agents fail the whole world).
       nodeGroup = await NodeGroup.join(url, opts.session, token, nnodes, nodeRank, opts.timeoutSec * 1000);
@@ -603,7 +653,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }, opts.timeoutSec * 1000);
       log(`[launch] node ${nodeRank} of ${nnodes}: ranks ${nodes!.localRanks.join(', ')} of a world of ${worldSize}`);
     }
-    for (let i = 0; i < opts.nproc; i++) await openPage(url, globalRank(nodeRank, opts.nproc, i));
+    // Every rank's browser first, then their pages: a browser that takes seconds to start (a
+    // Firefox rank) does not make its page arrive after the first round has formed without it.
+    const initial: RankPage[] = [];
+    for (let i = 0; i < opts.nproc; i++) initial.push(await addPage(globalRank(nodeRank, opts.nproc, i)));
+    for (const rp of initial) await navigate(rp, url);
     if (opts.tabs) log(`[launch] visibility at start: ${(await sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
@@ -634,7 +688,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (failures.length > 0) {
       for (const f of failures) log(`[launch] FAILED ${f}`);
-      return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: failures, ...lanPart() }, results };
+      return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [...failures], ...browsersPart(), ...lanPart() }, results };
     }
     const visibility = opts.tabs ? await sampleVisibility() : undefined;
     if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -654,10 +708,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
     const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
-    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...lanPart(), ok: true }, results };
+    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
-    return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...lanPart() }, results: [] };
+    return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...browsersPart(), ...lanPart() }, results: [] };
   } finally {
     nodeGroup?.close();
     await driver.close();
