@@ -57,6 +57,9 @@ const UA_TOKENS: ReadonlyArray<[RegExp, string]> = [
   [/\bHeadlessChrome\/(\d+)/, 'Chrome (headless)'],
   [/\bChromium\/(\d+)/, 'Chromium'],
   [/\bChrome\/(\d+)/, 'Chrome'],
+  [/\bEpiphany\/(\d+)/, 'Epiphany'],
+  // WebKitGTK (GNOME Web's engine, MiniBrowser) on Linux says "Safari" too; Safari runs on Apple systems only.
+  [/\bX11\b.*\bVersion\/(\d+)[.\d]* Safari\//, 'WebKitGTK'],
   [/\bVersion\/(\d+)[.\d]*(?: Mobile\/\w+)? Safari\//, 'Safari'],
 ];
 

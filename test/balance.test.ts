@@ -13,7 +13,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, smoothSpeeds, type ElasticRunResult } from '../src/elastic/runner.ts';
-import { balancedBatchOf, planGlobalEpoch, splitBatch } from '../src/elastic/epoch.ts';
+import { balancedBatchOf, keepSplit, planGlobalEpoch, splitBatch } from '../src/elastic/epoch.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { SGD } from '../src/optim.ts';
@@ -150,5 +150,18 @@ describe('runElastic with balanceBatches', () => {
     expect(Math.sqrt(d / n)).toBeLessThanOrEqual(1e-5);
     await Promise.all(runs.map((r) => r.close()));
     await solo!.close();
+  });
+});
+
+describe('keepSplit', () => {
+  it('keeps the last split while the speeds move a little, so batch shapes (and kernels) stay the same', () => {
+    expect(keepSplit([20, 19, 19, 6], [19, 20, 19, 6])).toBe(true);
+    expect(keepSplit([20, 19, 19, 6], [17, 17, 17, 13])).toBe(false);
+    // Another total (an epoch's last step) or another group: split afresh.
+    expect(keepSplit([20, 19, 19, 6], [20, 19, 19, 5])).toBe(false);
+    expect(keepSplit([16, 16], [11, 11, 10])).toBe(false);
+    const plan = planGlobalEpoch(64, { step: 0, epoch: 0, position: 0 }, { numReplicas: 2, batchSize: 16, shuffle: false });
+    expect(balancedBatchOf(plan, 0, 32, [1, 1.1], 0, [16, 16]).counts).toEqual([16, 16]);
+    expect(balancedBatchOf(plan, 0, 32, [1, 3], 0, [16, 16]).counts).toEqual([9, 23]);
   });
 });

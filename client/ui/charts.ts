@@ -3,6 +3,8 @@
  * TensorBoard look), plus test-set points from 'eval' events. The data lives in a StepTable that
  * both charts share; a chart only turns columns into uPlot's aligned arrays when it redraws.
  */
+// Before uPlot, which reads navigator.language when it loads.
+import './locale_guard.ts';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { rankColour } from './dom.ts';

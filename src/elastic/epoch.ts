@@ -74,20 +74,41 @@ export function planGlobalEpoch(length: number, progress: Progress, o: Omit<Epoc
 /**
  * Step `k`'s samples for `rank` when the step's samples are split by `shares` (one positive
  * weight per rank, e.g. each rank's measured samples per second): its indices, how many of them
- * repeat earlier samples (padding), and the step's samples over all ranks.
+ * repeat earlier samples (padding), the step's samples over all ranks, and every rank's count.
+ * `previous`, the counts of the step before: kept while the new split is close to it (see
+ * `keepSplit`), so that small changes of the measured speeds do not change the batch shapes at
+ * every step (a new shape compiles new kernels on WebGPU and WebGL).
  */
-export function balancedBatchOf(plan: GlobalEpochPlan, k: number, globalBatch: number, shares: readonly number[], rank: number): { indices: number[]; padding: number; globalSamples: number } {
+export function balancedBatchOf(
+  plan: GlobalEpochPlan,
+  k: number,
+  globalBatch: number,
+  shares: readonly number[],
+  rank: number,
+  previous?: readonly number[] | null,
+): { indices: number[]; padding: number; globalSamples: number; counts: number[] } {
   const from = k * globalBatch;
   const real = plan.order.slice(from, Math.min(from + globalBatch, plan.order.length));
   const n = shares.length;
   // Every rank trains at least one sample: pad a last step shorter than the group from the start of the order.
   const padding = Math.max(0, n - real.length);
   const samples = real.concat(Array.from({ length: padding }, (_, i) => plan.order[i % plan.order.length]!));
-  const counts = splitBatch(samples.length, shares);
+  const ideal = splitBatch(samples.length, shares);
+  const counts = previous && keepSplit(previous, ideal) ? [...previous] : ideal;
   const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
   const indices = samples.slice(start, start + counts[rank]!);
   const paddingHere = Math.max(0, start + counts[rank]! - Math.max(start, real.length));
-  return { indices, padding: paddingHere, globalSamples: samples.length };
+  return { indices, padding: paddingHere, globalSamples: samples.length, counts };
+}
+
+/**
+ * Whether the split of the step before still serves: the same total over the same ranks, and no
+ * rank's ideal count more than a quarter (and two samples) away from it.
+ */
+export function keepSplit(previous: readonly number[], ideal: readonly number[]): boolean {
+  if (previous.length !== ideal.length) return false;
+  if (previous.reduce((a, b) => a + b, 0) !== ideal.reduce((a, b) => a + b, 0)) return false;
+  return previous.every((c, r) => Math.abs(ideal[r]! - c) <= Math.max(2, 0.25 * c));
 }
 
 /**

@@ -255,6 +255,8 @@ class ElasticRun<M extends StepMetrics> {
   private averagedAtEnd = -1;
   /** Balanced batches: each rank's smoothed speed (samples/s), reset when a round starts (null: equal shares). */
   private speeds: number[] | null = null;
+  /** Balanced batches: the last step's split (every rank's count), kept while it still fits the speeds. */
+  private split: number[] | null = null;
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
 
@@ -546,6 +548,7 @@ class ElasticRun<M extends StepMetrics> {
     const length = o.datasetLength;
     const balance = o.balanceBatches === true;
     this.speeds = null;
+    this.split = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -559,7 +562,8 @@ class ElasticRun<M extends StepMetrics> {
         let padding: number;
         if (globalPlan) {
           const shares = this.speeds ?? new Array<number>(n).fill(1);
-          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, shares, pg.rank);
+          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, shares, pg.rank, this.split);
+          this.split = b.counts;
           ({ indices: batch, padding } = b);
           ddp.setBatchShare(batch.length, b.globalSamples);
         } else {
