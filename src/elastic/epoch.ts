@@ -75,7 +75,7 @@ export function planGlobalEpoch(length: number, progress: Progress, o: Omit<Epoc
  * Step `k`'s samples for `rank` when the step's samples are split by `shares` (one positive
  * weight per rank, e.g. each rank's measured samples per second): its indices, how many of them
  * repeat earlier samples (padding), the step's samples over all ranks, and every rank's count.
- * `previous`, the counts of the step before: kept while the new split is close to it (see
+ * `previous`, the counts of the step before: kept while they are nearly as fast (see
  * `keepSplit`), so that small changes of the measured speeds do not change the batch shapes at
  * every step (a new shape compiles new kernels on WebGPU and WebGL).
  */
@@ -94,7 +94,7 @@ export function balancedBatchOf(
   const padding = Math.max(0, n - real.length);
   const samples = real.concat(Array.from({ length: padding }, (_, i) => plan.order[i % plan.order.length]!));
   const ideal = splitBatch(samples.length, shares);
-  const counts = previous && keepSplit(previous, ideal) ? [...previous] : ideal;
+  const counts = previous && keepSplit(previous, ideal, shares) ? [...previous] : ideal;
   const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
   const indices = samples.slice(start, start + counts[rank]!);
   const paddingHere = Math.max(0, start + counts[rank]! - Math.max(start, real.length));
@@ -102,13 +102,15 @@ export function balancedBatchOf(
 }
 
 /**
- * Whether the split of the step before still serves: the same total over the same ranks, and no
- * rank's ideal count more than a quarter (and two samples) away from it.
+ * Whether the split of the step before still serves: the same total over the same ranks, and the
+ * step it predicts (its slowest rank's samples over that rank's speed) at most 10% longer than the
+ * new split's. Changing shapes costs more than the few percent a finer split would gain.
  */
-export function keepSplit(previous: readonly number[], ideal: readonly number[]): boolean {
-  if (previous.length !== ideal.length) return false;
+export function keepSplit(previous: readonly number[], ideal: readonly number[], speeds: readonly number[]): boolean {
+  if (previous.length !== ideal.length || speeds.length !== ideal.length) return false;
   if (previous.reduce((a, b) => a + b, 0) !== ideal.reduce((a, b) => a + b, 0)) return false;
-  return previous.every((c, r) => Math.abs(ideal[r]! - c) <= Math.max(2, 0.25 * c));
+  const stepTime = (counts: readonly number[]) => Math.max(...counts.map((c, r) => (speeds[r]! > 0 ? c / speeds[r]! : 0)));
+  return stepTime(previous) <= 1.1 * stepTime(ideal);
 }
 
 /**

@@ -257,6 +257,8 @@ class ElasticRun<M extends StepMetrics> {
   private speeds: number[] | null = null;
   /** Balanced batches: the last step's split (every rank's count), kept while it still fits the speeds. */
   private split: number[] | null = null;
+  /** Balanced batches: this rank's batch size at its last step (-1 before the round's first). */
+  private lastBatch = -1;
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
 
@@ -549,6 +551,7 @@ class ElasticRun<M extends StepMetrics> {
     const balance = o.balanceBatches === true;
     this.speeds = null;
     this.split = null;
+    this.lastBatch = -1;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -586,7 +589,11 @@ class ElasticRun<M extends StepMetrics> {
         }
 
         this.activity = `the end of step ${p.step}`;
-        const vote = await this.vote(pg, metrics, balance ? speedOf(ddp, batch.length) : 0);
+        // A step whose batch shape is new to this rank (the round's first among them) compiled kernels
+        // for it: its time says nothing of the speed, and the rank reports none (0: unknown).
+        const speed = balance && batch.length === this.lastBatch ? speedOf(ddp, batch.length) : 0;
+        this.lastBatch = batch.length;
+        const vote = await this.vote(pg, metrics, speed);
         if (balance) this.speeds = smoothSpeeds(this.speeds, vote.speeds);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
