@@ -11,6 +11,7 @@
  * whether the replicas stayed identical and every sample was trained once.
  *
  * Options: --dataset synthetic|mnist --train-size 8192 --batch-size 64 --epochs 1 --backend cpu --slow 3:4
+ * --configs even,torch,balanced (a subset runs only those; `vs even` then needs even among them)
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -27,6 +28,7 @@ const { values } = parseArgs({
     epochs: { type: 'string', default: '1' },
     backend: { type: 'string', default: 'cpu' },
     slow: { type: 'string', default: '3:4' },
+    configs: { type: 'string', default: 'even,torch,balanced' },
   },
 });
 if (!['synthetic', 'mnist'].includes(values.dataset!)) throw new Error(`--dataset: synthetic or mnist, got "${values.dataset}"`);
@@ -36,11 +38,14 @@ if (!/^\d+:\d+(\.\d+)?$/.test(values.slow!)) throw new Error(`--slow takes RANK:
 
 const RANKS = 4;
 const slow = slowParam([values.slow!], RANKS);
-const configs: Array<{ name: string; params: Record<string, string> }> = [
+const wanted = values.configs!.split(',').map((c) => c.trim());
+const all: Array<{ name: string; params: Record<string, string> }> = [
   { name: 'even', params: { balance: 'true' } },
   { name: 'torch', params: { balance: 'false', slow } },
   { name: 'balanced', params: { balance: 'true', slow } },
 ];
+const configs = all.filter((c) => wanted.includes(c.name));
+if (configs.length === 0) throw new Error(`--configs: some of even, torch, balanced, got "${values.configs}"`);
 
 interface Row {
   name: string;

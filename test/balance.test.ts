@@ -36,6 +36,14 @@ describe('splitBatch', () => {
     }
   });
 
+  it('in units of a quantum, the rest to the fastest rank, so a rank\'s batch takes few sizes', () => {
+    expect(splitBatch(256, [4, 4, 4, 1], 8)).toEqual([80, 80, 72, 24]);
+    expect(splitBatch(259, [4, 4, 4, 1], 8).reduce((a, b) => a + b, 0)).toBe(259);
+    expect(splitBatch(259, [1, 4, 1, 1], 8)[1]! % 8).toBe(3);
+    // Fewer units than ranks: split sample by sample.
+    expect(splitBatch(20, [1, 1, 1], 8)).toEqual([7, 7, 6]);
+  });
+
   it('a weight that is not a positive finite number counts as the median (a peer cannot starve the others)', () => {
     expect(splitBatch(30, [1, NaN, 1])).toEqual([10, 10, 10]);
     expect(splitBatch(30, [1, -5, Infinity])).toEqual([10, 10, 10]);
@@ -165,6 +173,7 @@ describe('keepSplit', () => {
     expect(keepSplit([16, 16], [11, 11, 10], [1, 1, 1])).toBe(false);
     const plan = planGlobalEpoch(64, { step: 0, epoch: 0, position: 0 }, { numReplicas: 2, batchSize: 16, shuffle: false });
     expect(balancedBatchOf(plan, 0, 32, [1, 1.1], 0, [16, 16]).counts).toEqual([16, 16]);
-    expect(balancedBatchOf(plan, 0, 32, [1, 3], 0, [16, 16]).counts).toEqual([9, 23]);
+    // In units of 2 samples (an eighth of the mean batch of 16).
+    expect(balancedBatchOf(plan, 0, 32, [1, 3], 0, [16, 16]).counts).toEqual([10, 22]);
   });
 });

@@ -93,7 +93,7 @@ export function balancedBatchOf(
   // Every rank trains at least one sample: pad a last step shorter than the group from the start of the order.
   const padding = Math.max(0, n - real.length);
   const samples = real.concat(Array.from({ length: padding }, (_, i) => plan.order[i % plan.order.length]!));
-  const ideal = splitBatch(samples.length, shares);
+  const ideal = splitBatch(samples.length, shares, Math.max(1, Math.floor(globalBatch / n / 8)));
   const counts = previous && keepSplit(previous, ideal, shares) ? [...previous] : ideal;
   const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
   const indices = samples.slice(start, start + counts[rank]!);
@@ -117,13 +117,22 @@ export function keepSplit(previous: readonly number[], ideal: readonly number[],
  * `count` samples split in proportion to `weights` (largest remainder; every rank at least one
  * when count >= ranks; ties to the lower rank). Pure arithmetic on the same inputs: every rank
  * computes the same split. A weight that is not a positive finite number counts as the median.
+ * `quantum` > 1 splits in units of that many samples (what is left over goes to the fastest
+ * rank), so that a rank's batch takes few distinct sizes: each new size compiles kernels.
  */
-export function splitBatch(count: number, weights: readonly number[]): number[] {
+export function splitBatch(count: number, weights: readonly number[], quantum = 1): number[] {
   const n = weights.length;
   if (n === 0) return [];
   const valid = weights.filter((w) => Number.isFinite(w) && w > 0).sort((a, b) => a - b);
   const median = valid.length > 0 ? valid[Math.floor(valid.length / 2)]! : 1;
   const w = weights.map((x) => (Number.isFinite(x) && x > 0 ? x : median));
+  const units = Math.floor(count / quantum);
+  if (quantum > 1 && units >= n) {
+    const counts = splitBatch(units, w).map((u) => u * quantum);
+    const fastest = w.indexOf(Math.max(...w));
+    counts[fastest]! += count - units * quantum;
+    return counts;
+  }
   const total = w.reduce((a, b) => a + b, 0);
   const min = count >= n ? 1 : 0;
   const spare = count - min * n;
