@@ -655,9 +655,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     // Every rank's browser first, then their pages: a browser that takes seconds to start (a
     // Firefox rank) does not make its page arrive after the first round has formed without it.
-    const initial: RankPage[] = [];
-    for (let i = 0; i < opts.nproc; i++) initial.push(await addPage(globalRank(nodeRank, opts.nproc, i)));
-    for (const rp of initial) await navigate(rp, url);
+    // (Only with --browser/--browsers: the --tabs driver opens a rank's tab with its link.)
+    if (mixed) {
+      const initial: RankPage[] = [];
+      for (let i = 0; i < opts.nproc; i++) initial.push(await addPage(globalRank(nodeRank, opts.nproc, i)));
+      for (const rp of initial) await navigate(rp, url);
+    } else {
+      for (let i = 0; i < opts.nproc; i++) await openPage(url, globalRank(nodeRank, opts.nproc, i));
+    }
     if (opts.tabs) log(`[launch] visibility at start: ${(await sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
