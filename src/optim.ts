@@ -125,6 +125,18 @@ export abstract class HostOptimizer extends tf.Optimizer {
       return;
     }
     const names = this.bufferNames();
+    if (names.length === 0) {
+      // SGD without momentum keeps only its step count.
+      const only = specs[0]!;
+      const steps = new Float32Array(state.weightData)[0];
+      if (specs.length !== 1 || only.name !== 'step' || only.shape.length !== 0 || state.weightData.byteLength !== 4 || !Number.isSafeInteger(steps) || steps! < 0) {
+        throw new OptimizerStateError(`${this.getClassName()} state: expected only a scalar 'step' count, got ${specs.length} tensors starting with '${String(only.name).slice(0, 40)}'`);
+      }
+      this.steps = steps!;
+      this.layout = null;
+      this.buffers.clear();
+      return;
+    }
     const perBuffer = (specs.length - 1) / names.length;
     if (specs[0]!.name !== 'step' || specs[0]!.shape.length !== 0 || !Number.isInteger(perBuffer)) {
       throw new OptimizerStateError(`${this.getClassName()} state: expected a scalar 'step' then ${names.join(', ')} per parameter, got ${specs.length} tensors starting with '${String(specs[0]!.name).slice(0, 40)}'`);

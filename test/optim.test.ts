@@ -101,6 +101,19 @@ describe('host optimizer state', () => {
     });
   }
 
+  it('plain SGD (no momentum) keeps only its step count, which round-trips', () => {
+    const c = fixture.cases.find((k) => k.kind === 'sgd' && !k.options.momentum)!;
+    const first = make(c);
+    run(c, first, 0, 3);
+    const bundle = first.stateBundle();
+    expect(bundle.weightSpecs.map((s) => s.name)).toEqual(['step']);
+    const second = make(c);
+    second.loadStateBundle(bundle);
+    expect(second.stepCount).toBe(3);
+    expect(Array.from(run(c, second, 3, fixture.steps, run(c, make(c), 0, 3)))).toEqual(Array.from(run(c, make(c))));
+    expect(() => make(c).loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(-1).buffer })).toThrow(OptimizerStateError);
+  });
+
   it('an optimizer before its first step has an empty state (as TF.js)', () => {
     expect(new Adam().stateBundle().weightSpecs).toEqual([]);
   });
