@@ -6,12 +6,13 @@
  *   torch     rank 3 four times slower (--slow 3:4), every rank the same batch (--balance false):
  *             the group moves at the straggler's pace, as torch's DDP does;
  *   balanced  rank 3 four times slower, each step's samples split by measured speed (the default).
- * Prints and writes bench/results/balance.json and .md: samples/s (the job's figure: per step,
+ * Prints and writes bench/results/<--out>.json and .md: samples/s (the job's figure: per step,
  * the global batch over the step's time, step 1 left out), its ratio to `even`, seconds, and
  * whether the replicas stayed identical and every sample was trained once.
  *
  * Options: --dataset synthetic|mnist --train-size 8192 --batch-size 64 --epochs 1 --backend cpu --slow 3:4
  * --configs even,torch,balanced (a subset runs only those; `vs even` then needs even among them)
+ * --out balance (the results' file name, .json and .md, in bench/results)
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -29,9 +30,11 @@ const { values } = parseArgs({
     backend: { type: 'string', default: 'cpu' },
     slow: { type: 'string', default: '3:4' },
     configs: { type: 'string', default: 'even,torch,balanced' },
+    out: { type: 'string', default: 'balance' },
   },
 });
 if (!['synthetic', 'mnist'].includes(values.dataset!)) throw new Error(`--dataset: synthetic or mnist, got "${values.dataset}"`);
+if (!/^[a-z0-9_-]{1,40}$/.test(values.out!)) throw new Error(`--out: a file name of a-z 0-9 _ - (no extension), got "${values.out}"`);
 if (!['cpu', 'webgl', 'webgpu', 'wasm'].includes(values.backend!)) throw new Error(`--backend: cpu, webgl, webgpu or wasm, got "${values.backend}"`);
 for (const k of ['train-size', 'batch-size', 'epochs'] as const) if (!/^[1-9]\d{0,6}$/.test(values[k]!)) throw new Error(`--${k} takes a positive integer, got "${values[k]}"`);
 if (!/^\d+:\d+(\.\d+)?$/.test(values.slow!)) throw new Error(`--slow takes RANK:FACTOR, got "${values.slow}"`);
@@ -112,6 +115,6 @@ const md = [
 console.log(md);
 const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
-await writeFile(join(dir, 'balance.json'), JSON.stringify({ date, machine, options: values, rows }, null, 2));
-await writeFile(join(dir, 'balance.md'), md);
+await writeFile(join(dir, `${values.out}.json`), JSON.stringify({ date, machine, options: values, rows }, null, 2));
+await writeFile(join(dir, `${values.out}.md`), md);
 process.exit(rows.every((r) => r.ok) ? 0 : 1);

@@ -3,8 +3,10 @@
  * launcher's headless ranks do); without a session it offers to create one.
  */
 import { RendezvousHandler } from '../src/index.ts';
+import { StoreClient } from '../src/store.ts';
+import { UnauthorizedError } from '../src/errors.ts';
 import { report } from './report.ts';
-import { pageToken } from './page_token.ts';
+import { pageAdminSecret, pageToken } from './page_token.ts';
 import { probeWebGpu } from './webgpu.ts';
 import type { Job } from './jobs/job.ts';
 import { runOnPage } from './job_page.ts';
@@ -51,7 +53,7 @@ async function runJob(jobName: string): Promise<void> {
       params,
       serverUrl: location.origin,
       session,
-      token: pageToken(false),
+      token: pageToken(),
       worldSize: intParam('world', 1)!,
       rank: intParam('rank', undefined),
       timeoutMs: intParam('timeoutMs', 120_000)!,
@@ -87,7 +89,7 @@ async function lobby(session: string, worldSize: number | undefined, rank: numbe
   }
   try {
     status.textContent = `Waiting for ${worldSize} tabs to join…`;
-    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(true), min: worldSize, max: worldSize, rank, timeoutMs: 3_600_000 }, (e) => {
+    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(), min: worldSize, max: worldSize, rank, timeoutMs: 3_600_000 }, (e) => {
       if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
       if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
     });
@@ -136,6 +138,23 @@ switch (link.kind) {
     void lobby(link.session, link.world, link.rank);
     break;
   case 'create':
-    mountCreateForm(app, { origin: location.origin });
+    mountCreateForm(app, { origin: location.origin, register: createSession });
     break;
+}
+
+/**
+ * Creates a session on the server from the create form: a hello with its new token and host
+ * secret (and the admin secret of an admin link), then the socket closes; the session stays.
+ */
+async function createSession(session: string, token: string, host: string): Promise<void> {
+  const admin = pageAdminSecret();
+  let client: StoreClient;
+  try {
+    client = await StoreClient.connect(location.origin, { session, token, host, ...(admin ? { admin } : {}) });
+  } catch (err) {
+    if (err instanceof UnauthorizedError && /wrong token/.test(err.message)) throw new Error(`A session named “${session}” exists on this server already: choose another name.`);
+    if (err instanceof UnauthorizedError) throw new Error(`Only the host creates sessions on this server: open the start page on the server's own computer, or the admin link npm start printed. (${err.message})`);
+    throw new Error(`The server did not create the session: ${(err as Error).message}`);
+  }
+  client.close();
 }

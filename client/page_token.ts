@@ -1,30 +1,36 @@
 /**
  * The session's secret as a page finds it: in its link's fragment (`#token=...`), which the
- * browser never sends to the server. A person who opens a session link without one is its creator
- * (a link typed by hand): the page makes a token and puts it in the address bar, so the link they
- * copy from there is the one others need.
+ * browser never sends to the server. A link without one creates nothing and joins nothing: it is
+ * most often a shared link that lost its end (chat apps cut it at the #); sessions are made on
+ * the start page (the create form), which registers them with the server at once.
  */
-import { isSessionToken, newSessionToken, tokenFromFragment, withToken } from '../src/session_token.ts';
+import { isSessionToken, tokenFromFragment } from '../src/session_token.ts';
 
 /** A link's token problem, said for a person. */
 export class MissingTokenError extends Error {
   override name = 'MissingTokenError';
 }
 
-/**
- * The token of this page's session. `create`: when the link has none, make one and show it in the
- * address bar (a person's tab); otherwise (the launcher's pages) a missing token is an error.
- */
-export function pageToken(create: boolean): string {
+/** The token of this page's session; MissingTokenError (saying what to do) when the link has none. */
+export function pageToken(): string {
   const token = tokenFromFragment(location.hash);
   if (token !== undefined) {
     if (!isSessionToken(token)) throw new MissingTokenError(`the link's #token=... is not a session token (22-128 characters of A-Z a-z 0-9 _ -): copy the whole link again`);
     return token;
   }
-  if (!create) throw new MissingTokenError('the link has no #token=...: open the session with the full link it was shared with');
-  const made = newSessionToken();
-  history.replaceState(history.state, '', withToken(location.href, made));
-  return made;
+  throw new MissingTokenError(
+    'this link has no #token=... at its end, the session\'s secret (chat apps and some editors cut links at the #). Open the full link the host shared, or create a new session on the start page',
+  );
+}
+
+/**
+ * The server's admin secret, when this tab opened the admin link `npm start` prints for a host on
+ * another machine (`#admin=...`): with it the create form may create sessions there.
+ */
+export function pageAdminSecret(): string | undefined {
+  const hash = location.hash.startsWith('#') ? location.hash.slice(1) : location.hash;
+  const admin = new URLSearchParams(hash).get('admin');
+  return admin !== null && isSessionToken(admin) ? admin : undefined;
 }
 
 /**

@@ -28,7 +28,7 @@
  * on the process's 'exit' and on SIGINT/SIGTERM/SIGHUP.
  */
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, constants, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findTurnserver, freeUdpPort, killRunTurnserver, newTurnSecret, RELAY_PORTS, TURN_REALM, TurnProcess } from './turn.ts';
@@ -204,9 +204,26 @@ export function checkLanSupport(): { ip: string; tc: string } {
   return { ip, tc };
 }
 
-/** Where runs keep their subnet reservations and Chromium wrapper scripts (cleared on reboot under /run). */
+/**
+ * Where runs keep their subnet reservations and Chromium wrapper scripts (cleared on reboot under
+ * /run): made private to this user, and refused when it is not (a folder another user made in a
+ * shared $TMPDIR could plant wrapper scripts that run as root, or records that steer the sweep).
+ */
 function stateRoot(): string {
-  return existsSync('/run') ? '/run/browser-ddp-lan' : join(tmpdir(), 'browser-ddp-lan');
+  const root = existsSync('/run') ? '/run/browser-ddp-lan' : join(tmpdir(), 'browser-ddp-lan');
+  mkdirSync(root, { recursive: true, mode: 0o700 });
+  const info = lstatSync(root);
+  const uid = process.getuid?.() ?? info.uid;
+  if (!info.isDirectory() || info.uid !== uid || (info.mode & 0o022) !== 0) {
+    throw new Error(`--lan keeps its state in ${root}, which is not a folder private to this user (owner uid ${info.uid}, mode ${(info.mode & 0o777).toString(8)}): remove it and run again`);
+  }
+  return root;
+}
+
+/** The run a namespace or root interface name belongs to (`<tag>-lan`, `<tag>-h<i>`, `<tag>s`), or undefined. */
+export function runOfName(name: string): string | undefined {
+  const tag = /^(ddp[0-9a-z]{1,6}-[0-9a-z]{1,3})(?:-lan|-h\d+|s)$/.exec(name)?.[1];
+  return tag !== undefined && ownerPid(tag) !== undefined ? tag : undefined;
 }
 
 function pidAlive(pid: number): boolean {
@@ -253,11 +270,18 @@ function rootLinks(ip: string): string[] {
  */
 export function sweepLeftovers(tools = checkLanSupport()): string[] {
   const removed: string[] = [];
+  const root = stateRoot();
   const dead = (name: string) => {
     const pid = ownerPid(name);
     return pid !== undefined && !pidAlive(pid);
   };
-  for (const link of rootLinks(tools.ip).filter(dead)) {
+  // A namespace or link is swept only when a run of ours recorded it (its folder in our own state
+  // root): a name that merely looks like ours belongs to someone else.
+  const oursAndDead = (name: string) => {
+    const tag = runOfName(name);
+    return tag !== undefined && dead(tag) && existsSync(join(root, tag));
+  };
+  for (const link of rootLinks(tools.ip).filter(oursAndDead)) {
     try {
       runSync(tools.ip, ['link', 'del', link]);
       removed.push(`link ${link}`);
@@ -265,7 +289,7 @@ export function sweepLeftovers(tools = checkLanSupport()): string[] {
       /* gone meanwhile */
     }
   }
-  for (const ns of netnsNames(tools.ip).filter(dead)) {
+  for (const ns of netnsNames(tools.ip).filter(oursAndDead)) {
     try {
       runSync(tools.ip, ['netns', 'del', ns]);
       removed.push(`netns ${ns}`);
@@ -273,7 +297,6 @@ export function sweepLeftovers(tools = checkLanSupport()): string[] {
       /* gone meanwhile */
     }
   }
-  const root = stateRoot();
   if (existsSync(root)) {
     for (const entry of readdirSync(root)) {
       // subnet-10.200.5 files hold their owner's tag; run directories are named by the tag.

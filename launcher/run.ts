@@ -339,7 +339,10 @@ export function isScript(job: string): boolean {
 }
 
 export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
-  const log = opts.log ?? ((line: string) => console.log(line));
+  // Pages' console lines and store values can carry a peer's words (an abort notice): no control
+  // characters (terminal escape sequences, fake line breaks) reach the terminal.
+  const print = opts.log ?? ((line: string) => console.log(line));
+  const log = (line: string) => print(printable(line));
   const token = opts.token ?? newSessionToken();
   const script = isScript(opts.job);
   const nnodes = opts.nnodes ?? 1;
@@ -476,6 +479,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     if (!base) {
       if (!script) await ensureBuilt((l) => log(`[launch] ${l}`));
       server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
+      // The launcher is the session's host: it creates it, so its ranks' links work from any address.
+      await server.createSession(opts.session, token);
       base = server.url;
       log(`[launch] server on ${base}`);
     }
@@ -547,6 +552,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           const port = server!.port;
           await server!.close();
           server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
+          await server.createSession(opts.session, token);
           log(`[launch] server restarted on port ${port}`);
           return;
         }
@@ -723,4 +729,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     await server?.close();
     await lan?.close();
   }
+}
+
+/** `text` with control characters (escape sequences, line breaks) shown as \xNN; tabs kept. */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }

@@ -35,7 +35,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Stats } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import { dirname, join, resolve } from 'node:path';
 import { SESSION_NAME } from '../src/protocol.ts';
@@ -305,6 +305,8 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     let reserved = true;
     let tmp: string | undefined;
     let fh: FileHandle | undefined;
+    /** The topmost folder this upload made, until it stored a checkpoint in it. */
+    let madeFolder: string | undefined;
     try {
       await checkDiskBudget(declared);
       const body = new BodyReader(req, declared, uploadTimeoutMs, uploadIdleTimeoutMs);
@@ -314,6 +316,7 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
         const head = await readContainerHead(body, declared);
         // New folders must themselves survive a crash, so the parent of each new one is synced too.
         const created = await mkdir(folder, { recursive: true });
+        madeFolder = created;
         if (created !== undefined) {
           for (let made = folder; ; made = dirname(made)) {
             await syncDir(dirname(made));
@@ -345,6 +348,7 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       const name = nextName(await checkpointNames(folder), step);
       const path = join(folder, name + EXT);
       await rename(tmp, path);
+      madeFolder = undefined;
       uploading.delete(tmp);
       reservedBytes -= declared;
       reserved = false;
@@ -362,6 +366,13 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       // Cleaned up before the refusal is answered, so a client that sees it finds no leftovers.
       await fh?.close().catch(() => {});
       if (tmp !== undefined && uploading.delete(tmp)) await unlink(tmp).catch(() => {});
+      // A refused upload leaves no folder behind (the token file may have been written: then it stays).
+      if (madeFolder !== undefined) {
+        for (let f = folder; ; f = dirname(f)) {
+          if (!(await rmdir(f).then(() => true, () => false))) break;
+          if (f === madeFolder || f === dir) break;
+        }
+      }
       if (reserved) reservedBytes -= declared;
       activeUploads--;
     }

@@ -26,7 +26,11 @@ try {
   process.exit(1);
 }
 // A ready session link; its #token=... is the session's secret: whoever has the link can join.
-const demo = withToken(`${server.url}?session=demo-${newSessionToken().slice(0, 6)}&world=3`, newSessionToken());
+const demoSession = `demo-${newSessionToken().slice(0, 6)}`;
+const demoToken = newSessionToken();
+// Created now, so that the link works from any tab that opens it first.
+await server.createSession(demoSession, demoToken);
+const demo = withToken(`${server.url}?session=${demoSession}&world=3`, demoToken);
 for (const line of startupLines(server, demo)) console.log(line);
 if (tls) for (const line of trustLines(tls)) console.log(line);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {

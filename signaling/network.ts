@@ -20,7 +20,8 @@ export interface ServerInfo {
 const WILDCARD = new Set(['0.0.0.0', '::', '']);
 
 /** Loopback names and addresses: reachable from this machine only. */
-function isLoopback(host: string): boolean {
+/** A loopback name or address (the server's own machine), also as IPv4-mapped IPv6. */
+export function isLoopback(host: string): boolean {
   const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
   return h === 'localhost' || h === '::1' || h.startsWith('127.') || h === '0:0:0:0:0:0:0:1' || h.startsWith('::ffff:127.');
 }
@@ -61,7 +62,10 @@ export function listeningLabel(listenHost: string, port: number): string {
   return `${listenHost.includes(':') ? `[${listenHost}]` : listenHost || '0.0.0.0'}:${port}`;
 }
 
-/** Answers `GET /api/info` (returns false for other paths). The Host and Origin checks ran before. */
+/**
+ * Answers `GET /api/info` (returns false for other paths), its `urls` to the server's own machine
+ * only. The Host and Origin checks ran before.
+ */
 export function infoHandler(info: () => ServerInfo): (req: IncomingMessage, res: ServerResponse) => boolean {
   return (req, res) => {
     let pathname: string;
@@ -75,7 +79,10 @@ export function infoHandler(info: () => ServerInfo): (req: IncomingMessage, res:
       res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(`${req.method} is not allowed on /api/info: use GET`);
       return true;
     }
-    const body = JSON.stringify(info());
+    // The machine's addresses (VPNs, containers, public IPv6) are told only to its own tabs: the
+    // host's create form picks the one to share; anyone else knows the address they came by.
+    const all = info();
+    const body = JSON.stringify(isLoopback(req.socket.remoteAddress ?? '') ? all : { ...all, urls: [] });
     // Addresses change (Wi-Fi, DHCP): never cached.
     res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body) });
     res.end(req.method === 'HEAD' ? undefined : body);
@@ -125,10 +132,12 @@ export function listenError(err: unknown, host: string, port: number): Error {
  * What `npm start` prints once listening: where to open the page, where other machines can
  * (or that HOST=0.0.0.0 lets them), and a ready session link.
  */
-export function startupLines(server: { url: string; urls: readonly string[]; host: string }, demoLink: string): string[] {
+export function startupLines(server: { url: string; urls: readonly string[]; host: string; adminSecret?: string }, demoLink: string): string[] {
   const lines = [`Serving on ${server.url}`];
   if (server.urls.length > 0) {
     lines.push('Other machines on your network can open:', ...server.urls.map((u) => `  ${u}`));
+    // Sessions are created by the host only: on this machine, or with the admin secret.
+    if (server.adminSecret) lines.push(`Sessions are created on this machine's tabs; from another computer, open ${server.urls[0]}#admin=${server.adminSecret} (keep it private: it lets that tab create sessions)`);
   } else if (WILDCARD.has(server.host)) {
     lines.push('Listening on every interface, but this machine has no network address yet: other machines cannot reach it.');
   } else {

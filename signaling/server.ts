@@ -20,6 +20,8 @@ import { createServer as createHttpServer, type IncomingMessage, type ServerResp
 import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
+import { timingSafeEqual } from 'node:crypto';
+import { newSessionToken } from '../src/session_token.ts';
 import { WebSocketServer } from 'ws';
 import {
   CloseCode,
@@ -47,7 +49,7 @@ import { serveStatic } from './static.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
 import { checkIceConfig, iceConfigFromEnv, iceServersFor, type IceConfig } from './ice.ts';
-import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
+import { infoHandler, isLoopback, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 
 export { ServerStartError } from './network.ts';
@@ -99,6 +101,18 @@ export interface ServerOptions {
   /** Where server messages go. Default: console.log; pass () => {} to silence. */
   log?: (line: string) => void;
   /**
+   * The server's admin secret: a hello presenting it (`hello.admin`) may create sessions from
+   * another machine (a host whose server runs elsewhere). Default: a new random one each start
+   * (`RunningServer.adminSecret`; `npm start` prints a link with it when others can reach the server).
+   */
+  adminSecret?: string;
+  /**
+   * A hello from the server's own machine (a loopback address) may create sessions without the
+   * admin secret: the host's tabs. Default true; set false behind a reverse proxy on the same
+   * machine, where every connection comes from loopback.
+   */
+  loopbackCreates?: boolean;
+  /**
    * Serve page, API and WebSocket over TLS (https and wss on the one port) with this certificate
    * and key (`keptCertificate()` makes a self-signed one, `readTlsFiles()` reads PEM files).
    * A certificate or key that cannot be used rejects with `ServerStartError`. Default: plain http.
@@ -123,6 +137,13 @@ export interface RunningServer {
   host: string;
   /** Live sessions, for tests and diagnostics. */
   sessions: ReadonlyMap<string, Session>;
+  /** The admin secret (ServerOptions.adminSecret): whoever has it may create sessions. */
+  adminSecret: string;
+  /**
+   * Creates a session with its token (and host secret), as the create form does: from now on its
+   * links work, and nobody can take its name. Rejects when it exists with another token.
+   */
+  createSession(session: string, token: string, host?: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -155,7 +176,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const quiet = new QuietLog(log);
 
   const checkpointDir = resolve(options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'));
-  const tokens = new SessionTokens(checkpointDir);
+  // Tokens outlive their stores (a day): bounded well above the live sessions.
+  const maxKnownSessions = limits.maxSessions * 8;
+  const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
+  const adminSecret = options.adminSecret ?? newSessionToken();
+  if (!SESSION_TOKEN.test(adminSecret)) throw new ServerStartError('the admin secret must be 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)', 'EADMINSECRET', options.port ?? 0, options.host ?? '');
+  const loopbackCreates = options.loopbackCreates ?? true;
+  /** Whether this hello may create its session: the host's (the server's machine, or the admin secret). */
+  const mayCreate = (conn: Connection, req: Request<'hello'>): boolean =>
+    (loopbackCreates && isLoopback(conn.address)) || (req.admin !== undefined && sameSecret(req.admin, adminSecret));
   const sessions = new Sessions(limits, tokens, sessionIdleMs);
   const checkpoints = checkpointHandler({
     dir: checkpointDir,
@@ -351,7 +380,18 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       // Checked before the token is claimed, so a refused session leaves no token behind.
       sessions.checkRoomFor(req.session);
-      const claim = await tokens.claimSession(req.session, req.token, req.host);
+      const claim = await tokens.claimSession(req.session, req.token, req.host, mayCreate(conn, req));
+      if (!claim.ok && claim.why === 'full') {
+        throw new StoreRefusal(ErrorCode.TOO_MANY_SESSIONS, `the server keeps the tokens of ${maxKnownSessions} sessions already; join an existing session or try again later`, { limit: maxKnownSessions });
+      }
+      if (!claim.ok && claim.why === 'unknown') {
+        return unauthorized(
+          conn,
+          req,
+          'an unknown session',
+          `session "${req.session}" does not exist on this server. Open the full link the host shared (with its #token=...); only the host creates sessions (on the server's own machine, or with the admin link npm start prints)`,
+        );
+      }
       if (!claim.ok) {
         const malformed = !SESSION_TOKEN.test(req.token);
         return unauthorized(
@@ -599,6 +639,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     },
     host,
     sessions: sessions.map,
+    adminSecret,
+    createSession: (session, token, hostSecret) => {
+      if (!SESSION_NAME.test(session)) return Promise.reject(new Error(`session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`));
+      return tokens.create(session, token, hostSecret);
+    },
     close: () =>
       new Promise<void>((done) => {
         clearInterval(watchdog);
@@ -627,4 +672,11 @@ function endedMessage(session: string): string {
 function envList(name: string): string[] | undefined {
   const raw = process.env[name];
   return raw ? raw.split(',').map((s) => s.trim()).filter(Boolean) : undefined;
+}
+
+/** Compares two secrets in constant time. */
+function sameSecret(given: string, secret: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(secret);
+  return a.length === b.length && timingSafeEqual(a, b);
 }

@@ -1,7 +1,10 @@
 /**
- * Session secrets on the server (Jupyter's token, per session). The first connection to a session
- * name fixes its token; the server keeps only the token's SHA-256, in memory while the session
- * lives and, once the session has checkpoints, in its checkpoint folder, so that a restarted
+ * Session secrets on the server (Jupyter's token, per session). A session is created by the
+ * server's host (the create form, the launcher, `npm start`'s demo link, a hello from the server's
+ * own machine or with its admin secret), which fixes its token; nobody else can make a session
+ * exist, so a link without its token, or a made-up name, claims nothing. The server keeps only the
+ * token's SHA-256: in memory while the session lives and for `keepMs` (a day) after it was last
+ * used, and, once the session has checkpoints, in its checkpoint folder, so that a restarted
  * server or a session dropped for idleness cannot be claimed by someone else with its checkpoints.
  *
  * The same connection may fix a host secret (`hello.host`): only the one that fixes the token, so
@@ -21,7 +24,9 @@ export const HOST_FILE = 'host.sha256';
 /** What `claimSession` decided. */
 export type Claim =
   /** A missing, malformed or wrong token: nothing was read or kept. */
-  | { ok: false }
+  | { ok: false; why: 'token' }
+  /** The session does not exist and this hello may not create it (or the server knows too many). */
+  | { ok: false; why: 'unknown' | 'full' }
   /** The token is the session's; `created`: this call fixed it (and the host secret, if given). */
   | { ok: true; created: boolean };
 
@@ -48,9 +53,31 @@ export class SessionTokens {
   private readonly hashes = new Map<string, Buffer>();
   /** Host secret hashes; null: the session has none (known, so the disk is not read again). */
   private readonly hosts = new Map<string, Buffer | null>();
+  /** Sessions without a live store, by when they were last used: forgotten `keepMs` after. */
+  private readonly idle = new Map<string, number>();
 
-  /** @param dir the checkpoint folder (one sub-folder per session), where persisted hashes live. */
-  constructor(private readonly dir: string) {}
+  /**
+   * @param dir the checkpoint folder (one sub-folder per session), where persisted hashes live.
+   * @param maxSessions most sessions whose tokens are kept at once (a creation past it is refused).
+   * @param keepMs how long a session's token outlives its last use.
+   */
+  constructor(
+    private readonly dir: string,
+    private readonly maxSessions = 4096,
+    private readonly keepMs = 24 * 3600_000,
+  ) {}
+
+  /**
+   * Creates `session` with `token` (and `host`) as its creator does (the server's own callers: the
+   * launcher, `npm start`). Creating an existing session with its own token changes nothing.
+   * Throws when the session exists with another token, or the server knows too many sessions.
+   */
+  async create(session: string, token: string, host?: string): Promise<void> {
+    if (!SESSION_TOKEN.test(token) || (host !== undefined && !SESSION_TOKEN.test(host))) throw new Error('a session token and host secret are 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)');
+    const claim = await this.claimSession(session, token, host, true);
+    if (!claim.ok) throw new Error(claim.why === 'full' ? `the server keeps ${this.maxSessions} sessions already: no room for "${session}"` : `session "${session}" exists already with another token`);
+    if (claim.created) this.idle.set(session, Date.now());
+  }
 
   /**
    * `hello`: accepts the session's token, or fixes it when the session has none yet (not ok for a
@@ -58,20 +85,23 @@ export class SessionTokens {
    * host secret `host` (or that the session has none), in the same step, so no other hello can
    * come between the two. `host` must be well-formed (the caller checks, before claiming).
    */
-  async claimSession(session: string, token: string | undefined, host?: string): Promise<Claim> {
-    if (token === undefined || !SESSION_TOKEN.test(token)) return { ok: false };
+  async claimSession(session: string, token: string | undefined, host: string | undefined, mayCreate: boolean): Promise<Claim> {
+    if (token === undefined || !SESSION_TOKEN.test(token)) return { ok: false, why: 'token' };
     const hash = sha256(token);
     const known = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     // Another hello may have fixed it while this one read the disk: the first one wins.
     const current = this.hashes.get(session) ?? known;
     if (current === undefined) {
+      if (!mayCreate) return { ok: false, why: 'unknown' };
+      if (this.hashes.size >= this.maxSessions) return { ok: false, why: 'full' };
       this.hashes.set(session, hash);
       this.hosts.set(session, host === undefined ? null : sha256(host));
       return { ok: true, created: true };
     }
-    if (!timingSafeEqual(current, hash)) return { ok: false };
+    if (!timingSafeEqual(current, hash)) return { ok: false, why: 'token' };
     // Kept in memory only for a session someone entered: a wrong guess leaves nothing behind.
     this.hashes.set(session, current);
+    this.idle.delete(session);
     return { ok: true, created: false };
   }
 
@@ -124,10 +154,28 @@ export class SessionTokens {
     await this.writeHash(session, TOKEN_FILE, hash);
   }
 
-  /** The session was dropped: its name is free again unless a checkpoint folder holds its hash. */
+  /**
+   * The session's store was dropped (idle): its token is kept `keepMs` more, so that its links
+   * still work; then its name is free again unless a checkpoint folder holds its hash.
+   */
+  release(session: string, now = Date.now()): void {
+    if (this.hashes.has(session)) this.idle.set(session, now);
+  }
+
+  /** Forgets the tokens of sessions unused for `keepMs` (the sessions sweeper calls it). */
+  expire(now = Date.now()): void {
+    for (const [session, since] of this.idle) {
+      if (now - since <= this.keepMs) continue;
+      this.idle.delete(session);
+      this.forget(session);
+    }
+  }
+
+  /** Forgets a session's token now (a store that could not be made after its hello created it). */
   forget(session: string): void {
     this.hashes.delete(session);
     this.hosts.delete(session);
+    this.idle.delete(session);
   }
 
   private async writeHash(session: string, name: string, hash: Buffer): Promise<void> {

@@ -1,7 +1,8 @@
 /**
  * The server's sessions and the server-wide limits on them: at most `maxSessions` at once, and
- * at most `maxServerBytes` in all their stores together. A session lives while it has sockets and
- * for `idleMs` after its last one left; dropping it frees its place, its bytes and its name.
+ * at most `maxServerBytes` in all their stores together. A session's store lives while it has
+ * sockets and for `idleMs` after its last one left; dropping it frees its place and its bytes (its
+ * token, and so its name, for a day more: see SessionTokens).
  */
 import { ErrorCode, type Limits } from '../src/protocol.ts';
 import { Session } from './session.ts';
@@ -25,6 +26,7 @@ export class Sessions {
       for (const [name, s] of this.map) {
         if (s.connections === 0 && now - s.idleSince > idleMs) this.drop(name);
       }
+      this.tokens.expire(now);
     }, Math.min(idleMs, 60_000));
     this.sweeper.unref();
   }
@@ -48,7 +50,7 @@ export class Sessions {
     );
   }
 
-  /** The session `name`, made if needed (its token is claimed already; a refusal forgets it again). */
+  /** The session `name`, made if needed (its token is claimed already and kept after a refusal, as after a drop). */
   open(name: string): Session {
     let session = this.map.get(name);
     if (session) return session;
@@ -56,7 +58,7 @@ export class Sessions {
       // Again: another hello may have taken the last place while this one's token was checked.
       this.checkRoomFor(name);
     } catch (err) {
-      this.tokens.forget(name);
+      this.tokens.release(name);
       throw err;
     }
     session = new Session(name, { maxKeys: this.limits.maxKeysPerSession, maxBytes: this.limits.maxBytesPerSession, server: this.bytes });
@@ -64,11 +66,14 @@ export class Sessions {
     return session;
   }
 
-  /** Drops a session: its keys, its bytes from the server's budget, its place, its token. */
+  /** Drops a session's store: its keys, its bytes from the server's budget, its place. Its token is kept a while (SessionTokens). */
   drop(name: string): void {
+    const ended = this.map.get(name)?.ended ?? false;
     this.map.get(name)?.close();
     this.map.delete(name);
-    this.tokens.forget(name);
+    // A session its host ended is over: its links must not bring it back.
+    if (ended) this.tokens.forget(name);
+    else this.tokens.release(name);
   }
 
   close(): void {

@@ -5,7 +5,7 @@
  * kept in certs/ (key mode 0600) so that a browser that trusted it once keeps trusting it, and
  * made anew when it no longer covers the machine or is about to expire.
  */
-import { X509Certificate, createHash, createPrivateKey, createPublicKey, type KeyObject } from 'node:crypto';
+import { X509Certificate, createHash, createPrivateKey, createPublicKey, randomBytes, type KeyObject } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { hostname, networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
@@ -245,9 +245,10 @@ export async function keptCertificate(options: KeptCertificateOptions = {}): Pro
   const made = await makeSelfSigned(names, { now, validDays: options.validDays ?? 365, key: reusableKey });
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   // Written aside and renamed: a reader never sees half a file; the key is 0600 from its first byte.
-  const tmp = `.${process.pid}-${Date.now().toString(36)}`;
-  writeFileSync(keyFile + tmp, made.key, { mode: 0o600 });
-  writeFileSync(certFile + tmp, made.cert, { mode: 0o644 });
+  // Unpredictable and created exclusively: nobody can place a file or a link there first to read the key.
+  const tmp = `.${process.pid}-${randomBytes(9).toString('hex')}`;
+  writeFileSync(keyFile + tmp, made.key, { mode: 0o600, flag: 'wx' });
+  writeFileSync(certFile + tmp, made.cert, { mode: 0o644, flag: 'wx' });
   renameSync(keyFile + tmp, keyFile);
   renameSync(certFile + tmp, certFile);
   options.log?.(`[tls] made a self-signed certificate (${shown}) because ${reason}; it covers ${[...names.dns, ...names.ips].join(', ')}`);

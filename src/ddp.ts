@@ -21,7 +21,7 @@
  * - `registerCommHook(hook)` (torch's register_comm_hook) replaces each bucket's all-reduce with
  *   the hook's reduction (comm_hooks/: fp16 and bf16 compression, PowerSGD, ...); without one,
  *   `allreduceHook()` is the plain float32 all-reduce;
- * - with `errorIfNonfinite`, a backward whose averaged gradients hold a NaN or an infinity fails
+ * - with `errorIfNonfinite` (the default), a backward whose averaged gradients hold a NaN or an infinity fails
  *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
  * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
  * (`verifyReplicas` in replicas.ts checks that they do).
@@ -48,7 +48,8 @@ export interface DDPOptions {
   /**
    * Fail `backward` with NonFiniteGradientError when an averaged gradient is NaN or infinite, and
    * drop the gradients so that no update is applied (torch: clip_grad_norm_'s error_if_nonfinite).
-   * A pass over the gradients already on the host; no device readback. Default false.
+   * A pass over the gradients already on the host; no device readback. Default true (torch's is
+   * false): one rank's NaN, a hostile member's included, would otherwise reach every replica.
    */
   errorIfNonfinite?: boolean;
   /**
@@ -200,7 +201,7 @@ export class DistributedDataParallel {
     this.grad = new Float32Array(this.numel);
     const mib = 1 << 20;
     this.buckets = assignBuckets(this.sizes, (options.firstBucketCapMB ?? 1) * mib, (options.bucketCapMB ?? 25) * mib);
-    this.errorIfNonfinite = options.errorIfNonfinite ?? false;
+    this.errorIfNonfinite = options.errorIfNonfinite ?? true;
     const startStep = options.startStep ?? 1;
     if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
     this.startStep = startStep;
@@ -295,6 +296,12 @@ export class DistributedDataParallel {
    */
   async backward(lossFn: (() => tf.Scalar) | LocalGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     if (typeof lossFn !== 'function') return this.reduceGradients(lossFn, options);
+    // No samples this step (balanced batches gave them to faster ranks): nothing to compute; the
+    // rank still takes part in the reductions, with zeros, and receives the averages.
+    if (this.gradientScale === 0) {
+      if (options.inputs && options.inputs.length > 0) throw new Error('backward with inputs needs samples: a rank with no samples (setBatchShare(0, ...)) has no inputs to differentiate');
+      return this.reduceGradients({ grads: new Float32Array(this.numel), loss: 0, computeMs: 0 }, {});
+    }
     const t0 = performance.now();
     const inputs = options.inputs ?? [];
     const { value, grads } = tf.variableGrads(lossFn, [...this.variables, ...inputs]);
@@ -360,11 +367,13 @@ export class DistributedDataParallel {
         if (syncing) {
           this.scaleForShare(view);
           if (reductions.length === 0) commStart = performance.now();
+          // The finiteness check counts as communication: the span then still covers the wait.
           const reduced = this.reduceBucket(index, view, step).then((avg) => {
+            if (this.errorIfNonfinite && !allFinite(avg)) nonfinite.push(bucket);
             commEnd = Math.max(commEnd, performance.now());
             return avg;
           });
-          reductions.push(this.errorIfNonfinite ? reduced.then((avg) => (allFinite(avg) ? undefined : nonfinite.push(bucket))) : reduced);
+          reductions.push(reduced);
         }
       }
       // No buckets (no trainable weights): the compute alone.
@@ -484,7 +493,9 @@ export class DistributedDataParallel {
    * This rank trains `samples` of the step's `globalSamples` (the sum over ranks): from the next
    * synchronised backward on, its gradients (the mean over its own samples) are weighted by
    * samples * worldSize / globalSamples before the averaging, so that the average is the mean over
-   * the global batch. Equal batches (torch's case) weigh 1. Every rank sets its own share; the
+   * the global batch. Equal batches (torch's case) weigh 1. A share of 0 samples: `backward` computes
+   * nothing (the loss function is not called), takes part in the reductions with zeros and
+   * returns loss 0. Every rank sets its own share; the
    * shares must add up to `globalSamples`.
    */
   setBatchShare(samples: number, globalSamples: number): void {

@@ -214,6 +214,24 @@ export class NonFiniteGradientError extends Error {
   }
 }
 
+/**
+ * Weights about to be set hold a NaN or an infinity (an averaging, pulled values, a loaded
+ * checkpoint or recovery state): refused, and the model keeps the weights it had.
+ */
+export class NonFiniteWeightsError extends Error {
+  override name = 'NonFiniteWeightsError';
+  constructor(
+    /** The first parameter (in model order) with a value that is not finite. */
+    readonly parameter: string,
+    /** Its index in the weights set (trainable weights, or all weights for a loaded model). */
+    readonly index: number,
+    /** Where the weights came from ("the model averaging", "a checkpoint", ...). */
+    readonly source: string,
+  ) {
+    super(`${source}: parameter ${index} (${parameter}) holds a NaN or an infinity; the weights were not set`);
+  }
+}
+
 /** The replicas' weights differ: the ranks named hold weights unlike the majority's (or rank 0's). */
 export class ReplicaDivergenceError extends Error {
   override name = 'ReplicaDivergenceError';

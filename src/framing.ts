@@ -223,6 +223,9 @@ export class Reassembler {
     if (h.offset > this.received) {
       throw new FramingError(`out-of-order chunk at offset ${h.offset}; expected offset ${this.received} (seq ${h.seq})`);
     }
+    // An empty chunk of a non-empty message carries nothing but would count as a sign of progress:
+    // a hostile peer could keep a receive waiting forever with them.
+    if (h.length === 0 && this.total > 0) throw new FramingError(`empty chunk at offset ${h.offset} of a ${this.total}-byte message (seq ${h.seq})`);
     this.started = true;
     this.received += h.length;
     this.onChunk(frame.subarray(HEADER_BYTES), h.offset, frame);

@@ -31,6 +31,7 @@ export {
   GroupClosedError,
   FramingError,
   NonFiniteGradientError,
+  NonFiniteWeightsError,
   ReplicaDivergenceError,
   StateTransferError,
   DeviceLostError,

@@ -48,8 +48,16 @@ interface Receiver {
   resolve(): void;
   reject(err: Error): void;
   timer: ReturnType<typeof setTimeout> | undefined;
+  /** The message as a whole (see MESSAGE_MIN_RATE): a peer that drips chunks cannot hold a receive for ever. */
+  deadline: ReturnType<typeof setTimeout> | undefined;
   what: string;
 }
+
+/**
+ * The slowest a message may arrive, in bytes per ms (16 KiB/s, a poor mobile link): a receive
+ * fails once it has waited `peerTimeoutMs` plus its bytes at this rate, however its chunks trickle.
+ */
+const MESSAGE_MIN_RATE = 16;
 
 interface InboxEntry {
   buffered: Array<{ frame: Uint8Array; header: FrameHeader }>;
@@ -77,7 +85,7 @@ export class Mailbox {
   private readonly inbox = new Map<string, InboxEntry>();
   private readonly completed = new Set<string>();
   private readonly receivers = new Set<Receiver>();
-  /** Bytes buffered per peer, for `limits.maxBufferedBytes`. */
+  /** Bytes this mailbox buffers per peer (its part of `allHeld`). */
   private readonly held = new Map<number, number>();
   /** When each peer was last heard from (any frame, its link opening); unset until its link opens. */
   private readonly lastHeard = new Map<number, number>();
@@ -92,6 +100,11 @@ export class Mailbox {
     private readonly issued: (peer: number, kind: FrameKind) => number,
     /** Appended to what a receive waits for, in errors: which subgroup it is in (" in subgroup 1 [1, 3]"); empty for the top-level group. */
     private readonly label = '',
+    /**
+     * Bytes buffered per peer by every group of this rank, for `limits.maxBufferedBytes`: the
+     * bound is one per peer, however many groups (a pipeline mesh's) the peer shares with it.
+     */
+    private readonly allHeld: Map<number, number> = new Map(),
   ) {}
 
   /**
@@ -110,6 +123,7 @@ export class Mailbox {
         reassembler: undefined,
         onChunk,
         timer: undefined,
+        deadline: undefined,
         what: `${describeCollective(descriptor)} #${seq} step ${step}${this.label}`,
         resolve: () => {
           this.finish(receiver);
@@ -126,6 +140,10 @@ export class Mailbox {
       if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
       entry.receiver = receiver;
       this.armTimer(receiver);
+      const limitMs = this.peerTimeoutMs + Math.ceil(expectedBytes / MESSAGE_MIN_RATE);
+      receiver.deadline = setTimeout(() => {
+        this.onSilentPeer(peer, `did not finish sending ${receiver.what} (${expectedBytes} bytes) within ${limitMs} ms`);
+      }, limitMs);
       for (const { frame, header } of entry.buffered.splice(0)) {
         this.hold(peer, -frame.length);
         this.deliver(receiver, frame, header);
@@ -178,7 +196,7 @@ export class Mailbox {
     if (h.step >= this.limits.maxStep) {
       throw new FramingError(`message step ${h.step} of ${what} #${h.seq} is past the last a collective has (${this.limits.maxStep - 1})`, from, 'step');
     }
-    const held = (this.held.get(from) ?? 0) + frame.length;
+    const held = (this.allHeld.get(from) ?? 0) + frame.length;
     if (held > this.limits.maxBufferedBytes) {
       throw new FramingError(
         `${held} bytes would wait for receives this rank has not posted, over the limit of ${this.limits.maxBufferedBytes} (${what} #${h.seq})`,
@@ -191,9 +209,12 @@ export class Mailbox {
     entry.buffered.push({ frame, header: h });
   }
 
-  /** Rejects every waiting receive with `err`. */
+  /** Rejects every waiting receive with `err`, and gives back what it buffered to the rank's bound. */
   failAll(err: Error): void {
     for (const r of [...this.receivers]) r.reject(err);
+    for (const [peer, bytes] of this.held) this.allHeld.set(peer, (this.allHeld.get(peer) ?? 0) - bytes);
+    this.held.clear();
+    this.inbox.clear();
   }
 
   private deliver(r: Receiver, frame: Uint8Array, h: FrameHeader): void {
@@ -222,6 +243,7 @@ export class Mailbox {
 
   private hold(peer: number, bytes: number): void {
     this.held.set(peer, (this.held.get(peer) ?? 0) + bytes);
+    this.allHeld.set(peer, (this.allHeld.get(peer) ?? 0) + bytes);
   }
 
   private armTimer(r: Receiver): void {
@@ -233,6 +255,7 @@ export class Mailbox {
 
   private finish(r: Receiver): void {
     if (r.timer !== undefined) clearTimeout(r.timer);
+    if (r.deadline !== undefined) clearTimeout(r.deadline);
     this.receivers.delete(r);
     const entry = this.inbox.get(r.key);
     if (entry?.receiver === r) this.inbox.delete(r.key);
@@ -296,12 +319,15 @@ export function decodeAbortNotice(from: number, h: FrameHeader, frame: Uint8Arra
     // an unreadable notice still aborts the collective
   }
   const message = typeof n.message === 'string' ? n.message.slice(0, MAX_NOTICE_MESSAGE) : 'no reason given';
-  const origin = typeof n.origin === 'number' && Number.isInteger(n.origin) ? n.origin : from;
+  const claimed = typeof n.origin === 'number' && Number.isInteger(n.origin) ? n.origin : from;
+  // The notice's origin is the sender's word: a notice passed on by another rank says who passed
+  // it, so that a member cannot speak in an honest rank's name unnoticed.
+  const origin: number | string = claimed === from ? from : `${claimed} (passed on by rank ${from})`;
   switch (n.kind) {
     case 'peer-lost':
       if (typeof n.lostRank === 'number' && Number.isInteger(n.lostRank)) {
-        // A rank that announces its own leaving (its tab closing) speaks for itself.
-        return new PeerLostError(n.lostRank, n.lostRank === origin ? message : `reported by rank ${origin}: ${message}`);
+        // A rank that announces its own leaving (its tab closing) speaks for itself, on its own link only.
+        return new PeerLostError(n.lostRank, n.lostRank === from && claimed === from ? message : `reported by rank ${origin}: ${message}`);
       }
       break;
     case 'mismatch':
@@ -309,7 +335,7 @@ export function decodeAbortNotice(from: number, h: FrameHeader, frame: Uint8Arra
     case 'framing':
       return new FramingError(`rank ${origin} reported: ${message}`);
     case 'recoverable':
-      return new CollectiveAbortedError(origin, h.seq, message, true);
+      return new CollectiveAbortedError(claimed, h.seq, claimed === from ? message : `${message} (passed on by rank ${from})`, true);
   }
-  return new CollectiveAbortedError(origin, h.seq, message, false);
+  return new CollectiveAbortedError(claimed, h.seq, claimed === from ? message : `${message} (passed on by rank ${from})`, false);
 }

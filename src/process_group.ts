@@ -52,13 +52,21 @@ export interface AllReduceOptions {
 export type { LinkDetails, LinkPath, LinkStats } from './group_links.ts';
 export type { ProcessGroupEvent } from './shared_links.ts';
 /** How a group's links behave: the options every way of making a group takes. */
+/** LinkOptions.peerTimeoutMs's default. */
+export const DEFAULT_PEER_TIMEOUT_MS = 120_000;
+
 export interface LinkOptions {
   /**
    * ICE servers for WebRTC. Default: the ones the server hands out with `hello` (a TURN relay it
    * mints credentials for, see the README's “Across machines”), else none: host candidates only.
    */
   iceServers?: RTCIceServer[];
-  /** How long a peer may stay silent while a collective waits on it. Default 30 s. */
+  /**
+   * How long a live peer (its liveness frames arrive) may send nothing of a message a collective
+   * or a receive waits for. Default 120 s: a slow device compiling kernels for a new batch shape
+   * (a phone, a software GPU), or a pipeline stage waiting for a whole pass, is silent that long.
+   * A closed, frozen or paused peer is found by `stallTimeoutMs` instead.
+   */
 peerTimeoutMs?: number;
   /**
    * A peer whose link is open but that sends nothing at all, not even the liveness frame every
@@ -170,7 +178,7 @@ export class ProcessGroup {
     this.instance = init.client.instance;
     this.timeoutMs = init.timeoutMs;
     this.maxFrameBytes = Math.min(init.maxFrameBytes ?? DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES);
-    const peerTimeoutMs = init.peerTimeoutMs ?? 30_000;
+    const peerTimeoutMs = init.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
     this.maxSeqAhead = positiveInt(init.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead');
     const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
     const maxBufferedBytes = positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes');
@@ -220,6 +228,7 @@ export class ProcessGroup {
       },
       (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
       this.label,
+      this.shared.heldBytes,
     );
     this.shared.register(this.routed());
   }

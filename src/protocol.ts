@@ -105,7 +105,10 @@ export const ErrorCode = {
   UNKNOWN_PEER: 'UNKNOWN_PEER',
   /** `rendezvous` with a size range other than the session's, where one of them is elastic. */
   ELASTIC_MISMATCH: 'ELASTIC_MISMATCH',
-  /** `hello` without the session's token, or with another one. Nothing of the session was read or changed. */
+  /**
+   * `hello` without the session's token, with another one, or naming a session that does not
+   * exist from a connection that may not create one. Nothing of the session was read or changed.
+   */
   UNAUTHORIZED: 'UNAUTHORIZED',
   /** `hello` naming a new session while the server holds `maxSessions`. */
   TOO_MANY_SESSIONS: 'TOO_MANY_SESSIONS',
@@ -211,8 +214,11 @@ export interface RequestFields {
    * connection. `host` (same format) is the host secret: the hello that creates the session's
    * token fixes it; a later hello with it must match (else UNAUTHORIZED) and makes that connection
    * the host, one without it is a plain member. On a session created without one, it is ignored.
+   * Only the server's host creates sessions (a hello naming an unknown session is refused): a
+   * connection from the server's own machine, or one presenting `admin`, the server's admin
+   * secret (`npm start` prints a link with it).
    */
-  hello: { session: string; version: number; token: string; host?: string };
+  hello: { session: string; version: number; token: string; host?: string; admin?: string };
   set: { key: string; value: WireValue };
   get: { key: string; timeoutMs: number };
   add: { key: string; amount: number };

@@ -133,7 +133,11 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
     case 'hello': {
       const hello = { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
       // Its format is checked by the server, like the token's: a malformed one is UNAUTHORIZED.
-      return raw.host === undefined ? hello : { ...hello, host: str(raw, 'host', id, 128) };
+      return {
+        ...hello,
+        ...(raw.host === undefined ? {} : { host: str(raw, 'host', id, 128) }),
+        ...(raw.admin === undefined ? {} : { admin: str(raw, 'admin', id, 128) }),
+      };
     }
     case 'set':
       return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };

@@ -5,6 +5,7 @@
  * all-gather compares them.
  */
 import * as tf from '@tensorflow/tfjs';
+import { NonFiniteWeightsError } from './errors.ts';
 import { ReplicaDivergenceError } from './errors.ts';
 import { hashFloat32 } from './hash.ts';
 import type { ProcessGroup } from './process_group.ts';
@@ -40,11 +41,22 @@ export function hostWeights(model: tf.LayersModel): Float32Array | null {
   return m.values;
 }
 
-/** Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order, and keeps it as their host master copy. */
-export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array): void {
+/**
+ * Sets `model`'s trainable weights from one flat buffer in `model.trainableWeights` order, and keeps
+ * it as their host master copy. Refuses (NonFiniteWeightsError, nothing set) a buffer with a NaN or
+ * an infinity: a model is never made non-finite by what a peer sent. `source` names where the
+ * values came from, for that error.
+ */
+export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array, source = 'the new weights'): void {
   const weights = model.trainableWeights;
   const total = weights.reduce((n, w) => n + sizeOf(w.shape), 0);
   if (flat.length !== total) throw new RangeError(`the flat weights have ${flat.length} elements, the model's trainable weights ${total}`);
+  let at = 0;
+  for (const [index, w] of weights.entries()) {
+    const end = at + sizeOf(w.shape);
+    for (let i = at; i < end; i++) if (!Number.isFinite(flat[i]!)) throw new NonFiniteWeightsError(w.originalName, index, source);
+    at = end;
+  }
   let offset = 0;
   for (const w of weights) {
     const size = sizeOf(w.shape);

@@ -70,6 +70,8 @@ export class SharedLinks {
   readonly client: StoreClient;
   readonly links: GroupLinks;
   private readonly groups = new Map<number, RoutedGroup>();
+  /** Bytes buffered for each peer by all of this rank's groups together (MailboxLimits.maxBufferedBytes is per peer, not per group). */
+  readonly heldBytes = new Map<number, number>();
   /** Ids of subgroups destroyed on this rank: frames still arriving for them are dropped. */
   private readonly retired = new Set<number>();
   private nextId = 1;

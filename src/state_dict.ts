@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs';
 import type { Checkpoint, WeightSpec } from './checkpoint_format.ts';
 import type { SamplerState } from './sampler.ts';
 import { HostOptimizer } from './optim.ts';
+import { NonFiniteWeightsError } from './errors.ts';
 
 export interface TensorBundle {
   weightSpecs: WeightSpec[];
@@ -28,7 +29,8 @@ export async function modelArtifacts(model: tf.LayersModel): Promise<Checkpoint[
 }
 
 /** Sets the model's weights from saved artifacts (same architecture, weights in save order). */
-export function loadModelWeights(model: tf.LayersModel, saved: TensorBundle): void {
+export function loadModelWeights(model: tf.LayersModel, saved: TensorBundle, source = 'the loaded weights'): void {
+  checkFiniteBundle(saved, source);
   const named = tf.io.decodeWeights(saved.weightData, saved.weightSpecs as tf.io.WeightsManifestEntry[]);
   const values = saved.weightSpecs.map((s) => named[s.name]);
   if (values.length !== model.weights.length) {
@@ -130,7 +132,8 @@ export class TrainState {
 
   /** Restores every part of `state`, into a fresh optimizer. */
   async loadStateDict(state: TrainStateDict): Promise<void> {
-    loadModelWeights(this.model, state.model);
+    checkProgress(state.progress);
+    loadModelWeights(this.model, state.model, 'the loaded training state');
     const fresh = this.options.optimizer();
     await loadOptimizerState(fresh, state.optimizer);
     this.opt.dispose();
@@ -143,4 +146,36 @@ export class TrainState {
   dispose(): void {
     this.opt.dispose();
   }
+}
+
+/**
+ * Refuses (NonFiniteWeightsError) a bundle whose float32 tensors hold a NaN or an infinity: a
+ * checkpoint or a peer's state must not make a model non-finite. Reads the bytes, no device.
+ */
+export function checkFiniteBundle(saved: TensorBundle, source: string): void {
+  const data = saved.weightData;
+  let offset = 0;
+  for (const [index, spec] of saved.weightSpecs.entries()) {
+    const size = spec.shape.reduce((a, b) => a * b, 1);
+    const bytes = size * (spec.dtype === 'bool' ? 1 : 4);
+    if (spec.dtype === 'float32') {
+      if (offset + bytes > data.byteLength) return; // a short bundle: decodeWeights says so
+      const values = new Float32Array(data.slice(offset, offset + bytes));
+      for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i]!)) throw new NonFiniteWeightsError(spec.name, index, source);
+    }
+    offset += bytes;
+  }
+}
+
+/** The most epochs a state may claim: the sampler seeds each epoch with seed + epoch, which must stay a safe integer. */
+const MAX_EPOCH = 2 ** 31;
+
+/** Refuses (RangeError) progress no run can be at: a restored checkpoint's or a peer's state. */
+export function checkProgress(p: unknown): void {
+  const o = (typeof p === 'object' && p !== null ? p : {}) as Record<string, unknown>;
+  for (const key of ['step', 'epoch', 'position'] as const) {
+    const v = o[key];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new RangeError(`the state's progress.${key} must be an integer >= 0, got ${String(v)}: the checkpoint or state is damaged`);
+  }
+  if ((o.epoch as number) > MAX_EPOCH) throw new RangeError(`the state's progress.epoch ${String(o.epoch)} is past ${MAX_EPOCH}: the checkpoint or state is damaged`);
 }

@@ -53,11 +53,15 @@ export interface StoreClientOptions {
   /** The session (namespace) to use. */
   session: string;
   /**
-   * The session's secret (`newSessionToken()`; a share link's `#token=...`). The first connection
-   * to a session fixes it; every later one must present the same, or `connect` fails with
-   * `UnauthorizedError`.
+   * The session's secret (`newSessionToken()`; a share link's `#token=...`). The connection that
+   * creates the session fixes it; every later one must present the same, or `connect` fails with
+   * `UnauthorizedError`. Only the server's host creates sessions: a connection from the server's
+   * own machine, one with `admin`, or the server's own `createSession` (the launcher's way);
+   * anyone else naming a session that does not exist gets `UnauthorizedError`.
    */
   token: string;
+  /** The server's admin secret (`RunningServer.adminSecret`): lets a connection from another machine create the session. */
+  admin?: string;
   /**
    * The session's host secret (same format as a token). The connection that creates the session
    * fixes it; a later one presenting it becomes the host (`isHost`) and may send `control`; a
@@ -227,8 +231,14 @@ export class StoreClient implements Store {
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
     if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
     try {
-      const fields = { session: options.session, version: PROTOCOL_VERSION, token: options.token };
-      const hello = await client.request('hello', options.host === undefined ? fields : { ...fields, host: options.host }, connectTimeoutMs);
+      const fields = {
+        session: options.session,
+        version: PROTOCOL_VERSION,
+        token: options.token,
+        ...(options.host === undefined ? {} : { host: options.host }),
+        ...(options.admin === undefined ? {} : { admin: options.admin }),
+      };
+      const hello = await client.request('hello', fields, connectTimeoutMs);
       client.instance = hello.instance;
       client.hostReply = { host: hello.host, hasHost: hello.hasHost };
       // From the server, but checked before WebRTC sees it: a malformed list would throw deep inside.

@@ -12,8 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { runElastic, smoothSpeeds, type ElasticRunResult } from '../src/elastic/runner.ts';
-import { balancedBatchOf, keepSplit, planGlobalEpoch, splitBatch } from '../src/elastic/epoch.ts';
+import { runElastic, type ElasticRunResult } from '../src/elastic/runner.ts';
+import { balancedBatchOf, planGlobalEpoch, splitBatch } from '../src/elastic/epoch.ts';
+import { keepSplit, predictedStep, splitByCost, StepCosts, type RankCost } from '../src/elastic/balance.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { SGD } from '../src/optim.ts';
@@ -57,7 +58,7 @@ describe('balancedBatchOf', () => {
     const seen: number[] = [];
     for (let k = 0; k < plan.stepsLeft; k++) {
       const shares = [1 + k, 2, 0.5];
-      const parts = [0, 1, 2].map((r) => balancedBatchOf(plan, k, 12, shares, r));
+      const parts = [0, 1, 2].map((r) => balancedBatchOf(plan, k, 12, (count) => splitBatch(count, shares), r, 3));
       for (const p of parts) expect(p.globalSamples).toBe(k < 4 ? 12 : 3);
       seen.push(...parts.flatMap((p) => p.indices));
     }
@@ -68,20 +69,76 @@ describe('balancedBatchOf', () => {
 
   it('a last step with fewer samples than ranks is padded from the start of the order, the padding counted', () => {
     const plan = planGlobalEpoch(9, { step: 0, epoch: 0, position: 0 }, { numReplicas: 4, batchSize: 2, shuffle: false });
-    const parts = [0, 1, 2, 3].map((r) => balancedBatchOf(plan, 1, 8, [1, 1, 1, 1], r));
+    const parts = [0, 1, 2, 3].map((r) => balancedBatchOf(plan, 1, 8, (count) => splitBatch(count, [1, 1, 1, 1]), r, 4));
     expect(parts.map((p) => p.indices)).toEqual([[8], [0], [1], [2]]);
     expect(parts.map((p) => p.padding)).toEqual([0, 1, 1, 1]);
   });
 });
 
-describe('smoothSpeeds', () => {
-  it('halves each new figure with the history, keeps a rank\'s last speed when it reports none, and bounds outliers by the median', () => {
-    expect(smoothSpeeds(null, [100, 50])).toEqual([100, 50]);
-    expect(smoothSpeeds([100, 50], [100, 0])).toEqual([100, 50]);
-    expect(smoothSpeeds([100, 50], [80, 30])).toEqual([90, 40]);
-    // A peer claiming to be a million times faster weighs at most 20 medians.
-    expect(smoothSpeeds(null, [100, 100, 1e8])).toEqual([100, 100, 2000]);
-    expect(smoothSpeeds(null, [0, 0])).toBeNull();
+describe('StepCosts', () => {
+  it('fits overhead + samples x perSample from two sizes or more, smoothing a size seen again', () => {
+    const costs = new StepCosts(2);
+    expect(costs.known).toBe(false);
+    costs.observe([16, 16], [28, 112]);
+    costs.observe([26, 6], [33, 92]);
+    const [fast, slow] = costs.models();
+    expect(fast!.overhead).toBeCloseTo(20, 9);
+    expect(fast!.perSample).toBeCloseTo(0.5, 9);
+    expect(slow!.overhead).toBeCloseTo(80, 9);
+    expect(slow!.perSample).toBeCloseTo(2, 9);
+    // The same size again: half the new figure, half the history.
+    costs.observe([26, 0], [43, 0]);
+    expect(costs.models()[0]!.overhead + 26 * costs.models()[0]!.perSample).toBeCloseTo(38, 9);
+  });
+
+  it('a rank seen at one size takes the group\'s overhead ratio; an unmeasured rank the median model', () => {
+    const costs = new StepCosts(3);
+    costs.observe([10, 10, 10], [30, 60, 0]);
+    // No lines yet: time in proportion to the samples.
+    expect(costs.models()[0]).toEqual({ overhead: 0, perSample: 3 });
+    costs.observe([20, 10, 10], [40, 0, 0]);
+    // Rank 0's line: overhead 20 = 20 samples' worth; rank 1 (60 ms at 10) gets the same ratio.
+    expect(costs.models()[1]!.overhead).toBeCloseTo(40, 9);
+    expect(costs.models()[1]!.perSample).toBeCloseTo(2, 9);
+    expect(costs.models()[2]).toEqual(costs.models()[0]!.perSample < costs.models()[1]!.perSample ? costs.models()[1] : costs.models()[0]);
+  });
+
+  it('a peer\'s figure is untrusted: non-finite or non-positive times are ignored, and no rank is predicted 20x cheaper per sample than the median', () => {
+    const costs = new StepCosts(3);
+    costs.observe([10, 10, 10], [NaN, -5, Infinity]);
+    expect(costs.known).toBe(false);
+    costs.observe([10, 10, 10], [100, 100, 1e-6]);
+    expect(costs.models()[2]!.perSample).toBeCloseTo(10 / 20, 9);
+    expect(splitByCost(300, costs.models(), 1)[2]).toBeLessThanOrEqual(300 * (20 / 22) + 3);
+  });
+});
+
+describe('splitByCost', () => {
+  const line = (overhead: number, perSample: number): RankCost => ({ overhead, perSample });
+
+  it('without fixed costs, about in proportion to the speeds (the shortest step, not the nearest ratio); the counts add up', () => {
+    // [20, 20, 20, 4] takes 20 ms; the nearest ratio, [19, 19, 19, 7], 28 ms.
+    expect(splitByCost(64, [line(0, 1), line(0, 1), line(0, 1), line(0, 4)], 1)).toEqual([20, 20, 20, 4]);
+    for (const count of [1, 3, 37, 259]) {
+      const counts = splitByCost(count, [line(5, 0.3), line(1, 2.2), line(0, 1.1)], 8);
+      expect(counts.reduce((a, b) => a + b, 0)).toBe(count);
+    }
+  });
+
+  it('a rank whose fixed cost alone is longer than the others\' whole batches gets no samples; a probe gives it one unit', () => {
+    // Four ranks of a small model: 20 ms a step plus 0.1 ms a sample; rank 3 four times slower.
+    const models = [line(20, 0.1), line(20, 0.1), line(20, 0.1), line(80, 0.4)];
+    const counts = splitByCost(128, models, 4);
+    expect(counts).toEqual([44, 44, 40, 0]);
+    expect(predictedStep(counts, models)).toBeCloseTo(24.4, 9);
+    // In proportion to samples/s (the fixed cost ignored), the slow rank would set the pace.
+    expect(predictedStep([40, 40, 40, 8], models)).toBeCloseTo(83.2, 9);
+    expect(splitByCost(128, models, 4, true)).toEqual([44, 40, 40, 4]);
+  });
+
+  it('the same split on every rank: pure arithmetic on the same figures', () => {
+    const models = [line(3.3, 0.71), line(9.1, 0.2), line(0.5, 1.9), line(40, 0.05)];
+    expect(splitByCost(200, models, 3)).toEqual(splitByCost(200, models.map((m) => ({ ...m })), 3));
   });
 });
 
@@ -97,7 +154,7 @@ describe('runElastic with balanceBatches', () => {
 
   const data = syntheticDataset({ length: 480, inputSize: 16, numClasses: 4, seed: 2 });
 
-  function member(net: MemoryNetwork, id: number, session: string, world: number, batchSize: number, msPerSample: number, events: ElasticEvent[], samples: number[][]): Promise<ElasticRunResult> {
+  function member(net: MemoryNetwork, id: number, session: string, world: number, batchSize: number, cost: { overheadMs?: number; msPerSample: number }, events: ElasticEvent[], samples: number[][]): Promise<ElasticRunResult> {
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
     const state = new TrainState({ model, optimizer: () => new SGD({ lr: 0.1 }) });
     return runElastic({
@@ -120,9 +177,10 @@ describe('runElastic with balanceBatches', () => {
         const { x, y } = data.batch(ctx.indices);
         const xs = tf.tensor(x, [ctx.indices.length, 16]);
         const ys = tf.tensor1d(y, 'int32');
-        // A device that takes `msPerSample` per sample: a wait (not this process's one thread, which
+        // A device that takes `overheadMs` a step (with samples) plus `msPerSample` per sample: a wait (not this process's one thread, which
         // both ranks share) in the straggler's slot, which DDP counts as this rank's own time.
-        const device = { after: async () => (await sleep(ctx.indices.length * msPerSample), ctx.indices.length * msPerSample) };
+        const ms = ctx.indices.length > 0 ? (cost.overheadMs ?? 0) + ctx.indices.length * cost.msPerSample : 0;
+        const device = { after: async () => (await sleep(ms), ms) };
         const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler: device });
         tf.dispose([xs, ys]);
         await ctx.ddp.step(ctx.optimizer);
@@ -136,7 +194,7 @@ describe('runElastic with balanceBatches', () => {
     const session = uniqueSession('balance');
     const events: ElasticEvent[] = [];
     const samples: number[][] = [];
-    const runs = await Promise.all([member(net, 0, session, 2, 16, 2, events, samples), member(net, 1, session, 2, 16, 8, events, samples)]);
+    const runs = await Promise.all([member(net, 0, session, 2, 16, { msPerSample: 2 }, events, samples), member(net, 1, session, 2, 16, { msPerSample: 8 }, events, samples)]);
     expect(runs.map((r) => r.steps)).toEqual([15, 15]);
     expect(runs[0]!.weightHash).toBe(runs[1]!.weightHash);
     expect(samplesSeen(events)).toEqual([{ samples: 480, exactlyOnce: true, complete: true }]);
@@ -147,7 +205,7 @@ describe('runElastic with balanceBatches', () => {
     for (const s of samples[1]!.slice(-5)) expect(s).toBeLessThanOrEqual(9);
 
     const soloEvents: ElasticEvent[] = [];
-    const [solo] = await Promise.all([member(new MemoryNetwork(), 0, uniqueSession('balance-solo'), 1, 32, 0, soloEvents, [])]);
+    const [solo] = await Promise.all([member(new MemoryNetwork(), 0, uniqueSession('balance-solo'), 1, 32, { msPerSample: 0 }, soloEvents, [])]);
     const [a, b] = [await runs[0]!.ddp.flatWeights(), await solo!.ddp.flatWeights()];
     let d = 0;
     let n = 0;
@@ -159,21 +217,36 @@ describe('runElastic with balanceBatches', () => {
     await Promise.all(runs.map((r) => r.close()));
     await solo!.close();
   });
+
+  it('a rank whose fixed cost makes it slower than the others\' whole batches trains no samples, and its replica stays identical', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('balance-overhead');
+    const events: ElasticEvent[] = [];
+    const samples: number[][] = [];
+    // A small model's step: mostly fixed cost. Rank 1 is 4x slower in both.
+    const runs = await Promise.all([
+      member(net, 0, session, 2, 16, { overheadMs: 20, msPerSample: 0.5 }, events, samples),
+      member(net, 1, session, 2, 16, { overheadMs: 80, msPerSample: 2 }, events, samples),
+    ]);
+    expect(runs[0]!.weightHash).toBe(runs[1]!.weightHash);
+    expect(samplesSeen(events)).toEqual([{ samples: 480, exactlyOnce: true, complete: true }]);
+    // Once both ranks were measured at two sizes, the slow one gets nothing: the fast one alone is faster.
+    expect(samples[1]!.slice(-5)).toEqual([0, 0, 0, 0, 0]);
+    expect(samples[0]!.slice(-6, -1)).toEqual([32, 32, 32, 32, 32]);
+    await Promise.all(runs.map((r) => r.close()));
+  });
 });
+
 
 describe('keepSplit', () => {
   it('keeps the last split while it is nearly as fast as the new one, so batch shapes (and compiled kernels) stay the same', () => {
-    const speeds = [4, 4, 4, 1];
-    // The ideal split for these speeds is [20, 19, 19, 6]; one sample off either way predicts a step under 10% longer.
-    expect(keepSplit([19, 20, 19, 6], [20, 19, 19, 6], speeds)).toBe(true);
-    expect(keepSplit([20, 19, 18, 7], [20, 19, 19, 6], speeds)).toBe(false);
-    expect(keepSplit([16, 16, 16, 16], [20, 19, 19, 6], speeds)).toBe(false);
+    const models: RankCost[] = [1, 1, 1, 4].map((perSample) => ({ overhead: 0, perSample }));
+    // The ideal split is [20, 20, 20, 4] (20 ms); one sample more on a fast rank predicts 21 ms, under 10% longer.
+    expect(keepSplit([21, 20, 19, 4], [20, 20, 20, 4], models)).toBe(true);
+    expect(keepSplit([19, 19, 18, 8], [20, 20, 20, 4], models)).toBe(false);
+    expect(keepSplit([16, 16, 16, 16], [20, 20, 20, 4], models)).toBe(false);
     // Another total (an epoch's last step) or another group: split afresh.
-    expect(keepSplit([20, 19, 19, 6], [20, 19, 19, 5], speeds)).toBe(false);
-    expect(keepSplit([16, 16], [11, 11, 10], [1, 1, 1])).toBe(false);
-    const plan = planGlobalEpoch(64, { step: 0, epoch: 0, position: 0 }, { numReplicas: 2, batchSize: 16, shuffle: false });
-    expect(balancedBatchOf(plan, 0, 32, [1, 1.1], 0, [16, 16]).counts).toEqual([16, 16]);
-    // In units of 2 samples (an eighth of the mean batch of 16).
-    expect(balancedBatchOf(plan, 0, 32, [1, 3], 0, [16, 16]).counts).toEqual([10, 22]);
+    expect(keepSplit([20, 20, 20, 4], [20, 20, 20, 3], models)).toBe(false);
+    expect(keepSplit([16, 16], [11, 11, 10], models.slice(0, 3))).toBe(false);
   });
 });

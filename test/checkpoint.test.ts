@@ -224,7 +224,7 @@ const session = (prefix = 'ckpt') => `${prefix}-${process.pid}-${++counter}`;
 /** A new session whose token is fixed on `srv`, as a hello would. */
 async function joined(srv: Mounted, prefix = 'ckpt'): Promise<string> {
   const s = session(prefix);
-  expect((await srv.tokens.claimSession(s, tokenFor(s))).ok).toBe(true);
+  expect((await srv.tokens.claimSession(s, tokenFor(s), undefined, true)).ok).toBe(true);
   return s;
 }
 
@@ -454,8 +454,8 @@ describe('checkpoint server', () => {
     const truncated = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'PUT', headers: headersFor(s), body: bytes.subarray(0, 1000) });
     expect(truncated.status).toBe(400);
     expect(((await truncated.json()) as { message: string }).message).toContain(`truncated: expected ${bytes.length} bytes, got 1000`);
-    // No checkpoint, no .tmp, and no token file: the session still has no checkpoint.
-    expect(await readdir(join(srv.dir, s))).toEqual([]);
+    // No checkpoint, no .tmp, no token file, and no folder: a refused upload leaves nothing behind.
+    expect(await exists(join(srv.dir, s))).toBe(false);
   });
 
   it('refuses, before creating anything, a container whose header does not describe its sections', async () => {
@@ -931,7 +931,8 @@ describe('checkpoint limits and failures', () => {
     expect(body.message).toContain(`${bytes.length >> 1} of ${bytes.length} bytes arrived in 300 ms`);
     expect(body.message).toContain('uploadTimeoutMs');
     expect(Date.now() - started).toBeLessThan(3_000);
-    expect(await readdir(join(srv.dir, s))).toEqual([]);
+    // Neither the .tmp nor the folder it made stays.
+    expect(await exists(join(srv.dir, s))).toBe(false);
   });
 
   it('times out an upload that stalls (408), before the whole-upload limit', async () => {

@@ -88,6 +88,14 @@ describe('reassembly rejects bad chunks', () => {
     expect(() => r2.push(list[0])).toThrow(/duplicate chunk at offset 0; expected offset 64/);
   });
 
+  it('an empty chunk of a non-empty message (it would pass for progress and keep a receive waiting)', () => {
+    const r = start();
+    r.push(list[0]);
+    const empty = new Uint8Array(HEADER_BYTES);
+    writeHeader(empty, { ...readHeader(list[1]), length: 0 });
+    expect(() => r.push(empty)).toThrow(/empty chunk at offset 64 of a 256-byte message/);
+  });
+
   it('an out-of-order chunk', () => {
     const r = start();
     r.push(list[0]);
@@ -135,5 +143,13 @@ describe('abort notices about the sender itself', () => {
   it('a rank leaving speaks for itself; a lost rank reported by another says by whom', () => {
     expect(roundTrip(new PeerLostError(2, 'its tab closed'), 2).message).toBe('lost rank 2: its tab closed');
     expect(roundTrip(new PeerLostError(2, 'its tab closed'), 0).message).toBe('lost rank 2: reported by rank 0: its tab closed');
+  });
+
+  it('a notice in another rank\'s name says who passed it on: a member cannot speak for an honest rank unnoticed', () => {
+    // Rank 3 sends a notice claiming rank 2 announced its own leaving.
+    const forged = encodeAbortNotice(3, new PeerLostError(2, 'its tab closed'), 2);
+    expect(decodeAbortNotice(3, readHeader(forged), forged).message).toBe('lost rank 2: reported by rank 2 (passed on by rank 3): its tab closed');
+    const aborted = encodeAbortNotice(3, new Error('boom'), 1);
+    expect(decodeAbortNotice(0, readHeader(aborted), aborted).message).toContain('(passed on by rank 0)');
   });
 });

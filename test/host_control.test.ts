@@ -131,20 +131,20 @@ describe('host secret', () => {
     dirs.push(dir);
     const tokens = new SessionTokens(dir);
     const [token, host] = [newSessionToken(), newSessionToken()];
-    expect(await tokens.claimSession('s', token, host)).toEqual({ ok: true, created: true });
-    expect(await tokens.claimSession('s', token, newSessionToken())).toEqual({ ok: true, created: false });
+    expect(await tokens.claimSession('s', token, host, true)).toEqual({ ok: true, created: true });
+    expect(await tokens.claimSession('s', token, newSessionToken(), false)).toEqual({ ok: true, created: false });
     expect(await tokens.checkHost('s', host)).toBe('host');
     expect(await tokens.checkHost('s', newSessionToken())).toBe('wrong');
     expect(await tokens.checkHost('s', undefined)).toBe('member');
     await tokens.persist('s');
     const restarted = new SessionTokens(dir);
-    expect(await restarted.claimSession('s', token, newSessionToken())).toEqual({ ok: true, created: false });
+    expect(await restarted.claimSession('s', token, newSessionToken(), false)).toEqual({ ok: true, created: false });
     expect(await restarted.checkHost('s', host)).toBe('host');
     expect(restarted.hasHost('s')).toBe(true);
 
     // A session without a host: a host file left from an older session of the name goes.
     const t = new SessionTokens(dir);
-    expect(await t.claimSession('t', token)).toEqual({ ok: true, created: true });
+    expect(await t.claimSession('t', token, undefined, true)).toEqual({ ok: true, created: true });
     await t.persist('t');
     await writeFile(join(dir, 't', HOST_FILE), 'a'.repeat(64) + '\n');
     await t.persist('t');

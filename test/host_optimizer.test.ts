@@ -117,13 +117,13 @@ describe('DDP with host optimizers', () => {
   }
 
   for (const [name, makeOpt] of optimizers.filter(([n]) => n === 'SGD' || n === 'Adam')) {
-    it(`${name}: uneven batches (5 + 27, then shares changing every step) weighed by share equal 1 rank at the global batch after 20 steps`, async () => {
+    it(`${name}: uneven batches (5 + 27, then shares changing every step, one rank at times with none) weighed by share equal 1 rank at the global batch after 20 steps`, async () => {
       const reference = await single(makeOpt, 20, 32);
       const fixed = await pair(makeOpt, 20, 32, () => 5);
       expect(Buffer.from(fixed[0]!.buffer).equals(Buffer.from(fixed[1]!.buffer))).toBe(true);
       expect(maxRelErr(fixed[0]!, reference)).toBeLessThanOrEqual(1e-5);
-      // Re-balanced every step, a rank with a single sample included.
-      const moving = await pair(makeOpt, 20, 32, (s) => 1 + ((s * 7) % 31));
+      // Re-balanced every step, a rank with a single sample, and a rank with none (at steps 1 and 15), included.
+      const moving = await pair(makeOpt, 20, 32, (s) => (s * 7) % 33);
       expect(maxRelErr(moving[0]!, reference)).toBeLessThanOrEqual(1e-5);
     });
   }

@@ -39,6 +39,7 @@ async function groups(n: number, extra: { maxFrameBytes?: number; peerTimeoutMs?
   return { pgs, net };
 }
 
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
 
 /** A copy of `frame` with header fields changed and its payload cut to the new length. */
@@ -129,6 +130,32 @@ describe('mailbox bounds', () => {
 
   it('refuses message numbers no collective of the group has', () => {
     expect(() => put(mailbox(), frameFor(11, 2))).toThrow(/message step 2 of collective #11 is past the last a collective has \(1\)/);
+  });
+
+  it('bounds the bytes one peer can make this rank hold over all the groups they share, and a broken group gives its part back', () => {
+    const shared = new Map<number, number>();
+    const inGroup = () => new Mailbox(1, 60_000, () => {}, { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 }, () => 10, '', shared);
+    const [a, b] = [inGroup(), inGroup()];
+    put(a, frameFor(11, 0, 64)); // 100 bytes with the header
+    put(b, frameFor(11, 0, 64)); // 200 over both groups
+    expect(() => put(b, frameFor(12, 0, 64))).toThrow(/300 bytes would wait/);
+    a.failAll(new Error('group destroyed'));
+    expect(() => put(b, frameFor(12, 0, 64))).not.toThrow();
+  });
+
+  it('gives a message a deadline as a whole: a peer dripping chunks cannot hold a receive for ever', async () => {
+    const lost: string[] = [];
+    const mb = new Mailbox(1, 100, (_peer, why) => lost.push(why), { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 1 << 16 }, () => 10);
+    const chunks = [...frames(new Uint8Array(64), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 11, step: 0, numel: 16, root: 0 }, 16 + HEADER_BYTES)];
+    const d = { collective: Collective.allReduce, reduceOp: 0, numel: 16, root: 0 } as const;
+    void mb.receive(0, FrameKind.collective, 11, 0, d, 64, () => {}, Promise.resolve()).catch(() => {});
+    // A chunk every 60 ms re-arms the 100 ms silence timer each time; the message's 104 ms do not wait.
+    for (const chunk of chunks.slice(0, 3)) {
+      await sleep(60);
+      if (lost.length > 0) break;
+      put(mb, chunk);
+    }
+    expect(lost[0]).toMatch(/did not finish sending allReduce.* #11 step 0 \(64 bytes\) within 104 ms/);
   });
 
   it('bounds the bytes one peer can make it hold, and frees them when a receive takes them', async () => {

@@ -73,6 +73,31 @@ describe('the server hands ICE servers to members', () => {
     await expect(StoreClient.connect(server.url, { session: 'ice-a', token: newSessionToken(), timeoutMs: 5_000 })).rejects.toBeInstanceOf(UnauthorizedError);
   });
 
+  it('a stranger who makes up a session gets no relay credentials: only the host creates sessions', async () => {
+    // loopbackCreates false: every connection here is treated as another machine's, as a stranger's on a LAN.
+    server = await startServer({ port: 0, log: () => {}, loopbackCreates: false, ice: { turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
+    const made = 'made-up';
+    const refused = StoreClient.connect(server.url, { session: made, token: tokenFor(made), timeoutMs: 5_000 });
+    await expect(refused).rejects.toBeInstanceOf(UnauthorizedError);
+    await expect(refused).rejects.toThrow(/session "made-up" does not exist on this server. Open the full link the host shared/);
+    // Nothing was claimed: the name is still free, and the server holds no store for it.
+    expect(server.sessions.has(made)).toBe(false);
+    // A wrong admin secret creates nothing either.
+    await expect(StoreClient.connect(server.url, { session: made, token: tokenFor(made), admin: newSessionToken(), timeoutMs: 5_000 })).rejects.toThrow(/does not exist/);
+
+    // The host creates it (the launcher's way, or a hello with the admin secret); its members get credentials.
+    await server.createSession('class-1', tokenFor('class-1'));
+    const member = await StoreClient.connect(server.url, { session: 'class-1', token: tokenFor('class-1'), timeoutMs: 5_000 });
+    expect(member.iceServers[0]!.username).toMatch(/^\d+:class-1$/);
+    member.close();
+    const host = await StoreClient.connect(server.url, { session: 'class-2', token: tokenFor('class-2'), admin: server.adminSecret, timeoutMs: 5_000 });
+    expect(host.iceServers).toHaveLength(1);
+    host.close();
+    // Creating an existing session with another token fails; with its own, changes nothing.
+    await expect(server.createSession('class-1', newSessionToken())).rejects.toThrow(/exists already with another token/);
+    await server.createSession('class-1', tokenFor('class-1'));
+  });
+
   it('none configured: an empty list (host candidates only)', async () => {
     server = await startServer({ port: 0, log: () => {}, ice: {} });
     const client = await StoreClient.connect(server.url, { session: 'ice-b', token: tokenFor('ice-b'), timeoutMs: 5_000 });

@@ -1,6 +1,6 @@
 /** The pure parts of `--lan` (launcher/lan.ts): rates, names, subnet choice. The LAN itself is in test/e2e/lan.spec.ts (root). */
 import { describe, expect, it } from 'vitest';
-import { chooseSubnet, cidrRange, lanNames, ownerPid, parseRate, parseRates, rateOf, runTag, tbfArgs } from '../launcher/lan.ts';
+import { chooseSubnet, cidrRange, lanNames, ownerPid, parseRate, parseRates, rateOf, runOfName, runTag, tbfArgs } from '../launcher/lan.ts';
 import { secureOriginArgs } from '../launcher/lan_driver.ts';
 
 describe('--lan rates', () => {
@@ -40,6 +40,13 @@ describe('--lan names', () => {
     expect(runTag(1234, 0)).not.toBe(runTag(1234, 1));
     expect(ownerPid('eth0')).toBeUndefined();
     expect(ownerPid('ddp')).toBeUndefined();
+  });
+
+  it('a name tells its run only in the shapes a run makes (the sweep then also needs the run\'s own record)', () => {
+    const tag = runTag(4_194_304, 36 ** 3 - 1);
+    const n = lanNames(tag);
+    for (const name of [n.lanNs, n.hostNs(0), n.hostNs(240), n.serverVeth]) expect(runOfName(name)).toBe(tag);
+    for (const name of ['eth0', tag, `${tag}-other`, `${tag}x`, 'ddpabc-1-lan-2']) expect(runOfName(name)).toBeUndefined();
   });
 });
 

@@ -301,6 +301,41 @@ describe('PowerSGD hook', () => {
     }
   });
 
+  it('one non-finite contribution leaves no trace in its state: the next steps are finite, and a poisoned state is refused', async () => {
+    const pgs = await groups(2);
+    try {
+      const options: PowerSGDOptions = { matrixApproximationRank: 2, startIter: 2 };
+      const hooks = pgs.map(() => powerSGD(options));
+      for (let s = 1; s <= 3; s++) await step(pgs, hooks, s);
+      const before = hooks.map((h) => h.stateDict());
+      // Step 4: rank 1's gradient holds a NaN (a hostile member, or a spike past the fp16 wire).
+      const poisoned = await Promise.all(
+        pgs.map((pg, r) =>
+          Promise.all(
+            layouts.map((layout, b) => {
+              const g = randomArray(sizeOf(layout), 4000 + 100 * r + b);
+              if (r === 1) g[0] = NaN;
+              return hooks[r]!.reduce(pg, bucket(b, layout, g, 4, b === layouts.length - 1));
+            }),
+          ),
+        ),
+      );
+      expect(poisoned[0]![0]!.some((v) => Number.isNaN(v))).toBe(true);
+      // Every rank kept its error feedback and warm start as they were after step 3.
+      hooks.forEach((h, r) => {
+        const after = h.stateDict();
+        for (const key of Object.keys(before[r]!.tensors)) expect(hex(after.tensors[key]!)).toBe(hex(before[r]!.tensors[key]!));
+      });
+      const next = await step(pgs, hooks, 5);
+      for (const rank of next) for (const out of rank) expect(out.every((v) => Number.isFinite(v))).toBe(true);
+      const bad = structuredClone(before[0]!);
+      bad.tensors['q:0/3']![0] = Infinity;
+      expect(() => powerSGD(options).loadStateDict(bad)).toThrow(/q:0\/3 for parameter 3 in bucket 0 holds a NaN or an infinity/);
+    } finally {
+      destroy(pgs);
+    }
+  });
+
   it('refuses a state that does not fit', async () => {
     const pgs = await groups(2);
     try {

@@ -21,9 +21,9 @@ async function started(options: Parameters<typeof withServer>[0]): Promise<Runni
 }
 
 /** A GET with chosen headers (fetch would not let a test set Host). */
-function get(port: number, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+function get(port: number, path: string, headers: Record<string, string> = {}, method = 'GET', host = '127.0.0.1'): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, headers }, (res) => {
+    const req = request({ host, port, path, method, headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -71,6 +71,12 @@ describe('LAN addresses', () => {
     expect(server.urls).toEqual(info.urls);
     // This machine has a network address: it must be listed, not loopback.
     if (expected.length > 0) expect(info.urls.some((u) => !u.includes('//127.'))).toBe(true);
+    // Another machine (here: a connection from this machine's network address) is not told them.
+    const lan = expected[0] ? new URL(expected[0]).host : undefined;
+    if (lan) {
+      const remote = await get(server.port, '/api/info', { host: lan }, 'GET', lan.replace(/:\d+$/, ''));
+      expect(JSON.parse(remote.body)).toEqual({ urls: [], secure: false, listening: `0.0.0.0:${server.port}` });
+    }
   });
 
   it('answers an empty list on loopback, and applies the Host and Origin checks', async () => {

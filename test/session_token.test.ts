@@ -3,9 +3,13 @@
  * connection with a missing, malformed or other token can read, write, join, signal or regroup
  * nothing of the session.
  */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
+import { SessionTokens } from '../signaling/session_tokens.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../src/protocol.ts';
 import { StoreClient } from '../src/store.ts';
 import { UnauthorizedError } from '../src/errors.ts';
@@ -117,12 +121,24 @@ describe('session tokens', () => {
     pg.destroy();
   });
 
-  it('forgets the token of a session dropped for idleness (its name is free again)', async () => {
+  it('keeps the token of a session dropped for idleness: its links still work, and nobody else takes its name', async () => {
     server = await withServer({ sessionIdleMs: 100 });
     const session = uniqueSession('idle');
     (await connect(server, session)).close();
     await expect.poll(() => server!.sessions.has(session), { timeout: 5_000, interval: 100 }).toBe(false);
-    const fresh = await StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 });
-    fresh.close();
+    await expect(StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 })).rejects.toThrow(/wrong token/);
+    (await connect(server, session)).close();
+  });
+
+  it('forgets a token a day after its session was last used (SessionTokens.expire), then the name is free again', async () => {
+    const tokens = new SessionTokens(await mkdtemp(join(tmpdir(), 'tokens-')), 10, 1_000);
+    await tokens.create('s', tokenFor('s'));
+    tokens.expire(Date.now() + 500);
+    expect(await tokens.verify('s', tokenFor('s'))).toBe('ok');
+    tokens.expire(Date.now() + 2_000);
+    expect(await tokens.verify('s', tokenFor('s'))).toBe('unknown');
+    // Bounded: a creation past maxSessions kept tokens is refused.
+    for (let i = 0; i < 10; i++) await tokens.create(`t${i}`, tokenFor(`t${i}`));
+    await expect(tokens.create('one-more', tokenFor('one-more'))).rejects.toThrow(/keeps 10 sessions already/);
   });
 });

@@ -9,6 +9,8 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { hashFloat32 } from '../src/hash.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState, type Json } from '../src/state_dict.ts';
+import { NonFiniteWeightsError } from '../src/errors.ts';
+import { assignFlatWeights, flatTrainableWeights } from '../src/replicas.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');
@@ -70,6 +72,24 @@ describe('TrainState', () => {
       adamStep(replica, s * 8);
     }
     expect(await weightsHash(replica.model)).toBe(await weightsHash(source.model));
+  });
+
+  it('refuses weights with a NaN or an infinity, and progress no run can be at, leaving the model as it was', async () => {
+    const state = new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 }), optimizer: () => tf.train.adam(0.01) });
+    const before = await weightsHash(state.model);
+    const sd = await state.stateDict();
+    const poisoned = { ...sd, model: { ...sd.model, weightData: sd.model.weightData.slice(0) } };
+    new Float32Array(poisoned.model.weightData)[5] = Number.NaN;
+    await expect(state.loadStateDict(poisoned)).rejects.toThrow(NonFiniteWeightsError);
+    await expect(state.loadStateDict(poisoned)).rejects.toThrow(/the loaded training state: parameter 0 \(.*kernel.*\) holds a NaN or an infinity/);
+    for (const progress of [{ step: -1, epoch: 0, position: 0 }, { step: 1, epoch: 2 ** 40, position: 0 }, { step: 1, epoch: 0, position: 0.5 }]) {
+      await expect(state.loadStateDict({ ...sd, progress })).rejects.toThrow(/progress\.(step|epoch|position)/);
+    }
+    const flat = await flatTrainableWeights(state.model);
+    flat[flat.length - 1] = Number.POSITIVE_INFINITY;
+    expect(() => assignFlatWeights(state.model, flat, 'the model averaging')).toThrow(/^the model averaging: parameter \d+ \(.*\) holds a NaN or an infinity/);
+    expect(await weightsHash(state.model)).toBe(before);
+    state.dispose();
   });
 
   it('loading a state again and again leaks no tensor', async () => {

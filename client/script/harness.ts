@@ -43,7 +43,7 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
     const ctx: LaunchContext = {
       url: location.origin,
       session,
-      token: pageToken(false),
+      token: pageToken(),
       nproc,
       min,
       max,

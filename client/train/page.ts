@@ -105,10 +105,10 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   let liveModel: tf.LayersModel | undefined;
   let store: StoreClient | undefined;
   let config: TrainConfig | undefined;
-  // Before the dashboard takes the share link from the address bar: a link without a token gets one.
+  // A link without its token joins nothing: the dashboard says so.
   let token: string | Error;
   try {
-    token = pageToken(true);
+    token = pageToken();
   } catch (err) {
     token = err as Error;
   }
@@ -294,12 +294,17 @@ function explain(e: Error, fixed: boolean): [string, string | undefined, boolean
     }
   }
   if (e instanceof SessionEndedError) return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
+  if (e instanceof UnauthorizedError && /does not exist on this server/.test(e.message)) {
+    return ['No such session on this server', 'Open the full link the host shared (with its #token=...). Sessions are created by the host, on the start page.', false];
+  }
   if (e instanceof UnauthorizedError) {
     return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.', false];
   }
   if (e instanceof NonFiniteGradientError) return ['Training diverged', 'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.', false];
   if (e instanceof ReplicaDivergenceError) return ['Replicas differ', 'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.', false];
-  if (e instanceof MissingTokenError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof MissingTokenError) {
+    return ['This link has no #token=... at its end', "That part is the session's secret, and chat apps and some editors cut links at the #. Open the full link the host shared, or create a new session on the start page.", false];
+  }
   if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
   if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
   if (e instanceof RankStalledError) {

@@ -207,7 +207,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         return classificationLoss(logits, ys, trainSet.numClasses);
         // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
       }, stretch);
-      return { result, correct: (await correctT!.data())[0]! };
+      // No samples this step (balanced batches): DDP did not run the forward.
+      return { result, correct: correctT ? (await correctT.data())[0]! : 0 };
     } finally {
       // Also when the step fails (a lost GPU): nothing of it may stay behind.
       correctT?.dispose();
@@ -267,7 +268,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
         let result: Awaited<ReturnType<typeof ddp.backward>>;
         let correct: number;
         let deviceMetrics: DeviceMetrics = { devices: 1, deviceMs: 0 };
-        if (devices) {
+        if (devices && indices.length > 0) {
           // The devices compute; DDP averages their gathered gradients across ranks (a straggler stretches their time).
           const local = await devices.computeGradients({ x, y });
           result = await ddp.backward(local, stretch);
@@ -286,7 +287,7 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
           ...stepBytes(comm, result.commBytes, step, ddp, pg),
           ...deviceMetrics,
           loss: result.loss,
-          accuracy: correct / indices.length,
+          accuracy: indices.length > 0 ? correct / indices.length : 0,
           // This rank's share of the step's samples (balanced batches differ between ranks).
           samples: indices.length,
           samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
@@ -307,7 +308,8 @@ export async function train(opts: TrainerOptions): Promise<TrainResult> {
       },
 
       async onStep({ pg, step, epoch, metrics }) {
-        lastLoss = metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
+        // The global batch's loss: each rank's mean loss weighted by its samples (balanced batches differ).
+        lastLoss = weightedLoss(metrics);
         if (flags.checkWeights) hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
         if (step > 1) {
           // The first step compiles shaders: leave it out of the averages.
@@ -640,4 +642,11 @@ function overlapOf(steps: number, span: number, exposed: number): { commMs: numb
   const commMs = span / steps;
   const exposedMs = Math.min(exposed / steps, commMs);
   return { commMs, exposedMs, hiddenShare: 1 - exposedMs / commMs };
+}
+
+/** The step's loss over the global batch: each rank's mean loss weighted by its samples. */
+function weightedLoss(metrics: ReadonlyArray<{ loss: number; samples: number }>): number {
+  const samples = metrics.reduce((s, m) => s + m.samples, 0);
+  if (samples === 0) return metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
+  return metrics.reduce((s, m) => s + m.loss * m.samples, 0) / samples;
 }

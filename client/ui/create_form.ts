@@ -1,6 +1,7 @@
 /**
  * The start page when the URL has no session: choose the job's configuration, get the link that
- * every tab of the session opens. Nothing is sent anywhere; the link is the session. The fields,
+ * every tab of the session opens. The session is created on the server at once (`register`), with
+ * its token: from then on its link works and a link without the token claims nothing. The fields,
  * their rules and the link come from session_link.ts (and through it from the job's schema).
  *
  * The link to share uses an address the class's computers can reach (the server's `/api/info`,
@@ -49,6 +50,8 @@ export interface CreateFormOptions {
   origin: string;
   /** Where other machines reach the server; defaults to asking the server (`/api/info`). */
   serverInfo?: () => Promise<ServerInfo | null>;
+  /** Creates the session on the server with its token and host secret; rejects with a message to show. */
+  register: (session: string, token: string, host: string) => Promise<void>;
 }
 
 export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): void {
@@ -163,6 +166,16 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
     // stays in the creator's own link.
     const token = newSessionToken();
     const host = newSessionToken();
+    try {
+      await options.register(v.session, token, host);
+    } catch (err) {
+      result.replaceChildren(
+        el('h2', { id: 'cr-title' }, `Session “${v.session}” was not created`),
+        el('p', { role: 'alert', 'data-testid': 'create-error' }, (err as Error).message),
+      );
+      result.hidden = false;
+      return;
+    }
     const own = sessionUrl(options.origin, v, token, host);
     const local = sessionUrl(options.origin, v, token);
     const server = await info;

@@ -89,6 +89,6 @@ export class PeriodicModelAverager {
   async averageNow(pg: ProcessGroup, model: tf.LayersModel): Promise<void> {
     const flat = await flatTrainableWeights(model);
     await pg.allReduce(flat, 'avg');
-    assignFlatWeights(model, flat);
+    assignFlatWeights(model, flat, 'the model averaging');
   }
 }

@@ -276,11 +276,17 @@ export class PowerSGDHook implements CommHook {
       buffer.set(plainAvg.subarray(at, at + size), offset);
       at += size;
     }
+    // A NaN or an infinity in the reduced P or Q (one rank's non-finite gradient, a hostile
+    // member's, or an honest spike past the fp16 wire's range): every rank sees the same, so every
+    // rank keeps its error feedback and warm start as they were. The step's output is non-finite
+    // (DDP's errorIfNonfinite refuses it); the next steps start from the last good state.
+    const keepState = !allFinite(Pall) || !allFinite(Qall);
     for (const c of compressed) {
       const p = Pall.subarray(c.pAt, c.pAt + c.n * c.r);
       const q = Qall.subarray(c.qAt, c.qAt + c.m * c.r);
       const out = buffer.subarray(c.offset, c.offset + c.n * c.m);
       matMulT(p, q, out, c.n, c.m, c.r);
+      if (keepState) continue;
       let entry = this.entries.get(c.key);
       if (!entry) this.entries.set(c.key, (entry = { shape: c.shape }));
       if (this.options.useErrorFeedback) {
@@ -358,6 +364,8 @@ export class PowerSGDHook implements CommHook {
         throw new PowerSGDStateError(`PowerSGD: the state is for ${where} of shape [${shape.join(', ')}], but this model's has shape [${seen.join(', ')}]`);
       }
       if (!(data instanceof Float32Array)) throw new PowerSGDStateError(`PowerSGD: the state's ${name} is not a Float32Array`);
+      // A poisoned checkpoint or a hostile rank's warm start: one NaN would spread to every later step.
+      if (!allFinite(data)) throw new PowerSGDStateError(`PowerSGD: the state's ${name} for ${where} holds a NaN or an infinity`);
       const { n, m } = matrixOf(shape);
       const entry = entries.get(key) ?? { shape };
       entries.set(key, entry);
@@ -513,4 +521,9 @@ function hash32(x: number): number {
   x = Math.imul(x, 0x846ca68b);
   x ^= x >>> 16;
   return x >>> 0;
+}
+
+function allFinite(values: Float32Array): boolean {
+  for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i]!)) return false;
+  return true;
 }

@@ -72,45 +72,32 @@ export function planGlobalEpoch(length: number, progress: Progress, o: Omit<Epoc
 }
 
 /**
- * Step `k`'s samples for `rank` when the step's samples are split by `shares` (one positive
- * weight per rank, e.g. each rank's measured samples per second): its indices, how many of them
- * repeat earlier samples (padding), the step's samples over all ranks, and every rank's count.
- * `previous`, the counts of the step before: kept while they are nearly as fast (see
- * `keepSplit`), so that small changes of the measured speeds do not change the batch shapes at
- * every step (a new shape compiles new kernels on WebGPU and WebGL).
+ * Step `k`'s samples for `rank` when `split(count)` gives every rank's count of the step's
+ * `count` samples (the same on every rank: see balance.ts): its indices (none when the split
+ * gives it none), how many of them repeat earlier samples (padding), the step's samples over all
+ * ranks, and every rank's count. A last step shorter than the group is padded from the start of
+ * the order, so that a split that gives every rank a sample can.
  */
 export function balancedBatchOf(
   plan: GlobalEpochPlan,
   k: number,
   globalBatch: number,
-  shares: readonly number[],
+  split: (count: number) => number[],
   rank: number,
-  previous?: readonly number[] | null,
+  worldSize: number,
 ): { indices: number[]; padding: number; globalSamples: number; counts: number[] } {
   const from = k * globalBatch;
   const real = plan.order.slice(from, Math.min(from + globalBatch, plan.order.length));
-  const n = shares.length;
-  // Every rank trains at least one sample: pad a last step shorter than the group from the start of the order.
-  const padding = Math.max(0, n - real.length);
+  const padding = Math.max(0, worldSize - real.length);
   const samples = real.concat(Array.from({ length: padding }, (_, i) => plan.order[i % plan.order.length]!));
-  const ideal = splitBatch(samples.length, shares, Math.max(1, Math.floor(globalBatch / n / 8)));
-  const counts = previous && keepSplit(previous, ideal, shares) ? [...previous] : ideal;
+  const counts = split(samples.length);
+  if (counts.length !== worldSize || counts.reduce((a, b) => a + b, 0) !== samples.length) {
+    throw new RangeError(`balancedBatchOf: a split of ${samples.length} samples over ${worldSize} ranks, got [${counts.join(', ')}]`);
+  }
   const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
   const indices = samples.slice(start, start + counts[rank]!);
   const paddingHere = Math.max(0, start + counts[rank]! - Math.max(start, real.length));
-  return { indices, padding: paddingHere, globalSamples: samples.length, counts };
-}
-
-/**
- * Whether the split of the step before still serves: the same total over the same ranks, and the
- * step it predicts (its slowest rank's samples over that rank's speed) at most 10% longer than the
- * new split's. Changing shapes costs more than the few percent a finer split would gain.
- */
-export function keepSplit(previous: readonly number[], ideal: readonly number[], speeds: readonly number[]): boolean {
-  if (previous.length !== ideal.length || speeds.length !== ideal.length) return false;
-  if (previous.reduce((a, b) => a + b, 0) !== ideal.reduce((a, b) => a + b, 0)) return false;
-  const stepTime = (counts: readonly number[]) => Math.max(...counts.map((c, r) => (speeds[r]! > 0 ? c / speeds[r]! : 0)));
-  return stepTime(previous) <= 1.1 * stepTime(ideal);
+  return { indices, padding: Math.min(paddingHere, indices.length), globalSamples: samples.length, counts };
 }
 
 /**

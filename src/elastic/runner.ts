@@ -57,7 +57,11 @@ import type { Json, TrainState } from '../state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
-import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch } from './epoch.ts';
+import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
+import { keepSplit, splitByCost, StepCosts } from './balance.ts';
+
+/** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
+const PROBE_EVERY = 64;
 
 export type { StepMetrics } from './vote.ts';
 
@@ -100,10 +104,12 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   /** Stop after this many steps in all, whatever the epochs. */
   steps?: number | null;
   /**
-   * Split each step's `batchSize * worldSize` samples between the ranks by their measured speed
-   * (the compute, readback and straggler time of each rank's last backwards, gathered with the
-   * step's vote and smoothed), re-balanced every step, so that a slow device gets fewer samples and
-   * the group no longer moves at its pace. Gradients are weighed by each rank's share
+   * Split each step's `batchSize * worldSize` samples between the ranks by their measured cost
+   * (each rank's compute, readback and straggler time per batch size, gathered with the step's
+   * vote: see balance.ts), re-balanced as the figures change, so that a slow device gets fewer
+   * samples (none, if even one costs more than the others' whole batches) and the group no longer
+   * moves at its pace. A rank given no samples computes nothing that step: `ddp.backward` skips the
+   * loss function, contributes zeros and returns loss 0; the step function gets empty `indices`. Gradients are weighed by each rank's share
    * (`ddp.setBatchShare`): the average is still the global batch's, and every sample of an epoch is
    * still trained exactly once. Beyond torch, whose DDP needs equal batches: off by default; off
    * gives DistributedSampler's exact shards.
@@ -253,12 +259,12 @@ class ElasticRun<M extends StepMetrics> {
   private readonly averager: PeriodicModelAverager | undefined;
   /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
   private averagedAtEnd = -1;
-  /** Balanced batches: each rank's smoothed speed (samples/s), reset when a round starts (null: equal shares). */
-  private speeds: number[] | null = null;
-  /** Balanced batches: the last step's split (every rank's count), kept while it still fits the speeds. */
+  /** Balanced batches: each rank's measured step times by batch size, from the round's start (null: balancing off). */
+  private costs: StepCosts | null = null;
+  /** Balanced batches: the last step's split (every rank's count), kept while it still fits the costs. */
   private split: number[] | null = null;
-  /** Balanced batches: this rank's batch size at its last step (-1 before the round's first). */
-  private lastBatch = -1;
+  /** Balanced batches: the batch sizes this page has trained (a new size compiles kernels: its time is not its cost). */
+  private readonly sizesRun = new Set<number>();
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
 
@@ -495,6 +501,11 @@ class ElasticRun<M extends StepMetrics> {
     this.inFlight = -1;
     this.record = { ...r.run, generations: r.run.generations + 1 };
     const p = this.state.progress;
+    // A checkpoint (or a peer's state) from another dataset, or a damaged one: past this dataset's
+    // end no sampler position means anything, and every resume would fail the same way.
+    if (p.position > o.datasetLength) {
+      throw new RangeError(`the restored state is at sample ${p.position} of epoch ${p.epoch}, past this dataset's ${o.datasetLength} samples: it is another run's (resume from another checkpoint, or start a new session)`);
+    }
     this.emit({
       type: 'round',
       round: round.key,
@@ -549,9 +560,8 @@ class ElasticRun<M extends StepMetrics> {
     const n = pg.worldSize;
     const length = o.datasetLength;
     const balance = o.balanceBatches === true;
-    this.speeds = null;
+    this.costs = balance ? new StepCosts(n) : null;
     this.split = null;
-    this.lastBatch = -1;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -564,8 +574,7 @@ class ElasticRun<M extends StepMetrics> {
         let batch: number[];
         let padding: number;
         if (globalPlan) {
-          const shares = this.speeds ?? new Array<number>(n).fill(1);
-          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, shares, pg.rank, this.split);
+          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, (count) => this.splitOf(count, p.step + 1), pg.rank, n);
           this.split = b.counts;
           ({ indices: batch, padding } = b);
           ddp.setBatchShare(batch.length, b.globalSamples);
@@ -589,12 +598,12 @@ class ElasticRun<M extends StepMetrics> {
         }
 
         this.activity = `the end of step ${p.step}`;
-        // A step whose batch shape is new to this rank (the round's first among them) compiled kernels
-        // for it: its time says nothing of the speed, and the rank reports none (0: unknown).
-        const speed = balance && batch.length === this.lastBatch ? speedOf(ddp, batch.length) : 0;
-        this.lastBatch = batch.length;
-        const vote = await this.vote(pg, metrics, speed);
-        if (balance) this.speeds = smoothSpeeds(this.speeds, vote.speeds);
+        // A step whose batch size is new to this page compiled kernels for it: its time says nothing
+        // of the cost, and the rank reports none (0: unknown).
+        const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
+        this.sizesRun.add(batch.length);
+        const vote = await this.vote(pg, metrics, work);
+        if (this.costs && this.split) this.costs.observe(this.split, vote.works);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
         // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
@@ -625,6 +634,22 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   /**
+   * Balanced batches: step `step`'s split of `count` samples, from the costs every rank gathered
+   * alike. The last split is kept while it is nearly as fast (new sizes compile kernels); every
+   * PROBE_EVERY steps, a rank that had no samples gets one unit, so that its cost is measured again.
+   */
+  private splitOf(count: number, step: number): number[] {
+    const costs = this.costs!;
+    const quantum = Math.max(1, Math.floor(this.o.batchSize / 8));
+    if (!costs.known) return (this.split = splitBatch(count, new Array<number>(costs.worldSize).fill(1), quantum));
+    const models = costs.models();
+    const probe = step % PROBE_EVERY === 0 && (this.split?.some((c) => c === 0) ?? false);
+    const ideal = splitByCost(count, models, quantum, probe);
+    if (!probe && this.split && keepSplit(this.split, ideal, models)) return [...this.split];
+    return (this.split = ideal);
+  }
+
+  /**
    * Local SGD: a run that ends (or is stopped) between two averagings averages once more, so that
    * it ends with one model on every rank, as plain DDP does (torch's PostLocalSGDOptimizer leaves
    * that to the script). Every rank gets here after the same step.
@@ -637,9 +662,9 @@ class ElasticRun<M extends StepMetrics> {
     this.averagedAtEnd = step;
   }
 
-  /** One all-gather per step: [stop, join wanted, speed, ...this rank's metrics] from every rank. */
-  private vote(pg: ProcessGroup, mine: M, speed: number): Promise<StepVote<M>> {
-    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, speed });
+  /** One all-gather per step: [stop, join wanted, work ms, ...this rank's metrics] from every rank. */
+  private vote(pg: ProcessGroup, mine: M, work: number): Promise<StepVote<M>> {
+    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
   }
 
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */
@@ -664,33 +689,14 @@ class ElasticRun<M extends StepMetrics> {
 }
 
 /**
- * This rank's speed at its last step, in samples per second of its own work (forward, backward,
- * readback and a straggler's waits; not the waits for other ranks): what balanced batches split by.
+ * This rank's own work at its last step in ms (forward, backward, readback and a straggler's
+ * waits; not the waits for other ranks): what balanced batches split by. 0 (unknown) for a step
+ * without samples.
  */
-function speedOf(ddp: DistributedDataParallel, samples: number): number {
+function workOf(ddp: DistributedDataParallel, samples: number): number {
   const t = ddp.lastTimings;
   if (!t || samples <= 0) return 0;
-  const ms = t.compute + t.readback + t.slowed;
-  return ms > 0 ? (samples * 1000) / ms : 0;
-}
-
-/**
- * The shares for the next step: each rank's speed smoothed over steps (half the last figure, half
- * the history), so that one noisy step moves the split only a little. An unknown speed (0, or a
- * figure no honest rank sends) keeps the rank's previous one; a rank is never weighed below a
- * twentieth or above twenty times the group's median, so one bad figure cannot starve the others.
- * Every rank computes this from the same gathered figures: the same shares everywhere.
- */
-export function smoothSpeeds(previous: number[] | null, measured: readonly number[]): number[] | null {
-  const known = measured.filter((v) => v > 0).sort((a, b) => a - b);
-  if (known.length === 0) return previous;
-  const median = known[Math.floor(known.length / 2)]!;
-  return measured.map((v, r) => {
-    const last = previous?.[r] ?? median;
-    if (!(v > 0)) return last;
-    const bounded = Math.min(Math.max(v, median / 20), median * 20);
-    return previous ? 0.5 * last + 0.5 * bounded : bounded;
-  });
+  return t.compute + t.readback + t.slowed;
 }
 
 /** An error a WebGPU readback or submission gives once its device is lost. */

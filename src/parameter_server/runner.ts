@@ -728,7 +728,7 @@ class PsRun<M extends StepMetrics> {
       }
       this.wstats.pulls++;
       this.pending = null;
-      assignFlatWeights(o.model, joinShards(this.layout, values));
+      assignFlatWeights(o.model, joinShards(this.layout, values), 'the values pulled from the parameter servers');
       if (control !== CONTROL.continue) return control;
       const indices = this.leaseIndices(lease!);
       const stepId = ++this.stepId;
@@ -780,7 +780,7 @@ class PsRun<M extends StepMetrics> {
       const buf = mine ? (await this.shard!.pull()).values : new Float32Array(s.numel);
       parts.push(await pg.broadcast(buf, s.rank));
     }
-    assignFlatWeights(this.o.model, joinShards(this.layout, parts));
+    assignFlatWeights(this.o.model, joinShards(this.layout, parts), 'the parameter servers\' final values');
     const isServer0 = this.role?.kind === 'server' && this.role.index === 0;
     const c = this.counts;
     const counts = await pg.broadcast(isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7), servers[0]!.rank);

@@ -164,9 +164,6 @@ export function describeMeshFailure(err: unknown, stages: number, replicas: numb
 
 type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number };
 
-/** How long a stage waits for a live but busy neighbour (LinkOptions.peerTimeoutMs) unless told otherwise. */
-export const DEFAULT_PIPELINE_PEER_TIMEOUT_MS = 120_000;
-
 /** Trains a pipeline (x data parallel) until the epochs or steps are done or a rank stops it. */
 export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M>): Promise<PipelineRunResult> {
   const replicas = o.replicas ?? 1;
@@ -180,8 +177,8 @@ export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M
     recordEvent(e);
   };
   // A stage waits for the stages before and after it for whole passes (under GPipe, the last
-  // stage's forwards and backwards): a peer that is alive but busy gets longer than a collective's 30 s.
-  const handler = await RendezvousHandler.start({ ...o, peerTimeoutMs: o.peerTimeoutMs ?? DEFAULT_PIPELINE_PEER_TIMEOUT_MS, min: world, max: world, reconnect: true }, (e) => {
+  // stage's forwards and backwards): a live but busy peer has LinkOptions.peerTimeoutMs (120 s).
+  const handler = await RendezvousHandler.start({ ...o, min: world, max: world, reconnect: true }, (e) => {
     // What the dashboard shows while the pipeline waits for its ranks.
     if (e.type === 'paused') emit({ type: 'paused', min: e.min });
     else if (e.type === 'waiting') emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });

@@ -1,16 +1,14 @@
 /** Three tabs open the real page with ?session=x&world=3 and each shows its rank and WebGPU. */
 import { expect, sessionName, test } from './fixtures.ts';
+import { newSessionToken, withToken } from '../../src/session_token.ts';
 
 test('three pages join one session through the page and each shows its rank and WebGPU', async ({ browser, server }) => {
   const context = await browser.newContext();
   const session = sessionName('lobby');
-  // The first tab opens a link typed by hand: it makes the session's token and shows it in the address bar.
-  const first = await context.newPage();
-  await first.goto(`${server.url}?session=${session}&world=3`);
-  await expect(first).toHaveURL(/#token=[A-Za-z0-9_-]{43}$/);
-  const link = first.url();
-  const pages = [first];
-  for (let i = 1; i < 3; i++) {
+  // A tab on the server's own machine creates the session with its link's token.
+  const link = withToken(`${server.url}?session=${session}&world=3`, newSessionToken());
+  const pages = [];
+  for (let i = 0; i < 3; i++) {
     const page = await context.newPage();
     await page.goto(link);
     pages.push(page);
@@ -28,9 +26,13 @@ test('three pages join one session through the page and each shows its rank and 
   const extra = await context.newPage();
   await extra.goto(link);
   await expect(extra.getByRole('status')).toContainText('is full');
-  // A tab without the session's token (the link retyped without it) gets nothing of the session.
+  // A tab without the session's token (the link retyped without it) gets nothing of the session,
+  // and a tab with another token is refused.
+  const cut = await context.newPage();
+  await cut.goto(`${server.url}?session=${session}&world=3`);
+  await expect(cut.getByRole('status')).toContainText(/has no #token=\.\.\. at its end/i);
   const stranger = await context.newPage();
-  await stranger.goto(`${server.url}?session=${session}&world=3`);
+  await stranger.goto(withToken(`${server.url}?session=${session}&world=3`, newSessionToken()));
   await expect(stranger.getByRole('status')).toContainText(`wrong token for session "${session}"`);
   await context.close();
 });
@@ -48,6 +50,12 @@ test('without a session the page offers to create one, with a link to share', as
   const link = page.getByTestId('share-link');
   await expect(link).toHaveValue(/session=my-run&world=3&job=train&min=3&model=mlp&dataset=synthetic&.*#token=[A-Za-z0-9_-]{43}$/);
   const shared = await link.inputValue();
+  // The session exists from now on: a student whose link lost its #token=... part, opening it
+  // before the host's own tab, is told so and claims nothing.
+  const student = await page.context().newPage();
+  await student.goto(shared.replace(/#.*$/, ''));
+  await expect(student.getByTestId('error-banner')).toContainText(/has no #token=\.\.\. at its end/i);
+  await student.close();
   await page.getByTestId('join-link').click();
   // The creator's own tab also holds the host's secret; the link it shows others does not.
   await expect(page).toHaveURL(new RegExp(`^${shared.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}&host=[A-Za-z0-9_-]{43}$`));
