@@ -8,6 +8,8 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     chunkSizeWarningLimit: 4096,
+    // No "[PLUGIN_TIMINGS]" report on every build: `npm start` prints only what the person needs.
+    rolldownOptions: { checks: { bundlerTimings: false } },
   },
   server: {
     // `vite` dev server: proxy the store socket to a running `npm start`.

@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
-import { basename, extname, join, relative, resolve } from 'node:path';
+import { basename, extname, join, relative, resolve, sep } from 'node:path';
 import type { Plugin } from 'vite';
 import { PROJECT_ROOT } from '../signaling/server.ts';
 
@@ -52,7 +52,7 @@ export async function buildScript(script: string, log: (line: string) => void = 
     base: `/scripts/${id}/`,
     configFile: false,
     logLevel: 'warn',
-    plugins: [recordModules(modules)],
+    plugins: [resolveFromProject(), recordModules(modules)],
     build: { outDir, emptyOutDir: true, target: 'es2022', chunkSizeWarningLimit: 4096 },
   });
   // Remember what the page was built from (the project's own files; packages change with the lockfile).
@@ -77,6 +77,29 @@ async function upToDate(sourcesFile: string): Promise<boolean> {
     if (!info || info.mtimeMs > built) return false;
   }
   return true;
+}
+
+/** The library's package name: a script anywhere imports it as `import { ... } from 'browser-ddp'`. */
+export const LIBRARY_PACKAGE = 'browser-ddp';
+
+/**
+ * A script may live outside the project (the user's own folder): `browser-ddp` is the library's
+ * source, and the packages the script imports (TF.js, ...) that its own folder does not have come
+ * from the project's node_modules, as a path dependency would give them.
+ */
+function resolveFromProject(): Plugin {
+  const inside = PROJECT_ROOT.endsWith(sep) ? PROJECT_ROOT : PROJECT_ROOT + sep;
+  const anchor = join(PROJECT_ROOT, 'client', 'script', 'harness.ts');
+  return {
+    name: 'browser-ddp-resolve',
+    enforce: 'pre',
+    async resolveId(source, importer, options) {
+      if (source === LIBRARY_PACKAGE) return join(PROJECT_ROOT, 'src', 'index.ts');
+      if (!importer || importer.startsWith(inside) || /^[./\0]/.test(source) || source.includes(':')) return null;
+      const own = await this.resolve(source, importer, { ...options, skipSelf: true });
+      return own ?? this.resolve(source, anchor, { ...options, skipSelf: true });
+    },
+  };
 }
 
 /** Collects the files of every module in the build, to know when it must be redone. */

@@ -3,7 +3,8 @@ import { ensureBuilt } from './build.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
-import { newSessionToken, withToken } from '../src/session_token.ts';
+import { newSessionToken } from '../src/session_token.ts';
+import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const args = process.argv.slice(2);
 const unknown = args.filter((a) => a !== '--https');
@@ -30,7 +31,8 @@ const demoSession = `demo-${newSessionToken().slice(0, 6)}`;
 const demoToken = newSessionToken();
 // Created now, so that the link works from any tab that opens it first.
 await server.createSession(demoSession, demoToken);
-const demo = withToken(`${server.url}?session=${demoSession}&world=3`, demoToken);
+// The create form's Quick demo: three tabs train a short run together (it starts once two joined).
+const demo = sessionUrl(server.url, { ...DEMO_PRESET, session: demoSession }, demoToken);
 for (const line of startupLines(server, demo)) console.log(line);
 if (tls) for (const line of trustLines(tls)) console.log(line);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {

@@ -143,6 +143,6 @@ export function startupLines(server: { url: string; urls: readonly string[]; hos
   } else {
     lines.push(`Only this machine can open it (it listens on ${server.host}): for other machines on your network, start with HOST=0.0.0.0 npm start`);
   }
-  lines.push(`Open ${server.url} to create a session, or open this link in three tabs: ${demoLink}`);
+  lines.push(`Open ${server.url} to create a session, or open this link in two or three tabs to watch them train a short demo together: ${demoLink}`);
   return lines;
 }

@@ -48,12 +48,19 @@ export interface RendezvousOptions {
   settleMs: number;
   /** Shortest time between two rounds formed by `regroup`. */
   regroupIntervalMs: number;
+  /** Most regroups after a failure one member may ask for in FAILED_REGROUP_WINDOW_MS. */
+  maxFailedRegroupsPerMember?: number;
 }
+
+/** The window `maxFailedRegroupsPerMember` counts over. */
+const FAILED_REGROUP_WINDOW_MS = 10 * 60_000;
 
 interface Member {
   participant: Participant;
   /** The rank this member asked for (fixed world sizes only). */
   rank?: number;
+  /** When it asked for regroups after a failure, within the last window. */
+  failedRegroups?: number[];
 }
 
 export class Rendezvous {
@@ -209,6 +216,7 @@ export class Rendezvous {
         { round: this.round },
       );
     }
+    if (failed) this.countFailedRegroup(id);
     const failedBy = failed ? this.rankOf(id) : undefined;
     // Spectators alone (no free rank) are no reason for a new round.
     if (this.admittable === 0 && failedBy === undefined) return Promise.resolve(this.round);
@@ -227,6 +235,25 @@ export class Rendezvous {
     });
     deferred.failedBy ??= failedBy;
     return new Promise<number>((resolve) => deferred.answers.push(resolve));
+  }
+
+  /** Refuses (RATE_LIMITED) a member's regroup after a failure past its budget: one member alone cannot keep the group regrouping. */
+  private countFailedRegroup(id: number): void {
+    const member = this.members.get(id);
+    const limit = this.options.maxFailedRegroupsPerMember ?? Infinity;
+    if (!member || !Number.isFinite(limit)) return;
+    const now = Date.now();
+    const recent = (member.failedRegroups ?? []).filter((t) => now - t < FAILED_REGROUP_WINDOW_MS);
+    if (recent.length >= limit) {
+      member.failedRegroups = recent;
+      throw new StoreRefusal(
+        ErrorCode.RATE_LIMITED,
+        `this member asked for ${recent.length} regroups after failures in ${FAILED_REGROUP_WINDOW_MS / 60_000} minutes, the most one member may (maxFailedRegroupsPerMember): its links keep failing; reload the tab, or check its network`,
+        { limit },
+      );
+    }
+    recent.push(now);
+    member.failedRegroups = recent;
   }
 
   /** The rank of a member in the running round, if it has one. */

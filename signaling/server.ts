@@ -469,7 +469,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         conn.memberId = session.join(
           { send: (m) => conn.send(m) },
           req,
-          { settleMs, regroupIntervalMs: limits.regroupIntervalMs, maxSpectators: limits.maxSpectators },
+          { settleMs, regroupIntervalMs: limits.regroupIntervalMs, maxSpectators: limits.maxSpectators, maxFailedRegroupsPerMember: limits.maxFailedRegroupsPerMember },
           log,
         );
         const range = req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;
@@ -478,6 +478,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }
       case 'heartbeat':
         return reply(conn, req, null);
+      case 'iceServers':
+        // Only a connection that entered the session with its token gets here (requireSession).
+        return reply(conn, req, iceServersFor(ice, session.name));
       case 'closeRendezvous': {
         const rendezvous = session.rendezvous;
         if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'closing the rendezvous needs a rank in the running round: rendezvous first');

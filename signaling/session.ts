@@ -32,7 +32,7 @@ export class Session {
   join(
     participant: Participant,
     request: RequestFields['rendezvous'],
-    timing: { settleMs: number; regroupIntervalMs: number; maxSpectators: number },
+    timing: { settleMs: number; regroupIntervalMs: number; maxSpectators: number; maxFailedRegroupsPerMember?: number },
     log: (line: string) => void,
   ): number {
     // A closed rendezvous stays, empty or not: it refuses every arrival (the run is over).

@@ -43,6 +43,12 @@ export const DEFAULT_LIMITS = {
   maxBufferedBytes: 32 << 20,
   /** Shortest time between two regroups a session's members may cause. */
   regroupIntervalMs: 1_000,
+  /**
+   * Most regroups after a failure one member may ask for in 10 minutes; past it, its next is
+   * refused (RATE_LIMITED). Every member of a failed round asks, so an honest failure never needs
+   * one member's word; a member asking alone, again and again, makes everyone redo state transfers.
+   */
+  maxFailedRegroupsPerMember: 30,
   /** Most members that wait beyond a full group (`rendezvous` with `spectate`); past it, SESSION_FULL. */
   maxSpectators: 64,
 } as const;
@@ -250,6 +256,8 @@ export interface RequestFields {
   signal: { to: number; data: SignalPayload };
   /** A member is alive (any frame counts; this one exists for idle members). */
   heartbeat: {};
+  /** Fresh ICE servers for the session (TURN credentials minted now): a member renews them before its old ones expire. */
+  iceServers: {};
   /**
    * Ask for a new round unless one newer than `fromRound` exists: to admit waiting members, or,
    * with `failed`, because round `fromRound` failed on this rank while every member is still
@@ -324,6 +332,7 @@ export interface ResultOf {
   rendezvous: { memberId: number };
   signal: null;
   heartbeat: null;
+  iceServers: IceServer[];
   regroup: { round: number };
   control: null;
   closeRendezvous: null;

@@ -203,6 +203,8 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
     }
     case 'heartbeat':
       return { type: t, id };
+    case 'iceServers':
+      return { type: t, id };
     case 'closeRendezvous':
       return { type: t, id };
     case 'regroup': {

@@ -75,6 +75,11 @@ export interface StoreClientOptions {
   /** How long a non-blocking request may go unanswered before it fails. Default 30 s. */
   requestTimeoutMs?: number;
   /**
+   * How often to renew TURN credentials the server minted for this session (`iceServers`), so
+   * that links formed hours into a run still get valid ones. Default 30 min; 0: never.
+   */
+  iceRenewMs?: number;
+  /**
    * Node only: the certificate(s), PEM, to trust for a wss:// server whose certificate no CA of
    * Node's signed, e.g. the self-signed `certs/cert.pem` of `npm start -- --https`
    * (NODE_EXTRA_CA_CERTS=FILE does the same for a whole process). A browser trusts what its own
@@ -183,6 +188,7 @@ export class StoreClient implements Store {
   /** STUN/TURN servers the server gave this session (with TURN credentials minted for it), or none. */
   iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
+  private iceRenewal: ReturnType<typeof setInterval> | undefined;
   private closed: { code: number; reason: string } | undefined;
   private readonly stopWatchingPage: () => void;
 
@@ -244,6 +250,7 @@ export class StoreClient implements Store {
       // From the server, but checked before WebRTC sees it: a malformed list would throw deep inside.
       if (hello.iceServers !== undefined && !isIceServers(hello.iceServers)) throw new Error(`the server sent malformed ICE servers in its hello reply: ${JSON.stringify(hello.iceServers).slice(0, 200)}`);
       client.iceServers = hello.iceServers ?? [];
+      client.renewIceServers(options.iceRenewMs ?? 30 * 60_000);
     } catch (err) {
       // Refused (a full server, a bad name): the socket would only count against this address's limit.
       client.close();
@@ -442,8 +449,24 @@ export class StoreClient implements Store {
     return p;
   }
 
+  /** Renews minted TURN credentials every `everyMs` while the connection lives (none minted: nothing to renew). */
+  private renewIceServers(everyMs: number): void {
+    if (!(everyMs > 0) || !this.iceServers.some((s) => s.credential !== undefined && /^\d+:/.test(s.username ?? ''))) return;
+    this.iceRenewal = setInterval(() => {
+      this.request('iceServers', {})
+        .then((servers) => {
+          if (isIceServers(servers)) this.iceServers = servers;
+        })
+        .catch(() => {
+          // Kept as they were: the old ones serve until they expire, and the next renewal tries again.
+        });
+    }, everyMs);
+    (this.iceRenewal as { unref?: () => void }).unref?.();
+  }
+
   private onClose(code: number, reason: string): void {
     this.closed = { code, reason };
+    if (this.iceRenewal !== undefined) clearInterval(this.iceRenewal);
     this.stopHeartbeat?.();
     this.stopHeartbeat = undefined;
     this.stopWatchingPage();

@@ -122,7 +122,7 @@ describe('the create form', () => {
     const values = form(DEMO_PRESET);
     expect(checkForm(values)).toEqual({});
     const config = formConfig(values);
-    expect(config).toMatchObject({ dataset: 'synthetic', steps: 60, trainSize: 2048, batchSize: 32 });
+    expect(config).toMatchObject({ dataset: 'synthetic', steps: 60, trainSize: 2048, batchSize: 32, min: 2, max: 3 });
     expect(estimateRun(config).seconds).toBeLessThan(60);
   });
 

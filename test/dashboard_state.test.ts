@@ -193,6 +193,15 @@ describe('phases and the status line', () => {
     expect(done.log[0]!.message).toBe('Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none');
   });
 
+  it('a tab that watched a run to its good end says so, not that training failed', () => {
+    const watching = replay([{ type: 'config', config: config() }, waiting(3), { type: 'role', host: false, hasHost: true, spectator: true }, step(50)]);
+    const s = replay([{ type: 'watched-end' }], watching);
+    expect(s.phase).toBe('done');
+    expect(statusText(s)).toBe('The run finished before this tab got a rank, after 50 steps: it trained without this tab. To train, ask the host for a new session.');
+    expect(s.log[0]).toMatchObject({ level: 'info', message: 'The run finished before this tab got a rank: it trained without this tab.' });
+    expect(s.log.some((e) => e.level === 'error')).toBe(false);
+  });
+
   it('fail: the run is failed, keeps its lost ranks, and later events do not revive it', () => {
     const lost = replay([{ type: 'rank-lost', rank: 2, reason: 'its tab closed' }], training());
     const failed = replay([{ type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', action: 'Start a new session.' }], lost);
@@ -232,15 +241,43 @@ describe('lost ranks', () => {
     ]);
   });
 
-  it('a link that closes during training loses its peer; one that closes before training does not', () => {
+  it('a closed link is not a lost rank (links close when the group regroups for a joining tab too); the group says who is lost', () => {
     const before = replay([{ type: 'config', config: config() }, waiting(3), joined(1), { type: 'link', peer: 2, state: 'open' }, { type: 'link', peer: 2, state: 'closed' }]);
     expect(before.lost).toEqual([]);
     expect(before.log[0]).toMatchObject({ level: 'info', message: 'Link to rank 2: closed.' });
 
     const during = replay([{ type: 'link', peer: 2, state: 'closed' }], training());
-    expect(during.lost).toEqual([2]);
-    expect(during.log[0]).toMatchObject({ level: 'error', message: 'Rank 2 lost: its link closed during training.' });
+    expect(during.lost).toEqual([]);
+    expect(during.log.some((e) => e.level === 'error')).toBe(false);
+    expect(during.log[0]).toMatchObject({ level: 'warn', message: 'Link to rank 2: closed.' });
     expect(during.links.get(2)).toEqual({ state: 'closed', throughputMBps: undefined });
+  });
+
+  it('one closed tab is one fault on every tab, however many ways it is told; faults are counted by what happened', () => {
+    // Rank 2's tab closes: its links close, the group reports it (directly, and passed on), then the
+    // survivors regroup and the old group's last links close under the new numbering.
+    const s = replay(
+      [
+        { type: 'link', peer: 2, state: 'closed' },
+        { type: 'rank-lost', rank: 2, reason: 'its tab closed' },
+        { type: 'rank-lost', rank: 2, reason: 'reported by rank 0: its tab closed' },
+        joined(0, 2),
+        { type: 'link', peer: 1, state: 'closed' },
+        step(6, { ranks: [0, 1] }),
+        joined(0, 3),
+        { type: 'rank-lost', rank: 1, reason: 'stalled: no sign of life for 10183 ms (its page is paused, frozen or gone)' },
+        joined(0, 2),
+        { type: 'rank-lost', rank: 1, reason: 'its replica diverged' },
+      ],
+      training(),
+    );
+    expect(s.faults).toEqual({ left: 1, froze: 1, evicted: 1, failed: 0, joined: 1 });
+    // Newest first.
+    expect(s.log.filter((e) => e.level === 'error').map((e) => e.message)).toEqual([
+      'Lost rank 1: its replica diverged.',
+      'Lost rank 1: stalled: no sign of life for 10183 ms (its page is paused, frozen or gone).',
+      'Lost rank 2: its tab closed.',
+    ]);
   });
 
   it("a link's path is kept while it is open, told once per kind, and drawn in a few characters", () => {
@@ -412,7 +449,7 @@ describe('the run summary', () => {
       ['Total time', '1 min 05 s'],
       ['Final test accuracy', '93.12%'],
       ['Speed', '4,216 samples/s, all tabs together'],
-      ['Faults survived', '1 rank lost, 1 tab joined mid-run, 1 step trained again'],
+      ['Faults survived', '1 tab closed, 1 tab joined mid-run, 1 step trained again'],
     ]);
     const details = report.details.map((e) => e.label);
     expect(details).toEqual(expect.arrayContaining(['Test loss', 'Final loss', 'Generations', 'Paused generations', 'Weight hash', 'Breakdown: compute', 'Live tensors: min', 'Live tensors: max']));

@@ -98,6 +98,20 @@ describe('the server hands ICE servers to members', () => {
     await server.createSession('class-1', tokenFor('class-1'));
   });
 
+  it('a member renews its TURN credentials while it is connected: links formed later get fresh ones', async () => {
+    server = await startServer({ port: 0, log: () => {}, ice: { turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
+    const client = await StoreClient.connect(server.url, { session: 'ice-renew', token: tokenFor('ice-renew'), timeoutMs: 5_000, iceRenewMs: 200 });
+    try {
+      const first = client.iceServers[0]!.username!;
+      await expect.poll(() => client.iceServers[0]!.username, { timeout: 4_000, interval: 100 }).not.toBe(first);
+      const renewed = client.iceServers[0]!;
+      expect(Number(renewed.username!.split(':')[0])).toBeGreaterThan(Number(first.split(':')[0]));
+      expect(renewed.credential).toBe(createHmac('sha1', SECRET).update(renewed.username!).digest('base64'));
+    } finally {
+      client.close();
+    }
+  });
+
   it('none configured: an empty list (host candidates only)', async () => {
     server = await startServer({ port: 0, log: () => {}, ice: {} });
     const client = await StoreClient.connect(server.url, { session: 'ice-b', token: tokenFor('ice-b'), timeoutMs: 5_000 });

@@ -388,6 +388,20 @@ describe('regroup', () => {
     await stillServes(session);
   });
 
+  it('one member cannot keep the group regrouping: its failed-round regroups past maxFailedRegroupsPerMember are refused', async () => {
+    await start({ settleMs: 50, limits: { regroupIntervalMs: 10, maxFailedRegroupsPerMember: 2 } });
+    const session = uniqueSession('regroup-flood');
+    const a = await member(session);
+    await until(() => a.rounds.length === 1, 'round 1');
+    expect((await a.s.regroup(1, true)).round).toBe(2);
+    expect((await a.s.regroup(2, true)).round).toBe(3);
+    const err = await refusal(a.s.regroup(3, true));
+    expect(err.code).toBe('RATE_LIMITED');
+    expect(err.message).toContain('asked for 2 regroups after failures in 10 minutes, the most one member may');
+    expect(a.rounds.map((r) => r.round)).toEqual([1, 2, 3]);
+    await stillServes(session);
+  });
+
   it('a deferred regroup is answered by whatever round comes first (a member leaving)', async () => {
     await start({ settleMs: 50, limits: { regroupIntervalMs: 5_000 } });
     const session = uniqueSession('defer');

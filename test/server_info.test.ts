@@ -96,7 +96,7 @@ describe('LAN addresses', () => {
       'Serving on http://localhost:8080/',
       'Other machines on your network can open:',
       '  http://192.168.1.20:8080/',
-      'Open http://localhost:8080/ to create a session, or open this link in three tabs: DEMO',
+      'Open http://localhost:8080/ to create a session, or open this link in two or three tabs to watch them train a short demo together: DEMO',
     ]);
     const local = startupLines({ url: 'http://127.0.0.1:8080/', urls: [], host: '127.0.0.1' }, 'DEMO');
     expect(local[1]).toBe('Only this machine can open it (it listens on 127.0.0.1): for other machines on your network, start with HOST=0.0.0.0 npm start');

@@ -230,6 +230,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const e = err instanceof Error ? err : new Error(String(err));
     console.error(`${e.name}: ${e.message}`);
     report({ type: 'error', name: e.name, message: e.message });
+    if (e instanceof RendezvousClosedError) {
+      // The run ended well while this tab watched or waited: not a failure of training.
+      dash.watchedEnd();
+      return;
+    }
     if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
       // Even the spectators' seats are taken: not a failure of training.
       dash.full(config?.max ?? null);

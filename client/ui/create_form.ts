@@ -103,7 +103,7 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
       'div',
       { class: 'presets' },
       demo,
-      el('p', { id: 'cf-demo-hint', class: 'field-hint' }, `Fills in a short run on synthetic data (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples), to see every tab train before a real run.`),
+      el('p', { id: 'cf-demo-hint', class: 'field-hint' }, `Fills in a short run on synthetic data for ${DEMO_PRESET.world} tabs (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples): open its link in ${DEMO_PRESET.world} tabs; training starts once ${DEMO_PRESET.min} have joined, and every tab trains.`),
     ),
   );
 

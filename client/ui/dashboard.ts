@@ -140,6 +140,11 @@ export class Dashboard {
     this.dispatch({ type: 'control', action, min });
   }
 
+  /** The run finished before this tab got a rank: said plainly, not as a failure. */
+  watchedEnd(): void {
+    this.dispatch({ type: 'watched-end' });
+  }
+
   /** Every rank is taken and this tab does not spectate: said plainly, not as a failure. */
   full(ranks: number | null = null): void {
     this.dispatch({ type: 'full', ranks });

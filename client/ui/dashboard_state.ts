@@ -55,6 +55,8 @@ export type PageEvent =
   | { type: 'downloadable'; available: boolean }
   /** Every rank of the session is taken and this tab is not spectating: not a failure. */
   | { type: 'full'; ranks: number | null }
+  /** The run ended (well) before this tab got a rank: it watched, or waited, to the end. Not a failure. */
+  | { type: 'watched-end' }
   /** The host stopped the run, ended the session or changed the minimum. */
   | { type: 'control'; action: ControlAction; min?: number };
 
@@ -159,8 +161,8 @@ export interface DashboardState {
   readonly fullRanks: number | null;
   /** The host stopped this run (rather than a rank's own button). */
   readonly stoppedByHost: boolean;
-  /** Faults the run went through, over every group: ranks lost, ranks that joined a running session. */
-  readonly faults: { readonly lost: number; readonly joined: number };
+  /** Faults the run went through, over every group, each counted once by what happened (see `faultKind`), and tabs that joined a running session. */
+  readonly faults: Readonly<Record<FaultKind, number>> & { readonly joined: number };
   /** This tab asked for a new minimum and has not heard it applied yet. */
   readonly minRequested: number | null;
   /** Pipeline runs: the stages and this tab's place, from the round's 'pipeline' event (null: plain data parallel). */
@@ -243,7 +245,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     canContinue: false,
     fullRanks: null,
     stoppedByHost: false,
-    faults: { lost: 0, joined: 0 },
+    faults: { left: 0, froze: 0, evicted: 0, failed: 0, joined: 0 },
     minRequested: null,
     pipeline: null,
     timeline: null,
@@ -329,10 +331,8 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       } else if (event.throughputMBps !== undefined && prev.throughputMBps === undefined) {
         next = log(next, 'info', `Link to rank ${event.peer}: measured ${event.throughputMBps.toFixed(1)} MB/s.`);
       }
-      // Before training a link may close and reconnect while the ring forms; during training it means the peer is gone.
-      if (event.state === 'closed' && duringTraining && !next.lost.includes(event.peer)) {
-        next = log({ ...next, lost: withRank(next.lost, event.peer), faults: { ...next.faults, lost: next.faults.lost + 1 } }, 'error', `Rank ${event.peer} lost: its link closed during training.`);
-      }
+      // A closed link is not a lost rank: links close when a group regroups (a tab joining) too.
+      // The group itself says when a rank is lost ('rank-lost'), and why.
       return next;
     }
 
@@ -406,10 +406,12 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return onFleet(state, event, at);
 
     case 'rank-lost': {
+      // After 'done' the group is finished with; a rank closing its tab then is no loss. Each
+      // rank is lost once per group (the group renumbers its ranks when it forms again).
+      if (state.finished || state.lost.includes(event.rank)) return log(state, 'info', `Lost rank ${event.rank}: ${event.reason}.`);
+      const kind = faultKind(event.reason);
       const next = log(state, 'error', `Lost rank ${event.rank}: ${event.reason}.`);
-      // After 'done' the group is finished with; a rank closing its tab then is no loss.
-      if (state.finished || next.lost.includes(event.rank)) return next;
-      return { ...next, lost: withRank(next.lost, event.rank), faults: { ...next.faults, lost: next.faults.lost + 1 } };
+      return { ...next, lost: withRank(next.lost, event.rank), faults: { ...next.faults, [kind]: next.faults[kind] + 1 } };
     }
 
     case 'stopped':
@@ -456,6 +458,10 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'downloadable':
       return state.downloadable === event.available ? state : { ...state, downloadable: event.available };
+
+    case 'watched-end':
+      if (isOver(state.phase)) return state;
+      return log({ ...state, phase: 'done', finished: true, role: { ...state.role, spectator: false } }, 'info', 'The run finished before this tab got a rank: it trained without this tab.');
 
     case 'full':
       if (isOver(state.phase)) return state;
@@ -668,6 +674,7 @@ export function statusText(s: DashboardState): string {
       return `Training${e ? ` (epoch ${epochOf(s, e.epoch)})` : ''} on ${w || '?'} rank${w === 1 ? '' : 's'}.${lostNote}`;
     }
     case 'done': {
+      if (s.self === null) return `The run finished before this tab got a rank${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}: it trained without this tab. To train, ask the host for a new session.`;
       const final = finalTestAccuracy(s);
       const acc = final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
       const took = runSeconds(s);
@@ -1719,9 +1726,13 @@ export function runReport(s: DashboardState): RunReport | null {
   if (accuracy !== null) main.push({ key: 'accuracy', label: 'Final test accuracy', value: fmtPercent(accuracy, 2) });
   if (typeof summary.samplesPerSec === 'number') main.push({ key: 'speed', label: 'Speed', value: `${fmtInt(summary.samplesPerSec)} samples/s, all tabs together` });
   const redone = typeof summary.stepsRedone === 'number' ? summary.stepsRedone : 0;
+  const f = s.faults;
   const faults = [
-    s.faults.lost ? `${plural(s.faults.lost, 'rank')} lost` : '',
-    s.faults.joined ? `${plural(s.faults.joined, 'tab')} joined mid-run` : '',
+    f.left ? `${plural(f.left, 'tab')} closed` : '',
+    f.froze ? `${plural(f.froze, 'tab')} froze or went silent` : '',
+    f.evicted ? `${plural(f.evicted, 'tab')} evicted (replica differed)` : '',
+    f.failed ? `${plural(f.failed, 'rank')} failed` : '',
+    f.joined ? `${plural(f.joined, 'tab')} joined mid-run` : '',
     redone ? `${plural(redone, 'step')} trained again` : '',
   ].filter(Boolean);
   main.push({ key: 'faults', label: 'Faults survived', value: faults.length ? faults.join(', ') : 'none' });
@@ -1791,4 +1802,14 @@ function pluralInt(n: number, noun: string, many = `${noun}s`): string {
 /** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */
 function tabsInSession(w: { arrived: number; min: number; max: number }): string {
   return w.min === w.max ? `${w.arrived} of ${plural(w.max, 'tab')} in the session` : `${plural(w.arrived, 'tab')} in the session (needs ${w.min}, up to ${w.max})`;
+}
+
+/** What happened to a lost rank, from the group's reason: counted apart in the summary. */
+export type FaultKind = 'left' | 'froze' | 'evicted' | 'failed';
+
+export function faultKind(reason: string): FaultKind {
+  if (/tab closed|left the group|leaving/i.test(reason)) return 'left';
+  if (/stall|paused|froze|frozen|silent|no sign of life|sent nothing|evicted for silence/i.test(reason)) return 'froze';
+  if (/diverg|replica/i.test(reason)) return 'evicted';
+  return 'failed';
 }

@@ -194,7 +194,7 @@ export class HeaderView {
     this.end.disabled = c.end.disabled;
     this.continueButton.hidden = !c.continueVisible;
     this.download.disabled = !c.downloadEnabled;
-    setText(this.downloadHint, c.downloadEnabled ? 'Saves the model as model.json and its weights.' : 'Available when training is done.');
+    setText(this.downloadHint, c.downloadEnabled ? 'Saves the model as two files named after the session and step: <session>-step-<n>.json and its .weights.bin.' : 'Available when training is done.');
     this.minGroup.hidden = !c.min.visible;
     this.minInput.max = String(c.min.max);
     this.minInput.disabled = c.min.disabled;

@@ -183,7 +183,8 @@ export function minNote(values: FormValues): string {
  * "Quick demo": a run of about half a minute on the built-in synthetic data, to see the
  * dashboard work before a real run (the learning rate follows the optimizer as usual).
  */
-export const DEMO_PRESET: FormValues = { model: 'mlp', dataset: 'synthetic', batchSize: '32', epochs: '1', steps: '60', trainSize: '2048' };
+/** A short run for three tabs that starts once two have joined: every tab opened on its link trains. */
+export const DEMO_PRESET: FormValues = { world: '3', min: '2', model: 'mlp', dataset: 'synthetic', batchSize: '32', epochs: '1', steps: '60', trainSize: '2048' };
 
 /** "Steps (optional)" -> "Steps": the label as the subject of a sentence. */
 function fieldName(label: string): string {

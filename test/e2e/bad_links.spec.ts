@@ -103,6 +103,9 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   await expect(page.getByTestId('hint-min')).toHaveText('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.');
   await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. A rough estimate/);
   await page.getByTestId('demo-preset').click();
+  // A demo of several tabs: every tab opened on its link trains.
+  await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
+  await expect(page.getByLabel('Keep training with at least (tabs)')).toHaveValue('2');
   await expect(page.getByLabel('Dataset')).toHaveValue('synthetic');
   await expect(page.getByLabel('Steps (optional)')).toHaveValue('60');
   await expect(page.getByTestId('estimate')).toContainText('for 60 steps');
@@ -110,7 +113,7 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   await page.getByRole('button', { name: 'Create session' }).click();
   const link = page.getByTestId('share-link');
   // Today's server has no /api/info: the link uses the page's own address, and says who can open it.
-  await expect(link).toHaveValue(new RegExp(`^${server.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\?session=class-demo&world=4&job=train&min=1&.*#token=[A-Za-z0-9_-]{43}$`));
+  await expect(link).toHaveValue(new RegExp(`^${server.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\?session=class-demo&world=3&job=train&min=2&.*#token=[A-Za-z0-9_-]{43}$`));
   await expect(page.getByTestId('share-note')).toContainText('HOST=0.0.0.0 npm start');
   await expect(page.getByTestId('qr-code')).toBeVisible();
   await expect(page.getByTestId('join-link')).toHaveAttribute('href', /#token=[A-Za-z0-9_-]{43}&host=[A-Za-z0-9_-]{43}$/);

@@ -90,6 +90,33 @@ test('a class session survives a closed tab, a reload and a fourth tab; only the
   await context.close();
 });
 
+test('one closed tab is one fault on every tab: one error, about the tab that closed, and "1 tab closed" first in every summary', async ({ browser, server }) => {
+  test.setTimeout(240_000);
+  const context = await browser.newContext();
+  const { teacher, shared } = await createSession(context, server.url);
+  const [alice, bob] = [await context.newPage(), await context.newPage()];
+  await alice.goto(shared);
+  await bob.goto(shared);
+  await passes(teacher, 3);
+  const atClose = await stepOf(teacher);
+  await bob.close();
+  // The two left regroup and train on; then the host stops.
+  await passes(teacher, atClose + 3);
+  await passes(alice, atClose + 3);
+  await teacher.getByTestId('stop-button').click();
+  await teacher.getByTestId('stop-confirm').click();
+  for (const page of [teacher, alice]) {
+    await expect(page.getByTestId('progress')).toHaveAttribute('data-done', 'true', { timeout: 90_000 });
+    // Tabs that joined the running session are counted too (this one is elastic from 1 tab); the loss once.
+    const faults = page.locator('[data-testid="summary"] [data-key="faults"] dd');
+    await expect(faults).toHaveText(/^1 tab closed(, \d+ tabs? joined mid-run)?(, \d+ steps? trained again)?$/);
+    const errors = await page.locator('[data-testid="event-log"] [data-level="error"] .log-msg').allTextContents();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/^Lost rank \d: .*its tab closed\.$/);
+  }
+  await context.close();
+});
+
 test('the host ends the session: every tab keeps its replica and downloads it, named after the session and step', async ({ browser, server }) => {
   test.setTimeout(240_000);
   const context = await browser.newContext();
@@ -111,7 +138,7 @@ test('the host ends the session: every tab keeps its replica and downloads it, n
   await context.close();
 });
 
-test('on all interfaces, the form shares a link other machines can open, and it opens', async ({ browser }) => {
+test('on all interfaces, the form shares a link other machines can open, and it opens; another machine creates sessions only with the admin link', async ({ browser }) => {
   const server = await startServer({ port: 0, host: '0.0.0.0', log: () => {} });
   try {
     const lan = server.urls[0];
@@ -130,6 +157,17 @@ test('on all interfaces, the form shares a link other machines can open, and it 
     const response = await other.goto(shared);
     expect(response?.status()).toBe(200);
     await expect(other.getByTestId('status')).toBeVisible();
+    // From another machine's address only the admin link creates sessions.
+    const stranger = await context.newPage();
+    await stranger.goto(lan!);
+    await stranger.getByLabel('Session name').fill(sessionName('lan-stranger'));
+    await stranger.getByRole('button', { name: 'Create session' }).click();
+    await expect(stranger.getByTestId('create-error')).toContainText('Only the host creates sessions on this server');
+    const admin = await context.newPage();
+    await admin.goto(`${lan!}#admin=${server.adminSecret}`);
+    await admin.getByLabel('Session name').fill(sessionName('lan-admin'));
+    await admin.getByRole('button', { name: 'Create session' }).click();
+    await expect(admin.getByTestId('share-link')).toHaveValue(/#token=[A-Za-z0-9_-]{43}$/);
     await context.close();
   } finally {
     await server.close();

@@ -4,6 +4,9 @@
  * summary as its last line. The elastic one is the issue's acceptance run: a rank killed at
  * step 8, the rest finish.
  */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { expect, launchCommand, test } from './fixtures.ts';
 
 test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
@@ -85,6 +88,47 @@ test('ps_train.ts: 1 server and 2 workers train asynchronously; every sample is 
   expect(summary.samples).toMatchObject({ target: 24 * 32, leased: 24 * 32, lost: 0 });
   expect(output).toMatch(/worker \d+ \(\d+ pushes\); samples applied 768/);
 });
+
+test('a script in a folder outside the clone runs under the launcher, importing the library as the package browser-ddp', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'my-training-'));
+  try {
+    const source = await readFile('examples/collectives.ts', 'utf8');
+    const script = join(dir, 'my_collectives.ts');
+    await writeFile(script, source.replaceAll("'../src/index.ts'", "'browser-ddp'"));
+    expect(await readFile(script, 'utf8')).toContain("from 'browser-ddp'");
+    const r = await launchCommand(['--nproc', '2', script]);
+    expect(r.code, r.output).toBe(0);
+    expect(r.summary).toMatchObject({ worldSize: 2, checks: 5, ok: true });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+/** The ```ts block after `marker` in the README, as it is. */
+async function readmeScript(marker: string): Promise<string> {
+  const readme = await readFile('README.md', 'utf8');
+  const at = readme.indexOf(marker);
+  expect(at, `the README still has "${marker}"`).toBeGreaterThan(0);
+  return /```ts\n([\s\S]*?)```/.exec(readme.slice(at))![1]!;
+}
+
+for (const { marker, args } of [
+  { marker: "Without the elastic runner, torch's shape, as a whole script", args: ['--nproc', '2'] },
+  { marker: 'A training script for the launcher (`examples/elastic_train.ts`, shortened', args: ['--nproc', '2', '--min', '1', '--max', '4'] },
+]) {
+  test(`the README's script "${marker.slice(0, 40)}…" runs as written, from a folder outside the clone`, async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'readme-script-'));
+    try {
+      const script = join(dir, 'my_train.ts');
+      await writeFile(script, await readmeScript(marker));
+      const r = await launchCommand([...args, script]);
+      expect(r.code, r.output).toBe(0);
+      expect(r.summary).toMatchObject({ worldSize: 2, ok: true });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+}
 
 test('a script that does not exist, or a script argument before the path, is refused with what to do', async () => {
   const missing = await launchCommand(['--nproc', '2', 'examples/no_such_script.ts']);
