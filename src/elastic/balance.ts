@@ -23,6 +23,8 @@ export interface RankCost {
 
 /** How many batch sizes a rank's history keeps (the most recent ones). */
 const SIZES_KEPT = 4;
+/** keepSplit: the last split stays while it predicts a step at most this much longer than the best. */
+const KEEP_MARGIN = 1.2;
 /** A rank is never predicted cheaper per sample than the median over this. */
 const CHEAPEST_VS_MEDIAN = 20;
 
@@ -166,11 +168,13 @@ export function splitByCost(count: number, models: readonly RankCost[], quantum:
 
 /**
  * Whether the split of the step before still serves: the same total over the same ranks, and the
- * step it predicts at most 10% longer than the new split's. Changing shapes costs more than the
- * few percent a finer split would gain (each new batch size compiles kernels on WebGPU and WebGL).
+ * step it predicts at most 20% longer than the new split's. Changing shapes costs more than a
+ * finer split would gain (each new batch size compiles kernels on WebGPU and WebGL, seconds on a
+ * software GPU), and tabs sharing a machine measure 10-25% apart from step to step: a smaller
+ * margin re-splits identical tabs on noise.
  */
 export function keepSplit(previous: readonly number[], ideal: readonly number[], models: readonly RankCost[]): boolean {
   if (previous.length !== ideal.length || models.length !== ideal.length) return false;
   if (previous.reduce((a, b) => a + b, 0) !== ideal.reduce((a, b) => a + b, 0)) return false;
-  return predictedStep(previous, models) <= 1.1 * predictedStep(ideal, models);
+  return predictedStep(previous, models) <= KEEP_MARGIN * predictedStep(ideal, models);
 }
