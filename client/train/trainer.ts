@@ -572,19 +572,26 @@ export async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
   throw new ConfigMismatchError(`this tab's configuration disagrees with session "${opts.session}": ${diffs.join('; ')}`);
 }
 
+/** The group whose links the dashboard shows: the latest round's (one training run per page). */
+let watchedGroup: ProcessGroup | null = null;
+
 /**
  * Link states and lost ranks for the dashboard, and every two seconds each link's traffic and
  * network path (candidate types, round-trip time, bytes per second on the wire).
  */
 export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
   const last = new Map<number, { t: number; bytes: number }>();
+  watchedGroup = pg;
   pg.on((e) => {
+    // A group the page left behind (a new round formed) still closes its links: its late events
+    // would name ranks of the new numbering, live ones among them.
+    if (watchedGroup !== pg) return;
     if (e.type === 'link') emit({ type: 'link', peer: e.peer, state: e.state });
     else emit({ type: 'rank-lost', rank: e.rank, reason: e.reason });
   });
   let reading = false;
   const timer = setInterval(() => {
-    if (pg.error) return clearInterval(timer);
+    if (pg.error || watchedGroup !== pg) return clearInterval(timer);
     // getStats is asynchronous: a slow reading is skipped over, never stacked.
     if (reading) return;
     reading = true;
