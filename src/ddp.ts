@@ -37,6 +37,7 @@ import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } fr
 import type { LocalGradients } from './data_parallel/data_parallel.ts';
 import { HostOptimizer, type ParamLayout } from './optim.ts';
 import { assignFlatWeights, hostWeights } from './replicas.ts';
+import { allFinite } from './finite.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -118,13 +119,6 @@ export interface BackwardResult {
 
 export class ShapeMismatchError extends Error {
   override name = 'ShapeMismatchError';
-}
-
-/** Whether every value is finite: x - x is 0 for finite x and NaN for NaN or an infinity. */
-function allFinite(values: Float32Array): boolean {
-  let acc = 0;
-  for (let i = 0; i < values.length; i++) acc += values[i]! - values[i]!;
-  return acc === 0;
 }
 
 /**

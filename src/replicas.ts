@@ -6,6 +6,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { NonFiniteWeightsError } from './errors.ts';
+import { allFinite } from './finite.ts';
 import { ReplicaDivergenceError } from './errors.ts';
 import { hashFloat32 } from './hash.ts';
 import type { ProcessGroup } from './process_group.ts';
@@ -54,7 +55,7 @@ export function assignFlatWeights(model: tf.LayersModel, flat: Float32Array, sou
   let at = 0;
   for (const [index, w] of weights.entries()) {
     const end = at + sizeOf(w.shape);
-    for (let i = at; i < end; i++) if (!Number.isFinite(flat[i]!)) throw new NonFiniteWeightsError(w.originalName, index, source);
+    if (!allFinite(flat.subarray(at, end))) throw new NonFiniteWeightsError(w.originalName, index, source);
     at = end;
   }
   let offset = 0;

@@ -47,6 +47,7 @@
 import { checkWireDtype, type WireDtype } from '../half.ts';
 import type { ProcessGroup } from '../process_group.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
+import { allFinite } from '../finite.ts';
 
 export interface PowerSGDOptions {
   /** The rank r of the approximation (torch: matrix_approximation_rank). Default 1. */
@@ -521,9 +522,4 @@ function hash32(x: number): number {
   x = Math.imul(x, 0x846ca68b);
   x ^= x >>> 16;
   return x >>> 0;
-}
-
-function allFinite(values: Float32Array): boolean {
-  for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i]!)) return false;
-  return true;
 }

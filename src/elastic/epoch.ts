@@ -97,7 +97,7 @@ export function balancedBatchOf(
   const start = counts.slice(0, rank).reduce((a, b) => a + b, 0);
   const indices = samples.slice(start, start + counts[rank]!);
   const paddingHere = Math.max(0, start + counts[rank]! - Math.max(start, real.length));
-  return { indices, padding: Math.min(paddingHere, indices.length), globalSamples: samples.length, counts };
+  return { indices, padding: paddingHere, globalSamples: samples.length, counts };
 }
 
 /**

@@ -16,7 +16,8 @@
  * refused with SyncPushError (thrown: the transport must not send it; a 'past-step' one is a
  * retransmission it can ignore).
  */
-import { allFinite, type ParameterServerShard } from './shard.ts';
+import type { ParameterServerShard } from './shard.ts';
+import { allFinite } from '../finite.ts';
 
 export type SyncRefusal =
   /** The worker id is not an integer in [0, numWorkers). */

@@ -27,6 +27,7 @@ import * as tf from '@tensorflow/tfjs';
 import type { WeightSpec } from '../checkpoint_format.ts';
 import { loadOptimizerState, type TensorBundle } from '../state_dict.ts';
 import type { ShardLayout } from './sharding.ts';
+import { allFinite } from '../finite.ts';
 
 /** What a worker sends a shard. */
 export interface Push {
@@ -122,12 +123,6 @@ export class ShardStateError extends Error {
 
 let shardCounter = 0;
 
-/** Whether every value is finite: x - x is 0 for finite x, NaN for NaN or an infinity. */
-export function allFinite(values: Float32Array): boolean {
-  let acc = 0;
-  for (let i = 0; i < values.length; i++) acc += values[i] - values[i];
-  return acc === 0;
-}
 
 const isCount = (x: unknown): x is number => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
 
