@@ -2,7 +2,7 @@
  * `--tabs`: the ranks as pages of ONE headful Chromium under Xvfb, with the browser's default
  * background throttling (none of the throttle-disabling flags of the headless driver). Playwright
  * emulates focus, so its pages stay "visible" even in background tabs: this driver spawns Chromium
- * itself and talks to it over the DevTools protocol (one websocket per target, kept open for the run).
+ * itself and talks to it over the DevTools protocol (on a pipe, one session per target, kept open for the run).
  * Each rank gets its own window at its own place on a large virtual screen, so every rank is
  * visible (not occluded) until `--hide` opens a blank tab in front of it in its window.
  */
@@ -10,7 +10,6 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WebSocket } from 'ws';
 import type { Report } from '../client/report.ts';
 import { CHROMIUM_ARGS, chromiumPath } from './browser.ts';
 import { LOSE_DEVICE_EXPRESSION, checkDeviceLost, type RankDriver, type RankHandlers, type RankTarget } from './driver.ts';
@@ -62,55 +61,89 @@ const WINDOW = { width: 900, height: 700 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A DevTools-protocol connection (a page's or the browser's websocket). */
-class Cdp {
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`no answer in ${ms} ms`)))]);
+}
+
+/**
+ * The DevTools protocol over the pipe Chromium reads on fd 3 and writes on fd 4
+ * (--remote-debugging-pipe: NUL-separated JSON), not over a port: a port on 127.0.0.1 would let
+ * any local user drive the tabs and read the session's token from their URLs. Pages are
+ * sessions on the one pipe (Target.attachToTarget with flatten).
+ */
+class CdpPipe {
   private nextId = 0;
-  private pending = new Map<number, { resolve: (v: any) => void; reject: (e: Error) => void; method: string }>();
-  private listeners: Array<(method: string, params: any) => void> = [];
+  private readonly pending = new Map<number, { resolve: (v: any) => void; reject: (e: Error) => void; method: string }>();
+  private readonly listeners = new Map<string, Array<(method: string, params: any) => void>>();
+  private buffered = '';
   closed = false;
-  private constructor(private ws: WebSocket) {
-    ws.on('message', (data) => {
-      const m = JSON.parse(data.toString());
-      if (m.id !== undefined) {
-        const p = this.pending.get(m.id);
-        if (!p) return;
-        this.pending.delete(m.id);
-        if (m.error) p.reject(new Error(`${p.method}: ${m.error.message}`));
-        else p.resolve(m.result);
-      } else if (m.method) {
-        for (const l of this.listeners) l(m.method, m.params);
-      }
+  constructor(
+    private readonly out: NodeJS.WritableStream,
+    input: NodeJS.ReadableStream,
+  ) {
+    input.on('data', (chunk: Buffer) => {
+      const parts = (this.buffered + chunk.toString('utf8')).split('\0');
+      this.buffered = parts.pop() ?? '';
+      for (const part of parts) if (part) this.dispatch(part);
     });
-    ws.on('close', () => {
-      this.closed = true;
-      for (const p of this.pending.values()) p.reject(new Error(`${p.method}: the DevTools connection closed`));
-      this.pending.clear();
-      for (const l of this.listeners) l('__closed', {});
-    });
+    input.on('close', () => this.onClose());
+    input.on('error', () => this.onClose());
+    out.on('error', () => this.onClose());
   }
-  static async connect(url: string): Promise<Cdp> {
-    const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 * 1024 });
-    await new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('error', reject);
-    });
-    return new Cdp(ws);
+  private dispatch(text: string): void {
+    const m = JSON.parse(text);
+    if (m.id !== undefined) {
+      const p = this.pending.get(m.id);
+      if (!p) return;
+      this.pending.delete(m.id);
+      if (m.error) p.reject(new Error(`${p.method}: ${m.error.message}`));
+      else p.resolve(m.result);
+      return;
+    }
+    if (!m.method) return;
+    if (m.method === 'Target.detachedFromTarget') this.emit(m.params.sessionId, '__closed', { reason: 'the tab was detached' });
+    this.emit(m.sessionId ?? '', m.method, m.params);
   }
-  send<T = any>(method: string, params: Record<string, unknown> = {}): Promise<T> {
-    if (this.closed) return Promise.reject(new Error(`${method}: the DevTools connection is closed`));
+  private emit(sessionId: string, method: string, params: any): void {
+    for (const l of this.listeners.get(sessionId) ?? []) l(method, params);
+  }
+  private onClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const p of this.pending.values()) p.reject(new Error(`${p.method}: the DevTools pipe closed`));
+    this.pending.clear();
+    for (const ls of this.listeners.values()) for (const l of ls) l('__closed', { reason: 'the browser closed its DevTools pipe' });
+  }
+  send<T = any>(method: string, params: Record<string, unknown> = {}, sessionId?: string): Promise<T> {
+    if (this.closed) return Promise.reject(new Error(`${method}: the DevTools pipe is closed`));
     const id = ++this.nextId;
     return new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve, reject, method });
-      this.ws.send(JSON.stringify({ id, method, params }));
+      this.out.write(`${JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) })}\0`);
     });
   }
-  on(listener: (method: string, params: any) => void): void {
-    this.listeners.push(listener);
+  on(sessionId: string, listener: (method: string, params: any) => void): void {
+    const ls = this.listeners.get(sessionId) ?? [];
+    ls.push(listener);
+    this.listeners.set(sessionId, ls);
   }
-  close(): void {
-    this.closed = true;
-    this.ws.close();
+  /** A connection to one target (a page), or to the browser (`sessionId` ''). */
+  session(sessionId: string): Cdp {
+    return {
+      send: (method, params) => this.send(method, params, sessionId || undefined),
+      on: (listener) => this.on(sessionId, listener),
+      close: () => {
+        this.listeners.delete(sessionId);
+        if (sessionId) this.send('Target.detachFromTarget', { sessionId }).catch(() => {});
+      },
+    };
   }
+}
+
+interface Cdp {
+  send<T = any>(method: string, params?: Record<string, unknown>): Promise<T>;
+  on(listener: (method: string, params: any) => void): void;
+  close(): void;
 }
 
 /** A console call's arguments as one line (strings as themselves, the rest by value or description). */
@@ -124,7 +157,6 @@ const SHIM = 'window.__ddpReport = (r) => window.__ddpReportJson(JSON.stringify(
 
 export async function tabsDriver(log: (line: string) => void, options: TabsOptions = {}): Promise<RankDriver> {
   const args = tabsArgs(options);
-  const port = 9222 + 1000 + Math.floor(Math.random() * 20000);
   const userDataDir = mkdtempSync(join(tmpdir(), 'ddp-tabs-'));
   const child: ChildProcess = spawn(
     'xvfb-run',
@@ -135,13 +167,14 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
       chromiumPath(),
       ...args,
       ...(options.extraArgs ?? []),
-      `--remote-debugging-port=${port}`,
+      '--remote-debugging-pipe',
       `--user-data-dir=${userDataDir}`,
       `--window-size=${WINDOW.width},${WINDOW.height}`,
       '--window-position=0,0',
       'about:blank',
     ],
-    { stdio: 'ignore', detached: true },
+    // fd 3: what Chromium reads (our commands), fd 4: what it writes; xvfb-run passes them on.
+    { stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe'], detached: true },
   );
   let exited = false;
   child.on('exit', () => (exited = true));
@@ -163,25 +196,24 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
     process.exit(signals[signal as keyof typeof signals] ?? 1);
   };
   for (const signal of Object.keys(signals) as NodeJS.Signals[]) process.once(signal, onSignal);
-  const http = `http://127.0.0.1:${port}`;
-  let browserWs: string | undefined;
-  for (let i = 0; i < 120 && !exited; i++) {
-    await sleep(250);
+  const pipe = new CdpPipe(child.stdio[3] as NodeJS.WritableStream, child.stdio[4] as NodeJS.ReadableStream);
+  const browser = pipe.session('');
+  let initial: Array<{ targetId: string; type: string }> | undefined;
+  for (let i = 0; i < 120 && !exited && !pipe.closed; i++) {
     try {
-      browserWs = ((await (await fetch(`${http}/json/version`)).json()) as { webSocketDebuggerUrl: string }).webSocketDebuggerUrl;
-      break;
+      initial = (await withTimeout(browser.send<{ targetInfos: Array<{ targetId: string; type: string }> }>('Target.getTargets'), 1000)).targetInfos.filter((t) => t.type === 'page');
+      if (initial.length > 0) break;
     } catch {
       /* not up yet */
     }
+    await sleep(250);
   }
-  if (!browserWs) {
+  if (!initial || initial.length === 0) {
     killAll();
-    throw new Error(`--tabs: Chromium under xvfb-run did not open its DevTools port ${port} (is xvfb installed? apt-get install -y xvfb)`);
+    throw new Error('--tabs: Chromium under xvfb-run did not answer on its DevTools pipe (is xvfb installed? apt-get install -y xvfb)');
   }
-  const browser = await Cdp.connect(browserWs);
-  const initial = ((await (await fetch(`${http}/json/list`)).json()) as Array<{ id: string; type: string }>).filter((t) => t.type === 'page');
   const throttling = options.intensiveThrottlingAfterSec === undefined ? 'default throttling' : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
-  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools on port ${port}, ${throttling}`);
+  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools over a pipe (no port), ${throttling}`);
   let count = 0;
   let initialClosed = false;
 
@@ -198,9 +230,10 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
       if (!initialClosed) {
         // The command line's first window would overlap the ranks' windows.
         initialClosed = true;
-        for (const t of initial) await browser.send('Target.closeTarget', { targetId: t.id }).catch(() => {});
+        for (const t of initial!) await browser.send('Target.closeTarget', { targetId: t.targetId }).catch(() => {});
       }
-      const page = await Cdp.connect(`ws://127.0.0.1:${port}/devtools/page/${targetId}`);
+      const { sessionId } = await browser.send<{ sessionId: string }>('Target.attachToTarget', { targetId, flatten: true });
+      const page = pipe.session(sessionId);
       let closing = false;
       page.on((method, params) => {
         switch (method) {

@@ -32,6 +32,7 @@
  */
 import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/protocol.ts';
 import { StoreRefusal } from './store.ts';
+import { MAX_MEMBER_ID } from '../src/protocol_validation.ts';
 
 /** What the rendezvous needs from a member's connection: a way to send it an event. */
 export interface Participant {
@@ -91,13 +92,26 @@ export class Rendezvous {
     private readonly log: (line: string) => void,
     /** The round before this rendezvous' first one: round numbers (and so group keys) never repeat in a session. */
     previousRound = 0,
+    /** The first member id to hand out: ids go on across a session's rendezvous too, so an id names one member for as long as the server runs. */
+    firstMemberId = 1,
   ) {
     this.round = previousRound;
+    this.nextId = firstMemberId;
     this.min = options.min;
   }
 
   get size(): number {
     return this.members.size;
+  }
+
+  /** The id the next member will get. */
+  get nextMemberId(): number {
+    return this.nextId;
+  }
+
+  /** Member `id` is in the group (ranked, waiting or spectating). */
+  isMember(id: number): boolean {
+    return this.members.has(id);
   }
 
   /** A round with ranks is running (not before the first, not paused). */
@@ -142,6 +156,9 @@ export class Rendezvous {
     }
     if (rank !== undefined && [...this.members.values()].some((m) => m.rank === rank)) {
       throw new StoreRefusal(ErrorCode.DUPLICATE_RANK, `rank ${rank} has already joined session "${this.sessionName}"`, { rank });
+    }
+    if (this.nextId > MAX_MEMBER_ID) {
+      throw new StoreRefusal(ErrorCode.SESSION_FULL, `session "${this.sessionName}" has had ${MAX_MEMBER_ID} members since the server started, the most one session may: start a new session`, { max });
     }
     const id = this.nextId++;
     this.members.set(id, { participant, rank });
@@ -316,6 +333,7 @@ export class Rendezvous {
       round: this.round,
       rank,
       worldSize: this.paused ? 0 : this.active.length,
+      members: this.paused ? [] : [...this.active],
       paused: this.paused,
       min: this.min,
       max: this.options.max,

@@ -481,6 +481,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       case 'iceServers':
         // Only a connection that entered the session with its token gets here (requireSession).
         return reply(conn, req, iceServersFor(ice, session.name));
+      case 'claim': {
+        if (conn.memberId === undefined || !session.rendezvous?.isMember(conn.memberId)) {
+          throw new StoreRefusal(ErrorCode.NOT_JOINED, 'only a member of the session\'s group may hold or look up places (claim): rendezvous first');
+        }
+        return reply(conn, req, { holders: session.claim(conn.memberId, req.keys, req.take) });
+      }
       case 'closeRendezvous': {
         const rendezvous = session.rendezvous;
         if (conn.memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'closing the rendezvous needs a rank in the running round: rendezvous first');

@@ -2,8 +2,8 @@
  * A session: one namespace of the store plus one group of ranks (its rendezvous). Nothing in one
  * session can read or change another's keys or reach its members.
  */
-import type { RequestFields } from '../src/protocol.ts';
-import { KeyValueStore, type StoreQuota } from './store.ts';
+import { ErrorCode, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/protocol.ts';
+import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
 import { Rendezvous, type Participant } from './rendezvous.ts';
 
 export class Session {
@@ -20,6 +20,8 @@ export class Session {
   ended = false;
   /** The minimum the host set (`control` 'min'): kept for the next group when this one empties. */
   minOverride: number | undefined;
+  /** Places held by members (`claim`): key -> member id. A holder no longer in the group frees its place. */
+  private readonly claims = new Map<string, number>();
 
   constructor(
     readonly name: string,
@@ -38,11 +40,40 @@ export class Session {
     // A closed rendezvous stays, empty or not: it refuses every arrival (the run is over).
     if (!this.rendezvous || (this.rendezvous.size === 0 && !this.rendezvous.closedBy)) {
       this.rendezvous?.close();
-      this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0);
+      this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0, this.rendezvous?.nextMemberId ?? 1);
       // The host's choice outlives a group that emptied (every tab reloading), where it still fits.
       if (this.minOverride !== undefined && this.minOverride <= request.max) this.rendezvous.min = this.minOverride;
     }
     return this.rendezvous.admit(participant, request);
+  }
+
+  /**
+   * Each key's live holder (-1: vacant); with `take`, member `memberId` first takes the first
+   * vacant key, unless it holds one of them already. Only the server writes places, so a member
+   * can neither take a held one nor say it holds one it does not.
+   */
+  claim(memberId: number, keys: readonly string[], take: boolean): number[] {
+    const live = (id: number | undefined): id is number => id !== undefined && this.rendezvous?.isMember(id) === true;
+    const holders = keys.map((k) => {
+      const id = this.claims.get(k);
+      return live(id) ? id : -1;
+    });
+    if (take && !holders.includes(memberId)) {
+      const vacant = holders.indexOf(-1);
+      if (vacant >= 0) {
+        const key = keys[vacant]!;
+        if (!this.claims.has(key) && this.claims.size >= MAX_CLAIMS_PER_SESSION) {
+          // Places of members gone are free: forget them before refusing.
+          for (const [k, id] of this.claims) if (!live(id)) this.claims.delete(k);
+          if (this.claims.size >= MAX_CLAIMS_PER_SESSION) {
+            throw new StoreRefusal(ErrorCode.QUOTA_KEYS, `session "${this.name}" holds ${MAX_CLAIMS_PER_SESSION} places of live members, the most it may`, { max: MAX_CLAIMS_PER_SESSION });
+          }
+        }
+        this.claims.set(key, memberId);
+        holders[vacant] = memberId;
+      }
+    }
+    return holders;
   }
 
   /** The host ends the session: its group stops at once and its keys are dropped. */

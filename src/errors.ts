@@ -142,6 +142,25 @@ function formatSeconds(ms: number): string {
   return ms < 10_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 1000)} s`;
 }
 
+/**
+ * A role place (a parameter server's, say) is held on the server by another member than the one
+ * the ranks agreed on as a round started: a member took it meanwhile. The round is formed again.
+ */
+export class RoleConflictError extends Error {
+  override name = 'RoleConflictError';
+  constructor(
+    message: string,
+    /** The place's key (`claim`). */
+    readonly place: string,
+    /** The member that holds it on the server (-1: nobody). */
+    readonly holder: number,
+    /** The member the ranks agreed should hold it (-1: nobody). */
+    readonly expected: number,
+  ) {
+    super(message);
+  }
+}
+
 /** Ranks issued different collectives (op, length, root) at the same sequence number. */
 export class CollectiveMismatchError extends Error {
   override name = 'CollectiveMismatchError';
@@ -334,6 +353,7 @@ export class DeviceLostError extends Error {
  */
 export function isRecoverable(err: unknown): boolean {
   return (
+    err instanceof RoleConflictError ||
     err instanceof PeerLostError ||
     err instanceof RankStalledError ||
     err instanceof ConnectionClosedError ||

@@ -32,6 +32,7 @@ export {
   FramingError,
   NonFiniteGradientError,
   NonFiniteWeightsError,
+  RoleConflictError,
   ReplicaDivergenceError,
   StateTransferError,
   DeviceLostError,
@@ -128,6 +129,7 @@ export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './
 export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';
 export {
   ParameterServerShard,
+  MAX_STEP_JUMP,
   ShardStateError,
   REFUSAL_REASONS,
   type Push,
@@ -142,7 +144,6 @@ export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpo
 export { flatGradients } from './parameter_server/worker.ts';
 export {
   runParameterServer,
-  MAX_WORKER_IDS,
   type ParameterServerRunOptions,
   type ParameterServerRunResult,
   type PsStrategy,

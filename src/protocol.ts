@@ -278,7 +278,20 @@ export interface RequestFields {
    * only; closing a closed rendezvous changes nothing.
    */
   closeRendezvous: {};
+  /**
+   * Places held by members (ZooKeeper's ephemeral nodes): each key names a place the server holds
+   * for the member that took it, for as long as that member is in the session's group; a member
+   * that leaves (or is evicted) frees its places. Answers each key's holder (a member id, -1:
+   * vacant). With `take`, a member that holds none of `keys` takes the first vacant one. Nobody
+   * can take a place another member holds or write it with the store's operations: what a place
+   * says (who serves parameter shard k, say) comes from the server, not from the member.
+   */
+  claim: { keys: string[]; take: boolean };
 }
+
+/** Most keys one `claim` may name; most places a session may hold (stale ones are reused first). */
+export const MAX_CLAIM_KEYS = 64;
+export const MAX_CLAIMS_PER_SESSION = 4_096;
 
 /** An ICE server as RTCPeerConnection takes it (the server hands them out with `hello`). */
 export interface IceServer {
@@ -336,6 +349,7 @@ export interface ResultOf {
   regroup: { round: number };
   control: null;
   closeRendezvous: null;
+  claim: { holders: number[] };
 }
 
 export type RequestType = keyof RequestFields;
@@ -397,6 +411,11 @@ export interface RoundEvent {
   round: number;
   rank: number;
   worldSize: number;
+  /**
+   * The member id (the server's, from the member's `rendezvous` reply) of each rank, in rank
+   * order ([] in a paused round): who is who, as the server knows it, not as the members say.
+   */
+  members: number[];
   paused: boolean;
   min: number;
   max: number;

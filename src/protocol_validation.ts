@@ -7,6 +7,7 @@ import {
   CONTROL_ACTIONS,
   DEFAULT_LIMITS,
   ErrorCode,
+  MAX_CLAIM_KEYS,
   type ControlAction,
   type ControlEvent,
   type ErrorMessage,
@@ -37,6 +38,12 @@ export class ProtocolViolation extends Error {
 
 /** Largest group the protocol describes (ranks are 0..MAX_WORLD-1). */
 export const MAX_WORLD = 4096;
+
+/**
+ * Largest member id (ids count up from 1 per session, never reused while the server runs): exact
+ * in a float32 and a u32, so ranks can exchange them in a tensor or a message header.
+ */
+export const MAX_MEMBER_ID = 2 ** 24 - 1;
 
 type Obj = Record<string, unknown>;
 
@@ -207,6 +214,12 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       return { type: t, id };
     case 'closeRendezvous':
       return { type: t, id };
+    case 'claim': {
+      const keys = keyList(raw, 'keys', id, limits);
+      if (keys.length === 0 || keys.length > MAX_CLAIM_KEYS) fail(id, `field "keys" must name 1 to ${MAX_CLAIM_KEYS} places, got ${keys.length}`);
+      if (typeof raw.take !== 'boolean') fail(id, `field "take" must be true or false, got ${describe(raw.take)}`);
+      return { type: t, id, keys, take: raw.take as boolean };
+    }
     case 'regroup': {
       const fromRound = int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER);
       const failed = raw.failed;
@@ -260,6 +273,10 @@ export function parseServerMessage(text: string): ServerMessage {
       need(isInt(raw.round, 1, Number.MAX_SAFE_INTEGER), 'bad round');
       need(isInt(raw.worldSize, 0, MAX_WORLD) && isInt(raw.rank, -1, MAX_WORLD - 1) && (raw.rank as number) < Math.max(1, raw.worldSize as number), 'bad rank or world size');
       need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
+      need(
+        Array.isArray(raw.members) && raw.members.length === (raw.paused ? 0 : raw.worldSize) && raw.members.every((m) => isInt(m, 1, MAX_MEMBER_ID)) && new Set(raw.members).size === raw.members.length,
+        'bad members (one distinct member id per rank)',
+      );
       return raw as unknown as RoundEvent;
     case 'waiting':
       // Members and spectators may outnumber the largest group (spectators wait beyond it).

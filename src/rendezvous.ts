@@ -73,6 +73,8 @@ export interface Round {
   key: string;
   rank: number;
   worldSize: number;
+  /** Each rank's member id, as the server tells it (members cannot forge it): who is who across rounds. */
+  members: readonly number[];
   pg: ProcessGroup;
 }
 
@@ -354,7 +356,7 @@ export class RendezvousHandler {
       early,
       onStalled: () => this.onStalled(client),
     });
-    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, pg };
+    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg };
     old?.pg.destroy(false);
     this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
     for (const w of [...this.waiters]) w();

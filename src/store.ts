@@ -350,6 +350,19 @@ export class StoreClient implements Store {
   }
 
   /**
+   * Places held by members (ZooKeeper's ephemeral nodes, kept by the server): each key's holder,
+   * a member id or -1 (vacant: never held, or its holder left the group). With `take`, this
+   * member takes the first vacant key unless it holds one of them already. Needs a member.
+   */
+  async claim(keys: string[], take = false): Promise<number[]> {
+    const { holders } = await this.request('claim', { keys, take });
+    if (!Array.isArray(holders) || holders.length !== keys.length || !holders.every((h) => Number.isSafeInteger(h) && h >= -1)) {
+      throw new Error(`the server sent a malformed claim reply for ${keys.length} key(s): ${JSON.stringify(holders).slice(0, 200)}`);
+    }
+    return holders;
+  }
+
+  /**
    * The run is over: no round forms again, members waiting without a rank are told, and arrivals
    * are refused with RendezvousClosedError. Needs a rank in the running round; idempotent.
    */

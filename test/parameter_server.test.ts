@@ -12,7 +12,7 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { CentralStorageAccumulator, SyncPushError } from '../src/parameter_server/central_storage.ts';
 import { psPart, restoreShard, saveShard } from '../src/parameter_server/checkpoint.ts';
-import { ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parameter_server/shard.ts';
+import { MAX_STEP_JUMP, ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parameter_server/shard.ts';
 import { joinShards, shardParameters, splitByShard } from '../src/parameter_server/sharding.ts';
 import { flatGradients } from '../src/parameter_server/worker.ts';
 import { assignFlatWeights } from '../src/replicas.ts';
@@ -133,11 +133,46 @@ describe('ParameterServerShard (asynchronous)', () => {
       workers: [
         { worker: 0, pushes: 2, applied: 1, lastStep: 0 },
         { worker: 1, pushes: 3, applied: 2, lastStep: 5 },
-        { worker: 2, pushes: 1, applied: 0, lastStep: -1 },
-        { worker: 3, pushes: 1, applied: 0, lastStep: -1 },
+        { worker: 2, pushes: 1, applied: 0, lastStep: 0 },
+        { worker: 3, pushes: 1, applied: 0, lastStep: 0 },
       ],
     });
     expect(shard.lastStep(1)).toBe(5);
+    shard.dispose();
+  });
+
+  it('step ids: a stale push is handled once, a jump past MAX_STEP_JUMP is refused, a loaded record only drops its own push again', async () => {
+    const shard = smallShard({ maxStaleness: 0 });
+    const g = randomGrads(7, 9);
+    expect(shard.apply({ worker: 0, stepId: 1, version: 0, grads: g })).toMatchObject({ status: 'applied', version: 1 });
+    expect(shard.apply({ worker: 1, stepId: 1, version: 0, grads: g })).toMatchObject({ status: 'stale', staleness: 1 });
+    // Delivered again after a round change: dropped as a duplicate, not counted stale twice.
+    expect(shard.apply({ worker: 1, stepId: 1, version: 0, grads: g })).toMatchObject({ status: 'duplicate', lastStep: 1 });
+    // A worker's pushes count up one by one: a step id far ahead (0xFFFFFFFF, say) is refused.
+    expect(shard.apply({ worker: 0, stepId: 2 + MAX_STEP_JUMP, version: 1, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step', detail: expect.stringMatching(/more than the 1024/) });
+    expect(shard.apply({ worker: 0, stepId: 0xffffffff, version: 1, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step' });
+    expect(shard.apply({ worker: 0, stepId: 1 + MAX_STEP_JUMP, version: 1, grads: g })).toMatchObject({ status: 'applied', version: 2 });
+    // Records loaded from a state dict (a checkpoint part anyone with the session's link may have
+    // uploaded) are not trusted to block a worker: only the push they name is dropped again.
+    const sd = await shard.stateDict();
+    const restored = smallShard({ maxStaleness: 0 });
+    await restored.loadStateDict({ ...sd, lastSteps: [[2, 0xffffffff], [3, 7]] });
+    expect(restored.apply({ worker: 3, stepId: 7, version: 2, grads: g })).toMatchObject({ status: 'duplicate', lastStep: 7 });
+    expect(restored.apply({ worker: 2, stepId: 1, version: 2, grads: g })).toMatchObject({ status: 'applied', version: 3 });
+    expect(restored.lastStep(2)).toBe(1);
+    expect(restored.apply({ worker: 2, stepId: 1, version: 3, grads: g })).toMatchObject({ status: 'duplicate' });
+    // Past a loaded record the jump bound holds again.
+    expect(restored.apply({ worker: 3, stepId: 7 + MAX_STEP_JUMP, version: 3, grads: g })).toMatchObject({ status: 'applied' });
+    expect(restored.apply({ worker: 3, stepId: 8 + 2 * MAX_STEP_JUMP, version: 4, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step' });
+    shard.dispose();
+    restored.dispose();
+  });
+
+  it('keeps records of at most maxWorkerRecords workers, forgetting the lowest ids (ids of gone tabs are never reused)', () => {
+    const shard = smallShard({ maxWorkerRecords: 2 });
+    for (const worker of [0, 1, 2]) expect(shard.apply({ worker, stepId: 1, version: shard.version, grads: randomGrads(7, worker) }).status).toBe('applied');
+    expect(shard.stats().workers.map((w) => w.worker)).toEqual([1, 2]);
+    expect(shard.lastStep(0)).toBe(-1);
     shard.dispose();
   });
 

@@ -184,6 +184,33 @@ describe('runParameterServer', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
+  it('roles are the server\'s: a member cannot take a server\'s place, and a worker is its member id', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('psroles');
+    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 2, min: 3, slowMs: 5 }));
+    await waitFor(() => members[1]!.steps >= 2 && members[2]!.steps >= 2);
+    // A fourth tab (a spectator of the full group) tries what c9d87d7 let it do: take server 0's place.
+    const impostor = await connect(server, session);
+    const round = new Promise<{ members: number[] }>((resolve) => impostor.on('round', (e) => resolve(e)));
+    const { memberId } = await impostor.rendezvous({ min: 3, max: 3, spectate: true }, 200);
+    const roster = (await round).members;
+    const [holder] = await impostor.claim(['ps/place-0'], true);
+    expect(holder).toBe(roster[0]);
+    expect(holder).not.toBe(memberId);
+    // A store write of the same name is a plain key: it holds no place.
+    await impostor.set('ps/place-0', String(memberId));
+    expect(await impostor.claim(['ps/place-0'])).toEqual([roster[0]]);
+    const runs = await Promise.all(members.map((m) => m.result));
+    impostor.close();
+    expect(runs.filter((r) => r.role === 'server').map((r) => r.rank)).toEqual([0]);
+    // Workers are their member ids, as the server told every rank.
+    for (const r of runs.filter((x) => x.role === 'worker')) expect(r.index).toBe(roster[r.rank]);
+    const s0 = runs.find((r) => r.role === 'server')!;
+    expect(accounted(s0)).toBe(512);
+    expect(s0.shard!.workers.map((w) => w.worker).sort((a, b) => a - b)).toEqual([roster[1], roster[2]].sort((a, b) => a! - b!));
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
   it('a tab that joins while training runs is admitted at once, pulls the parameters and works', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psjoin');

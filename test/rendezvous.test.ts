@@ -146,7 +146,7 @@ describe('rendezvous', () => {
     const formed = new Promise((resolve) => s1.on('round', resolve));
     await s0.rendezvous({ min: 2, max: 2, rank: 0 });
     await s1.rendezvous({ min: 2, max: 2, rank: 1 });
-    expect(await formed).toEqual({ type: 'round', round: 1, rank: 1, worldSize: 2, paused: false, min: 2, max: 2 });
+    expect(await formed).toEqual({ type: 'round', round: 1, rank: 1, worldSize: 2, members: [1, 2], paused: false, min: 2, max: 2 });
     const got = new Promise((resolve) => s1.on('signal', resolve));
     await s0.signal(1, { channel: 'x', body: { sdp: 'offer' } });
     expect(await got).toEqual({ type: 'signal', from: 0, data: { channel: 'x', body: { sdp: 'offer' } } });
@@ -220,3 +220,60 @@ describe('rendezvous', () => {
     b1.close();
   });
 });
+
+describe('places held by members (claim)', () => {
+  it('a place is held by the member that took it until it leaves; nobody else takes or writes it', async () => {
+    const session = uniqueSession('claim');
+    const [a, b, c, storeOnly] = await Promise.all([0, 1, 2, 3].map(() => connect(server, session)));
+    const ids: number[] = [];
+    for (const m of [a, b, c]) ids.push((await m.rendezvous({ min: 1, max: 3 }, 200)).memberId);
+    const [idA, idB, idC] = ids as [number, number, number];
+    const keys = ['ps/place-0', 'ps/place-1'];
+    expect(await a.claim(keys)).toEqual([-1, -1]);
+    expect(await a.claim(keys, true)).toEqual([idA, -1]);
+    expect(await b.claim(keys, true)).toEqual([idA, idB]);
+    // A member that holds one of the keys takes no other; with no vacant key nobody takes any.
+    expect(await b.claim(keys, true)).toEqual([idA, idB]);
+    expect(await c.claim(keys, true)).toEqual([idA, idB]);
+    // The store's operations never touch places.
+    await c.set('ps/place-0', String(idC));
+    await c.deleteKey('ps/place-0');
+    expect(await c.claim(keys)).toEqual([idA, idB]);
+    // Only members may look places up or take them.
+    await expect(storeOnly.claim(keys, true)).rejects.toMatchObject({ code: 'NOT_JOINED' });
+    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(/1 to 64 places/);
+    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(/"take" must be true or false/);
+    // A member that leaves frees its place: the next taker gets it.
+    a.close();
+    await waitUntil(async () => (await c.claim(keys))[0] === -1);
+    expect(await c.claim(keys, true)).toEqual([idC, idB]);
+    for (const m of [b, c, storeOnly]) m.close();
+  });
+
+  it('member ids go on across the groups a session has: an id names one member while the server runs', async () => {
+    const session = uniqueSession('memberids');
+    const first = await connect(server, session);
+    const { memberId: one } = await first.rendezvous({ min: 1, max: 1 }, 200);
+    first.close();
+    const next = await connect(server, session);
+    let id = 0;
+    await waitUntil(async () => {
+      try {
+        id = (await next.rendezvous({ min: 1, max: 1 }, 200)).memberId;
+        return true;
+      } catch {
+        return false; // the first member's leaving not yet seen: the group is still full
+      }
+    });
+    expect(id).toBeGreaterThan(one);
+    next.close();
+  });
+});
+
+async function waitUntil(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

@@ -60,7 +60,7 @@ describe('spectators', () => {
     raw.on('round', (e) => rounds.push(e));
     raw.on('waiting', (e) => waiting.push(e));
     await raw.rendezvous({ min: 1, max: 3, spectate: true });
-    expect(rounds).toEqual([{ type: 'round', round: 1, rank: -1, worldSize: 3, paused: false, min: 1, max: 3 }]);
+    expect(rounds).toEqual([{ type: 'round', round: 1, rank: -1, worldSize: 3, members: [1, 2, 3], paused: false, min: 1, max: 3 }]);
     await expect.poll(() => waiting.at(-1)).toEqual({ type: 'waiting', round: 1, waiting: 0, spectators: 1, members: 4, min: 1, max: 3 });
     raw.close();
   });
@@ -127,7 +127,12 @@ describe('spectator messages', () => {
     const waiting = { type: 'waiting', round: 1, waiting: 0, spectators: 70, members: 73, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(waiting))).toEqual(waiting);
     expect(() => parseServerMessage(JSON.stringify({ ...waiting, spectators: undefined }))).toThrow(/bad members or spectators/);
-    const round = { type: 'round', round: 1, rank: -1, worldSize: 3, paused: false, min: 1, max: 3 };
+    const round = { type: 'round', round: 1, rank: -1, worldSize: 3, members: [4, 1, 9], paused: false, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(round))).toEqual(round);
+    // Who is who comes from the server: one distinct member id per rank, or the round is refused.
+    for (const members of [[4, 1], [4, 4, 9], [4, 0, 9], [4, 1.5, 9], undefined]) {
+      expect(() => parseServerMessage(JSON.stringify({ ...round, members }))).toThrow(/bad members/);
+    }
+    expect(parseServerMessage(JSON.stringify({ ...round, worldSize: 0, paused: true, members: [] }))).toMatchObject({ paused: true, members: [] });
   });
 });

@@ -28,14 +28,15 @@
  * updates), so at most that many updates are lost. Tabs that join while training runs are
  * admitted at once (server 0 sends everyone to a regroup), pull the parameters and start.
  *
- * Roles follow tabs, not ranks (ranks change from round to round): each rank says what it was in
- * an all-gather at the start of each round; servers and workers keep their roles, and new ranks
- * fill the servers' vacant places first. Workers have a stable worker id from the store. The
- * store also keeps the roles (`ps/roles`), each server's version (`ps/server-<k>`) and server 0's
+ * Roles follow tabs, not ranks (ranks change from round to round), and the server, not the tabs,
+ * says who holds which: a server place is held on the server for the member that took it until
+ * that member leaves the group (`StoreClient.claim`), and a worker is its member id, which the
+ * server tells every rank with each round. Servers and workers keep their roles; new tabs fill
+ * the servers' vacant places first. The store also keeps the roles (`ps/roles`), each server's version (`ps/server-<k>`) and server 0's
  * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistTimeoutError, isRecoverable } from '../errors.ts';
+import { DistTimeoutError, RoleConflictError, isRecoverable } from '../errors.ts';
 import { batchOf, planEpoch } from '../elastic/epoch.ts';
 import { recordEvent } from '../elastic/events.ts';
 import { hashFloat32 } from '../hash.ts';
@@ -49,11 +50,9 @@ import { restoreShard, saveShard } from './checkpoint.ts';
 import { ParameterServerShard, type ApplyResult } from './shard.ts';
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
 import { assignFlatWeights } from '../replicas.ts';
+import { MAX_MEMBER_ID } from '../protocol_validation.ts';
 
 export type PsStrategy = 'async' | 'central';
-
-/** Most workers a session may ever have had (worker ids are never reused). */
-export const MAX_WORKER_IDS = 4096;
 
 /** Samples of the run as server 0 counts them. */
 export interface PsSampleCounts {
@@ -364,51 +363,55 @@ class PsRun<M extends StepMetrics> {
   }
 
   /**
-   * Who is what in this round: one all-gather of [role, index, worker id]. Returns the index of a
-   * server place nobody can take (null: every place is served).
+   * Who is what in this round. Server places are held on the server (`claim`, bound to the
+   * member, freed when it leaves the group), so a tab cannot say it serves a place it does not
+   * hold; a worker is its member id, which the server tells every rank. One all-gather says
+   * which ranks are new; vacant places go to new tabs (a server back from a lost connection to
+   * its own place first, the others in rank order); every rank then checks that the server holds
+   * exactly that. Returns the index of a server place nobody can take (null: every place is served).
    */
   private async startRound(round: Round): Promise<number | null> {
-    const { pg } = round;
-    if (this.workerId < 0) {
-      // Every tab takes an id once, whatever its role: ids are never reused.
-      this.workerId = (await this.handler.store.add('ps/worker-ids', 1)) - 1;
-      if (this.workerId >= MAX_WORKER_IDS) {
-        throw new RangeError(`this session has handed out ${this.workerId + 1} worker ids; at most ${MAX_WORKER_IDS} tabs may ever join a parameter-server run: start a new session`);
-      }
-    }
-    const mine = Float32Array.of(this.role === null ? 0 : this.role.kind === 'server' ? 1 : 2, this.role?.kind === 'server' ? this.role.index : -1, this.workerId);
-    const all = await pg.allGather(mine);
+    const { pg, members } = round;
     const K = this.numServers;
-    const serverRank = new Array<number>(K).fill(-1);
-    const kinds: Array<'server' | 'worker' | 'new'> = [];
-    const ids: number[] = [];
-    for (let r = 0; r < pg.worldSize; r++) {
-      const [kind, index, id] = [all[3 * r]!, all[3 * r + 1]!, all[3 * r + 2]!];
-      ids.push(Number.isSafeInteger(id) && id >= 0 && id < MAX_WORKER_IDS ? id : -1);
-      // A claim of a place someone else holds (or that does not exist) counts as a new tab.
-      if (kind === 1 && Number.isInteger(index) && index >= 0 && index < K && serverRank[index] === -1) {
-        serverRank[index] = r;
-        kinds.push('server');
-      } else kinds.push(kind === 2 && ids[r]! >= 0 ? 'worker' : 'new');
+    const me = members[pg.rank]!;
+    if (me !== this.workerId) {
+      // A new member (this tab reconnected) is a new worker: the push it held went with the old
+      // one, whose lease server 0 counts as lost. Its step ids start again.
+      this.workerId = me;
+      this.stepId = 0;
+      this.pending = null;
     }
-    // New tabs fill vacant server places first, in rank order; the others work.
-    for (let r = 0; r < pg.worldSize; r++) {
-      if (kinds[r] !== 'new') continue;
-      const vacant = serverRank.indexOf(-1);
-      if (vacant >= 0) {
-        serverRank[vacant] = r;
-        kinds[r] = 'server';
-      } else kinds[r] = 'worker';
+    const store = this.handler.store;
+    const keys = Array.from({ length: K }, (_, k) => placeKey(k));
+    const before = await store.claim(keys);
+    const wasServer = this.role?.kind === 'server' ? this.role.index : -1;
+    const isNew = this.role === null || (wasServer >= 0 && before[wasServer] !== me);
+    const all = await pg.allGather(Float32Array.of(isNew ? 1 : 0, wasServer));
+    const newRanks: number[] = [];
+    for (let r = 0; r < pg.worldSize; r++) if (all[2 * r] === 1) newRanks.push(r);
+    const intended = [...before];
+    const placed = new Set<number>();
+    const give = (k: number, r: number | undefined) => {
+      if (r === undefined || intended[k] !== -1) return;
+      intended[k] = members[r]!;
+      placed.add(r);
+    };
+    for (let k = 0; k < K; k++) give(k, newRanks.find((r) => !placed.has(r) && all[2 * r + 1] === k));
+    for (let k = 0; k < K; k++) give(k, newRanks.find((r) => !placed.has(r)));
+    const mine = intended.indexOf(me);
+    if (mine >= 0 && before[mine] !== me) {
+      const [holder] = await store.claim([keys[mine]!], true);
+      if (holder !== me) throw placeConflict(keys[mine]!, holder!, me);
     }
-    const seen = new Set<number>();
+    await pg.barrier();
+    const holders = await store.claim(keys);
+    for (let k = 0; k < K; k++) if (holders[k] !== intended[k]) throw placeConflict(keys[k]!, holders[k]!, intended[k]!);
+    const rankOf = new Map(members.map((m, r) => [m, r]));
+    // A holder that is in the group but not in this round (waiting) leaves its place empty for now.
+    const serverRank = holders.map((h) => rankOf.get(h) ?? -1);
+    const serving = new Set(serverRank);
     const workers: Array<{ workerId: number; rank: number }> = [];
-    for (let r = 0; r < pg.worldSize; r++) {
-      if (kinds[r] !== 'worker') continue;
-      const id = ids[r]!;
-      if (id < 0 || seen.has(id)) throw new RangeError(`rank ${r} claims worker id ${all[3 * r + 2]}, which is ${id < 0 ? 'not an id' : 'another rank\u2019s'}: every tab takes its own id from the store`);
-      seen.add(id);
-      workers.push({ workerId: id, rank: r });
-    }
+    for (let r = 0; r < pg.worldSize; r++) if (!serving.has(r)) workers.push({ workerId: members[r]!, rank: r });
     workers.sort((a, b) => a.workerId - b.workerId);
     const servers = serverRank.map((rank, index) => ({ index, rank, parameters: this.layout.shards[index]!, numel: this.layout.shardNumel[index]! }));
     const myIndex = serverRank.indexOf(pg.rank);
@@ -473,7 +476,8 @@ class PsRun<M extends StepMetrics> {
       optimizer: o.optimizer,
       ...(o.maxStaleness === undefined ? {} : { maxStaleness: o.maxStaleness }),
       scaleLrByStaleness: o.scaleLrByStaleness ?? false,
-      numWorkers: MAX_WORKER_IDS,
+      // Workers are member ids (the server's): below MAX_MEMBER_ID, never reused while it runs.
+      numWorkers: MAX_MEMBER_ID + 1,
       checkpointEvery: o.checkpointEvery ?? 0,
     });
     if (o.resume ?? true) {
@@ -878,6 +882,21 @@ class PsRun<M extends StepMetrics> {
 class Deferred<T> {
   resolve!: (v: T) => void;
   readonly promise = new Promise<T>((r) => (this.resolve = r));
+}
+
+/** The server-held place of parameter server k (`StoreClient.claim`). */
+function placeKey(k: number): string {
+  return `ps/place-${k}`;
+}
+
+function placeConflict(place: string, holder: number, expected: number): RoleConflictError {
+  const who = (m: number) => (m < 0 ? 'nobody' : `member ${m}`);
+  return new RoleConflictError(
+    `the server says ${who(holder)} holds ${place}, but the ranks agreed on ${who(expected)}: a member took the place while the round started; the round is formed again`,
+    place,
+    holder,
+    expected,
+  );
 }
 
 function sleep(ms: number): Promise<void> {

@@ -15,7 +15,11 @@
  *   a stale gradient gets in the running moments next to fresher ones (its share of m shrinks by
  *   1/(1+s), of v by 1/(1+s)^2). Use it with SGD, or read it that way with Adam.
  * - A push is applied at most once: a worker's step ids must increase, and a push whose step id
- *   is not above the last one applied for that worker is dropped ('duplicate', counted).
+ *   is not above the last one handled (applied or dropped as stale) for that worker is dropped
+ *   ('duplicate', counted). A step id more than MAX_STEP_JUMP above it is refused: a worker's
+ *   pushes count up one by one. Step ids loaded from a state dict (a checkpoint, which anyone
+ *   with the session's link may have written) only say which push to drop again: a worker whose
+ *   push is below its loaded record is not what the record says, and the record is forgotten.
  * - A malformed push (ids not integers, a version from the future, a wrong length, a NaN or an
  *   infinity) is refused ('refused', counted by reason), never applied. Refusals are returned,
  *   not thrown: a push comes from another tab.
@@ -75,7 +79,7 @@ export interface ShardStats {
   refusedBy: Record<RefusalReason, number>;
   /** Pushes applied or dropped as stale, by staleness: bucket i counts staleness i, the last bucket everything from its index up. */
   stalenessHistogram: number[];
-  /** Per worker that pushed (well-formed worker id): pushes received, applied, last applied step id (-1: none). By worker id. */
+  /** Per worker that pushed (well-formed worker id): pushes received, applied, last handled (applied or stale) step id (-1: none). By worker id. */
   workers: Array<{ worker: number; pushes: number; applied: number; lastStep: number }>;
 }
 
@@ -92,8 +96,10 @@ export interface ParameterServerShardOptions {
   maxStaleness?: number;
   /** Multiply a push's gradients by 1/(1+staleness) (see the module comment for Adam). Default false. */
   scaleLrByStaleness?: boolean;
-  /** Worker ids are integers in [0, numWorkers); bounds the per-worker records. Default 1024. */
+  /** Worker ids are integers in [0, numWorkers). Default 1024. */
   numWorkers?: number;
+  /** Most workers the shard keeps records of (pushes, last step id); past it, the lowest id's go. Default 4096. */
+  maxWorkerRecords?: number;
   /** Buckets of the staleness histogram (the last one collects the tail). Default 32. */
   histogramBuckets?: number;
   /** Flag `checkpointDue` every this many applied updates (0: never). Default 0. */
@@ -123,6 +129,9 @@ export class ShardStateError extends Error {
 
 let shardCounter = 0;
 
+/** Most a worker's step id may pass its last handled one by (its pushes count up by one). */
+export const MAX_STEP_JUMP = 1024;
+
 
 const isCount = (x: unknown): x is number => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
 
@@ -134,6 +143,7 @@ export class ParameterServerShard {
   readonly maxStaleness: number;
   readonly scaleLrByStaleness: boolean;
   readonly numWorkers: number;
+  readonly maxWorkerRecords: number;
   readonly checkpointEvery: number;
   private readonly names: string[];
   private readonly variables: tf.Variable[];
@@ -141,6 +151,8 @@ export class ParameterServerShard {
   private opt: tf.Optimizer;
   private currentVersion = 0;
   private readonly lastSteps = new Map<number, number>();
+  /** Workers whose last step id came from a state dict, and no push since. */
+  private readonly loadedSteps = new Set<number>();
   private readonly counts = { applied: 0, stale: 0, duplicate: 0 };
   private readonly refusedBy: Record<RefusalReason, number> = { 'bad-worker': 0, 'bad-step': 0, 'bad-version': 0, 'bad-length': 0, nonfinite: 0 };
   private readonly histogram: number[];
@@ -155,6 +167,8 @@ export class ParameterServerShard {
     if (!(this.maxStaleness === Infinity || isCount(this.maxStaleness))) throw new RangeError(`maxStaleness must be a non-negative integer or Infinity, got ${o.maxStaleness}`);
     this.numWorkers = o.numWorkers ?? 1024;
     if (!isCount(this.numWorkers) || this.numWorkers < 1) throw new RangeError(`numWorkers must be a positive integer, got ${o.numWorkers}`);
+    this.maxWorkerRecords = o.maxWorkerRecords ?? 4096;
+    if (!isCount(this.maxWorkerRecords) || this.maxWorkerRecords < 1) throw new RangeError(`maxWorkerRecords must be a positive integer, got ${o.maxWorkerRecords}`);
     const buckets = o.histogramBuckets ?? 32;
     if (!isCount(buckets) || buckets < 1) throw new RangeError(`histogramBuckets must be a positive integer, got ${o.histogramBuckets}`);
     this.histogram = new Array<number>(buckets).fill(0);
@@ -213,8 +227,7 @@ export class ParameterServerShard {
       return { status: 'refused', version: this.currentVersion, reason, detail };
     };
     if (!isCount(worker) || worker >= this.numWorkers) return refuse('bad-worker', `worker ${String(worker)} is not an integer in [0, ${this.numWorkers})`);
-    const record = this.perWorker.get(worker) ?? { pushes: 0, applied: 0 };
-    this.perWorker.set(worker, record);
+    const record = this.recordOf(worker);
     record.pushes++;
     if (!isCount(stepId)) return refuse('bad-step', `step id ${String(stepId)} of worker ${worker} is not a non-negative integer`);
     if (!isCount(version) || version > this.currentVersion) {
@@ -225,14 +238,24 @@ export class ParameterServerShard {
       return refuse('bad-length', `worker ${worker} step ${stepId}: ${got}, shard ${this.index} holds ${this.numel} elements`);
     }
     if (!allFinite(grads)) return refuse('nonfinite', `worker ${worker} step ${stepId}: the gradients hold a NaN or an infinity`);
-    const lastStep = this.lastStep(worker);
+    const loaded = this.loadedSteps.delete(worker);
+    let lastStep = this.lastStep(worker);
+    if (loaded && stepId < lastStep) {
+      this.lastSteps.delete(worker);
+      lastStep = -1;
+    }
     if (stepId <= lastStep) {
       this.counts.duplicate++;
       return { status: 'duplicate', version: this.currentVersion, lastStep };
     }
+    if (!loaded && lastStep >= 0 && stepId - lastStep > MAX_STEP_JUMP) {
+      return refuse('bad-step', `worker ${worker} step ${stepId}: ${stepId - lastStep} past its last handled step ${lastStep}, more than the ${MAX_STEP_JUMP} a worker's pushes may skip`);
+    }
     const staleness = this.currentVersion - version;
     this.histogram[Math.min(staleness, this.histogram.length - 1)]++;
     if (staleness > this.maxStaleness) {
+      // Handled: the same push again is a duplicate, not a second stale one.
+      this.lastSteps.set(worker, stepId);
       this.counts.stale++;
       return { status: 'stale', version: this.currentVersion, staleness };
     }
@@ -243,6 +266,21 @@ export class ParameterServerShard {
     this.counts.applied++;
     record.applied++;
     return { status: 'applied', version: this.currentVersion, staleness, scale: 1 / divisor, checkpointDue: this.checkpointDue() };
+  }
+
+  /** A worker's record, made on its first push; the lowest id's records go past `maxWorkerRecords` (ids of gone tabs are never reused). */
+  private recordOf(worker: number): { pushes: number; applied: number } {
+    let record = this.perWorker.get(worker);
+    if (record) return record;
+    record = { pushes: 0, applied: 0 };
+    this.perWorker.set(worker, record);
+    if (this.perWorker.size > this.maxWorkerRecords) {
+      const oldest = Math.min(...this.perWorker.keys());
+      this.perWorker.delete(oldest);
+      this.lastSteps.delete(oldest);
+      this.loadedSteps.delete(oldest);
+    }
+    return record;
   }
 
   /**
@@ -353,7 +391,11 @@ export class ParameterServerShard {
     this.opt = fresh;
     this.currentVersion = state.version;
     this.lastSteps.clear();
-    for (const [worker, step] of state.lastSteps) this.lastSteps.set(worker, step);
+    this.loadedSteps.clear();
+    for (const [worker, step] of state.lastSteps) {
+      this.lastSteps.set(worker, step);
+      this.loadedSteps.add(worker);
+    }
   }
 
   /** Frees the variables and the optimizer. */
@@ -375,8 +417,8 @@ export class ParameterServerShard {
       throw bad('its beta powers are not two finite numbers');
     }
     if (!isCount(s.version)) throw bad(`its version ${String(s.version)} is not a non-negative integer`);
-    if (!Array.isArray(s.lastSteps) || !s.lastSteps.every((e) => Array.isArray(e) && isCount(e[0]) && e[0] < this.numWorkers && isCount(e[1]))) {
-      throw bad(`its last step ids are not [worker < ${this.numWorkers}, step] pairs of non-negative integers`);
+    if (!Array.isArray(s.lastSteps) || s.lastSteps.length > this.maxWorkerRecords || !s.lastSteps.every((e) => Array.isArray(e) && isCount(e[0]) && e[0] < this.numWorkers && isCount(e[1]))) {
+      throw bad(`its last step ids are not at most ${this.maxWorkerRecords} [worker < ${this.numWorkers}, step] pairs of non-negative integers`);
     }
     const specs = s.params?.weightSpecs;
     if (!Array.isArray(specs) || specs.length !== this.shapes.length) throw bad(`it has ${Array.isArray(specs) ? specs.length : 'no'} parameters, this shard ${this.shapes.length}`);

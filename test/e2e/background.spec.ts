@@ -4,6 +4,7 @@
  * mid-run. It must not hang the run: it finishes, the tab really was hidden, replicas agree.
  * The speed comparison is a benchmark (npm run bench:background), not a timed test.
  */
+import { readFileSync, readdirSync } from 'node:fs';
 import type { Report } from '../../client/report.ts';
 import { launch } from '../../launcher/run.ts';
 import { tabsDriver } from '../../launcher/tabs.ts';
@@ -45,6 +46,21 @@ test('a tab hidden while it waits for the group, under intensive throttling, kee
   test.setTimeout(240_000);
   const driver = await tabsDriver(() => {}, { intensiveThrottlingAfterSec: 5 });
   try {
+    // The launcher drives its Chromium over a pipe: no DevTools port where another local user
+    // could read the session's token from the tabs' URLs.
+    const chromiums = readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map((d) => {
+        try {
+          return readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0');
+        } catch {
+          return [];
+        }
+      })
+      .filter((argv) => argv.some((a) => a.startsWith('--window-size=900,700')));
+    expect(chromiums.length, 'the --tabs Chromium was not found among the processes').toBeGreaterThan(0);
+    expect(chromiums.filter((argv) => argv.some((a) => a.startsWith('--remote-debugging-port')))).toEqual([]);
+    expect(chromiums.some((argv) => argv.includes('--remote-debugging-pipe'))).toBe(true);
     const session = sessionName('intensive');
     const open = async (rank: number) => {
       const reports: Report[] = [];

@@ -4,9 +4,11 @@
  * summary as its last line. The elastic one is the issue's acceptance run: a rank killed at
  * step 8, the rest finish.
  */
+import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { expect, launchCommand, test } from './fixtures.ts';
 
 test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
@@ -89,20 +91,39 @@ test('ps_train.ts: 1 server and 2 workers train asynchronously; every sample is 
   expect(output).toMatch(/worker \d+ \(\d+ pushes\); samples applied 768/);
 });
 
-test('a script in a folder outside the clone runs under the launcher, importing the library as the package browser-ddp', async () => {
+test('a project outside the clone depends on the package, and its script runs under the package\'s launcher (npx browser-ddp launch)', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'my-training-'));
   try {
+    // A project of its own, depending on the clone by path, as the README says; offline: nothing is downloaded.
+    await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'my-training', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${PROJECT_ROOT}` } }));
+    const installed = await run('npm', ['install', '--offline', '--no-audit', '--no-fund'], dir);
+    expect(installed.code, installed.output).toBe(0);
     const source = await readFile('examples/collectives.ts', 'utf8');
-    const script = join(dir, 'my_collectives.ts');
-    await writeFile(script, source.replaceAll("'../src/index.ts'", "'browser-ddp'"));
-    expect(await readFile(script, 'utf8')).toContain("from 'browser-ddp'");
-    const r = await launchCommand(['--nproc', '2', script]);
+    await writeFile(join(dir, 'my_collectives.ts'), source.replaceAll("'../src/index.ts'", "'browser-ddp'"));
+    expect(await readFile(join(dir, 'my_collectives.ts'), 'utf8')).toContain("from 'browser-ddp'");
+    const r = await run('npx', ['--offline', 'browser-ddp', 'launch', '--nproc', '2', 'my_collectives.ts'], dir);
     expect(r.code, r.output).toBe(0);
-    expect(r.summary).toMatchObject({ worldSize: 2, checks: 5, ok: true });
+    const summary = JSON.parse(r.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}') as Record<string, unknown>;
+    expect(summary).toMatchObject({ script: 'my_collectives.ts', worldSize: 2, checks: 5, ok: true });
+    // A wrong command says what the package's command does.
+    const wrong = await run('npx', ['--offline', 'browser-ddp', 'train'], dir);
+    expect(wrong.code).toBe(2);
+    expect(wrong.output).toMatch(/usage: browser-ddp launch/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+function run(command: string, args: string[], cwd: string): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, output }));
+  });
+}
 
 /** The ```ts block after `marker` in the README, as it is. */
 async function readmeScript(marker: string): Promise<string> {
