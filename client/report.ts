@@ -4,13 +4,10 @@
  * `elastic` reports carry the library's own events (rounds, the samples each step trained,
  * the end), from the built-in job and from user scripts alike.
  */
-import { setEventHandler, type ElasticEvent, type ProcessGroup } from '../src/index.ts';
+import { setEventHandler, type ProcessGroup } from '../src/index.ts';
+import type { LinkReport, Report } from '../src/job_report.ts';
 
-export type Report =
-  | { type: 'rank'; rank: number; worldSize: number }
-  | { type: 'elastic'; event: ElasticEvent }
-  | { type: 'result'; result: Record<string, unknown> }
-  | { type: 'error'; name: string; message: string };
+export type { LinkReport, Report } from '../src/job_report.ts';
 
 declare global {
   interface Window {
@@ -28,16 +25,6 @@ export function report(r: Report): void {
 /** Sends the library's elastic events of this page to the launcher. */
 export function reportElasticEvents(): void {
   if (window.__ddpReport) setEventHandler((event) => report({ type: 'elastic', event }));
-}
-
-/** One link as a rank reports it to the launcher: which way its bytes go (see ProcessGroup.linkDetails). */
-export interface LinkReport {
-  peer: number;
-  state: string;
-  local: string | null;
-  remote: string | null;
-  protocol: string | null;
-  rttMs: number | null;
 }
 
 /** This rank's links now, for its result (read once, at the end of a job). */

@@ -19,7 +19,7 @@ import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
 import { commLine, devicesLine, parameterServerLines, summarize, summarizeScript, type ParameterServerSummary, type RankResult } from './summaries.ts';
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/straggler.ts';
-import type { Report } from '../client/report.ts';
+import type { Report } from '../src/job_report.ts';
 
 /**
  * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank

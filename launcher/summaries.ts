@@ -1,5 +1,6 @@
 /** Turns the ranks' results into the launcher's one-line JSON summary, per job or script. */
 import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { PsSampleCounts } from '../src/parameter_server/leases.ts';
 import { samplesSeen } from './samples_seen.ts';
 
 export type RankResult = Record<string, unknown> & { rank: number };
@@ -361,15 +362,8 @@ export function pipelineSummary(ranks: RankResult[]): { summary: PipelineSummary
 }
 
 /** Counters of a parameter-server run's samples (server 0 counts them). */
-export interface PsSamplesSummary {
-  target: number;
-  leased: number;
-  applied: number;
-  stale: number;
-  refused: number;
-  lost: number;
-  epoch: number;
-}
+/** Server 0's counts, as the page reports them. */
+export type PsSamplesSummary = PsSampleCounts;
 
 /** Pushes at one server, by verdict. */
 export interface PsPushesSummary {

@@ -142,6 +142,8 @@ export {
 export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parameter_server/central_storage.ts';
 export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parameter_server/checkpoint.ts';
 export { flatGradients } from './parameter_server/worker.ts';
+export { LeaseBook, leaseIndices, type LeaseOptions, type LeaseSnapshot } from './parameter_server/leases.ts';
+export { assignPlaces, rolesOf, type RoleClaim } from './parameter_server/roles.ts';
 export {
   runParameterServer,
   type ParameterServerRunOptions,

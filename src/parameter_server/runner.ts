@@ -37,7 +37,6 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistTimeoutError, RoleConflictError, isRecoverable } from '../errors.ts';
-import { batchOf, planEpoch } from '../elastic/epoch.ts';
 import { recordEvent } from '../elastic/events.ts';
 import { hashFloat32 } from '../hash.ts';
 import { flatTrainableWeights } from '../replicas.ts';
@@ -47,34 +46,17 @@ import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions, type R
 import type { Json } from '../state_dict.ts';
 import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
 import { restoreShard, saveShard } from './checkpoint.ts';
-import { ParameterServerShard, type ApplyResult } from './shard.ts';
-import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
+import { LeaseBook, leaseIndices, type Lease, type PsSampleCounts } from './leases.ts';
 import { assignFlatWeights } from '../replicas.ts';
+import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from './roles.ts';
+import { ParameterServerShard } from './shard.ts';
+import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
+import { CONTROL, NO_COUNTS, REQ_END, REQ_PULL, REQ_PUSH, VERDICT, message, payload, readReply, readRequest, writeReply, writeRequest, type Control } from './wire.ts';
 import { MAX_MEMBER_ID } from '../protocol_validation.ts';
 
 export type PsStrategy = 'async' | 'central';
 
-/** Samples of the run as server 0 counts them. */
-export interface PsSampleCounts {
-  /** epochs x the dataset (or steps x batch size with a step limit). */
-  target: number;
-  leased: number;
-  applied: number;
-  stale: number;
-  refused: number;
-  lost: number;
-  /** Whole epochs handed out. */
-  epoch: number;
-}
-
-/** A batch server 0 handed a worker: DistributedSampler rank `rank` of `replicas` at (epoch, position), `count` samples. */
-export interface Lease {
-  epoch: number;
-  position: number;
-  replicas: number;
-  rank: number;
-  count: number;
-}
+export type { Lease, PsSampleCounts } from './leases.ts';
 
 export interface PsServerSlot {
   index: number;
@@ -218,16 +200,6 @@ export interface ParameterServerRunResult {
   close(): Promise<void>;
 }
 
-// Wire format: every request and reply is one p2p message of HEADER u32 words and the shard's
-// floats. Lengths are fixed per (worker, server) pair, so a receive always knows what comes.
-const HEADER = 16;
-const REQ_PULL = 1;
-const REQ_PUSH = 2;
-const REQ_END = 4;
-const VERDICT = { none: 0, applied: 1, stale: 2, duplicate: 3, refused: 4 } as const;
-const CONTROL = { continue: 0, stop: 1, regroup: 2, ended: 3 } as const;
-type Control = (typeof CONTROL)[keyof typeof CONTROL];
-
 /** What a worker holds between computing and delivering a push (kept across rounds). */
 interface PendingPush {
   stepId: number;
@@ -274,12 +246,8 @@ class PsRun<M extends StepMetrics> {
   private pending: PendingPush | null = null;
   private versions: number[];
   private readonly wstats = { pulls: 0, pushes: 0, applied: 0, stale: 0, refused: 0, samples: 0, lastStaleness: null as number | null, histogram: new Array<number>(32).fill(0) };
-  // Server 0's data and sample accounting.
-  private counts: PsSampleCounts;
-  private cursor = { epoch: 0, position: 0 };
-  private leases = 0;
-  /** Server 0: the lease each worker holds (handed out, not pushed yet), and its samples. */
-  private readonly inFlight = new Map<number, { lease: Lease; samples: number }>();
+  /** Server 0's book of the run's samples (the others keep one unused: any tab may become server 0). */
+  private readonly book: LeaseBook;
   // Server figures.
   private checkpoints = 0;
   private saving = false;
@@ -303,9 +271,7 @@ class PsRun<M extends StepMetrics> {
     const sizes = o.model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
     this.layout = shardParameters(sizes, this.numServers);
     this.versions = new Array<number>(this.numServers).fill(0);
-    const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
-    const target = o.steps != null ? o.steps * o.batchSize * (this.strategy === 'central' ? Math.max(1, o.max - this.numServers) : 1) : epochs * o.datasetLength;
-    this.counts = { target, leased: 0, applied: 0, stale: 0, refused: 0, lost: 0, epoch: 0 };
+    this.book = new LeaseBook({ strategy: this.strategy, datasetLength: o.datasetLength, batchSize: o.batchSize, epochs: o.epochs, steps: o.steps, shuffle: o.shuffle, seed: o.seed, workersPerStep: o.max - this.numServers });
   }
 
   stopStatus(): void {
@@ -386,18 +352,8 @@ class PsRun<M extends StepMetrics> {
     const before = await store.claim(keys);
     const wasServer = this.role?.kind === 'server' ? this.role.index : -1;
     const isNew = this.role === null || (wasServer >= 0 && before[wasServer] !== me);
-    const all = await pg.allGather(Float32Array.of(isNew ? 1 : 0, wasServer));
-    const newRanks: number[] = [];
-    for (let r = 0; r < pg.worldSize; r++) if (all[2 * r] === 1) newRanks.push(r);
-    const intended = [...before];
-    const placed = new Set<number>();
-    const give = (k: number, r: number | undefined) => {
-      if (r === undefined || intended[k] !== -1) return;
-      intended[k] = members[r]!;
-      placed.add(r);
-    };
-    for (let k = 0; k < K; k++) give(k, newRanks.find((r) => !placed.has(r) && all[2 * r + 1] === k));
-    for (let k = 0; k < K; k++) give(k, newRanks.find((r) => !placed.has(r)));
+    const claims = decodeClaims(await pg.allGather(encodeClaim({ isNew, wasServer })), pg.worldSize);
+    const intended = assignPlaces(before, claims, members);
     const mine = intended.indexOf(me);
     if (mine >= 0 && before[mine] !== me) {
       const [holder] = await store.claim([keys[mine]!], true);
@@ -406,13 +362,8 @@ class PsRun<M extends StepMetrics> {
     await pg.barrier();
     const holders = await store.claim(keys);
     for (let k = 0; k < K; k++) if (holders[k] !== intended[k]) throw placeConflict(keys[k]!, holders[k]!, intended[k]!);
-    const rankOf = new Map(members.map((m, r) => [m, r]));
     // A holder that is in the group but not in this round (waiting) leaves its place empty for now.
-    const serverRank = holders.map((h) => rankOf.get(h) ?? -1);
-    const serving = new Set(serverRank);
-    const workers: Array<{ workerId: number; rank: number }> = [];
-    for (let r = 0; r < pg.worldSize; r++) if (!serving.has(r)) workers.push({ workerId: members[r]!, rank: r });
-    workers.sort((a, b) => a.workerId - b.workerId);
+    const { serverRank, workers } = rolesOf(holders, members);
     const servers = serverRank.map((rank, index) => ({ index, rank, parameters: this.layout.shards[index]!, numel: this.layout.shardNumel[index]! }));
     const myIndex = serverRank.indexOf(pg.rank);
     this.role = myIndex >= 0 ? { kind: 'server', index: myIndex } : { kind: 'worker' };
@@ -426,15 +377,7 @@ class PsRun<M extends StepMetrics> {
     }
     if (this.role.kind === 'server' && this.role.index === 0) {
       // Workers of the last round that are gone took their leases with them.
-      const present = new Set(workers.map((w) => w.workerId));
-      for (const [id, { samples }] of this.inFlight) {
-        if (present.has(id)) continue;
-        this.inFlight.delete(id);
-        if (this.strategy === 'central') continue; // the step is handed out again
-        this.counts.lost += samples;
-        this.emit({ type: 'samples-lost', workerId: id, samples });
-      }
-      if (this.strategy === 'central') this.inFlight.clear();
+      for (const { workerId, samples } of this.book.roundChanged(new Set(workers.map((w) => w.workerId)))) this.emit({ type: 'samples-lost', workerId, samples });
     }
     const index = this.role.kind === 'server' ? this.role.index : this.workerId;
     this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index, servers, workers });
@@ -447,7 +390,7 @@ class PsRun<M extends StepMetrics> {
       rank: pg.rank,
       worldSize: pg.worldSize,
       step: this.role.kind === 'server' ? (this.shard?.version ?? 0) : this.stepId,
-      epoch: this.role.kind === 'server' && index === 0 ? this.counts.epoch : (this.heardSamples?.epoch ?? 0),
+      epoch: this.role.kind === 'server' && index === 0 ? this.book.samples.epoch : (this.heardSamples?.epoch ?? 0),
       position: 0,
       datasetLength: this.o.datasetLength,
       shuffle: this.o.shuffle ?? true,
@@ -485,8 +428,8 @@ class PsRun<M extends StepMetrics> {
       if (restored) {
         this.restoredFrom = restored.version;
         this.emit({ type: 'restored', index: k, version: restored.version, name: restored.name });
-        const leases = (restored.meta as { leases?: Partial<PsSampleCounts & { position: number }> } | undefined)?.leases;
-        if (k === 0 && leases) this.loadLeases(leases);
+        const leases = (restored.meta as { leases?: Parameters<LeaseBook['load']>[0] } | undefined)?.leases;
+        if (k === 0 && typeof leases === 'object' && leases !== null) this.book.load(leases);
       }
     }
   }
@@ -522,31 +465,28 @@ class PsRun<M extends StepMetrics> {
       if (this.o.shouldStop?.()) {
         this.stopReason = 'request';
         roundControl = CONTROL.stop;
-      } else if (this.exhausted()) roundControl = CONTROL.stop;
+      } else if (this.book.exhausted(shard.version)) roundControl = CONTROL.stop;
       else if (this.handler.numNodesWaiting() > 0) roundControl = CONTROL.regroup;
       return roundControl;
     };
     const results = await Promise.all(
       workers.map(async (w, i) => {
-        const buf = new Float32Array(HEADER + shard.numel);
-        const head = new Uint32Array(buf.buffer, 0, HEADER);
-        const reply = new Float32Array(HEADER + shard.numel);
-        const out = new Uint32Array(reply.buffer, 0, HEADER);
+        const buf = message(shard.numel);
+        const reply = message(shard.numel);
         for (;;) {
           await pg.recv(buf, w.rank);
-          const kind = head[0]!;
-          const grads = buf.subarray(HEADER);
+          const req = readRequest(buf);
+          const grads = payload(buf);
           let verdict: number = VERDICT.none;
           let staleness = 0;
-          out.fill(0);
-          if (kind & REQ_PUSH) {
+          if (req.kind & REQ_PUSH) {
             if (central) {
               try {
-                const r = central.acc.add(i, head[2]!, grads);
+                const r = central.acc.add(i, req.version, grads);
                 verdict = VERDICT.applied;
                 if (r.status === 'applied') {
                   this.noteUpdate();
-                  if (index === 0) this.advanceCentral(workers.length);
+                  if (index === 0) this.book.stepApplied(workers.length);
                   if (r.checkpointDue) this.checkpoint(index);
                   central.control = decide();
                   const done = central.done;
@@ -558,112 +498,32 @@ class PsRun<M extends StepMetrics> {
                 verdict = err.reason === 'past-step' ? VERDICT.duplicate : VERDICT.refused;
               }
             } else {
-              const r = shard.apply({ worker: w.workerId, stepId: head[1]!, version: head[2]!, grads });
+              const r = shard.apply({ worker: w.workerId, stepId: req.stepId, version: req.version, grads });
               verdict = VERDICT[r.status];
               if (r.status === 'applied' || r.status === 'stale') staleness = r.staleness;
               if (r.status === 'applied') this.noteUpdate();
-              // The worker's own count only when server 0 lost its lease record (a restore): never above a batch.
-              if (index === 0) this.account(w.workerId, r, Math.min(head[3]!, this.o.batchSize));
+              if (index === 0) this.book.pushed(w.workerId, r.status, req.samples);
               if (r.status === 'applied' && r.checkpointDue) this.checkpoint(index);
             }
           }
           let control: Control;
-          if (kind & REQ_END) control = CONTROL.ended;
+          if (req.kind & REQ_END) control = CONTROL.ended;
           else if (index !== 0) control = CONTROL.continue;
           // Every worker of a synchronous step hears the same decision, made once per step.
           else if (central) control = central.control ??= decide();
           else control = decide();
-          const lease = index === 0 && control === CONTROL.continue ? this.lease(w.workerId, i, workers.length) : null;
+          const lease = index === 0 && control === CONTROL.continue ? this.book.lease(w.workerId, i, workers.length, shard.version) : null;
           if (index === 0 && control === CONTROL.continue && lease === null) control = decide(); // the last lease went to someone else
           const pulled = await shard.pull();
-          out.set([verdict, pulled.version, control, lease?.epoch ?? 0, lease?.position ?? 0, lease?.replicas ?? 0, lease?.rank ?? 0, lease?.count ?? 0, staleness]);
-          if (index === 0) {
-            const c = this.counts;
-            out.set([c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch], 9);
-          }
-          reply.set(pulled.values, HEADER);
+          writeReply(reply, { verdict, version: pulled.version, control, lease, staleness, counts: index === 0 ? this.book.samples : NO_COUNTS }, pulled.values);
           await pg.send(reply, w.rank);
-          if (control === CONTROL.ended) return head[4]! === CONTROL.regroup ? CONTROL.regroup : CONTROL.stop;
+          if (control === CONTROL.ended) return req.endControl === CONTROL.regroup ? CONTROL.regroup : CONTROL.stop;
           if (control !== CONTROL.continue) return control;
         }
       }),
     );
     if (central) central.acc.abandonStep();
     return results.includes(CONTROL.regroup) ? CONTROL.regroup : CONTROL.stop;
-  }
-
-  /** Server 0: whether the run's samples (or steps) are all handed out. */
-  private exhausted(): boolean {
-    const o = this.o;
-    if (this.strategy === 'central') {
-      const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
-      return this.cursor.epoch >= epochs || (o.steps != null && (this.shard?.version ?? 0) >= o.steps);
-    }
-    return this.counts.leased >= this.counts.target;
-  }
-
-  /** Server 0: the next batch for a worker (null once the run's samples are all handed out). */
-  private lease(workerId: number, workerIndex: number, numWorkers: number): Lease | null {
-    const o = this.o;
-    const length = o.datasetLength;
-    if (this.strategy === 'central') {
-      if (this.exhausted()) return null;
-      const lease = { epoch: this.cursor.epoch, position: this.cursor.position, replicas: numWorkers, rank: workerIndex, count: o.batchSize };
-      const samples = batchOf(planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: workerIndex, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed }), 0, o.batchSize).indices.length;
-      this.inFlight.set(workerId, { lease, samples });
-      return lease;
-    }
-    // A lease still out when its worker asks for the next batch never reached it (the reply was
-    // lost with a round: requests and replies alternate, and a push returns its lease first):
-    // hand it out again.
-    const unanswered = this.inFlight.get(workerId);
-    if (unanswered !== undefined) return unanswered.lease;
-    const left = this.counts.target - this.counts.leased;
-    if (left <= 0) return null;
-    const count = Math.min(o.batchSize, length - this.cursor.position, left);
-    const lease = { epoch: this.cursor.epoch, position: this.cursor.position, replicas: 1, rank: 0, count };
-    this.cursor.position += count;
-    if (this.cursor.position >= length) {
-      this.cursor = { epoch: this.cursor.epoch + 1, position: 0 };
-    }
-    this.counts.leased += count;
-    this.counts.epoch = this.cursor.epoch;
-    this.leases++;
-    this.inFlight.set(workerId, { lease, samples: count });
-    return lease;
-  }
-
-  /** Server 0, CentralStorage: a step was applied; its W x batchSize samples are done. */
-  private advanceCentral(numWorkers: number): void {
-    const o = this.o;
-    const length = o.datasetLength;
-    const plan = planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: 0, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed });
-    const position = plan.stepsLeft <= 1 ? length : Math.min(length, this.cursor.position + o.batchSize * numWorkers);
-    this.cursor = position >= length ? { epoch: this.cursor.epoch + 1, position: 0 } : { epoch: this.cursor.epoch, position };
-    this.counts.epoch = this.cursor.epoch;
-    // Counted once the step is applied: a step abandoned by a new round is handed out again.
-    for (const { samples } of this.inFlight.values()) {
-      this.counts.leased += samples;
-      this.counts.applied += samples;
-    }
-    this.inFlight.clear();
-  }
-
-  /** Server 0: where a push's samples went. */
-  private account(workerId: number, r: ApplyResult, samplesHint: number): void {
-    const held = this.inFlight.get(workerId);
-    if (r.status === 'duplicate') return; // counted when it was applied
-    const samples = held?.samples ?? samplesHint;
-    this.inFlight.delete(workerId);
-    if (r.status === 'applied') this.counts.applied += samples;
-    else if (r.status === 'stale') this.counts.stale += samples;
-    else this.counts.refused += samples;
-  }
-
-  private loadLeases(l: Partial<PsSampleCounts & { position: number }>): void {
-    const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : 0);
-    this.counts = { ...this.counts, leased: n(l.leased), applied: n(l.applied), stale: n(l.stale), refused: n(l.refused), lost: n(l.lost), epoch: n(l.epoch) };
-    this.cursor = { epoch: n(l.epoch), position: Math.min(n(l.position), this.o.datasetLength) };
   }
 
   private noteUpdate(): void {
@@ -679,7 +539,7 @@ class PsRun<M extends StepMetrics> {
     if (!shard || this.saving) return;
     this.saving = true;
     const o = this.o;
-    const leases = index === 0 ? { ...this.counts, position: this.cursor.position } : undefined;
+    const leases = index === 0 ? this.book.snapshot() : undefined;
     const meta = { ...(o.checkpointMeta === undefined ? {} : { user: o.checkpointMeta }), ...(leases ? { leases } : {}) } as Json;
     const version = shard.version;
     saveShard(shard, { url: o.url, session: o.session, token: o.token, meta })
@@ -698,8 +558,8 @@ class PsRun<M extends StepMetrics> {
     const { servers } = this.current!;
     const o = this.o;
     const K = this.numServers;
-    const bufs = servers.map((s) => new Float32Array(HEADER + s.numel));
-    const replies = servers.map((s) => new Float32Array(HEADER + s.numel));
+    const bufs = servers.map((s) => message(s.numel));
+    const replies = servers.map((s) => message(s.numel));
     const values: Float32Array[] = servers.map((s) => new Float32Array(s.numel));
     for (;;) {
       // Server 0 first: its reply says whether to go on, and hands out the batch.
@@ -707,34 +567,29 @@ class PsRun<M extends StepMetrics> {
       let lease: Lease | null = null;
       const pending = this.pending;
       for (let k = 0; k < K; k++) {
-        const req = bufs[k]!;
-        const head = new Uint32Array(req.buffer, 0, HEADER);
-        head.fill(0);
         const ending = k > 0 && control !== CONTROL.continue;
-        head.set([(pending ? REQ_PUSH : REQ_PULL) | (ending ? REQ_END : 0), pending?.stepId ?? 0, pending?.versions[k] ?? 0, pending?.samples ?? 0, ending ? control : 0]);
-        if (pending) req.set(pending.parts[k]!, HEADER);
-        else req.fill(0, HEADER);
+        const kind = (pending ? REQ_PUSH : REQ_PULL) | (ending ? REQ_END : 0);
+        writeRequest(bufs[k]!, { kind, stepId: pending?.stepId ?? 0, version: pending?.versions[k] ?? 0, samples: pending?.samples ?? 0, endControl: ending ? control : 0 }, pending ? pending.parts[k]! : null);
         const server = servers[k]!;
-        await pg.send(req, server.rank);
-        const reply = await pg.recv(replies[k]!, server.rank);
-        const r = new Uint32Array(reply.buffer, 0, HEADER);
-        this.versions[k] = r[1]!;
-        values[k]!.set(reply.subarray(HEADER));
+        await pg.send(bufs[k]!, server.rank);
+        const r = readReply(await pg.recv(replies[k]!, server.rank));
+        this.versions[k] = r.version;
+        values[k]!.set(payload(replies[k]!));
         if (k === 0) {
-          control = r[2]! as Control;
+          control = r.control as Control;
           if (control !== CONTROL.continue && control !== CONTROL.stop && control !== CONTROL.regroup) {
             throw new RangeError(`parameter server 0 (rank ${server.rank}) sent control ${control}, which is none of continue, stop, regroup`);
           }
-          if (control === CONTROL.continue) lease = { epoch: r[3]!, position: r[4]!, replicas: r[5]!, rank: r[6]!, count: r[7]! };
-          this.heardSamples = { target: r[9]!, leased: r[10]!, applied: r[11]!, stale: r[12]!, refused: r[13]!, lost: r[14]!, epoch: r[15]! };
-          if (pending) this.noteVerdict(r[0]!, r[8]!, pending.samples);
+          lease = r.lease;
+          this.heardSamples = r.counts;
+          if (pending) this.noteVerdict(r.verdict, r.staleness);
         }
       }
       this.wstats.pulls++;
       this.pending = null;
       assignFlatWeights(o.model, joinShards(this.layout, values), 'the values pulled from the parameter servers');
       if (control !== CONTROL.continue) return control;
-      const indices = this.leaseIndices(lease!);
+      const indices = leaseIndices(lease!, o);
       const stepId = ++this.stepId;
       const t0 = performance.now();
       const { grads, metrics } = await o.step({ indices, model: o.model, workerId: this.workerId, stepId, epoch: lease!.epoch, pg });
@@ -747,18 +602,7 @@ class PsRun<M extends StepMetrics> {
     }
   }
 
-  /** The samples of a lease: DistributedSampler rank `rank` of `replicas` from (epoch, position). */
-  private leaseIndices(l: Lease): number[] {
-    const o = this.o;
-    const length = o.datasetLength;
-    if (!(l.replicas >= 1 && l.rank < l.replicas && l.position <= length && l.count >= 1 && l.count <= Math.max(o.batchSize, 1))) {
-      throw new RangeError(`parameter server 0 handed out a lease this worker cannot read: ${JSON.stringify(l)} (dataset of ${length}, batch ${o.batchSize})`);
-    }
-    const plan = planEpoch(length, { epoch: l.epoch, position: l.position, step: 0 }, { numReplicas: l.replicas, rank: l.rank, batchSize: l.count, shuffle: o.shuffle, seed: o.seed });
-    return batchOf(plan, 0, l.count).indices;
-  }
-
-  private noteVerdict(verdict: number, staleness: number, samples: number): void {
+  private noteVerdict(verdict: number, staleness: number): void {
     const w = this.wstats;
     if (verdict === VERDICT.applied) w.applied++;
     else if (verdict === VERDICT.stale) w.stale++;
@@ -767,7 +611,6 @@ class PsRun<M extends StepMetrics> {
       w.lastStaleness = staleness;
       w.histogram[Math.min(staleness, w.histogram.length - 1)]!++;
     }
-    void samples;
   }
 
   // ---- the end ----
@@ -786,7 +629,7 @@ class PsRun<M extends StepMetrics> {
     }
     assignFlatWeights(this.o.model, joinShards(this.layout, parts), 'the parameter servers\' final values');
     const isServer0 = this.role?.kind === 'server' && this.role.index === 0;
-    const c = this.counts;
+    const c = this.book.samples;
     const counts = await pg.broadcast(isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7), servers[0]!.rank);
     const samples: PsSampleCounts = { target: counts[0]!, leased: counts[1]!, applied: counts[2]!, stale: counts[3]!, refused: counts[4]!, lost: counts[5]!, epoch: counts[6]! };
     const versionRow = new Float32Array(this.numServers);
@@ -841,7 +684,7 @@ class PsRun<M extends StepMetrics> {
       // Each server's version, and server 0's leases, in the session's store as they go.
       const stats = this.shard.stats();
       this.record(`ps/server-${this.shard.index}`, { rank: cur.pg.rank, version: stats.version, applied: stats.applied, stale: stats.stale });
-      if (this.shard.index === 0) this.record('ps/leases', { ...this.counts, position: this.cursor.position });
+      if (this.shard.index === 0) this.record('ps/leases', { ...this.book.snapshot() });
     }
     if (!this.o.onStatus) return;
     const base = { strategy: this.strategy, rank: cur.pg.rank, role: this.role.kind, servers: cur.servers, workers: cur.workers };
@@ -861,7 +704,7 @@ class PsRun<M extends StepMetrics> {
         return { workerId: w.worker, rank: rankOf.get(w.worker) ?? null, pushesPerSec: now > t0 ? ((w.pushes - p0) / (now - t0)) * 1000 : 0, pushes: w.pushes, applied: w.applied };
       });
       const server = { index: this.shard.index, version: stats.version, updatesPerSec, applied: stats.applied, stale: stats.stale, duplicate: stats.duplicate, refused: stats.refused, stalenessHistogram: stats.stalenessHistogram, pushRates };
-      const samples = this.shard.index === 0 ? { ...this.counts } : this.heardSamples;
+      const samples = this.shard.index === 0 ? this.book.samples : this.heardSamples;
       this.o.onStatus({ ...base, server, samples });
       return;
     }

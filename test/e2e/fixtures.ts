@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { PROJECT_ROOT, startServer, type RunningServer } from '../../signaling/server.ts';
 import { withToken } from '../../src/session_token.ts';
 import { tokenFor } from '../helpers.ts';
-import type { Report } from '../../client/report.ts';
+import type { Report } from '../../src/job_report.ts';
 
 export interface RankPage {
   page: Page;
