@@ -33,7 +33,7 @@ export async function selectBackend(wanted: BackendName): Promise<BackendChoice>
       if (name === wanted) return { backend: name };
       // Plain http from another machine: say it is the page, not the browser, and how to get WebGPU.
       if (reasons[0] === INSECURE_PAGE_REASON) {
-        return { backend: name, fallbackReason: `${INSECURE_PAGE_REASON}. This tab trains on ${name} meanwhile; to use WebGPU, open the session over https (see the README's “Across machines”)` };
+        return { backend: name, fallbackReason: `${INSECURE_PAGE_REASON}. This tab trains on ${name} meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)` };
       }
       return { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
     }

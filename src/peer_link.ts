@@ -78,7 +78,7 @@ export type PeerLinkFactory = (options: LinkFactoryOptions) => PendingLink;
 
 /** Defaults for the send queue: Chromium's queue holds 16 MiB; stay well below it. */
 export const DEFAULT_HIGH_WATER_MARK = 4 << 20;
-/** Default credit window: windows of 64-192 KiB in 16-32 KiB frames measured alike under --lan, larger ones worse (README, Figures). */
+/** Default credit window: windows of 64-192 KiB in 16-32 KiB frames measured alike under --lan, larger ones worse (bench/README.md). */
 export const DEFAULT_WINDOW_BYTES = 128 << 10;
 
 /**

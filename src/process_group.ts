@@ -58,7 +58,7 @@ export const DEFAULT_PEER_TIMEOUT_MS = 120_000;
 export interface LinkOptions {
   /**
    * ICE servers for WebRTC. Default: the ones the server hands out with `hello` (a TURN relay it
-   * mints credentials for, see the README's “Across machines”), else none: host candidates only.
+   * mints credentials for, see docs/deployment.md, “Across machines”), else none: host candidates only.
    */
   iceServers?: RTCIceServer[];
   /**

@@ -704,7 +704,7 @@ describe('waiting and WebGPU words', () => {
   });
 
   it('WebGPU missing on a plain-http page is the page’s doing, and says how to get it', () => {
-    const reason = "WebGPU needs a secure page (https, or localhost). This tab trains on webgl meanwhile; to use WebGPU, open the session over https (see the README's “Across machines”)";
+    const reason = "WebGPU needs a secure page (https, or localhost). This tab trains on webgl meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)";
     const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'webgl', adapter: null, fallbackReason: reason }]);
     expect(facts(s).backend).toMatchObject({ kind: 'running', name: 'webgl', fallback: `⚠ ${reason}.` });
     expect(JSON.stringify(facts(s))).not.toMatch(/browser has no WebGPU/);

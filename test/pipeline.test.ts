@@ -14,6 +14,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { DistributedDataParallel } from '../src/ddp.ts';
+import { DistTimeoutError } from '../src/errors.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { classificationLoss, sequentialOf, type LayerFactory } from '../src/models.ts';
 import type { ProcessGroup } from '../src/process_group.ts';
@@ -146,6 +147,12 @@ describe('pipeline parallel', () => {
     expect(ranks.map((r) => [r.stage, r.layers, r.parameters]).sort()).toEqual([[0, [0], 408], [1, [1, 2], 584]]);
   });
 
+  it('uneven micro-batches (batch 32 in 5: 7, 7, 6, 6, 6) weigh each by its samples: still one rank\'s weights', async () => {
+    const reference = await singleRank(10);
+    const { whole } = await pipelineRun(2, 1, 5, 10);
+    expect(relativeError(whole, reference)).toBeLessThanOrEqual(1e-5);
+  });
+
   it('1F1B trains to bit-identical weights as GPipe (3 stages, 4 micro-batches)', async () => {
     const threeLayers = (await pipelineRun(3, 1, 4, 5, 'gpipe')).whole;
     const oneFOneB = (await pipelineRun(3, 1, 4, 5, '1f1b')).whole;
@@ -223,7 +230,8 @@ describe('runPipeline', () => {
 
   class TabClosed extends Error {}
 
-  function member(net: MemoryNetwork, id: number, session: string, o: { rank: number; leaveAt?: number }): Member {
+  function member(net: MemoryNetwork, id: number, session: string, o: { rank: number; leaveAt?: number; failAt?: number }): Member {
+    let failed = false;
     const events: ElasticEvent[] = [];
     const result = runPipeline({
       url: server.url,
@@ -242,9 +250,14 @@ describe('runPipeline', () => {
       batchSize: 8,
       seed: 3,
       checkpointEvery: 4,
+      failedRoundGraceMs: 300,
       onEvent: (e) => events.push(e),
       async step({ indices, stage, ddp, optimizer, step }) {
         if (step === o.leaveAt) throw new TabClosed(`member ${id} closed at step ${step}`);
+        if (step === o.failAt && !failed) {
+          failed = true;
+          throw new DistTimeoutError(`an injected link failure of member ${id} at step ${step}`, 1);
+        }
         const { x, y } = data.batch(indices);
         const r = await stage.step({ ddp, batchSize: indices.length, microBatches: 2, ...(stage.isFirst ? { inputs: x } : {}), ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf } : {}) });
         ddp.step(optimizer);
@@ -254,6 +267,21 @@ describe('runPipeline', () => {
     result.catch(() => {});
     return { events, result };
   }
+
+  it('a round that fails with every member still here (a broken link) forms a new round of the same members, which resumes from the checkpoints and finishes', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('ppfail');
+    const members = [0, 1, 2, 3].map((id) => member(net, id, session, { rank: id, ...(id === 2 ? { failAt: 6 } : {}) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: true, error: expect.stringMatching(/injected link failure/) });
+    for (const r of runs) {
+      expect(r.steps).toBe(256 / 16);
+      expect(r.generations).toBe(2);
+      expect(r.resumes).toEqual(['every stage resumed from its checkpoint at step 4']);
+    }
+    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 256, exactlyOnce: true, complete: true }]);
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
 
   it('a lost rank stops every rank naming its stage; with a new tab the run resumes from every stage\'s checkpoint', async () => {
     const net = new MemoryNetwork();

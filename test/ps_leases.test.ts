@@ -86,7 +86,13 @@ describe('LeaseBook (asynchronous)', () => {
     expect(book.lease(0, 0, 1, 0)).toEqual({ epoch: 0, position: 0, replicas: 1, rank: 0, count: 4 });
     book.pushed(0, 'applied', 0);
     expect(book.lease(0, 0, 1, 0)).toMatchObject({ position: 4, count: 4 });
+    // Every sample is handed out, but worker 0 has not pushed its lease: it is still its to train
+    // (its reply may have been lost with a round), not the run's end for it.
+    expect(book.exhausted(0)).toBe(true);
+    expect(book.exhausted(0, 0)).toBe(false);
+    expect(book.exhausted(0, 1)).toBe(true);
     book.pushed(0, 'applied', 0);
+    expect(book.exhausted(0, 0)).toBe(true);
     expect(book.lease(0, 0, 1, 0)).toBeNull();
     const epochEnd = new LeaseBook({ strategy: 'async', datasetLength: 10, batchSize: 4, epochs: 2 });
     const counts = Array.from({ length: 6 }, () => {

@@ -17,6 +17,7 @@ import { classificationLoss } from '../src/models.ts';
 import { flatGradients } from '../src/parameter_server/worker.ts';
 import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parameter_server/runner.ts';
 import { flatTrainableWeights } from '../src/replicas.ts';
+import { DistTimeoutError } from '../src/errors.ts';
 import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 
@@ -208,6 +209,30 @@ describe('runParameterServer', () => {
     const s0 = runs.find((r) => r.role === 'server')!;
     expect(accounted(s0)).toBe(512);
     expect(s0.shard!.workers.map((w) => w.worker).sort((a, b) => a - b)).toEqual([roster[1], roster[2]].sort((a, b) => a! - b!));
+    await Promise.all(runs.map((r) => r.close()));
+  }, 60_000);
+
+  it('a round that fails with every member still here (a broken link) forms a new round of the same members; the run finishes, every sample accounted for', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('psfail');
+    let steps = 0;
+    const failing: Extra = {
+      async step({ indices, model: m }) {
+        if (++steps === 3) throw new DistTimeoutError('an injected link failure of worker 2', 1);
+        const { loss, grads } = await gradsOf(m, indices);
+        return { grads, metrics: { loss } };
+      },
+    };
+    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { min: 3, failedRoundGraceMs: 300, ...(id === 2 ? failing : {}) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: true, error: expect.stringMatching(/injected link failure/) });
+    for (const r of runs) expect(r.generations).toBeGreaterThanOrEqual(2);
+    const s0 = runs.find((r) => r.role === 'server')!;
+    // The same members: nothing lost (the failed worker's lease was handed to it again).
+    expect(s0.samples).toMatchObject({ lost: 0, leased: 256 });
+    expect(accounted(s0)).toBe(256);
+    const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));
+    for (const f of finals) expect(f).toEqual(finals[0]);
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 

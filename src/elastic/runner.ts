@@ -59,6 +59,7 @@ import { recover, saveState, type Recovered, type RoundRef, type RunRecord } fro
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
+import { REGROUP, runAgent } from './agent.ts';
 
 /** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
 const PROBE_EVERY = 64;
@@ -267,6 +268,8 @@ class ElasticRun<M extends StepMetrics> {
   private readonly sizesRun = new Set<number>();
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
   private checkDue = false;
+  /** The running round's DDP (null between rounds). */
+  private ddp: DistributedDataParallel | null = null;
 
   constructor(private readonly o: ElasticRunOptions<M>) {
     this.state = o.state;
@@ -315,85 +318,73 @@ class ElasticRun<M extends StepMetrics> {
     }
   }
 
-  private async rounds(): Promise<ElasticRunResult> {
+  private rounds(): Promise<ElasticRunResult> {
+    return runAgent(this.handler, {
+      round: (round, again) => this.round(round, again),
+      failed: (round, err) => this.failed(round, err),
+      regrouping: (round) => this.emit({ type: 'regroup', round: round.key, rank: round.pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() }),
+      peerLost: (round, e) => this.emit({ type: 'peer-lost', round: round.key, rank: round.pg.rank, peer: e.rank, reason: e.reason }),
+    });
+  }
+
+  /** One round: the state transfer and a DDP for the round's group (`again`: kept from before), then training until the run ends or members wait. */
+  private async round(round: Round, again: boolean): Promise<ElasticRunResult | typeof REGROUP> {
     const o = this.o;
-    let round = await this.handler.nextRendezvous(0);
-    for (;;) {
-      const { pg } = round;
-      this.rank = pg.rank;
-      const stopWatching = pg.on((e) => {
-        if (e.type === 'peer-lost') this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
-      });
-      try {
-        this.activity = `the state transfer at the start of round ${round.key}`;
-        await this.whileDeviceLives(this.startRound(round));
-        // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
-        const ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
-        if (this.hook) ddp.registerCommHook(this.hook);
-        this.activity = `onRound of round ${round.key}`;
-        await this.whileDeviceLives(o.onRound?.({ pg, ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
-        let outcome = await this.train(round, ddp);
-        while (outcome.kind === 'regroup') {
-          // Everyone past the step's last collective first, so the new round interrupts nobody.
-          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() });
-          await pg.barrier();
-          if ((await this.handler.regroup(round)) === round.round) {
-            outcome = await this.train(round, ddp); // the members who waited left again
-            continue;
-          }
-          break;
-        }
-        if (outcome.kind === 'regroup') {
-          stopWatching();
-          round = await this.handler.nextRendezvous(round.id);
-          continue;
-        }
-        // The run is over (every rank voted so): close the rendezvous, as torch's agents do at
-        // shutdown, so that a tab waiting to be admitted, or arriving now, learns at once that
-        // there is nothing left to join. Every rank asks (the first closes it); should the
-        // server be away, nobody can be waiting on it either.
-        this.activity = 'closing the rendezvous';
-        await this.handler.closeRendezvous().catch(() => {});
-        this.activity = 'the final weights hash';
-        const weightHash = await this.whileDeviceLives(ddp.weightsHash());
-        const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
-        const p = this.state.progress;
-        this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash });
-        stopWatching();
-        return {
-          pg,
-          ddp,
-          rank: pg.rank,
-          worldSize: pg.worldSize,
-          steps: p.step,
-          epoch: p.epoch,
-          generations: this.record.generations,
-          stepsRedone: this.record.stepsRedone,
-          pausedGenerations: this.paused,
-          resumes: [...this.record.resumes],
-          stoppedBy,
-          weightHash,
-          close: async () => {
-            // A rank that left early would end the round under the others' last collectives.
-            await pg.barrier().catch(() => {});
-            this.handler.shutdown();
-          },
-        };
-      } catch (err) {
-        stopWatching();
-        const lost = await this.deviceLoss(err);
-        const failure = lost ?? err;
-        // A rank without its device can go on only with a state rebuilt on a new backend.
-        const recoverable = lost ? o.rebuildState !== undefined : isRecoverable(err);
-        const error = failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
-        this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: this.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
-        if (!recoverable) throw failure;
-        // A rank that lost its device leaves and joins again, which makes the next round.
-        if (lost) await this.rebuild(round, lost);
-        else void this.handler.roundFailed(round);
-        round = await this.handler.nextRendezvous(round.id);
-      }
+    const { pg } = round;
+    this.rank = pg.rank;
+    if (!again || !this.ddp) {
+      this.activity = `the state transfer at the start of round ${round.key}`;
+      await this.whileDeviceLives(this.startRound(round));
+      // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
+      this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
+      if (this.hook) this.ddp.registerCommHook(this.hook);
+      this.activity = `onRound of round ${round.key}`;
+      await this.whileDeviceLives(o.onRound?.({ pg, ddp: this.ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
     }
+    const ddp = this.ddp;
+    const outcome = await this.train(round, ddp);
+    if (outcome.kind === 'regroup') return REGROUP;
+    // The run is over (every rank voted so); the agent closes the rendezvous.
+    this.activity = 'the final weights hash';
+    const weightHash = await this.whileDeviceLives(ddp.weightsHash());
+    const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
+    const p = this.state.progress;
+    this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash });
+    return {
+      pg,
+      ddp,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      steps: p.step,
+      epoch: p.epoch,
+      generations: this.record.generations,
+      stepsRedone: this.record.stepsRedone,
+      pausedGenerations: this.paused,
+      resumes: [...this.record.resumes],
+      stoppedBy,
+      weightHash,
+      close: async () => {
+        // A rank that left early would end the round under the others' last collectives.
+        await pg.barrier().catch(() => {});
+        this.handler.shutdown();
+      },
+    };
+  }
+
+  /** A failed round: reported; a rank that lost its device rebuilds its state and rejoins (when it can), the others form a new round. */
+  private async failed(round: Round, err: unknown): Promise<'retry' | 'rejoined'> {
+    this.ddp = null;
+    const lost = await this.deviceLoss(err);
+    const failure = lost ?? err;
+    // A rank without its device can go on only with a state rebuilt on a new backend.
+    const recoverable = lost ? this.o.rebuildState !== undefined : isRecoverable(err);
+    const error = failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
+    this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
+    if (!recoverable) throw failure;
+    if (!lost) return 'retry';
+    // A rank that lost its device leaves and joins again, which makes the next round.
+    await this.rebuild(round, lost);
+    return 'rejoined';
   }
 
   /**

@@ -77,14 +77,18 @@ export class LeaseBook {
     return { ...this.counts, position: this.cursor.position };
   }
 
-  /** Whether the run's samples (or steps: `version`, the shard's) are all handed out. */
-  exhausted(version: number): boolean {
+  /**
+   * Whether the run's samples (or steps: `version`, the shard's) are all handed out; with
+   * `workerId`, whether there is nothing left for that worker: a lease it holds unanswered (its
+   * reply was lost with a round) is still its to train.
+   */
+  exhausted(version: number, workerId?: number): boolean {
     const o = this.o;
     if (o.strategy === 'central') {
       const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
       return this.cursor.epoch >= epochs || (o.steps != null && version >= o.steps);
     }
-    return this.counts.leased >= this.counts.target;
+    return this.counts.leased >= this.counts.target && (workerId === undefined || !this.inFlight.has(workerId));
   }
 
   /** The next batch for worker `workerId` (index `workerIndex` of `numWorkers` in the round); null once the samples are all handed out. */

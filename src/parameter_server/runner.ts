@@ -37,6 +37,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistTimeoutError, RoleConflictError, isRecoverable } from '../errors.ts';
+import { REGROUP, runAgent } from '../elastic/agent.ts';
 import { recordEvent } from '../elastic/events.ts';
 import { hashFloat32 } from '../hash.ts';
 import { flatTrainableWeights } from '../replicas.ts';
@@ -282,50 +283,38 @@ class PsRun<M extends StepMetrics> {
   async run(handler: RendezvousHandler): Promise<ParameterServerRunResult> {
     this.handler = handler;
     this.statusTimer = setInterval(() => this.reportStatus(), this.o.statusIntervalMs ?? 1000);
-    let round = await handler.nextRendezvous(0);
-    for (;;) {
-      const { pg } = round;
-      const off = pg.on((e) => {
-        if (e.type !== 'peer-lost') return;
-        this.emit({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
-        recordEvent({ type: 'peer-lost', round: round.key, rank: pg.rank, peer: e.rank, reason: e.reason });
-      });
-      try {
-        this.generations++;
-        const vacant = await this.startRound(round);
-        let outcome: Control;
-        if (vacant !== null) {
-          await this.waitForServer(round, vacant);
-          outcome = CONTROL.regroup;
-        } else {
-          outcome = this.role!.kind === 'server' ? await this.serve(pg) : await this.work(pg);
-        }
-        if (outcome === CONTROL.regroup) {
-          this.emit({ type: 'regroup', round: round.key, rank: pg.rank, waiting: this.handler.numNodesWaiting() });
-          await pg.barrier();
-          const formed = await this.handler.regroup(round);
-          off();
-          // The same round when the members who waited left again: train on in it.
-          round = formed === round.round ? round : await this.handler.nextRendezvous(round.id);
-          continue;
-        }
-        off();
-        return await this.finish(round);
-      } catch (err) {
-        off();
-        const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-        const recoverable = isRecoverable(err);
-        this.emit({ type: 'failure', round: round.key, rank: pg.rank, error, recoverable });
-        recordEvent({ type: 'failure', round: round.key, rank: pg.rank, step: this.stepId, inFlight: this.pending?.stepId ?? null, error, recoverable });
-        if (!recoverable) throw err;
-        void this.handler.roundFailed(round);
-        if (this.strategy === 'central') {
-          // The step is collected again from the new round's workers, sharded among them.
-          this.pending = null;
-        }
-        round = await this.handler.nextRendezvous(round.id);
-      }
+    return runAgent(handler, {
+      round: (round) => this.round(round),
+      failed: (round, err) => this.failed(round, err),
+      regrouping: (round) => this.emit({ type: 'regroup', round: round.key, rank: round.pg.rank, waiting: this.handler.numNodesWaiting() }),
+      peerLost: (round, e) => {
+        this.emit({ type: 'peer-lost', round: round.key, rank: round.pg.rank, peer: e.rank, reason: e.reason });
+        recordEvent({ type: 'peer-lost', round: round.key, rank: round.pg.rank, peer: e.rank, reason: e.reason });
+      },
+    });
+  }
+
+  /** One round: roles, then serving or working until server 0 says stop (the run's result) or regroup. */
+  private async round(round: Round): Promise<ParameterServerRunResult | typeof REGROUP> {
+    this.generations++;
+    const vacant = await this.startRound(round);
+    if (vacant !== null) {
+      await this.waitForServer(round, vacant);
+      return REGROUP;
     }
+    const outcome = this.role!.kind === 'server' ? await this.serve(round.pg) : await this.work(round.pg);
+    return outcome === CONTROL.regroup ? REGROUP : this.finish(round);
+  }
+
+  private async failed(round: Round, err: unknown): Promise<'retry'> {
+    const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+    const recoverable = isRecoverable(err);
+    this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, error, recoverable });
+    recordEvent({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.stepId, inFlight: this.pending?.stepId ?? null, error, recoverable });
+    if (!recoverable) throw err;
+    // CentralStorage collects the step again from the new round's workers, sharded among them.
+    if (this.strategy === 'central') this.pending = null;
+    return 'retry';
   }
 
   /**
@@ -460,12 +449,14 @@ class PsRun<M extends StepMetrics> {
     let roundControl: Control = CONTROL.continue;
     const central =
       this.strategy === 'central' ? { acc: new CentralStorageAccumulator(shard, { numWorkers: workers.length }), done: new Deferred<void>(), control: null as Control | null } : null;
-    const decide = (): Control => {
+    // A host's stop and a regroup hold for every worker of the round; the end of the samples
+    // for each worker (one holding an unanswered lease trains it first).
+    const decide = (workerId?: number): Control => {
       if (roundControl !== CONTROL.continue) return roundControl;
       if (this.o.shouldStop?.()) {
         this.stopReason = 'request';
         roundControl = CONTROL.stop;
-      } else if (this.book.exhausted(shard.version)) roundControl = CONTROL.stop;
+      } else if (this.book.exhausted(shard.version, workerId)) return CONTROL.stop;
       else if (this.handler.numNodesWaiting() > 0) roundControl = CONTROL.regroup;
       return roundControl;
     };
@@ -511,9 +502,9 @@ class PsRun<M extends StepMetrics> {
           else if (index !== 0) control = CONTROL.continue;
           // Every worker of a synchronous step hears the same decision, made once per step.
           else if (central) control = central.control ??= decide();
-          else control = decide();
+          else control = decide(w.workerId);
           const lease = index === 0 && control === CONTROL.continue ? this.book.lease(w.workerId, i, workers.length, shard.version) : null;
-          if (index === 0 && control === CONTROL.continue && lease === null) control = decide(); // the last lease went to someone else
+          if (index === 0 && control === CONTROL.continue && lease === null) control = decide(w.workerId); // the last lease went to someone else
           const pulled = await shard.pull();
           writeReply(reply, { verdict, version: pulled.version, control, lease, staleness, counts: index === 0 ? this.book.samples : NO_COUNTS }, pulled.values);
           await pg.send(reply, w.rank);
@@ -635,9 +626,6 @@ class PsRun<M extends StepMetrics> {
     const versionRow = new Float32Array(this.numServers);
     if (this.role?.kind === 'server') versionRow[this.role.index] = this.shard!.version;
     const versions = Array.from(await pg.allReduce(versionRow, 'sum'));
-    // Every rank is through the run's last collective: close the rendezvous (see runElastic), so
-    // that a tab waiting for a rank, or arriving now, learns at once that the run is over.
-    await this.handler.closeRendezvous().catch(() => {});
     this.heardSamples = samples;
     this.reportStatus();
     const role = this.role!;

@@ -16,6 +16,7 @@ import * as tf from '@tensorflow/tfjs';
 import { listCheckpoints } from '../checkpoint.ts';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
 import { PeerLostError, isRecoverable } from '../errors.ts';
+import { runAgent } from '../elastic/agent.ts';
 import { recordEvent, type ElasticEvent } from '../elastic/events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../elastic/vote.ts';
@@ -213,48 +214,47 @@ class PipelineRun<M extends StepMetrics> {
   }
 
   async run(): Promise<PipelineRunResult> {
-    let round = await this.handler.nextRendezvous(0);
-    for (;;) {
-      const { pg } = round;
-      try {
-        const mesh = await pipelineMesh(pg, this.o.stages, this.replicas);
-        const { stage, state } = this.build(mesh);
-        const ddp = await DistributedDataParallel.create(stage.model, mesh.dp, { ...this.o.ddp, name: 'pipeline' });
-        await this.restore(round, mesh, state);
-        const ctx = () => ({ mesh, stage, ddp, step: state.progress.step, epoch: state.progress.epoch });
-        await this.o.onRound?.(ctx());
-        const outcome = await this.train(round, mesh, stage, ddp, state, ctx);
-        // The run is over on every rank (they stop at the same step): close the rendezvous (see
-        // runElastic), so that a tab waiting for a rank, or arriving now, learns it at once.
-        await this.handler.closeRendezvous().catch(() => {});
-        const p = state.progress;
-        const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
-        this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash: await ddp.weightsHash() });
-        return {
-          mesh,
-          stage,
-          ddp,
-          state,
-          steps: p.step,
-          epoch: p.epoch,
-          generations: this.record.generations,
-          stepsRedone: this.record.stepsRedone,
-          resumes: [...this.record.resumes],
-          stoppedBy,
-          close: async () => {
-            await pg.barrier().catch(() => {});
-            this.handler.shutdown();
-          },
-        };
-      } catch (err) {
-        const recoverable = isRecoverable(err);
-        const error = describeMeshFailure(err, this.o.stages, this.replicas);
-        this.emit({ type: 'failure', round: round.key, rank: pg.rank, step: this.state?.progress.step ?? 0, inFlight: null, error, recoverable });
-        if (!recoverable) throw err;
-        void this.handler.roundFailed(round);
-        round = await this.handler.nextRendezvous(round.id);
-      }
-    }
+    // A pipeline is a fixed size: waiting members are spectators, a round never asks for a regroup.
+    return runAgent(this.handler, { round: (round) => this.round(round), failed: (round, err) => this.failed(round, err) });
+  }
+
+  /** One round: the mesh, this rank's stage restored from the newest checkpoint all stages have, then training to the end. */
+  private async round(round: Round): Promise<PipelineRunResult> {
+    const { pg } = round;
+    const mesh = await pipelineMesh(pg, this.o.stages, this.replicas);
+    const { stage, state } = this.build(mesh);
+    const ddp = await DistributedDataParallel.create(stage.model, mesh.dp, { ...this.o.ddp, name: 'pipeline' });
+    await this.restore(round, mesh, state);
+    const ctx = () => ({ mesh, stage, ddp, step: state.progress.step, epoch: state.progress.epoch });
+    await this.o.onRound?.(ctx());
+    const outcome = await this.train(round, mesh, stage, ddp, state, ctx);
+    const p = state.progress;
+    const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
+    this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash: await ddp.weightsHash() });
+    return {
+      mesh,
+      stage,
+      ddp,
+      state,
+      steps: p.step,
+      epoch: p.epoch,
+      generations: this.record.generations,
+      stepsRedone: this.record.stepsRedone,
+      resumes: [...this.record.resumes],
+      stoppedBy,
+      close: async () => {
+        await pg.barrier().catch(() => {});
+        this.handler.shutdown();
+      },
+    };
+  }
+
+  private async failed(round: Round, err: unknown): Promise<'retry'> {
+    const recoverable = isRecoverable(err);
+    const error = describeMeshFailure(err, this.o.stages, this.replicas);
+    this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.state?.progress.step ?? 0, inFlight: null, error, recoverable });
+    if (!recoverable) throw err;
+    return 'retry';
   }
 
   /** This rank's stage and a fresh state for it (every round: what it held before is replaced by the checkpoint). */

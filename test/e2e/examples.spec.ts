@@ -125,23 +125,23 @@ function run(command: string, args: string[], cwd: string): Promise<{ code: numb
   });
 }
 
-/** The ```ts block after `marker` in the README, as it is. */
-async function readmeScript(marker: string): Promise<string> {
-  const readme = await readFile('README.md', 'utf8');
-  const at = readme.indexOf(marker);
-  expect(at, `the README still has "${marker}"`).toBeGreaterThan(0);
-  return /```ts\n([\s\S]*?)```/.exec(readme.slice(at))![1]!;
+/** The ```ts block after `marker` in docs/library.md (the library's documentation), as it is. */
+async function docsScript(marker: string): Promise<string> {
+  const doc = await readFile('docs/library.md', 'utf8');
+  const at = doc.indexOf(marker);
+  expect(at, `docs/library.md still has "${marker}"`).toBeGreaterThan(0);
+  return /```ts\n([\s\S]*?)```/.exec(doc.slice(at))![1]!;
 }
 
 for (const { marker, args } of [
   { marker: "Without the elastic runner, torch's shape, as a whole script", args: ['--nproc', '2'] },
   { marker: 'A training script for the launcher (`examples/elastic_train.ts`, shortened', args: ['--nproc', '2', '--min', '1', '--max', '4'] },
 ]) {
-  test(`the README's script "${marker.slice(0, 40)}…" runs as written, from a folder outside the clone`, async () => {
+  test(`docs/library.md's script "${marker.slice(0, 40)}…" runs as written, from a folder outside the clone`, async () => {
     const dir = await mkdtemp(join(tmpdir(), 'readme-script-'));
     try {
       const script = join(dir, 'my_train.ts');
-      await writeFile(script, await readmeScript(marker));
+      await writeFile(script, await docsScript(marker));
       const r = await launchCommand([...args, script]);
       expect(r.code, r.output).toBe(0);
       expect(r.summary).toMatchObject({ worldSize: 2, ok: true });
