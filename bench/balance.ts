@@ -18,7 +18,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { launch, slowParam } from '../launcher/run.ts';
+import { launch } from '../launcher/run.ts';
+import { slowParam } from '../launcher/job_flags.ts';
 import { PROJECT_ROOT } from '../signaling/server.ts';
 
 const { values } = parseArgs({

@@ -5,7 +5,7 @@
 import '@tensorflow/tfjs-backend-webgpu';
 import '../src/wasm_paths.ts';
 import { startBackend } from '../src/index.ts';
-import { BACKENDS, type BackendName } from './train/config.ts';
+import { BACKENDS, type BackendName } from '../src/jobs/train_config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from './webgpu.ts';
 import { noBackendError } from './train/preflight.ts';
 

@@ -13,7 +13,8 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { isScript, largestWorld, launch, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam, type Fault, type FaultTarget, type LaunchOptions } from './run.ts';
+import { isScript, launch, type Fault, type FaultTarget, type LaunchOptions } from './run.ts';
+import { largestWorld, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam } from './job_flags.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';

@@ -6,7 +6,8 @@ import { mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { checkpointHandler, latestValidCheckpoint, type CheckpointHandlerOptions } from '../signaling/checkpoints.ts';
+import { checkpointHandler, type CheckpointHandlerOptions } from '../signaling/checkpoints.ts';
+import { latestValidCheckpoint } from '../signaling/checkpoint_store.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint.ts';
 import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint_format.ts';
 import { DistTimeoutError, UnauthorizedError } from '../src/errors.ts';

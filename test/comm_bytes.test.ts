@@ -16,7 +16,7 @@ import { PowerSGDHook } from '../src/comm_hooks/powersgd.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { commSetup, denseStepBytes, messageBytes, ringAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
-import { parseCommHook } from '../client/train/config.ts';
+import { parseCommHook } from '../src/jobs/train_config.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 

@@ -4,7 +4,7 @@
  * refuses, and the link it makes parses back to the same job.
  */
 import { describe, expect, it } from 'vitest';
-import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../client/train/config.ts';
+import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
 import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, shareableUrl, withOrigin } from '../client/ui/session_link.ts';
 import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../client/ui/estimate.ts';
 import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';

@@ -7,7 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { PsSamples, PsStatusEvent, TrainConfig, TrainEvent } from '../client/train/events.ts';
-import { fmtIndices, initialDashboardState, psHistogram, psPanel, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
+import { initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
+import { fmtIndices, psHistogram, psPanel } from '../client/ui/dashboard_ps.ts';
 
 const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
 

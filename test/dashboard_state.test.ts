@@ -5,37 +5,17 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { RankStepMetrics, TrainConfig, TrainEvent } from '../client/train/events.ts';
-import {
-  CONFIRM,
-  MAX_LOG,
-  commFigures,
-  controls,
-  describeCommHook,
-  describeJob,
-  displayPhase,
-  downloadBaseName,
-  etaSeconds,
-  evalSeconds,
-  evalsLeft,
-  facts,
-  initialDashboardState,
-  phaseLabel,
-  progressFigures,
-  rankAverages,
-  reduceDashboard,
-  ringModel,
-  runReport,
-  runSeconds,
-  statCards,
-  statusText,
-  stepRate,
-  summaryEntries,
-  pathWords,
-  pipelinePanel,
-  timelineModel,
-  type DashboardEvent,
-  type DashboardState,
-} from '../client/ui/dashboard_state.ts';
+import { MAX_LOG, initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
+import { statCards } from '../client/ui/dashboard_cards.ts';
+import { CONFIRM, controls, downloadBaseName } from '../client/ui/dashboard_controls.ts';
+import { facts } from '../client/ui/dashboard_facts.ts';
+import { describeCommHook, describeJob } from '../client/ui/dashboard_job.ts';
+import { commFigures, rankAverages } from '../client/ui/dashboard_perf.ts';
+import { pipelinePanel, timelineModel } from '../client/ui/dashboard_pipeline.ts';
+import { etaSeconds, evalSeconds, evalsLeft, progressFigures, runSeconds, stepRate } from '../client/ui/dashboard_progress.ts';
+import { runReport, summaryEntries } from '../client/ui/dashboard_report.ts';
+import { pathWords, ringModel } from '../client/ui/dashboard_ring.ts';
+import { displayPhase, phaseLabel, statusText } from '../client/ui/dashboard_status.ts';
 import { pathLabel } from '../client/ui/ring_view.ts';
 
 const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);

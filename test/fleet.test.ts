@@ -21,8 +21,10 @@ import {
 } from '../client/train/fleet.ts';
 import { parseEvents } from '../client/train/spectator.ts';
 import type { RankStepMetrics, TrainEvent } from '../client/train/events.ts';
-import { parseTrainConfig } from '../client/train/config.ts';
-import { facts, fleetRows, initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
+import { parseTrainConfig } from '../src/jobs/train_config.ts';
+import { initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
+import { facts } from '../client/ui/dashboard_facts.ts';
+import { fleetRows } from '../client/ui/dashboard_fleet.ts';
 import { connect, uniqueSession, withServer } from './helpers.ts';
 
 const PHONE: FleetInfo = { browser: 'Chrome 156', platform: 'Android phone', mobile: true, backend: 'webgl', device: 'Mali-G715', fallback: 'this browser has no WebGPU', memoryGB: 4 };

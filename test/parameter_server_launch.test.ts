@@ -8,7 +8,8 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { launch, membershipFaultProblem, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun, type Fault } from '../launcher/run.ts';
+import { launch, type Fault } from '../launcher/run.ts';
+import { membershipFaultProblem, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun } from '../launcher/job_flags.ts';
 import { parameterServerLines, parameterServerSummary, summarize, type RankResult } from '../launcher/summaries.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

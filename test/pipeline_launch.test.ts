@@ -6,11 +6,19 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { pipelineProblems } from '../launcher/run.ts';
+import { pipelineProblems, trainJobProblem } from '../launcher/job_flags.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 describe('pipelineProblems', () => {
+  it('every other rule of the train job is checked with the pages\' own schema, before a page opens, naming the flag', () => {
+    expect(trainJobProblem({ batchSize: '32', steps: '10' }, 2)).toBeUndefined();
+    expect(trainJobProblem({ strategy: 'ps', min: '2', 'comm-hook': 'powersgd:2' }, 3)).toMatch(/^--comm-hook powersgd:2: the train job takes none \(or left out\) with strategy ps/);
+    expect(trainJobProblem({ dataset: 'cifar' }, 2)).toBe('--dataset cifar: the train job takes one of mnist, synthetic');
+    expect(trainJobProblem({ model: 'mlp', hidden: '0' }, 2)).toMatch(/^--hidden 0: the train job takes from 1 to 4096 for the mlp/);
+    expect(trainJobProblem({}, 65)).toMatch(/^--nproc \(x --nnodes\) 65: the train job takes an integer from 1 to 64/);
+  });
+
   it('accepts S x D ranks, with --dp defaulting to 1, in kebab or camel case, and --min/--max equal to the world', () => {
     expect(pipelineProblems({ pp: '2', dp: '2', 'micro-batches': '4' }, { nproc: 4 })).toEqual([]);
     expect(pipelineProblems({ pp: '4' }, { nproc: 4 })).toEqual([]);

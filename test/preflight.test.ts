@@ -5,7 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildModel } from '../src/models.ts';
-import { parseTrainConfig, type TrainConfig } from '../client/train/config.ts';
+import { parseTrainConfig, type TrainConfig } from '../src/jobs/train_config.ts';
 import { CannotTrainError, MEMORY_SHARE, memoryNeedBytes, modelSize, noBackendError, preflight } from '../client/train/preflight.ts';
 
 function config(options: Record<string, string> = {}): TrainConfig {

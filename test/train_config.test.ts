@@ -1,6 +1,6 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, urlOption } from '../client/train/config.ts';
+import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 
 const parse = (query: string) => {

@@ -5,7 +5,7 @@
  */
 import { parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
 import { selectBackend } from '../backend.ts';
-import { BACKENDS, type BackendName } from '../train/config.ts';
+import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 import { reportElasticEvents } from '../report.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
 import { runOnPage } from '../job_page.ts';

@@ -17,7 +17,7 @@ import { bf16CompressHook, fp16CompressHook } from '../../src/comm_hooks/default
 import { PeriodicModelAverager, postLocalSGD } from '../../src/comm_hooks/local_sgd.ts';
 import { powerSGD, type PowerSGDHook } from '../../src/comm_hooks/powersgd.ts';
 import type { CommHook } from '../../src/comm_hooks/types.ts';
-import type { CommHookSpec } from './config.ts';
+import type { CommHookSpec } from '../../src/jobs/train_config.ts';
 
 /** The frame size of the train job's groups (see the header). */
 export const TRAIN_FRAME_BYTES = DEFAULT_FRAME_BYTES;

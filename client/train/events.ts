@@ -5,10 +5,10 @@
  */
 
 import type { DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
-import type { BackendName, TrainConfig } from './config.ts';
+import type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
 import type { FleetEvent } from './fleet.ts';
 
-export type { BackendName, TrainConfig } from './config.ts';
+export type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
 export type { FleetEvent, FleetInfo, FleetMember } from './fleet.ts';
 
 export interface StepBreakdownMs {

@@ -8,7 +8,7 @@
  * shows it with textContent only.
  */
 import type { Store } from '../../src/index.ts';
-import { BACKENDS, type BackendName } from './config.ts';
+import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 
 /** What a rank says about itself. */
 export interface FleetInfo {

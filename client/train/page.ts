@@ -21,7 +21,7 @@ import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
 import { DashboardPublisher, watchDashboard } from './spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
-import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from './config.ts';
+import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
 import type { TrainEvent } from './events.ts';
 import { downloadModel } from './download.ts';

@@ -12,7 +12,7 @@ import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './trainer.ts';
-import { hostOptimizer } from './config.ts';
+import { hostOptimizer } from '../../src/jobs/train_config.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;

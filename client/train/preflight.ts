@@ -4,7 +4,7 @@
  * that fails at its first collective (no WebRTC), crashes mid-run (too little memory), or has no
  * backend that computes. Pure, apart from `tabAbilities`, which reads the page.
  */
-import type { TrainConfig } from './config.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import { deviceMemoryGB } from './fleet_local.ts';
 
 /** A reason this tab cannot take part: a title, what happened, and what the person can do. */

@@ -8,7 +8,7 @@
 import type { Store } from '../../src/index.ts';
 import { StoreError } from '../../src/index.ts';
 import type { TrainEvent } from './events.ts';
-import { configParams, parseTrainConfig, urlOption, type TrainConfig } from './config.ts';
+import { configParams, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { parseFleetMembers } from './fleet.ts';
 
 /** The store key rank 0 publishes to. */

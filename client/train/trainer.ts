@@ -33,7 +33,7 @@ import { yieldToEventLoop } from '../../src/ticker.ts';
 import { linkReport } from '../report.ts';
 import { selectBackend, type BackendChoice } from '../backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
-import { hostOptimizer, type BackendName, type TrainConfig } from './config.ts';
+import { hostOptimizer, type BackendName, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { RankStepMetrics, StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
 import { setActiveDataParallel } from '../device_hook.ts';

@@ -9,7 +9,9 @@
  * draw per frame.
  */
 import type { TrainEvent } from '../train/events.ts';
-import { displayPhase, downloadBaseName, initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
+import { initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
+import { downloadBaseName } from './dashboard_controls.ts';
+import { displayPhase } from './dashboard_status.ts';
 import { ChartsView, ErrorBannerView, FactsView, FleetView, HeaderView, LogView, PerfView, PipelineView, ProgressView, PsView, RingCardView, StatsView, SummaryView } from './dashboard_views.ts';
 import { el } from './dom.ts';
 import { fetchServerInfo, isLoopbackHost } from './server_info.ts';

@@ -1,42 +1,23 @@
 /**
  * The dashboard's parts as DOM. Each builds its elements once and then draws a DashboardState,
  * touching the DOM only when what it shows changed; every text and figure comes from
- * dashboard_state.ts. The charts are the exception that keeps data of its own (their per-step
- * series, see ChartsView).
+ * dashboard_state.ts and the panels' model modules beside it (dashboard_*.ts). The charts are the
+ * exception that keeps data of its own (their per-step series, see ChartsView).
  */
 import type { TrainEvent } from '../train/events.ts';
 import { MetricChart, StepTable } from './charts.ts';
-import {
-  BREAKDOWN_NAME,
-  BREAKDOWN_PARTS,
-  CONFIRM,
-  MAX_LOG,
-  RECENT,
-  controls,
-  displayPhase,
-  facts,
-  fleetRows,
-  phaseLabel,
-  pipelinePanel,
-  progressFigures,
-  psPanel,
-  rankAverages,
-  commFigures,
-  ringModel,
-  runReport,
-  statCards,
-  statusText,
-  timelineModel,
-  type DashboardState,
-  type FleetRow,
-  type LogEntry,
-  type PsFigure,
-  type PsHistogram,
-  type PsPanel,
-  type RankAverages,
-  type StatKey,
-  type TimelineModel,
-} from './dashboard_state.ts';
+import { MAX_LOG, RECENT, type DashboardState, type LogEntry } from './dashboard_state.ts';
+import { statCards, type StatKey } from './dashboard_cards.ts';
+import { CONFIRM, controls } from './dashboard_controls.ts';
+import { facts } from './dashboard_facts.ts';
+import { fleetRows, type FleetRow } from './dashboard_fleet.ts';
+import { BREAKDOWN_NAME, BREAKDOWN_PARTS, commFigures, rankAverages, type RankAverages } from './dashboard_perf.ts';
+import { pipelinePanel, timelineModel, type TimelineModel } from './dashboard_pipeline.ts';
+import { progressFigures } from './dashboard_progress.ts';
+import { psPanel, type PsFigure, type PsHistogram, type PsPanel } from './dashboard_ps.ts';
+import { runReport } from './dashboard_report.ts';
+import { ringModel } from './dashboard_ring.ts';
+import { displayPhase, phaseLabel, statusText } from './dashboard_status.ts';
 import { el, rankColour, shareField } from './dom.ts';
 import { fmtBytes, fmtClock, fmtInt, fmtMs, fmtPercent } from './format.ts';
 import { qrSvg } from './qr.ts';

@@ -13,7 +13,7 @@
  * - CNN: 3.2 s per step alone, about 15 times the MLP; evaluating the test set: 7 minutes.
  * - From opening the page to the first step (loading MNIST, compiling shaders): about 5 s alone.
  */
-import type { DatasetKind, ModelKind, TrainConfig } from '../train/config.ts';
+import type { DatasetKind, ModelKind, TrainConfig } from '../../src/jobs/train_config.ts';
 import { fmtDuration, fmtInt } from './format.ts';
 
 /** Seconds per step: a fixed cost plus a cost per sample of the per-rank batch. */

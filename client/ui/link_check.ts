@@ -4,7 +4,7 @@
  * same sentences the page shows (client/ui/bad_link.ts draws them).
  */
 import { SESSION_NAME } from '../../src/protocol.ts';
-import { ConfigError, MAX_WORLD_SIZE, describeRule, parseTrainConfig, urlOption, type TrainConfig } from '../train/config.ts';
+import { ConfigError, MAX_WORLD_SIZE, describeRule, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 export interface LinkProblem {
   /** The link's parameter at fault ("world", "job", ...). */

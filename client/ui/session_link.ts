@@ -1,12 +1,12 @@
 /**
  * What the create form asks and the link it makes, without a DOM. The fields, their labels,
- * hints, defaults and rules come from the job's schema (client/train/config.ts), and a form is
+ * hints, defaults and rules come from the job's schema (src/jobs/train_config.ts), and a form is
  * checked by the same parser the page runs on the link, so the form cannot accept a value the
  * page would refuse, nor refuse one it would accept.
  */
 import { SESSION_NAME } from '../../src/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
-import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../train/config.ts';
+import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 /** The form's text by field name, as typed (trimmed). A missing name counts as empty. */
 export type FormValues = Readonly<Record<string, string>>;

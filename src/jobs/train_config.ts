@@ -3,8 +3,8 @@
  * rule. The page's URL is parsed with it, the create form is built from it, and the dashboard
  * and the trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
-import { formatSlow, parseSlow, StragglerSpecError } from '../../src/straggler.ts';
-import { Adam, SGD, type HostOptimizer } from '../../src/optim.ts';
+import { formatSlow, parseSlow, StragglerSpecError } from '../straggler.ts';
+import { Adam, SGD, type HostOptimizer } from '../optim.ts';
 
 export const MODELS = ['mlp', 'cnn'] as const;
 export const DATASETS = ['mnist', 'synthetic'] as const;

@@ -1,0 +1,66 @@
+/**
+ * The stat cards' model: the five figures above the charts (loss, accuracy, test accuracy, speed, time).
+ */
+import { RECENT, type DashboardState } from './dashboard_state.ts';
+import { mean, plural } from './dashboard_format.ts';
+import { rankAverages } from './dashboard_perf.ts';
+import { etaSeconds, runSeconds } from './dashboard_progress.ts';
+import { fmtDuration, fmtInt, fmtNumber, fmtPercent } from './format.ts';
+
+export type StatKey = 'loss' | 'acc' | 'test' | 'speed' | 'time';
+
+export interface StatCard {
+  value: string;
+  /** Shown smaller after the value. */
+  unit?: string;
+  sub: string;
+}
+
+/** The five figures above the charts. */
+export function statCards(s: DashboardState): Record<StatKey, StatCard> {
+  const empty: StatCard = { value: '–', sub: '' };
+  const cards: Record<StatKey, StatCard> = { loss: empty, acc: empty, test: empty, speed: empty, time: empty };
+  const all = [...s.recent.values()].flat();
+  const e = s.lastStep;
+  if (e) {
+    const loss = mean(all.map((m) => m.loss));
+    const span = Math.min(RECENT, s.stepClock.length);
+    cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
+    cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: 'training batches, same window' };
+    const ranks = rankAverages(s);
+    const p = s.pipeline;
+    // Every sample of a pipeline run passes through each stage: a replica counts once, at its first stage.
+    const counted = p && s.pipelineRanks.size > 0 ? ranks.filter((r) => s.pipelineRanks.get(r.rank)?.stage === 0) : ranks;
+    const total = counted.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
+    const replicas = p ? p.replicas : e.ranks.length;
+    const who = p ? `${plural(p.replicas, 'replica')} of ${plural(p.stages, 'stage')}` : plural(ranks.length, 'rank');
+    cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
+    const eta = etaSeconds(s);
+    const timeSub =
+      s.phase === 'done'
+        ? 'total time'
+        : s.phase === 'stopped'
+          ? 'until stopped'
+          : s.phase === 'failed'
+            ? 'until it failed'
+            : s.phase === 'ended'
+              ? 'until the session ended'
+              : eta === null
+                ? 'elapsed'
+                : `elapsed · about ${fmtDuration(eta)} left`;
+    cards.time = { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub: timeSub };
+  }
+  const final = s.summary?.testAccuracy;
+  const finalLoss = s.summary?.testLoss;
+  const ev = s.lastEval;
+  if (s.finished && typeof final === 'number') {
+    // The job evaluates once more at the end (e.g. after a stop) without an 'eval' event.
+    cards.test = { value: fmtPercent(final), sub: `final${typeof finalLoss === 'number' ? `, loss ${fmtNumber(finalLoss, 3)}` : ''}` };
+  } else if (ev) {
+    const best = s.bestEval !== null && s.bestEval > ev.testAccuracy ? ` · best ${fmtPercent(s.bestEval)}` : '';
+    cards.test = { value: fmtPercent(ev.testAccuracy), sub: `at step ${fmtInt(ev.step)}, loss ${fmtNumber(ev.testLoss, 3)}${best}` };
+  } else if (e) {
+    cards.test = { value: '–', sub: 'no evaluation yet' };
+  }
+  return cards;
+}

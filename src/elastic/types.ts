@@ -1,0 +1,182 @@
+/**
+ * What an elastic DDP run takes and gives (`runElastic`): its options, what the step and each
+ * round get, its result; and the check of the options, before anything joins.
+ */
+import type * as tf from '@tensorflow/tfjs';
+import type { CommHook } from '../comm_hooks/types.ts';
+import type { PeriodicModelAveragerOptions } from '../comm_hooks/local_sgd.ts';
+import type { DistributedDataParallel, DDPOptions } from '../ddp.ts';
+import type { DeviceLostError } from '../errors.ts';
+import type { ProcessGroup } from '../process_group.ts';
+import type { RendezvousEvent, RendezvousOptions } from '../rendezvous.ts';
+import type { Json, TrainState } from '../state_dict.ts';
+import type { ElasticEvent } from './events.ts';
+import type { StepMetrics } from './vote.ts';
+
+export interface StepContext {
+  /** This rank's samples for the step (indices into the dataset). */
+  indices: number[];
+  /** The step's number in the run, from 1. */
+  step: number;
+  epoch: number;
+  /**
+   * The round's DDP, with `commHook` registered: `ddp.commHook.name` names the hook reducing the
+   * gradients ('allreduce' without one), `ddp.bytesPerStep` the bytes this rank sent per step for
+   * them in this round (the averagings of `modelAverager` not included).
+   */
+  ddp: DistributedDataParallel;
+  optimizer: tf.Optimizer;
+  pg: ProcessGroup;
+}
+
+/** What hooks that run collectives get: every rank of the round calls them at the same step. */
+export interface RoundContext {
+  pg: ProcessGroup;
+  /** The round's DDP (see StepContext.ddp: `ddp.commHook.name`, `ddp.bytesPerStep`). */
+  ddp: DistributedDataParallel;
+  step: number;
+  epoch: number;
+}
+
+/**
+ * The group to join (`url`, `session`, `min`, `max`, ...: a rendezvous, which the run always
+ * rejoins after losing the server) and the training to do in it.
+ */
+export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect'> {
+  state: TrainState;
+  datasetLength: number;
+  /** Samples per rank per step. */
+  batchSize: number;
+  /** Train this many epochs (default 1), unless `steps` is given. */
+  epochs?: number;
+  /** Stop after this many steps in all, whatever the epochs. */
+  steps?: number | null;
+  /**
+   * Split each step's `batchSize * worldSize` samples between the ranks by their measured cost
+   * (each rank's compute, readback and straggler time per batch size, gathered with the step's
+   * vote: see balance.ts), re-balanced as the figures change, so that a slow device gets fewer
+   * samples (none, if even one costs more than the others' whole batches) and the group no longer
+   * moves at its pace. A rank given no samples computes nothing that step: `ddp.backward` skips the
+   * loss function, contributes zeros and returns loss 0; the step function gets empty `indices`. Gradients are weighed by each rank's share
+   * (`ddp.setBatchShare`): the average is still the global batch's, and every sample of an epoch is
+   * still trained exactly once. Beyond torch, whose DDP needs equal batches: off by default; off
+   * gives DistributedSampler's exact shards.
+   */
+  balanceBatches?: boolean;
+  /** DistributedSampler's options, the same on every rank. */
+  shuffle?: boolean;
+  seed?: number;
+  dropLast?: boolean;
+
+  /** One training step on this rank's samples. */
+  step(ctx: StepContext): Promise<M | void>;
+  /** Asked once a step: true once this rank wants everyone to stop. */
+  shouldStop?(): boolean;
+  /**
+   * Whose `shouldStop` stops the run: 'any' rank's (default), or 'all' ranks' at the same step.
+   * 'all' suits a stop every rank learns of from a trusted source (the session's host, through
+   * the server): no single member can stop the run by voting alone.
+   */
+  stopVote?: 'any' | 'all';
+  /** A round starts training (after the state is shared and DDP wraps the model). */
+  onRound?(ctx: RoundContext): void | Promise<void>;
+  /** After each committed step and its vote. May run collectives: every rank calls it at the same step. */
+  onStep?(ctx: RoundContext & { metrics: M[] }): void | Promise<void>;
+  /** After an epoch's last step. May run collectives. */
+  onEpochEnd?(ctx: RoundContext): void | Promise<void>;
+  /** Every event of the run, also sent to the handler of `setEventHandler`. */
+  onEvent?(e: ElasticEvent): void;
+  /** Every event of the rendezvous handler as it comes (e.g. 'spectating', the host's 'control'). */
+  onRendezvous?(e: RendezvousEvent): void;
+  /**
+   * A fresh state (model and optimizer built as at the start) on the backend runElastic has just
+   * re-created after this tab's WebGPU device was lost. The rank then rejoins the group holding
+   * no state, and recovery loads the group's into this one (from a surviving replica, or the
+   * latest checkpoint). The old state's tensors lived on the lost device: runElastic disposes
+   * its model and optimizer. Keep the model in a variable this hook updates (or use `ctx.ddp.model`
+   * in the step). Without it, a lost device ends the run with DeviceLostError.
+   */
+  rebuildState?(ctx: RebuildContext): TrainState | Promise<TrainState>;
+
+  /**
+   * Every this many committed steps, the ranks compare hashes of their weights (verifyReplicas)
+   * and the run ends with ReplicaDivergenceError, naming the ranks that differ, if they are not
+   * identical. Costs one weights readback and a tiny all-gather each time. Default 0: never.
+   * With `modelAverager`, a check falls due every this many steps and runs at the next averaging
+   * step (at once when the step averages): the replicas are only identical there.
+   */
+  checkReplicasEvery?: number;
+  /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
+  checkpointEvery?: number;
+  /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */
+  checkpointAtEpochEnd?: boolean;
+  /** Kept in each checkpoint's metadata (the job's configuration, say). */
+  checkpointMeta?: Json;
+  /** Resume from this session's checkpoints when no rank has live state. Default: this session's. */
+  resumeFrom?: string | null;
+  /** The token of the `resumeFrom` session. Default: this session's token. */
+  resumeFromToken?: string;
+  /** Every round's DDP's options; `startStep` is runElastic's (the run's next step). */
+  ddp?: DDPOptions;
+  /**
+   * Makes this rank's DDP communication hook (fp16CompressHook, powerSGD(...), postLocalSGD(...),
+   * ...): called once, at the start; the one hook is registered on every round's DDP, since its
+   * state (PowerSGD's error feedback and warm-start Q's) is this rank's and lasts across rounds.
+   * Its state is saved with checkpoints and sent to joiners (see the top of this file). Every
+   * rank must make the same kind of hook. Default: none (the plain float32 all-reduce).
+   */
+  commHook?: () => CommHook;
+  /**
+   * Periodic model averaging (torch's PostLocalSGDOptimizer, with `postLocalSGD` as the hook):
+   * after each committed step's optimizer step runElastic calls PeriodicModelAverager's
+   * `average(pg, model, step)`, which averages the replicas' weights when step > warmupSteps and
+   * (step - warmupSteps) is a multiple of `period`. Replicas differ between averagings:
+   * `checkReplicasEvery` then checks at averaging steps only. Default: none.
+   */
+  modelAverager?: PeriodicModelAveragerOptions;
+}
+
+export interface ElasticRunResult {
+  /** The last round's group and DDP, still open: evaluate with them, then `close()`. */
+  pg: ProcessGroup;
+  ddp: DistributedDataParallel;
+  rank: number;
+  worldSize: number;
+  steps: number;
+  epoch: number;
+  /** Rounds the run trained in, and steps trained twice because a round failed mid-step. */
+  generations: number;
+  stepsRedone: number;
+  /** Rounds this rank saw paused below the minimum. */
+  pausedGenerations: number;
+  resumes: string[];
+  stoppedBy: number | null;
+  weightHash: string;
+  /** Waits until every rank of the group is done (a barrier), then leaves it and closes the connection. */
+  close(): Promise<void>;
+}
+
+/** What `rebuildState` learns: which backend now runs, and what was lost. */
+export interface RebuildContext {
+  /** 'webgpu' on a new device, or the fallback when WebGPU did not come back. */
+  backend: string;
+  fallbackReason?: string;
+  error: DeviceLostError;
+}
+
+/** Refuses options no run can use, saying which and what was given. */
+export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
+  const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+  if (!(typeof o.datasetLength === 'number' && Number.isSafeInteger(o.datasetLength) && o.datasetLength >= 0)) {
+    throw new RangeError(`datasetLength must be a non-negative integer, got ${o.datasetLength}`);
+  }
+  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
+  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
+  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
+  if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
+  for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
+    const v = o[name];
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
+  }
+}
