@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launch } from '../launcher/run.ts';
 import { PROJECT_ROOT } from '../signaling/server.ts';
-import type { DeviceReport } from '../launcher/summaries.ts';
+import type { DeviceReport } from '../launcher/summary_devices.ts';
 
 const { values } = parseArgs({
   options: {

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launch } from '../launcher/run.ts';
 import { PROJECT_ROOT } from '../signaling/server.ts';
-import type { ParameterServerSummary } from '../launcher/summaries.ts';
+import type { ParameterServerSummary } from '../launcher/summary_ps.ts';
 
 const STRATEGIES = ['ddp', 'ps', 'central'] as const;
 type Strategy = (typeof STRATEGIES)[number];

@@ -17,7 +17,11 @@ import { lanDriver } from './lan_driver.ts';
 import { findTurnserver } from './turn.ts';
 import { buildScript } from './build_script.ts';
 import { checkMultiNode, globalRank, NodeGroup } from './multinode.ts';
-import { commLine, devicesLine, parameterServerLines, summarize, summarizeScript, type ParameterServerSummary, type RankResult } from './summaries.ts';
+import { summarize, summarizeScript } from './summaries.ts';
+import { commLine } from './summary_comm.ts';
+import { devicesLine } from './summary_devices.ts';
+import type { RankResult } from './summary_fields.ts';
+import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
 import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun, pipelineProblems, slowParam, trainJobProblem } from './job_flags.ts';
 import type { Report } from '../src/job_report.ts';
 

@@ -1,10 +1,12 @@
 /**
  * The launcher's summary of a DDP run's communication (--comm-hook): the ranks' `commHook`,
- * `bytesPerStep` and `compressionRatio` gathered into the summary (launcher/summaries.ts), and
+ * `bytesPerStep` and `compressionRatio` gathered into the summary (launcher/summary_comm.ts, through summarize), and
  * the one line printed before it. Fake ranks' results, as the pages report them.
  */
 import { describe, expect, it } from 'vitest';
-import { commLine, commSummary, summarize, type RankResult } from '../launcher/summaries.ts';
+import { summarize } from '../launcher/summaries.ts';
+import { commLine, commSummary } from '../launcher/summary_comm.ts';
+import type { RankResult } from '../launcher/summary_fields.ts';
 
 function rank(r: number, over: Record<string, unknown> = {}): RankResult {
   return {

@@ -4,7 +4,9 @@
  * ranks' results, as the pages report them.
  */
 import { describe, expect, it } from 'vitest';
-import { devicesLine, devicesSummary, summarize, type RankResult } from '../launcher/summaries.ts';
+import { summarize } from '../launcher/summaries.ts';
+import { devicesLine, devicesSummary } from '../launcher/summary_devices.ts';
+import type { RankResult } from '../launcher/summary_fields.ts';
 
 const device = (d: number, over: Record<string, unknown> = {}) => ({ device: d, backend: 'cpu', steps: 15, samples: 240, meanComputeMs: 12.345, liveTensors: { min: 4, max: 4 }, ...over });
 

@@ -10,7 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { launch, type Fault } from '../launcher/run.ts';
 import { membershipFaultProblem, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun } from '../launcher/job_flags.ts';
-import { parameterServerLines, parameterServerSummary, summarize, type RankResult } from '../launcher/summaries.ts';
+import { summarize } from '../launcher/summaries.ts';
+import type { RankResult } from '../launcher/summary_fields.ts';
+import { parameterServerLines, parameterServerSummary } from '../launcher/summary_ps.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 

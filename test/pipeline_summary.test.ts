@@ -1,10 +1,12 @@
 /**
- * The launcher's summary of a pipeline run (launcher/summaries.ts): 2 stages x 2 replicas, rank =
+ * The launcher's summary of a pipeline run (launcher/summary_pipeline.ts): 2 stages x 2 replicas, rank =
  * replica * 2 + stage. Each stage is described by its replica 0; `identical` means every stage's
  * replicas agree (the two stages naturally differ); a page's result is checked, not trusted.
  */
 import { describe, expect, it } from 'vitest';
-import { pipelineSummary, summarize, type RankResult } from '../launcher/summaries.ts';
+import { summarize } from '../launcher/summaries.ts';
+import type { RankResult } from '../launcher/summary_fields.ts';
+import { pipelineSummary } from '../launcher/summary_pipeline.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 
 const STAGE_HASH = ['aaaa0000', 'bbbb1111'];

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runTag } from '../launcher/lan.ts';
-import { linksOf } from '../launcher/summaries.ts';
+import { linksOf } from '../launcher/summary_links.ts';
 import { iceServersFor } from '../signaling/ice.ts';
 import { findTurnserver, freeUdpPort, isStunBindingSuccess, killRunTurnserver, stunBindingRequest, turnserverConfig, TurnProcess, type TurnSettings } from '../launcher/turn.ts';
 import { lanTestsBlocked } from './helpers.ts';

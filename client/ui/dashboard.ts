@@ -1,7 +1,7 @@
 /**
  * The training dashboard every rank's tab shows. It is fed TrainEvents (client/train/events.ts)
  * through `handle()`; each one, like the page's own errors and the stop button, goes through the
- * pure reducer in dashboard_state.ts, and the views in dashboard_views.ts draw the new state.
+ * pure reducer in dashboard_state.ts, and the views (view_*.ts, one per panel) draw the new state.
  *
  * Cheap things (status text, progress and its test hooks, facts, ring, log) are drawn on each
  * event; charts, stat cards, the fleet and throughput tables and a pipeline or parameter-server run's panel
@@ -12,10 +12,22 @@ import type { TrainEvent } from '../train/events.ts';
 import { initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
 import { downloadBaseName } from './dashboard_controls.ts';
 import { displayPhase } from './dashboard_status.ts';
-import { ChartsView, ErrorBannerView, FactsView, FleetView, HeaderView, LogView, PerfView, PipelineView, ProgressView, PsView, RingCardView, StatsView, SummaryView } from './dashboard_views.ts';
 import { el } from './dom.ts';
 import { fetchServerInfo, isLoopbackHost } from './server_info.ts';
 import { shareableUrl, withOrigin } from './session_link.ts';
+import { StatsView } from './view_cards.ts';
+import { ChartsView } from './view_charts.ts';
+import { ErrorBannerView } from './view_error.ts';
+import { FactsView } from './view_facts.ts';
+import { FleetView } from './view_fleet.ts';
+import { HeaderView } from './view_header.ts';
+import { LogView } from './view_log.ts';
+import { PerfView } from './view_perf.ts';
+import { PipelineView } from './view_pipeline.ts';
+import { ProgressView } from './view_progress.ts';
+import { PsView } from './view_ps.ts';
+import { SummaryView } from './view_report.ts';
+import { RingCardView } from './view_ring.ts';
 import './dashboard.css';
 
 export type { ControlAction, Role } from './dashboard_state.ts';

@@ -5,7 +5,7 @@
  * group's state; the run finishes with identical replicas, at most one step trained twice.
  */
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
-import type { RankResult } from '../../launcher/summaries.ts';
+import type { RankResult } from '../../launcher/summary_fields.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 type Summary = Record<string, unknown> & {

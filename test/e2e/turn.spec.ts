@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { launch, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
-import type { LinkSummary } from '../../launcher/summaries.ts';
+import type { LinkSummary } from '../../launcher/summary_links.ts';
 import { lanTestsBlocked } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

@@ -1,0 +1,152 @@
+/** The dashboard's header: title, phase pill, the session's controls with their confirmation dialogs, and the status line. */
+import type { DashboardState } from './dashboard_state.ts';
+import { CONFIRM, controls } from './dashboard_controls.ts';
+import { displayPhase, phaseLabel, statusText } from './dashboard_status.ts';
+import { el } from './dom.ts';
+import { setText } from './view_dom.ts';
+
+export interface HeaderActions {
+  /** Confirmed in a dialog first. */
+  stop(): void;
+  /** Confirmed in a dialog first. */
+  end(): void;
+  setMin(min: number): void;
+  download(): void;
+  continueTraining(): void;
+}
+
+/**
+ * A native modal dialog that says what will happen, with Cancel focused first so a stray Enter
+ * does nothing; `onConfirm` runs only when the person chose the action.
+ */
+function confirmDialog(kind: keyof typeof CONFIRM, onConfirm: () => void): { dialog: HTMLDialogElement; open(): void } {
+  const text = CONFIRM[kind];
+  const dialog = el(
+    'dialog',
+    { class: 'confirm-dialog', 'aria-labelledby': `${kind}-dialog-title`, 'aria-describedby': `${kind}-dialog-body`, 'data-testid': `${kind}-dialog` },
+    el(
+      'form',
+      { method: 'dialog' },
+      el('h2', { id: `${kind}-dialog-title` }, text.title),
+      el('p', { id: `${kind}-dialog-body` }, text.body),
+      el(
+        'div',
+        { class: 'dialog-actions' },
+        el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'),
+        el('button', { value: 'confirm', class: 'btn btn-danger-solid', 'data-testid': `${kind}-confirm` }, text.confirm),
+      ),
+    ),
+  );
+  dialog.addEventListener('close', () => {
+    if (dialog.returnValue === 'confirm') onConfirm();
+  });
+  return {
+    dialog,
+    open: () => {
+      dialog.returnValue = '';
+      if (!dialog.open) dialog.showModal();
+    },
+  };
+}
+
+/** Title, phase pill, the session's controls (as this tab's role allows), and the status line. */
+export class HeaderView {
+  readonly node: HTMLElement;
+  private readonly status: HTMLElement;
+  private readonly pill: HTMLElement;
+  private readonly stop: HTMLButtonElement;
+  private readonly end: HTMLButtonElement;
+  private readonly continueButton: HTMLButtonElement;
+  private readonly download: HTMLButtonElement;
+  private readonly downloadHint: HTMLElement;
+  private readonly minGroup: HTMLElement;
+  private readonly minInput: HTMLInputElement;
+  private readonly minError: HTMLElement;
+  private readonly note: HTMLElement;
+
+  constructor(session: string, on: HeaderActions) {
+    this.status = el('p', { class: 'status-line', role: 'status', 'data-testid': 'status' });
+    this.pill = el('span', { class: 'phase-pill', 'data-testid': 'phase-pill' });
+    const stopDialog = confirmDialog('stop', on.stop);
+    const endDialog = confirmDialog('end', on.end);
+    this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button', 'aria-haspopup': 'dialog' });
+    this.end = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true }, 'End session');
+    this.continueButton = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true }, 'Continue training');
+    this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
+    this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.');
+    this.stop.addEventListener('click', stopDialog.open);
+    this.end.addEventListener('click', endDialog.open);
+    this.continueButton.addEventListener('click', on.continueTraining);
+    this.download.addEventListener('click', on.download);
+
+    // The host's control of the minimum: typed, then applied with the button (or Enter).
+    this.minInput = el('input', { id: 'dash-min', type: 'number', min: 1, step: 1, inputmode: 'numeric', 'data-testid': 'min-input', 'aria-describedby': 'dash-min-hint dash-min-error' });
+    this.minError = el('p', { id: 'dash-min-error', class: 'field-error', role: 'alert' });
+    const setMin = el('button', { type: 'submit', class: 'btn btn-secondary', 'data-testid': 'min-set' }, 'Set');
+    this.minGroup = el(
+      'form',
+      { class: 'host-controls', 'aria-label': 'Host controls', hidden: true, novalidate: true },
+      el('label', { for: 'dash-min' }, 'Keep training with at least'),
+      this.minInput,
+      el('span', { 'aria-hidden': 'true' }, 'tabs'),
+      setMin,
+      el('p', { id: 'dash-min-hint', class: 'field-hint' }, 'Tabs may close, reload or join: training goes on while at least this many are in.'),
+      this.minError,
+    );
+    this.minGroup.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const max = Number(this.minInput.max);
+      const n = Number(this.minInput.value);
+      if (!Number.isInteger(n) || n < 1 || n > max) {
+        this.minError.textContent = `Enter a whole number from 1 to ${max}.`;
+        this.minInput.setAttribute('aria-invalid', 'true');
+        return;
+      }
+      this.minError.textContent = '';
+      this.minInput.removeAttribute('aria-invalid');
+      on.setMin(n);
+    });
+    this.note = el('p', { class: 'role-note', 'data-testid': 'role-note', hidden: true });
+
+    this.node = el(
+      'header',
+      { class: 'dash-header' },
+      el(
+        'div',
+        { class: 'title-row' },
+        el('h1', {}, el('span', { class: 'title-kicker' }, 'Session '), el('span', { class: 'session-name' }, session)),
+        this.pill,
+        el('div', { class: 'actions' }, this.continueButton, this.stop, this.end, this.download),
+      ),
+      this.minGroup,
+      this.note,
+      this.status,
+      this.downloadHint,
+      stopDialog.dialog,
+      endDialog.dialog,
+    );
+  }
+
+  render(s: DashboardState): void {
+    setText(this.status, statusText(s));
+    const phase = displayPhase(s);
+    if (this.pill.dataset.phase !== phase) this.pill.dataset.phase = phase;
+    setText(this.pill, phaseLabel(s));
+    const c = controls(s);
+    this.stop.hidden = !c.stop.visible;
+    this.stop.disabled = c.stop.disabled;
+    setText(this.stop, c.stop.label);
+    this.end.hidden = !c.end.visible;
+    this.end.disabled = c.end.disabled;
+    this.continueButton.hidden = !c.continueVisible;
+    this.download.disabled = !c.downloadEnabled;
+    setText(this.downloadHint, c.downloadEnabled ? 'Saves the model as two files named after the session and step: <session>-step-<n>.json and its .weights.bin.' : 'Available when training is done.');
+    this.minGroup.hidden = !c.min.visible;
+    this.minInput.max = String(c.min.max);
+    this.minInput.disabled = c.min.disabled;
+    // Do not overwrite what the host is typing.
+    if (document.activeElement !== this.minInput && this.minInput.value !== String(c.min.value)) this.minInput.value = String(c.min.value);
+    this.note.hidden = c.note === null;
+    setText(this.note, c.note ?? '');
+  }
+}
