@@ -2,7 +2,7 @@
  * A session: one namespace of the store plus one group of ranks (its rendezvous). Nothing in one
  * session can read or change another's keys or reach its members.
  */
-import { ErrorCode, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/protocol.ts';
+import { ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/protocol.ts';
 import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
 import { Rendezvous, type Participant } from './rendezvous.ts';
 
@@ -62,6 +62,10 @@ export class Session {
       const vacant = holders.indexOf(-1);
       if (vacant >= 0) {
         const key = keys[vacant]!;
+        const held = [...this.claims.values()].filter((id) => id === memberId).length;
+        if (held >= MAX_CLAIMS_PER_MEMBER) {
+          throw new StoreRefusal(ErrorCode.QUOTA_KEYS, `this member holds ${held} places of session "${this.name}", the most one member may (${MAX_CLAIMS_PER_MEMBER})`, { max: MAX_CLAIMS_PER_MEMBER });
+        }
         if (!this.claims.has(key) && this.claims.size >= MAX_CLAIMS_PER_SESSION) {
           // Places of members gone are free: forget them before refusing.
           for (const [k, id] of this.claims) if (!live(id)) this.claims.delete(k);

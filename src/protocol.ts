@@ -292,6 +292,8 @@ export interface RequestFields {
 /** Most keys one `claim` may name; most places a session may hold (stale ones are reused first). */
 export const MAX_CLAIM_KEYS = 64;
 export const MAX_CLAIMS_PER_SESSION = 4_096;
+/** Most places one member may hold at once (a parameter server holds one). */
+export const MAX_CLAIMS_PER_MEMBER = 16;
 
 /** An ICE server as RTCPeerConnection takes it (the server hands them out with `hello`). */
 export interface IceServer {

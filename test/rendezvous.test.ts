@@ -243,6 +243,9 @@ describe('places held by members (claim)', () => {
     await expect(storeOnly.claim(keys, true)).rejects.toMatchObject({ code: 'NOT_JOINED' });
     await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(/1 to 64 places/);
     await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(/"take" must be true or false/);
+    // One member holds at most 16 places: it cannot take a session's places for itself.
+    for (let i = 0; i < 15; i++) expect(await b.claim([`spam/${i}`], true)).toEqual([idB]);
+    await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({ code: 'QUOTA_KEYS', message: expect.stringMatching(/holds 16 places.*\(16\)/) });
     // A member that leaves frees its place: the next taker gets it.
     a.close();
     await waitUntil(async () => (await c.claim(keys))[0] === -1);
