@@ -3,6 +3,7 @@
  * from Node (through tsx).
  */
 export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './store.ts';
+export { HashStore } from './hash_store.ts';
 export {
   initProcessGroup,
   RendezvousHandler,
