@@ -1,5 +1,5 @@
 /**
- * The job's evaluation (client/train/trainer.ts `evaluate`) on real process groups over the real
+ * The job's evaluation (client/train/harness.ts `evaluate`) on real process groups over the real
  * server: the accuracy is the whole test set's, and the page's other tasks (heartbeats, the
  * ticker's messages) run between its batches. On the cpu backend a batch holds the main thread,
  * so a test set evaluated in one go kept a page silent past the heartbeat bound and got it evicted.
@@ -11,7 +11,7 @@ import { initProcessGroup } from '../src/rendezvous.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
-import { evaluate } from '../client/train/trainer.ts';
+import { evaluate } from '../client/train/harness.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 import { MemoryNetwork } from './memory_link.ts';
 

@@ -4,11 +4,11 @@
  * events to the launcher, and calls the script's default export with a LaunchContext.
  */
 import { parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
-import { selectBackend } from '../backend.ts';
+import { selectBackend } from '../train/backend.ts';
 import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 import { reportElasticEvents } from '../report.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
-import { runOnPage } from '../job_page.ts';
+import { runOnPage } from '../pages/job_page.ts';
 import { pageToken } from '../page_token.ts';
 
 function intParam(params: URLSearchParams, name: string, fallback: number): number {

@@ -1,7 +1,8 @@
 /** This tab's fleet info, read from the page (see fleet.ts for how it travels). */
-import type { BackendChoice } from '../backend.ts';
+import type { BackendChoice } from './backend.ts';
 import { browserLabel, platformLabel, thisBrowser } from '../user_agent.ts';
 import { FleetSharer, deviceText, type FleetEvent, type FleetGroup, type FleetInfo } from './fleet.ts';
+import { deviceMemoryGB } from './preflight.ts';
 
 /** The WebGL renderer's name (unmasked where the browser allows), or null. Only asked on the webgl backend. */
 function glRenderer(): string | null {
@@ -15,12 +16,6 @@ function glRenderer(): string | null {
   } catch {
     return null;
   }
-}
-
-/** `navigator.deviceMemory` (Chromium's, in GB), or null where the browser does not say. */
-export function deviceMemoryGB(): number | null {
-  const m = (navigator as Navigator & { deviceMemory?: unknown }).deviceMemory;
-  return typeof m === 'number' && Number.isFinite(m) && m > 0 ? m : null;
 }
 
 export function localFleetInfo(backend: BackendChoice, adapter: string | null): FleetInfo {

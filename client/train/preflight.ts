@@ -2,10 +2,9 @@
  * Whether this tab can take part at all, asked before it joins anything: a tab that cannot is
  * told why in plain words and never joins the group, so the others are not held up by a member
  * that fails at its first collective (no WebRTC), crashes mid-run (too little memory), or has no
- * backend that computes. Pure, apart from `tabAbilities`, which reads the page.
+ * backend that computes. Pure, apart from `tabAbilities` and `deviceMemoryGB`, which read the page.
  */
 import type { TrainConfig } from '../../src/jobs/train_config.ts';
-import { deviceMemoryGB } from './fleet_local.ts';
 
 /** A reason this tab cannot take part: a title, what happened, and what the person can do. */
 export class CannotTrainError extends Error {
@@ -122,6 +121,12 @@ export function noBackendError(reasons: readonly string[]): CannotTrainError {
     `None of the ways to compute (WebGPU, WebGL, the CPU) worked in this tab: ${reasons.join('; ')}. This tab did not join, so the other tabs train on without it.`,
     'Reload this tab; if it happens again, open the link in another browser or on another computer, or update this browser.',
   );
+}
+
+/** `navigator.deviceMemory` (Chromium's, in GB), or null where the browser does not say. */
+export function deviceMemoryGB(): number | null {
+  const m = (navigator as Navigator & { deviceMemory?: unknown }).deviceMemory;
+  return typeof m === 'number' && Number.isFinite(m) && m > 0 ? m : null;
 }
 
 /** This page's abilities. */

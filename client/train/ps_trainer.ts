@@ -12,7 +12,7 @@ import { flatTrainableWeights } from '../../src/replicas.ts';
 import { encodeValue } from '../../src/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './trainer.ts';
+import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {

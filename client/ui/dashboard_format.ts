@@ -1,7 +1,7 @@
 /**
  * Small helpers the dashboard's modules share: plurals, means, and the epoch as people count it.
  */
-import type { DashboardState } from './dashboard_state.ts';
+import type { DashboardState } from './dashboard_types.ts';
 import { fmtInt } from './format.ts';
 
 /** The mean of the finite values, NaN when there are none. */

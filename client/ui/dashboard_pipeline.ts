@@ -3,7 +3,7 @@
  * of one step (the timeline), and the log's line for a round's layout.
  */
 import type { StageLayer, TimelineEntry } from '../train/events.ts';
-import type { DashboardState, PipelineLayout } from './dashboard_state.ts';
+import type { DashboardState, PipelineLayout } from './dashboard_types.ts';
 import { mean, plural } from './dashboard_format.ts';
 import { fmtInt, fmtPercent } from './format.ts';
 

@@ -2,7 +2,7 @@
  * The run's progress and time: its step rate, the evaluations to come, the time taken and left,
  * and the progress bar's figures.
  */
-import type { DashboardState } from './dashboard_state.ts';
+import type { DashboardState } from './dashboard_types.ts';
 import { epochOf } from './dashboard_format.ts';
 import { fmtDuration, fmtInt } from './format.ts';
 

@@ -2,7 +2,7 @@
  * The Parameter server card's model: the layout, this tab's figures as a server or a worker, the
  * staleness histogram and the samples handed out, and the log's lines when its role or the layout changes.
  */
-import type { DashboardState, PsStatus } from './dashboard_state.ts';
+import type { DashboardState, PsStatus } from './dashboard_types.ts';
 import { plural, pluralInt } from './dashboard_format.ts';
 import { fmtInt, fmtPercent } from './format.ts';
 

@@ -2,7 +2,7 @@
  * The end-of-run report's model: what the run was and how it went, its summary's figures for
  * "Details", and the report in one line for the log.
  */
-import type { DashboardState } from './dashboard_state.ts';
+import type { DashboardState } from './dashboard_types.ts';
 import { epochLabel, plural } from './dashboard_format.ts';
 import { runSeconds } from './dashboard_progress.ts';
 import { fmtDuration, fmtInt, fmtMs, fmtNumber, fmtPercent } from './format.ts';

@@ -1,7 +1,7 @@
 /**
  * The ring card's model: what the ring view draws, and how a link's bytes travel, in words.
  */
-import type { DashboardState } from './dashboard_state.ts';
+import type { DashboardState } from './dashboard_types.ts';
 import type { RingModel } from './ring_view.ts';
 
 /** How a link's bytes travel, in words: "directly (host ↔ host)", "through a TURN relay (relay ↔ relay)". */

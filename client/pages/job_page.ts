@@ -2,9 +2,9 @@
  * The plain page of a job or a user script run by the launcher: a status line, a log, and the
  * result or the error reported to the launcher (the training job has its dashboard instead).
  */
-import { report } from './report.ts';
-import { el } from './ui/dom.ts';
-import './style.css';
+import { report } from '../report.ts';
+import { el } from '../ui/dom.ts';
+import '../style.css';
 
 export interface JobPage {
   /** A line of progress: on the page and in the console (which the launcher prefixes with the rank). */

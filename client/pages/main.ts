@@ -2,22 +2,22 @@
  * The page. `/?session=NAME&world=N` joins session NAME; `&job=...` runs a job (what the
  * launcher's headless ranks do); without a session it offers to create one.
  */
-import { RendezvousHandler } from '../src/index.ts';
-import { StoreClient } from '../src/store.ts';
-import { UnauthorizedError } from '../src/errors.ts';
-import { report } from './report.ts';
-import { pageAdminSecret, pageToken } from './page_token.ts';
-import { probeWebGpu } from './webgpu.ts';
-import type { Job } from './jobs/job.ts';
+import { RendezvousHandler } from '../../src/index.ts';
+import { StoreClient } from '../../src/store.ts';
+import { UnauthorizedError } from '../../src/errors.ts';
+import { report } from '../report.ts';
+import { pageAdminSecret, pageToken } from '../page_token.ts';
+import { probeWebGpu } from '../webgpu.ts';
+import type { Job } from '../jobs/job.ts';
 import { runOnPage } from './job_page.ts';
-import { rendezvousJob } from './jobs/rendezvous.ts';
-import { trainPage } from './train/page.ts';
-import { mountCreateForm } from './ui/create_form.ts';
-import { mountBadLink } from './ui/bad_link.ts';
-import { readLink } from './ui/link_check.ts';
-import { allreduceJob } from './jobs/allreduce.ts';
-import { collectivesJob } from './jobs/collectives.ts';
-import './style.css';
+import { rendezvousJob } from '../jobs/rendezvous.ts';
+import { trainPage } from './train_page.ts';
+import { mountCreateForm } from '../ui/create_form.ts';
+import { mountBadLink } from '../ui/bad_link.ts';
+import { readLink } from '../ui/link_check.ts';
+import { allreduceJob } from '../jobs/allreduce.ts';
+import { collectivesJob } from '../jobs/collectives.ts';
+import '../style.css';
 
 const JOBS: Record<string, Job> = {
   rendezvous: rendezvousJob,

@@ -18,15 +18,16 @@ import {
   UnauthorizedError,
 } from '../../src/index.ts';
 import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
-import { DashboardPublisher, watchDashboard } from './spectator.ts';
+import { DashboardPublisher, watchDashboard } from '../train/spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
 import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
-import { ConfigMismatchError, train, type TrainResult } from './trainer.ts';
-import type { TrainEvent } from './events.ts';
-import { downloadModel } from './download.ts';
+import { train } from '../train/trainer.ts';
+import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
+import type { TrainEvent } from '../train/events.ts';
+import { downloadModel } from '../train/download.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
-import { CannotTrainError, preflight, tabAbilities } from './preflight.ts';
+import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
 
 export interface TrainPageOptions {

@@ -1,0 +1,360 @@
+/**
+ * The data-parallel (DDP) strategy's trainer: every rank trains the whole model on its share of
+ * each batch and DDP averages the gradients, with its comm hooks, devices, stragglers and summary.
+ */
+import * as tf from '@tensorflow/tfjs';
+import {
+  DataParallel,
+  TrainState,
+  type BackwardOptions,
+  type DistributedDataParallel,
+  buildModel,
+  classificationLoss,
+  hashFloat32,
+  runElastic,
+  slowFactor,
+  Straggler,
+  type Json,
+  type ProcessGroup,
+} from '../../src/index.ts';
+import { encodeValue } from '../../src/protocol.ts';
+import { linkReport } from '../report.ts';
+import type { BackendChoice } from './backend.ts';
+import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
+import type { StepBreakdownMs } from './events.ts';
+import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
+import { setActiveDataParallel } from '../device_hook.ts';
+import { fleetReporter } from './fleet_local.ts';
+import { dashboardEvents, evaluate, modelSpecOf, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+
+/** Every how many steps the page hears its devices' figures. */
+const DEVICE_REPORT_EVERY = 10;
+
+export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
+  const { config, emit, flags } = opts;
+  const started = performance.now();
+  const job = await startJob(opts);
+  const { gpu, trainSet, testSet } = job;
+  const shareFleet = fleetReporter(emit);
+  // `let`: a lost WebGPU device is re-created (or falls back) during the run.
+  let backend: BackendChoice = job.backend;
+  // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
+  const newModel = () => buildModel(modelSpecOf(config, trainSet));
+  const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => hostOptimizer(config) });
+  let model = newModel();
+  let state = newState(model);
+  opts.onModel?.(model);
+  // --devices K > 1: K Workers compute each batch's gradients (DataParallel). Made for the model
+  // they serve: a model rebuilt after a lost GPU gets devices of its own at its first step.
+  let dp: DataParallel | undefined;
+  const devicesFor = async (m: tf.LayersModel): Promise<DataParallel | undefined> => {
+    if (config.devices <= 1) return undefined;
+    if (dp?.model === m) return dp;
+    dp?.close();
+    dp = undefined;
+    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
+    dp = made;
+    setActiveDataParallel(made);
+    emit({ type: 'devices', devices: made.devices });
+    const fallbacks = made.devices.filter((d) => d.fallbackReason);
+    for (const d of fallbacks) emit({ type: 'log', level: 'warn', message: `Device ${d.device}: ${d.fallbackReason}` });
+    emit({ type: 'log', level: 'info', message: `This tab computes on ${made.devices.length} devices (Workers): ${made.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}` });
+    return made;
+  };
+
+  const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
+  // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
+  const comm = commSetup(config.commHook);
+  const hook = comm.hook;
+  /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
+  const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
+  let commSpan = 0;
+  // The step after which the hook compresses (PowerSGD's startIter, post-local SGD's startStep; 0: from the first).
+  const hookStart = comm.spec.kind === 'powersgd' ? comm.spec.startIter : comm.spec.kind === 'localsgd' ? comm.spec.startStep : 0;
+  // --slow: this tab's factor is looked up by its rank in the current round, every step.
+  let straggler = new Straggler(1);
+  let slowedTotal = 0;
+  let timedSteps = 0;
+  let samplesPerSecTotal = 0;
+  const tensorCounts: number[] = [];
+  const hashChecks: boolean[] = [];
+  let lastLoss = NaN;
+  const evals: Array<{ step: number; testAccuracy: number; testLoss: number }> = [];
+  let announcedModel = false;
+
+  const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number) => {
+    const result = { step, ...(await evaluate(pg, model, testSet)) };
+    evals.push(result);
+    emit({ type: 'eval', epoch, ...result });
+    return result;
+  };
+
+  /** This rank's gradients computed on the page's own backend, averaged by DDP; and the right predictions. */
+  const backwardHere = async (ddp: DistributedDataParallel, x: Float32Array, y: Int32Array, stretch: BackwardOptions) => {
+    const xs = tf.tensor(x, [y.length, ...trainSet.inputShape]);
+    const ys = tf.tensor1d(y, 'int32');
+    let correctT: tf.Tensor | undefined;
+    try {
+      const result = await ddp.backward(() => {
+        const logits = model.apply(xs, { training: true }) as tf.Tensor;
+        // Train accuracy from the same forward pass; kept past the gradient computation's tidy.
+        correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
+        return classificationLoss(logits, ys, trainSet.numClasses);
+        // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
+      }, stretch);
+      // No samples this step (balanced batches): DDP did not run the forward.
+      return { result, correct: correctT ? (await correctT.data())[0]! : 0 };
+    } finally {
+      // Also when the step fails (a lost GPU): nothing of it may stay behind.
+      correctT?.dispose();
+      xs.dispose();
+      ys.dispose();
+    }
+  };
+
+  // Started before joining, so that the group does not wait for the Workers at its first step.
+  await devicesFor(model);
+  let run: Awaited<ReturnType<typeof runElastic<Metrics & CommMetrics & DeviceMetrics>>>;
+  try {
+    run = await runElastic<Metrics & CommMetrics & DeviceMetrics>({
+      url: opts.serverUrl,
+      session: opts.session,
+      token: opts.token,
+      min: config.min,
+      max: config.max,
+      rank: config.min === config.max ? opts.rank : undefined,
+      timeoutMs: opts.timeoutMs,
+      store: opts.store,
+      state,
+      datasetLength: trainSet.length,
+      batchSize: config.batchSize,
+      epochs: config.epochs,
+      steps: config.steps,
+      shuffle: config.shuffle,
+      seed: config.seed,
+      // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
+      // reopened goes on from there instead of starting a second run under the same name.
+      checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
+      checkpointMeta: { config } as unknown as Json,
+      resumeFrom: config.resumeFrom,
+      shouldStop: opts.stopRequested,
+      stopVote: opts.stopVote ?? 'any',
+      ...(opts.host === undefined ? {} : { host: opts.host }),
+      spectate: opts.spectate ?? false,
+      onRendezvous: opts.onRendezvous,
+      // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
+      // the run with a name instead of spoiling every replica in silence.
+      ddp: { errorIfNonfinite: true },
+      // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
+      // divergence (the NaN check above still guards every step).
+      checkReplicasEvery: comm.averager ? 0 : 100,
+      // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
+      balanceBatches: config.balance,
+      commHook: hook === undefined ? undefined : () => hook,
+      modelAverager: comm.modelAverager,
+
+      async step({ indices, step, ddp, optimizer, pg }) {
+        const t0 = performance.now();
+        const factor = slowFactor(config.slow, pg.rank);
+        if (straggler.factor !== factor) straggler = new Straggler(factor);
+        const { x, y } = trainSet.batch(indices);
+        const stretch = straggler.slow ? { straggler } : {};
+        const devices = await devicesFor(model);
+        let result: Awaited<ReturnType<typeof ddp.backward>>;
+        let correct: number;
+        let deviceMetrics: DeviceMetrics = { devices: 1, deviceMs: 0 };
+        if (devices && indices.length > 0) {
+          // The devices compute; DDP averages their gathered gradients across ranks (a straggler stretches their time).
+          const local = await devices.computeGradients({ x, y });
+          result = await ddp.backward(local, stretch);
+          correct = local.correct ?? 0;
+          const working = local.devices.filter((d) => d.samples > 0);
+          deviceMetrics = { devices: devices.devices.length, deviceMs: working.reduce((s, d) => s + d.computeMs, 0) / Math.max(1, working.length) };
+          if (step % DEVICE_REPORT_EVERY === 0 || step === 1) emit({ type: 'devices', devices: devices.deviceStats() });
+        } else {
+          ({ result, correct } = await backwardHere(ddp, x, y, stretch));
+        }
+        const a0 = performance.now();
+        await ddp.step(optimizer);
+        const apply = performance.now() - a0;
+        const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
+        return {
+          ...stepBytes(comm, result.commBytes, step, ddp, pg),
+          ...deviceMetrics,
+          loss: result.loss,
+          accuracy: indices.length > 0 ? correct / indices.length : 0,
+          // This rank's share of the step's samples (balanced batches differ between ranks).
+          samples: indices.length,
+          samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
+          ...result.timings,
+          apply,
+          // A 32-bit hash in two halves, each exact in the float32 the vote carries.
+          hashHi: hash >>> 16,
+          hashLo: hash & 0xffff,
+        };
+      },
+
+      onRound({ pg, ddp }) {
+        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        shareFleet(pg, backend, gpu.adapter);
+        if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${config.model}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
+        announcedModel = true;
+        watchLinks(pg, emit);
+      },
+
+      async onStep({ pg, step, epoch, metrics }) {
+        // The global batch's loss: each rank's mean loss weighted by its samples (balanced batches differ).
+        lastLoss = weightedLoss(metrics);
+        if (flags.checkWeights) hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
+        if (step > 1) {
+          // The first step compiles shaders: leave it out of the averages.
+          timedSteps++;
+          for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += metrics.reduce((s, m) => s + m[key], 0) / metrics.length;
+          slowedTotal += metrics[pg.rank]!.slowed;
+          bytes.sent += metrics[pg.rank]!.commBytes;
+          commSpan += metrics.reduce((s, m) => s + m.comm, 0) / metrics.length;
+          if (step > hookStart) {
+            bytes.afterStart += metrics[pg.rank]!.commBytes;
+            bytes.stepsAfterStart++;
+          }
+          bytes.dense += metrics[pg.rank]!.commDenseBytes;
+          if (comm.averager?.averagesAt(step)) bytes.averagings++;
+          samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
+        }
+        tensorCounts.push(tf.memory().numTensors);
+        const atEpochEnd = state.progress.position >= trainSet.length;
+        if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
+      },
+
+      async onEpochEnd({ pg, step, epoch }) {
+        await evaluateAndEmit(pg, step, epoch);
+      },
+
+      // After a lost GPU, on the re-created backend: the same model as at the start; the group's
+      // state comes with the next round.
+      rebuildState({ backend: now, fallbackReason }) {
+        // recreateBackend starts webgpu again, or one of its default fallbacks (webgl, cpu).
+        backend = { backend: now as BackendName, ...(fallbackReason ? { fallbackReason } : {}) };
+        if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
+        model = newModel();
+        state = newState(model);
+        opts.onModel?.(model);
+        return state;
+      },
+
+      onEvent: dashboardEvents(emit, config.min === config.max),
+    });
+  } finally {
+    // The Workers end with the run, also when it fails; their figures stay readable.
+    dp?.close();
+  }
+
+  const { pg } = run;
+  if (run.stoppedBy !== null) emit({ type: 'stopped', by: run.stoppedBy, atStep: run.steps });
+  const latest = evals.at(-1);
+  const final = latest?.step === run.steps ? latest : await evaluateAndEmit(pg, run.steps, run.epoch);
+  const weights = await run.ddp.flatWeights();
+  const probeCount = Math.min(8, testSet.length);
+  const probeBatch = testSet.batch(Array.from({ length: probeCount }, (_, i) => i));
+  const logitsT = tf.tidy(() => model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
+  const logits = (await logitsT.data()) as Float32Array;
+  logitsT.dispose();
+  const links = await linkReport(pg);
+  const summary: Record<string, unknown> = {
+    rank: pg.rank,
+    worldSize: pg.worldSize,
+    backend: backend.backend,
+    model: config.model,
+    ...(config.hidden === null ? {} : { hiddenUnits: config.hidden }),
+    parameters: model.countParams(),
+    dataset: config.dataset,
+    steps: run.steps,
+    epochs: run.epoch,
+    samplesPerSec: timedSteps > 0 ? samplesPerSecTotal / timedSteps : null,
+    finalLoss: lastLoss,
+    testAccuracy: final.testAccuracy,
+    testLoss: final.testLoss,
+    weightHash: hashFloat32(weights),
+    // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).
+    breakdownMs: Object.fromEntries(
+      Object.entries(sums)
+        .filter(([key]) => key !== 'slowed' || config.slow !== null)
+        .map(([key, v]) => [key, timedSteps > 0 ? v / timedSteps : null]),
+    ),
+    // --comm-hook: the hook, this rank's mean bytes per timed step, and their share of the float32 all-reduce's.
+    commHook: commHookSummary(comm, run.ddp.commHook.name, run.ddp.parameterCount, pg, bytes.averagings),
+    bytesPerStep: timedSteps > 0 ? bytes.sent / timedSteps : null,
+    denseBytesPerStep: timedSteps > 0 ? bytes.dense / timedSteps : null,
+    compressionRatio: bytes.dense > 0 ? bytes.sent / bytes.dense : null,
+    // The same after the hook's start (PowerSGD's plain warm-up steps left out).
+    bytesPerStepAfterStart: bytes.stepsAfterStart > 0 ? bytes.afterStart / bytes.stepsAfterStart : null,
+    // Overlap: of the communication's span per step, what ran while buckets were still being read
+    // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
+    overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
+    // --devices: how many this rank computed on and, with more than one, each one's backend and figures.
+    devices: config.devices,
+    ...(dp ? { deviceReports: dp.deviceStats() } : {}),
+    // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
+    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: timedSteps > 0 ? slowedTotal / timedSteps : null } : {}),
+    seconds: (performance.now() - started) / 1000,
+    generations: run.generations,
+    stepsRedone: run.stepsRedone,
+    pausedGenerations: run.pausedGenerations,
+    resumes: run.resumes,
+    // Live tensors after each step: flat when nothing leaks.
+    liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
+    // The final group's links: which way each one's bytes went (host, srflx, prflx, relay).
+    links,
+    ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
+    ...(run.stoppedBy !== null ? { stoppedBy: run.stoppedBy } : {}),
+    ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
+  };
+  emit({ type: 'done', summary });
+  return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+}
+
+/**
+ * A step's bytes for the vote: what the backward's reductions sent (plus, with localsgd, the
+ * model averaging runElastic does after this step, when it averages: one float32 all-reduce of
+ * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
+ */
+function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
+  const averaging = comm.averager?.averagesAt(step) ? ringAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
+  return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
+}
+
+/**
+ * The summary's `commHook`: the option as given (`name`: none, fp16, bf16, powersgd, localsgd)
+ * and its numbers, and `registered`, the name of the hook the last round's DDP reduced with (its
+ * own `allreduce` without one). PowerSGD adds its last step's counts (`lastStats`: elements this
+ * rank all-reduced, and those an uncompressed all-reduce would have); localsgd the averagings in
+ * the timed steps and what one sends from this rank.
+ */
+function commHookSummary(comm: CommSetup, registered: string, parameterCount: number, pg: ProcessGroup, averagings: number): Record<string, unknown> {
+  const spec = comm.spec;
+  switch (spec.kind) {
+    case 'powersgd': {
+      const stats = comm.powerSGD!.lastStats;
+      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, wire: spec.wire, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
+    }
+    case 'localsgd':
+      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: ringAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+    default:
+      return { name: spec.kind, registered };
+  }
+}
+
+/** Mean communication span and exposed wait per step, and the share of the span hidden behind the backward. */
+function overlapOf(steps: number, span: number, exposed: number): { commMs: number; exposedMs: number; hiddenShare: number } | null {
+  if (steps === 0 || span <= 0) return null;
+  const commMs = span / steps;
+  const exposedMs = Math.min(exposed / steps, commMs);
+  return { commMs, exposedMs, hiddenShare: 1 - exposedMs / commMs };
+}
+
+/** The step's loss over the global batch: each rank's mean loss weighted by its samples. */
+function weightedLoss(metrics: ReadonlyArray<{ loss: number; samples: number }>): number {
+  const samples = metrics.reduce((s, m) => s + m.samples, 0);
+  if (samples === 0) return metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
+  return metrics.reduce((s, m) => s + m.loss * m.samples, 0) / samples;
+}

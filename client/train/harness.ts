@@ -1,0 +1,306 @@
+/**
+ * The shared job harness of the built-in training job: what every strategy's trainer (ddp_trainer.ts,
+ * pipeline_trainer.ts, ps_trainer.ts) does alike. Its options and result, the data, the configuration
+ * agreed with the session, the figures the ranks vote on, the dashboard's events, the links and the
+ * test-set evaluation.
+ */
+import * as tf from '@tensorflow/tfjs';
+import {
+  loadMnistSplits,
+  subset,
+  syntheticDataset,
+  type Dataset,
+  type ElasticEvent,
+  type ModelSpec,
+  type ProcessGroup,
+  type RendezvousEvent,
+  type StoreClient,
+} from '../../src/index.ts';
+import { yieldToEventLoop } from '../../src/ticker.ts';
+import { selectBackend, type BackendChoice } from './backend.ts';
+import { probeWebGpu } from '../webgpu.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
+import type { RankStepMetrics, TrainEvent } from './events.ts';
+
+export interface TrainerOptions {
+  serverUrl: string;
+  /** An open connection to the server (the page retries until it has one). */
+  store: StoreClient;
+  session: string;
+  /** The session's secret (checkpoints need it). */
+  token: string;
+  /** A rank asked for in the URL (fixed-size sessions only). */
+  rank: number | undefined;
+  timeoutMs: number;
+  config: TrainConfig;
+  /** Test hooks from the URL: hash the weights every step; return rank 0's final weights. */
+  flags: { checkWeights: boolean; returnWeights: boolean };
+  emit(event: TrainEvent): void;
+  /** Polled once a step: true once this tab asked everyone to stop. */
+  stopRequested(): boolean;
+  /** 'all' when a stop comes to every rank from the session's host (see runElastic's stopVote). Default 'any'. */
+  stopVote?: 'any' | 'all';
+  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. */
+  onModel?(model: tf.LayersModel): void;
+  /** The host secret of the creator's tab (kept when the tab reconnects). */
+  host?: string;
+  /** Wait as a spectator when the session is full, and take a rank when one frees up. */
+  spectate?: boolean;
+  /** The rendezvous' own events (spectating, the host's control). */
+  onRendezvous?(e: RendezvousEvent): void;
+}
+
+export interface TrainResult {
+  summary: Record<string, unknown>;
+  /** The last round's group, still open: `close()` when done with it. */
+  pg: ProcessGroup;
+  close(): Promise<void>;
+  model: tf.LayersModel;
+  /** Predictions of the trained model on the first test samples (to check a download against). */
+  probe: { inputs: Float32Array; inputShape: number[]; logits: Float32Array };
+}
+
+export class ConfigMismatchError extends Error {
+  override name = 'ConfigMismatchError';
+}
+
+export async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Dataset }> {
+  const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
+  const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
+  if (config.dataset === 'mnist') {
+    const { train, test } = await loadMnistSplits({ baseUrl: new URL('/datasets/mnist/', location.origin).toString() });
+    return { train: first(train, config.trainSize), test: first(test, config.testSize) };
+  }
+  // Synthetic: one generated set cut into train and test, so both come from one distribution.
+  const length = config.trainSize > 0 ? config.trainSize : 4096;
+  const testLength = config.testSize > 0 ? Math.min(config.testSize, 1024) : 1024;
+  const all = syntheticDataset({ length: length + 1024, inputSize: 16, numClasses: 4, seed: config.seed });
+  return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + testLength), 'synthetic-test') };
+}
+
+/** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
+export type PipelineMetrics = { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
+
+/** The figures each rank contributes per step (gathered with the step's vote). */
+export type Metrics = {
+  loss: number;
+  accuracy: number;
+  samplesPerSec: number;
+  hashHi: number;
+  hashLo: number;
+  compute: number;
+  readback: number;
+  allreduce: number;
+  apply: number;
+  /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
+  slowed: number;
+  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
+  comm: number;
+  /** The samples this rank trained this step. */
+  samples: number;
+};
+
+/**
+ * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
+ * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
+ * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
+ * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
+ */
+export type CommMetrics = { commBytes: number; commDenseBytes: number };
+
+/** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
+export type DeviceMetrics = { devices: number; deviceMs: number };
+
+/** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). */
+export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
+  return { kind: config.model, inputShape: data.inputShape, numClasses: data.numClasses, seed: config.seed, ...(config.hidden === null ? {} : { hidden: config.hidden }) };
+}
+
+/**
+ * What every strategy's trainer does first: say the configuration, start the backend (saying
+ * why when it falls back), load the data while agreeing on the configuration with the session.
+ */
+export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset }> {
+  const { config, emit } = opts;
+  emit({ type: 'config', config });
+  const backend = await selectBackend(config.backend);
+  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
+  const gpu = await probeWebGpu();
+  const dataPromise = loadData(config);
+  dataPromise.catch(() => {});
+  await agreeOnConfig(opts);
+  const { train: trainSet, test: testSet } = await dataPromise;
+  return { backend, gpu, trainSet, testSet };
+}
+
+/** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
+export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
+  const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
+  let paused = false;
+  /** A lost GPU, told when the rank is back in a round. */
+  let deviceLost: Extract<ElasticEvent, { type: 'device-lost' }> | undefined;
+  return (e) => {
+    switch (e.type) {
+      case 'epoch':
+        return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
+      case 'step': {
+        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics> & { samples?: number }>).map((m, rank) => ({
+          rank,
+          loss: m.loss,
+          accuracy: m.accuracy,
+          samplesPerSec: m.samplesPerSec,
+          // Uneven batches: the samples this rank trained (the fleet table's share of the global batch).
+          ...(m.samples === undefined ? {} : { samples: m.samples }),
+          breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
+          // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
+          ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
+          // --devices K > 1: the rank's Workers and their mean compute this step.
+          ...(m.devices !== undefined && m.devices > 1 ? { devices: { count: m.devices, meanMs: m.deviceMs ?? 0 } } : {}),
+          // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
+          ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
+        }));
+        return emit({ type: 'step', epoch: e.epoch, step: e.step, totalSteps: e.totalSteps, ranks, elapsedSec: e.elapsedMs / 1000 });
+      }
+      case 'round':
+        // 'joined' (from onRound) tells the dashboard the rank; a resumed run also says from where.
+        paused = false;
+        if (deviceLost) {
+          const lost = deviceLost;
+          deviceLost = undefined;
+          log('warn', `This tab's GPU was reset (${lost.reason}: ${lost.message}); it rejoined the group with a fresh ${lost.backend} backend at step ${e.step}`);
+        }
+        return e.note ? log('info', `New group of ${e.worldSize}: ${e.note}`) : undefined;
+      case 'device-lost':
+        deviceLost = e;
+        return log('warn', `This tab's GPU was lost during ${e.during} (${e.reason}); ${e.backend} runs again after ${Math.round(e.rebuildMs)} ms: rejoining the group…`);
+      case 'paused':
+        paused = true;
+        return;
+      case 'waiting':
+        if (e.running) return e.waiting > 0 ? log('info', `${e.waiting} tab(s) waiting to join at the next step`) : undefined;
+        return emit({ type: 'waiting', arrived: e.members, min: e.min, max: e.max, paused });
+      case 'regroup':
+        return log('info', `Tabs are waiting to join: regrouping after step ${e.step}`);
+      case 'failure': {
+        // This tab's own pause, in plain words: the errors after it (closed links) would only confuse.
+        const stalled = /^RankStalledError: this tab (.*)$/s.exec(e.error);
+        if (stalled) {
+          const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
+          return log('warn', `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`);
+        }
+        return log('warn', `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`);
+      }
+      case 'reconnecting': {
+        const when = `${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`;
+        // Only a closed connection means the server may be gone; an eviction or a pause is this tab's own story.
+        if (e.reason.startsWith('connection closed')) return log('warn', `Server unreachable (${e.reason}); reconnecting in ${when}`);
+        return log('warn', `${e.reason[0]!.toUpperCase()}${e.reason.slice(1)}; rejoining in ${when}`);
+      }
+      case 'reconnected':
+        return log('info', 'Reconnected to the server');
+      case 'checkpoint':
+        return log('info', `Checkpoint ${e.name} saved (step ${e.step}, ${e.bytes} bytes)`);
+      case 'checkpoint-failed':
+        return log('warn', `Checkpoint at step ${e.step} failed: ${e.error}`);
+      case 'checkpoint-skipped':
+        return log('warn', `Checkpoint ${e.name} is unusable (${e.reason}); using an older one`);
+      case 'batch':
+      case 'peer-lost':
+      case 'end':
+        return;
+      default: {
+        const unknown: never = e;
+        void unknown;
+      }
+    }
+  };
+}
+
+/** Every tab of a session must train the same job: the first to arrive sets it. */
+export async function agreeOnConfig(opts: TrainerOptions): Promise<void> {
+  const mine = JSON.stringify(opts.config);
+  const theirs = new TextDecoder().decode(await opts.store.compareSet('__train/config', '', mine));
+  if (theirs === mine) return;
+  let session: Record<string, unknown> = {};
+  try {
+    session = JSON.parse(theirs) as Record<string, unknown>;
+  } catch {
+    // a foreign value under the key: every field differs
+  }
+  const agreed = JSON.parse(mine) as Record<string, unknown>;
+  const diffs = Object.keys(agreed)
+    .filter((k) => JSON.stringify(session[k]) !== JSON.stringify(agreed[k]))
+    .map((k) => `${k}: session ${JSON.stringify(session[k])}, this tab ${JSON.stringify(agreed[k])}`);
+  throw new ConfigMismatchError(`this tab's configuration disagrees with session "${opts.session}": ${diffs.join('; ')}`);
+}
+
+/** The group whose links the dashboard shows: the latest round's (one training run per page). */
+let watchedGroup: ProcessGroup | null = null;
+
+/**
+ * Link states and lost ranks for the dashboard, and every two seconds each link's traffic and
+ * network path (candidate types, round-trip time, bytes per second on the wire).
+ */
+export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): void {
+  const last = new Map<number, { t: number; bytes: number }>();
+  watchedGroup = pg;
+  pg.on((e) => {
+    // A group the page left behind (a new round formed) still closes its links: its late events
+    // would name ranks of the new numbering, live ones among them.
+    if (watchedGroup !== pg) return;
+    if (e.type === 'link') emit({ type: 'link', peer: e.peer, state: e.state });
+    else emit({ type: 'rank-lost', rank: e.rank, reason: e.reason });
+  });
+  let reading = false;
+  const timer = setInterval(() => {
+    if (pg.error || watchedGroup !== pg) return clearInterval(timer);
+    // getStats is asynchronous: a slow reading is skipped over, never stacked.
+    if (reading) return;
+    reading = true;
+    pg.linkDetails(1_500)
+      .then((details) => {
+        const now = performance.now();
+        for (const l of details) {
+          const bytes = l.bytesSent + l.bytesReceived;
+          const prev = last.get(l.peer);
+          last.set(l.peer, { t: now, bytes });
+          if (prev && l.state === 'open') {
+            emit({ type: 'link', peer: l.peer, state: l.state, throughputMBps: (bytes - prev.bytes) / 1e6 / ((now - prev.t) / 1000), ...(l.path ? { path: l.path } : {}) });
+          }
+        }
+      })
+      .catch(() => {})
+      .finally(() => (reading = false));
+  }, 2000);
+}
+
+/** Test accuracy and loss, each rank evaluating its share of the test set; sums all-reduced. */
+export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
+  const totals = new Float32Array(3); // correct, loss sum, count
+  const mine: number[] = [];
+  for (let i = pg.rank; i < test.length; i += pg.worldSize) mine.push(i);
+  const batch = 250;
+  for (let s = 0; s < mine.length; s += batch) {
+    // On the cpu backend each batch holds the main thread: let heartbeats out between batches, or
+    // a large test set looks like a frozen page and the server evicts it (a 842k-parameter CNN's
+    // 5,000 test images took 13 s).
+    if (s > 0) await yieldToEventLoop();
+    const idx = mine.slice(s, s + batch);
+    const { x, y } = test.batch(idx);
+    const out = tf.tidy(() => {
+      const xs = tf.tensor(x, [idx.length, ...test.inputShape]);
+      const ys = tf.tensor1d(y, 'int32');
+      const logits = model.predict(xs) as tf.Tensor;
+      const correct = logits.argMax(-1).equal(ys).sum().cast('float32');
+      const loss = tf.losses.softmaxCrossEntropy(tf.oneHot(ys, test.numClasses), logits, undefined, undefined, tf.Reduction.SUM);
+      return tf.stack([correct, loss as tf.Scalar]);
+    });
+    const [c, l] = await out.data();
+    out.dispose();
+    totals[0] += c!;
+    totals[1] += l!;
+    totals[2] += idx.length;
+  }
+  await pg.allReduce(totals, 'sum');
+  return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+}

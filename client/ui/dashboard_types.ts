@@ -1,0 +1,175 @@
+/**
+ * The training dashboard's actions and state, as types: what the reducer (dashboard_state.ts) takes
+ * and returns, apart from it so that the panel models it calls (dashboard_*.ts) can read them.
+ */
+import type { DeviceInfo, DeviceStats } from '../../src/index.ts';
+import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
+import type { LinkObservation } from './ring_view.ts';
+
+// ---------------------------------------------------------------- actions
+
+/** What this tab may do in its session (the page learns it from the link and the server). */
+export interface Role {
+  /** This tab holds the host's secret: it stops or ends the session for everyone. */
+  host: boolean;
+  /** The session has a host at all (sessions made on the page do; the launcher's do not). */
+  hasHost: boolean;
+  /** The session was full when this tab came: it watches, and takes a rank when one frees up. */
+  spectator: boolean;
+}
+
+/** What the host did, as every tab hears it. */
+export type ControlAction = 'stop' | 'end' | 'min';
+
+/** What the page reports besides the job's events. */
+export type PageEvent =
+  /** The person confirmed "Stop training for everyone"; the job hears it at its next step. */
+  | { type: 'stop-requested' }
+  /** The host confirmed "End session". */
+  | { type: 'end-requested' }
+  /** The host asked for a new minimum number of tabs. */
+  | { type: 'min-requested'; min: number }
+  /** The person pressed "Continue training" after a failure the page can recover from. */
+  | { type: 'continue-requested' }
+  /** Something went wrong that the person should know about; the run may go on. */
+  | { type: 'error-shown'; title: string; detail: string; action?: string }
+  | { type: 'error-dismissed' }
+  /** The job threw: the run cannot go on (unless `canContinue`: the page can train on from here). */
+  | { type: 'failed'; title: string; detail: string; action?: string; canContinue?: boolean }
+  | ({ type: 'role' } & Role)
+  /** Whether the page holds a model to download (it may after a failure). */
+  | { type: 'downloadable'; available: boolean }
+  /** Every rank of the session is taken and this tab is not spectating: not a failure. */
+  | { type: 'full'; ranks: number | null }
+  /** The run ended (well) before this tab got a rank: it watched, or waited, to the end. Not a failure. */
+  | { type: 'watched-end' }
+  /** The host stopped the run, ended the session or changed the minimum. */
+  | { type: 'control'; action: ControlAction; min?: number };
+
+export type DashboardEvent = TrainEvent | PageEvent;
+
+/** An event and when it happened, in ms since the epoch: the only clock the state sees. */
+export interface DashboardAction {
+  at: number;
+  event: DashboardEvent;
+}
+
+// ---------------------------------------------------------------- state
+
+/** `full`: every rank is taken (not a failure); `ended`: the host ended the session. */
+export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed' | 'full' | 'ended';
+export type LogLevel = 'info' | 'warn' | 'error';
+export type StepEvent = Extract<TrainEvent, { type: 'step' }>;
+type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
+type ShardEvent = Extract<TrainEvent, { type: 'shard' }>;
+export type WaitingEvent = Extract<TrainEvent, { type: 'waiting' }>;
+type PipelineEvent = Extract<TrainEvent, { type: 'pipeline' }>;
+type TimelineEvent = Extract<TrainEvent, { type: 'timeline' }>;
+/** A parameter-server run as this tab last heard it. */
+export type PsStatus = Omit<Extract<TrainEvent, { type: 'ps' }>, 'type'>;
+
+/** A pipeline run's layout as this tab heard it: its place, and which stage holds each layer. */
+export type PipelineLayout = Omit<PipelineEvent, 'type'>;
+/** One step of replica 0's pipeline as it ran: each stage's passes, ms from the step's start. */
+export type PipelineTimeline = Omit<TimelineEvent, 'type'>;
+/** A rank's place in the pipeline and its latest idle share and waits (from the step metrics). */
+export type RankPipelineMetrics = NonNullable<RankStepMetrics['pipeline']>;
+
+export interface LogEntry {
+  /** Grows by one per entry, so a view can tell which entries it has not drawn yet. */
+  id: number;
+  at: number;
+  level: LogLevel;
+  message: string;
+}
+
+export interface ErrorMessage {
+  title: string;
+  detail: string;
+  /** What the person can do about it. */
+  action?: string;
+}
+
+export interface DashboardState {
+  readonly session: string;
+  readonly phase: Phase;
+  readonly config: TrainConfig | null;
+  /** This tab's rank in the current group, from its latest 'joined'. */
+  readonly self: number | null;
+  /** Size of the current group (from 'joined', or the widest step seen). */
+  readonly worldSize: number | null;
+  readonly backend: { name: BackendName; adapter: string | null; fallbackReason?: string } | null;
+  /** The session's tab count from the latest 'waiting' event. */
+  readonly waiting: Omit<WaitingEvent, 'type'> | null;
+  /** Ranks of the current group seen so far (this tab, and every rank that reported a step), ascending. */
+  readonly joined: readonly number[];
+  /** Ranks of the current group that are gone, ascending. */
+  readonly lost: readonly number[];
+  /** This tab's own ring links, by peer rank. */
+  readonly links: ReadonlyMap<number, LinkObservation>;
+  /** A step completed in the current group, so every ring link has carried data. */
+  readonly ringProven: boolean;
+  readonly shard: ShardEvent | null;
+  readonly lastStep: StepEvent | null;
+  /**
+   * Step number, elapsed seconds and the evaluation seconds so far, of the last RECENT + 1 steps:
+   * the step rate's window (evaluation pauses are taken out of it).
+   */
+  readonly stepClock: ReadonlyArray<{ step: number; t: number; evalT: number }>;
+  /** When the last step was reported (the action's time), to time the evaluation after it. */
+  readonly lastStepAt: number | null;
+  /** Evaluations timed so far and their seconds in all. */
+  readonly evalClock: { readonly count: number; readonly seconds: number };
+  /** The last RECENT steps' figures of each rank of the current group. */
+  readonly recent: ReadonlyMap<number, readonly RankStepMetrics[]>;
+  readonly lastEval: EvalEvent | null;
+  readonly bestEval: number | null;
+  readonly stopRequested: boolean;
+  readonly stoppedBy: { by: number; atStep: number } | null;
+  readonly summary: Readonly<Record<string, unknown>> | null;
+  /** 'done' arrived: the model exists (also after a stop, which the job follows with 'done'). */
+  readonly finished: boolean;
+  /** Title of the error that ended the run. */
+  readonly failure: string | null;
+  /** The banner's message, until dismissed. */
+  readonly error: ErrorMessage | null;
+  /** Epoch numbering of the job: torch-style 0-based or 1-based, decided by the first epoch seen. */
+  readonly epochBase: 0 | 1 | null;
+  /** Newest first, at most MAX_LOG entries. */
+  readonly log: readonly LogEntry[];
+  readonly nextLogId: number;
+  readonly role: Role;
+  /** The page says whether it has a model to download; null: it has one once 'done' arrived. */
+  readonly downloadable: boolean | null;
+  /** The failure can be trained past ("Continue training"). */
+  readonly canContinue: boolean;
+  /** The session's size when it was found full. */
+  readonly fullRanks: number | null;
+  /** The host stopped this run (rather than a rank's own button). */
+  readonly stoppedByHost: boolean;
+  /** Faults the run went through, over every group, each counted once by what happened (see `faultKind`), and tabs that joined a running session. */
+  readonly faults: Readonly<Record<FaultKind, number>> & { readonly joined: number };
+  /** This tab asked for a new minimum and has not heard it applied yet. */
+  readonly minRequested: number | null;
+  /** Pipeline runs: the stages and this tab's place, from the round's 'pipeline' event (null: plain data parallel). */
+  readonly pipeline: PipelineLayout | null;
+  /** Pipeline runs: the latest schedule as it ran, from 'timeline' (every few steps). */
+  readonly timeline: PipelineTimeline | null;
+  /**
+   * Parameter-server runs: the layout and this tab's figures as a server or a worker, from 'ps'
+   * (about once a second; null: not a PS run). Its samples, once heard, stay until newer ones come.
+   */
+  readonly ps: PsStatus | null;
+  /** Pipeline runs: each rank's stage, replica, bubble and waits in its latest step, by rank. */
+  readonly pipelineRanks: ReadonlyMap<number, RankPipelineMetrics>;
+  /** --devices K > 1: this tab's devices (Workers), their backends and, once they trained, their figures (null: one device). */
+  readonly devices: ReadonlyArray<DeviceInfo & Partial<DeviceStats>> | null;
+  /**
+   * The current group's ranks as they describe themselves (browser, backend, device), by rank,
+   * from 'fleet' events: untrusted text from other tabs, cleaned and capped (client/train/fleet.ts).
+   */
+  readonly fleet: readonly FleetMember[];
+}
+
+/** What happened to a lost rank, from the group's reason: counted apart in the summary. */
+export type FaultKind = 'left' | 'froze' | 'evicted' | 'failed';
