@@ -84,17 +84,41 @@ export async function freezePage(page: Page, log: (line: string) => void): Promi
   };
 }
 
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
 /** Wires a Playwright page to a rank's handlers (the headless and --lan drivers). */
-export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankTarget> {
+export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankTarget & { takeReports(): Promise<void> }> {
   page.on('console', (msg) => h.onConsole(msg.text()));
   page.on('pageerror', (err) => h.onConsole(`page error: ${err.message}`));
   page.on('crash', () => h.onCrash('the page crashed'));
-  await page.exposeFunction('__ddpReport', (r: Report) => h.onReport(r));
+  let received = 0;
+  // A killed page first stops where it is (frozen, as --freeze does), then every report it sent
+  // up to there is taken (they arrive until the line goes quiet), then it closes: a report sent
+  // just before the kill, such as the batch of a step the others then commit with this rank's
+  // part, is not lost with the tab, and nothing runs between the last report and the close.
+  const takeReports = async (): Promise<void> => {
+    await Promise.race([freezePage(page, () => {}).catch(() => {}), sleep(2000)]);
+    let seen = received;
+    for (const until = Date.now() + 2000; Date.now() < until; ) {
+      await sleep(150);
+      if (received === seen) break;
+      seen = received;
+    }
+  };
+
+  await page.exposeFunction('__ddpReport', (r: Report) => {
+    received++;
+    h.onReport(r);
+  });
   return {
     open: async (url) => {
       await page.goto(url);
     },
-    kill: () => page.close(),
+    takeReports,
+    kill: async () => {
+      await takeReports();
+      await page.close();
+    },
     freeze: async (log) => {
       await freezePage(page, log);
     },

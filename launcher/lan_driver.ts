@@ -36,7 +36,7 @@ export function lanDriver(lan: Lan, o: LanDriverOptions): RankDriver {
       const host = await lan.addHost();
       o.log(`[launch] lan: host ${host.index} in namespace ${host.namespace} at ${host.address}, link ${host.rateMbit} Mbit/s each way`);
       let browser: Browser | undefined;
-      let target: RankTarget | undefined;
+      let target: Awaited<ReturnType<typeof playwrightRank>> | undefined;
       const notOpen = () => new Error(`the rank's page on ${host.address} is not open`);
       return {
         host,
@@ -63,6 +63,7 @@ export function lanDriver(lan: Lan, o: LanDriverOptions): RankDriver {
         // A killed rank is a host whose browser is gone (and frees its share of the cores).
         kill: async () => {
           if (!browser) throw notOpen();
+          await target?.takeReports();
           browsers.delete(browser);
           await browser.close();
         },
