@@ -182,11 +182,6 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${opts.job}`);
   // A parameter-server run is elastic by default: a lost worker must not pause the others.
   const jobParams = opts.job === 'train' ? parameterServerParams(opts.jobParams) : opts.jobParams;
-  if (opts.job === 'train') {
-    // Every other rule of the job's options, as the pages will check them: refused here, before any page opens.
-    const problem = trainJobProblem(jobParams, worldSize);
-    if (problem) throw new Error(problem);
-  }
   const psRun = opts.job === 'train' ? parameterServerRun(jobParams) : null;
   if (psRun && opts.jobParams.min === undefined) {
     log(`[launch] --strategy ${psRun.strategy}: ${psRun.servers} server${psRun.servers === 1 ? '' : 's'} and ${worldSize - psRun.servers} worker${worldSize - psRun.servers === 1 ? '' : 's'}, elastic down to --min ${jobParams.min} (give --min to change it)`);
@@ -194,6 +189,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   if (opts.jobParams.slow !== undefined) {
     if (!script && opts.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${opts.job}`);
     slowParam([opts.jobParams.slow], largestWorld(opts.jobParams, { nproc: opts.nproc, nnodes }));
+  }
+  if (opts.job === 'train') {
+    // Every other rule of the job's options, as the pages will check them: refused here, before any page opens.
+    const problem = trainJobProblem(jobParams, worldSize);
+    if (problem) throw new Error(problem);
   }
   const faults = [...(opts.faults ?? [])].sort((a, b) => a.step - b.step);
   if (faults.some((f) => f.kind === 'restart-server') && opts.server) {
