@@ -14,11 +14,14 @@ declare global {
     __ddpReport?: (report: Report) => void;
     /** The last report, for tests that poll the page instead. */
     __ddpLast?: Report;
+    /** Reports sent so far: before it closes a tab (a kill), the launcher takes them all. */
+    __ddpSent?: number;
   }
 }
 
 export function report(r: Report): void {
   window.__ddpLast = r;
+  window.__ddpSent = (window.__ddpSent ?? 0) + 1;
   window.__ddpReport?.(r);
 }
 

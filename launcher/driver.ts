@@ -92,19 +92,15 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
   page.on('pageerror', (err) => h.onConsole(`page error: ${err.message}`));
   page.on('crash', () => h.onCrash('the page crashed'));
   let received = 0;
-  // A killed page first stops where it is (frozen, as --freeze does), then every report it sent
-  // up to there is taken (they arrive until the line goes quiet), then it closes: a report sent
-  // just before the kill, such as the batch of a step the others then commit with this rank's
-  // part, is not lost with the tab, and nothing runs between the last report and the close.
+  // Before a kill, every report the page has sent is taken (the page counts them): a report
+  // sent just before the tab closes, such as the batch of a step the others then commit with
+  // this rank's part, is not lost with it. Then the page closes at once, running its pagehide
+  // (its leave notice), as a closed tab does. Bounded: a page that cannot answer closes anyway.
   const takeReports = async (): Promise<void> => {
-    await Promise.race([freezePage(page, () => {}).catch(() => {}), sleep(2000)]);
-    let seen = received;
-    for (const until = Date.now() + 2000; Date.now() < until; ) {
-      await sleep(150);
-      if (received === seen) break;
-      seen = received;
-    }
+    const sent = await Promise.race([page.evaluate(() => window.__ddpSent ?? 0).catch(() => 0), sleep(1000).then(() => 0)]);
+    for (const until = Date.now() + 1000; received < sent && Date.now() < until; ) await sleep(10);
   };
+
 
   await page.exposeFunction('__ddpReport', (r: Report) => {
     received++;

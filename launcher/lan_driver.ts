@@ -63,7 +63,8 @@ export function lanDriver(lan: Lan, o: LanDriverOptions): RankDriver {
         // A killed rank is a host whose browser is gone (and frees its share of the cores).
         kill: async () => {
           if (!browser) throw notOpen();
-          await target?.takeReports();
+          // The page first (quick, and it sends its leave notice), then its browser.
+          await target?.kill();
           browsers.delete(browser);
           await browser.close();
         },
