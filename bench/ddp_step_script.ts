@@ -9,7 +9,7 @@
  * Returns each way's median step time (ms) over the timed steps, and the ratios to plain.
  */
 import * as tf from '@tensorflow/tfjs';
-import { yieldToEventLoop } from '../src/ticker.ts';
+import { yieldToEventLoop } from '../src/runtime/ticker.ts';
 import { Adam, DistributedDataParallel, buildModel, classificationLoss, initProcessGroup, intArg, syntheticDataset, type LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {

@@ -5,9 +5,9 @@
  * the end), from the built-in job and from user scripts alike.
  */
 import { setEventHandler, type ProcessGroup } from '../src/index.ts';
-import type { LinkReport, Report } from '../src/job_report.ts';
+import type { LinkReport, Report } from '../src/jobs/job_report.ts';
 
-export type { LinkReport, Report } from '../src/job_report.ts';
+export type { LinkReport, Report } from '../src/jobs/job_report.ts';
 
 declare global {
   interface Window {

@@ -7,7 +7,7 @@
  * a rank may be a Firefox process instead (launcher/firefox.ts).
  */
 import type { Browser, Page } from 'playwright';
-import type { Report } from '../src/job_report.ts';
+import type { Report } from '../src/jobs/job_report.ts';
 import { launchChromium } from './browser.ts';
 import type { LanHost } from './lan.ts';
 

@@ -4,7 +4,7 @@
  * before anything starts and phrased as the flags the user typed; then every rule of the train
  * job's schema (`src/jobs/train_config.ts`, the pages' own check) before any page opens.
  */
-import { formatSlow, parseSlow, StragglerSpecError } from '../src/straggler.ts';
+import { formatSlow, parseSlow, StragglerSpecError } from '../src/runtime/straggler.ts';
 import { ConfigError, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
 import type { Fault } from './run.ts';
 

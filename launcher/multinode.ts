@@ -6,7 +6,7 @@
  * `__launch/failed`, which every other launcher watches and stops on, and a launcher succeeds
  * only when every node posted success.
  */
-import { StoreClient } from '../src/store.ts';
+import { StoreClient } from '../src/c10d/store.ts';
 
 export interface NodeOutcome {
   nodeRank: number;

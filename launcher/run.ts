@@ -6,7 +6,7 @@
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { newSessionToken, withToken } from '../src/session_token.ts';
+import { newSessionToken, withToken } from '../src/c10d/session_token.ts';
 import { keptCertificate, type TlsOptions } from '../signaling/tls.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';
 import { trustArgs } from './browser.ts';
@@ -23,7 +23,7 @@ import { devicesLine } from './summary_devices.ts';
 import type { RankResult } from './summary_fields.ts';
 import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
 import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun, pipelineProblems, slowParam, trainJobProblem } from './job_flags.ts';
-import type { Report } from '../src/job_report.ts';
+import type { Report } from '../src/jobs/job_report.ts';
 
 /**
  * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank

@@ -1,5 +1,5 @@
 /** `parameterServer` in a parameter-server run's summary, and the launcher's lines about the run. */
-import type { PsSampleCounts } from '../src/parameter_server/leases.ts';
+import type { PsSampleCounts } from '../src/parallel/parameter_server/leases.ts';
 import { count, finite, record, rounded, type RankResult } from './summary_fields.ts';
 
 /** Counters of a parameter-server run's samples (server 0 counts them). */

@@ -1,7 +1,7 @@
 /**
  * The checkpoint store: checkpoint files on the server's disk, with no HTTP in it (the routes
  * that serve it are signaling/checkpoints.ts). It lists, opens, verifies, writes and prunes
- * containers (src/checkpoint_format.ts), and keeps all sessions together within a disk budget.
+ * containers (src/checkpoint/checkpoint_format.ts), and keeps all sessions together within a disk budget.
  *
  * Files live in `<dir>/<session>/<name>.ckpt`, a part's in `<dir>/<session>/parts/<part>/<name>.ckpt`
  * (a folder name no checkpoint name can take); a save is written to a .tmp file, verified,
@@ -15,7 +15,7 @@ import type { Stats } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { SESSION_NAME } from '../src/protocol.ts';
+import { SESSION_NAME } from '../src/c10d/protocol.ts';
 import {
   CHECKPOINT_PART,
   CHECKPOINT_PART_RULE,
@@ -27,7 +27,7 @@ import {
   readPreamble,
   type CheckpointHeader,
   type ContainerLayout,
-} from '../src/checkpoint_format.ts';
+} from '../src/checkpoint/checkpoint_format.ts';
 
 export interface CheckpointStoreOptions {
   /** Where checkpoints are kept: one folder per session. Created when needed. */

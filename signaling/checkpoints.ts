@@ -1,7 +1,7 @@
 /**
  * The HTTP routes of the checkpoint store (signaling/checkpoint_store.ts), under `/api/checkpoints/`:
  *
- *   POST|PUT /api/checkpoints/<session>          upload a container (src/checkpoint.ts); 201 {name, bytes, step}
+ *   POST|PUT /api/checkpoints/<session>          upload a container (src/checkpoint/checkpoint.ts); 201 {name, bytes, step}
  *   GET      /api/checkpoints/<session>          list: {session, checkpoints: [{name, bytes, step, mtime}]}, oldest first
  *   GET      /api/checkpoints/<session>/latest   the newest checkpoint that verifies; headers x-checkpoint-name,
  *                                                x-checkpoint-skipped (JSON [{name, reason}] of newer corrupt ones);
@@ -13,7 +13,7 @@
  * apart from the others (each pipeline stage saves its own): it lives in its own folder, keeps its
  * own last `keep`, and its list and `latest` see only its files; without `?part` the routes see
  * only the session's own files, as before parts existed, and pruning them never touches a part.
- * A part's name must match CHECKPOINT_PART (src/checkpoint_format.ts: 1-32 of a-z 0-9 -, the
+ * A part's name must match CHECKPOINT_PART (src/checkpoint/checkpoint_format.ts: 1-32 of a-z 0-9 -, the
  * first a letter or digit), given once; anything else is refused with 400 'bad-part' before the
  * token is checked or the disk touched. Parts need the session's token and count in the disk
  * budget like everything else. Other query parameters are ignored.
@@ -34,7 +34,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { SessionTokens } from './session_tokens.ts';
 import { CHECKPOINT_NAME, CheckpointRefused, checkpointStore, validSession, type ByteSource, type Skipped } from './checkpoint_store.ts';
-import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CHECKSUM_BYTES, PREAMBLE_BYTES } from '../src/checkpoint_format.ts';
+import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CHECKSUM_BYTES, PREAMBLE_BYTES } from '../src/checkpoint/checkpoint_format.ts';
 
 export interface CheckpointHandlerOptions {
   /** Where checkpoints are kept: one folder per session. Created when needed. */

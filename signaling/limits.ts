@@ -1,9 +1,9 @@
 /**
- * Bookkeeping for the server-wide limits (`Limits` in src/protocol.ts): reply sizes, sockets per
+ * Bookkeeping for the server-wide limits (`Limits` in src/c10d/protocol.ts): reply sizes, sockets per
  * remote address, and a log that reports each kind of refusal once and then only counts it, so
  * that a client hammering the server cannot flood the log either.
  */
-import { ErrorCode } from '../src/protocol.ts';
+import { ErrorCode } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
 
 /** Characters of the base64 text of `n` bytes. */

@@ -3,7 +3,7 @@ import { ensureBuilt } from './build.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
-import { newSessionToken } from '../src/session_token.ts';
+import { newSessionToken } from '../src/c10d/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const args = process.argv.slice(2);

@@ -30,9 +30,9 @@
  *   the session refuses arrivals from then on (Session.join). Ranks that leave afterwards are
  *   still reported to the others ('peer-left'), so that their last collectives fail at once.
  */
-import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/protocol.ts';
+import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
-import { MAX_MEMBER_ID } from '../src/protocol_validation.ts';
+import { MAX_MEMBER_ID } from '../src/c10d/protocol_validation.ts';
 
 /** What the rendezvous needs from a member's connection: a way to send it an event. */
 export interface Participant {

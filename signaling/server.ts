@@ -2,7 +2,7 @@
  * The signaling server: one HTTP server that serves the built page and, on `/ws`, the
  * rank-0 store and signaling relay. It never sees a tensor.
  *
- * Every limit (`Limits`, src/protocol.ts) refuses only the request or socket that broke it, with
+ * Every limit (`Limits`, src/c10d/protocol.ts) refuses only the request or socket that broke it, with
  * a code and a message saying what to do; everyone else is served on. Per request: frame size,
  * keys (count, length, duplicates), reply size, blocking calls per socket. Per session: keys and
  * bytes. Server-wide: sessions, bytes, sockets per address. Per socket: `hello` in time, pings
@@ -21,7 +21,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { timingSafeEqual } from 'node:crypto';
-import { newSessionToken } from '../src/session_token.ts';
+import { newSessionToken } from '../src/c10d/session_token.ts';
 import { WebSocketServer } from 'ws';
 import {
   CloseCode,
@@ -37,8 +37,8 @@ import {
   type Request,
   type ResultOf,
   type RequestType,
-} from '../src/protocol.ts';
-import { ProtocolViolation, parseRequest } from '../src/protocol_validation.ts';
+} from '../src/c10d/protocol.ts';
+import { ProtocolViolation, parseRequest } from '../src/c10d/protocol_validation.ts';
 import type { Session } from './session.ts';
 import { Sessions } from './sessions.ts';
 import { StoreRefusal } from './store.ts';

@@ -14,7 +14,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { SESSION_TOKEN } from '../src/protocol.ts';
+import { SESSION_TOKEN } from '../src/c10d/protocol.ts';
 
 /** The file in a session's checkpoint folder that holds its token's SHA-256 (hex). */
 export const TOKEN_FILE = 'token.sha256';

@@ -2,20 +2,14 @@
  * The library: torch.distributed for browser tabs. One entry, importable from the browser and
  * from Node (through tsx).
  */
-export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './store.ts';
-export { HashStore } from './hash_store.ts';
-export {
-  initProcessGroup,
-  RendezvousHandler,
-  type InitProcessGroupOptions,
-  type RendezvousOptions,
-  type RendezvousEvent,
-  type Round,
-} from './rendezvous.ts';
-export { ProcessGroup, type AllReduceOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './process_group.ts';
-export { reducer } from './ring.ts';
-export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './peer_link.ts';
-export { selectedPath } from './peer_link.ts';
+export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './c10d/store.ts';
+export { HashStore } from './c10d/hash_store.ts';
+export { initProcessGroup, type InitProcessGroupOptions } from './c10d/init_process_group.ts';
+export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './elastic/rendezvous.ts';
+export { ProcessGroup, type AllReduceOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './c10d/process_group.ts';
+export { reducer } from './c10d/ring.ts';
+export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './transport/peer_link.ts';
+export { selectedPath } from './transport/peer_link.ts';
 export {
   StoreError,
   StoreTimeoutError,
@@ -54,19 +48,19 @@ export {
   type GpuDeviceLike,
   type RecreatedBackend,
   type RecreateBackendOptions,
-} from './device.ts';
-export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent } from './protocol.ts';
-export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './session_token.ts';
+} from './runtime/device.ts';
+export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent } from './c10d/protocol.ts';
+export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './c10d/session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
-export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './ddp.ts';
+export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';
 export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
-export { allreduceHook, fp16CompressHook, bf16CompressHook } from './comm_hooks/default_hooks.ts';
-export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
+export { allreduceHook, fp16CompressHook, bf16CompressHook } from './parallel/comm_hooks/default_hooks.ts';
+export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './parallel/comm_hooks/types.ts';
 export {
   WIRE_DTYPES,
   wireBytes,
@@ -79,11 +73,11 @@ export {
   fromBfloat16Bits,
   type HalfDtype,
 } from './half.ts';
-export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './replicas.ts';
+export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
 export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
-export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './pipeline/schedule.ts';
-export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './pipeline/split.ts';
-export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './pipeline/stage.ts';
+export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './parallel/pipeline/schedule.ts';
+export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './parallel/pipeline/split.ts';
+export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './parallel/pipeline/stage.ts';
 export {
   runPipeline,
   pipelineMesh,
@@ -95,8 +89,8 @@ export {
   type PipelineRunResult,
   type PipelineStepContext,
   type PipelineRoundContext,
-} from './pipeline/runner.ts';
-export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint_format.ts';
+} from './parallel/pipeline/runner.ts';
+export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint/checkpoint_format.ts';
 export {
   saveCheckpoint,
   loadCheckpoint,
@@ -107,7 +101,7 @@ export {
   type LoadedCheckpoint,
   type CheckpointRequestOptions,
   type LoadCheckpointOptions,
-} from './checkpoint.ts';
+} from './checkpoint/checkpoint.ts';
 export {
   TrainState,
   modelArtifacts,
@@ -120,14 +114,14 @@ export {
   type Progress,
   type Stateful,
   type Json,
-} from './state_dict.ts';
+} from './checkpoint/state_dict.ts';
 export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';
-export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './straggler.ts';
-export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './launch_context.ts';
-export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parameter_server/sharding.ts';
+export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './runtime/straggler.ts';
+export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './runtime/launch_context.ts';
+export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parallel/parameter_server/sharding.ts';
 export {
   ParameterServerShard,
   MAX_STEP_JUMP,
@@ -139,12 +133,12 @@ export {
   type ShardStats,
   type ShardStateDict,
   type ParameterServerShardOptions,
-} from './parameter_server/shard.ts';
-export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parameter_server/central_storage.ts';
-export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parameter_server/checkpoint.ts';
-export { flatGradients } from './parameter_server/worker.ts';
-export { LeaseBook, leaseIndices, type LeaseOptions, type LeaseSnapshot } from './parameter_server/leases.ts';
-export { assignPlaces, rolesOf, type RoleClaim } from './parameter_server/roles.ts';
+} from './parallel/parameter_server/shard.ts';
+export { CentralStorageAccumulator, SyncPushError, type SyncResult, type SyncRefusal, type CentralStorageOptions } from './parallel/parameter_server/central_storage.ts';
+export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parallel/parameter_server/checkpoint.ts';
+export { flatGradients } from './parallel/parameter_server/worker.ts';
+export { LeaseBook, leaseIndices, type LeaseOptions, type LeaseSnapshot } from './parallel/parameter_server/leases.ts';
+export { assignPlaces, rolesOf, type RoleClaim } from './parallel/parameter_server/roles.ts';
 export {
   runParameterServer,
   type ParameterServerRunOptions,
@@ -157,7 +151,7 @@ export {
   type Lease,
   type WorkerStepContext,
   type WorkerStepResult,
-} from './parameter_server/runner.ts';
+} from './parallel/parameter_server/runner.ts';
 export {
   DataParallel,
   webWorkerDevice,
@@ -170,8 +164,8 @@ export {
   type DeviceStep,
   type DeviceStats,
   type LocalGradients,
-} from './data_parallel/data_parallel.ts';
-export { chunkSizes, scatter, gatherMean, type Chunk } from './data_parallel/scatter_gather.ts';
-export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type DeviceFault } from './data_parallel/protocol.ts';
-export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './comm_hooks/powersgd.ts';
-export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './comm_hooks/local_sgd.ts';
+} from './parallel/data_parallel/data_parallel.ts';
+export { chunkSizes, scatter, gatherMean, type Chunk } from './parallel/data_parallel/scatter_gather.ts';
+export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type DeviceFault } from './parallel/data_parallel/protocol.ts';
+export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './parallel/comm_hooks/powersgd.ts';
+export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './parallel/comm_hooks/local_sgd.ts';

@@ -10,9 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { REGROUP, runAgent } from '../src/elastic/agent.ts';
 import { DistTimeoutError, RendezvousClosedError } from '../src/errors.ts';
-import { RendezvousHandler } from '../src/rendezvous.ts';
+import { RendezvousHandler } from '../src/elastic/rendezvous.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

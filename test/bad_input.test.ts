@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreError } from '../src/errors.ts';
-import { PROTOCOL_VERSION, encodeValue } from '../src/protocol.ts';
+import { PROTOCOL_VERSION, encodeValue } from '../src/c10d/protocol.ts';
 import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer;

@@ -18,9 +18,9 @@ import { keepSplit, predictedStep, splitByCost, StepCosts, type RankCost } from 
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { SGD } from '../src/optim.ts';
-import { TrainState } from '../src/state_dict.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 

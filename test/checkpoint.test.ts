@@ -8,17 +8,17 @@ import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { checkpointHandler, type CheckpointHandlerOptions } from '../signaling/checkpoints.ts';
 import { latestValidCheckpoint } from '../signaling/checkpoint_store.ts';
-import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint.ts';
-import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint_format.ts';
+import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
+import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
 import { DistTimeoutError, UnauthorizedError } from '../src/errors.ts';
 import { SessionTokens, TOKEN_FILE } from '../signaling/session_tokens.ts';
 import type { RunningServer } from '../signaling/server.ts';
-import { StoreClient } from '../src/store.ts';
-import { newSessionToken } from '../src/session_token.ts';
+import { StoreClient } from '../src/c10d/store.ts';
+import { newSessionToken } from '../src/c10d/session_token.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
 import * as tf from '@tensorflow/tfjs';
 import { buildModel } from '../src/models.ts';
-import { TrainState } from '../src/state_dict.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../src/elastic/recovery.ts';
 
 // ---------------------------------------------------------------------------------------------

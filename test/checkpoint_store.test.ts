@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, readdir, rm, unlink, utimes, writeFile } from 'node:fs/
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CheckpointRefused, checkpointStore, latestValidCheckpoint, type ByteSource, type CheckpointStoreOptions } from '../signaling/checkpoint_store.ts';
-import { CHECKPOINT_MAGIC, CHECKPOINT_VERSION, PREAMBLE_BYTES, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint_format.ts';
+import { CHECKPOINT_MAGIC, CHECKPOINT_VERSION, PREAMBLE_BYTES, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
 
 let root: string;
 

@@ -5,11 +5,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -7,18 +7,18 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
-import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from '../src/framing.ts';
-import { PeriodicModelAverager } from '../src/comm_hooks/local_sgd.ts';
-import { PowerSGDHook } from '../src/comm_hooks/powersgd.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
+import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from '../src/c10d/framing.ts';
+import { PeriodicModelAverager } from '../src/parallel/comm_hooks/local_sgd.ts';
+import { PowerSGDHook } from '../src/parallel/comm_hooks/powersgd.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { commSetup, denseStepBytes, messageBytes, ringAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
 import { parseCommHook } from '../src/jobs/train_config.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

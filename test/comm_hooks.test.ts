@@ -7,11 +7,11 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup, ReduceOpName, WireDtype } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
+import type { ProcessGroup, ReduceOpName, WireDtype } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { CollectiveMismatchError } from '../src/errors.ts';
-import { FrameKind, readHeader } from '../src/framing.ts';
+import { FrameKind, readHeader } from '../src/c10d/framing.ts';
 import {
   decode16,
   encode16,
@@ -24,13 +24,13 @@ import {
   unpackHalf,
   type HalfDtype,
 } from '../src/half.ts';
-import { packHalf as stagePackHalf } from '../src/pipeline/stage.ts';
-import { allreduceHook, bf16CompressHook, fp16CompressHook } from '../src/comm_hooks/default_hooks.ts';
-import type { CommHook, CommHookState, GradBucket } from '../src/comm_hooks/types.ts';
+import { packHalf as stagePackHalf } from '../src/parallel/pipeline/stage.ts';
+import { allreduceHook, bf16CompressHook, fp16CompressHook } from '../src/parallel/comm_hooks/default_hooks.ts';
+import type { CommHook, CommHookState, GradBucket } from '../src/parallel/comm_hooks/types.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -1,11 +1,11 @@
 /**
- * The link's credit-based flow control (src/peer_link.ts): how much a sender may have
+ * The link's credit-based flow control (src/transport/peer_link.ts): how much a sender may have
  * unacknowledged, when a receiver acknowledges, and what a hostile peer's credits can do.
  * What it buys on a shaped link is measured in bench/results/lan.md (npm run bench:lan).
  */
 import { describe, expect, it } from 'vitest';
-import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/peer_link.ts';
-import { encodeAlive } from '../src/framing.ts';
+import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/transport/peer_link.ts';
+import { encodeAlive } from '../src/c10d/framing.ts';
 import { PeerLostError } from '../src/errors.ts';
 
 describe('credit messages', () => {

@@ -8,18 +8,18 @@
 import * as tf from '@tensorflow/tfjs';
 import { Worker, type TransferListItem } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DataParallel, type DeviceChannel } from '../src/data_parallel/data_parallel.ts';
-import { chunkSizes, gatherMean, scatter } from '../src/data_parallel/scatter_gather.ts';
-import { parseFromDevice, parseToDevice } from '../src/data_parallel/protocol.ts';
+import { DataParallel, type DeviceChannel } from '../src/parallel/data_parallel/data_parallel.ts';
+import { chunkSizes, gatherMean, scatter } from '../src/parallel/data_parallel/scatter_gather.ts';
+import { parseFromDevice, parseToDevice } from '../src/parallel/data_parallel/protocol.ts';
 import { DataParallelDeviceError } from '../src/errors.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { flatTrainableWeights } from '../src/replicas.ts';
+import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { relativeError, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 const DEVICE = new URL('./data_parallel_node_device.ts', import.meta.url);
 

@@ -4,7 +4,7 @@
  */
 import { parentPort } from 'node:worker_threads';
 import type { TransferListItem } from 'node:worker_threads';
-import { DeviceReplica } from '../src/data_parallel/replica.ts';
+import { DeviceReplica } from '../src/parallel/data_parallel/replica.ts';
 
 const port = parentPort!;
 const replica = new DeviceReplica(

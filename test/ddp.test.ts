@@ -6,15 +6,15 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions } from '../src/ddp.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions } from '../src/parallel/ddp.ts';
 import { NonFiniteGradientError, ReplicaDivergenceError } from '../src/errors.ts';
-import { verifyReplicas } from '../src/replicas.ts';
+import { verifyReplicas } from '../src/parallel/replicas.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

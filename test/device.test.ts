@@ -1,11 +1,11 @@
 /**
- * src/device.ts where no WebGPU device exists (Node, TF.js cpu backend): watching is a no-op,
+ * src/runtime/device.ts where no WebGPU device exists (Node, TF.js cpu backend): watching is a no-op,
  * and re-creating the backend falls back, saying why. The WebGPU paths (a device destroyed, the
  * backend re-created on a new one) run on real pages in test/e2e/device_lost.spec.ts.
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { currentDevice, destroyDevice, probeBackend, recreateBackend, watchDevice } from '../src/device.ts';
+import { currentDevice, destroyDevice, probeBackend, recreateBackend, watchDevice } from '../src/runtime/device.ts';
 import { DeviceLostError, isRecoverable } from '../src/errors.ts';
 
 beforeAll(async () => {

@@ -11,20 +11,20 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { loadCheckpoint } from '../src/checkpoint.ts';
-import { CheckpointCorruptError } from '../src/checkpoint_format.ts';
-import { fp16CompressHook } from '../src/comm_hooks/default_hooks.ts';
-import { postLocalSGD } from '../src/comm_hooks/local_sgd.ts';
-import { powerSGD, type PowerSGDHook } from '../src/comm_hooks/powersgd.ts';
-import type { CommHook, CommHookState } from '../src/comm_hooks/types.ts';
+import { loadCheckpoint } from '../src/checkpoint/checkpoint.ts';
+import { CheckpointCorruptError } from '../src/checkpoint/checkpoint_format.ts';
+import { fp16CompressHook } from '../src/parallel/comm_hooks/default_hooks.ts';
+import { postLocalSGD } from '../src/parallel/comm_hooks/local_sgd.ts';
+import { powerSGD, type PowerSGDHook } from '../src/parallel/comm_hooks/powersgd.ts';
+import type { CommHook, CommHookState } from '../src/parallel/comm_hooks/types.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { appendCommHookState, splitCommHookState } from '../src/elastic/recovery.ts';
 import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/elastic/runner.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { optimizerState, TrainState } from '../src/state_dict.ts';
+import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

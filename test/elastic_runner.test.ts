@@ -16,9 +16,9 @@ import { runElastic, type ElasticRunResult, type StepContext } from '../src/elas
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { CollectiveMismatchError, RendezvousClosedError, ReplicaDivergenceError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { TrainState } from '../src/state_dict.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -7,13 +7,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
 import { evaluate } from '../client/train/harness.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { PrefixStore, type StoreClient } from '../src/store.ts';
+import { PrefixStore, type StoreClient } from '../src/c10d/store.ts';
 import {
   FLEET_TEXT_LIMITS,
   FleetSharer,

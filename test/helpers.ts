@@ -1,7 +1,7 @@
 /** Shared test helpers: a real server on a free port, real clients. */
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
-import { StoreClient } from '../src/store.ts';
-import { newSessionToken } from '../src/session_token.ts';
+import { StoreClient } from '../src/c10d/store.ts';
+import { newSessionToken } from '../src/c10d/session_token.ts';
 import { keptCertificate, type KeptCertificate } from '../signaling/tls.ts';
 import { findTurnserver } from '../launcher/turn.ts';
 import { mkdtempSync } from 'node:fs';

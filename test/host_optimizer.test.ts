@@ -9,16 +9,16 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { Adam, AdamW, SGD, type HostOptimizer } from '../src/optim.ts';
-import { hostWeights } from '../src/replicas.ts';
-import { TrainState } from '../src/state_dict.ts';
+import { hostWeights } from '../src/parallel/replicas.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -9,15 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { recover, type StateClaim } from '../src/elastic/recovery.ts';
 import { FramingError, StateTransferError } from '../src/errors.ts';
-import { Collective, FrameKind, HEADER_BYTES, checkChunk, frames, readHeader, writeHeader } from '../src/framing.ts';
-import { Mailbox } from '../src/mailbox.ts';
+import { Collective, FrameKind, HEADER_BYTES, checkChunk, frames, readHeader, writeHeader } from '../src/c10d/framing.ts';
+import { Mailbox } from '../src/transport/mailbox.ts';
 import { buildModel } from '../src/models.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { weightsHash } from '../src/replicas.ts';
-import { TrainState } from '../src/state_dict.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { weightsHash } from '../src/parallel/replicas.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -9,8 +9,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer, ServerOptions } from '../signaling/server.ts';
 import { ConnectionClosedError, StoreError } from '../src/errors.ts';
-import { PROTOCOL_VERSION, type RoundEvent } from '../src/protocol.ts';
-import type { StoreClient } from '../src/store.ts';
+import { PROTOCOL_VERSION, type RoundEvent } from '../src/c10d/protocol.ts';
+import type { StoreClient } from '../src/c10d/store.ts';
 import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;

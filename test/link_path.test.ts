@@ -7,11 +7,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { GroupLinks, nextPathReading, type LinkPath } from '../src/group_links.ts';
-import { selectedPath, type PathSample } from '../src/peer_link.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import { GroupLinks, nextPathReading, type LinkPath } from '../src/transport/group_links.ts';
+import { selectedPath, type PathSample } from '../src/transport/peer_link.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 /** What Chromium reported for a loopback data channel: the selected pair changed after the first pair carried the bytes. */
 function chromiumStats(localType = 'host', remoteType = 'host'): unknown[] {

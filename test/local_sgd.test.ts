@@ -6,13 +6,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { PeriodicModelAverager, postLocalSGD } from '../src/comm_hooks/local_sgd.ts';
-import type { GradBucket } from '../src/comm_hooks/types.ts';
-import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { flatTrainableWeights } from '../src/replicas.ts';
+import { PeriodicModelAverager, postLocalSGD } from '../src/parallel/comm_hooks/local_sgd.ts';
+import type { GradBucket } from '../src/parallel/comm_hooks/types.ts';
+import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

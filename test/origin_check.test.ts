@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
-import { PROTOCOL_VERSION } from '../src/protocol.ts';
+import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
 import { rawRequest, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;

@@ -7,19 +7,19 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { CentralStorageAccumulator, SyncPushError } from '../src/parameter_server/central_storage.ts';
-import { psPart, restoreShard, saveShard } from '../src/parameter_server/checkpoint.ts';
-import { MAX_STEP_JUMP, ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parameter_server/shard.ts';
-import { joinShards, shardParameters, splitByShard } from '../src/parameter_server/sharding.ts';
-import { flatGradients } from '../src/parameter_server/worker.ts';
-import { assignFlatWeights } from '../src/replicas.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { listCheckpoints } from '../src/checkpoint.ts';
+import { CentralStorageAccumulator, SyncPushError } from '../src/parallel/parameter_server/central_storage.ts';
+import { psPart, restoreShard, saveShard } from '../src/parallel/parameter_server/checkpoint.ts';
+import { MAX_STEP_JUMP, ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parallel/parameter_server/shard.ts';
+import { joinShards, shardParameters, splitByShard } from '../src/parallel/parameter_server/sharding.ts';
+import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
+import { assignFlatWeights } from '../src/parallel/replicas.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { listCheckpoints } from '../src/checkpoint/checkpoint.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -13,18 +13,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { DistTimeoutError } from '../src/errors.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { classificationLoss, sequentialOf, type LayerFactory } from '../src/models.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { flatTrainableWeights } from '../src/replicas.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { pipelineMesh, runPipeline, type PipelineRunResult } from '../src/pipeline/runner.ts';
-import type { ScheduleKind } from '../src/pipeline/schedule.ts';
-import { PipelineStage } from '../src/pipeline/stage.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { flatTrainableWeights } from '../src/parallel/replicas.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { pipelineMesh, runPipeline, type PipelineRunResult } from '../src/parallel/pipeline/runner.ts';
+import type { ScheduleKind } from '../src/parallel/pipeline/schedule.ts';
+import { PipelineStage } from '../src/parallel/pipeline/stage.ts';
 import { relativeError, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -5,9 +5,9 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { bubbleFraction, microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from '../src/pipeline/schedule.ts';
-import { balancedSplitPoints, checkSplitPoints, describeLayers, stageRanges } from '../src/pipeline/split.ts';
-import { packHalf, unpackHalf } from '../src/pipeline/stage.ts';
+import { bubbleFraction, microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from '../src/parallel/pipeline/schedule.ts';
+import { balancedSplitPoints, checkSplitPoints, describeLayers, stageRanges } from '../src/parallel/pipeline/split.ts';
+import { packHalf, unpackHalf } from '../src/parallel/pipeline/stage.ts';
 import { buildModel, modelLayers } from '../src/models.ts';
 
 beforeAll(async () => {

@@ -6,12 +6,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { powerSGD, PowerSGDStateError, type PowerSGDHook, type PowerSGDOptions } from '../src/comm_hooks/powersgd.ts';
-import type { GradBucket } from '../src/comm_hooks/types.ts';
-import type { ProcessGroup, ReduceOpName } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import { powerSGD, PowerSGDStateError, type PowerSGDHook, type PowerSGDOptions } from '../src/parallel/comm_hooks/powersgd.ts';
+import type { GradBucket } from '../src/parallel/comm_hooks/types.ts';
+import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

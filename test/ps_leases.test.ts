@@ -4,8 +4,8 @@
  * lost) and the roles of a round (places given to new tabs, a server back to its own place).
  */
 import { describe, expect, it } from 'vitest';
-import { LeaseBook, leaseIndices, type Lease, type PushOutcome } from '../src/parameter_server/leases.ts';
-import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from '../src/parameter_server/roles.ts';
+import { LeaseBook, leaseIndices, type Lease, type PushOutcome } from '../src/parallel/parameter_server/leases.ts';
+import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from '../src/parallel/parameter_server/roles.ts';
 
 /** A small deterministic generator (mulberry32). */
 function rng(seed: number): () => number {

@@ -14,12 +14,12 @@ import type { RunningServer } from '../signaling/server.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { batchOf, planEpoch } from '../src/elastic/epoch.ts';
 import { classificationLoss } from '../src/models.ts';
-import { flatGradients } from '../src/parameter_server/worker.ts';
-import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parameter_server/runner.ts';
-import { flatTrainableWeights } from '../src/replicas.ts';
+import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
+import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parallel/parameter_server/runner.ts';
+import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { DistTimeoutError } from '../src/errors.ts';
 import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

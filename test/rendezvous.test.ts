@@ -1,11 +1,11 @@
 /** Rendezvous (initProcessGroup), barrier and the signaling relay against the real server. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { DistTimeoutError, RendezvousClosedError, RendezvousError, type StoreError } from '../src/errors.ts';
 import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { CloseCode } from '../src/protocol.ts';
+import { CloseCode } from '../src/c10d/protocol.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -2,9 +2,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
-import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/rendezvous.ts';
-import { StoreClient } from '../src/store.ts';
-import { PROTOCOL_VERSION } from '../src/protocol.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/elastic/rendezvous.ts';
+import { StoreClient } from '../src/c10d/store.ts';
+import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
 import { RankStalledError, RendezvousError } from '../src/errors.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
 

@@ -1,6 +1,6 @@
 /** The ring schedule: which segment each rank sends and receives at each step. */
 import { describe, expect, it } from 'vitest';
-import { allGatherStep, leftOf, reduceScatterStep, rightOf, ringSchedule, segments } from '../src/ring.ts';
+import { allGatherStep, leftOf, reduceScatterStep, rightOf, ringSchedule, segments } from '../src/c10d/ring.ts';
 
 describe('segments', () => {
   it('cuts any length into parts differing by at most one, covering it exactly', () => {

@@ -10,11 +10,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { SessionTokens } from '../signaling/session_tokens.ts';
-import { CloseCode, PROTOCOL_VERSION } from '../src/protocol.ts';
-import { StoreClient } from '../src/store.ts';
+import { CloseCode, PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
+import { StoreClient } from '../src/c10d/store.ts';
 import { UnauthorizedError } from '../src/errors.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
-import { newSessionToken, tokenFromFragment, withToken } from '../src/session_token.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { newSessionToken, tokenFromFragment, withToken } from '../src/c10d/session_token.ts';
 import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer | undefined;

@@ -5,9 +5,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { RoundEvent, WaitingEvent } from '../src/protocol.ts';
-import { parseRequest, parseServerMessage } from '../src/protocol_validation.ts';
-import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/rendezvous.ts';
+import type { RoundEvent, WaitingEvent } from '../src/c10d/protocol.ts';
+import { parseRequest, parseServerMessage } from '../src/c10d/protocol_validation.ts';
+import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/elastic/rendezvous.ts';
 import { RendezvousError } from '../src/errors.ts';
 import { connect, uniqueSession, tokenFor, withServer } from './helpers.ts';
 

@@ -8,9 +8,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { hashFloat32 } from '../src/hash.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
-import { TrainState, type Json } from '../src/state_dict.ts';
+import { TrainState, type Json } from '../src/checkpoint/state_dict.ts';
 import { NonFiniteWeightsError } from '../src/errors.ts';
-import { assignFlatWeights, flatTrainableWeights } from '../src/replicas.ts';
+import { assignFlatWeights, flatTrainableWeights } from '../src/parallel/replicas.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');

@@ -1,7 +1,7 @@
 /** The store client against the real server over real WebSockets: what only a server does (many sockets, one going away, waiters of a departed client). Every Store's rules: store_compliance.test.ts. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { StoreClient } from '../src/store.ts';
+import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
 import { connect, text, uniqueSession, withServer } from './helpers.ts';
 

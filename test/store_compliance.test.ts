@@ -7,8 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreError, StoreTimeoutError } from '../src/errors.ts';
-import { HashStore } from '../src/hash_store.ts';
-import { PrefixStore, type Store } from '../src/store.ts';
+import { HashStore } from '../src/c10d/hash_store.ts';
+import { PrefixStore, type Store } from '../src/c10d/store.ts';
 import { connect, text, uniqueSession, withServer } from './helpers.ts';
 
 let server: RunningServer;

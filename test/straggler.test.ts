@@ -8,18 +8,18 @@ import { fileURLToPath } from 'node:url';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { Straggler, StragglerSpecError, formatSlow, parseSlow, slowFactor } from '../src/straggler.ts';
+import { Straggler, StragglerSpecError, formatSlow, parseSlow, slowFactor } from '../src/runtime/straggler.ts';
 import { launch } from '../launcher/run.ts';
 import { largestWorld, slowParam } from '../launcher/job_flags.ts';
 import { stragglers } from '../launcher/summaries.ts';
 import { ConfigError, configParams, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
-import { DistributedDataParallel } from '../src/ddp.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { classificationLoss, sequentialOf } from '../src/models.ts';
-import { PipelineStage } from '../src/pipeline/stage.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
+import { PipelineStage } from '../src/parallel/pipeline/stage.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 

@@ -5,12 +5,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ProcessGroup } from '../src/process_group.ts';
-import { initProcessGroup } from '../src/rendezvous.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { CollectiveMismatchError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../src/errors.ts';
-import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../src/framing.ts';
+import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../src/c10d/framing.ts';
 import { tokenFor, uniqueSession, withServer } from './helpers.ts';
-import { MemoryNetwork } from './memory_link.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -1,6 +1,6 @@
 /** The shared tick behind heartbeats and liveness frames (Node: a plain interval under the same sharing). */
 import { describe, expect, it } from 'vitest';
-import { TickGap, startTicker, yieldToEventLoop } from '../src/ticker.ts';
+import { TickGap, startTicker, yieldToEventLoop } from '../src/runtime/ticker.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -13,7 +13,7 @@ import { WebSocket } from 'ws';
 import { ServerStartError, startServer, PROJECT_ROOT, type RunningServer } from '../signaling/server.ts';
 import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTlsFiles, spkiSha256, tlsFromEnv, trustLines } from '../signaling/tls.ts';
 import { trustArgs } from '../launcher/browser.ts';
-import { StoreClient } from '../src/store.ts';
+import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
 import { connect, rawRequest, testCertificate, tokenFor, uniqueSession, withServer } from './helpers.ts';
 

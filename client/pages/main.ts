@@ -3,7 +3,7 @@
  * launcher's headless ranks do); without a session it offers to create one.
  */
 import { RendezvousHandler } from '../../src/index.ts';
-import { StoreClient } from '../../src/store.ts';
+import { StoreClient } from '../../src/c10d/store.ts';
 import { UnauthorizedError } from '../../src/errors.ts';
 import { report } from '../report.ts';
 import { pageAdminSecret, pageToken } from '../page_token.ts';

@@ -3,7 +3,7 @@
  * (webgpu -> webgl -> cpu) with the reason when it cannot start.
  */
 import '@tensorflow/tfjs-backend-webgpu';
-import '../../src/wasm_paths.ts';
+import '../../src/runtime/wasm_paths.ts';
 import { startBackend } from '../../src/index.ts';
 import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from '../webgpu.ts';

@@ -17,7 +17,7 @@ import {
   type Json,
   type ProcessGroup,
 } from '../../src/index.ts';
-import { encodeValue } from '../../src/protocol.ts';
+import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
 import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';

@@ -16,7 +16,7 @@ import {
   type RendezvousEvent,
   type StoreClient,
 } from '../../src/index.ts';
-import { yieldToEventLoop } from '../../src/ticker.ts';
+import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
 import { selectBackend, type BackendChoice } from './backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import type { TrainConfig } from '../../src/jobs/train_config.ts';

@@ -7,8 +7,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
-import { flatTrainableWeights } from '../../src/replicas.ts';
-import { encodeValue } from '../../src/protocol.ts';
+import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
+import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';

@@ -8,8 +8,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { buildModel, classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
-import { flatTrainableWeights } from '../../src/replicas.ts';
-import { encodeValue } from '../../src/protocol.ts';
+import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
+import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';

@@ -4,7 +4,7 @@
  * checked by the same parser the page runs on the link, so the form cannot accept a value the
  * page would refuse, nor refuse one it would accept.
  */
-import { SESSION_NAME } from '../../src/protocol.ts';
+import { SESSION_NAME } from '../../src/c10d/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
 import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../../src/jobs/train_config.ts';
 

@@ -11,8 +11,8 @@
  * Strategies (DDP in `runner.ts`, pipelines, parameter servers) say only what a round is and
  * what a failure means for them; the rounds themselves are this loop's.
  */
-import type { ProcessGroupEvent } from '../process_group.ts';
-import type { RendezvousHandler, Round } from '../rendezvous.ts';
+import type { ProcessGroupEvent } from '../c10d/process_group.ts';
+import type { RendezvousHandler, Round } from './rendezvous.ts';
 
 /** What a round that did not end the run asks for: admit the members waiting. */
 export const REGROUP: unique symbol = Symbol('regroup');

@@ -3,7 +3,7 @@
  * loop of the library (runElastic, runPipeline) walks through between its votes.
  */
 import { DistributedSampler } from '../sampler.ts';
-import type { Progress } from '../state_dict.ts';
+import type { Progress } from '../checkpoint/state_dict.ts';
 
 export interface EpochPlan {
   /** This sampler rank's samples for the rest of the epoch, padding included. */

@@ -16,13 +16,13 @@
  * `meta.commHook` (every one saved before) has no hook state and loads as before.
  */
 import type * as tf from '@tensorflow/tfjs';
-import { CheckpointCorruptError, type WeightSpec } from '../checkpoint_format.ts';
-import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint.ts';
+import { CheckpointCorruptError, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
+import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint/checkpoint.ts';
 import { StateTransferError } from '../errors.ts';
-import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../comm_hooks/serialize.ts';
-import type { CommHookState } from '../comm_hooks/types.ts';
-import type { ProcessGroup } from '../process_group.ts';
-import type { Json, Progress, TensorBundle, TrainState, TrainStateDict } from '../state_dict.ts';
+import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../parallel/comm_hooks/serialize.ts';
+import type { CommHookState } from '../parallel/comm_hooks/types.ts';
+import type { ProcessGroup } from '../c10d/process_group.ts';
+import type { Json, Progress, TensorBundle, TrainState, TrainStateDict } from '../checkpoint/state_dict.ts';
 
 /** The run's own record, replicated with the state: a rank that joins late reports the same. */
 export interface RunRecord {

@@ -43,16 +43,16 @@
  * since the last averaging are lost. A run that ends between averagings averages once more at
  * its end, so that every rank ends with the same model.
  */
-import { DistributedDataParallel } from '../ddp.ts';
-import { allreduceHook } from '../comm_hooks/default_hooks.ts';
-import { PeriodicModelAverager } from '../comm_hooks/local_sgd.ts';
-import type { CommHook } from '../comm_hooks/types.ts';
-import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../device.ts';
+import { DistributedDataParallel } from '../parallel/ddp.ts';
+import { allreduceHook } from '../parallel/comm_hooks/default_hooks.ts';
+import { PeriodicModelAverager } from '../parallel/comm_hooks/local_sgd.ts';
+import type { CommHook } from '../parallel/comm_hooks/types.ts';
+import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../runtime/device.ts';
 import { DeviceLostError, isRecoverable } from '../errors.ts';
-import type { ProcessGroup } from '../process_group.ts';
-import { verifyReplicas } from '../replicas.ts';
-import { RendezvousHandler, type RendezvousEvent, type Round } from '../rendezvous.ts';
-import type { TrainState } from '../state_dict.ts';
+import type { ProcessGroup } from '../c10d/process_group.ts';
+import { verifyReplicas } from '../parallel/replicas.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvous.ts';
+import type { TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';

@@ -3,13 +3,13 @@
  * round get, its result; and the check of the options, before anything joins.
  */
 import type * as tf from '@tensorflow/tfjs';
-import type { CommHook } from '../comm_hooks/types.ts';
-import type { PeriodicModelAveragerOptions } from '../comm_hooks/local_sgd.ts';
-import type { DistributedDataParallel, DDPOptions } from '../ddp.ts';
+import type { CommHook } from '../parallel/comm_hooks/types.ts';
+import type { PeriodicModelAveragerOptions } from '../parallel/comm_hooks/local_sgd.ts';
+import type { DistributedDataParallel, DDPOptions } from '../parallel/ddp.ts';
 import type { DeviceLostError } from '../errors.ts';
-import type { ProcessGroup } from '../process_group.ts';
-import type { RendezvousEvent, RendezvousOptions } from '../rendezvous.ts';
-import type { Json, TrainState } from '../state_dict.ts';
+import type { ProcessGroup } from '../c10d/process_group.ts';
+import type { RendezvousEvent, RendezvousOptions } from './rendezvous.ts';
+import type { Json, TrainState } from '../checkpoint/state_dict.ts';
 import type { ElasticEvent } from './events.ts';
 import type { StepMetrics } from './vote.ts';
 

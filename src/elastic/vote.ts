@@ -2,7 +2,7 @@
  * The step-boundary vote of elastic runs: one small all-gather that carries each rank's stop and
  * join wishes with its metrics for the step, so that every rank decides the same thing.
  */
-import type { ProcessGroup } from '../process_group.ts';
+import type { ProcessGroup } from '../c10d/process_group.ts';
 
 /** A rank's figures for one step, by name; every rank must return the same names. */
 export type StepMetrics = Record<string, number>;

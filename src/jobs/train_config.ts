@@ -3,7 +3,7 @@
  * rule. The page's URL is parsed with it, the create form is built from it, and the dashboard
  * and the trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
-import { formatSlow, parseSlow, StragglerSpecError } from '../straggler.ts';
+import { formatSlow, parseSlow, StragglerSpecError } from '../runtime/straggler.ts';
 import { Adam, SGD, type HostOptimizer } from '../optim.ts';
 
 export const MODELS = ['mlp', 'cnn'] as const;
@@ -121,7 +121,7 @@ export interface TrainConfig {
   stalenessLr: boolean;
   /**
    * Stragglers on demand (the launcher's --slow RANK:FACTOR): rank -> factor. That rank waits
-   * (factor - 1) x its own compute each step, after the compute (src/straggler.ts). The rank is the
+   * (factor - 1) x its own compute each step, after the compute (src/runtime/straggler.ts). The rank is the
    * one in the current round, which can change between rounds of an elastic run. null: none.
    */
   slow: Record<number, number> | null;
@@ -311,7 +311,7 @@ export const TRAIN_OPTIONS: readonly OptionSpec[] = [
     name: 'microBatches',
     label: 'Micro-batches',
     hint: 'Each batch is cut into this many micro-batches that flow through the pipeline one after another.',
-    // A stage sends a step's micro-batches before the next takes any: see MAX_MICRO_BATCHES in src/pipeline/stage.ts.
+    // A stage sends a step's micro-batches before the next takes any: see MAX_MICRO_BATCHES in src/parallel/pipeline/stage.ts.
     kind: int(1, 64),
     inForm: false,
     defaultValue: (p) => ((p.pp as number) > 1 ? 4 : 1),

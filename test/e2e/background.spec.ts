@@ -5,10 +5,10 @@
  * The speed comparison is a benchmark (npm run bench:background), not a timed test.
  */
 import { readFileSync, readdirSync } from 'node:fs';
-import type { Report } from '../../src/job_report.ts';
+import type { Report } from '../../src/jobs/job_report.ts';
 import { launch } from '../../launcher/run.ts';
 import { tabsDriver } from '../../launcher/tabs.ts';
-import { withToken } from '../../src/session_token.ts';
+import { withToken } from '../../src/c10d/session_token.ts';
 import { tokenFor } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

@@ -4,7 +4,7 @@
  * the console. Screenshots go to /tmp/badlinks/ to be looked at.
  */
 import { mkdir } from 'node:fs/promises';
-import { withToken } from '../../src/session_token.ts';
+import { withToken } from '../../src/c10d/session_token.ts';
 import { tokenFor } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

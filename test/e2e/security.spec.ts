@@ -10,8 +10,8 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
-import { StoreClient } from '../../src/store.ts';
-import { newSessionToken, withToken } from '../../src/session_token.ts';
+import { StoreClient } from '../../src/c10d/store.ts';
+import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
 import { tokenFor } from '../helpers.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

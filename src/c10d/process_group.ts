@@ -1,0 +1,697 @@
+/**
+ * The process group: the collectives over WebRTC peer links (what NCCL or Gloo is to
+ * torch.distributed). Groups are made by rendezvous (`initProcessGroup`, `RendezvousHandler` in
+ * rendezvous.ts); this module runs collectives in one.
+ *
+ * Contract, as in c10d: a group is a fixed set of ranks. When a member is lost, every pending and
+ * later collective fails with an error naming it; recovering means making a new group (a new
+ * rendezvous round).
+ *
+ * Collectives are matched across ranks by sequence number: each call takes the next number, and
+ * every frame carries it with the collective's descriptor (kind, op, element count, root), so
+ * ranks that issue different collectives get a CollectiveMismatchError instead of a hang.
+ *
+ * Subgroups (`newGroup`, torch's `dist.new_group`) run over the top-level group's links: each
+ * frame carries its group's id, and each group has its own mailbox, sequence numbers and store
+ * prefix, so the top-level group and its subgroups run collectives at the same time without
+ * mixing. Failure is all-or-nothing: whatever fails one group of a rank fails all of them.
+ *
+ * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
+ * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
+ * algorithms), framing.ts (the frames).
+ */
+import { DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError, type RankStalledError } from '../errors.ts';
+import { Collective, DEFAULT_FRAME_BYTES, FrameKind, MAX_FRAME_BYTES, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
+import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
+import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from '../transport/mailbox.ts';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from '../transport/peer_link.ts';
+import type { SignalEvent } from './protocol.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, type WireDtype } from '../half.ts';
+import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
+import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
+import { PrefixStore, type Store, type StoreClient } from './store.ts';
+
+/** See `LinkOptions.stallTimeoutMs`. */
+export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
+
+export type { ReduceOpName } from './framing.ts';
+export type { WireDtype } from '../half.ts';
+
+/** How `allReduce` moves its values. */
+export interface AllReduceOptions {
+  /**
+   * What the values travel as (default float32). `float16` or `bfloat16` halve the bytes: each
+   * hop of the reduce-scatter sends its partial sums as 16-bit values and the receiver adds them
+   * in float32; each segment's owner encodes its final float32 reduction once and the all-gather
+   * carries those 16-bit values, so the result is rounded to the wire's precision and every
+   * rank ends with the same bits (on a world of one too: the values are rounded, as the wire
+   * would). Every rank must pass the same wire: a mismatch is a CollectiveMismatchError.
+   */
+  wire?: WireDtype;
+}
+export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
+export type { ProcessGroupEvent } from '../transport/shared_links.ts';
+/** How a group's links behave: the options every way of making a group takes. */
+/** LinkOptions.peerTimeoutMs's default. */
+export const DEFAULT_PEER_TIMEOUT_MS = 120_000;
+
+export interface LinkOptions {
+  /**
+   * ICE servers for WebRTC. Default: the ones the server hands out with `hello` (a TURN relay it
+   * mints credentials for, see docs/deployment.md, “Across machines”), else none: host candidates only.
+   */
+  iceServers?: RTCIceServer[];
+  /**
+   * How long a live peer (its liveness frames arrive) may send nothing of a message a collective
+   * or a receive waits for. Default 120 s: a slow device compiling kernels for a new batch shape
+   * (a phone, a software GPU), or a pipeline stage waiting for a whole pass, is silent that long.
+   * A closed, frozen or paused peer is found by `stallTimeoutMs` instead.
+   */
+peerTimeoutMs?: number;
+  /**
+   * A peer whose link is open but that sends nothing at all, not even the liveness frame every
+   * rank sends each link every second, for this long while a collective waits on it, is lost
+   * (PeerLostError, "stalled"): a paused or frozen page is found in seconds, while a busy one is
+   * only bounded by `peerTimeoutMs`. The same bound applies to this rank itself: when its own page
+   * did not run for longer (frozen, asleep, paused in a debugger, a script blocking it), its
+   * peers have given up on it, so its group fails with RankStalledError as soon as it runs again.
+   * Default 10 s.
+   */
+  stallTimeoutMs?: number;
+  /** How long opening a WebRTC link may take. Default 30 s. */
+  linkTimeoutMs?: number;
+  /** Largest data-channel message, header included. Default 32 KiB; at most 256 KiB (Chromium's limit). */
+  maxFrameBytes?: number;
+  /** Send-queue high-water mark per link. Default 4 MiB. */
+  highWaterMark?: number;
+  /**
+   * Credit window per link: bytes a rank may have sent on a link that the peer's page has not
+   * acknowledged taking (see `CreditWindow`). Keeps the network's queues short, so that both
+   * directions of a link run at its rate; caps one link at `linkWindowBytes` per round trip.
+   * Default 128 KiB; 0 turns flow control off.
+   */
+  linkWindowBytes?: number;
+  /**
+   * How many sequence numbers past the last one this rank issued a peer's frame may be, and still
+   * be kept for later; a frame further ahead fails the group with a FramingError. Default 64
+   * (DDP keeps one all-reduce per bucket in flight; a broadcast's source or a sender runs ahead).
+   */
+  maxSeqAhead?: number;
+  /** Bytes of frames one peer may have waiting for receives this rank has not posted yet, in each group (a subgroup has a bound of its own). Default 256 MiB. */
+  maxBufferedBytes?: number;
+  /** Replace the WebRTC link (tests, other transports). */
+  linkFactory?: PeerLinkFactory;
+}
+
+/** What the rendezvous hands a new group. */
+export interface GroupInit extends LinkOptions {
+  client: StoreClient;
+  rank: number;
+  worldSize: number;
+  /** The rendezvous round this group is (peer-left events of other rounds are not about it). */
+  round: number;
+  /** Names this group's links and store keys apart from every other group's. */
+  groupKey: string;
+  /** Default timeout of barriers. */
+  timeoutMs: number;
+  /** Signals for this group that arrived before it existed. */
+  early?: SignalEvent[];
+  /** This rank found its own page was paused past the stall bound (the group has failed with `err`). */
+  onStalled?(err: RankStalledError): void;
+}
+
+
+/** How `newGroup` makes a subgroup. Internal: users call `newGroup`. */
+export interface SubgroupSpec {
+  parent: ProcessGroup;
+  id: number;
+  /** The members' top-level ranks, sorted. */
+  ranks: readonly number[];
+}
+
+export class ProcessGroup {
+  /** This rank in this group (in a subgroup: its index in `ranks`). */
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly round: number;
+  /** The server instance the group was formed on (it changes when the server restarts; round numbers start again). */
+  readonly instance: string;
+  /** The session's store, with keys scoped to this group (torch gives each group a PrefixStore; a subgroup's is under its parent's). */
+  readonly store: Store;
+  /**
+   * The members' ranks in the top-level group (the rendezvous round's ranks), in the order of
+   * their ranks in this group: this group's rank i is top-level rank `ranks[i]`. For the
+   * top-level group, [0, 1, ..., worldSize - 1].
+   */
+  readonly ranks: readonly number[];
+  /** 0 for the top-level group; subgroups are numbered 1, 2, ... in the order `newGroup` made them. */
+  readonly groupId: number;
+  /** The links, liveness and frame routing every group of this rank shares. */
+  private readonly shared: SharedLinks;
+  /** The options this group was made with; its subgroups take the same. */
+  private readonly init: GroupInit;
+  private readonly members: ReadonlySet<number>;
+  /** " in subgroup 1 [1, 3]", for messages; empty for the top-level group. */
+  private readonly label: string;
+  private seq = 0;
+  private barrierCount = 0;
+  /** Point-to-point sequence numbers, by peer (top-level rank). */
+  private readonly sendSeq = new Map<number, number>();
+  private readonly recvSeq = new Map<number, number>();
+  private readonly abortedSeqs = new Map<number, Error>();
+  private readonly mailbox: Mailbox;
+  private broken: Error | undefined;
+  /** Rejects with the reason once the group breaks; lets store waits fail fast too. */
+  private readonly whenBroken: Promise<never>;
+  private rejectBroken!: (err: Error) => void;
+  private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
+  private readonly maxFrameBytes: number;
+  /** Bytes of this group's collective and point-to-point frames this rank sent (see `bytesSent`). */
+  private sentBytes = 0;
+  private readonly maxSeqAhead: number;
+  private readonly timeoutMs: number;
+
+  /** Made by the rendezvous (`initProcessGroup`); subgroups by `newGroup` (`sub` is internal). */
+  constructor(init: GroupInit, sub?: SubgroupSpec) {
+    this.init = { ...init, early: undefined };
+    this.round = init.round;
+    this.instance = init.client.instance;
+    this.timeoutMs = init.timeoutMs;
+    this.maxFrameBytes = Math.min(init.maxFrameBytes ?? DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES);
+    const peerTimeoutMs = init.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
+    this.maxSeqAhead = positiveInt(init.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead');
+    const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
+    const maxBufferedBytes = positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes');
+    if (sub) {
+      this.shared = sub.parent.shared;
+      this.groupId = sub.id;
+      this.ranks = Object.freeze([...sub.ranks]);
+      this.rank = this.ranks.indexOf(this.shared.rank);
+      this.worldSize = this.ranks.length;
+      this.store = new PrefixStore(`sub${sub.id}`, sub.parent.store);
+      this.label = ` in subgroup ${sub.id} [${this.ranks.join(', ')}]`;
+    } else {
+      this.shared = new SharedLinks({
+        client: init.client,
+        rank: init.rank,
+        round: init.round,
+        groupKey: init.groupKey,
+        linkFactory: init.linkFactory,
+        iceServers: init.iceServers ?? [],
+        highWaterMark: init.highWaterMark ?? DEFAULT_HIGH_WATER_MARK,
+        windowBytes: init.linkWindowBytes ?? DEFAULT_WINDOW_BYTES,
+        peerTimeoutMs,
+        stallTimeoutMs,
+        linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
+        early: init.early,
+        onStalled: init.onStalled,
+      });
+      this.groupId = 0;
+      this.ranks = Object.freeze(Array.from({ length: init.worldSize }, (_, r) => r));
+      this.rank = init.rank;
+      this.worldSize = init.worldSize;
+      this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
+      this.label = '';
+    }
+    this.members = new Set(this.ranks);
+    this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
+    this.whenBroken.catch(() => {});
+    this.mailbox = new Mailbox(
+      this.shared.rank,
+      peerTimeoutMs,
+      (peer, reason) => this.shared.markLost(peer, reason),
+      {
+        maxSeqAhead: this.maxSeqAhead,
+        // An all-reduce numbers its messages 0 .. 2(n-1)-1; other collectives use 0 only.
+        maxStep: Math.max(1, 2 * (this.worldSize - 1)),
+        maxBufferedBytes,
+      },
+      (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
+      this.label,
+      this.shared.heldBytes,
+    );
+    this.shared.register(this.routed());
+  }
+
+  /**
+   * Link states and lost peers, for dashboards and logs. Peers are named by their top-level
+   * ranks; a subgroup tells of its members' links, and of any lost rank (that fails every group).
+   */
+  on(listener: (e: ProcessGroupEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** The open or opening links (to this group's members), with their byte counters. */
+  linkStats(): LinkStats[] {
+    return this.shared.links.stats().filter((s) => this.members.has(s.peer));
+  }
+
+  /**
+   * `linkStats()` plus each open link's network path: the selected ICE candidate pair's types
+   * (host, srflx, prflx, relay), its round-trip time and the bytes per second on the wire since
+   * the previous call (from `RTCPeerConnection.getStats()`). Asynchronous and not free: poll it
+   * every second or two, not per step. A link whose stats take longer than `timeoutMs` gets `path: null`.
+   */
+  async linkDetails(timeoutMs = 2_000): Promise<LinkDetails[]> {
+    return (await this.shared.links.details(timeoutMs)).filter((d) => this.members.has(d.peer));
+  }
+
+  /**
+   * Bytes this rank has sent for this group's collectives and point-to-point messages since the
+   * group was made: every frame, its 36-byte header included, counted as it is handed to the
+   * link. Not counted: the links' own traffic (liveness frames, flow-control credits), abort
+   * notices, and other groups' frames (a subgroup counts its own). A difference of two readings
+   * is what the collectives in between sent (DDP's `commBytes`).
+   */
+  bytesSent(): number {
+    return this.sentBytes;
+  }
+
+  /** Why the group can no longer run collectives, if it cannot. */
+  get error(): Error | undefined {
+    return this.broken;
+  }
+
+  /** Resolves like `p`, or rejects as soon as the group breaks (for store waits on other ranks). */
+  failFast<T>(p: Promise<T>): Promise<T> {
+    return Promise.race([p, this.whenBroken]);
+  }
+
+  // --- Subgroups -----------------------------------------------------------------------------------
+
+  /**
+   * Makes a subgroup of the members `ranks` (ranks of this group, in any order), as torch's
+   * `dist.new_group(ranks)`. Every rank of this group must call it for every subgroup, members
+   * or not, in the same order: each call takes the next subgroup id, so ids agree without
+   * messages. The id is taken when newGroup is called, so several calls may also be started
+   * together (`Promise.all`), in the same order everywhere. A member gets the subgroup once every
+   * member has made it (a barrier through the store, bounded by this group's timeout); a
+   * non-member gets null at once.
+   *
+   * In the subgroup, `rank` is this rank's index in the sorted `ranks` and `worldSize` their
+   * count; every collective, send/recv and barrier takes group ranks (src, dst, root), as torch's
+   * group-local ranks do. It runs over this group's links (no new connections), with its own
+   * sequence numbers and store prefix, at the same time as this group and other subgroups.
+   * Whatever fails one group of a rank fails all of them with the same error; destroying a
+   * subgroup only detaches it.
+   *
+   * Throws RangeError for an empty list, duplicates, non-integers or ranks outside 0..worldSize-1;
+   * DistTimeoutError (and breaks the groups) when a member does not make the subgroup in time.
+   * Only the top-level group makes subgroups.
+   */
+  async newGroup(ranks: readonly number[]): Promise<ProcessGroup | null> {
+    if (this.groupId !== 0) {
+      throw new Error(`newGroup was called on subgroup ${this.groupId} [${this.ranks.join(', ')}]: subgroups of subgroups are not supported; call newGroup on the top-level group, with top-level ranks`);
+    }
+    const members = subgroupRanks(ranks, this.worldSize);
+    this.throwIfBroken();
+    const id = this.shared.takeGroupId();
+    if (!members.includes(this.rank)) return null;
+    const sub = new ProcessGroup(this.init, { parent: this, id, ranks: members });
+    await sub.created();
+    return sub;
+  }
+
+  /** The top-level rank of this group's rank `groupRank` (torch's `get_global_rank`). */
+  globalRank(groupRank: number): number {
+    this.checkRank(groupRank, 'groupRank');
+    return this.ranks[groupRank]!;
+  }
+
+  /** This group's rank of top-level rank `globalRank` (torch's `get_group_rank`); RangeError if it is not a member. */
+  groupRank(globalRank: number): number {
+    const r = this.ranks.indexOf(globalRank);
+    if (r < 0) throw new RangeError(`rank ${globalRank} is not a member of ${this.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
+    return r;
+  }
+
+  /** A new subgroup's members meet in the store, so that none sends it frames before all have made it. */
+  private async created(): Promise<void> {
+    const key = 'created';
+    try {
+      await this.track('newGroup', async () => {
+        const arrived = await this.failFast(this.store.add(key, 1));
+        if (arrived === this.worldSize) await this.failFast(this.store.set(`${key}/done`, '1'));
+        await this.failFast(this.store.wait([`${key}/done`], this.timeoutMs));
+      });
+    } catch (err) {
+      let error = err instanceof Error ? err : new Error(String(err));
+      if (error instanceof StoreTimeoutError) {
+        const count = await this.store.add(key, 0).catch(() => '?');
+        error = new DistTimeoutError(
+          `all ${this.worldSize} members of subgroup ${this.groupId} [${this.ranks.join(', ')}] to call newGroup (${count} did; ` +
+            'every rank must call newGroup for every subgroup, in the same order)',
+          this.timeoutMs,
+        );
+      }
+      this.fail(error);
+      throw this.broken ?? error;
+    }
+  }
+
+  // --- Collectives ------------------------------------------------------------------------------
+
+  /**
+   * Reduces `buf` across all ranks in place (ring reduce-scatter + all-gather) and returns it.
+   * `options.wire` sends 16-bit values instead of float32 (see `AllReduceOptions`).
+   */
+  async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
+    const wire = checkWireDtype(options.wire ?? 'float32');
+    const d = { ...this.descriptor(Collective.allReduce, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
+    const out = await this.run(d, buf, async (t) => {
+      const segs = segments(buf.length, this.worldSize);
+      await ringReduceScatter(t, buf, segs, op, wire);
+      await ringAllGather(t, buf, segs, this.worldSize - 1, wire);
+      return buf;
+    });
+    // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
+    if (this.worldSize === 1) roundToWire(wire, buf);
+    return out;
+  }
+
+  /**
+   * The same reduction as a full-mesh exchange (every rank sends its whole buffer to every
+   * other, as DISCO does). For comparison in benchmarks; the ring is the one to use.
+   */
+  async meshAllReduce(buf: Float32Array, op: ReduceOpName = 'sum'): Promise<Float32Array> {
+    return this.run(this.descriptor(Collective.meshAllReduce, buf.length, op), buf, async (t) => {
+      const n = this.worldSize;
+      const parts: Float32Array[] = new Array(n);
+      parts[this.rank] = buf.slice();
+      const peers = Array.from({ length: n }, (_, r) => r).filter((r) => r !== this.rank);
+      await Promise.all([
+        ...peers.map((p) => t.send(p, 0, asBytes(buf))),
+        ...peers.map((p) => t.recv(p, 0, buf.length * 4, copyInto((parts[p] = new Float32Array(buf.length)), 0))),
+      ]);
+      // The same order (rank 0, 1, ...) on every rank gives bit-identical results.
+      buf.set(parts[0]!);
+      const reduce = reducer(op);
+      for (let r = 1; r < n; r++) reduce(buf, parts[r]!, 0, buf.length, 0);
+      if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
+      return buf;
+    });
+  }
+
+  /** Copies `src`'s buffer into `buf` on every rank (pipelined along the ring); `src` is a rank of this group. */
+  async broadcast(buf: Float32Array, src: number): Promise<Float32Array> {
+    this.checkRank(src, 'src');
+    const d: Descriptor = { collective: Collective.broadcast, reduceOp: 0, numel: buf.length, root: src };
+    return this.run(d, buf, async (t) => {
+      await ringBroadcast(t, asBytes(buf), src);
+      return buf;
+    });
+  }
+
+  /** Gathers every rank's `input` (same length everywhere) into one buffer, in rank order. */
+  async allGather(input: Float32Array): Promise<Float32Array> {
+    const n = this.worldSize;
+    const out = new Float32Array(input.length * n);
+    out.set(input, this.rank * input.length);
+    const d: Descriptor = { collective: Collective.allGather, reduceOp: 0, numel: input.length, root: 0 };
+    return this.run(d, out, async (t) => {
+      const blocks = Array.from({ length: n }, (_, i) => ({ start: i * input.length, end: (i + 1) * input.length }));
+      // Rank r starts owning block r: the all-gather half of the ring does the rest.
+      await ringAllGather(t, out, blocks);
+      return out;
+    });
+  }
+
+  /**
+   * Reduces `input` (length worldSize * k) across ranks and returns this rank's block of k
+   * elements (torch's reduce_scatter_tensor). `input` is not modified.
+   */
+  async reduceScatter(input: Float32Array, op: ReduceOpName = 'sum'): Promise<Float32Array> {
+    const n = this.worldSize;
+    if (input.length % n !== 0) {
+      throw new RangeError(`reduceScatter needs a length divisible by the world size ${n}, got ${input.length}`);
+    }
+    const k = input.length / n;
+    const work = input.slice();
+    return this.run(this.descriptor(Collective.reduceScatter, input.length, op), work.subarray(this.rank * k, (this.rank + 1) * k), async (t) => {
+      const blocks = Array.from({ length: n }, (_, i) => ({ start: i * k, end: (i + 1) * k }));
+      await ringReduceScatter(t, work, blocks, op);
+      return work.slice(this.rank * k, (this.rank + 1) * k);
+    });
+  }
+
+  /** Point-to-point: sends `buf` to `dst` (a rank of this group), matched with `dst`'s `recv(_, thisRank)` in order. */
+  async send(buf: Float32Array, dst: number): Promise<void> {
+    this.checkPeer(dst, 'dst');
+    this.throwIfBroken();
+    const t = this.transport(FrameKind.p2p, next(this.sendSeq, this.ranks[dst]!), p2pDescriptor(buf.length));
+    await this.track(`send #${t.seq} to ${this.who(dst)}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
+  }
+
+  /** Point-to-point: fills `buf` with the next message from `src` (a rank of this group); lengths must agree. */
+  async recv(buf: Float32Array, src: number): Promise<Float32Array> {
+    this.checkPeer(src, 'src');
+    this.throwIfBroken();
+    const t = this.transport(FrameKind.p2p, next(this.recvSeq, this.ranks[src]!), p2pDescriptor(buf.length));
+    await this.track(`recv #${t.seq} from ${this.who(src)}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
+    return buf;
+  }
+
+  /**
+   * Blocks until every rank has called barrier() the same number of times (through the store).
+   * Fails at once, naming the rank, if a member is lost while waiting.
+   */
+  async barrier(timeoutMs = this.timeoutMs): Promise<void> {
+    this.throwIfBroken();
+    const n = ++this.barrierCount;
+    return this.track(`barrier #${n}`, () => this.barrierWait(n, timeoutMs));
+  }
+
+  private async barrierWait(n: number, timeoutMs: number): Promise<void> {
+    const key = `barrier/${n}`;
+    const arrived = await this.store.add(key, 1);
+    if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
+    try {
+      await Promise.race([
+        this.store.wait([`${key}/done`], timeoutMs),
+        // A member lost after everyone arrived (e.g. one that passed first and left) is fine.
+        this.whenBroken.catch(async (err: Error) => {
+          if (!(await this.store.check([`${key}/done`]))) throw err;
+        }),
+      ]);
+    } catch (err) {
+      if (!(err instanceof StoreTimeoutError)) throw err;
+      const count = await this.store.add(key, 0);
+      throw new DistTimeoutError(`all ${this.worldSize} ranks${this.label} to reach barrier #${n} (${count} arrived)`, timeoutMs);
+    }
+  }
+
+  /**
+   * Breaks the group from outside (e.g. a new round replaced it): pending calls reject with `err`.
+   * As any failure, it breaks every group of this rank: the top-level group and its subgroups.
+   */
+  abort(err: Error): void {
+    this.fail(err);
+  }
+
+  /**
+   * Closes every peer link and, if `closeStore`, the store connection (torch's
+   * destroy_process_group); the subgroups fail with the same error. A subgroup's destroy only
+   * detaches it: its pending calls reject with GroupClosedError, the links and the store
+   * connection (which it shares with the top-level group) stay open, and `closeStore` is ignored.
+   */
+  destroy(closeStore = true): void {
+    if (this.groupId === 0) return this.shared.destroy(closeStore);
+    this.breakWith(new GroupClosedError(`${this.describe()} was destroyed`));
+    this.shared.retire(this.groupId);
+  }
+
+  // --- Running a collective ----------------------------------------------------------------------
+
+  private descriptor(collective: Collective, numel: number, op: ReduceOpName): Descriptor {
+    if (!(op in ReduceOp)) throw new RangeError(`unknown reduce op ${JSON.stringify(op)}; use sum, avg, max or min`);
+    return { collective, reduceOp: ReduceOp[op], numel, root: 0 };
+  }
+
+  /** Takes the next sequence number and runs `body`, except on a world of one. */
+  private async run<T>(d: Descriptor, single: T, body: (t: RingTransport) => Promise<T>): Promise<T> {
+    this.throwIfBroken();
+    const seq = ++this.seq;
+    // One rank: nothing to exchange. avg of one value is the value.
+    if (this.worldSize === 1) return single;
+    const t = this.transport(FrameKind.collective, seq, d);
+    return this.track(`${describeCollective(d)} #${seq}`, () => this.guard(seq, () => body(t), true));
+  }
+
+  /**
+   * Messages of one collective (or one point-to-point transfer), for the ring algorithms. The
+   * algorithms see this group's ranks; the links and the mailbox, top-level ranks.
+   */
+  private transport(kind: FrameKind, seq: number, d: Descriptor): RingTransport & { seq: number } {
+    const group = this.groupId;
+    return {
+      seq,
+      rank: this.rank,
+      worldSize: this.worldSize,
+      send: async (peer, step, bytes) => {
+        const link = await this.shared.links.get(this.ranks[peer]!);
+        for (const frame of frames(bytes, { kind, group, seq, step, ...d }, this.maxFrameBytes)) {
+          this.throwIfBroken();
+          this.sentBytes += frame.length;
+          // A send waiting for the queue to drain stops as soon as the group breaks.
+          await this.failFast(link.send(frame));
+        }
+      },
+      // Make sure the link exists while waiting: the other side may be the one to open it.
+      recv: (peer, step, bytes, onChunk) => {
+        const from = this.ranks[peer]!;
+        return this.mailbox.receive(from, kind, seq, step, d, bytes, onChunk, this.shared.links.get(from));
+      },
+      forward: async (peer) => {
+        const link = await this.shared.links.get(this.ranks[peer]!);
+        return (frame) => {
+          this.sentBytes += frame.length;
+          return link.send(frame);
+        };
+      },
+    };
+  }
+
+  /** Runs one collective's exchange; on failure tells the other ranks so none waits forever. */
+  private async guard<T>(seq: number, body: () => Promise<T>, collective: boolean): Promise<T> {
+    const early = collective ? this.abortedSeqs.get(seq) : undefined;
+    if (early) throw early;
+    try {
+      return await body();
+    } catch (err) {
+      const error = err instanceof Error ? err : new Error(String(err));
+      if (collective) this.abortCollective(seq, error);
+      this.fail(error);
+      // Once broken, every pending and later call fails with the first reason (the lost rank),
+      // not with what closing the group did to its links afterwards.
+      throw this.broken ?? error;
+    }
+  }
+
+  /** Tells this group's other members that collective `seq` failed here. */
+  private abortCollective(seq: number, err: Error): void {
+    if (this.abortedSeqs.has(seq)) return;
+    this.abortedSeqs.set(seq, err);
+    const frame = encodeAbortNotice(seq, err, this.shared.rank, this.groupId);
+    for (const link of this.shared.open((r) => this.members.has(r))) link.send(frame).catch(() => {});
+  }
+
+  /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
+  private onFrame(from: number, frame: Uint8Array, h: FrameHeader): void {
+    if (h.kind !== FrameKind.abort) {
+      // A broken group posts no more receives: data arriving now could only pile up.
+      if (!this.broken) this.mailbox.put(from, frame, h);
+      return;
+    }
+    if (this.abortedSeqs.has(h.seq)) return;
+    // Only collectives this rank issued, or a peer could have issued ahead of it, can be
+    // aborted: the window bounds the notices kept and forwarded.
+    if (h.seq < 1 || h.seq > this.seq + this.maxSeqAhead) {
+      throw new FramingError(`abort notice for collective #${h.seq}${this.label} is outside the window of ${this.maxSeqAhead} past #${this.seq}, the last this rank issued`, from, 'seq');
+    }
+    const err = decodeAbortNotice(from, h, frame);
+    // Forward, so ranks that are not neighbours of the origin hear of it too.
+    this.abortCollective(h.seq, err);
+    // A lost rank told by a peer (or by itself, leaving) is a lost rank here too.
+    if (err instanceof PeerLostError) this.shared.markLost(err.rank, err.reason);
+    else this.fail(err);
+  }
+
+  /** This group as the shared links route to it. */
+  private routed(): RoutedGroup {
+    return {
+      id: this.groupId,
+      ranks: this.ranks,
+      has: (rank) => this.members.has(rank),
+      deliver: (from, frame, h) => this.onFrame(from, frame, h),
+      heard: (from) => this.mailbox.heard(from),
+      checkStalls: (stallMs) => this.mailbox.checkStalls(stallMs),
+      broke: (err) => this.breakWith(err),
+      emit: (e) => {
+        if (e.type === 'link' && !this.members.has(e.peer)) return;
+        for (const l of this.listeners) l(e);
+      },
+      lastSeq: () => this.seq,
+    };
+  }
+
+  // --- Failure -------------------------------------------------------------------------------------
+
+  /** A failure in this group fails every group of the rank (see SharedLinks.fail); a destroyed subgroup's do not. */
+  private fail(err: Error): void {
+    if (this.broken) return;
+    this.shared.fail(err);
+  }
+
+  /** Every pending receive rejects with `err`, and so does every later call. */
+  private breakWith(err: Error): void {
+    if (this.broken) return;
+    this.broken = err;
+    this.rejectBroken(err);
+    this.mailbox.failAll(err);
+  }
+
+  /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
+  private track<T>(what: string, body: () => Promise<T>): Promise<T> {
+    return this.shared.track(`${what}${this.label}`, body);
+  }
+
+  private throwIfBroken(): void {
+    if (this.broken) throw this.broken;
+  }
+
+  private describe(): string {
+    return this.groupId === 0 ? 'the top-level group' : `subgroup ${this.groupId} [${this.ranks.join(', ')}]`;
+  }
+
+  /** This group's rank `r` in words: "rank 3 (rank 1 of subgroup 2 [1, 3])" in a subgroup. */
+  private who(r: number): string {
+    return this.groupId === 0 ? `rank ${r}` : `rank ${this.ranks[r]} (rank ${r} of ${this.describe()})`;
+  }
+
+  private checkRank(r: number, what: string): void {
+    if (!Number.isInteger(r) || r < 0 || r >= this.worldSize) {
+      const of = this.groupId === 0 ? '' : ` of ${this.describe()} (group ranks, not top-level ranks)`;
+      throw new RangeError(`${what} must be a rank${of} in 0..${this.worldSize - 1}, got ${r}`);
+    }
+  }
+
+  private checkPeer(r: number, what: string): void {
+    this.checkRank(r, what);
+    if (r === this.rank) throw new RangeError(`${what} must be another rank, got this rank's own (${r})`);
+  }
+}
+
+/**
+ * The members of a new subgroup, sorted. Throws a RangeError saying what is wrong with `ranks`
+ * and what is allowed: an empty list, a non-integer, a rank outside 0..worldSize-1, a duplicate.
+ */
+export function subgroupRanks(ranks: readonly number[], worldSize: number): number[] {
+  const allowed = `ranks of the group, integers in 0..${worldSize - 1}, each at most once`;
+  if (!Array.isArray(ranks)) throw new RangeError(`newGroup takes an array of ${allowed}; got ${String(ranks)}`);
+  if (ranks.length === 0) throw new RangeError(`newGroup needs at least one rank; the list is empty (allowed: ${allowed})`);
+  for (const [i, r] of ranks.entries()) {
+    if (!Number.isInteger(r)) throw new RangeError(`newGroup got ${JSON.stringify(r) ?? String(r)} at index ${i}, not an integer (allowed: ${allowed})`);
+    if (r < 0 || r >= worldSize) throw new RangeError(`newGroup got rank ${r} at index ${i}, outside 0..${worldSize - 1} (allowed: ${allowed})`);
+  }
+  const sorted = [...ranks].sort((a, b) => a - b);
+  for (let i = 1; i < sorted.length; i++) {
+    if (sorted[i] === sorted[i - 1]) throw new RangeError(`newGroup got rank ${sorted[i]} more than once in [${ranks.join(', ')}] (allowed: ${allowed})`);
+  }
+  return sorted;
+}
+
+function positiveInt(v: number, name: string): number {
+  if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  return v;
+}
+
+function p2pDescriptor(numel: number): Descriptor {
+  return { collective: Collective.p2p, reduceOp: 0, numel, root: 0 };
+}
+
+function next(counters: Map<number, number>, peer: number): number {
+  const n = (counters.get(peer) ?? 0) + 1;
+  counters.set(peer, n);
+  return n;
+}

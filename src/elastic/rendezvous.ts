@@ -1,0 +1,463 @@
+/**
+ * Rendezvous: how ranks find each other and get a process group.
+ *
+ * - `initProcessGroup` (torch's init_process_group, src/c10d/init_process_group.ts): join a
+ *   group of a fixed world size and resolve once all of it is there.
+ * - `RendezvousHandler` (torch elastic's rendezvous handler): join a group of min..max members
+ *   and follow it through rounds; each round is a fixed set of ranks with its own ProcessGroup.
+ *   A member lost or arriving makes a new round. It reports how many members wait for the next
+ *   round (num nodes waiting) and, when asked to, rejoins after the server went away or evicted
+ *   this member.
+ *
+ * Both are one code path: a fixed world size N is the range N..N. When the run ends, a rank
+ * closes the rendezvous (`closeRendezvous`, torch's set_closed): a member still waiting for a
+ * rank, or arriving later, then fails at once with RendezvousClosedError instead of waiting out
+ * its timeout for a group that will never train again.
+ */
+import { DistTimeoutError, GroupClosedError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../errors.ts';
+import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
+import { loadSimplePeer } from '../transport/peer_link.ts';
+import { ProcessGroup, type LinkOptions } from '../c10d/process_group.ts';
+import { CloseCode, rendezvousClosedMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
+import { StoreClient } from '../c10d/store.ts';
+
+export interface RendezvousOptions extends LinkOptions {
+  /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
+  url: string;
+  session: string;
+  /** The session's secret (`newSessionToken()`, a share link's `#token=...`). */
+  token: string;
+  /** The session's host secret, if this member is its host (kept when the handler rejoins). See StoreClientOptions.host. */
+  host?: string;
+  /** The fewest ranks a round may have; below it the group pauses. (The session's host may change it.) */
+  min: number;
+  /** The most ranks; members beyond it are refused (SESSION_FULL), unless they `spectate`. */
+  max: number;
+  /** Ask for this rank (fixed world sizes, min = max, only). */
+  rank?: number;
+  /**
+   * When the group is full, wait as a spectator (a 'spectating' event, no process group) instead
+   * of failing with SESSION_FULL; `nextRendezvous` resolves once a rank comes free for it.
+   */
+  spectate?: boolean;
+  /** How long waiting for a round may take, and the default for blocking store calls. Default 300 s. */
+  timeoutMs?: number;
+  /** How often to tell the server this member is alive. Default 1 s. */
+  heartbeatIntervalMs?: number;
+  /**
+   * Rejoin, with backoff, after the server went away or evicted this member, after this member
+   * found its page was paused past `stallTimeoutMs`, and when its page comes back from the
+   * back/forward cache. Default false.
+   */
+  reconnect?: boolean;
+  /** How long to keep trying to rejoin. Default 10 min. */
+  reconnectTimeoutMs?: number;
+  /**
+   * After a round failed on this member with nobody gone (see `roundFailed`), how long to wait
+   * for the server to form a round by itself before asking it to. Longer than the server takes
+   * to evict a frozen member (its heartbeat timeout, 5 s by default), so that the new round is
+   * formed without it. Default 6 s.
+   */
+  failedRoundGraceMs?: number;
+  /** Use this open connection for the first rendezvous instead of opening one. */
+  store?: StoreClient;
+}
+
+/** One round this member takes part in. */
+export interface Round {
+  /** Counts the rounds this handler has seen (server round numbers restart with the server). */
+  id: number;
+  /** The server's round number. */
+  round: number;
+  /** Names the round's group apart from every other (server instance and round). */
+  key: string;
+  rank: number;
+  worldSize: number;
+  /** Each rank's member id, as the server tells it (members cannot forge it): who is who across rounds. */
+  members: readonly number[];
+  pg: ProcessGroup;
+}
+
+export type RendezvousEvent =
+  | { type: 'round'; id: number; round: number; rank: number; worldSize: number }
+  /** The group fell below its minimum; nobody trains until more members arrive ('waiting' says how many are here). */
+  | { type: 'paused'; round: number; min: number }
+  /**
+   * How many members wait for the next round (torch's num_nodes_waiting: only those a regroup
+   * could admit), how many wait beyond the full group (spectators), and how many there are.
+   */
+  | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean; spectators: number }
+  /** This member waits beyond a full group (it asked to `spectate`): round `round` runs with `worldSize` ranks without it. */
+  | { type: 'spectating'; round: number; worldSize: number; max: number }
+  /** The session's host sent a control (every member hears it; 'end' is followed by the connection closing). */
+  | { type: 'control'; action: ControlAction; min?: number }
+  /** The run ended while this member held no rank: rank `by` of round `round` closed the rendezvous. */
+  | { type: 'closed'; round: number; by: number }
+  | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
+  | { type: 'reconnected' };
+
+/** Signals kept for rounds this member has not built yet (the oldest go first). */
+const MAX_EARLY_SIGNALS = 500;
+
+export class RendezvousHandler {
+  private client!: StoreClient;
+  private current: Round | undefined;
+  private latest: RoundEvent | undefined;
+  private waitingNow: WaitingEvent | undefined;
+  private localId = 0;
+  private signals: SignalEvent[] = [];
+  private readonly listeners = new Set<(e: RendezvousEvent) => void>();
+  private readonly waiters = new Set<() => void>();
+  private unsubscribe: Array<() => void> = [];
+  private closed = false;
+  /** A refusal that ends this member's part in the session (its token no longer opens it). */
+  private fatal: Error | undefined;
+  /** The page was hidden (closed, or put in the back/forward cache): its connections are gone. */
+  private hidden = false;
+  private rejoining = false;
+  private readonly stopWatchingPage: Array<() => void>;
+
+  private constructor(private readonly options: RendezvousOptions) {
+    // The store client and the group close themselves on pagehide; a page restored from the
+    // back/forward cache must not run on with them dead: it joins again (or its group stays failed).
+    this.stopWatchingPage = [
+      onPageHide(() => (this.hidden = true)),
+      onPageRestored(() => {
+        if (!this.hidden) return;
+        this.hidden = false;
+        if (this.options.reconnect && !this.closed) void this.reconnect('this tab came back from the back/forward cache');
+      }),
+    ];
+  }
+
+  /**
+   * Connects and joins the session's group. Rounds follow as the server forms them. `listener`
+   * hears every event from the start, including those that come before joining completes.
+   */
+  static async start(options: RendezvousOptions, listener?: (e: RendezvousEvent) => void): Promise<RendezvousHandler> {
+    const { min, max, rank } = options;
+    if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max < min) {
+      throw new RangeError(`the group's size must satisfy 1 <= min <= max, got min ${min}, max ${max}`);
+    }
+    if (rank !== undefined && (min !== max || !Number.isInteger(rank))) {
+      throw new RangeError(`a rank can only be asked for in a group of fixed size (min = max), got rank ${rank} for ${min}..${max}`);
+    }
+    if (typeof RTCPeerConnection !== 'undefined' && !options.linkFactory) await loadSimplePeer();
+    const handler = new RendezvousHandler(options);
+    if (listener) handler.on(listener);
+    await handler.connect(options.store);
+    return handler;
+  }
+
+  on(listener: (e: RendezvousEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Members waiting to join the running round (they get in at the next regroup). */
+  numNodesWaiting(): number {
+    const w = this.waitingNow;
+    return w && this.latest && w.round === this.latest.round && !this.latest.paused ? w.waiting : 0;
+  }
+
+  /** The connection to the server (it changes when the handler rejoins). */
+  get store(): StoreClient {
+    return this.client;
+  }
+
+  /**
+   * Resolves with the first round newer than `after` (an id from an earlier Round, or 0) in
+   * which this member has a rank. Paused rounds (below the minimum) are waited out.
+   */
+  nextRendezvous(after = 0, timeoutMs = this.options.timeoutMs ?? 300_000): Promise<Round> {
+    return new Promise<Round>((resolve, reject) => {
+      const check = () => {
+        if (this.fatal) {
+          done();
+          reject(this.fatal);
+        } else if (this.current && this.current.id > after) {
+          done();
+          resolve(this.current);
+        }
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(new DistTimeoutError(this.describeWait(), timeoutMs));
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(check);
+      };
+      this.waiters.add(check);
+      check();
+    });
+  }
+
+  /**
+   * Asks the server to admit the waiting members now. Every rank of the round asks, after a
+   * barrier, so that the new round interrupts nobody's collective. Resolves with the server's
+   * latest round: the same one when nobody was waiting any more.
+   */
+  async regroup(round: Round): Promise<number> {
+    return (await this.client.regroup(round.round)).round;
+  }
+
+  /**
+   * Round `round` failed on this member, which waits for the next (`nextRendezvous`). A member
+   * that left or was evicted makes the server form the next round by itself. When none did (a
+   * link between two live tabs broke), nothing would, and every rank would wait out its timeout:
+   * so when `failedRoundGraceMs` pass with no newer round on the same connection, this asks the
+   * server for a new round of the same members. The server ignores it once a newer round exists.
+   */
+  async roundFailed(round: Round): Promise<void> {
+    const client = this.client;
+    const seen = this.latest;
+    await new Promise((r) => setTimeout(r, this.options.failedRoundGraceMs ?? 6_000));
+    if (this.closed || this.client !== client || client.isClosed || this.latest !== seen || seen?.round !== round.round) return;
+    // Refused when this member no longer has a rank in it (the server moved on): nothing to do.
+    await client.regroup(round.round, true).catch(() => {});
+  }
+
+  /**
+   * Leaves the group now and joins it again as a new member, for a member that must start over
+   * (its GPU was lost, say). Closing the connection makes the server form a round of the others
+   * at once, rather than after this member's heartbeats stop; `prepare` runs while they train on;
+   * then the handler connects again (with the reconnect's backoff while the server cannot be
+   * reached). The round that admits this member comes through `nextRendezvous`, as ever.
+   */
+  async rejoin(prepare?: () => Promise<void>): Promise<void> {
+    if (this.closed) throw new GroupClosedError('the rendezvous handler was shut down');
+    for (const off of this.unsubscribe) off();
+    this.unsubscribe = [];
+    const old = this.current;
+    this.current = undefined;
+    old?.pg.destroy(false);
+    this.client.close();
+    await prepare?.();
+    if (this.closed) return;
+    try {
+      await this.connect();
+    } catch (err) {
+      if (err instanceof UnauthorizedError || err instanceof SessionEndedError || err instanceof RendezvousClosedError) throw err;
+      // The server is away for now: keep trying in the background; nextRendezvous waits for it.
+      void this.reconnect(`could not rejoin: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * The run is over (torch's set_closed): the server forms no more rounds, tells the members
+   * waiting without a rank, and refuses arrivals with RendezvousClosedError. Needs a rank in the
+   * running round; every rank may call it (the first closes it).
+   */
+  async closeRendezvous(): Promise<void> {
+    await this.client.closeRendezvous();
+  }
+
+  /** Leaves the group and closes the connection. */
+  shutdown(): void {
+    this.closed = true;
+    for (const off of this.stopWatchingPage) off();
+    for (const off of this.unsubscribe) off();
+    this.current?.pg.destroy(false);
+    this.client?.close();
+  }
+
+  // --- Internals -----------------------------------------------------------------------------------
+
+  private emit(e: RendezvousEvent): void {
+    for (const l of this.listeners) l(e);
+  }
+
+  private describeWait(): string {
+    const { session, min, max } = this.options;
+    const w = this.waitingNow;
+    const l = this.latest;
+    if (min === max && (!l || l.paused)) {
+      const arrived = w?.members ?? 1;
+      return `${max - arrived} more rank${max - arrived === 1 ? '' : 's'} to join session "${session}" (${arrived} of ${max} joined)`;
+    }
+    if (l && !l.paused && l.rank < 0) {
+      return `a free rank in session "${session}" (this member is spectating: round ${l.round} runs with ${l.worldSize} of at most ${l.max} ranks)`;
+    }
+    const now = l ? ` (round ${l.round} ${l.paused ? `is paused with ${w?.members ?? '?'} member(s)` : `has ${l.worldSize} ranks without this member`})` : '';
+    return `a round of session "${session}" with at least ${min} rank(s)${now}`;
+  }
+
+  private async connect(existing?: StoreClient): Promise<void> {
+    const { url, session, token, host, timeoutMs, min, max, rank, spectate } = this.options;
+    const client = existing ?? (await StoreClient.connect(url, host === undefined ? { session, token, timeoutMs } : { session, token, host, timeoutMs }));
+    this.client = client;
+    for (const off of this.unsubscribe) off();
+    this.signals = [];
+    // Listen first: the round that includes this member may come before the reply.
+    this.unsubscribe = [
+      client.on('round', (e) => this.onRound(e)),
+      client.on('waiting', (e) => {
+        this.waitingNow = e;
+        this.emit({
+          type: 'waiting',
+          waiting: e.waiting,
+          members: e.members,
+          min: e.min,
+          max: e.max,
+          running: this.latest?.round === e.round && !this.latest.paused,
+          spectators: e.spectators,
+        });
+      }),
+      client.on('control', (e) => this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min })),
+      // The run ended without this member: no round will ever give it a rank.
+      client.on('rendezvous-closed', (e) => {
+        this.fatal = new RendezvousClosedError(rendezvousClosedMessage(this.options.session, e.round, e.by), this.options.session, e.round, e.by);
+        this.emit({ type: 'closed', round: e.round, by: e.by });
+        for (const w of [...this.waiters]) w();
+      }),
+      // Signals for a round this member has not built yet are kept for it.
+      client.on('signal', (e) => {
+        this.signals.push(e);
+        if (this.signals.length > MAX_EARLY_SIGNALS) this.signals.shift();
+      }),
+      client.on('close', (e) => void this.onClose(e.code, e.reason)),
+    ];
+    try {
+      const request = rank === undefined ? { min, max } : { min, max, rank };
+      await client.rendezvous(spectate ? { ...request, spectate } : request, this.options.heartbeatIntervalMs);
+    } catch (err) {
+      for (const off of this.unsubscribe) off();
+      if (!existing) client.close();
+      throw err;
+    }
+  }
+
+  private onRound(e: RoundEvent): void {
+    this.latest = e;
+    const old = this.current;
+    if (old) old.pg.abort(new GroupClosedError(`round ${old.round} ended: the server formed round ${e.round}`));
+    if (e.paused || e.rank < 0) {
+      this.current = undefined;
+      if (e.paused) this.emit({ type: 'paused', round: e.round, min: e.min });
+      else this.emit({ type: 'spectating', round: e.round, worldSize: e.worldSize, max: e.max });
+      old?.pg.destroy(false);
+      return;
+    }
+    const client = this.client;
+    const key = `${client.instance}.${e.round}`;
+    const early = this.signals.filter((s) => s.data.channel.startsWith(`pg:${key}:`));
+    this.signals = [];
+    const pg = new ProcessGroup({
+      ...this.options,
+      // The user's ICE servers, else the ones the server gave this session (a TURN relay, say).
+      iceServers: this.options.iceServers ?? this.client.iceServers,
+      client: this.client,
+      rank: e.rank,
+      worldSize: e.worldSize,
+      round: e.round,
+      groupKey: key,
+      timeoutMs: this.options.timeoutMs ?? 300_000,
+      early,
+      onStalled: () => this.onStalled(client),
+    });
+    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg };
+    old?.pg.destroy(false);
+    this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
+    for (const w of [...this.waiters]) w();
+  }
+
+  /**
+   * This member's page was paused past its stall bound, and its round's group failed. The server
+   * may still count it in that round (its heartbeats resumed before the eviction bound), and then
+   * the others would wait for a new round that never forms: leave it now, and join again.
+   */
+  private onStalled(client: StoreClient): void {
+    if (!this.options.reconnect || this.closed || client !== this.client || client.isClosed) return;
+    client.close(CloseCode.STALLED, 'paused past its stall bound: joining again');
+  }
+
+  /** The server went away (restart, network) or evicted this member: join again, with backoff. */
+  private async onClose(code: number, reason: string): Promise<void> {
+    if (this.closed) return;
+    this.current = undefined;
+    // The socket this tab closed on pagehide may report any code (1006 if the close did not
+    // finish): a hidden page does not rejoin until it is shown again.
+    if (this.hidden) return;
+    switch (afterClose(code)) {
+      case 'ended':
+        // The host ended the session: rejoining would only be refused.
+        this.fatal = new SessionEndedError(reason || `the host ended session "${this.options.session}": create a new one`, this.options.session);
+        for (const w of [...this.waiters]) w();
+        return;
+      case 'left':
+        return; // this tab is going away; if the page is restored, onPageRestored rejoins
+      case 'rejoin':
+        break;
+    }
+    if (!this.options.reconnect) return;
+    const why =
+      code === CloseCode.EVICTED
+        ? `the server evicted this tab (${reason}): its page was paused, or its network stalled`
+        : code === CloseCode.STALLED
+          ? 'this tab was paused past its stall bound, so it left its round: joining again'
+          : `connection closed (${code}${reason ? ` ${reason}` : ''})`;
+    await this.reconnect(why);
+  }
+
+  /** Joins the session again on a new connection, with backoff, until it works, fails for good, or time runs out. */
+  private async reconnect(why: string): Promise<void> {
+    if (this.rejoining) return;
+    this.rejoining = true;
+    try {
+      await this.reconnectLoop(why);
+    } finally {
+      this.rejoining = false;
+    }
+  }
+
+  private async reconnectLoop(why: string): Promise<void> {
+    const deadline = Date.now() + (this.options.reconnectTimeoutMs ?? 600_000);
+    for (let attempt = 1; !this.closed; attempt++) {
+      const waitMs = Math.min(5_000, 250 * 2 ** attempt);
+      this.emit({ type: 'reconnecting', attempt, waitMs, reason: why });
+      await new Promise((r) => setTimeout(r, waitMs));
+      try {
+        await this.connect();
+        this.emit({ type: 'reconnected' });
+        return;
+      } catch (err) {
+        // The session's token no longer opens it (the name was claimed anew), its host ended it
+        // meanwhile, or its run ended: retrying cannot help.
+        if (err instanceof UnauthorizedError || err instanceof SessionEndedError || err instanceof RendezvousClosedError) {
+          this.fatal = err;
+          for (const w of [...this.waiters]) w();
+          return;
+        }
+        if (Date.now() > deadline) return; // nextRendezvous times out and says what it waited for
+      }
+    }
+  }
+}
+
+/** What a closed connection means for a member: the session is over, its tab left, or it may join again. */
+function afterClose(code: number): 'ended' | 'left' | 'rejoin' {
+  const known = code as CloseCodeValue;
+  switch (known) {
+    case CloseCode.SESSION_ENDED:
+      return 'ended';
+    case CloseCode.LEFT:
+      return 'left';
+    case CloseCode.STALLED:
+    case CloseCode.EVICTED:
+    case CloseCode.SERVER_CLOSING:
+    case CloseCode.MESSAGE_TOO_BIG:
+    case CloseCode.TOO_MANY_ERRORS:
+    case CloseCode.HELLO_TIMEOUT:
+    case CloseCode.SLOW_READER:
+    case CloseCode.UNAUTHORIZED: // the rejoin's hello is refused again, and that ends it (UnauthorizedError)
+    case CloseCode.TOO_MANY_CONNECTIONS:
+      return 'rejoin';
+    default: {
+      // Any other code: the socket closed or broke (1000, 1001, 1006): the server may be back soon.
+      const other: never = known;
+      void other;
+      return 'rejoin';
+    }
+  }
+}

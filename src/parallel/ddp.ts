@@ -1,0 +1,601 @@
+/**
+ * DistributedDataParallel for a TF.js LayersModel, with torch's semantics:
+ * - at creation, checks that every rank's parameters have the same shapes (an error names the
+ *   first mismatch and the ranks) and broadcasts rank 0's weights;
+ * - `backward` computes this rank's gradients and averages them across ranks with all-reduces
+ *   over buckets (torch's defaults: first bucket 1 MiB, then 25 MiB; parameters in reverse
+ *   order; the same buckets on every rank), overlapping each bucket's all-reduce with the next
+ *   bucket's readback from the device;
+ * - `noSync(fn)` accumulates gradients locally; the next synchronised backward all-reduces the
+ *   sum (gradient accumulation);
+ * - `step(optimizer)` applies the averaged gradients (torch's optimizer.step + zero_grad); with a
+ *   host optimizer (optim.ts: SGD, Adam, AdamW with torch's formulas) the update runs on a float32
+ *   master copy of the weights in JavaScript and the result is uploaded, so that ranks on
+ *   different backends (WebGPU, WebGL, wasm, cpu; Chromium, Firefox) keep bit-identical weights;
+ *   a TF.js optimizer updates on the device, with that backend's arithmetic;
+ * - `setBatchShare(samples, globalSamples)`: ranks with uneven batches (a slow device gets fewer
+ *   samples) weigh their gradients by their share, so that the average is the global batch's
+ *   gradient, as one rank at the global batch would compute it (torch's DDP needs equal batches);
+ * - `backward(localGradients)` takes gradients this rank computed elsewhere, on its DataParallel
+ *   devices (torch's DDP over a multi-device module), instead of a loss function;
+ * - `registerCommHook(hook)` (torch's register_comm_hook) replaces each bucket's all-reduce with
+ *   the hook's reduction (comm_hooks/: fp16 and bf16 compression, PowerSGD, ...); without one,
+ *   `allreduceHook()` is the plain float32 all-reduce;
+ * - with `errorIfNonfinite` (the default), a backward whose averaged gradients hold a NaN or an infinity fails
+ *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
+ * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
+ * (`verifyReplicas` in replicas.ts checks that they do).
+ */
+import * as tf from '@tensorflow/tfjs';
+import type { ProcessGroup } from '../c10d/process_group.ts';
+import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
+import { bytesToString } from '../c10d/protocol.ts';
+import { NonFiniteGradientError } from '../errors.ts';
+import type { Straggler } from '../runtime/straggler.ts';
+import { allreduceHook } from './comm_hooks/default_hooks.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
+import type { LocalGradients } from './data_parallel/data_parallel.ts';
+import { HostOptimizer, type ParamLayout } from '../optim.ts';
+import { assignFlatWeights, hostWeights } from './replicas.ts';
+import { allFinite } from '../finite.ts';
+
+export interface DDPOptions {
+  /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
+  bucketCapMB?: number;
+  /** The first bucket's cap in MiB (torch: 1 MiB). */
+  firstBucketCapMB?: number;
+  /** Key prefix for the shape check in the group's store; distinct per DDP instance in one group. */
+  name?: string;
+  /**
+   * Fail `backward` with NonFiniteGradientError when an averaged gradient is NaN or infinite, and
+   * drop the gradients so that no update is applied (torch: clip_grad_norm_'s error_if_nonfinite).
+   * A pass over the gradients already on the host; no device readback. Default true (torch's is
+   * false): one rank's NaN, a hostile member's included, would otherwise reach every replica.
+   */
+  errorIfNonfinite?: boolean;
+  /**
+   * The step number (1-based) of the first synchronised backward, which hooks see as
+   * `GradBucket.step`: a DDP made again in the middle of a run (a new elastic round) continues
+   * its hooks' count. Default 1.
+   */
+  startStep?: number;
+}
+
+export interface Bucket {
+  /** Indices into `model.trainableWeights`. */
+  params: number[];
+  /** Where each parameter's gradient starts in the flat gradient buffer (elements). */
+  offsets: number[];
+  /** The bucket's span of the flat buffer. */
+  start: number;
+  end: number;
+}
+
+export interface BackwardTimings {
+  /** Forward and backward, until the loss is on the host. */
+  compute: number;
+  /** Gradient readback from the device (includes waiting for the backward to finish). */
+  readback: number;
+  /** Waiting for all-reduces not hidden behind readback. */
+  allreduce: number;
+  /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
+  slowed: number;
+  /**
+   * From the first bucket's reduction starting to the last one's ending (0 without reductions):
+   * the communication's span. `comm - allreduce` of it ran while buckets were still read back,
+   * hidden behind the backward.
+   */
+  comm: number;
+}
+
+export interface BackwardOptions {
+  /**
+   * Tensors, other than the model's weights, to differentiate the loss by as well (made
+   * variables by the caller): a pipeline stage's input activations, whose gradients it sends to
+   * the stage before it. Their gradients come back in `inputGrads`, in this order, and are the
+   * caller's to dispose.
+   */
+  inputs?: tf.Variable[];
+  /**
+   * A rank slowed on purpose (see straggler.ts): after each bucket's readback (the first with the
+   * forward and backward before it) it waits in proportion to the time that took, before the
+   * bucket's all-reduce starts. So the other ranks wait for it in their all-reduces, as they would for a
+   * slower device. Its waits are `timings.slowed`, apart from `compute` and `readback`.
+   */
+  straggler?: Pick<Straggler, 'after'>;
+}
+
+export interface BackwardResult {
+  loss: number;
+  timings: BackwardTimings;
+  /**
+   * Bytes this rank sent for this backward's reductions (`pg.bytesSent()` after they all
+   * finished, less before the first started: frames with their headers); 0 under `noSync`.
+   */
+  commBytes: number;
+  /** The gradients of `options.inputs` (empty without inputs). */
+  inputGrads: tf.Tensor[];
+}
+
+export class ShapeMismatchError extends Error {
+  override name = 'ShapeMismatchError';
+}
+
+/**
+ * torch's bucketing: parameters in reverse order (gradients are ready last-layer first), whole
+ * parameters per bucket, a new bucket once the cap is reached; the first cap is small so that
+ * communication starts early.
+ */
+export function assignBuckets(sizes: number[], firstCapBytes: number, capBytes: number): Bucket[] {
+  // Flat layout follows model order, so the flat buffer is the weights' natural order.
+  const offsets: number[] = [];
+  let total = 0;
+  for (const s of sizes) {
+    offsets.push(total);
+    total += s;
+  }
+  const buckets: Bucket[] = [];
+  let current: number[] = [];
+  let bytes = 0;
+  const close = () => {
+    if (current.length === 0) return;
+    // Reverse-order parameters are contiguous in the flat buffer; the bucket spans them.
+    const start = Math.min(...current.map((i) => offsets[i]));
+    const end = Math.max(...current.map((i) => offsets[i] + sizes[i]));
+    buckets.push({ params: current, offsets: current.map((i) => offsets[i]), start, end });
+    current = [];
+    bytes = 0;
+  };
+  for (let i = sizes.length - 1; i >= 0; i--) {
+    current.push(i);
+    bytes += sizes[i] * 4;
+    if (bytes >= (buckets.length === 0 ? firstCapBytes : capBytes)) close();
+  }
+  close();
+  return buckets;
+}
+
+export class DistributedDataParallel {
+  readonly model: tf.LayersModel;
+  readonly pg: ProcessGroup;
+  readonly buckets: Bucket[];
+  private readonly variables: tf.Variable[];
+  private readonly sizes: number[];
+  private readonly numel: number;
+  /** Accumulated local gradients (noSync) and, after a synchronised backward, the averages. */
+  private readonly grad: Float32Array;
+  private hasGrad = false;
+  private syncing = true;
+  private readonly errorIfNonfinite: boolean;
+  /** The hook reducing each bucket; the plain all-reduce until one is registered. */
+  private hook: CommHook = allreduceHook();
+  private hookRegistered = false;
+  /** Synchronised backwards started (the last one's step number is `startStep - 1 + syncs`). */
+  private syncs = 0;
+  private readonly startStep: number;
+  /** Bytes sent by the synchronised backwards' reductions, in total, and how many backwards finished them (for `bytesPerStep`). */
+  private commBytesTotal = 0;
+  private commSteps = 0;
+  /** The buckets as hooks see them, made once (every step reuses the parameters' layout). */
+  private readonly layouts: Array<GradBucket['parameters']>;
+  /** Each parameter's span of the flat buffers, for host optimizers. */
+  private readonly paramLayout: ParamLayout[];
+  /** This rank's gradient weight for uneven batches: samples * worldSize / globalSamples (1: equal batches). */
+  private gradientScale = 1;
+  /** The last backward's timings (the elastic runner balances batches by them). */
+  private lastTimingsValue: BackwardTimings | null = null;
+
+  private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
+    this.model = model;
+    this.pg = pg;
+    // Match ranks by position in trainableWeights, never by name: names carry per-page counters.
+    this.variables = model.trainableWeights.map((w) => w.read() as tf.Variable);
+    this.sizes = model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
+    this.numel = this.sizes.reduce((a, b) => a + b, 0);
+    this.grad = new Float32Array(this.numel);
+    const mib = 1 << 20;
+    this.buckets = assignBuckets(this.sizes, (options.firstBucketCapMB ?? 1) * mib, (options.bucketCapMB ?? 25) * mib);
+    this.errorIfNonfinite = options.errorIfNonfinite ?? true;
+    const startStep = options.startStep ?? 1;
+    if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
+    this.startStep = startStep;
+    this.paramLayout = this.sizes.map((size, i) => ({ shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1), offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0), size }));
+    this.layouts = this.buckets.map((b) =>
+      b.params.map((index, k) => ({
+        index,
+        shape: model.trainableWeights[index]!.shape.map((d) => d ?? 1),
+        offset: b.offsets[k]! - b.start,
+        size: this.sizes[index]!,
+      })),
+    );
+  }
+
+  /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
+  static async create(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions = {}): Promise<DistributedDataParallel> {
+    const ddp = new DistributedDataParallel(model, pg, options);
+    await ddp.checkShapes(options.name ?? 'ddp');
+    await ddp.broadcastWeights(0);
+    return ddp;
+  }
+
+  get parameterCount(): number {
+    return this.numel;
+  }
+
+  /**
+   * Makes `hook` reduce each bucket's gradients from the next synchronised backward on, in place
+   * of the plain all-reduce (torch's `register_comm_hook`). Every rank must register the same
+   * kind of hook. Once only, before the first backward: a second registration, or one after
+   * gradients were synchronised, throws.
+   */
+  registerCommHook(hook: CommHook): void {
+    if (this.hookRegistered) {
+      throw new Error(`a communication hook is already registered (${this.hook.name}); registerCommHook can only be called once (as torch's register_comm_hook)`);
+    }
+    if (this.syncs > 0) {
+      throw new Error(`registerCommHook must be called before the first backward; ${this.syncs} synchronised backward(s) already ran with ${this.hook.name}`);
+    }
+    if (!hook || typeof hook.reduce !== 'function' || typeof hook.name !== 'string') {
+      throw new TypeError('registerCommHook takes a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
+    }
+    this.hook = hook;
+    this.hookRegistered = true;
+  }
+
+  /** The hook reducing the buckets: the registered one, else the default `allreduceHook()`. */
+  get commHook(): CommHook {
+    return this.hook;
+  }
+
+  /** The hook's state (error feedback, warm starts, ...) for a checkpoint or a joiner; null for a hook without state. */
+  commHookState(): CommHookState | null {
+    return this.hook.stateDict?.() ?? null;
+  }
+
+  /**
+   * Restores what `commHookState()` gave (on every rank, so that they reduce alike). Throws if the
+   * state is another hook's. `options.otherRank`: the state is another rank's (a joiner's warm
+   * start, rank 0's checkpoint on another rank): the hook takes only what is the same on every
+   * rank (see LoadCommHookStateOptions).
+   */
+  loadCommHookState(state: CommHookState, options?: LoadCommHookStateOptions): void {
+    if (state.name !== this.hook.name) {
+      throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${this.hook.name}`);
+    }
+    if (!this.hook.loadStateDict) {
+      throw new Error(`the communication hook ${this.hook.name} keeps no state to load`);
+    }
+    this.hook.loadStateDict(state, options);
+  }
+
+  /** Synchronised backwards so far (the optimizer steps DDP averaged gradients for). */
+  get syncedSteps(): number {
+    return this.syncs;
+  }
+
+  /**
+   * Bytes this rank sent per synchronised backward for its reductions (`BackwardResult.commBytes`),
+   * averaged over the backwards whose reductions finished (0 before the first).
+   */
+  get bytesPerStep(): number {
+    return this.commSteps === 0 ? 0 : this.commBytesTotal / this.commSteps;
+  }
+
+  /**
+   * Computes gradients of `lossFn` for this rank's batch and, unless inside `noSync`, averages
+   * the (accumulated) gradients across ranks. Returns the loss and where the time went.
+   * Given `LocalGradients` instead (the flat gradients of this rank's batch, computed by a
+   * DataParallel's devices), averages those: the loss and compute time are theirs, and nothing
+   * is read back.
+   */
+  async backward(lossFn: (() => tf.Scalar) | LocalGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
+    if (typeof lossFn !== 'function') return this.reduceGradients(lossFn, options);
+    // No samples this step (balanced batches gave them to faster ranks): nothing to compute; the
+    // rank still takes part in the reductions, with zeros, and receives the averages.
+    if (this.gradientScale === 0) {
+      if (options.inputs && options.inputs.length > 0) throw new Error('backward with inputs needs samples: a rank with no samples (setBatchShare(0, ...)) has no inputs to differentiate');
+      return this.reduceGradients({ grads: new Float32Array(this.numel), loss: 0, computeMs: 0 }, {});
+    }
+    const t0 = performance.now();
+    const inputs = options.inputs ?? [];
+    const { value, grads } = tf.variableGrads(lossFn, [...this.variables, ...inputs]);
+    // The inputs' gradients go back to the caller (a pipeline stage sends them upstream), not into the buckets.
+    const inputGrads = inputs.map((v) => {
+      const g = grads[v.name]!;
+      delete grads[v.name];
+      return g;
+    });
+    let loss: number;
+    try {
+      loss = (await value.data())[0];
+    } catch (err) {
+      // A failed readback (a lost GPU device, say) must not leak the gradients.
+      for (const g of [...Object.values(grads), ...inputGrads]) g.dispose();
+      throw err;
+    } finally {
+      value.dispose();
+    }
+    const t1 = performance.now();
+    let readback = 0;
+    let waiting = 0;
+    let slowed = 0;
+    const straggler = options.straggler;
+    const reductions: Array<Promise<unknown>> = [];
+    /** Buckets whose averages hold a NaN or an infinity (checked as each all-reduce lands). */
+    const nonfinite: Bucket[] = [];
+    const syncing = this.syncing;
+    const step = syncing ? this.startStep + this.syncs++ : 0;
+    const sentBefore = this.pg.bytesSent();
+    let commStart = 0;
+    let commEnd = 0;
+    try {
+      // The forward and backward count with the first readback, which waits for them to finish.
+      let unstretched = t1 - t0;
+      for (const [index, bucket] of this.buckets.entries()) {
+        const r0 = performance.now();
+        const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
+        let local: Float32Array;
+        try {
+          local = (await flat.data()) as Float32Array;
+        } finally {
+          flat.dispose();
+        }
+        const took = performance.now() - r0;
+        readback += took;
+        if (straggler) {
+          slowed += await straggler.after(unstretched + took);
+          unstretched = 0;
+        }
+        const view = this.grad.subarray(bucket.start, bucket.end);
+        // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
+        let at = 0;
+        for (let k = 0; k < bucket.params.length; k++) {
+          const offset = bucket.offsets[k] - bucket.start;
+          const size = this.sizes[bucket.params[k]];
+          const src = local.subarray(at, at + size);
+          if (this.hasGrad) for (let j = 0; j < size; j++) view[offset + j] += src[j];
+          else view.set(src, offset);
+          at += size;
+        }
+        // Start this bucket's reduction while the next bucket is read back.
+        if (syncing) {
+          this.scaleForShare(view);
+          if (reductions.length === 0) commStart = performance.now();
+          // The finiteness check counts as communication: the span then still covers the wait.
+          const reduced = this.reduceBucket(index, view, step).then((avg) => {
+            if (this.errorIfNonfinite && !allFinite(avg)) nonfinite.push(bucket);
+            commEnd = Math.max(commEnd, performance.now());
+            return avg;
+          });
+          reductions.push(reduced);
+        }
+      }
+      // No buckets (no trainable weights): the compute alone.
+      if (straggler && unstretched > 0) slowed += await straggler.after(unstretched);
+    } catch (err) {
+      for (const g of inputGrads) g.dispose();
+      throw err;
+    } finally {
+      for (const g of Object.values(grads)) g.dispose();
+    }
+    this.hasGrad = true;
+    const w0 = performance.now();
+    try {
+      await Promise.all(reductions);
+    } catch (err) {
+      for (const g of inputGrads) g.dispose();
+      throw err;
+    }
+    waiting = performance.now() - w0;
+    const commBytes = syncing ? this.pg.bytesSent() - sentBefore : 0;
+    if (syncing) {
+      this.commBytesTotal += commBytes;
+      this.commSteps++;
+    }
+    if (nonfinite.length > 0) {
+      for (const g of inputGrads) g.dispose();
+      // Every rank holds the same averages, so every rank names the same parameter. Dropping the
+      // gradients makes a later step() refuse rather than apply them.
+      const index = this.firstNonfinite(nonfinite);
+      this.grad.fill(0);
+      this.hasGrad = false;
+      throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+    }
+    const comm = reductions.length > 0 ? commEnd - commStart : 0;
+    const timings = { compute: t1 - t0, readback, allreduce: waiting, slowed, comm };
+    this.lastTimingsValue = timings;
+    return { loss, timings, commBytes, inputGrads };
+  }
+
+  /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
+  private async reduceGradients(local: LocalGradients, options: BackwardOptions): Promise<BackwardResult> {
+    if (options.inputs && options.inputs.length > 0) throw new Error('backward(localGradients) takes no inputs: their gradients must come with the loss function');
+    if (!(local.grads instanceof Float32Array) || local.grads.length !== this.numel) {
+      throw new RangeError(`backward(localGradients): ${local.grads instanceof Float32Array ? `${local.grads.length} gradient values` : 'no Float32Array of gradients'}, the model has ${this.numel} trainable values`);
+    }
+    let slowed = 0;
+    // A straggler waits in proportion to the devices' compute, before the first reduction.
+    if (options.straggler) slowed = await options.straggler.after(local.computeMs);
+    if (this.hasGrad) for (let i = 0; i < this.numel; i++) this.grad[i] += local.grads[i]!;
+    else this.grad.set(local.grads);
+    this.hasGrad = true;
+    const timings = { compute: local.computeMs, readback: 0, allreduce: 0, slowed, comm: 0 };
+    if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, inputGrads: [] };
+    const step = this.startStep + this.syncs++;
+    this.lastTimingsValue = timings;
+    this.scaleForShare(this.grad);
+    const sentBefore = this.pg.bytesSent();
+    const w0 = performance.now();
+    const reductions = this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
+    const averaged = await Promise.all(reductions);
+    const commEnd = performance.now();
+    timings.allreduce = commEnd - w0;
+    timings.comm = reductions.length > 0 ? commEnd - w0 : 0;
+    const commBytes = this.pg.bytesSent() - sentBefore;
+    this.commBytesTotal += commBytes;
+    this.commSteps++;
+    if (this.errorIfNonfinite) {
+      const nonfinite = this.buckets.filter((_, i) => !allFinite(averaged[i]!));
+      if (nonfinite.length > 0) {
+        const index = this.firstNonfinite(nonfinite);
+        this.grad.fill(0);
+        this.hasGrad = false;
+        throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+      }
+    }
+    return { loss: local.loss, timings, commBytes, inputGrads: [] };
+  }
+
+  /**
+   * Bucket `index`'s reduction by the hook: called at once (so the collectives it issues before
+   * its first await keep bucket order on every rank), its result copied into the bucket unless
+   * the hook reduced in place.
+   */
+  private async reduceBucket(index: number, view: Float32Array, step: number): Promise<Float32Array> {
+    const bucket: GradBucket = { index, buffer: view, parameters: this.layouts[index]!, step, isLast: index === this.buckets.length - 1 };
+    const out = await this.hook.reduce(this.pg, bucket);
+    if (out !== view) {
+      if (!(out instanceof Float32Array) || out.length !== view.length) {
+        throw new TypeError(`the communication hook ${this.hook.name} returned ${out instanceof Float32Array ? `${out.length} values` : String(out)} for bucket ${index}, which has ${view.length}`);
+      }
+      view.set(out);
+    }
+    return view;
+  }
+
+  /** The first parameter, in model order, with a NaN or an infinity in its gradient. */
+  private firstNonfinite(buckets: Bucket[]): number {
+    const params = buckets.flatMap((b) => b.params.map((index, k) => ({ index, offset: b.offsets[k] }))).sort((a, b) => a.index - b.index);
+    for (const { index, offset } of params) {
+      if (!allFinite(this.grad.subarray(offset, offset + this.sizes[index]))) return index;
+    }
+    return params[0]!.index;
+  }
+
+  /** Runs `fn` with gradient synchronisation off: backward calls only accumulate locally. */
+  async noSync<T>(fn: () => Promise<T>): Promise<T> {
+    const previous = this.syncing;
+    this.syncing = false;
+    try {
+      return await fn();
+    } finally {
+      this.syncing = previous;
+    }
+  }
+
+  /**
+   * This rank trains `samples` of the step's `globalSamples` (the sum over ranks): from the next
+   * synchronised backward on, its gradients (the mean over its own samples) are weighted by
+   * samples * worldSize / globalSamples before the averaging, so that the average is the mean over
+   * the global batch. Equal batches (torch's case) weigh 1. A share of 0 samples: `backward` computes
+   * nothing (the loss function is not called), takes part in the reductions with zeros and
+   * returns loss 0. Every rank sets its own share; the
+   * shares must add up to `globalSamples`.
+   */
+  setBatchShare(samples: number, globalSamples: number): void {
+    if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
+      throw new RangeError(`setBatchShare: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`);
+    }
+    this.gradientScale = (samples * this.pg.worldSize) / globalSamples;
+  }
+
+  /** Where the last backward's time went (null before the first). */
+  get lastTimings(): BackwardTimings | null {
+    return this.lastTimingsValue;
+  }
+
+  private scaleForShare(values: Float32Array): void {
+    const scale = this.gradientScale;
+    if (scale === 1) return;
+    for (let i = 0; i < values.length; i++) values[i] = values[i]! * scale;
+  }
+
+  /**
+   * Applies the averaged gradients with `optimizer` and clears them (step + zero_grad). A host
+   * optimizer (optim.ts) updates the float32 master copy of the weights and uploads it: the same
+   * bits on every backend. The update is done when this returns, unless the weights were written
+   * by something else since the last step (then the master copy is read back first): await it.
+   */
+  step(optimizer: tf.Optimizer): Promise<void> {
+    if (!this.hasGrad) throw new Error('step() before backward(): there are no gradients to apply');
+    if (optimizer instanceof HostOptimizer) {
+      const master = hostWeights(this.model);
+      if (master) {
+        this.stepOnHost(optimizer, master);
+        return Promise.resolve();
+      }
+      return flatTrainableWeights(this.model).then((flat) => this.stepOnHost(optimizer, flat));
+    }
+    tf.tidy(() => {
+      const named: tf.NamedTensorMap = {};
+      let offset = 0;
+      this.variables.forEach((v, i) => {
+        named[v.name] = tf.tensor(this.grad.subarray(offset, offset + this.sizes[i]), v.shape, 'float32');
+        offset += this.sizes[i];
+      });
+      optimizer.applyGradients(named);
+    });
+    this.grad.fill(0);
+    this.hasGrad = false;
+    return Promise.resolve();
+  }
+
+  private stepOnHost(optimizer: HostOptimizer, master: Float32Array): void {
+    optimizer.stepFlat(master, this.grad, this.paramLayout);
+    assignFlatWeights(this.model, master);
+    this.grad.fill(0);
+    this.hasGrad = false;
+  }
+
+  /** All trainable weights, flattened in `model.trainableWeights` order. */
+  async flatWeights(): Promise<Float32Array> {
+    return flatTrainableWeights(this.model);
+  }
+
+  /** A fingerprint of this replica's weights: equal on every rank when replicas are identical. */
+  async weightsHash(): Promise<string> {
+    return weightsHash(this.model);
+  }
+
+  /** Collective: throws ReplicaDivergenceError on every rank if the replicas' weights differ (see verifyReplicas). */
+  async verifyReplicas(): Promise<string> {
+    return verifyReplicas(this.pg, this.model);
+  }
+
+  /** Sets every rank's weights to rank `src`'s (DDP does this once, from rank 0, at creation). */
+  async broadcastWeights(src: number): Promise<void> {
+    const flat = await this.flatWeights();
+    await this.pg.broadcast(flat, src);
+    // Also the host master copy that host optimizers update.
+    assignFlatWeights(this.model, flat);
+  }
+
+  /**
+   * Every rank publishes its parameter shapes; each compares all of them with rank 0's. The keys
+   * live in the group's own store, so a later round never reads an earlier one's shapes; the
+   * wait fails at once if a rank is lost.
+   */
+  private async checkShapes(name: string): Promise<void> {
+    const shapes = this.model.trainableWeights.map((w) => w.shape);
+    const store = this.pg.store;
+    await store.set(`ddp/${name}/shapes/${this.pg.rank}`, JSON.stringify(shapes));
+    const keys = Array.from({ length: this.pg.worldSize }, (_, r) => `ddp/${name}/shapes/${r}`);
+    const all = (await this.pg.failFast(store.multiGet(keys))).map((b) => JSON.parse(bytesToString(b)) as number[][]);
+    const reference = all[0];
+    for (let r = 1; r < all.length; r++) {
+      const other = all[r];
+      if (other.length !== reference.length) {
+        throw new ShapeMismatchError(
+          `model parameters differ between ranks: rank 0 has ${reference.length} parameter tensors, rank ${r} has ${other.length}`,
+        );
+      }
+      for (let i = 0; i < reference.length; i++) {
+        if (JSON.stringify(reference[i]) !== JSON.stringify(other[i])) {
+          throw new ShapeMismatchError(
+            `model parameters differ between ranks: parameter ${i} (${this.model.trainableWeights[i].originalName}) has shape [${reference[i].join(', ')}] on rank 0 but [${other[i].join(', ')}] on rank ${r}`,
+          );
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,273 @@
+/**
+ * What all the process groups of one rank share: the top-level group's peer links (a subgroup
+ * opens no links of its own), the liveness ticker, the server's events about the round, and the
+ * routing of each incoming frame, by the group id in its header, to that group's mailbox.
+ *
+ * Failure is all-or-nothing, as torchrun restarts every worker: the first failure in any group
+ * of the rank (a lost peer, a mismatch, a bad frame, this page stalled, the server gone, the
+ * top-level group aborted or destroyed) fails every group with the same error. Only destroying a
+ * subgroup is local: it is detached, and frames still arriving for it are dropped.
+ *
+ * Ranks here are the top-level group's: a link's peer, a lost rank. Internal to
+ * process_group.ts, which gives each group a `RoutedGroup`.
+ */
+import { ConnectionClosedError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../errors.ts';
+import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, readHeader, type FrameHeader } from '../c10d/framing.ts';
+import { GroupLinks } from './group_links.ts';
+import { encodeAbortNotice } from './mailbox.ts';
+import { onPageHide } from '../runtime/page_lifecycle.ts';
+import { simplePeerLinkFactory, type LinkState, type PeerLink, type PeerLinkFactory } from './peer_link.ts';
+import type { SignalEvent } from '../c10d/protocol.ts';
+import type { StoreClient } from '../c10d/store.ts';
+import { TickGap, startTicker } from '../runtime/ticker.ts';
+
+/** How often each rank tells each peer it is alive (more often when the stall bound is short). */
+const ALIVE_EVERY_MS = 1_000;
+
+/** Peers in events are top-level ranks, in every group. */
+export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
+
+/** One process group as the shared links see it. */
+export interface RoutedGroup {
+  /** 0 for the top-level group; 1, 2, ... for subgroups. */
+  readonly id: number;
+  /** The members' top-level ranks, in group-rank order. */
+  readonly ranks: readonly number[];
+  /** Whether top-level rank `rank` is a member. */
+  has(rank: number): boolean;
+  /** A collective, point-to-point or abort frame for this group from member `from`. Throws FramingError. */
+  deliver(from: number, frame: Uint8Array, h: FrameHeader): void;
+  /** A sign of life from member `from`: any frame, its link opening. */
+  heard(from: number): void;
+  /** Fails a receive whose peer showed no sign of life for `stallMs` (see Mailbox.checkStalls). */
+  checkStalls(stallMs: number): void;
+  /** Every group of the rank failed with `err`: reject everything pending, and every later call. */
+  broke(err: Error): void;
+  emit(e: ProcessGroupEvent): void;
+  /** The last collective sequence number this rank issued in the group (an abort notice must be within the window). */
+  lastSeq(): number;
+}
+
+export interface SharedLinksInit {
+  client: StoreClient;
+  /** This rank in the top-level group. */
+  rank: number;
+  round: number;
+  groupKey: string;
+  linkFactory: PeerLinkFactory | undefined;
+  iceServers: RTCIceServer[];
+  highWaterMark: number;
+  windowBytes: number;
+  peerTimeoutMs: number;
+  stallTimeoutMs: number;
+  linkTimeoutMs: number;
+  early: SignalEvent[] | undefined;
+  onStalled: ((err: RankStalledError) => void) | undefined;
+}
+
+export class SharedLinks {
+  readonly rank: number;
+  readonly client: StoreClient;
+  readonly links: GroupLinks;
+  private readonly groups = new Map<number, RoutedGroup>();
+  /** Bytes buffered for each peer by all of this rank's groups together (MailboxLimits.maxBufferedBytes is per peer, not per group). */
+  readonly heldBytes = new Map<number, number>();
+  /** Ids of subgroups destroyed on this rank: frames still arriving for them are dropped. */
+  private readonly retired = new Set<number>();
+  private nextId = 1;
+  private broken: Error | undefined;
+  /** Gaps in this page's own ticks: this rank was paused. */
+  private readonly gap: TickGap;
+  private readonly onStalled: ((err: RankStalledError) => void) | undefined;
+  private readonly unsubscribe: Array<() => void> = [];
+  /** What this rank is waiting for now, in any group (collectives, transfers, barriers), oldest first. */
+  private readonly doing = new Map<number, string>();
+  private activities = 0;
+
+  constructor(init: SharedLinksInit) {
+    this.rank = init.rank;
+    this.client = init.client;
+    this.gap = new TickGap(init.stallTimeoutMs);
+    this.onStalled = init.onStalled;
+    this.links = new GroupLinks({
+      rank: this.rank,
+      groupKey: init.groupKey,
+      factory: init.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined),
+      sendSignal: (peer, data) => this.client.signal(peer, data),
+      iceServers: init.iceServers,
+      highWaterMark: init.highWaterMark,
+      windowBytes: init.windowBytes,
+      stallTimeoutMs: init.peerTimeoutMs,
+      linkTimeoutMs: init.linkTimeoutMs,
+      onMessage: (peer, bytes) => this.onFrame(peer, bytes),
+      onState: (peer, state) => {
+        if (state === 'open') this.heard(peer);
+        this.emit({ type: 'link', peer, state });
+      },
+      onLost: (peer, reason) => this.markLost(peer, reason),
+    });
+    // Liveness, on a tick a background tab keeps: tell every peer this rank is alive, and find
+    // the peers that are not. A send still queued is not doubled: data is flowing then anyway.
+    const aliveFrame = encodeAlive();
+    const sending = new Set<number>();
+    const stallTimeoutMs = init.stallTimeoutMs;
+    // Several ticks fit in the bound, so one late tick is never taken for a stall.
+    const stopTicker = startTicker(Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4), () => {
+      // A tick after a gap longer than the bound: this page was paused, and its peers counted it
+      // as lost meanwhile. Failing now says so, before the links they closed say something vaguer.
+      const stalled = this.gap.tick();
+      if (this.broken) return;
+      if (stalled !== undefined) return this.fail(this.stalledError(stalled));
+      for (const link of this.links.open()) {
+        if (sending.has(link.peer)) continue;
+        sending.add(link.peer);
+        link.send(aliveFrame).then(
+          () => sending.delete(link.peer),
+          () => sending.delete(link.peer),
+        );
+      }
+      for (const g of [...this.groups.values()]) {
+        if (this.broken) return;
+        g.checkStalls(stallTimeoutMs);
+      }
+    });
+    this.unsubscribe.push(
+      stopTicker,
+      init.client.on('signal', (e) => this.links.onSignal(e)),
+      init.client.on('peer-left', (e) => {
+        if (e.round === init.round) this.markLost(e.rank, e.reason);
+      }),
+      init.client.on('close', (e) => this.fail(new ConnectionClosedError(`the connection to the server closed (${e.code} ${e.reason})`, e.code, e.reason))),
+      onPageHide(() => this.leave()),
+    );
+    for (const e of init.early ?? []) this.links.onSignal(e);
+  }
+
+  /** Why the rank's groups can no longer run collectives, if they cannot. */
+  get error(): Error | undefined {
+    return this.broken;
+  }
+
+  /** The next subgroup id: every rank takes them in the same order, so they agree without messages. */
+  takeGroupId(): number {
+    return this.nextId++;
+  }
+
+  /** Frames for `g.id` go to `g` from now on. A rank that is already broken breaks `g` at once. */
+  register(g: RoutedGroup): void {
+    this.groups.set(g.id, g);
+    if (this.broken) g.broke(this.broken);
+  }
+
+  /** A subgroup destroyed on this rank: its frames are dropped from now on. */
+  retire(id: number): void {
+    this.groups.delete(id);
+    this.retired.add(id);
+  }
+
+  /** The open links to the top-level ranks `peers`. */
+  open(peers: (rank: number) => boolean): PeerLink[] {
+    return this.links.open().filter((l) => peers(l.peer));
+  }
+
+  /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
+  async track<T>(what: string, body: () => Promise<T>): Promise<T> {
+    const id = ++this.activities;
+    this.doing.set(id, what);
+    try {
+      return await body();
+    } finally {
+      this.doing.delete(id);
+    }
+  }
+
+  markLost(rank: number, reason: string): void {
+    if (this.broken) return;
+    // Resuming after a pause, the peers' closed links are news of this rank's stall, not theirs.
+    if (this.gap.gap() === undefined) this.emit({ type: 'peer-lost', rank, reason });
+    this.fail(new PeerLostError(rank, reason));
+  }
+
+  /**
+   * Breaks every group of the rank: every pending receive rejects with `err`, and so does every
+   * later call. Whatever breaks it first after this page was paused past the bound (a peer's link
+   * closing, the server's eviction, a new round) is a consequence: the groups fail with
+   * RankStalledError.
+   */
+  fail(err: Error): void {
+    if (this.broken) return;
+    const stalled = err instanceof RankStalledError ? undefined : this.gap.gap();
+    if (stalled !== undefined) err = this.stalledError(stalled, err);
+    this.broken = err;
+    this.links.stop(err);
+    for (const g of [...this.groups.values()]) g.broke(err);
+    if (err instanceof RankStalledError) this.onStalled?.(err);
+  }
+
+  /** Closes every peer link and, if `closeStore`, the store connection. */
+  destroy(closeStore: boolean): void {
+    const reason = new GroupClosedError('the process group was destroyed');
+    this.fail(reason);
+    for (const off of this.unsubscribe) off();
+    this.links.closeAll(reason);
+    if (closeStore) this.client.close();
+  }
+
+  private onFrame(from: number, frame: Uint8Array): void {
+    try {
+      if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
+      const h = readHeader(frame);
+      checkChunk(h);
+      if (h.kind === FrameKind.alive) {
+        if (h.group !== 0) throw new FramingError(`a liveness frame is about the link and carries group 0, this one group ${h.group}`, from, 'group');
+        this.heard(from);
+        return;
+      }
+      const g = this.groups.get(h.group);
+      if (!g) {
+        if (this.retired.has(h.group)) return;
+        const why = h.group < this.nextId ? 'a subgroup this rank is not a member of' : 'a group this rank never created';
+        throw new FramingError(`frame for group ${h.group}, ${why} (seq ${h.seq}); refused, not buffered`, from, 'group');
+      }
+      if (!g.has(from)) {
+        throw new FramingError(`frame for subgroup ${h.group} [${g.ranks.join(', ')}], which rank ${from} is not a member of (seq ${h.seq}); refused, not buffered`, from, 'group');
+      }
+      this.heard(from);
+      g.deliver(from, frame, h);
+    } catch (err) {
+      this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error));
+    }
+  }
+
+  /** Any frame from `peer`, or its link opening, is a sign of life in every group it is in. */
+  private heard(peer: number): void {
+    for (const g of this.groups.values()) if (g.has(peer)) g.heard(peer);
+  }
+
+  private emit(e: ProcessGroupEvent): void {
+    for (const g of [...this.groups.values()]) g.emit(e);
+  }
+
+  private stalledError(stalledMs: number, after?: Error): RankStalledError {
+    const first = this.doing.values().next();
+    return new RankStalledError(this.rank, stalledMs, first.done ? 'between collectives' : `waiting for ${first.value}`, after);
+  }
+
+  /**
+   * The page is going away (closed, navigated from, or into the back/forward cache): tell every
+   * peer, so that they fail at once naming this rank and why instead of waiting for a link to
+   * break or a stall bound, then close the links. One notice per link, in the top-level group,
+   * fails every group on the peer. Best effort: a notice queued behind a full send queue goes
+   * down with its link, and the server's 'peer-left' says the same.
+   */
+  private leave(): void {
+    if (!this.broken) {
+      const notice = encodeAbortNotice(Math.max(1, this.groups.get(0)?.lastSeq() ?? 0), new PeerLostError(this.rank, 'its tab closed'), this.rank, 0);
+      for (const link of this.links.open()) link.send(notice).catch(() => {});
+    }
+    const reason = new GroupClosedError(`this tab is closing (or going into the back/forward cache): rank ${this.rank} left the group`);
+    this.fail(reason);
+    this.links.closeAll(reason);
+  }
+
+}
