@@ -222,3 +222,14 @@ export function trainJobProblem(jobParams: Record<string, string>, worldSize: nu
     return `${flag} ${err.value}: the train job takes ${err.rule}`;
   }
 }
+
+/**
+ * Every rule of the train job's flags, in the order a user should hear them: a PS strategy with
+ * --pp is named as such before the pipeline's own sizes are. The flag-phrased checks (which know
+ * the launcher's world: --nnodes x --nproc, --min, --max) come first; `trainJobProblem` adds the
+ * schema's once the world size is known.
+ */
+export function trainFlagProblems(jobParams: Record<string, string>, world: { nproc: number; nnodes?: number }): string[] {
+  const ps = parameterServerProblems(jobParams, world);
+  return ps.length > 0 ? ps : pipelineProblems(jobParams, world);
+}

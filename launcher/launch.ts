@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type FaultTarget, type LaunchOptions } from './run.ts';
-import { largestWorld, membershipFaultProblem, parameterServerFlagsFor, parameterServerProblems, pipelineProblems, slowParam } from './job_flags.ts';
+import { largestWorld, membershipFaultProblem, parameterServerFlagsFor, slowParam, trainFlagProblems } from './job_flags.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/c10d/session_token.ts';
 import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
@@ -249,11 +249,9 @@ function parse(argv: string[]): LaunchOptions {
   }
   const train = split.script === undefined && values.job === 'train';
   if (train) {
-    // A PS strategy with --pp is named as such before the pipeline's own sizes are.
-    const ps = parameterServerProblems(jobParams, { nproc, nnodes });
-    if (ps.length > 0) throw new Error(`${ps.join('\n')}\n${USAGE}`);
-    const pipeline = pipelineProblems(jobParams, { nproc, nnodes });
-    if (pipeline.length > 0) throw new Error(`${pipeline.join('\n')}\n${USAGE}`);
+    // Refused with the usage here, before anything starts (launch() checks them again for callers of the API).
+    const problems = trainFlagProblems(jobParams, { nproc, nnodes });
+    if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
   } else if (split.script === undefined) {
     const psFlags = parameterServerFlagsFor(String(values.job ?? 'rendezvous'), jobParams);
     if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`);

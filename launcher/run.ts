@@ -22,7 +22,7 @@ import { commLine } from './summary_comm.ts';
 import { devicesLine } from './summary_devices.ts';
 import type { RankResult } from './summary_fields.ts';
 import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
-import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun, pipelineProblems, slowParam, trainJobProblem } from './job_flags.ts';
+import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameterServerRun, slowParam, trainFlagProblems, trainJobProblem } from './job_flags.ts';
 import type { Report } from '../src/jobs/job_report.ts';
 
 /**
@@ -172,11 +172,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
   }
   if (opts.job === 'train') {
-    // A PS strategy with --pp is named as such before the pipeline's own sizes are.
-    const ps = parameterServerProblems(opts.jobParams, { nproc: opts.nproc, nnodes });
-    if (ps.length > 0) throw new Error(ps.join('\n'));
-    const pipeline = pipelineProblems(opts.jobParams, { nproc: opts.nproc, nnodes });
-    if (pipeline.length > 0) throw new Error(pipeline.join('\n'));
+    const problems = trainFlagProblems(opts.jobParams, { nproc: opts.nproc, nnodes });
+    if (problems.length > 0) throw new Error(problems.join('\n'));
   }
   const psFlags = script ? [] : parameterServerFlagsFor(opts.job, opts.jobParams);
   if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${opts.job}`);

@@ -11,7 +11,8 @@ import type { RunningServer } from '../signaling/server.ts';
 import { REGROUP, runAgent } from '../src/elastic/agent.ts';
 import { DistTimeoutError, RendezvousClosedError } from '../src/errors.ts';
 import { RendezvousHandler } from '../src/elastic/rendezvous.ts';
-import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

@@ -7,7 +7,8 @@ import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreError } from '../src/errors.ts';
 import { PROTOCOL_VERSION, encodeValue } from '../src/c10d/protocol.ts';
-import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, text, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -19,10 +19,10 @@ import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { SGD } from '../src/optim.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('splitBatch', () => {
   it('splits in proportion to the weights, every rank at least one sample, the counts adding up', () => {

@@ -15,7 +15,9 @@ import { SessionTokens, TOKEN_FILE } from '../signaling/session_tokens.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { newSessionToken } from '../src/c10d/session_token.ts';
-import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 import * as tf from '@tensorflow/tfjs';
 import { buildModel } from '../src/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
@@ -242,18 +244,8 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 }
 
 const exists = (path: string) => stat(path).then(() => true, () => false);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** An upload into that folder has got past its header (its .tmp file exists). */
 const hasTmp = async (sessionDir: string) => (await readdir(sessionDir).catch(() => [])).some((f) => f.endsWith('.tmp'));
-
-/** Polls `check` until it holds, for at most `ms`. */
-async function eventually(check: () => Promise<boolean>, ms = 3_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
-    await sleep(20);
-  }
-}
 
 interface Answer {
   status: number;
@@ -955,7 +947,7 @@ describe('checkpoint limits and failures', () => {
     const bytes = await encodeCheckpoint(makeCheckpoint(1));
     const first = stalledUpload(srv.url, s, bytes.subarray(0, bytes.length >> 1), bytes.length);
     // The first upload holds the only slot once its .tmp exists.
-    await eventually(() => hasTmp(join(srv.dir, s)));
+    await waitFor("the first upload's .tmp file", () => hasTmp(join(srv.dir, s)));
 
     const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes });
     expect(res.status).toBe(503);
@@ -966,7 +958,7 @@ describe('checkpoint limits and failures', () => {
 
     // Once the first one is gone, its slot is free again.
     first.abort();
-    await eventually(async () => (await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes })).status === 201);
+    await waitFor('an upload to be taken (201) once the first one is gone', async () => (await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes })).status === 201, { intervalMs: 20 });
     expect((await listCheckpoints(srv.url, s, auth(s))).length).toBe(1);
   });
 
@@ -988,12 +980,12 @@ describe('checkpoint limits and failures', () => {
     const empty = await mount({ maxDiskBytes: Math.floor(bytes.length * 1.5) });
     const c = await joined(empty);
     const holding = stalledUpload(empty.url, c, bytes.subarray(0, bytes.length >> 1), bytes.length);
-    await eventually(() => hasTmp(join(empty.dir, c)));
+    await waitFor("the holding upload's .tmp file", () => hasTmp(join(empty.dir, c)));
     const refused = await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes });
     expect(refused.status).toBe(507);
     expect(((await refused.json()) as { message: string }).message).toContain(`${bytes.length} bytes are stored or being uploaded`);
     holding.abort();
-    await eventually(async () => (await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes })).status === 201);
+    await waitFor('an upload to be taken (201) once the holding one is gone', async () => (await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes })).status === 201, { intervalMs: 20 });
   });
 
   it('times out a request that gets no answer, naming the URL and the time', async () => {
@@ -1167,7 +1159,7 @@ describe('checkpoint routes on the real server need the session token', () => {
       const client = await connect(idle, s);
       await saveCheckpoint(idle.url, s, makeCheckpoint(1), auth(s));
       client.close();
-      await eventually(async () => !idle.sessions.has(s));
+      await waitFor('the idle session to be dropped', () => !idle.sessions.has(s));
       // Known now only from the token file: saving again must not need the in-memory token.
       const again = await saveCheckpoint(idle.url, s, makeCheckpoint(2), auth(s));
       expect((await loadCheckpoint(idle.url, s, auth(s)))!.name).toBe(again.name);

@@ -8,7 +8,9 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep, waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -167,7 +169,8 @@ describe('failure', () => {
     const t0 = Date.now();
     // Rank 2 never joins the next collective and goes away.
     const survivors = [0, 1, 3].map((r) => pgs[r].allReduce(new Float32Array(100000)));
-    setTimeout(() => pgs[2].destroy(), 100);
+    // A scenario, not an order: the survivors' calls are all made, and rank 2 going at any time after them ends the same way.
+    void sleep(100).then(() => pgs[2].destroy());
     const results = await Promise.allSettled(survivors);
     for (const r of results) {
       expect(r.status).toBe('rejected');
@@ -213,7 +216,7 @@ describe('failure', () => {
     await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
     net.end(0, 1)!.stall(); // rank 0's send to rank 1 waits for a drain that never comes
     const results = pgs.map((pg) => pg.allReduce(new Float32Array(30_000)).then(() => new Error('finished'), (e: unknown) => e as Error));
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor("rank 0's send to rank 1 to wait on its full queue", () => net.end(0, 1)!.buffered > 4096);
     pgs[2].destroy(); // the server tells the others, then forms a new round, which closes their groups
     const err = (await results[0]) as PeerLostError;
     expect(err).toBeInstanceOf(PeerLostError);
@@ -277,7 +280,7 @@ describe('liveness', () => {
     const { pgs } = await groups(2, { peerTimeoutMs: 20_000, stallTimeoutMs: 1_000 });
     await Promise.all(pgs.map((pg) => pg.allReduce(Float32Array.of(1))));
     const early = pgs[0]!.allReduce(Float32Array.of(2));
-    await new Promise((r) => setTimeout(r, 3_000)); // rank 1 is busy for three stall bounds, but its liveness frames arrive
+    await sleep(3_000); // the behaviour under test: rank 1 is busy for three stall bounds, but its liveness frames arrive
     const late = pgs[1]!.allReduce(Float32Array.of(3));
     expect(Array.from(await early)).toEqual([5]);
     expect(Array.from(await late)).toEqual([5]);

@@ -17,7 +17,8 @@ import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { commSetup, denseStepBytes, messageBytes, ringAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
 import { parseCommHook } from '../src/jobs/train_config.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

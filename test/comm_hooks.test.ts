@@ -29,7 +29,8 @@ import { allreduceHook, bf16CompressHook, fp16CompressHook } from '../src/parall
 import type { CommHook, CommHookState, GradBucket } from '../src/parallel/comm_hooks/types.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

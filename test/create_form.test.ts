@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
+import { TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
 import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, shareableUrl, withOrigin } from '../client/ui/session_link.ts';
 import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../client/ui/estimate.ts';
 import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';
@@ -25,7 +26,7 @@ const FP = Array.from({ length: 32 }, (_, i) => (i * 7 + 16).toString(16).toUppe
 
 describe('the create form', () => {
   it('has the session name, then one field per schema option shown in the form', () => {
-    expect(FORM_FIELDS.map((f) => f.label)).toEqual(['Session name', ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => o.label)]);
+    expect(FORM_FIELDS.map((f) => f.label)).toEqual(['Session name', ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => TRAIN_FORM_LABELS[o.name].label)]);
     expect(FORM_FIELDS.slice(0, 5).map((f) => f.label)).toEqual(['Session name', 'World size (tabs)', 'Keep training with at least (tabs)', 'Model', 'Dataset']);
     expect(FORM_FIELDS.find((f) => f.name === 'model')!.control).toEqual({ type: 'select', choices: ['mlp', 'cnn'] });
     expect(FORM_FIELDS.find((f) => f.name === 'world')!.control).toEqual({ type: 'number', min: 1, max: 64 });
@@ -59,7 +60,7 @@ describe('the create form', () => {
     expect(minNote({ world: '5', min: '3' })).toContain('at least 3 are in');
     expect(minNote({ world: '4', min: '4' })).toBe('A fixed size: training pauses whenever one of the 4 tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.');
     expect(minNote({ world: '1', min: '1' })).toMatch(/^One tab trains alone/);
-    expect(minNote({ world: 'x', min: '1' })).toBe(TRAIN_OPTIONS.find((o) => o.name === 'min')!.hint);
+    expect(minNote({ world: 'x', min: '1' })).toBe(TRAIN_FORM_LABELS.min.hint);
   });
 
   it("the creator's own link carries the host's secret; the shared one only the token", () => {

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/transport/peer_link.ts';
 import { encodeAlive } from '../src/c10d/framing.ts';
 import { PeerLostError } from '../src/errors.ts';
+import { sleep } from './fixtures/wait.ts';
 
 describe('credit messages', () => {
   it('carry a byte count exactly and are never taken for a frame', () => {
@@ -89,7 +90,9 @@ describe('SendQueue with a credit window', () => {
     w.sentBytes(150);
     let went = false;
     const pending = q.beforeSend().then(() => (went = true));
-    await new Promise((r) => setTimeout(r, 20));
+    // That it did NOT go has no event to wait for: 20 ms lets a sender that wrongly went (at once or
+    // on a timer) show it; not vacuous, since the same flag turns true once the credit comes.
+    await sleep(20);
     expect(went).toBe(false);
     w.credit(100);
     q.drained();

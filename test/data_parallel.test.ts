@@ -18,10 +18,12 @@ import { buildModel, classificationLoss } from '../src/models.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { RunningServer } from '../signaling/server.ts';
-import { relativeError, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { relativeError } from './fixtures/tensors.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
-const DEVICE = new URL('./data_parallel_node_device.ts', import.meta.url);
+const DEVICE = new URL('./fixtures/data_parallel_node_device.ts', import.meta.url);
 
 /** A device as a Node worker thread running data_parallel_node_device.ts (TypeScript, through tsx's loader). */
 function nodeDevice(): DeviceChannel {

@@ -13,7 +13,9 @@ import { NonFiniteGradientError, ReplicaDivergenceError } from '../src/errors.ts
 import { verifyReplicas } from '../src/parallel/replicas.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { pendingWaiters, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -171,8 +173,9 @@ describe('DistributedDataParallel', () => {
     // published, so with shared keys it would read the first group's stale rank-0 shapes.
     const second = await groups(2, new MemoryNetwork(), session);
     const model = () => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: 32 });
-    const late = new Promise((r) => setTimeout(r, 300)).then(() => DistributedDataParallel.create(model(), second[0]));
-    const [d1, d0] = await Promise.all([DistributedDataParallel.create(model(), second[1]), late]);
+    const checking = DistributedDataParallel.create(model(), second[1]);
+    await waitFor("rank 1's shape check to wait for rank 0's shapes", () => pendingWaiters(server, session) === 1);
+    const [d1, d0] = await Promise.all([checking, DistributedDataParallel.create(model(), second[0])]);
     expect(await d0.weightsHash()).toBe(await d1.weightsHash());
     for (const p of second) p.destroy();
   });

@@ -7,6 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { currentDevice, destroyDevice, probeBackend, recreateBackend, watchDevice } from '../src/runtime/device.ts';
 import { DeviceLostError, isRecoverable } from '../src/errors.ts';
+import { sleep } from './fixtures/wait.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');
@@ -20,7 +21,8 @@ describe('device', () => {
     expect(destroyDevice()).toBe(false);
     let heard = false;
     watch.onLost(() => (heard = true));
-    const settled = await Promise.race([watch.lost.then(() => 'lost'), new Promise((r) => setTimeout(() => r('pending'), 50))]);
+    // "Never fires" has no event to wait for: 50 ms is as long as the test can afford to watch.
+    const settled = await Promise.race([watch.lost.then(() => 'lost'), sleep(50).then(() => 'pending')]);
     expect(settled).toBe('pending');
     expect(heard).toBe(false);
     expect(watch.isLost()).toBe(false);

@@ -23,7 +23,8 @@ import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundCo
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

@@ -17,7 +17,9 @@ import type { ElasticEvent } from '../src/elastic/events.ts';
 import { CollectiveMismatchError, RendezvousClosedError, ReplicaDivergenceError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -216,10 +218,7 @@ describe('runElastic', () => {
     const extra = async (ctx: StepContext) => {
       if (ctx.step !== 3 || ctx.pg.rank !== 0) return;
       spectator = member(net, 2, session, { min: 2, max: 2, spectate: true });
-      for (let t = 0; !members[0]!.events.some((e) => e.type === 'waiting' && e.members === 3); t += 20) {
-        if (t > 5_000) throw new Error('the spectator never arrived');
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await waitFor('rank 0 to hear of the spectator', () => members[0]!.events.some((e) => e.type === 'waiting' && e.members === 3));
     };
     const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 6, extra }));
     const runs = await Promise.all(members.map((m) => m.result));

@@ -12,7 +12,8 @@ import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
 import { evaluate } from '../client/train/harness.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

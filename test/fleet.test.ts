@@ -25,7 +25,8 @@ import { parseTrainConfig } from '../src/jobs/train_config.ts';
 import { initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
 import { facts } from '../client/ui/dashboard_facts.ts';
 import { fleetRows } from '../client/ui/dashboard_fleet.ts';
-import { connect, uniqueSession, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { uniqueSession } from './fixtures/session.ts';
 
 const PHONE: FleetInfo = { browser: 'Chrome 156', platform: 'Android phone', mobile: true, backend: 'webgl', device: 'Mali-G715', fallback: 'this browser has no WebGPU', memoryGB: 4 };
 const LAPTOP: FleetInfo = { browser: 'Firefox 128', platform: 'Linux', mobile: false, backend: 'cpu', device: 'CPU, 8 threads', fallback: null, memoryGB: null };

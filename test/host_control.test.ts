@@ -17,7 +17,8 @@ import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from 
 import { SessionEndedError, StoreError, UnauthorizedError } from '../src/errors.ts';
 import { newSessionToken } from '../src/c10d/session_token.ts';
 import { saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
-import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];

@@ -16,8 +16,11 @@ import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { weightsHash } from '../src/parallel/replicas.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep, waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { watchCollectiveFrames } from './fixtures/links.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -39,7 +42,6 @@ async function groups(n: number, extra: { maxFrameBytes?: number; peerTimeoutMs?
   return { pgs, net };
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
 
 /** A copy of `frame` with header fields changed and its payload cut to the new length. */
@@ -106,9 +108,13 @@ describe('peer frames', () => {
   });
 
   it('collectives a peer legitimately runs ahead with (as DDP pipelines its buckets) are still buffered', async () => {
-    const { pgs } = await groups(2);
+    const { pgs, net } = await groups(2);
+    await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4)))); // opens the link, so its frames can be watched
+    const link = net.end(0, 1)!;
+    const sent = watchCollectiveFrames(link);
     const ahead = Array.from({ length: 20 }, () => pgs[0]!.allReduce(new Float32Array(1000).fill(1)));
-    await new Promise((r) => setTimeout(r, 50));
+    // Rank 1 holds frames of all 20 before it issues any: they were buffered, not met by a receive.
+    await waitFor("rank 0's frames of all 20 collectives to reach rank 1", () => sent.seqs.size === 20 && link.buffered === 0);
     const behind = Array.from({ length: 20 }, () => pgs[1]!.allReduce(new Float32Array(1000).fill(2)));
     for (const out of await Promise.all([...ahead, ...behind])) expect(out[999]).toBe(3);
     destroy(pgs);
@@ -151,7 +157,7 @@ describe('mailbox bounds', () => {
     void mb.receive(0, FrameKind.collective, 11, 0, d, 64, () => {}, Promise.resolve()).catch(() => {});
     // A chunk every 60 ms re-arms the 100 ms silence timer each time; the message's 104 ms do not wait.
     for (const chunk of chunks.slice(0, 3)) {
-      await sleep(60);
+      await sleep(60); // the behaviour under test: a chunk every 60 ms
       if (lost.length > 0) break;
       put(mb, chunk);
     }

@@ -9,7 +9,7 @@ import { IceConfigError, checkIceConfig, iceConfigFromEnv, iceServersFor } from 
 import { startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient, UnauthorizedError, newSessionToken } from '../src/index.ts';
 import { isIceServers } from '../src/c10d/protocol.ts';
-import { tokenFor } from './helpers.ts';
+import { tokenFor } from './fixtures/session.ts';
 
 const SECRET = 'a-shared-secret-of-coturn-0123456789';
 
@@ -58,13 +58,17 @@ describe('the server hands ICE servers to members', () => {
 
   it('with the token: fixed servers plus TURN credentials for this session; without: nothing', async () => {
     server = await startServer({ port: 0, log: () => {}, ice: { iceServers: [{ urls: ['stun:10.9.0.1:3478'] }], turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
+    const before = Date.now();
     const client = await StoreClient.connect(server.url, { session: 'ice-a', token: tokenFor('ice-a'), timeoutMs: 5_000 });
+    const after = Date.now();
     try {
       expect(client.iceServers[0]).toEqual({ urls: ['stun:10.9.0.1:3478'] });
       const relay = client.iceServers[1]!;
       const [expiry, session] = relay.username!.split(':');
       expect(session).toBe('ice-a');
-      expect(Number(expiry) - Date.now() / 1000).toBeGreaterThan(590);
+      // Issued during the connect, for ttlSec: bounded by the clock on either side, not by how long the connect took.
+      expect(Number(expiry)).toBeGreaterThanOrEqual(Math.floor(before / 1000) + 600);
+      expect(Number(expiry)).toBeLessThanOrEqual(Math.floor(after / 1000) + 600);
       expect(relay.credential).toBe(createHmac('sha1', SECRET).update(relay.username!).digest('base64'));
     } finally {
       client.close();

@@ -11,7 +11,9 @@ import type { RunningServer, ServerOptions } from '../signaling/server.ts';
 import { ConnectionClosedError, StoreError } from '../src/errors.ts';
 import { PROTOCOL_VERSION, type RoundEvent } from '../src/c10d/protocol.ts';
 import type { StoreClient } from '../src/c10d/store.ts';
-import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep, waitFor } from './fixtures/wait.ts';
 
 let server: RunningServer | undefined;
 const open: Array<{ close(): void }> = [];
@@ -53,13 +55,7 @@ async function stillServes(session: string): Promise<void> {
   expect(await other.add('n', 1)).toBe(1);
 }
 
-const until = async (ok: () => boolean, what: string, ms = 2_000): Promise<void> => {
-  const deadline = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-};
+const until = (ok: () => boolean, what: string, timeoutMs = 2_000): Promise<void> => waitFor(what, ok, { timeoutMs });
 
 /** A raw socket, for clients that misbehave below the StoreClient. */
 class Raw {
@@ -107,7 +103,7 @@ describe('store correctness', () => {
     const [a, b] = [await client(session), await client(session)];
     const pending = a.get('k', 2_000);
     const many = a.multiGet(['x', 'y'], 2_000);
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => pendingWaiters(server!, session) === 2, 'the get and the multiGet to wait on the server');
     // Sent back to back: the server reads them in one go, before the waiting get resumes.
     const writes = [b.set('k', 'v'), b.deleteKey('k'), b.multiSet(['x', 'y'], ['1', '2']), b.deleteKey('x')];
     expect(text(await pending)).toBe('v');
@@ -228,11 +224,7 @@ describe('limits', () => {
     a.close();
     // The server counts the socket free once it saw the close.
     let c: StoreClient | undefined;
-    for (let i = 0; i < 50 && !c; i++) {
-      c = await connect(server!, session).catch(() => undefined);
-      if (!c) await new Promise((r) => setTimeout(r, 20));
-    }
-    expect(c).toBeDefined();
+    await waitFor("a connection to be let in once the server saw a's close", async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined, { timeoutMs: 2_000, intervalMs: 20 });
     open.push(c!);
     expect(await c!.add('n', 1)).toBe(1);
   });
@@ -245,7 +237,9 @@ describe('limits', () => {
     const t0 = Date.now();
     expect(await within(silent.closed, 2_000, 'the silent socket to close')).toEqual({ code: 4004, reason: 'no hello within 200 ms' });
     expect(Date.now() - t0).toBeLessThan(1_000);
-    await new Promise((r) => setTimeout(r, 100));
+    // Checks that something did not happen (good closed by a hello timer), so it can only wait: good
+    // opened first, so its timer would have fired before silent's; 100 ms more lets that close arrive.
+    await sleep(100);
     expect(await good.add('n', 1)).toBe(1);
     await stillServes(session);
   });
@@ -284,7 +278,7 @@ describe('limits', () => {
     let sent = 0;
     for (; sent < 200 && !logged.some((l) => l.includes('not reading')); sent++) {
       slow.send({ type: 'multiGet', id: 10 + sent, keys, timeoutMs: 100 });
-      await new Promise((r) => setTimeout(r, 2));
+      await sleep(2); // paced, so the cut-off can come while it is still asking (the behaviour under test)
     }
     await until(() => logged.some((l) => l.includes('not reading: over 262144 bytes waiting to be sent')), 'the slow reader to be cut off');
     socket.resume();
@@ -414,7 +408,9 @@ describe('regroup', () => {
     expect((await a.s.regroup(1)).round).toBe(2);
     await member(session);
     const deferred = a.s.regroup(2);
-    await new Promise((r) => setTimeout(r, 50));
+    // The server takes a socket's requests in order, and defers a regroup as it reads it: once this
+    // reply is back, the regroup waits (b leaving first would make it merely stale, answered 3 too).
+    await a.s.check(['nothing']);
     b.s.close();
     // b's loss forms round 3 at once (with the waiting member in it): the deferred answer is 3.
     expect((await within(deferred, 2_000, 'the deferred regroup')).round).toBe(3);

@@ -10,7 +10,8 @@ import type { RunningServer } from '../signaling/server.ts';
 import { GroupLinks, nextPathReading, type LinkPath } from '../src/transport/group_links.ts';
 import { selectedPath, type PathSample } from '../src/transport/peer_link.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 /** What Chromium reported for a loopback data channel: the selected pair changed after the first pair carried the bytes. */

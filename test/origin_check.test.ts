@@ -6,7 +6,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
-import { rawRequest, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { rawRequest, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 let server: RunningServer | undefined;
 afterEach(async () => {

@@ -18,7 +18,8 @@ import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
 import { assignFlatWeights } from '../src/parallel/replicas.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { listCheckpoints } from '../src/checkpoint/checkpoint.ts';
-import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

@@ -23,7 +23,10 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { pipelineMesh, runPipeline, type PipelineRunResult } from '../src/parallel/pipeline/runner.ts';
 import type { ScheduleKind } from '../src/parallel/pipeline/schedule.ts';
 import { PipelineStage } from '../src/parallel/pipeline/stage.ts';
-import { relativeError, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { relativeError } from './fixtures/tensors.ts';
+import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -291,7 +294,7 @@ describe('runPipeline', () => {
     await expect(members[1]!.result).rejects.toBeInstanceOf(TabClosed);
     const others = [0, 2, 3].map((i) => members[i]!);
     // Every other rank heard why: the rank, its stage and replica.
-    await waitFor(() => others.every((m) => m.events.some((e) => e.type === 'failure' && /rank 1, stage 1 of 2 in replica 0, was lost/.test(e.error))));
+    await waitFor("every other member to report rank 1's loss", () => others.every((m) => m.events.some((e) => e.type === 'failure' && /rank 1, stage 1 of 2 in replica 0, was lost/.test(e.error))), { timeoutMs: 20_000, intervalMs: 50 });
     const joiner = member(net, 4, session, { rank: 1 });
     const runs = await Promise.all([...others, joiner].map((m) => m.result));
     for (const r of runs) {
@@ -307,11 +310,3 @@ describe('runPipeline', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 });
-
-async function waitFor(cond: () => boolean, ms = 20_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

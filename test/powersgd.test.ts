@@ -10,7 +10,8 @@ import { powerSGD, PowerSGDStateError, type PowerSGDHook, type PowerSGDOptions }
 import type { GradBucket } from '../src/parallel/comm_hooks/types.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;

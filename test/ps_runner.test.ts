@@ -18,7 +18,9 @@ import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
 import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parallel/parameter_server/runner.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { DistTimeoutError } from '../src/errors.ts';
-import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, text, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep, waitFor as waitForNamed } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -83,7 +85,7 @@ function member(net: MemoryNetwork, id: number, session: string, max: number, ex
     async step({ indices, model: mm }) {
       self.steps++;
       if (self.steps === leaveAtStep) abort.abort(new Error(`member ${id} closed at its step ${self.steps}`));
-      if (slowMs) await new Promise((r) => setTimeout(r, slowMs));
+      if (slowMs) await sleep(slowMs); // a slow worker: the behaviour under test
       const { loss, grads } = await gradsOf(mm, indices);
       return { grads, metrics: { loss } };
     },
@@ -136,8 +138,8 @@ describe('runParameterServer', () => {
     const roles = JSON.parse(text(await store.get('ps/roles'))) as { servers: Array<{ index: number; rank: number }>; workers: Array<{ workerId: number }> };
     expect(roles.servers).toEqual([{ index: 0, rank: 0 }]);
     expect(roles.workers).toHaveLength(2);
-    await waitFor(async () => (JSON.parse(text(await store.get('ps/server-0'))) as { version: number }).version === 12);
-    await waitFor(async () => (JSON.parse(text(await store.get('ps/leases'))) as { applied: number }).applied === 12 * 32);
+    await waitFor('server 0 to publish version 12', async () => (JSON.parse(text(await store.get('ps/server-0'))) as { version: number }).version === 12);
+    await waitFor('the leases to count 12 x 32 samples applied', async () => (JSON.parse(text(await store.get('ps/leases'))) as { applied: number }).applied === 12 * 32);
     store.close();
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
@@ -189,7 +191,7 @@ describe('runParameterServer', () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psroles');
     const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 2, min: 3, slowMs: 5 }));
-    await waitFor(() => members[1]!.steps >= 2 && members[2]!.steps >= 2);
+    await waitFor('members 1 and 2 to take 2 steps', () => members[1]!.steps >= 2 && members[2]!.steps >= 2);
     // A fourth tab (a spectator of the full group) tries what c9d87d7 let it do: take server 0's place.
     const impostor = await connect(server, session);
     const round = new Promise<{ members: number[] }>((resolve) => impostor.on('round', (e) => resolve(e)));
@@ -240,7 +242,7 @@ describe('runParameterServer', () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psjoin');
     const members = [0, 1, 2].map((id) => member(net, id, session, 4, { epochs: 4, min: 2, slowMs: 5 }));
-    await waitFor(() => members[1]!.steps >= 3);
+    await waitFor('member 1 to take 3 steps', () => members[1]!.steps >= 3);
     const joiner = member(net, 3, session, 4, { epochs: 4, min: 2 });
     const runs = await Promise.all([...members, joiner].map((m) => m.result));
     const joined = runs[3]!;
@@ -276,9 +278,9 @@ describe('runParameterServer', () => {
     const session = uniqueSession('pslostps');
     const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
     // Close the server once it has saved a checkpoint and gone on a little.
-    await waitFor(() => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
+    await waitFor('a checkpoint of version 8 or later', () => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
     members[0]!.abort.abort(new Error('the server tab closed'));
-    await waitFor(() => [1, 2].every((i) => members[i]!.events.some((e) => e.type === 'server-lost' && e.index === 0 && /parameter server 0 was lost/.test(e.message))));
+    await waitFor('workers 1 and 2 to report server 0 lost', () => [1, 2].every((i) => members[i]!.events.some((e) => e.type === 'server-lost' && e.index === 0 && /parameter server 0 was lost/.test(e.message))));
     const joiner = member(net, 3, session, 3, { epochs: 3, checkpointEvery: 4 });
     const runs = await Promise.all([members[1]!, members[2]!, joiner].map((m) => m.result));
     const server0 = runs.find((r) => r.role === 'server')!;
@@ -291,10 +293,5 @@ describe('runParameterServer', () => {
   }, 90_000);
 });
 
-async function waitFor(cond: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > until) throw new Error(`condition not met within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+/** These runs train for real: a longer bound than the fixture's default. */
+const waitFor = (what: string, check: () => boolean | Promise<boolean>) => waitForNamed(what, check, { timeoutMs: 30_000, intervalMs: 50 });

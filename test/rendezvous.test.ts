@@ -4,7 +4,9 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { DistTimeoutError, RendezvousClosedError, RendezvousError, type StoreError } from '../src/errors.ts';
-import { connect, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 import { CloseCode } from '../src/c10d/protocol.ts';
 
 let server: RunningServer;
@@ -25,7 +27,8 @@ describe('rendezvous', () => {
     const groups: Array<Promise<ProcessGroup>> = [];
     for (let i = 0; i < 4; i++) {
       groups.push(group(session, 4));
-      await new Promise((r) => setTimeout(r, 20)); // a definite join order
+      // A definite join order: the next joins once the server has admitted this one.
+      await waitFor(`join ${i + 1} to be admitted`, () => groupSize(server, session) === i + 1);
     }
     const pgs = await Promise.all(groups);
     expect(pgs.map((p) => p.rank)).toEqual([0, 1, 2, 3]);
@@ -36,9 +39,9 @@ describe('rendezvous', () => {
   it('accepts explicit ranks and fills the rest with the lowest free ones', async () => {
     const session = uniqueSession('explicit');
     const a = group(session, 3, 2);
-    await new Promise((r) => setTimeout(r, 30));
+    await waitFor('the rank-2 join to be admitted', () => groupSize(server, session) === 1);
     const b = group(session, 3);
-    await new Promise((r) => setTimeout(r, 30));
+    await waitFor('the second join to be admitted', () => groupSize(server, session) === 2);
     const c = group(session, 3);
     const pgs = await Promise.all([a, b, c]);
     expect(pgs.map((p) => p.rank)).toEqual([2, 0, 1]);
@@ -57,7 +60,7 @@ describe('rendezvous', () => {
   it('refuses a duplicate rank', async () => {
     const session = uniqueSession('dup');
     const first = group(session, 2, 1);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor('the first rank 1 to be admitted', () => groupSize(server, session) === 1);
     const err = (await group(session, 2, 1).catch((e: unknown) => e)) as RendezvousError;
     expect(err).toBeInstanceOf(RendezvousError);
     expect(err.code).toBe('DUPLICATE_RANK');
@@ -80,7 +83,7 @@ describe('rendezvous', () => {
   it('refuses a world size that disagrees with the session', async () => {
     const session = uniqueSession('ws');
     const first = group(session, 2);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor('the first join (world size 2) to be admitted', () => groupSize(server, session) === 1);
     const err = (await group(session, 3).catch((e: unknown) => e)) as RendezvousError;
     expect(err).toBeInstanceOf(RendezvousError);
     expect(err.code).toBe('WORLD_SIZE_MISMATCH');
@@ -113,7 +116,8 @@ describe('rendezvous', () => {
     let released = 0;
     const pa = a.barrier().then(() => released++);
     const pb = b.barrier().then(() => released++);
-    await new Promise((r) => setTimeout(r, 100));
+    // Both have arrived and wait on the store for the last one: nothing can release them yet.
+    await waitFor('a and b to wait at the barrier', () => pendingWaiters(server, session) === 2);
     expect(released).toBe(0);
     await c.barrier();
     await Promise.all([pa, pb]);
@@ -129,7 +133,7 @@ describe('rendezvous', () => {
     // Explicit ranks: joins sent together reach the server in any order (CI once made c rank 1).
     const [a, b, c] = await Promise.all([group(session, 3, 0), group(session, 3, 1), group(session, 3, 2)]);
     const waiting = a.barrier(10_000).catch((e: unknown) => e);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor('a to wait at the barrier', () => pendingWaiters(server, session) === 1);
     const t0 = Date.now();
     c.destroy();
     const err = (await waiting) as Error;
@@ -196,11 +200,13 @@ describe('rendezvous', () => {
     const left = new Promise((resolve) => s0.on('peer-left', resolve));
     s1.close(CloseCode.LEFT, 'done');
     expect(await left).toEqual({ type: 'peer-left', round: 1, rank: 1, reason: 'its tab closed' });
+    // A round made by s1's leaving would reach s0 with peer-left, so before the reply to anything s0 asks after it.
+    await s0.check(['nothing']);
+    expect(rounds).toBe(0);
     // The group empties, and still the run is over: a new arrival is refused, not made a new group.
     s0.close();
     spectator.close();
-    await new Promise((r) => setTimeout(r, 100));
-    expect(rounds).toBe(0);
+    await waitFor('the group to empty', () => groupSize(server, session) === 0);
     const again = await connect(server, session);
     expect(await again.rendezvous({ min: 1, max: 4 }).catch((e: unknown) => (e as Error).name)).toBe('RendezvousClosedError');
     for (const c of [waiter, again]) c.close();
@@ -214,7 +220,8 @@ describe('rendezvous', () => {
     b1.on('signal', () => (leaked = true));
     const err = await a0.signal(1, { channel: 'x', body: 'hi' }).catch((e: unknown) => e);
     expect((err as RendezvousError).code).toBe('UNKNOWN_PEER');
-    await new Promise((r) => setTimeout(r, 50));
+    // A leaked signal would go to b1 while a0's is handled, so before the reply to anything b1 asks now.
+    await b1.check(['nothing']);
     expect(leaked).toBe(false);
     a0.close();
     b1.close();
@@ -248,7 +255,7 @@ describe('places held by members (claim)', () => {
     await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({ code: 'QUOTA_KEYS', message: expect.stringMatching(/holds 16 places.*\(16\)/) });
     // A member that leaves frees its place: the next taker gets it.
     a.close();
-    await waitUntil(async () => (await c.claim(keys))[0] === -1);
+    await waitFor("a's place to come free", async () => (await c.claim(keys))[0] === -1);
     expect(await c.claim(keys, true)).toEqual([idC, idB]);
     for (const m of [b, c, storeOnly]) m.close();
   });
@@ -260,7 +267,7 @@ describe('places held by members (claim)', () => {
     first.close();
     const next = await connect(server, session);
     let id = 0;
-    await waitUntil(async () => {
+    await waitFor("the first member's leaving, so the next one can join", async () => {
       try {
         id = (await next.rendezvous({ min: 1, max: 1 }, 200)).memberId;
         return true;
@@ -272,11 +279,3 @@ describe('places held by members (claim)', () => {
     next.close();
   });
 });
-
-async function waitUntil(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

@@ -6,7 +6,8 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/elas
 import { StoreClient } from '../src/c10d/store.ts';
 import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
 import { RankStalledError, RendezvousError } from '../src/errors.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];

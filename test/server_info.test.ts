@@ -7,7 +7,7 @@ import { networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { request } from 'node:http';
 import { ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
 import { lanUrls, listenError, startupLines } from '../signaling/network.ts';
-import { withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
 
 const servers: RunningServer[] = [];
 afterEach(async () => {

@@ -15,7 +15,8 @@ import { StoreClient } from '../src/c10d/store.ts';
 import { UnauthorizedError } from '../src/errors.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { newSessionToken, tokenFromFragment, withToken } from '../src/c10d/session_token.ts';
-import { connect, text, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, text, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 let server: RunningServer | undefined;
 afterEach(async () => {

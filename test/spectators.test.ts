@@ -9,7 +9,8 @@ import type { RoundEvent, WaitingEvent } from '../src/c10d/protocol.ts';
 import { parseRequest, parseServerMessage } from '../src/c10d/protocol_validation.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/elastic/rendezvous.ts';
 import { RendezvousError } from '../src/errors.ts';
-import { connect, uniqueSession, tokenFor, withServer } from './helpers.ts';
+import { connect, withServer } from './fixtures/server.ts';
+import { uniqueSession, tokenFor } from './fixtures/session.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];

@@ -3,7 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
-import { connect, text, uniqueSession, withServer } from './helpers.ts';
+import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
+import { uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -50,10 +52,9 @@ describe('store', () => {
     const s = await connect(server, session);
     void s.get('gone', 10_000).catch(() => {});
     void s.wait(['gone2'], 10_000).catch(() => {});
-    await new Promise((r) => setTimeout(r, 50));
-    expect(server.sessions.get(session)!.store.pendingWaiters).toBe(2);
+    await waitFor('the get and the wait to wait on the server', () => pendingWaiters(server, session) === 2);
     s.close();
-    await new Promise((r) => setTimeout(r, 100));
-    expect(server.sessions.get(session)!.store.pendingWaiters).toBe(0);
+    // Well inside their 10 s timeouts: only the close can have taken them away.
+    await waitFor("the departed client's waiters to go", () => pendingWaiters(server, session) === 0, { timeoutMs: 3_000 });
   });
 });

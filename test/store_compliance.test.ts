@@ -9,7 +9,9 @@ import type { RunningServer } from '../signaling/server.ts';
 import { StoreError, StoreTimeoutError } from '../src/errors.ts';
 import { HashStore } from '../src/c10d/hash_store.ts';
 import { PrefixStore, type Store } from '../src/c10d/store.ts';
-import { connect, text, uniqueSession, withServer } from './helpers.ts';
+import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
+import { uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -24,7 +26,14 @@ interface Pair {
   a: Store;
   b: Store;
   close(): void;
+  /** Resolves once `n` blocking calls wait in the store (a call on a remote store takes a while to get there). */
+  waiting(n: number): Promise<void>;
 }
+
+/** A HashStore registers a blocking call's waiter in the call itself: nothing to wait for. */
+const atOnce = async () => {};
+/** Over the real server: its store's count of waiting calls. */
+const onServer = (session: string) => (n: number) => waitFor(`${n} blocking call(s) to wait on the server`, () => pendingWaiters(server, session) === n);
 
 const implementations: Array<[string, () => Promise<Pair>]> = [
   [
@@ -32,7 +41,7 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
     async () => {
       const session = uniqueSession('compliance');
       const [a, b] = await Promise.all([connect(server, session), connect(server, session)]);
-      return { a, b, close: () => (a.close(), b.close()) };
+      return { a, b, close: () => (a.close(), b.close()), waiting: onServer(session) };
     },
   ],
   [
@@ -40,21 +49,21 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
     async () => {
       const session = uniqueSession('compliance');
       const [a, b] = await Promise.all([connect(server, session), connect(server, session)]);
-      return { a: new PrefixStore('pg/1', a), b: new PrefixStore('pg/1', b), close: () => (a.close(), b.close()) };
+      return { a: new PrefixStore('pg/1', a), b: new PrefixStore('pg/1', b), close: () => (a.close(), b.close()), waiting: onServer(session) };
     },
   ],
   [
     'HashStore (in memory)',
     async () => {
       const s = new HashStore();
-      return { a: s, b: s, close: () => {} };
+      return { a: s, b: s, close: () => {}, waiting: atOnce };
     },
   ],
   [
     'PrefixStore over HashStore',
     async () => {
       const s = new HashStore();
-      return { a: new PrefixStore('sub1', s), b: new PrefixStore('sub1', s), close: () => {} };
+      return { a: new PrefixStore('sub1', s), b: new PrefixStore('sub1', s), close: () => {}, waiting: atOnce };
     },
   ],
 ];
@@ -78,9 +87,9 @@ describe.each(implementations)('Store: %s', (_name, open) => {
   });
 
   it('a blocking get is woken by a later set from another handle', async () => {
-    const { a, b, close } = await open();
+    const { a, b, close, waiting } = await open();
     const pending = a.get('late', 5_000);
-    await new Promise((r) => setTimeout(r, 50));
+    await waiting(1);
     await b.set('late', 'now');
     expect(text(await pending)).toBe('now');
     close();

@@ -18,8 +18,11 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { classificationLoss, sequentialOf } from '../src/models.ts';
 import { PipelineStage } from '../src/parallel/pipeline/stage.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { watchCollectiveFrames } from './fixtures/links.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -228,9 +231,8 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     await server.close();
   });
 
-  async function groups(n: number): Promise<ProcessGroup[]> {
+  async function groups(n: number, net = new MemoryNetwork()): Promise<ProcessGroup[]> {
     const session = uniqueSession('slow');
-    const net = new MemoryNetwork();
     return Promise.all(Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })));
   }
 
@@ -245,8 +247,10 @@ describe('on in-memory ranks (TF.js cpu)', () => {
   }
 
   it("DDP: the straggler's wait comes before its all-reduce, so the other rank's backward waits for it", async () => {
-    const pgs = await groups(2);
+    const net = new MemoryNetwork();
+    const pgs = await groups(2, net);
     const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(sequentialOf(layers(), [6], `m${pg.rank}`), pg)));
+    const [fromFast, fromSlow] = [watchCollectiveFrames(net.end(0, 1)!), watchCollectiveFrames(net.end(1, 0)!)];
     const slow = gated();
     const backward = (d: DistributedDataParallel, options = {}) => {
       const xs = tf.ones([4, 6]);
@@ -257,7 +261,9 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     const fast = backward(ddps[0]!).then((r) => ((fastDone = true), r));
     const slowed = backward(ddps[1]!, { straggler: slow.straggler });
     await vi.waitFor(() => expect(slow.told.length).toBe(1));
-    await new Promise((r) => setTimeout(r, 50));
+    // The fast rank is in its all-reduce, and the held rank has sent it nothing: it can only wait.
+    await waitFor("the fast rank's all-reduce to send", () => fromFast.sent > 0);
+    expect(fromSlow.sent).toBe(0);
     expect(fastDone).toBe(false);
     slow.open();
     const [f, s] = await Promise.all([fast, slowed]);

@@ -9,7 +9,9 @@ import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { CollectiveMismatchError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../src/errors.ts';
 import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../src/c10d/framing.ts';
-import { tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { sleep } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 
 let server: RunningServer;
@@ -286,7 +288,8 @@ describe('failure in subgroups', () => {
     await Promise.all(pgs.map((_, r) => dp[r]!.allReduce(input(r, 4))));
     // Ranks 1 and 2 wait on subgroups with rank 3 in them (as group rank 1); rank 0 on one without it.
     const waits = [pipe[0]!.allReduce(new Float32Array(10)), dp[1]!.recv(new Float32Array(10), 1), pipe[2]!.allReduce(new Float32Array(10))].map(settle);
-    setTimeout(() => pgs[3]!.destroy(), 100);
+    // A scenario, not an order: the waits are all made, and rank 3 going at any time after them ends the same way.
+    void sleep(100).then(() => pgs[3]!.destroy());
     const [at0, at1, at2] = await Promise.all(waits);
     for (const err of [at1, at2]) {
       expect(err).toBeInstanceOf(PeerLostError);
@@ -330,7 +333,7 @@ describe('failure in subgroups', () => {
     const { pgs, dp } = await fourRanks({ peerTimeoutMs: 20_000, stallTimeoutMs: 1_000 });
     await Promise.all(pgs.map((_, r) => dp[r]!.allReduce(input(r, 1))));
     const early = dp[0]!.allReduce(Float32Array.of(2));
-    await new Promise((r) => setTimeout(r, 2_500));
+    await sleep(2_500); // the behaviour under test: rank 2 is late past the stall bound, but alive
     const late = dp[2]!.allReduce(Float32Array.of(3));
     expect([...(await early)]).toEqual([5]);
     expect([...(await late)]).toEqual([5]);

@@ -1,8 +1,7 @@
 /** The shared tick behind heartbeats and liveness frames (Node: a plain interval under the same sharing). */
 import { describe, expect, it } from 'vitest';
 import { TickGap, startTicker, yieldToEventLoop } from '../src/runtime/ticker.ts';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { waitFor } from './fixtures/wait.ts';
 
 describe('startTicker', () => {
   it('ticks every subscriber of an interval, and stops each one alone', async () => {
@@ -10,19 +9,20 @@ describe('startTicker', () => {
     let b = 0;
     const stopA = startTicker(20, () => a++);
     const stopB = startTicker(20, () => b++);
-    await sleep(110);
-    expect(a).toBeGreaterThanOrEqual(3);
-    expect(b).toBeGreaterThanOrEqual(3);
+    await waitFor('both subscribers to tick 3 times', () => a >= 3 && b >= 3);
     stopA();
     stopA(); // twice is harmless: B keeps ticking
     const [a1, b1] = [a, b];
-    await sleep(110);
+    // Ticks of the same interval are the clock, not a sleep: after 3 more of B's, A would have ticked had it not stopped.
+    await waitFor('B to tick 3 more times', () => b >= b1 + 3);
     expect(a).toBe(a1);
-    expect(b).toBeGreaterThan(b1);
+    let c = 0;
+    const stopC = startTicker(20, () => c++);
     stopB();
     const b2 = b;
-    await sleep(60);
+    await waitFor('C, on the same interval, to tick 3 times', () => c >= 3);
     expect(b).toBe(b2);
+    stopC();
   });
 
   it('the same callback subscribed twice is two subscriptions', async () => {
@@ -32,8 +32,7 @@ describe('startTicker', () => {
     const stop2 = startTicker(15, tick);
     stop1();
     const before = n;
-    await sleep(80);
-    expect(n).toBeGreaterThan(before);
+    await waitFor('the subscription left to tick', () => n > before);
     stop2();
   });
 });

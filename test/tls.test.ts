@@ -15,7 +15,8 @@ import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTl
 import { trustArgs } from '../launcher/browser.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/errors.ts';
-import { connect, rawRequest, testCertificate, tokenFor, uniqueSession, withServer } from './helpers.ts';
+import { connect, rawRequest, testCertificate, withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 const servers: RunningServer[] = [];
 afterEach(async () => {

@@ -1,6 +1,7 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
+import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 
 const parse = (query: string) => {
@@ -141,12 +142,12 @@ describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', ()
     expect(configParams(parse('world=3&strategy=ps&ps=2&max-staleness=2')).toString()).toMatch(/strategy=ps&ps=2&maxStaleness=2/);
   });
 
-  it('are in the schema with labels and hints, outside the create form', () => {
-    for (const name of ['strategy', 'ps', 'maxStaleness', 'stalenessLr']) {
+  it('are in the schema, outside the create form, with labels and hints on the page', () => {
+    for (const name of ['strategy', 'ps', 'maxStaleness', 'stalenessLr'] as const) {
       const spec = TRAIN_OPTIONS.find((o) => o.name === name)!;
       expect(spec.inForm).toBe(false);
-      expect(spec.label.length).toBeGreaterThan(0);
-      expect(spec.hint?.length).toBeGreaterThan(20);
+      expect(TRAIN_FORM_LABELS[name].label.length).toBeGreaterThan(0);
+      expect(TRAIN_FORM_LABELS[name].hint?.length).toBeGreaterThan(20);
     }
     expect(TRAIN_OPTIONS.find((o) => o.name === 'strategy')!.kind).toEqual({ type: 'choice', choices: ['ddp', 'ps', 'central'] });
   });
@@ -236,12 +237,12 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
     for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'powersgd:2:fp16', 'powersgd:4:0:bf16', 'localsgd:4', 'localsgd:4:11']) expect(formatCommHook(parseCommHook(text))).toBe(text);
   });
 
-  it('is in the schema with a label and a hint, outside the create form', () => {
+  it('is in the schema, outside the create form, with a label and a hint on the page', () => {
     const spec = TRAIN_OPTIONS.find((o) => o.name === 'commHook')!;
     expect(spec.inForm).toBe(false);
-    expect(spec.label.length).toBeGreaterThan(0);
-    expect(spec.hint).toMatch(/powersgd:RANK/);
-    expect(spec.hint).toMatch(/localsgd:H/);
+    expect(TRAIN_FORM_LABELS.commHook.label.length).toBeGreaterThan(0);
+    expect(TRAIN_FORM_LABELS.commHook.hint).toMatch(/powersgd:RANK/);
+    expect(TRAIN_FORM_LABELS.commHook.hint).toMatch(/localsgd:H/);
     expect(spec.defaultValue({})).toBe('none');
   });
 
@@ -320,11 +321,11 @@ describe('timeLimit: stop after so many seconds', () => {
     expect(refusal('world=2&time-limit=1e7').option).toBe('timeLimit');
   });
 
-  it('is in the schema with a label and a hint, outside the create form; a link carries it only when set', () => {
+  it('is in the schema, outside the create form, with a label and a hint on the page; a link carries it only when set', () => {
     const spec = TRAIN_OPTIONS.find((o) => o.name === 'timeLimit')!;
     expect(spec.inForm).toBe(false);
-    expect(spec.label).toMatch(/seconds/);
-    expect(spec.hint?.length).toBeGreaterThan(20);
+    expect(TRAIN_FORM_LABELS.timeLimit.label).toMatch(/seconds/);
+    expect(TRAIN_FORM_LABELS.timeLimit.hint?.length).toBeGreaterThan(20);
     expect(spec.defaultValue({})).toBeNull();
     expect(configParams(parse('world=2')).has('timeLimit')).toBe(false);
     const limited = parse('world=4&min=2&time-limit=45&strategy=central');
@@ -342,7 +343,7 @@ describe('the schema bounds every size by the form’s', () => {
 
   it('a link without min is a fixed size; only the form starts at 1', () => {
     expect(parse('world=4')).toMatchObject({ min: 4, max: 4 });
-    expect(TRAIN_OPTIONS.find((o) => o.name === 'min')!.formDefault?.({})).toBe(1);
+    expect(FORM_DEFAULTS.min).toBe(1);
   });
 });
 

@@ -13,7 +13,7 @@ import { runTag } from '../launcher/lan.ts';
 import { linksOf } from '../launcher/summary_links.ts';
 import { iceServersFor } from '../signaling/ice.ts';
 import { findTurnserver, freeUdpPort, isStunBindingSuccess, killRunTurnserver, stunBindingRequest, turnserverConfig, TurnProcess, type TurnSettings } from '../launcher/turn.ts';
-import { lanTestsBlocked } from './helpers.ts';
+import { lanTestsBlocked } from './fixtures/lan.ts';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -177,7 +177,7 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)('th
       for (let attempt = 0; ; attempt++) {
         if (spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1', 'turnutils_stunclient', '-p', '3478', '10.0.0.1'], { timeout: 5_000 }).status === 0) break;
         if (attempt >= 30) throw new Error(`coturn did not answer STUN in the test namespace; it said:\n${server.slice(-2000)}`);
-        await new Promise((res) => setTimeout(res, 200));
+        await new Promise((res) => setTimeout(res, 200)); // between STUN probes of a coturn starting up: a bounded poll
       }
       const r = spawnSync('ip', ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'], { timeout: 20_000 });
       return { client: `${r.stdout}${r.stderr}`, server };

@@ -4,7 +4,9 @@
  */
 import { el } from './dom.ts';
 import type { LinkProblem } from './link_check.ts';
-import './dashboard.css';
+import './styles/base.css';
+import './styles/base_media.css';
+import './styles/bad_link.css';
 
 export function mountBadLink(root: HTMLElement, problem: LinkProblem): void {
   root.append(

@@ -15,7 +15,9 @@ import { fmtInt } from './format.ts';
 import { qrSvg } from './qr.ts';
 import { fetchServerInfo, type ServerInfo } from './server_info.ts';
 import { newSessionToken } from '../../src/c10d/session_token.ts';
-import './dashboard.css';
+import './styles/base.css';
+import './styles/base_media.css';
+import './styles/create_form.css';
 
 function randomName(): string {
   const words = ['amber', 'brisk', 'cedar', 'delta', 'ember', 'fjord', 'gale', 'harbor', 'iris', 'juniper', 'kite', 'lumen', 'maple', 'nova', 'onyx', 'pine'];

@@ -8,6 +8,9 @@
  * redraw at most ~4 times a second on an animation frame, so hundreds of steps a second cost one
  * draw per frame.
  */
+// Styles in cascade order: the base first, then each panel's (imported by its view), then the dashboard's
+// layout and the UI-wide media rules, which override panel rules of the same weight.
+import './styles/base.css';
 import type { TrainEvent } from '../train/events.ts';
 import { initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
 import { downloadBaseName } from './dashboard_controls.ts';
@@ -28,7 +31,8 @@ import { ProgressView } from './view_progress.ts';
 import { PsView } from './view_ps.ts';
 import { SummaryView } from './view_report.ts';
 import { RingCardView } from './view_ring.ts';
-import './dashboard.css';
+import './styles/dashboard_layout.css';
+import './styles/base_media.css';
 
 export type { ControlAction, Role } from './dashboard_state.ts';
 

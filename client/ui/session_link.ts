@@ -1,12 +1,13 @@
 /**
- * What the create form asks and the link it makes, without a DOM. The fields, their labels,
- * hints, defaults and rules come from the job's schema (src/jobs/train_config.ts), and a form is
- * checked by the same parser the page runs on the link, so the form cannot accept a value the
- * page would refuse, nor refuse one it would accept.
+ * What the create form asks and the link it makes, without a DOM. The fields, their defaults and
+ * rules come from the job's schema (src/jobs/train_config.ts), their labels and hints from
+ * train_form_labels.ts, and a form is checked by the same parser the page runs on the link, so
+ * the form cannot accept a value the page would refuse, nor refuse one it would accept.
  */
 import { SESSION_NAME } from '../../src/c10d/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
-import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig } from '../../src/jobs/train_config.ts';
+import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig, type TrainOptionName } from '../../src/jobs/train_config.ts';
+import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from './train_form_labels.ts';
 
 /** The form's text by field name, as typed (trimmed). A missing name counts as empty. */
 export type FormValues = Readonly<Record<string, string>>;
@@ -55,7 +56,7 @@ function controlOf(kind: OptionSpec['kind']): FieldControl {
 /** The form's fields in order: the session name, then each schema option shown in the form. */
 export const FORM_FIELDS: readonly FormField[] = [
   SESSION_FIELD,
-  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: spec.label, hint: spec.hint, control: controlOf(spec.kind), optional: spec.optional === true })),
+  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: TRAIN_FORM_LABELS[spec.name].label, hint: TRAIN_FORM_LABELS[spec.name].hint, control: controlOf(spec.kind), optional: spec.optional === true })),
 ];
 
 /**
@@ -69,7 +70,7 @@ export function fieldDefaults(values: FormValues): Record<string, string> {
   const out: Record<string, string> = {};
   for (const spec of TRAIN_OPTIONS) {
     const fallback = spec.defaultValue(parsed);
-    const shown = spec.formDefault ? spec.formDefault(parsed) : fallback;
+    const shown = Object.hasOwn(FORM_DEFAULTS, spec.name) ? FORM_DEFAULTS[spec.name] : fallback;
     if (spec.inForm) out[spec.name] = spec.optional === true || shown === null || shown === undefined ? '' : String(shown);
     parsed[spec.name] = fallback;
     const raw = spec.inForm ? (values[spec.name] ?? '') : '';
@@ -85,7 +86,7 @@ export function fieldDefaults(values: FormValues): Record<string, string> {
 
 /** The job the form describes; throws ConfigError, as the page would on the same link. */
 export function formConfig(values: FormValues): TrainConfig {
-  const inForm = new Set(FORM_OPTIONS.map((o) => o.name));
+  const inForm = new Set<string>(FORM_OPTIONS.map((o) => o.name));
   return parseTrainConfig((name) => (inForm.has(name) ? (values[name] ?? '') : null));
 }
 
@@ -98,7 +99,7 @@ export function checkForm(values: FormValues): Record<string, string> {
   for (const spec of FORM_OPTIONS) {
     const raw = values[spec.name] ?? '';
     if (raw === '') {
-      if (!spec.optional) errors[spec.name] = `${fieldName(spec.label)} is required.`;
+      if (!spec.optional) errors[spec.name] = `${fieldName(TRAIN_FORM_LABELS[spec.name].label)} is required.`;
       continue;
     }
     try {
@@ -171,7 +172,7 @@ export function minNote(values: FormValues): string {
   const world = Number(values.world);
   const min = Number(values.min);
   const valid = Number.isSafeInteger(world) && Number.isSafeInteger(min) && min >= 1 && world >= 1 && min <= world;
-  if (!valid) return TRAIN_OPTIONS.find((o) => o.name === 'min')!.hint ?? '';
+  if (!valid) return TRAIN_FORM_LABELS.min.hint ?? '';
   if (min < world) {
     return `Tabs may close, reload or join while it runs: training goes on while at least ${min} ${min === 1 ? 'is' : 'are'} in, whereas a fixed size (${world} here) would pause whenever one leaves.`;
   }
@@ -191,9 +192,9 @@ function fieldName(label: string): string {
   return label.replace(/\s*\(optional\)$/, '');
 }
 
-function ruleMessage(spec: OptionSpec, err: unknown): string {
+function ruleMessage(spec: OptionSpec<TrainOptionName>, err: unknown): string {
   if (!(err instanceof ConfigError)) throw err;
-  return `${fieldName(spec.label)} must be ${err.rule}.`;
+  return `${fieldName(TRAIN_FORM_LABELS[spec.name].label)} must be ${err.rule}.`;
 }
 
 /** Whether other machines can open `url`, and what to do when they cannot. */

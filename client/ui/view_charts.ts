@@ -3,6 +3,7 @@ import type { TrainEvent } from '../train/events.ts';
 import { MetricChart, StepTable } from './charts.ts';
 import type { DashboardState } from './dashboard_state.ts';
 import { el } from './dom.ts';
+import './styles/panel_charts.css';
 
 /**
  * The loss and accuracy charts with their smoothing and log-scale controls. The per-step series

@@ -2,6 +2,7 @@
 import type { DashboardState } from './dashboard_state.ts';
 import { el } from './dom.ts';
 import { changeDetector } from './view_dom.ts';
+import './styles/panel_error.css';
 
 /** A prominent banner that says what went wrong and what the person can do about it. */
 export class ErrorBannerView {

@@ -4,6 +4,7 @@ import { facts } from './dashboard_facts.ts';
 import { el, rankColour, shareField } from './dom.ts';
 import { qrSvg } from './qr.ts';
 import { changeDetector, setText } from './view_dom.ts';
+import './styles/panel_facts.css';
 
 /** This tab's rank, backend, data shard and job, and the link for more tabs. */
 export class FactsView {

@@ -4,6 +4,8 @@ import { fleetRows, type FleetRow } from './dashboard_fleet.ts';
 import { el, rankColour } from './dom.ts';
 import { fmtMs, fmtPercent } from './format.ts';
 import { changeDetector, setText } from './view_dom.ts';
+import './styles/panel_shared.css';
+import './styles/panel_fleet.css';
 
 /**
  * The fleet: every rank's browser, backend and device, its time per step and its share of the

@@ -4,6 +4,7 @@ import { CONFIRM, controls } from './dashboard_controls.ts';
 import { displayPhase, phaseLabel, statusText } from './dashboard_status.ts';
 import { el } from './dom.ts';
 import { setText } from './view_dom.ts';
+import './styles/panel_header.css';
 
 export interface HeaderActions {
   /** Confirmed in a dialog first. */

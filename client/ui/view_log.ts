@@ -2,6 +2,7 @@
 import { MAX_LOG, type DashboardState, type LogEntry } from './dashboard_state.ts';
 import { el } from './dom.ts';
 import { fmtClock } from './format.ts';
+import './styles/panel_log.css';
 
 /** The event log, newest first; only entries it has not drawn yet are added. */
 export class LogView {

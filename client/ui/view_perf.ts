@@ -4,6 +4,8 @@ import { BREAKDOWN_NAME, BREAKDOWN_PARTS, commFigures, rankAverages, type RankAv
 import { el, rankColour } from './dom.ts';
 import { fmtBytes, fmtInt, fmtMs } from './format.ts';
 import { setText } from './view_dom.ts';
+import './styles/panel_shared.css';
+import './styles/panel_perf.css';
 
 /** Per-rank throughput and where each rank's step time goes (drawn on the throttled render). */
 export class PerfView {

@@ -4,6 +4,8 @@ import { pipelinePanel, timelineModel, type TimelineModel } from './dashboard_pi
 import { el, rankColour } from './dom.ts';
 import { fmtInt, fmtPercent } from './format.ts';
 import { changeDetector, setText } from './view_dom.ts';
+import './styles/panel_shared.css';
+import './styles/panel_pipeline.css';
 
 /**
  * Pipeline runs only (hidden otherwise): the stages with their layers, parameters and ranks, this

@@ -3,6 +3,7 @@ import type { DashboardState } from './dashboard_state.ts';
 import { progressFigures } from './dashboard_progress.ts';
 import { el } from './dom.ts';
 import { setText } from './view_dom.ts';
+import './styles/panel_progress.css';
 
 /** The progress bar, its text, and the test hooks data-step / data-total / data-done. */
 export class ProgressView {

@@ -4,6 +4,8 @@ import { psPanel, type PsFigure, type PsHistogram, type PsPanel } from './dashbo
 import { el, rankColour } from './dom.ts';
 import { fmtInt } from './format.ts';
 import { changeDetector, setText } from './view_dom.ts';
+import './styles/panel_shared.css';
+import './styles/panel_ps.css';
 
 /** Figures as a definition list (label above, figure below), one `data-figure` per item. */
 function figureList(figures: readonly PsFigure[], className: string): HTMLDListElement {

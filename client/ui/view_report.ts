@@ -3,6 +3,8 @@ import type { DashboardState } from './dashboard_state.ts';
 import { runReport } from './dashboard_report.ts';
 import { el } from './dom.ts';
 import { changeDetector } from './view_dom.ts';
+import './styles/panel_shared.css';
+import './styles/panel_report.css';
 
 /** The run's summary once 'done' arrived: a few facts for everyone, the rest behind "Details". */
 export class SummaryView {

@@ -4,6 +4,7 @@ import { ringModel } from './dashboard_ring.ts';
 import { el } from './dom.ts';
 import { RingView } from './ring_view.ts';
 import { changeDetector } from './view_dom.ts';
+import './styles/panel_ring.css';
 
 /** The ring all-reduce picture, redrawn when its inputs change. */
 export class RingCardView {

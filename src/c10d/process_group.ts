@@ -18,116 +18,31 @@
  *
  * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
  * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
- * algorithms), framing.ts (the frames).
+ * algorithms), framing.ts (the frames); beside this module, group_options.ts (the options and
+ * their defaults), subgroups.ts (a subgroup's members), p2p.ts (send/recv's numbering),
+ * abort_notices.ts (a failed collective told to the other members) and store_barrier.ts
+ * (barriers through the store).
  */
-import { DistTimeoutError, FramingError, GroupClosedError, PeerLostError, StoreTimeoutError, type RankStalledError } from '../errors.ts';
-import { Collective, DEFAULT_FRAME_BYTES, FrameKind, MAX_FRAME_BYTES, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
+import { GroupClosedError } from '../errors.ts';
+import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
-import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD, Mailbox, decodeAbortNotice, encodeAbortNotice } from '../transport/mailbox.ts';
-import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from '../transport/peer_link.ts';
-import type { SignalEvent } from './protocol.ts';
-import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, type WireDtype } from '../half.ts';
+import { Mailbox } from '../transport/mailbox.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire } from '../half.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
-import { PrefixStore, type Store, type StoreClient } from './store.ts';
-
-/** See `LinkOptions.stallTimeoutMs`. */
-export const DEFAULT_STALL_TIMEOUT_MS = 10_000;
+import { PrefixStore, type Store } from './store.ts';
+import { resolveLinkOptions, type AllReduceOptions, type GroupInit } from './group_options.ts';
+import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
+import { P2PSequences, p2pDescriptor } from './p2p.ts';
+import { AbortNotices } from './abort_notices.ts';
+import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts';
 
 export type { ReduceOpName } from './framing.ts';
 export type { WireDtype } from '../half.ts';
-
-/** How `allReduce` moves its values. */
-export interface AllReduceOptions {
-  /**
-   * What the values travel as (default float32). `float16` or `bfloat16` halve the bytes: each
-   * hop of the reduce-scatter sends its partial sums as 16-bit values and the receiver adds them
-   * in float32; each segment's owner encodes its final float32 reduction once and the all-gather
-   * carries those 16-bit values, so the result is rounded to the wire's precision and every
-   * rank ends with the same bits (on a world of one too: the values are rounded, as the wire
-   * would). Every rank must pass the same wire: a mismatch is a CollectiveMismatchError.
-   */
-  wire?: WireDtype;
-}
 export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
 export type { ProcessGroupEvent } from '../transport/shared_links.ts';
-/** How a group's links behave: the options every way of making a group takes. */
-/** LinkOptions.peerTimeoutMs's default. */
-export const DEFAULT_PEER_TIMEOUT_MS = 120_000;
-
-export interface LinkOptions {
-  /**
-   * ICE servers for WebRTC. Default: the ones the server hands out with `hello` (a TURN relay it
-   * mints credentials for, see docs/deployment.md, “Across machines”), else none: host candidates only.
-   */
-  iceServers?: RTCIceServer[];
-  /**
-   * How long a live peer (its liveness frames arrive) may send nothing of a message a collective
-   * or a receive waits for. Default 120 s: a slow device compiling kernels for a new batch shape
-   * (a phone, a software GPU), or a pipeline stage waiting for a whole pass, is silent that long.
-   * A closed, frozen or paused peer is found by `stallTimeoutMs` instead.
-   */
-peerTimeoutMs?: number;
-  /**
-   * A peer whose link is open but that sends nothing at all, not even the liveness frame every
-   * rank sends each link every second, for this long while a collective waits on it, is lost
-   * (PeerLostError, "stalled"): a paused or frozen page is found in seconds, while a busy one is
-   * only bounded by `peerTimeoutMs`. The same bound applies to this rank itself: when its own page
-   * did not run for longer (frozen, asleep, paused in a debugger, a script blocking it), its
-   * peers have given up on it, so its group fails with RankStalledError as soon as it runs again.
-   * Default 10 s.
-   */
-  stallTimeoutMs?: number;
-  /** How long opening a WebRTC link may take. Default 30 s. */
-  linkTimeoutMs?: number;
-  /** Largest data-channel message, header included. Default 32 KiB; at most 256 KiB (Chromium's limit). */
-  maxFrameBytes?: number;
-  /** Send-queue high-water mark per link. Default 4 MiB. */
-  highWaterMark?: number;
-  /**
-   * Credit window per link: bytes a rank may have sent on a link that the peer's page has not
-   * acknowledged taking (see `CreditWindow`). Keeps the network's queues short, so that both
-   * directions of a link run at its rate; caps one link at `linkWindowBytes` per round trip.
-   * Default 128 KiB; 0 turns flow control off.
-   */
-  linkWindowBytes?: number;
-  /**
-   * How many sequence numbers past the last one this rank issued a peer's frame may be, and still
-   * be kept for later; a frame further ahead fails the group with a FramingError. Default 64
-   * (DDP keeps one all-reduce per bucket in flight; a broadcast's source or a sender runs ahead).
-   */
-  maxSeqAhead?: number;
-  /** Bytes of frames one peer may have waiting for receives this rank has not posted yet, in each group (a subgroup has a bound of its own). Default 256 MiB. */
-  maxBufferedBytes?: number;
-  /** Replace the WebRTC link (tests, other transports). */
-  linkFactory?: PeerLinkFactory;
-}
-
-/** What the rendezvous hands a new group. */
-export interface GroupInit extends LinkOptions {
-  client: StoreClient;
-  rank: number;
-  worldSize: number;
-  /** The rendezvous round this group is (peer-left events of other rounds are not about it). */
-  round: number;
-  /** Names this group's links and store keys apart from every other group's. */
-  groupKey: string;
-  /** Default timeout of barriers. */
-  timeoutMs: number;
-  /** Signals for this group that arrived before it existed. */
-  early?: SignalEvent[];
-  /** This rank found its own page was paused past the stall bound (the group has failed with `err`). */
-  onStalled?(err: RankStalledError): void;
-}
-
-
-/** How `newGroup` makes a subgroup. Internal: users call `newGroup`. */
-export interface SubgroupSpec {
-  parent: ProcessGroup;
-  id: number;
-  /** The members' top-level ranks, sorted. */
-  ranks: readonly number[];
-}
+export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type GroupInit, type LinkOptions } from './group_options.ts';
+export { subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 
 export class ProcessGroup {
   /** This rank in this group (in a subgroup: its index in `ranks`). */
@@ -150,15 +65,14 @@ export class ProcessGroup {
   private readonly shared: SharedLinks;
   /** The options this group was made with; its subgroups take the same. */
   private readonly init: GroupInit;
-  private readonly members: ReadonlySet<number>;
+  /** The members as top-level ranks, and their names in messages. */
+  private readonly members: GroupMembers;
   /** " in subgroup 1 [1, 3]", for messages; empty for the top-level group. */
   private readonly label: string;
   private seq = 0;
   private barrierCount = 0;
-  /** Point-to-point sequence numbers, by peer (top-level rank). */
-  private readonly sendSeq = new Map<number, number>();
-  private readonly recvSeq = new Map<number, number>();
-  private readonly abortedSeqs = new Map<number, Error>();
+  private readonly p2p = new P2PSequences();
+  private readonly aborts: AbortNotices;
   private readonly mailbox: Mailbox;
   private broken: Error | undefined;
   /** Rejects with the reason once the group breaks; lets store waits fail fast too. */
@@ -177,19 +91,15 @@ export class ProcessGroup {
     this.round = init.round;
     this.instance = init.client.instance;
     this.timeoutMs = init.timeoutMs;
-    this.maxFrameBytes = Math.min(init.maxFrameBytes ?? DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES);
-    const peerTimeoutMs = init.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
-    this.maxSeqAhead = positiveInt(init.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead');
-    const stallTimeoutMs = positiveInt(init.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs');
-    const maxBufferedBytes = positiveInt(init.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes');
+    const options = resolveLinkOptions(init);
+    this.maxFrameBytes = options.maxFrameBytes;
+    this.maxSeqAhead = options.maxSeqAhead;
     if (sub) {
       this.shared = sub.parent.shared;
-      this.groupId = sub.id;
-      this.ranks = Object.freeze([...sub.ranks]);
-      this.rank = this.ranks.indexOf(this.shared.rank);
-      this.worldSize = this.ranks.length;
+      this.members = new GroupMembers(sub.id, sub.ranks);
+      this.rank = this.members.ranks.indexOf(this.shared.rank);
+      this.worldSize = this.members.ranks.length;
       this.store = new PrefixStore(`sub${sub.id}`, sub.parent.store);
-      this.label = ` in subgroup ${sub.id} [${this.ranks.join(', ')}]`;
     } else {
       this.shared = new SharedLinks({
         client: init.client,
@@ -197,39 +107,49 @@ export class ProcessGroup {
         round: init.round,
         groupKey: init.groupKey,
         linkFactory: init.linkFactory,
-        iceServers: init.iceServers ?? [],
-        highWaterMark: init.highWaterMark ?? DEFAULT_HIGH_WATER_MARK,
-        windowBytes: init.linkWindowBytes ?? DEFAULT_WINDOW_BYTES,
-        peerTimeoutMs,
-        stallTimeoutMs,
-        linkTimeoutMs: init.linkTimeoutMs ?? 30_000,
+        iceServers: options.iceServers,
+        highWaterMark: options.highWaterMark,
+        windowBytes: options.linkWindowBytes,
+        peerTimeoutMs: options.peerTimeoutMs,
+        stallTimeoutMs: options.stallTimeoutMs,
+        linkTimeoutMs: options.linkTimeoutMs,
         early: init.early,
         onStalled: init.onStalled,
       });
-      this.groupId = 0;
-      this.ranks = Object.freeze(Array.from({ length: init.worldSize }, (_, r) => r));
+      this.members = new GroupMembers(0, Array.from({ length: init.worldSize }, (_, r) => r));
       this.rank = init.rank;
       this.worldSize = init.worldSize;
       this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
-      this.label = '';
     }
-    this.members = new Set(this.ranks);
+    this.groupId = this.members.groupId;
+    this.ranks = this.members.ranks;
+    this.label = this.members.label;
     this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
     this.whenBroken.catch(() => {});
     this.mailbox = new Mailbox(
       this.shared.rank,
-      peerTimeoutMs,
+      options.peerTimeoutMs,
       (peer, reason) => this.shared.markLost(peer, reason),
       {
         maxSeqAhead: this.maxSeqAhead,
         // An all-reduce numbers its messages 0 .. 2(n-1)-1; other collectives use 0 only.
         maxStep: Math.max(1, 2 * (this.worldSize - 1)),
-        maxBufferedBytes,
+        maxBufferedBytes: options.maxBufferedBytes,
       },
-      (peer, kind) => (kind === FrameKind.p2p ? (this.recvSeq.get(peer) ?? 0) : this.seq),
+      (peer, kind) => (kind === FrameKind.p2p ? this.p2p.lastRecv(peer) : this.seq),
       this.label,
       this.shared.heldBytes,
     );
+    this.aborts = new AbortNotices({
+      rank: this.shared.rank,
+      groupId: this.groupId,
+      label: this.label,
+      maxSeqAhead: this.maxSeqAhead,
+      lastSeq: () => this.seq,
+      links: () => this.shared.open((r) => this.members.has(r)),
+      markLost: (rank, reason) => this.shared.markLost(rank, reason),
+      fail: (err) => this.fail(err),
+    });
     this.shared.register(this.routed());
   }
 
@@ -315,36 +235,23 @@ export class ProcessGroup {
 
   /** The top-level rank of this group's rank `groupRank` (torch's `get_global_rank`). */
   globalRank(groupRank: number): number {
-    this.checkRank(groupRank, 'groupRank');
+    this.members.checkRank(groupRank, 'groupRank');
     return this.ranks[groupRank]!;
   }
 
   /** This group's rank of top-level rank `globalRank` (torch's `get_group_rank`); RangeError if it is not a member. */
   groupRank(globalRank: number): number {
     const r = this.ranks.indexOf(globalRank);
-    if (r < 0) throw new RangeError(`rank ${globalRank} is not a member of ${this.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
+    if (r < 0) throw new RangeError(`rank ${globalRank} is not a member of ${this.members.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
     return r;
   }
 
   /** A new subgroup's members meet in the store, so that none sends it frames before all have made it. */
   private async created(): Promise<void> {
-    const key = 'created';
     try {
-      await this.track('newGroup', async () => {
-        const arrived = await this.failFast(this.store.add(key, 1));
-        if (arrived === this.worldSize) await this.failFast(this.store.set(`${key}/done`, '1'));
-        await this.failFast(this.store.wait([`${key}/done`], this.timeoutMs));
-      });
+      await meetNewGroup(this.barrierGroup(), this.timeoutMs, this.members.describe(), (body) => this.track('newGroup', body));
     } catch (err) {
-      let error = err instanceof Error ? err : new Error(String(err));
-      if (error instanceof StoreTimeoutError) {
-        const count = await this.store.add(key, 0).catch(() => '?');
-        error = new DistTimeoutError(
-          `all ${this.worldSize} members of subgroup ${this.groupId} [${this.ranks.join(', ')}] to call newGroup (${count} did; ` +
-            'every rank must call newGroup for every subgroup, in the same order)',
-          this.timeoutMs,
-        );
-      }
+      const error = err instanceof Error ? err : new Error(String(err));
       this.fail(error);
       throw this.broken ?? error;
     }
@@ -395,7 +302,7 @@ export class ProcessGroup {
 
   /** Copies `src`'s buffer into `buf` on every rank (pipelined along the ring); `src` is a rank of this group. */
   async broadcast(buf: Float32Array, src: number): Promise<Float32Array> {
-    this.checkRank(src, 'src');
+    this.members.checkRank(src, 'src');
     const d: Descriptor = { collective: Collective.broadcast, reduceOp: 0, numel: buf.length, root: src };
     return this.run(d, buf, async (t) => {
       await ringBroadcast(t, asBytes(buf), src);
@@ -437,18 +344,18 @@ export class ProcessGroup {
 
   /** Point-to-point: sends `buf` to `dst` (a rank of this group), matched with `dst`'s `recv(_, thisRank)` in order. */
   async send(buf: Float32Array, dst: number): Promise<void> {
-    this.checkPeer(dst, 'dst');
+    this.members.checkPeer(dst, this.rank, 'dst');
     this.throwIfBroken();
-    const t = this.transport(FrameKind.p2p, next(this.sendSeq, this.ranks[dst]!), p2pDescriptor(buf.length));
-    await this.track(`send #${t.seq} to ${this.who(dst)}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
+    const t = this.transport(FrameKind.p2p, this.p2p.nextSend(this.ranks[dst]!), p2pDescriptor(buf.length));
+    await this.track(`send #${t.seq} to ${this.members.who(dst)}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
   }
 
   /** Point-to-point: fills `buf` with the next message from `src` (a rank of this group); lengths must agree. */
   async recv(buf: Float32Array, src: number): Promise<Float32Array> {
-    this.checkPeer(src, 'src');
+    this.members.checkPeer(src, this.rank, 'src');
     this.throwIfBroken();
-    const t = this.transport(FrameKind.p2p, next(this.recvSeq, this.ranks[src]!), p2pDescriptor(buf.length));
-    await this.track(`recv #${t.seq} from ${this.who(src)}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
+    const t = this.transport(FrameKind.p2p, this.p2p.nextRecv(this.ranks[src]!), p2pDescriptor(buf.length));
+    await this.track(`recv #${t.seq} from ${this.members.who(src)}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
     return buf;
   }
 
@@ -459,26 +366,12 @@ export class ProcessGroup {
   async barrier(timeoutMs = this.timeoutMs): Promise<void> {
     this.throwIfBroken();
     const n = ++this.barrierCount;
-    return this.track(`barrier #${n}`, () => this.barrierWait(n, timeoutMs));
+    return this.track(`barrier #${n}`, () => barrierWait(this.barrierGroup(), n, timeoutMs, this.label));
   }
 
-  private async barrierWait(n: number, timeoutMs: number): Promise<void> {
-    const key = `barrier/${n}`;
-    const arrived = await this.store.add(key, 1);
-    if (arrived === this.worldSize) await this.store.set(`${key}/done`, '1');
-    try {
-      await Promise.race([
-        this.store.wait([`${key}/done`], timeoutMs),
-        // A member lost after everyone arrived (e.g. one that passed first and left) is fine.
-        this.whenBroken.catch(async (err: Error) => {
-          if (!(await this.store.check([`${key}/done`]))) throw err;
-        }),
-      ]);
-    } catch (err) {
-      if (!(err instanceof StoreTimeoutError)) throw err;
-      const count = await this.store.add(key, 0);
-      throw new DistTimeoutError(`all ${this.worldSize} ranks${this.label} to reach barrier #${n} (${count} arrived)`, timeoutMs);
-    }
+  /** This group as its store barriers see it. */
+  private barrierGroup(): BarrierGroup {
+    return { store: this.store, worldSize: this.worldSize, broken: this.whenBroken };
   }
 
   /**
@@ -497,7 +390,7 @@ export class ProcessGroup {
    */
   destroy(closeStore = true): void {
     if (this.groupId === 0) return this.shared.destroy(closeStore);
-    this.breakWith(new GroupClosedError(`${this.describe()} was destroyed`));
+    this.breakWith(new GroupClosedError(`${this.members.describe()} was destroyed`));
     this.shared.retire(this.groupId);
   }
 
@@ -554,26 +447,18 @@ export class ProcessGroup {
 
   /** Runs one collective's exchange; on failure tells the other ranks so none waits forever. */
   private async guard<T>(seq: number, body: () => Promise<T>, collective: boolean): Promise<T> {
-    const early = collective ? this.abortedSeqs.get(seq) : undefined;
+    const early = collective ? this.aborts.reason(seq) : undefined;
     if (early) throw early;
     try {
       return await body();
     } catch (err) {
       const error = err instanceof Error ? err : new Error(String(err));
-      if (collective) this.abortCollective(seq, error);
+      if (collective) this.aborts.send(seq, error);
       this.fail(error);
       // Once broken, every pending and later call fails with the first reason (the lost rank),
       // not with what closing the group did to its links afterwards.
       throw this.broken ?? error;
     }
-  }
-
-  /** Tells this group's other members that collective `seq` failed here. */
-  private abortCollective(seq: number, err: Error): void {
-    if (this.abortedSeqs.has(seq)) return;
-    this.abortedSeqs.set(seq, err);
-    const frame = encodeAbortNotice(seq, err, this.shared.rank, this.groupId);
-    for (const link of this.shared.open((r) => this.members.has(r))) link.send(frame).catch(() => {});
   }
 
   /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
@@ -583,18 +468,7 @@ export class ProcessGroup {
       if (!this.broken) this.mailbox.put(from, frame, h);
       return;
     }
-    if (this.abortedSeqs.has(h.seq)) return;
-    // Only collectives this rank issued, or a peer could have issued ahead of it, can be
-    // aborted: the window bounds the notices kept and forwarded.
-    if (h.seq < 1 || h.seq > this.seq + this.maxSeqAhead) {
-      throw new FramingError(`abort notice for collective #${h.seq}${this.label} is outside the window of ${this.maxSeqAhead} past #${this.seq}, the last this rank issued`, from, 'seq');
-    }
-    const err = decodeAbortNotice(from, h, frame);
-    // Forward, so ranks that are not neighbours of the origin hear of it too.
-    this.abortCollective(h.seq, err);
-    // A lost rank told by a peer (or by itself, leaving) is a lost rank here too.
-    if (err instanceof PeerLostError) this.shared.markLost(err.rank, err.reason);
-    else this.fail(err);
+    this.aborts.receive(from, frame, h);
   }
 
   /** This group as the shared links route to it. */
@@ -639,59 +513,4 @@ export class ProcessGroup {
   private throwIfBroken(): void {
     if (this.broken) throw this.broken;
   }
-
-  private describe(): string {
-    return this.groupId === 0 ? 'the top-level group' : `subgroup ${this.groupId} [${this.ranks.join(', ')}]`;
-  }
-
-  /** This group's rank `r` in words: "rank 3 (rank 1 of subgroup 2 [1, 3])" in a subgroup. */
-  private who(r: number): string {
-    return this.groupId === 0 ? `rank ${r}` : `rank ${this.ranks[r]} (rank ${r} of ${this.describe()})`;
-  }
-
-  private checkRank(r: number, what: string): void {
-    if (!Number.isInteger(r) || r < 0 || r >= this.worldSize) {
-      const of = this.groupId === 0 ? '' : ` of ${this.describe()} (group ranks, not top-level ranks)`;
-      throw new RangeError(`${what} must be a rank${of} in 0..${this.worldSize - 1}, got ${r}`);
-    }
-  }
-
-  private checkPeer(r: number, what: string): void {
-    this.checkRank(r, what);
-    if (r === this.rank) throw new RangeError(`${what} must be another rank, got this rank's own (${r})`);
-  }
-}
-
-/**
- * The members of a new subgroup, sorted. Throws a RangeError saying what is wrong with `ranks`
- * and what is allowed: an empty list, a non-integer, a rank outside 0..worldSize-1, a duplicate.
- */
-export function subgroupRanks(ranks: readonly number[], worldSize: number): number[] {
-  const allowed = `ranks of the group, integers in 0..${worldSize - 1}, each at most once`;
-  if (!Array.isArray(ranks)) throw new RangeError(`newGroup takes an array of ${allowed}; got ${String(ranks)}`);
-  if (ranks.length === 0) throw new RangeError(`newGroup needs at least one rank; the list is empty (allowed: ${allowed})`);
-  for (const [i, r] of ranks.entries()) {
-    if (!Number.isInteger(r)) throw new RangeError(`newGroup got ${JSON.stringify(r) ?? String(r)} at index ${i}, not an integer (allowed: ${allowed})`);
-    if (r < 0 || r >= worldSize) throw new RangeError(`newGroup got rank ${r} at index ${i}, outside 0..${worldSize - 1} (allowed: ${allowed})`);
-  }
-  const sorted = [...ranks].sort((a, b) => a - b);
-  for (let i = 1; i < sorted.length; i++) {
-    if (sorted[i] === sorted[i - 1]) throw new RangeError(`newGroup got rank ${sorted[i]} more than once in [${ranks.join(', ')}] (allowed: ${allowed})`);
-  }
-  return sorted;
-}
-
-function positiveInt(v: number, name: string): number {
-  if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
-  return v;
-}
-
-function p2pDescriptor(numel: number): Descriptor {
-  return { collective: Collective.p2p, reduceOp: 0, numel, root: 0 };
-}
-
-function next(counters: Map<number, number>, peer: number): number {
-  const n = (counters.get(peer) ?? 0) + 1;
-  counters.set(peer, n);
-  return n;
 }

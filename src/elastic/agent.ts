@@ -12,7 +12,69 @@
  * what a failure means for them; the rounds themselves are this loop's.
  */
 import type { ProcessGroupEvent } from '../c10d/process_group.ts';
-import type { RendezvousHandler, Round } from './rendezvous.ts';
+import type { Json } from '../checkpoint/state_dict.ts';
+import type { RendezvousEvent, RendezvousHandler, Round } from './rendezvous.ts';
+
+/**
+ * What to train and for how long: the options every strategy's run takes alike (DDP's
+ * `runElastic`, `runPipeline`, `runParameterServer`). The order is DistributedSampler's.
+ */
+export interface ScheduleOptions {
+  datasetLength: number;
+  /** Samples per step: per rank (DDP), per pipeline replica, per worker (parameter servers). */
+  batchSize: number;
+  /** Train this many epochs (default 1), unless `steps` is given. */
+  epochs?: number;
+  /** Stop after this many steps in all, whatever the epochs. */
+  steps?: number | null;
+  /** DistributedSampler's options, the same on every rank. */
+  shuffle?: boolean;
+  seed?: number;
+  dropLast?: boolean;
+}
+
+/** The hooks every strategy's run takes alike; `E` is the strategy's event type. */
+export interface RunHooks<E> {
+  /** Asked once a step: true once this rank wants the run to stop. */
+  shouldStop?(): boolean;
+  /** Every event of the run. */
+  onEvent?(e: E): void;
+  /** Every event of the rendezvous handler as it comes (e.g. 'spectating', the host's 'control'). */
+  onRendezvous?(e: RendezvousEvent): void;
+  /** Kept in each checkpoint's metadata (the job's configuration, say). */
+  checkpointMeta?: Json;
+}
+
+/**
+ * The hooks of the strategies whose ranks step together (DDP, pipelines): `C` is what a round
+ * gives its hooks. The hooks may run collectives: every rank calls them at the same step.
+ */
+export interface LockstepHooks<C, M> {
+  /**
+   * Whose `shouldStop` stops the run: 'any' rank's (default), or 'all' ranks' at the same step.
+   * 'all' suits a stop every rank learns of from a trusted source (the session's host, through
+   * the server): no single member can stop the run by voting alone.
+   */
+  stopVote?: 'any' | 'all';
+  /** A round starts training (its state shared and loaded). */
+  onRound?(ctx: C): void | Promise<void>;
+  /** After each committed step and its vote. */
+  onStep?(ctx: C & { metrics: M[] }): void | Promise<void>;
+  /** After an epoch's last step. */
+  onEpochEnd?(ctx: C): void | Promise<void>;
+}
+
+/** Refuses a schedule no run can use, saying which option and what was given. */
+export function checkSchedule(o: ScheduleOptions & { stopVote?: unknown }): void {
+  const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+  if (!(typeof o.datasetLength === 'number' && Number.isSafeInteger(o.datasetLength) && o.datasetLength >= 0)) {
+    throw new RangeError(`datasetLength must be a non-negative integer, got ${o.datasetLength}`);
+  }
+  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
+  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
+  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
+}
 
 /** What a round that did not end the run asks for: admit the members waiting. */
 export const REGROUP: unique symbol = Symbol('regroup');

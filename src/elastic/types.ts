@@ -8,9 +8,10 @@ import type { PeriodicModelAveragerOptions } from '../parallel/comm_hooks/local_
 import type { DistributedDataParallel, DDPOptions } from '../parallel/ddp.ts';
 import type { DeviceLostError } from '../errors.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
-import type { RendezvousEvent, RendezvousOptions } from './rendezvous.ts';
-import type { Json, TrainState } from '../checkpoint/state_dict.ts';
+import type { RendezvousOptions } from './rendezvous.ts';
+import type { TrainState } from '../checkpoint/state_dict.ts';
 import type { ElasticEvent } from './events.ts';
+import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from './agent.ts';
 import type { StepMetrics } from './vote.ts';
 
 export interface StepContext {
@@ -42,15 +43,9 @@ export interface RoundContext {
  * The group to join (`url`, `session`, `min`, `max`, ...: a rendezvous, which the run always
  * rejoins after losing the server) and the training to do in it.
  */
-export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect'> {
+export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
+  extends Omit<RendezvousOptions, 'reconnect'>, ScheduleOptions, RunHooks<ElasticEvent>, LockstepHooks<RoundContext, M> {
   state: TrainState;
-  datasetLength: number;
-  /** Samples per rank per step. */
-  batchSize: number;
-  /** Train this many epochs (default 1), unless `steps` is given. */
-  epochs?: number;
-  /** Stop after this many steps in all, whatever the epochs. */
-  steps?: number | null;
   /**
    * Split each step's `batchSize * worldSize` samples between the ranks by their measured cost
    * (each rank's compute, readback and straggler time per batch size, gathered with the step's
@@ -63,31 +58,9 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
    * gives DistributedSampler's exact shards.
    */
   balanceBatches?: boolean;
-  /** DistributedSampler's options, the same on every rank. */
-  shuffle?: boolean;
-  seed?: number;
-  dropLast?: boolean;
 
   /** One training step on this rank's samples. */
   step(ctx: StepContext): Promise<M | void>;
-  /** Asked once a step: true once this rank wants everyone to stop. */
-  shouldStop?(): boolean;
-  /**
-   * Whose `shouldStop` stops the run: 'any' rank's (default), or 'all' ranks' at the same step.
-   * 'all' suits a stop every rank learns of from a trusted source (the session's host, through
-   * the server): no single member can stop the run by voting alone.
-   */
-  stopVote?: 'any' | 'all';
-  /** A round starts training (after the state is shared and DDP wraps the model). */
-  onRound?(ctx: RoundContext): void | Promise<void>;
-  /** After each committed step and its vote. May run collectives: every rank calls it at the same step. */
-  onStep?(ctx: RoundContext & { metrics: M[] }): void | Promise<void>;
-  /** After an epoch's last step. May run collectives. */
-  onEpochEnd?(ctx: RoundContext): void | Promise<void>;
-  /** Every event of the run, also sent to the handler of `setEventHandler`. */
-  onEvent?(e: ElasticEvent): void;
-  /** Every event of the rendezvous handler as it comes (e.g. 'spectating', the host's 'control'). */
-  onRendezvous?(e: RendezvousEvent): void;
   /**
    * A fresh state (model and optimizer built as at the start) on the backend runElastic has just
    * re-created after this tab's WebGPU device was lost. The rank then rejoins the group holding
@@ -110,8 +83,6 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics> extends 
   checkpointEvery?: number;
   /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */
   checkpointAtEpochEnd?: boolean;
-  /** Kept in each checkpoint's metadata (the job's configuration, say). */
-  checkpointMeta?: Json;
   /** Resume from this session's checkpoints when no rank has live state. Default: this session's. */
   resumeFrom?: string | null;
   /** The token of the `resumeFrom` session. Default: this session's token. */
@@ -166,14 +137,7 @@ export interface RebuildContext {
 
 /** Refuses options no run can use, saying which and what was given. */
 export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
-  const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
-  if (!(typeof o.datasetLength === 'number' && Number.isSafeInteger(o.datasetLength) && o.datasetLength >= 0)) {
-    throw new RangeError(`datasetLength must be a non-negative integer, got ${o.datasetLength}`);
-  }
-  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
-  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
-  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
-  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
+  checkSchedule(o);
   if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];

@@ -25,134 +25,29 @@
  *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
  * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
  * (`verifyReplicas` in replicas.ts checks that they do).
+ *
+ * Beside this module: ddp_buckets.ts (the buckets: assignment, layout, filling), ddp_types.ts
+ * (the options and a backward's result).
  */
 import * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
 import { bytesToString } from '../c10d/protocol.ts';
 import { NonFiniteGradientError } from '../errors.ts';
-import type { Straggler } from '../runtime/straggler.ts';
 import { allreduceHook } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 import type { LocalGradients } from './data_parallel/data_parallel.ts';
 import { HostOptimizer, type ParamLayout } from '../optim.ts';
 import { assignFlatWeights, hostWeights } from './replicas.ts';
 import { allFinite } from '../finite.ts';
+import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucket } from './ddp_buckets.ts';
+import type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
 
-export interface DDPOptions {
-  /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
-  bucketCapMB?: number;
-  /** The first bucket's cap in MiB (torch: 1 MiB). */
-  firstBucketCapMB?: number;
-  /** Key prefix for the shape check in the group's store; distinct per DDP instance in one group. */
-  name?: string;
-  /**
-   * Fail `backward` with NonFiniteGradientError when an averaged gradient is NaN or infinite, and
-   * drop the gradients so that no update is applied (torch: clip_grad_norm_'s error_if_nonfinite).
-   * A pass over the gradients already on the host; no device readback. Default true (torch's is
-   * false): one rank's NaN, a hostile member's included, would otherwise reach every replica.
-   */
-  errorIfNonfinite?: boolean;
-  /**
-   * The step number (1-based) of the first synchronised backward, which hooks see as
-   * `GradBucket.step`: a DDP made again in the middle of a run (a new elastic round) continues
-   * its hooks' count. Default 1.
-   */
-  startStep?: number;
-}
-
-export interface Bucket {
-  /** Indices into `model.trainableWeights`. */
-  params: number[];
-  /** Where each parameter's gradient starts in the flat gradient buffer (elements). */
-  offsets: number[];
-  /** The bucket's span of the flat buffer. */
-  start: number;
-  end: number;
-}
-
-export interface BackwardTimings {
-  /** Forward and backward, until the loss is on the host. */
-  compute: number;
-  /** Gradient readback from the device (includes waiting for the backward to finish). */
-  readback: number;
-  /** Waiting for all-reduces not hidden behind readback. */
-  allreduce: number;
-  /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
-  slowed: number;
-  /**
-   * From the first bucket's reduction starting to the last one's ending (0 without reductions):
-   * the communication's span. `comm - allreduce` of it ran while buckets were still read back,
-   * hidden behind the backward.
-   */
-  comm: number;
-}
-
-export interface BackwardOptions {
-  /**
-   * Tensors, other than the model's weights, to differentiate the loss by as well (made
-   * variables by the caller): a pipeline stage's input activations, whose gradients it sends to
-   * the stage before it. Their gradients come back in `inputGrads`, in this order, and are the
-   * caller's to dispose.
-   */
-  inputs?: tf.Variable[];
-  /**
-   * A rank slowed on purpose (see straggler.ts): after each bucket's readback (the first with the
-   * forward and backward before it) it waits in proportion to the time that took, before the
-   * bucket's all-reduce starts. So the other ranks wait for it in their all-reduces, as they would for a
-   * slower device. Its waits are `timings.slowed`, apart from `compute` and `readback`.
-   */
-  straggler?: Pick<Straggler, 'after'>;
-}
-
-export interface BackwardResult {
-  loss: number;
-  timings: BackwardTimings;
-  /**
-   * Bytes this rank sent for this backward's reductions (`pg.bytesSent()` after they all
-   * finished, less before the first started: frames with their headers); 0 under `noSync`.
-   */
-  commBytes: number;
-  /** The gradients of `options.inputs` (empty without inputs). */
-  inputGrads: tf.Tensor[];
-}
+export { assignBuckets, type Bucket } from './ddp_buckets.ts';
+export type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
 
 export class ShapeMismatchError extends Error {
   override name = 'ShapeMismatchError';
-}
-
-/**
- * torch's bucketing: parameters in reverse order (gradients are ready last-layer first), whole
- * parameters per bucket, a new bucket once the cap is reached; the first cap is small so that
- * communication starts early.
- */
-export function assignBuckets(sizes: number[], firstCapBytes: number, capBytes: number): Bucket[] {
-  // Flat layout follows model order, so the flat buffer is the weights' natural order.
-  const offsets: number[] = [];
-  let total = 0;
-  for (const s of sizes) {
-    offsets.push(total);
-    total += s;
-  }
-  const buckets: Bucket[] = [];
-  let current: number[] = [];
-  let bytes = 0;
-  const close = () => {
-    if (current.length === 0) return;
-    // Reverse-order parameters are contiguous in the flat buffer; the bucket spans them.
-    const start = Math.min(...current.map((i) => offsets[i]));
-    const end = Math.max(...current.map((i) => offsets[i] + sizes[i]));
-    buckets.push({ params: current, offsets: current.map((i) => offsets[i]), start, end });
-    current = [];
-    bytes = 0;
-  };
-  for (let i = sizes.length - 1; i >= 0; i--) {
-    current.push(i);
-    bytes += sizes[i] * 4;
-    if (bytes >= (buckets.length === 0 ? firstCapBytes : capBytes)) close();
-  }
-  close();
-  return buckets;
 }
 
 export class DistributedDataParallel {
@@ -200,14 +95,8 @@ export class DistributedDataParallel {
     if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
     this.startStep = startStep;
     this.paramLayout = this.sizes.map((size, i) => ({ shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1), offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0), size }));
-    this.layouts = this.buckets.map((b) =>
-      b.params.map((index, k) => ({
-        index,
-        shape: model.trainableWeights[index]!.shape.map((d) => d ?? 1),
-        offset: b.offsets[k]! - b.start,
-        size: this.sizes[index]!,
-      })),
-    );
+    const shapes = model.trainableWeights.map((w) => w.shape.map((d) => d ?? 1));
+    this.layouts = this.buckets.map((b) => bucketParameters(b, shapes, this.sizes));
   }
 
   /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
@@ -348,15 +237,7 @@ export class DistributedDataParallel {
         }
         const view = this.grad.subarray(bucket.start, bucket.end);
         // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
-        let at = 0;
-        for (let k = 0; k < bucket.params.length; k++) {
-          const offset = bucket.offsets[k] - bucket.start;
-          const size = this.sizes[bucket.params[k]];
-          const src = local.subarray(at, at + size);
-          if (this.hasGrad) for (let j = 0; j < size; j++) view[offset + j] += src[j];
-          else view.set(src, offset);
-          at += size;
-        }
+        fillBucket(view, local, bucket, this.sizes, this.hasGrad);
         // Start this bucket's reduction while the next bucket is read back.
         if (syncing) {
           this.scaleForShare(view);
@@ -396,7 +277,7 @@ export class DistributedDataParallel {
       for (const g of inputGrads) g.dispose();
       // Every rank holds the same averages, so every rank names the same parameter. Dropping the
       // gradients makes a later step() refuse rather than apply them.
-      const index = this.firstNonfinite(nonfinite);
+      const index = firstNonfinite(nonfinite, this.grad, this.sizes);
       this.grad.fill(0);
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
@@ -437,7 +318,7 @@ export class DistributedDataParallel {
     if (this.errorIfNonfinite) {
       const nonfinite = this.buckets.filter((_, i) => !allFinite(averaged[i]!));
       if (nonfinite.length > 0) {
-        const index = this.firstNonfinite(nonfinite);
+        const index = firstNonfinite(nonfinite, this.grad, this.sizes);
         this.grad.fill(0);
         this.hasGrad = false;
         throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
@@ -461,15 +342,6 @@ export class DistributedDataParallel {
       view.set(out);
     }
     return view;
-  }
-
-  /** The first parameter, in model order, with a NaN or an infinity in its gradient. */
-  private firstNonfinite(buckets: Bucket[]): number {
-    const params = buckets.flatMap((b) => b.params.map((index, k) => ({ index, offset: b.offsets[k] }))).sort((a, b) => a.index - b.index);
-    for (const { index, offset } of params) {
-      if (!allFinite(this.grad.subarray(offset, offset + this.sizes[index]))) return index;
-    }
-    return params[0]!.index;
   }
 
   /** Runs `fn` with gradient synchronisation off: backward calls only accumulate locally. */

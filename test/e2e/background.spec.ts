@@ -9,7 +9,7 @@ import type { Report } from '../../src/jobs/job_report.ts';
 import { launch } from '../../launcher/run.ts';
 import { tabsDriver } from '../../launcher/tabs.ts';
 import { withToken } from '../../src/c10d/session_token.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 test('a rank whose tab goes to the background at step 5 trains on to the end (headful, default throttling)', async () => {

@@ -5,7 +5,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { withToken } from '../../src/c10d/session_token.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 const SHOTS = '/tmp/badlinks';

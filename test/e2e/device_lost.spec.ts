@@ -69,11 +69,11 @@ test('fixed world size 2: rank 0 loses its device at step 6; the other waits, ra
   expectRejoined(s, lines, results, 0, 1024);
 });
 
-test('without rebuildState (examples/elastic_train.ts) a lost device ends the run with DeviceLostError, saying what to do', async () => {
+test('without rebuildState (examples/03_elastic_train.ts) a lost device ends the run with DeviceLostError, saying what to do', async () => {
   const lines: string[] = [];
   const { ok, summary } = await launch({
     nproc: 2,
-    job: 'examples/elastic_train.ts',
+    job: 'examples/03_elastic_train.ts',
     scriptArgs: ['--dataset', 'synthetic', '--train-size', '1024', '--batch-size', '32', '--epochs', '1'],
     session: sessionName('device-lost-script'),
     timeoutSec: 120,

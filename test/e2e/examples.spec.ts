@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { expect, launchCommand, test } from './fixtures.ts';
 
-test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
-  const r = await launchCommand(['--nproc', '4', '--min', '2', '--max', '4', '--kill', '2@8', 'examples/elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1']);
+test('03_elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
+  const r = await launchCommand(['--nproc', '4', '--min', '2', '--max', '4', '--kill', '2@8', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1']);
   expect(r.code, r.output).toBe(0);
   const s = r.summary as { generations: number; stepsRedone: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>; finalLoss: number; faults: Array<{ detectedAfterMs: number }> };
   console.log(JSON.stringify(s));
@@ -25,9 +25,9 @@ test('elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with t
   expect(s.faults[0]!.detectedAfterMs).toBeLessThan(10_000);
 });
 
-test('elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force and takes the hook state; all three end with the same weights', async () => {
+test('03_elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force and takes the hook state; all three end with the same weights', async () => {
   // 2 ranks, 32 steps of 64 samples; compression from step 11; the third tab joins at step 14.
-  const r = await launchCommand(['--nproc', '2', '--min', '2', '--max', '3', '--join', '1@14', 'examples/elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--powersgd', '2']);
+  const r = await launchCommand(['--nproc', '2', '--min', '2', '--max', '3', '--join', '1@14', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--powersgd', '2']);
   expect(r.code, r.output).toBe(0);
   const s = r.summary as { generations: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean }>; finalLoss: number };
   expect(s.generations).toBeGreaterThanOrEqual(2);
@@ -37,19 +37,19 @@ test('elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force and
   expect(s.finalLoss).toBeLessThan(1.2);
 });
 
-test('ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights', async () => {
-  const r = await launchCommand(['--nproc', '2', 'examples/ddp_train.ts', '--dataset', 'synthetic', '--epochs', '2']);
+test('02_ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights', async () => {
+  const r = await launchCommand(['--nproc', '2', 'examples/02_ddp_train.ts', '--dataset', 'synthetic', '--epochs', '2']);
   expect(r.code, r.output).toBe(0);
-  expect(r.summary).toMatchObject({ script: 'examples/ddp_train.ts', worldSize: 2, ok: true });
+  expect(r.summary).toMatchObject({ script: 'examples/02_ddp_train.ts', worldSize: 2, ok: true });
   expect(r.summary.finalLoss as number).toBeLessThan(1.2);
   expect(r.summary.weightHash).toMatch(/^[0-9a-f]{8}$/);
   expect(r.output).toContain('[rank 1] epoch 1: loss');
 });
 
-test('dataparallel_train.ts: 2 ranks of 2 cpu devices each train with DDP and end with the same weights', async () => {
-  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/dataparallel_train.ts', '--devices', '2', '--dataset', 'synthetic']);
+test('04_dataparallel_train.ts: 2 ranks of 2 cpu devices each train with DDP and end with the same weights', async () => {
+  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/04_dataparallel_train.ts', '--devices', '2', '--dataset', 'synthetic']);
   expect(r.code, r.output).toBe(0);
-  expect(r.summary).toMatchObject({ script: 'examples/dataparallel_train.ts', worldSize: 2, ok: true });
+  expect(r.summary).toMatchObject({ script: 'examples/04_dataparallel_train.ts', worldSize: 2, ok: true });
   expect(r.summary.finalLoss as number).toBeLessThan(1.2);
   const devices = r.summary.devices as Array<{ backend: string; samples: number; liveTensors: { min: number; max: number } }>;
   // Rank 0's 1024 samples of the epoch, half on each device; no tensor left behind in either.
@@ -63,15 +63,15 @@ test('dataparallel_train.ts: 2 ranks of 2 cpu devices each train with DDP and en
   expect(r.output).toContain('[rank 1] devices: 0 on cpu, 1 on cpu');
 });
 
-test('collectives.ts: every collective checks out on 3 ranks', async () => {
-  const r = await launchCommand(['--nproc', '3', 'examples/collectives.ts']);
+test('01_collectives.ts: every collective checks out on 3 ranks', async () => {
+  const r = await launchCommand(['--nproc', '3', 'examples/01_collectives.ts']);
   expect(r.code, r.output).toBe(0);
-  expect(r.summary).toMatchObject({ script: 'examples/collectives.ts', worldSize: 3, checks: 5, ok: true });
+  expect(r.summary).toMatchObject({ script: 'examples/01_collectives.ts', worldSize: 3, checks: 5, ok: true });
   expect(r.output).toContain('[rank 2] allGather: [0,10,20]');
 });
 
-test('pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its layers and both bubbles', async () => {
-  const { code, summary, output } = await launchCommand(['--nproc', '4', 'examples/pipeline_train.ts', '--stages', '2', '--micro-batches', '4', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '12']);
+test('05_pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its layers and both bubbles', async () => {
+  const { code, summary, output } = await launchCommand(['--nproc', '4', 'examples/05_pipeline_train.ts', '--stages', '2', '--micro-batches', '4', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '12']);
   if (code !== 0) console.log(output.split('\n').slice(-30).join('\n'));
   expect(code).toBe(0);
   // Rank 0's result: stage 0 holds the first Dense layer (16 x 32 + 32 parameters).
@@ -81,8 +81,8 @@ test('pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its lay
   expect(output).toMatch(/stage 1 of 2 \(replica 1\): layers 1 Dense, 132 parameters/);
 });
 
-test('ps_train.ts: 1 server and 2 workers train asynchronously; every sample is accounted for', async () => {
-  const { code, summary, output } = await launchCommand(['--nproc', '3', 'examples/ps_train.ts', '--ps', '1', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '24']);
+test('06_ps_train.ts: 1 server and 2 workers train asynchronously; every sample is accounted for', async () => {
+  const { code, summary, output } = await launchCommand(['--nproc', '3', 'examples/06_ps_train.ts', '--ps', '1', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '24']);
   if (code !== 0) console.log(output.split('\n').slice(-30).join('\n'));
   expect(code).toBe(0);
   // Rank 0's result: the server, which applied every push (24 steps of 32 samples, by the workers together).
@@ -98,7 +98,7 @@ test('a project outside the clone depends on the package, and its script runs un
     await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'my-training', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${PROJECT_ROOT}` } }));
     const installed = await run('npm', ['install', '--offline', '--no-audit', '--no-fund'], dir);
     expect(installed.code, installed.output).toBe(0);
-    const source = await readFile('examples/collectives.ts', 'utf8');
+    const source = await readFile('examples/01_collectives.ts', 'utf8');
     await writeFile(join(dir, 'my_collectives.ts'), source.replaceAll("'../src/index.ts'", "'browser-ddp'"));
     expect(await readFile(join(dir, 'my_collectives.ts'), 'utf8')).toContain("from 'browser-ddp'");
     const r = await run('npx', ['--offline', 'browser-ddp', 'launch', '--nproc', '2', 'my_collectives.ts'], dir);
@@ -135,7 +135,7 @@ async function docsScript(marker: string): Promise<string> {
 
 for (const { marker, args } of [
   { marker: "Without the elastic runner, torch's shape, as a whole script", args: ['--nproc', '2'] },
-  { marker: 'A training script for the launcher (`examples/elastic_train.ts`, shortened', args: ['--nproc', '2', '--min', '1', '--max', '4'] },
+  { marker: 'A training script for the launcher (`examples/03_elastic_train.ts`, shortened', args: ['--nproc', '2', '--min', '1', '--max', '4'] },
 ]) {
   test(`docs/library.md's script "${marker.slice(0, 40)}…" runs as written, from a folder outside the clone`, async () => {
     const dir = await mkdtemp(join(tmpdir(), 'readme-script-'));
@@ -155,7 +155,7 @@ test('a script that does not exist, or a script argument before the path, is ref
   const missing = await launchCommand(['--nproc', '2', 'examples/no_such_script.ts']);
   expect(missing.code).toBe(1);
   expect(missing.output).toMatch(/no script at .*no_such_script\.ts/);
-  const misplaced = await launchCommand(['--nproc', '2', '--epochs', '2', 'examples/ddp_train.ts']);
+  const misplaced = await launchCommand(['--nproc', '2', '--epochs', '2', 'examples/02_ddp_train.ts']);
   expect(misplaced.code).toBe(2);
   expect(misplaced.output).toContain("unknown launcher option --epochs: a script's own arguments go after its path");
 });

@@ -3,7 +3,7 @@ import { test as base, expect, type Browser, type Page } from '@playwright/test'
 import { spawn } from 'node:child_process';
 import { PROJECT_ROOT, startServer, type RunningServer } from '../../signaling/server.ts';
 import { withToken } from '../../src/c10d/session_token.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import type { Report } from '../../src/jobs/job_report.ts';
 
 export interface RankPage {
@@ -75,7 +75,7 @@ export function weightsOf(r: Record<string, unknown>): Float32Array {
   return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 }
 
-export { relativeError } from '../helpers.ts';
+export { relativeError } from '../fixtures/tensors.ts';
 
 export interface Launched {
   code: number | null;

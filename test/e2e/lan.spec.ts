@@ -6,7 +6,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
-import { lanTestsBlocked } from '../helpers.ts';
+import { lanTestsBlocked } from '../fixtures/lan.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 // Skipped without root (a developer's machine); CI runs as root and requires these (see lanTestsBlocked).

@@ -4,7 +4,7 @@
  * node failing fails the other, with that node's reason.
  */
 import { launch, type LaunchOutcome } from '../../launcher/run.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 const node = (server: string, session: string, nodeRank: number, jobParams: Record<string, string>, job = 'allreduce'): Promise<LaunchOutcome> =>

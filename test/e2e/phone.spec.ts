@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { Browser, BrowserContextOptions, Page } from '@playwright/test';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { withToken } from '../../src/c10d/session_token.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 /** An Android phone of iPhone 13's size, as Playwright's `devices` describe one. */

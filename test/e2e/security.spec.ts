@@ -12,7 +12,7 @@ import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { StoreClient } from '../../src/c10d/store.ts';
 import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
-import { tokenFor } from '../helpers.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 /** Another site: a plain page on another port of this machine (another origin). */

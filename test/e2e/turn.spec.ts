@@ -9,7 +9,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { launch, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
 import type { LinkSummary } from '../../launcher/summary_links.ts';
-import { lanTestsBlocked } from '../helpers.ts';
+import { lanTestsBlocked } from '../fixtures/lan.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 // Skipped without root or coturn (a developer's machine); CI has both and requires these (see lanTestsBlocked).

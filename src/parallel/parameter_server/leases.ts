@@ -12,6 +12,7 @@
  *   samples, as DDP takes them; the step's samples count once the step is applied, and a step
  *   abandoned by a new round is handed out again.
  */
+import type { ScheduleOptions } from '../../elastic/agent.ts';
 import { batchOf, planEpoch } from '../../elastic/epoch.ts';
 
 /** Samples of the run as server 0 counts them. */
@@ -36,16 +37,9 @@ export interface Lease {
   count: number;
 }
 
-export interface LeaseOptions {
+/** The run's schedule (virtual epochs, ignored with `steps`: pushes (async) or steps (central)). */
+export interface LeaseOptions extends Omit<ScheduleOptions, 'dropLast'> {
   strategy: 'async' | 'central';
-  datasetLength: number;
-  batchSize: number;
-  /** Virtual epochs (ignored with `steps`). Default 1. */
-  epochs?: number;
-  /** Stop after this many pushes (async) or steps (central). */
-  steps?: number | null;
-  shuffle?: boolean;
-  seed?: number;
   /** CentralStorage with `steps`: the workers of a step, for the target's count. */
   workersPerStep?: number;
 }
@@ -172,7 +166,7 @@ export class LeaseBook {
 }
 
 /** The samples of a lease, as a worker reads them: DistributedSampler rank `rank` of `replicas` from (epoch, position). */
-export function leaseIndices(l: Lease, o: { datasetLength: number; batchSize: number; shuffle?: boolean; seed?: number }): number[] {
+export function leaseIndices(l: Lease, o: Omit<ScheduleOptions, 'dropLast'>): number[] {
   const length = o.datasetLength;
   if (!(l.replicas >= 1 && l.rank < l.replicas && l.position <= length && l.count >= 1 && l.count <= Math.max(o.batchSize, 1))) {
     throw new RangeError(`parameter server 0 handed out a lease this worker cannot read: ${JSON.stringify(l)} (dataset of ${length}, batch ${o.batchSize})`);

@@ -6,8 +6,8 @@
 import type * as tf from '@tensorflow/tfjs';
 import type { StepMetrics } from '../../elastic/vote.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
-import type { RendezvousEvent, RendezvousOptions } from '../../elastic/rendezvous.ts';
-import type { Json } from '../../checkpoint/state_dict.ts';
+import type { RendezvousOptions } from '../../elastic/rendezvous.ts';
+import { checkSchedule, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import type { PsSampleCounts } from './leases.ts';
 import type { ParameterServerShard } from './shard.ts';
 
@@ -83,7 +83,8 @@ export type PsRunEvent =
   | { type: 'regroup'; round: string; rank: number; waiting: number }
   | { type: 'stop'; round: string; rank: number; reason: string };
 
-export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'rank'> {
+export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics>
+  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'rank'>, Omit<ScheduleOptions, 'dropLast'>, RunHooks<PsRunEvent> {
   /** 'async' (default): ParameterServerStrategy; 'central': CentralStorageStrategy (K = 1, synchronous). */
   strategy?: PsStrategy;
   /** K: ranks that serve the variables. Default 1. */
@@ -94,15 +95,11 @@ export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics> 
   model: tf.LayersModel;
   /** Makes a server's optimizer (one per shard). */
   optimizer: () => tf.Optimizer;
-  datasetLength: number;
-  /** Samples per worker per step. */
-  batchSize: number;
-  /** Virtual epochs: the dataset's size in samples, this many times. Default 1 (unless `steps`). */
-  epochs?: number;
-  /** Stop after this many pushes by all workers together (async) or this many steps (central), whatever the epochs. */
-  steps?: number | null;
-  shuffle?: boolean;
-  seed?: number;
+  /**
+   * The schedule (ScheduleOptions): `batchSize` samples per worker per step; `epochs` are virtual
+   * epochs (the dataset's size in samples, this many times); `steps` counts pushes by all workers
+   * together (async) or steps (central). No `dropLast`: a lease's batch may be short.
+   */
   /** Async: drop pushes whose staleness exceeds this. Default: no bound. */
   maxStaleness?: number;
   /** Async: scale a push's gradients by 1/(1 + staleness). Default false. */
@@ -120,12 +117,8 @@ export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics> 
   /** About once a second (`statusIntervalMs`), and at each round. */
   onStatus?(s: PsStatus): void;
   statusIntervalMs?: number;
-  onEvent?(e: PsRunEvent): void;
   /** A round starts, once roles are known (watch the group's links here, say). */
   onRound?(ctx: { pg: ProcessGroup; role: 'server' | 'worker'; index: number }): void;
-  onRendezvous?(e: RendezvousEvent): void;
-  /** Kept in each shard checkpoint's metadata. */
-  checkpointMeta?: Json;
   /** Aborting it ends this rank's run at once, as closing its tab would: it leaves the group, and the run rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -164,10 +157,9 @@ export function checkOptions(o: ParameterServerRunOptions<StepMetrics>, strategy
   if (strategy === 'central' && K !== 1) throw new RangeError(`CentralStorage keeps every variable on one server: numServers must be 1, got ${K}`);
   if (!(positiveInt(o.max) && o.max > K)) throw new RangeError(`max must leave at least one worker beside the ${K} server(s): got ${o.max}, give at least ${K + 1}`);
   if (o.min !== undefined && !(positiveInt(o.min) && o.min > K && o.min <= o.max)) throw new RangeError(`min must be from ${K + 1} (the servers and one worker) to max ${o.max}, got ${o.min}`);
+  // Leases cycle through the dataset: it cannot be empty (a DDP run's may).
   if (!(Number.isSafeInteger(o.datasetLength) && o.datasetLength > 0)) throw new RangeError(`datasetLength must be a positive integer, got ${o.datasetLength}`);
-  if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
-  if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
-  if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
+  checkSchedule(o);
   if (o.maxStaleness !== undefined && !(Number.isSafeInteger(o.maxStaleness) && o.maxStaleness >= 0)) throw new RangeError(`maxStaleness must be a non-negative integer, got ${o.maxStaleness}`);
   if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0)) throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
   if (strategy === 'central' && (o.maxStaleness !== undefined || o.scaleLrByStaleness)) throw new RangeError('maxStaleness and scaleLrByStaleness are for asynchronous training; CentralStorage is synchronous (staleness 0)');

@@ -16,7 +16,7 @@ import * as tf from '@tensorflow/tfjs';
 import { listCheckpoints } from '../../checkpoint/checkpoint.ts';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
 import { PeerLostError, isRecoverable } from '../../errors.ts';
-import { runAgent } from '../../elastic/agent.ts';
+import { checkSchedule, runAgent, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../../elastic/vote.ts';
@@ -94,7 +94,8 @@ export interface PipelineRoundContext {
   epoch: number;
 }
 
-export interface PipelineRunOptions<M extends StepMetrics = StepMetrics> extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'max'> {
+export interface PipelineRunOptions<M extends StepMetrics = StepMetrics>
+  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'max'>, ScheduleOptions, RunHooks<ElasticEvent>, LockstepHooks<PipelineRoundContext, M> {
   /** S: stages per pipeline. */
   stages: number;
   /** D: replicas of the pipeline. Default 1. */
@@ -106,28 +107,11 @@ export interface PipelineRunOptions<M extends StepMetrics = StepMetrics> extends
   splitPoints?: number[];
   /** Makes a stage's optimizer (each stage steps its own). */
   optimizer: () => tf.Optimizer;
-  datasetLength: number;
-  /** Samples per replica per step. */
-  batchSize: number;
-  epochs?: number;
-  steps?: number | null;
-  shuffle?: boolean;
-  seed?: number;
-  dropLast?: boolean;
 
   /** One training step of this rank's stage (run the stage's schedule, then `ddp.step(optimizer)`). */
   step(ctx: PipelineStepContext): Promise<M | void>;
-  shouldStop?(): boolean;
-  stopVote?: 'any' | 'all';
-  /** A round starts training (its stage built, its state loaded). */
-  onRound?(ctx: PipelineRoundContext): void | Promise<void>;
-  /** After each committed step and its vote; may run collectives (every rank calls it). */
-  onStep?(ctx: PipelineRoundContext & { metrics: M[] }): void | Promise<void>;
-  onEpochEnd?(ctx: PipelineRoundContext): void | Promise<void>;
-  onEvent?(e: ElasticEvent): void;
   /** Each stage's replica 0 saves the stage's part every this many steps (0: never). */
   checkpointEvery?: number;
-  checkpointMeta?: Json;
   /** Resume from this session's checkpoints. Default: this session's. */
   resumeFrom?: string | null;
   resumeFromToken?: string;
@@ -168,7 +152,8 @@ type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number };
 /** Trains a pipeline (x data parallel) until the epochs or steps are done or a rank stops it. */
 export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M>): Promise<PipelineRunResult> {
   const replicas = o.replicas ?? 1;
-  for (const [name, v] of [['stages', o.stages], ['replicas', replicas], ['batchSize', o.batchSize]] as const) {
+  checkSchedule(o);
+  for (const [name, v] of [['stages', o.stages], ['replicas', replicas]] as const) {
     if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
   }
   if (o.layers.length < o.stages) throw new RangeError(`a model of ${o.layers.length} layers cannot be split into ${o.stages} stages: each stage needs at least one layer`);

@@ -4,8 +4,8 @@
  * gathered gradients across ranks (torch's DDP over a multi-device module). On the cpu and wasm
  * backends, every device is another CPU core at work.
  *
- *   npm run launch -- --nproc 1 --backend cpu examples/dataparallel_train.ts --devices 2 --dataset synthetic --epochs 1
- *   npm run launch -- --nproc 2 --backend cpu examples/dataparallel_train.ts --devices 2
+ *   npm run launch -- --nproc 1 --backend cpu examples/04_dataparallel_train.ts --devices 2 --dataset synthetic --epochs 1
+ *   npm run launch -- --nproc 2 --backend cpu examples/04_dataparallel_train.ts --devices 2
  */
 import { DataParallel, DistributedDataParallel, DistributedSampler, buildModel, initProcessGroup, intArg, loadMnist, syntheticDataset, type DeviceBackend, Adam } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';

@@ -2,7 +2,7 @@
  * Plain data-parallel training, as a torch DDP script does it: join a group of fixed size, take
  * this rank's shard with DistributedSampler, average gradients with DistributedDataParallel.
  *
- *   npm run launch -- --nproc 2 examples/ddp_train.ts --dataset synthetic --epochs 2
+ *   npm run launch -- --nproc 2 examples/02_ddp_train.ts --dataset synthetic --epochs 2
  */
 import * as tf from '@tensorflow/tfjs';
 import { DistributedDataParallel, DistributedSampler, Straggler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, slowFactor, syntheticDataset, Adam } from '../src/index.ts';

@@ -6,7 +6,7 @@
  * computes the loss; each stage steps its own optimizer. A lost rank stops every rank, naming
  * its stage, and the run resumes from every stage's checkpoint once the group is complete again.
  *
- *   npm run launch -- --nproc 4 examples/pipeline_train.ts --stages 2 --micro-batches 4 \
+ *   npm run launch -- --nproc 4 examples/05_pipeline_train.ts --stages 2 --micro-batches 4 \
  *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
 import * as tf from '@tensorflow/tfjs';

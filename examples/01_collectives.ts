@@ -2,7 +2,7 @@
  * The collectives, as torch.distributed has them: all-reduce, broadcast, all-gather and
  * send/recv between ranks. Every rank checks that it got exactly the right numbers.
  *
- *   npm run launch -- --nproc 3 examples/collectives.ts
+ *   npm run launch -- --nproc 3 examples/01_collectives.ts
  */
 import { initProcessGroup } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';

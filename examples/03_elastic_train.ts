@@ -1,9 +1,9 @@
 /**
- * The same training made elastic: tabs may close, freeze or join mid-run and the rest go on.
+ * 02_ddp_train.ts's training made elastic: tabs may close, freeze or join mid-run and the rest go on.
  * The library carries the rounds, recovery from a surviving replica, re-sharding,
  * the votes at step boundaries and checkpoints; the script gives it a plain training step.
  *
- *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/elastic_train.ts \
+ *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/03_elastic_train.ts \
  *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1 [--powersgd 2 | --local-sgd 4]
  *
  * Communication hooks (torch's register_comm_hook) go through runElastic, which keeps their state

@@ -5,7 +5,7 @@
  * pushes less often, a worker that leaves costs only its batch. `--strategy central` is
  * CentralStorageStrategy instead: one server, and every step waits for every worker.
  *
- *   npm run launch -- --nproc 4 examples/ps_train.ts --ps 1 --dataset synthetic \
+ *   npm run launch -- --nproc 4 examples/06_ps_train.ts --ps 1 --dataset synthetic \
  *     --batch-size 32 --epochs 2 [--max-staleness 8] [--strategy central] [--slow 3:4]
  */
 import * as tf from '@tensorflow/tfjs';

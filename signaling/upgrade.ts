@@ -1,0 +1,131 @@
+/**
+ * The WebSocket side of the server, on `/ws`: the upgrade (a foreign page or host name is refused
+ * with HTTP 403 before a socket exists), the accept (at most `maxConnectionsPerAddress` sockets per
+ * address; the others are accepted only to be closed with TOO_MANY_CONNECTIONS and a reason, which
+ * a browser can read where it cannot read an HTTP status), each socket's requests in order behind
+ * its `hello`, its close, and the liveness checks (pings, silent members evicted).
+ */
+import type { Server as HttpServer } from 'node:http';
+import type { Server as HttpsServer } from 'node:https';
+import { WebSocketServer } from 'ws';
+import { CloseCode, ErrorCode, describeMemberClose, type Request } from '../src/c10d/protocol.ts';
+import { ProtocolViolation, parseRequest } from '../src/c10d/protocol_validation.ts';
+import { Connection } from './connection.ts';
+import { AddressCounts } from './limits.ts';
+import type { OriginPolicy } from './origin_check.ts';
+import { dispatch } from './dispatch.ts';
+import { refuse } from './replies.ts';
+import type { ServerContext } from './server_context.ts';
+
+/** Serves the protocol's sockets on `/ws` of `http`; its sockets join `ctx.connections`. */
+export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext, origins: OriginPolicy): WebSocketServer {
+  const { limits, log, quiet, connections } = ctx;
+  const perAddress = new AddressCounts();
+  let lastOriginLog = 0;
+  const wss = new WebSocketServer({
+    server: http,
+    path: '/ws',
+    maxPayload: limits.maxFrameBytes,
+    // Refused at the upgrade, before a socket exists: a foreign page or host name gets HTTP 403.
+    verifyClient: ({ req }, done) => {
+      const verdict = origins.check(req);
+      if (verdict.ok) return done(true);
+      // At most one line a few seconds: a hostile page may retry in a loop.
+      if (Date.now() - lastOriginLog > 5_000) {
+        lastOriginLog = Date.now();
+        log(`[server] refused a WebSocket from ${req.socket.remoteAddress}: ${verdict.message}`);
+      }
+      done(false, verdict.status, verdict.message);
+    },
+  });
+
+  // ws re-emits the HTTP server's errors (a taken port); they are handled where listen is awaited.
+  wss.on('error', () => {});
+  wss.on('connection', (ws, req) => {
+    const address = req.socket.remoteAddress ?? 'unknown';
+    ws.on('error', () => {});
+    if (!perAddress.tryAdd(address, limits.maxConnectionsPerAddress)) {
+      // Accepted only to say why: a browser sees a close code and reason, never an HTTP status.
+      quiet.note('socket close 4007', `[server] refused a socket from ${address}: it has ${limits.maxConnectionsPerAddress} open already`);
+      ws.close(CloseCode.TOO_MANY_CONNECTIONS, `${limits.maxConnectionsPerAddress} sockets from your address are open: close some`);
+      setTimeout(() => ws.terminate(), 1_000).unref();
+      return;
+    }
+    const conn = new Connection(ws, address, limits, quiet);
+    connections.add(conn);
+    ws.on('message', (data, isBinary) => {
+      conn.lastSeen = Date.now();
+      if (isBinary) {
+        refuse(ctx, conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'binary frames are not part of the protocol'));
+        return;
+      }
+      let request: Request;
+      try {
+        request = parseRequest(data.toString(), limits);
+      } catch (err) {
+        refuse(ctx, conn, err);
+        return;
+      }
+      const run = () => dispatch(ctx, conn, request).catch((err: unknown) => refuse(ctx, conn, err, request.id));
+      // Checking a token may read the disk: requests sent right behind `hello` wait for it.
+      // A second hello runs after the first, so it meets ALREADY_IN_SESSION rather than racing it.
+      if (request.type === 'hello') conn.hello = conn.hello ? conn.hello.then(run) : run();
+      else if (conn.hello) void conn.hello.then(run);
+      else void run();
+    });
+    // A socket error (e.g. an oversized frame) is followed by 'close'.
+    ws.on('close', (code) => {
+      connections.delete(conn);
+      perAddress.release(address);
+      conn.closed();
+      detach(ctx, conn, code);
+    });
+  });
+  return wss;
+}
+
+/**
+ * Starts the liveness checks over `ctx.connections`: silent members are evicted, sockets that do
+ * not answer pings are cut off. Returns what stops them.
+ */
+export function watchSockets(ctx: ServerContext): () => void {
+  const { limits, log, connections, heartbeatTimeoutMs } = ctx;
+  // Frozen tabs keep their sockets open but stop sending: evict members that go silent.
+  const watchdog = setInterval(() => {
+    const now = Date.now();
+    for (const conn of connections) {
+      // An ended session's sockets are being closed anyway.
+      if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs || conn.session?.ended) continue;
+      const silent = now - conn.lastSeen;
+      log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
+      conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
+      conn.memberId = undefined;
+      // A frozen page may never answer the close handshake: close() destroys it after a grace.
+      conn.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
+    }
+  }, Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4)));
+  watchdog.unref();
+  // Every socket, member or not, must answer pings: a dead peer's socket can stay open for hours.
+  const pinger = setInterval(() => {
+    for (const conn of connections) conn.probe();
+  }, limits.pingIntervalMs);
+  pinger.unref();
+  return () => {
+    clearInterval(watchdog);
+    clearInterval(pinger);
+  };
+}
+
+/** A socket closed with `code`: a member's group hears why at once (a tab closing says so with CloseCode.LEFT). */
+function detach(ctx: ServerContext, conn: Connection, code: number): void {
+  const session = conn.session;
+  if (!session) return;
+  session.store.cancelWaiters(conn);
+  if (conn.memberId !== undefined) {
+    const why = describeMemberClose(code);
+    ctx.log(`[server] session "${session.name}": member ${conn.memberId} left (${code}: ${why})`);
+    session.rendezvous?.remove(conn.memberId, why);
+  }
+  session.connections--;
+  if (session.connections === 0) session.idleSince = Date.now();
+}

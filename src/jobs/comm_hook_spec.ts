@@ -1,0 +1,91 @@
+/**
+ * DDP's communication hook as the train job's `commHook` option (the launcher's --comm-hook):
+ * the spec, its text (`powersgd:2:fp16`) both ways, and its bounds. Which strategies and
+ * pipelines a hook combines with is checked with the other options, in train_config.ts.
+ */
+import { ConfigError } from './config_option.ts';
+
+/**
+ * DDP's communication hook (the launcher's --comm-hook), parsed: how each step's gradients travel.
+ * 'none': the plain float32 ring all-reduce. 'fp16' / 'bf16': the same all-reduce with 16-bit
+ * values on the wire (torch's fp16_compress_hook, bf16_compress_hook). 'powersgd': low-rank
+ * compression of rank `rank`, plain all-reduces for steps 1 .. startIter (torch's powerSGD_hook,
+ * start_powerSGD_iter), its all-reduces float32 or, with `wire`, 16-bit (torch's fp16_compress_wrapper
+ * around the hook). 'localsgd': averaged gradients for steps 1 .. startStep, then local steps
+ * with the models averaged every `period` steps (torch's post_localSGD_hook with a
+ * PeriodicModelAverager).
+ */
+export type CommHookSpec =
+  | { kind: 'none' }
+  | { kind: 'fp16' }
+  | { kind: 'bf16' }
+  | { kind: 'powersgd'; rank: number; startIter: number; wire: PowerSGDWire }
+  | { kind: 'localsgd'; period: number; startStep: number };
+/** What PowerSGD's all-reduces send: float32, or 16-bit as under torch's fp16/bf16_compress_wrapper (`powersgd:R:fp16`, `powersgd:R:bf16`). */
+export type PowerSGDWire = 'float32' | 'float16' | 'bfloat16';
+const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'bfloat16' };
+/** torch's start_powerSGD_iter default, and the same warm-up for local SGD. */
+export const DEFAULT_COMM_HOOK_START = 10;
+/** Bounds: a rank beyond the model's widest matrix compresses nothing; a START beyond any run. */
+export const MAX_POWERSGD_RANK = 1024;
+export const MAX_LOCALSGD_PERIOD = 1_000_000;
+export const MAX_COMM_HOOK_START = 10_000_000;
+
+/** What the option may be, in words (the option's rule, and the error for an unknown hook). */
+export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16] or localsgd:H[:START] (e.g. fp16, powersgd:2, powersgd:2:fp16 or localsgd:4)';
+
+/**
+ * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
+ * RANK and H are positive integers; START (the steps of plain, averaged gradients first, default
+ * 10) an integer >= 0. Throws ConfigError (option commHook) naming the item that is wrong and
+ * what to write.
+ */
+export function parseCommHook(raw: string): CommHookSpec {
+  const [kind = '', ...args] = raw.split(':');
+  const bad = (rule: string) => new ConfigError('commHook', raw, rule);
+  /** `item` (RANK, H, START) of `form` as a whole number in least..most; the error says what it is for and shows `example`. */
+  const item = (name: string, text: string | undefined, least: number, most: number, form: string, what: string, example: string): number => {
+    const n = text !== undefined && /^\d{1,16}$/.test(text) ? Number(text) : NaN;
+    if (Number.isSafeInteger(n) && n >= least && n <= most) return n;
+    const range = least === 1 ? `a positive integer up to ${most}` : `an integer from ${least} to ${most}`;
+    const problem = text === undefined || text === '' ? `${name} is missing` : `${name} "${text}" is not one`;
+    throw bad(`${form} with ${name} ${range}, ${what} (e.g. ${example}); ${problem}`);
+  };
+  switch (kind) {
+    case 'none':
+    case 'fp16':
+    case 'bf16':
+      if (args.length > 0) throw bad(`just ${kind}, without "${args.join(':')}" after it`);
+      return { kind };
+    case 'powersgd': {
+      // A last item fp16 or bf16: P, Q and the rest go 16-bit on the wire.
+      const last = args[args.length - 1];
+      const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
+      const numbers = wire === 'float32' ? args : args.slice(0, -1);
+      if (numbers.length > 2) throw bad('powersgd:RANK[:START][:fp16|:bf16] (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally fp16 or bf16');
+      const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
+      const startIter = numbers.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', numbers[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
+      return { kind: 'powersgd', rank, startIter, wire };
+    }
+    case 'localsgd': {
+      if (args.length > 2) throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
+      const period = item('H', args[0], 1, MAX_LOCALSGD_PERIOD, 'localsgd:H', 'the steps between two averagings of the models', 'localsgd:4');
+      const startStep = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `localsgd:${period}:START`, 'the steps of averaged gradients before local steps start', `localsgd:${period}:100`);
+      return { kind: 'localsgd', period, startStep };
+    }
+    default:
+      throw bad(`${COMM_HOOK_RULE}; "${kind}" is not a hook`);
+  }
+}
+
+/** A CommHookSpec as the option's text (what parseCommHook reads back), START only when not the default. */
+export function formatCommHook(spec: CommHookSpec): string {
+  switch (spec.kind) {
+    case 'powersgd':
+      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
+    case 'localsgd':
+      return `localsgd:${spec.period}${spec.startStep === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startStep}`}`;
+    default:
+      return spec.kind;
+  }
+}

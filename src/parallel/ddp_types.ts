@@ -1,0 +1,75 @@
+/**
+ * DistributedDataParallel's options (`DDPOptions`, `BackwardOptions`) and what a backward returns
+ * (`BackwardResult`, with `BackwardTimings`: where its time went). Internal: users import them
+ * from ddp.ts (or the package's index).
+ */
+import type * as tf from '@tensorflow/tfjs';
+import type { Straggler } from '../runtime/straggler.ts';
+
+export interface DDPOptions {
+  /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
+  bucketCapMB?: number;
+  /** The first bucket's cap in MiB (torch: 1 MiB). */
+  firstBucketCapMB?: number;
+  /** Key prefix for the shape check in the group's store; distinct per DDP instance in one group. */
+  name?: string;
+  /**
+   * Fail `backward` with NonFiniteGradientError when an averaged gradient is NaN or infinite, and
+   * drop the gradients so that no update is applied (torch: clip_grad_norm_'s error_if_nonfinite).
+   * A pass over the gradients already on the host; no device readback. Default true (torch's is
+   * false): one rank's NaN, a hostile member's included, would otherwise reach every replica.
+   */
+  errorIfNonfinite?: boolean;
+  /**
+   * The step number (1-based) of the first synchronised backward, which hooks see as
+   * `GradBucket.step`: a DDP made again in the middle of a run (a new elastic round) continues
+   * its hooks' count. Default 1.
+   */
+  startStep?: number;
+}
+
+export interface BackwardTimings {
+  /** Forward and backward, until the loss is on the host. */
+  compute: number;
+  /** Gradient readback from the device (includes waiting for the backward to finish). */
+  readback: number;
+  /** Waiting for all-reduces not hidden behind readback. */
+  allreduce: number;
+  /** Waited by `options.straggler` (a rank slowed on purpose), 0 without one. */
+  slowed: number;
+  /**
+   * From the first bucket's reduction starting to the last one's ending (0 without reductions):
+   * the communication's span. `comm - allreduce` of it ran while buckets were still read back,
+   * hidden behind the backward.
+   */
+  comm: number;
+}
+
+export interface BackwardOptions {
+  /**
+   * Tensors, other than the model's weights, to differentiate the loss by as well (made
+   * variables by the caller): a pipeline stage's input activations, whose gradients it sends to
+   * the stage before it. Their gradients come back in `inputGrads`, in this order, and are the
+   * caller's to dispose.
+   */
+  inputs?: tf.Variable[];
+  /**
+   * A rank slowed on purpose (see straggler.ts): after each bucket's readback (the first with the
+   * forward and backward before it) it waits in proportion to the time that took, before the
+   * bucket's all-reduce starts. So the other ranks wait for it in their all-reduces, as they would for a
+   * slower device. Its waits are `timings.slowed`, apart from `compute` and `readback`.
+   */
+  straggler?: Pick<Straggler, 'after'>;
+}
+
+export interface BackwardResult {
+  loss: number;
+  timings: BackwardTimings;
+  /**
+   * Bytes this rank sent for this backward's reductions (`pg.bytesSent()` after they all
+   * finished, less before the first started: frames with their headers); 0 under `noSync`.
+   */
+  commBytes: number;
+  /** The gradients of `options.inputs` (empty without inputs). */
+  inputGrads: tf.Tensor[];
+}
