@@ -33,6 +33,8 @@ const { values } = parseArgs({
 interface Row {
   elements: number;
   bytes: number;
+  /** The algorithm the tuner picked (older results: the ring). */
+  algorithm?: string;
   ms: number;
   algbwMBps: number;
   busbwMBps: number;
@@ -118,7 +120,7 @@ const size = (b: number) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : `${b / 1024
 const lines = [
   `All-reduce, ${date}, ${machine}. Median of ${iters} iterations; time is the slowest rank's.`,
   '',
-  `| ranks | flow control | size | ring ms | algbw MB/s | busbw MB/s | link MB/s | duplex MB/s | busbw / link |${rateMBps ? ' busbw / shaped rate |' : ''} all links MB/s | mesh ms | ring vs mesh | CPU busy | exact | identical |`,
+  `| ranks | flow control | size | ms (algorithm) | algbw MB/s | busbw MB/s | link MB/s | duplex MB/s | busbw / link |${rateMBps ? ' busbw / shaped rate |' : ''} all links MB/s | mesh ms | vs mesh | CPU busy | exact | identical |`,
   `| --- | --- | --- | --- | --- | --- | --- | --- | --- |${rateMBps ? ' --- |' : ''} --- | --- | --- | --- | --- | --- |`,
 ];
 for (const run of runs) {
@@ -127,7 +129,7 @@ for (const run of runs) {
     const ratio = run.linkMBps ? (r.busbwMBps / run.linkMBps).toFixed(2) : '-';
     const speedup = r.meshMs ? `${(r.meshMs / r.ms).toFixed(2)}x` : '-';
     lines.push(
-      `| ${run.worldSize} | ${run.flow ?? 'off'} | ${size(r.bytes)} | ${r.ms} | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${run.duplexMBps} | ${ratio} |${rateMBps ? ` ${(r.busbwMBps / rateMBps).toFixed(2)} |` : ''} ${(r.busbwMBps * run.worldSize).toFixed(1)} | ${r.meshMs ?? '-'} | ${speedup} | ${run.cpuBusy === undefined || run.cpuBusy === null ? '-' : `${Math.round(run.cpuBusy * 100)}%`} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
+      `| ${run.worldSize} | ${run.flow ?? 'off'} | ${size(r.bytes)} | ${r.ms} (${r.algorithm ?? 'ring'}) | ${r.algbwMBps} | ${r.busbwMBps} | ${run.linkMBps} | ${run.duplexMBps} | ${ratio} |${rateMBps ? ` ${(r.busbwMBps / rateMBps).toFixed(2)} |` : ''} ${(r.busbwMBps * run.worldSize).toFixed(1)} | ${r.meshMs ?? '-'} | ${speedup} | ${run.cpuBusy === undefined || run.cpuBusy === null ? '-' : `${Math.round(run.cpuBusy * 100)}%`} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
     );
   }
 }

@@ -60,7 +60,10 @@ export function elasticFigures(events: ElasticEvent[]): Record<string, unknown> 
 interface AllreduceRow {
   elements: number;
   bytes: number;
+  algorithm: string;
   ms: number;
+  ringMs: number | null;
+  doublingMs: number | null;
   meshMs: number | null;
   maxAbsErr: number;
   hash: string;
@@ -75,17 +78,23 @@ function summarizeAllreduce(job: string, worldSize: number, ranks: RankResult[])
   const results = rows[0].map((first, i) => {
     const at = rows.map((rs) => rs[i]);
     const ms = Math.max(...at.map((r) => r.ms));
-    const meshTimes = at.map((r) => r.meshMs).filter((m): m is number => m !== null);
+    const slowest = (pick: (r: AllreduceRow) => number | null | undefined) => {
+      const times = at.map(pick).filter((m): m is number => typeof m === 'number');
+      return times.length ? round(Math.max(...times)) : null;
+    };
     const algbwMBps = ms > 0 ? first.bytes / 1e6 / (ms / 1000) : 0;
     return {
       elements: first.elements,
       bytes: first.bytes,
+      algorithm: first.algorithm,
       ms: round(ms),
       algbwMBps: round(algbwMBps),
       busbwMBps: round((algbwMBps * 2 * (worldSize - 1)) / worldSize),
       maxAbsErr: Math.max(...at.map((r) => r.maxAbsErr)),
       identical: at.every((r) => r.hash === first.hash),
-      meshMs: meshTimes.length ? round(Math.max(...meshTimes)) : null,
+      ringMs: slowest((r) => r.ringMs),
+      doublingMs: slowest((r) => r.doublingMs),
+      meshMs: slowest((r) => r.meshMs),
     };
   });
   const rank0 = ranks.find((r) => r.rank === 0);

@@ -6,8 +6,10 @@ export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, 
 export { HashStore } from './c10d/hash_store.ts';
 export { initProcessGroup, type InitProcessGroupOptions } from './c10d/init_process_group.ts';
 export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './elastic/rendezvous.ts';
-export { ProcessGroup, type AllReduceOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './c10d/process_group.ts';
+export { ProcessGroup, type AllReduceOptions, type CollectiveOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './c10d/process_group.ts';
 export { reducer } from './c10d/ring.ts';
+export { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './c10d/latency_collectives.ts';
+export { allReduceBytes, messageBytes, type CollectiveBytesOptions } from './c10d/collective_bytes.ts';
 export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './transport/peer_link.ts';
 export { selectedPath } from './transport/peer_link.ts';
 export {

@@ -15,7 +15,10 @@ import { PeriodicModelAverager } from '../src/parallel/comm_hooks/local_sgd.ts';
 import { PowerSGDHook } from '../src/parallel/comm_hooks/powersgd.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { commSetup, denseStepBytes, messageBytes, ringAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
+import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
+import { allReduceBytes, messageBytes } from '../src/c10d/collective_bytes.ts';
+
+const ringAllReduceBytes = (elements: number, rank: number, n: number, frameBytes?: number) => allReduceBytes(elements, rank, n, { frameBytes, algorithm: 'ring' });
 import { parseCommHook } from '../src/jobs/train_config.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -63,19 +66,30 @@ describe('the float32 all-reduce’s bytes, computed', () => {
     expect(denseStepBytes([{ start: 0, end: 10 }, { start: 10, end: 1010 }], 0, 2)).toBe(ringAllReduceBytes(10, 0, 2) + ringAllReduceBytes(1000, 0, 2));
   });
 
-  for (const n of [2, 3]) {
+  it('recursive doubling: the whole buffer once per step (log2 N steps), a folded rank once, its partner once more', () => {
+    const whole = messageBytes(1000 * 4);
+    // N = 8: three steps for everyone.
+    for (let r = 0; r < 8; r++) expect(allReduceBytes(1000, r, 8, { algorithm: 'doubling' })).toBe(3 * whole);
+    // N = 6: ranks 0 and 2 fold into 1 and 3, which send them the result; 4 and 5 only double.
+    expect([0, 1, 2, 3, 4, 5].map((r) => allReduceBytes(1000, r, 6, { algorithm: 'doubling' }))).toEqual([whole, 3 * whole, whole, 3 * whole, 2 * whole, 2 * whole]);
+    // The tuner: below the threshold, doubling; plainAllReduceBytes follows it.
+    expect(plainAllReduceBytes(1000, 0, 8)).toBe(3 * whole);
+    expect(plainAllReduceBytes(1_000_000, 0, 8)).toBe(ringAllReduceBytes(1_000_000, 0, 8));
+  });
+
+  for (const n of [2, 3, 6]) {
     it(`world ${n}: equals what pg.bytesSent() counts for every rank, from empty to many-frame buffers`, async () => {
       const pgs = await groups(n);
       for (const len of [0, 1, 7, 1000, 50_001, 123_457]) {
         const before = pgs.map((pg) => pg.bytesSent());
         await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(len).fill(pg.rank + 1), 'avg')));
-        expect(pgs.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(pgs.map((pg) => ringAllReduceBytes(len, pg.rank, n)));
+        expect(pgs.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(pgs.map((pg) => plainAllReduceBytes(len, pg.rank, n)));
       }
       // Another frame size: the same rule with its own chunks.
       const small = await groups(n, { maxFrameBytes: 1024 });
       const before = small.map((pg) => pg.bytesSent());
       await Promise.all(small.map((pg) => pg.allReduce(new Float32Array(5000), 'sum')));
-      expect(small.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(small.map((pg) => ringAllReduceBytes(5000, pg.rank, n, 1024)));
+      expect(small.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(small.map((pg) => plainAllReduceBytes(5000, pg.rank, n, 1024)));
       for (const pg of [...pgs, ...small]) pg.destroy();
     });
   }
@@ -144,7 +158,7 @@ describe('DDP without a hook sends exactly the computed baseline; the hooks send
     const parameters = models[0]!.trainableWeights.reduce((sum, w) => sum + w.shape.reduce<number>((a, b) => a * (b ?? 1), 1), 0);
     const before = pgs.map((pg) => pg.bytesSent());
     await Promise.all(pgs.map((pg, r) => averager.average(pg, models[r]!, 1)));
-    expect(pgs.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(pgs.map((pg) => ringAllReduceBytes(parameters, pg.rank, 3)));
+    expect(pgs.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(pgs.map((pg) => plainAllReduceBytes(parameters, pg.rank, 3)));
     pgs.forEach((pg) => pg.destroy());
   });
 });

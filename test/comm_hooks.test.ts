@@ -235,7 +235,7 @@ describe('allReduce with a 16-bit wire', () => {
     it(`world ${n}: a 16-bit wire sends at most 0.55 of float32's bytes; bytesSent counts exactly the frames sent`, async () => {
       const net = new MemoryNetwork();
       const pgs = await groups(n, net);
-      await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(8)))); // every link open
+      await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(8), 'sum', { algorithm: 'ring' }))); // every link of the ring open
       const sent = countFrames(net, n);
       const len = 50_001;
       const measure = async (wire: WireDtype) => {

@@ -1,9 +1,10 @@
 /**
- * Job `allreduce`: times the ring all-reduce (and, for comparison, a full-mesh exchange) over
- * the sizes given, checks every result exactly, and measures one link's throughput, the bound
+ * Job `allreduce`: times the all-reduce (the algorithm the tuner picks, or `--algorithm`; with
+ * `--compare-algorithms` the ring and recursive doubling both; and, for comparison, a full-mesh
+ * exchange) over the sizes given, checks every result exactly, and measures one link's throughput, the bound
  * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
  */
-import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
 import { joinGroup, type JobContext } from './job.ts';
 import { linkReport } from '../report.ts';
 
@@ -59,11 +60,16 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const op = (ctx.params.get('op') ?? 'sum') as ReduceOpName;
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
   const mesh = ctx.params.get('mesh') !== 'false';
+  const forced = ctx.params.get('algorithm') ?? 'auto';
+  if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') throw new Error(`--algorithm must be auto, ring or doubling, got "${forced}"`);
+  // Also time both algorithms, whichever the tuner picks: where the threshold should be.
+  const compare = ctx.params.has('compare-algorithms') && ctx.params.get('compare-algorithms') !== 'false';
 
   const pg = await joinGroup(ctx);
   const n = pg.worldSize;
-  // Open the ring's links before timing anything.
-  await pg.allReduce(new Float32Array(n), op);
+  // Open every link either algorithm uses before timing anything.
+  await pg.allReduce(new Float32Array(n), op, { algorithm: 'ring' });
+  await pg.allReduce(new Float32Array(n), op, { algorithm: 'doubling' });
   const linkMBps = await measureLink(pg);
   const duplexMBps = await measureLink(pg, true);
   if (linkMBps !== null) ctx.log(`link 0->1: ${linkMBps.toFixed(1)} MB/s alone, ${duplexMBps?.toFixed(1)} MB/s each way in both directions at once`);
@@ -84,12 +90,17 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
       }
       return { ms: median(times), out };
     };
-    const ring = await time((b) => pg.allReduce(b, op));
+    // The group's threshold is the default (joinGroup sets none).
+    const algorithm = chooseAlgorithm(size * 4, n, DEFAULT_LATENCY_THRESHOLD_BYTES, forced);
+    const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
     let maxAbsErr = 0;
-    for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(ring.out[i] - expectedValue(n, size, i, op)));
+    for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(run.out[i] - expectedValue(n, size, i, op)));
+    const ringRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'ring' })) : undefined;
+    const doublingRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'doubling' })) : undefined;
     const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
-    const row = { elements: size, bytes: size * 4, ms: ring.ms, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(ring.out) };
-    ctx.log(`${size} elements: ring ${ring.ms.toFixed(2)} ms${meshRun ? `, mesh ${meshRun.ms.toFixed(2)} ms` : ''}, max abs err ${maxAbsErr}`);
+    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
+    const also = [ringRun && `ring ${ringRun.ms.toFixed(2)} ms`, doublingRun && `doubling ${doublingRun.ms.toFixed(2)} ms`, meshRun && `mesh ${meshRun.ms.toFixed(2)} ms`].filter(Boolean);
+    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
     results.push(row);
   }
   // Before the barrier: every link is still open here.

@@ -39,17 +39,22 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
         for (let i = 0; i < size; i++) want[i] = op === 'max' ? Math.max(want[i], v[i]) : op === 'min' ? Math.min(want[i], v[i]) : want[i] + v[i];
       }
       if (op === 'avg') for (let i = 0; i < size; i++) want[i] /= n;
+      // The algorithm the tuner picks, then each one forced: the same exact values either way.
       check(`allReduce ${op} ${size}`, await pg.allReduce(fill(rank, size), op), want);
+      for (const algorithm of ['ring', 'doubling'] as const) {
+        if (size <= 1000) check(`allReduce ${op} ${size} ${algorithm}`, await pg.allReduce(fill(rank, size), op, { algorithm }), want);
+      }
     }
   }
   for (const src of [0, n - 1]) {
     const size = 10_001;
-    check(`broadcast src ${src}`, await pg.broadcast(rank === src ? fill(src, size) : new Float32Array(size), src), fill(src, size));
+    for (const algorithm of ['ring', 'doubling'] as const) {
+      check(`broadcast src ${src} ${algorithm}`, await pg.broadcast(rank === src ? fill(src, size) : new Float32Array(size), src, { algorithm }), fill(src, size));
+    }
   }
-  const gathered = await pg.allGather(fill(rank, 333));
   const wantGather = new Float32Array(333 * n);
   for (let r = 0; r < n; r++) wantGather.set(fill(r, 333), r * 333);
-  check('allGather 333', gathered, wantGather);
+  for (const algorithm of ['ring', 'doubling'] as const) check(`allGather 333 ${algorithm}`, await pg.allGather(fill(rank, 333), { algorithm }), wantGather);
   const k = 257;
   const full = new Float32Array(k * n);
   for (let r = 0; r < n; r++) {

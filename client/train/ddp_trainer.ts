@@ -22,7 +22,7 @@ import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
 import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs } from './events.ts';
-import { commSetup, denseStepBytes, ringAllReduceBytes, type CommSetup } from './comm.ts';
+import { commSetup, denseStepBytes, plainAllReduceBytes, type CommSetup } from './comm.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { dashboardEvents, evaluate, modelSpecOf, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
@@ -319,7 +319,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
  * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
  */
 function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
-  const averaging = comm.averager?.averagesAt(step) ? ringAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
+  const averaging = comm.averager?.averagesAt(step) ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
   return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
 }
 
@@ -338,7 +338,7 @@ function commHookSummary(comm: CommSetup, registered: string, parameterCount: nu
       return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, wire: spec.wire, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
     }
     case 'localsgd':
-      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: ringAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
     default:
       return { name: spec.kind, registered };
   }

@@ -41,7 +41,8 @@ export const DEFAULT_FRAME_BYTES = 32_768;
 export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
-export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6 } as const;
+/** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
+export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9 } as const;
 export type Collective = (typeof Collective)[keyof typeof Collective];
 export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(
   Object.entries(Collective).map(([name, code]) => [code, name]),
@@ -72,15 +73,23 @@ export interface FrameHeader extends Descriptor {
   length: number;
 }
 
+/** The latency-optimal algorithms' collectives, as a user calls them, and how they ran. */
+const ALGORITHM_OF: Record<number, [string, string]> = {
+  [Collective.allReduceDoubling]: ['allReduce', ' by recursive doubling'],
+  [Collective.allGatherBruck]: ['allGather', " by Bruck's algorithm"],
+  [Collective.broadcastTree]: ['broadcast', ' down a binomial tree'],
+};
+
 export function describeCollective(d: Descriptor): string {
-  const name = COLLECTIVE_NAMES[d.collective] ?? `collective#${d.collective}`;
-  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce
+  const [called, how] = ALGORITHM_OF[d.collective] ?? [COLLECTIVE_NAMES[d.collective] ?? `collective#${d.collective}`, ''];
+  const name = called;
+  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce || d.collective === Collective.allReduceDoubling
     ? `(${REDUCE_OP_NAMES[d.reduceOp] ?? d.reduceOp})`
-    : d.collective === Collective.broadcast
+    : d.collective === Collective.broadcast || d.collective === Collective.broadcastTree
       ? `(src ${d.root})`
       : '';
   const dtype = d.dtype ? ` with a ${WIRE_DTYPE_NAMES[d.dtype] ?? `dtype#${d.dtype}`} wire` : '';
-  return `${name}${op} of ${d.numel} elements${dtype}`;
+  return `${name}${op} of ${d.numel} elements${dtype}${how}`;
 }
 
 export function sameDescriptor(a: Descriptor, b: Descriptor): boolean {

@@ -3,6 +3,7 @@
  * `GroupInit`) and their defaults; `AllReduceOptions`, how one all-reduce moves its values.
  * Internal: users import them from process_group.ts (or the package's index).
  */
+import { DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './latency_collectives.ts';
 import type { RankStalledError } from '../errors.ts';
 import { DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES } from './framing.ts';
 import type { WireDtype } from '../half.ts';
@@ -31,6 +32,17 @@ export interface AllReduceOptions {
    * would). Every rank must pass the same wire: a mismatch is a CollectiveMismatchError.
    */
   wire?: WireDtype;
+  /**
+   * The algorithm: 'ring' (bandwidth-optimal), 'doubling' (recursive doubling: latency-optimal)
+   * or 'auto' (default: by size and world, see `latencyThresholdBytes`). Every rank must pass the
+   * same: a mismatch is a CollectiveMismatchError.
+   */
+  algorithm?: CollectiveAlgorithm | 'auto';
+}
+
+/** How allGather and broadcast run: 'doubling' here is Bruck's all-gather and a binomial-tree broadcast. */
+export interface CollectiveOptions {
+  algorithm?: CollectiveAlgorithm | 'auto';
 }
 
 /** How a group's links behave: the options every way of making a group takes. */
@@ -78,6 +90,14 @@ export interface LinkOptions {
   maxSeqAhead?: number;
   /** Bytes of frames one peer may have waiting for receives this rank has not posted yet, in each group (a subgroup has a bound of its own). Default 256 MiB. */
   maxBufferedBytes?: number;
+  /**
+   * Collectives of fewer bytes per rank than this run the latency-optimal algorithms (recursive
+   * doubling, Bruck's all-gather, a binomial-tree broadcast: about log2 N hops one after the
+   * other), larger ones the ring (2(N-1) hops, each byte sent about twice whatever N). Default
+   * DEFAULT_LATENCY_THRESHOLD_BYTES; 0: always the ring. Every rank must use the same value: a
+   * rank that chose another algorithm is a CollectiveMismatchError.
+   */
+  latencyThresholdBytes?: number;
   /** Replace the WebRTC link (tests, other transports). */
   linkFactory?: PeerLinkFactory;
 }
@@ -104,7 +124,7 @@ export type ResolvedLinkOptions = Required<Omit<LinkOptions, 'linkFactory'>>;
 
 /**
  * `options` with every default filled in and the bounds checked: a RangeError names the first
- * bad one (maxSeqAhead, stallTimeoutMs, maxBufferedBytes, in that order). `maxFrameBytes` is
+ * bad one (maxSeqAhead, stallTimeoutMs, maxBufferedBytes, latencyThresholdBytes, in that order). `maxFrameBytes` is
  * capped at MAX_FRAME_BYTES.
  */
 export function resolveLinkOptions(options: LinkOptions): ResolvedLinkOptions {
@@ -119,7 +139,13 @@ export function resolveLinkOptions(options: LinkOptions): ResolvedLinkOptions {
     maxSeqAhead: positiveInt(options.maxSeqAhead ?? DEFAULT_MAX_SEQ_AHEAD, 'maxSeqAhead'),
     stallTimeoutMs: positiveInt(options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS, 'stallTimeoutMs'),
     maxBufferedBytes: positiveInt(options.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes'),
+    latencyThresholdBytes: nonNegativeInt(options.latencyThresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, 'latencyThresholdBytes'),
   };
+}
+
+function nonNegativeInt(v: number, name: string): number {
+  if (!Number.isSafeInteger(v) || v < 0) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
+  return v;
 }
 
 function positiveInt(v: number, name: string): number {

@@ -27,11 +27,12 @@ import { GroupClosedError } from '../errors.ts';
 import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
 import { Mailbox } from '../transport/mailbox.ts';
-import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire } from '../half.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wireBytes } from '../half.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store.ts';
-import { resolveLinkOptions, type AllReduceOptions, type GroupInit } from './group_options.ts';
+import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
+import { bruckAllGather, chooseAlgorithm, doublingAllReduce, treeBroadcast, type CollectiveAlgorithm } from './latency_collectives.ts';
 import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
@@ -41,7 +42,8 @@ export type { ReduceOpName } from './framing.ts';
 export type { WireDtype } from '../half.ts';
 export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
 export type { ProcessGroupEvent } from '../transport/shared_links.ts';
-export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type GroupInit, type LinkOptions } from './group_options.ts';
+export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type CollectiveOptions, type GroupInit, type LinkOptions } from './group_options.ts';
+export { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
 export { subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 
 export class ProcessGroup {
@@ -80,6 +82,7 @@ export class ProcessGroup {
   private rejectBroken!: (err: Error) => void;
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
   private readonly maxFrameBytes: number;
+  private readonly latencyThresholdBytes: number;
   /** Bytes of this group's collective and point-to-point frames this rank sent (see `bytesSent`). */
   private sentBytes = 0;
   private readonly maxSeqAhead: number;
@@ -93,6 +96,7 @@ export class ProcessGroup {
     this.timeoutMs = init.timeoutMs;
     const options = resolveLinkOptions(init);
     this.maxFrameBytes = options.maxFrameBytes;
+    this.latencyThresholdBytes = options.latencyThresholdBytes;
     this.maxSeqAhead = options.maxSeqAhead;
     if (sub) {
       this.shared = sub.parent.shared;
@@ -260,13 +264,21 @@ export class ProcessGroup {
   // --- Collectives ------------------------------------------------------------------------------
 
   /**
-   * Reduces `buf` across all ranks in place (ring reduce-scatter + all-gather) and returns it.
-   * `options.wire` sends 16-bit values instead of float32 (see `AllReduceOptions`).
+   * Reduces `buf` across all ranks in place and returns it: a ring reduce-scatter + all-gather, or
+   * below `latencyThresholdBytes` recursive doubling (`options.algorithm` forces one). Either way
+   * every rank ends with the same bits. `options.wire` sends 16-bit values instead of float32
+   * (see `AllReduceOptions`).
    */
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
-    const d = { ...this.descriptor(Collective.allReduce, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
+    const algorithm = this.algorithm(buf.length * wireBytes(wire), options.algorithm);
+    const collective = algorithm === 'ring' ? Collective.allReduce : Collective.allReduceDoubling;
+    const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
     const out = await this.run(d, buf, async (t) => {
+      if (algorithm === 'doubling') {
+        await doublingAllReduce(t, buf, op, wire);
+        return buf;
+      }
       const segs = segments(buf.length, this.worldSize);
       await ringReduceScatter(t, buf, segs, op, wire);
       await ringAllGather(t, buf, segs, this.worldSize - 1, wire);
@@ -275,6 +287,14 @@ export class ProcessGroup {
     // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
     if (this.worldSize === 1) roundToWire(wire, buf);
     return out;
+  }
+
+  /** The algorithm every rank runs for a collective of `bytes` per rank (the same inputs everywhere). */
+  private algorithm(bytes: number, forced: CollectiveAlgorithm | 'auto' | undefined): CollectiveAlgorithm {
+    if (forced !== undefined && forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') {
+      throw new RangeError(`algorithm must be 'auto', 'ring' or 'doubling', got ${String(forced)}`);
+    }
+    return chooseAlgorithm(bytes, this.worldSize, this.latencyThresholdBytes, forced);
   }
 
   /**
@@ -300,23 +320,37 @@ export class ProcessGroup {
     });
   }
 
-  /** Copies `src`'s buffer into `buf` on every rank (pipelined along the ring); `src` is a rank of this group. */
-  async broadcast(buf: Float32Array, src: number): Promise<Float32Array> {
+  /**
+   * Copies `src`'s buffer into `buf` on every rank (`src` is a rank of this group): pipelined along
+   * the ring, or below `latencyThresholdBytes` down a binomial tree.
+   */
+  async broadcast(buf: Float32Array, src: number, options: CollectiveOptions = {}): Promise<Float32Array> {
     this.members.checkRank(src, 'src');
-    const d: Descriptor = { collective: Collective.broadcast, reduceOp: 0, numel: buf.length, root: src };
+    const algorithm = this.algorithm(buf.byteLength, options.algorithm);
+    const collective = algorithm === 'ring' ? Collective.broadcast : Collective.broadcastTree;
+    const d: Descriptor = { collective, reduceOp: 0, numel: buf.length, root: src };
     return this.run(d, buf, async (t) => {
-      await ringBroadcast(t, asBytes(buf), src);
+      await (algorithm === 'ring' ? ringBroadcast(t, asBytes(buf), src) : treeBroadcast(t, asBytes(buf), src));
       return buf;
     });
   }
 
-  /** Gathers every rank's `input` (same length everywhere) into one buffer, in rank order. */
-  async allGather(input: Float32Array): Promise<Float32Array> {
+  /**
+   * Gathers every rank's `input` (same length everywhere) into one buffer, in rank order: around
+   * the ring, or below `latencyThresholdBytes` (of the whole result) with Bruck's algorithm.
+   */
+  async allGather(input: Float32Array, options: CollectiveOptions = {}): Promise<Float32Array> {
     const n = this.worldSize;
     const out = new Float32Array(input.length * n);
     out.set(input, this.rank * input.length);
-    const d: Descriptor = { collective: Collective.allGather, reduceOp: 0, numel: input.length, root: 0 };
+    const algorithm = this.algorithm(out.byteLength, options.algorithm);
+    const collective = algorithm === 'ring' ? Collective.allGather : Collective.allGatherBruck;
+    const d: Descriptor = { collective, reduceOp: 0, numel: input.length, root: 0 };
     return this.run(d, out, async (t) => {
+      if (algorithm === 'doubling') {
+        await bruckAllGather(t, out, input.length);
+        return out;
+      }
       const blocks = Array.from({ length: n }, (_, i) => ({ start: i * input.length, end: (i + 1) * input.length }));
       // Rank r starts owning block r: the all-gather half of the ring does the rest.
       await ringAllGather(t, out, blocks);
@@ -435,6 +469,9 @@ export class ProcessGroup {
         const from = this.ranks[peer]!;
         return this.mailbox.receive(from, kind, seq, step, d, bytes, onChunk, this.shared.links.get(from));
       },
+      connect: async (peer) => {
+        await this.failFast(this.shared.links.get(this.ranks[peer]!));
+      },
       forward: async (peer) => {
         const link = await this.shared.links.get(this.ranks[peer]!);
         return (frame) => {
@@ -464,8 +501,10 @@ export class ProcessGroup {
   /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
   private onFrame(from: number, frame: Uint8Array, h: FrameHeader): void {
     if (h.kind !== FrameKind.abort) {
-      // A broken group posts no more receives: data arriving now could only pile up.
+      // A broken group posts no more receives: data arriving now could only pile up. Its sender
+      // is told the collective failed, should it have missed the notice.
       if (!this.broken) this.mailbox.put(from, frame, h);
+      else if (h.kind === FrameKind.collective) this.aborts.answer(from, h.seq);
       return;
     }
     this.aborts.receive(from, frame, h);

@@ -91,6 +91,12 @@ export interface RingTransport {
   recv(peer: number, step: number, bytes: number, onChunk: (payload: Uint8Array, offset: number, frame: Uint8Array) => void): Promise<void>;
   /** Passes a received frame on to `peer` as is (a broadcast's pipelining). */
   forward(peer: number): Promise<(frame: Uint8Array) => Promise<void>>;
+  /**
+   * Resolves once the link to `peer` is open. The latency-optimal algorithms open all of theirs
+   * before exchanging anything: a rank that fails the collective (a mismatch) then has an open
+   * link to every partner to tell it by, as the ring's ranks do after its first step.
+   */
+  connect(peer: number): Promise<void>;
 }
 
 /**

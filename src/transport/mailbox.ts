@@ -41,6 +41,8 @@ export type OnChunk = (payload: Uint8Array, offset: number, frame: Uint8Array) =
 interface Receiver {
   peer: number;
   key: string;
+  kind: FrameKind;
+  seq: number;
   descriptor: Descriptor;
   expectedBytes: number;
   reassembler: Reassembler | undefined;
@@ -118,6 +120,8 @@ export class Mailbox {
       const receiver: Receiver = {
         peer,
         key,
+        kind,
+        seq,
         descriptor,
         expectedBytes,
         reassembler: undefined,
@@ -149,7 +153,25 @@ export class Mailbox {
         this.deliver(receiver, frame, header);
         if (!this.receivers.has(receiver)) return;
       }
+      if (kind === FrameKind.collective) {
+        const other = this.bufferedOf(seq).find((h) => !sameDescriptor(h, descriptor));
+        if (other) receiver.reject(this.mismatch(other, seq, descriptor));
+      }
     });
+  }
+
+  /** Headers of the frames buffered for collective `seq`, any peer and step. */
+  private bufferedOf(seq: number): FrameHeader[] {
+    const out: FrameHeader[] = [];
+    for (const entry of this.inbox.values()) {
+      for (const { header } of entry.buffered) if (header.kind === FrameKind.collective && header.seq === seq) out.push(header);
+    }
+    return out;
+  }
+
+  private mismatch(h: Descriptor, seq: number, mine: Descriptor, from?: number): CollectiveMismatchError {
+    const who = from === undefined ? 'a rank' : `rank ${from}`;
+    return new CollectiveMismatchError(`collective #${seq}${this.label} does not match: ${who} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(mine)}`, seq);
   }
 
   /** Any sign of life from `peer`: a frame of any kind, or its link opening. */
@@ -183,6 +205,12 @@ export class Mailbox {
     }
     let entry = this.inbox.get(key);
     if (entry?.receiver) return this.deliver(entry.receiver, frame, h);
+    // Another message of a collective this rank waits in: a peer that ran another algorithm (or
+    // another collective) sends at steps this rank never posts, so it is caught here, not at a match.
+    if (h.kind === FrameKind.collective) {
+      const waiting = [...this.receivers].find((r) => r.kind === FrameKind.collective && r.seq === h.seq);
+      if (waiting && !sameDescriptor(h, waiting.descriptor)) return waiting.reject(this.mismatch(h, h.seq, waiting.descriptor, from));
+    }
     // Nobody waits for it yet: keep it only if an honest peer could have sent it by now.
     const issued = this.issued(from, h.kind);
     const what = h.kind === FrameKind.p2p ? 'point-to-point message' : 'collective';

@@ -1,0 +1,155 @@
+/**
+ * Collectives for small buffers, where a step costs its hops and not its bytes: the ring needs
+ * 2(N-1) hops one after the other for an all-reduce of any size, these need about log2(N).
+ * NCCL's tuner and gloo switch to such algorithms below a size threshold for the same reason.
+ *
+ * - all-reduce: recursive doubling. At step k each rank swaps its whole buffer with the rank
+ *   whose number differs in bit k and both reduce. The two always hold each other's values
+ *   swapped and a + b == b + a exactly (also for max and min), so both end a step with the same
+ *   bits, and after the last step every rank holds the same bits. A world that is not a power of
+ *   two folds its extra ranks in first (the even rank of each of the first 2 x extra pairs hands
+ *   its values to the odd one and gets the result back at the end: Rabenseifner's fold).
+ * - all-gather: Bruck's algorithm, ceil(log2 N) steps for any N (copies only).
+ * - broadcast: a binomial tree from the root, ceil(log2 N) rounds (copies only).
+ *
+ * With a 16-bit wire every value a rank sends is first rounded to the wire in place, on both
+ * sides of every exchange, so that partners add the same rounded values; the result is rounded
+ * to the wire once more at the end, as the ring's is. The same algorithm must run on every rank:
+ * its choice depends only on what every rank passes alike (size, world, options), and each has
+ * its own collective code on the wire, so a rank that chose otherwise is a CollectiveMismatchError.
+ */
+import type { ReduceOpName } from './framing.ts';
+import { copyInto, reducer, asBytes, type RingTransport } from './ring.ts';
+import { decode16, encode16, type WireDtype } from '../half.ts';
+
+/** The algorithms a collective can run: the bandwidth-optimal ring, or the latency-optimal one. */
+export type CollectiveAlgorithm = 'ring' | 'doubling';
+
+/**
+ * Below this many bytes per rank a collective runs the latency-optimal algorithm (recursive
+ * doubling, Bruck, a binomial tree), at or above it the ring. Measured with `npm run
+ * bench:algorithms` on loopback (bench/results/collective_algorithms.md, 4 to 16 tabs on 2
+ * cores): doubling wins 1.4-4.4x at 1 and 4 KiB, the two are even at 16 KiB, the ring wins from
+ * 64 KiB. Override per group with `latencyThresholdBytes` or per call with `{ algorithm }`.
+ */
+export const DEFAULT_LATENCY_THRESHOLD_BYTES = 16 << 10;
+
+/** The algorithm of a collective of `bytes` per rank in a world of `worldSize`: the tuner. */
+export function chooseAlgorithm(bytes: number, worldSize: number, thresholdBytes: number, forced?: CollectiveAlgorithm | 'auto'): CollectiveAlgorithm {
+  if (forced !== undefined && forced !== 'auto') return forced;
+  // Two ranks: both algorithms are one exchange; the ring's halves move half the bytes each way.
+  if (worldSize <= 2) return 'ring';
+  return bytes < thresholdBytes ? 'doubling' : 'ring';
+}
+
+const largestPowerOfTwo = (n: number): number => 2 ** Math.floor(Math.log2(n));
+
+/** 1, 2, 4, ... below `p`: the bits recursive doubling exchanges along. */
+const masks = (p: number): number[] => Array.from({ length: Math.log2(p) }, (_, i) => 1 << i);
+
+/** Recursive doubling all-reduce of `buf` in place (see the top of this file). */
+export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
+  const n = t.worldSize;
+  const r = t.rank;
+  const p = largestPowerOfTwo(n);
+  const extra = n - p;
+  const reduce = reducer(op);
+  const incoming = new Float32Array(buf.length);
+  const half = wire === 'float32' ? undefined : wire;
+  const bits = half ? new Uint16Array(buf.length) : undefined;
+  // Rounds `buf` to the wire in place: what this rank sends is then exactly what it keeps.
+  const round = (): void => {
+    if (!half || !bits) return;
+    encode16(half, buf, bits);
+    decode16(half, bits, buf, 0, buf.length);
+  };
+  // The values to send (a copy of the 16-bit ones: `bits` is reused while a send may still read it).
+  const outgoing = (): Uint8Array => {
+    round();
+    return bits ? new Uint8Array(bits.buffer.slice(0)) : asBytes(buf);
+  };
+  const receive = (peer: number, step: number) =>
+    t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, incoming) : copyInto(incoming, 0));
+
+  const virtual = r < 2 * extra ? r >> 1 : r - extra;
+  const real = (v: number): number => (v < extra ? 2 * v + 1 : v + extra);
+  const folded = r < 2 * extra && r % 2 === 0;
+  const partners = folded ? [r + 1] : [...(r < 2 * extra ? [r - 1] : []), ...masks(p).map((mask) => real(virtual ^ mask))];
+  await Promise.all(partners.map((peer) => t.connect(peer)));
+
+  // Fold: of the first 2 x extra ranks, the even ones hand their values to the odd ones and wait.
+  if (folded) {
+    await t.send(r + 1, 0, outgoing());
+    await t.recv(r + 1, 1 + Math.log2(p), half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, buf) : copyInto(buf, 0));
+    return;
+  }
+  if (r < 2 * extra) {
+    round(); // as its partner's values were
+    await receive(r - 1, 0);
+    reduce(buf, incoming, 0, buf.length, 0);
+  }
+  for (let mask = 1, step = 1; mask < p; mask <<= 1, step++) {
+    const partner = real(virtual ^ mask);
+    await Promise.all([t.send(partner, step, outgoing()), receive(partner, step)]);
+    reduce(buf, incoming, 0, buf.length, 0);
+  }
+  if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
+  // Unfold: the result, exactly (rounded to the wire already: its 16-bit values say it all), to the rank that handed its values in.
+  const result = outgoing();
+  if (r < 2 * extra) await t.send(r - 1, 1 + Math.log2(p), result);
+}
+
+/** A chunk handler that decodes 16-bit values into `target`. */
+function decodeInto(wire: Exclude<WireDtype, 'float32'>, target: Float32Array): (payload: Uint8Array, offset: number) => void {
+  return (payload, offset) => {
+    const halves = payload.byteOffset % 2 === 0 ? new Uint16Array(payload.buffer, payload.byteOffset, payload.length / 2) : new Uint16Array(payload.slice().buffer);
+    decode16(wire, halves, target, offset / 2, halves.length, 0);
+  };
+}
+
+/**
+ * Bruck's all-gather: `out` holds N blocks of `k` elements, this rank's own at block `rank`; at
+ * step j each rank sends the blocks it has gathered (up to 2^j of them) to rank - 2^j and
+ * receives as many from rank + 2^j. Afterwards every rank has every block, in rank order.
+ */
+export async function bruckAllGather(t: RingTransport, out: Float32Array, k: number): Promise<void> {
+  const n = t.worldSize;
+  const r = t.rank;
+  // gathered[i] is the block of rank (r + i) mod n.
+  const gathered = new Float32Array(n * k);
+  gathered.set(out.subarray(r * k, (r + 1) * k), 0);
+  const steps = masks(2 ** Math.ceil(Math.log2(n)));
+  await Promise.all(steps.flatMap((dist) => [t.connect((r - dist + n) % n), t.connect((r + dist) % n)]));
+  for (let dist = 1, step = 0; dist < n; dist <<= 1, step++) {
+    const count = Math.min(dist, n - dist);
+    const to = (r - dist + n) % n;
+    const from = (r + dist) % n;
+    await Promise.all([
+      t.send(to, step, asBytes(gathered, { start: 0, end: count * k })),
+      t.recv(from, step, count * k * 4, copyInto(gathered, dist * k)),
+    ]);
+  }
+  for (let i = 0; i < n; i++) out.set(gathered.subarray(i * k, (i + 1) * k), ((r + i) % n) * k);
+}
+
+/** A binomial-tree broadcast of `bytes` from `src`: each rank receives once and sends on to its subtree. */
+export async function treeBroadcast(t: RingTransport, bytes: Uint8Array, src: number): Promise<void> {
+  const n = t.worldSize;
+  const v = (t.rank - src + n) % n;
+  const real = (w: number) => (w + src) % n;
+  const parent = v === 0 ? [] : [real(v - (v & -v))];
+  const children = masks(2 ** Math.ceil(Math.log2(n))).filter((m) => m < (v === 0 ? n : v & -v) && v + m < n).map((m) => real(v + m));
+  await Promise.all([...parent, ...children].map((peer) => t.connect(peer)));
+  let mask = 1;
+  while (mask < n) {
+    if (v & mask) {
+      await t.recv(real(v - mask), 0, bytes.length, (payload, offset) => bytes.set(payload, offset));
+      break;
+    }
+    mask <<= 1;
+  }
+  // The child with the largest subtree first: it has the most left to pass on.
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (v + mask < n) await t.send(real(v + mask), 0, bytes);
+  }
+}
