@@ -14,6 +14,7 @@ import { CollectiveMismatchError } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { waitFor } from './fixtures/wait.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -158,6 +159,27 @@ describe('recursive doubling all-reduce', () => {
       const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 2 ? 'ring' : 'doubling' })));
       expect(results.some((r) => r.status === 'rejected' && r.reason instanceof CollectiveMismatchError)).toBe(true);
       expect(results.every((r) => r.status === 'rejected')).toBe(true);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it('a mismatching message that arrived before this rank joined the collective is caught when it does', async () => {
+    const { pgs, net } = await groups(4);
+    try {
+      // Rank 2 runs the ring, whose first message goes to rank 3 at a step recursive doubling never uses.
+      await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: 'ring' })));
+      const toThree = net.end(2, 3)!;
+      const sentBefore = toThree.bytesSent;
+      const ring = pgs[2]!.allReduce(small(2, 16), 'sum', { algorithm: 'ring' });
+      await waitFor("rank 2's ring message delivered to rank 3", () => toThree.bytesSent > sentBefore && toThree.buffered === 0);
+      // Only now do the others start, by recursive doubling: rank 3 finds the message already waiting.
+      const others = [0, 1, 3].map((r) => pgs[r]!.allReduce(small(r, 16), 'sum', { algorithm: 'doubling' }));
+      const results = await Promise.allSettled([ring, ...others]);
+      expect(results.every((r) => r.status === 'rejected')).toBe(true);
+      const three = results[3] as PromiseRejectedResult;
+      expect(three.reason).toBeInstanceOf(CollectiveMismatchError);
+      expect((three.reason as Error).message).toMatch(/allReduce\(sum\) of 16 elements, rank 3 issued allReduce\(sum\) of 16 elements by recursive doubling/);
     } finally {
       for (const pg of pgs) pg.destroy();
     }

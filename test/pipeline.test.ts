@@ -271,6 +271,14 @@ describe('runPipeline', () => {
     return { events, result };
   }
 
+  it('refuses a schedule no run can use before it joins anything, naming the option (the agent\'s one check)', async () => {
+    const base = { url: server.url, session: uniqueSession('pp-bad'), token: 'unused', stages: 2, layers: layers(), inputShape: [16], optimizer: () => tf.train.sgd(0.1), datasetLength: 256, batchSize: 8, step: async () => {} };
+    await expect(runPipeline({ ...base, steps: 0 })).rejects.toThrow(/steps must be a positive integer, got 0/);
+    await expect(runPipeline({ ...base, epochs: 1.5 })).rejects.toThrow(/epochs must be a positive integer, got 1.5/);
+    await expect(runPipeline({ ...base, datasetLength: -1 })).rejects.toThrow(/datasetLength must be a non-negative integer, got -1/);
+    await expect(runPipeline({ ...base, stopVote: 'most' as 'any' })).rejects.toThrow(/stopVote must be 'any' or 'all', got most/);
+  });
+
   it('a round that fails with every member still here (a broken link) forms a new round of the same members, which resumes from the checkpoints and finishes', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('ppfail');

@@ -4,7 +4,7 @@
  * exchange) over the sizes given, checks every result exactly, and measures one link's throughput, the bound
  * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
  */
-import { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
 import { joinGroup, type JobContext } from './job.ts';
 import { linkReport } from '../report.ts';
 
@@ -90,8 +90,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
       }
       return { ms: median(times), out };
     };
-    // The group's threshold is the default (joinGroup sets none).
-    const algorithm = chooseAlgorithm(size * 4, n, DEFAULT_LATENCY_THRESHOLD_BYTES, forced);
+    const algorithm = pg.algorithmFor(size * 4, forced);
     const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
     let maxAbsErr = 0;
     for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(run.out[i] - expectedValue(n, size, i, op)));

@@ -28,14 +28,9 @@ export interface AbortNoticeHost {
   fail(err: Error): void;
 }
 
-/** Answers remembered (the oldest forgotten first): a bound on what a chatty peer can make this rank keep. */
-const MAX_ANSWERED = 1024;
-
 export class AbortNotices {
   /** Collectives that failed, here or on a peer, and why. */
   private readonly aborted = new Map<number, Error>();
-  /** (peer, collective) pairs told by `answer`, so a peer's every frame does not get a notice. */
-  private readonly answered = new Set<string>();
 
   constructor(private readonly host: AbortNoticeHost) {}
 
@@ -50,21 +45,6 @@ export class AbortNotices {
     this.aborted.set(seq, err);
     const frame = encodeAbortNotice(seq, err, this.host.rank, this.host.groupId);
     for (const link of this.host.links()) link.send(frame).catch(() => {});
-  }
-
-  /**
-   * Member `from` sent data for collective `seq`, which failed here: it had not heard (a rank
-   * whose link opened after the notice went out, or a peer of another algorithm's pattern), so
-   * it is told over that link, once, instead of waiting out its timeout for data that never comes.
-   */
-  answer(from: number, seq: number): void {
-    const err = this.aborted.get(seq);
-    const key = `${from}:${seq}`;
-    if (!err || this.answered.has(key)) return;
-    this.answered.add(key);
-    if (this.answered.size > MAX_ANSWERED) this.answered.delete(this.answered.values().next().value!);
-    const link = this.host.links().find((l) => l.peer === from);
-    link?.send(encodeAbortNotice(seq, err, this.host.rank, this.host.groupId)).catch(() => {});
   }
 
   /** A notice from member `from` (a top-level rank). Throws FramingError for one outside the window. */

@@ -19,7 +19,7 @@
  * its own collective code on the wire, so a rank that chose otherwise is a CollectiveMismatchError.
  */
 import type { ReduceOpName } from './framing.ts';
-import { copyInto, reducer, asBytes, type RingTransport } from './ring.ts';
+import { asBytes, asHalves, copyInto, reducer, type RingTransport } from './ring.ts';
 import { decode16, encode16, type WireDtype } from '../half.ts';
 
 /** The algorithms a collective can run: the bandwidth-optimal ring, or the latency-optimal one. */
@@ -68,8 +68,9 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
     round();
     return bits ? new Uint8Array(bits.buffer.slice(0)) : asBytes(buf);
   };
-  const receive = (peer: number, step: number) =>
-    t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, incoming) : copyInto(incoming, 0));
+  const receive = (peer: number, step: number, into: Float32Array = incoming) =>
+    t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, into) : copyInto(into, 0));
+  const unfoldStep = 1 + Math.log2(p);
 
   const virtual = r < 2 * extra ? r >> 1 : r - extra;
   const real = (v: number): number => (v < extra ? 2 * v + 1 : v + extra);
@@ -80,7 +81,7 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   // Fold: of the first 2 x extra ranks, the even ones hand their values to the odd ones and wait.
   if (folded) {
     await t.send(r + 1, 0, outgoing());
-    await t.recv(r + 1, 1 + Math.log2(p), half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, buf) : copyInto(buf, 0));
+    await receive(r + 1, unfoldStep, buf);
     return;
   }
   if (r < 2 * extra) {
@@ -96,13 +97,13 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
   // Unfold: the result, exactly (rounded to the wire already: its 16-bit values say it all), to the rank that handed its values in.
   const result = outgoing();
-  if (r < 2 * extra) await t.send(r - 1, 1 + Math.log2(p), result);
+  if (r < 2 * extra) await t.send(r - 1, unfoldStep, result);
 }
 
 /** A chunk handler that decodes 16-bit values into `target`. */
 function decodeInto(wire: Exclude<WireDtype, 'float32'>, target: Float32Array): (payload: Uint8Array, offset: number) => void {
   return (payload, offset) => {
-    const halves = payload.byteOffset % 2 === 0 ? new Uint16Array(payload.buffer, payload.byteOffset, payload.length / 2) : new Uint16Array(payload.slice().buffer);
+    const halves = asHalves(payload);
     decode16(wire, halves, target, offset / 2, halves.length, 0);
   };
 }

@@ -271,7 +271,7 @@ export class ProcessGroup {
    */
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
-    const algorithm = this.algorithm(buf.length * wireBytes(wire), options.algorithm);
+    const algorithm = this.algorithmFor(buf.length * wireBytes(wire), options.algorithm);
     const collective = algorithm === 'ring' ? Collective.allReduce : Collective.allReduceDoubling;
     const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
     const out = await this.run(d, buf, async (t) => {
@@ -289,8 +289,11 @@ export class ProcessGroup {
     return out;
   }
 
-  /** The algorithm every rank runs for a collective of `bytes` per rank (the same inputs everywhere). */
-  private algorithm(bytes: number, forced: CollectiveAlgorithm | 'auto' | undefined): CollectiveAlgorithm {
+  /**
+   * The algorithm a collective of `bytes` per rank runs in this group (with `forced`, the
+   * per-call option): every rank computes the same from the same inputs.
+   */
+  algorithmFor(bytes: number, forced?: CollectiveAlgorithm | 'auto'): CollectiveAlgorithm {
     if (forced !== undefined && forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') {
       throw new RangeError(`algorithm must be 'auto', 'ring' or 'doubling', got ${String(forced)}`);
     }
@@ -326,7 +329,7 @@ export class ProcessGroup {
    */
   async broadcast(buf: Float32Array, src: number, options: CollectiveOptions = {}): Promise<Float32Array> {
     this.members.checkRank(src, 'src');
-    const algorithm = this.algorithm(buf.byteLength, options.algorithm);
+    const algorithm = this.algorithmFor(buf.byteLength, options.algorithm);
     const collective = algorithm === 'ring' ? Collective.broadcast : Collective.broadcastTree;
     const d: Descriptor = { collective, reduceOp: 0, numel: buf.length, root: src };
     return this.run(d, buf, async (t) => {
@@ -343,7 +346,7 @@ export class ProcessGroup {
     const n = this.worldSize;
     const out = new Float32Array(input.length * n);
     out.set(input, this.rank * input.length);
-    const algorithm = this.algorithm(out.byteLength, options.algorithm);
+    const algorithm = this.algorithmFor(out.byteLength, options.algorithm);
     const collective = algorithm === 'ring' ? Collective.allGather : Collective.allGatherBruck;
     const d: Descriptor = { collective, reduceOp: 0, numel: input.length, root: 0 };
     return this.run(d, out, async (t) => {
@@ -501,10 +504,8 @@ export class ProcessGroup {
   /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
   private onFrame(from: number, frame: Uint8Array, h: FrameHeader): void {
     if (h.kind !== FrameKind.abort) {
-      // A broken group posts no more receives: data arriving now could only pile up. Its sender
-      // is told the collective failed, should it have missed the notice.
+      // A broken group posts no more receives: data arriving now could only pile up.
       if (!this.broken) this.mailbox.put(from, frame, h);
-      else if (h.kind === FrameKind.collective) this.aborts.answer(from, h.seq);
       return;
     }
     this.aborts.receive(from, frame, h);

@@ -238,7 +238,7 @@ function asFloats(payload: Uint8Array): Float32Array {
 }
 
 /** A Uint16 view of a payload; copies only when the payload is not 2-byte aligned. */
-function asHalves(payload: Uint8Array): Uint16Array {
+export function asHalves(payload: Uint8Array): Uint16Array {
   if (payload.byteOffset % 2 === 0) return new Uint16Array(payload.buffer, payload.byteOffset, payload.length / 2);
   return new Uint16Array(payload.slice().buffer);
 }

@@ -64,6 +64,11 @@ export interface LockstepHooks<C, M> {
   onEpochEnd?(ctx: C): void | Promise<void>;
 }
 
+/** The schedule's DistributedSampler settings with torch's defaults (shuffled, seed 0, the last batch kept). */
+export function samplerSettings(o: ScheduleOptions): { datasetLength: number; shuffle: boolean; seed: number; dropLast: boolean } {
+  return { datasetLength: o.datasetLength, shuffle: o.shuffle ?? true, seed: o.seed ?? 0, dropLast: o.dropLast ?? false };
+}
+
 /** Refuses a schedule no run can use, saying which option and what was given. */
 export function checkSchedule(o: ScheduleOptions & { stopVote?: unknown }): void {
   const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;

@@ -58,7 +58,7 @@ import { recover, saveState, type Recovered, type RoundRef, type RunRecord } fro
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
-import { REGROUP, runAgent } from './agent.ts';
+import { REGROUP, runAgent, samplerSettings } from './agent.ts';
 
 /** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
 const PROBE_EVERY = 64;
@@ -356,10 +356,7 @@ class ElasticRun<M extends StepMetrics> {
       step: p.step,
       epoch: p.epoch,
       position: p.position,
-      datasetLength: o.datasetLength,
-      shuffle: o.shuffle ?? true,
-      seed: o.seed ?? 0,
-      dropLast: o.dropLast ?? false,
+      ...samplerSettings(o),
       source: r.source,
       from: r.from,
       redone: r.redone,

@@ -36,7 +36,7 @@
  * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
  */
 import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../errors.ts';
-import { REGROUP, runAgent } from '../../elastic/agent.ts';
+import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
 import { recordEvent } from '../../elastic/events.ts';
 import { hashFloat32 } from '../../hash.ts';
 import { flatTrainableWeights } from '../replicas.ts';
@@ -238,10 +238,8 @@ class PsRun<M extends StepMetrics> {
       step: this.role.kind === 'server' ? (this.shard?.version ?? 0) : this.stepId,
       epoch: this.role.kind === 'server' && index === 0 ? this.book.samples.epoch : (this.heardSamples?.epoch ?? 0),
       position: 0,
-      datasetLength: this.o.datasetLength,
-      shuffle: this.o.shuffle ?? true,
-      seed: this.o.seed ?? 0,
-      dropLast: false,
+      // A lease's batch may be short: no dropLast.
+      ...samplerSettings({ ...this.o, dropLast: false }),
       source: this.restoredFrom !== null && this.role.kind === 'server' ? 'checkpoint' : this.generations === 1 ? 'fresh' : 'replica',
       from: servers[0]!.rank,
       redone: false,

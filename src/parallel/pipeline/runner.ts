@@ -16,7 +16,7 @@ import * as tf from '@tensorflow/tfjs';
 import { listCheckpoints } from '../../checkpoint/checkpoint.ts';
 import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
 import { PeerLostError, isRecoverable } from '../../errors.ts';
-import { checkSchedule, runAgent, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
+import { checkSchedule, runAgent, samplerSettings, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../../elastic/vote.ts';
@@ -291,10 +291,7 @@ class PipelineRun<M extends StepMetrics> {
       step: p.step,
       epoch: p.epoch,
       position: p.position,
-      datasetLength: o.datasetLength,
-      shuffle: o.shuffle ?? true,
-      seed: o.seed ?? 0,
-      dropLast: o.dropLast ?? false,
+      ...samplerSettings(o),
       source,
       from: 0,
       redone: redone > 0,
