@@ -26,6 +26,7 @@ const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SC
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
 options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
+         [--churn SEC (from the first step, every SEC s a tab is killed, one joins, one is frozen, one joins, ...: an elastic run's class; each fault's detection and regroup times in the summary's faults)]
          [--last-call MS (the launcher's own server: once --min tabs are in, the first round waits until MS pass without another arriving, or --max are in; default 5000, torch's last_call_timeout)]
          [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
          [--browser chromium|firefox (every rank's browser, --join's pages too; default chromium)] [--browsers B0,B1,... (one browser per rank, as many as --nproc, e.g. chromium,firefox; --join's pages open in Chromium)]
@@ -182,6 +183,7 @@ function parse(argv: string[]): LaunchOptions {
   const jobParams: Record<string, string> = {};
   const faults: Fault[] = [];
   let heartbeatTimeoutMs: number | undefined;
+  let churnEverySec: number | undefined;
   let lastCallMs: number | undefined;
   const slow: string[] = [];
   for (let i = 0; i < tokens.length; i++) {
@@ -222,6 +224,10 @@ function parse(argv: string[]): LaunchOptions {
       case 'slow':
         slow.push(value);
         break;
+      case 'churn':
+        churnEverySec = Number(value);
+        if (!(churnEverySec >= 1 && churnEverySec <= 3600)) throw new Error(`--churn takes seconds between faults (1 to 3600), got "${value}"`);
+        break;
       case 'heartbeat-timeout':
         heartbeatTimeoutMs = Number(value);
         if (!(heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
@@ -256,7 +262,8 @@ function parse(argv: string[]): LaunchOptions {
     const psFlags = parameterServerFlagsFor(String(values.job ?? 'rendezvous'), jobParams);
     if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`);
   }
-  const faultProblem = membershipFaultProblem(faults, jobParams, train);
+  // --churn kills, freezes and joins: the run must survive them as it must a --kill.
+  const faultProblem = membershipFaultProblem(churnEverySec === undefined ? faults : [...faults, { kind: 'kill', rank: 0, step: 1 }], jobParams, train);
   if (faultProblem) throw new Error(faultProblem);
   if (split.script !== undefined) {
     if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
@@ -278,6 +285,7 @@ function parse(argv: string[]): LaunchOptions {
     timeoutSec,
     jobParams,
     faults,
+    ...(churnEverySec === undefined ? {} : { churnEverySec }),
     tabs: values.tabs === true,
     ...(browsers ? { browsers } : {}),
     ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),

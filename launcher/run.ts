@@ -24,6 +24,8 @@ import type { RankResult } from './summary_fields.ts';
 import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
 import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameterServerRun, slowParam, trainFlagProblems, trainJobProblem } from './job_flags.ts';
 import type { Report } from '../src/jobs/job_report.ts';
+import { FaultTimes } from './fault_times.ts';
+import { Churn } from './churn.ts';
 
 /**
  * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank
@@ -70,6 +72,8 @@ export interface LaunchOptions {
   /** Passed to the job as URL parameters (min, max and backend for a script). */
   jobParams: Record<string, string>;
   faults?: Fault[];
+  /** --churn SEC: from the first step, every SEC seconds a tab is killed, joins, is frozen, joins, ... (see churn.ts). */
+  churnEverySec?: number;
   /** Options for the server the launcher starts. */
   serverOptions?: ServerOptions;
   /** Run the ranks as tabs of a headful Chromium under Xvfb, with default background throttling. */
@@ -263,11 +267,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   /** Pages that got no rank before the run ended (its rendezvous closed): they trained nothing, and that is no failure. */
   const arrivedAfterEnd: Array<{ page: number; message: string }> = [];
   let nodeGroup: NodeGroup | undefined;
-  /**
-   * The faults as injected; `detectedAfterMs` is how long until a rank noticed (a peer lost, a
-   * device lost), `rejoinedAfterMs` how long until a rank that lost its device was in a round again.
-   */
-  const injected: Array<{ fault: string; atStep: number; at: number; page?: number; detectedAfterMs?: number; rejoinedAfterMs?: number }> = [];
+  /** The faults as injected, and how long each took to detect and get over. */
+  const faultTimes = new FaultTimes();
+  // --churn: tabs killed, frozen and joining on a clock from the first step.
+  let churn: Churn | undefined;
   let wake: () => void = () => {};
   let allSettled = new Promise<void>((r) => (wake = r));
   // --browser/--browsers: each page's browser, rank and whether it finished (killed pages and late arrivals included), in every summary.
@@ -302,6 +305,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const onStep = (step: number) => {
       if (step <= reachedStep) return;
       reachedStep = step;
+      churn?.start();
       // Faults run one at a time, in order, as the run passes their step.
       while (faults.length > 0 && faults[0].step <= step) {
         const fault = faults.shift()!;
@@ -326,7 +330,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
 
     const inject = async (fault: Fault, step: number): Promise<void> => {
       log(`[launch] step ${step}: ${describeFault(fault)}`);
-      injected.push({ fault: describeFault(fault), atStep: step, at: Date.now() });
+      const record = faultTimes.add({ fault: describeFault(fault), kind: fault.kind, atStep: step });
       switch (fault.kind) {
         case 'kill':
         case 'freeze': {
@@ -349,12 +353,16 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'lose-device': {
           // The page is still expected to finish: it rebuilds its state and rejoins.
           const target = runningPage(fault.rank);
-          injected.at(-1)!.page = target.index;
+          record.page = target.index;
           await target.page.loseDevice();
           return;
         }
         case 'join':
-          for (let i = 0; i < fault.count; i++) await openPage(url, undefined);
+          record.pages = [];
+          for (let i = 0; i < fault.count; i++) {
+            record.pages.push(pages.length);
+            await openPage(url, undefined);
+          }
           return;
         case 'restart-server': {
           const port = server!.port;
@@ -391,21 +399,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
               rp.trained = true;
               rp.rank = e.rank;
               rp.label = `rank ${e.rank}`;
-              // Back in a round after losing its device: how long the rejoin took.
-              const f = injected.find((x) => x.page === index && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
-              if (f) f.rejoinedAfterMs = Date.now() - f.at;
             }
-            if (e.type === 'failure' || e.type === 'device-lost') {
-              // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
-              const f = injected.find((x) => x.page === index && x.detectedAfterMs === undefined);
-              if (f) f.detectedAfterMs = Date.now() - f.at;
-            }
+            faultTimes.onEvent(index, e);
             if (e.type === 'step') onStep(e.step);
-            if (e.type === 'peer-lost') {
-              // How long the survivors took to notice a killed or frozen rank.
-              const f = injected.find((x) => (x.fault.startsWith('kill') || x.fault.startsWith('freeze')) && x.detectedAfterMs === undefined);
-              if (f) f.detectedAfterMs = Date.now() - f.at;
-            }
+            // The run is over: no more churn (a tab killed now would only miss the summary).
+            if (e.type === 'end') churn?.stop();
             return;
           }
           case 'result':
@@ -477,6 +475,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     } else {
       for (let i = 0; i < opts.nproc; i++) await openPage(url, globalRank(nodeRank, opts.nproc, i));
     }
+    if (opts.churnEverySec !== undefined) {
+      const min = Number(opts.jobParams.min ?? 1);
+      const running = () => pages.filter((p) => p.expected && !p.done && p.trained && p.rank !== undefined).map((p) => p.rank!);
+      churn = new Churn(opts.churnEverySec * 1000, min, running, (f) => {
+        const fault: Fault = f.kind === 'join' ? { kind: 'join', count: 1, step: reachedStep } : { kind: f.kind, rank: f.rank, step: reachedStep };
+        busy = busy.then(() => inject(fault, reachedStep)).catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
+        return busy;
+      });
+    }
     if (opts.tabs) log(`[launch] visibility at start: ${(await sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), opts.timeoutSec * 1000)));
@@ -490,6 +497,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       checkSettled();
     }
     clearTimeout(timer);
+    churn?.stop();
+    if (churn) log(`[launch] churn: ${churn.injected} faults injected, every ${opts.churnEverySec} s; ${churn.skipped} ticks skipped while a fault was still being injected`);
     if (how === 'timeout') {
       const missing = pages.filter((p) => p.expected && !p.done).map((p) => p.label);
       failures.push(`timed out after ${opts.timeoutSec} s waiting for ${missing.join(', ')} to finish job "${opts.job}"`);
@@ -526,12 +535,14 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     if (comm) log(`[launch] ${comm}`);
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
-    const faultsOut = injected.map(({ at: _at, page: _page, ...rest }) => rest);
+    const faultsOut = faultTimes.report();
     return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...browsersPart(), ...lanPart() }, results: [] };
   } finally {
+    // A run that failed ends its churn too: no fault may outlive the browsers it would hit.
+    churn?.stop();
     nodeGroup?.close();
     await driver.close();
     await server?.close();

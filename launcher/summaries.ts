@@ -7,6 +7,7 @@ import { round, type RankResult } from './summary_fields.ts';
 import { linksOf } from './summary_links.ts';
 import { pipelineSummary } from './summary_pipeline.ts';
 import { parameterServerSummary } from './summary_ps.ts';
+import { timelineSummary } from './summary_timeline.ts';
 
 /** `events`: every elastic event the ranks reported (empty for jobs that do not train elastically). */
 export function summarize(job: string, worldSize: number, results: RankResult[], events: ElasticEvent[] = []): Record<string, unknown> {
@@ -156,6 +157,7 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     backends: [...new Set(ranks.map((r) => r.backend))],
     ...stragglers(ranks),
     ...commSummary(ranks),
+    ...timelineSummary(ranks),
     ...devicesSummary(ranks),
     ...(pipeline ? { pipeline: pipeline.summary } : {}),
     ...(parameterServer ? { parameterServer } : {}),

@@ -120,6 +120,7 @@ export {
 export { stepVote, type StepVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
+export type { StepTimeline } from './elastic/timeline.ts';
 export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './runtime/straggler.ts';
 export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './runtime/launch_context.ts';

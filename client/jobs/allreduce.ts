@@ -22,6 +22,9 @@ function expectedValue(worldSize: number, size: number, i: number, op: ReduceOpN
   return op === 'avg' ? Math.fround(acc / worldSize) : acc;
 }
 
+/** Above this many ranks the mesh comparison runs only when asked for (--mesh true). */
+const MESH_DEFAULT_MAX = 16;
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /**
@@ -59,7 +62,8 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   if (!Number.isInteger(iters) || iters < 1) throw new Error(`--iters must be a positive integer, got ${ctx.params.get('iters')}`);
   const op = (ctx.params.get('op') ?? 'sum') as ReduceOpName;
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
-  const mesh = ctx.params.get('mesh') !== 'false';
+  const meshParam = ctx.params.get('mesh');
+  if (meshParam !== null && meshParam !== 'true' && meshParam !== 'false') throw new Error(`--mesh must be true or false, got "${meshParam}"`);
   const forced = ctx.params.get('algorithm') ?? 'auto';
   if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') throw new Error(`--algorithm must be auto, ring or doubling, got "${forced}"`);
   // Also time both algorithms, whichever the tuner picks: where the threshold should be.
@@ -67,6 +71,9 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
 
   const pg = await joinGroup(ctx);
   const n = pg.worldSize;
+  // The mesh opens n(n-1)/2 links at once: past MESH_DEFAULT_MAX ranks that is the ring's point, not a useful comparison.
+  const mesh = meshParam === null ? n <= MESH_DEFAULT_MAX : meshParam === 'true';
+  if (meshParam === null && !mesh) ctx.log(`no mesh comparison at ${n} ranks (it would open ${(n * (n - 1)) / 2} links): --mesh true asks for it`);
   // Open every link either algorithm uses before timing anything.
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'ring' });
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'doubling' });

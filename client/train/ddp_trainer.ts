@@ -16,6 +16,7 @@ import {
   Straggler,
   type Json,
   type ProcessGroup,
+  type StepTimeline,
 } from '../../src/index.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -69,6 +70,10 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
   const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
   let commSpan = 0;
+  // This rank's step, split: the exposed all-reduce is waiting for the slowest rank plus the wire,
+  // estimated per step as the least any rank waited (the last rank to arrive waits only for the wire).
+  const own = { compute: 0, readback: 0, waitSlowest: 0, wire: 0, apply: 0, batch: 0 };
+  let stepMsTotal = 0;
   // The step after which the hook compresses (PowerSGD's startIter, post-local SGD's startStep; 0: from the first).
   const hookStart = comm.spec.kind === 'powersgd' ? comm.spec.startIter : comm.spec.kind === 'localsgd' ? comm.spec.startStep : 0;
   // --slow: this tab's factor is looked up by its rank in the current round, every step.
@@ -114,9 +119,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
 
   // Started before joining, so that the group does not wait for the Workers at its first step.
   await devicesFor(model);
-  let run: Awaited<ReturnType<typeof runElastic<Metrics & CommMetrics & DeviceMetrics>>>;
+  let run: Awaited<ReturnType<typeof runElastic<Metrics & CommMetrics & DeviceMetrics & { stepMs: number }>>>;
   try {
-    run = await runElastic<Metrics & CommMetrics & DeviceMetrics>({
+    run = await runElastic<Metrics & CommMetrics & DeviceMetrics & { stepMs: number }>({
       url: opts.serverUrl,
       session: opts.session,
       token: opts.token,
@@ -186,6 +191,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           // This rank's share of the step's samples (balanced batches differ between ranks).
           samples: indices.length,
           samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
+          stepMs: performance.now() - t0,
           ...result.timings,
           apply,
           // A 32-bit hash in two halves, each exact in the float32 the vote carries.
@@ -220,6 +226,15 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           bytes.dense += metrics[pg.rank]!.commDenseBytes;
           if (comm.averager?.averagesAt(step)) bytes.averagings++;
           samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
+          const mine = metrics[pg.rank]!;
+          const wire = Math.min(...metrics.map((m) => m.allreduce));
+          own.compute += mine.compute;
+          own.readback += mine.readback;
+          own.wire += wire;
+          own.waitSlowest += mine.allreduce - wire;
+          own.apply += mine.apply;
+          own.batch += Math.max(0, mine.stepMs - mine.compute - mine.readback - mine.allreduce - mine.apply);
+          stepMsTotal += mine.stepMs;
         }
         tensorCounts.push(tf.memory().numTensors);
         const atEpochEnd = state.progress.position >= trainSet.length;
@@ -260,6 +275,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const logits = (await logitsT.data()) as Float32Array;
   logitsT.dispose();
   const links = await linkReport(pg);
+  // The same reductions bare, in the same run on the same group: what the step's communication is held against.
+  const bareAllReduceMs = await bareBucketsAllReduce(pg, run.ddp.buckets);
+  const timelineMs = stepTimeline(own, timedSteps, run.timeline);
   const summary: Record<string, unknown> = {
     rank: pg.rank,
     worldSize: pg.worldSize,
@@ -291,6 +309,10 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     // Overlap: of the communication's span per step, what ran while buckets were still being read
     // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
     overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
+    // Where this rank's step went, mean ms per timed step (see stepTimeline); and the float32
+    // all-reduce of the buckets alone, timed after training on the same group.
+    timelineMs,
+    bareAllReduceMs,
     // --devices: how many this rank computed on and, with more than one, each one's backend and figures.
     devices: config.devices,
     ...(dp ? { deviceReports: dp.deviceStats() } : {}),
@@ -311,6 +333,39 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   };
   emit({ type: 'done', summary });
   return { summary, model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+}
+
+/**
+ * This rank's timeline, mean ms per timed step: compute, readback, waitSlowest and wire (the
+ * exposed all-reduce, split), apply, batch (the rest of the step function: the batch's tensors,
+ * the metrics), then what runElastic measured around the step: average (local SGD), vote (the
+ * step-boundary all-gather), page (onStep: the dashboard's events, evaluations; replica checks,
+ * checkpoints) and other; total is the wall time per step.
+ */
+function stepTimeline(own: Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>, steps: number, run: StepTimeline): Record<string, number | null> {
+  const mean = (v: number) => (steps > 0 ? v / steps : null);
+  return {
+    ...Object.fromEntries(Object.entries(own).map(([k, v]) => [k, mean(v)])),
+    average: run.steps > 0 ? run.average : null,
+    vote: run.steps > 0 ? run.vote : null,
+    page: run.steps > 0 ? run.page : null,
+    other: run.steps > 0 ? run.other : null,
+    total: run.steps > 0 ? run.total : null,
+  };
+}
+
+/** Median ms of the buckets' float32 all-reduces, one after the other, over `iters` rounds (each after a barrier). */
+async function bareBucketsAllReduce(pg: ProcessGroup, buckets: ReadonlyArray<{ start: number; end: number }>, iters = 5): Promise<number | null> {
+  if (pg.worldSize < 2 || buckets.length === 0) return null;
+  const times: number[] = [];
+  for (let i = 0; i <= iters; i++) {
+    await pg.barrier();
+    const t0 = performance.now();
+    for (const b of buckets) await pg.allReduce(new Float32Array(b.end - b.start), 'avg');
+    if (i > 0) times.push(performance.now() - t0); // the first warms up
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)]!;
 }
 
 /**

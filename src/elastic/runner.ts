@@ -59,6 +59,7 @@ import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
+import { TimelineRecorder } from './timeline.ts';
 
 /** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
 const PROBE_EVERY = 64;
@@ -121,6 +122,8 @@ class ElasticRun<M extends StepMetrics> {
   private checkDue = false;
   /** The running round's DDP (null between rounds). */
   private ddp: DistributedDataParallel | null = null;
+  /** Where this rank's steps spend their time (ElasticRunResult.timeline). */
+  private readonly timeline = new TimelineRecorder();
 
   constructor(private readonly o: ElasticRunOptions<M>) {
     this.state = o.state;
@@ -214,6 +217,7 @@ class ElasticRun<M extends StepMetrics> {
       resumes: [...this.record.resumes],
       stoppedBy,
       weightHash,
+      timeline: this.timeline.read(),
       close: async () => {
         // A rank that left early would end the round under the others' last collectives.
         await pg.barrier().catch(() => {});
@@ -401,6 +405,7 @@ class ElasticRun<M extends StepMetrics> {
     const balance = o.balanceBatches === true;
     this.costs = balance ? new StepCosts(n) : null;
     this.split = null;
+    let firstInRound = true;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -410,6 +415,9 @@ class ElasticRun<M extends StepMetrics> {
       const epochSamples = plan ? plan.samples : Math.ceil(length / n);
       if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: pg.rank, epoch: p.epoch, samples: epochSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
       for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
+        // The run's first step compiles kernels and a round's first warms its links: not timed.
+        this.timeline.begin(p.step > 0 && !firstInRound);
+        firstInRound = false;
         let batch: number[];
         let padding: number;
         if (globalPlan) {
@@ -424,16 +432,19 @@ class ElasticRun<M extends StepMetrics> {
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();
         this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
+        this.timeline.lap('other');
         const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
 
         // Commit: the step's samples are trained on; the group's position moves past them.
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
         p.step++;
         this.inFlight = -1;
+        this.timeline.lap('step');
         let averaged = false;
         if (this.averager) {
           this.activity = `the model averaging after step ${p.step}`;
           averaged = await this.whileDeviceLives(this.averager.average(pg, this.state.model, p.step));
+          this.timeline.lap('average');
         }
 
         this.activity = `the end of step ${p.step}`;
@@ -442,6 +453,7 @@ class ElasticRun<M extends StepMetrics> {
         const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
         this.sizesRun.add(batch.length);
         const vote = await this.vote(pg, metrics, work);
+        this.timeline.lap('vote');
         if (this.costs && this.split) this.costs.observe(this.split, vote.works);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
@@ -452,6 +464,8 @@ class ElasticRun<M extends StepMetrics> {
           await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
         }
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
+        this.timeline.lap('page');
+        this.timeline.end();
         if (vote.stoppedBy !== null) {
           await this.averageAtEnd(pg);
           return { kind: 'stopped', by: vote.stoppedBy };

@@ -13,6 +13,7 @@ import type { TrainState } from '../checkpoint/state_dict.ts';
 import type { ElasticEvent } from './events.ts';
 import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from './agent.ts';
 import type { StepMetrics } from './vote.ts';
+import type { StepTimeline } from './timeline.ts';
 
 export interface StepContext {
   /** This rank's samples for the step (indices into the dataset). */
@@ -123,6 +124,8 @@ export interface ElasticRunResult {
   resumes: string[];
   stoppedBy: number | null;
   weightHash: string;
+  /** Where this rank's steps spent their time: mean ms per step, by phase. */
+  timeline: StepTimeline;
   /** Waits until every rank of the group is done (a barrier), then leaves it and closes the connection. */
   close(): Promise<void>;
 }

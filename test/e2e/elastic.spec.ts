@@ -16,7 +16,8 @@ type Summary = Record<string, unknown> & {
   stepsRedone: number;
   generations: number;
   samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
-  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number }>;
+  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number }>;
+  timelineMs?: Record<string, number | null>;
 };
 
 // The cpu backend: these tests are about the group, not the GPU (device_lost.spec.ts and train.spec.ts
@@ -58,6 +59,27 @@ test('4 ranks, one killed at step 10: the rest finish, at most one step redone, 
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
   expect(s.generations).toBeGreaterThanOrEqual(2);
   expect(s.faults![0].detectedAfterMs).toBeLessThan(10_000);
+  // Detection, the new round's state, its first step: in that order.
+  const { detectedAfterMs, recoveredAfterMs, regroupMs } = s.faults![0];
+  expect(recoveredAfterMs).toBeGreaterThan(0);
+  expect(regroupMs).toBeGreaterThanOrEqual(recoveredAfterMs!);
+  expect(detectedAfterMs! + regroupMs!).toBeLessThan(30_000);
+  // The step's timeline adds up: the phases are what the wall time per step holds.
+  const t = s.timelineMs!;
+  for (const phase of ['compute', 'waitSlowest', 'wire', 'vote', 'page', 'total']) expect(t[phase], phase).toBeGreaterThanOrEqual(0);
+  expect(t.total).toBeGreaterThan(t.compute! + t.vote!);
+});
+
+test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', async () => {
+  const s = await run(4, { min: '2', max: '4', trainSize: '16384' }, [], { churnEverySec: 4, serverOptions: { heartbeatTimeoutMs: 3_000 } });
+  expectHealthy(s, s.worldSize as number, 16384);
+  const kinds = s.faults!.map((f) => f.fault.split(' ')[0]);
+  expect(kinds.slice(0, 3)).toEqual(['kill', 'open', 'freeze']);
+  const kill = s.faults!.find((f) => f.fault.startsWith('kill'))!;
+  expect(kill.regroupMs).toBeGreaterThan(0);
+  // Joiners train: admitted into a round, by their own regroup or another fault's round (one
+  // opened just before the end may find the run over).
+  expect(s.faults!.some((f) => f.fault.startsWith('open') && f.admittedAfterMs! > 0)).toBe(true);
 });
 
 test('a frozen rank is evicted within the heartbeat bound and the rest continue', async () => {

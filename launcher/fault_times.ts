@@ -1,0 +1,91 @@
+/**
+ * How long each injected fault took to handle, from the ranks' elastic events as they arrive:
+ * `detectedAfterMs` until a rank noticed (a peer lost for a kill or a freeze, the vote's
+ * 'regroup' for a join, a failed step for a lost device); from that detection,
+ * `recoveredAfterMs` until a rank of a new round held the group's state (the rendezvous, the
+ * round's links and the state transfer) and `regroupMs` until a rank of the new round started its
+ * next step (what the group lost to the fault); for a join, `admittedAfterMs` until its page was
+ * in a round (a joiner admitted by a round that another fault made has no detection of its own);
+ * for a lost device, `rejoinedAfterMs` until its page was in a round again.
+ */
+import type { ElasticEvent } from '../src/elastic/events.ts';
+
+export interface InjectedFault {
+  fault: string;
+  kind: 'kill' | 'freeze' | 'join' | 'lose-device' | 'hide' | 'restart-server';
+  atStep: number;
+  at: number;
+  /** The page a lost device happened on. */
+  page?: number;
+  /** The pages a join opened. */
+  pages?: number[];
+  /** The world size when it was injected (--churn). */
+  worldSize?: number;
+  detectedAfterMs?: number;
+  recoveredAfterMs?: number;
+  regroupMs?: number;
+  admittedAfterMs?: number;
+  rejoinedAfterMs?: number;
+}
+
+export class FaultTimes {
+  readonly injected: InjectedFault[] = [];
+  /** When each fault was detected, and in which round (the round it ends). */
+  private readonly detection = new Map<InjectedFault, { at: number; round: string }>();
+  /** The latest round any rank trained a step in, and its size. */
+  private round: { key: string; worldSize: number } | null = null;
+
+  add(fault: Omit<InjectedFault, 'at' | 'worldSize'>, now = Date.now()): InjectedFault {
+    const f: InjectedFault = { ...fault, at: now, ...(this.round ? { worldSize: this.round.worldSize } : {}) };
+    this.injected.push(f);
+    return f;
+  }
+
+  /** An event from the page numbered `page`. */
+  onEvent(page: number, e: ElasticEvent, now = Date.now()): void {
+    switch (e.type) {
+      case 'round': {
+        if (!this.round || this.round.key !== e.round) this.round = { key: e.round, worldSize: e.worldSize };
+        for (const [f, d] of this.detection) if (f.recoveredAfterMs === undefined && d.round !== e.round) f.recoveredAfterMs = now - d.at;
+        // Back in a round after losing its device: how long the rejoin took.
+        const lost = this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
+        if (lost) lost.rejoinedAfterMs = now - lost.at;
+        // A joiner's first round.
+        const joined = this.injected.find((x) => x.kind === 'join' && x.admittedAfterMs === undefined && x.pages?.includes(page));
+        if (joined) joined.admittedAfterMs = now - joined.at;
+        return;
+      }
+      case 'batch':
+        for (const [f, d] of this.detection) {
+          if (f.regroupMs === undefined && d.round !== e.round) {
+            f.regroupMs = now - d.at;
+            this.detection.delete(f);
+          }
+        }
+        return;
+      case 'failure':
+      case 'device-lost':
+        // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
+        return this.detect(this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs === undefined), e.type === 'failure' ? e.round : null, now);
+      case 'peer-lost':
+        // How long the survivors took to notice a killed or frozen rank.
+        return this.detect(this.injected.find((x) => (x.kind === 'kill' || x.kind === 'freeze') && x.detectedAfterMs === undefined), e.round, now);
+      case 'regroup':
+        // The step's vote saw a tab waiting: the group regroups to admit it (the oldest joiner not admitted yet).
+        return this.detect(this.injected.find((x) => x.kind === 'join' && x.pages !== undefined && x.detectedAfterMs === undefined && x.admittedAfterMs === undefined), e.round, now);
+      default:
+        return;
+    }
+  }
+
+  private detect(f: InjectedFault | undefined, round: string | null, now: number): void {
+    if (!f) return;
+    f.detectedAfterMs = now - f.at;
+    if (round !== null && f.kind !== 'lose-device') this.detection.set(f, { at: now, round });
+  }
+
+  /** The faults as the summary shows them. */
+  report(): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
+    return this.injected.map(({ at: _at, page: _page, pages: _pages, kind: _kind, ...rest }) => rest);
+  }
+}
