@@ -73,7 +73,6 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   // This rank's step, split: the exposed all-reduce is waiting for the slowest rank plus the wire,
   // estimated per step as the least any rank waited (the last rank to arrive waits only for the wire).
   const own = { compute: 0, readback: 0, waitSlowest: 0, wire: 0, apply: 0, batch: 0 };
-  let stepMsTotal = 0;
   // The step after which the hook compresses (PowerSGD's startIter, post-local SGD's startStep; 0: from the first).
   const hookStart = comm.spec.kind === 'powersgd' ? comm.spec.startIter : comm.spec.kind === 'localsgd' ? comm.spec.startStep : 0;
   // --slow: this tab's factor is looked up by its rank in the current round, every step.
@@ -234,7 +233,6 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           own.waitSlowest += mine.allreduce - wire;
           own.apply += mine.apply;
           own.batch += Math.max(0, mine.stepMs - mine.compute - mine.readback - mine.allreduce - mine.apply);
-          stepMsTotal += mine.stepMs;
         }
         tensorCounts.push(tf.memory().numTensors);
         const atEpochEnd = state.progress.position >= trainSet.length;
@@ -344,13 +342,11 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
  */
 function stepTimeline(own: Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>, steps: number, run: StepTimeline): Record<string, number | null> {
   const mean = (v: number) => (steps > 0 ? v / steps : null);
+  const measured = (v: number) => (run.steps > 0 ? v : null);
+  const { average, vote, page, other, total } = run;
   return {
     ...Object.fromEntries(Object.entries(own).map(([k, v]) => [k, mean(v)])),
-    average: run.steps > 0 ? run.average : null,
-    vote: run.steps > 0 ? run.vote : null,
-    page: run.steps > 0 ? run.page : null,
-    other: run.steps > 0 ? run.other : null,
-    total: run.steps > 0 ? run.total : null,
+    ...Object.fromEntries(Object.entries({ average, vote, page, other, total }).map(([k, v]) => [k, measured(v)])),
   };
 }
 
