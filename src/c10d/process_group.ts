@@ -420,6 +420,15 @@ export class ProcessGroup {
   }
 
   /**
+   * Tells every peer that this rank leaves (their collectives with it fail at once, naming it)
+   * and fails this rank's groups: what closing the tab does (its pagehide). For a caller that must
+   * close the links under the group itself afterwards (the rendezvous's kept links).
+   */
+  leave(): void {
+    this.shared.leave();
+  }
+
+  /**
    * Closes every peer link and, if `closeStore`, the store connection (torch's
    * destroy_process_group); the subgroups fail with the same error. A subgroup's destroy only
    * detaches it: its pending calls reject with GroupClosedError, the links and the store

@@ -16,8 +16,10 @@
  */
 import { DistTimeoutError, GroupClosedError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../errors.ts';
 import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
-import { loadSimplePeer } from '../transport/peer_link.ts';
+import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../transport/peer_link.ts';
+import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup, type LinkOptions } from '../c10d/process_group.ts';
+import { resolveLinkOptions } from '../c10d/group_options.ts';
 import { CloseCode, rendezvousClosedMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
 import { StoreClient } from '../c10d/store.ts';
 
@@ -61,6 +63,13 @@ export interface RendezvousOptions extends LinkOptions {
   failedRoundGraceMs?: number;
   /** Use this open connection for the first rendezvous instead of opening one. */
   store?: StoreClient;
+  /**
+   * Keep the peer links between rounds (transport/link_pool.ts): a new round reuses the open link
+   * to each tab it had one with, so that a regroup opens only the links no earlier round needed.
+   * Default: true with the browser's WebRTC links, false with a `linkFactory` of the caller's (whose
+   * tests may reach into each round's links); false opens every round's links afresh.
+   */
+  reuseLinks?: boolean;
 }
 
 /** One round this member takes part in. */
@@ -106,6 +115,8 @@ export class RendezvousHandler {
   private waitingNow: WaitingEvent | undefined;
   private localId = 0;
   private signals: SignalEvent[] = [];
+  /** The links kept across rounds (reuseLinks), for this connection's member; made at its first round with a rank. */
+  private pool: LinkPool | undefined;
   private readonly listeners = new Set<(e: RendezvousEvent) => void>();
   private readonly waiters = new Set<() => void>();
   private unsubscribe: Array<() => void> = [];
@@ -121,7 +132,12 @@ export class RendezvousHandler {
     // The store client and the group close themselves on pagehide; a page restored from the
     // back/forward cache must not run on with them dead: it joins again (or its group stays failed).
     this.stopWatchingPage = [
-      onPageHide(() => (this.hidden = true)),
+      onPageHide(() => {
+        this.hidden = true;
+        // The round's group tells its peers first: over the kept links, which close after it.
+        this.current?.pg.leave();
+        this.closePool('the page was hidden');
+      }),
       onPageRestored(() => {
         if (!this.hidden) return;
         this.hidden = false;
@@ -214,6 +230,8 @@ export class RendezvousHandler {
     const seen = this.latest;
     await new Promise((r) => setTimeout(r, this.options.failedRoundGraceMs ?? 6_000));
     if (this.closed || this.client !== client || client.isClosed || this.latest !== seen || seen?.round !== round.round) return;
+    // The round's links may be what broke: the next round opens them afresh.
+    this.pool?.closeAll(`round ${round.round} failed with every member still there`);
     // Refused when this member no longer has a rank in it (the server moved on): nothing to do.
     await client.regroup(round.round, true).catch(() => {});
   }
@@ -232,6 +250,7 @@ export class RendezvousHandler {
     const old = this.current;
     this.current = undefined;
     old?.pg.destroy(false);
+    this.closePool('this member rejoins the group');
     this.client.close();
     await prepare?.();
     if (this.closed) return;
@@ -259,6 +278,7 @@ export class RendezvousHandler {
     for (const off of this.stopWatchingPage) off();
     for (const off of this.unsubscribe) off();
     this.current?.pg.destroy(false);
+    this.closePool('the run left the group');
     this.client?.close();
   }
 
@@ -289,6 +309,7 @@ export class RendezvousHandler {
     this.client = client;
     for (const off of this.unsubscribe) off();
     this.signals = [];
+    this.closePool('the connection to the server changed');
     // Listen first: the round that includes this member may come before the reply.
     this.unsubscribe = [
       client.on('round', (e) => this.onRound(e)),
@@ -313,6 +334,7 @@ export class RendezvousHandler {
       }),
       // Signals for a round this member has not built yet are kept for it.
       client.on('signal', (e) => {
+        if (this.pool?.onSignal(e)) return;
         this.signals.push(e);
         if (this.signals.length > MAX_EARLY_SIGNALS) this.signals.shift();
       }),
@@ -333,6 +355,7 @@ export class RendezvousHandler {
     const old = this.current;
     if (old) old.pg.abort(new GroupClosedError(`round ${old.round} ended: the server formed round ${e.round}`));
     if (e.paused || e.rank < 0) {
+      this.pool?.closeAll(`round ${e.round} has no rank for this member`);
       this.current = undefined;
       if (e.paused) this.emit({ type: 'paused', round: e.round, min: e.min });
       else this.emit({ type: 'spectating', round: e.round, worldSize: e.worldSize, max: e.max });
@@ -341,8 +364,12 @@ export class RendezvousHandler {
     }
     const client = this.client;
     const key = `${client.instance}.${e.round}`;
+    const pool = this.poolFor(e);
     const early = this.signals.filter((s) => s.data.channel.startsWith(`pg:${key}:`));
+    const forPool = this.signals.filter((s) => s.data.channel.startsWith('link:'));
     this.signals = [];
+    pool?.enterRound(e.round, e.members);
+    for (const s of forPool) pool?.onSignal(s);
     const pg = new ProcessGroup({
       ...this.options,
       // The user's ICE servers, else the ones the server gave this session (a TURN relay, say).
@@ -352,6 +379,7 @@ export class RendezvousHandler {
       worldSize: e.worldSize,
       round: e.round,
       groupKey: key,
+      ...(pool ? { linkFactory: pool.factoryFor(e.round) } : {}),
       timeoutMs: this.options.timeoutMs ?? 300_000,
       early,
       onStalled: () => this.onStalled(client),
@@ -360,6 +388,36 @@ export class RendezvousHandler {
     old?.pg.destroy(false);
     this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
     for (const w of [...this.waiters]) w();
+  }
+
+  /** The link pool for this connection's member (made at its first round), or undefined when links are not reused. */
+  private poolFor(e: RoundEvent): LinkPool | undefined {
+    if (!(this.options.reuseLinks ?? !this.options.linkFactory)) return undefined;
+    const base: PeerLinkFactory | undefined = this.options.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined);
+    const self = e.members[e.rank];
+    if (!base || self === undefined) return undefined;
+    if (this.pool?.self === self) return this.pool;
+    this.closePool('this member has a new member id');
+    const client = this.client;
+    const link = resolveLinkOptions(this.options);
+    this.pool = new LinkPool({
+      self,
+      instance: client.instance,
+      base,
+      sendSignal: (rank, data) => client.signal(rank, data),
+      link: {
+        iceServers: this.options.iceServers ?? client.iceServers,
+        highWaterMark: link.highWaterMark,
+        windowBytes: link.linkWindowBytes,
+        stallTimeoutMs: link.peerTimeoutMs,
+      },
+    });
+    return this.pool;
+  }
+
+  private closePool(reason: string): void {
+    this.pool?.close(reason);
+    this.pool = undefined;
   }
 
   /**

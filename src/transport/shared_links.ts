@@ -260,7 +260,7 @@ export class SharedLinks {
    * fails every group on the peer. Best effort: a notice queued behind a full send queue goes
    * down with its link, and the server's 'peer-left' says the same.
    */
-  private leave(): void {
+  leave(): void {
     if (!this.broken) {
       const notice = encodeAbortNotice(Math.max(1, this.groups.get(0)?.lastSeq() ?? 0), new PeerLostError(this.rank, 'its tab closed'), this.rank, 0);
       for (const link of this.links.open()) link.send(notice).catch(() => {});
