@@ -91,8 +91,20 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
 export function watchSockets(ctx: ServerContext): () => void {
   const { limits, log, connections, heartbeatTimeoutMs } = ctx;
   // Frozen tabs keep their sockets open but stop sending: evict members that go silent.
+  const every = Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4));
+  let lastTick = Date.now();
   const watchdog = setInterval(() => {
     const now = Date.now();
+    const gap = now - lastTick;
+    lastTick = now;
+    // A tick this late means the server itself was held up (a busy machine, a long GC pause):
+    // the heartbeats that came meanwhile wait in the sockets, read after the timers. Evicting
+    // now would take every member for silent (seen: 32 tabs on 2 cores, several evicted at once);
+    // the next tick sees them.
+    if (gap > 2 * every) {
+      log(`[server] the liveness check ran ${gap} ms after the last (every ${every} ms): this server was held up; no evictions until the sockets are read`);
+      return;
+    }
     for (const conn of connections) {
       // An ended session's sockets are being closed anyway.
       if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs || conn.session?.ended) continue;
@@ -103,7 +115,7 @@ export function watchSockets(ctx: ServerContext): () => void {
       // A frozen page may never answer the close handshake: close() destroys it after a grace.
       conn.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);
     }
-  }, Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4)));
+  }, every);
   watchdog.unref();
   // Every socket, member or not, must answer pings: a dead peer's socket can stay open for hours.
   const pinger = setInterval(() => {

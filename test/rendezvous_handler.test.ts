@@ -144,6 +144,24 @@ describe('rendezvous rounds', () => {
     expect(reason).toMatch(/evicted: no heartbeat for \d+ ms/);
   });
 
+  it('does not evict live members when the server itself was held up past the heartbeat timeout', async () => {
+    server = await withServer({ settleMs: 100, heartbeatTimeoutMs: 400 });
+    const session = uniqueSession('held');
+    const [a, b] = [await agent(session, 2, 2), await agent(session, 2, 2)];
+    const g = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
+    const rounds: number[] = [];
+    a.on((e) => e.type === 'round' && rounds.push(e.round));
+    // This process (the server's and both members') does nothing else for 1 s: the heartbeats wait
+    // in the sockets until the loop reads them, after its timers.
+    const until = Date.now() + 1_000;
+    while (Date.now() < until) {
+      // busy
+    }
+    await new Promise((r) => setTimeout(r, 600));
+    expect(rounds).toEqual([]);
+    await Promise.all(g.map((x) => x.pg.barrier(2_000)));
+  });
+
   it('refuses to mix fixed and elastic sizes, and elastic ranges that differ', async () => {
     server = await withServer();
     const session = uniqueSession('mix');
