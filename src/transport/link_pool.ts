@@ -140,15 +140,14 @@ export class LinkPool {
 
   private open(member: number, attempt: number, channel: string | null): Carrier {
     const initiator = this.o.self < member;
-    const c = new Carrier(member, attempt, channel, initiator, this, (reason) => {
+    const c = new Carrier(member, attempt, channel, initiator, this, () => {
       if (this.carriers.get(member) === c) this.carriers.delete(member);
-      void reason;
     });
     this.carriers.set(member, c);
     return c;
   }
 
-  /** Used by a carrier: the physical link, signaled through the server to the member's rank. */
+  /** For its carriers: a physical link to `member`, signaled through the server to the member's latest rank. */
   makePhysical(member: number, initiator: boolean, channelOf: () => string | null): PendingLink {
     const [lo, hi] = this.o.self < member ? [this.o.self, member] : [member, this.o.self];
     return this.o.base({
@@ -211,7 +210,7 @@ class Carrier {
     public channel: string | null,
     readonly initiator: boolean,
     private readonly pool: LinkPool,
-    private readonly onClosed: (reason: string) => void,
+    private readonly onClosed: () => void,
   ) {
     this.pending = pool.makePhysical(member, initiator, () => this.channel);
     const link = this.pending.link;
@@ -304,7 +303,7 @@ class Carrier {
 
   private closedBy(reason: string): void {
     const why = this.closeReason ?? reason;
-    this.onClosed(why);
+    this.onClosed();
     for (const view of [...this.views.values()]) view.carrierClosed(why);
     this.views.clear();
     this.ahead = [];
