@@ -42,7 +42,7 @@ export function readRoundMarker(bytes: Uint8Array): number | undefined {
 }
 
 export interface LinkPoolOptions {
-  /** This tab's member id (the server's, from its rendezvous reply). */
+  /** This tab's member id (the server's: its entry in a round's `members`). */
   self: number;
   /** Names this server instance's links apart from another's (member ids start again after a restart). */
   instance: string;
@@ -90,7 +90,6 @@ export class LinkPool {
       if (member === undefined || round !== this.round) {
         throw new Error(`no member has rank ${options.peer} in round ${round} (the pool is at round ${this.round} with ${members.length} members)`);
       }
-      if (this.closed) throw new Error('the link pool was closed');
       return new RoundLink(options.peer, round, () => this.carrierFor(member, round));
     };
   }
@@ -149,11 +148,10 @@ export class LinkPool {
 
   /** For its carriers: a physical link to `member`, signaled through the server to the member's latest rank. */
   makePhysical(member: number, initiator: boolean, channelOf: () => string | null): PendingLink {
-    const [lo, hi] = this.o.self < member ? [this.o.self, member] : [member, this.o.self];
     return this.o.base({
       peer: member,
-      // The pair's name, the same at both ends whichever attempt (in-memory links pair by it); signals name the attempt.
-      channel: `link:${this.o.instance}:${lo}-${hi}`,
+      // The same at both ends whichever attempt (in-memory links pair by it); signals name the attempt.
+      channel: this.pairName(member),
       initiator,
       ...this.o.link,
       sendSignal: (body) => {
@@ -171,9 +169,13 @@ export class LinkPool {
     return this.round;
   }
 
-  private channel(member: number, attempt: number): string {
+  private pairName(member: number): string {
     const [lo, hi] = this.o.self < member ? [this.o.self, member] : [member, this.o.self];
-    return `link:${this.o.instance}:${lo}-${hi}:${attempt}`;
+    return `link:${this.o.instance}:${lo}-${hi}`;
+  }
+
+  private channel(member: number, attempt: number): string {
+    return `${this.pairName(member)}:${attempt}`;
   }
 
   /** The other member and the attempt of a pool channel that names this tab; undefined for other channels. */
