@@ -172,3 +172,4 @@ export { chunkSizes, scatter, gatherMean, type Chunk } from './parallel/data_par
 export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type DeviceFault } from './parallel/data_parallel/protocol.ts';
 export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './parallel/comm_hooks/powersgd.ts';
 export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './parallel/comm_hooks/local_sgd.ts';
+export { DiLoCo, diloco, type DiLoCoOptions, type DiLoCoHeld, type DiLoCoRejoin } from './parallel/diloco.ts';

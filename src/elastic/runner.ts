@@ -42,10 +42,20 @@
  * weights (the source's, as always): an implicit averaging point, where the others' local steps
  * since the last averaging are lost. A run that ends between averagings averages once more at
  * its end, so that every rank ends with the same model.
+ *
+ * DiLoCo (`diloco`, see parallel/diloco.ts): the DiLoCo object is the rank's hook (inner steps
+ * communicate nothing) and runElastic takes its outer step after every H-th committed step, and
+ * once more at the end of a run that ends between two. Replicas are identical only after outer
+ * steps, where `checkReplicasEvery` checks. At the start of a round, after the state transfer,
+ * every rank takes the group's outer state from the source (it is the same on every rank), and
+ * the ranks that trained inner steps since the last outer step take one outer step together
+ * over them (DiLoCo.rejoin): a lost rank costs only its own inner steps, and a joiner starts from
+ * the outer weights.
  */
 import { DistributedDataParallel } from '../parallel/ddp.ts';
 import { allreduceHook } from '../parallel/comm_hooks/default_hooks.ts';
 import { PeriodicModelAverager } from '../parallel/comm_hooks/local_sgd.ts';
+import { DiLoCo, type DiLoCoHeld } from '../parallel/diloco.ts';
 import type { CommHook } from '../parallel/comm_hooks/types.ts';
 import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../runtime/device.ts';
 import { DeviceLostError, isRecoverable } from '../errors.ts';
@@ -110,6 +120,8 @@ class ElasticRun<M extends StepMetrics> {
   /** The hook's name, or the default's. */
   private readonly hookName: string;
   private readonly averager: PeriodicModelAverager | undefined;
+  /** DiLoCo (`o.diloco`): also this rank's hook. */
+  private readonly diloco: DiLoCo | undefined;
   /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
   private averagedAtEnd = -1;
   /** Balanced batches: each rank's measured step times by batch size, from the round's start (null: balancing off). */
@@ -127,7 +139,8 @@ class ElasticRun<M extends StepMetrics> {
 
   constructor(private readonly o: ElasticRunOptions<M>) {
     this.state = o.state;
-    this.hook = o.commHook?.();
+    this.diloco = o.diloco ? new DiLoCo(o.diloco) : undefined;
+    this.hook = this.diloco ?? o.commHook?.();
     if (o.commHook && (!this.hook || typeof this.hook.reduce !== 'function' || typeof this.hook.name !== 'string')) {
       throw new TypeError('commHook must return a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
     }
@@ -188,7 +201,9 @@ class ElasticRun<M extends StepMetrics> {
     this.rank = pg.rank;
     if (!again || !this.ddp) {
       this.activity = `the state transfer at the start of round ${round.key}`;
-      await this.whileDeviceLives(this.startRound(round));
+      // DiLoCo: this rank's own weights, which the state transfer replaces, count in the round's first outer step.
+      const held = this.diloco && this.live ? await this.whileDeviceLives(this.diloco.hold(this.state.model, this.state.progress.step)) : null;
+      await this.whileDeviceLives(this.startRound(round, held));
       // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
       this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
       if (this.hook) this.ddp.registerCommHook(this.hook);
@@ -324,7 +339,7 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   /** One state for everyone, from a surviving replica (or a checkpoint): see `recover`. */
-  private async startRound(round: Round): Promise<void> {
+  private async startRound(round: Round, held: DiLoCoHeld | null): Promise<void> {
     const { pg } = round;
     const o = this.o;
     const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
@@ -340,7 +355,14 @@ class ElasticRun<M extends StepMetrics> {
     // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
     this.throwIfDeviceLost();
     const hookNote = this.takeHookState(r, claim.live, pg.rank);
-    const note = [r.note, hookNote].filter((n) => n !== undefined).join('; ');
+    let outerNote: string | undefined;
+    if (this.diloco) {
+      this.activity = `DiLoCo's outer step at the start of round ${round.key}`;
+      const since = this.diloco.syncedAtStep;
+      const j = await this.diloco.rejoin(pg, this.state.model, held, this.state.progress.step);
+      if (j.outerStep) outerNote = `an outer step over the inner steps since step ${since} of ${j.contributors} rank${j.contributors === 1 ? '' : 's'}`;
+    }
+    const note = [r.note, hookNote, outerNote].filter((n) => n !== undefined).join('; ');
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.heldIn = { instance: pg.instance, round: pg.round };
@@ -384,7 +406,8 @@ class ElasticRun<M extends StepMetrics> {
           `this rank's communication hook is ${this.hookName}, but the group's (rank ${r.from}'s) is ${name}: every rank must run the same hook (ElasticRunOptions.commHook)`,
         );
       }
-      if (!wasLive && state && state.name === this.hookName) this.hook?.loadStateDict?.(state, { otherRank: true });
+      // DiLoCo's state is the group's (the same on every rank): every rank takes the source's.
+      if ((!wasLive || this.diloco) && state && state.name === this.hookName) this.hook?.loadStateDict?.(state, { otherRank: true });
       return undefined;
     }
     if (r.source !== 'checkpoint' || !state) return undefined;
@@ -446,6 +469,11 @@ class ElasticRun<M extends StepMetrics> {
           averaged = await this.whileDeviceLives(this.averager.average(pg, this.state.model, p.step));
           this.timeline.lap('average');
         }
+        if (this.diloco) {
+          this.activity = `DiLoCo's outer step after step ${p.step}`;
+          averaged = await this.whileDeviceLives(this.diloco.sync(pg, this.state.model, p.step));
+          this.timeline.lap('average');
+        }
 
         this.activity = `the end of step ${p.step}`;
         // A step whose batch size is new to this page compiled kernels for it: its time says nothing
@@ -459,7 +487,7 @@ class ElasticRun<M extends StepMetrics> {
         await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
         // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
         if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
-        if (this.checkDue && (!this.averager || averaged)) {
+        if (this.checkDue && ((!this.averager && !this.diloco) || averaged)) {
           this.checkDue = false;
           await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
         }
@@ -509,6 +537,11 @@ class ElasticRun<M extends StepMetrics> {
    */
   private async averageAtEnd(pg: ProcessGroup): Promise<void> {
     const step = this.state.progress.step;
+    if (this.diloco && step > this.diloco.syncedAtStep) {
+      this.activity = `DiLoCo's last outer step, after step ${step}`;
+      await this.whileDeviceLives(this.diloco.syncNow(pg, this.state.model, step));
+      return;
+    }
     if (!this.averager || step <= this.averager.warmupSteps || this.averager.averagesAt(step) || this.averagedAtEnd === step) return;
     this.activity = `the final model averaging after step ${step}`;
     await this.whileDeviceLives(this.averager.averageNow(pg, this.state.model));

@@ -5,6 +5,7 @@
 import type * as tf from '@tensorflow/tfjs';
 import type { CommHook } from '../parallel/comm_hooks/types.ts';
 import type { PeriodicModelAveragerOptions } from '../parallel/comm_hooks/local_sgd.ts';
+import type { DiLoCoOptions } from '../parallel/diloco.ts';
 import type { DistributedDataParallel, DDPOptions } from '../parallel/ddp.ts';
 import type { DeviceLostError } from '../errors.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
@@ -106,6 +107,13 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
    * `checkReplicasEvery` then checks at averaging steps only. Default: none.
    */
   modelAverager?: PeriodicModelAveragerOptions;
+  /**
+   * DiLoCo (parallel/diloco.ts): H inner steps with `state.optimizer` on each rank's own samples,
+   * communicating nothing, then an outer step (the averaged pseudo-gradient, the outer SGD with
+   * Nesterov momentum) after every H-th step. Not with `commHook` or `modelAverager`. Replicas
+   * are identical after outer steps only: `checkReplicasEvery` checks there. Default: none.
+   */
+  diloco?: DiLoCoOptions;
 }
 
 export interface ElasticRunResult {
@@ -141,6 +149,7 @@ export interface RebuildContext {
 /** Refuses options no run can use, saying which and what was given. */
 export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   checkSchedule(o);
+  if (o.diloco && (o.commHook || o.modelAverager)) throw new TypeError('diloco is a strategy of its own: leave commHook and modelAverager unset with it (DiLoCo is its own hook, and its outer step averages the models)');
   if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];

@@ -1,0 +1,313 @@
+/**
+ * DiLoCo in Node (TF.js cpu backend, in-memory links, the real server): the outer step against
+ * torch's (bench/torch_diloco_reference.py wrote test/fixtures/torch_diloco.json), bit-identical
+ * on every rank; its state through a state dict; the round-start outer step over the ranks that
+ * trained; and runElastic with `diloco`: replicas identical after each outer step, a lost rank's
+ * inner steps the only ones lost, a joiner starting from the outer weights, the outer state
+ * saved in a checkpoint and resumed.
+ */
+import { readFileSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '../signaling/server.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
+import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import { DiLoCo } from '../src/parallel/diloco.ts';
+import { assignFlatWeights, flatTrainableWeights } from '../src/parallel/replicas.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
+import type { ElasticEvent } from '../src/elastic/events.ts';
+import { buildModel, classificationLoss } from '../src/models.ts';
+import { TrainState } from '../src/checkpoint/state_dict.ts';
+import { AdamW } from '../src/optim.ts';
+import { withServer } from './fixtures/server.ts';
+import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { relativeError } from './fixtures/tensors.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
+
+let server: RunningServer;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  server = await withServer({ settleMs: 300, checkpointDir: await mkdtemp(join(tmpdir(), 'ddp-diloco-')) });
+});
+afterAll(async () => {
+  await server.close();
+});
+
+interface TorchDiLoCo {
+  lr: number;
+  momentum: number;
+  start: number[];
+  phases: Array<{ local: number[][]; outer: number[] }>;
+}
+const torchRef = JSON.parse(readFileSync(new URL('./fixtures/torch_diloco.json', import.meta.url), 'utf8')) as TorchDiLoCo;
+
+async function groups(n: number): Promise<ProcessGroup[]> {
+  const session = uniqueSession('diloco');
+  const net = new MemoryNetwork();
+  return Promise.all(
+    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+  );
+}
+
+/** A model of 24 trainable values (a dense 5 -> 4 layer), as in the torch reference. */
+function smallModel(): tf.LayersModel {
+  const m = tf.sequential();
+  m.add(tf.layers.dense({ inputShape: [5], units: 4 }));
+  return m;
+}
+
+const hex = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
+
+describe('DiLoCo', () => {
+  it("takes torch's outer step (SGD, Nesterov, on the averaged pseudo-gradient), bit-identical on every rank, every H steps", async () => {
+    const pgs = await groups(3);
+    try {
+      const models = pgs.map(() => smallModel());
+      const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 4, outerLr: torchRef.lr, outerMomentum: torchRef.momentum }));
+      const start = Float32Array.from(torchRef.start);
+      models.forEach((m) => assignFlatWeights(m, start));
+      await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
+      for (const [p, phase] of torchRef.phases.entries()) {
+        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+        // Not an outer step: the models stay each rank's own.
+        expect(await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 3)))).toEqual([false, false, false]);
+        expect(await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 4)))).toEqual([true, true, true]);
+        const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
+        expect(new Set(after.map(hex)).size).toBe(1);
+        expect(relativeError(after[0]!, Float32Array.from(phase.outer))).toBeLessThan(1e-6);
+      }
+      expect(dilocos.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[4, 16], [4, 16], [4, 16]]);
+      // A pseudo-gradient all-reduce of 24 float32 values per outer step.
+      for (const d of dilocos) expect(d.bytesSent).toBeGreaterThanOrEqual(4 * 24 * 4);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it('its state dict carries the outer weights and momentum: a loaded copy takes the next outer step bit for bit', async () => {
+    const pgs = await groups(2);
+    try {
+      const models = pgs.map(() => smallModel());
+      const a = pgs.map(() => new DiLoCo({ syncEvery: 1 }));
+      const start = Float32Array.from(torchRef.start);
+      models.forEach((m) => assignFlatWeights(m, start));
+      await Promise.all(pgs.map((pg, r) => a[r]!.rejoin(pg, models[r]!, null, 0)));
+      const phase = torchRef.phases[0]!;
+      models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+      await Promise.all(pgs.map((pg, r) => a[r]!.sync(pg, models[r]!, 1)));
+      const state = a[0]!.stateDict();
+      expect(Object.keys(state.tensors).sort()).toEqual(['momentum_buffer', 'outer_weights']);
+      const b = pgs.map(() => new DiLoCo({ syncEvery: 1 }));
+      for (const d of b) d.loadStateDict(state);
+      const next = torchRef.phases[1]!;
+      const run = async (ds: DiLoCo[]) => {
+        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(next.local[r]!)));
+        await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, 2)));
+        return hex(await flatTrainableWeights(models[0]!));
+      };
+      expect(await run(b)).toBe(await run(a));
+      // What a peer or a file may send is checked before it is taken.
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } })).toThrow(/momentum buffer of 3 values for 24 weights/);
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, outerSteps: -1 } })).toThrow(/outerSteps -1 is not a count/);
+      const nan = state.tensors['outer_weights']!.slice();
+      nan[3] = NaN;
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(/non-finite/);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it('at a round start, one outer step over the ranks whose inner steps count; a rank without them adds nothing', async () => {
+    const pgs = await groups(3);
+    try {
+      const models = pgs.map(() => smallModel());
+      const ds = pgs.map(() => new DiLoCo({ syncEvery: 8 }));
+      const start = Float32Array.from(torchRef.start);
+      models.forEach((m) => assignFlatWeights(m, start));
+      await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
+      const phase = torchRef.phases[0]!;
+      // Ranks 0 and 1 trained 3 inner steps; rank 2 is a joiner (nothing held); the state transfer gave everyone rank 0's weights.
+      const held = await Promise.all(models.map(async (m, r) => {
+        assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+        return r < 2 ? ds[r]!.hold(m, 3) : null;
+      }));
+      models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
+      const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
+      expect(res).toEqual([0, 1, 2].map(() => ({ outerStep: true, contributors: 2 })));
+      // The reference: SGD's first step (momentum buffer = gradient) on the average of two pseudo-gradients.
+      const g = start.map((s, i) => Math.fround(Math.fround(Math.fround(s - phase.local[0]![i]!) + Math.fround(s - phase.local[1]![i]!)) / 2));
+      const expected = start.map((s, i) => Math.fround(s + Math.fround(-0.7) * Math.fround(g[i]! + Math.fround(0.9) * g[i]!)));
+      const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
+      expect(new Set(after.map(hex)).size).toBe(1);
+      expect(relativeError(after[0]!, expected)).toBeLessThan(1e-6);
+      expect(ds.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[1, 3], [1, 3], [1, 3]]);
+      // A rank whose held steps are not the group's (another outer phase) counts for nothing; with nobody, nothing changes.
+      const stale = { ...(await ds[0]!.hold(models[0]!, 5)), outerSteps: 0 };
+      const none = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 0 ? stale : null, 5)));
+      expect(none.every((x) => !x.outerStep)).toBe(true);
+      expect(ds[0]!.outerSteps).toBe(1);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it('refuses options that make no outer step', () => {
+    expect(() => new DiLoCo({ syncEvery: 0 })).toThrow(/syncEvery must be an integer >= 1, got 0/);
+    expect(() => new DiLoCo({ syncEvery: 4, outerLr: -1 })).toThrow(/outerLr must be a positive number/);
+    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 0 })).toThrow(/Nesterov needs an outer momentum/);
+    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 1 })).toThrow(/outerMomentum must be in \[0, 1\)/);
+  });
+});
+
+const data = syntheticDataset({ length: 96, inputSize: 16, numClasses: 4, seed: 1 });
+
+interface Member {
+  events: ElasticEvent[];
+  result: Promise<ElasticRunResult>;
+  /** This member's weights hash after each step it committed (after that step's outer step, if any). */
+  hashes: Map<number, string>;
+  roundHashes: string[];
+  /** DiLoCo's outer step count as each round starts. */
+  roundOuterSteps: unknown[];
+}
+
+/** One member: AdamW inner steps on its samples, DiLoCo every `syncEvery` steps. */
+function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
+  const events: ElasticEvent[] = [];
+  const hashes = new Map<number, string>();
+  const roundHashes: string[] = [];
+  const roundOuterSteps: unknown[] = [];
+  const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
+  const state = new TrainState({ model, optimizer: () => new AdamW({ lr: 0.01 }) });
+  const result = runElastic({
+    url: server.url,
+    session,
+    token: tokenFor(session),
+    min: o.min,
+    max: o.max,
+    timeoutMs: 10_000,
+    heartbeatIntervalMs: 200,
+    linkFactory: net.factoryFor(id),
+    state,
+    datasetLength: data.length,
+    batchSize: 4,
+    steps: o.steps,
+    seed: 5,
+    checkReplicasEvery: 1,
+    checkpointEvery: o.checkpointEvery,
+    resumeFrom: o.resumeFrom,
+    resumeFromToken: o.resumeFrom === undefined ? undefined : tokenFor(o.resumeFrom),
+    diloco: { syncEvery: o.syncEvery },
+    onEvent: (e) => events.push(e),
+    onRound: async (ctx) => {
+      roundHashes.push(await ctx.ddp.weightsHash());
+      roundOuterSteps.push(ctx.ddp.commHookState()?.meta.outerSteps);
+    },
+    onStep: async (ctx) => void hashes.set(ctx.step, await ctx.ddp.weightsHash()),
+    async step(ctx) {
+      await o.extra?.(ctx);
+      const { x, y } = data.batch(ctx.indices);
+      const xs = tf.tensor(x, [ctx.indices.length, 16]);
+      const ys = tf.tensor1d(y, 'int32');
+      const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4));
+      tf.dispose([xs, ys]);
+      ctx.ddp.step(ctx.optimizer);
+      return { loss };
+    },
+  });
+  result.catch(() => {});
+  return { events, result, hashes, roundHashes, roundOuterSteps };
+}
+
+const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
+const roundNotes = (m: Member) => m.events.flatMap((e) => (e.type === 'round' && e.note ? [e.note] : []));
+
+describe('runElastic with diloco', () => {
+  it('inner steps communicate nothing; replicas are identical after each outer step (checked there) and at the end', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-run');
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 3, steps: 10 }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(runs.map((r) => r.steps)).toEqual([10, 10]);
+    const same = Array.from({ length: 10 }, (_, k) => members[0]!.hashes.get(k + 1) === members[1]!.hashes.get(k + 1));
+    // Outer steps after steps 3, 6 and 9; the run's end (step 10) takes one more.
+    expect(same).toEqual([false, false, true, false, false, true, false, false, true, false]);
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    expect(runs[0]!.ddp.commHook.name).toBe('diloco');
+    expect(runs[0]!.ddp.bytesPerStep).toBe(0);
+    await closeAll(runs);
+  });
+
+  it('a rank lost between outer steps: the survivors take an outer step over their own inner steps, and finish identical', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-lost');
+    class TabClosed extends Error {}
+    const members = [0, 1, 2].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 3,
+        syncEvery: 4,
+        extra: id === 2 ? async (ctx) => {
+          if (ctx.step === 7) throw new TabClosed('closed at step 7');
+        } : undefined,
+      }),
+    );
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    const done = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
+    // Steps 5 and 6 of the two survivors count: the new round starts with an outer step over them.
+    for (const m of members.slice(0, 2)) expect(roundNotes(m).some((n) => /an outer step over the inner steps since step 4 of 2 ranks/.test(n))).toBe(true);
+    for (const m of members.slice(0, 2)) expect(new Set(m.roundHashes).size).toBe(2);
+    expect(members[0]!.roundHashes[1]).toBe(members[1]!.roundHashes[1]);
+    await closeAll(done);
+  });
+
+  it('a joiner starts from the outer weights the round start makes; the run ends identical', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-join');
+    let joiner: Member | undefined;
+    const first = [0, 1].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 3,
+        syncEvery: 4,
+        steps: 14,
+        extra: async (ctx) => {
+          if (ctx.step === 3 && ctx.pg.rank === 0 && !joiner) joiner = member(net, 2, session, { min: 2, max: 3, syncEvery: 4, steps: 14 });
+        },
+      }),
+    );
+    const done = await Promise.all(first.map((m) => m.result));
+    const all = [...done, await joiner!.result];
+    expect(all.map((r) => [r.worldSize, r.steps])).toEqual([[3, 14], [3, 14], [3, 14]]);
+    expect(new Set(all.map((r) => r.weightHash)).size).toBe(1);
+    // Every rank holds the same weights as the joiner's first round starts (the outer step over the two first ranks' inner steps).
+    const joinedAt = joiner!.roundHashes[0];
+    for (const m of first) expect(m.roundHashes).toContain(joinedAt);
+    expect(roundNotes(joiner!).some((n) => /an outer step over the inner steps since step \d+ of 2 ranks/.test(n))).toBe(true);
+    await closeAll(all);
+  });
+
+  it("the outer state is saved in checkpoints and resumed: the resumed run's outer step matches the checkpoint's outer phase", async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-ckpt');
+    const runs = await Promise.all([0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 3, steps: 6, checkpointEvery: 6 }).result));
+    const saved = runs[0]!.weightHash;
+    await closeAll(runs);
+    const net2 = new MemoryNetwork();
+    const again = uniqueSession('diloco-resume');
+    const resumed = [0, 1].map((id) => member(net2, id, again, { min: 2, max: 2, syncEvery: 3, steps: 9, resumeFrom: session }));
+    const runs2 = await Promise.all(resumed.map((m) => m.result));
+    for (const m of resumed) expect(m.roundHashes[0]).toBe(saved);
+    expect(runs2.map((r) => r.steps)).toEqual([9, 9]);
+    expect(new Set(runs2.map((r) => r.weightHash)).size).toBe(1);
+    // The outer state came back: 2 outer steps before (steps 3 and 6).
+    expect(resumed.map((m) => m.roundOuterSteps[0])).toEqual([2, 2]);
+    await closeAll(runs2);
+  });
+});
