@@ -17,6 +17,7 @@ import { bf16CompressHook, fp16CompressHook } from '../../src/parallel/comm_hook
 import { PeriodicModelAverager, postLocalSGD } from '../../src/parallel/comm_hooks/local_sgd.ts';
 import { powerSGD, type PowerSGDHook } from '../../src/parallel/comm_hooks/powersgd.ts';
 import type { CommHook } from '../../src/parallel/comm_hooks/types.ts';
+import type { DiLoCoOptions } from '../../src/parallel/diloco.ts';
 import type { CommHookSpec } from '../../src/jobs/train_config.ts';
 
 /** The frame size of the train job's groups (see the header). */
@@ -47,6 +48,8 @@ export interface CommSetup {
   modelAverager: { period: number; warmupSteps: number } | undefined;
   /** localsgd: which steps the models are averaged after (the same rule runElastic's averager follows). */
   averager: PeriodicModelAverager | undefined;
+  /** diloco: runElastic's `diloco` option (DiLoCo is its own hook: `hook` stays undefined). */
+  diloco: DiLoCoOptions | undefined;
 }
 
 /**
@@ -55,7 +58,7 @@ export interface CommSetup {
  * `startStep` (warmupSteps = startStep, so that the replicas stay identical through the warm-up).
  */
 export function commSetup(spec: CommHookSpec): CommSetup {
-  const none = { spec, hook: undefined, powerSGD: undefined, modelAverager: undefined, averager: undefined };
+  const none = { spec, hook: undefined, powerSGD: undefined, modelAverager: undefined, averager: undefined, diloco: undefined };
   switch (spec.kind) {
     case 'none':
       return none;
@@ -71,5 +74,7 @@ export function commSetup(spec: CommHookSpec): CommSetup {
       const modelAverager = { period: spec.period, warmupSteps: spec.startStep };
       return { ...none, hook: postLocalSGD({ startStep: spec.startStep }), modelAverager, averager: new PeriodicModelAverager(modelAverager) };
     }
+    case 'diloco':
+      return { ...none, diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire } };
   }
 }

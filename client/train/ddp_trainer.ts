@@ -23,7 +23,8 @@ import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
 import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs } from './events.ts';
-import { commSetup, denseStepBytes, plainAllReduceBytes, type CommSetup } from './comm.ts';
+import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
+import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { dashboardEvents, evaluate, modelSpecOf, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
@@ -151,11 +152,13 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       ddp: { errorIfNonfinite: true },
       // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
       // divergence (the NaN check above still guards every step).
+      // DiLoCo's replicas too, but runElastic checks those at the next outer step after each 100th.
       checkReplicasEvery: comm.averager ? 0 : 100,
       // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
       balanceBatches: config.balance,
       commHook: hook === undefined ? undefined : () => hook,
       modelAverager: comm.modelAverager,
+      diloco: comm.diloco,
 
       async step({ indices, step, ddp, optimizer, pg }) {
         const t0 = performance.now();
@@ -223,7 +226,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
             bytes.stepsAfterStart++;
           }
           bytes.dense += metrics[pg.rank]!.commDenseBytes;
-          if (comm.averager?.averagesAt(step)) bytes.averagings++;
+          if (comm.averager?.averagesAt(step) || syncsAt(comm, step)) bytes.averagings++;
           samplesPerSecTotal += metrics.reduce((s, m) => s + m.samplesPerSec, 0);
           const mine = metrics[pg.rank]!;
           const wire = Math.min(...metrics.map((m) => m.allreduce));
@@ -370,8 +373,18 @@ async function bareBucketsAllReduce(pg: ProcessGroup, buckets: ReadonlyArray<{ s
  * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
  */
 function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
-  const averaging = comm.averager?.averagesAt(step) ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : 0;
+  const averaging = comm.averager?.averagesAt(step) || syncsAt(comm, step) ? averagingBytes(comm, ddp.parameterCount, pg) : 0;
   return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
+}
+
+/** Whether runElastic takes DiLoCo's outer step after `step` (DiLoCo.syncsAt's rule). */
+function syncsAt(comm: CommSetup, step: number): boolean {
+  return comm.diloco !== undefined && step % comm.diloco.syncEvery === 0;
+}
+
+/** What one model averaging (localsgd) or outer step (diloco: its pseudo-gradient, in its wire type) sends from this rank, computed. */
+function averagingBytes(comm: CommSetup, parameterCount: number, pg: ProcessGroup): number {
+  return allReduceBytes(parameterCount, pg.rank, pg.worldSize, { frameBytes: TRAIN_FRAME_BYTES, wire: comm.diloco?.wire ?? 'float32' });
 }
 
 /**
@@ -390,6 +403,8 @@ function commHookSummary(comm: CommSetup, registered: string, parameterCount: nu
     }
     case 'localsgd':
       return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+    case 'diloco':
+      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, outerSteps: averagings, outerStepBytes: averagingBytes(comm, parameterCount, pg) };
     default:
       return { name: spec.kind, registered };
   }

@@ -42,5 +42,7 @@ export function describeCommHook(h: CommHookSpec): string {
       return `PowerSGD, rank ${h.rank}${h.wire === 'float32' ? '' : `, ${h.wire} on the wire`}, after ${plural(h.startIter, 'plain step')}`;
     case 'localsgd':
       return `local SGD, models averaged every ${plural(h.period, 'step')} after ${plural(h.startStep, 'averaged step')}`;
+    case 'diloco':
+      return `DiLoCo, an outer step every ${plural(h.syncEvery, 'inner step')} (outer lr ${h.outerLr}, ${h.outerMomentum > 0 ? `Nesterov momentum ${h.outerMomentum}` : 'no momentum'}${h.wire === 'float32' ? '' : `, ${h.wire} on the wire`})`;
   }
 }

@@ -62,7 +62,7 @@ import { DeviceLostError, isRecoverable } from '../errors.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { verifyReplicas } from '../parallel/replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvous.ts';
-import type { TrainState } from '../checkpoint/state_dict.ts';
+import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
@@ -122,6 +122,12 @@ class ElasticRun<M extends StepMetrics> {
   private readonly averager: PeriodicModelAverager | undefined;
   /** DiLoCo (`o.diloco`): also this rank's hook. */
   private readonly diloco: DiLoCo | undefined;
+  /**
+   * DiLoCo: the last step every rank is known to have finished (its vote, or an outer step,
+   * completed), with this rank's progress and weights then. Inner steps communicate nothing, so a
+   * step committed here may be one a lost rank never took: a failed round goes back to this one.
+   */
+  private confirmed: { progress: Progress; held: DiLoCoHeld } | null = null;
   /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
   private averagedAtEnd = -1;
   /** Balanced batches: each rank's measured step times by batch size, from the round's start (null: balancing off). */
@@ -202,7 +208,7 @@ class ElasticRun<M extends StepMetrics> {
     if (!again || !this.ddp) {
       this.activity = `the state transfer at the start of round ${round.key}`;
       // DiLoCo: this rank's own weights, which the state transfer replaces, count in the round's first outer step.
-      const held = this.diloco && this.live ? await this.whileDeviceLives(this.diloco.hold(this.state.model, this.state.progress.step)) : null;
+      const held = this.diloco && this.live ? this.backToConfirmed() : null;
       await this.whileDeviceLives(this.startRound(round, held));
       // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
       this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
@@ -363,6 +369,7 @@ class ElasticRun<M extends StepMetrics> {
       if (j.outerStep) outerNote = `an outer step over the inner steps since step ${since} of ${j.contributors} rank${j.contributors === 1 ? '' : 's'}`;
     }
     const note = [r.note, hookNote, outerNote].filter((n) => n !== undefined).join('; ');
+    await this.confirm();
     for (const s of r.skipped) this.emit({ type: 'checkpoint-skipped', name: s.name, reason: s.reason });
     this.live = true;
     this.heldIn = { instance: pg.instance, round: pg.round };
@@ -480,7 +487,9 @@ class ElasticRun<M extends StepMetrics> {
         // of the cost, and the rank reports none (0: unknown).
         const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
         this.sizesRun.add(batch.length);
+        if (averaged && this.diloco) await this.confirm();
         const vote = await this.vote(pg, metrics, work);
+        if (this.diloco) await this.confirm();
         this.timeline.lap('vote');
         if (this.costs && this.split) this.costs.observe(this.split, vote.works);
         this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
@@ -546,6 +555,28 @@ class ElasticRun<M extends StepMetrics> {
     this.activity = `the final model averaging after step ${step}`;
     await this.whileDeviceLives(this.averager.averageNow(pg, this.state.model));
     this.averagedAtEnd = step;
+  }
+
+  /** DiLoCo: every rank has finished the step committed last (its vote or outer step completed): the point a failed round goes back to. */
+  private async confirm(): Promise<void> {
+    if (!this.diloco) return;
+    this.confirmed = { progress: { ...this.state.progress }, held: await this.whileDeviceLives(this.diloco.hold(this.state.model, this.state.progress.step)) };
+  }
+
+  /**
+   * DiLoCo, before a round's state transfer: a step committed here after the last confirmed one
+   * (its vote failed) may be one that a lost rank never took, its samples trained by nobody. This
+   * rank goes back to the confirmed step (it claims that step, with the next one in flight, so
+   * that the next round trains it again) and offers the weights it had then to the round's outer step.
+   */
+  private backToConfirmed(): DiLoCoHeld | null {
+    const c = this.confirmed;
+    if (!c) return null;
+    if (c.progress.step < this.state.progress.step) {
+      Object.assign(this.state.progress, c.progress);
+      this.inFlight = c.progress.step + 1;
+    }
+    return c.held;
   }
 
   /** One all-gather per step: [stop, join wanted, work ms, ...this rank's metrics] from every rank. */

@@ -13,14 +13,17 @@ import { ConfigError } from './config_option.ts';
  * start_powerSGD_iter), its all-reduces float32 or, with `wire`, 16-bit (torch's fp16_compress_wrapper
  * around the hook). 'localsgd': averaged gradients for steps 1 .. startStep, then local steps
  * with the models averaged every `period` steps (torch's post_localSGD_hook with a
- * PeriodicModelAverager).
+ * PeriodicModelAverager). 'diloco': DiLoCo, an outer step every `syncEvery` inner steps with
+ * the outer SGD's learning rate and momentum (Nesterov when the momentum is not 0), its
+ * pseudo-gradients float32 or 16-bit on the wire.
  */
 export type CommHookSpec =
   | { kind: 'none' }
   | { kind: 'fp16' }
   | { kind: 'bf16' }
   | { kind: 'powersgd'; rank: number; startIter: number; wire: PowerSGDWire }
-  | { kind: 'localsgd'; period: number; startStep: number };
+  | { kind: 'localsgd'; period: number; startStep: number }
+  | { kind: 'diloco'; syncEvery: number; outerLr: number; outerMomentum: number; wire: PowerSGDWire };
 /** What PowerSGD's all-reduces send: float32, or 16-bit as under torch's fp16/bf16_compress_wrapper (`powersgd:R:fp16`, `powersgd:R:bf16`). */
 export type PowerSGDWire = 'float32' | 'float16' | 'bfloat16';
 const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'bfloat16' };
@@ -30,9 +33,12 @@ export const DEFAULT_COMM_HOOK_START = 10;
 export const MAX_POWERSGD_RANK = 1024;
 export const MAX_LOCALSGD_PERIOD = 1_000_000;
 export const MAX_COMM_HOOK_START = 10_000_000;
+/** DiLoCo's defaults: the paper's outer learning rate and Nesterov momentum. */
+export const DEFAULT_DILOCO_OUTER_LR = 0.7;
+export const DEFAULT_DILOCO_OUTER_MOMENTUM = 0.9;
 
 /** What the option may be, in words (the option's rule, and the error for an unknown hook). */
-export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16] or localsgd:H[:START] (e.g. fp16, powersgd:2, powersgd:2:fp16 or localsgd:4)';
+export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4 or diloco:64)';
 
 /**
  * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
@@ -73,6 +79,23 @@ export function parseCommHook(raw: string): CommHookSpec {
       const startStep = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `localsgd:${period}:START`, 'the steps of averaged gradients before local steps start', `localsgd:${period}:100`);
       return { kind: 'localsgd', period, startStep };
     }
+    case 'diloco': {
+      const last = args[args.length - 1];
+      const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
+      const numbers = wire === 'float32' ? args : args.slice(0, -1);
+      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:fp16|:bf16] (e.g. diloco:64, diloco:64:0.7:0.9 or diloco:64:fp16)';
+      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally fp16 or bf16`);
+      const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
+      /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
+      const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
+        const n = text !== undefined && /^\d{1,6}(\.\d{1,12})?$/.test(text) ? Number(text) : NaN;
+        if (Number.isFinite(n) && ok(n)) return n;
+        throw bad(`${form} with ${name} ${rule}; "${text ?? ''}" is not one`);
+      };
+      const outerLr = numbers.length < 2 ? DEFAULT_DILOCO_OUTER_LR : decimal('OUTER_LR', numbers[1], (n) => n > 0 && n <= 100, 'a decimal number above 0 and up to 100 (the outer SGD\'s learning rate, e.g. 0.7)');
+      const outerMomentum = numbers.length < 3 ? DEFAULT_DILOCO_OUTER_MOMENTUM : decimal('MOMENTUM', numbers[2], (n) => n >= 0 && n < 1, 'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)');
+      return { kind: 'diloco', syncEvery, outerLr, outerMomentum, wire };
+    }
     default:
       throw bad(`${COMM_HOOK_RULE}; "${kind}" is not a hook`);
   }
@@ -85,6 +108,11 @@ export function formatCommHook(spec: CommHookSpec): string {
       return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
     case 'localsgd':
       return `localsgd:${spec.period}${spec.startStep === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startStep}`}`;
+    case 'diloco': {
+      const lr = spec.outerLr !== DEFAULT_DILOCO_OUTER_LR || spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerLr}` : '';
+      const momentum = spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerMomentum}` : '';
+      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
+    }
     default:
       return spec.kind;
   }

@@ -28,7 +28,7 @@ import type { ProcessGroup, WireDtype } from '../c10d/process_group.ts';
 import { allFinite } from '../finite.ts';
 import { SGD } from '../optim.ts';
 import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
-import { assignFlatWeights, flatTrainableWeights } from './replicas.ts';
+import { assignFlatWeights, flatTrainableWeights, hostWeights } from './replicas.ts';
 import type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
 
 export interface DiLoCoOptions {
@@ -172,7 +172,9 @@ export class DiLoCo implements CommHook {
 
   /** This rank's weights now, for `rejoin` after the next state transfer. */
   async hold(model: tf.LayersModel, step: number): Promise<DiLoCoHeld> {
-    return { weights: await flatTrainableWeights(model), step, outerSteps: this.steps };
+    // The host optimizers' master copy when it is current (no readback), else the device's weights.
+    const weights = hostWeights(model)?.slice() ?? (await flatTrainableWeights(model));
+    return { weights, step, outerSteps: this.steps };
   }
 
   /** The outer step with the averaged pseudo-gradient `delta`: torch's SGD on the last outer weights, then every rank's model is the result. */
