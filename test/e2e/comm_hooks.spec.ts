@@ -5,6 +5,7 @@
  * replicas are identical after each averaging. bf16 is fp16's code path with another codec
  * (test/comm_hooks.test.ts).
  */
+import { launch } from '../../launcher/run.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
@@ -61,4 +62,35 @@ test('local SGD: replicas drift between averagings and are identical at the end 
   expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
   const comm = runs[0]!.commHook as { averagings?: number };
   expect(comm.averagings).toBe(2);
+});
+
+test('DiLoCo: identical replicas after the run; a tab killed between outer steps and one joining cost no sample twice or never', async ({ browser, server }) => {
+  // Two pages, 12 steps of diloco:4: outer steps after 4, 8 and 12, one pseudo-gradient all-reduce each.
+  const runs = await run(browser, server, 'diloco:4');
+  expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+  const comm = runs[0]!.commHook as { name?: string; registered?: string; outerSteps?: number; outerStepBytes?: number };
+  expect(comm).toMatchObject({ name: 'diloco', registered: 'diloco', outerSteps: 3 });
+  expect(comm.outerStepBytes).toBeGreaterThanOrEqual(4 * (runs[0]!.parameters as number));
+
+  // Through the launcher, on the cpu backend: 3 tabs, rank 1 killed at step 10, a fourth tab opened at step 4.
+  const lines: string[] = [];
+  const { ok, summary } = await launch({
+    nproc: 3,
+    job: 'train',
+    session: sessionName('diloco'),
+    timeoutSec: 240,
+    jobParams: { dataset: 'synthetic', trainSize: '8192', batchSize: '32', backend: 'cpu', min: '2', max: '4', commHook: 'diloco:4' },
+    faults: [{ kind: 'kill', rank: 1, step: 10 }, { kind: 'join', count: 1, step: 4 }],
+    log: (l) => lines.push(l),
+  });
+  if (!ok) console.log(lines.slice(-40).join('\n'));
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  const s = summary as { identical: boolean; worldSize: number; samplesSeen: unknown[]; resumes: string[] };
+  console.log(JSON.stringify(s));
+  expect(s.identical).toBe(true);
+  expect(s.worldSize).toBe(3);
+  expect(s.samplesSeen).toEqual([{ samples: 8192, exactlyOnce: true, complete: true }]);
+  // Each new round starts with an outer step over the inner steps of the ranks that took them.
+  expect(s.resumes.length).toBeGreaterThanOrEqual(2);
+  expect(lines.filter((l) => /New group of \d: .*an outer step over the inner steps since step \d+ of \d ranks?/.test(l)).length).toBeGreaterThanOrEqual(2);
 });
