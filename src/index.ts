@@ -117,7 +117,7 @@ export {
   type Stateful,
   type Json,
 } from './checkpoint/state_dict.ts';
-export { stepVote, type StepVote } from './elastic/vote.ts';
+export { stepVote, stepsVote, type StepVote, type StepsVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export type { StepTimeline } from './elastic/timeline.ts';

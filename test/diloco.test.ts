@@ -177,7 +177,7 @@ interface Member {
 }
 
 /** One member: AdamW inner steps on its samples, DiLoCo every `syncEvery` steps. */
-function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
+function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
   const events: ElasticEvent[] = [];
   const hashes = new Map<number, string>();
   const roundHashes: string[] = [];
@@ -203,6 +203,7 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
     resumeFrom: o.resumeFrom,
     resumeFromToken: o.resumeFrom === undefined ? undefined : tokenFor(o.resumeFrom),
     diloco: { syncEvery: o.syncEvery },
+    voteEvery: o.voteEvery,
     onEvent: (e) => events.push(e),
     onRound: async (ctx) => {
       roundHashes.push(await ctx.ddp.weightsHash());
@@ -269,6 +270,37 @@ describe('runElastic with diloco', () => {
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }]);
     for (const m of members.slice(0, 2)) expect(new Set(m.roundHashes).size).toBe(2);
     expect(members[0]!.roundHashes[1]).toBe(members[1]!.roundHashes[1]);
+    await closeAll(done);
+  });
+
+  it('voteEvery: the ranks meet only every few steps; each step still gets every rank\'s metrics, in order; a failed round goes back to the last vote', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-vote');
+    class TabClosed extends Error {}
+    const members = [0, 1, 2].map((id) =>
+      member(net, id, session, {
+        min: 2,
+        max: 3,
+        syncEvery: 8,
+        voteEvery: 4,
+        steps: 16,
+        extra: id === 2 ? async (ctx) => {
+          if (ctx.step === 11) throw new TabClosed('closed at step 11');
+        } : undefined,
+      }),
+    );
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    const done = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
+    const steps = members[0]!.events.flatMap((e) => (e.type === 'step' ? [[e.step, e.metrics.length]] : []));
+    // Steps 1-8 with 3 ranks' metrics; 9 and 10 were not voted on (the round failed before step 12's vote); then 2 ranks from step 9 on.
+    expect(steps.slice(0, 9)).toEqual([[1, 3], [2, 3], [3, 3], [4, 3], [5, 3], [6, 3], [7, 3], [8, 3], [9, 2]]);
+    expect(steps.map(([s]) => s)).toEqual(Array.from({ length: steps.length }, (_, i) => i + 1));
+    // Back to the last vote (step 8, an outer step): steps 9 and 10, which the survivors took, are trained again with step 11.
+    expect(roundNotes(members[0]!)).toContain('resumed at step 8 from the replica of rank 0; step 9 is trained again');
+    // Epoch 0 in steps 1-8 (3 ranks); epoch 1 from step 9, with 2 ranks after the loss: steps 9-16 train 64 of its 96 samples.
+    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }, { samples: 64, exactlyOnce: true, complete: false }]);
     await closeAll(done);
   });
 

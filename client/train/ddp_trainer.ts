@@ -159,6 +159,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       commHook: hook === undefined ? undefined : () => hook,
       modelAverager: comm.modelAverager,
       diloco: comm.diloco,
+      // DiLoCo's inner steps meet nowhere: the ranks vote at outer steps, and at least every
+      // DILOCO_VOTE_EVERY steps so that a stop, a joiner and the dashboard's figures wait no longer.
+      voteEvery: comm.diloco ? Math.min(comm.diloco.syncEvery, DILOCO_VOTE_EVERY) : 1,
 
       async step({ indices, step, ddp, optimizer, pg }) {
         const t0 = performance.now();
@@ -366,6 +369,9 @@ async function bareBucketsAllReduce(pg: ProcessGroup, buckets: ReadonlyArray<{ s
   times.sort((a, b) => a - b);
   return times[Math.floor(times.length / 2)]!;
 }
+
+/** With DiLoCo, the ranks vote at least this often (runElastic's voteEvery): a stop or a joiner waits at most this many steps. */
+const DILOCO_VOTE_EVERY = 16;
 
 /**
  * A step's bytes for the vote: what the backward's reductions sent (plus, with localsgd, the

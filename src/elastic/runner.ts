@@ -65,7 +65,7 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvou
 import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
-import { stepVote, type StepMetrics, type StepVote } from './vote.ts';
+import { stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
@@ -436,6 +436,9 @@ class ElasticRun<M extends StepMetrics> {
     this.costs = balance ? new StepCosts(n) : null;
     this.split = null;
     let firstInRound = true;
+    /** The steps committed since the last vote, with this rank's metrics: the next vote carries them all. */
+    const pending: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }> = [];
+    const voteEvery = o.voteEvery ?? 1;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -488,12 +491,22 @@ class ElasticRun<M extends StepMetrics> {
         const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
         this.sizesRun.add(batch.length);
         if (averaged && this.diloco) await this.confirm();
-        const vote = await this.vote(pg, metrics, work);
-        if (this.diloco) await this.confirm();
-        this.timeline.lap('vote');
-        if (this.costs && this.split) this.costs.observe(this.split, vote.works);
-        this.emit({ type: 'step', round: round.key, rank: pg.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
-        await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: p.step, epoch: p.epoch, metrics: vote.metrics }));
+        pending.push({ step: p.step, epoch: p.epoch, metrics, totalSteps });
+        // With voteEvery > 1 the ranks meet at every voteEvery-th step, at outer steps and averagings, and at the end of each epoch and of the run.
+        const votes = p.step % voteEvery === 0 || averaged || k === stepsLeft - 1 || p.step >= this.maxSteps;
+        let vote: StepsVote<M> | null = null;
+        if (votes) {
+          vote = await this.vote(pg, pending.map((x) => x.metrics), work);
+          if (this.diloco) await this.confirm();
+          this.timeline.lap('vote');
+          if (this.costs && this.split) this.costs.observe(this.split, vote.works);
+          const steps = pending.splice(0);
+          for (const [j, x] of steps.entries()) {
+            const all = vote.steps[j]!;
+            this.emit({ type: 'step', round: round.key, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - this.started });
+            await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: x.step, epoch: x.epoch, metrics: all }));
+          }
+        }
         // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
         if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
         if (this.checkDue && ((!this.averager && !this.diloco) || averaged)) {
@@ -503,11 +516,11 @@ class ElasticRun<M extends StepMetrics> {
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(pg);
         this.timeline.lap('page');
         this.timeline.end();
-        if (vote.stoppedBy !== null) {
+        if (vote?.stoppedBy != null) {
           await this.averageAtEnd(pg);
           return { kind: 'stopped', by: vote.stoppedBy };
         }
-        if (vote.regroup) return { kind: 'regroup' };
+        if (vote?.regroup) return { kind: 'regroup' };
       }
       if (p.position >= length) {
         // The run's last step: local SGD's final averaging comes before the epoch's end (an evaluation there sees the one model).
@@ -579,9 +592,9 @@ class ElasticRun<M extends StepMetrics> {
     return c.held;
   }
 
-  /** One all-gather per step: [stop, join wanted, work ms, ...this rank's metrics] from every rank. */
-  private vote(pg: ProcessGroup, mine: M, work: number): Promise<StepVote<M>> {
-    return stepVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
+  /** One all-gather per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since the last vote] from every rank. */
+  private vote(pg: ProcessGroup, mine: M[], work: number): Promise<StepsVote<M>> {
+    return stepsVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
   }
 
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */

@@ -81,6 +81,16 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
    * step (at once when the step averages): the replicas are only identical there.
    */
   checkReplicasEvery?: number;
+  /**
+   * The ranks vote (stop, let members join, each rank's metrics) after every this many steps, at
+   * each epoch's end and the run's, and after every DiLoCo outer step or model averaging; the
+   * vote carries the metrics of every step since the last one, and `onStep` then runs for each
+   * of those steps in order. Default 1: a vote per step. More means fewer meeting points (DiLoCo's
+   * inner steps then communicate nothing at all), but a stop or a waiting joiner is heard up to
+   * this many steps later, and with DiLoCo a failed round goes back to the last vote: every rank's
+   * steps since then are trained again.
+   */
+  voteEvery?: number;
   /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
   checkpointEvery?: number;
   /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */
@@ -151,6 +161,7 @@ export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   checkSchedule(o);
   if (o.diloco && (o.commHook || o.modelAverager)) throw new TypeError('diloco is a strategy of its own: leave commHook and modelAverager unset with it (DiLoCo is its own hook, and its outer step averages the models)');
   if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
+  if (o.voteEvery !== undefined && !(Number.isSafeInteger(o.voteEvery) && o.voteEvery >= 1)) throw new RangeError(`voteEvery must be an integer >= 1, got ${o.voteEvery}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
