@@ -3,7 +3,7 @@ import { count, finite, record, round, round4, type RankResult } from './summary
 
 /** --comm-hook in a DDP run's summary (see commSummary). */
 export interface CommSummary {
-  /** Rank 0's `commHook` (the lowest rank's that reported one): `name` (none, fp16, bf16, powersgd, localsgd), `registered` and the hook's numbers. */
+  /** Rank 0's `commHook` (the lowest rank's that reported one): `name` (none, fp16, bf16, powersgd, localsgd, diloco), `registered` and the hook's numbers. */
   commHook?: Record<string, string | number>;
   /** Bytes a rank sent per step to keep the replicas in step, the mean over the ranks that reported it. */
   bytesPerStep?: number | null;
@@ -15,8 +15,10 @@ export interface CommSummary {
   overlap?: { commMs: number; exposedMs: number; hiddenShare: number };
 }
 
-const COMM_HOOK_NAMES = new Set(['none', 'fp16', 'bf16', 'powersgd', 'localsgd']);
-const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes'] as const;
+const COMM_HOOK_NAMES = new Set(['none', 'fp16', 'bf16', 'powersgd', 'localsgd', 'diloco']);
+const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes', 'syncEvery', 'stream', 'outerSteps', 'outerStepBytes'] as const;
+/** Numbers that need not be whole (DiLoCo's outer learning rate and momentum). */
+const COMM_HOOK_DECIMALS = ['outerLr', 'outerMomentum'] as const;
 
 /**
  * A DDP run's communication figures from its ranks' results (the pipeline and parameter-server
@@ -35,6 +37,7 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     commHook.name = hook.name as string;
     if (typeof hook.registered === 'string' && /^[\w.-]{1,64}$/.test(hook.registered)) commHook.registered = hook.registered;
     for (const k of COMM_HOOK_NUMBERS) if (count(hook[k]) !== null) commHook[k] = hook[k] as number;
+    for (const k of COMM_HOOK_DECIMALS) if (finite(hook[k]) !== null && (hook[k] as number) >= 0) commHook[k] = hook[k] as number;
     // PowerSGD's wire (float32, or 16-bit under the fp16/bf16 wrapper): one of three words, nothing else.
     if (typeof hook.wire === 'string' && ['float32', 'float16', 'bfloat16'].includes(hook.wire)) commHook.wire = hook.wire;
   }
@@ -88,6 +91,12 @@ export function commLine(summary: Record<string, unknown>): string | null {
     case 'localsgd':
       what = `localsgd, models averaged every ${n('period') ?? '?'} steps after ${n('startStep') ?? '?'} averaged ones${n('averagings') === null ? '' : ` (${n('averagings')} averagings timed)`}`;
       break;
+    case 'diloco': {
+      const stream = (n('stream') ?? 0) > 0 ? `, streaming in ${n('stream')} fragments overlapped with the next inner step` : '';
+      const wire = typeof hook.wire === 'string' && hook.wire !== 'float32' ? `, ${hook.wire} on the wire` : '';
+      what = `diloco, an outer step every ${n('syncEvery') ?? '?'} inner steps (outer lr ${n('outerLr') ?? '?'}, momentum ${n('outerMomentum') ?? '?'})${stream}${wire}${n('outerSteps') === null ? '' : ` (${n('outerSteps')} outer all-reduces timed)`}`;
+      break;
+    }
     default:
       what = 'n/a';
   }

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DiLoCo } from '../src/parallel/diloco.ts';
+import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../src/parallel/diloco.ts';
 import { assignFlatWeights, flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
@@ -72,6 +72,7 @@ describe('DiLoCo', () => {
       const start = Float32Array.from(torchRef.start);
       models.forEach((m) => assignFlatWeights(m, start));
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
+      const sentBefore = pgs.map((pg) => pg.bytesSent());
       for (const [p, phase] of torchRef.phases.entries()) {
         models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
         // Not an outer step: the models stay each rank's own.
@@ -82,8 +83,9 @@ describe('DiLoCo', () => {
         expect(relativeError(after[0]!, Float32Array.from(phase.outer))).toBeLessThan(1e-6);
       }
       expect(dilocos.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[4, 16], [4, 16], [4, 16]]);
-      // A pseudo-gradient all-reduce of 24 float32 values per outer step.
-      for (const d of dilocos) expect(d.bytesSent).toBeGreaterThanOrEqual(4 * 24 * 4);
+      // A pseudo-gradient all-reduce of 24 float32 values per outer step, and nothing else.
+      for (const pg of pgs) expect(pg.bytesSent() - sentBefore[pg.rank]!).toBeGreaterThanOrEqual(4 * 24 * 4);
+      for (const pg of pgs) expect(pg.bytesSent() - sentBefore[pg.rank]!).toBeLessThan(4 * 24 * 4 * 3);
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -113,7 +115,8 @@ describe('DiLoCo', () => {
       expect(await run(b)).toBe(await run(a));
       // What a peer or a file may send is checked before it is taken.
       expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } })).toThrow(/momentum buffer of 3 values for 24 weights/);
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, outerSteps: -1 } })).toThrow(/outerSteps -1 is not a count/);
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, fragmentSteps: '-1' } })).toThrow(/fragmentSteps "-1" is not 1 counts/);
+      expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(/it is for 1 fragments, this DiLoCo has 2/);
       const nan = state.tensors['outer_weights']!.slice();
       nan[3] = NaN;
       expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(/non-finite/);
@@ -156,7 +159,56 @@ describe('DiLoCo', () => {
     }
   });
 
+  it('streaming: fragments take turns, staggered over the H steps; an overlapped all-reduce lands steps later and keeps the progress made meanwhile', async () => {
+    expect(fragmentRanges(10, 3)).toEqual([{ start: 0, end: 3 }, { start: 3, end: 6 }, { start: 6, end: 10 }]);
+    expect(Array.from({ length: 8 }, (_, k) => fragmentsSyncingAt(k + 1, 8, 4))).toEqual([[], [0], [], [1], [], [2], [], [3]]);
+    expect(Array.from({ length: 4 }, (_, k) => fragmentsSyncingAt(k + 1, 4, 1))).toEqual([[], [], [], [0]]);
+    const pgs = await groups(2);
+    try {
+      const models = pgs.map(() => smallModel());
+      const ds = pgs.map(() => new DiLoCo({ syncEvery: 4, fragments: 2, overlap: 1 }));
+      const start = Float32Array.from(torchRef.start);
+      models.forEach((m) => assignFlatWeights(m, start));
+      await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
+      const local = (r: number, step: number) => Float32Array.from(start, (v, i) => v + 0.01 * Math.sin(r * 3 + step * 0.7 + i));
+      const at = async (step: number) => {
+        models.forEach((m, r) => assignFlatWeights(m, local(r, step)));
+        const landed = await Promise.all(ds.map((d, r) => d.land(models[r]!, step)));
+        const inSync = await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, step)));
+        return { landed, inSync, weights: await Promise.all(models.map((m) => flatTrainableWeights(m))) };
+      };
+      expect((await at(1)).landed).toEqual([0, 0]);
+      // Step 2: fragment 0 (values 0-11) goes on the wire; nothing changes yet.
+      const two = await at(2);
+      expect(two.inSync).toEqual([false, false]);
+      for (const [r, w] of two.weights.entries()) expect(hex(w)).toBe(hex(local(r, 2)));
+      // Step 3: it lands. Fragment 0 = new outer + what each rank trained since step 2; fragment 1 untouched.
+      const three = await at(3);
+      expect(three.landed).toEqual([1, 1]);
+      const g = Float32Array.from({ length: 12 }, (_, i) => Math.fround(Math.fround(Math.fround(start[i]! - local(0, 2)[i]!) + Math.fround(start[i]! - local(1, 2)[i]!)) / 2));
+      const outer0 = Float32Array.from(g, (gi, i) => Math.fround(start[i]! + Math.fround(-0.7) * Math.fround(gi + Math.fround(0.9) * gi)));
+      for (const [r, w] of three.weights.entries()) {
+        const want = Float32Array.from({ length: 12 }, (_, i) => Math.fround(outer0[i]! + Math.fround(local(r, 3)[i]! - local(r, 2)[i]!)));
+        expect(relativeError(w.subarray(0, 12), want)).toBeLessThan(1e-6);
+        expect(hex(w.subarray(12))).toBe(hex(local(r, 3).subarray(12)));
+      }
+      const outerOf = (d: DiLoCo) => hex(d.stateDict().tensors['outer_weights']!);
+      expect(outerOf(ds[0]!)).toBe(outerOf(ds[1]!));
+      expect(ds.map((d) => d.outerSteps)).toEqual([1, 1]);
+      // Step 4: fragment 1's turn; a full outer step at the end lands it and leaves the replicas identical.
+      await at(4);
+      await Promise.all(pgs.map((pg, r) => ds[r]!.syncNow(pg, models[r]!, 4)));
+      const end = await Promise.all(models.map((m) => flatTrainableWeights(m)));
+      expect(hex(end[0]!)).toBe(hex(end[1]!));
+      expect(ds.map((d) => d.inSync(4))).toEqual([true, true]);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
   it('refuses options that make no outer step', () => {
+    expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(/fragments must be an integer from 1 to syncEvery \(4\), got 5/);
+    expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(/overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/);
     expect(() => new DiLoCo({ syncEvery: 0 })).toThrow(/syncEvery must be an integer >= 1, got 0/);
     expect(() => new DiLoCo({ syncEvery: 4, outerLr: -1 })).toThrow(/outerLr must be a positive number/);
     expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 0 })).toThrow(/Nesterov needs an outer momentum/);
@@ -174,14 +226,17 @@ interface Member {
   roundHashes: string[];
   /** DiLoCo's outer step count as each round starts. */
   roundOuterSteps: unknown[];
+  /** DiLoCo's outer weights (hex) after each step voted on. */
+  outerWeights: Map<number, string>;
 }
 
 /** One member: AdamW inner steps on its samples, DiLoCo every `syncEvery` steps. */
-function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
+function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; fragments?: number; overlap?: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
   const events: ElasticEvent[] = [];
   const hashes = new Map<number, string>();
   const roundHashes: string[] = [];
   const roundOuterSteps: unknown[] = [];
+  const outerWeights = new Map<number, string>();
   const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
   const state = new TrainState({ model, optimizer: () => new AdamW({ lr: 0.01 }) });
   const result = runElastic({
@@ -202,14 +257,18 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
     checkpointEvery: o.checkpointEvery,
     resumeFrom: o.resumeFrom,
     resumeFromToken: o.resumeFrom === undefined ? undefined : tokenFor(o.resumeFrom),
-    diloco: { syncEvery: o.syncEvery },
+    diloco: { syncEvery: o.syncEvery, fragments: o.fragments, overlap: o.overlap },
     voteEvery: o.voteEvery,
     onEvent: (e) => events.push(e),
     onRound: async (ctx) => {
       roundHashes.push(await ctx.ddp.weightsHash());
       roundOuterSteps.push(ctx.ddp.commHookState()?.meta.outerSteps);
     },
-    onStep: async (ctx) => void hashes.set(ctx.step, await ctx.ddp.weightsHash()),
+    onStep: async (ctx) => {
+      hashes.set(ctx.step, await ctx.ddp.weightsHash());
+      const outer = ctx.ddp.commHookState()?.tensors['outer_weights'];
+      if (outer) outerWeights.set(ctx.step, hex(outer));
+    },
     async step(ctx) {
       await o.extra?.(ctx);
       const { x, y } = data.batch(ctx.indices);
@@ -222,7 +281,7 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
     },
   });
   result.catch(() => {});
-  return { events, result, hashes, roundHashes, roundOuterSteps };
+  return { events, result, hashes, roundHashes, roundOuterSteps, outerWeights };
 }
 
 const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
@@ -301,6 +360,39 @@ describe('runElastic with diloco', () => {
     expect(roundNotes(members[0]!)).toContain('resumed at step 8 from the replica of rank 0; step 9 is trained again');
     // Epoch 0 in steps 1-8 (3 ranks); epoch 1 from step 9, with 2 ranks after the loss: steps 9-16 train 64 of its 96 samples.
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }, { samples: 64, exactlyOnce: true, complete: false }]);
+    await closeAll(done);
+  });
+
+  it('streaming with overlap: the outer weights stay the same on every rank, a lost rank costs no sample, the run ends identical', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-stream');
+    class TabClosed extends Error {}
+    const members = [0, 1, 2].map((id) => {
+      const m = member(net, id, session, {
+        min: 2,
+        max: 3,
+        syncEvery: 4,
+        fragments: 2,
+        overlap: 1,
+        extra: id === 2 ? async (ctx) => {
+          if (ctx.step === 7) throw new TabClosed('closed at step 7');
+        } : undefined,
+      });
+      return m;
+    });
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    const done = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
+    for (const m of members.slice(0, 2)) expect(roundNotes(m).some((n) => /an outer step over the inner steps since step \d+ of 2 ranks/.test(n))).toBe(true);
+    // Replicas differ between outer steps (the progress made while a fragment was on the wire)...
+    const differ = [...members[0]!.hashes.keys()].filter((k) => members[1]!.hashes.has(k) && members[0]!.hashes.get(k) !== members[1]!.hashes.get(k));
+    expect(differ.length).toBeGreaterThan(0);
+    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }]);
+    // ...the outer weights never do.
+    const common = [...members[0]!.outerWeights.keys()].filter((k) => members[1]!.outerWeights.has(k));
+    expect(common.length).toBeGreaterThan(5);
+    for (const k of common) expect(members[0]!.outerWeights.get(k), `step ${k}`).toBe(members[1]!.outerWeights.get(k));
     await closeAll(done);
   });
 

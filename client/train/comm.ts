@@ -75,6 +75,9 @@ export function commSetup(spec: CommHookSpec): CommSetup {
       return { ...none, hook: postLocalSGD({ startStep: spec.startStep }), modelAverager, averager: new PeriodicModelAverager(modelAverager) };
     }
     case 'diloco':
-      return { ...none, diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire } };
+      return {
+        ...none,
+        diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire, fragments: Math.max(1, spec.stream), overlap: spec.stream > 0 ? 1 : 0 },
+      };
   }
 }

@@ -25,6 +25,7 @@ import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts'
 import type { StepBreakdownMs } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
+import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { dashboardEvents, evaluate, modelSpecOf, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
@@ -312,7 +313,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     bytesPerStepAfterStart: bytes.stepsAfterStart > 0 ? bytes.afterStart / bytes.stepsAfterStart : null,
     // Overlap: of the communication's span per step, what ran while buckets were still being read
     // back (hidden) and what the step waited for at its end (exposed, breakdownMs.allreduce). Averaged over ranks.
-    overlap: overlapOf(timedSteps, commSpan, sums.allreduce),
+    // DiLoCo: of its outer all-reduces' time on the wire, what ran behind the next inner steps.
+    overlap: run.ddp.commHook instanceof DiLoCo ? dilocoOverlap(run.ddp.commHook) : overlapOf(timedSteps, commSpan, sums.allreduce),
     // Where this rank's step went, mean ms per timed step (see stepTimeline); and the float32
     // all-reduce of the buckets alone, timed after training on the same group.
     timelineMs,
@@ -379,18 +381,26 @@ const DILOCO_VOTE_EVERY = 16;
  * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
  */
 function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
-  const averaging = comm.averager?.averagesAt(step) || syncsAt(comm, step) ? averagingBytes(comm, ddp.parameterCount, pg) : 0;
+  const averaging = comm.averager?.averagesAt(step) ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : outerStepBytes(comm, ddp.parameterCount, pg, step);
   return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
 }
 
-/** Whether runElastic takes DiLoCo's outer step after `step` (DiLoCo.syncsAt's rule). */
+/** Whether some DiLoCo fragment takes its outer step after `step` (DiLoCo.syncsAt's rule). */
 function syncsAt(comm: CommSetup, step: number): boolean {
-  return comm.diloco !== undefined && step % comm.diloco.syncEvery === 0;
+  return comm.diloco !== undefined && fragmentsSyncingAt(step, comm.diloco.syncEvery, comm.diloco.fragments ?? 1).length > 0;
 }
 
-/** What one model averaging (localsgd) or outer step (diloco: its pseudo-gradient, in its wire type) sends from this rank, computed. */
-function averagingBytes(comm: CommSetup, parameterCount: number, pg: ProcessGroup): number {
-  return allReduceBytes(parameterCount, pg.rank, pg.worldSize, { frameBytes: TRAIN_FRAME_BYTES, wire: comm.diloco?.wire ?? 'float32' });
+/**
+ * What DiLoCo's outer all-reduces started after `step` send from this rank (its pseudo-gradient's
+ * fragments whose turn it is, in the wire type), computed; every fragment's when `step` is
+ * undefined (one outer step of the whole model). 0 without DiLoCo.
+ */
+function outerStepBytes(comm: CommSetup, parameterCount: number, pg: ProcessGroup, step?: number): number {
+  const d = comm.diloco;
+  if (!d) return 0;
+  const ranges = fragmentRanges(parameterCount, d.fragments ?? 1);
+  const turn = step === undefined ? ranges.map((_, f) => f) : fragmentsSyncingAt(step, d.syncEvery, d.fragments ?? 1);
+  return turn.reduce((sum, f) => sum + allReduceBytes(ranges[f]!.end - ranges[f]!.start, pg.rank, pg.worldSize, { frameBytes: TRAIN_FRAME_BYTES, wire: d.wire ?? 'float32' }), 0);
 }
 
 /**
@@ -410,10 +420,18 @@ function commHookSummary(comm: CommSetup, registered: string, parameterCount: nu
     case 'localsgd':
       return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
     case 'diloco':
-      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, outerSteps: averagings, outerStepBytes: averagingBytes(comm, parameterCount, pg) };
+      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, stream: spec.stream, outerSteps: averagings, outerStepBytes: outerStepBytes(comm, parameterCount, pg) };
     default:
       return { name: spec.kind, registered };
   }
+}
+
+/** DiLoCo's outer all-reduces: mean span and exposed wait per all-reduce, and the share of the span hidden behind inner steps. */
+function dilocoOverlap(d: DiLoCo): { commMs: number; exposedMs: number; hiddenShare: number; allReduces: number } | null {
+  const c = d.comm;
+  if (c.allReduces === 0 || c.spanMs <= 0) return null;
+  const exposed = Math.min(c.exposedMs, c.spanMs);
+  return { commMs: c.spanMs / c.allReduces, exposedMs: exposed / c.allReduces, hiddenShare: 1 - exposed / c.spanMs, allReduces: c.allReduces };
 }
 
 /** Mean communication span and exposed wait per step, and the share of the span hidden behind the backward. */

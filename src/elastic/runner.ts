@@ -480,8 +480,8 @@ class ElasticRun<M extends StepMetrics> {
           this.timeline.lap('average');
         }
         if (this.diloco) {
-          this.activity = `DiLoCo's outer step after step ${p.step}`;
-          averaged = await this.whileDeviceLives(this.diloco.sync(pg, this.state.model, p.step));
+          this.activity = `DiLoCo's outer all-reduces due at step ${p.step}`;
+          await this.whileDeviceLives(this.diloco.land(this.state.model, p.step));
           this.timeline.lap('average');
         }
 
@@ -490,15 +490,23 @@ class ElasticRun<M extends StepMetrics> {
         // of the cost, and the rank reports none (0: unknown).
         const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
         this.sizesRun.add(batch.length);
-        if (averaged && this.diloco) await this.confirm();
         pending.push({ step: p.step, epoch: p.epoch, metrics, totalSteps });
         // With voteEvery > 1 the ranks meet at every voteEvery-th step, at outer steps and averagings, and at the end of each epoch and of the run.
-        const votes = p.step % voteEvery === 0 || averaged || k === stepsLeft - 1 || p.step >= this.maxSteps;
+        const votes = p.step % voteEvery === 0 || averaged || (this.diloco?.syncsAt(p.step) ?? false) || k === stepsLeft - 1 || p.step >= this.maxSteps;
         let vote: StepsVote<M> | null = null;
         if (votes) {
           vote = await this.vote(pg, pending.map((x) => x.metrics), work);
           if (this.diloco) await this.confirm();
           this.timeline.lap('vote');
+        }
+        // DiLoCo's outer steps come after the vote, so that the vote never waits behind an all-reduce this step starts.
+        if (this.diloco && !vote?.regroup && vote?.stoppedBy == null) {
+          this.activity = `DiLoCo's outer step after step ${p.step}`;
+          averaged = await this.whileDeviceLives(this.diloco.sync(pg, this.state.model, p.step));
+          if (averaged) await this.confirm();
+          this.timeline.lap('average');
+        }
+        if (vote) {
           if (this.costs && this.split) this.costs.observe(this.split, vote.works);
           const steps = pending.splice(0);
           for (const [j, x] of steps.entries()) {
@@ -559,7 +567,7 @@ class ElasticRun<M extends StepMetrics> {
    */
   private async averageAtEnd(pg: ProcessGroup): Promise<void> {
     const step = this.state.progress.step;
-    if (this.diloco && step > this.diloco.syncedAtStep) {
+    if (this.diloco && !this.diloco.inSync(step)) {
       this.activity = `DiLoCo's last outer step, after step ${step}`;
       await this.whileDeviceLives(this.diloco.syncNow(pg, this.state.model, step));
       return;

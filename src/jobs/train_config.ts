@@ -208,7 +208,7 @@ const OPTIONS = [
   {
     name: 'commHook',
     // The syntax here; what each item may be in parseCommHook (which names the item).
-    kind: { type: 'text', pattern: /^[A-Za-z0-9]{1,16}(:[0-9A-Za-z.+-]{0,24}){0,4}$/, rule: COMM_HOOK_RULE },
+    kind: { type: 'text', pattern: /^[A-Za-z0-9]{1,16}(:[0-9A-Za-z.+-]{0,24}){0,5}$/, rule: COMM_HOOK_RULE },
     inForm: false,
     defaultValue: fixed('none'),
   },

@@ -17,11 +17,24 @@
  * it was taken at) is training state: it is the hook's state dict, saved in checkpoints and sent
  * with a replica's state to the ranks of a new round, all of it shared by every rank.
  *
+ * Streaming (Douillard et al., "Streaming DiLoCo with overlapping communication", 2025): with
+ * `fragments` P > 1 the weights are cut into P contiguous fragments, and fragment f takes its
+ * outer step at its own steps (every H steps, staggered by H/P), so that each outer step sends
+ * 1/P of the model and the traffic spreads over the H steps. With `overlap` d >= 1 a fragment's
+ * all-reduce runs while the next d inner steps compute; when it lands the rank merges it: the
+ * fragment becomes the new outer weights plus the inner progress this rank made while it was on
+ * the wire (`new outer + (weights now - weights sent)`), so no inner step is lost and each step's
+ * progress enters exactly one pseudo-gradient. The replicas then differ by that progress: they
+ * are identical after a full outer step (`syncNow`, at the end of a run; `rejoin`), and with
+ * P = 1 and no overlap after every outer step. The outer weights are the same on every rank at
+ * all times.
+ *
  * Regroups (`rejoin`, at the start of each round after the state transfer): the ranks that trained
  * inner steps since the last outer step and held the group's outer state contribute their
  * pseudo-gradients to one outer step among the new round's ranks, so that a rank that left costs
  * only its own inner steps since the last outer step, the survivors' count, and a joiner starts
- * from the outer weights that step makes.
+ * from the outer weights that step makes. An all-reduce still on the wire when a round fails is
+ * dropped: the progress it carried is still in the weights, and the round's outer step takes it.
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup, WireDtype } from '../c10d/process_group.ts';
@@ -32,7 +45,7 @@ import { assignFlatWeights, flatTrainableWeights, hostWeights } from './replicas
 import type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
 
 export interface DiLoCoOptions {
-  /** Inner steps between two outer steps (the paper's H), >= 1. */
+  /** Inner steps between two outer steps of each fragment (the paper's H), >= 1. */
   syncEvery: number;
   /** The outer SGD's learning rate (default 0.7, the paper's). */
   outerLr?: number;
@@ -45,12 +58,16 @@ export interface DiLoCoOptions {
    * bytes; the reduction stays float32 and every rank decodes the same 16-bit average).
    */
   wire?: WireDtype;
+  /** Streaming DiLoCo: the fragments the weights are cut into, each with its own staggered outer step (default 1: the whole model at once). At most syncEvery. */
+  fragments?: number;
+  /** Inner steps an outer all-reduce runs behind, overlapped with compute (default 0: the ranks wait for it). Less than syncEvery / fragments. */
+  overlap?: number;
 }
 
 /** What a rank held before a round's state transfer overwrote it: its own weights, for `rejoin`. */
 export interface DiLoCoHeld {
   weights: Float32Array;
-  /** Its committed steps, and its outer step count, then. */
+  /** Its committed steps, and its outer step count (over all fragments), then. */
   step: number;
   outerSteps: number;
 }
@@ -61,6 +78,28 @@ export interface DiLoCoRejoin {
   contributors: number;
 }
 
+/** The contiguous ranges [start, end) of `fragments` nearly equal fragments of `numel` weights. */
+export function fragmentRanges(numel: number, fragments: number): Array<{ start: number; end: number }> {
+  return Array.from({ length: fragments }, (_, f) => ({ start: Math.floor((f * numel) / fragments), end: Math.floor(((f + 1) * numel) / fragments) }));
+}
+
+/** The fragments whose outer step falls after `step`: fragment f's every `syncEvery` steps, staggered by f's share of them (one fragment: every syncEvery-th step). */
+export function fragmentsSyncingAt(step: number, syncEvery: number, fragments: number): number[] {
+  const out: number[] = [];
+  for (let f = 0; f < fragments; f++) if (step % syncEvery === Math.round(((f + 1) * syncEvery) / fragments) % syncEvery) out.push(f);
+  return out;
+}
+
+/** One fragment's outer state, and its all-reduce while on the wire. */
+interface Fragment {
+  start: number;
+  end: number;
+  outer: SGD;
+  steps: number;
+  syncedAt: number;
+  inFlight: { sum: Promise<Float32Array>; sent: Float32Array; due: number } | null;
+}
+
 export class DiLoCo implements CommHook {
   readonly name = 'diloco';
   readonly syncEvery: number;
@@ -68,37 +107,52 @@ export class DiLoCo implements CommHook {
   readonly outerMomentum: number;
   readonly nesterov: boolean;
   readonly wire: WireDtype;
-  /** The last outer weights (null until the run's first round sets them). */
+  readonly fragmentCount: number;
+  readonly overlap: number;
+  /** The last outer weights (null until the run's first round sets them), the same on every rank. */
   private outerWeights: Float32Array | null = null;
-  private outer: SGD;
-  private steps = 0;
-  private syncedAt = 0;
-  /** Bytes this rank sent in outer steps, and how many it took. */
-  bytesSent = 0;
+  private fragments: Fragment[] = [];
+  /**
+   * This rank's outer all-reduces so far: how many, their time from start to result (span), and
+   * the time the rank waited for them (exposed): 1 - exposed / span of them ran behind compute.
+   */
+  readonly comm = { allReduces: 0, spanMs: 0, exposedMs: 0 };
+  /** What `hold` last gave: an outer step over weights it holds moves it along (see stepFragment). */
+  private held: DiLoCoHeld | null = null;
 
   constructor(o: DiLoCoOptions) {
-    const { syncEvery, outerLr = 0.7, outerMomentum = 0.9, nesterov = true, wire = 'float32' } = o;
+    const { syncEvery, outerLr = 0.7, outerMomentum = 0.9, nesterov = true, wire = 'float32', fragments = 1, overlap = 0 } = o;
     if (!Number.isSafeInteger(syncEvery) || syncEvery < 1) throw new RangeError(`DiLoCo: syncEvery must be an integer >= 1, got ${syncEvery}`);
     if (!(Number.isFinite(outerLr) && outerLr > 0)) throw new RangeError(`DiLoCo: outerLr must be a positive number, got ${outerLr}`);
     if (!(Number.isFinite(outerMomentum) && outerMomentum >= 0 && outerMomentum < 1)) throw new RangeError(`DiLoCo: outerMomentum must be in [0, 1), got ${outerMomentum}`);
     if (nesterov && outerMomentum === 0) throw new RangeError('DiLoCo: Nesterov needs an outer momentum > 0 (or nesterov: false)');
     if (wire !== 'float32' && wire !== 'float16' && wire !== 'bfloat16') throw new RangeError(`DiLoCo: wire must be float32, float16 or bfloat16, got ${String(wire)}`);
+    if (!Number.isSafeInteger(fragments) || fragments < 1 || fragments > syncEvery) throw new RangeError(`DiLoCo: fragments must be an integer from 1 to syncEvery (${syncEvery}), got ${fragments}`);
+    // A fragment's all-reduce lands before the next fragment's starts: one on the wire at a time.
+    const gap = Math.floor(syncEvery / fragments);
+    if (!Number.isSafeInteger(overlap) || overlap < 0 || (overlap > 0 && overlap >= gap)) throw new RangeError(`DiLoCo: overlap must be an integer from 0 to below syncEvery / fragments (${gap}), got ${overlap}`);
     this.syncEvery = syncEvery;
     this.outerLr = outerLr;
     this.outerMomentum = outerMomentum;
     this.nesterov = nesterov;
     this.wire = wire;
-    this.outer = this.newOuterOptimizer();
+    this.fragmentCount = fragments;
+    this.overlap = overlap;
   }
 
-  /** Outer steps taken so far in the run (the group's count, the same on every rank). */
+  /** Outer steps taken so far in the run, over all fragments (the group's count, the same on every rank). */
   get outerSteps(): number {
-    return this.steps;
+    return this.fragments.reduce((a, f) => a + f.steps, 0);
   }
 
-  /** The step the last outer step was taken after (0 before the first). */
+  /** The step after which every fragment had last taken an outer step (0 before the first). */
   get syncedAtStep(): number {
-    return this.syncedAt;
+    return this.fragments.length === 0 ? 0 : Math.min(...this.fragments.map((f) => f.syncedAt));
+  }
+
+  /** Whether every fragment took its outer step after `step` and none is on the wire: the replicas are identical. */
+  inSync(step: number): boolean {
+    return this.fragments.length > 0 && this.fragments.every((f) => f.syncedAt === step && f.inFlight === null);
   }
 
   /** Inner steps are local: the bucket's gradients are this rank's own. */
@@ -106,31 +160,63 @@ export class DiLoCo implements CommHook {
     return Promise.resolve(bucket.buffer);
   }
 
-  /** Whether `sync` takes an outer step after `step` (every `syncEvery`-th step of the run). */
+  /** Whether some fragment's outer step falls after `step`. */
   syncsAt(step: number): boolean {
-    return step % this.syncEvery === 0;
+    return fragmentsSyncingAt(step, this.syncEvery, this.fragmentCount).length > 0;
   }
 
   /**
-   * Collective, after the optimizer step of `step` (every rank of `pg` calls it with the same
-   * step): at the steps `syncsAt` names, the outer step. Resolves with whether it took one.
+   * Collective, after the optimizer step of `step`, before the step's vote: merges the fragments
+   * whose all-reduce was due by now (waiting for those still on the wire). Resolves with how many.
    */
-  async sync(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<boolean> {
-    if (!this.syncsAt(step) || step <= this.syncedAt) return false;
-    await this.syncNow(pg, model, step);
-    return true;
+  async land(model: tf.LayersModel, step: number): Promise<number> {
+    const due = this.fragments.filter((f) => f.inFlight !== null && f.inFlight.due <= step);
+    if (due.length === 0) return 0;
+    await this.merge(model, due);
+    return due.length;
   }
 
-  /** Collective: an outer step now, whatever the step (runElastic's at the end of a run that ends between two). */
+  /**
+   * Collective, after the step's vote (every rank of `pg` calls it with the same step): the outer
+   * steps of the fragments whose turn it is, taken now (no overlap) or started on the wire, to be
+   * merged by `land` `overlap` steps later. Resolves with whether the replicas are identical now.
+   */
+  async sync(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<boolean> {
+    const due = fragmentsSyncingAt(step, this.syncEvery, this.fragmentCount).map((f) => this.fragments[f]!).filter((f) => f.syncedAt < step && f.inFlight === null);
+    if (due.length === 0) return false;
+    const local = await this.localWeights(model);
+    this.outerWeightsFor(local);
+    for (const f of due) {
+      const sent = local.slice(f.start, f.end);
+      const delta = new Float32Array(sent.length);
+      for (let i = 0; i < sent.length; i++) delta[i] = this.outerWeights![f.start + i]! - sent[i]!;
+      const sum = this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
+      // A round that fails drops it (see rejoin): its rejection must not go unhandled meanwhile.
+      sum.catch(() => {});
+      f.inFlight = { sum, sent, due: step + this.overlap };
+    }
+    if (this.overlap > 0) return false;
+    await this.merge(model, due);
+    return this.inSync(step);
+  }
+
+  /** Collective: lands every all-reduce on the wire, then one outer step of every fragment at once: the replicas are identical (runElastic's at a run's end, and before a regroup it asked for). */
   async syncNow(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<void> {
-    const local = await flatTrainableWeights(model);
-    const prev = this.outerWeightsFor(local);
+    await this.landAll(model);
+    const local = await this.localWeights(model);
     const delta = new Float32Array(local.length);
-    for (let i = 0; i < local.length; i++) delta[i] = prev[i]! - local[i]!;
-    const before = pg.bytesSent();
-    await pg.allReduce(delta, 'avg', { wire: this.wire });
-    this.bytesSent += pg.bytesSent() - before;
-    this.apply(model, delta, step);
+    const outer = this.outerWeightsFor(local);
+    for (let i = 0; i < local.length; i++) delta[i] = outer[i]! - local[i]!;
+    const t0 = performance.now();
+    await this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
+    this.comm.exposedMs += performance.now() - t0;
+    this.apply(model, local, delta, local, step);
+  }
+
+  /** Merges every all-reduce on the wire, whenever it was due. */
+  async landAll(model: tf.LayersModel): Promise<void> {
+    const flying = this.fragments.filter((f) => f.inFlight !== null);
+    if (flying.length > 0) await this.merge(model, flying);
   }
 
   /**
@@ -142,49 +228,95 @@ export class DiLoCo implements CommHook {
    * nothing changes (every rank has the source's weights). `step` is the group's committed step.
    */
   async rejoin(pg: ProcessGroup, model: tf.LayersModel, held: DiLoCoHeld | null, step: number): Promise<DiLoCoRejoin> {
-    if (this.outerWeights === null || step <= this.syncedAt) {
+    for (const f of this.fragments) f.inFlight = null;
+    if (this.outerWeights === null) {
       // A fresh run, or one resumed from a checkpoint without DiLoCo's state: the outer phase starts here.
-      if (this.outerWeights === null) {
-        this.outerWeights = await flatTrainableWeights(model);
-        this.syncedAt = step;
-      }
+      this.setOuterWeights(await flatTrainableWeights(model), step);
       return { outerStep: false, contributors: 0 };
     }
+    if (step <= this.syncedAtStep) return { outerStep: false, contributors: 0 };
     const prev = this.outerWeights;
-    const counts = held !== null && held.outerSteps === this.steps && held.step === step && held.weights.length === prev.length;
+    const counts = held !== null && held.outerSteps === this.outerSteps && held.step === step && held.weights.length === prev.length;
     // The pseudo-gradient, then one slot counting the ranks it comes from: one all-reduce.
     const sum = new Float32Array(prev.length + 1);
     if (counts) {
       for (let i = 0; i < prev.length; i++) sum[i] = prev[i]! - held.weights[i]!;
       sum[prev.length] = 1;
     }
-    const before = pg.bytesSent();
     await pg.allReduce(sum, 'sum');
-    this.bytesSent += pg.bytesSent() - before;
     const contributors = sum[prev.length]!;
     if (!(contributors >= 1)) return { outerStep: false, contributors: 0 };
     const delta = sum.subarray(0, prev.length);
     // The same division on every rank of the same sums: the same bits.
     for (let i = 0; i < delta.length; i++) delta[i] = delta[i]! / contributors;
-    this.apply(model, delta, step);
+    const now = await this.localWeights(model);
+    this.held = null; // taken in here; the runner holds again after the round's start
+    this.apply(model, now, delta, now, step);
     return { outerStep: true, contributors };
   }
 
   /** This rank's weights now, for `rejoin` after the next state transfer. */
   async hold(model: tf.LayersModel, step: number): Promise<DiLoCoHeld> {
-    // The host optimizers' master copy when it is current (no readback), else the device's weights.
-    const weights = hostWeights(model)?.slice() ?? (await flatTrainableWeights(model));
-    return { weights, step, outerSteps: this.steps };
+    this.held = { weights: await this.localWeights(model), step, outerSteps: this.outerSteps };
+    return this.held;
   }
 
-  /** The outer step with the averaged pseudo-gradient `delta`: torch's SGD on the last outer weights, then every rank's model is the result. */
-  private apply(model: tf.LayersModel, delta: Float32Array, step: number): void {
-    const params = this.outerWeightsFor(delta).slice();
-    this.outer.stepFlat(params, delta, [{ shape: [params.length], offset: 0, size: params.length }]);
-    assignFlatWeights(model, params, "DiLoCo's outer step");
-    this.outerWeights = params;
-    this.steps++;
-    this.syncedAt = step;
+  /** Waits for the fragments' all-reduces and merges them: each becomes its new outer weights plus what this rank trained since it was sent. */
+  private async merge(model: tf.LayersModel, fragments: Fragment[]): Promise<void> {
+    const t0 = performance.now();
+    const sums = await Promise.all(fragments.map((f) => f.inFlight!.sum));
+    this.comm.exposedMs += performance.now() - t0;
+    const local = await this.localWeights(model);
+    fragments.forEach((f, k) => {
+      const { sent, due } = f.inFlight!;
+      f.inFlight = null;
+      this.stepFragment(f, sums[k]!, local, sent, due - this.overlap);
+    });
+    assignFlatWeights(model, local, "DiLoCo's outer step");
+  }
+
+  /** Every fragment's outer step with the averaged pseudo-gradient `delta` (the whole model's), `local` then assigned to the model. */
+  private apply(model: tf.LayersModel, local: Float32Array, delta: Float32Array, sent: Float32Array, step: number): void {
+    for (const f of this.fragments) this.stepFragment(f, delta.subarray(f.start, f.end), local, sent.slice(f.start, f.end), step);
+    assignFlatWeights(model, local, "DiLoCo's outer step");
+  }
+
+  /**
+   * Fragment `f`'s outer step: torch's SGD on its last outer weights with the averaged
+   * pseudo-gradient `delta`; `local`'s part of the fragment becomes the new outer weights plus the
+   * inner progress made since `sent` (its weights when the pseudo-gradient was taken).
+   */
+  private stepFragment(f: Fragment, delta: Float32Array, local: Float32Array, sent: Float32Array, step: number): void {
+    const outer = this.outerWeights!;
+    const params = outer.slice(f.start, f.end);
+    f.outer.stepFlat(params, delta, [{ shape: [params.length], offset: 0, size: params.length }]);
+    outer.set(params, f.start);
+    for (let i = 0; i < params.length; i++) local[f.start + i] = params[i]! + (local[f.start + i]! - sent[i]!);
+    f.steps++;
+    f.syncedAt = step;
+    // Weights held at the step this pseudo-gradient was taken: the outer step took their progress
+    // in, so they move along as this rank's did; else a round failing before the next hold would
+    // find them an outer step behind the group's and count nothing of them.
+    const held = this.held;
+    if (held && held.step === step && held.weights.length === outer.length) {
+      for (let i = 0; i < params.length; i++) held.weights[f.start + i] = params[i]! + (held.weights[f.start + i]! - sent[i]!);
+      held.outerSteps++;
+    }
+  }
+
+  /** `allReduce`, counted in `comm` when it resolves. */
+  private timed(allReduce: Promise<Float32Array>): Promise<Float32Array> {
+    const t0 = performance.now();
+    return allReduce.then((sum) => {
+      this.comm.allReduces++;
+      this.comm.spanMs += performance.now() - t0;
+      return sum;
+    });
+  }
+
+  /** The host optimizers' master copy when it is current (no readback), else the device's weights: a copy either way. */
+  private async localWeights(model: tf.LayersModel): Promise<Float32Array> {
+    return hostWeights(model)?.slice() ?? (await flatTrainableWeights(model));
   }
 
   private outerWeightsFor(like: Float32Array): Float32Array {
@@ -194,54 +326,78 @@ export class DiLoCo implements CommHook {
     return prev;
   }
 
+  /** Outer weights and fresh fragments over them (no outer step taken yet). */
+  private setOuterWeights(weights: Float32Array, step: number): void {
+    this.outerWeights = weights;
+    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null }));
+  }
+
   private newOuterOptimizer(): SGD {
     return new SGD({ lr: this.outerLr, momentum: this.outerMomentum, nesterov: this.nesterov });
   }
 
-  /** The outer state: every part of it is the same on every rank. */
+  /** The outer state: every part of it is the same on every rank. In-flight all-reduces are not part of it (their progress is still in the weights). */
   stateDict(): CommHookState {
     const tensors: Record<string, Float32Array> = {};
-    if (this.outerWeights) tensors['outer_weights'] = this.outerWeights.slice();
-    const bundle = this.outer.stateBundle();
-    const values = new Float32Array(bundle.weightData);
-    if (values.length > 1) tensors['momentum_buffer'] = values.slice(1);
-    return {
-      name: this.name,
-      meta: { outerSteps: this.steps, syncedAtStep: this.syncedAt, outerOptimizerSteps: this.outer.stepCount, syncEvery: this.syncEvery },
-      tensors,
-    };
+    const meta: CommHookState['meta'] = { fragments: this.fragmentCount, syncEvery: this.syncEvery, outerSteps: this.outerSteps };
+    if (this.outerWeights) {
+      tensors['outer_weights'] = this.outerWeights.slice();
+      const momentum = new Float32Array(this.outerWeights.length);
+      let any = false;
+      for (const f of this.fragments) {
+        const values = new Float32Array(f.outer.stateBundle().weightData);
+        if (values.length > 1) {
+          momentum.set(values.subarray(1), f.start);
+          any = true;
+        }
+      }
+      if (any) tensors['momentum_buffer'] = momentum;
+      meta['fragmentSteps'] = this.fragments.map((f) => f.steps).join(',');
+      meta['fragmentSyncedAt'] = this.fragments.map((f) => f.syncedAt).join(',');
+    }
+    return { name: this.name, meta, tensors };
   }
 
   /** Loads the group's outer state (a checkpoint's, or the round's source's); checks it first, since it came from a file or a peer. */
   loadStateDict(state: CommHookState): void {
     const bad = (what: string) => new RangeError(`DiLoCo state: ${what}`);
-    const count = (key: string): number => {
-      const v = state.meta[key];
-      if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw bad(`${key} ${String(v)} is not a count`);
-      return v;
-    };
-    const steps = count('outerSteps');
-    const syncedAt = count('syncedAtStep');
-    const optimizerSteps = count('outerOptimizerSteps');
+    if (state.meta['fragments'] !== this.fragmentCount) throw bad(`it is for ${String(state.meta['fragments'])} fragments, this DiLoCo has ${this.fragmentCount}: every rank must cut the model alike`);
     const weights = state.tensors['outer_weights'] ?? null;
     const momentum = state.tensors['momentum_buffer'] ?? null;
-    if (momentum && (!weights || momentum.length !== weights.length)) throw bad(`a momentum buffer of ${momentum.length} values for ${weights?.length ?? 0} weights`);
+    if (!weights) {
+      if (momentum) throw bad('a momentum buffer without outer weights');
+      this.outerWeights = null;
+      this.fragments = [];
+      return;
+    }
+    if (momentum && momentum.length !== weights.length) throw bad(`a momentum buffer of ${momentum.length} values for ${weights.length} weights`);
     for (const t of [weights, momentum]) if (t && !allFinite(t)) throw bad('a non-finite value; non-finite state is never loaded');
     if (momentum && this.outerMomentum === 0) throw bad('it has an outer momentum buffer, and this DiLoCo no outer momentum (outerMomentum)');
-    if (!momentum && this.outerMomentum > 0 && optimizerSteps > 0) throw bad(`no outer momentum buffer after ${optimizerSteps} outer steps with momentum`);
-    const outer = this.newOuterOptimizer();
-    if (weights && (optimizerSteps > 0 || momentum)) {
-      const specs: WeightSpec[] = [{ name: 'step', shape: [], dtype: 'float32' }];
-      if (momentum) specs.push({ name: '0/momentum_buffer', shape: [weights.length], dtype: 'float32' });
-      const data = new Float32Array(1 + (momentum?.length ?? 0));
-      data[0] = optimizerSteps;
-      if (momentum) data.set(momentum, 1);
-      outer.loadStateBundle({ weightSpecs: specs, weightData: data.buffer });
-    }
-    this.outer = outer;
-    this.outerWeights = weights ? weights.slice() : null;
-    this.steps = steps;
-    this.syncedAt = syncedAt;
+    const counts = (key: string): number[] => {
+      const v = state.meta[key];
+      const items = typeof v === 'string' && v.length <= 16 * this.fragmentCount ? v.split(',').map(Number) : [];
+      if (items.length !== this.fragmentCount || !items.every((n) => Number.isSafeInteger(n) && n >= 0)) throw bad(`${key} "${String(v).slice(0, 40)}" is not ${this.fragmentCount} counts`);
+      return items;
+    };
+    const steps = counts('fragmentSteps');
+    const syncedAt = counts('fragmentSyncedAt');
+    const fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }, f) => {
+      const outer = this.newOuterOptimizer();
+      const taken = steps[f]!;
+      if (taken > 0 && this.outerMomentum > 0) {
+        if (!momentum) throw bad(`no outer momentum buffer after ${taken} outer steps with momentum`);
+        const specs: WeightSpec[] = [{ name: 'step', shape: [], dtype: 'float32' }, { name: '0/momentum_buffer', shape: [end - start], dtype: 'float32' }];
+        const data = new Float32Array(1 + end - start);
+        data[0] = taken;
+        data.set(momentum.subarray(start, end), 1);
+        outer.loadStateBundle({ weightSpecs: specs, weightData: data.buffer });
+      } else if (taken > 0) {
+        outer.loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(taken).buffer });
+      }
+      return { start, end, outer, steps: taken, syncedAt: syncedAt[f]!, inFlight: null };
+    });
+    this.outerWeights = weights.slice();
+    this.fragments = fragments;
   }
 }
 
