@@ -2,7 +2,8 @@
  * `npm run bench:comm-hooks` (root for the shaped LAN): DDP communication hooks against the link.
  * For each model (the train job's MNIST MLP and CNN), rank count, link rate (the launcher's LAN in
  * a box, --lan; 0 = loopback) and hook (the job's comm-hook: none, fp16, bf16, powersgd:RANK,
- * localsgd:H), trains one epoch of the first --train-size MNIST samples and records the step time
+ * localsgd:H, diloco:H[:...][:streamP]; alone: each rank a run of its own with no link, the upper
+ * bound of throughput), trains one epoch of the first --train-size MNIST samples and records the step time
  * (the breakdown's, over the whole run, and the wall time per step after the hook's START), bytes
  * sent per step, those bytes against none's (same model and rank count), the communication share
  * of the step, samples/s, test accuracy and whether the replicas ended identical. Writes
@@ -160,6 +161,8 @@ interface Row {
   /** The summary's compressionRatio (bytes against the float32 ring all-reduce of the same gradients). */
   compressionRatio: number | null;
   samplesPerSec: number | null;
+  /** The group's samples per second of wall time after START: ranks x batch / step ms after START (alone: the runs' together). */
+  wallSamplesPerSec: number | null;
   testAccuracy: number | null;
   identical: boolean | null;
   /** The summary's commHook as the ranks reported it. */
@@ -191,11 +194,107 @@ class StepClock {
     }
   }
 
+  /** Takes the intervals of several runs' clocks (each its own rank 0), as if measured here. */
+  adopt(clocks: StepClock[]): void {
+    for (const c of clocks) this.intervals.push(...c.intervals);
+  }
+
   /** Mean ms of steps >= `from`. */
   meanFrom(from: number): { ms: number | null; n: number } {
     const xs = this.intervals.filter((i) => i.step >= from);
     return { ms: xs.length ? r1(xs.reduce((s, i) => s + i.ms, 0) / xs.length) : null, n: xs.length };
   }
+}
+
+/** The job's options for `model` with comm-hook `param` (and any extra, such as a steps cap). */
+function jobParams(model: string, param: string, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    ...modelParams(model),
+    backend,
+    optimizer,
+    ...(values.lr !== undefined ? { lr: values.lr } : {}),
+    dataset: 'mnist',
+    epochs: String(epochs),
+    'batch-size': String(batchSize),
+    'train-size': String(trainSize),
+    'test-size': String(testSize),
+    // Only at epoch ends (and after the last step).
+    'eval-every': '0',
+    'comm-hook': param,
+    // Every step's line, for the step clock.
+    logEvery: '1',
+    ...(stepsCap !== null ? { steps: String(stepsCap) } : {}),
+    ...extra,
+  };
+}
+
+/** Rank 0's every tenth step line (and the first and last), and every other line, to the terminal. */
+function logLine(clock: StepClock, prefix = ''): (line: string) => void {
+  return (line) => {
+    clock.line(line);
+    const step = /^\[[^\]]+\] epoch \d+ step (\d+)\/(\d+) loss/.exec(line);
+    if (step && !(line.startsWith('[rank 0]') && (Number(step[1]) % 10 === 0 || step[1] === step[2] || step[1] === '1'))) return;
+    console.log(prefix + line);
+  };
+}
+
+/** One run of the job in a group of `nproc` tabs, on the shaped LAN at `rate` (0: loopback). */
+async function runOnce(model: string, nproc: number, rate: number, param: string, clock: StepClock): Promise<Record<string, unknown>> {
+  const { ok, summary } = await launch({
+    nproc,
+    job: 'train',
+    session: `bench-hooks-${model.replace(/[^A-Za-z0-9]/g, '')}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
+    timeoutSec,
+    jobParams: jobParams(model, param),
+    ...(rate > 0 ? { lan: { rateMbit: rate } } : {}),
+    log: logLine(clock),
+  });
+  return { ...(summary as Record<string, unknown>), ok };
+}
+
+/** --hooks alone: no communication at all, the upper bound of throughput. */
+const ALONE = 'alone';
+
+/**
+ * `nproc` runs of one tab each at the same time (each its own Chromium, as on the LAN, and no
+ * link to shape), each as many steps as a rank of the `nproc`-tab group takes: what the ranks
+ * would do with no communication at all. Samples/s summed; step times, accuracy averaged.
+ */
+async function aloneRuns(model: string, nproc: number, clock: StepClock): Promise<Record<string, unknown>> {
+  const groupSteps = Math.ceil((trainSize || 60_000) / (batchSize * nproc)) * epochs;
+  const steps = String(stepsCap !== null ? Math.min(stepsCap, groupSteps) : groupSteps);
+  const clocks = Array.from({ length: nproc }, () => new StepClock());
+  const results = await Promise.all(
+    clocks.map(async (c, k) => {
+      const { ok, summary } = await launch({
+        nproc: 1,
+        job: 'train',
+        session: `bench-alone-${model.replace(/[^A-Za-z0-9]/g, '')}-${k}-${Date.now().toString(36)}`,
+        timeoutSec,
+        jobParams: jobParams(model, 'none', { steps }),
+        log: logLine(c, `[alone ${k}] `),
+      });
+      return { ok, s: summary as Record<string, unknown> };
+    }),
+  );
+  clock.adopt(clocks);
+  const mean = (key: string) => {
+    const xs = results.map((r) => num(r.s[key]));
+    return xs.every((x) => x !== null) ? xs.reduce((a, b) => a + b!, 0) / xs.length : null;
+  };
+  const breakdowns = results.map((r) => r.s.breakdownMs as Record<string, number> | undefined);
+  const breakdownMs = breakdowns.every((b) => b) ? Object.fromEntries(['compute', 'readback', 'allreduce', 'apply'].map((k) => [k, breakdowns.reduce((a, b) => a + (b![k] ?? 0), 0) / breakdowns.length])) : undefined;
+  return {
+    ok: results.every((r) => r.ok),
+    errors: results.flatMap((r) => (Array.isArray(r.s.errors) ? (r.s.errors as unknown[]).map(String) : [])),
+    steps: mean('steps'),
+    seconds: mean('seconds'),
+    breakdownMs,
+    bytesPerStep: 0,
+    samplesPerSec: results.every((r) => num(r.s.samplesPerSec) !== null) ? results.reduce((a, r) => a + num(r.s.samplesPerSec)!, 0) : null,
+    testAccuracy: mean('testAccuracy'),
+    backends: results.flatMap((r) => (Array.isArray(r.s.backends) ? r.s.backends : [])),
+  };
 }
 
 const rows: Row[] = [];
@@ -231,44 +330,15 @@ for (const model of models) {
           hiddenShare: null,
           compressionRatio: null,
           samplesPerSec: null,
+          wallSamplesPerSec: null,
           testAccuracy: null,
           identical: null,
           commHook: null,
           backends: null,
         };
         try {
-          const { ok, summary } = await launch({
-            nproc,
-            job: 'train',
-            session: `bench-hooks-${model.replace(/[^A-Za-z0-9]/g, '')}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
-            timeoutSec,
-            jobParams: {
-              ...modelParams(model),
-              backend,
-              optimizer,
-              ...(values.lr !== undefined ? { lr: values.lr } : {}),
-              dataset: 'mnist',
-              epochs: String(epochs),
-              'batch-size': String(batchSize),
-              'train-size': String(trainSize),
-              'test-size': String(testSize),
-              // Only at epoch ends (and after the last step).
-              'eval-every': '0',
-              'comm-hook': param,
-              // Every step's line, for the step clock.
-              logEvery: '1',
-              ...(stepsCap !== null ? { steps: String(stepsCap) } : {}),
-            },
-            ...(rate > 0 ? { lan: { rateMbit: rate } } : {}),
-            log: (line) => {
-              clock.line(line);
-              // Every step of every rank is too much for the terminal: rank 0's every tenth.
-              const step = /^\[[^\]]+\] epoch \d+ step (\d+)\/(\d+) loss/.exec(line);
-              if (step && !(line.startsWith('[rank 0]') && (Number(step[1]) % 10 === 0 || step[1] === step[2] || step[1] === '1'))) return;
-              console.log(line);
-            },
-          });
-          const s = summary as Record<string, unknown>;
+          const s = hook === ALONE ? await aloneRuns(model, nproc, clock) : await runOnce(model, nproc, rate, param, clock);
+          const ok = s.ok === true;
           row.ok = ok;
           if (!ok) row.errors = Array.isArray(s.errors) ? (s.errors as unknown[]).map(String) : ['the run failed (no errors in its summary)'];
           row.steps = num(s.steps);
@@ -295,13 +365,14 @@ for (const model of models) {
           row.hiddenShare = overlap ? num(overlap.hiddenShare) : null;
           row.compressionRatio = num(s.compressionRatio);
           row.samplesPerSec = num(s.samplesPerSec);
+          row.wallSamplesPerSec = row.stepMsAfterStart ? r1((nproc * batchSize * 1000) / row.stepMsAfterStart) : null;
           row.testAccuracy = num(s.testAccuracy);
           row.identical = typeof s.identical === 'boolean' ? s.identical : null;
           row.commHook = typeof s.commHook === 'object' && s.commHook !== null ? (s.commHook as Record<string, unknown>) : null;
           row.backends = Array.isArray(s.backends) ? (s.backends as unknown[]).map(String) : null;
           // A page that does not know the option trains without a hook and says nothing: not a result.
           const kind = param.split(':')[0];
-          if (ok && kind !== 'none' && row.commHook?.name !== kind) {
+          if (ok && kind !== 'none' && kind !== ALONE && row.commHook?.name !== kind) {
             row.ok = false;
             row.errors = [`asked for comm-hook ${param} but the summary's commHook is ${row.commHook ? JSON.stringify(row.commHook) : 'missing'}: does the train job know the comm-hook option yet?`];
           }
@@ -369,6 +440,35 @@ function goalVerdicts(): GoalVerdict[] {
   return out;
 }
 
+/** Issue 33's goal: streaming DiLoCo where the link is the step. */
+const DILOCO_GOAL = { model: 'cnn', rateMbit: 20, nprocs: 4, minThroughput: 0.85, maxAccuracyDrop: 0.01, maxBytes: 0.01, minHidden: 0.8 };
+const DILOCO_GOAL_TEXT = `DiLoCo goal: at ${DILOCO_GOAL.rateMbit} Mbit/s with ${DILOCO_GOAL.nprocs} ranks on the ${DILOCO_GOAL.model.toUpperCase()}, streaming DiLoCo keeps >= ${DILOCO_GOAL.minThroughput} x the samples/s (wall) of the runs with no communication (alone), at test accuracy within ${DILOCO_GOAL.maxAccuracyDrop * 100} point of none's, sending <= ${DILOCO_GOAL.maxBytes} of none's bytes per step, with >= ${DILOCO_GOAL.minHidden * 100}% of its communication hidden.`;
+
+/** The DiLoCo goal for each streaming diloco hook measured with alone and none beside it. */
+function dilocoVerdicts(): string[] {
+  const out: string[] = [];
+  for (const model of models.filter((m) => m.split(':')[0] === DILOCO_GOAL.model)) {
+    const at = (hook: string, rate: number | null) => rows.find((r) => r.model === model && r.nprocs === DILOCO_GOAL.nprocs && r.hook === hook && (rate === undefined || r.rateMbit === rate));
+    const alone = rows.find((r) => r.model === model && r.nprocs === DILOCO_GOAL.nprocs && r.hook === ALONE && r.ok);
+    const none = at('none', DILOCO_GOAL.rateMbit);
+    for (const r of rows.filter((x) => x.model === model && x.nprocs === DILOCO_GOAL.nprocs && x.rateMbit === DILOCO_GOAL.rateMbit && /^diloco:.*stream/.test(x.hook))) {
+      if (!r.ok || !alone?.wallSamplesPerSec || !r.wallSamplesPerSec || !none?.ok || none.testAccuracy === null || r.testAccuracy === null) {
+        out.push(`${model}, ${r.hook}: not settled (it needs ok runs of ${r.hook}, alone and none)`);
+        continue;
+      }
+      const throughput = r2(r.wallSamplesPerSec / alone.wallSamplesPerSec);
+      const drop = r4(none.testAccuracy - r.testAccuracy);
+      const bytes = r.bytesVsNone;
+      const hidden = r.hiddenShare;
+      const met = throughput >= DILOCO_GOAL.minThroughput && drop <= DILOCO_GOAL.maxAccuracyDrop && bytes !== null && bytes <= DILOCO_GOAL.maxBytes && hidden !== null && hidden >= DILOCO_GOAL.minHidden;
+      out.push(`${model}, ${r.hook}: ${met ? 'met' : 'NOT met'}: ${throughput} x alone's samples/s, accuracy ${(drop * 100).toFixed(2)} points ${drop >= 0 ? 'below' : 'above'} none's, ${bytes ?? '?'} of none's bytes, ${hidden === null ? '?' : Math.round(hidden * 100)}% hidden`);
+    }
+  }
+  return out;
+}
+const dilocoLines = dilocoVerdicts();
+const dilocoGoalLine = dilocoLines.length === 0 ? null : `${DILOCO_GOAL_TEXT} ${dilocoLines.join('; ')}.`;
+
 const verdicts = goalVerdicts();
 const goalLine =
   verdicts.length === 0
@@ -387,6 +487,7 @@ const lines = [
   ...(lanNote ? [lanNote, ''] : []),
   goalLine,
   '',
+  ...(dilocoGoalLine ? [dilocoGoalLine, ''] : []),
 ];
 for (const model of models) {
   const mine = rows.filter((r) => r.model === model);
@@ -394,12 +495,12 @@ for (const model of models) {
   lines.push(
     `### ${model}`,
     '',
-    '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes/step after START | vs none | communication share | hidden | samples/s | test accuracy | identical |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes/step after START | vs none | communication share | hidden | samples/s | samples/s (wall) | test accuracy | identical |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ...mine.map((r) => {
       const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s`;
-      if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |`;
-      return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
+      if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |  |`;
+      return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.wallSamplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
     }),
     '',
   );
@@ -408,7 +509,8 @@ lines.push(
   'Step ms: the mean step of the whole run (steps 2 .. N, averaged over ranks: compute + readback + all-reduce not hidden + apply), warm-up steps before START included. ' +
     'Step ms after START: wall time per step from step START + 2 on, when the hook is in force (from step 2 for hooks without a START: none, fp16, bf16; between rank 0 step lines as they reach the launcher; intervals with an evaluation left out; – when the run had no such steps). The goal compares these when both runs have them. ' +
     "Bytes/step: what each rank sent per step, mean over ranks (the job's bytesPerStep), warm-up included; after START: the steps with the hook in force (localsgd: its averagings spread over them). Vs none: bytes after START over none's at the same model and rank count. " +
-    'Communication share: the all-reduce wait over the step. Hidden: of the communication’s span per step, the share that ran while the backward was still reading gradients back (rank 0). localsgd replicas are identical only right after an averaging step.',
+    'Communication share: the all-reduce wait over the step. Hidden: of the communication’s span per step, the share that ran while the backward was still reading gradients back (rank 0); diloco: of its outer all-reduces’ time on the wire, the share the rank did not wait for. localsgd replicas are identical only right after an averaging step, diloco ones after a (full) outer step and at the end. ' +
+    'Samples/s: the job’s, from each step’s own time (no vote, no outer step); samples/s (wall): ranks x batch over the wall time per step after START. alone: each rank a run of its own, at the same time, with no link at all (as many steps as a rank of the group): the upper bound of throughput; its accuracy is of a model that saw a rank’s share of the samples.',
 );
 const table = lines.join('\n');
 const dir = values['out-dir'] ? resolve(values['out-dir']) : join(PROJECT_ROOT, 'bench', 'results');
@@ -422,6 +524,7 @@ await writeFile(
       options: { models, backend, optimizer, lr: values.lr ?? null, nprocs, rates, hooks, start, epochs, batchSize, trainSize, testSize, steps: stepsCap },
       ...(lanNote ? { lanNote } : {}),
       goal: { ...GOAL, text: GOAL_TEXT, verdicts, line: goalLine },
+      dilocoGoal: { ...DILOCO_GOAL, text: DILOCO_GOAL_TEXT, verdicts: dilocoLines },
       rows,
     },
     null,
