@@ -17,9 +17,10 @@
  * powersgd and localsgd when the hook does not give one), --epochs 1, --batch-size 64 (per rank),
  * --train-size 4096, --test-size 0 (the whole test set), --steps (a cap; default: whole epochs),
  * --timeout 3600 (seconds per run), --out-dir (default bench/results), --name comm_hooks (the files'
- * name: NAME.json and NAME.md, so that several grids can sit side by side).
+ * name: NAME.json and NAME.md, so that several grids can sit side by side), --merge a.json,b.json
+ * (rows of earlier parts of a matrix, from their NAME.json, put in the table and goals with this run's).
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -46,6 +47,7 @@ const { values } = parseArgs({
     timeout: { type: 'string', default: '3600' },
     'out-dir': { type: 'string' },
     name: { type: 'string', default: 'comm_hooks' },
+    merge: { type: 'string' },
   },
 });
 
@@ -271,7 +273,11 @@ async function aloneRuns(model: string, nproc: number, clock: StepClock): Promis
         job: 'train',
         session: `bench-alone-${model.replace(/[^A-Za-z0-9]/g, '')}-${k}-${Date.now().toString(36)}`,
         timeoutSec,
-        jobParams: jobParams(model, 'none', { steps }),
+        // A rank's share of the test set, as in the group's evaluation: a whole test set at once on
+        // each of these tabs keeps its page busy long enough to be taken for a frozen one.
+        // Throughput only: a few test samples (a whole test share at once, on these tabs together, keeps
+        // a page busy long enough for the server to take it for a frozen one).
+        jobParams: jobParams(model, 'none', { steps, 'test-size': '200' }),
         log: logLine(c, `[alone ${k}] `),
       });
       return { ok, s: summary as Record<string, unknown> };
@@ -298,6 +304,13 @@ async function aloneRuns(model: string, nproc: number, clock: StepClock): Promis
 }
 
 const rows: Row[] = [];
+// --merge a.json,b.json: the rows of earlier parts of the same matrix, so that one table (and the goals) covers them all.
+for (const file of values.merge ? list(values.merge) : []) {
+  const earlier = JSON.parse(await readFile(resolve(file), 'utf8')) as { rows?: Row[] };
+  if (!Array.isArray(earlier.rows)) throw new Error(`--merge ${file}: no rows in it (a ${values.name}.json of this bench?)`);
+  rows.push(...earlier.rows.map((r) => ({ ...r, wallSamplesPerSec: r.wallSamplesPerSec ?? null })));
+  console.log(`[bench] ${earlier.rows.length} rows from ${file}`);
+}
 const runs = models.length * nprocs.length * rates.length * hooks.length;
 let runIndex = 0;
 for (const model of models) {

@@ -4,12 +4,16 @@
  * the votes at step boundaries and checkpoints; the script gives it a plain training step.
  *
  *   npm run launch -- --nproc 4 --min 2 --max 4 --kill 2@8 examples/03_elastic_train.ts \
- *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1 [--powersgd 2 | --local-sgd 4]
+ *     --dataset synthetic --train-size 2048 --batch-size 32 --epochs 1 [--powersgd 2 | --local-sgd 4 | --diloco 16 [--stream 4]]
  *
  * Communication hooks (torch's register_comm_hook) go through runElastic, which keeps their state
  * across regroups, in checkpoints and for joiners: --powersgd R sends each step's gradients as
  * rank-R PowerSGD factors after 10 plain steps; --local-sgd H steps locally after 10 averaged
- * steps and averages the models every H steps.
+ * steps and averages the models every H steps. --diloco H trains H inner steps on each rank with
+ * no communication, then takes DiLoCo's outer step (the averaged change of the weights, Nesterov
+ * SGD); --stream P cuts the model into P fragments whose outer steps are staggered, each
+ * all-reduce overlapped with the next inner step (streaming DiLoCo). The ranks then vote at outer
+ * steps only.
  */
 import * as tf from '@tensorflow/tfjs';
 import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, slowFactor, subset, syntheticDataset, Adam } from '../src/index.ts';
@@ -26,6 +30,8 @@ export default async function main(ctx: LaunchContext) {
   let finalLoss = NaN;
   const powerSGDRank = intArg(args, 'powersgd', 0, 0);
   const localSGDPeriod = intArg(args, 'local-sgd', 0, 0);
+  const dilocoEvery = intArg(args, 'diloco', 0, 0);
+  const fragments = intArg(args, 'stream', 0, 0);
   const run = await runElastic({
     url: ctx.url,
     session: ctx.session,
@@ -40,6 +46,8 @@ export default async function main(ctx: LaunchContext) {
     steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
     commHook: powerSGDRank > 0 ? () => powerSGD({ matrixApproximationRank: powerSGDRank, startIter: 10 }) : localSGDPeriod > 0 ? () => postLocalSGD({ startStep: 10 }) : undefined,
     modelAverager: localSGDPeriod > 0 ? { period: localSGDPeriod, warmupSteps: 10 } : undefined,
+    diloco: dilocoEvery > 0 ? { syncEvery: dilocoEvery, fragments: Math.max(1, fragments), overlap: fragments > 0 ? 1 : 0 } : undefined,
+    voteEvery: dilocoEvery > 0 ? dilocoEvery : 1,
     async step({ indices, ddp, optimizer, pg }) {
       const { x, y } = data.batch(indices);
       const xs = tf.tensor(x, [y.length, ...data.inputShape]);

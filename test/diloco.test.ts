@@ -206,6 +206,12 @@ describe('DiLoCo', () => {
     }
   });
 
+  it('runElastic refuses diloco beside another hook or averager, and a voteEvery that is not a count, before joining', async () => {
+    const base = { url: server.url, session: 'x', token: tokenFor('x'), min: 1, max: 1, state: new TrainState({ model: smallModel(), optimizer: () => new AdamW({ lr: 0.01 }) }), datasetLength: 8, batchSize: 2, step: async () => {} };
+    await expect(runElastic({ ...base, diloco: { syncEvery: 4 }, modelAverager: { period: 4 } })).rejects.toThrow(/diloco is a strategy of its own: leave commHook and modelAverager unset/);
+    await expect(runElastic({ ...base, voteEvery: 0 })).rejects.toThrow(/voteEvery must be an integer >= 1, got 0/);
+  });
+
   it('refuses options that make no outer step', () => {
     expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(/fragments must be an integer from 1 to syncEvery \(4\), got 5/);
     expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(/overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/);

@@ -70,6 +70,7 @@ import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
 import { TimelineRecorder } from './timeline.ts';
+import { yieldToEventLoop } from '../runtime/ticker.ts';
 
 /** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
 const PROBE_EVERY = 64;
@@ -461,6 +462,10 @@ class ElasticRun<M extends StepMetrics> {
         } else {
           ({ indices: batch, padding } = batchOf(plan!, k, o.batchSize));
         }
+        // Steps that meet nobody (DiLoCo's inner steps, a world of one) on a backend whose kernels
+        // run on the main thread (cpu) chain promises that never leave the microtask queue: without
+        // this the page's heartbeats and link messages wait until the tab is evicted as frozen.
+        await yieldToEventLoop();
         this.inFlight = p.step + 1;
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();

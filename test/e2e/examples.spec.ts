@@ -37,6 +37,20 @@ test('03_elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force 
   expect(s.finalLoss).toBeLessThan(1.2);
 });
 
+test('03_elastic_train.ts --diloco 8 --stream 2: streaming DiLoCo through a kill; the survivors end with the same weights, each sample once', async () => {
+  // 3 ranks, 2048 samples of 96 a step: 22 steps; fragments at steps 4 and 8 of every 8; rank 1 killed at step 6.
+  const r = await launchCommand(['--nproc', '3', '--min', '2', '--max', '3', '--kill', '1@6', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--diloco', '8', '--stream', '2']);
+  expect(r.code, r.output).toBe(0);
+  const s = r.summary as { generations: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>; finalLoss: number; bytesPerStep: number };
+  expect(s.generations).toBeGreaterThanOrEqual(2);
+  expect(s.weightHashes).toHaveLength(2);
+  expect(new Set(s.weightHashes).size).toBe(1);
+  expect(s.samplesSeen[0]).toEqual({ samples: 2048, exactlyOnce: true, complete: true });
+  expect(s.finalLoss).toBeLessThan(1.2);
+  // Inner steps send nothing through DDP.
+  expect(s.bytesPerStep).toBe(0);
+});
+
 test('02_ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights', async () => {
   const r = await launchCommand(['--nproc', '2', 'examples/02_ddp_train.ts', '--dataset', 'synthetic', '--epochs', '2']);
   expect(r.code, r.output).toBe(0);
