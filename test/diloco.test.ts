@@ -390,7 +390,9 @@ describe('runElastic with diloco', () => {
     expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
     const done = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
     expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
-    for (const m of members.slice(0, 2)) expect(roundNotes(m).some((n) => /an outer step over the inner steps since step \d+ of 2 ranks/.test(n))).toBe(true);
+    // Over both survivors' inner steps, or one's: the rank's loss can cut the all-reduce on the wire
+    // when one survivor has its result and the other not; the one without it counts for nothing then.
+    for (const m of members.slice(0, 2)) expect(roundNotes(m).some((n) => /an outer step over the inner steps since step \d+ of [12] ranks?/.test(n)), JSON.stringify(roundNotes(m))).toBe(true);
     // Replicas differ between outer steps (the progress made while a fragment was on the wire)...
     const differ = [...members[0]!.hashes.keys()].filter((k) => members[1]!.hashes.has(k) && members[0]!.hashes.get(k) !== members[1]!.hashes.get(k));
     expect(differ.length).toBeGreaterThan(0);
