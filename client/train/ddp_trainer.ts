@@ -153,7 +153,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       ddp: { errorIfNonfinite: true },
       // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
       // divergence (the NaN check above still guards every step).
-      // DiLoCo's replicas too, but runElastic checks those at the next outer step after each 100th.
+      // DiLoCo's replicas too, but runElastic checks those at the next full outer step after each
+      // 100th (without streaming: with it the replicas are identical only at the end).
       checkReplicasEvery: comm.averager ? 0 : 100,
       // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
       balanceBatches: config.balance,

@@ -200,7 +200,7 @@ export class DiLoCo implements CommHook {
     return this.inSync(step);
   }
 
-  /** Collective: lands every all-reduce on the wire, then one outer step of every fragment at once: the replicas are identical (runElastic's at a run's end, and before a regroup it asked for). */
+  /** Collective: lands every all-reduce on the wire, then one outer step of every fragment at once: the replicas are identical (runElastic's at the end of a run, or of one stopped). */
   async syncNow(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<void> {
     await this.landAll(model);
     const local = await this.localWeights(model);
@@ -214,7 +214,7 @@ export class DiLoCo implements CommHook {
   }
 
   /** Merges every all-reduce on the wire, whenever it was due. */
-  async landAll(model: tf.LayersModel): Promise<void> {
+  private async landAll(model: tf.LayersModel): Promise<void> {
     const flying = this.fragments.filter((f) => f.inFlight !== null);
     if (flying.length > 0) await this.merge(model, flying);
   }
