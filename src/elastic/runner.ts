@@ -507,8 +507,8 @@ class ElasticRun<M extends StepMetrics> {
         // DiLoCo's outer steps come after the vote, so that the vote never waits behind an all-reduce this step starts.
         if (this.diloco && !vote?.regroup && vote?.stoppedBy == null) {
           this.activity = `DiLoCo's outer step after step ${p.step}`;
-          // The confirmed weights need no new hold: an outer step over them moves them along (DiLoCo.stepFragment).
           averaged = await this.whileDeviceLives(this.diloco.sync(pg, this.state.model, p.step));
+          if (averaged) await this.confirm();
           this.timeline.lap('average');
         }
         if (vote) {
