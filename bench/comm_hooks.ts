@@ -297,7 +297,7 @@ async function aloneRuns(model: string, nproc: number, clock: StepClock): Promis
     seconds: mean('seconds'),
     breakdownMs,
     bytesPerStep: 0,
-    samplesPerSec: results.every((r) => num(r.s.samplesPerSec) !== null) ? results.reduce((a, r) => a + num(r.s.samplesPerSec)!, 0) : null,
+    samplesPerSec: results.every((r) => num(r.s.samplesPerSec) !== null) ? Math.round(results.reduce((a, r) => a + num(r.s.samplesPerSec)!, 0) * 10) / 10 : null,
     testAccuracy: mean('testAccuracy'),
     backends: results.flatMap((r) => (Array.isArray(r.s.backends) ? r.s.backends : [])),
   };
@@ -516,7 +516,7 @@ async function writeResults(): Promise<string> {
       ...mine.map((r) => {
         const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s`;
         if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |  |`;
-        return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec)} | ${dash(r.wallSamplesPerSec)} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
+        return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec, (v) => String(r1(v)))} | ${dash(r.wallSamplesPerSec, (v) => String(r1(v)))} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
       }),
       '',
     );

@@ -16,7 +16,7 @@ export interface CommSummary {
 }
 
 const COMM_HOOK_NAMES = new Set(['none', 'fp16', 'bf16', 'powersgd', 'localsgd', 'diloco']);
-const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes', 'syncEvery', 'stream', 'outerSteps', 'outerStepBytes'] as const;
+const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes', 'syncEvery', 'stream', 'overlap', 'outerSteps', 'outerStepBytes'] as const;
 /** Numbers that need not be whole (DiLoCo's outer learning rate and momentum). */
 const COMM_HOOK_DECIMALS = ['outerLr', 'outerMomentum'] as const;
 
@@ -92,7 +92,7 @@ export function commLine(summary: Record<string, unknown>): string | null {
       what = `localsgd, models averaged every ${n('period') ?? '?'} steps after ${n('startStep') ?? '?'} averaged ones${n('averagings') === null ? '' : ` (${n('averagings')} averagings timed)`}`;
       break;
     case 'diloco': {
-      const stream = (n('stream') ?? 0) > 0 ? `, streaming in ${n('stream')} fragments overlapped with the next inner step` : '';
+      const stream = (n('stream') ?? 0) > 0 ? `, streaming in ${n('stream')} fragments overlapped with the next ${(n('overlap') ?? 1) > 1 ? `${n('overlap')} inner steps` : 'inner step'}` : '';
       const wire = typeof hook.wire === 'string' && hook.wire !== 'float32' ? `, ${hook.wire} on the wire` : '';
       what = `diloco, an outer step every ${n('syncEvery') ?? '?'} inner steps (outer lr ${n('outerLr') ?? '?'}, momentum ${n('outerMomentum') ?? '?'})${stream}${wire}${n('outerSteps') === null ? '' : ` (${n('outerSteps')} outer all-reduces timed)`}`;
       break;

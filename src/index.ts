@@ -93,6 +93,8 @@ export {
   type PipelineRoundContext,
 } from './parallel/pipeline/runner.ts';
 export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint/checkpoint_format.ts';
+export { exportForTorch, importTorchStateDict, TorchExportError, type TorchExport, type TorchExportOptions, type ModelArtifactsLike } from './checkpoint/torch_export.ts';
+export { encodeSafetensors, decodeSafetensors, SafetensorsError, type NamedTensor, type SafetensorsDtype, type DecodedSafetensors } from './checkpoint/safetensors.ts';
 export {
   saveCheckpoint,
   loadCheckpoint,

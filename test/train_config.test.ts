@@ -240,9 +240,12 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
   });
 
   it('reads diloco:H[:OUTER_LR[:MOMENTUM]][:fp16|:bf16]: the paper\'s outer lr 0.7 and Nesterov momentum 0.9 unless given', () => {
-    expect(parse('world=4&min=2&comm-hook=diloco:64').commHook).toEqual({ kind: 'diloco', syncEvery: 64, outerLr: 0.7, outerMomentum: 0.9, wire: 'float32', stream: 0 });
-    expect(parse('world=2&comm-hook=diloco:16:1:0:fp16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 1, outerMomentum: 0, wire: 'float16', stream: 0 });
-    expect(parse('world=2&comm-hook=diloco:16:0.7:0.9:stream4:bf16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 0.7, outerMomentum: 0.9, wire: 'bfloat16', stream: 4 });
+    expect(parse('world=4&min=2&comm-hook=diloco:64').commHook).toEqual({ kind: 'diloco', syncEvery: 64, outerLr: 0.7, outerMomentum: 0.9, wire: 'float32', stream: 0, overlap: 0 });
+    expect(parse('world=2&comm-hook=diloco:16:1:0:fp16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 1, outerMomentum: 0, wire: 'float16', stream: 0, overlap: 0 });
+    expect(parse('world=2&comm-hook=diloco:16:0.7:0.9:stream4:bf16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 0.7, outerMomentum: 0.9, wire: 'bfloat16', stream: 4, overlap: 1 });
+    expect(parse('world=2&comm-hook=diloco:128:stream4x8').commHook).toMatchObject({ syncEvery: 128, stream: 4, overlap: 8 });
+    expect(formatCommHook(parse('world=2&comm-hook=diloco:128:stream4x8').commHook)).toBe('diloco:128:stream4x8');
+    expect(() => parse('world=2&comm-hook=diloco:64:stream4x16')).toThrow(/D inner steps an all-reduce runs behind, from 1 to below H \/ P \(here 16\); "stream4x16" is not one/);
     expect(refusal('world=2&comm-hook=diloco:16:stream9').message).toMatch(/streamP: P fragments from 1 to H \/ 2 \(here 8\), .*"stream9" is not one/);
     expect(refusal('world=2&comm-hook=diloco:16:streamx').message).toMatch(/"streamx" is not one/);
     expect(refusal('world=2&comm-hook=diloco').message).toMatch(/^option commHook must be diloco:H with H a positive integer up to 1000000, the inner steps between two outer steps .*H is missing/);
@@ -264,7 +267,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
 
   it('refuses a bad item naming it and what to write', () => {
     expect(refusal('world=2&comm-hook=fp32').message).toBe(
-      'option commHook must be none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4); "fp32" is not a hook, got "fp32"',
+      'option commHook must be none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4); "fp32" is not a hook, got "fp32"',
     );
     expect(refusal('world=2&comm-hook=powersgd').message).toBe(
       'option commHook must be powersgd:RANK with RANK a positive integer up to 1024, the rank of the low-rank approximation (e.g. powersgd:2); RANK is missing, got "powersgd"',

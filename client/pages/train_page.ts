@@ -25,7 +25,7 @@ import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from '../.
 import { train } from '../train/trainer.ts';
 import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
-import { downloadModel } from '../train/download.ts';
+import { downloadModel, downloadTorchModel } from '../train/download.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
 import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
@@ -139,6 +139,17 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
         (err: Error) => {
           console.error(`download failed: ${err.message}`);
           dash.showError('Download failed', err.message);
+        },
+      );
+    },
+    onDownloadTorch: (baseName) => {
+      const model = result?.model ?? liveModel;
+      if (!model) return;
+      downloadTorchModel(model, baseName).then(
+        () => console.log(`model downloaded for PyTorch: ${baseName} (.safetensors + .py)`),
+        (err: Error) => {
+          console.error(`download for PyTorch failed: ${err.message}`);
+          dash.showError('Download for PyTorch failed', err.message);
         },
       );
     },

@@ -77,7 +77,7 @@ export function commSetup(spec: CommHookSpec): CommSetup {
     case 'diloco':
       return {
         ...none,
-        diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire, fragments: Math.max(1, spec.stream), overlap: spec.stream > 0 ? 1 : 0 },
+        diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire, fragments: Math.max(1, spec.stream), overlap: spec.overlap },
       };
   }
 }

@@ -421,7 +421,7 @@ function commHookSummary(comm: CommSetup, registered: string, parameterCount: nu
     case 'localsgd':
       return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
     case 'diloco':
-      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, stream: spec.stream, outerSteps: averagings, outerStepBytes: outerStepBytes(comm, parameterCount, pg) };
+      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, stream: spec.stream, overlap: spec.overlap, outerSteps: averagings, outerStepBytes: outerStepBytes(comm, parameterCount, pg) };
     default:
       return { name: spec.kind, registered };
   }

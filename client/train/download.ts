@@ -3,7 +3,12 @@
  * Done here rather than with 'downloads://', whose router the bundler may drop.
  */
 import type * as tf from '@tensorflow/tfjs';
-import { modelArtifacts } from '../../src/index.ts';
+import { exportForTorch, modelArtifacts } from '../../src/index.ts';
+
+/** A file name, whatever the caller passed: no path separators or odd characters. */
+function fileName(baseName: string): string {
+  return baseName.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '') || 'browser-ddp-model';
+}
 
 function clickDownload(name: string, blob: Blob): void {
   const a = document.createElement('a');
@@ -21,8 +26,7 @@ function clickDownload(name: string, blob: Blob): void {
  * several runs do not overwrite each other or all read "model".
  */
 export async function downloadModel(model: tf.LayersModel, baseName = 'browser-ddp-model'): Promise<void> {
-  // A file name, whatever the caller passed: no path separators or odd characters.
-  const name = baseName.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '') || 'browser-ddp-model';
+  const name = fileName(baseName);
   const artifacts = await modelArtifacts(model);
   const weightsFile = `${name}.weights.bin`;
   const modelJson = {
@@ -36,4 +40,18 @@ export async function downloadModel(model: tf.LayersModel, baseName = 'browser-d
   // Chromium drops a second download started in the same task; give it its own.
   await new Promise((r) => setTimeout(r, 100));
   clickDownload(weightsFile, new Blob([artifacts.weightData], { type: 'application/octet-stream' }));
+}
+
+/**
+ * Saves `model` for PyTorch: `<name>.safetensors` (torch's state dict) and `<name>.py` (the
+ * nn.Module that loads it), `name` being the base name as a Python module name
+ * (`my_run_step_938`), so that `from my_run_step_938 import Model, load_file` works.
+ * Throws TorchExportError, naming the layer, for a model with a layer torch has no match for.
+ */
+export async function downloadTorchModel(model: tf.LayersModel, baseName = 'browser-ddp-model'): Promise<void> {
+  const name = fileName(baseName).replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_');
+  const exported = exportForTorch(await modelArtifacts(model), { source: `${baseName}, downloaded from the dashboard`, fileName: name });
+  clickDownload(`${name}.safetensors`, new Blob([exported.safetensors], { type: 'application/octet-stream' }));
+  await new Promise((r) => setTimeout(r, 100));
+  clickDownload(`${name}.py`, new Blob([exported.python], { type: 'text/x-python' }));
 }

@@ -44,6 +44,8 @@ export interface DashboardOptions {
   onStop: () => void;
   /** "Download model", with the files' base name: "<session>-step-<n>". */
   onDownload: (baseName: string) => void;
+  /** "For PyTorch": the model as a torch state dict and its nn.Module, same base name. */
+  onDownloadTorch?: (baseName: string) => void;
   /** The host's "End session", after confirming. */
   onEnd?: () => void;
   /** The host's new minimum number of tabs (1..max). */
@@ -95,6 +97,7 @@ export class Dashboard {
         options.onContinue?.();
       },
       download: () => options.onDownload(downloadBaseName(this.state)),
+      downloadTorch: () => options.onDownloadTorch?.(downloadBaseName(this.state)),
     });
     this.banner = new ErrorBannerView(() => this.clearError());
     const share = shareableUrl(options.shareUrl);

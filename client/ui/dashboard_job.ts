@@ -43,6 +43,6 @@ export function describeCommHook(h: CommHookSpec): string {
     case 'localsgd':
       return `local SGD, models averaged every ${plural(h.period, 'step')} after ${plural(h.startStep, 'averaged step')}`;
     case 'diloco':
-      return `DiLoCo, an outer step every ${plural(h.syncEvery, 'inner step')} (outer lr ${h.outerLr}, ${h.outerMomentum > 0 ? `Nesterov momentum ${h.outerMomentum}` : 'no momentum'}${h.stream > 0 ? `, streaming in ${plural(h.stream, 'fragment')} overlapped with the next step` : ''}${h.wire === 'float32' ? '' : `, ${h.wire} on the wire`})`;
+      return `DiLoCo, an outer step every ${plural(h.syncEvery, 'inner step')} (outer lr ${h.outerLr}, ${h.outerMomentum > 0 ? `Nesterov momentum ${h.outerMomentum}` : 'no momentum'}${h.stream > 0 ? `, streaming in ${plural(h.stream, 'fragment')} overlapped with the next ${h.overlap > 1 ? plural(h.overlap, 'step') : 'step'}` : ''}${h.wire === 'float32' ? '' : `, ${h.wire} on the wire`})`;
   }
 }

@@ -13,6 +13,8 @@ export interface HeaderActions {
   end(): void;
   setMin(min: number): void;
   download(): void;
+  /** The model for PyTorch: a safetensors state dict and its nn.Module in a .py file. */
+  downloadTorch(): void;
   continueTraining(): void;
 }
 
@@ -59,6 +61,7 @@ export class HeaderView {
   private readonly end: HTMLButtonElement;
   private readonly continueButton: HTMLButtonElement;
   private readonly download: HTMLButtonElement;
+  private readonly downloadTorch: HTMLButtonElement;
   private readonly downloadHint: HTMLElement;
   private readonly minGroup: HTMLElement;
   private readonly minInput: HTMLInputElement;
@@ -74,11 +77,13 @@ export class HeaderView {
     this.end = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true }, 'End session');
     this.continueButton = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true }, 'Continue training');
     this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
+    this.downloadTorch = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'download-torch-button', disabled: true, 'aria-describedby': 'download-hint' }, 'For PyTorch');
     this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.');
     this.stop.addEventListener('click', stopDialog.open);
     this.end.addEventListener('click', endDialog.open);
     this.continueButton.addEventListener('click', on.continueTraining);
     this.download.addEventListener('click', on.download);
+    this.downloadTorch.addEventListener('click', on.downloadTorch);
 
     // The host's control of the minimum: typed, then applied with the button (or Enter).
     this.minInput = el('input', { id: 'dash-min', type: 'number', min: 1, step: 1, inputmode: 'numeric', 'data-testid': 'min-input', 'aria-describedby': 'dash-min-hint dash-min-error' });
@@ -117,7 +122,7 @@ export class HeaderView {
         { class: 'title-row' },
         el('h1', {}, el('span', { class: 'title-kicker' }, 'Session '), el('span', { class: 'session-name' }, session)),
         this.pill,
-        el('div', { class: 'actions' }, this.continueButton, this.stop, this.end, this.download),
+        el('div', { class: 'actions' }, this.continueButton, this.stop, this.end, this.download, this.downloadTorch),
       ),
       this.minGroup,
       this.note,
@@ -141,7 +146,8 @@ export class HeaderView {
     this.end.disabled = c.end.disabled;
     this.continueButton.hidden = !c.continueVisible;
     this.download.disabled = !c.downloadEnabled;
-    setText(this.downloadHint, c.downloadEnabled ? 'Saves the model as two files named after the session and step: <session>-step-<n>.json and its .weights.bin.' : 'Available when training is done.');
+    this.downloadTorch.disabled = !c.downloadEnabled;
+    setText(this.downloadHint, c.downloadEnabled ? 'Download model saves it for TF.js, as two files named after the session and step: <session>-step-<n>.json and its .weights.bin. For PyTorch saves <session>_step_<n>.safetensors (a torch state dict) and <session>_step_<n>.py (the nn.Module that loads it).' : 'Available when training is done.');
     this.minGroup.hidden = !c.min.visible;
     this.minInput.max = String(c.min.max);
     this.minInput.disabled = c.min.disabled;

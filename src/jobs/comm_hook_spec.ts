@@ -16,7 +16,8 @@ import { ConfigError } from './config_option.ts';
  * PeriodicModelAverager). 'diloco': DiLoCo, an outer step every `syncEvery` inner steps with
  * the outer SGD's learning rate and momentum (Nesterov when the momentum is not 0), its
  * pseudo-gradients float32 or 16-bit on the wire; `stream` P > 0: streaming DiLoCo, P fragments
- * with staggered outer steps, each all-reduce overlapped with the next inner step (0: off).
+ * with staggered outer steps (0: off), each all-reduce overlapped with the next `overlap` inner steps
+ * (`streamPxD`: D; default 1; 0 without streaming).
  */
 export type CommHookSpec =
   | { kind: 'none' }
@@ -24,7 +25,7 @@ export type CommHookSpec =
   | { kind: 'bf16' }
   | { kind: 'powersgd'; rank: number; startIter: number; wire: PowerSGDWire }
   | { kind: 'localsgd'; period: number; startStep: number }
-  | { kind: 'diloco'; syncEvery: number; outerLr: number; outerMomentum: number; wire: PowerSGDWire; stream: number };
+  | { kind: 'diloco'; syncEvery: number; outerLr: number; outerMomentum: number; wire: PowerSGDWire; stream: number; overlap: number };
 /** What PowerSGD's all-reduces send: float32, or 16-bit as under torch's fp16/bf16_compress_wrapper (`powersgd:R:fp16`, `powersgd:R:bf16`). */
 export type PowerSGDWire = 'float32' | 'float16' | 'bfloat16';
 const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'bfloat16' };
@@ -39,7 +40,7 @@ export const DEFAULT_DILOCO_OUTER_LR = 0.7;
 export const DEFAULT_DILOCO_OUTER_MOMENTUM = 0.9;
 
 /** What the option may be, in words (the option's rule, and the error for an unknown hook). */
-export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)';
+export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)';
 
 /**
  * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
@@ -85,7 +86,7 @@ export function parseCommHook(raw: string): CommHookSpec {
       const last = rest[rest.length - 1];
       const wire = last !== undefined && last in POWERSGD_WIRES && rest.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
       if (wire !== 'float32') rest = rest.slice(0, -1);
-      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:streamP][:fp16|:bf16] (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4 or diloco:64:fp16)';
+      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8 or diloco:64:fp16)';
       const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
       if (streamItem !== undefined) rest = rest.slice(0, -1);
       const numbers = rest;
@@ -100,16 +101,22 @@ export function parseCommHook(raw: string): CommHookSpec {
       const outerLr = numbers.length < 2 ? DEFAULT_DILOCO_OUTER_LR : decimal('OUTER_LR', numbers[1], (n) => n > 0 && n <= 100, 'a decimal number above 0 and up to 100 (the outer SGD\'s learning rate, e.g. 0.7)');
       const outerMomentum = numbers.length < 3 ? DEFAULT_DILOCO_OUTER_MOMENTUM : decimal('MOMENTUM', numbers[2], (n) => n >= 0 && n < 1, 'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)');
       let stream = 0;
+      let overlap = 0;
       if (streamItem !== undefined) {
-        // Each fragment's all-reduce overlaps the next inner step and lands before the next fragment's starts: H / P >= 2.
+        // Each fragment's all-reduce overlaps the next D inner steps (default 1) and lands before that fragment's next turn: D < H / P.
         const most = Math.floor(syncEvery / 2);
-        const p = /^stream\d{1,7}$/.test(streamItem) ? Number(streamItem.slice(6)) : NaN;
+        const m = /^stream(\d{1,7})(?:x(\d{1,7}))?$/.exec(streamItem);
+        const p = m ? Number(m[1]) : NaN;
         if (!(Number.isSafeInteger(p) && p >= 1 && p <= most)) {
-          throw bad(`${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step; "${streamItem}" is not one`);
+          throw bad(`${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step (streamPxD: the next D); "${streamItem}" is not one`);
         }
+        const d = m?.[2] === undefined ? 1 : Number(m[2]);
+        const gap = syncEvery / p;
+        if (!(d >= 1 && d < gap)) throw bad(`${form} with streamPxD: D inner steps an all-reduce runs behind, from 1 to below H / P (here ${gap}); "${streamItem}" is not one`);
         stream = p;
+        overlap = d;
       }
-      return { kind: 'diloco', syncEvery, outerLr, outerMomentum, wire, stream };
+      return { kind: 'diloco', syncEvery, outerLr, outerMomentum, wire, stream, overlap };
     }
     default:
       throw bad(`${COMM_HOOK_RULE}; "${kind}" is not a hook`);
@@ -126,7 +133,7 @@ export function formatCommHook(spec: CommHookSpec): string {
     case 'diloco': {
       const lr = spec.outerLr !== DEFAULT_DILOCO_OUTER_LR || spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerLr}` : '';
       const momentum = spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerMomentum}` : '';
-      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}` : ''}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
+      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}${spec.overlap > 1 ? `x${spec.overlap}` : ''}` : ''}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
     }
     default:
       return spec.kind;

@@ -1,10 +1,17 @@
 /**
  * The training page as a person sees it: three tabs train together; the progress bar advances to
  * done, every chart has every rank's points, the ring shows three nodes with open links, and the
- * downloaded model loads in TF.js and predicts what the page predicts.
+ * downloaded model loads in TF.js and predicts what the page predicts; so does its download "For
+ * PyTorch", in real PyTorch.
  */
-import { readFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { PROJECT_ROOT } from '../../signaling/server.ts';
+import { encodeSafetensors } from '../../src/checkpoint/safetensors.ts';
+import { torchTestsBlocked } from '../fixtures/torch.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
 test('three tabs train together on the dashboard; the downloaded model matches the page', async ({ browser, server }, testInfo) => {
@@ -91,6 +98,37 @@ test('three tabs train together on the dashboard; the downloaded model matches t
   let maxDiff = 0;
   for (let i = 0; i < logits.length; i++) maxDiff = Math.max(maxDiff, Math.abs(logits[i] - probe.logits[i]));
   expect(maxDiff, 'downloaded model vs page predictions').toBeLessThan(1e-4);
+
+  // "For PyTorch": a state dict and the nn.Module that loads it, named as a Python module can be.
+  const torchFiles: Record<string, string> = {};
+  const pair = new Promise<void>((resolve) => {
+    page.removeAllListeners('download');
+    page.on('download', async (d) => {
+      const path = testInfo.outputPath(d.suggestedFilename());
+      await d.saveAs(path);
+      torchFiles[d.suggestedFilename()] = path;
+      if (Object.keys(torchFiles).length === 2) resolve();
+    });
+  });
+  await page.getByTestId('download-torch-button').click();
+  await pair;
+  const base = jsonName.replace(/\.json$/, '').replace(/[^A-Za-z0-9_]/g, '_');
+  expect(Object.keys(torchFiles).sort()).toEqual([`${base}.py`, `${base}.safetensors`]);
+  const blocked = torchTestsBlocked();
+  if (blocked === undefined) {
+    const dir = await mkdtemp(join(tmpdir(), 'dash-torch-'));
+    try {
+      await copyFile(torchFiles[`${base}.py`], join(dir, 'model.py'));
+      await copyFile(torchFiles[`${base}.safetensors`], join(dir, 'model.safetensors'));
+      await writeFile(join(dir, 'inputs.safetensors'), encodeSafetensors([{ name: 'x', dtype: 'F32', shape: [n, ...probe.inputShape], data: new Uint8Array(new Float32Array(probe.inputs).buffer) }]));
+      execFileSync('/usr/bin/python3', [join(PROJECT_ROOT, 'test', 'fixtures', 'torch_forward.py'), dir], { stdio: 'pipe', timeout: 120_000 });
+      const torchOut = JSON.parse(await readFile(join(dir, 'outputs.json'), 'utf8')) as { values: number[] };
+      const torchDiff = Math.max(...torchOut.values.map((v, i) => Math.abs(v - probe.logits[i]!)));
+      expect(torchDiff, 'PyTorch on the download vs page predictions').toBeLessThanOrEqual(1e-4);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  } else console.log(`the PyTorch download was not loaded in torch: ${blocked}`);
   // All replicas were identical, so any tab's download is the same model.
   expect(new Set(results.map((r) => r.weightHash)).size).toBe(1);
 });
