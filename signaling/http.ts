@@ -1,6 +1,7 @@
 /**
  * The server's HTTP requests: a foreign page or host name is refused (403) before anything is
- * served; then `/api/info`, the checkpoint routes, and else the built page and datasets.
+ * served; then `/api/info`, the host's offered model and data, the checkpoint routes, and else the
+ * built page and datasets.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { OriginPolicy } from './origin_check.ts';
@@ -10,6 +11,8 @@ export interface HttpRoutes {
   origins: OriginPolicy;
   /** `GET /api/info` (network.ts's infoHandler): true when it answered. */
   info: (req: IncomingMessage, res: ServerResponse) => boolean;
+  /** The host's own model and data (offer.ts): resolves true when they answered. */
+  offer: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
   /** The checkpoint routes (checkpoints.ts): resolves true when they answered. */
   checkpoints: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
   /** The built page. */
@@ -19,7 +22,7 @@ export interface HttpRoutes {
 }
 
 export function httpHandler(routes: HttpRoutes): (req: IncomingMessage, res: ServerResponse) => void {
-  const { origins, info, checkpoints, staticDir, datasetsDir } = routes;
+  const { origins, info, offer, checkpoints, staticDir, datasetsDir } = routes;
   return (req, res) => {
     const verdict = origins.check(req);
     if (!verdict.ok) {
@@ -27,7 +30,8 @@ export function httpHandler(routes: HttpRoutes): (req: IncomingMessage, res: Ser
       return;
     }
     if (info(req, res)) return;
-    checkpoints(req, res)
+    offer(req, res)
+      .then(async (handled) => handled || (await checkpoints(req, res)))
       .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
       .catch((err: unknown) => {
         if (res.headersSent) return void res.destroy();

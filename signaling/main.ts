@@ -1,28 +1,40 @@
-/** `npm start [-- --https]`: build the page if needed, then serve it and the store on one port. */
+/**
+ * `npm start [-- --https] [--model DIR] [--data DIR|FILE.csv [--label COLUMN]]`: build the page if
+ * needed, then serve it and the store on one port; --model and --data offer the host's own model
+ * and data to the sessions (signaling/offer.ts).
+ */
+import { parseArgs } from 'node:util';
 import { ensureBuilt } from './build.ts';
+import { OfferError, readOffer } from './offer.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
 import { newSessionToken } from '../src/c10d/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
-const args = process.argv.slice(2);
-const unknown = args.filter((a) => a !== '--https');
-if (unknown.length > 0) {
-  console.error(`unknown option ${unknown.join(' ')}: npm start takes only --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate); PORT and HOST are set in the environment`);
+const USAGE =
+  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv (images in one sub-folder per class, or a CSV) and --label COLUMN (the CSV\'s label column; default the last); PORT and HOST are set in the environment';
+let values: { https?: boolean; model?: string; data?: string; label?: string };
+try {
+  ({ values } = parseArgs({ args: process.argv.slice(2), options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } }, allowPositionals: false }));
+} catch (err) {
+  console.error(`${(err as Error).message}: ${USAGE}`);
   process.exit(2);
 }
+const offer = { ...(values.model ? { modelDir: values.model } : {}), ...(values.data ? { dataPath: values.data } : {}), ...(values.label ? { labelColumn: values.label } : {}) };
 
 let server: RunningServer;
 let tls: Awaited<ReturnType<typeof tlsFromEnv>>;
 try {
   // Before the build: a bad certificate or key should not wait for it.
-  tls = await tlsFromEnv(args.includes('--https'));
+  tls = await tlsFromEnv(values.https === true);
+  // So is bad data: checked here, read again when the server starts.
+  await readOffer(offer);
   await ensureBuilt();
-  server = await startServer(tls ? { tls } : {});
+  server = await startServer({ ...(tls ? { tls } : {}), offer });
 } catch (err) {
   // A taken port, a bad HOST or certificate is the user's to fix: the message says how; a stack would bury it.
-  if (!(err instanceof ServerStartError)) throw err;
+  if (!(err instanceof ServerStartError) && !(err instanceof OfferError)) throw err;
   console.error(err.message);
   process.exit(1);
 }
@@ -34,6 +46,9 @@ await server.createSession(demoSession, demoToken);
 // The create form's Quick demo: three tabs train a short run together (it starts once two joined).
 const demo = sessionUrl(server.url, { ...DEMO_PRESET, session: demoSession }, demoToken);
 for (const line of startupLines(server, demo)) console.log(line);
+const { model, data } = server.offered as { model: { name: string; inputShape: number[]; parameters: number } | null; data: { kind: string; name: string; length: number; classes: string[] | number } | null };
+if (model) console.log(`Offering your model ${model.name}: input [${model.inputShape.join(', ')}], ${model.parameters} parameters (the create form's model "user")`);
+if (data) console.log(`Offering your data ${data.name}: ${data.length} ${data.kind === 'images' ? 'images' : 'rows'}, ${Array.isArray(data.classes) ? `classes ${data.classes.join(', ')}` : `${data.classes} classes`} (the create form's dataset "user")`);
 if (tls) for (const line of trustLines(tls)) console.log(line);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {

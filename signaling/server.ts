@@ -39,6 +39,7 @@ import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } f
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
+import { loadOffer, OfferError, type Offer, type OfferOptions } from './offer.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 
 export { ServerStartError } from './network.ts';
@@ -54,6 +55,8 @@ export interface ServerOptions {
   datasetsDir?: string;
   /** Where checkpoints are kept, one folder per session. Default: CHECKPOINT_DIR or `checkpoints/` in this project. */
   checkpointDir?: string;
+  /** The host's own model and data, offered to the sessions' tabs (`npm start -- --model DIR --data DIR`; signaling/offer.ts). */
+  offer?: OfferOptions;
   /** Checkpoints kept per session; older ones are deleted after each save. Default 3. */
   checkpointKeep?: number;
   /** Largest checkpoint upload, in bytes. Default 256 MiB. */
@@ -125,6 +128,8 @@ export interface RunningServer {
   sessions: ReadonlyMap<string, Session>;
   /** The admin secret (ServerOptions.adminSecret): whoever has it may create sessions. */
   adminSecret: string;
+  /** What the host offers (ServerOptions.offer), as `GET /api/offer` says it. */
+  offered: ReturnType<Offer['describe']>;
   /**
    * Creates a session with its token (and host secret), as the create form does: from now on its
    * links work, and nobody can take its name. Rejects when it exists with another token.
@@ -175,6 +180,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  let offer: Offer;
+  try {
+    offer = await loadOffer(options.offer ?? {}, tokens);
+  } catch (err) {
+    if (err instanceof OfferError) throw new ServerStartError(err.message, 'EOFFER', port, host);
+    throw err;
+  }
   let ice: IceConfig;
   try {
     ice = options.ice ? checkIceConfig(options.ice) : iceConfigFromEnv();
@@ -213,7 +225,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     listening: listeningLabel(host, bound),
     ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
   }));
-  const onRequest = httpHandler({ origins, info, checkpoints, staticDir, datasetsDir });
+  const onRequest = httpHandler({ origins, info, offer: offer.handle, checkpoints, staticDir, datasetsDir });
   const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);
   const wss = acceptSockets(http, ctx, origins);
   const stopWatching = watchSockets(ctx);
@@ -248,6 +260,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     host,
     sessions: sessions.map,
     adminSecret,
+    offered: offer.describe(),
     createSession: (session, token, hostSecret) => {
       if (!SESSION_NAME.test(session)) return Promise.reject(new Error(`session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`));
       return tokens.create(session, token, hostSecret);

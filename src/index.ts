@@ -57,6 +57,7 @@ export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamp
 export { hashFloat32 } from './hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
+export { fetchOffer, loadOfferedDataset, loadOfferedModel, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
 export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';

@@ -105,8 +105,15 @@ describe('parseTrainConfig', () => {
     expect(refusal('world=4&max=65').option).toBe('max');
     expect(refusal('world=4&min=0').option).toBe('min');
     expect(refusal('world=2&lr=0').message).toBe('option lr must be a number above 0 and at most 10, got "0"');
-    expect(refusal('world=2&model=resnet').message).toBe('option model must be one of mlp, cnn, got "resnet"');
+    expect(refusal('world=2&model=resnet').message).toBe('option model must be one of mlp, cnn, user, got "resnet"');
     expect(refusal('world=2&min=3').message).toBe('option min must be at most the session\'s largest size (2), got "3"');
+  });
+
+  it("the host's own model and data: model=user and dataset=user, not split into pipeline stages, no hidden width", () => {
+    expect(parse('world=2&model=user&dataset=user')).toMatchObject({ model: 'user', dataset: 'user', hidden: null });
+    expect(parse('world=3&model=user&strategy=ps')).toMatchObject({ model: 'user', strategy: 'ps' });
+    expect(() => parse('world=2&model=user&pp=2')).toThrow(/option model must be mlp or cnn with pipeline stages \(pp 2\): the host's own model trains with DDP and parameter servers/);
+    expect(() => parse('world=2&model=user&hidden=64')).toThrow(/option hidden must be left out with model user/);
   });
 
   it('a config turned into link parameters parses back to itself', () => {
@@ -415,7 +422,7 @@ describe('readLink: every bad value of a link is named, with what is allowed and
     expect(problem('session=a%20b&job=train').message).toBe('The link says “session=a b”, but the session must be 1 to 64 letters, digits, “-”, “_” or “.”.');
     expect(problem('session=s&job=train&world=2&lr=0').message).toBe('The link says “lr=0”, but the learning rate must be a number above 0 and at most 10.');
     expect(problem('session=s&job=train&world=2&batch-size=0').message).toBe('The link says “batchSize=0”, but the batch size per rank must be an integer from 1 to 4096.');
-    expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn.');
+    expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn, user.');
     expect(problem('session=s&job=train&timeoutMs=5').field).toBe('timeoutMs');
   });
 });

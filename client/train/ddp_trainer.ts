@@ -8,7 +8,6 @@ import {
   TrainState,
   type BackwardOptions,
   type DistributedDataParallel,
-  buildModel,
   classificationLoss,
   hashFloat32,
   runElastic,
@@ -28,7 +27,7 @@ import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { dashboardEvents, evaluate, modelSpecOf, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { dashboardEvents, evaluate, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -42,9 +41,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   // `let`: a lost WebGPU device is re-created (or falls back) during the run.
   let backend: BackendChoice = job.backend;
   // The model and its state are rebuilt when this tab's GPU is lost: everything below reads these two.
-  const newModel = () => buildModel(modelSpecOf(config, trainSet));
+  const { newModel } = job;
   const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => hostOptimizer(config) });
-  let model = newModel();
+  let model = await newModel();
   let state = newState(model);
   opts.onModel?.(model);
   // --devices K > 1: K Workers compute each batch's gradients (DataParallel). Made for the model
@@ -253,11 +252,11 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
 
       // After a lost GPU, on the re-created backend: the same model as at the start; the group's
       // state comes with the next round.
-      rebuildState({ backend: now, fallbackReason }) {
+      async rebuildState({ backend: now, fallbackReason }) {
         // recreateBackend starts webgpu again, or one of its default fallbacks (webgl, cpu).
         backend = { backend: now as BackendName, ...(fallbackReason ? { fallbackReason } : {}) };
         if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
-        model = newModel();
+        model = await newModel();
         state = newState(model);
         opts.onModel?.(model);
         return state;

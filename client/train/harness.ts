@@ -6,8 +6,13 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import {
+  buildModel,
+  fetchOffer,
   loadMnistSplits,
+  loadOfferedDataset,
+  loadOfferedModel,
   subset,
+  type OfferRequest,
   syntheticDataset,
   type Dataset,
   type ElasticEvent,
@@ -64,9 +69,25 @@ export class ConfigMismatchError extends Error {
   override name = 'ConfigMismatchError';
 }
 
-export async function loadData(config: TrainConfig): Promise<{ train: Dataset; test: Dataset }> {
+/** The host's images, resized for the built-in models (the host's own model takes its own input shape). */
+export const OFFERED_IMAGE_SHAPE = [28, 28, 1];
+
+/**
+ * The job's training and test sets. The host's data (dataset 'user') comes from the server with
+ * `offer`'s token, resized to `offer.inputShape`; every tenth sample is held out as the test set.
+ */
+export async function loadData(config: TrainConfig, offer?: { req: OfferRequest; inputShape: number[] }): Promise<{ train: Dataset; test: Dataset }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
+  if (config.dataset === 'user') {
+    if (!offer) throw new Error("the host's data needs the session's token to load");
+    const all = await loadOfferedDataset(offer.req, offer.inputShape);
+    // The same split on every tab: by index, so that each class (its files are listed together) is in both.
+    const ids = range(0, all.length);
+    const test = all.length >= 10 ? ids.filter((i) => i % 10 === 9) : ids;
+    const train = all.length >= 10 ? ids.filter((i) => i % 10 !== 9) : ids;
+    return { train: first(subset(all, train, `${all.name}-train`), config.trainSize), test: first(subset(all, test, `${all.name}-test`), config.testSize) };
+  }
   if (config.dataset === 'mnist') {
     const { train, test } = await loadMnistSplits({ baseUrl: new URL('/datasets/mnist/', location.origin).toString() });
     return { train: first(train, config.trainSize), test: first(test, config.testSize) };
@@ -111,8 +132,9 @@ export type CommMetrics = { commBytes: number; commDenseBytes: number };
 /** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
 export type DeviceMetrics = { devices: number; deviceMs: number };
 
-/** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). */
+/** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). Not for the host's model ('user'). */
 export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
+  if (config.model === 'user') throw new Error("the host's model is loaded (newModelFor), not built from a spec");
   return { kind: config.model, inputShape: data.inputShape, numClasses: data.numClasses, seed: config.seed, ...(config.hidden === null ? {} : { hidden: config.hidden }) };
 }
 
@@ -120,17 +142,35 @@ export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
  * What every strategy's trainer does first: say the configuration, start the backend (saying
  * why when it falls back), load the data while agreeing on the configuration with the session.
  */
-export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset }> {
+export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; newModel: () => Promise<tf.LayersModel> }> {
   const { config, emit } = opts;
   emit({ type: 'config', config });
   const backend = await selectBackend(config.backend);
   if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
-  const dataPromise = loadData(config);
+  const req: OfferRequest = { url: opts.serverUrl, session: opts.session, token: opts.token };
+  const offered = config.model === 'user' || config.dataset === 'user' ? await fetchOffer(req) : null;
+  if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
+  if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv");
+  const inputShape = offered?.model && config.model === 'user' ? offered.model.inputShape : OFFERED_IMAGE_SHAPE;
+  const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
   const { train: trainSet, test: testSet } = await dataPromise;
-  return { backend, gpu, trainSet, testSet };
+  if (config.model === 'user') {
+    const m = offered!.model!;
+    if (m.inputShape.join(',') !== trainSet.inputShape.join(',')) throw new Error(`the host's model ${m.name} takes inputs [${m.inputShape.join(', ')}], and the ${config.dataset} data is [${trainSet.inputShape.join(', ')}]`);
+    if (m.outputUnits !== trainSet.numClasses) throw new Error(`the host's model ${m.name} has ${m.outputUnits} outputs, and the ${config.dataset} data ${trainSet.numClasses} classes`);
+  }
+  let told = false;
+  const newModel = async (): Promise<tf.LayersModel> => {
+    if (config.model !== 'user') return buildModel(modelSpecOf(config, trainSet));
+    const { model, note } = await loadOfferedModel(req);
+    if (note && !told) emit({ type: 'log', level: 'info', message: `Your model: ${note}` });
+    told = true;
+    return model;
+  };
+  return { backend, gpu, trainSet, testSet, newModel };
 }
 
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */

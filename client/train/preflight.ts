@@ -32,6 +32,8 @@ export interface TabAbilities {
 const DATA: Readonly<Record<TrainConfig['dataset'], { inputShape: number[]; classes: number }>> = {
   mnist: { inputShape: [28, 28, 1], classes: 10 },
   synthetic: { inputShape: [16], classes: 4 },
+  // The host's images, resized for the built-in models (harness.ts: OFFERED_IMAGE_SHAPE); a CSV's size is not known here.
+  user: { inputShape: [28, 28, 1], classes: 10 },
 };
 
 /** Every float of a model kept several times over: weights, gradients, optimizer slots, DDP's flat buffers, bucket copies and the all-reduce's chunks. */
@@ -43,6 +45,8 @@ export const MEMORY_SHARE = 0.5;
 
 /** The model's parameters and the floats one sample's forward pass produces, as src/models.ts builds it. */
 export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'>): { parameters: number; activationsPerSample: number } {
+  // The host's model is known once loaded: not counted here (the baseline and the data still are).
+  if (config.model === 'user') return { parameters: 0, activationsPerSample: 0 };
   const { inputShape, classes } = DATA[config.dataset];
   const inputs = inputShape.reduce((a, b) => a * b, 1);
   if (config.model === 'mlp') {

@@ -7,21 +7,21 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { buildModel, classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
+import { classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { modelSpecOf, startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
+import { startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
   const started = performance.now();
-  const { backend, gpu, trainSet, testSet } = await startJob(opts);
+  const { backend, gpu, trainSet, testSet, newModel } = await startJob(opts);
   const shareFleet = fleetReporter(opts.emit);
-  // Every rank builds the whole model alike (one seed): servers take their shard from it.
-  const model = buildModel(modelSpecOf(config, trainSet));
+  // Every rank builds the whole model alike (one seed, or the host's model's own weights): servers take their shard from it.
+  const model = await newModel();
   opts.onModel?.(model);
   const strategy = config.strategy === 'central' ? 'central' : 'async';
   const targetSamples = config.steps !== null ? config.steps * config.batchSize : config.epochs * trainSet.length;

@@ -22,19 +22,23 @@ const STEP_SECONDS: Readonly<Record<ModelKind, { base: number; perSample: number
   mlp: { base: 0.15, perSample: 0.2 / 32 },
   // 3.2 s at batch 64 for one tab alone; a little more when tabs share a machine.
   cnn: { base: 0.3, perSample: 3.2 / 64 },
+  // The host's own model: unknown until it is loaded; estimated as the MLP.
+  user: { base: 0.15, perSample: 0.2 / 32 },
 };
 
 /** Training and test samples, as the trainer loads them (synthetic: 4096 + 1024 by default). */
 export const DATASET_SIZE: Readonly<Record<DatasetKind, { train: number; test: number }>> = {
   mnist: { train: 60_000, test: 10_000 },
   synthetic: { train: 4096, test: 1024 },
+  // The host's own data: its size is the server's (GET /api/offer); 9 in 10 samples train.
+  user: { train: 900, test: 100 },
 };
 
 /** Seconds to evaluate 1,000 test samples, split among the ranks. */
-const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 1.2, cnn: 42 };
+const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 1.2, cnn: 42, user: 1.2 };
 
 /** Loading the data and compiling shaders before the first step (MNIST comes over the network). */
-const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 10, synthetic: 3 };
+const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 10, synthetic: 3, user: 10 };
 
 export interface RunEstimate {
   /** Steps of the whole run (every rank takes each of them). */

@@ -26,12 +26,12 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Train with at most (tabs)',
     hint: 'Tabs beyond this many are told the session is full. Default: the world size.',
   },
-  model: { label: 'Model' },
+  model: { label: 'Model', hint: 'user: the model the host offers (npm start -- --model DIR).' },
   hidden: {
     label: 'Hidden units',
     hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
   },
-  dataset: { label: 'Dataset' },
+  dataset: { label: 'Dataset', hint: 'user: the images or CSV the host offers (npm start -- --data DIR).' },
   batchSize: {
     label: 'Batch size per rank',
     hint: 'The global batch is this times the world size.',

@@ -23,8 +23,10 @@ export {
   type PowerSGDWire,
 } from './comm_hook_spec.ts';
 
-export const MODELS = ['mlp', 'cnn'] as const;
-export const DATASETS = ['mnist', 'synthetic'] as const;
+/** 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
+export const MODELS = ['mlp', 'cnn', 'user'] as const;
+/** 'user': the data the host offers (npm start -- --data DIR|FILE.csv). */
+export const DATASETS = ['mnist', 'synthetic', 'user'] as const;
 export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
 export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
@@ -262,6 +264,10 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const hidden = values.hidden as number | null;
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
+  if (values.model === 'user' && pp > 1) {
+    throw new ConfigError('model', 'user', `mlp or cnn with pipeline stages (pp ${pp}): the host's own model trains with DDP and parameter servers for now, not split into stages (leave out pp and dp, or choose a built-in model)`);
+  }
+  if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
     throw new ConfigError('devices', String(devices), `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);

@@ -1,0 +1,288 @@
+/**
+ * The host's own model and data, offered to the sessions of this server
+ * (`npm start -- --model DIR --data DIR|FILE.csv [--label COLUMN]`). Everything is checked when the
+ * server starts, so that bad data is refused naming the file (and the line) before any tab
+ * trains: a model.json whose weight files are missing or short, an image that is not a PNG or a
+ * JPEG, a ragged CSV row, a label outside the classes, a model whose input or output does not fit
+ * the data.
+ *
+ * Routes (GET only; every one needs `?session=S` and `Authorization: Bearer <S's token>`, as the
+ * checkpoint routes do: the files are the host's, for the tabs of a session only):
+ *
+ *   /api/offer                 what is offered: {model: {name, inputShape, outputUnits, parameters, hash} | null,
+ *                              data: {kind, name, classes, length, inputShape | null} | null}
+ *   /api/offer/model           {modelTopology, weightSpecs}
+ *   /api/offer/model/weights   the weights' bytes (the files of the manifest, in order)
+ *   /api/offer/data            images: {kind: 'images', name, classes, items: [{file, label}]};
+ *                              csv: {kind: 'csv', name, labelColumn}
+ *   /api/offer/data/<i>        the i-th image's bytes, or (csv) 0: the CSV text
+ *
+ * Images are decoded and resized in the tab (src/datasets/offered.ts); the server only reads
+ * bytes, and an image's bytes only when a tab asks for that image.
+ */
+import { createHash } from 'node:crypto';
+import { open, readdir, readFile, stat } from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path';
+import type { SessionTokens } from './session_tokens.ts';
+import { validSession } from './checkpoint_store.ts';
+import { csvDataset } from '../src/datasets/csv.ts';
+import type { WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+
+export interface OfferOptions {
+  /** A TF.js Layers model: a folder with model.json and its weight files (model.save(), tensorflowjs_converter). */
+  modelDir?: string;
+  /** A folder of images, one sub-folder per class, or a CSV file. */
+  dataPath?: string;
+  /** The CSV's label column: a header name or a 0-based index (negative from the end). Default: the last column. */
+  labelColumn?: string;
+}
+
+/** Bad offered files: which file (and line), and what is wrong. */
+export class OfferError extends Error {
+  override name = 'OfferError';
+}
+
+/** Most images a folder may hold (each is a row of the tab's in-memory dataset). */
+export const MAX_IMAGES = 100_000;
+/** Largest image file. */
+export const MAX_IMAGE_BYTES = 16 * 2 ** 20;
+/** Largest CSV file and largest model (weights). */
+export const MAX_CSV_BYTES = 256 * 2 ** 20;
+export const MAX_MODEL_BYTES = 512 * 2 ** 20;
+
+interface OfferedModel {
+  name: string;
+  modelTopology: unknown;
+  weightSpecs: WeightSpec[];
+  weights: Buffer;
+  inputShape: number[];
+  outputUnits: number;
+  parameters: number;
+  hash: string;
+}
+
+type OfferedData =
+  | { kind: 'images'; name: string; root: string; classes: string[]; items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> }
+  | { kind: 'csv'; name: string; file: string; labelColumn: string; classes: number; length: number; features: number };
+
+export interface Offer {
+  model: OfferedModel | null;
+  data: OfferedData | null;
+  /** What /api/offer answers (and the startup lines). */
+  describe(): Record<string, unknown>;
+  /** The routes: true when the request was one of them. */
+  handle(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
+}
+
+const BEARER = /^Bearer +(\S+) *$/i;
+
+function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number; lastName: string } {
+  let t = topology as Record<string, unknown> | null;
+  if (t && typeof t === 'object' && 'model_config' in t) t = t.model_config as Record<string, unknown>;
+  const config = t?.config as Record<string, unknown> | unknown[] | undefined;
+  const layers = (Array.isArray(config) ? config : (config?.layers as unknown[] | undefined)) as Array<{ class_name: string; config: Record<string, unknown> }> | undefined;
+  if (!layers || layers.length === 0) throw new OfferError('the model has no layers (a TF.js Layers model.json is needed, not a graph model)');
+  const first = layers[0]!.config;
+  const batch = (first.batch_input_shape ?? first.batchInputShape) as Array<number | null> | undefined;
+  if (!Array.isArray(batch) || !batch.slice(1).every((d) => Number.isSafeInteger(d) && (d as number) > 0)) {
+    throw new OfferError(`the model's first layer "${String(first.name)}" has no fixed input shape; save the model with inputShape set`);
+  }
+  const last = layers[layers.length - 1]!;
+  const units = Number(last.config.units);
+  if (!Number.isSafeInteger(units) || units < 2) throw new OfferError(`the model's last layer "${String(last.config.name)}" (${last.class_name}) is not a Dense layer of at least 2 units: the job trains classifiers (logits or softmax over the classes)`);
+  return { inputShape: batch.slice(1) as number[], outputUnits: units, lastName: String(last.config.name) };
+}
+
+async function loadModel(dir: string): Promise<OfferedModel> {
+  const file = join(dir, 'model.json');
+  let json: { modelTopology?: unknown; weightsManifest?: Array<{ paths: string[]; weights: WeightSpec[] }> };
+  try {
+    json = JSON.parse(await readFile(file, 'utf8')) as typeof json;
+  } catch (err) {
+    throw new OfferError(`--model ${dir}: ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (the folder must hold model.json and its weight files)' : `not JSON: ${(err as Error).message}`}`);
+  }
+  if (!json.modelTopology || !Array.isArray(json.weightsManifest)) throw new OfferError(`--model ${dir}: ${file} is not a TF.js Layers model (it needs modelTopology and weightsManifest)`);
+  const specs: WeightSpec[] = [];
+  const chunks: Buffer[] = [];
+  for (const group of json.weightsManifest) {
+    specs.push(...group.weights);
+    for (const p of group.paths) {
+      const path = resolve(dir, p);
+      if (dirname(path) !== resolve(dir)) throw new OfferError(`--model ${dir}: model.json names weight file "${p}" outside its folder`);
+      try {
+        chunks.push(await readFile(path));
+      } catch {
+        throw new OfferError(`--model ${dir}: weight file ${p} (named in model.json) cannot be read`);
+      }
+    }
+  }
+  const weights = Buffer.concat(chunks);
+  if (weights.byteLength > MAX_MODEL_BYTES) throw new OfferError(`--model ${dir}: ${weights.byteLength} bytes of weights; at most ${MAX_MODEL_BYTES} are offered to tabs`);
+  let expected = 0;
+  let parameters = 0;
+  for (const s of specs) {
+    if (s.dtype !== 'float32' || (s as WeightSpec & { quantization?: unknown }).quantization) throw new OfferError(`--model ${dir}: weight ${s.name} is ${(s as WeightSpec & { quantization?: unknown }).quantization ? 'quantized' : s.dtype}; float32 weights are trained`);
+    const n = s.shape.reduce((a, b) => a * b, 1);
+    expected += n * 4;
+    parameters += n;
+  }
+  if (expected !== weights.byteLength) throw new OfferError(`--model ${dir}: the weight files hold ${weights.byteLength} bytes, model.json's manifest ${expected}: a file is truncated or from another model`);
+  const { inputShape, outputUnits } = shapeOf(json.modelTopology);
+  const hash = createHash('sha256').update(JSON.stringify(json.modelTopology)).update(weights).digest('hex').slice(0, 16);
+  return { name: basename(resolve(dir)), modelTopology: json.modelTopology, weightSpecs: specs, weights, inputShape, outputUnits, parameters, hash };
+}
+
+async function imageKind(path: string): Promise<'png' | 'jpeg' | null> {
+  const fh = await open(path, 'r');
+  try {
+    const head = Buffer.alloc(8);
+    await fh.read(head, 0, 8, 0);
+    if (head.equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))) return 'png';
+    if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) return 'jpeg';
+    return null;
+  } finally {
+    await fh.close();
+  }
+}
+
+async function loadImages(root: string): Promise<OfferedData> {
+  const entries = await readdir(root, { withFileTypes: true });
+  const classes = entries.filter((e) => e.isDirectory() && !e.name.startsWith('.')).map((e) => e.name).sort();
+  const stray = entries.filter((e) => e.isFile() && !e.name.startsWith('.'));
+  if (classes.length < 2) throw new OfferError(`--data ${root}: an image folder needs one sub-folder per class (at least 2), each holding that class's PNG or JPEG images; found ${classes.length}`);
+  if (stray.length > 0) throw new OfferError(`--data ${root}: ${stray[0]!.name} lies beside the class folders; images go into their class's folder`);
+  const items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> = [];
+  for (const [label, cls] of classes.entries()) {
+    const files = (await readdir(join(root, cls), { withFileTypes: true })).filter((e) => !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    if (files.length === 0) throw new OfferError(`--data ${root}: class folder ${cls} has no images`);
+    for (const f of files) {
+      const file = join(cls, f.name);
+      if (!f.isFile()) throw new OfferError(`--data ${root}: ${file} is not a file (class folders hold images only, no sub-folders)`);
+      const path = join(root, file);
+      const size = (await stat(path)).size;
+      if (size > MAX_IMAGE_BYTES) throw new OfferError(`--data ${root}: ${file} has ${size} bytes; images of at most ${MAX_IMAGE_BYTES} are offered`);
+      const kind = await imageKind(path);
+      if (kind === null) throw new OfferError(`--data ${root}: ${file} is not a PNG or JPEG image (its first bytes say otherwise)`);
+      items.push({ file, label, kind });
+      if (items.length > MAX_IMAGES) throw new OfferError(`--data ${root}: more than ${MAX_IMAGES} images; a tab holds the whole set in memory`);
+    }
+  }
+  return { kind: 'images', name: basename(resolve(root)), root: resolve(root), classes, items };
+}
+
+async function loadCsv(file: string, labelColumn: string | undefined): Promise<OfferedData> {
+  const size = (await stat(file)).size;
+  if (size > MAX_CSV_BYTES) throw new OfferError(`--data ${file}: ${size} bytes; a CSV of at most ${MAX_CSV_BYTES} is offered`);
+  const text = await readFile(file, 'utf8');
+  const column = labelColumn ?? '-1';
+  const asIndex = /^-?\d+$/.test(column) ? Number(column) : column;
+  try {
+    // The tab parses it with the same code: what passes here trains there.
+    const d = csvDataset(text, { labelColumn: asIndex, name: basename(file) });
+    return { kind: 'csv', name: basename(file), file: resolve(file), labelColumn: column, classes: d.numClasses, length: d.length, features: d.inputShape[0]! };
+  } catch (err) {
+    throw new OfferError(`--data ${file}: ${(err as Error).message}`);
+  }
+}
+
+/** What the host offers, read and checked (no routes yet). */
+export interface OfferFiles {
+  model: OfferedModel | null;
+  data: OfferedData | null;
+}
+
+/**
+ * Reads and checks what the host offers; throws OfferError naming the file and what is wrong.
+ * `npm start` calls it before building the page, so that bad data does not wait for the build.
+ */
+export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
+  const model = options.modelDir === undefined ? null : await loadModel(options.modelDir);
+  let data: OfferedData | null = null;
+  if (options.dataPath !== undefined) {
+    const s = await stat(options.dataPath).catch(() => null);
+    if (s === null) throw new OfferError(`--data ${options.dataPath}: no such file or folder`);
+    if (s.isDirectory()) data = await loadImages(options.dataPath);
+    else if (extname(options.dataPath).toLowerCase() === '.csv') data = await loadCsv(options.dataPath, options.labelColumn);
+    else throw new OfferError(`--data ${options.dataPath}: a folder of images (one sub-folder per class) or a .csv file is offered`);
+  }
+  if (options.labelColumn !== undefined && data?.kind !== 'csv') throw new OfferError('--label names the CSV\'s label column: it goes with --data FILE.csv');
+  if (model && data) {
+    const classes = data.kind === 'images' ? data.classes.length : data.classes;
+    if (model.outputUnits !== classes) throw new OfferError(`--model ${options.modelDir} has ${model.outputUnits} outputs, --data ${options.dataPath} ${classes} classes: the model's last layer must have one unit per class`);
+    if (data.kind === 'csv' && (model.inputShape.length !== 1 || model.inputShape[0] !== data.features)) {
+      throw new OfferError(`--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}], --data ${options.dataPath} has ${data.features} feature columns: the model must take [${data.features}]`);
+    }
+    if (data.kind === 'images' && (model.inputShape.length !== 3 || ![1, 3].includes(model.inputShape[2]!))) {
+      throw new OfferError(`--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}]; images are resized to [height, width, channels] with 1 (grey) or 3 (RGB) channels`);
+    }
+  }
+  return { model, data };
+}
+
+/** The offer's routes over files `readOffer` checked; every request is checked against `tokens`. */
+export async function loadOffer(options: OfferOptions, tokens: SessionTokens): Promise<Offer> {
+  const { model, data } = await readOffer(options);
+  const describe = () => ({
+    model: model && { name: model.name, inputShape: model.inputShape, outputUnits: model.outputUnits, parameters: model.parameters, hash: model.hash },
+    data:
+      data &&
+      (data.kind === 'images'
+        ? { kind: data.kind, name: data.name, classes: data.classes, length: data.items.length, inputShape: null }
+        : { kind: data.kind, name: data.name, classes: data.classes, length: data.length, inputShape: [data.features] }),
+  });
+
+  const send = (res: ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
+  };
+  const refuse = (res: ServerResponse, status: number, error: string, message: string) => send(res, status, { error, message });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+    const url = new URL(req.url ?? '/', 'http://x');
+    if (url.pathname !== '/api/offer' && !url.pathname.startsWith('/api/offer/')) return false;
+    if (req.method !== 'GET') {
+      refuse(res, 405, 'method-not-allowed', 'the offer routes answer GET only');
+      return true;
+    }
+    const session = url.searchParams.get('session') ?? '';
+    if (!validSession(session)) {
+      refuse(res, 400, 'bad-session', 'the offer routes need ?session=<the session\'s name>');
+      return true;
+    }
+    const token = BEARER.exec(req.headers.authorization ?? '')?.[1];
+    const verdict = await tokens.verify(session, token);
+    if (verdict !== 'ok') {
+      const status = verdict === 'missing' ? 401 : 403;
+      refuse(res, status, status === 401 ? 'unauthorized' : 'forbidden', `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? 'this token is not that session\'s' : 'no well-formed token was sent'})`);
+      return true;
+    }
+    const path = url.pathname.slice('/api/offer'.length);
+    if (path === '' || path === '/') return send(res, 200, describe()), true;
+    if (path === '/model' || path === '/model/weights') {
+      if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR'), true;
+      if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs }), true;
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(model.weights.byteLength), 'cache-control': 'no-store' }).end(model.weights);
+      return true;
+    }
+    if (path === '/data' || path.startsWith('/data/')) {
+      if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv'), true;
+      if (path === '/data') {
+        send(res, 200, data.kind === 'images' ? { kind: data.kind, name: data.name, classes: data.classes, items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })) } : { kind: data.kind, name: data.name, labelColumn: data.labelColumn });
+        return true;
+      }
+      const index = Number(path.slice('/data/'.length));
+      const count = data.kind === 'images' ? data.items.length : 1;
+      if (!Number.isSafeInteger(index) || index < 0 || index >= count) return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`), true;
+      // Only files found at startup, by index: a request names no path.
+      const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
+      const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
+      const bytes = await readFile(file).catch(() => null);
+      if (bytes === null) return refuse(res, 410, 'gone', `${relative(process.cwd(), file)} was offered at startup and cannot be read now`), true;
+      res.writeHead(200, { 'content-type': type, 'content-length': String(bytes.byteLength), 'cache-control': 'no-store' }).end(bytes);
+      return true;
+    }
+    refuse(res, 404, 'not-found', `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`);
+    return true;
+  }
+  return { model, data, describe, handle };
+}

@@ -1,0 +1,57 @@
+/**
+ * The host's own model and data: a TF.js model saved as model.save() writes it (a small
+ * Keras-style CNN ending in a softmax) and a folder of PNG images, one sub-folder per class,
+ * offered by the server (npm start's --model and --data, the launcher's --model-dir and
+ * --data-dir) and trained by 2 real tabs with DDP; the images are decoded and resized in the tabs.
+ * An image that does not decode stops the job naming its file.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { launch } from '../../launcher/run.ts';
+import { userImageModel, writeImageFolder, writeModelFolder } from '../fixtures/user_files.ts';
+import { expect, launchCommand, sessionName, test } from './fixtures.ts';
+
+let dir: string;
+test.beforeAll(async () => {
+  await tf.setBackend('cpu');
+  dir = await mkdtemp(join(tmpdir(), 'user-files-'));
+  await writeModelFolder(join(dir, 'model'), userImageModel(3));
+  await writeImageFolder(join(dir, 'images'), ['blue', 'green', 'red'], 20);
+});
+test.afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+test("2 tabs train the host's own model on its own image folder (launcher --model-dir, --data-dir)", async () => {
+  // 60 images, every tenth held out: 54 to train, 6 to test; 2 ranks x 6 a step, 5 epochs.
+  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '5', '--lr', '0.01', '--timeout', '180']);
+  expect(r.code, r.output.slice(-3000)).toBe(0);
+  const s = r.summary as { worldSize: number; identical: boolean; testAccuracy: number; model: string; dataset: string };
+  expect(s.worldSize).toBe(2);
+  expect(s.identical).toBe(true);
+  // Three colours: a model that learned anything gets them; chance is a third.
+  expect(s.testAccuracy).toBeGreaterThanOrEqual(5 / 6);
+  // The saved softmax moved into the loss, and the tabs said so.
+  expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
+});
+
+test('an image that does not decode stops the job, naming its file', async () => {
+  const images = join(dir, 'broken');
+  await writeImageFolder(images, ['a', 'b'], 2);
+  // A PNG's signature (the server's check passes) and nothing a decoder can read after it.
+  await writeFile(join(images, 'b', 'zz-broken.png'), Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(64, 7)]));
+  const lines: string[] = [];
+  const { ok } = await launch({
+    nproc: 1,
+    job: 'train',
+    session: sessionName('broken'),
+    timeoutSec: 90,
+    jobParams: { dataset: 'user', model: 'mlp', backend: 'cpu', epochs: '1' },
+    serverOptions: { offer: { dataPath: images } },
+    log: (l) => lines.push(l),
+  });
+  expect(ok).toBe(false);
+  expect(lines.join('\n')).toMatch(/image b\/zz-broken\.png cannot be decoded/);
+});

@@ -1,0 +1,111 @@
+/**
+ * The host's own model and data (npm start -- --model DIR --data DIR|FILE.csv; signaling/offer.ts),
+ * on the real server over HTTP: bad files are refused at startup naming the file (and the line),
+ * the routes answer only a session's token, and an item is asked for by index, never by path.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServer, ServerStartError, PROJECT_ROOT, type RunningServer } from '../signaling/server.ts';
+import { newSessionToken } from '../src/c10d/session_token.ts';
+import type { OfferOptions } from '../signaling/offer.ts';
+import { writeImageFolder, writeModelFolder, userImageModel } from './fixtures/user_files.ts';
+
+let dir: string;
+beforeAll(async () => {
+  await tf.setBackend('cpu');
+  dir = await mkdtemp(join(tmpdir(), 'offer-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function refusal(offer: OfferOptions): Promise<string> {
+  const err = await startServer({ port: 0, log: () => {}, checkpointDir: join(dir, 'ckpt'), offer }).then(
+    async (s) => {
+      await s.close();
+      return new Error('the server started');
+    },
+    (e: unknown) => e as Error,
+  );
+  expect(err).toBeInstanceOf(ServerStartError);
+  return err.message;
+}
+
+describe('what the host offers is checked when the server starts', () => {
+  it('refuses bad images, a ragged CSV, a broken model and a model that does not fit the data, naming the file', async () => {
+    const images = join(dir, 'images');
+    await writeImageFolder(images, ['cat', 'dog'], 3);
+    await writeFile(join(images, 'dog', 'notes.txt'), 'not an image');
+    expect(await refusal({ dataPath: images })).toMatch(/--data .*images: dog\/notes\.txt is not a PNG or JPEG image/);
+
+    const csv = join(dir, 'flowers.csv');
+    await writeFile(csv, 'a,b,species\n1,2,x\n3,4\n5,6,y\n');
+    expect(await refusal({ dataPath: csv, labelColumn: 'species' })).toMatch(/--data .*flowers\.csv: .*line 3/);
+
+    const model = join(dir, 'model');
+    await writeModelFolder(model, userImageModel(3));
+    const good = join(dir, 'good');
+    await writeImageFolder(good, ['red', 'green'], 2);
+    expect(await refusal({ modelDir: model, dataPath: good })).toMatch(/has 3 outputs, --data .*good 2 classes: the model's last layer must have one unit per class/);
+
+    await truncate(join(model, 'weights.bin'), 100);
+    expect(await refusal({ modelDir: model })).toMatch(/the weight files hold 100 bytes, model\.json's manifest \d+: a file is truncated/);
+    expect(await refusal({ modelDir: join(dir, 'nowhere') })).toMatch(/model\.json: not found/);
+  });
+
+  it('npm start says what was wrong and exits 1', async () => {
+    const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile('npx', ['tsx', 'signaling/main.ts', '--data', join(dir, 'missing')], { cwd: PROJECT_ROOT, env: { ...process.env, PORT: '0', CHECKPOINT_DIR: join(dir, 'ckpt') }, timeout: 60_000 }, (err, _out, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr }),
+      );
+    });
+    expect(code).toBe(1);
+    expect(stderr).toContain('--data');
+    expect(stderr).toContain('no such file or folder');
+  }, 60_000);
+});
+
+describe('the offer routes', () => {
+  let server: RunningServer;
+  const session = 'offer-routes';
+  const token = newSessionToken();
+  beforeAll(async () => {
+    const model = join(dir, 'route-model');
+    await writeModelFolder(model, userImageModel(3));
+    const images = join(dir, 'route-images');
+    await writeImageFolder(images, ['blue', 'green', 'red'], 2);
+    server = await startServer({ port: 0, log: () => {}, checkpointDir: join(dir, 'ckpt'), offer: { modelDir: model, dataPath: images } });
+    await server.createSession(session, token);
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+  const get = (path: string, auth?: string) => fetch(`http://127.0.0.1:${server.port}${path}`, { headers: auth ? { authorization: `Bearer ${auth}` } : {} });
+
+  it('answer the session\'s token only', async () => {
+    expect((await get(`/api/offer?session=${session}`)).status).toBe(401);
+    const wrong = await get(`/api/offer?session=${session}`, newSessionToken());
+    expect(wrong.status).toBe(403);
+    expect(((await wrong.json()) as { message: string }).message).toMatch(/this token is not that session's/);
+    expect((await get('/api/offer/model', token)).status).toBe(400); // no session named
+  });
+
+  it('say what is offered, and serve the model and each image by index', async () => {
+    const info = (await (await get(`/api/offer?session=${session}`, token)).json()) as { model: { inputShape: number[]; outputUnits: number }; data: { kind: string; classes: string[]; length: number } };
+    expect(info.model).toMatchObject({ inputShape: [12, 12, 3], outputUnits: 3 });
+    expect(info.data).toMatchObject({ kind: 'images', classes: ['blue', 'green', 'red'], length: 6 });
+    const manifest = (await (await get(`/api/offer/data?session=${session}`, token)).json()) as { items: Array<{ file: string; label: number }> };
+    expect(manifest.items[0]).toEqual({ file: 'blue/000.png', label: 0 });
+    const image = await get(`/api/offer/data/5?session=${session}`, token);
+    expect(image.headers.get('content-type')).toBe('image/png');
+    expect(new Uint8Array(await image.arrayBuffer()).subarray(1, 4)).toEqual(new Uint8Array([0x50, 0x4e, 0x47]));
+    for (const bad of ['6', '-1', '..%2F..%2Fetc%2Fpasswd', '1.5']) expect((await get(`/api/offer/data/${bad}?session=${session}`, token)).status).toBe(404);
+    const weights = await get(`/api/offer/model/weights?session=${session}`, token);
+    expect((await weights.arrayBuffer()).byteLength).toBe((3 * 3 * 3 * 4 + 4 + 5 * 5 * 4 * 3 + 3) * 4);
+    expect((await fetch(`http://127.0.0.1:${server.port}/api/offer?session=${session}`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).status).toBe(405);
+  });
+});
