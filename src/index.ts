@@ -77,7 +77,7 @@ export {
   type HalfDtype,
 } from './half.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
-export { buildModel, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
+export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './parallel/pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './parallel/pipeline/split.ts';
 export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './parallel/pipeline/stage.ts';

@@ -89,3 +89,25 @@ export function buildModel(spec: ModelSpec): tf.LayersModel {
 export function classificationLoss(logits: tf.Tensor, labels: tf.Tensor1D, numClasses: number): tf.Scalar {
   return tf.tidy(() => tf.losses.softmaxCrossEntropy(tf.oneHot(labels, numClasses), logits) as tf.Scalar);
 }
+
+/**
+ * A loaded model's layers as factories (a user's own model: `tf.loadLayersModel`, the host's
+ * offered one), so that a pipeline stage builds only its share of them, each layer made anew from
+ * its config with the loaded model's weights as its initial weights (the same on every rank).
+ * The loaded model must stay alive while stages are built from it.
+ */
+export function layerFactoriesOf(model: tf.LayersModel): LayerFactory[] {
+  type LayerClass = tf.serialization.SerializableConstructor<tf.layers.Layer> & { fromConfig(cls: unknown, config: tf.serialization.ConfigDict): tf.layers.Layer };
+  return model.layers
+    .filter((layer) => layer.getClassName() !== 'InputLayer')
+    .map((layer) => {
+      const cls = layer.constructor as unknown as LayerClass;
+      return (inputShape?: number[]) => {
+        const config: tf.serialization.ConfigDict = { ...layer.getConfig(), weights: layer.getWeights() as unknown as tf.serialization.ConfigDictValue };
+        delete config.batchInputShape;
+        delete config.inputShape;
+        if (inputShape) config.batchInputShape = [null, ...inputShape];
+        return cls.fromConfig(cls, config);
+      };
+    });
+}

@@ -109,10 +109,10 @@ describe('parseTrainConfig', () => {
     expect(refusal('world=2&min=3').message).toBe('option min must be at most the session\'s largest size (2), got "3"');
   });
 
-  it("the host's own model and data: model=user and dataset=user, not split into pipeline stages, no hidden width", () => {
+  it("the host's own model and data: model=user and dataset=user with every strategy, no hidden width", () => {
     expect(parse('world=2&model=user&dataset=user')).toMatchObject({ model: 'user', dataset: 'user', hidden: null });
     expect(parse('world=3&model=user&strategy=ps')).toMatchObject({ model: 'user', strategy: 'ps' });
-    expect(() => parse('world=2&model=user&pp=2')).toThrow(/option model must be mlp or cnn with pipeline stages \(pp 2\): the host's own model trains with DDP and parameter servers/);
+    expect(parse('world=2&model=user&pp=2')).toMatchObject({ model: 'user', pp: 2 });
     expect(() => parse('world=2&model=user&hidden=64')).toThrow(/option hidden must be left out with model user/);
   });
 

@@ -6,7 +6,7 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, hashFloat32, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
+import { bubbleFraction, classificationLoss, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -22,9 +22,10 @@ type StepFigures = Metrics & PipelineMetrics;
 export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> {
   const { config, emit, flags } = opts;
   const started = performance.now();
-  const { backend, gpu, trainSet, testSet } = await startJob(opts);
+  const { backend, gpu, trainSet, testSet, newModel } = await startJob(opts);
   const shareFleet = fleetReporter(opts.emit);
-  const layers = modelLayers(modelSpecOf(config, trainSet));
+  // The host's model: loaded whole once, each stage built from its share of the layers, with their weights.
+  const layers = config.model === 'user' ? layerFactoriesOf(await newModel()) : modelLayers(modelSpecOf(config, trainSet));
   const schedule = config.schedule;
   const microBatches = config.microBatches;
   const activationDtype = config.activationDtype;

@@ -264,9 +264,6 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const hidden = values.hidden as number | null;
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
-  if (values.model === 'user' && pp > 1) {
-    throw new ConfigError('model', 'user', `mlp or cnn with pipeline stages (pp ${pp}): the host's own model trains with DDP and parameter servers for now, not split into stages (leave out pp and dp, or choose a built-in model)`);
-  }
   if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;

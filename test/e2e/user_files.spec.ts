@@ -2,7 +2,8 @@
  * The host's own model and data: a TF.js model saved as model.save() writes it (a small
  * Keras-style CNN ending in a softmax) and a folder of PNG images, one sub-folder per class,
  * offered by the server (npm start's --model and --data, the launcher's --model-dir and
- * --data-dir) and trained by 2 real tabs with DDP; the images are decoded and resized in the tabs.
+ * --data-dir) and trained by 2 real tabs with DDP, and split into 2 pipeline stages; the images
+ * are decoded and resized in the tabs.
  * An image that does not decode stops the job naming its file.
  */
 import * as tf from '@tensorflow/tfjs';
@@ -35,6 +36,17 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
   expect(s.testAccuracy).toBeGreaterThanOrEqual(5 / 6);
   // The saved softmax moved into the loss, and the tabs said so.
   expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
+});
+
+test("the host's model split into 2 pipeline stages (a tab each), from its saved weights", async () => {
+  const r = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '5', '--lr', '0.01', '--timeout', '180']);
+  expect(r.code, r.output.slice(-3000)).toBe(0);
+  const s = r.summary as { worldSize: number; testAccuracy: number; pipeline: { stages: Array<{ layerClasses: string[] }> } };
+  expect(s.worldSize).toBe(2);
+  // The saved layers, cut at a layer boundary: every layer in exactly one stage.
+  expect(s.pipeline.stages).toHaveLength(2);
+  expect(s.pipeline.stages.flatMap((st) => st.layerClasses)).toEqual(['Conv2D', 'MaxPooling2D', 'Flatten', 'Dense']);
+  expect(s.testAccuracy).toBeGreaterThanOrEqual(5 / 6);
 });
 
 test('an image that does not decode stops the job, naming its file', async () => {
