@@ -402,8 +402,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             }
             faultTimes.onEvent(index, e);
             if (e.type === 'step') onStep(e.step);
-            // The run is over: no more churn (a tab killed now would only miss the summary).
-            if (e.type === 'end') churn?.stop();
+            // The run is over, or its last step is done: no more churn (a tab killed or frozen now
+            // would only miss the summary, and leave the others nothing to regroup for).
+            if (e.type === 'end' || (e.type === 'step' && e.step >= e.totalSteps)) churn?.stop();
             return;
           }
           case 'result':

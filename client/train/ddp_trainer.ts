@@ -10,6 +10,7 @@ import {
   type DistributedDataParallel,
   classificationLoss,
   hashFloat32,
+  isRecoverable,
   runElastic,
   slowFactor,
   Straggler,
@@ -281,7 +282,12 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   logitsT.dispose();
   const links = await linkReport(pg);
   // The same reductions bare, in the same run on the same group: what the step's communication is held against.
-  const bareAllReduceMs = await bareBucketsAllReduce(pg, run.ddp.buckets);
+  // A measurement after the run: a rank lost now (a tab frozen at the last step) costs the figure, not the run.
+  const bareAllReduceMs = await bareBucketsAllReduce(pg, run.ddp.buckets).catch((err: unknown) => {
+    if (!isRecoverable(err)) throw err;
+    emit({ type: 'log', level: 'warn', message: `The bare all-reduce measured after the run was not taken: ${(err as Error).message}` });
+    return null;
+  });
   const timelineMs = stepTimeline(own, timedSteps, run.timeline);
   const summary: Record<string, unknown> = {
     rank: pg.rank,

@@ -78,6 +78,8 @@ interface ParamPlan {
 
 interface Plan {
   modules: Array<{ name: string; ctor: string; from?: string }>;
+  /** Python classes the modules use beyond torch.nn's (the language model's layers). */
+  helpers: Set<keyof typeof PYTHON_HELPERS>;
   /** In torch's state_dict order. */
   params: ParamPlan[];
   inputShape: number[];
@@ -218,7 +220,7 @@ function makePlan(topology: unknown): Plan {
     counts.set(kind, n);
     return `${kind}${n}`;
   };
-  const plan: Plan = { modules: [], params: [], inputShape: [], inputDtype: 'float32', tfInputShape };
+  const plan: Plan = { modules: [], helpers: new Set(), params: [], inputShape: [], inputDtype: 'float32', tfInputShape };
   let flow: Flow = { shape: tfInputShape, image: tfInputShape.length === 3 };
   plan.inputShape = flow.image ? [tfInputShape[2]!, tfInputShape[0]!, tfInputShape[1]!] : tfInputShape;
   const add = (kind: string, ctor: string, from: string) => {
@@ -387,8 +389,46 @@ function makePlan(topology: unknown): Plan {
         flow = { shape: [...flow.shape, outputDim], image: false };
         break;
       }
+      case 'TokenAndPositionEmbedding': {
+        if (index !== 0 && !(index === 1 && layers[0]!.class_name === 'InputLayer')) throw new TorchExportError(name, 'a TokenAndPositionEmbedding is exported as the first layer (it takes token ids)');
+        const vocab = Number(c.vocab_size ?? c.vocabSize);
+        const context = Number(c.context_length ?? c.contextLength);
+        const d = Number(c.d_model ?? c.dModel);
+        if (flow.shape.length !== 1 || flow.shape[0]! > context) throw new TorchExportError(name, `it takes token ids [T] with T <= ${context}, not [${flow.shape.join(', ')}]`);
+        plan.helpers.add('TokenAndPositionEmbedding');
+        const emb = add('embed', `TokenAndPositionEmbedding(${vocab}, ${context}, ${d})`, name);
+        plan.params.push({ torch: `${emb}.tok.weight`, tf: weight('token_embeddings'), shape: [vocab, d] });
+        plan.params.push({ torch: `${emb}.pos.weight`, tf: weight('position_embeddings'), shape: [context, d] });
+        plan.inputDtype = 'int64';
+        flow = { shape: [flow.shape[0]!, d], image: false };
+        break;
+      }
+      case 'TransformerBlock': {
+        if (flow.shape.length !== 2) throw new TorchExportError(name, `a transformer block takes a sequence [T, d], not [${flow.shape.join(', ')}]`);
+        const d = Number(c.d_model ?? c.dModel);
+        const heads = Number(c.heads);
+        const hidden = Number(c.hidden ?? 4 * d);
+        const eps = Number(c.epsilon ?? 1e-5);
+        plan.helpers.add('TransformerBlock');
+        const block = add('block', `TransformerBlock(${d}, ${heads}, ${hidden}, eps=${eps})`, name);
+        const norm = (n: string) => {
+          plan.params.push({ torch: `${block}.${n}.weight`, tf: weight(`${n}_gamma`), shape: [d] });
+          plan.params.push({ torch: `${block}.${n}.bias`, tf: weight(`${n}_beta`), shape: [d] });
+        };
+        const linear = (n: string, inputs: number, outputs: number) => {
+          plan.params.push({ torch: `${block}.${n}.weight`, tf: weight(`${n}_kernel`), shape: [outputs, inputs], gather: denseGather([inputs], outputs) });
+          plan.params.push({ torch: `${block}.${n}.bias`, tf: weight(`${n}_bias`), shape: [outputs] });
+        };
+        norm('ln1');
+        linear('qkv', d, 3 * d);
+        linear('proj', d, d);
+        norm('ln2');
+        linear('fc1', d, hidden);
+        linear('fc2', hidden, d);
+        break;
+      }
       default:
-        throw new TorchExportError(name, `${kind} layers have no mapping to torch here (exported: Dense, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax, BatchNormalization, LayerNormalization, Embedding)`);
+        throw new TorchExportError(name, `${kind} layers have no mapping to torch here (exported: Dense, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax, BatchNormalization, LayerNormalization, Embedding, and the language model's TokenAndPositionEmbedding and TransformerBlock)`);
     }
   }
   if (flow.flattened) throw new TorchExportError(undefined, 'the model ends with a Flatten of an image: its output order would differ between TF.js (H, W, C) and torch (C, H, W)');
@@ -494,6 +534,48 @@ export function importTorchStateDict(artifacts: Pick<ModelArtifactsLike, 'modelT
 // ---------------------------------------------------------------------------------------------
 // The Python file
 
+/** torch modules for the language model's layers (src/language_model.ts), computing what they compute. */
+const PYTHON_HELPERS = {
+  TokenAndPositionEmbedding: `
+
+class TokenAndPositionEmbedding(nn.Module):
+    \"\"\"Token ids [N, T] to a token embedding plus a learned position embedding, [N, T, d].\"\"\"
+
+    def __init__(self, vocab_size, context_length, d_model):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(context_length, d_model)
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos.weight[: ids.shape[1]]
+`,
+  TransformerBlock: `
+
+class TransformerBlock(nn.Module):
+    \"\"\"Pre-norm block: x + causal self-attention(ln1(x)), then + MLP(ln2(x)) with GELU (tanh).\"\"\"
+
+    def __init__(self, d_model, heads, hidden, eps=1e-5):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d_model, eps=eps)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model, eps=eps)
+        self.fc1 = nn.Linear(d_model, hidden)
+        self.fc2 = nn.Linear(hidden, d_model)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(n, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(n, t, d))
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+`,
+} as const;
+
 function pythonModule(plan: Plan, source: string | undefined, file: string): string {
   const width = Math.max(...plan.modules.map((m) => m.name.length));
   const modules = plan.modules.map((m) => `            (${JSON.stringify(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),  # ${m.from}`).join('\n');
@@ -508,12 +590,13 @@ function pythonModule(plan: Plan, source: string | undefined, file: string): str
 Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).
 """
 import json
+import math
 import struct
 from collections import OrderedDict
 
 import torch
 from torch import nn
-
+${[...plan.helpers].map((h) => PYTHON_HELPERS[h]).join('')}
 
 class Model(nn.Sequential):
     input_shape = (${plan.inputShape.join(', ')}${plan.inputShape.length === 1 ? ',' : ''})

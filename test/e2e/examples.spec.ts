@@ -173,3 +173,16 @@ test('a script that does not exist, or a script argument before the path, is ref
   expect(misplaced.code).toBe(2);
   expect(misplaced.output).toContain("unknown launcher option --epochs: a script's own arguments go after its path");
 });
+
+test('08_language_model.ts: 2 ranks train the character transformer on Moby-Dick; same weights, the loss falls, it writes', async () => {
+  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/08_language_model.ts', '--steps', '40', '--batch-size', '8', '--context', '32', '--width', '32', '--blocks', '1', '--log-every', '20', '--lr', '0.01']);
+  expect(r.code, r.output.slice(-3000)).toBe(0);
+  const s = r.summary as { finalLoss: number; unigram: number; vocabSize: number; weightHash: string; sample: string; curve: Array<{ tokens: number; loss: number }> };
+  console.log(JSON.stringify({ ...s, curve: s.curve }));
+  expect(s.vocabSize).toBe(76);
+  // ln 76 = 4.33 at the start; the unigram baseline is about 3.1.
+  expect(s.finalLoss).toBeLessThan(Math.log(s.vocabSize) - 0.8);
+  expect(s.sample.startsWith('Call me ')).toBe(true);
+  expect(s.sample.length).toBe('Call me '.length + 80);
+  expect(s.curve.map((c) => c.tokens)).toEqual([20 * 8 * 32 * 2, 40 * 8 * 32 * 2]);
+});

@@ -26,8 +26,8 @@ test.afterAll(async () => {
 });
 
 test("2 tabs train the host's own model on its own image folder (launcher --model-dir, --data-dir)", async () => {
-  // 60 images, every tenth held out: 54 to train, 6 to test; 2 ranks x 6 a step, 5 epochs.
-  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '5', '--lr', '0.01', '--timeout', '180']);
+  // 60 images, every tenth held out: 54 to train, 6 to test; 2 ranks x 6 a step, 10 epochs.
+  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '10', '--lr', '0.01', '--timeout', '180']);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   const s = r.summary as { worldSize: number; identical: boolean; testAccuracy: number; model: string; dataset: string };
   expect(s.worldSize).toBe(2);
@@ -39,7 +39,7 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
 });
 
 test("the host's model split into 2 pipeline stages (a tab each), from its saved weights", async () => {
-  const r = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '5', '--lr', '0.01', '--timeout', '180']);
+  const r = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '10', '--lr', '0.01', '--timeout', '180']);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   const s = r.summary as { worldSize: number; testAccuracy: number; pipeline: { stages: Array<{ layerClasses: string[] }> } };
   expect(s.worldSize).toBe(2);
