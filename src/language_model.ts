@@ -11,6 +11,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { LayerFactory } from './models.ts';
+import { yieldToEventLoop } from './runtime/ticker.ts';
 
 type Kwargs = Record<string, unknown>;
 /** TF.js's LayerArgs (name, inputShape, dtype, trainable, ...). */
@@ -252,6 +253,9 @@ export async function generate(model: tf.LayersModel, prompt: ArrayLike<number>,
     });
     const p = (await probs.data()) as Float32Array;
     probs.dispose();
+    // On the cpu backend each token's forward runs on the page's thread: let the page's heartbeats
+    // and links through between tokens, or a long sample gets the tab evicted as frozen.
+    await yieldToEventLoop();
     let next = 0;
     if (temperature > 0) {
       let r = random();
