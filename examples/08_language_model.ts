@@ -10,19 +10,14 @@
  * --width (64), --heads (4), --blocks (2), --lr (0.003), --log-every (50), --prompt ("Call me ").
  */
 import * as tf from '@tensorflow/tfjs';
-import { Adam, CharTokenizer, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss } from '../src/index.ts';
+import { Adam, CharTokenizer, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, Mulberry32 } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
-/** A seeded generator for the samples rank 0 writes (the same text for the same weights). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The same sample text for the same weights: a seeded draw. */
+const seeded = (seed: number) => {
+  const rng = new Mulberry32(seed);
+  return () => rng.nextFloat();
+};
 
 export default async function main(ctx: LaunchContext) {
   const steps = intArg(ctx.args, 'steps', 200);
@@ -90,7 +85,7 @@ export default async function main(ctx: LaunchContext) {
       const seconds = (performance.now() - started) / 1000;
       const tokensPerSec = step > 1 ? ((step - 1) * batchSize * contextLength * pg.worldSize) / seconds : 0;
       if (pg.rank === 0) {
-        sample = tokenizer.decode(await generate(model, tokenizer.encode(prompt), 80, { temperature: 0.8, random: mulberry32(step) }));
+        sample = tokenizer.decode(await generate(model, tokenizer.encode(prompt), 80, { temperature: 0.8, random: seeded(step) }));
         ctx.log(`step ${step}: loss ${loss.toFixed(3)} (perplexity ${Math.exp(loss).toFixed(1)}), ${Math.round(tokensPerSec)} tokens/s; "${prompt}${sample}"`);
       }
     }

@@ -5,7 +5,7 @@
  */
 import { parseArgs } from 'node:util';
 import { ensureBuilt } from './build.ts';
-import { OfferError, readOffer } from './offer.ts';
+import { OfferError, readOffer, type OfferFiles } from './offer.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
@@ -25,13 +25,14 @@ const offer = { ...(values.model ? { modelDir: values.model } : {}), ...(values.
 
 let server: RunningServer;
 let tls: Awaited<ReturnType<typeof tlsFromEnv>>;
+let offered: OfferFiles;
 try {
   // Before the build: a bad certificate or key should not wait for it.
   tls = await tlsFromEnv(values.https === true);
-  // So is bad data: checked here, read again when the server starts.
-  await readOffer(offer);
+  // So is bad data: read and checked here, and handed to the server as it is.
+  offered = await readOffer(offer);
   await ensureBuilt();
-  server = await startServer({ ...(tls ? { tls } : {}), offer });
+  server = await startServer({ ...(tls ? { tls } : {}), offer: offered });
 } catch (err) {
   // A taken port, a bad HOST or certificate is the user's to fix: the message says how; a stack would bury it.
   if (!(err instanceof ServerStartError) && !(err instanceof OfferError)) throw err;

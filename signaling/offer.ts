@@ -27,7 +27,7 @@ import { basename, dirname, extname, join, relative, resolve, sep } from 'node:p
 import type { SessionTokens } from './session_tokens.ts';
 import { validSession } from './checkpoint_store.ts';
 import { csvDataset } from '../src/datasets/csv.ts';
-import type { WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+import { topologyLayers, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
 
 export interface OfferOptions {
   /** A TF.js Layers model: a folder with model.json and its weight files (model.save(), tensorflowjs_converter). */
@@ -77,12 +77,9 @@ export interface Offer {
 
 const BEARER = /^Bearer +(\S+) *$/i;
 
-function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number; lastName: string } {
-  let t = topology as Record<string, unknown> | null;
-  if (t && typeof t === 'object' && 'model_config' in t) t = t.model_config as Record<string, unknown>;
-  const config = t?.config as Record<string, unknown> | unknown[] | undefined;
-  const layers = (Array.isArray(config) ? config : (config?.layers as unknown[] | undefined)) as Array<{ class_name: string; config: Record<string, unknown> }> | undefined;
-  if (!layers || layers.length === 0) throw new OfferError('the model has no layers (a TF.js Layers model.json is needed, not a graph model)');
+function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number } {
+  const { layers } = topologyLayers(topology);
+  if (layers.length === 0) throw new OfferError('the model has no layers (a TF.js Layers model.json is needed, not a graph model)');
   const first = layers[0]!.config;
   const batch = (first.batch_input_shape ?? first.batchInputShape) as Array<number | null> | undefined;
   if (!Array.isArray(batch) || !batch.slice(1).every((d) => Number.isSafeInteger(d) && (d as number) > 0)) {
@@ -91,7 +88,7 @@ function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number
   const last = layers[layers.length - 1]!;
   const units = Number(last.config.units);
   if (!Number.isSafeInteger(units) || units < 2) throw new OfferError(`the model's last layer "${String(last.config.name)}" (${last.class_name}) is not a Dense layer of at least 2 units: the job trains classifiers (logits or softmax over the classes)`);
-  return { inputShape: batch.slice(1) as number[], outputUnits: units, lastName: String(last.config.name) };
+  return { inputShape: batch.slice(1) as number[], outputUnits: units };
 }
 
 async function loadModel(dir: string): Promise<OfferedModel> {
@@ -220,9 +217,12 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
   return { model, data };
 }
 
-/** The offer's routes over files `readOffer` checked; every request is checked against `tokens`. */
-export async function loadOffer(options: OfferOptions, tokens: SessionTokens): Promise<Offer> {
-  const { model, data } = await readOffer(options);
+/**
+ * The offer's routes over what the host offers: the options (read and checked here), or files
+ * `readOffer` has read already. Every request is checked against `tokens`.
+ */
+export async function loadOffer(source: OfferOptions | OfferFiles, tokens: SessionTokens): Promise<Offer> {
+  const { model, data } = 'model' in source && 'data' in source ? source : await readOffer(source);
   const describe = () => ({
     model: model && { name: model.name, inputShape: model.inputShape, outputUnits: model.outputUnits, parameters: model.parameters, hash: model.hash },
     data:
@@ -232,57 +232,54 @@ export async function loadOffer(options: OfferOptions, tokens: SessionTokens): P
         : { kind: data.kind, name: data.name, classes: data.classes, length: data.length, inputShape: [data.features] }),
   });
 
-  const send = (res: ServerResponse, status: number, body: unknown) => {
+  // Both answer the request, so a route ends with `return send(...)`.
+  const send = (res: ServerResponse, status: number, body: unknown): true => {
     res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
+    return true;
   };
-  const refuse = (res: ServerResponse, status: number, error: string, message: string) => send(res, status, { error, message });
+  const refuse = (res: ServerResponse, status: number, error: string, message: string): true => send(res, status, { error, message });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
     const url = new URL(req.url ?? '/', 'http://x');
     if (url.pathname !== '/api/offer' && !url.pathname.startsWith('/api/offer/')) return false;
     if (req.method !== 'GET') {
-      refuse(res, 405, 'method-not-allowed', 'the offer routes answer GET only');
-      return true;
+      return refuse(res, 405, 'method-not-allowed', 'the offer routes answer GET only');
     }
     const session = url.searchParams.get('session') ?? '';
     if (!validSession(session)) {
-      refuse(res, 400, 'bad-session', 'the offer routes need ?session=<the session\'s name>');
-      return true;
+      return refuse(res, 400, 'bad-session', 'the offer routes need ?session=<the session\'s name>');
     }
     const token = BEARER.exec(req.headers.authorization ?? '')?.[1];
     const verdict = await tokens.verify(session, token);
     if (verdict !== 'ok') {
       const status = verdict === 'missing' ? 401 : 403;
-      refuse(res, status, status === 401 ? 'unauthorized' : 'forbidden', `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? 'this token is not that session\'s' : 'no well-formed token was sent'})`);
-      return true;
+      return refuse(res, status, status === 401 ? 'unauthorized' : 'forbidden', `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? 'this token is not that session\'s' : 'no well-formed token was sent'})`);
     }
     const path = url.pathname.slice('/api/offer'.length);
-    if (path === '' || path === '/') return send(res, 200, describe()), true;
+    if (path === '' || path === '/') return send(res, 200, describe());
     if (path === '/model' || path === '/model/weights') {
-      if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR'), true;
-      if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs }), true;
+      if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR');
+      if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs });
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(model.weights.byteLength), 'cache-control': 'no-store' }).end(model.weights);
       return true;
     }
     if (path === '/data' || path.startsWith('/data/')) {
-      if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv'), true;
+      if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv');
       if (path === '/data') {
-        send(res, 200, data.kind === 'images' ? { kind: data.kind, name: data.name, classes: data.classes, items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })) } : { kind: data.kind, name: data.name, labelColumn: data.labelColumn });
-        return true;
+        return send(res, 200, data.kind === 'images' ? { kind: data.kind, name: data.name, classes: data.classes, items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })) } : { kind: data.kind, name: data.name, labelColumn: data.labelColumn });
       }
       const index = Number(path.slice('/data/'.length));
       const count = data.kind === 'images' ? data.items.length : 1;
-      if (!Number.isSafeInteger(index) || index < 0 || index >= count) return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`), true;
+      if (!Number.isSafeInteger(index) || index < 0 || index >= count) return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`);
       // Only files found at startup, by index: a request names no path.
       const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
       const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
       const bytes = await readFile(file).catch(() => null);
-      if (bytes === null) return refuse(res, 410, 'gone', `${relative(process.cwd(), file)} was offered at startup and cannot be read now`), true;
+      if (bytes === null) return refuse(res, 410, 'gone', `${relative(process.cwd(), file)} was offered at startup and cannot be read now`);
       res.writeHead(200, { 'content-type': type, 'content-length': String(bytes.byteLength), 'cache-control': 'no-store' }).end(bytes);
       return true;
     }
-    refuse(res, 404, 'not-found', `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`);
-    return true;
+    return refuse(res, 404, 'not-found', `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`);
   }
   return { model, data, describe, handle };
 }

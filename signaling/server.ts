@@ -39,7 +39,7 @@ import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } f
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
-import { loadOffer, OfferError, type Offer, type OfferOptions } from './offer.ts';
+import { loadOffer, OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 
 export { ServerStartError } from './network.ts';
@@ -55,8 +55,8 @@ export interface ServerOptions {
   datasetsDir?: string;
   /** Where checkpoints are kept, one folder per session. Default: CHECKPOINT_DIR or `checkpoints/` in this project. */
   checkpointDir?: string;
-  /** The host's own model and data, offered to the sessions' tabs (`npm start -- --model DIR --data DIR`; signaling/offer.ts). */
-  offer?: OfferOptions;
+  /** The host's own model and data, offered to the sessions' tabs (`npm start -- --model DIR --data DIR`; signaling/offer.ts): where they are, or as `readOffer` read them. */
+  offer?: OfferOptions | OfferFiles;
   /** Checkpoints kept per session; older ones are deleted after each save. Default 3. */
   checkpointKeep?: number;
   /** Largest checkpoint upload, in bytes. Default 256 MiB. */

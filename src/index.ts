@@ -58,7 +58,7 @@ export { hashFloat32 } from './hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
 export { fetchOffer, loadOfferedDataset, loadOfferedModel, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
-export { syntheticDataset } from './datasets/synthetic.ts';
+export { syntheticDataset, Mulberry32 } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';
 export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
@@ -95,7 +95,7 @@ export {
   type PipelineRoundContext,
 } from './parallel/pipeline/runner.ts';
 export { encodeCheckpoint, decodeCheckpoint, CheckpointCorruptError, CHECKPOINT_PART, type Checkpoint, type WeightSpec } from './checkpoint/checkpoint_format.ts';
-export { exportForTorch, importTorchStateDict, TorchExportError, type TorchExport, type TorchExportOptions, type ModelArtifactsLike } from './checkpoint/torch_export.ts';
+export { exportForTorch, importTorchStateDict, pythonModuleName, TorchExportError, type TorchExport, type TorchExportOptions, type ModelArtifactsLike } from './checkpoint/torch_export.ts';
 export { encodeSafetensors, decodeSafetensors, SafetensorsError, type NamedTensor, type SafetensorsDtype, type DecodedSafetensors } from './checkpoint/safetensors.ts';
 export {
   saveCheckpoint,

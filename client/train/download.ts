@@ -3,7 +3,7 @@
  * Done here rather than with 'downloads://', whose router the bundler may drop.
  */
 import type * as tf from '@tensorflow/tfjs';
-import { exportForTorch, modelArtifacts } from '../../src/index.ts';
+import { exportForTorch, modelArtifacts, pythonModuleName } from '../../src/index.ts';
 
 /** A file name, whatever the caller passed: no path separators or odd characters. */
 function fileName(baseName: string): string {
@@ -49,7 +49,7 @@ export async function downloadModel(model: tf.LayersModel, baseName = 'browser-d
  * Throws TorchExportError, naming the layer, for a model with a layer torch has no match for.
  */
 export async function downloadTorchModel(model: tf.LayersModel, baseName = 'browser-ddp-model'): Promise<void> {
-  const name = fileName(baseName).replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_');
+  const name = pythonModuleName(fileName(baseName));
   const exported = exportForTorch(await modelArtifacts(model), { source: `${baseName}, downloaded from the dashboard`, fileName: name });
   clickDownload(`${name}.safetensors`, new Blob([exported.safetensors], { type: 'application/octet-stream' }));
   await new Promise((r) => setTimeout(r, 100));

@@ -259,3 +259,22 @@ export async function sha256(data: Uint8Array<ArrayBuffer>): Promise<Uint8Array>
   }
   return new Uint8Array(await subtle.digest('SHA-256', data));
 }
+
+/** A layer as a TF.js (or Keras) model topology writes it. */
+export interface LayerJson {
+  class_name: string;
+  config: Record<string, unknown>;
+}
+
+/**
+ * A model topology's class and layers, in order: TF.js's `{class_name, config: {layers}}`, an
+ * older `config` that is the list itself, or Keras's saved format wrapping it in `model_config`.
+ * The layers are the topology's own objects (a caller may edit a copy of the topology through them).
+ */
+export function topologyLayers(topology: unknown): { className: string | undefined; layers: LayerJson[] } {
+  let t: Record<string, unknown> = isObject(topology) ? topology : {};
+  if (isObject(t.model_config)) t = t.model_config;
+  const config = t.config;
+  const layers = Array.isArray(config) ? config : isObject(config) && Array.isArray(config.layers) ? config.layers : [];
+  return { className: typeof t.class_name === 'string' ? t.class_name : undefined, layers: layers as LayerJson[] };
+}

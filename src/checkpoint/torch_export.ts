@@ -17,7 +17,7 @@
  * C, H, W; TF.js flattens H, W, C) and the module stays a plain nn.Flatten + nn.Linear.
  */
 import { encodeSafetensors, decodeSafetensors, type NamedTensor } from './safetensors.ts';
-import type { WeightSpec } from './checkpoint_format.ts';
+import { topologyLayers, type LayerJson, type WeightSpec } from './checkpoint_format.ts';
 
 /** What the exporter reads: a model's topology and weights (a checkpoint's `model`, or `modelArtifacts`). */
 export interface ModelArtifactsLike {
@@ -89,10 +89,6 @@ interface Plan {
 }
 
 type Config = Record<string, unknown>;
-interface LayerJson {
-  class_name: string;
-  config: Config;
-}
 
 /** A tensor between layers: its TF.js shape (no batch), and whether it is an image (NHWC here, NCHW in torch). */
 interface Flow {
@@ -103,13 +99,10 @@ interface Flow {
 }
 
 function layersOf(topology: unknown): LayerJson[] {
-  let t = topology as Config | null;
-  if (t && typeof t === 'object' && 'model_config' in t) t = t.model_config as Config; // Keras's saved format
-  if (!t || typeof t !== 'object' || typeof t.class_name !== 'string') throw new TorchExportError(undefined, 'the model has no topology (a TF.js Layers model is needed, as model.save() writes it)');
-  const config = t.config as Config | LayerJson[];
-  const layers = (Array.isArray(config) ? config : (config?.layers as LayerJson[] | undefined)) ?? [];
-  if (t.class_name === 'Sequential') return layers;
-  if (t.class_name === 'Model' || t.class_name === 'Functional') {
+  const { className, layers } = topologyLayers(topology);
+  if (className === undefined) throw new TorchExportError(undefined, 'the model has no topology (a TF.js Layers model is needed, as model.save() writes it)');
+  if (className === 'Sequential') return layers;
+  if (className === 'Model' || className === 'Functional') {
     // A functional model is exported when it is a chain: each layer fed by the one before it.
     layers.forEach((layer, i) => {
       if (i === 0) return;
@@ -120,7 +113,7 @@ function layersOf(topology: unknown): LayerJson[] {
     });
     return layers;
   }
-  throw new TorchExportError(undefined, `the model is a ${t.class_name}; a Sequential or a chain of layers is exported`);
+  throw new TorchExportError(undefined, `the model is a ${className}; a Sequential or a chain of layers is exported`);
 }
 
 function pair(v: unknown, name: string, layer: string): [number, number] {
@@ -129,40 +122,35 @@ function pair(v: unknown, name: string, layer: string): [number, number] {
   return a as [number, number];
 }
 
-/** The torch module for a Keras activation; null for 'linear'. `image` picks softmax's channel axis. */
+/** Keras activations and their torch modules (softmax's axis is set per input below). */
+const ACTIVATIONS: Readonly<Record<string, { kind: string; ctor: string } | null>> = {
+  linear: null,
+  relu: { kind: 'relu', ctor: 'nn.ReLU()' },
+  relu6: { kind: 'relu', ctor: 'nn.ReLU6()' },
+  sigmoid: { kind: 'sigmoid', ctor: 'nn.Sigmoid()' },
+  tanh: { kind: 'tanh', ctor: 'nn.Tanh()' },
+  softmax: { kind: 'softmax', ctor: 'nn.Softmax(dim=-1)' },
+  elu: { kind: 'elu', ctor: 'nn.ELU()' },
+  selu: { kind: 'selu', ctor: 'nn.SELU()' },
+  softplus: { kind: 'softplus', ctor: 'nn.Softplus()' },
+  softsign: { kind: 'softsign', ctor: 'nn.Softsign()' },
+  swish: { kind: 'silu', ctor: 'nn.SiLU()' },
+  mish: { kind: 'mish', ctor: 'nn.Mish()' },
+  gelu: { kind: 'gelu', ctor: 'nn.GELU()' },
+  gelu_new: { kind: 'gelu', ctor: "nn.GELU(approximate='tanh')" },
+};
+
+/** The torch module for a Keras activation; null for 'linear'. `image` puts softmax on the channel axis. */
 function activationModule(activation: unknown, image: boolean, layer: string): { kind: string; ctor: string } | null {
-  switch (activation ?? 'linear') {
-    case 'linear':
-      return null;
-    case 'relu':
-      return { kind: 'relu', ctor: 'nn.ReLU()' };
-    case 'relu6':
-      return { kind: 'relu', ctor: 'nn.ReLU6()' };
-    case 'sigmoid':
-      return { kind: 'sigmoid', ctor: 'nn.Sigmoid()' };
-    case 'tanh':
-      return { kind: 'tanh', ctor: 'nn.Tanh()' };
-    case 'softmax':
-      return { kind: 'softmax', ctor: `nn.Softmax(dim=${image ? 1 : -1})` };
-    case 'elu':
-      return { kind: 'elu', ctor: 'nn.ELU()' };
-    case 'selu':
-      return { kind: 'selu', ctor: 'nn.SELU()' };
-    case 'softplus':
-      return { kind: 'softplus', ctor: 'nn.Softplus()' };
-    case 'softsign':
-      return { kind: 'softsign', ctor: 'nn.Softsign()' };
-    case 'swish':
-      return { kind: 'silu', ctor: 'nn.SiLU()' };
-    case 'mish':
-      return { kind: 'mish', ctor: 'nn.Mish()' };
-    case 'gelu':
-      return { kind: 'gelu', ctor: 'nn.GELU()' };
-    case 'gelu_new':
-      return { kind: 'gelu', ctor: "nn.GELU(approximate='tanh')" };
-    default:
-      throw new TorchExportError(layer, `its activation "${String(activation)}" has no torch module here (relu, relu6, sigmoid, tanh, softmax, elu, selu, softplus, softsign, swish, mish, gelu, gelu_new, linear are mapped)`);
-  }
+  const name = String(activation ?? 'linear');
+  if (!Object.hasOwn(ACTIVATIONS, name)) throw new TorchExportError(layer, `its activation "${name}" has no torch module here (${Object.keys(ACTIVATIONS).join(', ')} are mapped)`);
+  const a = ACTIVATIONS[name]!;
+  return a?.kind === 'softmax' && image ? { kind: 'softmax', ctor: 'nn.Softmax(dim=1)' } : a;
+}
+
+/** A Python module name from a file name: letters, digits and _, not starting with a digit. */
+export function pythonModuleName(name: string): string {
+  return name.replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_');
 }
 
 /** tf [in, out] -> torch [out, in]; `rows` maps a TF input row to torch's (a Flatten's reordering). */
@@ -486,7 +474,7 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
   };
   return {
     safetensors: encodeSafetensors(tensors, metadata),
-    python: pythonModule(plan, options.source, (options.fileName ?? 'model').replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=\d)/, '_')),
+    python: pythonModule(plan, options.source, pythonModuleName(options.fileName ?? 'model')),
     inputShape: plan.inputShape,
     inputDtype: plan.inputDtype,
     names: plan.params.filter((p) => !p.counter).map((p) => ({ torch: p.torch, tf: p.tf })),

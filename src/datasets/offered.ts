@@ -8,7 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { csvDataset } from './csv.ts';
 import { DatasetError, DatasetFetchError, InMemoryDataset, product } from './dataset.ts';
-import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
+import { topologyLayers, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
 
 export interface OfferRequest {
   /** The server's origin. */
@@ -53,8 +53,7 @@ export async function loadOfferedModel(req: OfferRequest): Promise<{ model: tf.L
   const { modelTopology, weightSpecs } = (await (await get(req, '/model', what)).json()) as { modelTopology: Record<string, unknown>; weightSpecs: WeightSpec[] };
   const weightData = await (await get(req, '/model/weights', what)).arrayBuffer();
   const topology = structuredClone(modelTopology);
-  const root = ('model_config' in topology ? topology.model_config : topology) as { config: { layers?: Array<{ config: Record<string, unknown> }> } | Array<{ config: Record<string, unknown> }> };
-  const layers = Array.isArray(root.config) ? root.config : (root.config.layers ?? []);
+  const { layers } = topologyLayers(topology);
   const last = layers[layers.length - 1]?.config;
   let note: string | null = null;
   if (last?.activation === 'softmax') {

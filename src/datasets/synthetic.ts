@@ -100,7 +100,7 @@ function hash32(x: number): number {
 }
 
 /** mulberry32: a tiny 32-bit PRNG, all integer arithmetic, so identical on every engine. */
-class Mulberry32 {
+export class Mulberry32 {
   constructor(private state: number) {}
 
   nextUint32(): number {
