@@ -20,7 +20,7 @@ export default async function main(ctx: LaunchContext) {
   if (ctx.nproc % stages !== 0) throw new Error(`--nproc ${ctx.nproc} is not a multiple of --stages ${stages}: the world is stages x replicas`);
   const microBatches = intArg(args, 'micro-batches', 4);
   const schedule = args.schedule === '1f1b' ? '1f1b' : 'gpipe';
-  const loss = (out: tf.Tensor, labels: tf.Tensor1D) => classificationLoss(out, labels, data.numClasses);
+  const loss = (out: tf.Tensor, labels: tf.Tensor) => classificationLoss(out, labels, data.numClasses);
 
   let finalLoss = NaN;
   let bubble = 0;

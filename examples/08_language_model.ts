@@ -1,6 +1,7 @@
 /**
  * A small language model trained with DDP: a character-level transformer (src/language_model.ts)
- * on the first 20 chapters of Moby-Dick (datasets/), each rank on its share of the text's windows,
+ * on the first 20 chapters of Moby-Dick (datasets/), each rank on its share of the text's windows
+ * (src/datasets/text.ts),
  * the gradients averaged as for any model. Rank 0 says the loss, the perplexity and the tokens/s
  * every --log-every steps, and what the model writes after a prompt.
  *
@@ -10,7 +11,7 @@
  * --width (64), --heads (4), --blocks (2), --lr (0.003), --log-every (50), --prompt ("Call me ").
  */
 import * as tf from '@tensorflow/tfjs';
-import { Adam, CharTokenizer, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, Mulberry32 } from '../src/index.ts';
+import { Adam, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, Mulberry32, textDatasets } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 /** The same sample text for the same weights: a seeded draw. */
@@ -32,31 +33,21 @@ export default async function main(ctx: LaunchContext) {
 
   const res = await fetch(new URL('/datasets/text/moby-dick-1-20.txt', ctx.url));
   if (!res.ok) throw new Error(`the corpus did not load: HTTP ${res.status} from /datasets/text/moby-dick-1-20.txt`);
-  const text = await res.text();
-  const tokenizer = CharTokenizer.fromText(text);
-  const ids = tokenizer.encode(text);
-  // The baseline a model must beat: the entropy of the characters' frequencies (nats per character).
-  const counts = new Map<number, number>();
-  for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
-  const unigram = -[...counts.values()].reduce((a, c) => a + (c / ids.length) * Math.log(c / ids.length), 0);
+  // The text's windows of contextLength + 1 characters (one starting every contextLength): the
+  // first 90% of the text trains, the rest is held out; the unigram baseline is the loss a model
+  // that knows only the characters' frequencies gets (nats per character).
+  const { train, tokenizer, unigram } = textDatasets(await res.text(), { contextLength, name: 'moby-dick' });
 
   const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
   const model = buildLanguageModel({ vocabSize: tokenizer.vocabSize, contextLength, dModel, heads, blocks, seed: 0 });
   const parameters = model.countParams();
   const ddp = await DistributedDataParallel.create(model, pg);
   const optimizer = new Adam({ lr });
-  // The samples are the text's windows of contextLength + 1 characters, one starting every contextLength.
-  const windows = Math.floor((ids.length - 1) / contextLength);
-  const sampler = new DistributedSampler(windows, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
-  if (pg.rank === 0) ctx.log(`${parameters} parameters, vocabulary ${tokenizer.vocabSize}, ${ids.length} characters in ${windows} windows of ${contextLength}; unigram baseline ${unigram.toFixed(3)} nats`);
+  const sampler = new DistributedSampler(train.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
+  if (pg.rank === 0) ctx.log(`${parameters} parameters, vocabulary ${tokenizer.vocabSize}, ${train.length} windows of ${contextLength} characters to train on; unigram baseline ${unigram.toFixed(3)} nats`);
 
   const batch = (indices: number[]) => {
-    const x = new Int32Array(indices.length * contextLength);
-    const y = new Int32Array(indices.length * contextLength);
-    indices.forEach((w, i) => {
-      x.set(ids.subarray(w * contextLength, (w + 1) * contextLength), i * contextLength);
-      y.set(ids.subarray(w * contextLength + 1, (w + 1) * contextLength + 1), i * contextLength);
-    });
+    const { x, y } = train.batch(indices);
     return { xs: tf.tensor2d(x, [indices.length, contextLength], 'int32'), ys: tf.tensor2d(y, [indices.length, contextLength], 'int32') };
   };
 

@@ -146,6 +146,8 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...(typeof r0.samplesPerSecWall === 'number' ? { samplesPerSecWall: round(r0.samplesPerSecWall) } : {}),
     finalLoss: pipeline || parameterServer ? fromLastStage('finalLoss') : r0.finalLoss,
     testAccuracy: pipeline || parameterServer ? fromLastStage('testAccuracy') : r0.testAccuracy,
+    // The language model (model lm): per-character perplexity, the unigram baseline, characters per second and its last sample.
+    ...(typeof r0.perplexity === 'number' ? { perplexity: round(r0.perplexity), unigram: r0.unigram, tokensPerSec: typeof r0.tokensPerSec === 'number' ? round(r0.tokensPerSec) : null, sample: r0.sample } : {}),
     weightHashes: ranks.map((r) => r.weightHash),
     identical: pipeline ? pipeline.identical : ranks.every((r) => r.weightHash === r0.weightHash),
     breakdownMs: Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, v === null ? null : round(v)])),

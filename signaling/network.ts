@@ -15,6 +15,8 @@ export interface ServerInfo {
   listening: string;
   /** Under TLS: the certificate's SHA-256 fingerprint ("AB:CD:...") and whether it is self-signed (browsers warn until trusted). */
   certificate?: { fingerprint256: string; selfSigned: boolean };
+  /** Whether the host offers its own model and data (`npm start -- --model DIR --data DIR`): the create form offers "user" only then. What they are is the sessions' to read (GET /api/offer, with a token). */
+  offers: { model: boolean; data: boolean };
 }
 
 const WILDCARD = new Set(['0.0.0.0', '::', '']);

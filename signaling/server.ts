@@ -219,11 +219,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   // Filled in once listening (the port may be 0 until then).
   let bound = port;
+  const offered = offer.describe();
   const info = infoHandler(() => ({
     urls: lanUrls(host, bound, undefined, scheme),
     secure,
     listening: listeningLabel(host, bound),
     ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
+    offers: { model: offered.model !== null, data: offered.data !== null },
   }));
   const onRequest = httpHandler({ origins, info, offer: offer.handle, checkpoints, staticDir, datasetsDir });
   const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);

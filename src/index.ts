@@ -55,11 +55,12 @@ export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAct
 export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './c10d/session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
-export { type Dataset, InMemoryDataset, Subset, subset, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
+export { type Dataset, InMemoryDataset, Subset, subset, labelsPerSample, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
 export { fetchOffer, loadOfferedDataset, loadOfferedModel, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
 export { syntheticDataset, Mulberry32 } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
+export { textDatasets, TextDataset } from './datasets/text.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';
 export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './parallel/comm_hooks/default_hooks.ts';
@@ -78,7 +79,8 @@ export {
 } from './half.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
 export { buildLanguageModel, languageModelLayers, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './language_model.ts';
-export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, classificationLoss, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
+export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, LM_DEFAULTS, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
+export { classificationLoss, correctPredictions } from './losses.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './parallel/pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './parallel/pipeline/split.ts';
 export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './parallel/pipeline/stage.ts';

@@ -11,6 +11,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { LayerFactory } from './models.ts';
+import { classificationLoss } from './losses.ts';
 import { yieldToEventLoop } from './runtime/ticker.ts';
 
 type Kwargs = Record<string, unknown>;
@@ -190,45 +191,11 @@ export function buildLanguageModel(spec: LanguageModelSpec): tf.Sequential {
 
 /** Mean cross-entropy of next-token logits [B, T, V] against targets [B, T] (in nats; perplexity is its exp). */
 export function languageModelLoss(logits: tf.Tensor, targets: tf.Tensor): tf.Scalar {
-  return tf.tidy(() => {
-    const vocab = logits.shape[logits.shape.length - 1]!;
-    const flat = logits.reshape([-1, vocab]);
-    return tf.losses.softmaxCrossEntropy(tf.oneHot(targets.reshape([-1]).toInt(), vocab), flat) as tf.Scalar;
-  });
+  return classificationLoss(logits, targets, logits.shape[logits.shape.length - 1]!);
 }
 
-/** A character-level tokenizer: each distinct character of the corpus is a token, in code-point order. */
-export class CharTokenizer {
-  readonly chars: string[];
-  private readonly ids: Map<string, number>;
-
-  constructor(chars: string[]) {
-    this.chars = chars;
-    this.ids = new Map(chars.map((c, i) => [c, i]));
-  }
-
-  static fromText(text: string): CharTokenizer {
-    return new CharTokenizer([...new Set(Array.from(text))].sort((a, b) => a.codePointAt(0)! - b.codePointAt(0)!));
-  }
-
-  get vocabSize(): number {
-    return this.chars.length;
-  }
-
-  /** Ids of `text`; a character outside the vocabulary throws, naming it and where. */
-  encode(text: string): Int32Array {
-    const chars = Array.from(text);
-    return Int32Array.from(chars, (c, i) => {
-      const id = this.ids.get(c);
-      if (id === undefined) throw new RangeError(`character ${JSON.stringify(c)} at ${i} is not in the vocabulary of ${this.vocabSize}`);
-      return id;
-    });
-  }
-
-  decode(ids: ArrayLike<number>): string {
-    return Array.from(ids, (i) => this.chars[i] ?? '').join('');
-  }
-}
+// The tokenizer lives with the text dataset (no TF.js there); importable from here as before.
+export { CharTokenizer } from './datasets/text.ts';
 
 /**
  * Samples `count` tokens after `prompt` (ids), one at a time, from the model's last-position

@@ -8,8 +8,13 @@
  * layer's seed is fixed by its place in the list, not by the order layers are built in.
  */
 import * as tf from '@tensorflow/tfjs';
+import { languageModelLayers } from './language_model.ts';
 
-export type ModelKind = 'mlp' | 'cnn';
+/** 'lm': the character-level transformer of language_model.ts, on windows of text (datasets/text.ts). */
+export type ModelKind = 'mlp' | 'cnn' | 'lm';
+
+/** The language model's shape in the training job: its width is `hidden`, the rest fixed (nanoGPT's small char model, smaller). */
+export const LM_DEFAULTS = { dModel: 64, heads: 4, blocks: 2 } as const;
 
 export interface ModelSpec {
   kind: ModelKind;
@@ -20,6 +25,7 @@ export interface ModelSpec {
    * Width of the hidden dense layer. The MLP's: default 128 for images, 32 for vectors. The CNN's,
    * between its convolutions and its classifier: default 0, none (5,258 parameters on MNIST);
    * 128 makes it the usual MNIST CNN (53,866), whose gradients are mostly that one matrix.
+   * The language model's: the width of its residual stream (default 64, a multiple of its 4 heads).
    */
   hidden?: number;
 }
@@ -70,8 +76,15 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
       (s?: number[]) => tf.layers.dense({ units: numClasses, kernelInitializer: k3(), ...shape(s) }),
     ];
   }
+  if (kind === 'lm') {
+    // Inputs are windows of token ids [T]; the classes are the vocabulary.
+    if (inputShape.length !== 1) throw new Error(`the language model needs windows of token ids [T], got shape [${inputShape.join(', ')}]`);
+    const dModel = spec.hidden ?? LM_DEFAULTS.dModel;
+    if (!Number.isSafeInteger(dModel) || dModel < LM_DEFAULTS.heads || dModel % LM_DEFAULTS.heads !== 0) throw new Error(`the language model's width must be a multiple of its ${LM_DEFAULTS.heads} heads, got ${dModel}`);
+    return languageModelLayers({ vocabSize: numClasses, contextLength: inputShape[0]!, dModel, heads: LM_DEFAULTS.heads, blocks: LM_DEFAULTS.blocks, seed });
+  }
   const unknown: never = kind;
-  throw new Error(`unknown model "${String(unknown)}"; use mlp or cnn`);
+  throw new Error(`unknown model "${String(unknown)}"; use mlp, cnn or lm`);
 }
 
 /** `layers` as one Sequential model taking inputs of `inputShape` (a whole model, or one pipeline stage). */
@@ -85,10 +98,8 @@ export function buildModel(spec: ModelSpec): tf.LayersModel {
   return sequentialOf(modelLayers(spec), spec.inputShape, `${spec.kind}-seed${spec.seed}`);
 }
 
-/** Mean softmax cross-entropy of logits against integer labels. */
-export function classificationLoss(logits: tf.Tensor, labels: tf.Tensor1D, numClasses: number): tf.Scalar {
-  return tf.tidy(() => tf.losses.softmaxCrossEntropy(tf.oneHot(labels, numClasses), logits) as tf.Scalar);
-}
+// The losses are their own module (the language model uses them too); importable from here as before.
+export { classificationLoss, correctPredictions } from './losses.ts';
 
 /**
  * A loaded model's layers as factories (a user's own model: `tf.loadLayersModel`, the host's

@@ -28,7 +28,7 @@ describe('the create form', () => {
   it('has the session name, then one field per schema option shown in the form', () => {
     expect(FORM_FIELDS.map((f) => f.label)).toEqual(['Session name', ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => TRAIN_FORM_LABELS[o.name].label)]);
     expect(FORM_FIELDS.slice(0, 5).map((f) => f.label)).toEqual(['Session name', 'World size (tabs)', 'Keep training with at least (tabs)', 'Model', 'Dataset']);
-    expect(FORM_FIELDS.find((f) => f.name === 'model')!.control).toEqual({ type: 'select', choices: ['mlp', 'cnn', 'user'] });
+    expect(FORM_FIELDS.find((f) => f.name === 'model')!.control).toEqual({ type: 'select', choices: ['mlp', 'cnn', 'lm', 'user'] });
     expect(FORM_FIELDS.find((f) => f.name === 'world')!.control).toEqual({ type: 'number', min: 1, max: 64 });
     expect(FORM_FIELDS.filter((f) => f.optional).map((f) => f.name)).toEqual(['steps', 'trainSize']);
     expect(FORM_FIELDS.find((f) => f.name === 'steps')!.label).toBe('Steps (optional)');
@@ -173,6 +173,9 @@ describe('where other machines reach the server', () => {
       listening: '0.0.0.0:8080',
     });
     expect(parseServerInfo({ urls: 'http://x/' })).toBeNull();
+    const base = { urls: [], secure: false, listening: '0.0.0.0:8080' };
+    expect(parseServerInfo({ ...base, offers: { model: true, data: false } })).toEqual({ ...base, offers: { model: true, data: false } });
+    expect(parseServerInfo({ ...base, offers: { model: 'yes' } })).toEqual(base);
     const tls = { urls: ['https://192.168.1.5:8080/'], secure: true, listening: '0.0.0.0:8080' };
     expect(parseServerInfo({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } })).toEqual({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } });
     // Shown to people as what to compare: anything but a fingerprint is dropped.

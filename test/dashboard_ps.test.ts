@@ -82,6 +82,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     model: 'mlp',
     hidden: null,
     dataset: 'mnist',
+    context: null,
     batchSize: 64,
     lr: 0.003,
     optimizer: 'adam',

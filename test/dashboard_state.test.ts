@@ -25,6 +25,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     model: 'mlp',
     hidden: null,
     dataset: 'synthetic',
+    context: null,
     batchSize: 64,
     lr: 0.003,
     optimizer: 'adam',

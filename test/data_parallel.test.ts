@@ -17,6 +17,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
+import { TextDataset } from '../src/datasets/text.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -145,6 +146,34 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       const { x } = data.batch([5]);
       await expect(dp.computeGradients({ x: new Float32Array(20), y: new Int32Array(1) })).rejects.toThrow(/20 values, not a positive multiple of the 16/);
       await expect(dp.computeGradients({ x, y: new Int32Array(2) })).rejects.toThrow(/1 samples but 2 labels/);
+    } finally {
+      dp.close();
+      model.dispose();
+    }
+  });
+
+  it("a language model's windows: 2 devices give the whole batch's gradient over every position, and count every position's prediction", async () => {
+    const ids = Int32Array.from({ length: 400 }, (_, i) => (i * 7 + (i >> 3)) % 10);
+    const text = new TextDataset('text', ids, 8, 10);
+    const model = buildModel({ kind: 'lm', inputShape: [8], numClasses: 10, seed: 2, hidden: 16 });
+    const dp = await DataParallel.create(model, { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 10 }, backend: 'cpu', spawn: nodeDevice });
+    try {
+      const indices = range(0, 7);
+      const { x, y } = text.batch(indices);
+      const xs = tf.tensor(x, [7, 8]);
+      const ys = tf.tensor(y, [7, 8], 'int32');
+      const vars = model.trainableWeights.map((w) => w.read() as tf.Variable);
+      const { value, grads } = tf.variableGrads(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 10), vars);
+      const want = tf.tidy(() => tf.concat(vars.map((v) => grads[v.name]!.reshape([-1])))).dataSync() as Float32Array;
+      const wantLoss = value.dataSync()[0]!;
+      tf.dispose([xs, ys, value, ...Object.values(grads)]);
+      const got = await dp.computeGradients({ x, y });
+      expect(relativeError(got.grads, want)).toBeLessThan(1e-5);
+      expect(got.loss).toBeCloseTo(wantLoss, 5);
+      expect(got.devices.map((d) => d.samples)).toEqual([4, 3]);
+      // 7 windows of 8 positions: up to 56 right predictions, not 7.
+      expect(got.correct).toBeLessThanOrEqual(56);
+      await expect(dp.computeGradients({ x, y: y.subarray(0, 7) })).rejects.toThrow(/7 samples but 7 labels \(56 expected\)/);
     } finally {
       dp.close();
       model.dispose();

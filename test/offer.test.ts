@@ -92,6 +92,8 @@ describe('the offer routes', () => {
     expect(wrong.status).toBe(403);
     expect(((await wrong.json()) as { message: string }).message).toMatch(/this token is not that session's/);
     expect((await get('/api/offer/model', token)).status).toBe(400); // no session named
+    // Without a token, the server says only that it offers a model and data (the create form offers "user" then), never what they are.
+    expect(((await (await get('/api/info')).json()) as { offers: unknown }).offers).toEqual({ model: true, data: true });
   });
 
   it('say what is offered, and serve the model and each image by index', async () => {

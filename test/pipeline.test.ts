@@ -44,7 +44,7 @@ const layers = (): LayerFactory[] =>
   [24, 20, 4].map((units, i) => (inputShape?: number[]) =>
     tf.layers.dense({ units, activation: i < 2 ? 'relu' : 'linear', kernelInitializer: tf.initializers.glorotUniform({ seed: 70 + i }), ...(inputShape ? { inputShape } : {}) }),
   );
-const lossOf = (out: tf.Tensor, y: tf.Tensor1D) => classificationLoss(out, y, 4);
+const lossOf = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);
 
 async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('pp');
@@ -109,7 +109,7 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
           schedule,
           activationDtype,
           ...(stage.isFirst ? { inputs: x } : {}),
-          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf, metric: (out: tf.Tensor, labels: tf.Tensor1D) => out.argMax(-1).equal(labels).sum() } : {}),
+          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf, metric: (out: tf.Tensor, labels: tf.Tensor) => out.argMax(-1).equal(labels).sum() } : {}),
         });
         if (k === 0 && stage.isLast) first = { loss: r.loss, correct: r.metric };
         ddp.step(opt);

@@ -67,7 +67,7 @@ describe('LAN addresses', () => {
     expect(res.headers['cache-control']).toBe('no-store');
     expect(res.headers['content-type']).toMatch(/^application\/json/);
     const info = JSON.parse(res.body) as { urls: string[]; secure: boolean; listening: string };
-    expect(info).toEqual({ urls: [...new Set(expected)], secure: false, listening: `0.0.0.0:${server.port}` });
+    expect(info).toEqual({ urls: [...new Set(expected)], secure: false, listening: `0.0.0.0:${server.port}`, offers: { model: false, data: false } });
     expect(server.urls).toEqual(info.urls);
     // This machine has a network address: it must be listed, not loopback.
     if (expected.length > 0) expect(info.urls.some((u) => !u.includes('//127.'))).toBe(true);
@@ -75,14 +75,14 @@ describe('LAN addresses', () => {
     const lan = expected[0] ? new URL(expected[0]).host : undefined;
     if (lan) {
       const remote = await get(server.port, '/api/info', { host: lan }, 'GET', lan.replace(/:\d+$/, ''));
-      expect(JSON.parse(remote.body)).toEqual({ urls: [], secure: false, listening: `0.0.0.0:${server.port}` });
+      expect(JSON.parse(remote.body)).toEqual({ urls: [], secure: false, listening: `0.0.0.0:${server.port}`, offers: { model: false, data: false } });
     }
   });
 
   it('answers an empty list on loopback, and applies the Host and Origin checks', async () => {
     const server = await started({});
     const ok = await get(server.port, '/api/info', { host: `localhost:${server.port}` });
-    expect(JSON.parse(ok.body)).toEqual({ urls: [], secure: false, listening: `127.0.0.1:${server.port}` });
+    expect(JSON.parse(ok.body)).toEqual({ urls: [], secure: false, listening: `127.0.0.1:${server.port}`, offers: { model: false, data: false } });
     expect(server.urls).toEqual([]);
     expect((await get(server.port, '/api/info', { host: 'evil.example' })).status).toBe(403);
     expect((await get(server.port, '/api/info', { host: `127.0.0.1:${server.port}`, origin: 'https://evil.example' })).status).toBe(403);

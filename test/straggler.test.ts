@@ -282,7 +282,7 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     const slow = { told: [] as number[], straggler: { after: async (ms: number) => (slow.told.push(ms), 7) } };
     const inputs = new Float32Array(4 * 6).fill(1);
     const labels = Int32Array.from([0, 1, 2, 3]);
-    const loss = (out: tf.Tensor, y: tf.Tensor1D) => classificationLoss(out, y, 4);
+    const loss = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);
     const [first, last] = await Promise.all(
       stages.map((st, s) =>
         st.step({ ddp: ddps[s]!, batchSize: 4, microBatches: 2, ...(st.isFirst ? { inputs, straggler: slow.straggler } : { labels, loss }) }),

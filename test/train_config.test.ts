@@ -15,6 +15,7 @@ describe('parseTrainConfig', () => {
       model: 'mlp',
       hidden: null,
       dataset: 'mnist',
+      context: null,
       batchSize: 64,
       lr: DEFAULT_LR.adam,
       optimizer: 'adam',
@@ -105,7 +106,7 @@ describe('parseTrainConfig', () => {
     expect(refusal('world=4&max=65').option).toBe('max');
     expect(refusal('world=4&min=0').option).toBe('min');
     expect(refusal('world=2&lr=0').message).toBe('option lr must be a number above 0 and at most 10, got "0"');
-    expect(refusal('world=2&model=resnet').message).toBe('option model must be one of mlp, cnn, user, got "resnet"');
+    expect(refusal('world=2&model=resnet').message).toBe('option model must be one of mlp, cnn, lm, user, got "resnet"');
     expect(refusal('world=2&min=3').message).toBe('option min must be at most the session\'s largest size (2), got "3"');
   });
 
@@ -114,6 +115,29 @@ describe('parseTrainConfig', () => {
     expect(parse('world=3&model=user&strategy=ps')).toMatchObject({ model: 'user', strategy: 'ps' });
     expect(parse('world=2&model=user&pp=2')).toMatchObject({ model: 'user', pp: 2 });
     expect(() => parse('world=2&model=user&hidden=64')).toThrow(/option hidden must be left out with model user/);
+  });
+
+  it('the language model: lm reads text and text is for lm, windows of 64 and batches of 16 unless told, a width its heads divide', () => {
+    expect(parse('world=2&model=lm')).toMatchObject({ model: 'lm', dataset: 'text', context: 64, batchSize: 16, hidden: null });
+    expect(parse('world=2&model=lm&dataset=text&context=32&hidden=48&batchSize=4')).toMatchObject({ context: 32, hidden: 48, batchSize: 4 });
+    expect(parse('world=2&model=lm&pp=2')).toMatchObject({ model: 'lm', pp: 2 });
+    expect(parse('world=2&model=lm&commHook=diloco:8')).toMatchObject({ model: 'lm', commHook: { kind: 'diloco', syncEvery: 8 } });
+    const refusal = (query: string) => {
+      try {
+        parse(query);
+      } catch (err) {
+        return err as ConfigError;
+      }
+      throw new Error(`${query} was accepted`);
+    };
+    expect(refusal('world=2&model=lm&dataset=mnist')).toMatchObject({ option: 'dataset', value: 'mnist' });
+    expect(refusal('world=2&model=lm&dataset=mnist').message).toContain('text with model lm');
+    expect(refusal('world=2&dataset=text')).toMatchObject({ option: 'model', value: 'mlp' });
+    expect(refusal('world=2&context=32').message).toContain('left out unless dataset is text');
+    expect(refusal('world=2&model=lm&hidden=30').message).toContain('a multiple of 4');
+    expect(refusal('world=2&model=lm&context=1').option).toBe('context');
+    const config = parse('world=2&model=lm&context=32&hidden=32');
+    expect(parse(configParams(config).toString())).toEqual(config);
   });
 
   it('a config turned into link parameters parses back to itself', () => {
@@ -422,7 +446,7 @@ describe('readLink: every bad value of a link is named, with what is allowed and
     expect(problem('session=a%20b&job=train').message).toBe('The link says “session=a b”, but the session must be 1 to 64 letters, digits, “-”, “_” or “.”.');
     expect(problem('session=s&job=train&world=2&lr=0').message).toBe('The link says “lr=0”, but the learning rate must be a number above 0 and at most 10.');
     expect(problem('session=s&job=train&world=2&batch-size=0').message).toBe('The link says “batchSize=0”, but the batch size per rank must be an integer from 1 to 4096.');
-    expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn, user.');
+    expect(problem('session=s&job=train&world=2&model=resnet').message).toBe('The link says “model=resnet”, but the model must be one of mlp, cnn, lm, user.');
     expect(problem('session=s&job=train&timeoutMs=5').field).toBe('timeoutMs');
   });
 });

@@ -50,6 +50,8 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     }
     case 'eval':
       return `epoch ${e.epoch + 1} step ${e.step}: test accuracy ${(e.testAccuracy * 100).toFixed(2)}%, test loss ${e.testLoss.toFixed(4)}`;
+    case 'sample':
+      return `step ${e.step}: the model writes ${JSON.stringify(e.prompt + e.text)}`;
     case 'log':
       return `${e.level}: ${e.message}`;
     case 'shard':

@@ -9,7 +9,9 @@ import {
   type BackwardOptions,
   type DistributedDataParallel,
   classificationLoss,
+  correctPredictions,
   hashFloat32,
+  labelsPerSample,
   isRecoverable,
   runElastic,
   slowFactor,
@@ -22,13 +24,13 @@ import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
 import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
-import type { StepBreakdownMs } from './events.ts';
+import type { StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { dashboardEvents, evaluate, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { dashboardEvents, evaluate, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -88,23 +90,30 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const evals: Array<{ step: number; testAccuracy: number; testLoss: number }> = [];
   let announcedModel = false;
 
+  let lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
   const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number) => {
     const result = { step, ...(await evaluate(pg, model, testSet)) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
+    // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
+    if (job.text) {
+      lastSample = await sampleText(model, job.text, step);
+      emit(lastSample);
+    }
     return result;
   };
 
   /** This rank's gradients computed on the page's own backend, averaged by DDP; and the right predictions. */
   const backwardHere = async (ddp: DistributedDataParallel, x: Float32Array, y: Int32Array, stretch: BackwardOptions) => {
-    const xs = tf.tensor(x, [y.length, ...trainSet.inputShape]);
-    const ys = tf.tensor1d(y, 'int32');
+    const n = y.length / labelsPerSample(trainSet);
+    const xs = tf.tensor(x, [n, ...trainSet.inputShape]);
+    const ys = labelsTensor(trainSet, y, n);
     let correctT: tf.Tensor | undefined;
     try {
       const result = await ddp.backward(() => {
         const logits = model.apply(xs, { training: true }) as tf.Tensor;
         // Train accuracy from the same forward pass; kept past the gradient computation's tidy.
-        correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
+        correctT = tf.keep(correctPredictions(logits, ys));
         return classificationLoss(logits, ys, trainSet.numClasses);
         // A straggler waits in proportion to its forward, backward and readback, before its all-reduces.
       }, stretch);
@@ -194,7 +203,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           ...stepBytes(comm, result.commBytes, step, ddp, pg),
           ...deviceMetrics,
           loss: result.loss,
-          accuracy: indices.length > 0 ? correct / indices.length : 0,
+          // Of every label: a language model's accuracy is its next-character accuracy.
+          accuracy: indices.length > 0 ? correct / (indices.length * labelsPerSample(trainSet)) : 0,
           // This rank's share of the step's samples (balanced batches differ between ranks).
           samples: indices.length,
           samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
@@ -210,7 +220,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       onRound({ pg, ddp }) {
         emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
         shareFleet(pg, backend, gpu.adapter);
-        if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${config.model}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
+        if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
         announcedModel = true;
         watchLinks(pg, emit);
       },
@@ -303,6 +313,11 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     finalLoss: lastLoss,
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
+    // The language model: its test loss per character as a perplexity, the baseline of the
+    // characters' frequencies, characters per second, and what it writes at the end.
+    ...(job.text && lastSample
+      ? { perplexity: Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text }
+      : {}),
     weightHash: hashFloat32(weights),
     // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).
     breakdownMs: Object.fromEntries(

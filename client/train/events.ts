@@ -97,6 +97,8 @@ export type TrainEvent =
       elapsedSec: number;
     }
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }
+  /** A language model's text after `prompt`, sampled from this tab's replica at `step` (seeded by the step: the same on identical replicas). */
+  | { type: 'sample'; step: number; prompt: string; text: string }
   | {
       type: 'link';
       peer: number;

@@ -7,7 +7,13 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   buildModel,
+  type CharTokenizer,
+  correctPredictions,
+  generate,
+  Mulberry32,
+  textDatasets,
   fetchOffer,
+  labelsPerSample,
   loadMnistSplits,
   loadOfferedDataset,
   loadOfferedModel,
@@ -24,7 +30,7 @@ import {
 import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
 import { selectBackend, type BackendChoice } from './backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
-import type { TrainConfig } from '../../src/jobs/train_config.ts';
+import { DEFAULT_CONTEXT, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { RankStepMetrics, TrainEvent } from './events.ts';
 
 export interface TrainerOptions {
@@ -76,9 +82,15 @@ export const OFFERED_IMAGE_SHAPE = [28, 28, 1];
  * The job's training and test sets. The host's data (dataset 'user') comes from the server with
  * `offer`'s token, resized to `offer.inputShape`; every tenth sample is held out as the test set.
  */
-export async function loadData(config: TrainConfig, offer?: { req: OfferRequest; inputShape: number[] }): Promise<{ train: Dataset; test: Dataset }> {
+export async function loadData(config: TrainConfig, offer?: { req: OfferRequest; inputShape: number[] }): Promise<{ train: Dataset; test: Dataset; text?: TextJob }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
+  if (config.dataset === 'text') {
+    const res = await fetch(new URL(TEXT_CORPUS, location.origin));
+    if (!res.ok) throw new Error(`the text did not load: HTTP ${res.status} from ${TEXT_CORPUS}`);
+    const { train, test, tokenizer, unigram } = textDatasets(await res.text(), { contextLength: config.context ?? DEFAULT_CONTEXT, name: 'moby-dick' });
+    return { train: first(train, config.trainSize), test: first(test, config.testSize), text: { tokenizer, unigram } };
+  }
   if (config.dataset === 'user') {
     if (!offer) throw new Error("the host's data needs the session's token to load");
     const all = await loadOfferedDataset(offer.req, offer.inputShape);
@@ -97,6 +109,26 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
   const testLength = config.testSize > 0 ? Math.min(config.testSize, 1024) : 1024;
   const all = syntheticDataset({ length: length + 1024, inputSize: 16, numClasses: 4, seed: config.seed });
   return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + testLength), 'synthetic-test') };
+}
+
+/** The text the language model trains on (dataset 'text'): the project's copy of Moby-Dick, chapters 1-20 (datasets/). */
+export const TEXT_CORPUS = '/datasets/text/moby-dick-1-20.txt';
+
+/** A text job's tokenizer, and the loss of a model that knows only the characters' frequencies (nats). */
+export type TextJob = { tokenizer: CharTokenizer; unigram: number };
+
+/** What the language model writes in the dashboard: this prompt, then SAMPLE_CHARS characters. */
+export const SAMPLE_PROMPT = 'Call me ';
+export const SAMPLE_CHARS = 120;
+
+/**
+ * A sample of the language model's writing after `step`: drawn at temperature 0.8 with a seed of
+ * the step, so identical replicas write the same text on every tab.
+ */
+export async function sampleText(model: tf.LayersModel, text: TextJob, step: number): Promise<Extract<TrainEvent, { type: 'sample' }>> {
+  const rng = new Mulberry32(step);
+  const ids = await generate(model, text.tokenizer.encode(SAMPLE_PROMPT), SAMPLE_CHARS, { temperature: 0.8, random: () => rng.nextFloat() });
+  return { type: 'sample', step, prompt: SAMPLE_PROMPT, text: text.tokenizer.decode(ids) };
 }
 
 /** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
@@ -142,7 +174,7 @@ export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
  * What every strategy's trainer does first: say the configuration, start the backend (saying
  * why when it falls back), load the data while agreeing on the configuration with the session.
  */
-export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; newModel: () => Promise<tf.LayersModel> }> {
+export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; text?: TextJob; newModel: () => Promise<tf.LayersModel>; modelName: string }> {
   const { config, emit } = opts;
   emit({ type: 'config', config });
   const backend = await selectBackend(config.backend);
@@ -156,7 +188,7 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
-  const { train: trainSet, test: testSet } = await dataPromise;
+  const { train: trainSet, test: testSet, text } = await dataPromise;
   if (config.model === 'user') {
     const m = offered!.model!;
     if (m.inputShape.join(',') !== trainSet.inputShape.join(',')) throw new Error(`the host's model ${m.name} takes inputs [${m.inputShape.join(', ')}], and the ${config.dataset} data is [${trainSet.inputShape.join(', ')}]`);
@@ -170,7 +202,9 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
     told = true;
     return model;
   };
-  return { backend, gpu, trainSet, testSet, newModel };
+  // What the log calls the model: the host's by its name.
+  const modelName = config.model === 'user' ? `"${offered!.model!.name}" (the host's)` : config.model;
+  return { backend, gpu, trainSet, testSet, ...(text ? { text } : {}), newModel, modelName };
 }
 
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
@@ -314,12 +348,31 @@ export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): voi
   }, 2000);
 }
 
-/** Test accuracy and loss, each rank evaluating its share of the test set; sums all-reduced. */
+/** The most labels (predictions) an evaluation batch holds: one batch runs between two yields to the page. */
+const EVAL_LABELS_PER_BATCH = 1024;
+
+/** A batch's labels as a tensor [n, ...targetShape] (one per sample, or one per position of a text window). */
+export function labelsTensor(set: Dataset, y: Int32Array, n: number): tf.Tensor {
+  return tf.tensor(y, [n, ...(set.targetShape ?? [])], 'int32');
+}
+
+/** The right predictions and the summed loss of a batch's logits against its labels, as a tensor [2]. */
+export function labelTotals(logits: tf.Tensor, ys: tf.Tensor, numClasses: number): tf.Tensor1D {
+  return tf.tidy(() => {
+    const flat = logits.reshape([-1, numClasses]);
+    const loss = tf.losses.softmaxCrossEntropy(tf.oneHot(ys.reshape([-1]).toInt() as tf.Tensor1D, numClasses), flat, undefined, undefined, tf.Reduction.SUM);
+    return tf.stack([correctPredictions(logits, ys), loss as tf.Scalar]) as tf.Tensor1D;
+  });
+}
+
+/** Test accuracy and loss per label (a language model's per character), each rank evaluating its share of the test set; sums all-reduced. */
 export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
   for (let i = pg.rank; i < test.length; i += pg.worldSize) mine.push(i);
-  const batch = 250;
+  // At most EVAL_LABELS_PER_BATCH labels a batch: a language model's window is 64 of them, and 250
+  // windows through its attention held the cpu backend's thread past the heartbeat timeout.
+  const batch = Math.max(1, Math.min(250, Math.floor(EVAL_LABELS_PER_BATCH / labelsPerSample(test))));
   for (let s = 0; s < mine.length; s += batch) {
     // On the cpu backend each batch holds the main thread: let heartbeats out between batches, or
     // a large test set looks like a frozen page and the server evicts it (a 842k-parameter CNN's
@@ -329,17 +382,14 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
     const { x, y } = test.batch(idx);
     const out = tf.tidy(() => {
       const xs = tf.tensor(x, [idx.length, ...test.inputShape]);
-      const ys = tf.tensor1d(y, 'int32');
       const logits = model.predict(xs) as tf.Tensor;
-      const correct = logits.argMax(-1).equal(ys).sum().cast('float32');
-      const loss = tf.losses.softmaxCrossEntropy(tf.oneHot(ys, test.numClasses), logits, undefined, undefined, tf.Reduction.SUM);
-      return tf.stack([correct, loss as tf.Scalar]);
+      return labelTotals(logits, labelsTensor(test, y, idx.length), test.numClasses);
     });
     const [c, l] = await out.data();
     out.dispose();
     totals[0] += c!;
     totals[1] += l!;
-    totals[2] += idx.length;
+    totals[2] += idx.length * labelsPerSample(test);
   }
   await pg.allReduce(totals, 'sum');
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };

@@ -6,12 +6,12 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
+import { bubbleFraction, classificationLoss, correctPredictions, labelsPerSample, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { labelsTensor, labelTotals, modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
 import { hostOptimizer } from '../../src/jobs/train_config.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
@@ -29,7 +29,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const schedule = config.schedule;
   const microBatches = config.microBatches;
   const activationDtype = config.activationDtype;
-  const loss = (out: tf.Tensor, labels: tf.Tensor1D) => classificationLoss(out, labels, trainSet.numClasses);
+  const loss = (out: tf.Tensor, labels: tf.Tensor) => classificationLoss(out, labels, trainSet.numClasses);
 
   const sums = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, apply: 0, bubble: 0, slowed: 0 };
   // --slow: this tab's factor is looked up by its world rank in the current round, every step.
@@ -95,7 +95,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
         // A straggler stage waits after each pass in proportion to its compute, before sending on.
         ...(straggler.slow ? { straggler } : {}),
         ...(stage.isFirst ? { inputs: batch.x } : {}),
-        ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor1D) => out.argMax(-1).equal(labels).sum() } : {}),
+        ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor) => correctPredictions(out, labels) } : {}),
       });
       const a0 = performance.now();
       await ddp.step(optimizer);
@@ -106,7 +106,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
       return {
         loss: r.loss,
-        accuracy: r.metric / indices.length,
+        accuracy: r.metric / (indices.length * labelsPerSample(trainSet)),
         samples: indices.length,
         samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
         compute: r.timings.compute,
@@ -299,18 +299,13 @@ async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number,
     const { x, y } = test.batch(idx);
     const logits = await stage.forward({ batchSize: idx.length, microBatches, ...(stage.isFirst ? { inputs: x } : {}) });
     if (!logits) continue;
-    const out = tf.tidy(() => {
-      const ys = tf.tensor1d(y, 'int32');
-      const correct = logits.argMax(-1).equal(ys).sum().cast('float32');
-      const l = tf.losses.softmaxCrossEntropy(tf.oneHot(ys, test.numClasses), logits, undefined, undefined, tf.Reduction.SUM);
-      return tf.stack([correct, l as tf.Scalar]);
-    });
+    const out = tf.tidy(() => labelTotals(logits, labelsTensor(test, y, idx.length), test.numClasses));
     logits.dispose();
     const [c, l] = await out.data();
     out.dispose();
     totals[0] += c!;
     totals[1] += l!;
-    totals[2] += idx.length;
+    totals[2] += idx.length * labelsPerSample(test);
   }
   await mesh.world.allReduce(totals, 'sum');
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };

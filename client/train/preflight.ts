@@ -4,7 +4,7 @@
  * that fails at its first collective (no WebRTC), crashes mid-run (too little memory), or has no
  * backend that computes. Pure, apart from `tabAbilities` and `deviceMemoryGB`, which read the page.
  */
-import type { TrainConfig } from '../../src/jobs/train_config.ts';
+import { DEFAULT_CONTEXT, LM_DEFAULTS, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 /** A reason this tab cannot take part: a title, what happened, and what the person can do. */
 export class CannotTrainError extends Error {
@@ -34,6 +34,8 @@ const DATA: Readonly<Record<TrainConfig['dataset'], { inputShape: number[]; clas
   synthetic: { inputShape: [16], classes: 4 },
   // The host's images, resized for the built-in models (harness.ts: OFFERED_IMAGE_SHAPE); a CSV's size is not known here.
   user: { inputShape: [28, 28, 1], classes: 10 },
+  // Moby-Dick's chapters 1-20: 76 distinct characters; windows of `context` (64 when left out).
+  text: { inputShape: [DEFAULT_CONTEXT], classes: 76 },
 };
 
 /** Every float of a model kept several times over: weights, gradients, optimizer slots, DDP's flat buffers, bucket copies and the all-reduce's chunks. */
@@ -44,10 +46,21 @@ export const BASELINE_BYTES = 64 * 2 ** 20;
 export const MEMORY_SHARE = 0.5;
 
 /** The model's parameters and the floats one sample's forward pass produces, as src/models.ts builds it. */
-export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'>): { parameters: number; activationsPerSample: number } {
+export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null }): { parameters: number; activationsPerSample: number } {
   // The host's model is known once loaded: not counted here (the baseline and the data still are).
   if (config.model === 'user') return { parameters: 0, activationsPerSample: 0 };
   const { inputShape, classes } = DATA[config.dataset];
+  if (config.model === 'lm') {
+    // Embeddings, blocks of 12 d^2 + 13 d (qkv, projection, 4d MLP, two layer norms), final norm and head.
+    const t = config.context ?? DEFAULT_CONTEXT;
+    const d = config.hidden ?? LM_DEFAULTS.dModel;
+    const blocks = LM_DEFAULTS.blocks;
+    return {
+      parameters: classes * d + t * d + blocks * (12 * d * d + 13 * d) + 2 * d + d * classes + classes,
+      // Per block about 16 d per position (norms, q/k/v, MLP) and the heads' T x T scores twice; the logits.
+      activationsPerSample: t * d + blocks * (t * 16 * d + 2 * LM_DEFAULTS.heads * t * t) + t * classes * 2,
+    };
+  }
   const inputs = inputShape.reduce((a, b) => a * b, 1);
   if (config.model === 'mlp') {
     const hidden = config.hidden ?? (inputShape.length > 1 ? 128 : 32);
@@ -71,12 +84,14 @@ export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidde
 /** Bytes the dataset takes in the tab: MNIST is loaded whole (60k + 10k) as float32 plus its raw bytes while parsing. */
 function datasetBytes(config: Pick<TrainConfig, 'dataset' | 'trainSize'>): number {
   if (config.dataset === 'mnist') return 70_000 * (784 * (4 + 1) + 5);
+  // The text (UTF-16) and its ids (int32).
+  if (config.dataset === 'text') return 201_646 * (2 + 4);
   const samples = (config.trainSize > 0 ? config.trainSize : 4096) + 1024;
   return samples * (16 * 4 + 4);
 }
 
 /** A generous estimate of the bytes this job holds in one tab. */
-export function memoryNeedBytes(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden' | 'trainSize' | 'batchSize' | 'devices'>): number {
+export function memoryNeedBytes(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden' | 'trainSize' | 'batchSize' | 'devices'> & { context?: number | null }): number {
   const { parameters, activationsPerSample } = modelSize(config);
   const copies = Math.max(1, config.devices ?? 1);
   // Activations are kept for the backward pass, with their gradients: about three floats each.

@@ -7,12 +7,12 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, flatGradients, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
+import { classificationLoss, correctPredictions, flatGradients, labelsPerSample, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { startJob, evaluate, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
+import { startJob, evaluate, labelsTensor, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
@@ -68,14 +68,14 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
       if (straggler.factor !== factor) straggler = new Straggler(factor);
       const { x, y } = trainSet.batch(indices);
       const xs = tf.tensor(x, [indices.length, ...trainSet.inputShape]);
-      const ys = tf.tensor1d(y, 'int32');
+      const ys = labelsTensor(trainSet, y, indices.length);
       let correctT: tf.Tensor | undefined;
       let correct = 0;
       let result: { loss: number; grads: Float32Array };
       try {
         result = await flatGradients(m, () => {
           const logits = m.apply(xs, { training: true }) as tf.Tensor;
-          correctT = tf.keep(logits.argMax(-1).equal(ys).sum());
+          correctT = tf.keep(correctPredictions(logits, ys));
           return classificationLoss(logits, ys, trainSet.numClasses);
         });
         correct = (await correctT!.data())[0]!;
@@ -90,7 +90,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
       mine.compute += compute;
       mine.slowed += slowed;
       mine.loss = result.loss;
-      return { grads: result.grads, metrics: { loss: result.loss, accuracy: correct / indices.length, compute, slowed } };
+      return { grads: result.grads, metrics: { loss: result.loss, accuracy: correct / (indices.length * labelsPerSample(trainSet)), compute, slowed } };
     },
 
     onWorkerStep({ stepId, indices, metrics }) {

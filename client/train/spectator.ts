@@ -18,7 +18,10 @@ const MAX_PUBLISHED_BYTES = 512 * 1024;
 const PUBLISH_EVERY_MS = 2_000;
 const POLL_EVERY_MS = 2_000;
 /** The kinds a spectator's dashboard needs; the rest are about the publishing tab itself. */
-const SHARED = new Set<TrainEvent['type']>(['config', 'shard', 'step', 'eval', 'rank-lost', 'stopped', 'fleet']);
+/** The longest prompt or sampled text a spectator takes (the job samples 120 characters). */
+const MAX_SAMPLE_CHARS = 1000;
+
+const SHARED = new Set<TrainEvent['type']>(['config', 'shard', 'step', 'eval', 'sample', 'rank-lost', 'stopped', 'fleet']);
 
 /** Rank 0's side: remembers the shared events and publishes them, at most every few seconds. */
 export class DashboardPublisher {
@@ -162,6 +165,9 @@ function isEvent(e: Record<string, unknown>): boolean {
       );
     case 'eval':
       return int(e.epoch) && int(e.step) && num(e.testAccuracy) && num(e.testLoss);
+    case 'sample':
+      // Shown as text, never as markup; bounded like every value a rank publishes.
+      return int(e.step) && str(e.prompt, MAX_SAMPLE_CHARS) && str(e.text, MAX_SAMPLE_CHARS);
     case 'rank-lost':
       return int(e.rank) && str(e.reason);
     case 'stopped':

@@ -133,6 +133,16 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
   }
   controls.get('session')!.control.value = randomName();
   followDefaults();
+  // "user" (the host's own model or data) only where the server offers it; an older server that
+  // does not say keeps the choice, and one already chosen stays (the tab then says what is missing).
+  void info.then((server) => {
+    if (!server?.offers) return;
+    for (const [name, offered] of [['model', server.offers.model], ['dataset', server.offers.data]] as const) {
+      const select = controls.get(name)?.control;
+      if (offered || !(select instanceof HTMLSelectElement) || select.value === 'user') continue;
+      for (const option of [...select.options]) if (option.value === 'user') option.remove();
+    }
+  });
 
   demo.addEventListener('click', () => {
     for (const [name, value] of Object.entries(DEMO_PRESET)) {

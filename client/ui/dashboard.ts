@@ -29,6 +29,7 @@ import { PerfView } from './view_perf.ts';
 import { PipelineView } from './view_pipeline.ts';
 import { ProgressView } from './view_progress.ts';
 import { PsView } from './view_ps.ts';
+import { SampleView } from './view_sample.ts';
 import { SummaryView } from './view_report.ts';
 import { RingCardView } from './view_ring.ts';
 import './styles/dashboard_layout.css';
@@ -64,6 +65,7 @@ export class Dashboard {
   private readonly facts: FactsView;
   private readonly progress = new ProgressView();
   private readonly summary = new SummaryView();
+  private readonly sample = new SampleView();
   private readonly stats = new StatsView();
   private readonly charts: ChartsView;
   private readonly ring = new RingCardView();
@@ -115,6 +117,7 @@ export class Dashboard {
       this.progress.node,
       this.summary.node,
       this.stats.node,
+      this.sample.node,
       this.charts.node,
       this.pipeline.node,
       this.ps.node,
@@ -205,6 +208,7 @@ export class Dashboard {
     this.facts.render(s);
     this.progress.render(s);
     this.summary.render(s);
+    this.sample.render(s);
     this.ring.render(s);
     this.log.render(s);
   }

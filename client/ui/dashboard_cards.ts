@@ -55,10 +55,13 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
   const ev = s.lastEval;
   if (s.finished && typeof final === 'number') {
     // The job evaluates once more at the end (e.g. after a stop) without an 'eval' event.
-    cards.test = { value: fmtPercent(final), sub: `final${typeof finalLoss === 'number' ? `, loss ${fmtNumber(finalLoss, 3)}` : ''}` };
+    const loss = typeof finalLoss !== 'number' ? '' : s.config?.model === 'lm' ? `, perplexity ${fmtNumber(Math.exp(finalLoss), 2)}` : `, loss ${fmtNumber(finalLoss, 3)}`;
+    cards.test = { value: fmtPercent(final), sub: `final${loss}` };
   } else if (ev) {
     const best = s.bestEval !== null && s.bestEval > ev.testAccuracy ? ` · best ${fmtPercent(s.bestEval)}` : '';
-    cards.test = { value: fmtPercent(ev.testAccuracy), sub: `at step ${fmtInt(ev.step)}, loss ${fmtNumber(ev.testLoss, 3)}${best}` };
+    // A language model's loss reads better as its perplexity (the characters it hesitates between).
+    const loss = s.config?.model === 'lm' ? `perplexity ${fmtNumber(Math.exp(ev.testLoss), 2)}` : `loss ${fmtNumber(ev.testLoss, 3)}`;
+    cards.test = { value: fmtPercent(ev.testAccuracy), sub: `at step ${fmtInt(ev.step)}, ${loss}${best}` };
   } else if (e) {
     cards.test = { value: '–', sub: 'no evaluation yet' };
   }

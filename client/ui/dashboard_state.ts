@@ -59,6 +59,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     recent: new Map(),
     lastEval: null,
     bestEval: null,
+    lastSample: null,
     stopRequested: false,
     stoppedBy: null,
     summary: null,
@@ -223,9 +224,14 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return log(
         { ...s, lastEval: event, bestEval: Math.max(s.bestEval ?? -Infinity, event.testAccuracy), evalClock },
         'info',
-        `Eval at step ${event.step} (epoch ${epochLabel(s, event.epoch)}): test accuracy ${fmtPercent(event.testAccuracy, 2)}, test loss ${fmtNumber(event.testLoss, 4)}.`,
+        s.config?.model === 'lm'
+          ? `Eval at step ${event.step} (epoch ${epochLabel(s, event.epoch)}): test loss ${fmtNumber(event.testLoss, 4)} nats per character (perplexity ${fmtNumber(Math.exp(event.testLoss), 2)}), next-character accuracy ${fmtPercent(event.testAccuracy, 2)}.`
+          : `Eval at step ${event.step} (epoch ${epochLabel(s, event.epoch)}): test accuracy ${fmtPercent(event.testAccuracy, 2)}, test loss ${fmtNumber(event.testLoss, 4)}.`,
       );
     }
+
+    case 'sample':
+      return log({ ...state, lastSample: event }, 'info', `At step ${event.step} the model writes: ${JSON.stringify(event.prompt + event.text)}`);
 
     case 'log':
       return log(state, event.level, event.message);

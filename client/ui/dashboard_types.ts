@@ -61,6 +61,7 @@ export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' 
 export type LogLevel = 'info' | 'warn' | 'error';
 export type StepEvent = Extract<TrainEvent, { type: 'step' }>;
 type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
+type SampleEvent = Extract<TrainEvent, { type: 'sample' }>;
 type ShardEvent = Extract<TrainEvent, { type: 'shard' }>;
 export type WaitingEvent = Extract<TrainEvent, { type: 'waiting' }>;
 type PipelineEvent = Extract<TrainEvent, { type: 'pipeline' }>;
@@ -124,6 +125,8 @@ export interface DashboardState {
   readonly recent: ReadonlyMap<number, readonly RankStepMetrics[]>;
   readonly lastEval: EvalEvent | null;
   readonly bestEval: number | null;
+  /** A language model's latest sampled text. */
+  readonly lastSample: SampleEvent | null;
   readonly stopRequested: boolean;
   readonly stoppedBy: { by: number; atStep: number } | null;
   readonly summary: Readonly<Record<string, unknown>> | null;

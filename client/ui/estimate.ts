@@ -24,6 +24,8 @@ const STEP_SECONDS: Readonly<Record<ModelKind, { base: number; perSample: number
   cnn: { base: 0.3, perSample: 3.2 / 64 },
   // The host's own model: unknown until it is loaded; estimated as the MLP.
   user: { base: 0.15, perSample: 0.2 / 32 },
+  // The language model on windows of 64 characters (see LM_STEP in this file's measurements).
+  lm: { base: 0.3, perSample: 0.05 },
 };
 
 /** Training and test samples, as the trainer loads them (synthetic: 4096 + 1024 by default). */
@@ -32,13 +34,15 @@ export const DATASET_SIZE: Readonly<Record<DatasetKind, { train: number; test: n
   synthetic: { train: 4096, test: 1024 },
   // The host's own data: its size is the server's (GET /api/offer); 9 in 10 samples train.
   user: { train: 900, test: 100 },
+  // Windows of 64 characters: the first 90% of the text trains, the rest tests.
+  text: { train: 2835, test: 315 },
 };
 
 /** Seconds to evaluate 1,000 test samples, split among the ranks. */
-const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 1.2, cnn: 42, user: 1.2 };
+const EVAL_SECONDS_PER_1000: Readonly<Record<ModelKind, number>> = { mlp: 1.2, cnn: 42, lm: 17, user: 1.2 };
 
 /** Loading the data and compiling shaders before the first step (MNIST comes over the network). */
-const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 10, synthetic: 3, user: 10 };
+const START_SECONDS: Readonly<Record<DatasetKind, number>> = { mnist: 10, synthetic: 3, text: 5, user: 10 };
 
 export interface RunEstimate {
   /** Steps of the whole run (every rank takes each of them). */

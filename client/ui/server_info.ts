@@ -14,6 +14,8 @@ export interface ServerInfo {
   listening: string;
   /** Under https: the certificate's SHA-256 fingerprint, and whether it is self-signed (other browsers warn until they trust it). */
   certificate?: { fingerprint256: string; selfSigned: boolean };
+  /** Whether the host offers its own model and data (model and dataset "user"); absent from an older server. */
+  offers?: { model: boolean; data: boolean };
 }
 
 /** Checks the answer's shape: a page must not build links from whatever a proxy returned. */
@@ -28,7 +30,9 @@ export function parseServerInfo(body: unknown): ServerInfo | null {
     typeof c === 'object' && c !== null && typeof c.fingerprint256 === 'string' && /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(c.fingerprint256) && typeof c.selfSigned === 'boolean'
       ? { fingerprint256: c.fingerprint256, selfSigned: c.selfSigned }
       : undefined;
-  return { urls, secure: b.secure, listening: b.listening, ...(certificate ? { certificate } : {}) };
+  const o = b.offers as Record<string, unknown> | undefined;
+  const offers = typeof o === 'object' && o !== null && typeof o.model === 'boolean' && typeof o.data === 'boolean' ? { model: o.model, data: o.data } : undefined;
+  return { urls, secure: b.secure, listening: b.listening, ...(certificate ? { certificate } : {}), ...(offers ? { offers } : {}) };
 }
 
 /** The server's info, or null when it has none to give (404, an old server, a timeout). */

@@ -26,12 +26,13 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Train with at most (tabs)',
     hint: 'Tabs beyond this many are told the session is full. Default: the world size.',
   },
-  model: { label: 'Model', hint: 'user: the model the host offers (npm start -- --model DIR).' },
+  model: { label: 'Model', hint: 'lm: a small transformer that learns to write like its text (dataset text). user: the model the host offers (npm start -- --model DIR).' },
   hidden: {
     label: 'Hidden units',
     hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
   },
-  dataset: { label: 'Dataset', hint: 'user: the images or CSV the host offers (npm start -- --data DIR).' },
+  dataset: { label: 'Dataset', hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images or CSV the host offers (npm start -- --data DIR)." },
+  context: { label: 'Context', hint: "Characters the language model sees at once (text only; default 64)." },
   batchSize: {
     label: 'Batch size per rank',
     hint: 'The global batch is this times the world size.',

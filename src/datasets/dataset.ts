@@ -2,7 +2,7 @@
  * Datasets in the style of torch.utils.data: map-style `Dataset`s addressed by index, so a
  * `DistributedSampler` can hand each rank its own indices and every rank reads the same data.
  * This module has the interface, in-memory datasets and `subset` (torch.utils.data.Subset); one
- * module per source beside it: mnist.ts (IDX files), synthetic.ts, csv.ts.
+ * module per source beside it: mnist.ts (IDX files), synthetic.ts, csv.ts, text.ts.
  *
  * Runs in the browser (bundled by Vite) and in Node: no Node-only imports and no TF.js, only
  * typed arrays.
@@ -15,8 +15,19 @@ export interface Dataset {
   /** Shape of one input sample, e.g. [28, 28, 1] for MNIST images or [n] for tabular rows. */
   readonly inputShape: number[];
   readonly numClasses: number;
-  /** Inputs of the given samples, concatenated row-major (indices.length * prod(inputShape) floats), and their integer labels. */
+  /**
+   * Shape of one sample's labels: absent or [] for one label per sample (classification); [T] for
+   * one per position (a language model's next tokens, see text.ts). Losses and accuracies count
+   * every label.
+   */
+  readonly targetShape?: number[];
+  /** Inputs of the given samples, concatenated row-major (indices.length * prod(inputShape) floats), and their integer labels (indices.length * prod(targetShape)). */
   batch(indices: ArrayLike<number>): { x: Float32Array; y: Int32Array };
+}
+
+/** Labels per sample: prod(targetShape), 1 for a classification set. */
+export function labelsPerSample(dataset: Pick<Dataset, 'targetShape'>): number {
+  return product(dataset.targetShape ?? []);
 }
 
 /** Bad data or bad arguments: a malformed file, a label out of range, an index out of range. */
@@ -120,6 +131,7 @@ export class Subset implements Dataset {
   readonly length: number;
   readonly inputShape: number[];
   readonly numClasses: number;
+  readonly targetShape?: number[];
   /** Indices into `dataset`; sample i of the subset is sample indices[i] of the dataset. */
   readonly indices: Int32Array;
 
@@ -138,6 +150,7 @@ export class Subset implements Dataset {
     this.length = indices.length;
     this.inputShape = [...dataset.inputShape];
     this.numClasses = dataset.numClasses;
+    if (dataset.targetShape) this.targetShape = [...dataset.targetShape];
   }
 
   batch(indices: ArrayLike<number>): { x: Float32Array; y: Int32Array } {

@@ -7,6 +7,9 @@
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../runtime/straggler.ts';
 import { Adam, SGD, type HostOptimizer } from '../optim.ts';
+import { LM_DEFAULTS } from '../models.ts';
+
+export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';
 import { COMM_HOOK_RULE, formatCommHook, parseCommHook, type CommHookSpec } from './comm_hook_spec.ts';
 
@@ -23,10 +26,10 @@ export {
   type PowerSGDWire,
 } from './comm_hook_spec.ts';
 
-/** 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
-export const MODELS = ['mlp', 'cnn', 'user'] as const;
-/** 'user': the data the host offers (npm start -- --data DIR|FILE.csv). */
-export const DATASETS = ['mnist', 'synthetic', 'user'] as const;
+/** 'lm': a small character-level transformer (src/language_model.ts), on 'text'. 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
+export const MODELS = ['mlp', 'cnn', 'lm', 'user'] as const;
+/** 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv). */
+export const DATASETS = ['mnist', 'synthetic', 'text', 'user'] as const;
 export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
 export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
@@ -45,9 +48,11 @@ export type StrategyName = (typeof STRATEGIES)[number];
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
   model: ModelKind;
-  /** Width of the model's hidden dense layer (ModelSpec.hidden); null: the model's default (mlp 128 on MNIST, cnn none). */
+  /** Width of the model's hidden dense layer (ModelSpec.hidden; the language model's width); null: the model's default (mlp 128 on MNIST, cnn none, lm 64). */
   hidden: number | null;
   dataset: DatasetKind;
+  /** The text's window (the language model's context), characters; null unless the dataset is text (then 64 when left out). */
+  context: number | null;
   /** Per-rank batch size. */
   batchSize: number;
   lr: number;
@@ -131,8 +136,15 @@ export interface TrainConfig {
 /** Most devices (Workers) a tab may run: each holds its own copy of the model and its backend. */
 export const MAX_DEVICES_PER_TAB = 16;
 
+/** The widest language model the job builds (its width is `hidden`). */
+export const MAX_LM_WIDTH = 1024;
+
 /** Widest hidden layer the job builds (a 784 x 4096 matrix is 12.8 MB of gradients per step). */
 export const MAX_HIDDEN_UNITS = 4096;
+
+/** The language model's window on the text when left out, and the longest one (attention costs T^2 per head). */
+export const DEFAULT_CONTEXT = 64;
+export const MAX_CONTEXT = 512;
 
 /** Largest session the page offers (the form's bound and the URL's). */
 export const MAX_WORLD_SIZE = 64;
@@ -159,8 +171,10 @@ const OPTIONS = [
   { name: 'max', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: (p) => p.world },
   { name: 'model', kind: { type: 'choice', choices: MODELS }, inForm: true, defaultValue: fixed('mlp') },
   { name: 'hidden', kind: int(0, MAX_HIDDEN_UNITS), inForm: false, optional: true, defaultValue: fixed(null) },
-  { name: 'dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: fixed('mnist') },
-  { name: 'batchSize', kind: int(1, 4096), inForm: true, defaultValue: fixed(64) },
+  { name: 'dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist') },
+  { name: 'context', kind: int(2, MAX_CONTEXT), inForm: false, optional: true, defaultValue: (p) => (p.dataset === 'text' ? DEFAULT_CONTEXT : null) },
+  // The language model's sample is a window of 64 characters: 16 of them are already 1,024 predictions.
+  { name: 'batchSize', kind: int(1, 4096), inForm: true, defaultValue: (p) => (p.model === 'lm' ? 16 : 64) },
   { name: 'optimizer', kind: { type: 'choice', choices: OPTIMIZERS }, inForm: true, defaultValue: fixed('adam') },
   {
     name: 'lr',
@@ -264,6 +278,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const hidden = values.hidden as number | null;
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
+  checkLanguageModel(values.model as ModelKind, values.dataset as DatasetKind, values.context as number | null, hidden);
   if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
@@ -273,6 +288,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     model: values.model as ModelKind,
     hidden,
     dataset: values.dataset as DatasetKind,
+    context: values.context as number | null,
     batchSize: values.batchSize as number,
     lr: values.lr as number,
     optimizer: values.optimizer as OptimizerKind,
@@ -304,6 +320,19 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     commHook,
     devices,
   };
+}
+
+/**
+ * The language model reads windows of text, and only it does: lm with text and text with lm,
+ * `context` only with text, and the model's width (hidden) a multiple of its heads. Throws ConfigError.
+ */
+function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: number | null, hidden: number | null): void {
+  if (model === 'lm' && dataset !== 'text') throw new ConfigError('dataset', dataset, "text with model lm: the language model predicts the next character of a text (leave out dataset, or choose another model)");
+  if (dataset === 'text' && model !== 'lm') throw new ConfigError('model', model, 'lm with dataset text: the text is windows of characters, which only the language model reads');
+  if (context !== null && dataset !== 'text') throw new ConfigError('context', String(context), "left out unless dataset is text: it is the language model's window on the text");
+  if (model === 'lm' && hidden !== null && (hidden < LM_DEFAULTS.heads || hidden % LM_DEFAULTS.heads !== 0 || hidden > MAX_LM_WIDTH)) {
+    throw new ConfigError('hidden', String(hidden), `a multiple of ${LM_DEFAULTS.heads} (the language model's heads) from ${LM_DEFAULTS.heads} to ${MAX_LM_WIDTH}: it is the model's width`);
+  }
 }
 
 /** Hooks are DDP's: refused with a parameter-server strategy and, for now, with pipelines. Throws ConfigError. */

@@ -85,12 +85,16 @@ test('DiLoCo: identical replicas after the run; a tab killed between outer steps
   });
   if (!ok) console.log(lines.slice(-40).join('\n'));
   expect(ok, JSON.stringify(summary)).toBe(true);
-  const s = summary as { identical: boolean; worldSize: number; samplesSeen: unknown[]; resumes: string[] };
+  const s = summary as { identical: boolean; worldSize: number; samplesSeen: unknown[]; resumes?: string[] };
   console.log(JSON.stringify(s));
   expect(s.identical).toBe(true);
+  // 3 - 1 killed + 1 joined: the joiner trained in the last round.
   expect(s.worldSize).toBe(3);
   expect(s.samplesSeen).toEqual([{ samples: 8192, exactlyOnce: true, complete: true }]);
-  // Each new round starts with an outer step over the inner steps of the ranks that took them.
-  expect(s.resumes.length).toBeGreaterThanOrEqual(2);
-  expect(lines.filter((l) => /New group of \d: .*an outer step over the inner steps since step \d+ of \d ranks?/.test(l)).length).toBeGreaterThanOrEqual(2);
+  // Each new round starts with an outer step over the inner steps of the ranks that took them. The
+  // join and the kill are one regroup or two: a joiner's page may load only after step 10 on a busy
+  // machine, and then the round that admits it is the one that drops rank 1.
+  expect(s.resumes?.length ?? 0).toBeGreaterThanOrEqual(1);
+  const regroups = lines.filter((l) => /New group of \d: .*an outer step over the inner steps since step \d+ of \d ranks?/.test(l));
+  expect(regroups.length).toBeGreaterThanOrEqual(1);
 });

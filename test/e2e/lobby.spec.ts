@@ -44,7 +44,15 @@ test('without a session the page offers to create one, with a link to share', as
   // Sessions made on the page are elastic by default; a fixed size waits for every tab.
   await expect(page.getByLabel('Keep training with at least (tabs)')).toHaveValue('1');
   await page.getByLabel('Keep training with at least (tabs)').fill('3');
+  // This server offers no model or data of the host's own: the form does not offer "user".
+  await expect(page.getByLabel('Model').locator('option[value="user"]')).toHaveCount(0);
+  await expect(page.getByLabel('Dataset').locator('option[value="user"]')).toHaveCount(0);
+  // The language model reads the text, in batches of 16 windows: the form follows when they are not the person's own.
+  await page.getByLabel('Model').selectOption('lm');
+  await expect(page.getByLabel('Dataset')).toHaveValue('text');
+  await expect(page.getByLabel('Batch size per rank')).toHaveValue('16');
   await page.getByLabel('Model').selectOption('mlp');
+  await expect(page.getByLabel('Dataset')).toHaveValue('mnist');
   await page.getByLabel('Dataset').selectOption('synthetic');
   await page.getByRole('button', { name: 'Create session' }).click();
   const link = page.getByTestId('share-link');

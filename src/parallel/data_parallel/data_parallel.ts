@@ -159,7 +159,9 @@ export class DataParallel {
     this.loss = options.loss;
     this.stepTimeoutMs = options.stepTimeoutMs ?? 120_000;
     this.perSample = sizeOf(model.inputs[0]!.shape.slice(1));
-    this.perTarget = options.loss.kind === 'softmaxCrossEntropy' ? 1 : sizeOf(model.outputs[0]!.shape.slice(1));
+    // Labels: one per output position but the class axis (1 for a classifier, T for a language model's [T, V]).
+    const outputShape = model.outputs[0]!.shape.slice(1);
+    this.perTarget = sizeOf(options.loss.kind === 'softmaxCrossEntropy' ? outputShape.slice(0, -1) : outputShape);
     this.numel = model.trainableWeights.reduce((n, w) => n + sizeOf(w.shape), 0);
   }
 

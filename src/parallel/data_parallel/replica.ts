@@ -9,7 +9,9 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { startBackend } from '../../runtime/device.ts';
-import { classificationLoss } from '../../models.ts';
+import { classificationLoss, correctPredictions } from '../../losses.ts';
+// The language model's custom layers, registered so that its architecture builds here too.
+import '../../language_model.ts';
 import { assignFlatWeights } from '../replicas.ts';
 import { DEVICE_BACKENDS, parseToDevice, type DataParallelLoss, type DeviceBackend, type FromDevice, type ToDevice } from './protocol.ts';
 
@@ -127,7 +129,7 @@ export class DeviceReplica {
       if (!this.model) throw new Error('a step before the replica was built');
       const perSample = this.inputShape.reduce((a, b) => a * b, 1);
       if (msg.x.length !== msg.samples * perSample) throw new Error(`the chunk's inputs have ${msg.x.length} values, ${msg.samples} samples of shape [${this.inputShape.join(', ')}] need ${msg.samples * perSample}`);
-      const perTarget = this.loss.kind === 'softmaxCrossEntropy' ? 1 : this.outputShape.reduce((a, b) => a * b, 1);
+      const perTarget = this.targetShape().reduce((a, b) => a * b, 1);
       if (msg.y.length !== msg.samples * perTarget) throw new Error(`the chunk has ${msg.y.length} labels or targets for ${msg.samples} samples`);
       // Re-replicate: the main replica's weights before this forward.
       assignFlatWeights(this.model, msg.weights);
@@ -138,12 +140,17 @@ export class DeviceReplica {
     }
   }
 
+  /** One sample's labels (all but the class axis of the output: [] for a classifier, [T] for a language model) or targets. */
+  private targetShape(): number[] {
+    return this.loss.kind === 'softmaxCrossEntropy' ? this.outputShape.slice(0, -1) : this.outputShape;
+  }
+
   /** The chunk's mean loss, its gradients (flat, trainableWeights order) and the right predictions; every tensor disposed. */
   private async gradients(msg: Extract<ToDevice, { type: 'step' }>): Promise<{ loss: number; grads: Float32Array; correct: number }> {
     const model = this.model!;
     const loss = this.loss;
     const xs = tf.tensor(msg.x, [msg.samples, ...this.inputShape], 'float32');
-    const ys = loss.kind === 'softmaxCrossEntropy' ? tf.tensor1d(msg.y, 'int32') : tf.tensor(msg.y, [msg.samples, ...this.outputShape], 'float32');
+    const ys = tf.tensor(msg.y, [msg.samples, ...this.targetShape()], loss.kind === 'softmaxCrossEntropy' ? 'int32' : 'float32');
     let correctT: tf.Tensor | undefined;
     let value: tf.Scalar | undefined;
     let named: tf.NamedTensorMap = {};
@@ -152,8 +159,8 @@ export class DeviceReplica {
       ({ value, grads: named } = tf.variableGrads(() => {
         const out = model.apply(xs, { training: true }) as tf.Tensor;
         if (loss.kind === 'meanSquaredError') return tf.losses.meanSquaredError(ys, out) as tf.Scalar;
-        correctT = tf.keep(out.argMax(-1).equal(ys).sum());
-        return classificationLoss(out, ys as tf.Tensor1D, loss.numClasses);
+        correctT = tf.keep(correctPredictions(out, ys));
+        return classificationLoss(out, ys, loss.numClasses);
       }, this.variables));
       flat = tf.tidy(() => tf.concat(this.variables.map((v) => named[v.name]!.reshape([-1]))));
       const [lossValue, gradValues, correctValue] = await Promise.all([value.data(), flat.data(), correctT ? correctT.data() : Promise.resolve(Int32Array.of(-1))]);

@@ -52,12 +52,15 @@ export interface StageStepOptions {
   activationDtype?: ActivationDtype;
   /** First stage: the batch's inputs, `batchSize` samples of the model's input shape, flat. */
   inputs?: Float32Array;
-  /** Last stage: the batch's labels. */
+  /**
+   * Last stage: the batch's labels, one per output position but the class axis (one per sample
+   * for a classifier's [C]; T per sample for a language model's [T, V]), shaped so for `loss`.
+   */
   labels?: Int32Array;
   /** Last stage: a micro-batch's mean loss from the model's outputs and its labels. */
-  loss?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
+  loss?: (outputs: tf.Tensor, labels: tf.Tensor) => tf.Scalar;
   /** Last stage: a figure summed over the batch's micro-batches (correct predictions, say). */
-  metric?: (outputs: tf.Tensor, labels: tf.Tensor1D) => tf.Scalar;
+  metric?: (outputs: tf.Tensor, labels: tf.Tensor) => tf.Scalar;
   /**
    * A stage slowed on purpose (see straggler.ts): after each forward and backward pass (readbacks
    * included) it waits in proportion to the pass's compute, before sending its activations or
@@ -176,7 +179,9 @@ export class PipelineStage {
       if (o.straggler) t.slowed += await o.straggler.after(computeMs);
     };
     let peakTensors = tf.memory().numTensors;
-    const labelsOf = (i: number) => tf.tensor1d(o.labels!.subarray(starts[i]!, starts[i]! + sizes[i]!), 'int32');
+    const labelShape = this.outputShape.slice(0, -1);
+    const perSample = labelShape.reduce((a, b) => a * b, 1);
+    const labelsOf = (i: number) => tf.tensor(o.labels!.subarray(starts[i]! * perSample, (starts[i]! + sizes[i]!) * perSample), [sizes[i]!, ...labelShape], 'int32');
     const send = (values: Float32Array, peer: number) => {
       const p = this.group.send(half ? packHalf(values) : values, peer);
       p.catch(() => {}); // the group breaks, and the next receive says why
@@ -222,7 +227,7 @@ export class PipelineStage {
           const x = stash.get(i)!;
           stash.delete(i);
           let dy: tf.Tensor | undefined;
-          let ys: tf.Tensor1D | undefined;
+          let ys: tf.Tensor | undefined;
           const xv = this.isFirst ? undefined : tf.variable(x, true);
           try {
             if (!this.isLast) {
@@ -359,7 +364,8 @@ export class PipelineStage {
       if (!o.inputs || o.inputs.length !== want) throw new RangeError(`stage 0 needs the batch's inputs: ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${want} floats), got ${o.inputs ? o.inputs.length : 'none'}`);
     }
     if (this.isLast) {
-      if (!o.labels || o.labels.length !== o.batchSize) throw new RangeError(`the last stage (${this.stage}) needs ${o.batchSize} labels, got ${o.labels ? o.labels.length : 'none'}`);
+      const want = o.batchSize * this.outputShape.slice(0, -1).reduce((a, b) => a * b, 1);
+      if (!o.labels || o.labels.length !== want) throw new RangeError(`the last stage (${this.stage}) needs ${want} labels (${o.batchSize} samples of output [${this.outputShape.join(', ')}]), got ${o.labels ? o.labels.length : 'none'}`);
       if (!o.loss) throw new RangeError(`the last stage (${this.stage}) needs a loss function`);
     }
   }

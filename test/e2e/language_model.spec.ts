@@ -1,0 +1,59 @@
+/**
+ * The language model in the built-in training job (model lm, dataset text: Moby-Dick's windows of
+ * characters) on real pages, the cpu backend (SwiftShader takes seconds per step of even a small
+ * transformer): DDP keeps the replicas identical every step and the loss falls below a uniform
+ * guess; every tab's dashboard shows the same sampled text and the perplexity; a pipeline of
+ * two stages trains it to the weights of one rank; DiLoCo's outer steps end on identical replicas.
+ */
+import { expect, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+
+type Result = Record<string, unknown>;
+// A small model for a short test: width 32, windows of 32 characters, 8 windows per rank and step.
+const lm = { job: 'train', model: 'lm', dataset: 'text', backend: 'cpu', hidden: '32', context: '32', batchSize: '8', optimizer: 'adam', lr: '0.01', seed: '3', testSize: '64' };
+const VOCABULARY = 76;
+
+test('2 tabs train the language model with DDP: identical replicas every step, the loss falls, both dashboards show the same sample and the perplexity', async ({ browser, server }) => {
+  const pages = await openRanks(browser, server, 2, { session: sessionName('lm'), ...lm, steps: '20', evalEvery: '10', checkWeights: 'true' });
+  const results = await Promise.all(pages.map((p) => p.result));
+  for (const r of results) {
+    expect(r.identicalEveryStep).toBe(true);
+    expect(r.checkedSteps).toBe(20);
+    expect(r.weightHash).toBe(results[0]!.weightHash);
+  }
+  const r = results[0]!;
+  console.log(`language model, 2 tabs, 20 steps: loss ${(r.finalLoss as number).toFixed(3)}, test loss ${(r.testLoss as number).toFixed(3)} (perplexity ${(r.perplexity as number).toFixed(2)}), ${Math.round(r.tokensPerSec as number)} characters/s; ${JSON.stringify(r.sample)}`);
+  expect(r.model).toBe('lm');
+  expect(r.context).toBe(32);
+  // A uniform guess over the vocabulary is ln 76 = 4.33 nats per character; 20 steps of Adam are well below it.
+  expect(r.finalLoss as number).toBeLessThan(Math.log(VOCABULARY) - 0.8);
+  expect(r.testLoss as number).toBeLessThan(Math.log(VOCABULARY) - 0.8);
+  expect(r.perplexity as number).toBeCloseTo(Math.exp(r.testLoss as number), 6);
+  expect(r.unigram as number).toBeGreaterThan(2.9);
+  expect(r.unigram as number).toBeLessThan(3.2);
+  // The sample: the prompt and 120 characters, the same on both tabs (identical replicas, seeded by the step).
+  expect(r.sample).toMatch(/^Call me [\s\S]{120}$/);
+  expect(results[1]!.sample).toBe(r.sample);
+  for (const { page } of pages) {
+    await expect(page.getByTestId('sample')).toBeVisible();
+    await expect(page.getByTestId('sample-text')).toHaveText(r.sample as string, { useInnerText: false });
+    await expect(page.getByTestId('sample')).toContainText('After step 20');
+    await expect(page.locator('[data-stat="test"]')).toContainText('perplexity');
+  }
+});
+
+test('the language model as a pipeline of 2 stages equals one rank; with DiLoCo the replicas end identical', async ({ browser, server }) => {
+  const sgdLm = { ...lm, optimizer: 'sgd', lr: '0.5', steps: '8', returnWeights: 'true' };
+  const [single] = await Promise.all((await openRanks(browser, server, 1, { session: sessionName('lm1'), ...sgdLm })).map((p) => p.result));
+  const staged = await Promise.all((await openRanks(browser, server, 2, { session: sessionName('lmpp'), ...sgdLm, pp: '2', microBatches: '2' })).map((p) => p.result));
+  const err = relativeError(weightsOf(staged.find((r) => r.rank === 0)!), weightsOf(single!));
+  console.log(`language model, 2 stages x 2 micro-batches vs 1 rank, 8 SGD steps: relative error ${err.toExponential(2)}`);
+  expect(err).toBeLessThanOrEqual(1e-5);
+  expect(staged.find((r) => r.rank === 0)!.testLoss as number).toBeCloseTo(single!.testLoss as number, 4);
+  expect(single!.finalLoss as number).toBeLessThan(Math.log(VOCABULARY));
+
+  // DiLoCo: 12 inner steps, an outer step after every 4 (the last after step 12).
+  const diloco: Result[] = await Promise.all((await openRanks(browser, server, 2, { session: sessionName('lmdiloco'), ...lm, steps: '12', commHook: 'diloco:4' })).map((p) => p.result));
+  expect(new Set(diloco.map((r) => r.weightHash)).size).toBe(1);
+  expect(diloco[0]!.commHook).toMatchObject({ name: 'diloco', outerSteps: 3 });
+  expect(diloco[0]!.finalLoss as number).toBeLessThan(Math.log(VOCABULARY));
+});
