@@ -28,7 +28,7 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
          [--churn SEC (from the first step, every SEC s a tab is killed, one joins, one is frozen, one joins, ...: an elastic run's class; each fault's detection and regroup times in the summary's faults)]
          [--last-call MS (the launcher's own server: once --min tabs are in, the first round waits until MS pass without another arriving, or --max are in; default 5000, torch's last_call_timeout)]
-         [--model-dir DIR (the host's own TF.js model) --data-dir DIR|FILE.csv (its own data: images in a folder per class, or a CSV) --label COLUMN (the CSV's label column): offered by the launcher's own server, as npm start's --model/--data/--label; --job train then trains them (--model user, --dataset user)]
+         [--model-dir DIR (the host's own TF.js model) --data-dir DIR|FILE.csv|FILE.txt (its own data: images in a folder per class, a CSV, or a text for --model lm) --label COLUMN (the CSV's label column): offered by the launcher's own server, as npm start's --model/--data/--label; --job train then trains them (--model user, --dataset user)]
          [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
          [--browser chromium|firefox (every rank's browser, --join's pages too; default chromium)] [--browsers B0,B1,... (one browser per rank, as many as --nproc, e.g. chromium,firefox; --join's pages open in Chromium)]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
@@ -256,6 +256,8 @@ function parse(argv: string[]): LaunchOptions {
   // The job trains what is offered unless told otherwise; a script reads it from the server (fetchOffer).
   if (offer.modelDir !== undefined && split.script === undefined) jobParams.model ??= 'user';
   if (offer.dataPath !== undefined && split.script === undefined) jobParams.dataset ??= 'user';
+  // A text trains the language model.
+  if (offer.dataPath !== undefined && /\.txt$/i.test(offer.dataPath) && split.script === undefined) jobParams.model ??= 'lm';
   if (slow.length > 0) {
     // Ranks count from 0 up to the largest world the run can have (an elastic --max beyond --nproc).
     jobParams.slow = slowParam(slow, largestWorld(jobParams, { nproc, nnodes }));

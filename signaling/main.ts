@@ -1,5 +1,5 @@
 /**
- * `npm start [-- --https] [--model DIR] [--data DIR|FILE.csv [--label COLUMN]]`: build the page if
+ * `npm start [-- --https] [--model DIR] [--data DIR|FILE.csv|FILE.txt [--label COLUMN]]`: build the page if
  * needed, then serve it and the store on one port; --model and --data offer the host's own model
  * and data to the sessions (signaling/offer.ts).
  */
@@ -13,7 +13,7 @@ import { newSessionToken } from '../src/c10d/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const USAGE =
-  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv (images in one sub-folder per class, or a CSV) and --label COLUMN (the CSV\'s label column; default the last); PORT and HOST are set in the environment';
+  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV\'s label column; default the last); PORT and HOST are set in the environment';
 let values: { https?: boolean; model?: string; data?: string; label?: string };
 try {
   ({ values } = parseArgs({ args: process.argv.slice(2), options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } }, allowPositionals: false }));

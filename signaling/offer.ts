@@ -1,6 +1,7 @@
 /**
  * The host's own model and data, offered to the sessions of this server
- * (`npm start -- --model DIR --data DIR|FILE.csv [--label COLUMN]`). Everything is checked when the
+ * (`npm start -- --model DIR --data DIR|FILE.csv|FILE.txt [--label COLUMN]`; a .txt file is a text
+ * for the built-in language model, model lm). Everything is checked when the
  * server starts, so that bad data is refused naming the file (and the line) before any tab
  * trains: a model.json whose weight files are missing or short, an image that is not a PNG or a
  * JPEG, a ragged CSV row, a label outside the classes, a model whose input or output does not fit
@@ -14,8 +15,8 @@
  *   /api/offer/model           {modelTopology, weightSpecs}
  *   /api/offer/model/weights   the weights' bytes (the files of the manifest, in order)
  *   /api/offer/data            images: {kind: 'images', name, classes, items: [{file, label}]};
- *                              csv: {kind: 'csv', name, labelColumn}
- *   /api/offer/data/<i>        the i-th image's bytes, or (csv) 0: the CSV text
+ *                              csv: {kind: 'csv', name, labelColumn}; text: {kind: 'text', name, characters}
+ *   /api/offer/data/<i>        the i-th image's bytes, or (csv, text) 0: the file's text
  *
  * Images are decoded and resized in the tab (src/datasets/offered.ts); the server only reads
  * bytes, and an image's bytes only when a tab asks for that image.
@@ -49,6 +50,11 @@ export const MAX_IMAGES = 100_000;
 export const MAX_IMAGE_BYTES = 16 * 2 ** 20;
 /** Largest CSV file and largest model (weights). */
 export const MAX_CSV_BYTES = 256 * 2 ** 20;
+/** Largest text (each character is an int32 token in every tab) and its largest vocabulary (the model's embedding and head). */
+export const MAX_TEXT_BYTES = 32 * 2 ** 20;
+export const MAX_TEXT_VOCABULARY = 1024;
+/** A text shorter than this gives the language model too little to learn from (and a test split of a few windows). */
+export const MIN_TEXT_CHARACTERS = 2000;
 export const MAX_MODEL_BYTES = 512 * 2 ** 20;
 
 interface OfferedModel {
@@ -64,7 +70,8 @@ interface OfferedModel {
 
 type OfferedData =
   | { kind: 'images'; name: string; root: string; classes: string[]; items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> }
-  | { kind: 'csv'; name: string; file: string; labelColumn: string; classes: number; length: number; features: number };
+  | { kind: 'csv'; name: string; file: string; labelColumn: string; classes: number; length: number; features: number }
+  | { kind: 'text'; name: string; file: string; characters: number; vocabulary: number };
 
 export interface Offer {
   model: OfferedModel | null;
@@ -183,6 +190,26 @@ async function loadCsv(file: string, labelColumn: string | undefined): Promise<O
   }
 }
 
+async function loadText(file: string): Promise<OfferedData> {
+  const size = (await stat(file)).size;
+  if (size > MAX_TEXT_BYTES) throw new OfferError(`--data ${file}: ${size} bytes; a text of at most ${MAX_TEXT_BYTES} is offered (every tab holds it as tokens)`);
+  const bytes = await readFile(file);
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    // Where: the first line holding a byte that is not UTF-8.
+    const lossy = new TextDecoder('utf-8').decode(bytes);
+    const line = lossy.slice(0, Math.max(0, lossy.indexOf('\uFFFD'))).split('\n').length;
+    throw new OfferError(`--data ${file}: line ${line} is not UTF-8 text; save the file as UTF-8`);
+  }
+  const characters = Array.from(text);
+  if (characters.length < MIN_TEXT_CHARACTERS) throw new OfferError(`--data ${file}: ${characters.length} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
+  const vocabulary = new Set(characters).size;
+  if (vocabulary > MAX_TEXT_VOCABULARY) throw new OfferError(`--data ${file}: ${vocabulary} distinct characters; the character-level model takes at most ${MAX_TEXT_VOCABULARY} (a text in one or two scripts)`);
+  return { kind: 'text', name: basename(file), file: resolve(file), characters: characters.length, vocabulary };
+}
+
 /** What the host offers, read and checked (no routes yet). */
 export interface OfferFiles {
   model: OfferedModel | null;
@@ -201,10 +228,12 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
     if (s === null) throw new OfferError(`--data ${options.dataPath}: no such file or folder`);
     if (s.isDirectory()) data = await loadImages(options.dataPath);
     else if (extname(options.dataPath).toLowerCase() === '.csv') data = await loadCsv(options.dataPath, options.labelColumn);
-    else throw new OfferError(`--data ${options.dataPath}: a folder of images (one sub-folder per class) or a .csv file is offered`);
+    else if (extname(options.dataPath).toLowerCase() === '.txt') data = await loadText(options.dataPath);
+    else throw new OfferError(`--data ${options.dataPath}: a folder of images (one sub-folder per class), a .csv file or a .txt text (for the language model) is offered`);
   }
+  if (model && data?.kind === 'text') throw new OfferError(`--data ${options.dataPath} is a text, which trains the built-in language model (model lm); leave out --model`);
   if (options.labelColumn !== undefined && data?.kind !== 'csv') throw new OfferError('--label names the CSV\'s label column: it goes with --data FILE.csv');
-  if (model && data) {
+  if (model && data && data.kind !== 'text') {
     const classes = data.kind === 'images' ? data.classes.length : data.classes;
     if (model.outputUnits !== classes) throw new OfferError(`--model ${options.modelDir} has ${model.outputUnits} outputs, --data ${options.dataPath} ${classes} classes: the model's last layer must have one unit per class`);
     if (data.kind === 'csv' && (model.inputShape.length !== 1 || model.inputShape[0] !== data.features)) {
@@ -229,7 +258,9 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
       data &&
       (data.kind === 'images'
         ? { kind: data.kind, name: data.name, classes: data.classes, length: data.items.length, inputShape: null }
-        : { kind: data.kind, name: data.name, classes: data.classes, length: data.length, inputShape: [data.features] }),
+        : data.kind === 'text'
+          ? { kind: data.kind, name: data.name, classes: data.vocabulary, length: data.characters, inputShape: null }
+          : { kind: data.kind, name: data.name, classes: data.classes, length: data.length, inputShape: [data.features] }),
   });
 
   // Both answer the request, so a route ends with `return send(...)`.
@@ -266,6 +297,7 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
     if (path === '/data' || path.startsWith('/data/')) {
       if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv');
       if (path === '/data') {
+        if (data.kind === 'text') return send(res, 200, { kind: data.kind, name: data.name, characters: data.characters });
         return send(res, 200, data.kind === 'images' ? { kind: data.kind, name: data.name, classes: data.classes, items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })) } : { kind: data.kind, name: data.name, labelColumn: data.labelColumn });
       }
       const index = Number(path.slice('/data/'.length));
@@ -273,7 +305,7 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
       if (!Number.isSafeInteger(index) || index < 0 || index >= count) return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`);
       // Only files found at startup, by index: a request names no path.
       const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
-      const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
+      const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.kind === 'text' ? 'text/plain; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
       const bytes = await readFile(file).catch(() => null);
       if (bytes === null) return refuse(res, 410, 'gone', `${relative(process.cwd(), file)} was offered at startup and cannot be read now`);
       res.writeHead(200, { 'content-type': type, 'content-length': String(bytes.byteLength), 'cache-control': 'no-store' }).end(bytes);

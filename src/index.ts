@@ -57,7 +57,7 @@ export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamp
 export { hashFloat32 } from './hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, labelsPerSample, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
-export { fetchOffer, loadOfferedDataset, loadOfferedModel, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
+export { fetchOffer, loadOfferedDataset, loadOfferedModel, loadOfferedText, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
 export { syntheticDataset, Mulberry32 } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { textDatasets, TextDataset } from './datasets/text.ts';

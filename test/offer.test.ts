@@ -52,9 +52,45 @@ describe('what the host offers is checked when the server starts', () => {
     await writeImageFolder(good, ['red', 'green'], 2);
     expect(await refusal({ modelDir: model, dataPath: good })).toMatch(/has 3 outputs, --data .*good 2 classes: the model's last layer must have one unit per class/);
 
+    // A text, for the language model: UTF-8 (the line of a bad byte named), long enough, a vocabulary of characters, no --model beside it.
+    const latin1 = join(dir, 'latin1.txt');
+    await writeFile(latin1, Buffer.concat([Buffer.from('line one\nline two\ncaf'), Buffer.from([0xe9]), Buffer.from('\n'.repeat(3))]));
+    expect(await refusal({ dataPath: latin1 })).toMatch(/--data .*latin1\.txt: line 3 is not UTF-8 text/);
+    const short = join(dir, 'short.txt');
+    await writeFile(short, 'Call me Ishmael.');
+    expect(await refusal({ dataPath: short })).toMatch(/16 characters; the language model needs a text of at least 2000/);
+    const cjk = join(dir, 'many.txt');
+    await writeFile(cjk, Array.from({ length: 3000 }, (_, i) => String.fromCodePoint(0x4e00 + i)).join(''));
+    expect(await refusal({ dataPath: cjk })).toMatch(/3000 distinct characters; the character-level model takes at most 1024/);
+    const story = join(dir, 'story.txt');
+    await writeFile(story, 'the cat sat on the mat. '.repeat(100));
+    expect(await refusal({ modelDir: model, dataPath: story })).toMatch(/is a text, which trains the built-in language model \(model lm\); leave out --model/);
+    expect(await refusal({ dataPath: join(dir, 'notes.md') })).toMatch(/no such file/);
+
     await truncate(join(model, 'weights.bin'), 100);
     expect(await refusal({ modelDir: model })).toMatch(/the weight files hold 100 bytes, model\.json's manifest \d+: a file is truncated/);
     expect(await refusal({ modelDir: join(dir, 'nowhere') })).toMatch(/model\.json: not found/);
+  });
+
+  it('a text is offered whole, as UTF-8, with its size and vocabulary', async () => {
+    const story = join(dir, 'tale.txt');
+    const text = 'the whale sang to the moon, and the sea sang back. '.repeat(60);
+    await writeFile(story, text);
+    const server = await startServer({ port: 0, log: () => {}, checkpointDir: join(dir, 'ckpt'), offer: { dataPath: story } });
+    try {
+      const session = 'tale';
+      const token = newSessionToken();
+      await server.createSession(session, token);
+      const get = (path: string) => fetch(`http://127.0.0.1:${server.port}${path}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
+      expect(((await (await get('/api/offer')).json()) as { data: unknown }).data).toEqual({ kind: 'text', name: 'tale.txt', classes: new Set(text).size, length: text.length, inputShape: null });
+      expect(await (await get('/api/offer/data')).json()).toEqual({ kind: 'text', name: 'tale.txt', characters: text.length });
+      const body = await get('/api/offer/data/0');
+      expect(body.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+      expect(await body.text()).toBe(text);
+      expect((await get('/api/offer/data/1')).status).toBe(404);
+    } finally {
+      await server.close();
+    }
   });
 
   it('npm start says what was wrong and exits 1', async () => {

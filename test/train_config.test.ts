@@ -133,7 +133,9 @@ describe('parseTrainConfig', () => {
     expect(refusal('world=2&model=lm&dataset=mnist')).toMatchObject({ option: 'dataset', value: 'mnist' });
     expect(refusal('world=2&model=lm&dataset=mnist').message).toContain('text with model lm');
     expect(refusal('world=2&dataset=text')).toMatchObject({ option: 'model', value: 'mlp' });
-    expect(refusal('world=2&context=32').message).toContain('left out unless dataset is text');
+    expect(refusal('world=2&context=32').message).toContain('left out unless model is lm');
+    // The host's own text (npm start -- --data FILE.txt): what the server offers is the tab's to check.
+    expect(parse('world=2&model=lm&dataset=user')).toMatchObject({ model: 'lm', dataset: 'user', context: 64 });
     expect(refusal('world=2&model=lm&hidden=30').message).toContain('a multiple of 4');
     expect(refusal('world=2&model=lm&context=1').option).toBe('context');
     const config = parse('world=2&model=lm&context=32&hidden=32');

@@ -17,6 +17,7 @@ import {
   loadMnistSplits,
   loadOfferedDataset,
   loadOfferedModel,
+  loadOfferedText,
   subset,
   type OfferRequest,
   syntheticDataset,
@@ -85,11 +86,22 @@ export const OFFERED_IMAGE_SHAPE = [28, 28, 1];
 export async function loadData(config: TrainConfig, offer?: { req: OfferRequest; inputShape: number[] }): Promise<{ train: Dataset; test: Dataset; text?: TextJob }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
-  if (config.dataset === 'text') {
-    const res = await fetch(new URL(TEXT_CORPUS, location.origin));
-    if (!res.ok) throw new Error(`the text did not load: HTTP ${res.status} from ${TEXT_CORPUS}`);
-    const { train, test, tokenizer, unigram } = textDatasets(await res.text(), { contextLength: config.context ?? DEFAULT_CONTEXT, name: 'moby-dick' });
-    return { train: first(train, config.trainSize), test: first(test, config.testSize), text: { tokenizer, unigram } };
+  if (config.model === 'lm') {
+    // The project's Moby-Dick, or the host's own text (dataset user: npm start -- --data FILE.txt).
+    let corpus: { name: string; text: string };
+    if (config.dataset === 'user') {
+      if (!offer) throw new Error("the host's text needs the session's token to load");
+      corpus = await loadOfferedText(offer.req);
+    } else {
+      const res = await fetch(new URL(TEXT_CORPUS, location.origin));
+      if (!res.ok) throw new Error(`the text did not load: HTTP ${res.status} from ${TEXT_CORPUS}`);
+      corpus = { name: 'moby-dick', text: await res.text() };
+    }
+    const { train, test, tokenizer, unigram } = textDatasets(corpus.text, { contextLength: config.context ?? DEFAULT_CONTEXT, name: corpus.name });
+    // Moby-Dick's opening words, or the host's text's own first characters where those are not in its vocabulary.
+    const fits = Array.from(SAMPLE_PROMPT).every((c) => tokenizer.chars.includes(c));
+    const prompt = fits ? SAMPLE_PROMPT : Array.from(corpus.text).slice(0, 8).join('');
+    return { train: first(train, config.trainSize), test: first(test, config.testSize), text: { tokenizer, unigram, prompt } };
   }
   if (config.dataset === 'user') {
     if (!offer) throw new Error("the host's data needs the session's token to load");
@@ -114,10 +126,10 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
 /** The text the language model trains on (dataset 'text'): the project's copy of Moby-Dick, chapters 1-20 (datasets/). */
 export const TEXT_CORPUS = '/datasets/text/moby-dick-1-20.txt';
 
-/** A text job's tokenizer, and the loss of a model that knows only the characters' frequencies (nats). */
-export type TextJob = { tokenizer: CharTokenizer; unigram: number };
+/** A text job's tokenizer, the loss of a model that knows only the characters' frequencies (nats), and the prompt of its samples. */
+export type TextJob = { tokenizer: CharTokenizer; unigram: number; prompt: string };
 
-/** What the language model writes in the dashboard: this prompt, then SAMPLE_CHARS characters. */
+/** What the language model writes in the dashboard: this prompt (where the text has its characters), then SAMPLE_CHARS characters. */
 export const SAMPLE_PROMPT = 'Call me ';
 export const SAMPLE_CHARS = 120;
 
@@ -127,8 +139,8 @@ export const SAMPLE_CHARS = 120;
  */
 export async function sampleText(model: tf.LayersModel, text: TextJob, step: number): Promise<Extract<TrainEvent, { type: 'sample' }>> {
   const rng = new Mulberry32(step);
-  const ids = await generate(model, text.tokenizer.encode(SAMPLE_PROMPT), SAMPLE_CHARS, { temperature: 0.8, random: () => rng.nextFloat() });
-  return { type: 'sample', step, prompt: SAMPLE_PROMPT, text: text.tokenizer.decode(ids) };
+  const ids = await generate(model, text.tokenizer.encode(text.prompt), SAMPLE_CHARS, { temperature: 0.8, random: () => rng.nextFloat() });
+  return { type: 'sample', step, prompt: text.prompt, text: text.tokenizer.decode(ids) };
 }
 
 /** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
@@ -183,7 +195,7 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   const req: OfferRequest = { url: opts.serverUrl, session: opts.session, token: opts.token };
   const offered = config.model === 'user' || config.dataset === 'user' ? await fetchOffer(req) : null;
   if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
-  if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv");
+  if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt");
   const inputShape = offered?.model && config.model === 'user' ? offered.model.inputShape : OFFERED_IMAGE_SHAPE;
   const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});

@@ -31,7 +31,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Hidden units',
     hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
   },
-  dataset: { label: 'Dataset', hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images or CSV the host offers (npm start -- --data DIR)." },
+  dataset: { label: 'Dataset', hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm)." },
   context: { label: 'Context', hint: "Characters the language model sees at once (text only; default 64)." },
   batchSize: {
     label: 'Batch size per rank',

@@ -1,6 +1,6 @@
 /**
  * The host's own model and data, as the server offers them to a session's tabs
- * (`npm start -- --model DIR --data DIR|FILE.csv`; signaling/offer.ts has the routes). Every
+ * (`npm start -- --model DIR --data DIR|FILE.csv|FILE.txt`; signaling/offer.ts has the routes). Every
  * request carries the session's token. Images are decoded and resized here, in the tab, to the
  * model's input [height, width, channels] (1 channel: grey, 3: RGB; values 0..1); an image that
  * does not decode is refused naming its file.
@@ -23,7 +23,8 @@ export interface OfferRequest {
 /** What the server offers (GET /api/offer). */
 export interface OfferInfo {
   model: { name: string; inputShape: number[]; outputUnits: number; parameters: number; hash: string } | null;
-  data: { kind: 'images' | 'csv'; name: string; classes: string[] | number; length: number; inputShape: number[] | null } | null;
+  /** A text's `classes` is its vocabulary's size, its `length` its characters. */
+  data: { kind: 'images' | 'csv' | 'text'; name: string; classes: string[] | number; length: number; inputShape: number[] | null } | null;
 }
 
 async function get(req: OfferRequest, path: string, what: string): Promise<Response> {
@@ -93,9 +94,18 @@ async function decodeImage(bytes: Blob, file: string, [h, w, c]: [number, number
  * the model's input); a CSV is parsed as the server checked it. `onProgress(done, total)` while
  * images arrive.
  */
+/** The host's text (`--data FILE.txt`), for the language model: the file as the server read it at startup. */
+export async function loadOfferedText(req: OfferRequest): Promise<{ name: string; text: string }> {
+  const what = "loading the host's text";
+  const manifest = (await (await get(req, '/data', what)).json()) as { kind: string; name: string };
+  if (manifest.kind !== 'text') throw new DatasetError(`the host offers ${manifest.kind === 'csv' ? 'a CSV' : 'images'} (${manifest.name}), not a text: the language model trains on a text (npm start -- --data FILE.txt)`);
+  return { name: manifest.name, text: await (await get(req, '/data/0', what)).text() };
+}
+
 export async function loadOfferedDataset(req: OfferRequest, inputShape: number[], onProgress?: (done: number, total: number) => void): Promise<InMemoryDataset> {
   const what = "loading the host's data";
-  const manifest = (await (await get(req, '/data', what)).json()) as { kind: 'images'; name: string; classes: string[]; items: Array<{ file: string; label: number }> } | { kind: 'csv'; name: string; labelColumn: string };
+  const manifest = (await (await get(req, '/data', what)).json()) as { kind: 'images'; name: string; classes: string[]; items: Array<{ file: string; label: number }> } | { kind: 'csv'; name: string; labelColumn: string } | { kind: 'text'; name: string };
+  if (manifest.kind === 'text') throw new DatasetError(`the host offers a text (${manifest.name}), which trains the language model: choose model lm`);
   if (manifest.kind === 'csv') {
     const text = await (await get(req, '/data/0', what)).text();
     const column = /^-?\d+$/.test(manifest.labelColumn) ? Number(manifest.labelColumn) : manifest.labelColumn;

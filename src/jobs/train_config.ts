@@ -28,7 +28,7 @@ export {
 
 /** 'lm': a small character-level transformer (src/language_model.ts), on 'text'. 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
 export const MODELS = ['mlp', 'cnn', 'lm', 'user'] as const;
-/** 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv). */
+/** 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text is for 'lm'). */
 export const DATASETS = ['mnist', 'synthetic', 'text', 'user'] as const;
 export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
@@ -51,7 +51,7 @@ export interface TrainConfig {
   /** Width of the model's hidden dense layer (ModelSpec.hidden; the language model's width); null: the model's default (mlp 128 on MNIST, cnn none, lm 64). */
   hidden: number | null;
   dataset: DatasetKind;
-  /** The text's window (the language model's context), characters; null unless the dataset is text (then 64 when left out). */
+  /** The text's window (the language model's context), characters; null unless the model is lm (then 64 when left out). */
   context: number | null;
   /** Per-rank batch size. */
   batchSize: number;
@@ -172,7 +172,7 @@ const OPTIONS = [
   { name: 'model', kind: { type: 'choice', choices: MODELS }, inForm: true, defaultValue: fixed('mlp') },
   { name: 'hidden', kind: int(0, MAX_HIDDEN_UNITS), inForm: false, optional: true, defaultValue: fixed(null) },
   { name: 'dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist') },
-  { name: 'context', kind: int(2, MAX_CONTEXT), inForm: false, optional: true, defaultValue: (p) => (p.dataset === 'text' ? DEFAULT_CONTEXT : null) },
+  { name: 'context', kind: int(2, MAX_CONTEXT), inForm: false, optional: true, defaultValue: (p) => (p.model === 'lm' ? DEFAULT_CONTEXT : null) },
   // The language model's sample is a window of 64 characters: 16 of them are already 1,024 predictions.
   { name: 'batchSize', kind: int(1, 4096), inForm: true, defaultValue: (p) => (p.model === 'lm' ? 16 : 64) },
   { name: 'optimizer', kind: { type: 'choice', choices: OPTIMIZERS }, inForm: true, defaultValue: fixed('adam') },
@@ -327,9 +327,10 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
  * `context` only with text, and the model's width (hidden) a multiple of its heads. Throws ConfigError.
  */
 function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: number | null, hidden: number | null): void {
-  if (model === 'lm' && dataset !== 'text') throw new ConfigError('dataset', dataset, "text with model lm: the language model predicts the next character of a text (leave out dataset, or choose another model)");
+  // 'user' with lm is the host's text (npm start -- --data FILE.txt): the tab checks what the server offers.
+  if (model === 'lm' && dataset !== 'text' && dataset !== 'user') throw new ConfigError('dataset', dataset, "text (or user, the host's own text) with model lm: the language model predicts the next character of a text (leave out dataset, or choose another model)");
   if (dataset === 'text' && model !== 'lm') throw new ConfigError('model', model, 'lm with dataset text: the text is windows of characters, which only the language model reads');
-  if (context !== null && dataset !== 'text') throw new ConfigError('context', String(context), "left out unless dataset is text: it is the language model's window on the text");
+  if (context !== null && model !== 'lm') throw new ConfigError('context', String(context), "left out unless model is lm: it is the language model's window on the text");
   if (model === 'lm' && hidden !== null && (hidden < LM_DEFAULTS.heads || hidden % LM_DEFAULTS.heads !== 0 || hidden > MAX_LM_WIDTH)) {
     throw new ConfigError('hidden', String(hidden), `a multiple of ${LM_DEFAULTS.heads} (the language model's heads) from ${LM_DEFAULTS.heads} to ${MAX_LM_WIDTH}: it is the model's width`);
   }

@@ -4,7 +4,8 @@
  * offered by the server (npm start's --model and --data, the launcher's --model-dir and
  * --data-dir) and trained by 2 real tabs with DDP, and split into 2 pipeline stages; the images
  * are decoded and resized in the tabs.
- * An image that does not decode stops the job naming its file.
+ * An image that does not decode stops the job naming its file. A text (--data FILE.txt) trains
+ * the built-in language model.
  */
 import * as tf from '@tensorflow/tfjs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -36,6 +37,24 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
   expect(s.testAccuracy).toBeGreaterThanOrEqual(5 / 6);
   // The saved softmax moved into the loss, and the tabs said so.
   expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
+});
+
+test("2 tabs train the language model on the host's own text (launcher --data-dir FILE.txt)", async () => {
+  // A text of a few sentences over and over: 24 distinct characters, none of them a capital C,
+  // so the samples start from the text's own first characters instead of Moby-Dick's "Call me ".
+  const sentences = ['the whale sang to the moon. ', 'a gull flew over the bay. ', 'the sea was calm and grey. ', 'we rowed home at night. '];
+  const text = Array.from({ length: 240 }, (_, i) => sentences[(i * 7) % 4]).join('');
+  const file = join(dir, 'ballad.txt');
+  await writeFile(file, text);
+  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--data-dir', file, '--backend', 'cpu', '--hidden', '16', '--context', '16', '--batch-size', '8', '--steps', '20', '--lr', '0.02', '--timeout', '180']);
+  expect(r.code, r.output.slice(-3000)).toBe(0);
+  const s = r.summary as { worldSize: number; identical: boolean; model: string; dataset: string; perplexity: number; sample: string };
+  expect(s).toMatchObject({ worldSize: 2, identical: true, model: 'lm', dataset: 'user' });
+  const vocabulary = new Set(text).size;
+  // Below a uniform guess over the text's characters.
+  expect(s.perplexity).toBeLessThan(vocabulary / 2);
+  expect(s.sample.startsWith('the whal')).toBe(true);
+  expect(new Set(s.sample).size).toBeLessThanOrEqual(vocabulary);
 });
 
 test("the host's model split into 2 pipeline stages (a tab each), from its saved weights", async () => {
