@@ -18,7 +18,8 @@
  * --train-size 4096, --test-size 0 (the whole test set), --steps (a cap; default: whole epochs),
  * --timeout 3600 (seconds per run), --out-dir (default bench/results), --name comm_hooks (the files'
  * name: NAME.json and NAME.md, so that several grids can sit side by side), --merge a.json,b.json
- * (rows of earlier parts of a matrix, from their NAME.json, put in the table and goals with this run's).
+ * (rows of earlier parts of a matrix, from their NAME.json, put in the table and goals with this run's). A hook
+ * item may end in @wBYTES: that run's links get a credit window of BYTES (the job's linkWindowBytes).
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -96,13 +97,22 @@ const stepsCap = values.steps === undefined ? null : positiveInt('steps', values
 const timeoutSec = positiveInt('timeout', values.timeout!);
 if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
 
-/** A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. */
+/**
+ * A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. A
+ * hook may end in @wBYTES, the links' credit window for that run (the job's linkWindowBytes):
+ * diloco:64:stream4x8@w4194304.
+ */
 function hookParam(hook: string): string {
-  const [kind, ...args] = hook.split(':');
+  const [kind, ...args] = hook.replace(/@w\d+$/, '').split(':');
   // powersgd:R:fp16 (a 16-bit wire, last) gets its START before the wire.
   const wire = kind === 'powersgd' && (args.at(-1) === 'fp16' || args.at(-1) === 'bf16') ? args.pop()! : null;
   if ((kind === 'powersgd' || kind === 'localsgd') && args.length === 1) args.push(String(start));
   return [kind, ...args, ...(wire ? [wire] : [])].join(':');
+}
+
+/** The links' credit window a --hooks item asks for (@wBYTES), or null for the job's default. */
+function linkWindowOf(hook: string): string | null {
+  return /@w(\d+)$/.exec(hook)?.[1] ?? null;
 }
 
 /** The hook's START (steps of plain all-reduce first); 0 for hooks without one. */
@@ -241,13 +251,13 @@ function logLine(clock: StepClock, prefix = ''): (line: string) => void {
 }
 
 /** One run of the job in a group of `nproc` tabs, on the shaped LAN at `rate` (0: loopback). */
-async function runOnce(model: string, nproc: number, rate: number, param: string, clock: StepClock): Promise<Record<string, unknown>> {
+async function runOnce(model: string, nproc: number, rate: number, param: string, clock: StepClock, window: string | null): Promise<Record<string, unknown>> {
   const { ok, summary } = await launch({
     nproc,
     job: 'train',
     session: `bench-hooks-${model.replace(/[^A-Za-z0-9]/g, '')}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
     timeoutSec,
-    jobParams: jobParams(model, param),
+    jobParams: jobParams(model, param, window === null ? {} : { linkWindowBytes: window }),
     ...(rate > 0 ? { lan: { rateMbit: rate } } : {}),
     log: logLine(clock),
   });
@@ -350,7 +360,7 @@ for (const model of models) {
           backends: null,
         };
         try {
-          const s = hook === ALONE ? await aloneRuns(model, nproc, clock) : await runOnce(model, nproc, rate, param, clock);
+          const s = hook === ALONE ? await aloneRuns(model, nproc, clock) : await runOnce(model, nproc, rate, param, clock, linkWindowOf(hook));
           const ok = s.ok === true;
           row.ok = ok;
           if (!ok) row.errors = Array.isArray(s.errors) ? (s.errors as unknown[]).map(String) : ['the run failed (no errors in its summary)'];

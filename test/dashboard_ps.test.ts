@@ -113,6 +113,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     stalenessLr: false,
     commHook: { kind: 'none' },
     devices: 1,
+    linkWindowBytes: null,
     ...over,
   };
 }

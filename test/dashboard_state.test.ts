@@ -56,6 +56,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     slow: null,
     commHook: { kind: 'none' },
     devices: 1,
+    linkWindowBytes: null,
     ...over,
   };
 }

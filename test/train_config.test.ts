@@ -46,6 +46,7 @@ describe('parseTrainConfig', () => {
       slow: null,
       commHook: { kind: 'none' },
       devices: 1,
+    linkWindowBytes: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });

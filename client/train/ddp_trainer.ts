@@ -165,6 +165,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // DiLoCo's replicas too, but runElastic checks those at the next full outer step after each
       // 100th (without streaming: with it the replicas are identical only at the end).
       checkReplicasEvery: comm.averager ? 0 : 100,
+      ...(config.linkWindowBytes === null ? {} : { linkWindowBytes: config.linkWindowBytes }),
       // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
       balanceBatches: config.balance,
       commHook: hook === undefined ? undefined : () => hook,

@@ -110,6 +110,10 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Gradient communication',
     hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START; a last :fp16 or :bf16 sends its matrices 16-bit). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). diloco:H: DiLoCo, H inner steps of the optimizer on each tab’s own samples, then an outer step with the averaged change of the weights (Nesterov SGD, outer lr 0.7, momentum 0.9: diloco:H:LR:MOMENTUM; a last :fp16 or :bf16 sends it 16-bit), for slow links. Not with parameter servers or pipelines.',
   },
+  linkWindowBytes: {
+    label: 'Link window (bytes)',
+    hint: "How much a link may have on the way that the other tab has not taken yet (0: no limit). The library's 128 KiB keeps both directions of a slow link moving; a larger one lets a busy tab's peers send more while it computes.",
+  },
   devices: {
     label: 'Devices per tab',
     hint: 'Workers per tab, each with its own copy of the model on its own backend; every batch is split between them and their gradients combined (DataParallel). On the cpu and wasm backends each Worker uses another CPU core. Not with parameter servers or pipelines.',

@@ -131,6 +131,12 @@ export interface TrainConfig {
    * each batch over them and gathers their gradients. DDP only: not with ps/central or pipelines.
    */
   devices: number;
+  /**
+   * DDP: each link's credit window in bytes (how much may be on the way that the peer's page has
+   * not taken; 0: no window), null for the library's default. A page busy in a step on the cpu
+   * backend takes nothing until it yields, so a link moves at most a window per yield.
+   */
+  linkWindowBytes: number | null;
 }
 
 /** Most devices (Workers) a tab may run: each holds its own copy of the model and its backend. */
@@ -229,6 +235,8 @@ const OPTIONS = [
     defaultValue: fixed('none'),
   },
   { name: 'devices', kind: int(1, MAX_DEVICES_PER_TAB), inForm: false, defaultValue: fixed(1) },
+  // The links' credit window (src/transport/flow_control.ts), bytes; 0: none. Left out: the library's 128 KiB.
+  { name: 'linkWindowBytes', kind: int(0, 64 << 20), inForm: false, optional: true, defaultValue: fixed(null) },
   { name: 'resumeFrom', kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' }, inForm: false, defaultValue: fixed(null) },
 ] as const satisfies readonly OptionSpec[];
 
@@ -319,6 +327,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     slow,
     commHook,
     devices,
+    linkWindowBytes: values.linkWindowBytes as number | null,
   };
 }
 

@@ -89,6 +89,24 @@ test('a Chromium tab and a Firefox tab train together, each on its own backend, 
   expect(firefoxLeftovers(r.lines)).toEqual({ started: 1, left: [] });
 });
 
+test('the language model on a Chromium tab (WebGPU) and a Firefox tab (WebGL): identical at every step, each writes a sample', async () => {
+  // A tiny transformer (width 16, windows of 16): its attention, layer norms and GELU on two browsers' GPUs.
+  const r = await run({
+    jobParams: { model: 'lm', hidden: '16', context: '16', batchSize: '4', steps: '6', evalEvery: '0', testSize: '16', lr: '0.01', checkWeights: 'true' },
+  });
+  if (!r.ok) console.log(r.lines.slice(-40).join('\n'));
+  expect(r.ok, JSON.stringify(r.summary)).toBe(true);
+  expect([...(r.summary.backends as string[])].sort()).toEqual(['webgl', 'webgpu']);
+  expect(r.summary.identical).toBe(true);
+  expect(r.summary.identicalEveryStep).toBe(true);
+  expect(r.results).toHaveLength(2);
+  // The final evaluation's sample, from each tab's own replica: the same weights and seed, but each
+  // backend's own float rounding in the probabilities, so the texts may part where a draw falls on
+  // a boundary; each is the prompt and 120 characters.
+  for (const x of r.results) expect(x.sample).toMatch(/^Call me [\s\S]{120}$/);
+  expect(firefoxLeftovers(r.lines)).toEqual({ started: 1, left: [] });
+});
+
 test('elastic: the Firefox rank is killed mid-run, a tab joins, every sample is trained once and the replicas stay identical', async () => {
   const r = await run({
     jobParams: { dataset: 'synthetic', model: 'mlp', trainSize: '768', batchSize: '16', epochs: '1', evalEvery: '0', checkWeights: 'true', min: '1', max: '3' },
