@@ -147,7 +147,7 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     finalLoss: pipeline || parameterServer ? fromLastStage('finalLoss') : r0.finalLoss,
     testAccuracy: pipeline || parameterServer ? fromLastStage('testAccuracy') : r0.testAccuracy,
     // The language model (model lm): per-character perplexity, the unigram baseline, characters per second and its last sample.
-    ...(typeof r0.perplexity === 'number' ? { perplexity: round(r0.perplexity), unigram: r0.unigram, tokensPerSec: typeof r0.tokensPerSec === 'number' ? round(r0.tokensPerSec) : null, sample: r0.sample } : {}),
+    ...languageModelSummary(r0, pipeline || parameterServer ? fromLastStage('perplexity') : r0.perplexity),
     weightHashes: ranks.map((r) => r.weightHash),
     identical: pipeline ? pipeline.identical : ranks.every((r) => r.weightHash === r0.weightHash),
     breakdownMs: Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, v === null ? null : round(v)])),
@@ -163,6 +163,15 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...devicesSummary(ranks),
     ...(pipeline ? { pipeline: pipeline.summary } : {}),
     ...(parameterServer ? { parameterServer } : {}),
+  };
+}
+
+/** The language model's figures: perplexity (the last stage's in a pipeline), and a DDP run's unigram baseline, characters per second and last sample. */
+function languageModelSummary(r0: RankResult, perplexity: unknown): Record<string, unknown> {
+  if (typeof perplexity !== 'number') return {};
+  return {
+    perplexity: round(perplexity),
+    ...(typeof r0.unigram === 'number' ? { unigram: r0.unigram, tokensPerSec: typeof r0.tokensPerSec === 'number' ? round(r0.tokensPerSec) : null, sample: r0.sample } : {}),
   };
 }
 

@@ -195,6 +195,8 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     finalLoss: lastLoss,
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
+    // The language model: its test loss per character as a perplexity (the stages cannot sample: each holds a part).
+    ...(config.model === 'lm' ? { perplexity: Math.exp(final.testLoss) } : {}),
     weightHash: hashFloat32(weights),
     breakdownMs: {
       compute: mean(sums.compute),

@@ -174,6 +174,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
     ...(run.role === 'worker' ? { finalLoss: mine.loss } : {}),
     testAccuracy: final.testAccuracy,
     testLoss: final.testLoss,
+    ...(config.model === 'lm' ? { perplexity: Math.exp(final.testLoss) } : {}),
     weightHash: hashFloat32(weights),
     ...(run.role === 'worker' ? { breakdownMs: { compute: mine.steps > 0 ? mine.compute / mine.steps : null, ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}) } } : {}),
     ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}),

@@ -49,6 +49,7 @@ test('the language model as a pipeline of 2 stages equals one rank; with DiLoCo 
   console.log(`language model, 2 stages x 2 micro-batches vs 1 rank, 8 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThanOrEqual(1e-5);
   expect(staged.find((r) => r.rank === 0)!.testLoss as number).toBeCloseTo(single!.testLoss as number, 4);
+  for (const r of staged) expect(r.perplexity as number).toBeCloseTo(Math.exp(r.testLoss as number), 6);
   expect(single!.finalLoss as number).toBeLessThan(Math.log(VOCABULARY));
 
   // DiLoCo: 12 inner steps, an outer step after every 4 (the last after step 12).
