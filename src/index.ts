@@ -55,12 +55,13 @@ export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAct
 export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './c10d/session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';
-export { type Dataset, InMemoryDataset, Subset, subset, labelsPerSample, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
+export { type Dataset, InMemoryDataset, Subset, subset, fetchBatch, labelsPerSample, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
-export { fetchOffer, loadOfferedDataset, loadOfferedModel, loadOfferedText, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
+export { fetchOffer, loadOfferedDataset, loadOfferedModel, loadOfferedText, STREAM_ABOVE_BYTES, type StreamMode, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
 export { syntheticDataset, Mulberry32 } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { textDatasets, TextDataset } from './datasets/text.ts';
+export { StreamedDataset, type StreamedDatasetInit } from './datasets/streamed.ts';
 export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';
 export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './parallel/comm_hooks/default_hooks.ts';

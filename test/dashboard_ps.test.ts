@@ -83,6 +83,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     hidden: null,
     dataset: 'mnist',
     context: null,
+    streamData: 'auto',
     batchSize: 64,
     lr: 0.003,
     optimizer: 'adam',

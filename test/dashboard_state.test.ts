@@ -26,6 +26,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     hidden: null,
     dataset: 'synthetic',
     context: null,
+    streamData: 'auto',
     batchSize: 64,
     lr: 0.003,
     optimizer: 'adam',

@@ -55,6 +55,7 @@ function member(
     shouldStop?: () => boolean;
     failedRoundGraceMs?: number;
     extra?: (ctx: StepContext) => Promise<void>;
+    prefetch?: (indices: number[]) => void;
   },
 ): Member {
   const events: ElasticEvent[] = [];
@@ -81,6 +82,7 @@ function member(
     spectate: opts.spectate,
     shouldStop: opts.shouldStop,
     failedRoundGraceMs: opts.failedRoundGraceMs,
+    ...(opts.prefetch ? { prefetch: opts.prefetch } : {}),
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
@@ -121,6 +123,21 @@ describe('runElastic', () => {
     const runs = await Promise.all(members.map((m) => m.result));
     expect(runs.map((r) => r.steps)).toEqual([6, 6]);
     expect(runs[0]!.stoppedBy).not.toBeNull();
+    await closeAll(runs);
+  });
+
+  it("prefetch: as each step starts, the rank hears its samples of the next step (a streamed dataset's read-ahead), never past the run's last step", async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('prefetch');
+    const heard: number[][][] = [[], []];
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 7, prefetch: (next) => heard[id]!.push(next) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    for (const [id, m] of members.entries()) {
+      const batches = m.events.filter((e): e is Extract<ElasticEvent, { type: 'batch' }> => e.type === 'batch').map((e) => e.indices);
+      expect(batches).toHaveLength(7);
+      // Step k's prefetch is step k + 1's batch; the last step prefetches nothing.
+      expect(heard[id]).toEqual(batches.slice(1));
+    }
     await closeAll(runs);
   });
 

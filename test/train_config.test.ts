@@ -16,6 +16,7 @@ describe('parseTrainConfig', () => {
       hidden: null,
       dataset: 'mnist',
       context: null,
+      streamData: 'auto',
       batchSize: 64,
       lr: DEFAULT_LR.adam,
       optimizer: 'adam',

@@ -10,6 +10,7 @@ import {
   type DistributedDataParallel,
   classificationLoss,
   correctPredictions,
+  fetchBatch,
   hashFloat32,
   labelsPerSample,
   isRecoverable,
@@ -166,6 +167,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // 100th (without streaming: with it the replicas are identical only at the end).
       checkReplicasEvery: comm.averager ? 0 : 100,
       ...(config.linkWindowBytes === null ? {} : { linkWindowBytes: config.linkWindowBytes }),
+      // The host's images, streamed: the next step's load while this one computes (a failure shows at that step).
+      ...(trainSet.prepare ? { prefetch: (next: number[]) => void trainSet.prepare!(next).catch(() => {}) } : {}),
       // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
       balanceBatches: config.balance,
       commHook: hook === undefined ? undefined : () => hook,
@@ -179,7 +182,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         const t0 = performance.now();
         const factor = slowFactor(config.slow, pg.rank);
         if (straggler.factor !== factor) straggler = new Straggler(factor);
-        const { x, y } = trainSet.batch(indices);
+        const { x, y } = await fetchBatch(trainSet, indices);
         const stretch = straggler.slow ? { straggler } : {};
         const devices = await devicesFor(model);
         let result: Awaited<ReturnType<typeof ddp.backward>>;
@@ -287,7 +290,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const final = latest?.step === run.steps ? latest : await evaluateAndEmit(pg, run.steps, run.epoch);
   const weights = await run.ddp.flatWeights();
   const probeCount = Math.min(8, testSet.length);
-  const probeBatch = testSet.batch(Array.from({ length: probeCount }, (_, i) => i));
+  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
   const logitsT = tf.tidy(() => model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
   const logits = (await logitsT.data()) as Float32Array;
   logitsT.dispose();

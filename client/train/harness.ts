@@ -12,6 +12,7 @@ import {
   generate,
   Mulberry32,
   textDatasets,
+  fetchBatch,
   fetchOffer,
   labelsPerSample,
   loadMnistSplits,
@@ -105,7 +106,7 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
   }
   if (config.dataset === 'user') {
     if (!offer) throw new Error("the host's data needs the session's token to load");
-    const all = await loadOfferedDataset(offer.req, offer.inputShape);
+    const all = await loadOfferedDataset(offer.req, offer.inputShape, { stream: config.streamData });
     // The same split on every tab: by index, so that each class (its files are listed together) is in both.
     const ids = range(0, all.length);
     const test = all.length >= 10 ? ids.filter((i) => i % 10 === 9) : ids;
@@ -391,7 +392,7 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
     // 5,000 test images took 13 s).
     if (s > 0) await yieldToEventLoop();
     const idx = mine.slice(s, s + batch);
-    const { x, y } = test.batch(idx);
+    const { x, y } = await fetchBatch(test, idx);
     const out = tf.tidy(() => {
       const xs = tf.tensor(x, [idx.length, ...test.inputShape]);
       const logits = model.predict(xs) as tf.Tensor;

@@ -6,7 +6,7 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, correctPredictions, labelsPerSample, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
+import { bubbleFraction, classificationLoss, correctPredictions, fetchBatch, labelsPerSample, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -85,7 +85,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       const t0 = performance.now();
       const factor = slowFactor(config.slow, mesh.world.rank);
       if (straggler.factor !== factor) straggler = new Straggler(factor);
-      const batch = trainSet.batch(indices);
+      const batch = await fetchBatch(trainSet, indices);
       const r = await stage.step({
         ddp,
         batchSize: indices.length,
@@ -177,7 +177,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const whole = flags.returnWeights ? await gatherModelWeights(stage, mesh.replica, weights) : null;
   // What the trained pipeline predicts on the first test samples (the last stage holds the logits).
   const probeCount = Math.min(8, testSet.length);
-  const probeBatch = testSet.batch(Array.from({ length: probeCount }, (_, i) => i));
+  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
   const logitsT = await stage.forward({ batchSize: probeCount, ...(stage.isFirst ? { inputs: probeBatch.x } : {}) });
   const logits = logitsT ? ((await logitsT.data()) as Float32Array) : new Float32Array(0);
   logitsT?.dispose();
@@ -298,7 +298,7 @@ async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number,
   // at a time, never for a pass much longer than training's.
   for (let s = 0; s < mine.length; s += batch) {
     const idx = mine.slice(s, s + batch);
-    const { x, y } = test.batch(idx);
+    const { x, y } = await fetchBatch(test, idx);
     const logits = await stage.forward({ batchSize: idx.length, microBatches, ...(stage.isFirst ? { inputs: x } : {}) });
     if (!logits) continue;
     const out = tf.tidy(() => labelTotals(logits, labelsTensor(test, y, idx.length), test.numClasses));

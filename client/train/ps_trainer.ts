@@ -7,7 +7,7 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, correctPredictions, flatGradients, labelsPerSample, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
+import { classificationLoss, correctPredictions, fetchBatch, flatGradients, labelsPerSample, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
@@ -66,7 +66,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
       trainingStarted ||= t0;
       const factor = slowFactor(config.slow, pg.rank);
       if (straggler.factor !== factor) straggler = new Straggler(factor);
-      const { x, y } = trainSet.batch(indices);
+      const { x, y } = await fetchBatch(trainSet, indices);
       const xs = tf.tensor(x, [indices.length, ...trainSet.inputShape]);
       const ys = labelsTensor(trainSet, y, indices.length);
       let correctT: tf.Tensor | undefined;
@@ -148,7 +148,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   }
   const weights = await flatTrainableWeights(run.model);
   const probeCount = Math.min(8, testSet.length);
-  const probeBatch = testSet.batch(Array.from({ length: probeCount }, (_, i) => i));
+  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
   const logitsT = tf.tidy(() => run.model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
   const logits = (await logitsT.data()) as Float32Array;
   logitsT.dispose();

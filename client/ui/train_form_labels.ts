@@ -32,6 +32,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
   },
   dataset: { label: 'Dataset', hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm)." },
+  streamData: { label: 'Stream the data', hint: "The host's images: fetched as the steps need them (on), all at the start (off), or on once they would take more than 256 MB in a tab (auto)." },
   context: { label: 'Context', hint: "Characters the language model sees at once (text only; default 64)." },
   batchSize: {
     label: 'Batch size per rank',

@@ -23,6 +23,18 @@ export interface Dataset {
   readonly targetShape?: number[];
   /** Inputs of the given samples, concatenated row-major (indices.length * prod(inputShape) floats), and their integer labels (indices.length * prod(targetShape)). */
   batch(indices: ArrayLike<number>): { x: Float32Array; y: Int32Array };
+  /**
+   * A streamed dataset (samples loaded as steps need them, e.g. the host's images, see
+   * streamed.ts) loads these samples; `batch` of samples not prepared throws. In-memory datasets
+   * have none. `fetchBatch` does both.
+   */
+  prepare?(indices: ArrayLike<number>): Promise<void>;
+}
+
+/** `dataset.batch(indices)`, after loading them where the dataset streams. */
+export async function fetchBatch(dataset: Dataset, indices: ArrayLike<number>): Promise<{ x: Float32Array; y: Int32Array }> {
+  await dataset.prepare?.(indices);
+  return dataset.batch(indices);
 }
 
 /** Labels per sample: prod(targetShape), 1 for a classification set. */
@@ -151,16 +163,24 @@ export class Subset implements Dataset {
     this.inputShape = [...dataset.inputShape];
     this.numClasses = dataset.numClasses;
     if (dataset.targetShape) this.targetShape = [...dataset.targetShape];
+    // A view of a streamed dataset streams too: its samples are the dataset's.
+    if (dataset.prepare) this.prepare = (indices) => dataset.prepare!(this.map(indices));
   }
 
+  readonly prepare?: (indices: ArrayLike<number>) => Promise<void>;
+
   batch(indices: ArrayLike<number>): { x: Float32Array; y: Int32Array } {
+    return this.dataset.batch(this.map(indices));
+  }
+
+  private map(indices: ArrayLike<number>): Int32Array {
     const mapped = new Int32Array(indices.length);
     for (let k = 0; k < indices.length; k++) {
       const i = indices[k]!;
       checkIndex(this, i, k);
       mapped[k] = this.indices[i]!;
     }
-    return this.dataset.batch(mapped);
+    return mapped;
   }
 }
 

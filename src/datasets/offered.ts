@@ -7,7 +7,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { csvDataset } from './csv.ts';
-import { DatasetError, DatasetFetchError, InMemoryDataset, product } from './dataset.ts';
+import { DatasetError, DatasetFetchError, InMemoryDataset, product, type Dataset } from './dataset.ts';
+import { StreamedDataset } from './streamed.ts';
 import { topologyLayers, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
 
 export interface OfferRequest {
@@ -102,7 +103,17 @@ export async function loadOfferedText(req: OfferRequest): Promise<{ name: string
   return { name: manifest.name, text: await (await get(req, '/data/0', what)).text() };
 }
 
-export async function loadOfferedDataset(req: OfferRequest, inputShape: number[], onProgress?: (done: number, total: number) => void): Promise<InMemoryDataset> {
+/** A host's image folder larger than this, decoded, is streamed (auto): loaded as the steps need it. */
+export const STREAM_ABOVE_BYTES = 256 * 2 ** 20;
+
+/**
+ * Whether the host's images are streamed: 'on' always, 'off' never (all decoded at the start),
+ * 'auto' when the decoded set would pass STREAM_ABOVE_BYTES.
+ */
+export type StreamMode = 'auto' | 'on' | 'off';
+
+export async function loadOfferedDataset(req: OfferRequest, inputShape: number[], options: { stream?: StreamMode; cacheSamples?: number; onProgress?: (done: number, total: number) => void } = {}): Promise<Dataset> {
+  const { onProgress } = options;
   const what = "loading the host's data";
   const manifest = (await (await get(req, '/data', what)).json()) as { kind: 'images'; name: string; classes: string[]; items: Array<{ file: string; label: number }> } | { kind: 'csv'; name: string; labelColumn: string } | { kind: 'text'; name: string };
   if (manifest.kind === 'text') throw new DatasetError(`the host offers a text (${manifest.name}), which trains the language model: choose model lm`);
@@ -114,8 +125,25 @@ export async function loadOfferedDataset(req: OfferRequest, inputShape: number[]
   if (inputShape.length !== 3 || ![1, 3].includes(inputShape[2]!)) throw new DatasetError(`images are resized to the model's input [height, width, 1 or 3]; this model takes [${inputShape.join(', ')}]`);
   const shape = inputShape as [number, number, number];
   const size = product(shape);
-  const inputs = new Float32Array(manifest.items.length * size);
   const labels = Int32Array.from(manifest.items, (i) => i.label);
+  const stream = options.stream ?? 'auto';
+  if (stream === 'on' || (stream === 'auto' && manifest.items.length * size * 4 > STREAM_ABOVE_BYTES)) {
+    return new StreamedDataset({
+      name: manifest.name,
+      labels,
+      inputShape: [...shape],
+      numClasses: manifest.classes.length,
+      classNames: manifest.classes,
+      ...(options.cacheSamples === undefined ? {} : { cacheSamples: options.cacheSamples }),
+      load: async (i) => {
+        const input = new Float32Array(size);
+        const blob = await (await get(req, `/data/${i}`, `${what} (${manifest.items[i]!.file})`)).blob();
+        await decodeImage(blob, manifest.items[i]!.file, shape, input, 0);
+        return input;
+      },
+    });
+  }
+  const inputs = new Float32Array(manifest.items.length * size);
   let next = 0;
   let done = 0;
   // A few requests at a time: the server reads each file as it is asked for.

@@ -462,6 +462,7 @@ class ElasticRun<M extends StepMetrics> {
         } else {
           ({ indices: batch, padding } = batchOf(plan!, k, o.batchSize));
         }
+        if (o.prefetch && k + 1 < stepsLeft && p.step + 1 < this.maxSteps) o.prefetch(this.nextBatch(plan, globalPlan, k + 1, n, pg.rank));
         // Steps that meet nobody (DiLoCo's inner steps, a world of one) on a backend whose kernels
         // run on the main thread (cpu) chain promises that never leave the microtask queue: without
         // this the page's heartbeats and link messages wait until the tab is evicted as frozen.
@@ -554,6 +555,13 @@ class ElasticRun<M extends StepMetrics> {
    * alike. The last split is kept while it is nearly as fast (new sizes compile kernels); every
    * PROBE_EVERY steps, a rank that had no samples gets one unit, so that its cost is measured again.
    */
+  /** This rank's samples of step k of the epoch, with balanced batches as split now (prefetch's guess; the split itself is left as it is). */
+  private nextBatch(plan: ReturnType<typeof planEpoch> | null, globalPlan: ReturnType<typeof planGlobalEpoch> | null, k: number, n: number, rank: number): number[] {
+    if (!globalPlan) return batchOf(plan!, k, this.o.batchSize).indices;
+    const split = (count: number) => (this.split && this.split.length === n && this.split.reduce((a, b) => a + b, 0) === count ? this.split : splitBatch(count, new Array<number>(n).fill(1), 1));
+    return balancedBatchOf(globalPlan, k, this.o.batchSize * n, split, rank, n).indices;
+  }
+
   private splitOf(count: number, step: number): number[] {
     const costs = this.costs!;
     const quantum = Math.max(1, Math.floor(this.o.batchSize / 8));

@@ -64,6 +64,12 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
   /** One training step on this rank's samples. */
   step(ctx: StepContext): Promise<M | void>;
   /**
+   * Called as each step starts with this rank's likely samples of the next step of the epoch, so
+   * that a streamed dataset loads them while this step computes. With balanced batches it is a
+   * guess (the split as it stands): the next step loads what it lacks. Must not throw.
+   */
+  prefetch?(indices: number[]): void;
+  /**
    * A fresh state (model and optimizer built as at the start) on the backend runElastic has just
    * re-created after this tab's WebGPU device was lost. The rank then rejoins the group holding
    * no state, and recovery loads the group's into this one (from a surviving replica, or the

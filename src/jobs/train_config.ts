@@ -36,6 +36,8 @@ export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
 export const ACTIVATION_DTYPE_NAMES = ['float32', 'float16'] as const;
 /** ddp: every rank a replica; ps: asynchronous parameter servers; central: CentralStorageStrategy (one server, synchronous). */
 export const STRATEGIES = ['ddp', 'ps', 'central'] as const;
+/** The host's images: loaded as the steps need them ('on'), all at the start ('off'), or by their size ('auto': above 256 MiB decoded). */
+export const STREAM_MODES = ['auto', 'on', 'off'] as const;
 
 export type ModelKind = (typeof MODELS)[number];
 export type DatasetKind = (typeof DATASETS)[number];
@@ -44,6 +46,7 @@ export type BackendName = (typeof BACKENDS)[number];
 export type ScheduleName = (typeof SCHEDULE_KINDS)[number];
 export type ActivationDtypeName = (typeof ACTIVATION_DTYPE_NAMES)[number];
 export type StrategyName = (typeof STRATEGIES)[number];
+export type StreamModeName = (typeof STREAM_MODES)[number];
 
 /** The job every tab of a session runs; all tabs of a session must agree on it. */
 export interface TrainConfig {
@@ -53,6 +56,8 @@ export interface TrainConfig {
   dataset: DatasetKind;
   /** The text's window (the language model's context), characters; null unless the model is lm (then 64 when left out). */
   context: number | null;
+  /** The host's images (dataset user): streamed as the steps need them, loaded at the start, or by their size (src/datasets/streamed.ts). */
+  streamData: StreamModeName;
   /** Per-rank batch size. */
   batchSize: number;
   lr: number;
@@ -179,6 +184,7 @@ const OPTIONS = [
   { name: 'hidden', kind: int(0, MAX_HIDDEN_UNITS), inForm: false, optional: true, defaultValue: fixed(null) },
   { name: 'dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist') },
   { name: 'context', kind: int(2, MAX_CONTEXT), inForm: false, optional: true, defaultValue: (p) => (p.model === 'lm' ? DEFAULT_CONTEXT : null) },
+  { name: 'streamData', kind: { type: 'choice', choices: STREAM_MODES }, inForm: false, defaultValue: fixed('auto') },
   // The language model's sample is a window of 64 characters: 16 of them are already 1,024 predictions.
   { name: 'batchSize', kind: int(1, 4096), inForm: true, defaultValue: (p) => (p.model === 'lm' ? 16 : 64) },
   { name: 'optimizer', kind: { type: 'choice', choices: OPTIMIZERS }, inForm: true, defaultValue: fixed('adam') },
@@ -287,6 +293,9 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
   checkLanguageModel(values.model as ModelKind, values.dataset as DatasetKind, values.context as number | null, hidden);
+  if (values.streamData !== 'auto' && (values.dataset !== 'user' || values.model === 'lm')) {
+    throw new ConfigError('streamData', values.streamData as string, "auto (or left out) unless the dataset is the host's images (dataset user): the other data sets are held whole");
+  }
   if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
@@ -297,6 +306,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     hidden,
     dataset: values.dataset as DatasetKind,
     context: values.context as number | null,
+    streamData: values.streamData as StreamModeName,
     batchSize: values.batchSize as number,
     lr: values.lr as number,
     optimizer: values.optimizer as OptimizerKind,

@@ -39,6 +39,17 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
   expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
 });
 
+test("the host's images streamed (fetched as the steps need them) train to the same weights as loaded at the start", async () => {
+  const args = ['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '2', '--lr', '0.01', '--timeout', '180'];
+  const whole = await launchCommand([...args, '--stream-data', 'off']);
+  const streamed = await launchCommand([...args, '--stream-data', 'on']);
+  for (const r of [whole, streamed]) expect(r.code, r.output.slice(-3000)).toBe(0);
+  const hashes = (r: typeof whole) => (r.summary as { weightHashes: string[] }).weightHashes;
+  expect(new Set(hashes(streamed)).size).toBe(1);
+  expect(hashes(streamed)).toEqual(hashes(whole));
+  expect((streamed.summary as { testAccuracy: number }).testAccuracy).toBe((whole.summary as { testAccuracy: number }).testAccuracy);
+});
+
 test("2 tabs train the language model on the host's own text (launcher --data-dir FILE.txt)", async () => {
   // A text of a few sentences over and over: 24 distinct characters, none of them a capital C,
   // so the samples start from the text's own first characters instead of Moby-Dick's "Call me ".
