@@ -26,7 +26,7 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     const loss = mean(all.map((m) => m.loss));
     const span = Math.min(RECENT, s.stepClock.length);
     cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
-    cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: 'training batches, same window' };
+    cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: s.config?.model === 'lm' ? 'next character, training batches' : 'training batches, same window' };
     const ranks = rankAverages(s);
     const p = s.pipeline;
     // Every sample of a pipeline run passes through each stage: a replica counts once, at its first stage.
@@ -34,7 +34,12 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     const total = counted.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
     const replicas = p ? p.replicas : e.ranks.length;
     const who = p ? `${plural(p.replicas, 'replica')} of ${plural(p.stages, 'stage')}` : plural(ranks.length, 'rank');
-    cards.speed = { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
+    // A language model's sample is a window of characters: its speed reads as characters per second.
+    const window = s.config?.model === 'lm' ? (s.config.context ?? null) : null;
+    cards.speed =
+      window !== null
+        ? { value: fmtInt(total * window), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${window}` }
+        : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
     const eta = etaSeconds(s);
     const timeSub =
       s.phase === 'done'

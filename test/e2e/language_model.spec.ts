@@ -38,6 +38,7 @@ test('2 tabs train the language model with DDP: identical replicas every step, t
     await expect(page.getByTestId('sample-text')).toHaveText(r.sample as string, { useInnerText: false });
     await expect(page.getByTestId('sample')).toContainText('After step 20');
     await expect(page.locator('[data-stat="test"]')).toContainText('perplexity');
+    await expect(page.locator('[data-stat="speed"]')).toContainText('characters/s');
   }
 });
 
