@@ -35,10 +35,10 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     const replicas = p ? p.replicas : e.ranks.length;
     const who = p ? `${plural(p.replicas, 'replica')} of ${plural(p.stages, 'stage')}` : plural(ranks.length, 'rank');
     // A language model's sample is a window of characters: its speed reads as characters per second.
-    const window = s.config?.model === 'lm' ? (s.config.context ?? null) : null;
+    const windowChars = s.config?.model === 'lm' ? (s.config.context ?? null) : null;
     cards.speed =
-      window !== null
-        ? { value: fmtInt(total * window), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${window}` }
+      windowChars !== null
+        ? { value: fmtInt(total * windowChars), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}` }
         : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
     const eta = etaSeconds(s);
     const timeSub =
