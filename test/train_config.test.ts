@@ -133,7 +133,7 @@ describe('parseTrainConfig', () => {
       throw new Error(`${query} was accepted`);
     };
     expect(refusal('world=2&model=lm&dataset=mnist')).toMatchObject({ option: 'dataset', value: 'mnist' });
-    expect(refusal('world=2&model=lm&dataset=mnist').message).toContain('text with model lm');
+    expect(refusal('world=2&model=lm&dataset=mnist').message).toContain("text (or user, the host's own text) with model lm");
     expect(refusal('world=2&dataset=text')).toMatchObject({ option: 'model', value: 'mlp' });
     expect(refusal('world=2&context=32').message).toContain('left out unless model is lm');
     // The host's own text (npm start -- --data FILE.txt): what the server offers is the tab's to check.
