@@ -139,6 +139,7 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     // A DDP run's model, whole on every rank (a pipeline's rank 0 holds only its stage: see pipeline.stages).
     ...(typeof r0.parameters === 'number' && !pipeline ? { parameters: r0.parameters } : {}),
     dataset: r0.dataset,
+    ...(typeof r0.dataStreamed === 'boolean' ? { dataStreamed: r0.dataStreamed } : {}),
     steps: r0.steps,
     epochs: r0.epochs,
     samplesPerSec: typeof r0.samplesPerSec === 'number' ? round(r0.samplesPerSec) : null,

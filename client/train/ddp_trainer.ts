@@ -311,6 +311,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     ...(config.hidden === null ? {} : { hiddenUnits: config.hidden }),
     parameters: model.countParams(),
     dataset: config.dataset,
+    // The host's images fetched as the steps needed them (--stream-data), not all at the start.
+    ...(config.dataset === 'user' ? { dataStreamed: trainSet.prepare !== undefined } : {}),
     steps: run.steps,
     epochs: run.epoch,
     samplesPerSec: timedSteps > 0 ? samplesPerSecTotal / timedSteps : null,
