@@ -164,9 +164,10 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       const ys = tf.tensor(y, [7, 8], 'int32');
       const vars = model.trainableWeights.map((w) => w.read() as tf.Variable);
       const { value, grads } = tf.variableGrads(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 10), vars);
-      const want = tf.tidy(() => tf.concat(vars.map((v) => grads[v.name]!.reshape([-1])))).dataSync() as Float32Array;
-      const wantLoss = value.dataSync()[0]!;
-      tf.dispose([xs, ys, value, ...Object.values(grads)]);
+      const flat = tf.tidy(() => tf.concat(vars.map((v) => grads[v.name]!.reshape([-1]))));
+      const want = (await flat.data()) as Float32Array;
+      const wantLoss = (await value.data())[0]!;
+      tf.dispose([xs, ys, value, flat, ...Object.values(grads)]);
       const got = await dp.computeGradients({ x, y });
       expect(relativeError(got.grads, want)).toBeLessThan(1e-5);
       expect(got.loss).toBeCloseTo(wantLoss, 5);

@@ -53,7 +53,7 @@ describe('TextDataset', () => {
 });
 
 describe('losses over positions', () => {
-  it("classificationLoss of [B, T, V] logits is the mean over every position, as torch's cross_entropy of the flattened logits", () => {
+  it("classificationLoss of [B, T, V] logits is the mean over every position, as torch's cross_entropy of the flattened logits", async () => {
     const logits = tf.tensor3d([[[1, 2, 0], [0, 0, 3]], [[2, 1, 1], [0.5, 0.5, 0]]]);
     const labels = tf.tensor2d([[1, 2], [0, 1]], undefined, 'int32');
     const rows = [[1, 2, 0], [0, 0, 3], [2, 1, 1], [0.5, 0.5, 0]];
@@ -62,18 +62,18 @@ describe('losses over positions', () => {
       return Math.log(r.reduce((s, v) => s + Math.exp(v), 0)) - r[c]!;
     });
     const mean = want.reduce((a, b) => a + b, 0) / 4;
-    expect(classificationLoss(logits, labels, 3).dataSync()[0]).toBeCloseTo(mean, 5);
-    expect(languageModelLoss(logits, labels).dataSync()[0]).toBeCloseTo(mean, 5);
+    expect((await classificationLoss(logits, labels, 3).data())[0]).toBeCloseTo(mean, 5);
+    expect((await languageModelLoss(logits, labels).data())[0]).toBeCloseTo(mean, 5);
     // argmax per position: [1, 2], [0, 0] against [1, 2], [0, 1]: 3 right.
-    expect(correctPredictions(logits, labels).dataSync()[0]).toBe(3);
+    expect((await correctPredictions(logits, labels).data())[0]).toBe(3);
     tf.dispose([logits, labels]);
   });
 
-  it('a classifier\'s [B, C] logits and [B] labels: the same loss as before', () => {
+  it('a classifier\'s [B, C] logits and [B] labels: the same loss as before', async () => {
     const logits = tf.tensor2d([[1, 2, 0], [0, 0, 3]]);
     const labels = tf.tensor1d([1, 0], 'int32');
     const direct = tf.losses.softmaxCrossEntropy(tf.oneHot(labels, 3), logits);
-    expect(classificationLoss(logits, labels, 3).dataSync()[0]).toBe(direct.dataSync()[0]);
+    expect((await classificationLoss(logits, labels, 3).data())[0]).toBe((await direct.data())[0]);
     tf.dispose([logits, labels, direct]);
   });
 });

@@ -9,6 +9,16 @@ const parse = (query: string) => {
   return parseTrainConfig((name) => urlOption(params, name));
 };
 
+/** The ConfigError `query` is refused with (fails the test if it is accepted). */
+const refusal = (query: string): ConfigError => {
+  try {
+    parse(query);
+  } catch (err) {
+    return err as ConfigError;
+  }
+  throw new Error(`${query} was accepted`);
+};
+
 describe('parseTrainConfig', () => {
   it('fills the defaults the README quotes; a fixed size is min = max = world', () => {
     expect(parse('world=3')).toEqual({
@@ -94,14 +104,6 @@ describe('parseTrainConfig', () => {
   });
 
   it('refuses a bad value naming the option, the value and what is allowed', () => {
-    const refusal = (query: string) => {
-      try {
-        parse(query);
-      } catch (err) {
-        return err as ConfigError;
-      }
-      throw new Error(`${query} was accepted`);
-    };
     expect(refusal('world=abc').message).toBe('option world must be an integer from 1 to 64, got "abc"');
     expect(refusal('world=-2')).toMatchObject({ name: 'ConfigError', option: 'world', value: '-2' });
     expect(refusal('world=100').message).toBe('option world must be an integer from 1 to 64, got "100"');
@@ -124,14 +126,6 @@ describe('parseTrainConfig', () => {
     expect(parse('world=2&model=lm&dataset=text&context=32&hidden=48&batchSize=4')).toMatchObject({ context: 32, hidden: 48, batchSize: 4 });
     expect(parse('world=2&model=lm&pp=2')).toMatchObject({ model: 'lm', pp: 2 });
     expect(parse('world=2&model=lm&commHook=diloco:8')).toMatchObject({ model: 'lm', commHook: { kind: 'diloco', syncEvery: 8 } });
-    const refusal = (query: string) => {
-      try {
-        parse(query);
-      } catch (err) {
-        return err as ConfigError;
-      }
-      throw new Error(`${query} was accepted`);
-    };
     expect(refusal('world=2&model=lm&dataset=mnist')).toMatchObject({ option: 'dataset', value: 'mnist' });
     expect(refusal('world=2&model=lm&dataset=mnist').message).toContain("text (or user, the host's own text) with model lm");
     expect(refusal('world=2&dataset=text')).toMatchObject({ option: 'model', value: 'mlp' });
@@ -151,14 +145,6 @@ describe('parseTrainConfig', () => {
 });
 
 describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', () => {
-  const refusal = (query: string): ConfigError => {
-    try {
-      parse(query);
-    } catch (err) {
-      return err as ConfigError;
-    }
-    throw new Error(`${query} was accepted`);
-  };
 
   it('reads them as the launcher passes them (kebab-case, --staleness-lr as true), and a link keeps them', () => {
     expect(parse('world=4&min=3&strategy=ps&ps=2&max-staleness=4&staleness-lr=true')).toMatchObject({ min: 3, max: 4, strategy: 'ps', ps: 2, maxStaleness: 4, stalenessLr: true });
@@ -235,14 +221,6 @@ describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', ()
 });
 
 describe('commHook: DDP’s communication hook (--comm-hook)', () => {
-  const refusal = (query: string): ConfigError => {
-    try {
-      parse(query);
-    } catch (err) {
-      return err as ConfigError;
-    }
-    throw new Error(`${query} was accepted`);
-  };
 
   it('reads none, fp16, bf16, powersgd:RANK[:START] and localsgd:H[:START] as the launcher passes them (kebab-case); START is 10 unless given', () => {
     expect(parse('world=2').commHook).toEqual({ kind: 'none' });
@@ -349,14 +327,6 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
 });
 
 describe('timeLimit: stop after so many seconds', () => {
-  const refusal = (query: string): ConfigError => {
-    try {
-      parse(query);
-    } catch (err) {
-      return err as ConfigError;
-    }
-    throw new Error(`${query} was accepted`);
-  };
 
   it('reads seconds as the launcher passes them (--time-limit) or camelCase; none by default', () => {
     expect(parse('world=2').timeLimit).toBeNull();
@@ -456,14 +426,6 @@ describe('readLink: every bad value of a link is named, with what is allowed and
 });
 
 describe('devices: DataParallel Workers per tab (--devices)', () => {
-  const refusal = (query: string): ConfigError => {
-    try {
-      parse(query);
-    } catch (err) {
-      return err as ConfigError;
-    }
-    throw new Error(`${query} was accepted`);
-  };
 
   it('is 1 unless given, takes 1 to 16, and a link keeps it', () => {
     expect(parse('world=2').devices).toBe(1);
