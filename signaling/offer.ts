@@ -203,11 +203,17 @@ async function loadText(file: string): Promise<OfferedData> {
     const line = lossy.slice(0, Math.max(0, lossy.indexOf('\uFFFD'))).split('\n').length;
     throw new OfferError(`--data ${file}: line ${line} is not UTF-8 text; save the file as UTF-8`);
   }
-  const characters = Array.from(text);
-  if (characters.length < MIN_TEXT_CHARACTERS) throw new OfferError(`--data ${file}: ${characters.length} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
-  const vocabulary = new Set(characters).size;
+  // Counted by code point without an array of them (a 32 MiB text would make one of millions of strings).
+  let count = 0;
+  const distinct = new Set<string>();
+  for (const c of text) {
+    count++;
+    distinct.add(c);
+  }
+  if (count < MIN_TEXT_CHARACTERS) throw new OfferError(`--data ${file}: ${count} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
+  const vocabulary = distinct.size;
   if (vocabulary > MAX_TEXT_VOCABULARY) throw new OfferError(`--data ${file}: ${vocabulary} distinct characters; the character-level model takes at most ${MAX_TEXT_VOCABULARY} (a text in one or two scripts)`);
-  return { kind: 'text', name: basename(file), file: resolve(file), characters: characters.length, vocabulary };
+  return { kind: 'text', name: basename(file), file: resolve(file), characters: count, vocabulary };
 }
 
 /** What the host offers, read and checked (no routes yet). */
