@@ -26,6 +26,10 @@ import { largestWorld, parameterServerFlagsFor, parameterServerParams, parameter
 import type { Report } from '../src/jobs/job_report.ts';
 import { FaultTimes } from './fault_times.ts';
 import { Churn } from './churn.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** After a rank fails, how long the others get to report their own failure before the run stops. */
+const FAILURE_GRACE_MS = 1500;
 
 /**
  * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank
@@ -493,7 +497,13 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     for (;;) {
       how = await Promise.race([allSettled.then(() => 'settled' as const), timedOut]);
       await busy;
-      if (how === 'timeout' || pages.every((p) => p.done || !p.expected) || failures.length > 0) break;
+      if (failures.length > 0) {
+        // The first failure is often a consequence (a link its peer's failure closed): give the
+        // other pages a moment to report theirs, so that the summary names the cause too.
+        for (let waited = 0; waited < FAILURE_GRACE_MS && !pages.every((p) => p.done || !p.expected); waited += 100) await sleep(100);
+        break;
+      }
+      if (how === 'timeout' || pages.every((p) => p.done || !p.expected)) break;
       allSettled = new Promise<void>((r) => (wake = r));
       checkSettled();
     }

@@ -120,7 +120,9 @@ class SimplePeerLink implements PeerLink, PendingLink {
     while (bytes.byteLength > WINDOW_EXEMPT_BYTES && !this.window.open) await this.queue.beforeSend();
     const channel = this.channel;
     if (this.state !== 'open' || !channel || channel.readyState !== 'open') {
-      throw new PeerLostError(this.peer, this.closeReason || `link is ${this.state}`);
+      // The channel can close a moment before simple-peer says so: name what is known then.
+      const what = this.state === 'open' ? `its data channel is ${channel?.readyState ?? 'gone'} (the peer closed it or the connection dropped)` : `link is ${this.state}`;
+      throw new PeerLostError(this.peer, this.closeReason || what);
     }
     channel.send(bytes as Uint8Array<ArrayBuffer>);
     this.bytesSent += bytes.byteLength;
