@@ -5,7 +5,9 @@
  *   GET      /api/checkpoints/<session>          list: {session, checkpoints: [{name, bytes, step, mtime}]}, oldest first
  *   GET      /api/checkpoints/<session>/latest   the newest checkpoint that verifies; headers x-checkpoint-name,
  *                                                x-checkpoint-skipped (JSON [{name, reason}] of newer corrupt ones);
- *                                                404 {error: 'no-checkpoint'} when there is none, 409 when none verifies
+ *                                                204 (no body) when there is none (not a 404: every training tab
+ *                                                asks at its start, and a browser logs each 404 as an error), 409
+ *                                                when none verifies
  *   GET      /api/checkpoints/<session>/<name>   that checkpoint, as stored (the client verifies it)
  *
  * Parts: each route takes an optional `?part=<part>` (e.g. `POST /api/checkpoints/<session>?part=stage-0`,
@@ -269,7 +271,11 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     const { found, skipped } = await store.latest(folder);
     for (const s of skipped) log(`[checkpoints] ${where}: skipping ${s.name}: ${s.reason}`);
     if (found) return sendFile(res, found.fh, found.name, skipped);
-    if (skipped.length === 0) return sendError(res, 404, 'no-checkpoint', `${where} has no checkpoint`);
+    if (skipped.length === 0) {
+      res.statusCode = 204;
+      res.end();
+      return;
+    }
     // Not "none": starting afresh would soon prune checkpoints someone may want to rescue.
     const list = skipped.map((s) => `${s.name} (${s.reason})`).join('; ');
     sendError(res, 409, 'all-corrupt', `${where} has ${skipped.length} checkpoint(s) and none verifies: ${list}`);

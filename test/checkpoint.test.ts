@@ -465,8 +465,11 @@ describe('checkpoint server', () => {
     expect(await exists(join(srv.dir, s))).toBe(false);
   });
 
-  it('returns null for a session with no checkpoints; lists nothing', async () => {
+  it('returns null for a session with no checkpoints (204, which no browser logs as an error); lists nothing', async () => {
     const s = await joined(srv, 'empty');
+    const res = await fetch(`${srv.url}api/checkpoints/${s}/latest`, { headers: headersFor(s) });
+    expect(res.status).toBe(204);
+    expect((await res.arrayBuffer()).byteLength).toBe(0);
     expect(await loadCheckpoint(srv.url, s, auth(s))).toBeNull();
     expect(await listCheckpoints(srv.url, s, auth(s))).toEqual([]);
     expect(await exists(join(srv.dir, s))).toBe(false);

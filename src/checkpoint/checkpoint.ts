@@ -118,7 +118,8 @@ export async function loadCheckpoint(
   const url = checkpointUrl(serverUrl, session, part, named ?? 'latest');
   const action = named === undefined ? `loading the latest checkpoint${ofPart(part)}` : `loading checkpoint ${named}${ofPart(part)}`;
   const res = await request('GET', url, session, action, { ...options, noneIs404: named === undefined });
-  if (res.status === 404) return null;
+  // 204: none yet (a server before 204 said so with 404 'no-checkpoint').
+  if (res.status === 204 || res.status === 404) return null;
   const name = res.headers.get('x-checkpoint-name') ?? named ?? 'latest';
   const checkpoint = await decodeCheckpoint(res.body, name);
   return { checkpoint, name, skipped: parseSkipped(res.headers.get('x-checkpoint-skipped')) };

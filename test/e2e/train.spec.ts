@@ -15,7 +15,7 @@ function start(browser: Parameters<typeof openRanks>[0], server: Parameters<type
   return openRanks(browser, server, n, { session: sessionName('train'), job: 'train', ...params });
 }
 
-const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true' };
+const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '12', seed: '7', returnWeights: 'true' };
 
 test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step; a tab opened after the end is told the run ended', async ({ browser, server }) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
@@ -24,11 +24,11 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   const pair = await Promise.all((await openRanks(browser, server, 2, pairParams)).map((r) => r.result));
   for (const r of pair) {
     expect(r.identicalEveryStep).toBe(true);
-    expect(r.checkedSteps).toBe(20);
+    expect(r.checkedSteps).toBe(12);
     expect(r.weightHash).toBe(pair[0].weightHash);
   }
   const err = relativeError(weightsOf(pair[0]), weightsOf(single));
-  console.log(`2 ranks x 16 vs 1 rank x 32 after 20 SGD steps: relative error ${err.toExponential(2)}`);
+  console.log(`2 ranks x 16 vs 1 rank x 32 after 12 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThan(1e-5);
   // And the weights really moved: the comparison is not between two untrained models.
   const [untrained] = await run(browser, server, 1, { ...sgd, batchSize: '32', steps: '1', lr: '0.000001' });
@@ -44,19 +44,22 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   await expect(late.page.getByTestId('error-banner')).toBeHidden();
 });
 
-test('4 ranks at batch B train to the same weights as 1 rank at 4B', async ({ browser, server }) => {
-  const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
-  const four = await run(browser, server, 4, { ...sgd, batchSize: '8' });
+test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)', async ({ browser, server }) => {
+  // The cpu backend: 4 SwiftShader devices on two cores take most of a minute, and WebGPU's
+  // exactness is the 2-rank test's; this one is about the ring of 4.
+  const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32', backend: 'cpu' });
+  const four = await run(browser, server, 4, { ...sgd, batchSize: '8', backend: 'cpu' });
   expect(new Set(four.map((r) => r.weightHash)).size).toBe(1);
   const err = relativeError(weightsOf(four[0]), weightsOf(single));
-  console.log(`4 ranks x 8 vs 1 rank x 32 after 20 SGD steps: relative error ${err.toExponential(2)}`);
+  console.log(`4 ranks x 8 vs 1 rank x 32 after 12 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThan(1e-5);
 });
 
 test('across one epoch the ranks see every sample exactly once apart from padding; tensors do not leak', async ({ browser, server }) => {
   // 1030 samples over 4 ranks: torch pads to 1032 by repeating the first 2 indices of the order.
   // balance=false: torch's DistributedSampler shards (balanced batches are checked in test/balance.test.ts).
-  const ranks = await start(browser, server, 4, { dataset: 'synthetic', trainSize: '1030', batchSize: '50', epochs: '1', seed: '3', balance: 'false' });
+  // The cpu backend: the sampler and the tensor count are the subject (the WebGPU backend's count is the MNIST test's).
+  const ranks = await start(browser, server, 4, { dataset: 'synthetic', trainSize: '1030', batchSize: '50', epochs: '1', seed: '3', balance: 'false', backend: 'cpu' });
   const results = await Promise.all(ranks.map((r) => r.result));
   // The samples each rank reported training, step by step.
   const counts = new Map<number, number>();
@@ -79,11 +82,14 @@ test('across one epoch the ranks see every sample exactly once apart from paddin
   }
 });
 
-test('MNIST: an MLP on 2 ranks learns (CI size: 6000 training images)', async ({ browser, server }) => {
+test('MNIST: an MLP on 2 ranks learns on WebGPU (CI size: 6000 training images); tensors do not leak', async ({ browser, server }) => {
   const results = await run(browser, server, 2, { dataset: 'mnist', trainSize: '6000', epochs: '1' });
   for (const r of results) {
     expect(r.backend).toBe('webgpu');
     expect(r.weightHash).toBe(results[0].weightHash);
+    // No tensor leaks on WebGPU either: the live count is flat from step to step.
+    const live = r.liveTensors as { min: number; max: number };
+    expect(live.max, `live tensors per step ranged ${live.min}..${live.max}`).toBe(live.min);
   }
   console.log(`MNIST 6000 images, 2 ranks: test accuracy ${((results[0].testAccuracy as number) * 100).toFixed(2)}%`);
   expect(results[0].testAccuracy as number).toBeGreaterThan(0.85);
