@@ -38,8 +38,8 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     if (typeof hook.registered === 'string' && /^[\w.-]{1,64}$/.test(hook.registered)) commHook.registered = hook.registered;
     for (const k of COMM_HOOK_NUMBERS) if (count(hook[k]) !== null) commHook[k] = hook[k] as number;
     for (const k of COMM_HOOK_DECIMALS) if (finite(hook[k]) !== null && (hook[k] as number) >= 0) commHook[k] = hook[k] as number;
-    // PowerSGD's wire (float32, or 16-bit under the fp16/bf16 wrapper): one of three words, nothing else.
-    if (typeof hook.wire === 'string' && ['float32', 'float16', 'bfloat16'].includes(hook.wire)) commHook.wire = hook.wire;
+    // PowerSGD's or DiLoCo's wire (float32, 16-bit, or DiLoCo's int8): one of four words, nothing else.
+    if (typeof hook.wire === 'string' && ['float32', 'float16', 'bfloat16', 'int8'].includes(hook.wire)) commHook.wire = hook.wire;
   }
   const known = sent.filter((b): b is number => b !== null && b >= 0);
   const bytesPerStep = known.length > 0 ? round(known.reduce((a, b) => a + b, 0) / known.length) : null;

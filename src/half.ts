@@ -14,19 +14,29 @@
  * again gives the same bits: what the ring relies on for every rank to end bit-identical.
  */
 
-/** What a collective's values travel as. `float32` is the default; the others halve the bytes. */
-export type WireDtype = 'float32' | 'float16' | 'bfloat16';
-export const WIRE_DTYPES: readonly WireDtype[] = ['float32', 'float16', 'bfloat16'];
+import { int8Bytes, roundToInt8 } from './int8_wire.ts';
+
+/**
+ * What a collective's values travel as. `float32` is the default; the 16-bit ones halve the bytes;
+ * `int8` (int8_wire.ts: blocks of 32 with a power-of-two scale each) takes a little over a quarter.
+ */
+export type WireDtype = 'float32' | 'float16' | 'bfloat16' | 'int8';
+export const WIRE_DTYPES: readonly WireDtype[] = ['float32', 'float16', 'bfloat16', 'int8'];
 /** The 16-bit wire formats. */
-export type HalfDtype = Exclude<WireDtype, 'float32'>;
+export type HalfDtype = 'float16' | 'bfloat16';
 
 /** A wire dtype's code in frame headers (framing.ts). */
-export const WIRE_DTYPE_CODES: Record<WireDtype, number> = { float32: 0, float16: 1, bfloat16: 2 };
-export const WIRE_DTYPE_NAMES: Record<number, WireDtype> = { 0: 'float32', 1: 'float16', 2: 'bfloat16' };
+export const WIRE_DTYPE_CODES: Record<WireDtype, number> = { float32: 0, float16: 1, bfloat16: 2, int8: 3 };
+export const WIRE_DTYPE_NAMES: Record<number, WireDtype> = { 0: 'float32', 1: 'float16', 2: 'bfloat16', 3: 'int8' };
 
-/** Bytes per element on the wire. */
-export function wireBytes(dtype: WireDtype): 2 | 4 {
-  return dtype === 'float32' ? 4 : 2;
+/** Bytes per element on the wire (int8: without its blocks' scale bytes, which `wirePayloadBytes` counts). */
+export function wireBytes(dtype: WireDtype): 1 | 2 | 4 {
+  return dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
+}
+
+/** Bytes that `n` values take on the wire. */
+export function wirePayloadBytes(dtype: WireDtype, n: number): number {
+  return dtype === 'int8' ? int8Bytes(n) : n * wireBytes(dtype);
 }
 
 /** Throws a RangeError naming the allowed values for anything but a WireDtype. */
@@ -134,6 +144,7 @@ export function decode16(dtype: HalfDtype, src: Uint16Array, dst: Float32Array, 
 /** Rounds `values` in place to what `dtype` can hold (encode, then decode); float32 leaves them as they are. */
 export function roundToWire(dtype: WireDtype, values: Float32Array): Float32Array {
   if (dtype === 'float32') return values;
+  if (dtype === 'int8') return roundToInt8(values);
   const bits = new Uint16Array(values.length);
   encode16(dtype, values, bits);
   decode16(dtype, bits, values);

@@ -69,6 +69,7 @@ export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } fr
 export {
   WIRE_DTYPES,
   wireBytes,
+  wirePayloadBytes,
   encode16,
   decode16,
   roundToWire,
@@ -78,6 +79,7 @@ export {
   fromBfloat16Bits,
   type HalfDtype,
 } from './half.ts';
+export { encodeInt8, decodeInt8, int8Bytes, roundToInt8, INT8_BLOCK } from './int8_wire.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
 export { buildLanguageModel, languageModelLayers, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './language_model.ts';
 export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, LM_DEFAULTS, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';

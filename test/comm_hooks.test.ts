@@ -275,7 +275,7 @@ describe('allReduce with a 16-bit wire', () => {
 
   it('an unknown wire is a RangeError before anything is sent', async () => {
     const [solo] = await groups(1);
-    await expect(solo!.allReduce(new Float32Array(2), 'sum', { wire: 'int8' as WireDtype })).rejects.toThrow(/unknown wire dtype "int8"; use float32, float16, bfloat16/);
+    await expect(solo!.allReduce(new Float32Array(2), 'sum', { wire: 'int4' as WireDtype })).rejects.toThrow(/unknown wire dtype "int4"; use float32, float16, bfloat16, int8/);
     solo!.destroy();
   });
 });

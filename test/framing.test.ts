@@ -32,8 +32,10 @@ describe('frames', () => {
     writeHeader(f, h);
     expect(f[3]).toBe(0x21);
     expect(readHeader(f)).toEqual(h);
-    f[3] = 0x31;
-    expect(() => readHeader(f)).toThrow(/unknown element type 3/);
+    f[3] = 0x31; // int8
+    expect(readHeader(f).dtype).toBe(3);
+    f[3] = 0x41;
+    expect(() => readHeader(f)).toThrow(/unknown element type 4/);
   });
 
   it('carries the process group id as a u32 at byte 32 of a 36-byte header', () => {

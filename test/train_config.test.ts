@@ -247,7 +247,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
       const config = parse(query);
       expect(parse(configParams(config).toString())).toEqual(config);
     }
-    for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'powersgd:2:fp16', 'powersgd:4:0:bf16', 'localsgd:4', 'localsgd:4:11', 'diloco:64', 'diloco:16:0.5', 'diloco:16:0.7:0', 'diloco:8:fp16', 'diloco:8:1:0.5:bf16', 'diloco:16:stream4', 'diloco:64:0.5:stream2:fp16']) {
+    for (const text of ['none', 'fp16', 'bf16', 'powersgd:1', 'powersgd:2:0', 'powersgd:2:fp16', 'powersgd:4:0:bf16', 'localsgd:4', 'localsgd:4:11', 'diloco:64', 'diloco:16:0.5', 'diloco:16:0.7:0', 'diloco:8:fp16', 'diloco:8:1:0.5:bf16', 'diloco:16:stream4', 'diloco:64:0.5:stream2:fp16', 'diloco:64:int8', 'diloco:128:stream4x8:int8']) {
       expect(formatCommHook(parseCommHook(text))).toBe(text);
     }
   });
@@ -257,6 +257,9 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
     expect(parse('world=2&comm-hook=diloco:16:1:0:fp16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 1, outerMomentum: 0, wire: 'float16', stream: 0, overlap: 0 });
     expect(parse('world=2&comm-hook=diloco:16:0.7:0.9:stream4:bf16').commHook).toEqual({ kind: 'diloco', syncEvery: 16, outerLr: 0.7, outerMomentum: 0.9, wire: 'bfloat16', stream: 4, overlap: 1 });
     expect(parse('world=2&comm-hook=diloco:128:stream4x8').commHook).toMatchObject({ syncEvery: 128, stream: 4, overlap: 8 });
+    expect(parse('world=2&comm-hook=diloco:64:stream4:int8').commHook).toMatchObject({ syncEvery: 64, stream: 4, wire: 'int8' });
+    // int8 is DiLoCo's only: PowerSGD's low-rank factors keep fp16 or bf16.
+    expect(refusal('world=2&comm-hook=powersgd:2:int8').message).toMatch(/powersgd/);
     expect(formatCommHook(parse('world=2&comm-hook=diloco:128:stream4x8').commHook)).toBe('diloco:128:stream4x8');
     expect(() => parse('world=2&comm-hook=diloco:64:stream4x16')).toThrow(/D inner steps an all-reduce runs behind, from 1 to below H \/ P \(here 16\); "stream4x16" is not one/);
     expect(refusal('world=2&comm-hook=diloco:16:stream9').message).toMatch(/streamP: P fragments from 1 to H \/ 2 \(here 8\), .*"stream9" is not one/);
@@ -280,7 +283,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
 
   it('refuses a bad item naming it and what to write', () => {
     expect(refusal('world=2&comm-hook=fp32').message).toBe(
-      'option commHook must be none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4); "fp32" is not a hook, got "fp32"',
+      'option commHook must be none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16|:int8] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4); "fp32" is not a hook, got "fp32"',
     );
     expect(refusal('world=2&comm-hook=powersgd').message).toBe(
       'option commHook must be powersgd:RANK with RANK a positive integer up to 1024, the rank of the low-rank approximation (e.g. powersgd:2); RANK is missing, got "powersgd"',

@@ -8,7 +8,7 @@
 import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from './framing.ts';
 import { allGatherStep, reduceScatterStep, segments } from './ring.ts';
 import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './latency_collectives.ts';
-import { wireBytes, type WireDtype } from '../half.ts';
+import { wirePayloadBytes, type WireDtype } from '../half.ts';
 
 export interface CollectiveBytesOptions {
   /** The group's `maxFrameBytes` (default framing.ts's DEFAULT_FRAME_BYTES). */
@@ -28,20 +28,20 @@ export function messageBytes(payload: number, frameBytes = DEFAULT_FRAME_BYTES):
 /** Bytes rank `rank` sends in an all-reduce of `elements` values, by the algorithm the tuner picks. 0 for a world of one. */
 export function allReduceBytes(elements: number, rank: number, worldSize: number, o: CollectiveBytesOptions = {}): number {
   if (worldSize <= 1) return 0;
-  const size = wireBytes(o.wire ?? 'float32');
+  const wire = o.wire ?? 'float32';
   const frameBytes = o.frameBytes ?? DEFAULT_FRAME_BYTES;
-  const algorithm = chooseAlgorithm(elements * size, worldSize, o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, o.algorithm);
+  const algorithm = chooseAlgorithm(wirePayloadBytes(wire, elements), worldSize, o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, o.algorithm);
   if (algorithm === 'doubling') {
     const p = 2 ** Math.floor(Math.log2(worldSize));
     const extra = worldSize - p;
-    const whole = messageBytes(elements * size, frameBytes);
+    const whole = messageBytes(wirePayloadBytes(wire, elements), frameBytes);
     // A folded rank sends its values once; its partner also sends it the result; the rest, one message per doubling step.
     if (rank < 2 * extra && rank % 2 === 0) return whole;
     return whole * (Math.log2(p) + (rank < 2 * extra ? 1 : 0));
   }
   // The ring: n - 1 reduce-scatter and n - 1 all-gather messages of one segment each, about 2(n-1)/n of the buffer.
   const segs = segments(elements, worldSize);
-  const sent = (index: number) => messageBytes((segs[index]!.end - segs[index]!.start) * size, frameBytes);
+  const sent = (index: number) => messageBytes(wirePayloadBytes(wire, segs[index]!.end - segs[index]!.start), frameBytes);
   let bytes = 0;
   for (let s = 0; s < worldSize - 1; s++) {
     bytes += sent(reduceScatterStep(rank, worldSize, s).send);

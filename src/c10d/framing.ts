@@ -28,7 +28,7 @@
  * dtypes (`checkChunk`).
  */
 import { FramingError } from '../errors.ts';
-import { WIRE_DTYPE_NAMES } from '../half.ts';
+import { WIRE_DTYPE_NAMES, wireBytes } from '../half.ts';
 
 export const MAGIC = 0xd7;
 export const HEADER_BYTES = 36;
@@ -98,7 +98,7 @@ export function sameDescriptor(a: Descriptor, b: Descriptor): boolean {
 
 /** Bytes per element of a payload of wire dtype `code`. */
 export function elementBytes(code = 0): number {
-  return code === 0 ? 4 : 2;
+  return wireBytes(WIRE_DTYPE_NAMES[code] ?? 'float32');
 }
 
 export function writeHeader(frame: Uint8Array, h: FrameHeader): void {
@@ -164,7 +164,7 @@ export function readHeader(frame: Uint8Array): FrameHeader {
 /**
  * Collective and point-to-point payloads are whole elements of the header's dtype: float32
  * unless a 16-bit wire was asked for (`frames` cuts them on 4-byte boundaries, so only a
- * 16-bit message's last chunk may end on a 2-byte one). A chunk that does not start and end on
+ * 16-bit message's last chunk may end on a 2-byte one); int8 blocks are bytes. A chunk that does not start and end on
  * an element's boundary cannot be viewed as values. Throws FramingError naming the field. Abort
  * notices carry JSON and are not checked.
  */

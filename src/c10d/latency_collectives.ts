@@ -12,7 +12,7 @@
  * - all-gather: Bruck's algorithm, ceil(log2 N) steps for any N (copies only).
  * - broadcast: a binomial tree from the root, ceil(log2 N) rounds (copies only).
  *
- * With a 16-bit wire every value a rank sends is first rounded to the wire in place, on both
+ * With a 16-bit or int8 wire every value a rank sends is first rounded to the wire in place, on both
  * sides of every exchange, so that partners add the same rounded values; the result is rounded
  * to the wire once more at the end, as the ring's is. The same algorithm must run on every rank:
  * its choice depends only on what every rank passes alike (size, world, options), and each has
@@ -20,7 +20,8 @@
  */
 import type { ReduceOpName } from './framing.ts';
 import { asBytes, asHalves, copyInto, reducer, type RingTransport } from './ring.ts';
-import { decode16, encode16, type WireDtype } from '../half.ts';
+import { decode16, encode16, type HalfDtype, type WireDtype } from '../half.ts';
+import { decodeInt8, encodeInt8, int8Bytes, roundToInt8 } from '../int8_wire.ts';
 
 /** The algorithms a collective can run: the bandwidth-optimal ring, or the latency-optimal one. */
 export type CollectiveAlgorithm = 'ring' | 'doubling';
@@ -55,10 +56,12 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   const extra = n - p;
   const reduce = reducer(op);
   const incoming = new Float32Array(buf.length);
-  const half = wire === 'float32' ? undefined : wire;
+  const half = wire === 'float16' || wire === 'bfloat16' ? wire : undefined;
   const bits = half ? new Uint16Array(buf.length) : undefined;
-  // Rounds `buf` to the wire in place: what this rank sends is then exactly what it keeps.
+  // Rounds `buf` to the wire in place: what this rank sends is then exactly what it keeps (int8's
+  // rounding is idempotent too: a rounded buffer encodes to the same blocks again).
   const round = (): void => {
+    if (wire === 'int8') roundToInt8(buf);
     if (!half || !bits) return;
     encode16(half, buf, bits);
     decode16(half, bits, buf, 0, buf.length);
@@ -66,10 +69,17 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   // The values to send (a copy of the 16-bit ones: `bits` is reused while a send may still read it).
   const outgoing = (): Uint8Array => {
     round();
+    if (wire === 'int8') return encodeInt8(buf);
     return bits ? new Uint8Array(bits.buffer.slice(0)) : asBytes(buf);
   };
-  const receive = (peer: number, step: number, into: Float32Array = incoming) =>
-    t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, into) : copyInto(into, 0));
+  const receive = (peer: number, step: number, into: Float32Array = incoming): Promise<void> => {
+    if (wire === 'int8') {
+      // Blocks are decoded whole, once all their bytes are here.
+      const whole = new Uint8Array(int8Bytes(buf.length));
+      return t.recv(peer, step, whole.length, (payload, offset) => whole.set(payload, offset)).then(() => decodeInt8(whole, into, 0, buf.length));
+    }
+    return t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, into) : copyInto(into, 0));
+  };
   const unfoldStep = 1 + Math.log2(p);
 
   const virtual = r < 2 * extra ? r >> 1 : r - extra;
@@ -101,7 +111,7 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
 }
 
 /** A chunk handler that decodes 16-bit values into `target`. */
-function decodeInto(wire: Exclude<WireDtype, 'float32'>, target: Float32Array): (payload: Uint8Array, offset: number) => void {
+function decodeInto(wire: HalfDtype, target: Float32Array): (payload: Uint8Array, offset: number) => void {
   return (payload, offset) => {
     const halves = asHalves(payload);
     decode16(wire, halves, target, offset / 2, halves.length, 0);

@@ -27,7 +27,7 @@ import { GroupClosedError } from '../errors.ts';
 import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
 import { Mailbox } from '../transport/mailbox.ts';
-import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wireBytes } from '../half.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../half.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store.ts';
@@ -271,7 +271,7 @@ export class ProcessGroup {
    */
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
-    const algorithm = this.algorithmFor(buf.length * wireBytes(wire), options.algorithm);
+    const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm);
     const collective = algorithm === 'ring' ? Collective.allReduce : Collective.allReduceDoubling;
     const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
     const out = await this.run(d, buf, async (t) => {

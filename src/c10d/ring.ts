@@ -14,11 +14,13 @@
  * in the reduce-scatter each hop sends its partial sums encoded as 16-bit values and the receiver
  * accumulates their decoded values in float32; the owner of each segment encodes its final
  * float32 reduction once, keeps the decoded values itself, and the all-gather passes those
- * 16-bit values on unchanged, so every rank decodes the same bits.
+ * 16-bit values on unchanged, so every rank decodes the same bits. The int8 wire (int8_wire.ts)
+ * does the same with whole segments of scaled 8-bit blocks.
  */
 
 import type { ReduceOpName } from './framing.ts';
-import { decode16, encode16, wireBytes, type WireDtype } from '../half.ts';
+import { decode16, encode16, wireBytes, type HalfDtype, type WireDtype } from '../half.ts';
+import { decodeInt8, encodeInt8, int8Bytes } from '../int8_wire.ts';
 
 export interface Segment {
   start: number;
@@ -109,6 +111,7 @@ export async function ringReduceScatter(t: RingTransport, buf: Float32Array, seg
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);
   const reduce = reducer(op);
+  if (wire === 'int8') return int8ReduceScatter(t, buf, segs, op);
   const size = wireBytes(wire);
   // Decoded chunks of a 16-bit wire, reused: at most one segment long.
   const scratch = wire === 'float32' ? undefined : new Float32Array(Math.max(0, ...segs.map((g) => g.end - g.start)));
@@ -147,6 +150,7 @@ export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: S
   const n = t.worldSize;
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);
+  if (wire === 'int8') return int8AllGather(t, buf, segs, stepBase);
   if (wire === 'float32') {
     for (let s = 0; s < n - 1; s++) {
       const { send, recv } = allGatherStep(t.rank, n, s);
@@ -180,10 +184,60 @@ export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: S
 }
 
 /** One segment of `buf` as 16-bit values (a fresh array: the partial sums of a reduce-scatter hop). */
-function encodeSegment(wire: Exclude<WireDtype, 'float32'>, buf: Float32Array, seg: Segment): Uint8Array {
+function encodeSegment(wire: HalfDtype, buf: Float32Array, seg: Segment): Uint8Array {
   const bits = new Uint16Array(seg.end - seg.start);
   encode16(wire, buf.subarray(seg.start, seg.end), bits);
   return new Uint8Array(bits.buffer);
+}
+
+/** Receives a message of `bytes` bytes whole (int8 blocks are decoded once they are all there). */
+function receiveWhole(t: RingTransport, peer: number, step: number, bytes: number): Promise<Uint8Array> {
+  const whole = new Uint8Array(bytes);
+  return t.recv(peer, step, bytes, (payload, offset) => whole.set(payload, offset)).then(() => whole);
+}
+
+/** The ring reduce-scatter with each hop's partial sums as int8 blocks, accumulated in float32. */
+async function int8ReduceScatter(t: RingTransport, buf: Float32Array, segs: Segment[], op: ReduceOpName): Promise<void> {
+  const n = t.worldSize;
+  const reduce = reducer(op);
+  const scratch = new Float32Array(Math.max(0, ...segs.map((g) => g.end - g.start)));
+  for (let s = 0; s < n - 1; s++) {
+    const { send, recv } = reduceScatterStep(t.rank, n, s);
+    const into = segs[recv]!;
+    const count = into.end - into.start;
+    const [, incoming] = await Promise.all([
+      t.send(rightOf(t.rank, n), s, encodeInt8(buf.subarray(segs[send]!.start, segs[send]!.end))),
+      receiveWhole(t, leftOf(t.rank, n), s, int8Bytes(count)),
+    ]);
+    decodeInt8(incoming, scratch, 0, count);
+    reduce(buf, scratch, into.start, count, 0);
+  }
+  if (op === 'avg') {
+    const own = segs[t.rank]!;
+    for (let i = own.start; i < own.end; i++) buf[i]! /= n;
+  }
+}
+
+/**
+ * The ring all-gather on the int8 wire: each owner encodes its segment once and keeps the decoded
+ * values; the blocks then travel unchanged (forwarded as received), and every rank decodes the same.
+ */
+async function int8AllGather(t: RingTransport, buf: Float32Array, segs: Segment[], stepBase: number): Promise<void> {
+  const n = t.worldSize;
+  const blocks: Uint8Array[] = new Array<Uint8Array>(n);
+  const own = segs[t.rank]!;
+  blocks[t.rank] = encodeInt8(buf.subarray(own.start, own.end));
+  decodeInt8(blocks[t.rank]!, buf, own.start, own.end - own.start);
+  for (let s = 0; s < n - 1; s++) {
+    const { send, recv } = allGatherStep(t.rank, n, s);
+    const into = segs[recv]!;
+    const [, incoming] = await Promise.all([
+      t.send(rightOf(t.rank, n), stepBase + s, blocks[send]!),
+      receiveWhole(t, leftOf(t.rank, n), stepBase + s, int8Bytes(into.end - into.start)),
+    ]);
+    blocks[recv] = incoming;
+    decodeInt8(incoming, buf, into.start, into.end - into.start);
+  }
 }
 
 /** Copies `src`'s bytes into everyone's `bytes`, passing each chunk on along the ring as it arrives. */

@@ -15,7 +15,7 @@ import { ConfigError } from './config_option.ts';
  * with the models averaged every `period` steps (torch's post_localSGD_hook with a
  * PeriodicModelAverager). 'diloco': DiLoCo, an outer step every `syncEvery` inner steps with
  * the outer SGD's learning rate and momentum (Nesterov when the momentum is not 0), its
- * pseudo-gradients float32 or 16-bit on the wire; `stream` P > 0: streaming DiLoCo, P fragments
+ * pseudo-gradients float32, 16-bit or int8 (blocks of 32 with a power-of-two scale) on the wire; `stream` P > 0: streaming DiLoCo, P fragments
  * with staggered outer steps (0: off), each all-reduce overlapped with the next `overlap` inner steps
  * (`streamPxD`: D; default 1; 0 without streaming).
  */
@@ -25,10 +25,14 @@ export type CommHookSpec =
   | { kind: 'bf16' }
   | { kind: 'powersgd'; rank: number; startIter: number; wire: PowerSGDWire }
   | { kind: 'localsgd'; period: number; startStep: number }
-  | { kind: 'diloco'; syncEvery: number; outerLr: number; outerMomentum: number; wire: PowerSGDWire; stream: number; overlap: number };
+  | { kind: 'diloco'; syncEvery: number; outerLr: number; outerMomentum: number; wire: DiLoCoWire; stream: number; overlap: number };
 /** What PowerSGD's all-reduces send: float32, or 16-bit as under torch's fp16/bf16_compress_wrapper (`powersgd:R:fp16`, `powersgd:R:bf16`). */
 export type PowerSGDWire = 'float32' | 'float16' | 'bfloat16';
 const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'bfloat16' };
+/** What DiLoCo's pseudo-gradients travel as: PowerSGD's choices, or int8 (`diloco:H:int8`; the Streaming DiLoCo paper sends 4-bit ones). */
+export type DiLoCoWire = PowerSGDWire | 'int8';
+const DILOCO_WIRES: Record<string, DiLoCoWire> = { ...POWERSGD_WIRES, int8: 'int8' };
+const DILOCO_WIRE_NAMES: Record<DiLoCoWire, string> = { float32: '', float16: ':fp16', bfloat16: ':bf16', int8: ':int8' };
 /** torch's start_powerSGD_iter default, and the same warm-up for local SGD. */
 export const DEFAULT_COMM_HOOK_START = 10;
 /** Bounds: a rank beyond the model's widest matrix compresses nothing; a START beyond any run. */
@@ -40,7 +44,7 @@ export const DEFAULT_DILOCO_OUTER_LR = 0.7;
 export const DEFAULT_DILOCO_OUTER_MOMENTUM = 0.9;
 
 /** What the option may be, in words (the option's rule, and the error for an unknown hook). */
-export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)';
+export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16|:int8] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)';
 
 /**
  * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
@@ -84,13 +88,13 @@ export function parseCommHook(raw: string): CommHookSpec {
     case 'diloco': {
       let rest = args;
       const last = rest[rest.length - 1];
-      const wire = last !== undefined && last in POWERSGD_WIRES && rest.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
+      const wire = last !== undefined && last in DILOCO_WIRES && rest.length > 1 ? DILOCO_WIRES[last]! : 'float32';
       if (wire !== 'float32') rest = rest.slice(0, -1);
-      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16] (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8 or diloco:64:fp16)';
+      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16|:int8] (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8, diloco:64:fp16 or diloco:64:stream4:int8)';
       const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
       if (streamItem !== undefined) rest = rest.slice(0, -1);
       const numbers = rest;
-      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then fp16 or bf16`);
+      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then fp16, bf16 or int8`);
       const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
       /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
       const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
@@ -133,7 +137,7 @@ export function formatCommHook(spec: CommHookSpec): string {
     case 'diloco': {
       const lr = spec.outerLr !== DEFAULT_DILOCO_OUTER_LR || spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerLr}` : '';
       const momentum = spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerMomentum}` : '';
-      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}${spec.overlap > 1 ? `x${spec.overlap}` : ''}` : ''}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
+      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}${spec.overlap > 1 ? `x${spec.overlap}` : ''}` : ''}${DILOCO_WIRE_NAMES[spec.wire]}`;
     }
     default:
       return spec.kind;

@@ -54,8 +54,9 @@ export interface DiLoCoOptions {
   /** Nesterov momentum (default true, the paper's; needs a momentum). */
   nesterov?: boolean;
   /**
-   * What the pseudo-gradients travel as: 'float32' (default), or 'float16' / 'bfloat16' (half the
-   * bytes; the reduction stays float32 and every rank decodes the same 16-bit average).
+   * What the pseudo-gradients travel as: 'float32' (default), 'float16' / 'bfloat16' (half the
+   * bytes) or 'int8' (blocks of 32 with a power-of-two scale: 1.03 bytes a value); the reduction
+   * stays float32 and every rank decodes the same average.
    */
   wire?: WireDtype;
   /** Streaming DiLoCo: the fragments the weights are cut into, each with its own staggered outer step (default 1: the whole model at once). At most syncEvery. */
@@ -126,7 +127,7 @@ export class DiLoCo implements CommHook {
     if (!(Number.isFinite(outerLr) && outerLr > 0)) throw new RangeError(`DiLoCo: outerLr must be a positive number, got ${outerLr}`);
     if (!(Number.isFinite(outerMomentum) && outerMomentum >= 0 && outerMomentum < 1)) throw new RangeError(`DiLoCo: outerMomentum must be in [0, 1), got ${outerMomentum}`);
     if (nesterov && outerMomentum === 0) throw new RangeError('DiLoCo: Nesterov needs an outer momentum > 0 (or nesterov: false)');
-    if (wire !== 'float32' && wire !== 'float16' && wire !== 'bfloat16') throw new RangeError(`DiLoCo: wire must be float32, float16 or bfloat16, got ${String(wire)}`);
+    if (wire !== 'float32' && wire !== 'float16' && wire !== 'bfloat16' && wire !== 'int8') throw new RangeError(`DiLoCo: wire must be float32, float16, bfloat16 or int8, got ${String(wire)}`);
     if (!Number.isSafeInteger(fragments) || fragments < 1 || fragments > syncEvery) throw new RangeError(`DiLoCo: fragments must be an integer from 1 to syncEvery (${syncEvery}), got ${fragments}`);
     // A fragment's all-reduce lands before the next fragment's starts: one on the wire at a time.
     const gap = Math.floor(syncEvery / fragments);

@@ -64,7 +64,7 @@ test('local SGD: replicas drift between averagings and are identical at the end 
   expect(comm.averagings).toBe(2);
 });
 
-test('DiLoCo: identical replicas after the run; a tab killed between outer steps and one joining cost no sample twice or never', async ({ browser, server }) => {
+test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a tab killed between outer steps and one joining cost no sample twice or never', async ({ browser, server }) => {
   // Two pages, 12 steps of diloco:4: outer steps after 4, 8 and 12, one pseudo-gradient all-reduce each.
   const runs = await run(browser, server, 'diloco:4');
   expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
@@ -72,22 +72,24 @@ test('DiLoCo: identical replicas after the run; a tab killed between outer steps
   expect(comm).toMatchObject({ name: 'diloco', registered: 'diloco', outerSteps: 3 });
   expect(comm.outerStepBytes).toBeGreaterThanOrEqual(4 * (runs[0]!.parameters as number));
 
-  // Through the launcher, on the cpu backend: 3 tabs, rank 1 killed at step 10, a fourth tab opened at step 4.
+  // Through the launcher, on the cpu backend, the pseudo-gradients as int8 blocks: 3 tabs, rank 1
+  // killed at step 10, a fourth tab opened at step 4.
   const lines: string[] = [];
   const { ok, summary } = await launch({
     nproc: 3,
     job: 'train',
     session: sessionName('diloco'),
     timeoutSec: 240,
-    jobParams: { dataset: 'synthetic', trainSize: '8192', batchSize: '32', backend: 'cpu', min: '2', max: '4', commHook: 'diloco:4' },
+    jobParams: { dataset: 'synthetic', trainSize: '8192', batchSize: '32', backend: 'cpu', min: '2', max: '4', commHook: 'diloco:4:int8' },
     faults: [{ kind: 'kill', rank: 1, step: 10 }, { kind: 'join', count: 1, step: 4 }],
     log: (l) => lines.push(l),
   });
   if (!ok) console.log(lines.slice(-40).join('\n'));
   expect(ok, JSON.stringify(summary)).toBe(true);
-  const s = summary as { identical: boolean; worldSize: number; samplesSeen: unknown[]; resumes?: string[] };
+  const s = summary as { identical: boolean; worldSize: number; samplesSeen: unknown[]; resumes?: string[]; commHook?: { wire?: string } };
   console.log(JSON.stringify(s));
   expect(s.identical).toBe(true);
+  expect(s.commHook?.wire).toBe('int8');
   // 3 - 1 killed + 1 joined: the joiner trained in the last round.
   expect(s.worldSize).toBe(3);
   expect(s.samplesSeen).toEqual([{ samples: 8192, exactlyOnce: true, complete: true }]);
