@@ -73,6 +73,7 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
       store.multiSet(req.keys, req.values.map(b));
       return reply(conn, req, null);
     case 'heartbeat':
+      if (req.heard && conn.memberId !== undefined) session.vouch(conn.memberId, req.heard.round, req.heard.ranks, Date.now());
       return reply(conn, req, null);
     case 'iceServers':
       // Only a connection that entered the session with its token gets here (requireSession).

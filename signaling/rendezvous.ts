@@ -280,6 +280,11 @@ export class Rendezvous {
     return r < 0 ? undefined : r;
   }
 
+  /** The member id of `rank` in the running round, if there is one. */
+  memberAt(rank: number): number | undefined {
+    return this.running ? this.active[rank] : undefined;
+  }
+
   participantAt(rank: number): Participant | undefined {
     if (!this.running) return undefined;
     const id = this.active[rank];

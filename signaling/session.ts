@@ -22,6 +22,8 @@ export class Session {
   minOverride: number | undefined;
   /** Places held by members (`claim`): key -> member id. A holder no longer in the group frees its place. */
   private readonly claims = new Map<string, number>();
+  /** When another member of the round last heard each member over its peer links (heartbeat `heard`). */
+  private readonly vouched = new Map<number, number>();
 
   constructor(
     readonly name: string,
@@ -45,6 +47,27 @@ export class Session {
       if (this.minOverride !== undefined && this.minOverride <= request.max) this.rendezvous.min = this.minOverride;
     }
     return this.rendezvous.admit(participant, request);
+  }
+
+  /**
+   * Member `voucher`, ranked in round `round`, heard `ranks` of that round over its peer links
+   * just now: they count as alive at `now` (see `lastVouched`). Anything about another round, or
+   * from a member without a rank in it, is ignored: only the round's members speak for each other.
+   */
+  vouch(voucher: number, round: number, ranks: readonly number[], now: number): void {
+    const rv = this.rendezvous;
+    if (!rv || round !== rv.round || rv.rankOf(voucher) === undefined) return;
+    for (const rank of ranks) {
+      const id = rv.memberAt(rank);
+      if (id !== undefined && id !== voucher) this.vouched.set(id, now);
+    }
+    // Bounded by the round's size: members that left are forgotten.
+    if (this.vouched.size > 2 * rv.size + 8) for (const id of this.vouched.keys()) if (!rv.isMember(id)) this.vouched.delete(id);
+  }
+
+  /** When member `id` was last heard by another member of its round, if ever. */
+  lastVouched(id: number): number | undefined {
+    return this.vouched.get(id);
   }
 
   /**

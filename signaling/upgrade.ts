@@ -8,7 +8,7 @@
 import type { Server as HttpServer } from 'node:http';
 import type { Server as HttpsServer } from 'node:https';
 import { WebSocketServer } from 'ws';
-import { CloseCode, ErrorCode, describeMemberClose, type Request } from '../src/c10d/protocol.ts';
+import { CloseCode, ErrorCode, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/c10d/protocol.ts';
 import { ProtocolViolation, parseRequest } from '../src/c10d/protocol_validation.ts';
 import { Connection } from './connection.ts';
 import { AddressCounts } from './limits.ts';
@@ -109,6 +109,10 @@ export function watchSockets(ctx: ServerContext): () => void {
       // An ended session's sockets are being closed anyway.
       if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs || conn.session?.ended) continue;
       const silent = now - conn.lastSeen;
+      // Heard over its peer links by another member of its round: its own socket is held up
+      // (a saturated link starves TCP behind the all-reduce's traffic), not its page. For a while.
+      const vouched = conn.session?.lastVouched(conn.memberId);
+      if (vouched !== undefined && now - vouched <= heartbeatTimeoutMs && silent <= VOUCH_LIMIT * heartbeatTimeoutMs) continue;
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
       conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
       conn.memberId = undefined;

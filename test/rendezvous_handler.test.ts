@@ -5,6 +5,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/elastic/rendezvous.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
+import { parseRequest } from '../src/c10d/protocol_validation.ts';
 import { RankStalledError, RendezvousError } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -142,6 +143,56 @@ describe('rendezvous rounds', () => {
     const [code, reason] = await closed;
     expect(code).toBe(4003);
     expect(reason).toMatch(/evicted: no heartbeat for \d+ ms/);
+  });
+
+  it('keeps a member whose socket is held up while another member of its round hears it over their link, for at most VOUCH_LIMIT timeouts', async () => {
+    server = await withServer({ settleMs: 100, heartbeatTimeoutMs: 400 });
+    /** A member on a raw socket at a fixed rank of 2: it sends nothing after joining unless told to. */
+    const member = async (session: string, rank: number) => {
+      const ws = new WebSocket(server!.url.replace('http', 'ws') + 'ws');
+      await new Promise((r) => ws.once('open', r));
+      const rounds: number[] = [];
+      ws.on('message', (m: Buffer) => {
+        const msg = JSON.parse(m.toString()) as { type: string; round?: number; worldSize?: number };
+        if (msg.type === 'round' && typeof msg.round === 'number' && msg.worldSize === 2) rounds.push(msg.round);
+      });
+      const closed = new Promise<number>((r) => ws.once('close', () => r(Date.now())));
+      ws.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) }));
+      ws.send(JSON.stringify({ type: 'rendezvous', id: 2, min: 2, max: 2, rank }));
+      return { ws, rounds, closed };
+    };
+    for (const honest of [false, true]) {
+      const session = uniqueSession(honest ? 'vouch' : 'vouch-wrong');
+      const silent = await member(session, 0);
+      // The voucher: the store client as a process group drives it, heartbeats every 100 ms naming
+      // rank 0 as heard (of another round when not honest).
+      const voucher = await StoreClient.connect(server.url, { session, token: tokenFor(session) });
+      const rounds: number[] = [];
+      voucher.on('round', (e) => rounds.push(e.round));
+      await voucher.rendezvous({ min: 2, max: 2, rank: 1 }, 100);
+      await expect.poll(() => rounds.length, { timeout: 5_000 }).toBeGreaterThan(0);
+      const start = Date.now();
+      voucher.reportHeardPeers(() => ({ round: honest ? rounds[0]! : rounds[0]! + 5, ranks: [0] }));
+      const evictedAfter = (await silent.closed) - start;
+      voucher.close();
+      if (honest) {
+        // Kept past the 400 ms timeout while heard, evicted at 4 x 400 ms of its own silence all the same.
+        expect(evictedAfter).toBeGreaterThanOrEqual(1_400);
+        expect(evictedAfter).toBeLessThan(3_000);
+      } else {
+        expect(evictedAfter).toBeLessThan(1_200);
+      }
+    }
+  });
+
+  it("reads a heartbeat's heard peers, and refuses them malformed", () => {
+    expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4 }))).toEqual({ type: 'heartbeat', id: 4 });
+    expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } }))).toEqual({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } });
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: [0, 2] }))).toThrow(/field "heard" must be an object \{round, ranks\}/);
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: 'all' } }))).toThrow(/"heard.ranks" must be an array of at most 4096 ranks/);
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: new Array(5000).fill(0) } }))).toThrow(/at most 4096 ranks/);
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [-1] } }))).toThrow(/field "0"/);
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 'x', ranks: [] } }))).toThrow(/field "round"/);
   });
 
   it('does not evict live members when the server itself was held up past the heartbeat timeout', async () => {

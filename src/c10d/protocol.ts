@@ -254,8 +254,13 @@ export interface RequestFields {
   };
   /** Relay an opaque WebRTC signaling payload to another member of the round, addressed by rank. */
   signal: { to: number; data: SignalPayload };
-  /** A member is alive (any frame counts; this one exists for idle members). */
-  heartbeat: {};
+  /**
+   * A member is alive (any frame counts; this one exists for idle members). `heard`: the ranks
+   * of round `round` this member heard over its peer links within the last VOUCH_WINDOW_MS, which
+   * keeps them alive too while their own heartbeats are held up (a link saturated by the
+   * all-reduce starves the socket's TCP behind it), for at most VOUCH_LIMIT heartbeat timeouts.
+   */
+  heartbeat: { heard?: { round: number; ranks: number[] } };
   /** Fresh ICE servers for the session (TURN credentials minted now): a member renews them before its old ones expire. */
   iceServers: {};
   /**
@@ -293,6 +298,10 @@ export interface RequestFields {
 export const MAX_CLAIM_KEYS = 64;
 export const MAX_CLAIMS_PER_SESSION = 4_096;
 /** Most places one member may hold at once (a parameter server holds one). */
+/** A member vouches for the peers it heard over their links within this long (their liveness frames come every second). */
+export const VOUCH_WINDOW_MS = 1_500;
+/** Vouches keep a silent member for at most this many heartbeat timeouts: a member cannot keep a gone one in the group for long. */
+export const VOUCH_LIMIT = 4;
 export const MAX_CLAIMS_PER_MEMBER = 16;
 
 /** An ICE server as RTCPeerConnection takes it (the server hands them out with `hello`). */

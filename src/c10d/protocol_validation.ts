@@ -208,8 +208,16 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       // The upper bound is the group's max, which only the server knows; it checks that too.
       return { type: t, id, action: a, min: int(raw, 'min', id, 1, MAX_WORLD) };
     }
-    case 'heartbeat':
-      return { type: t, id };
+    case 'heartbeat': {
+      if (raw.heard === undefined) return { type: t, id };
+      const heard = raw.heard;
+      if (typeof heard !== 'object' || heard === null || Array.isArray(heard)) fail(id, `field "heard" must be an object {round, ranks}, got ${describe(heard)}`);
+      const h = heard as Obj;
+      const round = int(h, 'round', id, 0, Number.MAX_SAFE_INTEGER);
+      const ranks = h.ranks;
+      if (!Array.isArray(ranks) || ranks.length > MAX_WORLD) fail(id, `field "heard.ranks" must be an array of at most ${MAX_WORLD} ranks, got ${describe(ranks)}`);
+      return { type: t, id, heard: { round, ranks: (ranks as unknown[]).map((_, i) => int(ranks as unknown as Obj, String(i), id, 0, MAX_WORLD - 1)) } };
+    }
     case 'iceServers':
       return { type: t, id };
     case 'closeRendezvous':

@@ -188,6 +188,8 @@ export class StoreClient implements Store {
   /** STUN/TURN servers the server gave this session (with TURN credentials minted for it), or none. */
   iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
+  /** The peers this member heard lately, sent with each heartbeat (a process group sets it). */
+  private heardPeers: (() => { round: number; ranks: number[] } | undefined) | undefined;
   private iceRenewal: ReturnType<typeof setInterval> | undefined;
   private closed: { code: number; reason: string } | undefined;
   private readonly stopWatchingPage: () => void;
@@ -344,9 +346,23 @@ export class StoreClient implements Store {
     const result = await this.request('rendezvous', request);
     // On a tick a background tab keeps (ticker.ts): a hidden tab is slow, not frozen.
     this.stopHeartbeat ??= startTicker(heartbeatIntervalMs, () => {
-      if (this.socket.readyState === OPEN) this.request('heartbeat', {}).catch(() => {});
+      if (this.socket.readyState !== OPEN) return;
+      const heard = this.heardPeers?.();
+      this.request('heartbeat', heard && heard.ranks.length > 0 ? { heard } : {}).catch(() => {});
     });
     return result;
+  }
+
+  /**
+   * What each heartbeat says about the peers (the ranks of a round this member heard over its
+   * links lately): the server then keeps them too while their own sockets are held up. Returns
+   * what unsets it (only if it is still the one set: a later round's group replaces it).
+   */
+  reportHeardPeers(provider: () => { round: number; ranks: number[] } | undefined): () => void {
+    this.heardPeers = provider;
+    return () => {
+      if (this.heardPeers === provider) this.heardPeers = undefined;
+    };
   }
 
   /**

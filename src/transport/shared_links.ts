@@ -17,7 +17,7 @@ import { GroupLinks } from './group_links.ts';
 import { encodeAbortNotice } from './mailbox.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
 import { simplePeerLinkFactory, type LinkState, type PeerLink, type PeerLinkFactory } from './peer_link.ts';
-import type { SignalEvent } from '../c10d/protocol.ts';
+import { VOUCH_WINDOW_MS, type SignalEvent } from '../c10d/protocol.ts';
 import type { StoreClient } from '../c10d/store.ts';
 import { TickGap, startTicker } from '../runtime/ticker.ts';
 
@@ -74,6 +74,8 @@ export class SharedLinks {
   readonly heldBytes = new Map<number, number>();
   /** Ids of subgroups destroyed on this rank: frames still arriving for them are dropped. */
   private readonly retired = new Set<number>();
+  /** When each peer was last heard over its link (any frame), for the heartbeats' `heard`. */
+  private readonly lastHeard = new Map<number, number>();
   private nextId = 1;
   private broken: Error | undefined;
   /** Gaps in this page's own ticks: this rank was paused. */
@@ -131,7 +133,16 @@ export class SharedLinks {
         g.checkStalls(stallTimeoutMs);
       }
     });
+    // Each heartbeat to the server names the peers heard lately: a peer whose own socket is held
+    // up behind a saturated link stays in the group while its links show it alive.
+    const stopReporting = init.client.reportHeardPeers(() => {
+      if (this.broken) return undefined;
+      const now = Date.now();
+      const ranks = [...this.lastHeard].filter(([, at]) => now - at <= VOUCH_WINDOW_MS).map(([peer]) => peer);
+      return { round: init.round, ranks };
+    });
     this.unsubscribe.push(
+      stopReporting,
       stopTicker,
       init.client.on('signal', (e) => this.links.onSignal(e)),
       init.client.on('peer-left', (e) => {
@@ -241,6 +252,7 @@ export class SharedLinks {
 
   /** Any frame from `peer`, or its link opening, is a sign of life in every group it is in. */
   private heard(peer: number): void {
+    this.lastHeard.set(peer, Date.now());
     for (const g of this.groups.values()) if (g.has(peer)) g.heard(peer);
   }
 
