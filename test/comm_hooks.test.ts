@@ -32,6 +32,7 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { hex, rng } from './fixtures/tensors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -52,17 +53,8 @@ async function groups(n: number, net = new MemoryNetwork(), extra: { maxFrameByt
 }
 
 const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
-const hex = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
 const bitsOf = (v: number) => new Uint32Array(Float32Array.of(v).buffer)[0]!;
 
-/** A deterministic pseudo-random stream in [0, 1). */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
 
 /** Rank `rank`'s input: values in [-4, 4) that are not exact in 16 bits. */
 function input(rank: number, len: number): Float32Array {

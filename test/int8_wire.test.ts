@@ -13,6 +13,7 @@ import { FrameKind, readHeader } from '../src/c10d/framing.ts';
 import { checkWireDtype, roundToWire, wirePayloadBytes } from '../src/half.ts';
 import { decodeInt8, encodeInt8, int8Bytes, INT8_BLOCK, roundToInt8 } from '../src/int8_wire.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { hex, rng } from './fixtures/tensors.ts';
 import { segments } from '../src/c10d/ring.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -25,15 +26,7 @@ afterAll(async () => {
   await server.close();
 });
 
-const hex = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
 
 /** Rank `rank`'s input: values of very different sizes from block to block, as gradients are. */
 function input(rank: number, len: number): Float32Array {

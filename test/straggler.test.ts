@@ -12,7 +12,8 @@ import { Straggler, StragglerSpecError, formatSlow, parseSlow, slowFactor } from
 import { launch } from '../launcher/run.ts';
 import { largestWorld, slowParam } from '../launcher/job_flags.ts';
 import { stragglers } from '../launcher/summaries.ts';
-import { ConfigError, configParams, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
+import { configParams } from '../src/jobs/train_config.ts';
+import { parse, refusal } from './fixtures/train_config.ts';
 import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { classificationLoss, sequentialOf } from '../src/models.ts';
@@ -185,18 +186,6 @@ describe('the launcher: --slow RANK:FACTOR, repeatable or comma-separated', () =
 });
 
 describe('the train job: option slow', () => {
-  const parse = (query: string) => {
-    const params = new URLSearchParams(query);
-    return parseTrainConfig((name) => urlOption(params, name));
-  };
-  const refusal = (query: string): ConfigError => {
-    try {
-      parse(query);
-    } catch (err) {
-      return err as ConfigError;
-    }
-    throw new Error(`${query} was accepted`);
-  };
 
   it('reads the launcher\'s spec, is null unless given, and a link keeps it', () => {
     expect(parse('world=4').slow).toBeNull();

@@ -1,23 +1,11 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
+import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig } from '../src/jobs/train_config.ts';
 import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
+import { parse, refusal } from './fixtures/train_config.ts';
 
-const parse = (query: string) => {
-  const params = new URLSearchParams(query);
-  return parseTrainConfig((name) => urlOption(params, name));
-};
 
-/** The ConfigError `query` is refused with (fails the test if it is accepted). */
-const refusal = (query: string): ConfigError => {
-  try {
-    parse(query);
-  } catch (err) {
-    return err as ConfigError;
-  }
-  throw new Error(`${query} was accepted`);
-};
 
 describe('parseTrainConfig', () => {
   it('fills the defaults the README quotes; a fixed size is min = max = world', () => {
