@@ -5,7 +5,8 @@ fixed values (standing for its H inner steps); then, as torchft's DiLoCo does, t
 optimizer's gradient is the average over the ranks of (last outer weights - the rank's weights),
 and torch.optim.SGD(lr=0.7, momentum=0.9, nesterov=True) steps the last outer weights. Writes the
 inputs and torch's outer weights after each phase to test/fixtures/torch_diloco.json, which
-test/diloco.test.ts holds DiLoCo to.
+test/diloco.test.ts holds DiLoCo to; then 4 more phases whose pseudo-gradients are weighed by
+each rank's samples ("weighted").
 
   /usr/bin/python3 bench/torch_diloco_reference.py
 """
@@ -34,7 +35,21 @@ for phase in range(PHASES):
     opt.step()
     phases.append({"local": [[float(x) for x in w] for w in local], "outer": [float(x) for x in outer.detach()]})
 
-out = {"torch": torch.__version__, "lr": LR, "momentum": MOMENTUM, "start": start, "phases": phases}
+# Weighed by samples (balanced batches give a slow rank fewer): the outer gradient is the
+# samples-weighted mean of the pseudo-gradients, sum(n_r * (outer - w_r)) / sum(n_r).
+SAMPLES = [[6, 2, 0], [3, 3, 2], [1, 6, 1], [4, 4, 4]]
+outer = torch.nn.Parameter(torch.tensor(start, dtype=torch.float32))
+opt = torch.optim.SGD([outer], lr=LR, momentum=MOMENTUM, nesterov=True, foreach=False)
+weighted = []
+for phase in range(PHASES):
+    local = [(outer.detach() + torch.tensor(values(NUMEL, 40 + phase * RANKS + r, 0.05), dtype=torch.float32)) for r in range(RANKS)]
+    n = torch.tensor(SAMPLES[phase], dtype=torch.float64)
+    pseudo = torch.stack([(outer.detach() - w).double() for w in local])
+    outer.grad = ((pseudo * n[:, None]).sum(0) / n.sum()).float()
+    opt.step()
+    weighted.append({"samples": SAMPLES[phase], "local": [[float(x) for x in w] for w in local], "outer": [float(x) for x in outer.detach()]})
+
+out = {"torch": torch.__version__, "lr": LR, "momentum": MOMENTUM, "start": start, "phases": phases, "weighted": weighted}
 path = os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "torch_diloco.json")
 with open(path, "w") as f:
     json.dump(out, f)

@@ -22,7 +22,8 @@ import { runElastic, type ElasticRunResult, type StepContext } from '../src/elas
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { AdamW } from '../src/optim.ts';
+import { AdamW, SGD } from '../src/optim.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { relativeError } from './fixtures/tensors.ts';
@@ -43,6 +44,8 @@ interface TorchDiLoCo {
   momentum: number;
   start: number[];
   phases: Array<{ local: number[][]; outer: number[] }>;
+  /** Phases whose pseudo-gradients torch weighs by each rank's samples. */
+  weighted: Array<{ samples: number[]; local: number[][]; outer: number[] }>;
 }
 const torchRef = JSON.parse(readFileSync(new URL('./fixtures/torch_diloco.json', import.meta.url), 'utf8')) as TorchDiLoCo;
 
@@ -115,6 +118,67 @@ describe('DiLoCo', () => {
     }
   });
 
+  it("weighs each rank's pseudo-gradient by the samples it trained (torch's weighted mean); equal samples weigh exactly 1", async () => {
+    const pgs = await groups(3);
+    try {
+      const models = pgs.map(() => smallModel());
+      const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 4, outerLr: torchRef.lr, outerMomentum: torchRef.momentum }));
+      models.forEach((m) => assignFlatWeights(m, Float32Array.from(torchRef.start)));
+      await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
+      for (const [p, phase] of torchRef.weighted.entries()) {
+        const all = phase.samples.reduce((a, b) => a + b, 0);
+        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+        // The phase's inner steps trained these samples (a rank given none counts for nothing).
+        dilocos.forEach((d, r) => d.countStep(phase.samples[r]!, all));
+        await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 4)));
+        const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
+        expect(new Set(after.map(hex)).size).toBe(1);
+        expect(relativeError(after[0]!, Float32Array.from(phase.outer)), `outer step ${p + 1}`).toBeLessThan(1e-6);
+      }
+      // Equal shares: the same bits as a DiLoCo told nothing.
+      const run = async (count: boolean) => {
+        const ds = pgs.map(() => new DiLoCo({ syncEvery: 4 }));
+        models.forEach((m) => assignFlatWeights(m, Float32Array.from(torchRef.start)));
+        await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
+        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(torchRef.phases[0]!.local[r]!)));
+        if (count) for (const d of ds) d.countStep(5, 15);
+        await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, 4)));
+        return hex(await flatTrainableWeights(models[0]!));
+      };
+      expect(await run(true)).toBe(await run(false));
+      expect(() => dilocos[0]!.countStep(5, 4)).toThrow(/countStep: samples must be an integer in 0..globalSamples/);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it("DDP hands DiLoCo's inner steps the rank's own mean gradient, not weighed by an uneven batch share", async () => {
+    const pgs = await groups(2);
+    try {
+      const start = Float32Array.from(torchRef.start.slice(0, 24));
+      const x = tf.tensor2d([[0.5, -1, 2, 0.25, 1]]);
+      const loss = (m: tf.LayersModel) => () => tf.sum(tf.square(m.apply(x) as tf.Tensor)) as tf.Scalar;
+      const models = pgs.map(() => smallModel());
+      models.forEach((m) => assignFlatWeights(m, start));
+      const ddps = await Promise.all(pgs.map((pg, r) => DistributedDataParallel.create(models[r]!, pg)));
+      ddps.forEach((d) => d.registerCommHook(new DiLoCo({ syncEvery: 4 })));
+      // Rank 0 trains 1 of the step's 4 samples, rank 1 three: a plain DDP would weigh them 0.5 and 1.5.
+      ddps.forEach((d, r) => d.setBatchShare(r === 0 ? 1 : 3, 4));
+      await Promise.all(ddps.map((d, r) => d.backward(loss(models[r]!))));
+      await Promise.all(ddps.map((d) => d.step(new SGD({ lr: 1 }))));
+      const ref = smallModel();
+      assignFlatWeights(ref, start);
+      const { grads } = tf.variableGrads(loss(ref));
+      const g = await Promise.all(ref.trainableWeights.map((w) => grads[w.originalName]!.data()));
+      tf.dispose(Object.values(grads));
+      const expected = start.map((w, i) => w - Float32Array.from(g.flatMap((a) => [...a]))[i]!);
+      for (const m of models) expect(relativeError(await flatTrainableWeights(m), expected)).toBeLessThan(1e-6);
+      x.dispose();
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
   it('its state dict carries the outer weights and momentum: a loaded copy takes the next outer step bit for bit', async () => {
     const pgs = await groups(2);
     try {
@@ -175,9 +239,39 @@ describe('DiLoCo', () => {
       expect(ds.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[1, 3], [1, 3], [1, 3]]);
       // A rank whose held steps are not the group's (another outer phase) counts for nothing; with nobody, nothing changes.
       const stale = { ...(await ds[0]!.hold(models[0]!, 5)), outerSteps: 0 };
+      expect(stale.samples).toBeNull(); // told no samples: each rank's pseudo-gradient weighs 1
       const none = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 0 ? stale : null, 5)));
       expect(none.every((x) => !x.outerStep)).toBe(true);
       expect(ds[0]!.outerSteps).toBe(1);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it("at a round start, counted ranks' pseudo-gradients are weighed by the samples each trained since the last outer step", async () => {
+    const pgs = await groups(3);
+    try {
+      const models = pgs.map(() => smallModel());
+      const ds = pgs.map(() => new DiLoCo({ syncEvery: 8, fragments: 2 }));
+      const start = Float32Array.from(torchRef.start);
+      models.forEach((m) => assignFlatWeights(m, start));
+      await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
+      const phase = torchRef.phases[0]!;
+      // Three inner steps: rank 0 trained 3 samples of 4 each, rank 1 one; rank 2 (a joiner) holds nothing.
+      const held = await Promise.all(models.map(async (m, r) => {
+        for (let k = 0; k < 3; k++) ds[r]!.countStep(r === 0 ? 3 : r === 1 ? 1 : 0, 4);
+        assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+        return r < 2 ? ds[r]!.hold(m, 3) : null;
+      }));
+      expect(held[0]!.samples).toEqual([9, 9]);
+      models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
+      const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
+      expect(res.map((x) => x.contributors)).toEqual([2, 2, 2]);
+      const g = start.map((s, i) => (9 * (s - phase.local[0]![i]!) + 3 * (s - phase.local[1]![i]!)) / 12);
+      const expected = start.map((s, i) => s - 0.7 * (g[i]! + 0.9 * g[i]!));
+      const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
+      expect(new Set(after.map(hex)).size).toBe(1);
+      expect(relativeError(after[0]!, Float32Array.from(expected))).toBeLessThan(1e-6);
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -261,7 +355,7 @@ interface Member {
 }
 
 /** One member: AdamW inner steps on its samples, DiLoCo every `syncEvery` steps. */
-function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; fragments?: number; overlap?: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void> }): Member {
+function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; fragments?: number; overlap?: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void>; balance?: boolean; slow?: number }): Member {
   const events: ElasticEvent[] = [];
   const hashes = new Map<number, string>();
   const roundHashes: string[] = [];
@@ -269,6 +363,8 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
   const outerWeights = new Map<number, string>();
   const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
   const state = new TrainState({ model, optimizer: () => new AdamW({ lr: 0.01 }) });
+  // A slow rank: `slow` ms more per step, whatever its batch (a straggler by factor times a Node step of ~1 ms is noise).
+  const straggler = o.slow === undefined ? undefined : { after: async () => { const t0 = performance.now(); await new Promise((r) => setTimeout(r, o.slow)); return performance.now() - t0; } };
   const result = runElastic({
     url: server.url,
     session,
@@ -289,6 +385,7 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
     resumeFromToken: o.resumeFrom === undefined ? undefined : tokenFor(o.resumeFrom),
     diloco: { syncEvery: o.syncEvery, fragments: o.fragments, overlap: o.overlap },
     voteEvery: o.voteEvery,
+    balanceBatches: o.balance,
     onEvent: (e) => events.push(e),
     onRound: async (ctx) => {
       roundHashes.push(await ctx.ddp.weightsHash());
@@ -304,7 +401,9 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
       const { x, y } = data.batch(ctx.indices);
       const xs = tf.tensor(x, [ctx.indices.length, 16]);
       const ys = tf.tensor1d(y, 'int32');
-      const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4));
+      const { loss } = ctx.indices.length === 0
+        ? await ctx.ddp.backward(() => tf.scalar(0))
+        : await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler });
       tf.dispose([xs, ys]);
       ctx.ddp.step(ctx.optimizer);
       return { loss };
@@ -330,6 +429,20 @@ describe('runElastic with diloco', () => {
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     expect(runs[0]!.ddp.commHook.name).toBe('diloco');
     expect(runs[0]!.ddp.bytesPerStep).toBe(0);
+    await closeAll(runs);
+  });
+
+  it('balanced batches: a slow rank trains fewer samples per inner step instead of holding the others; every sample once, identical at the end', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('diloco-balanced');
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 4, voteEvery: 2, steps: 24, balance: true, slow: id === 1 ? 25 : undefined }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    const events = members.flatMap((m) => m.events);
+    expect(samplesSeen(events)[0]).toEqual({ samples: 96, exactlyOnce: true, complete: true });
+    // After the first costs are in, the slow rank gets fewer samples than the fast one.
+    const trained = (rank: number) => events.filter((e) => e.type === 'batch' && e.rank === rank && e.step > 8).reduce((a, e) => a + (e.type === 'batch' ? e.indices.length : 0), 0);
+    expect(trained(1)).toBeLessThan(trained(0));
     await closeAll(runs);
   });
 

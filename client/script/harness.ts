@@ -3,7 +3,7 @@
  * reads the launch from the URL, sets up the TF.js backend, forwards the library's elastic
  * events to the launcher, and calls the script's default export with a LaunchContext.
  */
-import { parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
+import { fetchOffer, parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
 import { selectBackend } from '../train/backend.ts';
 import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 import { reportElasticEvents } from '../report.ts';
@@ -40,10 +40,14 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
     } catch (err) {
       throw new Error(`URL parameter "slow" (--slow): ${(err as Error).message}`);
     }
+    const token = pageToken();
+    // What the host offers (--model-dir, --data-dir): one small request, so that a script can choose by it.
+    const offer = await fetchOffer({ url: location.origin, session, token, timeoutMs: 30_000 });
     const ctx: LaunchContext = {
       url: location.origin,
       session,
-      token: pageToken(),
+      token,
+      offer,
       nproc,
       min,
       max,

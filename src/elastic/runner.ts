@@ -50,7 +50,8 @@
  * every rank takes the group's outer state from the source (it is the same on every rank), and
  * the ranks that trained inner steps since the last outer step take one outer step together
  * over them (DiLoCo.rejoin): a lost rank costs only its own inner steps, and a joiner starts from
- * the outer weights.
+ * the outer weights. With balanced batches a slow rank trains fewer samples per inner step (it
+ * does not hold the others), and DiLoCo weighs its pseudo-gradient by them (DiLoCo.countStep).
  */
 import { DistributedDataParallel } from '../parallel/ddp.ts';
 import { allreduceHook } from '../parallel/comm_hooks/default_hooks.ts';
@@ -454,13 +455,16 @@ class ElasticRun<M extends StepMetrics> {
         firstInRound = false;
         let batch: number[];
         let padding: number;
+        /** The step's samples over all ranks (the sampler's equal shards: this rank's times the world). */
+        let globalSamples: number;
         if (globalPlan) {
           const b = balancedBatchOf(globalPlan, k, o.batchSize * n, (count) => this.splitOf(count, p.step + 1), pg.rank, n);
           this.split = b.counts;
-          ({ indices: batch, padding } = b);
+          ({ indices: batch, padding, globalSamples } = b);
           ddp.setBatchShare(batch.length, b.globalSamples);
         } else {
           ({ indices: batch, padding } = batchOf(plan!, k, o.batchSize));
+          globalSamples = batch.length * n;
         }
         if (o.prefetch && k + 1 < stepsLeft && p.step + 1 < this.maxSteps) o.prefetch(this.nextBatch(plan, globalPlan, k + 1, n, pg.rank));
         // Steps that meet nobody (DiLoCo's inner steps, a world of one) on a backend whose kernels
@@ -478,6 +482,8 @@ class ElasticRun<M extends StepMetrics> {
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
         p.step++;
         this.inFlight = -1;
+        // DiLoCo weighs each rank's pseudo-gradient by the samples it trained (balanced batches give a slow rank fewer).
+        if (globalSamples > 0) this.diloco?.countStep(batch.length, globalSamples);
         this.timeline.lap('step');
         let averaged = false;
         if (this.averager) {

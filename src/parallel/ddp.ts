@@ -362,7 +362,8 @@ export class DistributedDataParallel {
    * the global batch. Equal batches (torch's case) weigh 1. A share of 0 samples: `backward` computes
    * nothing (the loss function is not called), takes part in the reductions with zeros and
    * returns loss 0. Every rank sets its own share; the
-   * shares must add up to `globalSamples`.
+   * shares must add up to `globalSamples`. A hook with `localSteps` (DiLoCo) gets the rank's
+   * own mean unweighted.
    */
   setBatchShare(samples: number, globalSamples: number): void {
     if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
@@ -378,7 +379,8 @@ export class DistributedDataParallel {
 
   private scaleForShare(values: Float32Array): void {
     const scale = this.gradientScale;
-    if (scale === 1) return;
+    // A hook whose steps are local takes this rank's own mean (DiLoCo weighs its pseudo-gradients by samples).
+    if (scale === 1 || this.hook.localSteps === true) return;
     for (let i = 0; i < values.length; i++) values[i] = values[i]! * scale;
   }
 

@@ -71,6 +71,8 @@ export interface DiLoCoHeld {
   /** Its committed steps, and its outer step count (over all fragments), then. */
   step: number;
   outerSteps: number;
+  /** Per fragment, the samples this rank trained since the fragment's last outer step (null: the run counts no samples, see countStep). */
+  samples: number[] | null;
 }
 
 /** How the round's start went: whether an outer step was taken, and how many ranks' inner steps it took in. */
@@ -98,11 +100,16 @@ interface Fragment {
   outer: SGD;
   steps: number;
   syncedAt: number;
-  inFlight: { sum: Promise<Float32Array>; sent: Float32Array; due: number } | null;
+  inFlight: { sum: Promise<Float32Array>; sent: Float32Array; due: number; mine: number } | null;
+  /** Samples since the fragment's pseudo-gradient was last taken: this rank's, and the group's (see countStep). */
+  mine: number;
+  all: number;
 }
 
 export class DiLoCo implements CommHook {
   readonly name = 'diloco';
+  /** Inner steps are this rank's own: DDP does not weigh their gradients by batch share (the pseudo-gradients are weighed instead). */
+  readonly localSteps = true;
   readonly syncEvery: number;
   readonly outerLr: number;
   readonly outerMomentum: number;
@@ -120,6 +127,8 @@ export class DiLoCo implements CommHook {
   readonly comm = { allReduces: 0, spanMs: 0, exposedMs: 0 };
   /** What `hold` last gave: an outer step over weights it holds moves it along (see stepFragment). */
   private held: DiLoCoHeld | null = null;
+  /** Whether the run tells this DiLoCo each step's samples (countStep): then pseudo-gradients are weighed by them. */
+  private counted = false;
 
   constructor(o: DiLoCoOptions) {
     const { syncEvery, outerLr = 0.7, outerMomentum = 0.9, nesterov = true, wire = 'float32', fragments = 1, overlap = 0 } = o;
@@ -156,6 +165,33 @@ export class DiLoCo implements CommHook {
     return this.fragments.length > 0 && this.fragments.every((f) => f.syncedAt === step && f.inFlight === null);
   }
 
+  /**
+   * After each inner step: this rank trained `samples` of the step's `globalSamples` (the sum over
+   * the ranks; every rank passes the same). Each pseudo-gradient is then weighed by the rank's
+   * share of the samples trained since it was last taken (samples x worldSize / all of the group's
+   * in that window, in an 'avg' all-reduce): the outer step follows the samples, so a slow rank
+   * given fewer samples by balanced batches counts for what it trained, not as much as the others.
+   * Equal shares weigh exactly 1. Without calls, every rank weighs 1 (torchft's DiLoCo).
+   */
+  countStep(samples: number, globalSamples: number): void {
+    if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
+      throw new RangeError(`DiLoCo.countStep: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`);
+    }
+    this.counted = true;
+    for (const f of this.fragments) {
+      f.mine += samples;
+      f.all += globalSamples;
+    }
+  }
+
+  /** This rank's weight for fragment f's pseudo-gradient, then f's window starts over. */
+  private takeWeight(f: Fragment, worldSize: number): number {
+    const w = f.all > 0 ? (f.mine * worldSize) / f.all : 1;
+    f.mine = 0;
+    f.all = 0;
+    return w;
+  }
+
   /** Inner steps are local: the bucket's gradients are this rank's own. */
   reduce(_pg: ProcessGroup, bucket: GradBucket): Promise<Float32Array> {
     return Promise.resolve(bucket.buffer);
@@ -190,11 +226,13 @@ export class DiLoCo implements CommHook {
     for (const f of due) {
       const sent = local.slice(f.start, f.end);
       const delta = new Float32Array(sent.length);
-      for (let i = 0; i < sent.length; i++) delta[i] = this.outerWeights![f.start + i]! - sent[i]!;
+      const mine = f.mine;
+      const weight = this.takeWeight(f, pg.worldSize);
+      for (let i = 0; i < sent.length; i++) delta[i] = (this.outerWeights![f.start + i]! - sent[i]!) * weight;
       const sum = this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
       // A round that fails drops it (see rejoin): its rejection must not go unhandled meanwhile.
       sum.catch(() => {});
-      f.inFlight = { sum, sent, due: step + this.overlap };
+      f.inFlight = { sum, sent, due: step + this.overlap, mine };
     }
     if (this.overlap > 0) return false;
     await this.merge(model, due);
@@ -207,7 +245,10 @@ export class DiLoCo implements CommHook {
     const local = await this.localWeights(model);
     const delta = new Float32Array(local.length);
     const outer = this.outerWeightsFor(local);
-    for (let i = 0; i < local.length; i++) delta[i] = outer[i]! - local[i]!;
+    for (const f of this.fragments) {
+      const weight = this.takeWeight(f, pg.worldSize);
+      for (let i = f.start; i < f.end; i++) delta[i] = (outer[i]! - local[i]!) * weight;
+    }
     const t0 = performance.now();
     await this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
     this.comm.exposedMs += performance.now() - t0;
@@ -225,11 +266,17 @@ export class DiLoCo implements CommHook {
    * model and this hook the group's outer state: an outer step over the inner steps the ranks
    * took since the last one, from each rank whose `held` weights count (it trained those steps
    * in the group's last outer phase: same outer step count, same committed step as the group's),
-   * averaged over those ranks; then every rank holds the new outer weights. Without such a rank,
-   * nothing changes (every rank has the source's weights). `step` is the group's committed step.
+   * averaged over those ranks, each fragment's weighed by the samples each trained on it since
+   * (see countStep; a fragment no one trained keeps its outer weights, momentum aside); then
+   * every rank holds the new outer weights. Without such a rank, nothing changes (every rank has
+   * the source's weights). `step` is the group's committed step.
    */
   async rejoin(pg: ProcessGroup, model: tf.LayersModel, held: DiLoCoHeld | null, step: number): Promise<DiLoCoRejoin> {
-    for (const f of this.fragments) f.inFlight = null;
+    for (const f of this.fragments) {
+      f.inFlight = null;
+      f.mine = 0;
+      f.all = 0;
+    }
     if (this.outerWeights === null) {
       // A fresh run, or one resumed from a checkpoint without DiLoCo's state: the outer phase starts here.
       this.setOuterWeights(await flatTrainableWeights(model), step);
@@ -238,18 +285,28 @@ export class DiLoCo implements CommHook {
     if (step <= this.syncedAtStep) return { outerStep: false, contributors: 0 };
     const prev = this.outerWeights;
     const counts = held !== null && held.outerSteps === this.outerSteps && held.step === step && held.weights.length === prev.length;
-    // The pseudo-gradient, then one slot counting the ranks it comes from: one all-reduce.
-    const sum = new Float32Array(prev.length + 1);
+    // The pseudo-gradient weighed by samples, then a slot per fragment for the samples and one
+    // counting the ranks it comes from: one all-reduce.
+    const n = prev.length;
+    const P = this.fragments.length;
+    const sum = new Float32Array(n + P + 1);
     if (counts) {
-      for (let i = 0; i < prev.length; i++) sum[i] = prev[i]! - held.weights[i]!;
-      sum[prev.length] = 1;
+      this.fragments.forEach((f, k) => {
+        const samples = held.samples?.[k] ?? 1;
+        for (let i = f.start; i < f.end; i++) sum[i] = (prev[i]! - held.weights[i]!) * samples;
+        sum[n + k] = samples;
+      });
+      sum[n + P] = 1;
     }
     await pg.allReduce(sum, 'sum');
-    const contributors = sum[prev.length]!;
+    const contributors = sum[n + P]!;
     if (!(contributors >= 1)) return { outerStep: false, contributors: 0 };
-    const delta = sum.subarray(0, prev.length);
+    const delta = sum.subarray(0, n);
     // The same division on every rank of the same sums: the same bits.
-    for (let i = 0; i < delta.length; i++) delta[i] = delta[i]! / contributors;
+    this.fragments.forEach((f, k) => {
+      const samples = sum[n + k]!;
+      for (let i = f.start; i < f.end; i++) delta[i] = samples > 0 ? delta[i]! / samples : 0;
+    });
     const now = await this.localWeights(model);
     this.held = null; // taken in here; the runner holds again after the round's start
     this.apply(model, now, delta, now, step);
@@ -258,7 +315,8 @@ export class DiLoCo implements CommHook {
 
   /** This rank's weights now, for `rejoin` after the next state transfer. */
   async hold(model: tf.LayersModel, step: number): Promise<DiLoCoHeld> {
-    this.held = { weights: await this.localWeights(model), step, outerSteps: this.outerSteps };
+    const samples = this.counted ? this.fragments.map((f) => f.mine + (f.inFlight?.mine ?? 0)) : null;
+    this.held = { weights: await this.localWeights(model), step, outerSteps: this.outerSteps, samples };
     return this.held;
   }
 
@@ -302,6 +360,8 @@ export class DiLoCo implements CommHook {
     if (held && held.step === step && held.weights.length === outer.length) {
       for (let i = 0; i < params.length; i++) held.weights[f.start + i] = params[i]! + (held.weights[f.start + i]! - sent[i]!);
       held.outerSteps++;
+      // Held at the step it was sent: nothing of the held weights is left uncounted in this fragment.
+      if (held.samples) held.samples[this.fragments.indexOf(f)] = 0;
     }
   }
 
@@ -330,7 +390,7 @@ export class DiLoCo implements CommHook {
   /** Outer weights and fresh fragments over them (no outer step taken yet). */
   private setOuterWeights(weights: Float32Array, step: number): void {
     this.outerWeights = weights;
-    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null }));
+    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null, mine: 0, all: 0 }));
   }
 
   private newOuterOptimizer(): SGD {
@@ -395,7 +455,7 @@ export class DiLoCo implements CommHook {
       } else if (taken > 0) {
         outer.loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(taken).buffer });
       }
-      return { start, end, outer, steps: taken, syncedAt: syncedAt[f]!, inFlight: null };
+      return { start, end, outer, steps: taken, syncedAt: syncedAt[f]!, inFlight: null, mine: 0, all: 0 };
     });
     this.outerWeights = weights.slice();
     this.fragments = fragments;

@@ -7,6 +7,8 @@
  *
  *   export default async function main(ctx: LaunchContext) { ... return { finalLoss }; }
  */
+import type { OfferInfo } from '../datasets/offered.ts';
+
 export interface LaunchContext {
   /** The server (the store and signaling relay), for initProcessGroup or runElastic. */
   url: string;
@@ -33,6 +35,13 @@ export interface LaunchContext {
    *   await straggler.after(timings.compute + timings.readback);
    */
   slow: Record<number, number>;
+  /**
+   * The host's own model and data, where the launcher was given --model-dir / --data-dir (npm
+   * start's --model / --data): what they are (null where none is offered). The script loads them
+   * with `loadOfferedModel(ctx)` and `loadOfferedDataset(ctx, inputShape)` (ctx is the request:
+   * it carries the server, the session and its token).
+   */
+  offer: OfferInfo;
   /** The TF.js backend the page set up, and why it is not the one asked for, if it is not. */
   backend: string;
   fallbackReason?: string;

@@ -39,6 +39,16 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
   expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
 });
 
+test("a script gets the host's model and data from its context (examples/02_ddp_train.ts with --model-dir, --data-dir)", async () => {
+  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--timeout', '180', 'examples/02_ddp_train.ts', '--batch-size', '6', '--epochs', '4']);
+  expect(r.code, r.output.slice(-3000)).toBe(0);
+  expect(r.summary).toMatchObject({ script: 'examples/02_ddp_train.ts', worldSize: 2, ok: true });
+  // The offered model (its softmax folded into the loss) on the 60 images of 3 classes, not the built-in MLP and set.
+  expect(r.output).toMatch(/\[rank 0\] training \S+ on images \(60 samples, 3 classes\)/);
+  expect(r.output).toMatch(/the model's last layer "my_classes" had a softmax/);
+  expect(r.summary.finalLoss as number).toBeLessThan(Math.log(3));
+});
+
 test("the host's images streamed (fetched as the steps need them) train to the same weights as loaded at the start", async () => {
   // Torch's equal shards (no balancing by measured speed, which differs from run to run): the same samples on the same rank at every step.
   const args = ['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '2', '--lr', '0.01', '--balance', 'false', '--timeout', '180'];

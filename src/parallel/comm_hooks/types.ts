@@ -50,6 +50,12 @@ export interface LoadCommHookStateOptions {
 /** torch's comm hook: returns the bucket's gradients averaged over `pg` (the same on every rank). */
 export interface CommHook {
   readonly name: string;
+  /**
+   * The hook keeps each rank's gradients its own (DiLoCo's inner steps): DDP hands it the mean
+   * over this rank's samples, not weighted by the rank's share of an uneven step (setBatchShare);
+   * a hook that averages later weighs by samples itself. Default false.
+   */
+  readonly localSteps?: boolean;
   reduce(pg: ProcessGroup, bucket: GradBucket): Promise<Float32Array>;
   stateDict?(): CommHookState;
   loadStateDict?(state: CommHookState, options?: LoadCommHookStateOptions): void;
