@@ -20,6 +20,8 @@
  * name: NAME.json and NAME.md, so that several grids can sit side by side), --merge a.json,b.json
  * (rows of earlier parts of a matrix, from their NAME.json, put in the table and goals with this run's). A hook
  * item may end in @wBYTES: that run's links get a credit window of BYTES (the job's linkWindowBytes).
+ * --delay MS (0): on shaped links, each host's packets out are held MS ms (the launcher's
+ * --lan-delay, a user-space delay line: this kernel has no netem), a round trip 2 x MS longer.
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -49,6 +51,7 @@ const { values } = parseArgs({
     'out-dir': { type: 'string' },
     name: { type: 'string', default: 'comm_hooks' },
     merge: { type: 'string' },
+    delay: { type: 'string', default: '0' },
   },
 });
 
@@ -95,6 +98,8 @@ const trainSize = positiveInt('train-size', values['train-size']!, 0);
 const testSize = positiveInt('test-size', values['test-size']!, 0);
 const stepsCap = values.steps === undefined ? null : positiveInt('steps', values.steps);
 const timeoutSec = positiveInt('timeout', values.timeout!);
+/** --delay MS: every shaped host's packets out held MS ms (the LAN's delay line): a round trip rank to rank 2 x MS longer. */
+const delayMs = positiveInt('delay', values.delay!, 0);
 if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
 
 /**
@@ -146,6 +151,8 @@ interface Row {
   nprocs: number;
   /** null: loopback. */
   rateMbit: number | null;
+  /** Each host's one-way delay on a shaped LAN (--delay; absent: none). */
+  delayMs?: number;
   /** As asked (--hooks), and as passed to the job (with START). */
   hook: string;
   hookParam: string;
@@ -258,7 +265,7 @@ async function runOnce(model: string, nproc: number, rate: number, param: string
     session: `bench-hooks-${model.replace(/[^A-Za-z0-9]/g, '')}-${nproc}-${rate}-${param.replace(/[^A-Za-z0-9]/g, '')}-${Date.now().toString(36)}`,
     timeoutSec,
     jobParams: jobParams(model, param, window === null ? {} : { linkWindowBytes: window }),
-    ...(rate > 0 ? { lan: { rateMbit: rate } } : {}),
+    ...(rate > 0 ? { lan: { rateMbit: rate, ...(delayMs > 0 ? { delayMs } : {}) } } : {}),
     log: logLine(clock),
   });
   return { ...(summary as Record<string, unknown>), ok };
@@ -329,13 +336,14 @@ for (const model of models) {
       for (const hook of hooks) {
         runIndex++;
         const param = hookParam(hook);
-        const where = rate > 0 ? `--lan ${rate}` : 'loopback';
+        const where = rate > 0 ? `--lan ${rate}${delayMs > 0 ? ` --lan-delay ${delayMs}` : ''}` : 'loopback';
         console.log(`--- [${runIndex}/${runs}] ${model}, ${nproc} ranks, ${where}, comm-hook ${param}`);
         const clock = new StepClock();
         const row: Row = {
           model,
           nprocs: nproc,
           rateMbit: rate > 0 ? rate : null,
+          ...(rate > 0 && delayMs > 0 ? { delayMs } : {}),
           hook,
           hookParam: param,
           ok: false,
@@ -524,7 +532,7 @@ async function writeResults(): Promise<string> {
       '| ranks | network | hook | step ms | step ms after START | bytes/step | bytes/step after START | vs none | communication share | hidden | samples/s | samples/s (wall) | test accuracy | identical |',
       '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
       ...mine.map((r) => {
-        const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s`;
+        const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s${r.delayMs ? `, RTT +${2 * r.delayMs} ms` : ''}`;
         if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |  |`;
         return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec, (v) => String(r1(v)))} | ${dash(r.wallSamplesPerSec, (v) => String(r1(v)))} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
       }),

@@ -31,9 +31,10 @@
  * lan_tools.ts (running ip and tc), lan_state.ts (state root, subnet reservations, the sweep),
  * lan_reaper.ts (teardown on exit, signals and the reaper); this module makes and tears down a run.
  */
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { lanNames, runTag } from './lan_names.ts';
 import { startReaper, track, untrack } from './lan_reaper.ts';
 import { rateOf, tbfArgs, type LanOptions } from './lan_shaping.ts';
@@ -43,7 +44,7 @@ import { findTurnserver, freeUdpPort, newTurnSecret, RELAY_PORTS, TURN_REALM, Tu
 import type { IceConfig } from '../signaling/ice.ts';
 
 // What importers take from here (the unit tests take the pure parts from here too).
-export { MAX_RATE_MBIT, MIN_RATE_MBIT, parseRate, parseRates, rateOf, tbfArgs, type LanOptions } from './lan_shaping.ts';
+export { MAX_DELAY_MS, MAX_RATE_MBIT, MIN_RATE_MBIT, parseDelay, parseRate, parseRates, rateOf, tbfArgs, type LanOptions } from './lan_shaping.ts';
 export { chooseSubnet, cidrRange, lanNames, ownerPid, runOfName, runTag } from './lan_names.ts';
 export { checkLanSupport } from './lan_tools.ts';
 export { sweepLeftovers } from './lan_state.ts';
@@ -68,9 +69,16 @@ export interface LanSummary {
   isolated?: true;
   /** The run's TURN relay: where ranks reached it and the address it relayed from. */
   turn?: { url: string; relay: string };
+  /** Each host's one-way delay out (`delayMs`). */
+  delayMs?: number;
 }
 
 let runs = 0;
+
+/** `delayMs`: the delay line's TUN device in each host, the mark of the packets it sends on, and the script. */
+const DELAY_DEV = 'dly0';
+const DELAY_MARK = 1;
+const DELAY_SCRIPT = fileURLToPath(new URL('./lan_delay.py', import.meta.url));
 
 export class Lan {
   readonly names: ReturnType<typeof lanNames>;
@@ -88,6 +96,8 @@ export class Lan {
   /** The run's TURN relay (`turn`), and the address it relays from. */
   private turn?: TurnProcess;
   private relayAddress?: string;
+  /** `delayMs`: each host's delay line (lan_delay.py), which exits when its stdin closes. */
+  private readonly delayLines: ChildProcess[] = [];
 
   /** Use createLan(). */
   constructor(
@@ -162,7 +172,45 @@ export class Lan {
     // Each end shapes its own egress: eth0 the host's upload, the bridge port its download.
     await this.tc('-n', ns, 'qdisc', 'add', 'dev', 'eth0', 'root', ...tbfArgs(host.rateMbit));
     await this.tc('-n', n.lanNs, 'qdisc', 'add', 'dev', port, 'root', ...tbfArgs(host.rateMbit));
+    if (this.options.delayMs !== undefined) await this.addDelay(host, this.options.delayMs);
     return host;
+  }
+
+  /**
+   * `delayMs`: the host's packets to the LAN go to a TUN device whose user-space end
+   * (lan_delay.py) holds each one, then sends it out of eth0 through a raw socket marked
+   * DELAY_MARK; a policy rule routes marked packets by the real link, the others by the TUN.
+   * Replies come in by eth0 directly, so the reverse-path filter is off.
+   */
+  private async addDelay(host: LanHost, delayMs: number): Promise<void> {
+    const ns = host.namespace;
+    await this.ip('netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.eth0.rp_filter=0');
+    await this.ip('-n', ns, 'tuntap', 'add', 'dev', DELAY_DEV, 'mode', 'tun');
+    await this.ip('-n', ns, 'link', 'set', DELAY_DEV, 'up');
+    await this.ip('-n', ns, 'route', 'add', this.subnet, 'dev', 'eth0', 'table', '100');
+    await this.ip('-n', ns, 'rule', 'add', 'fwmark', String(DELAY_MARK), 'lookup', '100', 'pref', '100');
+    await this.ip('-n', ns, 'route', 'add', this.subnet, 'dev', DELAY_DEV, 'src', host.address, 'table', '200');
+    await this.ip('-n', ns, 'rule', 'add', 'not', 'fwmark', String(DELAY_MARK), 'lookup', '200', 'pref', '200');
+    const line = spawn(this.tools.ip, ['netns', 'exec', ns, '/usr/bin/python3', DELAY_SCRIPT, DELAY_DEV, String(delayMs), String(DELAY_MARK)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.delayLines.push(line);
+    // It says so once the TUN is open; until then packets to the LAN would go nowhere.
+    await new Promise<void>((resolve, reject) => {
+      let err = '';
+      const timer = setTimeout(() => reject(new Error(`the delay line of ${ns} did not start within 10 s: ${err.trim()}`)), 10_000);
+      line.stdout!.once('data', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      line.stderr!.on('data', (d: Buffer) => {
+        err = (err + String(d)).slice(-2000);
+      });
+      line.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the delay line of ${ns} exited (${code}): ${err.trim()}`));
+        // The host is cut off from the LAN from here: say so (a teardown's exit is expected).
+        if (!this.closed) this.log(`lan: the delay line of ${ns} exited (${code}) during the run: ${err.trim().slice(-300)}`);
+      });
+    });
   }
 
   /**
@@ -228,6 +276,7 @@ export class Lan {
       ranks: ranks.map((r) => ({ rank: r.rank ?? null, address: r.host.address, rateMbit: r.host.rateMbit, finished: r.finished })),
       ...(o.isolate ? { isolated: true as const } : {}),
       ...(this.turn && this.relayAddress ? { turn: { url: this.turn.url, relay: this.relayAddress } } : {}),
+      ...(this.options.delayMs === undefined ? {} : { delayMs: this.options.delayMs }),
     };
   }
 
@@ -240,6 +289,13 @@ export class Lan {
       ...this.hosts.map((h): [string, string[]] => [this.tools.ip, ['netns', 'del', h.namespace]]),
       [this.tools.ip, ['netns', 'del', n.lanNs]],
     ];
+  }
+
+  private stopDelayLines(): void {
+    for (const line of this.delayLines) {
+      line.stdin?.end();
+      line.kill('SIGTERM');
+    }
   }
 
   private finish(): void {
@@ -258,6 +314,7 @@ export class Lan {
     await this.chain; // a host being made
     // The relay before the addresses it listens and relays on.
     await this.turn?.stop();
+    this.stopDelayLines();
     for (const [bin, args] of this.teardownSteps()) await run(bin, args).catch(() => {});
     this.finish();
     this.log(`lan: removed ${this.names.lanNs} and ${this.hosts.length} host namespace(s)${this.turn ? ', stopped the TURN relay' : ''}`);
@@ -268,6 +325,7 @@ export class Lan {
     if (this.finished) return;
     this.closed = true;
     this.turn?.stopSync();
+    this.stopDelayLines();
     for (const [bin, args] of this.teardownSteps()) {
       try {
         runSync(bin, args);

@@ -13,6 +13,23 @@ export interface LanOptions {
   isolate?: boolean;
   /** Start a TURN relay (Debian's coturn) for the run; the server hands the ranks credentials for it. */
   turn?: boolean;
+  /**
+   * Every host's packets out are held this long (ms) by a user-space delay line
+   * (launcher/lan_delay.py: this kernel has no netem), so a round trip between two hosts takes
+   * 2 x delayMs more, and one to the server delayMs more.
+   */
+  delayMs?: number;
+}
+
+export const MAX_DELAY_MS = 1000;
+
+/** `--lan-delay MS`: each host's one-way delay, 1-1000 ms. */
+export function parseDelay(value: string | undefined): number {
+  const n = value === undefined || value.trim() === '' ? NaN : Number(value);
+  if (!Number.isFinite(n) || n < 1 || n > MAX_DELAY_MS) {
+    throw new Error(`--lan-delay takes each host's one-way delay in ms, 1-${MAX_DELAY_MS} (a round trip between two hosts gets twice it), e.g. --lan-delay 40; got "${value ?? ''}"`);
+  }
+  return n;
 }
 
 export const MIN_RATE_MBIT = 0.1;

@@ -17,7 +17,7 @@ import { isScript, launch, type Fault, type FaultTarget, type LaunchOptions } fr
 import { largestWorld, membershipFaultProblem, parameterServerFlagsFor, slowParam, trainFlagProblems } from './job_flags.ts';
 import { checkMultiNode } from './multinode.ts';
 import { isSessionToken } from '../src/c10d/session_token.ts';
-import { checkLanSupport, parseRate, parseRates, type LanOptions } from './lan.ts';
+import { checkLanSupport, parseDelay, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
 import { findTurnserver } from './turn.ts';
 import { firefoxProblems, isRankBrowser, opensIn, parseBrowsers, RANK_BROWSERS, type RankBrowser } from './rank_browsers.ts';
@@ -33,7 +33,7 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
          [--browser chromium|firefox (every rank's browser, --join's pages too; default chromium)] [--browsers B0,B1,... (one browser per rank, as many as --nproc, e.g. chromium,firefox; --join's pages open in Chromium)]
          [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
          [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
-         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)]
+         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)] [--lan-delay MS (each host's packets out held MS ms: a round trip between two ranks 2 x MS longer)]
          [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
          [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
 job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
@@ -84,7 +84,7 @@ function parseAt(flag: string, value: string): { n: number; step: number } {
 /** --lan MBIT and --lan-rates R0,R1,...: checked here, root and iproute2 included, so that the run fails before it starts. */
 function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<string, unknown>): LanOptions | undefined {
   if (rate === undefined && rates === undefined) {
-    if (values['lan-isolate'] || values.turn) throw new Error(`--lan-isolate and --turn work on the virtual LAN: add --lan MBIT (root)\n${USAGE}`);
+    if (values['lan-isolate'] || values.turn || values['lan-delay'] !== undefined) throw new Error(`--lan-isolate, --lan-delay and --turn work on the virtual LAN: add --lan MBIT (root)\n${USAGE}`);
     return undefined;
   }
   if (rate === true || rates === true) throw new Error(`--lan takes a rate in Mbit/s (--lan 40), --lan-rates one per rank (--lan-rates 100,100,20)\n${USAGE}`);
@@ -93,6 +93,7 @@ function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<s
     ...(rates === undefined ? {} : { rates: parseRates(String(rates), nproc) }),
     ...(values['lan-isolate'] === true ? { isolate: true } : {}),
     ...(values.turn === true ? { turn: true } : {}),
+    ...(values['lan-delay'] === undefined ? {} : { delayMs: parseDelay(String(values['lan-delay'])) }),
   };
   if (values.tabs) throw new Error('--lan and --tabs do not go together: --tabs runs every rank in one headful Chromium');
   if (values.server !== undefined) throw new Error('--lan needs the launcher to run its own server on the virtual LAN; drop --server');
@@ -121,6 +122,7 @@ function parse(argv: string[]): LaunchOptions {
       'node-rank': { type: 'string' },
       lan: { type: 'string' },
       'lan-rates': { type: 'string' },
+      'lan-delay': { type: 'string' },
       https: { type: 'boolean' },
       'server-cert': { type: 'string' },
       'lan-isolate': { type: 'boolean' },
@@ -137,7 +139,7 @@ function parse(argv: string[]): LaunchOptions {
   if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
   const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'https', 'server-cert', 'lan-isolate', 'turn', 'browser', 'browsers']);
+  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'lan-delay', 'https', 'server-cert', 'lan-isolate', 'turn', 'browser', 'browsers']);
   const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
   const server = typeof values.server === 'string' ? values.server : undefined;
   if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");

@@ -250,7 +250,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       log(`[launch] FAILED ${(err as Error).message}`);
       return { ok: false, summary: { ...summaryBase, ok: false, errors: [(err as Error).message] }, results: [] };
     }
-    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)${opts.lan.isolate ? '; hosts isolated: each reaches only the server' : ''}`);
+    log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)${opts.lan.isolate ? '; hosts isolated: each reaches only the server' : ''}${opts.lan.delayMs ? `; each host's packets out held ${opts.lan.delayMs} ms (rank to rank round trip +${2 * opts.lan.delayMs} ms)` : ''}`);
   }
   // --turn: the server mints the ranks' credentials for the run's relay (an explicit `ice` wins).
   const lanIce = lan?.iceConfig();

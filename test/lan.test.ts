@@ -1,6 +1,6 @@
 /** The pure parts of `--lan` (launcher/lan.ts): rates, names, subnet choice. The LAN itself is in test/e2e/lan.spec.ts (root). */
 import { describe, expect, it } from 'vitest';
-import { chooseSubnet, cidrRange, lanNames, ownerPid, parseRate, parseRates, rateOf, runOfName, runTag, tbfArgs } from '../launcher/lan.ts';
+import { chooseSubnet, cidrRange, lanNames, ownerPid, parseDelay, parseRate, parseRates, rateOf, runOfName, runTag, tbfArgs } from '../launcher/lan.ts';
 import { secureOriginArgs } from '../launcher/lan_driver.ts';
 
 describe('--lan rates', () => {
@@ -23,6 +23,12 @@ describe('--lan rates', () => {
     expect(rateOf({ rates: [100, 20] }, 2)).toBe(20);
     expect(rateOf({ rates: [100, 50], rateMbit: 80 }, 2)).toBe(80);
     expect(() => rateOf({}, 0)).toThrow(/needs a rate/);
+  });
+
+  it('--lan-delay takes a one-way delay of 1-1000 ms', () => {
+    expect(parseDelay('40')).toBe(40);
+    expect(parseDelay('2.5')).toBe(2.5);
+    for (const bad of ['0', '-3', 'slow', '', undefined, '1001']) expect(() => parseDelay(bad)).toThrow(/--lan-delay takes each host's one-way delay in ms, 1-1000/);
   });
 
   it('shapes with the verified tbf recipe, the burst growing with fast links', () => {

@@ -64,6 +64,20 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
   await expectTornDown(lan);
 });
 
+test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', async () => {
+  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40, delayMs: 40 }, jobParams: { sizes: '1000', iters: '2' } });
+  expect(ok, JSON.stringify(summary)).toBe(true);
+  expect(lan.delayMs).toBe(40);
+  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
+  // WebRTC's own measure of the link (its STUN checks take the same path as the data): each end holds 40 ms.
+  const links = summary.links as Array<{ rttMs: number | null }>;
+  for (const l of links) expect(l.rttMs ?? 0, JSON.stringify(links)).toBeGreaterThanOrEqual(80);
+  // A 1,000-value all-reduce of 2 ranks needs a message each way at least: >= one round trip.
+  for (const row of summary.results as Array<{ ms: number }>) expect(row.ms, JSON.stringify(summary.results)).toBeGreaterThanOrEqual(80);
+  await expectTornDown(lan);
+  await expect.poll(() => execFileSync('ps', ['-eo', 'args']).toString().split('\n').filter((l) => l.includes('lan_delay.py')), { timeout: 5_000 }).toEqual([]);
+});
+
 test('elastic training on the LAN with a killed host: the others finish, each sample once', async () => {
   const faults: Fault[] = [{ kind: 'kill', rank: 1, step: 3 }];
   const { ok, summary, lan } = await run({
