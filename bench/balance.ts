@@ -12,7 +12,8 @@
  *
  * Options: --dataset synthetic|mnist --train-size 8192 --batch-size 64 --epochs 1 --backend cpu --slow 3:4
  * --comm-hook SPEC (the train job's hook for all three, e.g. diloco:16: with balanced batches a slow
- * rank's inner steps get fewer samples and its pseudo-gradient weighs by them; default none)
+ * rank's inner steps get fewer samples and its pseudo-gradient weighs by them; default none),
+ * --model mlp|cnn (default mlp)
  * --configs even,torch,balanced (a subset runs only those; `vs even` then needs even among them)
  * --out balance (the results' file name, .json and .md, in bench/results)
  */
@@ -35,12 +36,14 @@ const { values } = parseArgs({
     configs: { type: 'string', default: 'even,torch,balanced' },
     out: { type: 'string', default: 'balance' },
     'comm-hook': { type: 'string', default: 'none' },
+    model: { type: 'string', default: 'mlp' },
   },
 });
 if (!['synthetic', 'mnist'].includes(values.dataset!)) throw new Error(`--dataset: synthetic or mnist, got "${values.dataset}"`);
 if (!/^[a-z0-9_-]{1,40}$/.test(values.out!)) throw new Error(`--out: a file name of a-z 0-9 _ - (no extension), got "${values.out}"`);
 if (!['cpu', 'webgl', 'webgpu', 'wasm'].includes(values.backend!)) throw new Error(`--backend: cpu, webgl, webgpu or wasm, got "${values.backend}"`);
 for (const k of ['train-size', 'batch-size', 'epochs'] as const) if (!/^[1-9]\d{0,6}$/.test(values[k]!)) throw new Error(`--${k} takes a positive integer, got "${values[k]}"`);
+if (!['mlp', 'cnn'].includes(values.model!)) throw new Error(`--model: mlp or cnn, got "${values.model}"`);
 if (!/^[a-z0-9:.x]{1,60}$/.test(values['comm-hook']!)) throw new Error(`--comm-hook takes a train job hook spec (e.g. none, diloco:16), got "${values['comm-hook']}"`);
 if (!/^\d+:\d+(\.\d+)?$/.test(values.slow!)) throw new Error(`--slow takes RANK:FACTOR, got "${values.slow}"`);
 
@@ -81,6 +84,7 @@ for (const c of configs) {
       optimizer: 'adam',
       evalEvery: '0',
       commHook: values['comm-hook']!,
+      model: values.model!,
       ...c.params,
     },
   });
@@ -106,7 +110,7 @@ const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), 
 const md = [
   `# DDP${values['comm-hook'] === 'none' ? '' : ` with --comm-hook ${values['comm-hook']}`} with a slow rank: batches balanced by speed (${date})`,
   '',
-  `Machine: ${machine}. ${RANKS} ranks, the train job on ${values.dataset} (${values['train-size']} samples, ${values.epochs} epoch(s)), MLP, batch ${values['batch-size']} per rank (global ${Number(values['batch-size']) * RANKS}), Adam; the straggler: \`--slow ${values.slow}\`.`,
+  `Machine: ${machine}. ${RANKS} ranks, the train job on ${values.dataset} (${values['train-size']} samples, ${values.epochs} epoch(s)), ${values.model!.toUpperCase()}, batch ${values['batch-size']} per rank (global ${Number(values['batch-size']) * RANKS}), Adam; the straggler: \`--slow ${values.slow}\`.`,
   'Command: `npm run bench:balance` (options in bench/balance.ts).',
   '',
   '| run | samples/s | vs even | seconds | replicas identical | every sample once | test accuracy |',

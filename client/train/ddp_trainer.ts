@@ -211,7 +211,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           accuracy: indices.length > 0 ? correct / (indices.length * labelsPerSample(trainSet)) : 0,
           // This rank's share of the step's samples (balanced batches differ between ranks).
           samples: indices.length,
-          samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
+          // A rank given no samples (balanced batches) may finish a step that meets nobody in 0 ms: 0, not 0/0.
+          samplesPerSec: indices.length > 0 ? (indices.length / (performance.now() - t0)) * 1000 : 0,
           stepMs: performance.now() - t0,
           ...result.timings,
           apply,
