@@ -180,11 +180,10 @@ export class Lan {
    * `delayMs`: the host's packets to the LAN go to a TUN device whose user-space end
    * (lan_delay.py) holds each one, then sends it out of eth0 through a raw socket marked
    * DELAY_MARK; a policy rule routes marked packets by the real link, the others by the TUN.
-   * Replies come in by eth0 directly, so the reverse-path filter is off.
+   * Replies come in by eth0 directly, so the line turns the namespace's reverse-path filter off.
    */
   private async addDelay(host: LanHost, delayMs: number): Promise<void> {
     const ns = host.namespace;
-    await this.ip('netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.eth0.rp_filter=0');
     await this.ip('-n', ns, 'tuntap', 'add', 'dev', DELAY_DEV, 'mode', 'tun');
     await this.ip('-n', ns, 'link', 'set', DELAY_DEV, 'up');
     await this.ip('-n', ns, 'route', 'add', this.subnet, 'dev', 'eth0', 'table', '100');

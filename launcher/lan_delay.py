@@ -36,6 +36,12 @@ def main() -> None:
     dev, delay_ms, mark = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     if not (0 < delay_ms <= 10_000):
         sys.exit(f"lan_delay.py: DELAY_MS must be in (0, 10000], got {sys.argv[2]}")
+    # Replies come in by the real link while the route back points at the TUN: the reverse-path
+    # filter would drop them (this namespace's own settings; /proc/sys/net is per namespace).
+    conf = "/proc/sys/net/ipv4/conf"
+    for name in os.listdir(conf):
+        with open(os.path.join(conf, name, "rp_filter"), "w") as f:
+            f.write("0")
     tun = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
     fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", dev.encode(), IFF_TUN | IFF_NO_PI))
     out = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)

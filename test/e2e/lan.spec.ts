@@ -4,6 +4,7 @@
  * namespace, no interface, no address of its /24.
  */
 import { execFileSync, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
 import type { LanSummary } from '../../launcher/lan.ts';
 import { lanTestsBlocked } from '../fixtures/lan.ts';
@@ -19,6 +20,20 @@ function leftovers(lan: LanSummary): string[] {
   for (const ns of execFileSync('ip', ['netns', 'list']).toString().split('\n')) if (ns.startsWith(lan.run)) out.push(`netns ${ns}`);
   for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n')) if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
   for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n')) if (a.includes(` ${prefix}`)) out.push(`addr ${a.slice(0, 60)}`);
+  return out;
+}
+
+/** The command lines of processes running the LAN's delay line (from /proc: no procps needed). */
+function delayLines(): string[] {
+  const out: string[] = [];
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+      if (args.includes('lan_delay.py')) out.push(args);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
   return out;
 }
 
@@ -75,7 +90,7 @@ test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the 
   // A 1,000-value all-reduce of 2 ranks needs a message each way at least: >= one round trip.
   for (const row of summary.results as Array<{ ms: number }>) expect(row.ms, JSON.stringify(summary.results)).toBeGreaterThanOrEqual(80);
   await expectTornDown(lan);
-  await expect.poll(() => execFileSync('ps', ['-eo', 'args']).toString().split('\n').filter((l) => l.includes('lan_delay.py')), { timeout: 5_000 }).toEqual([]);
+  await expect.poll(() => delayLines(), { timeout: 5_000 }).toEqual([]);
 });
 
 test('elastic training on the LAN with a killed host: the others finish, each sample once', async () => {
