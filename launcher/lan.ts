@@ -185,6 +185,8 @@ export class Lan {
   private async addDelay(host: LanHost, delayMs: number): Promise<void> {
     const ns = host.namespace;
     await this.ip('-n', ns, 'tuntap', 'add', 'dev', DELAY_DEV, 'mode', 'tun');
+    // IPv4 only, as eth0: no link-local IPv6 address for WebRTC to gather a candidate on.
+    await this.ip('-n', ns, 'link', 'set', DELAY_DEV, 'addrgenmode', 'none');
     await this.ip('-n', ns, 'link', 'set', DELAY_DEV, 'up');
     await this.ip('-n', ns, 'route', 'add', this.subnet, 'dev', 'eth0', 'table', '100');
     await this.ip('-n', ns, 'rule', 'add', 'fwmark', String(DELAY_MARK), 'lookup', '100', 'pref', '100');

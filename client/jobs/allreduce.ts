@@ -64,6 +64,9 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
   const meshParam = ctx.params.get('mesh');
   if (meshParam !== null && meshParam !== 'true' && meshParam !== 'false') throw new Error(`--mesh must be true or false, got "${meshParam}"`);
+  // 2 x 24 MiB over one link: a minute where a round trip holds the link to one credit window a trip.
+  const measureParam = ctx.params.get('measure-link');
+  if (measureParam !== null && measureParam !== 'true' && measureParam !== 'false') throw new Error(`--measure-link must be true or false, got "${measureParam}"`);
   const forced = ctx.params.get('algorithm') ?? 'auto';
   if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') throw new Error(`--algorithm must be auto, ring or doubling, got "${forced}"`);
   // Also time both algorithms, whichever the tuner picks: where the threshold should be.
@@ -77,8 +80,9 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   // Open every link either algorithm uses before timing anything.
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'ring' });
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'doubling' });
-  const linkMBps = await measureLink(pg);
-  const duplexMBps = await measureLink(pg, true);
+  const measure = measureParam !== 'false';
+  const linkMBps = measure ? await measureLink(pg) : null;
+  const duplexMBps = measure ? await measureLink(pg, true) : null;
   if (linkMBps !== null) ctx.log(`link 0->1: ${linkMBps.toFixed(1)} MB/s alone, ${duplexMBps?.toFixed(1)} MB/s each way in both directions at once`);
   await pg.barrier();
 

@@ -80,9 +80,10 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
 });
 
 test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', async () => {
-  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40, delayMs: 40 }, jobParams: { sizes: '1000', iters: '2' } });
+  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40, delayMs: 40 }, jobParams: { sizes: '1000', iters: '2', 'measure-link': 'false' } });
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(lan.delayMs).toBe(40);
+  expect(summary.linkMBps).toBeNull(); // not measured (--measure-link false)
   for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
   // WebRTC's own measure of the link (its STUN checks take the same path as the data): each end holds 40 ms.
   const links = summary.links as Array<{ rttMs: number | null }>;
