@@ -11,6 +11,8 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions } from '../src/parallel/ddp.ts';
 import { NonFiniteGradientError, ReplicaDivergenceError } from '../src/errors.ts';
 import { verifyReplicas } from '../src/parallel/replicas.ts';
+import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
+import { allreduceHook, fp16CompressHook } from '../src/parallel/comm_hooks/default_hooks.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { pendingWaiters, withServer } from './fixtures/server.ts';
@@ -185,6 +187,95 @@ describe('DistributedDataParallel', () => {
     const b = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 11 });
     const flat = async (m: tf.LayersModel) => (await tf.concat(m.getWeights().map((w) => w.reshape([-1]))).data()) as Float32Array;
     expect(Buffer.from((await flat(a)).buffer).equals(Buffer.from((await flat(b)).buffer))).toBe(true);
+  });
+});
+
+describe('carry', () => {
+  /** Three steps on `n` ranks; with `carrying`, rank r carries [r + 1, step, -(r + 1) / 3] at each. */
+  async function run(n: number, carrying: boolean, hook?: 'allreduce' | 'fp16') {
+    const ddps = await Promise.all((await groups(n)).map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg)));
+    if (hook) for (const d of ddps) d.registerCommHook(hook === 'fp16' ? fp16CompressHook() : allreduceHook());
+    const sums: Array<Array<Float32Array | null>> = [];
+    const sent: number[][] = [];
+    const accepted: boolean[] = [];
+    for (let step = 1; step <= 3; step++) {
+      const before = ddps.map((d) => d.pg.bytesSent());
+      sums.push(
+        await Promise.all(
+          ddps.map(async (d, r) => {
+            if (carrying) accepted.push(d.carry(Float32Array.of(r + 1, step, -(r + 1) / 3)));
+            const { x, y } = data.batch(range(step * 64 + r * 8, step * 64 + r * 8 + 8));
+            const xs = tf.tensor(x, [8, 16]);
+            const ys = tf.tensor1d(y, 'int32');
+            await d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4));
+            tf.dispose([xs, ys]);
+            await d.step(tf.train.sgd(0.1));
+            return d.takeCarried();
+          }),
+        ),
+      );
+      sent.push(ddps.map((d, r) => d.pg.bytesSent() - before[r]!));
+    }
+    const weights = await Promise.all(ddps.map((d) => d.flatWeights()));
+    for (const d of ddps) d.pg.destroy();
+    return { sums, sent, accepted, weights, numel: ddps[0]!.parameterCount };
+  }
+  const same = (a: Float32Array, b: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+
+  it("values ride on the last bucket's all-reduce: their sums come back on every rank, in the same collective, and the weights are the plain average's bits", async () => {
+    for (const n of [2, 3, 4]) {
+      const plain = await run(n, false);
+      const carried = await run(n, true);
+      expect(carried.accepted.every(Boolean)).toBe(true);
+      for (const [k, step] of carried.sums.entries()) {
+        const want = Float32Array.of(
+          (n * (n + 1)) / 2,
+          (k + 1) * n,
+          Array.from({ length: n }, (_, r) => Math.fround(-(r + 1) / 3)).reduce((a, b) => Math.fround(a + b), 0),
+        );
+        for (const got of step) {
+          expect(got).not.toBeNull();
+          expect(Array.from(got!.subarray(0, 2))).toEqual(Array.from(want.subarray(0, 2)));
+          expect(got![2]!).toBeCloseTo(want[2]!, 5);
+          // Every rank the same bits.
+          expect(same(got!, step[0]!)).toBe(true);
+        }
+      }
+      // One all-reduce of the gradients and the 3 values, not a second collective.
+      for (const step of carried.sent) step.forEach((bytes, r) => expect(bytes).toBe(allReduceBytes(carried.numel + 3, r, n)));
+      // Summed then divided as 'avg' divides: the same weights as without the ride, to the bit.
+      for (const w of carried.weights) expect(same(w, plain.weights[0]!)).toBe(true);
+    }
+  });
+
+  it('carries nothing with a compressing hook, and nothing rides on a later backward than the one it was given for', async () => {
+    const fp16 = await run(2, true, 'fp16');
+    expect(fp16.accepted).toEqual([false, false, false, false, false, false]);
+    expect(fp16.sums.flat().every((s) => s === null)).toBe(true);
+    // A registered allreduceHook() is the plain all-reduce: it carries.
+    const registered = await run(2, true, 'allreduce');
+    expect(registered.accepted.every(Boolean)).toBe(true);
+
+    // A noSync backward carries nothing; takeCarried() then answers null and drops what waited,
+    // so the next synchronised backward is the gradients alone.
+    const ddps = await Promise.all((await groups(2)).map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg)));
+    const backward = (d: DistributedDataParallel, r: number) => {
+      const { x, y } = data.batch(range(r * 8, r * 8 + 8));
+      const xs = tf.tensor(x, [8, 16]);
+      const ys = tf.tensor1d(y, 'int32');
+      return d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4)).finally(() => tf.dispose([xs, ys]));
+    };
+    const dropped = await Promise.all(ddps.map(async (d, r) => {
+      d.carry(Float32Array.of(7));
+      await d.noSync(() => backward(d, r));
+      return d.takeCarried();
+    }));
+    expect(dropped).toEqual([null, null]);
+    const before = ddps.map((d) => d.pg.bytesSent());
+    await Promise.all(ddps.map((d, r) => backward(d, r)));
+    ddps.forEach((d, r) => expect(d.pg.bytesSent() - before[r]!).toBe(allReduceBytes(d.parameterCount, r, 2)));
+    expect(ddps.map((d) => d.takeCarried())).toEqual([null, null]);
+    for (const d of ddps) d.pg.destroy();
   });
 });
 

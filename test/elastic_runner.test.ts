@@ -21,6 +21,7 @@ import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -56,6 +57,8 @@ function member(
     failedRoundGraceMs?: number;
     extra?: (ctx: StepContext) => Promise<void>;
     prefetch?: (indices: number[]) => void;
+    voteWithGradients?: boolean;
+    voteAfter?: (step: number) => boolean;
   },
 ): Member {
   const events: ElasticEvent[] = [];
@@ -83,6 +86,8 @@ function member(
     shouldStop: opts.shouldStop,
     failedRoundGraceMs: opts.failedRoundGraceMs,
     ...(opts.prefetch ? { prefetch: opts.prefetch } : {}),
+    voteWithGradients: opts.voteWithGradients,
+    voteAfter: opts.voteAfter,
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
@@ -124,6 +129,46 @@ describe('runElastic', () => {
     expect(runs.map((r) => r.steps)).toEqual([6, 6]);
     expect(runs[0]!.stoppedBy).not.toBeNull();
     await closeAll(runs);
+  });
+
+  it("the vote rides on the gradients' all-reduce: no all-gather of its own but the last step's (and those asked for), the same step events and the same weights as voting apart", async () => {
+    const runWith = async (voteWithGradients: boolean, voteAfter?: (step: number) => boolean) => {
+      const net = new MemoryNetwork();
+      const session = uniqueSession('carry');
+      // All-gathers each rank's groups issue from its first step on (recovery's, at the round's start, come before).
+      const gathers = [0, 0, 0];
+      const counted = new Set<ProcessGroup>();
+      const count = (id: number) => async (ctx: StepContext) => {
+        if (counted.has(ctx.pg)) return;
+        counted.add(ctx.pg);
+        const allGather = ctx.pg.allGather.bind(ctx.pg);
+        ctx.pg.allGather = (...args: Parameters<ProcessGroup['allGather']>) => {
+          gathers[id]!++;
+          return allGather(...args);
+        };
+      };
+      const members = [0, 1, 2].map((id) => member(net, id, session, { min: 3, max: 3, steps: 10, voteWithGradients, voteAfter, extra: count(id) }));
+      const runs = await Promise.all(members.map((m) => m.result));
+      const steps = members.map((m) => m.events.flatMap((e) => (e.type === 'step' ? [{ step: e.step, metrics: e.metrics }] : [])));
+      await closeAll(runs);
+      return { gathers, steps, hashes: runs.map((r) => r.weightHash), stepCounts: runs.map((r) => r.steps) };
+    };
+    const apart = await runWith(false);
+    const riding = await runWith(true);
+    expect(apart.gathers).toEqual([10, 10, 10]);
+    // Steps 1-9's votes rode on steps 2-10's gradients; the run's last step voted on its own.
+    expect(riding.gathers).toEqual([1, 1, 1]);
+    expect(riding.stepCounts).toEqual([10, 10, 10]);
+    for (const r of [0, 1, 2]) {
+      expect(riding.steps[r]!.map((s) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      // Every rank's loss at every step, as the separate votes gave them.
+      expect(riding.steps[r]).toEqual(apart.steps[r]);
+    }
+    expect(new Set([...riding.hashes, ...apart.hashes]).size).toBe(1);
+    // voteAfter: those steps vote on their own, so their onStep runs before the next step.
+    const asked = await runWith(true, (step) => step % 4 === 0);
+    expect(asked.gathers).toEqual([3, 3, 3]);
+    expect(asked.steps[0]).toEqual(apart.steps[0]);
   });
 
   it("prefetch: as each step starts, the rank hears its samples of the next step (a streamed dataset's read-ahead), never past the run's last step", async () => {

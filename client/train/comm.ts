@@ -33,8 +33,9 @@ export function plainAllReduceBytes(elements: number, rank: number, worldSize: n
 }
 
 /** What DDP without a hook sends from this rank per synchronised backward: one float32 all-reduce per bucket. */
-export function denseStepBytes(buckets: ReadonlyArray<{ start: number; end: number }>, rank: number, worldSize: number, frameBytes = TRAIN_FRAME_BYTES): number {
-  return buckets.reduce((sum, b) => sum + plainAllReduceBytes(b.end - b.start, rank, worldSize, frameBytes), 0);
+export function denseStepBytes(buckets: ReadonlyArray<{ start: number; end: number }>, rank: number, worldSize: number, frameBytes = TRAIN_FRAME_BYTES, carried = 0): number {
+  // Values that rode on the last bucket (runElastic's vote) count in both the step's bytes and this baseline.
+  return buckets.reduce((sum, b, i) => sum + plainAllReduceBytes(b.end - b.start + (i === buckets.length - 1 ? carried : 0), rank, worldSize, frameBytes), 0);
 }
 
 /** A hook made from a spec, with what the trainer needs besides it. */

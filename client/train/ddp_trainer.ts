@@ -177,6 +177,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // DiLoCo's inner steps meet nowhere: the ranks vote at outer steps, and at least every
       // DILOCO_VOTE_EVERY steps so that a stop, a joiner and the dashboard's figures wait no longer.
       voteEvery: comm.diloco ? Math.min(comm.diloco.syncEvery, DILOCO_VOTE_EVERY) : 1,
+      // Votes ride on the gradients (onStep runs a step late), except after the steps an
+      // evaluation must see the model of.
+      voteAfter: (step) => config.evalEvery > 0 && step % config.evalEvery === 0,
 
       async step({ indices, step, ddp, optimizer, pg }) {
         const t0 = performance.now();
@@ -204,7 +207,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         const apply = performance.now() - a0;
         const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
         return {
-          ...stepBytes(comm, result.commBytes, step, ddp, pg),
+          ...stepBytes(comm, result, step, ddp, pg),
           ...deviceMetrics,
           loss: result.loss,
           // Of every label: a language model's accuracy is its next-character accuracy.
@@ -408,9 +411,9 @@ const DILOCO_VOTE_EVERY = 16;
  * model averaging runElastic does after this step, when it averages: one float32 all-reduce of
  * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
  */
-function stepBytes(comm: CommSetup, commBytes: number, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
+function stepBytes(comm: CommSetup, sent: { commBytes: number; carriedValues: number }, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
   const averaging = comm.averager?.averagesAt(step) ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : outerStepBytes(comm, ddp.parameterCount, pg, step);
-  return { commBytes: commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize) };
+  return { commBytes: sent.commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize, TRAIN_FRAME_BYTES, sent.carriedValues) };
 }
 
 /** Whether some DiLoCo fragment takes its outer step after `step` (DiLoCo.syncsAt's rule). */

@@ -7,6 +7,8 @@
  * ranks from the sampler's position, and training goes on. At each step boundary the ranks
  * vote, in one small all-gather that also carries each rank's metrics: stop (any rank asked), or
  * regroup (members wait to join; after a barrier the round ends and the next one admits them).
+ * Where DDP reduces with the plain all-reduce, the vote rides on the step's gradient all-reduce
+ * instead (voteWithGradients), with the metrics of the step before: one meeting point per step.
  * A lost rank, a lost server or a replaced group ends the round and the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
  * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
  * pauses the group until a tab takes its place. A lost WebGPU device ends this rank's step at
@@ -66,7 +68,7 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvou
 import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
-import { stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
+import { carriedVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
@@ -441,6 +443,12 @@ class ElasticRun<M extends StepMetrics> {
     /** The steps committed since the last vote, with this rank's metrics: the next vote carries them all. */
     const pending: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }> = [];
     const voteEvery = o.voteEvery ?? 1;
+    // The vote rides on each step's gradient all-reduce (no meeting of its own) where DDP reduces
+    // plainly and every step meets anyway; it then carries the steps before (their metrics are
+    // known only after their own all-reduce).
+    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco;
+    /** The last step's own work and the split it ran with, not yet voted on (balanced batches learn from it). */
+    let unvotedWork: { work: number; split: number[] | null } | null = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       const epochOptions = { numReplicas: n, rank: pg.rank, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast };
       const plan = balance ? null : planEpoch(length, p, epochOptions);
@@ -475,8 +483,16 @@ class ElasticRun<M extends StepMetrics> {
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();
         this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
+        const wishedStop = carryVotes ? (o.shouldStop?.() ?? false) : false;
+        const carry = carryVotes
+          ? carriedVote(pg, pending.map((x) => x.metrics), { stop: wishedStop, join: this.handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: unvotedWork?.work ?? 0 })
+          : null;
+        const carriedSplit = unvotedWork?.split ?? null;
+        if (carry) ddp.carry(carry.values);
         this.timeline.lap('other');
         const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
+        // null where the step ran no synchronised backward (then the vote meets on its own, below).
+        const carried = carry ? ddp.takeCarried() : null;
 
         // Commit: the step's samples are trained on; the group's position moves past them.
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
@@ -502,12 +518,28 @@ class ElasticRun<M extends StepMetrics> {
         // of the cost, and the rank reports none (0: unknown).
         const work = balance && this.sizesRun.has(batch.length) ? workOf(ddp, batch.length) : 0;
         this.sizesRun.add(batch.length);
+        const lastOfRound = k === stepsLeft - 1 || p.step >= this.maxSteps;
+        // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
+        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
+        let early: StepsVote<M> | null = null;
+        if (carried) {
+          // The steps before this one were voted on with its gradients: their events and onStep now.
+          early = carry!.read(carried);
+          if (this.costs && carriedSplit) this.costs.observe(carriedSplit, early.works);
+          await this.report(round.key, pg, ddp, pending.splice(0), early);
+          this.timeline.lap('page');
+        }
         pending.push({ step: p.step, epoch: p.epoch, metrics, totalSteps });
+        unvotedWork = { work, split: this.split };
         // With voteEvery > 1 the ranks meet at every voteEvery-th step, at outer steps and averagings, and at the end of each epoch and of the run.
-        const votes = p.step % voteEvery === 0 || averaged || (this.diloco?.syncsAt(p.step) ?? false) || k === stepsLeft - 1 || p.step >= this.maxSteps;
+        // A carried vote meets on its own only to end the round (a stop, joiners, the epoch's or run's end: this step's metrics would wait for a step that does not come), before a replica check (which can end the run), or where onStep must run before the next step.
+        const votes = early
+          ? early.stoppedBy !== null || early.regroup || lastOfRound || this.checkDue || (o.voteAfter?.(p.step) ?? false)
+          : p.step % voteEvery === 0 || averaged || (this.diloco?.syncsAt(p.step) ?? false) || lastOfRound;
         let vote: StepsVote<M> | null = null;
         if (votes) {
-          vote = await this.vote(pg, pending.map((x) => x.metrics), work);
+          vote = await this.vote(pg, pending.map((x) => x.metrics), work, wishedStop);
+          unvotedWork = null;
           if (this.diloco) await this.confirm();
           this.timeline.lap('vote');
         }
@@ -520,15 +552,8 @@ class ElasticRun<M extends StepMetrics> {
         }
         if (vote) {
           if (this.costs && this.split) this.costs.observe(this.split, vote.works);
-          const steps = pending.splice(0);
-          for (const [j, x] of steps.entries()) {
-            const all = vote.steps[j]!;
-            this.emit({ type: 'step', round: round.key, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - this.started });
-            await this.whileDeviceLives(o.onStep?.({ pg, ddp, step: x.step, epoch: x.epoch, metrics: all }));
-          }
+          await this.report(round.key, pg, ddp, pending.splice(0), vote);
         }
-        // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
-        if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
         if (this.checkDue && ((!this.averager && !this.diloco) || averaged)) {
           this.checkDue = false;
           await this.whileDeviceLives(verifyReplicas(pg, this.state.model));
@@ -619,9 +644,21 @@ class ElasticRun<M extends StepMetrics> {
     return c.held;
   }
 
-  /** One all-gather per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since the last vote] from every rank. */
-  private vote(pg: ProcessGroup, mine: M[], work: number): Promise<StepsVote<M>> {
-    return stepsVote(pg, mine, { stop: this.o.shouldStop?.() ?? false, join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
+  /**
+   * One all-gather per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since
+   * the last vote] from every rank. `wishedStop`: this rank already asked (in a carried vote).
+   */
+  private vote(pg: ProcessGroup, mine: M[], work: number, wishedStop = false): Promise<StepsVote<M>> {
+    return stepsVote(pg, mine, { stop: wishedStop || (this.o.shouldStop?.() ?? false), join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
+  }
+
+  /** The voted steps' events and onStep, in order, with every rank's metrics. */
+  private async report(round: string, pg: ProcessGroup, ddp: DistributedDataParallel, steps: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }>, vote: StepsVote<M>): Promise<void> {
+    for (const [j, x] of steps.entries()) {
+      const all = vote.steps[j]!;
+      this.emit({ type: 'step', round, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - this.started });
+      await this.whileDeviceLives(this.o.onStep?.({ pg, ddp, step: x.step, epoch: x.epoch, metrics: all }));
+    }
   }
 
   /** Rank 0 saves; a failed save is reported and training goes on (the previous checkpoint is still there). */

@@ -14,7 +14,7 @@ export interface StepTimeline {
   step: number;
   /** Local SGD's model averaging after the step (0 without it). */
   average: number;
-  /** The step-boundary vote (one small all-gather). */
+  /** The step-boundary vote (one small all-gather; 0 on steps whose vote rode on the gradients' all-reduce). */
   vote: number;
   /** onStep, the step's events, replica checks and checkpoints: the page's work between steps. */
   page: number;

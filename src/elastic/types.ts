@@ -97,6 +97,22 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
    * steps since then are trained again.
    */
   voteEvery?: number;
+  /**
+   * With voteEvery 1, no local SGD or DiLoCo, and DDP's plain all-reduce (no hook), the vote rides
+   * on each step's gradient all-reduce (`DistributedDataParallel.carry`) instead of meeting after
+   * the step: one meeting point per step, not two. A step's metrics are known only after its own
+   * all-reduce, so they ride on the next step's, and `onStep` for step s runs during step s + 1,
+   * after its gradients are averaged (the model is then one step further; the last step of an
+   * epoch or run, a stop and a regroup still vote at once). Default true; false keeps a vote of
+   * its own after every step.
+   */
+  voteWithGradients?: boolean;
+  /**
+   * Steps after which the ranks vote on their own even where votes ride on the gradients, so that
+   * `onStep` for the step runs before the next step trains: e.g. the steps an evaluation in onStep
+   * must see the model of.
+   */
+  voteAfter?: (step: number) => boolean;
   /** Rank 0 saves a checkpoint every this many steps (0: never by step count). */
   checkpointEvery?: number;
   /** Rank 0 saves a checkpoint at each epoch end. Default: when the run is elastic or checkpoints by step. */

@@ -1,7 +1,8 @@
 /**
  * The step-boundary vote of elastic runs: one small all-gather that carries each rank's stop and
  * join wishes with its metrics for the step (or, for runs that vote every few steps, for each
- * step since the last vote), so that every rank decides the same thing.
+ * step since the last vote), so that every rank decides the same thing. A vote can also ride on
+ * the gradients' all-reduce (`carriedVote`): then it costs no meeting of its own.
  */
 import type { ProcessGroup } from '../c10d/process_group.ts';
 
@@ -27,7 +28,7 @@ export interface StepVote<M extends StepMetrics> {
 export async function stepVote<M extends StepMetrics>(
   pg: ProcessGroup,
   mine: M,
-  wishes: { stop: boolean; join: boolean; stopVote?: 'any' | 'all'; work?: number },
+  wishes: VoteWishes,
 ): Promise<StepVote<M>> {
   const v = await stepsVote(pg, [mine], wishes);
   return { stoppedBy: v.stoppedBy, regroup: v.regroup, metrics: v.steps[0]!, works: v.works };
@@ -49,25 +50,66 @@ export interface StepsVote<M extends StepMetrics> {
  * each of the steps since the last vote (`mine`, one entry per step, every rank the same count),
  * in one all-gather.
  */
-export async function stepsVote<M extends StepMetrics>(
+export async function stepsVote<M extends StepMetrics>(pg: ProcessGroup, mine: M[], wishes: VoteWishes): Promise<StepsVote<M>> {
+  const names = metricNames(mine);
+  const row = voteRow(mine, names, wishes);
+  return readVote(await pg.allGather(row), pg.worldSize, row.length, mine.length, names, wishes.stopVote);
+}
+
+/** What a rank puts to the vote: its stop and join wishes and its own work at the step, in ms. */
+export interface VoteWishes {
+  stop: boolean;
+  join: boolean;
+  stopVote?: 'any' | 'all';
+  work?: number;
+}
+
+/**
+ * The same vote as values that ride on a 'sum' all-reduce the ranks run anyway (the gradients'
+ * last bucket: `DistributedDataParallel.carry`): this rank's row at its rank's place, zeros in the
+ * others', so the sums are every rank's row in rank order, exactly as the all-gather returns them
+ * (x + 0 is x). `read` decodes the sums.
+ */
+export function carriedVote<M extends StepMetrics>(
   pg: ProcessGroup,
   mine: M[],
-  wishes: { stop: boolean; join: boolean; stopVote?: 'any' | 'all'; work?: number },
-): Promise<StepsVote<M>> {
-  const names = mine.length > 0 ? Object.keys(mine[0]!).sort() : [];
-  const buf = new Float32Array(3 + mine.length * names.length);
-  buf[0] = wishes.stop ? 1 : 0;
-  buf[1] = wishes.join ? 1 : 0;
-  buf[2] = wishes.work ?? 0;
-  mine.forEach((m, k) => names.forEach((name, i) => (buf[3 + k * names.length + i] = m[name]!)));
-  const all = await pg.allGather(buf);
+  wishes: VoteWishes,
+): { values: Float32Array; read(sums: Float32Array): StepsVote<M> } {
+  const names = metricNames(mine);
+  const row = voteRow(mine, names, wishes);
+  const n = pg.worldSize;
+  const values = new Float32Array(n * row.length);
+  values.set(row, pg.rank * row.length);
+  return {
+    values,
+    read: (sums) => {
+      if (sums.length !== values.length) throw new RangeError(`a carried vote came back with ${sums.length} values; ${values.length} were sent`);
+      return readVote(sums, n, row.length, mine.length, names, wishes.stopVote);
+    },
+  };
+}
+
+const metricNames = (mine: StepMetrics[]): string[] => (mine.length > 0 ? Object.keys(mine[0]!).sort() : []);
+
+/** One rank's row: [stop, join wanted, work ms, ...its metrics of each step, by name]. */
+function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): Float32Array {
+  const row = new Float32Array(3 + mine.length * names.length);
+  row[0] = wishes.stop ? 1 : 0;
+  row[1] = wishes.join ? 1 : 0;
+  row[2] = wishes.work ?? 0;
+  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = m[name]!)));
+  return row;
+}
+
+/** Every rank's rows (`all`, in rank order) read into the decision every rank reaches alike. */
+function readVote<M extends StepMetrics>(all: Float32Array, n: number, rowLength: number, stepCount: number, names: string[], stopVote: 'any' | 'all' | undefined): StepsVote<M> {
   let stoppedBy: number | null = null;
   let stopVotes = 0;
   let regroup = false;
-  const steps: M[][] = mine.map(() => []);
+  const steps: M[][] = Array.from({ length: stepCount }, () => []);
   const works: number[] = [];
-  for (let r = 0; r < pg.worldSize; r++) {
-    const row = all.subarray(r * buf.length, (r + 1) * buf.length);
+  for (let r = 0; r < n; r++) {
+    const row = all.subarray(r * rowLength, (r + 1) * rowLength);
     if (row[0] === 1) {
       stopVotes++;
       stoppedBy ??= r;
@@ -77,6 +119,6 @@ export async function stepsVote<M extends StepMetrics>(
     works.push(Number.isFinite(row[2]!) && row[2]! > 0 ? row[2]! : 0);
     steps.forEach((step, k) => step.push(Object.fromEntries(names.map((name, i) => [name, row[3 + k * names.length + i]!])) as M));
   }
-  if (wishes.stopVote === 'all' && stopVotes < pg.worldSize) stoppedBy = null;
+  if (stopVote === 'all' && stopVotes < n) stoppedBy = null;
   return { stoppedBy, regroup, steps, works };
 }

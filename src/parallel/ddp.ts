@@ -34,7 +34,7 @@ import type { ProcessGroup } from '../c10d/process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
 import { bytesToString } from '../c10d/protocol.ts';
 import { NonFiniteGradientError } from '../errors.ts';
-import { allreduceHook } from './comm_hooks/default_hooks.ts';
+import { allreduceHook, isPlainAllreduce } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 import type { LocalGradients } from './data_parallel/data_parallel.ts';
 import { HostOptimizer, type ParamLayout } from '../optim.ts';
@@ -79,6 +79,9 @@ export class DistributedDataParallel {
   private gradientScale = 1;
   /** The last backward's timings (the elastic runner balances batches by them). */
   private lastTimingsValue: BackwardTimings | null = null;
+  /** Values to ride on the next synchronised backward's last reduction (carry), and their sums once it ran. */
+  private carryOut: Float32Array | null = null;
+  private carried: Float32Array | null = null;
 
   private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
     this.model = model;
@@ -214,6 +217,7 @@ export class DistributedDataParallel {
     const nonfinite: Bucket[] = [];
     const syncing = this.syncing;
     const step = syncing ? this.startStep + this.syncs++ : 0;
+    const carriedValues = syncing ? (this.carryOut?.length ?? 0) : 0;
     const sentBefore = this.pg.bytesSent();
     let commStart = 0;
     let commEnd = 0;
@@ -285,7 +289,7 @@ export class DistributedDataParallel {
     const comm = reductions.length > 0 ? commEnd - commStart : 0;
     const timings = { compute: t1 - t0, readback, allreduce: waiting, slowed, comm };
     this.lastTimingsValue = timings;
-    return { loss, timings, commBytes, inputGrads };
+    return { loss, timings, commBytes, carriedValues, inputGrads };
   }
 
   /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
@@ -301,8 +305,9 @@ export class DistributedDataParallel {
     else this.grad.set(local.grads);
     this.hasGrad = true;
     const timings = { compute: local.computeMs, readback: 0, allreduce: 0, slowed, comm: 0 };
-    if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, inputGrads: [] };
+    if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, carriedValues: 0, inputGrads: [] };
     const step = this.startStep + this.syncs++;
+    const carriedValues = this.carryOut?.length ?? 0;
     this.lastTimingsValue = timings;
     this.scaleForShare(this.grad);
     const sentBefore = this.pg.bytesSent();
@@ -324,7 +329,37 @@ export class DistributedDataParallel {
         throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
       }
     }
-    return { loss: local.loss, timings, commBytes, inputGrads: [] };
+    return { loss: local.loss, timings, commBytes, carriedValues, inputGrads: [] };
+  }
+
+  /**
+   * Lets `values` ride on the next synchronised backward: its last bucket is all-reduced as one
+   * 'sum' of [bucket, values] and the bucket divided by the world size after (the same bits as the
+   * plain 'avg'), so small per-step figures (runElastic's vote) cost no meeting of their own.
+   * `takeCarried()` then answers the values' sums over the ranks. Only with the plain all-reduce
+   * (no hook, or `allreduceHook()`): with another hook nothing is carried and this returns false.
+   * Every rank must carry the same number of values at the same backward.
+   */
+  carry(values: Float32Array): boolean {
+    this.carried = null;
+    if (!isPlainAllreduce(this.hook) || this.buckets.length === 0) {
+      this.carryOut = null;
+      return false;
+    }
+    this.carryOut = values;
+    return true;
+  }
+
+  /**
+   * The sums over ranks of what `carry` gave, once a synchronised backward carried them; null when
+   * none has since (a step without a backward, or inside `noSync`). Clears what was carried and
+   * anything still waiting to be, so values never ride on a later step than the one they were for.
+   */
+  takeCarried(): Float32Array | null {
+    const sums = this.carried;
+    this.carried = null;
+    this.carryOut = null;
+    return sums;
   }
 
   /**
@@ -334,6 +369,19 @@ export class DistributedDataParallel {
    */
   private async reduceBucket(index: number, view: Float32Array, step: number): Promise<Float32Array> {
     const bucket: GradBucket = { index, buffer: view, parameters: this.layouts[index]!, step, isLast: index === this.buckets.length - 1 };
+    const extra = bucket.isLast ? this.carryOut : null;
+    if (extra) {
+      this.carryOut = null;
+      const both = new Float32Array(view.length + extra.length);
+      both.set(view);
+      both.set(extra, view.length);
+      await this.pg.allReduce(both, 'sum');
+      // Divided as 'avg' divides its float32 sums: the same bits as the bucket reduced alone.
+      const n = this.pg.worldSize;
+      for (let i = 0; i < view.length; i++) view[i] = both[i]! / n;
+      this.carried = both.subarray(view.length);
+      return view;
+    }
     const out = await this.hook.reduce(this.pg, bucket);
     if (out !== view) {
       if (!(out instanceof Float32Array) || out.length !== view.length) {

@@ -70,6 +70,8 @@ export interface BackwardResult {
    * finished, less before the first started: frames with their headers); 0 under `noSync`.
    */
   commBytes: number;
+  /** Values that rode on this backward's last reduction (`DistributedDataParallel.carry`), over all ranks; their bytes are in commBytes. */
+  carriedValues: number;
   /** The gradients of `options.inputs` (empty without inputs). */
   inputGrads: tf.Tensor[];
 }

@@ -31,6 +31,8 @@ test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16
   // The plain ring all-reduce of 2 ranks: each rank sends the gradients once, plus frame headers.
   expect(noneBytes).toBeGreaterThanOrEqual(53_866 * 4);
   expect(noneBytes).toBeLessThan(53_866 * 4 * 1.01);
+  // The step's vote rides on the last bucket (its bytes in both figures): no hook sends what the plain all-reduce does.
+  expect(none[0]!.compressionRatio as number).toBeCloseTo(1, 6);
   // START 0: every step compressed, so bytesPerStep is PowerSGD's own. The bounds are the
   // elements each sends (rank 2: (n + m) x 2 per matrix, the 162 biases whole) with their headers.
   const limits: Record<string, [number, number, typeof cnn]> = {
@@ -47,10 +49,11 @@ test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16
     // The small CNN's ratio is the summary's, against the float32 all-reduce computed from the ring's schedule.
     const ratio = params === cnn ? (runs[0]!.bytesPerStep as number) / noneBytes : (runs[0]!.compressionRatio as number);
     console.log(`cnn (hidden ${params.hidden}) ${hook}: ${runs[0]!.bytesPerStep} bytes per step per rank, ${ratio.toFixed(3)} of the plain all-reduce's`);
-    // The ratio the summary reports is the same figure, against the computed float32 baseline.
-    expect(runs[0]!.compressionRatio as number).toBeCloseTo(ratio, 6);
-    expect(ratio).toBeGreaterThanOrEqual(least);
-    expect(ratio).toBeLessThanOrEqual(most);
+    // The ratio the summary reports is the same figure, against the computed float32 baseline
+    // (the plain run's bytes also hold its vote, which rides on its last bucket: ~0.1% here).
+    expect(Math.abs((runs[0]!.compressionRatio as number) - ratio)).toBeLessThan(0.002 * ratio);
+    expect(runs[0]!.compressionRatio as number).toBeGreaterThanOrEqual(least);
+    expect(runs[0]!.compressionRatio as number).toBeLessThanOrEqual(most);
     // Four steps say nothing of accuracy (bench:comm-hooks measures it); the loss is a number.
     expect(Number.isFinite(runs[0]!.finalLoss as number)).toBe(true);
   }

@@ -13,10 +13,22 @@ import type { CommHook, GradBucket } from './types.ts';
  * too: before, in its case; the same float32 values either way when the size is a power of two).
  */
 export function allreduceHook(): CommHook {
-  return {
+  const hook: CommHook = {
     name: 'allreduce',
     reduce: (pg: ProcessGroup, bucket: GradBucket) => pg.allReduce(bucket.buffer, 'avg'),
   };
+  plainHooks.add(hook);
+  return hook;
+}
+
+const plainHooks = new WeakSet<CommHook>();
+
+/**
+ * Whether `hook` is one that `allreduceHook()` made: the float32 'avg' all-reduce, which DDP may
+ * widen by a few values that ride along (`DistributedDataParallel.carry`) and still get the same bits.
+ */
+export function isPlainAllreduce(hook: CommHook): boolean {
+  return plainHooks.has(hook);
 }
 
 /**
