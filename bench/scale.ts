@@ -5,14 +5,15 @@
  * - `--part steps` (N = 2, 4, 8, 16 by default, --nprocs): the synthetic MLP on the cpu backend,
  *   fixed size, --steps 40: where a step's time goes on each rank (compute, readback, waiting for
  *   the slowest rank, the wire, apply, the vote, the page's work; mean over ranks of each rank's
- *   mean ms per step), against the same reductions timed bare in the same run.
+ *   mean ms per step), against the same reductions timed bare in the same run; each size with the
+ *   vote riding on the gradients' all-reduce and apart (--vote gradients,apart), one after the other.
  * - `--part churn` (N = 4, 8, 16, 32 by default): an elastic run of N tabs (--min N/2, --max N)
  *   with a tab killed, one joining, one frozen, one joining, ... every --churn-every seconds
  *   (15, the rate torchft trains through) until its epoch ends; every sample exactly once and
  *   identical replicas are checked, and each fault's detection, rendezvous and regroup times
  *   are reported against N.
  *
- * Options: --part steps|churn|all --nprocs LIST --churn-every SEC --batch-size 16
+ * Options: --part steps|churn|all --nprocs LIST --churn-every SEC --batch-size 16 --vote gradients,apart
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -27,6 +28,7 @@ const { values } = parseArgs({
     nprocs: { type: 'string' },
     'churn-every': { type: 'string', default: '15' },
     'batch-size': { type: 'string', default: '16' },
+    vote: { type: 'string', default: 'gradients,apart' },
   },
 });
 const part = values.part!;
@@ -36,10 +38,18 @@ if (!['steps', 'churn', 'all'].includes(part)) {
 }
 const listOf = (s: string) => s.split(',').map((x) => Number(x.trim()));
 const batchSize = values['batch-size']!;
+type VoteMode = 'gradients' | 'apart';
+const voteModes = values.vote!.split(',').map((v) => v.trim());
+if (voteModes.length === 0 || voteModes.some((v) => v !== 'gradients' && v !== 'apart')) {
+  console.error(`bench:scale: --vote takes gradients, apart or both (comma-separated), got "${values.vote}"`);
+  process.exit(2);
+}
 const churnEvery = Number(values['churn-every']);
 
 interface StepRow {
   worldSize: number;
+  /** Where the step's vote went: riding on the gradients' all-reduce, or an all-gather of its own. */
+  vote?: VoteMode;
   ok: boolean;
   error?: string;
   samplesPerSec?: number;
@@ -98,23 +108,26 @@ if (part === 'steps' || part === 'all') {
   const rows: StepRow[] = [];
   results.steps = { date, rows };
   for (const n of listOf(values.nprocs ?? '2,4,8,16')) {
-    console.log(`--- steps: ${n} ranks`);
-    const { ok, summary } = await launch({
-      nproc: n,
-      job: 'train',
-      session: `scale-steps-${n}-${Date.now().toString(36)}`,
-      timeoutSec: 900,
-      jobParams: { dataset: 'synthetic', backend: 'cpu', 'batch-size': batchSize, steps: '40', balance: 'false' },
-      log: (line) => (line.startsWith('[launch]') ? console.log(line) : undefined),
-    });
-    const s = summary as Record<string, unknown>;
-    rows.push(
-      ok
-        ? { worldSize: n, ok, samplesPerSec: s.samplesPerSec as number, timelineMs: s.timelineMs as StepRow['timelineMs'], bareAllReduceMs: s.bareAllReduceMs as number, commOverBare: s.commOverBare as number, wireOverBare: s.wireOverBare as number }
-        : { worldSize: n, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed') },
-    );
-    console.log(JSON.stringify(rows.at(-1)));
-    await save();
+    // Both ways at each size, one after the other, so that the machine's drift between sizes does not pass for a difference.
+    for (const vote of voteModes as VoteMode[]) {
+      console.log(`--- steps: ${n} ranks, vote ${vote === 'gradients' ? 'riding on the gradients' : 'apart'}`);
+      const { ok, summary } = await launch({
+        nproc: n,
+        job: 'train',
+        session: `scale-steps-${n}-${Date.now().toString(36)}`,
+        timeoutSec: 900,
+        jobParams: { dataset: 'synthetic', backend: 'cpu', 'batch-size': batchSize, steps: '40', balance: 'false', 'vote-with-gradients': String(vote === 'gradients') },
+        log: (line) => (line.startsWith('[launch]') ? console.log(line) : undefined),
+      });
+      const s = summary as Record<string, unknown>;
+      rows.push(
+        ok
+          ? { worldSize: n, vote, ok, samplesPerSec: s.samplesPerSec as number, timelineMs: s.timelineMs as StepRow['timelineMs'], bareAllReduceMs: s.bareAllReduceMs as number, commOverBare: s.commOverBare as number, wireOverBare: s.wireOverBare as number }
+          : { worldSize: n, vote, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed') },
+      );
+      console.log(JSON.stringify(rows.at(-1)));
+      await save();
+    }
   }
 }
 
@@ -162,6 +175,12 @@ if (part === 'churn' || part === 'all') {
 await save();
 console.log(markdown(results).join('\n'));
 
+/** The group's samples per second of wall time: every rank's batch per step's total. */
+function wallSamplesPerSec(row: StepRow): number | null {
+  const total = row.timelineMs?.total;
+  return typeof total === 'number' && total > 0 ? (row.worldSize * Number(batchSize) * 1000) / total : null;
+}
+
 function markdown(r: Results): string[] {
   const f = (v: number | null | undefined) => (typeof v === 'number' ? (v >= 100 ? v.toFixed(0) : v.toFixed(1)) : '-');
   const lines = [`# Class scale (bench:scale), ${r.machine}`, ''];
@@ -172,12 +191,14 @@ function markdown(r: Results): string[] {
       '',
       `Train job, synthetic MLP (676 parameters), cpu backend, batch ${batchSize} per rank, 40 steps (the first left out), every rank a headless tab of one Chromium. Mean ms per step, averaged over the ranks. waitSlowest + wire is the exposed all-reduce: wire is the least any rank waited at that step (the last to arrive waits only for the wire). bare: the same float32 all-reduce alone, after training, on the same group (the slowest rank's median). comm / bare = (waitSlowest + wire + vote) / bare.`,
       '',
-      `| ranks | samples/s | ${keys.join(' | ')} | bare | comm / bare | wire / bare |`,
-      `| ---: | ---: | ${keys.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`,
+      'vote: "gradients" rides on the step\'s gradient all-reduce (the default: one meeting point per step), "apart" is an all-gather of its own after the step (`--vote-with-gradients false`); the vote column is then what it costs. Each size runs both ways one after the other.',
+      '',
+      `| ranks | vote | samples/s (wall) | ${keys.join(' | ')} | bare | comm / bare | wire / bare |`,
+      `| ---: | --- | ---: | ${keys.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`,
       ...r.steps.rows.map((row) =>
         row.ok
-          ? `| ${row.worldSize} | ${f(row.samplesPerSec)} | ${keys.map((k) => f(row.timelineMs?.[k])).join(' | ')} | ${f(row.bareAllReduceMs)} | ${f(row.commOverBare)}x | ${f(row.wireOverBare)}x |`
-          : `| ${row.worldSize} | failed: ${row.error} |`,
+          ? `| ${row.worldSize} | ${row.vote ?? 'apart'} | ${f(wallSamplesPerSec(row))} | ${keys.map((k) => f(row.timelineMs?.[k])).join(' | ')} | ${f(row.bareAllReduceMs)} | ${f(row.commOverBare)}x | ${f(row.wireOverBare)}x |`
+          : `| ${row.worldSize} | ${row.vote ?? 'apart'} | failed: ${row.error} |`,
       ),
       '',
     );

@@ -95,6 +95,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     seed: 0,
     shuffle: true,
     balance: true,
+    voteWithGradients: true,
     backend: 'webgpu',
     min: 4,
     max: 4,

@@ -38,6 +38,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     seed: 0,
     shuffle: true,
     balance: true,
+    voteWithGradients: true,
     backend: 'webgpu',
     min: 3,
     max: 3,

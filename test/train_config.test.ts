@@ -26,6 +26,7 @@ describe('parseTrainConfig', () => {
       seed: 0,
       shuffle: true,
       balance: true,
+      voteWithGradients: true,
       backend: 'webgpu',
       min: 3,
       max: 3,

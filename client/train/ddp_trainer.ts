@@ -180,6 +180,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // Votes ride on the gradients (onStep runs a step late), except after the steps an
       // evaluation must see the model of.
       voteAfter: (step) => config.evalEvery > 0 && step % config.evalEvery === 0,
+      voteWithGradients: config.voteWithGradients,
 
       async step({ indices, step, ddp, optimizer, pg }) {
         const t0 = performance.now();

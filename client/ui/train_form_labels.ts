@@ -70,6 +70,10 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Balance batches by speed',
     hint: 'DDP: a slower tab gets fewer of each step’s samples (gradients weighed by share, so the result equals one rank at the global batch); false gives every rank the same batch, as torch.',
   },
+  voteWithGradients: {
+    label: 'Vote with the gradients',
+    hint: 'DDP: each step’s stop/join vote and metrics ride on its gradient all-reduce (one meeting point per step); false gives the vote an all-gather of its own.',
+  },
   checkpointEvery: { label: 'Checkpoint every (steps)' },
   evalEvery: { label: 'Evaluate every (steps)' },
   pp: {

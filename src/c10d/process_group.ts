@@ -430,14 +430,17 @@ export class ProcessGroup {
 
   /**
    * Closes every peer link and, if `closeStore`, the store connection (torch's
-   * destroy_process_group); the subgroups fail with the same error. A subgroup's destroy only
-   * detaches it: its pending calls reject with GroupClosedError, the links and the store
+   * destroy_process_group); the subgroups fail with the same error at once. What this rank's
+   * last collectives sent and its links still queue goes out first (the links close once it has
+   * left this end, within 2 s): the promise resolves when they are closed. A subgroup's destroy
+   * only detaches it: its pending calls reject with GroupClosedError, the links and the store
    * connection (which it shares with the top-level group) stay open, and `closeStore` is ignored.
    */
-  destroy(closeStore = true): void {
+  destroy(closeStore = true): Promise<void> {
     if (this.groupId === 0) return this.shared.destroy(closeStore);
     this.breakWith(new GroupClosedError(`${this.members.describe()} was destroyed`));
     this.shared.retire(this.groupId);
+    return Promise.resolve();
   }
 
   // --- Running a collective ----------------------------------------------------------------------

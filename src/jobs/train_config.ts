@@ -83,6 +83,8 @@ export interface TrainConfig {
    * weighed by share (runElastic's balanceBatches). false: DistributedSampler's equal shards, as torch.
    */
   balance: boolean;
+  /** DDP: the step's vote rides on the gradients' all-reduce (runElastic's voteWithGradients); false: a vote of its own after each step. */
+  voteWithGradients: boolean;
   backend: BackendName;
   /**
    * How many ranks the session trains with, like torchrun's --nnodes MIN:MAX: it starts with
@@ -203,6 +205,7 @@ const OPTIONS = [
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
+  { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'checkpointEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
   { name: 'pp', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
@@ -318,6 +321,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     seed: values.seed as number,
     shuffle: values.shuffle as boolean,
     balance: values.balance as boolean,
+    voteWithGradients: values.voteWithGradients as boolean,
     backend: values.backend as BackendName,
     min,
     max,

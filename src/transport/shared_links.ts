@@ -23,6 +23,9 @@ import { TickGap, startTicker } from '../runtime/ticker.ts';
 
 /** How often each rank tells each peer it is alive (more often when the stall bound is short). */
 const ALIVE_EVERY_MS = 1_000;
+/** destroy(): the longest it waits for the links to hand their queued bytes to the network, and how often it looks. */
+const FLUSH_BOUND_MS = 2_000;
+const FLUSH_POLL_MS = 5;
 
 /** Peers in events are top-level ranks, in every group. */
 export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
@@ -215,13 +218,36 @@ export class SharedLinks {
     if (err instanceof RankStalledError) this.onStalled?.(err);
   }
 
-  /** Closes every peer link and, if `closeStore`, the store connection. */
-  destroy(closeStore: boolean): void {
+  /**
+   * Closes every peer link and, if `closeStore`, the store connection. A collective is done on
+   * this rank once it has received its part, while what it sent last may still be queued on a
+   * link: closing at once would drop it, and the server's notice that this rank left would fail a
+   * peer still waiting for it. So the links and the connection close once the links have handed
+   * what they hold to the network: at once when nothing is queued, else within FLUSH_BOUND_MS.
+   */
+  destroy(closeStore: boolean): Promise<void> {
     const reason = new GroupClosedError('the process group was destroyed');
     this.fail(reason);
     for (const off of this.unsubscribe) off();
-    this.links.closeAll(reason);
-    if (closeStore) this.client.close();
+    const close = () => {
+      this.links.closeAll(reason);
+      if (closeStore) this.client.close();
+    };
+    const open = this.links.open();
+    const queued = () => open.some((l) => (l.bufferedBytes ?? 0) > 0);
+    if (!queued()) {
+      close();
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      const deadline = performance.now() + FLUSH_BOUND_MS;
+      const check = () => {
+        if (queued() && performance.now() < deadline) return void setTimeout(check, FLUSH_POLL_MS);
+        close();
+        resolve();
+      };
+      setTimeout(check, FLUSH_POLL_MS);
+    });
   }
 
   private onFrame(from: number, frame: Uint8Array): void {

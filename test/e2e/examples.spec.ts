@@ -167,6 +167,39 @@ for (const { marker, args } of [
   });
 }
 
+test('a rank that destroys its group straight after its last all-reduce, without a barrier, does not fail the peer still receiving its last message', async () => {
+  // Rank 0's ring all-reduce is done once it has received; what it sent last can still be queued
+  // on its link (4 MiB buffers: more than the send queue's high-water mark). destroy() hands it to
+  // the network before it closes the links and its connection to the server.
+  const dir = await mkdtemp(join(tmpdir(), 'destroy-script-'));
+  try {
+    const script = join(dir, 'destroy_early.ts');
+    await writeFile(
+      script,
+      `import { initProcessGroup, type LaunchContext } from 'browser-ddp';
+export default async function main(ctx: LaunchContext) {
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc });
+  const buf = new Float32Array(1 << 20);
+  for (let i = 0; i < 3; i++) {
+    buf.fill(pg.rank + 1);
+    await pg.allReduce(buf, 'sum');
+    if (buf[0] !== 3 || buf[buf.length - 1] !== 3) throw new Error('rank ' + pg.rank + ': wrong sum ' + buf[0]);
+  }
+  await pg.destroy();
+  return { sum: buf[0] };
+}
+`,
+    );
+    for (let run = 0; run < 2; run++) {
+      const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', script]);
+      expect(r.code, r.output.slice(-3000)).toBe(0);
+      expect(r.summary).toMatchObject({ worldSize: 2, ok: true });
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('a script that does not exist, or a script argument before the path, is refused with what to do', async () => {
   const missing = await launchCommand(['--nproc', '2', 'examples/no_such_script.ts']);
   expect(missing.code).toBe(1);
