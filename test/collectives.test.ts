@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
+import { CollectiveAbortedError, CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor } from './fixtures/wait.ts';
@@ -218,10 +218,12 @@ describe('failure', () => {
     net.end(0, 1)!.stall(); // rank 0's send to rank 1 waits for a drain that never comes
     const results = pgs.map((pg) => pg.allReduce(new Float32Array(30_000)).then(() => new Error('finished'), (e: unknown) => e as Error));
     await waitFor("rank 0's send to rank 1 to wait on its full queue", () => net.end(0, 1)!.buffered > 4096);
-    pgs[2].destroy(); // the server tells the others, then forms a new round, which closes their groups
-    const err = (await results[0]) as PeerLostError;
-    expect(err).toBeInstanceOf(PeerLostError);
-    expect(err.rank).toBe(2);
+    // Rank 2's destroy aborts its collective and tells its peers so (its links stay open for its bye), then the server tells them it left and forms a new round, which closes their groups.
+    void pgs[2].destroy();
+    const err = await results[0];
+    expect(err).toBeInstanceOf(CollectiveAbortedError);
+    expect((err as CollectiveAbortedError).origin).toBe(2);
+    expect(err!.message).toMatch(/rank 2 aborted collective #\d+: .*the process group was destroyed/);
     destroy(pgs);
     await Promise.all(results);
   });

@@ -38,7 +38,12 @@ export const MAX_FRAME_BYTES = 262_144;
 export const DEFAULT_FRAME_BYTES = 32_768;
 
 /** `alive`: a header-only frame each rank sends each link every second, so that a silent peer is told apart from a busy one. */
-export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4 } as const;
+/**
+ * `bye`: a header-only frame a rank destroying its group sends each link after its last messages
+ * (step 0), and the answer of a peer that received it (step 1): once answered, everything sent
+ * before it has arrived (the link is ordered), and the links can close.
+ */
+export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
@@ -128,7 +133,7 @@ export function readHeader(frame: Uint8Array): FrameHeader {
   const v = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   if (v.getUint8(0) !== MAGIC) throw new FramingError(`frame has magic 0x${v.getUint8(0).toString(16)}, expected 0xd7`);
   const kind = v.getUint8(1);
-  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort && kind !== FrameKind.alive) {
+  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort && kind !== FrameKind.alive && kind !== FrameKind.bye) {
     throw new FramingError(`frame has unknown kind ${kind}`);
   }
   const h: FrameHeader = {
@@ -170,8 +175,8 @@ export function readHeader(frame: Uint8Array): FrameHeader {
  */
 export function checkChunk(h: FrameHeader): void {
   if (h.kind === FrameKind.abort) return;
-  if (h.kind === FrameKind.alive) {
-    if (h.length !== 0 || h.total !== 0) throw new FramingError(`a liveness frame carries no payload, this one ${h.length} bytes`, undefined, 'length');
+  if (h.kind === FrameKind.alive || h.kind === FrameKind.bye) {
+    if (h.length !== 0 || h.total !== 0) throw new FramingError(`a ${h.kind === FrameKind.bye ? 'bye' : 'liveness'} frame carries no payload, this one ${h.length} bytes`, undefined, 'length');
     return;
   }
   const size = elementBytes(h.dtype);
@@ -242,6 +247,13 @@ export class Reassembler {
 }
 
 /** The liveness frame: a header and nothing else, about the link (group 0). */
+/** A bye frame: `answer` false for the leaving rank's, true for the peer's answer. */
+export function encodeBye(answer: boolean): Uint8Array {
+  const frame = new Uint8Array(HEADER_BYTES);
+  writeHeader(frame, { kind: FrameKind.bye, group: 0, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: answer ? 1 : 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
+  return frame;
+}
+
 export function encodeAlive(): Uint8Array {
   const frame = new Uint8Array(HEADER_BYTES);
   writeHeader(frame, { kind: FrameKind.alive, group: 0, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });

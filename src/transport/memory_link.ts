@@ -32,10 +32,6 @@ class MemoryLink implements PeerLink, PendingLink {
     this.lowWaterMark = Math.floor(options.highWaterMark / 4);
   }
 
-  get bufferedBytes(): number {
-    return this.state === 'open' ? this.buffered : 0;
-  }
-
   /** From now on the link delivers nothing: its send queue stops draining, as a dead peer's does. */
   stall(): void {
     this.stalled = true;

@@ -23,11 +23,6 @@ export interface PeerLink {
   readonly bytesSent: number;
   readonly bytesReceived: number;
   /**
-   * Bytes sent and still queued at this end, not yet handed to the network (a data channel's
-   * bufferedAmount); 0 once closed. Optional: a transport that cannot say leaves it out.
-   */
-  readonly bufferedBytes?: number;
-  /**
    * The network path under the link now (WebRTC's selected ICE candidate pair), for dashboards and
    * summaries. Optional: a transport without one (an in-memory test link) leaves it out.
    */

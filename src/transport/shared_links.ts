@@ -12,7 +12,7 @@
  * process_group.ts, which gives each group a `RoutedGroup`.
  */
 import { ConnectionClosedError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../errors.ts';
-import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, readHeader, type FrameHeader } from '../c10d/framing.ts';
+import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, encodeBye, readHeader, type FrameHeader } from '../c10d/framing.ts';
 import { GroupLinks } from './group_links.ts';
 import { encodeAbortNotice } from './mailbox.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
@@ -23,9 +23,9 @@ import { TickGap, startTicker } from '../runtime/ticker.ts';
 
 /** How often each rank tells each peer it is alive (more often when the stall bound is short). */
 const ALIVE_EVERY_MS = 1_000;
-/** destroy(): the longest it waits for the links to hand their queued bytes to the network, and how often it looks. */
-const FLUSH_BOUND_MS = 2_000;
-const FLUSH_POLL_MS = 5;
+/** destroy(): the longest it waits for its peers to answer its bye, and how often it looks. */
+const BYE_BOUND_MS = 2_000;
+const BYE_POLL_MS = 5;
 
 /** Peers in events are top-level ranks, in every group. */
 export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
@@ -79,6 +79,8 @@ export class SharedLinks {
   private readonly retired = new Set<number>();
   /** When each peer was last heard over its link (any frame), for the heartbeats' `heard`. */
   private readonly lastHeard = new Map<number, number>();
+  /** Peers that answered this rank's bye (destroy). */
+  private readonly byeAnswered = new Set<number>();
   private nextId = 1;
   private broken: Error | undefined;
   /** Gaps in this page's own ticks: this rank was paused. */
@@ -220,10 +222,12 @@ export class SharedLinks {
 
   /**
    * Closes every peer link and, if `closeStore`, the store connection. A collective is done on
-   * this rank once it has received its part, while what it sent last may still be queued on a
-   * link: closing at once would drop it, and the server's notice that this rank left would fail a
-   * peer still waiting for it. So the links and the connection close once the links have handed
-   * what they hold to the network: at once when nothing is queued, else within FLUSH_BOUND_MS.
+   * this rank once it has received its part, while what it sent last may still be on its way:
+   * closing at once could drop it, and the server's notice that this rank left could fail a peer
+   * still waiting for it. So, when it leaves the server too (`closeStore`), the rank first says
+   * bye on every link, after its last messages, and closes once each peer has answered (it then
+   * has everything sent before), its link has closed, or BYE_BOUND_MS has passed. Without
+   * `closeStore` (a rendezvous round's group, whose links the next round keeps) it closes at once.
    */
   destroy(closeStore: boolean): Promise<void> {
     const reason = new GroupClosedError('the process group was destroyed');
@@ -233,20 +237,22 @@ export class SharedLinks {
       this.links.closeAll(reason);
       if (closeStore) this.client.close();
     };
-    const open = this.links.open();
-    const queued = () => open.some((l) => (l.bufferedBytes ?? 0) > 0);
-    if (!queued()) {
+    const open = closeStore ? this.links.open() : [];
+    if (open.length === 0) {
       close();
       return Promise.resolve();
     }
+    const bye = encodeBye(false);
+    for (const link of open) link.send(bye).catch(() => {});
+    const deadline = performance.now() + BYE_BOUND_MS;
     return new Promise<void>((resolve) => {
-      const deadline = performance.now() + FLUSH_BOUND_MS;
       const check = () => {
-        if (queued() && performance.now() < deadline) return void setTimeout(check, FLUSH_POLL_MS);
+        const waiting = open.some((l) => l.state === 'open' && !this.byeAnswered.has(l.peer));
+        if (waiting && performance.now() < deadline) return void setTimeout(check, BYE_POLL_MS);
         close();
         resolve();
       };
-      setTimeout(check, FLUSH_POLL_MS);
+      setTimeout(check, BYE_POLL_MS);
     });
   }
 
@@ -258,6 +264,14 @@ export class SharedLinks {
       if (h.kind === FrameKind.alive) {
         if (h.group !== 0) throw new FramingError(`a liveness frame is about the link and carries group 0, this one group ${h.group}`, from, 'group');
         this.heard(from);
+        return;
+      }
+      if (h.kind === FrameKind.bye) {
+        if (h.group !== 0 || h.step > 1) throw new FramingError(`a bye frame carries group 0 and step 0 or 1, this one group ${h.group}, step ${h.step}`, from, 'group');
+        this.heard(from);
+        // The peer destroys its group: everything it sent came before this; answer so it can close.
+        if (h.step === 0) for (const link of this.links.open()) if (link.peer === from) link.send(encodeBye(true)).catch(() => {});
+        if (h.step === 1) this.byeAnswered.add(from);
         return;
       }
       const g = this.groups.get(h.group);

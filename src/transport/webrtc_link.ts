@@ -101,10 +101,6 @@ class SimplePeerLink implements PeerLink, PendingLink {
     return this;
   }
 
-  get bufferedBytes(): number {
-    return this.state === 'open' && this.channel?.readyState === 'open' ? this.channel.bufferedAmount : 0;
-  }
-
   async path(): Promise<PathSample | undefined> {
     // simple-peer keeps its RTCPeerConnection private too; this is the one place that reads it.
     const pc = (this.sp as unknown as { _pc?: RTCPeerConnection | null })._pc;
