@@ -24,7 +24,8 @@
  *   of the interval and answered then, with the round it formed (the ranks wait at their barrier
  *   anyway, so a deferred answer costs them that wait and nothing else).
  * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
- * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives.
+ * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives. A lost rank's
+ * place goes to the last rank, so every other survivor keeps its rank.
  * - A rank of the running round may close the rendezvous when the run ends (`closeGroup`,
  *   torch's set_closed): no round forms after it, the members without a rank are told so, and
  *   the session refuses arrivals from then on (Session.join). Ranks that leave afterwards are
@@ -204,7 +205,13 @@ export class Rendezvous {
       return;
     }
     if (this.closedBy) return;
-    if (rank >= 0) this.active.splice(rank, 1);
+    // The last rank takes the lost one's place and every other rank keeps its own: the peers a
+    // rank's collectives pair it with mostly stay the same pairs of tabs, whose links the next
+    // round keeps (renumbering everyone above the hole would pair most tabs anew).
+    if (rank >= 0) {
+      const last = this.active.pop()!;
+      if (rank < this.active.length) this.active[rank] = last;
+    }
     if (rank >= 0 && this.running) {
       // Tell the running round whom it lost (by rank) before announcing the next one.
       for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });

@@ -41,6 +41,21 @@ describe('rendezvous rounds', () => {
     await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
   });
 
+  it("a lost rank's place goes to the last rank; every other survivor keeps its rank (and its links' peers)", async () => {
+    server = await withServer({ settleMs: 200 });
+    const session = uniqueSession('stable');
+    const members = [await agent(session, 2, 4), await agent(session, 2, 4), await agent(session, 2, 4), await agent(session, 2, 4)];
+    const g1 = await Promise.all(members.map((x) => x.nextRendezvous(0)));
+    expect(g1.map((g) => g.rank)).toEqual([0, 1, 2, 3]);
+    const lost = g1[0].pg.barrier(5_000).catch((e: Error) => e);
+    members[1]!.shutdown();
+    const g2 = await Promise.all([0, 2, 3].map((i) => members[i]!.nextRendezvous(g1[i]!.id)));
+    // Ranks 0 and 2 keep theirs; rank 3 takes rank 1's place (renumbering in order would give 0, 1, 2).
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[2, 0, 3], [2, 2, 3], [2, 1, 3]]);
+    await lost;
+    await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
+  });
+
   it('admits a late member at a regroup the running ranks ask for', async () => {
     server = await withServer({ settleMs: 100 });
     const session = uniqueSession('join');
