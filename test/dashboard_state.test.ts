@@ -298,6 +298,12 @@ describe('lost ranks', () => {
     expect(s.log[0]!.message).toBe('Lost rank 0: its tab closed.');
   });
 
+  it("the ring's dots move on with the steps (no animation of their own)", () => {
+    const s = training();
+    expect(ringModel(s)).toMatchObject({ active: true, step: 5 });
+    expect(ringModel(replay([step(6)], s)).step).toBe(6);
+  });
+
   it('a new group renumbers the ranks, so lost ranks and links start over', () => {
     const s = replay([{ type: 'link', peer: 2, state: 'open', throughputMBps: 12 }, { type: 'rank-lost', rank: 2, reason: 'froze' }, joined(1, 2)], training({ min: 2, max: 3 }));
     expect(s.lost).toEqual([]);

@@ -28,5 +28,6 @@ export function ringModel(s: DashboardState): RingModel {
     observedLinks: s.links,
     ringProven: s.ringProven,
     active: s.phase === 'training',
+    step: s.stepClock.at(-1)?.step ?? 0,
   };
 }

@@ -40,6 +40,16 @@ test('three tabs train together on the dashboard; the downloaded model matches t
     // And which way their bytes go (getStats' selected candidate pair): directly, on loopback.
     await expect.poll(() => r.page.locator('[data-testid=ring-link][data-local=host][data-remote=host]').count(), { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
     await expect(r.page.getByTestId('ring-link-path').first()).toContainText('host');
+    // Open links show their dots while training, and nothing on the page animates without end:
+    // an infinite animation repaints the tab every frame, time a shared machine takes from training.
+    expect(await r.page.locator('.link-flow').count()).toBeGreaterThanOrEqual(1);
+    const endless = await r.page.evaluate(() =>
+      document
+        .getAnimations()
+        .filter((a) => a.effect?.getComputedTiming().iterations === Infinity)
+        .map((a) => (a as CSSAnimation).animationName ?? String(a.id)),
+    );
+    expect(endless, 'animations that never end').toEqual([]);
   }
   await page.screenshot({ path: testInfo.outputPath('dashboard-mid-run.png'), fullPage: true });
   await testInfo.attach('mid-run', { path: testInfo.outputPath('dashboard-mid-run.png'), contentType: 'image/png' });
