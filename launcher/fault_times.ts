@@ -15,7 +15,7 @@ export interface InjectedFault {
   kind: 'kill' | 'freeze' | 'join' | 'lose-device' | 'hide' | 'restart-server';
   atStep: number;
   at: number;
-  /** The page a lost device happened on. */
+  /** The page a kill, a freeze or a lost device happened on. */
   page?: number;
   /** The pages a join opened. */
   pages?: number[];
@@ -34,6 +34,8 @@ export class FaultTimes {
   private readonly detection = new Map<InjectedFault, { at: number; round: string }>();
   /** The latest round any rank trained a step in, and its size. */
   private round: { key: string; worldSize: number } | null = null;
+  /** Each page's latest round and rank in it: which page a 'peer-lost' names. */
+  private readonly rankOf = new Map<number, { round: string; rank: number }>();
 
   add(fault: Omit<InjectedFault, 'at' | 'worldSize'>, now = Date.now()): InjectedFault {
     const f: InjectedFault = { ...fault, at: now, ...(this.round ? { worldSize: this.round.worldSize } : {}) };
@@ -46,6 +48,7 @@ export class FaultTimes {
     switch (e.type) {
       case 'round': {
         if (!this.round || this.round.key !== e.round) this.round = { key: e.round, worldSize: e.worldSize };
+        this.rankOf.set(page, { round: e.round, rank: e.rank });
         for (const [f, d] of this.detection) if (f.recoveredAfterMs === undefined && d.round !== e.round) f.recoveredAfterMs = now - d.at;
         // Back in a round after losing its device: how long the rejoin took.
         const lost = this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
@@ -67,9 +70,14 @@ export class FaultTimes {
       case 'device-lost':
         // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
         return this.detect(this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs === undefined), e.type === 'failure' ? e.round : null, now);
-      case 'peer-lost':
-        // How long the survivors took to notice a killed or frozen rank.
-        return this.detect(this.injected.find((x) => (x.kind === 'kill' || x.kind === 'freeze') && x.detectedAfterMs === undefined), e.round, now);
+      case 'peer-lost': {
+        // How long the survivors took to notice a killed or frozen rank: the fault on the page that
+        // held the lost rank in that round (another fault's regroup may have dropped a frozen page
+        // first, and a later loss must not count as its detection), else the oldest not noticed yet.
+        const undetected = this.injected.filter((x) => (x.kind === 'kill' || x.kind === 'freeze') && x.detectedAfterMs === undefined);
+        const onPage = undetected.find((x) => x.page !== undefined && this.rankOf.get(x.page)?.round === e.round && this.rankOf.get(x.page)?.rank === e.peer);
+        return this.detect(onPage ?? undetected.find((x) => x.page === undefined || this.rankOf.get(x.page)?.round !== e.round), e.round, now);
+      }
       case 'regroup':
         // The step's vote saw a tab waiting: the group regroups to admit it (the oldest joiner not admitted yet).
         return this.detect(this.injected.find((x) => x.kind === 'join' && x.pages !== undefined && x.detectedAfterMs === undefined && x.admittedAfterMs === undefined), e.round, now);

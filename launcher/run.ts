@@ -340,6 +340,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
         case 'freeze': {
           const target = runningPage(fault.rank);
           target.expected = false;
+          record.page = target.index;
           if (fault.kind === 'kill') await target.page.kill();
           else await target.page.freeze(log);
           checkSettled();

@@ -10,6 +10,7 @@ import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { Collective, readHeader } from '../src/c10d/framing.ts';
 import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES } from '../src/c10d/latency_collectives.ts';
+import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
 import { CollectiveMismatchError } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -185,10 +186,69 @@ describe('recursive doubling all-reduce', () => {
     }
   });
 
-  it('refuses an unknown algorithm, naming it', async () => {
+  it('refuses an unknown algorithm, naming it; tree is for allReduce only', async () => {
     const { pgs } = await groups(1);
-    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'tree' as 'ring' })).rejects.toThrow(/algorithm must be 'auto', 'ring' or 'doubling', got tree/);
+    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(/algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/);
+    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(/tree is for allReduce only/);
     pgs[0]!.destroy();
+  });
+});
+
+describe('tree all-reduce (up a binomial tree to rank 0 and back down)', () => {
+  for (const n of [2, 3, 5, 6, 8]) {
+    it(`world ${n}: every op exact on integers, rank 0's bits on every rank on noisy floats, and on every wire`, async () => {
+      const { pgs } = await groups(n, { maxFrameBytes: 1024 });
+      try {
+        for (const op of ['sum', 'avg', 'max', 'min'] as const) {
+          for (const len of [0, 1, 1000]) {
+            const outs = await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, len), op, { algorithm: 'tree' })));
+            const want = Float32Array.from({ length: len }, (_, i) => {
+              const vs = pgs.map((pg) => small(pg.rank, len)[i]!);
+              if (op === 'max') return Math.max(...vs);
+              if (op === 'min') return Math.min(...vs);
+              const sum = vs.reduce((a, b) => a + b, 0);
+              return op === 'avg' ? Math.fround(sum / n) : sum;
+            });
+            for (const out of outs) expect(Array.from(out)).toEqual(Array.from(want));
+          }
+        }
+        for (const wire of ['float32', 'float16', 'bfloat16', 'int8'] as const) {
+          const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 333), 'sum', { algorithm: 'tree', wire })));
+          for (const out of outs) expect(bits(out)).toEqual(bits(outs[0]!));
+        }
+      } finally {
+        for (const pg of pgs) pg.destroy();
+      }
+    });
+  }
+
+  it('sends 2(N-1) messages in all where doubling sends N log2 N, as allReduceBytes counts them, and says so on the wire', async () => {
+    const { pgs, net } = await groups(8);
+    try {
+      await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 64), 'sum', { algorithm: 'tree' })));
+      const before = pgs.map((pg) => pg.bytesSent());
+      const seen = watch(net);
+      await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 64), 'sum', { algorithm: 'tree' })));
+      expect(seen.messages.size).toBe(2 * 7);
+      expect([...seen.codes]).toEqual([Collective.allReduceTree]);
+      pgs.forEach((pg, r) => expect(pg.bytesSent() - before[r]!).toBe(allReduceBytes(64, r, 8, { algorithm: 'tree' })));
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
+  });
+
+  it('a rank that runs doubling where the others run the tree fails the collective on every rank with CollectiveMismatchError', async () => {
+    const { pgs } = await groups(4);
+    try {
+      // With every link open (a link opens when both ends use it), the first wrong message tells.
+      await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: 'doubling' })));
+      await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: 'tree' })));
+      const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 1 ? 'doubling' : 'tree' })));
+      expect(results.some((r) => r.status === 'rejected' && r.reason instanceof CollectiveMismatchError)).toBe(true);
+      expect(results.every((r) => r.status === 'rejected')).toBe(true);
+    } finally {
+      for (const pg of pgs) pg.destroy();
+    }
   });
 });
 

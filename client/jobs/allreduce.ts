@@ -68,7 +68,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const measureParam = ctx.params.get('measure-link');
   if (measureParam !== null && measureParam !== 'true' && measureParam !== 'false') throw new Error(`--measure-link must be true or false, got "${measureParam}"`);
   const forced = ctx.params.get('algorithm') ?? 'auto';
-  if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') throw new Error(`--algorithm must be auto, ring or doubling, got "${forced}"`);
+  if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling' && forced !== 'tree') throw new Error(`--algorithm must be auto, ring, doubling or tree, got "${forced}"`);
   // Also time both algorithms, whichever the tuner picks: where the threshold should be.
   const compare = ctx.params.has('compare-algorithms') && ctx.params.get('compare-algorithms') !== 'false';
 
@@ -80,6 +80,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   // Open every link either algorithm uses before timing anything.
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'ring' });
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'doubling' });
+  if (forced === 'tree') await pg.allReduce(new Float32Array(n), op, { algorithm: 'tree' });
   const measure = measureParam !== 'false';
   const linkMBps = measure ? await measureLink(pg) : null;
   const duplexMBps = measure ? await measureLink(pg, true) : null;
@@ -101,7 +102,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
       }
       return { ms: median(times), out };
     };
-    const algorithm = pg.algorithmFor(size * 4, forced);
+    const algorithm = pg.algorithmFor(size * 4, forced, true);
     const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
     let maxAbsErr = 0;
     for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(run.out[i] - expectedValue(n, size, i, op)));

@@ -7,7 +7,7 @@
  */
 import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from './framing.ts';
 import { allGatherStep, reduceScatterStep, segments } from './ring.ts';
-import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './latency_collectives.ts';
+import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type AllReduceAlgorithm } from './latency_collectives.ts';
 import { wirePayloadBytes, type WireDtype } from '../half.ts';
 
 export interface CollectiveBytesOptions {
@@ -16,7 +16,7 @@ export interface CollectiveBytesOptions {
   /** The group's `latencyThresholdBytes` (default DEFAULT_LATENCY_THRESHOLD_BYTES). */
   thresholdBytes?: number;
   wire?: WireDtype;
-  algorithm?: CollectiveAlgorithm | 'auto';
+  algorithm?: AllReduceAlgorithm | 'auto';
 }
 
 /** Bytes on the wire for one message of `payload` bytes: the payload plus a header per frame (an empty message is one header-only frame). */
@@ -31,6 +31,12 @@ export function allReduceBytes(elements: number, rank: number, worldSize: number
   const wire = o.wire ?? 'float32';
   const frameBytes = o.frameBytes ?? DEFAULT_FRAME_BYTES;
   const algorithm = chooseAlgorithm(wirePayloadBytes(wire, elements), worldSize, o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, o.algorithm);
+  if (algorithm === 'tree') {
+    // One message up to its parent (not rank 0) and one down to each child.
+    const lowest = rank & -rank;
+    const children = Array.from({ length: Math.ceil(Math.log2(worldSize)) }, (_, i) => 1 << i).filter((m) => (rank === 0 || m < lowest) && rank + m < worldSize).length;
+    return messageBytes(wirePayloadBytes(wire, elements), frameBytes) * (children + (rank === 0 ? 0 : 1));
+  }
   if (algorithm === 'doubling') {
     const p = 2 ** Math.floor(Math.log2(worldSize));
     const extra = worldSize - p;

@@ -47,7 +47,7 @@ export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5 } a
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
-export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9 } as const;
+export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9, allReduceTree: 10 } as const;
 export type Collective = (typeof Collective)[keyof typeof Collective];
 export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(
   Object.entries(Collective).map(([name, code]) => [code, name]),
@@ -81,6 +81,7 @@ export interface FrameHeader extends Descriptor {
 /** The latency-optimal algorithms' collectives, as a user calls them, and how they ran. */
 const ALGORITHM_OF: Record<number, [string, string]> = {
   [Collective.allReduceDoubling]: ['allReduce', ' by recursive doubling'],
+  [Collective.allReduceTree]: ['allReduce', ' up and down a binomial tree'],
   [Collective.allGatherBruck]: ['allGather', " by Bruck's algorithm"],
   [Collective.broadcastTree]: ['broadcast', ' down a binomial tree'],
 };
@@ -88,7 +89,7 @@ const ALGORITHM_OF: Record<number, [string, string]> = {
 export function describeCollective(d: Descriptor): string {
   const [called, how] = ALGORITHM_OF[d.collective] ?? [COLLECTIVE_NAMES[d.collective] ?? `collective#${d.collective}`, ''];
   const name = called;
-  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce || d.collective === Collective.allReduceDoubling
+  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce || d.collective === Collective.allReduceDoubling || d.collective === Collective.allReduceTree
     ? `(${REDUCE_OP_NAMES[d.reduceOp] ?? d.reduceOp})`
     : d.collective === Collective.broadcast || d.collective === Collective.broadcastTree
       ? `(src ${d.root})`

@@ -3,7 +3,7 @@
  * `GroupInit`) and their defaults; `AllReduceOptions`, how one all-reduce moves its values.
  * Internal: users import them from process_group.ts (or the package's index).
  */
-import { DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './latency_collectives.ts';
+import { DEFAULT_LATENCY_THRESHOLD_BYTES, type AllReduceAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
 import type { RankStalledError } from '../errors.ts';
 import { DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES } from './framing.ts';
 import type { WireDtype } from '../half.ts';
@@ -33,11 +33,12 @@ export interface AllReduceOptions {
    */
   wire?: WireDtype;
   /**
-   * The algorithm: 'ring' (bandwidth-optimal), 'doubling' (recursive doubling: latency-optimal)
-   * or 'auto' (default: by size and world, see `latencyThresholdBytes`). Every rank must pass the
-   * same: a mismatch is a CollectiveMismatchError.
+   * The algorithm: 'ring' (bandwidth-optimal), 'doubling' (recursive doubling: latency-optimal),
+   * 'tree' (up a binomial tree to rank 0 and back down: the fewest messages, for tabs that share
+   * a machine's cores) or 'auto' (default: by size and world, see `latencyThresholdBytes`). Every
+   * rank must pass the same: a mismatch is a CollectiveMismatchError.
    */
-  algorithm?: CollectiveAlgorithm | 'auto';
+  algorithm?: AllReduceAlgorithm | 'auto';
 }
 
 /** How allGather and broadcast run: 'doubling' here is Bruck's all-gather and a binomial-tree broadcast. */

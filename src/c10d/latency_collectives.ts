@@ -25,6 +25,8 @@ import { decodeInt8, encodeInt8, int8Bytes, roundToInt8 } from '../int8_wire.ts'
 
 /** The algorithms a collective can run: the bandwidth-optimal ring, or the latency-optimal one. */
 export type CollectiveAlgorithm = 'ring' | 'doubling';
+/** An all-reduce can also run 'tree': the fewest messages (see treeAllReduce). */
+export type AllReduceAlgorithm = CollectiveAlgorithm | 'tree';
 
 /**
  * Below this many bytes per rank a collective runs the latency-optimal algorithm (recursive
@@ -36,7 +38,7 @@ export type CollectiveAlgorithm = 'ring' | 'doubling';
 export const DEFAULT_LATENCY_THRESHOLD_BYTES = 16 << 10;
 
 /** The algorithm of a collective of `bytes` per rank in a world of `worldSize`: the tuner. */
-export function chooseAlgorithm(bytes: number, worldSize: number, thresholdBytes: number, forced?: CollectiveAlgorithm | 'auto'): CollectiveAlgorithm {
+export function chooseAlgorithm(bytes: number, worldSize: number, thresholdBytes: number, forced?: AllReduceAlgorithm | 'auto'): AllReduceAlgorithm {
   if (forced !== undefined && forced !== 'auto') return forced;
   // Two ranks: both algorithms are one exchange; the ring's halves move half the bytes each way.
   if (worldSize <= 2) return 'ring';
@@ -48,25 +50,23 @@ const largestPowerOfTwo = (n: number): number => 2 ** Math.floor(Math.log2(n));
 /** 1, 2, 4, ... below `p`: the bits recursive doubling exchanges along. */
 const masks = (p: number): number[] => Array.from({ length: Math.log2(p) }, (_, i) => 1 << i);
 
-/** Recursive doubling all-reduce of `buf` in place (see the top of this file). */
-export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
-  const n = t.worldSize;
-  const r = t.rank;
-  const p = largestPowerOfTwo(n);
-  const extra = n - p;
-  const reduce = reducer(op);
+/**
+ * How an all-reduce of the latency-optimal kind puts `buf` on the wire: `round` rounds it in
+ * place to what the wire carries (so what a rank sends is exactly what it keeps), `outgoing`
+ * rounds it and gives the bytes to send, `receive` takes a peer's values into `into` (float32).
+ */
+function wireCodec(t: RingTransport, buf: Float32Array, wire: WireDtype): { incoming: Float32Array; round(): void; outgoing(): Uint8Array; receive(peer: number, step: number, into?: Float32Array): Promise<void> } {
   const incoming = new Float32Array(buf.length);
   const half = wire === 'float16' || wire === 'bfloat16' ? wire : undefined;
   const bits = half ? new Uint16Array(buf.length) : undefined;
-  // Rounds `buf` to the wire in place: what this rank sends is then exactly what it keeps (int8's
-  // rounding is idempotent too: a rounded buffer encodes to the same blocks again).
+  // int8's rounding is idempotent too: a rounded buffer encodes to the same blocks again.
   const round = (): void => {
     if (wire === 'int8') roundToInt8(buf);
     if (!half || !bits) return;
     encode16(half, buf, bits);
     decode16(half, bits, buf, 0, buf.length);
   };
-  // The values to send (a copy of the 16-bit ones: `bits` is reused while a send may still read it).
+  // A copy of the 16-bit values: `bits` is reused while a send may still read it.
   const outgoing = (): Uint8Array => {
     round();
     if (wire === 'int8') return encodeInt8(buf);
@@ -80,6 +80,17 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
     }
     return t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, into) : copyInto(into, 0));
   };
+  return { incoming, round, outgoing, receive };
+}
+
+/** Recursive doubling all-reduce of `buf` in place (see the top of this file). */
+export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
+  const n = t.worldSize;
+  const r = t.rank;
+  const p = largestPowerOfTwo(n);
+  const extra = n - p;
+  const reduce = reducer(op);
+  const { incoming, round, outgoing, receive } = wireCodec(t, buf, wire);
   const unfoldStep = 1 + Math.log2(p);
 
   const virtual = r < 2 * extra ? r >> 1 : r - extra;
@@ -108,6 +119,37 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   // Unfold: the result, exactly (rounded to the wire already: its 16-bit values say it all), to the rank that handed its values in.
   const result = outgoing();
   if (r < 2 * extra) await t.send(r - 1, unfoldStep, result);
+}
+
+/**
+ * Tree all-reduce of `buf` in place: up a binomial tree to rank 0, which reduces and sends the
+ * result back down the same tree. 2(N-1) messages in all where recursive doubling sends
+ * N log2 N, over twice the rounds (2 ceil(log2 N)). So it is the one for tabs that share a
+ * machine's cores, where a round costs the work of all its messages rather than a network's
+ * latency; across devices doubling's fewer rounds win. Every rank ends with rank 0's bits.
+ */
+export async function treeAllReduce(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
+  const n = t.worldSize;
+  const r = t.rank;
+  const reduce = reducer(op);
+  const { incoming, outgoing, receive } = wireCodec(t, buf, wire);
+  const lowest = r & -r; // rank 0: 0, the root
+  const parent = r === 0 ? undefined : r - lowest;
+  // The nearest child first: its subtree is the smallest, so its values come first.
+  const children = masks(2 ** Math.ceil(Math.log2(n))).filter((m) => (r === 0 || m < lowest) && r + m < n).map((m) => r + m);
+  await Promise.all([...(parent === undefined ? [] : [parent]), ...children].map((peer) => t.connect(peer)));
+  for (const child of children) {
+    await receive(child, 0);
+    reduce(buf, incoming, 0, buf.length, 0);
+  }
+  if (parent !== undefined) {
+    await t.send(parent, 0, outgoing());
+    await receive(parent, 1, buf);
+  } else if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
+  // Down: the farthest child first (the largest subtree has the most left to pass on). The
+  // result is rounded to the wire already, so encoding it again gives the bytes that came.
+  const result = outgoing();
+  for (const child of children.reverse()) await t.send(child, 1, result);
 }
 
 /** A chunk handler that decodes 16-bit values into `target`. */

@@ -32,7 +32,7 @@ import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceSca
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store.ts';
 import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
-import { bruckAllGather, chooseAlgorithm, doublingAllReduce, treeBroadcast, type CollectiveAlgorithm } from './latency_collectives.ts';
+import { bruckAllGather, chooseAlgorithm, doublingAllReduce, treeAllReduce, treeBroadcast, type AllReduceAlgorithm } from './latency_collectives.ts';
 import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
@@ -43,7 +43,7 @@ export type { WireDtype } from '../half.ts';
 export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
 export type { ProcessGroupEvent } from '../transport/shared_links.ts';
 export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type CollectiveOptions, type GroupInit, type LinkOptions } from './group_options.ts';
-export { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
+export { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, type AllReduceAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
 export { subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 
 export class ProcessGroup {
@@ -271,12 +271,12 @@ export class ProcessGroup {
    */
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
-    const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm);
-    const collective = algorithm === 'ring' ? Collective.allReduce : Collective.allReduceDoubling;
+    const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm, true);
+    const collective = algorithm === 'ring' ? Collective.allReduce : algorithm === 'tree' ? Collective.allReduceTree : Collective.allReduceDoubling;
     const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
     const out = await this.run(d, buf, async (t) => {
-      if (algorithm === 'doubling') {
-        await doublingAllReduce(t, buf, op, wire);
+      if (algorithm !== 'ring') {
+        await (algorithm === 'tree' ? treeAllReduce : doublingAllReduce)(t, buf, op, wire);
         return buf;
       }
       const segs = segments(buf.length, this.worldSize);
@@ -293,9 +293,10 @@ export class ProcessGroup {
    * The algorithm a collective of `bytes` per rank runs in this group (with `forced`, the
    * per-call option): every rank computes the same from the same inputs.
    */
-  algorithmFor(bytes: number, forced?: CollectiveAlgorithm | 'auto'): CollectiveAlgorithm {
-    if (forced !== undefined && forced !== 'auto' && forced !== 'ring' && forced !== 'doubling') {
-      throw new RangeError(`algorithm must be 'auto', 'ring' or 'doubling', got ${String(forced)}`);
+  algorithmFor(bytes: number, forced?: AllReduceAlgorithm | 'auto', allReduce = false): AllReduceAlgorithm {
+    const known = allReduce ? ['auto', 'ring', 'doubling', 'tree'] : ['auto', 'ring', 'doubling'];
+    if (forced !== undefined && !known.includes(forced)) {
+      throw new RangeError(`algorithm must be ${known.map((a) => `'${a}'`).join(', ')}${allReduce ? '' : ' (tree is for allReduce only)'}, got ${String(forced)}`);
     }
     return chooseAlgorithm(bytes, this.worldSize, this.latencyThresholdBytes, forced);
   }

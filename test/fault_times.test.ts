@@ -1,0 +1,34 @@
+/**
+ * The launcher's fault timings (launcher/fault_times.ts): a loss a rank reports is the fault on
+ * the page that held that rank, not simply the oldest fault nobody noticed yet.
+ */
+import { describe, expect, it } from 'vitest';
+import { FaultTimes } from '../launcher/fault_times.ts';
+import type { ElasticEvent } from '../src/elastic/events.ts';
+
+const round = (key: string, rank: number, worldSize: number): ElasticEvent => ({ type: 'round', round: key, rank, worldSize, step: 0, epoch: 0, position: 0 }) as ElasticEvent;
+
+describe('FaultTimes', () => {
+  it("a frozen page dropped by a join's regroup does not take a later kill's detection", () => {
+    const t = new FaultTimes();
+    for (let page = 0; page < 4; page++) t.onEvent(page, round('A', page, 4), 0);
+    const freeze = t.add({ fault: 'freeze rank 3', kind: 'freeze', atStep: 5, page: 3 }, 1000);
+    const join = t.add({ fault: 'open 1 more rank(s)', kind: 'join', atStep: 6, pages: [4] }, 2000);
+    t.onEvent(0, { type: 'regroup', round: 'A', rank: 0, step: 6, waiting: 1 }, 3000);
+    // Round B: the server evicted the frozen page; the joiner took its place.
+    for (const [page, rank] of [[0, 0], [1, 1], [2, 2], [4, 3]] as const) t.onEvent(page, round('B', rank, 4), 4000);
+    const kill = t.add({ fault: 'kill rank 1', kind: 'kill', atStep: 9, page: 1 }, 50_000);
+    t.onEvent(0, { type: 'peer-lost', round: 'B', rank: 0, peer: 1, reason: 'its tab closed' }, 50_400);
+    expect(kill.detectedAfterMs).toBe(400);
+    expect(freeze.detectedAfterMs).toBeUndefined();
+    expect(join.detectedAfterMs).toBe(1000);
+    expect(join.admittedAfterMs).toBe(2000);
+  });
+
+  it('a loss whose page is not known goes to the oldest kill or freeze not noticed yet', () => {
+    const t = new FaultTimes();
+    const kill = t.add({ fault: 'kill rank 2', kind: 'kill', atStep: 3 }, 1000);
+    t.onEvent(0, { type: 'peer-lost', round: 'A', rank: 0, peer: 2, reason: 'its tab closed' }, 1250);
+    expect(kill.detectedAfterMs).toBe(250);
+  });
+});
