@@ -108,7 +108,8 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
   });
   return {
     open: async (url) => {
-      await page.goto(url);
+      // Playwright's 30 s default is too short for a page that loads while 30 other tabs train on the same cores.
+      await page.goto(url, { timeout: PAGE_LOAD_TIMEOUT_MS });
     },
     takeReports,
     kill: async () => {
@@ -126,6 +127,9 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
     timerProbe: async () => undefined,
   };
 }
+
+/** How long a rank's page may take to load (its scripts, TF.js) before the launch fails. */
+const PAGE_LOAD_TIMEOUT_MS = 180_000;
 
 /** The default: headless pages of one Playwright-driven Chromium (`extraArgs`: e.g. `trustArgs`). */
 export async function headlessDriver(extraArgs: readonly string[] = []): Promise<RankDriver> {
