@@ -32,6 +32,7 @@ import { PsView } from './view_ps.ts';
 import { SampleView } from './view_sample.ts';
 import { SummaryView } from './view_report.ts';
 import { RingCardView } from './view_ring.ts';
+import { redrawDelay } from './redraw.ts';
 import './styles/dashboard_layout.css';
 import './styles/base_media.css';
 
@@ -54,15 +55,6 @@ export interface DashboardOptions {
   /** "Continue training" after a failure the page said it can train past. */
   onContinue?: () => void;
 }
-
-const MIN_REDRAW_MS = 250;
-/**
- * The share of the page's time drawing may take: after a redraw that took d ms the next waits at
- * least d / REDRAW_BUDGET. Drawing runs on the main thread that also carries the training's
- * messages, and on a machine whose cores many tabs share, or a phone, a chart redraw four times
- * a second is time the step's all-reduce waits for.
- */
-const REDRAW_BUDGET = 0.02;
 
 export class Dashboard {
   private state: DashboardState;
@@ -239,8 +231,7 @@ export class Dashboard {
     // A redraw waiting out the budget is brought forward by one asked for soon (the run's end).
     if (this.renderTimer !== undefined && !soon) return;
     clearTimeout(this.renderTimer);
-    const gap = Math.max(MIN_REDRAW_MS, this.renderMs / REDRAW_BUDGET);
-    const wait = soon ? 0 : Math.max(0, this.lastRender + gap - performance.now());
+    const wait = redrawDelay({ now: performance.now(), lastRender: this.lastRender, lastRenderMs: this.renderMs, soon });
     // rAF does not run in hidden tabs, so a background rank spends nothing on drawing until shown.
     this.renderTimer = setTimeout(() => requestAnimationFrame(() => this.render()), wait);
   }

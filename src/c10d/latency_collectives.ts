@@ -9,6 +9,8 @@
  *   bits, and after the last step every rank holds the same bits. A world that is not a power of
  *   two folds its extra ranks in first (the even rank of each of the first 2 x extra pairs hands
  *   its values to the odd one and gets the result back at the end: Rabenseifner's fold).
+ * - all-reduce, on request ({ algorithm: 'tree' }): up a binomial tree to rank 0 and back down,
+ *   the fewest messages (2(N-1)); every rank ends with rank 0's bits.
  * - all-gather: Bruck's algorithm, ceil(log2 N) steps for any N (copies only).
  * - broadcast: a binomial tree from the root, ceil(log2 N) rounds (copies only).
  *
