@@ -51,6 +51,22 @@ function bits(a: Float32Array): number[] {
   return Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
 }
 
+/** Every rank's all-reduce of `small` values by `algorithm` equals the exact reduction, for each length. */
+async function expectExact(pgs: ProcessGroup[], op: 'sum' | 'avg' | 'max' | 'min', algorithm: 'doubling' | 'tree', lengths: number[]): Promise<void> {
+  const n = pgs.length;
+  for (const len of lengths) {
+    const outs = await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, len), op, { algorithm })));
+    const want = Float32Array.from({ length: len }, (_, i) => {
+      const vs = pgs.map((pg) => small(pg.rank, len)[i]!);
+      if (op === 'max') return Math.max(...vs);
+      if (op === 'min') return Math.min(...vs);
+      const sum = vs.reduce((a, b) => a + b, 0);
+      return op === 'avg' ? Math.fround(sum / n) : sum;
+    });
+    for (const out of outs) expect(Array.from(out)).toEqual(Array.from(want));
+  }
+}
+
 /** Every collective frame's (sender's link, step) and code, from now on. */
 function watch(net: MemoryNetwork): { messages: Set<string>; codes: Set<number> } {
   const seen = { messages: new Set<string>(), codes: new Set<number>() };
@@ -84,17 +100,7 @@ describe('recursive doubling all-reduce', () => {
       const { pgs } = await groups(n, { maxFrameBytes: 1024 });
       try {
         for (const op of ['sum', 'avg', 'max', 'min'] as const) {
-          for (const len of [0, 1, 7, 1000]) {
-            const outs = await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, len), op, { algorithm: 'doubling' })));
-            const want = Float32Array.from({ length: len }, (_, i) => {
-              const vs = pgs.map((pg) => small(pg.rank, len)[i]!);
-              if (op === 'max') return Math.max(...vs);
-              if (op === 'min') return Math.min(...vs);
-              const sum = vs.reduce((a, b) => a + b, 0);
-              return op === 'avg' ? Math.fround(sum / n) : sum;
-            });
-            for (const out of outs) expect(Array.from(out)).toEqual(Array.from(want));
-          }
+          await expectExact(pgs, op, 'doubling', [0, 1, 7, 1000]);
           const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 333), op, { algorithm: 'doubling' })));
           for (const out of outs) expect(bits(out)).toEqual(bits(outs[0]!));
         }
@@ -200,17 +206,7 @@ describe('tree all-reduce (up a binomial tree to rank 0 and back down)', () => {
       const { pgs } = await groups(n, { maxFrameBytes: 1024 });
       try {
         for (const op of ['sum', 'avg', 'max', 'min'] as const) {
-          for (const len of [0, 1, 1000]) {
-            const outs = await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, len), op, { algorithm: 'tree' })));
-            const want = Float32Array.from({ length: len }, (_, i) => {
-              const vs = pgs.map((pg) => small(pg.rank, len)[i]!);
-              if (op === 'max') return Math.max(...vs);
-              if (op === 'min') return Math.min(...vs);
-              const sum = vs.reduce((a, b) => a + b, 0);
-              return op === 'avg' ? Math.fround(sum / n) : sum;
-            });
-            for (const out of outs) expect(Array.from(out)).toEqual(Array.from(want));
-          }
+          await expectExact(pgs, op, 'tree', [0, 1, 1000]);
         }
         for (const wire of ['float32', 'float16', 'bfloat16', 'int8'] as const) {
           const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 333), 'sum', { algorithm: 'tree', wire })));

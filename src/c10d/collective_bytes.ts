@@ -7,7 +7,7 @@
  */
 import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from './framing.ts';
 import { allGatherStep, reduceScatterStep, segments } from './ring.ts';
-import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type AllReduceAlgorithm } from './latency_collectives.ts';
+import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, treeChildren, type AllReduceAlgorithm } from './latency_collectives.ts';
 import { wirePayloadBytes, type WireDtype } from '../half.ts';
 
 export interface CollectiveBytesOptions {
@@ -33,9 +33,7 @@ export function allReduceBytes(elements: number, rank: number, worldSize: number
   const algorithm = chooseAlgorithm(wirePayloadBytes(wire, elements), worldSize, o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, o.algorithm);
   if (algorithm === 'tree') {
     // One message up to its parent (not rank 0) and one down to each child.
-    const lowest = rank & -rank;
-    const children = Array.from({ length: Math.ceil(Math.log2(worldSize)) }, (_, i) => 1 << i).filter((m) => (rank === 0 || m < lowest) && rank + m < worldSize).length;
-    return messageBytes(wirePayloadBytes(wire, elements), frameBytes) * (children + (rank === 0 ? 0 : 1));
+    return messageBytes(wirePayloadBytes(wire, elements), frameBytes) * (treeChildren(rank, worldSize).length + (rank === 0 ? 0 : 1));
   }
   if (algorithm === 'doubling') {
     const p = 2 ** Math.floor(Math.log2(worldSize));

@@ -123,6 +123,12 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   if (r < 2 * extra) await t.send(r - 1, unfoldStep, result);
 }
 
+/** A rank's children in the binomial tree rooted at rank 0, the nearest (smallest subtree) first. */
+export function treeChildren(rank: number, worldSize: number): number[] {
+  const lowest = rank & -rank; // rank 0: 0, the root
+  return masks(2 ** Math.ceil(Math.log2(worldSize))).filter((m) => (rank === 0 || m < lowest) && rank + m < worldSize).map((m) => rank + m);
+}
+
 /**
  * Tree all-reduce of `buf` in place: up a binomial tree to rank 0, which reduces and sends the
  * result back down the same tree. 2(N-1) messages in all where recursive doubling sends
@@ -135,10 +141,8 @@ export async function treeAllReduce(t: RingTransport, buf: Float32Array, op: Red
   const r = t.rank;
   const reduce = reducer(op);
   const { incoming, outgoing, receive } = wireCodec(t, buf, wire);
-  const lowest = r & -r; // rank 0: 0, the root
-  const parent = r === 0 ? undefined : r - lowest;
-  // The nearest child first: its subtree is the smallest, so its values come first.
-  const children = masks(2 ** Math.ceil(Math.log2(n))).filter((m) => (r === 0 || m < lowest) && r + m < n).map((m) => r + m);
+  const parent = r === 0 ? undefined : r - (r & -r);
+  const children = treeChildren(r, n);
   await Promise.all([...(parent === undefined ? [] : [parent]), ...children].map((peer) => t.connect(peer)));
   for (const child of children) {
     await receive(child, 0);
