@@ -38,20 +38,22 @@ test('CentralStorage: 2 workers at batch 16 equal one rank at batch 32 after 15 
 });
 
 test('async: training converges; a closed worker stops nobody and its samples are accounted for; no push is applied twice; the dashboard shows the server', async ({ browser, server }) => {
-  const pages = await openRanks(browser, server, 4, { session: sessionName('async'), job: 'train', ...sgd, trainSize: '1024', epochs: '2', batchSize: '32', strategy: 'ps', min: '2' });
+  const pages = await openRanks(browser, server, 4, { session: sessionName('async'), job: 'train', ...sgd, trainSize: '1024', epochs: '4', batchSize: '32', strategy: 'ps', min: '2' });
   // The server's card: its shard, and the staleness of the pushes.
   const card = pages[0]!.page.getByTestId('ps');
   await expect(card).toBeVisible({ timeout: 60_000 });
   await expect(card).toHaveAttribute('data-role', 'server');
   await expect(pages[0]!.page.getByTestId('ps-staleness')).toBeVisible();
   await expect(pages[2]!.page.getByTestId('ps-worker')).toBeVisible();
-  // Close worker rank 2 once it has pushed a little.
-  await expect(pages[2]!.page.getByTestId('ps-worker')).toContainText(/Pushes\D{0,3}[1-9]\d/, { timeout: 60_000 });
+  // Close worker rank 2 once it has pushed a little, well before the end: 128 pushes in all, and
+  // the card may show a count seconds late (its redraws are spaced out on a loaded machine). A
+  // close after the end would hit the other tabs' summary, not the training (a CI run saw that).
+  await expect(pages[2]!.page.getByTestId('ps-worker')).toContainText(/Pushes\D{0,3}([3-9]|\d\d)/, { timeout: 60_000 });
   await pages[2]!.page.close();
   const runs = await Promise.all([0, 1, 3].map((i) => pages[i]!.result));
   const s0 = psOf(runs.find((r) => psOf(r).role === 'server')!);
-  expect(s0.samples.target).toBe(2048);
-  expect(accounted(s0)).toBe(2048);
+  expect(s0.samples.target).toBe(4096);
+  expect(accounted(s0)).toBe(4096);
   // What the closed worker held: at most one batch.
   expect(s0.samples.lost).toBeGreaterThan(0);
   expect(s0.samples.lost).toBeLessThanOrEqual(32);
