@@ -1,13 +1,14 @@
 /**
  * Per-step metric charts on uPlot: one faint raw line and one smoothed line per rank (the
- * TensorBoard look), plus test-set points from 'eval' events. The data lives in a StepTable that
+ * TensorBoard look; a large group as this tab, the mean and the range: chart_lines.ts), plus
+ * test-set points from 'eval' events. The data lives in a StepTable that
  * both charts share; a chart only turns columns into uPlot's aligned arrays when it redraws.
  */
 // Before uPlot, which reads navigator.language when it loads.
 import './locale_guard.ts';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { rankColour } from './dom.ts';
+import { aggregateColumn, chartLines, linesKey, type ChartLine } from './chart_lines.ts';
 import { fmtPercent } from './format.ts';
 
 type Cell = number | null;
@@ -101,8 +102,7 @@ const HEIGHT_NARROW = 210;
 
 export class MetricChart {
   private plot: uPlot | null = null;
-  private ranksKey = '';
-  private selfRank: number | null = null;
+  private linesKey = '';
   private log = false;
   private readonly observer: ResizeObserver;
 
@@ -126,18 +126,18 @@ export class MetricChart {
     if (s.width !== this.plot.width || s.height !== this.plot.height) this.plot.setSize(s);
   }
 
-  /** Redraw from the table; rebuilds the uPlot instance only when the set of ranks changes. */
+  /** Redraw from the table; rebuilds the uPlot instance only when its lines change (the set of ranks). */
   render(table: StepTable, ranks: number[], selfRank: number | null, smoothing: number): void {
-    const key = `${ranks.join(',')}|${selfRank}|${this.log}`;
-    if (!this.plot || key !== this.ranksKey) {
+    const lines = chartLines(ranks, selfRank);
+    const key = `${linesKey(lines)}|${this.log}`;
+    if (!this.plot || key !== this.linesKey) {
       this.plot?.destroy();
-      this.ranksKey = key;
-      this.selfRank = selfRank;
-      this.plot = new uPlot(this.options(ranks), this.data(table, ranks, smoothing), this.host);
+      this.linesKey = key;
+      this.plot = new uPlot(this.options(lines), this.data(table, ranks, lines, smoothing), this.host);
       showLatestInLegend(this.plot);
       return;
     }
-    this.plot.setData(this.data(table, ranks, smoothing));
+    this.plot.setData(this.data(table, ranks, lines, smoothing));
     showLatestInLegend(this.plot);
   }
 
@@ -146,30 +146,31 @@ export class MetricChart {
     this.log = on;
   }
 
-  private data(table: StepTable, ranks: number[], smoothing: number): uPlot.AlignedData {
+  private data(table: StepTable, ranks: number[], lines: ChartLine[], smoothing: number): uPlot.AlignedData {
     // A log axis cannot show zero or negative values: leave them out rather than break the scale.
     const fix = this.log ? (c: Cell[]) => c.map((v) => (v !== null && v > 0 ? v : null)) : (c: Cell[]) => c;
-    const raw = ranks.map((r) => fix(table.col(`${this.spec.prefix}:${r}`)));
+    const column = (r: number) => table.col(`${this.spec.prefix}:${r}`);
+    const raw = lines.map(({ source }) => fix(source.kind === 'rank' ? column(source.rank) : aggregateColumn(ranks.map(column), source.kind)));
     return [table.x, ...raw, ...raw.map((c) => smooth(c, smoothing)), fix(table.col(this.spec.evalColumn))];
   }
 
-  private options(ranks: number[]): uPlot.Options {
+  private options(lines: ChartLine[]): uPlot.Options {
     const pct = this.spec.percent;
     const fmt = (v: number | null) => (v === null || v === undefined ? '–' : pct ? fmtPercent(v, 1) : v.toFixed(4));
-    const rawSeries: uPlot.Series[] = ranks.map((r) => ({
-      label: `rank ${r} (raw)`,
+    const rawSeries: uPlot.Series[] = lines.map((l) => ({
+      label: `${l.label} (raw)`,
       class: 'raw-series',
-      stroke: `${rankColour(r)}40`,
+      stroke: `${l.colour}40`,
       width: 1,
       spanGaps: true,
       points: { show: false },
       value: (_u, v) => fmt(v),
     }));
-    const smoothSeries: uPlot.Series[] = ranks.map((r) => ({
-      label: r === this.selfRank ? `rank ${r} (this tab)` : `rank ${r}`,
-      stroke: rankColour(r),
-      // This tab's own line is a little heavier so it can be picked out without relying on colour.
-      width: r === this.selfRank ? 2.5 : 1.75,
+    const smoothSeries: uPlot.Series[] = lines.map((l) => ({
+      label: l.label,
+      stroke: l.colour,
+      width: l.width,
+      ...(l.dash ? { dash: l.dash } : {}),
       spanGaps: true,
       points: { show: false },
       value: (_u, v) => fmt(v),
@@ -184,7 +185,7 @@ export class MetricChart {
       points: { show: true, size: 9, stroke: '#111827', fill: '#ffffff', width: 2 },
       value: (_u, v) => fmt(v),
     };
-    const n = ranks.length;
+    const n = lines.length;
     const axisFont = '12px system-ui, sans-serif';
     return {
       ...this.size(),
@@ -213,7 +214,7 @@ export class MetricChart {
       hooks: {
         // When the pointer is not over the chart, the legend shows the latest values (W&B style).
         setCursor: [(u) => showLatestInLegend(u)],
-        // Toggling "rank r" in the legend also toggles its (legend-less) raw line.
+        // Toggling a line ("rank r", "mean of N ranks") in the legend also toggles its (legend-less) raw line.
         setSeries: [
           (u, idx) => {
             if (idx === null || idx < 1 + n || idx > 2 * n) return;

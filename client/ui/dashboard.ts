@@ -33,6 +33,7 @@ import { SampleView } from './view_sample.ts';
 import { SummaryView } from './view_report.ts';
 import { RingCardView } from './view_ring.ts';
 import { redrawDelay } from './redraw.ts';
+import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
 import './styles/dashboard_layout.css';
 import './styles/base_media.css';
 
@@ -73,11 +74,17 @@ export class Dashboard {
   private readonly pipeline = new PipelineView();
   private readonly ps = new PsView();
   private readonly log = new LogView();
+  /** The frame that draws the cheap parts, if one is requested. */
+  private drawNowFrame: number | undefined;
   /** The redraw scheduled, if one is. */
   private renderTimer: ReturnType<typeof setTimeout> | undefined;
   private lastRender = 0;
-  /** How long the last redraw took (ms). */
+  /** How long the last redraw took (ms): its parts' time. */
   private renderMs = 0;
+  /** A redraw is running (its parts in tasks of their own). */
+  private rendering = false;
+  /** A redraw asked for while one ran: whether soon; null if none. */
+  private renderAgain: boolean | null = null;
   private destroyed = false;
 
   constructor(host: HTMLElement, options: DashboardOptions) {
@@ -182,6 +189,7 @@ export class Dashboard {
 
   destroy(): void {
     this.destroyed = true;
+    if (this.drawNowFrame !== undefined) cancelAnimationFrame(this.drawNowFrame);
     this.charts.destroy();
     this.root.remove();
   }
@@ -193,7 +201,7 @@ export class Dashboard {
     this.state = next;
     if (event.type === 'step' || event.type === 'eval') this.charts.take(event);
     if (next === prev) return;
-    this.drawNow();
+    this.scheduleDrawNow();
     // What the throttled parts (charts, stat cards, throughput table, pipeline and parameter-server panels) draw from.
     const throttledInputs = [next.recent, next.lastStep, next.lastEval, next.summary, next.phase, next.lost, next.self, next.config, next.pipeline, next.timeline, next.pipelineRanks, next.ps, next.fleet] as const;
     const before = [prev.recent, prev.lastStep, prev.lastEval, prev.summary, prev.phase, prev.lost, prev.self, prev.config, prev.pipeline, prev.timeline, prev.pipelineRanks, prev.ps, prev.fleet] as const;
@@ -201,7 +209,20 @@ export class Dashboard {
     if (throttledInputs.some((v, i) => v !== before[i])) this.scheduleRender(event.type === 'done');
   }
 
-  /** The parts cheap enough to draw on every event. */
+  /**
+   * The cheap parts draw once per frame, however many events came in it: a round's start brings
+   * an event per rank and per link, each of which redrew the ring and the header (at 32 tabs on
+   * two cores, seconds of one task). rAF does not run in a hidden tab, which draws when shown.
+   */
+  private scheduleDrawNow(): void {
+    if (this.drawNowFrame !== undefined) return;
+    this.drawNowFrame = requestAnimationFrame(() => {
+      this.drawNowFrame = undefined;
+      if (!this.destroyed) this.drawNow();
+    });
+  }
+
+  /** The parts cheap enough to draw at every frame with news. */
   private drawNow(): void {
     const s = this.state;
     this.root.dataset.phase = displayPhase(s);
@@ -228,26 +249,52 @@ export class Dashboard {
   }
 
   private scheduleRender(soon = false): void {
+    // A redraw asked for while one runs comes after it (soon if either asked for soon).
+    if (this.rendering) {
+      this.renderAgain = this.renderAgain === true || soon;
+      return;
+    }
     // A redraw waiting out the budget is brought forward by one asked for soon (the run's end).
     if (this.renderTimer !== undefined && !soon) return;
     clearTimeout(this.renderTimer);
     const wait = redrawDelay({ now: performance.now(), lastRender: this.lastRender, lastRenderMs: this.renderMs, soon });
     // rAF does not run in hidden tabs, so a background rank spends nothing on drawing until shown.
-    this.renderTimer = setTimeout(() => requestAnimationFrame(() => this.render()), wait);
+    this.renderTimer = setTimeout(() => requestAnimationFrame(() => void this.render()), wait);
   }
 
-  private render(): void {
+  /**
+   * Each part draws in a task of its own, so that the training's messages and the liveness ticks
+   * get the main thread between them: at 32 tabs on two cores a redraw of every part in one task
+   * took several seconds, long enough for a tab to be taken for frozen. Its time, for the budget,
+   * is the parts' own (uPlot's drawing microtask included), not the waits between them.
+   */
+  private async render(): Promise<void> {
     this.renderTimer = undefined;
     if (this.destroyed) return;
-    const start = performance.now();
-    this.charts.draw(this.state);
-    this.stats.render(this.state);
-    this.perf.render(this.state);
-    this.fleet.render(this.state);
-    this.pipeline.render(this.state);
-    this.ps.render(this.state);
+    this.rendering = true;
+    const parts: Array<(s: DashboardState) => void> = [
+      ...this.charts.drawParts(),
+      (s) => this.stats.render(s),
+      (s) => this.perf.render(s),
+      (s) => this.fleet.render(s),
+      (s) => this.pipeline.render(s),
+      (s) => this.ps.render(s),
+    ];
+    let busy = 0;
+    for (const part of parts) {
+      if (this.destroyed) return;
+      const start = performance.now();
+      part(this.state);
+      // uPlot draws in a microtask of its own, queued by the part: this await resumes after it.
+      await Promise.resolve();
+      busy += performance.now() - start;
+      await yieldToEventLoop();
+    }
+    this.rendering = false;
     this.lastRender = performance.now();
-    // uPlot draws in a microtask of its own (queued above): this one runs after it.
-    queueMicrotask(() => (this.renderMs = performance.now() - start));
+    this.renderMs = busy;
+    const again = this.renderAgain;
+    this.renderAgain = null;
+    if (again !== null) this.scheduleRender(again);
   }
 }

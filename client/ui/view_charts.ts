@@ -96,11 +96,11 @@ export class ChartsView {
     }
   }
 
-  draw(s: DashboardState): void {
-    if (this.table.x.length === 0) return;
-    const ranks = this.sortedRanks();
-    this.lossChart.render(this.table, ranks, s.self, this.smoothing);
-    this.accChart.render(this.table, ranks, s.self, this.smoothing);
+  /** The two charts' redraws, which the dashboard runs in a task each. */
+  drawParts(): Array<(s: DashboardState) => void> {
+    return [this.lossChart, this.accChart].map((chart) => (s: DashboardState) => {
+      if (this.table.x.length > 0) chart.render(this.table, this.sortedRanks(), s.self, this.smoothing);
+    });
   }
 
   destroy(): void {
