@@ -143,6 +143,7 @@ export class ProcessGroup {
       (peer, kind) => (kind === FrameKind.p2p ? this.p2p.lastRecv(peer) : this.seq),
       this.label,
       this.shared.heldBytes,
+      () => this.shared.runningNow(),
     );
     this.aborts = new AbortNotices({
       rank: this.shared.rank,

@@ -58,11 +58,15 @@ function startClock(ms: number, tick: () => void): () => void {
  */
 export class TickGap {
   private last: number;
+  /** Time this page did not run, as far as its ticks tell (see `running`). */
+  private lost = 0;
 
   constructor(
     /** A gap longer than this counts (the caller's stall bound). */
     readonly boundMs: number,
     private readonly now: () => number = Date.now,
+    /** A tick later than this after the last one: the page did not run for the excess. */
+    private readonly lateMs = Infinity,
   ) {
     this.last = now();
   }
@@ -70,8 +74,21 @@ export class TickGap {
   /** Call on every tick: the gap that ended with this tick, when longer than the bound. */
   tick(): number | undefined {
     const gap = this.gap();
-    this.last = this.now();
+    const now = this.now();
+    if (now - this.last > this.lateMs) this.lost += now - this.last - this.lateMs;
+    this.last = now;
     return gap;
+  }
+
+  /**
+   * Wall time less the time this page did not run (by how much its ticks came later than
+   * `lateMs`): the clock to judge a peer's silence on. A page that did not run heard nothing
+   * meanwhile, though its peers may have sent: their frames wait in its queue behind the tick. On
+   * a machine whose cores 32 tabs share, a rank whose own page had stopped for seconds took a
+   * peer whose page had not stopped for as long as the bound for stalled.
+   */
+  running(): number {
+    return this.now() - this.lost;
   }
 
   /**

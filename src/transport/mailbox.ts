@@ -107,6 +107,8 @@ export class Mailbox {
      * bound is one per peer, however many groups (a pipeline mesh's) the peer shares with it.
      */
     private readonly allHeld: Map<number, number> = new Map(),
+    /** The clock silences are judged on: wall time, or the time this page ran (TickGap.running). */
+    private readonly clock: () => number = Date.now,
   ) {}
 
   /**
@@ -175,7 +177,7 @@ export class Mailbox {
   }
 
   /** Any sign of life from `peer`: a frame of any kind, or its link opening. */
-  heard(peer: number, now = Date.now()): void {
+  heard(peer: number, now = this.clock()): void {
     this.lastHeard.set(peer, now);
   }
 
@@ -184,7 +186,7 @@ export class Mailbox {
    * its page is paused, frozen or gone. A peer that is alive but late (busy elsewhere) keeps
    * sending liveness frames and is only bounded by `peerTimeoutMs`.
    */
-  checkStalls(stallMs: number, now = Date.now()): void {
+  checkStalls(stallMs: number, now = this.clock()): void {
     for (const r of [...this.receivers]) {
       const last = this.lastHeard.get(r.peer);
       if (last === undefined || now - last <= stallMs) continue;

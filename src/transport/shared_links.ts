@@ -23,6 +23,11 @@ import { TickGap, startTicker } from '../runtime/ticker.ts';
 
 /** How often each rank tells each peer it is alive (more often when the stall bound is short). */
 const ALIVE_EVERY_MS = 1_000;
+
+/** The liveness tick's interval: several ticks fit in the bound, so one late tick is never taken for a stall. */
+function tickInterval(stallTimeoutMs: number): number {
+  return Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4);
+}
 /** destroy(): the longest it waits for its peers to answer its bye, and how often it looks. */
 const BYE_BOUND_MS = 2_000;
 const BYE_POLL_MS = 5;
@@ -94,7 +99,8 @@ export class SharedLinks {
   constructor(init: SharedLinksInit) {
     this.rank = init.rank;
     this.client = init.client;
-    this.gap = new TickGap(init.stallTimeoutMs);
+    // A tick over twice its interval late: the page did not run for the excess (TickGap.running).
+    this.gap = new TickGap(init.stallTimeoutMs, Date.now, 2 * tickInterval(init.stallTimeoutMs));
     this.onStalled = init.onStalled;
     this.links = new GroupLinks({
       rank: this.rank,
@@ -118,8 +124,7 @@ export class SharedLinks {
     const aliveFrame = encodeAlive();
     const sending = new Set<number>();
     const stallTimeoutMs = init.stallTimeoutMs;
-    // Several ticks fit in the bound, so one late tick is never taken for a stall.
-    const stopTicker = startTicker(Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4), () => {
+    const stopTicker = startTicker(tickInterval(stallTimeoutMs), () => {
       // A tick after a gap longer than the bound: this page was paused, and its peers counted it
       // as lost meanwhile. Failing now says so, before the links they closed say something vaguer.
       const stalled = this.gap.tick();
@@ -291,6 +296,11 @@ export class SharedLinks {
   }
 
   /** Any frame from `peer`, or its link opening, is a sign of life in every group it is in. */
+  /** The clock a peer's silence is judged on: the time this page ran (TickGap.running). */
+  runningNow(): number {
+    return this.gap.running();
+  }
+
   private heard(peer: number): void {
     this.lastHeard.set(peer, Date.now());
     for (const g of this.groups.values()) if (g.has(peer)) g.heard(peer);

@@ -22,7 +22,7 @@ type Summary = Record<string, unknown> & {
 
 // The cpu backend: these tests are about the group, not the GPU (device_lost.spec.ts and train.spec.ts
 // train on WebGPU), and four SwiftShader pages on two cores took about a minute per test. A cpu step
-// takes a tenth of a second, so the runs are long enough (4096 samples, 8192 with a joiner) for the
+// takes a tenth of a second, so the runs are long enough (4096 samples, 24,576 with a joiner) for the
 // tabs the launcher opens one after another, or at a fault's step, to arrive well before the end.
 // A fault aimed at a tab that may not have joined yet stays on WebGPU (the frozen rank below).
 const TRAIN_SIZE = 4096;
@@ -95,8 +95,10 @@ test('a frozen rank is evicted within the heartbeat bound and the rest continue'
 });
 
 test('a fifth tab joins mid-run, gets the state, and ends with the same weights', async () => {
-  const s = await run(4, { min: '2', max: '5', trainSize: '8192' }, [{ kind: 'join', count: 1, step: 8 }]);
-  expectHealthy(s, 5, 8192);
+  // 24,576 samples: at 4 tabs on the cpu backend the group trains about 1,800 samples/s, and the
+  // joiner's page takes 4-6 s to load; with 8,192 the run could end before it was admitted.
+  const s = await run(4, { min: '2', max: '5', trainSize: '24576' }, [{ kind: 'join', count: 1, step: 8 }]);
+  expectHealthy(s, 5, 24576);
   expect(s.stepsRedone).toBe(0);
 });
 
