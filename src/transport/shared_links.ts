@@ -28,6 +28,7 @@ const ALIVE_EVERY_MS = 1_000;
 function tickInterval(stallTimeoutMs: number): number {
   return Math.min(ALIVE_EVERY_MS, stallTimeoutMs / 4);
 }
+
 /** destroy(): the longest it waits for its peers to answer its bye, and how often it looks. */
 const BYE_BOUND_MS = 2_000;
 const BYE_POLL_MS = 5;
@@ -295,12 +296,12 @@ export class SharedLinks {
     }
   }
 
-  /** Any frame from `peer`, or its link opening, is a sign of life in every group it is in. */
   /** The clock a peer's silence is judged on: the time this page ran (TickGap.running). */
   runningNow(): number {
     return this.gap.running();
   }
 
+  /** Any frame from `peer`, or its link opening, is a sign of life in every group it is in. */
   private heard(peer: number): void {
     this.lastHeard.set(peer, Date.now());
     for (const g of this.groups.values()) if (g.has(peer)) g.heard(peer);
