@@ -6,8 +6,12 @@
  *
  * - The first round forms once `max` members have arrived, or `min` have and no one else
  *   arrived for `settleMs`.
- * - A member lost (socket closed, or silent past the heartbeat timeout) makes a new round at
- *   once from the rest; with fewer than `min` it is paused until enough arrive again.
+ * - A member lost (socket closed, or silent past the heartbeat timeout) makes a new round from
+ *   the rest; with fewer than `min` it is paused until enough arrive again. The running round's
+ *   ranks are told at once ('peer-left'); the round forms `LOSS_GATHER_MS` later, and at most one
+ *   per `lossIntervalMs`: losses meanwhile join it. Tabs of a class are often lost together (a
+ *   machine that stalls, a wifi that drops), and a round per loss fails on the next loss, each
+ *   one making every rank open links and move state for nothing.
  * - A member arriving while a round runs waits; the running members are told (num nodes
  *   waiting), finish their step, and ask to `regroup`, which admits it. Past `max` members,
  *   arrivals are refused, unless they ask to `spectate`: then up to `maxSpectators` of them wait
@@ -52,7 +56,12 @@ export interface RendezvousOptions {
   regroupIntervalMs: number;
   /** Most regroups after a failure one member may ask for in FAILED_REGROUP_WINDOW_MS. */
   maxFailedRegroupsPerMember?: number;
+  /** Shortest time between a round and the next one formed because members were lost. Default 0. */
+  lossIntervalMs?: number;
 }
+
+/** How long a loss waits for others that come with it (separate socket closes of one event) before its round forms. */
+export const LOSS_GATHER_MS = 100;
 
 /** The window `maxFailedRegroupsPerMember` counts over. */
 const FAILED_REGROUP_WINDOW_MS = 10 * 60_000;
@@ -84,6 +93,10 @@ export class Rendezvous {
   private settleTimer: ReturnType<typeof setTimeout> | undefined;
   /** When `regroup` last formed a round. */
   private lastRegroupAt = Number.NEGATIVE_INFINITY;
+  /** When any round last formed. */
+  private lastFormedAt = Number.NEGATIVE_INFINITY;
+  /** Ranks of the running round lost since it formed (their places are -1 in `active` until the next round): the timer that forms it, and why. */
+  private losses: { timer: ReturnType<typeof setTimeout>; why: string[] } | undefined;
   /** A regroup asked for inside the interval: its timer, the requests waiting for their answer, and whether one came from a failed round. */
   private deferred: { timer: ReturnType<typeof setTimeout>; answers: Array<(round: number) => void>; failedBy?: number } | undefined;
 
@@ -169,7 +182,8 @@ export class Rendezvous {
     else {
       if (!this.started && this.members.size >= this.min) this.settleSoon();
       // A spectator learns at once that it waits beyond a running round (and how big it is).
-      if (this.running && this.waiting.length > this.room) participant.send(this.roundEvent(-1));
+      // (Not while lost ranks' places are open: the round that fills them comes in a moment.)
+      if (this.running && !this.losses && this.waiting.length > this.room) participant.send(this.roundEvent(-1));
       this.announceWaiting();
     }
     return id;
@@ -183,7 +197,7 @@ export class Rendezvous {
   setMin(min: number, why: string): void {
     this.min = min;
     if (this.closedBy) return; // the run is over: no round forms again
-    if (this.running && this.active.length < min) return this.form(why);
+    if (this.running && this.liveRanks < min) return this.form(why);
     if (this.started && this.paused && this.members.size >= min) return this.form(why);
     if (!this.started) {
       if (this.members.size >= min && this.members.size > 0) this.settleSoon();
@@ -205,18 +219,18 @@ export class Rendezvous {
       return;
     }
     if (this.closedBy) return;
-    // The last rank takes the lost one's place and every other rank keeps its own: the peers a
-    // rank's collectives pair it with mostly stay the same pairs of tabs, whose links the next
-    // round keeps (renumbering everyone above the hole would pair most tabs anew).
+    if (rank >= 0 && this.running) {
+      // Tell the running round whom it lost (by rank) before announcing the next one. The place
+      // stays open until then: the round's ranks keep naming the same tabs (signals, vouches).
+      this.active[rank] = -1;
+      for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
+      this.formAfterLoss(`rank ${rank} ${why}`);
+      return;
+    }
+    // The last rank takes the lost one's place and every other rank keeps its own (see fillPlaces).
     if (rank >= 0) {
       const last = this.active.pop()!;
       if (rank < this.active.length) this.active[rank] = last;
-    }
-    if (rank >= 0 && this.running) {
-      // Tell the running round whom it lost (by rank) before announcing the next one.
-      for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
-      this.form(`rank ${rank} ${why}`);
-      return;
     }
     if (!this.started && this.members.size < this.min) this.cancelSettle();
     this.announceWaiting();
@@ -289,7 +303,8 @@ export class Rendezvous {
 
   /** The member id of `rank` in the running round, if there is one. */
   memberAt(rank: number): number | undefined {
-    return this.running ? this.active[rank] : undefined;
+    const id = this.running ? this.active[rank] : undefined;
+    return id === undefined || id < 0 ? undefined : id;
   }
 
   participantAt(rank: number): Participant | undefined {
@@ -317,6 +332,7 @@ export class Rendezvous {
     }
     this.closedBy = { round: this.round, rank };
     this.cancelSettle();
+    this.cancelLosses();
     this.answerDeferred();
     const unranked = this.waiting.filter((w) => this.members.has(w));
     this.log(`[server] session "${this.sessionName}": rank ${rank} closed the rendezvous after round ${this.round} (the run ended)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
@@ -325,7 +341,32 @@ export class Rendezvous {
 
   close(): void {
     this.cancelSettle();
+    this.cancelLosses();
     this.answerDeferred();
+  }
+
+  /** Ranks of the running round still here (lost ones leave a hole until the next round). */
+  private get liveRanks(): number {
+    return this.active.filter((id) => id >= 0 && this.members.has(id)).length;
+  }
+
+  /**
+   * A rank of the running round was lost: the next round forms after `LOSS_GATHER_MS`, or when
+   * `lossIntervalMs` have passed since the last round if that is later; losses meanwhile join it.
+   */
+  private formAfterLoss(why: string): void {
+    if (this.losses) {
+      this.losses.why.push(why);
+      return;
+    }
+    const wait = Math.max(LOSS_GATHER_MS, this.lastFormedAt + (this.options.lossIntervalMs ?? 0) - Date.now());
+    const losses = { why: [why], timer: setTimeout(() => this.form(describeLosses(losses.why)), wait) };
+    this.losses = losses;
+  }
+
+  private cancelLosses(): void {
+    if (this.losses) clearTimeout(this.losses.timer);
+    this.losses = undefined;
   }
 
   /** Free ranks of the running round: how many waiting members a regroup could admit. */
@@ -409,6 +450,9 @@ export class Rendezvous {
    */
   private form(why: string): void {
     this.cancelSettle();
+    this.cancelLosses();
+    this.active = this.fillPlaces(this.active);
+    this.lastFormedAt = Date.now();
     const everyone = [...this.active, ...this.waiting].filter((id) => this.members.has(id));
     const admitted = everyone.slice(0, this.options.max);
     this.started = true;
@@ -428,6 +472,24 @@ export class Rendezvous {
     this.answerDeferred();
   }
 
+  /**
+   * The places lost ranks left (-1, or a member gone) are taken by the last live ranks, lowest
+   * place first, and every other rank keeps its own: the peers a rank's collectives pair it with
+   * mostly stay the same pairs of tabs, whose links the next round keeps (renumbering everyone
+   * above a hole would pair most tabs anew).
+   */
+  private fillPlaces(ranks: readonly number[]): number[] {
+    const live = (id: number | undefined) => id !== undefined && id >= 0 && this.members.has(id);
+    const out = [...ranks];
+    for (let r = 0; r < out.length; r++) {
+      if (live(out[r])) continue;
+      while (out.length > r + 1 && !live(out.at(-1))) out.pop();
+      if (out.length > r + 1) out[r] = out.pop()!;
+      else out.length = r;
+    }
+    return out;
+  }
+
   /** Ranks asked for are kept; everyone else fills the free ranks in order. */
   private assignRanks(order: number[]): number[] {
     const slots = new Array<number | undefined>(order.length);
@@ -440,4 +502,10 @@ export class Rendezvous {
     for (let r = 0; r < slots.length; r++) if (slots[r] === undefined) slots[r] = rest.shift();
     return slots as number[];
   }
+}
+
+/** The reason a round formed after losses gives: each loss, or the first few and how many more. */
+function describeLosses(why: readonly string[]): string {
+  if (why.length <= 3) return why.join('; ');
+  return `${why.length} ranks lost: ${why.slice(0, 3).join('; ')}; and ${why.length - 3} more`;
 }

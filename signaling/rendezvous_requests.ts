@@ -17,7 +17,7 @@ export function rendezvous(ctx: ServerContext, conn: Connection, session: Sessio
   conn.memberId = session.join(
     { send: (m) => conn.send(m) },
     req,
-    { settleMs: ctx.settleMs, regroupIntervalMs: limits.regroupIntervalMs, maxSpectators: limits.maxSpectators, maxFailedRegroupsPerMember: limits.maxFailedRegroupsPerMember },
+    { settleMs: ctx.settleMs, regroupIntervalMs: limits.regroupIntervalMs, lossIntervalMs: limits.lossIntervalMs, maxSpectators: limits.maxSpectators, maxFailedRegroupsPerMember: limits.maxFailedRegroupsPerMember },
     log,
   );
   const range = req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;

@@ -4,7 +4,7 @@
  */
 import { ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/c10d/protocol.ts';
 import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
-import { Rendezvous, type Participant } from './rendezvous.ts';
+import { Rendezvous, type Participant, type RendezvousOptions } from './rendezvous.ts';
 
 export class Session {
   readonly store: KeyValueStore;
@@ -36,7 +36,7 @@ export class Session {
   join(
     participant: Participant,
     request: RequestFields['rendezvous'],
-    timing: { settleMs: number; regroupIntervalMs: number; maxSpectators: number; maxFailedRegroupsPerMember?: number },
+    timing: Omit<RendezvousOptions, 'min' | 'max'>,
     log: (line: string) => void,
   ): number {
     // A closed rendezvous stays, empty or not: it refuses every arrival (the run is over).

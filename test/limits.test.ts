@@ -399,6 +399,50 @@ describe('regroup', () => {
     await stillServes(session);
   });
 
+  it('losses that come together form one round (lossIntervalMs): each is told at once by its rank in the running round, the last live ranks take the lost places', async () => {
+    await start({ settleMs: 50, limits: { lossIntervalMs: 600 } });
+    const session = uniqueSession('losses');
+    const members: Array<{ s: StoreClient; rounds: RoundEvent[]; left: number[] }> = [];
+    for (let i = 0; i < 6; i++) {
+      const s = await client(session);
+      const m = { s, rounds: [] as RoundEvent[], left: [] as number[] };
+      s.on('round', (e) => m.rounds.push(e));
+      s.on('peer-left', (e) => m.left.push(e.rank));
+      await s.rendezvous({ min: 1, max: 6 }, 100);
+      members.push(m);
+    }
+    await until(() => members.every((m) => m.rounds.at(-1)?.worldSize === 6), 'the round of 6');
+    const [a, , , , e, f] = members;
+    const first = a.rounds.at(-1)!.round;
+    const rankOf = (m: (typeof members)[number]) => m.rounds.at(-1)!.rank;
+    expect(members.map(rankOf)).toEqual([0, 1, 2, 3, 4, 5]);
+    // Ranks 1 and 2 leave together, rank 3 a moment later (past LOSS_GATHER_MS, inside the interval).
+    members[1].s.close();
+    members[2].s.close();
+    await until(() => a.left.length === 2, 'two peer-left events');
+    await sleep(250);
+    members[3].s.close();
+    // Each loss is told at once, by its rank in the round still running: no round formed between.
+    await until(() => a.left.length === 3, 'the third peer-left');
+    expect(a.rounds.at(-1)!.round).toBe(first);
+    expect([...a.left].sort()).toEqual([1, 2, 3]);
+    await until(() => a.rounds.at(-1)!.round > first, 'the round after the losses');
+    await sleep(300); // no second round follows
+    expect(a.rounds.map((r) => r.round)).toEqual([first, first + 1]);
+    // Rank 0 keeps its rank; the last live ranks (5, then 4) take the lowest lost places.
+    expect([rankOf(a), rankOf(f), rankOf(e)]).toEqual([0, 1, 2]);
+    expect(a.rounds.at(-1)!.worldSize).toBe(3);
+    expect(logged.some((l) => new RegExp(`round ${first + 1}, 3 rank\\(s\\) \\(rank \\d closed its connection`).test(l))).toBe(true);
+    // A loss long after the last round forms its own at once (LOSS_GATHER_MS later).
+    await sleep(600);
+    const t0 = Date.now();
+    e.s.close();
+    await until(() => a.rounds.length === 3, 'the round after a lone loss');
+    expect(Date.now() - t0).toBeLessThan(600);
+    expect(a.rounds.at(-1)).toMatchObject({ round: first + 2, rank: 0, worldSize: 2 });
+    await stillServes(session);
+  });
+
   it('a deferred regroup is answered by whatever round comes first (a member leaving)', async () => {
     await start({ settleMs: 50, limits: { regroupIntervalMs: 5_000 } });
     const session = uniqueSession('defer');

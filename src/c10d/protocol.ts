@@ -44,6 +44,12 @@ export const DEFAULT_LIMITS = {
   /** Shortest time between two regroups a session's members may cause. */
   regroupIntervalMs: 1_000,
   /**
+   * Shortest time between a round and the next one formed because members were lost: losses
+   * within it are gathered into one round at its end (a class loses tabs together; a round per
+   * loss would fail on the next).
+   */
+  lossIntervalMs: 1_000,
+  /**
    * Most regroups after a failure one member may ask for in 10 minutes; past it, its next is
    * refused (RATE_LIMITED). Every member of a failed round asks, so an honest failure never needs
    * one member's word; a member asking alone, again and again, makes everyone redo state transfers.

@@ -19,7 +19,7 @@
  * hands worker i of W the DistributedSampler shard i of the step's W x batchSize samples, as DDP
  * takes them, so that it trains to DDP's weights.
  *
- * Rounds: a lost rank makes the session's rendezvous form a new round at once from the rest. No
+ * Rounds: a lost rank makes the session's rendezvous form a new round from the rest (within a second). No
  * state moves then: servers keep their shards in memory, workers keep the push they had not
  * delivered and deliver it again (a push is applied at most once, by its step id), and training
  * goes on; what a lost worker costs is the batch it held. A lost server stops every worker
