@@ -36,7 +36,8 @@ if (!['steps', 'churn', 'all'].includes(part)) {
   console.error(`bench:scale: --part must be steps, churn or all, got "${part}"`);
   process.exit(2);
 }
-const listOf = (s: string) => s.split(',').map((x) => Number(x.trim()));
+// An empty list runs nothing: `--part churn --nprocs ''` writes scale.md again from scale.json.
+const listOf = (s: string) => s.split(',').filter((x) => x.trim() !== '').map((x) => Number(x.trim()));
 const batchSize = values['batch-size']!;
 type VoteMode = 'gradients' | 'apart';
 const voteModes = values.vote!.split(',').map((v) => v.trim());
@@ -70,6 +71,8 @@ interface FaultRow {
 
 interface ChurnRow {
   worldSize: number;
+  /** The day this size ran (a size run alone keeps the others' rows). */
+  date?: string;
   ok: boolean;
   error?: string;
   seconds?: number;
@@ -156,6 +159,7 @@ if (part === 'churn' || part === 'all') {
       ok
         ? {
             worldSize: n,
+            date,
             ok,
             seconds: s.seconds as number,
             steps: s.steps as number,
@@ -165,7 +169,7 @@ if (part === 'churn' || part === 'all') {
             identical: s.identical as boolean,
             faults: (s.faults as FaultRow[] | undefined) ?? [],
           }
-        : { worldSize: n, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed'), faults: (s.faults as FaultRow[] | undefined) ?? [] },
+        : { worldSize: n, date, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed'), faults: (s.faults as FaultRow[] | undefined) ?? [] },
     );
     console.log(JSON.stringify(rows.at(-1)));
     rows.sort((a, b) => a.worldSize - b.worldSize);
@@ -207,12 +211,12 @@ function markdown(r: Results): string[] {
     const median = (xs: number[]) => (xs.length === 0 ? null : [...xs].sort((p, q) => p - q)[Math.floor(xs.length / 2)]!);
     const fig = (fs: FaultRow[], k: keyof FaultRow) => f(median(fs.map((x) => x[k]).filter((v): v is number => typeof v === 'number')));
     lines.push(
-      `## 32 tabs that come and go (${r.churn.date})`,
+      '## 32 tabs that come and go',
       '',
       `Elastic train job (--min N/2, --max N), synthetic MLP, cpu backend, one epoch; from the first step a tab is killed, one joins, one is frozen, one joins, ... every ${r.churn.everySec} s (\`--churn ${r.churn.everySec}\`). Medians over each kind of fault, in ms. detected: from the fault to a rank noticing (a kill: the peer's socket closing; a freeze: the server's heartbeat timeout, 5 s; a join: the new page's start and the next step's vote). From detection, recovered: until a rank of the new round held the group's state (rendezvous, the round's links, the state transfer); regroup: until a rank of the new round started its next step. admitted: from a join to its page's first round (a joiner admitted by a round another fault made has no detection of its own). Every fault's figures: scale.json.`,
       '',
-      '| ranks | ok | seconds | steps | rounds | redone | exactly once | identical | faults | kill: detected / recovered / regroup | freeze: detected / recovered / regroup | join: detected / regroup / admitted |',
-      '| ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- |',
+      '| ranks | date | ok | seconds | steps | rounds | redone | exactly once | identical | faults | kill: detected / recovered / regroup | freeze: detected / recovered / regroup | join: detected / regroup / admitted |',
+      '| ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- |',
       ...r.churn.rows.map((row) => {
         const of = (kind: string) => (row.faults ?? []).filter((x) => x.fault.startsWith(kind));
         const kills = of('kill');
@@ -220,8 +224,8 @@ function markdown(r: Results): string[] {
         const joins = of('open');
         const cells = `${row.faults?.length ?? 0} | ${fig(kills, 'detectedAfterMs')} / ${fig(kills, 'recoveredAfterMs')} / ${fig(kills, 'regroupMs')} | ${fig(freezes, 'detectedAfterMs')} / ${fig(freezes, 'recoveredAfterMs')} / ${fig(freezes, 'regroupMs')} | ${fig(joins, 'detectedAfterMs')} / ${fig(joins, 'regroupMs')} / ${fig(joins, 'admittedAfterMs')} |`;
         return row.ok
-          ? `| ${row.worldSize} | yes | ${f(row.seconds)} | ${row.steps} | ${row.generations} | ${row.stepsRedone} | ${row.exactlyOnce ? 'yes' : 'NO'} | ${row.identical ? 'yes' : 'NO'} | ${cells}`
-          : `| ${row.worldSize} | failed: ${row.error} | | | | | | | ${cells}`;
+          ? `| ${row.worldSize} | ${row.date ?? r.churn!.date} | yes | ${f(row.seconds)} | ${row.steps} | ${row.generations} | ${row.stepsRedone} | ${row.exactlyOnce ? 'yes' : 'NO'} | ${row.identical ? 'yes' : 'NO'} | ${cells}`
+          : `| ${row.worldSize} | ${row.date ?? r.churn!.date} | failed: ${row.error} | | | | | | | ${cells}`;
       }),
       '',
     );

@@ -3,6 +3,7 @@
  * server: the accuracy is the whole test set's, and the page's other tasks (heartbeats, the
  * ticker's messages) run between its batches. On the cpu backend a batch holds the main thread,
  * so a test set evaluated in one go kept a page silent past the heartbeat bound and got it evicted.
+ * After the run (`evaluateAfterRun`), a rank lost during the evaluation does not fail the survivor.
  */
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +12,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
-import { evaluate } from '../client/train/harness.ts';
+import { evaluate, evaluateAfterRun } from '../client/train/harness.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
@@ -69,5 +70,30 @@ describe('evaluate', () => {
     expect(tf.memory().numTensors).toBe(before);
     model.dispose();
     pgs.forEach((pg) => pg.destroy());
+  });
+
+  it('after the run, a rank lost during the evaluation: the survivor evaluates the whole set alone and says so', async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('evaluate-lost');
+    const pgs = await Promise.all(
+      [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    );
+    const test = syntheticDataset({ length: 600, inputSize: 16, numClasses: 4, seed: 3 });
+    const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
+    const alone = uniqueSession('evaluate-alone');
+    const solo = await initProcessGroup({ url: server.url, session: alone, token: tokenFor(alone), worldSize: 1, rank: 0, timeoutMs: 5_000 });
+    const whole = await evaluate(solo, model, test);
+    solo.destroy();
+    // Rank 1's tab closes as the run ends: rank 0's all-reduce of its totals loses it.
+    pgs[1]!.destroy();
+    const warnings: string[] = [];
+    const result = await evaluateAfterRun(pgs[0]!, model, test, (m) => warnings.push(m));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/final evaluation failed after training had ended \(lost rank 1: .*\): this rank evaluated the whole test set alone/);
+    // The whole set's figures, as one rank alone gets them.
+    expect(result.testAccuracy).toBeCloseTo(whole.testAccuracy, 6);
+    expect(result.testLoss).toBeCloseTo(whole.testLoss, 5);
+    model.dispose();
+    pgs[0]!.destroy();
   });
 });

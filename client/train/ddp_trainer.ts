@@ -31,7 +31,7 @@ import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { dashboardEvents, evaluate, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { dashboardEvents, evaluate, evaluateAfterRun, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -92,8 +92,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   let announcedModel = false;
 
   let lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
-  const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number) => {
-    const result = { step, ...(await evaluate(pg, model, testSet)) };
+  const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number, afterRun = false) => {
+    const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
+    const result = { step, ...(await (afterRun ? evaluateAfterRun(pg, model, testSet, warn) : evaluate(pg, model, testSet))) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
     // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
@@ -292,7 +293,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const { pg } = run;
   if (run.stoppedBy !== null) emit({ type: 'stopped', by: run.stoppedBy, atStep: run.steps });
   const latest = evals.at(-1);
-  const final = latest?.step === run.steps ? latest : await evaluateAndEmit(pg, run.steps, run.epoch);
+  // The collectives after the run: a tab closed as it ended costs figures, not the run.
+  const final = latest?.step === run.steps ? latest : await evaluateAndEmit(pg, run.steps, run.epoch, true);
   const weights = await run.ddp.flatWeights();
   const probeCount = Math.min(8, testSet.length);
   const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));

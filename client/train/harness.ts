@@ -6,6 +6,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import {
+  isRecoverable,
   buildModel,
   type CharTokenizer,
   correctPredictions,
@@ -380,9 +381,32 @@ export function labelTotals(logits: tf.Tensor, ys: tf.Tensor, numClasses: number
 
 /** Test accuracy and loss per label (a language model's per character), each rank evaluating its share of the test set; sums all-reduced. */
 export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
+  const totals = await shareTotals(model, test, pg.rank, pg.worldSize);
+  await pg.allReduce(totals, 'sum');
+  return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+}
+
+/**
+ * `evaluate` once training is over. A rank lost now (a tab closed as the run ended) takes nothing
+ * from a run that completed, so instead of failing, this rank evaluates the whole test set alone
+ * and says why; errors that are not a lost rank still fail.
+ */
+export async function evaluateAfterRun(pg: ProcessGroup, model: tf.LayersModel, test: Dataset, warn: (message: string) => void): Promise<{ testAccuracy: number; testLoss: number }> {
+  try {
+    return await evaluate(pg, model, test);
+  } catch (err) {
+    if (!isRecoverable(err)) throw err;
+    warn(`The group's final evaluation failed after training had ended (${(err as Error).message}): this rank evaluated the whole test set alone`);
+    const totals = await shareTotals(model, test, 0, 1);
+    return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+  }
+}
+
+/** The right predictions, the summed loss and the label count of share `rank` of `worldSize` of the test set. */
+async function shareTotals(model: tf.LayersModel, test: Dataset, rank: number, worldSize: number): Promise<Float32Array> {
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
-  for (let i = pg.rank; i < test.length; i += pg.worldSize) mine.push(i);
+  for (let i = rank; i < test.length; i += worldSize) mine.push(i);
   // At most EVAL_LABELS_PER_BATCH labels a batch: a language model's window is 64 of them, and 250
   // windows through its attention held the cpu backend's thread past the heartbeat timeout.
   const batch = Math.max(1, Math.min(250, Math.floor(EVAL_LABELS_PER_BATCH / labelsPerSample(test))));
@@ -404,6 +428,5 @@ export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Da
     totals[1] += l!;
     totals[2] += idx.length * labelsPerSample(test);
   }
-  await pg.allReduce(totals, 'sum');
-  return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+  return totals;
 }

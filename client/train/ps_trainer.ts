@@ -7,12 +7,12 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, correctPredictions, fetchBatch, flatGradients, labelsPerSample, hashFloat32, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
+import { classificationLoss, correctPredictions, fetchBatch, flatGradients, labelsPerSample, hashFloat32, isRecoverable, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { startJob, evaluate, labelsTensor, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
+import { startJob, evaluateAfterRun, labelsTensor, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
@@ -134,15 +134,22 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
 
   const { pg } = run;
   if (run.stoppedBy === 'request') emit({ type: 'stopped', by: pg.rank, atStep: run.versions[0] ?? 0 });
-  const final = await evaluate(pg, run.model, testSet);
+  // The collectives after the run: a tab closed as it ended costs figures, not the run.
+  const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
+  const final = await evaluateAfterRun(pg, run.model, testSet, warn);
   // The epoch just completed (virtual epochs: samples handed out over the dataset's size).
   emit({ type: 'eval', epoch: Math.max(0, run.samples.epoch - 1), step: run.versions[0] ?? 0, ...final });
   // The workers' throughput together: each worker's samples after its first step over the time they took.
   const elapsed = mine.lastStepEnd - mine.firstStepEnd;
-  const rates = await pg.allGather(Float32Array.of(run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0, trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0));
+  const own = Float32Array.of(run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0, trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0);
+  const rates = await pg.allGather(own).catch((err: unknown) => {
+    if (!isRecoverable(err)) throw err;
+    warn(`The workers' rates were not gathered after the run (${(err as Error).message}): this rank's own only`);
+    return own;
+  });
   const workerRates: number[] = [];
   let trainSeconds = 0;
-  for (let r = 0; r < pg.worldSize; r++) {
+  for (let r = 0; r < rates.length / 2; r++) {
     if (rates[2 * r]! > 0) workerRates.push(rates[2 * r]!);
     trainSeconds = Math.max(trainSeconds, rates[2 * r + 1]!);
   }
