@@ -65,6 +65,9 @@ interface FaultRow {
   worldSize?: number;
   detectedAfterMs?: number;
   recoveredAfterMs?: number;
+  /** Of recoveredAfterMs: the rendezvous, then the round's links and the state (runs since 2026-11-28). */
+  rendezvousMs?: number;
+  stateMs?: number;
   regroupMs?: number;
   admittedAfterMs?: number;
 }
@@ -213,7 +216,7 @@ function markdown(r: Results): string[] {
     lines.push(
       '## 32 tabs that come and go',
       '',
-      `Elastic train job (--min N/2, --max N), synthetic MLP, cpu backend, one epoch; from the first step a tab is killed, one joins, one is frozen, one joins, ... every ${r.churn.everySec} s (\`--churn ${r.churn.everySec}\`). Medians over each kind of fault, in ms. detected: from the fault to a rank noticing (a kill: the peer's socket closing; a freeze: the server's heartbeat timeout, 5 s; a join: the new page's start and the next step's vote). From detection, recovered: until a rank of the new round held the group's state (rendezvous, the round's links, the state transfer); regroup: until a rank of the new round started its next step. admitted: from a join to its page's first round (a joiner admitted by a round another fault made has no detection of its own). Every fault's figures: scale.json.`,
+      `Elastic train job (--min N/2, --max N), synthetic MLP, cpu backend, one epoch; from the first step a tab is killed, one joins, one is frozen, one joins, ... every ${r.churn.everySec} s (\`--churn ${r.churn.everySec}\`). Medians over each kind of fault, in ms. detected: from the fault to a rank noticing (a kill: the peer's socket closing; a freeze: the server's heartbeat timeout, 5 s; a join: the new page's start and the next step's vote). From detection, recovered: until a rank of the new round held the group's state (rendezvous, the round's links, the state transfer); regroup: until a rank of the new round started its next step. Where a run measured them, recovered is followed by its two parts as the first rank of the new round saw them: (rendezvous: from its leaving the last round to the server's next; + links and state). admitted: from a join to its page's first round (a joiner admitted by a round another fault made has no detection of its own). Every fault's figures: scale.json.`,
       '',
       '| ranks | date | ok | seconds | steps | rounds | redone | exactly once | identical | faults | kill: detected / recovered / regroup | freeze: detected / recovered / regroup | join: detected / regroup / admitted |',
       '| ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- |',
@@ -222,7 +225,9 @@ function markdown(r: Results): string[] {
         const kills = of('kill');
         const freezes = of('freeze');
         const joins = of('open');
-        const cells = `${row.faults?.length ?? 0} | ${fig(kills, 'detectedAfterMs')} / ${fig(kills, 'recoveredAfterMs')} / ${fig(kills, 'regroupMs')} | ${fig(freezes, 'detectedAfterMs')} / ${fig(freezes, 'recoveredAfterMs')} / ${fig(freezes, 'regroupMs')} | ${fig(joins, 'detectedAfterMs')} / ${fig(joins, 'regroupMs')} / ${fig(joins, 'admittedAfterMs')} |`;
+        // recovered, and its parts where the run measured them: (rendezvous + links and state).
+        const recovered = (fs: FaultRow[]) => `${fig(fs, 'recoveredAfterMs')}${fs.some((x) => x.stateMs !== undefined) ? ` (${fig(fs, 'rendezvousMs')} + ${fig(fs, 'stateMs')})` : ''}`;
+        const cells = `${row.faults?.length ?? 0} | ${fig(kills, 'detectedAfterMs')} / ${recovered(kills)} / ${fig(kills, 'regroupMs')} | ${fig(freezes, 'detectedAfterMs')} / ${recovered(freezes)} / ${fig(freezes, 'regroupMs')} | ${fig(joins, 'detectedAfterMs')} / ${fig(joins, 'regroupMs')} / ${fig(joins, 'admittedAfterMs')} |`;
         return row.ok
           ? `| ${row.worldSize} | ${row.date ?? r.churn!.date} | yes | ${f(row.seconds)} | ${row.steps} | ${row.generations} | ${row.stepsRedone} | ${row.exactlyOnce ? 'yes' : 'NO'} | ${row.identical ? 'yes' : 'NO'} | ${cells}`
           : `| ${row.worldSize} | ${row.date ?? r.churn!.date} | failed: ${row.error} | | | | | | | ${cells}`;

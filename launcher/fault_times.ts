@@ -3,7 +3,8 @@
  * `detectedAfterMs` until a rank noticed (a peer lost for a kill or a freeze, the vote's
  * 'regroup' for a join, a failed step for a lost device); from that detection,
  * `recoveredAfterMs` until a rank of a new round held the group's state (the rendezvous, the
- * round's links and the state transfer) and `regroupMs` until a rank of the new round started its
+ * round's links and the state transfer; `rendezvousMs` and `stateMs` split it as that rank saw
+ * it) and `regroupMs` until a rank of the new round started its
  * next step (what the group lost to the fault); for a join, `admittedAfterMs` until its page was
  * in a round (a joiner admitted by a round that another fault made has no detection of its own);
  * for a lost device, `rejoinedAfterMs` until its page was in a round again.
@@ -23,6 +24,9 @@ export interface InjectedFault {
   worldSize?: number;
   detectedAfterMs?: number;
   recoveredAfterMs?: number;
+  /** Of recoveredAfterMs, as the first rank of the new round saw it: waiting for the server's next round, then its links and the state. */
+  rendezvousMs?: number;
+  stateMs?: number;
   regroupMs?: number;
   admittedAfterMs?: number;
   rejoinedAfterMs?: number;
@@ -49,7 +53,12 @@ export class FaultTimes {
       case 'round': {
         if (!this.round || this.round.key !== e.round) this.round = { key: e.round, worldSize: e.worldSize };
         this.rankOf.set(page, { round: e.round, rank: e.rank });
-        for (const [f, d] of this.detection) if (f.recoveredAfterMs === undefined && d.round !== e.round) f.recoveredAfterMs = now - d.at;
+        for (const [f, d] of this.detection) {
+          if (f.recoveredAfterMs !== undefined || d.round === e.round) continue;
+          f.recoveredAfterMs = now - d.at;
+          if (e.phasesMs?.rendezvous != null) f.rendezvousMs = Math.round(e.phasesMs.rendezvous);
+          if (e.phasesMs) f.stateMs = Math.round(e.phasesMs.state);
+        }
         // Back in a round after losing its device: how long the rejoin took.
         const lost = this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
         if (lost) lost.rejoinedAfterMs = now - lost.at;

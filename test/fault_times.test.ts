@@ -25,6 +25,19 @@ describe('FaultTimes', () => {
     expect(join.admittedAfterMs).toBe(2000);
   });
 
+  it("a kill's recovery is split as the first rank of the new round saw it: the rendezvous, then its links and the state", () => {
+    const t = new FaultTimes();
+    for (let page = 0; page < 3; page++) t.onEvent(page, round('A', page, 3), 0);
+    const kill = t.add({ fault: 'kill rank 2', kind: 'kill', atStep: 4, page: 2 }, 10_000);
+    t.onEvent(0, { type: 'peer-lost', round: 'A', rank: 0, peer: 2, reason: 'its tab closed' }, 10_100);
+    t.onEvent(1, { ...round('B', 1, 2), phasesMs: { rendezvous: 240.4, state: 1510.6 } } as ElasticEvent, 11_900);
+    // A later rank's figures do not replace the first one's.
+    t.onEvent(0, { ...round('B', 0, 2), phasesMs: { rendezvous: 900, state: 3000 } } as ElasticEvent, 13_000);
+    expect(kill).toMatchObject({ detectedAfterMs: 100, recoveredAfterMs: 1800, rendezvousMs: 240, stateMs: 1511 });
+    t.onEvent(0, { type: 'batch', round: 'B', rank: 0, step: 5, epoch: 0, indices: [], padding: 0 }, 14_000);
+    expect(kill.regroupMs).toBe(3900);
+  });
+
   it('a loss whose page is not known goes to the oldest kill or freeze not noticed yet', () => {
     const t = new FaultTimes();
     const kill = t.add({ fault: 'kill rank 2', kind: 'kill', atStep: 3 }, 1000);

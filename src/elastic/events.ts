@@ -31,6 +31,13 @@ export type ElasticEvent =
       note?: string;
       /** How many ranks report 'batch' events, each its own shard (the pipeline's replicas); default worldSize. */
       samplers?: number;
+      /**
+       * Where this rank's way into the round went, in ms: `rendezvous` from leaving its last
+       * round (a failure, or a regroup it asked for) until the server's event for this one
+       * arrived (null in its first round); `state` from then until it held the group's state
+       * (the round's links, the state transfer, the check that every rank holds it).
+       */
+      phasesMs?: { rendezvous: number | null; state: number };
     }
   /** A step starts on this rank with these samples; the last `padding` of them are the sampler's padding. */
   | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }

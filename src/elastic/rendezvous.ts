@@ -85,6 +85,8 @@ export interface Round {
   /** Each rank's member id, as the server tells it (members cannot forge it): who is who across rounds. */
   members: readonly number[];
   pg: ProcessGroup;
+  /** When the server's event announcing it reached this member (performance.now()), before any of its links opened. */
+  receivedAt: number;
 }
 
 export type RendezvousEvent =
@@ -384,7 +386,7 @@ export class RendezvousHandler {
       early,
       onStalled: () => this.onStalled(client),
     });
-    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg };
+    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg, receivedAt: performance.now() };
     old?.pg.destroy(false);
     this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
     for (const w of [...this.waiters]) w();

@@ -111,6 +111,8 @@ class ElasticRun<M extends StepMetrics> {
   private rank = -1;
   /** What the run is doing, in words, for a DeviceLostError. */
   private activity = 'joining the group';
+  /** When this rank last left a round (it failed, or it asked for a regroup): the start of the next one's rendezvous. */
+  private leftRoundAt: number | null = null;
   private readonly started = performance.now();
   private readonly maxSteps: number;
   private readonly maxEpochs: number;
@@ -199,7 +201,10 @@ class ElasticRun<M extends StepMetrics> {
     return runAgent(this.handler, {
       round: (round, again) => this.round(round, again),
       failed: (round, err) => this.failed(round, err),
-      regrouping: (round) => this.emit({ type: 'regroup', round: round.key, rank: round.pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() }),
+      regrouping: (round) => {
+        this.leftRoundAt = performance.now();
+        this.emit({ type: 'regroup', round: round.key, rank: round.pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() });
+      },
       peerLost: (round, e) => this.emit({ type: 'peer-lost', round: round.key, rank: round.pg.rank, peer: e.rank, reason: e.reason }),
     });
   }
@@ -253,6 +258,7 @@ class ElasticRun<M extends StepMetrics> {
 
   /** A failed round: reported; a rank that lost its device rebuilds its state and rejoins (when it can), the others form a new round. */
   private async failed(round: Round, err: unknown): Promise<'retry' | 'rejoined'> {
+    this.leftRoundAt = performance.now();
     this.ddp = null;
     const lost = await this.deviceLoss(err);
     const failure = lost ?? err;
@@ -398,6 +404,7 @@ class ElasticRun<M extends StepMetrics> {
       from: r.from,
       redone: r.redone,
       ...(note ? { note } : {}),
+      phasesMs: { rendezvous: this.leftRoundAt === null ? null : round.receivedAt - this.leftRoundAt, state: performance.now() - round.receivedAt },
     });
   }
 
