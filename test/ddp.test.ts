@@ -152,6 +152,19 @@ describe('DistributedDataParallel', () => {
     for (const p of pgs) p.destroy();
   });
 
+  it('initSync false (torch\'s init_sync): made without a word to the other ranks, each keeping its own weights', async () => {
+    const net = new MemoryNetwork();
+    const pgs = await groups(2, net);
+    const before = traffic(net);
+    // Rank 1 never makes its DDP: with the start-up sync rank 0's create would wait for it.
+    const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 9 });
+    const own = Buffer.from(new Float32Array((await Promise.all(model.trainableWeights.map((w) => w.read().data()))).flatMap((d) => Array.from(d))).buffer);
+    const ddp = await DistributedDataParallel.create(model, pgs[0]!, { initSync: false });
+    expect(traffic(net)).toBe(before);
+    expect(Buffer.from((await ddp.flatWeights()).buffer).equals(own)).toBe(true);
+    for (const p of pgs) p.destroy();
+  });
+
   it('keeps the live tensor count flat across steps on 2 ranks', async () => {
     const pgs = await groups(2);
     const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg)));

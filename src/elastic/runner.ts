@@ -218,9 +218,11 @@ class ElasticRun<M extends StepMetrics> {
       this.activity = `the state transfer at the start of round ${round.key}`;
       // DiLoCo: this rank's own weights, which the state transfer replaces, count in the round's first outer step.
       const held = this.diloco && this.live ? this.backToConfirmed() : null;
-      await this.whileDeviceLives(this.startRound(round, held));
+      const source = await this.whileDeviceLives(this.startRound(round, held));
       // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
-      this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1 });
+      // Its start-up sync (a shape check and a broadcast) is what the state transfer just did,
+      // unless nobody had a state and every rank starts from its own seeded model.
+      this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1, initSync: source === 'fresh' });
       if (this.hook) this.ddp.registerCommHook(this.hook);
       this.activity = `onRound of round ${round.key}`;
       await this.whileDeviceLives(o.onRound?.({ pg, ddp: this.ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
@@ -355,7 +357,7 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   /** One state for everyone, from a surviving replica (or a checkpoint): see `recover`. */
-  private async startRound(round: Round, held: DiLoCoHeld | null): Promise<void> {
+  private async startRound(round: Round, held: DiLoCoHeld | null): Promise<Recovered['source']> {
     const { pg } = round;
     const o = this.o;
     const claim = { live: this.live, inFlight: this.inFlight, heldIn: this.heldIn };
@@ -406,6 +408,7 @@ class ElasticRun<M extends StepMetrics> {
       ...(note ? { note } : {}),
       phasesMs: { rendezvous: this.leftRoundAt === null ? null : round.receivedAt - this.leftRoundAt, state: performance.now() - round.receivedAt },
     });
+    return r.source;
   }
 
   /**

@@ -102,11 +102,13 @@ export class DistributedDataParallel {
     this.layouts = this.buckets.map((b) => bucketParameters(b, shapes, this.sizes));
   }
 
-  /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights. */
+  /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights (unless `initSync` is false). */
   static async create(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions = {}): Promise<DistributedDataParallel> {
     const ddp = new DistributedDataParallel(model, pg, options);
-    await ddp.checkShapes(options.name ?? 'ddp');
-    await ddp.broadcastWeights(0);
+    if (options.initSync ?? true) {
+      await ddp.checkShapes(options.name ?? 'ddp');
+      await ddp.broadcastWeights(0);
+    }
     return ddp;
   }
 

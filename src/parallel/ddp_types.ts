@@ -26,6 +26,13 @@ export interface DDPOptions {
    * its hooks' count. Default 1.
    */
   startStep?: number;
+  /**
+   * Check the parameters' shapes across ranks and broadcast rank 0's weights when made (torch's
+   * `init_sync`). Default true. False only where every rank already holds the same weights, as
+   * after an elastic round's state transfer (every rank loaded the same bytes, each checked
+   * against its own model): at 32 tabs on two cores the two cost a regroup over a second.
+   */
+  initSync?: boolean;
 }
 
 export interface BackwardTimings {
