@@ -77,6 +77,30 @@ describe('LinkPool', () => {
     expect(a.openMembers()).toEqual([]);
   });
 
+  it('closeBroken (a round failed with every member there) closes only the links that are not open: the open ones serve the next round', async () => {
+    const net = new MemoryNetwork();
+    const [a, b] = [pool(net, 1), pool(net, 2)];
+    a.enterRound(1, [1, 2, 3]);
+    b.enterRound(1, [1, 2, 3]);
+    const [a1, b1] = [view(a, 1, 1), view(b, 1, 0)];
+    await Promise.all([a1.pending.opened, b1.pending.opened]);
+    // Member 3 never opens its end: that link is what failed the round.
+    const toThree = view(a, 1, 2);
+    a.closeBroken('round 1 failed with every member still there');
+    await settle();
+    expect(toThree.closed[0]).toMatch(/round 1 failed with every member still there/);
+    expect(a1.closed).toEqual([]);
+    expect(a.openMembers()).toEqual([2]);
+    // The next round sends on the link that stayed.
+    a.enterRound(2, [1, 2]);
+    b.enterRound(2, [1, 2]);
+    const [a2, b2] = [view(a, 2, 1), view(b, 2, 0)];
+    await a2.pending.link.send(text('still here'));
+    await settle();
+    expect(b2.got).toEqual(['still here']);
+    expect(net.links).toHaveLength(3);
+  });
+
   it('cuts off a peer whose rounds go backwards, and one that sends more than the bound for a round this tab has not reached', async () => {
     const net = new MemoryNetwork();
     const [a, b] = [pool(net, 1), pool(net, 2)];

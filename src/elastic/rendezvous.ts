@@ -232,8 +232,10 @@ export class RendezvousHandler {
     const seen = this.latest;
     await new Promise((r) => setTimeout(r, this.options.failedRoundGraceMs ?? 6_000));
     if (this.closed || this.client !== client || client.isClosed || this.latest !== seen || seen?.round !== round.round) return;
-    // The round's links may be what broke: the next round opens them afresh.
-    this.pool?.closeAll(`round ${round.round} failed with every member still there`);
+    // A link that broke is what failed the round: the next round opens it afresh. Open links
+    // stay: this rank may not have read the next round's event yet (a page held up on a loaded
+    // machine), and closing every link then failed that round too, and the next, at 32 tabs.
+    this.pool?.closeBroken(`round ${round.round} failed with every member still there`);
     // Refused when this member no longer has a rank in it (the server moved on): nothing to do.
     await client.regroup(round.round, true).catch(() => {});
   }

@@ -123,6 +123,11 @@ export class LinkPool {
     for (const c of this.carriers.values()) c.close(reason);
   }
 
+  /** Closes the links that are not open (failed, closed, or never opened): the next round opens them afresh. */
+  closeBroken(reason: string): void {
+    for (const c of [...this.carriers.values()]) if (c.pending.link.state !== 'open') c.close(reason);
+  }
+
   close(reason: string): void {
     this.closed = true;
     this.closeAll(reason);
