@@ -205,6 +205,14 @@ describe('runElastic', () => {
       expect(r.resumes).toEqual(['resumed at step 3 from the replica of rank 0; step 4 is trained again']);
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
+    // Each round event says where the rank's way into it went: no rendezvous before the first;
+    // after the loss, times that are never negative, whichever came first (the round or the failure).
+    for (const m of members) {
+      const phases = m.events.flatMap((e) => (e.type === 'round' ? [e.phasesMs] : []));
+      expect(phases[0]?.rendezvous).toBeNull();
+      for (const p of phases) expect(p!.state).toBeGreaterThanOrEqual(0);
+      for (const p of phases.slice(1)) expect(p!.rendezvous).toBeGreaterThanOrEqual(0);
+    }
     await closeAll(done);
   });
 

@@ -34,8 +34,9 @@ export type ElasticEvent =
       /**
        * Where this rank's way into the round went, in ms: `rendezvous` from leaving its last
        * round (a failure, or a regroup it asked for) until the server's event for this one
-       * arrived (null in its first round); `state` from then until it held the group's state
-       * (the round's links, the state transfer, the check that every rank holds it).
+       * arrived (null in its first round; 0 when it arrived first, the new round being what
+       * failed the last); `state` from the later of the two until it held the group's state
+       * (the round's links, the state transfer).
        */
       phasesMs?: { rendezvous: number | null; state: number };
     }

@@ -406,9 +406,20 @@ class ElasticRun<M extends StepMetrics> {
       from: r.from,
       redone: r.redone,
       ...(note ? { note } : {}),
-      phasesMs: { rendezvous: this.leftRoundAt === null ? null : round.receivedAt - this.leftRoundAt, state: performance.now() - round.receivedAt },
+      phasesMs: this.phases(round),
     });
     return r.source;
+  }
+
+  /**
+   * Where this rank's way into `round` went (the 'round' event's `phasesMs`). Its event may have
+   * come before this rank noticed that the last round failed (the new round is what failed it):
+   * then the rendezvous cost it nothing, and the state is timed from when it left.
+   */
+  private phases(round: Round): { rendezvous: number | null; state: number } {
+    const left = this.leftRoundAt;
+    const start = left === null ? round.receivedAt : Math.max(left, round.receivedAt);
+    return { rendezvous: left === null ? null : Math.max(0, round.receivedAt - left), state: performance.now() - start };
   }
 
   /**
