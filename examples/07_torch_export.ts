@@ -49,7 +49,8 @@ export default async function main(ctx: LaunchContext) {
   const images = Array.from({ length: evalImages }, (_, i) => i);
   const { x } = test.batch(images);
   const logits = tf.tidy(() => model.predict(tf.tensor(x, [images.length, ...test.inputShape])) as tf.Tensor);
-  const result = { checkpoint, model: kind, finalLoss: loss, inputShape: test.inputShape, inputs: Array.from(x), logits: Array.from(await logits.data()), weightHash: await ddp.weightsHash() };
+  // `rank`: the launcher's summary is rank 0's result, and ranks go by arrival, not by page.
+  const result = { rank: pg.rank, checkpoint, model: kind, finalLoss: loss, inputShape: test.inputShape, inputs: Array.from(x), logits: Array.from(await logits.data()), weightHash: await ddp.weightsHash() };
   logits.dispose();
   await pg.barrier();
   pg.destroy();
