@@ -9,6 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
+import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
@@ -26,13 +27,16 @@ afterAll(async () => {
   await server.close();
 });
 
+/** Ranks 0 and 1 of a fresh session, over in-memory links. */
+async function twoRanks(name: string): Promise<ProcessGroup[]> {
+  const net = new MemoryNetwork();
+  const session = uniqueSession(name);
+  return Promise.all([0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })));
+}
+
 describe('evaluate', () => {
   it('counts every test sample once across the ranks, and lets queued tasks run between its batches', async () => {
-    const net = new MemoryNetwork();
-    const session = uniqueSession('evaluate');
-    const pgs = await Promise.all(
-      [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
-    );
+    const pgs = await twoRanks('evaluate');
     // 1,000 samples: each rank evaluates 500, in more than one batch.
     const test = syntheticDataset({ length: 1000, inputSize: 16, numClasses: 4, seed: 2 });
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
@@ -73,11 +77,7 @@ describe('evaluate', () => {
   });
 
   it('after the run, a rank lost during the evaluation: the survivor evaluates the whole set alone and says so', async () => {
-    const net = new MemoryNetwork();
-    const session = uniqueSession('evaluate-lost');
-    const pgs = await Promise.all(
-      [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
-    );
+    const pgs = await twoRanks('evaluate-lost');
     const test = syntheticDataset({ length: 600, inputSize: 16, numClasses: 4, seed: 3 });
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
     const alone = uniqueSession('evaluate-alone');

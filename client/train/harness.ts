@@ -383,7 +383,7 @@ export function labelTotals(logits: tf.Tensor, ys: tf.Tensor, numClasses: number
 export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
   const totals = await shareTotals(model, test, pg.rank, pg.worldSize);
   await pg.allReduce(totals, 'sum');
-  return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+  return figuresOf(totals);
 }
 
 /**
@@ -397,9 +397,13 @@ export async function evaluateAfterRun(pg: ProcessGroup, model: tf.LayersModel, 
   } catch (err) {
     if (!isRecoverable(err)) throw err;
     warn(`The group's final evaluation failed after training had ended (${(err as Error).message}): this rank evaluated the whole test set alone`);
-    const totals = await shareTotals(model, test, 0, 1);
-    return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
+    return figuresOf(await shareTotals(model, test, 0, 1));
   }
+}
+
+/** Accuracy and mean loss from [correct, loss sum, count]. */
+function figuresOf(totals: Float32Array): { testAccuracy: number; testLoss: number } {
+  return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
 }
 
 /** The right predictions, the summed loss and the label count of share `rank` of `worldSize` of the test set. */
