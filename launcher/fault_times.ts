@@ -27,6 +27,8 @@ export interface InjectedFault {
   /** Of recoveredAfterMs, as the first rank of the new round saw it: waiting for the server's next round, then its links and the state. */
   rendezvousMs?: number;
   stateMs?: number;
+  /** Of stateMs, until that rank held every rank's claim (the round's links, one all-gather). */
+  claimsMs?: number;
   regroupMs?: number;
   admittedAfterMs?: number;
   rejoinedAfterMs?: number;
@@ -58,6 +60,7 @@ export class FaultTimes {
           f.recoveredAfterMs = now - d.at;
           if (e.phasesMs?.rendezvous != null) f.rendezvousMs = Math.round(e.phasesMs.rendezvous);
           if (e.phasesMs) f.stateMs = Math.round(e.phasesMs.state);
+          if (e.phasesMs?.claims !== undefined) f.claimsMs = Math.round(e.phasesMs.claims);
         }
         // Back in a round after losing its device: how long the rejoin took.
         const lost = this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);

@@ -467,7 +467,7 @@ describe('runElastic with diloco', () => {
     // Step 7 was committed by the survivors but never by the lost rank: they go back to step 6 and
     // train step 7 again; their steps 5 and 6 count in an outer step as the new round starts.
     for (const m of members.slice(0, 2)) {
-      expect(roundNotes(m)).toContain('resumed at step 6 from the replica of rank 0; step 7 is trained again; an outer step over the inner steps since step 4 of 2 ranks');
+      expect(roundNotes(m)).toContain('resumed at step 6 from the replica of rank 0, sent to 1 rank; step 7 is trained again; an outer step over the inner steps since step 4 of 2 ranks');
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }]);
     for (const m of members.slice(0, 2)) expect(new Set(m.roundHashes).size).toBe(2);
@@ -500,7 +500,7 @@ describe('runElastic with diloco', () => {
     expect(steps.slice(0, 9)).toEqual([[1, 3], [2, 3], [3, 3], [4, 3], [5, 3], [6, 3], [7, 3], [8, 3], [9, 2]]);
     expect(steps.map(([s]) => s)).toEqual(Array.from({ length: steps.length }, (_, i) => i + 1));
     // Back to the last vote (step 8, an outer step): steps 9 and 10, which the survivors took, are trained again with step 11.
-    expect(roundNotes(members[0]!)).toContain('resumed at step 8 from the replica of rank 0; step 9 is trained again');
+    expect(roundNotes(members[0]!)).toContain('resumed at step 8 from the replica of rank 0, sent to 1 rank; step 9 is trained again');
     // Epoch 0 in steps 1-8 (3 ranks); epoch 1 from step 9, with 2 ranks after the loss: steps 9-16 train 64 of its 96 samples.
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }, { samples: 64, exactlyOnce: true, complete: false }]);
     await closeAll(done);

@@ -202,7 +202,7 @@ describe('runElastic', () => {
       expect(r.stepsRedone).toBe(1); // step 4 was in flight on every rank
       // 3 steps of 3 x 4, then the remaining 84 samples over 2 ranks: 11 steps.
       expect(r.steps).toBe(3 + 11);
-      expect(r.resumes).toEqual(['resumed at step 3 from the replica of rank 0; step 4 is trained again']);
+      expect(r.resumes).toEqual(['resumed at step 3: every rank held the replica of rank 0, nothing sent; step 4 is trained again']);
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
     // Each round event says where the rank's way into it went: no rendezvous before the first;

@@ -11,7 +11,8 @@ import { recover, type StateClaim } from '../src/elastic/recovery.ts';
 import { FramingError, StateTransferError } from '../src/errors.ts';
 import { Collective, FrameKind, HEADER_BYTES, checkChunk, frames, readHeader, writeHeader } from '../src/c10d/framing.ts';
 import { Mailbox } from '../src/transport/mailbox.ts';
-import { buildModel } from '../src/models.ts';
+import { buildModel, classificationLoss } from '../src/models.ts';
+import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { weightsHash } from '../src/parallel/replicas.ts';
@@ -232,7 +233,74 @@ describe('recovery source', () => {
     const states = pgs.map((pg) => trainState(3, pg.rank === 0 ? 5 : 6));
     const claims = pgs.map((pg): StateClaim => ({ ...survivor(pg), inFlight: pg.rank === 0 ? 6 : -1 }));
     const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), claims[pg.rank]!, options())));
-    for (const r of results) expect(r).toMatchObject({ from: 0, redone: true, note: 'resumed at step 5 from the replica of rank 0; step 6 is trained again' });
+    for (const r of results) expect(r).toMatchObject({ from: 0, redone: true, note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank; step 6 is trained again' });
+    destroy(pgs);
+  });
+});
+
+describe('state kept, nothing sent', () => {
+  const traffic = (net: MemoryNetwork) => net.links.reduce((sum, l) => sum + l.bytesSent, 0);
+
+  it('survivors of one round holding the same state keep it: only the claims travel', async () => {
+    const { pgs, net } = await groups(3);
+    const states = pgs.map(() => trainState(3, 5));
+    const hash = await weightsHash(states[0]!.model);
+    const before = traffic(net);
+    // Rank 2 had step 6 in flight when the round failed: it is trained again, as after a transfer.
+    const claims = pgs.map((pg): StateClaim => ({ ...survivor(pg), inFlight: pg.rank === 2 ? 6 : -1 }));
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), claims[pg.rank]!, options())));
+    for (const r of results) {
+      expect(r).toMatchObject({ source: 'replica', from: 0, redone: true, transferred: false, note: 'resumed at step 5: every rank held the replica of rank 0, nothing sent; step 6 is trained again' });
+      expect(r.run).toMatchObject({ stepsRedone: 1, resumes: [r.note] });
+    }
+    // The claims' all-gather: 6 numbers from each of 3 ranks, far less than the model's weights.
+    const weightBytes = (await states[0]!.stateDict()).model.weightData.byteLength;
+    expect(traffic(net) - before).toBeLessThan(weightBytes / 4);
+    for (const s of states) expect(await weightsHash(s.model)).toBe(hash);
+    destroy(pgs);
+  });
+
+  it('a survivor whose weights differ (same round, same step) gets the source\'s state', async () => {
+    const { pgs } = await groups(3);
+    // Rank 1's replica drifted (local SGD, or a bit flipped): its digest differs.
+    const states = pgs.map((pg) => trainState(pg.rank === 1 ? 4 : 3, 5));
+    const hash = await weightsHash(states[0]!.model);
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), options())));
+    for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank' });
+    for (const s of states) expect(await weightsHash(s.model)).toBe(hash);
+    destroy(pgs);
+  });
+
+  it('holders load their own bytes as the receivers load theirs: with Adam, all stay identical over the next steps', async () => {
+    const data = syntheticDataset({ length: 48, inputSize: 16, numClasses: 4, seed: 2 });
+    const adamStep = (state: TrainState, from: number) => {
+      const { x, y } = data.batch(Array.from({ length: 8 }, (_, i) => from + i));
+      tf.tidy(() => {
+        const xs = tf.tensor(x, [8, 16]);
+        const ys = tf.tensor1d(y, 'int32');
+        state.optimizer.minimize(() => classificationLoss(state.model.apply(xs) as tf.Tensor, ys, 4));
+      });
+    };
+    const adamState = (seed: number) => new TrainState({ model: mlp(seed), optimizer: () => tf.train.adam(0.01) });
+    const { pgs } = await groups(3);
+    // Ranks 0 and 1 trained 20 steps together (Adam's running beta powers now differ in the last
+    // bit from pow()'s, which a restored Adam uses); rank 2's replica is another (its digest differs).
+    const states = pgs.map((pg) => adamState(pg.rank === 2 ? 4 : 3));
+    for (const s of states.slice(0, 2)) for (let k = 0; k < 20; k++) adamStep(s, 8 * (k % 6));
+    for (const s of states) s.progress = { step: 20, epoch: 0, position: 160 };
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), options())));
+    for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 20 from the replica of rank 0, sent to 1 rank' });
+    for (const s of states) for (let k = 0; k < 5; k++) adamStep(s, 8 * k);
+    const hashes = await Promise.all(states.map((s) => weightsHash(s.model)));
+    expect(new Set(hashes).size).toBe(1);
+    destroy(pgs);
+  });
+
+  it('with keepSameState false the state is sent even when every rank holds it', async () => {
+    const { pgs } = await groups(2);
+    const states = pgs.map(() => trainState(3, 5));
+    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), { ...options(), keepSameState: false })));
+    for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true });
     destroy(pgs);
   });
 });
@@ -253,32 +321,40 @@ describe('state transfer', () => {
 
   /**
    * Rank 0 plays a hostile source by hand: it claims live state (of another server instance, so
-   * that it is the source as the lowest live rank) and then `send`s a state transfer of its own.
+   * that it is the source as the lowest live rank) and then sends a state transfer of its own
+   * through `send`, given how it travels: to one victim point to point (two ranks: few lack the
+   * state), or broadcast to three (four ranks: one holder is too few to send to each in turn).
+   * Resolves with what the first victim's recovery threw.
    */
-  async function hostileSource(send: (pg: ProcessGroup) => Promise<void>): Promise<unknown> {
-    const { pgs } = await groups(2, { peerTimeoutMs: 2_000 });
-    const [evil, victim] = pgs as [ProcessGroup, ProcessGroup];
-    const state = trainState(3, 0);
-    const received = recover(victim, state, run(), { live: false, inFlight: -1, heldIn: null }, options()).then(
-      () => new Error('the victim accepted the state'),
-      (e: unknown) => e,
+  type HostileSend = (pg: ProcessGroup, words: Float32Array[]) => Promise<void>;
+  const paths: Array<{ path: string; ranks: number; send: HostileSend }> = [
+    { path: 'point to point', ranks: 2, send: async (pg, words) => { for (const w of words) await pg.send(w, 1); } },
+    { path: 'broadcast', ranks: 4, send: async (pg, words) => { for (const w of words) await pg.broadcast(w, 0); } },
+  ];
+  async function hostileSource(ranks: number, send: (pg: ProcessGroup) => Promise<void>): Promise<unknown> {
+    const { pgs } = await groups(ranks, { peerTimeoutMs: 2_000 });
+    const [evil, ...victims] = pgs as [ProcessGroup, ...ProcessGroup[]];
+    const received = victims.map((victim) =>
+      recover(victim, trainState(3, 0), run(), { live: false, inFlight: -1, heldIn: null }, options()).then(
+        () => new Error('the victim accepted the state'),
+        (e: unknown) => e,
+      ),
     );
-    await evil.allGather(Float32Array.of(5, -1, 12345, 3));
+    await evil.allGather(Float32Array.of(5, -1, 12345, 3, -1, -1));
     await send(evil).catch(() => {});
-    const err = await received;
+    const errs = await Promise.all(received);
     destroy(pgs);
-    return err;
+    return errs[0];
   }
 
-  it('a declared header length over the limit is refused before anything is allocated', async () => {
-    const err = await hostileSource(async (pg) => {
-      await pg.broadcast(Float32Array.of(2 ** 30), 0);
-    });
+  for (const { path, ranks, send } of paths) {
+  it(`a declared header length over the limit is refused before anything is allocated (${path})`, async () => {
+    const err = await hostileSource(ranks, (pg) => send(pg, [Float32Array.of(2 ** 30)]));
     expect(err).toBeInstanceOf(StateTransferError);
     expect((err as Error).message).toMatch(/state from rank 0 refused: header: a header of 1073741824 4-byte words is not a length up to 16777216 bytes/);
   });
 
-  it('optimizer tensors the model cannot have, or byte counts their specs do not make, are refused before allocation', async () => {
+  it(`optimizer tensors the model cannot have, or byte counts their specs do not make, are refused before allocation (${path})`, async () => {
     const honest = await trainState(3, 0).stateDict();
     const header = (optimizerSpecs: unknown[], optimizerBytes: number, modelBytes = honest.model.weightData.byteLength) => ({
       progress: { step: 5, epoch: 0, position: 40 },
@@ -293,20 +369,20 @@ describe('state transfer', () => {
       const json = new TextEncoder().encode(JSON.stringify(h));
       const words = new Float32Array(Math.ceil(json.length / 4));
       new Uint8Array(words.buffer).set(json);
-      await pg.broadcast(Float32Array.of(words.length), 0);
-      await pg.broadcast(words, 0);
+      await send(pg, [Float32Array.of(words.length), words]);
     };
-    const huge = await hostileSource(sendHeader(header([{ name: 'm', shape: [100_000, 100_000], dtype: 'float32' }], 4e10)));
+    const huge = await hostileSource(ranks, sendHeader(header([{ name: 'm', shape: [100_000, 100_000], dtype: 'float32' }], 4e10)));
     expect(huge).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'optimizer tensor 0' });
-    const lying = await hostileSource(sendHeader(header([], 0, 2 ** 31)));
+    const lying = await hostileSource(ranks, sendHeader(header([], 0, 2 ** 31)));
     expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
     expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
     // A communication hook state bigger than any hook of this model keeps, or malformed.
     const honestHeader = header(honest.optimizer.weightSpecs, honest.optimizer.weightData.byteLength);
-    const bigHook = await hostileSource(sendHeader({ ...honestHeader, commHookName: 'powerSGD', commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] } }));
+    const bigHook = await hostileSource(ranks, sendHeader({ ...honestHeader, commHookName: 'powerSGD', commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] } }));
     expect(bigHook).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'communication hook state' });
     expect((bigHook as Error).message).toMatch(/its tensors hold more than the \d+ values allowed/);
-    const oddHook = await hostileSource(sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }));
+    const oddHook = await hostileSource(ranks, sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }));
     expect(oddHook).toMatchObject({ name: 'StateTransferError', parameter: 'communication hook state' });
   });
+  }
 });

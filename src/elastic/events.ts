@@ -36,9 +36,10 @@ export type ElasticEvent =
        * round (a failure, or a regroup it asked for) until the server's event for this one
        * arrived (null in its first round; 0 when it arrived first, the new round being what
        * failed the last); `state` from the later of the two until it held the group's state
-       * (the round's links, the state transfer).
+       * (the round's links, the state transfer); `claims`, of `state`, until it held every rank's
+       * claim (reading its own state, the round's links, one all-gather): the rest is the transfer.
        */
-      phasesMs?: { rendezvous: number | null; state: number };
+      phasesMs?: { rendezvous: number | null; state: number; claims?: number };
     }
   /** A step starts on this rank with these samples; the last `padding` of them are the sampler's padding. */
   | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }

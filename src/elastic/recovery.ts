@@ -2,9 +2,12 @@
  * How a new round gets one state on every rank (torchft's recovery from a live peer): a replica
  * that held the group's state in an earlier round sends its state dict to the others (the rule
  * is at `chooseSource`); with no live state anywhere, rank 0 loads the latest checkpoint, or
- * everyone starts fresh. Every rank, the source too, then loads the same bytes, so replicas are
- * bit-identical. What a peer sends is checked against this rank's own model before anything is
- * allocated or loaded.
+ * everyone starts fresh. Only the ranks that lack the source's state get it: each live rank sends
+ * a digest of its state with its claim; nothing is sent when every digest is the source's, a few
+ * ranks that lack it get it point to point from ranks that hold it, and many get it in one
+ * broadcast from the source. Every rank that gets or holds it then loads the same bytes, so
+ * replicas are bit-identical. What a peer sends is checked against this rank's own model before
+ * anything is allocated or loaded.
  *
  * A DDP communication hook's state (PowerSGD's Q matrices and error feedback) goes along: the
  * source sends its hook's name and state with its state dict (the checkpoint's, when the state
@@ -19,6 +22,7 @@ import type * as tf from '@tensorflow/tfjs';
 import { CheckpointCorruptError, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint/checkpoint.ts';
 import { StateTransferError } from '../errors.ts';
+import { digest48 } from '../hash.ts';
 import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../parallel/comm_hooks/serialize.ts';
 import type { CommHookState } from '../parallel/comm_hooks/types.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
@@ -39,6 +43,10 @@ export interface Recovered {
   source: 'fresh' | 'replica' | 'checkpoint';
   from: number;
   redone: boolean;
+  /** Whether a state was sent: false when every rank already held the same one (or all start fresh). */
+  transferred: boolean;
+  /** How long this rank took to hold every rank's claim (reading its state, the round's links, one all-gather). */
+  claimsMs: number;
   note?: string;
   /** Newer checkpoints passed over because they failed verification. */
   skipped: Array<{ name: string; reason: string }>;
@@ -65,6 +73,12 @@ export interface RecoveryOptions {
   resumeFrom?: string | null;
   /** That session's token. Default: `token`. */
   resumeFromToken?: string;
+  /**
+   * Whether ranks that all hold the same state keep it, nothing sent (default true): each live
+   * rank digests its state and sends the digest with its claim. False where equal bytes are not
+   * enough (DiLoCo: the round's outer step needs the source's group state on every rank).
+   */
+  keepSameState?: boolean;
 }
 
 /** A round of the group: which server instance formed it, and its number there. */
@@ -92,6 +106,8 @@ interface Status {
   /** Instance tag and round of `heldIn`, or -1. */
   instance: number;
   round: number;
+  /** The state's digest (48 bits), or null where the rank sent none or a malformed one. */
+  digest: number | null;
 }
 
 /**
@@ -99,20 +115,28 @@ interface Status {
  * claims (or a checkpoint, or the seed, when nobody has live state).
  */
 export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, claim: StateClaim, o: RecoveryOptions, hook?: RecoveryHook): Promise<Recovered> {
+  const started = performance.now();
+  const keep = o.keepSameState ?? true;
+  // A live rank's state, read once: its digest goes with the claim, and the source sends it.
+  const sd = claim.live && keep ? await state.stateDict() : undefined;
+  const [digestHi, digestLo] = sd ? stateDigest(sd, run) : [-1, -1];
   const mine = Float32Array.of(
     claim.live ? state.progress.step : -1,
     claim.inFlight,
     claim.heldIn ? instanceTag(claim.heldIn.instance) : -1,
     claim.heldIn ? claim.heldIn.round : -1,
+    digestHi,
+    digestLo,
   );
   const gathered = await pg.allGather(mine);
-  const statuses = Array.from({ length: pg.worldSize }, (_, r) => readStatus(r, gathered.subarray(4 * r, 4 * r + 4)));
+  const claimsMs = performance.now() - started;
+  const statuses = Array.from({ length: pg.worldSize }, (_, r) => readStatus(r, gathered.subarray(CLAIM_WORDS * r, CLAIM_WORDS * r + CLAIM_WORDS)));
   const source = chooseSource(statuses, { instance: instanceTag(pg.instance), round: pg.round });
   if (source === undefined) {
     // Nobody has trained yet: a checkpoint, if there is one, else the seed.
     const restored = pg.rank === 0 ? await restoreFromCheckpoint(state, o) : null;
     const flag = await pg.broadcast(Float32Array.of(restored ? 1 : 0), 0);
-    if (flag[0] === 0) return { run: { generations: 0, stepsRedone: 0, resumes: [] }, source: 'fresh', from: 0, redone: false, skipped: [], commHook: { name: null, state: null } };
+    if (flag[0] === 0) return { run: { generations: 0, stepsRedone: 0, resumes: [] }, source: 'fresh', from: 0, redone: false, transferred: false, claimsMs, skipped: [], commHook: { name: null, state: null } };
     const mine = restored ? { run: restored.run, note: restored.note, commHook: restored.commHook, commHookName: restored.commHook?.name } : null;
     const shared = await broadcastState(pg, 0, state, mine);
     const note = shared.note ?? 'resumed from a checkpoint';
@@ -121,6 +145,8 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
       source: 'checkpoint',
       from: 0,
       redone: false,
+      transferred: true,
+      claimsMs,
       note,
       skipped: restored?.skipped ?? [],
       commHook: shared.commHook,
@@ -130,17 +156,66 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
   // committed alone before the round failed) is trained again.
   const best = statuses[source]!.step;
   const redone = statuses.some((s) => s.inFlight === best + 1 || (s.live && s.step === best + 1));
-  const shared = await broadcastState(pg, source, state, pg.rank === source ? { run, commHookName: hook?.name, commHook: hook?.state() ?? null } : null);
-  const note = `resumed at step ${state.progress.step} from the replica of rank ${source}${redone ? `; step ${best + 1} is trained again` : ''}`;
+  const again = redone ? `; step ${best + 1} is trained again` : '';
+  const extras = (): SourceExtras => ({ run, commHookName: hook?.name, commHook: hook?.state() ?? null, sd });
+  const holders = statuses.filter((s) => s.rank === source || (keep && sameAs(s, statuses[source]!))).map((s) => s.rank);
+  const needers = statuses.filter((s) => !holders.includes(s.rank)).map((s) => s.rank);
+  let shared: Shared | null;
+  let note: string;
+  if (needers.length === 0) {
+    // Every rank already holds the source's bytes (a kill among survivors between steps): nothing
+    // to send. Each keeps its own hook state, as a rank that held state does after a transfer.
+    shared = null;
+    note = `resumed at step ${best}: every rank held the replica of rank ${source}, nothing sent${again}`;
+  } else if (needers.length <= P2P_PER_HOLDER * holders.length) {
+    // A few ranks lack it (those a step behind after a kill mid-all-reduce, a joiner): the
+    // ranks that hold it send it to them, and nobody else waits for anything.
+    shared = await sendToNeeders(pg, holders, needers, state, extras());
+    note = `resumed at step ${best} from the replica of rank ${source}, sent to ${needers.length} rank${needers.length === 1 ? '' : 's'}${again}`;
+  } else {
+    shared = await broadcastState(pg, source, state, pg.rank === source ? extras() : null);
+    note = `resumed at step ${best} from the replica of rank ${source}${again}`;
+  }
+  // A rank that held the state keeps its own run record: its digest says it is the source's.
+  const record = shared?.run ?? run;
   return {
-    run: { ...shared.run, stepsRedone: shared.run.stepsRedone + (redone ? 1 : 0), resumes: [...shared.run.resumes, note] },
+    run: { ...record, stepsRedone: record.stepsRedone + (redone ? 1 : 0), resumes: [...record.resumes, note] },
     source: 'replica',
     from: source,
     redone,
+    transferred: needers.length > 0,
+    claimsMs,
     note,
     skipped: [],
-    commHook: shared.commHook,
+    commHook: shared?.commHook ?? { name: hook?.name ?? null, state: null },
   };
+}
+
+/**
+ * Sent point to point while each holder of the state has at most this many ranks to send it to;
+ * past that, one broadcast from the source (a tree) costs less than a holder's sends in turn.
+ */
+const P2P_PER_HOLDER = 2;
+
+/** Numbers in a rank's claim: step, step in flight, instance tag, round, and the state's digest in two halves. */
+const CLAIM_WORDS = 6;
+
+/**
+ * Whether `s` holds the same state as the source `src`: live, held in the same round at the same
+ * step, with the same digest (a rank without one, or with a malformed one, differs). Survivors of
+ * a round committed the same steps from the same all-reduced gradients, so after a kill most
+ * match; local SGD's drifting replicas, a joiner or a rank a step behind do not.
+ */
+function sameAs(s: Status, src: Status): boolean {
+  return s.live && s.digest !== null && s.digest === src.digest && s.step === src.step && s.instance === src.instance && s.round === src.round;
+}
+
+/** What a state transfer would make every rank hold: progress, extras, run record, model and optimizer bytes. */
+function stateDigest(sd: TrainStateDict, run: RunRecord): [number, number] {
+  // Shapes and types, not names: TF.js names layers by a counter of its own in each page.
+  const layout = (specs: WeightSpec[]) => specs.map((w) => [w.shape, w.dtype]);
+  const text = new TextEncoder().encode(JSON.stringify([sd.progress, sd.extras, run, layout(sd.model.weightSpecs), layout(sd.optimizer.weightSpecs)]));
+  return digest48([text, new Uint8Array(sd.model.weightData), new Uint8Array(sd.optimizer.weightData)]);
 }
 
 /**
@@ -181,7 +256,11 @@ function readStatus(rank: number, v: Float32Array): Status {
   const round = int(v[3]!, 0);
   // A live state always comes with the round it was held in.
   const live = step !== undefined && instance !== undefined && round !== undefined;
-  return { rank, live, step: step ?? -1, inFlight, instance: live ? instance : -1, round: live ? round : -1 };
+  const half = (x: number) => (Number.isInteger(x) && x >= 0 && x < 0x1000000 ? x : undefined);
+  const hi = half(v[4]!);
+  const lo = half(v[5]!);
+  const digest = live && hi !== undefined && lo !== undefined ? hi * 0x1000000 + lo : null;
+  return { rank, live, step: step ?? -1, inFlight, instance: live ? instance : -1, round: live ? round : -1, digest };
 }
 
 /** 24 bits of the instance id: a float32 holds them exactly. */
@@ -209,6 +288,8 @@ interface Header {
 /** What the source of a state transfer sends besides its TrainState. */
 interface SourceExtras {
   run: RunRecord;
+  /** The source's state as already read (else it is read here). */
+  sd?: TrainStateDict;
   note?: string;
   commHookName?: string;
   commHook?: CommHookState | null;
@@ -226,72 +307,123 @@ export function maxCommHookElements(model: tf.LayersModel): number {
 /** The largest header (progress, run record, weight specs, the user's extras, as JSON) a rank accepts. */
 export const MAX_STATE_HEADER_BYTES = 16 << 20;
 
+/** What a transfer hands back to the rank that received it. */
+interface Shared {
+  run: RunRecord;
+  note?: string;
+  commHook: { name: string | null; state: CommHookState | null };
+}
+
 /**
  * Sends `source`'s state (and run record, and hook state) to every rank of `pg`: a small JSON
  * header (its length, then itself), then in one broadcast the model's and the optimizer's bytes
- * and the hook state's values when the header announces some. Every rank, the source too, checks the header against its own model
- * before allocating what it announces, then loads what was sent (the hook state is returned,
- * not loaded).
+ * and the hook state's values when the header announces some. Every rank, the source too, checks
+ * the header against its own model before allocating what it announces, then loads what was sent
+ * (the hook state is returned, not loaded).
  */
-async function broadcastState(
-  pg: ProcessGroup,
-  source: number,
-  state: TrainState,
-  mine: SourceExtras | null,
-): Promise<{ run: RunRecord; note?: string; commHook: { name: string | null; state: CommHookState | null } }> {
-  let sd: TrainStateDict | undefined;
-  let words = new Float32Array(0);
-  let hookData: Float32Array | undefined;
-  if (pg.rank === source) {
-    sd = await state.stateDict();
-    const hook = mine!.commHook ? flattenCommHookState(mine!.commHook) : null;
-    hookData = hook?.data;
-    const header: Header = {
-      progress: sd.progress,
-      extras: sd.extras,
-      run: mine!.run,
-      note: mine!.note,
-      modelSpecs: sd.model.weightSpecs,
-      modelBytes: sd.model.weightData.byteLength,
-      optimizerSpecs: sd.optimizer.weightSpecs,
-      optimizerBytes: sd.optimizer.weightData.byteLength,
-      ...(mine!.commHookName === undefined ? {} : { commHookName: mine!.commHookName }),
-      commHook: hook?.header ?? null,
-    };
-    const json = new TextEncoder().encode(JSON.stringify(header));
-    words = new Float32Array(Math.ceil(json.length / 4));
-    new Uint8Array(words.buffer).set(json);
-  }
-  const length = await pg.broadcast(Float32Array.of(words.length), source);
+async function broadcastState(pg: ProcessGroup, source: number, state: TrainState, mine: SourceExtras | null): Promise<Shared> {
+  const packed = pg.rank === source ? await packState(state, mine!) : null;
+  const length = await pg.broadcast(Float32Array.of(packed ? packed.header.length : 0), source);
   // The source checks its own too, so that a header too big fails every rank alike.
-  const declared = length[0]!;
+  const words = packed ? packed.header : new Float32Array(headerWords(source, length[0]!));
+  await pg.broadcast(words, source);
+  const { header, layout, bodyWords } = readHeader(source, words, state.model);
+  if (packed && packed.body.length !== bodyWords) throw new StateTransferError(source, 'communication hook state', `its header announces ${bodyWords} words of state, its tensors hold ${packed.body.length}`);
+  // Weights, optimizer state and the hook's values in one broadcast: each broadcast is a round
+  // trip through the group (at 32 tabs on two cores about 0.6 s, most of a regroup).
+  const body = packed ? packed.body : new Float32Array(bodyWords);
+  await pg.broadcast(body, source);
+  return loadState(state, header, layout, body);
+}
+
+/**
+ * The state to the ranks that lack it, point to point: each rank of `holders` (which hold the
+ * source's bytes, by their digests) sends its header's length, the header and the body to the
+ * ranks of `needers` dealt to it, in turn, without waiting for an answer; the others take part in
+ * nothing. One message's latency rather than three broadcasts' through the whole group.
+ */
+async function sendToNeeders(pg: ProcessGroup, holders: number[], needers: number[], state: TrainState, mine: SourceExtras): Promise<Shared | null> {
+  const senderOf = (k: number) => holders[k % holders.length]!;
+  const me = pg.rank;
+  if (holders.includes(me)) {
+    const sd = mine.sd ?? (await state.stateDict());
+    const mineToSend = needers.filter((_, k) => senderOf(k) === me);
+    if (mineToSend.length > 0) {
+      const packed = await packState(state, { ...mine, sd });
+      await Promise.all(
+        mineToSend.map(async (dst) => {
+          await pg.send(Float32Array.of(packed.header.length), dst);
+          await pg.send(packed.header, dst);
+          await pg.send(packed.body, dst);
+        }),
+      );
+    }
+    // A holder loads its own bytes as the receivers load them: every rank then runs an optimizer
+    // restored from the same bytes (a restored Adam's beta powers can differ in the last bit
+    // from a running one's: see TrainStateOptions.optimizer).
+    await state.loadStateDict(sd);
+    return null;
+  }
+  const k = needers.indexOf(me);
+  const from = senderOf(k);
+  const length = await pg.recv(new Float32Array(1), from);
+  const words = await pg.recv(new Float32Array(headerWords(from, length[0]!)), from);
+  const { header, layout, bodyWords } = readHeader(from, words, state.model);
+  const body = await pg.recv(new Float32Array(bodyWords), from);
+  return loadState(state, header, layout, body);
+}
+
+/** A source's state as it travels: the header's JSON in 4-byte words, and the body (weights, optimizer state, hook values). */
+async function packState(state: TrainState, mine: SourceExtras): Promise<{ header: Float32Array; body: Float32Array }> {
+  const sd = mine.sd ?? (await state.stateDict());
+  const hook = mine.commHook ? flattenCommHookState(mine.commHook) : null;
+  const header: Header = {
+    progress: sd.progress,
+    extras: sd.extras,
+    run: mine.run,
+    note: mine.note,
+    modelSpecs: sd.model.weightSpecs,
+    modelBytes: sd.model.weightData.byteLength,
+    optimizerSpecs: sd.optimizer.weightSpecs,
+    optimizerBytes: sd.optimizer.weightData.byteLength,
+    ...(mine.commHookName === undefined ? {} : { commHookName: mine.commHookName }),
+    commHook: hook?.header ?? null,
+  };
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const words = new Float32Array(Math.ceil(json.length / 4));
+  new Uint8Array(words.buffer).set(json);
+  // They travel as raw 4-byte words, copied as bytes, never computed on.
+  const hookBytes = hook ? new Uint8Array(hook.data.buffer, hook.data.byteOffset, hook.data.byteLength) : new Uint8Array(0);
+  const body = new Float32Array((sd.model.weightData.byteLength + sd.optimizer.weightData.byteLength + hookBytes.byteLength) / 4);
+  const bytes = new Uint8Array(body.buffer);
+  bytes.set(new Uint8Array(sd.model.weightData), 0);
+  bytes.set(new Uint8Array(sd.optimizer.weightData), sd.model.weightData.byteLength);
+  bytes.set(hookBytes, sd.model.weightData.byteLength + sd.optimizer.weightData.byteLength);
+  return { header: words, body };
+}
+
+/** A declared header length, checked before anything is allocated for it. */
+function headerWords(source: number, declared: number): number {
   if (!Number.isSafeInteger(declared) || declared < 0 || declared * 4 > MAX_STATE_HEADER_BYTES) {
     throw new StateTransferError(source, 'header', `a header of ${declared} 4-byte words is not a length up to ${MAX_STATE_HEADER_BYTES} bytes`);
   }
-  if (pg.rank !== source) words = new Float32Array(declared);
-  await pg.broadcast(words, source);
+  return declared;
+}
+
+/** The header from `source`, checked against this rank's model, and the body's length it announces. */
+function readHeader(source: number, words: Float32Array, model: tf.LayersModel): { header: Header; layout: ReturnType<typeof checkLayout>; bodyWords: number } {
   const header = parseHeader(source, words);
-  const layout = checkLayout(source, header, state.model);
-  // Weights, optimizer state and the hook's values in one broadcast: each broadcast is a round
-  // trip through the group (at 32 tabs on two cores about 0.6 s, most of a regroup). They travel
-  // as raw 4-byte words, copied as bytes, never computed on.
-  const modelWords = layout.modelBytes / 4;
-  const optimizerWords = layout.optimizerBytes / 4;
+  const layout = checkLayout(source, header, model);
   const hookWords = layout.commHook ? commHookStateElements(layout.commHook) : 0;
-  const body = new Float32Array(modelWords + optimizerWords + hookWords);
-  if (pg.rank === source) {
-    const bytes = new Uint8Array(body.buffer);
-    bytes.set(new Uint8Array(sd!.model.weightData), 0);
-    bytes.set(new Uint8Array(sd!.optimizer.weightData), layout.modelBytes);
-    if (hookWords > 0) {
-      if (hookData?.length !== hookWords) throw new StateTransferError(source, 'communication hook state', `its header announces ${hookWords} values, its tensors hold ${hookData?.length ?? 0}`);
-      bytes.set(new Uint8Array(hookData.buffer, hookData.byteOffset, hookData.byteLength), layout.modelBytes + layout.optimizerBytes);
-    }
-  }
-  await pg.broadcast(body, source);
-  const model = body.buffer.slice(0, layout.modelBytes);
-  const optimizer = body.buffer.slice(layout.modelBytes, layout.modelBytes + layout.optimizerBytes);
-  const hookState = layout.commHook ? unflattenCommHookState(layout.commHook, body.slice(modelWords + optimizerWords)) : null;
+  return { header, layout, bodyWords: (layout.modelBytes + layout.optimizerBytes) / 4 + hookWords };
+}
+
+/** Loads a received body into `state`; the hook's values are returned, not loaded. */
+async function loadState(state: TrainState, header: Header, layout: ReturnType<typeof checkLayout>, body: Float32Array): Promise<Shared> {
+  const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  const model = bytes.slice(0, layout.modelBytes).buffer;
+  const optimizer = bytes.slice(layout.modelBytes, layout.modelBytes + layout.optimizerBytes).buffer;
+  const hookState = layout.commHook ? unflattenCommHookState(layout.commHook, body.slice((layout.modelBytes + layout.optimizerBytes) / 4)) : null;
   await state.loadStateDict({
     progress: header.progress,
     extras: header.extras,

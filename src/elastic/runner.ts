@@ -367,7 +367,7 @@ class ElasticRun<M extends StepMetrics> {
       this.state,
       this.record,
       claim,
-      { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken },
+      { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken, keepSameState: !this.diloco },
       { name: this.hookName, state: () => hook?.stateDict?.() ?? null },
     );
     // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
@@ -406,7 +406,7 @@ class ElasticRun<M extends StepMetrics> {
       from: r.from,
       redone: r.redone,
       ...(note ? { note } : {}),
-      phasesMs: this.phases(round),
+      phasesMs: { ...this.phases(round), claims: r.claimsMs },
     });
     return r.source;
   }
