@@ -390,9 +390,6 @@ export class RendezvousHandler {
     });
     this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg, receivedAt: performance.now() };
     old?.pg.destroy(false);
-    // The links the round's first collectives need (the claims' all-gather, the state, the first
-    // step's all-reduce) open now, together, rather than each collective's one after another.
-    void pg.warmLinks();
     this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
     for (const w of [...this.waiters]) w();
   }
