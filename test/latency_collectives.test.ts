@@ -9,7 +9,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { Collective, readHeader } from '../src/c10d/framing.ts';
-import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, latencyPartners } from '../src/c10d/latency_collectives.ts';
+import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES } from '../src/c10d/latency_collectives.ts';
 import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
 import { CollectiveMismatchError } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
@@ -267,32 +267,4 @@ describe("Bruck's all-gather and the binomial-tree broadcast", () => {
       }
     });
   }
-});
-
-describe('warmLinks (a new round opens its links at once)', () => {
-  const openPeers = (pg: ProcessGroup) =>
-    pg
-      .linkStats()
-      .filter((l) => l.state === 'open')
-      .map((l) => l.peer)
-      .sort((a, b) => a - b);
-
-  it('opens exactly the links that the small-buffer all-gather and all-reduce then use, none more', async () => {
-    for (const n of [3, 5, 8, 12]) {
-      // Without it: the links the collectives open on their own, one collective after the other.
-      const cold = await groups(n);
-      await Promise.all(cold.pgs.map((pg) => pg.allGather(small(pg.rank, 2))));
-      await Promise.all(cold.pgs.map((pg) => pg.allReduce(small(pg.rank, 4), 'sum', { algorithm: 'doubling' })));
-      const used = cold.pgs.map(openPeers);
-      const warm = await groups(n);
-      await Promise.all(warm.pgs.map((pg) => pg.warmLinks()));
-      expect(warm.pgs.map(openPeers), `${n} ranks`).toEqual(used);
-      expect(warm.pgs.map((pg) => latencyPartners(pg.rank, n))).toEqual(used);
-      // And the collectives after it open nothing new.
-      await Promise.all(warm.pgs.map((pg) => pg.allGather(small(pg.rank, 2))));
-      await Promise.all(warm.pgs.map((pg) => pg.allReduce(small(pg.rank, 4), 'sum', { algorithm: 'doubling' })));
-      expect(warm.pgs.map(openPeers)).toEqual(used);
-      for (const pg of [...cold.pgs, ...warm.pgs]) pg.destroy();
-    }
-  });
 });

@@ -85,31 +85,6 @@ function wireCodec(t: RingTransport, buf: Float32Array, wire: WireDtype): { inco
   return { incoming, round, outgoing, receive };
 }
 
-/** The ranks `rank` exchanges with in recursive doubling: its fold partner and those of each step. */
-function doublingPartners(r: number, n: number): number[] {
-  const p = largestPowerOfTwo(n);
-  const extra = n - p;
-  const virtual = r < 2 * extra ? r >> 1 : r - extra;
-  const real = (v: number): number => (v < extra ? 2 * v + 1 : v + extra);
-  if (r < 2 * extra && r % 2 === 0) return [r + 1];
-  return [...(r < 2 * extra ? [r - 1] : []), ...masks(p).map((mask) => real(virtual ^ mask))];
-}
-
-/** The ranks `rank` exchanges with in Bruck's all-gather: rank - 2^j and rank + 2^j. */
-function bruckPartners(r: number, n: number): number[] {
-  return masks(2 ** Math.ceil(Math.log2(n))).flatMap((dist) => [(r - dist + n) % n, (r + dist) % n]);
-}
-
-/**
- * Every rank `rank` meets in the small-buffer collectives a round runs by default (Bruck's
- * all-gather, recursive doubling's all-reduce; the ring's neighbours are Bruck's first pair), in
- * a world of `worldSize`: the links worth opening all at once when a group forms.
- */
-export function latencyPartners(rank: number, worldSize: number): number[] {
-  if (worldSize <= 1) return [];
-  return [...new Set([...bruckPartners(rank, worldSize), ...doublingPartners(rank, worldSize)])].filter((peer) => peer !== rank).sort((a, b) => a - b);
-}
-
 /** Recursive doubling all-reduce of `buf` in place (see the top of this file). */
 export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
   const n = t.worldSize;
@@ -123,7 +98,8 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
   const virtual = r < 2 * extra ? r >> 1 : r - extra;
   const real = (v: number): number => (v < extra ? 2 * v + 1 : v + extra);
   const folded = r < 2 * extra && r % 2 === 0;
-  await Promise.all(doublingPartners(r, n).map((peer) => t.connect(peer)));
+  const partners = folded ? [r + 1] : [...(r < 2 * extra ? [r - 1] : []), ...masks(p).map((mask) => real(virtual ^ mask))];
+  await Promise.all(partners.map((peer) => t.connect(peer)));
 
   // Fold: of the first 2 x extra ranks, the even ones hand their values to the odd ones and wait.
   if (folded) {
@@ -201,7 +177,8 @@ export async function bruckAllGather(t: RingTransport, out: Float32Array, k: num
   // gathered[i] is the block of rank (r + i) mod n.
   const gathered = new Float32Array(n * k);
   gathered.set(out.subarray(r * k, (r + 1) * k), 0);
-  await Promise.all(bruckPartners(r, n).map((peer) => t.connect(peer)));
+  const steps = masks(2 ** Math.ceil(Math.log2(n)));
+  await Promise.all(steps.flatMap((dist) => [t.connect((r - dist + n) % n), t.connect((r + dist) % n)]));
   for (let dist = 1, step = 0; dist < n; dist <<= 1, step++) {
     const count = Math.min(dist, n - dist);
     const to = (r - dist + n) % n;

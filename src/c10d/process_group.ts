@@ -32,7 +32,7 @@ import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceSca
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store.ts';
 import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
-import { bruckAllGather, chooseAlgorithm, doublingAllReduce, latencyPartners, treeAllReduce, treeBroadcast, type AllReduceAlgorithm } from './latency_collectives.ts';
+import { bruckAllGather, chooseAlgorithm, doublingAllReduce, treeAllReduce, treeBroadcast, type AllReduceAlgorithm } from './latency_collectives.ts';
 import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
@@ -180,20 +180,6 @@ export class ProcessGroup {
    */
   async linkDetails(timeoutMs = 2_000): Promise<LinkDetails[]> {
     return (await this.shared.links.details(timeoutMs)).filter((d) => this.members.has(d.peer));
-  }
-
-  /**
-   * Opens, all at once, the links to the ranks this rank meets in the small-buffer collectives
-   * (Bruck's all-gather, recursive doubling: `latencyPartners`), where each collective would open
-   * its own when it starts, one collective after another. A new round's first collectives then
-   * wait for one link opening, not one per collective; on a loaded machine each is seconds.
-   * Resolves when they are open or have failed: never rejects (a link that cannot open fails the
-   * collective that needs it, with its reason). The lower rank of each pair opens it, so both
-   * ends may call this or not.
-   */
-  async warmLinks(): Promise<void> {
-    const peers = latencyPartners(this.rank, this.worldSize);
-    await Promise.all(peers.map((peer) => this.shared.links.get(this.ranks[peer]!).then(() => undefined, () => undefined)));
   }
 
   /**

@@ -215,9 +215,6 @@ class ElasticRun<M extends StepMetrics> {
     const { pg } = round;
     this.rank = pg.rank;
     if (!again || !this.ddp) {
-      // The links the round's first collectives need (the claims' all-gather, the state, the first
-      // step's all-reduce) open now, together, rather than each collective's one after another.
-      void pg.warmLinks();
       this.activity = `the state transfer at the start of round ${round.key}`;
       // DiLoCo: this rank's own weights, which the state transfer replaces, count in the round's first outer step.
       const held = this.diloco && this.live ? this.backToConfirmed() : null;
