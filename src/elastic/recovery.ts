@@ -330,7 +330,7 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
   const { header, layout, bodyWords } = readHeader(source, words, state.model);
   if (packed && packed.body.length !== bodyWords) throw new StateTransferError(source, 'communication hook state', `its header announces ${bodyWords} words of state, its tensors hold ${packed.body.length}`);
   // Weights, optimizer state and the hook's values in one broadcast: each broadcast is a round
-  // trip through the group (at 32 tabs on two cores about 0.6 s, most of a regroup).
+  // trip through the whole group (at 32 tabs on two cores about 0.6 s).
   const body = packed ? packed.body : new Float32Array(bodyWords);
   await pg.broadcast(body, source);
   return loadState(state, header, layout, body);
