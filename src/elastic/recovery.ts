@@ -193,7 +193,8 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
 
 /**
  * Sent point to point while each holder of the state has at most this many ranks to send it to;
- * past that, one broadcast from the source (a tree) costs less than a holder's sends in turn.
+ * past that, one broadcast from the source (a tree) costs less than a holder sending the whole
+ * state to many ranks over its own links.
  */
 const P2P_PER_HOLDER = 2;
 
@@ -338,9 +339,9 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
 
 /**
  * The state to the ranks that lack it, point to point: each rank of `holders` (which hold the
- * source's bytes, by their digests) sends its header's length, the header and the body to the
- * ranks of `needers` dealt to it, in turn, without waiting for an answer; the others take part in
- * nothing. One message's latency rather than three broadcasts' through the whole group.
+ * source's bytes, by their digests) sends its header's length, the header and the body to each
+ * rank of `needers` dealt to it (to all of them at once, each one's three messages in order,
+ * without waiting for an answer); the others take part in nothing. One message's latency rather than three broadcasts' through the whole group.
  */
 async function sendToNeeders(pg: ProcessGroup, holders: number[], needers: number[], state: TrainState, mine: SourceExtras): Promise<Shared | null> {
   const senderOf = (k: number) => holders[k % holders.length]!;
