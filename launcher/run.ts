@@ -30,6 +30,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 /** After a rank fails, how long the others get to report their own failure before the run stops. */
 const FAILURE_GRACE_MS = 1500;
+/** How long a fault after a join waits for the joined pages to be in a round. */
+const JOIN_ADMIT_MS = 60_000;
 
 /**
  * The rank a fault hits: its number, or a browser (--browser, --browsers): the lowest rank
@@ -310,10 +312,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       if (step <= reachedStep) return;
       reachedStep = step;
       churn?.start();
-      // Faults run one at a time, in order, as the run passes their step.
+      // Faults run one at a time, in order, as the run passes their step. A join is done when its
+      // pages are in a round: a fault after it comes after that, not in the same regroup.
       while (faults.length > 0 && faults[0].step <= step) {
         const fault = faults.shift()!;
-        busy = busy.then(() => inject(fault, step)).catch((err: Error) => {
+        busy = busy.then(async () => {
+          const before = pages.length;
+          await inject(fault, step);
+          if (fault.kind === 'join') await untilAdmitted(pages.slice(before), fault);
+        }).catch((err: Error) => {
           failures.push(`could not ${describeFault(fault)}: ${err.message}`);
           wake();
         });
@@ -330,6 +337,19 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       if (!page) throw new Error(typeof target === 'number' ? `no running page holds rank ${target}` : `no running ${target} page holds a rank`);
       if (typeof target !== 'number') log(`[launch] ${describeTarget(target)} is rank ${page.rank} (page ${page.index})`);
       return page;
+    };
+
+    /** Until the pages a join opened are in a round (or done: the run ended), at most JOIN_ADMIT_MS; then the next fault comes anyway. */
+    const untilAdmitted = async (opened: RankPage[], join: Fault): Promise<void> => {
+      const t0 = Date.now();
+      while (opened.some((p) => !p.trained && !p.done)) {
+        if (Date.now() - t0 > JOIN_ADMIT_MS) {
+          const waiting = opened.filter((p) => !p.trained && !p.done).map((p) => p.label);
+          log(`[launch] ${waiting.join(', ')} (${describeFault(join)}) not in a round after ${JOIN_ADMIT_MS / 1000} s: the next fault comes without waiting longer`);
+          return;
+        }
+        await sleep(50);
+      }
     };
 
     const inject = async (fault: Fault, step: number): Promise<void> => {
