@@ -59,6 +59,7 @@ function member(
     prefetch?: (indices: number[]) => void;
     voteWithGradients?: boolean;
     voteAfter?: (step: number) => boolean;
+    onStep?: (ctx: { pg: ProcessGroup; step: number }) => Promise<void>;
   },
 ): Member {
   const events: ElasticEvent[] = [];
@@ -88,6 +89,7 @@ function member(
     ...(opts.prefetch ? { prefetch: opts.prefetch } : {}),
     voteWithGradients: opts.voteWithGradients,
     voteAfter: opts.voteAfter,
+    ...(opts.onStep ? { onStep: opts.onStep } : {}),
     // Another session's checkpoints need that session's token.
     resumeFromToken: opts.resumeFrom === undefined ? undefined : tokenFor(opts.resumeFrom),
     onEvent: (e) => events.push(e),
@@ -234,6 +236,28 @@ describe('runElastic', () => {
     for (const m of members) {
       expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { recoverable: boolean }).recoverable)).toEqual([true]);
     }
+    await closeAll(runs);
+  });
+
+  it("a round that fails between a vote and the replica check it called for (on one rank before the check, on the other in it): the next round's ranks agree on their collectives", async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('check-split');
+    let broken = false;
+    // checkReplicasEvery 2: step 2's vote is due a check. After that vote rank 1's link to rank 0
+    // closes and rank 1's round fails in onStep, before the check; rank 0's fails in the check.
+    const failBeforeCheck = (id: number) => async ({ pg, step }: { pg: ProcessGroup; step: number }) => {
+      if (step !== 2 || pg.rank !== 1 || broken) return;
+      broken = true;
+      net.end(id, 0)!.close('its data channel closed');
+      await pg.allReduce(new Float32Array(1));
+    };
+    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 8, checkReplicasEvery: 2, failedRoundGraceMs: 300, onStep: failBeforeCheck(id) }));
+    const runs = await Promise.all(members.map((m) => m.result));
+    expect(broken).toBe(true);
+    expect(runs.map((r) => r.steps)).toEqual([8, 8]);
+    expect(runs.map((r) => r.generations)).toEqual([2, 2]);
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
+    for (const m of members) expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { step: number; recoverable: boolean }).recoverable)).toEqual([true]);
     await closeAll(runs);
   });
 

@@ -460,6 +460,10 @@ class ElasticRun<M extends StepMetrics> {
     const balance = o.balanceBatches === true;
     this.costs = balance ? new StepCosts(n) : null;
     this.split = null;
+    // A check due in the last round may have run on some ranks and not on others (a rank that
+    // failed between the vote and the check): the ranks must agree on the steps' collectives, and
+    // the round's start left every rank the same state (sent, or the same digest) to check anyway.
+    this.checkDue = false;
     let firstInRound = true;
     /** The steps committed since the last vote, with this rank's metrics: the next vote carries them all. */
     const pending: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }> = [];

@@ -75,7 +75,7 @@ test('4 ranks, one killed at step 10: the rest finish, at most one step redone, 
 test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', async () => {
   // Long enough for three faults 4 s apart where the group trains 6,500 samples/s (a quiet 2-core
   // machine; 16,384 samples once ended after the first).
-  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], { churnEverySec: 4, serverOptions: { heartbeatTimeoutMs: 3_000 } });
+  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], { churnEverySec: 4, timeoutSec: 150, serverOptions: { heartbeatTimeoutMs: 3_000 } });
   expectHealthy(s, s.worldSize as number, 40960);
   const kinds = s.faults!.map((f) => f.fault.split(' ')[0]);
   expect(kinds.slice(0, 3)).toEqual(['kill', 'open', 'freeze']);
