@@ -3,7 +3,7 @@
  * 4, 8 and 16 tabs (override with --nprocs), 1 KiB to 256 KiB (--sizes, in elements): where the
  * latency-optimal algorithm stops paying, the threshold the tuner uses
  * (DEFAULT_LATENCY_THRESHOLD_BYTES in src/c10d/latency_collectives.ts). Each size is timed with
- * both algorithms in the same run (median of --iters, the slowest rank's). Writes
+ * both algorithms in the same run (the mean of --iters back to back, the slowest rank's). Writes
  * bench/results/collective_algorithms.json and .md and prints the table.
  */
 import { mkdir, writeFile } from 'node:fs/promises';

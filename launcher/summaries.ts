@@ -63,6 +63,7 @@ interface AllreduceRow {
   bytes: number;
   algorithm: string;
   ms: number;
+  afterBarrierMs: number | null;
   ringMs: number | null;
   doublingMs: number | null;
   meshMs: number | null;
@@ -71,8 +72,9 @@ interface AllreduceRow {
 }
 
 /**
- * nccl-tests' figures: algbw = bytes / time, busbw = algbw * 2(n-1)/n. A collective is done when
- * its slowest rank is, so the time is the largest of the ranks' medians.
+ * nccl-tests' figures: algbw = bytes / time, busbw = algbw * 2(n-1)/n, the time an iteration's
+ * mean over iterations back to back. A collective is done when its slowest rank is, so the time
+ * is the largest of the ranks' (`afterBarrierMs`: of their medians of one alone after a barrier).
  */
 function summarizeAllreduce(job: string, worldSize: number, ranks: RankResult[]): Record<string, unknown> {
   const rows = ranks.map((r) => r.results as AllreduceRow[]);
@@ -93,6 +95,7 @@ function summarizeAllreduce(job: string, worldSize: number, ranks: RankResult[])
       busbwMBps: round((algbwMBps * 2 * (worldSize - 1)) / worldSize),
       maxAbsErr: Math.max(...at.map((r) => r.maxAbsErr)),
       identical: at.every((r) => r.hash === first.hash),
+      afterBarrierMs: slowest((r) => r.afterBarrierMs),
       ringMs: slowest((r) => r.ringMs),
       doublingMs: slowest((r) => r.doublingMs),
       meshMs: slowest((r) => r.meshMs),

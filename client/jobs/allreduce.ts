@@ -1,5 +1,6 @@
 /**
- * Job `allreduce`: times the all-reduce (the algorithm the tuner picks, or `--algorithm`; with
+ * Job `allreduce`: times the all-reduce as nccl-tests do (iterations back to back after a sync,
+ * their mean; also one alone after a barrier) (the algorithm the tuner picks, or `--algorithm`; with
  * `--compare-algorithms` the ring and recursive doubling both; and, for comparison, a full-mesh
  * exchange) over the sizes given, checks every result exactly, and measures one link's throughput, the bound
  * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
@@ -90,28 +91,35 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const results: Array<Record<string, unknown>> = [];
   for (const size of sizes) {
     const template = Float32Array.from({ length: size }, (_, i) => fillValue(pg.rank, size, i));
-    const time = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<{ ms: number; out: Float32Array }> => {
+    // nccl-tests' figure: after a warm-up and a sync over the wire, `iters` back to back, their
+    // mean. Also each alone after the store's barrier (the median): that adds the ranks' skew
+    // leaving the barrier (its release reaches 16 pages sharing 2 cores over tens of ms).
+    const time = async (fn: (b: Float32Array) => Promise<Float32Array>, alone = false): Promise<{ ms: number; afterBarrierMs: number | null; out: Float32Array }> => {
+      let out = await fn(template.slice());
       const times: number[] = [];
-      let out: Float32Array = template.slice();
-      for (let it = 0; it <= iters; it++) {
+      for (let it = 0; alone && it < iters; it++) {
         const buf = template.slice();
         await pg.barrier();
         const t0 = performance.now();
         out = await fn(buf);
-        if (it > 0) times.push(performance.now() - t0); // iteration 0 warms up
+        times.push(performance.now() - t0);
       }
-      return { ms: median(times), out };
+      const bufs = Array.from({ length: iters }, () => template.slice());
+      await pg.allReduce(new Float32Array(1), 'sum', { algorithm: 'doubling' });
+      const t0 = performance.now();
+      for (const buf of bufs) out = await fn(buf);
+      return { ms: (performance.now() - t0) / iters, afterBarrierMs: alone ? median(times) : null, out };
     };
     const algorithm = pg.algorithmFor(size * 4, forced, true);
-    const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
+    const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }), true);
     let maxAbsErr = 0;
     for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(run.out[i] - expectedValue(n, size, i, op)));
     const ringRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'ring' })) : undefined;
     const doublingRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'doubling' })) : undefined;
     const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
-    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
+    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, afterBarrierMs: run.afterBarrierMs, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
     const also = [ringRun && `ring ${ringRun.ms.toFixed(2)} ms`, doublingRun && `doubling ${doublingRun.ms.toFixed(2)} ms`, meshRun && `mesh ${meshRun.ms.toFixed(2)} ms`].filter(Boolean);
-    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
+    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms (one alone after a barrier: ${run.afterBarrierMs!.toFixed(2)} ms)${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
     results.push(row);
   }
   // Before the barrier: every link is still open here.
