@@ -13,7 +13,7 @@
  *   identical replicas are checked, and each fault's detection, rendezvous and regroup times
  *   are reported against N.
  *
- * Options: --part steps|churn|all --nprocs LIST --churn-every SEC --batch-size 16 --vote gradients,apart
+ * Options: --part steps|churn|all --nprocs LIST --churn-every SEC --batch-size 16 --train-size N (churn) --vote gradients,apart
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -28,6 +28,7 @@ const { values } = parseArgs({
     nprocs: { type: 'string' },
     'churn-every': { type: 'string', default: '15' },
     'batch-size': { type: 'string', default: '16' },
+    'train-size': { type: 'string' },
     vote: { type: 'string', default: 'gradients,apart' },
   },
 });
@@ -143,8 +144,9 @@ if (part === 'churn' || part === 'all') {
   results.churn = { date, everySec: churnEvery, rows };
   for (const n of listOf(values.nprocs ?? '4,8,16,32')) {
     console.log(`--- churn: ${n} ranks, a fault every ${churnEvery} s`);
-    // A minute or two of training at each size on this machine (a step's time grows with N).
-    const trainSize = String(n <= 4 ? 32768 : n <= 8 ? 24576 : n <= 16 ? 16384 : 12288);
+    // A minute or two of training at each size on this machine (a step's time grows with N);
+    // --train-size for longer runs (a quiet machine trains 32 tabs' 12,288 samples before a second fault).
+    const trainSize = values['train-size'] ?? String(n <= 4 ? 32768 : n <= 8 ? 24576 : n <= 16 ? 16384 : 12288);
     const { ok, summary } = await launch({
       nproc: n,
       job: 'train',

@@ -14,7 +14,7 @@ export class Churn {
   private timer: ReturnType<typeof setInterval> | undefined;
   private count = 0;
   private stopped = false;
-  /** A fault still being injected (a page opening under load takes seconds): ticks meanwhile are skipped, not queued. */
+  /** A fault still being injected (a killed page's last reports drained, a page frozen; a joining page loads on its own): ticks meanwhile are skipped, not queued. */
   private pending = false;
   /** Ticks skipped because the last fault was still being injected. */
   skipped = 0;

@@ -352,7 +352,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
-    const inject = async (fault: Fault, step: number): Promise<void> => {
+    const inject = async (fault: Fault, step: number, loadInBackground = false): Promise<void> => {
       log(`[launch] step ${step}: ${describeFault(fault)}`);
       const record = faultTimes.add({ fault: describeFault(fault), kind: fault.kind, atStep: step });
       switch (fault.kind) {
@@ -386,7 +386,18 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           record.pages = [];
           for (let i = 0; i < fault.count; i++) {
             record.pages.push(pages.length);
-            await openPage(url, undefined);
+            if (!loadInBackground) {
+              await openPage(url, undefined);
+              continue;
+            }
+            // --churn: the clock goes on while the page loads (beside 32 training tabs on two
+            // cores a load takes a minute or more, and the ticks meanwhile would be lost).
+            const rp = await addPage(undefined);
+            navigate(rp, url).catch((err: Error) => {
+              log(`[launch] churn: ${rp.label} did not open: ${err.message}`);
+              rp.expected = false;
+              checkSettled();
+            });
           }
           return;
         case 'restart-server': {
@@ -506,7 +517,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       const running = () => pages.filter((p) => p.expected && !p.done && p.trained && p.rank !== undefined).map((p) => p.rank!);
       churn = new Churn(opts.churnEverySec * 1000, min, running, (f) => {
         const fault: Fault = f.kind === 'join' ? { kind: 'join', count: 1, step: reachedStep } : { kind: f.kind, rank: f.rank, step: reachedStep };
-        busy = busy.then(() => inject(fault, reachedStep)).catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
+        busy = busy.then(() => inject(fault, reachedStep, true)).catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
         return busy;
       });
     }
