@@ -352,7 +352,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       }
     };
 
-    const inject = async (fault: Fault, step: number, loadInBackground = false): Promise<void> => {
+    /** Injects `fault`; `background` (--churn): returns once it has begun, without waiting for a page to close, freeze or load. */
+    const inject = async (fault: Fault, step: number, background = false): Promise<void> => {
       log(`[launch] step ${step}: ${describeFault(fault)}`);
       const record = faultTimes.add({ fault: describeFault(fault), kind: fault.kind, atStep: step });
       switch (fault.kind) {
@@ -361,8 +362,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           const target = runningPage(fault.rank);
           target.expected = false;
           record.page = target.index;
-          if (fault.kind === 'kill') await target.page.kill();
-          else await target.page.freeze(log);
+          const done = fault.kind === 'kill' ? target.page.kill() : target.page.freeze(log);
+          // --churn: the clock goes on while the page closes or freezes (beside 32 training tabs
+          // on two cores a busy page took 40 s to close, and the ticks meanwhile would be lost).
+          if (background) void done.catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`)).finally(checkSettled);
+          else await done;
           checkSettled();
           return;
         }
@@ -386,12 +390,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
           record.pages = [];
           for (let i = 0; i < fault.count; i++) {
             record.pages.push(pages.length);
-            if (!loadInBackground) {
+            if (!background) {
               await openPage(url, undefined);
               continue;
             }
-            // --churn: the clock goes on while the page loads (beside 32 training tabs on two
-            // cores a load takes a minute or more, and the ticks meanwhile would be lost).
+            // --churn: the clock goes on while the page loads (a minute or more beside 32 training tabs).
             const rp = await addPage(undefined);
             navigate(rp, url).catch((err: Error) => {
               log(`[launch] churn: ${rp.label} did not open: ${err.message}`);
