@@ -114,11 +114,14 @@ test('the server restarts mid-run: the ranks reconnect and finish from their liv
 });
 
 test('below the minimum training pauses, and resumes when a tab joins', async () => {
-  const s = await run(2, { min: '2', max: '3' }, [
-    { kind: 'kill', rank: 1, step: 6 },
-    { kind: 'join', count: 1, step: 6 },
+  // The kill comes more than the server's lossIntervalMs (1 s) after the first round even at 40
+  // steps a second: a loss sooner forms its round only when that second is over, and a joiner
+  // whose page loaded meanwhile (half a second on a quiet machine) made it a round of 2, unpaused.
+  const s = await run(2, { min: '2', max: '3', trainSize: '8192' }, [
+    { kind: 'kill', rank: 1, step: 60 },
+    { kind: 'join', count: 1, step: 60 },
   ]);
-  expectHealthy(s, 2);
+  expectHealthy(s, 2, 8192);
   expect(s.pausedGenerations).toBeGreaterThanOrEqual(1);
 });
 
