@@ -91,35 +91,40 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const results: Array<Record<string, unknown>> = [];
   for (const size of sizes) {
     const template = Float32Array.from({ length: size }, (_, i) => fillValue(pg.rank, size, i));
-    // nccl-tests' figure: after a warm-up and a sync over the wire, `iters` back to back, their
-    // mean. Also each alone after the store's barrier (the median): that adds the ranks' skew
-    // leaving the barrier (its release reaches 16 pages sharing 2 cores over tens of ms).
-    const time = async (fn: (b: Float32Array) => Promise<Float32Array>, alone = false): Promise<{ ms: number; afterBarrierMs: number | null; out: Float32Array }> => {
-      let out = await fn(template.slice());
-      const times: number[] = [];
-      for (let it = 0; alone && it < iters; it++) {
-        const buf = template.slice();
-        await pg.barrier();
-        const t0 = performance.now();
-        out = await fn(buf);
-        times.push(performance.now() - t0);
-      }
+    // nccl-tests' figure: after a warm-up and a sync over the wire, `iters` back to back, their mean.
+    const time = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<{ ms: number; out: Float32Array }> => {
+      await fn(template.slice());
       const bufs = Array.from({ length: iters }, () => template.slice());
       await pg.allReduce(new Float32Array(1), 'sum', { algorithm: 'doubling' });
       const t0 = performance.now();
+      let out: Float32Array = template;
       for (const buf of bufs) out = await fn(buf);
-      return { ms: (performance.now() - t0) / iters, afterBarrierMs: alone ? median(times) : null, out };
+      return { ms: (performance.now() - t0) / iters, out };
+    };
+    // Each alone after the store's barrier, the median: adds the ranks' skew leaving the barrier
+    // (its release reaches 16 pages sharing 2 cores over tens of ms).
+    const timeAfterBarrier = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<number> => {
+      const times: number[] = [];
+      for (let it = 0; it < iters; it++) {
+        const buf = template.slice();
+        await pg.barrier();
+        const t0 = performance.now();
+        await fn(buf);
+        times.push(performance.now() - t0);
+      }
+      return median(times);
     };
     const algorithm = pg.algorithmFor(size * 4, forced, true);
-    const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }), true);
+    const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
+    const afterBarrierMs = await timeAfterBarrier((b) => pg.allReduce(b, op, { algorithm: forced }));
     let maxAbsErr = 0;
     for (let i = 0; i < size; i++) maxAbsErr = Math.max(maxAbsErr, Math.abs(run.out[i] - expectedValue(n, size, i, op)));
     const ringRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'ring' })) : undefined;
     const doublingRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'doubling' })) : undefined;
     const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
-    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, afterBarrierMs: run.afterBarrierMs, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
+    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, afterBarrierMs, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
     const also = [ringRun && `ring ${ringRun.ms.toFixed(2)} ms`, doublingRun && `doubling ${doublingRun.ms.toFixed(2)} ms`, meshRun && `mesh ${meshRun.ms.toFixed(2)} ms`].filter(Boolean);
-    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms (one alone after a barrier: ${run.afterBarrierMs!.toFixed(2)} ms)${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
+    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms (one alone after a barrier: ${afterBarrierMs.toFixed(2)} ms)${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
     results.push(row);
   }
   // Before the barrier: every link is still open here.

@@ -29,6 +29,11 @@ test('two launchers with --nnodes 2 --node-rank 0|1 --nproc 2 finish one all-red
   const hashes = (o: LaunchOutcome) => o.results.map((r) => (r.results as Array<{ hash: string }>).map((row) => row.hash).join(','));
   expect(new Set([...hashes(a), ...hashes(b)]).size).toBe(1);
   expect((a.summary.results as Array<{ identical: boolean }>).every((r) => r.identical)).toBe(true);
+  // Each size timed both ways: back to back (nccl-tests' ms) and one alone after a barrier.
+  for (const row of a.summary.results as Array<{ ms: number; afterBarrierMs: number | null }>) {
+    expect(row.ms).toBeGreaterThan(0);
+    expect(row.afterBarrierMs).toBeGreaterThan(0);
+  }
 });
 
 test('a node that fails fails the other node too, naming it', async ({ server }) => {
