@@ -1,9 +1,10 @@
 /**
- * Job `allreduce`: times the all-reduce as nccl-tests do (iterations back to back after a sync,
- * their mean; also one alone after a barrier) (the algorithm the tuner picks, or `--algorithm`; with
+ * Job `allreduce`: times the all-reduce (the algorithm the tuner picks, or `--algorithm`; with
  * `--compare-algorithms` the ring and recursive doubling both; and, for comparison, a full-mesh
- * exchange) over the sizes given, checks every result exactly, and measures one link's throughput, the bound
- * the ring's bus bandwidth is held against (nccl-tests' definitions, see DESIGN.md).
+ * exchange) over the sizes given, as nccl-tests do (iterations back to back after a sync, their
+ * mean; also one alone after a barrier), checks every result exactly, and measures one link's
+ * throughput, the bound the ring's bus bandwidth is held against (nccl-tests' definitions, see
+ * DESIGN.md).
  */
 import { hashFloat32, type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
 import { joinGroup, type JobContext } from './job.ts';

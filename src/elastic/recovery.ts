@@ -341,7 +341,8 @@ async function broadcastState(pg: ProcessGroup, source: number, state: TrainStat
  * The state to the ranks that lack it, point to point: each rank of `holders` (which hold the
  * source's bytes, by their digests) sends its header's length, the header and the body to each
  * rank of `needers` dealt to it (to all of them at once, each one's three messages in order,
- * without waiting for an answer); the others take part in nothing. One message's latency rather than three broadcasts' through the whole group.
+ * without waiting for an answer); the others take part in nothing. One message's latency rather
+ * than three broadcasts' through the whole group.
  */
 async function sendToNeeders(pg: ProcessGroup, holders: number[], needers: number[], state: TrainState, mine: SourceExtras): Promise<Shared | null> {
   const senderOf = (k: number) => holders[k % holders.length]!;

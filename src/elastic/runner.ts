@@ -52,8 +52,9 @@
  * every rank takes the group's outer state from the source (it is the same on every rank), and
  * the ranks that trained inner steps since the last outer step take one outer step together
  * over them (DiLoCo.rejoin), up to the last step every rank finished (a vote or an outer step:
- * see backToConfirmed), and a joiner starts from the outer weights. With balanced batches a slow rank trains fewer samples per inner step (it
- * does not hold the others), and DiLoCo weighs its pseudo-gradient by them (DiLoCo.countStep).
+ * see backToConfirmed), and a joiner starts from the outer weights. With balanced batches a slow
+ * rank trains fewer samples per inner step (it does not hold the others), and DiLoCo weighs its
+ * pseudo-gradient by them (DiLoCo.countStep).
  */
 import { DistributedDataParallel } from '../parallel/ddp.ts';
 import { allreduceHook } from '../parallel/comm_hooks/default_hooks.ts';
