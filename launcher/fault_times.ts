@@ -32,6 +32,11 @@ export interface InjectedFault {
   regroupMs?: number;
   admittedAfterMs?: number;
   rejoinedAfterMs?: number;
+  /**
+   * A kill or a freeze no rank noticed: the run ended first, with its page in the last round (the
+   * page trained every step but could not report its result, so the summary has one weight hash less).
+   */
+  endedFirst?: true;
 }
 
 export class FaultTimes {
@@ -106,6 +111,10 @@ export class FaultTimes {
 
   /** The faults as the summary shows them. */
   report(): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
+    for (const f of this.injected) {
+      const inLastRound = f.page !== undefined && this.round !== null && this.rankOf.get(f.page)?.round === this.round.key;
+      if ((f.kind === 'kill' || f.kind === 'freeze') && f.detectedAfterMs === undefined && inLastRound) f.endedFirst = true;
+    }
     return this.injected.map(({ at: _at, page: _page, pages: _pages, kind: _kind, ...rest }) => rest);
   }
 }

@@ -127,6 +127,8 @@ interface RankPage {
   /** Its browser, with --browser or --browsers. */
   browser?: RankBrowser;
   result?: RankResult;
+  /** The page's last report and when: what a timeout names for a page that went quiet. */
+  lastReport?: { what: string; at: number };
 }
 
 /** How long the launcher's server waits for more tabs once the minimum is in, before the first round (`--last-call`). */
@@ -146,6 +148,21 @@ export function describeFault(f: Fault): string {
       return `open ${f.count} more rank(s) at step ${f.step}`;
     case 'restart-server':
       return `restart the server at step ${f.step}`;
+  }
+}
+
+/** A page's report in a few words, for a timeout's message. */
+function describeReport(r: Report): string {
+  switch (r.type) {
+    case 'rank':
+      return `its rank (${r.rank} of ${r.worldSize})`;
+    case 'elastic': {
+      const e = r.event;
+      const at = 'step' in e && typeof e.step === 'number' ? ` at step ${e.step}` : '';
+      return `the elastic event '${e.type}'${'round' in e && typeof e.round === 'string' ? ` of round ${e.round}` : ''}${at}`;
+    }
+    default:
+      return `'${r.type}'`;
   }
 }
 
@@ -426,6 +443,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       };
       // Both drivers feed this one handler.
       const onReport = (r: Report) => {
+        rp.lastReport = { what: describeReport(r), at: Date.now() };
         switch (r.type) {
           case 'rank':
             rp.rank = r.rank;
@@ -546,8 +564,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     churn?.stop();
     if (churn) log(`[launch] churn: ${churn.injected} faults injected, every ${opts.churnEverySec} s; ${churn.skipped} ticks skipped while a fault was still being injected`);
     if (how === 'timeout') {
-      const missing = pages.filter((p) => p.expected && !p.done).map((p) => p.label);
-      failures.push(`timed out after ${opts.timeoutSec} s waiting for ${missing.join(', ')} to finish job "${opts.job}"`);
+      const missing = pages.filter((p) => p.expected && !p.done);
+      failures.push(`timed out after ${opts.timeoutSec} s waiting for ${missing.map((p) => p.label).join(', ')} to finish job "${opts.job}"`);
+      // Where each went quiet: its last report, and how long before the timeout.
+      for (const p of missing) log(`[launch] ${p.label} (page ${p.index}): ${p.lastReport ? `last reported ${p.lastReport.what}, ${((Date.now() - p.lastReport.at) / 1000).toFixed(1)} s before the timeout` : 'reported nothing'}`);
     }
     if (faults.length > 0) failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
     const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);

@@ -44,4 +44,20 @@ describe('FaultTimes', () => {
     t.onEvent(0, { type: 'peer-lost', round: 'A', rank: 0, peer: 2, reason: 'its tab closed' }, 1250);
     expect(kill.detectedAfterMs).toBe(250);
   });
+
+  it('a freeze no rank noticed is marked endedFirst only if its page was in the last round', () => {
+    const t = new FaultTimes();
+    for (let page = 0; page < 3; page++) t.onEvent(page, round('A', page, 3), 0);
+    // Dropped by a later round without a loss of its own: not in the last round, so not endedFirst.
+    const early = t.add({ fault: 'freeze rank 2', kind: 'freeze', atStep: 5, page: 2 }, 1000);
+    for (let page = 0; page < 2; page++) t.onEvent(page, round('B', page, 2), 2000);
+    // Frozen after its last step: the others finished with it in their round, and nobody lost it.
+    const late = t.add({ fault: 'freeze rank 0', kind: 'freeze', atStep: 90, page: 0 }, 9000);
+    const kill = t.add({ fault: 'kill rank 1', kind: 'kill', atStep: 91, page: 1 }, 9100);
+    t.onEvent(0, { type: 'peer-lost', round: 'B', rank: 0, peer: 1, reason: 'its tab closed' }, 9200);
+    const report = t.report();
+    expect(report.find((f) => f.fault === late.fault)!.endedFirst).toBe(true);
+    expect(report.find((f) => f.fault === early.fault)!.endedFirst).toBeUndefined();
+    expect(report.find((f) => f.fault === kill.fault)!.endedFirst).toBeUndefined();
+  });
 });

@@ -16,7 +16,7 @@ type Summary = Record<string, unknown> & {
   stepsRedone: number;
   generations: number;
   samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
-  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number }>;
+  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number; endedFirst?: true }>;
   timelineMs?: Record<string, number | null>;
 };
 
@@ -39,15 +39,18 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
     log: (l) => lines.push(l),
     ...extra,
   });
-  if (!ok) console.log(lines.slice(-40).join('\n'));
-  expect(ok, JSON.stringify(summary)).toBe(true);
+  // The launcher's last lines in the failure's message: CI's log keeps the failures' list, not every test's output.
+  expect(ok, `${JSON.stringify(summary)}\n${lines.slice(-40).join('\n')}`).toBe(true);
   console.log(JSON.stringify(summary));
   return summary as Summary;
 }
 
 function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): void {
   expect(s.worldSize).toBe(worldSize);
-  expect(s.weightHashes).toHaveLength(worldSize);
+  // A page killed or frozen after its last step (the run ended before anyone noticed) trained in the
+  // last round but has no result to report.
+  const endedFirst = (s.faults ?? []).filter((f) => f.endedFirst).length;
+  expect(s.weightHashes).toHaveLength(worldSize - endedFirst);
   expect(s.identical).toBe(true);
   for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples, exactlyOnce: true, complete: true });
   expect(s.seconds).toBeGreaterThan(0);
