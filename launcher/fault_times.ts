@@ -45,6 +45,8 @@ export class FaultTimes {
   private readonly detection = new Map<InjectedFault, { at: number; round: string }>();
   /** The latest round any rank trained a step in, and its size. */
   private round: { key: string; worldSize: number } | null = null;
+  /** Every round seen: a slow page's late event for an older round does not make that one the latest again. */
+  private readonly rounds = new Set<string>();
   /** Each page's latest round and rank in it: which page a 'peer-lost' names. */
   private readonly rankOf = new Map<number, { round: string; rank: number }>();
 
@@ -58,7 +60,10 @@ export class FaultTimes {
   onEvent(page: number, e: ElasticEvent, now = Date.now()): void {
     switch (e.type) {
       case 'round': {
-        if (!this.round || this.round.key !== e.round) this.round = { key: e.round, worldSize: e.worldSize };
+        if (!this.rounds.has(e.round)) {
+          this.rounds.add(e.round);
+          this.round = { key: e.round, worldSize: e.worldSize };
+        }
         this.rankOf.set(page, { round: e.round, rank: e.rank });
         for (const [f, d] of this.detection) {
           if (f.recoveredAfterMs !== undefined || d.round === e.round) continue;
@@ -109,12 +114,16 @@ export class FaultTimes {
     if (round !== null && f.kind !== 'lose-device') this.detection.set(f, { at: now, round });
   }
 
-  /** The faults as the summary shows them. */
-  report(): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
-    for (const f of this.injected) {
-      const inLastRound = f.page !== undefined && this.round !== null && this.rankOf.get(f.page)?.round === this.round.key;
-      if ((f.kind === 'kill' || f.kind === 'freeze') && f.detectedAfterMs === undefined && inLastRound) f.endedFirst = true;
-    }
-    return this.injected.map(({ at: _at, page: _page, pages: _pages, kind: _kind, ...rest }) => rest);
+  /** Page `page` trained in the latest round (so it counts in the run's final world size). */
+  inLastRound(page: number): boolean {
+    return this.round !== null && this.rankOf.get(page)?.round === this.round.key;
+  }
+
+  /** The faults as the summary shows them; `reported(page)`: the page sent its result (a slow freeze may come after it). */
+  report(reported: (page: number) => boolean = () => false): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
+    return this.injected.map(({ at: _at, page, pages: _pages, kind, ...rest }) => {
+      const endedFirst = (kind === 'kill' || kind === 'freeze') && rest.detectedAfterMs === undefined && page !== undefined && this.inLastRound(page) && !reported(page);
+      return endedFirst ? { ...rest, endedFirst: true as const } : rest;
+    });
   }
 }

@@ -289,6 +289,12 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const failures: string[] = [];
   /** Pages that got no rank before the run ended (its rendezvous closed): they trained nothing, and that is no failure. */
   const arrivedAfterEnd: Array<{ page: number; message: string }> = [];
+  /**
+   * Pages that trained but were not in the run at its end, told so by the closed rendezvous: a
+   * rank whose last round failed as the others finished it (`lastRound`: it counts in the last
+   * round's world size, with no result), or one that fell out earlier and came back too late.
+   */
+  const leftBeforeEnd: Array<{ page: number; rank: number | null; lastRound: boolean; message: string }> = [];
   let nodeGroup: NodeGroup | undefined;
   /** The faults as injected, and how long each took to detect and get over. */
   const faultTimes = new FaultTimes();
@@ -475,6 +481,11 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
               rp.expected = false;
               arrivedAfterEnd.push({ page: index, message: r.message });
               log(`[launch] ${rp.label} arrived after the run ended and trained nothing: ${r.message}`);
+            } else if (r.name === 'RendezvousClosedError') {
+              // The others finished the run without it: a lost rank, as a killed one is, not a failed run.
+              rp.expected = false;
+              leftBeforeEnd.push({ page: index, rank: rp.rank ?? null, lastRound: faultTimes.inLastRound(index), message: r.message });
+              log(`[launch] ${rp.label} trained, but the run ended without it: ${r.message}`);
             }
             finish(`${rp.label}: ${r.name}: ${r.message}`);
             return;
@@ -571,6 +582,7 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     }
     if (faults.length > 0) failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
     const results = pages.filter((p) => p.expected && p.result).map((p) => p.result!);
+    if (failures.length === 0 && results.length === 0) failures.push(`no page finished job "${opts.job}": every one was killed, frozen, or ended without the run`);
     if (nodeGroup) {
       // This node's outcome for the others, then theirs: the run succeeded only if every node's did.
       await nodeGroup.report({ nodeRank, ok: failures.length === 0, ...(failures.length ? { errors: failures } : {}) });
@@ -601,8 +613,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     if (comm) log(`[launch] ${comm}`);
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
-    const faultsOut = faultTimes.report();
-    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
+    const faultsOut = faultTimes.report((page) => pages[page]?.result !== undefined);
+    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(leftBeforeEnd.length ? { leftBeforeEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...browsersPart(), ...lanPart() }, results: [] };

@@ -336,7 +336,10 @@ export class Rendezvous {
     this.answerDeferred();
     const unranked = this.waiting.filter((w) => this.members.has(w));
     this.log(`[server] session "${this.sessionName}": rank ${rank} closed the rendezvous after round ${this.round} (the run ended)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
-    for (const w of unranked) this.members.get(w)?.participant.send({ type: 'rendezvous-closed', round: this.round, by: rank });
+    // The round's other ranks too: a collective can complete on some ranks and fail on another,
+    // and a rank whose last step failed as the others finished waits for a round that never forms.
+    const told = [...unranked, ...this.active.filter((m) => m >= 0 && m !== id)];
+    for (const w of told) this.members.get(w)?.participant.send({ type: 'rendezvous-closed', round: this.round, by: rank });
   }
 
   close(): void {

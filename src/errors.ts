@@ -47,6 +47,8 @@ export class RendezvousClosedError extends RendezvousError {
     /** The last round, and the rank of it that closed the rendezvous. */
     readonly round: number,
     readonly closedBy: number,
+    /** This member's rank in that round, if it had one: its round failed as the others finished the run. */
+    readonly rank: number | null = null,
   ) {
     super('RENDEZVOUS_CLOSED', message, { session, round, by: closedBy });
   }

@@ -186,6 +186,14 @@ describe('phases and the status line', () => {
     expect(s.log.some((e) => e.level === 'error')).toBe(false);
   });
 
+  it('a rank whose last round failed as the others finished the run says the run ended without it, not Done, and not failed', () => {
+    const s = replay([{ type: 'watched-end', rank: 1 }], training());
+    expect(s.phase).toBe('done');
+    expect(statusText(s)).toBe("The run finished without this tab: its last round failed here (rank 1) while the other tabs finished it, after 5 steps. The final model is theirs; this tab's replica, from its last committed step, can be downloaded.");
+    expect(s.log[0]).toMatchObject({ level: 'warn' });
+    expect(s.log.some((e) => e.level === 'error')).toBe(false);
+  });
+
   it('fail: the run is failed, keeps its lost ranks, and later events do not revive it', () => {
     const lost = replay([{ type: 'rank-lost', rank: 2, reason: 'its tab closed' }], training());
     const failed = replay([{ type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', action: 'Start a new session.' }], lost);

@@ -14,7 +14,7 @@ import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { CollectiveMismatchError, RendezvousClosedError, ReplicaDivergenceError } from '../src/errors.ts';
+import { CollectiveMismatchError, PeerLostError, RendezvousClosedError, ReplicaDivergenceError } from '../src/errors.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';
@@ -258,6 +258,32 @@ describe('runElastic', () => {
     expect(runs.map((r) => r.generations)).toEqual([2, 2]);
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     for (const m of members) expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { step: number; recoverable: boolean }).recoverable)).toEqual([true]);
+    await closeAll(runs);
+  });
+
+  it("a rank whose last round fails as the others finish the run learns at once that the run ended, with its rank in the error", async () => {
+    // A collective can complete on some ranks and fail on another (a kill during the last step's
+    // all-reduce): that rank waits for a next round that never forms. Here rank 2's round fails
+    // after the last step's vote; the others end the run and close the rendezvous.
+    const net = new MemoryNetwork();
+    const session = uniqueSession('last-step');
+    const failLast = async ({ pg, step }: { pg: ProcessGroup; step: number }) => {
+      if (step === 6 && pg.rank === 2) throw new PeerLostError(0, 'its link closed during the last step');
+    };
+    const members = [0, 1, 2].map((id) => member(net, id, session, { min: 2, max: 3, steps: 6, onStep: failLast }));
+    const started = Date.now();
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    // Without the server's word it waited out its timeout (10 s): DistTimeoutError.
+    expect(Date.now() - started).toBeLessThan(8_000);
+    const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    const err = failed[0]!.reason as RendezvousClosedError;
+    expect(err).toBeInstanceOf(RendezvousClosedError);
+    expect(err.rank).toBe(2);
+    expect(err.message).toMatch(/ended without this rank: its last round \(\d+\) failed here, on rank 2/);
+    const runs = outcomes.filter((o): o is PromiseFulfilledResult<ElasticRunResult> => o.status === 'fulfilled').map((o) => o.value);
+    expect(runs.map((r) => r.steps)).toEqual([6, 6]);
+    expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     await closeAll(runs);
   });
 

@@ -55,6 +55,11 @@ describe('FaultTimes', () => {
     const late = t.add({ fault: 'freeze rank 0', kind: 'freeze', atStep: 90, page: 0 }, 9000);
     const kill = t.add({ fault: 'kill rank 1', kind: 'kill', atStep: 91, page: 1 }, 9100);
     t.onEvent(0, { type: 'peer-lost', round: 'B', rank: 0, peer: 1, reason: 'its tab closed' }, 9200);
+    // A slow page's event for round A, read after round B's: B stays the last round.
+    t.onEvent(2, round('A', 2, 3), 9300);
+    // A freeze that took hold only after the page had sent its result cost nothing.
+    expect(new FaultTimes().report()).toEqual([]);
+    expect(t.report((page) => page === 0).find((f) => f.fault === late.fault)!.endedFirst).toBeUndefined();
     const report = t.report();
     expect(report.find((f) => f.fault === late.fault)!.endedFirst).toBe(true);
     expect(report.find((f) => f.fault === early.fault)!.endedFirst).toBeUndefined();

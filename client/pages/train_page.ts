@@ -245,8 +245,10 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     console.error(`${e.name}: ${e.message}`);
     report({ type: 'error', name: e.name, message: e.message });
     if (e instanceof RendezvousClosedError) {
-      // The run ended well while this tab watched or waited: not a failure of training.
-      dash.watchedEnd();
+      // The run ended well while this tab watched or waited, or as its last round failed here
+      // while the others finished it: not a failure of training. Its replica can still be saved.
+      dash.watchedEnd(e.rank);
+      if (e.rank !== null && liveModel) dash.setDownloadable(true);
       return;
     }
     if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {

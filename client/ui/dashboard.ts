@@ -174,8 +174,8 @@ export class Dashboard {
   }
 
   /** The run finished before this tab got a rank: said plainly, not as a failure. */
-  watchedEnd(): void {
-    this.dispatch({ type: 'watched-end' });
+  watchedEnd(rank: number | null = null): void {
+    this.dispatch({ type: 'watched-end', rank });
   }
 
   /** Every rank is taken and this tab does not spectate: said plainly, not as a failure. */

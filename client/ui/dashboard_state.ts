@@ -64,6 +64,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     stoppedBy: null,
     summary: null,
     finished: false,
+    endedWithoutRank: null,
     failure: null,
     error: null,
     epochBase: null,
@@ -276,7 +277,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'continue-requested':
       if (!state.canContinue) return state;
       return log(
-        { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
+        { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, endedWithoutRank: null, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
         'info',
         'Continuing the training from where it stopped.',
       );
@@ -295,6 +296,13 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'watched-end':
       if (isOver(state.phase)) return state;
+      if (event.rank != null) {
+        return log(
+          { ...state, phase: 'done', finished: true, endedWithoutRank: event.rank },
+          'warn',
+          `The run ended without this tab: its last round failed here (rank ${event.rank}) while the other tabs finished it. The final model is theirs; this tab's replica stopped at its last committed step.`,
+        );
+      }
       return log({ ...state, phase: 'done', finished: true, role: { ...state.role, spectator: false } }, 'info', 'The run finished before this tab got a rank: it trained without this tab.');
 
     case 'full':

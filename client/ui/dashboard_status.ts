@@ -79,6 +79,9 @@ export function statusText(s: DashboardState): string {
       return `Training${e ? ` (epoch ${epochOf(s, e.epoch)})` : ''} on ${w || '?'} rank${w === 1 ? '' : 's'}.${lostNote}`;
     }
     case 'done': {
+      if (s.endedWithoutRank !== null) {
+        return `The run finished without this tab: its last round failed here (rank ${s.endedWithoutRank}) while the other tabs finished it${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}. The final model is theirs; this tab's replica, from its last committed step, can be downloaded.`;
+      }
       if (s.self === null) return `The run finished before this tab got a rank${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}: it trained without this tab. To train, ask the host for a new session.`;
       const final = finalTestAccuracy(s);
       const acc = final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';

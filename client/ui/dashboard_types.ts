@@ -41,8 +41,8 @@ export type PageEvent =
   | { type: 'downloadable'; available: boolean }
   /** Every rank of the session is taken and this tab is not spectating: not a failure. */
   | { type: 'full'; ranks: number | null }
-  /** The run ended (well) before this tab got a rank: it watched, or waited, to the end. Not a failure. */
-  | { type: 'watched-end' }
+  /** The run ended without this tab: it waited or watched (`rank` null), or its last round failed as the others finished (its rank in that round). */
+  | { type: 'watched-end'; rank?: number | null }
   /** The host stopped the run, ended the session or changed the minimum. */
   | { type: 'control'; action: ControlAction; min?: number };
 
@@ -132,6 +132,8 @@ export interface DashboardState {
   readonly summary: Readonly<Record<string, unknown>> | null;
   /** 'done' arrived: the model exists (also after a stop, which the job follows with 'done'). */
   readonly finished: boolean;
+  /** This tab's rank in the last round when that round failed here as the other tabs finished the run. */
+  readonly endedWithoutRank: number | null;
   /** Title of the error that ended the run. */
   readonly failure: string | null;
   /** The banner's message, until dismissed. */

@@ -284,9 +284,9 @@ export interface RequestFields {
   /**
    * The run is over (torch's RendezvousHandler.set_closed, at the agents' shutdown): from now on
    * the session's group forms no round and refuses arrivals with RENDEZVOUS_CLOSED, and the
-   * members waiting without a rank are told ('rendezvous-closed'), rather than waiting out their
-   * timeout for a group that will never train again. Members with a rank in the running round
-   * only; closing a closed rendezvous changes nothing.
+   * other members are told ('rendezvous-closed'), rather than waiting out their timeout for a
+   * group that will never train again. Members with a rank in the running round only; closing a
+   * closed rendezvous changes nothing.
    */
   closeRendezvous: {};
   /**
@@ -471,7 +471,9 @@ export interface ControlEvent {
 
 /**
  * A rank of the running round closed the rendezvous (the run ended): sent to the members that
- * hold no rank in it (they waited to be admitted, or spectated), which will never get one.
+ * hold no rank in it (they waited to be admitted, or spectated), which will never get one, and to
+ * the round's other ranks: one whose last step failed while the others finished it (a collective
+ * can complete on some ranks and fail on another) would wait for a round that never forms.
  */
 export interface RendezvousClosedEvent {
   type: 'rendezvous-closed';
@@ -484,6 +486,11 @@ export interface RendezvousClosedEvent {
 /** Why a member cannot join, or stops waiting: the words of RENDEZVOUS_CLOSED, for both ends. */
 export function rendezvousClosedMessage(session: string, round: number, by: number): string {
   return `the run of session "${session}" has ended (rank ${by} closed its rendezvous after round ${round}): a tab that arrives after the end has nothing to join; to train again, start a new session`;
+}
+
+/** The same for a rank of that last round whose round failed as the others finished the run. */
+export function rendezvousClosedOnRankMessage(session: string, round: number, by: number, rank: number): string {
+  return `the run of session "${session}" has ended without this rank: its last round (${round}) failed here, on rank ${rank}, while the other ranks finished the run and rank ${by} closed the rendezvous; the final model is theirs (and the last checkpoint's), this replica stopped at its last committed step`;
 }
 
 export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent;

@@ -20,7 +20,7 @@ import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../
 import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup, type LinkOptions } from '../c10d/process_group.ts';
 import { resolveLinkOptions } from '../c10d/group_options.ts';
-import { CloseCode, rendezvousClosedMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
+import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
 import { StoreClient } from '../c10d/store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
@@ -332,7 +332,10 @@ export class RendezvousHandler {
       client.on('control', (e) => this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min })),
       // The run ended without this member: no round will ever give it a rank.
       client.on('rendezvous-closed', (e) => {
-        this.fatal = new RendezvousClosedError(rendezvousClosedMessage(this.options.session, e.round, e.by), this.options.session, e.round, e.by);
+        // A rank of that round hears it too: it matters only if its round failed (nextRendezvous).
+        const rank = this.current?.round === e.round ? this.current.rank : null;
+        const message = rank === null ? rendezvousClosedMessage(this.options.session, e.round, e.by) : rendezvousClosedOnRankMessage(this.options.session, e.round, e.by, rank);
+        this.fatal = new RendezvousClosedError(message, this.options.session, e.round, e.by, rank);
         this.emit({ type: 'closed', round: e.round, by: e.by });
         for (const w of [...this.waiters]) w();
       }),
