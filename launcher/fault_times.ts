@@ -32,11 +32,6 @@ export interface InjectedFault {
   regroupMs?: number;
   admittedAfterMs?: number;
   rejoinedAfterMs?: number;
-  /**
-   * A kill or a freeze no rank noticed: the run ended first, with its page in the last round (the
-   * page trained every step but could not report its result, so the summary has one weight hash less).
-   */
-  endedFirst?: true;
 }
 
 export class FaultTimes {
@@ -114,16 +109,16 @@ export class FaultTimes {
     if (round !== null && f.kind !== 'lose-device') this.detection.set(f, { at: now, round });
   }
 
-  /** Page `page` trained in the latest round (so it counts in the run's final world size). */
-  inLastRound(page: number): boolean {
-    return this.round !== null && this.rankOf.get(page)?.round === this.round.key;
+  /** The latest round, its size, and the pages that trained in it with their ranks. */
+  lastRound(): { worldSize: number; pages: Array<{ page: number; rank: number }> } | null {
+    if (!this.round) return null;
+    const key = this.round.key;
+    const pages = [...this.rankOf].filter(([, r]) => r.round === key).map(([page, r]) => ({ page, rank: r.rank }));
+    return { worldSize: this.round.worldSize, pages: pages.sort((a, b) => a.rank - b.rank) };
   }
 
-  /** The faults as the summary shows them; `reported(page)`: the page sent its result (a slow freeze may come after it). */
-  report(reported: (page: number) => boolean = () => false): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
-    return this.injected.map(({ at: _at, page, pages: _pages, kind, ...rest }) => {
-      const endedFirst = (kind === 'kill' || kind === 'freeze') && rest.detectedAfterMs === undefined && page !== undefined && this.inLastRound(page) && !reported(page);
-      return endedFirst ? { ...rest, endedFirst: true as const } : rest;
-    });
+  /** The faults as the summary shows them. */
+  report(): Array<Omit<InjectedFault, 'at' | 'page' | 'pages' | 'kind'>> {
+    return this.injected.map(({ at: _at, page: _page, pages: _pages, kind: _kind, ...rest }) => rest);
   }
 }

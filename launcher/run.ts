@@ -129,6 +129,8 @@ interface RankPage {
   result?: RankResult;
   /** The page's last report and when: what a timeout names for a page that went quiet. */
   lastReport?: { what: string; at: number };
+  /** The fault that took it out of the run, or that the run ended without it (RendezvousClosedError). */
+  out?: 'killed' | 'frozen' | 'ended without it';
 }
 
 /** How long the launcher's server waits for more tabs once the minimum is in, before the first round (`--last-call`). */
@@ -291,10 +293,10 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const arrivedAfterEnd: Array<{ page: number; message: string }> = [];
   /**
    * Pages that trained but were not in the run at its end, told so by the closed rendezvous: a
-   * rank whose last round failed as the others finished it (`lastRound`: it counts in the last
-   * round's world size, with no result), or one that fell out earlier and came back too late.
+   * rank whose last round failed as the others finished it, or one that fell out earlier and
+   * came back too late.
    */
-  const leftBeforeEnd: Array<{ page: number; rank: number | null; lastRound: boolean; message: string }> = [];
+  const leftBeforeEnd: Array<{ page: number; rank: number | null; message: string }> = [];
   let nodeGroup: NodeGroup | undefined;
   /** The faults as injected, and how long each took to detect and get over. */
   const faultTimes = new FaultTimes();
@@ -376,14 +378,17 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     };
 
     /** Injects `fault`; `background` (--churn): returns once it has begun, without waiting for a page to close, freeze or load. */
-    const inject = async (fault: Fault, step: number, background = false): Promise<void> => {
-      log(`[launch] step ${step}: ${describeFault(fault)}`);
+    const inject = async (fault: Fault, step: number, background = false, page?: RankPage): Promise<void> => {
+      // A kill or freeze hits its page, resolved before anything is recorded: a fault that hit nothing is no fault.
+      const target = fault.kind === 'kill' || fault.kind === 'freeze' ? (page ?? runningPage(fault.rank)) : undefined;
+      log(`[launch] step ${step}: ${describeFault(fault)}${page ? ` (page ${page.index})` : ''}`);
       const record = faultTimes.add({ fault: describeFault(fault), kind: fault.kind, atStep: step });
       switch (fault.kind) {
         case 'kill':
         case 'freeze': {
-          const target = runningPage(fault.rank);
+          if (!target) return;
           target.expected = false;
+          target.out = fault.kind === 'kill' ? 'killed' : 'frozen';
           record.page = target.index;
           const done = fault.kind === 'kill' ? target.page.kill() : target.page.freeze(log);
           // --churn: the clock goes on while the page closes or freezes (beside 32 training tabs
@@ -484,7 +489,8 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             } else if (r.name === 'RendezvousClosedError') {
               // The others finished the run without it: a lost rank, as a killed one is, not a failed run.
               rp.expected = false;
-              leftBeforeEnd.push({ page: index, rank: rp.rank ?? null, lastRound: faultTimes.inLastRound(index), message: r.message });
+              rp.out = 'ended without it';
+              leftBeforeEnd.push({ page: index, rank: rp.rank ?? null, message: r.message });
               log(`[launch] ${rp.label} trained, but the run ended without it: ${r.message}`);
             }
             finish(`${rp.label}: ${r.name}: ${r.message}`);
@@ -549,7 +555,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
       const running = () => pages.filter((p) => p.expected && !p.done && p.trained && p.rank !== undefined).map((p) => p.rank!);
       churn = new Churn(opts.churnEverySec * 1000, min, running, (f) => {
         const fault: Fault = f.kind === 'join' ? { kind: 'join', count: 1, step: reachedStep } : { kind: f.kind, rank: f.rank, step: reachedStep };
-        busy = busy.then(() => inject(fault, reachedStep, true)).catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
+        // The page that holds the rank now: by the time the fault's turn comes (after the last
+        // fault's injection), a regroup may have given that rank number to another page.
+        const page = f.kind === 'join' ? undefined : pages.find((p) => p.expected && !p.done && p.trained && p.rank === f.rank);
+        busy = busy
+          .then(() => {
+            if (page && (!page.expected || page.done)) return log(`[launch] churn: ${describeFault(fault)} skipped: page ${page.index} is no longer running`);
+            return inject(fault, reachedStep, true, page);
+          })
+          .catch((err: Error) => log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
         return busy;
       });
     }
@@ -613,8 +627,16 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     if (comm) log(`[launch] ${comm}`);
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
-    const faultsOut = faultTimes.report((page) => pages[page]?.result !== undefined);
-    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(leftBeforeEnd.length ? { leftBeforeEnd } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
+    const faultsOut = faultTimes.report();
+    // With faults, the last round's ranks that have no result, and why (killed or frozen after
+    // their last step, or their last round failed as the others finished): what the summary's
+    // weightHashes lack of its worldSize.
+    const last = faultsOut.length > 0 || leftBeforeEnd.length > 0 ? faultTimes.lastRound() : null;
+    const lastRound = last && {
+      worldSize: last.worldSize,
+      without: last.pages.filter(({ page }) => !(pages[page]?.expected && pages[page]?.result)).map(({ page, rank }) => ({ page, rank, why: pages[page]?.out ?? 'no result' })),
+    };
+    return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(leftBeforeEnd.length ? { leftBeforeEnd } : {}), ...(lastRound ? { lastRound } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
   } catch (err) {
     log(`[launch] ${(err as Error).message}`);
     return { ok: false, summary: { ...summaryBase, ...opened, ok: false, errors: [(err as Error).message], ...browsersPart(), ...lanPart() }, results: [] };

@@ -45,24 +45,14 @@ describe('FaultTimes', () => {
     expect(kill.detectedAfterMs).toBe(250);
   });
 
-  it('a freeze no rank noticed is marked endedFirst only if its page was in the last round', () => {
+  it("the last round is the newest one seen, with its pages and their ranks: a slow page's late event for an older round does not change it", () => {
     const t = new FaultTimes();
+    expect(t.lastRound()).toBeNull();
     for (let page = 0; page < 3; page++) t.onEvent(page, round('A', page, 3), 0);
-    // Dropped by a later round without a loss of its own: not in the last round, so not endedFirst.
-    const early = t.add({ fault: 'freeze rank 2', kind: 'freeze', atStep: 5, page: 2 }, 1000);
-    for (let page = 0; page < 2; page++) t.onEvent(page, round('B', page, 2), 2000);
-    // Frozen after its last step: the others finished with it in their round, and nobody lost it.
-    const late = t.add({ fault: 'freeze rank 0', kind: 'freeze', atStep: 90, page: 0 }, 9000);
-    const kill = t.add({ fault: 'kill rank 1', kind: 'kill', atStep: 91, page: 1 }, 9100);
-    t.onEvent(0, { type: 'peer-lost', round: 'B', rank: 0, peer: 1, reason: 'its tab closed' }, 9200);
-    // A slow page's event for round A, read after round B's: B stays the last round.
-    t.onEvent(2, round('A', 2, 3), 9300);
-    // A freeze that took hold only after the page had sent its result cost nothing.
-    expect(new FaultTimes().report()).toEqual([]);
-    expect(t.report((page) => page === 0).find((f) => f.fault === late.fault)!.endedFirst).toBeUndefined();
-    const report = t.report();
-    expect(report.find((f) => f.fault === late.fault)!.endedFirst).toBe(true);
-    expect(report.find((f) => f.fault === early.fault)!.endedFirst).toBeUndefined();
-    expect(report.find((f) => f.fault === kill.fault)!.endedFirst).toBeUndefined();
+    // Page 1 was lost; pages 0, 2 and a joiner (page 3) form round B.
+    for (const [page, rank] of [[0, 0], [2, 1], [3, 2]] as const) t.onEvent(page, round('B', rank, 3), 2000);
+    // Page 1's event for round A, read late.
+    t.onEvent(1, round('A', 1, 3), 2100);
+    expect(t.lastRound()).toEqual({ worldSize: 3, pages: [{ page: 0, rank: 0 }, { page: 2, rank: 1 }, { page: 3, rank: 2 }] });
   });
 });

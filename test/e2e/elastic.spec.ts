@@ -16,9 +16,10 @@ type Summary = Record<string, unknown> & {
   stepsRedone: number;
   generations: number;
   samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
-  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number; endedFirst?: true }>;
+  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number }>;
   timelineMs?: Record<string, number | null>;
-  leftBeforeEnd?: Array<{ page: number; rank: number | null; lastRound: boolean; message: string }>;
+  leftBeforeEnd?: Array<{ page: number; rank: number | null; message: string }>;
+  lastRound?: { worldSize: number; without: Array<{ page: number; rank: number; why: string }> };
 };
 
 // The cpu backend: these tests are about the group, not the GPU (device_lost.spec.ts and train.spec.ts
@@ -48,13 +49,14 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
 
 function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): void {
   expect(s.worldSize).toBe(worldSize);
-  // A page of the last round may have no result when a fault came at the end: killed or frozen
+  // A rank of the last round may have no result when a fault came at the end: killed or frozen
   // after its last step (the run ended before anyone noticed), or its last step failed as the
-  // others finished the run. Only a run with kills or freezes may lose one so.
-  const endedFirst = (s.faults ?? []).filter((f) => f.endedFirst).length;
-  const lostAtEnd = (s.leftBeforeEnd ?? []).filter((p) => p.lastRound).length;
-  if (lostAtEnd > 0) expect(s.faults!.some((f) => /^(kill|freeze)/.test(f.fault)), JSON.stringify(s.leftBeforeEnd)).toBe(true);
-  expect(s.weightHashes, JSON.stringify({ faults: s.faults, leftBeforeEnd: s.leftBeforeEnd, arrivedAfterEnd: s.arrivedAfterEnd })).toHaveLength(worldSize - endedFirst - lostAtEnd);
+  // others finished the run. Each such rank is named with why; none is missing unexplained.
+  const without = s.lastRound?.without ?? [];
+  const context = JSON.stringify({ lastRound: s.lastRound, faults: s.faults, leftBeforeEnd: s.leftBeforeEnd, arrivedAfterEnd: s.arrivedAfterEnd });
+  for (const w of without) expect(w.why, context).not.toBe('no result');
+  if (without.length > 0) expect(s.faults!.some((f) => /^(kill|freeze)/.test(f.fault)), context).toBe(true);
+  expect(s.weightHashes, context).toHaveLength(worldSize - without.length);
   expect(s.identical).toBe(true);
   for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples, exactlyOnce: true, complete: true });
   expect(s.seconds).toBeGreaterThan(0);
