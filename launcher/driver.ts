@@ -56,30 +56,23 @@ export interface RankDriver {
 }
 
 /**
- * Freezes a page: first through the page-lifecycle API ("frozen": no timers, no tasks). Headless
- * Chromium 156 accepts that command but keeps running the page's JavaScript, so when a probe shows
- * the page still running, its JavaScript is paused with the debugger as well: to the server and the
- * other ranks the tab then looks exactly like a frozen one (socket open, nothing sent).
+ * Freezes a page: through the page-lifecycle API ("frozen": no timers, no tasks) and, since
+ * headless Chromium 156 accepts that command but keeps running the page's JavaScript, by pausing
+ * its JavaScript with the debugger as well: to the server and the other ranks the tab then looks
+ * exactly like a frozen one (socket open, nothing sent). Always both: a probe of whether the page
+ * still ran took over its 500 ms bound beside busy tabs, and the "frozen" page trained on.
  * Returns what thaws it again (as a tab does when it is shown, or the computer wakes).
  */
 export async function freezePage(page: Page, log: (line: string) => void): Promise<() => Promise<void>> {
   const cdp = await page.context().newCDPSession(page);
   await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
-  const running = await Promise.race([
-    page.evaluate(() => true).catch(() => false),
-    new Promise<boolean>((r) => setTimeout(() => r(false), 500)),
-  ]);
-  if (running) {
-    log('[launch] the page still runs after the lifecycle freeze (headless Chromium); pausing its JavaScript too');
-    await cdp.send('Debugger.enable');
-    await cdp.send('Debugger.pause');
-  }
+  await cdp.send('Debugger.enable');
+  await cdp.send('Debugger.pause');
+  log('[launch] page frozen (lifecycle state "frozen", and its JavaScript paused: headless Chromium runs a frozen page on)');
   return async () => {
     await cdp.send('Page.setWebLifecycleState', { state: 'active' });
-    if (running) {
-      await cdp.send('Debugger.resume');
-      await cdp.send('Debugger.disable');
-    }
+    await cdp.send('Debugger.resume');
+    await cdp.send('Debugger.disable');
     await cdp.detach();
   };
 }

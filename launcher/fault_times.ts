@@ -42,6 +42,8 @@ export class FaultTimes {
   private round: { key: string; worldSize: number } | null = null;
   /** Every round seen: a slow page's late event for an older round does not make that one the latest again. */
   private readonly rounds = new Set<string>();
+  /** Pages whose run reached its end (an 'end' event), in the round they ended in. */
+  private readonly ended = new Map<number, string>();
   /** Each page's latest round and rank in it: which page a 'peer-lost' names. */
   private readonly rankOf = new Map<number, { round: string; rank: number }>();
 
@@ -75,6 +77,9 @@ export class FaultTimes {
         if (joined) joined.admittedAfterMs = now - joined.at;
         return;
       }
+      case 'end':
+        this.ended.set(page, e.round);
+        return;
       case 'batch':
         for (const [f, d] of this.detection) {
           if (f.regroupMs === undefined && d.round !== e.round) {
@@ -109,11 +114,11 @@ export class FaultTimes {
     if (round !== null && f.kind !== 'lose-device') this.detection.set(f, { at: now, round });
   }
 
-  /** The latest round, its size, and the pages that trained in it with their ranks. */
-  lastRound(): { worldSize: number; pages: Array<{ page: number; rank: number }> } | null {
+  /** The latest round, its size, and the pages that trained in it: their ranks, and whether each reached the run's end in it. */
+  lastRound(): { worldSize: number; pages: Array<{ page: number; rank: number; ended: boolean }> } | null {
     if (!this.round) return null;
     const key = this.round.key;
-    const pages = [...this.rankOf].filter(([, r]) => r.round === key).map(([page, r]) => ({ page, rank: r.rank }));
+    const pages = [...this.rankOf].filter(([, r]) => r.round === key).map(([page, r]) => ({ page, rank: r.rank, ended: this.ended.get(page) === key }));
     return { worldSize: this.round.worldSize, pages: pages.sort((a, b) => a.rank - b.rank) };
   }
 

@@ -628,13 +628,15 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const devices = script ? null : devicesLine(summary);
     if (devices) log(`[launch] ${devices}`);
     const faultsOut = faultTimes.report();
-    // With faults, the last round's ranks that have no result, and why (killed or frozen after
-    // their last step, or their last round failed as the others finished): what the summary's
-    // weightHashes lack of its worldSize.
+    // With faults, the last round's ranks that did not reach the run's end, and why (killed or
+    // frozen in its last steps, or its last round failed as the others finished): what the
+    // summary's weightHashes (the final ranks' own, from their 'end' events) lack of worldSize.
     const last = faultsOut.length > 0 || leftBeforeEnd.length > 0 ? faultTimes.lastRound() : null;
     const lastRound = last && {
       worldSize: last.worldSize,
-      without: last.pages.filter(({ page }) => !(pages[page]?.expected && pages[page]?.result)).map(({ page, rank }) => ({ page, rank, why: pages[page]?.out ?? 'no result' })),
+      // Every page: its last rank, whether it is in the last round and has a result, and what took it out.
+      pages: pages.map((p) => ({ page: p.index, rank: p.rank ?? null, inLastRound: last.pages.some((x) => x.page === p.index), result: p.result !== undefined, ...(p.out ? { out: p.out } : {}) })),
+      without: last.pages.filter((p) => !p.ended).map(({ page, rank }) => ({ page, rank, why: pages[page]?.out ?? 'no end' })),
     };
     return { ok: true, summary: { ...summary, ...opened, ...(nodes ? { nodes } : {}), ...(faultsOut.length ? { faults: faultsOut } : {}), ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}), ...(leftBeforeEnd.length ? { leftBeforeEnd } : {}), ...(lastRound ? { lastRound } : {}), ...(visibility ? { visibility, hidden } : {}), ...browsersPart(), ...lanPart(), ok: true }, results };
   } catch (err) {

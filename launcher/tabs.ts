@@ -284,13 +284,12 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
           page.close();
         },
         freeze: async (flog) => {
+          // As freezePage (driver.ts): the lifecycle freeze, and its JavaScript paused too, always:
+          // a probe of whether the page still ran could take longer than its bound on a busy machine.
           await page.send('Page.setWebLifecycleState', { state: 'frozen' });
-          const running = await evaluate('true', 500).then(() => true, () => false);
-          if (running) {
-            flog('[launch] the page still runs after the lifecycle freeze; pausing its JavaScript too');
-            await page.send('Debugger.enable');
-            await page.send('Debugger.pause');
-          }
+          await page.send('Debugger.enable');
+          await page.send('Debugger.pause');
+          flog('[launch] page frozen (lifecycle state "frozen", and its JavaScript paused)');
         },
         hide: async (hlog) => {
           // A blank tab in the rank's own window, in front of the rank's tab: focus the rank's

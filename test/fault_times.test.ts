@@ -53,6 +53,8 @@ describe('FaultTimes', () => {
     for (const [page, rank] of [[0, 0], [2, 1], [3, 2]] as const) t.onEvent(page, round('B', rank, 3), 2000);
     // Page 1's event for round A, read late.
     t.onEvent(1, round('A', 1, 3), 2100);
-    expect(t.lastRound()).toEqual({ worldSize: 3, pages: [{ page: 0, rank: 0 }, { page: 2, rank: 1 }, { page: 3, rank: 2 }] });
+    // Pages 0 and 3 reach the end; page 2 (frozen at its last step, say) does not.
+    for (const [page, rank] of [[0, 0], [3, 2]] as const) t.onEvent(page, { type: 'end', round: 'B', rank, worldSize: 3, steps: 9, epoch: 1, generations: 2, stepsRedone: 0, stoppedBy: null, weightHash: 'ab' } as ElasticEvent, 3000);
+    expect(t.lastRound()).toEqual({ worldSize: 3, pages: [{ page: 0, rank: 0, ended: true }, { page: 2, rank: 1, ended: false }, { page: 3, rank: 2, ended: true }] });
   });
 });

@@ -19,7 +19,7 @@ type Summary = Record<string, unknown> & {
   faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number }>;
   timelineMs?: Record<string, number | null>;
   leftBeforeEnd?: Array<{ page: number; rank: number | null; message: string }>;
-  lastRound?: { worldSize: number; without: Array<{ page: number; rank: number; why: string }> };
+  lastRound?: { worldSize: number; without: Array<{ page: number; rank: number; why: string }>; pages: unknown[] };
 };
 
 // The cpu backend: these tests are about the group, not the GPU (device_lost.spec.ts and train.spec.ts
@@ -49,15 +49,17 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
 
 function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): void {
   expect(s.worldSize).toBe(worldSize);
-  // A rank of the last round may have no result when a fault came at the end: killed or frozen
-  // after its last step (the run ended before anyone noticed), or its last step failed as the
-  // others finished the run. Each such rank is named with why; none is missing unexplained.
+  // A rank of the last round may not reach the run's end when a fault came in its last steps:
+  // killed or frozen (the run ended before anyone noticed), or its last step failed as the others
+  // finished the run. Each such rank is named with why; none is missing unexplained, and every
+  // rank that reached the end holds the same weights.
   const without = s.lastRound?.without ?? [];
   const context = JSON.stringify({ lastRound: s.lastRound, faults: s.faults, leftBeforeEnd: s.leftBeforeEnd, arrivedAfterEnd: s.arrivedAfterEnd });
-  for (const w of without) expect(w.why, context).not.toBe('no result');
+  for (const w of without) expect(w.why, context).not.toBe('no end');
   if (without.length > 0) expect(s.faults!.some((f) => /^(kill|freeze)/.test(f.fault)), context).toBe(true);
   expect(s.weightHashes, context).toHaveLength(worldSize - without.length);
-  expect(s.identical).toBe(true);
+  if (without.length === 0) expect(s.identical).toBe(true);
+  else expect(new Set(s.weightHashes).size, context).toBe(1);
   for (const epoch of s.samplesSeen) expect(epoch).toEqual({ samples, exactlyOnce: true, complete: true });
   expect(s.seconds).toBeGreaterThan(0);
 }
