@@ -147,5 +147,9 @@ test('a run that fails still ends its Firefox rank and removes its profile', asy
   expect(r.ok).toBe(false);
   // Only the timeout: the launcher ending its Firefox afterwards is no crash of the rank.
   expect(r.summary.errors).toEqual([expect.stringMatching(/^timed out after 6 s waiting for rank 0, rank 1 to finish job "train"$/)]);
+  // Where each page went quiet: its last report and how long before the timeout.
+  for (const rank of [0, 1]) {
+    expect(r.lines.some((l) => new RegExp(`^\\[launch\\] rank ${rank} \\(page ${rank}\\): (last reported .+, \\d+\\.\\d s before the timeout|reported nothing)$`).test(l)), r.lines.join('\n')).toBe(true);
+  }
   expect(firefoxLeftovers(r.lines)).toEqual({ started: 1, left: [] });
 });
