@@ -57,6 +57,6 @@ export function signal(conn: Connection, session: Session, req: Request<'signal'
   const fromRank = rendezvous.rankOf(conn.memberId);
   // A member that fell out of the round as it changed may still signal: not counted.
   if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal', undefined, false);
-  target.send({ type: 'signal', from: fromRank, data: req.data });
+  target.send({ type: 'signal', from: fromRank, member: conn.memberId, data: req.data });
   return reply(conn, req, null);
 }

@@ -125,6 +125,33 @@ describe('LinkPool', () => {
   });
 });
 
+describe('LinkPool and signals from a member that names another pair', () => {
+  it("a signal naming A's channel, sent by H, neither opens B's link to A nor sends B's answers to H (the sender the server attests is the link's end)", async () => {
+    const net = new MemoryNetwork();
+    const sent: Array<{ rank: number; channel: string }> = [];
+    // Member 2 (B); A is member 1 at rank 0, H member 3 at rank 2. Every link B opens signals at once.
+    const base: typeof net.factoryFor extends (id: number) => infer F ? F : never = (o) => {
+      const link = net.factoryFor(2)(o);
+      o.sendSignal({ type: 'hello' });
+      return link;
+    };
+    const b = new LinkPool({ self: 2, instance: 'test', base, sendSignal: async (rank, data) => void sent.push({ rank, channel: data.channel }), link: LINK });
+    b.enterRound(1, [1, 2, 3]);
+    const forged = { type: 'signal' as const, from: 2, member: 3, data: { channel: 'link:test:1-2:99', body: { type: 'offer' } } };
+    expect(b.onSignal(forged)).toBe(true);
+    expect(net.links).toHaveLength(0);
+    expect(sent).toEqual([]);
+    // A's real offer (attempt 1) is taken, and B answers A's rank, not H's.
+    b.onSignal({ type: 'signal', from: 0, member: 1, data: { channel: 'link:test:1-2:1', body: { type: 'offer' } } });
+    expect(net.links).toHaveLength(1);
+    expect(sent).toEqual([{ rank: 0, channel: 'link:test:1-2:1' }]);
+    // H's later attempt at A's channel does not replace the link to A either.
+    b.onSignal({ ...forged, data: { channel: 'link:test:1-2:100', body: { type: 'offer' } } });
+    expect(net.links).toHaveLength(1);
+    expect(sent).toHaveLength(1);
+  });
+});
+
 describe('rounds over kept links (real server, in-memory links)', () => {
   let server: RunningServer | undefined;
   const handlers: RendezvousHandler[] = [];

@@ -153,7 +153,7 @@ describe('rendezvous', () => {
     expect(await formed).toEqual({ type: 'round', round: 1, rank: 1, worldSize: 2, members: [1, 2], paused: false, min: 2, max: 2 });
     const got = new Promise((resolve) => s1.on('signal', resolve));
     await s0.signal(1, { channel: 'x', body: { sdp: 'offer' } });
-    expect(await got).toEqual({ type: 'signal', from: 0, data: { channel: 'x', body: { sdp: 'offer' } } });
+    expect(await got).toEqual({ type: 'signal', from: 0, member: 1, data: { channel: 'x', body: { sdp: 'offer' } } });
     const left = new Promise((resolve) => s0.on('peer-left', resolve));
     s1.close();
     expect(await left).toEqual({ type: 'peer-left', round: 1, rank: 1, reason: 'closed its connection to the server' });

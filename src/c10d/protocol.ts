@@ -403,7 +403,13 @@ export interface ErrorMessage {
 /** A relayed signaling payload from another member. */
 export interface SignalEvent {
   type: 'signal';
+  /** The sender's rank in the server's running round. */
   from: number;
+  /**
+   * The sender's member id, set by the server (attested): a link is bound to this, never to the
+   * member ids a channel string names, which the sender wrote.
+   */
+  member: number;
   data: SignalPayload;
 }
 

@@ -272,7 +272,7 @@ export function parseServerMessage(text: string): ServerMessage {
       need(raw.details === undefined || isObj(raw.details), 'bad details');
       return raw as unknown as ErrorMessage;
     case 'signal':
-      need(isInt(raw.from, 0, MAX_WORLD - 1) && isObj(raw.data) && typeof raw.data.channel === 'string', 'bad sender or data');
+      need(isInt(raw.from, 0, MAX_WORLD - 1) && isInt(raw.member, 1, MAX_MEMBER_ID) && isObj(raw.data) && typeof raw.data.channel === 'string', 'bad sender or data');
       return raw as unknown as SignalEvent;
     case 'peer-left':
       need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.rank, 0, MAX_WORLD - 1) && typeof raw.reason === 'string', 'bad round, rank or reason');

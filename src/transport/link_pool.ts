@@ -94,12 +94,18 @@ export class LinkPool {
     };
   }
 
-  /** A signal relayed by the server: for a link of this pool, or not (then ignored: false). */
+  /**
+   * A signal relayed by the server: for a link of this pool, or not (then ignored: false). The
+   * link it feeds is the one to its sender as the server attests it (`e.member`): a channel
+   * naming another pair is dropped, so no member can answer for another or take over its link.
+   */
   onSignal(e: SignalEvent): boolean {
     const parsed = this.parseChannel(e.data.channel);
     if (!parsed || this.closed) return parsed !== undefined;
     const { member, attempt } = parsed;
-    this.rankOf.set(member, e.from);
+    if (member !== e.member) return true;
+    // Both from the server: the sender's rank in its latest round (the round event may come later).
+    this.rankOf.set(e.member, e.from);
     let c = this.carriers.get(member);
     if (c && c.channel === null) c.bind(e.data.channel, attempt);
     else if (c && c.channel !== e.data.channel) {
