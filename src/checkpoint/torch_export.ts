@@ -38,6 +38,57 @@ export class TorchExportError extends Error {
   }
 }
 
+/**
+ * TF.js's own pattern for tensor names (tfjs-layers' `isValidTensorName`); layer names are the
+ * first part of their weights' names, so they must match it too. Nothing outside it reaches the
+ * Python file: a name is data there, and a newline in one would be code.
+ */
+export const TFJS_NAME_PATTERN = /^[A-Za-z0-9][-A-Za-z0-9._/]*$/;
+
+/** A layer or weight name outside `TFJS_NAME_PATTERN`: which name, which kind, which file. */
+export class TorchExportNameError extends TorchExportError {
+  override name = 'TorchExportNameError';
+  readonly pattern = TFJS_NAME_PATTERN;
+  constructor(
+    readonly kind: 'layer' | 'weight',
+    /** The refused name, as the file holds it. */
+    readonly invalidName: unknown,
+    /** The options' `source` (the file the model came from), when given. */
+    readonly file: string | undefined,
+  ) {
+    // JSON: the message shows control characters escaped, on one line, and a long name cut.
+    super(undefined, `the ${kind} name ${shown(invalidName)}${file === undefined ? '' : ` in ${shown(file)}`} is not a valid TF.js name (${String(TFJS_NAME_PATTERN)}: a letter or digit, then letters, digits, - . _ /)`);
+  }
+}
+
+function shown(v: unknown): string {
+  const s = JSON.stringify(v) ?? String(v);
+  return s.length > 200 ? `${s.slice(0, 200)}...` : s;
+}
+
+function checkName(kind: 'layer' | 'weight', name: unknown, file: string | undefined): string {
+  if (typeof name !== 'string' || !TFJS_NAME_PATTERN.test(name)) throw new TorchExportNameError(kind, name, file);
+  return name;
+}
+
+/**
+ * A Python string literal holding exactly `s`: printable ASCII as it is, `"` and `\` escaped, every
+ * other character as \xNN, \uNNNN or \UNNNNNNNN. It cannot end early or span lines, also inside
+ * a triple-quoted string, so it is how any string from a file goes into the Python file.
+ */
+export function pythonString(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0)!;
+    if (ch === '"' || ch === '\\') out += `\\${ch}`;
+    else if (c >= 0x20 && c < 0x7f) out += ch;
+    else if (c <= 0xff) out += `\\x${c.toString(16).padStart(2, '0')}`;
+    else if (c <= 0xffff) out += `\\u${c.toString(16).padStart(4, '0')}`;
+    else out += `\\U${c.toString(16).padStart(8, '0')}`;
+  }
+  return `${out}"`;
+}
+
 export interface TorchExport {
   /** The state dict, torch's names and layouts (safetensors). */
   safetensors: Uint8Array<ArrayBuffer>;
@@ -52,12 +103,16 @@ export interface TorchExport {
 }
 
 export interface TorchExportOptions {
-  /** Where the weights came from, written into the Python file and the safetensors metadata (a checkpoint's name, for instance). */
+  /**
+   * Where the weights came from (a checkpoint's file name, for instance): written into the Python
+   * file as an escaped string literal and into the safetensors metadata, and named by a refusal of
+   * the model's names.
+   */
   source?: string;
   /**
    * The files' base name: `<fileName>.safetensors` and `<fileName>.py`, as the Python file's
    * docstring and its `__main__` name them. Default "model". A Python module name: letters,
-   * digits and _ (anything else becomes _).
+   * digits and _ (anything else becomes _; nothing left: "model").
    */
   fileName?: string;
 }
@@ -98,9 +153,15 @@ interface Flow {
   flattened?: { h: number; w: number; c: number };
 }
 
-function layersOf(topology: unknown): LayerJson[] {
+/** The model's layers, each layer's name checked against TF.js's pattern before anything uses it. */
+function layersOf(topology: unknown, file: string | undefined): LayerJson[] {
   const { className, layers } = topologyLayers(topology);
   if (className === undefined) throw new TorchExportError(undefined, 'the model has no topology (a TF.js Layers model is needed, as model.save() writes it)');
+  layers.forEach((layer: unknown, i) => {
+    const config = typeof layer === 'object' && layer !== null ? (layer as { config?: unknown }).config : undefined;
+    if (typeof config !== 'object' || config === null) throw new TorchExportError(undefined, `layer ${i} of the topology has no config`);
+    checkName('layer', (config as { name?: unknown }).name, file);
+  });
   if (className === 'Sequential') return layers;
   if (className === 'Model' || className === 'Functional') {
     // A functional model is exported when it is a chain: each layer fed by the one before it.
@@ -120,6 +181,20 @@ function pair(v: unknown, name: string, layer: string): [number, number] {
   const a = Array.isArray(v) ? v : [v, v];
   if (a.length !== 2 || !a.every((x) => Number.isSafeInteger(x) && (x as number) >= 1)) throw new TorchExportError(layer, `its ${name} ${JSON.stringify(v)} is not one or two integers >= 1`);
   return a as [number, number];
+}
+
+/** A size from the topology, written into the Python file: an integer >= 1, never NaN or text. */
+function count(v: unknown, what: string, layer: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 1) throw new TorchExportError(layer, `its ${what} ${shown(v)} is not an integer >= 1`);
+  return n;
+}
+
+/** A hyperparameter from the topology, written into the Python file: a finite number (JS prints it as a Python float). */
+function real(v: unknown, what: string, layer: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new TorchExportError(layer, `its ${what} ${shown(v)} is not a finite number`);
+  return n;
 }
 
 /** Keras activations and their torch modules (softmax's axis is set per input below). */
@@ -193,8 +268,8 @@ function lastAxis(axis: unknown, rank: number): boolean {
   return a === -1 || a === rank; // rank counts the batch axis out; Keras counts it in
 }
 
-function makePlan(topology: unknown): Plan {
-  const layers = layersOf(topology);
+function makePlan(topology: unknown, file: string | undefined): Plan {
+  const layers = layersOf(topology, file);
   if (layers.length === 0) throw new TorchExportError(undefined, 'the model has no layers');
   const first = layers[0]!.config;
   const batchShape = (first.batch_input_shape ?? first.batchInputShape) as Array<number | null> | undefined;
@@ -225,7 +300,7 @@ function makePlan(topology: unknown): Plan {
   };
 
   for (const [index, { class_name: kind, config: c }] of layers.entries()) {
-    const name = String(c.name ?? `layer ${index}`);
+    const name = c.name as string; // checked in layersOf
     const weight = (w: string) => `${name}/${w}`;
     // A Flatten of an image may pass element-wise layers on its way to its Dense; nothing else.
     if (flow.flattened && !['Dense', 'Dropout', 'Activation', 'ReLU', 'LeakyReLU', 'ELU'].includes(kind)) {
@@ -236,7 +311,7 @@ function makePlan(topology: unknown): Plan {
         break;
       case 'Dense': {
         if (flow.image) throw new TorchExportError(name, `it is applied to an image [${flow.shape.join(', ')}] without a Flatten; Flatten first`);
-        const units = Number(c.units);
+        const units = count(c.units, 'units', name);
         const inputs = flow.shape[flow.shape.length - 1]!;
         const fc = add('fc', `nn.Linear(${inputs}, ${units}, bias=${c.use_bias === false ? 'False' : 'True'})`, name);
         plan.params.push({ torch: `${fc}.weight`, tf: weight('kernel'), shape: [units, inputs], gather: denseGather([inputs], units, flow.flattened) });
@@ -252,7 +327,7 @@ function makePlan(topology: unknown): Plan {
         const [kh, kw] = pair(c.kernel_size, 'kernel_size', name);
         const [sh, sw] = pair(c.strides ?? 1, 'strides', name);
         const [dh, dw] = pair(c.dilation_rate ?? 1, 'dilation_rate', name);
-        const filters = Number(c.filters);
+        const filters = count(c.filters, 'filters', name);
         let padding = '0';
         let oh: number;
         let ow: number;
@@ -316,7 +391,7 @@ function makePlan(topology: unknown): Plan {
         break;
       }
       case 'Dropout':
-        add('dropout', `nn.Dropout(p=${Number(c.rate ?? 0)})`, name);
+        add('dropout', `nn.Dropout(p=${real(c.rate ?? 0, 'rate', name)})`, name);
         break;
       case 'Activation':
         addActivation(c.activation, name);
@@ -326,10 +401,10 @@ function makePlan(topology: unknown): Plan {
         add('relu', 'nn.ReLU()', name);
         break;
       case 'LeakyReLU':
-        add('leaky_relu', `nn.LeakyReLU(negative_slope=${Number(c.alpha ?? 0.3)})`, name);
+        add('leaky_relu', `nn.LeakyReLU(negative_slope=${real(c.alpha ?? 0.3, 'alpha', name)})`, name);
         break;
       case 'ELU':
-        add('elu', `nn.ELU(alpha=${Number(c.alpha ?? 1)})`, name);
+        add('elu', `nn.ELU(alpha=${real(c.alpha ?? 1, 'alpha', name)})`, name);
         break;
       case 'Softmax':
         if (!lastAxis(c.axis, flow.shape.length)) throw new TorchExportError(name, 'a softmax over an axis other than the last is not exported');
@@ -342,7 +417,7 @@ function makePlan(topology: unknown): Plan {
         const center = c.center !== false;
         if (scale !== center) throw new TorchExportError(name, "torch's batch norm has a weight and a bias or neither; this layer has only one (center and scale differ)");
         const features = flow.shape[flow.shape.length - 1]!;
-        const bn = add('bn', `nn.BatchNorm${flow.image ? '2d' : '1d'}(${features}, eps=${Number(c.epsilon ?? 1e-3)}, momentum=${1 - Number(c.momentum ?? 0.99)}, affine=${scale ? 'True' : 'False'})`, name);
+        const bn = add('bn', `nn.BatchNorm${flow.image ? '2d' : '1d'}(${features}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, momentum=${1 - real(c.momentum ?? 0.99, 'momentum', name)}, affine=${scale ? 'True' : 'False'})`, name);
         if (scale) {
           plan.params.push({ torch: `${bn}.weight`, tf: weight('gamma'), shape: [features] });
           plan.params.push({ torch: `${bn}.bias`, tf: weight('beta'), shape: [features] });
@@ -359,7 +434,7 @@ function makePlan(topology: unknown): Plan {
         const center = c.center !== false;
         if (scale !== center) throw new TorchExportError(name, "torch's LayerNorm has a weight and a bias or neither; this layer has only one (center and scale differ)");
         const d = flow.shape[flow.shape.length - 1]!;
-        const ln = add('ln', `nn.LayerNorm(${d}, eps=${Number(c.epsilon ?? 1e-3)}, elementwise_affine=${scale ? 'True' : 'False'})`, name);
+        const ln = add('ln', `nn.LayerNorm(${d}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, elementwise_affine=${scale ? 'True' : 'False'})`, name);
         if (scale) {
           plan.params.push({ torch: `${ln}.weight`, tf: weight('gamma'), shape: [d] });
           plan.params.push({ torch: `${ln}.bias`, tf: weight('beta'), shape: [d] });
@@ -368,8 +443,8 @@ function makePlan(topology: unknown): Plan {
       }
       case 'Embedding': {
         if (index !== 0 && !(index === 1 && layers[0]!.class_name === 'InputLayer')) throw new TorchExportError(name, 'an Embedding is exported as the first layer (it takes token ids)');
-        const inputDim = Number(c.input_dim);
-        const outputDim = Number(c.output_dim);
+        const inputDim = count(c.input_dim, 'input_dim', name);
+        const outputDim = count(c.output_dim, 'output_dim', name);
         if (c.mask_zero === true) throw new TorchExportError(name, 'mask_zero has no torch equivalent in nn.Embedding');
         const emb = add('embedding', `nn.Embedding(${inputDim}, ${outputDim})`, name);
         plan.params.push({ torch: `${emb}.weight`, tf: weight('embeddings'), shape: [inputDim, outputDim] });
@@ -379,9 +454,9 @@ function makePlan(topology: unknown): Plan {
       }
       case 'TokenAndPositionEmbedding': {
         if (index !== 0 && !(index === 1 && layers[0]!.class_name === 'InputLayer')) throw new TorchExportError(name, 'a TokenAndPositionEmbedding is exported as the first layer (it takes token ids)');
-        const vocab = Number(c.vocab_size ?? c.vocabSize);
-        const context = Number(c.context_length ?? c.contextLength);
-        const d = Number(c.d_model ?? c.dModel);
+        const vocab = count(c.vocab_size ?? c.vocabSize, 'vocab_size', name);
+        const context = count(c.context_length ?? c.contextLength, 'context_length', name);
+        const d = count(c.d_model ?? c.dModel, 'd_model', name);
         if (flow.shape.length !== 1 || flow.shape[0]! > context) throw new TorchExportError(name, `it takes token ids [T] with T <= ${context}, not [${flow.shape.join(', ')}]`);
         plan.helpers.add('TokenAndPositionEmbedding');
         const emb = add('embed', `TokenAndPositionEmbedding(${vocab}, ${context}, ${d})`, name);
@@ -393,10 +468,10 @@ function makePlan(topology: unknown): Plan {
       }
       case 'TransformerBlock': {
         if (flow.shape.length !== 2) throw new TorchExportError(name, `a transformer block takes a sequence [T, d], not [${flow.shape.join(', ')}]`);
-        const d = Number(c.d_model ?? c.dModel);
-        const heads = Number(c.heads);
-        const hidden = Number(c.hidden ?? 4 * d);
-        const eps = Number(c.epsilon ?? 1e-5);
+        const d = count(c.d_model ?? c.dModel, 'd_model', name);
+        const heads = count(c.heads, 'heads', name);
+        const hidden = count(c.hidden ?? 4 * d, 'hidden', name);
+        const eps = real(c.epsilon ?? 1e-5, 'epsilon', name);
         plan.helpers.add('TransformerBlock');
         const block = add('block', `TransformerBlock(${d}, ${heads}, ${hidden}, eps=${eps})`, name);
         const norm = (n: string) => {
@@ -426,9 +501,10 @@ function makePlan(topology: unknown): Plan {
 // ---------------------------------------------------------------------------------------------
 // Weights
 
-function tfWeights(artifacts: ModelArtifactsLike): Map<string, { spec: WeightSpec; values: Float32Array }> {
+function tfWeights(artifacts: ModelArtifactsLike, file: string | undefined): Map<string, { spec: WeightSpec; values: Float32Array }> {
   const out = new Map<string, { spec: WeightSpec; values: Float32Array }>();
   let offset = 0;
+  for (const spec of artifacts.weightSpecs) checkName('weight', spec.name, file);
   for (const spec of artifacts.weightSpecs) {
     if ((spec as WeightSpec & { quantization?: unknown }).quantization) throw new TorchExportError(spec.name.split('/')[0], 'its weights are quantized; export the model without quantization');
     if (spec.dtype !== 'float32') throw new TorchExportError(spec.name.split('/')[0], `its weight ${spec.name} is ${spec.dtype}; float32 weights are exported`);
@@ -453,8 +529,9 @@ function bytesOf(values: Float32Array | BigInt64Array): Uint8Array {
 
 /** The model as a torch state dict (safetensors) and the Python module that loads it. */
 export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExportOptions = {}): TorchExport {
-  const plan = makePlan(artifacts.modelTopology);
-  const weights = tfWeights(artifacts);
+  // Every name is checked (makePlan, tfWeights) before any output is made.
+  const plan = makePlan(artifacts.modelTopology, options.source);
+  const weights = tfWeights(artifacts, options.source);
   const tensors: NamedTensor[] = [];
   for (const p of plan.params) {
     if (p.counter) {
@@ -474,7 +551,7 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
   };
   return {
     safetensors: encodeSafetensors(tensors, metadata),
-    python: pythonModule(plan, options.source, pythonModuleName(options.fileName ?? 'model')),
+    python: pythonModule(plan, options.source, pythonModuleName(options.fileName ?? 'model') || 'model'),
     inputShape: plan.inputShape,
     inputDtype: plan.inputDtype,
     names: plan.params.filter((p) => !p.counter).map((p) => ({ torch: p.torch, tf: p.tf })),
@@ -487,7 +564,8 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
  * order (give them to `loadModelWeights`). Every parameter must be there with its shape.
  */
 export function importTorchStateDict(artifacts: Pick<ModelArtifactsLike, 'modelTopology' | 'weightSpecs'>, safetensors: Uint8Array): { weightSpecs: WeightSpec[]; weightData: ArrayBuffer } {
-  const plan = makePlan(artifacts.modelTopology);
+  const plan = makePlan(artifacts.modelTopology, undefined);
+  for (const spec of artifacts.weightSpecs) checkName('weight', spec.name, undefined);
   const { tensors } = decodeSafetensors(safetensors);
   const byTf = new Map<string, Float32Array>();
   for (const p of plan.params) {
@@ -564,15 +642,20 @@ class TransformerBlock(nn.Module):
 `,
 } as const;
 
+/**
+ * The Python file. Strings from the model's file (layer names, `source`) go in only through
+ * `pythonString`, also in comments and the docstring, where a newline or a closing quote would
+ * otherwise be code; `file` is a `pythonModuleName` (letters, digits, _); the rest is ours.
+ */
 function pythonModule(plan: Plan, source: string | undefined, file: string): string {
   const width = Math.max(...plan.modules.map((m) => m.name.length));
-  const modules = plan.modules.map((m) => `            (${JSON.stringify(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),  # ${m.from}`).join('\n');
+  const modules = plan.modules.map((m) => `            (${pythonString(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),${m.from === undefined ? '' : `  # TF.js layer ${pythonString(m.from)}`}`).join('\n');
   const layout = plan.tfInputShape.length === 3 ? `images [N, ${plan.inputShape.join(', ')}] (channels first; the tab's were [N, ${plan.tfInputShape.join(', ')}])` : plan.inputDtype === 'int64' ? `token ids, int64 [N, ${plan.inputShape.join(', ')}]` : `float32 [N, ${plan.inputShape.join(', ')}]`;
-  return `"""A model trained in browser tabs (browser-ddp), for PyTorch.${source ? `\n\nWeights: ${source.replace(/"""|\\/g, '')}` : ''}
+  return `"""A model trained in browser tabs (browser-ddp), for PyTorch.${source ? `\n\nWeights: ${pythonString(source)}` : ''}
 
     from ${file} import Model, load_file
     model = Model()
-    model.load_state_dict(load_file("${file}.safetensors"))
+    model.load_state_dict(load_file(${pythonString(`${file}.safetensors`)}))
     model.eval()
 
 Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).
@@ -623,7 +706,7 @@ if __name__ == "__main__":
     import sys
 
     model = Model()
-    model.load_state_dict(load_file(sys.argv[1] if len(sys.argv) > 1 else "${file}.safetensors"))
+    model.load_state_dict(load_file(sys.argv[1] if len(sys.argv) > 1 else ${pythonString(`${file}.safetensors`)}))
     print(model)
 `;
 }
