@@ -42,3 +42,20 @@ export function pageHostSecret(): string | undefined {
   const host = new URLSearchParams(hash).get('host');
   return host !== null && isSessionToken(host) ? host : undefined;
 }
+
+/** `href` with the session's token `token` in its fragment, the rest of the fragment (the host's secret) kept. */
+export function linkWithToken(href: string, token: string): string {
+  const url = new URL(href);
+  const fragment = new URLSearchParams(url.hash.replace(/^#/, ''));
+  fragment.set('token', token);
+  url.hash = fragment.toString();
+  return url.toString();
+}
+
+/**
+ * The host removed a tab and the session's token changed: this page's own URL takes the new one
+ * (history.replaceState, no navigation), so that a reload opens the session again.
+ */
+export function adoptToken(token: string): void {
+  history.replaceState(history.state, '', linkWithToken(location.href, token));
+}

@@ -259,6 +259,8 @@ export async function launchFirefox(o: FirefoxOptions = {}): Promise<FirefoxInst
   const profileDir = mkdtempSync(join(tmpdir(), 'ddp-firefox-'));
   writeFileSync(join(profileDir, 'user.js'), userJs({ ...FIREFOX_PREFS, ...o.prefs }));
   // Port 0: Firefox picks a free one and prints it ("WebDriver BiDi listening on ws://127.0.0.1:PORT").
+  // Until our session.new, any local process that finds the port could take the session (Firefox
+  // has no pipe): we connect at once, and a lost race fails the launch (docs/deployment.md, Security).
   const firefoxArgs = ['-no-remote', '-profile', profileDir, '--remote-debugging-port=0', '--remote-allow-hosts=127.0.0.1', 'about:blank'];
   const display = o.display ?? 'xvfb';
   const [command, args] = display === 'xvfb' ? ['xvfb-run', ['-a', '-s', '-screen 0 1280x800x24', executable, ...firefoxArgs]] : [executable, firefoxArgs];

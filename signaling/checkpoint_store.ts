@@ -13,7 +13,7 @@
  */
 import type { Stats } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { SESSION_NAME } from '../src/c10d/protocol.ts';
 import {
@@ -28,6 +28,7 @@ import {
   type CheckpointHeader,
   type ContainerLayout,
 } from '../src/checkpoint/checkpoint_format.ts';
+import { PRIVATE_FILE_MODE, privateFolder } from './private_files.ts';
 
 export interface CheckpointStoreOptions {
   /** Where checkpoints are kept: one folder per session. Created when needed. */
@@ -206,7 +207,8 @@ export function checkpointStore(options: CheckpointStoreOptions): CheckpointStor
       try {
         const head = await readContainerHead(body, declared);
         // New folders must themselves survive a crash, so the parent of each new one is synced too.
-        const created = await mkdir(folder, { recursive: true });
+        // 0700 and files 0600: a session's weights are not for the machine's other users.
+        const created = await privateFolder(dir, folder);
         madeFolder = created;
         if (created !== undefined) {
           for (let made = folder; ; made = dirname(made)) {
@@ -216,7 +218,7 @@ export function checkpointStore(options: CheckpointStoreOptions): CheckpointStor
         }
         tmp = join(folder, `upload-${Date.now()}-${randomBytes(6).toString('hex')}${TMP_EXT}`);
         uploading.add(tmp);
-        fh = await open(tmp, 'wx+');
+        fh = await open(tmp, 'wx+', PRIVATE_FILE_MODE);
         await fh.write(head);
         size = head.length;
         for (let chunk = await body.next(); chunk !== null; chunk = await body.next()) {

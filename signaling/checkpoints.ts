@@ -35,6 +35,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FileHandle } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { SessionTokens } from './session_tokens.ts';
+import { ROTATED_TOKEN_MESSAGE } from '../src/c10d/protocol.ts';
 import { CHECKPOINT_NAME, CheckpointRefused, checkpointStore, validSession, type ByteSource, type Skipped } from './checkpoint_store.ts';
 import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CHECKSUM_BYTES, PREAMBLE_BYTES } from '../src/checkpoint/checkpoint_format.ts';
 
@@ -210,6 +211,7 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
           { 'www-authenticate': 'Bearer realm="checkpoints", error="invalid_token"' },
         );
       case 'wrong':
+        if (tokens.wasRotated(session, token)) throw new Refusal(403, 'forbidden', `session "${session}": ${ROTATED_TOKEN_MESSAGE}`);
         throw new Refusal(403, 'forbidden', `wrong token for session "${session}": use the token of the session's link`);
       case 'unknown':
         throw new Refusal(403, 'forbidden', `session "${session}" has no token yet: connect to the session first (its first connection fixes the token), then use that token`);

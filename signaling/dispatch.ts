@@ -12,7 +12,7 @@ import { StoreRefusal } from './store.ts';
 import { checkReplySize } from './limits.ts';
 import { iceServersFor } from './ice.ts';
 import { endedMessage, hello } from './hello.ts';
-import { claim, closeRendezvous, regroup, rendezvous, signal } from './rendezvous_requests.ts';
+import { claim, closeRendezvous, regroup, rendezvous, signal, gather } from './rendezvous_requests.ts';
 import { control } from './host_control.ts';
 import { blocking, reply } from './replies.ts';
 import type { ServerContext } from './server_context.ts';
@@ -79,6 +79,8 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
       // Only a connection that entered the session with its token gets here (requireSession).
       return reply(conn, req, iceServersFor(ctx.ice, session.name));
     case 'rendezvous':
+      // Before the join, so that a loop of joins is slowed, not each join's id and round event.
+      if (conn.memberId === undefined) ctx.joins.take(conn.address, session.name);
       return rendezvous(ctx, conn, session, req);
     case 'claim':
       return claim(conn, session, req);
@@ -88,6 +90,8 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
       return regroup(ctx, conn, session, req);
     case 'signal':
       return signal(conn, session, req);
+    case 'gather':
+      return gather(ctx, conn, session, req);
     case 'control':
       return control(ctx, conn, session, req);
     default: {

@@ -8,6 +8,7 @@ import {
   CloseCode,
   ErrorCode,
   PROTOCOL_VERSION,
+  ROTATED_TOKEN_MESSAGE,
   SESSION_NAME,
   SESSION_TOKEN,
   type Request,
@@ -56,6 +57,7 @@ export async function hello(ctx: ServerContext, conn: Connection, req: Request<'
       `session "${req.session}" does not exist on this server. Open the full link the host shared (with its #token=...); only the host creates sessions (on the server's own machine, or with the admin link npm start prints)`,
     );
   }
+  if (!claim.ok && claim.why === 'rotated') return rotated(ctx, conn, req);
   if (!claim.ok) {
     const malformed = !SESSION_TOKEN.test(req.token);
     return unauthorized(
@@ -80,6 +82,9 @@ export async function hello(ctx: ServerContext, conn: Connection, req: Request<'
       `wrong host secret for session "${req.session}": the host link is wrong (open it exactly as it was made), or open the session's member link to join as a member`,
     );
   }
+  // The host may have removed a tab while this hello read the disk: the token it brought is then
+  // no longer the session's, and this socket would never hear the new one.
+  if (!tokens.isCurrent(req.session, req.token)) return rotated(ctx, conn, req);
   const session = sessions.open(req.session);
   // Another hello may have ended it while this one read the host secret.
   if (session.ended) return sessionEnded(conn, req);
@@ -99,11 +104,19 @@ function mayCreate(ctx: ServerContext, conn: Connection, req: Request<'hello'>):
   return (ctx.loopbackCreates && isLoopback(conn.address)) || (req.admin !== undefined && sameSecret(req.admin, ctx.adminSecret));
 }
 
+/**
+ * A hello with a token the host replaced when it removed a tab (the removed tab's link, or a tab
+ * whose socket was down at that moment: it gets no grace, see docs/deployment.md#security).
+ */
+function rotated(ctx: ServerContext, conn: Connection, req: Request<'hello'>): void {
+  unauthorized(ctx, conn, req, 'a token the host replaced', ROTATED_TOKEN_MESSAGE, { rotated: true });
+}
+
 /** Refuses a hello as UNAUTHORIZED and closes its socket: nothing of the session was read or changed. */
-function unauthorized(ctx: ServerContext, conn: Connection, req: Request<'hello'>, what: string, message: string): void {
+function unauthorized(ctx: ServerContext, conn: Connection, req: Request<'hello'>, what: string, message: string, details: Record<string, unknown> = {}): void {
   conn.errors++;
   ctx.quiet.note('refused UNAUTHORIZED', `[server] session "${req.session}": refused a connection from ${conn.address} with ${what}`);
-  conn.send({ type: 'error', id: req.id, code: ErrorCode.UNAUTHORIZED, details: { session: req.session }, message });
+  conn.send({ type: 'error', id: req.id, code: ErrorCode.UNAUTHORIZED, details: { session: req.session, ...details }, message });
   conn.close(CloseCode.UNAUTHORIZED, 'unauthorized');
 }
 

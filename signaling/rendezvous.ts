@@ -30,14 +30,21 @@
  * Ranks a member asked for are kept; everyone else keeps their order (survivors first, then
  * arrivals), so ranks stay contiguous and rank 0 stays rank 0 when it survives. A lost rank's
  * place goes to the last rank, so every other survivor keeps its rank.
- * - A rank of the running round may close the rendezvous when the run ends (`closeGroup`,
- *   torch's set_closed): no round forms after it, the members without a rank are told so, and
- *   the session refuses arrivals from then on (Session.join). Ranks that leave afterwards are
- *   still reported to the others ('peer-left'), so that their last collectives fail at once.
+ * - The ranks of the running round close the rendezvous when the run ends (`closeGroup`,
+ *   torch's set_closed): a rank's close says that it is done, and speaks for no one else; once
+ *   every live rank of the round is done, no round forms after it, the members without a rank
+ *   are told so, and the session refuses arrivals from then on (Session.join). A rank done
+ *   leaves no hole a new round must fill: the others finish their last step. Should a round
+ *   have to form anyway (a rank that is not done failed its round, or was lost), the run ended
+ *   where more than half of the round's ranks are done, or too few are left to go on: the
+ *   rendezvous closes; otherwise the ranks done leave and the rest go on. So one member cannot
+ *   end the run for the others. Ranks that leave afterwards are still reported to the others
+ *   ('peer-left'), so that their last collectives fail at once.
  */
 import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
 import { MAX_MEMBER_ID } from '../src/c10d/protocol_validation.ts';
+import { RoundGathers } from './round_gather.ts';
 
 /** What the rendezvous needs from a member's connection: a way to send it an event. */
 export interface Participant {
@@ -81,8 +88,12 @@ export class Rendezvous {
   min: number;
   /** The first round has formed. */
   private started = false;
-  /** A rank closed the rendezvous: the last round and the rank that closed it. */
+  /** The rendezvous closed: the last round and the rank that was done first. */
   closedBy: { round: number; rank: number } | undefined;
+  /** Ranks of the running round done with the run (they asked to close): by member id, and the first one's rank. */
+  private done: { round: number; ids: Set<number>; firstRank: number } | undefined;
+  /** The running round's server-attested gathers (votes). */
+  private readonly gathers: RoundGathers;
   /** Member ids in rank order in the current round (its members in order, when paused). */
   private active: number[] = [];
   /** Member ids waiting for the next round, in arrival order. */
@@ -111,6 +122,7 @@ export class Rendezvous {
   ) {
     this.round = previousRound;
     this.nextId = firstMemberId;
+    this.gathers = new RoundGathers(sessionName);
     this.min = options.min;
   }
 
@@ -219,6 +231,14 @@ export class Rendezvous {
       return;
     }
     if (this.closedBy) return;
+    if (rank >= 0 && this.running) this.gathers.abort(`rank ${rank} ${why}`);
+    if (rank >= 0 && this.running && this.done?.round === this.round && this.done.ids.has(id)) {
+      // A rank done with the run left: the others are finishing theirs; no round to form.
+      this.active[rank] = -1;
+      for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
+      this.closeIfAllDone();
+      return;
+    }
     if (rank >= 0 && this.running) {
       // Tell the running round whom it lost (by rank) before announcing the next one. The place
       // stays open until then: the round's ranks keep naming the same tabs (signals, vouches).
@@ -314,9 +334,10 @@ export class Rendezvous {
   }
 
   /**
-   * The rank of member `id` in the running round closes the rendezvous: the run is over. The
-   * members holding no rank (waiting to be admitted, spectating, or in a paused group) are told,
-   * since no round will ever admit them. Closing it again changes nothing.
+   * The rank of member `id` in the running round is done with the run. It speaks for itself
+   * only: the rendezvous closes once every live rank of the round is done (then the members
+   * holding no rank, waiting or spectating, are told, since no round will ever admit them, and
+   * so are the round's other ranks). Asking again changes nothing.
    */
   closeGroup(id: number): void {
     if (this.closedBy) return;
@@ -330,16 +351,73 @@ export class Rendezvous {
         { round: this.round },
       );
     }
+    if (this.done?.round !== this.round) this.done = { round: this.round, ids: new Set(), firstRank: rank };
+    this.done.ids.add(id);
+    if (!this.closeIfAllDone()) {
+      this.log(`[server] session "${this.sessionName}": rank ${rank} of round ${this.round} is done with the run (${this.done.ids.size} of ${this.active.length} ranks)`);
+    }
+  }
+
+  /** Closes the rendezvous when every live rank of the running round is done; whether it did. */
+  private closeIfAllDone(): boolean {
+    const done = this.done;
+    if (!done || done.round !== this.round) return false;
+    const live = this.active.filter((m) => m >= 0 && this.members.has(m));
+    if (!live.every((m) => done.ids.has(m))) return false;
+    this.finish(done.firstRank, 'every rank of the round is done');
+    return true;
+  }
+
+  /** The rendezvous closes: no round forms again; everyone still here without the news is told. */
+  private finish(rank: number, why: string): void {
     this.closedBy = { round: this.round, rank };
     this.cancelSettle();
     this.cancelLosses();
     this.answerDeferred();
+    this.gathers.reset(this.round, 'the rendezvous closed');
     const unranked = this.waiting.filter((w) => this.members.has(w));
-    this.log(`[server] session "${this.sessionName}": rank ${rank} closed the rendezvous after round ${this.round} (the run ended)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
-    // The round's other ranks too: a collective can complete on some ranks and fail on another,
+    this.log(`[server] session "${this.sessionName}": the rendezvous closed after round ${this.round} (the run ended: ${why}; rank ${rank} was done first)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
+    // The round's ranks too: a collective can complete on some ranks and fail on another,
     // and a rank whose last step failed as the others finished waits for a round that never forms.
-    const told = [...unranked, ...this.active.filter((m) => m >= 0 && m !== id)];
+    const doneIds = this.done?.round === this.round ? this.done.ids : new Set<number>();
+    const told = [...unranked, ...this.active.filter((m) => m >= 0 && !doneIds.has(m))];
     for (const w of told) this.members.get(w)?.participant.send({ type: 'rendezvous-closed', round: this.round, by: rank });
+  }
+
+  /**
+   * A round must form while some ranks of the running one are done: the run ended if more than
+   * half of its ranks are done or too few others are left to go on (then the rendezvous closes,
+   * and true); otherwise the ranks done leave the group and the rest go on.
+   */
+  private endedBeforeForming(): boolean {
+    const done = this.done;
+    if (!done || done.round !== this.round || done.ids.size === 0) return false;
+    const others = this.active.filter((m) => m >= 0 && this.members.has(m) && !done.ids.has(m)).length + this.waiting.length;
+    if (done.ids.size * 2 > this.active.length || others < this.min) {
+      this.finish(done.firstRank, `${done.ids.size} of the ${this.active.length} ranks of round ${this.round} were done when a new round had to form`);
+      return true;
+    }
+    for (const id of done.ids) this.members.delete(id);
+    this.log(`[server] session "${this.sessionName}": ${done.ids.size} rank(s) of round ${this.round} done with the run leave; the other ${others} go on`);
+    this.done = undefined;
+    return false;
+  }
+
+  /**
+   * Rank `rank`'s row of gather `tag` in round `round` (server-attested: see RoundGathers);
+   * resolves with every rank's row, in rank order.
+   */
+  gather(id: number, round: number, tag: string, values: number[], timeoutMs: number): Promise<number[][]> {
+    const rank = this.rankOf(id);
+    if (rank === undefined || round !== this.round || this.closedBy) {
+      throw new StoreRefusal(
+        ErrorCode.GATHER_ABORTED,
+        `only a rank of the running round may give a row to a gather: this member ${rank === undefined ? 'has no rank in' : 'asked about round ' + round + ', not'} the running round ${this.round} of session "${this.sessionName}"`,
+        { round: this.round, tag },
+        false,
+      );
+    }
+    return this.gathers.give(rank, this.active.length, tag, values, timeoutMs);
   }
 
   close(): void {
@@ -452,6 +530,7 @@ export class Rendezvous {
    * `max`; the rest (spectators) keep waiting, in arrival order.
    */
   private form(why: string): void {
+    if (this.endedBeforeForming()) return;
     this.cancelSettle();
     this.cancelLosses();
     this.active = this.fillPlaces(this.active);
@@ -460,6 +539,7 @@ export class Rendezvous {
     const admitted = everyone.slice(0, this.options.max);
     this.started = true;
     this.round++;
+    this.gathers.reset(this.round, `round ${this.round - 1} ended (${why})`);
     this.paused = admitted.length < this.min;
     this.waiting = everyone.slice(this.options.max);
     this.active = this.paused ? admitted : this.assignRanks(admitted);

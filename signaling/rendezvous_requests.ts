@@ -1,6 +1,6 @@
 /**
  * The requests of a session's group: `rendezvous` (join), `claim` (places), `closeRendezvous`,
- * `regroup` and `signal` (the relay between ranks of the running round). Each needs a member of
+ * `regroup`, `signal` (the relay between ranks of the running round) and `gather` (votes). Each needs a member of
  * the group, save `rendezvous` itself.
  */
 import { ErrorCode, type Request } from '../src/c10d/protocol.ts';
@@ -59,4 +59,12 @@ export function signal(conn: Connection, session: Session, req: Request<'signal'
   if (fromRank === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal', undefined, false);
   target.send({ type: 'signal', from: fromRank, member: conn.memberId, data: req.data });
   return reply(conn, req, null);
+}
+
+/** A rank's row of a server-attested gather (votes): answered with every rank's row once all gave theirs. */
+export async function gather(ctx: ServerContext, conn: Connection, session: Session, req: Request<'gather'>): Promise<void> {
+  const rendezvous = session.rendezvous;
+  const memberId = conn.memberId;
+  if (memberId === undefined || !rendezvous) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'a gather needs a rank in the running round: rendezvous first');
+  return reply(conn, req, { rows: await blocking(ctx, conn, true, () => rendezvous.gather(memberId, req.round, req.tag, req.values, req.timeoutMs)) });
 }

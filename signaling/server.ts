@@ -30,7 +30,7 @@ import { CloseCode, DEFAULT_LIMITS, SESSION_NAME, SESSION_TOKEN, type Limits } f
 import type { Session } from './session.ts';
 import { Sessions } from './sessions.ts';
 import type { Connection } from './connection.ts';
-import { QuietLog } from './limits.ts';
+import { FileSends, QuietLog, type FileSendLimits } from './limits.ts';
 import { checkpointHandler } from './checkpoints.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
@@ -41,6 +41,8 @@ import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
 import { loadOffer, OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
+import { JoinRate, type JoinRateOptions } from './join_rate.ts';
+import { checkImageSizes } from './image_size.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -75,6 +77,8 @@ export interface ServerOptions {
   settleMs?: number;
   /** Limits (input, store, sockets, regroups); any left out take `DEFAULT_LIMITS`. */
   limits?: Partial<Limits>;
+  /** Bounds on sending files' bytes (the host's offered items and model; the page's files): any left out take `DEFAULT_FILE_SEND_LIMITS` (limits.ts). */
+  fileSendLimits?: Partial<FileSendLimits>;
   /** A session with no sockets is dropped after this long (its keys with it). Default 10 min. */
   sessionIdleMs?: number;
   /** More host names the server answers to (pages, API and sockets). Default: ALLOWED_HOSTS (comma-separated). */
@@ -101,6 +105,8 @@ export interface ServerOptions {
    * machine, where every connection comes from loopback.
    */
   loopbackCreates?: boolean;
+  /** Joins of a session's group one address may make at once, and earns back per second (signaling/join_rate.ts). Default 256, then 4 a second. */
+  joinRate?: JoinRateOptions;
   /**
    * Serve page, API and WebSocket over TLS (https and wss on the one port) with this certificate
    * and key (`keptCertificate()` makes a self-signed one, `readTlsFiles()` reads PEM files).
@@ -180,9 +186,18 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
+  let fileSends: FileSends;
+  try {
+    fileSends = new FileSends(options.fileSendLimits, (kind, line) => quiet.note(kind, line));
+  } catch (err) {
+    quiet.close();
+    throw new ServerStartError((err as Error).message, 'EFILESENDLIMITS', port, host);
+  }
   let offer: Offer;
   try {
-    offer = await loadOffer(options.offer ?? {}, tokens);
+    offer = await loadOffer(options.offer ?? {}, tokens, fileSends);
+    // Image sizes from their headers: one too large (a decompression bomb) would be decoded whole in every tab.
+    await checkImageSizes(offer.data);
   } catch (err) {
     if (err instanceof OfferError) throw new ServerStartError(err.message, 'EOFFER', port, host);
     throw err;
@@ -208,6 +223,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     maxKnownSessions,
     adminSecret,
     loopbackCreates: options.loopbackCreates ?? true,
+    joins: new JoinRate(options.joinRate),
   };
   const secure = tls !== undefined;
   const scheme = secure ? 'https' : 'http';
@@ -227,7 +243,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     ...(certificate ? { certificate: { fingerprint256: certificate.fingerprint256, selfSigned: certificate.selfSigned } } : {}),
     offers: { model: offered.model !== null, data: offered.data !== null },
   }));
-  const onRequest = httpHandler({ origins, info, offer: offer.handle, checkpoints, staticDir, datasetsDir });
+  const onRequest = httpHandler({ origins, info, offer: offer.handle, checkpoints, staticDir, datasetsDir, fileSends });
   const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);
   const wss = acceptSockets(http, ctx, origins);
   const stopWatching = watchSockets(ctx);

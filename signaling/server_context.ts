@@ -5,6 +5,7 @@
 import type { Limits } from '../src/c10d/protocol.ts';
 import type { Connection } from './connection.ts';
 import type { IceConfig } from './ice.ts';
+import type { JoinRate } from './join_rate.ts';
 import type { QuietLog } from './limits.ts';
 import type { SessionTokens } from './session_tokens.ts';
 import type { Sessions } from './sessions.ts';
@@ -34,4 +35,6 @@ export interface ServerContext {
   readonly adminSecret: string;
   /** ServerOptions.loopbackCreates. */
   readonly loopbackCreates: boolean;
+  /** How fast an address may join a session's group (ServerOptions.joinRate). */
+  readonly joins: JoinRate;
 }

@@ -10,21 +10,30 @@
  * The same connection may fix a host secret (`hello.host`): only the one that fixes the token, so
  * that nobody who merely has the member link can make themselves host later. Kept the same way
  * (its SHA-256, persisted beside the token's as `host.sha256`).
+ *
+ * When the host removes a tab the session's token changes (`rotate`): the new hash replaces the old
+ * one in memory at once and, where the old one was persisted, on disk. The last few replaced hashes
+ * are remembered, so that a hello with an old token is told its link changed rather than that it is wrong.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SESSION_TOKEN } from '../src/c10d/protocol.ts';
+import { PRIVATE_FILE_MODE, privateFolder } from './private_files.ts';
 
 /** The file in a session's checkpoint folder that holds its token's SHA-256 (hex). */
 export const TOKEN_FILE = 'token.sha256';
 /** The file beside it that holds the session's host secret's SHA-256 (hex), if it has one. */
 export const HOST_FILE = 'host.sha256';
+/** How many replaced tokens per session are remembered (to tell their holders the link changed). */
+const MAX_RETIRED = 16;
 
 /** What `claimSession` decided. */
 export type Claim =
   /** A missing, malformed or wrong token: nothing was read or kept. */
   | { ok: false; why: 'token' }
+  /** A token the host's removal of a tab replaced (`rotate`): the link is no longer valid. */
+  | { ok: false; why: 'rotated' }
   /** The session does not exist and this hello may not create it (or the server knows too many). */
   | { ok: false; why: 'unknown' | 'full' }
   /** The token is the session's; `created`: this call fixed it (and the host secret, if given). */
@@ -55,6 +64,10 @@ export class SessionTokens {
   private readonly hosts = new Map<string, Buffer | null>();
   /** Sessions without a live store, by when they were last used: forgotten `keepMs` after. */
   private readonly idle = new Map<string, number>();
+  /** Hashes of the tokens `rotate` replaced, per session, oldest first (at most MAX_RETIRED). */
+  private readonly retired = new Map<string, Buffer[]>();
+  /** Each session's token-file writes, one after another (a rotation's must not be overtaken by an older hash). */
+  private readonly tokenWrites = new Map<string, Promise<void>>();
 
   /**
    * @param dir the checkpoint folder (one sub-folder per session), where persisted hashes live.
@@ -98,11 +111,43 @@ export class SessionTokens {
       this.hosts.set(session, host === undefined ? null : sha256(host));
       return { ok: true, created: true };
     }
-    if (!timingSafeEqual(current, hash)) return { ok: false, why: 'token' };
+    if (!timingSafeEqual(current, hash)) return { ok: false, why: this.wasRotated(session, token) ? 'rotated' : 'token' };
     // Kept in memory only for a session someone entered: a wrong guess leaves nothing behind.
     this.hashes.set(session, current);
     this.idle.delete(session);
     return { ok: true, created: false };
+  }
+
+  /**
+   * The host removed a tab: `session`'s token becomes `next`, in memory at once (a hello or an
+   * HTTP request with the old one is refused from now on); `persistRotation` writes it where the
+   * old one was persisted. Throws when the session has no token in memory (no live connection).
+   */
+  rotate(session: string, next: string): void {
+    const old = this.hashes.get(session);
+    if (old === undefined) throw new Error(`session "${session}" has no token in memory to replace`);
+    if (!SESSION_TOKEN.test(next)) throw new Error('a session token is 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)');
+    this.hashes.set(session, sha256(next));
+    const retired = [...(this.retired.get(session) ?? []), old];
+    this.retired.set(session, retired.slice(-MAX_RETIRED));
+  }
+
+  /** After `rotate`: the new token's hash replaces the old one's in the session's checkpoint folder, if it had one there. */
+  async persistRotation(session: string): Promise<void> {
+    if ((await this.readPersisted(session, TOKEN_FILE)) !== undefined) await this.writeToken(session);
+  }
+
+  /** Whether `token` is the session's token now, as kept in memory (no disk read, so nothing can change in between). */
+  isCurrent(session: string, token: string): boolean {
+    const current = this.hashes.get(session);
+    return current !== undefined && timingSafeEqual(current, sha256(token));
+  }
+
+  /** Whether `token` was one of the session's tokens, replaced when the host removed a tab. */
+  wasRotated(session: string, token: string | undefined): boolean {
+    if (token === undefined || !SESSION_TOKEN.test(token)) return false;
+    const hash = sha256(token);
+    return (this.retired.get(session) ?? []).some((old) => timingSafeEqual(old, hash));
   }
 
   /** Checks a hello's host secret, after its token was accepted by `claimSession`. */
@@ -145,13 +190,30 @@ export class SessionTokens {
     const hash = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     if (hash === undefined) throw new Error(`session "${session}" has no token to persist`);
     const folder = join(this.dir, session);
-    await mkdir(folder, { recursive: true });
+    await privateFolder(this.dir, folder);
     // The host's first: a crash between the two leaves a host file without a token file, which a
     // new claim ignores (it fixes both); the other order could keep a token and lose its host.
     const host = this.hosts.get(session);
     if (host === null) await rm(join(folder, HOST_FILE), { force: true }); // a stray one from an older session of this name
     else if (host !== undefined) await this.writeHash(session, HOST_FILE, host);
-    await this.writeHash(session, TOKEN_FILE, hash);
+    // The hash in memory when the write runs: a rotation meanwhile must not be undone on disk.
+    if (this.hashes.has(session)) await this.writeToken(session);
+    else await this.writeHash(session, TOKEN_FILE, hash);
+  }
+
+  /** Writes the session's current token hash (read when the write runs) to its token file, after any earlier write. */
+  private writeToken(session: string): Promise<void> {
+    const write = async () => {
+      const hash = this.hashes.get(session);
+      if (hash !== undefined) await this.writeHash(session, TOKEN_FILE, hash);
+    };
+    const next = (this.tokenWrites.get(session) ?? Promise.resolve()).then(write, write);
+    this.tokenWrites.set(session, next);
+    const done = () => {
+      if (this.tokenWrites.get(session) === next) this.tokenWrites.delete(session);
+    };
+    next.then(done, done);
+    return next;
   }
 
   /**
@@ -176,6 +238,7 @@ export class SessionTokens {
     this.hashes.delete(session);
     this.hosts.delete(session);
     this.idle.delete(session);
+    this.retired.delete(session);
   }
 
   private async writeHash(session: string, name: string, hash: Buffer): Promise<void> {
@@ -184,7 +247,7 @@ export class SessionTokens {
     const file = join(this.dir, session, name);
     // Unique: two first uploads of a session may persist at the same time.
     const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-    await writeFile(tmp, hash.toString('hex') + '\n', { mode: 0o600 });
+    await writeFile(tmp, hash.toString('hex') + '\n', { mode: PRIVATE_FILE_MODE });
     await rename(tmp, file);
   }
 

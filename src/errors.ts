@@ -66,6 +66,37 @@ export class UnauthorizedError extends StoreError {
 }
 
 /**
+ * The token was the session's, and its host has replaced it since (it removed a tab): the link
+ * holding it no longer opens the session. Ask the host for the new link. Not recoverable by retrying.
+ */
+export class TokenRotatedError extends UnauthorizedError {
+  override name = 'TokenRotatedError';
+}
+
+/**
+ * The session's host removed this tab (`control` 'remove'; its socket was closed with 4011) and
+ * changed the session's link, so it cannot come back with the one it had. Not recoverable: the
+ * replica it holds can still be saved.
+ */
+export class RemovedByHostError extends Error {
+  override name = 'RemovedByHostError';
+  constructor(
+    message: string,
+    readonly session: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A `control` (stop, end, minimum, remove) from a connection that did not present the session's host secret. */
+export class NotHostError extends StoreError {
+  override name = 'NotHostError';
+  constructor(message: string, details: Record<string, unknown> = {}) {
+    super('NOT_HOST', message, details);
+  }
+}
+
+/**
  * The session's host ended it: the server refuses it from then on (SESSION_ENDED) and closed its
  * sockets (close code 4008). Not recoverable: create a new session.
  */

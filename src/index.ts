@@ -18,6 +18,9 @@ export {
   RendezvousError,
   RendezvousClosedError,
   UnauthorizedError,
+  TokenRotatedError,
+  RemovedByHostError,
+  NotHostError,
   SessionEndedError,
   ConnectionClosedError,
   DistTimeoutError,
@@ -51,7 +54,7 @@ export {
   type RecreatedBackend,
   type RecreateBackendOptions,
 } from './runtime/device.ts';
-export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent } from './c10d/protocol.ts';
+export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent, type HostAction, type TokenEvent } from './c10d/protocol.ts';
 export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './c10d/session_token.ts';
 export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
 export { hashFloat32 } from './hash.ts';

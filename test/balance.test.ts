@@ -136,6 +136,19 @@ describe('splitByCost', () => {
     expect(splitByCost(128, models, 4, true)).toEqual([44, 40, 40, 4]);
   });
 
+  it("a rank that claims to cost nothing holds at most half a step's samples (two thirds of three ranks'): the others always share the rest", () => {
+    // Rank 3's claim (no fixed cost, 20x the median's speed) gave it all 128 samples and every
+    // honest rank none: their fixed cost alone was longer than its whole batch.
+    const models = [line(20, 0.1), line(20, 0.1), line(20, 0.1), line(0, 0.005)];
+    const counts = splitByCost(128, models, 4);
+    expect(counts[3]).toBe(64);
+    expect(counts.slice(0, 3).reduce((a, b) => a + b, 0)).toBe(64);
+    expect(counts.slice(0, 3).every((c) => c > 0)).toBe(true);
+    expect(splitByCost(96, models.slice(1), 4)[2]).toBe(64);
+    // One or two ranks: no bound (one rank of two is half the group anyway).
+    expect(splitByCost(64, [line(20, 0.1), line(0, 0.005)], 4)).toEqual([0, 64]);
+  });
+
   it('the same split on every rank: pure arithmetic on the same figures', () => {
     const models = [line(3.3, 0.71), line(9.1, 0.2), line(0.5, 1.9), line(40, 0.05)];
     expect(splitByCost(200, models, 3)).toEqual(splitByCost(200, models.map((m) => ({ ...m })), 3));

@@ -133,12 +133,14 @@ describe('runElastic', () => {
     await closeAll(runs);
   });
 
-  it("the vote rides on the gradients' all-reduce: no all-gather of its own but the last step's (and those asked for), the same step events and the same weights as voting apart", async () => {
+  it("the vote goes out as each step begins and is read after it: no meeting of its own but the last step's (and those asked for), the same step events and the same weights as voting apart", async () => {
     const runWith = async (voteWithGradients: boolean, voteAfter?: (step: number) => boolean) => {
       const net = new MemoryNetwork();
       const session = uniqueSession('carry');
       // All-gathers each rank's groups issue from its first step on (recovery's, at the round's start, come before).
       const gathers = [0, 0, 0];
+      /** Votes through the server (gatherRows), per rank. */
+      const votes = [0, 0, 0];
       const counted = new Set<ProcessGroup>();
       const count = (id: number) => async (ctx: StepContext) => {
         if (counted.has(ctx.pg)) return;
@@ -148,18 +150,26 @@ describe('runElastic', () => {
           gathers[id]!++;
           return allGather(...args);
         };
+        const gatherRows = ctx.pg.gatherRows.bind(ctx.pg);
+        ctx.pg.gatherRows = (...args: Parameters<ProcessGroup['gatherRows']>) => {
+          votes[id]!++;
+          return gatherRows(...args);
+        };
       };
       const members = [0, 1, 2].map((id) => member(net, id, session, { min: 3, max: 3, steps: 10, voteWithGradients, voteAfter, extra: count(id) }));
       const runs = await Promise.all(members.map((m) => m.result));
       const steps = members.map((m) => m.events.flatMap((e) => (e.type === 'step' ? [{ step: e.step, metrics: e.metrics }] : [])));
       await closeAll(runs);
-      return { gathers, steps, hashes: runs.map((r) => r.weightHash), stepCounts: runs.map((r) => r.steps) };
+      return { gathers, votes, steps, hashes: runs.map((r) => r.weightHash), stepCounts: runs.map((r) => r.steps) };
     };
     const apart = await runWith(false);
     const riding = await runWith(true);
-    expect(apart.gathers).toEqual([10, 10, 10]);
-    // Steps 1-9's votes rode on steps 2-10's gradients; the run's last step voted on its own.
-    expect(riding.gathers).toEqual([1, 1, 1]);
+    // Votes go through the server, never over the peer links (where any member could write any row).
+    expect([apart.gathers, riding.gathers]).toEqual([[0, 0, 0], [0, 0, 0]]);
+    // The first step's vote was started before the counter was in place.
+    expect(apart.votes).toEqual([10, 10, 10]);
+    // Steps 1-9's votes went out as steps 2-10 began (read after them); the run's last step voted on its own.
+    expect(riding.votes).toEqual([10, 10, 10]);
     expect(riding.stepCounts).toEqual([10, 10, 10]);
     for (const r of [0, 1, 2]) {
       expect(riding.steps[r]!.map((s) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
@@ -169,7 +179,7 @@ describe('runElastic', () => {
     expect(new Set([...riding.hashes, ...apart.hashes]).size).toBe(1);
     // voteAfter: those steps vote on their own, so their onStep runs before the next step.
     const asked = await runWith(true, (step) => step % 4 === 0);
-    expect(asked.gathers).toEqual([3, 3, 3]);
+    expect(asked.votes).toEqual([12, 12, 12]);
     expect(asked.steps[0]).toEqual(apart.steps[0]);
   });
 
@@ -259,6 +269,32 @@ describe('runElastic', () => {
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     for (const m of members) expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { step: number; recoverable: boolean }).recoverable)).toEqual([true]);
     await closeAll(runs);
+  });
+
+  it("a member cannot write the other ranks' rows of the vote: forged stop wishes in every row (stopVote 'all') stop nothing", async () => {
+    // Votes rode on the gradients' sum all-reduce, where any member could add into any rank's
+    // row: here rank 2 carries a stop in every row with its gradients once, which stopped the run
+    // at step 2 "by rank 0". The rows now go through the server, each placed at its sender's rank.
+    const net = new MemoryNetwork();
+    const session = uniqueSession('forged-vote');
+    let forged = false;
+    const forge = async (ctx: StepContext) => {
+      if (ctx.step !== 2 || ctx.pg.rank !== 2 || forged) return;
+      forged = true;
+      // [stop, join, work, loss] per rank, as the carried vote laid them out.
+      ctx.ddp.carry(new Float32Array([1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]));
+    };
+    const members = [0, 1, 2].map((id) => member(net, id, session, { min: 3, max: 3, steps: 8, stopVote: 'all', extra: forge }));
+    const outcomes = await Promise.allSettled(members.map((m) => m.result));
+    expect(forged).toBe(true);
+    // The forged values now ride on nothing anyone reads: the extra values fail the step's
+    // all-reduce (its sizes differ), never stop the run in another rank's name.
+    for (const o of outcomes) {
+      if (o.status === 'fulfilled') expect([o.value.stoppedBy, o.value.steps]).toEqual([null, 8]);
+      else expect((o.reason as Error).message).not.toMatch(/stopped/);
+    }
+    expect(members.flatMap((m) => m.events).filter((e) => e.type === 'end' && e.stoppedBy !== null)).toEqual([]);
+    await closeAll(outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : [])));
   });
 
   it("a rank whose last round fails as the others finish the run learns at once that the run ended, with its rank in the error", async () => {

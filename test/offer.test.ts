@@ -5,7 +5,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rename, rm, symlink, truncate, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -70,6 +70,74 @@ describe('what the host offers is checked when the server starts', () => {
     await truncate(join(model, 'weights.bin'), 100);
     expect(await refusal({ modelDir: model })).toMatch(/the weight files hold 100 bytes, model\.json's manifest \d+: a file is truncated/);
     expect(await refusal({ modelDir: join(dir, 'nowhere') })).toMatch(/model\.json: not found/);
+  });
+
+  it('refuses a symbolic link among the offered files (a weight file, model.json, an image, a class folder), naming it and saying what to do', async () => {
+    // Security review, issue 51, finding 6: a link's target would go to every holder of a session's token.
+    const outside = join(dir, 'outside');
+    await mkdir(outside, { recursive: true });
+    const model = join(dir, 'linked-weights');
+    await writeModelFolder(model, userImageModel(3));
+    // The very bytes the manifest expects, outside the folder: only the link is wrong.
+    await rename(join(model, 'weights.bin'), join(outside, 'secret.bin'));
+    await symlink(join(outside, 'secret.bin'), join(model, 'weights.bin'));
+    expect(await refusal({ modelDir: model })).toMatch(
+      /^--model .*linked-weights: weight file \.\/weights\.bin \(named in model\.json\) is a symbolic link \(to .*outside\/secret\.bin\); the server offers only regular files inside the folder you name \(.*every holder of a session's token\): copy the file into the folder in place of the link$/,
+    );
+
+    const json = join(dir, 'linked-json');
+    await writeModelFolder(json, userImageModel(3));
+    await rename(join(json, 'model.json'), join(outside, 'model.json'));
+    await symlink(join(outside, 'model.json'), join(json, 'model.json'));
+    expect(await refusal({ modelDir: json })).toMatch(/--model .*linked-json: .*model\.json is a symbolic link \(to .*outside\/model\.json\); .*copy the file into the folder in place of the link/);
+
+    const images = join(dir, 'linked-images');
+    await writeImageFolder(images, ['cat', 'dog'], 2);
+    await rename(join(images, 'dog', '001.png'), join(outside, 'dog.png'));
+    await symlink(join(outside, 'dog.png'), join(images, 'dog', '001.png'));
+    expect(await refusal({ dataPath: images })).toMatch(/^--data .*linked-images: dog\/001\.png is a symbolic link \(to .*outside\/dog\.png\); the server offers only regular files inside the folder you name .*: copy the file into the folder in place of the link$/);
+
+    const classes = join(dir, 'linked-class');
+    await writeImageFolder(classes, ['cat', 'dog'], 2);
+    await writeImageFolder(join(outside, 'birds'), ['bird'], 2);
+    await symlink(join(outside, 'birds', 'bird'), join(classes, 'bird'));
+    expect(await refusal({ dataPath: classes })).toMatch(/^--data .*linked-class: bird is a symbolic link \(to .*outside\/birds\/bird\); .*: copy the class folder into the data folder in place of the link$/);
+
+    // The folder the host names may itself be a link (theirs to follow); what lies in it may not.
+    const good = join(dir, 'good-images');
+    await writeImageFolder(good, ['cat', 'dog'], 2);
+    const named = join(dir, 'named-link');
+    await symlink(good, named);
+    const server = await startServer({ port: 0, log: () => {}, checkpointDir: join(dir, 'ckpt'), offer: { dataPath: named } });
+    try {
+      expect(server.offered.data).toMatchObject({ kind: 'images', length: 4 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('an image replaced by a link after the start is not followed when a tab asks for it (410)', async () => {
+    const images = join(dir, 'swapped-images');
+    await writeImageFolder(images, ['cat', 'dog'], 2);
+    const server = await startServer({ port: 0, log: () => {}, checkpointDir: join(dir, 'ckpt'), offer: { dataPath: images } });
+    try {
+      const session = 'swapped';
+      const token = newSessionToken();
+      await server.createSession(session, token);
+      const get = (i: number) => fetch(`http://127.0.0.1:${server.port}/api/offer/data/${i}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
+      const first = await get(0);
+      expect(first.status).toBe(200);
+      expect(Buffer.from(await first.arrayBuffer()).equals(await readFile(join(images, 'cat', '000.png')))).toBe(true);
+      const secret = join(dir, 'swap-secret.png');
+      await writeFile(secret, 'the host\'s private bytes');
+      await unlink(join(images, 'cat', '000.png'));
+      await symlink(secret, join(images, 'cat', '000.png'));
+      const swapped = await get(0);
+      expect(swapped.status).toBe(410);
+      expect(((await swapped.json()) as { message: string }).message).toMatch(/cat\/000\.png was offered at startup and cannot be read now \(or is no longer a regular file\)/);
+    } finally {
+      await server.close();
+    }
   });
 
   it('a text is offered whole, as UTF-8, with its size and vocabulary', async () => {

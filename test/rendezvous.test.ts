@@ -187,9 +187,15 @@ describe('rendezvous', () => {
     expect(refused.code).toBe('NOT_JOINED');
     expect(refused.message).toContain('only a member with a rank in the running round 1');
     const told = new Promise((resolve) => spectator.on('rendezvous-closed', resolve));
+    let toldEarly = false;
+    spectator.on('rendezvous-closed', () => (toldEarly = true));
     await s1.closeRendezvous();
+    await s1.closeRendezvous(); // asking again changes nothing
+    // One rank's close speaks for that rank only: the run ends when every rank is done.
+    await spectator.check(['nothing']);
+    expect(toldEarly).toBe(false);
+    await s0.closeRendezvous();
     expect(await told).toEqual({ type: 'rendezvous-closed', round: 1, by: 1 });
-    await s0.closeRendezvous(); // every rank may ask: closing again changes nothing
     const late = (await waiter.rendezvous({ min: 2, max: 2 }).catch((e: unknown) => e)) as RendezvousClosedError;
     expect(late).toBeInstanceOf(RendezvousClosedError);
     expect(late.message).toBe(`the run of session "${session}" has ended (rank 1 closed its rendezvous after round 1): a tab that arrives after the end has nothing to join; to train again, start a new session`);
@@ -210,6 +216,79 @@ describe('rendezvous', () => {
     const again = await connect(server, session);
     expect(await again.rendezvous({ min: 1, max: 4 }).catch((e: unknown) => (e as Error).name)).toBe('RendezvousClosedError');
     for (const c of [waiter, again]) c.close();
+  });
+
+  it("one member's close does not end the run for the others: they are not told, arrivals are not refused, and the next round goes on without it", async () => {
+    const session = uniqueSession('close-alone');
+    const [s0, s1, s2] = await Promise.all([0, 1, 2].map(() => connect(server, session)));
+    const rounds: number[] = [];
+    s0.on('round', (e) => rounds.push(e.worldSize));
+    await Promise.all([s0, s1, s2].map((s) => s.rendezvous({ min: 1, max: 4 })));
+    await waitFor('the first round', () => rounds.length === 1);
+    const closed: unknown[] = [];
+    for (const s of [s0, s1]) s.on('rendezvous-closed', (e) => closed.push(e));
+    await s2.closeRendezvous();
+    // A tab arriving now is not refused: it waits for the next round.
+    const late = await connect(server, session);
+    await late.rendezvous({ min: 1, max: 4 });
+    // The honest ranks' next round (their collectives with the closer failed) goes on without it.
+    await s0.regroup(1, true);
+    await waitFor('round 2', () => rounds.length === 2);
+    expect(rounds).toEqual([3, 3]);
+    expect(closed).toEqual([]);
+    // The ranks still training end the run together: then, and only then, arrivals are refused.
+    await s0.closeRendezvous();
+    await s1.closeRendezvous();
+    const early = await connect(server, session);
+    await early.rendezvous({ min: 1, max: 4 });
+    early.close();
+    await late.closeRendezvous();
+    const after = await connect(server, session);
+    expect(await after.rendezvous({ min: 1, max: 4 }).catch((e: unknown) => (e as Error).name)).toBe('RendezvousClosedError');
+    for (const c of [s0, s1, s2, late, after]) c.close();
+  });
+
+  it('a round that must form while most ranks are done ends the run instead (a rank whose last step failed as the others finished)', async () => {
+    const session = uniqueSession('close-most');
+    const [s0, s1, s2] = await Promise.all([0, 1, 2].map(() => connect(server, session)));
+    await Promise.all([s0, s1, s2].map((s, rank) => s.rendezvous({ min: 3, max: 3, rank })));
+    const told = new Promise((resolve) => s2.on('rendezvous-closed', resolve));
+    await s0.closeRendezvous();
+    await s1.closeRendezvous();
+    await s2.regroup(1, true);
+    expect(await told).toEqual({ type: 'rendezvous-closed', round: 1, by: 0 });
+    for (const c of [s0, s1, s2]) c.close();
+  });
+
+  it("a gather's rows are placed by the server at each sender's rank: a member gives its own row once, names no other rank's, and a round that ends fails the gather at once", async () => {
+    const session = uniqueSession('gather');
+    const [s0, s1, s2] = await Promise.all([0, 1, 2].map(() => connect(server, session)));
+    const formed = Promise.all([s0, s1, s2].map((s) => new Promise((resolve) => s.on('round', resolve))));
+    await Promise.all([s0, s1, s2].map((s, rank) => s.rendezvous({ min: 3, max: 3, rank })));
+    await formed;
+    // The hostile rank 2 gives its row, then tries to give another (as if for rank 0).
+    const hostile = s2.gather(1, 'vote:1', [1, 12], 5_000);
+    const again = (await s2.gather(1, 'vote:1', [1, 0], 5_000).catch((e: unknown) => e)) as StoreError;
+    expect(again.message).toContain('rank 2 gave its row of gather "vote:1" in round 1 already');
+    const rows = Promise.all([s0.gather(1, 'vote:1', [0, 10], 5_000), s1.gather(1, 'vote:1', [0, 11], 5_000)]);
+    const expected = [[0, 10], [0, 11], [1, 12]];
+    expect(await rows).toEqual([expected, expected]);
+    expect(await hostile).toEqual(expected);
+    const late = (await s2.gather(1, 'vote:1', [1, 0], 5_000).catch((e: unknown) => e)) as StoreError;
+    expect(late.message).toContain('which every rank completed already');
+    // Bad rows are refused on the wire: non-finite values, an unknown round.
+    const nan = (await s0.request('gather', { round: 1, tag: 'v', values: [NaN], timeoutMs: 100 }).catch((e: unknown) => e)) as StoreError;
+    expect(nan.message).toMatch(/field "values" must be an array of at most \d+ finite numbers/);
+    const stale = (await s0.gather(7, 'v', [1], 100).catch((e: unknown) => e)) as StoreError;
+    expect(stale.code).toBe('GATHER_ABORTED');
+    // A gather whose round loses a rank fails at once, naming why.
+    const waiting = s0.gather(1, 'vote:2', [0], 10_000).catch((e: unknown) => e);
+    s2.close();
+    const lost = (await waiting) as StoreError;
+    expect(lost.code).toBe('GATHER_ABORTED');
+    expect(lost.message).toMatch(/cannot complete: rank 2/);
+    // And one that waits too long names the ranks missing.
+    for (const c of [s0, s1]) c.close();
   });
 
   it('signals cannot reach another session', async () => {

@@ -4,20 +4,23 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import {
+  CloseCode,
   ConnectionClosedError,
   DeviceLostError,
   DistTimeoutError,
   NonFiniteGradientError,
   PeerLostError,
   RankStalledError,
+  RemovedByHostError,
   RendezvousClosedError,
   RendezvousError,
   ReplicaDivergenceError,
   SessionEndedError,
   StoreClient,
+  TokenRotatedError,
   UnauthorizedError,
 } from '../../src/index.ts';
-import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { adoptToken, MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
 import { DashboardPublisher, watchDashboard } from '../train/spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
@@ -116,6 +119,26 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     token = err as Error;
   }
   const hostSecret = pageHostSecret();
+  /** The session's token now: the link's, until the host removes a tab and the server sends a new one. */
+  let liveToken = token instanceof Error ? '' : token;
+  /** The session's token changed: this page's URL, its link for more tabs and its later requests take the new one. */
+  const tokenChanged = (next: string, reason = 'the host removed a tab from the session') => {
+    if (next === liveToken) return;
+    liveToken = next;
+    adoptToken(next);
+    dash.linkChanged(next, reason);
+    console.log(`the session's link changed: ${reason}`);
+  };
+  /** The host removed this tab (its socket closed with REMOVED): it stops, says so, and keeps its replica to save. */
+  let removed = false;
+  const removedByHost = () => {
+    if (removed) return;
+    removed = true;
+    stop = true;
+    document.title = `removed · ${session} · Browser DDP`;
+    dash.removed();
+    if (liveModel) dash.setDownloadable(true);
+  };
   /** Asks the server to pass the host's action to every tab; only the host's tab offers these. */
   const control = (action: 'stop' | 'end' | 'min', min?: number) => {
     if (!store) return;
@@ -131,6 +154,10 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     },
     onEnd: () => control('end'),
     onSetMin: (min) => control('min', min),
+    // The server changes the session's token and tells every other tab; the removed one is closed.
+    onRemove: (target) => {
+      store?.removeMember(target).catch((err: Error) => dash.showError('The tab was not removed', err.message, "Look at the group's tabs again and try again; if this tab lost its connection, reload it (it rejoins as the host)."));
+    },
     // This tab rejoins the session: it takes the state of the live replicas, or the latest checkpoint.
     onContinue: () => location.reload(),
     onDownload: (baseName) => {
@@ -199,6 +226,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
     const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
     store = connected;
+    // The first connection's events; the rendezvous handler's onToken follows the later ones.
+    connected.on('token', (e) => tokenChanged(e.token, e.reason));
+    connected.on('close', (e) => {
+      if (e.code === CloseCode.REMOVED) removedByHost();
+    });
     const role = { host: connected.isHost, hasHost: connected.hasHost };
     dash.setRole({ ...role, spectator: false });
     publisher = new DashboardPublisher(connected);
@@ -206,7 +238,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       serverUrl: location.origin,
       store: connected,
       session,
-      token,
+      // Read at each use (checkpoints, the host's data): the host's removal of a tab changes it.
+      get token() {
+        return liveToken;
+      },
+      onToken: (next) => tokenChanged(next),
       rank: opts.rank,
       timeoutMs: opts.timeoutMs,
       config,
@@ -244,6 +280,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const e = err instanceof Error ? err : new Error(String(err));
     console.error(`${e.name}: ${e.message}`);
     report({ type: 'error', name: e.name, message: e.message });
+    if (e instanceof RemovedByHostError || removed) {
+      // Not a failure: the host chose to. The replica it trained stays here to save.
+      removedByHost();
+      return;
+    }
     if (e instanceof RendezvousClosedError) {
       // The run ended well while this tab watched or waited, or as its last round failed here
       // while the others finished it: not a failure of training. Its replica can still be saved.
@@ -315,6 +356,9 @@ function explain(e: Error, fixed: boolean): [string, string | undefined, boolean
     }
   }
   if (e instanceof SessionEndedError) return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
+  if (e instanceof TokenRotatedError) {
+    return ['This link is no longer valid', "The host removed a tab from this session and changed its link, so this one no longer opens it. Ask the host for the new link.", false];
+  }
   if (e instanceof UnauthorizedError && /does not exist on this server/.test(e.message)) {
     return ['No such session on this server', 'Open the full link the host shared (with its #token=...). Sessions are created by the host, on the start page.', false];
   }

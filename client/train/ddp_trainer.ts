@@ -136,7 +136,11 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     run = await runElastic<Metrics & CommMetrics & DeviceMetrics & { stepMs: number }>({
       url: opts.serverUrl,
       session: opts.session,
-      token: opts.token,
+      // Read at each use (checkpoints): the host's removal of a tab changes it during the run.
+      get token() {
+        return opts.token;
+      },
+      onToken: opts.onToken,
       min: config.min,
       max: config.max,
       rank: config.min === config.max ? opts.rank : undefined,
@@ -228,7 +232,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       },
 
       onRound({ pg, ddp }) {
-        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
         shareFleet(pg, backend, gpu.adapter);
         if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
         announcedModel = true;

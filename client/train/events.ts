@@ -67,6 +67,8 @@ export type TrainEvent =
       type: 'joined';
       rank: number;
       worldSize: number;
+      /** The server's round this rank is in: ranks name tabs within it (the host removes a tab by its rank and round). */
+      round?: number;
       /** The backend that runs, and why it is not the one asked for, if it is not. */
       backend: BackendName;
       fallbackReason?: string;

@@ -41,8 +41,13 @@ export interface TrainerOptions {
   /** An open connection to the server (the page retries until it has one). */
   store: StoreClient;
   session: string;
-  /** The session's secret (checkpoints need it). */
+  /**
+   * The session's secret (checkpoints and the host's data need it). Read it at each use: the page
+   * keeps it current (a getter) when the host removes a tab and the token changes.
+   */
   token: string;
+  /** The session's token changed (the host removed a tab): the page updates its link. */
+  onToken?(token: string): void;
   /** A rank asked for in the URL (fixed-size sessions only). */
   rank: number | undefined;
   timeoutMs: number;
@@ -194,7 +199,14 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   const backend = await selectBackend(config.backend);
   if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
-  const req: OfferRequest = { url: opts.serverUrl, session: opts.session, token: opts.token };
+  // The token at each request: streamed data keeps loading after the host removed a tab.
+  const req: OfferRequest = {
+    url: opts.serverUrl,
+    session: opts.session,
+    get token() {
+      return opts.token;
+    },
+  };
   const offered = config.model === 'user' || config.dataset === 'user' ? await fetchOffer(req) : null;
   if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
   if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt");

@@ -55,7 +55,11 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
   const run = await runPipeline<StepFigures>({
     url: opts.serverUrl,
     session: opts.session,
-    token: opts.token,
+    // Read at each use (checkpoints): the host's removal of a tab changes it during the run.
+    get token() {
+      return opts.token;
+    },
+    onToken: opts.onToken,
     ...(opts.rank === undefined ? {} : { rank: opts.rank }),
     timeoutMs: opts.timeoutMs,
     store: opts.store,
@@ -127,7 +131,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     },
 
     onRound({ mesh, stage }) {
-      emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
       shareFleet(mesh.world, backend, gpu.adapter);
       emit({
         type: 'pipeline',

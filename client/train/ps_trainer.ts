@@ -36,7 +36,11 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
   const run = await runParameterServer({
     url: opts.serverUrl,
     session: opts.session,
-    token: opts.token,
+    // Read at each use (checkpoints): the host's removal of a tab changes it during the run.
+    get token() {
+      return opts.token;
+    },
+    onToken: opts.onToken,
     timeoutMs: opts.timeoutMs,
     store: opts.store,
     ...(opts.host === undefined ? {} : { host: opts.host }),
@@ -125,7 +129,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
     onStatus: (s) => emit({ type: 'ps', ...s }),
     onRound: ({ pg }) => {
       rank = pg.rank;
-      emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
       shareFleet(pg, backend, gpu.adapter);
       watchLinks(pg, emit);
     },

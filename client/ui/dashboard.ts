@@ -18,6 +18,7 @@ import { displayPhase } from './dashboard_status.ts';
 import { el } from './dom.ts';
 import { fetchServerInfo, isLoopbackHost } from './server_info.ts';
 import { shareableUrl, withOrigin } from './session_link.ts';
+import { withToken } from '../../src/c10d/session_token.ts';
 import { StatsView } from './view_cards.ts';
 import { ChartsView } from './view_charts.ts';
 import { ErrorBannerView } from './view_error.ts';
@@ -55,6 +56,8 @@ export interface DashboardOptions {
   onSetMin?: (min: number) => void;
   /** "Continue training" after a failure the page said it can train past. */
   onContinue?: () => void;
+  /** The host's "Remove" in the group table, after confirming: the tab at `rank` of round `round`. */
+  onRemove?: (target: { rank: number; round: number }) => void;
 }
 
 export class Dashboard {
@@ -69,7 +72,7 @@ export class Dashboard {
   private readonly stats = new StatsView();
   private readonly charts: ChartsView;
   private readonly ring = new RingCardView();
-  private readonly fleet = new FleetView();
+  private readonly fleet: FleetView;
   private readonly perf = new PerfView();
   private readonly pipeline = new PipelineView();
   private readonly ps = new PsView();
@@ -115,6 +118,12 @@ export class Dashboard {
     this.facts = new FactsView(share);
     void this.preferReachableLink(share);
     this.charts = new ChartsView(() => this.scheduleRender(true));
+    this.fleet = new FleetView((rank) => {
+      const round = this.state.round;
+      if (round === null) return;
+      this.dispatch({ type: 'remove-requested', rank });
+      options.onRemove?.({ rank, round });
+    });
     this.root = el(
       'div',
       // The page's #app is a live region; switch that off here so chart redraws are not read out.
@@ -171,6 +180,20 @@ export class Dashboard {
   /** The host stopped the run, ended the session or set a new minimum: every tab says so. */
   controlEvent(action: ControlAction, min?: number): void {
     this.dispatch({ type: 'control', action, min });
+  }
+
+  /**
+   * The host removed a tab and the session's token changed: the link for more tabs (and its QR
+   * code) carries the new one from now on; `reason` is the server's words for what happened.
+   */
+  linkChanged(token: string, reason: string): void {
+    this.facts.setShareUrl(withToken(this.facts.shareUrl, token));
+    this.dispatch({ type: 'link-changed', reason });
+  }
+
+  /** The host removed this tab: it stopped, and says so (not as a failure). */
+  removed(): void {
+    this.dispatch({ type: 'removed' });
   }
 
   /** The run finished before this tab got a rank: said plainly, not as a failure. */
@@ -245,7 +268,8 @@ export class Dashboard {
     if (!isLoopbackHost(new URL(share).hostname) || window.__ddpReport) return;
     const info = await fetchServerInfo();
     const url = info?.urls[0];
-    if (url && !this.destroyed) this.facts.setShareUrl(withOrigin(share, url));
+    // The link shown now: its token may have changed while the server was asked.
+    if (url && !this.destroyed) this.facts.setShareUrl(withOrigin(this.facts.shareUrl, url));
   }
 
   private scheduleRender(soon = false): void {

@@ -50,6 +50,8 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
             ? 'until it failed'
             : s.phase === 'ended'
               ? 'until the session ended'
+              : s.phase === 'removed'
+                ? 'until the host removed this tab'
               : eta === null
                 ? 'elapsed'
                 : `elapsed · about ${fmtDuration(eta)} left`;

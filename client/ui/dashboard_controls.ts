@@ -11,6 +11,8 @@ export interface Controls {
   end: { visible: boolean; disabled: boolean };
   /** The host's control of the minimum number of tabs (1..max). */
   min: { visible: boolean; disabled: boolean; value: number; max: number };
+  /** The host's "Remove" on each other tab of the group table, while its group (round) is known and the run goes on. */
+  remove: { visible: boolean };
   /** Said instead of the buttons on tabs that are not the host's. */
   note: string | null;
   /** "Continue training" after a failure the page can train past. */
@@ -32,6 +34,7 @@ export function controls(s: DashboardState): Controls {
     stop,
     end: { visible: host, disabled: s.phase === 'ended' },
     min: { visible: host && max > 1, disabled: isOver(s.phase), value: Math.min(min, max), max },
+    remove: { visible: host && !spectator && s.round !== null && s.self !== null && !isOver(s.phase) },
     note: !host && hasHost && s.phase !== 'ended' ? "The host's tab controls this session: it can stop the training or end the session." : null,
     continueVisible: s.phase === 'failed' && s.canContinue,
     downloadEnabled: s.downloadable ?? s.finished,
@@ -51,6 +54,15 @@ export const CONFIRM = {
     confirm: 'End session',
   },
 } as const;
+
+/** What removing the tab at `rank` does, said before it happens (the group table's confirmation). */
+export function removeConfirm(rank: number): { title: string; body: string; confirm: string } {
+  return {
+    title: `Remove rank ${rank} from the session?`,
+    body: "That tab stops training and keeps what it trained; the other tabs train on without it. The session's link changes, so that the old one (which that tab has) no longer opens it: the tabs still in the session get the new link, and this tab shows it for anyone who joins later.",
+    confirm: 'Remove tab',
+  };
+}
 
 /** The downloaded files' name: the session and the step the model is at ("my-run-step-938"). */
 export function downloadBaseName(s: DashboardState): string {

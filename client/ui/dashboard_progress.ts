@@ -83,6 +83,7 @@ export function progressFigures(s: DashboardState): ProgressFigures {
   else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(took)}`);
   else if (s.phase === 'failed') parts.push(`failed after ${fmtDuration(took)}`);
   else if (s.phase === 'ended') parts.push(`ended after ${fmtDuration(took)}`);
+  else if (s.phase === 'removed') parts.push(`removed after ${fmtDuration(took)}`);
   else {
     const rate = stepRate(s);
     const eta = etaSeconds(s);

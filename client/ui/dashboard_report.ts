@@ -99,6 +99,7 @@ export function runReport(s: DashboardState): RunReport | null {
     f.left ? `${plural(f.left, 'tab')} closed` : '',
     f.froze ? `${plural(f.froze, 'tab')} froze or went silent` : '',
     f.evicted ? `${plural(f.evicted, 'tab')} evicted (replica differed)` : '',
+    f.removed ? `${plural(f.removed, 'tab')} removed by the host` : '',
     f.failed ? `${plural(f.failed, 'rank')} failed` : '',
     f.joined ? `${plural(f.joined, 'tab')} joined mid-run` : '',
     redone ? `${plural(redone, 'step')} trained again` : '',

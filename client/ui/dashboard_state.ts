@@ -44,6 +44,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     phase: 'connecting',
     config: null,
     self: null,
+    round: null,
     worldSize: null,
     backend: null,
     waiting: null,
@@ -75,7 +76,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     canContinue: false,
     fullRanks: null,
     stoppedByHost: false,
-    faults: { left: 0, froze: 0, evicted: 0, failed: 0, joined: 0 },
+    faults: { left: 0, froze: 0, evicted: 0, removed: 0, failed: 0, joined: 0 },
     minRequested: null,
     pipeline: null,
     timeline: null,
@@ -109,6 +110,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const next: DashboardState = {
         ...group,
         self: event.rank,
+        round: event.round ?? null,
         worldSize: event.worldSize,
         joined: withRank(group.joined, event.rank),
         backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason },
@@ -312,6 +314,11 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'control':
       return onControl(state, event, log);
 
+    case 'remove-requested':
+    case 'link-changed':
+    case 'removed':
+      return onRemoval(state, event, log);
+
     case 'error-shown': {
       const { type: _type, ...error } = event;
       return log({ ...state, error }, 'error', `${event.title}: ${event.detail}`);
@@ -322,8 +329,8 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'failed': {
       const { type: _type, canContinue, ...error } = event;
-      // After the host ended the session, losing the connection is what ending means.
-      if (state.phase === 'ended') return log(state, 'info', `${event.title}: ${event.detail}`);
+      // After the host ended the session (or removed this tab), losing the connection is what that means.
+      if (state.phase === 'ended' || state.phase === 'removed') return log(state, 'info', `${event.title}: ${event.detail}`);
       return log({ ...state, failure: event.title, error, canContinue: canContinue === true, phase: state.finished ? state.phase : 'failed' }, 'error', `${event.title}: ${event.detail}`);
     }
 
@@ -350,6 +357,21 @@ function onControl(state: DashboardState, e: Extract<PageEvent, { type: 'control
       const waiting = state.waiting ? { ...state.waiting, min: e.min } : state.waiting;
       return log({ ...state, config, waiting, minRequested: null }, 'info', `The host set the minimum to ${plural(e.min, 'tab')}: training goes on while at least ${e.min} ${e.min === 1 ? 'is' : 'are'} in.`);
     }
+  }
+}
+
+/** The host removes a tab: its request, the link changing for the tabs that stay, and the removed tab's end. */
+function onRemoval(state: DashboardState, e: Extract<PageEvent, { type: 'remove-requested' | 'link-changed' | 'removed' }>, log: (s: DashboardState, level: LogLevel, message: string) => DashboardState): DashboardState {
+  switch (e.type) {
+    case 'remove-requested':
+      return log(state, 'info', `Removing rank ${e.rank} from the session, as asked by this tab (the host); the session's link changes.`);
+    case 'link-changed': {
+      const share = state.role.host ? 'Share the new link below: the old one no longer opens the session.' : "This tab trains on; the link below is the session's new one.";
+      return log(state, 'warn', `${e.reason.charAt(0).toUpperCase()}${e.reason.slice(1)}, so the session's link changed. ${share}`);
+    }
+    case 'removed':
+      if (state.phase === 'removed') return state;
+      return log({ ...state, phase: 'removed', stopRequested: false, error: null, canContinue: false }, 'warn', 'The host removed this tab from the session: it stopped training, and its link no longer opens the session. Its replica can still be downloaded.');
   }
 }
 
@@ -434,7 +456,7 @@ function withRank(ranks: readonly number[], rank: number): readonly number[] {
 
 /** The run is over (for better or worse): nothing but 'done' changes its phase any more. */
 export function isOver(phase: Phase): boolean {
-  return phase === 'done' || phase === 'stopped' || phase === 'failed' || phase === 'ended';
+  return phase === 'done' || phase === 'stopped' || phase === 'failed' || phase === 'ended' || phase === 'removed';
 }
 
 /** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */
@@ -446,5 +468,6 @@ export function faultKind(reason: string): FaultKind {
   if (/tab closed|left the group|leaving/i.test(reason)) return 'left';
   if (/stall|paused|froze|frozen|silent|no sign of life|sent nothing|evicted for silence/i.test(reason)) return 'froze';
   if (/diverg|replica/i.test(reason)) return 'evicted';
+  if (/removed by the host/i.test(reason)) return 'removed';
   return 'failed';
 }

@@ -18,6 +18,7 @@ const PHASE_LABEL: Readonly<Record<Phase, string>> = {
   failed: 'Failed',
   full: 'Session full',
   ended: 'Session ended',
+  removed: 'Removed by the host',
 };
 
 /** What the phase pill and the page's data-phase show: a spectating tab is neither waiting nor failed. */
@@ -104,6 +105,11 @@ export function statusText(s: DashboardState): string {
     case 'full': {
       const n = s.fullRanks;
       return `The session is full${n !== null ? `: all ${plural(n, 'rank')} are taken` : ''}, so this tab is not training. Keep it for when a tab closes (reload it then), or create a new session.`;
+    }
+    case 'removed': {
+      const at = s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : '';
+      const model = controls(s).downloadEnabled ? " This tab's replica, from its last committed step, can still be downloaded." : '';
+      return `The host removed this tab from the session${at}: it stopped training, and its link no longer opens the session.${model}`;
     }
     case 'ended': {
       const at = s.lastStep ? ` at step ${fmtInt(s.lastStep.step)}` : '';

@@ -44,7 +44,13 @@ export type PageEvent =
   /** The run ended without this tab: it waited or watched (`rank` null), or its last round failed as the others finished (its rank in that round). */
   | { type: 'watched-end'; rank?: number | null }
   /** The host stopped the run, ended the session or changed the minimum. */
-  | { type: 'control'; action: ControlAction; min?: number };
+  | { type: 'control'; action: ControlAction; min?: number }
+  /** The host confirmed removing the tab at `rank` of the group table. */
+  | { type: 'remove-requested'; rank: number }
+  /** The host removed another tab, and the session's link changed (`reason`, the server's words). */
+  | { type: 'link-changed'; reason: string }
+  /** The host removed this tab from the session: it stops, keeps its replica, and cannot rejoin with its link. */
+  | { type: 'removed' };
 
 export type DashboardEvent = TrainEvent | PageEvent;
 
@@ -56,8 +62,8 @@ export interface DashboardAction {
 
 // ---------------------------------------------------------------- state
 
-/** `full`: every rank is taken (not a failure); `ended`: the host ended the session. */
-export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed' | 'full' | 'ended';
+/** `full`: every rank is taken (not a failure); `ended`: the host ended the session; `removed`: the host removed this tab. */
+export type Phase = 'connecting' | 'waiting' | 'starting' | 'training' | 'done' | 'stopped' | 'failed' | 'full' | 'ended' | 'removed';
 export type LogLevel = 'info' | 'warn' | 'error';
 export type StepEvent = Extract<TrainEvent, { type: 'step' }>;
 type EvalEvent = Extract<TrainEvent, { type: 'eval' }>;
@@ -97,6 +103,8 @@ export interface DashboardState {
   readonly config: TrainConfig | null;
   /** This tab's rank in the current group, from its latest 'joined'. */
   readonly self: number | null;
+  /** The server's round of that group, when the job says it (the host removes a tab by rank and round). */
+  readonly round: number | null;
   /** Size of the current group (from 'joined', or the widest step seen). */
   readonly worldSize: number | null;
   readonly backend: { name: BackendName; adapter: string | null; fallbackReason?: string } | null;
@@ -177,4 +185,4 @@ export interface DashboardState {
 }
 
 /** What happened to a lost rank, from the group's reason: counted apart in the summary. */
-export type FaultKind = 'left' | 'froze' | 'evicted' | 'failed';
+export type FaultKind = 'left' | 'froze' | 'evicted' | 'removed' | 'failed';

@@ -38,7 +38,12 @@ export class FactsView {
     this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node), this.share.root, this.qr);
   }
 
-  /** A better link to share (e.g. from an address other machines can reach). */
+  /** The link shown for more tabs now. */
+  get shareUrl(): string {
+    return this.share.input.value;
+  }
+
+  /** A better link to share (e.g. from an address other machines can reach, or with the session's new token). */
   setShareUrl(url: string): void {
     this.share.input.value = url;
     this.drawQr();

@@ -1,6 +1,7 @@
-/** The fleet card: a table row per rank with its browser, backend, device, step time and share of the global batch. */
+/** The fleet card: a table row per rank with its browser, backend, device, step time and share of the global batch; the host's "Remove" on the others. */
 import { RECENT, type DashboardState } from './dashboard_state.ts';
 import { fleetRows, type FleetRow } from './dashboard_fleet.ts';
+import { controls, removeConfirm } from './dashboard_controls.ts';
 import { el, rankColour } from './dom.ts';
 import { fmtMs, fmtPercent } from './format.ts';
 import { changeDetector, setText } from './view_dom.ts';
@@ -17,8 +18,11 @@ export class FleetView {
   private readonly body: HTMLTableSectionElement;
   private readonly note: HTMLElement;
   private readonly changed = changeDetector();
+  private readonly removeDialog: RemoveDialog;
 
-  constructor() {
+  /** `onRemove`: the host confirmed removing the tab at that rank. */
+  constructor(onRemove: (rank: number) => void = () => {}) {
+    this.removeDialog = new RemoveDialog(onRemove);
     this.body = el('tbody');
     this.note = el('p', { class: 'card-note', 'data-testid': 'fleet-note' });
     const col = (text: string, cls = '') => el('th', { scope: 'col', ...(cls ? { class: cls } : {}) }, text);
@@ -36,21 +40,58 @@ export class FleetView {
       el('h2', { id: 'fleet-title', class: 'card-title' }, 'The group’s tabs'),
       el('div', { class: 'table-scroll' }, table),
       this.note,
+      this.removeDialog.node,
     );
     this.node.hidden = true;
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config])) return;
+    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config, s.role, s.phase, s.round])) return;
     const rows = fleetRows(s);
     this.node.hidden = rows.length === 0;
-    this.body.replaceChildren(...rows.map(fleetRow));
+    const removable = controls(s).remove.visible;
+    this.body.replaceChildren(...rows.map((row) => fleetRow(row, removable && !row.self && !row.lost ? () => this.removeDialog.open(row.rank) : null)));
     const even = rows.some((r) => r.shareEven);
     setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.`);
   }
 }
 
-function fleetRow(row: FleetRow): HTMLTableRowElement {
+/** The host's confirmation before a tab is removed: Cancel is focused first, so a stray Enter does nothing. */
+class RemoveDialog {
+  readonly node: HTMLDialogElement;
+  private readonly title = el('h2', { id: 'remove-dialog-title' });
+  private readonly body = el('p', { id: 'remove-dialog-body' });
+  private readonly confirm = el('button', { value: 'confirm', class: 'btn btn-danger-solid', 'data-testid': 'remove-confirm' });
+  private rank = -1;
+
+  constructor(onRemove: (rank: number) => void) {
+    this.node = el(
+      'dialog',
+      { class: 'confirm-dialog', 'aria-labelledby': 'remove-dialog-title', 'aria-describedby': 'remove-dialog-body', 'data-testid': 'remove-dialog' },
+      el('form', { method: 'dialog' }, this.title, this.body, el('div', { class: 'dialog-actions' }, el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'), this.confirm)),
+    );
+    this.node.addEventListener('close', () => {
+      if (this.node.returnValue === 'confirm' && this.rank >= 0) onRemove(this.rank);
+    });
+  }
+
+  open(rank: number): void {
+    const text = removeConfirm(rank);
+    this.rank = rank;
+    setText(this.title, text.title);
+    setText(this.body, text.body);
+    setText(this.confirm, text.confirm);
+    this.node.returnValue = '';
+    if (!this.node.open) this.node.showModal();
+  }
+}
+
+/** A rank's row; `remove` (the host's tab, another rank): its "Remove" button opens the confirmation. */
+function fleetRow(row: FleetRow, remove: (() => void) | null): HTMLTableRowElement {
+  const removeButton = remove
+    ? el('button', { type: 'button', class: 'btn btn-danger fleet-remove', 'data-testid': `remove-rank-${row.rank}`, 'aria-haspopup': 'dialog', 'aria-label': `Remove rank ${row.rank} from the session` }, 'Remove')
+    : null;
+  removeButton?.addEventListener('click', () => remove?.());
   const unknown = (text: string) => el('span', { class: 'muted' }, text);
   const backend: Array<Node | string> = row.backend ? [el('strong', {}, row.backend)] : [unknown('–')];
   if (row.fallback) backend.push(el('span', { class: 'fallback', 'data-testid': 'fleet-fallback' }, `⚠ fallback: ${row.fallback}`));
@@ -58,7 +99,7 @@ function fleetRow(row: FleetRow): HTMLTableRowElement {
   return el(
     'tr',
     { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },
-    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
+    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : '', ...(removeButton ? [removeButton] : [])),
     el('td', { class: 'fleet-browser', 'data-col': 'browser', 'data-label': 'Browser' }, ...(row.browser ? [row.browser, ...(row.platform ? [el('span', { class: 'fleet-sub' }, row.platform)] : [])] : [unknown('not reported yet')])),
     el('td', { class: 'fleet-backend', 'data-col': 'backend', 'data-label': 'Backend' }, ...backend),
     el('td', { class: 'fleet-device', 'data-col': 'device', 'data-label': 'Device' }, row.device ? el('span', { class: 'fleet-device-text' }, row.device) : unknown('–')),

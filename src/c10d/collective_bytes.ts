@@ -53,3 +53,14 @@ export function allReduceBytes(elements: number, rank: number, worldSize: number
   }
   return bytes;
 }
+
+/**
+ * Bytes each rank sends in `pg.meshAllGather` of `elements` values (robust aggregation's
+ * exchange): its whole block to each of the N-1 others, (N-1) x (4 x elements + headers), where
+ * the ring all-reduce of the same values sends about 2(N-1)/N x 4 x elements: N/2 times less.
+ * The price of every rank holding every rank's own block, unaltered by relays. 0 for a world of one.
+ */
+export function meshAllGatherBytes(elements: number, worldSize: number, o: Pick<CollectiveBytesOptions, 'frameBytes'> = {}): number {
+  if (worldSize <= 1) return 0;
+  return (worldSize - 1) * messageBytes(4 * elements, o.frameBytes ?? DEFAULT_FRAME_BYTES);
+}

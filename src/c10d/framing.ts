@@ -47,7 +47,7 @@ export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5 } a
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
-export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9, allReduceTree: 10 } as const;
+export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9, allReduceTree: 10, meshAllGather: 11 } as const;
 export type Collective = (typeof Collective)[keyof typeof Collective];
 export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(
   Object.entries(Collective).map(([name, code]) => [code, name]),

@@ -37,6 +37,7 @@ import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
 import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts';
+import { meshExchange } from './mesh_gather.ts';
 
 export type { ReduceOpName } from './framing.ts';
 export type { WireDtype } from '../half.ts';
@@ -72,6 +73,8 @@ export class ProcessGroup {
   /** " in subgroup 1 [1, 3]", for messages; empty for the top-level group. */
   private readonly label: string;
   private seq = 0;
+  /** Gathers through the server so far (`gatherRows`): every rank counts the same. */
+  private attestedSeq = 0;
   private barrierCount = 0;
   private readonly p2p = new P2PSequences();
   private readonly aborts: AbortNotices;
@@ -303,6 +306,21 @@ export class ProcessGroup {
   }
 
   /**
+   * Every rank's `row`, in rank order, gathered through the server (the store's `gather`), which
+   * places each row at the rank of the member that sent it: unlike any collective over the peer
+   * links (a sum any member can add into, an all-gather whose blocks others forward), what row r
+   * says comes from rank r, and every rank gets the same rows. For small per-rank facts (votes,
+   * step figures, work times), not tensors. Top-level groups only (the server knows its ranks).
+   */
+  async gatherRows(row: readonly number[], timeoutMs = this.timeoutMs): Promise<number[][]> {
+    if (this.groupId !== 0) throw new Error(`gatherRows needs the top-level group: the server knows the ranks of round ${this.round}, not those${this.label}`);
+    const tag = `rows:${this.attestedSeq++}`;
+    const rows = await Promise.race([this.init.client.gather(this.round, tag, [...row], timeoutMs), this.whenBroken]);
+    if (rows.length !== this.worldSize) throw new Error(`gather "${tag}" of round ${this.round} came back with ${rows.length} rows for a group of ${this.worldSize}`);
+    return rows;
+  }
+
+  /**
    * The same reduction as a full-mesh exchange (every rank sends its whole buffer to every
    * other, as DISCO does). For comparison in benchmarks; the ring is the one to use.
    */
@@ -323,6 +341,17 @@ export class ProcessGroup {
       if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
       return buf;
     });
+  }
+
+  /**
+   * Every rank's `input` (same length everywhere), each sent by its own rank straight to every
+   * other over their own link (no forwarding: no rank can alter another's block on the way, as
+   * a ring's relays could). Returns the blocks in rank order (this rank's a copy). Sends
+   * (N-1) x the input per rank, where a ring all-reduce sends 2(N-1)/N x (robust/exchange.ts).
+   */
+  async meshAllGather(input: Float32Array): Promise<Float32Array[]> {
+    const d: Descriptor = { collective: Collective.meshAllGather, reduceOp: 0, numel: input.length, root: 0 };
+    return this.run(d, [input.slice()], (t) => meshExchange(t, input));
   }
 
   /**

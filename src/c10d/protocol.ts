@@ -140,6 +140,8 @@ export const ErrorCode = {
   SESSION_ENDED: 'SESSION_ENDED',
   /** `rendezvous` to a session whose run ended (a rank closed its rendezvous): nothing is left to join. */
   RENDEZVOUS_CLOSED: 'RENDEZVOUS_CLOSED',
+  /** A `gather` whose round ended (a rank left, or a new round formed) before every rank gave its row. */
+  GATHER_ABORTED: 'GATHER_ABORTED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -167,6 +169,8 @@ export const CloseCode = {
   LEFT: 4009,
   /** Sent by a client: its page was paused past its stall bound, so it leaves the round and joins again. */
   STALLED: 4010,
+  /** The session's host removed this member (`control` 'remove'): the session's token changed, so its link no longer opens it. */
+  REMOVED: 4011,
 } as const;
 
 export type CloseCodeValue = (typeof CloseCode)[keyof typeof CloseCode];
@@ -187,6 +191,8 @@ export function describeMemberClose(code: number): string {
       return 'was evicted: nothing received from it (frozen or hung)';
     case CloseCode.SESSION_ENDED:
       return 'left: the host ended the session';
+    case CloseCode.REMOVED:
+      return 'was removed by the host';
     case CloseCode.SERVER_CLOSING:
       return 'left: the server is shutting down';
     case CloseCode.MESSAGE_TOO_BIG:
@@ -213,6 +219,13 @@ export function describeMemberClose(code: number): string {
  */
 export type ControlAction = 'stop' | 'end' | 'min';
 export const CONTROL_ACTIONS: readonly ControlAction[] = ['stop', 'end', 'min'];
+/**
+ * Every action of `control`: the relayed ones, and 'remove' (a member, named by its rank in the
+ * running round or its member id), which is not relayed: the session's token changes, the other
+ * sockets get the new one (TokenEvent), and the removed member's socket closes with REMOVED.
+ */
+export type HostAction = ControlAction | 'remove';
+export const HOST_ACTIONS: readonly HostAction[] = [...CONTROL_ACTIONS, 'remove'];
 
 // ---------------------------------------------------------------------------------------------
 // Client -> server requests. Every request carries a numeric `id`; its reply echoes the id.
@@ -280,7 +293,14 @@ export interface RequestFields {
    * The host steers the session (host connections only, else NOT_HOST). `min` (1..the group's
    * max) goes with action 'min' only. Every socket of the session gets a `control` event.
    */
-  control: { action: ControlAction; min?: number };
+  control: {
+    action: HostAction;
+    min?: number;
+    /** Action 'remove': the member at `rank` of the running round (only while it is round `round`, if given), or member `member`. */
+    rank?: number;
+    round?: number;
+    member?: number;
+  };
   /**
    * The run is over (torch's RendezvousHandler.set_closed, at the agents' shutdown): from now on
    * the session's group forms no round and refuses arrivals with RENDEZVOUS_CLOSED, and the
@@ -298,7 +318,21 @@ export interface RequestFields {
    * says (who serves parameter shard k, say) comes from the server, not from the member.
    */
   claim: { keys: string[]; take: boolean };
+  /**
+   * A server-attested gather (torch's all_gather_object over the store, with each row bound to
+   * its sender): this rank of round `round` gives its row under `tag`; the reply, once every rank
+   * of the round gave one (or `timeoutMs` passed, naming the ranks missing), holds every rank's
+   * row in rank order. The server puts a row at the rank it knows the sender by: what a row says
+   * about rank r comes from rank r. A sum all-reduce cannot promise that (any member can add into
+   * any row); votes, work times and step figures go this way.
+   */
+  gather: { round: number; tag: string; values: number[]; timeoutMs: number };
 }
+
+/** Most values in one rank's gather row; most gathers open at once in a round; longest tag. */
+export const MAX_GATHER_VALUES = 4_096;
+export const MAX_OPEN_GATHERS = 8;
+export const MAX_GATHER_TAG = 64;
 
 /** Most keys one `claim` may name; most places a session may hold (stale ones are reused first). */
 export const MAX_CLAIM_KEYS = 64;
@@ -367,6 +401,7 @@ export interface ResultOf {
   control: null;
   closeRendezvous: null;
   claim: { holders: number[] };
+  gather: { rows: number[][] };
 }
 
 export type RequestType = keyof RequestFields;
@@ -499,7 +534,22 @@ export function rendezvousClosedOnRankMessage(session: string, round: number, by
   return `the run of session "${session}" has ended without this rank: its last round (${round}) failed here, on rank ${rank}, while the other ranks finished the run and rank ${by} closed the rendezvous; the final model is theirs (and the last checkpoint's), this replica stopped at its last committed step`;
 }
 
-export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent;
+/**
+ * The session's token changed (the host removed a member): sent to every socket of the session but
+ * the removed one's. Hellos must present `token` from now on (one with the old token is refused
+ * with UNAUTHORIZED, `details.rotated`); this socket stays in the session as it is.
+ */
+export interface TokenEvent {
+  type: 'token';
+  token: string;
+  /** What happened, for a person ("the host removed rank 2 of round 5"). */
+  reason: string;
+}
+
+/** What a hello with a token the host's removal replaced is told (UNAUTHORIZED, `details.rotated`). */
+export const ROTATED_TOKEN_MESSAGE = "this link is no longer valid: the host changed the session's link; ask the host for the new one";
+
+export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent | TokenEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Values: bytes <-> base64, without Node's Buffer so the browser can use it too.

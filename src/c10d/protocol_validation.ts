@@ -5,10 +5,15 @@
  */
 import {
   CONTROL_ACTIONS,
+  HOST_ACTIONS,
+  SESSION_TOKEN,
   DEFAULT_LIMITS,
   ErrorCode,
   MAX_CLAIM_KEYS,
-  type ControlAction,
+  MAX_GATHER_TAG,
+  MAX_GATHER_VALUES,
+  type HostAction,
+  type TokenEvent,
   type ControlEvent,
   type ErrorMessage,
   type Limits,
@@ -40,10 +45,13 @@ export class ProtocolViolation extends Error {
 export const MAX_WORLD = 4096;
 
 /**
- * Largest member id (ids count up from 1 per session, never reused while the server runs): exact
- * in a float32 and a u32, so ranks can exchange them in a tensor or a message header.
+ * Largest member id (ids count up from 1 per session, never reused while the server runs, since
+ * links and places are keyed by them). Any safe integer, so a session cannot run out of ids (at a
+ * million joins a second, 2^53 lasts 285 years; 2^24 lasted minutes of a reconnect loop and then
+ * locked the session); one below the maximum so that `MAX_MEMBER_ID + 1` is still exact. Ids go
+ * over the wire as JSON numbers and in link names as decimal digits, never as float32 or u32.
  */
-export const MAX_MEMBER_ID = 2 ** 24 - 1;
+export const MAX_MEMBER_ID = Number.MAX_SAFE_INTEGER - 1;
 
 type Obj = Record<string, unknown>;
 
@@ -197,10 +205,12 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
     }
     case 'control': {
       const action = raw.action;
-      if (typeof action !== 'string' || !(CONTROL_ACTIONS as readonly string[]).includes(action)) {
-        fail(id, `field "action" must be one of ${CONTROL_ACTIONS.map((a) => `"${a}"`).join(', ')}, got ${describe(action)}`);
+      if (typeof action !== 'string' || !(HOST_ACTIONS as readonly string[]).includes(action)) {
+        fail(id, `field "action" must be one of ${HOST_ACTIONS.map((a) => `"${a}"`).join(', ')}, got ${describe(action)}`);
       }
-      const a = action as ControlAction;
+      const a = action as HostAction;
+      if (a === 'remove') return { type: t, id, action: a, ...removeTarget(raw, id) };
+      for (const f of ['rank', 'round', 'member']) if (raw[f] !== undefined) fail(id, `field "${f}" goes with action "remove" only, not "${a}"`);
       if (a !== 'min') {
         if (raw.min !== undefined) fail(id, `field "min" goes with action "min" only, not "${a}"`);
         return { type: t, id, action: a };
@@ -241,6 +251,19 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
         fail(id, 'field "data" must be an object { channel: string, body }');
       }
       return { type: t, id, to, data: { channel: data.channel as string, body: data.body } };
+    }
+    case 'gather': {
+      const round = int(raw, 'round', id, 1, Number.MAX_SAFE_INTEGER);
+      const timeoutMs = timeout();
+      const tag = raw.tag;
+      if (typeof tag !== 'string' || tag.length === 0 || tag.length > MAX_GATHER_TAG || !/^[\w.:/-]+$/.test(tag)) {
+        fail(id, `field "tag" must be 1 to ${MAX_GATHER_TAG} characters of letters, digits and . : / _ -, got ${describe(tag)}`);
+      }
+      const values = raw.values;
+      if (!Array.isArray(values) || values.length > MAX_GATHER_VALUES || !values.every((v) => typeof v === 'number' && Number.isFinite(v))) {
+        fail(id, `field "values" must be an array of at most ${MAX_GATHER_VALUES} finite numbers`);
+      }
+      return { type: t, id, round, tag: tag as string, values: values as number[], timeoutMs };
     }
     default: {
       // Exhaustive: adding a request type without handling it here fails to compile.
@@ -299,9 +322,27 @@ export function parseServerMessage(text: string): ServerMessage {
     case 'rendezvous-closed':
       need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.by, 0, MAX_WORLD - 1), 'bad round or rank');
       return raw as unknown as RendezvousClosedEvent;
+    case 'token':
+      need(typeof raw.token === 'string' && SESSION_TOKEN.test(raw.token) && typeof raw.reason === 'string' && raw.reason.length <= 1_000, 'bad token or reason');
+      return raw as unknown as TokenEvent;
     default: {
       const unknown: never = t;
       throw new Error(`server sent unknown message type ${String(unknown)}`);
     }
   }
+}
+
+/**
+ * Whom a `control` 'remove' names: `rank` of the running round (with `round`, only while that
+ * round runs) or `member`, one of the two.
+ */
+function removeTarget(raw: Obj, id: number): { rank: number; round?: number } | { member: number } {
+  if (raw.min !== undefined) fail(id, 'field "min" goes with action "min" only, not "remove"');
+  if ((raw.rank === undefined) === (raw.member === undefined)) fail(id, 'action "remove" names a tab by its field "rank" (in the running round) or its field "member" (its member id), one of the two');
+  if (raw.member !== undefined) {
+    if (raw.round !== undefined) fail(id, 'field "round" goes with field "rank" only, not "member"');
+    return { member: int(raw, 'member', id, 1, MAX_MEMBER_ID) };
+  }
+  const rank = int(raw, 'rank', id, 0, MAX_WORLD - 1);
+  return raw.round === undefined ? { rank } : { rank, round: int(raw, 'round', id, 1, Number.MAX_SAFE_INTEGER) };
 }

@@ -22,12 +22,13 @@ import {
   type RoundEvent,
   type ServerMessage,
   type SignalEvent,
+  type TokenEvent,
   type WaitingEvent,
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
 import { startTicker } from '../runtime/ticker.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
-import { ConnectionClosedError, DistTimeoutError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, UnauthorizedError } from '../errors.ts';
+import { ConnectionClosedError, DistTimeoutError, NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../errors.ts';
 
 export type StoreValue = Uint8Array | string;
 
@@ -96,6 +97,8 @@ interface EventMap {
   waiting: WaitingEvent;
   control: ControlEvent;
   'rendezvous-closed': RendezvousClosedEvent;
+  /** The host removed a tab and the session's token changed: `token` is the one to use from now on (`StoreClient.token` has it already). */
+  token: TokenEvent;
   close: { code: number; reason: string };
 }
 
@@ -180,11 +183,14 @@ export class StoreClient implements Store {
     waiting: new Set(),
     control: new Set(),
     'rendezvous-closed': new Set(),
+    token: new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
   instance = '';
   private hostReply = { host: false, hasHost: false };
+  /** The session's token as this connection last had it: the one it connected with, or the newer one a 'token' event brought. */
+  private currentToken: string;
   /** STUN/TURN servers the server gave this session (with TURN credentials minted for it), or none. */
   iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
@@ -200,6 +206,7 @@ export class StoreClient implements Store {
     private readonly requestTimeoutMs: number,
   ) {
     this.session = options.session;
+    this.currentToken = options.token;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     socket.onmessage = (ev) => this.onMessage(ev.data);
     socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
@@ -269,6 +276,14 @@ export class StoreClient implements Store {
   /** The session has a host secret (its creator gave one). */
   get hasHost(): boolean {
     return this.hostReply.hasHost;
+  }
+
+  /**
+   * The session's token now: the one this connection presented, until the host removes a tab and
+   * the server sends the new one. Reconnects, checkpoint routes and share links must use this one.
+   */
+  get token(): string {
+    return this.currentToken;
   }
 
   get isClosed(): boolean {
@@ -404,6 +419,34 @@ export class StoreClient implements Store {
     await this.request('control', min === undefined ? { action } : { action, min });
   }
 
+  /**
+   * This rank's row of a server-attested gather in round `round` (see the protocol's `gather`):
+   * resolves with every rank's row in rank order, each placed by the server at its sender's
+   * rank. Fails with a StoreTimeoutError naming the ranks missing after `timeoutMs`, and at once
+   * (GATHER_ABORTED) when the round ends first.
+   */
+  async gather(round: number, tag: string, values: number[], timeoutMs: number): Promise<number[][]> {
+    const { rows } = await this.request('gather', { round, tag, values, timeoutMs }, timeoutMs);
+    if (!Array.isArray(rows) || !rows.every((r) => Array.isArray(r) && r.every((v) => typeof v === 'number' && Number.isFinite(v)))) {
+      throw new Error(`the server sent a malformed reply to gather "${tag}" of round ${round}`);
+    }
+    return rows;
+  }
+
+  /**
+   * The host removes a tab: the member with `rank` in the running round (only while that is round
+   * `round`, when given: ranks are renumbered each round), or the member with id `member`. The
+   * session's token changes: resolves with the new one (every other socket of the session gets it
+   * too, the removed one's is closed with 4011 and its link no longer opens the session). Fails
+   * with NotHostError unless this connection `isHost`, and with StoreError UNKNOWN_PEER naming what
+   * was not found (that rank, that round, that member).
+   */
+  async removeMember(target: { rank: number; round?: number } | { member: number }): Promise<{ token: string }> {
+    await this.request('control', { action: 'remove', ...target });
+    // The server sent the new token before its reply, on this same socket.
+    return { token: this.currentToken };
+  }
+
   /** Relays a signaling payload to the member with rank `to`. */
   async signal(to: number, data: RequestFields['signal']['data']): Promise<void> {
     await this.request('signal', { to, data });
@@ -462,6 +505,10 @@ export class StoreClient implements Store {
       case 'control':
       case 'rendezvous-closed':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
+        return;
+      case 'token':
+        this.currentToken = msg.token;
+        for (const h of this.handlers.token) h(msg);
         return;
       default: {
         const unknown: never = msg;
@@ -524,7 +571,8 @@ function toError(code: ErrorCode, message: string, details: Record<string, unkno
     return new StoreTimeoutError(message, keys, timeoutMs);
   }
   if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
-  if (code === ErrorCode.UNAUTHORIZED) return new UnauthorizedError(message, typeof details.session === 'string' ? details.session : '');
+  if (code === ErrorCode.UNAUTHORIZED) return new (details.rotated === true ? TokenRotatedError : UnauthorizedError)(message, typeof details.session === 'string' ? details.session : '');
+  if (code === ErrorCode.NOT_HOST) return new NotHostError(message, details);
   if (code === ErrorCode.SESSION_ENDED) return new SessionEndedError(message, typeof details.session === 'string' ? details.session : '');
   if (code === ErrorCode.RENDEZVOUS_CLOSED) {
     const int = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : -1);

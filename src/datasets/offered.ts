@@ -28,17 +28,35 @@ export interface OfferInfo {
   data: { kind: 'images' | 'csv' | 'text'; name: string; classes: string[] | number; length: number; inputShape: number[] | null } | null;
 }
 
+/** Longest wait a refusal's Retry-After may ask for between two tries (seconds). */
+const MAX_RETRY_AFTER_S = 10;
+
+/**
+ * GET of an offer route with the session's token. A refusal for a full bound (429, 503: the
+ * server serves so many downloads at once per address, session and server; signaling/limits.ts)
+ * is tried again after its Retry-After (with jitter, so a class's tabs spread out), until
+ * `timeoutMs` has passed; any other error is thrown naming the route.
+ */
 async function get(req: OfferRequest, path: string, what: string): Promise<Response> {
   const url = new URL(`/api/offer${path}`, req.url);
   url.searchParams.set('session', req.session);
-  const res = await (req.fetch ?? fetch)(url, { headers: { authorization: `Bearer ${req.token}` }, signal: AbortSignal.timeout(req.timeoutMs ?? 60_000) }).catch((err: Error) => {
-    throw new DatasetFetchError(`${what}: no answer from ${url.pathname} (${err.name === 'TimeoutError' ? `nothing within ${req.timeoutMs ?? 60_000} ms` : err.message})`, url.href);
-  });
-  if (!res.ok) {
+  const timeoutMs = req.timeoutMs ?? 60_000;
+  const signal = AbortSignal.timeout(timeoutMs);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await (req.fetch ?? fetch)(url, { headers: { authorization: `Bearer ${req.token}` }, signal }).catch((err: Error) => {
+      throw new DatasetFetchError(`${what}: no answer from ${url.pathname} (${err.name === 'TimeoutError' ? `nothing within ${timeoutMs} ms` : err.message})`, url.href);
+    });
+    if (res.ok) return res;
     const body = (await res.json().catch(() => ({}))) as { message?: string };
+    const retryAfter = Number(res.headers.get('retry-after'));
+    const waitMs = Math.min(Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 1, MAX_RETRY_AFTER_S) * 1000 * (1 + Math.random() / 2);
+    if ((res.status === 429 || res.status === 503) && Date.now() + waitMs < deadline) {
+      await new Promise((r) => setTimeout(r, waitMs));
+      continue;
+    }
     throw new DatasetFetchError(`${what}: HTTP ${res.status} from ${url.pathname}: ${body.message ?? res.statusText}`, url.href, res.status);
   }
-  return res;
 }
 
 export async function fetchOffer(req: OfferRequest): Promise<OfferInfo> {

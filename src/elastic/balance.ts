@@ -11,9 +11,12 @@
  * back from the background).
  *
  * Every figure comes from the step vote, which every rank receives alike: every rank computes the
- * same models and the same split, with plain double arithmetic. A peer's figure is untrusted: a
- * rank cannot claim to be more than 20 times cheaper per sample than the group's median (so it
- * cannot draw the whole batch), and anything but a positive finite time is unknown.
+ * same models and the same split, with plain double arithmetic. Each rank's figures come from
+ * that rank alone (the vote's rows are placed by the server), but they are its own claims: a rank
+ * cannot claim to be more than 20 times cheaper per sample than the group's median, nor take more
+ * than `maxShare(n)` of a step's samples (half, or two thirds with three ranks), so a rank that
+ * lies about its times cannot draw the whole batch and leave the others none; anything but a
+ * positive finite time is unknown.
  */
 /** A rank's predicted step time for n samples: overhead + n * perSample (ms). */
 export interface RankCost {
@@ -27,6 +30,15 @@ const SIZES_KEPT = 4;
 const KEEP_MARGIN = 1.2;
 /** A rank is never predicted cheaper per sample than the median over this. */
 const CHEAPEST_VS_MEDIAN = 20;
+
+/**
+ * The most of a step's samples one rank may hold, whatever it claims about its speed: half the
+ * step (two thirds with three ranks, everything with one or two, where one rank is half the
+ * group anyway). A fast tab among slow ones holds at most this; the others always share the rest.
+ */
+export function maxShare(worldSize: number): number {
+  return Math.min(1, Math.max(0.5, 2 / Math.max(1, worldSize)));
+}
 
 /** Each rank's measured step times by batch size, smoothed: the cost models come from them. */
 export class StepCosts {
@@ -127,7 +139,8 @@ export function predictedStep(counts: readonly number[], models: readonly RankCo
  * bisection, then trimmed to exactly the units there are (the rank predicted slowest gives first;
  * ties to the higher rank). A rank whose overhead alone exceeds T gets none. `probe`: every rank
  * gets at least one unit (taken from the slowest), to measure ranks that had none. What does not
- * fill a unit goes to the rank with the most samples.
+ * fill a unit goes to the rank with the most samples. No rank holds more than `maxShare(n)` of
+ * the units, however cheap its model.
  */
 export function splitByCost(count: number, models: readonly RankCost[], quantum: number, probe = false): number[] {
   const n = models.length;
@@ -135,7 +148,8 @@ export function splitByCost(count: number, models: readonly RankCost[], quantum:
   const q = Math.max(1, Math.floor(quantum));
   const unitSize = count >= q * n ? q : 1;
   const units = Math.floor(count / unitSize);
-  const capacity = (T: number) => models.map((m) => (T >= m.overhead + m.perSample * unitSize ? Math.floor((T - m.overhead) / (m.perSample * unitSize)) : 0));
+  const most = Math.ceil(units * maxShare(n));
+  const capacity = (T: number) => models.map((m) => (T >= m.overhead + m.perSample * unitSize ? Math.min(most, Math.floor((T - m.overhead) / (m.perSample * unitSize))) : 0));
   const total = (caps: number[]) => caps.reduce((a, b) => a + b, 0);
   let lo = 0;
   let hi = Math.max(...models.map((m) => m.overhead + m.perSample * unitSize * units));
@@ -160,9 +174,9 @@ export function splitByCost(count: number, models: readonly RankCost[], quantum:
     }
   }
   const counts = caps.map((u) => u * unitSize);
-  let most = 0;
-  for (let r = 1; r < n; r++) if (counts[r]! > counts[most]!) most = r;
-  counts[most]! += count - units * unitSize;
+  let largest = 0;
+  for (let r = 1; r < n; r++) if (counts[r]! > counts[largest]!) largest = r;
+  counts[largest]! += count - units * unitSize;
   return counts;
 }
 

@@ -14,7 +14,7 @@
  * rank, or arriving later, then fails at once with RendezvousClosedError instead of waiting out
  * its timeout for a group that will never train again.
  */
-import { DistTimeoutError, GroupClosedError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../errors.ts';
+import { DistTimeoutError, GroupClosedError, RemovedByHostError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../errors.ts';
 import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
 import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../transport/peer_link.ts';
 import { LinkPool } from '../transport/link_pool.ts';
@@ -63,6 +63,11 @@ export interface RendezvousOptions extends LinkOptions {
   failedRoundGraceMs?: number;
   /** Use this open connection for the first rendezvous instead of opening one. */
   store?: StoreClient;
+  /**
+   * The session's token changed (its host removed a tab): the handler rejoins with the new one
+   * from then on; whatever else presents the token (checkpoint routes, a page's link) should too.
+   */
+  onToken?(token: string): void;
   /**
    * Keep the peer links between rounds (transport/link_pool.ts): a new round reuses the open link
    * to each tab it had one with, so that a regroup opens only the links no earlier round needed.
@@ -308,7 +313,9 @@ export class RendezvousHandler {
   }
 
   private async connect(existing?: StoreClient): Promise<void> {
-    const { url, session, token, host, timeoutMs, min, max, rank, spectate } = this.options;
+    const { url, session, host, timeoutMs, min, max, rank, spectate } = this.options;
+    // The token the last connection had: a newer one than the options' after the host removed a tab.
+    const token = (this.client as StoreClient | undefined)?.token ?? this.options.token;
     const client = existing ?? (await StoreClient.connect(url, host === undefined ? { session, token, timeoutMs } : { session, token, host, timeoutMs }));
     this.client = client;
     for (const off of this.unsubscribe) off();
@@ -345,6 +352,7 @@ export class RendezvousHandler {
         this.signals.push(e);
         if (this.signals.length > MAX_EARLY_SIGNALS) this.signals.shift();
       }),
+      client.on('token', (e) => this.options.onToken?.(e.token)),
       client.on('close', (e) => void this.onClose(e.code, e.reason)),
     ];
     try {
@@ -440,6 +448,7 @@ export class RendezvousHandler {
   /** The server went away (restart, network) or evicted this member: join again, with backoff. */
   private async onClose(code: number, reason: string): Promise<void> {
     if (this.closed) return;
+    const current = this.current;
     this.current = undefined;
     // The socket this tab closed on pagehide may report any code (1006 if the close did not
     // finish): a hidden page does not rejoin until it is shown again.
@@ -452,6 +461,15 @@ export class RendezvousHandler {
         return;
       case 'left':
         return; // this tab is going away; if the page is restored, onPageRestored rejoins
+      case 'removed': {
+        // The host removed this tab and changed the session's link: rejoining would only be refused.
+        const { session } = this.options;
+        this.fatal = new RemovedByHostError(`the host removed this tab from session "${session}" and changed the session's link, so this tab cannot rejoin; its replica stopped at its last committed step and can still be saved`, session);
+        current?.pg.abort(this.fatal);
+        this.closePool('the host removed this tab');
+        for (const w of [...this.waiters]) w();
+        return;
+      }
       case 'rejoin':
         break;
     }
@@ -501,11 +519,13 @@ export class RendezvousHandler {
 }
 
 /** What a closed connection means for a member: the session is over, its tab left, or it may join again. */
-function afterClose(code: number): 'ended' | 'left' | 'rejoin' {
+function afterClose(code: number): 'ended' | 'left' | 'removed' | 'rejoin' {
   const known = code as CloseCodeValue;
   switch (known) {
     case CloseCode.SESSION_ENDED:
       return 'ended';
+    case CloseCode.REMOVED:
+      return 'removed';
     case CloseCode.LEFT:
       return 'left';
     case CloseCode.STALLED:

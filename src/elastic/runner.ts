@@ -69,7 +69,7 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvou
 import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
-import { carriedVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
+import { startVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
 import { keepSplit, splitByCost, StepCosts } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
@@ -469,10 +469,11 @@ class ElasticRun<M extends StepMetrics> {
     /** The steps committed since the last vote, with this rank's metrics: the next vote carries them all. */
     const pending: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }> = [];
     const voteEvery = o.voteEvery ?? 1;
-    // The vote rides on each step's gradient all-reduce (no meeting of its own) where DDP reduces
-    // plainly and every step meets anyway; it then carries the steps before (their metrics are
-    // known only after their own all-reduce).
-    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco;
+    // The vote goes to the server as the step starts and is read after it (its round trip overlaps
+    // the gradients' all-reduce: no meeting of its own) where every step meets anyway; it then
+    // carries the steps before (their metrics are known only after their own all-reduce).
+    // Not under robust aggregation: the gradients are gathered and aggregated there, not summed (ddp.carry refuses).
+    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco && ddp.aggregation.kind === 'mean';
     /** The last step's own work and the split it ran with, not yet voted on (balanced batches learn from it). */
     let unvotedWork: { work: number; split: number[] | null } | null = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
@@ -510,15 +511,12 @@ class ElasticRun<M extends StepMetrics> {
         this.throwIfDeviceLost();
         this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
         const wishedStop = carryVotes ? (o.shouldStop?.() ?? false) : false;
-        const carry = carryVotes
-          ? carriedVote(pg, pending.map((x) => x.metrics), { stop: wishedStop, join: this.handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: unvotedWork?.work ?? 0 })
+        const carried = carryVotes
+          ? startVote<M>(pg, pending.map((x) => x.metrics), { stop: wishedStop, join: this.handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: unvotedWork?.work ?? 0 })
           : null;
         const carriedSplit = unvotedWork?.split ?? null;
-        if (carry) ddp.carry(carry.values);
         this.timeline.lap('other');
         const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
-        // null where the step ran no synchronised backward (then the vote meets on its own, below).
-        const carried = carry ? ddp.takeCarried() : null;
 
         // Commit: the step's samples are trained on; the group's position moves past them.
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
@@ -549,8 +547,8 @@ class ElasticRun<M extends StepMetrics> {
         if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
         let early: StepsVote<M> | null = null;
         if (carried) {
-          // The steps before this one were voted on with its gradients: their events and onStep now.
-          early = carry!.read(carried);
+          // The steps before this one were voted on during its step: their events and onStep now.
+          early = await carried;
           if (this.costs && carriedSplit) this.costs.observe(carriedSplit, early.works);
           await this.report(round.key, pg, ddp, pending.splice(0), early);
           this.timeline.lap('page');

@@ -15,6 +15,8 @@ import type { ElasticEvent } from './events.ts';
 import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from './agent.ts';
 import type { StepMetrics } from './vote.ts';
 import type { StepTimeline } from './timeline.ts';
+import { checkAggregationSpec } from '../parallel/robust/aggregators.ts';
+import { checkAttackPlan } from '../parallel/robust/attacks.ts';
 
 export interface StepContext {
   /** This rank's samples for the step (indices into the dataset). */
@@ -121,7 +123,15 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
   resumeFrom?: string | null;
   /** The token of the `resumeFrom` session. Default: this session's token. */
   resumeFromToken?: string;
-  /** Every round's DDP's options; `startStep` is runElastic's (the run's next step). */
+  /**
+   * Every round's DDP's options; `startStep` is runElastic's (the run's next step). Robust
+   * aggregation for a volunteer session: `ddp: { aggregation: { kind: 'trimmed-mean', trim: 1 } }`
+   * (or `median`, `centered-clip`: see DDPOptions.aggregation); the vote then meets on its own
+   * after each step (nothing rides on the gradients: voteWithGradients has no effect). Not with
+   * `commHook` or `modelAverager`; with `diloco`, give it to `diloco.aggregation` instead (the outer
+   * step's pseudo-gradients). `ddp.attack` (for measuring defences) makes the last K ranks of each
+   * round attack their own gradients.
+   */
   ddp?: DDPOptions;
   /**
    * Makes this rank's DDP communication hook (fp16CompressHook, powerSGD(...), postLocalSGD(...),
@@ -182,6 +192,17 @@ export interface RebuildContext {
 export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   checkSchedule(o);
   if (o.diloco && (o.commHook || o.modelAverager)) throw new TypeError('diloco is a strategy of its own: leave commHook and modelAverager unset with it (DiLoCo is its own hook, and its outer step averages the models)');
+  const aggregation = o.ddp?.aggregation;
+  if (aggregation !== undefined) {
+    checkAggregationSpec(aggregation);
+    if (aggregation.kind !== 'mean' && (o.diloco || o.commHook || o.modelAverager)) {
+      const other = o.diloco ? 'diloco' : o.commHook ? 'commHook' : 'modelAverager';
+      throw new TypeError(`ddp.aggregation ${aggregation.kind} does not combine with ${other}: robust aggregation replaces the gradients' all-reduce${o.diloco ? "; with DiLoCo, give it to diloco.aggregation (the outer step's pseudo-gradients)" : ', which a hook or local SGD would compress or skip'}`);
+    }
+  }
+  if (o.ddp?.attack) checkAttackPlan(o.ddp.attack);
+  if (o.diloco?.aggregation) checkAggregationSpec(o.diloco.aggregation);
+  if (o.diloco?.attack) checkAttackPlan(o.diloco.attack);
   if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
   if (o.voteEvery !== undefined && !(Number.isSafeInteger(o.voteEvery) && o.voteEvery >= 1)) throw new RangeError(`voteEvery must be an integer >= 1, got ${o.voteEvery}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {

@@ -1,8 +1,12 @@
 /**
- * The step-boundary vote of elastic runs: one small all-gather that carries each rank's stop and
- * join wishes with its metrics for the step (or, for runs that vote every few steps, for each
- * step since the last vote), so that every rank decides the same thing. A vote can also ride on
- * the gradients' all-reduce (`carriedVote`): then it costs no meeting of its own.
+ * The step-boundary vote of elastic runs: each rank's stop and join wishes with its metrics for
+ * the step (or, for runs that vote every few steps, for each step since the last vote), so that
+ * every rank decides the same thing. The rows travel through the server (`pg.gatherRows`), which
+ * places each at its sender's rank: a rank's row speaks for that rank only, and every rank reads
+ * the same rows. (They used to ride on the gradients' sum all-reduce, where any member could add
+ * into any rank's row: stop a run as rank 0, or claim the others' work times.) A vote can be
+ * started before the step (`startVote`) and read after it: its round trip to the server then
+ * overlaps the step's own all-reduce and costs no meeting of its own.
  */
 import type { ProcessGroup } from '../c10d/process_group.ts';
 
@@ -51,9 +55,21 @@ export interface StepsVote<M extends StepMetrics> {
  * in one all-gather.
  */
 export async function stepsVote<M extends StepMetrics>(pg: ProcessGroup, mine: M[], wishes: VoteWishes): Promise<StepsVote<M>> {
+  return startVote(pg, mine, wishes);
+}
+
+/**
+ * The same vote, started now (its row goes to the server at once) and read when the promise is
+ * awaited: a runner starts it before a step's gradients are reduced and reads it after, so that
+ * the vote's round trip overlaps the all-reduce. Every rank must start the same votes in the same
+ * order. The promise never rejects unobserved (a step that fails first leaves it unread).
+ */
+export function startVote<M extends StepMetrics>(pg: ProcessGroup, mine: M[], wishes: VoteWishes): Promise<StepsVote<M>> {
   const names = metricNames(mine);
   const row = voteRow(mine, names, wishes);
-  return readVote(await pg.allGather(row), pg.worldSize, row.length, mine.length, names, wishes.stopVote);
+  const vote = pg.gatherRows(row).then((rows) => readVote<M>(rows, row.length, mine.length, names, wishes.stopVote));
+  vote.catch(() => {});
+  return vote;
 }
 
 /** What a rank puts to the vote: its stop and join wishes and its own work at the step, in ms. */
@@ -64,52 +80,55 @@ export interface VoteWishes {
   work?: number;
 }
 
-/**
- * The same vote as values that ride on a 'sum' all-reduce the ranks run anyway (the gradients'
- * last bucket: `DistributedDataParallel.carry`): this rank's row at its rank's place, zeros in the
- * others', so the sums are every rank's row in rank order, exactly as the all-gather returns them
- * (x + 0 is x). `read` decodes the sums.
- */
-export function carriedVote<M extends StepMetrics>(
-  pg: ProcessGroup,
-  mine: M[],
-  wishes: VoteWishes,
-): { values: Float32Array; read(sums: Float32Array): StepsVote<M> } {
-  const names = metricNames(mine);
-  const row = voteRow(mine, names, wishes);
-  const n = pg.worldSize;
-  const values = new Float32Array(n * row.length);
-  values.set(row, pg.rank * row.length);
-  return {
-    values,
-    read: (sums) => {
-      if (sums.length !== values.length) throw new RangeError(`a carried vote came back with ${sums.length} values; ${values.length} were sent`);
-      return readVote(sums, n, row.length, mine.length, names, wishes.stopVote);
-    },
-  };
-}
-
 const metricNames = (mine: StepMetrics[]): string[] => (mine.length > 0 ? Object.keys(mine[0]!).sort() : []);
 
+/**
+ * Non-finite metrics (a diverged loss) cross the wire as JSON numbers: these codes, which no
+ * figure of a step reaches, stand for them.
+ */
+const NAN_CODE = Number.MAX_VALUE;
+const NEG_INF_CODE = -Number.MAX_VALUE;
+const POS_INF_CODE = 1.7976931348623155e308;
+
+function encodeMetric(v: number): number {
+  if (Number.isNaN(v)) return NAN_CODE;
+  if (v === Infinity) return POS_INF_CODE;
+  if (v === -Infinity) return NEG_INF_CODE;
+  return v;
+}
+
+function decodeMetric(v: number): number {
+  if (v === NAN_CODE) return NaN;
+  if (v === POS_INF_CODE) return Infinity;
+  if (v === NEG_INF_CODE) return -Infinity;
+  return v;
+}
+
 /** One rank's row: [stop, join wanted, work ms, ...its metrics of each step, by name]. */
-function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): Float32Array {
-  const row = new Float32Array(3 + mine.length * names.length);
+function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): number[] {
+  const row = new Array<number>(3 + mine.length * names.length).fill(0);
   row[0] = wishes.stop ? 1 : 0;
   row[1] = wishes.join ? 1 : 0;
-  row[2] = wishes.work ?? 0;
-  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = m[name]!)));
+  row[2] = encodeMetric(wishes.work ?? 0);
+  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = encodeMetric(m[name]!))));
   return row;
 }
 
-/** Every rank's rows (`all`, in rank order) read into the decision every rank reaches alike. */
-function readVote<M extends StepMetrics>(all: Float32Array, n: number, rowLength: number, stepCount: number, names: string[], stopVote: 'any' | 'all' | undefined): StepsVote<M> {
+/**
+ * Every rank's row (in rank order) read into the decision every rank reaches alike. A row of the
+ * wrong length (a hostile or broken rank's) counts as no wish and unknown (NaN) figures: every
+ * rank reads the same rows, so every rank decides the same.
+ */
+function readVote<M extends StepMetrics>(rows: number[][], rowLength: number, stepCount: number, names: string[], stopVote: 'any' | 'all' | undefined): StepsVote<M> {
   let stoppedBy: number | null = null;
   let stopVotes = 0;
   let regroup = false;
   const steps: M[][] = Array.from({ length: stepCount }, () => []);
   const works: number[] = [];
+  const n = rows.length;
   for (let r = 0; r < n; r++) {
-    const row = all.subarray(r * rowLength, (r + 1) * rowLength);
+    const given = rows[r]!;
+    const row = given.length === rowLength ? given.map(decodeMetric) : new Array<number>(rowLength).fill(NaN);
     if (row[0] === 1) {
       stopVotes++;
       stoppedBy ??= r;

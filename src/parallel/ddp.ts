@@ -22,17 +22,21 @@
  *   the hook's reduction (comm_hooks/: fp16 and bf16 compression, PowerSGD, ...); without one,
  *   `allreduceHook()` is the plain float32 all-reduce;
  * - with `errorIfNonfinite` (the default), a backward whose averaged gradients hold a NaN or an infinity fails
- *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them.
+ *   with NonFiniteGradientError on every rank (they all hold the same averages) and drops them;
+ * - `options.aggregation` (robust/): a robust kind (trimmed mean, median, centered clipping)
+ *   gathers every rank's own gradient and aggregates it alike on every rank instead of averaging,
+ *   so that a member's hostile gradient does not move every replica; `lastAggregation` judges
+ *   each rank's contribution.
  * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
  * (`verifyReplicas` in replicas.ts checks that they do).
  *
  * Beside this module: ddp_buckets.ts (the buckets: assignment, layout, filling), ddp_types.ts
- * (the options and a backward's result).
+ * (the options and a backward's result), ddp_shapes.ts (the shape check), robust/ (robust
+ * aggregation and, for measuring it, attacks).
  */
 import * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
-import { bytesToString } from '../c10d/protocol.ts';
 import { NonFiniteGradientError } from '../errors.ts';
 import { allreduceHook, isPlainAllreduce } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
@@ -42,13 +46,15 @@ import { assignFlatWeights, hostWeights } from './replicas.ts';
 import { allFinite } from '../finite.ts';
 import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucket } from './ddp_buckets.ts';
 import type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
+import { checkShapes } from './ddp_shapes.ts';
+import { CarriedValues } from './ddp_carry.ts';
+import type { AggregationSpec } from './robust/aggregators.ts';
+import type { AggregationReport } from './robust/reducer.ts';
+import { DDPAggregation } from './robust/ddp_aggregation.ts';
 
 export { assignBuckets, type Bucket } from './ddp_buckets.ts';
 export type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
-
-export class ShapeMismatchError extends Error {
-  override name = 'ShapeMismatchError';
-}
+export { ShapeMismatchError } from './ddp_shapes.ts';
 
 export class DistributedDataParallel {
   readonly model: tf.LayersModel;
@@ -80,8 +86,11 @@ export class DistributedDataParallel {
   /** The last backward's timings (the elastic runner balances batches by them). */
   private lastTimingsValue: BackwardTimings | null = null;
   /** Values to ride on the next synchronised backward's last reduction (carry), and their sums once it ran. */
-  private carryOut: Float32Array | null = null;
-  private carried: Float32Array | null = null;
+  private readonly carried = new CarriedValues();
+  /** `options.aggregation` and `options.attack`: robust/ddp_aggregation.ts. */
+  private readonly combine: DDPAggregation;
+  /** Whether a robust kind gathers and aggregates the gradients (else the mean, by bucketed all-reduces). */
+  private readonly robust: boolean;
 
   private constructor(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions) {
     this.model = model;
@@ -100,13 +109,15 @@ export class DistributedDataParallel {
     this.paramLayout = this.sizes.map((size, i) => ({ shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1), offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0), size }));
     const shapes = model.trainableWeights.map((w) => w.shape.map((d) => d ?? 1));
     this.layouts = this.buckets.map((b) => bucketParameters(b, shapes, this.sizes));
+    this.combine = new DDPAggregation(options, pg.rank, pg.worldSize);
+    this.robust = this.combine.reducer !== null;
   }
 
   /** Wraps `model`: checks shapes across ranks and broadcasts rank 0's weights (unless `initSync` is false). */
   static async create(model: tf.LayersModel, pg: ProcessGroup, options: DDPOptions = {}): Promise<DistributedDataParallel> {
     const ddp = new DistributedDataParallel(model, pg, options);
     if (options.initSync ?? true) {
-      await ddp.checkShapes(options.name ?? 'ddp');
+      await checkShapes(pg, model, options.name ?? 'ddp');
       await ddp.broadcastWeights(0);
     }
     return ddp;
@@ -132,6 +143,7 @@ export class DistributedDataParallel {
     if (!hook || typeof hook.reduce !== 'function' || typeof hook.name !== 'string') {
       throw new TypeError('registerCommHook takes a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
     }
+    this.combine.checkHook(hook);
     this.hook = hook;
     this.hookRegistered = true;
   }
@@ -219,7 +231,7 @@ export class DistributedDataParallel {
     const nonfinite: Bucket[] = [];
     const syncing = this.syncing;
     const step = syncing ? this.startStep + this.syncs++ : 0;
-    const carriedValues = syncing ? (this.carryOut?.length ?? 0) : 0;
+    const carriedValues = syncing ? this.carried.pending : 0;
     const sentBefore = this.pg.bytesSent();
     let commStart = 0;
     let commEnd = 0;
@@ -245,8 +257,9 @@ export class DistributedDataParallel {
         // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
         fillBucket(view, local, bucket, this.sizes, this.hasGrad);
         // Start this bucket's reduction while the next bucket is read back.
-        if (syncing) {
+        if (syncing && !this.robust) {
           this.scaleForShare(view);
+          this.attackOwn(view, step, index);
           if (reductions.length === 0) commStart = performance.now();
           // The finiteness check counts as communication: the span then still covers the wait.
           const reduced = this.reduceBucket(index, view, step).then((avg) => {
@@ -269,6 +282,11 @@ export class DistributedDataParallel {
     const w0 = performance.now();
     try {
       await Promise.all(reductions);
+      if (syncing && this.robust) {
+        commStart = performance.now();
+        if (!(await this.reduceRobustly(step)) && this.errorIfNonfinite) nonfinite.push(...this.buckets);
+        commEnd = performance.now();
+      }
     } catch (err) {
       for (const g of inputGrads) g.dispose();
       throw err;
@@ -288,7 +306,7 @@ export class DistributedDataParallel {
       this.hasGrad = false;
       throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
     }
-    const comm = reductions.length > 0 ? commEnd - commStart : 0;
+    const comm = reductions.length > 0 || (syncing && this.robust) ? commEnd - commStart : 0;
     const timings = { compute: t1 - t0, readback, allreduce: waiting, slowed, comm };
     this.lastTimingsValue = timings;
     return { loss, timings, commBytes, carriedValues, inputGrads };
@@ -309,21 +327,25 @@ export class DistributedDataParallel {
     const timings = { compute: local.computeMs, readback: 0, allreduce: 0, slowed, comm: 0 };
     if (!this.syncing) return { loss: local.loss, timings, commBytes: 0, carriedValues: 0, inputGrads: [] };
     const step = this.startStep + this.syncs++;
-    const carriedValues = this.carryOut?.length ?? 0;
+    const carriedValues = this.carried.pending;
     this.lastTimingsValue = timings;
-    this.scaleForShare(this.grad);
+    if (!this.robust) {
+      this.scaleForShare(this.grad);
+      this.attackOwn(this.grad, step, 0);
+    }
     const sentBefore = this.pg.bytesSent();
     const w0 = performance.now();
-    const reductions = this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
+    const reductions = this.robust ? [] : this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
     const averaged = await Promise.all(reductions);
+    const robustFinite = this.robust ? await this.reduceRobustly(step) : true;
     const commEnd = performance.now();
     timings.allreduce = commEnd - w0;
-    timings.comm = reductions.length > 0 ? commEnd - w0 : 0;
+    timings.comm = reductions.length > 0 || this.robust ? commEnd - w0 : 0;
     const commBytes = this.pg.bytesSent() - sentBefore;
     this.commBytesTotal += commBytes;
     this.commSteps++;
     if (this.errorIfNonfinite) {
-      const nonfinite = this.buckets.filter((_, i) => !allFinite(averaged[i]!));
+      const nonfinite = this.robust ? (robustFinite ? [] : this.buckets) : this.buckets.filter((_, i) => !allFinite(averaged[i]!));
       if (nonfinite.length > 0) {
         const index = firstNonfinite(nonfinite, this.grad, this.sizes);
         this.grad.fill(0);
@@ -343,13 +365,10 @@ export class DistributedDataParallel {
    * Every rank must carry the same number of values at the same backward.
    */
   carry(values: Float32Array): boolean {
-    this.carried = null;
-    if (!isPlainAllreduce(this.hook) || this.buckets.length === 0) {
-      this.carryOut = null;
-      return false;
-    }
-    this.carryOut = values;
-    return true;
+    this.combine.checkCarry();
+    const plain = isPlainAllreduce(this.hook) && this.buckets.length > 0;
+    this.carried.set(plain ? values : null);
+    return plain;
   }
 
   /**
@@ -358,10 +377,7 @@ export class DistributedDataParallel {
    * anything still waiting to be, so values never ride on a later step than the one they were for.
    */
   takeCarried(): Float32Array | null {
-    const sums = this.carried;
-    this.carried = null;
-    this.carryOut = null;
-    return sums;
+    return this.carried.take();
   }
 
   /**
@@ -371,17 +387,8 @@ export class DistributedDataParallel {
    */
   private async reduceBucket(index: number, view: Float32Array, step: number): Promise<Float32Array> {
     const bucket: GradBucket = { index, buffer: view, parameters: this.layouts[index]!, step, isLast: index === this.buckets.length - 1 };
-    const extra = bucket.isLast ? this.carryOut : null;
-    if (extra) {
-      this.carryOut = null;
-      const both = new Float32Array(view.length + extra.length);
-      both.set(view);
-      both.set(extra, view.length);
-      await this.pg.allReduce(both, 'sum');
-      // Divided as 'avg' divides its float32 sums: the same bits as the bucket reduced alone.
-      const n = this.pg.worldSize;
-      for (let i = 0; i < view.length; i++) view[i] = both[i]! / n;
-      this.carried = both.subarray(view.length);
+    if (bucket.isLast && this.carried.pending > 0) {
+      await this.carried.reduceWith(this.pg, view);
       return view;
     }
     const out = await this.hook.reduce(this.pg, bucket);
@@ -494,32 +501,32 @@ export class DistributedDataParallel {
     assignFlatWeights(this.model, flat);
   }
 
+  /** How the gradients are combined (`options.aggregation`): the mean unless asked. */
+  get aggregation(): AggregationSpec {
+    return this.combine.spec;
+  }
+
+  /** The last synchronised backward's robust aggregation (each rank's contribution judged); null under the mean or before the first. */
+  get lastAggregation(): AggregationReport | null {
+    return this.combine.last;
+  }
+
+  private attackOwn(values: Float32Array, step: number, part: number): void {
+    this.combine.attackOwn(values, this.pg.rank, step, part, this.gradientScale !== 0);
+  }
+
   /**
-   * Every rank publishes its parameter shapes; each compares all of them with rank 0's. The keys
-   * live in the group's own store, so a later round never reads an earlier one's shapes; the
-   * wait fails at once if a rank is lost.
+   * The robust step (robust/ddp_aggregation.ts): `grad` becomes the aggregate of every rank's
+   * own gradient. Resolves with whether it is finite; when no rank's gradient was usable, drops
+   * the gradients and throws NonFiniteGradientError naming the first refused one's parameter.
    */
-  private async checkShapes(name: string): Promise<void> {
-    const shapes = this.model.trainableWeights.map((w) => w.shape);
-    const store = this.pg.store;
-    await store.set(`ddp/${name}/shapes/${this.pg.rank}`, JSON.stringify(shapes));
-    const keys = Array.from({ length: this.pg.worldSize }, (_, r) => `ddp/${name}/shapes/${r}`);
-    const all = (await this.pg.failFast(store.multiGet(keys))).map((b) => JSON.parse(bytesToString(b)) as number[][]);
-    const reference = all[0];
-    for (let r = 1; r < all.length; r++) {
-      const other = all[r];
-      if (other.length !== reference.length) {
-        throw new ShapeMismatchError(
-          `model parameters differ between ranks: rank 0 has ${reference.length} parameter tensors, rank ${r} has ${other.length}`,
-        );
-      }
-      for (let i = 0; i < reference.length; i++) {
-        if (JSON.stringify(reference[i]) !== JSON.stringify(other[i])) {
-          throw new ShapeMismatchError(
-            `model parameters differ between ranks: parameter ${i} (${this.model.trainableWeights[i].originalName}) has shape [${reference[i].join(', ')}] on rank 0 but [${other[i].join(', ')}] on rank ${r}`,
-          );
-        }
-      }
-    }
+  private async reduceRobustly(step: number): Promise<boolean> {
+    const outcome = await this.combine.reduce(this.pg, this.grad, this.gradientScale !== 0, step);
+    if (outcome.kind === 'aggregated') return outcome.finite;
+    this.grad.fill(0);
+    this.hasGrad = false;
+    let index = 0;
+    for (let at = this.sizes[0]!; at <= outcome.index; at += this.sizes[++index]!);
+    throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
   }
 }

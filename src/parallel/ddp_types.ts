@@ -5,6 +5,8 @@
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { Straggler } from '../runtime/straggler.ts';
+import type { AggregationSpec } from './robust/aggregators.ts';
+import type { AttackPlan } from './robust/attacks.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */
@@ -33,6 +35,23 @@ export interface DDPOptions {
    * against its own model): at 32 tabs on two cores the two cost a regroup over a second.
    */
   initSync?: boolean;
+  /**
+   * How the ranks' gradients are combined. `{ kind: 'mean' }` (the default): the average, by
+   * bucketed ring all-reduces. A robust kind (`trimmed-mean`, `median`, `centered-clip`: see
+   * robust/aggregators.ts) gathers every rank's whole gradient straight from that rank
+   * (`pg.meshAllGather`: (N-1) x the gradient sent per rank, N/2 times the ring's) and
+   * aggregates it on every rank alike, so that one member's hostile gradient cannot move every
+   * replica; each rank's own mean gradient counts once (uneven batch shares weigh nothing there),
+   * a rank with no samples in the step contributes no block, and a non-finite one is refused.
+   * Not with a communication hook (other than the plain `allreduceHook()`), nor with `carry`.
+   * Every rank must ask for the same. `ddp.lastAggregation` holds the last step's judgments.
+   */
+  aggregation?: AggregationSpec;
+  /**
+   * FOR MEASURING DEFENCES ONLY (robust/attacks.ts): the last `attackers` ranks of the group
+   * play this attack on their own gradient before it is reduced. Default: none.
+   */
+  attack?: AttackPlan;
 }
 
 export interface BackwardTimings {

@@ -35,14 +35,27 @@
  * only its own inner steps since the last outer step, the survivors' count, and a joiner starts
  * from the outer weights that step makes. An all-reduce still on the wire when a round fails is
  * dropped: the progress it carried is still in the weights, and the round's outer step takes it.
+ *
+ * Robust aggregation (`aggregation`, robust/outer_aggregation.ts): each fragment's
+ * pseudo-gradients gathered from every rank and combined by a trimmed mean, median or centered
+ * clipping instead of averaged, unweighted by samples; a rank that trained none since the
+ * fragment's last outer step contributes nothing. An outer step whose result is not finite is
+ * refused before anything changes: the outer weights, the momentum and the model stay as they were.
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup, WireDtype } from '../c10d/process_group.ts';
 import { allFinite } from '../finite.ts';
 import { SGD } from '../optim.ts';
-import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
 import { assignFlatWeights, flatTrainableWeights, hostWeights } from './replicas.ts';
 import type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
+import { NonFiniteWeightsError } from '../errors.ts';
+import type { AggregationSpec } from './robust/aggregators.ts';
+import type { AttackPlan } from './robust/attacks.ts';
+import type { AggregationReport } from './robust/reducer.ts';
+import { OuterAggregation } from './robust/outer_aggregation.ts';
+import { fragmentRanges, fragmentsSyncingAt, outerStateDict, parseOuterState, rejoinMean, rejoinRobust, type Fragment } from './diloco_fragments.ts';
+
+export { fragmentRanges, fragmentsSyncingAt } from './diloco_fragments.ts';
 
 export interface DiLoCoOptions {
   /** Inner steps between two outer steps of each fragment (the paper's H), >= 1. */
@@ -63,6 +76,14 @@ export interface DiLoCoOptions {
   fragments?: number;
   /** Inner steps an outer all-reduce runs behind, overlapped with compute (default 0: the ranks wait for it). Less than syncEvery / fragments. */
   overlap?: number;
+  /**
+   * How the ranks' pseudo-gradients are combined: the mean (default, by all-reduce), or a robust
+   * kind (DDPOptions.aggregation's: trimmed-mean, median, centered-clip) gathered from every rank
+   * (`pg.meshAllGather`, float32 whatever `wire` says). Every rank must ask for the same.
+   */
+  aggregation?: AggregationSpec;
+  /** FOR MEASURING DEFENCES ONLY (robust/attacks.ts): the last `attackers` ranks play this on their pseudo-gradients. */
+  attack?: AttackPlan;
 }
 
 /** What a rank held before a round's state transfer overwrote it: its own weights, for `rejoin`. */
@@ -79,31 +100,6 @@ export interface DiLoCoHeld {
 export interface DiLoCoRejoin {
   outerStep: boolean;
   contributors: number;
-}
-
-/** The contiguous ranges [start, end) of `fragments` nearly equal fragments of `numel` weights. */
-export function fragmentRanges(numel: number, fragments: number): Array<{ start: number; end: number }> {
-  return Array.from({ length: fragments }, (_, f) => ({ start: Math.floor((f * numel) / fragments), end: Math.floor(((f + 1) * numel) / fragments) }));
-}
-
-/** The fragments whose outer step falls after `step`: fragment f's every `syncEvery` steps, staggered by f's share of them (one fragment: every syncEvery-th step). */
-export function fragmentsSyncingAt(step: number, syncEvery: number, fragments: number): number[] {
-  const out: number[] = [];
-  for (let f = 0; f < fragments; f++) if (step % syncEvery === Math.round(((f + 1) * syncEvery) / fragments) % syncEvery) out.push(f);
-  return out;
-}
-
-/** One fragment's outer state, and its all-reduce while on the wire. */
-interface Fragment {
-  start: number;
-  end: number;
-  outer: SGD;
-  steps: number;
-  syncedAt: number;
-  inFlight: { sum: Promise<Float32Array>; sent: Float32Array; due: number; mine: number } | null;
-  /** Samples since the fragment's pseudo-gradient was last taken: this rank's, and the group's (see countStep). */
-  mine: number;
-  all: number;
 }
 
 export class DiLoCo implements CommHook {
@@ -129,6 +125,8 @@ export class DiLoCo implements CommHook {
   private held: DiLoCoHeld | null = null;
   /** Whether the run tells this DiLoCo each step's samples (countStep): then pseudo-gradients are weighed by them. */
   private counted = false;
+  /** `aggregation` and `attack`. */
+  private readonly combine: OuterAggregation;
 
   constructor(o: DiLoCoOptions) {
     const { syncEvery, outerLr = 0.7, outerMomentum = 0.9, nesterov = true, wire = 'float32', fragments = 1, overlap = 0 } = o;
@@ -148,6 +146,36 @@ export class DiLoCo implements CommHook {
     this.wire = wire;
     this.fragmentCount = fragments;
     this.overlap = overlap;
+    this.combine = new OuterAggregation(o.aggregation, o.attack);
+  }
+
+  /** How the pseudo-gradients are combined (`aggregation`): the mean unless asked. */
+  get aggregation(): AggregationSpec {
+    return this.combine.spec;
+  }
+
+  /** The last fragment's robust aggregation (each rank's pseudo-gradient judged); null under the mean or before the first. */
+  get lastAggregation(): AggregationReport | null {
+    return this.combine.last;
+  }
+
+  /**
+   * Collective: fragment `f`'s pseudo-gradient (its outer weights less `sent`, this rank's
+   * weights) combined over the ranks: the average weighed by samples, by all-reduce, or the
+   * robust aggregate (unweighted; none from a rank that trained no samples on it). Takes the
+   * fragment's sample window. The collective is issued before this returns.
+   */
+  private combineDelta(pg: ProcessGroup, f: Fragment, sent: Float32Array, step: number): Promise<Float32Array> {
+    const present = f.all === 0 || f.mine > 0;
+    const taken = this.takeWeight(f, pg.worldSize);
+    const weight = f.robust ? 1 : taken;
+    const outer = this.outerWeights!;
+    const delta = new Float32Array(sent.length);
+    for (let i = 0; i < sent.length; i++) delta[i] = (outer[f.start + i]! - sent[i]!) * weight;
+    const part = this.fragments.indexOf(f);
+    if (f.robust) return this.combine.reduce(pg, f.robust, delta, present, step, part).then((r) => r.values);
+    this.combine.attackOwn(pg, delta, step, part);
+    return pg.allReduce(delta, 'avg', { wire: this.wire });
   }
 
   /** Outer steps taken so far in the run, over all fragments (the group's count, the same on every rank). */
@@ -225,11 +253,8 @@ export class DiLoCo implements CommHook {
     this.outerWeightsFor(local);
     for (const f of due) {
       const sent = local.slice(f.start, f.end);
-      const delta = new Float32Array(sent.length);
       const mine = f.mine;
-      const weight = this.takeWeight(f, pg.worldSize);
-      for (let i = 0; i < sent.length; i++) delta[i] = (this.outerWeights![f.start + i]! - sent[i]!) * weight;
-      const sum = this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
+      const sum = this.timed(this.combineDelta(pg, f, sent, step));
       // A round that fails drops it (see rejoin): its rejection must not go unhandled meanwhile.
       sum.catch(() => {});
       f.inFlight = { sum, sent, due: step + this.overlap, mine };
@@ -245,12 +270,24 @@ export class DiLoCo implements CommHook {
     const local = await this.localWeights(model);
     const delta = new Float32Array(local.length);
     const outer = this.outerWeightsFor(local);
-    for (const f of this.fragments) {
-      const weight = this.takeWeight(f, pg.worldSize);
-      for (let i = f.start; i < f.end; i++) delta[i] = (outer[i]! - local[i]!) * weight;
-    }
     const t0 = performance.now();
-    await this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
+    if (this.combine.robust) {
+      // One aggregation per fragment (each keeps its own centered-clip center), issued in fragment order.
+      const parts = this.fragments.map((f) => this.combineDelta(pg, f, local.slice(f.start, f.end), step));
+      await this.timed(
+        Promise.all(parts).then((sums) => {
+          sums.forEach((v, k) => delta.set(v, this.fragments[k]!.start));
+          return delta;
+        }),
+      );
+    } else {
+      for (const f of this.fragments) {
+        const weight = this.takeWeight(f, pg.worldSize);
+        for (let i = f.start; i < f.end; i++) delta[i] = (outer[i]! - local[i]!) * weight;
+      }
+      this.combine.attackOwn(pg, delta, step, 0);
+      await this.timed(pg.allReduce(delta, 'avg', { wire: this.wire }));
+    }
     this.comm.exposedMs += performance.now() - t0;
     this.apply(model, local, delta, local, step);
   }
@@ -285,28 +322,9 @@ export class DiLoCo implements CommHook {
     if (step <= this.syncedAtStep) return { outerStep: false, contributors: 0 };
     const prev = this.outerWeights;
     const counts = held !== null && held.outerSteps === this.outerSteps && held.step === step && held.weights.length === prev.length;
-    // The pseudo-gradient weighed by samples, then a slot per fragment for the samples and one
-    // counting the ranks it comes from: one all-reduce.
-    const n = prev.length;
-    const P = this.fragments.length;
-    const sum = new Float32Array(n + P + 1);
-    if (counts) {
-      this.fragments.forEach((f, k) => {
-        const samples = held.samples?.[k] ?? 1;
-        for (let i = f.start; i < f.end; i++) sum[i] = (prev[i]! - held.weights[i]!) * samples;
-        sum[n + k] = samples;
-      });
-      sum[n + P] = 1;
-    }
-    await pg.allReduce(sum, 'sum');
-    const contributors = sum[n + P]!;
-    if (!(contributors >= 1)) return { outerStep: false, contributors: 0 };
-    const delta = sum.subarray(0, n);
-    // The same division on every rank of the same sums: the same bits.
-    this.fragments.forEach((f, k) => {
-      const samples = sum[n + k]!;
-      for (let i = f.start; i < f.end; i++) delta[i] = samples > 0 ? delta[i]! / samples : 0;
-    });
+    const combined = await (this.combine.robust ? rejoinRobust(pg, prev, this.fragments, counts ? held : null, this.combine, step) : rejoinMean(pg, prev, this.fragments, counts ? held : null));
+    if (combined === null) return { outerStep: false, contributors: 0 };
+    const { delta, contributors } = combined;
     const now = await this.localWeights(model);
     this.held = null; // taken in here; the runner holds again after the round's start
     this.apply(model, now, delta, now, step);
@@ -326,38 +344,59 @@ export class DiLoCo implements CommHook {
     const sums = await Promise.all(fragments.map((f) => f.inFlight!.sum));
     this.comm.exposedMs += performance.now() - t0;
     const local = await this.localWeights(model);
-    fragments.forEach((f, k) => {
+    const parts = fragments.map((f, k) => {
       const { sent, due } = f.inFlight!;
       f.inFlight = null;
-      this.stepFragment(f, sums[k]!, local, sent, due - this.overlap);
+      return { f, delta: sums[k]!, sent, step: due - this.overlap };
     });
-    assignFlatWeights(model, local, "DiLoCo's outer step");
+    this.outerStep(model, local, parts);
   }
 
   /** Every fragment's outer step with the averaged pseudo-gradient `delta` (the whole model's), `local` then assigned to the model. */
   private apply(model: tf.LayersModel, local: Float32Array, delta: Float32Array, sent: Float32Array, step: number): void {
-    for (const f of this.fragments) this.stepFragment(f, delta.subarray(f.start, f.end), local, sent.slice(f.start, f.end), step);
-    assignFlatWeights(model, local, "DiLoCo's outer step");
+    this.outerStep(model, local, this.fragments.map((f) => ({ f, delta: delta.subarray(f.start, f.end), sent: sent.slice(f.start, f.end), step })));
   }
 
   /**
-   * Fragment `f`'s outer step: torch's SGD on its last outer weights with the averaged
-   * pseudo-gradient `delta`; `local`'s part of the fragment becomes the new outer weights plus the
-   * inner progress made since `sent` (its weights when the pseudo-gradient was taken).
+   * The fragments' outer steps, all or none. Each is torch's SGD on the fragment's last outer
+   * weights with its combined pseudo-gradient `delta`; `local`'s part of the fragment becomes the
+   * new outer weights plus the inner progress made since `sent` (its weights when the
+   * pseudo-gradient was taken), and `local` is assigned to the model. Checked before anything is
+   * kept: when a new outer weight or model weight is not finite, the outer SGDs' states are put
+   * back and NonFiniteWeightsError thrown, and the outer weights, momentum, counts and model stay
+   * as they were (a refused step leaves nothing non-finite behind).
    */
-  private stepFragment(f: Fragment, delta: Float32Array, local: Float32Array, sent: Float32Array, step: number): void {
+  private outerStep(model: tf.LayersModel, local: Float32Array, parts: Array<{ f: Fragment; delta: Float32Array; sent: Float32Array; step: number }>): void {
     const outer = this.outerWeights!;
-    const params = outer.slice(f.start, f.end);
-    f.outer.stepFlat(params, delta, [{ shape: [params.length], offset: 0, size: params.length }]);
-    outer.set(params, f.start);
-    for (let i = 0; i < params.length; i++) local[f.start + i] = params[i]! + (local[f.start + i]! - sent[i]!);
+    const next = local.slice();
+    const nextOuter = outer.slice();
+    const saved = parts.map(({ f }) => f.outer.stateBundle());
+    try {
+      for (const { f, delta, sent } of parts) {
+        const params = nextOuter.subarray(f.start, f.end);
+        f.outer.stepFlat(params, delta, [{ shape: [params.length], offset: 0, size: params.length }]);
+        for (let i = 0; i < params.length; i++) next[f.start + i] = params[i]! + (local[f.start + i]! - sent[i]!);
+      }
+      refuseNonfinite(model, nextOuter, "DiLoCo's outer step (the new outer weights)");
+      assignFlatWeights(model, next, "DiLoCo's outer step");
+    } catch (err) {
+      parts.forEach(({ f }, k) => f.outer.loadStateBundle(saved[k]!));
+      throw err;
+    }
+    outer.set(nextOuter);
+    local.set(next);
+    for (const { f, sent, step } of parts) this.committed(f, nextOuter.subarray(f.start, f.end), sent, step);
+  }
+
+  /** Fragment `f`'s outer step is kept (its new outer weights `params`): counted, and weights held at its step moved along. */
+  private committed(f: Fragment, params: Float32Array, sent: Float32Array, step: number): void {
     f.steps++;
     f.syncedAt = step;
     // Weights held at the step this pseudo-gradient was taken: the outer step took their progress
     // in, so they move along as this rank's did; else a round failing before the next hold would
     // find them an outer step behind the group's and count nothing of them.
     const held = this.held;
-    if (held && held.step === step && held.weights.length === outer.length) {
+    if (held && held.step === step && held.weights.length === this.outerWeights!.length) {
       for (let i = 0; i < params.length; i++) held.weights[f.start + i] = params[i]! + (held.weights[f.start + i]! - sent[i]!);
       held.outerSteps++;
       // Held at the step it was sent: nothing of the held weights is left uncounted in this fragment.
@@ -390,7 +429,7 @@ export class DiLoCo implements CommHook {
   /** Outer weights and fresh fragments over them (no outer step taken yet). */
   private setOuterWeights(weights: Float32Array, step: number): void {
     this.outerWeights = weights;
-    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null, mine: 0, all: 0 }));
+    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null, mine: 0, all: 0, robust: this.combine.newReducer() }));
   }
 
   private newOuterOptimizer(): SGD {
@@ -399,70 +438,28 @@ export class DiLoCo implements CommHook {
 
   /** The outer state: every part of it is the same on every rank. In-flight all-reduces are not part of it (their progress is still in the weights). */
   stateDict(): CommHookState {
-    const tensors: Record<string, Float32Array> = {};
-    const meta: CommHookState['meta'] = { fragments: this.fragmentCount, syncEvery: this.syncEvery, outerSteps: this.outerSteps };
-    if (this.outerWeights) {
-      tensors['outer_weights'] = this.outerWeights.slice();
-      const momentum = new Float32Array(this.outerWeights.length);
-      let any = false;
-      for (const f of this.fragments) {
-        const values = new Float32Array(f.outer.stateBundle().weightData);
-        if (values.length > 1) {
-          momentum.set(values.subarray(1), f.start);
-          any = true;
-        }
-      }
-      if (any) tensors['momentum_buffer'] = momentum;
-      meta['fragmentSteps'] = this.fragments.map((f) => f.steps).join(',');
-      meta['fragmentSyncedAt'] = this.fragments.map((f) => f.syncedAt).join(',');
-    }
-    return { name: this.name, meta, tensors };
+    return { name: this.name, ...outerStateDict(this.outerWeights, this.fragments, { fragments: this.fragmentCount, syncEvery: this.syncEvery, outerSteps: this.outerSteps }) };
   }
 
   /** Loads the group's outer state (a checkpoint's, or the round's source's); checks it first, since it came from a file or a peer. */
   loadStateDict(state: CommHookState): void {
-    const bad = (what: string) => new RangeError(`DiLoCo state: ${what}`);
-    if (state.meta['fragments'] !== this.fragmentCount) throw bad(`it is for ${String(state.meta['fragments'])} fragments, this DiLoCo has ${this.fragmentCount}: every rank must cut the model alike`);
-    const weights = state.tensors['outer_weights'] ?? null;
-    const momentum = state.tensors['momentum_buffer'] ?? null;
-    if (!weights) {
-      if (momentum) throw bad('a momentum buffer without outer weights');
-      this.outerWeights = null;
-      this.fragments = [];
-      return;
-    }
-    if (momentum && momentum.length !== weights.length) throw bad(`a momentum buffer of ${momentum.length} values for ${weights.length} weights`);
-    for (const t of [weights, momentum]) if (t && !allFinite(t)) throw bad('a non-finite value; non-finite state is never loaded');
-    if (momentum && this.outerMomentum === 0) throw bad('it has an outer momentum buffer, and this DiLoCo no outer momentum (outerMomentum)');
-    const counts = (key: string): number[] => {
-      const v = state.meta[key];
-      const items = typeof v === 'string' && v.length <= 16 * this.fragmentCount ? v.split(',').map(Number) : [];
-      if (items.length !== this.fragmentCount || !items.every((n) => Number.isSafeInteger(n) && n >= 0)) throw bad(`${key} "${String(v).slice(0, 40)}" is not ${this.fragmentCount} counts`);
-      return items;
-    };
-    const steps = counts('fragmentSteps');
-    const syncedAt = counts('fragmentSyncedAt');
-    const fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }, f) => {
-      const outer = this.newOuterOptimizer();
-      const taken = steps[f]!;
-      if (taken > 0 && this.outerMomentum > 0) {
-        if (!momentum) throw bad(`no outer momentum buffer after ${taken} outer steps with momentum`);
-        const specs: WeightSpec[] = [{ name: 'step', shape: [], dtype: 'float32' }, { name: '0/momentum_buffer', shape: [end - start], dtype: 'float32' }];
-        const data = new Float32Array(1 + end - start);
-        data[0] = taken;
-        data.set(momentum.subarray(start, end), 1);
-        outer.loadStateBundle({ weightSpecs: specs, weightData: data.buffer });
-      } else if (taken > 0) {
-        outer.loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(taken).buffer });
-      }
-      return { start, end, outer, steps: taken, syncedAt: syncedAt[f]!, inFlight: null, mine: 0, all: 0 };
-    });
-    this.outerWeights = weights.slice();
-    this.fragments = fragments;
+    const loaded = parseOuterState(state, this.fragmentCount, this.outerMomentum, () => this.newOuterOptimizer(), () => this.combine.newReducer());
+    this.outerWeights = loaded?.weights ?? null;
+    this.fragments = loaded?.fragments ?? [];
   }
 }
 
 /** runElastic's hook for DiLoCo: `new DiLoCo(options)`. */
 export function diloco(options: DiLoCoOptions): DiLoCo {
   return new DiLoCo(options);
+}
+
+/** Throws NonFiniteWeightsError naming the first of `model`'s trainable weights whose part of `flat` holds a NaN or an infinity. */
+function refuseNonfinite(model: tf.LayersModel, flat: Float32Array, source: string): void {
+  let at = 0;
+  for (const [index, w] of model.trainableWeights.entries()) {
+    const size = w.shape.reduce<number>((a, b) => a * (b ?? 1), 1);
+    if (!allFinite(flat.subarray(at, at + size))) throw new NonFiniteWeightsError(w.originalName, index, source);
+    at += size;
+  }
 }
