@@ -39,6 +39,8 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
 job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
 job train, DDP: [--balance false (every rank the same batch, as torch; default true: each step's samples split by the ranks' measured speed)] [--comm-hook none|fp16|bf16|powersgd:RANK[:START]|localsgd:H[:START] (default none: the gradients' communication hook; START default 10)]
          [--devices K (each rank's batch split over K Workers, each a replica on its own backend: DataParallel; default 1)]
+         [--aggregation mean|trimmed-mean:B|median|centered-clip[:TAU|auto][:ITERATIONS] (default mean; a robust rule keeps a hostile rank from moving every replica: each rank sends its gradient to every other, (N-1)x the gradient; with --comm-hook diloco:H, the outer step's)]
+         [--attack scale[:FACTOR]|flip[:FACTOR]|noise[:STD]|alie[:Z] [--attackers K] (for measuring defences only: the last K ranks, default 1, attack their own gradients)]
 job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
          a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it
 job train, parameter servers: [--strategy ddp|ps|central (default ddp; ps: asynchronous parameter servers, central: one server, synchronous)]

@@ -12,14 +12,15 @@
  * but it does get a close code and reason.
  *
  * A session may have a host: the connection that created it may fix a host secret, and a later
- * connection presenting it may `control` the session (stop, end, change the minimum). The server
- * relays every control to all of the session's sockets; 'end' also closes them and refuses the
- * session from then on.
+ * connection presenting it may `control` the session (stop, end, change the minimum, remove a
+ * tab). The server relays every control but 'remove' to all of the session's sockets; 'end' also
+ * closes them and refuses the session from then on; 'remove' changes the session's token, gives the
+ * new one to every other socket and closes the removed tab's (host_remove.ts).
  *
  * This module is the composition root: options, the HTTP(S) server, and its parts wired over one
  * `ServerContext` (server_context.ts): `http.ts` the HTTP requests, `upgrade.ts` the sockets on
  * `/ws`, `dispatch.ts` their requests by type (with hello.ts, rendezvous_requests.ts,
- * host_control.ts; replies.ts how each is answered).
+ * host_control.ts, host_remove.ts; replies.ts how each is answered).
  */
 import { createServer as createHttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';

@@ -9,7 +9,7 @@ export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type R
 export { ProcessGroup, type AllReduceOptions, type CollectiveOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './c10d/process_group.ts';
 export { reducer } from './c10d/ring.ts';
 export { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './c10d/latency_collectives.ts';
-export { allReduceBytes, messageBytes, type CollectiveBytesOptions } from './c10d/collective_bytes.ts';
+export { allReduceBytes, meshAllGatherBytes, messageBytes, type CollectiveBytesOptions } from './c10d/collective_bytes.ts';
 export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './transport/peer_link.ts';
 export { selectedPath } from './transport/peer_link.ts';
 export {
@@ -185,3 +185,8 @@ export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type Device
 export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './parallel/comm_hooks/powersgd.ts';
 export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './parallel/comm_hooks/local_sgd.ts';
 export { DiLoCo, diloco, type DiLoCoOptions, type DiLoCoHeld, type DiLoCoRejoin } from './parallel/diloco.ts';
+// Robust aggregation (opt-in per session): DDPOptions.aggregation / DiLoCoOptions.aggregation; attacks are for measuring defences.
+export { aggregate, checkAggregationSpec, NoContributionError, DEFAULT_CLIP_ITERATIONS, type Aggregation, type AggregationKind, type AggregationSpec, type RankJudgment } from './parallel/robust/aggregators.ts';
+export { RobustReducer, isRobust, describeAggregation, type AggregationReport } from './parallel/robust/reducer.ts';
+export { gatherContributions, type GatheredContributions } from './parallel/robust/exchange.ts';
+export { applyAttack, isAttacker, ATTACK_KINDS, type AttackKind, type AttackSpec, type AttackPlan, type AttackContext } from './parallel/robust/attacks.ts';

@@ -36,13 +36,13 @@ describe('the create form', () => {
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {
-    expect(fieldDefaults({})).toEqual({ world: '1', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu' });
+    expect(fieldDefaults({})).toEqual({ world: '1', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
     expect(fieldDefaults({ optimizer: 'sgd' }).lr).toBe('0.05');
   });
 
   it('makes the link in the documented order, leaving out what is not set', () => {
     const url = sessionUrl(ORIGIN, form({ world: '3', model: 'mlp', dataset: 'synthetic' }), TOKEN);
-    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&min=1&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu#token=${TOKEN}`);
+    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&min=1&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu&aggregation=mean#token=${TOKEN}`);
     expect(tokenFromFragment(url)).toBe(TOKEN);
   });
 
@@ -99,9 +99,23 @@ describe('the create form', () => {
   it('a link with every option set parses back to the job the form describes', () => {
     const values = form({ world: ' 4 ', min: '2', optimizer: 'sgd', lr: '1e-2', steps: '100', trainSize: '1536', backend: 'wasm' });
     const url = new URL(sessionUrl(ORIGIN, values, TOKEN));
-    expect(url.search).toBe('?session=my-run&world=4&job=train&min=2&model=mlp&dataset=mnist&batchSize=64&optimizer=sgd&lr=0.01&epochs=1&steps=100&trainSize=1536&backend=wasm');
+    expect(url.search).toBe('?session=my-run&world=4&job=train&min=2&model=mlp&dataset=mnist&batchSize=64&optimizer=sgd&lr=0.01&epochs=1&steps=100&trainSize=1536&backend=wasm&aggregation=mean');
     expect(parseTrainConfig((name) => urlOption(url.searchParams, name))).toEqual(formConfig(values));
     expect(formConfig(values)).toMatchObject({ min: 2, max: 4, lr: 0.01, steps: 100, trainSize: 1536 });
+  });
+
+  it('offers the aggregation as a select in words (mean, trimmed mean, median, centered clipping), and the link carries the choice', () => {
+    expect(FORM_FIELDS.find((f) => f.name === 'aggregation')!.control).toEqual({
+      type: 'select',
+      choices: ['mean', 'trimmed-mean:1', 'median', 'centered-clip'],
+      labels: ['mean', 'trimmed mean', 'median', 'centered clipping'],
+    });
+    expect(FORM_FIELDS.find((f) => f.name === 'aggregation')!.hint).toMatch(/keeps one hostile or broken tab from steering everyone/);
+    const url = new URL(sessionUrl(ORIGIN, form({ world: '4', aggregation: 'trimmed-mean:1' }), TOKEN));
+    expect(url.searchParams.get('aggregation')).toBe('trimmed-mean:1');
+    expect(parseTrainConfig((name) => urlOption(url.searchParams, name)).aggregation).toEqual({ kind: 'trimmed-mean', trim: 1 });
+    expect(formConfig(form({ aggregation: 'centered-clip' })).aggregation).toEqual({ kind: 'centered-clip', tau: 'auto', iterations: 3 });
+    expect(checkForm(form({ aggregation: 'krum' }))).toEqual({ aggregation: expect.stringMatching(/^Aggregation must be mean, trimmed-mean:B/) });
   });
 
   it('accepts the form as it first shows', () => {

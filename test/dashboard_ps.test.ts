@@ -116,6 +116,8 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     commHook: { kind: 'none' },
     devices: 1,
     linkWindowBytes: null,
+    aggregation: { kind: 'mean' },
+    attack: null,
     ...over,
   };
 }

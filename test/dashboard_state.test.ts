@@ -59,6 +59,8 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     commHook: { kind: 'none' },
     devices: 1,
     linkWindowBytes: null,
+    aggregation: { kind: 'mean' },
+    attack: null,
     ...over,
   };
 }
@@ -263,7 +265,7 @@ describe('lost ranks', () => {
       ],
       training(),
     );
-    expect(s.faults).toEqual({ left: 1, froze: 1, evicted: 1, failed: 0, joined: 1 });
+    expect(s.faults).toEqual({ left: 1, froze: 1, evicted: 1, removed: 0, failed: 0, joined: 1 });
     // Newest first.
     expect(s.log.filter((e) => e.level === 'error').map((e) => e.message)).toEqual([
       'Lost rank 1: its replica diverged.',

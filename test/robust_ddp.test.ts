@@ -136,10 +136,11 @@ describe('DistributedDataParallel with robust aggregation', () => {
       expect(figures[`${attack}/trimmed-mean`]!, attack).toBeLessThan(0.5);
       expect(figures[`${attack}/centered-clip`]!, attack).toBeLessThan(0.5);
     }
-    // A little is enough: a small shift, so the mean moves less far; the robust rules stay about where they are without it.
+    // A little is enough: a small consistent shift, made to pass for honest (measured: the mean 0.32 off, the
+    // robust rules 0.19-0.23, against 0.01-0.06 without it): it moves the robust rules too, but less than the mean.
     for (const spec of robust) {
       expect(figures[`alie/${spec.kind}`]!).toBeLessThan(figures['alie/mean']!);
-      expect(figures[`alie/${spec.kind}`]!).toBeLessThan(figures[`none/${spec.kind}`]! + 0.1);
+      expect(figures[`alie/${spec.kind}`]!).toBeLessThan(0.5);
     }
   }, 120_000);
 
@@ -205,6 +206,11 @@ describe('DistributedDataParallel with robust aggregation', () => {
       expect(() => d.registerCommHook(new DiLoCo({ syncEvery: 4 }))).toThrow(/DiLoCoOptions\.aggregation/);
       expect(() => d.carry(Float32Array.of(1))).toThrow(/carry: values cannot ride on the gradients under robust aggregation/);
       await expect(DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'centered-clip', tau: -1 }, initSync: false })).rejects.toThrow(/tau must be a positive/);
+      // A world of one exchanges nothing: its own gradient is the trimmed mean of one.
+      const g = Float32Array.from({ length: d.parameterCount }, (_, i) => i / 100);
+      await d.backward({ grads: g, loss: 0, computeMs: 0 });
+      expect(d.lastAggregation).toMatchObject({ used: 1, trim: 0 });
+      expect(d.lastAggregation!.values).toEqual(g);
     } finally {
       await pg!.destroy();
     }

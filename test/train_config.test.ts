@@ -47,6 +47,8 @@ describe('parseTrainConfig', () => {
       commHook: { kind: 'none' },
       devices: 1,
     linkWindowBytes: null,
+      aggregation: { kind: 'mean' },
+      attack: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
   });

@@ -4,7 +4,6 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import {
-  CloseCode,
   ConnectionClosedError,
   DeviceLostError,
   DistTimeoutError,
@@ -20,7 +19,8 @@ import {
   TokenRotatedError,
   UnauthorizedError,
 } from '../../src/index.ts';
-import { adoptToken, MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { PageSecret } from './page_secret.ts';
 import { DashboardPublisher, watchDashboard } from '../train/spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
@@ -119,26 +119,16 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     token = err as Error;
   }
   const hostSecret = pageHostSecret();
-  /** The session's token now: the link's, until the host removes a tab and the server sends a new one. */
-  let liveToken = token instanceof Error ? '' : token;
-  /** The session's token changed: this page's URL, its link for more tabs and its later requests take the new one. */
-  const tokenChanged = (next: string, reason = 'the host removed a tab from the session') => {
-    if (next === liveToken) return;
-    liveToken = next;
-    adoptToken(next);
-    dash.linkChanged(next, reason);
-    console.log(`the session's link changed: ${reason}`);
-  };
-  /** The host removed this tab (its socket closed with REMOVED): it stops, says so, and keeps its replica to save. */
-  let removed = false;
-  const removedByHost = () => {
-    if (removed) return;
-    removed = true;
-    stop = true;
-    document.title = `removed · ${session} · Browser DDP`;
-    dash.removed();
-    if (liveModel) dash.setDownloadable(true);
-  };
+  // The token changes when the host removes a tab; the removed tab stops, says so, and keeps its replica to save.
+  const secret = new PageSecret(token instanceof Error ? '' : token, {
+    linkChanged: (next, reason) => dash.linkChanged(next, reason),
+    removed: () => {
+      stop = true;
+      document.title = `removed · ${session} · Browser DDP`;
+      dash.removed();
+      if (liveModel) dash.setDownloadable(true);
+    },
+  });
   /** Asks the server to pass the host's action to every tab; only the host's tab offers these. */
   const control = (action: 'stop' | 'end' | 'min', min?: number) => {
     if (!store) return;
@@ -227,10 +217,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
     store = connected;
     // The first connection's events; the rendezvous handler's onToken follows the later ones.
-    connected.on('token', (e) => tokenChanged(e.token, e.reason));
-    connected.on('close', (e) => {
-      if (e.code === CloseCode.REMOVED) removedByHost();
-    });
+    secret.watch(connected);
     const role = { host: connected.isHost, hasHost: connected.hasHost };
     dash.setRole({ ...role, spectator: false });
     publisher = new DashboardPublisher(connected);
@@ -240,9 +227,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       session,
       // Read at each use (checkpoints, the host's data): the host's removal of a tab changes it.
       get token() {
-        return liveToken;
+        return secret.token;
       },
-      onToken: (next) => tokenChanged(next),
+      onToken: (next) => secret.changed(next),
       rank: opts.rank,
       timeoutMs: opts.timeoutMs,
       config,
@@ -280,9 +267,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     const e = err instanceof Error ? err : new Error(String(err));
     console.error(`${e.name}: ${e.message}`);
     report({ type: 'error', name: e.name, message: e.message });
-    if (e instanceof RemovedByHostError || removed) {
+    if (e instanceof RemovedByHostError || secret.removed) {
       // Not a failure: the host chose to. The replica it trained stays here to save.
-      removedByHost();
+      secret.markRemoved();
       return;
     }
     if (e instanceof RendezvousClosedError) {

@@ -24,7 +24,7 @@ import {
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
-import { hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
+import { attackPlanOf, hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
@@ -71,6 +71,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const sums: StepBreakdownMs & { slowed: number } = { compute: 0, readback: 0, allreduce: 0, apply: 0, slowed: 0 };
   // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
   const comm = commSetup(config.commHook);
+  const robust = { aggregation: config.aggregation, ...(config.attack ? { attack: attackPlanOf(config.attack) } : {}) };
   const hook = comm.hook;
   /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
   const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
@@ -165,7 +166,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       onRendezvous: opts.onRendezvous,
       // A tab of a shared session is untrusted: a NaN gradient, or replicas that drift apart, end
       // the run with a name instead of spoiling every replica in silence.
-      ddp: { errorIfNonfinite: true },
+      // --aggregation: DDP's gradients, or with DiLoCo its outer step's pseudo-gradients (--attack: for measuring it).
+      ddp: { errorIfNonfinite: true, ...(comm.diloco ? {} : robust) },
       // Local SGD's replicas differ on purpose between averagings: a hash check would take that for
       // divergence (the NaN check above still guards every step).
       // DiLoCo's replicas too, but runElastic checks those at the next full outer step after each
@@ -178,7 +180,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       balanceBatches: config.balance,
       commHook: hook === undefined ? undefined : () => hook,
       modelAverager: comm.modelAverager,
-      diloco: comm.diloco,
+      diloco: comm.diloco && { ...comm.diloco, ...robust },
       // DiLoCo's inner steps meet nowhere: the ranks vote at outer steps, and at least every
       // DILOCO_VOTE_EVERY steps so that a stop, a joiner and the dashboard's figures wait no longer.
       voteEvery: comm.diloco ? Math.min(comm.diloco.syncEvery, DILOCO_VOTE_EVERY) : 1,
@@ -207,6 +209,10 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
           if (step % DEVICE_REPORT_EVERY === 0 || step === 1) emit({ type: 'devices', devices: devices.deviceStats() });
         } else {
           ({ result, correct } = await backwardHere(ddp, x, y, stretch));
+        }
+        // Robust aggregation refused a rank's gradient (a NaN or an infinity): say which, every step it happens.
+        for (const j of ddp.lastAggregation?.step === step ? ddp.lastAggregation.judgments : []) {
+          if (j.status === 'refused') emit({ type: 'log', level: 'warn', message: `Step ${step}: rank ${j.rank}'s gradient was refused (${j.reason ?? 'non-finite'}); the others' were aggregated` });
         }
         const a0 = performance.now();
         await ddp.step(optimizer);

@@ -30,7 +30,7 @@ type Control = HTMLInputElement | HTMLSelectElement;
 function controlFor(field: FormField, id: string, describedBy: string): Control {
   const c = field.control;
   if (c.type === 'select') {
-    return el('select', { id, name: field.name, 'aria-describedby': describedBy }, ...c.choices.map((o) => el('option', { value: o }, o)));
+    return el('select', { id, name: field.name, 'aria-describedby': describedBy }, ...c.choices.map((o, i) => el('option', { value: o }, c.labels?.[i] ?? o)));
   }
   return el('input', {
     id,

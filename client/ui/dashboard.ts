@@ -118,11 +118,9 @@ export class Dashboard {
     this.facts = new FactsView(share);
     void this.preferReachableLink(share);
     this.charts = new ChartsView(() => this.scheduleRender(true));
-    this.fleet = new FleetView((rank) => {
-      const round = this.state.round;
-      if (round === null) return;
-      this.dispatch({ type: 'remove-requested', rank });
-      options.onRemove?.({ rank, round });
+    this.fleet = new FleetView((target) => {
+      this.dispatch({ type: 'remove-requested', rank: target.rank });
+      options.onRemove?.(target);
     });
     this.root = el(
       'div',

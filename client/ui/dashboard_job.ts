@@ -3,7 +3,8 @@
  * a --comm-hook reads.
  */
 import type { TrainConfig } from '../train/events.ts';
-import type { CommHookSpec } from '../../src/jobs/train_config.ts';
+import { formatAttack, type CommHookSpec } from '../../src/jobs/train_config.ts';
+import { describeAggregation } from '../../src/parallel/robust/reducer.ts';
 import { plural } from './dashboard_format.ts';
 import { fmtInt } from './format.ts';
 
@@ -26,7 +27,10 @@ export function describeJob(c: TrainConfig): string {
   // --comm-hook: said only when the gradients travel otherwise than the plain all-reduce.
   const hook = c.commHook && c.commHook.kind !== 'none' ? ` · ${describeCommHook(c.commHook)}` : '';
   const devices = (c.devices ?? 1) > 1 ? ` · ${c.devices} devices per tab` : '';
-  return `${model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}`;
+  // --aggregation and --attack: said only when asked for (older configs have neither).
+  const robust = c.aggregation && c.aggregation.kind !== 'mean' ? ` · ${describeAggregation(c.aggregation)} aggregation` : '';
+  const attack = c.attack ? ` · attack ${formatAttack(c.attack)} by the last ${plural(c.attack.attackers, 'rank')} (measuring defences)` : '';
+  return `${model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}${robust}${attack}`;
 }
 
 /** How a --comm-hook reads on the page ("PowerSGD, rank 2, after 10 plain steps"). */

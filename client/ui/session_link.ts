@@ -13,7 +13,8 @@ import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from './train_form_labels.ts';
 export type FormValues = Readonly<Record<string, string>>;
 
 export type FieldControl =
-  | { type: 'select'; choices: readonly string[] }
+  /** `labels`: the words shown for each choice, in the same order (the choices themselves when left out). */
+  | { type: 'select'; choices: readonly string[]; labels?: readonly string[] }
   | { type: 'number'; min: number; max: number }
   /** Decimal numbers are typed as text: a number input would turn "1e-3" or "0,001" into nothing. */
   | { type: 'text'; inputmode?: 'decimal' };
@@ -49,14 +50,22 @@ function controlOf(kind: OptionSpec['kind']): FieldControl {
     case 'number':
       return { type: 'text', inputmode: 'decimal' };
     case 'text':
-      return { type: 'text' };
+      return kind.presets ? { type: 'select', choices: kind.presets } : { type: 'text' };
   }
+}
+
+/** The field's control, with the select's words for its choices where the labels give them. */
+function fieldControl(spec: OptionSpec<TrainOptionName>): FieldControl {
+  const control = controlOf(spec.kind);
+  const words = TRAIN_FORM_LABELS[spec.name].choiceLabels;
+  if (control.type !== 'select' || !words) return control;
+  return { ...control, labels: control.choices.map((c) => words[c] ?? c) };
 }
 
 /** The form's fields in order: the session name, then each schema option shown in the form. */
 export const FORM_FIELDS: readonly FormField[] = [
   SESSION_FIELD,
-  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: TRAIN_FORM_LABELS[spec.name].label, hint: TRAIN_FORM_LABELS[spec.name].hint, control: controlOf(spec.kind), optional: spec.optional === true })),
+  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: TRAIN_FORM_LABELS[spec.name].label, hint: TRAIN_FORM_LABELS[spec.name].hint, control: fieldControl(spec), optional: spec.optional === true })),
 ];
 
 /**

@@ -9,6 +9,8 @@ import { DEFAULT_LR, type TrainOptionName } from '../../src/jobs/train_config.ts
 export interface OptionText {
   label: string;
   hint?: string;
+  /** A select's words for its values (the schema's presets or choices), where they differ from the values. */
+  choiceLabels?: Readonly<Record<string, string>>;
 }
 
 /** Every option's label and hint, whether the form shows it (`inForm` in the schema) or not. */
@@ -124,6 +126,16 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     hint: 'Workers per tab, each with its own copy of the model on its own backend; every batch is split between them and their gradients combined (DataParallel). On the cpu and wasm backends each Worker uses another CPU core. Not with parameter servers or pipelines.',
   },
   resumeFrom: { label: 'Resume from session' },
+  aggregation: {
+    label: 'Aggregation',
+    hint: 'How the tabs’ gradients are combined each step: the mean, or a robust rule that keeps one hostile or broken tab from steering everyone’s model (each tab then sends its gradients to every other: N/2 times the traffic).',
+    choiceLabels: { mean: 'mean', 'trimmed-mean:1': 'trimmed mean', median: 'median', 'centered-clip': 'centered clipping' },
+  },
+  attack: {
+    label: 'Attack (for measuring defences)',
+    hint: 'scale, flip, noise or alie: the last tabs (attackers) send hostile gradients, to measure what the aggregation holds off. Never for a real run.',
+  },
+  attackers: { label: 'Attacking tabs', hint: 'How many of the last ranks play the attack (at least one tab stays honest).' },
 };
 
 /**

@@ -19,9 +19,16 @@ export class FleetView {
   private readonly note: HTMLElement;
   private readonly changed = changeDetector();
   private readonly removeDialog: RemoveDialog;
+  /**
+   * The "Remove" button of each rank, kept across redraws: the rows are rebuilt several times a
+   * second while training, and a click must land on the button it started on.
+   */
+  private readonly removeButtons = new Map<number, HTMLButtonElement>();
+  /** The server's round of the ranks the table shows (a removal names a rank of that round only). */
+  private round: number | null = null;
 
-  /** `onRemove`: the host confirmed removing the tab at that rank. */
-  constructor(onRemove: (rank: number) => void = () => {}) {
+  /** `onRemove`: the host confirmed removing the tab at `rank` of round `round`, as the table showed them. */
+  constructor(onRemove: (target: { rank: number; round: number }) => void = () => {}) {
     this.removeDialog = new RemoveDialog(onRemove);
     this.body = el('tbody');
     this.note = el('p', { class: 'card-note', 'data-testid': 'fleet-note' });
@@ -50,9 +57,25 @@ export class FleetView {
     const rows = fleetRows(s);
     this.node.hidden = rows.length === 0;
     const removable = controls(s).remove.visible;
-    this.body.replaceChildren(...rows.map((row) => fleetRow(row, removable && !row.self && !row.lost ? () => this.removeDialog.open(row.rank) : null)));
+    this.round = s.round;
+    const offered = rows.filter((row) => removable && !row.self && !row.lost).map((row) => row.rank);
+    for (const rank of this.removeButtons.keys()) if (!offered.includes(rank)) this.removeButtons.delete(rank);
+    this.body.replaceChildren(...rows.map((row) => fleetRow(row, offered.includes(row.rank) ? this.removeButton(row.rank) : null)));
     const even = rows.some((r) => r.shareEven);
     setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.`);
+  }
+
+  /** The "Remove" button of `rank` (made once, then moved from row to row as the table redraws). */
+  private removeButton(rank: number): HTMLButtonElement {
+    let button = this.removeButtons.get(rank);
+    if (!button) {
+      button = el('button', { type: 'button', class: 'btn btn-danger fleet-remove', 'data-testid': `remove-rank-${rank}`, 'aria-haspopup': 'dialog', 'aria-label': `Remove rank ${rank} from the session` }, 'Remove');
+      button.addEventListener('click', () => {
+        if (this.round !== null) this.removeDialog.open({ rank, round: this.round });
+      });
+      this.removeButtons.set(rank, button);
+    }
+    return button;
   }
 }
 
@@ -62,22 +85,23 @@ class RemoveDialog {
   private readonly title = el('h2', { id: 'remove-dialog-title' });
   private readonly body = el('p', { id: 'remove-dialog-body' });
   private readonly confirm = el('button', { value: 'confirm', class: 'btn btn-danger-solid', 'data-testid': 'remove-confirm' });
-  private rank = -1;
+  private target: { rank: number; round: number } | null = null;
 
-  constructor(onRemove: (rank: number) => void) {
+  constructor(onRemove: (target: { rank: number; round: number }) => void) {
     this.node = el(
       'dialog',
       { class: 'confirm-dialog', 'aria-labelledby': 'remove-dialog-title', 'aria-describedby': 'remove-dialog-body', 'data-testid': 'remove-dialog' },
       el('form', { method: 'dialog' }, this.title, this.body, el('div', { class: 'dialog-actions' }, el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'), this.confirm)),
     );
     this.node.addEventListener('close', () => {
-      if (this.node.returnValue === 'confirm' && this.rank >= 0) onRemove(this.rank);
+      if (this.node.returnValue === 'confirm' && this.target) onRemove(this.target);
     });
   }
 
-  open(rank: number): void {
-    const text = removeConfirm(rank);
-    this.rank = rank;
+  /** Asks about the tab at `rank` of `round`: a later round's rank may be another tab, and the server then refuses. */
+  open(target: { rank: number; round: number }): void {
+    const text = removeConfirm(target.rank);
+    this.target = target;
     setText(this.title, text.title);
     setText(this.body, text.body);
     setText(this.confirm, text.confirm);
@@ -86,12 +110,8 @@ class RemoveDialog {
   }
 }
 
-/** A rank's row; `remove` (the host's tab, another rank): its "Remove" button opens the confirmation. */
-function fleetRow(row: FleetRow, remove: (() => void) | null): HTMLTableRowElement {
-  const removeButton = remove
-    ? el('button', { type: 'button', class: 'btn btn-danger fleet-remove', 'data-testid': `remove-rank-${row.rank}`, 'aria-haspopup': 'dialog', 'aria-label': `Remove rank ${row.rank} from the session` }, 'Remove')
-    : null;
-  removeButton?.addEventListener('click', () => remove?.());
+/** A rank's row; `removeButton` (the host's tab, another rank): its "Remove", which opens the confirmation. */
+function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null): HTMLTableRowElement {
   const unknown = (text: string) => el('span', { class: 'muted' }, text);
   const backend: Array<Node | string> = row.backend ? [el('strong', {}, row.backend)] : [unknown('–')];
   if (row.fallback) backend.push(el('span', { class: 'fallback', 'data-testid': 'fleet-fallback' }, `⚠ fallback: ${row.fallback}`));

@@ -291,7 +291,8 @@ export interface RequestFields {
   regroup: { fromRound: number; failed?: boolean };
   /**
    * The host steers the session (host connections only, else NOT_HOST). `min` (1..the group's
-   * max) goes with action 'min' only. Every socket of the session gets a `control` event.
+   * max) goes with action 'min' only. Every socket of the session gets a `control` event, except
+   * for 'remove' (see HostAction): the others get a TokenEvent, the removed one is closed (REMOVED).
    */
   control: {
     action: HostAction;

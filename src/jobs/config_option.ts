@@ -11,7 +11,8 @@ export type OptionKind =
   | { type: 'number'; min: number; max: number }
   | { type: 'choice'; choices: readonly string[] }
   | { type: 'bool' }
-  | { type: 'text'; pattern: RegExp; rule: string };
+  /** `presets`: values a form offers as a select (any value the pattern and the parser take is still valid in a link). */
+  | { type: 'text'; pattern: RegExp; rule: string; presets?: readonly string[] };
 
 export interface OptionSpec<N extends string = string> {
   /** The URL parameter (camelCase; the kebab-case spelling is accepted too). */

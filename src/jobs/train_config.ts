@@ -12,9 +12,11 @@ import { LM_DEFAULTS } from '../models.ts';
 export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';
 import { COMM_HOOK_RULE, formatCommHook, parseCommHook, type CommHookSpec } from './comm_hook_spec.ts';
+import { AGGREGATION_PRESETS, AGGREGATION_RULE, ATTACK_RULE, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 
 // The schema's parts, importable from here as before.
 export { ConfigError, describeRule, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
+export { AGGREGATION_PRESETS, attackPlanOf, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 export {
   DEFAULT_COMM_HOOK_START,
   MAX_COMM_HOOK_START,
@@ -144,6 +146,14 @@ export interface TrainConfig {
    * backend takes nothing until it yields, so a link moves at most a window per yield.
    */
   linkWindowBytes: number | null;
+  /**
+   * DDP: how the tabs' gradients are combined (with DiLoCo, its pseudo-gradients): the mean, or a
+   * robust kind (trimmed mean, median, centered clipping) that keeps one hostile or broken tab
+   * from moving every replica (src/parallel/robust/). `{ kind: 'mean' }` unless asked for.
+   */
+  aggregation: AggregationConfig;
+  /** FOR MEASURING DEFENCES ONLY: the attack the last `attackers` ranks play on their own gradients (attackPlanOf makes the library's plan); null: none. */
+  attack: AttackConfig | null;
 }
 
 /** Most devices (Workers) a tab may run: each holds its own copy of the model and its backend. */
@@ -202,6 +212,8 @@ const OPTIONS = [
   { name: 'trainSize', kind: int(0, 10_000_000), inForm: true, optional: true, defaultValue: fixed(0) },
   { name: 'testSize', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'backend', kind: { type: 'choice', choices: BACKENDS }, inForm: true, defaultValue: fixed('webgpu') },
+  // The syntax here; what each item may be in parseAggregation. The form offers the presets as a select.
+  { name: 'aggregation', kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS }, inForm: true, defaultValue: fixed('mean') },
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
@@ -244,6 +256,9 @@ const OPTIONS = [
     defaultValue: fixed('none'),
   },
   { name: 'devices', kind: int(1, MAX_DEVICES_PER_TAB), inForm: false, defaultValue: fixed(1) },
+  { name: 'attack', kind: { type: 'text', pattern: /^[a-z]{1,8}(:-?[0-9.]{1,24})?$/, rule: ATTACK_RULE }, inForm: false, defaultValue: fixed(null) },
+  // The last K ranks attack: 1 when an attack is given, else none.
+  { name: 'attackers', kind: int(0, MAX_WORLD_SIZE - 1), inForm: false, defaultValue: (p) => (p.attack == null ? 0 : 1) },
   // The links' credit window (src/transport/flow_control.ts), bytes; 0: none. Left out: the library's 128 KiB.
   { name: 'linkWindowBytes', kind: int(0, 64 << 20), inForm: false, optional: true, defaultValue: fixed(null) },
   { name: 'resumeFrom', kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' }, inForm: false, defaultValue: fixed(null) },
@@ -292,6 +307,9 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   }
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
+  const aggregation = parseAggregation(values.aggregation as string);
+  const attack = attackPlan(values.attack as string | null, values.attackers as number, min);
+  checkRobust(values.aggregation as string, aggregation, attack, commHook, strategy, pp);
   const hidden = values.hidden as number | null;
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
   const devices = values.devices as number;
@@ -342,7 +360,38 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     commHook,
     devices,
     linkWindowBytes: values.linkWindowBytes as number | null,
+    aggregation,
+    attack,
   };
+}
+
+/** `attack` and `attackers` as a plan (null: no attack), the attackers fewer than the smallest world (`min`). Throws ConfigError. */
+function attackPlan(raw: string | null, attackers: number, min: number): AttackConfig | null {
+  if (raw === null) {
+    if (attackers > 0) throw new ConfigError('attackers', String(attackers), '0 (or left out) without attack: it says how many ranks play the attack (give attack=scale|flip|noise|alie)');
+    return null;
+  }
+  const spec = parseAttack(raw);
+  if (attackers < 1 || attackers >= min) {
+    throw new ConfigError('attackers', String(attackers), `from 1 to ${min - 1}, below the smallest world (min ${min}): the last K ranks attack and at least one must stay honest`);
+  }
+  return { ...spec, attackers };
+}
+
+/**
+ * Robust aggregation and attacks are DDP's: refused with a parameter-server strategy, with
+ * pipelines, and (robust kinds) with a hook other than DiLoCo, whose outer step takes the
+ * aggregation instead. Throws ConfigError.
+ */
+function checkRobust(raw: string, aggregation: AggregationConfig, attack: AttackConfig | null, hook: CommHookSpec, strategy: StrategyName, pp: number): void {
+  const option = aggregation.kind !== 'mean' ? 'aggregation' : attack ? 'attack' : null;
+  if (option === null) return;
+  const value = option === 'aggregation' ? raw : formatAttack(attack!);
+  if (strategy !== 'ddp') throw new ConfigError(option, value, `left out with strategy ${strategy}: robust aggregation and attacks are DDP's (every rank's gradients combined), and parameter servers take each push on its own`);
+  if (pp > 1) throw new ConfigError(option, value, `left out with pipeline stages (here pp ${pp}): robust aggregation with pipelines is not supported yet`);
+  if (aggregation.kind !== 'mean' && hook.kind !== 'none' && hook.kind !== 'diloco') {
+    throw new ConfigError('aggregation', raw, `mean (or left out) with commHook ${formatCommHook(hook)}: robust aggregation needs every rank's whole gradient as sent, which a communication hook compresses or skips (with diloco, the outer step aggregates robustly)`);
+  }
 }
 
 /**
@@ -402,7 +451,15 @@ function checkStrategy(strategy: StrategyName, ps: number, maxStaleness: number 
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
 export function configParams(config: TrainConfig): URLSearchParams {
   const p = new URLSearchParams();
-  const byName: Record<string, unknown> = { ...config, world: config.max, slow: config.slow ? formatSlow(config.slow) : null, commHook: formatCommHook(config.commHook) };
+  const byName: Record<string, unknown> = {
+    ...config,
+    world: config.max,
+    slow: config.slow ? formatSlow(config.slow) : null,
+    commHook: formatCommHook(config.commHook),
+    aggregation: formatAggregation(config.aggregation),
+    attack: config.attack ? formatAttack(config.attack) : null,
+    attackers: config.attack?.attackers ?? 0,
+  };
   for (const spec of TRAIN_OPTIONS) {
     const v = byName[spec.name];
     if (v === null || v === undefined) continue;

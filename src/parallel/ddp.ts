@@ -31,14 +31,15 @@
  * (`verifyReplicas` in replicas.ts checks that they do).
  *
  * Beside this module: ddp_buckets.ts (the buckets: assignment, layout, filling), ddp_types.ts
- * (the options and a backward's result), ddp_shapes.ts (the shape check), robust/ (robust
- * aggregation and, for measuring it, attacks).
+ * (the options and a backward's result), ddp_shapes.ts (the shape check), ddp_hook.ts (the
+ * hook slot), ddp_carry.ts (values carried on the sum), robust/ (robust aggregation and, for
+ * measuring it, attacks).
  */
 import * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
 import { NonFiniteGradientError } from '../errors.ts';
-import { allreduceHook, isPlainAllreduce } from './comm_hooks/default_hooks.ts';
+import { isPlainAllreduce } from './comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
 import type { LocalGradients } from './data_parallel/data_parallel.ts';
 import { HostOptimizer, type ParamLayout } from '../optim.ts';
@@ -48,6 +49,7 @@ import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucke
 import type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
 import { checkShapes } from './ddp_shapes.ts';
 import { CarriedValues } from './ddp_carry.ts';
+import { HookSlot } from './ddp_hook.ts';
 import type { AggregationSpec } from './robust/aggregators.ts';
 import type { AggregationReport } from './robust/reducer.ts';
 import { DDPAggregation } from './robust/ddp_aggregation.ts';
@@ -68,9 +70,8 @@ export class DistributedDataParallel {
   private hasGrad = false;
   private syncing = true;
   private readonly errorIfNonfinite: boolean;
-  /** The hook reducing each bucket; the plain all-reduce until one is registered. */
-  private hook: CommHook = allreduceHook();
-  private hookRegistered = false;
+  /** The hook reducing each bucket (ddp_hook.ts); the plain all-reduce until one is registered. */
+  private readonly hooks = new HookSlot();
   /** Synchronised backwards started (the last one's step number is `startStep - 1 + syncs`). */
   private syncs = 0;
   private readonly startStep: number;
@@ -134,28 +135,17 @@ export class DistributedDataParallel {
    * gradients were synchronised, throws.
    */
   registerCommHook(hook: CommHook): void {
-    if (this.hookRegistered) {
-      throw new Error(`a communication hook is already registered (${this.hook.name}); registerCommHook can only be called once (as torch's register_comm_hook)`);
-    }
-    if (this.syncs > 0) {
-      throw new Error(`registerCommHook must be called before the first backward; ${this.syncs} synchronised backward(s) already ran with ${this.hook.name}`);
-    }
-    if (!hook || typeof hook.reduce !== 'function' || typeof hook.name !== 'string') {
-      throw new TypeError('registerCommHook takes a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
-    }
-    this.combine.checkHook(hook);
-    this.hook = hook;
-    this.hookRegistered = true;
+    this.hooks.register(hook, this.syncs, (h) => this.combine.checkHook(h));
   }
 
   /** The hook reducing the buckets: the registered one, else the default `allreduceHook()`. */
   get commHook(): CommHook {
-    return this.hook;
+    return this.hooks.hook;
   }
 
   /** The hook's state (error feedback, warm starts, ...) for a checkpoint or a joiner; null for a hook without state. */
   commHookState(): CommHookState | null {
-    return this.hook.stateDict?.() ?? null;
+    return this.hooks.state();
   }
 
   /**
@@ -165,13 +155,7 @@ export class DistributedDataParallel {
    * rank (see LoadCommHookStateOptions).
    */
   loadCommHookState(state: CommHookState, options?: LoadCommHookStateOptions): void {
-    if (state.name !== this.hook.name) {
-      throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${this.hook.name}`);
-    }
-    if (!this.hook.loadStateDict) {
-      throw new Error(`the communication hook ${this.hook.name} keeps no state to load`);
-    }
-    this.hook.loadStateDict(state, options);
+    this.hooks.load(state, options);
   }
 
   /** Synchronised backwards so far (the optimizer steps DDP averaged gradients for). */
@@ -366,7 +350,7 @@ export class DistributedDataParallel {
    */
   carry(values: Float32Array): boolean {
     this.combine.checkCarry();
-    const plain = isPlainAllreduce(this.hook) && this.buckets.length > 0;
+    const plain = isPlainAllreduce(this.hooks.hook) && this.buckets.length > 0;
     this.carried.set(plain ? values : null);
     return plain;
   }
@@ -391,14 +375,7 @@ export class DistributedDataParallel {
       await this.carried.reduceWith(this.pg, view);
       return view;
     }
-    const out = await this.hook.reduce(this.pg, bucket);
-    if (out !== view) {
-      if (!(out instanceof Float32Array) || out.length !== view.length) {
-        throw new TypeError(`the communication hook ${this.hook.name} returned ${out instanceof Float32Array ? `${out.length} values` : String(out)} for bucket ${index}, which has ${view.length}`);
-      }
-      view.set(out);
-    }
-    return view;
+    return this.hooks.reduce(this.pg, bucket);
   }
 
   /** Runs `fn` with gradient synchronisation off: backward calls only accumulate locally. */
@@ -437,7 +414,7 @@ export class DistributedDataParallel {
   private scaleForShare(values: Float32Array): void {
     const scale = this.gradientScale;
     // A hook whose steps are local takes this rank's own mean (DiLoCo weighs its pseudo-gradients by samples).
-    if (scale === 1 || this.hook.localSteps === true) return;
+    if (scale === 1 || this.hooks.hook.localSteps === true) return;
     for (let i = 0; i < values.length; i++) values[i] = values[i]! * scale;
   }
 

@@ -1,0 +1,114 @@
+/**
+ * Robust aggregation and, for measuring it, attacks as the train job's options (the page's URL
+ * parameters `aggregation`, `attack`, `attackers`; the launcher's --aggregation, --attack,
+ * --attackers): their text both ways, and their bounds. Which strategies they combine with is
+ * checked with the other options, in train_config.ts.
+ */
+import { ConfigError } from './config_option.ts';
+import { DEFAULT_CLIP_ITERATIONS, MAX_CLIP_ITERATIONS, type AggregationSpec } from '../parallel/robust/aggregators.ts';
+import { ATTACK_KINDS, type AttackKind, type AttackPlan } from '../parallel/robust/attacks.ts';
+
+/** An AggregationSpec as the job's configuration holds it: every field set (JSON as it is, in checkpoints' metadata). */
+export type AggregationConfig = { kind: 'mean' } | { kind: 'trimmed-mean'; trim: number } | { kind: 'median' } | { kind: 'centered-clip'; tau: number | 'auto'; iterations: number };
+
+/**
+ * The attack as the job's configuration holds it (for measuring defences): its kind, its
+ * strength (scale/flip: the factor, noise: the std, alie: z; null: robust/attacks.ts's default)
+ * and how many ranks play it (the last ones).
+ */
+// A type, not an interface: the configuration must stay assignable to Json (an interface has no index signature).
+export type AttackConfig = {
+  kind: AttackKind;
+  strength: number | null;
+  attackers: number;
+};
+
+/** The library's plan for an AttackConfig (DDPOptions.attack, DiLoCoOptions.attack). */
+export function attackPlanOf(c: AttackConfig): AttackPlan {
+  const { kind, strength, attackers } = c;
+  if (strength === null) return { kind, attackers };
+  return kind === 'noise' ? { kind, std: strength, attackers } : kind === 'alie' ? { kind, z: strength, attackers } : { kind, factor: strength, attackers };
+}
+
+/** What the aggregation option may be, in words. */
+export const AGGREGATION_RULE =
+  'mean, trimmed-mean:B (cut the B largest and B smallest values of each coordinate), median, or centered-clip[:TAU|auto][:ITERATIONS] (e.g. trimmed-mean:1, centered-clip, centered-clip:0.5:3)';
+
+/** The create form's choices (a select): one of each kind, with the defaults a class can use as they are. */
+export const AGGREGATION_PRESETS = ['mean', 'trimmed-mean:1', 'median', 'centered-clip'] as const;
+
+/** The most a trim or an attacker count can be: below the largest world. */
+const MAX_RANKS = 64;
+
+/**
+ * `mean`, `trimmed-mean:B`, `median` or `centered-clip[:TAU|auto][:ITERATIONS]` as an
+ * AggregationSpec (centered-clip's TAU defaults to auto: the lower median of the ranks'
+ * distances each iteration; ITERATIONS to 3). Throws ConfigError (option aggregation) naming the
+ * item that is wrong and what to write.
+ */
+export function parseAggregation(raw: string): AggregationConfig {
+  const [kind = '', ...args] = raw.split(':');
+  const bad = (rule: string) => new ConfigError('aggregation', raw, rule);
+  switch (kind) {
+    case 'mean':
+    case 'median':
+      if (args.length > 0) throw bad(`just ${kind}, without "${args.join(':')}" after it`);
+      return { kind };
+    case 'trimmed-mean': {
+      const b = args.length === 1 && /^\d{1,3}$/.test(args[0]!) ? Number(args[0]) : NaN;
+      if (!(Number.isSafeInteger(b) && b >= 1 && b < MAX_RANKS / 2)) {
+        throw bad(`trimmed-mean:B with B, the values cut at each end of every coordinate, an integer from 1 to ${MAX_RANKS / 2 - 1} (e.g. trimmed-mean:1, which needs at least 3 tabs to cut anything)`);
+      }
+      return { kind, trim: b };
+    }
+    case 'centered-clip': {
+      if (args.length > 2) throw bad('centered-clip[:TAU|auto][:ITERATIONS] (e.g. centered-clip, centered-clip:0.5 or centered-clip:auto:5): at most two items after centered-clip');
+      const [tauText = 'auto', itText] = args;
+      const tau = tauText === 'auto' ? 'auto' : /^\d{1,6}(\.\d{1,12})?(e-?\d{1,2})?$/.test(tauText) ? Number(tauText) : NaN;
+      if (tau !== 'auto' && !(Number.isFinite(tau) && tau > 0)) throw bad(`centered-clip:TAU with TAU a positive decimal number (the clipping radius, in the gradients' units) or auto (the median distance each iteration); "${tauText}" is not one`);
+      const iterations = itText === undefined ? DEFAULT_CLIP_ITERATIONS : /^\d{1,3}$/.test(itText) ? Number(itText) : NaN;
+      if (!(Number.isSafeInteger(iterations) && iterations >= 1 && iterations <= MAX_CLIP_ITERATIONS)) {
+        throw bad(`centered-clip:TAU:ITERATIONS with ITERATIONS an integer from 1 to ${MAX_CLIP_ITERATIONS}; "${itText ?? ''}" is not one`);
+      }
+      return { kind, tau, iterations };
+    }
+    default:
+      throw bad(`${AGGREGATION_RULE}; "${kind}" is not an aggregation`);
+  }
+}
+
+/** An AggregationSpec as the option's text (what parseAggregation reads back), defaults left out. */
+export function formatAggregation(spec: AggregationSpec): string {
+  switch (spec.kind) {
+    case 'trimmed-mean':
+      return `trimmed-mean:${spec.trim}`;
+    case 'centered-clip': {
+      const iterations = spec.iterations ?? DEFAULT_CLIP_ITERATIONS;
+      if (iterations !== DEFAULT_CLIP_ITERATIONS) return `centered-clip:${spec.tau}:${iterations}`;
+      return spec.tau === 'auto' ? 'centered-clip' : `centered-clip:${spec.tau}`;
+    }
+    default:
+      return spec.kind;
+  }
+}
+
+/** What the attack option may be, in words. */
+export const ATTACK_RULE = 'scale[:FACTOR], flip[:FACTOR], noise[:STD] or alie[:Z] (for measuring defences: the last `attackers` ranks play it on their own gradients; e.g. scale, flip:-4, noise:1, alie:1)';
+
+/** `scale[:FACTOR]`, `flip[:FACTOR]`, `noise[:STD]` or `alie[:Z]` as its kind and strength (null: the default in robust/attacks.ts). Throws ConfigError (option attack). */
+export function parseAttack(raw: string): Omit<AttackConfig, 'attackers'> {
+  const [kind = '', ...args] = raw.split(':');
+  const bad = (rule: string) => new ConfigError('attack', raw, rule);
+  if (!(ATTACK_KINDS as readonly string[]).includes(kind)) throw bad(`${ATTACK_RULE}; "${kind}" is not an attack`);
+  const k = kind as AttackKind;
+  if (args.length === 0) return { kind: k, strength: null };
+  const n = args.length === 1 && /^-?\d{1,9}(\.\d{1,12})?$/.test(args[0]!) ? Number(args[0]) : NaN;
+  const what = k === 'noise' ? 'STD, a standard deviation >= 0' : k === 'alie' ? 'Z, the standard deviations to shift by' : 'FACTOR, the multiplier';
+  if (!Number.isFinite(n) || (k === 'noise' && n < 0)) throw bad(`${k}:${k === 'noise' ? 'STD' : k === 'alie' ? 'Z' : 'FACTOR'} with ${what} (a decimal number); "${args.join(':')}" is not one`);
+  return { kind: k, strength: n };
+}
+
+/** An attack as the option's text (what parseAttack reads back). */
+export function formatAttack(spec: Pick<AttackConfig, 'kind' | 'strength'>): string {
+  return spec.strength === null ? spec.kind : `${spec.kind}:${spec.strength}`;
+}
