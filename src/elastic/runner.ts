@@ -473,7 +473,7 @@ class ElasticRun<M extends StepMetrics> {
     // the gradients' all-reduce: no meeting of its own) where every step meets anyway; it then
     // carries the steps before (their metrics are known only after their own all-reduce).
     // Not under robust aggregation: the gradients are gathered and aggregated there, not summed (ddp.carry refuses).
-    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco && ddp.aggregation.kind === 'mean';
+    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco;
     /** The last step's own work and the split it ran with, not yet voted on (balanced batches learn from it). */
     let unvotedWork: { work: number; split: number[] | null } | null = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
