@@ -194,6 +194,23 @@ export class RoleConflictError extends Error {
   }
 }
 
+/**
+ * A rank's contribution to a robust aggregation, as this rank received it, is not the one that
+ * rank published (its digest, through the server): it sent different values to different ranks,
+ * which would leave the replicas different. The step fails here, naming the rank; the host can
+ * remove that tab.
+ */
+export class ContributionMismatchError extends Error {
+  override name = 'ContributionMismatchError';
+  constructor(
+    message: string,
+    readonly rank: number,
+    readonly step: number,
+  ) {
+    super(message);
+  }
+}
+
 /** Ranks issued different collectives (op, length, root) at the same sequence number. */
 export class CollectiveMismatchError extends Error {
   override name = 'CollectiveMismatchError';

@@ -12,7 +12,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { DistributedDataParallel } from '../src/parallel/ddp.ts';
-import { NonFiniteGradientError } from '../src/errors.ts';
+import { ContributionMismatchError, NonFiniteGradientError } from '../src/errors.ts';
 import { fp16CompressHook } from '../src/parallel/comm_hooks/default_hooks.ts';
 import { DiLoCo } from '../src/parallel/diloco.ts';
 import { meshAllGatherBytes } from '../src/c10d/collective_bytes.ts';
@@ -97,6 +97,28 @@ describe('the direct all-gather', () => {
       // The block and its presence flag, to each of the 3 others: (N-1) x what the ring all-reduce's 2(N-1)/N would send.
       pgs.forEach((pg, r) => expect(pg.bytesSent() - before[r]!).toBe(meshAllGatherBytes(5001, 4)));
       expect(new Set(got[0]!.digests.map((d) => d.join(','))).size).toBe(4);
+    } finally {
+      await Promise.all(pgs.map((pg) => pg.destroy()));
+    }
+  });
+});
+
+describe('a rank that sends different contributions to different ranks (equivocation)', () => {
+  it('fails the step on every rank that received a block other than the one its sender published through the server, naming the sender', async () => {
+    const pgs = await groups(3);
+    try {
+      // Rank 2 publishes a digest that is not the block it sends: to its peers the same as sending them a block other than the one it told the server.
+      const hostile = pgs[2]!;
+      const gatherRows = hostile.gatherRows.bind(hostile);
+      hostile.gatherRows = (row: readonly number[]) => gatherRows(row.map((v) => (v + 1) % 2 ** 24));
+      const block = (r: number) => Float32Array.from({ length: 100 }, (_, i) => r + i);
+      const got = await Promise.allSettled(pgs.map((pg, r) => gatherContributions(pg, block(r), 100, 7)));
+      for (const r of [0, 1]) {
+        const err = (got[r] as PromiseRejectedResult).reason as ContributionMismatchError;
+        expect(err).toBeInstanceOf(ContributionMismatchError);
+        expect([err.rank, err.step]).toEqual([2, 7]);
+        expect(err.message).toContain(`rank 2's contribution to step 7 as rank ${r} received it is not the one rank 2 published through the server`);
+      }
     } finally {
       await Promise.all(pgs.map((pg) => pg.destroy()));
     }

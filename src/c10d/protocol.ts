@@ -7,7 +7,8 @@
  * peer to peer.
  */
 
-export const PROTOCOL_VERSION = 6;
+/** 7: signals carry their sender's member id, votes go through `gather`, the host's `remove` and the `token` event. */
+export const PROTOCOL_VERSION = 7;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -138,7 +139,7 @@ export const ErrorCode = {
   NOT_HOST: 'NOT_HOST',
   /** `hello`, `rendezvous` or any request to a session its host ended: create a new session. */
   SESSION_ENDED: 'SESSION_ENDED',
-  /** `rendezvous` to a session whose run ended (a rank closed its rendezvous): nothing is left to join. */
+  /** `rendezvous` to a session whose run ended (every rank of its last round was done): nothing is left to join. */
   RENDEZVOUS_CLOSED: 'RENDEZVOUS_CLOSED',
   /** A `gather` whose round ended (a rank left, or a new round formed) before every rank gave its row. */
   GATHER_ABORTED: 'GATHER_ABORTED',

@@ -100,13 +100,14 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
    */
   voteEvery?: number;
   /**
-   * With voteEvery 1, no local SGD or DiLoCo, and DDP's plain all-reduce (no hook), the vote rides
-   * on each step's gradient all-reduce (`DistributedDataParallel.carry`) instead of meeting after
-   * the step: one meeting point per step, not two. A step's metrics are known only after its own
-   * all-reduce, so they ride on the next step's, and `onStep` for step s runs during step s + 1,
-   * after its gradients are averaged (the model is then one step further; the last step of an
-   * epoch or run, a stop and a regroup still vote at once). Default true; false keeps a vote of
-   * its own after every step.
+   * With voteEvery 1 and no local SGD or DiLoCo, each step's vote goes to the server as the step
+   * begins and is read after it (its round trip overlaps the gradients' reduction) instead of
+   * meeting after the step: one meeting point per step, not two. The vote's rows go through the
+   * server (`ProcessGroup.gatherRows`), each placed at its sender's rank, never on the gradients'
+   * sum (where any member could write any row). A step's metrics are known only after its own
+   * step, so they go with the next step's vote, and `onStep` for step s runs during step s + 1
+   * (the model is then one step further; the last step of an epoch or run, a stop and a regroup
+   * still vote at once). Default true; false keeps a vote of its own after every step.
    */
   voteWithGradients?: boolean;
   /**
@@ -126,8 +127,7 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
   /**
    * Every round's DDP's options; `startStep` is runElastic's (the run's next step). Robust
    * aggregation for a volunteer session: `ddp: { aggregation: { kind: 'trimmed-mean', trim: 1 } }`
-   * (or `median`, `centered-clip`: see DDPOptions.aggregation); the vote then meets on its own
-   * after each step (nothing rides on the gradients: voteWithGradients has no effect). Not with
+   * (or `median`, `centered-clip`: see DDPOptions.aggregation). Not with
    * `commHook` or `modelAverager`; with `diloco`, give it to `diloco.aggregation` instead (the outer
    * step's pseudo-gradients). `ddp.attack` (for measuring defences) makes the last K ranks of each
    * round attack their own gradients.

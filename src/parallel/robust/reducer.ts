@@ -36,7 +36,7 @@ export class RobustReducer {
    * Throws NoContributionError (aggregators.ts) when no rank's block is usable.
    */
   reduce(pg: ProcessGroup, values: Float32Array | null, numel: number, step: number): Promise<AggregationReport> {
-    const gathered = gatherContributions(pg, values, numel);
+    const gathered = gatherContributions(pg, values, numel, step);
     return gathered.then(({ blocks, digests }) => {
       const result = aggregate(this.spec, blocks, this.center);
       if (this.spec.kind === 'centered-clip') this.center = result.values.slice();
