@@ -462,7 +462,9 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
             return;
           case 'elastic': {
             const e = r.event;
-            events.push(e);
+            // Robust runs: every rank reports every step's judgments, which the pages' results add up
+            // (their `aggregation`); kept here they would grow with ranks x ranks x steps.
+            if (e.type !== 'aggregation') events.push(e);
             if (e.type === 'round') {
               rp.trained = true;
               rp.rank = e.rank;

@@ -1,6 +1,7 @@
 /** Turns the ranks' results into the launcher's one-line JSON summary, per job or script. */
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { samplesSeen } from './samples_seen.ts';
+import { aggregationSummary } from './summary_aggregation.ts';
 import { commSummary } from './summary_comm.ts';
 import { devicesSummary } from './summary_devices.ts';
 import { round, type RankResult } from './summary_fields.ts';
@@ -165,6 +166,8 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...commSummary(ranks),
     ...timelineSummary(ranks),
     ...devicesSummary(ranks),
+    // Robust aggregation: the kind, and what the group judged of each rank's contributions.
+    ...aggregationSummary(ranks),
     ...(pipeline ? { pipeline: pipeline.summary } : {}),
     ...(parameterServer ? { parameterServer } : {}),
   };

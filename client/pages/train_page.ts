@@ -73,6 +73,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'timeline':
     case 'fleet': // the dashboard says it once the group's tabs are known
     case 'ps': // about once a second: the dashboard shows it, the console would drown in it
+    case 'aggregation': // every step: the dashboard's table shows it, refusals are logged apart
     case 'config':
     case 'waiting':
     case 'link':

@@ -31,6 +31,7 @@ import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
+import { contributionTracker } from './contributions.ts';
 import { dashboardEvents, evaluate, evaluateAfterRun, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
@@ -72,6 +73,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   // --comm-hook: one hook for the whole run (runElastic registers it on each round's DDP and keeps its state).
   const comm = commSetup(config.commHook);
   const robust = { aggregation: config.aggregation, ...(config.attack ? { attack: attackPlanOf(config.attack) } : {}) };
+  // Robust aggregation: the judgments of each step, to the dashboard and, added up, to the result.
+  const judged = contributionTracker(dashboardEvents(emit, config.min === config.max));
   const hook = comm.hook;
   /** This rank's bytes over the timed steps, sent and the float32 all-reduce's; and localsgd's averagings among them. */
   const bytes = { sent: 0, dense: 0, averagings: 0, afterStart: 0, stepsAfterStart: 0 };
@@ -293,7 +296,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         return state;
       },
 
-      onEvent: dashboardEvents(emit, config.min === config.max),
+      onEvent: judged.onEvent,
     });
   } finally {
     // The Workers end with the run, also when it fails; their figures stay readable.
@@ -379,6 +382,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     links,
     ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
     ...(run.stoppedBy !== null ? { stoppedBy: run.stoppedBy } : {}),
+    ...judged.result(),
     ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
   };
   emit({ type: 'done', summary });

@@ -4,7 +4,7 @@
  * the launcher hears the library's own elastic events instead.
  */
 
-import type { DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
+import type { AggregationJudged, DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
 import type { FleetEvent } from './fleet.ts';
 
@@ -98,6 +98,11 @@ export type TrainEvent =
       /** Seconds since training started. */
       elapsedSec: number;
     }
+  /**
+   * A robust aggregation (DDP's step, DiLoCo's outer step) in the server's round `round`: what the
+   * group judged of each rank's contribution (src/elastic/contributions.ts), the same on every rank.
+   */
+  | ({ type: 'aggregation'; round: string } & AggregationJudged)
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }
   /** A language model's text after `prompt`, sampled from this tab's replica at `step` (seeded by the step: the same on identical replicas). */
   | { type: 'sample'; step: number; prompt: string; text: string }

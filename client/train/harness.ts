@@ -304,6 +304,11 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
         return log('warn', `Checkpoint at step ${e.step} failed: ${e.error}`);
       case 'checkpoint-skipped':
         return log('warn', `Checkpoint ${e.name} is unusable (${e.reason}); using an older one`);
+      case 'aggregation': {
+        // The dashboard's "Contribution" column; the rank that reports is this tab, not news.
+        const { rank: _rank, ...judged } = e;
+        return emit(judged);
+      }
       case 'batch':
       case 'peer-lost':
       case 'end':

@@ -22,6 +22,7 @@ import { psLayoutKey, psLayoutLine, psRoleKey, psRoleLine } from './dashboard_ps
 import { summaryLine } from './dashboard_report.ts';
 import { pathWords } from './dashboard_ring.ts';
 import { fmtInt, fmtNumber, fmtPercent } from './format.ts';
+import { tallyContributions } from '../../src/elastic/contributions.ts';
 
 // ---------------------------------------------------------------- actions and state
 
@@ -84,6 +85,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     pipelineRanks: NO_PIPELINE_RANKS,
     devices: null,
     fleet: NO_FLEET,
+    contributions: null,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -103,7 +105,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const regroup = state.self !== null;
       // The layout and the timeline stay until the new round's own replace them.
       const group: DashboardState = regroup
-        ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false, fleet: NO_FLEET }
+        ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false, fleet: NO_FLEET, contributions: null }
         : state;
       // A running group that grows has admitted tabs that joined mid-run.
       const grew = regroup && state.lastStep !== null && state.worldSize !== null && event.worldSize > state.worldSize ? event.worldSize - state.worldSize : 0;
@@ -170,6 +172,12 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'step':
       return onStep(state, event, at);
+
+    case 'aggregation': {
+      // The round's tally (a new round's ranks are other tabs: its tally starts afresh).
+      const { type: _type, ...judged } = event;
+      return { ...state, contributions: tallyContributions(state.contributions, judged) };
+    }
 
     case 'pipeline': {
       const { type: _type, ...layout } = event;

@@ -2,7 +2,7 @@
  * The training dashboard's actions and state, as types: what the reducer (dashboard_state.ts) takes
  * and returns, apart from it so that the panel models it calls (dashboard_*.ts) can read them.
  */
-import type { DeviceInfo, DeviceStats } from '../../src/index.ts';
+import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
 
@@ -182,6 +182,11 @@ export interface DashboardState {
    * from 'fleet' events: untrusted text from other tabs, cleaned and capped (client/train/fleet.ts).
    */
   readonly fleet: readonly FleetMember[];
+  /**
+   * Robust aggregation: each rank's contributions over the current round's aggregations (steps,
+   * or DiLoCo's outer steps), from 'aggregation' events; null under the mean or before the first.
+   */
+  readonly contributions: ContributionTally | null;
 }
 
 /** What happened to a lost rank, from the group's reason: counted apart in the summary. */

@@ -1,6 +1,7 @@
 /** The fleet card: a table row per rank with its browser, backend, device, step time and share of the global batch; the host's "Remove" on the others. */
 import { RECENT, type DashboardState } from './dashboard_state.ts';
 import { fleetRows, type FleetRow } from './dashboard_fleet.ts';
+import { contributionCells, showsContributions, type ContributionCell } from './dashboard_contrib.ts';
 import { controls, removeConfirm } from './dashboard_controls.ts';
 import { el, rankColour } from './dom.ts';
 import { fmtMs, fmtPercent } from './format.ts';
@@ -17,6 +18,8 @@ export class FleetView {
   readonly node: HTMLElement;
   private readonly body: HTMLTableSectionElement;
   private readonly note: HTMLElement;
+  /** The "Contribution" column's head: shown only for a robust aggregation. */
+  private readonly contributionHead: HTMLTableCellElement;
   private readonly changed = changeDetector();
   private readonly removeDialog: RemoveDialog;
   /**
@@ -33,11 +36,13 @@ export class FleetView {
     this.body = el('tbody');
     this.note = el('p', { class: 'card-note', 'data-testid': 'fleet-note' });
     const col = (text: string, cls = '') => el('th', { scope: 'col', ...(cls ? { class: cls } : {}) }, text);
+    this.contributionHead = el('th', { scope: 'col', title: "What the group's robust aggregation judged of each rank's contributions over this group's steps" }, 'Contribution');
+    this.contributionHead.hidden = true;
     const table = el(
       'table',
       { class: 'perf-table fleet-table', 'data-testid': 'fleet-table', 'aria-describedby': 'fleet-note' },
       el('caption', { class: 'visually-hidden' }, "Each rank's browser, backend, device, time per step and share of the global batch"),
-      el('thead', {}, el('tr', {}, col('Rank'), col('Browser'), col('Backend'), col('Device'), col('Step time', 'num'), col('Share of batch', 'num'))),
+      el('thead', {}, el('tr', {}, col('Rank'), col('Browser'), col('Backend'), col('Device'), col('Step time', 'num'), col('Share of batch', 'num'), this.contributionHead)),
       this.body,
     );
     this.note.id = 'fleet-note';
@@ -53,16 +58,20 @@ export class FleetView {
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config, s.role, s.phase, s.round])) return;
+    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config, s.role, s.phase, s.round, s.contributions])) return;
     const rows = fleetRows(s);
     this.node.hidden = rows.length === 0;
     const removable = controls(s).remove.visible;
     this.round = s.round;
     const offered = rows.filter((row) => removable && !row.self && !row.lost).map((row) => row.rank);
     for (const rank of this.removeButtons.keys()) if (!offered.includes(rank)) this.removeButtons.delete(rank);
-    this.body.replaceChildren(...rows.map((row) => fleetRow(row, offered.includes(row.rank) ? this.removeButton(row.rank) : null)));
+    const robust = showsContributions(s);
+    this.contributionHead.hidden = !robust;
+    const cells = robust ? contributionCells(s) : null;
+    this.body.replaceChildren(...rows.map((row) => fleetRow(row, offered.includes(row.rank) ? this.removeButton(row.rank) : null, cells)));
     const even = rows.some((r) => r.shareEven);
-    setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.`);
+    const judged = robust ? ' Contribution: its last norm against the median of the group’s, the share of its values trimmed (or its clip scale), the steps refused; hover for more.' : '';
+    setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.${judged}`);
   }
 
   /** The "Remove" button of `rank` (made once, then moved from row to row as the table redraws). */
@@ -110,8 +119,8 @@ class RemoveDialog {
   }
 }
 
-/** A rank's row; `removeButton` (the host's tab, another rank): its "Remove", which opens the confirmation. */
-function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null): HTMLTableRowElement {
+/** A rank's row; `removeButton` (the host's tab, another rank): its "Remove", which opens the confirmation; `cells`: the Contribution column's (robust runs). */
+function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null, cells: ReadonlyMap<number, ContributionCell> | null): HTMLTableRowElement {
   const unknown = (text: string) => el('span', { class: 'muted' }, text);
   const backend: Array<Node | string> = row.backend ? [el('strong', {}, row.backend)] : [unknown('–')];
   if (row.fallback) backend.push(el('span', { class: 'fallback', 'data-testid': 'fleet-fallback' }, `⚠ fallback: ${row.fallback}`));
@@ -130,5 +139,12 @@ function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null): HTMLTa
       ...(row.computeMs !== null && row.stepMs !== null ? [el('span', { class: 'fleet-sub' }, `compute ${fmtMs(row.computeMs)}`)] : []),
     ),
     el('td', { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' }, share),
+    ...(cells ? [contributionTd(cells.get(row.rank))] : []),
   );
+}
+
+/** The Contribution cell: its text, a warning style when the rank's norm is far off or it was refused, and the figures in words on hover. */
+function contributionTd(cell: ContributionCell | undefined): HTMLTableCellElement {
+  if (!cell) return el('td', { class: 'fleet-contribution', 'data-col': 'contribution', 'data-label': 'Contribution', title: 'No aggregation has judged this rank yet' }, el('span', { class: 'muted' }, '–'));
+  return el('td', { class: `fleet-contribution${cell.warn ? ' contribution-warn' : ''}`, 'data-col': 'contribution', 'data-label': 'Contribution', 'data-testid': 'fleet-contribution', title: cell.title }, `${cell.warn ? '⚠ ' : ''}${cell.text}`);
 }

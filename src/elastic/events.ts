@@ -5,6 +5,7 @@
  * launcher hears from a user's script without the script wiring anything. Events are plain JSON.
  */
 import type { StepMetrics } from './runner.ts';
+import type { AggregationJudged } from './contributions.ts';
 
 export type ElasticEvent =
   /** A round started training: every rank now holds the same state, taken from `source`. */
@@ -45,6 +46,11 @@ export type ElasticEvent =
   | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }
   /** A step committed on every rank of the round; `metrics` holds each rank's, in rank order. */
   | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number }
+  /**
+   * A robust aggregation (DDP's step, DiLoCo's outer step): what the group judged of each rank's
+   * contribution, rounded (see contributions.ts). Every rank judges alike, so each reports the same.
+   */
+  | ({ type: 'aggregation'; round: string; rank: number } & AggregationJudged)
   /** This rank's shard of an epoch in this round. */
   | { type: 'epoch'; round: string; rank: number; epoch: number; samples: number; datasetLength: number; stepsPerEpoch: number }
   | { type: 'peer-lost'; round: string; rank: number; peer: number; reason: string }

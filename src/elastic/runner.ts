@@ -5,10 +5,11 @@
  * group's state before (chosen by a rule a joiner's claims cannot sway, see recovery.ts), or the
  * latest checkpoint when nobody has one; the rest of the epoch is re-sharded among the round's
  * ranks from the sampler's position, and training goes on. At each step boundary the ranks
- * vote, in one small all-gather that also carries each rank's metrics: stop (any rank asked), or
- * regroup (members wait to join; after a barrier the round ends and the next one admits them).
- * Where DDP reduces with the plain all-reduce, the vote rides on the step's gradient all-reduce
- * instead (voteWithGradients), with the metrics of the step before: one meeting point per step.
+ * vote, in one small gather through the server that also carries each rank's metrics (each row
+ * placed at its sender's rank: a rank speaks only for itself): stop (any rank asked, or all with
+ * stopVote 'all'), or regroup (members wait to join; after a barrier the round ends and the next
+ * one admits them). The vote goes out as a step begins and is read after it (voteWithGradients),
+ * with the metrics of the step before: its round trip overlaps the step, one meeting point per step.
  * A lost rank, a lost server or a replaced group ends the round and the next one continues; failures that a new round cannot fix (mismatched ranks, a bug in the
  * step) end the run. A fixed world size is the same code path with min = max: a lost rank then
  * pauses the group until a tab takes its place. A lost WebGPU device ends this rank's step at
@@ -68,6 +69,8 @@ import { verifyReplicas } from '../parallel/replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvous.ts';
 import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
 import { recordEvent, type ElasticEvent } from './events.ts';
+import { JudgmentWatch, type ContributionOf } from './contributions.ts';
+import type { AggregationReport } from '../parallel/robust/reducer.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { startVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
@@ -110,6 +113,10 @@ class ElasticRun<M extends StepMetrics> {
   private paused = 0;
   /** This rank in the current round (-1 before the first). */
   private rank = -1;
+  /** The current round's key (for events raised outside train()). */
+  private roundKey = '';
+  /** Robust aggregation: which reports were told already (DDP's and DiLoCo's `lastAggregation` outlive their step). */
+  private readonly judgments = new JudgmentWatch();
   /** What the run is doing, in words, for a DeviceLostError. */
   private activity = 'joining the group';
   /** When this rank last left a round (it failed, or it asked for a regroup): the start of the next one's rendezvous. */
@@ -215,6 +222,7 @@ class ElasticRun<M extends StepMetrics> {
     const o = this.o;
     const { pg } = round;
     this.rank = pg.rank;
+    this.roundKey = round.key;
     if (!again || !this.ddp) {
       this.activity = `the state transfer at the start of round ${round.key}`;
       // DiLoCo: this rank's own weights, which the state transfer replaces, count in the round's first outer step.
@@ -378,6 +386,8 @@ class ElasticRun<M extends StepMetrics> {
     if (this.diloco) {
       this.activity = `DiLoCo's outer step at the start of round ${round.key}`;
       const since = this.diloco.syncedAtStep;
+      // An outer step of the failed round that landed but was never told is not this round's.
+      this.judgments.pass(this.diloco.lastAggregation);
       const j = await this.diloco.rejoin(pg, this.state.model, held, this.state.progress.step);
       if (j.outerStep) outerNote = `an outer step over the inner steps since step ${since} of ${j.contributors} rank${j.contributors === 1 ? '' : 's'}`;
     }
@@ -409,6 +419,7 @@ class ElasticRun<M extends StepMetrics> {
       ...(note ? { note } : {}),
       phasesMs: { ...this.phases(round), claims: r.claimsMs },
     });
+    if (outerNote) this.tellJudgments('pseudo-gradients', this.diloco?.lastAggregation);
     return r.source;
   }
 
@@ -522,6 +533,7 @@ class ElasticRun<M extends StepMetrics> {
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * n);
         p.step++;
         this.inFlight = -1;
+        this.tellJudgments('gradients', ddp.lastAggregation);
         // DiLoCo weighs each rank's pseudo-gradient by the samples it trained (balanced batches give a slow rank fewer).
         if (globalSamples > 0) this.diloco?.countStep(batch.length, globalSamples);
         this.timeline.lap('step');
@@ -574,6 +586,8 @@ class ElasticRun<M extends StepMetrics> {
           if (averaged) await this.confirm();
           this.timeline.lap('average');
         }
+        // The outer steps' aggregations landed by now (land, or sync without overlap): the latest fragment's.
+        if (this.diloco) this.tellJudgments('pseudo-gradients', this.diloco.lastAggregation);
         if (vote) {
           if (this.costs && this.split) this.costs.observe(this.split, vote.works);
           await this.report(round.key, pg, ddp, pending.splice(0), vote);
@@ -638,6 +652,7 @@ class ElasticRun<M extends StepMetrics> {
     if (this.diloco && !this.diloco.inSync(step)) {
       this.activity = `DiLoCo's last outer step, after step ${step}`;
       await this.whileDeviceLives(this.diloco.syncNow(pg, this.state.model, step));
+      this.tellJudgments('pseudo-gradients', this.diloco.lastAggregation);
       return;
     }
     if (!this.averager || step <= this.averager.warmupSteps || this.averager.averagesAt(step) || this.averagedAtEnd === step) return;
@@ -698,6 +713,12 @@ class ElasticRun<M extends StepMetrics> {
       if (this.device.isLost() || err instanceof DeviceLostError) throw err;
       this.emit({ type: 'checkpoint-failed', step, error: (err as Error).message });
     }
+  }
+
+  /** A robust aggregation not told yet: its judgments, as an 'aggregation' event. */
+  private tellJudgments(of: ContributionOf, report: AggregationReport | null | undefined): void {
+    const judged = this.judgments.take(report, of);
+    if (judged) this.emit({ type: 'aggregation', round: this.roundKey, rank: this.rank, ...judged });
   }
 
   private emit(e: ElasticEvent): void {
