@@ -75,9 +75,12 @@ export function commLine(summary: Record<string, unknown>): string | null {
   const n = (k: string) => (typeof hook?.[k] === 'number' ? (hook[k] as number) : null);
   let what: string;
   switch (hook?.name) {
-    case 'none':
-      what = 'none (float32 ring all-reduce)';
+    case 'none': {
+      // Robust aggregation replaces the ring: each rank's whole gradient goes to every other.
+      const robust = record(summary.aggregation);
+      what = robust && typeof robust.kind === 'string' && robust.kind !== 'mean' ? `${robust.kind} (robust aggregation over a direct all-gather of each rank's own gradient)` : 'none (float32 ring all-reduce)';
       break;
+    }
     case 'fp16':
     case 'bf16':
       what = `${hook.name} (${hook.name === 'fp16' ? 'float16' : 'bfloat16'} values on the wire)`;

@@ -68,6 +68,8 @@ describe('a DDP run’s communication in the summary', () => {
     expect(commLine(summarize('train', 2, [none(0), none(1)]))).toBe(
       "communication: none (float32 ring all-reduce) [hook allreduce]; 407152 bytes sent per step per rank (mean over ranks), 1 of the float32 all-reduce's bytes",
     );
+    // Robust aggregation: the line says what replaced the ring.
+    expect(commLine({ ...summarize('train', 2, [none(0), none(1)]), aggregation: { kind: 'trimmed-mean' } })).toMatch(/^communication: trimmed-mean \(robust aggregation over a direct all-gather of each rank's own gradient\) \[hook allreduce\]/);
     const fp16 = summarize('train', 1, [rank(0, { commHook: { name: 'fp16', registered: 'fp16_compress' }, bytesPerStep: null, denseBytesPerStep: null, compressionRatio: null })]);
     expect(fp16).toMatchObject({ commHook: { name: 'fp16' }, bytesPerStep: null, compressionRatio: null });
     expect(commLine(fp16)).toBe("communication: fp16 (float16 values on the wire) [hook fp16_compress]; n/a sent per step per rank (mean over ranks), n/a of the float32 all-reduce's bytes");
