@@ -6,9 +6,11 @@
  * thing and another rank another). Votes and step figures go this way: riding on a sum all-reduce
  * they could be written by any member (any member can add into any row).
  *
- * Bounded: MAX_OPEN_GATHERS tags open per round, one row per rank and tag, MAX_GATHER_VALUES
- * values per row (validated on the wire); a new round or a lost rank fails the open gathers at
- * once, and each waiting rank times out after its own `timeoutMs`, naming the ranks missing.
+ * Bounded: each rank may have rows in at most MAX_OPEN_GATHERS open gathers (so at most that many
+ * times the world size are open; a rank that opens tags nobody else gives fills only its own
+ * budget, never the others'), one row per rank and tag, MAX_GATHER_VALUES values per row
+ * (validated on the wire); a new round or a lost rank fails the open gathers at once, and each
+ * waiting rank times out after its own `timeoutMs`, naming the ranks missing.
  */
 import { ErrorCode, MAX_OPEN_GATHERS } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
@@ -65,14 +67,15 @@ export class RoundGathers {
     if (!g && this.completed.has(tag)) {
       throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `rank ${rank} gave a row to gather "${tag}" of round ${this.round}, which every rank completed already: one row per rank`, { round: this.round, tag, rank });
     }
+    const mine = [...this.open.values()].filter((o) => o.rows[rank] !== undefined).length;
+    if (mine >= MAX_OPEN_GATHERS) {
+      throw new StoreRefusal(
+        ErrorCode.BAD_MESSAGE,
+        `rank ${rank} has rows in ${mine} gathers of round ${this.round} that other ranks have not completed, the most one rank may (MAX_OPEN_GATHERS): "${tag}" waits until one completes`,
+        { round: this.round, tag, rank },
+      );
+    }
     if (!g) {
-      if (this.open.size >= MAX_OPEN_GATHERS) {
-        throw new StoreRefusal(
-          ErrorCode.BAD_MESSAGE,
-          `round ${this.round} of session "${this.sessionName}" has ${this.open.size} gathers open already, the most a round may (MAX_OPEN_GATHERS): finish one before starting "${tag}"`,
-          { round: this.round, tag },
-        );
-      }
       g = { rows: new Array<number[] | undefined>(worldSize).fill(undefined), waiters: [] };
       this.open.set(tag, g);
     }

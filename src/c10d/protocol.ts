@@ -331,7 +331,7 @@ export interface RequestFields {
   gather: { round: number; tag: string; values: number[]; timeoutMs: number };
 }
 
-/** Most values in one rank's gather row; most gathers open at once in a round; longest tag. */
+/** Most values in one rank's gather row; most open gathers one rank may have rows in; longest tag. */
 export const MAX_GATHER_VALUES = 4_096;
 export const MAX_OPEN_GATHERS = 8;
 export const MAX_GATHER_TAG = 64;
