@@ -11,6 +11,7 @@ import * as tf from '@tensorflow/tfjs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { launch } from '../../launcher/run.ts';
 import { userImageModel, writeImageFolder, writeModelFolder } from '../fixtures/user_files.ts';
 import { expect, launchCommand, sessionName, test } from './fixtures.ts';
@@ -95,8 +96,13 @@ test("the host's model split into 2 pipeline stages (a tab each), from its saved
 test('an image that does not decode stops the job, naming its file', async () => {
   const images = join(dir, 'broken');
   await writeImageFolder(images, ['a', 'b'], 2);
-  // A PNG's signature (the server's check passes) and nothing a decoder can read after it.
-  await writeFile(join(images, 'b', 'zz-broken.png'), Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(64, 7)]));
+  // A PNG's signature and a whole IHDR of a 4x4 image (the server's checks pass: its kind and its
+  // size), then nothing a decoder can read: only the tab's decoder finds it broken.
+  const ihdr = Buffer.concat([Buffer.from('IHDR'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 4, 8, 2, 0, 0, 0])]);
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(ihdr));
+  const length = Buffer.from([0, 0, 0, 13]);
+  await writeFile(join(images, 'b', 'zz-broken.png'), Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), length, ihdr, crc, Buffer.alloc(64, 7)]));
   const lines: string[] = [];
   const { ok } = await launch({
     nproc: 1,
