@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistTimeoutError, RendezvousClosedError, RendezvousError, type StoreError } from '../src/errors.ts';
+import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, type StoreError } from '../src/errors.ts';
 import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
@@ -20,6 +20,8 @@ afterAll(async () => {
 function group(session: string, worldSize: number, rank?: number, timeoutMs = 5_000): Promise<ProcessGroup> {
   return initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize, rank, timeoutMs });
 }
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('rendezvous', () => {
   it('resolves once N ranks joined, assigning 0..N-1 in join order', async () => {
@@ -289,6 +291,17 @@ describe('rendezvous', () => {
     expect(lost.message).toMatch(/cannot complete: rank 2/);
     // And one that waits too long names the ranks missing.
     for (const c of [s0, s1]) c.close();
+  });
+
+  it('gatherRows: a gather whose round loses a rank fails with an error a new round recovers from', async () => {
+    const session = uniqueSession('gather-pg');
+    const pgs = await Promise.all([0, 1, 2].map((rank) => group(session, 3, rank)));
+    const waiting = Promise.all([pgs[0]!.gatherRows([1]), pgs[1]!.gatherRows([2])]).catch((e: unknown) => e);
+    await sleep(50);
+    pgs[2]!.destroy();
+    const err = (await waiting) as Error;
+    expect(isRecoverable(err)).toBe(true);
+    for (const pg of pgs.slice(0, 2)) pg.destroy();
   });
 
   it('signals cannot reach another session', async () => {

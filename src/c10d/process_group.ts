@@ -23,7 +23,8 @@
  * abort_notices.ts (a failed collective told to the other members) and store_barrier.ts
  * (barriers through the store).
  */
-import { GroupClosedError } from '../errors.ts';
+import { GroupClosedError, StoreError } from '../errors.ts';
+import { ErrorCode } from './protocol.ts';
 import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
 import { Mailbox } from '../transport/mailbox.ts';
@@ -315,7 +316,14 @@ export class ProcessGroup {
   async gatherRows(row: readonly number[], timeoutMs = this.timeoutMs): Promise<number[][]> {
     if (this.groupId !== 0) throw new Error(`gatherRows needs the top-level group: the server knows the ranks of round ${this.round}, not those${this.label}`);
     const tag = `rows:${this.attestedSeq++}`;
-    const rows = await Promise.race([this.init.client.gather(this.round, tag, [...row], timeoutMs), this.whenBroken]);
+    const rows = await Promise.race([
+      this.init.client.gather(this.round, tag, [...row], timeoutMs).catch((err: unknown) => {
+        // The round ended under it (a rank left, a new round formed): the next round goes on, as after a lost peer.
+        if (err instanceof StoreError && err.code === ErrorCode.GATHER_ABORTED) throw new GroupClosedError(err.message);
+        throw err;
+      }),
+      this.whenBroken,
+    ]);
     if (rows.length !== this.worldSize) throw new Error(`gather "${tag}" of round ${this.round} came back with ${rows.length} rows for a group of ${this.worldSize}`);
     return rows;
   }
