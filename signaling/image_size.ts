@@ -3,12 +3,11 @@
  * JPEG's frame header): no image is decoded here. Every tab decodes every image whole before it
  * resizes it to the model's input, so one image of 100000x100000 pixels (a few KB of PNG: a
  * decompression bomb) would take 40 GB in each tab; an image larger than MAX_IMAGE_SIDE on a side
- * stops the server's start, naming the file, its size and the bound.
+ * stops the server's start (the offer's loadImages asks `imageSizeProblem` for each image as it
+ * reads the folder), naming the file, its size and the bound.
  */
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
-import { join } from 'node:path';
-import { OfferError, type OfferFiles } from './offer.ts';
 
 /** Largest width and height of an offered image: 4096x4096 RGBA is 64 MiB decoded, per tab. */
 export const MAX_IMAGE_SIDE = 4096;
@@ -23,26 +22,15 @@ const MAX_JPEG_SEGMENTS = 1024;
 /** Bytes read at once while walking a JPEG's segments. */
 const WINDOW_BYTES = 64 * 1024;
 
-/** Checked data objects: `npm start` checks before its build, the server again at its start; the second is free. */
-const checked = new WeakSet<object>();
-
 /**
- * Refuses (OfferError) an offered image folder that holds an image larger than MAX_IMAGE_SIDE on
- * a side, or one whose header gives no size. Other data (CSV, text, none) passes.
+ * Why the image at `path` (`file` in messages) cannot be offered: larger than MAX_IMAGE_SIDE on a
+ * side, or a header that gives no size; null when it can.
  */
-export async function checkImageSizes(data: OfferFiles['data']): Promise<void> {
-  if (data === null || data.kind !== 'images' || checked.has(data)) return;
-  for (const item of data.items) {
-    const where = `--data ${data.root}: ${item.file}`;
-    const size = await readImageSize(join(data.root, item.file), item.kind);
-    if (typeof size === 'string') throw new OfferError(`${where}: ${size}; re-save it as a PNG or JPEG (any image editor does), or leave it out`);
-    if (size.width > MAX_IMAGE_SIDE || size.height > MAX_IMAGE_SIDE) {
-      throw new OfferError(
-        `${where} is ${size.width}x${size.height} pixels; images of at most ${MAX_IMAGE_SIDE}x${MAX_IMAGE_SIDE} are offered (every tab decodes each image whole, so a larger one can take all of a tab's memory): resize it (ImageMagick: mogrify -resize '${MAX_IMAGE_SIDE}x${MAX_IMAGE_SIDE}>' FILE) or leave it out`,
-      );
-    }
-  }
-  checked.add(data);
+export async function imageSizeProblem(path: string, file: string, kind: 'png' | 'jpeg'): Promise<string | null> {
+  const size = await readImageSize(path, kind);
+  if (typeof size === 'string') return `${file}: ${size}; re-save it as a PNG or JPEG (any image editor does), or leave it out`;
+  if (size.width <= MAX_IMAGE_SIDE && size.height <= MAX_IMAGE_SIDE) return null;
+  return `${file} is ${size.width}x${size.height} pixels; images of at most ${MAX_IMAGE_SIDE}x${MAX_IMAGE_SIDE} are offered (every tab decodes each image whole, so a larger one can take all of a tab's memory): resize it (ImageMagick: mogrify -resize '${MAX_IMAGE_SIDE}x${MAX_IMAGE_SIDE}>' FILE) or leave it out`;
 }
 
 /** An image's width and height from its header, or why its header gives none. */

@@ -6,7 +6,6 @@
 import { parseArgs } from 'node:util';
 import { ensureBuilt } from './build.ts';
 import { OfferError, readOffer, type OfferFiles } from './offer.ts';
-import { checkImageSizes } from './image_size.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
@@ -32,7 +31,6 @@ try {
   tls = await tlsFromEnv(values.https === true);
   // So is bad data: read and checked here, and handed to the server as it is.
   offered = await readOffer(offer);
-  await checkImageSizes(offered.data);
   await ensureBuilt();
   server = await startServer({ ...(tls ? { tls } : {}), offer: offered });
 } catch (err) {

@@ -39,6 +39,7 @@ import { bufferStream, FILE_SEND_CHUNK_BYTES, FILE_SEND_RETRY_AFTER_S, FileSends
 import { validSession } from './checkpoint_store.ts';
 import { csvDataset } from '../src/datasets/csv.ts';
 import { topologyLayers, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+import { imageSizeProblem } from './image_size.ts';
 
 export interface OfferOptions {
   /** A TF.js Layers model: a folder with model.json and its weight files (model.save(), tensorflowjs_converter). */
@@ -256,6 +257,9 @@ async function loadImages(root: string): Promise<OfferedData> {
       if (size > MAX_IMAGE_BYTES) throw new OfferError(`--data ${root}: ${file} has ${size} bytes; images of at most ${MAX_IMAGE_BYTES} are offered`);
       const kind = await imageKind(path);
       if (kind === null) throw new OfferError(`--data ${root}: ${file} is not a PNG or JPEG image (its first bytes say otherwise)`);
+      // Its size from its header: one too large (a decompression bomb) would be decoded whole in every tab.
+      const problem = await imageSizeProblem(path, file, kind);
+      if (problem !== null) throw new OfferError(`--data ${root}: ${problem}`);
       items.push({ file, label, kind });
       if (items.length > MAX_IMAGES) throw new OfferError(`--data ${root}: more than ${MAX_IMAGES} images; a tab holds the whole set in memory`);
     }

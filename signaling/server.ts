@@ -43,7 +43,6 @@ import { httpHandler } from './http.ts';
 import { loadOffer, OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
-import { checkImageSizes } from './image_size.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -197,8 +196,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   let offer: Offer;
   try {
     offer = await loadOffer(options.offer ?? {}, tokens, fileSends);
-    // Image sizes from their headers: one too large (a decompression bomb) would be decoded whole in every tab.
-    await checkImageSizes(offer.data);
   } catch (err) {
     if (err instanceof OfferError) throw new ServerStartError(err.message, 'EOFFER', port, host);
     throw err;

@@ -483,8 +483,7 @@ class ElasticRun<M extends StepMetrics> {
     // The vote goes to the server as the step starts and is read after it (its round trip overlaps
     // the gradients' all-reduce: no meeting of its own) where every step meets anyway; it then
     // carries the steps before (their metrics are known only after their own all-reduce).
-    // Not under robust aggregation: the gradients are gathered and aggregated there, not summed (ddp.carry refuses).
-    const carryVotes = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco;
+    const voteDuringStep = (o.voteWithGradients ?? true) && voteEvery === 1 && !this.averager && !this.diloco;
     /** The last step's own work and the split it ran with, not yet voted on (balanced batches learn from it). */
     let unvotedWork: { work: number; split: number[] | null } | null = null;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
@@ -521,11 +520,11 @@ class ElasticRun<M extends StepMetrics> {
         this.activity = `step ${p.step + 1}`;
         this.throwIfDeviceLost();
         this.emit({ type: 'batch', round: round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
-        const wishedStop = carryVotes ? (o.shouldStop?.() ?? false) : false;
-        const carried = carryVotes
+        const wishedStop = voteDuringStep ? (o.shouldStop?.() ?? false) : false;
+        const duringStep = voteDuringStep
           ? startVote<M>(pg, pending.map((x) => x.metrics), { stop: wishedStop, join: this.handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: unvotedWork?.work ?? 0 })
           : null;
-        const carriedSplit = unvotedWork?.split ?? null;
+        const votedSplit = unvotedWork?.split ?? null;
         this.timeline.lap('other');
         const metrics = (await this.whileDeviceLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: this.state.optimizer, pg }))) ?? ({} as M);
 
@@ -558,17 +557,17 @@ class ElasticRun<M extends StepMetrics> {
         // Before a checkpoint: a diverged state is never saved. With local SGD, only where the replicas were just averaged.
         if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) this.checkDue = true;
         let early: StepsVote<M> | null = null;
-        if (carried) {
+        if (duringStep) {
           // The steps before this one were voted on during its step: their events and onStep now.
-          early = await carried;
-          if (this.costs && carriedSplit) this.costs.observe(carriedSplit, early.works);
+          early = await duringStep;
+          if (this.costs && votedSplit) this.costs.observe(votedSplit, early.works);
           await this.report(round.key, pg, ddp, pending.splice(0), early);
           this.timeline.lap('page');
         }
         pending.push({ step: p.step, epoch: p.epoch, metrics, totalSteps });
         unvotedWork = { work, split: this.split };
         // With voteEvery > 1 the ranks meet at every voteEvery-th step, at outer steps and averagings, and at the end of each epoch and of the run.
-        // A carried vote meets on its own only to end the round (a stop, joiners, the epoch's or run's end: this step's metrics would wait for a step that does not come), before a replica check (which can end the run), or where onStep must run before the next step.
+        // A vote sent during the step meets on its own only to end the round (a stop, joiners, the epoch's or run's end: this step's metrics would wait for a step that does not come), before a replica check (which can end the run), or where onStep must run before the next step.
         const votes = early
           ? early.stoppedBy !== null || early.regroup || lastOfRound || this.checkDue || (o.voteAfter?.(p.step) ?? false)
           : p.step % voteEvery === 0 || averaged || (this.diloco?.syncsAt(p.step) ?? false) || lastOfRound;
@@ -685,7 +684,7 @@ class ElasticRun<M extends StepMetrics> {
 
   /**
    * One all-gather per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since
-   * the last vote] from every rank. `wishedStop`: this rank already asked (in a carried vote).
+   * the last vote] from every rank. `wishedStop`: this rank already asked (in a vote sent during the step).
    */
   private vote(pg: ProcessGroup, mine: M[], work: number, wishedStop = false): Promise<StepsVote<M>> {
     return stepsVote(pg, mine, { stop: wishedStop || (this.o.shouldStop?.() ?? false), join: this.handler.numNodesWaiting() > 0, stopVote: this.o.stopVote, work });
