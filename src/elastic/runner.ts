@@ -683,7 +683,7 @@ class ElasticRun<M extends StepMetrics> {
   }
 
   /**
-   * One all-gather per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since
+   * One gather through the server per vote: [stop, join wanted, work ms, ...this rank's metrics of each step since
    * the last vote] from every rank. `wishedStop`: this rank already asked (in a vote sent during the step).
    */
   private vote(pg: ProcessGroup, mine: M[], work: number, wishedStop = false): Promise<StepsVote<M>> {
