@@ -18,7 +18,7 @@ import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
 import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parallel/parameter_server/runner.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { DistTimeoutError } from '../src/errors.ts';
-import { connect, text, withServer } from './fixtures/server.ts';
+import { connect, groupSize, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor as waitForNamed } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
@@ -95,6 +95,22 @@ function member(net: MemoryNetwork, id: number, session: string, max: number, ex
   return self;
 }
 
+/**
+ * Members started one after another, each once the server has admitted the one before: ranks
+ * follow arrival order and rank 0 takes server 0's place, so member i has rank i (the tests give
+ * members roles: a slow worker, a worker that leaves, the server that is lost).
+ */
+async function inOrder(session: string, ids: number[], start: (id: number) => Member): Promise<Member[]> {
+  const started: Member[] = [];
+  for (const id of ids) {
+    started.push(start(id));
+    const self = started[started.length - 1]!;
+    // Admitted: counted in the group now, or already past its first round (a short run may end before the next look).
+    await waitFor(`member ${id} to be admitted to ${session}`, () => groupSize(server, session) >= started.length || self.events.length > 0);
+  }
+  return started;
+}
+
 function accounted(r: ParameterServerRunResult): number {
   const s = r.samples;
   return s.applied + s.stale + s.refused + s.lost;
@@ -104,7 +120,7 @@ describe('runParameterServer', () => {
   it('CentralStorage with 2 workers at batch 16 equals one rank at batch 32 (SGD, 12 steps)', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('central');
-    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { strategy: 'central', steps: 12, min: 3 }));
+    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { strategy: 'central', steps: 12, min: 3 }));
     const runs = await Promise.all(members.map((m) => m.result));
     // The reference: one model, batch 32, the epoch's order as one rank's DistributedSampler gives it.
     const ref = model();
@@ -147,7 +163,7 @@ describe('runParameterServer', () => {
   it('asynchronous training over 2 servers converges and accounts for every sample of 2 virtual epochs', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('async');
-    const members = [0, 1, 2, 3, 4].map((id) => member(net, id, session, 5, { numServers: 2, epochs: 2, min: 5, ...(id === 4 ? { slowMs: 30 } : {}) }));
+    const members = await inOrder(session, [0, 1, 2, 3, 4], (id) => member(net, id, session, 5, { numServers: 2, epochs: 2, min: 5, ...(id === 4 ? { slowMs: 30 } : {}) }));
     const runs = await Promise.all(members.map((m) => m.result));
     const s0 = runs.find((r) => r.role === 'server' && r.index === 0)!;
     expect(s0.samples.target).toBe(512);
@@ -172,7 +188,7 @@ describe('runParameterServer', () => {
   it('a worker that leaves costs its batch; the others go on and every sample is accounted for', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('pslost');
-    const members = [0, 1, 2, 3].map((id) => member(net, id, session, 4, { epochs: 2, ...(id === 2 ? { leaveAtStep: 3 } : {}) }));
+    const members = await inOrder(session, [0, 1, 2, 3], (id) => member(net, id, session, 4, { epochs: 2, ...(id === 2 ? { leaveAtStep: 3 } : {}) }));
     await expect(members[2]!.result).rejects.toThrow(/closed at its step 3/);
     const runs = await Promise.all([0, 1, 3].map((i) => members[i]!.result));
     const s0 = runs.find((r) => r.role === 'server')!;
@@ -190,7 +206,7 @@ describe('runParameterServer', () => {
   it('roles are the server\'s: a member cannot take a server\'s place, and a worker is its member id', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psroles');
-    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 2, min: 3, slowMs: 5 }));
+    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 2, min: 3, slowMs: 5 }));
     await waitFor('members 1 and 2 to take 2 steps', () => members[1]!.steps >= 2 && members[2]!.steps >= 2);
     // A fourth tab (a spectator of the full group) tries what c9d87d7 let it do: take server 0's place.
     const impostor = await connect(server, session);
@@ -225,7 +241,7 @@ describe('runParameterServer', () => {
         return { grads, metrics: { loss } };
       },
     };
-    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { min: 3, failedRoundGraceMs: 300, ...(id === 2 ? failing : {}) }));
+    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { min: 3, failedRoundGraceMs: 300, ...(id === 2 ? failing : {}) }));
     const runs = await Promise.all(members.map((m) => m.result));
     expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: true, error: expect.stringMatching(/injected link failure/) });
     for (const r of runs) expect(r.generations).toBeGreaterThanOrEqual(2);
@@ -241,8 +257,7 @@ describe('runParameterServer', () => {
   it('a tab that joins while training runs is admitted at once, pulls the parameters and works', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psjoin');
-    const members = [0, 1, 2].map((id) => member(net, id, session, 4, { epochs: 4, min: 2, slowMs: 5 }));
-    // Whichever members became workers (the server's role follows the order they reached the server).
+    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 4, { epochs: 4, min: 2, slowMs: 5 }));
     await waitFor('a worker to take 3 steps', () => members.some((m) => m.steps >= 3));
     const joiner = member(net, 3, session, 4, { epochs: 4, min: 2 });
     const runs = await Promise.all([...members, joiner].map((m) => m.result));
@@ -261,7 +276,7 @@ describe('runParameterServer', () => {
   it('the staleness bound drops and counts stale pushes', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psstale');
-    const members = [0, 1, 2, 3].map((id) => member(net, id, session, 4, { epochs: 1, maxStaleness: 0, min: 4, slowMs: id === 3 ? 40 : 0 }));
+    const members = await inOrder(session, [0, 1, 2, 3], (id) => member(net, id, session, 4, { epochs: 1, maxStaleness: 0, min: 4, slowMs: id === 3 ? 40 : 0 }));
     const runs = await Promise.all(members.map((m) => m.result));
     const s0 = runs.find((r) => r.role === 'server')!;
     expect(s0.shard!.stale).toBeGreaterThan(0);
@@ -277,7 +292,7 @@ describe('runParameterServer', () => {
   it('a lost server stops the workers until a tab takes its place; it resumes from the shard checkpoint', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('pslostps');
-    const members = [0, 1, 2].map((id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
+    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
     // Close the server once it has saved a checkpoint and gone on a little.
     await waitFor('a checkpoint of version 8 or later', () => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
     members[0]!.abort.abort(new Error('the server tab closed'));
