@@ -36,7 +36,7 @@ import { checkpointHandler } from './checkpoints.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
 import { checkIceConfig, iceConfigFromEnv, type IceConfig } from './ice.ts';
-import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
+import { freePortAfter, infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
@@ -260,7 +260,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     quiet.close();
     sessions.close();
     wss.close();
-    throw listenError(err, host, port);
+    // A port in use: suggest one checked free, not merely the next (which may be in use too).
+    const inUse = typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'EADDRINUSE';
+    throw listenError(err, host, port, inUse && port > 0 ? await freePortAfter(host, port) : undefined);
   }
   bound = (http.address() as AddressInfo).port;
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
