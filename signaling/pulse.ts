@@ -81,3 +81,27 @@ export function judge(silentMs: number, pulseAgeMs: number | undefined, heartbea
       : `nothing received from it for ${silentMs} ms (frozen or hung)`,
   };
 }
+
+/** A liveness bound in the environment the server cannot use; the message says what to give. */
+export class LivenessConfigError extends Error {
+  override name = 'LivenessConfigError';
+}
+
+/**
+ * `npm start`'s liveness bounds from the environment: HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS
+ * (whole milliseconds, 100 to 600000), each left to its default when unset.
+ */
+export function livenessBoundsFromEnv(env: Record<string, string | undefined>): { heartbeatTimeoutMs?: number; busyTimeoutMs?: number } {
+  const bounds: { heartbeatTimeoutMs?: number; busyTimeoutMs?: number } = {};
+  for (const [name, key] of [['HEARTBEAT_TIMEOUT_MS', 'heartbeatTimeoutMs'], ['BUSY_TIMEOUT_MS', 'busyTimeoutMs']] as const) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const ms = Number(raw);
+    if (!/^\d+$/.test(raw) || ms < 100 || ms > 600_000) throw new LivenessConfigError(`${name}=${JSON.stringify(raw).slice(0, 40)} is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. ${name}=${key === 'busyTimeoutMs' ? 20000 : 8000}`);
+    bounds[key] = ms;
+  }
+  if (bounds.heartbeatTimeoutMs !== undefined && bounds.busyTimeoutMs !== undefined && bounds.busyTimeoutMs < bounds.heartbeatTimeoutMs) {
+    throw new LivenessConfigError(`BUSY_TIMEOUT_MS (${bounds.busyTimeoutMs}) is shorter than HEARTBEAT_TIMEOUT_MS (${bounds.heartbeatTimeoutMs}): a busy tab is kept at least as long as a silent one, so give at least ${bounds.heartbeatTimeoutMs}`);
+  }
+  return bounds;
+}

@@ -10,6 +10,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreClient } from '../src/c10d/store.ts';
+import { LivenessConfigError, judge, livenessBoundsFromEnv } from '../signaling/pulse.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -89,4 +90,24 @@ describe('liveness', () => {
     beating.client.close();
     silent.client.close();
   }, 60_000);
+});
+
+describe('the liveness bounds', () => {
+  it('judges silence on the socket by the pulse: busy up to the busy bound, frozen without a pulse', () => {
+    expect(judge(4_000, 200, 5_000, 10_000)).toEqual({ keep: true, busy: false });
+    expect(judge(8_000, 200, 5_000, 10_000)).toEqual({ keep: true, busy: true });
+    expect(judge(8_000, undefined, 5_000, 10_000)).toEqual({ keep: false, reason: 'nothing received from it for 8000 ms (frozen or hung)' });
+    // A pulse that stopped too (a frozen tab whose Worker froze with it).
+    expect(judge(8_000, 6_000, 5_000, 10_000)).toMatchObject({ keep: false });
+    expect(judge(11_000, 200, 5_000, 10_000)).toMatchObject({ keep: false, reason: expect.stringMatching(/^its page sent nothing for 11000 ms although its Worker still beat/) });
+  });
+
+  it('npm start takes HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS, and says what to give for a bad one', () => {
+    expect(livenessBoundsFromEnv({})).toEqual({});
+    expect(livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '20000' })).toEqual({ heartbeatTimeoutMs: 8000, busyTimeoutMs: 20000 });
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(LivenessConfigError);
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow('HEARTBEAT_TIMEOUT_MS="8s" is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. HEARTBEAT_TIMEOUT_MS=8000');
+    expect(() => livenessBoundsFromEnv({ BUSY_TIMEOUT_MS: '50' })).toThrow(/BUSY_TIMEOUT_MS="50" is not a time/);
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '4000' })).toThrow(/BUSY_TIMEOUT_MS \(4000\) is shorter than HEARTBEAT_TIMEOUT_MS \(8000\)/);
+  });
 });
