@@ -26,6 +26,13 @@ export class Connection {
   hello?: Promise<void>;
   /** When the socket last sent anything (members are evicted when silent too long). */
   lastSeen = Date.now();
+  /** The key its Worker's pulse socket presents (signaling/pulse.ts), once it asked for one. */
+  pulseKey?: string;
+  /** When its pulse last beat, while it has one. */
+  pulseSeen?: number;
+  /** Its page is silent while its pulse beats (logged once per spell). */
+  busySince?: number;
+  private pulse: WebSocket | undefined;
   /** It answered the last ping (or none was sent yet). */
   private alive = true;
   private cut = false;
@@ -54,6 +61,22 @@ export class Connection {
   /** The socket closed, by either side. */
   closed(): void {
     clearTimeout(this.helloTimer);
+    this.pulse?.close(1000, 'its member closed');
+  }
+
+  /** Its Worker's pulse socket presented its key: the one it beats on from now (an older one is closed). */
+  attachPulse(ws: WebSocket): void {
+    if (this.pulse && this.pulse !== ws) this.pulse.close(1000, 'replaced by a newer pulse');
+    this.pulse = ws;
+    this.pulseSeen = Date.now();
+    if (this.cut || this.ws.readyState !== this.ws.OPEN) ws.close(1000, 'its member closed');
+  }
+
+  /** A pulse socket closed: judged without a pulse until another comes. */
+  detachPulse(ws: WebSocket): void {
+    if (this.pulse !== ws) return;
+    this.pulse = undefined;
+    this.pulseSeen = undefined;
   }
 
   /**

@@ -11,6 +11,7 @@ import type { Session } from './session.ts';
 import { StoreRefusal } from './store.ts';
 import { checkReplySize } from './limits.ts';
 import { iceServersFor } from './ice.ts';
+import { pulseKey } from './pulse.ts';
 import { endedMessage, hello } from './hello.ts';
 import { claim, closeRendezvous, regroup, rendezvous, signal, gather } from './rendezvous_requests.ts';
 import { control } from './host_control.ts';
@@ -75,6 +76,9 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
     case 'heartbeat':
       if (req.heard && conn.memberId !== undefined) session.vouch(conn.memberId, req.heard.round, req.heard.ranks, Date.now());
       return reply(conn, req, null);
+    case 'pulse':
+      if (conn.memberId === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'a pulse is for a member of the session\'s group: rendezvous first');
+      return reply(conn, req, { key: pulseKey(conn) });
     case 'iceServers':
       // Only a connection that entered the session with its token gets here (requireSession).
       return reply(conn, req, iceServersFor(ctx.ice, session.name));

@@ -8,12 +8,13 @@ import { ensureBuilt } from './build.ts';
 import { OfferError, readOffer, type OfferFiles } from './offer.ts';
 import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
+import { LivenessConfigError, livenessBoundsFromEnv } from './pulse.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
 import { newSessionToken } from '../src/c10d/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const USAGE =
-  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV\'s label column; default the last); PORT and HOST are set in the environment';
+  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV\'s label column; default the last); PORT, HOST, HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS are set in the environment';
 let values: { https?: boolean; model?: string; data?: string; label?: string };
 try {
   ({ values } = parseArgs({ args: process.argv.slice(2), options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } }, allowPositionals: false }));
@@ -27,15 +28,17 @@ let server: RunningServer;
 let tls: Awaited<ReturnType<typeof tlsFromEnv>>;
 let offered: OfferFiles;
 try {
-  // Before the build: a bad certificate or key should not wait for it.
+  // Before the build: bad liveness bounds (HEARTBEAT_TIMEOUT_MS, BUSY_TIMEOUT_MS) should not wait for it.
+  const liveness = livenessBoundsFromEnv(process.env);
+  // Nor should a bad certificate or key.
   tls = await tlsFromEnv(values.https === true);
   // So is bad data: read and checked here, and handed to the server as it is.
   offered = await readOffer(offer);
   await ensureBuilt();
-  server = await startServer({ ...(tls ? { tls } : {}), offer: offered });
+  server = await startServer({ ...(tls ? { tls } : {}), offer: offered, ...liveness });
 } catch (err) {
   // A taken port, a bad HOST or certificate is the user's to fix: the message says how; a stack would bury it.
-  if (!(err instanceof ServerStartError) && !(err instanceof OfferError)) throw err;
+  if (!(err instanceof ServerStartError) && !(err instanceof OfferError) && !(err instanceof LivenessConfigError)) throw err;
   console.error(err.message);
   process.exit(1);
 }

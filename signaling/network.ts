@@ -3,6 +3,7 @@
  * `npm start` prints), and what to tell a person whose server could not listen.
  */
 import { networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
+import { createServer as createNetServer } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 /** What `GET /api/info` answers. */
@@ -109,13 +110,23 @@ export class ServerStartError extends Error {
   }
 }
 
-/** Turns `listen`'s error into a `ServerStartError` that says what to do. */
-export function listenError(err: unknown, host: string, port: number): Error {
+/**
+ * Turns `listen`'s error into a `ServerStartError` that says what to do. `free`: a port found free
+ * on that host just now (`freePortAfter`), suggested for a port in use; without one, the next port.
+ */
+export function listenError(err: unknown, host: string, port: number, free?: number): Error {
   const code = typeof err === 'object' && err !== null && 'code' in err && typeof err.code === 'string' ? err.code : '';
   const other = port > 0 && port < 65535 ? port + 1 : 8081;
   switch (code) {
     case 'EADDRINUSE':
-      return new ServerStartError(`port ${port} is already in use (another npm start?): stop it or choose another with PORT=${other} npm start`, code, port, host);
+      return new ServerStartError(
+        free === undefined
+          ? `port ${port} is already in use (another npm start?): stop it or choose another with PORT=${other} npm start`
+          : `port ${port} is already in use (another npm start?): stop it or choose another with PORT=${free} npm start (${free} was free just now)`,
+        code,
+        port,
+        host,
+      );
     case 'EACCES':
       return new ServerStartError(
         `not allowed to listen on port ${port}${port < 1024 ? ' (ports below 1024 need administrator rights)' : ''}: choose another with PORT=${port < 1024 ? 8080 : other} npm start`,
@@ -128,6 +139,23 @@ export function listenError(err: unknown, host: string, port: number): Error {
     default:
       return err instanceof Error ? err : new Error(String(err));
   }
+}
+
+/**
+ * The first of the `tries` ports after `port` that `host` lets this process listen on now (each
+ * is opened and closed again), or undefined: the port suggested when `port` is in use, so that
+ * the suggestion is not taken too (a second server already on the next port).
+ */
+export async function freePortAfter(host: string, port: number, tries = 20): Promise<number | undefined> {
+  for (let p = port + 1; p <= Math.min(65535, port + tries); p++) {
+    const ok = await new Promise<boolean>((done) => {
+      const probe = createNetServer();
+      probe.once('error', () => done(false));
+      probe.listen(p, host, () => probe.close(() => done(true)));
+    });
+    if (ok) return p;
+  }
+  return undefined;
 }
 
 /**

@@ -36,7 +36,7 @@ import { checkpointHandler } from './checkpoints.ts';
 import { SessionTokens } from './session_tokens.ts';
 import { OriginPolicy } from './origin_check.ts';
 import { checkIceConfig, iceConfigFromEnv, type IceConfig } from './ice.ts';
-import { infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
+import { freePortAfter, infoHandler, lanUrls, listenError, listeningLabel, ServerStartError } from './network.ts';
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
@@ -71,8 +71,17 @@ export interface ServerOptions {
   checkpointUploadTimeoutMs?: number;
   /** Longest a checkpoint upload may send nothing (408 after). Default 15 s. */
   checkpointUploadIdleTimeoutMs?: number;
-  /** A member of a session's group silent this long is evicted (a frozen tab). Default 5 s. */
+  /**
+   * A member of a session's group silent this long on its socket is evicted (a frozen tab),
+   * unless its tab's Worker still beats on its pulse socket (a busy page). Default 5 s.
+   */
   heartbeatTimeoutMs?: number;
+  /**
+   * A member silent on its socket whose Worker still beats (its page's thread is busy: a long cpu
+   * step, a loaded laptop) is kept this long before it is evicted (a page that never yields).
+   * At least heartbeatTimeoutMs. Default twice heartbeatTimeoutMs (10 s, the peers' stall bound).
+   */
+  busyTimeoutMs?: number;
   /** With min..max members present, wait this long for more before the first generation. Default 1 s. */
   settleMs?: number;
   /** Limits (input, store, sockets, regroups); any left out take `DEFAULT_LIMITS`. */
@@ -206,6 +215,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   } catch (err) {
     throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
   }
+  const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
   const ctx: ServerContext = {
     limits,
     log,
@@ -217,7 +227,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     // Changes on every start, so links made through an earlier server never match new ones.
     instance: Math.random().toString(36).slice(2, 10),
     settleMs: options.settleMs ?? 1_000,
-    heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 5_000,
+    heartbeatTimeoutMs,
+    busyTimeoutMs: Math.max(heartbeatTimeoutMs, options.busyTimeoutMs ?? 2 * heartbeatTimeoutMs),
     maxKnownSessions,
     adminSecret,
     loopbackCreates: options.loopbackCreates ?? true,
@@ -260,7 +271,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     quiet.close();
     sessions.close();
     wss.close();
-    throw listenError(err, host, port);
+    // A port in use: suggest one checked free, not merely the next (which may be in use too).
+    const inUse = typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'EADDRINUSE';
+    throw listenError(err, host, port, inUse && port > 0 ? await freePortAfter(host, port) : undefined);
   }
   bound = (http.address() as AddressInfo).port;
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;

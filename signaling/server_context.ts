@@ -29,6 +29,8 @@ export interface ServerContext {
   readonly settleMs: number;
   /** ServerOptions.heartbeatTimeoutMs. */
   readonly heartbeatTimeoutMs: number;
+  /** ServerOptions.busyTimeoutMs. */
+  readonly busyTimeoutMs: number;
   /** Sessions whose tokens the server keeps (TOO_MANY_SESSIONS past it). */
   readonly maxKnownSessions: number;
   /** ServerOptions.adminSecret: a hello presenting it may create its session. */

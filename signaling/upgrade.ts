@@ -14,6 +14,7 @@ import { Connection } from './connection.ts';
 import { AddressCounts } from './limits.ts';
 import type { OriginPolicy } from './origin_check.ts';
 import { dispatch } from './dispatch.ts';
+import { PULSE_QUERY, acceptPulse, judge } from './pulse.ts';
 import { refuse } from './replies.ts';
 import type { ServerContext } from './server_context.ts';
 
@@ -51,6 +52,8 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
       setTimeout(() => ws.terminate(), 1_000).unref();
       return;
     }
+    // A member's Worker beating on its own socket (signaling/pulse.ts), not a protocol socket.
+    if (new URL(req.url ?? '/', 'http://x').search === `?${PULSE_QUERY}`) return acceptPulse(ctx, ws, () => perAddress.release(address));
     const conn = new Connection(ws, address, limits, quiet);
     connections.add(conn);
     ws.on('message', (data, isBinary) => {
@@ -89,7 +92,7 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
  * not answer pings are cut off. Returns what stops them.
  */
 export function watchSockets(ctx: ServerContext): () => void {
-  const { limits, log, connections, heartbeatTimeoutMs } = ctx;
+  const { limits, log, connections, heartbeatTimeoutMs, busyTimeoutMs } = ctx;
   // Frozen tabs keep their sockets open but stop sending: evict members that go silent.
   const every = Math.max(100, Math.min(1_000, heartbeatTimeoutMs / 4));
   let lastTick = Date.now();
@@ -107,14 +110,21 @@ export function watchSockets(ctx: ServerContext): () => void {
     }
     for (const conn of connections) {
       // An ended session's sockets are being closed anyway.
-      if (conn.memberId === undefined || now - conn.lastSeen <= heartbeatTimeoutMs || conn.session?.ended) continue;
+      if (conn.memberId === undefined || conn.session?.ended) continue;
       const silent = now - conn.lastSeen;
+      const verdict = judge(silent, conn.pulseSeen === undefined ? undefined : now - conn.pulseSeen, heartbeatTimeoutMs, busyTimeoutMs);
+      if (verdict.keep) {
+        // Suspected, not evicted: said once per spell, in the server's log.
+        if (verdict.busy && conn.busySince === undefined) log(`[server] session "${conn.session?.name}": member ${conn.memberId} silent for ${silent} ms but its Worker beats: busy, kept up to ${busyTimeoutMs} ms`);
+        conn.busySince = verdict.busy ? (conn.busySince ?? now) : undefined;
+        continue;
+      }
       // Heard over its peer links by another member of its round: its own socket is held up
       // (a saturated link starves TCP behind the all-reduce's traffic), not its page. For a while.
       const vouched = conn.session?.lastVouched(conn.memberId);
       if (vouched !== undefined && now - vouched <= heartbeatTimeoutMs && silent <= VOUCH_LIMIT * heartbeatTimeoutMs) continue;
       log(`[server] session "${conn.session?.name}": evicting member ${conn.memberId}, silent for ${silent} ms`);
-      conn.session?.rendezvous?.remove(conn.memberId, `was evicted: nothing received from it for ${silent} ms (frozen or hung)`);
+      conn.session?.rendezvous?.remove(conn.memberId, `was evicted: ${verdict.reason}`);
       conn.memberId = undefined;
       // A frozen page may never answer the close handshake: close() destroys it after a grace.
       conn.close(CloseCode.EVICTED, `evicted: no heartbeat for ${silent} ms`);

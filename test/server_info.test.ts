@@ -5,6 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { request } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
 import { ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
 import { lanUrls, listenError, startupLines } from '../signaling/network.ts';
 import { withServer } from './fixtures/server.ts';
@@ -110,9 +111,31 @@ describe('start errors', () => {
     const err = await startServer({ port: first.port, host: '127.0.0.1', log: () => {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ServerStartError);
     expect((err as ServerStartError).code).toBe('EADDRINUSE');
-    expect((err as ServerStartError).message).toBe(`port ${first.port} is already in use (another npm start?): stop it or choose another with PORT=${first.port + 1} npm start`);
+    expect((err as ServerStartError).message).toMatch(new RegExp(`^port ${first.port} is already in use \\(another npm start\\?\\): stop it or choose another with PORT=(\\d+) npm start \\(\\1 was free just now\\)$`));
     // The first server is unharmed.
     expect((await get(first.port, '/api/info', { host: `127.0.0.1:${first.port}` })).status).toBe(200);
+  });
+
+  it('a port in use suggests a port it found free, not the next one when that is in use too', async () => {
+    const first = await started({});
+    // The next port taken as well (by anything: here a bare TCP listener), as a second npm start would.
+    const next = createNetServer();
+    const nextTaken = await new Promise<boolean>((done) => {
+      next.once('error', () => done(false));
+      next.listen(first.port + 1, '127.0.0.1', () => done(true));
+    });
+    try {
+      const err = await startServer({ port: first.port, host: '127.0.0.1', log: () => {} }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ServerStartError);
+      const suggested = Number(/PORT=(\d+) npm start/.exec((err as Error).message)?.[1]);
+      expect(suggested).toBeGreaterThan(first.port + 1);
+      // The suggestion works: a server starts on it.
+      const second = await startServer({ port: suggested, host: '127.0.0.1', log: () => {} });
+      servers.push(second);
+      expect(second.port).toBe(suggested);
+    } finally {
+      if (nextTaken) await new Promise<void>((done) => next.close(() => done()));
+    }
   });
 
   it('says what to do for a port it may not bind and an address that is not this machine\'s', () => {

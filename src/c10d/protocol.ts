@@ -281,6 +281,12 @@ export interface RequestFields {
    * all-reduce starves the socket's TCP behind it), for at most VOUCH_LIMIT heartbeat timeouts.
    */
   heartbeat: { heard?: { round: number; ranks: number[] } };
+  /**
+   * A member's key for its pulse: a socket on `/ws?pulse` whose first frame is the key and whose
+   * later frames are beats, sent from a Worker, which beats on while the page's thread is busy
+   * (the server then keeps the member for longer: signaling/pulse.ts). Members only (NOT_JOINED).
+   */
+  pulse: {};
   /** Fresh ICE servers for the session (TURN credentials minted now): a member renews them before its old ones expire. */
   iceServers: {};
   /**
@@ -398,6 +404,7 @@ export interface ResultOf {
   rendezvous: { memberId: number };
   signal: null;
   heartbeat: null;
+  pulse: { key: string };
   iceServers: IceServer[];
   regroup: { round: number };
   control: null;

@@ -229,6 +229,7 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
       return { type: t, id, heard: { round, ranks: (ranks as unknown[]).map((_, i) => int(ranks as unknown as Obj, String(i), id, 0, MAX_WORLD - 1)) } };
     }
     case 'iceServers':
+    case 'pulse':
       return { type: t, id };
     case 'closeRendezvous':
       return { type: t, id };

@@ -27,6 +27,7 @@ import {
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
 import { startTicker } from '../runtime/ticker.ts';
+import { browserPulseAvailable, startPulse } from './pulse.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
 import { ConnectionClosedError, DistTimeoutError, NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../errors.ts';
 
@@ -87,6 +88,12 @@ export interface StoreClientOptions {
    * certificate store trusts and cannot take this.
    */
   ca?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+  /**
+   * Once a member, beat from a Worker on a second socket (src/c10d/pulse.ts), so that a page whose
+   * thread is busy is not evicted as frozen. Default: on where a browser Worker exists, off in Node
+   * (where it takes a worker thread).
+   */
+  pulse?: boolean;
 }
 
 type Handler<E> = (event: E) => void;
@@ -194,6 +201,8 @@ export class StoreClient implements Store {
   /** STUN/TURN servers the server gave this session (with TURN credentials minted for it), or none. */
   iceServers: IceServer[] = [];
   private stopHeartbeat: (() => void) | undefined;
+  private stopPulse: (() => void) | undefined;
+  private pulseUrl = '';
   /** The peers this member heard lately, sent with each heartbeat (a process group sets it). */
   private heardPeers: (() => { round: number; ranks: number[] } | undefined) | undefined;
   private iceRenewal: ReturnType<typeof setInterval> | undefined;
@@ -202,7 +211,7 @@ export class StoreClient implements Store {
 
   private constructor(
     private readonly socket: SocketLike,
-    options: StoreClientOptions,
+    private readonly options: StoreClientOptions,
     private readonly requestTimeoutMs: number,
   ) {
     this.session = options.session;
@@ -244,6 +253,7 @@ export class StoreClient implements Store {
       };
     });
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
+    client.pulseUrl = `${wsUrl}?pulse`;
     if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
     try {
       const fields = {
@@ -299,6 +309,8 @@ export class StoreClient implements Store {
   close(code: number = 1000, reason = 'client closed'): void {
     this.stopHeartbeat?.();
     this.stopHeartbeat = undefined;
+    this.stopPulse?.();
+    this.stopPulse = undefined;
     this.stopWatchingPage();
     this.socket.close(code, reason);
   }
@@ -365,7 +377,19 @@ export class StoreClient implements Store {
       const heard = this.heardPeers?.();
       this.request('heartbeat', heard && heard.ranks.length > 0 ? { heard } : {}).catch(() => {});
     });
+    if (this.stopPulse === undefined && (this.options.pulse ?? browserPulseAvailable())) void this.beginPulse(heartbeatIntervalMs);
     return result;
+  }
+
+  /** Starts this member's pulse (once); without one it is judged on its heartbeats alone. */
+  private async beginPulse(everyMs: number): Promise<void> {
+    this.stopPulse = () => {};
+    const { ca } = this.options;
+    const stop = await this.request('pulse', {})
+      .then(({ key }) => startPulse({ url: this.pulseUrl, key, everyMs, ...(ca === undefined ? {} : { ca }) }))
+      .catch(() => undefined);
+    if (this.closed) stop?.();
+    else if (stop) this.stopPulse = stop;
   }
 
   /**
@@ -545,6 +569,8 @@ export class StoreClient implements Store {
     if (this.iceRenewal !== undefined) clearInterval(this.iceRenewal);
     this.stopHeartbeat?.();
     this.stopHeartbeat = undefined;
+    this.stopPulse?.();
+    this.stopPulse = undefined;
     this.stopWatchingPage();
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);

@@ -84,9 +84,10 @@ test('4 ranks, one killed at step 10: the rest finish, at most one step redone, 
 });
 
 test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', async () => {
+  // busyTimeoutMs: as in the frozen-rank test below (the launcher's freeze leaves the Worker beating).
   // Long enough for three faults 4 s apart where the group trains 6,500 samples/s (a quiet 2-core
   // machine; 16,384 samples once ended after the first).
-  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], { churnEverySec: 4, timeoutSec: 150, serverOptions: { heartbeatTimeoutMs: 3_000 } });
+  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], { churnEverySec: 4, timeoutSec: 150, serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 } });
   expectHealthy(s, s.worldSize as number, 40960);
   const kinds = s.faults!.map((f) => f.fault.split(' ')[0]);
   expect(kinds.slice(0, 3)).toEqual(['kill', 'open', 'freeze']);
@@ -100,7 +101,10 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
 test('a frozen rank is evicted within the heartbeat bound and the rest continue', async () => {
   // WebGPU's slow steps, on purpose: the group starts with the first two tabs, and the third must
   // have joined before step 8 to be frozen in it; a cpu step is too short to be sure of that.
-  const s = await run(3, { min: '2', max: '3', backend: 'webgpu', trainSize: '2048' }, [{ kind: 'freeze', rank: 2, step: 8 }], { serverOptions: { heartbeatTimeoutMs: 3_000 } });
+  // busyTimeoutMs as the heartbeat bound: the launcher's freeze pauses the page's thread but not
+  // its Worker (headless Chromium freezes no page), whose pulse would make it a busy page, kept
+  // up to 6 s; a tab the browser really freezes has its Worker frozen with it.
+  const s = await run(3, { min: '2', max: '3', backend: 'webgpu', trainSize: '2048' }, [{ kind: 'freeze', rank: 2, step: 8 }], { serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 } });
   expectHealthy(s, 2, 2048);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
   const detected = s.faults![0].detectedAfterMs!;

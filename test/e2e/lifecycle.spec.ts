@@ -6,6 +6,7 @@
  */
 import { freezePage } from '../../launcher/driver.ts';
 import { launch } from '../../launcher/run.ts';
+import { startServer } from '../../signaling/server.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
 test('a fixed group: a rank paused mid-collective is lost as stalled within the bound, and says it was paused when it resumes', async ({ browser, server }) => {
@@ -39,8 +40,9 @@ test('a fixed group: a rank paused mid-collective is lost as stalled within the 
     expect((await failedAt[r]) - before).toBeGreaterThanOrEqual(STALL_MS - 1_000);
     expect(after).toBeLessThan(STALL_MS + 2_500);
   }
-  // Long enough that the server has evicted it too (5 s without a heartbeat): the resumed page
-  // then meets closed links, a closed socket and its own late tick, in whatever order.
+  // Long enough that the others have gone on without it: the resumed page then meets closed
+  // links, its own late tick and (past the server's bounds: 5 s silent, or 10 s while its Worker
+  // beats, as it does through a debugger's pause) a closed socket, in whatever order.
   await ranks[0].page.waitForTimeout(Math.max(0, frozen + 7_000 - Date.now()));
   await resume();
   const own = await ranks[1].result.then(
@@ -53,6 +55,34 @@ test('a fixed group: a rank paused mid-collective is lost as stalled within the 
     /^this tab \(rank 1\) was paused for ([\d.]+) s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 20000 elements #\d+: the other ranks have gone on without it$/,
   );
   expect(Number(/paused for ([\d.]+) s/.exec(own.message)![1])).toBeGreaterThanOrEqual(7);
+});
+
+test('a rank whose page is busy for 7 s mid-run (past the 5 s heartbeat bound) is kept: its Worker beats, and the run goes on', async ({ browser }) => {
+  const lines: string[] = [];
+  const server = await startServer({ port: 0, log: (l) => lines.push(l) });
+  try {
+    const ranks = await openRanks(browser, server, 2, { session: sessionName('busy'), job: 'collectives', loop: '1000000', loopSize: '20000', timeoutMs: '60000' });
+    const failures: string[] = [];
+    for (const r of ranks) r.result.catch((e: Error) => failures.push(e.message));
+    const progress: number[] = [];
+    ranks[0].page.on('console', (m) => {
+      const n = /loop: (\d+) all-reduces/.exec(m.text());
+      if (n) progress.push(Number(n[1]));
+    });
+    await expect.poll(() => progress.length, { timeout: 30_000 }).toBeGreaterThan(0);
+    // A long step on the page's own thread (the cpu backend on a loaded laptop): no heartbeat, no link frame.
+    await ranks[1].page.evaluate(() => {
+      for (const end = Date.now() + 7_000; Date.now() < end; );
+    });
+    const before = progress.at(-1)!;
+    await expect.poll(() => progress.at(-1)! > before, { timeout: 20_000 }).toBe(true);
+    expect(failures).toEqual([]);
+    expect(lines.filter((l) => /evicting member/.test(l))).toEqual([]);
+    // Kept because its Worker's pulse beat, not by luck.
+    expect(lines.some((l) => /but its Worker beats: busy, kept up to 10000 ms/.test(l)), lines.join('\n')).toBe(true);
+  } finally {
+    await server.close();
+  }
 });
 
 test('a tab closed mid-run announces it left: the others regroup at once and are told why', async () => {
