@@ -16,8 +16,12 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { PROJECT_ROOT } from '../signaling/server.ts';
 
 const run = promisify(execFile);
-/** Runs a command; on failure the error carries its output, so the assertion shows why. */
-async function sh(cmd: string, args: string[], cwd: string, timeout: number): Promise<string> {
+/**
+ * Runs a command; on failure the error carries its output, so the assertion shows why. The builds
+ * (`niced`) run at a lower priority: vitest runs other files beside this one, some timing heartbeats.
+ */
+async function sh(cmd: string, args: string[], cwd: string, timeout: number, niced = false): Promise<string> {
+  if (niced) [cmd, args] = ['nice', ['-n', '10', cmd, ...args]];
   try {
     const { stdout, stderr } = await run(cmd, args, { cwd, timeout, maxBuffer: 64 << 20, env: { ...process.env, npm_config_update_notifier: 'false' } });
     return stdout + stderr;
@@ -50,7 +54,7 @@ beforeAll(async () => {
     await cp(join(PROJECT_ROOT, file), join(clone, file));
   }
   await symlink(await realpath(join(PROJECT_ROOT, 'node_modules')), join(clone, 'node_modules'));
-  await sh('npm', ['pack', '--pack-destination', work], clone, 240_000);
+  await sh('npm', ['pack', '--pack-destination', work], clone, 240_000, true);
   const pkg = JSON.parse(await readFile(join(clone, 'package.json'), 'utf8')) as { name: string; version: string };
   tarball = join(work, `${pkg.name}-${pkg.version}.tgz`);
   files = (await sh('tar', ['-tzf', tarball], work, 30_000)).split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
@@ -118,9 +122,12 @@ new DistributedSampler({ numReplicas: 2, rank: 0 });
     );
     let output = '';
     try {
-      await run(process.execPath, [join(PROJECT_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: app, timeout: 120_000, maxBuffer: 16 << 20 });
+      await run('nice', ['-n', '10', process.execPath, join(PROJECT_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: app, timeout: 120_000, maxBuffer: 16 << 20 });
     } catch (e) {
-      output = (e as { stdout?: string }).stdout ?? String(e);
+      // tsc exits 1 or 2 when it reports errors; anything else (not found, killed) is no check at all.
+      const { code, stdout } = e as { code?: unknown; stdout?: string };
+      if (code !== 1 && code !== 2) throw e;
+      output = stdout ?? '';
     }
     // TF.js's own declarations do not pass a strict check (why the clone has skipLibCheck); every other error is this package's.
     const errors = output.split('\n').filter((l) => /error TS\d+/.test(l) && !l.includes('/@tensorflow/'));
@@ -131,7 +138,7 @@ new DistributedSampler({ numReplicas: 2, rank: 0 });
     await writeFile(join(app, 'index.html'), '<!doctype html>\n<script type="module" src="./page.ts"></script>\n');
     await writeFile(join(app, 'page.ts'), `import { DistributedSampler, DataParallel } from 'browser-ddp';\ndocument.body.textContent = JSON.stringify([...new DistributedSampler(4, { numReplicas: 1, rank: 0 })]) + typeof DataParallel;\n`);
     // The project's own Vite (this clone's, as a devDependency of the project would be).
-    await sh(process.execPath, [join(PROJECT_ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--logLevel', 'warn'], app, 120_000);
+    await sh(process.execPath, [join(PROJECT_ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--logLevel', 'warn'], app, 120_000, true);
     const page = await readFile(join(app, 'dist', 'index.html'), 'utf8');
     expect(page).toMatch(/<script type="module"[^>]*src="\/assets\/index-[^"]+\.js"/);
     const assets = await readdir(join(app, 'dist', 'assets'));
