@@ -1,15 +1,17 @@
 #!/usr/bin/env node
 // `browser-ddp launch ...` and `browser-ddp start`: the launcher (torchrun) and the server of this
-// package, from any project that depends on it (`npm install /path/to/browser-ddp`), as
-// `npm run launch` and `npm start` are inside the clone. Plain JavaScript: it only starts tsx on
-// the TypeScript entry, from the package's own folder (a symlinked dependency resolves to it).
+// package, from any project that depends on it, as `npm run launch` and `npm start` are inside the
+// clone. Plain JavaScript: in an installed package it runs the built entry (lib/, which `npm pack`
+// builds) with this Node; in a clone (a folder dependency, which has the TypeScript and tsx) it
+// runs the TypeScript entry through tsx, so a stale lib/ there is never what runs.
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const entries = { launch: 'launcher/launch.ts', start: 'signaling/main.ts' };
+const entries = { launch: 'launcher/launch', start: 'signaling/main' };
 const [command, ...args] = process.argv.slice(2);
 if (!Object.hasOwn(entries, command ?? '')) {
   console.error(`usage: browser-ddp launch [launcher options] SCRIPT.ts [script args]   (as npm run launch -- ...)
@@ -17,13 +19,19 @@ if (!Object.hasOwn(entries, command ?? '')) {
 got: ${command === undefined ? 'no command' : JSON.stringify(command)}`);
   process.exit(2);
 }
+const source = join(root, `${entries[command]}.ts`);
+const built = join(root, 'lib', `${entries[command]}.js`);
 let tsx;
 try {
-  tsx = createRequire(join(root, 'package.json')).resolve('tsx/cli');
+  tsx = existsSync(source) ? createRequire(join(root, 'package.json')).resolve('tsx/cli') : undefined;
 } catch {
-  console.error(`browser-ddp ${command}: tsx is not installed in ${root}: run npm ci there (depend on the package by its folder, npm install /path/to/browser-ddp)`);
+  tsx = undefined; // a clone without its devDependencies: the built entry, if there is one
+}
+if (!tsx && !existsSync(built)) {
+  console.error(`browser-ddp ${command}: ${root} has neither ${built} nor tsx: build the package there (npm run build:lib), or run npm ci there`);
   process.exit(1);
 }
-const child = spawn(process.execPath, [tsx, join(root, entries[command]), ...args], { stdio: 'inherit' });
+const argv = tsx ? [tsx, source, ...args] : [built, ...args];
+const child = spawn(process.execPath, argv, { stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal));
 child.on('exit', (code, signal) => process.exit(code ?? (signal ? 128 : 1)));

@@ -1,6 +1,6 @@
 /** Debian's Chromium with the flags headless ranks need (see PLATFORM.md). */
 import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright';
+import { chromium, type Browser } from 'playwright-core';
 import { spkiSha256 } from '../signaling/tls.ts';
 
 export function chromiumPath(): string {

@@ -6,7 +6,7 @@
  * in its own network namespace. With `--browser firefox` or `--browsers ...` (launcher/rank_browsers.ts)
  * a rank may be a Firefox process instead (launcher/firefox.ts).
  */
-import type { Browser, Page } from 'playwright';
+import type { Browser, Page } from 'playwright-core';
 import type { Report } from '../src/jobs/job_report.ts';
 import { launchChromium } from './browser.ts';
 import type { LanHost } from './lan.ts';

@@ -10,7 +10,7 @@
  * flag is added; `extraArgs` go to every rank's Chromium (the hook for --https: e.g. the flags
  * that make Chromium trust the run's certificate).
  */
-import { chromium, type Browser } from 'playwright';
+import { chromium, type Browser } from 'playwright-core';
 import { CHROMIUM_ARGS, chromiumPath } from './browser.ts';
 import { playwrightRank, type RankDriver, type RankHandlers, type RankTarget } from './driver.ts';
 import type { Lan } from './lan.ts';

@@ -43,6 +43,7 @@ import { httpHandler } from './http.ts';
 import { loadOffer, OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
+import { mnistModulesDir, PROJECT_ROOT } from './package_root.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -153,7 +154,7 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export const PROJECT_ROOT = resolve(new URL('..', import.meta.url).pathname);
+export { PROJECT_ROOT } from './package_root.ts';
 
 /**
  * Starts the server. Rejects with `ServerStartError` (a message saying what to do) when it cannot
@@ -170,7 +171,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const staticDir = resolve(options.staticDir ?? join(PROJECT_ROOT, 'dist'));
-  const datasetsDir = resolve(options.datasetsDir ?? join(PROJECT_ROOT, 'node_modules'));
+  const datasetsDir = resolve(options.datasetsDir ?? mnistModulesDir());
   const log = options.log ?? ((line: string) => console.log(line));
   const sessionIdleMs = options.sessionIdleMs ?? 10 * 60_000;
   const quiet = new QuietLog(log);

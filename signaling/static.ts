@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { open, stat } from 'node:fs/promises';
 import { extname, join, normalize, sep } from 'node:path';
 import { FILE_SEND_CHUNK_BYTES, FileSends } from './limits.ts';
+import { PROJECT_ROOT } from './package_root.ts';
 
 const CONTENT_TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -28,7 +29,7 @@ const CONTENT_TYPES: Record<string, string> = {
 const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte']);
 /** The texts the language model trains on, from this project's `datasets/` (see its README): nothing else. */
 const TEXT_FILES = new Set(['moby-dick-1-20.txt']);
-const TEXT_DIR = join(import.meta.dirname, '..', 'datasets');
+const TEXT_DIR = join(PROJECT_ROOT, 'datasets');
 
 export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string, sends: FileSends = new FileSends()): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {

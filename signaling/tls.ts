@@ -11,6 +11,7 @@ import { isIP } from 'node:net';
 import { hostname, networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { ServerStartError, isLinkLocal6 } from './network.ts';
+import { PROJECT_ROOT } from './package_root.ts';
 
 /** A certificate and its private key, as `startServer({ tls })` takes them. */
 export interface TlsOptions {
@@ -45,7 +46,7 @@ export interface MachineNames {
 
 /** Where `npm start -- --https` and `npm run launch -- --https` keep their certificate: CERT_DIR, or certs/ in the project. */
 export function defaultCertDir(): string {
-  return resolve(process.env.CERT_DIR ?? join(new URL('..', import.meta.url).pathname, 'certs'));
+  return resolve(process.env.CERT_DIR ?? join(PROJECT_ROOT, 'certs'));
 }
 
 /** A path as a person would type it here: relative to the working directory when inside it. */

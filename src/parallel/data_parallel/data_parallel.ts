@@ -36,9 +36,13 @@ export interface DeviceChannel {
   terminate(): void;
 }
 
-/** A device as a dedicated Web Worker running worker.ts (its own TF.js and backends). */
+/**
+ * A device as a dedicated Web Worker running worker.ts (its own TF.js and backends). The URL names
+ * worker.js so the built package (lib/, where only the .js exists) bundles too: in this clone Vite
+ * falls back from the missing .js to the .ts, as it does for imports.
+ */
 export function webWorkerDevice(device: number): DeviceChannel {
-  const worker = new Worker(new URL('./worker.ts', import.meta.url), { type: 'module', name: `data-parallel-device-${device}` });
+  const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: `data-parallel-device-${device}` });
   return {
     post: (message, transfer = []) => worker.postMessage(message, transfer),
     onMessage: (listener) => worker.addEventListener('message', (e) => listener(e.data)),

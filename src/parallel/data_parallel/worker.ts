@@ -1,6 +1,6 @@
 /**
  * The Worker a DataParallel device runs in (browser builds: Vite bundles it from
- * `new Worker(new URL('./worker.ts', import.meta.url))` in data_parallel.ts). Its own TF.js with
+ * `new Worker(new URL('./worker.js', import.meta.url))` in data_parallel.ts). Its own TF.js with
  * every backend a Worker can run: webgpu where the browser offers `navigator.gpu` to Workers,
  * webgl through OffscreenCanvas, wasm (binaries from this server), cpu.
  */
