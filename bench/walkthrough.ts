@@ -9,7 +9,7 @@
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { chromium, type Browser, type Page } from 'playwright';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { CHROMIUM_ARGS, chromiumPath, launchChromium } from '../launcher/browser.ts';
 import { ensureBuilt } from '../signaling/build.ts';
 import { PROJECT_ROOT, startServer } from '../signaling/server.ts';
