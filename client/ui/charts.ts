@@ -40,10 +40,11 @@ export class StepTable {
     return at;
   }
 
-  set(column: string, step: number, value: number): void {
+  /** null (a rank without samples that step) or a non-finite value: no point, a gap in the line. */
+  set(column: string, step: number, value: number | null): void {
     const i = this.row(step);
     const col = this.col(column);
-    const next = Number.isFinite(value) ? value : null;
+    const next = value !== null && Number.isFinite(value) ? value : null;
     const delta = (next === null ? 0 : 1) - (col[i] === null ? 0 : 1);
     if (delta) this.counts.set(column, (this.counts.get(column) ?? 0) + delta);
     col[i] = next;
@@ -162,7 +163,8 @@ export class MetricChart {
       class: 'raw-series',
       stroke: `${l.colour}40`,
       width: 1,
-      spanGaps: true,
+      // A step without a value (a rank given no samples) is a gap, not a line across it.
+      spanGaps: false,
       points: { show: false },
       value: (_u, v) => fmt(v),
     }));
@@ -171,7 +173,8 @@ export class MetricChart {
       stroke: l.colour,
       width: l.width,
       ...(l.dash ? { dash: l.dash } : {}),
-      spanGaps: true,
+      // A step without a value (a rank given no samples) is a gap, not a line across it.
+      spanGaps: false,
       points: { show: false },
       value: (_u, v) => fmt(v),
     }));

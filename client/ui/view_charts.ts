@@ -73,6 +73,7 @@ export class ChartsView {
   take(event: TrainEvent): void {
     if (event.type === 'step') {
       for (const m of event.ranks) {
+        // null (no samples this step): a gap in the rank's line.
         this.table.set(`loss:${m.rank}`, event.step, m.loss);
         this.table.set(`acc:${m.rank}`, event.step, m.accuracy);
         this.ranks.add(m.rank);
