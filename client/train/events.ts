@@ -55,7 +55,7 @@ export interface RankStepMetrics {
 /**
  * The group's loss or accuracy over some ranks' steps: each one's figure weighted by the samples
  * it trained (ranks may take uneven shares of the global batch), leaving out those without the
- * figure (null: no samples that step); figures of jobs that do not report samples count as equal
+ * figure (null: no samples that step; or not finite); figures of jobs that do not report samples count as equal
  * shares. null when none has the figure.
  */
 export function sampleWeighted(steps: ReadonlyArray<Pick<RankStepMetrics, 'loss' | 'accuracy' | 'samples'>>, key: 'loss' | 'accuracy'): number | null {
@@ -64,7 +64,7 @@ export function sampleWeighted(steps: ReadonlyArray<Pick<RankStepMetrics, 'loss'
   for (const m of steps) {
     const v = m[key];
     const w = m.samples ?? 1;
-    if (v === null || !(w > 0)) continue;
+    if (v === null || !Number.isFinite(v) || !(w > 0)) continue;
     weight += w;
     sum += v * w;
   }
