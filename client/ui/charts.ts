@@ -83,6 +83,14 @@ function smooth(values: Cell[], weight: number): Cell[] {
   return out;
 }
 
+/** uPlot's points filter: the values with no value on either side, which a line without spanGaps does not draw. */
+function isolatedPoints(u: uPlot, seriesIdx: number): number[] | null {
+  const ys = u.data[seriesIdx] ?? [];
+  const out: number[] = [];
+  for (let i = 0; i < ys.length; i++) if (ys[i] != null && ys[i - 1] == null && ys[i + 1] == null) out.push(i);
+  return out.length > 0 ? out : null;
+}
+
 function showLatestInLegend(u: uPlot): void {
   const n = u.data[0].length;
   if (n > 0 && (u.cursor.idx === null || u.cursor.idx === undefined)) u.setLegend({ idx: n - 1 });
@@ -175,7 +183,8 @@ export class MetricChart {
       ...(l.dash ? { dash: l.dash } : {}),
       // A step without a value (a rank given no samples) is a gap, not a line across it.
       spanGaps: false,
-      points: { show: false },
+      // A value between two gaps (a rank measured again at one step) draws no line: a dot instead.
+      points: { show: false, size: 5, filter: isolatedPoints },
       value: (_u, v) => fmt(v),
     }));
     const evalSeries: uPlot.Series = {
