@@ -62,15 +62,17 @@ test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)
   type Step = Extract<ElasticEvent, { type: 'step' }>;
   const steps = pages[0]!.reports.flatMap((r) => (r.type === 'elastic' && r.event.type === 'step' ? [r.event as Step] : []));
   expect(steps.map((e) => e.step)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
-  const idle = steps.filter((e) => e.metrics[3]!.samples === 0);
-  console.log(`rank 3 (20x slower) trained no samples at ${idle.length} of 12 steps: ${idle.map((e) => e.step).join(', ')}`);
-  expect(idle.length).toBeGreaterThanOrEqual(1);
-  for (const e of idle) {
-    expect([e.metrics[3]!.loss, e.metrics[3]!.accuracy]).toEqual([null, null]);
-    expect(e.balance?.counts[3]).toBe(0);
+  // Every rank-step without samples (rank 3's, and any other rank a noisy measurement starved).
+  const zeros = steps.flatMap((e) => e.metrics.flatMap((m, rank) => (m.samples === 0 ? [{ e, m, rank }] : [])));
+  const rank3 = zeros.filter((z) => z.rank === 3).map((z) => z.e.step);
+  console.log(`rank 3 (20x slower) trained no samples at ${rank3.length} of 12 steps: ${rank3.join(', ')}; other ranks at ${zeros.length - rank3.length} steps`);
+  expect(rank3.length).toBeGreaterThanOrEqual(1);
+  for (const { e, m, rank } of zeros) {
+    expect([m.loss, m.accuracy]).toEqual([null, null]);
+    expect(e.balance?.counts[rank]).toBe(0);
   }
-  // The loss chart: a point per rank and step with samples, a gap at each of rank 3's steps without.
-  await expect(pages[0]!.page.getByTestId('loss-chart')).toHaveAttribute('data-points', String(12 * 4 - idle.length));
+  // The loss chart: a point per rank and step with samples, a gap at each step without.
+  await expect(pages[0]!.page.getByTestId('loss-chart')).toHaveAttribute('data-points', String(12 * 4 - zeros.length));
   // The headline train loss and accuracy: over the last 20 steps (all 12), each rank weighted by its samples.
   const weighted = (key: 'loss' | 'accuracy') => {
     const all = steps.flatMap((e) => e.metrics).filter((m) => (m.samples ?? 0) > 0);
@@ -80,12 +82,13 @@ test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)
   await expect(pages[0]!.page.locator('[data-stat=loss] .stat-value')).toHaveText(loss.toLocaleString('en-US', { maximumFractionDigits: loss < 1 ? 4 : 3 }));
   await expect(pages[0]!.page.locator('[data-stat=acc] .stat-value')).toHaveText(`${(weighted('accuracy') * 100).toFixed(1)}%`);
   // The last step gave rank 3 nothing: its own tab and the group's table say so, and why.
-  expect(steps.at(-1)!.metrics[3]!.samples).toBe(0);
+  const idleLast = steps.at(-1)!.metrics.flatMap((m, rank) => (m.samples === 0 ? [rank] : []));
+  expect(idleLast).toContain(3);
   const why = /no samples this step: the group gave them to faster tabs \(measured cost [\d.]+ ms\/sample.*; the run ends at step 12, before its next measurement at step 64\)/;
   await expect(pages[3]!.page.getByTestId('idle-note')).toHaveText(new RegExp(`This tab trained ${why.source}`));
-  await expect(pages[0]!.page.getByTestId('idle-note')).toBeHidden();
+  await expect(pages[0]!.page.getByTestId('idle-note')).toBeVisible({ visible: idleLast.includes(0) });
   await expect(pages[0]!.page.locator('[data-testid=fleet-table] tr[data-rank="3"] [data-testid=fleet-no-samples]')).toHaveText(why);
-  await expect(pages[0]!.page.locator('[data-testid=fleet-no-samples]')).toHaveCount(1);
+  await expect(pages[0]!.page.locator('[data-testid=fleet-no-samples]')).toHaveCount(idleLast.length);
 });
 
 test('across one epoch the ranks see every sample exactly once apart from padding; tensors do not leak', async ({ browser, server }) => {
