@@ -8,7 +8,8 @@
 import { describe, expect, it } from 'vitest';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { dashboardEvents } from '../client/train/harness.ts';
-import { sampleWeighted, type TrainEvent } from '../client/train/events.ts';
+import type { TrainEvent } from '../client/train/events.ts';
+import { sampleWeighted } from '../client/ui/sample_weighted.ts';
 import { initialDashboardState, reduceDashboard, type DashboardState } from '../client/ui/dashboard_state.ts';
 import { statCards } from '../client/ui/dashboard_cards.ts';
 import { fleetRows, idleNote } from '../client/ui/dashboard_fleet.ts';

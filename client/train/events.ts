@@ -52,25 +52,6 @@ export interface RankStepMetrics {
   idle?: { perSampleMs: number; overheadMs: number; probeAt: number };
 }
 
-/**
- * The group's loss or accuracy over some ranks' steps: each one's figure weighted by the samples
- * it trained (ranks may take uneven shares of the global batch), leaving out those without the
- * figure (null: no samples that step; or not finite); figures of jobs that do not report samples count as equal
- * shares. null when none has the figure.
- */
-export function sampleWeighted(steps: ReadonlyArray<Pick<RankStepMetrics, 'loss' | 'accuracy' | 'samples'>>, key: 'loss' | 'accuracy'): number | null {
-  let weight = 0;
-  let sum = 0;
-  for (const m of steps) {
-    const v = m[key];
-    const w = m.samples ?? 1;
-    if (v === null || !Number.isFinite(v) || !(w > 0)) continue;
-    weight += w;
-    sum += v * w;
-  }
-  return weight > 0 ? sum / weight : null;
-}
-
 /** One stage's forward (F) and backward (B) passes in a step, ms from the step's start. */
 export interface TimelineEntry {
   phase: 'F' | 'B';

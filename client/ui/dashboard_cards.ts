@@ -3,7 +3,7 @@
  */
 import { RECENT, type DashboardState } from './dashboard_state.ts';
 import { plural } from './dashboard_format.ts';
-import { sampleWeighted } from '../train/events.ts';
+import { sampleWeighted } from './sample_weighted.ts';
 import { rankAverages } from './dashboard_perf.ts';
 import { etaSeconds, runSeconds } from './dashboard_progress.ts';
 import { fmtDuration, fmtInt, fmtNumber, fmtPercent } from './format.ts';
