@@ -133,6 +133,7 @@ export {
 export { stepVote, stepsVote, type StepVote, type StepsVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
+export { type StepBalance } from './elastic/balance.ts';
 export { judgedOf, tallyContributions, summarizeContributions, rankMeans, MAX_REPORTED_RANKS, type AggregationJudged, type ContributionOf, type ContributionSummary, type ContributionTally, type RankContribution, type RankTally } from './elastic/contributions.ts';
 export type { StepTimeline } from './elastic/timeline.ts';
 export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';

@@ -197,7 +197,8 @@ describe('runElastic with balanceBatches', () => {
         const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler: device });
         tf.dispose([xs, ys]);
         await ctx.ddp.step(ctx.optimizer);
-        return { loss };
+        // No samples: no loss (not 0), as the training page reports it.
+        return { loss: ctx.indices.length > 0 ? loss : null };
       },
     });
   }
@@ -246,6 +247,18 @@ describe('runElastic with balanceBatches', () => {
     // Once both ranks were measured at two sizes, the slow one gets nothing: the fast one alone is faster.
     expect(samples[1]!.slice(-5)).toEqual([0, 0, 0, 0, 0]);
     expect(samples[0]!.slice(-6, -1)).toEqual([32, 32, 32, 32, 32]);
+    // Its steps without samples: no loss (null through the vote, not 0), and every step event says why: the split, each rank's measured cost, the next probe.
+    const steps = events.filter((e): e is Extract<ElasticEvent, { type: 'step' }> => e.type === 'step' && e.rank === 0);
+    const idle = steps.filter((e) => e.balance?.counts[1] === 0);
+    expect(idle.length).toBeGreaterThanOrEqual(5);
+    for (const e of idle) {
+      expect(e.metrics[1]!.loss).toBeNull();
+      expect(e.metrics[0]!.loss).toEqual(expect.any(Number));
+      expect(e.balance!.perSampleMs[1]!).toBeGreaterThan(e.balance!.perSampleMs[0]!);
+      expect(e.balance!.overheadMs[1]!).toBeGreaterThan(e.balance!.overheadMs[0]!);
+      expect(e.balance!.probeAt).toBe(64);
+    }
+    for (const e of steps) if (e.balance) expect(e.balance.counts).toEqual([samples[0]![e.step - 1], samples[1]![e.step - 1]]);
     await Promise.all(runs.map((r) => r.close()));
   });
 });

@@ -147,7 +147,7 @@ interface RankOutcome {
   /** A rendezvous 'closed' event reached it. */
   closedHeard: boolean;
   /** Each vote's metrics, every rank's, as this rank read them. */
-  votes: Array<Array<Record<string, number>>>;
+  votes: Array<Array<Record<string, number | null>>>;
   /** Signal bodies of the hostile member that reached its links. */
   forgedFed: () => number;
   /** The robust aggregation's judgment of the hostile rank, per step (status). */

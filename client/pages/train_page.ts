@@ -28,6 +28,7 @@ import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from '../.
 import { train } from '../train/trainer.ts';
 import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
+import { sampleWeighted } from '../ui/sample_weighted.ts';
 import { downloadModel, downloadTorchModel } from '../train/download.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
 import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
@@ -48,8 +49,9 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `rank ${e.rank}/${e.worldSize} on ${e.backend}${e.adapter ? ` (${e.adapter})` : ''}${e.fallbackReason ? `: ${e.fallbackReason}` : ''}`;
     case 'step': {
       if (e.step !== 1 && e.step % logEvery !== 0 && e.step !== e.totalSteps) return undefined;
-      const loss = e.ranks.reduce((s, r) => s + r.loss, 0) / e.ranks.length;
-      return `epoch ${e.epoch + 1} step ${e.step}/${e.totalSteps} loss ${loss.toFixed(4)}`;
+      // The global batch's loss: weighted by each rank's samples (a rank given none has no loss).
+      const loss = sampleWeighted(e.ranks, 'loss');
+      return `epoch ${e.epoch + 1} step ${e.step}/${e.totalSteps} loss ${loss === null ? '–' : loss.toFixed(4)}`;
     }
     case 'eval':
       return `epoch ${e.epoch + 1} step ${e.step}: test accuracy ${(e.testAccuracy * 100).toFixed(2)}%, test loss ${e.testLoss.toFixed(4)}`;

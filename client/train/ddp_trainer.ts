@@ -224,9 +224,10 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         return {
           ...stepBytes(comm, result, step, ddp, pg),
           ...deviceMetrics,
-          loss: result.loss,
+          // No samples (balanced batches gave them to faster tabs): no loss and no accuracy, not 0.
+          loss: indices.length > 0 ? result.loss : null,
           // Of every label: a language model's accuracy is its next-character accuracy.
-          accuracy: indices.length > 0 ? correct / (indices.length * labelsPerSample(trainSet)) : 0,
+          accuracy: indices.length > 0 ? correct / (indices.length * labelsPerSample(trainSet)) : null,
           // This rank's share of the step's samples (balanced batches differ between ranks).
           samples: indices.length,
           // A rank given no samples (balanced batches) may finish a step that meets nobody in 0 ms: 0, not 0/0.
@@ -490,9 +491,14 @@ function overlapOf(steps: number, span: number, exposed: number): { commMs: numb
   return { commMs, exposedMs, hiddenShare: 1 - exposedMs / commMs };
 }
 
-/** The step's loss over the global batch: each rank's mean loss weighted by its samples. */
-function weightedLoss(metrics: ReadonlyArray<{ loss: number; samples: number }>): number {
-  const samples = metrics.reduce((s, m) => s + m.samples, 0);
-  if (samples === 0) return metrics.reduce((s, m) => s + m.loss, 0) / metrics.length;
-  return metrics.reduce((s, m) => s + m.loss * m.samples, 0) / samples;
+/** The step's loss over the global batch: each rank's mean loss weighted by its samples (a rank without samples has none). */
+function weightedLoss(metrics: ReadonlyArray<{ loss: number | null; samples: number }>): number {
+  let samples = 0;
+  let sum = 0;
+  for (const m of metrics) {
+    if (m.loss === null || !(m.samples > 0)) continue;
+    samples += m.samples;
+    sum += m.loss * m.samples;
+  }
+  return samples > 0 ? sum / samples : NaN;
 }

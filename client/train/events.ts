@@ -21,9 +21,10 @@ export interface StepBreakdownMs {
 /** One rank's figures for one step; every rank receives every rank's (through an allGather). */
 export interface RankStepMetrics {
   rank: number;
-  loss: number;
-  /** Accuracy on this rank's batch. */
-  accuracy: number;
+  /** null: the rank trained no samples this step (see `idle`): it has no loss, which is not a loss of 0. */
+  loss: number | null;
+  /** Accuracy on this rank's batch; null without samples. */
+  accuracy: number | null;
   samplesPerSec: number;
   /**
    * The samples this rank trained this step (ranks may take uneven shares of the global batch);
@@ -43,6 +44,12 @@ export interface RankStepMetrics {
   pipeline?: { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
   /** --devices K > 1: this rank's devices (Workers) and their mean compute this step, ms. */
   devices?: { count: number; meanMs: number };
+  /**
+   * Balanced batches gave this rank no samples this step (the others finish the whole batch
+   * sooner than it finishes even a few): its cost as the group measured it (ms per sample, fixed
+   * ms per step) and the step at which it gets samples again, to be measured again.
+   */
+  idle?: { perSampleMs: number; overheadMs: number; probeAt: number };
 }
 
 /** One stage's forward (F) and backward (B) passes in a step, ms from the step's start. */

@@ -35,6 +35,7 @@ import { selectBackend, type BackendChoice } from './backend.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import { DEFAULT_CONTEXT, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { RankStepMetrics, TrainEvent } from './events.ts';
+import type { StepBalance } from '../../src/elastic/balance.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -155,8 +156,9 @@ export type PipelineMetrics = { stage: number; replica: number; bubble: number; 
 
 /** The figures each rank contributes per step (gathered with the step's vote). */
 export type Metrics = {
-  loss: number;
-  accuracy: number;
+  /** null: the rank trained no samples this step (balanced batches), so it has no loss or accuracy. */
+  loss: number | null;
+  accuracy: number | null;
   samplesPerSec: number;
   hashHi: number;
   hashLo: number;
@@ -251,6 +253,8 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
           samplesPerSec: m.samplesPerSec,
           // Uneven batches: the samples this rank trained (the fleet table's share of the global batch).
           ...(m.samples === undefined ? {} : { samples: m.samples }),
+          // Balanced batches gave it none: why, in the group's own figures.
+          ...idleOf(e.balance, rank),
           breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
           // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
           ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
@@ -450,4 +454,13 @@ async function shareTotals(model: tf.LayersModel, test: Dataset, rank: number, w
     totals[2] += idx.length * labelsPerSample(test);
   }
   return totals;
+}
+
+/** A rank that balanced batches gave no samples this step: its cost as the group measured it, and when it gets samples again. */
+function idleOf(balance: StepBalance | undefined, rank: number): Pick<RankStepMetrics, 'idle'> {
+  if (!balance || balance.counts[rank] !== 0) return {};
+  const perSampleMs = balance.perSampleMs[rank];
+  const overheadMs = balance.overheadMs[rank];
+  if (perSampleMs === undefined || overheadMs === undefined) return {};
+  return { idle: { perSampleMs, overheadMs, probeAt: balance.probeAt } };
 }

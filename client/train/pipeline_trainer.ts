@@ -148,7 +148,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       const { mesh, step, epoch, metrics } = ctx;
       // The loss and accuracy are the last stage's; the other stages of its replica show the same.
       const lastStage = metrics.filter((m) => m.stage === mesh.stages - 1);
-      lastLoss = lastStage.reduce((s, m) => s + m.loss, 0) / lastStage.length;
+      lastLoss = lastStage.reduce((s, m) => s + (m.loss ?? NaN), 0) / lastStage.length;
       if (flags.checkWeights) {
         // Replicas of one stage must agree; different stages hold different weights.
         hashChecks.push(metrics.every((m) => metrics.filter((o) => o.stage === m.stage).every((o) => o.hashHi === m.hashHi && o.hashLo === m.hashLo)));

@@ -160,7 +160,11 @@ function isEvent(e: Record<string, unknown>): boolean {
           const devicesOk = d === undefined || (typeof d === 'object' && d !== null && int(d.count) && (d.count as number) <= 64 && num(d.meanMs));
           // Uneven batches: the rank's samples this step, when the job says.
           const samplesOk = m?.samples === undefined || int(m.samples);
-          return typeof m === 'object' && m !== null && samplesOk && int(m.rank) && num(m.loss) && num(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
+          // Balanced batches: a rank given no samples has no loss or accuracy (null), and its cost and next probe step.
+          const i = m?.idle as Record<string, unknown> | undefined;
+          const idleOk = i === undefined || (typeof i === 'object' && i !== null && num(i.perSampleMs) && num(i.overheadMs) && int(i.probeAt));
+          const figure = (v: unknown) => v === null || num(v);
+          return typeof m === 'object' && m !== null && samplesOk && idleOk && int(m.rank) && figure(m.loss) && figure(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
         })
       );
     case 'eval':

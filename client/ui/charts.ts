@@ -40,10 +40,11 @@ export class StepTable {
     return at;
   }
 
-  set(column: string, step: number, value: number): void {
+  /** null (a rank without samples that step) or a non-finite value: no point, a gap in the line. */
+  set(column: string, step: number, value: number | null): void {
     const i = this.row(step);
     const col = this.col(column);
-    const next = Number.isFinite(value) ? value : null;
+    const next = value !== null && Number.isFinite(value) ? value : null;
     const delta = (next === null ? 0 : 1) - (col[i] === null ? 0 : 1);
     if (delta) this.counts.set(column, (this.counts.get(column) ?? 0) + delta);
     col[i] = next;
@@ -80,6 +81,14 @@ function smooth(values: Cell[], weight: number): Cell[] {
     out[i] = last / (1 - weight ** n);
   }
   return out;
+}
+
+/** uPlot's points filter: the values with no value on either side, which a line without spanGaps does not draw. */
+function isolatedPoints(u: uPlot, seriesIdx: number): number[] | null {
+  const ys = u.data[seriesIdx] ?? [];
+  const out: number[] = [];
+  for (let i = 0; i < ys.length; i++) if (ys[i] != null && ys[i - 1] == null && ys[i + 1] == null) out.push(i);
+  return out.length > 0 ? out : null;
 }
 
 function showLatestInLegend(u: uPlot): void {
@@ -162,7 +171,8 @@ export class MetricChart {
       class: 'raw-series',
       stroke: `${l.colour}40`,
       width: 1,
-      spanGaps: true,
+      // A step without a value (a rank given no samples) is a gap, not a line across it.
+      spanGaps: false,
       points: { show: false },
       value: (_u, v) => fmt(v),
     }));
@@ -171,8 +181,10 @@ export class MetricChart {
       stroke: l.colour,
       width: l.width,
       ...(l.dash ? { dash: l.dash } : {}),
-      spanGaps: true,
-      points: { show: false },
+      // A step without a value (a rank given no samples) is a gap, not a line across it.
+      spanGaps: false,
+      // A value between two gaps (a rank measured again at one step) draws no line: a dot instead.
+      points: { show: false, size: 5, filter: isolatedPoints },
       value: (_u, v) => fmt(v),
     }));
     const evalSeries: uPlot.Series = {

@@ -2,7 +2,8 @@
  * The stat cards' model: the five figures above the charts (loss, accuracy, test accuracy, speed, time).
  */
 import { RECENT, type DashboardState } from './dashboard_state.ts';
-import { mean, plural } from './dashboard_format.ts';
+import { plural } from './dashboard_format.ts';
+import { sampleWeighted } from './sample_weighted.ts';
 import { rankAverages } from './dashboard_perf.ts';
 import { etaSeconds, runSeconds } from './dashboard_progress.ts';
 import { fmtDuration, fmtInt, fmtNumber, fmtPercent } from './format.ts';
@@ -23,10 +24,11 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
   const all = [...s.recent.values()].flat();
   const e = s.lastStep;
   if (e) {
-    const loss = mean(all.map((m) => m.loss));
+    // Weighted by the samples each rank trained: a rank given none has no loss to count.
+    const loss = sampleWeighted(all, 'loss') ?? NaN;
     const span = Math.min(RECENT, s.stepClock.length);
     cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
-    cards.acc = { value: fmtPercent(mean(all.map((m) => m.accuracy))), sub: s.config?.model === 'lm' ? 'next character, training batches' : 'training batches, same window' };
+    cards.acc = { value: fmtPercent(sampleWeighted(all, 'accuracy') ?? NaN), sub: s.config?.model === 'lm' ? 'next character, training batches' : 'training batches, same window' };
     const ranks = rankAverages(s);
     const p = s.pipeline;
     // Every sample of a pipeline run passes through each stage: a replica counts once, at its first stage.

@@ -5,7 +5,7 @@
 import type { BackendName } from '../train/events.ts';
 import type { DashboardState } from './dashboard_state.ts';
 import { rankAverages } from './dashboard_perf.ts';
-import { fmtNumber } from './format.ts';
+import { fmtMs, fmtNumber } from './format.ts';
 
 export interface FleetRow {
   rank: number;
@@ -27,6 +27,24 @@ export interface FleetRow {
   share: number | null;
   /** True when the ranks do not report their samples and the share is the even split. */
   shareEven: boolean;
+  /** Why the rank trained no samples at the last step (idleNote); null when it trained some. */
+  idle: string | null;
+}
+
+/**
+ * Why `rank` trained no samples at the last step, in the group's own figures (balanced batches:
+ * its measured cost, and the step at which it gets samples again to be measured again); null
+ * when it trained some, or the step does not say.
+ */
+export function idleNote(s: DashboardState, rank: number | null): string | null {
+  const e = s.lastStep;
+  const m = rank === null ? undefined : e?.ranks.find((r) => r.rank === rank);
+  if (!e || !m || m.samples !== 0) return null;
+  const idle = m.idle;
+  if (!idle) return 'no samples this step';
+  const fixed = idle.overheadMs >= 0.05 ? ` + ${fmtMs(idle.overheadMs)} a step` : '';
+  const again = idle.probeAt <= e.totalSteps ? `measured again at step ${idle.probeAt}` : `the run ends at step ${e.totalSteps}, before its next measurement at step ${idle.probeAt}`;
+  return `no samples this step: the group gave them to faster tabs (measured cost ${fmtMs(idle.perSampleMs)}/sample${fixed}; ${again})`;
 }
 
 /**
@@ -74,6 +92,7 @@ export function fleetRows(s: DashboardState): FleetRow[] {
         computeMs: a && Number.isFinite(a.breakdownMs.compute) ? a.breakdownMs.compute : null,
         share: !inStep ? null : measured ? sampleSums.get(rank)! / total : 1 / stepRanks.length,
         shareEven: inStep && !measured,
+        idle: inStep ? idleNote(s, rank) : null,
       };
     });
 }

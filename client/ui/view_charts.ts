@@ -3,6 +3,8 @@ import type { TrainEvent } from '../train/events.ts';
 import { MetricChart, StepTable } from './charts.ts';
 import type { DashboardState } from './dashboard_state.ts';
 import { el } from './dom.ts';
+import { idleNote } from './dashboard_fleet.ts';
+import { setText } from './view_dom.ts';
 import './styles/panel_charts.css';
 
 /**
@@ -20,6 +22,8 @@ export class ChartsView {
   private readonly lossChart: MetricChart;
   private readonly accChart: MetricChart;
   private smoothing = 0.6;
+  /** This tab trained no samples at the last step: why (its line has a gap there). */
+  private readonly idle = el('p', { class: 'card-note idle-note', 'data-testid': 'idle-note', role: 'status' });
 
   constructor(onSettingsChange: () => void) {
     const lossHost = el('div', { class: 'chart-host' });
@@ -65,14 +69,17 @@ export class ChartsView {
       'section',
       { class: 'charts-section', 'aria-labelledby': 'charts-title' },
       el('div', { class: 'section-head' }, el('h2', { id: 'charts-title' }, 'Metrics'), el('div', { class: 'smoothing' }, el('label', { for: 'dash-smoothing' }, 'Smoothing'), smoothInput, smoothOut)),
+      this.idle,
       el('div', { class: 'charts-grid' }, this.lossCard, this.accCard),
     );
+    this.idle.hidden = true;
   }
 
   /** Adds a step's or an eval's points and updates the test hooks. */
   take(event: TrainEvent): void {
     if (event.type === 'step') {
       for (const m of event.ranks) {
+        // null (no samples this step): a gap in the rank's line.
         this.table.set(`loss:${m.rank}`, event.step, m.loss);
         this.table.set(`acc:${m.rank}`, event.step, m.accuracy);
         this.ranks.add(m.rank);
@@ -98,9 +105,16 @@ export class ChartsView {
 
   /** The two charts' redraws, which the dashboard runs in a task each. */
   drawParts(): Array<(s: DashboardState) => void> {
-    return [this.lossChart, this.accChart].map((chart) => (s: DashboardState) => {
+    return [this.lossChart, this.accChart].map((chart, i) => (s: DashboardState) => {
+      if (i === 0) this.showIdle(s);
       if (this.table.x.length > 0) chart.render(this.table, this.sortedRanks(), s.self, this.smoothing);
     });
+  }
+
+  private showIdle(s: DashboardState): void {
+    const note = idleNote(s, s.self);
+    this.idle.hidden = note === null;
+    if (note !== null) setText(this.idle, `This tab trained ${note}.`);
   }
 
   destroy(): void {

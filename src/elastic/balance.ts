@@ -18,6 +18,8 @@
  * lies about its times cannot draw the whole batch and leave the others none; anything but a
  * positive finite time is unknown.
  */
+import { splitBatch } from './epoch.ts';
+
 /** A rank's predicted step time for n samples: overhead + n * perSample (ms). */
 export interface RankCost {
   overhead: number;
@@ -191,4 +193,72 @@ export function keepSplit(previous: readonly number[], ideal: readonly number[],
   if (previous.length !== ideal.length || models.length !== ideal.length) return false;
   if (previous.reduce((a, b) => a + b, 0) !== ideal.reduce((a, b) => a + b, 0)) return false;
   return predictedStep(previous, models) <= KEEP_MARGIN * predictedStep(ideal, models);
+}
+
+/** A rank given no samples gets one unit every this many steps, to be measured again. */
+export const PROBE_EVERY = 64;
+/** Decisions kept until their step is reported (votes may come several steps apart); older ones go. */
+const DECISIONS_KEPT = 256;
+
+/**
+ * Why a step's samples were split as they were: every rank's cost model then (from the rank's
+ * own measured times) and the step at which ranks given none get some again. The same on every
+ * rank (every rank computes the split alike). A rank with `counts[r] === 0` has no loss and no
+ * accuracy for the step.
+ */
+export interface StepBalance {
+  counts: number[];
+  /** Each rank's predicted cost per sample and fixed cost per step, ms. */
+  perSampleMs: number[];
+  overheadMs: number[];
+  /** The next step (after this one) at which a rank given no samples gets a unit again. */
+  probeAt: number;
+}
+
+/**
+ * Balanced batches for one round: the costs learned from the votes, each step's split, and the
+ * reasons for it (`decisionOf`). The last split is kept while it is nearly as fast as a new one
+ * (new sizes compile kernels); every PROBE_EVERY steps, a rank that had no samples gets one unit,
+ * so that its cost is measured again.
+ */
+export class BatchBalancer {
+  private readonly costs: StepCosts;
+  /** The last step's split (every rank's count), kept while it still fits the costs. */
+  split: number[] | null = null;
+  private readonly decisions = new Map<number, StepBalance>();
+
+  /** `batchSize`: the per-rank batch (splits go in units of an eighth of it). */
+  constructor(
+    readonly worldSize: number,
+    private readonly batchSize: number,
+  ) {
+    this.costs = new StepCosts(worldSize);
+  }
+
+  /** Step `step`'s split of `count` samples (recorded with its reasons once the costs are known). */
+  splitOf(count: number, step: number): number[] {
+    const costs = this.costs;
+    const quantum = Math.max(1, Math.floor(this.batchSize / 8));
+    if (!costs.known) return (this.split = splitBatch(count, new Array<number>(costs.worldSize).fill(1), quantum));
+    const models = costs.models();
+    const probe = step % PROBE_EVERY === 0 && (this.split?.some((c) => c === 0) ?? false);
+    const ideal = splitByCost(count, models, quantum, probe);
+    const kept = !probe && this.split !== null && keepSplit(this.split, ideal, models);
+    if (!kept) this.split = ideal;
+    this.decisions.set(step, { counts: [...this.split!], perSampleMs: models.map((m) => m.perSample), overheadMs: models.map((m) => m.overhead), probeAt: (Math.floor(step / PROBE_EVERY) + 1) * PROBE_EVERY });
+    if (this.decisions.size > DECISIONS_KEPT) this.decisions.delete(this.decisions.keys().next().value!);
+    return [...this.split!];
+  }
+
+  /** The votes' work times of a step that ran with `counts`. */
+  observe(counts: readonly number[], works: readonly number[]): void {
+    this.costs.observe(counts, works);
+  }
+
+  /** Step `step`'s split with its reasons, once (undefined before the costs were known). */
+  decisionOf(step: number): StepBalance | undefined {
+    const d = this.decisions.get(step);
+    this.decisions.delete(step);
+    return d;
+  }
 }

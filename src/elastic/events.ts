@@ -6,6 +6,7 @@
  */
 import type { StepMetrics } from './runner.ts';
 import type { AggregationJudged } from './contributions.ts';
+import type { StepBalance } from './balance.ts';
 
 export type ElasticEvent =
   /** A round started training: every rank now holds the same state, taken from `source`. */
@@ -44,8 +45,12 @@ export type ElasticEvent =
     }
   /** A step starts on this rank with these samples; the last `padding` of them are the sampler's padding. */
   | { type: 'batch'; round: string; rank: number; step: number; epoch: number; indices: number[]; padding: number }
-  /** A step committed on every rank of the round; `metrics` holds each rank's, in rank order. */
-  | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number }
+  /**
+   * A step committed on every rank of the round; `metrics` holds each rank's, in rank order (a
+   * rank given no samples reports null for its loss and accuracy). `balance`: with balanced
+   * batches, the step's split and why (each rank's cost model; when ranks given none get some again).
+   */
+  | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number; balance?: StepBalance }
   /**
    * A robust aggregation (DDP's step, DiLoCo's outer step): what the group judged of each rank's
    * contribution, rounded (see contributions.ts). Every rank judges alike, so each reports the same.

@@ -74,13 +74,10 @@ import type { AggregationReport } from '../parallel/robust/reducer.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
 import { startVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
 import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
-import { keepSplit, splitByCost, StepCosts } from './balance.ts';
+import { BatchBalancer } from './balance.ts';
 import { REGROUP, runAgent, samplerSettings } from './agent.ts';
 import { TimelineRecorder } from './timeline.ts';
 import { yieldToEventLoop } from '../runtime/ticker.ts';
-
-/** Balanced batches: a rank given no samples gets one unit every this many steps, to be measured again. */
-const PROBE_EVERY = 64;
 
 export type { StepMetrics } from './vote.ts';
 
@@ -144,10 +141,8 @@ class ElasticRun<M extends StepMetrics> {
   private confirmed: { progress: Progress; held: DiLoCoHeld } | null = null;
   /** The step after which averageAtEnd averaged (once per step, whichever end comes first). */
   private averagedAtEnd = -1;
-  /** Balanced batches: each rank's measured step times by batch size, from the round's start (null: balancing off). */
-  private costs: StepCosts | null = null;
-  /** Balanced batches: the last step's split (every rank's count), kept while it still fits the costs. */
-  private split: number[] | null = null;
+  /** Balanced batches: the costs measured from the round's start and each step's split (null: balancing off). */
+  private balancer: BatchBalancer | null = null;
   /** Balanced batches: the batch sizes this page has trained (a new size compiles kernels: its time is not its cost). */
   private readonly sizesRun = new Set<number>();
   /** A replica check fell due and waits for an averaging step (with `modelAverager`). */
@@ -470,8 +465,7 @@ class ElasticRun<M extends StepMetrics> {
     const n = pg.worldSize;
     const length = o.datasetLength;
     const balance = o.balanceBatches === true;
-    this.costs = balance ? new StepCosts(n) : null;
-    this.split = null;
+    this.balancer = balance ? new BatchBalancer(n, o.batchSize) : null;
     // A check due in the last round may have run on some ranks and not on others (a rank that
     // failed between the vote and the check): the ranks must agree on the steps' collectives, and
     // the round's start left every rank the same state (sent, or the same digest) to check anyway.
@@ -503,8 +497,7 @@ class ElasticRun<M extends StepMetrics> {
         /** The step's samples over all ranks (the sampler's equal shards: this rank's times the world). */
         let globalSamples: number;
         if (globalPlan) {
-          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, (count) => this.splitOf(count, p.step + 1), pg.rank, n);
-          this.split = b.counts;
+          const b = balancedBatchOf(globalPlan, k, o.batchSize * n, (count) => this.balancer!.splitOf(count, p.step + 1), pg.rank, n);
           ({ indices: batch, padding, globalSamples } = b);
           ddp.setBatchShare(batch.length, b.globalSamples);
         } else {
@@ -560,12 +553,12 @@ class ElasticRun<M extends StepMetrics> {
         if (duringStep) {
           // The steps before this one were voted on during its step: their events and onStep now.
           early = await duringStep;
-          if (this.costs && votedSplit) this.costs.observe(votedSplit, early.works);
+          if (votedSplit) this.balancer?.observe(votedSplit, early.works);
           await this.report(round.key, pg, ddp, pending.splice(0), early);
           this.timeline.lap('page');
         }
         pending.push({ step: p.step, epoch: p.epoch, metrics, totalSteps });
-        unvotedWork = { work, split: this.split };
+        unvotedWork = { work, split: this.balancer?.split ?? null };
         // With voteEvery > 1 the ranks meet at every voteEvery-th step, at outer steps and averagings, and at the end of each epoch and of the run.
         // A vote sent during the step meets on its own only to end the round (a stop, joiners, the epoch's or run's end: this step's metrics would wait for a step that does not come), before a replica check (which can end the run), or where onStep must run before the next step.
         const votes = early
@@ -588,7 +581,7 @@ class ElasticRun<M extends StepMetrics> {
         // The outer steps' aggregations landed by now (land, or sync without overlap): the latest fragment's.
         if (this.diloco) this.tellJudgments('pseudo-gradients', this.diloco.lastAggregation);
         if (vote) {
-          if (this.costs && this.split) this.costs.observe(this.split, vote.works);
+          if (this.balancer?.split) this.balancer.observe(this.balancer.split, vote.works);
           await this.report(round.key, pg, ddp, pending.splice(0), vote);
         }
         if (this.checkDue && ((!this.averager && !this.diloco) || averaged)) {
@@ -618,27 +611,12 @@ class ElasticRun<M extends StepMetrics> {
     return { kind: 'done' };
   }
 
-  /**
-   * Balanced batches: step `step`'s split of `count` samples, from the costs every rank gathered
-   * alike. The last split is kept while it is nearly as fast (new sizes compile kernels); every
-   * PROBE_EVERY steps, a rank that had no samples gets one unit, so that its cost is measured again.
-   */
   /** This rank's samples of step k of the epoch, with balanced batches as split now (prefetch's guess; the split itself is left as it is). */
   private nextBatch(plan: ReturnType<typeof planEpoch> | null, globalPlan: ReturnType<typeof planGlobalEpoch> | null, k: number, n: number, rank: number): number[] {
     if (!globalPlan) return batchOf(plan!, k, this.o.batchSize).indices;
-    const split = (count: number) => (this.split && this.split.length === n && this.split.reduce((a, b) => a + b, 0) === count ? this.split : splitBatch(count, new Array<number>(n).fill(1), 1));
+    const last = this.balancer?.split;
+    const split = (count: number) => (last && last.length === n && last.reduce((a, b) => a + b, 0) === count ? last : splitBatch(count, new Array<number>(n).fill(1), 1));
     return balancedBatchOf(globalPlan, k, this.o.batchSize * n, split, rank, n).indices;
-  }
-
-  private splitOf(count: number, step: number): number[] {
-    const costs = this.costs!;
-    const quantum = Math.max(1, Math.floor(this.o.batchSize / 8));
-    if (!costs.known) return (this.split = splitBatch(count, new Array<number>(costs.worldSize).fill(1), quantum));
-    const models = costs.models();
-    const probe = step % PROBE_EVERY === 0 && (this.split?.some((c) => c === 0) ?? false);
-    const ideal = splitByCost(count, models, quantum, probe);
-    if (!probe && this.split && keepSplit(this.split, ideal, models)) return [...this.split];
-    return (this.split = ideal);
   }
 
   /**
@@ -694,7 +672,9 @@ class ElasticRun<M extends StepMetrics> {
   private async report(round: string, pg: ProcessGroup, ddp: DistributedDataParallel, steps: Array<{ step: number; epoch: number; metrics: M; totalSteps: number }>, vote: StepsVote<M>): Promise<void> {
     for (const [j, x] of steps.entries()) {
       const all = vote.steps[j]!;
-      this.emit({ type: 'step', round, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - this.started });
+      // Balanced batches: the split's reasons (a rank given no samples has no loss for the step).
+      const balance = this.balancer?.decisionOf(x.step);
+      this.emit({ type: 'step', round, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - this.started, ...(balance ? { balance } : {}) });
       await this.whileDeviceLives(this.o.onStep?.({ pg, ddp, step: x.step, epoch: x.epoch, metrics: all }));
     }
   }

@@ -10,8 +10,12 @@
  */
 import type { ProcessGroup } from '../c10d/process_group.ts';
 
-/** A rank's figures for one step, by name; every rank must return the same names. */
-export type StepMetrics = Record<string, number>;
+/**
+ * A rank's figures for one step, by name; every rank must return the same names. null: the rank
+ * has no such figure this step (a loss or an accuracy of a rank given no samples by balanced
+ * batches), which is not 0: readers leave it out of the group's figures.
+ */
+export type StepMetrics = Record<string, number | null>;
 
 export interface StepVote<M extends StepMetrics> {
   /** The first rank that asked to stop (null when the run goes on). */
@@ -83,21 +87,24 @@ export interface VoteWishes {
 const metricNames = (mine: StepMetrics[]): string[] => (mine.length > 0 ? Object.keys(mine[0]!).sort() : []);
 
 /**
- * Non-finite metrics (a diverged loss) cross the wire as JSON numbers: these codes, which no
- * figure of a step reaches, stand for them.
+ * Non-finite metrics (a diverged loss) and missing ones (null) cross the wire as JSON numbers:
+ * these codes, which no figure of a step reaches, stand for them.
  */
 const NAN_CODE = Number.MAX_VALUE;
 const NEG_INF_CODE = -Number.MAX_VALUE;
 const POS_INF_CODE = 1.7976931348623155e308;
+const NULL_CODE = -1.7976931348623155e308;
 
-function encodeMetric(v: number): number {
+function encodeMetric(v: number | null): number {
+  if (v === null) return NULL_CODE;
   if (Number.isNaN(v)) return NAN_CODE;
   if (v === Infinity) return POS_INF_CODE;
   if (v === -Infinity) return NEG_INF_CODE;
   return v;
 }
 
-function decodeMetric(v: number): number {
+function decodeMetric(v: number): number | null {
+  if (v === NULL_CODE) return null;
   if (v === NAN_CODE) return NaN;
   if (v === POS_INF_CODE) return Infinity;
   if (v === NEG_INF_CODE) return -Infinity;
@@ -110,7 +117,7 @@ function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): numb
   row[0] = wishes.stop ? 1 : 0;
   row[1] = wishes.join ? 1 : 0;
   row[2] = encodeMetric(wishes.work ?? 0);
-  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = encodeMetric(m[name]!))));
+  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = encodeMetric(m[name] ?? null))));
   return row;
 }
 
@@ -128,14 +135,15 @@ function readVote<M extends StepMetrics>(rows: number[][], rowLength: number, st
   const n = rows.length;
   for (let r = 0; r < n; r++) {
     const given = rows[r]!;
-    const row = given.length === rowLength ? given.map(decodeMetric) : new Array<number>(rowLength).fill(NaN);
+    const row = given.length === rowLength ? given.map(decodeMetric) : new Array<number | null>(rowLength).fill(NaN);
     if (row[0] === 1) {
       stopVotes++;
       stoppedBy ??= r;
     }
     if (row[1] === 1) regroup = true;
     // A peer's figure is untrusted: anything but a positive finite time is unknown (0).
-    works.push(Number.isFinite(row[2]!) && row[2]! > 0 ? row[2]! : 0);
+    const work = row[2] ?? 0;
+    works.push(Number.isFinite(work) && work > 0 ? work : 0);
     steps.forEach((step, k) => step.push(Object.fromEntries(names.map((name, i) => [name, row[3 + k * names.length + i]!])) as M));
   }
   if (stopVote === 'all' && stopVotes < n) stoppedBy = null;

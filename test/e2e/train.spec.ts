@@ -3,6 +3,7 @@
  * after every step; N ranks at batch B equal 1 rank at batch N*B; each sample once per epoch;
  * no tensor leak; MNIST learns.
  */
+import type { ElasticEvent } from '../../src/elastic/events.ts';
 import { expect, openRanks, sessionName, test, type RankPage, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
@@ -44,15 +45,50 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   await expect(late.page.getByTestId('error-banner')).toBeHidden();
 });
 
-test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)', async ({ browser, server }) => {
+test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend), a 20x slower one given no samples: no loss for it, a gap in its line, the headline sample-weighted, and its tab says why', async ({ browser, server }) => {
   // The cpu backend: 4 SwiftShader devices on two cores take most of a minute, and WebGPU's
   // exactness is the 2-rank test's; this one is about the ring of 4.
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32', backend: 'cpu' });
-  const four = await run(browser, server, 4, { ...sgd, batchSize: '8', backend: 'cpu' });
+  // Rank 3 is made 20 times slower: once measured, balanced batches give it no samples (the
+  // others finish the whole batch before it would finish one), and the sum stays exact.
+  const pages = await start(browser, server, 4, { ...sgd, batchSize: '8', backend: 'cpu', slow: '3:20' });
+  const four = await Promise.all(pages.map((r) => r.result));
   expect(new Set(four.map((r) => r.weightHash)).size).toBe(1);
   const err = relativeError(weightsOf(four[0]), weightsOf(single));
   console.log(`4 ranks x 8 vs 1 rank x 32 after 12 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThan(1e-5);
+
+  // The steps as rank 0 heard them: rank 3's steps without samples have no loss and no accuracy (null, not 0), and say why.
+  type Step = Extract<ElasticEvent, { type: 'step' }>;
+  const steps = pages[0]!.reports.flatMap((r) => (r.type === 'elastic' && r.event.type === 'step' ? [r.event as Step] : []));
+  expect(steps.map((e) => e.step)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+  // Every rank-step without samples (rank 3's, and any other rank a noisy measurement starved).
+  const zeros = steps.flatMap((e) => e.metrics.flatMap((m, rank) => (m.samples === 0 ? [{ e, m, rank }] : [])));
+  const rank3 = zeros.filter((z) => z.rank === 3).map((z) => z.e.step);
+  console.log(`rank 3 (20x slower) trained no samples at ${rank3.length} of 12 steps: ${rank3.join(', ')}; other ranks at ${zeros.length - rank3.length} steps`);
+  expect(rank3.length).toBeGreaterThanOrEqual(1);
+  for (const { e, m, rank } of zeros) {
+    expect([m.loss, m.accuracy]).toEqual([null, null]);
+    expect(e.balance?.counts[rank]).toBe(0);
+  }
+  // The loss chart: a point per rank and step with samples, a gap at each step without.
+  await expect(pages[0]!.page.getByTestId('loss-chart')).toHaveAttribute('data-points', String(12 * 4 - zeros.length));
+  // The headline train loss and accuracy: over the last 20 steps (all 12), each rank weighted by its samples.
+  const weighted = (key: 'loss' | 'accuracy') => {
+    const all = steps.flatMap((e) => e.metrics).filter((m) => (m.samples ?? 0) > 0);
+    return all.reduce((s, m) => s + m[key]! * m.samples!, 0) / all.reduce((s, m) => s + m.samples!, 0);
+  };
+  const loss = weighted('loss');
+  await expect(pages[0]!.page.locator('[data-stat=loss] .stat-value')).toHaveText(loss.toLocaleString('en-US', { maximumFractionDigits: loss < 1 ? 4 : 3 }));
+  await expect(pages[0]!.page.locator('[data-stat=acc] .stat-value')).toHaveText(`${(weighted('accuracy') * 100).toFixed(1)}%`);
+  // The last step gave rank 3 nothing: its own tab and the group's table say so, and why.
+  const idleLast = steps.at(-1)!.metrics.flatMap((m, rank) => (m.samples === 0 ? [rank] : []));
+  expect(idleLast).toContain(3);
+  const why = /no samples this step: the group gave them to faster tabs \(measured cost [\d.]+ ms\/sample.*; the run ends at step 12, before its next measurement at step 64\)/;
+  await expect(pages[3]!.page.getByTestId('idle-note')).toHaveText(new RegExp(`This tab trained ${why.source}`));
+  await expect(pages[0]!.page.getByTestId('idle-note')).toBeVisible({ visible: idleLast.includes(0) });
+  await expect(pages[0]!.page.locator('[data-testid=fleet-table] tr[data-rank="3"] [data-testid=fleet-no-samples]')).toHaveText(why);
+  await expect(pages[0]!.page.locator('[data-testid=fleet-no-samples]')).toHaveCount(idleLast.length);
 });
 
 test('across one epoch the ranks see every sample exactly once apart from padding; tensors do not leak', async ({ browser, server }) => {
