@@ -40,6 +40,8 @@
  *   rendezvous closes; otherwise the ranks done leave and the rest go on. So one member cannot
  *   end the run for the others. Ranks that leave afterwards are still reported to the others
  *   ('peer-left'), so that their last collectives fail at once.
+ * - Each rank lost from a running round, and each member given a rank after the first round, goes
+ *   in the group's fault history (fault_record.ts), which every member gets, a late one included.
  */
 import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
