@@ -14,6 +14,7 @@ import type { StoreClient } from '../src/c10d/store.ts';
 import { REMOVED_REASON } from '../signaling/host_remove.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/elastic/runner.ts';
+import { MAX_RESUMES, withResume } from '../src/elastic/recovery.ts';
 import type { RendezvousEvent } from '../src/elastic/rendezvous.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { buildModel, classificationLoss } from '../src/models.ts';
@@ -122,6 +123,15 @@ describe("the group's fault history", () => {
     expect(parseServerMessage(JSON.stringify(e))).toEqual(e);
     expect(() => parseServerMessage(JSON.stringify({ ...e, entries: [...e.entries, e.entries[0]] }))).toThrow(/entries/);
     expect(() => parseServerMessage(JSON.stringify({ ...e, counts: { ...e.counts, froze: -1 } }))).toThrow(/counts/);
+  });
+
+  it('the run record carried with the state stays bounded too: the first resume and the latest ones', () => {
+    let resumes: string[] = [];
+    for (let i = 0; i < 3 * MAX_RESUMES; i++) resumes = withResume(resumes, `resume ${i}`);
+    expect(resumes).toHaveLength(MAX_RESUMES);
+    expect(resumes[0]).toBe('resume 0');
+    expect(resumes.at(-1)).toBe(`resume ${3 * MAX_RESUMES - 1}`);
+    expect(resumes[1]).toBe(`resume ${3 * MAX_RESUMES - MAX_RESUMES + 1}`);
   });
 });
 
