@@ -40,11 +40,14 @@
  *   rendezvous closes; otherwise the ranks done leave and the rest go on. So one member cannot
  *   end the run for the others. Ranks that leave afterwards are still reported to the others
  *   ('peer-left'), so that their last collectives fail at once.
+ * - Each rank lost from a running round, and each member given a rank after the first round, goes
+ *   in the group's fault history (fault_record.ts), which every member gets, a late one included.
  */
 import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/c10d/protocol.ts';
 import { StoreRefusal } from './store.ts';
 import { MAX_MEMBER_ID } from '../src/c10d/protocol_validation.ts';
 import { RoundGathers } from './round_gather.ts';
+import { FaultRecord } from './fault_record.ts';
 
 /** What the rendezvous needs from a member's connection: a way to send it an event. */
 export interface Participant {
@@ -94,6 +97,8 @@ export class Rendezvous {
   private done: { round: number; ids: Set<number>; firstRank: number } | undefined;
   /** The running round's server-attested gathers (votes). */
   private readonly gathers: RoundGathers;
+  /** The group's fault history (fault_record.ts): every member gets it when it changes, and as it arrives. */
+  private readonly faults = new FaultRecord();
   /** Member ids in rank order in the current round (its members in order, when paused). */
   private active: number[] = [];
   /** Member ids waiting for the next round, in arrival order. */
@@ -189,6 +194,7 @@ export class Rendezvous {
     const id = this.nextId++;
     this.members.set(id, { participant, rank });
     this.waiting.push(id);
+    participant.send(this.faults.event());
     if (!this.started && this.members.size >= max) this.form('all ranks arrived');
     else if (this.paused && this.members.size >= this.min) this.form(`enough ranks again (${this.members.size})`);
     else {
@@ -244,6 +250,8 @@ export class Rendezvous {
       // stays open until then: the round's ranks keep naming the same tabs (signals, vouches).
       this.active[rank] = -1;
       for (const m of this.activeMembers()) m.send({ type: 'peer-left', round: this.round, rank, reason: why });
+      this.faults.lost(this.round, rank, why);
+      this.announceFaults();
       this.formAfterLoss(`rank ${rank} ${why}`);
       return;
     }
@@ -494,6 +502,11 @@ export class Rendezvous {
     for (const m of this.members.values()) m.participant.send(event);
   }
 
+  private announceFaults(): void {
+    const event = this.faults.event();
+    for (const m of this.members.values()) m.participant.send(event);
+  }
+
   private settleSoon(): void {
     this.cancelSettle();
     this.settleTimer = setTimeout(() => {
@@ -548,6 +561,7 @@ export class Rendezvous {
       `[server] session "${this.sessionName}": round ${this.round}, ${this.active.length} rank(s)${this.paused ? `, paused below the minimum of ${this.min}` : ''}${beyond} (${why})`,
     );
     for (const [id, m] of this.members) m.participant.send(this.roundEvent(this.paused ? -1 : this.active.indexOf(id)));
+    if (this.faults.formed(this.round, this.paused ? [] : this.active)) this.announceFaults();
     // Paused members learn how many are here, and so how many more it takes; with spectators
     // left waiting, everyone learns how many there are now.
     if (this.paused || this.waiting.length > 0) this.announceWaiting();

@@ -13,7 +13,7 @@ import { describeCommHook, describeJob } from '../client/ui/dashboard_job.ts';
 import { commFigures, rankAverages } from '../client/ui/dashboard_perf.ts';
 import { pipelinePanel, timelineModel } from '../client/ui/dashboard_pipeline.ts';
 import { etaSeconds, evalSeconds, evalsLeft, progressFigures, runSeconds, stepRate } from '../client/ui/dashboard_progress.ts';
-import { runReport, summaryEntries } from '../client/ui/dashboard_report.ts';
+import { faultHistoryLines, faultSummary, runReport, summaryEntries } from '../client/ui/dashboard_report.ts';
 import { pathWords, ringModel } from '../client/ui/dashboard_ring.ts';
 import { displayPhase, phaseLabel, statusText } from '../client/ui/dashboard_status.ts';
 import { pathLabel } from '../client/ui/ring_view.ts';
@@ -247,7 +247,7 @@ describe('lost ranks', () => {
     expect(during.links.get(2)).toEqual({ state: 'closed', throughputMBps: undefined });
   });
 
-  it('one closed tab is one fault on every tab, however many ways it is told; faults are counted by what happened', () => {
+  it("one closed tab is one error in the log, however many ways it is told; the faults are the server's record, not this tab's count", () => {
     // Rank 2's tab closes: its links close, the group reports it (directly, and passed on), then the
     // survivors regroup and the old group's last links close under the new numbering.
     const s = replay(
@@ -265,7 +265,34 @@ describe('lost ranks', () => {
       ],
       training(),
     );
-    expect(s.faults).toEqual({ left: 1, froze: 1, evicted: 1, removed: 0, failed: 0, joined: 1 });
+    // What this tab saw counts nothing: the faults are the server's record, which every tab gets whole.
+    expect(s.faults.counts).toEqual({ left: 0, froze: 0, removed: 0, failed: 0, joined: 0 });
+    const server = replay(
+      [
+        {
+          type: 'faults',
+          counts: { left: 1, froze: 1, removed: 0, failed: 0, joined: 2 },
+          entries: [
+            { kind: 'left', round: 2, rank: 2, reason: 'its tab closed' },
+            { kind: 'joined', round: 4, rank: 2, reason: '' },
+            { kind: 'froze', round: 4, rank: 1, reason: 'was evicted: nothing received from it for 3100 ms (frozen or hung)' },
+          ],
+        },
+        { type: 'steps-redone', steps: 1 },
+      ],
+      s,
+    );
+    expect(faultSummary(server)).toBe('1 tab closed, 1 tab froze or went silent, 2 tabs joined mid-run, 1 step trained again');
+    // Three of the four faults are listed (the server keeps the latest): the list says so.
+    expect(faultHistoryLines(server)).toEqual([
+      '1 earlier fault not listed',
+      'Round 2: lost rank 2 (its tab closed)',
+      'Round 4: a tab joined as rank 2',
+      'Round 4: lost rank 1 (was evicted: nothing received from it for 3100 ms (frozen or hung))',
+    ]);
+    expect(facts(server).faults.text).toBe(faultSummary(server));
+    // At the end, the run's own figure of steps trained again (the run record's) is the one shown.
+    expect(runReport(replay([{ type: 'done', summary: { stepsRedone: 1 } }], server))?.main.find((e) => e.key === 'faults')?.value).toBe(faultSummary(server));
     // Newest first.
     expect(s.log.filter((e) => e.level === 'error').map((e) => e.message)).toEqual([
       'Lost rank 1: its replica diverged.',
@@ -427,9 +454,11 @@ describe('the run summary', () => {
   it('the report for people: what, how long (one total everywhere), how well, how fast, what it survived; the rest under Details', () => {
     const events: DashboardEvent[] = [
       { type: 'rank-lost', rank: 2, reason: 'its tab closed' },
+      { type: 'faults', counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 0 }, entries: [{ kind: 'left', round: 1, rank: 2, reason: 'its tab closed' }] },
       joined(1, 2),
       step(6, { ranks: [0, 1] }),
       joined(1, 3),
+      { type: 'faults', counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 1 }, entries: [{ kind: 'left', round: 1, rank: 2, reason: 'its tab closed' }, { kind: 'joined', round: 3, rank: 2, reason: '' }] },
       step(31, { epoch: 1, elapsed: 58, ranks: [0, 1, 2] }),
       step(32, { epoch: 1, elapsed: 60, ranks: [0, 1, 2] }),
       {

@@ -31,8 +31,15 @@ describe('removing a tab on the dashboard', () => {
     expect(removeConfirm(2).body).toContain("The session's link changes");
   });
 
-  it('tells the tabs that stay that the link changed, and counts the removal among the faults', () => {
-    const host = replay([{ type: 'role', host: true, hasHost: true, spectator: false }, joined(0, 4), { type: 'remove-requested', rank: 2 }, { type: 'link-changed', reason: 'the host removed rank 2 of round 4 from the session' }, { type: 'rank-lost', rank: 2, reason: 'was removed by the host' }]);
+  it("tells the tabs that stay that the link changed, and shows the removal among the faults (the server's record)", () => {
+    const host = replay([
+      { type: 'role', host: true, hasHost: true, spectator: false },
+      joined(0, 4),
+      { type: 'remove-requested', rank: 2 },
+      { type: 'link-changed', reason: 'the host removed rank 2 of round 4 from the session' },
+      { type: 'rank-lost', rank: 2, reason: 'was removed by the host' },
+      { type: 'faults', counts: { left: 0, froze: 0, removed: 1, failed: 0, joined: 0 }, entries: [{ kind: 'removed', round: 4, rank: 2, reason: 'was removed by the host' }] },
+    ]);
     expect(host.log[2]!.message).toContain('Removing rank 2');
     expect(host.log[1]!.message).toBe("The host removed rank 2 of round 4 from the session, so the session's link changed. Share the new link below: the old one no longer opens the session.");
     expect(host.phase).not.toBe('removed');

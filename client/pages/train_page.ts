@@ -76,6 +76,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'fleet': // the dashboard says it once the group's tabs are known
     case 'ps': // about once a second: the dashboard shows it, the console would drown in it
     case 'aggregation': // every step: the dashboard's table shows it, refusals are logged apart
+    case 'steps-redone': // the run's own figure, in its summary
     case 'config':
     case 'waiting':
     case 'link':
@@ -255,6 +256,8 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
         } else if (e.type === 'round') {
           watcher?.stop();
           watcher = undefined;
+        } else if (e.type === 'faults') {
+          dash.faultHistory(e.counts, e.entries);
         } else if (e.type === 'control') {
           dash.controlEvent(e.action, e.min);
           if (e.action === 'stop' || e.action === 'end') stop = true;

@@ -132,6 +132,11 @@ export type TrainEvent =
   | { type: 'devices'; devices: Array<DeviceInfo & Partial<DeviceStats>> }
   /** A member of the group was lost (its tab closed, froze, or its link broke). */
   | { type: 'rank-lost'; rank: number; reason: string }
+  /**
+   * Steps the run has trained again so far (a step in flight when a round failed), as of the
+   * latest round: the run record's, carried with the state, so every rank of a round says the same.
+   */
+  | { type: 'steps-redone'; steps: number }
   | { type: 'stopped'; by: number; atStep: number }
   | { type: 'done'; summary: Record<string, unknown> }
   /** A pipeline run: this tab's place (stage, replica) and which layers each stage holds. */

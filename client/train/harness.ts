@@ -273,6 +273,7 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
           deviceLost = undefined;
           log('warn', `This tab's GPU was reset (${lost.reason}: ${lost.message}); it rejoined the group with a fresh ${lost.backend} backend at step ${e.step}`);
         }
+        if (e.stepsRedone !== undefined) emit({ type: 'steps-redone', steps: e.stepsRedone });
         return e.note ? log('info', `New group of ${e.worldSize}: ${e.note}`) : undefined;
       case 'device-lost':
         deviceLost = e;

@@ -60,6 +60,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
       return opts.token;
     },
     onToken: opts.onToken,
+    onRendezvous: opts.onRendezvous,
     ...(opts.rank === undefined ? {} : { rank: opts.rank }),
     timeoutMs: opts.timeoutMs,
     store: opts.store,

@@ -189,6 +189,11 @@ export class Dashboard {
     this.dispatch({ type: 'link-changed', reason });
   }
 
+  /** The group's fault history as the server recorded it (the same on every tab). */
+  faultHistory(counts: Extract<DashboardEvent, { type: 'faults' }>['counts'], entries: Extract<DashboardEvent, { type: 'faults' }>['entries']): void {
+    this.dispatch({ type: 'faults', counts, entries });
+  }
+
   /** The host removed this tab: it stopped, and says so (not as a failure). */
   removed(): void {
     this.dispatch({ type: 'removed' });

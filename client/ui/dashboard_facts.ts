@@ -6,6 +6,7 @@ import type { BackendName } from '../train/events.ts';
 import type { DashboardState } from './dashboard_state.ts';
 import { epochOf } from './dashboard_format.ts';
 import { describeJob } from './dashboard_job.ts';
+import { faultHistoryLines, faultSummary } from './dashboard_report.ts';
 import { fmtInt, fmtMs } from './format.ts';
 import { INSECURE_PAGE_REASON } from '../webgpu.ts';
 
@@ -23,6 +24,8 @@ export interface Facts {
   devices: Array<{ text: string; fallback: string | null }> | null;
   shard: string;
   job: string;
+  /** The group's faults so far (the server's record: the same on every tab), and their list. */
+  faults: { text: string; history: string[] };
 }
 
 /** The facts card: this tab's rank, its backend, its data shard, the job. */
@@ -54,6 +57,7 @@ export function facts(s: DashboardState): Facts {
     devices: s.devices === null ? null : s.devices.map(deviceFact),
     shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
     job: c ? describeJob(c) : '–',
+    faults: { text: faultSummary(s), history: faultHistoryLines(s) },
   };
 }
 

@@ -93,19 +93,41 @@ export function runReport(s: DashboardState): RunReport | null {
   const accuracy = finalTestAccuracy(s);
   if (accuracy !== null) main.push({ key: 'accuracy', label: 'Final test accuracy', value: fmtPercent(accuracy, 2) });
   if (typeof summary.samplesPerSec === 'number') main.push({ key: 'speed', label: 'Speed', value: `${fmtInt(summary.samplesPerSec)} samples/s, all tabs together` });
-  const redone = typeof summary.stepsRedone === 'number' ? summary.stepsRedone : 0;
-  const f = s.faults;
-  const faults = [
-    f.left ? `${plural(f.left, 'tab')} closed` : '',
-    f.froze ? `${plural(f.froze, 'tab')} froze or went silent` : '',
-    f.evicted ? `${plural(f.evicted, 'tab')} evicted (replica differed)` : '',
-    f.removed ? `${plural(f.removed, 'tab')} removed by the host` : '',
-    f.failed ? `${plural(f.failed, 'rank')} failed` : '',
-    f.joined ? `${plural(f.joined, 'tab')} joined mid-run` : '',
+  main.push({ key: 'faults', label: 'Faults survived', value: faultSummary(s) });
+  return { main, details: summaryEntries(summary).filter((e) => !REPORTED.has(e.key)) };
+}
+
+/**
+ * The group's faults in one line ("1 tab closed, 2 tabs joined mid-run, 1 step trained again",
+ * or "none"): from the server's record and the run record's steps trained again, so the same on
+ * every tab. The run's own figure, once it is done, is the run record's too.
+ */
+export function faultSummary(s: DashboardState): string {
+  const c = s.faults.counts;
+  const final = s.summary?.stepsRedone;
+  const redone = typeof final === 'number' && Number.isSafeInteger(final) && final >= 0 ? final : s.faults.stepsRedone;
+  const parts = [
+    c.left ? `${plural(c.left, 'tab')} closed` : '',
+    c.froze ? `${plural(c.froze, 'tab')} froze or went silent` : '',
+    c.removed ? `${plural(c.removed, 'tab')} removed by the host` : '',
+    c.failed ? `${plural(c.failed, 'tab')} lost ${c.failed === 1 ? 'its' : 'their'} connection` : '',
+    c.joined ? `${plural(c.joined, 'tab')} joined mid-run` : '',
     redone ? `${plural(redone, 'step')} trained again` : '',
   ].filter(Boolean);
-  main.push({ key: 'faults', label: 'Faults survived', value: faults.length ? faults.join(', ') : 'none' });
-  return { main, details: summaryEntries(summary).filter((e) => !REPORTED.has(e.key)) };
+  return parts.length ? parts.join(', ') : 'none';
+}
+
+/**
+ * The group's fault history, one line per fault, oldest first ("Round 4: lost rank 2 (its tab
+ * closed)"; "Round 5: a tab joined as rank 3"), the server's latest entries, after a line saying
+ * how many earlier ones it no longer lists. Empty when there were none.
+ */
+export function faultHistoryLines(s: DashboardState): string[] {
+  const { counts, entries } = s.faults;
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  const earlier = total - entries.length;
+  const lines = entries.map((e) => (e.kind === 'joined' ? `Round ${e.round}: a tab joined as rank ${e.rank}` : `Round ${e.round}: lost rank ${e.rank} (${e.reason})`));
+  return earlier > 0 ? [`${plural(earlier, 'earlier fault')} not listed`, ...lines] : lines;
 }
 
 /** The report in one line, for the log. */

@@ -14,7 +14,7 @@
  * Events only have to arrive in roughly the right order (e.g. a 'step' before 'joined' counts).
  */
 import type { FleetMember, TrainEvent } from '../train/events.ts';
-import type { DashboardAction, DashboardState, FaultKind, LogEntry, LogLevel, PageEvent, Phase, PsStatus, RankPipelineMetrics, Role, StepEvent, WaitingEvent } from './dashboard_types.ts';
+import type { DashboardAction, DashboardState, FaultHistory, LogEntry, LogLevel, PageEvent, Phase, PsStatus, RankPipelineMetrics, Role, StepEvent, WaitingEvent } from './dashboard_types.ts';
 import { epochLabel, plural, pluralInt } from './dashboard_format.ts';
 import { describeJob } from './dashboard_job.ts';
 import { pipelineLine } from './dashboard_pipeline.ts';
@@ -27,7 +27,7 @@ import { tallyContributions } from '../../src/elastic/contributions.ts';
 // ---------------------------------------------------------------- actions and state
 
 // Their types are dashboard_types.ts's (the panel models read them there), exported here as well.
-export type { Role, ControlAction, PageEvent, DashboardEvent, DashboardAction, Phase, LogLevel, PsStatus, PipelineLayout, PipelineTimeline, RankPipelineMetrics, LogEntry, ErrorMessage, DashboardState, FaultKind } from './dashboard_types.ts';
+export type { Role, ControlAction, PageEvent, DashboardEvent, DashboardAction, Phase, LogLevel, PsStatus, PipelineLayout, PipelineTimeline, RankPipelineMetrics, LogEntry, ErrorMessage, DashboardState, FaultKind, FaultEntry, FaultHistory } from './dashboard_types.ts';
 
 /** Recent steps kept per rank for averages (throughput, time breakdown, stat cards). */
 export const RECENT = 20;
@@ -38,6 +38,7 @@ const NO_ROLE: Role = { host: false, hasHost: false, spectator: false };
 const NO_RANKS: readonly number[] = [];
 const NO_FLEET: readonly FleetMember[] = [];
 const NO_PIPELINE_RANKS: ReadonlyMap<number, RankPipelineMetrics> = new Map();
+const NO_FAULTS: FaultHistory = { counts: { left: 0, froze: 0, removed: 0, failed: 0, joined: 0 }, entries: [], stepsRedone: 0 };
 
 export function initialDashboardState(options: { session: string; at: number }): DashboardState {
   const state: DashboardState = {
@@ -77,7 +78,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     canContinue: false,
     fullRanks: null,
     stoppedByHost: false,
-    faults: { left: 0, froze: 0, evicted: 0, removed: 0, failed: 0, joined: 0 },
+    faults: NO_FAULTS,
     minRequested: null,
     pipeline: null,
     timeline: null,
@@ -107,8 +108,6 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       const group: DashboardState = regroup
         ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false, fleet: NO_FLEET, contributions: null }
         : state;
-      // A running group that grows has admitted tabs that joined mid-run.
-      const grew = regroup && state.lastStep !== null && state.worldSize !== null && event.worldSize > state.worldSize ? event.worldSize - state.worldSize : 0;
       const next: DashboardState = {
         ...group,
         self: event.rank,
@@ -119,7 +118,6 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
         phase: state.phase === 'connecting' || state.phase === 'waiting' || state.phase === 'full' ? 'starting' : state.phase,
         // A rank of its own: this tab no longer watches from the side.
         role: state.role.spectator ? { ...state.role, spectator: false } : state.role,
-        faults: grew ? { ...state.faults, joined: state.faults.joined + grew } : state.faults,
       };
       if (regroup) return log(next, 'info', `New group: this tab is rank ${event.rank} of ${event.worldSize}.`);
       const how = event.fallbackReason ? `, a fallback from ${state.config?.backend ?? 'the requested backend'}` : event.adapter ? `, ${event.adapter}` : '';
@@ -252,12 +250,18 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'rank-lost': {
       // After 'done' the group is finished with; a rank closing its tab then is no loss. Each
-      // rank is lost once per group (the group renumbers its ranks when it forms again).
+      // rank is lost once per group (the group renumbers its ranks when it forms again). The
+      // faults are not counted here, from what this tab saw, but by the server ('faults').
       if (state.finished || state.lost.includes(event.rank)) return log(state, 'info', `Lost rank ${event.rank}: ${event.reason}.`);
-      const kind = faultKind(event.reason);
       const next = log(state, 'error', `Lost rank ${event.rank}: ${event.reason}.`);
-      return { ...next, lost: withRank(next.lost, event.rank), faults: { ...next.faults, [kind]: next.faults[kind] + 1 } };
+      return { ...next, lost: withRank(next.lost, event.rank) };
     }
+
+    case 'faults':
+      return { ...state, faults: { ...state.faults, counts: event.counts, entries: event.entries } };
+
+    case 'steps-redone':
+      return event.steps === state.faults.stepsRedone ? state : { ...state, faults: { ...state.faults, stepsRedone: event.steps } };
 
     case 'stopped':
       return log(
@@ -470,12 +474,4 @@ export function isOver(phase: Phase): boolean {
 /** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */
 function tabsInSession(w: { arrived: number; min: number; max: number }): string {
   return w.min === w.max ? `${w.arrived} of ${plural(w.max, 'tab')} in the session` : `${plural(w.arrived, 'tab')} in the session (needs ${w.min}, up to ${w.max})`;
-}
-
-export function faultKind(reason: string): FaultKind {
-  if (/tab closed|left the group|leaving/i.test(reason)) return 'left';
-  if (/stall|paused|froze|frozen|silent|no sign of life|sent nothing|evicted for silence/i.test(reason)) return 'froze';
-  if (/diverg|replica/i.test(reason)) return 'evicted';
-  if (/removed by the host/i.test(reason)) return 'removed';
-  return 'failed';
 }

@@ -5,6 +5,7 @@
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
+import type { FaultEntry, FaultKind } from '../../src/c10d/protocol.ts';
 
 // ---------------------------------------------------------------- actions
 
@@ -50,7 +51,9 @@ export type PageEvent =
   /** The host removed another tab, and the session's link changed (`reason`, the server's words). */
   | { type: 'link-changed'; reason: string }
   /** The host removed this tab from the session: it stops, keeps its replica, and cannot rejoin with its link. */
-  | { type: 'removed' };
+  | { type: 'removed' }
+  /** The group's fault history as the server recorded it (the page hears it from its rendezvous): the same on every tab. */
+  | { type: 'faults'; counts: Readonly<Record<FaultKind, number>>; entries: readonly FaultEntry[] };
 
 export type DashboardEvent = TrainEvent | PageEvent;
 
@@ -160,8 +163,12 @@ export interface DashboardState {
   readonly fullRanks: number | null;
   /** The host stopped this run (rather than a rank's own button). */
   readonly stoppedByHost: boolean;
-  /** Faults the run went through, over every group, each counted once by what happened (see `faultKind`), and tabs that joined a running session. */
-  readonly faults: Readonly<Record<FaultKind, number>> & { readonly joined: number };
+  /**
+   * The faults the run went through: the server's record of the group (ranks lost, and why; tabs
+   * that joined the running group), which every tab gets whole, a late one too, and the steps
+   * trained again, from the run record every rank holds with the state. Never a tab's own count.
+   */
+  readonly faults: FaultHistory;
   /** This tab asked for a new minimum and has not heard it applied yet. */
   readonly minRequested: number | null;
   /** Pipeline runs: the stages and this tab's place, from the round's 'pipeline' event (null: plain data parallel). */
@@ -189,5 +196,14 @@ export interface DashboardState {
   readonly contributions: ContributionTally | null;
 }
 
-/** What happened to a lost rank, from the group's reason: counted apart in the summary. */
-export type FaultKind = 'left' | 'froze' | 'evicted' | 'removed' | 'failed';
+export type { FaultKind, FaultEntry };
+
+/** The group's fault history as this tab holds it (see DashboardState.faults). */
+export interface FaultHistory {
+  /** Every fault of the run by kind, from the server (not capped). */
+  readonly counts: Readonly<Record<FaultKind, number>>;
+  /** The latest of them (the server keeps MAX_FAULT_ENTRIES), oldest first. */
+  readonly entries: readonly FaultEntry[];
+  /** Steps trained again so far (the run record's). */
+  readonly stepsRedone: number;
+}

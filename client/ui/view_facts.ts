@@ -9,7 +9,8 @@ import './styles/panel_facts.css';
 /** This tab's rank, backend, data shard and job, and the link for more tabs. */
 export class FactsView {
   readonly node: HTMLElement;
-  private readonly dd: Record<'rank' | 'browser' | 'backend' | 'devices' | 'shard' | 'job', HTMLElement>;
+  private readonly dd: Record<'rank' | 'browser' | 'backend' | 'devices' | 'shard' | 'job' | 'faults', HTMLElement>;
+  private readonly faultList: { root: HTMLDetailsElement; list: HTMLElement };
   private readonly devicesNode: HTMLElement;
   private readonly changed = changeDetector();
 
@@ -29,13 +30,18 @@ export class FactsView {
     this.devicesNode = devices.node;
     const shard = fact('Data shard', 'shard');
     const job = fact('Job', 'job');
-    this.dd = { rank: rank.dd, browser: browser.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd };
+    const faults = fact('Faults survived', 'faults');
+    faults.dd.setAttribute('data-testid', 'faults');
+    // The group's fault history, the server's: shown once there is one.
+    const list = el('ol', { class: 'fault-history-list' });
+    this.faultList = { root: el('details', { class: 'fault-history', 'data-testid': 'fault-history', hidden: true }, el('summary', {}, 'Fault history'), list), list };
+    this.dd = { rank: rank.dd, browser: browser.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd, faults: faults.dd };
     this.share = shareField('dash-share', 'Link for more tabs', shareUrl);
     this.share.input.setAttribute('data-testid', 'dash-share-link');
     this.qr = el('details', { class: 'qr-details' }, el('summary', {}, 'Show the link as a QR code'));
     // Drawn when opened: most tabs never need it.
     this.qr.addEventListener('toggle', () => this.drawQr());
-    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node), this.share.root, this.qr);
+    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node, faults.node), this.faultList.root, this.share.root, this.qr);
   }
 
   /** The link shown for more tabs now. */
@@ -57,7 +63,7 @@ export class FactsView {
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.devices, s.shard, s.epochBase, s.fleet])) return;
+    if (!this.changed([s.config, s.self, s.worldSize, s.backend, s.devices, s.shard, s.epochBase, s.fleet, s.faults, s.summary])) return;
     const f = facts(s);
     setText(this.dd.rank, f.rank.text);
     setText(this.dd.browser, f.browser);
@@ -75,5 +81,8 @@ export class FactsView {
     this.dd.devices.replaceChildren(...(f.devices ?? []).flatMap((d) => [el('span', { class: 'device' }, d.text), ...(d.fallback ? [el('span', { class: 'fallback' }, d.fallback)] : [])]));
     setText(this.dd.shard, f.shard);
     setText(this.dd.job, f.job);
+    setText(this.dd.faults, f.faults.text);
+    this.faultList.root.hidden = f.faults.history.length === 0;
+    this.faultList.list.replaceChildren(...f.faults.history.map((line) => el('li', {}, line)));
   }
 }

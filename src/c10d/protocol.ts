@@ -7,8 +7,8 @@
  * peer to peer.
  */
 
-/** 7: signals carry their sender's member id, votes go through `gather`, the host's `remove` and the `token` event. */
-export const PROTOCOL_VERSION = 7;
+/** 7: signals carry their sender's member id, votes go through `gather`, the host's `remove` and the `token` event. 8: the `faults` event. */
+export const PROTOCOL_VERSION = 8;
 
 /** Limits the server enforces; each is a named option of `startServer` with these defaults. */
 export const DEFAULT_LIMITS = {
@@ -558,7 +558,43 @@ export interface TokenEvent {
 /** What a hello with a token the host's removal replaced is told (UNAUTHORIZED, `details.rotated`). */
 export const ROTATED_TOKEN_MESSAGE = "this link is no longer valid: the host changed the session's link; ask the host for the new one";
 
-export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent | TokenEvent;
+/**
+ * What happened to a member of the group, as the server saw it: lost from a running round (its
+ * tab closed; it froze or went silent past the heartbeat bound; the host removed it; its
+ * connection closed otherwise), or given a rank in a round after the first one (it joined the
+ * running group: a new tab, a reload, a tab back after a stall).
+ */
+export type FaultKind = 'left' | 'froze' | 'removed' | 'failed' | 'joined';
+export const FAULT_KINDS: readonly FaultKind[] = ['left', 'froze', 'removed', 'failed', 'joined'];
+
+/** One fault of the group's history. */
+export interface FaultEntry {
+  kind: FaultKind;
+  /** The round it was lost from, or the round it joined. */
+  round: number;
+  /** Its rank in that round. */
+  rank: number;
+  /** The server's words for a loss ("its tab closed"); '' for a join. */
+  reason: string;
+}
+
+/** Most entries a `faults` event lists (the latest); the counts go on past it. Longest reason. */
+export const MAX_FAULT_ENTRIES = 64;
+export const MAX_FAULT_REASON = 200;
+
+/**
+ * The group's fault history, as the server recorded it (server-attested: nothing in it is a
+ * member's word about another): sent to every member of the group whenever it changes, and to
+ * each member as it arrives, so that every tab, a late one included, holds the same record. The
+ * counts cover the whole run; the entries are the latest MAX_FAULT_ENTRIES, oldest first.
+ */
+export interface FaultsEvent {
+  type: 'faults';
+  counts: Record<FaultKind, number>;
+  entries: FaultEntry[];
+}
+
+export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent | TokenEvent | FaultsEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Values: bytes <-> base64, without Node's Buffer so the browser can use it too.

@@ -9,13 +9,17 @@ import {
   SESSION_TOKEN,
   DEFAULT_LIMITS,
   ErrorCode,
+  FAULT_KINDS,
   MAX_CLAIM_KEYS,
+  MAX_FAULT_ENTRIES,
+  MAX_FAULT_REASON,
   MAX_GATHER_TAG,
   MAX_GATHER_VALUES,
   type HostAction,
   type TokenEvent,
   type ControlEvent,
   type ErrorMessage,
+  type FaultsEvent,
   type Limits,
   type PeerLeftEvent,
   type RendezvousClosedEvent,
@@ -326,6 +330,16 @@ export function parseServerMessage(text: string): ServerMessage {
     case 'token':
       need(typeof raw.token === 'string' && SESSION_TOKEN.test(raw.token) && typeof raw.reason === 'string' && raw.reason.length <= 1_000, 'bad token or reason');
       return raw as unknown as TokenEvent;
+    case 'faults': {
+      const counts = raw.counts;
+      need(isObj(counts) && FAULT_KINDS.every((k) => isInt(counts[k], 0, Number.MAX_SAFE_INTEGER)), 'bad counts (one non-negative integer per kind)');
+      const entries = raw.entries;
+      need(Array.isArray(entries) && entries.length <= MAX_FAULT_ENTRIES, `bad entries (a list of at most ${MAX_FAULT_ENTRIES})`);
+      const goodEntry = (e: unknown) =>
+        isObj(e) && (FAULT_KINDS as readonly unknown[]).includes(e.kind) && isInt(e.round, 1, Number.MAX_SAFE_INTEGER) && isInt(e.rank, 0, MAX_WORLD - 1) && typeof e.reason === 'string' && e.reason.length <= MAX_FAULT_REASON;
+      need((entries as unknown[]).every(goodEntry), 'bad entry (kind, round, rank, reason)');
+      return raw as unknown as FaultsEvent;
+    }
     default: {
       const unknown: never = t;
       throw new Error(`server sent unknown message type ${String(unknown)}`);

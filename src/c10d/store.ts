@@ -23,6 +23,7 @@ import {
   type ServerMessage,
   type SignalEvent,
   type TokenEvent,
+  type FaultsEvent,
   type WaitingEvent,
 } from './protocol.ts';
 import { parseServerMessage } from './protocol_validation.ts';
@@ -106,6 +107,8 @@ interface EventMap {
   'rendezvous-closed': RendezvousClosedEvent;
   /** The host removed a tab and the session's token changed: `token` is the one to use from now on (`StoreClient.token` has it already). */
   token: TokenEvent;
+  /** The group's fault history, as the server recorded it (on each change, and as this member arrives). */
+  faults: FaultsEvent;
   close: { code: number; reason: string };
 }
 
@@ -191,6 +194,7 @@ export class StoreClient implements Store {
     control: new Set(),
     'rendezvous-closed': new Set(),
     token: new Set(),
+    faults: new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
@@ -528,6 +532,7 @@ export class StoreClient implements Store {
       case 'waiting':
       case 'control':
       case 'rendezvous-closed':
+      case 'faults':
         for (const h of this.handlers[msg.type]) (h as Handler<typeof msg>)(msg);
         return;
       case 'token':

@@ -30,6 +30,8 @@ export type ElasticEvent =
       from: number;
       /** The step in flight when the last round failed, which this round trains again. */
       redone: boolean;
+      /** Steps the run has trained again so far: its run record's, carried with the state, so the same on every rank of the round (a late one included). */
+      stepsRedone?: number;
       note?: string;
       /** How many ranks report 'batch' events, each its own shard (the pipeline's replicas); default worldSize. */
       samplers?: number;

@@ -34,8 +34,20 @@ export interface RunRecord {
   generations: number;
   /** Steps started but committed by nobody before a failure, and so trained again. */
   stepsRedone: number;
-  /** How the run resumed, each time it did. */
+  /** How the run resumed: the first time and the latest (at most MAX_RESUMES notes, see `withResume`). */
   resumes: string[];
+}
+
+/**
+ * Most notes a run record keeps in `resumes`: it travels with every state transfer and checkpoint,
+ * so a long run with many rounds must not grow it without bound. Its counts go on regardless.
+ */
+export const MAX_RESUMES = 32;
+
+/** `resumes` with `note` added: the first note (how the run began) and the latest ones, at most MAX_RESUMES. */
+export function withResume(resumes: readonly string[], note: string): string[] {
+  const all = [...resumes, note];
+  return all.length <= MAX_RESUMES ? all : [all[0]!, ...all.slice(-(MAX_RESUMES - 1))];
 }
 
 export interface Recovered {
@@ -141,7 +153,7 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
     const shared = await broadcastState(pg, 0, state, mine);
     const note = shared.note ?? 'resumed from a checkpoint';
     return {
-      run: { ...shared.run, resumes: [...shared.run.resumes, note] },
+      run: { ...shared.run, resumes: withResume(shared.run.resumes, note) },
       source: 'checkpoint',
       from: 0,
       redone: false,
@@ -179,7 +191,7 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
   // A rank that held the state keeps its own run record: its digest says it is the source's.
   const record = shared?.run ?? run;
   return {
-    run: { ...record, stepsRedone: record.stepsRedone + (redone ? 1 : 0), resumes: [...record.resumes, note] },
+    run: { ...record, stepsRedone: record.stepsRedone + (redone ? 1 : 0), resumes: withResume(record.resumes, note) },
     source: 'replica',
     from: source,
     redone,
@@ -690,8 +702,11 @@ function isRunRecord(r: unknown): r is RunRecord {
   return (
     typeof r === 'object' &&
     r !== null &&
-    typeof x.generations === 'number' &&
-    typeof x.stepsRedone === 'number' &&
+    // Counts, shown on every tab (the steps trained again are in each tab's fault summary): whole and not negative.
+    Number.isSafeInteger(x.generations) &&
+    x.generations >= 0 &&
+    Number.isSafeInteger(x.stepsRedone) &&
+    x.stepsRedone >= 0 &&
     Array.isArray(x.resumes) &&
     x.resumes.every((n) => typeof n === 'string')
   );

@@ -20,7 +20,7 @@ import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../
 import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup, type LinkOptions } from '../c10d/process_group.ts';
 import { resolveLinkOptions } from '../c10d/group_options.ts';
-import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type ControlAction, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
+import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type ControlAction, type FaultsEvent, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
 import { StoreClient } from '../c10d/store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
@@ -109,6 +109,8 @@ export type RendezvousEvent =
   | { type: 'control'; action: ControlAction; min?: number }
   /** The run ended while this member held no rank: rank `by` of round `round` closed the rendezvous. */
   | { type: 'closed'; round: number; by: number }
+  /** The group's fault history as the server recorded it (the same on every member): on each change, and as this member arrives. */
+  | { type: 'faults'; counts: FaultsEvent['counts']; entries: FaultsEvent['entries'] }
   | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
   | { type: 'reconnected' };
 
@@ -353,6 +355,7 @@ export class RendezvousHandler {
         if (this.signals.length > MAX_EARLY_SIGNALS) this.signals.shift();
       }),
       client.on('token', (e) => this.options.onToken?.(e.token)),
+      client.on('faults', (e) => this.emit({ type: 'faults', counts: e.counts, entries: e.entries })),
       client.on('close', (e) => void this.onClose(e.code, e.reason)),
     ];
     try {

@@ -182,6 +182,7 @@ class ElasticRun<M extends StepMetrics> {
       case 'spectating': // a spectator waits in nextRendezvous; the page hears it through onRendezvous
       case 'control': // the page decides what a host's control means for it
       case 'closed': // nextRendezvous fails with RendezvousClosedError
+      case 'faults': // the server's record: the page shows it as it comes (onRendezvous)
         return;
       default: {
         const unknown: never = e;
@@ -411,6 +412,7 @@ class ElasticRun<M extends StepMetrics> {
       source: r.source,
       from: r.from,
       redone: r.redone,
+      stepsRedone: this.record.stepsRedone,
       ...(note ? { note } : {}),
       phasesMs: { ...this.phases(round), claims: r.claimsMs },
     });

@@ -3,7 +3,7 @@
  * and students; a tab that closes, comes back or reloads; a fourth tab that spectates and takes a
  * freed rank; only the host stops or ends the run, after a confirmation; nothing trained is lost.
  */
-import type { BrowserContext, Page } from '@playwright/test';
+import type { BrowserContext, Locator, Page } from '@playwright/test';
 import { startServer } from '../../signaling/server.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
@@ -30,6 +30,19 @@ async function createSession(context: BrowserContext, serverUrl: string): Promis
   await teacher.getByTestId('join-link').click();
   await expect(teacher).toHaveURL(/&host=[A-Za-z0-9_-]{43}$/);
   return { teacher, shared, session };
+}
+
+/** Every tab shows the first tab's fault summary (matching `shape`) and the same fault history, line for line. */
+async function expectSameFaults(tabs: Page[], summary: (page: Page) => Locator, shape: RegExp): Promise<void> {
+  await expect(summary(tabs[0]!)).toHaveText(shape);
+  const text = (await summary(tabs[0]!).textContent()) ?? '';
+  const history = tabs[0]!.locator('[data-testid="fault-history"] li');
+  const lines = await history.allTextContents();
+  expect(lines.length, 'the fault history lists each fault').toBeGreaterThanOrEqual(3);
+  for (const page of tabs.slice(1)) {
+    await expect(summary(page), `${page.url()}: the fault summary`).toHaveText(text);
+    await expect(page.locator('[data-testid="fault-history"] li'), `${page.url()}: the fault history`).toHaveText(lines);
+  }
 }
 
 test('a class session survives a closed tab, a reload and a fourth tab; only the host stops it', async ({ browser, server }) => {
@@ -78,6 +91,11 @@ test('a class session survives a closed tab, a reload and a fourth tab; only the
   const atTakeover = await stepOf(teacher);
   await passes(carol, atTakeover + 2);
 
+  // The group's faults are one record (the server's): every tab shows the same, while running
+  // and at the end, also Alice's reloaded tab and Carol's, which came after most of them.
+  const tabs = [teacher, alice, carol];
+  await expectSameFaults(tabs, (page) => page.getByTestId('faults'), /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/);
+
   // Only the host stops, after confirming; every tab ends at the same step and can download.
   await teacher.getByTestId('stop-button').click();
   await expect(teacher.getByTestId('stop-dialog')).toBeVisible();
@@ -86,6 +104,7 @@ test('a class session survives a closed tab, a reload and a fourth tab; only the
   const finals = await Promise.all([teacher, alice, carol].map(stepOf));
   expect(new Set(finals).size).toBe(1);
   expect(finals[0]).toBeLessThan(2000);
+  await expectSameFaults(tabs, (page) => page.locator('[data-testid="summary"] [data-key="faults"] dd'), /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/);
   await expect(alice.getByTestId('download-button')).toBeEnabled();
   await context.close();
 });

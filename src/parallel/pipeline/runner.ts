@@ -165,6 +165,7 @@ export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M
   // A stage waits for the stages before and after it for whole passes (under GPipe, the last
   // stage's forwards and backwards): a live but busy peer has LinkOptions.peerTimeoutMs (120 s).
   const handler = await RendezvousHandler.start({ ...o, min: world, max: world, reconnect: true }, (e) => {
+    o.onRendezvous?.(e);
     // What the dashboard shows while the pipeline waits for its ranks.
     if (e.type === 'paused') emit({ type: 'paused', min: e.min });
     else if (e.type === 'waiting') emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
@@ -295,6 +296,7 @@ class PipelineRun<M extends StepMetrics> {
       source,
       from: 0,
       redone: redone > 0,
+      stepsRedone: this.record.stepsRedone,
       ...(note ? { note } : {}),
       samplers: mesh.replicas,
     });
