@@ -4,7 +4,8 @@
 import { RECENT, type DashboardState } from './dashboard_state.ts';
 import { mean, plural } from './dashboard_format.ts';
 import { rankAverages } from './dashboard_perf.ts';
-import { etaSeconds, runSeconds } from './dashboard_progress.ts';
+import { runSeconds } from './dashboard_progress.ts';
+import { timeLeft } from './time_left.ts';
 import { fmtDuration, fmtInt, fmtNumber, fmtPercent } from './format.ts';
 
 export type StatKey = 'loss' | 'acc' | 'test' | 'speed' | 'time';
@@ -40,7 +41,8 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
       windowChars !== null
         ? { value: fmtInt(total * windowChars), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}` }
         : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
-    const eta = etaSeconds(s);
+    // The Progress panel's figure too (time_left.ts): one estimate on the screen.
+    const left = timeLeft(s);
     const timeSub =
       s.phase === 'done'
         ? 'total time'
@@ -52,9 +54,9 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
               ? 'until the session ended'
               : s.phase === 'removed'
                 ? 'until the host removed this tab'
-              : eta === null
+              : left === null
                 ? 'elapsed'
-                : `elapsed · about ${fmtDuration(eta)} left`;
+                : `elapsed · ${left.text}`;
     cards.time = { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub: timeSub };
   }
   const final = s.summary?.testAccuracy;

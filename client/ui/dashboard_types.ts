@@ -5,6 +5,7 @@
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
+import type { ClockEntry } from './time_left.ts';
 
 // ---------------------------------------------------------------- actions
 
@@ -121,10 +122,10 @@ export interface DashboardState {
   readonly shard: ShardEvent | null;
   readonly lastStep: StepEvent | null;
   /**
-   * Step number, elapsed seconds and the evaluation seconds so far, of the last RECENT + 1 steps:
-   * the step rate's window (evaluation pauses are taken out of it).
+   * Step number, elapsed seconds, the evaluation seconds so far and the group, of the last
+   * STEP_CLOCK steps: the step time's window (time_left.ts; evaluation pauses are taken out of it).
    */
-  readonly stepClock: ReadonlyArray<{ step: number; t: number; evalT: number }>;
+  readonly stepClock: ReadonlyArray<ClockEntry>;
   /** When the last step was reported (the action's time), to time the evaluation after it. */
   readonly lastStepAt: number | null;
   /** Evaluations timed so far and their seconds in all. */
