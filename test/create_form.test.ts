@@ -36,7 +36,8 @@ describe('the create form', () => {
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {
-    expect(fieldDefaults({})).toEqual({ world: '1', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
+    // A session is for several tabs: the world starts at the Quick demo's 3 (issue 52).
+    expect(fieldDefaults({})).toEqual({ world: '3', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
     expect(fieldDefaults({ optimizer: 'sgd' }).lr).toBe('0.05');
   });
 

@@ -251,6 +251,7 @@ export class Dashboard {
     this.banner.render(s);
     this.facts.render(s);
     this.progress.render(s);
+    this.stats.renderTime(s);
     this.summary.render(s);
     this.sample.render(s);
     this.ring.render(s);

@@ -41,23 +41,7 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
       windowChars !== null
         ? { value: fmtInt(total * windowChars), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}` }
         : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
-    // The Progress panel's figure too (time_left.ts): one estimate on the screen.
-    const left = timeLeft(s);
-    const timeSub =
-      s.phase === 'done'
-        ? 'total time'
-        : s.phase === 'stopped'
-          ? 'until stopped'
-          : s.phase === 'failed'
-            ? 'until it failed'
-            : s.phase === 'ended'
-              ? 'until the session ended'
-              : s.phase === 'removed'
-                ? 'until the host removed this tab'
-              : left === null
-                ? 'elapsed'
-                : `elapsed · ${left.text}`;
-    cards.time = { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub: timeSub };
+    cards.time = timeCard(s);
   }
   const final = s.summary?.testAccuracy;
   const finalLoss = s.summary?.testLoss;
@@ -75,4 +59,27 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     cards.test = { value: '–', sub: 'no evaluation yet' };
   }
   return cards;
+}
+
+/** The TIME card: elapsed, and the time left the Progress panel shows too (time_left.ts). */
+export function timeCard(s: DashboardState): StatCard {
+  const e = s.lastStep;
+  if (!e) return { value: '–', sub: '' };
+  // The Progress panel's figure too: one estimate on the screen.
+  const left = timeLeft(s);
+  const sub =
+    s.phase === 'done'
+      ? 'total time'
+      : s.phase === 'stopped'
+        ? 'until stopped'
+        : s.phase === 'failed'
+          ? 'until it failed'
+          : s.phase === 'ended'
+            ? 'until the session ended'
+            : s.phase === 'removed'
+              ? 'until the host removed this tab'
+            : left === null
+              ? 'elapsed'
+              : `elapsed · ${left.text}`;
+  return { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub };
 }

@@ -24,7 +24,7 @@ export const WARMUP_STEPS = 2;
  * Forward only, in batches of up to 250: measured 2026-11-28 on the 2-core machine (SwiftShader),
  * 3 tabs: MNIST MLP 0.12, MNIST CNN ..., language model ... (see docs/training.md).
  */
-const EVAL_PER_SAMPLE = 0.12;
+const EVAL_PER_SAMPLE = 0.54;
 
 /** One step of the dashboard's step clock. */
 export interface ClockEntry {
@@ -93,21 +93,22 @@ export function predictedEvalSeconds(s: DashboardState, step: number): number | 
 }
 
 /**
- * Evaluations still to come after the latest step: every `evalEvery` steps, at each epoch end,
- * and once at the very end (steps that are several of these count once). After the last step,
- * the final evaluation until it is reported.
+ * Evaluations still to come: every `evalEvery` steps, at each epoch end, and once at the very
+ * end (steps that are several of these count once), the latest step's own until it is reported.
  */
 export function evalsLeft(s: DashboardState): number {
   const e = s.lastStep;
-  if (!e) return 0;
-  if (e.totalSteps <= e.step) return s.finished || s.lastEval?.step === e.step ? 0 : 1;
+  if (!e || s.finished) return 0;
   const every = s.config?.evalEvery ?? 0;
   const epoch = s.shard?.stepsPerEpoch ?? 0;
+  const evaluates = (step: number) => (every > 0 && step % every === 0) || (epoch > 0 && step % epoch === 0);
+  // The job evaluates right after the step it reported, and says so with an 'eval' event.
+  const pending = s.lastEval?.step !== e.step && (evaluates(e.step) || e.totalSteps <= e.step) ? 1 : 0;
+  if (e.totalSteps <= e.step) return pending;
   const multiples = (k: number) => (k > 0 ? Math.floor(e.totalSteps / k) - Math.floor(e.step / k) : 0);
   const both = every > 0 && epoch > 0 ? multiples(lcm(every, epoch)) : 0;
   const counted = multiples(every) + multiples(epoch) - both;
-  const lastCounted = (every > 0 && e.totalSteps % every === 0) || (epoch > 0 && e.totalSteps % epoch === 0);
-  return counted + (lastCounted ? 0 : 1);
+  return pending + counted + (evaluates(e.totalSteps) ? 0 : 1);
 }
 
 export interface TimeLeft {
