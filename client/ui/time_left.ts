@@ -10,7 +10,7 @@
  * their measured time, or, before one was timed, at a time predicted from the step time.
  */
 import type { DashboardState } from './dashboard_types.ts';
-import { DATASET_SIZE } from './estimate.ts';
+import { DATASET_SIZE, evalPerStepSecond } from './estimate.ts';
 import { fmtDuration } from './format.ts';
 
 /** Steps kept in the dashboard's step clock: the window of the step time. */
@@ -18,13 +18,6 @@ export const STEP_CLOCK = 41;
 
 /** Steps of each group left out of its step time, unless they are all it has. */
 export const WARMUP_STEPS = 2;
-
-/**
- * An evaluation's time per test sample, over a training step's time per sample of its batch.
- * Forward only, in batches of up to 250: measured 2026-11-28 on the 2-core machine (SwiftShader),
- * 3 tabs: MNIST MLP 0.12, MNIST CNN ..., language model ... (see docs/training.md).
- */
-const EVAL_PER_SAMPLE = 0.54;
 
 /** One step of the dashboard's step clock. */
 export interface ClockEntry {
@@ -81,7 +74,7 @@ export function evalSeconds(s: DashboardState): number | null {
 
 /**
  * An evaluation's seconds before one was timed: each rank evaluates its share of the test set,
- * forward only, at EVAL_PER_SAMPLE of a training sample's time.
+ * at the ratio of evaluation to step time measured for the model (estimate.ts).
  */
 export function predictedEvalSeconds(s: DashboardState, step: number): number | null {
   const c = s.config;
@@ -89,7 +82,7 @@ export function predictedEvalSeconds(s: DashboardState, step: number): number | 
   const full = DATASET_SIZE[c.dataset].test;
   const test = c.testSize > 0 ? Math.min(c.testSize, full) : full;
   const world = Math.max(1, s.stepClock.at(-1)?.world ?? s.worldSize ?? 1);
-  return (Math.ceil(test / world) * EVAL_PER_SAMPLE * step) / Math.max(1, c.batchSize);
+  return step * Math.ceil(test / world) * evalPerStepSecond(c.model, c.dataset, c.batchSize);
 }
 
 /**
