@@ -193,6 +193,8 @@ describe('the duration estimate', () => {
     within(DEMO_PRESET, 58);
     // mlp on MNIST, 40 steps, evaluated at steps 20 and 40: 138 s.
     within({ steps: '40' }, 138, 20);
+    // The language model's defaults (60 steps with 3 tabs): about 30 min in issue 52.
+    within({ ...fieldDefaults({ model: 'lm' }), model: 'lm' }, 30 * 60);
   });
 });
 

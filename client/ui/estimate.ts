@@ -8,14 +8,18 @@
  * no GPU, Debian Chromium's WebGPU on SwiftShader (a CPU implementation: the slow end of a class's
  * computers), with the world the form starts with, 3 tabs on that one computer:
  * `npm run launch -- --nproc 3 --job train --model M --dataset D --steps N --evalEvery K --logEvery 1`,
- * its console lines timed as they arrived. Other work shared the machine (load 1 to 19), which
- * makes steps up to about twice as slow: the figures are from the busier runs.
- * - Quick demo (mlp on synthetic data, batch 32, 60 steps): 0.5 s a step, 42 s for the job.
- * - mlp on MNIST, batch 64: 1.1 s a step; evaluating the 10,000 test samples (3,334 a tab): 31 s.
- * - cnn on MNIST, batch 64: CNN_FIGURES.
- * - lm on the text, batch 16 windows of 64 characters: 46 s a step (50 s at load 19, the first
- *   116 s); an evaluation of 105 windows a tab took over 76 s. The issue that asked for this
- *   (52) saw about 30 min for the defaults' 60 steps: 30 s a step is assumed.
+ * its console lines timed as they arrived. Other work shared the machine, and its load average
+ * (1 to 20 during these runs) changes a step's time several times over: these are figures of a
+ * busy machine, and an idle one is faster.
+ * - Quick demo (mlp on synthetic data, batch 32, 60 steps; load 1): 0.5 s a step, 42 s for the
+ *   job, 48 s with the launcher's start (issue 52 saw 58 s from the form).
+ * - mlp on MNIST, batch 64 (load 10): 1.1 s a step; evaluating the 10,000 test samples (3,334 a
+ *   tab): 31 s; 40 steps evaluated at 20 and 40 took 138 s.
+ * - cnn on MNIST, batch 64 (load 20): 22 s a step (the first 114 s), 0.35 s per test sample a
+ *   tab; half of that is assumed, the mlp's figures being from a machine half as busy.
+ * - lm on the text, batch 16 windows of 64 characters (load 15 to 19): 46 s a step (the first
+ *   116 s), and an evaluation of 105 windows a tab over 76 s; issue 52 saw about 30 min for the
+ *   defaults' 60 steps and evaluation: 30 s a step is assumed.
  * One tab alone on such a computer takes about 0.4 of the time of three, two tabs 0.7; more
  * than three tabs are assumed to be on several computers, so each step costs what three cost.
  */
@@ -34,7 +38,7 @@ interface Cost {
 const COSTS: Readonly<Record<'mlp/synthetic' | 'mlp/mnist' | 'cnn/mnist' | 'lm/text', Cost>> = {
   'mlp/synthetic': { step: 0.5, batch: 32, evalPerSample: 0.003 },
   'mlp/mnist': { step: 1.1, batch: 64, evalPerSample: 31 / 3334 },
-  'cnn/mnist': { step: 9, batch: 64, evalPerSample: 0.04 },
+  'cnn/mnist': { step: 10, batch: 64, evalPerSample: 0.15 },
   'lm/text': { step: 30, batch: 16, evalPerSample: 0.75 },
 };
 

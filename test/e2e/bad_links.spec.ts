@@ -103,7 +103,7 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
   await page.getByLabel('World size (tabs)').fill('4');
   await expect(page.getByTestId('hint-min')).toHaveText('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.');
-  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. A rough estimate/);
+  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. It assumes .+ a step and .+ for each of 3 test-set evaluations, as measured with up to three tabs on each 2-core computer without a GPU/);
   await page.getByTestId('demo-preset').click();
   // A demo of several tabs: every tab opened on its link trains.
   await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
