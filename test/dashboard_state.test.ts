@@ -343,10 +343,12 @@ describe('progress and time left', () => {
     expect(timeLeft(s)!.seconds).toBe(2.5);
   });
 
-  it('with a single step the step time is elapsed time over steps', () => {
-    const s = replay([joined(0), step(4, { total: 10, elapsed: 2 })]);
-    expect(stepSeconds(s)).toBe(0.5);
-    expect(timeLeft(s)!.seconds).toBe(3);
+  it('with a single step there is no step time yet: its elapsed time holds the page’s start', () => {
+    const s = replay([joined(0), step(4, { total: 10, elapsed: 20 })]);
+    expect(stepSeconds(s)).toBeNull();
+    expect(timeLeft(s)).toBeNull();
+    expect(progressFigures(s).text).toBe('Epoch 1 · step 4 / 10 (40%) · estimating time left…');
+    expect(statCards(s).time.sub).toBe('elapsed');
   });
 
   it('before any step there is no rate and no bar', () => {

@@ -40,8 +40,9 @@ export function clockEntry(prev: ClockEntry | undefined, e: { step: number; elap
 }
 
 /**
- * Seconds per training step of the current group, evaluation pauses left out; null before a
- * step. With one step in the group so far: the run's mean step so far.
+ * Seconds per training step of the current group, evaluation pauses left out; null before the
+ * group's second step (a first step's elapsed time holds the page's start: a run of 32 steps
+ * read "about 24 min left" from it).
  */
 export function stepSeconds(s: DashboardState): number | null {
   const c = s.stepClock;
@@ -61,10 +62,7 @@ export function stepSeconds(s: DashboardState): number | null {
     into.seconds += seconds;
   }
   const use = settled.steps > 0 ? settled : warmup;
-  if (use.steps > 0) return use.seconds / use.steps;
-  const e = s.lastStep;
-  const t = e ? e.elapsedSec - s.evalClock.seconds : 0;
-  return e && e.step > 0 && t > 0 ? t / e.step : null;
+  return use.steps > 0 ? use.seconds / use.steps : null;
 }
 
 /** Mean seconds of one evaluation so far, or null before one was timed. */
