@@ -5,7 +5,6 @@
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
-import type { ClockEntry } from './time_left.ts';
 
 // ---------------------------------------------------------------- actions
 
@@ -96,6 +95,20 @@ export interface ErrorMessage {
   detail: string;
   /** What the person can do about it. */
   action?: string;
+}
+
+/** One step of the dashboard's step clock (time_left.ts times the steps with it). */
+export interface ClockEntry {
+  readonly step: number;
+  /** The step's elapsed seconds since training started. */
+  readonly t: number;
+  /** Seconds spent evaluating so far (left out of step times). */
+  readonly evalT: number;
+  /** The group's size and round at this step: a step time never spans two groups. */
+  readonly world: number;
+  readonly round: number | null;
+  /** 1 for the group's first step reported here, 2 for the next, ... */
+  readonly inGroup: number;
 }
 
 export interface DashboardState {

@@ -9,7 +9,7 @@
  * (every evalEvery steps, each epoch end, and the final one, which is part of the run) count at
  * their measured time, or, before one was timed, at a time predicted from the step time.
  */
-import type { DashboardState } from './dashboard_types.ts';
+import type { ClockEntry, DashboardState } from './dashboard_types.ts';
 import { DATASET_SIZE, evalPerStepSecond } from './estimate.ts';
 import { fmtDuration } from './format.ts';
 
@@ -18,20 +18,6 @@ export const STEP_CLOCK = 41;
 
 /** Steps of each group left out of its step time, unless they are all it has. */
 export const WARMUP_STEPS = 2;
-
-/** One step of the dashboard's step clock. */
-export interface ClockEntry {
-  readonly step: number;
-  /** The step's elapsed seconds since training started. */
-  readonly t: number;
-  /** Seconds spent evaluating so far (left out of step times). */
-  readonly evalT: number;
-  /** The group's size and round at this step: a step time never spans two groups. */
-  readonly world: number;
-  readonly round: number | null;
-  /** 1 for the group's first step reported here, 2 for the next, ... */
-  readonly inGroup: number;
-}
 
 /** The clock's entry for a step, after `prev` (the clock's last entry). */
 export function clockEntry(prev: ClockEntry | undefined, e: { step: number; elapsedSec: number; world: number; round: number | null; evalT: number }): ClockEntry {
