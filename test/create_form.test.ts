@@ -36,7 +36,8 @@ describe('the create form', () => {
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {
-    expect(fieldDefaults({})).toEqual({ world: '1', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
+    // A session is for several tabs: the world starts at the Quick demo's 3 (issue 52).
+    expect(fieldDefaults({})).toEqual({ world: '3', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
     expect(fieldDefaults({ optimizer: 'sgd' }).lr).toBe('0.05');
   });
 
@@ -138,7 +139,7 @@ describe('the create form', () => {
     expect(checkForm(values)).toEqual({});
     const config = formConfig(values);
     expect(config).toMatchObject({ dataset: 'synthetic', steps: 60, trainSize: 2048, batchSize: 32, min: 2, max: 3 });
-    expect(estimateRun(config).seconds).toBeLessThan(60);
+    expect(estimateRun(config).seconds).toBeLessThan(90);
   });
 
   it('refuses a world size above 64, as the page would', () => {
@@ -175,7 +176,25 @@ describe('the duration estimate', () => {
     expect(fmtApprox(2 * 3600 + 25 * 60)).toBe('2 h 30 min');
     expect(fmtApprox(3 * 3600)).toBe('3 h');
     const sentence = estimateSentence(formConfig(form({ world: '3', min: '1', steps: '100' })));
-    expect(sentence).toMatch(/^Estimated duration: about .+ for 100 steps with 3 tabs \(longer with fewer\)\. A rough estimate/);
+    expect(sentence).toMatch(/^Estimated duration: about .+ for 100 steps with 3 tabs \(longer with fewer\)\. It assumes 1\.1 s a step and 31 s for the test-set evaluation, as measured with up to three tabs on each 2-core computer without a GPU/);
+  });
+
+  // Runs measured on this project's test machine (2 cores, SwiftShader WebGPU, 3 tabs on it;
+  // 2026-11-28, see estimate.ts): what they took, from the tabs' start to the end of the job.
+  it('is within 1.5x of what runs took on the test machine', () => {
+    const within = (values: Record<string, string>, took: number, evalEvery?: number) => {
+      const config = formConfig(form(values));
+      const e = estimateRun(evalEvery === undefined ? config : { ...config, evalEvery });
+      expect(e.seconds / took, `${JSON.stringify(values)}: estimated ${e.seconds.toFixed(0)} s, took ${took} s`).toBeGreaterThan(1 / 1.5);
+      expect(e.seconds / took, `${JSON.stringify(values)}: estimated ${e.seconds.toFixed(0)} s, took ${took} s`).toBeLessThan(1.5);
+    };
+    // The Quick demo: 42 s for the job, 48 s with the launcher's start (issue 52 saw 58 s).
+    within(DEMO_PRESET, 48);
+    within(DEMO_PRESET, 58);
+    // mlp on MNIST, 40 steps, evaluated at steps 20 and 40: 138 s.
+    within({ steps: '40' }, 138, 20);
+    // The language model's defaults (60 steps with 3 tabs): about 30 min in issue 52.
+    within({ ...fieldDefaults({ model: 'lm' }), model: 'lm' }, 30 * 60);
   });
 });
 

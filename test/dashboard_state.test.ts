@@ -12,7 +12,8 @@ import { facts } from '../client/ui/dashboard_facts.ts';
 import { describeCommHook, describeJob } from '../client/ui/dashboard_job.ts';
 import { commFigures, rankAverages } from '../client/ui/dashboard_perf.ts';
 import { pipelinePanel, timelineModel } from '../client/ui/dashboard_pipeline.ts';
-import { etaSeconds, evalSeconds, evalsLeft, progressFigures, runSeconds, stepRate } from '../client/ui/dashboard_progress.ts';
+import { progressFigures, runSeconds } from '../client/ui/dashboard_progress.ts';
+import { evalSeconds, evalsLeft, predictedEvalSeconds, stepSeconds, timeLeft } from '../client/ui/time_left.ts';
 import { faultHistoryLines, faultSummary, runReport, summaryEntries } from '../client/ui/dashboard_report.ts';
 import { pathWords, ringModel } from '../client/ui/dashboard_ring.ts';
 import { displayPhase, phaseLabel, statusText } from '../client/ui/dashboard_status.ts';
@@ -352,32 +353,35 @@ describe('lost ranks', () => {
 });
 
 describe('progress and time left', () => {
-  it('the step rate and the time left come from the steps’ own elapsed seconds', () => {
+  it('the step rate and the time left come from the steps’ own elapsed seconds (time_left.ts)', () => {
     const s = replay([{ type: 'config', config: config() }, joined(1), step(10, { total: 100, elapsed: 5 }), step(20, { total: 100, elapsed: 10 })]);
-    expect(stepRate(s)).toBe(2);
-    expect(etaSeconds(s)).toBe(40);
-    expect(progressFigures(s)).toEqual({ step: 20, total: 100, value: 20, max: 100, done: false, text: 'Epoch 1 of 2 · step 20 / 100 (20%) · 2.0 steps/s · about 40 s left' });
-    expect(statCards(s).time).toEqual({ value: '10 s', sub: 'elapsed · about 40 s left' });
+    expect(stepSeconds(s)).toBe(0.5);
+    // 80 steps of 0.5 s, then the evaluation at step 100 (the end), not timed yet: predicted.
+    expect(timeLeft(s)!.seconds).toBeCloseTo(40 + predictedEvalSeconds(s, 0.5)!, 9);
+    expect(progressFigures(s).text).toBe(`Epoch 1 of 2 · step 20 / 100 (20%) · 2.0 steps/s · ${timeLeft(s)!.text}`);
+    expect(statCards(s).time).toEqual({ value: '10 s', sub: `elapsed · ${timeLeft(s)!.text}` });
   });
 
-  it('the rate is over the last 21 steps, so it follows a speed-up', () => {
-    const slow = Array.from({ length: 30 }, (_, i) => step(i + 1, { total: 100, elapsed: i + 1 }));
-    const fast = Array.from({ length: 20 }, (_, i) => step(31 + i, { total: 100, elapsed: 30 + (i + 1) * 0.25 }));
+  it('the step time is over the last steps, so it follows a speed-up', () => {
+    const slow = Array.from({ length: 50 }, (_, i) => step(i + 1, { total: 100, elapsed: i + 1 }));
+    const fast = Array.from({ length: 40 }, (_, i) => step(51 + i, { total: 100, elapsed: 50 + (i + 1) * 0.25 }));
     const s = replay([joined(1), ...slow, ...fast]);
-    expect(stepRate(s)).toBe(4);
-    expect(etaSeconds(s)).toBe(12.5);
+    expect(stepSeconds(s)).toBe(0.25);
+    expect(timeLeft(s)!.seconds).toBe(2.5);
   });
 
-  it('with a single step the rate is steps over elapsed time', () => {
-    const s = replay([joined(0), step(4, { total: 10, elapsed: 2 })]);
-    expect(stepRate(s)).toBe(2);
-    expect(etaSeconds(s)).toBe(3);
+  it('with a single step there is no step time yet: its elapsed time holds the page’s start', () => {
+    const s = replay([joined(0), step(4, { total: 10, elapsed: 20 })]);
+    expect(stepSeconds(s)).toBeNull();
+    expect(timeLeft(s)).toBeNull();
+    expect(progressFigures(s).text).toBe('Epoch 1 · step 4 / 10 (40%) · estimating time left…');
+    expect(statCards(s).time.sub).toBe('elapsed');
   });
 
   it('before any step there is no rate and no bar', () => {
     const s = replay([joined(0)]);
-    expect(stepRate(s)).toBeNull();
-    expect(etaSeconds(s)).toBeNull();
+    expect(stepSeconds(s)).toBeNull();
+    expect(timeLeft(s)).toBeNull();
     expect(progressFigures(s)).toEqual({ step: 0, total: 0, value: 0, max: 1, done: false, text: 'No steps yet.' });
   });
 });
@@ -618,10 +622,10 @@ describe('time left with evaluation pauses', () => {
     s = reduceDashboard(s, { at: at0 + 14_000, event: { type: 'eval', epoch: 0, step: 10, testAccuracy: 0.5, testLoss: 1 } });
     s = reduceDashboard(s, { at: at0 + 15_000, event: step(11, { total: 50, elapsed: 15 }) });
     expect(evalSeconds(s)).toBe(4);
-    expect(stepRate(s)).toBe(1);
+    expect(stepSeconds(s)).toBe(1);
     // Evals left: steps 20, 30, 40 and 50 (the epoch end and the run's end are the same step).
     expect(evalsLeft(s)).toBe(4);
-    expect(etaSeconds(s)).toBe(39 + 4 * 4);
+    expect(timeLeft(s)!.seconds).toBe(39 + 4 * 4);
   });
 
   it('counts the final evaluation when the run ends between evaluation steps', () => {

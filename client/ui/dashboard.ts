@@ -3,7 +3,7 @@
  * through `handle()`; each one, like the page's own errors and the stop button, goes through the
  * pure reducer in dashboard_state.ts, and the views (view_*.ts, one per panel) draw the new state.
  *
- * Cheap things (status text, progress and its test hooks, facts, ring, log) are drawn on each
+ * Cheap things (status text, progress and its test hooks, the TIME card, facts, ring, log) are drawn on each
  * event; charts, stat cards, the fleet and throughput tables and a pipeline or parameter-server run's panel
  * redraw at most ~4 times a second on an animation frame, so hundreds of steps a second cost one
  * draw per frame.
@@ -256,6 +256,7 @@ export class Dashboard {
     this.banner.render(s);
     this.facts.render(s);
     this.progress.render(s);
+    this.stats.renderTime(s);
     this.summary.render(s);
     this.sample.render(s);
     this.ring.render(s);

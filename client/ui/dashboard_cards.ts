@@ -5,7 +5,8 @@ import { RECENT, type DashboardState } from './dashboard_state.ts';
 import { plural } from './dashboard_format.ts';
 import { sampleWeighted } from './sample_weighted.ts';
 import { rankAverages } from './dashboard_perf.ts';
-import { etaSeconds, runSeconds } from './dashboard_progress.ts';
+import { runSeconds } from './dashboard_progress.ts';
+import { timeLeft } from './time_left.ts';
 import { fmtDuration, fmtInt, fmtNumber, fmtPercent } from './format.ts';
 
 export type StatKey = 'loss' | 'acc' | 'test' | 'speed' | 'time';
@@ -42,22 +43,7 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
       windowChars !== null
         ? { value: fmtInt(total * windowChars), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}` }
         : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
-    const eta = etaSeconds(s);
-    const timeSub =
-      s.phase === 'done'
-        ? 'total time'
-        : s.phase === 'stopped'
-          ? 'until stopped'
-          : s.phase === 'failed'
-            ? 'until it failed'
-            : s.phase === 'ended'
-              ? 'until the session ended'
-              : s.phase === 'removed'
-                ? 'until the host removed this tab'
-              : eta === null
-                ? 'elapsed'
-                : `elapsed · about ${fmtDuration(eta)} left`;
-    cards.time = { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub: timeSub };
+    cards.time = timeCard(s);
   }
   const final = s.summary?.testAccuracy;
   const finalLoss = s.summary?.testLoss;
@@ -75,4 +61,27 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     cards.test = { value: '–', sub: 'no evaluation yet' };
   }
   return cards;
+}
+
+/** The TIME card: elapsed, and the time left the Progress panel shows too (time_left.ts). */
+export function timeCard(s: DashboardState): StatCard {
+  const e = s.lastStep;
+  if (!e) return { value: '–', sub: '' };
+  // The Progress panel's figure too: one estimate on the screen.
+  const left = timeLeft(s);
+  const sub =
+    s.phase === 'done'
+      ? 'total time'
+      : s.phase === 'stopped'
+        ? 'until stopped'
+        : s.phase === 'failed'
+          ? 'until it failed'
+          : s.phase === 'ended'
+            ? 'until the session ended'
+            : s.phase === 'removed'
+              ? 'until the host removed this tab'
+            : left === null
+              ? 'elapsed'
+              : `elapsed · ${left.text}`;
+  return { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub };
 }

@@ -23,6 +23,7 @@ import { summaryLine } from './dashboard_report.ts';
 import { pathWords } from './dashboard_ring.ts';
 import { fmtInt, fmtNumber, fmtPercent } from './format.ts';
 import { tallyContributions } from '../../src/elastic/contributions.ts';
+import { STEP_CLOCK, clockEntry } from './time_left.ts';
 
 // ---------------------------------------------------------------- actions and state
 
@@ -412,7 +413,7 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
     recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
     if (m.pipeline) (pipelineRanks ??= new Map(s.pipelineRanks)).set(m.rank, m.pipeline);
   }
-  const clock = [...s.stepClock, { step: e.step, t: e.elapsedSec, evalT: s.evalClock.seconds }];
+  const clock = [...s.stepClock, clockEntry(s.stepClock.at(-1), { step: e.step, elapsedSec: e.elapsedSec, evalT: s.evalClock.seconds, world: e.ranks.length, round: s.round })];
   let next: DashboardState = {
     ...s,
     phase: isOver(s.phase) ? s.phase : 'training',
@@ -422,7 +423,7 @@ function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState
     recent,
     pipelineRanks: pipelineRanks ?? s.pipelineRanks,
     ringProven: true,
-    stepClock: clock.length > RECENT + 1 ? clock.slice(-(RECENT + 1)) : clock,
+    stepClock: clock.length > STEP_CLOCK ? clock.slice(-STEP_CLOCK) : clock,
     lastStepAt: at,
   };
   if (firstStep) next = withLog(next, at, 'info', `Training started: first step done with ${plural(e.ranks.length, 'rank')}.`);

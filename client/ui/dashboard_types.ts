@@ -100,6 +100,20 @@ export interface ErrorMessage {
   action?: string;
 }
 
+/** One step of the dashboard's step clock (time_left.ts times the steps with it). */
+export interface ClockEntry {
+  readonly step: number;
+  /** The step's elapsed seconds since training started. */
+  readonly t: number;
+  /** Seconds spent evaluating so far (left out of step times). */
+  readonly evalT: number;
+  /** The group's size and round at this step: a step time never spans two groups. */
+  readonly world: number;
+  readonly round: number | null;
+  /** 1 for the group's first step reported here, 2 for the next, ... */
+  readonly inGroup: number;
+}
+
 export interface DashboardState {
   readonly session: string;
   readonly phase: Phase;
@@ -124,10 +138,10 @@ export interface DashboardState {
   readonly shard: ShardEvent | null;
   readonly lastStep: StepEvent | null;
   /**
-   * Step number, elapsed seconds and the evaluation seconds so far, of the last RECENT + 1 steps:
-   * the step rate's window (evaluation pauses are taken out of it).
+   * Step number, elapsed seconds, the evaluation seconds so far and the group, of the last
+   * STEP_CLOCK steps: the step time's window (time_left.ts; evaluation pauses are taken out of it).
    */
-  readonly stepClock: ReadonlyArray<{ step: number; t: number; evalT: number }>;
+  readonly stepClock: ReadonlyArray<ClockEntry>;
   /** When the last step was reported (the action's time), to time the evaluation after it. */
   readonly lastStepAt: number | null;
   /** Evaluations timed so far and their seconds in all. */

@@ -141,6 +141,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
 /**
  * What the create form starts with where that differs from a link's default: a session made on
  * the page is elastic (min 1), while a link without `min` keeps the fixed size it always meant.
- * A class's tabs come and go: sessions made on the page keep training with whoever is there.
+ * A class's tabs come and go: sessions made on the page keep training with whoever is there. And
+ * a session is made for several tabs: the world starts at 3, as the Quick demo's.
  */
-export const FORM_DEFAULTS: Readonly<Partial<Record<TrainOptionName, unknown>>> = { min: 1 };
+export const FORM_DEFAULTS: Readonly<Partial<Record<TrainOptionName, unknown>>> = { world: 3, min: 1 };

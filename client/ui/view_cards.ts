@@ -1,6 +1,6 @@
 /** The stat cards: the five latest figures above the charts. */
 import type { DashboardState } from './dashboard_state.ts';
-import { statCards, type StatKey } from './dashboard_cards.ts';
+import { statCards, timeCard, type StatCard, type StatKey } from './dashboard_cards.ts';
 import { el } from './dom.ts';
 import { setText } from './view_dom.ts';
 import './styles/panel_cards.css';
@@ -23,13 +23,20 @@ export class StatsView {
     }
   }
 
+  /** The four figures that redraw on the throttled render. */
   render(s: DashboardState): void {
     const figures = statCards(s);
-    for (const [key, card] of this.cards) {
-      const f = figures[key];
-      if (f.unit) card.value.replaceChildren(f.value, el('span', { class: 'unit' }, f.unit));
-      else setText(card.value, f.value);
-      setText(card.sub, f.sub);
-    }
+    for (const [key, card] of this.cards) if (key !== 'time') this.draw(card, figures[key]);
+  }
+
+  /** The TIME card, drawn with the Progress panel (each frame): its time left is the panel's, never an older one. */
+  renderTime(s: DashboardState): void {
+    this.draw(this.cards.get('time')!, timeCard(s));
+  }
+
+  private draw(card: { value: HTMLElement; sub: HTMLElement }, f: StatCard): void {
+    if (f.unit) card.value.replaceChildren(f.value, el('span', { class: 'unit' }, f.unit));
+    else setText(card.value, f.value);
+    setText(card.sub, f.sub);
   }
 }

@@ -99,9 +99,11 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   await page.goto(server.url);
   const min = page.getByLabel('Keep training with at least (tabs)');
   await expect(min).toHaveValue('1');
+  // A session is for a class: the world starts at the Quick demo's 3 tabs (issue 52).
+  await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
   await page.getByLabel('World size (tabs)').fill('4');
   await expect(page.getByTestId('hint-min')).toHaveText('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.');
-  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. A rough estimate/);
+  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. It assumes .+ a step and .+ for each of 3 test-set evaluations, as measured with up to three tabs on each 2-core computer without a GPU/);
   await page.getByTestId('demo-preset').click();
   // A demo of several tabs: every tab opened on its link trains.
   await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');

@@ -30,6 +30,22 @@ test('three tabs train together on the dashboard; the downloaded model matches t
   await expect.poll(async () => Number(await progress.getAttribute('data-step')), { timeout: 120_000 }).toBeGreaterThanOrEqual(8);
   const total = Number(await progress.getAttribute('data-total'));
   expect(total).toBe(32); // 1536 / 3 ranks / 32 per batch = 16 steps per epoch, 2 epochs
+  // One time left on the screen (issue 52): the Progress panel's and the TIME card's are the same
+  // text, read together at several steps of the run.
+  const seen = new Set<number>();
+  for (let i = 0; i < 400 && seen.size < 4; i++) {
+    const [step, bar, card] = await page.evaluate(() => [
+      document.querySelector('[data-testid=progress]')?.getAttribute('data-step') ?? '',
+      document.getElementById('dash-progress-text')?.textContent ?? '',
+      document.querySelector('[data-stat=time] .stat-sub')?.textContent ?? '',
+    ]);
+    const left = /about [^·]+ left/.exec(bar)?.[0];
+    if (Number(step) >= total - 2 || !left) break;
+    expect(card, `the TIME card at step ${step} beside "${bar}"`).toBe(`elapsed · ${left}`);
+    seen.add(Number(step));
+    await page.waitForTimeout(150);
+  }
+  expect(seen.size, 'steps at which both time-left figures were read').toBeGreaterThanOrEqual(4);
   for (const r of ranks) {
     for (const chart of ['loss-chart', 'accuracy-chart']) {
       await expect(r.page.getByTestId(chart)).toHaveAttribute('data-ranks', '0,1,2');
