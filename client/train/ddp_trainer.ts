@@ -124,7 +124,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     const figures = await evaluateFinal(pg, model, testSet, warn, { progress, skipped: () => opts.skipEvaluation?.() === true });
     if (figures === null) {
       emit({ type: 'evaluating', step, done: Math.max(0, last.done), total: last.total, skipped: true });
-      emit({ type: 'log', level: 'info', message: `The host skipped the evaluation after the run: no test accuracy for step ${step}` });
+      emit({ type: 'log', level: 'info', message: `The evaluation after the run was skipped: no test accuracy for step ${step}` });
       return null;
     }
     return evaluateAndEmit(pg, step, epoch, figures);

@@ -269,11 +269,10 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'evaluating': {
       const prev = state.finalEval;
-      const skipped = event.skipped === true;
-      let next: DashboardState = { ...state, finalEval: { step: event.step, done: event.done, total: event.total, skipRequested: prev?.skipRequested ?? false, skipped } };
-      if (prev === null) next = log(next, 'info', `Training is over at step ${fmtInt(event.step)}: its weights are final and can be downloaded now, while they are evaluated on the test set.`);
-      if (skipped && !prev?.skipped) next = log(next, 'info', 'The evaluation after the run was skipped.');
-      return next;
+      // The job logs the skip itself (the console hears it too).
+      const next: DashboardState = { ...state, finalEval: { step: event.step, done: event.done, total: event.total, skipRequested: prev?.skipRequested ?? false, skipped: event.skipped === true } };
+      if (prev !== null) return next;
+      return log(next, 'info', `Training is over at step ${fmtInt(event.step)}: its weights are final and can be downloaded now, while they are evaluated on the test set.`);
     }
 
     case 'skip-eval-requested':
