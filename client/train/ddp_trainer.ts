@@ -32,7 +32,7 @@ import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/d
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { contributionTracker } from './contributions.ts';
-import { dashboardEvents, evaluate, evaluateFinal, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { dashboardEvents, evaluate, evaluateAndReport, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -108,26 +108,10 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     return result;
   };
 
-  /**
-   * The evaluation after the run, on weights that are final: 'evaluating' says so (the page
-   * offers them at once) and how far this rank's share is; null when the host skipped it.
-   */
+  /** The evaluation after the run (see evaluateAndReport); null when the host skipped it. */
   const finalEvaluation = async (pg: ProcessGroup, step: number, epoch: number) => {
-    const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
-    let last = { done: -1, total: 0 };
-    const progress = (done: number, total: number) => {
-      // About every 5 %: the dashboard and the spectators need no more.
-      if (last.done >= 0 && done > last.done && done < total && done - last.done < total / 20) return;
-      last = { done, total };
-      emit({ type: 'evaluating', step, done, total });
-    };
-    const figures = await evaluateFinal(pg, model, testSet, warn, { progress, skipped: () => opts.skipEvaluation?.() === true });
-    if (figures === null) {
-      emit({ type: 'evaluating', step, done: Math.max(0, last.done), total: last.total, skipped: true });
-      emit({ type: 'log', level: 'info', message: `The evaluation after the run was skipped: no test accuracy for step ${step}` });
-      return null;
-    }
-    return evaluateAndEmit(pg, step, epoch, figures);
+    const figures = await evaluateAndReport(pg, model, testSet, step, emit, () => opts.skipEvaluation?.() === true);
+    return figures === null ? null : evaluateAndEmit(pg, step, epoch, figures);
   };
 
   /** This rank's gradients computed on the page's own backend, averaged by DDP; and the right predictions. */

@@ -442,6 +442,25 @@ export async function evaluateFinal(pg: ProcessGroup, model: tf.LayersModel, tes
   }
 }
 
+/**
+ * evaluateFinal for a trainer, on weights that are final: 'evaluating' says so (the page offers
+ * them at once) and how far this rank's share is, about every 5 %; null when it was skipped.
+ */
+export async function evaluateAndReport(pg: ProcessGroup, model: tf.LayersModel, test: Dataset, step: number, emit: (e: TrainEvent) => void, skipped: () => boolean): Promise<{ testAccuracy: number; testLoss: number } | null> {
+  const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
+  let last = { done: -1, total: 0 };
+  const progress = (done: number, total: number) => {
+    if (last.done >= 0 && done > last.done && done < total && done - last.done < total / 20) return;
+    last = { done, total };
+    emit({ type: 'evaluating', step, done, total });
+  };
+  const figures = await evaluateFinal(pg, model, test, warn, { progress, skipped });
+  if (figures !== null) return figures;
+  emit({ type: 'evaluating', step, done: Math.max(0, last.done), total: last.total, skipped: true });
+  emit({ type: 'log', level: 'info', message: `The evaluation after the run was skipped: no test accuracy for step ${step}` });
+  return null;
+}
+
 /** Accuracy and mean loss from [correct, loss sum, count]. */
 function figuresOf(totals: Float32Array): { testAccuracy: number; testLoss: number } {
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
