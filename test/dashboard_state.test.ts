@@ -171,13 +171,38 @@ describe('phases and the status line', () => {
     expect(requested.phase).toBe('training');
     const stopped = replay([{ type: 'stopped', by: 1, atStep: 6 }], requested);
     expect(stopped.phase).toBe('stopped');
-    expect(statusText(stopped)).toBe('Stopped by rank 1 (this tab) at step 6.');
-    expect(controls(stopped)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: false });
+    // The weights are final at the stop: they can be saved at once, while the evaluation runs.
+    expect(statusText(stopped)).toBe('Stopped by rank 1 (this tab) at step 6. The model trained so far can be downloaded now.');
+    expect(controls(stopped)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
+    const evaluating = replay([{ type: 'evaluating', step: 6, done: 150, total: 500 }], stopped);
+    expect(statusText(evaluating)).toBe('Stopped by rank 1 (this tab) at step 6. The model trained so far can be downloaded now. Evaluating on the test set… 30%.');
+    expect(controls(evaluating).skipEval).toEqual({ visible: true, disabled: false, label: 'Skip the evaluation' });
     const done = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1 } }], stopped);
     expect(done.phase).toBe('stopped');
     expect(statusText(done)).toBe('Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.');
     expect(controls(done)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
     expect(done.log[0]!.message).toBe('Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none');
+  });
+
+  it('the evaluation after the run: downloads at once, its progress, and the host skips it on every tab', () => {
+    const s = replay([{ type: 'role', host: true, hasHost: true, spectator: false }], training());
+    expect(controls(s)).toMatchObject({ skipEval: { visible: false }, downloadEnabled: false });
+    const evaluating = replay([{ type: 'evaluating', step: 12, done: 0, total: 400 }], s);
+    expect(phaseLabel(evaluating)).toBe('Evaluating');
+    expect(statusText(evaluating)).toBe('Training finished at step 12. Evaluating on the test set… 0%. The model can be downloaded now.');
+    expect(controls(evaluating)).toMatchObject({ skipEval: { visible: true, disabled: false }, downloadEnabled: true });
+    const asked = replay([{ type: 'skip-eval-requested' }], evaluating);
+    expect(controls(asked).skipEval).toEqual({ visible: true, disabled: true, label: 'Skipping the evaluation…' });
+    // Every tab hears the host's skip as a 'stop' during the evaluation: not as a second stop of the training.
+    const heard = replay([{ type: 'control', action: 'stop' }], evaluating);
+    expect(heard.stoppedByHost).toBe(false);
+    expect(controls(heard).skipEval.disabled).toBe(true);
+    const skipped = replay([{ type: 'evaluating', step: 12, done: 40, total: 400, skipped: true }, { type: 'done', summary: { testAccuracy: null, evaluationSkipped: true } }], asked);
+    expect(statusText(skipped)).toMatch(/^Done\. .* The evaluation was skipped\. The model can be downloaded\.$/);
+    expect(controls(skipped)).toMatchObject({ skipEval: { visible: false }, downloadEnabled: true });
+    // A spectator's replica is not the run's: watching the evaluation enables nothing.
+    const watching = replay([{ type: 'role', host: false, hasHost: true, spectator: true }, { type: 'evaluating', step: 12, done: 0, total: 400 }], initialDashboardState({ session: 'x', at: 0 }));
+    expect(controls(watching).downloadEnabled).toBe(false);
   });
 
   it('a tab that watched a run to its good end says so, not that training failed', () => {
@@ -688,7 +713,7 @@ describe('roles: the host, the other tabs, spectators', () => {
     const stopped = replay([{ type: 'control', action: 'stop' }, { type: 'stopped', by: 0, atStep: 6 }], training());
     expect(stopped.log[1]!.message).toBe('The host stopped the run: every tab stops at the same step.');
     expect(stopped.log[0]!.message).toBe('Training stopped at step 6 by the host.');
-    expect(statusText(stopped)).toBe('Stopped by the host at step 6.');
+    expect(statusText(stopped)).toBe('Stopped by the host at step 6. The model trained so far can be downloaded now.');
 
     const min = replay([{ type: 'min-requested', min: 2 }, { type: 'control', action: 'min', min: 2 }], replay([role(true, true)], training({ min: 3, max: 3 })));
     expect(min.config!.min).toBe(2);

@@ -3,7 +3,8 @@
  * server: the accuracy is the whole test set's, and the page's other tasks (heartbeats, the
  * ticker's messages) run between its batches. On the cpu backend a batch holds the main thread,
  * so a test set evaluated in one go kept a page silent past the heartbeat bound and got it evicted.
- * After the run (`evaluateAfterRun`), a rank lost during the evaluation does not fail the survivor.
+ * After the run (`evaluateAfterRun`), a rank lost during the evaluation does not fail the survivor,
+ * and the host's skip (`evaluateFinal`), heard by one rank mid-share, ends it on every rank alike.
  */
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,7 +14,7 @@ import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
-import { evaluate, evaluateAfterRun } from '../client/train/harness.ts';
+import { evaluate, evaluateAfterRun, evaluateFinal } from '../client/train/harness.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
@@ -95,5 +96,34 @@ describe('evaluate', () => {
     expect(result.testLoss).toBeCloseTo(whole.testLoss, 5);
     model.dispose();
     pgs[0]!.destroy();
+  });
+
+  it("after the run, a skip heard by one rank mid-share ends the evaluation on both: the same answer, no hang", async () => {
+    const pgs = await twoRanks('evaluate-skip');
+    // 2,000 samples: 1,000 a rank, in batches of 250, with progress after each.
+    const test = syntheticDataset({ length: 2000, inputSize: 16, numClasses: 4, seed: 4 });
+    const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
+    const before = tf.memory().numTensors;
+    const progress: Array<[number, number]> = [];
+    // Rank 0 hears the skip after its second batch; rank 1 never does, and evaluates its whole share.
+    const hooks0 = { progress: (done: number, total: number) => progress.push([done, total]), skipped: () => progress.length > 2 };
+    const warn = (m: string) => {
+      throw new Error(`no warning expected: ${m}`);
+    };
+    const [r0, r1] = await Promise.all([evaluateFinal(pgs[0]!, model, test, warn, hooks0), evaluateFinal(pgs[1]!, model, test, warn, {})]);
+    expect(r0).toBeNull();
+    expect(r1).toBeNull();
+    expect(progress).toEqual([
+      [0, 1000],
+      [250, 1000],
+      [500, 1000],
+    ]);
+    // Without a skip, the same call gives the figures (and the group is still in step for it).
+    const [f0, f1] = await Promise.all([evaluateFinal(pgs[0]!, model, test, warn, {}), evaluateFinal(pgs[1]!, model, test, warn, {})]);
+    expect(f0).toEqual(f1);
+    expect(f0!.testAccuracy).toBeGreaterThan(0);
+    expect(tf.memory().numTensors).toBe(before);
+    model.dispose();
+    pgs.forEach((pg) => pg.destroy());
   });
 });

@@ -20,6 +20,8 @@ import {
   UnauthorizedError,
 } from '../../src/index.ts';
 import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { mountBadLink } from '../ui/bad_link.ts';
+import { refusedLinkProblem, tokenProblem, type LinkProblem } from '../ui/link_check.ts';
 import { PageSecret } from './page_secret.ts';
 import { DashboardPublisher, watchDashboard } from '../train/spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
@@ -81,6 +83,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'waiting':
     case 'link':
     case 'done':
+    case 'evaluating': // the dashboard shows its progress
       return undefined;
     default: {
       const unknown: never = e;
@@ -106,8 +109,21 @@ async function connectWithRetry(dash: Dashboard, origin: string, session: string
   }
 }
 
+/** A tab whose link cannot join the session: one page says what is wrong and what to do, nothing else. */
+function showBadLink(root: HTMLElement, session: string, problem: LinkProblem): void {
+  root.replaceChildren();
+  mountBadLink(root, problem);
+  document.title = `⚠ ${problem.title} · ${session}`;
+  console.error(`${problem.title}: ${problem.message}`);
+  // The launcher's pages must hear of it too, or it would wait for a result until its timeout.
+  report({ type: 'error', name: 'LinkError', message: problem.message });
+}
+
 export async function trainPage(opts: TrainPageOptions): Promise<void> {
   const { root, params, session } = opts;
+  // A link without a token, or with one of the wrong form, joins nothing: no dashboard, no "failed".
+  const badToken = tokenProblem(location.hash, session);
+  if (badToken) return showBadLink(root, session, badToken);
   root.removeAttribute('aria-live'); // the dashboard manages its own live regions
   let stop = false;
   let result: TrainResult | undefined;
@@ -115,16 +131,14 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   let liveModel: tf.LayersModel | undefined;
   let store: StoreClient | undefined;
   let config: TrainConfig | undefined;
-  // A link without its token joins nothing: the dashboard says so.
-  let token: string | Error;
-  try {
-    token = pageToken();
-  } catch (err) {
-    token = err as Error;
-  }
+  // Checked above: tokenProblem found none.
+  const token = pageToken();
+  /** The evaluation after the run is running here; and whether it is to be skipped (see onSkipEval). */
+  let evaluatingFinal = false;
+  let skipEval = false;
   const hostSecret = pageHostSecret();
   // The token changes when the host removes a tab; the removed tab stops, says so, and keeps its replica to save.
-  const secret = new PageSecret(token instanceof Error ? '' : token, {
+  const secret = new PageSecret(token, {
     linkChanged: (next, reason) => dash.linkChanged(next, reason),
     removed: () => {
       stop = true;
@@ -145,6 +159,11 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       // A session with a host stops when the host says so, through the server, to every tab at once.
       if (store?.hasHost) control('stop');
       else stop = true;
+    },
+    // With a host, a second 'stop' (relayed to every tab) skips the evaluation after the run on every rank at once.
+    onSkipEval: () => {
+      if (store?.hasHost) control('stop');
+      else skipEval = true;
     },
     onEnd: () => control('end'),
     onSetMin: (min) => control('min', min),
@@ -184,6 +203,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     dash.handle(e);
     showInTitle(session, e);
     if (e.type === 'joined') rank = e.rank;
+    if (e.type === 'evaluating') evaluatingFinal = true;
     // Rank 0 shows the run to the spectators of a full session.
     publisher?.record(e, rank === 0);
     const line = logLine(e, logEvery);
@@ -212,7 +232,6 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
   let watcher: { stop(): void } | undefined;
   try {
-    if (token instanceof Error) throw token;
     config = parseTrainConfig((name) => urlOption(params, name));
     // A tab that cannot take part says why before it joins anything: the others never wait for it.
     const refusal = preflight(config, tabAbilities(browserLabel(thisBrowser())));
@@ -222,6 +241,14 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     store = connected;
     // The first connection's events; the rendezvous handler's onToken follows the later ones.
     secret.watch(connected);
+    // Heard on the connection itself, which outlives the rendezvous: the skip comes after the run.
+    // The first 'stop' stops the training; one during the evaluation after the run, or any later one, skips it.
+    let stopHeard = false;
+    connected.on('control', (e) => {
+      if (e.action !== 'stop') return;
+      if (evaluatingFinal || stopHeard) skipEval = true;
+      stopHeard = true;
+    });
     const role = { host: connected.isHost, hasHost: connected.hasHost };
     dash.setRole({ ...role, spectator: false });
     publisher = new DashboardPublisher(connected);
@@ -243,6 +270,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       stopRequested: () => stop || timeLimitReached(),
       // With a host, a stop counts only when every rank heard it from the server: no member stops the run alone.
       stopVote: connected.hasHost ? 'all' : 'any',
+      skipEvaluation: () => skipEval,
       ...(hostSecret === undefined ? {} : { host: hostSecret }),
       spectate: true,
       onModel: (model) => {
@@ -284,6 +312,12 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       dash.watchedEnd(e.rank);
       if (e.rank !== null && liveModel) dash.setDownloadable(true);
       return;
+    }
+    // Refused before it ever joined (a wrong, replaced or unknown token, an ended session): not a member, so no dashboard.
+    const refused = joinedAt === undefined ? refusedLinkProblem(e, session) : null;
+    if (refused) {
+      dash.destroy();
+      return showBadLink(root, session, refused);
     }
     if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
       // Even the spectators' seats are taken: not a failure of training.

@@ -32,7 +32,7 @@ import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/d
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { contributionTracker } from './contributions.ts';
-import { dashboardEvents, evaluate, evaluateAfterRun, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { dashboardEvents, evaluate, evaluateAndReport, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -96,9 +96,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   let announcedModel = false;
 
   let lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
-  const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number, afterRun = false) => {
-    const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
-    const result = { step, ...(await (afterRun ? evaluateAfterRun(pg, model, testSet, warn) : evaluate(pg, model, testSet))) };
+  const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number, figures?: { testAccuracy: number; testLoss: number }) => {
+    const result = { step, ...(figures ?? (await evaluate(pg, model, testSet))) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
     // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
@@ -107,6 +106,12 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       emit(lastSample);
     }
     return result;
+  };
+
+  /** The evaluation after the run (see evaluateAndReport); null when the host skipped it. */
+  const finalEvaluation = async (pg: ProcessGroup, step: number, epoch: number) => {
+    const figures = await evaluateAndReport(pg, model, testSet, step, emit, () => opts.skipEvaluation?.() === true);
+    return figures === null ? null : evaluateAndEmit(pg, step, epoch, figures);
   };
 
   /** This rank's gradients computed on the page's own backend, averaged by DDP; and the right predictions. */
@@ -308,7 +313,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   if (run.stoppedBy !== null) emit({ type: 'stopped', by: run.stoppedBy, atStep: run.steps });
   const latest = evals.at(-1);
   // The collectives after the run: a tab closed as it ended costs figures, not the run.
-  const final = latest?.step === run.steps ? latest : await evaluateAndEmit(pg, run.steps, run.epoch, true);
+  const final = latest?.step === run.steps ? latest : await finalEvaluation(pg, run.steps, run.epoch);
   const weights = await run.ddp.flatWeights();
   const probeCount = Math.min(8, testSet.length);
   const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
@@ -338,12 +343,14 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     epochs: run.epoch,
     samplesPerSec: timedSteps > 0 ? samplesPerSecTotal / timedSteps : null,
     finalLoss: lastLoss,
-    testAccuracy: final.testAccuracy,
-    testLoss: final.testLoss,
+    // null when the host skipped the evaluation after the run.
+    testAccuracy: final?.testAccuracy ?? null,
+    testLoss: final?.testLoss ?? null,
+    ...(final === null ? { evaluationSkipped: true } : {}),
     // The language model: its test loss per character as a perplexity, the baseline of the
     // characters' frequencies, characters per second, and what it writes at the end.
     ...(job.text && lastSample
-      ? { perplexity: Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text }
+      ? { perplexity: final === null ? null : Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text }
       : {}),
     weightHash: hashFloat32(weights),
     // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).

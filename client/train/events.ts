@@ -138,6 +138,11 @@ export type TrainEvent =
    */
   | { type: 'steps-redone'; steps: number }
   | { type: 'stopped'; by: number; atStep: number }
+  /**
+   * The evaluation after the run: the weights are final (they can be saved now), and this rank
+   * has evaluated `done` of its `total` test samples at `step`; `skipped` once the host skipped it.
+   */
+  | { type: 'evaluating'; step: number; done: number; total: number; skipped?: boolean }
   | { type: 'done'; summary: Record<string, unknown> }
   /** A pipeline run: this tab's place (stage, replica) and which layers each stage holds. */
   | {

@@ -9,6 +9,8 @@ import './styles/base_media.css';
 import './styles/bad_link.css';
 
 export function mountBadLink(root: HTMLElement, problem: LinkProblem): void {
+  // Only the problem and what to do: a token problem offers no session of the person's own.
+  const create = problem.offerCreate === false ? [] : [el('p', { class: 'form-actions' }, el('a', { href: '/', class: 'btn btn-primary' }, 'Create a new session'))];
   root.append(
     el(
       'div',
@@ -19,7 +21,7 @@ export function mountBadLink(root: HTMLElement, problem: LinkProblem): void {
         el('h1', { id: 'bad-link-title' }, problem.title),
         el('p', { class: 'bad-link-message', 'data-testid': 'bad-link-message' }, problem.message),
         el('p', { class: 'bad-link-action' }, el('strong', {}, 'What to do: '), problem.action),
-        el('p', { class: 'form-actions' }, el('a', { href: '/', class: 'btn btn-primary' }, 'Create a new session')),
+        ...create,
       ),
     ),
   );

@@ -54,6 +54,8 @@ export interface DashboardOptions {
   onEnd?: () => void;
   /** The host's new minimum number of tabs (1..max). */
   onSetMin?: (min: number) => void;
+  /** "Skip the evaluation" after the run (the host's tab, or any tab of a session without a host). */
+  onSkipEval?: () => void;
   /** "Continue training" after a failure the page said it can train past. */
   onContinue?: () => void;
   /** The host's "Remove" in the group table, after confirming: the tab at `rank` of round `round`. */
@@ -109,6 +111,10 @@ export class Dashboard {
         if (!this.state.canContinue) return;
         this.dispatch({ type: 'continue-requested' });
         options.onContinue?.();
+      },
+      skipEval: () => {
+        this.dispatch({ type: 'skip-eval-requested' });
+        options.onSkipEval?.();
       },
       download: () => options.onDownload(downloadBaseName(this.state)),
       downloadTorch: () => options.onDownloadTorch?.(downloadBaseName(this.state)),

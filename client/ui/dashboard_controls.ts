@@ -7,6 +7,8 @@ import { isOver, type DashboardState } from './dashboard_state.ts';
 export interface Controls {
   /** "Stop training for everyone": the host's tab, or every tab of a session without a host. */
   stop: { visible: boolean; disabled: boolean; label: string };
+  /** "Skip the evaluation": while the evaluation after the run goes on, on the tabs that may stop the run. */
+  skipEval: { visible: boolean; disabled: boolean; label: string };
   /** "End session": the host's tab only. */
   end: { visible: boolean; disabled: boolean };
   /** The host's control of the minimum number of tabs (1..max). */
@@ -17,7 +19,10 @@ export interface Controls {
   note: string | null;
   /** "Continue training" after a failure the page can train past. */
   continueVisible: boolean;
-  /** The model exists once 'done' arrived, or when the page says it has one (after a failure). */
+  /**
+   * The model can be saved once its weights are final: at the stop or when the evaluation after
+   * the run starts (not only at 'done'), or when the page says it has one (after a failure).
+   */
   downloadEnabled: boolean;
 }
 
@@ -28,17 +33,30 @@ export function controls(s: DashboardState): Controls {
   else if (s.stoppedBy) stop = { ...stop, disabled: true, label: 'Stopped' };
   else if (isOver(s.phase) || s.phase === 'full') stop = { ...stop, disabled: true };
   else if (s.stopRequested) stop = { ...stop, disabled: true, label: 'Stopping…' };
+  const fe = s.finalEval;
+  const skipEval = {
+    visible: (host || !hasHost) && !spectator && fe !== null && !fe.skipped && !s.finished && (s.phase === 'training' || s.phase === 'stopped'),
+    disabled: fe?.skipRequested === true,
+    label: fe?.skipRequested ? 'Skipping the evaluation…' : 'Skip the evaluation',
+  };
   const max = s.config?.max ?? s.waiting?.max ?? 1;
   const min = s.minRequested ?? s.waiting?.min ?? s.config?.min ?? 1;
   return {
     stop,
+    skipEval,
     end: { visible: host, disabled: s.phase === 'ended' },
     min: { visible: host && max > 1, disabled: isOver(s.phase), value: Math.min(min, max), max },
     remove: { visible: host && !spectator && s.round !== null && s.self !== null && !isOver(s.phase) },
     note: !host && hasHost && s.phase !== 'ended' ? "The host's tab controls this session: it can stop the training or end the session." : null,
     continueVisible: s.phase === 'failed' && s.canContinue,
-    downloadEnabled: s.downloadable ?? s.finished,
+    downloadEnabled: s.downloadable ?? (s.finished || weightsFinal(s)),
   };
+}
+
+/** This tab's weights are final: its run stopped, or its evaluation after the run began (a spectator's are not its run's). */
+export function weightsFinal(s: DashboardState): boolean {
+  if (s.self === null || s.role.spectator) return false;
+  return s.finalEval !== null || (s.stoppedBy !== null && s.phase === 'stopped');
 }
 
 /** What the confirmation dialogs say: what happens, before it happens. */

@@ -66,6 +66,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     lastSample: null,
     stopRequested: false,
     stoppedBy: null,
+    finalEval: null,
     summary: null,
     finished: false,
     endedWithoutRank: null,
@@ -271,6 +272,18 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
         state.stoppedByHost ? `Training stopped at step ${event.atStep} by the host.` : `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
       );
 
+    case 'evaluating': {
+      const prev = state.finalEval;
+      // The job logs the skip itself (the console hears it too).
+      const next: DashboardState = { ...state, finalEval: { step: event.step, done: event.done, total: event.total, skipRequested: prev?.skipRequested ?? false, skipped: event.skipped === true } };
+      if (prev !== null) return next;
+      return log(next, 'info', `Training is over at step ${fmtInt(event.step)}: its weights are final and can be downloaded now, while they are evaluated on the test set.`);
+    }
+
+    case 'skip-eval-requested':
+      if (state.finalEval === null || state.finalEval.skipRequested || state.finished) return state;
+      return log({ ...state, finalEval: { ...state.finalEval, skipRequested: true } }, 'info', 'Skipping the evaluation, as asked by this tab.');
+
     case 'done': {
       // A stopped run still ends with 'done'; keep saying who stopped it.
       const phase = state.phase === 'stopped' || state.phase === 'failed' || state.phase === 'ended' ? state.phase : 'done';
@@ -292,7 +305,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
     case 'continue-requested':
       if (!state.canContinue) return state;
       return log(
-        { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, endedWithoutRank: null, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
+        { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, finalEval: null, endedWithoutRank: null, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
         'info',
         'Continuing the training from where it stopped.',
       );
@@ -359,6 +372,8 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 function onControl(state: DashboardState, e: Extract<PageEvent, { type: 'control' }>, log: (s: DashboardState, level: LogLevel, message: string) => DashboardState): DashboardState {
   switch (e.action) {
     case 'stop':
+      // A stop during the evaluation after the run skips it (train_page.ts).
+      if (state.finalEval !== null && !state.finished) return log({ ...state, finalEval: { ...state.finalEval, skipRequested: true } }, 'info', 'The host skipped the evaluation after the run.');
       return log({ ...state, stoppedByHost: true }, 'warn', 'The host stopped the run: every tab stops at the same step.');
     case 'end': {
       const next: DashboardState = { ...state, phase: 'ended', stopRequested: false, error: null };

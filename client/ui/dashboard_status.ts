@@ -28,6 +28,7 @@ export function displayPhase(s: DashboardState): Phase | 'spectating' {
 
 export function phaseLabel(s: DashboardState): string {
   if (displayPhase(s) === 'spectating') return 'Spectating';
+  if (s.phase === 'training' && s.finalEval !== null) return 'Evaluating';
   return s.phase === 'waiting' && s.waiting?.paused ? 'Paused' : PHASE_LABEL[s.phase];
 }
 
@@ -40,6 +41,21 @@ function sessionRanks(s: DashboardState): number | null {
 function failureReason(s: DashboardState): string {
   const f = s.failure?.trim().replace(/[.:]+$/, '');
   return !f || /^training failed$/i.test(f) ? 'see the message below' : f;
+}
+
+/** The evaluation after the run, while it goes on: how far, and that the weights can be saved meanwhile. */
+function finalEvalText(s: DashboardState): string | null {
+  const fe = s.finalEval;
+  if (fe === null || s.finished) return null;
+  if (fe.skipped) return 'The evaluation was skipped; finishing.';
+  if (fe.skipRequested) return 'Skipping the evaluation…';
+  const pct = fe.total > 0 ? Math.floor((fe.done / fe.total) * 100) : 0;
+  return `Evaluating on the test set… ${pct}%.`;
+}
+
+/** The host skipped the evaluation after the run: a test accuracy from before it is not the final one. */
+function evalSkipped(s: DashboardState): boolean {
+  return s.finalEval?.skipped === true || s.summary?.evaluationSkipped === true;
 }
 
 /** The status line: where the run is and what the person can do. */
@@ -76,6 +92,8 @@ export function statusText(s: DashboardState): string {
     }
     case 'training': {
       const e = s.lastStep;
+      const evaluating = finalEvalText(s);
+      if (evaluating !== null) return `Training finished at step ${fmtInt(s.finalEval!.step)}. ${evaluating} The model can be downloaded now.`;
       const w = s.worldSize ?? 0;
       return `Training${e ? ` (epoch ${epochOf(s, e.epoch)})` : ''} on ${w || '?'} rank${w === 1 ? '' : 's'}.${lostNote}`;
     }
@@ -85,7 +103,7 @@ export function statusText(s: DashboardState): string {
       }
       if (s.self === null) return `The run finished before this tab got a rank${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}: it trained without this tab. To train, ask the host for a new session.`;
       const final = finalTestAccuracy(s);
-      const acc = final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
+      const acc = evalSkipped(s) ? ' The evaluation was skipped.' : final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
       const took = runSeconds(s);
       const steps = s.lastStep ? ` ${fmtInt(s.lastStep.step)} steps in ${fmtDuration(took ?? s.lastStep.elapsedSec)}.` : '';
       return `Done.${steps}${acc} The model can be downloaded.`;
@@ -99,7 +117,13 @@ export function statusText(s: DashboardState): string {
       if (!by) return 'Stopped.';
       const who = s.stoppedByHost ? 'the host' : by.by === s.self ? `rank ${by.by} (this tab)` : `rank ${by.by}`;
       const final = finalTestAccuracy(s);
-      const after = s.finished ? `${final !== null ? ` Test accuracy ${fmtPercent(final)}.` : ''} The model trained so far can be downloaded.` : '';
+      const evaluating = finalEvalText(s);
+      const acc = evalSkipped(s) ? ' The evaluation was skipped.' : final !== null ? ` Test accuracy ${fmtPercent(final)}.` : '';
+      const after = s.finished
+        ? `${acc} The model trained so far can be downloaded.`
+        : controls(s).downloadEnabled
+          ? ` The model trained so far can be downloaded now.${evaluating !== null ? ` ${evaluating}` : ''}`
+          : '';
       return `Stopped by ${who} at step ${fmtInt(by.atStep)}.${lostNote}${after}`;
     }
     case 'full': {

@@ -26,6 +26,8 @@ export type ControlAction = 'stop' | 'end' | 'min';
 export type PageEvent =
   /** The person confirmed "Stop training for everyone"; the job hears it at its next step. */
   | { type: 'stop-requested' }
+  /** The person pressed "Skip the evaluation" while the evaluation after the run went on. */
+  | { type: 'skip-eval-requested' }
   /** The host confirmed "End session". */
   | { type: 'end-requested' }
   /** The host asked for a new minimum number of tabs. */
@@ -155,6 +157,8 @@ export interface DashboardState {
   readonly stopRequested: boolean;
   readonly stoppedBy: { by: number; atStep: number } | null;
   readonly summary: Readonly<Record<string, unknown>> | null;
+  /** The evaluation after the run ('evaluating'): from its start the weights are final and can be saved. */
+  readonly finalEval: { readonly step: number; readonly done: number; readonly total: number; readonly skipRequested: boolean; readonly skipped: boolean } | null;
   /** 'done' arrived: the model exists (also after a stop, which the job follows with 'done'). */
   readonly finished: boolean;
   /** This tab's rank in the last round when that round failed here as the other tabs finished the run. */

@@ -4,6 +4,8 @@
  * same sentences the page shows (client/ui/bad_link.ts draws them).
  */
 import { SESSION_NAME } from '../../src/c10d/protocol.ts';
+import { isSessionToken, tokenFromFragment } from '../../src/c10d/session_token.ts';
+import { SessionEndedError, TokenRotatedError, UnauthorizedError } from '../../src/errors.ts';
 import { ConfigError, MAX_WORLD_SIZE, describeRule, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 export interface LinkProblem {
@@ -16,6 +18,11 @@ export interface LinkProblem {
   message: string;
   /** What the person can do next. */
   action: string;
+  /**
+   * Whether the page also offers "Create a new session" (default true). Not for a link's token:
+   * the person was sent to someone else's session, and a session of their own is not what they want.
+   */
+  offerCreate?: boolean;
 }
 
 /** What a good link opens. */
@@ -107,4 +114,69 @@ export function readLink(params: URLSearchParams, jobs: readonly string[]): Link
   if (isProblem(rank)) return rank;
   if (job !== null) return { kind: 'job', job, session };
   return { kind: 'lobby', session, world, rank };
+}
+
+const ASK_HOST = 'Ask the host for the link again, and open all of it (with its #token=... at the end).';
+
+/**
+ * What is wrong with the token in a link's fragment (`hash`, location.hash) for session
+ * `session`, before anything is sent: none (null), none at all, or one of the wrong form.
+ */
+export function tokenProblem(hash: string, session: string): LinkProblem | null {
+  const token = tokenFromFragment(hash);
+  if (token === undefined) {
+    return {
+      field: 'token',
+      value: null,
+      title: 'This link has no #token',
+      message: `The link ends without its #token=..., the secret that lets a tab join session “${session}”. Chat apps and some editors cut links at the #.`,
+      action: ASK_HOST,
+      offerCreate: false,
+    };
+  }
+  if (isSessionToken(token)) return null;
+  // Shown as text, shortened: it is whatever the link holds.
+  const shown = token.length > 24 ? `${token.slice(0, 24)}…` : token;
+  const why = /^[A-Za-z0-9_-]*$/.test(token) ? `this one has ${token.length}` : 'this one has other characters';
+  return {
+    field: 'token',
+    value: token,
+    title: 'This link’s #token is not valid',
+    message: `The link says “#token=${shown}”, but a session’s token is 22 to 128 letters, digits, “-” or “_” (${why}): it is not one this server issued. The link was cut or changed.`,
+    action: ASK_HOST,
+    offerCreate: false,
+  };
+}
+
+/**
+ * The server refused this tab's token before it joined (a wrong token, an unknown session, a
+ * link the host replaced, an ended session): what to tell the person; null for other errors.
+ */
+export function refusedLinkProblem(err: unknown, session: string): LinkProblem | null {
+  const base = { field: 'token', value: null, offerCreate: false } as const;
+  if (err instanceof TokenRotatedError) {
+    return { ...base, title: 'This link is no longer valid', message: `The host removed a tab from session “${session}” and changed its link: this link’s #token no longer opens it.`, action: 'Ask the host for the new link.' };
+  }
+  if (err instanceof SessionEndedError) {
+    return { ...base, title: 'This session has ended', message: `The host ended session “${session}”: it takes no more tabs.`, action: 'Ask the host for the link of a new session.' };
+  }
+  if (!(err instanceof UnauthorizedError)) return null;
+  if (/does not exist on this server/.test(err.message)) {
+    return {
+      ...base,
+      title: `No session “${session}” on this server`,
+      message: `This server holds no session “${session}”: it was not created here, it was dropped after it ended, or the link is for another server.`,
+      action: ASK_HOST,
+    };
+  }
+  if (/wrong token/.test(err.message)) {
+    return {
+      ...base,
+      title: 'This link’s #token does not open this session',
+      message: `Session “${session}” exists on this server, but the #token=... in this link is not its token: the link was changed, or it is for another session of the same name.`,
+      action: ASK_HOST,
+    };
+  }
+  // A host link with a wrong host secret, or a refusal this page has no words of its own for: the server's.
+  return { ...base, title: 'This link does not open this session', message: `The server refused it: ${err.message}.`, action: ASK_HOST };
 }

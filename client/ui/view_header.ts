@@ -16,6 +16,8 @@ export interface HeaderActions {
   /** The model for PyTorch: a safetensors state dict and its nn.Module in a .py file. */
   downloadTorch(): void;
   continueTraining(): void;
+  /** "Skip the evaluation" after the run (no dialog: the weights are kept either way). */
+  skipEval(): void;
 }
 
 /**
@@ -59,6 +61,7 @@ export class HeaderView {
   private readonly pill: HTMLElement;
   private readonly stop: HTMLButtonElement;
   private readonly end: HTMLButtonElement;
+  private readonly skipEval: HTMLButtonElement;
   private readonly continueButton: HTMLButtonElement;
   private readonly download: HTMLButtonElement;
   private readonly downloadTorch: HTMLButtonElement;
@@ -75,10 +78,12 @@ export class HeaderView {
     const endDialog = confirmDialog('end', on.end);
     this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button', 'aria-haspopup': 'dialog' });
     this.end = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true }, 'End session');
+    this.skipEval = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'skip-eval-button', hidden: true }, 'Skip the evaluation');
+    this.skipEval.addEventListener('click', on.skipEval);
     this.continueButton = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true }, 'Continue training');
     this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
     this.downloadTorch = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'download-torch-button', disabled: true, 'aria-describedby': 'download-hint' }, 'For PyTorch');
-    this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available when training is done.');
+    this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available once training stops or ends.');
     this.stop.addEventListener('click', stopDialog.open);
     this.end.addEventListener('click', endDialog.open);
     this.continueButton.addEventListener('click', on.continueTraining);
@@ -122,7 +127,7 @@ export class HeaderView {
         { class: 'title-row' },
         el('h1', {}, el('span', { class: 'title-kicker' }, 'Session '), el('span', { class: 'session-name' }, session)),
         this.pill,
-        el('div', { class: 'actions' }, this.continueButton, this.stop, this.end, this.download, this.downloadTorch),
+        el('div', { class: 'actions' }, this.continueButton, this.stop, this.skipEval, this.end, this.download, this.downloadTorch),
       ),
       this.minGroup,
       this.note,
@@ -142,12 +147,15 @@ export class HeaderView {
     this.stop.hidden = !c.stop.visible;
     this.stop.disabled = c.stop.disabled;
     setText(this.stop, c.stop.label);
+    this.skipEval.hidden = !c.skipEval.visible;
+    this.skipEval.disabled = c.skipEval.disabled;
+    setText(this.skipEval, c.skipEval.label);
     this.end.hidden = !c.end.visible;
     this.end.disabled = c.end.disabled;
     this.continueButton.hidden = !c.continueVisible;
     this.download.disabled = !c.downloadEnabled;
     this.downloadTorch.disabled = !c.downloadEnabled;
-    setText(this.downloadHint, c.downloadEnabled ? 'Download model saves it for TF.js, as two files named after the session and step: <session>-step-<n>.json and its .weights.bin. For PyTorch saves <session>_step_<n>.safetensors (a torch state dict) and <session>_step_<n>.py (the nn.Module that loads it).' : 'Available when training is done.');
+    setText(this.downloadHint, c.downloadEnabled ? 'Download model saves it for TF.js, as two files named after the session and step: <session>-step-<n>.json and its .weights.bin. For PyTorch saves <session>_step_<n>.safetensors (a torch state dict) and <session>_step_<n>.py (the nn.Module that loads it).' : 'Available once training stops or ends.');
     this.minGroup.hidden = !c.min.visible;
     this.minInput.max = String(c.min.max);
     this.minInput.disabled = c.min.disabled;

@@ -4,7 +4,9 @@
  * the console. Screenshots go to /tmp/badlinks/ to be looked at.
  */
 import { mkdir } from 'node:fs/promises';
-import { withToken } from '../../src/c10d/session_token.ts';
+import type { Page } from '@playwright/test';
+import { StoreClient } from '../../src/c10d/store.ts';
+import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
@@ -91,6 +93,56 @@ test('every bad link says which value is wrong, what is allowed and what to do',
   }
   // The favicon is inline: no tab asks the server for anything it does not have.
   expect(notFound).toEqual([]);
+  await context.close();
+});
+
+/**
+ * A tab whose link cannot join shows one page: what is wrong and what to do (ask the host), and
+ * nothing of a session it is not in: no dashboard, no "failed", no stop button, no link to share.
+ */
+async function expectTokenPage(page: Page, name: string, title: string, message: string | RegExp): Promise<void> {
+  const card = page.getByTestId('bad-link');
+  await expect(card, name).toBeVisible({ timeout: 30_000 });
+  await expect(card.getByRole('heading', { level: 1 })).toHaveText(title);
+  await expect(page.getByTestId('bad-link-message')).toHaveText(message);
+  await expect(card).toContainText('What to do: Ask the host for the');
+  await expect(page.locator('.dashboard')).toHaveCount(0);
+  await expect(page.locator('body')).not.toContainText(/failed/i);
+  for (const id of ['stop-button', 'dash-share-link', 'error-banner']) await expect(page.getByTestId(id)).toHaveCount(0);
+  await expect(page.getByRole('link', { name: 'Create a new session' })).toHaveCount(0);
+  // Said once: the page holds the one card and nothing else.
+  await expect(page.locator('#app > *')).toHaveCount(1);
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+}
+
+test('a training link whose token cannot join says what is wrong with it and to ask the host, and nothing else', async ({ browser, server }) => {
+  await mkdir(SHOTS, { recursive: true });
+  const context = await browser.newContext({ viewport: { width: 1000, height: 640 } });
+  const page = await context.newPage();
+  const train = (session: string) => `${server.url}?session=${session}&world=2&job=train&model=mlp&dataset=synthetic`;
+
+  const cut = sessionName('cut');
+  await page.goto(train(cut));
+  await expectTokenPage(page, 'token-missing', 'This link has no #token', `The link ends without its #token=..., the secret that lets a tab join session “${cut}”. Chat apps and some editors cut links at the #.`);
+
+  // A token of the wrong form is not "no token".
+  await page.goto(`${train(sessionName('abc'))}#token=abc`);
+  await expectTokenPage(page, 'token-malformed', 'This link’s #token is not valid', /^The link says “#token=abc”, but a session’s token is 22 to 128 letters, digits, “-” or “_” \(this one has 3\): it is not one this server issued\./);
+
+  // A well-formed token the server did not issue for this session.
+  const guarded = sessionName('guarded');
+  const owner = await StoreClient.connect(server.url, { session: guarded, token: tokenFor(guarded) });
+  await page.goto(withToken(train(guarded), newSessionToken()));
+  await expectTokenPage(page, 'token-wrong', 'This link’s #token does not open this session', new RegExp(`^Session “${guarded}” exists on this server, but the #token=\\.\\.\\. in this link is not its token`));
+  owner.close();
+
+  // The host ended the session: its link joins nothing any more.
+  const ended = sessionName('ended');
+  const host = await StoreClient.connect(server.url, { session: ended, token: tokenFor(ended), host: newSessionToken() });
+  await host.control('end');
+  host.close();
+  await page.goto(withToken(train(ended), tokenFor(ended)));
+  await expectTokenPage(page, 'session-ended', 'This session has ended', `The host ended session “${ended}”: it takes no more tabs.`);
   await context.close();
 });
 

@@ -154,7 +154,7 @@ test('the host ends the session: every tab keeps its replica and downloads it, n
   // The session is over: its link opens nothing any more.
   const late = await context.newPage();
   await late.goto(shared);
-  await expect(late.getByTestId('error-banner')).toContainText('ended');
+  await expect(late.getByTestId('bad-link')).toContainText('This session has ended');
   await context.close();
 });
 

@@ -2,7 +2,7 @@
  * The training page as a person sees it: three tabs train together; the progress bar advances to
  * done, every chart has every rank's points, the ring shows three nodes with open links, and the
  * downloaded model loads in TF.js and predicts what the page predicts; so does its download "For
- * PyTorch", in real PyTorch.
+ * PyTorch", in real PyTorch. After a stop the model downloads at once, while the evaluation runs.
  */
 import { execFileSync } from 'node:child_process';
 import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -11,6 +11,9 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { encodeSafetensors } from '../../src/checkpoint/safetensors.ts';
+import { newSessionToken } from '../../src/c10d/session_token.ts';
+import type { Report } from '../../src/jobs/job_report.ts';
+import { tokenFor } from '../fixtures/session.ts';
 import { torchTestsBlocked } from '../fixtures/torch.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
@@ -158,4 +161,69 @@ test('three tabs train together on the dashboard; the downloaded model matches t
   } else console.log(`the PyTorch download was not loaded in torch: ${blocked}`);
   // All replicas were identical, so any tab's download is the same model.
   expect(new Set(results.map((r) => r.weightHash)).size).toBe(1);
+});
+
+test('after the host stops, the model downloads at once while the evaluation runs, and skipping it ends the run on every tab', async ({ browser, server }, testInfo) => {
+  test.setTimeout(180_000);
+  const session = sessionName('stop-eval');
+  const token = tokenFor(session);
+  // MNIST's whole test set: the MLP's evaluation after the run takes long enough (many batches
+  // of 250) to download and skip during it; the steps before it are quick.
+  const params = new URLSearchParams({ session, job: 'train', world: '2', model: 'mlp', dataset: 'mnist', trainSize: '512', batchSize: '8', steps: '5000', evalEvery: '0' });
+  const context = await browser.newContext();
+  const results: Array<Promise<Record<string, unknown>>> = [];
+  const open = async (fragment: string) => {
+    const page = await context.newPage();
+    results.push(
+      new Promise((resolve, reject) => {
+        void page.exposeFunction('__ddpReport', (r: Report) => {
+          if (r.type === 'result') resolve(r.result);
+          if (r.type === 'error') reject(new Error(`${r.name}: ${r.message}`));
+        });
+      }),
+    );
+    await page.goto(`${server.url}?${params.toString()}#${fragment}`);
+    return page;
+  };
+  // The host's tab first: its hello makes it the session's host.
+  const host = await open(`token=${token}&host=${newSessionToken()}`);
+  await expect(host.getByTestId('stop-button')).toBeVisible({ timeout: 60_000 });
+  const student = await open(`token=${token}`);
+  await expect.poll(async () => Number(await host.getByTestId('progress').getAttribute('data-step')), { timeout: 120_000 }).toBeGreaterThanOrEqual(2);
+  await host.getByTestId('stop-button').click();
+  await host.getByTestId('stop-confirm').click();
+
+  // The weights are final at the stop: offered at once, on every tab, while the evaluation says how far it is.
+  for (const page of [host, student]) {
+    await expect(page.getByTestId('status')).toContainText(/Evaluating on the test set… \d+%/, { timeout: 60_000 });
+    await expect(page.getByTestId('download-button')).toBeEnabled();
+    await expect(page.getByTestId('progress')).not.toHaveAttribute('data-done', 'true');
+  }
+  await expect(host.getByTestId('skip-eval-button')).toBeVisible();
+  const files: Record<string, number> = {};
+  const both = new Promise<void>((resolve) => {
+    student.on('download', async (d) => {
+      const path = testInfo.outputPath(d.suggestedFilename());
+      await d.saveAs(path);
+      files[d.suggestedFilename()] = (await readFile(path)).byteLength;
+      if (Object.keys(files).length === 2) resolve();
+    });
+  });
+  await student.getByTestId('download-button').click();
+  await both;
+  expect(Object.keys(files).sort()).toEqual([expect.stringMatching(/^stop-eval-.*-step-\d+\.json$/), expect.stringMatching(/^stop-eval-.*-step-\d+\.weights\.bin$/)]);
+  for (const [name, bytes] of Object.entries(files)) expect(bytes, name).toBeGreaterThan(0);
+
+  // The host skips the evaluation: every tab ends cleanly, none failed, and says it was skipped.
+  await host.getByTestId('skip-eval-button').click();
+  const [a, b] = await Promise.all(results);
+  for (const r of [a!, b!]) expect(r).toMatchObject({ evaluationSkipped: true, testAccuracy: null });
+  expect(a!.steps).toBe(b!.steps);
+  for (const page of [host, student]) {
+    await expect(page.getByTestId('progress')).toHaveAttribute('data-done', 'true');
+    await expect(page.getByTestId('phase-pill')).toHaveAttribute('data-phase', 'stopped');
+    await expect(page.getByTestId('status')).toContainText('The evaluation was skipped.');
+    await expect(page.getByTestId('skip-eval-button')).toBeHidden();
+  }
+  await context.close();
 });

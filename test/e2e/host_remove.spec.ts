@@ -90,9 +90,9 @@ test('the host removes a tab: it is told and cannot come back with its link; the
 
   // Bob's old link no longer opens the session, and the page says why.
   await bob.page.reload();
-  await expect(bob.page.getByTestId('error-banner')).toContainText('This link is no longer valid', { timeout: 30_000 });
-  await expect(bob.page.getByTestId('error-banner')).toContainText("this link is no longer valid: the host changed the session's link; ask the host for the new one");
-  await expect(bob.page.getByTestId('error-banner')).toContainText('Ask the host for the new link');
+  await expect(bob.page.getByTestId('bad-link')).toContainText('This link is no longer valid', { timeout: 30_000 });
+  await expect(bob.page.getByTestId('bad-link')).toContainText('changed its link: this link’s #token no longer opens it');
+  await expect(bob.page.getByTestId('bad-link')).toContainText('Ask the host for the new link');
 
   // The two left train on to the end, past the removal, with the same weights.
   const [hostResult, aliceResult] = await Promise.all([host.result, alice.result]);

@@ -83,8 +83,8 @@ test('a training link with another token is told it is the wrong link, and the s
   const owner = await StoreClient.connect(server.url, { session, token: tokenFor(session) });
   await owner.set('config', 'the owner’s');
   await page.goto(withToken(`${server.url}?session=${session}&world=2&job=train&model=mlp&dataset=synthetic`, newSessionToken()));
-  await expect(page.getByTestId('error-banner')).toContainText('Wrong link for this session');
-  await expect(page.getByTestId('error-banner')).toContainText('#token=');
+  await expect(page.getByTestId('bad-link')).toContainText('This link’s #token does not open this session');
+  await expect(page.getByTestId('bad-link')).toContainText('Ask the host for the link again');
   expect(new TextDecoder().decode(await owner.get('config'))).toBe('the owner’s');
   expect(await owner.numKeys()).toBe(1);
   owner.close();
