@@ -110,6 +110,8 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   let result: TrainResult | undefined;
   /** This tab's replica, from the moment it exists: it can be saved even when the run fails. */
   let liveModel: tf.LayersModel | undefined;
+  /** A language model's vocabulary (its downloads carry it, so ids turn back into characters). */
+  let liveVocabulary: readonly string[] | undefined;
   let store: StoreClient | undefined;
   let config: TrainConfig | undefined;
   // A link without its token joins nothing: the dashboard says so.
@@ -154,7 +156,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     onDownload: (baseName) => {
       const model = result?.model ?? liveModel;
       if (!model) return;
-      downloadModel(model, baseName).then(
+      downloadModel(model, baseName, liveVocabulary).then(
         () => console.log(`model downloaded: ${baseName}.json + ${baseName}.weights.bin`),
         (err: Error) => {
           console.error(`download failed: ${err.message}`);
@@ -165,7 +167,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     onDownloadTorch: (baseName) => {
       const model = result?.model ?? liveModel;
       if (!model) return;
-      downloadTorchModel(model, baseName).then(
+      downloadTorchModel(model, baseName, liveVocabulary).then(
         () => console.log(`model downloaded for PyTorch: ${baseName} (.safetensors + .py)`),
         (err: Error) => {
           console.error(`download for PyTorch failed: ${err.message}`);
@@ -242,8 +244,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       stopVote: connected.hasHost ? 'all' : 'any',
       ...(hostSecret === undefined ? {} : { host: hostSecret }),
       spectate: true,
-      onModel: (model) => {
+      onModel: (model, vocabulary) => {
         liveModel = model;
+        liveVocabulary = vocabulary;
       },
       onRendezvous: (e) => {
         if (e.type === 'spectating') {

@@ -50,7 +50,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => hostOptimizer(config) });
   let model = await newModel();
   let state = newState(model);
-  opts.onModel?.(model);
+  opts.onModel?.(model, job.text?.tokenizer.chars);
   // --devices K > 1: K Workers compute each batch's gradients (DataParallel). Made for the model
   // they serve: a model rebuilt after a lost GPU gets devices of its own at its first step.
   let dp: DataParallel | undefined;
@@ -160,7 +160,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
       // reopened goes on from there instead of starting a second run under the same name.
       checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
-      checkpointMeta: { config } as unknown as Json,
+      // A language model's vocabulary too: `npm run export:torch` writes it beside the weights.
+      checkpointMeta: { config, ...(job.text ? { vocabulary: job.text.tokenizer.chars } : {}) } as unknown as Json,
       resumeFrom: config.resumeFrom,
       shouldStop: opts.stopRequested,
       stopVote: opts.stopVote ?? 'any',
@@ -292,7 +293,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
         model = await newModel();
         state = newState(model);
-        opts.onModel?.(model);
+        opts.onModel?.(model, job.text?.tokenizer.chars);
         return state;
       },
 

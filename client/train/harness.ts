@@ -59,8 +59,8 @@ export interface TrainerOptions {
   stopRequested(): boolean;
   /** 'all' when a stop comes to every rank from the session's host (see runElastic's stopVote). Default 'any'. */
   stopVote?: 'any' | 'all';
-  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. */
-  onModel?(model: tf.LayersModel): void;
+  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. A language model's vocabulary comes with it (its PyTorch export writes it). */
+  onModel?(model: tf.LayersModel, vocabulary?: readonly string[]): void;
   /** The host secret of the creator's tab (kept when the tab reconnects). */
   host?: string;
   /** Wait as a spectator when the session is full, and take a rank when one frees up. */
