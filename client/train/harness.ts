@@ -211,6 +211,8 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
   if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt");
   const inputShape = offered?.model && config.model === 'user' ? offered.model.inputShape : OFFERED_IMAGE_SHAPE;
+  // The built-in models take one grey channel: a host's colour photos lose their colour, and the page says so.
+  if (config.dataset === 'user' && offered?.data?.kind === 'images' && config.model !== 'user') emit({ type: 'log', level: 'info', message: `The host's images reach the ${config.model} model as ${OFFERED_IMAGE_SHAPE[0]}x${OFFERED_IMAGE_SHAPE[1]} grey images (luminance, values 0..1): colour is kept only by the host's own model (npm start -- --model DIR taking [H, W, 3])` });
   const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
