@@ -32,6 +32,7 @@ describe('parseTrainConfig', () => {
       max: 3,
       checkpointEvery: 0,
       evalEvery: 100,
+      sampleEvery: 0,
       resumeFrom: null,
       pp: 1,
       dp: 1,
@@ -51,6 +52,14 @@ describe('parseTrainConfig', () => {
       attack: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
+  });
+
+  it('the language model measures its backend (auto) and writes a sample every 20 steps by default; either can be set', () => {
+    expect(parse('world=2&model=lm')).toMatchObject({ backend: 'auto', sampleEvery: 20, dataset: 'text' });
+    expect(parse('world=2&model=lm&backend=cpu&sample-every=5')).toMatchObject({ backend: 'cpu', sampleEvery: 5 });
+    expect(parse('world=2&model=mlp&backend=auto')).toMatchObject({ backend: 'auto' });
+    const lm = parse('world=2&model=lm');
+    expect(parse(configParams(lm).toString())).toEqual(lm);
   });
 
   it("takes a pipeline run's options as the launcher passes them (kebab-case), with 4 micro-batches by default", () => {

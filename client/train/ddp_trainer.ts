@@ -59,7 +59,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     if (dp?.model === m) return dp;
     dp?.close();
     dp = undefined;
-    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
+    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend === 'auto' ? backend.backend : config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
     dp = made;
     setActiveDataParallel(made);
     emit({ type: 'devices', devices: made.devices });
@@ -96,16 +96,21 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   let announcedModel = false;
 
   let lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
+  /** The steps after which the language model wrote (the job's report lists them). */
+  const sampleSteps: number[] = [];
+  // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
+  const writeSample = async (step: number) => {
+    if (!job.text) return;
+    lastSample = await sampleText(model, job.text, step);
+    sampleSteps.push(step);
+    emit(lastSample);
+  };
   const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number, afterRun = false) => {
     const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
     const result = { step, ...(await (afterRun ? evaluateAfterRun(pg, model, testSet, warn) : evaluate(pg, model, testSet))) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
-    // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
-    if (job.text) {
-      lastSample = await sampleText(model, job.text, step);
-      emit(lastSample);
-    }
+    await writeSample(step);
     return result;
   };
 
@@ -242,7 +247,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       },
 
       onRound({ pg, ddp }) {
-        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
         shareFleet(pg, backend, gpu.adapter);
         if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
         announcedModel = true;
@@ -279,6 +284,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         tensorCounts.push(tf.memory().numTensors);
         const atEpochEnd = state.progress.position >= trainSet.length;
         if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
+        // Between evaluations too, so that the dashboard shows the model's writing early (every rank at the same steps: none waits long for another).
+        else if (config.sampleEvery > 0 && step % config.sampleEvery === 0 && !atEpochEnd) await writeSample(step);
       },
 
       async onEpochEnd({ pg, step, epoch }) {
@@ -328,6 +335,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     rank: pg.rank,
     worldSize: pg.worldSize,
     backend: backend.backend,
+    // backend=auto: what each backend measured (ms per step of this model), the chosen one above.
+    ...(backend.probe ? { backendProbe: backend.probe } : {}),
     model: config.model,
     ...(config.hidden === null ? {} : { hiddenUnits: config.hidden }),
     parameters: model.countParams(),
@@ -343,7 +352,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     // The language model: its test loss per character as a perplexity, the baseline of the
     // characters' frequencies, characters per second, and what it writes at the end.
     ...(job.text && lastSample
-      ? { perplexity: Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text }
+      ? { perplexity: Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text, sampleSteps }
       : {}),
     weightHash: hashFloat32(weights),
     // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).

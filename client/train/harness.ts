@@ -31,7 +31,8 @@ import {
   type StoreClient,
 } from '../../src/index.ts';
 import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
-import { selectBackend, type BackendChoice } from './backend.ts';
+import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } from './backend.ts';
+import { probeText } from './backend_probe.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import { DEFAULT_CONTEXT, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { RankStepMetrics, TrainEvent } from './events.ts';
@@ -196,7 +197,7 @@ export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
 export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; text?: TextJob; newModel: () => Promise<tf.LayersModel>; modelName: string }> {
   const { config, emit } = opts;
   emit({ type: 'config', config });
-  const backend = await selectBackend(config.backend);
+  let backend = await selectBackend(config.backend);
   if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
   // The token at each request: streamed data keeps loading after the host removed a tab.
@@ -230,6 +231,12 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
     told = true;
     return model;
   };
+  if (config.backend === 'auto') {
+    // Timed on the job's own model and batch, now that both are known; before the first round.
+    emit({ type: 'log', level: 'info', message: `Backend auto: timing a few steps of this model on each backend (at most ${PROBE_BUDGET_MS / 1000} s each)…` });
+    backend = await chooseFastest(newModel, trainSet, config.batchSize, backend);
+    emit({ type: 'log', level: backend.fallbackReason ? 'warn' : 'info', message: `Backend auto: ${backend.backend}, the fastest here for this model: ${probeText(backend.probe ?? [], backend.backend)}` });
+  }
   // What the log calls the model: the host's by its name.
   const modelName = config.model === 'user' ? `"${offered!.model!.name}" (the host's)` : config.model;
   return { backend, gpu, trainSet, testSet, ...(text ? { text } : {}), newModel, modelName };
