@@ -10,7 +10,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildLanguageModel } from '../src/language_model.ts';
 import { classificationLoss } from '../src/losses.ts';
-import { probeBackends, probeText, type ProbeModel } from '../client/train/backend_probe.ts';
+import { probeBackends, probeText, skipWebgl, type ProbeModel } from '../client/train/backend_probe.ts';
 import type { BackendName } from '../src/jobs/train_config.ts';
 
 beforeAll(async () => {
@@ -49,6 +49,7 @@ describe('backend=auto', () => {
     let running: BackendName = 'cpu';
     const { chosen, figures } = await probeBackends({
       candidates: ['cpu', 'wasm', 'webgl', 'webgpu'],
+      totalMs: 60_000,
       start: async (name) => {
         if (name === 'webgl') return 'the webgl backend failed to start';
         running = name;
@@ -68,9 +69,11 @@ describe('backend=auto', () => {
     expect(chosen).toBe('cpu');
     expect(figures.map((f) => f.backend)).toEqual(['cpu', 'wasm', 'webgl', 'webgpu']);
     expect(figures[0]!.msPerStep).toBeGreaterThan(0);
-    expect(figures[1]).toEqual({ backend: 'wasm', msPerStep: null, steps: 0, note: 'it cannot train this model: kernel Conv2DBackpropFilter is not in this backend' });
-    expect(figures[2]).toEqual({ backend: 'webgl', msPerStep: null, steps: 0, note: 'the webgl backend failed to start' });
-    expect(figures[3]).toEqual({ backend: 'webgpu', msPerStep: null, steps: 0, note: 'no step finished within 1.5 s: abandoned' });
+    expect(figures[1]).toMatchObject({ backend: 'wasm', msPerStep: null, steps: 0, note: 'it cannot train this model: kernel Conv2DBackpropFilter is not in this backend' });
+    expect(figures[2]).toMatchObject({ backend: 'webgl', msPerStep: null, steps: 0, note: 'the webgl backend failed to start' });
+    expect(figures[3]).toMatchObject({ backend: 'webgpu', msPerStep: null, steps: 0, note: 'no step finished within 1.5 s: abandoned' });
+    // The abandoned backend cost its budget, not its step (which has not ended yet).
+    expect(figures[3]!.ms).toBeGreaterThanOrEqual(1400);
     expect(probeText(figures, 'cpu')).toMatch(/^cpu [\d.]+ m?s\/step \(chosen\).* · wasm – \(it cannot train this model: .*\) · webgl – \(the webgl backend failed to start\) · webgpu – \(no step finished within 1\.5 s: abandoned\)$/);
 
     // The abandoned step still holds its model until its readback ends; then nothing is left.
@@ -83,7 +86,37 @@ describe('backend=auto', () => {
 
   it('no backend finishing a step chooses none, and a slower one with figures loses to a faster', async () => {
     const none = await probeBackends({ candidates: ['cpu'], start: async () => 'no', prepare: async () => realModel(), budgetMs: 100, steps: 1 });
-    expect(none).toEqual({ chosen: null, figures: [{ backend: 'cpu', msPerStep: null, steps: 0, note: 'no' }] });
+    expect(none).toMatchObject({ chosen: null, figures: [{ backend: 'cpu', msPerStep: null, steps: 0, note: 'no' }] });
+
+    // Once the probe has used its total, the backends left are not started.
+    const started: string[] = [];
+    const capped = await probeBackends({
+      candidates: ['cpu', 'webgpu'],
+      start: async (name) => (started.push(name), undefined),
+      prepare: async () => realModel(),
+      budgetMs: 5000,
+      steps: 1,
+      totalMs: 1,
+    });
+    expect(started).toEqual(['cpu']);
+    expect(capped.chosen).toBe('cpu');
+    expect(capped.figures[1]).toEqual({ backend: 'webgpu', msPerStep: null, steps: 0, note: 'not timed: the probe had used its 0 s', started: false });
+
+    // webgl only where webgpu does not start: its shader compilation cannot be abandoned.
+    const tried: string[] = [];
+    const gl = async (webgpuStarts: boolean) =>
+      probeBackends({
+        candidates: ['webgpu', 'webgl'],
+        start: async (name) => (tried.push(name), name === 'webgpu' && !webgpuStarts ? 'no WebGPU adapter' : undefined),
+        prepare: async () => realModel(),
+        budgetMs: 5000,
+        steps: 1,
+        skip: skipWebgl,
+      });
+    expect((await gl(true)).figures[1]).toEqual({ backend: 'webgl', msPerStep: null, steps: 0, note: 'not timed: WebGPU runs on this adapter (WebGL is timed only where it does not)', started: false });
+    expect(tried).toEqual(['webgpu']);
+    expect((await gl(false)).chosen).toBe('webgl');
+    expect(tried).toEqual(['webgpu', 'webgpu', 'webgl']);
 
     // The same real model; on "wasm" each step also waits 300 ms for its readback: cpu wins.
     let running: BackendName = 'cpu';

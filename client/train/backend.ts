@@ -10,7 +10,7 @@ import { classificationLoss, fetchBatch, startBackend, type Dataset } from '../.
 import { BACKENDS, type BackendName, type BackendSetting } from '../../src/jobs/train_config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from '../webgpu.ts';
 import { noBackendError } from './preflight.ts';
-import { probeBackends, probeText, type ProbeFigure, type ProbeModel } from './backend_probe.ts';
+import { probeBackends, probeText, skipWebgl, type ProbeFigure, type ProbeModel } from './backend_probe.ts';
 
 export interface BackendChoice {
   backend: BackendName;
@@ -54,8 +54,14 @@ export async function selectBackend(wanted: BackendSetting): Promise<BackendChoi
 export const PROBE_BUDGET_MS = 3000;
 /** Timed steps after the first, within the budget. */
 export const PROBE_STEPS = 3;
-/** Timed in this order: the CPU backends first, so that work a slow GPU backend leaves running does not slow their timing. */
-const PROBE_ORDER: readonly BackendName[] = ['cpu', 'wasm', 'webgl', 'webgpu'];
+/**
+ * Timed in this order: webgpu first, the likely winner on a machine with a GPU, whose slow steps
+ * can be abandoned (they run off the page's thread); then the CPU backends, whose steps hold the
+ * thread; webgl last, and only where WebGPU does not start: on the same adapter WebGPU is TF.js's
+ * faster backend, and WebGL's shader compilation holds the page (37 s for the language model's
+ * first step through SwiftShader, measured) where nothing can abandon it.
+ */
+const PROBE_ORDER: readonly BackendName[] = ['webgpu', 'cpu', 'wasm', 'webgl'];
 
 /**
  * backend=auto: a few training steps of the job's model (`newModel`) at its batch (`batchSize`
@@ -89,7 +95,7 @@ export async function chooseFastest(newModel: () => Promise<tf.LayersModel>, dat
     };
   };
   const candidates = PROBE_ORDER.filter((b) => tf.findBackendFactory(b) !== null);
-  const { chosen, figures } = await probeBackends({ candidates, start: tryBackend, prepare, budgetMs: PROBE_BUDGET_MS, steps: PROBE_STEPS });
+  const { chosen, figures } = await probeBackends({ candidates, start: tryBackend, prepare, budgetMs: PROBE_BUDGET_MS, steps: PROBE_STEPS, skip: skipWebgl });
   const name = chosen ?? fallback.backend;
   const failure = await tryBackend(name);
   if (failure !== undefined) throw noBackendError([`${name} was the fastest, and then failed to start: ${failure}`]);

@@ -7,7 +7,9 @@
  * Each backend gets a budget of time, not of steps: a step still running when its budget is
  * spent is abandoned (its readback left to finish on its own, its tensors disposed then), so a
  * 25 s step costs the probe its budget, not 25 s. On the cpu and wasm backends a step holds the
- * page's thread and cannot be cut short: it is timed whole.
+ * page's thread and cannot be cut short, and so does WebGL's shader compilation (37 s for the
+ * language model's first step through SwiftShader, measured): such work is timed whole, and once
+ * the probe has spent `totalMs` the backends not yet tried are skipped.
  *
  * Choosing a backend per tab keeps the group exact: the host optimizer applies the averaged
  * gradients with the same arithmetic on every backend (src/optim.ts), as in any mixed fleet.
@@ -23,6 +25,10 @@ export interface ProbeFigure {
   steps: number;
   /** Why there is no figure, or why it is rough (only the first step, compilation included). */
   note?: string;
+  /** Wall time the probe spent on this backend, ms (its start, the model's building, the steps). */
+  ms?: number;
+  /** Whether the backend started (false: it failed to, or was not tried). */
+  started?: boolean;
 }
 
 /** A step of the job's model on the running backend, and how to free it. */
@@ -43,6 +49,10 @@ export interface ProbeOptions {
   budgetMs: number;
   /** Timed steps after the first. */
   steps: number;
+  /** Backends not started once the probe has taken this long (default 4 x budgetMs). */
+  totalMs?: number;
+  /** Why not to time `name`, given the figures so far; undefined: time it. */
+  skip?(name: BackendName, figures: readonly ProbeFigure[]): string | undefined;
 }
 
 const LATE = Symbol('late');
@@ -107,13 +117,28 @@ async function timeOne(name: BackendName, o: ProbeOptions): Promise<ProbeFigure>
  */
 export async function probeBackends(o: ProbeOptions): Promise<{ chosen: BackendName | null; figures: ProbeFigure[] }> {
   const figures: ProbeFigure[] = [];
+  const t0 = performance.now();
+  const totalMs = o.totalMs ?? 4 * o.budgetMs;
   for (const name of o.candidates) {
+    const skipped = performance.now() - t0 >= totalMs ? `the probe had used its ${Math.round(totalMs / 100) / 10} s` : o.skip?.(name, figures);
+    if (skipped !== undefined) {
+      figures.push({ backend: name, msPerStep: null, steps: 0, note: `not timed: ${skipped}`, started: false });
+      continue;
+    }
+    const started = performance.now();
     const failure = await o.start(name);
-    figures.push(failure !== undefined ? { backend: name, msPerStep: null, steps: 0, note: failure } : await timeOne(name, o));
+    const figure = failure !== undefined ? { backend: name, msPerStep: null, steps: 0, note: failure } : await timeOne(name, o);
+    figures.push({ ...figure, ms: Math.round(performance.now() - started), started: failure === undefined });
   }
   const timed = figures.filter((f) => f.msPerStep !== null);
   const best = timed.reduce<ProbeFigure | null>((a, f) => (a === null || f.msPerStep! < a.msPerStep! ? f : a), null);
   return { chosen: best?.backend ?? null, figures };
+}
+
+/** webgl is timed only where webgpu does not start (its reasons: client/train/backend.ts, PROBE_ORDER). */
+export function skipWebgl(name: BackendName, figures: readonly ProbeFigure[]): string | undefined {
+  if (name !== 'webgl' || !figures.some((f) => f.backend === 'webgpu' && f.started)) return undefined;
+  return 'WebGPU runs on this adapter (WebGL is timed only where it does not)';
 }
 
 /** "cpu 182 ms/step (chosen) · wasm 431 ms/step · webgpu – (no step finished within 3 s: abandoned)". */

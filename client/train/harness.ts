@@ -198,7 +198,8 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   const { config, emit } = opts;
   emit({ type: 'config', config });
   let backend = await selectBackend(config.backend);
-  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
+  // auto's first backend only serves until the probe: what it fell back from is not news.
+  if (backend.fallbackReason && config.backend !== 'auto') emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
   // The token at each request: streamed data keeps loading after the host removed a tab.
   const req: OfferRequest = {
