@@ -106,7 +106,7 @@ async function timeOne(name: BackendName, o: ProbeOptions): Promise<ProbeFigure>
   if (pending) void pending.then(() => model.dispose(), () => model.dispose());
   else model.dispose();
   if (times.length > 0) return { backend: name, msPerStep: median(times), steps: times.length };
-  if (first !== null) return { backend: name, msPerStep: first, steps: 0, note: `only its first step (compilation included) fit in ${seconds}` };
+  if (first !== null) return { backend: name, msPerStep: first, steps: 0, note: `only its first step fit in ${seconds} (a first step includes any compilation)` };
   return { backend: name, msPerStep: null, steps: 0, note: `no step finished within ${seconds}: abandoned` };
 }
 
