@@ -9,7 +9,7 @@ import { epochOf } from './dashboard_format.ts';
 import { describeJob } from './dashboard_job.ts';
 import { fmtInt, fmtMs } from './format.ts';
 import { INSECURE_PAGE_REASON } from '../webgpu.ts';
-import { probeText } from '../train/backend_probe.ts';
+import { probeText } from '../backend_figures.ts';
 
 export type BackendFact =
   | { kind: 'running'; name: BackendName; detail: string; fallback: string | null; probe: string | null }

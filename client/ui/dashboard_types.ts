@@ -2,7 +2,7 @@
  * The training dashboard's actions and state, as types: what the reducer (dashboard_state.ts) takes
  * and returns, apart from it so that the panel models it calls (dashboard_*.ts) can read them.
  */
-import type { ProbeFigure } from '../train/backend_probe.ts';
+import type { ProbeFigure } from '../backend_figures.ts';
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
