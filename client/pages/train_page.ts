@@ -29,6 +29,7 @@ import { train } from '../train/trainer.ts';
 import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { downloadModel, downloadTorchModel } from '../train/download.ts';
+import { probeText } from '../backend_figures.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
 import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
@@ -45,7 +46,7 @@ export interface TrainPageOptions {
 function logLine(e: TrainEvent, logEvery: number): string | undefined {
   switch (e.type) {
     case 'joined':
-      return `rank ${e.rank}/${e.worldSize} on ${e.backend}${e.adapter ? ` (${e.adapter})` : ''}${e.fallbackReason ? `: ${e.fallbackReason}` : ''}`;
+      return `rank ${e.rank}/${e.worldSize} on ${e.backend}${e.adapter ? ` (${e.adapter})` : ''}${e.fallbackReason ? `: ${e.fallbackReason}` : ''}${e.probe ? `; auto, measured: ${probeText(e.probe, e.backend)}` : ''}`;
     case 'step': {
       if (e.step !== 1 && e.step % logEvery !== 0 && e.step !== e.totalSteps) return undefined;
       const loss = e.ranks.reduce((s, r) => s + r.loss, 0) / e.ranks.length;
