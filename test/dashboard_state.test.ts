@@ -44,7 +44,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     max: 3,
     checkpointEvery: 0,
     evalEvery: 100,
-    sampleEvery: 0,
+    firstSample: 0,
     resumeFrom: null,
     pp: 1,
     dp: 1,

@@ -24,7 +24,7 @@ import {
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
-import { attackPlanOf, hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
+import { attackPlanOf, hostOptimizer, sampleDue, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
@@ -284,8 +284,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         tensorCounts.push(tf.memory().numTensors);
         const atEpochEnd = state.progress.position >= trainSet.length;
         if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
-        // Between evaluations too, so that the dashboard shows the model's writing early (every rank at the same steps: none waits long for another).
-        else if (config.sampleEvery > 0 && step % config.sampleEvery === 0 && !atEpochEnd) await writeSample(step);
+        // Between evaluations too, early and then ever more rarely (N, 2N, 4N ...): the writing shows
+        // within the first minute, and later samples cost little. Every rank at the same steps.
+        else if (sampleDue(step, config.firstSample) && !atEpochEnd) await writeSample(step);
       },
 
       async onEpochEnd({ pg, step, epoch }) {

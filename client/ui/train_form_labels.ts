@@ -78,7 +78,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   checkpointEvery: { label: 'Checkpoint every (steps)' },
   evalEvery: { label: 'Evaluate every (steps)' },
-  sampleEvery: { label: 'Sample text every (steps)', hint: 'The language model writes a sample every N steps, besides at evaluations (0: only there).' },
+  firstSample: { label: 'First sample after (steps)', hint: 'The language model writes a sample after N steps, then after 2N, 4N, 8N ..., besides at every evaluation (0: only there).' },
   pp: {
     label: 'Pipeline stages',
     hint: 'Split the model into this many stages, one per tab (model parallelism); the world is stages x replicas tabs.',

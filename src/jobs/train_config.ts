@@ -106,10 +106,11 @@ export interface TrainConfig {
   /** Evaluate on the test set every this many steps (0: only at epoch ends). */
   evalEvery: number;
   /**
-   * The language model writes a sample every this many steps, besides at evaluations (0: only
-   * there). Each costs about as much as a few steps (120 forwards of one window).
+   * The language model writes its first sample after this many steps N, then after 2N, 4N, 8N
+   * ..., besides at every evaluation (0: only there): its writing shows early, and the samples,
+   * each about 4 steps' time on the cpu backend (120 forwards of one window), soon cost little.
    */
-  sampleEvery: number;
+  firstSample: number;
   /** Start from the latest checkpoint of this session instead of from scratch. */
   resumeFrom: string | null;
   /** Pipeline stages (model parallel): 1 is plain data parallel. The world is pp x dp ranks, a fixed size. */
@@ -234,8 +235,8 @@ const OPTIONS = [
   { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'checkpointEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
-  // 20 steps of the default language model on the cpu backend of a 2-core machine: its first sample within the first minute.
-  { name: 'sampleEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: (p) => (p.model === 'lm' ? 20 : 0) },
+  // 10 steps of the default language model on the cpu backend of a 2-core machine (~3-5 s each): its first sample within the first minute.
+  { name: 'firstSample', kind: int(0, 10_000_000), inForm: false, defaultValue: (p) => (p.model === 'lm' ? 10 : 0) },
   { name: 'pp', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
   { name: 'dp', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
   {
@@ -361,7 +362,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     max,
     checkpointEvery: values.checkpointEvery as number,
     evalEvery: values.evalEvery as number,
-    sampleEvery: values.sampleEvery as number,
+    firstSample: values.firstSample as number,
     resumeFrom: values.resumeFrom as string | null,
     pp,
     dp,
@@ -484,4 +485,11 @@ export function configParams(config: TrainConfig): URLSearchParams {
     p.set(spec.name, String(v));
   }
   return p;
+}
+
+/** Whether the language model writes after `step` besides at evaluations: after N, 2N, 4N, 8N ... (N = `first`; 0: never). */
+export function sampleDue(step: number, first: number): boolean {
+  if (first <= 0 || step % first !== 0) return false;
+  const k = step / first;
+  return (k & (k - 1)) === 0;
 }
