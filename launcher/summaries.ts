@@ -162,6 +162,8 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...(r0.identicalEveryStep !== undefined ? { identicalEveryStep: ranks.every((r) => r.identicalEveryStep === true) } : {}),
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),
     backends: [...new Set(ranks.map((r) => r.backend))],
+    // backend=auto: what each rank measured on each backend, and what it chose.
+    ...(ranks.some((r) => Array.isArray(r.backendProbe)) ? { backendProbe: ranks.map((r) => ({ rank: r.rank, backend: r.backend, figures: r.backendProbe ?? null })) } : {}),
     ...stragglers(ranks),
     ...commSummary(ranks),
     ...timelineSummary(ranks),

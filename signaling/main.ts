@@ -53,6 +53,8 @@ for (const line of startupLines(server, demo)) console.log(line);
 const { model, data } = server.offered as { model: { name: string; inputShape: number[]; parameters: number } | null; data: { kind: string; name: string; length: number; classes: string[] | number } | null };
 if (model) console.log(`Offering your model ${model.name}: input [${model.inputShape.join(', ')}], ${model.parameters} parameters (the create form's model "user")`);
 if (data) console.log(`Offering your data ${data.name}: ${data.length} ${data.kind === 'images' ? 'images' : 'rows'}, ${Array.isArray(data.classes) ? `classes ${data.classes.join(', ')}` : `${data.classes} classes`} (the create form's dataset "user")`);
+// The built-in models take one grey channel: say so before a user wonders where the colour went.
+if (data?.kind === 'images') console.log(`  the built-in models (mlp, cnn) see them as 28x28 grey images (luminance, values 0..1); only your own model (--model DIR, input [H, W, 3]) keeps colour`);
 if (tls) for (const line of trustLines(tls)) console.log(line);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {

@@ -101,6 +101,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     max: 4,
     checkpointEvery: 0,
     evalEvery: 100,
+    firstSample: 0,
     resumeFrom: null,
     pp: 1,
     dp: 1,

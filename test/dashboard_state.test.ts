@@ -45,6 +45,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     max: 3,
     checkpointEvery: 0,
     evalEvery: 100,
+    firstSample: 0,
     resumeFrom: null,
     pp: 1,
     dp: 1,
@@ -580,7 +581,22 @@ describe('purity and the facts', () => {
   it('a backend fallback is a warning, and the facts say from what and why', () => {
     const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'wasm', adapter: null, fallbackReason: 'no WebGPU adapter' }]);
     expect(s.log[0]).toMatchObject({ level: 'warn', message: 'This tab joined as rank 0 of 3 (backend wasm, a fallback from webgpu).' });
-    expect(facts(s).backend).toEqual({ kind: 'running', name: 'wasm', detail: ' · on the CPU', fallback: '⚠ Fallback from webgpu: no WebGPU adapter' });
+    expect(facts(s).backend).toEqual({ kind: 'running', name: 'wasm', detail: ' · on the CPU', fallback: '⚠ Fallback from webgpu: no WebGPU adapter', probe: null });
+  });
+
+  it('backend=auto: the facts show every backend measured, the chosen one marked, and why one has no figure', () => {
+    const probe = [
+      { backend: 'cpu' as const, msPerStep: 412.4, steps: 3 },
+      { backend: 'wasm' as const, msPerStep: null, steps: 0, note: 'it cannot train this model: no kernel' },
+      { backend: 'webgpu' as const, msPerStep: null, steps: 0, note: 'no step finished within 3 s: abandoned' },
+    ];
+    const s = replay([{ type: 'config', config: config({ backend: 'auto' }) }, { type: 'joined', rank: 0, worldSize: 3, backend: 'cpu', adapter: null, probe }]);
+    expect(facts(s).backend).toMatchObject({
+      kind: 'running',
+      name: 'cpu',
+      fallback: null,
+      probe: 'auto, measured on this model: cpu 412 ms/step (chosen) · wasm – (it cannot train this model: no kernel) · webgpu – (no step finished within 3 s: abandoned)',
+    });
   });
 
   it('describes a job in one line', () => {

@@ -1,6 +1,6 @@
 /** The training job's one schema: the URL parser's defaults, its refusals, and links that round-trip. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig } from '../src/jobs/train_config.ts';
+import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, formatCommHook, parseCommHook, parseTrainConfig, sampleDue } from '../src/jobs/train_config.ts';
 import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 import { parse, refusal } from './fixtures/train_config.ts';
@@ -32,6 +32,7 @@ describe('parseTrainConfig', () => {
       max: 3,
       checkpointEvery: 0,
       evalEvery: 100,
+      firstSample: 0,
       resumeFrom: null,
       pp: 1,
       dp: 1,
@@ -51,6 +52,18 @@ describe('parseTrainConfig', () => {
       attack: null,
     });
     expect(DEFAULT_LR.adam).toBe(0.003);
+  });
+
+  it('the language model measures its backend (auto) and writes a sample every 20 steps by default; either can be set', () => {
+    expect(parse('world=2&model=lm')).toMatchObject({ backend: 'auto', firstSample: 10, dataset: 'text' });
+    expect(parse('world=2&model=lm&backend=cpu&first-sample=5')).toMatchObject({ backend: 'cpu', firstSample: 5 });
+    expect(parse('world=2&model=mlp&backend=auto')).toMatchObject({ backend: 'auto' });
+    // After N, 2N, 4N ... steps: early, then ever more rarely.
+    expect(Array.from({ length: 200 }, (_, i) => i + 1).filter((s) => sampleDue(s, 10))).toEqual([10, 20, 40, 80, 160]);
+    expect([1, 2, 3, 4, 5, 6, 7, 8].filter((s) => sampleDue(s, 1))).toEqual([1, 2, 4, 8]);
+    expect([0, 10, 20].some((s) => sampleDue(s, 0))).toBe(false);
+    const lm = parse('world=2&model=lm');
+    expect(parse(configParams(lm).toString())).toEqual(lm);
   });
 
   it("takes a pipeline run's options as the launcher passes them (kebab-case), with 4 micro-batches by default", () => {

@@ -32,6 +32,7 @@ import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { sampleWeighted } from '../ui/sample_weighted.ts';
 import { downloadModel, downloadTorchModel } from '../train/download.ts';
+import { probeText } from '../backend_figures.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
 import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
@@ -48,7 +49,7 @@ export interface TrainPageOptions {
 function logLine(e: TrainEvent, logEvery: number): string | undefined {
   switch (e.type) {
     case 'joined':
-      return `rank ${e.rank}/${e.worldSize} on ${e.backend}${e.adapter ? ` (${e.adapter})` : ''}${e.fallbackReason ? `: ${e.fallbackReason}` : ''}`;
+      return `rank ${e.rank}/${e.worldSize} on ${e.backend}${e.adapter ? ` (${e.adapter})` : ''}${e.fallbackReason ? `: ${e.fallbackReason}` : ''}${e.probe ? `; auto, measured: ${probeText(e.probe, e.backend)}` : ''}`;
     case 'step': {
       if (e.step !== 1 && e.step % logEvery !== 0 && e.step !== e.totalSteps) return undefined;
       // The global batch's loss: weighted by each rank's samples (a rank given none has no loss).
@@ -129,6 +130,8 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
   let result: TrainResult | undefined;
   /** This tab's replica, from the moment it exists: it can be saved even when the run fails. */
   let liveModel: tf.LayersModel | undefined;
+  /** A language model's vocabulary (its downloads carry it, so ids turn back into characters). */
+  let liveVocabulary: readonly string[] | undefined;
   let store: StoreClient | undefined;
   let config: TrainConfig | undefined;
   // Checked above: tokenProblem found none.
@@ -176,7 +179,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     onDownload: (baseName) => {
       const model = result?.model ?? liveModel;
       if (!model) return;
-      downloadModel(model, baseName).then(
+      downloadModel(model, baseName, liveVocabulary).then(
         () => console.log(`model downloaded: ${baseName}.json + ${baseName}.weights.bin`),
         (err: Error) => {
           console.error(`download failed: ${err.message}`);
@@ -187,7 +190,7 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
     onDownloadTorch: (baseName) => {
       const model = result?.model ?? liveModel;
       if (!model) return;
-      downloadTorchModel(model, baseName).then(
+      downloadTorchModel(model, baseName, liveVocabulary).then(
         () => console.log(`model downloaded for PyTorch: ${baseName} (.safetensors + .py)`),
         (err: Error) => {
           console.error(`download for PyTorch failed: ${err.message}`);
@@ -273,8 +276,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       skipEvaluation: () => skipEval,
       ...(hostSecret === undefined ? {} : { host: hostSecret }),
       spectate: true,
-      onModel: (model) => {
+      onModel: (model, vocabulary) => {
         liveModel = model;
+        liveVocabulary = vocabulary;
       },
       onRendezvous: (e) => {
         if (e.type === 'spectating') {

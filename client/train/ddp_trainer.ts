@@ -24,7 +24,7 @@ import {
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
-import { attackPlanOf, hostOptimizer, type BackendName } from '../../src/jobs/train_config.ts';
+import { attackPlanOf, hostOptimizer, sampleDue, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
@@ -50,7 +50,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   const newState = (m: tf.LayersModel) => new TrainState({ model: m, optimizer: () => hostOptimizer(config) });
   let model = await newModel();
   let state = newState(model);
-  opts.onModel?.(model);
+  opts.onModel?.(model, job.text?.tokenizer.chars);
   // --devices K > 1: K Workers compute each batch's gradients (DataParallel). Made for the model
   // they serve: a model rebuilt after a lost GPU gets devices of its own at its first step.
   let dp: DataParallel | undefined;
@@ -59,7 +59,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     if (dp?.model === m) return dp;
     dp?.close();
     dp = undefined;
-    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
+    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend === 'auto' ? backend.backend : config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: trainSet.numClasses } });
     dp = made;
     setActiveDataParallel(made);
     emit({ type: 'devices', devices: made.devices });
@@ -96,15 +96,20 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
   let announcedModel = false;
 
   let lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
+  /** The steps after which the language model wrote (the job's report lists them). */
+  const sampleSteps: number[] = [];
+  // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
+  const writeSample = async (step: number) => {
+    if (!job.text) return;
+    lastSample = await sampleText(model, job.text, step);
+    sampleSteps.push(step);
+    emit(lastSample);
+  };
   const evaluateAndEmit = async (pg: ProcessGroup, step: number, epoch: number, figures?: { testAccuracy: number; testLoss: number }) => {
     const result = { step, ...(figures ?? (await evaluate(pg, model, testSet))) };
     evals.push(result);
     emit({ type: 'eval', epoch, ...result });
-    // A language model also writes: every tab samples its own replica (the same text where replicas are identical).
-    if (job.text) {
-      lastSample = await sampleText(model, job.text, step);
-      emit(lastSample);
-    }
+    await writeSample(step);
     return result;
   };
 
@@ -165,7 +170,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       // An elastic session keeps a checkpoint every 50 steps too: when every tab has gone, the link
       // reopened goes on from there instead of starting a second run under the same name.
       checkpointEvery: config.checkpointEvery > 0 || config.min === config.max ? config.checkpointEvery : 50,
-      checkpointMeta: { config } as unknown as Json,
+      // A language model's vocabulary too: `npm run export:torch` writes it beside the weights.
+      checkpointMeta: { config, ...(job.text ? { vocabulary: job.text.tokenizer.chars } : {}) } as unknown as Json,
       resumeFrom: config.resumeFrom,
       shouldStop: opts.stopRequested,
       stopVote: opts.stopVote ?? 'any',
@@ -247,7 +253,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
       },
 
       onRound({ pg, ddp }) {
-        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+        emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
         shareFleet(pg, backend, gpu.adapter);
         if (!announcedModel) emit({ type: 'log', level: 'info', message: `Model ${job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
         announcedModel = true;
@@ -284,6 +290,9 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         tensorCounts.push(tf.memory().numTensors);
         const atEpochEnd = state.progress.position >= trainSet.length;
         if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await evaluateAndEmit(pg, step, epoch);
+        // Between evaluations too, early and then ever more rarely (N, 2N, 4N ...): the writing shows
+        // within the first minute, and later samples cost little. Every rank at the same steps.
+        else if (sampleDue(step, config.firstSample) && !atEpochEnd) await writeSample(step);
       },
 
       async onEpochEnd({ pg, step, epoch }) {
@@ -298,7 +307,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
         if (fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${fallbackReason}` });
         model = await newModel();
         state = newState(model);
-        opts.onModel?.(model);
+        opts.onModel?.(model, job.text?.tokenizer.chars);
         return state;
       },
 
@@ -333,6 +342,8 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     rank: pg.rank,
     worldSize: pg.worldSize,
     backend: backend.backend,
+    // backend=auto: what each backend measured (ms per step of this model), the chosen one above.
+    ...(backend.probe ? { backendProbe: backend.probe } : {}),
     model: config.model,
     ...(config.hidden === null ? {} : { hiddenUnits: config.hidden }),
     parameters: model.countParams(),
@@ -350,7 +361,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
     // The language model: its test loss per character as a perplexity, the baseline of the
     // characters' frequencies, characters per second, and what it writes at the end.
     ...(job.text && lastSample
-      ? { perplexity: final === null ? null : Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text }
+      ? { perplexity: final === null ? null : Math.exp(final.testLoss), unigram: job.text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: lastSample.prompt + lastSample.text, sampleSteps }
       : {}),
     weightHash: hashFloat32(weights),
     // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).

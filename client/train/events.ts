@@ -4,6 +4,7 @@
  * the launcher hears the library's own elastic events instead.
  */
 
+import type { ProbeFigure } from './backend_probe.ts';
 import type { AggregationJudged, DeviceInfo, DeviceStats, LinkPath, PsSampleCounts, PsServerSlot, PsStatus } from '../../src/index.ts';
 import type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
 import type { FleetEvent } from './fleet.ts';
@@ -80,6 +81,8 @@ export type TrainEvent =
       backend: BackendName;
       fallbackReason?: string;
       adapter: string | null;
+      /** backend=auto: each backend's measured time per step of this job's model (the chosen one is `backend`). */
+      probe?: ProbeFigure[];
     }
   /**
    * Not training yet, or paused: `arrived` tabs are in the session and it needs `min` (it

@@ -31,7 +31,8 @@ import {
   type StoreClient,
 } from '../../src/index.ts';
 import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
-import { selectBackend, type BackendChoice } from './backend.ts';
+import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } from './backend.ts';
+import { probeText } from './backend_probe.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import { DEFAULT_CONTEXT, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { RankStepMetrics, TrainEvent } from './events.ts';
@@ -60,8 +61,8 @@ export interface TrainerOptions {
   stopRequested(): boolean;
   /** 'all' when a stop comes to every rank from the session's host (see runElastic's stopVote). Default 'any'. */
   stopVote?: 'any' | 'all';
-  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. */
-  onModel?(model: tf.LayersModel): void;
+  /** Called with the model as soon as it is built: the page can save this replica even if the run fails. A language model's vocabulary comes with it (its PyTorch export writes it). */
+  onModel?(model: tf.LayersModel, vocabulary?: readonly string[]): void;
   /** The host secret of the creator's tab (kept when the tab reconnects). */
   host?: string;
   /** Wait as a spectator when the session is full, and take a rank when one frees up. */
@@ -200,8 +201,9 @@ export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
 export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; text?: TextJob; newModel: () => Promise<tf.LayersModel>; modelName: string }> {
   const { config, emit } = opts;
   emit({ type: 'config', config });
-  const backend = await selectBackend(config.backend);
-  if (backend.fallbackReason) emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
+  let backend = await selectBackend(config.backend);
+  // auto's first backend only serves until the probe: what it fell back from is not news.
+  if (backend.fallbackReason && config.backend !== 'auto') emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
   // The token at each request: streamed data keeps loading after the host removed a tab.
   const req: OfferRequest = {
@@ -215,6 +217,8 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
   if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt");
   const inputShape = offered?.model && config.model === 'user' ? offered.model.inputShape : OFFERED_IMAGE_SHAPE;
+  // The built-in models take one grey channel: a host's colour photos lose their colour, and the page says so.
+  if (config.dataset === 'user' && offered?.data?.kind === 'images' && config.model !== 'user') emit({ type: 'log', level: 'info', message: `The host's images reach the ${config.model} model as ${OFFERED_IMAGE_SHAPE[0]}x${OFFERED_IMAGE_SHAPE[1]} grey images (luminance, values 0..1): colour is kept only by the host's own model (npm start -- --model DIR taking [H, W, 3])` });
   const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
@@ -232,6 +236,12 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
     told = true;
     return model;
   };
+  if (config.backend === 'auto') {
+    // Timed on the job's own model and batch, now that both are known; before the first round.
+    emit({ type: 'log', level: 'info', message: `Backend auto: timing a few steps of this model on each backend (at most ${PROBE_BUDGET_MS / 1000} s each)…` });
+    backend = await chooseFastest(newModel, trainSet, config.batchSize, backend);
+    emit({ type: 'log', level: backend.fallbackReason ? 'warn' : 'info', message: `Backend auto: ${backend.backend}, the fastest here for this model: ${probeText(backend.probe ?? [], backend.backend)}` });
+  }
   // What the log calls the model: the host's by its name.
   const modelName = config.model === 'user' ? `"${offered!.model!.name}" (the host's)` : config.model;
   return { backend, gpu, trainSet, testSet, ...(text ? { text } : {}), newModel, modelName };

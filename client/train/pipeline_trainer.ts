@@ -132,7 +132,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
     },
 
     onRound({ mesh, stage }) {
-      emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
       shareFleet(mesh.world, backend, gpu.adapter);
       emit({
         type: 'pipeline',

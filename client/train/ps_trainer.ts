@@ -129,7 +129,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
     onStatus: (s) => emit({ type: 'ps', ...s }),
     onRound: ({ pg }) => {
       rank = pg.rank;
-      emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter });
+      emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
       shareFleet(pg, backend, gpu.adapter);
       watchLinks(pg, emit);
     },

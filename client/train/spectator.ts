@@ -34,8 +34,9 @@ export class DashboardPublisher {
   /** Every event the page's dashboard gets; `publishing` says whether this tab is rank 0 now. */
   record(e: TrainEvent, publishing: boolean): void {
     if (!SHARED.has(e.type)) return;
-    // The group's tabs: only the latest word counts (each says every rank heard so far).
-    if (e.type === 'fleet') this.events = this.events.filter((old) => old.type !== 'fleet');
+    // The group's tabs: only the latest word counts (each says every rank heard so far); and the
+    // language model's latest sample is all a dashboard shows (they come ever more rarely, and at evaluations).
+    if (e.type === 'fleet' || e.type === 'sample') this.events = this.events.filter((old) => old.type !== e.type);
     this.events.push(e);
     // Steps are the bulk: keep the latest ones within the budget (evaluations and the rest stay).
     if (this.events.length % 50 === 0) this.trim();

@@ -3,16 +3,18 @@
  */
 import type { DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName } from '../train/events.ts';
+import type { BackendSetting } from '../../src/jobs/train_config.ts';
 import type { DashboardState } from './dashboard_state.ts';
 import { epochOf } from './dashboard_format.ts';
 import { describeJob } from './dashboard_job.ts';
 import { faultHistoryLines, faultSummary } from './dashboard_report.ts';
 import { fmtInt, fmtMs } from './format.ts';
 import { INSECURE_PAGE_REASON } from '../webgpu.ts';
+import { probeText } from '../backend_figures.ts';
 
 export type BackendFact =
-  | { kind: 'running'; name: BackendName; detail: string; fallback: string | null }
-  | { kind: 'requested'; name: BackendName }
+  | { kind: 'running'; name: BackendName; detail: string; fallback: string | null; probe: string | null }
+  | { kind: 'requested'; name: BackendSetting }
   | { kind: 'unknown' };
 
 export interface Facts {
@@ -43,7 +45,9 @@ export function facts(s: DashboardState): Facts {
     const detail = cpuOnly ? ' · on the CPU' : b.adapter ? ` · ${b.adapter}` : ' · adapter not reported';
     // The insecure-page reason says all itself (it is the page, not the browser, and what to do).
     const fallback = !b.fallbackReason ? null : b.fallbackReason.startsWith(INSECURE_PAGE_REASON) ? `⚠ ${b.fallbackReason}.` : `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}`;
-    backend = { kind: 'running', name: b.name, detail, fallback };
+    // backend=auto: why this one, in figures.
+    const probe = b.probe ? `auto, measured on this model: ${probeText(b.probe, b.name)}` : null;
+    backend = { kind: 'running', name: b.name, detail, fallback, probe };
   } else if (c) {
     backend = { kind: 'requested', name: c.backend };
   }

@@ -116,7 +116,7 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
         round: event.round ?? null,
         worldSize: event.worldSize,
         joined: withRank(group.joined, event.rank),
-        backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason },
+        backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason, ...(event.probe ? { probe: event.probe } : {}) },
         phase: state.phase === 'connecting' || state.phase === 'waiting' || state.phase === 'full' ? 'starting' : state.phase,
         // A rank of its own: this tab no longer watches from the side.
         role: state.role.spectator ? { ...state.role, spectator: false } : state.role,

@@ -2,6 +2,7 @@
  * The training dashboard's actions and state, as types: what the reducer (dashboard_state.ts) takes
  * and returns, apart from it so that the panel models it calls (dashboard_*.ts) can read them.
  */
+import type { ProbeFigure } from '../backend_figures.ts';
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
@@ -126,7 +127,8 @@ export interface DashboardState {
   readonly round: number | null;
   /** Size of the current group (from 'joined', or the widest step seen). */
   readonly worldSize: number | null;
-  readonly backend: { name: BackendName; adapter: string | null; fallbackReason?: string } | null;
+  /** `probe`: backend=auto's measured time per step on each backend (the chosen one is `name`). */
+  readonly backend: { name: BackendName; adapter: string | null; fallbackReason?: string; probe?: readonly ProbeFigure[] } | null;
   /** The session's tab count from the latest 'waiting' event. */
   readonly waiting: Omit<WaitingEvent, 'type'> | null;
   /** Ranks of the current group seen so far (this tab, and every rank that reported a step), ascending. */

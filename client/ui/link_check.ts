@@ -45,6 +45,7 @@ const NOUN: Readonly<Record<string, string>> = {
   lr: 'the learning rate',
   trainSize: 'the number of training samples',
   evalEvery: 'the evaluation interval (steps)',
+  firstSample: 'the step of the first sample',
   checkpointEvery: 'the checkpoint interval (steps)',
   resumeFrom: 'the session to resume from',
   timeoutMs: 'the timeout (milliseconds)',

@@ -64,7 +64,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   backend: {
     label: 'Backend',
-    hint: 'If a tab has no WebGPU it falls back and says which backend it uses.',
+    hint: 'auto times a few steps of this model on each backend the tab has and keeps the fastest (the tab shows the figures). If a tab has no WebGPU it falls back and says which backend it uses.',
   },
   seed: { label: 'Seed' },
   shuffle: { label: 'Shuffle' },
@@ -78,6 +78,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   checkpointEvery: { label: 'Checkpoint every (steps)' },
   evalEvery: { label: 'Evaluate every (steps)' },
+  firstSample: { label: 'First sample after (steps)', hint: 'The language model writes a sample after N steps, then after 2N, 4N, 8N ..., besides at every evaluation (0: only there).' },
   pp: {
     label: 'Pipeline stages',
     hint: 'Split the model into this many stages, one per tab (model parallelism); the world is stages x replicas tabs.',

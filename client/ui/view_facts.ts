@@ -72,6 +72,7 @@ export class FactsView {
     const b = f.backend;
     if (b.kind === 'running') {
       const parts: Array<Node | string> = [el('strong', {}, b.name), b.detail];
+      if (b.probe) parts.push(el('span', { class: 'backend-probe', 'data-testid': 'backend-probe' }, b.probe));
       if (b.fallback) parts.push(el('span', { class: 'fallback' }, b.fallback));
       this.dd.backend.replaceChildren(...parts);
     } else {

@@ -16,6 +16,7 @@
  * torch, so a Dense after a Flatten of an image gets its input columns reordered (torch flattens
  * C, H, W; TF.js flattens H, W, C) and the module stays a plain nn.Flatten + nn.Linear.
  */
+import { pythonTextHelpers, vocabularyProblem } from './torch_export_text.ts';
 import { encodeSafetensors, decodeSafetensors, type NamedTensor } from './safetensors.ts';
 import { topologyLayers, type LayerJson, type WeightSpec } from './checkpoint_format.ts';
 
@@ -115,6 +116,12 @@ export interface TorchExportOptions {
    * digits and _ (anything else becomes _; nothing left: "model").
    */
   fileName?: string;
+  /**
+   * A language model's vocabulary: token id i is character `vocabulary[i]` (CharTokenizer's
+   * `chars`). The Python file then holds it as data, with `encode`, `decode` and `generate`.
+   * Untrusted (a checkpoint's meta): checked against the model's embedding, refused saying why.
+   */
+  vocabulary?: readonly string[];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -141,6 +148,8 @@ interface Plan {
   inputDtype: 'float32' | 'int64';
   /** The tab's input shape (TF.js layout), without the batch dimension. */
   tfInputShape: number[];
+  /** Token ids the first layer takes (an embedding's rows); undefined: not a token model. */
+  vocabSize?: number;
 }
 
 type Config = Record<string, unknown>;
@@ -449,6 +458,7 @@ function makePlan(topology: unknown, file: string | undefined): Plan {
         const emb = add('embedding', `nn.Embedding(${inputDim}, ${outputDim})`, name);
         plan.params.push({ torch: `${emb}.weight`, tf: weight('embeddings'), shape: [inputDim, outputDim] });
         plan.inputDtype = 'int64';
+        plan.vocabSize = inputDim;
         flow = { shape: [...flow.shape, outputDim], image: false };
         break;
       }
@@ -463,6 +473,7 @@ function makePlan(topology: unknown, file: string | undefined): Plan {
         plan.params.push({ torch: `${emb}.tok.weight`, tf: weight('token_embeddings'), shape: [vocab, d] });
         plan.params.push({ torch: `${emb}.pos.weight`, tf: weight('position_embeddings'), shape: [context, d] });
         plan.inputDtype = 'int64';
+        plan.vocabSize = vocab;
         flow = { shape: [flow.shape[0]!, d], image: false };
         break;
       }
@@ -532,6 +543,10 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
   // Every name is checked (makePlan, tfWeights) before any output is made.
   const plan = makePlan(artifacts.modelTopology, options.source);
   const weights = tfWeights(artifacts, options.source);
+  if (options.vocabulary !== undefined) {
+    const problem = vocabularyProblem(options.vocabulary, plan.vocabSize);
+    if (problem !== undefined) throw new TorchExportError(undefined, problem);
+  }
   const tensors: NamedTensor[] = [];
   for (const p of plan.params) {
     if (p.counter) {
@@ -551,7 +566,7 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
   };
   return {
     safetensors: encodeSafetensors(tensors, metadata),
-    python: pythonModule(plan, options.source, pythonModuleName(options.fileName ?? 'model') || 'model'),
+    python: pythonModule(plan, options.source, pythonModuleName(options.fileName ?? 'model') || 'model', options.vocabulary),
     inputShape: plan.inputShape,
     inputDtype: plan.inputDtype,
     names: plan.params.filter((p) => !p.counter).map((p) => ({ torch: p.torch, tf: p.tf })),
@@ -647,7 +662,7 @@ class TransformerBlock(nn.Module):
  * `pythonString`, also in comments and the docstring, where a newline or a closing quote would
  * otherwise be code; `file` is a `pythonModuleName` (letters, digits, _); the rest is ours.
  */
-function pythonModule(plan: Plan, source: string | undefined, file: string): string {
+function pythonModule(plan: Plan, source: string | undefined, file: string, vocabulary: readonly string[] | undefined): string {
   const width = Math.max(...plan.modules.map((m) => m.name.length));
   const modules = plan.modules.map((m) => `            (${pythonString(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),${m.from === undefined ? '' : `  # TF.js layer ${pythonString(m.from)}`}`).join('\n');
   const layout = plan.tfInputShape.length === 3 ? `images [N, ${plan.inputShape.join(', ')}] (channels first; the tab's were [N, ${plan.tfInputShape.join(', ')}])` : plan.inputDtype === 'int64' ? `token ids, int64 [N, ${plan.inputShape.join(', ')}]` : `float32 [N, ${plan.inputShape.join(', ')}]`;
@@ -658,7 +673,10 @@ function pythonModule(plan: Plan, source: string | undefined, file: string): str
     model.load_state_dict(load_file(${pythonString(`${file}.safetensors`)}))
     model.eval()
 
-Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).
+Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).${vocabulary ? `
+
+Text: encode("...") gives token ids, decode(ids) the text back, and
+generate(model, "Call me ", 200) the prompt and 200 characters the model writes.` : ''}
 """
 import json
 import math
@@ -677,7 +695,7 @@ class Model(nn.Sequential):
         super().__init__(OrderedDict([
 ${modules}
         ]))
-
+${vocabulary ? pythonTextHelpers(vocabulary.map(pythonString)) : ''}
 
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
 
@@ -707,6 +725,8 @@ if __name__ == "__main__":
 
     model = Model()
     model.load_state_dict(load_file(sys.argv[1] if len(sys.argv) > 1 else ${pythonString(`${file}.safetensors`)}))
-    print(model)
+    print(model)${vocabulary ? `
+    model.eval()
+    print(generate(model, VOCABULARY[0], 80))` : ''}
 `;
 }

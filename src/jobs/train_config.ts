@@ -45,6 +45,13 @@ export type ModelKind = (typeof MODELS)[number];
 export type DatasetKind = (typeof DATASETS)[number];
 export type OptimizerKind = (typeof OPTIMIZERS)[number];
 export type BackendName = (typeof BACKENDS)[number];
+/**
+ * What a job asks for: a backend, or `auto`, which times a few training steps of the job's model
+ * on each backend a tab has and keeps the fastest (client/train/backend.ts); tabs may then differ,
+ * as in any mixed fleet, with bit-identical replicas.
+ */
+export const BACKEND_SETTINGS = ['auto', ...BACKENDS] as const;
+export type BackendSetting = (typeof BACKEND_SETTINGS)[number];
 export type ScheduleName = (typeof SCHEDULE_KINDS)[number];
 export type ActivationDtypeName = (typeof ACTIVATION_DTYPE_NAMES)[number];
 export type StrategyName = (typeof STRATEGIES)[number];
@@ -87,7 +94,7 @@ export interface TrainConfig {
   balance: boolean;
   /** DDP: the step's vote rides on the gradients' all-reduce (runElastic's voteWithGradients); false: a vote of its own after each step. */
   voteWithGradients: boolean;
-  backend: BackendName;
+  backend: BackendSetting;
   /**
    * How many ranks the session trains with, like torchrun's --nnodes MIN:MAX: it starts with
    * `max` (or `min` once no more arrive) and keeps going down to `min`. Equal for a fixed size.
@@ -98,6 +105,12 @@ export interface TrainConfig {
   checkpointEvery: number;
   /** Evaluate on the test set every this many steps (0: only at epoch ends). */
   evalEvery: number;
+  /**
+   * The language model writes its first sample after this many steps N, then after 2N, 4N, 8N
+   * ..., besides at every evaluation (0: only there): its writing shows early, and the samples,
+   * each about 4 steps' time on the cpu backend (120 forwards of one window), soon cost little.
+   */
+  firstSample: number;
   /** Start from the latest checkpoint of this session instead of from scratch. */
   resumeFrom: string | null;
   /** Pipeline stages (model parallel): 1 is plain data parallel. The world is pp x dp ranks, a fixed size. */
@@ -211,7 +224,9 @@ const OPTIONS = [
   { name: 'timeLimit', kind: { type: 'number', min: Number.MIN_VALUE, max: 1_000_000 }, inForm: false, defaultValue: fixed(null) },
   { name: 'trainSize', kind: int(0, 10_000_000), inForm: true, optional: true, defaultValue: fixed(0) },
   { name: 'testSize', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
-  { name: 'backend', kind: { type: 'choice', choices: BACKENDS }, inForm: true, defaultValue: fixed('webgpu') },
+  // auto for the language model, whose speed differs most between backends (SwiftShader's WebGPU
+  // took 20-27 s a step where the cpu backend takes well under one); the small models keep WebGPU.
+  { name: 'backend', kind: { type: 'choice', choices: BACKEND_SETTINGS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'auto' : 'webgpu') },
   // The syntax here; what each item may be in parseAggregation. The form offers the presets as a select.
   { name: 'aggregation', kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS }, inForm: true, defaultValue: fixed('mean') },
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
@@ -220,6 +235,8 @@ const OPTIONS = [
   { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'checkpointEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
+  // 10 steps of the default language model on the cpu backend of a 2-core machine (~3-5 s each): its first sample within the first minute.
+  { name: 'firstSample', kind: int(0, 10_000_000), inForm: false, defaultValue: (p) => (p.model === 'lm' ? 10 : 0) },
   { name: 'pp', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
   { name: 'dp', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: fixed(1) },
   {
@@ -340,11 +357,12 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
     shuffle: values.shuffle as boolean,
     balance: values.balance as boolean,
     voteWithGradients: values.voteWithGradients as boolean,
-    backend: values.backend as BackendName,
+    backend: values.backend as BackendSetting,
     min,
     max,
     checkpointEvery: values.checkpointEvery as number,
     evalEvery: values.evalEvery as number,
+    firstSample: values.firstSample as number,
     resumeFrom: values.resumeFrom as string | null,
     pp,
     dp,
@@ -467,4 +485,11 @@ export function configParams(config: TrainConfig): URLSearchParams {
     p.set(spec.name, String(v));
   }
   return p;
+}
+
+/** Whether the language model writes after `step` besides at evaluations: after N, 2N, 4N, 8N ... (N = `first`; 0: never). */
+export function sampleDue(step: number, first: number): boolean {
+  if (first <= 0 || step % first !== 0) return false;
+  const k = step / first;
+  return (k & (k - 1)) === 0;
 }

@@ -1,8 +1,8 @@
 /**
  * The language model in the built-in training job (model lm, dataset text: Moby-Dick's windows of
  * characters) on real pages, the cpu backend (SwiftShader takes seconds per step of even a small
- * transformer): DDP keeps the replicas identical every step and the loss falls below a uniform
- * guess; every tab's dashboard shows the same sampled text and the perplexity; a pipeline of
+ * transformer; the first test lets each tab measure and choose, backend=auto): DDP keeps the
+ * replicas identical every step and the loss falls below a uniform guess; every tab's dashboard shows the same sampled text and the perplexity; a pipeline of
  * two stages trains it to the weights of one rank; DiLoCo's outer steps end on identical replicas.
  */
 import { expect, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
@@ -12,16 +12,32 @@ type Result = Record<string, unknown>;
 const lm = { job: 'train', model: 'lm', dataset: 'text', backend: 'cpu', hidden: '32', context: '32', batchSize: '8', optimizer: 'adam', lr: '0.01', seed: '3', testSize: '64' };
 const VOCABULARY = 76;
 
-test('2 tabs train the language model with DDP: identical replicas every step, the loss falls, both dashboards show the same sample and the perplexity', async ({ browser, server }) => {
-  const pages = await openRanks(browser, server, 2, { session: sessionName('lm'), ...lm, steps: '20', evalEvery: '10', checkWeights: 'true' });
+type Figure = { backend: string; msPerStep: number | null; steps: number; note?: string };
+
+test('2 tabs train the language model with DDP, each on the backend it measured fastest (auto): identical replicas every step, the loss falls, the first sample after 5 steps, both dashboards show the same sample and the perplexity', async ({ browser, server }) => {
+  // The probe (at most 4 x 3 s per tab) comes before the 20 steps.
+  test.setTimeout(300_000);
+  // backend auto (the language model's default): each tab times this model on its backends and keeps the fastest.
+  const pages = await openRanks(browser, server, 2, { session: sessionName('lm'), ...lm, backend: 'auto', steps: '20', evalEvery: '10', firstSample: '5', checkWeights: 'true' });
   const results = await Promise.all(pages.map((p) => p.result));
   for (const r of results) {
+    // Whatever each tab chose, the host optimizer keeps the replicas bit-identical.
     expect(r.identicalEveryStep).toBe(true);
     expect(r.checkedSteps).toBe(20);
     expect(r.weightHash).toBe(results[0]!.weightHash);
+    // Every backend the tab has was timed (or says why not), and the fastest is the one it trained on.
+    const figures = r.backendProbe as Figure[];
+    expect(figures.map((f) => f.backend).sort()).toEqual(['cpu', 'wasm', 'webgl', 'webgpu']);
+    for (const f of figures) expect(f.msPerStep !== null || (f.note ?? '').length > 0).toBe(true);
+    const timed = figures.filter((f) => f.msPerStep !== null);
+    expect(timed.length).toBeGreaterThan(0);
+    expect(r.backend).toBe(timed.reduce((a, f) => (f.msPerStep! < a.msPerStep! ? f : a)).backend);
+    // The first sample before the first evaluation (5), then at the evaluations (10, 20); 15 is not 5 x 2^k.
+    expect(r.sampleSteps).toEqual([5, 10, 20]);
   }
   const r = results[0]!;
   console.log(`language model, 2 tabs, 20 steps: loss ${(r.finalLoss as number).toFixed(3)}, test loss ${(r.testLoss as number).toFixed(3)} (perplexity ${(r.perplexity as number).toFixed(2)}), ${Math.round(r.tokensPerSec as number)} characters/s; ${JSON.stringify(r.sample)}`);
+  for (const q of results) console.log(`rank ${q.rank as number} chose ${q.backend as string}: ${JSON.stringify(q.backendProbe)}`);
   expect(r.model).toBe('lm');
   expect(r.context).toBe(32);
   // A uniform guess over the vocabulary is ln 76 = 4.33 nats per character; 20 steps of Adam are well below it.
@@ -37,6 +53,7 @@ test('2 tabs train the language model with DDP: identical replicas every step, t
     await expect(page.getByTestId('sample')).toBeVisible();
     await expect(page.getByTestId('sample-text')).toHaveText(r.sample as string, { useInnerText: false });
     await expect(page.getByTestId('sample')).toContainText('After step 20');
+    await expect(page.getByTestId('backend-probe')).toContainText(/auto, measured on this model: .*\(chosen\)/);
     await expect(page.locator('[data-stat="test"]')).toContainText('perplexity');
     await expect(page.locator('[data-stat="speed"]')).toContainText('characters/s');
   }

@@ -115,4 +115,6 @@ test('an image that does not decode stops the job, naming its file', async () =>
   });
   expect(ok).toBe(false);
   expect(lines.join('\n')).toMatch(/image b\/zz-broken\.png cannot be decoded/);
+  // Before the images load, the page says what the built-in model makes of them: grey, 0..1.
+  expect(lines.join('\n')).toContain("The host's images reach the mlp model as 28x28 grey images (luminance, values 0..1)");
 });
