@@ -90,9 +90,10 @@ test('a Chromium tab and a Firefox tab train together, each on its own backend, 
 });
 
 test('the language model on a Chromium tab (WebGPU) and a Firefox tab (WebGL): identical at every step, each writes a sample', async () => {
-  // A tiny transformer (width 16, windows of 16): its attention, layer norms and GELU on two browsers' GPUs.
+  // A tiny transformer (width 16, windows of 16): its attention, layer norms and GELU on two browsers' GPUs
+  // (backend webgpu, not the language model's default auto, which picks the cpu here).
   const r = await run({
-    jobParams: { model: 'lm', hidden: '16', context: '16', batchSize: '4', steps: '6', evalEvery: '0', testSize: '16', lr: '0.01', checkWeights: 'true' },
+    jobParams: { model: 'lm', backend: 'webgpu', hidden: '16', context: '16', batchSize: '4', steps: '6', evalEvery: '0', testSize: '16', lr: '0.01', checkWeights: 'true' },
   });
   if (!r.ok) console.log(r.lines.slice(-40).join('\n'));
   expect(r.ok, JSON.stringify(r.summary)).toBe(true);
