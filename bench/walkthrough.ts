@@ -33,7 +33,7 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.waitForTimeout(1500); // the charts redraw at most once a second
   const path = join(outDir, name);
   await page.screenshot({ path, fullPage: true });
-  const cards = await page.locator('[data-testid="cards"]').innerText().catch(() => '');
+  const cards = [await page.getByTestId('progress').innerText().catch(() => ''), await page.locator('section.stats').innerText().catch(() => '')].join(' · ');
   console.log(`saved ${path}\n  ${cards.replace(/\s*\n\s*/g, ' · ')}`);
 }
 

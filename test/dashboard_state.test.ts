@@ -528,13 +528,19 @@ describe('the run summary', () => {
 });
 
 describe('epochs', () => {
-  it('a 0-based job is numbered from 1 for people', () => {
-    const s = replay([step(17, { epoch: 1 })], training());
+  it('a 0-based job is numbered from 1 for people (equal shards, as torch\'s DistributedSampler)', () => {
+    const s = replay([step(17, { epoch: 1 })], training({ balance: false }));
     expect(s.epochBase).toBe(0);
     expect(s.log.map((e) => e.message)).toContain("Epoch 1: this rank's shard is 512 of 1,536 samples, 16 steps.");
     expect(s.log[0]!.message).toBe('Epoch 2 started at step 17.');
     expect(statusText(s)).toBe('Training (epoch 2 of 2) on 3 ranks.');
     expect(facts(s).shard).toBe('512 of 1,536 samples · epoch 1 of 2 · 16 steps/epoch');
+  });
+
+  it('with balanced batches no rank holds a fixed shard: the facts and the log say the samples are split by speed', () => {
+    const s = replay([step(17, { epoch: 1 })], training({ balance: true }));
+    expect(s.log.map((e) => e.message)).toContain("Epoch 1: the group's 1,536 samples, 16 steps, each step's batch split by the tabs' speeds.");
+    expect(facts(s).shard).toBe('1,536 samples shared by speed, step by step · epoch 1 of 2 · 16 steps/epoch');
   });
 
   it('a 1-based job keeps its numbers, and a job of steps has no epoch total', () => {

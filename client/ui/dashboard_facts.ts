@@ -59,7 +59,12 @@ export function facts(s: DashboardState): Facts {
     browser: mine ? [mine.browser, mine.platform].filter(Boolean).join(' · ') : '–',
     backend,
     devices: s.devices === null ? null : s.devices.map(deviceFact),
-    shard: sh ? `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch` : '–',
+    // Balanced batches split each step's samples by the tabs' speeds: no rank holds a fixed shard.
+    shard: !sh
+      ? '–'
+      : c?.balance && (s.worldSize ?? 1) > 1
+        ? `${fmtInt(sh.datasetSize)} samples shared by speed, step by step · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch`
+        : `${fmtInt(sh.samples)} of ${fmtInt(sh.datasetSize)} samples · epoch ${epochOf(s, sh.epoch)} · ${fmtInt(sh.stepsPerEpoch)} steps/epoch`,
     job: c ? describeJob(c) : '–',
     faults: { text: faultSummary(s), history: faultHistoryLines(s) },
   };

@@ -143,7 +143,9 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return log(
         { ...s, shard: event, phase: s.phase === 'connecting' || s.phase === 'waiting' || s.phase === 'full' ? 'starting' : s.phase },
         'info',
-        `Epoch ${epochLabel(s, event.epoch)}: this rank's shard is ${fmtInt(event.samples)} of ${fmtInt(event.datasetSize)} samples, ${fmtInt(event.stepsPerEpoch)} steps.`,
+        s.config?.balance && (s.worldSize ?? 1) > 1
+          ? `Epoch ${epochLabel(s, event.epoch)}: the group's ${fmtInt(event.datasetSize)} samples, ${fmtInt(event.stepsPerEpoch)} steps, each step's batch split by the tabs' speeds.`
+          : `Epoch ${epochLabel(s, event.epoch)}: this rank's shard is ${fmtInt(event.samples)} of ${fmtInt(event.datasetSize)} samples, ${fmtInt(event.stepsPerEpoch)} steps.`,
       );
     }
 
