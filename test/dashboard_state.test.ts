@@ -183,6 +183,12 @@ describe('phases and the status line', () => {
     expect(statusText(done)).toBe('Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.');
     expect(controls(done)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
     expect(done.log[0]!.message).toBe('Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none');
+    // Training stopped after the last step's 5 s; a total that also holds the evaluation says so.
+    const evaluated = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1, seconds: 16 } }], evaluating);
+    expect(progressFigures(evaluating).text).toContain('stopped after 5 s');
+    expect(statCards(evaluating).time).toEqual({ value: '5 s', sub: 'until stopped' });
+    expect(progressFigures(evaluated).text).toContain('stopped after 5 s');
+    expect(statCards(evaluated).time).toEqual({ value: '16 s', sub: 'total time; stopped after 5 s, then evaluated' });
   });
 
   it('the evaluation after the run: downloads at once, its progress, and the host skips it on every tab', () => {

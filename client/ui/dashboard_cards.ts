@@ -73,7 +73,9 @@ export function timeCard(s: DashboardState): StatCard {
     s.phase === 'done'
       ? 'total time'
       : s.phase === 'stopped'
-        ? 'until stopped'
+        ? s.finished && runSeconds(s) !== e.elapsedSec
+          ? `total time; stopped after ${fmtDuration(e.elapsedSec)}, then evaluated`
+          : 'until stopped'
         : s.phase === 'failed'
           ? 'until it failed'
           : s.phase === 'ended'

@@ -35,7 +35,8 @@ export function progressFigures(s: DashboardState): ProgressFigures {
   const parts = [`Epoch ${epochOf(s, e.epoch)}`, `step ${fmtInt(e.step)} / ${fmtInt(e.totalSteps)} (${pct}%)`];
   const took = runSeconds(s) ?? e.elapsedSec;
   if (s.phase === 'done') parts.push(`finished in ${fmtDuration(took)}`);
-  else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(took)}`);
+  // Training stopped at the last step; a finished run's total also holds the evaluation after it (the TIME card says both).
+  else if (s.phase === 'stopped') parts.push(`stopped after ${fmtDuration(e.elapsedSec)}`);
   else if (s.phase === 'failed') parts.push(`failed after ${fmtDuration(took)}`);
   else if (s.phase === 'ended') parts.push(`ended after ${fmtDuration(took)}`);
   else if (s.phase === 'removed') parts.push(`removed after ${fmtDuration(took)}`);
