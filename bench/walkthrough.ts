@@ -66,7 +66,11 @@ async function classSession(gpu: Browser, noGpu: Browser, url: string): Promise<
   await shot(bob, '3-student-without-webgpu.png');
   const atClose = await stepOf(host);
   await alice.close();
-  await until('the two left to train 30 more steps', async () => (await stepOf(host)) > atClose + 30, 5 * 60_000);
+  // Stop away from an evaluation step (every 100), so the picture after Stop shows the evaluation after the run.
+  await until('the two left to train 30 more steps', async () => {
+    const step = await stepOf(host);
+    return step > atClose + 30 && step % 100 >= 10 && step % 100 <= 80;
+  }, 5 * 60_000);
   await shot(host, '4-after-a-tab-closed.png');
   await host.getByTestId('stop-button').click();
   await host.getByTestId('stop-confirm').click();
