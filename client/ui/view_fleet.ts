@@ -138,7 +138,7 @@ function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null, cells: 
       row.stepMs === null ? '–' : fmtMs(row.stepMs),
       ...(row.computeMs !== null && row.stepMs !== null ? [el('span', { class: 'fleet-sub' }, `compute ${fmtMs(row.computeMs)}`)] : []),
     ),
-    el('td', { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' }, share, ...(row.idle ? [el('span', { class: 'fleet-sub fleet-idle', 'data-testid': 'fleet-no-samples' }, row.idle)] : [])),
+    el('td', { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' }, el('span', { class: 'fleet-share', 'data-testid': 'fleet-share' }, share), ...(row.idle ? [el('span', { class: 'fleet-sub fleet-idle', 'data-testid': 'fleet-no-samples' }, row.idle)] : [])),
     ...(cells ? [contributionTd(cells.get(row.rank))] : []),
   );
 }
