@@ -17,12 +17,13 @@ import { runElastic, type ElasticRunResult, type StepContext } from '../src/elas
 import { MAX_RESUMES, withResume } from '../src/elastic/recovery.ts';
 import type { RendezvousEvent } from '../src/elastic/rendezvous.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { buildModel } from '../src/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
+import { classificationStep } from './fixtures/elastic_step.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -170,13 +171,7 @@ describe('fault history in an elastic run', () => {
       },
       async step(ctx) {
         await extra?.(ctx);
-        const { x, y } = data.batch(ctx.indices);
-        const xs = tf.tensor(x, [ctx.indices.length, 16]);
-        const ys = tf.tensor1d(y, 'int32');
-        const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4));
-        tf.dispose([xs, ys]);
-        ctx.ddp.step(ctx.optimizer);
-        return { loss };
+        return classificationStep(ctx, model, data, 4);
       },
     });
     result.catch(() => {});
