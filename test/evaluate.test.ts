@@ -14,7 +14,7 @@ import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { buildModel } from '../src/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
-import { evaluate, evaluateAfterRun, evaluateFinal } from '../client/train/harness.ts';
+import { evaluate, evaluateAfterRun, evaluateFinal } from '../client/train/evaluation.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';

@@ -32,7 +32,8 @@ import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/d
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { contributionTracker } from './contributions.ts';
-import { dashboardEvents, evaluate, evaluateAndReport, labelsTensor, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { evaluate, evaluateAndReport, labelsTensor } from './evaluation.ts';
+import { dashboardEvents, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;

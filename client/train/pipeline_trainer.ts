@@ -11,7 +11,8 @@ import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { labelsTensor, labelTotals, modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import { labelsTensor, labelTotals } from './evaluation.ts';
+import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
 import { hostOptimizer } from '../../src/jobs/train_config.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */

@@ -12,7 +12,8 @@ import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
-import { startJob, evaluateAfterRun, labelsTensor, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
+import { evaluateAfterRun, labelsTensor } from './evaluation.ts';
+import { startJob, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
