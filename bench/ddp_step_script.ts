@@ -3,7 +3,7 @@
  * and data trained three ways on this tab's backend, one after the other, in rounds that
  * alternate so that a slow patch of the machine hits every way alike:
  *   plain:     a plain TF.js loop: optimizer.minimize(loss) with tf.train.adam, the loss read back;
- *   ddp-host:  DistributedDataParallel (world size 1) with the host Adam (src/optim.ts): backward,
+ *   ddp-host:  DistributedDataParallel (world size 1) with the host Adam (src/nn/optim.ts): backward,
  *              the gradients read back, the update on the host's master copy, the weights uploaded;
  *   ddp-device: DDP with tf.train.adam applied on the device (the path before host optimizers).
  * Returns each way's median step time (ms) over the timed steps, and the ratios to plain.

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { PROJECT_ROOT } from '../signaling/server.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 

@@ -4,7 +4,7 @@
  * most often a shared link that lost its end (chat apps cut it at the #); sessions are made on
  * the start page (the create form), which registers them with the server at once.
  */
-import { isSessionToken, tokenFromFragment } from '../src/c10d/session_token.ts';
+import { isSessionToken, tokenFromFragment } from '../src/wire/session_token.ts';
 
 /** A link's token problem, said for a person. */
 export class MissingTokenError extends Error {

@@ -1,5 +1,5 @@
 /**
- * A small language model trained with DDP: a character-level transformer (src/language_model.ts)
+ * A small language model trained with DDP: a character-level transformer (src/nn/language_model.ts)
  * on the first 20 chapters of Moby-Dick (datasets/), each rank on its share of the text's windows
  * (src/datasets/text.ts),
  * the gradients averaged as for any model. Rank 0 says the loss, the perplexity and the tokens/s

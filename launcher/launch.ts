@@ -16,7 +16,7 @@ import { writeFile } from 'node:fs/promises';
 import { isScript, launch, type Fault, type FaultTarget, type LaunchOptions } from './run.ts';
 import { largestWorld, membershipFaultProblem, parameterServerFlagsFor, slowParam, trainFlagProblems } from './job_flags.ts';
 import { checkMultiNode } from './multinode.ts';
-import { isSessionToken } from '../src/c10d/session_token.ts';
+import { isSessionToken } from '../src/wire/session_token.ts';
 import { checkLanSupport, parseDelay, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
 import { findTurnserver } from './turn.ts';

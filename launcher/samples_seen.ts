@@ -7,7 +7,7 @@
  * every step of the lineage, the samples of every rank of the round that trained it count,
  * except the sampler's padding (repeats torch adds so that ranks get equal shares).
  */
-import { epochOrder } from '../src/sampler.ts';
+import { epochOrder } from '../src/datasets/sampler.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 
 export interface EpochSeen {

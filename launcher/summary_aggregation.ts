@@ -1,10 +1,10 @@
 /**
  * Robust aggregation in a training run's summary: the kind and, per rank, what the group judged
- * of its contributions (the page's result `aggregation`: src/elastic/contributions.ts). Every rank
+ * of its contributions (the page's result `aggregation`: src/parallel/ddp/contributions.ts). Every rank
  * judges alike, so one rank's result says it for all: the one that counted the most aggregations
  * (a rank that joined late, or a last round that started afresh, counted fewer).
  */
-import type { ContributionSummary } from '../src/elastic/contributions.ts';
+import type { ContributionSummary } from '../src/parallel/ddp/contributions.ts';
 import { count, finite, record, type RankResult } from './summary_fields.ts';
 
 const KINDS = new Set(['trimmed-mean', 'median', 'centered-clip', 'mean']);

@@ -15,7 +15,7 @@ import type { Stats } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { SESSION_NAME } from '../src/c10d/protocol.ts';
+import { SESSION_NAME } from '../src/wire/protocol.ts';
 import {
   CHECKPOINT_PART,
   CHECKPOINT_PART_RULE,

@@ -35,7 +35,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FileHandle } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { SessionTokens } from './session_tokens.ts';
-import { ROTATED_TOKEN_MESSAGE } from '../src/c10d/protocol.ts';
+import { ROTATED_TOKEN_MESSAGE } from '../src/wire/protocol.ts';
 import { CHECKPOINT_NAME, CheckpointRefused, checkpointStore, validSession, type ByteSource, type Skipped } from './checkpoint_store.ts';
 import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CHECKSUM_BYTES, PREAMBLE_BYTES } from '../src/checkpoint/checkpoint_format.ts';
 

@@ -5,7 +5,7 @@
  * a close code and a reason; the rest of the server never waits on it.
  */
 import type { WebSocket } from 'ws';
-import { CloseCode, type Limits, type ServerMessage } from '../src/c10d/protocol.ts';
+import { CloseCode, type Limits, type ServerMessage } from '../src/wire/protocol.ts';
 import type { Session } from './session.ts';
 import type { QuietLog } from './limits.ts';
 

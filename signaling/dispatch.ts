@@ -4,8 +4,8 @@
  * here; the group's (rendezvous_requests.ts) and the host's (host_control.ts) have their modules.
  * The switch is exhaustive: a request type added to the protocol fails to compile until handled.
  */
-import { ErrorCode, type Request, type RequestType } from '../src/c10d/protocol.ts';
-import { ProtocolViolation } from '../src/c10d/protocol_validation.ts';
+import { ErrorCode, type Request, type RequestType } from '../src/wire/protocol.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 import type { Connection } from './connection.ts';
 import type { Session } from './session.ts';
 import { StoreRefusal } from './store.ts';

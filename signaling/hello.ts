@@ -12,8 +12,8 @@ import {
   SESSION_NAME,
   SESSION_TOKEN,
   type Request,
-} from '../src/c10d/protocol.ts';
-import { ProtocolViolation } from '../src/c10d/protocol_validation.ts';
+} from '../src/wire/protocol.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';
 import { iceServersFor } from './ice.ts';

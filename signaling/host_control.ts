@@ -4,8 +4,8 @@
  * sees its effect; 'end' also closes them and refuses the session from then on. 'remove' (a tab)
  * is not relayed: host_remove.ts changes the session's token and closes the removed tab's socket.
  */
-import { CloseCode, ErrorCode, type ControlEvent, type Request } from '../src/c10d/protocol.ts';
-import { ProtocolViolation } from '../src/c10d/protocol_validation.ts';
+import { CloseCode, ErrorCode, type ControlEvent, type Request } from '../src/wire/protocol.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';
 import type { Session } from './session.ts';

@@ -6,8 +6,8 @@
  * group at once (its round re-forms without it, as after an eviction), and its socket is closed
  * with REMOVED. From then on a hello with the old token is refused, saying the link changed.
  */
-import { CloseCode, ErrorCode, type Request, type TokenEvent } from '../src/c10d/protocol.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { CloseCode, ErrorCode, type Request, type TokenEvent } from '../src/wire/protocol.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';
 import type { Session } from './session.ts';

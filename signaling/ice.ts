@@ -9,7 +9,7 @@
  * connection that presented the session's token gets them.
  */
 import { createHmac } from 'node:crypto';
-import type { IceServer } from '../src/c10d/protocol.ts';
+import type { IceServer } from '../src/wire/protocol.ts';
 
 export interface TurnConfig {
   /** coturn's `static-auth-secret`. */

@@ -7,7 +7,7 @@
  * RATE_LIMITED (the library's reconnect loop retries with backoff). Keyed by session too, so that
  * tests and launchers that make many sessions from loopback do not share one budget.
  */
-import { ErrorCode } from '../src/c10d/protocol.ts';
+import { ErrorCode } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
 
 export interface JoinRateOptions {

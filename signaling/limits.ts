@@ -1,5 +1,5 @@
 /**
- * Bookkeeping for the server-wide limits (`Limits` in src/c10d/protocol.ts): reply sizes, sockets per
+ * Bookkeeping for the server-wide limits (`Limits` in src/wire/protocol.ts): reply sizes, sockets per
  * remote address, and a log that reports each kind of refusal once and then only counts it, so
  * that a client hammering the server cannot flood the log either. Also the bounds on sending
  * files' bytes over HTTP (`FileSendLimits`): how many sends at once, and how long a reader may
@@ -8,7 +8,7 @@
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { ErrorCode } from '../src/c10d/protocol.ts';
+import { ErrorCode } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
 
 /** Characters of the base64 text of `n` bytes. */

@@ -10,7 +10,7 @@ import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { LivenessConfigError, livenessBoundsFromEnv } from './pulse.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const USAGE =

@@ -11,7 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { WebSocket } from 'ws';
-import { CloseCode } from '../src/c10d/protocol.ts';
+import { CloseCode } from '../src/wire/protocol.ts';
 import type { Connection } from './connection.ts';
 import type { ServerContext } from './server_context.ts';
 

@@ -43,9 +43,9 @@
  * - Each rank lost from a running round, and each member given a rank after the first round, goes
  *   in the group's fault history (fault_record.ts), which every member gets, a late one included.
  */
-import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/c10d/protocol.ts';
+import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
-import { MAX_MEMBER_ID } from '../src/c10d/protocol_validation.ts';
+import { MAX_MEMBER_ID } from '../src/wire/protocol_validation.ts';
 import { RoundGathers } from './round_gather.ts';
 import { FaultRecord } from './fault_record.ts';
 

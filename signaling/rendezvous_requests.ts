@@ -3,7 +3,7 @@
  * `regroup`, `signal` (the relay between ranks of the running round) and `gather` (votes). Each needs a member of
  * the group, save `rendezvous` itself.
  */
-import { ErrorCode, type Request } from '../src/c10d/protocol.ts';
+import { ErrorCode, type Request } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';
 import type { Session } from './session.ts';

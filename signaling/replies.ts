@@ -9,8 +9,8 @@ import {
   type Request,
   type RequestType,
   type ResultOf,
-} from '../src/c10d/protocol.ts';
-import { ProtocolViolation } from '../src/c10d/protocol_validation.ts';
+} from '../src/wire/protocol.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';
 import type { ServerContext } from './server_context.ts';

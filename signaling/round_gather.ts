@@ -12,7 +12,7 @@
  * (validated on the wire); a new round or a lost rank fails the open gathers at once, and each
  * waiting rank times out after its own `timeoutMs`, naming the ranks missing.
  */
-import { ErrorCode, MAX_OPEN_GATHERS } from '../src/c10d/protocol.ts';
+import { ErrorCode, MAX_OPEN_GATHERS } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
 
 /** How many completed tags a round remembers. */

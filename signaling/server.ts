@@ -2,7 +2,7 @@
  * The signaling server: one HTTP server that serves the built page and, on `/ws`, the
  * rank-0 store and signaling relay. It never sees a tensor.
  *
- * Every limit (`Limits`, src/c10d/protocol.ts) refuses only the request or socket that broke it, with
+ * Every limit (`Limits`, src/wire/protocol.ts) refuses only the request or socket that broke it, with
  * a code and a message saying what to do; everyone else is served on. Per request: frame size,
  * keys (count, length, duplicates), reply size, blocking calls per socket. Per session: keys and
  * bytes. Server-wide: sessions, bytes, sockets per address. Per socket: `hello` in time, pings
@@ -26,8 +26,8 @@ import { createServer as createHttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { newSessionToken } from '../src/c10d/session_token.ts';
-import { CloseCode, DEFAULT_LIMITS, SESSION_NAME, SESSION_TOKEN, type Limits } from '../src/c10d/protocol.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
+import { CloseCode, DEFAULT_LIMITS, SESSION_NAME, SESSION_TOKEN, type Limits } from '../src/wire/protocol.ts';
 import type { Session } from './session.ts';
 import { Sessions } from './sessions.ts';
 import type { Connection } from './connection.ts';

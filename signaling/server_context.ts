@@ -2,7 +2,7 @@
  * What the server's parts share (the WebSocket accept path, the dispatch and its handlers): made
  * once by `startServer` from its options and passed to each part, rather than closed over.
  */
-import type { Limits } from '../src/c10d/protocol.ts';
+import type { Limits } from '../src/wire/protocol.ts';
 import type { Connection } from './connection.ts';
 import type { IceConfig } from './ice.ts';
 import type { JoinRate } from './join_rate.ts';

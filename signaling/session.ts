@@ -2,7 +2,7 @@
  * A session: one namespace of the store plus one group of ranks (its rendezvous). Nothing in one
  * session can read or change another's keys or reach its members.
  */
-import { ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/c10d/protocol.ts';
+import { ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/wire/protocol.ts';
 import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
 import { Rendezvous, type Participant, type RendezvousOptions } from './rendezvous.ts';
 

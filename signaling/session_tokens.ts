@@ -18,7 +18,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { SESSION_TOKEN } from '../src/c10d/protocol.ts';
+import { SESSION_TOKEN } from '../src/wire/protocol.ts';
 import { PRIVATE_FILE_MODE, privateFolder } from './private_files.ts';
 
 /** The file in a session's checkpoint folder that holds its token's SHA-256 (hex). */

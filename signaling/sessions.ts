@@ -4,7 +4,7 @@
  * sockets and for `idleMs` after its last one left; dropping it frees its place and its bytes (its
  * token, and so its name, for a day more: see SessionTokens).
  */
-import { ErrorCode, type Limits } from '../src/c10d/protocol.ts';
+import { ErrorCode, type Limits } from '../src/wire/protocol.ts';
 import { Session } from './session.ts';
 import { StoreRefusal, type ByteBudget } from './store.ts';
 import type { SessionTokens } from './session_tokens.ts';

@@ -4,7 +4,7 @@
  * replies. Blocking calls (get, wait, multiGet) are promises that settle when the keys exist or
  * the deadline passes.
  */
-import { ErrorCode } from '../src/c10d/protocol.ts';
+import { ErrorCode } from '../src/wire/protocol.ts';
 
 /**
  * Refusals a correct client can meet through no fault of its own request: a blocking call timed

@@ -8,8 +8,8 @@
 import type { Server as HttpServer } from 'node:http';
 import type { Server as HttpsServer } from 'node:https';
 import { WebSocketServer } from 'ws';
-import { CloseCode, ErrorCode, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/c10d/protocol.ts';
-import { ProtocolViolation, parseRequest } from '../src/c10d/protocol_validation.ts';
+import { CloseCode, ErrorCode, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/wire/protocol.ts';
+import { ProtocolViolation, parseRequest } from '../src/wire/protocol_validation.ts';
 import { Connection } from './connection.ts';
 import { AddressCounts } from './limits.ts';
 import type { OriginPolicy } from './origin_check.ts';

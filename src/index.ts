@@ -5,7 +5,7 @@
 export { StoreClient, PrefixStore, storeSocketUrl, type Store, type StoreValue, type StoreClientOptions } from './c10d/store.ts';
 export { HashStore } from './c10d/hash_store.ts';
 export { initProcessGroup, type InitProcessGroupOptions } from './c10d/init_process_group.ts';
-export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './elastic/rendezvous.ts';
+export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './c10d/rendezvous.ts';
 export { ProcessGroup, type AllReduceOptions, type CollectiveOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName, type LinkDetails, type LinkPath, type LinkStats } from './c10d/process_group.ts';
 export { reducer } from './c10d/ring.ts';
 export { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './c10d/latency_collectives.ts';
@@ -40,7 +40,7 @@ export {
   DataParallelDeviceError,
   isRecoverable,
   type DeviceLostReason,
-} from './errors.ts';
+} from './wire/errors.ts';
 export {
   watchDevice,
   recreateBackend,
@@ -55,10 +55,10 @@ export {
   type RecreatedBackend,
   type RecreateBackendOptions,
 } from './runtime/device.ts';
-export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent, type HostAction, type TokenEvent } from './c10d/protocol.ts';
-export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './c10d/session_token.ts';
-export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './sampler.ts';
-export { hashFloat32 } from './hash.ts';
+export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent, type HostAction, type TokenEvent } from './wire/protocol.ts';
+export { newSessionToken, isSessionToken, withToken, tokenFromFragment } from './wire/session_token.ts';
+export { DistributedSampler, epochOrder, randperm, Mt19937, type DistributedSamplerOptions, type SamplerState } from './datasets/sampler.ts';
+export { hashFloat32 } from './wire/hash.ts';
 export { type Dataset, InMemoryDataset, Subset, subset, fetchBatch, labelsPerSample, DatasetError, DatasetFetchError } from './datasets/dataset.ts';
 export { parseIdx, mnistFromIdx, loadMnist, loadMnistSplits } from './datasets/mnist.ts';
 export { fetchOffer, loadOfferedDataset, loadOfferedModel, loadOfferedText, STREAM_ABOVE_BYTES, type StreamMode, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
@@ -66,8 +66,8 @@ export { syntheticDataset, Mulberry32 } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { textDatasets, TextDataset } from './datasets/text.ts';
 export { StreamedDataset, type StreamedDatasetInit } from './datasets/streamed.ts';
-export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp.ts';
-export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './optim.ts';
+export { DistributedDataParallel, ShapeMismatchError, assignBuckets, type DDPOptions, type Bucket, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp/ddp.ts';
+export { SGD, Adam, AdamW, HostOptimizer, OptimizerStateError, type SGDOptions, type AdamOptions, type ParamLayout } from './nn/optim.ts';
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './parallel/comm_hooks/default_hooks.ts';
 export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './parallel/comm_hooks/types.ts';
 export {
@@ -82,12 +82,12 @@ export {
   toBfloat16Bits,
   fromBfloat16Bits,
   type HalfDtype,
-} from './half.ts';
-export { encodeInt8, decodeInt8, int8Bytes, roundToInt8, INT8_BLOCK } from './int8_wire.ts';
+} from './wire/half.ts';
+export { encodeInt8, decodeInt8, int8Bytes, roundToInt8, INT8_BLOCK } from './wire/int8_wire.ts';
 export { verifyReplicas, weightsHash, flatTrainableWeights, assignFlatWeights, hostWeights } from './parallel/replicas.ts';
-export { buildLanguageModel, languageModelLayers, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './language_model.ts';
-export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, LM_DEFAULTS, type ModelKind, type ModelSpec, type LayerFactory } from './models.ts';
-export { classificationLoss, correctPredictions } from './losses.ts';
+export { buildLanguageModel, languageModelLayers, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './nn/language_model.ts';
+export { buildModel, layerFactoriesOf, modelLayers, sequentialOf, LM_DEFAULTS, type ModelKind, type ModelSpec, type LayerFactory } from './nn/models.ts';
+export { classificationLoss, correctPredictions } from './nn/losses.ts';
 export { scheduleActions, microBatchSizes, bubbleFraction, peakStashed, SCHEDULES, type ScheduleKind, type Action } from './parallel/pipeline/schedule.ts';
 export { describeLayers, balancedSplitPoints, checkSplitPoints, stageRanges, type LayerInfo } from './parallel/pipeline/split.ts';
 export { PipelineStage, packHalf, unpackHalf, ACTIVATION_DTYPES, type ActivationDtype, type PipelineStageOptions, type StageStepOptions, type StageStepResult, type TimelineEntry } from './parallel/pipeline/stage.ts';
@@ -131,14 +131,14 @@ export {
   type Json,
 } from './checkpoint/state_dict.ts';
 export { stepVote, stepsVote, type StepVote, type StepsVote } from './elastic/vote.ts';
-export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './elastic/runner.ts';
+export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './parallel/ddp/runner.ts';
 export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
 export { type StepBalance } from './elastic/balance.ts';
-export { judgedOf, tallyContributions, summarizeContributions, rankMeans, MAX_REPORTED_RANKS, type AggregationJudged, type ContributionOf, type ContributionSummary, type ContributionTally, type RankContribution, type RankTally } from './elastic/contributions.ts';
+export { judgedOf, tallyContributions, summarizeContributions, rankMeans, MAX_REPORTED_RANKS, type AggregationJudged, type ContributionOf, type ContributionSummary, type ContributionTally, type RankContribution, type RankTally } from './parallel/ddp/contributions.ts';
 export type { StepTimeline } from './elastic/timeline.ts';
 export { saveState, restoreStatePart, appendCommHookState, splitCommHookState, type RunRecord, type Restored } from './elastic/recovery.ts';
 export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './runtime/straggler.ts';
-export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './runtime/launch_context.ts';
+export { parseScriptArgs, intArg, type LaunchContext, type ScriptMain } from './jobs/launch_context.ts';
 export { shardParameters, splitByShard, joinShards, type ShardLayout } from './parallel/parameter_server/sharding.ts';
 export {
   ParameterServerShard,
@@ -187,7 +187,7 @@ export { chunkSizes, scatter, gatherMean, type Chunk } from './parallel/data_par
 export { DEVICE_BACKENDS, type DeviceBackend, type DataParallelLoss, type DeviceFault } from './parallel/data_parallel/protocol.ts';
 export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './parallel/comm_hooks/powersgd.ts';
 export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './parallel/comm_hooks/local_sgd.ts';
-export { DiLoCo, diloco, type DiLoCoOptions, type DiLoCoHeld, type DiLoCoRejoin } from './parallel/diloco.ts';
+export { DiLoCo, diloco, type DiLoCoOptions, type DiLoCoHeld, type DiLoCoRejoin } from './parallel/diloco/diloco.ts';
 // Robust aggregation (opt-in per session): DDPOptions.aggregation / DiLoCoOptions.aggregation; attacks are for measuring defences.
 export { aggregate, checkAggregationSpec, NoContributionError, DEFAULT_CLIP_ITERATIONS, type Aggregation, type AggregationKind, type AggregationSpec, type RankJudgment } from './parallel/robust/aggregators.ts';
 export { RobustReducer, isRobust, describeAggregation, type AggregationReport } from './parallel/robust/reducer.ts';

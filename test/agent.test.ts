@@ -9,8 +9,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { REGROUP, runAgent } from '../src/elastic/agent.ts';
-import { DistTimeoutError, RendezvousClosedError } from '../src/errors.ts';
-import { RendezvousHandler } from '../src/elastic/rendezvous.ts';
+import { DistTimeoutError, RendezvousClosedError } from '../src/wire/errors.ts';
+import { RendezvousHandler } from '../src/c10d/rendezvous.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';

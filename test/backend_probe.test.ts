@@ -8,8 +8,8 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildLanguageModel } from '../src/language_model.ts';
-import { classificationLoss } from '../src/losses.ts';
+import { buildLanguageModel } from '../src/nn/language_model.ts';
+import { classificationLoss } from '../src/nn/losses.ts';
 import { probeBackends, probeText, skipWebgl, type ProbeModel } from '../client/train/backend_probe.ts';
 import type { BackendName } from '../src/jobs/train_config.ts';
 

@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
-import { StoreError } from '../src/errors.ts';
-import { PROTOCOL_VERSION, encodeValue } from '../src/c10d/protocol.ts';
+import { StoreError } from '../src/wire/errors.ts';
+import { PROTOCOL_VERSION, encodeValue } from '../src/wire/protocol.ts';
 import { connect, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 

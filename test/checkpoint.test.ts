@@ -10,16 +10,16 @@ import { checkpointHandler, type CheckpointHandlerOptions } from '../signaling/c
 import { latestValidCheckpoint } from '../signaling/checkpoint_store.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
 import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
-import { DistTimeoutError, UnauthorizedError } from '../src/errors.ts';
+import { DistTimeoutError, UnauthorizedError } from '../src/wire/errors.ts';
 import { SessionTokens, TOKEN_FILE } from '../signaling/session_tokens.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
 import * as tf from '@tensorflow/tfjs';
-import { buildModel } from '../src/models.ts';
+import { buildModel } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../src/elastic/recovery.ts';
 

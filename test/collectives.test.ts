@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { CollectiveAbortedError, CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/errors.ts';
+import { CollectiveAbortedError, CollectiveMismatchError, PeerLostError, RankStalledError, isRecoverable } from '../src/wire/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor } from './fixtures/wait.ts';

@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName, WireDtype } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistributedDataParallel } from '../src/parallel/ddp.ts';
-import { CollectiveMismatchError } from '../src/errors.ts';
-import { FrameKind, readHeader } from '../src/c10d/framing.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp/ddp.ts';
+import { CollectiveMismatchError } from '../src/wire/errors.ts';
+import { FrameKind, readHeader } from '../src/wire/framing.ts';
 import {
   decode16,
   encode16,
@@ -23,11 +23,11 @@ import {
   toFloat16Bits,
   unpackHalf,
   type HalfDtype,
-} from '../src/half.ts';
+} from '../src/wire/half.ts';
 import { packHalf as stagePackHalf } from '../src/parallel/pipeline/stage.ts';
 import { allreduceHook, bf16CompressHook, fp16CompressHook } from '../src/parallel/comm_hooks/default_hooks.ts';
 import type { CommHook, CommHookState, GradBucket } from '../src/parallel/comm_hooks/types.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

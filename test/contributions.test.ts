@@ -1,5 +1,5 @@
 /**
- * What a robust aggregation's judgments become on their way to the host (src/elastic/contributions.ts):
+ * What a robust aggregation's judgments become on their way to the host (src/parallel/ddp/contributions.ts):
  * the compact event (norm against the median of the used ones, rounded, reasons capped, at most 64
  * ranks), handed out once per report; the round's tally (refused, absent, cut most, means; a new
  * round starts afresh); the result's summary, and the launcher's `aggregation` (launcher/summary_aggregation.ts).
@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RankJudgment } from '../src/parallel/robust/aggregators.ts';
 import type { AggregationReport } from '../src/parallel/robust/reducer.ts';
-import { JudgmentWatch, MAX_REPORTED_RANKS, judgedOf, medianUsedNorm, summarizeContributions, tallyContributions, type AggregationJudged, type ContributionTally } from '../src/elastic/contributions.ts';
+import { JudgmentWatch, MAX_REPORTED_RANKS, judgedOf, medianUsedNorm, summarizeContributions, tallyContributions, type AggregationJudged, type ContributionTally } from '../src/parallel/ddp/contributions.ts';
 import { summarize } from '../launcher/summaries.ts';
 
 const used = (rank: number, norm: number, trimmed = 0, clipScale = 1): RankJudgment => ({ rank, status: 'used', norm, distance: norm, trimmed, clipScale });

@@ -10,7 +10,7 @@ import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote
 import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../client/ui/estimate.ts';
 import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';
 import { qrPath } from '../client/ui/qr.ts';
-import { newSessionToken, tokenFromFragment } from '../src/c10d/session_token.ts';
+import { newSessionToken, tokenFromFragment } from '../src/wire/session_token.ts';
 
 const TOKEN = newSessionToken();
 

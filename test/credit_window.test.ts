@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/transport/peer_link.ts';
-import { encodeAlive } from '../src/c10d/framing.ts';
-import { PeerLostError } from '../src/errors.ts';
+import { encodeAlive } from '../src/wire/framing.ts';
+import { PeerLostError } from '../src/wire/errors.ts';
 import { sleep } from './fixtures/wait.ts';
 
 describe('credit messages', () => {

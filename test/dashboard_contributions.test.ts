@@ -11,7 +11,7 @@ import { initialDashboardState, reduceDashboard, type DashboardEvent, type Dashb
 import { contributionCells, fmtRatio, showsContributions } from '../client/ui/dashboard_contrib.ts';
 import { contributionTracker } from '../client/train/contributions.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import type { RankContribution } from '../src/elastic/contributions.ts';
+import type { RankContribution } from '../src/parallel/ddp/contributions.ts';
 import { parseTrainConfig } from '../src/jobs/train_config.ts';
 
 const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);

@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { currentDevice, destroyDevice, probeBackend, recreateBackend, watchDevice } from '../src/runtime/device.ts';
-import { DeviceLostError, isRecoverable } from '../src/errors.ts';
+import { DeviceLostError, isRecoverable } from '../src/wire/errors.ts';
 import { sleep } from './fixtures/wait.ts';
 
 beforeAll(async () => {

@@ -19,9 +19,9 @@ import { powerSGD, type PowerSGDHook } from '../src/parallel/comm_hooks/powersgd
 import type { CommHook, CommHookState } from '../src/parallel/comm_hooks/types.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { appendCommHookState, splitCommHookState } from '../src/elastic/recovery.ts';
-import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/elastic/runner.ts';
+import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/parallel/ddp/runner.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

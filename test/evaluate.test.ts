@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
-import { buildModel } from '../src/models.ts';
+import { buildModel } from '../src/nn/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import type { Dataset } from '../src/datasets/dataset.ts';
 import { evaluate, evaluateAfterRun, evaluateFinal } from '../client/train/evaluation.ts';

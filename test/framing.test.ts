@@ -1,7 +1,7 @@
 /** Framing and reassembly: chunk boundaries, and bad chunks rejected with an error. */
 import { describe, expect, it } from 'vitest';
-import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/c10d/framing.ts';
-import { FramingError, PeerLostError, RankStalledError } from '../src/errors.ts';
+import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/wire/framing.ts';
+import { FramingError, PeerLostError, RankStalledError } from '../src/wire/errors.ts';
 import { decodeAbortNotice, encodeAbortNotice } from '../src/transport/mailbox.ts';
 
 const base = { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;

@@ -1,5 +1,5 @@
 /**
- * DDP with host optimizers (src/optim.ts) and uneven batches, in Node (TF.js cpu backend,
+ * DDP with host optimizers (src/nn/optim.ts) and uneven batches, in Node (TF.js cpu backend,
  * in-memory links, the real server for the store): N ranks at batch B equal one rank at N*B;
  * ranks with uneven batches weighed by `setBatchShare` equal one rank at the global batch; the
  * master copy survives weights written by someone else; TrainState carries the optimizer's state
@@ -11,11 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistributedDataParallel } from '../src/parallel/ddp.ts';
-import { Adam, AdamW, SGD, type HostOptimizer } from '../src/optim.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp/ddp.ts';
+import { Adam, AdamW, SGD, type HostOptimizer } from '../src/nn/optim.ts';
 import { hostWeights } from '../src/parallel/replicas.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { IceConfigError, checkIceConfig, iceConfigFromEnv, iceServersFor } from '../signaling/ice.ts';
 import { startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient, UnauthorizedError, newSessionToken } from '../src/index.ts';
-import { isIceServers } from '../src/c10d/protocol.ts';
+import { isIceServers } from '../src/wire/protocol.ts';
 import { tokenFor } from './fixtures/session.ts';
 
 const SECRET = 'a-shared-secret-of-coturn-0123456789';

@@ -1,5 +1,5 @@
 /**
- * The int8 wire (src/int8_wire.ts): blocks of 32 values with a power-of-two scale. The codec's
+ * The int8 wire (src/wire/int8_wire.ts): blocks of 32 values with a power-of-two scale. The codec's
  * bounds, exactness and idempotence; all-reduces on it (ring and recursive doubling, in-memory
  * links, the real server for the store) bit-identical on every rank and close to float32; the
  * bytes it sends, counted on the links and computed.
@@ -9,9 +9,9 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup, ReduceOpName } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
-import { FrameKind, readHeader } from '../src/c10d/framing.ts';
-import { checkWireDtype, roundToWire, wirePayloadBytes } from '../src/half.ts';
-import { decodeInt8, encodeInt8, int8Bytes, INT8_BLOCK, roundToInt8 } from '../src/int8_wire.ts';
+import { FrameKind, readHeader } from '../src/wire/framing.ts';
+import { checkWireDtype, roundToWire, wirePayloadBytes } from '../src/wire/half.ts';
+import { decodeInt8, encodeInt8, int8Bytes, INT8_BLOCK, roundToInt8 } from '../src/wire/int8_wire.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { hex, rng } from './fixtures/tensors.ts';
 import { segments } from '../src/c10d/ring.ts';

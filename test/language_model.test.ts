@@ -1,13 +1,13 @@
 /**
- * The small language model (src/language_model.ts): causal (a position never sees the ones after
+ * The small language model (src/nn/language_model.ts): causal (a position never sees the ones after
  * it), saved and loaded like any Layers model, split by blocks into pipeline stages that compute
  * the same, and trained below the unigram baseline of its text; the character tokenizer round
  * trips and names what it cannot encode. (TF.js cpu backend in Node; in PyTorch: torch_export.test.ts.)
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildLanguageModel, CharTokenizer, generate, languageModelLayers, languageModelLoss, type LanguageModelSpec } from '../src/language_model.ts';
-import { sequentialOf } from '../src/models.ts';
+import { buildLanguageModel, CharTokenizer, generate, languageModelLayers, languageModelLoss, type LanguageModelSpec } from '../src/nn/language_model.ts';
+import { sequentialOf } from '../src/nn/models.ts';
 import { modelArtifacts } from '../src/checkpoint/state_dict.ts';
 
 beforeAll(async () => {

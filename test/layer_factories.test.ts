@@ -5,7 +5,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { layerFactoriesOf, sequentialOf } from '../src/models.ts';
+import { layerFactoriesOf, sequentialOf } from '../src/nn/models.ts';
 import { describeLayers } from '../src/parallel/pipeline/split.ts';
 import { userImageModel } from './fixtures/user_files.ts';
 

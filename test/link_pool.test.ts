@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LinkPool, MAX_AHEAD_BYTES, encodeRoundMarker } from '../src/transport/link_pool.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import type { PeerLink, PendingLink } from '../src/transport/peer_link.ts';
-import { RendezvousHandler } from '../src/elastic/rendezvous.ts';
+import { RendezvousHandler } from '../src/c10d/rendezvous.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

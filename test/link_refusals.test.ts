@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import { refusedLinkProblem, tokenProblem } from '../client/ui/link_check.ts';
 
 /** The error the server's refusal of this hello becomes on the client. */

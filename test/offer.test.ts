@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, ServerStartError, PROJECT_ROOT, type RunningServer } from '../signaling/server.ts';
-import { newSessionToken } from '../src/c10d/session_token.ts';
+import { newSessionToken } from '../src/wire/session_token.ts';
 import type { OfferOptions } from '../signaling/offer.ts';
 import { writeImageFolder, writeModelFolder, userImageModel } from './fixtures/user_files.ts';
 

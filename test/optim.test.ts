@@ -1,5 +1,5 @@
 /**
- * The host optimizers (src/optim.ts) against torch 1.13 itself: test/fixtures/torch_optim.json is
+ * The host optimizers (src/nn/optim.ts) against torch 1.13 itself: test/fixtures/torch_optim.json is
  * what bench/torch_optim_reference.py got from Debian's python3-torch for the same parameters and
  * gradients (SGD plain, with momentum/dampening/weight decay, Nesterov; Adam; Adam with weight
  * decay; AdamW), 20 steps each. And the properties replicas rely on: the state dict round-trips
@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
-import { Adam, AdamW, SGD, OptimizerStateError, type HostOptimizer, type ParamLayout } from '../src/optim.ts';
+import { Adam, AdamW, SGD, OptimizerStateError, type HostOptimizer, type ParamLayout } from '../src/nn/optim.ts';
 
 interface Case {
   kind: 'sgd' | 'adam' | 'adamw';

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
-import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
+import { PROTOCOL_VERSION } from '../src/wire/protocol.ts';
 import { rawRequest, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 

@@ -7,9 +7,9 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { DistributedDataParallel } from '../src/parallel/ddp.ts';
+import { DistributedDataParallel } from '../src/parallel/ddp/ddp.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { CentralStorageAccumulator, SyncPushError } from '../src/parallel/parameter_server/central_storage.ts';
 import { psPart, restoreShard, saveShard } from '../src/parallel/parameter_server/checkpoint.ts';
 import { MAX_STEP_JUMP, ParameterServerShard, ShardStateError, type ApplyResult } from '../src/parallel/parameter_server/shard.ts';

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { bubbleFraction, microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from '../src/parallel/pipeline/schedule.ts';
 import { balancedSplitPoints, checkSplitPoints, describeLayers, stageRanges } from '../src/parallel/pipeline/split.ts';
 import { packHalf, unpackHalf } from '../src/parallel/pipeline/stage.ts';
-import { buildModel, modelLayers } from '../src/models.ts';
+import { buildModel, modelLayers } from '../src/nn/models.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');

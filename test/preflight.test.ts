@@ -4,7 +4,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildModel } from '../src/models.ts';
+import { buildModel } from '../src/nn/models.ts';
 import { parseTrainConfig, type TrainConfig } from '../src/jobs/train_config.ts';
 import { CannotTrainError, MEMORY_SHARE, memoryNeedBytes, modelSize, noBackendError, preflight } from '../client/train/preflight.ts';
 
@@ -26,7 +26,7 @@ describe('modelSize', () => {
     ['mlp', 'synthetic', 7],
     ['cnn', 'mnist', null],
     ['cnn', 'mnist', 128],
-  ] as const)('%s on %s (hidden %s) counts the parameters src/models.ts builds', (model, dataset, hidden) => {
+  ] as const)('%s on %s (hidden %s) counts the parameters src/nn/models.ts builds', (model, dataset, hidden) => {
     const c = config({ model, dataset, ...(hidden === null ? {} : { hidden: String(hidden) }) });
     const shape = dataset === 'mnist' ? { inputShape: [28, 28, 1], numClasses: 10 } : { inputShape: [16], numClasses: 4 };
     const built = buildModel({ kind: model, ...shape, seed: 0, ...(c.hidden === null ? {} : { hidden: c.hidden }) });

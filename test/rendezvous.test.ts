@@ -3,11 +3,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, type StoreError } from '../src/errors.ts';
+import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, type StoreError } from '../src/wire/errors.ts';
 import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
-import { CloseCode } from '../src/c10d/protocol.ts';
+import { CloseCode } from '../src/wire/protocol.ts';
 
 let server: RunningServer;
 beforeAll(async () => {

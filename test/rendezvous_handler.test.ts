@@ -2,11 +2,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
-import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/elastic/rendezvous.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/c10d/rendezvous.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
-import { parseRequest } from '../src/c10d/protocol_validation.ts';
-import { RankStalledError, RendezvousError } from '../src/errors.ts';
+import { PROTOCOL_VERSION } from '../src/wire/protocol.ts';
+import { parseRequest } from '../src/wire/protocol_validation.ts';
+import { RankStalledError, RendezvousError } from '../src/wire/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 

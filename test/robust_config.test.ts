@@ -7,8 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, attackPlanOf, configParams, formatAggregation, parseAggregation, parseTrainConfig, urlOption, type TrainConfig } from '../src/jobs/train_config.ts';
 import { trainJobProblem } from '../launcher/job_flags.ts';
-import { checkOptions } from '../src/elastic/types.ts';
-import type { ElasticRunOptions } from '../src/elastic/types.ts';
+import { checkOptions } from '../src/parallel/ddp/runner_types.ts';
+import type { ElasticRunOptions } from '../src/parallel/ddp/runner_types.ts';
 
 const parse = (query: string): TrainConfig => {
   const params = new URLSearchParams(query);

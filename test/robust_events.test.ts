@@ -1,5 +1,5 @@
 /**
- * runElastic's 'aggregation' events (src/elastic/contributions.ts), in Node (TF.js cpu backend,
+ * runElastic's 'aggregation' events (src/parallel/ddp/contributions.ts), in Node (TF.js cpu backend,
  * in-memory links, the real server): after each robust DDP step, and after each of DiLoCo's
  * robust outer steps, every rank reports the same compact judgments of every rank's
  * contribution, once per aggregation; the hostile rank's norm stands out, and the tally the page
@@ -9,11 +9,11 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
-import { runElastic, type ElasticRunOptions } from '../src/elastic/runner.ts';
-import { summarizeContributions, tallyContributions, type ContributionTally } from '../src/elastic/contributions.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { runElastic, type ElasticRunOptions } from '../src/parallel/ddp/runner.ts';
+import { summarizeContributions, tallyContributions, type ContributionTally } from '../src/parallel/ddp/contributions.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { SGD } from '../src/optim.ts';
+import { SGD } from '../src/nn/optim.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

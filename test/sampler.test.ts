@@ -9,7 +9,7 @@ import {
   shuffleInsideOut,
   uint64Mod,
   type DistributedSamplerOptions,
-} from '../src/sampler.ts';
+} from '../src/datasets/sampler.ts';
 
 function take(gen: Mt19937, count: number): number[] {
   const out: number[] = [];
@@ -30,7 +30,7 @@ function isPermutation(values: ArrayLike<number>, n: number): boolean {
 
 /**
  * A literal transcription of torch/utils/data/distributed.py (__init__ + __iter__), list
- * operations and all, used as an oracle for the index arithmetic in src/sampler.ts.
+ * operations and all, used as an oracle for the index arithmetic in src/datasets/sampler.ts.
  */
 function torchReference(
   order: number[],

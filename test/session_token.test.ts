@@ -10,11 +10,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../signaling/server.ts';
 import { SessionTokens } from '../signaling/session_tokens.ts';
-import { CloseCode, PROTOCOL_VERSION } from '../src/c10d/protocol.ts';
+import { CloseCode, PROTOCOL_VERSION } from '../src/wire/protocol.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { UnauthorizedError } from '../src/errors.ts';
+import { UnauthorizedError } from '../src/wire/errors.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { newSessionToken, tokenFromFragment, withToken } from '../src/c10d/session_token.ts';
+import { newSessionToken, tokenFromFragment, withToken } from '../src/wire/session_token.ts';
 import { connect, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 

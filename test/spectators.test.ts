@@ -5,10 +5,10 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { RoundEvent, WaitingEvent } from '../src/c10d/protocol.ts';
-import { parseRequest, parseServerMessage } from '../src/c10d/protocol_validation.ts';
-import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/elastic/rendezvous.ts';
-import { RendezvousError } from '../src/errors.ts';
+import type { RoundEvent, WaitingEvent } from '../src/wire/protocol.ts';
+import { parseRequest, parseServerMessage } from '../src/wire/protocol_validation.ts';
+import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/c10d/rendezvous.ts';
+import { RendezvousError } from '../src/wire/errors.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { uniqueSession, tokenFor } from './fixtures/session.ts';
 

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { TickGap } from '../src/runtime/ticker.ts';
 import { Mailbox } from '../src/transport/mailbox.ts';
-import { Collective, FrameKind } from '../src/c10d/framing.ts';
+import { Collective, FrameKind } from '../src/wire/framing.ts';
 
 describe('TickGap.running', () => {
   it('is wall time less what ticks came later than lateMs by', () => {

@@ -6,10 +6,10 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { hashFloat32 } from '../src/hash.ts';
-import { buildModel, classificationLoss } from '../src/models.ts';
+import { hashFloat32 } from '../src/wire/hash.ts';
+import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { TrainState, type Json } from '../src/checkpoint/state_dict.ts';
-import { NonFiniteWeightsError } from '../src/errors.ts';
+import { NonFiniteWeightsError } from '../src/wire/errors.ts';
 import { assignFlatWeights, flatTrainableWeights } from '../src/parallel/replicas.ts';
 
 beforeAll(async () => {

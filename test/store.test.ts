@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { ConnectionClosedError } from '../src/errors.ts';
+import { ConnectionClosedError } from '../src/wire/errors.ts';
 import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
 import { uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';

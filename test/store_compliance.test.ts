@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { StoreError, StoreTimeoutError } from '../src/errors.ts';
+import { StoreError, StoreTimeoutError } from '../src/wire/errors.ts';
 import { HashStore } from '../src/c10d/hash_store.ts';
 import { PrefixStore, type Store } from '../src/c10d/store.ts';
 import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';

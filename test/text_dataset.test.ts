@@ -1,15 +1,15 @@
 /**
  * Text as a dataset (src/datasets/text.ts): windows and their next-character labels, the split,
  * the bad inputs named; the losses of a language model's [B, T, V] logits count every position
- * (src/losses.ts); the job's lm builds from its spec (src/models.ts).
+ * (src/nn/losses.ts); the job's lm builds from its spec (src/nn/models.ts).
  */
 import * as tf from '@tensorflow/tfjs';
 import { describe, expect, it } from 'vitest';
 import { CharTokenizer, TextDataset, textDatasets } from '../src/datasets/text.ts';
 import { labelsPerSample, subset } from '../src/datasets/dataset.ts';
-import { classificationLoss, correctPredictions } from '../src/losses.ts';
-import { buildModel } from '../src/models.ts';
-import { languageModelLoss } from '../src/language_model.ts';
+import { classificationLoss, correctPredictions } from '../src/nn/losses.ts';
+import { buildModel } from '../src/nn/models.ts';
+import { languageModelLoss } from '../src/nn/language_model.ts';
 
 describe('TextDataset', () => {
   const tokenizer = CharTokenizer.fromText('abcdefghij');

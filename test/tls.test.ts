@@ -14,7 +14,7 @@ import { ServerStartError, startServer, PROJECT_ROOT, type RunningServer } from 
 import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTlsFiles, spkiSha256, tlsFromEnv, trustLines } from '../signaling/tls.ts';
 import { trustArgs } from '../launcher/browser.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { ConnectionClosedError } from '../src/errors.ts';
+import { ConnectionClosedError } from '../src/wire/errors.ts';
 import { connect, rawRequest, testCertificate, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 

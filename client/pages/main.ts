@@ -4,7 +4,7 @@
  */
 import { RendezvousHandler } from '../../src/index.ts';
 import { StoreClient } from '../../src/c10d/store.ts';
-import { UnauthorizedError } from '../../src/errors.ts';
+import { UnauthorizedError } from '../../src/wire/errors.ts';
 import { report } from '../report.ts';
 import { pageAdminSecret, pageToken } from '../page_token.ts';
 import { probeWebGpu } from '../webgpu.ts';

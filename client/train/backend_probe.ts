@@ -12,7 +12,7 @@
  * the probe has spent `totalMs` the backends not yet tried are skipped.
  *
  * Choosing a backend per tab keeps the group exact: the host optimizer applies the averaged
- * gradients with the same arithmetic on every backend (src/optim.ts), as in any mixed fleet.
+ * gradients with the same arithmetic on every backend (src/nn/optim.ts), as in any mixed fleet.
  */
 import type { BackendName } from '../../src/jobs/train_config.ts';
 import type { ProbeFigure } from '../backend_figures.ts';

@@ -11,13 +11,13 @@
  * measured bytes (`BackwardResult.commBytes`) equal this baseline exactly (test/comm_bytes.test.ts
  * checks it against `pg.bytesSent()`), so the ratio is 1 by construction, not by approximation.
  */
-import { DEFAULT_FRAME_BYTES } from '../../src/c10d/framing.ts';
+import { DEFAULT_FRAME_BYTES } from '../../src/wire/framing.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { bf16CompressHook, fp16CompressHook } from '../../src/parallel/comm_hooks/default_hooks.ts';
 import { PeriodicModelAverager, postLocalSGD } from '../../src/parallel/comm_hooks/local_sgd.ts';
 import { powerSGD, type PowerSGDHook } from '../../src/parallel/comm_hooks/powersgd.ts';
 import type { CommHook } from '../../src/parallel/comm_hooks/types.ts';
-import type { DiLoCoOptions } from '../../src/parallel/diloco.ts';
+import type { DiLoCoOptions } from '../../src/parallel/diloco/diloco.ts';
 import type { CommHookSpec } from '../../src/jobs/train_config.ts';
 
 /** The frame size of the train job's groups (see the header). */

@@ -4,7 +4,7 @@
  * reports at the end carries them (the launcher's summary prints them: launcher/summaries.ts).
  */
 import type { ElasticEvent } from '../../src/elastic/events.ts';
-import { summarizeContributions, tallyContributions, type ContributionSummary, type ContributionTally } from '../../src/elastic/contributions.ts';
+import { summarizeContributions, tallyContributions, type ContributionSummary, type ContributionTally } from '../../src/parallel/ddp/contributions.ts';
 
 export interface ContributionTracker {
   /** Tallies an 'aggregation' event, then hands every event on. */

@@ -21,14 +21,14 @@ import {
   type ProcessGroup,
   type StepTimeline,
 } from '../../src/index.ts';
-import { encodeValue } from '../../src/c10d/protocol.ts';
+import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { BackendChoice } from './backend.ts';
 import { attackPlanOf, hostOptimizer, sampleDue, type BackendName } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs, TrainEvent } from './events.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
-import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco.ts';
+import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco/diloco.ts';
 import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { contributionTracker } from './contributions.ts';

@@ -110,7 +110,7 @@ export type TrainEvent =
     }
   /**
    * A robust aggregation (DDP's step, DiLoCo's outer step) in the server's round `round`: what the
-   * group judged of each rank's contribution (src/elastic/contributions.ts), the same on every rank.
+   * group judged of each rank's contribution (src/parallel/ddp/contributions.ts), the same on every rank.
    */
   | ({ type: 'aggregation'; round: string } & AggregationJudged)
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }

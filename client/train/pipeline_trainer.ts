@@ -8,7 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { bubbleFraction, classificationLoss, correctPredictions, fetchBatch, labelsPerSample, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
-import { encodeValue } from '../../src/c10d/protocol.ts';
+import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';

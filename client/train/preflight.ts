@@ -45,7 +45,7 @@ export const BASELINE_BYTES = 64 * 2 ** 20;
 /** A tab can count on this share of the device's memory (the browser, the system and other tabs hold the rest). */
 export const MEMORY_SHARE = 0.5;
 
-/** The model's parameters and the floats one sample's forward pass produces, as src/models.ts builds it. */
+/** The model's parameters and the floats one sample's forward pass produces, as src/nn/models.ts builds it. */
 export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null }): { parameters: number; activationsPerSample: number } {
   // The host's model is known once loaded: not counted here (the baseline and the data still are).
   if (config.model === 'user') return { parameters: 0, activationsPerSample: 0 };

@@ -9,7 +9,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { classificationLoss, correctPredictions, fetchBatch, flatGradients, labelsPerSample, hashFloat32, isRecoverable, runParameterServer, slowFactor, Straggler, type Json, type PsRunEvent } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
-import { encodeValue } from '../../src/c10d/protocol.ts';
+import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { evaluateAfterRun, labelsTensor } from './evaluation.ts';

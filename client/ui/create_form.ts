@@ -14,7 +14,7 @@ import { estimateSentence } from './estimate.ts';
 import { fmtInt } from './format.ts';
 import { qrSvg } from './qr.ts';
 import { fetchServerInfo, type ServerInfo } from './server_info.ts';
-import { newSessionToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken } from '../../src/wire/session_token.ts';
 import './styles/base.css';
 import './styles/base_media.css';
 import './styles/create_form.css';

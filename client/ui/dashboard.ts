@@ -18,7 +18,7 @@ import { displayPhase } from './dashboard_status.ts';
 import { el } from './dom.ts';
 import { fetchServerInfo, isLoopbackHost } from './server_info.ts';
 import { shareableUrl, withOrigin } from './session_link.ts';
-import { withToken } from '../../src/c10d/session_token.ts';
+import { withToken } from '../../src/wire/session_token.ts';
 import { StatsView } from './view_cards.ts';
 import { ChartsView } from './view_charts.ts';
 import { ErrorBannerView } from './view_error.ts';

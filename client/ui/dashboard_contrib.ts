@@ -1,10 +1,10 @@
 /**
  * The fleet table's "Contribution" column (robust aggregation only): what the group judged of
  * each rank's gradients (or DiLoCo's pseudo-gradients) over the current round, from the tally in
- * the state (src/elastic/contributions.ts). A short text per rank, a warning when the rank's norm
+ * the state (src/parallel/ddp/contributions.ts). A short text per rank, a warning when the rank's norm
  * is far from the group's or it was refused, and a title that says the figures in words.
  */
-import { rankMeans, type ContributionTally, type RankTally } from '../../src/elastic/contributions.ts';
+import { rankMeans, type ContributionTally, type RankTally } from '../../src/parallel/ddp/contributions.ts';
 import type { DashboardState } from './dashboard_types.ts';
 import { plural } from './dashboard_format.ts';
 import { fmtInt, fmtNumber, fmtPercent } from './format.ts';

@@ -22,7 +22,7 @@ import { psLayoutKey, psLayoutLine, psRoleKey, psRoleLine } from './dashboard_ps
 import { summaryLine } from './dashboard_report.ts';
 import { pathWords } from './dashboard_ring.ts';
 import { fmtInt, fmtNumber, fmtPercent } from './format.ts';
-import { tallyContributions } from '../../src/elastic/contributions.ts';
+import { tallyContributions } from '../../src/parallel/ddp/contributions.ts';
 import { STEP_CLOCK, clockEntry } from './time_left.ts';
 
 // ---------------------------------------------------------------- actions and state

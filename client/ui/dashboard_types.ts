@@ -6,7 +6,7 @@ import type { ProbeFigure } from '../backend_figures.ts';
 import type { ContributionTally, DeviceInfo, DeviceStats } from '../../src/index.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
-import type { FaultEntry, FaultKind } from '../../src/c10d/protocol.ts';
+import type { FaultEntry, FaultKind } from '../../src/wire/protocol.ts';
 
 // ---------------------------------------------------------------- actions
 

@@ -3,9 +3,9 @@
  * the parameter, the value and what is allowed, with a next step. No DOM, so the tests read the
  * same sentences the page shows (client/ui/bad_link.ts draws them).
  */
-import { SESSION_NAME } from '../../src/c10d/protocol.ts';
-import { isSessionToken, tokenFromFragment } from '../../src/c10d/session_token.ts';
-import { SessionEndedError, TokenRotatedError, UnauthorizedError } from '../../src/errors.ts';
+import { SESSION_NAME } from '../../src/wire/protocol.ts';
+import { isSessionToken, tokenFromFragment } from '../../src/wire/session_token.ts';
+import { SessionEndedError, TokenRotatedError, UnauthorizedError } from '../../src/wire/errors.ts';
 import { ConfigError, MAX_WORLD_SIZE, describeRule, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 export interface LinkProblem {

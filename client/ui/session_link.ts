@@ -4,7 +4,7 @@
  * train_form_labels.ts, and a form is checked by the same parser the page runs on the link, so
  * the form cannot accept a value the page would refuse, nor refuse one it would accept.
  */
-import { SESSION_NAME } from '../../src/c10d/protocol.ts';
+import { SESSION_NAME } from '../../src/wire/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
 import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig, type TrainOptionName } from '../../src/jobs/train_config.ts';
 import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from './train_form_labels.ts';

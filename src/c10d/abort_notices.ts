@@ -4,8 +4,8 @@
  * rank waits forever for a collective a peer gave up on. One per group (a subgroup's notices
  * carry its id and reach its members only).
  */
-import { FramingError, PeerLostError } from '../errors.ts';
-import type { FrameHeader } from './framing.ts';
+import { FramingError, PeerLostError } from '../wire/errors.ts';
+import type { FrameHeader } from '../wire/framing.ts';
 import { decodeAbortNotice, encodeAbortNotice } from '../transport/mailbox.ts';
 import type { PeerLink } from '../transport/peer_link.ts';
 

@@ -5,10 +5,10 @@
  * a HEADER_BYTES header each). A trainer reports them as the baseline of its compression ratio;
  * test/comm_bytes.test.ts checks them against `pg.bytesSent()` exactly.
  */
-import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from './framing.ts';
+import { DEFAULT_FRAME_BYTES, HEADER_BYTES } from '../wire/framing.ts';
 import { allGatherStep, reduceScatterStep, segments } from './ring.ts';
 import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, treeChildren, type AllReduceAlgorithm } from './latency_collectives.ts';
-import { wirePayloadBytes, type WireDtype } from '../half.ts';
+import { wirePayloadBytes, type WireDtype } from '../wire/half.ts';
 
 export interface CollectiveBytesOptions {
   /** The group's `maxFrameBytes` (default framing.ts's DEFAULT_FRAME_BYTES). */

@@ -4,12 +4,12 @@
  * Internal: users import them from process_group.ts (or the package's index).
  */
 import { DEFAULT_LATENCY_THRESHOLD_BYTES, type AllReduceAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
-import type { RankStalledError } from '../errors.ts';
-import { DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES } from './framing.ts';
-import type { WireDtype } from '../half.ts';
+import type { RankStalledError } from '../wire/errors.ts';
+import { DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES } from '../wire/framing.ts';
+import type { WireDtype } from '../wire/half.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD } from '../transport/mailbox.ts';
 import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from '../transport/peer_link.ts';
-import type { SignalEvent } from './protocol.ts';
+import type { SignalEvent } from '../wire/protocol.ts';
 import type { StoreClient } from './store.ts';
 
 /** See `LinkOptions.stallTimeoutMs`. */

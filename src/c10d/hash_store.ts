@@ -5,8 +5,8 @@
  * multiGet with a timeout that names the missing keys, add on integers (a missing key counts
  * from 0), torch's compare_set, append, check, deleteKey, numKeys.
  */
-import { DEFAULT_STORE_TIMEOUT_MS, ErrorCode } from './protocol.ts';
-import { StoreError, StoreTimeoutError } from '../errors.ts';
+import { DEFAULT_STORE_TIMEOUT_MS, ErrorCode } from '../wire/protocol.ts';
+import { StoreError, StoreTimeoutError } from '../wire/errors.ts';
 import type { Store, StoreValue } from './store.ts';
 
 const enc = new TextEncoder();

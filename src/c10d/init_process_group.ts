@@ -1,8 +1,8 @@
 /**
  * torch's init_process_group: join the session's group of a fixed world size. It is the elastic
- * rendezvous (src/elastic/rendezvous.ts) with min = max = worldSize and no rejoin.
+ * rendezvous (src/c10d/rendezvous.ts) with min = max = worldSize and no rejoin.
  */
-import { RendezvousHandler } from '../elastic/rendezvous.ts';
+import { RendezvousHandler } from './rendezvous.ts';
 import type { LinkOptions, ProcessGroup } from './process_group.ts';
 import type { StoreClient } from './store.ts';
 

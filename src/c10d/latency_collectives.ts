@@ -20,10 +20,10 @@
  * its choice depends only on what every rank passes alike (size, world, options), and each has
  * its own collective code on the wire, so a rank that chose otherwise is a CollectiveMismatchError.
  */
-import type { ReduceOpName } from './framing.ts';
+import type { ReduceOpName } from '../wire/framing.ts';
 import { asBytes, asHalves, copyInto, reducer, type RingTransport } from './ring.ts';
-import { decode16, encode16, type HalfDtype, type WireDtype } from '../half.ts';
-import { decodeInt8, encodeInt8, int8Bytes, roundToInt8 } from '../int8_wire.ts';
+import { decode16, encode16, type HalfDtype, type WireDtype } from '../wire/half.ts';
+import { decodeInt8, encodeInt8, int8Bytes, roundToInt8 } from '../wire/int8_wire.ts';
 
 /** The algorithms a collective can run: the bandwidth-optimal ring, or the latency-optimal one. */
 export type CollectiveAlgorithm = 'ring' | 'doubling';

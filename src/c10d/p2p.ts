@@ -3,7 +3,7 @@
  * own sequence numbers, one per peer and direction, apart from the collectives', so that a
  * receive takes the sender's messages in the order they were sent.
  */
-import { Collective, type Descriptor } from './framing.ts';
+import { Collective, type Descriptor } from '../wire/framing.ts';
 
 /** A group's point-to-point sequence numbers, by peer (top-level rank). */
 export class P2PSequences {

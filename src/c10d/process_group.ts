@@ -23,12 +23,12 @@
  * abort_notices.ts (a failed collective told to the other members) and store_barrier.ts
  * (barriers through the store).
  */
-import { GroupClosedError, StoreError } from '../errors.ts';
-import { ErrorCode } from './protocol.ts';
-import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from './framing.ts';
+import { GroupClosedError, StoreError } from '../wire/errors.ts';
+import { ErrorCode } from '../wire/protocol.ts';
+import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from '../wire/framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
 import { Mailbox } from '../transport/mailbox.ts';
-import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../half.ts';
+import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../wire/half.ts';
 import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
 import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store.ts';
@@ -40,8 +40,8 @@ import { AbortNotices } from './abort_notices.ts';
 import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts';
 import { meshExchange } from './mesh_gather.ts';
 
-export type { ReduceOpName } from './framing.ts';
-export type { WireDtype } from '../half.ts';
+export type { ReduceOpName } from '../wire/framing.ts';
+export type { WireDtype } from '../wire/half.ts';
 export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
 export type { ProcessGroupEvent } from '../transport/shared_links.ts';
 export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type CollectiveOptions, type GroupInit, type LinkOptions } from './group_options.ts';

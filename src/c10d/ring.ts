@@ -18,9 +18,9 @@
  * does the same with whole segments of scaled 8-bit blocks.
  */
 
-import type { ReduceOpName } from './framing.ts';
-import { decode16, encode16, wireBytes, type HalfDtype, type WireDtype } from '../half.ts';
-import { decodeInt8, encodeInt8, int8Bytes } from '../int8_wire.ts';
+import type { ReduceOpName } from '../wire/framing.ts';
+import { decode16, encode16, wireBytes, type HalfDtype, type WireDtype } from '../wire/half.ts';
+import { decodeInt8, encodeInt8, int8Bytes } from '../wire/int8_wire.ts';
 
 export interface Segment {
   start: number;

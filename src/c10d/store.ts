@@ -25,12 +25,12 @@ import {
   type TokenEvent,
   type FaultsEvent,
   type WaitingEvent,
-} from './protocol.ts';
-import { parseServerMessage } from './protocol_validation.ts';
+} from '../wire/protocol.ts';
+import { parseServerMessage } from '../wire/protocol_validation.ts';
 import { startTicker } from '../runtime/ticker.ts';
 import { browserPulseAvailable, startPulse } from './pulse.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
-import { ConnectionClosedError, DistTimeoutError, NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../errors.ts';
+import { ConnectionClosedError, DistTimeoutError, NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../wire/errors.ts';
 
 export type StoreValue = Uint8Array | string;
 

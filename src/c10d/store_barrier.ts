@@ -4,7 +4,7 @@
  * sends the subgroup frames before all have made it. Each member adds one to a counter; the last
  * to arrive sets a `done` key that every member waits for.
  */
-import { DistTimeoutError, StoreTimeoutError } from '../errors.ts';
+import { DistTimeoutError, StoreTimeoutError } from '../wire/errors.ts';
 import type { Store } from './store.ts';
 
 /** The group a barrier runs in. */

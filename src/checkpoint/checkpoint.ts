@@ -7,8 +7,8 @@
  * and the session's own checkpoints and the other parts never see its files. Every stage resumes
  * from its part at the same step: `loadCheckpoint(url, session, { part, step })`.
  */
-import { DistTimeoutError } from '../errors.ts';
-import { SESSION_NAME } from '../c10d/protocol.ts';
+import { DistTimeoutError } from '../wire/errors.ts';
+import { SESSION_NAME } from '../wire/protocol.ts';
 import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, isObject, type Checkpoint } from './checkpoint_format.ts';
 
 /** A checkpoint request failed: the server refused it, or it could not be reached. */

@@ -6,9 +6,9 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { Checkpoint, WeightSpec } from './checkpoint_format.ts';
-import type { SamplerState } from '../sampler.ts';
-import { HostOptimizer } from '../optim.ts';
-import { NonFiniteWeightsError } from '../errors.ts';
+import type { SamplerState } from '../datasets/sampler.ts';
+import { HostOptimizer } from '../nn/optim.ts';
+import { NonFiniteWeightsError } from '../wire/errors.ts';
 
 export interface TensorBundle {
   weightSpecs: WeightSpec[];

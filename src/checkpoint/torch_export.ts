@@ -615,7 +615,7 @@ export function importTorchStateDict(artifacts: Pick<ModelArtifactsLike, 'modelT
 // ---------------------------------------------------------------------------------------------
 // The Python file
 
-/** torch modules for the language model's layers (src/language_model.ts), computing what they compute. */
+/** torch modules for the language model's layers (src/nn/language_model.ts), computing what they compute. */
 const PYTHON_HELPERS = {
   TokenAndPositionEmbedding: `
 

@@ -13,7 +13,7 @@
  */
 import type { ProcessGroupEvent } from '../c10d/process_group.ts';
 import type { Json } from '../checkpoint/state_dict.ts';
-import type { RendezvousEvent, RendezvousHandler, Round } from './rendezvous.ts';
+import type { RendezvousEvent, RendezvousHandler, Round } from '../c10d/rendezvous.ts';
 
 /**
  * What to train and for how long: the options every strategy's run takes alike (DDP's

@@ -2,7 +2,7 @@
  * The rest of an epoch for one rank of a DistributedSampler, cut into steps: what every training
  * loop of the library (runElastic, runPipeline) walks through between its votes.
  */
-import { DistributedSampler } from '../sampler.ts';
+import { DistributedSampler } from '../datasets/sampler.ts';
 import type { Progress } from '../checkpoint/state_dict.ts';
 
 export interface EpochPlan {

@@ -4,8 +4,8 @@
  * run's own `onEvent` and to the process-wide handler set with `setEventHandler`, which is how a
  * launcher hears from a user's script without the script wiring anything. Events are plain JSON.
  */
-import type { StepMetrics } from './runner.ts';
-import type { AggregationJudged } from './contributions.ts';
+import type { StepMetrics } from '../parallel/ddp/runner.ts';
+import type { AggregationJudged } from '../parallel/ddp/contributions.ts';
 import type { StepBalance } from './balance.ts';
 
 export type ElasticEvent =

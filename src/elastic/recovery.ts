@@ -21,8 +21,8 @@
 import type * as tf from '@tensorflow/tfjs';
 import { CheckpointCorruptError, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint/checkpoint.ts';
-import { StateTransferError } from '../errors.ts';
-import { digest48 } from '../hash.ts';
+import { StateTransferError } from '../wire/errors.ts';
+import { digest48 } from '../wire/hash.ts';
 import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../parallel/comm_hooks/serialize.ts';
 import type { CommHookState } from '../parallel/comm_hooks/types.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';

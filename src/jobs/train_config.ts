@@ -6,8 +6,8 @@
  * trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../runtime/straggler.ts';
-import { Adam, SGD, type HostOptimizer } from '../optim.ts';
-import { LM_DEFAULTS } from '../models.ts';
+import { Adam, SGD, type HostOptimizer } from '../nn/optim.ts';
+import { LM_DEFAULTS } from '../nn/models.ts';
 
 export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';
@@ -28,7 +28,7 @@ export {
   type PowerSGDWire,
 } from './comm_hook_spec.ts';
 
-/** 'lm': a small character-level transformer (src/language_model.ts), on 'text'. 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
+/** 'lm': a small character-level transformer (src/nn/language_model.ts), on 'text'. 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
 export const MODELS = ['mlp', 'cnn', 'lm', 'user'] as const;
 /** 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text is for 'lm'). */
 export const DATASETS = ['mnist', 'synthetic', 'text', 'user'] as const;
@@ -190,7 +190,7 @@ export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.0
 
 /**
  * The job's optimizer for replicated weights (DDP, pipeline stages): torch's formulas on the host
- * (src/optim.ts), so that tabs on different backends and browsers keep bit-identical replicas.
+ * (src/nn/optim.ts), so that tabs on different backends and browsers keep bit-identical replicas.
  */
 export function hostOptimizer(config: Pick<TrainConfig, 'optimizer' | 'lr'>): HostOptimizer {
   return config.optimizer === 'adam' ? new Adam({ lr: config.lr }) : new SGD({ lr: config.lr });

@@ -5,10 +5,10 @@
  * all-gather compares them.
  */
 import * as tf from '@tensorflow/tfjs';
-import { NonFiniteWeightsError } from '../errors.ts';
-import { allFinite } from '../finite.ts';
-import { ReplicaDivergenceError } from '../errors.ts';
-import { hashFloat32 } from '../hash.ts';
+import { NonFiniteWeightsError } from '../wire/errors.ts';
+import { allFinite } from '../wire/finite.ts';
+import { ReplicaDivergenceError } from '../wire/errors.ts';
+import { hashFloat32 } from '../wire/hash.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 
 /** All trainable weights of `model`, flattened in `model.trainableWeights` order (one readback). */

@@ -14,7 +14,7 @@
  * read or used in ops any more; disposing them is harmless.
  */
 import * as tf from '@tensorflow/tfjs';
-import { DeviceLostError, type DeviceLostReason } from '../errors.ts';
+import { DeviceLostError, type DeviceLostReason } from '../wire/errors.ts';
 
 /** What this module needs of a GPUDevice (no dependency on the WebGPU type definitions). */
 export interface GpuDeviceLike {

@@ -3,7 +3,7 @@
  * on the way unacknowledged), the credit messages that acknowledge, and the send queue's
  * backpressure (wait while the transport holds more than the high-water mark).
  */
-import { PeerLostError } from '../errors.ts';
+import { PeerLostError } from '../wire/errors.ts';
 
 /** Defaults for the send queue: Chromium's queue holds 16 MiB; stay well below it. */
 export const DEFAULT_HIGH_WATER_MARK = 4 << 20;

@@ -3,9 +3,9 @@
  * rank of a pair initiates) and signaled through the server. Links are named by the group and
  * the pair, so signals of another group or an earlier round never reach them.
  */
-import { DistTimeoutError } from '../errors.ts';
+import { DistTimeoutError } from '../wire/errors.ts';
 import type { CandidateType, LinkState, PathSample, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';
-import type { SignalEvent, SignalPayload } from '../c10d/protocol.ts';
+import type { SignalEvent, SignalPayload } from '../wire/protocol.ts';
 
 export interface GroupLinksOptions {
   rank: number;

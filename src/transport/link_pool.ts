@@ -18,9 +18,9 @@
  * marker rules, and when the pool is closed (the connection to the server changed, the run ended,
  * or a round failed with every member still there: its links may be what broke).
  */
-import { PeerLostError } from '../errors.ts';
+import { PeerLostError } from '../wire/errors.ts';
 import type { LinkFactoryOptions, LinkState, PathSample, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';
-import type { SignalEvent, SignalPayload } from '../c10d/protocol.ts';
+import type { SignalEvent, SignalPayload } from '../wire/protocol.ts';
 
 /** A round marker's first byte: neither a frame's (0xd7) nor a credit's (0xc3). */
 export const ROUND_MAGIC = 0xa5;

@@ -23,7 +23,7 @@ import {
   GroupClosedError,
   PeerLostError,
   RankStalledError,
-} from '../errors.ts';
+} from '../wire/errors.ts';
 import {
   Collective,
   FrameKind,
@@ -34,7 +34,7 @@ import {
   writeHeader,
   type Descriptor,
   type FrameHeader,
-} from '../c10d/framing.ts';
+} from '../wire/framing.ts';
 
 export type OnChunk = (payload: Uint8Array, offset: number, frame: Uint8Array) => void;
 

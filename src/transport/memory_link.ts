@@ -4,7 +4,7 @@
  * backpressure (a send queue with a high-water mark that drains as messages are delivered).
  */
 import { SendQueue, type LinkFactoryOptions, type LinkState, type PeerLink, type PeerLinkFactory, type PendingLink } from './peer_link.ts';
-import { PeerLostError } from '../errors.ts';
+import { PeerLostError } from '../wire/errors.ts';
 
 class MemoryLink implements PeerLink, PendingLink {
   state: LinkState = 'connecting';

@@ -11,13 +11,13 @@
  * Ranks here are the top-level group's: a link's peer, a lost rank. Internal to
  * process_group.ts, which gives each group a `RoutedGroup`.
  */
-import { ConnectionClosedError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../errors.ts';
-import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, encodeBye, readHeader, type FrameHeader } from '../c10d/framing.ts';
+import { ConnectionClosedError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../wire/errors.ts';
+import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, encodeBye, readHeader, type FrameHeader } from '../wire/framing.ts';
 import { GroupLinks } from './group_links.ts';
 import { encodeAbortNotice } from './mailbox.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
 import { simplePeerLinkFactory, type LinkState, type PeerLink, type PeerLinkFactory } from './peer_link.ts';
-import { VOUCH_WINDOW_MS, type SignalEvent } from '../c10d/protocol.ts';
+import { VOUCH_WINDOW_MS, type SignalEvent } from '../wire/protocol.ts';
 import type { StoreClient } from '../c10d/store.ts';
 import { TickGap, startTicker } from '../runtime/ticker.ts';
 

@@ -3,7 +3,7 @@
  * flow_control.ts. The one module that touches simple-peer and RTCPeerConnection.
  */
 import type { Instance as SimplePeerInstance, Options as SimplePeerOptions } from 'simple-peer';
-import { PeerLostError } from '../errors.ts';
+import { PeerLostError } from '../wire/errors.ts';
 import { CreditWindow, SendQueue, WINDOW_EXEMPT_BYTES, readCredit } from './flow_control.ts';
 import { selectedPath } from './link_stats.ts';
 import type { LinkFactoryOptions, LinkState, PathSample, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';

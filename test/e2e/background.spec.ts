@@ -8,7 +8,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import type { Report } from '../../src/jobs/job_report.ts';
 import { launch } from '../../launcher/run.ts';
 import { tabsDriver } from '../../launcher/tabs.ts';
-import { withToken } from '../../src/c10d/session_token.ts';
+import { withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

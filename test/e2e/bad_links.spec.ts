@@ -6,7 +6,7 @@
 import { mkdir } from 'node:fs/promises';
 import type { Page } from '@playwright/test';
 import { StoreClient } from '../../src/c10d/store.ts';
-import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken, withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

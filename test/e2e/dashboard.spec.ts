@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { encodeSafetensors } from '../../src/checkpoint/safetensors.ts';
-import { newSessionToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken } from '../../src/wire/session_token.ts';
 import type { Report } from '../../src/jobs/job_report.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { torchTestsBlocked } from '../fixtures/torch.ts';

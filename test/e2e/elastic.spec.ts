@@ -7,7 +7,7 @@ import { mkdtemp, readdir, stat, truncate } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
-import { newSessionToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken } from '../../src/wire/session_token.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
 type Summary = Record<string, unknown> & {

@@ -2,7 +2,7 @@
 import { test as base, expect, type Browser, type Page } from '@playwright/test';
 import { spawn } from 'node:child_process';
 import { PROJECT_ROOT, startServer, type RunningServer } from '../../signaling/server.ts';
-import { withToken } from '../../src/c10d/session_token.ts';
+import { withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import type { Report } from '../../src/jobs/job_report.ts';
 

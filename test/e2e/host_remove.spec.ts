@@ -6,7 +6,7 @@
  * it in its own URL, as the other tab does; those two train on to the end with identical weights.
  */
 import type { BrowserContext, Page } from '@playwright/test';
-import { newSessionToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken } from '../../src/wire/session_token.ts';
 import type { Report } from '../../src/jobs/job_report.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

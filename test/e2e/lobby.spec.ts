@@ -1,6 +1,6 @@
 /** Three tabs open the real page with ?session=x&world=3 and each shows its rank and WebGPU. */
 import { expect, sessionName, test } from './fixtures.ts';
-import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken, withToken } from '../../src/wire/session_token.ts';
 
 test('three pages join one session through the page and each shows its rank and WebGPU', async ({ browser, server }) => {
   const context = await browser.newContext();

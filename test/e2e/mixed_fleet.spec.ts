@@ -1,7 +1,7 @@
 /**
  * A mixed fleet: a Chromium tab on WebGPU (SwiftShader) and a Chromium tab without WebGPU (it
  * falls back to WebGL, as a tab on a plain-http LAN address or an older browser does) train the
- * train job together. Before the optimizer moved to the host (src/optim.ts) each tab applied the
+ * train job together. Before the optimizer moved to the host (src/nn/optim.ts) each tab applied the
  * averaged gradients with its own backend's arithmetic and the replicas diverged within 100 steps
  * (`ReplicaDivergenceError` at the step-100 check); now both end every step with the same bits.
  * Firefox beside Chromium is test/e2e/firefox.spec.ts.

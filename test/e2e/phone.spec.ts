@@ -11,7 +11,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Browser, BrowserContextOptions, Page } from '@playwright/test';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
-import { withToken } from '../../src/c10d/session_token.ts';
+import { withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

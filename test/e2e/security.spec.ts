@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { StoreClient } from '../../src/c10d/store.ts';
-import { newSessionToken, withToken } from '../../src/c10d/session_token.ts';
+import { newSessionToken, withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 

@@ -44,10 +44,10 @@
  * all-reduce of Q may overlap the next bucket's P), so concurrent calls from DDP, one per bucket,
  * issue the same sequence of collectives on every rank.
  */
-import { checkWireDtype, type WireDtype } from '../../half.ts';
+import { checkWireDtype, type WireDtype } from '../../wire/half.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
-import { allFinite } from '../../finite.ts';
+import { allFinite } from '../../wire/finite.ts';
 
 export interface PowerSGDOptions {
   /** The rank r of the approximation (torch: matrix_approximation_rank). Default 1. */

@@ -21,7 +21,7 @@
  * thread in the tests).
  */
 import * as tf from '@tensorflow/tfjs';
-import { DataParallelDeviceError } from '../../errors.ts';
+import { DataParallelDeviceError } from '../../wire/errors.ts';
 import { flatTrainableWeights } from '../replicas.ts';
 import { chunkSizes, gatherMean, scatter } from './scatter_gather.ts';
 import { DEVICE_BACKENDS, parseFromDevice, type DataParallelLoss, type DeviceBackend, type DeviceFault, type FromDevice, type ToDevice } from './protocol.ts';

@@ -9,9 +9,9 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { startBackend } from '../../runtime/device.ts';
-import { classificationLoss, correctPredictions } from '../../losses.ts';
+import { classificationLoss, correctPredictions } from '../../nn/losses.ts';
 // The language model's custom layers, registered so that its architecture builds here too.
-import '../../language_model.ts';
+import '../../nn/language_model.ts';
 import { assignFlatWeights } from '../replicas.ts';
 import { DEVICE_BACKENDS, parseToDevice, type DataParallelLoss, type DeviceBackend, type FromDevice, type ToDevice } from './protocol.ts';
 

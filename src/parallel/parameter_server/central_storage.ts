@@ -17,7 +17,7 @@
  * retransmission it can ignore).
  */
 import type { ParameterServerShard } from './shard.ts';
-import { allFinite } from '../../finite.ts';
+import { allFinite } from '../../wire/finite.ts';
 
 export type SyncRefusal =
   /** The worker id is not an integer in [0, numWorkers). */

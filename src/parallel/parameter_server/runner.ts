@@ -35,14 +35,14 @@
  * the servers' vacant places first. The store also keeps the roles (`ps/roles`), each server's version (`ps/server-<k>`) and server 0's
  * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
  */
-import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../errors.ts';
+import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../wire/errors.ts';
 import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
 import { recordEvent } from '../../elastic/events.ts';
-import { hashFloat32 } from '../../hash.ts';
+import { hashFloat32 } from '../../wire/hash.ts';
 import { flatTrainableWeights } from '../replicas.ts';
 import type { StepMetrics } from '../../elastic/vote.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
-import { RendezvousHandler, type Round } from '../../elastic/rendezvous.ts';
+import { RendezvousHandler, type Round } from '../../c10d/rendezvous.ts';
 import type { Json } from '../../checkpoint/state_dict.ts';
 import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
 import { restoreShard, saveShard } from './checkpoint.ts';
@@ -53,7 +53,7 @@ import { ParameterServerShard } from './shard.ts';
 import { checkOptions, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent, type PsServerSlot, type PsStrategy } from './types.ts';
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
 import { CONTROL, NO_COUNTS, REQ_END, REQ_PULL, REQ_PUSH, VERDICT, message, payload, readReply, readRequest, writeReply, writeRequest, type Control } from './wire.ts';
-import { MAX_MEMBER_ID } from '../../c10d/protocol_validation.ts';
+import { MAX_MEMBER_ID } from '../../wire/protocol_validation.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
 export type { ParameterServerRunOptions, ParameterServerRunResult, PsRunEvent, PsServerSlot, PsStatus, PsStrategy, WorkerStepContext, WorkerStepResult } from './types.ts';

@@ -31,7 +31,7 @@ import * as tf from '@tensorflow/tfjs';
 import type { WeightSpec } from '../../checkpoint/checkpoint_format.ts';
 import { loadOptimizerState, type TensorBundle } from '../../checkpoint/state_dict.ts';
 import type { ShardLayout } from './sharding.ts';
-import { allFinite } from '../../finite.ts';
+import { allFinite } from '../../wire/finite.ts';
 
 /** What a worker sends a shard. */
 export interface Push {

@@ -6,7 +6,7 @@
 import type * as tf from '@tensorflow/tfjs';
 import type { StepMetrics } from '../../elastic/vote.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
-import type { RendezvousOptions } from '../../elastic/rendezvous.ts';
+import type { RendezvousOptions } from '../../c10d/rendezvous.ts';
 import { checkSchedule, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import type { PsSampleCounts } from './leases.ts';
 import type { ParameterServerShard } from './shard.ts';

@@ -14,17 +14,17 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { listCheckpoints } from '../../checkpoint/checkpoint.ts';
-import { DistributedDataParallel, type DDPOptions } from '../ddp.ts';
-import { PeerLostError, isRecoverable } from '../../errors.ts';
+import { DistributedDataParallel, type DDPOptions } from '../ddp/ddp.ts';
+import { PeerLostError, isRecoverable } from '../../wire/errors.ts';
 import { checkSchedule, runAgent, samplerSettings, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../../elastic/vote.ts';
 import { batchOf, planEpoch } from '../../elastic/epoch.ts';
-import type { LayerFactory } from '../../models.ts';
+import type { LayerFactory } from '../../nn/models.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import { verifyReplicas } from '../replicas.ts';
-import { RendezvousHandler, type RendezvousOptions, type Round } from '../../elastic/rendezvous.ts';
+import { RendezvousHandler, type RendezvousOptions, type Round } from '../../c10d/rendezvous.ts';
 import { TrainState, type Json } from '../../checkpoint/state_dict.ts';
 import { PipelineStage } from './stage.ts';
 

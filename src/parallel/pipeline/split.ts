@@ -5,7 +5,7 @@
  * one layer at a time and frees it at once, so no rank ever holds the whole model.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { LayerFactory } from '../../models.ts';
+import type { LayerFactory } from '../../nn/models.ts';
 
 export interface LayerInfo {
   /** The layer's place in the model. */

@@ -13,11 +13,11 @@
  * the step's gradients are those of the whole batch's mean loss, as on one rank.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { DistributedDataParallel } from '../ddp.ts';
+import type { DistributedDataParallel } from '../ddp/ddp.ts';
 import type { Straggler } from '../../runtime/straggler.ts';
-import { sequentialOf, type LayerFactory } from '../../models.ts';
+import { sequentialOf, type LayerFactory } from '../../nn/models.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
-import { packHalf, unpackHalf } from '../../half.ts';
+import { packHalf, unpackHalf } from '../../wire/half.ts';
 import { microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from './schedule.ts';
 import { balancedSplitPoints, checkSplitPoints, countTrainable, describeLayers, stageRanges, type LayerInfo } from './split.ts';
 

@@ -23,8 +23,8 @@
  * exchange (top-level groups only; the server knows no subgroup's ranks).
  */
 import type { ProcessGroup } from '../../c10d/process_group.ts';
-import { ContributionMismatchError } from '../../errors.ts';
-import { digest48 } from '../../hash.ts';
+import { ContributionMismatchError } from '../../wire/errors.ts';
+import { digest48 } from '../../wire/hash.ts';
 
 export interface GatheredContributions {
   /** Each rank's contribution, in rank order; null where the rank sent none (its flag was 0). */

@@ -57,32 +57,32 @@
  * rank trains fewer samples per inner step (it does not hold the others), and DiLoCo weighs its
  * pseudo-gradient by them (DiLoCo.countStep).
  */
-import { DistributedDataParallel } from '../parallel/ddp.ts';
-import { allreduceHook } from '../parallel/comm_hooks/default_hooks.ts';
-import { PeriodicModelAverager } from '../parallel/comm_hooks/local_sgd.ts';
-import { DiLoCo, type DiLoCoHeld } from '../parallel/diloco.ts';
-import type { CommHook } from '../parallel/comm_hooks/types.ts';
-import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../runtime/device.ts';
-import { DeviceLostError, isRecoverable } from '../errors.ts';
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import { verifyReplicas } from '../parallel/replicas.ts';
-import { RendezvousHandler, type RendezvousEvent, type Round } from './rendezvous.ts';
-import type { Progress, TrainState } from '../checkpoint/state_dict.ts';
-import { recordEvent, type ElasticEvent } from './events.ts';
+import { DistributedDataParallel } from './ddp.ts';
+import { allreduceHook } from '../comm_hooks/default_hooks.ts';
+import { PeriodicModelAverager } from '../comm_hooks/local_sgd.ts';
+import { DiLoCo, type DiLoCoHeld } from '../diloco/diloco.ts';
+import type { CommHook } from '../comm_hooks/types.ts';
+import { disposeQuietly, recreateBackend, watchDevice, type DeviceLostInfo, type DeviceWatch } from '../../runtime/device.ts';
+import { DeviceLostError, isRecoverable } from '../../wire/errors.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import { verifyReplicas } from '../replicas.ts';
+import { RendezvousHandler, type RendezvousEvent, type Round } from '../../c10d/rendezvous.ts';
+import type { Progress, TrainState } from '../../checkpoint/state_dict.ts';
+import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
 import { JudgmentWatch, type ContributionOf } from './contributions.ts';
-import type { AggregationReport } from '../parallel/robust/reducer.ts';
-import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from './recovery.ts';
-import { startVote, stepsVote, type StepMetrics, type StepsVote } from './vote.ts';
-import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from './epoch.ts';
-import { BatchBalancer } from './balance.ts';
-import { REGROUP, runAgent, samplerSettings } from './agent.ts';
-import { TimelineRecorder } from './timeline.ts';
-import { yieldToEventLoop } from '../runtime/ticker.ts';
+import type { AggregationReport } from '../robust/reducer.ts';
+import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from '../../elastic/recovery.ts';
+import { startVote, stepsVote, type StepMetrics, type StepsVote } from '../../elastic/vote.ts';
+import { balancedBatchOf, batchOf, planEpoch, planGlobalEpoch, splitBatch } from '../../elastic/epoch.ts';
+import { BatchBalancer } from '../../elastic/balance.ts';
+import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
+import { TimelineRecorder } from '../../elastic/timeline.ts';
+import { yieldToEventLoop } from '../../runtime/ticker.ts';
 
-export type { StepMetrics } from './vote.ts';
+export type { StepMetrics } from '../../elastic/vote.ts';
 
-export type { ElasticRunOptions, ElasticRunResult, RebuildContext, RoundContext, StepContext } from './types.ts';
-import { checkOptions, type ElasticRunOptions, type ElasticRunResult } from './types.ts';
+export type { ElasticRunOptions, ElasticRunResult, RebuildContext, RoundContext, StepContext } from './runner_types.ts';
+import { checkOptions, type ElasticRunOptions, type ElasticRunResult } from './runner_types.ts';
 
 type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
 

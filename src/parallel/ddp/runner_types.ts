@@ -3,20 +3,20 @@
  * round get, its result; and the check of the options, before anything joins.
  */
 import type * as tf from '@tensorflow/tfjs';
-import type { CommHook } from '../parallel/comm_hooks/types.ts';
-import type { PeriodicModelAveragerOptions } from '../parallel/comm_hooks/local_sgd.ts';
-import type { DiLoCoOptions } from '../parallel/diloco.ts';
-import type { DistributedDataParallel, DDPOptions } from '../parallel/ddp.ts';
-import type { DeviceLostError } from '../errors.ts';
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import type { RendezvousOptions } from './rendezvous.ts';
-import type { TrainState } from '../checkpoint/state_dict.ts';
-import type { ElasticEvent } from './events.ts';
-import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from './agent.ts';
-import type { StepMetrics } from './vote.ts';
-import type { StepTimeline } from './timeline.ts';
-import { checkAggregationSpec } from '../parallel/robust/aggregators.ts';
-import { checkAttackPlan } from '../parallel/robust/attacks.ts';
+import type { CommHook } from '../comm_hooks/types.ts';
+import type { PeriodicModelAveragerOptions } from '../comm_hooks/local_sgd.ts';
+import type { DiLoCoOptions } from '../diloco/diloco.ts';
+import type { DistributedDataParallel, DDPOptions } from './ddp.ts';
+import type { DeviceLostError } from '../../wire/errors.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import type { RendezvousOptions } from '../../c10d/rendezvous.ts';
+import type { TrainState } from '../../checkpoint/state_dict.ts';
+import type { ElasticEvent } from '../../elastic/events.ts';
+import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
+import type { StepMetrics } from '../../elastic/vote.ts';
+import type { StepTimeline } from '../../elastic/timeline.ts';
+import { checkAggregationSpec } from '../robust/aggregators.ts';
+import { checkAttackPlan } from '../robust/attacks.ts';
 
 export interface StepContext {
   /** This rank's samples for the step (indices into the dataset). */

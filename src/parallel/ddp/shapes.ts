@@ -3,8 +3,8 @@
  * publishes its parameters' shapes in the group's store and compares all of them with rank 0's.
  */
 import type * as tf from '@tensorflow/tfjs';
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import { bytesToString } from '../c10d/protocol.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import { bytesToString } from '../../wire/protocol.ts';
 
 export class ShapeMismatchError extends Error {
   override name = 'ShapeMismatchError';

@@ -2,7 +2,7 @@
  * Typed errors. Each has a stable `name` to match on and carries the facts a user needs to act:
  * which key, which rank, how long was waited.
  */
-import type { ErrorCode } from './c10d/protocol.ts';
+import type { ErrorCode } from './protocol.ts';
 
 /** The server refused a request; `code` is one of the protocol's `ErrorCode`s. */
 export class StoreError extends Error {

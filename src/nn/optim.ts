@@ -23,8 +23,8 @@
  * test/fixtures/torch_optim.json, and test/optim.test.ts holds these classes to it.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { TensorBundle } from './checkpoint/state_dict.ts';
-import type { WeightSpec } from './checkpoint/checkpoint_format.ts';
+import type { TensorBundle } from '../checkpoint/state_dict.ts';
+import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
 
 const f32 = Math.fround;
 
@@ -177,7 +177,7 @@ export abstract class HostOptimizer extends tf.Optimizer {
 
   /** The gradients are on the device here: a host optimizer takes them through `ddp.step(optimizer)`. */
   applyGradients(): void {
-    throw new Error(`${this.getClassName()} is a host optimizer (src/optim.ts): apply it with ddp.step(optimizer), or stepFlat(params, grads, layout) with gradients on the host; it cannot run inside tf.Optimizer.minimize`);
+    throw new Error(`${this.getClassName()} is a host optimizer (src/nn/optim.ts): apply it with ddp.step(optimizer), or stepFlat(params, grads, layout) with gradients on the host; it cannot run inside tf.Optimizer.minimize`);
   }
 
   override async getWeights(): Promise<NamedTensor[]> {

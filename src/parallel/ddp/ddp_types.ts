@@ -4,9 +4,9 @@
  * from ddp.ts (or the package's index).
  */
 import type * as tf from '@tensorflow/tfjs';
-import type { Straggler } from '../runtime/straggler.ts';
-import type { AggregationSpec } from './robust/aggregators.ts';
-import type { AttackPlan } from './robust/attacks.ts';
+import type { Straggler } from '../../runtime/straggler.ts';
+import type { AggregationSpec } from '../robust/aggregators.ts';
+import type { AttackPlan } from '../robust/attacks.ts';
 
 export interface DDPOptions {
   /** Bucket size cap in MiB (torch: bucket_cap_mb). Default 25. */

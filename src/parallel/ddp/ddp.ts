@@ -36,27 +36,27 @@
  * measuring it, attacks).
  */
 import * as tf from '@tensorflow/tfjs';
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import { flatTrainableWeights, verifyReplicas, weightsHash } from './replicas.ts';
-import { NonFiniteGradientError } from '../errors.ts';
-import { isPlainAllreduce } from './comm_hooks/default_hooks.ts';
-import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
-import type { LocalGradients } from './data_parallel/data_parallel.ts';
-import { HostOptimizer, type ParamLayout } from '../optim.ts';
-import { assignFlatWeights, hostWeights } from './replicas.ts';
-import { allFinite } from '../finite.ts';
-import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucket } from './ddp_buckets.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import { flatTrainableWeights, verifyReplicas, weightsHash } from '../replicas.ts';
+import { NonFiniteGradientError } from '../../wire/errors.ts';
+import { isPlainAllreduce } from '../comm_hooks/default_hooks.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from '../comm_hooks/types.ts';
+import type { LocalGradients } from '../data_parallel/data_parallel.ts';
+import { HostOptimizer, type ParamLayout } from '../../nn/optim.ts';
+import { assignFlatWeights, hostWeights } from '../replicas.ts';
+import { allFinite } from '../../wire/finite.ts';
+import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucket } from './buckets.ts';
 import type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
-import { checkShapes } from './ddp_shapes.ts';
-import { CarriedValues } from './ddp_carry.ts';
-import { HookSlot } from './ddp_hook.ts';
-import type { AggregationSpec } from './robust/aggregators.ts';
-import type { AggregationReport } from './robust/reducer.ts';
-import { DDPAggregation } from './robust/ddp_aggregation.ts';
+import { checkShapes } from './shapes.ts';
+import { CarriedValues } from './carry.ts';
+import { HookSlot } from './hook.ts';
+import type { AggregationSpec } from '../robust/aggregators.ts';
+import type { AggregationReport } from '../robust/reducer.ts';
+import { DDPAggregation } from '../robust/ddp_aggregation.ts';
 
-export { assignBuckets, type Bucket } from './ddp_buckets.ts';
+export { assignBuckets, type Bucket } from './buckets.ts';
 export type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
-export { ShapeMismatchError } from './ddp_shapes.ts';
+export { ShapeMismatchError } from './shapes.ts';
 
 export class DistributedDataParallel {
   readonly model: tf.LayersModel;

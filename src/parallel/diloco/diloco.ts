@@ -11,7 +11,7 @@
  * the outer step: runElastic's `diloco` option registers it and calls `sync` after the optimizer
  * step of every H-th step. Replicas are bit-identical right after each outer step: everything
  * the outer step computes comes from the all-reduce's result and the outer state, which are the
- * same bits on every rank, and torch's SGD runs on the host in float32 (src/optim.ts).
+ * same bits on every rank, and torch's SGD runs on the host in float32 (src/nn/optim.ts).
  *
  * The outer state (the last outer weights, the outer momentum, the outer step count and the step
  * it was taken at) is training state: it is the hook's state dict, saved in checkpoints and sent
@@ -43,19 +43,19 @@
  * refused before anything changes: the outer weights, the momentum and the model stay as they were.
  */
 import type * as tf from '@tensorflow/tfjs';
-import type { ProcessGroup, WireDtype } from '../c10d/process_group.ts';
-import { allFinite } from '../finite.ts';
-import { SGD } from '../optim.ts';
-import { assignFlatWeights, flatTrainableWeights, hostWeights } from './replicas.ts';
-import type { CommHook, CommHookState, GradBucket } from './comm_hooks/types.ts';
-import { NonFiniteWeightsError } from '../errors.ts';
-import type { AggregationSpec } from './robust/aggregators.ts';
-import type { AttackPlan } from './robust/attacks.ts';
-import type { AggregationReport } from './robust/reducer.ts';
-import { OuterAggregation } from './robust/outer_aggregation.ts';
-import { fragmentRanges, fragmentsSyncingAt, outerStateDict, parseOuterState, rejoinMean, rejoinRobust, type Fragment } from './diloco_fragments.ts';
+import type { ProcessGroup, WireDtype } from '../../c10d/process_group.ts';
+import { allFinite } from '../../wire/finite.ts';
+import { SGD } from '../../nn/optim.ts';
+import { assignFlatWeights, flatTrainableWeights, hostWeights } from '../replicas.ts';
+import type { CommHook, CommHookState, GradBucket } from '../comm_hooks/types.ts';
+import { NonFiniteWeightsError } from '../../wire/errors.ts';
+import type { AggregationSpec } from '../robust/aggregators.ts';
+import type { AttackPlan } from '../robust/attacks.ts';
+import type { AggregationReport } from '../robust/reducer.ts';
+import { OuterAggregation } from '../robust/outer_aggregation.ts';
+import { fragmentRanges, fragmentsSyncingAt, outerStateDict, parseOuterState, rejoinMean, rejoinRobust, type Fragment } from './fragments.ts';
 
-export { fragmentRanges, fragmentsSyncingAt } from './diloco_fragments.ts';
+export { fragmentRanges, fragmentsSyncingAt } from './fragments.ts';
 
 export interface DiLoCoOptions {
   /** Inner steps between two outer steps of each fragment (the paper's H), >= 1. */

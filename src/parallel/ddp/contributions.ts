@@ -12,8 +12,8 @@
  * Figures are rounded (ratios and clip scales to 3 significant digits, trimmed fractions to 3 decimals), a refusal's reason capped,
  * and at most MAX_REPORTED_RANKS ranks reported (the train job's largest world).
  */
-import type { AggregationKind, RankJudgment } from '../parallel/robust/aggregators.ts';
-import type { AggregationReport } from '../parallel/robust/reducer.ts';
+import type { AggregationKind, RankJudgment } from '../robust/aggregators.ts';
+import type { AggregationReport } from '../robust/reducer.ts';
 
 /** The most ranks one event reports (the job's worlds are smaller; a larger one's last ranks are left out). */
 export const MAX_REPORTED_RANKS = 64;

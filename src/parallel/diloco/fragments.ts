@@ -3,13 +3,13 @@
  * fragment's outer state, its state dict both ways (checked, since it comes from a file or a
  * peer), and the round start's combination of the ranks' pseudo-gradients (mean or robust).
  */
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import type { CommHookState } from './comm_hooks/types.ts';
-import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
-import { allFinite } from '../finite.ts';
-import type { SGD } from '../optim.ts';
-import type { RobustReducer } from './robust/reducer.ts';
-import type { OuterAggregation } from './robust/outer_aggregation.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import type { CommHookState } from '../comm_hooks/types.ts';
+import type { WeightSpec } from '../../checkpoint/checkpoint_format.ts';
+import { allFinite } from '../../wire/finite.ts';
+import type { SGD } from '../../nn/optim.ts';
+import type { RobustReducer } from '../robust/reducer.ts';
+import type { OuterAggregation } from '../robust/outer_aggregation.ts';
 
 /** The contiguous ranges [start, end) of `fragments` nearly equal fragments of `numel` weights. */
 export function fragmentRanges(numel: number, fragments: number): Array<{ start: number; end: number }> {

@@ -14,14 +14,14 @@
  * rank, or arriving later, then fails at once with RendezvousClosedError instead of waiting out
  * its timeout for a group that will never train again.
  */
-import { DistTimeoutError, GroupClosedError, RemovedByHostError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../errors.ts';
+import { DistTimeoutError, GroupClosedError, RemovedByHostError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../wire/errors.ts';
 import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
 import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../transport/peer_link.ts';
 import { LinkPool } from '../transport/link_pool.ts';
-import { ProcessGroup, type LinkOptions } from '../c10d/process_group.ts';
-import { resolveLinkOptions } from '../c10d/group_options.ts';
-import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type ControlAction, type FaultsEvent, type RoundEvent, type SignalEvent, type WaitingEvent } from '../c10d/protocol.ts';
-import { StoreClient } from '../c10d/store.ts';
+import { ProcessGroup, type LinkOptions } from './process_group.ts';
+import { resolveLinkOptions } from './group_options.ts';
+import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type ControlAction, type FaultsEvent, type RoundEvent, type SignalEvent, type WaitingEvent } from '../wire/protocol.ts';
+import { StoreClient } from './store.ts';
 
 export interface RendezvousOptions extends LinkOptions {
   /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */

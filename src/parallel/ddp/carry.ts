@@ -3,7 +3,7 @@
  * (runElastic's vote) summed in the same all-reduce as the gradients, so that they cost no
  * meeting of their own.
  */
-import type { ProcessGroup } from '../c10d/process_group.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
 
 export class CarriedValues {
   /** Values to ride on the next synchronised backward's last reduction, and their sums once it ran. */

@@ -4,8 +4,8 @@
  * sees it. The flat buffer keeps the model's order; a bucket lists its parameters in reverse
  * order (gradients are ready last-layer first) and spans them, contiguous, in the buffer.
  */
-import type { GradBucket } from './comm_hooks/types.ts';
-import { allFinite } from '../finite.ts';
+import type { GradBucket } from '../comm_hooks/types.ts';
+import { allFinite } from '../../wire/finite.ts';
 
 export interface Bucket {
   /** Indices into `model.trainableWeights`. */

@@ -12,7 +12,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { LayerFactory } from './models.ts';
 import { classificationLoss } from './losses.ts';
-import { yieldToEventLoop } from './runtime/ticker.ts';
+import { yieldToEventLoop } from '../runtime/ticker.ts';
 
 type Kwargs = Record<string, unknown>;
 /** TF.js's LayerArgs (name, inputShape, dtype, trainable, ...). */
@@ -195,7 +195,7 @@ export function languageModelLoss(logits: tf.Tensor, targets: tf.Tensor): tf.Sca
 }
 
 // The tokenizer lives with the text dataset (no TF.js there); importable from here as before.
-export { CharTokenizer } from './datasets/text.ts';
+export { CharTokenizer } from '../datasets/text.ts';
 
 /**
  * Samples `count` tokens after `prompt` (ids), one at a time, from the model's last-position

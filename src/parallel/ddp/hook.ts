@@ -3,9 +3,9 @@
  * is registered, once, before the first backward; the hook's state both ways; and a bucket
  * reduced by it, its result checked.
  */
-import type { ProcessGroup } from '../c10d/process_group.ts';
-import { allreduceHook } from './comm_hooks/default_hooks.ts';
-import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './comm_hooks/types.ts';
+import type { ProcessGroup } from '../../c10d/process_group.ts';
+import { allreduceHook } from '../comm_hooks/default_hooks.ts';
+import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from '../comm_hooks/types.ts';
 
 export class HookSlot {
   private current: CommHook = allreduceHook();

@@ -27,8 +27,8 @@
  * dtype: their chunks start and end on 4-byte boundaries for float32, 2-byte ones for the 16-bit
  * dtypes (`checkChunk`).
  */
-import { FramingError } from '../errors.ts';
-import { WIRE_DTYPE_NAMES, wireBytes } from '../half.ts';
+import { FramingError } from './errors.ts';
+import { WIRE_DTYPE_NAMES, wireBytes } from './half.ts';
 
 export const MAGIC = 0xd7;
 export const HEADER_BYTES = 36;
