@@ -24,8 +24,6 @@ export {
   tokenFromFragment,
   /** @deprecated use `util.parseScriptArgs` */
   parseScriptArgs,
-  /** @deprecated use `util.intArg` */
-  intArg,
 } from './util_namespace.ts';
 export {
   /** @deprecated use `wire.ErrorCode` */
@@ -146,6 +144,8 @@ export {
   type RecreateBackendOptions,
   /** @deprecated use `runtime.Straggler` */
   Straggler,
+  /** @deprecated use `runtime.StragglerSpecError` */
+  StragglerSpecError,
   /** @deprecated use `runtime.parseSlow` */
   parseSlow,
   /** @deprecated use `runtime.formatSlow` */

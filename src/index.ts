@@ -129,9 +129,8 @@ export { buildModel, type ModelKind, type ModelSpec } from './nn/models.ts';
 export { buildLanguageModel, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './nn/language_model.ts';
 export { classificationLoss } from './nn/losses.ts';
 
-// torchrun: what the launcher hands a script.
-export type { LaunchContext, ScriptMain } from './jobs/launch_context.ts';
-export { StragglerSpecError } from './runtime/straggler.ts';
+// torchrun: what the launcher hands a script, and its arguments read as integers.
+export { intArg, type LaunchContext, type ScriptMain } from './jobs/launch_context.ts';
 
 // The helpers, by namespace.
 export * as util from './util_namespace.ts';

@@ -16,4 +16,4 @@ export {
   type RecreatedBackend,
   type RecreateBackendOptions,
 } from './runtime/device.ts';
-export { Straggler, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './runtime/straggler.ts';
+export { Straggler, StragglerSpecError, parseSlow, formatSlow, slowFactor, SLOW_SPEC_RULE } from './runtime/straggler.ts';

@@ -68,7 +68,7 @@ const TOP_LEVEL = [
   'CharTokenizer', 'TokenAndPositionEmbedding', 'TransformerBlock', 'LanguageModelSpec',
   'classificationLoss',
   // torchrun
-  'LaunchContext', 'ScriptMain', 'StragglerSpecError',
+  'LaunchContext', 'ScriptMain', 'intArg',
 ];
 const NAMESPACES = ['util', 'wire', 'c10d', 'runtime', 'data', 'nn', 'io', 'elastic', 'parallel', 'pipeline', 'parameterServer', 'robust'];
 
