@@ -10,7 +10,7 @@
  *   npm run launch -- --nproc 2 --model-dir my_model --data-dir my_images examples/02_ddp_train.ts
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistributedDataParallel, DistributedSampler, Straggler, buildModel, classificationLoss, fetchBatch, initProcessGroup, intArg, loadMnist, loadOfferedDataset, loadOfferedModel, slowFactor, syntheticDataset, Adam } from '../src/index.ts';
+import { DistributedDataParallel, DistributedSampler, buildModel, classificationLoss, fetchBatch, initProcessGroup, intArg, loadMnist, loadOfferedDataset, loadOfferedModel, runtime, syntheticDataset, Adam } from '../src/index.ts';
 import type { Dataset, LaunchContext } from '../src/index.ts';
 
 /** The host's model, else an MLP for the data. */
@@ -39,7 +39,7 @@ export default async function main(ctx: LaunchContext) {
   const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
   const optimizer = new Adam({ lr: 0.003 });
   const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
-  const straggler = new Straggler(slowFactor(ctx.slow, pg.rank)); // the launcher's --slow RANK:FACTOR (factor 1: never waits)
+  const straggler = new runtime.Straggler(runtime.slowFactor(ctx.slow, pg.rank)); // the launcher's --slow RANK:FACTOR (factor 1: never waits)
 
   let loss = NaN;
   for (let epoch = 0; epoch < epochs; epoch++) {

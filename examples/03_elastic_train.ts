@@ -16,7 +16,7 @@
  * steps only.
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, slowFactor, subset, syntheticDataset, Adam } from '../src/index.ts';
+import { TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, runtime, subset, syntheticDataset, Adam } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -53,7 +53,7 @@ export default async function main(ctx: LaunchContext) {
       const xs = tf.tensor(x, [y.length, ...data.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
       // --slow RANK:FACTOR names the rank of the current round: a tab's rank can change when the group does.
-      const straggler = new Straggler(slowFactor(ctx.slow, pg.rank));
+      const straggler = new runtime.Straggler(runtime.slowFactor(ctx.slow, pg.rank));
       const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), { straggler });
       await ddp.step(optimizer);
       tf.dispose([xs, ys]);

@@ -10,7 +10,7 @@
  *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, bubbleFraction, classificationLoss, intArg, loadMnist, modelLayers, runPipeline, slowFactor, syntheticDataset, SGD } from '../src/index.ts';
+import { classificationLoss, intArg, loadMnist, nn, pipeline, runPipeline, runtime, syntheticDataset, SGD } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -33,7 +33,7 @@ export default async function main(ctx: LaunchContext) {
     stages,
     replicas: ctx.nproc / stages,
     // The whole model as a list of layers; this rank builds only its stage's.
-    layers: modelLayers({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 }),
+    layers: nn.modelLayers({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 }),
     inputShape: data.inputShape,
     optimizer: () => new SGD({ lr: 0.05 }),
     datasetLength: data.length,
@@ -48,7 +48,7 @@ export default async function main(ctx: LaunchContext) {
         batchSize: indices.length,
         microBatches,
         schedule,
-        straggler: new Straggler(slowFactor(ctx.slow, mesh.world.rank)), // --slow RANK:FACTOR: this stage's passes that much slower
+        straggler: new runtime.Straggler(runtime.slowFactor(ctx.slow, mesh.world.rank)), // --slow RANK:FACTOR: this stage's passes that much slower
         ...(stage.isFirst ? { inputs: x } : {}), // the first stage reads the data
         ...(stage.isLast ? { labels: Int32Array.from(y), loss } : {}), // the last computes the loss
       });
@@ -73,7 +73,7 @@ export default async function main(ctx: LaunchContext) {
     finalLoss,
     stage: stage.stage,
     parameters: stage.parameterCount,
-    bubble: { measured: timed > 0 ? bubble / timed : null, formula: bubbleFraction(stages, microBatches) },
+    bubble: { measured: timed > 0 ? bubble / timed : null, formula: pipeline.bubbleFraction(stages, microBatches) },
     weightHash,
   };
 }

@@ -9,7 +9,7 @@
  *     --batch-size 32 --epochs 2 [--max-staleness 8] [--strategy central] [--slow 3:4]
  */
 import * as tf from '@tensorflow/tfjs';
-import { Straggler, buildModel, classificationLoss, flatGradients, intArg, loadMnist, runParameterServer, slowFactor, syntheticDataset } from '../src/index.ts';
+import { buildModel, classificationLoss, intArg, loadMnist, parameterServer, runParameterServer, runtime, syntheticDataset } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -19,7 +19,7 @@ export default async function main(ctx: LaunchContext) {
   const numServers = strategy === 'central' ? 1 : intArg(args, 'ps', 1);
   // Every rank builds the whole model alike (one seed): servers take their shard of it, workers compute on it.
   const model = buildModel({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
-  let straggler = new Straggler(1);
+  let straggler = new runtime.Straggler(1);
   let finalLoss = NaN;
 
   const run = await runParameterServer({
@@ -44,10 +44,10 @@ export default async function main(ctx: LaunchContext) {
       const xs = tf.tensor(x, [indices.length, ...data.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
       try {
-        const { loss, grads } = await flatGradients(m, () => classificationLoss(m.apply(xs) as tf.Tensor, ys, data.numClasses));
+        const { loss, grads } = await parameterServer.flatGradients(m, () => classificationLoss(m.apply(xs) as tf.Tensor, ys, data.numClasses));
         // --slow RANK:FACTOR: this worker that much slower, in proportion to its own compute.
-        const factor = slowFactor(ctx.slow, pg.rank);
-        if (straggler.factor !== factor) straggler = new Straggler(factor);
+        const factor = runtime.slowFactor(ctx.slow, pg.rank);
+        if (straggler.factor !== factor) straggler = new runtime.Straggler(factor);
         await straggler.after(performance.now() - t0);
         finalLoss = loss;
         return { grads, metrics: { loss } };

@@ -11,12 +11,12 @@
  * --width (64), --heads (4), --blocks (2), --lr (0.003), --log-every (50), --prompt ("Call me ").
  */
 import * as tf from '@tensorflow/tfjs';
-import { Adam, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, Mulberry32, textDatasets } from '../src/index.ts';
+import { Adam, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, textDatasets, util } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 /** The same sample text for the same weights: a seeded draw. */
 const seeded = (seed: number) => {
-  const rng = new Mulberry32(seed);
+  const rng = new util.Mulberry32(seed);
   return () => rng.nextFloat();
 };
 

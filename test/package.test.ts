@@ -98,20 +98,23 @@ describe('the package from npm pack', () => {
   }, 10_000);
 
   test('imports in plain Node', async () => {
-    const code = `import { DistributedSampler, initProcessGroup } from 'browser-ddp';
+    // The namespaces and the deprecated aliases of the names that moved into them (test/public_surface.test.ts) survive the build.
+    const code = `import { DistributedSampler, initProcessGroup, util, Mt19937, TCPStore, StoreClient } from 'browser-ddp';
 const s = new DistributedSampler(10, { numReplicas: 2, rank: 1, shuffle: false });
-console.log(JSON.stringify({ indices: [...s], init: typeof initProcessGroup }));`;
+console.log(JSON.stringify({ indices: [...s], init: typeof initProcessGroup, alias: Mt19937 === util.Mt19937 && typeof Mt19937 === 'function', tcp: TCPStore === StoreClient }));`;
     const out = await sh(process.execPath, ['--input-type=module', '-e', code], app, 60_000);
-    expect(JSON.parse(out.trim().split('\n').at(-1)!)).toEqual({ indices: [1, 3, 5, 7, 9], init: 'function' });
+    expect(JSON.parse(out.trim().split('\n').at(-1)!)).toEqual({ indices: [1, 3, 5, 7, 9], init: 'function', alias: true, tcp: true });
   }, 70_000);
 
   test("its types resolve for tsc, and its own declarations check strictly (skipLibCheck off)", async () => {
     await writeFile(
       join(app, 'typed.ts'),
-      `import { DistributedSampler, type LaunchContext } from 'browser-ddp';
+      `import { DistributedSampler, wire, type HalfDtype, type LaunchContext } from 'browser-ddp';
 export function indices(ctx: LaunchContext): number[] {
   return [...new DistributedSampler(100, { numReplicas: ctx.nproc, rank: 0 })];
 }
+// A namespace's types, and a moved type under its deprecated top-level name, are the same.
+export const dtype: wire.HalfDtype = 'float16' satisfies HalfDtype;
 // @ts-expect-error: the sampler takes the dataset's length first, so its types are really there
 new DistributedSampler({ numReplicas: 2, rank: 0 });
 `,
