@@ -15,8 +15,8 @@
  * every one still running and removes their profiles, also when the run failed, and so do Ctrl-C
  * and the launcher's exit.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { FirefoxProcessGroup } from './firefox_process.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocket } from 'ws';
@@ -265,121 +265,47 @@ export async function launchFirefox(o: FirefoxOptions = {}): Promise<FirefoxInst
   const display = o.display ?? 'xvfb';
   const [command, args] = display === 'xvfb' ? ['xvfb-run', ['-a', '-s', '-screen 0 1280x800x24', executable, ...firefoxArgs]] : [executable, firefoxArgs];
   const env = { ...withoutHeadless(process.env), ...(display === 'headless' ? { MOZ_HEADLESS: '1' } : {}), MOZ_CRASHREPORTER_DISABLE: '1', MOZ_DISABLE_AUTO_SAFE_MODE: '1' };
-  // Its own process group: the browser, its content processes (and Xvfb) go together.
-  const child: ChildProcess = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env });
-  let exited = false;
-  let killed = false;
-  let output = '';
-  const signalGroup = (signal: NodeJS.Signals) => {
-    try {
-      process.kill(-child.pid!, signal);
-    } catch {
-      /* already gone */
-    }
-  };
-  const groupAlive = () => {
-    try {
-      process.kill(-child.pid!, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  // SIGTERM first, so that xvfb-run stops its Xvfb and removes its lock; SIGKILL for what is left.
-  let hardKill: ReturnType<typeof setTimeout> | undefined;
-  const kill = () => {
-    if (!killed && !exited) {
-      signalGroup('SIGTERM');
-      hardKill = setTimeout(() => signalGroup('SIGKILL'), 2000);
-      hardKill.unref();
-    }
-    killed = true;
-    rmSync(profileDir, { recursive: true, force: true });
-  };
-  /**
-   * At the launcher's own exit (Ctrl-C, an uncaught error) there is no later: SIGTERM, up to 1 s
-   * (waited synchronously) for Xvfb to remove its lock, then SIGKILL.
-   */
-  const killNow = () => {
-    if (!exited || groupAlive()) {
-      signalGroup('SIGTERM');
-      const pause = new Int32Array(new SharedArrayBuffer(4));
-      for (let i = 0; i < 20 && groupAlive(); i++) Atomics.wait(pause, 0, 0, 50);
-      signalGroup('SIGKILL');
-    }
-    killed = true;
-    rmSync(profileDir, { recursive: true, force: true });
-  };
-  const onProcessExit = () => killNow();
-  process.once('exit', onProcessExit);
-  const signals = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
-  const onSignal = (signal: NodeJS.Signals) => {
-    killNow();
-    process.exit(signals[signal as keyof typeof signals] ?? 1);
-  };
-  for (const signal of Object.keys(signals) as NodeJS.Signals[]) process.once(signal, onSignal);
-  const unhook = () => {
-    process.removeListener('exit', onProcessExit);
-    for (const signal of Object.keys(signals)) process.removeListener(signal, onSignal);
-  };
-  const listening = new Promise<string>((resolve, reject) => {
-    const scan = (d: Buffer) => {
-      output = (output + d.toString()).slice(-20_000);
-      const m = /WebDriver BiDi listening on (ws:\/\/[^\s]+)/.exec(output);
-      if (m) resolve(m[1]!);
-    };
-    child.stdout!.on('data', scan);
-    child.stderr!.on('data', scan);
-    child.once('error', (err) => reject(new Error(`could not start ${command === 'xvfb-run' ? `xvfb-run ${executable} (is xvfb installed? apt-get install -y xvfb)` : executable}: ${err.message}`)));
-    child.once('exit', (code, signal) => reject(new Error(`${executable} exited (${signal ?? `code ${code}`}) before its WebDriver BiDi agent listened: ${output.trim().split('\n').slice(-5).join(' | ')}`)));
-  });
-  child.once('exit', (code, signal) => {
-    exited = true;
-    // Whatever of the group outlives its leader (xvfb-run) goes too: SIGTERM now (Xvfb removes its
-    // lock), SIGKILL 2 s after the first SIGTERM (the timer kill() set, or this one).
-    if (!killed) {
-      signalGroup('SIGTERM');
-      hardKill = setTimeout(() => signalGroup('SIGKILL'), 2000);
-      hardKill.unref();
-    }
-    // The launcher's exit and signals still end the rest until the whole group is gone.
-    const gone = setInterval(() => {
-      if (groupAlive()) return;
-      clearInterval(gone);
-      unhook();
-    }, 100);
-    gone.unref();
-    rmSync(profileDir, { recursive: true, force: true });
-    if (!killed) o.onExit?.(signal ? `Firefox was killed (${signal})` : `Firefox exited with code ${code}`);
-  });
+  const group = new FirefoxProcessGroup(command, args, env, executable, profileDir, o.onExit);
   try {
-    const wsBase = await within(listening, o.startTimeoutMs ?? 30_000, `${executable} to start its WebDriver BiDi agent`);
-    const bidi = await Bidi.connect(`${wsBase.replace(/\/$/, '')}/session`, 10_000);
-    if (o.onEvent) bidi.on(o.onEvent);
-    await bidi.send('session.new', { capabilities: { alwaysMatch: { unhandledPromptBehavior: { default: 'ignore' } } } });
-    const tree = await bidi.send('browsingContext.getTree', { maxDepth: 0 });
-    const context = (tree.contexts as Array<{ context: string }> | undefined)?.[0]?.context;
-    if (!context) throw new Error('Firefox has no browsing context (browsingContext.getTree answered none)');
-    await bidi.send('session.subscribe', { events: ['script.message', 'log.entryAdded', 'browsingContext.contextDestroyed'] });
-    await bidi.send('script.addPreloadScript', {
-      functionDeclaration: PRELOAD,
-      arguments: [{ type: 'channel', value: { channel: REPORT_CHANNEL } }],
-      contexts: [context],
-    });
-    const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
-      const r = await bidi.send('script.evaluate', { expression, target: { context }, awaitPromise: true, resultOwnership: 'none' }, timeoutMs);
-      if (r.type === 'exception') {
-        const details = r.exceptionDetails as { text?: string } | undefined;
-        throw new Error(details?.text ?? 'the page threw');
-      }
-      return fromRemote(r.result);
-    };
-    return { pid: child.pid!, profileDir, bidi, context, exited: () => exited && !groupAlive(), evaluate, kill };
+    const wsBase = await within(group.listening, o.startTimeoutMs ?? 30_000, `${executable} to start its WebDriver BiDi agent`);
+    const { bidi, context, evaluate } = await openSession(wsBase, o.onEvent);
+    return { pid: group.pid, profileDir, bidi, context, exited: () => group.exited(), evaluate, kill: () => group.kill() };
   } catch (err) {
     // The exit handler unhooks once the group is gone.
-    kill();
+    group.kill();
     throw err;
   }
+}
+
+/**
+ * Opens the BiDi session on Firefox's agent: subscribes to reports, the console and the tab's end,
+ * and adds the preload script that defines `__ddpReport`; `evaluate` runs an expression in the tab.
+ */
+async function openSession(
+  wsBase: string,
+  onEvent: ((e: BidiEvent) => void) | undefined,
+): Promise<Pick<FirefoxInstance, 'bidi' | 'context' | 'evaluate'>> {
+  const bidi = await Bidi.connect(`${wsBase.replace(/\/$/, '')}/session`, 10_000);
+  if (onEvent) bidi.on(onEvent);
+  await bidi.send('session.new', { capabilities: { alwaysMatch: { unhandledPromptBehavior: { default: 'ignore' } } } });
+  const tree = await bidi.send('browsingContext.getTree', { maxDepth: 0 });
+  const context = (tree.contexts as Array<{ context: string }> | undefined)?.[0]?.context;
+  if (!context) throw new Error('Firefox has no browsing context (browsingContext.getTree answered none)');
+  await bidi.send('session.subscribe', { events: ['script.message', 'log.entryAdded', 'browsingContext.contextDestroyed'] });
+  await bidi.send('script.addPreloadScript', {
+    functionDeclaration: PRELOAD,
+    arguments: [{ type: 'channel', value: { channel: REPORT_CHANNEL } }],
+    contexts: [context],
+  });
+  const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
+    const r = await bidi.send('script.evaluate', { expression, target: { context }, awaitPromise: true, resultOwnership: 'none' }, timeoutMs);
+    if (r.type === 'exception') {
+      const details = r.exceptionDetails as { text?: string } | undefined;
+      throw new Error(details?.text ?? 'the page threw');
+    }
+    return fromRemote(r.result);
+  };
+  return { bidi, context, evaluate };
 }
 
 /** A `log.entryAdded` event as one console line. */

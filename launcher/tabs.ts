@@ -156,6 +156,64 @@ function consoleLine(args: Array<{ type: string; value?: unknown; description?: 
 const SHIM = 'window.__ddpReport = (r) => window.__ddpReportJson(JSON.stringify(r));';
 
 export async function tabsDriver(log: (line: string) => void, options: TabsOptions = {}): Promise<RankDriver> {
+  const chromium = startChromium(options);
+  const { pipe, killAll } = chromium;
+  const browser = pipe.session('');
+  const initial = await firstPages(browser, pipe, chromium.exited);
+  if (!initial || initial.length === 0) {
+    killAll();
+    throw new Error('--tabs: Chromium under xvfb-run did not answer on its DevTools pipe (is xvfb installed? apt-get install -y xvfb)');
+  }
+  const throttling = options.intensiveThrottlingAfterSec === undefined ? 'default throttling' : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
+  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools over a pipe (no port), ${throttling}`);
+  let count = 0;
+  let initialClosed = false;
+
+  return {
+    name: 'tabs',
+    async newRank(h: RankHandlers): Promise<RankTarget> {
+      const { targetId, windowId } = await openRankWindow(browser, count++);
+      if (!initialClosed) {
+        // The command line's first window would overlap the ranks' windows.
+        initialClosed = true;
+        for (const t of initial) await browser.send('Target.closeTarget', { targetId: t.targetId }).catch(() => {});
+      }
+      const { sessionId } = await browser.send<{ sessionId: string }>('Target.attachToTarget', { targetId, flatten: true });
+      const page = pipe.session(sessionId);
+      const tab = { browser, page, targetId, windowId, closing: false };
+      page.on((method, params) => forwardPageEvent(h, tab, method, params));
+      await page.send('Runtime.enable');
+      await page.send('Page.enable');
+      await page.send('Inspector.enable').catch(() => {});
+      await page.send('Runtime.addBinding', { name: '__ddpReportJson' });
+      await page.send('Page.addScriptToEvaluateOnNewDocument', { source: SHIM });
+      return rankTarget(tab);
+    },
+    async close(): Promise<void> {
+      await browser.send('Browser.close').catch(() => {});
+      browser.close();
+      for (let i = 0; i < 20 && !chromium.exited(); i++) await sleep(100);
+      killAll();
+      chromium.unhook();
+    },
+  };
+}
+
+/** The one Chromium of a --tabs run: its DevTools pipe, and how to end its process group. */
+interface TabsChromium {
+  pipe: CdpPipe;
+  exited(): boolean;
+  /** Kills the process group (Chromium and its Xvfb) and removes the profile. */
+  killAll(): void;
+  /** Drops the launcher's exit and signal handlers. */
+  unhook(): void;
+}
+
+/** The launcher's signals and the exit status it ends with after each (128 + the signal's number). */
+const SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+
+/** Spawns headful Chromium under xvfb-run, in a process group of its own, driven over a pipe. */
+function startChromium(options: TabsOptions): TabsChromium {
   const args = tabsArgs(options);
   const userDataDir = mkdtempSync(join(tmpdir(), 'ddp-tabs-'));
   const child: ChildProcess = spawn(
@@ -190,16 +248,23 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
   process.once('exit', onExit);
   // Ctrl-C (or a kill) must not leave a headful Chromium and its Xvfb behind: Node runs no 'exit'
   // handlers on a signal, so take it, clean up, and exit as the signal would have.
-  const signals = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
   const onSignal = (signal: NodeJS.Signals) => {
     killAll();
-    process.exit(signals[signal as keyof typeof signals] ?? 1);
+    process.exit(SIGNALS[signal as keyof typeof SIGNALS] ?? 1);
   };
-  for (const signal of Object.keys(signals) as NodeJS.Signals[]) process.once(signal, onSignal);
+  for (const signal of Object.keys(SIGNALS) as NodeJS.Signals[]) process.once(signal, onSignal);
   const pipe = new CdpPipe(child.stdio[3] as NodeJS.WritableStream, child.stdio[4] as NodeJS.ReadableStream);
-  const browser = pipe.session('');
+  const unhook = () => {
+    process.removeListener('exit', onExit);
+    for (const signal of Object.keys(SIGNALS)) process.removeListener(signal, onSignal);
+  };
+  return { pipe, exited: () => exited, killAll, unhook };
+}
+
+/** The pages Chromium opened from its command line, once it answers (up to 30 s); undefined or none if it never does. */
+async function firstPages(browser: Cdp, pipe: CdpPipe, exited: () => boolean): Promise<Array<{ targetId: string; type: string }> | undefined> {
   let initial: Array<{ targetId: string; type: string }> | undefined;
-  for (let i = 0; i < 120 && !exited && !pipe.closed; i++) {
+  for (let i = 0; i < 120 && !exited() && !pipe.closed; i++) {
     try {
       initial = (await withTimeout(browser.send<{ targetInfos: Array<{ targetId: string; type: string }> }>('Target.getTargets'), 1000)).targetInfos.filter((t) => t.type === 'page');
       if (initial.length > 0) break;
@@ -208,122 +273,113 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
     }
     await sleep(250);
   }
-  if (!initial || initial.length === 0) {
-    killAll();
-    throw new Error('--tabs: Chromium under xvfb-run did not answer on its DevTools pipe (is xvfb installed? apt-get install -y xvfb)');
-  }
-  const throttling = options.intensiveThrottlingAfterSec === undefined ? 'default throttling' : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
-  log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools over a pipe (no port), ${throttling}`);
-  let count = 0;
-  let initialClosed = false;
+  return initial;
+}
 
+/** A new window for rank number `index`, at its own place on the screen (a grid of WINDOW-sized cells). */
+async function openRankWindow(browser: Cdp, index: number): Promise<{ targetId: string; windowId: number }> {
+  const cols = Math.floor(SCREEN.width / WINDOW.width);
+  const bounds = { left: (index % cols) * WINDOW.width, top: Math.floor(index / cols) * WINDOW.height, width: WINDOW.width, height: WINDOW.height };
+  const { targetId } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank', newWindow: true, ...bounds });
+  const { windowId } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId });
+  await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'normal' } }).catch(() => {});
+  await browser.send('Browser.setWindowBounds', { windowId, bounds });
+  return { targetId, windowId };
+}
+
+/** A rank's tab: its target and window, its DevTools session, and whether it is being closed on purpose. */
+interface RankTab {
+  browser: Cdp;
+  page: Cdp;
+  targetId: string;
+  windowId: number;
+  closing: boolean;
+}
+
+/** Passes a rank page's DevTools event on to the run: reports, console lines, crashes. */
+function forwardPageEvent(h: RankHandlers, tab: RankTab, method: string, params: any): void {
+  switch (method) {
+    case 'Runtime.bindingCalled':
+      if (params.name === '__ddpReportJson') h.onReport(JSON.parse(params.payload) as Report);
+      return;
+    case 'Runtime.consoleAPICalled':
+      h.onConsole(consoleLine(params.args ?? []));
+      return;
+    case 'Runtime.exceptionThrown': {
+      const d = params.exceptionDetails;
+      h.onConsole(`page error: ${d?.exception?.description ?? d?.text ?? 'unknown'}`);
+      return;
+    }
+    case 'Inspector.targetCrashed':
+      h.onCrash('the page crashed');
+      return;
+    case 'Inspector.detached':
+    case '__closed':
+      if (!tab.closing) h.onCrash(`the tab went away (${params.reason ?? 'DevTools connection closed'})`);
+      tab.closing = true;
+      return;
+  }
+}
+
+/** What the run may do to a rank's tab: open its page, kill, freeze or hide it, and ask it questions. */
+function rankTarget(tab: RankTab): RankTarget {
+  const { browser, page, targetId } = tab;
+  const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
+    const res = await Promise.race([
+      page.send<{ result: { value?: unknown }; exceptionDetails?: { text: string } }>('Runtime.evaluate', { expression, returnByValue: true }),
+      sleep(timeoutMs).then(() => {
+        throw new Error(`no answer in ${timeoutMs} ms`);
+      }),
+    ]);
+    if (res.exceptionDetails) throw new Error(res.exceptionDetails.text);
+    return res.result.value;
+  };
   return {
-    name: 'tabs',
-    async newRank(h: RankHandlers): Promise<RankTarget> {
-      const index = count++;
-      const cols = Math.floor(SCREEN.width / WINDOW.width);
-      const bounds = { left: (index % cols) * WINDOW.width, top: Math.floor(index / cols) * WINDOW.height, width: WINDOW.width, height: WINDOW.height };
-      const { targetId } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank', newWindow: true, ...bounds });
-      const { windowId } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId });
-      await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'normal' } }).catch(() => {});
-      await browser.send('Browser.setWindowBounds', { windowId, bounds });
-      if (!initialClosed) {
-        // The command line's first window would overlap the ranks' windows.
-        initialClosed = true;
-        for (const t of initial!) await browser.send('Target.closeTarget', { targetId: t.targetId }).catch(() => {});
-      }
-      const { sessionId } = await browser.send<{ sessionId: string }>('Target.attachToTarget', { targetId, flatten: true });
-      const page = pipe.session(sessionId);
-      let closing = false;
-      page.on((method, params) => {
-        switch (method) {
-          case 'Runtime.bindingCalled':
-            if (params.name === '__ddpReportJson') h.onReport(JSON.parse(params.payload) as Report);
-            return;
-          case 'Runtime.consoleAPICalled':
-            h.onConsole(consoleLine(params.args ?? []));
-            return;
-          case 'Runtime.exceptionThrown': {
-            const d = params.exceptionDetails;
-            h.onConsole(`page error: ${d?.exception?.description ?? d?.text ?? 'unknown'}`);
-            return;
-          }
-          case 'Inspector.targetCrashed':
-            h.onCrash('the page crashed');
-            return;
-          case 'Inspector.detached':
-          case '__closed':
-            if (!closing) h.onCrash(`the tab went away (${params.reason ?? 'DevTools connection closed'})`);
-            closing = true;
-            return;
-        }
-      });
-      await page.send('Runtime.enable');
-      await page.send('Page.enable');
-      await page.send('Inspector.enable').catch(() => {});
-      await page.send('Runtime.addBinding', { name: '__ddpReportJson' });
-      await page.send('Page.addScriptToEvaluateOnNewDocument', { source: SHIM });
-      const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
-        const res = await Promise.race([
-          page.send<{ result: { value?: unknown }; exceptionDetails?: { text: string } }>('Runtime.evaluate', { expression, returnByValue: true }),
-          sleep(timeoutMs).then(() => {
-            throw new Error(`no answer in ${timeoutMs} ms`);
-          }),
-        ]);
-        if (res.exceptionDetails) throw new Error(res.exceptionDetails.text);
-        return res.result.value;
-      };
-      return {
-        open: async (url) => {
-          const r = await page.send<{ errorText?: string }>('Page.navigate', { url });
-          if (r.errorText) throw new Error(`could not open ${url}: ${r.errorText}`);
-        },
-        kill: async () => {
-          closing = true;
-          await browser.send('Target.closeTarget', { targetId });
-          page.close();
-        },
-        freeze: async (flog) => {
-          // As freezePage (driver.ts): the lifecycle freeze, and its JavaScript paused too, always:
-          // a probe of whether the page still ran could take longer than its bound on a busy machine.
-          await page.send('Page.setWebLifecycleState', { state: 'frozen' });
-          await page.send('Debugger.enable');
-          await page.send('Debugger.pause');
-          flog('[launch] page frozen (lifecycle state "frozen", and its JavaScript paused)');
-        },
-        hide: async (hlog) => {
-          // A blank tab in the rank's own window, in front of the rank's tab: focus the rank's
-          // window, open the tab there, and check that it landed in that window.
-          await browser.send('Target.activateTarget', { targetId });
-          const { targetId: blank } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank' });
-          const { windowId: w } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId: blank });
-          if (w !== windowId) {
-            hlog(`[launch] the blank tab opened in window ${w}, not the rank's window ${windowId}; minimizing the rank's window instead`);
-            await browser.send('Target.closeTarget', { targetId: blank }).catch(() => {});
-            await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'minimized' } });
-          } else {
-            await browser.send('Target.activateTarget', { targetId: blank });
-          }
-          await evaluate(TIMER_PROBE).catch((e: Error) => hlog(`[launch] could not start the timer probe: ${e.message}`));
-          await sleep(200);
-          hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
-        },
-        loseDevice: async () => checkDeviceLost(await evaluate(LOSE_DEVICE_EXPRESSION)),
-        visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
-        timerProbe: async () => {
-          // The gap still open counts too: a throttled page may not have woken since.
-          const v = await evaluate('window.__ddpTimerProbe ? { ...window.__ddpTimerProbe, longestGapMs: Math.max(window.__ddpTimerProbe.longestGapMs, Math.round(performance.now() - window.__ddpTimerProbe.last)) } : null').catch(() => null);
-          return v && typeof v === 'object' ? (v as { longestGapMs: number; ticks: number }) : undefined;
-        },
-      };
+    open: async (url) => {
+      const r = await page.send<{ errorText?: string }>('Page.navigate', { url });
+      if (r.errorText) throw new Error(`could not open ${url}: ${r.errorText}`);
     },
-    async close(): Promise<void> {
-      await browser.send('Browser.close').catch(() => {});
-      browser.close();
-      for (let i = 0; i < 20 && !exited; i++) await sleep(100);
-      killAll();
-      process.removeListener('exit', onExit);
-      for (const signal of Object.keys(signals)) process.removeListener(signal, onSignal);
+    kill: async () => {
+      tab.closing = true;
+      await browser.send('Target.closeTarget', { targetId });
+      page.close();
+    },
+    freeze: async (flog) => {
+      // As freezePage (driver.ts): the lifecycle freeze, and its JavaScript paused too, always:
+      // a probe of whether the page still ran could take longer than its bound on a busy machine.
+      await page.send('Page.setWebLifecycleState', { state: 'frozen' });
+      await page.send('Debugger.enable');
+      await page.send('Debugger.pause');
+      flog('[launch] page frozen (lifecycle state "frozen", and its JavaScript paused)');
+    },
+    hide: (hlog) => hideTab(tab, evaluate, hlog),
+    loseDevice: async () => checkDeviceLost(await evaluate(LOSE_DEVICE_EXPRESSION)),
+    visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
+    timerProbe: async () => {
+      // The gap still open counts too: a throttled page may not have woken since.
+      const v = await evaluate('window.__ddpTimerProbe ? { ...window.__ddpTimerProbe, longestGapMs: Math.max(window.__ddpTimerProbe.longestGapMs, Math.round(performance.now() - window.__ddpTimerProbe.last)) } : null').catch(() => null);
+      return v && typeof v === 'object' ? (v as { longestGapMs: number; ticks: number }) : undefined;
     },
   };
+}
+
+/**
+ * A blank tab in the rank's own window, in front of the rank's tab: focus the rank's window, open
+ * the tab there, and check that it landed in that window (else minimize the rank's window).
+ */
+async function hideTab(tab: RankTab, evaluate: (expression: string) => Promise<unknown>, hlog: (line: string) => void): Promise<void> {
+  const { browser, targetId, windowId } = tab;
+  await browser.send('Target.activateTarget', { targetId });
+  const { targetId: blank } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank' });
+  const { windowId: w } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId: blank });
+  if (w !== windowId) {
+    hlog(`[launch] the blank tab opened in window ${w}, not the rank's window ${windowId}; minimizing the rank's window instead`);
+    await browser.send('Target.closeTarget', { targetId: blank }).catch(() => {});
+    await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'minimized' } });
+  } else {
+    await browser.send('Target.activateTarget', { targetId: blank });
+  }
+  await evaluate(TIMER_PROBE).catch((e: Error) => hlog(`[launch] could not start the timer probe: ${e.message}`));
+  await sleep(200);
+  hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
 }

@@ -32,11 +32,9 @@
  * rename of a save, names that sort by write time, pruning): signaling/checkpoint_store.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { FileHandle } from 'node:fs/promises';
-import { pipeline } from 'node:stream/promises';
 import type { SessionTokens } from './session_tokens.ts';
-import { ROTATED_TOKEN_MESSAGE } from '../src/wire/protocol.ts';
-import { CHECKPOINT_NAME, CheckpointRefused, checkpointStore, validSession, type ByteSource, type Skipped } from './checkpoint_store.ts';
+import { CHECKPOINT_NAME, CheckpointRefused, checkpointStore, validSession, type CheckpointStore } from './checkpoint_store.ts';
+import { BodyReader, Refusal, answerFailure, authorize, methodNotAllowed, sendError, sendFile, sendJson } from './checkpoint_http.ts';
 import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CHECKSUM_BYTES, PREAMBLE_BYTES } from '../src/checkpoint/checkpoint_format.ts';
 
 export interface CheckpointHandlerOptions {
@@ -68,52 +66,14 @@ export interface CheckpointHandlerOptions {
   onVerify?: (path: string, bytes: number) => void;
 }
 
-/** An expected refusal: answered as {error: code, message} without a stack in the log. */
-class Refusal extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message);
-  }
-}
-
 const PREFIX = '/api/checkpoints';
 /** What a 503 suggests; uploads are short, so a few seconds is enough for a slot to free. */
 const RETRY_AFTER_S = 5;
-/** `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 7235). */
-const BEARER = /^Bearer +(\S+) *$/i;
 /** The HTTP status of each refusal of the store. */
 const STORE_REFUSAL_STATUS = { corrupt: 400, 'too-large': 413, 'insufficient-storage': 507 } as const;
 
 export function checkpointHandler(options: CheckpointHandlerOptions): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
-  const tokens = options.tokens;
-  const keep = options.keep ?? 3;
-  const maxBytes = options.maxBytes ?? 256 * 1024 * 1024;
-  const maxDiskBytes = options.maxDiskBytes ?? 4 * 1024 * 1024 * 1024;
-  const maxConcurrentUploads = options.maxConcurrentUploads ?? 4;
-  const uploadTimeoutMs = options.uploadTimeoutMs ?? 60_000;
-  const uploadIdleTimeoutMs = options.uploadIdleTimeoutMs ?? 15_000;
-  const log = options.log ?? (() => {});
-  const onVerify = options.onVerify;
-  const positiveInteger = (name: string, v: number) => {
-    if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
-  };
-  positiveInteger('keep', keep);
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < PREAMBLE_BYTES + CHECKSUM_BYTES) {
-    throw new RangeError(`maxBytes must be an integer of at least ${PREAMBLE_BYTES + CHECKSUM_BYTES}, got ${maxBytes}`);
-  }
-  positiveInteger('maxDiskBytes', maxDiskBytes);
-  positiveInteger('maxConcurrentUploads', maxConcurrentUploads);
-  positiveInteger('uploadTimeoutMs', uploadTimeoutMs);
-  positiveInteger('uploadIdleTimeoutMs', uploadIdleTimeoutMs);
-
-  const store = checkpointStore({ dir: options.dir, keep, maxDiskBytes, log, onVerify });
-  /** Uploads being received now. */
-  let activeUploads = 0;
-
+  const routes = new CheckpointRoutes(options);
   return async (req, res) => {
     let url: URL;
     try {
@@ -124,102 +84,110 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
     const pathname = url.pathname;
     if (pathname !== PREFIX && !pathname.startsWith(`${PREFIX}/`)) return false;
     try {
-      await route(req, res, url);
+      await routes.route(req, res, url);
     } catch (err) {
-      if (err instanceof Refusal) {
-        log(`[checkpoints] ${req.method} ${pathname} from ${req.socket.remoteAddress ?? 'unknown'}: ${err.status} ${err.code}: ${err.message}`);
-        if (res.headersSent) {
-          res.destroy();
-          return true;
-        }
-        // An unread body is not worth reading (it may be large, or stalled): close after answering.
-        if (!req.complete) res.setHeader('connection', 'close');
-        for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v);
-        sendError(res, err.status, err.code, err.message);
-        return true;
-      }
-      log(`[checkpoints] ${req.method} ${pathname} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      if (!res.headersSent) sendError(res, 500, 'internal', `the server could not handle this: ${String(err)}`);
-      else res.destroy();
+      answerFailure(req, res, pathname, err, routes.log);
     }
     return true;
   };
+}
 
-  async function route(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
-    const pathname = url.pathname;
-    const parts = pathname.slice(PREFIX.length + 1).split('/');
-    if (parts.length > 1 && parts.at(-1) === '') parts.pop();
-    let segments: string[];
-    try {
-      segments = parts.map(decodeURIComponent);
-    } catch {
-      return sendError(res, 400, 'bad-path', `the path ${pathname} is not valid percent-encoding`);
+/** A route's target: the session, the checkpoint name (or 'latest', or none: the list), the part. */
+interface Target {
+  session: string;
+  name: string | undefined;
+  part: string | undefined;
+}
+
+/** The routes' state: the store, the limits, and the uploads being received now. */
+class CheckpointRoutes {
+  readonly log: (line: string) => void;
+  private readonly tokens: SessionTokens;
+  private readonly maxBytes: number;
+  private readonly maxConcurrentUploads: number;
+  private readonly uploadTimeoutMs: number;
+  private readonly uploadIdleTimeoutMs: number;
+  private readonly store: CheckpointStore;
+  /** Uploads being received now. */
+  private activeUploads = 0;
+
+  constructor(options: CheckpointHandlerOptions) {
+    this.tokens = options.tokens;
+    const keep = options.keep ?? 3;
+    this.maxBytes = options.maxBytes ?? 256 * 1024 * 1024;
+    const maxDiskBytes = options.maxDiskBytes ?? 4 * 1024 * 1024 * 1024;
+    this.maxConcurrentUploads = options.maxConcurrentUploads ?? 4;
+    this.uploadTimeoutMs = options.uploadTimeoutMs ?? 60_000;
+    this.uploadIdleTimeoutMs = options.uploadIdleTimeoutMs ?? 15_000;
+    this.log = options.log ?? (() => {});
+    const positiveInteger = (name: string, v: number) => {
+      if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+    };
+    positiveInteger('keep', keep);
+    if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < PREAMBLE_BYTES + CHECKSUM_BYTES) {
+      throw new RangeError(`maxBytes must be an integer of at least ${PREAMBLE_BYTES + CHECKSUM_BYTES}, got ${this.maxBytes}`);
     }
-    const [session, name, ...extra] = segments;
-    if (!session) return sendError(res, 404, 'not-found', `name a session: ${PREFIX}/<session>`);
-    if (!validSession(session)) {
-      return sendError(res, 400, 'bad-session', `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
-    }
-    const partNames = url.searchParams.getAll('part');
-    const part = partNames[0];
-    if (partNames.length > 1) return sendError(res, 400, 'bad-part', `give one part (?part=<part>), not ${partNames.length}`);
-    if (part !== undefined && !CHECKPOINT_PART.test(part)) {
-      return sendError(res, 400, 'bad-part', `part name ${JSON.stringify(part.slice(0, 100))} is not allowed: use ${CHECKPOINT_PART_RULE}`);
-    }
-    if (extra.length > 0) return sendError(res, 404, 'not-found', `no such resource: ${pathname}`);
+    positiveInteger('maxDiskBytes', maxDiskBytes);
+    positiveInteger('maxConcurrentUploads', this.maxConcurrentUploads);
+    positiveInteger('uploadTimeoutMs', this.uploadTimeoutMs);
+    positiveInteger('uploadIdleTimeoutMs', this.uploadIdleTimeoutMs);
+    this.store = checkpointStore({ dir: options.dir, keep, maxDiskBytes, log: this.log, onVerify: options.onVerify });
+  }
+
+  async route(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const target = parseTarget(res, url);
+    if (target === undefined) return;
+    const { session, name, part } = target;
     // Before anything reads or writes the session's folder.
-    const token = await authorize(req, session);
-    const folder = store.folder(session, part);
+    const token = await authorize(this.tokens, req, session);
+    const folder = this.store.folder(session, part);
     const where = part === undefined ? `session "${session}"` : `part "${part}" of session "${session}"`;
 
     if (name === undefined) {
-      if (req.method === 'POST' || req.method === 'PUT') return upload(req, res, session, token, folder);
-      if (req.method === 'GET') return sendJson(res, 200, { session, ...(part === undefined ? {} : { part }), checkpoints: await store.list(folder) });
+      if (req.method === 'POST' || req.method === 'PUT') return this.upload(req, res, session, token, folder);
+      if (req.method === 'GET') return sendJson(res, 200, { session, ...(part === undefined ? {} : { part }), checkpoints: await this.store.list(folder) });
       return methodNotAllowed(res, 'GET, POST, PUT');
     }
     if (req.method !== 'GET') return methodNotAllowed(res, 'GET');
-    if (name === 'latest') return sendLatest(res, where, folder);
+    if (name === 'latest') return this.sendLatest(res, where, folder);
     if (!CHECKPOINT_NAME.test(name)) {
       const list = `${PREFIX}/${session}${part === undefined ? '' : `?part=${part}`}`;
       return sendError(res, 400, 'bad-name', `${JSON.stringify(name)} is not a checkpoint name (list them at ${list})`);
     }
-    const fh = await store.openCheckpoint(folder, name);
+    const fh = await this.store.openCheckpoint(folder, name);
     if (fh === null) return sendError(res, 404, 'not-found', `${where} has no checkpoint ${name}`);
     await sendFile(res, fh, name, []);
   }
 
-  /** The request's token when it is the session's; throws a 401 or 403 Refusal otherwise. */
-  async function authorize(req: IncomingMessage, session: string): Promise<string> {
-    const header = req.headers.authorization;
-    const token = header === undefined ? undefined : BEARER.exec(header)?.[1];
-    if (token === undefined) {
-      throw new Refusal(
-        401,
-        'unauthorized',
-        `checkpoints of session "${session}" need the session's token: send "Authorization: Bearer <token>" (the #token=... of the session's link)`,
-        { 'www-authenticate': 'Bearer realm="checkpoints"' },
+  /** Stores an upload in `folder`: the session's folder, or one of its parts'. */
+  private async upload(req: IncomingMessage, res: ServerResponse, session: string, token: string, folder: string): Promise<void> {
+    const declared = this.admitUpload(req);
+    // Claimed before the first await, so that concurrent uploads each see the others (the store
+    // reserves their disk the same way).
+    this.activeUploads++;
+    try {
+      const saved = await this.store.save(
+        folder,
+        declared,
+        () => new BodyReader(req, declared, this.uploadTimeoutMs, this.uploadIdleTimeoutMs),
+        async () => {
+          // The token must outlive this process once the session has a checkpoint; checked again in
+          // case the session was dropped and claimed by someone else while the body arrived.
+          await this.tokens.persist(session);
+          if ((await this.tokens.verify(session, token)) !== 'ok') throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
+        },
       );
-    }
-    switch (await tokens.verify(session, token)) {
-      case 'ok':
-        return token;
-      case 'missing':
-        throw new Refusal(
-          401,
-          'unauthorized',
-          `the bearer token is not a session token (22-128 characters of A-Z a-z 0-9 _ -): send the #token=... of session "${session}"'s link`,
-          { 'www-authenticate': 'Bearer realm="checkpoints", error="invalid_token"' },
-        );
-      case 'wrong':
-        if (tokens.wasRotated(session, token)) throw new Refusal(403, 'forbidden', `session "${session}": ${ROTATED_TOKEN_MESSAGE}`);
-        throw new Refusal(403, 'forbidden', `wrong token for session "${session}": use the token of the session's link`);
-      case 'unknown':
-        throw new Refusal(403, 'forbidden', `session "${session}" has no token yet: connect to the session first (its first connection fixes the token), then use that token`);
+      sendJson(res, 201, { name: saved.name, bytes: saved.bytes, step: saved.step });
+    } catch (err) {
+      if (err instanceof CheckpointRefused) throw new Refusal(STORE_REFUSAL_STATUS[err.code], err.code, err.message);
+      throw err;
+    } finally {
+      this.activeUploads--;
     }
   }
 
-  /** Stores an upload in `folder`: the session's folder, or one of its parts'. */
-  async function upload(req: IncomingMessage, res: ServerResponse, session: string, token: string, folder: string): Promise<void> {
+  /** An upload's declared length, once its type, length and a free slot allow it; a Refusal otherwise. */
+  private admitUpload(req: IncomingMessage): number {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/octet-stream') {
       const sent = type === '' ? 'no Content-Type' : `Content-Type ${JSON.stringify(type)}`;
@@ -231,47 +199,24 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
       throw new Refusal(411, 'length-required', 'a checkpoint upload needs a Content-Length header: send the whole container as one body (fetch with a Uint8Array does), not chunked');
     }
     const declared = Number(lengthHeader); // node's parser has already refused a malformed one
-    if (declared > maxBytes) throw tooLarge(`${declared} bytes`);
-    if (activeUploads >= maxConcurrentUploads) {
+    if (declared > this.maxBytes) {
+      throw new Refusal(413, 'too-large', `checkpoint upload is ${declared} bytes; this server accepts at most ${this.maxBytes} bytes (checkpointHandler maxBytes)`);
+    }
+    if (this.activeUploads >= this.maxConcurrentUploads) {
       throw new Refusal(
         503,
         'busy',
-        `the server is receiving ${activeUploads} checkpoint uploads, the most it takes at once (maxConcurrentUploads): retry in ${RETRY_AFTER_S} s`,
+        `the server is receiving ${this.activeUploads} checkpoint uploads, the most it takes at once (maxConcurrentUploads): retry in ${RETRY_AFTER_S} s`,
         { 'retry-after': String(RETRY_AFTER_S) },
       );
     }
-    // Claimed before the first await, so that concurrent uploads each see the others (the store
-    // reserves their disk the same way).
-    activeUploads++;
-    try {
-      const saved = await store.save(
-        folder,
-        declared,
-        () => new BodyReader(req, declared, uploadTimeoutMs, uploadIdleTimeoutMs),
-        async () => {
-          // The token must outlive this process once the session has a checkpoint; checked again in
-          // case the session was dropped and claimed by someone else while the body arrived.
-          await tokens.persist(session);
-          if ((await tokens.verify(session, token)) !== 'ok') throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
-        },
-      );
-      sendJson(res, 201, { name: saved.name, bytes: saved.bytes, step: saved.step });
-    } catch (err) {
-      if (err instanceof CheckpointRefused) throw new Refusal(STORE_REFUSAL_STATUS[err.code], err.code, err.message);
-      throw err;
-    } finally {
-      activeUploads--;
-    }
-  }
-
-  function tooLarge(what: string): Refusal {
-    return new Refusal(413, 'too-large', `checkpoint upload is ${what}; this server accepts at most ${maxBytes} bytes (checkpointHandler maxBytes)`);
+    return declared;
   }
 
   /** `where` names the folder for messages: `session "<session>"` or `part "<part>" of session "<session>"`. */
-  async function sendLatest(res: ServerResponse, where: string, folder: string): Promise<void> {
-    const { found, skipped } = await store.latest(folder);
-    for (const s of skipped) log(`[checkpoints] ${where}: skipping ${s.name}: ${s.reason}`);
+  private async sendLatest(res: ServerResponse, where: string, folder: string): Promise<void> {
+    const { found, skipped } = await this.store.latest(folder);
+    for (const s of skipped) this.log(`[checkpoints] ${where}: skipping ${s.name}: ${s.reason}`);
     if (found) return sendFile(res, found.fh, found.name, skipped);
     if (skipped.length === 0) {
       res.statusCode = 204;
@@ -285,115 +230,30 @@ export function checkpointHandler(options: CheckpointHandlerOptions): (req: Inco
 }
 
 /**
- * An upload's body, chunk by chunk, within a deadline for the whole body and a shorter one for
- * each wait (a client that stalls). Failures are Refusals: 408 on time, 400 when it broke off.
+ * The session, name and part a path names, checked before the token (nothing on disk is touched
+ * for a path that names nothing); undefined once a 400 or 404 is sent.
  */
-class BodyReader implements ByteSource {
-  private readonly chunks: AsyncIterator<Buffer>;
-  private readonly deadline: number;
-  private received = 0;
-  /** The body's first bytes, kept by `firstBytes`. */
-  private start: Buffer[] = [];
-  private startBytes = 0;
-
-  constructor(
-    req: IncomingMessage,
-    private readonly declared: number,
-    private readonly totalMs: number,
-    private readonly idleMs: number,
-  ) {
-    this.chunks = (req as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
-    this.deadline = Date.now() + totalMs;
-  }
-
-  /** All bytes received so far, after reading until there are at least `n` (first call first). */
-  async firstBytes(n: number): Promise<Buffer> {
-    while (this.startBytes < n) {
-      const chunk = await this.next();
-      if (chunk === null) break; // not reached: next() refuses a body shorter than declared
-      this.start.push(chunk);
-      this.startBytes += chunk.length;
-    }
-    this.start = [Buffer.concat(this.start, this.startBytes)];
-    return this.start[0]!;
-  }
-
-  /** The next chunk, or null at the end of the body. */
-  async next(): Promise<Buffer | null> {
-    const left = this.deadline - Date.now();
-    const idle = this.idleMs < left;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<'timeout'>((done) => {
-      timer = setTimeout(() => done('timeout'), Math.max(0, idle ? this.idleMs : left));
-    });
-    let result: IteratorResult<Buffer> | 'timeout';
-    try {
-      // The losing next() stays pending until the connection closes; race() has handled its rejection.
-      result = await Promise.race([this.chunks.next(), timeout]);
-    } catch (err) {
-      throw this.brokeOff(err instanceof Error ? err.message : String(err));
-    } finally {
-      clearTimeout(timer);
-    }
-    const got = `${this.received} of ${this.declared} bytes`;
-    if (result === 'timeout' && idle) {
-      throw new Refusal(408, 'timeout', `the checkpoint upload stalled: nothing arrived for ${this.idleMs} ms after ${got} (uploadIdleTimeoutMs); nothing was stored: save it again`);
-    }
-    if (result === 'timeout') {
-      throw new Refusal(
-        408,
-        'timeout',
-        `the checkpoint upload took too long: ${got} arrived in ${this.totalMs} ms, the most this server waits for one (uploadTimeoutMs); nothing was stored: retry over a faster connection or save a smaller checkpoint`,
-      );
-    }
-    if (result.done) {
-      if (this.received !== this.declared) throw this.brokeOff('the body ended early');
-      return null;
-    }
-    this.received += result.value.length;
-    if (this.received > this.declared) throw this.brokeOff('more bytes than its Content-Length'); // node's parser prevents it
-    return result.value;
-  }
-
-  private brokeOff(why: string): Refusal {
-    return new Refusal(400, 'incomplete', `the checkpoint upload broke off after ${this.received} of ${this.declared} bytes (${why}); nothing was stored: save it again`);
-  }
-}
-
-/** Streams a checkpoint file (and closes it). */
-async function sendFile(res: ServerResponse, fh: FileHandle, name: string, skipped: Skipped[]): Promise<void> {
+function parseTarget(res: ServerResponse, url: URL): Target | undefined {
+  const pathname = url.pathname;
+  const parts = pathname.slice(PREFIX.length + 1).split('/');
+  if (parts.length > 1 && parts.at(-1) === '') parts.pop();
+  let segments: string[];
   try {
-    const { size } = await fh.stat();
-    res.writeHead(200, {
-      'content-type': 'application/octet-stream',
-      'content-length': size,
-      'cache-control': 'no-store',
-      'x-checkpoint-name': name,
-      'x-checkpoint-skipped': asciiJson(skipped),
-    });
-  } catch (err) {
-    await fh.close();
-    throw err;
+    segments = parts.map(decodeURIComponent);
+  } catch {
+    sendError(res, 400, 'bad-path', `the path ${pathname} is not valid percent-encoding`);
+    return undefined;
   }
-  await pipeline(fh.createReadStream({ start: 0, autoClose: true }), res);
-}
-
-function sendJson(res: ServerResponse, status: number, body: object): void {
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' });
-  res.end(JSON.stringify(body));
-}
-
-/** Errors are {error: a stable code, message: for a person}. */
-function sendError(res: ServerResponse, status: number, error: string, message: string): void {
-  sendJson(res, status, { error, message });
-}
-
-function methodNotAllowed(res: ServerResponse, allow: string): void {
-  res.setHeader('allow', allow);
-  sendError(res, 405, 'method', `use ${allow}`);
-}
-
-/** JSON with non-ASCII escaped: header values must be Latin-1, and reasons may quote any text. */
-function asciiJson(value: unknown): string {
-  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const [session, name, ...extra] = segments;
+  const partNames = url.searchParams.getAll('part');
+  const part = partNames[0];
+  if (!session) sendError(res, 404, 'not-found', `name a session: ${PREFIX}/<session>`);
+  else if (!validSession(session)) {
+    sendError(res, 400, 'bad-session', `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
+  } else if (partNames.length > 1) sendError(res, 400, 'bad-part', `give one part (?part=<part>), not ${partNames.length}`);
+  else if (part !== undefined && !CHECKPOINT_PART.test(part)) {
+    sendError(res, 400, 'bad-part', `part name ${JSON.stringify(part.slice(0, 100))} is not allowed: use ${CHECKPOINT_PART_RULE}`);
+  } else if (extra.length > 0) sendError(res, 404, 'not-found', `no such resource: ${pathname}`);
+  else return { session, name, part };
+  return undefined;
 }

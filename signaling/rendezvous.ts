@@ -43,45 +43,22 @@
  * - Each rank lost from a running round, and each member given a rank after the first round, goes
  *   in the group's fault history (fault_record.ts), which every member gets, a late one included.
  */
-import { ErrorCode, rendezvousClosedMessage, type RequestFields, type RoundEvent, type ServerMessage, type WaitingEvent } from '../src/wire/protocol.ts';
+import { ErrorCode, type RequestFields, type RoundEvent, type WaitingEvent } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
-import { MAX_MEMBER_ID } from '../src/wire/protocol_validation.ts';
 import { RoundGathers } from './round_gather.ts';
 import { FaultRecord } from './fault_record.ts';
+import { refuseArrival } from './rendezvous_admission.ts';
+import { assignRanks, describeLosses, fillPlaces } from './rank_places.ts';
+import { countFailedRegroup, type RegroupHistory } from './regroup_budget.ts';
+import { LOSS_GATHER_MS, type Participant, type RendezvousOptions } from './rendezvous_options.ts';
 
-/** What the rendezvous needs from a member's connection: a way to send it an event. */
-export interface Participant {
-  send(message: ServerMessage): void;
-}
+// The contract lives beside it (rendezvous_options.ts); session.ts reads it from here.
+export type { Participant, RendezvousOptions } from './rendezvous_options.ts';
 
-export interface RendezvousOptions {
-  /** The size range arrivals must name (the first member's); the minimum in force may differ (`setMin`). */
-  min: number;
-  max: number;
-  /** Most members waiting beyond `max` (`spectate`). */
-  maxSpectators: number;
-  /** Wait this long for more members once `min` are there, before the first round. */
-  settleMs: number;
-  /** Shortest time between two rounds formed by `regroup`. */
-  regroupIntervalMs: number;
-  /** Most regroups after a failure one member may ask for in FAILED_REGROUP_WINDOW_MS. */
-  maxFailedRegroupsPerMember?: number;
-  /** Shortest time between a round and the next one formed because members were lost. Default 0. */
-  lossIntervalMs?: number;
-}
-
-/** How long a loss waits for others that come with it (separate socket closes of one event) before its round forms. */
-export const LOSS_GATHER_MS = 100;
-
-/** The window `maxFailedRegroupsPerMember` counts over. */
-const FAILED_REGROUP_WINDOW_MS = 10 * 60_000;
-
-interface Member {
+interface Member extends RegroupHistory {
   participant: Participant;
   /** The rank this member asked for (fixed world sizes only). */
   rank?: number;
-  /** When it asked for regroups after a failure, within the last window. */
-  failedRegroups?: number[];
 }
 
 export class Rendezvous {
@@ -156,43 +133,10 @@ export class Rendezvous {
    */
   admit(participant: Participant, request: RequestFields['rendezvous']): number {
     const { min, max, maxSpectators } = this.options;
-    if (this.closedBy) {
-      const { round, rank } = this.closedBy;
-      throw new StoreRefusal(ErrorCode.RENDEZVOUS_CLOSED, rendezvousClosedMessage(this.sessionName, round, rank), { session: this.sessionName, round, by: rank });
-    }
-    const fixed = min === max;
-    if (request.min !== min || request.max !== max) {
-      if (fixed && request.min === request.max) {
-        throw new StoreRefusal(ErrorCode.WORLD_SIZE_MISMATCH, `session "${this.sessionName}" has world size ${max}, but this rank asked for ${request.max}`, {
-          sessionWorldSize: max,
-          requested: request.max,
-        });
-      }
-      const theirs = fixed ? `a fixed world size of ${max}` : `${min}..${max} ranks (elastic)`;
-      const mine = request.min === request.max ? `a fixed world size of ${request.max}` : `${request.min}..${request.max}`;
-      throw new StoreRefusal(ErrorCode.ELASTIC_MISMATCH, `session "${this.sessionName}" has ${theirs}, but this tab asked for ${mine}`, { min, max });
-    }
-    const rank = request.rank;
-    if (rank !== undefined && (rank < 0 || rank >= max)) {
-      throw new StoreRefusal(ErrorCode.RANK_OUT_OF_RANGE, `rank ${rank} is outside 0..${max - 1} for world size ${max}`, { rank, worldSize: max });
-    }
-    const spectators = Math.max(0, this.members.size - max);
-    if (this.members.size >= max && !(request.spectate === true && spectators < maxSpectators)) {
-      const full = fixed ? `session "${this.sessionName}" is full: all ${max} ranks have joined` : `session "${this.sessionName}" is full: it already has its maximum of ${max} ranks`;
-      throw new StoreRefusal(
-        ErrorCode.SESSION_FULL,
-        request.spectate === true ? `${full}, and ${spectators} spectators wait, the most it takes` : `${full} (join with spectate to wait for a free rank)`,
-        { max, spectators, maxSpectators },
-      );
-    }
-    if (rank !== undefined && [...this.members.values()].some((m) => m.rank === rank)) {
-      throw new StoreRefusal(ErrorCode.DUPLICATE_RANK, `rank ${rank} has already joined session "${this.sessionName}"`, { rank });
-    }
-    if (this.nextId > MAX_MEMBER_ID) {
-      throw new StoreRefusal(ErrorCode.SESSION_FULL, `session "${this.sessionName}" has had ${MAX_MEMBER_ID} members since the server started, the most one session may: start a new session`, { max });
-    }
+    const askedRanks = [...this.members.values()].map((m) => m.rank);
+    refuseArrival({ sessionName: this.sessionName, min, max, maxSpectators, closedBy: this.closedBy, members: this.members.size, askedRanks, nextId: this.nextId }, request);
     const id = this.nextId++;
-    this.members.set(id, { participant, rank });
+    this.members.set(id, { participant, rank: request.rank });
     this.waiting.push(id);
     participant.send(this.faults.event());
     if (!this.started && this.members.size >= max) this.form('all ranks arrived');
@@ -255,7 +199,7 @@ export class Rendezvous {
       this.formAfterLoss(`rank ${rank} ${why}`);
       return;
     }
-    // The last rank takes the lost one's place and every other rank keeps its own (see fillPlaces).
+    // The last rank takes the lost one's place and every other rank keeps its own (see rank_places.ts).
     if (rank >= 0) {
       const last = this.active.pop()!;
       if (rank < this.active.length) this.active[rank] = last;
@@ -282,7 +226,9 @@ export class Rendezvous {
         { round: this.round },
       );
     }
-    if (failed) this.countFailedRegroup(id);
+    // One member alone cannot keep the group regrouping: past its budget, RATE_LIMITED.
+    const member = this.members.get(id);
+    if (failed && member) countFailedRegroup(member, this.options.maxFailedRegroupsPerMember ?? Infinity);
     const failedBy = failed ? this.rankOf(id) : undefined;
     // Spectators alone (no free rank) are no reason for a new round.
     if (this.admittable === 0 && failedBy === undefined) return Promise.resolve(this.round);
@@ -301,25 +247,6 @@ export class Rendezvous {
     });
     deferred.failedBy ??= failedBy;
     return new Promise<number>((resolve) => deferred.answers.push(resolve));
-  }
-
-  /** Refuses (RATE_LIMITED) a member's regroup after a failure past its budget: one member alone cannot keep the group regrouping. */
-  private countFailedRegroup(id: number): void {
-    const member = this.members.get(id);
-    const limit = this.options.maxFailedRegroupsPerMember ?? Infinity;
-    if (!member || !Number.isFinite(limit)) return;
-    const now = Date.now();
-    const recent = (member.failedRegroups ?? []).filter((t) => now - t < FAILED_REGROUP_WINDOW_MS);
-    if (recent.length >= limit) {
-      member.failedRegroups = recent;
-      throw new StoreRefusal(
-        ErrorCode.RATE_LIMITED,
-        `this member asked for ${recent.length} regroups after failures in ${FAILED_REGROUP_WINDOW_MS / 60_000} minutes, the most one member may (maxFailedRegroupsPerMember): its links keep failing; reload the tab, or check its network`,
-        { limit },
-      );
-    }
-    recent.push(now);
-    member.failedRegroups = recent;
   }
 
   /** The rank of a member in the running round, if it has one. */
@@ -546,7 +473,7 @@ export class Rendezvous {
     if (this.endedBeforeForming()) return;
     this.cancelSettle();
     this.cancelLosses();
-    this.active = this.fillPlaces(this.active);
+    this.active = fillPlaces(this.active, (id) => this.members.has(id));
     this.lastFormedAt = Date.now();
     const everyone = [...this.active, ...this.waiting].filter((id) => this.members.has(id));
     const admitted = everyone.slice(0, this.options.max);
@@ -555,7 +482,7 @@ export class Rendezvous {
     this.gathers.reset(this.round, `round ${this.round - 1} ended (${why})`);
     this.paused = admitted.length < this.min;
     this.waiting = everyone.slice(this.options.max);
-    this.active = this.paused ? admitted : this.assignRanks(admitted);
+    this.active = this.paused ? admitted : assignRanks(admitted, (id) => this.members.get(id)?.rank);
     const beyond = this.waiting.length > 0 ? `, ${this.waiting.length} spectator(s) waiting` : '';
     this.log(
       `[server] session "${this.sessionName}": round ${this.round}, ${this.active.length} rank(s)${this.paused ? `, paused below the minimum of ${this.min}` : ''}${beyond} (${why})`,
@@ -568,41 +495,4 @@ export class Rendezvous {
     // Any new round answers regroups deferred for the old one (after its events went out).
     this.answerDeferred();
   }
-
-  /**
-   * The places lost ranks left (-1, or a member gone) are taken by the last live ranks, lowest
-   * place first, and every other rank keeps its own: the peers a rank's collectives pair it with
-   * mostly stay the same pairs of tabs, whose links the next round keeps (renumbering everyone
-   * above a hole would pair most tabs anew).
-   */
-  private fillPlaces(ranks: readonly number[]): number[] {
-    const live = (id: number | undefined) => id !== undefined && id >= 0 && this.members.has(id);
-    const out = [...ranks];
-    for (let r = 0; r < out.length; r++) {
-      if (live(out[r])) continue;
-      while (out.length > r + 1 && !live(out.at(-1))) out.pop();
-      if (out.length > r + 1) out[r] = out.pop()!;
-      else out.length = r;
-    }
-    return out;
-  }
-
-  /** Ranks asked for are kept; everyone else fills the free ranks in order. */
-  private assignRanks(order: number[]): number[] {
-    const slots = new Array<number | undefined>(order.length);
-    const rest: number[] = [];
-    for (const id of order) {
-      const asked = this.members.get(id)?.rank;
-      if (asked !== undefined && asked < slots.length && slots[asked] === undefined) slots[asked] = id;
-      else rest.push(id);
-    }
-    for (let r = 0; r < slots.length; r++) if (slots[r] === undefined) slots[r] = rest.shift();
-    return slots as number[];
-  }
-}
-
-/** The reason a round formed after losses gives: each loss, or the first few and how many more. */
-function describeLosses(why: readonly string[]): string {
-  if (why.length <= 3) return why.join('; ');
-  return `${why.length} ranks lost: ${why.slice(0, 3).join('; ')}; and ${why.length - 3} more`;
 }

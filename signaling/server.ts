@@ -22,7 +22,7 @@
  * `/ws`, `dispatch.ts` their requests by type (with hello.ts, rendezvous_requests.ts,
  * host_control.ts, host_remove.ts; replies.ts how each is answered).
  */
-import { createServer as createHttpServer } from 'node:http';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -183,58 +183,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const adminSecret = options.adminSecret ?? newSessionToken();
   if (!SESSION_TOKEN.test(adminSecret)) throw new ServerStartError('the admin secret must be 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)', 'EADMINSECRET', options.port ?? 0, options.host ?? '');
   const sessions = new Sessions(limits, tokens, sessionIdleMs);
-  const checkpoints = checkpointHandler({
-    dir: checkpointDir,
-    tokens,
-    keep: options.checkpointKeep,
-    maxBytes: options.checkpointMaxBytes,
-    maxDiskBytes: options.checkpointMaxDiskBytes,
-    maxConcurrentUploads: options.checkpointMaxConcurrentUploads,
-    uploadTimeoutMs: options.checkpointUploadTimeoutMs,
-    uploadIdleTimeoutMs: options.checkpointUploadIdleTimeoutMs,
-    log,
-  });
+  const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
-  let fileSends: FileSends;
-  try {
-    fileSends = new FileSends(options.fileSendLimits, (kind, line) => quiet.note(kind, line));
-  } catch (err) {
-    quiet.close();
-    throw new ServerStartError((err as Error).message, 'EFILESENDLIMITS', port, host);
-  }
-  let offer: Offer;
-  try {
-    offer = await loadOffer(options.offer ?? {}, tokens, fileSends);
-  } catch (err) {
-    if (err instanceof OfferError) throw new ServerStartError(err.message, 'EOFFER', port, host);
-    throw err;
-  }
-  let ice: IceConfig;
-  try {
-    ice = options.ice ? checkIceConfig(options.ice) : iceConfigFromEnv();
-  } catch (err) {
-    throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
-  }
-  const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
-  const ctx: ServerContext = {
-    limits,
-    log,
-    quiet,
-    sessions,
-    tokens,
-    connections: new Set<Connection>(),
-    ice,
-    // Changes on every start, so links made through an earlier server never match new ones.
-    instance: Math.random().toString(36).slice(2, 10),
-    settleMs: options.settleMs ?? 1_000,
-    heartbeatTimeoutMs,
-    busyTimeoutMs: Math.max(heartbeatTimeoutMs, options.busyTimeoutMs ?? 2 * heartbeatTimeoutMs),
-    maxKnownSessions,
-    adminSecret,
-    loopbackCreates: options.loopbackCreates ?? true,
-    joins: new JoinRate(options.joinRate),
-  };
+  const { fileSends, offer, ice } = await loadServedParts(options, tokens, quiet, port, host);
+  const ctx = serverContext(options, { limits, log, quiet, sessions, tokens, ice, maxKnownSessions, adminSecret });
   const secure = tls !== undefined;
   const scheme = secure ? 'https' : 'http';
   const origins = new OriginPolicy({
@@ -258,24 +211,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const wss = acceptSockets(http, ctx, origins);
   const stopWatching = watchSockets(ctx);
 
-  try {
-    await new Promise<void>((resolveListen, reject) => {
-      http.once('error', reject);
-      http.listen(port, host, () => {
-        http.off('error', reject);
-        resolveListen();
-      });
-    });
-  } catch (err) {
+  await listen(http, port, host, () => {
     // Nothing may keep running for a server that never started.
     stopWatching();
     quiet.close();
     sessions.close();
     wss.close();
-    // A port in use: suggest one checked free, not merely the next (which may be in use too).
-    const inUse = typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'EADDRINUSE';
-    throw listenError(err, host, port, inUse && port > 0 ? await freePortAfter(host, port) : undefined);
-  }
+  });
   bound = (http.address() as AddressInfo).port;
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
 
@@ -306,6 +248,89 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         http.closeAllConnections();
       }),
   };
+}
+
+/** The checkpoint routes, with the options' limits. */
+function checkpointRoutes(options: ServerOptions, dir: string, tokens: SessionTokens, log: (line: string) => void): ReturnType<typeof checkpointHandler> {
+  return checkpointHandler({
+    dir,
+    tokens,
+    keep: options.checkpointKeep,
+    maxBytes: options.checkpointMaxBytes,
+    maxDiskBytes: options.checkpointMaxDiskBytes,
+    maxConcurrentUploads: options.checkpointMaxConcurrentUploads,
+    uploadTimeoutMs: options.checkpointUploadTimeoutMs,
+    uploadIdleTimeoutMs: options.checkpointUploadIdleTimeoutMs,
+    log,
+  });
+}
+
+/** The parts built from options that may be refused (file-send limits, the offer, ICE servers): each refusal a ServerStartError with its code. */
+async function loadServedParts(
+  options: ServerOptions,
+  tokens: SessionTokens,
+  quiet: QuietLog,
+  port: number,
+  host: string,
+): Promise<{ fileSends: FileSends; offer: Offer; ice: IceConfig }> {
+  let fileSends: FileSends;
+  try {
+    fileSends = new FileSends(options.fileSendLimits, (kind, line) => quiet.note(kind, line));
+  } catch (err) {
+    quiet.close();
+    throw new ServerStartError((err as Error).message, 'EFILESENDLIMITS', port, host);
+  }
+  let offer: Offer;
+  try {
+    offer = await loadOffer(options.offer ?? {}, tokens, fileSends);
+  } catch (err) {
+    if (err instanceof OfferError) throw new ServerStartError(err.message, 'EOFFER', port, host);
+    throw err;
+  }
+  let ice: IceConfig;
+  try {
+    ice = options.ice ? checkIceConfig(options.ice) : iceConfigFromEnv();
+  } catch (err) {
+    throw new ServerStartError((err as Error).message, 'EICECONFIG', port, host);
+  }
+  return { fileSends, offer, ice };
+}
+
+/** The state every socket and request handler shares, from the options and the parts made so far. */
+function serverContext(
+  options: ServerOptions,
+  parts: Pick<ServerContext, 'limits' | 'log' | 'quiet' | 'sessions' | 'tokens' | 'ice' | 'maxKnownSessions' | 'adminSecret'>,
+): ServerContext {
+  const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
+  return {
+    ...parts,
+    connections: new Set<Connection>(),
+    // Changes on every start, so links made through an earlier server never match new ones.
+    instance: Math.random().toString(36).slice(2, 10),
+    settleMs: options.settleMs ?? 1_000,
+    heartbeatTimeoutMs,
+    busyTimeoutMs: Math.max(heartbeatTimeoutMs, options.busyTimeoutMs ?? 2 * heartbeatTimeoutMs),
+    loopbackCreates: options.loopbackCreates ?? true,
+    joins: new JoinRate(options.joinRate),
+  };
+}
+
+/** Listens on port and host; when it cannot, `stop` ends what was started and the error says what to do. */
+async function listen(http: HttpServer, port: number, host: string, stop: () => void): Promise<void> {
+  try {
+    await new Promise<void>((resolveListen, reject) => {
+      http.once('error', reject);
+      http.listen(port, host, () => {
+        http.off('error', reject);
+        resolveListen();
+      });
+    });
+  } catch (err) {
+    stop();
+    // A port in use: suggest one checked free, not merely the next (which may be in use too).
+    const inUse = typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'EADDRINUSE';
+    throw listenError(err, host, port, inUse && port > 0 ? await freePortAfter(host, port) : undefined);
+  }
 }
 
 function envList(name: string): string[] | undefined {

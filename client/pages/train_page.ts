@@ -18,6 +18,7 @@ import {
   StoreClient,
   TokenRotatedError,
   UnauthorizedError,
+  type RendezvousEvent,
 } from '../../src/index.ts';
 import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
 import { mountBadLink } from '../ui/bad_link.ts';
@@ -120,66 +121,96 @@ function showBadLink(root: HTMLElement, session: string, problem: LinkProblem): 
   report({ type: 'error', name: 'LinkError', message: problem.message });
 }
 
+/**
+ * What the page knows of its run, shared by the dashboard's controls, the trainer's callbacks and
+ * the explanation of a failure.
+ */
+interface PageRun {
+  stop: boolean;
+  result?: TrainResult;
+  /** This tab's replica, from the moment it exists: it can be saved even when the run fails. */
+  liveModel?: tf.LayersModel;
+  /** A language model's vocabulary (its downloads carry it, so ids turn back into characters). */
+  liveVocabulary?: readonly string[];
+  store?: StoreClient;
+  config?: TrainConfig;
+  /** The evaluation after the run is running here; and whether it is to be skipped (see onSkipEval). */
+  evaluatingFinal: boolean;
+  skipEval: boolean;
+  rank: number;
+  /** When this tab first joined a round (performance.now()): the time limit counts from there. */
+  joinedAt?: number;
+  timeUp: boolean;
+  publisher?: DashboardPublisher;
+  /** The shared dashboard this tab shows while it spectates. */
+  watcher?: { stop(): void };
+}
+
 export async function trainPage(opts: TrainPageOptions): Promise<void> {
   const { root, params, session } = opts;
   // A link without a token, or with one of the wrong form, joins nothing: no dashboard, no "failed".
   const badToken = tokenProblem(location.hash, session);
   if (badToken) return showBadLink(root, session, badToken);
   root.removeAttribute('aria-live'); // the dashboard manages its own live regions
-  let stop = false;
-  let result: TrainResult | undefined;
-  /** This tab's replica, from the moment it exists: it can be saved even when the run fails. */
-  let liveModel: tf.LayersModel | undefined;
-  /** A language model's vocabulary (its downloads carry it, so ids turn back into characters). */
-  let liveVocabulary: readonly string[] | undefined;
-  let store: StoreClient | undefined;
-  let config: TrainConfig | undefined;
+  const run: PageRun = { stop: false, evaluatingFinal: false, skipEval: false, rank: -1, timeUp: false };
   // Checked above: tokenProblem found none.
   const token = pageToken();
-  /** The evaluation after the run is running here; and whether it is to be skipped (see onSkipEval). */
-  let evaluatingFinal = false;
-  let skipEval = false;
   const hostSecret = pageHostSecret();
   // The token changes when the host removes a tab; the removed tab stops, says so, and keeps its replica to save.
   const secret = new PageSecret(token, {
     linkChanged: (next, reason) => dash.linkChanged(next, reason),
     removed: () => {
-      stop = true;
+      run.stop = true;
       document.title = `removed · ${session} · Browser DDP`;
       dash.removed();
-      if (liveModel) dash.setDownloadable(true);
+      if (run.liveModel) dash.setDownloadable(true);
     },
   });
+  const dash = pageDashboard(root, session, run);
+  const events = pageEvents(dash, session, run, Math.max(1, Number(params.get('logEvery') ?? 20)));
+  reportElasticEvents();
+  installDeviceLossHook();
+  watchThrottling((message) => events.emit({ type: 'log', level: 'warn', message }));
+  try {
+    await runTraining(opts, dash, run, secret, events, token, hostSecret);
+  } catch (err) {
+    run.watcher?.stop();
+    showFailure(root, session, dash, run, secret, err);
+  }
+}
+
+/** The dashboard with its controls: the host's actions go through the server, to every tab. */
+function pageDashboard(root: HTMLElement, session: string, run: PageRun): Dashboard {
   /** Asks the server to pass the host's action to every tab; only the host's tab offers these. */
   const control = (action: 'stop' | 'end' | 'min', min?: number) => {
-    if (!store) return;
-    store.control(action, min).catch((err: Error) => dash.showError('The session did not take this', err.message, 'Reload this tab (it rejoins as the host) and try again.'));
+    if (!run.store) return;
+    run.store.control(action, min).catch((err: Error) => dash.showError('The session did not take this', err.message, 'Reload this tab (it rejoins as the host) and try again.'));
   };
-  const dash = new Dashboard(root, {
+  const dash: Dashboard = new Dashboard(root, {
     session,
     shareUrl: location.href,
     onStop: () => {
       // A session with a host stops when the host says so, through the server, to every tab at once.
-      if (store?.hasHost) control('stop');
-      else stop = true;
+      if (run.store?.hasHost) control('stop');
+      else run.stop = true;
     },
     // With a host, a second 'stop' (relayed to every tab) skips the evaluation after the run on every rank at once.
     onSkipEval: () => {
-      if (store?.hasHost) control('stop');
-      else skipEval = true;
+      if (run.store?.hasHost) control('stop');
+      else run.skipEval = true;
     },
     onEnd: () => control('end'),
     onSetMin: (min) => control('min', min),
     // The server changes the session's token and tells every other tab; the removed one is closed.
     onRemove: (target) => {
-      store?.removeMember(target).catch((err: Error) => dash.showError('The tab was not removed', err.message, "Look at the group's tabs again and try again; if this tab lost its connection, reload it (it rejoins as the host)."));
+      run.store?.removeMember(target).catch((err: Error) => dash.showError('The tab was not removed', err.message, "Look at the group's tabs again and try again; if this tab lost its connection, reload it (it rejoins as the host)."));
     },
     // This tab rejoins the session: it takes the state of the live replicas, or the latest checkpoint.
     onContinue: () => location.reload(),
     onDownload: (baseName) => {
-      const model = result?.model ?? liveModel;
+      const model = run.result?.model ?? run.liveModel;
       if (!model) return;
-      downloadModel(model, baseName, liveVocabulary).then(
+      downloadModel(model, baseName, run.liveVocabulary).then(
         () => console.log(`model downloaded: ${baseName}.json + ${baseName}.weights.bin`),
         (err: Error) => {
           console.error(`download failed: ${err.message}`);
@@ -188,9 +219,9 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       );
     },
     onDownloadTorch: (baseName) => {
-      const model = result?.model ?? liveModel;
+      const model = run.result?.model ?? run.liveModel;
       if (!model) return;
-      downloadTorchModel(model, baseName, liveVocabulary).then(
+      downloadTorchModel(model, baseName, run.liveVocabulary).then(
         () => console.log(`model downloaded for PyTorch: ${baseName} (.safetensors + .py)`),
         (err: Error) => {
           console.error(`download for PyTorch failed: ${err.message}`);
@@ -199,141 +230,169 @@ export async function trainPage(opts: TrainPageOptions): Promise<void> {
       );
     },
   });
-  const logEvery = Math.max(1, Number(params.get('logEvery') ?? 20));
-  let publisher: DashboardPublisher | undefined;
-  let rank = -1;
+  return dash;
+}
+
+/** Where the run's events go: the page's (dashboard, title, console, reports), the trainer's, and the time limit. */
+interface PageEvents {
+  emit(e: TrainEvent): void;
+  /** The trainer's events: the page's, and the first 'joined' starts the time limit's clock. */
+  trainerEmit(e: TrainEvent): void;
+  /** True (and said once) once `timeLimit` seconds have passed since this tab first joined. */
+  timeLimitReached(): boolean;
+}
+
+function pageEvents(dash: Dashboard, session: string, run: PageRun, logEvery: number): PageEvents {
   const emit = (e: TrainEvent) => {
     dash.handle(e);
     showInTitle(session, e);
-    if (e.type === 'joined') rank = e.rank;
-    if (e.type === 'evaluating') evaluatingFinal = true;
+    if (e.type === 'joined') run.rank = e.rank;
+    if (e.type === 'evaluating') run.evaluatingFinal = true;
     // Rank 0 shows the run to the spectators of a full session.
-    publisher?.record(e, rank === 0);
+    run.publisher?.record(e, run.rank === 0);
     const line = logLine(e, logEvery);
     if (line) console.log(line);
     if (e.type === 'joined') report({ type: 'rank', rank: e.rank, worldSize: e.worldSize });
   };
-  /** When this tab first joined a round (performance.now()): the time limit counts from there. */
-  let joinedAt: number | undefined;
-  let timeUp = false;
-  /** The trainer's events: the page's, and the first 'joined' starts the time limit's clock. */
-  const trainerEmit = (e: TrainEvent) => {
-    if (e.type === 'joined' && joinedAt === undefined) joinedAt = performance.now();
-    emit(e);
+  return {
+    emit,
+    trainerEmit: (e) => {
+      if (e.type === 'joined' && run.joinedAt === undefined) run.joinedAt = performance.now();
+      emit(e);
+    },
+    timeLimitReached: () => {
+      if (run.timeUp) return true;
+      const limit = run.config?.timeLimit ?? null;
+      if (limit === null || run.joinedAt === undefined || performance.now() - run.joinedAt < limit * 1000) return false;
+      run.timeUp = true;
+      emit({ type: 'log', level: 'info', message: `Time limit of ${limit} s reached: stopping.` });
+      return true;
+    },
   };
-  /** True (and said once) once `timeLimit` seconds have passed since this tab first joined. */
-  const timeLimitReached = (): boolean => {
-    if (timeUp) return true;
-    const limit = config?.timeLimit ?? null;
-    if (limit === null || joinedAt === undefined || performance.now() - joinedAt < limit * 1000) return false;
-    timeUp = true;
-    emit({ type: 'log', level: 'info', message: `Time limit of ${limit} s reached: stopping.` });
-    return true;
-  };
-  reportElasticEvents();
-  installDeviceLossHook();
-  watchThrottling((message) => emit({ type: 'log', level: 'warn', message }));
-  let watcher: { stop(): void } | undefined;
-  try {
-    config = parseTrainConfig((name) => urlOption(params, name));
-    // A tab that cannot take part says why before it joins anything: the others never wait for it.
-    const refusal = preflight(config, tabAbilities(browserLabel(thisBrowser())));
-    if (refusal) throw refusal;
-    const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
-    const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
-    store = connected;
-    // The first connection's events; the rendezvous handler's onToken follows the later ones.
-    secret.watch(connected);
-    // Heard on the connection itself, which outlives the rendezvous: the skip comes after the run.
-    // The first 'stop' stops the training; one during the evaluation after the run, or any later one, skips it.
-    let stopHeard = false;
-    connected.on('control', (e) => {
-      if (e.action !== 'stop') return;
-      if (evaluatingFinal || stopHeard) skipEval = true;
-      stopHeard = true;
-    });
-    const role = { host: connected.isHost, hasHost: connected.hasHost };
-    dash.setRole({ ...role, spectator: false });
-    publisher = new DashboardPublisher(connected);
-    result = await train({
-      serverUrl: location.origin,
-      store: connected,
-      session,
-      // Read at each use (checkpoints, the host's data): the host's removal of a tab changes it.
-      get token() {
-        return secret.token;
-      },
-      onToken: (next) => secret.changed(next),
-      rank: opts.rank,
-      timeoutMs: opts.timeoutMs,
-      config,
-      flags,
-      emit: trainerEmit,
-      // Every rank asks to stop at its time limit too: DDP stops at the next step boundary, a PS run when server 0 next answers a worker.
-      stopRequested: () => stop || timeLimitReached(),
-      // With a host, a stop counts only when every rank heard it from the server: no member stops the run alone.
-      stopVote: connected.hasHost ? 'all' : 'any',
-      skipEvaluation: () => skipEval,
-      ...(hostSecret === undefined ? {} : { host: hostSecret }),
-      spectate: true,
-      onModel: (model, vocabulary) => {
-        liveModel = model;
-        liveVocabulary = vocabulary;
-      },
-      onRendezvous: (e) => {
-        if (e.type === 'spectating') {
-          document.title = `watching · ${session} · Browser DDP`;
-          dash.setRole({ ...role, spectator: true });
-          watcher ??= watchDashboard(connected, (shared) => dash.handle(shared));
-        } else if (e.type === 'round') {
-          watcher?.stop();
-          watcher = undefined;
-        } else if (e.type === 'faults') {
-          dash.faultHistory(e.counts, e.entries);
-        } else if (e.type === 'control') {
-          dash.controlEvent(e.action, e.min);
-          if (e.action === 'stop' || e.action === 'end') stop = true;
-        }
-      },
-    });
-    // For tests: what the page's model predicts on the first test samples.
-    const probe = { inputs: Array.from(result.probe.inputs), inputShape: result.probe.inputShape, logits: Array.from(result.probe.logits) };
-    (window as unknown as { __ddpModel?: tf.LayersModel }).__ddpModel = result.model;
-    report({ type: 'result', result: { ...result.summary, probe } });
-  } catch (err) {
-    watcher?.stop();
-    const e = err instanceof Error ? err : new Error(String(err));
-    console.error(`${e.name}: ${e.message}`);
-    report({ type: 'error', name: e.name, message: e.message });
-    if (e instanceof RemovedByHostError || secret.removed) {
-      // Not a failure: the host chose to. The replica it trained stays here to save.
-      secret.markRemoved();
-      return;
-    }
-    if (e instanceof RendezvousClosedError) {
-      // The run ended well while this tab watched or waited, or as its last round failed here
-      // while the others finished it: not a failure of training. Its replica can still be saved.
-      dash.watchedEnd(e.rank);
-      if (e.rank !== null && liveModel) dash.setDownloadable(true);
-      return;
-    }
-    // Refused before it ever joined (a wrong, replaced or unknown token, an ended session): not a member, so no dashboard.
-    const refused = joinedAt === undefined ? refusedLinkProblem(e, session) : null;
-    if (refused) {
-      dash.destroy();
-      return showBadLink(root, session, refused);
-    }
-    if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
-      // Even the spectators' seats are taken: not a failure of training.
-      dash.full(config?.max ?? null);
-      return;
-    }
-    const [title, action, canContinue] = explain(e, config !== undefined && config.min === config.max);
-    document.title = `⚠ ${title} · ${session}`;
-    // Whatever happened, this tab's replica is still here to save.
-    if (liveModel) dash.setDownloadable(true);
-    dash.fail(title, e.message, action, { canContinue: canContinue && liveModel !== undefined });
+}
+
+/** Reads the configuration, connects, trains, and reports the result; throws what went wrong. */
+async function runTraining(opts: TrainPageOptions, dash: Dashboard, run: PageRun, secret: PageSecret, events: PageEvents, token: string, hostSecret: string | undefined): Promise<void> {
+  const { params, session } = opts;
+  const config = parseTrainConfig((name) => urlOption(params, name));
+  run.config = config;
+  // A tab that cannot take part says why before it joins anything: the others never wait for it.
+  const refusal = preflight(config, tabAbilities(browserLabel(thisBrowser())));
+  if (refusal) throw refusal;
+  const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
+  const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
+  run.store = connected;
+  // The first connection's events; the rendezvous handler's onToken follows the later ones.
+  secret.watch(connected);
+  listenForStops(connected, run);
+  const role = { host: connected.isHost, hasHost: connected.hasHost };
+  dash.setRole({ ...role, spectator: false });
+  run.publisher = new DashboardPublisher(connected);
+  const result = await train({
+    serverUrl: location.origin,
+    store: connected,
+    session,
+    // Read at each use (checkpoints, the host's data): the host's removal of a tab changes it.
+    get token() {
+      return secret.token;
+    },
+    onToken: (next) => secret.changed(next),
+    rank: opts.rank,
+    timeoutMs: opts.timeoutMs,
+    config,
+    flags,
+    emit: events.trainerEmit,
+    // Every rank asks to stop at its time limit too: DDP stops at the next step boundary, a PS run when server 0 next answers a worker.
+    stopRequested: () => run.stop || events.timeLimitReached(),
+    // With a host, a stop counts only when every rank heard it from the server: no member stops the run alone.
+    stopVote: connected.hasHost ? 'all' : 'any',
+    skipEvaluation: () => run.skipEval,
+    ...(hostSecret === undefined ? {} : { host: hostSecret }),
+    spectate: true,
+    onModel: (model, vocabulary) => {
+      run.liveModel = model;
+      run.liveVocabulary = vocabulary;
+    },
+    onRendezvous: (e) => onRendezvousEvent(e, dash, run, session, connected, role),
+  });
+  run.result = result;
+  // For tests: what the page's model predicts on the first test samples.
+  const probe = { inputs: Array.from(result.probe.inputs), inputShape: result.probe.inputShape, logits: Array.from(result.probe.logits) };
+  (window as unknown as { __ddpModel?: tf.LayersModel }).__ddpModel = result.model;
+  report({ type: 'result', result: { ...result.summary, probe } });
+}
+
+/**
+ * Heard on the connection itself, which outlives the rendezvous: the skip comes after the run.
+ * The first 'stop' stops the training; one during the evaluation after the run, or any later one, skips it.
+ */
+function listenForStops(connected: StoreClient, run: PageRun): void {
+  let stopHeard = false;
+  connected.on('control', (e) => {
+    if (e.action !== 'stop') return;
+    if (run.evaluatingFinal || stopHeard) run.skipEval = true;
+    stopHeard = true;
+  });
+}
+
+/** The rendezvous' events the page shows: spectating (the shared dashboard), rounds, faults, the host's controls. */
+function onRendezvousEvent(
+  e: RendezvousEvent,
+  dash: Dashboard,
+  run: PageRun,
+  session: string,
+  connected: StoreClient,
+  role: { host: boolean; hasHost: boolean },
+): void {
+  if (e.type === 'spectating') {
+    document.title = `watching · ${session} · Browser DDP`;
+    dash.setRole({ ...role, spectator: true });
+    run.watcher ??= watchDashboard(connected, (shared) => dash.handle(shared));
+  } else if (e.type === 'round') {
+    run.watcher?.stop();
+    run.watcher = undefined;
+  } else if (e.type === 'faults') {
+    dash.faultHistory(e.counts, e.entries);
+  } else if (e.type === 'control') {
+    dash.controlEvent(e.action, e.min);
+    if (e.action === 'stop' || e.action === 'end') run.stop = true;
   }
+}
+
+/** Says how the run ended when it did not end well: what happened, what to do, and whether the replica can be saved. */
+function showFailure(root: HTMLElement, session: string, dash: Dashboard, run: PageRun, secret: PageSecret, err: unknown): void {
+  const e = err instanceof Error ? err : new Error(String(err));
+  console.error(`${e.name}: ${e.message}`);
+  report({ type: 'error', name: e.name, message: e.message });
+  if (e instanceof RemovedByHostError || secret.removed) {
+    // Not a failure: the host chose to. The replica it trained stays here to save.
+    secret.markRemoved();
+    return;
+  }
+  if (e instanceof RendezvousClosedError) {
+    // The run ended well while this tab watched or waited, or as its last round failed here
+    // while the others finished it: not a failure of training. Its replica can still be saved.
+    dash.watchedEnd(e.rank);
+    if (e.rank !== null && run.liveModel) dash.setDownloadable(true);
+    return;
+  }
+  // Refused before it ever joined (a wrong, replaced or unknown token, an ended session): not a member, so no dashboard.
+  const refused = run.joinedAt === undefined ? refusedLinkProblem(e, session) : null;
+  if (refused) {
+    dash.destroy();
+    return showBadLink(root, session, refused);
+  }
+  if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
+    // Even the spectators' seats are taken: not a failure of training.
+    dash.full(run.config?.max ?? null);
+    return;
+  }
+  const config = run.config;
+  const [title, action, canContinue] = explain(e, config !== undefined && config.min === config.max);
+  document.title = `⚠ ${title} · ${session}`;
+  // Whatever happened, this tab's replica is still here to save.
+  if (run.liveModel) dash.setDownloadable(true);
+  dash.fail(title, e.message, action, { canContinue: canContinue && run.liveModel !== undefined });
 }
 
 /** The step and state in the tab's title, so that the tab strip shows progress. */

@@ -8,9 +8,9 @@
  * falling back to this page's own address), with a QR code of it; the creator's own "Join" link
  * also carries the host's secret, which lets that tab stop or end the session for everyone.
  */
-import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, withOrigin, type FormField, type FormValues } from './session_link.ts';
+import { DEMO_PRESET, formConfig, reachNote, sessionUrl, withOrigin, type FormValues } from './session_link.ts';
+import { FormFields } from './create_form_fields.ts';
 import { el, shareField } from './dom.ts';
-import { estimateSentence } from './estimate.ts';
 import { fmtInt } from './format.ts';
 import { qrSvg } from './qr.ts';
 import { fetchServerInfo, type ServerInfo } from './server_info.ts';
@@ -25,28 +25,6 @@ function randomName(): string {
   return `${w}-${Math.random().toString(36).slice(2, 6)}`;
 }
 
-type Control = HTMLInputElement | HTMLSelectElement;
-
-function controlFor(field: FormField, id: string, describedBy: string): Control {
-  const c = field.control;
-  if (c.type === 'select') {
-    return el('select', { id, name: field.name, 'aria-describedby': describedBy }, ...c.choices.map((o, i) => el('option', { value: o }, c.labels?.[i] ?? o)));
-  }
-  return el('input', {
-    id,
-    name: field.name,
-    type: c.type,
-    min: c.type === 'number' ? c.min : undefined,
-    max: c.type === 'number' ? c.max : undefined,
-    step: c.type === 'number' ? 1 : undefined,
-    inputmode: c.type === 'text' ? c.inputmode : undefined,
-    required: !field.optional,
-    autocomplete: 'off',
-    spellcheck: 'false',
-    'aria-describedby': describedBy,
-  });
-}
-
 export interface CreateFormOptions {
   /** This page's origin: the creator's own tab joins from here. */
   origin: string;
@@ -59,45 +37,9 @@ export interface CreateFormOptions {
 export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): void {
   // Asked once, at once: by the time the form is filled in, the answer is there.
   const info = (options.serverInfo ?? fetchServerInfo)();
-  const controls = new Map<string, { control: Control; error: HTMLElement; hint: HTMLElement | null }>();
-  /** Fields the person typed their own value into; the others follow their default. */
-  const edited = new Set<string>();
   const form = el('form', { class: 'create-form', novalidate: true, 'data-testid': 'create-form', 'aria-labelledby': 'create-title' });
-
-  const values = (): FormValues => Object.fromEntries([...controls].map(([name, c]) => [name, c.control.value.trim()]));
-
-  /** Refill the fields the person has not made their own (e.g. the learning rate after an optimizer change). */
-  const followDefaults = () => {
-    const defaults = fieldDefaults(values());
-    for (const [name, c] of controls) {
-      const value = defaults[name];
-      if (value !== undefined && !edited.has(name) && c.control.value !== value) c.control.value = value;
-    }
-  };
-
-  /** Show each field's message (all of them on submit, else only fields already flagged). */
-  const showErrors = (all: boolean): HTMLElement | null => {
-    const errors = checkForm(values());
-    let firstBad: HTMLElement | null = null;
-    for (const [name, c] of controls) {
-      if (!all && c.control.getAttribute('aria-invalid') !== 'true') continue;
-      const msg = errors[name] ?? '';
-      c.error.textContent = msg;
-      if (msg) c.control.setAttribute('aria-invalid', 'true');
-      else c.control.removeAttribute('aria-invalid');
-      if (msg && !firstBad) firstBad = c.control;
-    }
-    return firstBad;
-  };
-
   const estimate = el('p', { class: 'estimate', id: 'cf-estimate', 'data-testid': 'estimate' });
-  /** The sentences that depend on several fields: the minimum's meaning and the duration. */
-  const describe = () => {
-    const v = values();
-    const minHint = controls.get('min')?.hint;
-    if (minHint) minHint.textContent = minNote(v);
-    estimate.textContent = Object.keys(checkForm(v)).length === 0 ? estimateSentence(formConfig(v)) : 'Estimated duration: shown once every field above is valid.';
-  };
+  const fields = new FormFields(estimate);
 
   const demo = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'demo-preset', 'aria-describedby': 'cf-demo-hint' }, 'Quick demo');
   form.append(
@@ -108,127 +50,28 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
       el('p', { id: 'cf-demo-hint', class: 'field-hint' }, `Fills in a short run on synthetic data for ${DEMO_PRESET.world} tabs (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples): open its link in ${DEMO_PRESET.world} tabs; training starts once ${DEMO_PRESET.min} have joined, and every tab trains.`),
     ),
   );
-
-  for (const field of FORM_FIELDS) {
-    const id = `cf-${field.name}`;
-    const errId = `${id}-error`;
-    const hintId = `${id}-hint`;
-    const control = controlFor(field, id, [field.hint ? hintId : '', errId].filter(Boolean).join(' '));
-    const error = el('p', { id: errId, class: 'field-error', 'data-testid': `error-${field.name}` });
-    const node = el('div', { class: `field field-${field.name}` }, el('label', { for: id }, field.label), control);
-    const hint = field.hint ? el('p', { id: hintId, class: 'field-hint', 'data-testid': `hint-${field.name}` }, field.hint) : null;
-    if (hint) node.append(hint);
-    node.append(error);
-    form.append(node);
-    controls.set(field.name, { control, error, hint });
-    control.addEventListener(control instanceof HTMLSelectElement ? 'change' : 'input', () => {
-      // A value chosen or typed is the person's own; clearing a field hands it back to its default.
-      if (control.value.trim() === '') edited.delete(field.name);
-      else edited.add(field.name);
-      followDefaults();
-      // Re-validate as the person fixes a flagged field, not while they first type.
-      showErrors(false);
-      describe();
-    });
-  }
-  controls.get('session')!.control.value = randomName();
-  followDefaults();
-  // "user" (the host's own model or data) only where the server offers it; an older server that
-  // does not say keeps the choice, and one already chosen stays (the tab then says what is missing).
-  void info.then((server) => {
-    if (!server?.offers) return;
-    for (const [name, offered] of [['model', server.offers.model], ['dataset', server.offers.data]] as const) {
-      const select = controls.get(name)?.control;
-      if (offered || !(select instanceof HTMLSelectElement) || select.value === 'user') continue;
-      for (const option of [...select.options]) if (option.value === 'user') option.remove();
-    }
-  });
-
-  demo.addEventListener('click', () => {
-    for (const [name, value] of Object.entries(DEMO_PRESET)) {
-      const c = controls.get(name);
-      if (!c) continue;
-      c.control.value = value;
-      edited.add(name);
-    }
-    followDefaults();
-    showErrors(false);
-    describe();
-  });
+  form.append(...fields.nodes());
+  fields.set('session', randomName());
+  fields.followDefaults();
+  void info.then((server) => fields.dropUnoffered(server));
+  demo.addEventListener('click', () => fields.fill(DEMO_PRESET));
 
   const submit = el('button', { type: 'submit', class: 'btn btn-primary' }, 'Create session');
   form.append(estimate, el('div', { class: 'form-actions' }, submit));
-  describe();
+  fields.describe();
 
   const result = el('section', { class: 'card create-result', hidden: true, 'aria-labelledby': 'cr-title', 'data-testid': 'create-result' });
 
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const firstBad = showErrors(true);
+    const firstBad = fields.showErrors(true);
     if (firstBad) {
       firstBad.focus();
       result.hidden = true;
       return;
     }
-    void showResult(values());
+    void showResult(result, options, info, fields.values());
   });
-
-  async function showResult(v: FormValues): Promise<void> {
-    // New secrets per session: whoever has the link can join it, nobody else; the host's secret
-    // stays in the creator's own link.
-    const token = newSessionToken();
-    const host = newSessionToken();
-    try {
-      await options.register(v.session, token, host);
-    } catch (err) {
-      result.replaceChildren(
-        el('h2', { id: 'cr-title' }, `Session “${v.session}” was not created`),
-        el('p', { role: 'alert', 'data-testid': 'create-error' }, (err as Error).message),
-      );
-      result.hidden = false;
-      return;
-    }
-    const own = sessionUrl(options.origin, v, token, host);
-    const local = sessionUrl(options.origin, v, token);
-    const server = await info;
-    const addresses = server?.urls ?? [];
-    const share = shareField('cr-link', 'Link to share', addresses.length ? withOrigin(local, addresses[0]!) : local);
-    share.input.setAttribute('data-testid', 'share-link');
-    const qr = el('figure', { class: 'qr' });
-    const note = el('p', { class: 'share-note', 'data-testid': 'share-note' });
-    const showLink = (url: string) => {
-      share.input.value = url;
-      qr.replaceChildren(qrSvg(url, 'QR code of the link to share'), el('figcaption', {}, 'The same link as a QR code: point a camera at it to open the session.'));
-      note.textContent = reachNote(url, server);
-      note.hidden = note.textContent === '';
-    };
-    let chooser: HTMLElement | null = null;
-    if (addresses.length > 1) {
-      // Several networks (Wi-Fi, a cable, a VPN): the creator knows which one the class is on.
-      const select = el('select', { id: 'cr-origin', 'data-testid': 'share-origin' }, ...addresses.map((u) => el('option', { value: u }, u)));
-      select.addEventListener('change', () => showLink(withOrigin(local, select.value)));
-      chooser = el('div', { class: 'field origin-choice' }, el('label', { for: 'cr-origin' }, 'Address the other computers use'), select);
-    }
-    const { min, max } = formConfig(v);
-    const join = el('a', { href: own, class: 'btn btn-primary', 'data-testid': 'join-link', 'aria-describedby': 'cr-join-note' }, 'Join this session (open as a rank)');
-    const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
-    result.replaceChildren(
-      el('h2', { id: 'cr-title' }, `Session “${v.session}” is ready`),
-      el('p', {}, `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
-      ...(chooser ? [chooser] : []),
-      el('div', { class: 'share-with-qr' }, el('div', { class: 'share-col' }, share.root, note), qr),
-      el(
-        'p',
-        { class: 'form-actions' },
-        join,
-        el('span', { id: 'cr-join-note', class: 'field-hint' }, 'Your own tab: it can stop the training or end the session for everyone. Share the link above, not this one.'),
-      ),
-    );
-    showLink(share.input.value);
-    result.hidden = false;
-    result.scrollIntoView({ block: 'nearest' });
-    join.focus();
-  }
 
   root.append(
     el(
@@ -244,4 +87,62 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
       result,
     ),
   );
+}
+
+/** Creates the session on the server and shows its links (with a QR code), or why it was not created. */
+async function showResult(result: HTMLElement, options: CreateFormOptions, info: Promise<ServerInfo | null>, v: FormValues): Promise<void> {
+  // New secrets per session: whoever has the link can join it, nobody else; the host's secret
+  // stays in the creator's own link.
+  const token = newSessionToken();
+  const host = newSessionToken();
+  try {
+    await options.register(v.session, token, host);
+  } catch (err) {
+    result.replaceChildren(
+      el('h2', { id: 'cr-title' }, `Session “${v.session}” was not created`),
+      el('p', { role: 'alert', 'data-testid': 'create-error' }, (err as Error).message),
+    );
+    result.hidden = false;
+    return;
+  }
+  const own = sessionUrl(options.origin, v, token, host);
+  const local = sessionUrl(options.origin, v, token);
+  const server = await info;
+  const addresses = server?.urls ?? [];
+  const share = shareField('cr-link', 'Link to share', addresses.length ? withOrigin(local, addresses[0]!) : local);
+  share.input.setAttribute('data-testid', 'share-link');
+  const qr = el('figure', { class: 'qr' });
+  const note = el('p', { class: 'share-note', 'data-testid': 'share-note' });
+  const showLink = (url: string) => {
+    share.input.value = url;
+    qr.replaceChildren(qrSvg(url, 'QR code of the link to share'), el('figcaption', {}, 'The same link as a QR code: point a camera at it to open the session.'));
+    note.textContent = reachNote(url, server);
+    note.hidden = note.textContent === '';
+  };
+  let chooser: HTMLElement | null = null;
+  if (addresses.length > 1) {
+    // Several networks (Wi-Fi, a cable, a VPN): the creator knows which one the class is on.
+    const select = el('select', { id: 'cr-origin', 'data-testid': 'share-origin' }, ...addresses.map((u) => el('option', { value: u }, u)));
+    select.addEventListener('change', () => showLink(withOrigin(local, select.value)));
+    chooser = el('div', { class: 'field origin-choice' }, el('label', { for: 'cr-origin' }, 'Address the other computers use'), select);
+  }
+  const { min, max } = formConfig(v);
+  const join = el('a', { href: own, class: 'btn btn-primary', 'data-testid': 'join-link', 'aria-describedby': 'cr-join-note' }, 'Join this session (open as a rank)');
+  const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
+  result.replaceChildren(
+    el('h2', { id: 'cr-title' }, `Session “${v.session}” is ready`),
+    el('p', {}, `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
+    ...(chooser ? [chooser] : []),
+    el('div', { class: 'share-with-qr' }, el('div', { class: 'share-col' }, share.root, note), qr),
+    el(
+      'p',
+      { class: 'form-actions' },
+      join,
+      el('span', { id: 'cr-join-note', class: 'field-hint' }, 'Your own tab: it can stop the training or end the session for everyone. Share the link above, not this one.'),
+    ),
+  );
+  showLink(share.input.value);
+  result.hidden = false;
+  result.scrollIntoView({ block: 'nearest' });
+  join.focus();
 }
