@@ -243,6 +243,15 @@ describe('DiLoCo', () => {
       const none = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 0 ? stale : null, 5)));
       expect(none.every((x) => !x.outerStep)).toBe(true);
       expect(ds[0]!.outerSteps).toBe(1);
+      // The group's outer step count but another committed step, or more outer steps than the
+      // group: each counts for nothing either (rank 1 holds it; rank 0 nothing).
+      const otherStep = { ...(await ds[1]!.hold(models[1]!, 4)), outerSteps: 1 };
+      const ahead = { ...(await ds[1]!.hold(models[1]!, 5)), outerSteps: 2 };
+      for (const held1 of [otherStep, ahead]) {
+        const res2 = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 1 ? held1 : null, 5)));
+        expect(res2).toEqual([0, 1, 2].map(() => ({ outerStep: false, contributors: 0 })));
+      }
+      expect(ds.map((d) => d.outerSteps)).toEqual([1, 1, 1]);
     } finally {
       for (const pg of pgs) pg.destroy();
     }
