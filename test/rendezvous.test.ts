@@ -7,7 +7,9 @@ import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable
 import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
-import { CloseCode } from '../src/c10d/protocol.ts';
+import { CloseCode, ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION } from '../src/c10d/protocol.ts';
+import { Session } from '../signaling/session.ts';
+import { StoreRefusal } from '../signaling/store.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -353,6 +355,37 @@ describe('places held by members (claim)', () => {
     await waitFor("a's place to come free", async () => (await c.claim(keys))[0] === -1);
     expect(await c.claim(keys, true)).toEqual([idC, idB]);
     for (const m of [b, c, storeOnly]) m.close();
+  });
+
+  it("at the session's cap, the places of departed members are taken back; while every holder lives, the next place is refused", () => {
+    // The server's Session with its real Rendezvous; participants are stand-ins (4,096 places
+    // need 256 members: sockets would test the sockets, not the cap).
+    const s = new Session('claim-cap', { maxKeys: 100, maxBytes: 100_000 });
+    const timing = { maxSpectators: 0, settleMs: 3_600_000, regroupIntervalMs: 0 };
+    const join = () => s.join({ send: () => {} }, { min: 1, max: 1_000 }, timing, () => {});
+    try {
+      const holders = Array.from({ length: MAX_CLAIMS_PER_SESSION / MAX_CLAIMS_PER_MEMBER }, join);
+      holders.forEach((id, i) => {
+        for (let j = 0; j < MAX_CLAIMS_PER_MEMBER; j++) expect(s.claim(id, [`p/${i}/${j}`], true)).toEqual([id]);
+      });
+      const late = join();
+      let refused: unknown;
+      try {
+        s.claim(late, ['p/late'], true);
+      } catch (e) {
+        refused = e;
+      }
+      expect(refused).toBeInstanceOf(StoreRefusal);
+      expect(refused).toMatchObject({ code: ErrorCode.QUOTA_KEYS, details: { max: MAX_CLAIMS_PER_SESSION } });
+      expect(s.claim(late, ['p/late'])).toEqual([-1]);
+      // Holder 0 leaves: its 16 places are free, the late member takes one, and the live holders keep theirs.
+      s.rendezvous!.remove(holders[0]!, 'its tab closed');
+      expect(s.claim(late, ['p/late'], true)).toEqual([late]);
+      expect(s.claim(late, ['p/0/0'])).toEqual([-1]);
+      expect(s.claim(late, holders.slice(1).map((_, i) => `p/${i + 1}/15`))).toEqual(holders.slice(1));
+    } finally {
+      s.rendezvous?.close();
+    }
   });
 
   it('member ids go on across the groups a session has: an id names one member while the server runs', async () => {
