@@ -11,6 +11,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { Collective, readHeader } from '../src/c10d/framing.ts';
 import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES } from '../src/c10d/latency_collectives.ts';
 import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
+import { roundToWire, type WireDtype } from '../src/half.ts';
 import { CollectiveMismatchError } from '../src/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -120,6 +121,32 @@ describe('recursive doubling all-reduce', () => {
           for (const out of outs) expect(bits(out)).toEqual(bits(outs[0]!));
           const tolerance = wire === 'float16' ? 2 ** -8 : 2 ** -5;
           outs[0]!.forEach((v, i) => expect(Math.abs(v - exact[0]![i]!)).toBeLessThanOrEqual(tolerance * (Math.abs(exact[0]![i]!) + 1)));
+        }
+      } finally {
+        for (const pg of pgs) pg.destroy();
+      }
+    }
+  });
+
+  it('worlds 3 and 5 on a 16-bit or int8 wire: a folded rank\'s values are rounded to the wire as its partner\'s are, so the sum is the wire-rounded sum, bit for bit', async () => {
+    const round = (wire: WireDtype, a: Float32Array) => roundToWire(wire, Float32Array.from(a));
+    const add = (a: Float32Array, b: Float32Array) => a.map((v, i) => v + b[i]!);
+    /** Doubling's sum as the wire has it: every value rounded before it is added to another, and the result once more. */
+    const wireSum = (inputs: Float32Array[], wire: WireDtype): Float32Array => {
+      const p = 2 ** Math.floor(Math.log2(inputs.length));
+      const extra = inputs.length - p;
+      // The first 2 x extra ranks fold pairwise; the rest stand alone.
+      let v = Array.from({ length: p }, (_, i) => (i < extra ? add(round(wire, inputs[2 * i + 1]!), round(wire, inputs[2 * i]!)) : inputs[i + extra]!));
+      for (let mask = 1; mask < p; mask <<= 1) v = v.map((x, i) => add(round(wire, x), round(wire, v[i ^ mask]!)));
+      return round(wire, v[0]!);
+    };
+    for (const n of [3, 5]) {
+      const { pgs } = await groups(n);
+      try {
+        for (const wire of ['float16', 'bfloat16', 'int8'] as const) {
+          const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 257), 'sum', { algorithm: 'doubling', wire })));
+          const want = wireSum(pgs.map((pg) => noisy(pg.rank, 257)), wire);
+          for (const out of outs) expect(bits(out)).toEqual(bits(want));
         }
       } finally {
         for (const pg of pgs) pg.destroy();
