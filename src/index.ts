@@ -30,6 +30,7 @@ export {
   CollectiveAbortedError,
   GroupClosedError,
   FramingError,
+  ServerMessageError,
   NonFiniteGradientError,
   ContributionMismatchError,
   NonFiniteWeightsError,

@@ -17,6 +17,7 @@ import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { waitFor } from './fixtures/wait.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -221,8 +222,8 @@ describe('recursive doubling all-reduce', () => {
 
   it('refuses an unknown algorithm, naming it; tree is for allReduce only', async () => {
     const { pgs } = await groups(1);
-    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(/algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/);
-    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(/tree is for allReduce only/);
+    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(errorOf(RangeError, /algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/));
+    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(errorOf(RangeError, /tree is for allReduce only/));
     pgs[0]!.destroy();
   });
 });

@@ -3,13 +3,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, type StoreError } from '../src/errors.ts';
+import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, StoreError } from '../src/errors.ts';
 import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
 import { CloseCode, ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION } from '../src/c10d/protocol.ts';
 import { Session } from '../signaling/session.ts';
 import { StoreRefusal } from '../signaling/store.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -345,8 +346,8 @@ describe('places held by members (claim)', () => {
     expect(await c.claim(keys)).toEqual([idA, idB]);
     // Only members may look places up or take them.
     await expect(storeOnly.claim(keys, true)).rejects.toMatchObject({ code: 'NOT_JOINED' });
-    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(/1 to 64 places/);
-    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(/"take" must be true or false/);
+    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(errorOf(StoreError, /1 to 64 places/, { code: 'BAD_MESSAGE' }));
+    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(errorOf(StoreError, /"take" must be true or false/, { code: 'BAD_MESSAGE' }));
     // One member holds at most 16 places: it cannot take a session's places for itself.
     for (let i = 0; i < 15; i++) expect(await b.claim([`spam/${i}`], true)).toEqual([idB]);
     await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({ code: 'QUOTA_KEYS', message: expect.stringMatching(/holds 16 places.*\(16\)/) });
@@ -377,12 +378,12 @@ describe('places held by members (claim)', () => {
       }
       expect(refused).toBeInstanceOf(StoreRefusal);
       expect(refused).toMatchObject({ code: ErrorCode.QUOTA_KEYS, details: { max: MAX_CLAIMS_PER_SESSION } });
-      expect(s.claim(late, ['p/late'])).toEqual([-1]);
+      expect(s.claim(late, ['p/late'], false)).toEqual([-1]);
       // Holder 0 leaves: its 16 places are free, the late member takes one, and the live holders keep theirs.
       s.rendezvous!.remove(holders[0]!, 'its tab closed');
       expect(s.claim(late, ['p/late'], true)).toEqual([late]);
-      expect(s.claim(late, ['p/0/0'])).toEqual([-1]);
-      expect(s.claim(late, holders.slice(1).map((_, i) => `p/${i + 1}/15`))).toEqual(holders.slice(1));
+      expect(s.claim(late, ['p/0/0'], false)).toEqual([-1]);
+      expect(s.claim(late, holders.slice(1).map((_, i) => `p/${i + 1}/15`), false)).toEqual(holders.slice(1));
     } finally {
       s.rendezvous?.close();
     }
