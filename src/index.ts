@@ -33,6 +33,7 @@ export {
   CollectiveAbortedError,
   GroupClosedError,
   FramingError,
+  ServerMessageError,
   NonFiniteGradientError,
   ContributionMismatchError,
   NonFiniteWeightsError,

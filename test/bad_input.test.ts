@@ -9,6 +9,8 @@ import { StoreError } from '../src/wire/errors.ts';
 import { PROTOCOL_VERSION, encodeValue } from '../src/wire/protocol.ts';
 import { connect, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { StoreTimeoutError } from '../src/wire/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -151,7 +153,7 @@ describe('bad input', () => {
     expect(await b.deleteKey('shared-name')).toBe(true);
     expect(text(await a.get('shared-name'))).toBe('from a');
     expect(await a.numKeys()).toBe(1);
-    await expect(b.get('shared-name', 100)).rejects.toThrow(/timed out/);
+    await expect(b.get('shared-name', 100)).rejects.toThrow(errorOf(StoreTimeoutError, /timed out/, { code: 'TIMEOUT' }));
     a.close();
     b.close();
   });

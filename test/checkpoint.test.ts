@@ -22,6 +22,7 @@ import * as tf from '@tensorflow/tfjs';
 import { buildModel } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../src/elastic/recovery.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: what a TF.js Sequential MLP and an Adam optimizer give.
@@ -161,7 +162,7 @@ describe('checkpoint container', () => {
   it('refuses weight data that is not one ArrayBuffer (a TF.js ArrayBuffer[]) instead of writing zeros', async () => {
     const c = makeCheckpoint(1);
     const split = { ...c, model: { ...c.model, weightData: [c.model.weightData] as unknown as ArrayBuffer } };
-    await expect(encodeCheckpoint(split)).rejects.toThrow(/model.weightData must be one ArrayBuffer/);
+    await expect(encodeCheckpoint(split)).rejects.toThrow(errorOf(TypeError, /model.weightData must be one ArrayBuffer/));
   });
 });
 
@@ -430,7 +431,7 @@ describe('checkpoint server', () => {
     }
     // "." and ".." match the character set but would name the folder or its parent.
     await expect(latestValidCheckpoint(srv.dir, '..')).rejects.toThrow(TypeError);
-    await expect(saveCheckpoint(srv.url, '..', makeCheckpoint(1), auth('..'))).rejects.toThrow(/not allowed/);
+    await expect(saveCheckpoint(srv.url, '..', makeCheckpoint(1), auth('..'))).rejects.toThrow(errorOf(TypeError, /not allowed/));
     await expect(loadCheckpoint(srv.url, 'bad name', auth('bad name'))).rejects.toThrow(TypeError);
     expect(await readdir(srv.dir)).not.toContain('bad name');
   });

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CheckpointRefused, checkpointStore, latestValidCheckpoint, type ByteSource, type CheckpointStoreOptions } from '../signaling/checkpoint_store.ts';
 import { CHECKPOINT_MAGIC, CHECKPOINT_VERSION, PREAMBLE_BYTES, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let root: string;
 
@@ -201,8 +202,8 @@ describe('checkpoint store', () => {
 
   it('refuses options that are not positive integers', async () => {
     const dir = join(root, 'never-used');
-    expect(() => checkpointStore({ dir, keep: 0 })).toThrow('keep must be a positive integer, got 0');
-    expect(() => checkpointStore({ dir, maxDiskBytes: 1.5 })).toThrow('maxDiskBytes must be a positive integer, got 1.5');
+    expect(() => checkpointStore({ dir, keep: 0 })).toThrow(errorOf(RangeError, 'keep must be a positive integer, got 0'));
+    expect(() => checkpointStore({ dir, maxDiskBytes: 1.5 })).toThrow(errorOf(RangeError, 'maxDiskBytes must be a positive integer, got 1.5'));
   });
 });
 

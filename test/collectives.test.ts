@@ -12,6 +12,7 @@ import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -91,7 +92,7 @@ describe('collectives over in-memory links', () => {
     const scattered = await Promise.all(pgs.map((pg) => pg.reduceScatter(input(pg.rank, 12), 'sum')));
     const full = expected(3, 12, 'sum');
     scattered.forEach((s, r) => expect(s).toEqual(full.slice(r * 4, r * 4 + 4)));
-    await expect(pgs[0].reduceScatter(new Float32Array(7))).rejects.toThrow(/divisible by the world size 3, got 7/);
+    await expect(pgs[0].reduceScatter(new Float32Array(7))).rejects.toThrow(errorOf(RangeError, /divisible by the world size 3, got 7/));
     destroy(pgs);
   });
 
@@ -181,7 +182,7 @@ describe('failure', () => {
     }
     expect(Date.now() - t0).toBeLessThan(3_000);
     // The group is broken for good: later calls fail at once, naming the lost rank.
-    await expect(pgs[0].allReduce(new Float32Array(1))).rejects.toThrow(/lost rank 2/);
+    await expect(pgs[0].allReduce(new Float32Array(1))).rejects.toThrow(errorOf(PeerLostError, /lost rank 2/));
     destroy(pgs);
   });
 
@@ -275,7 +276,7 @@ describe('liveness', () => {
     expect(err.message).toMatch(/^this tab \(rank 0\) was paused for 1\.\d s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 1 elements #2: the other ranks have gone on without it$/);
     expect(isRecoverable(err)).toBe(true);
     // Rank 1 was between collectives; its group failed the same way, and later calls say so.
-    await expect(pgs[1]!.allReduce(Float32Array.of(1))).rejects.toThrow(/this tab \(rank 1\) was paused .* while it was between collectives/);
+    await expect(pgs[1]!.allReduce(Float32Array.of(1))).rejects.toThrow(errorOf(RankStalledError, /this tab \(rank 1\) was paused .* while it was between collectives/));
     for (const pg of pgs) pg.destroy();
   });
 

@@ -11,6 +11,8 @@ import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../clie
 import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';
 import { qrPath } from '../client/ui/qr.ts';
 import { newSessionToken, tokenFromFragment } from '../src/wire/session_token.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ConfigError } from '../src/jobs/config_option.ts';
 
 const TOKEN = newSessionToken();
 
@@ -148,7 +150,7 @@ describe('the create form', () => {
 
   it('refuses a minimum above the world size, as the page would', () => {
     expect(checkForm(form({ world: '3', min: '5' }))).toEqual({ min: "Keep training with at least (tabs) must be at most the session's largest size (3)." });
-    expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }), TOKEN)).toThrow(/option min/);
+    expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }), TOKEN)).toThrow(errorOf(ConfigError, /option min/));
   });
 });
 

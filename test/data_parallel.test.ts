@@ -23,6 +23,7 @@ import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { relativeError } from './fixtures/tensors.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const DEVICE = new URL('./fixtures/data_parallel_node_device.ts', import.meta.url);
 
@@ -94,7 +95,7 @@ describe('scatter and gather', () => {
     ]);
     chunks[0]!.values[0] = 99;
     expect(values[0]).toBe(0);
-    expect(() => scatter(values, 2, [3, 3])).toThrow(/10 values, but 6 samples of 2 need 12/);
+    expect(() => scatter(values, 2, [3, 3])).toThrow(errorOf(RangeError, /10 values, but 6 samples of 2 need 12/));
   });
 
   it('gathers the chunks\' mean gradients weighted by their samples, in float64', () => {
@@ -104,8 +105,8 @@ describe('scatter and gather', () => {
     ]);
     expect(loss).toBe(2);
     expect(Array.from(grads)).toEqual([2, 1]);
-    expect(() => gatherMean([])).toThrow(/no device/);
-    expect(() => gatherMean([{ samples: 1, loss: 0, grads: new Float32Array(2) }, { samples: 1, loss: 0, grads: new Float32Array(3) }])).toThrow(/3 gradient values/);
+    expect(() => gatherMean([])).toThrow(errorOf(RangeError, /no device/));
+    expect(() => gatherMean([{ samples: 1, loss: 0, grads: new Float32Array(2) }, { samples: 1, loss: 0, grads: new Float32Array(3) }])).toThrow(errorOf(RangeError, /3 gradient values/));
   });
 
   it('checks every message type at both ends', () => {
@@ -144,8 +145,8 @@ describe('DataParallel', { timeout: 90_000 }, () => {
         expect(got.correct).toBeLessThanOrEqual(n);
       }
       const { x } = data.batch([5]);
-      await expect(dp.computeGradients({ x: new Float32Array(20), y: new Int32Array(1) })).rejects.toThrow(/20 values, not a positive multiple of the 16/);
-      await expect(dp.computeGradients({ x, y: new Int32Array(2) })).rejects.toThrow(/1 samples but 2 labels/);
+      await expect(dp.computeGradients({ x: new Float32Array(20), y: new Int32Array(1) })).rejects.toThrow(errorOf(RangeError, /20 values, not a positive multiple of the 16/));
+      await expect(dp.computeGradients({ x, y: new Int32Array(2) })).rejects.toThrow(errorOf(RangeError, /1 samples but 2 labels/));
     } finally {
       dp.close();
       model.dispose();
@@ -174,7 +175,7 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       expect(got.devices.map((d) => d.samples)).toEqual([4, 3]);
       // 7 windows of 8 positions: up to 56 right predictions, not 7.
       expect(got.correct).toBeLessThanOrEqual(56);
-      await expect(dp.computeGradients({ x, y: y.subarray(0, 7) })).rejects.toThrow(/7 samples but 7 labels \(56 expected\)/);
+      await expect(dp.computeGradients({ x, y: y.subarray(0, 7) })).rejects.toThrow(errorOf(RangeError, /7 samples but 7 labels \(56 expected\)/));
     } finally {
       dp.close();
       model.dispose();
@@ -234,7 +235,7 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       expect((err as DataParallelDeviceError).device).toBe(1);
       expect((err as Error).message).toMatch(/^DataParallel device 1 \(a Worker on cpu\) failed during (step 2|its run): the worker threw: a crash injected by DataParallel.injectFault/);
       await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toBe(err);
-      expect(() => dp.injectFault(2, 'crash')).toThrow(/no device 2/);
+      expect(() => dp.injectFault(2, 'crash')).toThrow(errorOf(RangeError, /no device 2/));
     } finally {
       dp.close();
     }
@@ -245,15 +246,15 @@ describe('DataParallel', { timeout: 90_000 }, () => {
     try {
       dp.injectFault(0, 'hang');
       const { x, y } = data.batch(range(0, 8));
-      await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toThrow('DataParallel device 0 (a Worker on cpu) failed during step 1: it did not answer step 1 (4 samples) within 1.5 s');
+      await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toThrow(errorOf(DataParallelDeviceError, 'DataParallel device 0 (a Worker on cpu) failed during step 1: it did not answer step 1 (4 samples) within 1.5 s'));
     } finally {
       dp.close();
     }
   });
 
   it('refuses a bad device count or loss before starting anything', async () => {
-    await expect(DataParallel.create(newModel(), { devices: 0, loss, spawn: nodeDevice })).rejects.toThrow(/devices must be an integer from 1 to 32, got 0/);
-    await expect(DataParallel.create(newModel(), { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 0 }, spawn: nodeDevice })).rejects.toThrow(/numClasses/);
+    await expect(DataParallel.create(newModel(), { devices: 0, loss, spawn: nodeDevice })).rejects.toThrow(errorOf(RangeError, /devices must be an integer from 1 to 32, got 0/));
+    await expect(DataParallel.create(newModel(), { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 0 }, spawn: nodeDevice })).rejects.toThrow(errorOf(RangeError, /numClasses/));
   });
 
   it('DDP over 2 ranks of 2 devices each at batch 16 trains to one rank\'s weights at batch 32 (SGD, 10 steps)', async () => {

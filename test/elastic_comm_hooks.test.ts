@@ -26,6 +26,7 @@ import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -369,7 +370,7 @@ describe("a hook's state in a checkpoint's optimizer section", () => {
     // A meta that does not match the section is a corrupt checkpoint.
     const wrong = JSON.parse(JSON.stringify({ commHook: { ...header, tensors: [{ name: 'q:0/1', length: 4 }, { name: 'error:0/1', length: 3 }] } })) as Record<string, unknown>;
     expect(() => splitCommHookState(wrong, optimizer, 'ckpt-x')).toThrow(CheckpointCorruptError);
-    expect(() => splitCommHookState({ commHook: { name: 'p', meta: { a: {} }, tensors: [] } }, optimizer)).toThrow(/meta's "a" is not a number/);
+    expect(() => splitCommHookState({ commHook: { name: 'p', meta: { a: {} }, tensors: [] } }, optimizer)).toThrow(errorOf(CheckpointCorruptError, /meta's "a" is not a number/));
     opt.dispose();
     model.dispose();
   });

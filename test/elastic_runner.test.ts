@@ -307,10 +307,9 @@ describe('runElastic', () => {
       if (step === 6 && pg.rank === 2) throw new PeerLostError(0, 'its link closed during the last step');
     };
     const members = [0, 1, 2].map((id) => member(net, id, session, { min: 2, max: 3, steps: 6, onStep: failLast }));
-    const started = Date.now();
     const outcomes = await Promise.allSettled(members.map((m) => m.result));
-    // Without the server's word it waited out its timeout (10 s): DistTimeoutError.
-    expect(Date.now() - started).toBeLessThan(8_000);
+    // The server's word, 'rendezvous-closed', is what fails it: without it, it waits out its
+    // timeout (10 s) and fails with DistTimeoutError instead.
     const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected');
     expect(failed).toHaveLength(1);
     const err = failed[0]!.reason as RendezvousClosedError;

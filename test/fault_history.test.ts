@@ -24,6 +24,8 @@ import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
 import { classificationStep } from './fixtures/elastic_step.ts';
+import { ServerMessageError } from '../src/wire/errors.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -123,8 +125,8 @@ describe("the group's fault history", () => {
     expect(e.entries.at(-1)).toEqual({ kind: 'joined', round: 6 * MAX_FAULT_ENTRIES, rank: 1, reason: '' });
     expect(JSON.stringify(e).length).toBeLessThan(MAX_FAULT_ENTRIES * 400);
     expect(parseServerMessage(JSON.stringify(e))).toEqual(e);
-    expect(() => parseServerMessage(JSON.stringify({ ...e, entries: [...e.entries, e.entries[0]] }))).toThrow(/entries/);
-    expect(() => parseServerMessage(JSON.stringify({ ...e, counts: { ...e.counts, froze: -1 } }))).toThrow(/counts/);
+    expect(() => parseServerMessage(JSON.stringify({ ...e, entries: [...e.entries, e.entries[0]] }))).toThrow(errorOf(ServerMessageError, /entries/, { messageType: 'faults' }));
+    expect(() => parseServerMessage(JSON.stringify({ ...e, counts: { ...e.counts, froze: -1 } }))).toThrow(errorOf(ServerMessageError, /counts/, { messageType: 'faults' }));
   });
 
   it('the run record carried with the state stays bounded too: the first resume and the latest ones', () => {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/wire/framing.ts';
 import { FramingError, PeerLostError, RankStalledError } from '../src/wire/errors.ts';
 import { decodeAbortNotice, encodeAbortNotice } from '../src/transport/mailbox.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const base = { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
 
@@ -35,7 +36,7 @@ describe('frames', () => {
     f[3] = 0x31; // int8
     expect(readHeader(f).dtype).toBe(3);
     f[3] = 0x41;
-    expect(() => readHeader(f)).toThrow(/unknown element type 4/);
+    expect(() => readHeader(f)).toThrow(errorOf(FramingError, /unknown element type 4/));
   });
 
   it('carries the process group id as a u32 at byte 32 of a 36-byte header', () => {
@@ -87,7 +88,7 @@ describe('reassembly rejects bad chunks', () => {
     expect(() => start().push(list[0])).not.toThrow();
     const r2 = start();
     r2.push(list[0]);
-    expect(() => r2.push(list[0])).toThrow(/duplicate chunk at offset 0; expected offset 64/);
+    expect(() => r2.push(list[0])).toThrow(errorOf(FramingError, /duplicate chunk at offset 0; expected offset 64/));
   });
 
   it('an empty chunk of a non-empty message (it would pass for progress and keep a receive waiting)', () => {
@@ -95,32 +96,32 @@ describe('reassembly rejects bad chunks', () => {
     r.push(list[0]);
     const empty = new Uint8Array(HEADER_BYTES);
     writeHeader(empty, { ...readHeader(list[1]), length: 0 });
-    expect(() => r.push(empty)).toThrow(/empty chunk at offset 64 of a 256-byte message/);
+    expect(() => r.push(empty)).toThrow(errorOf(FramingError, /empty chunk at offset 64 of a 256-byte message/));
   });
 
   it('an out-of-order chunk', () => {
     const r = start();
     r.push(list[0]);
-    expect(() => r.push(list[2])).toThrow(/out-of-order chunk at offset 128; expected offset 64/);
+    expect(() => r.push(list[2])).toThrow(errorOf(FramingError, /out-of-order chunk at offset 128; expected offset 64/));
   });
 
   it('a truncated chunk', () => {
-    expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(/truncated chunk: header says 64 payload bytes, frame carries 59/);
-    expect(() => readHeader(new Uint8Array(10))).toThrow(/shorter than the 36-byte header/);
+    expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(errorOf(FramingError, /truncated chunk: header says 64 payload bytes, frame carries 59/));
+    expect(() => readHeader(new Uint8Array(10))).toThrow(errorOf(FramingError, /shorter than the 36-byte header/));
   });
 
   it('a chunk after the message is complete, or disagreeing on the total', () => {
     const r = start();
     for (const f of list) r.push(f);
-    expect(() => r.push(list[3])).toThrow(/after the message was complete/);
+    expect(() => r.push(list[3])).toThrow(errorOf(FramingError, /after the message was complete/));
     const other = [...frames(payloadOf(512), base, 64 + HEADER_BYTES)];
-    expect(() => start().push(other[0])).toThrow(/message has 512 bytes, earlier chunks said 256/);
+    expect(() => start().push(other[0])).toThrow(errorOf(FramingError, /message has 512 bytes, earlier chunks said 256/));
   });
 
   it('a foreign frame', () => {
     const f = list[0].slice();
     f[0] = 0x42;
-    expect(() => readHeader(f)).toThrow(/magic 0x42/);
+    expect(() => readHeader(f)).toThrow(errorOf(FramingError, /magic 0x42/));
   });
 });
 

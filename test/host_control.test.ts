@@ -14,11 +14,13 @@ import { CloseCode, type ControlEvent, type RoundEvent, type WaitingEvent } from
 import { parseRequest, parseServerMessage } from '../src/wire/protocol_validation.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/c10d/rendezvous.ts';
-import { SessionEndedError, StoreError, UnauthorizedError } from '../src/wire/errors.ts';
+import { SessionEndedError, StoreError, UnauthorizedError, ServerMessageError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];
@@ -300,12 +302,12 @@ describe('control messages', () => {
   it('parses control requests, host secrets and control events, and refuses malformed ones', () => {
     expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'min', min: 2 }))).toEqual({ type: 'control', id: 1, action: 'min', min: 2 });
     expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'end' }))).toEqual({ type: 'control', id: 1, action: 'end' });
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'pause' }))).toThrow(/"action" must be one of "stop", "end", "min"/);
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'pause' }))).toThrow(errorOf(ProtocolViolation, /"action" must be one of "stop", "end", "min"/, { code: 'BAD_MESSAGE' }));
     expect(parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 'h' }))).toMatchObject({ host: 'h' });
-    expect(() => parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 5 }))).toThrow(/"host" must be a string/);
+    expect(() => parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 5 }))).toThrow(errorOf(ProtocolViolation, /"host" must be a string/, { code: 'BAD_MESSAGE' }));
     const event = { type: 'control', action: 'min', min: 3, by: 'host' };
     expect(parseServerMessage(JSON.stringify(event))).toEqual(event);
-    expect(() => parseServerMessage(JSON.stringify({ ...event, by: 'rank 0' }))).toThrow(/bad action or sender/);
-    expect(() => parseServerMessage(JSON.stringify({ type: 'control', action: 'stop', min: 3, by: 'host' }))).toThrow(/bad min/);
+    expect(() => parseServerMessage(JSON.stringify({ ...event, by: 'rank 0' }))).toThrow(errorOf(ServerMessageError, /bad action or sender/, { messageType: 'control' }));
+    expect(() => parseServerMessage(JSON.stringify({ type: 'control', action: 'stop', min: 3, by: 'host' }))).toThrow(errorOf(ServerMessageError, /bad min/, { messageType: 'control' }));
   });
 });

@@ -20,6 +20,7 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -143,7 +144,7 @@ describe('DDP with host optimizers', () => {
   it('setBatchShare refuses shares that are not a part of the global batch', async () => {
     const [pg] = await groups(1);
     const ddp = await DistributedDataParallel.create(mlp(), pg!);
-    expect(() => ddp.setBatchShare(33, 32)).toThrow(/samples must be an integer in 0..globalSamples/);
+    expect(() => ddp.setBatchShare(33, 32)).toThrow(errorOf(RangeError, /samples must be an integer in 0..globalSamples/));
     expect(() => ddp.setBatchShare(1.5, 32)).toThrow(RangeError);
     expect(() => ddp.setBatchShare(1, 0)).toThrow(RangeError);
     pg!.destroy();

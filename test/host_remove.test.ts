@@ -16,11 +16,13 @@ import { CloseCode, ROTATED_TOKEN_MESSAGE, type TokenEvent } from '../src/wire/p
 import { parseRequest, parseServerMessage } from '../src/wire/protocol_validation.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { RendezvousHandler, type RendezvousOptions } from '../src/c10d/rendezvous.ts';
-import { NotHostError, RemovedByHostError, StoreError, TokenRotatedError, UnauthorizedError } from '../src/wire/errors.ts';
+import { NotHostError, RemovedByHostError, StoreError, TokenRotatedError, UnauthorizedError, ServerMessageError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];
@@ -197,13 +199,13 @@ describe('remove and token messages', () => {
   it('parses remove requests and token events, and refuses malformed ones', () => {
     expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 2, round: 7 }))).toEqual({ type: 'control', id: 1, action: 'remove', rank: 2, round: 7 });
     expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9 }))).toEqual({ type: 'control', id: 1, action: 'remove', member: 9 });
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9, round: 2 }))).toThrow('field "round" goes with field "rank" only');
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: -1 }))).toThrow('field "rank" is -1');
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 0, min: 1 }))).toThrow('field "min" goes with action "min" only');
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'kick' }))).toThrow('field "action" must be one of "stop", "end", "min", "remove"');
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9, round: 2 }))).toThrow(errorOf(ProtocolViolation, 'field "round" goes with field "rank" only', { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: -1 }))).toThrow(errorOf(ProtocolViolation, 'field "rank" is -1', { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 0, min: 1 }))).toThrow(errorOf(ProtocolViolation, 'field "min" goes with action "min" only', { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'kick' }))).toThrow(errorOf(ProtocolViolation, 'field "action" must be one of "stop", "end", "min", "remove"', { code: 'BAD_MESSAGE' }));
     const event = { type: 'token', token: newSessionToken(), reason: 'the host removed rank 1 of round 3 from the session' };
     expect(parseServerMessage(JSON.stringify(event))).toEqual(event);
-    expect(() => parseServerMessage(JSON.stringify({ ...event, token: 'short' }))).toThrow('bad token or reason');
-    expect(() => parseServerMessage(JSON.stringify({ type: 'token', token: event.token }))).toThrow('bad token or reason');
+    expect(() => parseServerMessage(JSON.stringify({ ...event, token: 'short' }))).toThrow(errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }));
+    expect(() => parseServerMessage(JSON.stringify({ type: 'token', token: event.token }))).toThrow(errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }));
   });
 });

@@ -22,6 +22,7 @@ import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { watchCollectiveFrames } from './fixtures/links.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -77,8 +78,8 @@ function rejection(r: PromiseSettledResult<unknown>): Error {
 describe('peer frames', () => {
   it('a chunk whose offset or length is not a multiple of 4 bytes is refused, naming the field', () => {
     const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
-    expect(() => checkChunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(/chunk offset 2 is not a multiple of 4 bytes/);
-    expect(() => checkChunk(readHeader(tamper(f!, { length: 6 })))).toThrow(/chunk length 6 is not a multiple of 4 bytes/);
+    expect(() => checkChunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(errorOf(FramingError, /chunk offset 2 is not a multiple of 4 bytes/));
+    expect(() => checkChunk(readHeader(tamper(f!, { length: 6 })))).toThrow(errorOf(FramingError, /chunk length 6 is not a multiple of 4 bytes/));
     expect(() => checkChunk(readHeader(f!))).not.toThrow();
   });
 
@@ -132,11 +133,11 @@ describe('mailbox bounds', () => {
     const mb = mailbox();
     expect(() => put(mb, frameFor(14))).not.toThrow();
     expect(() => put(mb, frameFor(15))).toThrow(FramingError);
-    expect(() => put(mb, frameFor(0))).toThrow(/collective #0 is outside the window/);
+    expect(() => put(mb, frameFor(0))).toThrow(errorOf(FramingError, /collective #0 is outside the window/));
   });
 
   it('refuses message numbers no collective of the group has', () => {
-    expect(() => put(mailbox(), frameFor(11, 2))).toThrow(/message step 2 of collective #11 is past the last a collective has \(1\)/);
+    expect(() => put(mailbox(), frameFor(11, 2))).toThrow(errorOf(FramingError, /message step 2 of collective #11 is past the last a collective has \(1\)/));
   });
 
   it('bounds the bytes one peer can make this rank hold over all the groups they share, and a broken group gives its part back', () => {
@@ -145,7 +146,7 @@ describe('mailbox bounds', () => {
     const [a, b] = [inGroup(), inGroup()];
     put(a, frameFor(11, 0, 64)); // 100 bytes with the header
     put(b, frameFor(11, 0, 64)); // 200 over both groups
-    expect(() => put(b, frameFor(12, 0, 64))).toThrow(/300 bytes would wait/);
+    expect(() => put(b, frameFor(12, 0, 64))).toThrow(errorOf(FramingError, /300 bytes would wait/));
     a.failAll(new Error('group destroyed'));
     expect(() => put(b, frameFor(12, 0, 64))).not.toThrow();
   });

@@ -10,6 +10,8 @@ import { startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient, UnauthorizedError, newSessionToken } from '../src/index.ts';
 import { isIceServers } from '../src/wire/protocol.ts';
 import { tokenFor } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ServerStartError } from '../signaling/network.ts';
 
 const SECRET = 'a-shared-secret-of-coturn-0123456789';
 
@@ -22,13 +24,13 @@ describe('ICE configuration', () => {
   });
 
   it('says which setting is wrong', () => {
-    expect(() => iceConfigFromEnv({ ICE_SERVERS: 'stun:x' })).toThrow(/ICE_SERVERS must be JSON/);
-    expect(() => iceConfigFromEnv({ ICE_SERVERS: '{"urls":"stun:x"}' })).toThrow(/ICE_SERVERS must be a JSON list/);
-    expect(() => iceConfigFromEnv({ ICE_SERVERS: '[{"urls":"http://x"}]' })).toThrow(/iceServers\[0\]: "urls" must be a stun:/);
-    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET })).toThrow(/needs both TURN_SECRET .* and TURN_URLS/);
-    expect(() => iceConfigFromEnv({ TURN_SECRET: 'short', TURN_URLS: 'turn:x:3478' })).toThrow(/at least 16 characters/);
-    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'stun:x:3478' })).toThrow(/must be turn: or turns:/);
-    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'turn:x:3478', TURN_TTL: '5' })).toThrow(/TURN_TTL/);
+    expect(() => iceConfigFromEnv({ ICE_SERVERS: 'stun:x' })).toThrow(errorOf(IceConfigError, /ICE_SERVERS must be JSON/));
+    expect(() => iceConfigFromEnv({ ICE_SERVERS: '{"urls":"stun:x"}' })).toThrow(errorOf(IceConfigError, /ICE_SERVERS must be a JSON list/));
+    expect(() => iceConfigFromEnv({ ICE_SERVERS: '[{"urls":"http://x"}]' })).toThrow(errorOf(IceConfigError, /iceServers\[0\]: "urls" must be a stun:/));
+    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET })).toThrow(errorOf(IceConfigError, /needs both TURN_SECRET .* and TURN_URLS/));
+    expect(() => iceConfigFromEnv({ TURN_SECRET: 'short', TURN_URLS: 'turn:x:3478' })).toThrow(errorOf(IceConfigError, /at least 16 characters/));
+    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'stun:x:3478' })).toThrow(errorOf(IceConfigError, /must be turn: or turns:/));
+    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'turn:x:3478', TURN_TTL: '5' })).toThrow(errorOf(IceConfigError, /TURN_TTL/));
     expect(() => checkIceConfig({ iceServers: Array.from({ length: 9 }, () => ({ urls: ['stun:x'] })) })).toThrow(IceConfigError);
   });
 
@@ -83,11 +85,11 @@ describe('the server hands ICE servers to members', () => {
     const made = 'made-up';
     const refused = StoreClient.connect(server.url, { session: made, token: tokenFor(made), timeoutMs: 5_000 });
     await expect(refused).rejects.toBeInstanceOf(UnauthorizedError);
-    await expect(refused).rejects.toThrow(/session "made-up" does not exist on this server. Open the full link the host shared/);
+    await expect(refused).rejects.toThrow(errorOf(UnauthorizedError, /session "made-up" does not exist on this server. Open the full link the host shared/, { code: 'UNAUTHORIZED' }));
     // Nothing was claimed: the name is still free, and the server holds no store for it.
     expect(server.sessions.has(made)).toBe(false);
     // A wrong admin secret creates nothing either.
-    await expect(StoreClient.connect(server.url, { session: made, token: tokenFor(made), admin: newSessionToken(), timeoutMs: 5_000 })).rejects.toThrow(/does not exist/);
+    await expect(StoreClient.connect(server.url, { session: made, token: tokenFor(made), admin: newSessionToken(), timeoutMs: 5_000 })).rejects.toThrow(errorOf(UnauthorizedError, /does not exist/, { code: 'UNAUTHORIZED' }));
 
     // The host creates it (the launcher's way, or a hello with the admin secret); its members get credentials.
     await server.createSession('class-1', tokenFor('class-1'));
@@ -124,6 +126,6 @@ describe('the server hands ICE servers to members', () => {
   });
 
   it('a bad configuration stops the server from starting, naming the setting', async () => {
-    await expect(startServer({ port: 0, log: () => {}, ice: { turn: { secret: 'x', urls: ['turn:a'] } } })).rejects.toThrow(/TURN_SECRET/);
+    await expect(startServer({ port: 0, log: () => {}, ice: { turn: { secret: 'x', urls: ['turn:a'] } } })).rejects.toThrow(errorOf(ServerStartError, /TURN_SECRET/, { code: 'EICECONFIG' }));
   });
 });

@@ -17,6 +17,7 @@ import { hex, rng } from './fixtures/tensors.ts';
 import { segments } from '../src/c10d/ring.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -55,7 +56,7 @@ describe('int8 codec', () => {
     expect(wirePayloadBytes('int8', 1000)).toBe(1032);
     expect(wirePayloadBytes('float16', 1000)).toBe(2000);
     expect(checkWireDtype('int8')).toBe('int8');
-    expect(() => checkWireDtype('int4')).toThrow(/unknown wire dtype "int4"; use float32, float16, bfloat16, int8/);
+    expect(() => checkWireDtype('int4')).toThrow(errorOf(RangeError, /unknown wire dtype "int4"; use float32, float16, bfloat16, int8/));
   });
 
   it('rounds each value to within 1/127 of its block\'s largest, exactly and idempotently', () => {

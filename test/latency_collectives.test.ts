@@ -11,11 +11,13 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { Collective, readHeader } from '../src/wire/framing.ts';
 import { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES } from '../src/c10d/latency_collectives.ts';
 import { allReduceBytes } from '../src/c10d/collective_bytes.ts';
+import { roundToWire, type WireDtype } from '../src/wire/half.ts';
 import { CollectiveMismatchError } from '../src/wire/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { waitFor } from './fixtures/wait.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -127,6 +129,32 @@ describe('recursive doubling all-reduce', () => {
     }
   });
 
+  it('worlds 3 and 5 on a 16-bit or int8 wire: a folded rank\'s values are rounded to the wire as its partner\'s are, so the sum is the wire-rounded sum, bit for bit', async () => {
+    const round = (wire: WireDtype, a: Float32Array) => roundToWire(wire, Float32Array.from(a));
+    const add = (a: Float32Array, b: Float32Array) => a.map((v, i) => v + b[i]!);
+    /** Doubling's sum as the wire has it: every value rounded before it is added to another, and the result once more. */
+    const wireSum = (inputs: Float32Array[], wire: WireDtype): Float32Array => {
+      const p = 2 ** Math.floor(Math.log2(inputs.length));
+      const extra = inputs.length - p;
+      // The first 2 x extra ranks fold pairwise; the rest stand alone.
+      let v = Array.from({ length: p }, (_, i) => (i < extra ? add(round(wire, inputs[2 * i + 1]!), round(wire, inputs[2 * i]!)) : inputs[i + extra]!));
+      for (let mask = 1; mask < p; mask <<= 1) v = v.map((x, i) => add(round(wire, x), round(wire, v[i ^ mask]!)));
+      return round(wire, v[0]!);
+    };
+    for (const n of [3, 5]) {
+      const { pgs } = await groups(n);
+      try {
+        for (const wire of ['float16', 'bfloat16', 'int8'] as const) {
+          const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 257), 'sum', { algorithm: 'doubling', wire })));
+          const want = wireSum(pgs.map((pg) => noisy(pg.rank, 257)), wire);
+          for (const out of outs) expect(bits(out)).toEqual(bits(want));
+        }
+      } finally {
+        for (const pg of pgs) pg.destroy();
+      }
+    }
+  });
+
   it('takes log2 N messages per rank where the ring takes 2(N-1), and says which algorithm ran on the wire', async () => {
     const { pgs, net } = await groups(8);
     try {
@@ -194,8 +222,8 @@ describe('recursive doubling all-reduce', () => {
 
   it('refuses an unknown algorithm, naming it; tree is for allReduce only', async () => {
     const { pgs } = await groups(1);
-    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(/algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/);
-    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(/tree is for allReduce only/);
+    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(errorOf(RangeError, /algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/));
+    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(errorOf(RangeError, /tree is for allReduce only/));
     pgs[0]!.destroy();
   });
 });

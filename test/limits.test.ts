@@ -13,9 +13,16 @@ import { PROTOCOL_VERSION, type RoundEvent } from '../src/wire/protocol.ts';
 import type { StoreClient } from '../src/c10d/store.ts';
 import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
-import { sleep, waitFor } from './fixtures/wait.ts';
+import { Heard, sleep, waitFor } from './fixtures/wait.ts';
 
 let server: RunningServer | undefined;
+/**
+ * Every wait's bound: far past what any load makes of these waits (the test's own limit is 20 s);
+ * it only names the wait that failed, it is never what a test checks.
+ */
+const BOUND_MS = 15_000;
+/** Rounds, peer-left events, raw messages and log lines as they arrive: the waits below wake on them. */
+const heard = new Heard(BOUND_MS);
 const open: Array<{ close(): void }> = [];
 let logged: string[] = [];
 afterEach(async () => {
@@ -26,7 +33,13 @@ afterEach(async () => {
 
 async function start(options: ServerOptions): Promise<RunningServer> {
   logged = [];
-  server = await withServer({ log: (line) => logged.push(line), ...options });
+  server = await withServer({
+    log: (line) => {
+      logged.push(line);
+      heard.changed();
+    },
+    ...options,
+  });
   return server;
 }
 
@@ -55,14 +68,20 @@ async function stillServes(session: string): Promise<void> {
   expect(await other.add('n', 1)).toBe(1);
 }
 
-const until = (ok: () => boolean, what: string, timeoutMs = 2_000): Promise<void> => waitFor(what, ok, { timeoutMs });
+/** Waits for a condition over what the test heard (see `heard`): checked again as each event arrives. */
+const until = (ok: () => boolean, what: string): Promise<void> => heard.until(what, ok);
+/** The server's own state says nothing when it changes: polled, within the same bound. */
+const untilServer = (ok: () => boolean, what: string): Promise<void> => waitFor(what, ok, { timeoutMs: BOUND_MS });
 
 /** A raw socket, for clients that misbehave below the StoreClient. */
 class Raw {
   readonly messages: Array<Record<string, unknown>> = [];
   readonly closed: Promise<{ code: number; reason: string }>;
   constructor(readonly ws: WebSocket) {
-    ws.on('message', (d) => this.messages.push(JSON.parse(d.toString()) as Record<string, unknown>));
+    ws.on('message', (d) => {
+      this.messages.push(JSON.parse(d.toString()) as Record<string, unknown>);
+      heard.changed();
+    });
     ws.on('error', () => {});
     this.closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
     open.push({ close: () => ws.terminate() });
@@ -101,9 +120,9 @@ describe('store correctness', () => {
     await start({});
     const session = uniqueSession('race');
     const [a, b] = [await client(session), await client(session)];
-    const pending = a.get('k', 2_000);
-    const many = a.multiGet(['x', 'y'], 2_000);
-    await until(() => pendingWaiters(server!, session) === 2, 'the get and the multiGet to wait on the server');
+    const pending = a.get('k', BOUND_MS);
+    const many = a.multiGet(['x', 'y'], BOUND_MS);
+    await untilServer(() => pendingWaiters(server!, session) === 2, 'the get and the multiGet to wait on the server');
     // Sent back to back: the server reads them in one go, before the waiting get resumes.
     const writes = [b.set('k', 'v'), b.deleteKey('k'), b.multiSet(['x', 'y'], ['1', '2']), b.deleteKey('x')];
     expect(text(await pending)).toBe('v');
@@ -165,7 +184,7 @@ describe('limits', () => {
     await a.set('big', 'x'.repeat(6_000));
     // Session one goes idle and is dropped with its keys: its bytes are free again.
     a.close();
-    await until(() => !server!.sessions.has(one), 'the idle session to be dropped');
+    await untilServer(() => !server!.sessions.has(one), 'the idle session to be dropped');
     await b.set('big', 'y'.repeat(6_000));
     await stillServes(two);
   });
@@ -187,7 +206,7 @@ describe('limits', () => {
     // Session one's sockets close: the sweeper drops it, keys and all, and its place is free.
     a.close();
     a2.close();
-    await until(() => !server!.sessions.has(one), 'the idle session to be dropped');
+    await untilServer(() => !server!.sessions.has(one), 'the idle session to be dropped');
     const c = await client(three);
     await c.set('x', '1');
     expect(text(await (await client(two)).get('kept'))).toBe('1');
@@ -197,8 +216,8 @@ describe('limits', () => {
     await start({ limits: { maxPendingPerSocket: 3 } });
     const session = uniqueSession('pending');
     const s = await client(session);
-    const waits = [s.get('p1', 2_000), s.wait(['p2'], 2_000), s.multiGet(['p3'], 2_000)];
-    const err = await refusal(s.get('p4', 2_000));
+    const waits = [s.get('p1', BOUND_MS), s.wait(['p2'], BOUND_MS), s.multiGet(['p3'], BOUND_MS)];
+    const err = await refusal(s.get('p4', BOUND_MS));
     expect(err.code).toBe('TOO_MANY_PENDING');
     expect(err.message).toContain('the limit is 3');
     await s.set('here', '1');
@@ -206,7 +225,7 @@ describe('limits', () => {
     await s.multiSet(['p1', 'p2', 'p3'], ['1', '2', '3']);
     await Promise.all(waits);
     expect(text(await s.get('here', 100))).toBe('1');
-    const again = s.get('p4', 2_000);
+    const again = s.get('p4', BOUND_MS);
     await s.set('p4', '4');
     expect(text(await again)).toBe('4');
     await stillServes(session);
@@ -224,7 +243,7 @@ describe('limits', () => {
     a.close();
     // The server counts the socket free once it saw the close.
     let c: StoreClient | undefined;
-    await waitFor("a connection to be let in once the server saw a's close", async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined, { timeoutMs: 2_000, intervalMs: 20 });
+    await waitFor("a connection to be let in once the server saw a's close", async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined, { timeoutMs: BOUND_MS, intervalMs: 20 });
     open.push(c!);
     expect(await c!.add('n', 1)).toBe(1);
   });
@@ -235,7 +254,7 @@ describe('limits', () => {
     const good = await client(session);
     const silent = await Raw.open();
     const t0 = Date.now();
-    expect(await within(silent.closed, 2_000, 'the silent socket to close')).toEqual({ code: 4004, reason: 'no hello within 200 ms' });
+    expect(await within(silent.closed, BOUND_MS, 'the silent socket to close')).toEqual({ code: 4004, reason: 'no hello within 200 ms' });
     expect(Date.now() - t0).toBeLessThan(1_000);
     // Checks that something did not happen (good closed by a hello timer), so it can only wait: good
     // opened first, so its timer would have fired before silent's; 100 ms more lets that close arrive.
@@ -246,18 +265,25 @@ describe('limits', () => {
 
   it('pingIntervalMs: a socket that does not answer pings is cut off (and leaves the group); one that does stays', async () => {
     // No heartbeat eviction in this test: only the pings can notice the dead peer.
-    await start({ limits: { pingIntervalMs: 100 }, heartbeatTimeoutMs: 60_000, settleMs: 50 });
+    // The first round forms when both members are there (max), never on a clock: a settle time
+    // short enough for the test lost the race with a loaded machine, forming a round of one.
+    await start({ limits: { pingIntervalMs: 100 }, heartbeatTimeoutMs: 60_000, settleMs: 60_000 });
     const session = uniqueSession('ping');
     const good = await client(session);
     const rounds: RoundEvent[] = [];
-    good.on('round', (e) => rounds.push(e));
+    good.on('round', (e) => {
+      rounds.push(e);
+      heard.changed();
+    });
     await good.rendezvous({ min: 1, max: 2 });
     // `autoPong: false`: the socket reads everything but never answers a ping, like a dead peer's.
     const dead = await Raw.open({ autoPong: false });
-    await dead.hello(session);
+    // Hello and rendezvous back to back: the server reads both before its next ping check.
+    const said = dead.hello(session);
     dead.send({ type: 'rendezvous', id: 2, min: 1, max: 2 });
+    await said;
     await until(() => rounds.some((r) => r.worldSize === 2), 'a round with both members');
-    const closed = await within(dead.closed, 2_000, 'the dead socket to be cut off');
+    const closed = await within(dead.closed, BOUND_MS, 'the dead socket to be cut off');
     expect(closed.code).toBe(1006); // terminated: no close handshake with a dead peer
     await until(() => rounds.at(-1)!.worldSize === 1, 'a round without the dead member');
     expect(logged.some((l) => l.includes('did not answer a ping'))).toBe(true);
@@ -282,7 +308,7 @@ describe('limits', () => {
     }
     await until(() => logged.some((l) => l.includes('not reading: over 262144 bytes waiting to be sent')), 'the slow reader to be cut off');
     socket.resume();
-    await within(slow.closed, 3_000, 'the slow reader to close');
+    await within(slow.closed, BOUND_MS, 'the slow reader to close');
     expect(sent).toBeLessThan(200); // cut off while it was still asking, not after the server queued everything
     await stillServes(session);
   });
@@ -295,7 +321,7 @@ describe('limits', () => {
     await s.set('big', 'x'.repeat(2_000));
     const closed = new Promise<{ code: number; reason: string }>((resolve) => s.on('close', resolve));
     for (let i = 0; i < 4; i++) expect((await refusal(s.get('big'))).code).toBe('REPLY_TOO_LARGE');
-    expect(await within(closed, 2_000, 'the close')).toEqual({ code: 4001, reason: 'more than 3 bad messages' });
+    expect(await within(closed, BOUND_MS, 'the close')).toEqual({ code: 4001, reason: 'more than 3 bad messages' });
     // The log has the first refusal of each kind and a count of the rest, not one line each.
     await server!.close();
     server = undefined;
@@ -309,7 +335,10 @@ describe('regroup', () => {
   async function member(session: string): Promise<{ s: StoreClient; rounds: RoundEvent[] }> {
     const s = await client(session);
     const rounds: RoundEvent[] = [];
-    s.on('round', (e) => rounds.push(e));
+    s.on('round', (e) => {
+      rounds.push(e);
+      heard.changed();
+    });
     await s.rendezvous({ min: 1, max: 4 }, 100);
     return { s, rounds };
   }
@@ -345,7 +374,7 @@ describe('regroup', () => {
     expect((await a.s.regroup(1)).round).toBe(2);
     const c = await member(session);
     // Every rank asks, as the runner does after its barrier; both get the round formed at the end of the interval.
-    const answers = await within(Promise.all([a.s.regroup(2), b.s.regroup(2)]), 2_000, 'the deferred regroup');
+    const answers = await within(Promise.all([a.s.regroup(2), b.s.regroup(2)]), BOUND_MS, 'the deferred regroup');
     const waited = Date.now() - t0;
     expect(answers.map((r) => r.round)).toEqual([3, 3]);
     expect(waited).toBeGreaterThanOrEqual(390); // 400, less the clocks' millisecond rounding
@@ -369,7 +398,7 @@ describe('regroup', () => {
     expect((await a.s.regroup(1)).round).toBe(2);
     // Nobody waits: a plain regroup forms nothing; a failed one forms round 3 of the same ranks.
     expect((await b.s.regroup(2)).round).toBe(2);
-    const [fromA, fromB] = await within(Promise.all([a.s.regroup(2, true), b.s.regroup(2, true)]), 2_000, 'the failed round’s regroup');
+    const [fromA, fromB] = await within(Promise.all([a.s.regroup(2, true), b.s.regroup(2, true)]), BOUND_MS, 'the failed round’s regroup');
     expect(Date.now() - t0).toBeGreaterThanOrEqual(390); // inside the interval of round 2's: deferred (400, less rounding)
     expect([fromA.round, fromB.round]).toEqual([3, 3]);
     await until(() => b.rounds.length === 2, "b's round 3");
@@ -400,14 +429,21 @@ describe('regroup', () => {
   });
 
   it('losses that come together form one round (lossIntervalMs): each is told at once by its rank in the running round, the last live ranks take the lost places', async () => {
-    await start({ settleMs: 50, limits: { lossIntervalMs: 600 } });
+    // The first round forms when all 6 are there (max), not after a settle time they could miss.
+    await start({ settleMs: 60_000, limits: { lossIntervalMs: 600 } });
     const session = uniqueSession('losses');
     const members: Array<{ s: StoreClient; rounds: RoundEvent[]; left: number[] }> = [];
     for (let i = 0; i < 6; i++) {
       const s = await client(session);
       const m = { s, rounds: [] as RoundEvent[], left: [] as number[] };
-      s.on('round', (e) => m.rounds.push(e));
-      s.on('peer-left', (e) => m.left.push(e.rank));
+      s.on('round', (e) => {
+        m.rounds.push(e);
+        heard.changed();
+      });
+      s.on('peer-left', (e) => {
+        m.left.push(e.rank);
+        heard.changed();
+      });
       await s.rendezvous({ min: 1, max: 6 }, 100);
       members.push(m);
     }
@@ -457,7 +493,7 @@ describe('regroup', () => {
     await a.s.check(['nothing']);
     b.s.close();
     // b's loss forms round 3 at once (with the waiting member in it): the deferred answer is 3.
-    expect((await within(deferred, 2_000, 'the deferred regroup')).round).toBe(3);
+    expect((await within(deferred, BOUND_MS, 'the deferred regroup')).round).toBe(3);
     expect(a.rounds.at(-1)).toMatchObject({ round: 3, worldSize: 2 });
   });
 });

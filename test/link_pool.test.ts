@@ -7,6 +7,8 @@ import { RendezvousHandler } from '../src/c10d/rendezvous.ts';
 import type { RunningServer } from '../signaling/server.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { PeerLostError } from '../src/wire/errors.ts';
 
 const LINK = { iceServers: [], highWaterMark: 1 << 20, windowBytes: 0, stallTimeoutMs: 5_000 };
 
@@ -45,7 +47,7 @@ describe('LinkPool', () => {
     await a2.pending.link.send(text('two'));
     await settle();
     expect(b1.got).toEqual(['one']);
-    await expect(a1.pending.link.send(text('late'))).rejects.toThrow(/round 1 is over/);
+    await expect(a1.pending.link.send(text('late'))).rejects.toThrow(errorOf(PeerLostError, /round 1 is over/));
 
     b.enterRound(2, [1, 2]);
     const b2 = view(b, 2, 0);

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreClient } from '../src/c10d/store.ts';
 import { LivenessConfigError, judge, livenessBoundsFromEnv } from '../signaling/pulse.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const HEARTBEAT_MS = 1_500;
@@ -106,8 +107,8 @@ describe('the liveness bounds', () => {
     expect(livenessBoundsFromEnv({})).toEqual({});
     expect(livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '20000' })).toEqual({ heartbeatTimeoutMs: 8000, busyTimeoutMs: 20000 });
     expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(LivenessConfigError);
-    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow('HEARTBEAT_TIMEOUT_MS="8s" is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. HEARTBEAT_TIMEOUT_MS=8000');
-    expect(() => livenessBoundsFromEnv({ BUSY_TIMEOUT_MS: '50' })).toThrow(/BUSY_TIMEOUT_MS="50" is not a time/);
-    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '4000' })).toThrow(/BUSY_TIMEOUT_MS \(4000\) is shorter than HEARTBEAT_TIMEOUT_MS \(8000\)/);
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(errorOf(LivenessConfigError, 'HEARTBEAT_TIMEOUT_MS="8s" is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. HEARTBEAT_TIMEOUT_MS=8000'));
+    expect(() => livenessBoundsFromEnv({ BUSY_TIMEOUT_MS: '50' })).toThrow(errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS="50" is not a time/));
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '4000' })).toThrow(errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS \(4000\) is shorter than HEARTBEAT_TIMEOUT_MS \(8000\)/));
   });
 });

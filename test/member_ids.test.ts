@@ -14,6 +14,8 @@ import { StoreError } from '../src/wire/errors.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { StoreRefusal } from '../signaling/store.ts';
 
 /** Ids the old bound (2^24 - 1) allowed: a session had handed out all but the last. */
 const PAST_OLD_BOUND = 2 ** 24 - 1;
@@ -98,7 +100,7 @@ describe('join rate', () => {
     const rate = new JoinRate({ burst: 2, perSecond: 4 });
     rate.take('a', 's', 0);
     rate.take('a', 's', 0);
-    expect(() => rate.take('a', 's', 100)).toThrow(/join again in 150 ms/);
+    expect(() => rate.take('a', 's', 100)).toThrow(errorOf(StoreRefusal, /join again in 150 ms/, { code: 'RATE_LIMITED' }));
     rate.take('a', 's', 250); // one earned back after 250 ms
     expect(refusal(() => rate.take('a', 's', 250))).toBe(ErrorCode.RATE_LIMITED);
     rate.take('b', 's', 250); // another address has its own

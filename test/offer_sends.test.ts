@@ -19,6 +19,8 @@ import { loadOfferedText } from '../src/datasets/offered.ts';
 import { writeImageFolder } from './fixtures/user_files.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep, waitFor } from './fixtures/wait.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { DatasetFetchError } from '../src/datasets/dataset.ts';
 
 const BIG = MAX_IMAGE_BYTES; // 16 MiB: far more than loopback's socket buffers hold
 let dir: string;
@@ -248,6 +250,6 @@ describe('the tab retries a refused download', () => {
     expect(asked[3]! - asked[2]!).toBeGreaterThanOrEqual(990);
 
     const refusedLong = (async () => new Response(JSON.stringify({ message: 'full' }), { status: 429, headers: { 'retry-after': '1' } })) as typeof fetch;
-    await expect(loadOfferedText({ url: 'http://127.0.0.1:1', session: 's', token: 't', fetch: refusedLong, timeoutMs: 500 })).rejects.toThrow(/HTTP 429 from \/api\/offer\/data: full/);
+    await expect(loadOfferedText({ url: 'http://127.0.0.1:1', session: 's', token: 't', fetch: refusedLong, timeoutMs: 500 })).rejects.toThrow(errorOf(DatasetFetchError, /HTTP 429 from \/api\/offer\/data: full/));
   });
 });

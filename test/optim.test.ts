@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { Adam, AdamW, SGD, OptimizerStateError, type HostOptimizer, type ParamLayout } from '../src/nn/optim.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 interface Case {
   kind: 'sgd' | 'adam' | 'adamw';
@@ -124,19 +125,19 @@ describe('host optimizer state', () => {
     const good = opt.stateBundle();
     const values = new Float32Array(good.weightData.slice(0));
     values[5] = NaN;
-    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: values.buffer })).toThrow(/value 5 is NaN/);
+    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: values.buffer })).toThrow(errorOf(OptimizerStateError, /value 5 is NaN/));
     const renamed = good.weightSpecs.map((s, i) => (i === 2 ? { ...s, name: '1/evil' } : s));
     expect(() => make(adamCase).loadStateBundle({ weightSpecs: renamed, weightData: good.weightData })).toThrow(OptimizerStateError);
-    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: good.weightData.slice(4) })).toThrow(/values, its specs need/);
+    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: good.weightData.slice(4) })).toThrow(errorOf(OptimizerStateError, /values, its specs need/));
   });
 
   it('refuses a layout that changes between steps and options torch refuses', () => {
     const opt = new SGD({ lr: 0.1 });
     opt.stepFlat(new Float32Array(4), new Float32Array(4), [{ shape: [4], offset: 0, size: 4 }]);
-    expect(() => opt.stepFlat(new Float32Array(4), new Float32Array(4), [{ shape: [2], offset: 0, size: 2 }, { shape: [2], offset: 2, size: 2 }])).toThrow(/changed between steps/);
-    expect(() => new SGD({ lr: 0.1, nesterov: true })).toThrow(/Nesterov/);
-    expect(() => new Adam({ lr: -1 })).toThrow(/lr must be/);
-    expect(() => new Adam({ betas: [1, 0.9] })).toThrow(/betas\[0\]/);
+    expect(() => opt.stepFlat(new Float32Array(4), new Float32Array(4), [{ shape: [2], offset: 0, size: 2 }, { shape: [2], offset: 2, size: 2 }])).toThrow(errorOf(RangeError, /changed between steps/));
+    expect(() => new SGD({ lr: 0.1, nesterov: true })).toThrow(errorOf(RangeError, /Nesterov/));
+    expect(() => new Adam({ lr: -1 })).toThrow(errorOf(RangeError, /lr must be/));
+    expect(() => new Adam({ betas: [1, 0.9] })).toThrow(errorOf(RangeError, /betas\[0\]/));
   });
 
   it('cannot be used inside tf.Optimizer.minimize (the gradients are on the device there)', () => {

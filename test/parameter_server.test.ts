@@ -21,6 +21,8 @@ import { listCheckpoints } from '../src/checkpoint/checkpoint.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { CheckpointError } from '../src/checkpoint/checkpoint.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -77,9 +79,9 @@ describe('shardParameters', () => {
 
   it('refuses a bad number of servers or bad sizes, saying what to do', () => {
     expect(() => shardParameters([1, 2], 0)).toThrow(RangeError);
-    expect(() => shardParameters([1, 2], 1.5)).toThrow(/positive integer, got 1.5/);
-    expect(() => shardParameters([1, 2, 3, 4], 5)).toThrow(/cannot shard 4 parameter tensor\(s\) over 5 parameter servers.*use at most 4 server/);
-    expect(() => shardParameters([1, -2], 1)).toThrow(/parameter 1 has size -2/);
+    expect(() => shardParameters([1, 2], 1.5)).toThrow(errorOf(RangeError, /positive integer, got 1.5/));
+    expect(() => shardParameters([1, 2, 3, 4], 5)).toThrow(errorOf(RangeError, /cannot shard 4 parameter tensor\(s\) over 5 parameter servers.*use at most 4 server/));
+    expect(() => shardParameters([1, -2], 1)).toThrow(errorOf(RangeError, /parameter 1 has size -2/));
     expect(() => shardParameters([], 1)).toThrow(RangeError);
   });
 });
@@ -437,10 +439,10 @@ describe('state dicts and checkpoints', () => {
     const sd = await shard.stateDict();
     const other = smallShard();
     await expect(other.loadStateDict(sd)).rejects.toThrow(ShardStateError);
-    await expect(other.loadStateDict(sd)).rejects.toThrow(/it has 4 parameters, this shard 2/);
+    await expect(other.loadStateDict(sd)).rejects.toThrow(errorOf(ShardStateError, /it has 4 parameters, this shard 2/));
     const wrongShape = { ...sd, params: { ...sd.params, weightSpecs: sd.params.weightSpecs.map((s, i) => (i === 1 ? { ...s, shape: [31] } : s)) } };
-    await expect(shard.loadStateDict(wrongShape)).rejects.toThrow(/parameter 1 \(param-1\) is \[31\] float32, this shard's is \[32\] float32/);
-    await expect(shard.loadStateDict({ ...sd, lastSteps: [[5000, 1]] })).rejects.toThrow(/last step ids/);
+    await expect(shard.loadStateDict(wrongShape)).rejects.toThrow(errorOf(ShardStateError, /parameter 1 \(param-1\) is \[31\] float32, this shard's is \[32\] float32/));
+    await expect(shard.loadStateDict({ ...sd, lastSteps: [[5000, 1]] })).rejects.toThrow(errorOf(ShardStateError, /last step ids/));
     expect(shard.version).toBe(1);
     shard.dispose();
     other.dispose();
@@ -471,7 +473,7 @@ describe('state dicts and checkpoints', () => {
     const back0 = make(0);
     expect(await restoreShard(back0, { ...o, version: 2 })).toMatchObject({ version: 2 });
     expect(same((await back0.pull()).values, snapshots[0].values)).toBe(true);
-    await expect(restoreShard(back0, { ...o, version: 3 })).rejects.toThrow(/part "ps-0" of session .* has no checkpoint at version 3 \(it has versions 2, 4\)/);
+    await expect(restoreShard(back0, { ...o, version: 3 })).rejects.toThrow(errorOf(CheckpointError, /part "ps-0" of session .* has no checkpoint at version 3 \(it has versions 2, 4\)/));
     // A part nobody saved: start fresh.
     const fresh = uniqueSession('ps-none');
     (await connect(server, fresh)).close();

@@ -28,6 +28,7 @@ import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { relativeError } from './fixtures/tensors.ts';
 import { waitFor } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -209,7 +210,7 @@ describe('pipeline parallel', () => {
     const stage = new PipelineStage({ layers: layers(), inputShape: [16], group: mesh.pipe });
     const ddp = await DistributedDataParallel.create(stage.model, mesh.dp);
     const { x, y } = data.batch(Array.from({ length: 100 }, (_, i) => i));
-    await expect(stage.step({ ddp, batchSize: 100, microBatches: 65, inputs: x, labels: Int32Array.from(y), loss: lossOf })).rejects.toThrow(/at most 64 micro-batches per call, got 65/);
+    await expect(stage.step({ ddp, batchSize: 100, microBatches: 65, inputs: x, labels: Int32Array.from(y), loss: lossOf })).rejects.toThrow(errorOf(RangeError, /at most 64 micro-batches per call, got 65/));
     stage.model.dispose();
     pg!.destroy();
   });
@@ -273,10 +274,10 @@ describe('runPipeline', () => {
 
   it('refuses a schedule no run can use before it joins anything, naming the option (the agent\'s one check)', async () => {
     const base = { url: server.url, session: uniqueSession('pp-bad'), token: 'unused', stages: 2, layers: layers(), inputShape: [16], optimizer: () => tf.train.sgd(0.1), datasetLength: 256, batchSize: 8, step: async () => {} };
-    await expect(runPipeline({ ...base, steps: 0 })).rejects.toThrow(/steps must be a positive integer, got 0/);
-    await expect(runPipeline({ ...base, epochs: 1.5 })).rejects.toThrow(/epochs must be a positive integer, got 1.5/);
-    await expect(runPipeline({ ...base, datasetLength: -1 })).rejects.toThrow(/datasetLength must be a non-negative integer, got -1/);
-    await expect(runPipeline({ ...base, stopVote: 'most' as 'any' })).rejects.toThrow(/stopVote must be 'any' or 'all', got most/);
+    await expect(runPipeline({ ...base, steps: 0 })).rejects.toThrow(errorOf(RangeError, /steps must be a positive integer, got 0/));
+    await expect(runPipeline({ ...base, epochs: 1.5 })).rejects.toThrow(errorOf(RangeError, /epochs must be a positive integer, got 1.5/));
+    await expect(runPipeline({ ...base, datasetLength: -1 })).rejects.toThrow(errorOf(RangeError, /datasetLength must be a non-negative integer, got -1/));
+    await expect(runPipeline({ ...base, stopVote: 'most' as 'any' })).rejects.toThrow(errorOf(RangeError, /stopVote must be 'any' or 'all', got most/));
   });
 
   it('a round that fails with every member still here (a broken link) forms a new round of the same members, which resumes from the checkpoints and finishes', async () => {

@@ -9,6 +9,7 @@ import { bubbleFraction, microBatchSizes, peakStashed, scheduleActions, type Act
 import { balancedSplitPoints, checkSplitPoints, describeLayers, stageRanges } from '../src/parallel/pipeline/split.ts';
 import { packHalf, unpackHalf } from '../src/parallel/pipeline/stage.ts';
 import { buildModel, modelLayers } from '../src/nn/models.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');
@@ -80,9 +81,9 @@ describe('schedules', () => {
   });
 
   it('refuses bad shapes with what was wrong', () => {
-    expect(() => scheduleActions('gpipe', 2, 2, 4)).toThrow(/stage must be in 0..1, got 2/);
-    expect(() => scheduleActions('gpipe', 0, 2, 0)).toThrow(/microBatches must be a positive integer, got 0/);
-    expect(() => scheduleActions('zigzag' as ScheduleKind, 0, 2, 2)).toThrow(/unknown schedule "zigzag"/);
+    expect(() => scheduleActions('gpipe', 2, 2, 4)).toThrow(errorOf(RangeError, /stage must be in 0..1, got 2/));
+    expect(() => scheduleActions('gpipe', 0, 2, 0)).toThrow(errorOf(RangeError, /microBatches must be a positive integer, got 0/));
+    expect(() => scheduleActions('zigzag' as ScheduleKind, 0, 2, 2)).toThrow(errorOf(RangeError, /unknown schedule "zigzag"/));
   });
 });
 
@@ -91,7 +92,7 @@ describe('micro-batches and the bubble', () => {
     expect(microBatchSizes(32, 4)).toEqual([8, 8, 8, 8]);
     expect(microBatchSizes(10, 4)).toEqual([3, 3, 2, 2]);
     expect(microBatchSizes(3, 4)).toEqual([1, 1, 1]);
-    expect(() => microBatchSizes(0, 4)).toThrow(/batch size must be a positive integer/);
+    expect(() => microBatchSizes(0, 4)).toThrow(errorOf(RangeError, /batch size must be a positive integer/));
   });
 
   it('is (S-1)/(M+S-1)', () => {
@@ -107,13 +108,13 @@ describe('splitting a model', () => {
     expect(balancedSplitPoints([100, 1, 1, 1], 2)).toEqual([1]);
     expect(balancedSplitPoints([0, 100480, 1290], 2)).toEqual([2]);
     expect(balancedSplitPoints([5, 5, 5], 3)).toEqual([1, 2]);
-    expect(() => balancedSplitPoints([1, 2], 3)).toThrow(/cannot be split into 3 stages/);
+    expect(() => balancedSplitPoints([1, 2], 3)).toThrow(errorOf(RangeError, /cannot be split into 3 stages/));
   });
 
   it('checks explicit split points', () => {
-    expect(() => checkSplitPoints([2, 1], 4, 3)).toThrow(/increasing layer indices in 1..3/);
-    expect(() => checkSplitPoints([0], 4, 2)).toThrow(/increasing/);
-    expect(() => checkSplitPoints([1, 2], 4, 2)).toThrow(/2 stages need 1 split point/);
+    expect(() => checkSplitPoints([2, 1], 4, 3)).toThrow(errorOf(RangeError, /increasing layer indices in 1..3/));
+    expect(() => checkSplitPoints([0], 4, 2)).toThrow(errorOf(RangeError, /increasing/));
+    expect(() => checkSplitPoints([1, 2], 4, 2)).toThrow(errorOf(RangeError, /2 stages need 1 split point/));
     expect(stageRanges([1, 3], 5)).toEqual([{ start: 0, end: 1 }, { start: 1, end: 3 }, { start: 3, end: 5 }]);
   });
 

@@ -13,6 +13,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -331,7 +332,7 @@ describe('PowerSGD hook', () => {
       for (const rank of next) for (const out of rank) expect(out.every((v) => Number.isFinite(v))).toBe(true);
       const bad = structuredClone(before[0]!);
       bad.tensors['q:0/3']![0] = Infinity;
-      expect(() => powerSGD(options).loadStateDict(bad)).toThrow(/q:0\/3 for parameter 3 in bucket 0 holds a NaN or an infinity/);
+      expect(() => powerSGD(options).loadStateDict(bad)).toThrow(errorOf(PowerSGDStateError, /q:0\/3 for parameter 3 in bucket 0 holds a NaN or an infinity/));
     } finally {
       destroy(pgs);
     }
@@ -346,7 +347,7 @@ describe('PowerSGD hook', () => {
       // A shape the hook has seen differently: refused at once, the hook unchanged.
       const transposed = structuredClone(state);
       transposed.meta['shape:0/3'] = '[12,16]';
-      expect(() => hooks[0]!.loadStateDict(transposed)).toThrow(/parameter 3 in bucket 0 of shape \[12, 16\], but this model's has shape \[16, 12\]/);
+      expect(() => hooks[0]!.loadStateDict(transposed)).toThrow(errorOf(PowerSGDStateError, /parameter 3 in bucket 0 of shape \[12, 16\], but this model's has shape \[16, 12\]/));
       expect(hex(hooks[0]!.stateDict().tensors['q:0/3']!)).toBe(hex(state.tensors['q:0/3']!));
       // A hook that has not seen the bucket takes it, and its reduce refuses the model's shape.
       // (Its error has the same size in either shape; its Q would not fit, so it goes.)
@@ -360,12 +361,12 @@ describe('PowerSGD hook', () => {
       // Arrays that do not fit their shapes, another rank, another hook.
       const short = structuredClone(state);
       short.tensors['error:0/3'] = new Float32Array(5);
-      expect(() => powerSGD().loadStateDict(short)).toThrow(/error for parameter 3 in bucket 0 has 5 elements, its shape \[16, 12\] 192/);
-      expect(() => powerSGD({ matrixApproximationRank: 2 }).loadStateDict(state)).toThrow(/Q matrices are of rank 1, but this hook's matrixApproximationRank is 2/);
+      expect(() => powerSGD().loadStateDict(short)).toThrow(errorOf(PowerSGDStateError, /error for parameter 3 in bucket 0 has 5 elements, its shape \[16, 12\] 192/));
+      expect(() => powerSGD({ matrixApproximationRank: 2 }).loadStateDict(state)).toThrow(errorOf(PowerSGDStateError, /Q matrices are of rank 1, but this hook's matrixApproximationRank is 2/));
       expect(() => powerSGD().loadStateDict({ ...state, name: 'postLocalSGD' })).toThrow(PowerSGDStateError);
       const noShape = structuredClone(state);
       delete noShape.meta['shape:1/0'];
-      expect(() => powerSGD().loadStateDict(noShape)).toThrow(/no valid shape:1\/0/);
+      expect(() => powerSGD().loadStateDict(noShape)).toThrow(errorOf(PowerSGDStateError, /no valid shape:1\/0/));
     } finally {
       destroy(pgs);
     }
@@ -424,7 +425,7 @@ describe('PowerSGD hook', () => {
   });
 
   it('checks its options', () => {
-    expect(() => powerSGD({ wire: 'float8' as unknown as PowerSGDOptions['wire'] })).toThrow(/unknown wire dtype "float8"/);
+    expect(() => powerSGD({ wire: 'float8' as unknown as PowerSGDOptions['wire'] })).toThrow(errorOf(RangeError, /unknown wire dtype "float8"/));
     expect(() => powerSGD({ matrixApproximationRank: 0 })).toThrow(RangeError);
     expect(() => powerSGD({ startIter: -1 })).toThrow(RangeError);
     expect(() => powerSGD({ orthogonalizationEpsilon: -1 })).toThrow(RangeError);

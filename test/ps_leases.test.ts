@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { LeaseBook, leaseIndices, type Lease, type PushOutcome } from '../src/parallel/parameter_server/leases.ts';
 import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from '../src/parallel/parameter_server/roles.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 /** A small deterministic generator (mulberry32). */
 function rng(seed: number): () => number {
@@ -112,7 +113,7 @@ describe('LeaseBook (asynchronous)', () => {
   it('a worker refuses a lease it cannot read, naming it', () => {
     const o = { datasetLength: 10, batchSize: 4 };
     for (const bad of [{ replicas: 0 }, { rank: 2, replicas: 2 }, { position: 11 }, { count: 0 }, { count: 5 }]) {
-      expect(() => leaseIndices({ epoch: 0, position: 0, replicas: 1, rank: 0, count: 4, ...bad }, o)).toThrow(/cannot read/);
+      expect(() => leaseIndices({ epoch: 0, position: 0, replicas: 1, rank: 0, count: 4, ...bad }, o)).toThrow(errorOf(RangeError, /cannot read/));
     }
   });
 });

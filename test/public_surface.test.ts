@@ -25,7 +25,7 @@ const TOP_LEVEL = [
   'StoreError', 'StoreTimeoutError', 'RendezvousError', 'RendezvousClosedError', 'UnauthorizedError',
   'TokenRotatedError', 'RemovedByHostError', 'NotHostError', 'SessionEndedError', 'ConnectionClosedError',
   'DistTimeoutError', 'PeerLostError', 'RankStalledError', 'CollectiveMismatchError',
-  'CollectiveAbortedError', 'GroupClosedError', 'FramingError', 'NonFiniteGradientError',
+  'CollectiveAbortedError', 'GroupClosedError', 'FramingError', 'ServerMessageError', 'NonFiniteGradientError',
   'ContributionMismatchError', 'NonFiniteWeightsError', 'RoleConflictError', 'ReplicaDivergenceError',
   'StateTransferError', 'DeviceLostError', 'DataParallelDeviceError', 'isRecoverable', 'DeviceLostReason',
   // torch.distributed.elastic

@@ -3,11 +3,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, type StoreError } from '../src/wire/errors.ts';
+import { DistTimeoutError, RendezvousClosedError, RendezvousError, isRecoverable, StoreError } from '../src/wire/errors.ts';
 import { connect, groupSize, pendingWaiters, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
-import { CloseCode } from '../src/wire/protocol.ts';
+import { CloseCode, ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION } from '../src/wire/protocol.ts';
+import { Session } from '../signaling/session.ts';
+import { StoreRefusal } from '../signaling/store.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -254,11 +257,14 @@ describe('rendezvous', () => {
     const session = uniqueSession('close-most');
     const [s0, s1, s2] = await Promise.all([0, 1, 2].map(() => connect(server, session)));
     await Promise.all([s0, s1, s2].map((s, rank) => s.rendezvous({ min: 3, max: 3, rank })));
-    const told = new Promise((resolve) => s2.on('rendezvous-closed', resolve));
+    const told: unknown[] = [];
+    s2.on('rendezvous-closed', (e) => told.push(e));
     await s0.closeRendezvous();
     await s1.closeRendezvous();
     await s2.regroup(1, true);
-    expect(await told).toEqual({ type: 'rendezvous-closed', round: 1, by: 0 });
+    // The server sends the news before it answers anything s2 asks after its regroup.
+    await s2.check(['nothing']);
+    expect(told).toEqual([{ type: 'rendezvous-closed', round: 1, by: 0 }]);
     for (const c of [s0, s1, s2]) c.close();
   });
 
@@ -340,8 +346,8 @@ describe('places held by members (claim)', () => {
     expect(await c.claim(keys)).toEqual([idA, idB]);
     // Only members may look places up or take them.
     await expect(storeOnly.claim(keys, true)).rejects.toMatchObject({ code: 'NOT_JOINED' });
-    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(/1 to 64 places/);
-    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(/"take" must be true or false/);
+    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(errorOf(StoreError, /1 to 64 places/, { code: 'BAD_MESSAGE' }));
+    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(errorOf(StoreError, /"take" must be true or false/, { code: 'BAD_MESSAGE' }));
     // One member holds at most 16 places: it cannot take a session's places for itself.
     for (let i = 0; i < 15; i++) expect(await b.claim([`spam/${i}`], true)).toEqual([idB]);
     await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({ code: 'QUOTA_KEYS', message: expect.stringMatching(/holds 16 places.*\(16\)/) });
@@ -350,6 +356,37 @@ describe('places held by members (claim)', () => {
     await waitFor("a's place to come free", async () => (await c.claim(keys))[0] === -1);
     expect(await c.claim(keys, true)).toEqual([idC, idB]);
     for (const m of [b, c, storeOnly]) m.close();
+  });
+
+  it("at the session's cap, the places of departed members are taken back; while every holder lives, the next place is refused", () => {
+    // The server's Session with its real Rendezvous; participants are stand-ins (4,096 places
+    // need 256 members: sockets would test the sockets, not the cap).
+    const s = new Session('claim-cap', { maxKeys: 100, maxBytes: 100_000 });
+    const timing = { maxSpectators: 0, settleMs: 3_600_000, regroupIntervalMs: 0 };
+    const join = () => s.join({ send: () => {} }, { min: 1, max: 1_000 }, timing, () => {});
+    try {
+      const holders = Array.from({ length: MAX_CLAIMS_PER_SESSION / MAX_CLAIMS_PER_MEMBER }, join);
+      holders.forEach((id, i) => {
+        for (let j = 0; j < MAX_CLAIMS_PER_MEMBER; j++) expect(s.claim(id, [`p/${i}/${j}`], true)).toEqual([id]);
+      });
+      const late = join();
+      let refused: unknown;
+      try {
+        s.claim(late, ['p/late'], true);
+      } catch (e) {
+        refused = e;
+      }
+      expect(refused).toBeInstanceOf(StoreRefusal);
+      expect(refused).toMatchObject({ code: ErrorCode.QUOTA_KEYS, details: { max: MAX_CLAIMS_PER_SESSION } });
+      expect(s.claim(late, ['p/late'], false)).toEqual([-1]);
+      // Holder 0 leaves: its 16 places are free, the late member takes one, and the live holders keep theirs.
+      s.rendezvous!.remove(holders[0]!, 'its tab closed');
+      expect(s.claim(late, ['p/late'], true)).toEqual([late]);
+      expect(s.claim(late, ['p/0/0'], false)).toEqual([-1]);
+      expect(s.claim(late, holders.slice(1).map((_, i) => `p/${i + 1}/15`), false)).toEqual(holders.slice(1));
+    } finally {
+      s.rendezvous?.close();
+    }
   });
 
   it('member ids go on across the groups a session has: an id names one member while the server runs', async () => {

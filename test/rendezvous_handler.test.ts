@@ -9,6 +9,8 @@ import { parseRequest } from '../src/wire/protocol_validation.ts';
 import { RankStalledError, RendezvousError } from '../src/wire/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];
@@ -203,11 +205,11 @@ describe('rendezvous rounds', () => {
   it("reads a heartbeat's heard peers, and refuses them malformed", () => {
     expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4 }))).toEqual({ type: 'heartbeat', id: 4 });
     expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } }))).toEqual({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } });
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: [0, 2] }))).toThrow(/field "heard" must be an object \{round, ranks\}/);
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: 'all' } }))).toThrow(/"heard.ranks" must be an array of at most 4096 ranks/);
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: new Array(5000).fill(0) } }))).toThrow(/at most 4096 ranks/);
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [-1] } }))).toThrow(/field "0"/);
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 'x', ranks: [] } }))).toThrow(/field "round"/);
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: [0, 2] }))).toThrow(errorOf(ProtocolViolation, /field "heard" must be an object \{round, ranks\}/, { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: 'all' } }))).toThrow(errorOf(ProtocolViolation, /"heard.ranks" must be an array of at most 4096 ranks/, { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: new Array(5000).fill(0) } }))).toThrow(errorOf(ProtocolViolation, /at most 4096 ranks/, { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [-1] } }))).toThrow(errorOf(ProtocolViolation, /field "0"/, { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 'x', ranks: [] } }))).toThrow(errorOf(ProtocolViolation, /field "round"/, { code: 'BAD_MESSAGE' }));
   });
 
   it('does not evict live members when the server itself was held up past the heartbeat timeout', async () => {

@@ -9,6 +9,7 @@ import { ConfigError, attackPlanOf, configParams, formatAggregation, parseAggreg
 import { trainJobProblem } from '../launcher/job_flags.ts';
 import { checkOptions } from '../src/parallel/ddp/runner_types.ts';
 import type { ElasticRunOptions } from '../src/parallel/ddp/runner_types.ts';
+import { errorOf as thrownAs } from './fixtures/errors.ts';
 
 const parse = (query: string): TrainConfig => {
   const params = new URLSearchParams(query);
@@ -83,11 +84,11 @@ describe('the attack options (for measuring defences)', () => {
 describe("runElastic's options", () => {
   const base = { url: 'ws://x', session: 's', state: {} as ElasticRunOptions['state'], datasetLength: 8, batchSize: 2, step: async () => {} } as unknown as ElasticRunOptions;
   it('refuses a robust DDP aggregation beside a hook, local SGD or DiLoCo, and a bad spec, before joining', () => {
-    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'median' } }, diloco: { syncEvery: 4 } })).toThrow(/ddp.aggregation median does not combine with diloco.*give it to diloco.aggregation/);
-    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'median' } }, modelAverager: { period: 2 } })).toThrow(/does not combine with modelAverager/);
-    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'trimmed-mean', trim: 1.5 } } })).toThrow(/trim must be an integer/);
-    expect(() => checkOptions({ ...base, diloco: { syncEvery: 4, aggregation: { kind: 'centered-clip', tau: 'auto', iterations: 0 } } })).toThrow(/iterations must be an integer/);
-    expect(() => checkOptions({ ...base, ddp: { attack: { kind: 'scale', attackers: -1 } } })).toThrow(/attackers must be an integer >= 0/);
+    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'median' } }, diloco: { syncEvery: 4 } })).toThrow(thrownAs(TypeError, /ddp.aggregation median does not combine with diloco.*give it to diloco.aggregation/));
+    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'median' } }, modelAverager: { period: 2 } })).toThrow(thrownAs(TypeError, /does not combine with modelAverager/));
+    expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'trimmed-mean', trim: 1.5 } } })).toThrow(thrownAs(RangeError, /trim must be an integer/));
+    expect(() => checkOptions({ ...base, diloco: { syncEvery: 4, aggregation: { kind: 'centered-clip', tau: 'auto', iterations: 0 } } })).toThrow(thrownAs(RangeError, /iterations must be an integer/));
+    expect(() => checkOptions({ ...base, ddp: { attack: { kind: 'scale', attackers: -1 } } })).toThrow(thrownAs(RangeError, /attackers must be an integer >= 0/));
     expect(() => checkOptions({ ...base, ddp: { aggregation: { kind: 'median' } } })).not.toThrow();
   });
 });

@@ -28,6 +28,7 @@ import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -227,7 +228,7 @@ describe('DistributedDataParallel with robust aggregation', () => {
       expect(() => d.registerCommHook(fp16CompressHook())).toThrow(/the communication hook fp16_compress cannot combine with robust aggregation \(trimmed-mean \(trim 1\)\)/);
       expect(() => d.registerCommHook(new DiLoCo({ syncEvery: 4 }))).toThrow(/DiLoCoOptions\.aggregation/);
       expect(() => d.carry(Float32Array.of(1))).toThrow(/carry: values cannot ride on the gradients under robust aggregation/);
-      await expect(DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'centered-clip', tau: -1 }, initSync: false })).rejects.toThrow(/tau must be a positive/);
+      await expect(DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'centered-clip', tau: -1 }, initSync: false })).rejects.toThrow(errorOf(RangeError, /tau must be a positive/));
       // A world of one exchanges nothing: its own gradient is the trimmed mean of one.
       const g = Float32Array.from({ length: d.parameterCount }, (_, i) => i / 100);
       await d.backward({ grads: g, loss: 0, computeMs: 0 });

@@ -10,6 +10,7 @@ import {
   uint64Mod,
   type DistributedSamplerOptions,
 } from '../src/datasets/sampler.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 function take(gen: Mt19937, count: number): number[] {
   const out: number[] = [];
@@ -133,7 +134,7 @@ describe('Mt19937', () => {
 
   it('rejects non-integer seeds', () => {
     expect(() => new Mt19937(1.5)).toThrow(RangeError);
-    expect(() => new Mt19937(Number.NaN)).toThrow(/Invalid seed NaN/);
+    expect(() => new Mt19937(Number.NaN)).toThrow(errorOf(RangeError, /Invalid seed NaN/));
   });
 });
 
@@ -205,7 +206,7 @@ describe('randperm', () => {
 
   it('rejects invalid n', () => {
     expect(() => randperm(-1, 0)).toThrow(RangeError);
-    expect(() => randperm(2.5, 0)).toThrow(/Invalid n 2.5/);
+    expect(() => randperm(2.5, 0)).toThrow(errorOf(RangeError, /Invalid n 2.5/));
   });
 
   it("uses torch's small-n/large-n threshold of 4294967295 / 20", () => {
@@ -509,8 +510,8 @@ describe('DistributedSampler state dict', () => {
 
   it('refuses a state outside the dataset', () => {
     const s = new DistributedSampler(10, { numReplicas: 2, rank: 0 });
-    expect(() => s.loadStateDict({ epoch: 0, position: 11 })).toThrow(/Invalid startIndex 11/);
-    expect(() => s.loadStateDict({ epoch: 1.5, position: 0 })).toThrow(/Invalid epoch 1.5/);
+    expect(() => s.loadStateDict({ epoch: 0, position: 11 })).toThrow(errorOf(RangeError, /Invalid startIndex 11/));
+    expect(() => s.loadStateDict({ epoch: 1.5, position: 0 })).toThrow(errorOf(RangeError, /Invalid epoch 1.5/));
   });
 });
 
@@ -522,8 +523,8 @@ describe('argument validation', () => {
     expect(() => new DistributedSampler(10, { numReplicas: 0, rank: 0 })).toThrow(
       'Invalid numReplicas 0, numReplicas should be a positive integer',
     );
-    expect(() => new DistributedSampler(10, { numReplicas: 2.5, rank: 0 })).toThrow(/numReplicas 2.5/);
-    expect(() => new DistributedSampler(10, { numReplicas: Number.NaN, rank: 0 })).toThrow(/numReplicas NaN/);
+    expect(() => new DistributedSampler(10, { numReplicas: 2.5, rank: 0 })).toThrow(errorOf(RangeError, /numReplicas 2.5/));
+    expect(() => new DistributedSampler(10, { numReplicas: Number.NaN, rank: 0 })).toThrow(errorOf(RangeError, /numReplicas NaN/));
   });
 
   it('rank must be an integer in [0, numReplicas - 1] (torch wording)', () => {
@@ -531,8 +532,8 @@ describe('argument validation', () => {
     expect(() => new DistributedSampler(10, { numReplicas: 3, rank: 3 })).toThrow(
       'Invalid rank 3, rank should be an integer in the interval [0, 2]',
     );
-    expect(() => new DistributedSampler(10, { numReplicas: 3, rank: -1 })).toThrow(/Invalid rank -1/);
-    expect(() => new DistributedSampler(10, { numReplicas: 3, rank: 0.5 })).toThrow(/Invalid rank 0.5/);
+    expect(() => new DistributedSampler(10, { numReplicas: 3, rank: -1 })).toThrow(errorOf(RangeError, /Invalid rank -1/));
+    expect(() => new DistributedSampler(10, { numReplicas: 3, rank: 0.5 })).toThrow(errorOf(RangeError, /Invalid rank 0.5/));
   });
 
   it('datasetLength must be a non-negative integer', () => {
@@ -540,17 +541,17 @@ describe('argument validation', () => {
       'Invalid datasetLength -1, datasetLength should be a non-negative integer',
     );
     expect(() => new DistributedSampler(2.5, ok)).toThrow(RangeError);
-    expect(() => epochOrder(-3)).toThrow(/Invalid datasetLength -3/);
+    expect(() => epochOrder(-3)).toThrow(errorOf(RangeError, /Invalid datasetLength -3/));
   });
 
   it('seed and epoch must be integers', () => {
-    expect(() => new DistributedSampler(10, { ...ok, seed: 0.5 })).toThrow(/Invalid seed 0.5, seed should be an integer/);
+    expect(() => new DistributedSampler(10, { ...ok, seed: 0.5 })).toThrow(errorOf(RangeError, /Invalid seed 0.5, seed should be an integer/));
     const s = new DistributedSampler(10, ok);
-    expect(() => s.setEpoch(1.5)).toThrow(/Invalid epoch 1.5, epoch should be an integer/);
+    expect(() => s.setEpoch(1.5)).toThrow(errorOf(RangeError, /Invalid epoch 1.5, epoch should be an integer/));
     expect(() => s.setEpoch(Number.POSITIVE_INFINITY)).toThrow(RangeError);
     const big = new DistributedSampler(10, { ...ok, seed: Number.MAX_SAFE_INTEGER });
     big.setEpoch(1);
-    expect(() => big.indices()).toThrow(/seed \+ epoch/);
+    expect(() => big.indices()).toThrow(errorOf(RangeError, /seed \+ epoch/));
   });
 
   it('startIndex must be an integer in [0, datasetLength]', () => {
@@ -559,6 +560,6 @@ describe('argument validation', () => {
     );
     expect(() => new DistributedSampler(10, { ...ok, startIndex: -1 })).toThrow(RangeError);
     const s = new DistributedSampler(10, ok);
-    expect(() => s.setStartIndex(1.5)).toThrow(/Invalid startIndex 1.5/);
+    expect(() => s.setStartIndex(1.5)).toThrow(errorOf(RangeError, /Invalid startIndex 1.5/));
   });
 });

@@ -17,6 +17,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { newSessionToken, tokenFromFragment, withToken } from '../src/wire/session_token.ts';
 import { connect, text, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer | undefined;
 afterEach(async () => {
@@ -127,7 +128,7 @@ describe('session tokens', () => {
     const session = uniqueSession('idle');
     (await connect(server, session)).close();
     await expect.poll(() => server!.sessions.has(session), { timeout: 5_000, interval: 100 }).toBe(false);
-    await expect(StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 })).rejects.toThrow(/wrong token/);
+    await expect(StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 })).rejects.toThrow(errorOf(UnauthorizedError, /wrong token/, { code: 'UNAUTHORIZED' }));
     (await connect(server, session)).close();
   });
 

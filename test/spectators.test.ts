@@ -8,9 +8,11 @@ import type { RunningServer } from '../signaling/server.ts';
 import type { RoundEvent, WaitingEvent } from '../src/wire/protocol.ts';
 import { parseRequest, parseServerMessage } from '../src/wire/protocol_validation.ts';
 import { RendezvousHandler, type RendezvousEvent, type RendezvousOptions } from '../src/c10d/rendezvous.ts';
-import { RendezvousError } from '../src/wire/errors.ts';
+import { RendezvousError, ServerMessageError } from '../src/wire/errors.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { uniqueSession, tokenFor } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 
 let server: RunningServer | undefined;
 const agents: RendezvousHandler[] = [];
@@ -124,15 +126,15 @@ describe('spectators', () => {
 describe('spectator messages', () => {
   it('parses spectate and the waiting event with spectators, and refuses bad ones', () => {
     expect(parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: true }))).toEqual({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: true });
-    expect(() => parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: 'yes' }))).toThrow(/"spectate" must be true or false/);
+    expect(() => parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: 'yes' }))).toThrow(errorOf(ProtocolViolation, /"spectate" must be true or false/, { code: 'BAD_MESSAGE' }));
     const waiting = { type: 'waiting', round: 1, waiting: 0, spectators: 70, members: 73, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(waiting))).toEqual(waiting);
-    expect(() => parseServerMessage(JSON.stringify({ ...waiting, spectators: undefined }))).toThrow(/bad members or spectators/);
+    expect(() => parseServerMessage(JSON.stringify({ ...waiting, spectators: undefined }))).toThrow(errorOf(ServerMessageError, /bad members or spectators/, { messageType: 'waiting' }));
     const round = { type: 'round', round: 1, rank: -1, worldSize: 3, members: [4, 1, 9], paused: false, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(round))).toEqual(round);
     // Who is who comes from the server: one distinct member id per rank, or the round is refused.
     for (const members of [[4, 1], [4, 4, 9], [4, 0, 9], [4, 1.5, 9], undefined]) {
-      expect(() => parseServerMessage(JSON.stringify({ ...round, members }))).toThrow(/bad members/);
+      expect(() => parseServerMessage(JSON.stringify({ ...round, members }))).toThrow(errorOf(ServerMessageError, /bad members/, { messageType: 'round' }));
     }
     expect(parseServerMessage(JSON.stringify({ ...round, worldSize: 0, paused: true, members: [] }))).toMatchObject({ paused: true, members: [] });
   });

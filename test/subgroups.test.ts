@@ -13,6 +13,7 @@ import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { sleep } from './fixtures/wait.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -110,7 +111,7 @@ describe('making subgroups', () => {
     }
     const dp13 = subs[3]![3]!;
     expect(dp13.globalRank(0)).toBe(1);
-    expect(() => dp13.groupRank(2)).toThrow(/rank 2 is not a member of subgroup 4 \[1, 3\]; its top-level ranks are \[1, 3\]/);
+    expect(() => dp13.groupRank(2)).toThrow(errorOf(RangeError, /rank 2 is not a member of subgroup 4 \[1, 3\]; its top-level ranks are \[1, 3\]/));
     expect(() => dp13.globalRank(2)).toThrow(RangeError);
     destroy(pgs);
   });
@@ -142,11 +143,11 @@ describe('making subgroups', () => {
   it('refuses bad rank lists, saying what is wrong and what is allowed, and takes no id for them', async () => {
     const { pgs } = await groups(4);
     const pg = pgs[0]!;
-    await expect(pg.newGroup([])).rejects.toThrow(/newGroup needs at least one rank; the list is empty \(allowed: ranks of the group, integers in 0\.\.3, each at most once\)/);
-    await expect(pg.newGroup([0, 2, 2])).rejects.toThrow(/newGroup got rank 2 more than once in \[0, 2, 2\] \(allowed: .*each at most once\)/);
-    await expect(pg.newGroup([0, 1.5])).rejects.toThrow(/newGroup got 1\.5 at index 1, not an integer \(allowed: ranks of the group, integers in 0\.\.3/);
-    await expect(pg.newGroup([0, '1' as unknown as number])).rejects.toThrow(/newGroup got "1" at index 1, not an integer/);
-    await expect(pg.newGroup([1, 4])).rejects.toThrow(/newGroup got rank 4 at index 1, outside 0\.\.3/);
+    await expect(pg.newGroup([])).rejects.toThrow(errorOf(RangeError, /newGroup needs at least one rank; the list is empty \(allowed: ranks of the group, integers in 0\.\.3, each at most once\)/));
+    await expect(pg.newGroup([0, 2, 2])).rejects.toThrow(errorOf(RangeError, /newGroup got rank 2 more than once in \[0, 2, 2\] \(allowed: .*each at most once\)/));
+    await expect(pg.newGroup([0, 1.5])).rejects.toThrow(errorOf(RangeError, /newGroup got 1\.5 at index 1, not an integer \(allowed: ranks of the group, integers in 0\.\.3/));
+    await expect(pg.newGroup([0, '1' as unknown as number])).rejects.toThrow(errorOf(RangeError, /newGroup got "1" at index 1, not an integer/));
+    await expect(pg.newGroup([1, 4])).rejects.toThrow(errorOf(RangeError, /newGroup got rank 4 at index 1, outside 0\.\.3/));
     await expect(pg.newGroup([-1])).rejects.toThrow(RangeError);
     // None of those took an id: the first good one is subgroup 1 on every rank.
     const subs = await Promise.all(pgs.map((p) => p.newGroup([0, 1, 2, 3])));
@@ -253,8 +254,8 @@ describe('collectives in subgroups', () => {
     expect([...viaSub]).toEqual([1, 2, 3]);
     expect([...viaWorld]).toEqual([4, 5, 6]);
     // Top-level ranks are not group ranks.
-    await expect(sub1.send(a, 3)).rejects.toThrow(/dst must be a rank of subgroup 4 \[1, 3\] \(group ranks, not top-level ranks\) in 0\.\.1, got 3/);
-    await expect(sub1.recv(a, 0)).rejects.toThrow(/src must be another rank/);
+    await expect(sub1.send(a, 3)).rejects.toThrow(errorOf(RangeError, /dst must be a rank of subgroup 4 \[1, 3\] \(group ranks, not top-level ranks\) in 0\.\.1, got 3/));
+    await expect(sub1.recv(a, 0)).rejects.toThrow(errorOf(RangeError, /src must be another rank/));
     destroy(pgs);
   });
 
@@ -302,7 +303,7 @@ describe('failure in subgroups', () => {
       expect(pipe[r]!.error).toBe(pgs[r]!.error);
       expect(dp[r]!.error).toBe(pgs[r]!.error);
     }
-    await expect(pgs[1]!.allReduce(new Float32Array(1))).rejects.toThrow(/lost rank 3/);
+    await expect(pgs[1]!.allReduce(new Float32Array(1))).rejects.toThrow(errorOf(PeerLostError, /lost rank 3/));
     destroy(pgs);
   });
 

@@ -10,6 +10,8 @@ import { labelsPerSample, subset } from '../src/datasets/dataset.ts';
 import { classificationLoss, correctPredictions } from '../src/nn/losses.ts';
 import { buildModel } from '../src/nn/models.ts';
 import { languageModelLoss } from '../src/nn/language_model.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { DatasetError } from '../src/datasets/dataset.ts';
 
 describe('TextDataset', () => {
   const tokenizer = CharTokenizer.fromText('abcdefghij');
@@ -33,10 +35,10 @@ describe('TextDataset', () => {
   });
 
   it('names what is wrong: a text too short for one window, a token outside the vocabulary, a window out of range', () => {
-    expect(() => new TextDataset('t', ids.subarray(0, 3), 3, 10)).toThrow(/3 tokens make no window of 3 \+ 1/);
-    expect(() => new TextDataset('t', Int32Array.of(0, 1, 12, 3), 2, 10)).toThrow(/token 12 at 2 is outside the vocabulary \[0, 10\)/);
-    expect(() => new TextDataset('t', ids, 3, 10).batch([3])).toThrow(/window 3 \(position 0\) is out of range for 3 windows/);
-    expect(() => new TextDataset('t', ids, 0, 10)).toThrow(/context length must be a positive integer/);
+    expect(() => new TextDataset('t', ids.subarray(0, 3), 3, 10)).toThrow(errorOf(DatasetError, /3 tokens make no window of 3 \+ 1/));
+    expect(() => new TextDataset('t', Int32Array.of(0, 1, 12, 3), 2, 10)).toThrow(errorOf(DatasetError, /token 12 at 2 is outside the vocabulary \[0, 10\)/));
+    expect(() => new TextDataset('t', ids, 3, 10).batch([3])).toThrow(errorOf(DatasetError, /window 3 \(position 0\) is out of range for 3 windows/));
+    expect(() => new TextDataset('t', ids, 0, 10)).toThrow(errorOf(DatasetError, /context length must be a positive integer/));
   });
 
   it("splits a corpus: the first 90% trains, the last 10% tests, one tokenizer; unigram is the training text's character entropy", () => {

@@ -17,6 +17,7 @@ import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/wire/errors.ts';
 import { connect, rawRequest, testCertificate, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const servers: RunningServer[] = [];
 afterEach(async () => {
@@ -174,11 +175,11 @@ describe('bad TLS_CERT and TLS_KEY', () => {
     expect(mismatch.message).toMatch(new RegExp(`^the key ${otherKey} \\(TLS_KEY\\) is not the private key of the certificate ${cert} \\(TLS_CERT\\)`));
     expect(readTlsFiles(cert, key).cert).toBe(good.cert);
 
-    await expect(tlsFromEnv(false, { TLS_CERT: cert })).rejects.toThrow('TLS_CERT and TLS_KEY go together, and TLS_KEY is not set');
-    await expect(tlsFromEnv(false, { HTTPS: 'maybe' })).rejects.toThrow('HTTPS=maybe is not understood');
+    await expect(tlsFromEnv(false, { TLS_CERT: cert })).rejects.toThrow(errorOf(ServerStartError, 'TLS_CERT and TLS_KEY go together, and TLS_KEY is not set', { code: 'ERR_TLS_ENV' }));
+    await expect(tlsFromEnv(false, { HTTPS: 'maybe' })).rejects.toThrow(errorOf(ServerStartError, 'HTTPS=maybe is not understood', { code: 'ERR_TLS_ENV' }));
     expect(await tlsFromEnv(false, {})).toBeUndefined();
     // startServer checks what it is given too, before listening.
-    await expect(startServer({ port: 0, log: () => {}, tls: { cert: good.cert, key: other.key } })).rejects.toThrow(/is not the private key of the TLS certificate/);
+    await expect(startServer({ port: 0, log: () => {}, tls: { cert: good.cert, key: other.key } })).rejects.toThrow(errorOf(ServerStartError, /is not the private key of the TLS certificate/, { code: 'ERR_TLS_KEY_MISMATCH' }));
   });
 
   it('npm start says it in one line, without a stack, and exits 1', () => {

@@ -19,6 +19,7 @@ import { loadModelWeights, modelArtifacts } from '../src/checkpoint/state_dict.t
 import { exportForTorch, importTorchStateDict, TorchExportError } from '../src/checkpoint/torch_export.ts';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../src/checkpoint/safetensors.ts';
 import { torchTestsBlocked } from './fixtures/torch.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 beforeAll(async () => {
   await tf.setBackend('cpu');
@@ -141,11 +142,11 @@ describe('export to PyTorch: layouts and files', () => {
     expect((refusal as TorchExportError).layer).toBe('my_lstm');
     expect((refusal as TorchExportError).message).toMatch(/cannot export layer "my_lstm" to PyTorch: LSTM layers have no mapping to torch here \(exported: Dense, Conv2D/);
     const avg = tf.sequential({ layers: [tf.layers.averagePooling2d({ inputShape: [5, 5, 2], poolSize: 2, padding: 'same', name: 'border_avg' }), tf.layers.flatten(), tf.layers.dense({ units: 2 })] });
-    await expect(modelArtifacts(avg).then(exportForTorch)).rejects.toThrow(/cannot export layer "border_avg" to PyTorch: an average pool with 'same' padding/);
+    await expect(modelArtifacts(avg).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /cannot export layer "border_avg" to PyTorch: an average pool with 'same' padding/));
     const imageDense = tf.sequential({ layers: [tf.layers.dense({ inputShape: [4, 4, 3], units: 2, name: 'pixelwise' })] });
-    await expect(modelArtifacts(imageDense).then(exportForTorch)).rejects.toThrow(/layer "pixelwise".*without a Flatten/);
+    await expect(modelArtifacts(imageDense).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /layer "pixelwise".*without a Flatten/));
     const afterFlatten = tf.sequential({ layers: [tf.layers.flatten({ inputShape: [4, 4, 3] }), tf.layers.batchNormalization({ name: 'bn_flat' }), tf.layers.dense({ units: 2 })] });
-    await expect(modelArtifacts(afterFlatten).then(exportForTorch)).rejects.toThrow(/layer "bn_flat".*follows a Flatten of an image/);
+    await expect(modelArtifacts(afterFlatten).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /layer "bn_flat".*follows a Flatten of an image/));
     for (const m of [rnn, avg, imageDense, afterFlatten]) m.dispose();
   });
 
@@ -155,12 +156,12 @@ describe('export to PyTorch: layouts and files', () => {
     expect(headerBytes % 8).toBe(0);
     expect(decodeSafetensors(file).metadata).toEqual({ k: 'v' });
     expect(() => decodeSafetensors(file.slice(0, file.byteLength - 1))).toThrow(SafetensorsError);
-    expect(() => decodeSafetensors(file.slice(0, 4))).toThrow(/8-byte header length/);
+    expect(() => decodeSafetensors(file.slice(0, 4))).toThrow(errorOf(SafetensorsError, /8-byte header length/));
     const gap = encodeSafetensors([{ name: 'a', dtype: 'F32', shape: [1], data: new Uint8Array(4) }]);
     const grown = new Uint8Array(gap.byteLength + 4);
     grown.set(gap);
-    expect(() => decodeSafetensors(grown)).toThrow(/cover 4 of the 8 data bytes/);
-    expect(() => encodeSafetensors([{ name: 'a', dtype: 'F32', shape: [3], data: new Uint8Array(8) }])).toThrow(/takes 12/);
+    expect(() => decodeSafetensors(grown)).toThrow(errorOf(SafetensorsError, /cover 4 of the 8 data bytes/));
+    expect(() => encodeSafetensors([{ name: 'a', dtype: 'F32', shape: [3], data: new Uint8Array(8) }])).toThrow(errorOf(SafetensorsError, /takes 12/));
   });
 });
 

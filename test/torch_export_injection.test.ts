@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { modelArtifacts } from '../src/checkpoint/state_dict.ts';
 import { exportForTorch, importTorchStateDict, pythonString, TorchExportNameError, type ModelArtifactsLike } from '../src/checkpoint/torch_export.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 const PYTHON = '/usr/bin/python3';
 
@@ -77,18 +78,18 @@ describe('export to PyTorch: names from the file', () => {
     const e = refusal as TorchExportNameError;
     expect([e.kind, e.invalidName, e.file, e.message.includes('\n')]).toEqual(['layer', payload(), source, false]);
     // The reverse reads the same topology: refused too.
-    expect(() => importTorchStateDict(crafted, new Uint8Array(8))).toThrow(/the layer name "dense\\nimport os.* is not a valid TF.js name/);
+    expect(() => importTorchStateDict(crafted, new Uint8Array(8))).toThrow(errorOf(TorchExportNameError, /the layer name "dense\\nimport os.* is not a valid TF.js name/));
   });
 
   it('refuses a weight name outside the pattern, and names outside it of every kind; accepts what TF.js accepts', () => {
     const badWeight = { ...artifacts, weightSpecs: artifacts.weightSpecs.map((s, i) => (i === 0 ? { ...s, name: 'hidden/kernel\nimport os' } : s)) };
-    expect(() => exportForTorch(badWeight, { source: 'model.json' })).toThrow('cannot export to PyTorch: the weight name "hidden/kernel\\nimport os" in "model.json" is not a valid TF.js name');
+    expect(() => exportForTorch(badWeight, { source: 'model.json' })).toThrow(errorOf(TorchExportNameError, 'cannot export to PyTorch: the weight name "hidden/kernel\\nimport os" in "model.json" is not a valid TF.js name'));
     for (const bad of ['', '_hidden', 'a b', 'a"b', 'a\\b', 'a#b', "a'b", 'a)b', 'dense\u2028x', 'dense\rx', 'dénse']) {
       expect(() => exportForTorch(renamed('hidden', bad)), JSON.stringify(bad)).toThrow(TorchExportNameError);
     }
     const numeric = structuredClone(artifacts.modelTopology) as { config: { layers: Array<{ config: { name: unknown } }> } };
     numeric.config.layers[1]!.config.name = 42;
-    expect(() => exportForTorch({ ...artifacts, modelTopology: numeric })).toThrow('the layer name 42 is not a valid TF.js name');
+    expect(() => exportForTorch({ ...artifacts, modelTopology: numeric })).toThrow(errorOf(TorchExportNameError, 'the layer name 42 is not a valid TF.js name'));
     for (const good of ['my.layer-1', 'block/dense_2', '0dense']) {
       expect(exportForTorch(renamed('hidden', good)).python, good).toContain(`# TF.js layer "${good}"`);
     }

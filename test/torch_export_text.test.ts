@@ -18,6 +18,7 @@ import { modelArtifacts } from '../src/checkpoint/state_dict.ts';
 import { exportForTorch, TorchExportError } from '../src/checkpoint/torch_export.ts';
 import { encodeCheckpoint } from '../src/checkpoint/checkpoint_format.ts';
 import { torchTestsBlocked } from './fixtures/torch.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 // A corpus whose characters are the awkward ones for a Python file: quotes, a backslash, a
 // newline, a tab, a NUL-free control, characters beyond ASCII and beyond the BMP.
@@ -62,7 +63,7 @@ describe('the vocabulary in the export', () => {
     expect(refused('abc')).toContain('must be a list of characters');
     const mlp = buildModel({ kind: 'mlp', inputShape: [4], numClasses: 2, seed: 1, hidden: 4 });
     const mlpOut = await modelArtifacts(mlp);
-    expect(() => exportForTorch(mlpOut, { vocabulary: ['a', 'b'] })).toThrow(/only a language model takes one/);
+    expect(() => exportForTorch(mlpOut, { vocabulary: ['a', 'b'] })).toThrow(errorOf(TorchExportError, /only a language model takes one/));
     mlp.dispose();
   });
 });

@@ -4,6 +4,7 @@ import { ConfigError, DEFAULT_LR, MAX_WORLD_SIZE, TRAIN_OPTIONS, configParams, f
 import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
 import { readLink, type LinkProblem } from '../client/ui/link_check.ts';
 import { parse, refusal } from './fixtures/train_config.ts';
+import { errorOf } from './fixtures/errors.ts';
 
 
 
@@ -122,7 +123,7 @@ describe('parseTrainConfig', () => {
     expect(parse('world=2&model=user&dataset=user')).toMatchObject({ model: 'user', dataset: 'user', hidden: null });
     expect(parse('world=3&model=user&strategy=ps')).toMatchObject({ model: 'user', strategy: 'ps' });
     expect(parse('world=2&model=user&pp=2')).toMatchObject({ model: 'user', pp: 2 });
-    expect(() => parse('world=2&model=user&hidden=64')).toThrow(/option hidden must be left out with model user/);
+    expect(() => parse('world=2&model=user&hidden=64')).toThrow(errorOf(ConfigError, /option hidden must be left out with model user/));
   });
 
   it('the language model: lm reads text and text is for lm, windows of 64 and batches of 16 unless told, a width its heads divide', () => {
@@ -265,7 +266,7 @@ describe('commHook: DDP’s communication hook (--comm-hook)', () => {
     // int8 is DiLoCo's only: PowerSGD's low-rank factors keep fp16 or bf16.
     expect(refusal('world=2&comm-hook=powersgd:2:int8').message).toMatch(/powersgd/);
     expect(formatCommHook(parse('world=2&comm-hook=diloco:128:stream4x8').commHook)).toBe('diloco:128:stream4x8');
-    expect(() => parse('world=2&comm-hook=diloco:64:stream4x16')).toThrow(/D inner steps an all-reduce runs behind, from 1 to below H \/ P \(here 16\); "stream4x16" is not one/);
+    expect(() => parse('world=2&comm-hook=diloco:64:stream4x16')).toThrow(errorOf(ConfigError, /D inner steps an all-reduce runs behind, from 1 to below H \/ P \(here 16\); "stream4x16" is not one/));
     expect(refusal('world=2&comm-hook=diloco:16:stream9').message).toMatch(/streamP: P fragments from 1 to H \/ 2 \(here 8\), .*"stream9" is not one/);
     expect(refusal('world=2&comm-hook=diloco:16:streamx').message).toMatch(/"streamx" is not one/);
     expect(refusal('world=2&comm-hook=diloco').message).toMatch(/^option commHook must be diloco:H with H a positive integer up to 1000000, the inner steps between two outer steps .*H is missing/);
@@ -460,8 +461,8 @@ describe('hidden: the width of the model’s hidden dense layer (--hidden)', () 
   });
 
   it('refuses a width the job cannot build, naming the option and what is allowed', () => {
-    expect(() => parse('world=2&hidden=0')).toThrow(/option hidden must be from 1 to 4096 for the mlp.*0, no hidden layer, is for the cnn/);
-    expect(() => parse('world=2&model=cnn&hidden=4097')).toThrow(/option hidden must be an integer from 0 to 4096, got "4097"/);
+    expect(() => parse('world=2&hidden=0')).toThrow(errorOf(ConfigError, /option hidden must be from 1 to 4096 for the mlp.*0, no hidden layer, is for the cnn/));
+    expect(() => parse('world=2&model=cnn&hidden=4097')).toThrow(errorOf(ConfigError, /option hidden must be an integer from 0 to 4096, got "4097"/));
     expect(() => parse('world=2&model=cnn&hidden=-1')).toThrow(ConfigError);
     expect(() => parse('world=2&model=cnn&hidden=1.5')).toThrow(ConfigError);
   });

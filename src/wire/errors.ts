@@ -240,6 +240,21 @@ export class FramingError extends Error {
 }
 
 /**
+ * The server sent a frame this client will not act on (not a message, a field of the wrong type
+ * or out of range, an unknown type): a server of another version, or something posing as one.
+ */
+export class ServerMessageError extends Error {
+  override name = 'ServerMessageError';
+  constructor(
+    message: string,
+    /** The message's type, when it had one. */
+    readonly messageType?: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
  * The group was closed from this side: destroyed, or replaced because the server formed a new
  * round (a member left or arrived). Collectives of a closed group reject with it.
  */

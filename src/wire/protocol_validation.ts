@@ -32,6 +32,7 @@ import {
   type WaitingEvent,
   type WireValue,
 } from './protocol.ts';
+import { ServerMessageError } from './errors.ts';
 
 
 export class ProtocolViolation extends Error {
@@ -284,10 +285,10 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
  */
 export function parseServerMessage(text: string): ServerMessage {
   const raw: unknown = JSON.parse(text);
-  if (!isObj(raw) || typeof raw.type !== 'string') throw new Error('server sent a frame that is not a message');
+  if (!isObj(raw) || typeof raw.type !== 'string') throw new ServerMessageError('server sent a frame that is not a message');
   const t = raw.type as ServerMessage['type'];
   const need = (ok: boolean, what: string) => {
-    if (!ok) throw new Error(`server sent a bad "${t}" message: ${what}`);
+    if (!ok) throw new ServerMessageError(`server sent a bad "${t}" message: ${what}`, t);
   };
   const isInt = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min && v <= max;
   switch (t) {
@@ -342,7 +343,7 @@ export function parseServerMessage(text: string): ServerMessage {
     }
     default: {
       const unknown: never = t;
-      throw new Error(`server sent unknown message type ${String(unknown)}`);
+      throw new ServerMessageError(`server sent unknown message type ${String(unknown)}`, String(unknown));
     }
   }
 }

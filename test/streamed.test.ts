@@ -6,6 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { StreamedDataset } from '../src/datasets/streamed.ts';
 import { fetchBatch, subset } from '../src/datasets/dataset.ts';
+import { errorOf } from './fixtures/errors.ts';
+import { DatasetError } from '../src/datasets/dataset.ts';
 
 /** Sample i's input is [i, i + 0.5]; loads are counted, and `gate` holds them until released. */
 function fakeSource(opts: { fail?: number; wrongSize?: number } = {}) {
@@ -31,7 +33,7 @@ describe('StreamedDataset', () => {
     const src = fakeSource();
     const d = new StreamedDataset({ name: 'imgs', labels, inputShape: [2], numClasses: 3, load: src.load, concurrency: 3 });
     expect(d.length).toBe(20);
-    expect(() => d.batch([0])).toThrow(/sample 0 is not loaded: a streamed dataset loads a batch's samples with prepare/);
+    expect(() => d.batch([0])).toThrow(errorOf(DatasetError, /sample 0 is not loaded: a streamed dataset loads a batch's samples with prepare/));
     const b = await fetchBatch(d, [4, 1, 4]);
     expect(Array.from(b.x)).toEqual([4, 4.5, 1, 1.5, 4, 4.5]);
     expect(Array.from(b.y)).toEqual([1, 1, 1]);
@@ -48,18 +50,18 @@ describe('StreamedDataset', () => {
     await d.prepare([0, 1, 2, 3]);
     await d.prepare([0]); // 0 used again: 1 is now the oldest
     await d.prepare([10, 11]);
-    expect(() => d.batch([1])).toThrow(/sample 1 is not loaded/);
-    expect(() => d.batch([2])).toThrow(/sample 2 is not loaded/);
+    expect(() => d.batch([1])).toThrow(errorOf(DatasetError, /sample 1 is not loaded/));
+    expect(() => d.batch([2])).toThrow(errorOf(DatasetError, /sample 2 is not loaded/));
     expect(Array.from(d.batch([0, 3, 10, 11]).y)).toEqual([0, 0, 1, 2]);
-    await expect(d.prepare([0, 1, 2, 3, 4])).rejects.toThrow(/a batch of 5 samples does not fit a cache of 4/);
+    await expect(d.prepare([0, 1, 2, 3, 4])).rejects.toThrow(errorOf(DatasetError, /a batch of 5 samples does not fit a cache of 4/));
   });
 
   it('names what failed: a load, a sample of the wrong size, an index out of range; a failed load is tried again next time', async () => {
     const src = fakeSource({ fail: 7, wrongSize: 8 });
     const d = new StreamedDataset({ name: 'imgs', labels, inputShape: [2], numClasses: 3, load: src.load });
     await expect(d.prepare([6, 7])).rejects.toThrow('image 7.png: HTTP 410');
-    await expect(d.prepare([8])).rejects.toThrow(/imgs: sample 8 loaded 3 values, not the 2 of \[2\]/);
-    await expect(d.prepare([20])).rejects.toThrow(/index 20 \(position 0\) is out of range for a dataset of length 20/);
+    await expect(d.prepare([8])).rejects.toThrow(errorOf(DatasetError, /imgs: sample 8 loaded 3 values, not the 2 of \[2\]/));
+    await expect(d.prepare([20])).rejects.toThrow(errorOf(DatasetError, /index 20 \(position 0\) is out of range for a dataset of length 20/));
     await expect(d.prepare([7])).rejects.toThrow('image 7.png');
     expect(src.loads.filter((i) => i === 7)).toHaveLength(2);
   });

@@ -1,5 +1,5 @@
 /**
- * The link's credit-based flow control (src/transport/peer_link.ts): how much a sender may have
+ * The link's credit-based flow control (src/transport/flow_control.ts, as PeerLink runs it): how much a sender may have
  * unacknowledged, when a receiver acknowledges, and what a hostile peer's credits can do.
  * What it buys on a shaped link is measured in bench/results/lan.md (npm run bench:lan).
  */

@@ -1,5 +1,5 @@
 /**
- * The job's evaluation (client/train/harness.ts `evaluate`) on real process groups over the real
+ * The job's evaluation (client/train/evaluation.ts `evaluate`) on real process groups over the real
  * server: the accuracy is the whole test set's, and the page's other tasks (heartbeats, the
  * ticker's messages) run between its batches. On the cpu backend a batch holds the main thread,
  * so a test set evaluated in one go kept a page silent past the heartbeat bound and got it evicted.
