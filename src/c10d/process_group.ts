@@ -32,7 +32,7 @@ import type { Mailbox } from '../transport/mailbox.ts';
 import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../wire/half.ts';
 import { asBytes, copyInto, type RingTransport } from './ring.ts';
 import type { ProcessGroupEvent, SharedLinks } from '../transport/shared_links.ts';
-import { PrefixStore, type Store } from './store.ts';
+import { PrefixStore, type Store } from './store_interface.ts';
 import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
 import { chooseAlgorithm, type AllReduceAlgorithm } from './latency_collectives.ts';
 import { allGatherExchange, allReduceExchange, broadcastExchange, meshReduceExchange, reduceScatterExchange } from './exchanges.ts';

@@ -4,7 +4,7 @@
  * subgroup's rank is never mistaken for a top-level one.
  */
 import type { SharedLinks } from '../transport/shared_links.ts';
-import type { Store } from './store.ts';
+import type { Store } from './store_interface.ts';
 
 /**
  * How `newGroup` makes a subgroup. Internal: users call `newGroup`. It carries what the subgroup
