@@ -19,26 +19,31 @@
  * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
  * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
  * algorithms), framing.ts (the frames); beside this module, group_options.ts (the options and
- * their defaults), subgroups.ts (a subgroup's members), p2p.ts (send/recv's numbering),
- * abort_notices.ts (a failed collective told to the other members) and store_barrier.ts
- * (barriers through the store).
+ * their defaults), group_transport.ts (a group's mailbox, transports and routing),
+ * exchanges.ts (each collective's exchange), group_break.ts (the broken state),
+ * subgroups.ts (a subgroup's members), p2p.ts (send/recv's numbering), abort_notices.ts (a
+ * failed collective told to the other members), store_barrier.ts (barriers through the store)
+ * and attested_rows.ts (`gatherRows` through the server).
  */
-import { GroupClosedError, StoreError } from '../wire/errors.ts';
-import { ErrorCode } from '../wire/protocol.ts';
-import { Collective, FrameKind, ReduceOp, describeCollective, frames, type Descriptor, type FrameHeader, type ReduceOpName } from '../wire/framing.ts';
+import { GroupClosedError } from '../wire/errors.ts';
+import { Collective, FrameKind, ReduceOp, describeCollective, type Descriptor, type ReduceOpName } from '../wire/framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
-import { Mailbox } from '../transport/mailbox.ts';
+import type { Mailbox } from '../transport/mailbox.ts';
 import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../wire/half.ts';
-import { asBytes, copyInto, reducer, ringAllGather, ringBroadcast, ringReduceScatter, segments, type RingTransport } from './ring.ts';
-import { SharedLinks, type ProcessGroupEvent, type RoutedGroup } from '../transport/shared_links.ts';
-import { PrefixStore, type Store } from './store.ts';
+import { asBytes, copyInto, type RingTransport } from './ring.ts';
+import type { ProcessGroupEvent, SharedLinks } from '../transport/shared_links.ts';
+import { PrefixStore, type Store } from './store_interface.ts';
 import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
-import { bruckAllGather, chooseAlgorithm, doublingAllReduce, treeAllReduce, treeBroadcast, type AllReduceAlgorithm } from './latency_collectives.ts';
+import { chooseAlgorithm, type AllReduceAlgorithm } from './latency_collectives.ts';
+import { allGatherExchange, allReduceExchange, broadcastExchange, meshReduceExchange, reduceScatterExchange } from './exchanges.ts';
+import { groupMailbox, groupTransport, routedGroup, topLevelLinks, type GroupWires } from './group_transport.ts';
 import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
 import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts';
 import { meshExchange } from './mesh_gather.ts';
+import { GroupBreak } from './group_break.ts';
+import { gatherRowsThroughServer } from './attested_rows.ts';
 
 export type { ReduceOpName } from '../wire/framing.ts';
 export type { WireDtype } from '../wire/half.ts';
@@ -80,16 +85,13 @@ export class ProcessGroup {
   private readonly p2p = new P2PSequences();
   private readonly aborts: AbortNotices;
   private readonly mailbox: Mailbox;
-  private broken: Error | undefined;
-  /** Rejects with the reason once the group breaks; lets store waits fail fast too. */
-  private readonly whenBroken: Promise<never>;
-  private rejectBroken!: (err: Error) => void;
+  /** Why the group broke, and a promise that rejects with it (lets store waits fail fast too). */
+  private readonly breakage = new GroupBreak();
   private readonly listeners = new Set<(e: ProcessGroupEvent) => void>();
   private readonly maxFrameBytes: number;
   private readonly latencyThresholdBytes: number;
   /** Bytes of this group's collective and point-to-point frames this rank sent (see `bytesSent`). */
   private sentBytes = 0;
-  private readonly maxSeqAhead: number;
   private readonly timeoutMs: number;
 
   /** Made by the rendezvous (`initProcessGroup`); subgroups by `newGroup` (`sub` is internal). */
@@ -101,65 +103,34 @@ export class ProcessGroup {
     const options = resolveLinkOptions(init);
     this.maxFrameBytes = options.maxFrameBytes;
     this.latencyThresholdBytes = options.latencyThresholdBytes;
-    this.maxSeqAhead = options.maxSeqAhead;
     if (sub) {
-      this.shared = sub.parent.shared;
+      this.shared = sub.shared;
       this.members = new GroupMembers(sub.id, sub.ranks);
       this.rank = this.members.ranks.indexOf(this.shared.rank);
-      this.worldSize = this.members.ranks.length;
-      this.store = new PrefixStore(`sub${sub.id}`, sub.parent.store);
+      this.store = sub.store;
     } else {
-      this.shared = new SharedLinks({
-        client: init.client,
-        rank: init.rank,
-        round: init.round,
-        groupKey: init.groupKey,
-        linkFactory: init.linkFactory,
-        iceServers: options.iceServers,
-        highWaterMark: options.highWaterMark,
-        windowBytes: options.linkWindowBytes,
-        peerTimeoutMs: options.peerTimeoutMs,
-        stallTimeoutMs: options.stallTimeoutMs,
-        linkTimeoutMs: options.linkTimeoutMs,
-        early: init.early,
-        onStalled: init.onStalled,
-      });
+      this.shared = topLevelLinks(init, options);
       this.members = new GroupMembers(0, Array.from({ length: init.worldSize }, (_, r) => r));
       this.rank = init.rank;
-      this.worldSize = init.worldSize;
       this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
     }
+    this.worldSize = this.members.ranks.length;
     this.groupId = this.members.groupId;
     this.ranks = this.members.ranks;
     this.label = this.members.label;
-    this.whenBroken = new Promise<never>((_, reject) => (this.rejectBroken = reject));
-    this.whenBroken.catch(() => {});
-    this.mailbox = new Mailbox(
-      this.shared.rank,
-      options.peerTimeoutMs,
-      (peer, reason) => this.shared.markLost(peer, reason),
-      {
-        maxSeqAhead: this.maxSeqAhead,
-        // An all-reduce numbers its messages 0 .. 2(n-1)-1; other collectives use 0 only.
-        maxStep: Math.max(1, 2 * (this.worldSize - 1)),
-        maxBufferedBytes: options.maxBufferedBytes,
-      },
-      (peer, kind) => (kind === FrameKind.p2p ? this.p2p.lastRecv(peer) : this.seq),
-      this.label,
-      this.shared.heldBytes,
-      () => this.shared.runningNow(),
-    );
+    const issued = (peer: number, kind: FrameKind): number => (kind === FrameKind.p2p ? this.p2p.lastRecv(peer) : this.seq);
+    this.mailbox = groupMailbox({ shared: this.shared, worldSize: this.worldSize, label: this.label, issued }, options);
     this.aborts = new AbortNotices({
       rank: this.shared.rank,
       groupId: this.groupId,
       label: this.label,
-      maxSeqAhead: this.maxSeqAhead,
+      maxSeqAhead: options.maxSeqAhead,
       lastSeq: () => this.seq,
       links: () => this.shared.open((r) => this.members.has(r)),
       markLost: (rank, reason) => this.shared.markLost(rank, reason),
       fail: (err) => this.fail(err),
     });
-    this.shared.register(this.routed());
+    this.shared.register(routedGroup(this.wires()));
   }
 
   /**
@@ -199,12 +170,12 @@ export class ProcessGroup {
 
   /** Why the group can no longer run collectives, if it cannot. */
   get error(): Error | undefined {
-    return this.broken;
+    return this.breakage.error;
   }
 
   /** Resolves like `p`, or rejects as soon as the group breaks (for store waits on other ranks). */
   failFast<T>(p: Promise<T>): Promise<T> {
-    return Promise.race([p, this.whenBroken]);
+    return this.breakage.race(p);
   }
 
   // --- Subgroups -----------------------------------------------------------------------------------
@@ -237,7 +208,7 @@ export class ProcessGroup {
     this.throwIfBroken();
     const id = this.shared.takeGroupId();
     if (!members.includes(this.rank)) return null;
-    const sub = new ProcessGroup(this.init, { parent: this, id, ranks: members });
+    const sub = new ProcessGroup(this.init, { shared: this.shared, store: new PrefixStore(`sub${id}`, this.store), id, ranks: members });
     await sub.created();
     return sub;
   }
@@ -262,7 +233,7 @@ export class ProcessGroup {
     } catch (err) {
       const error = err instanceof Error ? err : new Error(String(err));
       this.fail(error);
-      throw this.broken ?? error;
+      throw this.breakage.error ?? error;
     }
   }
 
@@ -279,16 +250,7 @@ export class ProcessGroup {
     const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm, true);
     const collective = algorithm === 'ring' ? Collective.allReduce : algorithm === 'tree' ? Collective.allReduceTree : Collective.allReduceDoubling;
     const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
-    const out = await this.run(d, buf, async (t) => {
-      if (algorithm !== 'ring') {
-        await (algorithm === 'tree' ? treeAllReduce : doublingAllReduce)(t, buf, op, wire);
-        return buf;
-      }
-      const segs = segments(buf.length, this.worldSize);
-      await ringReduceScatter(t, buf, segs, op, wire);
-      await ringAllGather(t, buf, segs, this.worldSize - 1, wire);
-      return buf;
-    });
+    const out = await this.run(d, buf, (t) => allReduceExchange(t, buf, op, wire, algorithm));
     // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
     if (this.worldSize === 1) roundToWire(wire, buf);
     return out;
@@ -316,16 +278,8 @@ export class ProcessGroup {
   async gatherRows(row: readonly number[], timeoutMs = this.timeoutMs): Promise<number[][]> {
     if (this.groupId !== 0) throw new Error(`gatherRows needs the top-level group: the server knows the ranks of round ${this.round}, not those${this.label}`);
     const tag = `rows:${this.attestedSeq++}`;
-    const rows = await Promise.race([
-      this.init.client.gather(this.round, tag, [...row], timeoutMs).catch((err: unknown) => {
-        // The round ended under it (a rank left, a new round formed): the next round goes on, as after a lost peer.
-        if (err instanceof StoreError && err.code === ErrorCode.GATHER_ABORTED) throw new GroupClosedError(err.message);
-        throw err;
-      }),
-      this.whenBroken,
-    ]);
-    if (rows.length !== this.worldSize) throw new Error(`gather "${tag}" of round ${this.round} came back with ${rows.length} rows for a group of ${this.worldSize}`);
-    return rows;
+    const gather = { client: this.init.client, round: this.round, tag, worldSize: this.worldSize, timeoutMs, broken: this.breakage.promise };
+    return gatherRowsThroughServer(gather, row);
   }
 
   /**
@@ -333,22 +287,7 @@ export class ProcessGroup {
    * other, as DISCO does). For comparison in benchmarks; the ring is the one to use.
    */
   async meshAllReduce(buf: Float32Array, op: ReduceOpName = 'sum'): Promise<Float32Array> {
-    return this.run(this.descriptor(Collective.meshAllReduce, buf.length, op), buf, async (t) => {
-      const n = this.worldSize;
-      const parts: Float32Array[] = new Array(n);
-      parts[this.rank] = buf.slice();
-      const peers = Array.from({ length: n }, (_, r) => r).filter((r) => r !== this.rank);
-      await Promise.all([
-        ...peers.map((p) => t.send(p, 0, asBytes(buf))),
-        ...peers.map((p) => t.recv(p, 0, buf.length * 4, copyInto((parts[p] = new Float32Array(buf.length)), 0))),
-      ]);
-      // The same order (rank 0, 1, ...) on every rank gives bit-identical results.
-      buf.set(parts[0]!);
-      const reduce = reducer(op);
-      for (let r = 1; r < n; r++) reduce(buf, parts[r]!, 0, buf.length, 0);
-      if (op === 'avg') for (let i = 0; i < buf.length; i++) buf[i]! /= n;
-      return buf;
-    });
+    return this.run(this.descriptor(Collective.meshAllReduce, buf.length, op), buf, (t) => meshReduceExchange(t, buf, op));
   }
 
   /**
@@ -371,10 +310,7 @@ export class ProcessGroup {
     const algorithm = this.algorithmFor(buf.byteLength, options.algorithm);
     const collective = algorithm === 'ring' ? Collective.broadcast : Collective.broadcastTree;
     const d: Descriptor = { collective, reduceOp: 0, numel: buf.length, root: src };
-    return this.run(d, buf, async (t) => {
-      await (algorithm === 'ring' ? ringBroadcast(t, asBytes(buf), src) : treeBroadcast(t, asBytes(buf), src));
-      return buf;
-    });
+    return this.run(d, buf, (t) => broadcastExchange(t, buf, src, algorithm));
   }
 
   /**
@@ -388,16 +324,7 @@ export class ProcessGroup {
     const algorithm = this.algorithmFor(out.byteLength, options.algorithm);
     const collective = algorithm === 'ring' ? Collective.allGather : Collective.allGatherBruck;
     const d: Descriptor = { collective, reduceOp: 0, numel: input.length, root: 0 };
-    return this.run(d, out, async (t) => {
-      if (algorithm === 'doubling') {
-        await bruckAllGather(t, out, input.length);
-        return out;
-      }
-      const blocks = Array.from({ length: n }, (_, i) => ({ start: i * input.length, end: (i + 1) * input.length }));
-      // Rank r starts owning block r: the all-gather half of the ring does the rest.
-      await ringAllGather(t, out, blocks);
-      return out;
-    });
+    return this.run(d, out, (t) => allGatherExchange(t, out, input.length, algorithm));
   }
 
   /**
@@ -411,11 +338,8 @@ export class ProcessGroup {
     }
     const k = input.length / n;
     const work = input.slice();
-    return this.run(this.descriptor(Collective.reduceScatter, input.length, op), work.subarray(this.rank * k, (this.rank + 1) * k), async (t) => {
-      const blocks = Array.from({ length: n }, (_, i) => ({ start: i * k, end: (i + 1) * k }));
-      await ringReduceScatter(t, work, blocks, op);
-      return work.slice(this.rank * k, (this.rank + 1) * k);
-    });
+    const single = work.subarray(this.rank * k, (this.rank + 1) * k);
+    return this.run(this.descriptor(Collective.reduceScatter, input.length, op), single, (t) => reduceScatterExchange(t, work, k, op));
   }
 
   /** Point-to-point: sends `buf` to `dst` (a rank of this group), matched with `dst`'s `recv(_, thisRank)` in order. */
@@ -447,7 +371,7 @@ export class ProcessGroup {
 
   /** This group as its store barriers see it. */
   private barrierGroup(): BarrierGroup {
-    return { store: this.store, worldSize: this.worldSize, broken: this.whenBroken };
+    return { store: this.store, worldSize: this.worldSize, broken: this.breakage.promise };
   }
 
   /**
@@ -504,35 +428,25 @@ export class ProcessGroup {
    * algorithms see this group's ranks; the links and the mailbox, top-level ranks.
    */
   private transport(kind: FrameKind, seq: number, d: Descriptor): RingTransport & { seq: number } {
-    const group = this.groupId;
+    return groupTransport(this.wires(), kind, seq, d);
+  }
+
+  /** This group as its transports and the shared links' routing see it. */
+  private wires(): GroupWires {
     return {
-      seq,
       rank: this.rank,
       worldSize: this.worldSize,
-      send: async (peer, step, bytes) => {
-        const link = await this.shared.links.get(this.ranks[peer]!);
-        for (const frame of frames(bytes, { kind, group, seq, step, ...d }, this.maxFrameBytes)) {
-          this.throwIfBroken();
-          this.sentBytes += frame.length;
-          // A send waiting for the queue to drain stops as soon as the group breaks.
-          await this.failFast(link.send(frame));
-        }
-      },
-      // Make sure the link exists while waiting: the other side may be the one to open it.
-      recv: (peer, step, bytes, onChunk) => {
-        const from = this.ranks[peer]!;
-        return this.mailbox.receive(from, kind, seq, step, d, bytes, onChunk, this.shared.links.get(from));
-      },
-      connect: async (peer) => {
-        await this.failFast(this.shared.links.get(this.ranks[peer]!));
-      },
-      forward: async (peer) => {
-        const link = await this.shared.links.get(this.ranks[peer]!);
-        return (frame) => {
-          this.sentBytes += frame.length;
-          return link.send(frame);
-        };
-      },
+      groupId: this.groupId,
+      members: this.members,
+      shared: this.shared,
+      mailbox: this.mailbox,
+      aborts: this.aborts,
+      breakage: this.breakage,
+      maxFrameBytes: this.maxFrameBytes,
+      listeners: this.listeners,
+      sent: (bytes) => (this.sentBytes += bytes),
+      lastSeq: () => this.seq,
+      breakWith: (err) => this.breakWith(err),
     };
   }
 
@@ -548,52 +462,21 @@ export class ProcessGroup {
       this.fail(error);
       // Once broken, every pending and later call fails with the first reason (the lost rank),
       // not with what closing the group did to its links afterwards.
-      throw this.broken ?? error;
+      throw this.breakage.error ?? error;
     }
-  }
-
-  /** A frame for this group from member `from` (a top-level rank), routed here by the shared links. */
-  private onFrame(from: number, frame: Uint8Array, h: FrameHeader): void {
-    if (h.kind !== FrameKind.abort) {
-      // A broken group posts no more receives: data arriving now could only pile up.
-      if (!this.broken) this.mailbox.put(from, frame, h);
-      return;
-    }
-    this.aborts.receive(from, frame, h);
-  }
-
-  /** This group as the shared links route to it. */
-  private routed(): RoutedGroup {
-    return {
-      id: this.groupId,
-      ranks: this.ranks,
-      has: (rank) => this.members.has(rank),
-      deliver: (from, frame, h) => this.onFrame(from, frame, h),
-      heard: (from) => this.mailbox.heard(from),
-      checkStalls: (stallMs) => this.mailbox.checkStalls(stallMs),
-      broke: (err) => this.breakWith(err),
-      emit: (e) => {
-        if (e.type === 'link' && !this.members.has(e.peer)) return;
-        for (const l of this.listeners) l(e);
-      },
-      lastSeq: () => this.seq,
-    };
   }
 
   // --- Failure -------------------------------------------------------------------------------------
 
   /** A failure in this group fails every group of the rank (see SharedLinks.fail); a destroyed subgroup's do not. */
   private fail(err: Error): void {
-    if (this.broken) return;
+    if (this.breakage.error) return;
     this.shared.fail(err);
   }
 
   /** Every pending receive rejects with `err`, and so does every later call. */
   private breakWith(err: Error): void {
-    if (this.broken) return;
-    this.broken = err;
-    this.rejectBroken(err);
-    this.mailbox.failAll(err);
+    if (this.breakage.set(err)) this.mailbox.failAll(err);
   }
 
   /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
@@ -602,6 +485,6 @@ export class ProcessGroup {
   }
 
   private throwIfBroken(): void {
-    if (this.broken) throw this.broken;
+    this.breakage.throwIfBroken();
   }
 }

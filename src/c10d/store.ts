@@ -1,12 +1,13 @@
 /**
  * The store: torch's `Store` interface and `StoreClient`, its implementation over the
  * signaling server's WebSocket (what TCPStore's client is to its server). Works in the browser
- * and in Node (through `ws`), with any number of requests in flight on one socket.
+ * and in Node (through `ws`), with any number of requests in flight on one socket. Beside it:
+ * store_interface.ts (the `Store` contract and `PrefixStore`), store_options.ts (what `connect`
+ * takes), store_socket.ts (opening the socket) and store_errors.ts (error replies as errors).
  */
 import {
   CloseCode,
   DEFAULT_STORE_TIMEOUT_MS,
-  ErrorCode,
   PROTOCOL_VERSION,
   decodeValue,
   encodeValue,
@@ -30,72 +31,15 @@ import { parseServerMessage } from '../wire/protocol_validation.ts';
 import { startTicker } from '../runtime/ticker.ts';
 import { browserPulseAvailable, startPulse } from './pulse.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
-import { ConnectionClosedError, DistTimeoutError, NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../wire/errors.ts';
+import { ConnectionClosedError, DistTimeoutError } from '../wire/errors.ts';
+import type { Store, StoreValue } from './store_interface.ts';
+import type { StoreClientOptions } from './store_options.ts';
+import { OPEN, openSocket, storeSocketUrl, type SocketLike } from './store_socket.ts';
+import { describeRequest, toError } from './store_errors.ts';
 
-export type StoreValue = Uint8Array | string;
-
-/** torch.distributed.Store: a key-value store shared by the ranks of a session. */
-export interface Store {
-  set(key: string, value: StoreValue): Promise<void>;
-  /** Blocks until the key exists or `timeoutMs` passes (default: the store's timeout). */
-  get(key: string, timeoutMs?: number): Promise<Uint8Array>;
-  /** Adds to an integer counter (a missing key counts from 0); returns the new value. */
-  add(key: string, amount: number): Promise<number>;
-  /** torch's compare_set; returns the value the key holds afterwards (see the server's rules). */
-  compareSet(key: string, expected: StoreValue, desired: StoreValue): Promise<Uint8Array>;
-  wait(keys: string[], timeoutMs?: number): Promise<void>;
-  check(keys: string[]): Promise<boolean>;
-  deleteKey(key: string): Promise<boolean>;
-  numKeys(): Promise<number>;
-  append(key: string, value: StoreValue): Promise<void>;
-  multiGet(keys: string[], timeoutMs?: number): Promise<Uint8Array[]>;
-  multiSet(keys: string[], values: StoreValue[]): Promise<void>;
-}
-
-export interface StoreClientOptions {
-  /** The session (namespace) to use. */
-  session: string;
-  /**
-   * The session's secret (`newSessionToken()`; a share link's `#token=...`). The connection that
-   * creates the session fixes it; every later one must present the same, or `connect` fails with
-   * `UnauthorizedError`. Only the server's host creates sessions: a connection from the server's
-   * own machine, one with `admin`, or the server's own `createSession` (the launcher's way);
-   * anyone else naming a session that does not exist gets `UnauthorizedError`.
-   */
-  token: string;
-  /** The server's admin secret (`RunningServer.adminSecret`): lets a connection from another machine create the session. */
-  admin?: string;
-  /**
-   * The session's host secret (same format as a token). The connection that creates the session
-   * fixes it; a later one presenting it becomes the host (`isHost`) and may send `control`; a
-   * wrong one fails `connect` with `UnauthorizedError`. Ignored by a session created without one.
-   */
-  host?: string;
-  /** Default timeout of blocking calls. Default 300 s, as torch. */
-  timeoutMs?: number;
-  /** How long to wait for the socket to open and the server to answer `hello`. Default 10 s. */
-  connectTimeoutMs?: number;
-  /** How long a non-blocking request may go unanswered before it fails. Default 30 s. */
-  requestTimeoutMs?: number;
-  /**
-   * How often to renew TURN credentials the server minted for this session (`iceServers`), so
-   * that links formed hours into a run still get valid ones. Default 30 min; 0: never.
-   */
-  iceRenewMs?: number;
-  /**
-   * Node only: the certificate(s), PEM, to trust for a wss:// server whose certificate no CA of
-   * Node's signed, e.g. the self-signed `certs/cert.pem` of `npm start -- --https`
-   * (NODE_EXTRA_CA_CERTS=FILE does the same for a whole process). A browser trusts what its own
-   * certificate store trusts and cannot take this.
-   */
-  ca?: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
-  /**
-   * Once a member, beat from a Worker on a second socket (src/c10d/pulse.ts), so that a page whose
-   * thread is busy is not evicted as frozen. Default: on where a browser Worker exists, off in Node
-   * (where it takes a worker thread).
-   */
-  pulse?: boolean;
-}
+export { PrefixStore, type Store, type StoreValue } from './store_interface.ts';
+export type { StoreClientOptions } from './store_options.ts';
+export { storeSocketUrl } from './store_socket.ts';
 
 type Handler<E> = (event: E) => void;
 interface EventMap {
@@ -117,68 +61,6 @@ interface Pending {
   reject(err: Error): void;
   timer: ReturnType<typeof setTimeout>;
   what: string;
-}
-
-/** Minimal structural view of a WebSocket: the browser's and `ws`'s both fit. */
-interface SocketLike {
-  readyState: number;
-  send(data: string): void;
-  close(code?: number, reason?: string): void;
-  onopen: ((ev: unknown) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-}
-type SocketConstructor = new (url: string, protocols?: string[], options?: { ca: StoreClientOptions['ca'] }) => SocketLike;
-
-/** WebSocket.OPEN, the same in browsers and in `ws`. */
-const OPEN = 1;
-
-async function socketConstructor(withCa: boolean): Promise<SocketConstructor> {
-  const native = (globalThis as { WebSocket?: unknown }).WebSocket;
-  if (withCa) {
-    // Only `ws` takes a CA; a browser (whose bundle may polyfill `process`) has no Node version.
-    const node = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node;
-    if (!node) throw new TypeError('the `ca` option is for Node: a browser trusts the certificates its own certificate store trusts');
-  } else if (native) return native as SocketConstructor;
-  // Node 20 has no global WebSocket; `ws` is the implementation the server uses too.
-  const ws = await import('ws');
-  return ws.WebSocket as unknown as SocketConstructor;
-}
-
-/** Accepts the page URL (http://host:port/...) or the socket URL (ws://host:port/ws). */
-export function storeSocketUrl(url: string): string {
-  const u = new URL(url);
-  if (u.protocol === 'http:') u.protocol = 'ws:';
-  else if (u.protocol === 'https:') u.protocol = 'wss:';
-  else if (u.protocol !== 'ws:' && u.protocol !== 'wss:') {
-    throw new TypeError(`store URL must be http(s):// or ws(s)://, got ${url}`);
-  }
-  u.pathname = '/ws';
-  u.search = '';
-  u.hash = '';
-  return u.toString();
-}
-
-/** Node's TLS error codes for a server certificate it does not trust. */
-const UNTRUSTED_CERT = new Set([
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-]);
-
-/** ": <ws's reason>" for a failed connect, with what to do about an untrusted certificate. */
-function whyNotConnected(failure: { message?: string; error?: { code?: string } } | undefined): string {
-  const message = typeof failure?.message === 'string' && failure.message ? failure.message : undefined;
-  if (!message) return '';
-  const code = failure?.error?.code;
-  if (code && UNTRUSTED_CERT.has(code)) {
-    return `: ${message}. Trust the server's certificate: pass it as \`ca\` (StoreClient.connect's option; a self-signed server's is certs/cert.pem) or set NODE_EXTRA_CA_CERTS to its file`;
-  }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `: ${message}. Connect by a name or address the server's certificate covers`;
-  return `: ${message}`;
 }
 
 export class StoreClient implements Store {
@@ -232,30 +114,7 @@ export class StoreClient implements Store {
   static async connect(url: string, options: StoreClientOptions): Promise<StoreClient> {
     const wsUrl = storeSocketUrl(url);
     const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    const Ctor = await socketConstructor(options.ca !== undefined);
-    const socket = options.ca === undefined ? new Ctor(wsUrl) : new Ctor(wsUrl, undefined, { ca: options.ca });
-    // The server may close right after accepting (too many sockets from this address): keep why.
-    let closedEarly: { code: number; reason: string } | undefined;
-    // Node's `ws` says why a socket failed (a certificate it does not trust); browsers never do.
-    let failure: { message?: string; error?: { code?: string } } | undefined;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        socket.close();
-        reject(new DistTimeoutError(`the store server at ${wsUrl} to accept the connection`, connectTimeoutMs));
-      }, connectTimeoutMs);
-      socket.onopen = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      socket.onerror = (ev) => {
-        failure = typeof ev === 'object' && ev !== null ? (ev as typeof failure) : undefined;
-      };
-      socket.onclose = (ev) => {
-        clearTimeout(timer);
-        closedEarly = { code: ev.code, reason: ev.reason };
-        reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})${whyNotConnected(failure)}`, ev.code, ev.reason));
-      };
-    });
+    const { socket, closedEarly } = await openSocket(wsUrl, options, connectTimeoutMs);
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
     client.pulseUrl = `${wsUrl}?pulse`;
     if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
@@ -586,78 +445,3 @@ export class StoreClient implements Store {
   }
 }
 
-const RENDEZVOUS_CODES = new Set<string>([
-  ErrorCode.WORLD_SIZE_MISMATCH,
-  ErrorCode.RANK_OUT_OF_RANGE,
-  ErrorCode.DUPLICATE_RANK,
-  ErrorCode.SESSION_FULL,
-  ErrorCode.ALREADY_JOINED,
-  ErrorCode.ELASTIC_MISMATCH,
-]);
-
-function toError(code: ErrorCode, message: string, details: Record<string, unknown>): StoreError {
-  if (code === ErrorCode.TIMEOUT) {
-    const keys = Array.isArray(details.keys) ? (details.keys as string[]) : [];
-    const timeoutMs = typeof details.timeoutMs === 'number' ? details.timeoutMs : 0;
-    return new StoreTimeoutError(message, keys, timeoutMs);
-  }
-  if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
-  if (code === ErrorCode.UNAUTHORIZED) return new (details.rotated === true ? TokenRotatedError : UnauthorizedError)(message, typeof details.session === 'string' ? details.session : '');
-  if (code === ErrorCode.NOT_HOST) return new NotHostError(message, details);
-  if (code === ErrorCode.SESSION_ENDED) return new SessionEndedError(message, typeof details.session === 'string' ? details.session : '');
-  if (code === ErrorCode.RENDEZVOUS_CLOSED) {
-    const int = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : -1);
-    return new RendezvousClosedError(message, typeof details.session === 'string' ? details.session : '', int(details.round), int(details.by));
-  }
-  return new StoreError(code, message, details);
-}
-
-function describeRequest(type: string, fields: Record<string, unknown>): string {
-  if (typeof fields.key === 'string') return `${type}("${fields.key}")`;
-  if (Array.isArray(fields.keys)) return `${type}(${fields.keys.map((k) => `"${String(k)}"`).join(', ')})`;
-  return type;
-}
-
-/** torch's PrefixStore: every key goes through `prefix/`, so groups can share one store. */
-export class PrefixStore implements Store {
-  constructor(
-    readonly prefix: string,
-    private readonly inner: Store,
-  ) {}
-  private k(key: string): string {
-    return `${this.prefix}/${key}`;
-  }
-  set(key: string, value: StoreValue) {
-    return this.inner.set(this.k(key), value);
-  }
-  get(key: string, timeoutMs?: number) {
-    return this.inner.get(this.k(key), timeoutMs);
-  }
-  add(key: string, amount: number) {
-    return this.inner.add(this.k(key), amount);
-  }
-  compareSet(key: string, expected: StoreValue, desired: StoreValue) {
-    return this.inner.compareSet(this.k(key), expected, desired);
-  }
-  wait(keys: string[], timeoutMs?: number) {
-    return this.inner.wait(keys.map((k) => this.k(k)), timeoutMs);
-  }
-  check(keys: string[]) {
-    return this.inner.check(keys.map((k) => this.k(k)));
-  }
-  deleteKey(key: string) {
-    return this.inner.deleteKey(this.k(key));
-  }
-  numKeys() {
-    return this.inner.numKeys();
-  }
-  append(key: string, value: StoreValue) {
-    return this.inner.append(this.k(key), value);
-  }
-  multiGet(keys: string[], timeoutMs?: number) {
-    return this.inner.multiGet(keys.map((k) => this.k(k)), timeoutMs);
-  }
-  multiSet(keys: string[], values: StoreValue[]) {
-    return this.inner.multiSet(keys.map((k) => this.k(k)), values);
-  }
-}

@@ -3,11 +3,18 @@
  * and a group's members, its ranks as ranks of the top-level group, named in messages so that a
  * subgroup's rank is never mistaken for a top-level one.
  */
-import type { ProcessGroup } from './process_group.ts';
+import type { SharedLinks } from '../transport/shared_links.ts';
+import type { Store } from './store_interface.ts';
 
-/** How `newGroup` makes a subgroup. Internal: users call `newGroup`. */
+/**
+ * How `newGroup` makes a subgroup. Internal: users call `newGroup`. It carries what the subgroup
+ * takes from its parent, not the parent itself, so this module does not import the process group.
+ */
 export interface SubgroupSpec {
-  parent: ProcessGroup;
+  /** The parent's links, liveness and frame routing, which the subgroup runs over. */
+  shared: SharedLinks;
+  /** The subgroup's store: a prefix under its parent's. */
+  store: Store;
   id: number;
   /** The members' top-level ranks, sorted. */
   ranks: readonly number[];

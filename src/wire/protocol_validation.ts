@@ -25,6 +25,7 @@ import {
   type RendezvousClosedEvent,
   type ReplyMessage,
   type Request,
+  type RequestFields,
   type RequestType,
   type RoundEvent,
   type ServerMessage,
@@ -128,6 +129,125 @@ function describe(v: unknown): string {
   return `a ${typeof v}`;
 }
 
+/** A request type's validator: its fields from the frame `raw` (request `id`), checked against `limits`. */
+type FieldsOf<T extends RequestType> = (raw: Obj, id: number, limits: Limits) => RequestFields[T];
+
+/** The longest wait a blocking request may ask for. */
+const timeout = (raw: Obj, id: number, limits: Limits): number => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
+
+/**
+ * Every request type's validator, by type. A table, not a switch, so that each type's checks
+ * stand alone; its mapped type makes adding a request type without a validator fail to compile.
+ */
+const REQUEST_FIELDS: { [T in RequestType]: FieldsOf<T> } = {
+  hello: (raw, id) => {
+    const hello = { session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
+    // Its format is checked by the server, like the token's: a malformed one is UNAUTHORIZED.
+    return {
+      ...hello,
+      ...(raw.host === undefined ? {} : { host: str(raw, 'host', id, 128) }),
+      ...(raw.admin === undefined ? {} : { admin: str(raw, 'admin', id, 128) }),
+    };
+  },
+  set: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), value: value(raw, 'value', id) }),
+  get: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), timeoutMs: timeout(raw, id, limits) }),
+  add: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) }),
+  compareSet: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), expected: value(raw, 'expected', id), desired: value(raw, 'desired', id) }),
+  wait: (raw, id, limits) => ({ keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout(raw, id, limits) }),
+  check: (raw, id, limits) => ({ keys: keyList(raw, 'keys', id, limits) }),
+  deleteKey: (raw, id, limits) => ({ key: key(raw, 'key', id, limits) }),
+  numKeys: () => ({}),
+  append: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), value: value(raw, 'value', id) }),
+  multiGet: (raw, id, limits) => ({ keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout(raw, id, limits) }),
+  multiSet: (raw, id, limits) => {
+    const keys = keyList(raw, 'keys', id, limits);
+    const vs = raw.values;
+    if (!Array.isArray(vs)) fail(id, `field "values" must be an array, got ${describe(vs)}`);
+    if (vs.length !== keys.length) fail(id, `multiSet has ${keys.length} keys but ${vs.length} values`);
+    return { keys, values: vs.map((_, i) => value(vs as unknown as Obj, String(i), id)) };
+  },
+  rendezvous: rendezvousFields,
+  control: controlFields,
+  heartbeat: heartbeatFields,
+  iceServers: () => ({}),
+  pulse: () => ({}),
+  closeRendezvous: () => ({}),
+  claim: (raw, id, limits) => {
+    const keys = keyList(raw, 'keys', id, limits);
+    if (keys.length === 0 || keys.length > MAX_CLAIM_KEYS) fail(id, `field "keys" must name 1 to ${MAX_CLAIM_KEYS} places, got ${keys.length}`);
+    if (typeof raw.take !== 'boolean') fail(id, `field "take" must be true or false, got ${describe(raw.take)}`);
+    return { keys, take: raw.take as boolean };
+  },
+  regroup: (raw, id) => {
+    const fromRound = int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER);
+    const failed = raw.failed;
+    if (failed !== undefined && typeof failed !== 'boolean') fail(id, `field "failed" must be true or false, got ${describe(failed)}`);
+    return failed === undefined ? { fromRound } : { fromRound, failed };
+  },
+  signal: (raw, id) => {
+    const to = int(raw, 'to', id, 0, MAX_WORLD - 1);
+    const data = raw.data;
+    if (!isObj(data) || typeof data.channel !== 'string' || data.channel.length > 128 || !('body' in data)) {
+      fail(id, 'field "data" must be an object { channel: string, body }');
+    }
+    return { to, data: { channel: data.channel as string, body: data.body } };
+  },
+  gather: gatherFields,
+};
+
+function rendezvousFields(raw: Obj, id: number): RequestFields['rendezvous'] {
+  const min = int(raw, 'min', id, 1, MAX_WORLD);
+  const max = int(raw, 'max', id, 1, MAX_WORLD);
+  if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
+  const spectate = raw.spectate;
+  if (spectate !== undefined && typeof spectate !== 'boolean') fail(id, `field "spectate" must be true or false, got ${describe(spectate)}`);
+  const base = spectate === undefined ? { min, max } : { min, max, spectate };
+  if (raw.rank === undefined) return base;
+  if (min !== max) fail(id, `field "rank" can only be given for a fixed world size (min = max), not for ${min}..${max}`);
+  return { ...base, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
+}
+
+function controlFields(raw: Obj, id: number): RequestFields['control'] {
+  const action = raw.action;
+  if (typeof action !== 'string' || !(HOST_ACTIONS as readonly string[]).includes(action)) {
+    fail(id, `field "action" must be one of ${HOST_ACTIONS.map((a) => `"${a}"`).join(', ')}, got ${describe(action)}`);
+  }
+  const a = action as HostAction;
+  if (a === 'remove') return { action: a, ...removeTarget(raw, id) };
+  for (const f of ['rank', 'round', 'member']) if (raw[f] !== undefined) fail(id, `field "${f}" goes with action "remove" only, not "${a}"`);
+  if (a !== 'min') {
+    if (raw.min !== undefined) fail(id, `field "min" goes with action "min" only, not "${a}"`);
+    return { action: a };
+  }
+  // The upper bound is the group's max, which only the server knows; it checks that too.
+  return { action: a, min: int(raw, 'min', id, 1, MAX_WORLD) };
+}
+
+function heartbeatFields(raw: Obj, id: number): RequestFields['heartbeat'] {
+  if (raw.heard === undefined) return {};
+  const heard = raw.heard;
+  if (typeof heard !== 'object' || heard === null || Array.isArray(heard)) fail(id, `field "heard" must be an object {round, ranks}, got ${describe(heard)}`);
+  const h = heard as Obj;
+  const round = int(h, 'round', id, 0, Number.MAX_SAFE_INTEGER);
+  const ranks = h.ranks;
+  if (!Array.isArray(ranks) || ranks.length > MAX_WORLD) fail(id, `field "heard.ranks" must be an array of at most ${MAX_WORLD} ranks, got ${describe(ranks)}`);
+  return { heard: { round, ranks: (ranks as unknown[]).map((_, i) => int(ranks as unknown as Obj, String(i), id, 0, MAX_WORLD - 1)) } };
+}
+
+function gatherFields(raw: Obj, id: number, limits: Limits): RequestFields['gather'] {
+  const round = int(raw, 'round', id, 1, Number.MAX_SAFE_INTEGER);
+  const timeoutMs = timeout(raw, id, limits);
+  const tag = raw.tag;
+  if (typeof tag !== 'string' || tag.length === 0 || tag.length > MAX_GATHER_TAG || !/^[\w.:/-]+$/.test(tag)) {
+    fail(id, `field "tag" must be 1 to ${MAX_GATHER_TAG} characters of letters, digits and . : / _ -, got ${describe(tag)}`);
+  }
+  const values = raw.values;
+  if (!Array.isArray(values) || values.length > MAX_GATHER_VALUES || !values.every((v) => typeof v === 'number' && Number.isFinite(v))) {
+    fail(id, `field "values" must be an array of at most ${MAX_GATHER_VALUES} finite numbers`);
+  }
+  return { round, tag: tag as string, values: values as number[], timeoutMs };
+}
+
 /**
  * Parses and validates one client frame. Throws `ProtocolViolation` with the code and a message
  * that says what was wrong; the server turns that into an error reply.
@@ -147,136 +267,11 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
   const id = idRaw;
   const type = raw.type;
   if (typeof type !== 'string') fail(id, `field "type" must be a string, got ${describe(type)}`);
+  // Own keys only: "constructor" or "__proto__" is an unknown type, not a validator.
+  if (!Object.hasOwn(REQUEST_FIELDS, type)) throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(type)}`, id);
   const t = type as RequestType;
-  const timeout = () => int(raw, 'timeoutMs', id, 0, limits.maxTimeoutMs);
-  switch (t) {
-    case 'hello': {
-      const hello = { type: t, id, session: str(raw, 'session', id, 64), version: int(raw, 'version', id, 0, 1e9), token: str(raw, 'token', id, 128) };
-      // Its format is checked by the server, like the token's: a malformed one is UNAUTHORIZED.
-      return {
-        ...hello,
-        ...(raw.host === undefined ? {} : { host: str(raw, 'host', id, 128) }),
-        ...(raw.admin === undefined ? {} : { admin: str(raw, 'admin', id, 128) }),
-      };
-    }
-    case 'set':
-      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
-    case 'get':
-      return { type: t, id, key: key(raw, 'key', id, limits), timeoutMs: timeout() };
-    case 'add':
-      return {
-        type: t,
-        id,
-        key: key(raw, 'key', id, limits),
-        amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER),
-      };
-    case 'compareSet':
-      return {
-        type: t,
-        id,
-        key: key(raw, 'key', id, limits),
-        expected: value(raw, 'expected', id),
-        desired: value(raw, 'desired', id),
-      };
-    case 'wait':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
-    case 'check':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits) };
-    case 'deleteKey':
-      return { type: t, id, key: key(raw, 'key', id, limits) };
-    case 'numKeys':
-      return { type: t, id };
-    case 'append':
-      return { type: t, id, key: key(raw, 'key', id, limits), value: value(raw, 'value', id) };
-    case 'multiGet':
-      return { type: t, id, keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout() };
-    case 'multiSet': {
-      const keys = keyList(raw, 'keys', id, limits);
-      const vs = raw.values;
-      if (!Array.isArray(vs)) fail(id, `field "values" must be an array, got ${describe(vs)}`);
-      if (vs.length !== keys.length) fail(id, `multiSet has ${keys.length} keys but ${vs.length} values`);
-      return { type: t, id, keys, values: vs.map((_, i) => value(vs as unknown as Obj, String(i), id)) };
-    }
-    case 'rendezvous': {
-      const min = int(raw, 'min', id, 1, MAX_WORLD);
-      const max = int(raw, 'max', id, 1, MAX_WORLD);
-      if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
-      const spectate = raw.spectate;
-      if (spectate !== undefined && typeof spectate !== 'boolean') fail(id, `field "spectate" must be true or false, got ${describe(spectate)}`);
-      const base = spectate === undefined ? { type: t, id, min, max } : { type: t, id, min, max, spectate };
-      if (raw.rank === undefined) return base;
-      if (min !== max) fail(id, `field "rank" can only be given for a fixed world size (min = max), not for ${min}..${max}`);
-      return { ...base, rank: int(raw, 'rank', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) };
-    }
-    case 'control': {
-      const action = raw.action;
-      if (typeof action !== 'string' || !(HOST_ACTIONS as readonly string[]).includes(action)) {
-        fail(id, `field "action" must be one of ${HOST_ACTIONS.map((a) => `"${a}"`).join(', ')}, got ${describe(action)}`);
-      }
-      const a = action as HostAction;
-      if (a === 'remove') return { type: t, id, action: a, ...removeTarget(raw, id) };
-      for (const f of ['rank', 'round', 'member']) if (raw[f] !== undefined) fail(id, `field "${f}" goes with action "remove" only, not "${a}"`);
-      if (a !== 'min') {
-        if (raw.min !== undefined) fail(id, `field "min" goes with action "min" only, not "${a}"`);
-        return { type: t, id, action: a };
-      }
-      // The upper bound is the group's max, which only the server knows; it checks that too.
-      return { type: t, id, action: a, min: int(raw, 'min', id, 1, MAX_WORLD) };
-    }
-    case 'heartbeat': {
-      if (raw.heard === undefined) return { type: t, id };
-      const heard = raw.heard;
-      if (typeof heard !== 'object' || heard === null || Array.isArray(heard)) fail(id, `field "heard" must be an object {round, ranks}, got ${describe(heard)}`);
-      const h = heard as Obj;
-      const round = int(h, 'round', id, 0, Number.MAX_SAFE_INTEGER);
-      const ranks = h.ranks;
-      if (!Array.isArray(ranks) || ranks.length > MAX_WORLD) fail(id, `field "heard.ranks" must be an array of at most ${MAX_WORLD} ranks, got ${describe(ranks)}`);
-      return { type: t, id, heard: { round, ranks: (ranks as unknown[]).map((_, i) => int(ranks as unknown as Obj, String(i), id, 0, MAX_WORLD - 1)) } };
-    }
-    case 'iceServers':
-    case 'pulse':
-      return { type: t, id };
-    case 'closeRendezvous':
-      return { type: t, id };
-    case 'claim': {
-      const keys = keyList(raw, 'keys', id, limits);
-      if (keys.length === 0 || keys.length > MAX_CLAIM_KEYS) fail(id, `field "keys" must name 1 to ${MAX_CLAIM_KEYS} places, got ${keys.length}`);
-      if (typeof raw.take !== 'boolean') fail(id, `field "take" must be true or false, got ${describe(raw.take)}`);
-      return { type: t, id, keys, take: raw.take as boolean };
-    }
-    case 'regroup': {
-      const fromRound = int(raw, 'fromRound', id, 0, Number.MAX_SAFE_INTEGER);
-      const failed = raw.failed;
-      if (failed !== undefined && typeof failed !== 'boolean') fail(id, `field "failed" must be true or false, got ${describe(failed)}`);
-      return failed === undefined ? { type: t, id, fromRound } : { type: t, id, fromRound, failed };
-    }
-    case 'signal': {
-      const to = int(raw, 'to', id, 0, MAX_WORLD - 1);
-      const data = raw.data;
-      if (!isObj(data) || typeof data.channel !== 'string' || data.channel.length > 128 || !('body' in data)) {
-        fail(id, 'field "data" must be an object { channel: string, body }');
-      }
-      return { type: t, id, to, data: { channel: data.channel as string, body: data.body } };
-    }
-    case 'gather': {
-      const round = int(raw, 'round', id, 1, Number.MAX_SAFE_INTEGER);
-      const timeoutMs = timeout();
-      const tag = raw.tag;
-      if (typeof tag !== 'string' || tag.length === 0 || tag.length > MAX_GATHER_TAG || !/^[\w.:/-]+$/.test(tag)) {
-        fail(id, `field "tag" must be 1 to ${MAX_GATHER_TAG} characters of letters, digits and . : / _ -, got ${describe(tag)}`);
-      }
-      const values = raw.values;
-      if (!Array.isArray(values) || values.length > MAX_GATHER_VALUES || !values.every((v) => typeof v === 'number' && Number.isFinite(v))) {
-        fail(id, `field "values" must be an array of at most ${MAX_GATHER_VALUES} finite numbers`);
-      }
-      return { type: t, id, round, tag: tag as string, values: values as number[], timeoutMs };
-    }
-    default: {
-      // Exhaustive: adding a request type without handling it here fails to compile.
-      const unknown: never = t;
-      throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(unknown)}`, id);
-    }
-  }
+  const fields = (REQUEST_FIELDS[t] as FieldsOf<RequestType>)(raw, id, limits);
+  return { type: t, id, ...fields } as Request;
 }
 
 /**

@@ -20,9 +20,9 @@
  * computed from all-reduced values only, in the same order on every rank, so every rank returns
  * bit-identical gradients (and keeps bit-identical Q's).
  *
- * The math is plain JS over Float32Array: sums in double precision, every stored value rounded to
- * float32. Only integer operations and correctly rounded arithmetic (+ - * / sqrt) are used, so
- * the results are identical on every JS engine.
+ * The math (powersgd_math.ts) is plain JS over Float32Array: sums in double precision, every
+ * stored value rounded to float32. Only integer operations and correctly rounded arithmetic
+ * (+ - * / sqrt) are used, so the results are identical on every JS engine.
  *
  * Where this differs from torch, on purpose:
  * - Q is drawn from an integer hash of (seed, step, bucket, parameter), as an approximately normal
@@ -48,6 +48,9 @@ import { checkWireDtype, type WireDtype } from '../../wire/half.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
 import { allFinite } from '../../wire/finite.ts';
+import { fillRandom, matMul, matMulT, matTMul, matrixOf, orthogonalize } from './powersgd_math.ts';
+
+export { orthogonalize } from './powersgd_math.ts';
 
 export interface PowerSGDOptions {
   /** The rank r of the approximation (torch: matrix_approximation_rank). Default 1. */
@@ -120,6 +123,36 @@ interface Compressed {
   M: Float32Array;
   pAt: number;
   qAt: number;
+}
+
+/** A bucket's parameters split for one compressed step, with the offsets of each in the flat buffers. */
+interface BucketPlan {
+  /** Parameters averaged uncompressed, together in one flat all-reduce. */
+  plain: Array<{ offset: number; size: number }>;
+  compressed: Compressed[];
+  plainSize: number;
+  pSize: number;
+  qSize: number;
+}
+
+/** The uncompressed parameters of `buffer`, one after another. */
+function packPlain(buffer: Float32Array, plan: BucketPlan): Float32Array {
+  const flat = new Float32Array(plan.plainSize);
+  let at = 0;
+  for (const { offset, size } of plan.plain) {
+    flat.set(buffer.subarray(offset, offset + size), at);
+    at += size;
+  }
+  return flat;
+}
+
+/** Puts the averaged uncompressed parameters back where they were in `buffer`. */
+function unpackPlain(buffer: Float32Array, plan: BucketPlan, flat: Float32Array): void {
+  let at = 0;
+  for (const { offset, size } of plan.plain) {
+    buffer.set(flat.subarray(at, at + size), offset);
+    at += size;
+  }
 }
 
 export class PowerSGDHook implements CommHook {
@@ -204,13 +237,34 @@ export class PowerSGDHook implements CommHook {
       return out;
     }
 
-    // Plan: which parameters go uncompressed, which as P and Q.
+    const plan = this.plan(bucket);
+    this.stats.elementsSent += plan.plainSize + plan.pSize + plan.qSize;
+    const flat = packPlain(buffer, plan);
+    const { P, Q } = this.firstFactors(plan, bucket);
+    const wire = this.options.wire;
+    const plainDone = plan.plainSize > 0 ? pg.allReduce(flat, 'avg', { wire }) : Promise.resolve(flat);
+    plainDone.catch(() => {});
+    const pDone = plan.pSize > 0 ? pg.allReduce(P, 'sum', { wire }) : Promise.resolve(P);
+    // The all-reduce of P need not be divided by the world size: P is orthogonalized next.
+    const Pall = await pDone;
+    for (const c of plan.compressed) {
+      const p = Pall.subarray(c.pAt, c.pAt + c.n * c.r);
+      orthogonalize(p, c.n, c.r, this.options.orthogonalizationEpsilon);
+      matTMul(c.M, p, Q.subarray(c.qAt, c.qAt + c.m * c.r), c.n, c.m, c.r);
+    }
+    const qDone = plan.qSize > 0 ? pg.allReduce(Q, 'avg', { wire }) : Promise.resolve(Q);
+    issued();
+    const [plainAvg, Qall] = await Promise.all([plainDone, qDone]);
+    unpackPlain(buffer, plan, plainAvg);
+    this.approximate(plan.compressed, Pall, Qall, buffer);
+    this.finish(bucket);
+    return buffer;
+  }
+
+  /** Which parameters of `bucket` go uncompressed and which as P and Q; each compressed one's M is its gradient plus its error. */
+  private plan(bucket: GradBucket): BucketPlan {
     const r0 = this.options.matrixApproximationRank;
-    const plain: Array<{ offset: number; size: number }> = [];
-    const compressed: Compressed[] = [];
-    let plainSize = 0;
-    let pSize = 0;
-    let qSize = 0;
+    const plan: BucketPlan = { plain: [], compressed: [], plainSize: 0, pSize: 0, qSize: 0 };
     for (const param of bucket.parameters) {
       const key = `${bucket.index}/${param.index}`;
       const entry = this.entries.get(key);
@@ -223,60 +277,39 @@ export class PowerSGDHook implements CommHook {
       const { n, m } = matrixOf(param.shape);
       const r = Math.min(n, m, r0);
       if (param.shape.length < 2 || !((n + m) * r * this.options.minCompressionRate < n * m)) {
-        plain.push({ offset: param.offset, size: param.size });
-        plainSize += param.size;
+        plan.plain.push({ offset: param.offset, size: param.size });
+        plan.plainSize += param.size;
         continue;
       }
-      const M = buffer.slice(param.offset, param.offset + param.size);
+      const M = bucket.buffer.slice(param.offset, param.offset + param.size);
       if (this.options.useErrorFeedback && entry?.error) {
         const e = entry.error;
         for (let i = 0; i < M.length; i++) M[i] += e[i]!;
       }
-      compressed.push({ key, index: param.index, shape: [...param.shape], offset: param.offset, n, m, r, M, pAt: pSize, qAt: qSize });
-      pSize += n * r;
-      qSize += m * r;
+      plan.compressed.push({ key, index: param.index, shape: [...param.shape], offset: param.offset, n, m, r, M, pAt: plan.pSize, qAt: plan.qSize });
+      plan.pSize += n * r;
+      plan.qSize += m * r;
     }
-    this.stats.elementsSent += plainSize + pSize + qSize;
+    return plan;
+  }
 
-    const flat = new Float32Array(plainSize);
-    let at = 0;
-    for (const { offset, size } of plain) {
-      flat.set(buffer.subarray(offset, offset + size), at);
-      at += size;
-    }
-
-    // Q (warm or drawn), orthogonalized; P = M Q.
-    const eps = this.options.orthogonalizationEpsilon;
-    const P = new Float32Array(pSize);
-    const Q = new Float32Array(qSize);
-    for (const c of compressed) {
+  /** Q (warm, or drawn the same on every rank), orthogonalized; P = M Q. */
+  private firstFactors(plan: BucketPlan, bucket: GradBucket): { P: Float32Array; Q: Float32Array } {
+    const P = new Float32Array(plan.pSize);
+    const Q = new Float32Array(plan.qSize);
+    for (const c of plan.compressed) {
       const q = Q.subarray(c.qAt, c.qAt + c.m * c.r);
       const warm = this.options.warmStart ? this.entries.get(c.key)?.q : undefined;
       if (warm) q.set(warm);
       else fillRandom(q, this.options.seed, bucket.step, bucket.index, c.index);
-      orthogonalize(q, c.m, c.r, eps);
+      orthogonalize(q, c.m, c.r, this.options.orthogonalizationEpsilon);
       matMul(c.M, q, P.subarray(c.pAt, c.pAt + c.n * c.r), c.n, c.m, c.r);
     }
+    return { P, Q };
+  }
 
-    const plainDone = plainSize > 0 ? pg.allReduce(flat, 'avg', { wire: this.options.wire }) : Promise.resolve(flat);
-    plainDone.catch(() => {});
-    const pDone = pSize > 0 ? pg.allReduce(P, 'sum', { wire: this.options.wire }) : Promise.resolve(P);
-    // The all-reduce of P need not be divided by the world size: P is orthogonalized next.
-    const Pall = await pDone;
-    for (const c of compressed) {
-      const p = Pall.subarray(c.pAt, c.pAt + c.n * c.r);
-      orthogonalize(p, c.n, c.r, eps);
-      matTMul(c.M, p, Q.subarray(c.qAt, c.qAt + c.m * c.r), c.n, c.m, c.r);
-    }
-    const qDone = qSize > 0 ? pg.allReduce(Q, 'avg', { wire: this.options.wire }) : Promise.resolve(Q);
-    issued();
-    const [plainAvg, Qall] = await Promise.all([plainDone, qDone]);
-
-    at = 0;
-    for (const { offset, size } of plain) {
-      buffer.set(plainAvg.subarray(at, at + size), offset);
-      at += size;
-    }
+  /** Writes each compressed parameter's P Q^T into `buffer`, and keeps its error and Q for the next step. */
+  private approximate(compressed: readonly Compressed[], Pall: Float32Array, Qall: Float32Array, buffer: Float32Array): void {
     // A NaN or an infinity in the reduced P or Q (one rank's non-finite gradient, a hostile
     // member's, or an honest spike past the fp16 wire's range): every rank sees the same, so every
     // rank keeps its error feedback and warm start as they were. The step's output is non-finite
@@ -296,8 +329,6 @@ export class PowerSGDHook implements CommHook {
       }
       if (this.options.warmStart) entry.q = q.slice();
     }
-    this.finish(bucket);
-    return buffer;
   }
 
   private finish(bucket: GradBucket): void {
@@ -399,18 +430,6 @@ function checkBucket(bucket: GradBucket): void {
   }
 }
 
-/**
- * The matrix a parameter is viewed as: every dimension but the last by the last (a scalar is 1 x
- * 1). TF.js keeps the output dimension last (a dense kernel is [in, out], a convolution's [kh, kw,
- * in, out]), so this is torch's out x (in kh kw) view transposed: a convolution becomes
- * (kh kw in) x out, which compresses, where its first dimension (kh) by the rest would not.
- */
-function matrixOf(shape: readonly number[]): { n: number; m: number } {
-  const m = shape.length === 0 ? 1 : shape[shape.length - 1]!;
-  const n = shape.slice(0, -1).reduce((a, b) => a * b, 1);
-  return { n, m };
-}
-
 function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((d, i) => d === b[i]);
 }
@@ -429,97 +448,4 @@ function compareKeys(a: string, b: string): number {
   const [ab, ap] = a.split('/').map(Number);
   const [bb, bp] = b.split('/').map(Number);
   return ab! - bb! || ap! - bp!;
-}
-
-/**
- * Gram-Schmidt over the columns of `a` (rows x cols, row-major), in place, as torch's
- * `_orthogonalize_gram_schmidt`: normalise column i (by its norm + eps), then remove its
- * projection from every later column. A zero column with eps 0 stays zero.
- */
-export function orthogonalize(a: Float32Array, rows: number, cols: number, eps: number): void {
-  for (let c = 0; c < cols; c++) {
-    let ss = 0;
-    for (let i = 0; i < rows; i++) {
-      const v = a[i * cols + c]!;
-      ss += v * v;
-    }
-    const norm = Math.sqrt(ss) + eps;
-    if (norm === 0) {
-      for (let i = 0; i < rows; i++) a[i * cols + c] = 0;
-    } else {
-      for (let i = 0; i < rows; i++) a[i * cols + c] = a[i * cols + c]! / norm;
-    }
-    for (let d = c + 1; d < cols; d++) {
-      let dot = 0;
-      for (let i = 0; i < rows; i++) dot += a[i * cols + c]! * a[i * cols + d]!;
-      for (let i = 0; i < rows; i++) a[i * cols + d] = a[i * cols + d]! - dot * a[i * cols + c]!;
-    }
-  }
-}
-
-/** out (n x r) = M (n x m) Q (m x r). */
-function matMul(M: Float32Array, Q: Float32Array, out: Float32Array, n: number, m: number, r: number): void {
-  const acc = new Float64Array(r);
-  for (let i = 0; i < n; i++) {
-    acc.fill(0);
-    for (let j = 0; j < m; j++) {
-      const v = M[i * m + j]!;
-      for (let k = 0; k < r; k++) acc[k] += v * Q[j * r + k]!;
-    }
-    for (let k = 0; k < r; k++) out[i * r + k] = acc[k]!;
-  }
-}
-
-/** out (m x r) = M^T (M: n x m) P (n x r). */
-function matTMul(M: Float32Array, P: Float32Array, out: Float32Array, n: number, m: number, r: number): void {
-  const acc = new Float64Array(m * r);
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < m; j++) {
-      const v = M[i * m + j]!;
-      for (let k = 0; k < r; k++) acc[j * r + k] += v * P[i * r + k]!;
-    }
-  }
-  out.set(acc);
-}
-
-/** out (n x m) = P (n x r) Q^T (Q: m x r). */
-function matMulT(P: Float32Array, Q: Float32Array, out: Float32Array, n: number, m: number, r: number): void {
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < m; j++) {
-      let s = 0;
-      for (let k = 0; k < r; k++) s += P[i * r + k]! * Q[j * r + k]!;
-      out[i * m + j] = s;
-    }
-  }
-}
-
-/**
- * Fills `out` with approximately standard normal values (the sum of four uniforms, centred and
- * scaled) from a generator seeded by (seed, step, bucket, parameter): the same on every rank and
- * every engine, different at every step.
- */
-function fillRandom(out: Float32Array, seed: number, step: number, bucket: number, param: number): void {
-  const lo = seed >>> 0;
-  const hi = Math.floor(seed / 2 ** 32) >>> 0;
-  let state = hash32(hash32(hash32(hash32(hash32(lo) ^ hi) ^ (step >>> 0)) ^ (bucket >>> 0)) ^ (param >>> 0));
-  const next = (): number => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-  const scale = Math.sqrt(3);
-  for (let i = 0; i < out.length; i++) out[i] = (next() + next() + next() + next() - 2) * scale;
-}
-
-/** A 32-bit integer hash (lowbias32), for seeding. */
-function hash32(x: number): number {
-  x = (x + 0x9e3779b9) | 0;
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }

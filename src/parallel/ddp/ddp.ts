@@ -30,10 +30,10 @@
  * Every rank applies bit-identical gradients to bit-identical weights: replicas stay identical
  * (`verifyReplicas` in replicas.ts checks that they do).
  *
- * Beside this module: ddp_buckets.ts (the buckets: assignment, layout, filling), ddp_types.ts
- * (the options and a backward's result), ddp_shapes.ts (the shape check), ddp_hook.ts (the
- * hook slot), ddp_carry.ts (values carried on the sum), robust/ (robust aggregation and, for
- * measuring it, attacks).
+ * Beside this module: buckets.ts (the buckets: assignment, layout, filling), ddp_types.ts (the
+ * options and a backward's result), device_gradients.ts (gradients on the device), shapes.ts
+ * (the shape check), hook.ts (the hook slot), carry.ts (values carried on the sum), robust/
+ * (robust aggregation and, for measuring it, attacks).
  */
 import * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
@@ -45,7 +45,7 @@ import type { LocalGradients } from '../data_parallel/data_parallel.ts';
 import { HostOptimizer, type ParamLayout } from '../../nn/optim.ts';
 import { assignFlatWeights, hostWeights } from '../replicas.ts';
 import { allFinite } from '../../wire/finite.ts';
-import { assignBuckets, bucketParameters, fillBucket, firstNonfinite, type Bucket } from './buckets.ts';
+import { assignBuckets, bucketParameters, firstNonfinite, type Bucket } from './buckets.ts';
 import type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
 import { checkShapes } from './shapes.ts';
 import { CarriedValues } from './carry.ts';
@@ -53,6 +53,7 @@ import { HookSlot } from './hook.ts';
 import type { AggregationSpec } from '../robust/aggregators.ts';
 import type { AggregationReport } from '../robust/reducer.ts';
 import { DDPAggregation } from '../robust/ddp_aggregation.ts';
+import { applyOnDevice, lossGradients, readBuckets, type BucketPass } from './device_gradients.ts';
 
 export { assignBuckets, type Bucket } from './buckets.ts';
 export type { BackwardOptions, BackwardResult, BackwardTimings, DDPOptions } from './ddp_types.ts';
@@ -187,75 +188,18 @@ export class DistributedDataParallel {
       return this.reduceGradients({ grads: new Float32Array(this.numel), loss: 0, computeMs: 0 }, {});
     }
     const t0 = performance.now();
-    const inputs = options.inputs ?? [];
-    const { value, grads } = tf.variableGrads(lossFn, [...this.variables, ...inputs]);
-    // The inputs' gradients go back to the caller (a pipeline stage sends them upstream), not into the buckets.
-    const inputGrads = inputs.map((v) => {
-      const g = grads[v.name]!;
-      delete grads[v.name];
-      return g;
-    });
-    let loss: number;
-    try {
-      loss = (await value.data())[0];
-    } catch (err) {
-      // A failed readback (a lost GPU device, say) must not leak the gradients.
-      for (const g of [...Object.values(grads), ...inputGrads]) g.dispose();
-      throw err;
-    } finally {
-      value.dispose();
-    }
+    const { loss, grads, inputGrads } = await lossGradients(lossFn, this.variables, options.inputs ?? []);
     const t1 = performance.now();
-    let readback = 0;
-    let waiting = 0;
-    let slowed = 0;
-    const straggler = options.straggler;
-    const reductions: Array<Promise<unknown>> = [];
-    /** Buckets whose averages hold a NaN or an infinity (checked as each all-reduce lands). */
-    const nonfinite: Bucket[] = [];
     const syncing = this.syncing;
     const step = syncing ? this.startStep + this.syncs++ : 0;
     const carriedValues = syncing ? this.carried.pending : 0;
     const sentBefore = this.pg.bytesSent();
-    let commStart = 0;
-    let commEnd = 0;
+    let pass: BucketPass;
     try {
-      // The forward and backward count with the first readback, which waits for them to finish.
-      let unstretched = t1 - t0;
-      for (const [index, bucket] of this.buckets.entries()) {
-        const r0 = performance.now();
-        const flat = tf.tidy(() => tf.concat(bucket.params.map((i) => grads[this.variables[i].name].reshape([-1]))));
-        let local: Float32Array;
-        try {
-          local = (await flat.data()) as Float32Array;
-        } finally {
-          flat.dispose();
-        }
-        const took = performance.now() - r0;
-        readback += took;
-        if (straggler) {
-          slowed += await straggler.after(unstretched + took);
-          unstretched = 0;
-        }
-        const view = this.grad.subarray(bucket.start, bucket.end);
-        // The bucket's flat gradient lists parameters in bucket order; the buffer keeps model order.
-        fillBucket(view, local, bucket, this.sizes, this.hasGrad);
-        // Start this bucket's reduction while the next bucket is read back.
-        if (syncing && !this.robust) {
-          this.scaleForShare(view);
-          this.attackOwn(view, step, index);
-          if (reductions.length === 0) commStart = performance.now();
-          // The finiteness check counts as communication: the span then still covers the wait.
-          const reduced = this.reduceBucket(index, view, step).then((avg) => {
-            if (this.errorIfNonfinite && !allFinite(avg)) nonfinite.push(bucket);
-            commEnd = Math.max(commEnd, performance.now());
-            return avg;
-          });
-          reductions.push(reduced);
-        }
-      }
-      // No buckets (no trainable weights): the compute alone.
-      if (straggler && unstretched > 0) slowed += await straggler.after(unstretched);
+      const bucketed = { buckets: this.buckets, variables: this.variables, sizes: this.sizes, grad: this.grad, accumulate: this.hasGrad };
+      // Under the mean, each bucket's reduction starts as soon as it is read back.
+      const reduce = syncing && !this.robust ? (p: BucketPass, index: number, view: Float32Array) => this.startReduction(p, index, view, step) : null;
+      pass = await readBuckets(bucketed, grads, t1 - t0, options.straggler, reduce);
     } catch (err) {
       for (const g of inputGrads) g.dispose();
       throw err;
@@ -265,35 +209,64 @@ export class DistributedDataParallel {
     this.hasGrad = true;
     const w0 = performance.now();
     try {
-      await Promise.all(reductions);
+      await Promise.all(pass.reductions);
       if (syncing && this.robust) {
-        commStart = performance.now();
-        if (!(await this.reduceRobustly(step)) && this.errorIfNonfinite) nonfinite.push(...this.buckets);
-        commEnd = performance.now();
+        pass.commStart = performance.now();
+        if (!(await this.reduceRobustly(step)) && this.errorIfNonfinite) pass.nonfinite.push(...this.buckets);
+        pass.commEnd = performance.now();
       }
     } catch (err) {
       for (const g of inputGrads) g.dispose();
       throw err;
     }
-    waiting = performance.now() - w0;
-    const commBytes = syncing ? this.pg.bytesSent() - sentBefore : 0;
-    if (syncing) {
-      this.commBytesTotal += commBytes;
-      this.commSteps++;
-    }
-    if (nonfinite.length > 0) {
+    const waiting = performance.now() - w0;
+    const commBytes = syncing ? this.countComm(sentBefore) : 0;
+    if (pass.nonfinite.length > 0) {
       for (const g of inputGrads) g.dispose();
-      // Every rank holds the same averages, so every rank names the same parameter. Dropping the
-      // gradients makes a later step() refuse rather than apply them.
-      const index = firstNonfinite(nonfinite, this.grad, this.sizes);
-      this.grad.fill(0);
-      this.hasGrad = false;
-      throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+      this.dropNonfinite(pass.nonfinite);
     }
-    const comm = reductions.length > 0 || (syncing && this.robust) ? commEnd - commStart : 0;
-    const timings = { compute: t1 - t0, readback, allreduce: waiting, slowed, comm };
+    const comm = pass.reductions.length > 0 || (syncing && this.robust) ? pass.commEnd - pass.commStart : 0;
+    const timings = { compute: t1 - t0, readback: pass.readback, allreduce: waiting, slowed: pass.slowed, comm };
     this.lastTimingsValue = timings;
     return { loss, timings, commBytes, carriedValues, inputGrads };
+  }
+
+  /** Starts bucket `index`'s reduction (its share weighed, an attack applied when measuring one), noting when it lands. */
+  private startReduction(pass: BucketPass, index: number, view: Float32Array, step: number): void {
+    this.scaleForShare(view);
+    this.attackOwn(view, step, index);
+    if (pass.reductions.length === 0) pass.commStart = performance.now();
+    // The finiteness check counts as communication: the span then still covers the wait.
+    const reduced = this.reduceBucket(index, view, step).then((avg) => {
+      if (this.errorIfNonfinite && !allFinite(avg)) pass.nonfinite.push(this.buckets[index]!);
+      pass.commEnd = Math.max(pass.commEnd, performance.now());
+      return avg;
+    });
+    pass.reductions.push(reduced);
+  }
+
+  /** Counts the bytes a synchronised backward's reductions sent since `sentBefore` (for `bytesPerStep`); returns them. */
+  private countComm(sentBefore: number): number {
+    const commBytes = this.pg.bytesSent() - sentBefore;
+    this.commBytesTotal += commBytes;
+    this.commSteps++;
+    return commBytes;
+  }
+
+  /**
+   * Drops the gradients and throws NonFiniteGradientError naming the first parameter of
+   * `nonfinite` (buckets whose averages hold a NaN or an infinity). Every rank holds the same
+   * averages, so every rank names the same parameter; dropping the gradients makes a later
+   * step() refuse rather than apply them.
+   */
+  private dropNonfinite(nonfinite: Bucket[]): never {
+    this.refuse(firstNonfinite(nonfinite, this.grad, this.sizes));
+  }
+
+  /** Drops the gradients and throws NonFiniteGradientError naming parameter `index`. */
+  private refuse(index: number): never {
+    this.zeroGrad();
+    throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
   }
 
   /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
@@ -325,17 +298,10 @@ export class DistributedDataParallel {
     const commEnd = performance.now();
     timings.allreduce = commEnd - w0;
     timings.comm = reductions.length > 0 || this.robust ? commEnd - w0 : 0;
-    const commBytes = this.pg.bytesSent() - sentBefore;
-    this.commBytesTotal += commBytes;
-    this.commSteps++;
+    const commBytes = this.countComm(sentBefore);
     if (this.errorIfNonfinite) {
       const nonfinite = this.robust ? (robustFinite ? [] : this.buckets) : this.buckets.filter((_, i) => !allFinite(averaged[i]!));
-      if (nonfinite.length > 0) {
-        const index = firstNonfinite(nonfinite, this.grad, this.sizes);
-        this.grad.fill(0);
-        this.hasGrad = false;
-        throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
-      }
+      if (nonfinite.length > 0) this.dropNonfinite(nonfinite);
     }
     return { loss: local.loss, timings, commBytes, carriedValues, inputGrads: [] };
   }
@@ -434,23 +400,19 @@ export class DistributedDataParallel {
       }
       return flatTrainableWeights(this.model).then((flat) => this.stepOnHost(optimizer, flat));
     }
-    tf.tidy(() => {
-      const named: tf.NamedTensorMap = {};
-      let offset = 0;
-      this.variables.forEach((v, i) => {
-        named[v.name] = tf.tensor(this.grad.subarray(offset, offset + this.sizes[i]), v.shape, 'float32');
-        offset += this.sizes[i];
-      });
-      optimizer.applyGradients(named);
-    });
-    this.grad.fill(0);
-    this.hasGrad = false;
+    applyOnDevice(optimizer, this.variables, this.grad, this.sizes);
+    this.zeroGrad();
     return Promise.resolve();
   }
 
   private stepOnHost(optimizer: HostOptimizer, master: Float32Array): void {
     optimizer.stepFlat(master, this.grad, this.paramLayout);
     assignFlatWeights(this.model, master);
+    this.zeroGrad();
+  }
+
+  /** Clears the gradients (torch's zero_grad): none to apply until the next backward. */
+  private zeroGrad(): void {
     this.grad.fill(0);
     this.hasGrad = false;
   }
@@ -500,10 +462,8 @@ export class DistributedDataParallel {
   private async reduceRobustly(step: number): Promise<boolean> {
     const outcome = await this.combine.reduce(this.pg, this.grad, this.gradientScale !== 0, step);
     if (outcome.kind === 'aggregated') return outcome.finite;
-    this.grad.fill(0);
-    this.hasGrad = false;
     let index = 0;
     for (let at = this.sizes[0]!; at <= outcome.index; at += this.sizes[++index]!);
-    throw new NonFiniteGradientError(this.pg.rank, this.model.trainableWeights[index]!.originalName, index);
+    this.refuse(index);
   }
 }

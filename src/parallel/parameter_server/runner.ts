@@ -34,6 +34,9 @@
  * server tells every rank with each round. Servers and workers keep their roles; new tabs fill
  * the servers' vacant places first. The store also keeps the roles (`ps/roles`), each server's version (`ps/server-<k>`) and server 0's
  * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
+ *
+ * Beside this module: serve.ts (a server's side of a round), figures.ts (the rates and counts
+ * the status reports give), roles.ts, leases.ts, shard.ts, wire.ts (the pull/push messages).
  */
 import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../wire/errors.ts';
 import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
@@ -44,7 +47,6 @@ import type { StepMetrics } from '../../elastic/vote.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import { RendezvousHandler, type Round } from '../../c10d/rendezvous.ts';
 import type { Json } from '../../checkpoint/state_dict.ts';
-import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
 import { restoreShard, saveShard } from './checkpoint.ts';
 import { LeaseBook, leaseIndices, type Lease, type PsSampleCounts } from './leases.ts';
 import { assignFlatWeights } from '../replicas.ts';
@@ -52,8 +54,10 @@ import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from './roles.ts';
 import { ParameterServerShard } from './shard.ts';
 import { checkOptions, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent, type PsServerSlot, type PsStrategy } from './types.ts';
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
-import { CONTROL, NO_COUNTS, REQ_END, REQ_PULL, REQ_PUSH, VERDICT, message, payload, readReply, readRequest, writeReply, writeRequest, type Control } from './wire.ts';
+import { CONTROL, REQ_END, REQ_PULL, REQ_PUSH, message, payload, readReply, writeRequest, type Control } from './wire.ts';
+import { serveRound } from './serve.ts';
 import { MAX_MEMBER_ID } from '../../wire/protocol_validation.ts';
+import { ServerFigures, WorkerFigures } from './figures.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
 export type { ParameterServerRunOptions, ParameterServerRunResult, PsRunEvent, PsServerSlot, PsStatus, PsStrategy, WorkerStepContext, WorkerStepResult } from './types.ts';
@@ -103,16 +107,14 @@ class PsRun<M extends StepMetrics> {
   private stepId = 0;
   private pending: PendingPush | null = null;
   private versions: number[];
-  private readonly wstats = { pulls: 0, pushes: 0, applied: 0, stale: 0, refused: 0, samples: 0, lastStaleness: null as number | null, histogram: new Array<number>(32).fill(0) };
+  private readonly wstats = new WorkerFigures();
   /** Server 0's book of the run's samples (the others keep one unused: any tab may become server 0). */
   private readonly book: LeaseBook;
   // Server figures.
   private checkpoints = 0;
   private saving = false;
   private restoredFrom: number | null = null;
-  private readonly updates: Array<[number, number]> = [];
-  private readonly pushSnapshots = new Map<number, Array<[number, number]>>();
-  private firstUpdateAt: number | null = null;
+  private readonly figures = new ServerFigures();
   private generations = 0;
   private statusTimer: ReturnType<typeof setInterval> | null = null;
   private current: { pg: ProcessGroup; servers: PsServerSlot[]; workers: Array<{ workerId: number; rank: number }> } | null = null;
@@ -297,86 +299,28 @@ class PsRun<M extends StepMetrics> {
   // ---- servers ----
 
   /** Serves every worker of the round until each has been told to stop or regroup. */
-  private async serve(pg: ProcessGroup): Promise<Control> {
-    const { workers } = this.current!;
-    const shard = this.shard!;
+  private serve(pg: ProcessGroup): Promise<Control> {
     const index = (this.role as { index: number }).index;
-    let roundControl: Control = CONTROL.continue;
-    const central =
-      this.strategy === 'central' ? { acc: new CentralStorageAccumulator(shard, { numWorkers: workers.length }), done: new Deferred<void>(), control: null as Control | null } : null;
-    // A host's stop and a regroup hold for every worker of the round; the end of the samples
-    // for each worker (one holding an unanswered lease trains it first).
-    const decide = (workerId?: number): Control => {
-      if (roundControl !== CONTROL.continue) return roundControl;
-      if (this.o.shouldStop?.()) {
+    return serveRound({
+      pg,
+      workers: this.current!.workers,
+      shard: this.shard!,
+      index,
+      strategy: this.strategy,
+      book: this.book,
+      stopRequested: () => {
+        if (!this.o.shouldStop?.()) return false;
         this.stopReason = 'request';
-        roundControl = CONTROL.stop;
-      } else if (this.book.exhausted(shard.version, workerId)) return CONTROL.stop;
-      else if (this.handler.numNodesWaiting() > 0) roundControl = CONTROL.regroup;
-      return roundControl;
-    };
-    const results = await Promise.all(
-      workers.map(async (w, i) => {
-        const buf = message(shard.numel);
-        const reply = message(shard.numel);
-        for (;;) {
-          await pg.recv(buf, w.rank);
-          const req = readRequest(buf);
-          const grads = payload(buf);
-          let verdict: number = VERDICT.none;
-          let staleness = 0;
-          if (req.kind & REQ_PUSH) {
-            if (central) {
-              try {
-                const r = central.acc.add(i, req.version, grads);
-                verdict = VERDICT.applied;
-                if (r.status === 'applied') {
-                  this.noteUpdate();
-                  if (index === 0) this.book.stepApplied(workers.length);
-                  if (r.checkpointDue) this.checkpoint(index);
-                  central.control = decide();
-                  const done = central.done;
-                  central.done = new Deferred<void>();
-                  done.resolve();
-                } else await central.done.promise;
-              } catch (err) {
-                if (!(err instanceof SyncPushError)) throw err;
-                verdict = err.reason === 'past-step' ? VERDICT.duplicate : VERDICT.refused;
-              }
-            } else {
-              const r = shard.apply({ worker: w.workerId, stepId: req.stepId, version: req.version, grads });
-              verdict = VERDICT[r.status];
-              if (r.status === 'applied' || r.status === 'stale') staleness = r.staleness;
-              if (r.status === 'applied') this.noteUpdate();
-              if (index === 0) this.book.pushed(w.workerId, r.status, req.samples);
-              if (r.status === 'applied' && r.checkpointDue) this.checkpoint(index);
-            }
-          }
-          let control: Control;
-          if (req.kind & REQ_END) control = CONTROL.ended;
-          else if (index !== 0) control = CONTROL.continue;
-          // Every worker of a synchronous step hears the same decision, made once per step.
-          else if (central) control = central.control ??= decide();
-          else control = decide(w.workerId);
-          const lease = index === 0 && control === CONTROL.continue ? this.book.lease(w.workerId, i, workers.length, shard.version) : null;
-          if (index === 0 && control === CONTROL.continue && lease === null) control = decide(w.workerId); // the last lease went to someone else
-          const pulled = await shard.pull();
-          writeReply(reply, { verdict, version: pulled.version, control, lease, staleness, counts: index === 0 ? this.book.samples : NO_COUNTS }, pulled.values);
-          await pg.send(reply, w.rank);
-          if (control === CONTROL.ended) return req.endControl === CONTROL.regroup ? CONTROL.regroup : CONTROL.stop;
-          if (control !== CONTROL.continue) return control;
-        }
-      }),
-    );
-    if (central) central.acc.abandonStep();
-    return results.includes(CONTROL.regroup) ? CONTROL.regroup : CONTROL.stop;
+        return true;
+      },
+      waiting: () => this.handler.numNodesWaiting(),
+      noteUpdate: () => this.noteUpdate(),
+      checkpoint: () => this.checkpoint(index),
+    });
   }
 
   private noteUpdate(): void {
-    const now = performance.now();
-    this.firstUpdateAt ??= now;
-    this.updates.push([now, this.shard!.version]);
-    while (this.updates.length > 0 && now - this.updates[0]![0] > 5000) this.updates.shift();
+    this.figures.noteUpdate(this.shard!.version);
   }
 
   /** Saves the shard in the background (one save at a time; a failed save is reported, training goes on). */
@@ -428,7 +372,7 @@ class PsRun<M extends StepMetrics> {
           }
           lease = r.lease;
           this.heardSamples = r.counts;
-          if (pending) this.noteVerdict(r.verdict, r.staleness);
+          if (pending) this.wstats.noteVerdict(r.verdict, r.staleness);
         }
       }
       this.wstats.pulls++;
@@ -445,17 +389,6 @@ class PsRun<M extends StepMetrics> {
       this.wstats.samples += indices.length;
       o.onWorkerStep?.({ workerId: this.workerId, stepId, indices, metrics, computeMs, staleness: this.wstats.lastStaleness });
       recordEvent({ type: 'step', round: this.roundKey, rank: pg.rank, step: stepId, epoch: lease!.epoch, totalSteps: 0, metrics: metrics ? [metrics] : [], elapsedMs: performance.now() - this.started });
-    }
-  }
-
-  private noteVerdict(verdict: number, staleness: number): void {
-    const w = this.wstats;
-    if (verdict === VERDICT.applied) w.applied++;
-    else if (verdict === VERDICT.stale) w.stale++;
-    else if (verdict === VERDICT.refused) w.refused++;
-    if (verdict === VERDICT.applied || verdict === VERDICT.stale) {
-      w.lastStaleness = staleness;
-      w.histogram[Math.min(staleness, w.histogram.length - 1)]!++;
     }
   }
 
@@ -486,8 +419,7 @@ class PsRun<M extends StepMetrics> {
     const role = this.role!;
     const weightHash = hashFloat32(await flatTrainableWeights(this.o.model));
     recordEvent({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: versions[0] ?? 0, epoch: samples.epoch, generations: this.generations, stepsRedone: 0, stoppedBy: null, weightHash });
-    const shardStats = this.shard ? { ...this.shard.stats(), updatesPerSec: this.overallUpdatesPerSec() } : undefined;
-    const w = this.wstats;
+    const shardStats = this.shard ? { ...this.shard.stats(), updatesPerSec: this.figures.overallUpdatesPerSec(this.shard.version, this.restoredFrom) } : undefined;
     return {
       role: role.kind,
       index: role.kind === 'server' ? role.index : this.workerId,
@@ -500,7 +432,7 @@ class PsRun<M extends StepMetrics> {
       versions,
       samples,
       ...(shardStats ? { shard: shardStats } : {}),
-      ...(role.kind === 'worker' ? { worker: { workerId: this.workerId, pulls: w.pulls, pushes: w.pushes, applied: w.applied, stale: w.stale, refused: w.refused, samples: w.samples, stalenessHistogram: [...w.histogram] } } : {}),
+      ...(role.kind === 'worker' ? { worker: this.wstats.result(this.workerId) } : {}),
       checkpoints: this.checkpoints,
       restoredFrom: this.restoredFrom,
       generations: this.generations,
@@ -514,12 +446,6 @@ class PsRun<M extends StepMetrics> {
     };
   }
 
-  private overallUpdatesPerSec(): number | null {
-    const last = this.updates.at(-1);
-    if (this.firstUpdateAt === null || !last || last[0] <= this.firstUpdateAt) return null;
-    return ((this.shard?.version ?? 0) - (this.restoredFrom ?? 0)) / ((last[0] - this.firstUpdateAt) / 1000);
-  }
-
   private reportStatus(): void {
     const cur = this.current;
     if (!cur || !this.role) return;
@@ -531,28 +457,12 @@ class PsRun<M extends StepMetrics> {
     }
     if (!this.o.onStatus) return;
     const base = { strategy: this.strategy, rank: cur.pg.rank, role: this.role.kind, servers: cur.servers, workers: cur.workers };
-    const now = performance.now();
     if (this.role.kind === 'server' && this.shard) {
-      const stats = this.shard.stats();
-      const first = this.updates[0];
-      const last = this.updates.at(-1);
-      const updatesPerSec = first && last && last[0] > first[0] ? (last[1] - first[1]) / ((last[0] - first[0]) / 1000) : 0;
-      const rankOf = new Map(cur.workers.map((w) => [w.workerId, w.rank]));
-      const pushRates = stats.workers.map((w) => {
-        const snaps = this.pushSnapshots.get(w.worker) ?? [];
-        snaps.push([now, w.pushes]);
-        while (snaps.length > 1 && now - snaps[0]![0] > 5000) snaps.shift();
-        this.pushSnapshots.set(w.worker, snaps);
-        const [t0, p0] = snaps[0]!;
-        return { workerId: w.worker, rank: rankOf.get(w.worker) ?? null, pushesPerSec: now > t0 ? ((w.pushes - p0) / (now - t0)) * 1000 : 0, pushes: w.pushes, applied: w.applied };
-      });
-      const server = { index: this.shard.index, version: stats.version, updatesPerSec, applied: stats.applied, stale: stats.stale, duplicate: stats.duplicate, refused: stats.refused, stalenessHistogram: stats.stalenessHistogram, pushRates };
       const samples = this.shard.index === 0 ? this.book.samples : this.heardSamples;
-      this.o.onStatus({ ...base, server, samples });
+      this.o.onStatus({ ...base, server: this.figures.status(this.shard, cur.workers), samples });
       return;
     }
-    const w = this.wstats;
-    this.o.onStatus({ ...base, worker: { workerId: this.workerId, pulls: w.pulls, pushes: w.pushes, applied: w.applied, stale: w.stale, samples: w.samples, lastStaleness: w.lastStaleness }, samples: this.heardSamples });
+    this.o.onStatus({ ...base, worker: this.wstats.status(this.workerId), samples: this.heardSamples });
   }
 
   /** Best effort: a record that does not reach the store is written again a second later. */
@@ -563,11 +473,6 @@ class PsRun<M extends StepMetrics> {
   private emit(e: PsRunEvent): void {
     this.o.onEvent?.(e);
   }
-}
-
-class Deferred<T> {
-  resolve!: (v: T) => void;
-  readonly promise = new Promise<T>((r) => (this.resolve = r));
 }
 
 /** The server-held place of parameter server k (`StoreClient.claim`). */

@@ -104,6 +104,32 @@ export interface StageStepResult {
   peakTensors: number;
 }
 
+/** One training step's state on this stage, shared by its forward and backward passes. */
+interface StepRun {
+  o: StageStepOptions;
+  sizes: number[];
+  /** Each micro-batch's first sample in the batch. */
+  starts: number[];
+  /** float16 activations: 16-bit values on the wire. */
+  half: boolean;
+  /** Each micro-batch's input, from its forward to its backward. */
+  stash: Map<number, tf.Tensor>;
+  /** Last stage: `metric` of each micro-batch, read once at the end. */
+  metrics: tf.Tensor[];
+  loss: number;
+  sends: Array<Promise<void>>;
+  t: Omit<StageStepResult['timings'], 'total'>;
+}
+
+/** Reads `t` back and disposes it, even when the readback fails. */
+async function readAndDispose(t: tf.Tensor): Promise<Float32Array> {
+  try {
+    return (await t.data()) as Float32Array;
+  } finally {
+    t.dispose();
+  }
+}
+
 export class PipelineStage {
   readonly stage: number;
   readonly numStages: number;
@@ -167,130 +193,27 @@ export class PipelineStage {
     const actions = scheduleActions(o.schedule ?? 'gpipe', this.stage, this.numStages, sizes.length);
     const half = (o.activationDtype ?? 'float32') === 'float16';
     this.checkStepInputs(o);
-    const stash = new Map<number, tf.Tensor>();
-    /** Last stage: `metric` of each micro-batch, read once at the end. */
-    const metrics: tf.Tensor[] = [];
-    let loss = 0;
-    const sends: Array<Promise<void>> = [];
-    const timeline: TimelineEntry[] = [];
     const t = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, slowed: 0 };
-    /** Stretches a pass's compute (--slow) before what follows it is sent. */
-    const stretch = async (computeMs: number) => {
-      if (o.straggler) t.slowed += await o.straggler.after(computeMs);
-    };
+    const run: StepRun = { o, sizes, starts, half, stash: new Map(), metrics: [], loss: 0, sends: [], t };
+    const timeline: TimelineEntry[] = [];
     let peakTensors = tf.memory().numTensors;
-    const labelShape = this.outputShape.slice(0, -1);
-    const perSample = labelShape.reduce((a, b) => a * b, 1);
-    const labelsOf = (i: number) => tf.tensor(o.labels!.subarray(starts[i]! * perSample, (starts[i]! + sizes[i]!) * perSample), [sizes[i]!, ...labelShape], 'int32');
-    const send = (values: Float32Array, peer: number) => {
-      const p = this.group.send(half ? packHalf(values) : values, peer);
-      p.catch(() => {}); // the group breaks, and the next receive says why
-      sends.push(p);
-    };
-    const recv = async (elems: number, peer: number): Promise<Float32Array> => {
-      const buf = await this.group.recv(new Float32Array(half ? Math.ceil(elems / 2) : elems), peer);
-      return half ? unpackHalf(buf, elems) : buf;
-    };
     try {
       for (const a of actions) {
-        const i = a.microBatch;
-        const n = sizes[i]!;
         const start = performance.now() - t0;
-        if (a.phase === 'F') {
-          let x: tf.Tensor;
-          if (this.isFirst) {
-            x = tf.tensor(o.inputs!.subarray(starts[i]! * this.inElems, (starts[i]! + n) * this.inElems), [n, ...this.inputShape]);
-          } else {
-            const w0 = performance.now();
-            const values = await recv(n * this.inElems, this.stage - 1);
-            t.waitActivations += performance.now() - w0;
-            x = tf.tensor(values, [n, ...this.inputShape]);
-          }
-          stash.set(i, x);
-          const c0 = performance.now();
-          // The last stage's forward waits for its backward, which computes the loss once with
-          // its gradients: a forward here would only be computed again.
-          if (!this.isLast) {
-            const out = tf.tidy(() => this.model.apply(x, { training: true }) as tf.Tensor);
-            let values: Float32Array;
-            try {
-              values = (await out.data()) as Float32Array;
-            } finally {
-              out.dispose();
-            }
-            const took = performance.now() - c0;
-            t.compute += took;
-            await stretch(took);
-            send(values, this.stage + 1);
-          }
-        } else {
-          const x = stash.get(i)!;
-          stash.delete(i);
-          let dy: tf.Tensor | undefined;
-          let ys: tf.Tensor | undefined;
-          const xv = this.isFirst ? undefined : tf.variable(x, true);
-          try {
-            if (!this.isLast) {
-              const w0 = performance.now();
-              const values = await recv(n * this.outElems, this.stage + 1);
-              t.waitGradients += performance.now() - w0;
-              dy = tf.tensor(values, [n, ...this.outputShape]);
-            } else {
-              ys = labelsOf(i);
-            }
-            const input = xv ?? x;
-            // The gradient of sum(outputs * dy) is the chain rule's product with dy: the same
-            // gradients as backpropagating through the whole model.
-            const lossFn = this.isLast
-              ? () => {
-                  const out = this.model.apply(input, { training: true }) as tf.Tensor;
-                  // The step's figure from the same forward, kept past the gradient computation.
-                  if (o.metric) metrics.push(tf.keep(o.metric(out, ys!)));
-                  return o.loss!(out, ys!).mul(n / o.batchSize) as tf.Scalar;
-                }
-              : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
-            const last = i === sizes.length - 1;
-            // The straggler stretches the backward inside DDP, before the replicas' all-reduce.
-            const backward = () => o.ddp.backward(lossFn, { ...(xv ? { inputs: [xv] } : {}), ...(o.straggler ? { straggler: o.straggler } : {}) });
-            const r = last ? await backward() : await o.ddp.noSync(backward);
-            t.allreduce += r.timings.allreduce;
-            t.compute += r.timings.compute + r.timings.readback;
-            t.slowed += r.timings.slowed;
-            // Each micro-batch's loss is scaled by its share of the batch: they add up to the batch's mean.
-            loss += r.loss;
-            const [dx] = r.inputGrads;
-            if (dx) {
-              const r0 = performance.now();
-              let values: Float32Array;
-              try {
-                values = (await dx.data()) as Float32Array;
-              } finally {
-                dx.dispose();
-              }
-              const took = performance.now() - r0;
-              t.compute += took;
-              await stretch(took);
-              send(values, this.stage - 1);
-            }
-          } finally {
-            x.dispose();
-            xv?.dispose();
-            dy?.dispose();
-            ys?.dispose();
-          }
-        }
+        if (a.phase === 'F') await this.forwardPass(run, a.microBatch);
+        else await this.backwardPass(run, a.microBatch);
         timeline.push({ ...a, start, end: performance.now() - t0 });
         peakTensors = Math.max(peakTensors, tf.memory().numTensors);
       }
-      await Promise.all(sends);
+      await Promise.all(run.sends);
       let metric = NaN;
       if (this.isLast && o.metric) {
         metric = 0;
-        for (const v of await Promise.all(metrics.map((m) => m.data()))) metric += v[0]!;
+        for (const v of await Promise.all(run.metrics.map((m) => m.data()))) metric += v[0]!;
       }
       const total = performance.now() - t0;
       return {
-        loss: this.isLast ? loss : NaN,
+        loss: this.isLast ? run.loss : NaN,
         metric,
         timings: { ...t, total },
         bubble: total > 0 ? Math.max(0, 1 - (t.compute + t.slowed) / total) : 0,
@@ -299,9 +222,121 @@ export class PipelineStage {
         peakTensors,
       };
     } finally {
-      for (const x of stash.values()) x.dispose();
-      for (const m of metrics) m.dispose();
+      for (const x of run.stash.values()) x.dispose();
+      for (const m of run.metrics) m.dispose();
     }
+  }
+
+  /**
+   * Micro-batch i's forward: its input (the batch's, or the activations of the stage before) is
+   * stashed for its backward, and its activations are sent to the stage after.
+   */
+  private async forwardPass(run: StepRun, i: number): Promise<void> {
+    const n = run.sizes[i]!;
+    let x: tf.Tensor;
+    if (this.isFirst) {
+      x = tf.tensor(run.o.inputs!.subarray(run.starts[i]! * this.inElems, (run.starts[i]! + n) * this.inElems), [n, ...this.inputShape]);
+    } else {
+      const w0 = performance.now();
+      const values = await this.recvFrom(run, n * this.inElems, this.stage - 1);
+      run.t.waitActivations += performance.now() - w0;
+      x = tf.tensor(values, [n, ...this.inputShape]);
+    }
+    run.stash.set(i, x);
+    // The last stage's forward waits for its backward, which computes the loss once with
+    // its gradients: a forward here would only be computed again.
+    if (this.isLast) return;
+    const c0 = performance.now();
+    const values = await readAndDispose(tf.tidy(() => this.model.apply(x, { training: true }) as tf.Tensor));
+    const took = performance.now() - c0;
+    run.t.compute += took;
+    await this.stretch(run, took);
+    this.sendTo(run, values, this.stage + 1);
+  }
+
+  /**
+   * Micro-batch i's backward, through DDP (the last micro-batch's synchronises the replicas):
+   * the loss on the last stage, else the gradients from the stage after; the input's gradients
+   * go to the stage before.
+   */
+  private async backwardPass(run: StepRun, i: number): Promise<void> {
+    const { o, t } = run;
+    const n = run.sizes[i]!;
+    const x = run.stash.get(i)!;
+    run.stash.delete(i);
+    let dy: tf.Tensor | undefined;
+    let ys: tf.Tensor | undefined;
+    const xv = this.isFirst ? undefined : tf.variable(x, true);
+    try {
+      if (!this.isLast) {
+        const w0 = performance.now();
+        const values = await this.recvFrom(run, n * this.outElems, this.stage + 1);
+        t.waitGradients += performance.now() - w0;
+        dy = tf.tensor(values, [n, ...this.outputShape]);
+      } else {
+        ys = this.labelsOf(run, i);
+      }
+      const input = xv ?? x;
+      // The gradient of sum(outputs * dy) is the chain rule's product with dy: the same
+      // gradients as backpropagating through the whole model.
+      const lossFn = this.isLast
+        ? () => {
+            const out = this.model.apply(input, { training: true }) as tf.Tensor;
+            // The step's figure from the same forward, kept past the gradient computation.
+            if (o.metric) run.metrics.push(tf.keep(o.metric(out, ys!)));
+            return o.loss!(out, ys!).mul(n / o.batchSize) as tf.Scalar;
+          }
+        : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
+      const last = i === run.sizes.length - 1;
+      // The straggler stretches the backward inside DDP, before the replicas' all-reduce.
+      const backward = () => o.ddp.backward(lossFn, { ...(xv ? { inputs: [xv] } : {}), ...(o.straggler ? { straggler: o.straggler } : {}) });
+      const r = last ? await backward() : await o.ddp.noSync(backward);
+      t.allreduce += r.timings.allreduce;
+      t.compute += r.timings.compute + r.timings.readback;
+      t.slowed += r.timings.slowed;
+      // Each micro-batch's loss is scaled by its share of the batch: they add up to the batch's mean.
+      run.loss += r.loss;
+      const [dx] = r.inputGrads;
+      if (dx) {
+        const r0 = performance.now();
+        const values = await readAndDispose(dx);
+        const took = performance.now() - r0;
+        t.compute += took;
+        await this.stretch(run, took);
+        this.sendTo(run, values, this.stage - 1);
+      }
+    } finally {
+      x.dispose();
+      xv?.dispose();
+      dy?.dispose();
+      ys?.dispose();
+    }
+  }
+
+  /** The labels of micro-batch i (last stage). */
+  private labelsOf(run: StepRun, i: number): tf.Tensor {
+    const labelShape = this.outputShape.slice(0, -1);
+    const perSample = labelShape.reduce((a, b) => a * b, 1);
+    const { starts, sizes } = run;
+    return tf.tensor(run.o.labels!.subarray(starts[i]! * perSample, (starts[i]! + sizes[i]!) * perSample), [sizes[i]!, ...labelShape], 'int32');
+  }
+
+  /** Stretches a pass's compute (--slow) before what follows it is sent. */
+  private async stretch(run: StepRun, computeMs: number): Promise<void> {
+    if (run.o.straggler) run.t.slowed += await run.o.straggler.after(computeMs);
+  }
+
+  /** Sends `values` to stage `peer` without waiting (packed to 16 bits with float16 activations). */
+  private sendTo(run: StepRun, values: Float32Array, peer: number): void {
+    const p = this.group.send(run.half ? packHalf(values) : values, peer);
+    p.catch(() => {}); // the group breaks, and the next receive says why
+    run.sends.push(p);
+  }
+
+  /** The next `elems` values from stage `peer`. */
+  private async recvFrom(run: StepRun, elems: number, peer: number): Promise<Float32Array> {
+    const buf = await this.group.recv(new Float32Array(run.half ? Math.ceil(elems / 2) : elems), peer);
+    return run.half ? unpackHalf(buf, elems) : buf;
   }
 
   /**
