@@ -11,7 +11,7 @@ export { reducer } from './c10d/ring.ts';
 export { chooseAlgorithm, DEFAULT_LATENCY_THRESHOLD_BYTES, type CollectiveAlgorithm } from './c10d/latency_collectives.ts';
 export { allReduceBytes, meshAllGatherBytes, messageBytes, type CollectiveBytesOptions } from './c10d/collective_bytes.ts';
 export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './transport/peer_link.ts';
-export { selectedPath } from './transport/peer_link.ts';
+export { selectedPath } from './transport/link_stats.ts';
 export {
   StoreError,
   StoreTimeoutError,

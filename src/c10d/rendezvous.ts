@@ -16,7 +16,8 @@
  */
 import { DistTimeoutError, GroupClosedError, RemovedByHostError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../wire/errors.ts';
 import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
-import { loadSimplePeer, simplePeerLinkFactory, type PeerLinkFactory } from '../transport/peer_link.ts';
+import type { PeerLinkFactory } from '../transport/peer_link.ts';
+import { loadSimplePeer, simplePeerLinkFactory } from '../transport/webrtc_link.ts';
 import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup, type LinkOptions } from './process_group.ts';
 import { resolveLinkOptions } from './group_options.ts';
