@@ -132,7 +132,7 @@ export {
 } from './checkpoint/state_dict.ts';
 export { stepVote, stepsVote, type StepVote, type StepsVote } from './elastic/vote.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './parallel/ddp/runner.ts';
-export { setEventHandler, type ElasticEvent } from './elastic/events.ts';
+export { setEventHandler, type ElasticEvent } from './parallel/events.ts';
 export { type StepBalance } from './elastic/balance.ts';
 export { judgedOf, tallyContributions, summarizeContributions, rankMeans, MAX_REPORTED_RANKS, type AggregationJudged, type ContributionOf, type ContributionSummary, type ContributionTally, type RankContribution, type RankTally } from './parallel/ddp/contributions.ts';
 export type { StepTimeline } from './elastic/timeline.ts';

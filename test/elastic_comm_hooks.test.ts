@@ -20,7 +20,7 @@ import type { CommHook, CommHookState } from '../src/parallel/comm_hooks/types.t
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { appendCommHookState, splitCommHookState } from '../src/elastic/recovery.ts';
 import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/parallel/ddp/runner.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
 import { withServer } from './fixtures/server.ts';

@@ -16,7 +16,7 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/parallel/ddp/runner.ts';
 import { MAX_RESUMES, withResume } from '../src/elastic/recovery.ts';
 import type { RendezvousEvent } from '../src/c10d/rendezvous.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';

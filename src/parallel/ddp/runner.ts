@@ -68,7 +68,7 @@ import type { ProcessGroup } from '../../c10d/process_group.ts';
 import { verifyReplicas } from '../replicas.ts';
 import { RendezvousHandler, type RendezvousEvent, type Round } from '../../c10d/rendezvous.ts';
 import type { Progress, TrainState } from '../../checkpoint/state_dict.ts';
-import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
+import { recordEvent, type ElasticEvent } from '../events.ts';
 import { JudgmentWatch, type ContributionOf } from './contributions.ts';
 import type { AggregationReport } from '../robust/reducer.ts';
 import { recover, saveState, type Recovered, type RoundRef, type RunRecord } from '../../elastic/recovery.ts';

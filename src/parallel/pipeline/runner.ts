@@ -17,7 +17,7 @@ import { listCheckpoints } from '../../checkpoint/checkpoint.ts';
 import { DistributedDataParallel, type DDPOptions } from '../ddp/ddp.ts';
 import { PeerLostError, isRecoverable } from '../../wire/errors.ts';
 import { checkSchedule, runAgent, samplerSettings, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
-import { recordEvent, type ElasticEvent } from '../../elastic/events.ts';
+import { recordEvent, type ElasticEvent } from '../events.ts';
 import { restoreStatePart, saveState, type RunRecord } from '../../elastic/recovery.ts';
 import { stepVote, type StepMetrics } from '../../elastic/vote.ts';
 import { batchOf, planEpoch } from '../../elastic/epoch.ts';
