@@ -23,7 +23,7 @@ import { CheckpointCorruptError, type WeightSpec } from '../checkpoint/checkpoin
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from '../checkpoint/checkpoint.ts';
 import { StateTransferError } from '../wire/errors.ts';
 import { digest48 } from '../wire/hash.ts';
-import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from '../parallel/comm_hooks/serialize.ts';
+import { commHookStateElements, CommHookStateFormatError, flattenCommHookState, readCommHookStateHeader, unflattenCommHookState, type CommHookStateHeader } from './hook_state.ts';
 import type { CommHookState } from '../parallel/comm_hooks/types.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import type { Json, Progress, TensorBundle, TrainState, TrainStateDict } from '../checkpoint/state_dict.ts';

@@ -5,7 +5,7 @@
  * along with the replica's state (elastic/recovery.ts). Reading back checks everything, since the
  * bytes come from a peer or a file.
  */
-import type { CommHookState } from './types.ts';
+import type { CommHookState } from '../parallel/comm_hooks/types.ts';
 
 /** A hook state without its values: its name, its meta, and its tensors' names and lengths, in the order their values follow each other. */
 export interface CommHookStateHeader {
