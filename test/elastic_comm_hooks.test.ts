@@ -18,7 +18,7 @@ import { postLocalSGD } from '../src/parallel/comm_hooks/local_sgd.ts';
 import { powerSGD, type PowerSGDHook } from '../src/parallel/comm_hooks/powersgd.ts';
 import type { CommHook, CommHookState } from '../src/parallel/comm_hooks/types.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
-import { appendCommHookState, splitCommHookState } from '../src/elastic/recovery.ts';
+import { appendCommHookState, splitCommHookState } from '../src/elastic/hook_state.ts';
 import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/parallel/ddp/runner.ts';
 import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';

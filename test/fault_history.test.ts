@@ -14,7 +14,7 @@ import type { StoreClient } from '../src/c10d/store.ts';
 import { REMOVED_REASON } from '../signaling/host_remove.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/parallel/ddp/runner.ts';
-import { MAX_RESUMES, withResume } from '../src/elastic/recovery.ts';
+import { MAX_RESUMES, withResume } from '../src/elastic/run_record.ts';
 import type { RendezvousEvent } from '../src/c10d/rendezvous.ts';
 import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel } from '../src/nn/models.ts';
