@@ -9,7 +9,7 @@
  * in a round (a joiner admitted by a round that another fault made has no detection of its own);
  * for a lost device, `rejoinedAfterMs` until its page was in a round again.
  */
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 
 export interface InjectedFault {
   fault: string;

@@ -5,7 +5,7 @@
  */
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { newSessionToken, withToken } from '../src/wire/session_token.ts';
 import { keptCertificate, type TlsOptions } from '../signaling/tls.ts';
 import { headlessDriver, type RankDriver, type RankTarget } from './driver.ts';

@@ -8,7 +8,7 @@
  * except the sampler's padding (repeats torch adds so that ranks get equal shares).
  */
 import { epochOrder } from '../src/datasets/sampler.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 
 export interface EpochSeen {
   /** Distinct samples trained on in the epoch. */

@@ -1,5 +1,5 @@
 /** Turns the ranks' results into the launcher's one-line JSON summary, per job or script. */
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { samplesSeen } from './samples_seen.ts';
 import { aggregationSummary } from './summary_aggregation.ts';
 import { commSummary } from './summary_comm.ts';

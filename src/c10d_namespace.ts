@@ -8,4 +8,4 @@ export { allReduceBytes, meshAllGatherBytes, messageBytes, type CollectiveBytesO
 export { storeSocketUrl } from './c10d/store.ts';
 export type { LinkDetails, LinkPath, LinkStats } from './c10d/process_group.ts';
 export type { PeerLink, PeerLinkFactory, LinkState, CandidateType, PathSample } from './transport/peer_link.ts';
-export { selectedPath } from './transport/peer_link.ts';
+export { selectedPath } from './transport/link_stats.ts';

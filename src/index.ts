@@ -50,7 +50,7 @@ export {
 export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './c10d/rendezvous.ts';
 export { runAgent, REGROUP, type ElasticStrategy } from './elastic/agent.ts';
 export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './parallel/ddp/runner.ts';
-export type { ElasticEvent } from './elastic/events.ts';
+export type { ElasticEvent } from './parallel/events.ts';
 
 // torch.nn.parallel: DistributedDataParallel, DataParallel.
 export { DistributedDataParallel, ShapeMismatchError, type DDPOptions, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp/ddp.ts';

@@ -15,7 +15,7 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult } from '../src/parallel/ddp/runner.ts';
 import { balancedBatchOf, planGlobalEpoch, splitBatch } from '../src/elastic/epoch.ts';
 import { keepSplit, predictedStep, splitByCost, StepCosts, type RankCost } from '../src/elastic/balance.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { SGD } from '../src/nn/optim.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';

@@ -21,7 +21,8 @@ import { waitFor } from './fixtures/wait.ts';
 import * as tf from '@tensorflow/tfjs';
 import { buildModel } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
-import { restoreStatePart, saveState, type RunRecord } from '../src/elastic/recovery.ts';
+import { restoreStatePart, saveState } from '../src/elastic/checkpoints.ts';
+import type { RunRecord } from '../src/elastic/run_record.ts';
 import { errorOf } from './fixtures/errors.ts';
 
 // ---------------------------------------------------------------------------------------------

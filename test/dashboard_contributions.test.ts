@@ -10,7 +10,7 @@ import type { TrainConfig, TrainEvent } from '../client/train/events.ts';
 import { initialDashboardState, reduceDashboard, type DashboardEvent, type DashboardState } from '../client/ui/dashboard_state.ts';
 import { contributionCells, fmtRatio, showsContributions } from '../client/ui/dashboard_contrib.ts';
 import { contributionTracker } from '../client/train/contributions.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import type { RankContribution } from '../src/parallel/ddp/contributions.ts';
 import { parseTrainConfig } from '../src/jobs/train_config.ts';
 

@@ -19,7 +19,7 @@ import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../src/parallel/dilo
 import { assignFlatWeights, flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/parallel/ddp/runner.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';
 import { AdamW, SGD } from '../src/nn/optim.ts';

@@ -13,7 +13,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { runElastic, type ElasticRunResult, type StepContext } from '../src/parallel/ddp/runner.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { CollectiveMismatchError, PeerLostError, RendezvousClosedError, ReplicaDivergenceError } from '../src/wire/errors.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { TrainState } from '../src/checkpoint/state_dict.ts';

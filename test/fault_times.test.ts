@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FaultTimes } from '../launcher/fault_times.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 
 const round = (key: string, rank: number, worldSize: number): ElasticEvent => ({ type: 'round', round: key, rank, worldSize, step: 0, epoch: 0, position: 0 }) as ElasticEvent;
 

@@ -4,7 +4,7 @@
  * What it buys on a shaped link is measured in bench/results/lan.md (npm run bench:lan).
  */
 import { describe, expect, it } from 'vitest';
-import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/transport/peer_link.ts';
+import { CREDIT_MAGIC, CreditWindow, SendQueue, encodeCredit, readCredit } from '../src/transport/flow_control.ts';
 import { encodeAlive } from '../src/wire/framing.ts';
 import { PeerLostError } from '../src/wire/errors.ts';
 import { sleep } from './fixtures/wait.ts';

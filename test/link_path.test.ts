@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { GroupLinks, nextPathReading, type LinkPath } from '../src/transport/group_links.ts';
-import { selectedPath, type PathSample } from '../src/transport/peer_link.ts';
+import { selectedPath } from '../src/transport/link_stats.ts';
+import type { PathSample } from '../src/transport/peer_link.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';

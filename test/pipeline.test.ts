@@ -15,7 +15,7 @@ import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { DistributedDataParallel } from '../src/parallel/ddp/ddp.ts';
 import { DistTimeoutError } from '../src/wire/errors.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { classificationLoss, sequentialOf, type LayerFactory } from '../src/nn/models.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { summarize } from '../launcher/summaries.ts';
 import type { RankResult } from '../launcher/summary_fields.ts';
 import { pipelineSummary } from '../launcher/summary_pipeline.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 
 const STAGE_HASH = ['aaaa0000', 'bbbb1111'];
 

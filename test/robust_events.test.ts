@@ -8,7 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { runElastic, type ElasticRunOptions } from '../src/parallel/ddp/runner.ts';
 import { summarizeContributions, tallyContributions, type ContributionTally } from '../src/parallel/ddp/contributions.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';

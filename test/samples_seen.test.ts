@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { samplesSeen } from '../launcher/samples_seen.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { DistributedSampler } from '../src/datasets/sampler.ts';
 
 interface Simulated {

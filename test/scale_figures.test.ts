@@ -8,7 +8,7 @@ import { FaultTimes } from '../launcher/fault_times.ts';
 import { Churn, type ChurnFault } from '../launcher/churn.ts';
 import { timelineSummary } from '../launcher/summary_timeline.ts';
 import { TimelineRecorder } from '../src/elastic/timeline.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 
 const round = (key: string, rank: number, worldSize: number): ElasticEvent => ({
   type: 'round',

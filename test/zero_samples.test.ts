@@ -6,7 +6,7 @@
  * pure models; the library's side (the vote, the split's reasons) is in balance.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { dashboardEvents } from '../client/train/harness.ts';
 import type { TrainEvent } from '../client/train/events.ts';
 import { sampleWeighted } from '../client/ui/sample_weighted.ts';

@@ -3,7 +3,7 @@
  * rank's contributions) added up on their way to the dashboard, so that the result this rank
  * reports at the end carries them (the launcher's summary prints them: launcher/summaries.ts).
  */
-import type { ElasticEvent } from '../../src/elastic/events.ts';
+import type { ElasticEvent } from '../../src/parallel/events.ts';
 import { summarizeContributions, tallyContributions, type ContributionSummary, type ContributionTally } from '../../src/parallel/ddp/contributions.ts';
 
 export interface ContributionTracker {

@@ -8,7 +8,8 @@ import type { RankStalledError } from '../wire/errors.ts';
 import { DEFAULT_FRAME_BYTES, MAX_FRAME_BYTES } from '../wire/framing.ts';
 import type { WireDtype } from '../wire/half.ts';
 import { DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_SEQ_AHEAD } from '../transport/mailbox.ts';
-import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES, type PeerLinkFactory } from '../transport/peer_link.ts';
+import type { PeerLinkFactory } from '../transport/peer_link.ts';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_WINDOW_BYTES } from '../transport/flow_control.ts';
 import type { SignalEvent } from '../wire/protocol.ts';
 import type { StoreClient } from './store.ts';
 

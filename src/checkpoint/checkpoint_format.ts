@@ -19,12 +19,10 @@
  * The section lengths sit in the fixed preamble rather than in the JSON so that a reader (the
  * server, streaming from disk) can tell a truncated file from the first 32 bytes and its size.
  */
+import { isObject, type WeightSpec } from '../wire/tfjs_artifacts.ts';
 
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  dtype: string;
-}
+// The weight format and topology reading are the wire's (datasets and nn read them too); importable from here as before.
+export { isObject, topologyLayers, type LayerJson, type WeightSpec } from '../wire/tfjs_artifacts.ts';
 
 export interface Checkpoint {
   /** JSON-serialisable metadata: step, epoch, sampler position, the job's configuration, generation ... (free-form but an object). */
@@ -221,10 +219,6 @@ export async function decodeCheckpoint(data: Uint8Array | ArrayBuffer, name?: st
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-export function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 function isWeightSpec(v: unknown): v is WeightSpec {
   return (
     isObject(v) &&
@@ -258,23 +252,4 @@ export async function sha256(data: Uint8Array<ArrayBuffer>): Promise<Uint8Array>
     throw new Error('checkpoints need SHA-256 from crypto.subtle, which browsers offer only to secure pages: open the page over https or on localhost');
   }
   return new Uint8Array(await subtle.digest('SHA-256', data));
-}
-
-/** A layer as a TF.js (or Keras) model topology writes it. */
-export interface LayerJson {
-  class_name: string;
-  config: Record<string, unknown>;
-}
-
-/**
- * A model topology's class and layers, in order: TF.js's `{class_name, config: {layers}}`, an
- * older `config` that is the list itself, or Keras's saved format wrapping it in `model_config`.
- * The layers are the topology's own objects (a caller may edit a copy of the topology through them).
- */
-export function topologyLayers(topology: unknown): { className: string | undefined; layers: LayerJson[] } {
-  let t: Record<string, unknown> = isObject(topology) ? topology : {};
-  if (isObject(t.model_config)) t = t.model_config;
-  const config = t.config;
-  const layers = Array.isArray(config) ? config : isObject(config) && Array.isArray(config.layers) ? config.layers : [];
-  return { className: typeof t.class_name === 'string' ? t.class_name : undefined, layers: layers as LayerJson[] };
 }

@@ -5,16 +5,14 @@
  * surviving replica to the others after a regroup.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { Checkpoint, WeightSpec } from './checkpoint_format.ts';
+import type { Checkpoint } from './checkpoint_format.ts';
+import type { TensorBundle, WeightSpec } from '../wire/tfjs_artifacts.ts';
 import type { SamplerState } from '../datasets/sampler.ts';
 import { HostOptimizer } from '../nn/optim.ts';
 import { NonFiniteWeightsError } from '../wire/errors.ts';
 
-export interface TensorBundle {
-  weightSpecs: WeightSpec[];
-  weightData: ArrayBuffer;
-}
-
+// The bundle's type is the wire's (the optimizers make them too); importable from here as before.
+export type { TensorBundle } from '../wire/tfjs_artifacts.ts';
 /** The model in TF.js's save format (topology, weight specs, weight bytes). */
 export async function modelArtifacts(model: tf.LayersModel): Promise<Checkpoint['model']> {
   let captured: Checkpoint['model'] | undefined;

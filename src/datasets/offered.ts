@@ -9,7 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { csvDataset } from './csv.ts';
 import { DatasetError, DatasetFetchError, InMemoryDataset, product, type Dataset } from './dataset.ts';
 import { StreamedDataset } from './streamed.ts';
-import { topologyLayers, type WeightSpec } from '../checkpoint/checkpoint_format.ts';
+import { topologyLayers, type WeightSpec } from '../wire/tfjs_artifacts.ts';
 
 export interface OfferRequest {
   /** The server's origin. */

@@ -1,14 +1,14 @@
 /**
- * What an elastic run records as it goes (torch.distributed.elastic.events): rounds, the samples
- * each step trains on, committed steps, failures, checkpoints, the end. Every event goes to the
- * run's own `onEvent` and to the process-wide handler set with `setEventHandler`, which is how a
- * launcher hears from a user's script without the script wiring anything. Events are plain JSON.
+ * What an elastic run records as it goes (torch.distributed.elastic.events), in the agent's
+ * terms: rounds, the samples each step trains on, committed steps, failures, checkpoints, the
+ * end. A strategy adds events of its own (DDP's and DiLoCo's robust aggregation); the union of
+ * them all, `ElasticEvent`, and the recorder that sends them to the run's `onEvent` and to the
+ * process-wide handler are in parallel/events.ts, above every strategy. Events are plain JSON.
  */
-import type { StepMetrics } from '../parallel/ddp/runner.ts';
-import type { AggregationJudged } from '../parallel/ddp/contributions.ts';
+import type { StepMetrics } from './vote.ts';
 import type { StepBalance } from './balance.ts';
 
-export type ElasticEvent =
+export type AgentEvent =
   /** A round started training: every rank now holds the same state, taken from `source`. */
   | {
       type: 'round';
@@ -53,11 +53,6 @@ export type ElasticEvent =
    * batches, the step's split and why (each rank's cost model; when ranks given none get some again).
    */
   | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number; balance?: StepBalance }
-  /**
-   * A robust aggregation (DDP's step, DiLoCo's outer step): what the group judged of each rank's
-   * contribution, rounded (see contributions.ts). Every rank judges alike, so each reports the same.
-   */
-  | ({ type: 'aggregation'; round: string; rank: number } & AggregationJudged)
   /** This rank's shard of an epoch in this round. */
   | { type: 'epoch'; round: string; rank: number; epoch: number; samples: number; datasetLength: number; stepsPerEpoch: number }
   | { type: 'peer-lost'; round: string; rank: number; peer: number; reason: string }
@@ -102,16 +97,3 @@ export type ElasticEvent =
       stoppedBy: number | null;
       weightHash: string;
     };
-
-let handler: ((e: ElasticEvent) => void) | undefined;
-
-/** Sends every elastic event of this page to `h` (or nowhere, with undefined); returns the previous handler. */
-export function setEventHandler(h: ((e: ElasticEvent) => void) | undefined): ((e: ElasticEvent) => void) | undefined {
-  const previous = handler;
-  handler = h;
-  return previous;
-}
-
-export function recordEvent(e: ElasticEvent): void {
-  handler?.(e);
-}

@@ -3,7 +3,7 @@
  * `window.__ddpReport(report)`, which the launcher exposes before the page loads. Both ends
  * import these types from here; the launcher imports nothing from `client/`.
  */
-import type { ElasticEvent } from '../elastic/events.ts';
+import type { ElasticEvent } from '../parallel/events.ts';
 
 export type Report =
   | { type: 'rank'; rank: number; worldSize: number }

@@ -10,7 +10,7 @@
  * checkpoint, the dashboard's download) loads again with `tf.loadLayersModel`.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { LayerFactory } from './models.ts';
+import type { LayerFactory } from './layer_factory.ts';
 import { classificationLoss } from './losses.ts';
 import { yieldToEventLoop } from '../runtime/ticker.ts';
 

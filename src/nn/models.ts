@@ -9,6 +9,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { languageModelLayers } from './language_model.ts';
+import { sequentialOf, type LayerFactory } from './layer_factory.ts';
 
 /** 'lm': the character-level transformer of language_model.ts, on windows of text (datasets/text.ts). */
 export type ModelKind = 'mlp' | 'cnn' | 'lm';
@@ -29,12 +30,6 @@ export interface ModelSpec {
    */
   hidden?: number;
 }
-
-/**
- * Makes one layer of a model. `inputShape` (without the batch dimension) is given to the first
- * layer of a model or of a pipeline stage; other layers get undefined.
- */
-export type LayerFactory = (inputShape?: number[]) => tf.layers.Layer;
 
 /** The model's layers, in order, as factories (see `LayerFactory`). */
 export function modelLayers(spec: ModelSpec): LayerFactory[] {
@@ -87,38 +82,12 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
   throw new Error(`unknown model "${String(unknown)}"; use mlp, cnn or lm`);
 }
 
-/** `layers` as one Sequential model taking inputs of `inputShape` (a whole model, or one pipeline stage). */
-export function sequentialOf(layers: LayerFactory[], inputShape: number[], name: string): tf.Sequential {
-  const model = tf.sequential({ name });
-  layers.forEach((make, i) => model.add(make(i === 0 ? inputShape : undefined)));
-  return model;
-}
-
 export function buildModel(spec: ModelSpec): tf.LayersModel {
   return sequentialOf(modelLayers(spec), spec.inputShape, `${spec.kind}-seed${spec.seed}`);
 }
 
+// Layer factories are their own module (the language model makes them too); importable from here as before.
+export { layerFactoriesOf, sequentialOf, type LayerFactory } from './layer_factory.ts';
+
 // The losses are their own module (the language model uses them too); importable from here as before.
 export { classificationLoss, correctPredictions } from './losses.ts';
-
-/**
- * A loaded model's layers as factories (a user's own model: `tf.loadLayersModel`, the host's
- * offered one), so that a pipeline stage builds only its share of them, each layer made anew from
- * its config with the loaded model's weights as its initial weights (the same on every rank).
- * The loaded model must stay alive while stages are built from it.
- */
-export function layerFactoriesOf(model: tf.LayersModel): LayerFactory[] {
-  type LayerClass = tf.serialization.SerializableConstructor<tf.layers.Layer> & { fromConfig(cls: unknown, config: tf.serialization.ConfigDict): tf.layers.Layer };
-  return model.layers
-    .filter((layer) => layer.getClassName() !== 'InputLayer')
-    .map((layer) => {
-      const cls = layer.constructor as unknown as LayerClass;
-      return (inputShape?: number[]) => {
-        const config: tf.serialization.ConfigDict = { ...layer.getConfig(), weights: layer.getWeights() as unknown as tf.serialization.ConfigDictValue };
-        delete config.batchInputShape;
-        delete config.inputShape;
-        if (inputShape) config.batchInputShape = [null, ...inputShape];
-        return cls.fromConfig(cls, config);
-      };
-    });
-}

@@ -23,8 +23,7 @@
  * test/fixtures/torch_optim.json, and test/optim.test.ts holds these classes to it.
  */
 import * as tf from '@tensorflow/tfjs';
-import type { TensorBundle } from '../checkpoint/state_dict.ts';
-import type { WeightSpec } from '../checkpoint/checkpoint_format.ts';
+import type { TensorBundle, WeightSpec } from '../wire/tfjs_artifacts.ts';
 
 const f32 = Math.fround;
 

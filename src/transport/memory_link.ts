@@ -3,7 +3,8 @@
  * interface as the WebRTC link, messages delivered asynchronously and in order, and the same
  * backpressure (a send queue with a high-water mark that drains as messages are delivered).
  */
-import { SendQueue, type LinkFactoryOptions, type LinkState, type PeerLink, type PeerLinkFactory, type PendingLink } from './peer_link.ts';
+import { SendQueue } from './flow_control.ts';
+import type { LinkFactoryOptions, LinkState, PeerLink, PeerLinkFactory, PendingLink } from './peer_link.ts';
 import { PeerLostError } from '../wire/errors.ts';
 
 class MemoryLink implements PeerLink, PendingLink {

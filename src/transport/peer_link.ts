@@ -2,8 +2,8 @@
  * Peer links: a reliable, ordered byte pipe to one other rank. The collectives see only the
  * `PeerLink` interface (send bytes with backpressure, receive bytes, close); simple-peer and
  * RTCPeerConnection live behind `simplePeerLinkFactory` (webrtc_link.ts) and nowhere else.
- * Flow control is in flow_control.ts, the stats reading in link_stats.ts; both are re-exported
- * here for the modules that import them from this one.
+ * Flow control is in flow_control.ts, the stats reading in link_stats.ts. This file holds only
+ * the types, so that those (and every transport) import it and it imports none of them.
  */
 
 export type LinkState = 'connecting' | 'open' | 'closed';
@@ -75,16 +75,3 @@ export interface PendingLink {
 }
 
 export type PeerLinkFactory = (options: LinkFactoryOptions) => PendingLink;
-
-export {
-  CREDIT_MAGIC,
-  CreditWindow,
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_WINDOW_BYTES,
-  SendQueue,
-  WINDOW_EXEMPT_BYTES,
-  encodeCredit,
-  readCredit,
-} from './flow_control.ts';
-export { selectedPath } from './link_stats.ts';
-export { loadSimplePeer, simplePeerLinkFactory } from './webrtc_link.ts';

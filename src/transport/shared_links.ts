@@ -16,9 +16,9 @@ import { FrameKind, MAX_FRAME_BYTES, checkChunk, encodeAlive, encodeBye, readHea
 import { GroupLinks } from './group_links.ts';
 import { encodeAbortNotice } from './mailbox.ts';
 import { onPageHide } from '../runtime/page_lifecycle.ts';
-import { simplePeerLinkFactory, type LinkState, type PeerLink, type PeerLinkFactory } from './peer_link.ts';
-import { VOUCH_WINDOW_MS, type SignalEvent } from '../wire/protocol.ts';
-import type { StoreClient } from '../c10d/store.ts';
+import type { LinkState, PeerLink, PeerLinkFactory } from './peer_link.ts';
+import { simplePeerLinkFactory } from './webrtc_link.ts';
+import { VOUCH_WINDOW_MS, type PeerLeftEvent, type SignalEvent, type SignalPayload } from '../wire/protocol.ts';
 import { TickGap, startTicker } from '../runtime/ticker.ts';
 
 /** How often each rank tells each peer it is alive (more often when the stall bound is short). */
@@ -57,8 +57,24 @@ export interface RoutedGroup {
   lastSeq(): number;
 }
 
+/**
+ * What the links need of the rank's connection to the server (c10d's StoreClient is one): the
+ * signaling relay, the heartbeat's word on the peers heard, and the events that end a link. Named
+ * here, not imported, because transport sits below c10d.
+ */
+export interface SignalingClient {
+  /** Relays a signaling payload to the member with rank `to`. */
+  signal(to: number, data: SignalPayload): Promise<void>;
+  /** Sets what each heartbeat says of the peers heard lately; returns what unsets it. */
+  reportHeardPeers(provider: () => { round: number; ranks: number[] } | undefined): () => void;
+  on(type: 'signal', handler: (e: SignalEvent) => void): () => void;
+  on(type: 'peer-left', handler: (e: PeerLeftEvent) => void): () => void;
+  on(type: 'close', handler: (e: { code: number; reason: string }) => void): () => void;
+  close(): void;
+}
+
 export interface SharedLinksInit {
-  client: StoreClient;
+  client: SignalingClient;
   /** This rank in the top-level group. */
   rank: number;
   round: number;
@@ -76,7 +92,7 @@ export interface SharedLinksInit {
 
 export class SharedLinks {
   readonly rank: number;
-  readonly client: StoreClient;
+  readonly client: SignalingClient;
   readonly links: GroupLinks;
   private readonly groups = new Map<number, RoutedGroup>();
   /** Bytes buffered for each peer by all of this rank's groups together (MailboxLimits.maxBufferedBytes is per peer, not per group). */

@@ -3,7 +3,7 @@
  * after every step; N ranks at batch B equal 1 rank at batch N*B; each sample once per epoch;
  * no tensor leak; MNIST learns.
  */
-import type { ElasticEvent } from '../../src/elastic/events.ts';
+import type { ElasticEvent } from '../../src/parallel/events.ts';
 import { expect, openRanks, sessionName, test, type RankPage, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;

@@ -20,6 +20,7 @@
  * `ddp.loadCommHookState()`.
  */
 import type { ProcessGroup } from '../../c10d/process_group.ts';
+import type { HookState } from '../../elastic/hook_state.ts';
 /** One DDP bucket as a hook sees it (torch's GradBucket). */
 export interface GradBucket {
   /** The bucket's index (0 is the first reduced, holding the last parameters). */
@@ -33,8 +34,8 @@ export interface GradBucket {
   /** Whether this is the step's last bucket. */
   isLast: boolean;
 }
-/** State a hook keeps across steps, for checkpoints and joiners: plain numbers in `meta`, arrays in `tensors`. */
-export interface CommHookState { name: string; meta: Record<string, number | string | boolean | null>; tensors: Record<string, Float32Array> }
+/** State a hook keeps across steps, for checkpoints and joiners: plain numbers in `meta`, arrays in `tensors` (the agent carries it as a HookState). */
+export type CommHookState = HookState;
 /** How `loadStateDict` takes a state. */
 export interface LoadCommHookStateOptions {
   /**

@@ -11,7 +11,7 @@ import type { DeviceLostError } from '../../wire/errors.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import type { RendezvousOptions } from '../../c10d/rendezvous.ts';
 import type { TrainState } from '../../checkpoint/state_dict.ts';
-import type { ElasticEvent } from '../../elastic/events.ts';
+import type { ElasticEvent } from '../events.ts';
 import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions } from '../../elastic/agent.ts';
 import type { StepMetrics } from '../../elastic/vote.ts';
 import type { StepTimeline } from '../../elastic/timeline.ts';

@@ -40,7 +40,7 @@
  */
 import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../wire/errors.ts';
 import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
-import { recordEvent } from '../../elastic/events.ts';
+import { recordEvent } from '../events.ts';
 import { hashFloat32 } from '../../wire/hash.ts';
 import { flatTrainableWeights } from '../replicas.ts';
 import type { StepMetrics } from '../../elastic/vote.ts';
