@@ -472,11 +472,11 @@ function outerStepBytes(comm: CommSetup, parameterCount: number, pg: ProcessGrou
 }
 
 /**
- * The summary's `commHook`: the option as given (`name`: none, fp16, bf16, powersgd, localsgd)
+ * The summary's `commHook`: the option as given (`name`: one of COMM_HOOK_NAMES, src/jobs/comm_hook_spec.ts)
  * and its numbers, and `registered`, the name of the hook the last round's DDP reduced with (its
  * own `allreduce` without one). PowerSGD adds its last step's counts (`lastStats`: elements this
  * rank all-reduced, and those an uncompressed all-reduce would have); localsgd the averagings in
- * the timed steps and what one sends from this rank.
+ * the timed steps and what one sends from this rank; diloco its outer steps and what one sends.
  */
 function commHookSummary(comm: CommSetup, registered: string, parameterCount: number, pg: ProcessGroup, averagings: number): Record<string, unknown> {
   const spec = comm.spec;
