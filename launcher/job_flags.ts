@@ -6,7 +6,7 @@
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/runtime/straggler.ts';
 import { ConfigError, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
-import type { Fault } from './run.ts';
+import type { Fault } from './run_options.ts';
 
 /** A job option given as --kebab-case or --camelCase (the page accepts both). */
 function jobParam(params: Record<string, string>, kebab: string): { flag: string; value: string } | undefined {

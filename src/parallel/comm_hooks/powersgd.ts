@@ -48,6 +48,7 @@ import { checkWireDtype, type WireDtype } from '../../half.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './types.ts';
 import { allFinite } from '../../finite.ts';
+import { hash32 } from '../../hash.ts';
 
 export interface PowerSGDOptions {
   /** The rank r of the approximation (torch: matrix_approximation_rank). Default 1. */
@@ -511,15 +512,4 @@ function fillRandom(out: Float32Array, seed: number, step: number, bucket: numbe
   };
   const scale = Math.sqrt(3);
   for (let i = 0; i < out.length; i++) out[i] = (next() + next() + next() + next() - 2) * scale;
-}
-
-/** A 32-bit integer hash (lowbias32), for seeding. */
-function hash32(x: number): number {
-  x = (x + 0x9e3779b9) | 0;
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }

@@ -54,6 +54,7 @@ import { checkOptions, type ParameterServerRunOptions, type ParameterServerRunRe
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
 import { CONTROL, NO_COUNTS, REQ_END, REQ_PULL, REQ_PUSH, VERDICT, message, payload, readReply, readRequest, writeReply, writeRequest, type Control } from './wire.ts';
 import { MAX_MEMBER_ID } from '../../c10d/protocol_validation.ts';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../../c10d/protocol.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
 export type { ParameterServerRunOptions, ParameterServerRunResult, PsRunEvent, PsServerSlot, PsStatus, PsStrategy, WorkerStepContext, WorkerStepResult } from './types.ts';
@@ -285,7 +286,7 @@ class PsRun<M extends StepMetrics> {
         ? `parameter server ${index} was lost: training waits for a tab to take its place, which then resumes from the shard's last checkpoint (every ${this.o.checkpointEvery ?? 0} updates${(this.o.checkpointEvery ?? 0) === 0 ? ': none are saved, so it starts from the initial values' : ''})`
         : 'every worker was lost: the servers wait for a tab to join as a worker';
     this.emit({ type: 'server-lost', round: round.key, index, message });
-    const timeoutMs = this.o.timeoutMs ?? 300_000;
+    const timeoutMs = this.o.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
     while (this.handler.numNodesWaiting() === 0) {
       if (round.pg.error) throw round.pg.error;
