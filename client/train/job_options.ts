@@ -1,0 +1,28 @@
+/**
+ * What every strategy's trainer hands its runner alike: the session the tab joins and the job's
+ * schedule from its config (one mapping for DDP, the pipeline and the parameter servers).
+ */
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
+import type { TrainerOptions } from './harness.ts';
+
+/** The job's schedule (the runners' ScheduleOptions): the DistributedSampler's settings and the run's length. */
+export function jobSchedule(config: Pick<TrainConfig, 'batchSize' | 'epochs' | 'steps' | 'shuffle' | 'seed'>, datasetLength: number) {
+  return { datasetLength, batchSize: config.batchSize, epochs: config.epochs, steps: config.steps, shuffle: config.shuffle, seed: config.seed };
+}
+
+/**
+ * The session the tab joins and how it stops (the rendezvous options every runner takes), but
+ * its token: a getter each trainer keeps in its own options (a spread would copy today's value).
+ */
+export function jobSession(opts: TrainerOptions) {
+  return {
+    url: opts.serverUrl,
+    session: opts.session,
+    onToken: opts.onToken,
+    onRendezvous: opts.onRendezvous,
+    timeoutMs: opts.timeoutMs,
+    store: opts.store,
+    ...(opts.host === undefined ? {} : { host: opts.host }),
+    shouldStop: opts.stopRequested,
+  };
+}
