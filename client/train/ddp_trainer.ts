@@ -349,7 +349,7 @@ export class DdpTrainer {
     const hook = comm.hook;
     return {
       // A slow tab (a phone, a background tab) gets fewer samples per step: the group keeps its pace.
-      balanceBatches: config.balance,
+      balance: config.balance,
       commHook: hook === undefined ? undefined : () => hook,
       modelAverager: comm.modelAverager,
       diloco: comm.diloco && { ...comm.diloco, ...this.robust },

@@ -82,7 +82,7 @@ import { yieldToEventLoop } from '../runtime/ticker.ts';
 export type { StepMetrics } from './vote.ts';
 
 export type { ElasticRunOptions, ElasticRunResult, RebuildContext, RoundContext, StepContext } from './types.ts';
-import { checkOptions, type ElasticRunOptions, type ElasticRunResult } from './types.ts';
+import { balanceOf, checkOptions, type ElasticRunOptions, type ElasticRunResult } from './types.ts';
 
 type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
 
@@ -466,7 +466,7 @@ class ElasticRun<M extends StepMetrics> {
     const p = this.state.progress;
     const n = pg.worldSize;
     const length = o.datasetLength;
-    const balance = o.balanceBatches === true;
+    const balance = balanceOf(o);
     this.balancer = balance ? new BatchBalancer(n, o.batchSize) : null;
     // A check due in the last round may have run on some ranks and not on others (a rank that
     // failed between the vote and the check): the ranks must agree on the steps' collectives, and

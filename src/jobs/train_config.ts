@@ -89,7 +89,8 @@ export interface TrainConfig {
   shuffle: boolean;
   /**
    * DDP: split each step's global batch between the ranks by their measured speed, gradients
-   * weighed by share (runElastic's balanceBatches). false: DistributedSampler's equal shards, as torch.
+   * weighed by share (runElastic's balance). false: DistributedSampler's equal shards, as torch.
+   * Default true with DDP; false, and refused if given true, with pipelines and parameter servers.
    */
   balance: boolean;
   /** DDP: the step's vote rides on the gradients' all-reduce (runElastic's voteWithGradients); false: a vote of its own after each step. */
@@ -231,7 +232,6 @@ const OPTIONS = [
   { name: 'aggregation', kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS }, inForm: true, defaultValue: fixed('mean') },
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
-  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'checkpointEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
@@ -258,6 +258,8 @@ const OPTIONS = [
   { name: 'ps', kind: int(1, MAX_WORLD_SIZE - 1), inForm: false, defaultValue: fixed(1) },
   { name: 'maxStaleness', kind: int(0, 1_000_000), inForm: false, defaultValue: fixed(null) },
   { name: 'stalenessLr', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(false) },
+  // DDP's (the only strategy that splits a global batch): true there, false where it would do nothing (refused if given).
+  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 },
   {
     name: 'slow',
     // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
@@ -324,6 +326,10 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   }
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
+  if (values.balance === true && (strategy !== 'ddp' || pp > 1)) {
+    const other = strategy !== 'ddp' ? `strategy ${strategy}, whose workers each take their own batches` : `pipeline stages (here pp ${pp}), where every stage of a replica takes the same batch`;
+    throw new ConfigError('balance', 'true', `false (or left out) with ${other}: balanced batches split DDP's global batch between its ranks (leave out balance, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+  }
   const aggregation = parseAggregation(values.aggregation as string);
   const attack = attackPlan(values.attack as string | null, values.attackers as number, min);
   checkRobust(values.aggregation as string, aggregation, attack, commHook, strategy, pp);
