@@ -1,7 +1,7 @@
 /**
  * DDP's communication hook as the train job's `commHook` option (the launcher's --comm-hook):
- * the spec, its text (`powersgd:2:fp16`) both ways, and its bounds. Which strategies and
- * pipelines a hook combines with is checked with the other options, in train_config.ts.
+ * the spec, its text (`powersgd:2:fp16`) both ways, its bounds, and which strategies and
+ * pipelines a hook combines with (checkCommHook, for train_config.ts).
  */
 import { ConfigError } from './config_option.ts';
 
@@ -167,5 +167,16 @@ export function formatCommHook(spec: CommHookSpec): string {
     }
     default:
       return spec.kind;
+  }
+}
+
+/** Hooks are DDP's: refused with a parameter-server strategy and, for now, with pipelines. Throws ConfigError. */
+export function checkCommHook(raw: string, spec: CommHookSpec, strategy: string, pp: number): void {
+  if (spec.kind === 'none') return;
+  if (strategy !== 'ddp') {
+    throw new ConfigError('commHook', raw, `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`);
+  }
+  if (pp > 1) {
+    throw new ConfigError('commHook', raw, `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`);
   }
 }
