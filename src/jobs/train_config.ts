@@ -15,7 +15,7 @@ import { checkCommHook, COMM_HOOK_RULE, formatCommHook, parseCommHook, type Comm
 import { AGGREGATION_PRESETS, AGGREGATION_RULE, ATTACK_RULE, attackPlan, checkRobust, formatAggregation, formatAttack, parseAggregation, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 
 // The schema's parts, importable from here as before.
-export { ConfigError, describeRule, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
+export { ConfigError, describeRule, kebabCase, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
 export { AGGREGATION_PRESETS, attackPlanOf, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 export {
   DEFAULT_COMM_HOOK_START,
