@@ -9,7 +9,7 @@ import { startServer, type RunningServer, type ServerOptions } from '../signalin
 import type { TlsOptions } from '../signaling/tls.ts';
 import type { ElasticEvent } from '../src/elastic/events.ts';
 import { withToken } from '../src/c10d/session_token.ts';
-import type { Report } from '../src/jobs/job_report.ts';
+import { parseReport, ReportError, type Report } from '../src/jobs/job_report.ts';
 import type { RankDriver, RankTarget } from './driver.ts';
 import { describeReport, type HiddenTab, type RankPage } from './rank_page.ts';
 import type { RankBrowser } from './rank_browsers.ts';
@@ -385,7 +385,15 @@ export class RankRun {
     this.checkSettled();
   }
 
-  private onReport(rp: RankPage, r: Report): void {
+  /** A page's report: checked at the boundary (it comes from a page), then followed. */
+  private onReport(rp: RankPage, raw: unknown): void {
+    let r: Report;
+    try {
+      r = parseReport(raw);
+    } catch (err) {
+      if (!(err instanceof ReportError)) throw err;
+      return this.finish(rp, `${rp.label} sent a report that is not one: ${err.message}`);
+    }
     rp.lastReport = { what: describeReport(r), at: Date.now() };
     switch (r.type) {
       case 'rank':

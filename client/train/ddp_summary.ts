@@ -11,6 +11,7 @@ import { linkReport } from '../report.ts';
 import { bareBucketsAllReduce, commHookSummary, dilocoOverlap, overlapOf, stepTimeline } from './ddp_figures.ts';
 import type { DdpTrainer } from './ddp_trainer.ts';
 import type { TrainResult } from './harness.ts';
+import type { JobResult, TrainJobResult } from '../../src/jobs/job_report.ts';
 
 /** The run's result: the summary (also emitted as 'done'), the model, the group, and the probe. */
 export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<TrainResult> {
@@ -35,7 +36,7 @@ export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<T
     emit({ type: 'log', level: 'warn', message: `The bare all-reduce measured after the run was not taken: ${(err as Error).message}` });
     return null;
   });
-  const summary: Record<string, unknown> = {
+  const summary: TrainJobResult = {
     ...runPart(t, run, final),
     weightHash: hashFloat32(weights),
     ...commPart(t, run),
@@ -56,7 +57,7 @@ export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<T
 }
 
 /** The run and its model: who, on what, how far, how fast, how well (the language model's figures too). */
-function runPart(t: DdpTrainer, run: ElasticRunResult, final: { testAccuracy: number; testLoss: number } | null): Record<string, unknown> {
+function runPart(t: DdpTrainer, run: ElasticRunResult, final: { testAccuracy: number; testLoss: number } | null): Pick<TrainJobResult, 'rank' | 'worldSize' | 'backend' | 'model' | 'dataset' | 'steps' | 'epochs'> & JobResult {
   const { config, backend, timedSteps, samplesPerSecTotal } = t;
   const { trainSet, text } = t.job;
   return {
@@ -111,7 +112,7 @@ function commPart(t: DdpTrainer, run: ElasticRunResult): Record<string, unknown>
 }
 
 /** This tab's own: its devices, its --slow factor, its time, the run's rounds, and its live tensors. */
-function tabPart(t: DdpTrainer, run: ElasticRunResult): Record<string, unknown> {
+function tabPart(t: DdpTrainer, run: ElasticRunResult): Pick<TrainJobResult, 'seconds' | 'generations'> & JobResult {
   const { config, timedSteps, tensorCounts } = t;
   return {
     // --devices: how many this rank computed on and, with more than one, each one's backend and figures.

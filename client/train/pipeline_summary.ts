@@ -8,6 +8,7 @@ import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import type { TrainResult } from './harness.ts';
+import type { TrainJobResult } from '../../src/jobs/job_report.ts';
 import { placeOf, type PipelineTrainer } from './pipeline_trainer.ts';
 
 export async function pipelineResult(t: PipelineTrainer, run: PipelineRunResult): Promise<TrainResult> {
@@ -29,7 +30,7 @@ export async function pipelineResult(t: PipelineTrainer, run: PipelineRunResult)
   const links = await linkReport(mesh.world);
   const { sums, tensorCounts } = t;
   const mean = (v: number) => (t.timedSteps > 0 ? v / t.timedSteps : null);
-  const summary: Record<string, unknown> = {
+  const summary: TrainJobResult = {
     rank: mesh.world.rank,
     worldSize: mesh.world.worldSize,
     backend: t.job.backend.backend,

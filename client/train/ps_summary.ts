@@ -9,6 +9,7 @@ import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { evaluateAfterRun } from './evaluation.ts';
 import type { TrainResult } from './harness.ts';
+import type { TrainJobResult } from '../../src/jobs/job_report.ts';
 import { stalenessSummary, type PsTrainer } from './ps_trainer.ts';
 
 export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Promise<TrainResult> {
@@ -48,7 +49,7 @@ export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Pro
     ? { applied: run.shard.applied, stale: run.shard.stale, duplicate: run.shard.duplicate, refused: run.shard.refused }
     : { applied: run.worker?.applied ?? 0, stale: run.worker?.stale ?? 0, duplicate: 0, refused: run.worker?.refused ?? 0 };
   const processed = run.samples.applied + run.samples.stale;
-  const summary: Record<string, unknown> = {
+  const summary: TrainJobResult = {
     rank: pg.rank,
     worldSize: pg.worldSize,
     backend: backend.backend,
