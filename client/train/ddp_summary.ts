@@ -3,14 +3,14 @@
  * the trained model, the bare all-reduce beside the step's communication, and the summary the
  * page reports.
  */
-import * as tf from '@tensorflow/tfjs';
-import { fetchBatch, hashFloat32, isRecoverable, slowFactor, type ElasticRunResult } from '../../src/index.ts';
+import { hashFloat32, isRecoverable, slowFactor, type ElasticRunResult } from '../../src/index.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { DiLoCo } from '../../src/parallel/diloco.ts';
 import { linkReport } from '../report.ts';
 import { bareBucketsAllReduce, commHookSummary, dilocoOverlap, overlapOf, stepTimeline } from './ddp_figures.ts';
 import type { DdpTrainer } from './ddp_trainer.ts';
 import type { TrainResult } from './harness.ts';
+import { probeOf } from './job_options.ts';
 import type { JobResult, TrainJobResult } from '../../src/jobs/job_report.ts';
 
 /** The run's result: the summary (also emitted as 'done'), the model, the group, and the probe. */
@@ -23,11 +23,7 @@ export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<T
   // The collectives after the run: a tab closed as it ended costs figures, not the run.
   const final = latest?.step === run.steps ? latest : await t.finalEvaluation(pg, run.steps, run.epoch);
   const weights = await run.ddp.flatWeights();
-  const probeCount = Math.min(8, testSet.length);
-  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
-  const logitsT = tf.tidy(() => t.model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
-  const logits = (await logitsT.data()) as Float32Array;
-  logitsT.dispose();
+  const probe = await probeOf(t.model, testSet);
   const links = await linkReport(pg);
   // The same reductions bare, in the same run on the same group: what the step's communication is held against.
   // A measurement after the run: a rank lost now (a tab frozen at the last step) costs the figure, not the run.
@@ -53,7 +49,7 @@ export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<T
     ...(t.opts.flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
   };
   emit({ type: 'done', summary });
-  return { summary, model: t.model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+  return { summary, model: t.model, pg, close: run.close, probe };
 }
 
 /** The run and its model: who, on what, how far, how fast, how well (the language model's figures too). */

@@ -1,7 +1,10 @@
 /**
  * What every strategy's trainer hands its runner alike: the session the tab joins and the job's
- * schedule from its config (one mapping for DDP, the pipeline and the parameter servers).
+ * schedule from its config (one mapping for DDP, the pipeline and the parameter servers); and
+ * the probe of a whole trained model.
  */
+import * as tf from '@tensorflow/tfjs';
+import { fetchBatch, type Dataset } from '../../src/index.ts';
 import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import type { TrainerOptions } from './harness.ts';
 
@@ -25,4 +28,14 @@ export function jobSession(opts: TrainerOptions) {
     ...(opts.host === undefined ? {} : { host: opts.host }),
     shouldStop: opts.stopRequested,
   };
+}
+
+/** What `model` predicts on the first test samples (at most 8): the page's check of the trained model. */
+export async function probeOf(model: tf.LayersModel, testSet: Dataset): Promise<{ inputs: Float32Array; inputShape: number[]; logits: Float32Array }> {
+  const probeCount = Math.min(8, testSet.length);
+  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
+  const logitsT = tf.tidy(() => model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
+  const logits = (await logitsT.data()) as Float32Array;
+  logitsT.dispose();
+  return { inputs: probeBatch.x, inputShape: testSet.inputShape, logits };
 }

@@ -3,12 +3,13 @@
  * gathered, the probe, and the summary with the run's roles, versions, samples and staleness.
  */
 import * as tf from '@tensorflow/tfjs';
-import { fetchBatch, hashFloat32, isRecoverable, slowFactor, type ParameterServerRunResult } from '../../src/index.ts';
+import { hashFloat32, isRecoverable, slowFactor, type ParameterServerRunResult } from '../../src/index.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/c10d/protocol.ts';
 import { linkReport } from '../report.ts';
 import { evaluateAfterRun } from './evaluation.ts';
 import type { TrainResult } from './harness.ts';
+import { probeOf } from './job_options.ts';
 import type { TrainJobResult } from '../../src/jobs/job_report.ts';
 import { stalenessSummary, type PsTrainer } from './ps_trainer.ts';
 
@@ -38,11 +39,7 @@ export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Pro
     trainSeconds = Math.max(trainSeconds, rates[2 * r + 1]!);
   }
   const weights = await flatTrainableWeights(run.model);
-  const probeCount = Math.min(8, testSet.length);
-  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
-  const logitsT = tf.tidy(() => run.model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
-  const logits = (await logitsT.data()) as Float32Array;
-  logitsT.dispose();
+  const probe = await probeOf(run.model, testSet);
   const links = await linkReport(pg);
   const histogram = run.shard?.stalenessHistogram ?? run.worker?.stalenessHistogram ?? [];
   const pushes = run.shard
@@ -94,5 +91,5 @@ export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Pro
     ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
   };
   emit({ type: 'done', summary });
-  return { summary, model: run.model, pg, close: run.close, probe: { inputs: probeBatch.x, inputShape: testSet.inputShape, logits } };
+  return { summary, model: run.model, pg, close: run.close, probe };
 }
