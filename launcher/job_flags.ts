@@ -5,15 +5,32 @@
  * job's schema (`src/jobs/train_config.ts`, the pages' own check) before any page opens.
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/runtime/straggler.ts';
-import { ConfigError, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
-import type { Fault } from './run.ts';
+import { ConfigError, describeRule, kebabCase, parseOption, parseTrainConfig, TRAIN_OPTIONS, urlOption, type TrainOptionName } from '../src/jobs/train_config.ts';
+import type { Fault } from './run_options.ts';
 
-/** A job option given as --kebab-case or --camelCase (the page accepts both). */
-function jobParam(params: Record<string, string>, kebab: string): { flag: string; value: string } | undefined {
-  const camel = kebab.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-  if (params[kebab] !== undefined) return { flag: `--${kebab}`, value: params[kebab] };
-  if (params[camel] !== undefined) return { flag: `--${camel}`, value: params[camel] };
+/** A job option (its schema name) given as --kebab-case or --camelCase (the page accepts both). */
+function jobParam(params: Record<string, string>, name: TrainOptionName): { flag: string; value: string } | undefined {
+  for (const spelling of [kebabCase(name), name]) {
+    if (params[spelling] !== undefined) return { flag: `--${spelling}`, value: params[spelling] };
+  }
   return undefined;
+}
+
+/**
+ * A flag's value against its option's kind in the train job's schema (the pages' own rule),
+ * phrased as the flag: undefined when fine, else the problem; `what` says what the option is for.
+ */
+function valueProblem(p: { flag: string; value: string }, name: TrainOptionName, what: string): string | undefined {
+  const spec = TRAIN_OPTIONS.find((o) => o.name === name)!;
+  try {
+    parseOption(spec, p.value);
+    return undefined;
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    // A flag without a value is true: a yes-or-no option is given bare.
+    const rule = spec.kind.type === 'bool' ? 'takes no value (or true or false)' : `must be ${describeRule(spec.kind)} (${what})`;
+    return `${p.flag} ${rule}, got "${p.value}"`;
+  }
 }
 
 /**
@@ -25,18 +42,17 @@ function jobParam(params: Record<string, string>, kebab: string): { flag: string
 export function pipelineProblems(jobParams: Record<string, string>, world: { nproc: number; nnodes?: number }): string[] {
   const pp = jobParam(jobParams, 'pp');
   const dp = jobParam(jobParams, 'dp');
-  const mb = jobParam(jobParams, 'micro-batches');
+  const mb = jobParam(jobParams, 'microBatches');
   const problems: string[] = [];
-  const positive = (p: { flag: string; value: string } | undefined): number | undefined => {
+  const count = (p: { flag: string; value: string } | undefined, name: TrainOptionName, what: string): number | undefined => {
     if (p === undefined) return undefined;
-    const n = /^\d+$/.test(p.value) ? Number(p.value) : NaN;
-    if (Number.isSafeInteger(n) && n >= 1) return n;
-    problems.push(`${p.flag} must be a positive integer, got "${p.value}"`);
-    return undefined;
+    const problem = valueProblem(p, name, what);
+    if (problem) problems.push(problem);
+    return problem ? undefined : Number(p.value);
   };
-  const S = positive(pp);
-  const D = positive(dp);
-  const M = positive(mb);
+  const S = count(pp, 'pp', 'pipeline stages');
+  const D = count(dp, 'dp', 'replicas of the pipeline');
+  const M = count(mb, 'microBatches', "micro-batches per replica's batch");
   if (problems.length > 0) return problems;
   if (pp === undefined) {
     const without = [dp, mb].filter((p) => p !== undefined).map((p) => p!.flag);
@@ -60,15 +76,15 @@ export function pipelineProblems(jobParams: Record<string, string>, world: { npr
     const b = jobParams[bound];
     if (b !== undefined && Number(b) !== ranks) problems.push(`a pipeline run is a fixed size: --${bound} ${b} must be left out or equal the ${ranks} ranks`);
   }
-  const batch = jobParam(jobParams, 'batch-size');
+  const batch = jobParam(jobParams, 'batchSize');
   if (M !== undefined && batch !== undefined && Number(batch.value) >= 1 && M > Number(batch.value)) {
     problems.push(`${mb!.flag} ${M} must be at most ${batch.flag} ${batch.value}: each micro-batch needs a sample of the replica's batch`);
   }
   return problems;
 }
 
-/** The job options of a parameter-server run (as --kebab-case or --camelCase). */
-const PS_FLAGS = ['strategy', 'ps', 'max-staleness', 'staleness-lr'] as const;
+/** The job options of a parameter-server run (their schema names; given as --kebab-case or --camelCase). */
+const PS_FLAGS = ['strategy', 'ps', 'maxStaleness', 'stalenessLr'] as const satisfies readonly TrainOptionName[];
 
 /**
  * A parameter-server run's strategy and number of servers (--strategy ps|central, --ps K; central
@@ -94,25 +110,22 @@ export function parameterServerRun(jobParams: Record<string, string>): { strateg
 export function parameterServerProblems(jobParams: Record<string, string>, world: { nproc: number; nnodes?: number }): string[] {
   const strategy = jobParam(jobParams, 'strategy');
   const ps = jobParam(jobParams, 'ps');
-  const staleness = jobParam(jobParams, 'max-staleness');
-  const stalenessLr = jobParam(jobParams, 'staleness-lr');
-  const problems: string[] = [];
-  if (strategy !== undefined && !['ddp', 'ps', 'central'].includes(strategy.value)) {
-    problems.push(`${strategy.flag} must be ddp, ps (asynchronous parameter servers) or central (one server, synchronous), got "${strategy.value}"`);
-  }
-  const integer = (p: { flag: string; value: string } | undefined, least: number, what: string): number | undefined => {
-    if (p === undefined) return undefined;
-    const n = /^\d+$/.test(p.value) ? Number(p.value) : NaN;
-    if (Number.isSafeInteger(n) && n >= least) return n;
-    problems.push(`${p.flag} must be ${least === 1 ? 'a positive integer' : 'an integer >= 0'} (${what}), got "${p.value}"`);
-    return undefined;
+  const staleness = jobParam(jobParams, 'maxStaleness');
+  const stalenessLr = jobParam(jobParams, 'stalenessLr');
+  const what: Record<(typeof PS_FLAGS)[number], string> = {
+    strategy: 'ps: asynchronous parameter servers, central: one server, synchronous',
+    ps: 'the number of parameter-server ranks',
+    maxStaleness: 'the most updates a push may be behind',
+    stalenessLr: 'scale by staleness',
   };
-  const K = integer(ps, 1, 'the number of parameter-server ranks');
-  integer(staleness, 0, 'the most updates a push may be behind');
-  if (stalenessLr !== undefined && stalenessLr.value !== 'true' && stalenessLr.value !== 'false') {
-    problems.push(`${stalenessLr.flag} takes no value (or true or false), got "${stalenessLr.value}"`);
-  }
+  const given = { strategy, ps, maxStaleness: staleness, stalenessLr };
+  const problems = PS_FLAGS.flatMap((name) => {
+    const p = given[name];
+    const problem = p === undefined ? undefined : valueProblem(p, name, what[name]);
+    return problem ? [problem] : [];
+  });
   if (problems.length > 0) return problems;
+  const K = ps === undefined ? undefined : Number(ps.value);
   const name = strategy?.value ?? 'ddp';
   const asyncOnly = [staleness, stalenessLr?.value === 'true' ? stalenessLr : undefined].filter((p) => p !== undefined).map((p) => p!.flag);
   if (name === 'ddp') {
@@ -218,7 +231,7 @@ export function trainJobProblem(jobParams: Record<string, string>, worldSize: nu
     return undefined;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    const flag = err.option === 'world' ? '--nproc (x --nnodes)' : `--${err.option.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    const flag = err.option === 'world' ? '--nproc (x --nnodes)' : `--${kebabCase(err.option)}`;
     return `${flag} ${err.value}: the train job takes ${err.rule}`;
   }
 }

@@ -20,32 +20,8 @@ import { isSessionToken } from '../src/wire/session_token.ts';
 import { checkLanSupport, parseDelay, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
 import { findTurnserver } from './turn.ts';
-import { firefoxProblems, isRankBrowser, opensIn, parseBrowsers, RANK_BROWSERS, type RankBrowser } from './rank_browsers.ts';
-
-const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
-       npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]
-options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --server, --session, --token: this machine's --nproc ranks of a world of N x nproc)] [--token TOKEN (or SESSION_TOKEN=...; default: a new one)] [--timeout SECONDS] [--backend webgpu|webgl|wasm|cpu (scripts)]
-         [--kill RANK@STEP] [--freeze RANK@STEP] [--lose-device RANK@STEP] [--join N@STEP] [--restart-server STEP] [--heartbeat-timeout MS]
-         [--churn SEC (from the first step, every SEC s a tab is killed, one joins, one is frozen, one joins, ...: an elastic run's class; each fault's detection and regroup times in the summary's faults)]
-         [--last-call MS (the launcher's own server: once --min tabs are in, the first round waits until MS pass without another arriving, or --max are in; default 5000, torch's last_call_timeout)]
-         [--model-dir DIR (the host's own TF.js model) --data-dir DIR|FILE.csv|FILE.txt (its own data: images in a folder per class, a CSV, or a text for --model lm) --label COLUMN (the CSV's label column): offered by the launcher's own server, as npm start's --model/--data/--label; --job train then trains them (--model user, --dataset user)]
-         [--slow RANK:FACTOR (repeatable, or RANK:FACTOR,RANK:FACTOR: that rank's compute FACTOR >= 1 times slower, e.g. 3:4 or 1:2.5; --job train and scripts)]
-         [--browser chromium|firefox (every rank's browser, --join's pages too; default chromium)] [--browsers B0,B1,... (one browser per rank, as many as --nproc, e.g. chromium,firefox; --join's pages open in Chromium)]
-         [--tabs (ranks as tabs of a headful Chromium under xvfb-run, default background throttling)] [--hide RANK@STEP (with --tabs: put that rank's tab in the background)]
-         [--intensive-throttling-after SEC (with --tabs: Chrome's one-wake-up-a-minute throttling after SEC s hidden instead of the default minutes)]
-         [--lan MBIT (root: every rank its own Chromium in its own network namespace on a virtual LAN, each link MBIT Mbit/s each way)] [--lan-rates R0,R1,... (one rate per rank)] [--lan-delay MS (each host's packets out held MS ms: a round trip between two ranks 2 x MS longer)]
-         [--https (its server over TLS with the self-signed certificate kept in certs/; the ranks trust exactly it)] [--server-cert FILE (with --server https://...: its self-signed certificate)]
-         [--lan-isolate (with --lan: the ranks cannot reach each other, only the server)] [--turn (with --lan: start a TURN relay, coturn, for the run)]
-job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
-job train, DDP: [--balance false (every rank the same batch, as torch; default true: each step's samples split by the ranks' measured speed)] [--comm-hook none|fp16|bf16|powersgd:RANK[:START]|localsgd:H[:START] (default none: the gradients' communication hook; START default 10)]
-         [--devices K (each rank's batch split over K Workers, each a replica on its own backend: DataParallel; default 1)]
-         [--aggregation mean|trimmed-mean:B|median|centered-clip[:TAU|auto][:ITERATIONS] (default mean; a robust rule keeps a hostile rank from moving every replica: each rank sends its gradient to every other, (N-1)x the gradient; with --comm-hook diloco:H, the outer step's)]
-         [--attack scale[:FACTOR]|flip[:FACTOR]|noise[:STD]|alie[:Z] [--attackers K] (for measuring defences only: the last K ranks, default 1, attack their own gradients)]
-job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
-         a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it
-job train, parameter servers: [--strategy ddp|ps|central (default ddp; ps: asynchronous parameter servers, central: one server, synchronous)]
-         [--ps K (with --strategy ps: K server ranks, default 1; --nproc at least K + 1)] [--max-staleness S (ps: drop pushes more than S updates stale)]
-         [--staleness-lr (ps: scale each push's gradients by 1/(1 + staleness))]; elastic by default: --min K + 1 unless given, and --kill/--freeze/--join work`;
+import { firefoxProblems, isRankBrowser, opensIn, parseBrowsers, RANK_BROWSERS, type BrowserPlan, type RankBrowser } from './rank_browsers.ts';
+import { USAGE } from './usage.ts';
 
 /** Options that take no value: the argument after them is not theirs. */
 const FLAGS = new Set(['--help', '--tabs', '--https', '--lan-isolate', '--turn']);
@@ -104,97 +80,154 @@ function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<s
   return lan;
 }
 
-function parse(argv: string[]): LaunchOptions {
-  const split = splitAtScript(argv);
-  const { values, tokens } = parseArgs({
-    args: split.launcher,
-    strict: false,
-    tokens: true,
-    options: {
-      nproc: { type: 'string' },
-      job: { type: 'string' },
-      server: { type: 'string' },
-      session: { type: 'string' },
-      token: { type: 'string' },
-      timeout: { type: 'string' },
-      help: { type: 'boolean' },
-      tabs: { type: 'boolean' },
-      'intensive-throttling-after': { type: 'string' },
-      nnodes: { type: 'string' },
-      'node-rank': { type: 'string' },
-      lan: { type: 'string' },
-      'lan-rates': { type: 'string' },
-      'lan-delay': { type: 'string' },
-      https: { type: 'boolean' },
-      'server-cert': { type: 'string' },
-      'lan-isolate': { type: 'boolean' },
-      turn: { type: 'boolean' },
-      browser: { type: 'string' },
-      browsers: { type: 'string' },
-    },
-  });
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
-  const nproc = Number(values.nproc);
-  if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
-  const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
-  if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
-  const known = new Set(['nproc', 'job', 'server', 'session', 'token', 'timeout', 'help', 'tabs', 'intensive-throttling-after', 'nnodes', 'node-rank', 'lan', 'lan-rates', 'lan-delay', 'https', 'server-cert', 'lan-isolate', 'turn', 'browser', 'browsers']);
-  const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
-  const server = typeof values.server === 'string' ? values.server : undefined;
-  if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");
-  const certFile = values['server-cert'];
+/** The launcher's own options (each takes a value unless in FLAGS); the rest are the job's. */
+const LAUNCHER_OPTIONS = {
+  nproc: { type: 'string' },
+  job: { type: 'string' },
+  server: { type: 'string' },
+  session: { type: 'string' },
+  token: { type: 'string' },
+  timeout: { type: 'string' },
+  help: { type: 'boolean' },
+  tabs: { type: 'boolean' },
+  'intensive-throttling-after': { type: 'string' },
+  nnodes: { type: 'string' },
+  'node-rank': { type: 'string' },
+  lan: { type: 'string' },
+  'lan-rates': { type: 'string' },
+  'lan-delay': { type: 'string' },
+  https: { type: 'boolean' },
+  'server-cert': { type: 'string' },
+  'lan-isolate': { type: 'boolean' },
+  turn: { type: 'boolean' },
+  browser: { type: 'string' },
+  browsers: { type: 'string' },
+} as const;
+
+type Values = Record<string, string | boolean | undefined>;
+
+/** --server-cert FILE (with --server https://...): the certificate's PEM, read and checked. */
+function serverCertOf(certFile: unknown, server: string | undefined): string | undefined {
   if (certFile !== undefined && (typeof certFile !== 'string' || !server?.startsWith('https:'))) {
     throw new Error('--server-cert FILE goes with --server https://...: the certificate the ranks should trust for that server');
   }
-  let serverCert: string | undefined;
-  if (typeof certFile === 'string') {
-    try {
-      serverCert = readFileSync(certFile, 'utf8');
-    } catch (err) {
-      throw new Error(`--server-cert: cannot read ${certFile} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): give the server's certificate file (PEM), e.g. its certs/cert.pem`);
-    }
-    try {
-      spkiSha256(serverCert);
-    } catch (err) {
-      throw new Error(`--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`);
-    }
+  if (typeof certFile !== 'string') return undefined;
+  let serverCert: string;
+  try {
+    serverCert = readFileSync(certFile, 'utf8');
+  } catch (err) {
+    throw new Error(`--server-cert: cannot read ${certFile} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): give the server's certificate file (PEM), e.g. its certs/cert.pem`);
   }
-  for (const flag of ['browser', 'browsers'] as const) {
-    if (values[flag] === true) throw new Error(`--${flag} takes a value (${flag === 'browser' ? 'chromium or firefox' : 'one browser per rank, e.g. chromium,firefox'})\n${USAGE}`);
+  try {
+    spkiSha256(serverCert);
+  } catch (err) {
+    throw new Error(`--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`);
   }
-  const browsers = parseBrowsers(values.browser as string | undefined, values.browsers as string | undefined, nproc);
-  const firefoxIssues = firefoxProblems(browsers, { tabs: values.tabs === true, lan: lan !== undefined, https: values.https === true, serverCert: certFile !== undefined, server });
-  if (firefoxIssues.length > 0) throw new Error(firefoxIssues.join('\n'));
-  const intensiveRaw = values['intensive-throttling-after'];
-  const intensiveThrottlingAfterSec = intensiveRaw === undefined ? undefined : Number(intensiveRaw);
-  if (intensiveThrottlingAfterSec !== undefined) {
-    if (!(Number.isInteger(intensiveThrottlingAfterSec) && intensiveThrottlingAfterSec >= 1)) {
-      throw new Error(`--intensive-throttling-after takes whole seconds >= 1, got "${String(intensiveRaw)}"`);
-    }
-    if (!values.tabs) throw new Error('--intensive-throttling-after needs --tabs (headless pages are never throttled)');
-  }
-  // Joining an existing session takes its token (from its link's #token=...); a new session gets a new one.
+  return serverCert;
+}
+
+/** --intensive-throttling-after SEC: whole seconds, with --tabs. */
+function intensiveThrottlingOf(values: Values): number | undefined {
+  const raw = values['intensive-throttling-after'];
+  if (raw === undefined) return undefined;
+  const sec = Number(raw);
+  if (!(Number.isInteger(sec) && sec >= 1)) throw new Error(`--intensive-throttling-after takes whole seconds >= 1, got "${String(raw)}"`);
+  if (!values.tabs) throw new Error('--intensive-throttling-after needs --tabs (headless pages are never throttled)');
+  return sec;
+}
+
+/** The session's token: --token or SESSION_TOKEN (joining an existing session, from its link's #token=...); a new session gets a new one. */
+function tokenOf(values: Values): string | undefined {
   const token = typeof values.token === 'string' ? values.token : process.env.SESSION_TOKEN || undefined;
   if (token !== undefined && !isSessionToken(token)) {
     throw new Error('--token (or SESSION_TOKEN) must be a session token: the 22-128 characters after #token= in the session\'s link');
   }
-  const nnodes = values.nnodes === undefined ? 1 : Number(values.nnodes);
-  const nodeRank = values['node-rank'] === undefined ? 0 : Number(values['node-rank']);
-  const problems = checkMultiNode({ nnodes, nodeRank, server, token, sessionGiven: typeof values.session === 'string' });
-  if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
-  const jobParams: Record<string, string> = {};
-  const faults: Fault[] = [];
-  let heartbeatTimeoutMs: number | undefined;
-  let churnEverySec: number | undefined;
-  let lastCallMs: number | undefined;
-  const offer: { modelDir?: string; dataPath?: string; labelColumn?: string } = {};
-  const slow: string[] = [];
+  return token;
+}
+
+/** What the options after the launcher's own say: faults, server settings, the host's files, --slow, and the job's options. */
+interface JobArgs {
+  jobParams: Record<string, string>;
+  faults: Fault[];
+  heartbeatTimeoutMs?: number;
+  churnEverySec?: number;
+  lastCallMs?: number;
+  offer: { modelDir?: string; dataPath?: string; labelColumn?: string };
+  slow: string[];
+}
+
+/** A fault option (--kill, --freeze, --lose-device, --hide, --join, --restart-server) as its Fault; undefined for any other option. */
+function faultOf(name: string, value: string): Fault | undefined {
+  switch (name) {
+    case 'kill':
+    case 'freeze':
+    case 'lose-device': {
+      const { target, step } = parseTargetAt(name, value);
+      return { kind: name, rank: target, step };
+    }
+    case 'hide': {
+      const { n, step } = parseAt(name, value);
+      return { kind: name, rank: n, step };
+    }
+    case 'join': {
+      const { n, step } = parseAt(name, value);
+      return { kind: 'join', count: n, step };
+    }
+    case 'restart-server': {
+      const step = Number(value);
+      if (!Number.isInteger(step) || step < 1) throw new Error(`--restart-server takes a step number, got "${value}"`);
+      return { kind: 'restart-server', step };
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** One option that is not the launcher's own into `args`: a fault, a server setting, the host's files, --slow, or the job's. */
+function takeJobArg(args: JobArgs, name: string, value: string, server: string | undefined): void {
+  const fault = faultOf(name, value);
+  if (fault) {
+    args.faults.push(fault);
+    return;
+  }
+  switch (name) {
+    case 'slow':
+      args.slow.push(value);
+      return;
+    case 'churn':
+      args.churnEverySec = Number(value);
+      if (!(args.churnEverySec >= 1 && args.churnEverySec <= 3600)) throw new Error(`--churn takes seconds between faults (1 to 3600), got "${value}"`);
+      return;
+    case 'heartbeat-timeout':
+      args.heartbeatTimeoutMs = Number(value);
+      if (!(args.heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
+      return;
+    case 'last-call':
+      args.lastCallMs = Number(value);
+      if (!Number.isSafeInteger(args.lastCallMs) || args.lastCallMs < 0) throw new Error(`--last-call takes milliseconds (0 or more), got "${value}"`);
+      if (server !== undefined) throw new Error('--last-call sets the launcher\'s own server: with --server, that server decides (its settleMs)');
+      return;
+    case 'model-dir':
+    case 'data-dir':
+    case 'label':
+      // The host's own model and data (npm start's --model, --data, --label), offered by the launcher's own server.
+      if (server !== undefined) throw new Error(`--${name} is for the launcher's own server: with --server, start that one with npm start -- --model DIR --data DIR`);
+      if (name === 'model-dir') args.offer.modelDir = value;
+      else if (name === 'data-dir') args.offer.dataPath = value;
+      else args.offer.labelColumn = value;
+      return;
+    default:
+      // --min and --max go to the pages too: they make the session elastic.
+      args.jobParams[name] = value;
+  }
+}
+
+/** The options that are not the launcher's own, in order; a flag without a value is "true". */
+function jobArgsOf(tokens: ReturnType<typeof parseArgs>['tokens'] & object, server: string | undefined): JobArgs {
+  const args: JobArgs = { jobParams: {}, faults: [], offer: {}, slow: [] };
   for (let i = 0; i < tokens.length; i++) {
-    const t = tokens[i];
-    if (t.kind !== 'option' || known.has(t.name)) continue;
+    const t = tokens[i]!;
+    if (t.kind !== 'option' || Object.hasOwn(LAUNCHER_OPTIONS, t.name)) continue;
     let value = t.value;
     if (value === undefined) {
       const nextToken = tokens[i + 1];
@@ -203,87 +236,45 @@ function parse(argv: string[]): LaunchOptions {
         i++;
       } else value = 'true';
     }
-    switch (t.name) {
-      case 'kill':
-      case 'freeze':
-      case 'lose-device': {
-        const { target, step } = parseTargetAt(t.name, value);
-        faults.push({ kind: t.name, rank: target, step });
-        break;
-      }
-      case 'hide': {
-        const { n, step } = parseAt(t.name, value);
-        faults.push({ kind: t.name, rank: n, step });
-        break;
-      }
-      case 'join': {
-        const { n, step } = parseAt(t.name, value);
-        faults.push({ kind: 'join', count: n, step });
-        break;
-      }
-      case 'restart-server': {
-        const step = Number(value);
-        if (!Number.isInteger(step) || step < 1) throw new Error(`--restart-server takes a step number, got "${value}"`);
-        faults.push({ kind: 'restart-server', step });
-        break;
-      }
-      case 'slow':
-        slow.push(value);
-        break;
-      case 'churn':
-        churnEverySec = Number(value);
-        if (!(churnEverySec >= 1 && churnEverySec <= 3600)) throw new Error(`--churn takes seconds between faults (1 to 3600), got "${value}"`);
-        break;
-      case 'heartbeat-timeout':
-        heartbeatTimeoutMs = Number(value);
-        if (!(heartbeatTimeoutMs > 0)) throw new Error(`--heartbeat-timeout takes milliseconds, got "${value}"`);
-        break;
-      case 'last-call':
-        lastCallMs = Number(value);
-        if (!Number.isSafeInteger(lastCallMs) || lastCallMs < 0) throw new Error(`--last-call takes milliseconds (0 or more), got "${value}"`);
-        if (server !== undefined) throw new Error('--last-call sets the launcher\'s own server: with --server, that server decides (its settleMs)');
-        break;
-      case 'model-dir':
-      case 'data-dir':
-      case 'label':
-        // The host's own model and data (npm start's --model, --data, --label), offered by the launcher's own server.
-        if (server !== undefined) throw new Error(`--${t.name} is for the launcher's own server: with --server, start that one with npm start -- --model DIR --data DIR`);
-        if (t.name === 'model-dir') offer.modelDir = value;
-        else if (t.name === 'data-dir') offer.dataPath = value;
-        else offer.labelColumn = value;
-        break;
-      default:
-        // --min and --max go to the pages too: they make the session elastic.
-        jobParams[t.name] = value;
-    }
+    takeJobArg(args, t.name, value, server);
   }
+  return args;
+}
+
+/** The job's options as the pages get them: what the host offers, --slow against the largest world. */
+function finishJobParams(args: JobArgs, script: string | undefined, job: unknown, world: { nproc: number; nnodes: number }): void {
+  const { jobParams, offer } = args;
   // The job trains what is offered unless told otherwise; a script reads it from the server (fetchOffer).
-  if (offer.modelDir !== undefined && split.script === undefined) jobParams.model ??= 'user';
-  if (offer.dataPath !== undefined && split.script === undefined) jobParams.dataset ??= 'user';
+  if (offer.modelDir !== undefined && script === undefined) jobParams.model ??= 'user';
+  if (offer.dataPath !== undefined && script === undefined) jobParams.dataset ??= 'user';
   // A text trains the language model.
-  if (offer.dataPath !== undefined && /\.txt$/i.test(offer.dataPath) && split.script === undefined) jobParams.model ??= 'lm';
-  if (slow.length > 0) {
+  if (offer.dataPath !== undefined && /\.txt$/i.test(offer.dataPath) && script === undefined) jobParams.model ??= 'lm';
+  if (args.slow.length > 0) {
     // Ranks count from 0 up to the largest world the run can have (an elastic --max beyond --nproc).
-    jobParams.slow = slowParam(slow, largestWorld(jobParams, { nproc, nnodes }));
-    if (split.script === undefined && values.job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(values.job ?? 'rendezvous')}`);
+    jobParams.slow = slowParam(args.slow, largestWorld(jobParams, world));
+    if (script === undefined && job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(job ?? 'rendezvous')}`);
   }
+}
+
+/** The faults and the job's options against the run: refused with the usage here, before anything starts (launch() checks them again for callers of the API). */
+function checkJobArgs(args: JobArgs, values: Values, split: { script?: string }, world: { nproc: number; nnodes: number; browsers: BrowserPlan | undefined }): void {
+  const { faults, jobParams } = args;
   if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
   for (const f of faults) {
-    if ((f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') && typeof f.rank === 'string' && !opensIn(browsers, f.rank)) {
+    if ((f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') && typeof f.rank === 'string' && !opensIn(world.browsers, f.rank)) {
       throw new Error(`--${f.kind} ${f.rank}@${f.step}: no rank opens in ${f.rank} (give --browser ${f.rank} or --browsers with it)`);
     }
   }
   const train = split.script === undefined && values.job === 'train';
   if (train) {
-    // Refused with the usage here, before anything starts (launch() checks them again for callers of the API).
-    const problems = trainFlagProblems(jobParams, { nproc, nnodes });
+    const problems = trainFlagProblems(jobParams, world);
     if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
   } else if (split.script === undefined) {
     const psFlags = parameterServerFlagsFor(String(values.job ?? 'rendezvous'), jobParams);
     if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`);
   }
   // --churn kills, freezes and joins: the run must survive them as it must a --kill.
-  const faultProblem = membershipFaultProblem(churnEverySec === undefined ? faults : [...faults, { kind: 'kill', rank: 0, step: 1 }], jobParams, train);
+  const faultProblem = membershipFaultProblem(args.churnEverySec === undefined ? faults : [...faults, { kind: 'kill', rank: 0, step: 1 }], jobParams, train);
   if (faultProblem) throw new Error(faultProblem);
   if (split.script !== undefined) {
     if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
@@ -292,6 +283,51 @@ function parse(argv: string[]): LaunchOptions {
       throw new Error(`unknown launcher option ${unknown.map((k) => `--${k}`).join(', ')}: a script's own arguments go after its path\n${USAGE}`);
     }
   }
+}
+
+/** --browser or --browsers, each with a value, against the other options. */
+function browsersOf(values: Values, nproc: number, lan: LanOptions | undefined, server: string | undefined): BrowserPlan | undefined {
+  for (const flag of ['browser', 'browsers'] as const) {
+    if (values[flag] === true) throw new Error(`--${flag} takes a value (${flag === 'browser' ? 'chromium or firefox' : 'one browser per rank, e.g. chromium,firefox'})\n${USAGE}`);
+  }
+  const browsers = parseBrowsers(values.browser as string | undefined, values.browsers as string | undefined, nproc);
+  const firefoxIssues = firefoxProblems(browsers, { tabs: values.tabs === true, lan: lan !== undefined, https: values.https === true, serverCert: values['server-cert'] !== undefined, server });
+  if (firefoxIssues.length > 0) throw new Error(firefoxIssues.join('\n'));
+  return browsers;
+}
+
+/** The launcher's server settings from the job's arguments (undefined: none given). */
+function serverOptionsOf(args: JobArgs): LaunchOptions['serverOptions'] {
+  const { heartbeatTimeoutMs, lastCallMs, offer } = args;
+  if (heartbeatTimeoutMs === undefined && lastCallMs === undefined && Object.keys(offer).length === 0) return undefined;
+  return { ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }), ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }), ...(Object.keys(offer).length === 0 ? {} : { offer }) };
+}
+
+function parse(argv: string[]): LaunchOptions {
+  const split = splitAtScript(argv);
+  const { values, tokens } = parseArgs({ args: split.launcher, strict: false, tokens: true, options: LAUNCHER_OPTIONS });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  const nproc = Number(values.nproc);
+  if (!Number.isInteger(nproc) || nproc < 1) throw new Error(`--nproc must be a positive integer, got ${String(values.nproc)}\n${USAGE}`);
+  const timeoutSec = values.timeout === undefined ? 600 : Number(values.timeout);
+  if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
+  const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
+  const server = typeof values.server === 'string' ? values.server : undefined;
+  if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");
+  const serverCert = serverCertOf(values['server-cert'], server);
+  const browsers = browsersOf(values, nproc, lan, server);
+  const intensiveThrottlingAfterSec = intensiveThrottlingOf(values);
+  const token = tokenOf(values);
+  const nnodes = values.nnodes === undefined ? 1 : Number(values.nnodes);
+  const nodeRank = values['node-rank'] === undefined ? 0 : Number(values['node-rank']);
+  const problems = checkMultiNode({ nnodes, nodeRank, server, token, sessionGiven: typeof values.session === 'string' });
+  if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
+  const args = jobArgsOf(tokens, server);
+  finishJobParams(args, split.script, values.job, { nproc, nnodes });
+  checkJobArgs(args, values, split, { nproc, nnodes, browsers });
   return {
     nproc,
     job: split.script ?? (typeof values.job === 'string' ? values.job : 'rendezvous'),
@@ -303,17 +339,14 @@ function parse(argv: string[]): LaunchOptions {
     session: typeof values.session === 'string' ? values.session : `launch-${Date.now().toString(36)}`,
     token,
     timeoutSec,
-    jobParams,
-    faults,
-    ...(churnEverySec === undefined ? {} : { churnEverySec }),
+    jobParams: args.jobParams,
+    faults: args.faults,
+    ...(args.churnEverySec === undefined ? {} : { churnEverySec: args.churnEverySec }),
     tabs: values.tabs === true,
     ...(browsers ? { browsers } : {}),
     ...(intensiveThrottlingAfterSec === undefined ? {} : { intensiveThrottlingAfterSec }),
     ...(lan ? { lan } : {}),
-    serverOptions:
-      heartbeatTimeoutMs === undefined && lastCallMs === undefined && Object.keys(offer).length === 0
-        ? undefined
-        : { ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }), ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }), ...(Object.keys(offer).length === 0 ? {} : { offer }) },
+    serverOptions: serverOptionsOf(args),
   };
 }
 

@@ -1,9 +1,10 @@
 /** A DDP run's communication in its summary (--comm-hook, bytes per step, overlap), and the launcher's line about it. */
 import { count, finite, record, round, round4, type RankResult } from './summary_fields.ts';
+import { COMM_HOOK_NAMES, COMM_HOOK_WIRE_TYPES } from '../src/jobs/comm_hook_spec.ts';
 
 /** --comm-hook in a DDP run's summary (see commSummary). */
 export interface CommSummary {
-  /** Rank 0's `commHook` (the lowest rank's that reported one): `name` (none, fp16, bf16, powersgd, localsgd, diloco), `registered` and the hook's numbers. */
+  /** Rank 0's `commHook` (the lowest rank's that reported one): `name` (one of COMM_HOOK_NAMES), `registered` and the hook's numbers. */
   commHook?: Record<string, string | number>;
   /** Bytes a rank sent per step to keep the replicas in step, the mean over the ranks that reported it. */
   bytesPerStep?: number | null;
@@ -15,7 +16,8 @@ export interface CommSummary {
   overlap?: { commMs: number; exposedMs: number; hiddenShare: number };
 }
 
-const COMM_HOOK_NAMES = new Set(['none', 'fp16', 'bf16', 'powersgd', 'localsgd', 'diloco']);
+const HOOK_NAMES: ReadonlySet<string> = new Set(COMM_HOOK_NAMES);
+const WIRE_TYPES: ReadonlySet<string> = new Set(COMM_HOOK_WIRE_TYPES);
 const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes', 'syncEvery', 'stream', 'overlap', 'outerSteps', 'outerStepBytes'] as const;
 /** Numbers that need not be whole (DiLoCo's outer learning rate and momentum). */
 const COMM_HOOK_DECIMALS = ['outerLr', 'outerMomentum'] as const;
@@ -29,7 +31,7 @@ const COMM_HOOK_DECIMALS = ['outerLr', 'outerMomentum'] as const;
  * baseline. Empty when no rank reported a `commHook` or `bytesPerStep`.
  */
 export function commSummary(ranks: RankResult[]): CommSummary {
-  const hook = ranks.map((r) => record(r.commHook)).find((h) => h !== null && typeof h.name === 'string' && COMM_HOOK_NAMES.has(h.name)) ?? null;
+  const hook = ranks.map((r) => record(r.commHook)).find((h) => h !== null && typeof h.name === 'string' && HOOK_NAMES.has(h.name)) ?? null;
   const sent = ranks.map((r) => finite(r.bytesPerStep));
   if (hook === null && sent.every((b) => b === null)) return {};
   const commHook: Record<string, string | number> = {};
@@ -38,8 +40,8 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     if (typeof hook.registered === 'string' && /^[\w.-]{1,64}$/.test(hook.registered)) commHook.registered = hook.registered;
     for (const k of COMM_HOOK_NUMBERS) if (count(hook[k]) !== null) commHook[k] = hook[k] as number;
     for (const k of COMM_HOOK_DECIMALS) if (finite(hook[k]) !== null && (hook[k] as number) >= 0) commHook[k] = hook[k] as number;
-    // PowerSGD's or DiLoCo's wire (float32, 16-bit, or DiLoCo's int8): one of four words, nothing else.
-    if (typeof hook.wire === 'string' && ['float32', 'float16', 'bfloat16', 'int8'].includes(hook.wire)) commHook.wire = hook.wire;
+    // PowerSGD's or DiLoCo's wire (float32, 16-bit, or DiLoCo's int8): one of the spec's words, nothing else.
+    if (typeof hook.wire === 'string' && WIRE_TYPES.has(hook.wire)) commHook.wire = hook.wire;
   }
   const known = sent.filter((b): b is number => b !== null && b >= 0);
   const bytesPerStep = known.length > 0 ? round(known.reduce((a, b) => a + b, 0) / known.length) : null;

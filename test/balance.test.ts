@@ -1,5 +1,5 @@
 /**
- * Batches balanced by speed (runElastic's `balanceBatches`): the split of a step's samples, the
+ * Batches balanced by speed (runElastic's `balance`): the split of a step's samples, the
  * smoothing of the speeds the ranks report, and a run in Node (TF.js cpu backend, in-memory
  * links, the real server) where one rank is 4x slower: it gets fewer samples, every sample of the
  * epoch is trained exactly once, and the weights equal one rank at the global batch.
@@ -8,7 +8,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
@@ -155,7 +155,7 @@ describe('splitByCost', () => {
   });
 });
 
-describe('runElastic with balanceBatches', () => {
+describe('runElastic with balance', () => {
   let server: RunningServer;
   beforeAll(async () => {
     await tf.setBackend('cpu');
@@ -167,7 +167,8 @@ describe('runElastic with balanceBatches', () => {
 
   const data = syntheticDataset({ length: 480, inputSize: 16, numClasses: 4, seed: 2 });
 
-  function member(net: MemoryNetwork, id: number, session: string, world: number, batchSize: number, cost: { overheadMs?: number; msPerSample: number }, events: ElasticEvent[], samples: number[][]): Promise<ElasticRunResult> {
+  /** `option`: the option's name, or its deprecated one (balanceBatches), which must do the same. */
+  function member(net: MemoryNetwork, id: number, session: string, world: number, batchSize: number, cost: { overheadMs?: number; msPerSample: number }, events: ElasticEvent[], samples: number[][], option: 'balance' | 'balanceBatches' = 'balance'): Promise<ElasticRunResult> {
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
     const state = new TrainState({ model, optimizer: () => new SGD({ lr: 0.1 }) });
     return runElastic({
@@ -183,7 +184,7 @@ describe('runElastic with balanceBatches', () => {
       datasetLength: data.length,
       batchSize,
       seed: 5,
-      balanceBatches: true,
+      ...(option === 'balance' ? { balance: true } : { balanceBatches: true }),
       onEvent: (e) => events.push(e),
       async step(ctx) {
         (samples[ctx.pg.rank] ??= []).push(ctx.indices.length);
@@ -208,7 +209,11 @@ describe('runElastic with balanceBatches', () => {
     const session = uniqueSession('balance');
     const events: ElasticEvent[] = [];
     const samples: number[][] = [];
-    const runs = await Promise.all([member(net, 0, session, 2, 16, { msPerSample: 2 }, events, samples), member(net, 1, session, 2, 16, { msPerSample: 8 }, events, samples)]);
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
+    // Rank 1 says it with the old name: the same balanced run, and one warning for the page.
+    const runs = await Promise.all([member(net, 0, session, 2, 16, { msPerSample: 2 }, events, samples), member(net, 1, session, 2, 16, { msPerSample: 8 }, events, samples, 'balanceBatches')]);
+    expect(warn.mock.calls.filter(([m]) => String(m).includes('balanceBatches is deprecated, use balance'))).toHaveLength(1);
+    warn.mockRestore();
     expect(runs.map((r) => r.steps)).toEqual([15, 15]);
     expect(runs[0]!.weightHash).toBe(runs[1]!.weightHash);
     expect(samplesSeen(events)).toEqual([{ samples: 480, exactlyOnce: true, complete: true }]);

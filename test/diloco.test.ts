@@ -395,7 +395,7 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
     resumeFromToken: o.resumeFrom === undefined ? undefined : tokenFor(o.resumeFrom),
     diloco: { syncEvery: o.syncEvery, fragments: o.fragments, overlap: o.overlap },
     voteEvery: o.voteEvery,
-    balanceBatches: o.balance,
+    balance: o.balance,
     onEvent: (e) => events.push(e),
     onRound: async (ctx) => {
       roundHashes.push(await ctx.ddp.weightsHash());

@@ -45,12 +45,13 @@ describe('parameterServerProblems', () => {
   });
 
   it('wants --ps a positive integer, --max-staleness an integer >= 0, --staleness-lr no value, --strategy a known one', () => {
-    for (const bad of ['0', '-1', '1.5', 'two', 'true', '']) {
-      expect(parameterServerProblems({ strategy: 'ps', ps: bad }, { nproc: 3 })).toEqual([`--ps must be a positive integer (the number of parameter-server ranks), got "${bad}"`]);
+    // The schema's rules (and bounds), phrased as the flags.
+    for (const bad of ['0', '-1', '1.5', 'two', 'true', '', '64']) {
+      expect(parameterServerProblems({ strategy: 'ps', ps: bad }, { nproc: 3 })).toEqual([`--ps must be an integer from 1 to 63 (the number of parameter-server ranks), got "${bad}"`]);
     }
-    expect(parameterServerProblems({ strategy: 'ps', 'max-staleness': '-1' }, { nproc: 3 })).toEqual(['--max-staleness must be an integer >= 0 (the most updates a push may be behind), got "-1"']);
+    expect(parameterServerProblems({ strategy: 'ps', 'max-staleness': '-1' }, { nproc: 3 })).toEqual(['--max-staleness must be an integer from 0 to 1000000 (the most updates a push may be behind), got "-1"']);
     expect(parameterServerProblems({ strategy: 'ps', 'staleness-lr': 'yes' }, { nproc: 3 })).toEqual(['--staleness-lr takes no value (or true or false), got "yes"']);
-    expect(parameterServerProblems({ strategy: 'async' }, { nproc: 3 })).toEqual(['--strategy must be ddp, ps (asynchronous parameter servers) or central (one server, synchronous), got "async"']);
+    expect(parameterServerProblems({ strategy: 'async' }, { nproc: 3 })).toEqual(['--strategy must be one of ddp, ps, central (ps: asynchronous parameter servers, central: one server, synchronous), got "async"']);
   });
 
   it('--ps needs --strategy ps; central keeps one server; the staleness flags are for ps', () => {

@@ -35,11 +35,14 @@ describe('pipelineProblems', () => {
     expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3, nnodes: 2 })).toEqual(['--nnodes 2 x --nproc 3 = 6 ranks must be --pp 2 x --dp 2 = 4 ranks']);
   });
 
-  it('wants positive integers', () => {
-    for (const bad of ['0', '-1', '1.5', 'two', 'true', '']) {
-      expect(pipelineProblems({ pp: bad }, { nproc: 2 })).toEqual([`--pp must be a positive integer, got "${bad}"`]);
+  it("wants integers in the schema's bounds (its rule, phrased as the flag)", () => {
+    for (const bad of ['0', '-1', '1.5', 'two', 'true', '', '65']) {
+      expect(pipelineProblems({ pp: bad }, { nproc: 2 })).toEqual([`--pp must be an integer from 1 to 64 (pipeline stages), got "${bad}"`]);
     }
-    expect(pipelineProblems({ pp: '2', dp: 'x', 'micro-batches': '0' }, { nproc: 2 })).toEqual(['--dp must be a positive integer, got "x"', '--micro-batches must be a positive integer, got "0"']);
+    expect(pipelineProblems({ pp: '2', dp: 'x', 'micro-batches': '0' }, { nproc: 2 })).toEqual([
+      '--dp must be an integer from 1 to 64 (replicas of the pipeline), got "x"',
+      `--micro-batches must be an integer from 1 to 64 (micro-batches per replica's batch), got "0"`,
+    ]);
   });
 
   it('--dp and --micro-batches need --pp', () => {

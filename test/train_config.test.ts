@@ -218,6 +218,19 @@ describe('parameter-server options: strategy, ps, maxStaleness, stalenessLr', ()
     expect(refusal('world=4&strategy=ps&dp=2').message).toMatch(/\(here dp 2\).*got "ps"$/);
   });
 
+  it('balance is DDP’s: true by default there, false with pipelines and parameter servers, and refused given true where it would do nothing', () => {
+    expect(parse('world=2').balance).toBe(true);
+    expect(parse('world=2&balance=false').balance).toBe(false);
+    expect(parse('world=3&strategy=ps').balance).toBe(false);
+    expect(parse('world=2&pp=2').balance).toBe(false);
+    expect(parse('world=2&pp=2&balance=false').balance).toBe(false);
+    expect(refusal('world=3&strategy=ps&balance=true')).toMatchObject({ name: 'ConfigError', option: 'balance', value: 'true' });
+    expect(refusal('world=3&strategy=central&balance=true').message).toMatch(/^option balance must be false \(or left out\) with strategy central/);
+    expect(refusal('world=2&pp=2&balance=true').message).toMatch(/^option balance must be false \(or left out\) with pipeline stages \(here pp 2\)/);
+    // A link keeps the default out, with every strategy.
+    for (const query of ['world=2', 'world=3&strategy=ps', 'world=2&pp=2']) expect(configParams(parse(query)).has('balance')).toBe(false);
+  });
+
   it('a bad link says which option and what to do, in the page’s words', () => {
     const r = readLink(new URLSearchParams('session=s&job=train&world=3&strategy=central&ps=2'), []);
     expect(r).toMatchObject({ kind: 'bad', problem: { field: 'ps', value: '2' } });

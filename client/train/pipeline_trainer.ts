@@ -6,251 +6,188 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, correctPredictions, fetchBatch, labelsPerSample, hashFloat32, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineStage, type TimelineEntry } from '../../src/index.ts';
-import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
-import { encodeValue } from '../../src/wire/protocol.ts';
-import { linkReport } from '../report.ts';
+import { bubbleFraction, classificationLoss, correctPredictions, fetchBatch, labelsPerSample, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineRunOptions, type PipelineStepContext, type TimelineEntry } from '../../src/index.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
-import { hostOptimizer } from '../../src/jobs/train_config.ts';
+import { hostOptimizer, type TrainConfig } from '../../src/jobs/train_config.ts';
+import { jobSchedule, jobSession } from './job_options.ts';
+import { pipelineResult } from './pipeline_summary.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;
 
-type StepFigures = Metrics & PipelineMetrics;
+/** What a pipeline step reports for the vote. */
+export type StepFigures = Metrics & PipelineMetrics;
 
 export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> {
-  const { config, emit, flags } = opts;
-  const started = performance.now();
-  const { backend, gpu, trainSet, testSet, newModel } = await startJob(opts);
-  const shareFleet = fleetReporter(opts.emit);
+  const job = await startJob(opts);
   // The host's model: loaded whole once, each stage built from its share of the layers, with their weights.
-  const layers = config.model === 'user' ? layerFactoriesOf(await newModel()) : modelLayers(modelSpecOf(config, trainSet));
-  const schedule = config.schedule;
-  const microBatches = config.microBatches;
-  const activationDtype = config.activationDtype;
-  const loss = (out: tf.Tensor, labels: tf.Tensor) => classificationLoss(out, labels, trainSet.numClasses);
+  const layers = opts.config.model === 'user' ? layerFactoriesOf(await job.newModel()) : modelLayers(modelSpecOf(opts.config, job.trainSet));
+  const trainer = new PipelineTrainer(opts, job);
+  const run = await runPipeline<StepFigures>(trainer.runOptions(layers));
+  return pipelineResult(trainer, run);
+}
 
-  const sums = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, apply: 0, bubble: 0, slowed: 0 };
-  // --slow: this tab's factor is looked up by its world rank in the current round, every step.
-  let straggler = new Straggler(1);
-  let timedSteps = 0;
-  let samplesPerSecTotal = 0;
-  let peakTensors = 0;
-  let peakStashed = 0;
-  const tensorCounts: number[] = [];
-  const hashChecks: boolean[] = [];
-  let lastLoss = NaN;
-  let lastTimeline: { entries: TimelineEntry[]; total: number } = { entries: [], total: 0 };
-  const evals: Array<{ step: number; testAccuracy: number; testLoss: number }> = [];
-  const toDashboard = dashboardEvents(emit, true);
+/** One tab's stage of a pipeline run: its figures, and the runner's hooks. */
+export class PipelineTrainer {
+  readonly config: TrainConfig;
+  readonly started = performance.now();
+  readonly emit: TrainerOptions['emit'];
+  private readonly shareFleet: ReturnType<typeof fleetReporter>;
+  readonly sums = { compute: 0, waitActivations: 0, waitGradients: 0, allreduce: 0, apply: 0, bubble: 0, slowed: 0 };
+  /** --slow: this tab's factor is looked up by its world rank in the current round, every step. */
+  private straggler = new Straggler(1);
+  timedSteps = 0;
+  samplesPerSecTotal = 0;
+  peakTensors = 0;
+  peakStashed = 0;
+  readonly tensorCounts: number[] = [];
+  readonly hashChecks: boolean[] = [];
+  lastLoss = NaN;
+  private lastTimeline: { entries: TimelineEntry[]; total: number } = { entries: [], total: 0 };
+  readonly evals: Array<{ step: number; testAccuracy: number; testLoss: number }> = [];
+  private readonly toDashboard: ReturnType<typeof dashboardEvents>;
 
-  const evaluateAndEmit = async (ctx: PipelineRoundContext, step: number, epoch: number) => {
-    const result = { step, ...(await evaluate(ctx, testSet, config.batchSize, microBatches)) };
-    evals.push(result);
-    emit({ type: 'eval', epoch, ...result });
+  constructor(
+    readonly opts: TrainerOptions,
+    readonly job: Awaited<ReturnType<typeof startJob>>,
+  ) {
+    this.config = opts.config;
+    this.emit = opts.emit;
+    this.shareFleet = fleetReporter(opts.emit);
+    this.toDashboard = dashboardEvents(opts.emit, true);
+  }
+
+  async evaluateAndEmit(ctx: PipelineRoundContext, step: number, epoch: number) {
+    const result = { step, ...(await evaluate(ctx, this.job.testSet, this.config.batchSize, this.config.microBatches)) };
+    this.evals.push(result);
+    this.emit({ type: 'eval', epoch, ...result });
     return result;
-  };
+  }
 
-  const run = await runPipeline<StepFigures>({
-    url: opts.serverUrl,
-    session: opts.session,
-    // Read at each use (checkpoints): the host's removal of a tab changes it during the run.
-    get token() {
-      return opts.token;
-    },
-    onToken: opts.onToken,
-    onRendezvous: opts.onRendezvous,
-    ...(opts.rank === undefined ? {} : { rank: opts.rank }),
-    timeoutMs: opts.timeoutMs,
-    store: opts.store,
-    stages: config.pp,
-    replicas: config.dp,
-    layers,
-    inputShape: trainSet.inputShape,
-    ...(config.splitPoints ? { splitPoints: config.splitPoints } : {}),
-    optimizer: () => hostOptimizer(config),
-    datasetLength: trainSet.length,
-    batchSize: config.batchSize,
-    epochs: config.epochs,
-    steps: config.steps,
-    shuffle: config.shuffle,
-    seed: config.seed,
-    // A lost rank sends every stage back to the last checkpoint: without one set, the run would start over.
-    checkpointEvery: config.checkpointEvery > 0 ? config.checkpointEvery : 50,
-    checkpointMeta: { config: { ...config } },
-    resumeFrom: config.resumeFrom,
-    shouldStop: opts.stopRequested,
-    stopVote: opts.stopVote ?? 'any',
-    ...(opts.host === undefined ? {} : { host: opts.host }),
-    ddp: { errorIfNonfinite: true },
-    checkReplicasEvery: config.dp > 1 ? 100 : 0,
+  /** runPipeline's options: the session, the layout, the schedule, the checkpoints, and this trainer's hooks. */
+  runOptions(layers: ReturnType<typeof modelLayers>): PipelineRunOptions<StepFigures> {
+    const { config, opts } = this;
+    const { trainSet } = this.job;
+    return {
+      ...jobSession(opts),
+      // Read at each use (checkpoints): the host's removal of a tab changes it during the run.
+      get token() {
+        return opts.token;
+      },
+      ...(opts.rank === undefined ? {} : { rank: opts.rank }),
+      stages: config.pp,
+      replicas: config.dp,
+      layers,
+      inputShape: trainSet.inputShape,
+      ...(config.splitPoints ? { splitPoints: config.splitPoints } : {}),
+      optimizer: () => hostOptimizer(config),
+      ...jobSchedule(config, trainSet.length),
+      // A lost rank sends every stage back to the last checkpoint: without one set, the run would start over.
+      checkpointEvery: config.checkpointEvery > 0 ? config.checkpointEvery : 50,
+      checkpointMeta: { config: { ...config } },
+      resumeFrom: config.resumeFrom,
+      stopVote: opts.stopVote ?? 'any',
+      ddp: { errorIfNonfinite: true },
+      checkReplicasEvery: config.dp > 1 ? 100 : 0,
+      step: (ctx) => this.step(ctx),
+      onRound: (ctx) => this.onRound(ctx),
+      onStep: (ctx) => this.onStep(ctx),
+      onEpochEnd: async (ctx) => {
+        await this.evaluateAndEmit(ctx, ctx.step, ctx.epoch);
+      },
+      onEvent: (e: ElasticEvent) => this.toDashboard(fillLosses(e, config.pp)),
+    };
+  }
 
-    async step({ indices, stage, ddp, optimizer, mesh }) {
-      const t0 = performance.now();
-      const factor = slowFactor(config.slow, mesh.world.rank);
-      if (straggler.factor !== factor) straggler = new Straggler(factor);
-      const batch = await fetchBatch(trainSet, indices);
-      const r = await stage.step({
-        ddp,
-        batchSize: indices.length,
-        microBatches,
-        schedule,
-        activationDtype,
-        // A straggler stage waits after each pass in proportion to its compute, before sending on.
-        ...(straggler.slow ? { straggler } : {}),
-        ...(stage.isFirst ? { inputs: batch.x } : {}),
-        ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor) => correctPredictions(out, labels) } : {}),
-      });
-      const a0 = performance.now();
-      await ddp.step(optimizer);
-      const apply = performance.now() - a0;
-      peakTensors = Math.max(peakTensors, r.peakTensors);
-      peakStashed = Math.max(peakStashed, r.peakStashed);
-      lastTimeline = { entries: r.timeline, total: r.timings.total };
-      const hash = flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
-      return {
-        loss: r.loss,
-        accuracy: r.metric / (indices.length * labelsPerSample(trainSet)),
-        samples: indices.length,
-        samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
-        compute: r.timings.compute,
-        readback: 0,
-        allreduce: r.timings.allreduce,
-        // The stage's all-reduce runs after its last backward: no span is measured to overlap.
-        comm: 0,
-        apply,
-        waitActivations: r.timings.waitActivations,
-        waitGradients: r.timings.waitGradients,
-        slowed: r.timings.slowed,
-        bubble: r.bubble,
-        stage: mesh.stage,
-        replica: mesh.replica,
-        hashHi: hash >>> 16,
-        hashLo: hash & 0xffff,
-      };
-    },
+  private async step({ indices, stage, ddp, optimizer, mesh }: PipelineStepContext): Promise<StepFigures> {
+    const { config, job } = this;
+    const t0 = performance.now();
+    const factor = slowFactor(config.slow, mesh.world.rank);
+    if (this.straggler.factor !== factor) this.straggler = new Straggler(factor);
+    const batch = await fetchBatch(job.trainSet, indices);
+    const loss = (out: tf.Tensor, labels: tf.Tensor) => classificationLoss(out, labels, job.trainSet.numClasses);
+    const r = await stage.step({
+      ddp,
+      batchSize: indices.length,
+      microBatches: config.microBatches,
+      schedule: config.schedule,
+      activationDtype: config.activationDtype,
+      // A straggler stage waits after each pass in proportion to its compute, before sending on.
+      ...(this.straggler.slow ? { straggler: this.straggler } : {}),
+      ...(stage.isFirst ? { inputs: batch.x } : {}),
+      ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor) => correctPredictions(out, labels) } : {}),
+    });
+    const a0 = performance.now();
+    await ddp.step(optimizer);
+    const apply = performance.now() - a0;
+    this.peakTensors = Math.max(this.peakTensors, r.peakTensors);
+    this.peakStashed = Math.max(this.peakStashed, r.peakStashed);
+    this.lastTimeline = { entries: r.timeline, total: r.timings.total };
+    const hash = this.opts.flags.checkWeights ? parseInt(await ddp.weightsHash(), 16) : 0;
+    return {
+      loss: r.loss,
+      accuracy: r.metric / (indices.length * labelsPerSample(job.trainSet)),
+      samples: indices.length,
+      samplesPerSec: (indices.length / (performance.now() - t0)) * 1000,
+      compute: r.timings.compute,
+      readback: 0,
+      allreduce: r.timings.allreduce,
+      // The stage's all-reduce runs after its last backward: no span is measured to overlap.
+      comm: 0,
+      apply,
+      waitActivations: r.timings.waitActivations,
+      waitGradients: r.timings.waitGradients,
+      slowed: r.timings.slowed,
+      bubble: r.bubble,
+      stage: mesh.stage,
+      replica: mesh.replica,
+      hashHi: hash >>> 16,
+      hashLo: hash & 0xffff,
+    };
+  }
 
-    onRound({ mesh, stage }) {
-      emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
-      shareFleet(mesh.world, backend, gpu.adapter);
-      emit({
-        type: 'pipeline',
-        ...placeOf(mesh),
-        schedule,
-        microBatches,
-        layers: stage.allLayers.map((l) => ({ index: l.index, className: l.className, parameters: l.parameters, stage: l.stage })),
-        bubbleFormula: bubbleFraction(mesh.stages, microBatches),
-      });
-      watchLinks(mesh.world, emit);
-    },
-
-    async onStep(ctx) {
-      const { mesh, step, epoch, metrics } = ctx;
-      // The loss and accuracy are the last stage's; the other stages of its replica show the same.
-      const lastStage = metrics.filter((m) => m.stage === mesh.stages - 1);
-      lastLoss = lastStage.reduce((s, m) => s + (m.loss ?? NaN), 0) / lastStage.length;
-      if (flags.checkWeights) {
-        // Replicas of one stage must agree; different stages hold different weights.
-        hashChecks.push(metrics.every((m) => metrics.filter((o) => o.stage === m.stage).every((o) => o.hashHi === m.hashHi && o.hashLo === m.hashLo)));
-      }
-      if (step > 1) {
-        // The first step compiles shaders: leave it out of the averages.
-        timedSteps++;
-        const mine = metrics[mesh.world.rank]!;
-        for (const key of Object.keys(sums) as Array<keyof typeof sums>) sums[key] += mine[key];
-        samplesPerSecTotal += metrics.filter((m) => m.stage === 0).reduce((s, m) => s + m.samplesPerSec, 0);
-      }
-      tensorCounts.push(tf.memory().numTensors);
-      if (step === 1 || step % TIMELINE_EVERY === 0) await emitTimeline(ctx, step, lastTimeline, microBatches, emit);
-      if (config.evalEvery > 0 && step % config.evalEvery === 0) await evaluateAndEmit(ctx, step, epoch);
-    },
-
-    async onEpochEnd(ctx) {
-      await evaluateAndEmit(ctx, ctx.step, ctx.epoch);
-    },
-
-    onEvent: (e: ElasticEvent) => toDashboard(fillLosses(e, config.pp)),
-  });
-
-  const { mesh, stage, ddp } = run;
-  const ctx: PipelineRoundContext = { mesh, stage, ddp, step: run.steps, epoch: run.epoch };
-  if (run.stoppedBy !== null) emit({ type: 'stopped', by: run.stoppedBy, atStep: run.steps });
-  const latest = evals.at(-1);
-  const final = latest?.step === run.steps ? latest : await evaluateAndEmit(ctx, run.steps, run.epoch);
-  const weights = await flatTrainableWeights(stage.model);
-  const whole = flags.returnWeights ? await gatherModelWeights(stage, mesh.replica, weights) : null;
-  // What the trained pipeline predicts on the first test samples (the last stage holds the logits).
-  const probeCount = Math.min(8, testSet.length);
-  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
-  const logitsT = await stage.forward({ batchSize: probeCount, ...(stage.isFirst ? { inputs: probeBatch.x } : {}) });
-  const logits = logitsT ? ((await logitsT.data()) as Float32Array) : new Float32Array(0);
-  logitsT?.dispose();
-  const links = await linkReport(mesh.world);
-  const mean = (v: number) => (timedSteps > 0 ? v / timedSteps : null);
-  const summary: Record<string, unknown> = {
-    rank: mesh.world.rank,
-    worldSize: mesh.world.worldSize,
-    backend: backend.backend,
-    model: config.model,
-    dataset: config.dataset,
-    steps: run.steps,
-    epochs: run.epoch,
-    samplesPerSec: mean(samplesPerSecTotal),
-    finalLoss: lastLoss,
-    testAccuracy: final.testAccuracy,
-    testLoss: final.testLoss,
-    // The language model: its test loss per character as a perplexity (the stages cannot sample: each holds a part).
-    ...(config.model === 'lm' ? { perplexity: Math.exp(final.testLoss) } : {}),
-    weightHash: hashFloat32(weights),
-    breakdownMs: {
-      compute: mean(sums.compute),
-      waitActivations: mean(sums.waitActivations),
-      waitGradients: mean(sums.waitGradients),
-      allreduce: mean(sums.allreduce),
-      apply: mean(sums.apply),
-      // --slow: this rank's own waits, as every figure here is this rank's.
-      ...(config.slow !== null ? { slowed: mean(sums.slowed) } : {}),
-    },
-    // --slow: this rank's factor (its stage is slowed) and the ms it waited per step on average.
-    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, mesh.world.rank), slowedMs: mean(sums.slowed) } : {}),
-    seconds: (performance.now() - started) / 1000,
-    generations: run.generations,
-    stepsRedone: run.stepsRedone,
-    resumes: run.resumes,
-    liveTensors: { steps: tensorCounts.length, min: Math.min(...tensorCounts), max: Math.max(...tensorCounts) },
-    pipeline: {
+  private onRound({ mesh, stage }: PipelineRoundContext): void {
+    const { emit, config } = this;
+    const { backend, gpu } = this.job;
+    emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
+    this.shareFleet(mesh.world, backend, gpu.adapter);
+    emit({
+      type: 'pipeline',
       ...placeOf(mesh),
-      schedule,
-      microBatches,
-      activationDtype,
-      layers: stage.layers.map((l) => l.index),
-      layerClasses: stage.layers.map((l) => l.className),
-      parameters: stage.parameterCount,
-      peakLiveTensors: peakTensors,
-      peakStashedMicroBatches: peakStashed,
-      bubble: { measured: mean(sums.bubble), formula: bubbleFraction(mesh.stages, microBatches) },
-      breakdownMs: { compute: mean(sums.compute), waitActivations: mean(sums.waitActivations), waitGradients: mean(sums.waitGradients), allreduce: mean(sums.allreduce), apply: mean(sums.apply) },
-      weightHash: hashFloat32(weights),
-    },
-    links,
-    ...(flags.checkWeights ? { identicalEveryStep: hashChecks.every(Boolean), checkedSteps: hashChecks.length } : {}),
-    ...(run.stoppedBy !== null ? { stoppedBy: run.stoppedBy } : {}),
-    ...(whole ? { weights: encodeValue(new Uint8Array(whole.buffer, whole.byteOffset, whole.byteLength)) } : {}),
-  };
-  emit({ type: 'done', summary });
-  return {
-    summary,
-    model: stage.model,
-    pg: mesh.world,
-    close: run.close,
-    probe: { inputs: stage.isLast ? probeBatch.x : new Float32Array(0), inputShape: testSet.inputShape, logits },
-  };
+      schedule: config.schedule,
+      microBatches: config.microBatches,
+      layers: stage.allLayers.map((l) => ({ index: l.index, className: l.className, parameters: l.parameters, stage: l.stage })),
+      bubbleFormula: bubbleFraction(mesh.stages, config.microBatches),
+    });
+    watchLinks(mesh.world, emit);
+  }
+
+  private async onStep(ctx: PipelineRoundContext & { metrics: StepFigures[] }): Promise<void> {
+    const { mesh, step, epoch, metrics } = ctx;
+    // The loss and accuracy are the last stage's; the other stages of its replica show the same.
+    const lastStage = metrics.filter((m) => m.stage === mesh.stages - 1);
+    this.lastLoss = lastStage.reduce((s, m) => s + (m.loss ?? NaN), 0) / lastStage.length;
+    if (this.opts.flags.checkWeights) {
+      // Replicas of one stage must agree; different stages hold different weights.
+      this.hashChecks.push(metrics.every((m) => metrics.filter((o) => o.stage === m.stage).every((o) => o.hashHi === m.hashHi && o.hashLo === m.hashLo)));
+    }
+    if (step > 1) {
+      // The first step compiles shaders: leave it out of the averages.
+      this.timedSteps++;
+      const mine = metrics[mesh.world.rank]!;
+      for (const key of Object.keys(this.sums) as Array<keyof typeof this.sums>) this.sums[key] += mine[key];
+      this.samplesPerSecTotal += metrics.filter((m) => m.stage === 0).reduce((s, m) => s + m.samplesPerSec, 0);
+    }
+    this.tensorCounts.push(tf.memory().numTensors);
+    if (step === 1 || step % TIMELINE_EVERY === 0) await emitTimeline(ctx, step, this.lastTimeline, this.config.microBatches, this.emit);
+    if (this.config.evalEvery > 0 && step % this.config.evalEvery === 0) await this.evaluateAndEmit(ctx, step, epoch);
+  }
 }
 
 /** This rank's place in the S x D layout, as the dashboard and the summary say it. */
-function placeOf(mesh: PipelineMesh): { stage: number; stages: number; replica: number; replicas: number } {
+export function placeOf(mesh: PipelineMesh): { stage: number; stages: number; replica: number; replicas: number } {
   return { stage: mesh.stage, stages: mesh.stages, replica: mesh.replica, replicas: mesh.replicas };
 }
 
@@ -295,7 +232,7 @@ async function emitTimeline(ctx: PipelineRoundContext, step: number, mine: { ent
  * first stage feeding the inputs and its last computing the sums, which are all-reduced over
  * the world (the other stages add zeros).
  */
-async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number, microBatches: number): Promise<{ testAccuracy: number; testLoss: number }> {
+export async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number, microBatches: number): Promise<{ testAccuracy: number; testLoss: number }> {
   const { mesh, stage } = ctx;
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
@@ -319,28 +256,3 @@ async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number,
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
 }
 
-/**
- * The whole model's trainable weights in model order, on replica 0's first stage (world rank 0):
- * every other stage of replica 0 sends its own; other replicas hold copies and send nothing.
- */
-async function gatherModelWeights(stage: PipelineStage, replica: number, mine: Float32Array): Promise<Float32Array | null> {
-  if (replica !== 0) return null;
-  const pipe = stage.group;
-  if (!stage.isFirst) {
-    await pipe.send(Float32Array.of(mine.length), 0);
-    await pipe.send(mine, 0);
-    return null;
-  }
-  const parts = [mine];
-  for (let s = 1; s < stage.numStages; s++) {
-    const [length] = await pipe.recv(new Float32Array(1), s);
-    parts.push(await pipe.recv(new Float32Array(length!), s));
-  }
-  const whole = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    whole.set(p, at);
-    at += p.length;
-  }
-  return whole;
-}

@@ -20,8 +20,8 @@ import type { PeerLinkFactory } from '../transport/peer_link.ts';
 import { loadSimplePeer, simplePeerLinkFactory } from '../transport/webrtc_link.ts';
 import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup } from './process_group.ts';
-import { resolveLinkOptions } from './group_options.ts';
-import { CloseCode, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type RoundEvent, type SignalEvent, type WaitingEvent } from '../wire/protocol.ts';
+import { resolveLinkOptions, type ResolvedLinkOptions } from './group_options.ts';
+import { CloseCode, DEFAULT_STORE_TIMEOUT_MS, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type RoundEvent, type SignalEvent, type WaitingEvent } from '../wire/protocol.ts';
 import { StoreClient } from './store.ts';
 
 // The handler's contract (its options, its rounds, its events) is its own module; importable from here as before.
@@ -50,8 +50,11 @@ export class RendezvousHandler {
   private hidden = false;
   private rejoining = false;
   private readonly stopWatchingPage: Array<() => void>;
+  /** The link options with their defaults, resolved (and checked) once for every round's links. */
+  private readonly link: ResolvedLinkOptions;
 
   private constructor(private readonly options: RendezvousOptions) {
+    this.link = resolveLinkOptions(options);
     // The store client and the group close themselves on pagehide; a page restored from the
     // back/forward cache must not run on with them dead: it joins again (or its group stays failed).
     this.stopWatchingPage = [
@@ -108,7 +111,7 @@ export class RendezvousHandler {
    * Resolves with the first round newer than `after` (an id from an earlier Round, or 0) in
    * which this member has a rank. Paused rounds (below the minimum) are waited out.
    */
-  nextRendezvous(after = 0, timeoutMs = this.options.timeoutMs ?? 300_000): Promise<Round> {
+  nextRendezvous(after = 0, timeoutMs = this.options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS): Promise<Round> {
     return new Promise<Round>((resolve, reject) => {
       const check = () => {
         if (this.fatal) {
@@ -312,7 +315,7 @@ export class RendezvousHandler {
       round: e.round,
       groupKey: key,
       ...(pool ? { linkFactory: pool.factoryFor(e.round) } : {}),
-      timeoutMs: this.options.timeoutMs ?? 300_000,
+      timeoutMs: this.options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS,
       early,
       onStalled: () => this.onStalled(client),
     });
@@ -331,7 +334,7 @@ export class RendezvousHandler {
     if (this.pool?.self === self) return this.pool;
     this.closePool('this member has a new member id');
     const client = this.client;
-    const link = resolveLinkOptions(this.options);
+    const link = this.link;
     this.pool = new LinkPool({
       self,
       instance: client.instance,

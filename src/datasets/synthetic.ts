@@ -1,5 +1,6 @@
 /** A seeded synthetic classification task, identical on every rank and every engine. */
 import { DatasetError, InMemoryDataset } from './dataset.ts';
+import { hash32 } from '../wire/hash.ts';
 
 
 export interface SyntheticDatasetOptions {
@@ -86,17 +87,6 @@ function checkCount(name: string, what: string, value: number, min: number): voi
   if (!Number.isSafeInteger(value) || value < min) {
     throw new DatasetError(`${name}: ${what} must be an integer >= ${min}, got ${value}`);
   }
-}
-
-/** A 32-bit integer hash (the "lowbias32" finaliser) for deriving independent stream seeds. */
-function hash32(x: number): number {
-  x = (x + 0x9e3779b9) | 0; // Keeps hash32(0) away from the fixed point 0.
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }
 
 /** mulberry32: a tiny 32-bit PRNG, all integer arithmetic, so identical on every engine. */

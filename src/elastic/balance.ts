@@ -1,5 +1,5 @@
 /**
- * Balanced batches (runElastic's `balanceBatches`): how long each rank takes for a batch, learned
+ * Balanced batches (runElastic's `balance`): how long each rank takes for a batch, learned
  * from the steps, and the split of a step's samples that makes the slowest rank's time shortest.
  *
  * A rank's step costs `overhead + samples x perSample` milliseconds: for a small model most of a

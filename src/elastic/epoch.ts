@@ -48,7 +48,7 @@ export function batchOf(plan: EpochPlan, k: number, batchSize: number): { indice
 }
 
 /**
- * Batches balanced by speed (runElastic's `balanceBatches`): every step takes the next
+ * Batches balanced by speed (runElastic's `balance`): every step takes the next
  * `batchSize * worldSize` samples of the epoch's global order (the DistributedSampler's, so the
  * position means the same in both modes and a regroup can switch between them) and splits them
  * between the ranks by their shares, so a device at 1/5 of the others' speed gets about 1/5 of

@@ -30,7 +30,7 @@ export interface StepVote<M extends StepMetrics> {
 
 /**
  * [stop, join wanted, work ms, ...this rank's metrics] from every rank (the work balances batches:
- * runElastic's `balanceBatches`). `stopVote` 'all' stops only when
+ * runElastic's `balance`). `stopVote` 'all' stops only when
  * every rank asks at the same step.
  */
 export async function stepVote<M extends StepMetrics>(

@@ -2,9 +2,10 @@
  * Robust aggregation and, for measuring it, attacks as the train job's options (the page's URL
  * parameters `aggregation`, `attack`, `attackers`; the launcher's --aggregation, --attack,
  * --attackers): their text both ways, and their bounds. Which strategies they combine with is
- * checked with the other options, in train_config.ts.
+ * checked here too (checkRobust), for train_config.ts.
  */
 import { ConfigError } from './config_option.ts';
+import { formatCommHook, type CommHookSpec } from './comm_hook_spec.ts';
 import { DEFAULT_CLIP_ITERATIONS, MAX_CLIP_ITERATIONS, type AggregationSpec } from '../parallel/robust/aggregators.ts';
 import { ATTACK_KINDS, type AttackKind, type AttackPlan } from '../parallel/robust/attacks.ts';
 
@@ -111,4 +112,33 @@ export function parseAttack(raw: string): Omit<AttackConfig, 'attackers'> {
 /** An attack as the option's text (what parseAttack reads back). */
 export function formatAttack(spec: Pick<AttackConfig, 'kind' | 'strength'>): string {
   return spec.strength === null ? spec.kind : `${spec.kind}:${spec.strength}`;
+}
+
+/** `attack` and `attackers` as a plan (null: no attack), the attackers fewer than the smallest world (`min`). Throws ConfigError. */
+export function attackPlan(raw: string | null, attackers: number, min: number): AttackConfig | null {
+  if (raw === null) {
+    if (attackers > 0) throw new ConfigError('attackers', String(attackers), '0 (or left out) without attack: it says how many ranks play the attack (give attack=scale|flip|noise|alie)');
+    return null;
+  }
+  const spec = parseAttack(raw);
+  if (attackers < 1 || attackers >= min) {
+    throw new ConfigError('attackers', String(attackers), `from 1 to ${min - 1}, below the smallest world (min ${min}): the last K ranks attack and at least one must stay honest`);
+  }
+  return { ...spec, attackers };
+}
+
+/**
+ * Robust aggregation and attacks are DDP's: refused with a parameter-server strategy, with
+ * pipelines, and (robust kinds) with a hook other than DiLoCo, whose outer step takes the
+ * aggregation instead. Throws ConfigError.
+ */
+export function checkRobust(raw: string, aggregation: AggregationConfig, attack: AttackConfig | null, hook: CommHookSpec, strategy: string, pp: number): void {
+  const option = aggregation.kind !== 'mean' ? 'aggregation' : attack ? 'attack' : null;
+  if (option === null) return;
+  const value = option === 'aggregation' ? raw : formatAttack(attack!);
+  if (strategy !== 'ddp') throw new ConfigError(option, value, `left out with strategy ${strategy}: robust aggregation and attacks are DDP's (every rank's gradients combined), and parameter servers take each push on its own`);
+  if (pp > 1) throw new ConfigError(option, value, `left out with pipeline stages (here pp ${pp}): robust aggregation with pipelines is not supported yet`);
+  if (aggregation.kind !== 'mean' && hook.kind !== 'none' && hook.kind !== 'diloco') {
+    throw new ConfigError('aggregation', raw, `mean (or left out) with commHook ${formatCommHook(hook)}: robust aggregation needs every rank's whole gradient as sent, which a communication hook compresses or skips (with diloco, the outer step aggregates robustly)`);
+  }
 }

@@ -1,7 +1,7 @@
 /**
  * DDP's communication hook as the train job's `commHook` option (the launcher's --comm-hook):
- * the spec, its text (`powersgd:2:fp16`) both ways, and its bounds. Which strategies and
- * pipelines a hook combines with is checked with the other options, in train_config.ts.
+ * the spec, its text (`powersgd:2:fp16`) both ways, its bounds, and which strategies and
+ * pipelines a hook combines with (checkCommHook, for train_config.ts).
  */
 import { ConfigError } from './config_option.ts';
 
@@ -32,7 +32,10 @@ const POWERSGD_WIRES: Record<string, PowerSGDWire> = { fp16: 'float16', bf16: 'b
 /** What DiLoCo's pseudo-gradients travel as: PowerSGD's choices, or int8 (`diloco:H:int8`; the Streaming DiLoCo paper sends 4-bit ones). */
 export type DiLoCoWire = PowerSGDWire | 'int8';
 const DILOCO_WIRES: Record<string, DiLoCoWire> = { ...POWERSGD_WIRES, int8: 'int8' };
-const DILOCO_WIRE_NAMES: Record<DiLoCoWire, string> = { float32: '', float16: ':fp16', bfloat16: ':bf16', int8: ':int8' };
+/** Each wire type as the text's last item (formatCommHook). */
+const WIRE_SUFFIX: Record<DiLoCoWire, string> = { float32: '', float16: ':fp16', bfloat16: ':bf16', int8: ':int8' };
+/** Every value type a hook's wire may be (a summary's `wire`). */
+export const COMM_HOOK_WIRE_TYPES = Object.keys(WIRE_SUFFIX) as readonly DiLoCoWire[];
 /** torch's start_powerSGD_iter default, and the same warm-up for local SGD. */
 export const DEFAULT_COMM_HOOK_START = 10;
 /** Bounds: a rank beyond the model's widest matrix compresses nothing; a START beyond any run. */
@@ -43,14 +46,37 @@ export const MAX_COMM_HOOK_START = 10_000_000;
 export const DEFAULT_DILOCO_OUTER_LR = 0.7;
 export const DEFAULT_DILOCO_OUTER_MOMENTUM = 0.9;
 
-/** What the option may be, in words (the option's rule, and the error for an unknown hook). */
-export const COMM_HOOK_RULE = 'none, fp16, bf16, powersgd:RANK[:START][:fp16|:bf16], localsgd:H[:START] or diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16|:int8] (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)';
+/** A wire item's words, `:fp16|:bf16`, as the grammar writes them. */
+const wireItems = (wires: Record<string, unknown>): string => Object.keys(wires).map((w) => `:${w}`).join('|');
 
 /**
- * `none`, `fp16`, `bf16`, `powersgd:RANK[:START][:fp16|:bf16]` or `localsgd:H[:START]` as a CommHookSpec.
- * RANK and H are positive integers; START (the steps of plain, averaged gradients first, default
- * 10) an integer >= 0. Throws ConfigError (option commHook) naming the item that is wrong and
- * what to write.
+ * The one rule of the option's text: each hook's name and form (the launcher's usage, the
+ * option's rule and the parser's errors all print these). parseCommHook reads exactly these.
+ */
+export const COMM_HOOK_FORMS = {
+  none: 'none',
+  fp16: 'fp16',
+  bf16: 'bf16',
+  powersgd: `powersgd:RANK[:START][${wireItems(POWERSGD_WIRES)}]`,
+  localsgd: 'localsgd:H[:START]',
+  diloco: `diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][${wireItems(DILOCO_WIRES)}]`,
+} as const satisfies Record<CommHookSpec['kind'], string>;
+/** Every hook's name, in the grammar's order. */
+export const COMM_HOOK_NAMES = Object.keys(COMM_HOOK_FORMS) as ReadonlyArray<CommHookSpec['kind']>;
+/** The words a last wire item may be, after powersgd's numbers and after diloco's. */
+export const COMM_HOOK_WIRES = { powersgd: Object.keys(POWERSGD_WIRES), diloco: Object.keys(DILOCO_WIRES) } as const;
+
+/** The grammar in one line: every form, `|` between them (the launcher's usage). */
+export const COMM_HOOK_GRAMMAR = COMM_HOOK_NAMES.map((k) => COMM_HOOK_FORMS[k]).join('|');
+
+/** What the option may be, in words (the option's rule, and the error for an unknown hook). */
+export const COMM_HOOK_RULE = `${COMM_HOOK_NAMES.slice(0, -1).map((k) => COMM_HOOK_FORMS[k]).join(', ')} or ${COMM_HOOK_FORMS[COMM_HOOK_NAMES.at(-1)!]} (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)`;
+
+/**
+ * The option's text as a CommHookSpec: one of COMM_HOOK_FORMS. RANK and H are positive
+ * integers; START (the steps of plain, averaged gradients first, default 10) an integer >= 0;
+ * OUTER_LR and MOMENTUM decimals; a last wire item sends the hook's values 16-bit (or, for
+ * diloco, int8). Throws ConfigError (option commHook) naming the item that is wrong and what to write.
  */
 export function parseCommHook(raw: string): CommHookSpec {
   const [kind = '', ...args] = raw.split(':');
@@ -74,7 +100,7 @@ export function parseCommHook(raw: string): CommHookSpec {
       const last = args[args.length - 1];
       const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
       const numbers = wire === 'float32' ? args : args.slice(0, -1);
-      if (numbers.length > 2) throw bad('powersgd:RANK[:START][:fp16|:bf16] (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally fp16 or bf16');
+      if (numbers.length > 2) throw bad(`${COMM_HOOK_FORMS.powersgd} (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally ${COMM_HOOK_WIRES.powersgd.join(' or ')}`);
       const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
       const startIter = numbers.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', numbers[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
       return { kind: 'powersgd', rank, startIter, wire };
@@ -90,11 +116,11 @@ export function parseCommHook(raw: string): CommHookSpec {
       const last = rest[rest.length - 1];
       const wire = last !== undefined && last in DILOCO_WIRES && rest.length > 1 ? DILOCO_WIRES[last]! : 'float32';
       if (wire !== 'float32') rest = rest.slice(0, -1);
-      const form = 'diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|:bf16|:int8] (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8, diloco:64:fp16 or diloco:64:stream4:int8)';
+      const form = `${COMM_HOOK_FORMS.diloco} (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8, diloco:64:fp16 or diloco:64:stream4:int8)`;
       const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
       if (streamItem !== undefined) rest = rest.slice(0, -1);
       const numbers = rest;
-      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then fp16, bf16 or int8`);
+      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then ${COMM_HOOK_WIRES.diloco.join(', ')}`);
       const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
       /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
       const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
@@ -131,15 +157,26 @@ export function parseCommHook(raw: string): CommHookSpec {
 export function formatCommHook(spec: CommHookSpec): string {
   switch (spec.kind) {
     case 'powersgd':
-      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}${spec.wire === 'float32' ? '' : spec.wire === 'float16' ? ':fp16' : ':bf16'}`;
+      return `powersgd:${spec.rank}${spec.startIter === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startIter}`}${WIRE_SUFFIX[spec.wire]}`;
     case 'localsgd':
       return `localsgd:${spec.period}${spec.startStep === DEFAULT_COMM_HOOK_START ? '' : `:${spec.startStep}`}`;
     case 'diloco': {
       const lr = spec.outerLr !== DEFAULT_DILOCO_OUTER_LR || spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerLr}` : '';
       const momentum = spec.outerMomentum !== DEFAULT_DILOCO_OUTER_MOMENTUM ? `:${spec.outerMomentum}` : '';
-      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}${spec.overlap > 1 ? `x${spec.overlap}` : ''}` : ''}${DILOCO_WIRE_NAMES[spec.wire]}`;
+      return `diloco:${spec.syncEvery}${lr}${momentum}${spec.stream > 0 ? `:stream${spec.stream}${spec.overlap > 1 ? `x${spec.overlap}` : ''}` : ''}${WIRE_SUFFIX[spec.wire]}`;
     }
     default:
       return spec.kind;
+  }
+}
+
+/** Hooks are DDP's: refused with a parameter-server strategy and, for now, with pipelines. Throws ConfigError. */
+export function checkCommHook(raw: string, spec: CommHookSpec, strategy: string, pp: number): void {
+  if (spec.kind === 'none') return;
+  if (strategy !== 'ddp') {
+    throw new ConfigError('commHook', raw, `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`);
+  }
+  if (pp > 1) {
+    throw new ConfigError('commHook', raw, `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`);
   }
 }

@@ -77,8 +77,12 @@ export function parseOption(spec: OptionSpec, raw: string): unknown {
   }
 }
 
+/** An option's kebab-case spelling (batchSize: batch-size), which links and the launcher's flags may use: the one conversion. */
+export function kebabCase(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
 /** Reads a parameter in camelCase or kebab-case (batchSize, batch-size). */
 export function urlOption(params: URLSearchParams, name: string): string | null {
-  const kebab = name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
-  return params.get(name) ?? params.get(kebab);
+  return params.get(name) ?? params.get(kebabCase(name));
 }

@@ -11,11 +11,11 @@ import { LM_DEFAULTS } from '../nn/models.ts';
 
 export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';
-import { COMM_HOOK_RULE, formatCommHook, parseCommHook, type CommHookSpec } from './comm_hook_spec.ts';
-import { AGGREGATION_PRESETS, AGGREGATION_RULE, ATTACK_RULE, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
+import { checkCommHook, COMM_HOOK_RULE, formatCommHook, parseCommHook, type CommHookSpec } from './comm_hook_spec.ts';
+import { AGGREGATION_PRESETS, AGGREGATION_RULE, ATTACK_RULE, attackPlan, checkRobust, formatAggregation, formatAttack, parseAggregation, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 
 // The schema's parts, importable from here as before.
-export { ConfigError, describeRule, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
+export { ConfigError, describeRule, kebabCase, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
 export { AGGREGATION_PRESETS, attackPlanOf, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
 export {
   DEFAULT_COMM_HOOK_START,
@@ -89,7 +89,8 @@ export interface TrainConfig {
   shuffle: boolean;
   /**
    * DDP: split each step's global batch between the ranks by their measured speed, gradients
-   * weighed by share (runElastic's balanceBatches). false: DistributedSampler's equal shards, as torch.
+   * weighed by share (runElastic's balance). false: DistributedSampler's equal shards, as torch.
+   * Default true with DDP; false, and refused if given true, with pipelines and parameter servers.
    */
   balance: boolean;
   /** DDP: the step's vote rides on the gradients' all-reduce (runElastic's voteWithGradients); false: a vote of its own after each step. */
@@ -231,7 +232,6 @@ const OPTIONS = [
   { name: 'aggregation', kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS }, inForm: true, defaultValue: fixed('mean') },
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
-  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'checkpointEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   { name: 'evalEvery', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(100) },
@@ -258,6 +258,8 @@ const OPTIONS = [
   { name: 'ps', kind: int(1, MAX_WORLD_SIZE - 1), inForm: false, defaultValue: fixed(1) },
   { name: 'maxStaleness', kind: int(0, 1_000_000), inForm: false, defaultValue: fixed(null) },
   { name: 'stalenessLr', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(false) },
+  // DDP's (the only strategy that splits a global batch): true there, false where it would do nothing (refused if given).
+  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 },
   {
     name: 'slow',
     // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
@@ -287,13 +289,31 @@ export type TrainOptionName = (typeof OPTIONS)[number]['name'];
 /** Every option, in the order the form shows them. */
 export const TRAIN_OPTIONS: readonly OptionSpec<TrainOptionName>[] = OPTIONS;
 
+/** Each option's value: parsed from its raw text, or its default (which may depend on the options before it). */
+type Values = Record<string, unknown>;
+
 /** The job's configuration from raw values (URL parameters or form fields); throws ConfigError. */
 export function parseTrainConfig(get: (name: string) => string | null): TrainConfig {
-  const values: Record<string, unknown> = {};
+  const values: Values = {};
   for (const spec of TRAIN_OPTIONS) {
     const raw = get(spec.name);
     values[spec.name] = raw === null || raw === '' ? spec.defaultValue(values) : parseOption(spec, raw);
   }
+  const layout = checkLayout(values);
+  const slow = slowOf(values.slow as string | null, layout.max);
+  const ddp = checkDdpOptions(values, layout);
+  checkModel(values);
+  const devices = values.devices as number;
+  const { strategy, pp } = layout;
+  if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
+    const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
+    throw new ConfigError('devices', String(devices), `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+  }
+  return configOf(values, { ...layout, ...ddp, slow });
+}
+
+/** The world and how it is split: min..max, the pipeline (pp x dp, split points, micro-batches) and the strategy's servers. Throws ConfigError. */
+function checkLayout(values: Values): Pick<TrainConfig, 'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints'> {
   const min = values.min as number;
   const max = values.max as number;
   if (min > max) throw new ConfigError('min', String(min), `at most the session's largest size (${max})`);
@@ -313,32 +333,51 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   if (pp > 1 && (values.microBatches as number) > (values.batchSize as number)) {
     throw new ConfigError('microBatches', String(values.microBatches), `at most the batch size per replica (${values.batchSize as number})`);
   }
-  let slow: Record<number, number> | null = null;
-  if (values.slow !== null) {
-    try {
-      slow = parseSlow(values.slow as string, max);
-    } catch (err) {
-      if (!(err instanceof StragglerSpecError)) throw err;
-      throw new ConfigError('slow', values.slow as string, `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`);
-    }
+  return { min, max, pp, dp, strategy, ps, splitPoints };
+}
+
+/** `slow` against the world (`max` ranks); null when not set. Throws ConfigError. */
+function slowOf(raw: string | null, max: number): Record<number, number> | null {
+  if (raw === null) return null;
+  try {
+    return parseSlow(raw, max);
+  } catch (err) {
+    if (!(err instanceof StragglerSpecError)) throw err;
+    throw new ConfigError('slow', raw, `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`);
   }
+}
+
+/** DDP's own options (the hook, balanced batches, robust aggregation and attacks), refused where they would do nothing. Throws ConfigError. */
+function checkDdpOptions(values: Values, layout: { min: number; strategy: StrategyName; pp: number }): Pick<TrainConfig, 'commHook' | 'aggregation' | 'attack'> {
+  const { min, strategy, pp } = layout;
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
+  if (values.balance === true && (strategy !== 'ddp' || pp > 1)) {
+    const other = strategy !== 'ddp' ? `strategy ${strategy}, whose workers each take their own batches` : `pipeline stages (here pp ${pp}), where every stage of a replica takes the same batch`;
+    throw new ConfigError('balance', 'true', `false (or left out) with ${other}: balanced batches split DDP's global batch between its ranks (leave out balance, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+  }
   const aggregation = parseAggregation(values.aggregation as string);
   const attack = attackPlan(values.attack as string | null, values.attackers as number, min);
   checkRobust(values.aggregation as string, aggregation, attack, commHook, strategy, pp);
+  return { commHook, aggregation, attack };
+}
+
+/** The model against its data: the mlp's hidden layer, the language model's text, the host's model and images. Throws ConfigError. */
+function checkModel(values: Values): void {
   const hidden = values.hidden as number | null;
   if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
-  const devices = values.devices as number;
   checkLanguageModel(values.model as ModelKind, values.dataset as DatasetKind, values.context as number | null, hidden);
   if (values.streamData !== 'auto' && (values.dataset !== 'user' || values.model === 'lm')) {
     throw new ConfigError('streamData', values.streamData as string, "auto (or left out) unless the dataset is the host's images (dataset user): the other data sets are held whole");
   }
   if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
-  if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
-    const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
-    throw new ConfigError('devices', String(devices), `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
-  }
+}
+
+/** The checked values as a TrainConfig (`checked`: what the checks made of their options). */
+function configOf(values: Values, checked: Pick<TrainConfig, 'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints' | 'slow' | 'commHook' | 'aggregation' | 'attack'>): TrainConfig {
+  const { min, max, pp, dp, strategy, ps, splitPoints, slow, commHook, aggregation, attack } = checked;
+  const hidden = values.hidden as number | null;
+  const devices = values.devices as number;
   return {
     model: values.model as ModelKind,
     hidden,
@@ -383,35 +422,6 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   };
 }
 
-/** `attack` and `attackers` as a plan (null: no attack), the attackers fewer than the smallest world (`min`). Throws ConfigError. */
-function attackPlan(raw: string | null, attackers: number, min: number): AttackConfig | null {
-  if (raw === null) {
-    if (attackers > 0) throw new ConfigError('attackers', String(attackers), '0 (or left out) without attack: it says how many ranks play the attack (give attack=scale|flip|noise|alie)');
-    return null;
-  }
-  const spec = parseAttack(raw);
-  if (attackers < 1 || attackers >= min) {
-    throw new ConfigError('attackers', String(attackers), `from 1 to ${min - 1}, below the smallest world (min ${min}): the last K ranks attack and at least one must stay honest`);
-  }
-  return { ...spec, attackers };
-}
-
-/**
- * Robust aggregation and attacks are DDP's: refused with a parameter-server strategy, with
- * pipelines, and (robust kinds) with a hook other than DiLoCo, whose outer step takes the
- * aggregation instead. Throws ConfigError.
- */
-function checkRobust(raw: string, aggregation: AggregationConfig, attack: AttackConfig | null, hook: CommHookSpec, strategy: StrategyName, pp: number): void {
-  const option = aggregation.kind !== 'mean' ? 'aggregation' : attack ? 'attack' : null;
-  if (option === null) return;
-  const value = option === 'aggregation' ? raw : formatAttack(attack!);
-  if (strategy !== 'ddp') throw new ConfigError(option, value, `left out with strategy ${strategy}: robust aggregation and attacks are DDP's (every rank's gradients combined), and parameter servers take each push on its own`);
-  if (pp > 1) throw new ConfigError(option, value, `left out with pipeline stages (here pp ${pp}): robust aggregation with pipelines is not supported yet`);
-  if (aggregation.kind !== 'mean' && hook.kind !== 'none' && hook.kind !== 'diloco') {
-    throw new ConfigError('aggregation', raw, `mean (or left out) with commHook ${formatCommHook(hook)}: robust aggregation needs every rank's whole gradient as sent, which a communication hook compresses or skips (with diloco, the outer step aggregates robustly)`);
-  }
-}
-
 /**
  * The language model reads windows of text, and only it does: lm with text and text with lm,
  * `context` only with text, and the model's width (hidden) a multiple of its heads. Throws ConfigError.
@@ -423,17 +433,6 @@ function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: num
   if (context !== null && model !== 'lm') throw new ConfigError('context', String(context), "left out unless model is lm: it is the language model's window on the text");
   if (model === 'lm' && hidden !== null && (hidden < LM_DEFAULTS.heads || hidden % LM_DEFAULTS.heads !== 0 || hidden > MAX_LM_WIDTH)) {
     throw new ConfigError('hidden', String(hidden), `a multiple of ${LM_DEFAULTS.heads} (the language model's heads) from ${LM_DEFAULTS.heads} to ${MAX_LM_WIDTH}: it is the model's width`);
-  }
-}
-
-/** Hooks are DDP's: refused with a parameter-server strategy and, for now, with pipelines. Throws ConfigError. */
-function checkCommHook(raw: string, spec: CommHookSpec, strategy: StrategyName, pp: number): void {
-  if (spec.kind === 'none') return;
-  if (strategy !== 'ddp') {
-    throw new ConfigError('commHook', raw, `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`);
-  }
-  if (pp > 1) {
-    throw new ConfigError('commHook', raw, `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`);
   }
 }
 

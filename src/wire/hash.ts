@@ -31,3 +31,14 @@ export function digest48(parts: readonly Uint8Array[]): [number, number] {
   }
   return [(a >>> 0) & 0xffffff, ((b >>> 0) ^ (a >>> 24)) & 0xffffff];
 }
+
+/** A 32-bit integer hash (the "lowbias32" finaliser), for deriving seeds: the same on every engine. */
+export function hash32(x: number): number {
+  x = (x + 0x9e3779b9) | 0; // Keeps hash32(0) away from the fixed point 0.
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x7feb352d);
+  x ^= x >>> 15;
+  x = Math.imul(x, 0x846ca68b);
+  x ^= x >>> 16;
+  return x >>> 0;
+}

@@ -3,6 +3,7 @@
  * precision, every stored value rounded to float32, and only integer operations and correctly
  * rounded arithmetic (+ - * / sqrt), so that every rank on every JS engine gets the same bits.
  */
+import { hash32 } from '../../wire/hash.ts';
 
 /**
  * The matrix a parameter is viewed as: every dimension but the last by the last (a scalar is 1 x
@@ -96,15 +97,4 @@ export function fillRandom(out: Float32Array, seed: number, step: number, bucket
   };
   const scale = Math.sqrt(3);
   for (let i = 0; i < out.length; i++) out[i] = (next() + next() + next() + next() - 2) * scale;
-}
-
-/** A 32-bit integer hash (lowbias32), for seeding. */
-function hash32(x: number): number {
-  x = (x + 0x9e3779b9) | 0;
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }

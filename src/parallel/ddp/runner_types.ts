@@ -61,6 +61,8 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
    * still trained exactly once. Beyond torch, whose DDP needs equal batches: off by default; off
    * gives DistributedSampler's exact shards.
    */
+  balance?: boolean;
+  /** @deprecated The same option as `balance` (its name before; read, with a warning once). */
   balanceBatches?: boolean;
 
   /** One training step on this rank's samples. */
@@ -203,10 +205,27 @@ export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   if (o.ddp?.attack) checkAttackPlan(o.ddp.attack);
   if (o.diloco?.aggregation) checkAggregationSpec(o.diloco.aggregation);
   if (o.diloco?.attack) checkAttackPlan(o.diloco.attack);
-  if (o.balanceBatches !== undefined && typeof o.balanceBatches !== 'boolean') throw new TypeError(`balanceBatches must be true or false, got ${String(o.balanceBatches)}`);
+  for (const name of ['balance', 'balanceBatches'] as const) {
+    if (o[name] !== undefined && typeof o[name] !== 'boolean') throw new TypeError(`${name} must be true or false, got ${String(o[name])}`);
+  }
+  if (o.balance !== undefined && o.balanceBatches !== undefined && o.balance !== o.balanceBatches) {
+    throw new TypeError(`balance ${o.balance} and balanceBatches ${o.balanceBatches} disagree: balanceBatches is balance's old name, give balance alone`);
+  }
   if (o.voteEvery !== undefined && !(Number.isSafeInteger(o.voteEvery) && o.voteEvery >= 1)) throw new RangeError(`voteEvery must be an integer >= 1, got ${o.voteEvery}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);
   }
+}
+
+/** Whether the deprecated `balanceBatches` was warned about (once per page). */
+let balanceBatchesWarned = false;
+
+/** Balanced batches asked for: `balance`, or its old name `balanceBatches` (with a warning, once). */
+export function balanceOf(o: { balance?: boolean; balanceBatches?: boolean }): boolean {
+  if (o.balanceBatches !== undefined && !balanceBatchesWarned) {
+    balanceBatchesWarned = true;
+    console.warn('runElastic: balanceBatches is deprecated, use balance (the same option, as the train job and the launcher name it)');
+  }
+  return (o.balance ?? o.balanceBatches) === true;
 }

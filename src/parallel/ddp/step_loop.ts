@@ -20,7 +20,7 @@ import type { TimelineRecorder } from '../../elastic/timeline.ts';
 import { yieldToEventLoop } from '../../runtime/ticker.ts';
 import type { DeviceGuard } from './device_guard.ts';
 import type { LocalSteps } from './local_steps.ts';
-import type { ElasticRunOptions } from './runner_types.ts';
+import { balanceOf, type ElasticRunOptions } from './runner_types.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
 
@@ -103,7 +103,7 @@ export class StepLoop<M extends StepMetrics> {
     const o = host.o;
     this.pg = round.pg;
     this.n = this.pg.worldSize;
-    this.balance = o.balanceBatches === true;
+    this.balance = balanceOf(o);
     this.balancer = this.balance ? new BatchBalancer(this.n, o.batchSize) : null;
     this.voteEvery = o.voteEvery ?? 1;
     this.voteDuringStep = (o.voteWithGradients ?? true) && this.voteEvery === 1 && !host.local.averager && !host.local.diloco;

@@ -58,6 +58,7 @@ import { CONTROL, REQ_END, REQ_PULL, REQ_PUSH, message, payload, readReply, writ
 import { serveRound } from './serve.ts';
 import { MAX_MEMBER_ID } from '../../wire/protocol_validation.ts';
 import { ServerFigures, WorkerFigures } from './figures.ts';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../../wire/protocol.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
 export type { ParameterServerRunOptions, ParameterServerRunResult, PsRunEvent, PsServerSlot, PsStatus, PsStrategy, WorkerStepContext, WorkerStepResult } from './types.ts';
@@ -287,7 +288,7 @@ class PsRun<M extends StepMetrics> {
         ? `parameter server ${index} was lost: training waits for a tab to take its place, which then resumes from the shard's last checkpoint (every ${this.o.checkpointEvery ?? 0} updates${(this.o.checkpointEvery ?? 0) === 0 ? ': none are saved, so it starts from the initial values' : ''})`
         : 'every worker was lost: the servers wait for a tab to join as a worker';
     this.emit({ type: 'server-lost', round: round.key, index, message });
-    const timeoutMs = this.o.timeoutMs ?? 300_000;
+    const timeoutMs = this.o.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
     while (this.handler.numNodesWaiting() === 0) {
       if (round.pg.error) throw round.pg.error;

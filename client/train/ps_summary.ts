@@ -1,0 +1,95 @@
+/**
+ * A parameter-server run's end on this tab: the evaluation after the run, the workers' rates
+ * gathered, the probe, and the summary with the run's roles, versions, samples and staleness.
+ */
+import * as tf from '@tensorflow/tfjs';
+import { hashFloat32, isRecoverable, slowFactor, type ParameterServerRunResult } from '../../src/index.ts';
+import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
+import { encodeValue } from '../../src/wire/protocol.ts';
+import { linkReport } from '../report.ts';
+import { evaluateAfterRun } from './evaluation.ts';
+import type { TrainResult } from './harness.ts';
+import { probeOf } from './job_options.ts';
+import type { TrainJobResult } from '../../src/jobs/job_report.ts';
+import { stalenessSummary, type PsTrainer } from './ps_trainer.ts';
+
+export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Promise<TrainResult> {
+  const { config, emit, mine, tensorCounts, trainingStarted, strategy, started } = t;
+  const { flags } = t.opts;
+  const { testSet, backend } = t.job;
+  const { pg } = run;
+  if (run.stoppedBy === 'request') emit({ type: 'stopped', by: pg.rank, atStep: run.versions[0] ?? 0 });
+  // The collectives after the run: a tab closed as it ended costs figures, not the run.
+  const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
+  const final = await evaluateAfterRun(pg, run.model, testSet, warn);
+  // The epoch just completed (virtual epochs: samples handed out over the dataset's size).
+  emit({ type: 'eval', epoch: Math.max(0, run.samples.epoch - 1), step: run.versions[0] ?? 0, ...final });
+  // The workers' throughput together: each worker's samples after its first step over the time they took.
+  const elapsed = mine.lastStepEnd - mine.firstStepEnd;
+  const own = Float32Array.of(run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0, trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0);
+  const rates = await pg.allGather(own).catch((err: unknown) => {
+    if (!isRecoverable(err)) throw err;
+    warn(`The workers' rates were not gathered after the run (${(err as Error).message}): this rank's own only`);
+    return own;
+  });
+  const workerRates: number[] = [];
+  let trainSeconds = 0;
+  for (let r = 0; r < rates.length / 2; r++) {
+    if (rates[2 * r]! > 0) workerRates.push(rates[2 * r]!);
+    trainSeconds = Math.max(trainSeconds, rates[2 * r + 1]!);
+  }
+  const weights = await flatTrainableWeights(run.model);
+  const probe = await probeOf(run.model, testSet);
+  const links = await linkReport(pg);
+  const histogram = run.shard?.stalenessHistogram ?? run.worker?.stalenessHistogram ?? [];
+  const pushes = run.shard
+    ? { applied: run.shard.applied, stale: run.shard.stale, duplicate: run.shard.duplicate, refused: run.shard.refused }
+    : { applied: run.worker?.applied ?? 0, stale: run.worker?.stale ?? 0, duplicate: 0, refused: run.worker?.refused ?? 0 };
+  const processed = run.samples.applied + run.samples.stale;
+  const summary: TrainJobResult = {
+    rank: pg.rank,
+    worldSize: pg.worldSize,
+    backend: backend.backend,
+    model: config.model,
+    dataset: config.dataset,
+    // Steps: updates of server 0 (a synchronous step each, with CentralStorage).
+    steps: run.versions[0] ?? 0,
+    epochs: run.samples.epoch,
+    samplesPerSec: workerRates.length > 0 ? workerRates.reduce((a, b) => a + b, 0) : null,
+    // Samples processed (applied or dropped as stale) over the whole training time, first steps included.
+    samplesPerSecWall: trainSeconds > 0 ? processed / trainSeconds : null,
+    // A worker's last batch loss; servers compute none.
+    ...(run.role === 'worker' ? { finalLoss: mine.loss } : {}),
+    testAccuracy: final.testAccuracy,
+    testLoss: final.testLoss,
+    ...(config.model === 'lm' ? { perplexity: Math.exp(final.testLoss) } : {}),
+    weightHash: hashFloat32(weights),
+    ...(run.role === 'worker' ? { breakdownMs: { compute: mine.steps > 0 ? mine.compute / mine.steps : null, ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}) } } : {}),
+    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}),
+    seconds: (performance.now() - started) / 1000,
+    generations: run.generations,
+    liveTensors: { steps: tensorCounts.length, min: tensorCounts.length ? Math.min(...tensorCounts) : tf.memory().numTensors, max: tensorCounts.length ? Math.max(...tensorCounts) : tf.memory().numTensors },
+    parameterServer: {
+      strategy,
+      role: run.role,
+      index: run.index,
+      servers: run.servers,
+      workers: run.workers,
+      versions: run.versions,
+      updatesPerSec: run.shard?.updatesPerSec ?? null,
+      samples: run.samples,
+      pushes,
+      staleness: stalenessSummary(histogram),
+      maxStaleness: config.maxStaleness,
+      stalenessLr: config.stalenessLr,
+      checkpoints: run.checkpoints,
+      restoredFrom: run.restoredFrom,
+      ...(run.worker ? { worker: { workerId: run.worker.workerId, pulls: run.worker.pulls, pushes: run.worker.pushes, samples: run.worker.samples, samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : null } } : {}),
+    },
+    links,
+    ...(run.stoppedBy === 'request' ? { stoppedBy: pg.rank } : {}),
+    ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
+  };
+  emit({ type: 'done', summary });
+  return { summary, model: run.model, pg, close: run.close, probe };
+}

@@ -1,0 +1,80 @@
+/**
+ * A finished run's outcome: its failures (what the timeout caught, faults never injected, the
+ * other nodes'), or its summary with the launcher's lines before the JSON (parameter servers,
+ * the communication hook, devices) and the faults', tabs' and last round's parts.
+ */
+import { summarize, summarizeScript } from './summaries.ts';
+import { commLine } from './summary_comm.ts';
+import { devicesLine } from './summary_devices.ts';
+import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
+import type { RankRun } from './rank_run.ts';
+import type { LaunchOutcome } from './run_options.ts';
+
+/** The run's outcome once it ended (`how`: every page settled, or the timeout). */
+export async function runSummary(run: RankRun, how: 'settled' | 'timeout'): Promise<LaunchOutcome> {
+  const { opts, script, worldSize, nodes, summaryBase } = run.s;
+  const log = run.s.log;
+  run.endFailures(how);
+  await run.nodeOutcomes();
+  const results = run.results();
+  if (run.failures.length > 0) {
+    for (const f of run.failures) log(`[launch] FAILED ${f}`);
+    return { ok: false, summary: { ...summaryBase, ...run.opened, ok: false, errors: [...run.failures], ...run.browsersPart(), ...run.lanPart() }, results };
+  }
+  const visibility = opts.tabs ? await run.sampleVisibility() : undefined;
+  if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
+  for (const { entry, page } of run.hiddenPages) {
+    const probe = await page.timerProbe();
+    if (probe) {
+      entry.longestTimerGapMs = probe.longestGapMs;
+      log(`[launch] rank ${entry.rank}'s own timers while hidden: longest gap ${probe.longestGapMs} ms over ${probe.ticks} ticks`);
+    }
+  }
+  const summary = script ? summarizeScript(opts.job, worldSize, results, run.events) : summarize(opts.job, worldSize, results, run.events);
+  for (const line of jobLines(summary, script)) log(`[launch] ${line}`);
+  const faultsOut = run.faultTimes.report();
+  const lastRound = lastRoundPart(run, faultsOut.length > 0 || run.leftBeforeEnd.length > 0);
+  const { arrivedAfterEnd, leftBeforeEnd, hidden } = run;
+  return {
+    ok: true,
+    summary: {
+      ...summary,
+      ...run.opened,
+      ...(nodes ? { nodes } : {}),
+      ...(faultsOut.length ? { faults: faultsOut } : {}),
+      ...(arrivedAfterEnd.length ? { arrivedAfterEnd } : {}),
+      ...(leftBeforeEnd.length ? { leftBeforeEnd } : {}),
+      ...(lastRound ? { lastRound } : {}),
+      ...(visibility ? { visibility, hidden } : {}),
+      ...run.browsersPart(),
+      ...run.lanPart(),
+      ok: true,
+    },
+    results,
+  };
+}
+
+/** A job's lines before the JSON (which stays the last line): a parameter-server run's figures, a DDP run's hook and bytes per step, its devices. */
+function jobLines(summary: Record<string, unknown>, script: boolean): string[] {
+  const lines = summary.parameterServer ? parameterServerLines(summary.parameterServer as ParameterServerSummary) : [];
+  const comm = script ? null : commLine(summary);
+  const devices = script ? null : devicesLine(summary);
+  return [...lines, ...(comm ? [comm] : []), ...(devices ? [devices] : [])];
+}
+
+/**
+ * With faults, the last round's ranks that did not reach the run's end, and why (killed or
+ * frozen in its last steps, or its last round failed as the others finished): what the
+ * summary's weightHashes (the final ranks' own, from their 'end' events) lack of worldSize.
+ */
+function lastRoundPart(run: RankRun, wanted: boolean): Record<string, unknown> | null {
+  const last = wanted ? run.faultTimes.lastRound() : null;
+  if (!last) return null;
+  const { pages } = run;
+  return {
+    worldSize: last.worldSize,
+    // Every page: its last rank, whether it is in the last round and has a result, and what took it out.
+    pages: pages.map((p) => ({ page: p.index, rank: p.rank ?? null, inLastRound: last.pages.some((x) => x.page === p.index), result: p.result !== undefined, ...(p.out ? { out: p.out } : {}) })),
+    without: last.pages.filter((p) => !p.ended).map(({ page, rank }) => ({ page, rank, why: pages[page]?.out ?? 'no end' })),
+  };
+}
