@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { TlsOptions } from '../signaling/tls.ts';
-import type { ElasticEvent } from '../src/elastic/events.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
 import { withToken } from '../src/wire/session_token.ts';
 import { parseReport, ReportError, type Report } from '../src/jobs/job_report.ts';
 import type { RankDriver, RankTarget } from './driver.ts';

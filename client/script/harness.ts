@@ -3,7 +3,9 @@
  * reads the launch from the URL, sets up the TF.js backend, forwards the library's elastic
  * events to the launcher, and calls the script's default export with a LaunchContext.
  */
-import { fetchOffer, parseScriptArgs, parseSlow, type LaunchContext, type ScriptMain } from '../../src/index.ts';
+import { fetchOffer, type LaunchContext, type ScriptMain } from '../../src/index.ts';
+import { parseScriptArgs } from '../../src/jobs/launch_context.ts';
+import { parseSlow } from '../../src/runtime/straggler.ts';
 import { selectBackend } from '../train/backend.ts';
 import { BACKENDS, type BackendName } from '../../src/jobs/train_config.ts';
 import { reportElasticEvents } from '../report.ts';

@@ -6,7 +6,8 @@
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-webgpu';
 import '../../src/runtime/wasm_paths.ts';
-import { classificationLoss, fetchBatch, startBackend, type Dataset } from '../../src/index.ts';
+import { classificationLoss, fetchBatch, type Dataset } from '../../src/index.ts';
+import { startBackend } from '../../src/runtime/device.ts';
 import { BACKENDS, type BackendName, type BackendSetting } from '../../src/jobs/train_config.ts';
 import { INSECURE_PAGE_REASON, missingWebGpuReason } from '../webgpu.ts';
 import { noBackendError } from './preflight.ts';

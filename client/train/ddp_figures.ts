@@ -3,7 +3,8 @@
  * local SGD's averagings), the summary's `commHook` and overlap, the step's timeline, the
  * global batch's loss, and the bare all-reduce measured after the run.
  */
-import type { ProcessGroup, StepTimeline } from '../../src/index.ts';
+import type { ProcessGroup } from '../../src/index.ts';
+import { type StepTimeline } from '../../src/elastic/timeline.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
 import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco/diloco.ts';
 import { denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';

@@ -3,7 +3,9 @@
  * the trained model, the bare all-reduce beside the step's communication, and the summary the
  * page reports.
  */
-import { hashFloat32, isRecoverable, slowFactor, type ElasticRunResult } from '../../src/index.ts';
+import { isRecoverable, type ElasticRunResult } from '../../src/index.ts';
+import { hashFloat32 } from '../../src/wire/hash.ts';
+import { slowFactor } from '../../src/runtime/straggler.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { DiLoCo } from '../../src/parallel/diloco/diloco.ts';
 import { linkReport } from '../report.ts';

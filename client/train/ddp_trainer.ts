@@ -4,26 +4,10 @@
  * (ddp_summary.ts; its figures in ddp_figures.ts).
  */
 import * as tf from '@tensorflow/tfjs';
-import {
-  DataParallel,
-  TrainState,
-  type BackwardOptions,
-  type DistributedDataParallel,
-  classificationLoss,
-  correctPredictions,
-  fetchBatch,
-  labelsPerSample,
-  runElastic,
-  slowFactor,
-  Straggler,
-  type ElasticRunOptions,
-  type ElasticRunResult,
-  type Json,
-  type ProcessGroup,
-  type RebuildContext,
-  type RoundContext,
-  type StepContext,
-} from '../../src/index.ts';
+import { DataParallel, TrainState, type BackwardOptions, type DistributedDataParallel, classificationLoss, fetchBatch, runElastic, type ElasticRunOptions, type ElasticRunResult, type Json, type ProcessGroup, type RebuildContext, type RoundContext, type StepContext } from '../../src/index.ts';
+import { correctPredictions } from '../../src/nn/losses.ts';
+import { labelsPerSample } from '../../src/datasets/dataset.ts';
+import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
 import type { BackendChoice } from './backend.ts';
 import { attackPlanOf, hostOptimizer, sampleDue, type BackendName, type TrainConfig } from '../../src/jobs/train_config.ts';
 import type { StepBreakdownMs, TrainEvent } from './events.ts';

@@ -3,7 +3,8 @@
  * Done here rather than with 'downloads://', whose router the bundler may drop.
  */
 import type * as tf from '@tensorflow/tfjs';
-import { exportForTorch, modelArtifacts, pythonModuleName } from '../../src/index.ts';
+import { exportForTorch, modelArtifacts } from '../../src/index.ts';
+import { pythonModuleName } from '../../src/checkpoint/torch_export.ts';
 
 /** A file name, whatever the caller passed: no path separators or odd characters. */
 function fileName(baseName: string): string {

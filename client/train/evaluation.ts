@@ -4,7 +4,9 @@
  * reports its progress and stops between batches when the host skips it.
  */
 import * as tf from '@tensorflow/tfjs';
-import { correctPredictions, fetchBatch, isRecoverable, labelsPerSample, type Dataset, type ProcessGroup } from '../../src/index.ts';
+import { fetchBatch, isRecoverable, type Dataset, type ProcessGroup } from '../../src/index.ts';
+import { correctPredictions } from '../../src/nn/losses.ts';
+import { labelsPerSample } from '../../src/datasets/dataset.ts';
 import { yieldToEventLoop } from '../../src/runtime/ticker.ts';
 import type { TrainEvent } from './events.ts';
 

@@ -5,27 +5,8 @@
  * evaluation is evaluation.ts).
  */
 import * as tf from '@tensorflow/tfjs';
-import {
-  buildModel,
-  type CharTokenizer,
-  generate,
-  Mulberry32,
-  textDatasets,
-  fetchOffer,
-  loadMnistSplits,
-  loadOfferedDataset,
-  loadOfferedModel,
-  loadOfferedText,
-  subset,
-  type OfferRequest,
-  syntheticDataset,
-  type Dataset,
-  type ElasticEvent,
-  type ModelSpec,
-  type ProcessGroup,
-  type RendezvousEvent,
-  type StoreClient,
-} from '../../src/index.ts';
+import { buildModel, type CharTokenizer, generate, textDatasets, fetchOffer, loadMnistSplits, loadOfferedDataset, loadOfferedModel, loadOfferedText, subset, type OfferRequest, syntheticDataset, type Dataset, type ElasticEvent, type ModelSpec, type ProcessGroup, type RendezvousEvent, type StoreClient } from '../../src/index.ts';
+import { Mulberry32 } from '../../src/datasets/synthetic.ts';
 import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } from './backend.ts';
 import { probeText } from './backend_probe.ts';
 import { probeWebGpu } from '../webgpu.ts';

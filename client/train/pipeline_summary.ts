@@ -3,7 +3,10 @@
  * whole model's weights gathered on rank 0 (--dump-weights), the probe, and the summary with
  * this stage's figures (its layers, memory, bubble and breakdown).
  */
-import { bubbleFraction, fetchBatch, hashFloat32, slowFactor, type PipelineRoundContext, type PipelineRunResult, type PipelineStage } from '../../src/index.ts';
+import { fetchBatch, type PipelineRoundContext, type PipelineRunResult, type PipelineStage } from '../../src/index.ts';
+import { bubbleFraction } from '../../src/parallel/pipeline/schedule.ts';
+import { hashFloat32 } from '../../src/wire/hash.ts';
+import { slowFactor } from '../../src/runtime/straggler.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';

@@ -6,7 +6,14 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { bubbleFraction, classificationLoss, correctPredictions, fetchBatch, labelsPerSample, layerFactoriesOf, modelLayers, runPipeline, slowFactor, Straggler, type Dataset, type ElasticEvent, type PipelineMesh, type PipelineRoundContext, type PipelineRunOptions, type PipelineStepContext, type TimelineEntry } from '../../src/index.ts';
+import { classificationLoss, fetchBatch, runPipeline, type Dataset, type ElasticEvent, type PipelineRoundContext, type PipelineRunOptions, type PipelineStepContext } from '../../src/index.ts';
+import { bubbleFraction } from '../../src/parallel/pipeline/schedule.ts';
+import { correctPredictions } from '../../src/nn/losses.ts';
+import { labelsPerSample } from '../../src/datasets/dataset.ts';
+import { layerFactoriesOf, modelLayers } from '../../src/nn/models.ts';
+import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
+import { type PipelineMesh } from '../../src/parallel/pipeline/runner.ts';
+import { type TimelineEntry } from '../../src/parallel/pipeline/stage.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';

@@ -3,7 +3,9 @@
  * gathered, the probe, and the summary with the run's roles, versions, samples and staleness.
  */
 import * as tf from '@tensorflow/tfjs';
-import { hashFloat32, isRecoverable, slowFactor, type ParameterServerRunResult } from '../../src/index.ts';
+import { isRecoverable, type ParameterServerRunResult } from '../../src/index.ts';
+import { hashFloat32 } from '../../src/wire/hash.ts';
+import { slowFactor } from '../../src/runtime/straggler.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';

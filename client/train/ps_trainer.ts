@@ -7,7 +7,11 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, correctPredictions, fetchBatch, flatGradients, labelsPerSample, runParameterServer, slowFactor, Straggler, type Json, type ParameterServerRunOptions, type ProcessGroup, type PsRunEvent, type StepMetrics, type WorkerStepContext } from '../../src/index.ts';
+import { classificationLoss, fetchBatch, runParameterServer, type Json, type ParameterServerRunOptions, type ProcessGroup, type PsRunEvent, type StepMetrics, type WorkerStepContext } from '../../src/index.ts';
+import { correctPredictions } from '../../src/nn/losses.ts';
+import { flatGradients } from '../../src/parallel/parameter_server/worker.ts';
+import { labelsPerSample } from '../../src/datasets/dataset.ts';
+import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
 import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor } from './evaluation.ts';
