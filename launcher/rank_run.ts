@@ -18,7 +18,7 @@ import { globalRank, NodeGroup } from './multinode.ts';
 import { FaultTimes } from './fault_times.ts';
 import { Churn } from './churn.ts';
 import type { RankResult } from './summary_fields.ts';
-import { runSummary } from './run_summary.ts';
+import { runSummary, type EndedRun } from './run_summary.ts';
 import { describeFault, describeTarget, type Fault, type FaultTarget, type LaunchOptions, type LaunchOutcome } from './run_options.ts';
 
 /** After a rank fails, how long the others get to report their own failure before the run stops. */
@@ -48,7 +48,7 @@ export interface RankRunSetup {
   log: (line: string) => void;
 }
 
-export class RankRun {
+export class RankRun implements EndedRun {
   readonly pages: RankPage[] = [];
   readonly failures: string[] = [];
   readonly events: ElasticEvent[] = [];

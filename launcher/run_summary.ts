@@ -7,11 +7,46 @@ import { summarize, summarizeScript } from './summaries.ts';
 import { commLine } from './summary_comm.ts';
 import { devicesLine } from './summary_devices.ts';
 import { parameterServerLines, type ParameterServerSummary } from './summary_ps.ts';
-import type { RankRun } from './rank_run.ts';
-import type { LaunchOutcome } from './run_options.ts';
+import type { ElasticEvent } from '../src/parallel/events.ts';
+import type { RankTarget } from './driver.ts';
+import type { FaultTimes } from './fault_times.ts';
+import type { HiddenTab, RankPage } from './rank_page.ts';
+import type { RankResult } from './summary_fields.ts';
+import type { LaunchOptions, LaunchOutcome } from './run_options.ts';
+
+/** What the summary reads of a run that ended (RankRun keeps it): its setup, pages, events, faults and failures, and the parts every summary has. */
+export interface EndedRun {
+  readonly s: {
+    readonly opts: LaunchOptions;
+    readonly script: boolean;
+    readonly worldSize: number;
+    /** --nnodes: this node's place, copied into the summary. */
+    readonly nodes: object | undefined;
+    readonly summaryBase: Record<string, unknown>;
+    readonly log: (line: string) => void;
+  };
+  readonly pages: ReadonlyArray<Pick<RankPage, 'index' | 'rank' | 'result' | 'out'>>;
+  readonly failures: readonly string[];
+  readonly events: ElasticEvent[];
+  readonly arrivedAfterEnd: readonly unknown[];
+  readonly leftBeforeEnd: readonly unknown[];
+  readonly hidden: readonly HiddenTab[];
+  readonly hiddenPages: ReadonlyArray<{ entry: HiddenTab; page: Pick<RankTarget, 'timerProbe'> }>;
+  readonly faultTimes: Pick<FaultTimes, 'report' | 'lastRound'>;
+  /** The server URL the ranks opened. */
+  readonly opened: { url?: string };
+  /** What ended the run, added to the failures (`how`: every page settled, or the timeout). */
+  endFailures(how: 'settled' | 'timeout'): void;
+  /** With --nnodes: this node's outcome told to the others, theirs added to the failures. */
+  nodeOutcomes(): Promise<void>;
+  results(): RankResult[];
+  browsersPart(): Record<string, unknown>;
+  lanPart(): Record<string, unknown>;
+  sampleVisibility(): Promise<Array<{ rank: number; state: string }>>;
+}
 
 /** The run's outcome once it ended (`how`: every page settled, or the timeout). */
-export async function runSummary(run: RankRun, how: 'settled' | 'timeout'): Promise<LaunchOutcome> {
+export async function runSummary(run: EndedRun, how: 'settled' | 'timeout'): Promise<LaunchOutcome> {
   const { opts, script, worldSize, nodes, summaryBase } = run.s;
   const log = run.s.log;
   run.endFailures(how);
@@ -67,7 +102,7 @@ function jobLines(summary: Record<string, unknown>, script: boolean): string[] {
  * frozen in its last steps, or its last round failed as the others finished): what the
  * summary's weightHashes (the final ranks' own, from their 'end' events) lack of worldSize.
  */
-function lastRoundPart(run: RankRun, wanted: boolean): Record<string, unknown> | null {
+function lastRoundPart(run: EndedRun, wanted: boolean): Record<string, unknown> | null {
   const last = wanted ? run.faultTimes.lastRound() : null;
   if (!last) return null;
   const { pages } = run;

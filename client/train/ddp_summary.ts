@@ -3,20 +3,57 @@
  * the trained model, the bare all-reduce beside the step's communication, and the summary the
  * page reports.
  */
-import { isRecoverable, type ElasticRunResult } from '../../src/index.ts';
+import type * as tf from '@tensorflow/tfjs';
+import { isRecoverable, type DataParallel, type ElasticRunResult, type ProcessGroup } from '../../src/index.ts';
 import { hashFloat32 } from '../../src/wire/hash.ts';
 import { slowFactor } from '../../src/runtime/straggler.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { DiLoCo } from '../../src/parallel/diloco/diloco.ts';
 import { linkReport } from '../report.ts';
 import { bareBucketsAllReduce, commHookSummary, dilocoOverlap, overlapOf, stepTimeline } from './ddp_figures.ts';
-import type { DdpTrainer } from './ddp_trainer.ts';
-import type { TrainResult } from './harness.ts';
+import type { StartedJob, TrainerOptions, TrainResult } from './harness.ts';
+import type { BackendChoice } from './backend.ts';
+import type { CommSetup } from './comm.ts';
+import type { ContributionTracker } from './contributions.ts';
+import type { StepBreakdownMs, TrainEvent } from './events.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import { probeOf } from './job_options.ts';
 import type { JobResult, TrainJobResult } from '../../src/jobs/job_report.ts';
 
+type Evaluation = { step: number; testAccuracy: number; testLoss: number };
+
+/** What the summary reads of a DDP run on this tab (DdpTrainer keeps it): the job, the model, and the figures gathered over the steps. */
+export interface DdpRunRecord {
+  readonly config: TrainConfig;
+  readonly opts: TrainerOptions;
+  readonly job: StartedJob;
+  readonly emit: (e: TrainEvent) => void;
+  /** performance.now() when the trainer was made. */
+  readonly started: number;
+  readonly backend: BackendChoice;
+  readonly model: tf.LayersModel;
+  readonly dp: DataParallel | undefined;
+  readonly comm: CommSetup;
+  readonly judged: Pick<ContributionTracker, 'result'>;
+  readonly sums: StepBreakdownMs & { slowed: number };
+  readonly bytes: { readonly sent: number; readonly dense: number; readonly averagings: number; readonly afterStart: number; readonly stepsAfterStart: number };
+  readonly commSpan: number;
+  readonly own: Readonly<Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>>;
+  readonly slowedTotal: number;
+  readonly timedSteps: number;
+  readonly samplesPerSecTotal: number;
+  readonly tensorCounts: readonly number[];
+  readonly hashChecks: readonly boolean[];
+  readonly lastLoss: number;
+  readonly evals: readonly Evaluation[];
+  readonly lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
+  readonly sampleSteps: readonly number[];
+  /** The evaluation after the run; null when the host skipped it. */
+  finalEvaluation(pg: ProcessGroup, step: number, epoch: number): Promise<Evaluation | null>;
+}
+
 /** The run's result: the summary (also emitted as 'done'), the model, the group, and the probe. */
-export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<TrainResult> {
+export async function ddpResult(t: DdpRunRecord, run: ElasticRunResult): Promise<TrainResult> {
   const { emit } = t;
   const { testSet } = t.job;
   const { pg } = run;
@@ -55,7 +92,7 @@ export async function ddpResult(t: DdpTrainer, run: ElasticRunResult): Promise<T
 }
 
 /** The run and its model: who, on what, how far, how fast, how well (the language model's figures too). */
-function runPart(t: DdpTrainer, run: ElasticRunResult, final: { testAccuracy: number; testLoss: number } | null): Pick<TrainJobResult, 'rank' | 'worldSize' | 'backend' | 'model' | 'dataset' | 'steps' | 'epochs'> & JobResult {
+function runPart(t: DdpRunRecord, run: ElasticRunResult, final: { testAccuracy: number; testLoss: number } | null): Pick<TrainJobResult, 'rank' | 'worldSize' | 'backend' | 'model' | 'dataset' | 'steps' | 'epochs'> & JobResult {
   const { config, backend, timedSteps, samplesPerSecTotal } = t;
   const { trainSet, text } = t.job;
   return {
@@ -93,7 +130,7 @@ function runPart(t: DdpTrainer, run: ElasticRunResult, final: { testAccuracy: nu
 }
 
 /** --comm-hook: the hook, this rank's mean bytes per timed step, their share of the float32 all-reduce's, and the overlap. */
-function commPart(t: DdpTrainer, run: ElasticRunResult): Record<string, unknown> {
+function commPart(t: DdpRunRecord, run: ElasticRunResult): Record<string, unknown> {
   const { bytes, timedSteps } = t;
   return {
     commHook: commHookSummary(t.comm, run.ddp.commHook.name, run.ddp.parameterCount, run.pg, bytes.averagings),
@@ -110,7 +147,7 @@ function commPart(t: DdpTrainer, run: ElasticRunResult): Record<string, unknown>
 }
 
 /** This tab's own: its devices, its --slow factor, its time, the run's rounds, and its live tensors. */
-function tabPart(t: DdpTrainer, run: ElasticRunResult): Pick<TrainJobResult, 'seconds' | 'generations'> & JobResult {
+function tabPart(t: DdpRunRecord, run: ElasticRunResult): Pick<TrainJobResult, 'seconds' | 'generations'> & JobResult {
   const { config, timedSteps, tensorCounts } = t;
   return {
     // --devices: how many this rank computed on and, with more than one, each one's backend and figures.

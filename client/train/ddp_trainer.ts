@@ -19,7 +19,7 @@ import { evaluate, evaluateAndReport, labelsTensor } from './evaluation.ts';
 import { dashboardEvents, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
 import { DILOCO_VOTE_EVERY, stepBytes, syncsAt, weightedLoss } from './ddp_figures.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
-import { ddpResult } from './ddp_summary.ts';
+import { ddpResult, type DdpRunRecord } from './ddp_summary.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -41,7 +41,7 @@ export async function trainDdp(opts: TrainerOptions): Promise<TrainResult> {
 }
 
 /** One tab's DDP run: its model (rebuilt when its GPU is lost), devices, figures, and the runner's hooks. */
-export class DdpTrainer {
+export class DdpTrainer implements DdpRunRecord {
   readonly config: TrainConfig;
   readonly started = performance.now();
   readonly emit: (e: TrainEvent) => void;

@@ -223,6 +223,9 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   return { backend, gpu, trainSet, testSet, ...(text ? { text } : {}), newModel, modelName };
 }
 
+/** A started job: its backend, data and model maker (what startJob resolves to). */
+export type StartedJob = Awaited<ReturnType<typeof startJob>>;
+
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
 export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });

@@ -10,11 +10,40 @@ import { slowFactor } from '../../src/runtime/straggler.ts';
 import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';
-import type { TrainResult } from './harness.ts';
+import type { PipelineMesh } from '../../src/parallel/pipeline/runner.ts';
+import type { StartedJob, TrainerOptions, TrainResult } from './harness.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import type { TrainJobResult } from '../../src/jobs/job_report.ts';
-import { placeOf, type PipelineTrainer } from './pipeline_trainer.ts';
 
-export async function pipelineResult(t: PipelineTrainer, run: PipelineRunResult): Promise<TrainResult> {
+type Evaluation = { step: number; testAccuracy: number; testLoss: number };
+
+/** What the summary reads of a pipeline run on this tab (PipelineTrainer keeps it): the job and this stage's figures over the steps. */
+export interface PipelineRunRecord {
+  readonly config: TrainConfig;
+  readonly opts: TrainerOptions;
+  readonly job: StartedJob;
+  readonly emit: TrainerOptions['emit'];
+  /** performance.now() when the trainer was made. */
+  readonly started: number;
+  readonly sums: Readonly<Record<'compute' | 'waitActivations' | 'waitGradients' | 'allreduce' | 'apply' | 'bubble' | 'slowed', number>>;
+  readonly timedSteps: number;
+  readonly samplesPerSecTotal: number;
+  readonly peakTensors: number;
+  readonly peakStashed: number;
+  readonly tensorCounts: readonly number[];
+  readonly hashChecks: readonly boolean[];
+  readonly lastLoss: number;
+  readonly evals: readonly Evaluation[];
+  /** An evaluation of the pipeline, emitted (and kept in evals). */
+  evaluateAndEmit(ctx: PipelineRoundContext, step: number, epoch: number): Promise<Evaluation>;
+}
+
+/** This rank's place in the S x D layout, as the dashboard and the summary say it. */
+export function placeOf(mesh: PipelineMesh): { stage: number; stages: number; replica: number; replicas: number } {
+  return { stage: mesh.stage, stages: mesh.stages, replica: mesh.replica, replicas: mesh.replicas };
+}
+
+export async function pipelineResult(t: PipelineRunRecord, run: PipelineRunResult): Promise<TrainResult> {
   const { emit, config } = t;
   const { testSet } = t.job;
   const { mesh, stage, ddp } = run;

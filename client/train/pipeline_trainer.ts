@@ -12,14 +12,13 @@ import { correctPredictions } from '../../src/nn/losses.ts';
 import { labelsPerSample } from '../../src/datasets/dataset.ts';
 import { layerFactoriesOf, modelLayers } from '../../src/nn/models.ts';
 import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
-import { type PipelineMesh } from '../../src/parallel/pipeline/runner.ts';
 import { type TimelineEntry } from '../../src/parallel/pipeline/stage.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';
 import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
 import { hostOptimizer, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
-import { pipelineResult } from './pipeline_summary.ts';
+import { pipelineResult, placeOf, type PipelineRunRecord } from './pipeline_summary.ts';
 
 /** Every this many steps the ranks gather replica 0's timeline for the dashboard. */
 const TIMELINE_EVERY = 5;
@@ -37,7 +36,7 @@ export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> 
 }
 
 /** One tab's stage of a pipeline run: its figures, and the runner's hooks. */
-export class PipelineTrainer {
+export class PipelineTrainer implements PipelineRunRecord {
   readonly config: TrainConfig;
   readonly started = performance.now();
   readonly emit: TrainerOptions['emit'];
@@ -191,11 +190,6 @@ export class PipelineTrainer {
     if (step === 1 || step % TIMELINE_EVERY === 0) await emitTimeline(ctx, step, this.lastTimeline, this.config.microBatches, this.emit);
     if (this.config.evalEvery > 0 && step % this.config.evalEvery === 0) await this.evaluateAndEmit(ctx, step, epoch);
   }
-}
-
-/** This rank's place in the S x D layout, as the dashboard and the summary say it. */
-export function placeOf(mesh: PipelineMesh): { stage: number; stages: number; replica: number; replicas: number } {
-  return { stage: mesh.stage, stages: mesh.stages, replica: mesh.replica, replicas: mesh.replicas };
 }
 
 /**

@@ -10,12 +10,29 @@ import { flatTrainableWeights } from '../../src/parallel/replicas.ts';
 import { encodeValue } from '../../src/wire/protocol.ts';
 import { linkReport } from '../report.ts';
 import { evaluateAfterRun } from './evaluation.ts';
-import type { TrainResult } from './harness.ts';
+import type { StartedJob, TrainerOptions, TrainResult } from './harness.ts';
 import { probeOf } from './job_options.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import type { TrainJobResult } from '../../src/jobs/job_report.ts';
-import { stalenessSummary, type PsTrainer } from './ps_trainer.ts';
 
-export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Promise<TrainResult> {
+/** This worker's figures: its steps after the first (which compiles shaders) are timed. */
+export type WorkerFigures = { steps: number; samples: number; timedSamples: number; firstStepEnd: number; lastStepEnd: number; slowed: number; compute: number; loss: number };
+
+/** What the summary reads of a parameter-server run on this tab (PsTrainer keeps it): the job, the strategy and this rank's figures. */
+export interface PsRunRecord {
+  readonly config: TrainConfig;
+  readonly opts: TrainerOptions;
+  readonly job: StartedJob;
+  readonly emit: TrainerOptions['emit'];
+  /** performance.now() when the trainer was made, and when training started (0: not yet). */
+  readonly started: number;
+  readonly trainingStarted: number;
+  readonly strategy: 'central' | 'async';
+  readonly mine: Readonly<WorkerFigures>;
+  readonly tensorCounts: readonly number[];
+}
+
+export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): Promise<TrainResult> {
   const { config, emit, mine, tensorCounts, trainingStarted, strategy, started } = t;
   const { flags } = t.opts;
   const { testSet, backend } = t.job;
@@ -94,4 +111,21 @@ export async function psResult(t: PsTrainer, run: ParameterServerRunResult): Pro
   };
   emit({ type: 'done', summary });
   return { summary, model: run.model, pg, close: run.close, probe };
+}
+
+/** Mean, median, 90th percentile and largest staleness of a histogram (the last bucket counts as its own value). */
+export function stalenessSummary(histogram: number[]): { histogram: number[]; mean: number | null; p50: number | null; p90: number | null; max: number | null } {
+  const total = histogram.reduce((a, b) => a + b, 0);
+  if (total === 0) return { histogram, mean: null, p50: null, p90: null, max: null };
+  const quantile = (q: number) => {
+    let seen = 0;
+    for (let s = 0; s < histogram.length; s++) {
+      seen += histogram[s]!;
+      if (seen >= q * total) return s;
+    }
+    return histogram.length - 1;
+  };
+  let max = 0;
+  histogram.forEach((n, s) => n > 0 && (max = s));
+  return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
 }

@@ -16,11 +16,9 @@ import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor } from './evaluation.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
-import { psResult } from './ps_summary.ts';
+import { psResult, type PsRunRecord, type WorkerFigures } from './ps_summary.ts';
 import { startJob, watchLinks, type TrainerOptions, type TrainResult } from './harness.ts';
 import type { TrainEvent } from './events.ts';
-
-type Mine = { steps: number; samples: number; timedSamples: number; firstStepEnd: number; lastStepEnd: number; slowed: number; compute: number; loss: number };
 
 export async function trainParameterServer(opts: TrainerOptions): Promise<TrainResult> {
   const trainer = new PsTrainer(opts, await startJob(opts));
@@ -32,7 +30,7 @@ export async function trainParameterServer(opts: TrainerOptions): Promise<TrainR
 }
 
 /** One tab's part in a parameter-server run (a server or a worker): its figures, and the runner's hooks. */
-export class PsTrainer {
+export class PsTrainer implements PsRunRecord {
   readonly config: TrainConfig;
   readonly started = performance.now();
   readonly emit: TrainerOptions['emit'];
@@ -42,7 +40,7 @@ export class PsTrainer {
   private straggler = new Straggler(1);
   private rank = -1;
   /** This worker's figures: its steps after the first (which compiles shaders) are timed. */
-  readonly mine: Mine = { steps: 0, samples: 0, timedSamples: 0, firstStepEnd: 0, lastStepEnd: 0, slowed: 0, compute: 0, loss: NaN };
+  readonly mine: WorkerFigures = { steps: 0, samples: 0, timedSamples: 0, firstStepEnd: 0, lastStepEnd: 0, slowed: 0, compute: 0, loss: NaN };
   readonly tensorCounts: number[] = [];
   trainingStarted = 0;
 
@@ -158,23 +156,6 @@ export class PsTrainer {
     this.shareFleet(pg, backend, gpu.adapter);
     watchLinks(pg, this.emit);
   }
-}
-
-/** Mean, median, 90th percentile and largest staleness of a histogram (the last bucket counts as its own value). */
-export function stalenessSummary(histogram: number[]): { histogram: number[]; mean: number | null; p50: number | null; p90: number | null; max: number | null } {
-  const total = histogram.reduce((a, b) => a + b, 0);
-  if (total === 0) return { histogram, mean: null, p50: null, p90: null, max: null };
-  const quantile = (q: number) => {
-    let seen = 0;
-    for (let s = 0; s < histogram.length; s++) {
-      seen += histogram[s]!;
-      if (seen >= q * total) return s;
-    }
-    return histogram.length - 1;
-  };
-  let max = 0;
-  histogram.forEach((n, s) => n > 0 && (max = s));
-  return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
 }
 
 /** The run's events, as the dashboard and the console hear them. */
