@@ -2,6 +2,7 @@
  * The launcher's usage text (npm run launch -- --help, and after a refused command line). The
  * job options' grammars are printed from their one rule (src/jobs/), not restated here.
  */
+import { AGGREGATION_GRAMMAR } from '../src/jobs/aggregation_spec.ts';
 import { COMM_HOOK_GRAMMAR, DEFAULT_COMM_HOOK_START, DEFAULT_DILOCO_OUTER_LR, DEFAULT_DILOCO_OUTER_MOMENTUM } from '../src/jobs/comm_hook_spec.ts';
 
 export const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
@@ -21,7 +22,7 @@ options: [--server URL] [--session NAME] [--nnodes N --node-rank R (with --serve
 job train: [--time-limit SEC (every rank asks to stop SEC s after it joined: DDP at the next step, parameter servers when server 0 next answers a worker; then the final evaluation and summary as usual)]
 job train, DDP: [--balance true|false (default true: each step's samples split by the ranks' measured speed; false: every rank the same batch, as torch; DDP's only: refused true with --pp or --strategy ps|central)] [--comm-hook ${COMM_HOOK_GRAMMAR} (default none: the gradients' communication hook; START default ${DEFAULT_COMM_HOOK_START}, OUTER_LR ${DEFAULT_DILOCO_OUTER_LR}, MOMENTUM ${DEFAULT_DILOCO_OUTER_MOMENTUM})]
          [--devices K (each rank's batch split over K Workers, each a replica on its own backend: DataParallel; default 1)]
-         [--aggregation mean|trimmed-mean:B|median|centered-clip[:TAU|auto][:ITERATIONS] (default mean; a robust rule keeps a hostile rank from moving every replica: each rank sends its gradient to every other, (N-1)x the gradient; with --comm-hook diloco:H, the outer step's)]
+         [--aggregation ${AGGREGATION_GRAMMAR} (default mean; a robust rule keeps a hostile rank from moving every replica: each rank sends its gradient to every other, (N-1)x the gradient; with --comm-hook diloco:H, the outer step's)]
          [--attack scale[:FACTOR]|flip[:FACTOR]|noise[:STD]|alie[:Z] [--attackers K] (for measuring defences only: the last K ranks, default 1, attack their own gradients)]
 job train, pipeline parallel: [--pp S (stages, one per rank) [--dp D (replicas of the pipeline, default 1)] [--micro-batches M (per batch, default 4)]]
          a fixed size: --nproc must be S x D (rank = replica x S + stage), and --min/--max, if given, equal it

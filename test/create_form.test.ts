@@ -13,6 +13,7 @@ import { qrPath } from '../client/ui/qr.ts';
 import { newSessionToken, tokenFromFragment } from '../src/wire/session_token.ts';
 import { errorOf } from './fixtures/errors.ts';
 import { ConfigError } from '../src/jobs/config_option.ts';
+import { COMM_HOOK_NAMES, parseCommHook } from '../src/jobs/comm_hook_spec.ts';
 
 const TOKEN = newSessionToken();
 
@@ -35,6 +36,27 @@ describe('the create form', () => {
     expect(FORM_FIELDS.filter((f) => f.optional).map((f) => f.name)).toEqual(['steps', 'trainSize']);
     expect(FORM_FIELDS.find((f) => f.name === 'steps')!.label).toBe('Steps (optional)');
     expect(FORM_FIELDS.find((f) => f.name === 'trainSize')!.label).toBe('Training samples (optional)');
+  });
+
+  it("the communication hook's hint names every hook, and every last item a hook takes (wires, streaming)", () => {
+    const hint = TRAIN_FORM_LABELS.commHook.hint ?? '';
+    // Each hook named at the start of its own form (`fp16:`, `powersgd:RANK...`), not in passing.
+    for (const kind of COMM_HOOK_NAMES) expect(hint).toMatch(new RegExp(`(^|\\. )${kind}[:[]`));
+    const takes = (text: string): boolean => {
+      try {
+        parseCommHook(text);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    for (const hook of ['powersgd:2', 'localsgd:4', 'diloco:64']) {
+      for (const item of ['fp16', 'bf16', 'int8', 'fp8', 'stream4']) {
+        if (!takes(`${hook}:${item}`)) continue;
+        // streamP stands for every stream4, stream8, ...
+        expect({ item: `${hook}:${item}`, named: hint.includes(`:${item.startsWith('stream') ? 'streamP' : item}`) }).toEqual({ item: `${hook}:${item}`, named: true });
+      }
+    }
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {

@@ -5,12 +5,32 @@
  * label, or a label for no option, does not compile.
  */
 import { DEFAULT_LR, type TrainOptionName } from '../../src/jobs/train_config.ts';
+import { COMM_HOOK_FORMS, COMM_HOOK_NAMES, DEFAULT_COMM_HOOK_START, DEFAULT_DILOCO_OUTER_LR, DEFAULT_DILOCO_OUTER_MOMENTUM, type CommHookSpec } from '../../src/jobs/comm_hook_spec.ts';
 
 export interface OptionText {
   label: string;
   hint?: string;
   /** A select's words for its values (the schema's presets or choices), where they differ from the values. */
   choiceLabels?: Readonly<Record<string, string>>;
+}
+
+/**
+ * What each communication hook does, in words; its form (names, items, wire words) is printed
+ * from the grammar's one rule. A Record over the hooks' kinds: a new hook without words does not compile.
+ */
+const COMM_HOOK_WORDS: Readonly<Record<CommHookSpec['kind'], string>> = {
+  none: 'the float32 all-reduce',
+  fp16: '16-bit values on the wire, half the bytes',
+  bf16: 'the same with bfloat16 values',
+  powersgd: `low-rank compression (PowerSGD) of rank RANK after START plain steps (default ${DEFAULT_COMM_HOOK_START}); a last wire item sends its matrices 16-bit`,
+  localsgd: `local steps, the models averaged every H steps, after START averaged steps (default ${DEFAULT_COMM_HOOK_START})`,
+  diloco: `DiLoCo, for slow links: H inner steps of the optimizer on each tab’s own samples, then an outer step with the averaged change of the weights (Nesterov SGD, OUTER_LR default ${DEFAULT_DILOCO_OUTER_LR}, MOMENTUM ${DEFAULT_DILOCO_OUTER_MOMENTUM}); streamP: P fragments with staggered outer steps, each all-reduce behind the next D inner steps; a last wire item sends it 16-bit or int8`,
+};
+
+/** The commHook option's hint: every form of the grammar, with what it does. */
+function commHookHint(): string {
+  const forms = COMM_HOOK_NAMES.map((k) => `${COMM_HOOK_FORMS[k]}: ${COMM_HOOK_WORDS[k]}.`);
+  return `How DDP sends each step’s gradients. ${forms.join(' ')} Not with parameter servers or pipelines.`;
 }
 
 /** Every option's label and hint, whether the form shows it (`inForm` in the schema) or not. */
@@ -116,7 +136,7 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   commHook: {
     label: 'Gradient communication',
-    hint: 'How DDP sends each step’s gradients. none: float32 all-reduce. fp16 or bf16: 16-bit values on the wire, half the bytes. powersgd:RANK: low-rank compression (PowerSGD) after 10 plain steps (powersgd:RANK:START for START; a last :fp16 or :bf16 sends its matrices 16-bit). localsgd:H: local steps, the models averaged every H steps, after 10 averaged steps (localsgd:H:START). diloco:H: DiLoCo, H inner steps of the optimizer on each tab’s own samples, then an outer step with the averaged change of the weights (Nesterov SGD, outer lr 0.7, momentum 0.9: diloco:H:LR:MOMENTUM; a last :fp16 or :bf16 sends it 16-bit), for slow links. Not with parameter servers or pipelines.',
+    hint: commHookHint(),
   },
   linkWindowBytes: {
     label: 'Link window (bytes)',
@@ -146,3 +166,4 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
  * a session is made for several tabs: the world starts at 3, as the Quick demo's.
  */
 export const FORM_DEFAULTS: Readonly<Partial<Record<TrainOptionName, unknown>>> = { world: 3, min: 1 };
+

@@ -31,9 +31,24 @@ export function attackPlanOf(c: AttackConfig): AttackPlan {
   return kind === 'noise' ? { kind, std: strength, attackers } : kind === 'alie' ? { kind, z: strength, attackers } : { kind, factor: strength, attackers };
 }
 
+/**
+ * The one rule of the option's text: each aggregation's name and form (the launcher's usage,
+ * the option's rule and the parser's errors all print these). parseAggregation reads exactly these.
+ */
+export const AGGREGATION_FORMS = {
+  mean: 'mean',
+  'trimmed-mean': 'trimmed-mean:B',
+  median: 'median',
+  'centered-clip': 'centered-clip[:TAU|auto][:ITERATIONS]',
+} as const satisfies Record<AggregationConfig['kind'], string>;
+/** Every aggregation's name, in the grammar's order. */
+export const AGGREGATION_NAMES = Object.keys(AGGREGATION_FORMS) as ReadonlyArray<AggregationConfig['kind']>;
+
+/** The grammar in one line: every form, `|` between them (the launcher's usage). */
+export const AGGREGATION_GRAMMAR = AGGREGATION_NAMES.map((k) => AGGREGATION_FORMS[k]).join('|');
+
 /** What the aggregation option may be, in words. */
-export const AGGREGATION_RULE =
-  'mean, trimmed-mean:B (cut the B largest and B smallest values of each coordinate), median, or centered-clip[:TAU|auto][:ITERATIONS] (e.g. trimmed-mean:1, centered-clip, centered-clip:0.5:3)';
+export const AGGREGATION_RULE = `${AGGREGATION_FORMS.mean}, ${AGGREGATION_FORMS['trimmed-mean']} (cut the B largest and B smallest values of each coordinate), ${AGGREGATION_FORMS.median}, or ${AGGREGATION_FORMS['centered-clip']} (e.g. trimmed-mean:1, centered-clip, centered-clip:0.5:3)`;
 
 /** The create form's choices (a select): one of each kind, with the defaults a class can use as they are. */
 export const AGGREGATION_PRESETS = ['mean', 'trimmed-mean:1', 'median', 'centered-clip'] as const;
@@ -42,7 +57,7 @@ export const AGGREGATION_PRESETS = ['mean', 'trimmed-mean:1', 'median', 'centere
 const MAX_RANKS = 64;
 
 /**
- * `mean`, `trimmed-mean:B`, `median` or `centered-clip[:TAU|auto][:ITERATIONS]` as an
+ * One of AGGREGATION_FORMS (`mean`, `trimmed-mean:B`, `median`, `centered-clip[:TAU|auto][:ITERATIONS]`) as an
  * AggregationSpec (centered-clip's TAU defaults to auto: the lower median of the ranks'
  * distances each iteration; ITERATIONS to 3). Throws ConfigError (option aggregation) naming the
  * item that is wrong and what to write.
@@ -63,7 +78,7 @@ export function parseAggregation(raw: string): AggregationConfig {
       return { kind, trim: b };
     }
     case 'centered-clip': {
-      if (args.length > 2) throw bad('centered-clip[:TAU|auto][:ITERATIONS] (e.g. centered-clip, centered-clip:0.5 or centered-clip:auto:5): at most two items after centered-clip');
+      if (args.length > 2) throw bad(`${AGGREGATION_FORMS['centered-clip']} (e.g. centered-clip, centered-clip:0.5 or centered-clip:auto:5): at most two items after centered-clip`);
       const [tauText = 'auto', itText] = args;
       const tau = tauText === 'auto' ? 'auto' : /^\d{1,6}(\.\d{1,12})?(e-?\d{1,2})?$/.test(tauText) ? Number(tauText) : NaN;
       if (tau !== 'auto' && !(Number.isFinite(tau) && tau > 0)) throw bad(`centered-clip:TAU with TAU a positive decimal number (the clipping radius, in the gradients' units) or auto (the median distance each iteration); "${tauText}" is not one`);
