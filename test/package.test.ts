@@ -94,7 +94,8 @@ describe('the package from npm pack', () => {
     expect(unwanted).toEqual([]);
     // The prebuilt page (TF.js and its wasm binaries) is most of it; the library's JavaScript a few hundred kB.
     expect(size).toBeLessThan(2_500_000);
-    expect(files.length).toBeLessThan(400);
+    // One module per concept (files under 500 lines) makes many small files: a bound that catches a stray folder.
+    expect(files.length).toBeLessThan(600);
   }, 10_000);
 
   test('imports in plain Node', async () => {
