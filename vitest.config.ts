@@ -8,5 +8,10 @@ export default defineConfig({
     exclude: ['test/e2e/**', 'node_modules/**'],
     testTimeout: 20_000,
     hookTimeout: 20_000,
+    // Two files at a time, also on two cores (Vitest's default there is one: cores - 1): most
+    // files wait on sockets, timers and child processes rather than compute, so two overlap.
+    maxWorkers: 2,
+    // The default reporter, then the ten slowest files and tests (docs/testing.md).
+    reporters: ['default', './test/slowest_vitest_reporter.ts'],
   },
 });

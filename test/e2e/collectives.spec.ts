@@ -4,6 +4,9 @@
  */
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
+// Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
+test.use({ solo: true });
+
 interface Case {
   name: string;
   ok: boolean;

@@ -10,6 +10,9 @@ import type { LanSummary } from '../../launcher/lan.ts';
 import { lanTestsBlocked } from '../fixtures/lan.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
+// Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
+test.use({ solo: true });
+
 // Skipped without root (a developer's machine); CI runs as root and requires these (see lanTestsBlocked).
 const blocked = lanTestsBlocked({ root: true, coturn: false });
 test.skip(blocked !== undefined, `--lan ${blocked}`);
