@@ -12,9 +12,6 @@ import type { LinkSummary } from '../../launcher/summary_links.ts';
 import { lanTestsBlocked } from '../fixtures/lan.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
-// Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
-test.use({ solo: true });
-
 // Skipped without root or coturn (a developer's machine); CI has both and requires these (see lanTestsBlocked).
 const blocked = lanTestsBlocked({ root: true, coturn: true });
 test.skip(blocked !== undefined, `--lan-isolate --turn ${blocked}`);
