@@ -24,7 +24,8 @@ export const test = base.extend<{ server: RunningServer; closeContexts: void; so
       if (testInfo.config.workers < 2) return use();
       const asked = Date.now();
       const mode = solo || testInfo.tags.includes('@solo') ? 'solo' : 'shared';
-      const release = await acquireLane(testInfo.parallelIndex, mode, 600_000);
+      // The bound only guards against a lock left behind: a shared test may wait out a run of solo files.
+      const release = await acquireLane(testInfo.parallelIndex, mode, 1_800_000);
       const waited = Date.now() - asked;
       // The wait is the other lane's test, not this one's: it neither eats the timeout nor counts as its time.
       if (waited > 0) testInfo.setTimeout(testInfo.timeout + waited);

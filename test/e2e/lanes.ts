@@ -4,8 +4,10 @@
  * network); a file that times heartbeats, stalls or the network (`test.use({ solo: true })`) runs
  * with the other lane idle, as the whole suite ran before. A readers-writer lock between the
  * workers: a file per worker in a folder of the run's own (the workers' parent is the runner),
- * changed under a mkdir mutex; requests that conflict are granted first come, first served, so
- * neither kind waits behind an endless line of the other.
+ * changed under a mkdir mutex. A solo request goes first: a shared test waits while a solo one
+ * runs or waits, and for a moment after one ends (the worker's next test may be solo too), so a
+ * solo file's tests run back to back instead of each waiting out one of the other worker's tests.
+ * A shared test waits at most for the rest of the solo tests of one file.
  */
 import { mkdir, readdir, readFile, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -19,6 +21,8 @@ interface LaneState {
   /** Holding the lane, or still waiting for it (since `since`). */
   holds: boolean;
   since: number;
+  /** A solo test just ended here: shared tests wait until then for this worker's next test. */
+  until?: number;
 }
 
 const DIR = join(tmpdir(), `browser-ddp-e2e-lanes-${process.ppid}`);
@@ -26,6 +30,8 @@ const MUTEX = join(DIR, 'mutex');
 const POLL_MS = 50;
 /** A mutex older than this was left by a worker that died holding it. */
 const STALE_MUTEX_MS = 5_000;
+/** How long after a solo test the lane stays this worker's, for its next test. */
+const SOLO_GRACE_MS = 3_000;
 
 /** Waits until this worker may run a test of `mode`; resolves with a release function. */
 export async function acquireLane(worker: number, mode: LaneMode, timeoutMs: number): Promise<() => Promise<void>> {
@@ -34,20 +40,28 @@ export async function acquireLane(worker: number, mode: LaneMode, timeoutMs: num
   const since = Date.now();
   for (;;) {
     const granted = await underMutex(async () => {
-      const others = await othersThan(own);
-      const conflicts = (o: LaneState) => mode === 'solo' || o.mode === 'solo';
-      const ok = !others.some((o) => conflicts(o) && (o.holds || o.since < since));
+      const now = Date.now();
+      const others = (await othersThan(own)).filter((o) => o.until === undefined || o.until > now);
+      // solo: nobody else running; shared: nobody else running solo or waiting to.
+      const ok = mode === 'solo' ? !others.some((o) => o.holds) : !others.some((o) => o.mode === 'solo');
       const state: LaneState = { pid: process.pid, mode, holds: ok, since };
       await writeFile(own, JSON.stringify(state));
       return ok;
     });
-    if (granted) return () => rm(own, { force: true });
+    if (granted) return () => release(own, mode);
     if (Date.now() - since > timeoutMs) {
       await rm(own, { force: true });
       throw new Error(`waited ${timeoutMs} ms for the other Playwright worker's test to end, to run this ${mode} test (test/e2e/lanes.ts)`);
     }
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
+}
+
+async function release(own: string, mode: LaneMode): Promise<void> {
+  if (mode === 'shared') return rm(own, { force: true });
+  const now = Date.now();
+  const state: LaneState = { pid: process.pid, mode, holds: false, since: now, until: now + SOLO_GRACE_MS };
+  await underMutex(() => writeFile(own, JSON.stringify(state)));
 }
 
 /** The other workers' states, but for workers that are gone (a worker that crashed leaves its file). */
