@@ -15,6 +15,7 @@ const TIMED = [
   'fleet',
   'limits',
   'liveness',
+  'offer_sends',
   'rendezvous_handler',
   'straggler',
   'subgroups',
