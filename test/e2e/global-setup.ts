@@ -12,14 +12,18 @@ import { PROJECT_ROOT } from '../../signaling/server.ts';
 export default async function globalSetup(): Promise<void> {
   const examples = (await readdir(join(PROJECT_ROOT, 'examples'))).filter((f) => /^\d\d_.*\.ts$/.test(f)).sort();
   const scripts = examples.map((f) => join(PROJECT_ROOT, 'examples', f));
-  const quiet = () => {};
   await Promise.all([
     (async () => {
       await ensureBuilt();
-      for (const s of scripts.filter((_, i) => i % 2 === 0)) await buildScript(s, quiet);
+      for (const s of scripts.filter((_, i) => i % 2 === 0)) await prebuild(s);
     })(),
     (async () => {
-      for (const s of scripts.filter((_, i) => i % 2 === 1)) await buildScript(s, quiet);
+      for (const s of scripts.filter((_, i) => i % 2 === 1)) await prebuild(s);
     })(),
   ]);
+}
+
+/** A script that does not build fails the tests that launch it, with the launcher's message, not the whole run. */
+async function prebuild(script: string): Promise<void> {
+  await buildScript(script, () => {}).catch((e: Error) => console.log(`(global setup: ${script} did not build; its tests will say why: ${e.message.split('\n')[0]})`));
 }
