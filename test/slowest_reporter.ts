@@ -26,9 +26,12 @@ export default class SlowestReporter implements Reporter {
     for (const t of this.tests) perFile.set(t.file, (perFile.get(t.file) ?? 0) + t.ms);
     const files = [...perFile].sort((a, b) => b[1] - a[1]).slice(0, TOP);
     const tests = [...this.tests].sort((a, b) => b.ms - a.ms).slice(0, TOP);
+    const own = this.tests.reduce((sum, t) => sum + t.ms, 0);
+    const wall = Date.now() - this.started;
     const lines = [
       '',
-      `Slowest spec files (of ${perFile.size}; tests' own time, ${seconds(Date.now() - this.started)} in all):`,
+      `Tests' own time ${seconds(own)} in a run of ${seconds(wall)} (${(own / wall).toFixed(2)} at a time on average; waits for a solo test left out).`,
+      `Slowest spec files (of ${perFile.size}; their tests' own time):`,
       ...files.map(([file, ms]) => `  ${seconds(ms).padStart(7)}  ${file}`),
       `Slowest tests (of ${this.tests.length}):`,
       ...tests.map((t) => `  ${seconds(t.ms).padStart(7)}  ${t.title.length > 150 ? `${t.title.slice(0, 149)}…` : t.title}`),
