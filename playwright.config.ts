@@ -5,12 +5,15 @@ import { CHROMIUM_ARGS, chromiumPath } from './launcher/browser.ts';
 export default defineConfig({
   testDir: 'test/e2e',
   globalSetup: './test/e2e/global-setup.ts',
-  // Each test drives several pages at once; the machine has two cores.
-  workers: 1,
+  // Two lanes on two cores: a test may run beside another one, but a file that times heartbeats,
+  // stalls or the network runs alone (`test.use({ solo: true })`, test/e2e/lanes.ts). Files, not
+  // tests, are spread over the workers: a file's tests share its order and its fixtures.
+  workers: Number(process.env.E2E_WORKERS ?? 2),
   fullyParallel: false,
   timeout: 180_000,
   expect: { timeout: 30_000 },
-  reporter: process.env.CI ? [['list'], ['html', { open: 'never' }]] : 'list',
+  // The ten slowest files and tests at the end (test/slowest_reporter.ts, docs/testing.md).
+  reporter: [['list'], ['./test/slowest_reporter.ts'], ...(process.env.CI ? [['html', { open: 'never' }] as ['html', { open: 'never' }]] : [])],
   outputDir: 'test-results',
   use: {
     browserName: 'chromium',

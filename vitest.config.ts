@@ -2,11 +2,42 @@ import { defineConfig } from 'vitest/config';
 
 // Unit and integration tests (Node, real server over real WebSockets).
 // Browser end-to-end tests live in test/e2e and run under Playwright.
+
+/**
+ * Files whose tests time heartbeats, stalls, intervals or a slow rank against a bound: they run
+ * one at a time after the others, with nothing beside them, as the whole suite once ran.
+ */
+const TIMED = [
+  'balance',
+  'collectives',
+  'diloco',
+  'elastic_runner',
+  'fleet',
+  'limits',
+  'liveness',
+  'offer_sends',
+  'rendezvous_handler',
+  'straggler',
+  'subgroups',
+].map((name) => `test/${name}.test.ts`);
+
+const shared = {
+  exclude: ['test/e2e/**', 'node_modules/**'],
+  testTimeout: 20_000,
+  hookTimeout: 20_000,
+};
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    exclude: ['test/e2e/**', 'node_modules/**'],
-    testTimeout: 20_000,
-    hookTimeout: 20_000,
+    // The default reporter, then the ten slowest files and tests (docs/testing.md).
+    reporters: ['default', './test/slowest_vitest_reporter.ts'],
+    projects: [
+      {
+        // Two files at a time, also on two cores (Vitest's default there is one: cores - 1): most
+        // files wait on sockets, timers and child processes rather than compute, so two overlap.
+        test: { ...shared, name: 'unit', include: ['test/**/*.test.ts'], exclude: [...shared.exclude, ...TIMED], maxWorkers: 2, sequence: { groupOrder: 0 } },
+      },
+      { test: { ...shared, name: 'timed', include: TIMED, maxWorkers: 1, sequence: { groupOrder: 1 } } },
+    ],
   },
 });

@@ -12,6 +12,9 @@ import { withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
+// Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
+test.use({ solo: true });
+
 test('a rank whose tab goes to the background at step 5 trains on to the end (headful, default throttling)', async () => {
   test.setTimeout(240_000);
   const lines: string[] = [];
@@ -21,7 +24,8 @@ test('a rank whose tab goes to the background at step 5 trains on to the end (he
     session: sessionName('background'),
     timeoutSec: 180,
     tabs: true,
-    jobParams: { dataset: 'synthetic', trainSize: '2048', batchSize: '32', steps: '60', evalEvery: '0' },
+    // The cpu backend: the subject is the hidden tab, not the device (SwiftShader's shader compiles took seconds).
+    jobParams: { dataset: 'synthetic', trainSize: '2048', batchSize: '32', steps: '60', evalEvery: '0', backend: 'cpu' },
     faults: [{ kind: 'hide', rank: 1, step: 5 }],
     log: (l) => lines.push(l),
   });
@@ -77,7 +81,7 @@ test('a tab hidden while it waits for the group, under intensive throttling, kee
         onCrash: (reason) => settle.reject(new Error(`rank ${rank}: ${reason}`)),
       });
       const url = new URL(server.url);
-      url.search = new URLSearchParams({ session, world: '2', rank: String(rank), job: 'train', dataset: 'synthetic', trainSize: '1024', batchSize: '32', steps: '20', evalEvery: '0' }).toString();
+      url.search = new URLSearchParams({ session, world: '2', rank: String(rank), job: 'train', dataset: 'synthetic', trainSize: '1024', batchSize: '32', steps: '20', evalEvery: '0', backend: 'cpu' }).toString();
       await tab.open(withToken(url, tokenFor(session)));
       return { tab, reports, result };
     };

@@ -38,6 +38,7 @@ async function run(nproc: number, params: Record<string, string>, faults: Fault[
   return { summary: summary as Summary, lines, results };
 }
 
+/** The rejoin is timed (under 20 s): those tests run alone on the machine ('@solo', test/e2e/lanes.ts). */
 function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank: number, samples: number): void {
   expect(s.backends).toEqual(['webgpu']);
   expect(s.identical).toBe(true);
@@ -56,14 +57,14 @@ function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank
   expect(lines.some((l) => /\[rank \d\] warn: This tab's GPU was reset \(destroyed: .*\); it rejoined the group with a fresh webgpu backend at step \d+/.test(l)), lines.join('\n')).toBe(true);
 }
 
-test('elastic 3 ranks (min 2): rank 1 loses its WebGPU device at step 6, rejoins with a fresh backend, and all finish identical', async () => {
+test('elastic 3 ranks (min 2): rank 1 loses its WebGPU device at step 6, rejoins with a fresh backend, and all finish identical', { tag: '@solo' }, async () => {
   const { summary: s, lines, results } = await run(3, { min: '2', max: '3', trainSize: '1152' }, [{ kind: 'lose-device', rank: 1, step: 6 }]);
   expect(s.worldSize).toBe(3);
   expect(s.weightHashes).toHaveLength(3);
   expectRejoined(s, lines, results, 1, 1152);
 });
 
-test('fixed world size 2: rank 0 loses its device at step 6; the other waits, rank 0 takes its number again, and both finish identical', async () => {
+test('fixed world size 2: rank 0 loses its device at step 6; the other waits, rank 0 takes its number again, and both finish identical', { tag: '@solo' }, async () => {
   const { summary: s, lines, results } = await run(2, { trainSize: '1024' }, [{ kind: 'lose-device', rank: 0, step: 6 }]);
   expect(s.worldSize).toBe(2);
   expectRejoined(s, lines, results, 0, 1024);

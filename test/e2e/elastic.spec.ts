@@ -64,7 +64,8 @@ function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): voi
   expect(s.seconds).toBeGreaterThan(0);
 }
 
-test('4 ranks, one killed at step 10: the rest finish, at most one step redone, each sample once', async () => {
+// '@solo': the fault's detection and regroup are timed.
+test('4 ranks, one killed at step 10: the rest finish, at most one step redone, each sample once', { tag: '@solo' }, async () => {
   // 96 steps: the kill (reports taken, then the page closed: up to 2 s on a loaded machine) lands
   // well before the end (with 32 steps of ~0.15 s the run once ended first, all 4 ranks in it).
   const s = await run(4, { min: '2', max: '4', trainSize: '12288' }, [{ kind: 'kill', rank: 1, step: 10 }]);
@@ -83,7 +84,8 @@ test('4 ranks, one killed at step 10: the rest finish, at most one step redone, 
   expect(t.total).toBeGreaterThan(t.compute! + t.vote!);
 });
 
-test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', async () => {
+// '@solo' (test/e2e/lanes.ts): the faults come on a clock and are timed; alone on the machine.
+test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', { tag: '@solo' }, async () => {
   // busyTimeoutMs: as in the frozen-rank test below (the launcher's freeze leaves the Worker beating).
   // Long enough for three faults 4 s apart where the group trains 6,500 samples/s (a quiet 2-core
   // machine; 16,384 samples once ended after the first).
@@ -98,7 +100,8 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
   expect(s.faults!.some((f) => f.fault.startsWith('open') && f.admittedAfterMs! > 0)).toBe(true);
 });
 
-test('a frozen rank is evicted within the heartbeat bound and the rest continue', async () => {
+// '@solo': a 3 s heartbeat bound, timed.
+test('a frozen rank is evicted within the heartbeat bound and the rest continue', { tag: '@solo' }, async () => {
   // WebGPU's slow steps, on purpose: the group starts with the first two tabs, and the third must
   // have joined before step 8 to be frozen in it; a cpu step is too short to be sure of that.
   // busyTimeoutMs as the heartbeat bound: the launcher's freeze pauses the page's thread but not

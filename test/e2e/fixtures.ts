@@ -5,6 +5,7 @@ import { PROJECT_ROOT, startServer, type RunningServer } from '../../signaling/s
 import { withToken } from '../../src/wire/session_token.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import type { Report } from '../../src/jobs/job_report.ts';
+import { acquireLane } from './lanes.ts';
 
 export interface RankPage {
   page: Page;
@@ -13,8 +14,32 @@ export interface RankPage {
   reports: Report[];
 }
 
-export const test = base.extend<{ server: RunningServer; closeContexts: void }>({
-  server: async ({}, use) => {
+export const test = base.extend<{ server: RunningServer; closeContexts: void; solo: boolean; lane: void }>({
+  // A file that times heartbeats, stalls or the network says `test.use({ solo: true })`, a test of
+  // that kind in another file has the tag '@solo': they run with the other Playwright worker idle
+  // (test/e2e/lanes.ts); the others may run in pairs.
+  solo: [false, { option: true }],
+  lane: [
+    async ({ solo }, use, testInfo) => {
+      if (testInfo.config.workers < 2) return use();
+      const asked = Date.now();
+      const mode = solo || testInfo.tags.includes('@solo') ? 'solo' : 'shared';
+      // The bound only guards against a lock left behind: a shared test may wait out a run of solo files.
+      const release = await acquireLane(testInfo.parallelIndex, mode, 1_800_000);
+      const waited = Date.now() - asked;
+      // The wait is the other lane's test, not this one's: it neither eats the timeout nor counts as its time.
+      if (waited > 0) testInfo.setTimeout(testInfo.timeout + waited);
+      if (waited >= 100) testInfo.annotations.push({ type: 'lane-wait', description: String(waited) });
+      try {
+        await use();
+      } finally {
+        await release();
+      }
+    },
+    { auto: true },
+  ],
+  server: async ({ lane }, use) => {
+    void lane;
     const server = await startServer({ port: 0, log: () => {} });
     await use(server);
     await server.close();
@@ -23,7 +48,8 @@ export const test = base.extend<{ server: RunningServer; closeContexts: void }>(
   // test. Pages left open keep their tickers, reconnect loops and dashboards going: 64 renderers
   // were alive by the 50th test, and each later test ran slower for them.
   closeContexts: [
-    async ({ browser }, use) => {
+    async ({ browser, lane }, use) => {
+      void lane; // closed before the lane is given back, so a solo test starts with no page of this one running
       await use();
       await Promise.all(browser.contexts().map((c) => c.close().catch(() => {})));
     },

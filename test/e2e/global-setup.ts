@@ -1,6 +1,29 @@
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { buildScript } from '../../launcher/build_script.ts';
 import { ensureBuilt } from '../../signaling/build.ts';
+import { PROJECT_ROOT } from '../../signaling/server.ts';
 
-/** The pages under test are the built ones, as `npm start` serves them. */
+/**
+ * The pages under test are the built ones, as `npm start` serves them; the examples' pages too,
+ * built here once (two builds at a time) instead of by the first test that launches each: every
+ * launch after finds its page up to date (launcher/build_script.ts).
+ */
 export default async function globalSetup(): Promise<void> {
-  await ensureBuilt();
+  const examples = (await readdir(join(PROJECT_ROOT, 'examples'))).filter((f) => /^\d\d_.*\.ts$/.test(f)).sort();
+  const scripts = examples.map((f) => join(PROJECT_ROOT, 'examples', f));
+  await Promise.all([
+    (async () => {
+      await ensureBuilt();
+      for (const s of scripts.filter((_, i) => i % 2 === 0)) await prebuild(s);
+    })(),
+    (async () => {
+      for (const s of scripts.filter((_, i) => i % 2 === 1)) await prebuild(s);
+    })(),
+  ]);
+}
+
+/** A script that does not build fails the tests that launch it, with the launcher's message, not the whole run. */
+async function prebuild(script: string): Promise<void> {
+  await buildScript(script, () => {}).catch((e: Error) => console.log(`(global setup: ${script} did not build; its tests will say why: ${e.message.split('\n')[0]})`));
 }

@@ -53,7 +53,8 @@ async function run(o: Partial<LaunchOptions> & Pick<LaunchOptions, 'nproc' | 'jo
   return { ...out, lan, lines };
 }
 
-test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on one /24, nothing left', async () => {
+// '@solo' (test/e2e/lanes.ts): a shaped link, measured; alone on the machine.
+test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on one /24, nothing left', { tag: '@solo' }, async () => {
   const { ok, summary, lan, results } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40 }, jobParams: { sizes: '1,1000', iters: '2' } });
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(lan.rateMbit).toBe(40);
@@ -79,7 +80,8 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
   await expectTornDown(lan);
 });
 
-test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', async () => {
+// '@solo': the delay is measured, and no delay line of any run may be left (a machine-wide look).
+test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', { tag: '@solo' }, async () => {
   const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40, delayMs: 40 }, jobParams: { sizes: '1000', iters: '2', 'measure-link': 'false' } });
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(lan.delayMs).toBe(40);

@@ -9,6 +9,9 @@ import { launch } from '../../launcher/run.ts';
 import { startServer } from '../../signaling/server.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
+// Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
+test.use({ solo: true });
+
 test('a fixed group: a rank paused mid-collective is lost as stalled within the bound, and says it was paused when it resumes', async ({ browser, server }) => {
   const STALL_MS = 3_000;
   const ranks = await openRanks(browser, server, 3, {
