@@ -13,7 +13,11 @@ export default defineConfig({
   timeout: 180_000,
   expect: { timeout: 30_000 },
   // The ten slowest files and tests at the end (test/slowest_reporter.ts, docs/testing.md).
-  reporter: [['list'], ['./test/slowest_reporter.ts'], ...(process.env.CI ? [['html', { open: 'never' }] as ['html', { open: 'never' }]] : [])],
+  reporter: [
+    ['list'],
+    ['./test/slowest_reporter.ts'],
+    ...(process.env.CI ? [['html', { open: 'never' }] as ['html', { open: 'never' }]] : []),
+  ],
   outputDir: 'test-results',
   use: {
     browserName: 'chromium',

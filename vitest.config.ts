@@ -35,7 +35,14 @@ export default defineConfig({
       {
         // Two files at a time, also on two cores (Vitest's default there is one: cores - 1): most
         // files wait on sockets, timers and child processes rather than compute, so two overlap.
-        test: { ...shared, name: 'unit', include: ['test/**/*.test.ts'], exclude: [...shared.exclude, ...TIMED], maxWorkers: 2, sequence: { groupOrder: 0 } },
+        test: {
+          ...shared,
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: [...shared.exclude, ...TIMED],
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
+        },
       },
       { test: { ...shared, name: 'timed', include: TIMED, maxWorkers: 1, sequence: { groupOrder: 1 } } },
     ],

@@ -65,11 +65,18 @@ const name = lanMbit === undefined ? 'allreduce' : 'lan';
 let runs: Run[] = [];
 let date = new Date().toISOString().slice(0, 10);
 let machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Chromium headless, ${
-  lanMbit === undefined ? 'WebRTC over loopback' : `each rank its own Chromium in its own network namespace, links shaped to ${lanMbit} Mbit/s (${rateMBps} MB/s) each way with tbf`
+  lanMbit === undefined
+    ? 'WebRTC over loopback'
+    : `each rank its own Chromium in its own network namespace, links shaped to ${lanMbit} Mbit/s (${rateMBps} MB/s) each way with tbf`
 }`;
 let iters = Number(values.iters);
 if (values['table-only']) {
-  const saved = JSON.parse(await readFile(join(dir, `${name}.json`), 'utf8')) as { date: string; machine: string; iters: number; runs: Run[] };
+  const saved = JSON.parse(await readFile(join(dir, `${name}.json`), 'utf8')) as {
+    date: string;
+    machine: string;
+    iters: number;
+    runs: Run[];
+  };
   ({ runs, date, machine, iters } = saved);
 }
 /** Busy and total jiffies of all CPUs so far (Linux), for the share of the machine a run kept busy. */
@@ -108,10 +115,21 @@ for (const n of values['table-only'] ? [] : values.nprocs!.split(',').map(Number
       console.error(JSON.stringify(summary));
       // Without flow control a run can fail (a liveness frame stuck behind megabytes): that is a result too.
       if (flow === 'on') process.exit(1);
-      runs.push({ flow, cpuBusy: null, worldSize: n, linkMBps: 0, duplexMBps: 0, results: [], error: String((summary.errors as unknown[] | undefined)?.[0] ?? 'failed') });
+      runs.push({
+        flow,
+        cpuBusy: null,
+        worldSize: n,
+        linkMBps: 0,
+        duplexMBps: 0,
+        results: [],
+        error: String((summary.errors as unknown[] | undefined)?.[0] ?? 'failed'),
+      });
       continue;
     }
-    const cpuBusy = before && after && after.total > before.total ? Math.round(((after.busy - before.busy) / (after.total - before.total)) * 100) / 100 : null;
+    const cpuBusy =
+      before && after && after.total > before.total
+        ? Math.round(((after.busy - before.busy) / (after.total - before.total)) * 100) / 100
+        : null;
     runs.push({ ...(summary as unknown as Run), flow, cpuBusy });
   }
 }
@@ -124,7 +142,8 @@ const lines = [
   `| --- | --- | --- | --- | --- | --- | --- | --- | --- |${rateMBps ? ' --- |' : ''} --- | --- | --- | --- | --- | --- |`,
 ];
 for (const run of runs) {
-  if (run.error) lines.push(`| ${run.worldSize} | ${run.flow ?? 'off'} | failed: ${run.error.replace(/\|/g, '/')} |${' |'.repeat(rateMBps ? 13 : 12)}`);
+  if (run.error)
+    lines.push(`| ${run.worldSize} | ${run.flow ?? 'off'} | failed: ${run.error.replace(/\|/g, '/')} |${' |'.repeat(rateMBps ? 13 : 12)}`);
   for (const r of run.results) {
     const ratio = run.linkMBps ? (r.busbwMBps / run.linkMBps).toFixed(2) : '-';
     const speedup = r.meshMs ? `${(r.meshMs / r.ms).toFixed(2)}x` : '-';
@@ -137,7 +156,7 @@ lines.push(
   '',
   'Link MB/s: one direction between ranks 0 and 1 with every other link idle. Duplex MB/s: the same link in both directions at once, each way (as every ring link runs). ' +
     'Flow control: on is the default credit window per link (128 KiB, 32 KiB frames); off is the behaviour before it (no window, 256 KiB frames). ' +
-    'All links MB/s: busbw times the number of ring links, the bytes per second the whole ring moves. CPU busy: the share of the machine\'s cores busy during the run.',
+    "All links MB/s: busbw times the number of ring links, the bytes per second the whole ring moves. CPU busy: the share of the machine's cores busy during the run.",
 );
 const table = lines.join('\n');
 await mkdir(dir, { recursive: true });

@@ -57,7 +57,8 @@ const hidden = await run(true);
 console.log(`hide 1@5:    ${hidden.samplesPerSec} samples/s (ok=${hidden.ok})`);
 const intensive = await run(true, 10);
 console.log(`hide 1@5, intensive throttling after 10 s: ${intensive.samplesPerSec} samples/s (ok=${intensive.ok})`);
-const ratioOf = (r: { samplesPerSec: number | null }) => (visible.samplesPerSec && r.samplesPerSec ? Math.round((r.samplesPerSec / visible.samplesPerSec) * 1000) / 1000 : null);
+const ratioOf = (r: { samplesPerSec: number | null }) =>
+  visible.samplesPerSec && r.samplesPerSec ? Math.round((r.samplesPerSec / visible.samplesPerSec) * 1000) / 1000 : null;
 const ratio = ratioOf(hidden);
 console.log(`ratio hidden/visible: ${ratio}; with intensive throttling: ${ratioOf(intensive)}`);
 const out = {

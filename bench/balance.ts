@@ -41,10 +41,13 @@ const { values } = parseArgs({
 });
 if (!['synthetic', 'mnist'].includes(values.dataset!)) throw new Error(`--dataset: synthetic or mnist, got "${values.dataset}"`);
 if (!/^[a-z0-9_-]{1,40}$/.test(values.out!)) throw new Error(`--out: a file name of a-z 0-9 _ - (no extension), got "${values.out}"`);
-if (!['cpu', 'webgl', 'webgpu', 'wasm'].includes(values.backend!)) throw new Error(`--backend: cpu, webgl, webgpu or wasm, got "${values.backend}"`);
-for (const k of ['train-size', 'batch-size', 'epochs'] as const) if (!/^[1-9]\d{0,6}$/.test(values[k]!)) throw new Error(`--${k} takes a positive integer, got "${values[k]}"`);
+if (!['cpu', 'webgl', 'webgpu', 'wasm'].includes(values.backend!))
+  throw new Error(`--backend: cpu, webgl, webgpu or wasm, got "${values.backend}"`);
+for (const k of ['train-size', 'batch-size', 'epochs'] as const)
+  if (!/^[1-9]\d{0,6}$/.test(values[k]!)) throw new Error(`--${k} takes a positive integer, got "${values[k]}"`);
 if (!['mlp', 'cnn'].includes(values.model!)) throw new Error(`--model: mlp or cnn, got "${values.model}"`);
-if (!/^[a-z0-9:.x]{1,60}$/.test(values['comm-hook']!)) throw new Error(`--comm-hook takes a train job hook spec (e.g. none, diloco:16), got "${values['comm-hook']}"`);
+if (!/^[a-z0-9:.x]{1,60}$/.test(values['comm-hook']!))
+  throw new Error(`--comm-hook takes a train job hook spec (e.g. none, diloco:16), got "${values['comm-hook']}"`);
 if (!/^\d+:\d+(\.\d+)?$/.test(values.slow!)) throw new Error(`--slow takes RANK:FACTOR, got "${values.slow}"`);
 
 const RANKS = 4;

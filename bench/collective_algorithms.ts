@@ -60,11 +60,17 @@ const lines = [
   '| ranks | size | ring ms | doubling ms | ring / doubling | tuner picks | exact | identical |',
   '| ---: | ---: | ---: | ---: | ---: | --- | --- | --- |',
   ...runs.flatMap((run) =>
-    run.results.map((r) => `| ${run.worldSize} | ${size(r.bytes)} | ${r.ringMs} | ${r.doublingMs} | ${(r.ringMs / r.doublingMs).toFixed(2)}x | ${r.algorithm} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`),
+    run.results.map(
+      (r) =>
+        `| ${run.worldSize} | ${size(r.bytes)} | ${r.ringMs} | ${r.doublingMs} | ${(r.ringMs / r.doublingMs).toFixed(2)}x | ${r.algorithm} | ${r.maxAbsErr === 0 ? 'yes' : `err ${r.maxAbsErr}`} | ${r.identical ? 'yes' : 'NO'} |`,
+    ),
   ),
 ];
 const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
-await writeFile(join(dir, 'collective_algorithms.json'), `${JSON.stringify({ date, machine, iters: Number(values.iters), runs }, null, 2)}\n`);
+await writeFile(
+  join(dir, 'collective_algorithms.json'),
+  `${JSON.stringify({ date, machine, iters: Number(values.iters), runs }, null, 2)}\n`,
+);
 await writeFile(join(dir, 'collective_algorithms.md'), `${lines.join('\n')}\n`);
 console.log(lines.join('\n'));

@@ -31,7 +31,24 @@ import { parseArgs } from 'node:util';
 import { checkLanSupport } from '../launcher/lan.ts';
 import { launch } from '../launcher/run.ts';
 import { PROJECT_ROOT } from '../signaling/server.ts';
-import { ALONE, DILOCO_GOAL, DILOCO_GOAL_TEXT, GOAL, GOAL_TEXT, compareWithNone, dilocoVerdicts, goalLine, goalVerdicts, num, r1, r4, resultsTable, type BenchSetup, type Breakdown, type Row } from './comm_hooks_report.ts';
+import {
+  ALONE,
+  DILOCO_GOAL,
+  DILOCO_GOAL_TEXT,
+  GOAL,
+  GOAL_TEXT,
+  compareWithNone,
+  dilocoVerdicts,
+  goalLine,
+  goalVerdicts,
+  num,
+  r1,
+  r4,
+  resultsTable,
+  type BenchSetup,
+  type Breakdown,
+  type Row,
+} from './comm_hooks_report.ts';
 
 const { values } = parseArgs({
   options: {
@@ -78,7 +95,8 @@ function modelParams(model: string): Record<string, string> {
 }
 models.forEach(modelParams);
 const backend = values.backend!;
-if (!['webgpu', 'webgl', 'wasm', 'cpu'].includes(backend)) throw new Error(`--backend must be webgpu, webgl, wasm or cpu, got "${backend}"`);
+if (!['webgpu', 'webgl', 'wasm', 'cpu'].includes(backend))
+  throw new Error(`--backend must be webgpu, webgl, wasm or cpu, got "${backend}"`);
 const optimizer = values.optimizer!;
 if (optimizer !== 'sgd' && optimizer !== 'adam') throw new Error(`--optimizer must be sgd or adam, got "${optimizer}"`);
 const nprocs = list(values.nprocs!).map((s) => positiveInt('nprocs', s, 2));
@@ -97,7 +115,8 @@ const stepsCap = values.steps === undefined ? null : positiveInt('steps', values
 const timeoutSec = positiveInt('timeout', values.timeout!);
 /** --delay MS: every shaped host's packets out held MS ms (the LAN's delay line): a round trip rank to rank 2 x MS longer. */
 const delayMs = positiveInt('delay', values.delay!, 0);
-if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
+if (!/^[\w.-]{1,64}$/.test(values.name!))
+  throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
 
 /**
  * A hook as the job's comm-hook value: powersgd and localsgd get START unless they give one. A
@@ -200,7 +219,14 @@ function logLine(clock: StepClock, prefix = ''): (line: string) => void {
 }
 
 /** One run of the job in a group of `nproc` tabs, on the shaped LAN at `rate` (0: loopback). */
-async function runOnce(model: string, nproc: number, rate: number, param: string, clock: StepClock, window: string | null): Promise<Record<string, unknown>> {
+async function runOnce(
+  model: string,
+  nproc: number,
+  rate: number,
+  param: string,
+  clock: StepClock,
+  window: string | null,
+): Promise<Record<string, unknown>> {
   const { ok, summary } = await launch({
     nproc,
     job: 'train',
@@ -245,7 +271,11 @@ async function aloneRuns(model: string, nproc: number, clock: StepClock): Promis
     return xs.every((x) => x !== null) ? xs.reduce((a, b) => a + b!, 0) / xs.length : null;
   };
   const breakdowns = results.map((r) => r.s.breakdownMs as Record<string, number> | undefined);
-  const breakdownMs = breakdowns.every((b) => b) ? Object.fromEntries(['compute', 'readback', 'allreduce', 'apply'].map((k) => [k, breakdowns.reduce((a, b) => a + (b![k] ?? 0), 0) / breakdowns.length])) : undefined;
+  const breakdownMs = breakdowns.every((b) => b)
+    ? Object.fromEntries(
+        ['compute', 'readback', 'allreduce', 'apply'].map((k) => [k, breakdowns.reduce((a, b) => a + (b![k] ?? 0), 0) / breakdowns.length]),
+      )
+    : undefined;
   return {
     ok: results.every((r) => r.ok),
     errors: results.flatMap((r) => (Array.isArray(r.s.errors) ? (r.s.errors as unknown[]).map(String) : [])),
@@ -253,7 +283,9 @@ async function aloneRuns(model: string, nproc: number, clock: StepClock): Promis
     seconds: mean('seconds'),
     breakdownMs,
     bytesPerStep: 0,
-    samplesPerSec: results.every((r) => num(r.s.samplesPerSec) !== null) ? Math.round(results.reduce((a, r) => a + num(r.s.samplesPerSec)!, 0) * 10) / 10 : null,
+    samplesPerSec: results.every((r) => num(r.s.samplesPerSec) !== null)
+      ? Math.round(results.reduce((a, r) => a + num(r.s.samplesPerSec)!, 0) * 10) / 10
+      : null,
     testAccuracy: mean('testAccuracy'),
     backends: results.flatMap((r) => (Array.isArray(r.s.backends) ? r.s.backends : [])),
   };
@@ -307,15 +339,22 @@ for (const model of models) {
           backends: null,
         };
         try {
-          const s = hook === ALONE ? await aloneRuns(model, nproc, clock) : await runOnce(model, nproc, rate, param, clock, linkWindowOf(hook));
+          const s =
+            hook === ALONE ? await aloneRuns(model, nproc, clock) : await runOnce(model, nproc, rate, param, clock, linkWindowOf(hook));
           const ok = s.ok === true;
           row.ok = ok;
-          if (!ok) row.errors = Array.isArray(s.errors) ? (s.errors as unknown[]).map(String) : ['the run failed (no errors in its summary)'];
+          if (!ok)
+            row.errors = Array.isArray(s.errors) ? (s.errors as unknown[]).map(String) : ['the run failed (no errors in its summary)'];
           row.steps = num(s.steps);
           row.seconds = num(s.seconds);
           const b = s.breakdownMs as Partial<Record<keyof Breakdown, unknown>> | undefined;
           if (b && num(b.compute) !== null && num(b.readback) !== null && num(b.allreduce) !== null && num(b.apply) !== null) {
-            const bd: Breakdown = { compute: num(b.compute)!, readback: num(b.readback)!, allreduce: num(b.allreduce)!, apply: num(b.apply)! };
+            const bd: Breakdown = {
+              compute: num(b.compute)!,
+              readback: num(b.readback)!,
+              allreduce: num(b.allreduce)!,
+              apply: num(b.apply)!,
+            };
             const stepMs = bd.compute + bd.readback + bd.allreduce + bd.apply;
             row.breakdownMs = bd;
             row.stepMs = r1(stepMs);
@@ -344,7 +383,9 @@ for (const model of models) {
           const kind = param.split(':')[0];
           if (ok && kind !== 'none' && kind !== ALONE && row.commHook?.name !== kind) {
             row.ok = false;
-            row.errors = [`asked for comm-hook ${param} but the summary's commHook is ${row.commHook ? JSON.stringify(row.commHook) : 'missing'}: does the train job know the comm-hook option yet?`];
+            row.errors = [
+              `asked for comm-hook ${param} but the summary's commHook is ${row.commHook ? JSON.stringify(row.commHook) : 'missing'}: does the train job know the comm-hook option yet?`,
+            ];
           }
         } catch (err) {
           row.ok = false;
@@ -361,7 +402,21 @@ for (const model of models) {
 /** Writes NAME.json and NAME.md from the rows so far (after every run: a long matrix keeps what it measured if it is stopped); returns the table. */
 async function writeResults(): Promise<string> {
   compareWithNone(rows);
-  const setup: BenchSetup = { models, backend, optimizer, lr: values.lr ?? null, nprocs, rates, hooks, start, epochs, batchSize, trainSize, testSize, steps: stepsCap };
+  const setup: BenchSetup = {
+    models,
+    backend,
+    optimizer,
+    lr: values.lr ?? null,
+    nprocs,
+    rates,
+    hooks,
+    start,
+    epochs,
+    batchSize,
+    trainSize,
+    testSize,
+    steps: stepsCap,
+  };
   const dilocoLines = dilocoVerdicts(rows, setup);
   const dilocoGoalLine = dilocoLines.length === 0 ? null : `${DILOCO_GOAL_TEXT} ${dilocoLines.join('; ')}.`;
   const verdicts = goalVerdicts(rows, setup);

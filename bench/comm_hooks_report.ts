@@ -27,7 +27,6 @@ export const ALONE = 'alone';
 export const GOAL = { model: 'cnn', rateMbit: 20, hook: 'powersgd:2', baseline: 'none', minSpeedup: 3, maxAccuracyDrop: 0.01 };
 export const GOAL_TEXT = `Goal: at ${GOAL.rateMbit} Mbit/s on the ${GOAL.model.toUpperCase()}, PowerSGD rank 2 (${GOAL.hook}) at least ${GOAL.minSpeedup}x faster per step than ${GOAL.baseline}, with test accuracy within ${GOAL.maxAccuracyDrop * 100} point of ${GOAL.baseline}'s.`;
 
-
 export interface Breakdown {
   compute: number;
   readback: number;
@@ -87,7 +86,9 @@ export const r4 = (x: number) => Math.round(x * 10_000) / 10_000;
 export function compareWithNone(rows: Row[]): void {
   for (const r of rows) {
     if (r.bytesPerStepAfterStart === null) continue;
-    const nones = rows.filter((o) => o.ok && o.model === r.model && o.nprocs === r.nprocs && o.hook === 'none' && o.bytesPerStep !== null && o.bytesPerStep > 0);
+    const nones = rows.filter(
+      (o) => o.ok && o.model === r.model && o.nprocs === r.nprocs && o.hook === 'none' && o.bytesPerStep !== null && o.bytesPerStep > 0,
+    );
     const base = nones.find((o) => o.rateMbit === r.rateMbit) ?? nones[0];
     if (base) r.bytesVsNone = r4(r.bytesPerStepAfterStart / base.bytesPerStep!);
   }
@@ -117,8 +118,23 @@ export function goalVerdicts(rows: readonly Row[], { models, nprocs }: BenchSetu
       const baseMs = comparableStep(base);
       const hookMs = comparableStep(hook);
       const what = `${model}, ${n} ranks`;
-      if (!base.ok || !hook.ok || baseMs === null || hookMs === null || hookMs <= 0 || base.testAccuracy === null || hook.testAccuracy === null) {
-        out.push({ model, nprocs: n, met: null, speedup: null, accuracyDrop: null, note: `${what}: not measured (a run failed or gave no step time or accuracy)` });
+      if (
+        !base.ok ||
+        !hook.ok ||
+        baseMs === null ||
+        hookMs === null ||
+        hookMs <= 0 ||
+        base.testAccuracy === null ||
+        hook.testAccuracy === null
+      ) {
+        out.push({
+          model,
+          nprocs: n,
+          met: null,
+          speedup: null,
+          accuracyDrop: null,
+          note: `${what}: not measured (a run failed or gave no step time or accuracy)`,
+        });
         continue;
       }
       const speedup = r2(baseMs / hookMs);
@@ -139,18 +155,38 @@ export function goalVerdicts(rows: readonly Row[], { models, nprocs }: BenchSetu
 }
 
 /** Issue 33's goal: streaming DiLoCo where the link is the step. */
-export const DILOCO_GOAL = { model: 'cnn', rateMbit: 20, nprocs: 4, minThroughput: 0.85, maxAccuracyDrop: 0.01, maxBytes: 0.01, minHidden: 0.8 };
+export const DILOCO_GOAL = {
+  model: 'cnn',
+  rateMbit: 20,
+  nprocs: 4,
+  minThroughput: 0.85,
+  maxAccuracyDrop: 0.01,
+  maxBytes: 0.01,
+  minHidden: 0.8,
+};
 export const DILOCO_GOAL_TEXT = `DiLoCo goal: at ${DILOCO_GOAL.rateMbit} Mbit/s with ${DILOCO_GOAL.nprocs} ranks on the ${DILOCO_GOAL.model.toUpperCase()}, streaming DiLoCo keeps >= ${DILOCO_GOAL.minThroughput} x the samples/s (wall) of the runs with no communication (alone), at test accuracy within ${DILOCO_GOAL.maxAccuracyDrop * 100} point of none's, sending <= ${DILOCO_GOAL.maxBytes} of none's bytes per step, with >= ${DILOCO_GOAL.minHidden * 100}% of its communication hidden.`;
 
 /** The DiLoCo goal for each streaming diloco hook measured with alone and none beside it. */
 export function dilocoVerdicts(rows: readonly Row[], { models }: BenchSetup): string[] {
   const out: string[] = [];
   for (const model of models.filter((m) => m.split(':')[0] === DILOCO_GOAL.model)) {
-    const at = (hook: string, rate: number | null) => rows.find((r) => r.model === model && r.nprocs === DILOCO_GOAL.nprocs && r.hook === hook && (rate === undefined || r.rateMbit === rate));
+    const at = (hook: string, rate: number | null) =>
+      rows.find(
+        (r) => r.model === model && r.nprocs === DILOCO_GOAL.nprocs && r.hook === hook && (rate === undefined || r.rateMbit === rate),
+      );
     const alone = rows.find((r) => r.model === model && r.nprocs === DILOCO_GOAL.nprocs && r.hook === ALONE && r.ok);
     const none = at('none', DILOCO_GOAL.rateMbit);
-    for (const r of rows.filter((x) => x.model === model && x.nprocs === DILOCO_GOAL.nprocs && x.rateMbit === DILOCO_GOAL.rateMbit && /^diloco:.*stream/.test(x.hook))) {
-      if (!r.ok || !alone?.wallSamplesPerSec || !r.wallSamplesPerSec || !none?.ok || none.testAccuracy === null || r.testAccuracy === null) {
+    for (const r of rows.filter(
+      (x) => x.model === model && x.nprocs === DILOCO_GOAL.nprocs && x.rateMbit === DILOCO_GOAL.rateMbit && /^diloco:.*stream/.test(x.hook),
+    )) {
+      if (
+        !r.ok ||
+        !alone?.wallSamplesPerSec ||
+        !r.wallSamplesPerSec ||
+        !none?.ok ||
+        none.testAccuracy === null ||
+        r.testAccuracy === null
+      ) {
         out.push(`${model}, ${r.hook}: not settled (it needs ok runs of ${r.hook}, alone and none)`);
         continue;
       }
@@ -158,8 +194,16 @@ export function dilocoVerdicts(rows: readonly Row[], { models }: BenchSetup): st
       const drop = r4(none.testAccuracy - r.testAccuracy);
       const bytes = r.bytesVsNone;
       const hidden = r.hiddenShare;
-      const met = throughput >= DILOCO_GOAL.minThroughput && drop <= DILOCO_GOAL.maxAccuracyDrop && bytes !== null && bytes <= DILOCO_GOAL.maxBytes && hidden !== null && hidden >= DILOCO_GOAL.minHidden;
-      out.push(`${model}, ${r.hook}: ${met ? 'met' : 'NOT met'}: ${throughput} x alone's samples/s, accuracy ${(drop * 100).toFixed(2)} points ${drop >= 0 ? 'below' : 'above'} none's, ${bytes ?? '?'} of none's bytes, ${hidden === null ? '?' : Math.round(hidden * 100)}% hidden`);
+      const met =
+        throughput >= DILOCO_GOAL.minThroughput &&
+        drop <= DILOCO_GOAL.maxAccuracyDrop &&
+        bytes !== null &&
+        bytes <= DILOCO_GOAL.maxBytes &&
+        hidden !== null &&
+        hidden >= DILOCO_GOAL.minHidden;
+      out.push(
+        `${model}, ${r.hook}: ${met ? 'met' : 'NOT met'}: ${throughput} x alone's samples/s, accuracy ${(drop * 100).toFixed(2)} points ${drop >= 0 ? 'below' : 'above'} none's, ${bytes ?? '?'} of none's bytes, ${hidden === null ? '?' : Math.round(hidden * 100)}% hidden`,
+      );
     }
   }
   return out;
@@ -218,9 +262,11 @@ export function resultsTable(rows: readonly Row[], setup: BenchSetup, heading: T
 /** A row of a model's table: a run's figures, or FAILED with its errors. */
 function rowLine(r: Row): string {
   const net = r.rateMbit === null ? 'loopback' : `${r.rateMbit} Mbit/s${r.delayMs ? `, RTT +${2 * r.delayMs} ms` : ''}`;
-  if (!r.ok) return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |  |`;
+  if (!r.ok)
+    return `| ${r.nprocs} | ${net} | ${r.hook} | FAILED: ${(r.errors ?? []).join('; ').replace(/\|/g, '/').replace(/\s+/g, ' ').slice(0, 300)} |  |  |  |  |  |  |  |  |  |  |`;
   return `| ${r.nprocs} | ${net} | ${r.hook} | ${dash(r.stepMs)}${r.stepMsFrom === 'seconds/steps' ? ' (seconds/steps)' : ''} | ${dash(r.stepMsAfterStart)}${r.stepsAfterStart ? ` (${r.stepsAfterStart} steps)` : ''} | ${fmtBytes(r.bytesPerStep)} | ${fmtBytes(r.bytesPerStepAfterStart)} | ${dash(r.bytesVsNone, (v) => `${v} (${v > 0 ? r1(1 / v) : '∞'}x fewer)`)} | ${dash(r.commShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.hiddenShare, (v) => `${Math.round(v * 100)}%`)} | ${dash(r.samplesPerSec, (v) => String(r1(v)))} | ${dash(r.wallSamplesPerSec, (v) => String(r1(v)))} | ${dash(r.testAccuracy, (v) => `${(v * 100).toFixed(2)}%`)} | ${r.identical === null ? '–' : r.identical ? 'yes' : 'NO'} |`;
 }
 
-const fmtBytes = (b: number | null) => (b === null ? '–' : b >= 1e6 ? `${r2(b / 1e6)} MB` : b >= 1e3 ? `${r1(b / 1e3)} kB` : `${Math.round(b)} B`);
+const fmtBytes = (b: number | null) =>
+  b === null ? '–' : b >= 1e6 ? `${r2(b / 1e6)} MB` : b >= 1e3 ? `${r1(b / 1e3)} kB` : `${Math.round(b)} B`;
 const dash = (x: number | null | undefined, f: (v: number) => string = String) => (x === null || x === undefined ? '–' : f(x));

@@ -35,11 +35,16 @@ function fail(message: string): never {
   process.exit(2);
 }
 
-const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
+const list = (v: string) =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 const backends = list(values.backends!);
 for (const b of backends) if (!['cpu', 'wasm', 'webgpu', 'webgl'].includes(b)) fail(`--backends: "${b}" is not cpu, wasm, webgpu or webgl`);
 const deviceCounts = list(values.devices!).map(Number);
-for (const k of deviceCounts) if (!(Number.isSafeInteger(k) && k >= 1 && k <= 16)) fail(`--devices takes counts from 1 to 16, got "${values.devices}"`);
+for (const k of deviceCounts)
+  if (!(Number.isSafeInteger(k) && k >= 1 && k <= 16)) fail(`--devices takes counts from 1 to 16, got "${values.devices}"`);
 const models = list(values.models!);
 for (const m of models) if (m !== 'mlp' && m !== 'cnn') fail(`--models: "${m}" is not mlp or cnn`);
 const batchSize = Number(values['batch-size']);
@@ -112,7 +117,11 @@ for (const model of models) {
         seconds: num(summary.seconds),
       };
       rows.push(row);
-      console.log(ok ? `--- done in ${Math.round((Date.now() - started) / 1000)} s: ${row.samplesPerSec} samples/s` : `--- FAILED: ${(row.errors ?? []).join('; ')}`);
+      console.log(
+        ok
+          ? `--- done in ${Math.round((Date.now() - started) / 1000)} s: ${row.samplesPerSec} samples/s`
+          : `--- FAILED: ${(row.errors ?? []).join('; ')}`,
+      );
     }
   }
 }
@@ -129,13 +138,14 @@ const lines = [
   '| model | backend | devices | samples/s | vs 1 device | step compute ms | device compute ms/step | device backends | test accuracy |',
   '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ...rows.map((r) => {
-    if (!r.ok) return `| ${r.model} | ${r.backend} | ${r.devices} | FAILED: ${(r.errors ?? []).join('; ').replaceAll('|', '\\|').slice(0, 200)} | | | | | |`;
+    if (!r.ok)
+      return `| ${r.model} | ${r.backend} | ${r.devices} | FAILED: ${(r.errors ?? []).join('; ').replaceAll('|', '\\|').slice(0, 200)} | | | | | |`;
     const b = base(r);
     const speedup = b && r.samplesPerSec ? `${(r.samplesPerSec / b).toFixed(2)}x` : '-';
     return `| ${r.model} | ${r.backend} | ${r.devices} | ${fig(r.samplesPerSec)} | ${speedup} | ${fig(r.computeMs)} | ${r.deviceComputeMs.length ? r.deviceComputeMs.map((m) => fig(m)).join(', ') : '-'} | ${r.deviceBackends.length ? r.deviceBackends.join(', ') : '(page)'} | ${r.testAccuracy === null ? '-' : `${(r.testAccuracy * 100).toFixed(1)}%`} |`;
   }),
   '',
-  'Samples/s: the mean over the timed steps (step 1, which compiles shaders, left out) of batch / step time. Step compute: from the batch to the gradients on the host (with Workers: the weights read back and sent to each, the chunks scattered, their compute, the gathering). Device compute: each Worker\'s own time per step.',
+  "Samples/s: the mean over the timed steps (step 1, which compiles shaders, left out) of batch / step time. Step compute: from the batch to the gradients on the host (with Workers: the weights read back and sent to each, the chunks scattered, their compute, the gathering). Device compute: each Worker's own time per step.",
 ];
 const fallbacks = rows.flatMap((r) => r.fallbacks.map((f) => `${r.model} on ${r.backend}, ${r.devices} devices: ${f}`));
 if (fallbacks.length > 0) lines.push('', 'Fallbacks:', ...fallbacks.map((f) => `- ${f}`));

@@ -62,7 +62,13 @@ for (const model of values.models!.split(',')) {
       console.error(JSON.stringify(summary));
       process.exit(1);
     }
-    const s = summary as unknown as { steps: number; samplesPerSec: number; breakdownMs: Breakdown; testAccuracy?: number; identical: boolean };
+    const s = summary as unknown as {
+      steps: number;
+      samplesPerSec: number;
+      breakdownMs: Breakdown;
+      testAccuracy?: number;
+      identical: boolean;
+    };
     const b = s.breakdownMs;
     const stepMs = b.compute + b.readback + b.allreduce + b.apply;
     rows.push({

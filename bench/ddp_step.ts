@@ -24,7 +24,10 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
   },
 });
-const backends = values.backends!.split(',').map((s) => s.trim()).filter(Boolean);
+const backends = values
+  .backends!.split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
 for (const b of backends) {
   if (!['webgpu', 'webgl', 'wasm', 'cpu'].includes(b)) {
     console.error(`bench:ddp-step: --backends: "${b}" is not webgpu, webgl, wasm or cpu`);
@@ -60,10 +63,21 @@ for (const backend of backends) {
   });
   const s = summary as Record<string, unknown>;
   if (!ok || s.backend !== backend) {
-    rows.push({ backend, ok: false, error: ok ? `the page ran on ${String(s.backend)}` : String((s.errors as string[] | undefined)?.[0] ?? 'failed') });
+    rows.push({
+      backend,
+      ok: false,
+      error: ok ? `the page ran on ${String(s.backend)}` : String((s.errors as string[] | undefined)?.[0] ?? 'failed'),
+    });
     continue;
   }
-  rows.push({ backend, ok: true, parameters: s.parameters as number, medianMs: s.medianMs as Record<string, number>, hostOverPlain: s.hostOverPlain as number, deviceOverPlain: s.deviceOverPlain as number });
+  rows.push({
+    backend,
+    ok: true,
+    parameters: s.parameters as number,
+    medianMs: s.medianMs as Record<string, number>,
+    hostOverPlain: s.hostOverPlain as number,
+    deviceOverPlain: s.deviceOverPlain as number,
+  });
 }
 
 const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), Debian Chromium, WebGPU and WebGL through SwiftShader (no GPU)`;

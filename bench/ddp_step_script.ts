@@ -10,7 +10,16 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { yieldToEventLoop } from '../src/runtime/ticker.ts';
-import { Adam, DistributedDataParallel, buildModel, classificationLoss, initProcessGroup, intArg, syntheticDataset, type LaunchContext } from '../src/index.ts';
+import {
+  Adam,
+  DistributedDataParallel,
+  buildModel,
+  classificationLoss,
+  initProcessGroup,
+  intArg,
+  syntheticDataset,
+  type LaunchContext,
+} from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
   const batchSize = intArg(ctx.args, 'batch-size', 64);
@@ -19,7 +28,13 @@ export default async function main(ctx: LaunchContext) {
   const hidden = intArg(ctx.args, 'hidden', 128);
   const inputSize = intArg(ctx.args, 'input-size', 784);
   const data = syntheticDataset({ length: batchSize * 8, inputSize, numClasses: 10, seed: 0 });
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const pg = await initProcessGroup({
+    url: ctx.url,
+    session: ctx.session,
+    token: ctx.token,
+    worldSize: ctx.nproc,
+    timeoutMs: ctx.timeoutMs,
+  });
   const spec = { kind: 'mlp' as const, inputShape: [inputSize], numClasses: 10, seed: 0, hidden };
   const batches = Array.from({ length: 8 }, (_, b) => {
     const { x, y } = data.batch(Array.from({ length: batchSize }, (_, i) => b * batchSize + i));
@@ -74,7 +89,9 @@ export default async function main(ctx: LaunchContext) {
   }
   const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!;
   const ms = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
-  ctx.log(`backend ${ctx.backend}: plain ${ms.plain!.toFixed(2)} ms, ddp-host ${ms['ddp-host']!.toFixed(2)} ms, ddp-device ${ms['ddp-device']!.toFixed(2)} ms`);
+  ctx.log(
+    `backend ${ctx.backend}: plain ${ms.plain!.toFixed(2)} ms, ddp-host ${ms['ddp-host']!.toFixed(2)} ms, ddp-device ${ms['ddp-device']!.toFixed(2)} ms`,
+  );
   for (const b of batches) tf.dispose([b.xs, b.ys]);
   await pg.barrier();
   pg.destroy();

@@ -39,7 +39,20 @@ interface Row {
 }
 
 const rows: Row[] = [];
-const args = ['--steps', values.steps!, '--batch-size', values['batch-size']!, '--context', values.context!, '--width', values.width!, '--blocks', values.blocks!, '--log-every', String(Math.max(1, Math.round(Number(values.steps) / 10)))];
+const args = [
+  '--steps',
+  values.steps!,
+  '--batch-size',
+  values['batch-size']!,
+  '--context',
+  values.context!,
+  '--width',
+  values.width!,
+  '--blocks',
+  values.blocks!,
+  '--log-every',
+  String(Math.max(1, Math.round(Number(values.steps) / 10))),
+];
 const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 async function write(): Promise<void> {
@@ -53,9 +66,17 @@ async function write(): Promise<void> {
     '',
     '| ranks | parameters | unigram | final loss | perplexity | tokens/s | wall s |',
     '| --- | --- | --- | --- | --- | --- | --- |',
-    ...rows.map((r) => `| ${r.nproc} | ${r.parameters ?? '–'} | ${r.unigram?.toFixed(3) ?? '–'} | ${r.finalLoss?.toFixed(3) ?? (r.ok ? '–' : 'FAILED')} | ${r.finalLoss === null ? '–' : Math.exp(r.finalLoss).toFixed(2)} | ${r.tokensPerSec === null ? '–' : Math.round(r.tokensPerSec)} | ${Math.round(r.wallSeconds)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.nproc} | ${r.parameters ?? '–'} | ${r.unigram?.toFixed(3) ?? '–'} | ${r.finalLoss?.toFixed(3) ?? (r.ok ? '–' : 'FAILED')} | ${r.finalLoss === null ? '–' : Math.exp(r.finalLoss).toFixed(2)} | ${r.tokensPerSec === null ? '–' : Math.round(r.tokensPerSec)} | ${Math.round(r.wallSeconds)} |`,
+    ),
     '',
-    ...rows.flatMap((r) => [`Loss against tokens, ${r.nproc} rank(s): ${r.curve.map((c) => `${c.tokens}: ${c.loss.toFixed(3)}`).join(', ')}.`, '', `What it wrote: ${JSON.stringify(r.sample)}`, '']),
+    ...rows.flatMap((r) => [
+      `Loss against tokens, ${r.nproc} rank(s): ${r.curve.map((c) => `${c.tokens}: ${c.loss.toFixed(3)}`).join(', ')}.`,
+      '',
+      `What it wrote: ${JSON.stringify(r.sample)}`,
+      '',
+    ]),
   ].join('\n');
   await writeFile(join(dir, 'language_model.md'), md);
 }

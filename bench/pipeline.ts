@@ -55,20 +55,38 @@ for (const config of values.configs!.split(',')) {
   // The synthetic set for the small MLP (2 layers), MNIST for the CNN (6 layers, up to 3 stages with weights).
   const dataset = model === 'cnn' ? 'mnist' : 'synthetic';
   const batchSize = Number(values['batch-size'] ?? (model === 'cnn' ? 64 : 32));
-  console.log(`--- ${model} on ${dataset}: ${stages} stages x ${microBatches} micro-batches, ${schedule}, batch ${batchSize}${splitPoints ? `, split at ${splitPoints}` : ''}`);
+  console.log(
+    `--- ${model} on ${dataset}: ${stages} stages x ${microBatches} micro-batches, ${schedule}, batch ${batchSize}${splitPoints ? `, split at ${splitPoints}` : ''}`,
+  );
   const { ok, summary } = await launch({
     nproc: stages,
     job: 'train',
     session: `bench-pp-${model}-${stages}-${microBatches}-${schedule}-${Date.now().toString(36)}`,
     timeoutSec: 900,
-    jobParams: { model, dataset, optimizer: 'sgd', steps: values.steps!, 'batch-size': String(batchSize), pp: String(stages), 'micro-batches': String(microBatches), schedule, 'eval-every': '100000', 'train-size': '4096', 'test-size': '500', ...(splitPoints ? { 'split-points': splitPoints } : {}) },
+    jobParams: {
+      model,
+      dataset,
+      optimizer: 'sgd',
+      steps: values.steps!,
+      'batch-size': String(batchSize),
+      pp: String(stages),
+      'micro-batches': String(microBatches),
+      schedule,
+      'eval-every': '100000',
+      'train-size': '4096',
+      'test-size': '500',
+      ...(splitPoints ? { 'split-points': splitPoints } : {}),
+    },
     log: (line) => console.log(line),
   });
   if (!ok) {
     console.error(JSON.stringify(summary));
     process.exit(1);
   }
-  const sum = summary as unknown as { samplesPerSec: number; pipeline: { bubble: { measured: number; formula: number }; stages: StageFigures[] } };
+  const sum = summary as unknown as {
+    samplesPerSec: number;
+    pipeline: { bubble: { measured: number; formula: number }; stages: StageFigures[] };
+  };
   const round = (x: number | null, digits = 2) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
   rows.push({
     model,
@@ -81,7 +99,13 @@ for (const config of values.configs!.split(',')) {
     stepMs: round((batchSize / sum.samplesPerSec) * 1000, 1)!,
     measured: round(sum.pipeline.bubble.measured)!,
     formula: round(sum.pipeline.bubble.formula)!,
-    perStage: sum.pipeline.stages.map((st) => ({ stage: st.stage, layers: st.layerClasses.join('+'), parameters: st.parameters, bubble: round(st.bubble), computeMs: round(st.breakdownMs.compute, 1) })),
+    perStage: sum.pipeline.stages.map((st) => ({
+      stage: st.stage,
+      layers: st.layerClasses.join('+'),
+      parameters: st.parameters,
+      bubble: round(st.bubble),
+      computeMs: round(st.breakdownMs.compute, 1),
+    })),
   });
 }
 

@@ -53,7 +53,12 @@ const seconds = Number(values.seconds);
 if (!(Number.isFinite(seconds) && seconds > 0)) fail(`--seconds must be a positive number, got "${values.seconds}"`);
 const epochs = Number(values.epochs);
 if (!(Number.isSafeInteger(epochs) && epochs >= 1)) fail(`--epochs must be a positive integer, got "${values.epochs}"`);
-const phases = new Set(values.phases!.toUpperCase().split(',').map((p) => p.trim()));
+const phases = new Set(
+  values
+    .phases!.toUpperCase()
+    .split(',')
+    .map((p) => p.trim()),
+);
 if (phases.size === 0 || [...phases].some((p) => p !== 'A' && p !== 'B')) fail(`--phases takes A, B or A,B, got "${values.phases}"`);
 
 const model = 'mlp';
@@ -69,14 +74,19 @@ interface Config {
 /** "ps:none,ddp:3:4,central": STRATEGY:SLOW items, a bare STRATEGY both without and with the straggler. */
 function parseConfigs(spec: string): Config[] {
   const out: Config[] = [];
-  for (const item of spec.split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const item of spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const colon = item.indexOf(':');
     const strategy = (colon < 0 ? item : item.slice(0, colon)) as Strategy;
     if (!STRATEGIES.includes(strategy)) fail(`--configs: "${item}" must start with ddp, ps or central`);
     const slows = colon < 0 ? [null, STRAGGLER] : [item.slice(colon + 1) === 'none' ? null : item.slice(colon + 1)];
     for (const slow of slows) {
-      if (slow !== null && !/^\d+:\d+(\.\d+)?$/.test(slow)) fail(`--configs: "${item}": the straggler must be none or RANK:FACTOR (e.g. 3:4)`);
-      if (slow !== null && Number(slow.split(':')[0]) >= RANKS) fail(`--configs: "${item}": rank ${slow.split(':')[0]} is not one of the ${RANKS} ranks`);
+      if (slow !== null && !/^\d+:\d+(\.\d+)?$/.test(slow))
+        fail(`--configs: "${item}": the straggler must be none or RANK:FACTOR (e.g. 3:4)`);
+      if (slow !== null && Number(slow.split(':')[0]) >= RANKS)
+        fail(`--configs: "${item}": rank ${slow.split(':')[0]} is not one of the ${RANKS} ranks`);
       if (!out.some((c) => c.strategy === strategy && c.slow === slow)) out.push({ strategy, slow });
     }
   }
@@ -148,10 +158,31 @@ interface RunRow {
 
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
-function rowFrom(c: Config, phase: 'A' | 'B', session: string, ok: boolean, summary: Record<string, unknown>, results: Array<Record<string, unknown>>): RunRow {
+function rowFrom(
+  c: Config,
+  phase: 'A' | 'B',
+  session: string,
+  ok: boolean,
+  summary: Record<string, unknown>,
+  results: Array<Record<string, unknown>>,
+): RunRow {
   const base = { config: nameOf(c), strategy: c.strategy, slow: c.slow, phase, session };
   if (!ok) {
-    return { ...base, ok, errors: (summary.errors as string[] | undefined) ?? ['failed'], samplesPerSec: null, samplesPerSecWall: null, wallSource: null, samplesProcessed: null, testAccuracy: null, seconds: null, epochs: null, steps: null, stopped: false, ps: null };
+    return {
+      ...base,
+      ok,
+      errors: (summary.errors as string[] | undefined) ?? ['failed'],
+      samplesPerSec: null,
+      samplesPerSecWall: null,
+      wallSource: null,
+      samplesProcessed: null,
+      testAccuracy: null,
+      seconds: null,
+      epochs: null,
+      steps: null,
+      stopped: false,
+      ps: null,
+    };
   }
   const secondsTaken = num(summary.seconds);
   const psSummary = (summary.parameterServer ?? null) as ParameterServerSummary | null;
@@ -202,7 +233,9 @@ for (const phase of ['A', 'B'] as const) {
   for (const c of configs) {
     const session = `bench-ps-${phase.toLowerCase()}-${c.strategy}-${c.slow ? c.slow.replace(':', 'x') : 'none'}-${Date.now().toString(36)}`;
     const params = jobParams(c, phase);
-    console.log(`--- phase ${phase}: ${labelOf(c)}; ${model} on ${dataset} (${trainSize} samples, batch ${batchSize}), ${phase === 'A' ? `${epochs} epoch(s)` : `${PHASE_B_EPOCHS} epochs cut at ${seconds} s`}`);
+    console.log(
+      `--- phase ${phase}: ${labelOf(c)}; ${model} on ${dataset} (${trainSize} samples, batch ${batchSize}), ${phase === 'A' ? `${epochs} epoch(s)` : `${PHASE_B_EPOCHS} epochs cut at ${seconds} s`}`,
+    );
     const started = Date.now();
     const { ok, summary, results } = await launch({
       nproc: RANKS,
@@ -215,7 +248,10 @@ for (const phase of ['A', 'B'] as const) {
     const row = rowFrom(c, phase, session, ok, summary, results);
     rows.push(row);
     if (!ok) console.error(`--- FAILED (${Math.round((Date.now() - started) / 1000)} s): ${(row.errors ?? []).join('; ')}`);
-    else console.log(`--- done in ${Math.round((Date.now() - started) / 1000)} s: ${row.samplesProcessed} samples, test accuracy ${pct(row.testAccuracy)}`);
+    else
+      console.log(
+        `--- done in ${Math.round((Date.now() - started) / 1000)} s: ${row.samplesProcessed} samples, test accuracy ${pct(row.testAccuracy)}`,
+      );
   }
 }
 
@@ -266,7 +302,11 @@ if (rowsB.length > 0) {
     '',
     '| configuration | test accuracy | samples processed³ | epochs (samples / train size) | stopped by the limit | seconds⁴ |',
     '| --- | --- | --- | --- | --- | --- |',
-    ...rowsB.map((r) => (r.ok ? `| ${labelRow(r)} | ${pct(r.testAccuracy)} | ${fig(r.samplesProcessed)} | ${r.samplesProcessed === null ? '-' : (r.samplesProcessed / trainSize).toFixed(2)} | ${r.stopped ? 'yes' : 'no (finished)'} | ${fig(r.seconds)} |` : `| ${labelRow(r)} | ${failed(r)} | | | | |`)),
+    ...rowsB.map((r) =>
+      r.ok
+        ? `| ${labelRow(r)} | ${pct(r.testAccuracy)} | ${fig(r.samplesProcessed)} | ${r.samplesProcessed === null ? '-' : (r.samplesProcessed / trainSize).toFixed(2)} | ${r.stopped ? 'yes' : 'no (finished)'} | ${fig(r.seconds)} |`
+        : `| ${labelRow(r)} | ${failed(r)} | | | | |`,
+    ),
   );
 }
 lines.push(
@@ -287,7 +327,17 @@ await writeFile(
     {
       date,
       machine,
-      settings: { model, dataset, trainSize, batchSize, optimizer: 'adam', ranks: RANKS, straggler: STRAGGLER, phaseA: { epochs }, phaseB: { epochs: PHASE_B_EPOCHS, timeLimitSec: seconds } },
+      settings: {
+        model,
+        dataset,
+        trainSize,
+        batchSize,
+        optimizer: 'adam',
+        ranks: RANKS,
+        straggler: STRAGGLER,
+        phaseA: { epochs },
+        phaseB: { epochs: PHASE_B_EPOCHS, timeLimitSec: seconds },
+      },
       phaseA: rowsA,
       phaseB: rowsB,
     },

@@ -53,7 +53,8 @@ const attacks = list(values.attacks!);
 const attackerCounts = list(values.attackers!).map((s) => int('attackers', s, 1));
 if (attackerCounts.some((k) => k >= nproc)) throw new Error(`--attackers must leave at least one honest rank of the ${nproc}`);
 const aggregations = list(values.aggregations!);
-if (!/^[\w.-]{1,64}$/.test(values.name!)) throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
+if (!/^[\w.-]{1,64}$/.test(values.name!))
+  throw new Error(`--name must be a file name of letters, digits, _ . - (at most 64), got "${values.name}"`);
 
 interface Row {
   aggregation: string;
@@ -160,10 +161,25 @@ for (const [aggregation, attack, k] of plan) {
   try {
     row = await runOnce(aggregation, attack, k);
   } catch (err) {
-    row = { aggregation, attack, attackers: k, ok: false, errors: [(err as Error).message], steps: null, seconds: null, testAccuracy: null, finalLoss: null, samplesPerSec: null, bytesPerStep: null, identical: null };
+    row = {
+      aggregation,
+      attack,
+      attackers: k,
+      ok: false,
+      errors: [(err as Error).message],
+      steps: null,
+      seconds: null,
+      testAccuracy: null,
+      finalLoss: null,
+      samplesPerSec: null,
+      bytesPerStep: null,
+      identical: null,
+    };
   }
   rows.push(row);
-  console.log(`[bench] -> ${row.ok ? `accuracy ${pct(row.testAccuracy)}, ${row.samplesPerSec} samples/s, identical ${row.identical}` : `failed: ${row.errors?.[0]}`}`);
+  console.log(
+    `[bench] -> ${row.ok ? `accuracy ${pct(row.testAccuracy)}, ${row.samplesPerSec} samples/s, identical ${row.identical}` : `failed: ${row.errors?.[0]}`}`,
+  );
   await save();
 }
 console.log(table(rows));

@@ -38,7 +38,11 @@ if (!['steps', 'churn', 'all'].includes(part)) {
   process.exit(2);
 }
 // An empty list runs nothing: `--part churn --nprocs ''` writes scale.md again from scale.json.
-const listOf = (s: string) => s.split(',').filter((x) => x.trim() !== '').map((x) => Number(x.trim()));
+const listOf = (s: string) =>
+  s
+    .split(',')
+    .filter((x) => x.trim() !== '')
+    .map((x) => Number(x.trim()));
 const batchSize = values['batch-size']!;
 type VoteMode = 'gradients' | 'apart';
 const voteModes = values.vote!.split(',').map((v) => v.trim());
@@ -123,13 +127,29 @@ if (part === 'steps' || part === 'all') {
         job: 'train',
         session: `scale-steps-${n}-${Date.now().toString(36)}`,
         timeoutSec: 900,
-        jobParams: { dataset: 'synthetic', backend: 'cpu', 'batch-size': batchSize, steps: '40', balance: 'false', 'vote-with-gradients': String(vote === 'gradients') },
+        jobParams: {
+          dataset: 'synthetic',
+          backend: 'cpu',
+          'batch-size': batchSize,
+          steps: '40',
+          balance: 'false',
+          'vote-with-gradients': String(vote === 'gradients'),
+        },
         log: (line) => (line.startsWith('[launch]') ? console.log(line) : undefined),
       });
       const s = summary as Record<string, unknown>;
       rows.push(
         ok
-          ? { worldSize: n, vote, ok, samplesPerSec: s.samplesPerSec as number, timelineMs: s.timelineMs as StepRow['timelineMs'], bareAllReduceMs: s.bareAllReduceMs as number, commOverBare: s.commOverBare as number, wireOverBare: s.wireOverBare as number }
+          ? {
+              worldSize: n,
+              vote,
+              ok,
+              samplesPerSec: s.samplesPerSec as number,
+              timelineMs: s.timelineMs as StepRow['timelineMs'],
+              bareAllReduceMs: s.bareAllReduceMs as number,
+              commOverBare: s.commOverBare as number,
+              wireOverBare: s.wireOverBare as number,
+            }
           : { worldSize: n, vote, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed') },
       );
       console.log(JSON.stringify(rows.at(-1)));
@@ -153,7 +173,15 @@ if (part === 'churn' || part === 'all') {
       session: `scale-churn-${n}-${Date.now().toString(36)}`,
       timeoutSec: 1500,
       churnEverySec: churnEvery,
-      jobParams: { dataset: 'synthetic', backend: 'cpu', 'batch-size': batchSize, 'train-size': trainSize, epochs: '1', min: String(Math.max(2, n / 2)), max: String(n) },
+      jobParams: {
+        dataset: 'synthetic',
+        backend: 'cpu',
+        'batch-size': batchSize,
+        'train-size': trainSize,
+        epochs: '1',
+        min: String(Math.max(2, n / 2)),
+        max: String(n),
+      },
       log: (line) => (line.startsWith('[launch]') ? console.log(line) : undefined),
     });
     const s = summary as Record<string, unknown>;
@@ -174,7 +202,13 @@ if (part === 'churn' || part === 'all') {
             identical: s.identical as boolean,
             faults: (s.faults as FaultRow[] | undefined) ?? [],
           }
-        : { worldSize: n, date, ok, error: String((s.errors as string[] | undefined)?.[0] ?? 'failed'), faults: (s.faults as FaultRow[] | undefined) ?? [] },
+        : {
+            worldSize: n,
+            date,
+            ok,
+            error: String((s.errors as string[] | undefined)?.[0] ?? 'failed'),
+            faults: (s.faults as FaultRow[] | undefined) ?? [],
+          },
     );
     console.log(JSON.stringify(rows.at(-1)));
     rows.sort((a, b) => a.worldSize - b.worldSize);
@@ -228,7 +262,8 @@ function markdown(r: Results): string[] {
         const freezes = of('freeze');
         const joins = of('open');
         // recovered, and its parts where the run measured them: (rendezvous + links and state).
-        const recovered = (fs: FaultRow[]) => `${fig(fs, 'recoveredAfterMs')}${fs.some((x) => x.stateMs !== undefined) ? ` (${fig(fs, 'rendezvousMs')} + ${fig(fs, 'stateMs')})` : ''}`;
+        const recovered = (fs: FaultRow[]) =>
+          `${fig(fs, 'recoveredAfterMs')}${fs.some((x) => x.stateMs !== undefined) ? ` (${fig(fs, 'rendezvousMs')} + ${fig(fs, 'stateMs')})` : ''}`;
         const cells = `${row.faults?.length ?? 0} | ${fig(kills, 'detectedAfterMs')} / ${recovered(kills)} / ${fig(kills, 'regroupMs')} | ${fig(freezes, 'detectedAfterMs')} / ${recovered(freezes)} / ${fig(freezes, 'regroupMs')} | ${fig(joins, 'detectedAfterMs')} / ${fig(joins, 'regroupMs')} / ${fig(joins, 'admittedAfterMs')} |`;
         return row.ok
           ? `| ${row.worldSize} | ${row.date ?? r.churn!.date} | yes | ${f(row.seconds)} | ${row.steps} | ${row.generations} | ${row.stepsRedone} | ${row.exactlyOnce ? 'yes' : 'NO'} | ${row.identical ? 'yes' : 'NO'} | ${cells}`

@@ -37,7 +37,10 @@ async function startServerProcess(): Promise<{ url: string; pid: number; stop():
     const s = await startServer({ port: 0, log: () => {}, limits: { maxConnectionsPerAddress: ${SESSIONS * RANKS + 64}, maxSessions: ${SESSIONS + 16} } });
     console.log(JSON.stringify({ url: s.url }));
   `;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+    cwd: PROJECT_ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -76,7 +79,17 @@ const groups: ProcessGroup[][] = await Promise.all(
     const token = newSessionToken();
     const net = new MemoryNetwork();
     return Promise.all(
-      Array.from({ length: RANKS }, (_, rank) => initProcessGroup({ url: server.url, session, token, worldSize: RANKS, rank, timeoutMs: 120_000, linkFactory: net.factoryFor(rank) })),
+      Array.from({ length: RANKS }, (_, rank) =>
+        initProcessGroup({
+          url: server.url,
+          session,
+          token,
+          worldSize: RANKS,
+          rank,
+          timeoutMs: 120_000,
+          linkFactory: net.factoryFor(rank),
+        }),
+      ),
     );
   }),
 );
@@ -102,7 +115,12 @@ await Promise.all(
       await Promise.all(
         pgs.map(async (pg) => {
           const store = pg.store;
-          await timed('set', () => store.set(`status/${pg.rank}`, JSON.stringify({ step, loss: Math.random(), samplesPerSec: 1000, backend: 'webgpu', at: Date.now() })));
+          await timed('set', () =>
+            store.set(
+              `status/${pg.rank}`,
+              JSON.stringify({ step, loss: Math.random(), samplesPerSec: 1000, backend: 'webgpu', at: Date.now() }),
+            ),
+          );
           await timed('add', () => store.add('steps', 1));
         }),
       );
@@ -128,7 +146,9 @@ const result = {
   messages,
   messagesPerSec: round(messages / trafficSec, 0),
   serverCpuUsPerMessage: round(((after.cpuSec - before.cpuSec) * 1e6) / messages, 1),
-  latencyMs: Object.fromEntries(Object.entries(latencies).map(([k, xs]) => [k, { p50: round(percentile(xs, 50)), p99: round(percentile(xs, 99)) }])),
+  latencyMs: Object.fromEntries(
+    Object.entries(latencies).map(([k, xs]) => [k, { p50: round(percentile(xs, 50)), p99: round(percentile(xs, 99)) }]),
+  ),
 };
 const lines = [
   `Store load, ${result.date}, ${result.machine}: ${SESSIONS} sessions x ${RANKS} ranks, ${STEPS} steps of store traffic each.`,

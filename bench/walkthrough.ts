@@ -14,7 +14,9 @@ import { CHROMIUM_ARGS, chromiumPath, launchChromium } from '../launcher/browser
 import { ensureBuilt } from '../signaling/build.ts';
 import { PROJECT_ROOT, startServer } from '../signaling/server.ts';
 
-const { values } = parseArgs({ options: { out: { type: 'string' }, 'lm-steps': { type: 'string', default: '30' }, only: { type: 'string' } } });
+const { values } = parseArgs({
+  options: { out: { type: 'string' }, 'lm-steps': { type: 'string', default: '30' }, only: { type: 'string' } },
+});
 const outDir = values.out ?? join(PROJECT_ROOT, 'docs', 'walkthrough');
 const lmSteps = Number(values['lm-steps']);
 const NO_WEBGPU_ARGS = [...CHROMIUM_ARGS.filter((a) => !/webgpu|Vulkan/i.test(a)), '--disable-features=WebGPU'];
@@ -33,12 +35,26 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.waitForTimeout(1500); // the charts redraw at most once a second
   const path = join(outDir, name);
   await page.screenshot({ path, fullPage: true });
-  const cards = [await page.getByTestId('progress').innerText().catch(() => ''), await page.locator('section.stats').innerText().catch(() => '')].join(' · ');
+  const cards = [
+    await page
+      .getByTestId('progress')
+      .innerText()
+      .catch(() => ''),
+    await page
+      .locator('section.stats')
+      .innerText()
+      .catch(() => ''),
+  ].join(' · ');
   console.log(`saved ${path}\n  ${cards.replace(/\s*\n\s*/g, ' · ')}`);
 }
 
 /** The create form with its defaults but for `fields`; returns the form's page (which joins as host) and the shared link. */
-async function create(browser: Browser, url: string, fields: Record<string, string>, picture?: string): Promise<{ host: Page; shared: string }> {
+async function create(
+  browser: Browser,
+  url: string,
+  fields: Record<string, string>,
+  picture?: string,
+): Promise<{ host: Page; shared: string }> {
   const host = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
   await host.goto(url);
   await host.getByLabel('Session name').fill(`class-${Date.now().toString(36)}`);
@@ -67,10 +83,14 @@ async function classSession(gpu: Browser, noGpu: Browser, url: string): Promise<
   const atClose = await stepOf(host);
   await alice.close();
   // Stop away from an evaluation step (every 100), so the picture after Stop shows the evaluation after the run.
-  await until('the two left to train 30 more steps', async () => {
-    const step = await stepOf(host);
-    return step > atClose + 30 && step % 100 >= 10 && step % 100 <= 80;
-  }, 5 * 60_000);
+  await until(
+    'the two left to train 30 more steps',
+    async () => {
+      const step = await stepOf(host);
+      return step > atClose + 30 && step % 100 >= 10 && step % 100 <= 80;
+    },
+    5 * 60_000,
+  );
   await shot(host, '4-after-a-tab-closed.png');
   await host.getByTestId('stop-button').click();
   await host.getByTestId('stop-confirm').click();
@@ -80,7 +100,8 @@ async function classSession(gpu: Browser, noGpu: Browser, url: string): Promise<
   await host.getByTestId('download-button').click();
   const file = await (await download).path();
   console.log(`  downloaded ${(await download).suggestedFilename()}: ${(await stat(file)).size} bytes`);
-  for (const page of [host, bob]) await until('the final report', async () => (await page.getByTestId('progress').getAttribute('data-done')) === 'true', 5 * 60_000);
+  for (const page of [host, bob])
+    await until('the final report', async () => (await page.getByTestId('progress').getAttribute('data-done')) === 'true', 5 * 60_000);
   await shot(host, '6-final-host.png');
   await shot(bob, '7-final-student.png');
   await host.context().close();

@@ -23,6 +23,9 @@ export interface ProbeFigure {
 export function probeText(figures: readonly ProbeFigure[], chosen: BackendName): string {
   const ms = (v: number) => (v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`);
   return figures
-    .map((f) => `${f.backend} ${f.msPerStep === null ? '–' : `${ms(f.msPerStep)}/step`}${f.backend === chosen ? ' (chosen)' : ''}${f.note ? ` (${f.note})` : ''}`)
+    .map(
+      (f) =>
+        `${f.backend} ${f.msPerStep === null ? '–' : `${ms(f.msPerStep)}/step`}${f.backend === chosen ? ' (chosen)' : ''}${f.note ? ` (${f.note})` : ''}`,
+    )
     .join(' · ');
 }

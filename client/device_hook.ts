@@ -34,7 +34,8 @@ export function setActiveDataParallel(dp: DataParallel | undefined): void {
 }
 
 export function installDeviceLossHook(): void {
-  window.__ddpLoseDevice = () => (destroyDevice() ? DEVICE_DESTROYED : `this tab has no WebGPU device to lose: it runs on the ${tf.getBackend()} backend`);
+  window.__ddpLoseDevice = () =>
+    destroyDevice() ? DEVICE_DESTROYED : `this tab has no WebGPU device to lose: it runs on the ${tf.getBackend()} backend`;
   window.__ddpFailDevice = (device, kind) => {
     if (!active) return 'this tab has no DataParallel devices (it trains with --devices 1, or has not started)';
     try {

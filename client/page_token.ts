@@ -15,11 +15,14 @@ export class MissingTokenError extends Error {
 export function pageToken(): string {
   const token = tokenFromFragment(location.hash);
   if (token !== undefined) {
-    if (!isSessionToken(token)) throw new MissingTokenError(`the link's #token=... is not a session token (22-128 characters of A-Z a-z 0-9 _ -): copy the whole link again`);
+    if (!isSessionToken(token))
+      throw new MissingTokenError(
+        `the link's #token=... is not a session token (22-128 characters of A-Z a-z 0-9 _ -): copy the whole link again`,
+      );
     return token;
   }
   throw new MissingTokenError(
-    'this link has no #token=... at its end, the session\'s secret (chat apps and some editors cut links at the #). Open the full link the host shared, or create a new session on the start page',
+    "this link has no #token=... at its end, the session's secret (chat apps and some editors cut links at the #). Open the full link the host shared, or create a new session on the start page",
   );
 }
 

@@ -36,5 +36,12 @@ export async function linkReport(pg: ProcessGroup): Promise<LinkReport[]> {
   const details = await pg.linkDetails();
   return details
     .sort((a, b) => a.peer - b.peer)
-    .map((d) => ({ peer: d.peer, state: d.state, local: d.path?.local ?? null, remote: d.path?.remote ?? null, protocol: d.path?.protocol ?? null, rttMs: d.path?.rttMs ?? null }));
+    .map((d) => ({
+      peer: d.peer,
+      state: d.state,
+      local: d.path?.local ?? null,
+      remote: d.path?.remote ?? null,
+      protocol: d.path?.protocol ?? null,
+      rttMs: d.path?.rttMs ?? null,
+    }));
 }

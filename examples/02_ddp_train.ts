@@ -10,7 +10,21 @@
  *   npm run launch -- --nproc 2 --model-dir my_model --data-dir my_images examples/02_ddp_train.ts
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistributedDataParallel, DistributedSampler, buildModel, classificationLoss, fetchBatch, initProcessGroup, intArg, loadMnist, loadOfferedDataset, loadOfferedModel, runtime, syntheticDataset, Adam } from '../src/index.ts';
+import {
+  DistributedDataParallel,
+  DistributedSampler,
+  buildModel,
+  classificationLoss,
+  fetchBatch,
+  initProcessGroup,
+  intArg,
+  loadMnist,
+  loadOfferedDataset,
+  loadOfferedModel,
+  runtime,
+  syntheticDataset,
+  Adam,
+} from '../src/index.ts';
 import type { Dataset, LaunchContext } from '../src/index.ts';
 
 /** The host's model, else an MLP for the data. */
@@ -33,9 +47,16 @@ export default async function main(ctx: LaunchContext) {
   const batchSize = intArg(ctx.args, 'batch-size', 32);
   const epochs = intArg(ctx.args, 'epochs', 1);
 
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const pg = await initProcessGroup({
+    url: ctx.url,
+    session: ctx.session,
+    token: ctx.token,
+    worldSize: ctx.nproc,
+    timeoutMs: ctx.timeoutMs,
+  });
   const model = await modelFor(ctx, dataset.inputShape, dataset.numClasses);
-  if (ctx.offer.model || ctx.offer.data) ctx.log(`training ${ctx.offer.model?.name ?? 'an MLP'} on ${dataset.name} (${dataset.length} samples, ${dataset.numClasses} classes)`);
+  if (ctx.offer.model || ctx.offer.data)
+    ctx.log(`training ${ctx.offer.model?.name ?? 'an MLP'} on ${dataset.name} (${dataset.length} samples, ${dataset.numClasses} classes)`);
   const ddp = await DistributedDataParallel.create(model, pg); // same shapes everywhere, rank 0's weights
   const optimizer = new Adam({ lr: 0.003 });
   const sampler = new DistributedSampler(dataset.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });

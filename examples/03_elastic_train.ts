@@ -16,14 +16,36 @@
  * steps only.
  */
 import * as tf from '@tensorflow/tfjs';
-import { TrainState, buildModel, classificationLoss, intArg, loadMnist, postLocalSGD, powerSGD, runElastic, runtime, subset, syntheticDataset, Adam } from '../src/index.ts';
+import {
+  TrainState,
+  buildModel,
+  classificationLoss,
+  intArg,
+  loadMnist,
+  postLocalSGD,
+  powerSGD,
+  runElastic,
+  runtime,
+  subset,
+  syntheticDataset,
+  Adam,
+} from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
   const { args } = ctx;
   const trainSize = intArg(args, 'train-size', 0, 0);
-  const full = args.dataset === 'mnist' ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href }) : syntheticDataset({ length: trainSize || 4096, inputSize: 16, numClasses: 4, seed: 0 });
-  const data = trainSize > 0 && trainSize < full.length ? subset(full, Array.from({ length: trainSize }, (_, i) => i)) : full;
+  const full =
+    args.dataset === 'mnist'
+      ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href })
+      : syntheticDataset({ length: trainSize || 4096, inputSize: 16, numClasses: 4, seed: 0 });
+  const data =
+    trainSize > 0 && trainSize < full.length
+      ? subset(
+          full,
+          Array.from({ length: trainSize }, (_, i) => i),
+        )
+      : full;
 
   const model = buildModel({ kind: 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
   const state = new TrainState({ model, optimizer: () => new Adam({ lr: 0.003 }) });
@@ -44,7 +66,12 @@ export default async function main(ctx: LaunchContext) {
     batchSize: intArg(args, 'batch-size', 32),
     epochs: intArg(args, 'epochs', 1),
     steps: args.steps === undefined ? null : intArg(args, 'steps', 1),
-    commHook: powerSGDRank > 0 ? () => powerSGD({ matrixApproximationRank: powerSGDRank, startIter: 10 }) : localSGDPeriod > 0 ? () => postLocalSGD({ startStep: 10 }) : undefined,
+    commHook:
+      powerSGDRank > 0
+        ? () => powerSGD({ matrixApproximationRank: powerSGDRank, startIter: 10 })
+        : localSGDPeriod > 0
+          ? () => postLocalSGD({ startStep: 10 })
+          : undefined,
     modelAverager: localSGDPeriod > 0 ? { period: localSGDPeriod, warmupSteps: 10 } : undefined,
     diloco: dilocoEvery > 0 ? { syncEvery: dilocoEvery, fragments: Math.max(1, fragments), overlap: fragments > 0 ? 1 : 0 } : undefined,
     voteEvery: dilocoEvery > 0 ? dilocoEvery : 1,
@@ -54,7 +81,9 @@ export default async function main(ctx: LaunchContext) {
       const ys = tf.tensor1d(y, 'int32');
       // --slow RANK:FACTOR names the rank of the current round: a tab's rank can change when the group does.
       const straggler = new runtime.Straggler(runtime.slowFactor(ctx.slow, pg.rank));
-      const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), { straggler });
+      const { loss } = await ddp.backward(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), {
+        straggler,
+      });
       await ddp.step(optimizer);
       tf.dispose([xs, ys]);
       return { loss };

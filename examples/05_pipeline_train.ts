@@ -15,9 +15,13 @@ import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
   const { args } = ctx;
-  const data = args.dataset === 'mnist' ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href }) : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
+  const data =
+    args.dataset === 'mnist'
+      ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href })
+      : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
   const stages = intArg(args, 'stages', 2);
-  if (ctx.nproc % stages !== 0) throw new Error(`--nproc ${ctx.nproc} is not a multiple of --stages ${stages}: the world is stages x replicas`);
+  if (ctx.nproc % stages !== 0)
+    throw new Error(`--nproc ${ctx.nproc} is not a multiple of --stages ${stages}: the world is stages x replicas`);
   const microBatches = intArg(args, 'micro-batches', 4);
   const schedule = args.schedule === '1f1b' ? '1f1b' : 'gpipe';
   const loss = (out: tf.Tensor, labels: tf.Tensor) => classificationLoss(out, labels, data.numClasses);
@@ -33,7 +37,12 @@ export default async function main(ctx: LaunchContext) {
     stages,
     replicas: ctx.nproc / stages,
     // The whole model as a list of layers; this rank builds only its stage's.
-    layers: nn.modelLayers({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 }),
+    layers: nn.modelLayers({
+      kind: args.dataset === 'mnist' ? 'cnn' : 'mlp',
+      inputShape: data.inputShape,
+      numClasses: data.numClasses,
+      seed: 0,
+    }),
     inputShape: data.inputShape,
     optimizer: () => new SGD({ lr: 0.05 }),
     datasetLength: data.length,
@@ -66,7 +75,9 @@ export default async function main(ctx: LaunchContext) {
     },
   });
   const { stage, mesh } = run;
-  ctx.log(`stage ${stage.stage} of ${stage.numStages} (replica ${mesh.replica}): layers ${stage.layers.map((l) => `${l.index} ${l.className}`).join(', ')}, ${stage.parameterCount} parameters`);
+  ctx.log(
+    `stage ${stage.stage} of ${stage.numStages} (replica ${mesh.replica}): layers ${stage.layers.map((l) => `${l.index} ${l.className}`).join(', ')}, ${stage.parameterCount} parameters`,
+  );
   const weightHash = await run.ddp.weightsHash();
   await run.close();
   return {

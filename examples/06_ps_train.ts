@@ -9,16 +9,33 @@
  *     --batch-size 32 --epochs 2 [--max-staleness 8] [--strategy central] [--slow 3:4]
  */
 import * as tf from '@tensorflow/tfjs';
-import { buildModel, classificationLoss, intArg, loadMnist, parameterServer, runParameterServer, runtime, syntheticDataset } from '../src/index.ts';
+import {
+  buildModel,
+  classificationLoss,
+  intArg,
+  loadMnist,
+  parameterServer,
+  runParameterServer,
+  runtime,
+  syntheticDataset,
+} from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
   const { args } = ctx;
-  const data = args.dataset === 'mnist' ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href }) : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
+  const data =
+    args.dataset === 'mnist'
+      ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href })
+      : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
   const strategy = args.strategy === 'central' ? 'central' : 'async';
   const numServers = strategy === 'central' ? 1 : intArg(args, 'ps', 1);
   // Every rank builds the whole model alike (one seed): servers take their shard of it, workers compute on it.
-  const model = buildModel({ kind: args.dataset === 'mnist' ? 'cnn' : 'mlp', inputShape: data.inputShape, numClasses: data.numClasses, seed: 0 });
+  const model = buildModel({
+    kind: args.dataset === 'mnist' ? 'cnn' : 'mlp',
+    inputShape: data.inputShape,
+    numClasses: data.numClasses,
+    seed: 0,
+  });
   let straggler = new runtime.Straggler(1);
   let finalLoss = NaN;
 
@@ -44,7 +61,9 @@ export default async function main(ctx: LaunchContext) {
       const xs = tf.tensor(x, [indices.length, ...data.inputShape]);
       const ys = tf.tensor1d(y, 'int32');
       try {
-        const { loss, grads } = await parameterServer.flatGradients(m, () => classificationLoss(m.apply(xs) as tf.Tensor, ys, data.numClasses));
+        const { loss, grads } = await parameterServer.flatGradients(m, () =>
+          classificationLoss(m.apply(xs) as tf.Tensor, ys, data.numClasses),
+        );
         // --slow RANK:FACTOR: this worker that much slower, in proportion to its own compute.
         const factor = runtime.slowFactor(ctx.slow, pg.rank);
         if (straggler.factor !== factor) straggler = new runtime.Straggler(factor);
@@ -59,7 +78,10 @@ export default async function main(ctx: LaunchContext) {
       if (stepId % 20 === 0) ctx.log(`push ${stepId}: loss ${metrics?.loss?.toFixed(4)}, staleness ${staleness ?? '-'}`);
     },
   });
-  const role = run.role === 'server' ? `server ${run.index} (version ${run.versions[run.index]})` : `worker ${run.index} (${run.worker!.pushes} pushes)`;
+  const role =
+    run.role === 'server'
+      ? `server ${run.index} (version ${run.versions[run.index]})`
+      : `worker ${run.index} (${run.worker!.pushes} pushes)`;
   ctx.log(`${role}; samples applied ${run.samples.applied}, stale ${run.samples.stale}, lost ${run.samples.lost} of ${run.samples.target}`);
   const result = {
     role: run.role,

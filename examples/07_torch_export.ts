@@ -11,7 +11,18 @@
  * torch computes from the export on the same images (test/e2e/torch_export.spec.ts does).
  */
 import * as tf from '@tensorflow/tfjs';
-import { DistributedDataParallel, DistributedSampler, buildModel, classificationLoss, initProcessGroup, intArg, loadMnist, modelArtifacts, saveCheckpoint, Adam } from '../src/index.ts';
+import {
+  DistributedDataParallel,
+  DistributedSampler,
+  buildModel,
+  classificationLoss,
+  initProcessGroup,
+  intArg,
+  loadMnist,
+  modelArtifacts,
+  saveCheckpoint,
+  Adam,
+} from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 export default async function main(ctx: LaunchContext) {
@@ -22,8 +33,20 @@ export default async function main(ctx: LaunchContext) {
   const baseUrl = new URL('/datasets/mnist/', ctx.url).href;
   const [train, test] = await Promise.all([loadMnist({ baseUrl }), loadMnist({ baseUrl, split: 'test' })]);
 
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
-  const model = buildModel({ kind, inputShape: train.inputShape, numClasses: train.numClasses, seed: 0, hidden: kind === 'cnn' ? 32 : undefined });
+  const pg = await initProcessGroup({
+    url: ctx.url,
+    session: ctx.session,
+    token: ctx.token,
+    worldSize: ctx.nproc,
+    timeoutMs: ctx.timeoutMs,
+  });
+  const model = buildModel({
+    kind,
+    inputShape: train.inputShape,
+    numClasses: train.numClasses,
+    seed: 0,
+    hidden: kind === 'cnn' ? 32 : undefined,
+  });
   const ddp = await DistributedDataParallel.create(model, pg);
   const optimizer = new Adam({ lr: 0.003 });
   const sampler = new DistributedSampler(train.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
@@ -42,15 +65,35 @@ export default async function main(ctx: LaunchContext) {
   let checkpoint: string | undefined;
   if (pg.rank === 0) {
     // Only the model: an optimizer's state has no use in torch (a run resuming here would want it; see runElastic).
-    const saved = await saveCheckpoint(ctx.url, ctx.session, { meta: { step: steps, model: kind }, model: await modelArtifacts(model), optimizer: { weightSpecs: [], weightData: new ArrayBuffer(0) } }, { token: ctx.token });
+    const saved = await saveCheckpoint(
+      ctx.url,
+      ctx.session,
+      {
+        meta: { step: steps, model: kind },
+        model: await modelArtifacts(model),
+        optimizer: { weightSpecs: [], weightData: new ArrayBuffer(0) },
+      },
+      { token: ctx.token },
+    );
     checkpoint = saved.name;
-    ctx.log(`checkpoint ${saved.name} saved (${saved.bytes} bytes): npm run export:torch -- <the server's --checkpoint-dir>/${ctx.session}/${saved.name}.ckpt`);
+    ctx.log(
+      `checkpoint ${saved.name} saved (${saved.bytes} bytes): npm run export:torch -- <the server's --checkpoint-dir>/${ctx.session}/${saved.name}.ckpt`,
+    );
   }
   const images = Array.from({ length: evalImages }, (_, i) => i);
   const { x } = test.batch(images);
   const logits = tf.tidy(() => model.predict(tf.tensor(x, [images.length, ...test.inputShape])) as tf.Tensor);
   // `rank`: the launcher's summary is rank 0's result, and ranks go by arrival, not by page.
-  const result = { rank: pg.rank, checkpoint, model: kind, finalLoss: loss, inputShape: test.inputShape, inputs: Array.from(x), logits: Array.from(await logits.data()), weightHash: await ddp.weightsHash() };
+  const result = {
+    rank: pg.rank,
+    checkpoint,
+    model: kind,
+    finalLoss: loss,
+    inputShape: test.inputShape,
+    inputs: Array.from(x),
+    logits: Array.from(await logits.data()),
+    weightHash: await ddp.weightsHash(),
+  };
   logits.dispose();
   await pg.barrier();
   pg.destroy();

@@ -11,7 +11,18 @@
  * --width (64), --heads (4), --blocks (2), --lr (0.003), --log-every (50), --prompt ("Call me ").
  */
 import * as tf from '@tensorflow/tfjs';
-import { Adam, DistributedDataParallel, DistributedSampler, buildLanguageModel, generate, initProcessGroup, intArg, languageModelLoss, textDatasets, util } from '../src/index.ts';
+import {
+  Adam,
+  DistributedDataParallel,
+  DistributedSampler,
+  buildLanguageModel,
+  generate,
+  initProcessGroup,
+  intArg,
+  languageModelLoss,
+  textDatasets,
+  util,
+} from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 
 /** The same sample text for the same weights: a seeded draw. */
@@ -38,13 +49,22 @@ export default async function main(ctx: LaunchContext) {
   // that knows only the characters' frequencies gets (nats per character).
   const { train, tokenizer, unigram } = textDatasets(await res.text(), { contextLength, name: 'moby-dick' });
 
-  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: ctx.nproc, timeoutMs: ctx.timeoutMs });
+  const pg = await initProcessGroup({
+    url: ctx.url,
+    session: ctx.session,
+    token: ctx.token,
+    worldSize: ctx.nproc,
+    timeoutMs: ctx.timeoutMs,
+  });
   const model = buildLanguageModel({ vocabSize: tokenizer.vocabSize, contextLength, dModel, heads, blocks, seed: 0 });
   const parameters = model.countParams();
   const ddp = await DistributedDataParallel.create(model, pg);
   const optimizer = new Adam({ lr });
   const sampler = new DistributedSampler(train.length, { numReplicas: pg.worldSize, rank: pg.rank, seed: 0 });
-  if (pg.rank === 0) ctx.log(`${parameters} parameters, vocabulary ${tokenizer.vocabSize}, ${train.length} windows of ${contextLength} characters to train on; unigram baseline ${unigram.toFixed(3)} nats`);
+  if (pg.rank === 0)
+    ctx.log(
+      `${parameters} parameters, vocabulary ${tokenizer.vocabSize}, ${train.length} windows of ${contextLength} characters to train on; unigram baseline ${unigram.toFixed(3)} nats`,
+    );
 
   const batch = (indices: number[]) => {
     const { x, y } = train.batch(indices);
@@ -77,7 +97,9 @@ export default async function main(ctx: LaunchContext) {
       const tokensPerSec = step > 1 ? ((step - 1) * batchSize * contextLength * pg.worldSize) / seconds : 0;
       if (pg.rank === 0) {
         sample = tokenizer.decode(await generate(model, tokenizer.encode(prompt), 80, { temperature: 0.8, random: seeded(step) }));
-        ctx.log(`step ${step}: loss ${loss.toFixed(3)} (perplexity ${Math.exp(loss).toFixed(1)}), ${Math.round(tokensPerSec)} tokens/s; "${prompt}${sample}"`);
+        ctx.log(
+          `step ${step}: loss ${loss.toFixed(3)} (perplexity ${Math.exp(loss).toFixed(1)}), ${Math.round(tokensPerSec)} tokens/s; "${prompt}${sample}"`,
+        );
       }
     }
   }
@@ -85,5 +107,15 @@ export default async function main(ctx: LaunchContext) {
   const weightHash = await ddp.weightsHash(); // equal on every rank
   await pg.barrier();
   pg.destroy();
-  return { finalLoss: loss, perplexity: Math.exp(loss), unigram, parameters, vocabSize: tokenizer.vocabSize, tokensPerSec: steps > 1 ? ((steps - 1) * batchSize * contextLength * pg.worldSize) / seconds : 0, curve, sample: `${prompt}${sample}`, weightHash };
+  return {
+    finalLoss: loss,
+    perplexity: Math.exp(loss),
+    unigram,
+    parameters,
+    vocabSize: tokenizer.vocabSize,
+    tokensPerSec: steps > 1 ? ((steps - 1) * batchSize * contextLength * pg.worldSize) / seconds : 0,
+    curve,
+    sample: `${prompt}${sample}`,
+    weightHash,
+  };
 }

@@ -28,7 +28,9 @@ try {
   tsx = undefined; // a clone without its devDependencies: the built entry, if there is one
 }
 if (!tsx && !existsSync(built)) {
-  console.error(`browser-ddp ${command}: ${root} has neither ${built} nor tsx: build the package there (npm run build:lib), or run npm ci there`);
+  console.error(
+    `browser-ddp ${command}: ${root} has neither ${built} nor tsx: build the package there (npm run build:lib), or run npm ci there`,
+  );
   process.exit(1);
 }
 const argv = tsx ? [tsx, source, ...args] : [built, ...args];

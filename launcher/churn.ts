@@ -57,7 +57,8 @@ export class Churn {
     // Spread over the ranks by a multiplicative hash of the count (any fixed stride repeats for
     // some world sizes), rank 0 included: no tab is special.
     const pick = Math.imul(this.count + 1, 0x9e3779b1) >>> 0;
-    const fault: ChurnFault = kind === 'join' || running.length <= this.min ? { kind: 'join', count: 1 } : { kind, rank: running[pick % running.length]! };
+    const fault: ChurnFault =
+      kind === 'join' || running.length <= this.min ? { kind: 'join', count: 1 } : { kind, rank: running[pick % running.length]! };
     this.count++;
     this.pending = true;
     void this.inject(fault).finally(() => (this.pending = false));

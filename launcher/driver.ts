@@ -94,7 +94,6 @@ export async function playwrightRank(page: Page, h: RankHandlers): Promise<RankT
     for (const until = Date.now() + 1000; received < sent && Date.now() < until; ) await sleep(10);
   };
 
-
   await page.exposeFunction('__ddpReport', (r: Report) => {
     received++;
     h.onReport(r);

@@ -21,17 +21,25 @@ import { exportForTorch, type ModelArtifactsLike } from '../src/checkpoint/torch
 import { decodeSafetensors } from '../src/checkpoint/safetensors.ts';
 import { CharTokenizer } from '../src/datasets/text.ts';
 
-const USAGE = 'usage: npm run export:torch -- FILE.ckpt|model.json [--out DIR] [--text CORPUS.txt (a language model: the text it trained on, for its vocabulary)]';
+const USAGE =
+  'usage: npm run export:torch -- FILE.ckpt|model.json [--out DIR] [--text CORPUS.txt (a language model: the text it trained on, for its vocabulary)]';
 
 /** The vocabulary a file carries (`vocabulary` in the object), unchecked: exportForTorch checks it against the model. */
 function vocabularyIn(holder: unknown): unknown {
-  return typeof holder === 'object' && holder !== null && 'vocabulary' in holder ? (holder as { vocabulary: unknown }).vocabulary : undefined;
+  return typeof holder === 'object' && holder !== null && 'vocabulary' in holder
+    ? (holder as { vocabulary: unknown }).vocabulary
+    : undefined;
 }
 
 /** A TF.js model.json and its weight files (paths relative to it, as the manifest names them). */
 async function readModelJson(file: string): Promise<{ artifacts: ModelArtifactsLike; vocabulary: unknown }> {
-  const json = JSON.parse(await readFile(file, 'utf8')) as { modelTopology?: unknown; weightsManifest?: Array<{ paths: string[]; weights: WeightSpec[] }>; userDefinedMetadata?: unknown };
-  if (!json.modelTopology || !Array.isArray(json.weightsManifest)) throw new Error(`${file} is not a TF.js Layers model.json (it needs modelTopology and weightsManifest)`);
+  const json = JSON.parse(await readFile(file, 'utf8')) as {
+    modelTopology?: unknown;
+    weightsManifest?: Array<{ paths: string[]; weights: WeightSpec[] }>;
+    userDefinedMetadata?: unknown;
+  };
+  if (!json.modelTopology || !Array.isArray(json.weightsManifest))
+    throw new Error(`${file} is not a TF.js Layers model.json (it needs modelTopology and weightsManifest)`);
   const specs: WeightSpec[] = [];
   const chunks: Uint8Array[] = [];
   for (const group of json.weightsManifest) {
@@ -39,7 +47,8 @@ async function readModelJson(file: string): Promise<{ artifacts: ModelArtifactsL
     for (const p of group.paths) {
       // Weight files sit beside model.json; a manifest cannot send the reader elsewhere.
       const path = resolve(dirname(file), p);
-      if (dirname(path) !== resolve(dirname(file))) throw new Error(`${file} names weight file "${p}" outside its folder; weight files must sit beside model.json`);
+      if (dirname(path) !== resolve(dirname(file)))
+        throw new Error(`${file} names weight file "${p}" outside its folder; weight files must sit beside model.json`);
       chunks.push(new Uint8Array(await readFile(path)));
     }
   }
@@ -49,11 +58,17 @@ async function readModelJson(file: string): Promise<{ artifacts: ModelArtifactsL
     data.set(c, at);
     at += c.byteLength;
   }
-  return { artifacts: { modelTopology: json.modelTopology, weightSpecs: specs, weightData: data.buffer }, vocabulary: vocabularyIn(json.userDefinedMetadata) };
+  return {
+    artifacts: { modelTopology: json.modelTopology, weightSpecs: specs, weightData: data.buffer },
+    vocabulary: vocabularyIn(json.userDefinedMetadata),
+  };
 }
 
 async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({ options: { out: { type: 'string' }, text: { type: 'string' }, help: { type: 'boolean' } }, allowPositionals: true });
+  const { values, positionals } = parseArgs({
+    options: { out: { type: 'string' }, text: { type: 'string' }, help: { type: 'boolean' } },
+    allowPositionals: true,
+  });
   if (values.help || positionals.length !== 1) {
     console.log(USAGE);
     process.exit(values.help ? 0 : 2);
@@ -84,9 +99,17 @@ async function main(): Promise<void> {
   console.log(`${source} -> ${join(dir, 'model.safetensors')} (${out.safetensors.byteLength} bytes) and ${join(dir, 'model.py')}`);
   for (const t of tensors.values()) console.log(`  ${t.name.padEnd(28)} ${t.dtype} [${t.shape.join(', ')}]`);
   console.log(`input: ${out.inputDtype} [N, ${out.inputShape.join(', ')}]`);
-  console.log(`in Python (in ${dir}): from model import Model, load_file; model = Model(); model.load_state_dict(load_file("model.safetensors"))`);
-  if (vocabulary !== undefined) console.log(`text: a vocabulary of ${(vocabulary as string[]).length} characters; from model import encode, decode, generate; print(generate(model.eval(), "Call me ", 200))`);
-  else if (out.inputDtype === 'int64') console.log('text: this file carries no vocabulary; give the text the model trained on with --text FILE to get encode, decode and generate');
+  console.log(
+    `in Python (in ${dir}): from model import Model, load_file; model = Model(); model.load_state_dict(load_file("model.safetensors"))`,
+  );
+  if (vocabulary !== undefined)
+    console.log(
+      `text: a vocabulary of ${(vocabulary as string[]).length} characters; from model import encode, decode, generate; print(generate(model.eval(), "Call me ", 200))`,
+    );
+  else if (out.inputDtype === 'int64')
+    console.log(
+      'text: this file carries no vocabulary; give the text the model trained on with --text FILE to get encode, decode and generate',
+    );
 }
 
 main().catch((err: unknown) => {

@@ -70,7 +70,9 @@ export class FaultTimes {
           if (e.phasesMs?.claims !== undefined) f.claimsMs = Math.round(e.phasesMs.claims);
         }
         // Back in a round after losing its device: how long the rejoin took.
-        const lost = this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined);
+        const lost = this.injected.find(
+          (x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs !== undefined && x.rejoinedAfterMs === undefined,
+        );
         if (lost) lost.rejoinedAfterMs = now - lost.at;
         // A joiner's first round.
         const joined = this.injected.find((x) => x.kind === 'join' && x.admittedAfterMs === undefined && x.pages?.includes(page));
@@ -91,18 +93,34 @@ export class FaultTimes {
       case 'failure':
       case 'device-lost':
         // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
-        return this.detect(this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs === undefined), e.type === 'failure' ? e.round : null, now);
+        return this.detect(
+          this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs === undefined),
+          e.type === 'failure' ? e.round : null,
+          now,
+        );
       case 'peer-lost': {
         // How long the survivors took to notice a killed or frozen rank: the fault on the page that
         // held the lost rank in that round (another fault's regroup may have dropped a frozen page
         // first, and a later loss must not count as its detection), else the oldest not noticed yet.
         const undetected = this.injected.filter((x) => (x.kind === 'kill' || x.kind === 'freeze') && x.detectedAfterMs === undefined);
-        const onPage = undetected.find((x) => x.page !== undefined && this.rankOf.get(x.page)?.round === e.round && this.rankOf.get(x.page)?.rank === e.peer);
-        return this.detect(onPage ?? undetected.find((x) => x.page === undefined || this.rankOf.get(x.page)?.round !== e.round), e.round, now);
+        const onPage = undetected.find(
+          (x) => x.page !== undefined && this.rankOf.get(x.page)?.round === e.round && this.rankOf.get(x.page)?.rank === e.peer,
+        );
+        return this.detect(
+          onPage ?? undetected.find((x) => x.page === undefined || this.rankOf.get(x.page)?.round !== e.round),
+          e.round,
+          now,
+        );
       }
       case 'regroup':
         // The step's vote saw a tab waiting: the group regroups to admit it (the oldest joiner not admitted yet).
-        return this.detect(this.injected.find((x) => x.kind === 'join' && x.pages !== undefined && x.detectedAfterMs === undefined && x.admittedAfterMs === undefined), e.round, now);
+        return this.detect(
+          this.injected.find(
+            (x) => x.kind === 'join' && x.pages !== undefined && x.detectedAfterMs === undefined && x.admittedAfterMs === undefined,
+          ),
+          e.round,
+          now,
+        );
       default:
         return;
     }
@@ -118,7 +136,9 @@ export class FaultTimes {
   lastRound(): { worldSize: number; pages: Array<{ page: number; rank: number; ended: boolean }> } | null {
     if (!this.round) return null;
     const key = this.round.key;
-    const pages = [...this.rankOf].filter(([, r]) => r.round === key).map(([page, r]) => ({ page, rank: r.rank, ended: this.ended.get(page) === key }));
+    const pages = [...this.rankOf]
+      .filter(([, r]) => r.round === key)
+      .map(([page, r]) => ({ page, rank: r.rank, ended: this.ended.get(page) === key }));
     return { worldSize: this.round.worldSize, pages: pages.sort((a, b) => a.rank - b.rank) };
   }
 

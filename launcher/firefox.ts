@@ -98,9 +98,11 @@ export const FIREFOX_PREFS: Readonly<Record<string, string | number | boolean>> 
 
 /** The profile's user.js for `prefs`. */
 export function userJs(prefs: Readonly<Record<string, string | number | boolean>> = FIREFOX_PREFS): string {
-  return Object.entries(prefs)
-    .map(([k, v]) => `user_pref(${JSON.stringify(k)}, ${JSON.stringify(v)});`)
-    .join('\n') + '\n';
+  return (
+    Object.entries(prefs)
+      .map(([k, v]) => `user_pref(${JSON.stringify(k)}, ${JSON.stringify(v)});`)
+      .join('\n') + '\n'
+  );
 }
 
 /** The environment without MOZ_HEADLESS (Firefox is headless when it is set to anything, even empty). */
@@ -134,7 +136,15 @@ export class Bidi {
   closed = false;
   private constructor(private ws: WebSocket) {
     ws.on('message', (data) => {
-      let m: { id?: number; type?: string; result?: Record<string, unknown>; error?: string; message?: string; method?: string; params?: Record<string, unknown> };
+      let m: {
+        id?: number;
+        type?: string;
+        result?: Record<string, unknown>;
+        error?: string;
+        message?: string;
+        method?: string;
+        params?: Record<string, unknown>;
+      };
       try {
         m = JSON.parse(data.toString()) as typeof m;
       } catch {
@@ -209,7 +219,12 @@ function fromRemote(v: unknown): unknown {
     case 'undefined':
       return null;
     case 'object':
-      return Object.fromEntries(((r.value as Array<[unknown, unknown]>) ?? []).map(([k, val]) => [typeof k === 'string' ? k : String(fromRemote(k)), fromRemote(val)]));
+      return Object.fromEntries(
+        ((r.value as Array<[unknown, unknown]>) ?? []).map(([k, val]) => [
+          typeof k === 'string' ? k : String(fromRemote(k)),
+          fromRemote(val),
+        ]),
+      );
     case 'array':
       return ((r.value as unknown[]) ?? []).map(fromRemote);
     default:
@@ -263,8 +278,14 @@ export async function launchFirefox(o: FirefoxOptions = {}): Promise<FirefoxInst
   // has no pipe): we connect at once, and a lost race fails the launch (docs/deployment.md, Security).
   const firefoxArgs = ['-no-remote', '-profile', profileDir, '--remote-debugging-port=0', '--remote-allow-hosts=127.0.0.1', 'about:blank'];
   const display = o.display ?? 'xvfb';
-  const [command, args] = display === 'xvfb' ? ['xvfb-run', ['-a', '-s', '-screen 0 1280x800x24', executable, ...firefoxArgs]] : [executable, firefoxArgs];
-  const env = { ...withoutHeadless(process.env), ...(display === 'headless' ? { MOZ_HEADLESS: '1' } : {}), MOZ_CRASHREPORTER_DISABLE: '1', MOZ_DISABLE_AUTO_SAFE_MODE: '1' };
+  const [command, args] =
+    display === 'xvfb' ? ['xvfb-run', ['-a', '-s', '-screen 0 1280x800x24', executable, ...firefoxArgs]] : [executable, firefoxArgs];
+  const env = {
+    ...withoutHeadless(process.env),
+    ...(display === 'headless' ? { MOZ_HEADLESS: '1' } : {}),
+    MOZ_CRASHREPORTER_DISABLE: '1',
+    MOZ_DISABLE_AUTO_SAFE_MODE: '1',
+  };
   const group = new FirefoxProcessGroup(command, args, env, executable, profileDir, o.onExit);
   try {
     const wsBase = await within(group.listening, o.startTimeoutMs ?? 30_000, `${executable} to start its WebDriver BiDi agent`);
@@ -298,7 +319,11 @@ async function openSession(
     contexts: [context],
   });
   const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
-    const r = await bidi.send('script.evaluate', { expression, target: { context }, awaitPromise: true, resultOwnership: 'none' }, timeoutMs);
+    const r = await bidi.send(
+      'script.evaluate',
+      { expression, target: { context }, awaitPromise: true, resultOwnership: 'none' },
+      timeoutMs,
+    );
     if (r.type === 'exception') {
       const details = r.exceptionDetails as { text?: string } | undefined;
       throw new Error(details?.text ?? 'the page threw');
@@ -365,7 +390,8 @@ export function firefoxDriver(log: (line: string) => void): RankDriver {
       return {
         open: async (url) => {
           const r = await ff.bidi.send('browsingContext.navigate', { context: ff.context, url, wait: 'complete' }, 60_000);
-          if (typeof r.url === 'string' && r.url.startsWith('about:neterror')) throw new Error(`Firefox could not open the rank's page (${r.url.split('&')[0]})`);
+          if (typeof r.url === 'string' && r.url.startsWith('about:neterror'))
+            throw new Error(`Firefox could not open the rank's page (${r.url.split('&')[0]})`);
         },
         kill: async () => {
           closingRank = true;

@@ -108,8 +108,20 @@ export class FirefoxProcessGroup {
       };
       this.child.stdout!.on('data', scan);
       this.child.stderr!.on('data', scan);
-      this.child.once('error', (err) => reject(new Error(`could not start ${command === 'xvfb-run' ? `xvfb-run ${executable} (is xvfb installed? apt-get install -y xvfb)` : executable}: ${err.message}`)));
-      this.child.once('exit', (code, signal) => reject(new Error(`${executable} exited (${signal ?? `code ${code}`}) before its WebDriver BiDi agent listened: ${this.output.trim().split('\n').slice(-5).join(' | ')}`)));
+      this.child.once('error', (err) =>
+        reject(
+          new Error(
+            `could not start ${command === 'xvfb-run' ? `xvfb-run ${executable} (is xvfb installed? apt-get install -y xvfb)` : executable}: ${err.message}`,
+          ),
+        ),
+      );
+      this.child.once('exit', (code, signal) =>
+        reject(
+          new Error(
+            `${executable} exited (${signal ?? `code ${code}`}) before its WebDriver BiDi agent listened: ${this.output.trim().split('\n').slice(-5).join(' | ')}`,
+          ),
+        ),
+      );
     });
   }
 

@@ -5,7 +5,16 @@
  * job's schema (`src/jobs/train_config.ts`, the pages' own check) before any page opens.
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../src/runtime/straggler.ts';
-import { ConfigError, describeRule, kebabCase, parseOption, parseTrainConfig, TRAIN_OPTIONS, urlOption, type TrainOptionName } from '../src/jobs/train_config.ts';
+import {
+  ConfigError,
+  describeRule,
+  kebabCase,
+  parseOption,
+  parseTrainConfig,
+  TRAIN_OPTIONS,
+  urlOption,
+  type TrainOptionName,
+} from '../src/jobs/train_config.ts';
 import type { Fault } from './run_options.ts';
 
 /** A job option (its schema name) given as --kebab-case or --camelCase (the page accepts both). */
@@ -56,7 +65,10 @@ export function pipelineProblems(jobParams: Record<string, string>, world: { npr
   if (problems.length > 0) return problems;
   if (pp === undefined) {
     const without = [dp, mb].filter((p) => p !== undefined).map((p) => p!.flag);
-    if (without.length > 0) problems.push(`${without.join(' and ')} ${without.length > 1 ? 'are' : 'is'} for pipeline runs: add --pp S, the number of pipeline stages`);
+    if (without.length > 0)
+      problems.push(
+        `${without.join(' and ')} ${without.length > 1 ? 'are' : 'is'} for pipeline runs: add --pp S, the number of pipeline stages`,
+      );
     return problems;
   }
   const stages = S!;
@@ -65,16 +77,22 @@ export function pipelineProblems(jobParams: Record<string, string>, world: { npr
   const ranks = nnodes * world.nproc;
   if (stages === 1) {
     // One stage is plain data parallelism: every rank is a replica, at any (elastic) size.
-    if (replicas > 1) problems.push(`${dp!.flag} ${replicas} needs --pp 2 or more: with --pp 1 every rank is a data-parallel replica already (leave out ${dp!.flag})`);
+    if (replicas > 1)
+      problems.push(
+        `${dp!.flag} ${replicas} needs --pp 2 or more: with --pp 1 every rank is a data-parallel replica already (leave out ${dp!.flag})`,
+      );
     return problems;
   }
   if (stages * replicas !== ranks) {
     const have = nnodes > 1 ? `--nnodes ${nnodes} x --nproc ${world.nproc} = ${ranks} ranks` : `--nproc ${world.nproc}`;
-    problems.push(`${have} must be --pp ${stages} x --dp ${replicas} = ${stages * replicas} ranks${D === undefined ? ' (--dp defaults to 1)' : ''}`);
+    problems.push(
+      `${have} must be --pp ${stages} x --dp ${replicas} = ${stages * replicas} ranks${D === undefined ? ' (--dp defaults to 1)' : ''}`,
+    );
   }
   for (const bound of ['min', 'max']) {
     const b = jobParams[bound];
-    if (b !== undefined && Number(b) !== ranks) problems.push(`a pipeline run is a fixed size: --${bound} ${b} must be left out or equal the ${ranks} ranks`);
+    if (b !== undefined && Number(b) !== ranks)
+      problems.push(`a pipeline run is a fixed size: --${bound} ${b} must be left out or equal the ${ranks} ranks`);
   }
   const batch = jobParam(jobParams, 'batchSize');
   if (M !== undefined && batch !== undefined && Number(batch.value) >= 1 && M > Number(batch.value)) {
@@ -129,21 +147,36 @@ export function parameterServerProblems(jobParams: Record<string, string>, world
   const name = strategy?.value ?? 'ddp';
   const asyncOnly = [staleness, stalenessLr?.value === 'true' ? stalenessLr : undefined].filter((p) => p !== undefined).map((p) => p!.flag);
   if (name === 'ddp') {
-    if (K !== undefined && K !== 1) problems.push(`${ps!.flag} ${K} needs --strategy ps: parameter servers are a strategy of their own (add --strategy ps)`);
-    if (asyncOnly.length > 0) problems.push(`${asyncOnly.join(' and ')} ${asyncOnly.length > 1 ? 'are' : 'is'} for asynchronous parameter servers: add --strategy ps (and --ps K)`);
+    if (K !== undefined && K !== 1)
+      problems.push(`${ps!.flag} ${K} needs --strategy ps: parameter servers are a strategy of their own (add --strategy ps)`);
+    if (asyncOnly.length > 0)
+      problems.push(
+        `${asyncOnly.join(' and ')} ${asyncOnly.length > 1 ? 'are' : 'is'} for asynchronous parameter servers: add --strategy ps (and --ps K)`,
+      );
     return problems;
   }
   if (name === 'central') {
-    if (K !== undefined && K !== 1) problems.push('--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)');
-    if (asyncOnly.length > 0) problems.push(`${asyncOnly.join(' and ')} ${asyncOnly.length > 1 ? 'are' : 'is'} for --strategy ps: --strategy central is synchronous, its pushes are never stale`);
+    if (K !== undefined && K !== 1)
+      problems.push('--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)');
+    if (asyncOnly.length > 0)
+      problems.push(
+        `${asyncOnly.join(' and ')} ${asyncOnly.length > 1 ? 'are' : 'is'} for --strategy ps: --strategy central is synchronous, its pushes are never stale`,
+      );
   }
   for (const p of [jobParam(jobParams, 'pp'), jobParam(jobParams, 'dp')]) {
     if (p !== undefined && p.value !== '1') {
-      problems.push(`--strategy ${name} does not combine with ${p.flag} ${p.value}: a pipeline splits the model between ranks while parameter servers hold all of it; drop ${p.flag} or --strategy ${name}`);
+      problems.push(
+        `--strategy ${name} does not combine with ${p.flag} ${p.value}: a pipeline splits the model between ranks while parameter servers hold all of it; drop ${p.flag} or --strategy ${name}`,
+      );
     }
   }
   const servers = name === 'central' ? 1 : (K ?? 1);
-  const withServers = name === 'central' ? '--strategy central (one server)' : K === undefined ? '--strategy ps (one server: --ps defaults to 1)' : `--ps ${K}`;
+  const withServers =
+    name === 'central'
+      ? '--strategy central (one server)'
+      : K === undefined
+        ? '--strategy ps (one server: --ps defaults to 1)'
+        : `--ps ${K}`;
   const nnodes = world.nnodes ?? 1;
   const ranks = nnodes * world.nproc;
   if (ranks < servers + 1) {
@@ -153,7 +186,9 @@ export function parameterServerProblems(jobParams: Record<string, string>, world
   for (const bound of ['min', 'max']) {
     const b = jobParams[bound];
     if (b !== undefined && Number(b) < servers + 1) {
-      problems.push(`--${bound} ${b} with ${withServers} leaves no worker in a world that small: give --${bound} at least ${servers + 1} (the server${servers === 1 ? '' : 's'} and a worker)${bound === 'min' ? `, or leave it out (${servers + 1} by default)` : ''}`);
+      problems.push(
+        `--${bound} ${b} with ${withServers} leaves no worker in a world that small: give --${bound} at least ${servers + 1} (the server${servers === 1 ? '' : 's'} and a worker)${bound === 'min' ? `, or leave it out (${servers + 1} by default)` : ''}`,
+      );
     }
   }
   return problems;
@@ -218,7 +253,6 @@ export function slowParam(values: string[], worldSize: number): string {
     throw err;
   }
 }
-
 
 /**
  * The train job's options as its pages will read them (`world`, and the job options as given),

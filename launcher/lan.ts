@@ -44,7 +44,17 @@ import { findTurnserver, freeUdpPort, newTurnSecret, RELAY_PORTS, TURN_REALM, Tu
 import type { IceConfig } from '../signaling/ice.ts';
 
 // What importers take from here (the unit tests take the pure parts from here too).
-export { MAX_DELAY_MS, MAX_RATE_MBIT, MIN_RATE_MBIT, parseDelay, parseRate, parseRates, rateOf, tbfArgs, type LanOptions } from './lan_shaping.ts';
+export {
+  MAX_DELAY_MS,
+  MAX_RATE_MBIT,
+  MIN_RATE_MBIT,
+  parseDelay,
+  parseRate,
+  parseRates,
+  rateOf,
+  tbfArgs,
+  type LanOptions,
+} from './lan_shaping.ts';
 export { chooseSubnet, cidrRange, lanNames, ownerPid, runOfName, runTag } from './lan_names.ts';
 export { checkLanSupport } from './lan_tools.ts';
 export { sweepLeftovers } from './lan_state.ts';
@@ -192,7 +202,11 @@ export class Lan {
     await this.ip('-n', ns, 'rule', 'add', 'fwmark', String(DELAY_MARK), 'lookup', '100', 'pref', '100');
     await this.ip('-n', ns, 'route', 'add', this.subnet, 'dev', DELAY_DEV, 'src', host.address, 'table', '200');
     await this.ip('-n', ns, 'rule', 'add', 'not', 'fwmark', String(DELAY_MARK), 'lookup', '200', 'pref', '200');
-    const line = spawn(this.tools.ip, ['netns', 'exec', ns, '/usr/bin/python3', DELAY_SCRIPT, DELAY_DEV, String(delayMs), String(DELAY_MARK)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const line = spawn(
+      this.tools.ip,
+      ['netns', 'exec', ns, '/usr/bin/python3', DELAY_SCRIPT, DELAY_DEV, String(delayMs), String(DELAY_MARK)],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    );
     this.delayLines.push(line);
     // It says so once the TUN is open; until then packets to the LAN would go nowhere.
     await new Promise<void>((resolve, reject) => {

@@ -46,7 +46,9 @@ export function lanDriver(lan: Lan, o: LanDriverOptions): RankDriver {
           const secure = secureOriginArgs(origin);
           if (secure.length > 0 && !warned) {
             warned = true;
-            o.log(`[launch] lan: ${origin} is plain http, not a secure context: each rank's Chromium treats it as secure (${secure[0]}) so that WebGPU is there`);
+            o.log(
+              `[launch] lan: ${origin} is plain http, not a secure context: each rank's Chromium treats it as secure (${secure[0]}) so that WebGPU is there`,
+            );
           }
           browser = await chromium.launch({
             executablePath: lan.chromiumWrapper(host, executable),

@@ -10,7 +10,14 @@ export function runTag(pid: number, seq: number): string {
 }
 
 /** Every name of a run. Interface names must stay within 15 characters (IFNAMSIZ - 1). */
-export function lanNames(tag: string): { lanNs: string; hostNs(i: number): string; serverVeth: string; bridge: string; hostPort(i: number): string; serverPort: string } {
+export function lanNames(tag: string): {
+  lanNs: string;
+  hostNs(i: number): string;
+  serverVeth: string;
+  bridge: string;
+  hostPort(i: number): string;
+  serverPort: string;
+} {
   return {
     lanNs: `${tag}-lan`,
     hostNs: (i) => `${tag}-h${i}`,

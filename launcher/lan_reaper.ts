@@ -11,7 +11,6 @@ export interface LiveLan {
   closeSync(): void;
 }
 
-
 /**
  * The safety net: a detached process (its own session, so Ctrl-C does not reach it) that reads a
  * pipe only this process holds. When this process is gone, however it ended (SIGKILL, a parent

@@ -27,7 +27,9 @@ export const MAX_DELAY_MS = 1000;
 export function parseDelay(value: string | undefined): number {
   const n = value === undefined || value.trim() === '' ? NaN : Number(value);
   if (!Number.isFinite(n) || n < 1 || n > MAX_DELAY_MS) {
-    throw new Error(`--lan-delay takes each host's one-way delay in ms, 1-${MAX_DELAY_MS} (a round trip between two hosts gets twice it), e.g. --lan-delay 40; got "${value ?? ''}"`);
+    throw new Error(
+      `--lan-delay takes each host's one-way delay in ms, 1-${MAX_DELAY_MS} (a round trip between two hosts gets twice it), e.g. --lan-delay 40; got "${value ?? ''}"`,
+    );
   }
   return n;
 }
@@ -39,7 +41,9 @@ export const MAX_RATE_MBIT = 10_000;
 export function parseRate(flag: string, value: string | undefined): number {
   const n = value === undefined || value.trim() === '' ? NaN : Number(value);
   if (!Number.isFinite(n) || n < MIN_RATE_MBIT || n > MAX_RATE_MBIT) {
-    throw new Error(`${flag} takes a link rate in Mbit/s (each direction), ${MIN_RATE_MBIT}-${MAX_RATE_MBIT}, e.g. ${flag} 40; got "${value ?? ''}"`);
+    throw new Error(
+      `${flag} takes a link rate in Mbit/s (each direction), ${MIN_RATE_MBIT}-${MAX_RATE_MBIT}, e.g. ${flag} 40; got "${value ?? ''}"`,
+    );
   }
   return n;
 }

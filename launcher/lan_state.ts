@@ -21,7 +21,9 @@ export function stateRoot(): string {
   const info = lstatSync(root);
   const uid = process.getuid?.() ?? info.uid;
   if (!info.isDirectory() || info.uid !== uid || (info.mode & 0o022) !== 0) {
-    throw new Error(`--lan keeps its state in ${root}, which is not a folder private to this user (owner uid ${info.uid}, mode ${(info.mode & 0o777).toString(8)}): remove it and run again`);
+    throw new Error(
+      `--lan keeps its state in ${root}, which is not a folder private to this user (owner uid ${info.uid}, mode ${(info.mode & 0o777).toString(8)}): remove it and run again`,
+    );
   }
   return root;
 }

@@ -74,7 +74,11 @@ export function rootPrefixes(ip: string): string[] {
   for (const line of runSync(ip, ['-4', 'route', 'show', 'table', 'all']).split('\n')) {
     const first = line.trim().split(/\s+/);
     // "10.0.0.0/8 via ...", "local 10.1.2.3 dev ...", "broadcast ..."; "default" overlaps everything and is skipped.
-    const dst = ['local', 'broadcast', 'unicast', 'multicast', 'anycast', 'blackhole', 'unreachable', 'prohibit', 'throw'].includes(first[0]!) ? first[1] : first[0];
+    const dst = ['local', 'broadcast', 'unicast', 'multicast', 'anycast', 'blackhole', 'unreachable', 'prohibit', 'throw'].includes(
+      first[0]!,
+    )
+      ? first[1]
+      : first[0];
     if (dst && dst !== 'default' && /^\d/.test(dst)) out.push(dst);
   }
   return out;

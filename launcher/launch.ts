@@ -20,7 +20,15 @@ import { isSessionToken } from '../src/wire/session_token.ts';
 import { checkLanSupport, parseDelay, parseRate, parseRates, type LanOptions } from './lan.ts';
 import { spkiSha256 } from '../signaling/tls.ts';
 import { findTurnserver } from './turn.ts';
-import { firefoxProblems, isRankBrowser, opensIn, parseBrowsers, RANK_BROWSERS, type BrowserPlan, type RankBrowser } from './rank_browsers.ts';
+import {
+  firefoxProblems,
+  isRankBrowser,
+  opensIn,
+  parseBrowsers,
+  RANK_BROWSERS,
+  type BrowserPlan,
+  type RankBrowser,
+} from './rank_browsers.ts';
 import { USAGE } from './usage.ts';
 
 /** Options that take no value: the argument after them is not theirs. */
@@ -62,10 +70,12 @@ function parseAt(flag: string, value: string): { n: number; step: number } {
 /** --lan MBIT and --lan-rates R0,R1,...: checked here, root and iproute2 included, so that the run fails before it starts. */
 function parseLan(rate: unknown, rates: unknown, nproc: number, values: Record<string, unknown>): LanOptions | undefined {
   if (rate === undefined && rates === undefined) {
-    if (values['lan-isolate'] || values.turn || values['lan-delay'] !== undefined) throw new Error(`--lan-isolate, --lan-delay and --turn work on the virtual LAN: add --lan MBIT (root)\n${USAGE}`);
+    if (values['lan-isolate'] || values.turn || values['lan-delay'] !== undefined)
+      throw new Error(`--lan-isolate, --lan-delay and --turn work on the virtual LAN: add --lan MBIT (root)\n${USAGE}`);
     return undefined;
   }
-  if (rate === true || rates === true) throw new Error(`--lan takes a rate in Mbit/s (--lan 40), --lan-rates one per rank (--lan-rates 100,100,20)\n${USAGE}`);
+  if (rate === true || rates === true)
+    throw new Error(`--lan takes a rate in Mbit/s (--lan 40), --lan-rates one per rank (--lan-rates 100,100,20)\n${USAGE}`);
   const lan: LanOptions = {
     ...(rate === undefined ? {} : { rateMbit: parseRate('--lan', String(rate)) }),
     ...(rates === undefined ? {} : { rates: parseRates(String(rates), nproc) }),
@@ -116,12 +126,16 @@ function serverCertOf(certFile: unknown, server: string | undefined): string | u
   try {
     serverCert = readFileSync(certFile, 'utf8');
   } catch (err) {
-    throw new Error(`--server-cert: cannot read ${certFile} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): give the server's certificate file (PEM), e.g. its certs/cert.pem`);
+    throw new Error(
+      `--server-cert: cannot read ${certFile} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): give the server's certificate file (PEM), e.g. its certs/cert.pem`,
+    );
   }
   try {
     spkiSha256(serverCert);
   } catch (err) {
-    throw new Error(`--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`);
+    throw new Error(
+      `--server-cert: ${certFile} is not a PEM certificate (${(err as Error).message}): give the server's certificate, e.g. its certs/cert.pem`,
+    );
   }
   return serverCert;
 }
@@ -140,7 +154,7 @@ function intensiveThrottlingOf(values: Values): number | undefined {
 function tokenOf(values: Values): string | undefined {
   const token = typeof values.token === 'string' ? values.token : process.env.SESSION_TOKEN || undefined;
   if (token !== undefined && !isSessionToken(token)) {
-    throw new Error('--token (or SESSION_TOKEN) must be a session token: the 22-128 characters after #token= in the session\'s link');
+    throw new Error("--token (or SESSION_TOKEN) must be a session token: the 22-128 characters after #token= in the session's link");
   }
   return token;
 }
@@ -196,7 +210,8 @@ function takeJobArg(args: JobArgs, name: string, value: string, server: string |
       return;
     case 'churn':
       args.churnEverySec = Number(value);
-      if (!(args.churnEverySec >= 1 && args.churnEverySec <= 3600)) throw new Error(`--churn takes seconds between faults (1 to 3600), got "${value}"`);
+      if (!(args.churnEverySec >= 1 && args.churnEverySec <= 3600))
+        throw new Error(`--churn takes seconds between faults (1 to 3600), got "${value}"`);
       return;
     case 'heartbeat-timeout':
       args.heartbeatTimeoutMs = Number(value);
@@ -204,14 +219,19 @@ function takeJobArg(args: JobArgs, name: string, value: string, server: string |
       return;
     case 'last-call':
       args.lastCallMs = Number(value);
-      if (!Number.isSafeInteger(args.lastCallMs) || args.lastCallMs < 0) throw new Error(`--last-call takes milliseconds (0 or more), got "${value}"`);
-      if (server !== undefined) throw new Error('--last-call sets the launcher\'s own server: with --server, that server decides (its settleMs)');
+      if (!Number.isSafeInteger(args.lastCallMs) || args.lastCallMs < 0)
+        throw new Error(`--last-call takes milliseconds (0 or more), got "${value}"`);
+      if (server !== undefined)
+        throw new Error("--last-call sets the launcher's own server: with --server, that server decides (its settleMs)");
       return;
     case 'model-dir':
     case 'data-dir':
     case 'label':
       // The host's own model and data (npm start's --model, --data, --label), offered by the launcher's own server.
-      if (server !== undefined) throw new Error(`--${name} is for the launcher's own server: with --server, start that one with npm start -- --model DIR --data DIR`);
+      if (server !== undefined)
+        throw new Error(
+          `--${name} is for the launcher's own server: with --server, start that one with npm start -- --model DIR --data DIR`,
+        );
       if (name === 'model-dir') args.offer.modelDir = value;
       else if (name === 'data-dir') args.offer.dataPath = value;
       else args.offer.labelColumn = value;
@@ -252,16 +272,27 @@ function finishJobParams(args: JobArgs, script: string | undefined, job: unknown
   if (args.slow.length > 0) {
     // Ranks count from 0 up to the largest world the run can have (an elastic --max beyond --nproc).
     jobParams.slow = slowParam(args.slow, largestWorld(jobParams, world));
-    if (script === undefined && job !== 'train') throw new Error(`--slow is for --job train and scripts, not --job ${String(job ?? 'rendezvous')}`);
+    if (script === undefined && job !== 'train')
+      throw new Error(`--slow is for --job train and scripts, not --job ${String(job ?? 'rendezvous')}`);
   }
 }
 
 /** The faults and the job's options against the run: refused with the usage here, before anything starts (launch() checks them again for callers of the API). */
-function checkJobArgs(args: JobArgs, values: Values, split: { script?: string }, world: { nproc: number; nnodes: number; browsers: BrowserPlan | undefined }): void {
+function checkJobArgs(
+  args: JobArgs,
+  values: Values,
+  split: { script?: string },
+  world: { nproc: number; nnodes: number; browsers: BrowserPlan | undefined },
+): void {
   const { faults, jobParams } = args;
-  if (faults.some((f) => f.kind === 'hide') && !values.tabs) throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
+  if (faults.some((f) => f.kind === 'hide') && !values.tabs)
+    throw new Error('--hide RANK@STEP needs --tabs (headless pages are never in the background)');
   for (const f of faults) {
-    if ((f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') && typeof f.rank === 'string' && !opensIn(world.browsers, f.rank)) {
+    if (
+      (f.kind === 'kill' || f.kind === 'freeze' || f.kind === 'lose-device') &&
+      typeof f.rank === 'string' &&
+      !opensIn(world.browsers, f.rank)
+    ) {
       throw new Error(`--${f.kind} ${f.rank}@${f.step}: no rank opens in ${f.rank} (give --browser ${f.rank} or --browsers with it)`);
     }
   }
@@ -271,16 +302,26 @@ function checkJobArgs(args: JobArgs, values: Values, split: { script?: string },
     if (problems.length > 0) throw new Error(`${problems.join('\n')}\n${USAGE}`);
   } else if (split.script === undefined) {
     const psFlags = parameterServerFlagsFor(String(values.job ?? 'rendezvous'), jobParams);
-    if (psFlags.length > 0) throw new Error(`${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`);
+    if (psFlags.length > 0)
+      throw new Error(
+        `${psFlags.join(', ')} ${psFlags.length > 1 ? 'are' : 'is'} for --job train, not --job ${String(values.job ?? 'rendezvous')}`,
+      );
   }
   // --churn kills, freezes and joins: the run must survive them as it must a --kill.
-  const faultProblem = membershipFaultProblem(args.churnEverySec === undefined ? faults : [...faults, { kind: 'kill', rank: 0, step: 1 }], jobParams, train);
+  const faultProblem = membershipFaultProblem(
+    args.churnEverySec === undefined ? faults : [...faults, { kind: 'kill', rank: 0, step: 1 }],
+    jobParams,
+    train,
+  );
   if (faultProblem) throw new Error(faultProblem);
   if (split.script !== undefined) {
-    if (typeof values.job === 'string') throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
+    if (typeof values.job === 'string')
+      throw new Error(`give either --job or a script, not both (--job ${values.job}, script ${split.script})`);
     const unknown = Object.keys(jobParams).filter((k) => !SCRIPT_PARAMS.has(k));
     if (unknown.length > 0) {
-      throw new Error(`unknown launcher option ${unknown.map((k) => `--${k}`).join(', ')}: a script's own arguments go after its path\n${USAGE}`);
+      throw new Error(
+        `unknown launcher option ${unknown.map((k) => `--${k}`).join(', ')}: a script's own arguments go after its path\n${USAGE}`,
+      );
     }
   }
 }
@@ -288,10 +329,19 @@ function checkJobArgs(args: JobArgs, values: Values, split: { script?: string },
 /** --browser or --browsers, each with a value, against the other options. */
 function browsersOf(values: Values, nproc: number, lan: LanOptions | undefined, server: string | undefined): BrowserPlan | undefined {
   for (const flag of ['browser', 'browsers'] as const) {
-    if (values[flag] === true) throw new Error(`--${flag} takes a value (${flag === 'browser' ? 'chromium or firefox' : 'one browser per rank, e.g. chromium,firefox'})\n${USAGE}`);
+    if (values[flag] === true)
+      throw new Error(
+        `--${flag} takes a value (${flag === 'browser' ? 'chromium or firefox' : 'one browser per rank, e.g. chromium,firefox'})\n${USAGE}`,
+      );
   }
   const browsers = parseBrowsers(values.browser as string | undefined, values.browsers as string | undefined, nproc);
-  const firefoxIssues = firefoxProblems(browsers, { tabs: values.tabs === true, lan: lan !== undefined, https: values.https === true, serverCert: values['server-cert'] !== undefined, server });
+  const firefoxIssues = firefoxProblems(browsers, {
+    tabs: values.tabs === true,
+    lan: lan !== undefined,
+    https: values.https === true,
+    serverCert: values['server-cert'] !== undefined,
+    server,
+  });
   if (firefoxIssues.length > 0) throw new Error(firefoxIssues.join('\n'));
   return browsers;
 }
@@ -300,7 +350,11 @@ function browsersOf(values: Values, nproc: number, lan: LanOptions | undefined, 
 function serverOptionsOf(args: JobArgs): LaunchOptions['serverOptions'] {
   const { heartbeatTimeoutMs, lastCallMs, offer } = args;
   if (heartbeatTimeoutMs === undefined && lastCallMs === undefined && Object.keys(offer).length === 0) return undefined;
-  return { ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }), ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }), ...(Object.keys(offer).length === 0 ? {} : { offer }) };
+  return {
+    ...(heartbeatTimeoutMs === undefined ? {} : { heartbeatTimeoutMs }),
+    ...(lastCallMs === undefined ? {} : { settleMs: lastCallMs }),
+    ...(Object.keys(offer).length === 0 ? {} : { offer }),
+  };
 }
 
 function parse(argv: string[]): LaunchOptions {
@@ -316,7 +370,10 @@ function parse(argv: string[]): LaunchOptions {
   if (!(timeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${String(values.timeout)}`);
   const lan = parseLan(values.lan, values['lan-rates'], nproc, values);
   const server = typeof values.server === 'string' ? values.server : undefined;
-  if (values.https && server) throw new Error("--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)");
+  if (values.https && server)
+    throw new Error(
+      "--https serves the launcher's own server over TLS: drop it with --server (give a self-signed server's certificate with --server-cert FILE)",
+    );
   const serverCert = serverCertOf(values['server-cert'], server);
   const browsers = browsersOf(values, nproc, lan, server);
   const intensiveThrottlingAfterSec = intensiveThrottlingOf(values);

@@ -33,7 +33,8 @@ export function checkMultiNode(o: { nnodes: number; nodeRank: number; server?: s
     // Every node must meet at the same server, session and secret: none may invent its own.
     if (!o.server) problems.push('--nnodes > 1 needs --server URL: the host runs `npm start` and every node joins it');
     if (!o.sessionGiven) problems.push('--nnodes > 1 needs --session NAME, the same on every node');
-    if (!o.token) problems.push("--nnodes > 1 needs --token TOKEN (or SESSION_TOKEN), the same on every node: the session link's #token=...");
+    if (!o.token)
+      problems.push("--nnodes > 1 needs --token TOKEN (or SESSION_TOKEN), the same on every node: the session link's #token=...");
   }
   return problems;
 }

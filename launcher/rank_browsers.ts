@@ -39,9 +39,14 @@ export function parseBrowsers(browser: string | undefined, browsers: string | un
   if (browsers === undefined) return undefined;
   const list = browsers.split(',').map((b) => b.trim());
   const bad = list.filter((b) => !isRankBrowser(b));
-  if (bad.length > 0) throw new Error(`--browsers takes ${names} for each rank, comma-separated (e.g. --browsers chromium,firefox), got ${bad.map((b) => `"${b}"`).join(', ')}`);
+  if (bad.length > 0)
+    throw new Error(
+      `--browsers takes ${names} for each rank, comma-separated (e.g. --browsers chromium,firefox), got ${bad.map((b) => `"${b}"`).join(', ')}`,
+    );
   if (list.length !== nproc) {
-    throw new Error(`--browsers gives ${list.length} browser${list.length === 1 ? '' : 's'} but --nproc is ${nproc}: give one per rank (e.g. --browsers ${Array.from({ length: nproc }, (_, i) => RANK_BROWSERS[i % 2]).join(',')})`);
+    throw new Error(
+      `--browsers gives ${list.length} browser${list.length === 1 ? '' : 's'} but --nproc is ${nproc}: give one per rank (e.g. --browsers ${Array.from({ length: nproc }, (_, i) => RANK_BROWSERS[i % 2]).join(',')})`,
+    );
   }
   return { ranks: list as RankBrowser[], join: 'chromium' };
 }
@@ -63,13 +68,18 @@ export function usesFirefox(plan: BrowserPlan | undefined): boolean {
  * LAN (--lan, whose ranks are Chromiums started in network namespaces), and they do not yet trust a
  * self-signed server's one certificate as Chromium ranks do (--https, --server-cert).
  */
-export function firefoxProblems(plan: BrowserPlan | undefined, o: { tabs?: boolean; lan?: boolean; https?: boolean; serverCert?: boolean; server?: string }): string[] {
+export function firefoxProblems(
+  plan: BrowserPlan | undefined,
+  o: { tabs?: boolean; lan?: boolean; https?: boolean; serverCert?: boolean; server?: string },
+): string[] {
   if (!usesFirefox(plan)) return [];
   const problems: string[] = [];
   if (o.tabs) problems.push('--tabs runs every rank as a tab of one headful Chromium: drop --tabs for Firefox ranks');
   if (o.lan) problems.push('--lan runs every rank as a Chromium in its own network namespace: Firefox ranks do not run on the virtual LAN');
   if (o.https || o.serverCert || o.server?.startsWith('https:')) {
-    problems.push('Firefox ranks cannot trust a self-signed certificate yet (Chromium ranks trust exactly the server\'s): use an http server for runs with Firefox ranks');
+    problems.push(
+      "Firefox ranks cannot trust a self-signed certificate yet (Chromium ranks trust exactly the server's): use an http server for runs with Firefox ranks",
+    );
   }
   return problems;
 }
@@ -79,7 +89,10 @@ export function firefoxProblems(plan: BrowserPlan | undefined, o: { tabs?: boole
  * (--join) the plan's join browser. Chromium starts on its first rank, so an all-Firefox run starts
  * none. `browserOf(index)` says which browser the page opened n-th runs in.
  */
-export function mixedDriver(plan: BrowserPlan, o: { log: (line: string) => void; chromiumArgs?: readonly string[] }): RankDriver & { browserOf(index: number): RankBrowser | undefined } {
+export function mixedDriver(
+  plan: BrowserPlan,
+  o: { log: (line: string) => void; chromiumArgs?: readonly string[] },
+): RankDriver & { browserOf(index: number): RankBrowser | undefined } {
   if (usesFirefox(plan)) firefoxPath();
   let chromium: Promise<RankDriver> | undefined;
   const firefox = firefoxDriver(o.log);
@@ -95,7 +108,13 @@ export function mixedDriver(plan: BrowserPlan, o: { log: (line: string) => void;
       return (await chromium).newRank(h);
     },
     async close(): Promise<void> {
-      await Promise.all([firefox.close(), chromium?.then((d) => d.close(), () => {})]);
+      await Promise.all([
+        firefox.close(),
+        chromium?.then(
+          (d) => d.close(),
+          () => {},
+        ),
+      ]);
     },
   };
 }

@@ -44,4 +44,3 @@ export function describeReport(r: Report): string {
       return `'${r.type}'`;
   }
 }
-

@@ -92,7 +92,18 @@ export class RankRun implements EndedRun {
       return await runSummary(this, how);
     } catch (err) {
       this.log(`[launch] ${(err as Error).message}`);
-      return { ok: false, summary: { ...this.s.summaryBase, ...this.opened, ok: false, errors: [(err as Error).message], ...this.browsersPart(), ...this.lanPart() }, results: [] };
+      return {
+        ok: false,
+        summary: {
+          ...this.s.summaryBase,
+          ...this.opened,
+          ok: false,
+          errors: [(err as Error).message],
+          ...this.browsersPart(),
+          ...this.lanPart(),
+        },
+        results: [],
+      };
     } finally {
       // A run that failed ends its churn too: no fault may outlive the browsers it would hit.
       this.churn?.stop();
@@ -106,18 +117,37 @@ export class RankRun implements EndedRun {
   /** --browser/--browsers: each page's browser, rank and whether it finished (killed pages and late arrivals included), in every summary. */
   browsersPart(): Record<string, unknown> {
     const { browserOf } = this.s;
-    return browserOf ? { browsers: this.pages.map((p) => ({ page: p.index, rank: p.rank ?? null, browser: p.browser ?? 'chromium', finished: p.expected && p.result !== undefined })) } : {};
+    return browserOf
+      ? {
+          browsers: this.pages.map((p) => ({
+            page: p.index,
+            rank: p.rank ?? null,
+            browser: p.browser ?? 'chromium',
+            finished: p.expected && p.result !== undefined,
+          })),
+        }
+      : {};
   }
 
   /** --lan: each rank's address and rate, in every summary (failures too). */
   lanPart(): Record<string, unknown> {
     const { lan } = this.s;
-    return lan ? { lan: lan.summary(this.pages.filter((p) => p.page?.host).map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined }))) } : {};
+    return lan
+      ? {
+          lan: lan.summary(
+            this.pages
+              .filter((p) => p.page?.host)
+              .map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined })),
+          ),
+        }
+      : {};
   }
 
   /** Each running tab's visibility (--tabs). */
   sampleVisibility(): Promise<Array<{ rank: number; state: string }>> {
-    return Promise.all(this.pages.filter((p) => p.expected).map(async (p) => ({ rank: p.rank ?? p.index, state: await p.page.visibility() })));
+    return Promise.all(
+      this.pages.filter((p) => p.expected).map(async (p) => ({ rank: p.rank ?? p.index, state: await p.page.visibility() })),
+    );
   }
 
   /** The launcher's own server, started (a job's pages built first), or the one given; its URL. */
@@ -125,7 +155,13 @@ export class RankRun implements EndedRun {
     const { opts, script, lan, tls, serverOptions, token } = this.s;
     if (opts.server) return opts.server;
     if (!script) await ensureBuilt((l) => this.log(`[launch] ${l}`));
-    this.server = await startServer({ port: 0, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
+    this.server = await startServer({
+      port: 0,
+      log: () => {},
+      ...(lan ? { host: lan.serverAddress } : {}),
+      ...serverOptions,
+      ...(tls ? { tls } : {}),
+    });
     // The launcher is the session's host: it creates it, so its ranks' links work from any address.
     await this.server.createSession(opts.session, token);
     this.log(`[launch] server on ${this.server.url}`);
@@ -153,7 +189,8 @@ export class RankRun implements EndedRun {
       for (let i = 0; i < opts.nproc; i++) await this.openPage(globalRank(nodeRank, opts.nproc, i));
     }
     if (opts.churnEverySec !== undefined) this.churn = this.newChurn(opts.churnEverySec);
-    if (opts.tabs) this.log(`[launch] visibility at start: ${(await this.sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
+    if (opts.tabs)
+      this.log(`[launch] visibility at start: ${(await this.sampleVisibility()).map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
   }
 
   /** Another node's failure stops this one too (torchrun's agents fail the whole world). */
@@ -181,7 +218,8 @@ export class RankRun implements EndedRun {
       const page = f.kind === 'join' ? undefined : this.pages.find((p) => p.expected && !p.done && p.trained && p.rank === f.rank);
       this.busy = this.busy
         .then(() => {
-          if (page && (!page.expected || page.done)) return this.log(`[launch] churn: ${describeFault(fault)} skipped: page ${page.index} is no longer running`);
+          if (page && (!page.expected || page.done))
+            return this.log(`[launch] churn: ${describeFault(fault)} skipped: page ${page.index} is no longer running`);
           return this.inject(fault, step, true, page);
         })
         .catch((err: Error) => this.log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`));
@@ -211,7 +249,10 @@ export class RankRun implements EndedRun {
     }
     clearTimeout(timer);
     this.churn?.stop();
-    if (this.churn) this.log(`[launch] churn: ${this.churn.injected} faults injected, every ${opts.churnEverySec} s; ${this.churn.skipped} ticks skipped while a fault was still being injected`);
+    if (this.churn)
+      this.log(
+        `[launch] churn: ${this.churn.injected} faults injected, every ${opts.churnEverySec} s; ${this.churn.skipped} ticks skipped while a fault was still being injected`,
+      );
     return how;
   }
 
@@ -220,12 +261,19 @@ export class RankRun implements EndedRun {
     const { opts, faults } = this.s;
     if (how === 'timeout') {
       const missing = this.pages.filter((p) => p.expected && !p.done);
-      this.failures.push(`timed out after ${opts.timeoutSec} s waiting for ${missing.map((p) => p.label).join(', ')} to finish job "${opts.job}"`);
+      this.failures.push(
+        `timed out after ${opts.timeoutSec} s waiting for ${missing.map((p) => p.label).join(', ')} to finish job "${opts.job}"`,
+      );
       // Where each went quiet: its last report, and how long before the timeout.
-      for (const p of missing) this.log(`[launch] ${p.label} (page ${p.index}): ${p.lastReport ? `last reported ${p.lastReport.what}, ${((Date.now() - p.lastReport.at) / 1000).toFixed(1)} s before the timeout` : 'reported nothing'}`);
+      for (const p of missing)
+        this.log(
+          `[launch] ${p.label} (page ${p.index}): ${p.lastReport ? `last reported ${p.lastReport.what}, ${((Date.now() - p.lastReport.at) / 1000).toFixed(1)} s before the timeout` : 'reported nothing'}`,
+        );
     }
-    if (faults.length > 0) this.failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
-    if (this.failures.length === 0 && this.results().length === 0) this.failures.push(`no page finished job "${opts.job}": every one was killed, frozen, or ended without the run`);
+    if (faults.length > 0)
+      this.failures.push(`the run ended before these faults could be injected: ${faults.map(describeFault).join('; ')}`);
+    if (this.failures.length === 0 && this.results().length === 0)
+      this.failures.push(`no page finished job "${opts.job}": every one was killed, frozen, or ended without the run`);
   }
 
   /** The finishing pages' results. */
@@ -238,7 +286,11 @@ export class RankRun implements EndedRun {
     const group = this.nodeGroup;
     if (!group) return;
     const { opts, nodes } = this.s;
-    await group.report({ nodeRank: nodes!.nodeRank, ok: this.failures.length === 0, ...(this.failures.length ? { errors: this.failures } : {}) });
+    await group.report({
+      nodeRank: nodes!.nodeRank,
+      ok: this.failures.length === 0,
+      ...(this.failures.length ? { errors: this.failures } : {}),
+    });
     if (this.failures.length > 0) return;
     for (const o of await group.outcomes(opts.timeoutSec * 1000)) {
       if (!o.ok) this.failures.push(`node ${o.nodeRank} failed: ${(o.errors ?? []).join('; ')}`);
@@ -274,7 +326,8 @@ export class RankRun implements EndedRun {
       typeof target === 'number'
         ? running.find((p) => p.rank === target)
         : running.filter((p) => (p.browser ?? 'chromium') === target && p.rank !== undefined).sort((a, b) => a.rank! - b.rank!)[0];
-    if (!page) throw new Error(typeof target === 'number' ? `no running page holds rank ${target}` : `no running ${target} page holds a rank`);
+    if (!page)
+      throw new Error(typeof target === 'number' ? `no running page holds rank ${target}` : `no running ${target} page holds a rank`);
     if (typeof target !== 'number') this.log(`[launch] ${describeTarget(target)} is rank ${page.rank} (page ${page.index})`);
     return page;
   }
@@ -285,7 +338,9 @@ export class RankRun implements EndedRun {
     while (opened.some((p) => !p.trained && !p.done)) {
       if (Date.now() - t0 > JOIN_ADMIT_MS) {
         const waiting = opened.filter((p) => !p.trained && !p.done).map((p) => p.label);
-        this.log(`[launch] ${waiting.join(', ')} (${describeFault(join)}) not in a round after ${JOIN_ADMIT_MS / 1000} s: the next fault comes without waiting longer`);
+        this.log(
+          `[launch] ${waiting.join(', ')} (${describeFault(join)}) not in a round after ${JOIN_ADMIT_MS / 1000} s: the next fault comes without waiting longer`,
+        );
         return;
       }
       await sleep(50);
@@ -338,7 +393,10 @@ export class RankRun implements EndedRun {
     const done = fault.kind === 'kill' ? target.page.kill() : target.page.freeze(this.log);
     // --churn: the clock goes on while the page closes or freezes (beside 32 training tabs
     // on two cores a busy page took 40 s to close, and the ticks meanwhile would be lost).
-    if (background) void done.catch((err: Error) => this.log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`)).finally(() => this.checkSettled());
+    if (background)
+      void done
+        .catch((err: Error) => this.log(`[launch] churn: could not ${describeFault(fault)}: ${err.message}`))
+        .finally(() => this.checkSettled());
     else await done;
     this.checkSettled();
   }
@@ -358,7 +416,13 @@ export class RankRun implements EndedRun {
     const { opts, lan, tls, serverOptions, token } = this.s;
     const port = this.server!.port;
     await this.server!.close();
-    this.server = await startServer({ port, log: () => {}, ...(lan ? { host: lan.serverAddress } : {}), ...serverOptions, ...(tls ? { tls } : {}) });
+    this.server = await startServer({
+      port,
+      log: () => {},
+      ...(lan ? { host: lan.serverAddress } : {}),
+      ...serverOptions,
+      ...(tls ? { tls } : {}),
+    });
     await this.server.createSession(opts.session, token);
     this.log(`[launch] server restarted on port ${port}`);
   }
@@ -447,7 +511,12 @@ export class RankRun implements EndedRun {
   private async navigate(rp: RankPage): Promise<void> {
     const { opts, entry, worldSize, script, jobParams, token } = this.s;
     const u = new URL(entry, this.url);
-    const params = new URLSearchParams({ session: opts.session, world: String(worldSize), ...(script ? {} : { job: opts.job }), ...jobParams });
+    const params = new URLSearchParams({
+      session: opts.session,
+      world: String(worldSize),
+      ...(script ? {} : { job: opts.job }),
+      ...jobParams,
+    });
     if (rp.rank !== undefined && jobParams.min === undefined && !script) params.set('rank', String(rp.rank));
     for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
     u.search = params.toString();

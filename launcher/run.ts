@@ -18,7 +18,17 @@ import { checkLaunch } from './run_checks.ts';
 import { RankRun } from './rank_run.ts';
 import { isScript, LAST_CALL_MS, printable, type LaunchOptions, type LaunchOutcome } from './run_options.ts';
 
-export { describeFault, describeTarget, isScript, LAST_CALL_MS, printable, type Fault, type FaultTarget, type LaunchOptions, type LaunchOutcome } from './run_options.ts';
+export {
+  describeFault,
+  describeTarget,
+  isScript,
+  LAST_CALL_MS,
+  printable,
+  type Fault,
+  type FaultTarget,
+  type LaunchOptions,
+  type LaunchOutcome,
+} from './run_options.ts';
 
 /** A launch that failed before its run began (a build, a certificate, the LAN): its summary says why. */
 class SetupFailure extends Error {}
@@ -34,13 +44,18 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
   const problems = checkMultiNode({ nnodes, nodeRank, server: opts.server, token: opts.token, sessionGiven: true });
   if (problems.length > 0) throw new Error(problems.join('\n'));
   const worldSize = nnodes * opts.nproc;
-  const nodes = nnodes > 1 ? { nnodes, nodeRank, localRanks: Array.from({ length: opts.nproc }, (_, i) => globalRank(nodeRank, opts.nproc, i)) } : undefined;
+  const nodes =
+    nnodes > 1
+      ? { nnodes, nodeRank, localRanks: Array.from({ length: opts.nproc }, (_, i) => globalRank(nodeRank, opts.nproc, i)) }
+      : undefined;
   const summaryBase = { [script ? 'script' : 'job']: opts.job, worldSize, ...(nodes ? { nodes } : {}) };
   try {
     // A script is served as its own page, built by Vite next to the built-in one.
     const entry = script ? await setupStep(`could not build ${opts.job}: `, () => buildScript(opts.job, (l) => log(`[launch] ${l}`))) : '/';
     const { jobParams, faults } = checkLaunch(opts, { script, nnodes, worldSize }, log);
-    const tls = opts.https ? await setupStep('could not make a certificate for --https: ', () => keptCertificate({ log: (l) => log(`[launch] ${l}`) })) : undefined;
+    const tls = opts.https
+      ? await setupStep('could not make a certificate for --https: ', () => keptCertificate({ log: (l) => log(`[launch] ${l}`) }))
+      : undefined;
     // Before the server: it listens on the LAN's bridge.
     const lan = opts.lan ? await setupStep('', () => openLan(opts, log)) : undefined;
     // --turn: the server mints the ranks' credentials for the run's relay (an explicit `ice` wins).
@@ -51,7 +66,23 @@ export async function launch(opts: LaunchOptions): Promise<LaunchOutcome> {
     const serverOptions = { settleMs: LAST_CALL_MS, ...(lanIce ? { ice: lanIce } : {}), ...opts.serverOptions };
     const { driver, browserOf } = await rankDriver(opts, tls, lan, log);
     const token = opts.token ?? newSessionToken();
-    const run = new RankRun({ opts, token, script, entry, worldSize, nodes, jobParams, faults, summaryBase, serverOptions, tls, lan, driver, browserOf, log });
+    const run = new RankRun({
+      opts,
+      token,
+      script,
+      entry,
+      worldSize,
+      nodes,
+      jobParams,
+      faults,
+      summaryBase,
+      serverOptions,
+      tls,
+      lan,
+      driver,
+      browserOf,
+      log,
+    });
     return await run.run();
   } catch (err) {
     if (!(err instanceof SetupFailure)) throw err;
@@ -73,12 +104,19 @@ async function setupStep<T>(what: string, step: () => Promise<T>): Promise<T> {
 async function openLan(opts: LaunchOptions, log: (line: string) => void): Promise<Lan> {
   const o = opts.lan!;
   const lan = await createLan(o, (l) => log(`[launch] ${l}`));
-  log(`[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)${o.isolate ? '; hosts isolated: each reaches only the server' : ''}${o.delayMs ? `; each host's packets out held ${o.delayMs} ms (rank to rank round trip +${2 * o.delayMs} ms)` : ''}`);
+  log(
+    `[launch] lan: ${lan.subnet} (${lan.names.lanNs}), server on ${lan.serverAddress} (its link not shaped)${o.isolate ? '; hosts isolated: each reaches only the server' : ''}${o.delayMs ? `; each host's packets out held ${o.delayMs} ms (rank to rank round trip +${2 * o.delayMs} ms)` : ''}`,
+  );
   return lan;
 }
 
 /** The ranks' browsers: a LAN's, --tabs', the mixed fleet's (--browser, --browsers) or one headless Chromium. */
-async function rankDriver(opts: LaunchOptions, tls: TlsOptions | undefined, lan: Lan | undefined, log: (line: string) => void): Promise<{ driver: RankDriver; browserOf: ((index: number) => RankBrowser | undefined) | undefined }> {
+async function rankDriver(
+  opts: LaunchOptions,
+  tls: TlsOptions | undefined,
+  lan: Lan | undefined,
+  log: (line: string) => void,
+): Promise<{ driver: RankDriver; browserOf: ((index: number) => RankBrowser | undefined) | undefined }> {
   // The ranks trust the one certificate the server presents, nothing more.
   const trusted = tls ? trustArgs(tls.cert) : opts.serverCert ? trustArgs(opts.serverCert) : [];
   const mixed = opts.browsers ? mixedDriver(opts.browsers, { log, chromiumArgs: trusted }) : undefined;

@@ -54,7 +54,11 @@ export async function runSummary(run: EndedRun, how: 'settled' | 'timeout'): Pro
   const results = run.results();
   if (run.failures.length > 0) {
     for (const f of run.failures) log(`[launch] FAILED ${f}`);
-    return { ok: false, summary: { ...summaryBase, ...run.opened, ok: false, errors: [...run.failures], ...run.browsersPart(), ...run.lanPart() }, results };
+    return {
+      ok: false,
+      summary: { ...summaryBase, ...run.opened, ok: false, errors: [...run.failures], ...run.browsersPart(), ...run.lanPart() },
+      results,
+    };
   }
   const visibility = opts.tabs ? await run.sampleVisibility() : undefined;
   if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);
@@ -109,7 +113,13 @@ function lastRoundPart(run: EndedRun, wanted: boolean): Record<string, unknown> 
   return {
     worldSize: last.worldSize,
     // Every page: its last rank, whether it is in the last round and has a result, and what took it out.
-    pages: pages.map((p) => ({ page: p.index, rank: p.rank ?? null, inLastRound: last.pages.some((x) => x.page === p.index), result: p.result !== undefined, ...(p.out ? { out: p.out } : {}) })),
+    pages: pages.map((p) => ({
+      page: p.index,
+      rank: p.rank ?? null,
+      inLastRound: last.pages.some((x) => x.page === p.index),
+      result: p.result !== undefined,
+      ...(p.out ? { out: p.out } : {}),
+    })),
     without: last.pages.filter((p) => !p.ended).map(({ page, rank }) => ({ page, rank, why: pages[page]?.out ?? 'no end' })),
   };
 }

@@ -15,7 +15,11 @@ export function summarize(job: string, worldSize: number, results: RankResult[],
   const ranks = [...results].sort((a, b) => a.rank - b.rank);
   switch (job) {
     case 'rendezvous':
-      return { job, worldSize, ranks: ranks.map((r) => ({ rank: r.rank, adapter: r.adapter, webgpu: r.webgpu, ...(r.reason ? { reason: r.reason } : {}) })) };
+      return {
+        job,
+        worldSize,
+        ranks: ranks.map((r) => ({ rank: r.rank, adapter: r.adapter, webgpu: r.webgpu, ...(r.reason ? { reason: r.reason } : {}) })),
+      };
     case 'allreduce':
       return { ...summarizeAllreduce(job, worldSize, ranks), ...linksOf(ranks) };
     case 'train': {
@@ -163,7 +167,9 @@ function summarizeTrain(job: string, worldSize: number, ranks: RankResult[]): Re
     ...(r0.stoppedBy !== undefined ? { stoppedBy: r0.stoppedBy } : {}),
     backends: [...new Set(ranks.map((r) => r.backend))],
     // backend=auto: what each rank measured on each backend, and what it chose.
-    ...(ranks.some((r) => Array.isArray(r.backendProbe)) ? { backendProbe: ranks.map((r) => ({ rank: r.rank, backend: r.backend, figures: r.backendProbe ?? null })) } : {}),
+    ...(ranks.some((r) => Array.isArray(r.backendProbe))
+      ? { backendProbe: ranks.map((r) => ({ rank: r.rank, backend: r.backend, figures: r.backendProbe ?? null })) }
+      : {}),
     ...stragglers(ranks),
     ...commSummary(ranks),
     ...timelineSummary(ranks),
@@ -180,7 +186,9 @@ function languageModelSummary(r0: RankResult, perplexity: unknown): Record<strin
   if (typeof perplexity !== 'number') return {};
   return {
     perplexity: round(perplexity),
-    ...(typeof r0.unigram === 'number' ? { unigram: r0.unigram, tokensPerSec: typeof r0.tokensPerSec === 'number' ? round(r0.tokensPerSec) : null, sample: r0.sample } : {}),
+    ...(typeof r0.unigram === 'number'
+      ? { unigram: r0.unigram, tokensPerSec: typeof r0.tokensPerSec === 'number' ? round(r0.tokensPerSec) : null, sample: r0.sample }
+      : {}),
   };
 }
 
@@ -193,6 +201,10 @@ export function stragglers(ranks: RankResult[]): { stragglers?: Array<{ rank: nu
   return {
     stragglers: ranks
       .filter((r) => typeof r.slowFactor === 'number' && Number.isFinite(r.slowFactor) && r.slowFactor > 1)
-      .map((r) => ({ rank: r.rank, slowFactor: r.slowFactor as number, slowedMs: typeof r.slowedMs === 'number' && Number.isFinite(r.slowedMs) ? round(r.slowedMs) : null })),
+      .map((r) => ({
+        rank: r.rank,
+        slowFactor: r.slowFactor as number,
+        slowedMs: typeof r.slowedMs === 'number' && Number.isFinite(r.slowedMs) ? round(r.slowedMs) : null,
+      })),
   };
 }

@@ -17,7 +17,16 @@ type RankRow = ContributionSummary['ranks'][number];
 /** A result's `aggregation`, checked field by field (a page's result is its own to fill); null when it is not one. */
 function contributionSummary(v: unknown): ContributionSummary | null {
   const a = record(v);
-  if (!a || typeof a.kind !== 'string' || !KINDS.has(a.kind) || typeof a.of !== 'string' || !OF.has(a.of) || count(a.aggregations) === null || !Array.isArray(a.ranks)) return null;
+  if (
+    !a ||
+    typeof a.kind !== 'string' ||
+    !KINDS.has(a.kind) ||
+    typeof a.of !== 'string' ||
+    !OF.has(a.of) ||
+    count(a.aggregations) === null ||
+    !Array.isArray(a.ranks)
+  )
+    return null;
   const ranks = a.ranks.slice(0, MAX_RANKS).flatMap((x): RankRow[] => {
     const r = record(x);
     if (!r || count(r.rank) === null) return [];
@@ -52,4 +61,3 @@ export function aggregationSummary(ranks: readonly RankResult[]): { aggregation?
   }
   return best ? { aggregation: best } : {};
 }
-

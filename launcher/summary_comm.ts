@@ -18,7 +18,22 @@ export interface CommSummary {
 
 const HOOK_NAMES: ReadonlySet<string> = new Set(COMM_HOOK_NAMES);
 const WIRE_TYPES: ReadonlySet<string> = new Set(COMM_HOOK_WIRE_TYPES);
-const COMM_HOOK_NUMBERS = ['rank', 'startIter', 'statsStep', 'elementsSent', 'elementsDense', 'period', 'startStep', 'averagings', 'averageBytes', 'syncEvery', 'stream', 'overlap', 'outerSteps', 'outerStepBytes'] as const;
+const COMM_HOOK_NUMBERS = [
+  'rank',
+  'startIter',
+  'statsStep',
+  'elementsSent',
+  'elementsDense',
+  'period',
+  'startStep',
+  'averagings',
+  'averageBytes',
+  'syncEvery',
+  'stream',
+  'overlap',
+  'outerSteps',
+  'outerStepBytes',
+] as const;
 /** Numbers that need not be whole (DiLoCo's outer learning rate and momentum). */
 const COMM_HOOK_DECIMALS = ['outerLr', 'outerMomentum'] as const;
 
@@ -54,13 +69,24 @@ export function commSummary(ranks: RankResult[]): CommSummary {
     if (ratios.length > 0) compressionRatio = round4(ratios.reduce((a, b) => a + b, 0) / ratios.length);
   }
   const after = ranks.map((r) => finite(r.bytesPerStepAfterStart)).filter((b): b is number => b !== null && b >= 0);
-  const o = ranks.map((r) => record(r.overlap)).find((x) => x !== null && [x.commMs, x.exposedMs, x.hiddenShare].every((v) => finite(v) !== null)) ?? null;
+  const o =
+    ranks
+      .map((r) => record(r.overlap))
+      .find((x) => x !== null && [x.commMs, x.exposedMs, x.hiddenShare].every((v) => finite(v) !== null)) ?? null;
   return {
     ...(hook ? { commHook } : {}),
     bytesPerStep,
     compressionRatio,
     ...(after.length > 0 ? { bytesPerStepAfterStart: round(after.reduce((a, b) => a + b, 0) / after.length) } : {}),
-    ...(o ? { overlap: { commMs: round(o.commMs as number), exposedMs: round(o.exposedMs as number), hiddenShare: round4(o.hiddenShare as number) } } : {}),
+    ...(o
+      ? {
+          overlap: {
+            commMs: round(o.commMs as number),
+            exposedMs: round(o.exposedMs as number),
+            hiddenShare: round4(o.hiddenShare as number),
+          },
+        }
+      : {}),
   };
 }
 
@@ -80,7 +106,10 @@ export function commLine(summary: Record<string, unknown>): string | null {
     case 'none': {
       // Robust aggregation replaces the ring: each rank's whole gradient goes to every other.
       const robust = record(summary.aggregation);
-      what = robust && typeof robust.kind === 'string' && robust.kind !== 'mean' ? `${robust.kind} (robust aggregation over a direct all-gather of each rank's own gradient)` : 'none (float32 ring all-reduce)';
+      what =
+        robust && typeof robust.kind === 'string' && robust.kind !== 'mean'
+          ? `${robust.kind} (robust aggregation over a direct all-gather of each rank's own gradient)`
+          : 'none (float32 ring all-reduce)';
       break;
     }
     case 'fp16':
@@ -88,7 +117,10 @@ export function commLine(summary: Record<string, unknown>): string | null {
       what = `${hook.name} (${hook.name === 'fp16' ? 'float16' : 'bfloat16'} values on the wire)`;
       break;
     case 'powersgd': {
-      const stats = n('elementsSent') !== null && n('elementsDense') !== null ? `; step ${n('statsStep') ?? '?'} sent ${n('elementsSent')} of ${n('elementsDense')} elements` : '';
+      const stats =
+        n('elementsSent') !== null && n('elementsDense') !== null
+          ? `; step ${n('statsStep') ?? '?'} sent ${n('elementsSent')} of ${n('elementsDense')} elements`
+          : '';
       const wire = typeof hook.wire === 'string' && hook.wire !== 'float32' ? `, ${hook.wire} on the wire` : '';
       what = `powersgd rank ${n('rank') ?? '?'}${wire}, plain all-reduce for the first ${n('startIter') ?? '?'} steps${stats}`;
       break;
@@ -97,7 +129,10 @@ export function commLine(summary: Record<string, unknown>): string | null {
       what = `localsgd, models averaged every ${n('period') ?? '?'} steps after ${n('startStep') ?? '?'} averaged ones${n('averagings') === null ? '' : ` (${n('averagings')} averagings timed)`}`;
       break;
     case 'diloco': {
-      const stream = (n('stream') ?? 0) > 0 ? `, streaming in ${n('stream')} fragments overlapped with the next ${(n('overlap') ?? 1) > 1 ? `${n('overlap')} inner steps` : 'inner step'}` : '';
+      const stream =
+        (n('stream') ?? 0) > 0
+          ? `, streaming in ${n('stream')} fragments overlapped with the next ${(n('overlap') ?? 1) > 1 ? `${n('overlap')} inner steps` : 'inner step'}`
+          : '';
       const wire = typeof hook.wire === 'string' && hook.wire !== 'float32' ? `, ${hook.wire} on the wire` : '';
       what = `diloco, an outer step every ${n('syncEvery') ?? '?'} inner steps (outer lr ${n('outerLr') ?? '?'}, momentum ${n('outerMomentum') ?? '?'})${stream}${wire}${n('outerSteps') === null ? '' : ` (${n('outerSteps')} outer all-reduces timed)`}`;
       break;

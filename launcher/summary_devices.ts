@@ -36,7 +36,10 @@ function deviceReport(v: unknown): DeviceReport | null {
     steps: count(d.steps) ?? 0,
     samples: count(d.samples) ?? 0,
     meanComputeMs: rounded(d.meanComputeMs),
-    liveTensors: tensors && count(tensors.min) !== null && count(tensors.max) !== null ? { min: tensors.min as number, max: tensors.max as number } : null,
+    liveTensors:
+      tensors && count(tensors.min) !== null && count(tensors.max) !== null
+        ? { min: tensors.min as number, max: tensors.max as number }
+        : null,
   };
 }
 

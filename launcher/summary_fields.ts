@@ -8,5 +8,6 @@ export const finite = (v: unknown): number | null => (typeof v === 'number' && N
 export const count = (v: unknown): number | null => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : null);
 export const round4 = (x: number) => Math.round(x * 10_000) / 10_000;
 
-export const record = (v: unknown): Record<string, unknown> | null => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
+export const record = (v: unknown): Record<string, unknown> | null =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
 export const rounded = (v: unknown): number | null => (finite(v) === null ? null : round(v as number));

@@ -70,7 +70,8 @@ function rankPipeline(r: RankResult): RankPipeline | null {
   const stage = count(o.stage);
   const replica = count(o.replica);
   if (stages === null || replicas === null || stage === null || replica === null) return null;
-  if (stages < 1 || replicas < 1 || stages > MAX_PIPELINE_ITEMS || replicas > MAX_PIPELINE_ITEMS || stage >= stages || replica >= replicas) return null;
+  if (stages < 1 || replicas < 1 || stages > MAX_PIPELINE_ITEMS || replicas > MAX_PIPELINE_ITEMS || stage >= stages || replica >= replicas)
+    return null;
   const layers = Array.isArray(o.layers) ? o.layers.slice(0, MAX_PIPELINE_ITEMS) : [];
   const classes = Array.isArray(o.layerClasses) ? o.layerClasses.slice(0, MAX_PIPELINE_ITEMS) : [];
   const bubble = typeof o.bubble === 'object' && o.bubble !== null ? (o.bubble as Record<string, unknown>) : {};
@@ -91,8 +92,13 @@ function rankPipeline(r: RankResult): RankPipeline | null {
     parameters: count(o.parameters),
     peakLiveTensors: count(o.peakLiveTensors),
     peakStashedMicroBatches: count(o.peakStashedMicroBatches),
-    bubble: { measured: measured !== null && measured >= 0 && measured <= 1 ? measured : null, formula: formula !== null && formula >= 0 && formula <= 1 ? formula : null },
-    breakdownMs: Object.fromEntries(PIPELINE_BREAKDOWN.map((k) => [k, finite(breakdown[k]) === null ? null : round(breakdown[k] as number)])) as RankPipeline['breakdownMs'],
+    bubble: {
+      measured: measured !== null && measured >= 0 && measured <= 1 ? measured : null,
+      formula: formula !== null && formula >= 0 && formula <= 1 ? formula : null,
+    },
+    breakdownMs: Object.fromEntries(
+      PIPELINE_BREAKDOWN.map((k) => [k, finite(breakdown[k]) === null ? null : round(breakdown[k] as number)]),
+    ) as RankPipeline['breakdownMs'],
     weightHash: typeof o.weightHash === 'string' && o.weightHash.length > 0 && o.weightHash.length <= 128 ? o.weightHash : null,
   };
 }
@@ -114,7 +120,9 @@ export function pipelineSummary(ranks: RankResult[]): { summary: PipelineSummary
   const S = ref.stages;
   const D = ref.replicas;
   // [stage][replica]: the one rank that holds it (a place claimed twice counts for neither).
-  const at: Array<Array<RankPipeline | null | undefined>> = Array.from({ length: S }, () => new Array<RankPipeline | null | undefined>(D).fill(undefined));
+  const at: Array<Array<RankPipeline | null | undefined>> = Array.from({ length: S }, () =>
+    new Array<RankPipeline | null | undefined>(D).fill(undefined),
+  );
   for (const p of reported) {
     if (shapeOf(p) !== shape) continue;
     at[p.stage]![p.replica] = at[p.stage]![p.replica] === undefined ? p : null;
@@ -146,7 +154,10 @@ export function pipelineSummary(ranks: RankResult[]): { summary: PipelineSummary
       microBatches,
       schedule: ref.schedule,
       activationDtype: ref.activationDtype,
-      bubble: { measured: measured.length === S ? round4(measured.reduce((a, b) => a + b, 0) / S) : null, formula: formula === null ? null : round4(formula) },
+      bubble: {
+        measured: measured.length === S ? round4(measured.reduce((a, b) => a + b, 0) / S) : null,
+        formula: formula === null ? null : round4(formula),
+      },
       stages,
     },
     identical: stages.every((st) => st.replicasIdentical),

@@ -198,7 +198,10 @@ export function parameterServerSummary(ranks: RankResult[]): ParameterServerSumm
 export function parameterServerLines(ps: ParameterServerSummary): string[] {
   const n = (v: number | null | undefined) => (v === null || v === undefined ? 'n/a' : String(v));
   const plural = (k: number, word: string) => `${k} ${word}${k === 1 ? '' : 's'}`;
-  const options = [ps.maxStaleness === null ? '' : `max staleness ${ps.maxStaleness}`, ps.stalenessLr ? 'gradients scaled by 1/(1 + staleness)' : ''].filter(Boolean);
+  const options = [
+    ps.maxStaleness === null ? '' : `max staleness ${ps.maxStaleness}`,
+    ps.stalenessLr ? 'gradients scaled by 1/(1 + staleness)' : '',
+  ].filter(Boolean);
   const s = ps.samples;
   const st = ps.staleness;
   const workers = ps.workerSamplesPerSec;

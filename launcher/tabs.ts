@@ -16,7 +16,8 @@ import { LOSE_DEVICE_EXPRESSION, checkDeviceLost, type RankDriver, type RankHand
 
 /** The browser's default throttling: the headless flags minus the three that disable it. */
 export const TABS_ARGS = CHROMIUM_ARGS.filter(
-  (a) => !['--disable-background-timer-throttling', '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows'].includes(a),
+  (a) =>
+    !['--disable-background-timer-throttling', '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows'].includes(a),
 );
 
 export interface TabsOptions {
@@ -33,7 +34,8 @@ export interface TabsOptions {
 export function tabsArgs(o: TabsOptions): string[] {
   const after = o.intensiveThrottlingAfterSec;
   if (after === undefined) return TABS_ARGS;
-  if (!(Number.isInteger(after) && after >= 1)) throw new RangeError(`intensiveThrottlingAfterSec must be a whole number of seconds >= 1, got ${after}`);
+  if (!(Number.isInteger(after) && after >= 1))
+    throw new RangeError(`intensiveThrottlingAfterSec must be a whole number of seconds >= 1, got ${after}`);
   return TABS_ARGS.map((a) => (a.startsWith('--enable-features=') ? `${a},IntensiveWakeUpThrottling:grace_period_seconds/${after}` : a));
 }
 
@@ -149,7 +151,13 @@ interface Cdp {
 /** A console call's arguments as one line (strings as themselves, the rest by value or description). */
 function consoleLine(args: Array<{ type: string; value?: unknown; description?: string; unserializableValue?: string }>): string {
   return args
-    .map((a) => (a.type === 'string' ? String(a.value) : a.value !== undefined ? JSON.stringify(a.value) : (a.unserializableValue ?? a.description ?? a.type)))
+    .map((a) =>
+      a.type === 'string'
+        ? String(a.value)
+        : a.value !== undefined
+          ? JSON.stringify(a.value)
+          : (a.unserializableValue ?? a.description ?? a.type),
+    )
     .join(' ');
 }
 
@@ -164,7 +172,10 @@ export async function tabsDriver(log: (line: string) => void, options: TabsOptio
     killAll();
     throw new Error('--tabs: Chromium under xvfb-run did not answer on its DevTools pipe (is xvfb installed? apt-get install -y xvfb)');
   }
-  const throttling = options.intensiveThrottlingAfterSec === undefined ? 'default throttling' : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
+  const throttling =
+    options.intensiveThrottlingAfterSec === undefined
+      ? 'default throttling'
+      : `default throttling, intensive throttling after ${options.intensiveThrottlingAfterSec} s hidden`;
   log(`[launch] --tabs: headful Chromium under Xvfb (${SCREEN.width}x${SCREEN.height}), DevTools over a pipe (no port), ${throttling}`);
   let count = 0;
   let initialClosed = false;
@@ -262,11 +273,17 @@ function startChromium(options: TabsOptions): TabsChromium {
 }
 
 /** The pages Chromium opened from its command line, once it answers (up to 30 s); undefined or none if it never does. */
-async function firstPages(browser: Cdp, pipe: CdpPipe, exited: () => boolean): Promise<Array<{ targetId: string; type: string }> | undefined> {
+async function firstPages(
+  browser: Cdp,
+  pipe: CdpPipe,
+  exited: () => boolean,
+): Promise<Array<{ targetId: string; type: string }> | undefined> {
   let initial: Array<{ targetId: string; type: string }> | undefined;
   for (let i = 0; i < 120 && !exited() && !pipe.closed; i++) {
     try {
-      initial = (await withTimeout(browser.send<{ targetInfos: Array<{ targetId: string; type: string }> }>('Target.getTargets'), 1000)).targetInfos.filter((t) => t.type === 'page');
+      initial = (
+        await withTimeout(browser.send<{ targetInfos: Array<{ targetId: string; type: string }> }>('Target.getTargets'), 1000)
+      ).targetInfos.filter((t) => t.type === 'page');
       if (initial.length > 0) break;
     } catch {
       /* not up yet */
@@ -279,7 +296,12 @@ async function firstPages(browser: Cdp, pipe: CdpPipe, exited: () => boolean): P
 /** A new window for rank number `index`, at its own place on the screen (a grid of WINDOW-sized cells). */
 async function openRankWindow(browser: Cdp, index: number): Promise<{ targetId: string; windowId: number }> {
   const cols = Math.floor(SCREEN.width / WINDOW.width);
-  const bounds = { left: (index % cols) * WINDOW.width, top: Math.floor(index / cols) * WINDOW.height, width: WINDOW.width, height: WINDOW.height };
+  const bounds = {
+    left: (index % cols) * WINDOW.width,
+    top: Math.floor(index / cols) * WINDOW.height,
+    width: WINDOW.width,
+    height: WINDOW.height,
+  };
   const { targetId } = await browser.send<{ targetId: string }>('Target.createTarget', { url: 'about:blank', newWindow: true, ...bounds });
   const { windowId } = await browser.send<{ windowId: number }>('Browser.getWindowForTarget', { targetId });
   await browser.send('Browser.setWindowBounds', { windowId, bounds: { windowState: 'normal' } }).catch(() => {});
@@ -326,7 +348,10 @@ function rankTarget(tab: RankTab): RankTarget {
   const { browser, page, targetId } = tab;
   const evaluate = async (expression: string, timeoutMs = 5000): Promise<unknown> => {
     const res = await Promise.race([
-      page.send<{ result: { value?: unknown }; exceptionDetails?: { text: string } }>('Runtime.evaluate', { expression, returnByValue: true }),
+      page.send<{ result: { value?: unknown }; exceptionDetails?: { text: string } }>('Runtime.evaluate', {
+        expression,
+        returnByValue: true,
+      }),
       sleep(timeoutMs).then(() => {
         throw new Error(`no answer in ${timeoutMs} ms`);
       }),
@@ -357,7 +382,9 @@ function rankTarget(tab: RankTab): RankTarget {
     visibility: async () => String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`)),
     timerProbe: async () => {
       // The gap still open counts too: a throttled page may not have woken since.
-      const v = await evaluate('window.__ddpTimerProbe ? { ...window.__ddpTimerProbe, longestGapMs: Math.max(window.__ddpTimerProbe.longestGapMs, Math.round(performance.now() - window.__ddpTimerProbe.last)) } : null').catch(() => null);
+      const v = await evaluate(
+        'window.__ddpTimerProbe ? { ...window.__ddpTimerProbe, longestGapMs: Math.max(window.__ddpTimerProbe.longestGapMs, Math.round(performance.now() - window.__ddpTimerProbe.last)) } : null',
+      ).catch(() => null);
       return v && typeof v === 'object' ? (v as { longestGapMs: number; ticks: number }) : undefined;
     },
   };
@@ -381,5 +408,7 @@ async function hideTab(tab: RankTab, evaluate: (expression: string) => Promise<u
   }
   await evaluate(TIMER_PROBE).catch((e: Error) => hlog(`[launch] could not start the timer probe: ${e.message}`));
   await sleep(200);
-  hlog(`[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`);
+  hlog(
+    `[launch] rank tab visibility after hiding: ${String(await evaluate('document.visibilityState').catch((e: Error) => `error: ${e.message}`))}`,
+  );
 }

@@ -90,7 +90,9 @@ export function findTurnserver(): string {
       /* next */
     }
   }
-  throw new Error("--turn needs coturn's turnserver: apt-get install -y coturn (the launcher starts its own, with its own configuration; the system service need not run)");
+  throw new Error(
+    "--turn needs coturn's turnserver: apt-get install -y coturn (the launcher starts its own, with its own configuration; the system service need not run)",
+  );
 }
 
 /** A STUN Binding request (RFC 5389): type, zero length, the magic cookie, a 96-bit transaction id. */
@@ -106,7 +108,9 @@ export function stunBindingRequest(transactionId: Buffer): Buffer {
 
 /** True for a Binding success response to `transactionId`. */
 export function isStunBindingSuccess(msg: Buffer, transactionId: Buffer): boolean {
-  return msg.length >= 20 && msg.readUInt16BE(0) === 0x0101 && msg.readUInt32BE(4) === 0x2112a442 && msg.subarray(8, 20).equals(transactionId);
+  return (
+    msg.length >= 20 && msg.readUInt16BE(0) === 0x0101 && msg.readUInt32BE(4) === 0x2112a442 && msg.subarray(8, 20).equals(transactionId)
+  );
 }
 
 /** Resolves once a STUN server answers a Binding request at ip:port (asking again every 200 ms), rejects after `timeoutMs`. */
@@ -132,7 +136,10 @@ export function waitForStun(ip: string, port: number, timeoutMs: number): Promis
     socket.on('error', () => {});
     const send = () => socket.send(request, port, ip, () => {});
     const ask = setInterval(send, 200);
-    const timer = setTimeout(() => finish(new Error(`timed out after ${timeoutMs} ms waiting for coturn to answer a STUN Binding request on ${ip}:${port}`)), timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`timed out after ${timeoutMs} ms waiting for coturn to answer a STUN Binding request on ${ip}:${port}`)),
+      timeoutMs,
+    );
     send();
   });
 }
@@ -220,7 +227,9 @@ export class TurnProcess {
       await Promise.race([
         waitForStun(settings.listenIp, settings.listenPort, timeoutMs),
         turn.exitedP.then(() => {
-          throw new Error(`turnserver exited (${turn.exited?.signal ?? `code ${turn.exited?.code}`}) before it answered on ${settings.listenIp}:${settings.listenPort}`);
+          throw new Error(
+            `turnserver exited (${turn.exited?.signal ?? `code ${turn.exited?.code}`}) before it answered on ${settings.listenIp}:${settings.listenPort}`,
+          );
         }),
       ]);
     } catch (err) {

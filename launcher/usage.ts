@@ -3,7 +3,12 @@
  * job options' grammars are printed from their one rule (src/jobs/), not restated here.
  */
 import { AGGREGATION_GRAMMAR } from '../src/jobs/aggregation_spec.ts';
-import { COMM_HOOK_GRAMMAR, DEFAULT_COMM_HOOK_START, DEFAULT_DILOCO_OUTER_LR, DEFAULT_DILOCO_OUTER_MOMENTUM } from '../src/jobs/comm_hook_spec.ts';
+import {
+  COMM_HOOK_GRAMMAR,
+  DEFAULT_COMM_HOOK_START,
+  DEFAULT_DILOCO_OUTER_LR,
+  DEFAULT_DILOCO_OUTER_MOMENTUM,
+} from '../src/jobs/comm_hook_spec.ts';
 
 export const USAGE = `usage: npm run launch -- --nproc N [--min N --max N] [options] SCRIPT.ts [script arguments ...]
        npm run launch -- --nproc N --job NAME [options] [--JOBOPTION VALUE ...]

@@ -21,7 +21,9 @@ if (built.status !== 0) {
 }
 // The page's styles (client/**/*.css, imported by its modules) and the --lan delay line (launcher/lan.ts).
 const copies = [
-  ...readdirSync(join(root, 'client'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.css')).map((f) => join('client', f)),
+  ...readdirSync(join(root, 'client'), { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.css'))
+    .map((f) => join('client', f)),
   join('launcher', 'lan_delay.py'),
 ];
 for (const file of copies) cpSync(join(root, file), join(lib, file));

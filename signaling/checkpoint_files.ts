@@ -27,7 +27,8 @@ export const CHECKPOINT_NAME = /^(\d{8})T(\d{2})(\d{2})(\d{2})(\d{3})Z(?:-step-(
 /** A session's folder under `dir`, or one of its parts'; throws TypeError or RangeError for a name that is not allowed. */
 export function checkpointFolder(dir: string, session: string, part?: string): string {
   if (!validSession(session)) throw new TypeError(`session name ${JSON.stringify(session)} is not allowed`);
-  if (part !== undefined && !CHECKPOINT_PART.test(part)) throw new RangeError(`part name ${JSON.stringify(part)} is not allowed: use ${CHECKPOINT_PART_RULE}`);
+  if (part !== undefined && !CHECKPOINT_PART.test(part))
+    throw new RangeError(`part name ${JSON.stringify(part)} is not allowed: use ${CHECKPOINT_PART_RULE}`);
   const sessionDir = join(resolve(dir), session);
   return part === undefined ? sessionDir : join(sessionDir, PARTS_DIR, part);
 }
@@ -101,7 +102,15 @@ export function nameTime(name: string): number {
   const m = CHECKPOINT_NAME.exec(name);
   if (!m) return 0;
   const [, ymd, hh, mi, ss, ms] = m;
-  return Date.UTC(Number(ymd.slice(0, 4)), Number(ymd.slice(4, 6)) - 1, Number(ymd.slice(6, 8)), Number(hh), Number(mi), Number(ss), Number(ms));
+  return Date.UTC(
+    Number(ymd.slice(0, 4)),
+    Number(ymd.slice(4, 6)) - 1,
+    Number(ymd.slice(6, 8)),
+    Number(hh),
+    Number(mi),
+    Number(ss),
+    Number(ms),
+  );
 }
 
 export function isCode(err: unknown, code: string): boolean {

@@ -50,7 +50,11 @@ export async function authorize(tokens: SessionTokens, req: IncomingMessage, ses
       if (tokens.wasRotated(session, token)) throw new Refusal(403, 'forbidden', `session "${session}": ${ROTATED_TOKEN_MESSAGE}`);
       throw new Refusal(403, 'forbidden', `wrong token for session "${session}": use the token of the session's link`);
     case 'unknown':
-      throw new Refusal(403, 'forbidden', `session "${session}" has no token yet: connect to the session first (its first connection fixes the token), then use that token`);
+      throw new Refusal(
+        403,
+        'forbidden',
+        `session "${session}" has no token yet: connect to the session first (its first connection fixes the token), then use that token`,
+      );
   }
 }
 
@@ -107,7 +111,11 @@ export class BodyReader implements ByteSource {
     }
     const got = `${this.received} of ${this.declared} bytes`;
     if (result === 'timeout' && idle) {
-      throw new Refusal(408, 'timeout', `the checkpoint upload stalled: nothing arrived for ${this.idleMs} ms after ${got} (uploadIdleTimeoutMs); nothing was stored: save it again`);
+      throw new Refusal(
+        408,
+        'timeout',
+        `the checkpoint upload stalled: nothing arrived for ${this.idleMs} ms after ${got} (uploadIdleTimeoutMs); nothing was stored: save it again`,
+      );
     }
     if (result === 'timeout') {
       throw new Refusal(
@@ -126,7 +134,11 @@ export class BodyReader implements ByteSource {
   }
 
   private brokeOff(why: string): Refusal {
-    return new Refusal(400, 'incomplete', `the checkpoint upload broke off after ${this.received} of ${this.declared} bytes (${why}); nothing was stored: save it again`);
+    return new Refusal(
+      400,
+      'incomplete',
+      `the checkpoint upload broke off after ${this.received} of ${this.declared} bytes (${why}); nothing was stored: save it again`,
+    );
   }
 }
 
@@ -172,7 +184,13 @@ function asciiJson(value: unknown): string {
  * Answers a route that failed: a Refusal as {error, message} with its status (no stack in the
  * log), anything else as a 500; a response already under way is cut off.
  */
-export function answerFailure(req: IncomingMessage, res: ServerResponse, pathname: string, err: unknown, log: (line: string) => void): void {
+export function answerFailure(
+  req: IncomingMessage,
+  res: ServerResponse,
+  pathname: string,
+  err: unknown,
+  log: (line: string) => void,
+): void {
   if (err instanceof Refusal) {
     log(`[checkpoints] ${req.method} ${pathname} from ${req.socket.remoteAddress ?? 'unknown'}: ${err.status} ${err.code}: ${err.message}`);
     if (res.headersSent) {

@@ -15,9 +15,26 @@ import type { Stats } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { open, readdir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { CheckpointCorruptError, PREAMBLE_BYTES, parseHeader, readPreamble, type CheckpointHeader } from '../src/checkpoint/checkpoint_format.ts';
+import {
+  CheckpointCorruptError,
+  PREAMBLE_BYTES,
+  parseHeader,
+  readPreamble,
+  type CheckpointHeader,
+} from '../src/checkpoint/checkpoint_format.ts';
 import { PRIVATE_FILE_MODE, privateFolder } from './private_files.ts';
-import { EXT, TMP_EXT, checkpointFolder, checkpointNames, isCode, listCheckpointFiles, nameTime, storedBytes, syncDir, type CheckpointFileInfo } from './checkpoint_files.ts';
+import {
+  EXT,
+  TMP_EXT,
+  checkpointFolder,
+  checkpointNames,
+  isCode,
+  listCheckpointFiles,
+  nameTime,
+  storedBytes,
+  syncDir,
+  type CheckpointFileInfo,
+} from './checkpoint_files.ts';
 import { VerifiedFiles, checkSectionSizes, findLatest, verifyContainer, type OpenCheckpoint, type Skipped } from './checkpoint_verify.ts';
 
 // Layout and verification live beside the store; what the routes and offers read is named here too.
@@ -186,7 +203,10 @@ class DiskCheckpointStore {
       return await this.commit(folder, declared, upload, header, size, beforeCommit);
     } catch (err) {
       if (isCode(err, 'ENOSPC')) {
-        throw new CheckpointRefused('insufficient-storage', `the server's disk is full: the checkpoint was not stored; ask the server's operator to free space`);
+        throw new CheckpointRefused(
+          'insufficient-storage',
+          `the server's disk is full: the checkpoint was not stored; ask the server's operator to free space`,
+        );
       }
       throw err;
     } finally {
@@ -198,7 +218,12 @@ class DiskCheckpointStore {
    * Writes the body to a new .tmp file in `folder` (made if needed), synced and verified; a
    * corrupt container is refused ('corrupt').
    */
-  private async receive(folder: string, declared: number, body: ByteSource, upload: Upload): Promise<{ header: CheckpointHeader; size: number }> {
+  private async receive(
+    folder: string,
+    declared: number,
+    body: ByteSource,
+    upload: Upload,
+  ): Promise<{ header: CheckpointHeader; size: number }> {
     try {
       const head = await this.readContainerHead(body, declared);
       // New folders must themselves survive a crash, so the parent of each new one is synced too.
@@ -266,7 +291,13 @@ class DiskCheckpointStore {
     // routes' token file, keeps it: then it stays).
     if (upload.madeFolder !== undefined) {
       for (let f = folder; ; f = dirname(f)) {
-        if (!(await rmdir(f).then(() => true, () => false))) break;
+        if (
+          !(await rmdir(f).then(
+            () => true,
+            () => false,
+          ))
+        )
+          break;
         if (f === upload.madeFolder || f === this.dir) break;
       }
     }
@@ -279,7 +310,9 @@ class DiskCheckpointStore {
     const stored = await storedBytes(this.dir, this.uploading);
     const used = stored + this.reservedBytes - declared;
     if (stored + this.reservedBytes <= this.maxDiskBytes) return;
-    this.log(`[checkpoints] disk budget: ${stored} bytes stored in ${this.dir}, ${this.reservedBytes - declared} being uploaded, limit ${this.maxDiskBytes}`);
+    this.log(
+      `[checkpoints] disk budget: ${stored} bytes stored in ${this.dir}, ${this.reservedBytes - declared} being uploaded, limit ${this.maxDiskBytes}`,
+    );
     throw new CheckpointRefused(
       'insufficient-storage',
       `the server's checkpoint storage is full: ${used} bytes are stored or being uploaded (all sessions) and this upload of ${declared} bytes would pass its limit of ${this.maxDiskBytes} bytes (maxDiskBytes); ask the server's operator to delete old checkpoints or raise the limit`,
@@ -294,7 +327,10 @@ class DiskCheckpointStore {
     const preamble = await body.firstBytes(Math.min(declared, PREAMBLE_BYTES));
     const layout = readPreamble(preamble.subarray(0, PREAMBLE_BYTES), declared);
     if (layout.headerBytes > MAX_HEADER_BYTES) {
-      throw new CheckpointRefused('too-large', `the checkpoint's JSON header is ${layout.headerBytes} bytes; this server reads headers of at most ${MAX_HEADER_BYTES} bytes (keep large data in the weight sections)`);
+      throw new CheckpointRefused(
+        'too-large',
+        `the checkpoint's JSON header is ${layout.headerBytes} bytes; this server reads headers of at most ${MAX_HEADER_BYTES} bytes (keep large data in the weight sections)`,
+      );
     }
     const headerEnd = PREAMBLE_BYTES + layout.headerBytes;
     const head = await body.firstBytes(headerEnd);

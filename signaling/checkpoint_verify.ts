@@ -59,7 +59,10 @@ export function checkSectionSizes(header: CheckpointHeader, layout: ContainerLay
     let total = 0;
     for (const spec of specs) {
       const quantization: unknown = (spec as { quantization?: unknown }).quantization;
-      const dtype = typeof quantization === 'object' && quantization !== null && 'dtype' in quantization && typeof quantization.dtype === 'string' ? quantization.dtype : spec.dtype;
+      const dtype =
+        typeof quantization === 'object' && quantization !== null && 'dtype' in quantization && typeof quantization.dtype === 'string'
+          ? quantization.dtype
+          : spec.dtype;
       const size = DTYPE_BYTES.get(dtype);
       if (size === undefined) {
         total = NaN;
@@ -68,7 +71,10 @@ export function checkSectionSizes(header: CheckpointHeader, layout: ContainerLay
       total += size * spec.shape.reduce((a, b) => a * b, 1);
     }
     if (!Number.isNaN(total) && total !== bytes) {
-      throw new CheckpointCorruptError('header', `the header's ${where}.weightSpecs describe ${total} bytes of tensors but the ${where} section holds ${bytes} bytes`);
+      throw new CheckpointCorruptError(
+        'header',
+        `the header's ${where}.weightSpecs describe ${total} bytes of tensors but the ${where} section holds ${bytes} bytes`,
+      );
     }
   }
 }
@@ -156,4 +162,3 @@ async function readAt(fh: FileHandle, position: number, length: number): Promise
   }
   return buf.subarray(0, got);
 }
-

@@ -145,7 +145,8 @@ class CheckpointRoutes {
 
     if (name === undefined) {
       if (req.method === 'POST' || req.method === 'PUT') return this.upload(req, res, session, token, folder);
-      if (req.method === 'GET') return sendJson(res, 200, { session, ...(part === undefined ? {} : { part }), checkpoints: await this.store.list(folder) });
+      if (req.method === 'GET')
+        return sendJson(res, 200, { session, ...(part === undefined ? {} : { part }), checkpoints: await this.store.list(folder) });
       return methodNotAllowed(res, 'GET, POST, PUT');
     }
     if (req.method !== 'GET') return methodNotAllowed(res, 'GET');
@@ -174,7 +175,8 @@ class CheckpointRoutes {
           // The token must outlive this process once the session has a checkpoint; checked again in
           // case the session was dropped and claimed by someone else while the body arrived.
           await this.tokens.persist(session);
-          if ((await this.tokens.verify(session, token)) !== 'ok') throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
+          if ((await this.tokens.verify(session, token)) !== 'ok')
+            throw new Refusal(403, 'forbidden', `session "${session}" now has another token: nothing was stored`);
         },
       );
       sendJson(res, 201, { name: saved.name, bytes: saved.bytes, step: saved.step });
@@ -191,16 +193,28 @@ class CheckpointRoutes {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/octet-stream') {
       const sent = type === '' ? 'no Content-Type' : `Content-Type ${JSON.stringify(type)}`;
-      throw new Refusal(415, 'unsupported-media-type', `a checkpoint upload must be sent as "Content-Type: application/octet-stream", not with ${sent}`);
+      throw new Refusal(
+        415,
+        'unsupported-media-type',
+        `a checkpoint upload must be sent as "Content-Type: application/octet-stream", not with ${sent}`,
+      );
     }
     const lengthHeader = req.headers['content-length'];
     if (lengthHeader === undefined) {
       // The length is what the disk budget reserves and what the preamble is checked against.
-      throw new Refusal(411, 'length-required', 'a checkpoint upload needs a Content-Length header: send the whole container as one body (fetch with a Uint8Array does), not chunked');
+      throw new Refusal(
+        411,
+        'length-required',
+        'a checkpoint upload needs a Content-Length header: send the whole container as one body (fetch with a Uint8Array does), not chunked',
+      );
     }
     const declared = Number(lengthHeader); // node's parser has already refused a malformed one
     if (declared > this.maxBytes) {
-      throw new Refusal(413, 'too-large', `checkpoint upload is ${declared} bytes; this server accepts at most ${this.maxBytes} bytes (checkpointHandler maxBytes)`);
+      throw new Refusal(
+        413,
+        'too-large',
+        `checkpoint upload is ${declared} bytes; this server accepts at most ${this.maxBytes} bytes (checkpointHandler maxBytes)`,
+      );
     }
     if (this.activeUploads >= this.maxConcurrentUploads) {
       throw new Refusal(
@@ -249,7 +263,12 @@ function parseTarget(res: ServerResponse, url: URL): Target | undefined {
   const part = partNames[0];
   if (!session) sendError(res, 404, 'not-found', `name a session: ${PREFIX}/<session>`);
   else if (!validSession(session)) {
-    sendError(res, 400, 'bad-session', `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
+    sendError(
+      res,
+      400,
+      'bad-session',
+      `session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`,
+    );
   } else if (partNames.length > 1) sendError(res, 400, 'bad-part', `give one part (?part=<part>), not ${partNames.length}`);
   else if (part !== undefined && !CHECKPOINT_PART.test(part)) {
     sendError(res, 400, 'bad-part', `part name ${JSON.stringify(part.slice(0, 100))} is not allowed: use ${CHECKPOINT_PART_RULE}`);

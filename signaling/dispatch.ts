@@ -34,7 +34,8 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
   const { limits } = ctx;
   const session = requireSession(conn, req);
   // Heartbeats still pass: a member is not evicted in the second before its socket is closed.
-  if (session.ended && req.type !== 'heartbeat') throw new StoreRefusal(ErrorCode.SESSION_ENDED, endedMessage(session.name), { session: session.name });
+  if (session.ended && req.type !== 'heartbeat')
+    throw new StoreRefusal(ErrorCode.SESSION_ENDED, endedMessage(session.name), { session: session.name });
   const store = session.store;
   switch (req.type) {
     case 'set':
@@ -77,7 +78,8 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
       if (req.heard && conn.memberId !== undefined) session.vouch(conn.memberId, req.heard.round, req.heard.ranks, Date.now());
       return reply(conn, req, null);
     case 'pulse':
-      if (conn.memberId === undefined) throw new StoreRefusal(ErrorCode.NOT_JOINED, 'a pulse is for a member of the session\'s group: rendezvous first');
+      if (conn.memberId === undefined)
+        throw new StoreRefusal(ErrorCode.NOT_JOINED, "a pulse is for a member of the session's group: rendezvous first");
       return reply(conn, req, { key: pulseKey(conn) });
     case 'iceServers':
       // Only a connection that entered the session with its token gets here (requireSession).

@@ -6,7 +6,16 @@
  * in it is a member's word about another member. Bounded: the counts cover the whole run, the
  * list keeps the latest MAX_FAULT_ENTRIES.
  */
-import { CloseCode, describeMemberClose, FAULT_KINDS, MAX_FAULT_ENTRIES, MAX_FAULT_REASON, type FaultEntry, type FaultKind, type FaultsEvent } from '../src/wire/protocol.ts';
+import {
+  CloseCode,
+  describeMemberClose,
+  FAULT_KINDS,
+  MAX_FAULT_ENTRIES,
+  MAX_FAULT_REASON,
+  type FaultEntry,
+  type FaultKind,
+  type FaultsEvent,
+} from '../src/wire/protocol.ts';
 
 /**
  * What a loss was, from the server's own words for it (Rendezvous.remove's `why`: a socket's

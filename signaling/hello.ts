@@ -27,10 +27,16 @@ export async function hello(ctx: ServerContext, conn: Connection, req: Request<'
     throw new ProtocolViolation(ErrorCode.ALREADY_IN_SESSION, `this socket is already in session "${conn.session.name}"`, req.id);
   }
   if (req.version !== PROTOCOL_VERSION) {
-    throw new StoreRefusal(ErrorCode.BAD_VERSION, `protocol version ${req.version} is not supported; this server speaks ${PROTOCOL_VERSION}`);
+    throw new StoreRefusal(
+      ErrorCode.BAD_VERSION,
+      `protocol version ${req.version} is not supported; this server speaks ${PROTOCOL_VERSION}`,
+    );
   }
   if (!SESSION_NAME.test(req.session)) {
-    throw new StoreRefusal(ErrorCode.BAD_SESSION, `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`);
+    throw new StoreRefusal(
+      ErrorCode.BAD_SESSION,
+      `session name ${JSON.stringify(req.session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`,
+    );
   }
   // Before the token is claimed: a creating hello with a bad host secret must fix nothing.
   if (req.host !== undefined && !SESSION_TOKEN.test(req.host)) {
@@ -46,7 +52,11 @@ export async function hello(ctx: ServerContext, conn: Connection, req: Request<'
   sessions.checkRoomFor(req.session);
   const claim = await tokens.claimSession(req.session, req.token, req.host, mayCreate(ctx, conn, req));
   if (!claim.ok && claim.why === 'full') {
-    throw new StoreRefusal(ErrorCode.TOO_MANY_SESSIONS, `the server keeps the tokens of ${ctx.maxKnownSessions} sessions already; join an existing session or try again later`, { limit: ctx.maxKnownSessions });
+    throw new StoreRefusal(
+      ErrorCode.TOO_MANY_SESSIONS,
+      `the server keeps the tokens of ${ctx.maxKnownSessions} sessions already; join an existing session or try again later`,
+      { limit: ctx.maxKnownSessions },
+    );
   }
   if (!claim.ok && claim.why === 'unknown') {
     return unauthorized(
@@ -91,7 +101,13 @@ export async function hello(ctx: ServerContext, conn: Connection, req: Request<'
   session.connections++;
   conn.isHost = host === 'host';
   conn.entered(session);
-  return reply(conn, req, { session: session.name, instance: ctx.instance, host: conn.isHost, hasHost: tokens.hasHost(session.name), iceServers: iceServersFor(ctx.ice, session.name) });
+  return reply(conn, req, {
+    session: session.name,
+    instance: ctx.instance,
+    host: conn.isHost,
+    hasHost: tokens.hasHost(session.name),
+    iceServers: iceServersFor(ctx.ice, session.name),
+  });
 }
 
 /** What a request to an ended session, or a hello to one, is told. */
@@ -113,7 +129,14 @@ function rotated(ctx: ServerContext, conn: Connection, req: Request<'hello'>): v
 }
 
 /** Refuses a hello as UNAUTHORIZED and closes its socket: nothing of the session was read or changed. */
-function unauthorized(ctx: ServerContext, conn: Connection, req: Request<'hello'>, what: string, message: string, details: Record<string, unknown> = {}): void {
+function unauthorized(
+  ctx: ServerContext,
+  conn: Connection,
+  req: Request<'hello'>,
+  what: string,
+  message: string,
+  details: Record<string, unknown> = {},
+): void {
   conn.errors++;
   ctx.quiet.note('refused UNAUTHORIZED', `[server] session "${req.session}": refused a connection from ${conn.address} with ${what}`);
   conn.send({ type: 'error', id: req.id, code: ErrorCode.UNAUTHORIZED, details: { session: req.session, ...details }, message });
@@ -122,7 +145,13 @@ function unauthorized(ctx: ServerContext, conn: Connection, req: Request<'hello'
 
 /** Refuses a hello to an ended session and closes its socket (it could do nothing there). */
 function sessionEnded(conn: Connection, req: Request<'hello'>): void {
-  conn.send({ type: 'error', id: req.id, code: ErrorCode.SESSION_ENDED, details: { session: req.session }, message: endedMessage(req.session) });
+  conn.send({
+    type: 'error',
+    id: req.id,
+    code: ErrorCode.SESSION_ENDED,
+    details: { session: req.session },
+    message: endedMessage(req.session),
+  });
   conn.close(CloseCode.SESSION_ENDED, 'session ended');
 }
 

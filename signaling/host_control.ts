@@ -32,11 +32,18 @@ export function control(ctx: ServerContext, conn: Connection, session: Session, 
     const rendezvous = session.rendezvous;
     if (min === undefined) throw new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'action "min" needs a field "min"', req.id);
     if (!rendezvous) {
-      throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `session "${session.name}" has no group yet: its minimum can be changed once a member has joined`);
+      throw new StoreRefusal(
+        ErrorCode.BAD_MESSAGE,
+        `session "${session.name}" has no group yet: its minimum can be changed once a member has joined`,
+      );
     }
     const max = rendezvous.options.max;
     if (min > max) {
-      throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `min ${min} is outside 1..${max}: the group of session "${session.name}" has at most ${max} ranks`, { min, max });
+      throw new StoreRefusal(
+        ErrorCode.BAD_MESSAGE,
+        `min ${min} is outside 1..${max}: the group of session "${session.name}" has at most ${max} ranks`,
+        { min, max },
+      );
     }
     event = { type: 'control', action: 'min', min, by: 'host' };
   } else {
@@ -63,6 +70,7 @@ function endSession(ctx: ServerContext, session: Session): void {
   session.end();
   ctx.log(`[server] session "${session.name}": ended by its host`);
   setTimeout(() => {
-    for (const c of ctx.connections) if (c.session === session) c.close(CloseCode.SESSION_ENDED, `the host ended session "${session.name}"`);
+    for (const c of ctx.connections)
+      if (c.session === session) c.close(CloseCode.SESSION_ENDED, `the host ended session "${session.name}"`);
   }, END_CLOSE_DELAY_MS).unref();
 }

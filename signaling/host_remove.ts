@@ -28,7 +28,11 @@ interface Target {
 export async function removeMember(ctx: ServerContext, conn: Connection, session: Session, req: Request<'control'>): Promise<void> {
   const target = findTarget(ctx, session, req);
   if (target.conn === conn) {
-    throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `${target.label} of session "${session.name}" is this tab, the host's own: to leave, close the tab (removing it would change the session's link for nothing)`, { member: target.memberId });
+    throw new StoreRefusal(
+      ErrorCode.BAD_MESSAGE,
+      `${target.label} of session "${session.name}" is this tab, the host's own: to leave, close the tab (removing it would change the session's link for nothing)`,
+      { member: target.memberId },
+    );
   }
   const token = newSessionToken();
   // In memory first, at once: from here on a hello with the old token is refused.
@@ -44,7 +48,9 @@ export async function removeMember(ctx: ServerContext, conn: Connection, session
     await ctx.tokens.persistRotation(session.name);
   } catch (err) {
     // The new token works; only a restarted server would still know the old one's hash.
-    ctx.log(`[server] session "${session.name}": could not write the new token's hash to its checkpoint folder (${(err as Error).message}): after a restart the old link would open it again`);
+    ctx.log(
+      `[server] session "${session.name}": could not write the new token's hash to its checkpoint folder (${(err as Error).message}): after a restart the old link would open it again`,
+    );
   }
   reply(conn, req, null);
 }
@@ -57,12 +63,20 @@ function findTarget(ctx: ServerContext, session: Session, req: Request<'control'
     memberId = rv?.isMember(req.member) ? req.member : undefined;
     label = `member ${req.member}`;
     if (memberId === undefined) {
-      throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `member ${req.member} is not in the group of session "${session.name}" (it left, or never joined): nothing to remove`, { member: req.member });
+      throw new StoreRefusal(
+        ErrorCode.UNKNOWN_PEER,
+        `member ${req.member} is not in the group of session "${session.name}" (it left, or never joined): nothing to remove`,
+        { member: req.member },
+      );
     }
   } else {
     const rank = req.rank ?? -1;
     if (!rv?.running) {
-      throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `session "${session.name}" has no running round, so no rank ${rank} to remove: name the tab by its member id instead, or wait until its group trains`, { rank });
+      throw new StoreRefusal(
+        ErrorCode.UNKNOWN_PEER,
+        `session "${session.name}" has no running round, so no rank ${rank} to remove: name the tab by its member id instead, or wait until its group trains`,
+        { rank },
+      );
     }
     if (req.round !== undefined && req.round !== rv.round) {
       throw new StoreRefusal(
@@ -74,11 +88,20 @@ function findTarget(ctx: ServerContext, session: Session, req: Request<'control'
     memberId = rv.memberAt(rank);
     label = `rank ${rank} of round ${rv.round}`;
     if (memberId === undefined) {
-      throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `round ${rv.round} of session "${session.name}" has no rank ${rank} (it left, or the round is smaller): nothing to remove`, { rank, round: rv.round });
+      throw new StoreRefusal(
+        ErrorCode.UNKNOWN_PEER,
+        `round ${rv.round} of session "${session.name}" has no rank ${rank} (it left, or the round is smaller): nothing to remove`,
+        { rank, round: rv.round },
+      );
     }
   }
   const id = memberId;
   const conn = [...ctx.connections].find((c) => c.session === session && c.memberId === id);
-  if (!conn) throw new StoreRefusal(ErrorCode.UNKNOWN_PEER, `${label} of session "${session.name}" has no connection any more (it is leaving): nothing to remove`, { member: id });
+  if (!conn)
+    throw new StoreRefusal(
+      ErrorCode.UNKNOWN_PEER,
+      `${label} of session "${session.name}" has no connection any more (it is leaving): nothing to remove`,
+      { member: id },
+    );
   return { conn, memberId: id, label };
 }

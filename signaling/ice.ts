@@ -38,7 +38,9 @@ export function checkIceConfig(config: IceConfig, where = 'ice'): IceConfig {
   const urls = (list: unknown, name: string): string[] => {
     const all = typeof list === 'string' ? [list] : list;
     if (!Array.isArray(all) || all.length === 0 || !all.every((u) => typeof u === 'string' && ICE_URL.test(u))) {
-      throw new IceConfigError(`${name}: "urls" must be a stun:, stuns:, turn: or turns: URL or a non-empty list of them, got ${JSON.stringify(list)}`);
+      throw new IceConfigError(
+        `${name}: "urls" must be a stun:, stuns:, turn: or turns: URL or a non-empty list of them, got ${JSON.stringify(list)}`,
+      );
     }
     return all as string[];
   };
@@ -48,7 +50,8 @@ export function checkIceConfig(config: IceConfig, where = 'ice'): IceConfig {
     const out: IceServer = { urls: urls(s.urls, name) };
     for (const k of ['username', 'credential'] as const) {
       if (s[k] === undefined) continue;
-      if (typeof s[k] !== 'string' || s[k]!.length > 512) throw new IceConfigError(`${name}.${k} must be a string of at most 512 characters`);
+      if (typeof s[k] !== 'string' || s[k]!.length > 512)
+        throw new IceConfigError(`${name}.${k} must be a string of at most 512 characters`);
       out[k] = s[k];
     }
     return out;
@@ -57,11 +60,14 @@ export function checkIceConfig(config: IceConfig, where = 'ice'): IceConfig {
   let turn: TurnConfig | undefined;
   if (config.turn) {
     const t = config.turn;
-    if (typeof t.secret !== 'string' || t.secret.length < 16) throw new IceConfigError(`${where}.turn.secret (TURN_SECRET) must be at least 16 characters: coturn's static-auth-secret`);
+    if (typeof t.secret !== 'string' || t.secret.length < 16)
+      throw new IceConfigError(`${where}.turn.secret (TURN_SECRET) must be at least 16 characters: coturn's static-auth-secret`);
     const turnUrls = urls(t.urls, `${where}.turn`);
-    if (!turnUrls.every((u) => u.startsWith('turn'))) throw new IceConfigError(`${where}.turn.urls (TURN_URLS) must be turn: or turns: URLs, got ${turnUrls.join(', ')}`);
+    if (!turnUrls.every((u) => u.startsWith('turn')))
+      throw new IceConfigError(`${where}.turn.urls (TURN_URLS) must be turn: or turns: URLs, got ${turnUrls.join(', ')}`);
     const ttlSec = t.ttlSec ?? DEFAULT_TTL_SEC;
-    if (!(Number.isInteger(ttlSec) && ttlSec >= 60 && ttlSec <= 7 * 86400)) throw new IceConfigError(`${where}.turn.ttlSec (TURN_TTL) must be whole seconds from 60 to 604800, got ${t.ttlSec}`);
+    if (!(Number.isInteger(ttlSec) && ttlSec >= 60 && ttlSec <= 7 * 86400))
+      throw new IceConfigError(`${where}.turn.ttlSec (TURN_TTL) must be whole seconds from 60 to 604800, got ${t.ttlSec}`);
     turn = { secret: t.secret, urls: turnUrls, ttlSec };
   }
   return { iceServers: servers, ...(turn ? { turn } : {}) };
@@ -79,9 +85,19 @@ export function iceConfigFromEnv(env: NodeJS.ProcessEnv = process.env): IceConfi
     if (!Array.isArray(iceServers)) throw new IceConfigError('ICE_SERVERS must be a JSON list, e.g. [{"urls":"stun:192.168.1.2:3478"}]');
   }
   const hasTurn = env.TURN_SECRET !== undefined || env.TURN_URLS !== undefined;
-  if (hasTurn && !(env.TURN_SECRET && env.TURN_URLS)) throw new IceConfigError('a TURN relay needs both TURN_SECRET (coturn\'s static-auth-secret) and TURN_URLS (e.g. turn:192.168.1.2:3478)');
+  if (hasTurn && !(env.TURN_SECRET && env.TURN_URLS))
+    throw new IceConfigError(
+      "a TURN relay needs both TURN_SECRET (coturn's static-auth-secret) and TURN_URLS (e.g. turn:192.168.1.2:3478)",
+    );
   const turn = hasTurn
-    ? { secret: env.TURN_SECRET!, urls: env.TURN_URLS!.split(',').map((u) => u.trim()).filter(Boolean), ...(env.TURN_TTL ? { ttlSec: Number(env.TURN_TTL) } : {}) }
+    ? {
+        secret: env.TURN_SECRET!,
+        urls: env
+          .TURN_URLS!.split(',')
+          .map((u) => u.trim())
+          .filter(Boolean),
+        ...(env.TURN_TTL ? { ttlSec: Number(env.TURN_TTL) } : {}),
+      }
     : undefined;
   return checkIceConfig({ iceServers, ...(turn ? { turn } : {}) }, 'env');
 }

@@ -37,8 +37,10 @@ export class JoinRate {
   constructor(options: JoinRateOptions = {}) {
     this.burst = options.burst ?? JOIN_BURST;
     this.perSecond = options.perSecond ?? JOIN_REFILL_PER_SECOND;
-    if (!Number.isSafeInteger(this.burst) || this.burst < 1) throw new RangeError(`joinRate.burst must be a positive integer, got ${this.burst}`);
-    if (!(Number.isFinite(this.perSecond) && this.perSecond > 0)) throw new RangeError(`joinRate.perSecond must be a positive number, got ${this.perSecond}`);
+    if (!Number.isSafeInteger(this.burst) || this.burst < 1)
+      throw new RangeError(`joinRate.burst must be a positive integer, got ${this.burst}`);
+    if (!(Number.isFinite(this.perSecond) && this.perSecond > 0))
+      throw new RangeError(`joinRate.perSecond must be a positive number, got ${this.perSecond}`);
   }
 
   /** Counts one join of `session` from `address`, or refuses it (RATE_LIMITED) saying when to try again. */

@@ -158,7 +158,8 @@ export class FileSends {
   ) {
     this.limits = { ...DEFAULT_FILE_SEND_LIMITS, ...limits };
     for (const [name, value] of Object.entries(this.limits)) {
-      if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`file send limit ${name} is ${String(value)}: it must be a whole number of at least 1`);
+      if (!Number.isSafeInteger(value) || value < 1)
+        throw new RangeError(`file send limit ${name} is ${String(value)}: it must be a whole number of at least 1`);
     }
   }
 
@@ -171,14 +172,32 @@ export class FileSends {
     const retry = `retry after ${FILE_SEND_RETRY_AFTER_S} s (Retry-After)`;
     let refusal: FileSendRefusal | null = null;
     if ((this.byAddress.get(address) ?? 0) >= maxFileSendsPerAddress) {
-      refusal = { bound: 'maxFileSendsPerAddress', status: 429, error: 'too-many-requests', message: `this address has ${maxFileSendsPerAddress} downloads from the server in progress, the most it serves to one address at once (maxFileSendsPerAddress): read or cancel them, and ${retry}` };
+      refusal = {
+        bound: 'maxFileSendsPerAddress',
+        status: 429,
+        error: 'too-many-requests',
+        message: `this address has ${maxFileSendsPerAddress} downloads from the server in progress, the most it serves to one address at once (maxFileSendsPerAddress): read or cancel them, and ${retry}`,
+      };
     } else if ((this.bySession.get(session) ?? 0) >= maxFileSendsPerSession) {
-      refusal = { bound: 'maxFileSendsPerSession', status: 429, error: 'too-many-requests', message: `session "${session}" has ${maxFileSendsPerSession} downloads of the host's files in progress, the most the server serves to one session at once (maxFileSendsPerSession): ${retry}` };
+      refusal = {
+        bound: 'maxFileSendsPerSession',
+        status: 429,
+        error: 'too-many-requests',
+        message: `session "${session}" has ${maxFileSendsPerSession} downloads of the host's files in progress, the most the server serves to one session at once (maxFileSendsPerSession): ${retry}`,
+      };
     } else if (this.total >= maxFileSends) {
-      refusal = { bound: 'maxFileSends', status: 503, error: 'busy', message: `the server has ${maxFileSends} downloads in progress, the most it serves at once (maxFileSends): ${retry}` };
+      refusal = {
+        bound: 'maxFileSends',
+        status: 503,
+        error: 'busy',
+        message: `the server has ${maxFileSends} downloads in progress, the most it serves at once (maxFileSends): ${retry}`,
+      };
     }
     if (refusal) {
-      this.note(`file send refused: ${refusal.bound}`, `[server] refused a download to ${address} (session "${session}"): ${refusal.message}`);
+      this.note(
+        `file send refused: ${refusal.bound}`,
+        `[server] refused a download to ${address} (session "${session}"): ${refusal.message}`,
+      );
       return refusal;
     }
     const bump = (m: Map<string, number>, key: string, by: number) => {
@@ -215,7 +234,10 @@ export class FileSends {
       timer = setTimeout(() => {
         stalled = true;
         const address = res.req.socket.remoteAddress ?? 'an unknown address';
-        this.note('file send stalled', `[server] cut a slow reader: ${what} to ${address} took no bytes for ${idleMs} ms after ${sent} bytes (fileSendIdleTimeoutMs); its socket is closed`);
+        this.note(
+          'file send stalled',
+          `[server] cut a slow reader: ${what} to ${address} took no bytes for ${idleMs} ms after ${sent} bytes (fileSendIdleTimeoutMs); its socket is closed`,
+        );
         res.destroy();
       }, idleMs);
     };

@@ -14,15 +14,23 @@ import { newSessionToken } from '../src/wire/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const USAGE =
-  'npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV\'s label column; default the last); PORT, HOST, HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS are set in the environment';
+  "npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV's label column; default the last); PORT, HOST, HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS are set in the environment";
 let values: { https?: boolean; model?: string; data?: string; label?: string };
 try {
-  ({ values } = parseArgs({ args: process.argv.slice(2), options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } }, allowPositionals: false }));
+  ({ values } = parseArgs({
+    args: process.argv.slice(2),
+    options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } },
+    allowPositionals: false,
+  }));
 } catch (err) {
   console.error(`${(err as Error).message}: ${USAGE}`);
   process.exit(2);
 }
-const offer = { ...(values.model ? { modelDir: values.model } : {}), ...(values.data ? { dataPath: values.data } : {}), ...(values.label ? { labelColumn: values.label } : {}) };
+const offer = {
+  ...(values.model ? { modelDir: values.model } : {}),
+  ...(values.data ? { dataPath: values.data } : {}),
+  ...(values.label ? { labelColumn: values.label } : {}),
+};
 
 let server: RunningServer;
 let tls: Awaited<ReturnType<typeof tlsFromEnv>>;
@@ -50,11 +58,23 @@ await server.createSession(demoSession, demoToken);
 // The create form's Quick demo: three tabs train a short run together (it starts once two joined).
 const demo = sessionUrl(server.url, { ...DEMO_PRESET, session: demoSession }, demoToken);
 for (const line of startupLines(server, demo)) console.log(line);
-const { model, data } = server.offered as { model: { name: string; inputShape: number[]; parameters: number } | null; data: { kind: string; name: string; length: number; classes: string[] | number } | null };
-if (model) console.log(`Offering your model ${model.name}: input [${model.inputShape.join(', ')}], ${model.parameters} parameters (the create form's model "user")`);
-if (data) console.log(`Offering your data ${data.name}: ${data.length} ${data.kind === 'images' ? 'images' : 'rows'}, ${Array.isArray(data.classes) ? `classes ${data.classes.join(', ')}` : `${data.classes} classes`} (the create form's dataset "user")`);
+const { model, data } = server.offered as {
+  model: { name: string; inputShape: number[]; parameters: number } | null;
+  data: { kind: string; name: string; length: number; classes: string[] | number } | null;
+};
+if (model)
+  console.log(
+    `Offering your model ${model.name}: input [${model.inputShape.join(', ')}], ${model.parameters} parameters (the create form's model "user")`,
+  );
+if (data)
+  console.log(
+    `Offering your data ${data.name}: ${data.length} ${data.kind === 'images' ? 'images' : 'rows'}, ${Array.isArray(data.classes) ? `classes ${data.classes.join(', ')}` : `${data.classes} classes`} (the create form's dataset "user")`,
+  );
 // The built-in models take one grey channel: say so before a user wonders where the colour went.
-if (data?.kind === 'images') console.log(`  the built-in models (mlp, cnn) see them as 28x28 grey images (luminance, values 0..1); only your own model (--model DIR, input [H, W, 3]) keeps colour`);
+if (data?.kind === 'images')
+  console.log(
+    `  the built-in models (mlp, cnn) see them as 28x28 grey images (luminance, values 0..1); only your own model (--model DIR, input [H, W, 3]) keeps colour`,
+  );
 if (tls) for (const line of trustLines(tls)) console.log(line);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {

@@ -53,7 +53,9 @@ export function lanUrls(
   scheme: 'http' | 'https' = 'http',
 ): string[] {
   if (!WILDCARD.has(listenHost)) return isLoopback(listenHost) ? [] : [urlOf(listenHost.replace(/^\[(.*)\]$/, '$1'), port, scheme)];
-  const all = Object.values(interfaces).flatMap((list) => list ?? []).filter((a) => !a.internal);
+  const all = Object.values(interfaces)
+    .flatMap((list) => list ?? [])
+    .filter((a) => !a.internal);
   const v4 = all.filter((a) => a.family === 'IPv4').map((a) => a.address);
   const v6 = listenHost === '::' ? all.filter((a) => a.family === 'IPv6' && !isLinkLocal6(a.address)).map((a) => a.address) : [];
   // An address on two interfaces (a bridge) is one URL.
@@ -79,7 +81,9 @@ export function infoHandler(info: () => ServerInfo): (req: IncomingMessage, res:
     }
     if (pathname !== '/api/info') return false;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(`${req.method} is not allowed on /api/info: use GET`);
+      res
+        .writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' })
+        .end(`${req.method} is not allowed on /api/info: use GET`);
       return true;
     }
     // The machine's addresses (VPNs, containers, public IPv6) are told only to its own tabs: the
@@ -87,7 +91,11 @@ export function infoHandler(info: () => ServerInfo): (req: IncomingMessage, res:
     const all = info();
     const body = JSON.stringify(isLoopback(req.socket.remoteAddress ?? '') ? all : { ...all, urls: [] });
     // Addresses change (Wi-Fi, DHCP): never cached.
-    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body) });
+    res.writeHead(200, {
+      'content-type': 'application/json; charset=utf-8',
+      'cache-control': 'no-store',
+      'content-length': Buffer.byteLength(body),
+    });
     res.end(req.method === 'HEAD' ? undefined : body);
     return true;
   };
@@ -135,7 +143,12 @@ export function listenError(err: unknown, host: string, port: number, free?: num
         host,
       );
     case 'EADDRNOTAVAIL':
-      return new ServerStartError(`${host} is not an address of this machine: choose one with HOST=127.0.0.1 (this machine only) or HOST=0.0.0.0 (every network) npm start`, code, port, host);
+      return new ServerStartError(
+        `${host} is not an address of this machine: choose one with HOST=127.0.0.1 (this machine only) or HOST=0.0.0.0 (every network) npm start`,
+        code,
+        port,
+        host,
+      );
     default:
       return err instanceof Error ? err : new Error(String(err));
   }
@@ -162,17 +175,27 @@ export async function freePortAfter(host: string, port: number, tries = 20): Pro
  * What `npm start` prints once listening: where to open the page, where other machines can
  * (or that HOST=0.0.0.0 lets them), and a ready session link.
  */
-export function startupLines(server: { url: string; urls: readonly string[]; host: string; adminSecret?: string }, demoLink: string): string[] {
+export function startupLines(
+  server: { url: string; urls: readonly string[]; host: string; adminSecret?: string },
+  demoLink: string,
+): string[] {
   const lines = [`Serving on ${server.url}`];
   if (server.urls.length > 0) {
     lines.push('Other machines on your network can open:', ...server.urls.map((u) => `  ${u}`));
     // Sessions are created by the host only: on this machine, or with the admin secret.
-    if (server.adminSecret) lines.push(`Sessions are created on this machine's tabs; from another computer, open ${server.urls[0]}#admin=${server.adminSecret} (keep it private: it lets that tab create sessions)`);
+    if (server.adminSecret)
+      lines.push(
+        `Sessions are created on this machine's tabs; from another computer, open ${server.urls[0]}#admin=${server.adminSecret} (keep it private: it lets that tab create sessions)`,
+      );
   } else if (WILDCARD.has(server.host)) {
     lines.push('Listening on every interface, but this machine has no network address yet: other machines cannot reach it.');
   } else {
-    lines.push(`Only this machine can open it (it listens on ${server.host}): for other machines on your network, start with HOST=0.0.0.0 npm start`);
+    lines.push(
+      `Only this machine can open it (it listens on ${server.host}): for other machines on your network, start with HOST=0.0.0.0 npm start`,
+    );
   }
-  lines.push(`Open ${server.url} to create a session, or open this link in two or three tabs to watch them train a short demo together: ${demoLink}`);
+  lines.push(
+    `Open ${server.url} to create a session, or open this link in two or three tabs to watch them train a short demo together: ${demoLink}`,
+  );
   return lines;
 }

@@ -105,12 +105,16 @@ function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number
   }
   const last = layers[layers.length - 1]!;
   const units = Number(last.config.units);
-  if (!Number.isSafeInteger(units) || units < 2) throw new OfferError(`the model's last layer "${String(last.config.name)}" (${last.class_name}) is not a Dense layer of at least 2 units: the job trains classifiers (logits or softmax over the classes)`);
+  if (!Number.isSafeInteger(units) || units < 2)
+    throw new OfferError(
+      `the model's last layer "${String(last.config.name)}" (${last.class_name}) is not a Dense layer of at least 2 units: the job trains classifiers (logits or softmax over the classes)`,
+    );
   return { inputShape: batch.slice(1) as number[], outputUnits: units };
 }
 
 /** Why offered files must be regular files inside their folder, and what to do instead of a link. */
-const NO_LINKS = 'the server offers only regular files inside the folder you name (a link\'s target could be any file on this machine, and would go to every holder of a session\'s token)';
+const NO_LINKS =
+  "the server offers only regular files inside the folder you name (a link's target could be any file on this machine, and would go to every holder of a session's token)";
 
 /**
  * Checks that `name` (relative to the real folder `realDir`) is a regular file there, not a
@@ -126,7 +130,9 @@ async function regularFileInside(realDir: string, name: string, flag: string, sh
   if (info === null) return -1;
   if (info.isSymbolicLink()) {
     const target = await realpath(path).catch(() => 'a file that does not exist');
-    throw new OfferError(`${flag}: ${shown} is a symbolic link (to ${target}); ${NO_LINKS}: copy the file into the folder in place of the link`);
+    throw new OfferError(
+      `${flag}: ${shown} is a symbolic link (to ${target}); ${NO_LINKS}: copy the file into the folder in place of the link`,
+    );
   }
   if (!info.isFile()) throw new OfferError(`${flag}: ${shown} is not a regular file; ${NO_LINKS}`);
   const real = await realpath(path);
@@ -168,7 +174,9 @@ async function realFolder(dir: string, flag: string): Promise<string> {
   try {
     return await realpath(dir);
   } catch (err) {
-    throw new OfferError(`${flag}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such folder' : `cannot be read (${(err as Error).message})`}`);
+    throw new OfferError(
+      `${flag}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such folder' : `cannot be read (${(err as Error).message})`}`,
+    );
   }
 }
 
@@ -182,9 +190,12 @@ async function loadModel(dir: string): Promise<OfferedModel> {
   try {
     json = JSON.parse((await readRegular(join(realDir, 'model.json'))).toString('utf8')) as typeof json;
   } catch (err) {
-    throw new OfferError(`--model ${dir}: ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (the folder must hold model.json and its weight files)' : `not JSON: ${(err as Error).message}`}`);
+    throw new OfferError(
+      `--model ${dir}: ${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (the folder must hold model.json and its weight files)' : `not JSON: ${(err as Error).message}`}`,
+    );
   }
-  if (!json.modelTopology || !Array.isArray(json.weightsManifest)) throw new OfferError(`--model ${dir}: ${file} is not a TF.js Layers model (it needs modelTopology and weightsManifest)`);
+  if (!json.modelTopology || !Array.isArray(json.weightsManifest))
+    throw new OfferError(`--model ${dir}: ${file} is not a TF.js Layers model (it needs modelTopology and weightsManifest)`);
   const specs: WeightSpec[] = [];
   const chunks: Buffer[] = [];
   for (const group of json.weightsManifest) {
@@ -193,7 +204,10 @@ async function loadModel(dir: string): Promise<OfferedModel> {
       const path = resolve(realDir, p);
       if (dirname(path) !== realDir) throw new OfferError(`--model ${dir}: model.json names weight file "${p}" outside its folder`);
       // Checked before it is read: a link is refused, never followed.
-      if ((await regularFileInside(realDir, basename(path), flag, `weight file ${p} (named in model.json)`)) < 0) throw new OfferError(`--model ${dir}: weight file ${p} (named in model.json) cannot be read: it is not in the folder (copy it beside model.json)`);
+      if ((await regularFileInside(realDir, basename(path), flag, `weight file ${p} (named in model.json)`)) < 0)
+        throw new OfferError(
+          `--model ${dir}: weight file ${p} (named in model.json) cannot be read: it is not in the folder (copy it beside model.json)`,
+        );
       try {
         chunks.push(await readRegular(path));
       } catch {
@@ -202,19 +216,35 @@ async function loadModel(dir: string): Promise<OfferedModel> {
     }
   }
   const weights = Buffer.concat(chunks);
-  if (weights.byteLength > MAX_MODEL_BYTES) throw new OfferError(`--model ${dir}: ${weights.byteLength} bytes of weights; at most ${MAX_MODEL_BYTES} are offered to tabs`);
+  if (weights.byteLength > MAX_MODEL_BYTES)
+    throw new OfferError(`--model ${dir}: ${weights.byteLength} bytes of weights; at most ${MAX_MODEL_BYTES} are offered to tabs`);
   let expected = 0;
   let parameters = 0;
   for (const s of specs) {
-    if (s.dtype !== 'float32' || (s as WeightSpec & { quantization?: unknown }).quantization) throw new OfferError(`--model ${dir}: weight ${s.name} is ${(s as WeightSpec & { quantization?: unknown }).quantization ? 'quantized' : s.dtype}; float32 weights are trained`);
+    if (s.dtype !== 'float32' || (s as WeightSpec & { quantization?: unknown }).quantization)
+      throw new OfferError(
+        `--model ${dir}: weight ${s.name} is ${(s as WeightSpec & { quantization?: unknown }).quantization ? 'quantized' : s.dtype}; float32 weights are trained`,
+      );
     const n = s.shape.reduce((a, b) => a * b, 1);
     expected += n * 4;
     parameters += n;
   }
-  if (expected !== weights.byteLength) throw new OfferError(`--model ${dir}: the weight files hold ${weights.byteLength} bytes, model.json's manifest ${expected}: a file is truncated or from another model`);
+  if (expected !== weights.byteLength)
+    throw new OfferError(
+      `--model ${dir}: the weight files hold ${weights.byteLength} bytes, model.json's manifest ${expected}: a file is truncated or from another model`,
+    );
   const { inputShape, outputUnits } = shapeOf(json.modelTopology);
   const hash = createHash('sha256').update(JSON.stringify(json.modelTopology)).update(weights).digest('hex').slice(0, 16);
-  return { name: basename(resolve(dir)), modelTopology: json.modelTopology, weightSpecs: specs, weights, inputShape, outputUnits, parameters, hash };
+  return {
+    name: basename(resolve(dir)),
+    modelTopology: json.modelTopology,
+    weightSpecs: specs,
+    weights,
+    inputShape,
+    outputUnits,
+    parameters,
+    hash,
+  };
 }
 
 async function imageKind(path: string): Promise<'png' | 'jpeg' | null> {
@@ -237,31 +267,45 @@ async function loadImages(root: string): Promise<OfferedData> {
   const link = entries.find((e) => e.isSymbolicLink() && !e.name.startsWith('.'));
   if (link) {
     const target = await realpath(join(realRoot, link.name)).catch(() => 'something that does not exist');
-    throw new OfferError(`${flag}: ${link.name} is a symbolic link (to ${target}); ${NO_LINKS}: copy the class folder into the data folder in place of the link`);
+    throw new OfferError(
+      `${flag}: ${link.name} is a symbolic link (to ${target}); ${NO_LINKS}: copy the class folder into the data folder in place of the link`,
+    );
   }
-  const classes = entries.filter((e) => e.isDirectory() && !e.name.startsWith('.')).map((e) => e.name).sort();
+  const classes = entries
+    .filter((e) => e.isDirectory() && !e.name.startsWith('.'))
+    .map((e) => e.name)
+    .sort();
   const stray = entries.filter((e) => e.isFile() && !e.name.startsWith('.'));
-  if (classes.length < 2) throw new OfferError(`--data ${root}: an image folder needs one sub-folder per class (at least 2), each holding that class's PNG or JPEG images; found ${classes.length}`);
-  if (stray.length > 0) throw new OfferError(`--data ${root}: ${stray[0]!.name} lies beside the class folders; images go into their class's folder`);
+  if (classes.length < 2)
+    throw new OfferError(
+      `--data ${root}: an image folder needs one sub-folder per class (at least 2), each holding that class's PNG or JPEG images; found ${classes.length}`,
+    );
+  if (stray.length > 0)
+    throw new OfferError(`--data ${root}: ${stray[0]!.name} lies beside the class folders; images go into their class's folder`);
   const items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> = [];
   for (const [label, cls] of classes.entries()) {
-    const files = (await readdir(join(realRoot, cls), { withFileTypes: true })).filter((e) => !e.name.startsWith('.')).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const files = (await readdir(join(realRoot, cls), { withFileTypes: true }))
+      .filter((e) => !e.name.startsWith('.'))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     if (files.length === 0) throw new OfferError(`--data ${root}: class folder ${cls} has no images`);
     for (const f of files) {
       const file = join(cls, f.name);
-      if (!f.isFile() && !f.isSymbolicLink()) throw new OfferError(`--data ${root}: ${file} is not a file (class folders hold images only, no sub-folders)`);
+      if (!f.isFile() && !f.isSymbolicLink())
+        throw new OfferError(`--data ${root}: ${file} is not a file (class folders hold images only, no sub-folders)`);
       const path = join(realRoot, file);
       // lstat: a link is refused, never followed (served, its target would go to every token holder).
       const size = await regularFileInside(realRoot, file, flag, file);
       if (size < 0) throw new OfferError(`--data ${root}: ${file} disappeared while the folder was read; start the server again`);
-      if (size > MAX_IMAGE_BYTES) throw new OfferError(`--data ${root}: ${file} has ${size} bytes; images of at most ${MAX_IMAGE_BYTES} are offered`);
+      if (size > MAX_IMAGE_BYTES)
+        throw new OfferError(`--data ${root}: ${file} has ${size} bytes; images of at most ${MAX_IMAGE_BYTES} are offered`);
       const kind = await imageKind(path);
       if (kind === null) throw new OfferError(`--data ${root}: ${file} is not a PNG or JPEG image (its first bytes say otherwise)`);
       // Its size from its header: one too large (a decompression bomb) would be decoded whole in every tab.
       const problem = await imageSizeProblem(path, file, kind);
       if (problem !== null) throw new OfferError(`--data ${root}: ${problem}`);
       items.push({ file, label, kind });
-      if (items.length > MAX_IMAGES) throw new OfferError(`--data ${root}: more than ${MAX_IMAGES} images; a tab holds the whole set in memory`);
+      if (items.length > MAX_IMAGES)
+        throw new OfferError(`--data ${root}: more than ${MAX_IMAGES} images; a tab holds the whole set in memory`);
     }
   }
   return { kind: 'images', name: basename(resolve(root)), root: realRoot, classes, items };
@@ -289,7 +333,15 @@ async function loadCsv(file: string, labelColumn: string | undefined): Promise<O
   try {
     // The tab parses it with the same code: what passes here trains there.
     const d = csvDataset(text, { labelColumn: asIndex, name: basename(file) });
-    return { kind: 'csv', name: basename(file), file: real, labelColumn: column, classes: d.numClasses, length: d.length, features: d.inputShape[0]! };
+    return {
+      kind: 'csv',
+      name: basename(file),
+      file: real,
+      labelColumn: column,
+      classes: d.numClasses,
+      length: d.length,
+      features: d.inputShape[0]!,
+    };
   } catch (err) {
     throw new OfferError(`--data ${file}: ${(err as Error).message}`);
   }
@@ -297,7 +349,8 @@ async function loadCsv(file: string, labelColumn: string | undefined): Promise<O
 
 async function loadText(file: string): Promise<OfferedData> {
   const { real, size } = await namedFile(file);
-  if (size > MAX_TEXT_BYTES) throw new OfferError(`--data ${file}: ${size} bytes; a text of at most ${MAX_TEXT_BYTES} is offered (every tab holds it as tokens)`);
+  if (size > MAX_TEXT_BYTES)
+    throw new OfferError(`--data ${file}: ${size} bytes; a text of at most ${MAX_TEXT_BYTES} is offered (every tab holds it as tokens)`);
   const bytes = await readRegular(real);
   let text: string;
   try {
@@ -315,9 +368,13 @@ async function loadText(file: string): Promise<OfferedData> {
     count++;
     distinct.add(c);
   }
-  if (count < MIN_TEXT_CHARACTERS) throw new OfferError(`--data ${file}: ${count} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
+  if (count < MIN_TEXT_CHARACTERS)
+    throw new OfferError(`--data ${file}: ${count} characters; the language model needs a text of at least ${MIN_TEXT_CHARACTERS}`);
   const vocabulary = distinct.size;
-  if (vocabulary > MAX_TEXT_VOCABULARY) throw new OfferError(`--data ${file}: ${vocabulary} distinct characters; the character-level model takes at most ${MAX_TEXT_VOCABULARY} (a text in one or two scripts)`);
+  if (vocabulary > MAX_TEXT_VOCABULARY)
+    throw new OfferError(
+      `--data ${file}: ${vocabulary} distinct characters; the character-level model takes at most ${MAX_TEXT_VOCABULARY} (a text in one or two scripts)`,
+    );
   return { kind: 'text', name: basename(file), file: real, characters: count, vocabulary };
 }
 
@@ -340,18 +397,30 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
     if (s.isDirectory()) data = await loadImages(options.dataPath);
     else if (extname(options.dataPath).toLowerCase() === '.csv') data = await loadCsv(options.dataPath, options.labelColumn);
     else if (extname(options.dataPath).toLowerCase() === '.txt') data = await loadText(options.dataPath);
-    else throw new OfferError(`--data ${options.dataPath}: a folder of images (one sub-folder per class), a .csv file or a .txt text (for the language model) is offered`);
+    else
+      throw new OfferError(
+        `--data ${options.dataPath}: a folder of images (one sub-folder per class), a .csv file or a .txt text (for the language model) is offered`,
+      );
   }
-  if (model && data?.kind === 'text') throw new OfferError(`--data ${options.dataPath} is a text, which trains the built-in language model (model lm); leave out --model`);
-  if (options.labelColumn !== undefined && data?.kind !== 'csv') throw new OfferError('--label names the CSV\'s label column: it goes with --data FILE.csv');
+  if (model && data?.kind === 'text')
+    throw new OfferError(`--data ${options.dataPath} is a text, which trains the built-in language model (model lm); leave out --model`);
+  if (options.labelColumn !== undefined && data?.kind !== 'csv')
+    throw new OfferError("--label names the CSV's label column: it goes with --data FILE.csv");
   if (model && data && data.kind !== 'text') {
     const classes = data.kind === 'images' ? data.classes.length : data.classes;
-    if (model.outputUnits !== classes) throw new OfferError(`--model ${options.modelDir} has ${model.outputUnits} outputs, --data ${options.dataPath} ${classes} classes: the model's last layer must have one unit per class`);
+    if (model.outputUnits !== classes)
+      throw new OfferError(
+        `--model ${options.modelDir} has ${model.outputUnits} outputs, --data ${options.dataPath} ${classes} classes: the model's last layer must have one unit per class`,
+      );
     if (data.kind === 'csv' && (model.inputShape.length !== 1 || model.inputShape[0] !== data.features)) {
-      throw new OfferError(`--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}], --data ${options.dataPath} has ${data.features} feature columns: the model must take [${data.features}]`);
+      throw new OfferError(
+        `--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}], --data ${options.dataPath} has ${data.features} feature columns: the model must take [${data.features}]`,
+      );
     }
     if (data.kind === 'images' && (model.inputShape.length !== 3 || ![1, 3].includes(model.inputShape[2]!))) {
-      throw new OfferError(`--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}]; images are resized to [height, width, channels] with 1 (grey) or 3 (RGB) channels`);
+      throw new OfferError(
+        `--model ${options.modelDir} takes inputs [${model.inputShape.join(', ')}]; images are resized to [height, width, channels] with 1 (grey) or 3 (RGB) channels`,
+      );
     }
   }
   return { model, data };
@@ -362,10 +431,20 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
  * `readOffer` has read already. Every request is checked against `tokens`; the bytes routes take
  * a slot of `sends` (per address, per session, server-wide) and stream through it.
  */
-export async function loadOffer(source: OfferOptions | OfferFiles, tokens: SessionTokens, sends: FileSends = new FileSends()): Promise<Offer> {
+export async function loadOffer(
+  source: OfferOptions | OfferFiles,
+  tokens: SessionTokens,
+  sends: FileSends = new FileSends(),
+): Promise<Offer> {
   const { model, data } = 'model' in source && 'data' in source ? source : await readOffer(source);
   const describe = () => ({
-    model: model && { name: model.name, inputShape: model.inputShape, outputUnits: model.outputUnits, parameters: model.parameters, hash: model.hash },
+    model: model && {
+      name: model.name,
+      inputShape: model.inputShape,
+      outputUnits: model.outputUnits,
+      parameters: model.parameters,
+      hash: model.hash,
+    },
     data:
       data &&
       (data.kind === 'images'
@@ -386,7 +465,15 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
    * Sends `open()`'s bytes to the reader within a slot of `sends`: refused with 429/503 and
    * Retry-After when a bound is full; the body is read only as the reader takes it.
    */
-  async function sendBytes(req: IncomingMessage, res: ServerResponse, session: string, what: string, type: string, open: () => Promise<{ body: Readable; size: number } | null>, gone: string): Promise<true> {
+  async function sendBytes(
+    req: IncomingMessage,
+    res: ServerResponse,
+    session: string,
+    what: string,
+    type: string,
+    open: () => Promise<{ body: Readable; size: number } | null>,
+    gone: string,
+  ): Promise<true> {
     const release = sends.tryStart(req.socket.remoteAddress ?? 'unknown', session);
     if (typeof release !== 'function') {
       res.setHeader('retry-after', String(FILE_SEND_RETRY_AFTER_S));
@@ -411,13 +498,18 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
     }
     const session = url.searchParams.get('session') ?? '';
     if (!validSession(session)) {
-      return refuse(res, 400, 'bad-session', 'the offer routes need ?session=<the session\'s name>');
+      return refuse(res, 400, 'bad-session', "the offer routes need ?session=<the session's name>");
     }
     const token = BEARER.exec(req.headers.authorization ?? '')?.[1];
     const verdict = await tokens.verify(session, token);
     if (verdict !== 'ok') {
       const status = verdict === 'missing' ? 401 : 403;
-      return refuse(res, status, status === 401 ? 'unauthorized' : 'forbidden', `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? 'this token is not that session\'s' : 'no well-formed token was sent'})`);
+      return refuse(
+        res,
+        status,
+        status === 401 ? 'unauthorized' : 'forbidden',
+        `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? "this token is not that session's" : 'no well-formed token was sent'})`,
+      );
     }
     const path = url.pathname.slice('/api/offer'.length);
     if (path === '' || path === '/') return send(res, 200, describe());
@@ -425,29 +517,79 @@ export async function loadOffer(source: OfferOptions | OfferFiles, tokens: Sessi
       if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR');
       if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs });
       const weights = model.weights;
-      return sendBytes(req, res, session, `GET /api/offer/model/weights (session "${session}")`, 'application/octet-stream', () => Promise.resolve({ body: bufferStream(weights), size: weights.byteLength }), 'the model\'s weights cannot be sent');
+      return sendBytes(
+        req,
+        res,
+        session,
+        `GET /api/offer/model/weights (session "${session}")`,
+        'application/octet-stream',
+        () => Promise.resolve({ body: bufferStream(weights), size: weights.byteLength }),
+        "the model's weights cannot be sent",
+      );
     }
     if (path === '/data' || path.startsWith('/data/')) {
       if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv');
       if (path === '/data') {
         if (data.kind === 'text') return send(res, 200, { kind: data.kind, name: data.name, characters: data.characters });
-        return send(res, 200, data.kind === 'images' ? { kind: data.kind, name: data.name, classes: data.classes, items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })) } : { kind: data.kind, name: data.name, labelColumn: data.labelColumn });
+        return send(
+          res,
+          200,
+          data.kind === 'images'
+            ? {
+                kind: data.kind,
+                name: data.name,
+                classes: data.classes,
+                items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })),
+              }
+            : { kind: data.kind, name: data.name, labelColumn: data.labelColumn },
+        );
       }
       const index = Number(path.slice('/data/'.length));
       const count = data.kind === 'images' ? data.items.length : 1;
-      if (!Number.isSafeInteger(index) || index < 0 || index >= count) return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`);
+      if (!Number.isSafeInteger(index) || index < 0 || index >= count)
+        return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`);
       // Only files found at startup, by index: a request names no path.
       const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
-      const type = data.kind === 'csv' ? 'text/csv; charset=utf-8' : data.kind === 'text' ? 'text/plain; charset=utf-8' : data.items[index]!.kind === 'png' ? 'image/png' : 'image/jpeg';
+      const type =
+        data.kind === 'csv'
+          ? 'text/csv; charset=utf-8'
+          : data.kind === 'text'
+            ? 'text/plain; charset=utf-8'
+            : data.items[index]!.kind === 'png'
+              ? 'image/png'
+              : 'image/jpeg';
       // Opened without following a link, and only while it is still a regular file.
       const openItem = async () => {
         const opened = await openRegular(file);
         // Exactly the bytes the Content-Length promises, should the file grow meanwhile.
-        return opened && { body: opened.fh.createReadStream({ highWaterMark: FILE_SEND_CHUNK_BYTES, autoClose: true, start: 0, ...(opened.size > 0 ? { end: opened.size - 1 } : {}) }), size: opened.size };
+        return (
+          opened && {
+            body: opened.fh.createReadStream({
+              highWaterMark: FILE_SEND_CHUNK_BYTES,
+              autoClose: true,
+              start: 0,
+              ...(opened.size > 0 ? { end: opened.size - 1 } : {}),
+            }),
+            size: opened.size,
+          }
+        );
       };
-      return sendBytes(req, res, session, `GET /api/offer/data/${index} (session "${session}")`, type, openItem, `${relative(process.cwd(), file)} was offered at startup and cannot be read now (or is no longer a regular file)`);
+      return sendBytes(
+        req,
+        res,
+        session,
+        `GET /api/offer/data/${index} (session "${session}")`,
+        type,
+        openItem,
+        `${relative(process.cwd(), file)} was offered at startup and cannot be read now (or is no longer a regular file)`,
+      );
     }
-    return refuse(res, 404, 'not-found', `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`);
+    return refuse(
+      res,
+      404,
+      'not-found',
+      `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`,
+    );
   }
   return { model, data, describe, handle };
 }

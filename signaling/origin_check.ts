@@ -70,7 +70,8 @@ export class OriginPolicy {
     } catch {
       parsed = undefined; // "null" (sandboxed frames, file://) and garbage are foreign
     }
-    if (parsed && ((parsed.host === host!.toLowerCase() && this.schemes.has(parsed.protocol)) || this.origins.has(parsed.origin))) return { ok: true };
+    if (parsed && ((parsed.host === host!.toLowerCase() && this.schemes.has(parsed.protocol)) || this.origins.has(parsed.origin)))
+      return { ok: true };
     return {
       ok: false,
       status: 403,
@@ -89,5 +90,8 @@ function hostOf(header: string): string | undefined {
 }
 
 function normalizeHost(h: string): string {
-  return h.toLowerCase().replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
+  return h
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1')
+    .replace(/\.$/, '');
 }

@@ -12,7 +12,10 @@ import { fileURLToPath } from 'node:url';
 function packageRoot(from: string): string {
   for (let dir = from; ; dir = dirname(dir)) {
     if (existsSync(join(dir, 'package.json'))) return dir;
-    if (dirname(dir) === dir) throw new Error(`no package.json above ${from}: this module must run from the browser-ddp package (a clone or node_modules/browser-ddp)`);
+    if (dirname(dir) === dir)
+      throw new Error(
+        `no package.json above ${from}: this module must run from the browser-ddp package (a clone or node_modules/browser-ddp)`,
+      );
   }
 }
 

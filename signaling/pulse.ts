@@ -36,7 +36,10 @@ export function acceptPulse(ctx: ServerContext, ws: WebSocket, release: () => vo
     if (!released) release();
     released = true;
   };
-  const timer = setTimeout(() => ws.close(CloseCode.HELLO_TIMEOUT, `no pulse key within ${ctx.limits.helloTimeoutMs} ms`), ctx.limits.helloTimeoutMs);
+  const timer = setTimeout(
+    () => ws.close(CloseCode.HELLO_TIMEOUT, `no pulse key within ${ctx.limits.helloTimeoutMs} ms`),
+    ctx.limits.helloTimeoutMs,
+  );
   timer.unref();
   ws.on('message', (data, isBinary) => {
     if (member) {
@@ -93,15 +96,23 @@ export class LivenessConfigError extends Error {
  */
 export function livenessBoundsFromEnv(env: Record<string, string | undefined>): { heartbeatTimeoutMs?: number; busyTimeoutMs?: number } {
   const bounds: { heartbeatTimeoutMs?: number; busyTimeoutMs?: number } = {};
-  for (const [name, key] of [['HEARTBEAT_TIMEOUT_MS', 'heartbeatTimeoutMs'], ['BUSY_TIMEOUT_MS', 'busyTimeoutMs']] as const) {
+  for (const [name, key] of [
+    ['HEARTBEAT_TIMEOUT_MS', 'heartbeatTimeoutMs'],
+    ['BUSY_TIMEOUT_MS', 'busyTimeoutMs'],
+  ] as const) {
     const raw = env[name];
     if (raw === undefined || raw === '') continue;
     const ms = Number(raw);
-    if (!/^\d+$/.test(raw) || ms < 100 || ms > 600_000) throw new LivenessConfigError(`${name}=${JSON.stringify(raw).slice(0, 40)} is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. ${name}=${key === 'busyTimeoutMs' ? 20000 : 8000}`);
+    if (!/^\d+$/.test(raw) || ms < 100 || ms > 600_000)
+      throw new LivenessConfigError(
+        `${name}=${JSON.stringify(raw).slice(0, 40)} is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. ${name}=${key === 'busyTimeoutMs' ? 20000 : 8000}`,
+      );
     bounds[key] = ms;
   }
   if (bounds.heartbeatTimeoutMs !== undefined && bounds.busyTimeoutMs !== undefined && bounds.busyTimeoutMs < bounds.heartbeatTimeoutMs) {
-    throw new LivenessConfigError(`BUSY_TIMEOUT_MS (${bounds.busyTimeoutMs}) is shorter than HEARTBEAT_TIMEOUT_MS (${bounds.heartbeatTimeoutMs}): a busy tab is kept at least as long as a silent one, so give at least ${bounds.heartbeatTimeoutMs}`);
+    throw new LivenessConfigError(
+      `BUSY_TIMEOUT_MS (${bounds.busyTimeoutMs}) is shorter than HEARTBEAT_TIMEOUT_MS (${bounds.heartbeatTimeoutMs}): a busy tab is kept at least as long as a silent one, so give at least ${bounds.heartbeatTimeoutMs}`,
+    );
   }
   return bounds;
 }

@@ -134,7 +134,19 @@ export class Rendezvous {
   admit(participant: Participant, request: RequestFields['rendezvous']): number {
     const { min, max, maxSpectators } = this.options;
     const askedRanks = [...this.members.values()].map((m) => m.rank);
-    refuseArrival({ sessionName: this.sessionName, min, max, maxSpectators, closedBy: this.closedBy, members: this.members.size, askedRanks, nextId: this.nextId }, request);
+    refuseArrival(
+      {
+        sessionName: this.sessionName,
+        min,
+        max,
+        maxSpectators,
+        closedBy: this.closedBy,
+        members: this.members.size,
+        askedRanks,
+        nextId: this.nextId,
+      },
+      request,
+    );
     const id = this.nextId++;
     this.members.set(id, { participant, rank: request.rank });
     this.waiting.push(id);
@@ -289,7 +301,9 @@ export class Rendezvous {
     if (this.done?.round !== this.round) this.done = { round: this.round, ids: new Set(), firstRank: rank };
     this.done.ids.add(id);
     if (!this.closeIfAllDone()) {
-      this.log(`[server] session "${this.sessionName}": rank ${rank} of round ${this.round} is done with the run (${this.done.ids.size} of ${this.active.length} ranks)`);
+      this.log(
+        `[server] session "${this.sessionName}": rank ${rank} of round ${this.round} is done with the run (${this.done.ids.size} of ${this.active.length} ranks)`,
+      );
     }
   }
 
@@ -311,7 +325,9 @@ export class Rendezvous {
     this.answerDeferred();
     this.gathers.reset(this.round, 'the rendezvous closed');
     const unranked = this.waiting.filter((w) => this.members.has(w));
-    this.log(`[server] session "${this.sessionName}": the rendezvous closed after round ${this.round} (the run ended: ${why}; rank ${rank} was done first)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`);
+    this.log(
+      `[server] session "${this.sessionName}": the rendezvous closed after round ${this.round} (the run ended: ${why}; rank ${rank} was done first)${unranked.length > 0 ? `; ${unranked.length} member(s) without a rank told` : ''}`,
+    );
     // The round's ranks too: a collective can complete on some ranks and fail on another,
     // and a rank whose last step failed as the others finished waits for a round that never forms.
     const doneIds = this.done?.round === this.round ? this.done.ids : new Set<number>();
@@ -329,11 +345,16 @@ export class Rendezvous {
     if (!done || done.round !== this.round || done.ids.size === 0) return false;
     const others = this.active.filter((m) => m >= 0 && this.members.has(m) && !done.ids.has(m)).length + this.waiting.length;
     if (done.ids.size * 2 > this.active.length || others < this.min) {
-      this.finish(done.firstRank, `${done.ids.size} of the ${this.active.length} ranks of round ${this.round} were done when a new round had to form`);
+      this.finish(
+        done.firstRank,
+        `${done.ids.size} of the ${this.active.length} ranks of round ${this.round} were done when a new round had to form`,
+      );
       return true;
     }
     for (const id of done.ids) this.members.delete(id);
-    this.log(`[server] session "${this.sessionName}": ${done.ids.size} rank(s) of round ${this.round} done with the run leave; the other ${others} go on`);
+    this.log(
+      `[server] session "${this.sessionName}": ${done.ids.size} rank(s) of round ${this.round} done with the run leave; the other ${others} go on`,
+    );
     this.done = undefined;
     return false;
   }
@@ -410,7 +431,9 @@ export class Rendezvous {
   }
 
   private activeMembers(): Participant[] {
-    return this.active.map((id) => (id < 0 ? undefined : this.members.get(id)?.participant)).filter((p): p is Participant => p !== undefined);
+    return this.active
+      .map((id) => (id < 0 ? undefined : this.members.get(id)?.participant))
+      .filter((p): p is Participant => p !== undefined);
   }
 
   /** Tells every member how many wait for the next round. */

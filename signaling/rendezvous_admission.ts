@@ -29,19 +29,31 @@ export function refuseArrival(state: AdmissionState, request: RequestFields['ren
   const { sessionName, min, max, maxSpectators } = state;
   if (state.closedBy) {
     const { round, rank } = state.closedBy;
-    throw new StoreRefusal(ErrorCode.RENDEZVOUS_CLOSED, rendezvousClosedMessage(sessionName, round, rank), { session: sessionName, round, by: rank });
+    throw new StoreRefusal(ErrorCode.RENDEZVOUS_CLOSED, rendezvousClosedMessage(sessionName, round, rank), {
+      session: sessionName,
+      round,
+      by: rank,
+    });
   }
   refuseRangeMismatch(state, request);
   const rank = request.rank;
   if (rank !== undefined && (rank < 0 || rank >= max)) {
-    throw new StoreRefusal(ErrorCode.RANK_OUT_OF_RANGE, `rank ${rank} is outside 0..${max - 1} for world size ${max}`, { rank, worldSize: max });
+    throw new StoreRefusal(ErrorCode.RANK_OUT_OF_RANGE, `rank ${rank} is outside 0..${max - 1} for world size ${max}`, {
+      rank,
+      worldSize: max,
+    });
   }
   const spectators = Math.max(0, state.members - max);
   if (state.members >= max && !(request.spectate === true && spectators < maxSpectators)) {
-    const full = min === max ? `session "${sessionName}" is full: all ${max} ranks have joined` : `session "${sessionName}" is full: it already has its maximum of ${max} ranks`;
+    const full =
+      min === max
+        ? `session "${sessionName}" is full: all ${max} ranks have joined`
+        : `session "${sessionName}" is full: it already has its maximum of ${max} ranks`;
     throw new StoreRefusal(
       ErrorCode.SESSION_FULL,
-      request.spectate === true ? `${full}, and ${spectators} spectators wait, the most it takes` : `${full} (join with spectate to wait for a free rank)`,
+      request.spectate === true
+        ? `${full}, and ${spectators} spectators wait, the most it takes`
+        : `${full} (join with spectate to wait for a free rank)`,
       { max, spectators, maxSpectators },
     );
   }
@@ -49,7 +61,11 @@ export function refuseArrival(state: AdmissionState, request: RequestFields['ren
     throw new StoreRefusal(ErrorCode.DUPLICATE_RANK, `rank ${rank} has already joined session "${sessionName}"`, { rank });
   }
   if (state.nextId > MAX_MEMBER_ID) {
-    throw new StoreRefusal(ErrorCode.SESSION_FULL, `session "${sessionName}" has had ${MAX_MEMBER_ID} members since the server started, the most one session may: start a new session`, { max });
+    throw new StoreRefusal(
+      ErrorCode.SESSION_FULL,
+      `session "${sessionName}" has had ${MAX_MEMBER_ID} members since the server started, the most one session may: start a new session`,
+      { max },
+    );
   }
 }
 
@@ -59,12 +75,19 @@ function refuseRangeMismatch(state: AdmissionState, request: RequestFields['rend
   if (request.min === min && request.max === max) return;
   const fixed = min === max;
   if (fixed && request.min === request.max) {
-    throw new StoreRefusal(ErrorCode.WORLD_SIZE_MISMATCH, `session "${sessionName}" has world size ${max}, but this rank asked for ${request.max}`, {
-      sessionWorldSize: max,
-      requested: request.max,
-    });
+    throw new StoreRefusal(
+      ErrorCode.WORLD_SIZE_MISMATCH,
+      `session "${sessionName}" has world size ${max}, but this rank asked for ${request.max}`,
+      {
+        sessionWorldSize: max,
+        requested: request.max,
+      },
+    );
   }
   const theirs = fixed ? `a fixed world size of ${max}` : `${min}..${max} ranks (elastic)`;
   const mine = request.min === request.max ? `a fixed world size of ${request.max}` : `${request.min}..${request.max}`;
-  throw new StoreRefusal(ErrorCode.ELASTIC_MISMATCH, `session "${sessionName}" has ${theirs}, but this tab asked for ${mine}`, { min, max });
+  throw new StoreRefusal(ErrorCode.ELASTIC_MISMATCH, `session "${sessionName}" has ${theirs}, but this tab asked for ${mine}`, {
+    min,
+    max,
+  });
 }

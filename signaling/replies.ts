@@ -2,14 +2,7 @@
  * How a request is answered: its reply, its refusal (counted against the socket's
  * `maxErrorsPerSocket`), and the bound on the blocking calls a socket may have waiting.
  */
-import {
-  CloseCode,
-  ErrorCode,
-  type ErrorMessage,
-  type Request,
-  type RequestType,
-  type ResultOf,
-} from '../src/wire/protocol.ts';
+import { CloseCode, ErrorCode, type ErrorMessage, type Request, type RequestType, type ResultOf } from '../src/wire/protocol.ts';
 import { ProtocolViolation } from '../src/wire/protocol_validation.ts';
 import { StoreRefusal } from './store.ts';
 import type { Connection } from './connection.ts';

@@ -65,7 +65,11 @@ export class RoundGathers {
   give(rank: number, worldSize: number, tag: string, values: number[], timeoutMs: number): Promise<number[][]> {
     let g = this.open.get(tag);
     if (!g && this.completed.has(tag)) {
-      throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `rank ${rank} gave a row to gather "${tag}" of round ${this.round}, which every rank completed already: one row per rank`, { round: this.round, tag, rank });
+      throw new StoreRefusal(
+        ErrorCode.BAD_MESSAGE,
+        `rank ${rank} gave a row to gather "${tag}" of round ${this.round}, which every rank completed already: one row per rank`,
+        { round: this.round, tag, rank },
+      );
     }
     const mine = [...this.open.values()].filter((o) => o.rows[rank] !== undefined).length;
     if (mine >= MAX_OPEN_GATHERS) {
@@ -80,7 +84,11 @@ export class RoundGathers {
       this.open.set(tag, g);
     }
     if (g.rows[rank] !== undefined) {
-      throw new StoreRefusal(ErrorCode.BAD_MESSAGE, `rank ${rank} gave its row of gather "${tag}" in round ${this.round} already: one row per rank`, { round: this.round, tag, rank });
+      throw new StoreRefusal(
+        ErrorCode.BAD_MESSAGE,
+        `rank ${rank} gave its row of gather "${tag}" in round ${this.round} already: one row per rank`,
+        { round: this.round, tag, rank },
+      );
     }
     g.rows[rank] = values;
     const gather = g;

@@ -181,7 +181,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const maxKnownSessions = limits.maxSessions * 8;
   const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
   const adminSecret = options.adminSecret ?? newSessionToken();
-  if (!SESSION_TOKEN.test(adminSecret)) throw new ServerStartError('the admin secret must be 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)', 'EADMINSECRET', options.port ?? 0, options.host ?? '');
+  if (!SESSION_TOKEN.test(adminSecret))
+    throw new ServerStartError(
+      'the admin secret must be 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)',
+      'EADMINSECRET',
+      options.port ?? 0,
+      options.host ?? '',
+    );
   const sessions = new Sessions(limits, tokens, sessionIdleMs);
   const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
@@ -234,7 +240,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     adminSecret,
     offered: offer.describe(),
     createSession: (session, token, hostSecret) => {
-      if (!SESSION_NAME.test(session)) return Promise.reject(new Error(`session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`));
+      if (!SESSION_NAME.test(session))
+        return Promise.reject(
+          new Error(`session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . - (not "." or "..")`),
+        );
       return tokens.create(session, token, hostSecret);
     },
     close: () =>
@@ -251,7 +260,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 }
 
 /** The checkpoint routes, with the options' limits. */
-function checkpointRoutes(options: ServerOptions, dir: string, tokens: SessionTokens, log: (line: string) => void): ReturnType<typeof checkpointHandler> {
+function checkpointRoutes(
+  options: ServerOptions,
+  dir: string,
+  tokens: SessionTokens,
+  log: (line: string) => void,
+): ReturnType<typeof checkpointHandler> {
   return checkpointHandler({
     dir,
     tokens,
@@ -335,5 +349,10 @@ async function listen(http: HttpServer, port: number, host: string, stop: () => 
 
 function envList(name: string): string[] | undefined {
   const raw = process.env[name];
-  return raw ? raw.split(',').map((s) => s.trim()).filter(Boolean) : undefined;
+  return raw
+    ? raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : undefined;
 }

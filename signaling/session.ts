@@ -42,7 +42,13 @@ export class Session {
     // A closed rendezvous stays, empty or not: it refuses every arrival (the run is over).
     if (!this.rendezvous || (this.rendezvous.size === 0 && !this.rendezvous.closedBy)) {
       this.rendezvous?.close();
-      this.rendezvous = new Rendezvous({ min: request.min, max: request.max, ...timing }, this.name, log, this.rendezvous?.round ?? 0, this.rendezvous?.nextMemberId ?? 1);
+      this.rendezvous = new Rendezvous(
+        { min: request.min, max: request.max, ...timing },
+        this.name,
+        log,
+        this.rendezvous?.round ?? 0,
+        this.rendezvous?.nextMemberId ?? 1,
+      );
       // The host's choice outlives a group that emptied (every tab reloading), where it still fits.
       if (this.minOverride !== undefined && this.minOverride <= request.max) this.rendezvous.min = this.minOverride;
     }
@@ -87,13 +93,21 @@ export class Session {
         const key = keys[vacant]!;
         const held = [...this.claims.values()].filter((id) => id === memberId).length;
         if (held >= MAX_CLAIMS_PER_MEMBER) {
-          throw new StoreRefusal(ErrorCode.QUOTA_KEYS, `this member holds ${held} places of session "${this.name}", the most one member may (${MAX_CLAIMS_PER_MEMBER})`, { max: MAX_CLAIMS_PER_MEMBER });
+          throw new StoreRefusal(
+            ErrorCode.QUOTA_KEYS,
+            `this member holds ${held} places of session "${this.name}", the most one member may (${MAX_CLAIMS_PER_MEMBER})`,
+            { max: MAX_CLAIMS_PER_MEMBER },
+          );
         }
         if (!this.claims.has(key) && this.claims.size >= MAX_CLAIMS_PER_SESSION) {
           // Places of members gone are free: forget them before refusing.
           for (const [k, id] of this.claims) if (!live(id)) this.claims.delete(k);
           if (this.claims.size >= MAX_CLAIMS_PER_SESSION) {
-            throw new StoreRefusal(ErrorCode.QUOTA_KEYS, `session "${this.name}" holds ${MAX_CLAIMS_PER_SESSION} places of live members, the most it may`, { max: MAX_CLAIMS_PER_SESSION });
+            throw new StoreRefusal(
+              ErrorCode.QUOTA_KEYS,
+              `session "${this.name}" holds ${MAX_CLAIMS_PER_SESSION} places of live members, the most it may`,
+              { max: MAX_CLAIMS_PER_SESSION },
+            );
           }
         }
         this.claims.set(key, memberId);

@@ -86,9 +86,15 @@ export class SessionTokens {
    * Throws when the session exists with another token, or the server knows too many sessions.
    */
   async create(session: string, token: string, host?: string): Promise<void> {
-    if (!SESSION_TOKEN.test(token) || (host !== undefined && !SESSION_TOKEN.test(host))) throw new Error('a session token and host secret are 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)');
+    if (!SESSION_TOKEN.test(token) || (host !== undefined && !SESSION_TOKEN.test(host)))
+      throw new Error('a session token and host secret are 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)');
     const claim = await this.claimSession(session, token, host, true);
-    if (!claim.ok) throw new Error(claim.why === 'full' ? `the server keeps ${this.maxSessions} sessions already: no room for "${session}"` : `session "${session}" exists already with another token`);
+    if (!claim.ok)
+      throw new Error(
+        claim.why === 'full'
+          ? `the server keeps ${this.maxSessions} sessions already: no room for "${session}"`
+          : `session "${session}" exists already with another token`,
+      );
     if (claim.created) this.idle.set(session, Date.now());
   }
 
@@ -194,7 +200,8 @@ export class SessionTokens {
     // The host's first: a crash between the two leaves a host file without a token file, which a
     // new claim ignores (it fixes both); the other order could keep a token and lose its host.
     const host = this.hosts.get(session);
-    if (host === null) await rm(join(folder, HOST_FILE), { force: true }); // a stray one from an older session of this name
+    if (host === null)
+      await rm(join(folder, HOST_FILE), { force: true }); // a stray one from an older session of this name
     else if (host !== undefined) await this.writeHash(session, HOST_FILE, host);
     // The hash in memory when the write runs: a rotation meanwhile must not be undone on disk.
     if (this.hashes.has(session)) await this.writeToken(session);

@@ -21,13 +21,16 @@ export class Sessions {
     private readonly idleMs: number,
   ) {
     this.bytes = { used: 0, max: limits.maxServerBytes };
-    this.sweeper = setInterval(() => {
-      const now = Date.now();
-      for (const [name, s] of this.map) {
-        if (s.connections === 0 && now - s.idleSince > idleMs) this.drop(name);
-      }
-      this.tokens.expire(now);
-    }, Math.min(idleMs, 60_000));
+    this.sweeper = setInterval(
+      () => {
+        const now = Date.now();
+        for (const [name, s] of this.map) {
+          if (s.connections === 0 && now - s.idleSince > idleMs) this.drop(name);
+        }
+        this.tokens.expire(now);
+      },
+      Math.min(idleMs, 60_000),
+    );
     this.sweeper.unref();
   }
 

@@ -31,7 +31,13 @@ const MNIST_FILES = new Set(['train-images-idx3-ubyte', 'train-labels-idx1-ubyte
 const TEXT_FILES = new Set(['moby-dick-1-20.txt']);
 const TEXT_DIR = join(PROJECT_ROOT, 'datasets');
 
-export async function serveStatic(root: string, req: IncomingMessage, res: ServerResponse, datasetsDir: string, sends: FileSends = new FileSends()): Promise<void> {
+export async function serveStatic(
+  root: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+  datasetsDir: string,
+  sends: FileSends = new FileSends(),
+): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.writeHead(405, { allow: 'GET, HEAD' });
     res.end();
@@ -95,5 +101,9 @@ async function sendFile(file: string, req: IncomingMessage, res: ServerResponse,
     return;
   }
   // Exactly the bytes the Content-Length promises; read as the reader takes them.
-  await sends.stream(res, fh.createReadStream({ highWaterMark: FILE_SEND_CHUNK_BYTES, autoClose: true, start: 0, end: info.size - 1 }), `GET ${new URL(req.url ?? '/', 'http://x').pathname}`);
+  await sends.stream(
+    res,
+    fh.createReadStream({ highWaterMark: FILE_SEND_CHUNK_BYTES, autoClose: true, start: 0, end: info.size - 1 }),
+    `GET ${new URL(req.url ?? '/', 'http://x').pathname}`,
+  );
 }

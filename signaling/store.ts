@@ -164,9 +164,7 @@ export class KeyValueStore {
           reject(
             new StoreRefusal(
               ErrorCode.TIMEOUT,
-              `timed out after ${timeoutMs} ms waiting for key${missing.length > 1 ? 's' : ''} ${missing
-                .map((k) => `"${k}"`)
-                .join(', ')}`,
+              `timed out after ${timeoutMs} ms waiting for key${missing.length > 1 ? 's' : ''} ${missing.map((k) => `"${k}"`).join(', ')}`,
               { keys: missing, timeoutMs },
             ),
           );

@@ -100,7 +100,10 @@ function parseSubjectAltName(san: string): MachineNames {
  * `.local` form), 127.0.0.1, ::1 and every address of every interface except IPv6 link-local
  * ones (a browser cannot open those, and they come and go with virtual interfaces).
  */
-export function machineNames(interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = networkInterfaces(), host: string = hostname()): MachineNames {
+export function machineNames(
+  interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = networkInterfaces(),
+  host: string = hostname(),
+): MachineNames {
   const name = host.toLowerCase();
   const dns = ['localhost', name, ...(name.includes('.') ? [] : [`${name}.local`])];
   const addresses = Object.values(interfaces)
@@ -117,7 +120,10 @@ export function machineNames(interfaces: NodeJS.Dict<NetworkInterfaceInfo[]> = n
 export function certificateNames(env: NodeJS.ProcessEnv = process.env): MachineNames {
   const names = machineNames();
   for (const raw of (env.ALLOWED_HOSTS ?? '').split(',')) {
-    const h = raw.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1');
+    const h = raw
+      .trim()
+      .toLowerCase()
+      .replace(/^\[(.*)\]$/, '$1');
     if (!h) continue;
     const list = isIP(h) ? names.ips : names.dns;
     if (!list.includes(h)) list.push(h);
@@ -164,7 +170,10 @@ export function checkTls(tls: TlsOptions, now: Date = new Date()): { cert: X509C
     );
   }
   if (new Date(cert.validTo) <= now) {
-    throw new ServerStartError(`${certName} expired on ${cert.validTo}: renew it, or drop TLS_CERT and TLS_KEY to use a self-signed one`, 'ERR_TLS_CERT_EXPIRED');
+    throw new ServerStartError(
+      `${certName} expired on ${cert.validTo}: renew it, or drop TLS_CERT and TLS_KEY to use a self-signed one`,
+      'ERR_TLS_CERT_EXPIRED',
+    );
   }
   return { cert, key };
 }
@@ -176,8 +185,18 @@ export function readTlsFiles(certFile: string, keyFile: string): TlsOptions {
       return readFileSync(file, 'utf8');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      const why = code === 'ENOENT' ? 'there is no such file' : code === 'EACCES' ? 'this user may not read it' : code === 'EISDIR' ? 'it is a directory' : (err as Error).message;
-      throw new ServerStartError(`cannot read ${what}=${file}: ${why}. Give the path of the ${what === 'TLS_CERT' ? 'certificate' : 'private key'} (PEM)`, `ERR_${what}`);
+      const why =
+        code === 'ENOENT'
+          ? 'there is no such file'
+          : code === 'EACCES'
+            ? 'this user may not read it'
+            : code === 'EISDIR'
+              ? 'it is a directory'
+              : (err as Error).message;
+      throw new ServerStartError(
+        `cannot read ${what}=${file}: ${why}. Give the path of the ${what === 'TLS_CERT' ? 'certificate' : 'private key'} (PEM)`,
+        `ERR_${what}`,
+      );
     }
   };
   const tls = { cert: read(certFile, 'TLS_CERT'), key: read(keyFile, 'TLS_KEY'), certFile, keyFile };
@@ -236,8 +255,10 @@ export async function keptCertificate(options: KeptCertificateOptions = {}): Pro
       const missing = uncovered(cert, names);
       const expires = new Date(x.validTo);
       if (missing.length > 0) reason = `the kept one (${shown}) does not cover ${missing.join(', ')}`;
-      else if (expires.getTime() - now.getTime() < renewMs) reason = `the kept one (${shown}) expires on ${expires.toISOString().slice(0, 10)}`;
-      else if (new Date(x.validFrom) > now) reason = `the kept one (${shown}) is not valid yet (valid from ${x.validFrom}): is the clock right?`;
+      else if (expires.getTime() - now.getTime() < renewMs)
+        reason = `the kept one (${shown}) expires on ${expires.toISOString().slice(0, 10)}`;
+      else if (new Date(x.validFrom) > now)
+        reason = `the kept one (${shown}) is not valid yet (valid from ${x.validFrom}): is the clock right?`;
       else return { cert, key, certFile, keyFile };
     } catch (err) {
       reason = `the kept one (${shown}) could not be used: ${(err as Error).message}`;
@@ -265,28 +286,42 @@ function restrictKey(keyFile: string, log?: (line: string) => void): void {
 }
 
 /** A new self-signed server certificate (ECDSA P-256, SHA-256) for `names`. */
-export async function makeSelfSigned(names: MachineNames, options: { now?: Date; validDays?: number; key?: string } = {}): Promise<{ cert: string; key: string }> {
+export async function makeSelfSigned(
+  names: MachineNames,
+  options: { now?: Date; validDays?: number; key?: string } = {},
+): Promise<{ cert: string; key: string }> {
   const { generate } = await import('selfsigned');
   const now = options.now ?? new Date();
   // A day back: a machine whose clock is a little behind would see a certificate "not yet valid".
   const notBeforeDate = new Date(now.getTime() - 86_400_000);
   const notAfterDate = new Date(now.getTime() + (options.validDays ?? 365) * 86_400_000);
-  const keyPair = options.key ? { privateKey: options.key, publicKey: createPublicKey(options.key).export({ type: 'spki', format: 'pem' }).toString() } : undefined;
-  const pems = await generate([{ name: 'commonName', value: names.dns.find((n) => n !== 'localhost') ?? 'localhost' }, { name: 'organizationName', value: 'browser-ddp (self-signed)' }], {
-    keyType: 'ec',
-    curve: 'P-256',
-    algorithm: 'sha256',
-    notBeforeDate,
-    notAfterDate,
-    ...(keyPair ? { keyPair } : {}),
-    extensions: [
-      // A server certificate, not a CA: Firefox refuses a CA certificate used as a server's.
-      { name: 'basicConstraints', cA: false, critical: true },
-      { name: 'keyUsage', digitalSignature: true, critical: true },
-      { name: 'extKeyUsage', serverAuth: true },
-      { name: 'subjectAltName', altNames: [...names.dns.map((value) => ({ type: 2 as const, value })), ...names.ips.map((ip) => ({ type: 7 as const, ip }))] },
+  const keyPair = options.key
+    ? { privateKey: options.key, publicKey: createPublicKey(options.key).export({ type: 'spki', format: 'pem' }).toString() }
+    : undefined;
+  const pems = await generate(
+    [
+      { name: 'commonName', value: names.dns.find((n) => n !== 'localhost') ?? 'localhost' },
+      { name: 'organizationName', value: 'browser-ddp (self-signed)' },
     ],
-  });
+    {
+      keyType: 'ec',
+      curve: 'P-256',
+      algorithm: 'sha256',
+      notBeforeDate,
+      notAfterDate,
+      ...(keyPair ? { keyPair } : {}),
+      extensions: [
+        // A server certificate, not a CA: Firefox refuses a CA certificate used as a server's.
+        { name: 'basicConstraints', cA: false, critical: true },
+        { name: 'keyUsage', digitalSignature: true, critical: true },
+        { name: 'extKeyUsage', serverAuth: true },
+        {
+          name: 'subjectAltName',
+          altNames: [...names.dns.map((value) => ({ type: 2 as const, value })), ...names.ips.map((ip) => ({ type: 7 as const, ip }))],
+        },
+      ],
+    },
+  );
   return { cert: pems.cert, key: pems.private };
 }
 
@@ -295,7 +330,10 @@ function httpsFromEnv(value: string | undefined): boolean {
   const v = (value ?? '').trim().toLowerCase();
   if (['', '0', 'false', 'no', 'off'].includes(v)) return false;
   if (['1', 'true', 'yes', 'on'].includes(v)) return true;
-  throw new ServerStartError(`HTTPS=${value} is not understood: use HTTPS=1 (or npm start -- --https) to serve https, or leave HTTPS unset`, 'ERR_TLS_ENV');
+  throw new ServerStartError(
+    `HTTPS=${value} is not understood: use HTTPS=1 (or npm start -- --https) to serve https, or leave HTTPS unset`,
+    'ERR_TLS_ENV',
+  );
 }
 
 /**
@@ -303,7 +341,11 @@ function httpsFromEnv(value: string | undefined): boolean {
  * or HTTPS=1 the self-signed certificate kept in CERT_DIR (certs/), else plain http (undefined).
  * Anything wrong stops the start with a `ServerStartError` naming the file and what to do.
  */
-export async function tlsFromEnv(https: boolean, env: NodeJS.ProcessEnv = process.env, log: (line: string) => void = console.log): Promise<TlsOptions | undefined> {
+export async function tlsFromEnv(
+  https: boolean,
+  env: NodeJS.ProcessEnv = process.env,
+  log: (line: string) => void = console.log,
+): Promise<TlsOptions | undefined> {
   const certFile = env.TLS_CERT || undefined;
   const keyFile = env.TLS_KEY || undefined;
   if (certFile || keyFile) {
@@ -315,7 +357,8 @@ export async function tlsFromEnv(https: boolean, env: NodeJS.ProcessEnv = proces
     }
     const tls = readTlsFiles(certFile, keyFile);
     const mode = statSync(keyFile).mode & 0o777;
-    if (mode & 0o077) log(`Warning: TLS_KEY=${keyFile} can be read by other users of this machine (mode ${mode.toString(8)}): chmod 600 ${keyFile}`);
+    if (mode & 0o077)
+      log(`Warning: TLS_KEY=${keyFile} can be read by other users of this machine (mode ${mode.toString(8)}): chmod 600 ${keyFile}`);
     return tls;
   }
   if (!https && !httpsFromEnv(env.HTTPS)) return undefined;
@@ -338,7 +381,9 @@ export function trustLines(tls: TlsOptions): string[] {
   const facts = certificateFacts(tls.cert);
   const file = tls.certFile ? shownPath(tls.certFile) : undefined;
   if (!facts.selfSigned) {
-    return [`HTTPS with ${file ?? 'the given certificate'} (valid until ${facts.validTo.toISOString().slice(0, 10)}), SHA-256 fingerprint ${facts.fingerprint256}`];
+    return [
+      `HTTPS with ${file ?? 'the given certificate'} (valid until ${facts.validTo.toISOString().slice(0, 10)}), SHA-256 fingerprint ${facts.fingerprint256}`,
+    ];
   }
   return [
     `HTTPS with a self-signed certificate${file ? ` (${file})` : ''}, valid until ${facts.validTo.toISOString().slice(0, 10)}. Its SHA-256 fingerprint:`,
@@ -350,6 +395,6 @@ export function trustLines(tls: TlsOptions): string[] {
     '    Chromium then treats the page as secure, WebGPU included, until it forgets the exception (it asks again later);',
     `  - or copy ${file ?? 'the certificate'} to it and import it once as trusted for websites (Chrome, Edge on Linux:`,
     `    certutil -d sql:$HOME/.pki/nssdb -A -t P,, -n browser-ddp -i ${file ?? 'cert.pem'}; elsewhere the browser's or system's certificate settings).`,
-    'A new certificate is made when this machine\'s names or addresses change (npm start says so): browsers must trust it again.',
+    "A new certificate is made when this machine's names or addresses change (npm start says so): browsers must trust it again.",
   ];
 }

@@ -105,7 +105,9 @@ export function watchSockets(ctx: ServerContext): () => void {
     // now would take every member for silent (seen: 32 tabs on 2 cores, several evicted at once);
     // the next tick sees them.
     if (gap > 2 * every) {
-      log(`[server] the liveness check ran ${gap} ms after the last (every ${every} ms): this server was held up; no evictions until the sockets are read`);
+      log(
+        `[server] the liveness check ran ${gap} ms after the last (every ${every} ms): this server was held up; no evictions until the sockets are read`,
+      );
       return;
     }
     for (const conn of connections) {
@@ -115,7 +117,10 @@ export function watchSockets(ctx: ServerContext): () => void {
       const verdict = judge(silent, conn.pulseSeen === undefined ? undefined : now - conn.pulseSeen, heartbeatTimeoutMs, busyTimeoutMs);
       if (verdict.keep) {
         // Suspected, not evicted: said once per spell, in the server's log.
-        if (verdict.busy && conn.busySince === undefined) log(`[server] session "${conn.session?.name}": member ${conn.memberId} silent for ${silent} ms but its Worker beats: busy, kept up to ${busyTimeoutMs} ms`);
+        if (verdict.busy && conn.busySince === undefined)
+          log(
+            `[server] session "${conn.session?.name}": member ${conn.memberId} silent for ${silent} ms but its Worker beats: busy, kept up to ${busyTimeoutMs} ms`,
+          );
         conn.busySince = verdict.busy ? (conn.busySince ?? now) : undefined;
         continue;
       }

@@ -11,7 +11,15 @@
 // torch.distributed: the process group, its store, its collectives (methods of ProcessGroup: allReduce, broadcast,
 // allGather, reduceScatter, send/recv, barrier, newGroup, destroy).
 export { initProcessGroup, type InitProcessGroupOptions } from './c10d/init_process_group.ts';
-export { ProcessGroup, type AllReduceOptions, type CollectiveOptions, type WireDtype, type LinkOptions, type ProcessGroupEvent, type ReduceOpName } from './c10d/process_group.ts';
+export {
+  ProcessGroup,
+  type AllReduceOptions,
+  type CollectiveOptions,
+  type WireDtype,
+  type LinkOptions,
+  type ProcessGroupEvent,
+  type ReduceOpName,
+} from './c10d/process_group.ts';
 // The store client that talks to the server is torch's TCPStore; HashStore is torch's, in memory.
 export { StoreClient, StoreClient as TCPStore, PrefixStore, type Store, type StoreValue, type StoreClientOptions } from './c10d/store.ts';
 export { HashStore } from './c10d/hash_store.ts';
@@ -49,27 +57,59 @@ export {
 // torch.distributed.elastic: the rendezvous handler, the agent's round loop, and DDP's elastic run on it.
 export { RendezvousHandler, type RendezvousOptions, type RendezvousEvent, type Round } from './c10d/rendezvous.ts';
 export { runAgent, REGROUP, type ElasticStrategy } from './elastic/agent.ts';
-export { runElastic, type ElasticRunOptions, type ElasticRunResult, type StepContext, type RoundContext, type StepMetrics, type RebuildContext } from './parallel/ddp/runner.ts';
+export {
+  runElastic,
+  type ElasticRunOptions,
+  type ElasticRunResult,
+  type StepContext,
+  type RoundContext,
+  type StepMetrics,
+  type RebuildContext,
+} from './parallel/ddp/runner.ts';
 export type { ElasticEvent } from './parallel/events.ts';
 
 // torch.nn.parallel: DistributedDataParallel, DataParallel.
-export { DistributedDataParallel, ShapeMismatchError, type DDPOptions, type BackwardTimings, type BackwardOptions, type BackwardResult } from './parallel/ddp/ddp.ts';
+export {
+  DistributedDataParallel,
+  ShapeMismatchError,
+  type DDPOptions,
+  type BackwardTimings,
+  type BackwardOptions,
+  type BackwardResult,
+} from './parallel/ddp/ddp.ts';
 export { verifyReplicas } from './parallel/replicas.ts';
-export { DataParallel, type DataParallelOptions, type DataParallelBatch, type DataParallelResult, type LocalGradients } from './parallel/data_parallel/data_parallel.ts';
+export {
+  DataParallel,
+  type DataParallelOptions,
+  type DataParallelBatch,
+  type DataParallelResult,
+  type LocalGradients,
+} from './parallel/data_parallel/data_parallel.ts';
 export type { DeviceBackend, DataParallelLoss } from './parallel/data_parallel/protocol.ts';
 
 // torch.distributed.algorithms.ddp_comm_hooks and model_averaging; DiLoCo; robust aggregation (DDPOptions.aggregation).
 export { allreduceHook, fp16CompressHook, bf16CompressHook } from './parallel/comm_hooks/default_hooks.ts';
 export type { CommHook, CommHookState, GradBucket, LoadCommHookStateOptions } from './parallel/comm_hooks/types.ts';
 export { powerSGD, PowerSGDHook, PowerSGDStateError, type PowerSGDOptions, type PowerSGDStats } from './parallel/comm_hooks/powersgd.ts';
-export { postLocalSGD, PeriodicModelAverager, type PostLocalSGDOptions, type PeriodicModelAveragerOptions } from './parallel/comm_hooks/local_sgd.ts';
+export {
+  postLocalSGD,
+  PeriodicModelAverager,
+  type PostLocalSGDOptions,
+  type PeriodicModelAveragerOptions,
+} from './parallel/comm_hooks/local_sgd.ts';
 export { DiLoCo, diloco, type DiLoCoOptions, type DiLoCoHeld, type DiLoCoRejoin } from './parallel/diloco/diloco.ts';
 export { NoContributionError, type AggregationKind, type AggregationSpec } from './parallel/robust/aggregators.ts';
 
 // torch.distributed.pipelining.
 export { PipelineStage, type ActivationDtype, type PipelineStageOptions } from './parallel/pipeline/stage.ts';
 export type { ScheduleKind } from './parallel/pipeline/schedule.ts';
-export { runPipeline, type PipelineRunOptions, type PipelineRunResult, type PipelineStepContext, type PipelineRoundContext } from './parallel/pipeline/runner.ts';
+export {
+  runPipeline,
+  type PipelineRunOptions,
+  type PipelineRunResult,
+  type PipelineStepContext,
+  type PipelineRoundContext,
+} from './parallel/pipeline/runner.ts';
 
 // Parameter servers (torch.distributed.rpc's classic use; central storage is TF's CentralStorageStrategy).
 export { ParameterServerShard, ShardStateError, type ParameterServerShardOptions } from './parallel/parameter_server/shard.ts';
@@ -112,7 +152,14 @@ export {
   type LoadCheckpointOptions,
 } from './checkpoint/checkpoint.ts';
 export { CheckpointCorruptError } from './checkpoint/checkpoint_format.ts';
-export { exportForTorch, importTorchStateDict, TorchExportError, type TorchExport, type TorchExportOptions, type ModelArtifactsLike } from './checkpoint/torch_export.ts';
+export {
+  exportForTorch,
+  importTorchStateDict,
+  TorchExportError,
+  type TorchExport,
+  type TorchExportOptions,
+  type ModelArtifactsLike,
+} from './checkpoint/torch_export.ts';
 export { SafetensorsError } from './checkpoint/safetensors.ts';
 
 // torch.utils.data (and torchvision's MNIST): datasets, DistributedSampler, the host's offered data.
@@ -123,11 +170,27 @@ export { syntheticDataset } from './datasets/synthetic.ts';
 export { csvDataset } from './datasets/csv.ts';
 export { textDatasets, TextDataset } from './datasets/text.ts';
 export { StreamedDataset, type StreamedDatasetInit } from './datasets/streamed.ts';
-export { fetchOffer, loadOfferedDataset, loadOfferedModel, loadOfferedText, type StreamMode, type OfferInfo, type OfferRequest } from './datasets/offered.ts';
+export {
+  fetchOffer,
+  loadOfferedDataset,
+  loadOfferedModel,
+  loadOfferedText,
+  type StreamMode,
+  type OfferInfo,
+  type OfferRequest,
+} from './datasets/offered.ts';
 
 // torch.nn: the models, the language model, the loss.
 export { buildModel, type ModelKind, type ModelSpec } from './nn/models.ts';
-export { buildLanguageModel, languageModelLoss, generate, CharTokenizer, TokenAndPositionEmbedding, TransformerBlock, type LanguageModelSpec } from './nn/language_model.ts';
+export {
+  buildLanguageModel,
+  languageModelLoss,
+  generate,
+  CharTokenizer,
+  TokenAndPositionEmbedding,
+  TransformerBlock,
+  type LanguageModelSpec,
+} from './nn/language_model.ts';
 export { classificationLoss } from './nn/losses.ts';
 
 // torchrun: what the launcher hands a script, and its arguments read as integers.

@@ -13,7 +13,14 @@ export {
   type ShardStateDict,
 } from './parallel/parameter_server/shard.ts';
 export type { SyncResult, SyncRefusal } from './parallel/parameter_server/central_storage.ts';
-export { psPart, saveShard, restoreShard, shardCheckpoint, shardStateFromCheckpoint, type ShardCheckpointOptions } from './parallel/parameter_server/checkpoint.ts';
+export {
+  psPart,
+  saveShard,
+  restoreShard,
+  shardCheckpoint,
+  shardStateFromCheckpoint,
+  type ShardCheckpointOptions,
+} from './parallel/parameter_server/checkpoint.ts';
 export { flatGradients } from './parallel/parameter_server/worker.ts';
 export { LeaseBook, leaseIndices, type LeaseOptions, type LeaseSnapshot } from './parallel/parameter_server/leases.ts';
 export { assignPlaces, rolesOf, type RoleClaim } from './parallel/parameter_server/roles.ts';

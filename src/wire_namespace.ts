@@ -2,7 +2,16 @@
  * `wire`: what travels between tabs and the server: the protocol's codes and limits, and the
  * 16-bit and int8 encodings of float32 values (a collective's `wire`, a pipeline's activations).
  */
-export { ErrorCode, CloseCode, DEFAULT_LIMITS, PROTOCOL_VERSION, type ControlAction, type ControlEvent, type HostAction, type TokenEvent } from './wire/protocol.ts';
+export {
+  ErrorCode,
+  CloseCode,
+  DEFAULT_LIMITS,
+  PROTOCOL_VERSION,
+  type ControlAction,
+  type ControlEvent,
+  type HostAction,
+  type TokenEvent,
+} from './wire/protocol.ts';
 export {
   WIRE_DTYPES,
   wireBytes,

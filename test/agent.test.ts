@@ -27,7 +27,18 @@ async function handlers(session: string, n: number): Promise<RendezvousHandler[]
   const net = new MemoryNetwork();
   return Promise.all(
     Array.from({ length: n }, (_, id) =>
-      RendezvousHandler.start({ url: server.url, session, token: tokenFor(session), min: n, max: n, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true, failedRoundGraceMs: 300, linkFactory: net.factoryFor(id) }),
+      RendezvousHandler.start({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        min: n,
+        max: n,
+        timeoutMs: 5_000,
+        heartbeatIntervalMs: 100,
+        reconnect: true,
+        failedRoundGraceMs: 300,
+        linkFactory: net.factoryFor(id),
+      }),
     ),
   );
 }

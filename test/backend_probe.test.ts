@@ -69,12 +69,19 @@ describe('backend=auto', () => {
     expect(chosen).toBe('cpu');
     expect(figures.map((f) => f.backend)).toEqual(['cpu', 'wasm', 'webgl', 'webgpu']);
     expect(figures[0]!.msPerStep).toBeGreaterThan(0);
-    expect(figures[1]).toMatchObject({ backend: 'wasm', msPerStep: null, steps: 0, note: 'it cannot train this model: kernel Conv2DBackpropFilter is not in this backend' });
+    expect(figures[1]).toMatchObject({
+      backend: 'wasm',
+      msPerStep: null,
+      steps: 0,
+      note: 'it cannot train this model: kernel Conv2DBackpropFilter is not in this backend',
+    });
     expect(figures[2]).toMatchObject({ backend: 'webgl', msPerStep: null, steps: 0, note: 'the webgl backend failed to start' });
     expect(figures[3]).toMatchObject({ backend: 'webgpu', msPerStep: null, steps: 0, note: 'no step finished within 1.5 s: abandoned' });
     // The abandoned backend cost its budget, not its step (which has not ended yet).
     expect(figures[3]!.ms).toBeGreaterThanOrEqual(1400);
-    expect(probeText(figures, 'cpu')).toMatch(/^cpu [\d.]+ m?s\/step \(chosen\).* · wasm – \(it cannot train this model: .*\) · webgl – \(the webgl backend failed to start\) · webgpu – \(no step finished within 1\.5 s: abandoned\)$/);
+    expect(probeText(figures, 'cpu')).toMatch(
+      /^cpu [\d.]+ m?s\/step \(chosen\).* · wasm – \(it cannot train this model: .*\) · webgl – \(the webgl backend failed to start\) · webgpu – \(no step finished within 1\.5 s: abandoned\)$/,
+    );
 
     // The abandoned step still holds its model until its readback ends; then nothing is left.
     expect(tf.memory().numTensors).toBeGreaterThan(before);
@@ -85,7 +92,13 @@ describe('backend=auto', () => {
   }, 60_000);
 
   it('no backend finishing a step chooses none, and a slower one with figures loses to a faster', async () => {
-    const none = await probeBackends({ candidates: ['cpu'], start: async () => 'no', prepare: async () => realModel(), budgetMs: 100, steps: 1 });
+    const none = await probeBackends({
+      candidates: ['cpu'],
+      start: async () => 'no',
+      prepare: async () => realModel(),
+      budgetMs: 100,
+      steps: 1,
+    });
     expect(none).toMatchObject({ chosen: null, figures: [{ backend: 'cpu', msPerStep: null, steps: 0, note: 'no' }] });
 
     // Once the probe has used its total, the backends left are not started.
@@ -100,7 +113,13 @@ describe('backend=auto', () => {
     });
     expect(started).toEqual(['cpu']);
     expect(capped.chosen).toBe('cpu');
-    expect(capped.figures[1]).toEqual({ backend: 'webgpu', msPerStep: null, steps: 0, note: 'not timed: the probe had used its 0 s', started: false });
+    expect(capped.figures[1]).toEqual({
+      backend: 'webgpu',
+      msPerStep: null,
+      steps: 0,
+      note: 'not timed: the probe had used its 0 s',
+      started: false,
+    });
 
     // webgl only where webgpu does not start: its shader compilation cannot be abandoned.
     const tried: string[] = [];
@@ -113,7 +132,13 @@ describe('backend=auto', () => {
         steps: 1,
         skip: skipWebgl,
       });
-    expect((await gl(true)).figures[1]).toEqual({ backend: 'webgl', msPerStep: null, steps: 0, note: 'not timed: WebGPU runs on this adapter (WebGL is timed only where it does not)', started: false });
+    expect((await gl(true)).figures[1]).toEqual({
+      backend: 'webgl',
+      msPerStep: null,
+      steps: 0,
+      note: 'not timed: WebGPU runs on this adapter (WebGL is timed only where it does not)',
+      started: false,
+    });
     expect(tried).toEqual(['webgpu']);
     expect((await gl(false)).chosen).toBe('webgl');
     expect(tried).toEqual(['webgpu', 'webgpu', 'webgl']);

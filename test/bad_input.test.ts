@@ -14,7 +14,9 @@ import { StoreTimeoutError } from '../src/wire/errors.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
-  server = await withServer({ limits: { maxFrameBytes: 64 * 1024, maxKeysPerSession: 20, maxBytesPerSession: 4096, maxErrorsPerSocket: 5 } });
+  server = await withServer({
+    limits: { maxFrameBytes: 64 * 1024, maxKeysPerSession: 20, maxBytesPerSession: 4096, maxErrorsPerSocket: 5 },
+  });
 });
 afterAll(async () => {
   await server.close();
@@ -53,7 +55,10 @@ describe('bad input', () => {
     const raw = await Raw.open();
     expect(await raw.send('{not json')).toMatchObject({ type: 'error', code: 'BAD_JSON' });
     expect(await raw.send('[1,2]')).toMatchObject({ type: 'error', code: 'BAD_MESSAGE' });
-    expect(await raw.send({ type: 'set', key: 'k', value: '' })).toMatchObject({ code: 'BAD_MESSAGE', message: expect.stringContaining('"id"') });
+    expect(await raw.send({ type: 'set', key: 'k', value: '' })).toMatchObject({
+      code: 'BAD_MESSAGE',
+      message: expect.stringContaining('"id"'),
+    });
     expect(await raw.send({ type: 'frobnicate', id: 1 })).toMatchObject({ id: 1, code: 'UNKNOWN_TYPE' });
     raw.ws.close();
   });
@@ -61,11 +66,23 @@ describe('bad input', () => {
   it('refuses store calls before hello, and bad session names', async () => {
     const raw = await Raw.open();
     expect(await raw.send({ type: 'get', id: 1, key: 'k', timeoutMs: 10 })).toMatchObject({ id: 1, code: 'NO_SESSION' });
-    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: PROTOCOL_VERSION, token: tokenFor('x') })).toMatchObject({ id: 2, code: 'BAD_SESSION' });
-    expect(await raw.send({ type: 'hello', id: 3, session: 'ok', version: 99, token: tokenFor('ok') })).toMatchObject({ id: 3, code: 'BAD_VERSION' });
+    expect(await raw.send({ type: 'hello', id: 2, session: 'no spaces!', version: PROTOCOL_VERSION, token: tokenFor('x') })).toMatchObject({
+      id: 2,
+      code: 'BAD_SESSION',
+    });
+    expect(await raw.send({ type: 'hello', id: 3, session: 'ok', version: 99, token: tokenFor('ok') })).toMatchObject({
+      id: 3,
+      code: 'BAD_VERSION',
+    });
     const first = uniqueSession();
-    expect(await raw.send({ type: 'hello', id: 4, session: first, version: PROTOCOL_VERSION, token: tokenFor(first) })).toMatchObject({ id: 4, type: 'reply' });
-    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: PROTOCOL_VERSION, token: tokenFor('other') })).toMatchObject({ id: 5, code: 'ALREADY_IN_SESSION' });
+    expect(await raw.send({ type: 'hello', id: 4, session: first, version: PROTOCOL_VERSION, token: tokenFor(first) })).toMatchObject({
+      id: 4,
+      type: 'reply',
+    });
+    expect(await raw.send({ type: 'hello', id: 5, session: 'other', version: PROTOCOL_VERSION, token: tokenFor('other') })).toMatchObject({
+      id: 5,
+      code: 'ALREADY_IN_SESSION',
+    });
     raw.ws.close();
   });
 
@@ -101,7 +118,10 @@ describe('bad input', () => {
     const raw = await Raw.open();
     await raw.send({ type: 'hello', id: 1, session: uniqueSession(), version: PROTOCOL_VERSION, token: tokenFor('fresh') });
     expect(await raw.send({ type: 'regroup', id: 2, fromRound: 1 })).toMatchObject({ id: 2, code: 'NOT_JOINED' });
-    expect(await raw.send({ type: 'signal', id: 3, to: 0, data: { channel: 'x', body: null } })).toMatchObject({ id: 3, code: 'NOT_JOINED' });
+    expect(await raw.send({ type: 'signal', id: 3, to: 0, data: { channel: 'x', body: null } })).toMatchObject({
+      id: 3,
+      code: 'NOT_JOINED',
+    });
     raw.ws.close();
   });
 

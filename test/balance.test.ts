@@ -30,14 +30,18 @@ describe('splitBatch', () => {
     expect(splitBatch(64, [4, 4, 4, 1])).toEqual([20, 19, 19, 6]);
     expect(splitBatch(10, [1000, 1])).toEqual([9, 1]);
     expect(splitBatch(3, [1, 1, 1, 1])).toEqual([1, 1, 1, 0]);
-    for (const [count, weights] of [[37, [0.3, 2.2, 1.1]], [5, [9, 1, 1, 1, 1]], [100, [1e-9, 1, 1e9]]] as const) {
+    for (const [count, weights] of [
+      [37, [0.3, 2.2, 1.1]],
+      [5, [9, 1, 1, 1, 1]],
+      [100, [1e-9, 1, 1e9]],
+    ] as const) {
       const counts = splitBatch(count, weights);
       expect(counts.reduce((a, b) => a + b, 0)).toBe(count);
       expect(Math.min(...counts)).toBeGreaterThanOrEqual(1);
     }
   });
 
-  it('in units of a quantum, the rest to the fastest rank, so a rank\'s batch takes few sizes', () => {
+  it("in units of a quantum, the rest to the fastest rank, so a rank's batch takes few sizes", () => {
     expect(splitBatch(256, [4, 4, 4, 1], 8)).toEqual([80, 80, 72, 24]);
     expect(splitBatch(259, [4, 4, 4, 1], 8).reduce((a, b) => a + b, 0)).toBe(259);
     expect(splitBatch(259, [1, 4, 1, 1], 8)[1]! % 8).toBe(3);
@@ -52,7 +56,7 @@ describe('splitBatch', () => {
 });
 
 describe('balancedBatchOf', () => {
-  it('the ranks\' batches are the step\'s samples, each once; an epoch covers the order exactly once', () => {
+  it("the ranks' batches are the step's samples, each once; an epoch covers the order exactly once", () => {
     const plan = planGlobalEpoch(51, { step: 0, epoch: 0, position: 0 }, { numReplicas: 3, batchSize: 4, shuffle: true, seed: 1 });
     expect(plan.stepsLeft).toBe(5); // 51 samples at 12 a step
     const seen: number[] = [];
@@ -91,7 +95,7 @@ describe('StepCosts', () => {
     expect(costs.models()[0]!.overhead + 26 * costs.models()[0]!.perSample).toBeCloseTo(38, 9);
   });
 
-  it('a rank seen at one size takes the group\'s overhead ratio; an unmeasured rank the median model', () => {
+  it("a rank seen at one size takes the group's overhead ratio; an unmeasured rank the median model", () => {
     const costs = new StepCosts(3);
     costs.observe([10, 10, 10], [30, 60, 0]);
     // No lines yet: time in proportion to the samples.
@@ -103,7 +107,7 @@ describe('StepCosts', () => {
     expect(costs.models()[2]).toEqual(costs.models()[0]!.perSample < costs.models()[1]!.perSample ? costs.models()[1] : costs.models()[0]);
   });
 
-  it('a peer\'s figure is untrusted: non-finite or non-positive times are ignored, and no rank is predicted 20x cheaper per sample than the median', () => {
+  it("a peer's figure is untrusted: non-finite or non-positive times are ignored, and no rank is predicted 20x cheaper per sample than the median", () => {
     const costs = new StepCosts(3);
     costs.observe([10, 10, 10], [NaN, -5, Infinity]);
     expect(costs.known).toBe(false);
@@ -125,7 +129,7 @@ describe('splitByCost', () => {
     }
   });
 
-  it('a rank whose fixed cost alone is longer than the others\' whole batches gets no samples; a probe gives it one unit', () => {
+  it("a rank whose fixed cost alone is longer than the others' whole batches gets no samples; a probe gives it one unit", () => {
     // Four ranks of a small model: 20 ms a step plus 0.1 ms a sample; rank 3 four times slower.
     const models = [line(20, 0.1), line(20, 0.1), line(20, 0.1), line(80, 0.4)];
     const counts = splitByCost(128, models, 4);
@@ -151,7 +155,13 @@ describe('splitByCost', () => {
 
   it('the same split on every rank: pure arithmetic on the same figures', () => {
     const models = [line(3.3, 0.71), line(9.1, 0.2), line(0.5, 1.9), line(40, 0.05)];
-    expect(splitByCost(200, models, 3)).toEqual(splitByCost(200, models.map((m) => ({ ...m })), 3));
+    expect(splitByCost(200, models, 3)).toEqual(
+      splitByCost(
+        200,
+        models.map((m) => ({ ...m })),
+        3,
+      ),
+    );
   });
 });
 
@@ -168,7 +178,17 @@ describe('runElastic with balance', () => {
   const data = syntheticDataset({ length: 480, inputSize: 16, numClasses: 4, seed: 2 });
 
   /** `option`: the option's name, or its deprecated one (balanceBatches), which must do the same. */
-  function member(net: MemoryNetwork, id: number, session: string, world: number, batchSize: number, cost: { overheadMs?: number; msPerSample: number }, events: ElasticEvent[], samples: number[][], option: 'balance' | 'balanceBatches' = 'balance'): Promise<ElasticRunResult> {
+  function member(
+    net: MemoryNetwork,
+    id: number,
+    session: string,
+    world: number,
+    batchSize: number,
+    cost: { overheadMs?: number; msPerSample: number },
+    events: ElasticEvent[],
+    samples: number[][],
+    option: 'balance' | 'balanceBatches' = 'balance',
+  ): Promise<ElasticRunResult> {
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
     const state = new TrainState({ model, optimizer: () => new SGD({ lr: 0.1 }) });
     return runElastic({
@@ -204,14 +224,17 @@ describe('runElastic with balance', () => {
     });
   }
 
-  it('a 4x slower rank gets about a quarter of the fast rank\'s samples; exactly once; equal to one rank at the global batch', async () => {
+  it("a 4x slower rank gets about a quarter of the fast rank's samples; exactly once; equal to one rank at the global batch", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('balance');
     const events: ElasticEvent[] = [];
     const samples: number[][] = [];
     const warn = vi.spyOn(console, 'warn').mockImplementation(() => {});
     // Rank 1 says it with the old name: the same balanced run, and one warning for the page.
-    const runs = await Promise.all([member(net, 0, session, 2, 16, { msPerSample: 2 }, events, samples), member(net, 1, session, 2, 16, { msPerSample: 8 }, events, samples, 'balanceBatches')]);
+    const runs = await Promise.all([
+      member(net, 0, session, 2, 16, { msPerSample: 2 }, events, samples),
+      member(net, 1, session, 2, 16, { msPerSample: 8 }, events, samples, 'balanceBatches'),
+    ]);
     expect(warn.mock.calls.filter(([m]) => String(m).includes('balanceBatches is deprecated, use balance'))).toHaveLength(1);
     warn.mockRestore();
     expect(runs.map((r) => r.steps)).toEqual([15, 15]);
@@ -229,7 +252,9 @@ describe('runElastic with balance', () => {
     expect(mean).toBeLessThanOrEqual(9);
 
     const soloEvents: ElasticEvent[] = [];
-    const [solo] = await Promise.all([member(new MemoryNetwork(), 0, uniqueSession('balance-solo'), 1, 32, { msPerSample: 0 }, soloEvents, [])]);
+    const [solo] = await Promise.all([
+      member(new MemoryNetwork(), 0, uniqueSession('balance-solo'), 1, 32, { msPerSample: 0 }, soloEvents, []),
+    ]);
     const [a, b] = [await runs[0]!.ddp.flatWeights(), await solo!.ddp.flatWeights()];
     let d = 0;
     let n = 0;
@@ -242,7 +267,7 @@ describe('runElastic with balance', () => {
     await solo!.close();
   });
 
-  it('a rank whose fixed cost makes it slower than the others\' whole batches trains no samples, and its replica stays identical', async () => {
+  it("a rank whose fixed cost makes it slower than the others' whole batches trains no samples, and its replica stays identical", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('balance-overhead');
     const events: ElasticEvent[] = [];
@@ -272,7 +297,6 @@ describe('runElastic with balance', () => {
     await Promise.all(runs.map((r) => r.close()));
   });
 });
-
 
 describe('keepSplit', () => {
   it('keeps the last split while it predicts a step within 20% of the new one, so batch shapes (and compiled kernels) stay the same on noise', () => {

@@ -9,7 +9,13 @@ import type { AddressInfo } from 'node:net';
 import { checkpointHandler, type CheckpointHandlerOptions } from '../signaling/checkpoints.ts';
 import { latestValidCheckpoint } from '../signaling/checkpoint_store.ts';
 import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
-import { CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+import {
+  CheckpointCorruptError,
+  decodeCheckpoint,
+  encodeCheckpoint,
+  type Checkpoint,
+  type WeightSpec,
+} from '../src/checkpoint/checkpoint_format.ts';
 import { DistTimeoutError, UnauthorizedError } from '../src/wire/errors.ts';
 import { SessionTokens, TOKEN_FILE } from '../signaling/session_tokens.ts';
 import type { RunningServer } from '../signaling/server.ts';
@@ -43,7 +49,13 @@ function specsFor(layers: Array<[number, number]>): WeightSpec[] {
 
 const bytesOf = (specs: WeightSpec[]) => specs.reduce((n, s) => n + 4 * s.shape.reduce((a, b) => a * b, 1), 0);
 
-function makeCheckpoint(step: number, layers: Array<[number, number]> = [[16, 8], [8, 4]]): Checkpoint {
+function makeCheckpoint(
+  step: number,
+  layers: Array<[number, number]> = [
+    [16, 8],
+    [8, 4],
+  ],
+): Checkpoint {
   const weightSpecs = specsFor(layers);
   const optimizerSpecs: WeightSpec[] = [
     { name: 'iter', shape: [], dtype: 'float32' },
@@ -53,7 +65,13 @@ function makeCheckpoint(step: number, layers: Array<[number, number]> = [[16, 8]
     ]),
   ];
   return {
-    meta: { step, epoch: Math.floor(step / 100), sampler: { epoch: 1, index: step * 32 }, config: { lr: 0.001, batchSize: 32 }, generation: 2 },
+    meta: {
+      step,
+      epoch: Math.floor(step / 100),
+      sampler: { epoch: 1, index: step * 32 },
+      config: { lr: 0.001, batchSize: 32 },
+      generation: 2,
+    },
     model: {
       modelTopology: {
         class_name: 'Sequential',
@@ -61,7 +79,13 @@ function makeCheckpoint(step: number, layers: Array<[number, number]> = [[16, 8]
           name: 'sequential_1',
           layers: layers.map(([inputs, units], i) => ({
             class_name: 'Dense',
-            config: { units, activation: i === layers.length - 1 ? 'softmax' : 'relu', use_bias: true, name: `dense_Dense${i + 1}`, ...(i === 0 ? { batch_input_shape: [null, inputs] } : {}) },
+            config: {
+              units,
+              activation: i === layers.length - 1 ? 'softmax' : 'relu',
+              use_bias: true,
+              name: `dense_Dense${i + 1}`,
+              ...(i === 0 ? { batch_input_shape: [null, inputs] } : {}),
+            },
           })),
         },
         keras_version: 'tfjs-layers 4.22.0',
@@ -89,7 +113,10 @@ const sameBytes = (a: ArrayBuffer, b: ArrayBuffer) => Buffer.from(a).equals(Buff
 
 describe('checkpoint container', () => {
   it('round-trips meta, topology, specs and weight data', async () => {
-    const c = makeCheckpoint(1234, [[784, 128], [128, 10]]);
+    const c = makeCheckpoint(1234, [
+      [784, 128],
+      [128, 10],
+    ]);
     const bytes = await encodeCheckpoint(c);
     const d = await decodeCheckpoint(bytes);
     expect(d.meta).toEqual(c.meta);
@@ -245,7 +272,11 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
   );
 }
 
-const exists = (path: string) => stat(path).then(() => true, () => false);
+const exists = (path: string) =>
+  stat(path).then(
+    () => true,
+    () => false,
+  );
 /** An upload into that folder has got past its header (its .tmp file exists). */
 const hasTmp = async (sessionDir: string) => (await readdir(sessionDir).catch(() => [])).some((f) => f.endsWith('.tmp'));
 
@@ -260,7 +291,13 @@ interface Answer {
  * client). `answer` settles with the server's response; a guard timer fails it instead of
  * letting a test hang. `abort()` drops the connection.
  */
-function stalledUpload(url: string, s: string, head: Uint8Array, length: number, guardMs = 5_000): { answer: Promise<Answer>; abort(): void } {
+function stalledUpload(
+  url: string,
+  s: string,
+  head: Uint8Array,
+  length: number,
+  guardMs = 5_000,
+): { answer: Promise<Answer>; abort(): void } {
   const { port } = new URL(url);
   const req = httpRequest({
     host: '127.0.0.1',
@@ -280,7 +317,11 @@ function stalledUpload(url: string, s: string, head: Uint8Array, length: number,
       res.on('end', () => {
         clearTimeout(guard);
         req.destroy();
-        done({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(Buffer.concat(chunks).toString() || '{}') as Answer['body'] });
+        done({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          body: JSON.parse(Buffer.concat(chunks).toString() || '{}') as Answer['body'],
+        });
       });
     });
     req.on('error', (err) => {
@@ -446,7 +487,11 @@ describe('checkpoint server', () => {
     const body = (await res.json()) as { error: string; message: string };
     expect(body.error).toBe('corrupt');
     expect(body.message).toContain('checksum mismatch');
-    const truncated = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'PUT', headers: headersFor(s), body: bytes.subarray(0, 1000) });
+    const truncated = await fetch(`${srv.url}api/checkpoints/${s}`, {
+      method: 'PUT',
+      headers: headersFor(s),
+      body: bytes.subarray(0, 1000),
+    });
     expect(truncated.status).toBe(400);
     expect(((await truncated.json()) as { message: string }).message).toContain(`truncated: expected ${bytes.length} bytes, got 1000`);
     // No checkpoint, no .tmp, no token file, and no folder: a refused upload leaves nothing behind.
@@ -458,12 +503,18 @@ describe('checkpoint server', () => {
     const c = makeCheckpoint(1);
     // A valid container (checksum included) whose model section is 4 bytes short of its weightSpecs.
     const short = { ...c, model: { ...c.model, weightData: c.model.weightData.slice(4) } };
-    const res = await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: await encodeCheckpoint(short) });
+    const res = await fetch(`${srv.url}api/checkpoints/${s}`, {
+      method: 'POST',
+      headers: headersFor(s),
+      body: await encodeCheckpoint(short),
+    });
     expect(res.status).toBe(400);
     const body = (await res.json()) as { error: string; message: string };
     expect(body.error).toBe('corrupt');
     const expected = bytesOf(c.model.weightSpecs);
-    expect(body.message).toContain(`model.weightSpecs describe ${expected} bytes of tensors but the model section holds ${expected - 4} bytes`);
+    expect(body.message).toContain(
+      `model.weightSpecs describe ${expected} bytes of tensors but the model section holds ${expected - 4} bytes`,
+    );
     expect(await exists(join(srv.dir, s))).toBe(false);
   });
 
@@ -573,7 +624,8 @@ describe('checkpoint parts', () => {
     saved.plain.push((await saveCheckpoint(srv.url, s, makeCheckpoint(100), auth(s))).name);
     // The stages save the same steps, interleaved, as a pipeline does.
     for (let step = 1; step <= 4; step++) {
-      for (const part of ['stage-0', 'stage-1']) saved[part]!.push((await saveCheckpoint(srv.url, s, stageCheckpoint(part, step), inPart(s, part))).name);
+      for (const part of ['stage-0', 'stage-1'])
+        saved[part]!.push((await saveCheckpoint(srv.url, s, stageCheckpoint(part, step), inPart(s, part))).name);
     }
     saved.plain.push((await saveCheckpoint(srv.url, s, makeCheckpoint(200), auth(s))).name);
 
@@ -681,7 +733,8 @@ describe('checkpoint parts', () => {
     expect((err as Error).message).toContain(restarted20);
 
     await expect(loadCheckpoint(srv.url, s, { ...auth(s), step: 20, name: first20 })).rejects.toThrow(TypeError);
-    for (const bad of [-1, 1.5, Number.NaN]) await expect(loadCheckpoint(srv.url, s, { ...auth(s), step: bad })).rejects.toThrow(RangeError);
+    for (const bad of [-1, 1.5, Number.NaN])
+      await expect(loadCheckpoint(srv.url, s, { ...auth(s), step: bad })).rejects.toThrow(RangeError);
   });
 
   it('refuses bad part names: the server with 400 on every route, the client with RangeError before any request', async () => {
@@ -721,7 +774,9 @@ describe('checkpoint parts', () => {
           const res = await fetch(`${srv.url}${path}?${query}`, { method, headers, body: method === 'POST' ? body : undefined });
           const answer = (await res.json()) as { error: string; message: string };
           expect([query, method, path, res.status, answer.error]).toEqual([query, method, path, 400, 'bad-part']);
-          expect(answer.message).toMatch(query.includes('&') ? /give one part/ : /is not allowed: use 1-32 characters of a-z 0-9 and "-", the first a letter or digit/);
+          expect(answer.message).toMatch(
+            query.includes('&') ? /give one part/ : /is not allowed: use 1-32 characters of a-z 0-9 and "-", the first a letter or digit/,
+          );
         }
       }
     }
@@ -732,9 +787,29 @@ describe('checkpoint parts', () => {
       requests++;
       return Promise.reject(new Error('no request was expected'));
     }) as typeof fetch;
-    for (const bad of ['Stage-0', '-x', '', 'a'.repeat(33), 'a_b', 'a.b', '.', '..', '%2e%2e', 'a/b', '../x', 'ü', ' stage-0', 'stage-0\n']) {
+    for (const bad of [
+      'Stage-0',
+      '-x',
+      '',
+      'a'.repeat(33),
+      'a_b',
+      'a.b',
+      '.',
+      '..',
+      '%2e%2e',
+      'a/b',
+      '../x',
+      'ü',
+      ' stage-0',
+      'stage-0\n',
+    ]) {
       const o = { ...inPart(s, bad), fetch: counting };
-      for (const call of [saveCheckpoint(srv.url, s, makeCheckpoint(1), o), loadCheckpoint(srv.url, s, o), loadCheckpoint(srv.url, s, { ...o, step: 1 }), listCheckpoints(srv.url, s, o)]) {
+      for (const call of [
+        saveCheckpoint(srv.url, s, makeCheckpoint(1), o),
+        loadCheckpoint(srv.url, s, o),
+        loadCheckpoint(srv.url, s, { ...o, step: 1 }),
+        listCheckpoints(srv.url, s, o),
+      ]) {
         const err = await rejection(call);
         expect(err, JSON.stringify(bad)).toBeInstanceOf(RangeError);
         expect((err as Error).message).toContain(`checkpoint part ${JSON.stringify(bad)} is not allowed`);
@@ -780,8 +855,17 @@ describe('checkpoint parts', () => {
     }
     expect(await exists(join(srv.dir, other))).toBe(false);
     // Uploads too.
-    for (const path of [`/api/checkpoints/${s}/parts/x`, `/api/checkpoints/${s}?part=..`, `/api/checkpoints/${s}?part=%2e%2e`, `/api/checkpoints/${s}?part=x%2F..%2F..`]) {
-      const res = await fetch(`${srv.url}${path.slice(1)}`, { method: 'POST', headers: h, body: await encodeCheckpoint(makeCheckpoint(1)) });
+    for (const path of [
+      `/api/checkpoints/${s}/parts/x`,
+      `/api/checkpoints/${s}?part=..`,
+      `/api/checkpoints/${s}?part=%2e%2e`,
+      `/api/checkpoints/${s}?part=x%2F..%2F..`,
+    ]) {
+      const res = await fetch(`${srv.url}${path.slice(1)}`, {
+        method: 'POST',
+        headers: h,
+        body: await encodeCheckpoint(makeCheckpoint(1)),
+      });
       expect([path, res.status]).toEqual([path, path.includes('/parts/') ? 404 : 400]);
     }
     expect(await tree(srv.dir)).toEqual(before);
@@ -826,7 +910,12 @@ describe('checkpoint parts', () => {
     const b = await joined(small);
     await saveCheckpoint(small.url, a, makeCheckpoint(1), { ...auth(a), part: 'stage-0' });
     await saveCheckpoint(small.url, a, makeCheckpoint(1), { ...auth(a), part: 'stage-1' });
-    for (const [who, part] of [[a, 'stage-2'], [a, undefined], [b, 'stage-0'], [b, undefined]] as const) {
+    for (const [who, part] of [
+      [a, 'stage-2'],
+      [a, undefined],
+      [b, 'stage-0'],
+      [b, undefined],
+    ] as const) {
       const err = await rejection(saveCheckpoint(small.url, who, makeCheckpoint(1), { ...auth(who), part }));
       expect((err as CheckpointError).status, `${who} ${part}`).toBe(507);
       expect((err as Error).message).toContain(`${2 * bytes.length} bytes are stored or being uploaded`);
@@ -845,7 +934,10 @@ describe('saveState and restoreStatePart', () => {
     const o = { url: srv.url, session: s, token: tokenFor(s) };
     // Two stages: different models, as a pipeline's are.
     const stage = (part: number, seed: number) =>
-      new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [part === 0 ? 16 : 8], numClasses: 4, seed }), optimizer: () => tf.train.adam(0.01) });
+      new TrainState({
+        model: buildModel({ kind: 'mlp', inputShape: [part === 0 ? 16 : 8], numClasses: 4, seed }),
+        optimizer: () => tf.train.adam(0.01),
+      });
     const run: RunRecord = { generations: 2, stepsRedone: 1, resumes: ['resumed at step 3'] };
     const stages = [stage(0, 1), stage(1, 2)];
     for (const [i, st] of stages.entries()) {
@@ -853,7 +945,9 @@ describe('saveState and restoreStatePart', () => {
       await saveState(st, run, { ...o, part: `stage-${i}` });
     }
     // data(), not dataSync(): dataSync can return stale data on TF.js's WebGPU backend (PLATFORM.md).
-    const weightsAt5 = await Promise.all(stages.map((st) => Promise.all(st.model.getWeights().map(async (w) => Array.from(await w.data())))));
+    const weightsAt5 = await Promise.all(
+      stages.map((st) => Promise.all(st.model.getWeights().map(async (w) => Array.from(await w.data())))),
+    );
     // Stage 0 goes on alone to step 6 with other weights.
     stages[0]!.model.setWeights(stages[0]!.model.getWeights().map((w) => tf.tidy(() => w.add(1))));
     stages[0]!.progress = { step: 6, epoch: 0, position: 48 };
@@ -963,7 +1057,11 @@ describe('checkpoint limits and failures', () => {
 
     // Once the first one is gone, its slot is free again.
     first.abort();
-    await waitFor('an upload to be taken (201) once the first one is gone', async () => (await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes })).status === 201, { intervalMs: 20 });
+    await waitFor(
+      'an upload to be taken (201) once the first one is gone',
+      async () => (await fetch(`${srv.url}api/checkpoints/${s}`, { method: 'POST', headers: headersFor(s), body: bytes })).status === 201,
+      { intervalMs: 20 },
+    );
     expect((await listCheckpoints(srv.url, s, auth(s))).length).toBe(1);
   });
 
@@ -990,7 +1088,11 @@ describe('checkpoint limits and failures', () => {
     expect(refused.status).toBe(507);
     expect(((await refused.json()) as { message: string }).message).toContain(`${bytes.length} bytes are stored or being uploaded`);
     holding.abort();
-    await waitFor('an upload to be taken (201) once the holding one is gone', async () => (await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes })).status === 201, { intervalMs: 20 });
+    await waitFor(
+      'an upload to be taken (201) once the holding one is gone',
+      async () => (await fetch(`${empty.url}api/checkpoints/${c}`, { method: 'POST', headers: headersFor(c), body: bytes })).status === 201,
+      { intervalMs: 20 },
+    );
   });
 
   it('times out a request that gets no answer, naming the URL and the time', async () => {
@@ -1003,7 +1105,9 @@ describe('checkpoint limits and failures', () => {
   });
 
   it('a server without the checkpoint handler is an error, not "no checkpoint"', async () => {
-    const plain = await listen(createServer((_req, res) => res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: /api/...')));
+    const plain = await listen(
+      createServer((_req, res) => res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: /api/...')),
+    );
     servers.push(plain);
     const err = await rejection(loadCheckpoint(plain.url, 'x', auth('x')));
     expect(err).toBeInstanceOf(CheckpointError);
@@ -1072,7 +1176,11 @@ describe('checkpoint routes on the real server need the session token', () => {
       const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
       if (authorization !== undefined) headers.authorization = authorization;
       const res = await fetch(server.url + route.path, { method: route.method, headers, body: route.body });
-      return { status: res.status, challenge: res.headers.get('www-authenticate'), ...((await res.json()) as { error: string; message: string }) };
+      return {
+        status: res.status,
+        challenge: res.headers.get('www-authenticate'),
+        ...((await res.json()) as { error: string; message: string }),
+      };
     };
 
     for (const route of routes(s)) {

@@ -3,8 +3,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdir, mkdtemp, readdir, rm, unlink, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CheckpointRefused, checkpointStore, latestValidCheckpoint, type ByteSource, type CheckpointStoreOptions } from '../signaling/checkpoint_store.ts';
-import { CHECKPOINT_MAGIC, CHECKPOINT_VERSION, PREAMBLE_BYTES, encodeCheckpoint, type Checkpoint, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
+import {
+  CheckpointRefused,
+  checkpointStore,
+  latestValidCheckpoint,
+  type ByteSource,
+  type CheckpointStoreOptions,
+} from '../signaling/checkpoint_store.ts';
+import {
+  CHECKPOINT_MAGIC,
+  CHECKPOINT_VERSION,
+  PREAMBLE_BYTES,
+  encodeCheckpoint,
+  type Checkpoint,
+  type WeightSpec,
+} from '../src/checkpoint/checkpoint_format.ts';
 import { errorOf } from './fixtures/errors.ts';
 
 let root: string;
@@ -45,7 +58,11 @@ function makeCheckpoint(meta: Record<string, unknown>, units = 4): Checkpoint {
   const optimizerSpecs: WeightSpec[] = [{ name: 'iter', shape: [], dtype: 'float32' }];
   return {
     meta,
-    model: { modelTopology: { class_name: 'Sequential', config: { name: 'sequential_1', layers: [] } }, weightSpecs, weightData: randomData(4 * (8 * units + units)) },
+    model: {
+      modelTopology: { class_name: 'Sequential', config: { name: 'sequential_1', layers: [] } },
+      weightSpecs,
+      weightData: randomData(4 * (8 * units + units)),
+    },
     optimizer: { weightSpecs: optimizerSpecs, weightData: randomData(4) },
   };
 }
@@ -132,7 +149,13 @@ describe('checkpoint store', () => {
     expect(verified).toHaveLength(1);
 
     // The standalone reader verifies it itself and gives its meta.
-    expect(await latestValidCheckpoint(dir, 'alpha')).toEqual({ name: saved.name, path: join(folder, `${saved.name}.ckpt`), bytes: bytes.length, meta: { step: 42 }, skipped: [] });
+    expect(await latestValidCheckpoint(dir, 'alpha')).toEqual({
+      name: saved.name,
+      path: join(folder, `${saved.name}.ckpt`),
+      bytes: bytes.length,
+      meta: { step: 42 },
+      skipped: [],
+    });
   });
 
   it('names a checkpoint without a usable meta.step by its time alone', async () => {
@@ -203,7 +226,9 @@ describe('checkpoint store', () => {
   it('refuses options that are not positive integers', async () => {
     const dir = join(root, 'never-used');
     expect(() => checkpointStore({ dir, keep: 0 })).toThrow(errorOf(RangeError, 'keep must be a positive integer, got 0'));
-    expect(() => checkpointStore({ dir, maxDiskBytes: 1.5 })).toThrow(errorOf(RangeError, 'maxDiskBytes must be a positive integer, got 1.5'));
+    expect(() => checkpointStore({ dir, maxDiskBytes: 1.5 })).toThrow(
+      errorOf(RangeError, 'maxDiskBytes must be a positive integer, got 1.5'),
+    );
   });
 });
 
@@ -215,9 +240,14 @@ describe('checkpoint store: refused saves leave nothing behind', () => {
     let committed = false;
     const folder = store.folder('delta');
     const err = await refusal(
-      store.save(folder, bytes.length, () => sourceOf(bytes), async () => {
-        committed = true;
-      }),
+      store.save(
+        folder,
+        bytes.length,
+        () => sourceOf(bytes),
+        async () => {
+          committed = true;
+        },
+      ),
     );
     expect(err.code).toBe('corrupt');
     expect(err.message).toContain('checksum mismatch');
@@ -256,7 +286,9 @@ describe('checkpoint store: refused saves leave nothing behind', () => {
     const short = await encodeCheckpoint({ ...c, model: { ...c.model, weightData: c.model.weightData.slice(4) } });
     const sections = await refusal(saveBytes(store, folder, short));
     expect(sections.code).toBe('corrupt');
-    expect(sections.message).toContain(`model.weightSpecs describe ${4 * (8 * 4 + 4)} bytes of tensors but the model section holds ${4 * (8 * 4 + 4) - 4} bytes`);
+    expect(sections.message).toContain(
+      `model.weightSpecs describe ${4 * (8 * 4 + 4)} bytes of tensors but the model section holds ${4 * (8 * 4 + 4) - 4} bytes`,
+    );
 
     expect(verified).toEqual([]);
     expect(await readdir(dir)).toEqual([]);
@@ -311,9 +343,14 @@ describe('checkpoint store: refused saves leave nothing behind', () => {
     const bytes = await container({ step: 1 });
     const taken = new Error('the session has another token now');
     const err = await failure(
-      store.save(store.folder('theta'), bytes.length, () => sourceOf(bytes), async () => {
-        throw taken;
-      }),
+      store.save(
+        store.folder('theta'),
+        bytes.length,
+        () => sourceOf(bytes),
+        async () => {
+          throw taken;
+        },
+      ),
     );
     expect(err).toBe(taken);
     expect(verified).toHaveLength(1);
@@ -327,12 +364,14 @@ describe('checkpoint store: refused saves leave nothing behind', () => {
     const second = await container({ step: 2 });
     const err = await refusal(saveBytes(store, store.folder('kappa'), second));
     expect(err.code).toBe('insufficient-storage');
-    expect(err.message).toContain(`${first.length} bytes are stored or being uploaded (all sessions) and this upload of ${second.length} bytes would pass its limit of ${Math.floor(first.length * 1.5)} bytes (maxDiskBytes)`);
+    expect(err.message).toContain(
+      `${first.length} bytes are stored or being uploaded (all sessions) and this upload of ${second.length} bytes would pass its limit of ${Math.floor(first.length * 1.5)} bytes (maxDiskBytes)`,
+    );
     expect(logged.some((line) => line.includes('disk budget'))).toBe(true);
     expect(await readdir(dir)).toEqual(['iota']); // the refused save made no folder
   });
 
-  it('counts leftover .tmp files in the budget, and frees a refused save\'s share of it', async () => {
+  it("counts leftover .tmp files in the budget, and frees a refused save's share of it", async () => {
     const bytes = await container({ step: 1 });
     const { dir, store } = await freshStore({ maxDiskBytes: bytes.length + 10 });
     await mkdir(join(dir, 'old'));
@@ -445,6 +484,8 @@ describe('checkpoint store: latest and pruning', () => {
     await latest.found?.fh.close();
 
     const second = await saveBytes(store, folder, await container({ step: 2 }));
-    expect((await readdir(folder)).sort()).toEqual([`${first.name}.ckpt`, `${second.name}.ckpt`, 'upload-in-progress-elsewhere.tmp'].sort());
+    expect((await readdir(folder)).sort()).toEqual(
+      [`${first.name}.ckpt`, `${second.name}.ckpt`, 'upload-in-progress-elsewhere.tmp'].sort(),
+    );
   });
 });

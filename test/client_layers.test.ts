@@ -32,11 +32,16 @@ interface Edge {
 function importsOf(file: string): Edge[] {
   const text = readFileSync(join(ROOT, file), 'utf8');
   const found = [
-    ...[...text.matchAll(/(?:^|[\s;])(import|export)\s+(type\s)?[^'";]*?from\s*'([^']+)'/g)].map((m) => ({ spec: m[3]!, typeOnly: m[2] !== undefined })),
+    ...[...text.matchAll(/(?:^|[\s;])(import|export)\s+(type\s)?[^'";]*?from\s*'([^']+)'/g)].map((m) => ({
+      spec: m[3]!,
+      typeOnly: m[2] !== undefined,
+    })),
     ...[...text.matchAll(/(?:^|[\s;])import\s*'([^']+)'/g)].map((m) => ({ spec: m[1]!, typeOnly: false })),
     ...[...text.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g)].map((m) => ({ spec: m[1]!, typeOnly: false })),
   ];
-  return found.filter(({ spec }) => spec.startsWith('.')).map(({ spec, typeOnly }) => ({ from: file, to: relative(ROOT, join(ROOT, dirname(file), spec)), typeOnly }));
+  return found
+    .filter(({ spec }) => spec.startsWith('.'))
+    .map(({ spec, typeOnly }) => ({ from: file, to: relative(ROOT, join(ROOT, dirname(file), spec)), typeOnly }));
 }
 
 const FILES = sources('client');
@@ -83,7 +88,9 @@ const show = (e: Edge) => `${e.from} -> ${e.to}${e.typeOnly ? ' (type)' : ''}`;
 
 describe('client layers', () => {
   it('client/train imports neither the dashboard (client/ui) nor a page', () => {
-    const up = EDGES.filter((e) => folderOf(e.from) === 'client/train' && ['client/ui', 'client/pages', 'client/script'].includes(folderOf(e.to)));
+    const up = EDGES.filter(
+      (e) => folderOf(e.from) === 'client/train' && ['client/ui', 'client/pages', 'client/script'].includes(folderOf(e.to)),
+    );
     expect(up.map(show)).toEqual([]);
   });
 

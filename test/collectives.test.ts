@@ -22,12 +22,24 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number, extra: { peerTimeoutMs?: number; stallTimeoutMs?: number; maxFrameBytes?: number; highWaterMark?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+async function groups(
+  n: number,
+  extra: { peerTimeoutMs?: number; stallTimeoutMs?: number; maxFrameBytes?: number; highWaterMark?: number } = {},
+): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('coll');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
   return { pgs, net };
@@ -192,7 +204,18 @@ describe('failure', () => {
     // Rank 1 waits longer, so the failure seen first is rank 0's full send queue, not rank 1's silence.
     const pgs = await Promise.all(
       [500, 10_000].map((peerTimeoutMs, rank) =>
-        initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), peerTimeoutMs, highWaterMark: 4096, maxFrameBytes: 1024 }),
+        initProcessGroup({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          worldSize: 2,
+          rank,
+          timeoutMs: 5_000,
+          linkFactory: net.factoryFor(rank),
+          peerTimeoutMs,
+          highWaterMark: 4096,
+          maxFrameBytes: 1024,
+        }),
       ),
     );
     await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
@@ -217,7 +240,12 @@ describe('failure', () => {
     const { pgs, net } = await groups(3, { peerTimeoutMs: 10_000, highWaterMark: 4096, maxFrameBytes: 1024 });
     await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(4))));
     net.end(0, 1)!.stall(); // rank 0's send to rank 1 waits for a drain that never comes
-    const results = pgs.map((pg) => pg.allReduce(new Float32Array(30_000)).then(() => new Error('finished'), (e: unknown) => e as Error));
+    const results = pgs.map((pg) =>
+      pg.allReduce(new Float32Array(30_000)).then(
+        () => new Error('finished'),
+        (e: unknown) => e as Error,
+      ),
+    );
     await waitFor("rank 0's send to rank 1 to wait on its full queue", () => net.end(0, 1)!.buffered > 4096);
     // Rank 2's destroy aborts its collective and tells its peers so (its links stay open for its bye), then the server tells them it left and forms a new round, which closes their groups.
     void pgs[2].destroy();
@@ -273,10 +301,14 @@ describe('liveness', () => {
     expect(err.rank).toBe(0);
     expect(err.stalledMs).toBeGreaterThan(1_000);
     expect(err.during).toBe('waiting for allReduce(sum) of 1 elements #2');
-    expect(err.message).toMatch(/^this tab \(rank 0\) was paused for 1\.\d s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 1 elements #2: the other ranks have gone on without it$/);
+    expect(err.message).toMatch(
+      /^this tab \(rank 0\) was paused for 1\.\d s \(the browser froze it, the computer slept, or a script blocked the page\) while it was waiting for allReduce\(sum\) of 1 elements #2: the other ranks have gone on without it$/,
+    );
     expect(isRecoverable(err)).toBe(true);
     // Rank 1 was between collectives; its group failed the same way, and later calls say so.
-    await expect(pgs[1]!.allReduce(Float32Array.of(1))).rejects.toThrow(errorOf(RankStalledError, /this tab \(rank 1\) was paused .* while it was between collectives/));
+    await expect(pgs[1]!.allReduce(Float32Array.of(1))).rejects.toThrow(
+      errorOf(RankStalledError, /this tab \(rank 1\) was paused .* while it was between collectives/),
+    );
     for (const pg of pgs) pg.destroy();
   });
 

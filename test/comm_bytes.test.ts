@@ -18,7 +18,8 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { commSetup, denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES } from '../client/train/comm.ts';
 import { allReduceBytes, messageBytes } from '../src/c10d/collective_bytes.ts';
 
-const ringAllReduceBytes = (elements: number, rank: number, n: number, frameBytes?: number) => allReduceBytes(elements, rank, n, { frameBytes, algorithm: 'ring' });
+const ringAllReduceBytes = (elements: number, rank: number, n: number, frameBytes?: number) =>
+  allReduceBytes(elements, rank, n, { frameBytes, algorithm: 'ring' });
 import { parseCommHook } from '../src/jobs/train_config.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -38,7 +39,16 @@ async function groups(n: number, extra: { maxFrameBytes?: number } = {}): Promis
   const net = new MemoryNetwork();
   return Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
 }
@@ -63,7 +73,16 @@ describe('the float32 all-reduce’s bytes, computed', () => {
     const big = ringAllReduceBytes(1_000_000, 1, 4);
     expect(big / (1.5 * 4 * 1_000_000)).toBeGreaterThan(1);
     expect(big / (1.5 * 4 * 1_000_000)).toBeLessThan(1.0012);
-    expect(denseStepBytes([{ start: 0, end: 10 }, { start: 10, end: 1010 }], 0, 2)).toBe(ringAllReduceBytes(10, 0, 2) + ringAllReduceBytes(1000, 0, 2));
+    expect(
+      denseStepBytes(
+        [
+          { start: 0, end: 10 },
+          { start: 10, end: 1010 },
+        ],
+        0,
+        2,
+      ),
+    ).toBe(ringAllReduceBytes(10, 0, 2) + ringAllReduceBytes(1000, 0, 2));
   });
 
   it('recursive doubling: the whole buffer once per step (log2 N steps), a folded rank once, its partner once more', () => {
@@ -71,7 +90,14 @@ describe('the float32 all-reduce’s bytes, computed', () => {
     // N = 8: three steps for everyone.
     for (let r = 0; r < 8; r++) expect(allReduceBytes(1000, r, 8, { algorithm: 'doubling' })).toBe(3 * whole);
     // N = 6: ranks 0 and 2 fold into 1 and 3, which send them the result; 4 and 5 only double.
-    expect([0, 1, 2, 3, 4, 5].map((r) => allReduceBytes(1000, r, 6, { algorithm: 'doubling' }))).toEqual([whole, 3 * whole, whole, 3 * whole, 2 * whole, 2 * whole]);
+    expect([0, 1, 2, 3, 4, 5].map((r) => allReduceBytes(1000, r, 6, { algorithm: 'doubling' }))).toEqual([
+      whole,
+      3 * whole,
+      whole,
+      3 * whole,
+      2 * whole,
+      2 * whole,
+    ]);
     // The tuner: below the threshold, doubling; plainAllReduceBytes follows it.
     expect(plainAllReduceBytes(1000, 0, 8)).toBe(3 * whole);
     expect(plainAllReduceBytes(1_000_000, 0, 8)).toBe(ringAllReduceBytes(1_000_000, 0, 8));
@@ -102,7 +128,14 @@ describe('DDP without a hook sends exactly the computed baseline; the hooks send
   /** `steps` synchronised backwards on 3 ranks (small buckets: several per step), with the hook of `spec`: each rank's commBytes per step. */
   async function sent(spec: string, steps: number): Promise<{ bytes: number[][]; dense: number[]; ddps: DistributedDataParallel[] }> {
     const pgs = await groups(3);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg, { firstBucketCapMB: 0.0004, bucketCapMB: 0.0001 })));
+    const ddps = await Promise.all(
+      pgs.map((pg) =>
+        DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg, {
+          firstBucketCapMB: 0.0004,
+          bucketCapMB: 0.0001,
+        }),
+      ),
+    );
     for (const d of ddps) {
       const hook = commSetup(parseCommHook(spec)).hook;
       if (hook) d.registerCommHook(hook);

@@ -48,14 +48,22 @@ async function groups(n: number, net = new MemoryNetwork(), extra: { maxFrameByt
   const session = uniqueSession('hooks');
   return Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
 }
 
 const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
 const bitsOf = (v: number) => new Uint32Array(Float32Array.of(v).buffer)[0]!;
-
 
 /** Rank `rank`'s input: values in [-4, 4) that are not exact in 16 bits. */
 function input(rank: number, len: number): Float32Array {
@@ -98,7 +106,8 @@ describe('16-bit floats', () => {
     }
     expect(worst).toBeLessThanOrEqual(2 ** -11);
     expect(worst).toBeGreaterThan(2 ** -12);
-    for (const v of [1, -2.5, 0.099975586, 65504, 2 ** -14, 2 ** -24, 3 * 2 ** -24]) expect(fromFloat16Bits(toFloat16Bits(v))).toBe(Math.fround(v));
+    for (const v of [1, -2.5, 0.099975586, 65504, 2 ** -14, 2 ** -24, 3 * 2 ** -24])
+      expect(fromFloat16Bits(toFloat16Bits(v))).toBe(Math.fround(v));
     expect(fromFloat16Bits(toFloat16Bits(1 + 2 ** -11))).toBe(1); // halfway: to the even neighbour
     expect(fromFloat16Bits(toFloat16Bits(1 + 3 * 2 ** -11))).toBe(1 + 2 ** -9);
     expect(fromFloat16Bits(toFloat16Bits(1 + 2 ** -11 + 2 ** -20))).toBe(1 + 2 ** -10);
@@ -121,7 +130,7 @@ describe('16-bit floats', () => {
     expect(rt(2 ** -25 + 2 ** -40)).toBe(2 ** -24); // just over half the smallest subnormal rounds up
   });
 
-  it('bfloat16 round trips within 2^-8 over float32\'s range, ties to even', () => {
+  it("bfloat16 round trips within 2^-8 over float32's range, ties to even", () => {
     const wide = Float32Array.from({ length: 20_000 }, () => (r() < 0.5 ? -1 : 1) * 2 ** (-126 + r() * 253));
     let worst = 0;
     for (const v of wide) {
@@ -194,7 +203,7 @@ describe('allReduce with a 16-bit wire', () => {
               const abs = inputs.reduce((a, x) => a + Math.abs(x[i]!), 0);
               const want = op === 'avg' ? sum / n : sum;
               // n - 1 hops rounding a partial sum, and the final rounding.
-              const bound = eps * (n * abs) / (op === 'avg' ? n : 1) + 1e-6;
+              const bound = (eps * (n * abs)) / (op === 'avg' ? n : 1) + 1e-6;
               expect(Math.abs(out[i]! - want)).toBeLessThanOrEqual(bound);
             }
           }
@@ -255,7 +264,9 @@ describe('allReduce with a 16-bit wire', () => {
 
   it('ranks that pass different wires get a CollectiveMismatchError naming both', async () => {
     const pgs = await groups(2);
-    const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(input(pg.rank, 64), 'sum', pg.rank === 0 ? { wire: 'float16' } : {})));
+    const results = await Promise.allSettled(
+      pgs.map((pg) => pg.allReduce(input(pg.rank, 64), 'sum', pg.rank === 0 ? { wire: 'float16' } : {})),
+    );
     for (const res of results) {
       expect(res.status).toBe('rejected');
       const err = (res as PromiseRejectedResult).reason as Error;
@@ -268,7 +279,9 @@ describe('allReduce with a 16-bit wire', () => {
 
   it('an unknown wire is a RangeError before anything is sent', async () => {
     const [solo] = await groups(1);
-    await expect(solo!.allReduce(new Float32Array(2), 'sum', { wire: 'int4' as WireDtype })).rejects.toThrow(/unknown wire dtype "int4"; use float32, float16, bfloat16, int8/);
+    await expect(solo!.allReduce(new Float32Array(2), 'sum', { wire: 'int4' as WireDtype })).rejects.toThrow(
+      /unknown wire dtype "int4"; use float32, float16, bfloat16, int8/,
+    );
     solo!.destroy();
   });
 });
@@ -291,13 +304,25 @@ interface Run {
 }
 
 /** `steps` SGD steps of DDP on `n` ranks (rank r on its 16 samples of each 16n batch), with `hook` registered unless undefined. */
-async function train(n: number, steps: number, hook?: () => CommHook, options: { bucketCapMB?: number; firstBucketCapMB?: number } = {}): Promise<Run> {
+async function train(
+  n: number,
+  steps: number,
+  hook?: () => CommHook,
+  options: { bucketCapMB?: number; firstBucketCapMB?: number } = {},
+): Promise<Run> {
   const net = new MemoryNetwork();
   const ddps = await Promise.all((await groups(n, net)).map((pg) => DistributedDataParallel.create(mlp(), pg, options)));
   if (hook) for (const d of ddps) d.registerCommHook(hook());
   await Promise.all(ddps.map((d) => d.pg.allReduce(new Float32Array(4)))); // every link of the ring open
   const sent = countFrames(net, n);
-  const run: Run = { ddps, net, commBytes: ddps.map(() => []), spans: ddps.map(() => []), counterDiffs: ddps.map(() => []), frameBytes: ddps.map(() => []) };
+  const run: Run = {
+    ddps,
+    net,
+    commBytes: ddps.map(() => []),
+    spans: ddps.map(() => []),
+    counterDiffs: ddps.map(() => []),
+    frameBytes: ddps.map(() => []),
+  };
   for (let s = 0; s < steps; s++) {
     await Promise.all(
       ddps.map(async (d, r) => {
@@ -398,7 +423,14 @@ describe('DistributedDataParallel communication hooks', () => {
       last: Float32Array = new Float32Array(0);
       constructor(private readonly log: boolean) {}
       async reduce(pg: ProcessGroup, bucket: GradBucket): Promise<Float32Array> {
-        if (this.log) seen.push({ index: bucket.index, parameters: bucket.parameters, step: bucket.step, isLast: bucket.isLast, length: bucket.buffer.length });
+        if (this.log)
+          seen.push({
+            index: bucket.index,
+            parameters: bucket.parameters,
+            step: bucket.step,
+            isLast: bucket.isLast,
+            length: bucket.buffer.length,
+          });
         this.calls++;
         const copy = await pg.allReduce(bucket.buffer.slice(), 'avg');
         if (bucket.isLast) this.last = copy;
@@ -420,7 +452,9 @@ describe('DistributedDataParallel communication hooks', () => {
     expect(hex(a)).toBe(hex(b));
     const ddp = run.ddps[0]!;
     const buckets = ddp.buckets;
-    expect(seen.map((s) => [s.step, s.index, s.isLast])).toEqual([1, 2].flatMap((step) => buckets.map((_, i) => [step, i, i === buckets.length - 1])));
+    expect(seen.map((s) => [s.step, s.index, s.isLast])).toEqual(
+      [1, 2].flatMap((step) => buckets.map((_, i) => [step, i, i === buckets.length - 1])),
+    );
     const weights = ddp.model.trainableWeights;
     for (const s of seen) {
       const bucket = buckets[s.index]!;
@@ -440,7 +474,9 @@ describe('DistributedDataParallel communication hooks', () => {
     other.registerCommHook(fresh);
     other.loadCommHookState(state);
     expect(fresh.calls).toBe(2 * buckets.length);
-    expect(() => other.loadCommHookState({ ...state, name: 'powerSGD' })).toThrow(/state is powerSGD's, but the registered hook is counting/);
+    expect(() => other.loadCommHookState({ ...state, name: 'powerSGD' })).toThrow(
+      /state is powerSGD's, but the registered hook is counting/,
+    );
     expect(reference.ddps[0]!.commHookState()).toBeNull();
     for (const d of [...run.ddps, ...reference.ddps, other]) d.pg.destroy();
   });
@@ -449,7 +485,9 @@ describe('DistributedDataParallel communication hooks', () => {
     const [solo] = await groups(1);
     const ddp = await DistributedDataParallel.create(mlp(), solo!);
     ddp.registerCommHook(fp16CompressHook());
-    expect(() => ddp.registerCommHook(bf16CompressHook())).toThrow(/already registered \(fp16_compress\); registerCommHook can only be called once/);
+    expect(() => ddp.registerCommHook(bf16CompressHook())).toThrow(
+      /already registered \(fp16_compress\); registerCommHook can only be called once/,
+    );
 
     const late = await DistributedDataParallel.create(mlp(), solo!, { name: 'late' });
     const { x, y } = data.batch(range(0, 8));
@@ -460,7 +498,9 @@ describe('DistributedDataParallel communication hooks', () => {
 
     const bad = await DistributedDataParallel.create(mlp(), solo!, { name: 'bad' });
     bad.registerCommHook({ name: 'short', reduce: async () => new Float32Array(1) });
-    await expect(bad.backward(() => classificationLoss(bad.model.apply(xs) as tf.Tensor, ys, 4))).rejects.toThrow(errorOf(TypeError, /short returned 1 values for bucket 0/));
+    await expect(bad.backward(() => classificationLoss(bad.model.apply(xs) as tf.Tensor, ys, 4))).rejects.toThrow(
+      errorOf(TypeError, /short returned 1 values for bucket 0/),
+    );
     tf.dispose([xs, ys]);
     solo!.destroy();
   });

@@ -7,15 +7,57 @@
 import { describe, expect, it } from 'vitest';
 import type { RankJudgment } from '../src/parallel/robust/aggregators.ts';
 import type { AggregationReport } from '../src/parallel/robust/reducer.ts';
-import { JudgmentWatch, MAX_REPORTED_RANKS, judgedOf, medianUsedNorm, summarizeContributions, tallyContributions, type AggregationJudged, type ContributionTally } from '../src/parallel/ddp/contributions.ts';
+import {
+  JudgmentWatch,
+  MAX_REPORTED_RANKS,
+  judgedOf,
+  medianUsedNorm,
+  summarizeContributions,
+  tallyContributions,
+  type AggregationJudged,
+  type ContributionTally,
+} from '../src/parallel/ddp/contributions.ts';
 import { summarize } from '../launcher/summaries.ts';
 
-const used = (rank: number, norm: number, trimmed = 0, clipScale = 1): RankJudgment => ({ rank, status: 'used', norm, distance: norm, trimmed, clipScale });
-const refused = (rank: number, reason = 'a NaN at index 3'): RankJudgment => ({ rank, status: 'refused', norm: null, distance: null, trimmed: 0, clipScale: 1, reason, nonfiniteIndex: 3 });
-const absent = (rank: number): RankJudgment => ({ rank, status: 'absent', norm: null, distance: null, trimmed: 0, clipScale: 1, reason: 'no samples' });
+const used = (rank: number, norm: number, trimmed = 0, clipScale = 1): RankJudgment => ({
+  rank,
+  status: 'used',
+  norm,
+  distance: norm,
+  trimmed,
+  clipScale,
+});
+const refused = (rank: number, reason = 'a NaN at index 3'): RankJudgment => ({
+  rank,
+  status: 'refused',
+  norm: null,
+  distance: null,
+  trimmed: 0,
+  clipScale: 1,
+  reason,
+  nonfiniteIndex: 3,
+});
+const absent = (rank: number): RankJudgment => ({
+  rank,
+  status: 'absent',
+  norm: null,
+  distance: null,
+  trimmed: 0,
+  clipScale: 1,
+  reason: 'no samples',
+});
 
 function report(step: number, judgments: RankJudgment[], kind: AggregationReport['kind'] = 'trimmed-mean'): AggregationReport {
-  return { kind, step, judgments, used: judgments.filter((j) => j.status === 'used').length, values: new Float32Array(4), trim: 1, tau: 0, digests: [] };
+  return {
+    kind,
+    step,
+    judgments,
+    used: judgments.filter((j) => j.status === 'used').length,
+    values: new Float32Array(4),
+    trim: 1,
+    tau: 0,
+    digests: [],
+  };
 }
 
 describe('the event: one aggregation made small', () => {
@@ -40,7 +82,13 @@ describe('the event: one aggregation made small', () => {
   });
 
   it('stays small: at most 64 ranks, reasons capped; a zero median gives no ratio but for a zero norm', () => {
-    const many = judgedOf(report(1, Array.from({ length: 100 }, (_, r) => used(r, 1))), 'gradients');
+    const many = judgedOf(
+      report(
+        1,
+        Array.from({ length: 100 }, (_, r) => used(r, 1)),
+      ),
+      'gradients',
+    );
     expect(many.ranks).toHaveLength(MAX_REPORTED_RANKS);
     const long = judgedOf(report(1, [used(0, 1), refused(1, 'x'.repeat(1000))]), 'gradients');
     expect(long.ranks[1]!.reason!.length).toBe(120);
@@ -60,7 +108,12 @@ describe('the event: one aggregation made small', () => {
   });
 });
 
-const event = (round: string, step: number, judgments: RankJudgment[], kind: AggregationReport['kind'] = 'trimmed-mean'): AggregationJudged & { round: string } => ({ round, ...judgedOf(report(step, judgments, kind), 'gradients') });
+const event = (
+  round: string,
+  step: number,
+  judgments: RankJudgment[],
+  kind: AggregationReport['kind'] = 'trimmed-mean',
+): AggregationJudged & { round: string } => ({ round, ...judgedOf(report(step, judgments, kind), 'gradients') });
 
 describe('the tally over a round, and the summary in the result', () => {
   const steps = [

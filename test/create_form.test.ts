@@ -6,7 +6,18 @@
 import { describe, expect, it } from 'vitest';
 import { TRAIN_OPTIONS, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
 import { TRAIN_FORM_LABELS } from '../client/ui/train_form_labels.ts';
-import { DEMO_PRESET, FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, reachNote, sessionUrl, shareableUrl, withOrigin } from '../client/ui/session_link.ts';
+import {
+  DEMO_PRESET,
+  FORM_FIELDS,
+  checkForm,
+  fieldDefaults,
+  formConfig,
+  minNote,
+  reachNote,
+  sessionUrl,
+  shareableUrl,
+  withOrigin,
+} from '../client/ui/session_link.ts';
 import { estimateRun, estimateSentence, fmtApprox, stepsPerEpoch } from '../client/ui/estimate.ts';
 import { isLoopbackHost, parseServerInfo } from '../client/ui/server_info.ts';
 import { qrPath } from '../client/ui/qr.ts';
@@ -29,8 +40,17 @@ const FP = Array.from({ length: 32 }, (_, i) => (i * 7 + 16).toString(16).toUppe
 
 describe('the create form', () => {
   it('has the session name, then one field per schema option shown in the form', () => {
-    expect(FORM_FIELDS.map((f) => f.label)).toEqual(['Session name', ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => TRAIN_FORM_LABELS[o.name].label)]);
-    expect(FORM_FIELDS.slice(0, 5).map((f) => f.label)).toEqual(['Session name', 'World size (tabs)', 'Keep training with at least (tabs)', 'Model', 'Dataset']);
+    expect(FORM_FIELDS.map((f) => f.label)).toEqual([
+      'Session name',
+      ...TRAIN_OPTIONS.filter((o) => o.inForm).map((o) => TRAIN_FORM_LABELS[o.name].label),
+    ]);
+    expect(FORM_FIELDS.slice(0, 5).map((f) => f.label)).toEqual([
+      'Session name',
+      'World size (tabs)',
+      'Keep training with at least (tabs)',
+      'Model',
+      'Dataset',
+    ]);
     expect(FORM_FIELDS.find((f) => f.name === 'model')!.control).toEqual({ type: 'select', choices: ['mlp', 'cnn', 'lm', 'user'] });
     expect(FORM_FIELDS.find((f) => f.name === 'world')!.control).toEqual({ type: 'number', min: 1, max: 64 });
     expect(FORM_FIELDS.filter((f) => f.optional).map((f) => f.name)).toEqual(['steps', 'trainSize']);
@@ -54,20 +74,38 @@ describe('the create form', () => {
       for (const item of ['fp16', 'bf16', 'int8', 'fp8', 'stream4']) {
         if (!takes(`${hook}:${item}`)) continue;
         // streamP stands for every stream4, stream8, ...
-        expect({ item: `${hook}:${item}`, named: hint.includes(`:${item.startsWith('stream') ? 'streamP' : item}`) }).toEqual({ item: `${hook}:${item}`, named: true });
+        expect({ item: `${hook}:${item}`, named: hint.includes(`:${item.startsWith('stream') ? 'streamP' : item}`) }).toEqual({
+          item: `${hook}:${item}`,
+          named: true,
+        });
       }
     }
   });
 
   it('shows the schema defaults, leaves optional fields empty, and the learning rate follows the optimizer', () => {
     // A session is for several tabs: the world starts at the Quick demo's 3 (issue 52).
-    expect(fieldDefaults({})).toEqual({ world: '3', min: '1', model: 'mlp', dataset: 'mnist', batchSize: '64', optimizer: 'adam', lr: '0.003', epochs: '1', steps: '', trainSize: '', backend: 'webgpu', aggregation: 'mean' });
+    expect(fieldDefaults({})).toEqual({
+      world: '3',
+      min: '1',
+      model: 'mlp',
+      dataset: 'mnist',
+      batchSize: '64',
+      optimizer: 'adam',
+      lr: '0.003',
+      epochs: '1',
+      steps: '',
+      trainSize: '',
+      backend: 'webgpu',
+      aggregation: 'mean',
+    });
     expect(fieldDefaults({ optimizer: 'sgd' }).lr).toBe('0.05');
   });
 
   it('makes the link in the documented order, leaving out what is not set', () => {
     const url = sessionUrl(ORIGIN, form({ world: '3', model: 'mlp', dataset: 'synthetic' }), TOKEN);
-    expect(url).toBe(`http://127.0.0.1:8080/?session=my-run&world=3&job=train&min=1&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu&aggregation=mean#token=${TOKEN}`);
+    expect(url).toBe(
+      `http://127.0.0.1:8080/?session=my-run&world=3&job=train&min=1&model=mlp&dataset=synthetic&batchSize=64&optimizer=adam&lr=0.003&epochs=1&backend=webgpu&aggregation=mean#token=${TOKEN}`,
+    );
     expect(tokenFromFragment(url)).toBe(TOKEN);
   });
 
@@ -81,9 +119,13 @@ describe('the create form', () => {
   });
 
   it('explains the minimum in one sentence that follows the numbers typed', () => {
-    expect(minNote({ world: '5', min: '1' })).toBe('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (5 here) would pause whenever one leaves.');
+    expect(minNote({ world: '5', min: '1' })).toBe(
+      'Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (5 here) would pause whenever one leaves.',
+    );
     expect(minNote({ world: '5', min: '3' })).toContain('at least 3 are in');
-    expect(minNote({ world: '4', min: '4' })).toBe('A fixed size: training pauses whenever one of the 4 tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.');
+    expect(minNote({ world: '4', min: '4' })).toBe(
+      'A fixed size: training pauses whenever one of the 4 tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.',
+    );
     expect(minNote({ world: '1', min: '1' })).toMatch(/^One tab trains alone/);
     expect(minNote({ world: 'x', min: '1' })).toBe(TRAIN_FORM_LABELS.min.hint);
   });
@@ -97,7 +139,9 @@ describe('the create form', () => {
     expect(shared).toBe(sessionUrl(ORIGIN, form({ world: '3' }), TOKEN));
     expect(shared).not.toContain(host);
     // A tab's own address (with its rank) becomes a link anyone can open.
-    expect(shareableUrl(`http://127.0.0.1:8080/?session=s&world=2&rank=1&job=train#token=${TOKEN}&host=${host}`)).toBe(`http://127.0.0.1:8080/?session=s&world=2&job=train#token=${TOKEN}`);
+    expect(shareableUrl(`http://127.0.0.1:8080/?session=s&world=2&rank=1&job=train#token=${TOKEN}&host=${host}`)).toBe(
+      `http://127.0.0.1:8080/?session=s&world=2&job=train#token=${TOKEN}`,
+    );
   });
 
   it('moves a link to an address other machines reach, keeping everything else', () => {
@@ -110,21 +154,39 @@ describe('the create form', () => {
     expect(reachNote('http://127.0.0.1:8080/?session=s', null)).toBe(
       "Only this computer can open this link: 127.0.0.1 is this computer's own address. To let other machines in, restart the server with HOST=0.0.0.0 npm start and create the session again.",
     );
-    expect(reachNote('http://localhost:8080/', { urls: [], secure: false, listening: '127.0.0.1:8080' })).toContain('the server listens on 127.0.0.1:8080 only');
-    expect(reachNote('http://192.168.1.5:8080/', { urls: ['http://192.168.1.5:8080/'], secure: false, listening: '0.0.0.0:8080' })).toMatch(/plain http, where browsers offer no WebGPU/);
+    expect(reachNote('http://localhost:8080/', { urls: [], secure: false, listening: '127.0.0.1:8080' })).toContain(
+      'the server listens on 127.0.0.1:8080 only',
+    );
+    expect(reachNote('http://192.168.1.5:8080/', { urls: ['http://192.168.1.5:8080/'], secure: false, listening: '0.0.0.0:8080' })).toMatch(
+      /plain http, where browsers offer no WebGPU/,
+    );
     expect(reachNote('https://class.example:8443/', null)).toBe('');
-    expect(reachNote('https://class.example:8443/', { urls: [], secure: true, listening: '0.0.0.0:8443', certificate: { fingerprint256: FP, selfSigned: false } })).toBe('');
+    expect(
+      reachNote('https://class.example:8443/', {
+        urls: [],
+        secure: true,
+        listening: '0.0.0.0:8443',
+        certificate: { fingerprint256: FP, selfSigned: false },
+      }),
+    ).toBe('');
   });
 
-  it('over https with a self-signed certificate, says which fingerprint the other browsers\' warning must show', () => {
-    const note = reachNote('https://192.168.1.5:8080/', { urls: ['https://192.168.1.5:8080/'], secure: true, listening: '0.0.0.0:8080', certificate: { fingerprint256: FP, selfSigned: true } });
+  it("over https with a self-signed certificate, says which fingerprint the other browsers' warning must show", () => {
+    const note = reachNote('https://192.168.1.5:8080/', {
+      urls: ['https://192.168.1.5:8080/'],
+      secure: true,
+      listening: '0.0.0.0:8080',
+      certificate: { fingerprint256: FP, selfSigned: true },
+    });
     expect(note).toContain(`SHA-256 fingerprint the warning page's certificate shows is ${FP}, then proceed`);
   });
 
   it('a link with every option set parses back to the job the form describes', () => {
     const values = form({ world: ' 4 ', min: '2', optimizer: 'sgd', lr: '1e-2', steps: '100', trainSize: '1536', backend: 'wasm' });
     const url = new URL(sessionUrl(ORIGIN, values, TOKEN));
-    expect(url.search).toBe('?session=my-run&world=4&job=train&min=2&model=mlp&dataset=mnist&batchSize=64&optimizer=sgd&lr=0.01&epochs=1&steps=100&trainSize=1536&backend=wasm&aggregation=mean');
+    expect(url.search).toBe(
+      '?session=my-run&world=4&job=train&min=2&model=mlp&dataset=mnist&batchSize=64&optimizer=sgd&lr=0.01&epochs=1&steps=100&trainSize=1536&backend=wasm&aggregation=mean',
+    );
     expect(parseTrainConfig((name) => urlOption(url.searchParams, name))).toEqual(formConfig(values));
     expect(formConfig(values)).toMatchObject({ min: 2, max: 4, lr: 0.01, steps: 100, trainSize: 1536 });
   });
@@ -140,7 +202,9 @@ describe('the create form', () => {
     expect(url.searchParams.get('aggregation')).toBe('trimmed-mean:1');
     expect(parseTrainConfig((name) => urlOption(url.searchParams, name)).aggregation).toEqual({ kind: 'trimmed-mean', trim: 1 });
     expect(formConfig(form({ aggregation: 'centered-clip' })).aggregation).toEqual({ kind: 'centered-clip', tau: 'auto', iterations: 3 });
-    expect(checkForm(form({ aggregation: 'krum' }))).toEqual({ aggregation: expect.stringMatching(/^Aggregation must be mean, trimmed-mean:B/) });
+    expect(checkForm(form({ aggregation: 'krum' }))).toEqual({
+      aggregation: expect.stringMatching(/^Aggregation must be mean, trimmed-mean:B/),
+    });
   });
 
   it('accepts the form as it first shows', () => {
@@ -171,7 +235,9 @@ describe('the create form', () => {
   });
 
   it('refuses a minimum above the world size, as the page would', () => {
-    expect(checkForm(form({ world: '3', min: '5' }))).toEqual({ min: "Keep training with at least (tabs) must be at most the session's largest size (3)." });
+    expect(checkForm(form({ world: '3', min: '5' }))).toEqual({
+      min: "Keep training with at least (tabs) must be at most the session's largest size (3).",
+    });
     expect(() => sessionUrl(ORIGIN, form({ world: '3', min: '5' }), TOKEN)).toThrow(errorOf(ConfigError, /option min/));
   });
 });
@@ -200,7 +266,9 @@ describe('the duration estimate', () => {
     expect(fmtApprox(2 * 3600 + 25 * 60)).toBe('2 h 30 min');
     expect(fmtApprox(3 * 3600)).toBe('3 h');
     const sentence = estimateSentence(formConfig(form({ world: '3', min: '1', steps: '100' })));
-    expect(sentence).toMatch(/^Estimated duration: about .+ for 100 steps with 3 tabs \(longer with fewer\)\. It assumes 1\.1 s a step and 31 s for the test-set evaluation, as measured with up to three tabs on each 2-core computer without a GPU/);
+    expect(sentence).toMatch(
+      /^Estimated duration: about .+ for 100 steps with 3 tabs \(longer with fewer\)\. It assumes 1\.1 s a step and 31 s for the test-set evaluation, as measured with up to three tabs on each 2-core computer without a GPU/,
+    );
   });
 
   // Runs measured on this project's test machine (2 cores, SwiftShader WebGPU, 3 tabs on it;
@@ -224,7 +292,9 @@ describe('the duration estimate', () => {
 
 describe('where other machines reach the server', () => {
   it('takes /api/info only in its documented shape', () => {
-    expect(parseServerInfo({ urls: ['http://192.168.1.5:8080/', 'javascript:alert(1)', 7], secure: false, listening: '0.0.0.0:8080' })).toEqual({
+    expect(
+      parseServerInfo({ urls: ['http://192.168.1.5:8080/', 'javascript:alert(1)', 7], secure: false, listening: '0.0.0.0:8080' }),
+    ).toEqual({
       urls: ['http://192.168.1.5:8080/'],
       secure: false,
       listening: '0.0.0.0:8080',
@@ -234,7 +304,10 @@ describe('where other machines reach the server', () => {
     expect(parseServerInfo({ ...base, offers: { model: true, data: false } })).toEqual({ ...base, offers: { model: true, data: false } });
     expect(parseServerInfo({ ...base, offers: { model: 'yes' } })).toEqual(base);
     const tls = { urls: ['https://192.168.1.5:8080/'], secure: true, listening: '0.0.0.0:8080' };
-    expect(parseServerInfo({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } })).toEqual({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } });
+    expect(parseServerInfo({ ...tls, certificate: { fingerprint256: FP, selfSigned: true } })).toEqual({
+      ...tls,
+      certificate: { fingerprint256: FP, selfSigned: true },
+    });
     // Shown to people as what to compare: anything but a fingerprint is dropped.
     expect(parseServerInfo({ ...tls, certificate: { fingerprint256: 'trust me', selfSigned: true } })).toEqual(tls);
     expect(parseServerInfo(null)).toBeNull();

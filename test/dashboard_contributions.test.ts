@@ -31,11 +31,36 @@ const config = (aggregation: string): TrainConfig => {
   return parseTrainConfig((name) => params.get(name));
 };
 const joined = (rank: number, worldSize = 3): TrainEvent => ({ type: 'joined', rank, worldSize, backend: 'cpu', adapter: null });
-const used = (rank: number, normRatio: number, trimmed: number, clipScale = 1): RankContribution => ({ rank, status: 'used', normRatio, trimmed, clipScale });
-const refused = (rank: number): RankContribution => ({ rank, status: 'refused', normRatio: null, trimmed: 0, clipScale: 1, reason: 'a NaN at index 12' });
-const absent = (rank: number): RankContribution => ({ rank, status: 'absent', normRatio: null, trimmed: 0, clipScale: 1, reason: 'no samples' });
+const used = (rank: number, normRatio: number, trimmed: number, clipScale = 1): RankContribution => ({
+  rank,
+  status: 'used',
+  normRatio,
+  trimmed,
+  clipScale,
+});
+const refused = (rank: number): RankContribution => ({
+  rank,
+  status: 'refused',
+  normRatio: null,
+  trimmed: 0,
+  clipScale: 1,
+  reason: 'a NaN at index 12',
+});
+const absent = (rank: number): RankContribution => ({
+  rank,
+  status: 'absent',
+  normRatio: null,
+  trimmed: 0,
+  clipScale: 1,
+  reason: 'no samples',
+});
 
-function aggregation(step: number, ranks: RankContribution[], kind: 'trimmed-mean' | 'centered-clip' | 'median' = 'trimmed-mean', round = 'i.1'): TrainEvent {
+function aggregation(
+  step: number,
+  ranks: RankContribution[],
+  kind: 'trimmed-mean' | 'centered-clip' | 'median' = 'trimmed-mean',
+  round = 'i.1',
+): TrainEvent {
   return { type: 'aggregation', round, step, of: 'gradients', kind, used: ranks.filter((r) => r.status === 'used').length, ranks };
 }
 
@@ -80,12 +105,21 @@ describe('the Contribution column', () => {
   });
 
   it('centered clipping shows the mean clip scale; the median the share not selected', () => {
-    const clip = contributionCells(replay([{ type: 'config', config: config('centered-clip') }, aggregation(1, [used(0, 1, 0, 1), used(1, 1.2, 0, 1), used(2, 1000, 0, 0.0012)], 'centered-clip')]));
+    const clip = contributionCells(
+      replay([
+        { type: 'config', config: config('centered-clip') },
+        aggregation(1, [used(0, 1, 0, 1), used(1, 1.2, 0, 1), used(2, 1000, 0, 0.0012)], 'centered-clip'),
+      ]),
+    );
     expect(clip.get(2)!.text).toBe('norm 1,000× · clip ×0.0012 · refused 0');
     expect(clip.get(1)!.text).toBe('norm 1.2× · clip ×1 · refused 0');
     expect(clip.get(2)!.title).toContain('It was the rank clipped most in 1 step.');
     const median = contributionCells(replay([aggregation(1, [used(0, 1, 0.6), used(1, 0.05, 0.7)], 'median')]));
-    expect([median.get(0)!.text, median.get(1)!.text, median.get(1)!.warn]).toEqual(['norm 1.0× · unselected 60% · refused 0', 'norm 0.05× · unselected 70% · refused 0', true]);
+    expect([median.get(0)!.text, median.get(1)!.text, median.get(1)!.warn]).toEqual([
+      'norm 1.0× · unselected 60% · refused 0',
+      'norm 0.05× · unselected 70% · refused 0',
+      true,
+    ]);
   });
 
   it('is shown only when the session aggregates robustly; a new group starts afresh', () => {
@@ -103,7 +137,14 @@ describe('the Contribution column', () => {
   });
 
   it('reads ratios as a person would', () => {
-    expect([fmtRatio(1), fmtRatio(0.96), fmtRatio(12.4), fmtRatio(12345), fmtRatio(0.012), fmtRatio(null)]).toEqual(['1.0×', '1.0×', '12×', '12,345×', '0.012×', '–']);
+    expect([fmtRatio(1), fmtRatio(0.96), fmtRatio(12.4), fmtRatio(12345), fmtRatio(0.012), fmtRatio(null)]).toEqual([
+      '1.0×',
+      '1.0×',
+      '12×',
+      '12,345×',
+      '0.012×',
+      '–',
+    ]);
   });
 });
 
@@ -112,7 +153,16 @@ describe("the page's result", () => {
     const passed: ElasticEvent[] = [];
     const tracker = contributionTracker((e) => passed.push(e));
     expect(tracker.result()).toEqual({});
-    const e: ElasticEvent = { type: 'aggregation', round: 'i.1', rank: 0, step: 1, of: 'pseudo-gradients', kind: 'median', used: 2, ranks: [used(0, 1, 0.5), used(1, 30, 0.5)] };
+    const e: ElasticEvent = {
+      type: 'aggregation',
+      round: 'i.1',
+      rank: 0,
+      step: 1,
+      of: 'pseudo-gradients',
+      kind: 'median',
+      used: 2,
+      ranks: [used(0, 1, 0.5), used(1, 30, 0.5)],
+    };
     tracker.onEvent(e);
     tracker.onEvent({ type: 'paused', min: 2 });
     expect(passed).toEqual([e, { type: 'paused', min: 2 }]);

@@ -24,7 +24,16 @@ function replay(events: DashboardEvent[], from: DashboardState = initialDashboar
 
 const messages = (s: DashboardState) => s.log.map((e) => e.message);
 
-const samples = (over: Partial<PsSamples> = {}): PsSamples => ({ target: 60_000, leased: 12_000, applied: 11_500, stale: 20, refused: 0, lost: 0, epoch: 0, ...over });
+const samples = (over: Partial<PsSamples> = {}): PsSamples => ({
+  target: 60_000,
+  leased: 12_000,
+  applied: 11_500,
+  stale: 20,
+  refused: 0,
+  lost: 0,
+  epoch: 0,
+  ...over,
+});
 
 /** 1 server (rank 0) holding tensors 0 and 1 (101,770 parameters), and 3 workers. */
 const servers: PsStatusEvent['servers'] = [{ index: 0, rank: 0, parameters: [0, 1], numel: 101_770 }];
@@ -125,7 +134,10 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
 
 describe('the ps state', () => {
   it('is null until a parameter-server run says otherwise, and there is no card', () => {
-    const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 4, backend: 'webgpu', adapter: null }]);
+    const s = replay([
+      { type: 'config', config: config() },
+      { type: 'joined', rank: 0, worldSize: 4, backend: 'webgpu', adapter: null },
+    ]);
     expect(s.ps).toBeNull();
     expect(psPanel(s)).toBeNull();
   });
@@ -148,7 +160,11 @@ describe('the ps state', () => {
   });
 
   it('survives a new group: the next status replaces it', () => {
-    const s = replay([{ type: 'joined', rank: 2, worldSize: 4, backend: 'webgpu', adapter: null }, workerEvent(), { type: 'joined', rank: 1, worldSize: 3, backend: 'webgpu', adapter: null }]);
+    const s = replay([
+      { type: 'joined', rank: 2, worldSize: 4, backend: 'webgpu', adapter: null },
+      workerEvent(),
+      { type: 'joined', rank: 1, worldSize: 3, backend: 'webgpu', adapter: null },
+    ]);
     expect(s.ps!.rank).toBe(2);
   });
 });
@@ -161,10 +177,26 @@ describe('the log', () => {
   });
 
   it("says a worker tab's role once, and again when its rank or role changes", () => {
-    const s = replay([workerEvent(), workerEvent(), workerEvent({ worker: { workerId: 3, pulls: 500, pushes: 499, applied: 490, stale: 9, samples: 31_936, lastStaleness: 0 } })]);
+    const s = replay([
+      workerEvent(),
+      workerEvent(),
+      workerEvent({ worker: { workerId: 3, pulls: 500, pushes: 499, applied: 490, stale: 9, samples: 31_936, lastStaleness: 0 } }),
+    ]);
     expect(messages(s).filter((m) => m.startsWith('Worker'))).toEqual(['Worker 3 (rank 2) of 3, pulling from 1 server.']);
     // Renumbered in a new group: rank 1 now.
-    const moved = replay([workerEvent({ rank: 1, workers: [{ workerId: 1, rank: 2 }, { workerId: 3, rank: 1 }, { workerId: 2, rank: 3 }] })], s);
+    const moved = replay(
+      [
+        workerEvent({
+          rank: 1,
+          workers: [
+            { workerId: 1, rank: 2 },
+            { workerId: 3, rank: 1 },
+            { workerId: 2, rank: 3 },
+          ],
+        }),
+      ],
+      s,
+    );
     expect(moved.log[0]!.message).toBe('Worker 3 (rank 1) of 3, pulling from 1 server.');
     expect(moved.log.length).toBe(s.log.length + 1);
     // Without its own figures yet, the worker id comes from the layout.
@@ -176,14 +208,20 @@ describe('the log', () => {
     const s = replay([serverEvent()]);
     const left = replay([serverEvent({ workers: workers.slice(0, 2) }), serverEvent({ workers: workers.slice(0, 2) })], s);
     expect(left.log.length).toBe(s.log.length + 1);
-    expect(left.log[0]).toMatchObject({ level: 'info', message: 'Parameter-server layout now: 1 server (server 0 on rank 0), 2 workers (worker 1 on rank 1, worker 3 on rank 2).' });
+    expect(left.log[0]).toMatchObject({
+      level: 'info',
+      message: 'Parameter-server layout now: 1 server (server 0 on rank 0), 2 workers (worker 1 on rank 1, worker 3 on rank 2).',
+    });
     const back = replay([serverEvent()], left);
     expect(back.log[0]!.message).toMatch(/^Parameter-server layout now: .*3 workers/);
   });
 
   it('warns when samples are lost with a worker that left, by how many more, once', () => {
     const s = replay([serverEvent()]);
-    const lost = replay([serverEvent({ samples: samples({ lost: 4 }) }), serverEvent({ samples: samples({ lost: 4, leased: 12_100 }) })], s);
+    const lost = replay(
+      [serverEvent({ samples: samples({ lost: 4 }) }), serverEvent({ samples: samples({ lost: 4, leased: 12_100 }) })],
+      s,
+    );
     const warnings = lost.log.filter((e) => e.level === 'warn');
     expect(warnings.map((e) => e.message)).toEqual(['4 samples lost with a worker that left.']);
     const more = replay([serverEvent({ samples: samples({ lost: 5 }) })], lost);
@@ -192,13 +230,19 @@ describe('the log', () => {
 
   it('warns when samples are refused', () => {
     const s = replay([workerEvent({ samples: samples() }), workerEvent({ samples: samples({ refused: 64 }) })]);
-    expect(s.log[0]).toMatchObject({ level: 'warn', message: '64 samples refused by the parameter server: pushed malformed, or for a version it no longer has.' });
+    expect(s.log[0]).toMatchObject({
+      level: 'warn',
+      message: '64 samples refused by the parameter server: pushed malformed, or for a version it no longer has.',
+    });
     expect(replay([workerEvent({ samples: samples({ refused: 64 }) })], s).log.length).toBe(s.log.length);
   });
 
   it('does not warn when the figures go down (a restored run) or stay at zero', () => {
     const s = replay([serverEvent({ samples: samples({ lost: 8 }) })]);
-    const restored = replay([serverEvent({ samples: samples({ lost: 0, leased: 0 }) }), serverEvent({ samples: samples({ lost: 0, leased: 100 }) })], s);
+    const restored = replay(
+      [serverEvent({ samples: samples({ lost: 0, leased: 0 }) }), serverEvent({ samples: samples({ lost: 0, leased: 100 }) })],
+      s,
+    );
     expect(restored.log.length).toBe(s.log.length);
   });
 });
@@ -252,12 +296,14 @@ describe('the Parameter server card', () => {
     const young = psHistogram([5, 1, ...new Array<number>(30).fill(0)]);
     expect(young.bars.map((b) => b.label)).toEqual(['0', '1', '2', '3', '4', '5', '6', '7']);
     expect(young.bars[1]!.ariaLabel).toBe('staleness 1: 1 push');
-    expect(psHistogram(new Array<number>(32).fill(0).map((_, i) => (i === 31 ? 2 : 0))).bars.at(-1)!.ariaLabel).toBe('staleness 31+: 2 pushes');
+    expect(psHistogram(new Array<number>(32).fill(0).map((_, i) => (i === 31 ? 2 : 0))).bars.at(-1)!.ariaLabel).toBe(
+      'staleness 31+: 2 pushes',
+    );
     expect(psHistogram([]).bars).toEqual([]);
     expect(psHistogram([0, 0]).caption).toBe('No pushes yet.');
   });
 
-  it("on a worker tab: its id, pulls, pushes, verdicts, samples and last staleness", () => {
+  it('on a worker tab: its id, pulls, pushes, verdicts, samples and last staleness', () => {
     const p = psPanel(replay([workerEvent()]))!;
     expect(p.server).toBeNull();
     expect(p.worker!.figures.map((f) => [f.label, f.value])).toEqual([
@@ -269,7 +315,9 @@ describe('the Parameter server card', () => {
       ['Samples', '25,600'],
       ['Last staleness', '2'],
     ]);
-    const first = psPanel(replay([workerEvent({ worker: { workerId: 3, pulls: 1, pushes: 0, applied: 0, stale: 0, samples: 0, lastStaleness: null } })]))!;
+    const first = psPanel(
+      replay([workerEvent({ worker: { workerId: 3, pulls: 1, pushes: 0, applied: 0, stale: 0, samples: 0, lastStaleness: null } })]),
+    )!;
     expect(first.worker!.figures.at(-1)!.value).toBe('–');
   });
 

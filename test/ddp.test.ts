@@ -31,7 +31,17 @@ afterAll(async () => {
 
 async function groups(n: number, net = new MemoryNetwork(), session = uniqueSession('ddp')): Promise<ProcessGroup[]> {
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -64,7 +74,10 @@ describe('assignBuckets', () => {
     // four parameters of 0.5, 0.75, 2 and 0.25 MiB
     const sizes = [0.5, 0.75, 2, 0.25].map((m) => (m * MiB) / 4);
     const buckets = assignBuckets(sizes, 1 * MiB, 2 * MiB);
-    expect(buckets.map((b) => b.params)).toEqual([[3, 2], [1, 0]]);
+    expect(buckets.map((b) => b.params)).toEqual([
+      [3, 2],
+      [1, 0],
+    ]);
     expect(buckets[0]).toMatchObject({ start: sizes[0] + sizes[1], end: sizes.reduce((a, b) => a + b) });
     expect(assignBuckets([10, 10], 1 << 20, 25 << 20).map((b) => b.params)).toEqual([[1, 0]]);
   });
@@ -74,13 +87,19 @@ describe('DistributedDataParallel', () => {
   it('broadcasts rank 0 weights, keeps replicas identical, and 2 ranks x B equals 1 rank x 2B', async () => {
     const pgs = await groups(2);
     // Different seeds on purpose: the broadcast must make rank 1 start from rank 0's weights.
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 5 + pg.rank }), pg)));
+    const ddps = await Promise.all(
+      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 5 + pg.rank }), pg)),
+    );
     const hashes0 = await Promise.all(ddps.map((d) => d.weightsHash()));
     expect(hashes0[0]).toBe(hashes0[1]);
     const steps = 5;
     await Promise.all(
       ddps.map((d, r) =>
-        trainSteps(d, range(0, steps).map((s) => range(s * 32 + r * 16, s * 32 + r * 16 + 16)), tf.train.sgd(0.1)),
+        trainSteps(
+          d,
+          range(0, steps).map((s) => range(s * 32 + r * 16, s * 32 + r * 16 + 16)),
+          tf.train.sgd(0.1),
+        ),
       ),
     );
     const [w0, w1] = await Promise.all(ddps.map((d) => d.flatWeights()));
@@ -88,7 +107,11 @@ describe('DistributedDataParallel', () => {
 
     const [solo] = await groups(1);
     const single = await DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 5 }), solo);
-    await trainSteps(single, range(0, steps).map((s) => range(s * 32, s * 32 + 32)), tf.train.sgd(0.1));
+    await trainSteps(
+      single,
+      range(0, steps).map((s) => range(s * 32, s * 32 + 32)),
+      tf.train.sgd(0.1),
+    );
     const ws = await single.flatWeights();
     let maxRel = 0;
     for (let i = 0; i < ws.length; i++) maxRel = Math.max(maxRel, Math.abs(ws[i] - w0[i]) / Math.max(Math.abs(ws[i]), 1e-3));
@@ -108,7 +131,9 @@ describe('DistributedDataParallel', () => {
         const { x, y } = data.batch(range(r * 32, r * 32 + 16));
         const xs = tf.tensor(x, [16, 16]);
         const ys = tf.tensor1d(y, 'int32');
-        return d.noSync(() => d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4))).finally(() => tf.dispose([xs, ys]));
+        return d
+          .noSync(() => d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4)))
+          .finally(() => tf.dispose([xs, ys]));
       }),
     );
     expect(traffic(accumNet)).toBe(before);
@@ -141,7 +166,12 @@ describe('DistributedDataParallel', () => {
   it('refuses models whose parameter shapes differ, naming the parameter and the ranks', async () => {
     const pgs = await groups(2);
     const results = await Promise.allSettled(
-      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: pg.rank === 0 ? 32 : 24 }), pg)),
+      pgs.map((pg) =>
+        DistributedDataParallel.create(
+          buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: pg.rank === 0 ? 32 : 24 }),
+          pg,
+        ),
+      ),
     );
     for (const r of results) {
       expect(r.status).toBe('rejected');
@@ -152,13 +182,15 @@ describe('DistributedDataParallel', () => {
     for (const p of pgs) p.destroy();
   });
 
-  it('initSync false (torch\'s init_sync): made without a word to the other ranks, each keeping its own weights', async () => {
+  it("initSync false (torch's init_sync): made without a word to the other ranks, each keeping its own weights", async () => {
     const net = new MemoryNetwork();
     const pgs = await groups(2, net);
     const before = traffic(net);
     // Rank 1 never makes its DDP: with the start-up sync rank 0's create would wait for it.
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 9 });
-    const own = Buffer.from(new Float32Array((await Promise.all(model.trainableWeights.map((w) => w.read().data()))).flatMap((d) => Array.from(d))).buffer);
+    const own = Buffer.from(
+      new Float32Array((await Promise.all(model.trainableWeights.map((w) => w.read().data()))).flatMap((d) => Array.from(d))).buffer,
+    );
     const ddp = await DistributedDataParallel.create(model, pgs[0]!, { initSync: false });
     expect(traffic(net)).toBe(before);
     expect(Buffer.from((await ddp.flatWeights()).buffer).equals(own)).toBe(true);
@@ -167,7 +199,9 @@ describe('DistributedDataParallel', () => {
 
   it('keeps the live tensor count flat across steps on 2 ranks', async () => {
     const pgs = await groups(2);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg)));
+    const ddps = await Promise.all(
+      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg)),
+    );
     const opts = ddps.map(() => tf.train.adam(0.01));
     const batches = (r: number, steps: number) => range(0, steps).map((s) => range(s * 16 + r * 8, s * 16 + r * 8 + 8));
     await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, 1), opts[r])));
@@ -181,7 +215,14 @@ describe('DistributedDataParallel', () => {
     const session = uniqueSession('scoped');
     // A first group whose ranks disagree on the shapes.
     const first = await groups(2, new MemoryNetwork(), session);
-    const refused = await Promise.allSettled(first.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: pg.rank === 0 ? 24 : 32 }), pg)));
+    const refused = await Promise.allSettled(
+      first.map((pg) =>
+        DistributedDataParallel.create(
+          buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1, hidden: pg.rank === 0 ? 24 : 32 }),
+          pg,
+        ),
+      ),
+    );
     expect(refused.every((r) => r.status === 'rejected')).toBe(true);
     for (const p of first) p.destroy();
     // A second group in the same session where they agree; rank 1 checks before rank 0 has
@@ -206,7 +247,11 @@ describe('DistributedDataParallel', () => {
 describe('carry', () => {
   /** Three steps on `n` ranks; with `carrying`, rank r carries [r + 1, step, -(r + 1) / 3] at each. */
   async function run(n: number, carrying: boolean, hook?: 'allreduce' | 'fp16') {
-    const ddps = await Promise.all((await groups(n)).map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg)));
+    const ddps = await Promise.all(
+      (await groups(n)).map((pg) =>
+        DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg),
+      ),
+    );
     if (hook) for (const d of ddps) d.registerCommHook(hook === 'fp16' ? fp16CompressHook() : allreduceHook());
     const sums: Array<Array<Float32Array | null>> = [];
     const sent: number[][] = [];
@@ -233,7 +278,8 @@ describe('carry', () => {
     for (const d of ddps) d.pg.destroy();
     return { sums, sent, accepted, weights, numel: ddps[0]!.parameterCount };
   }
-  const same = (a: Float32Array, b: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+  const same = (a: Float32Array, b: Float32Array) =>
+    Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
 
   it("values ride on the last bucket's all-reduce: their sums come back on every rank, in the same collective, and the weights are the plain average's bits", async () => {
     for (const n of [2, 3, 4]) {
@@ -271,18 +317,24 @@ describe('carry', () => {
 
     // A noSync backward carries nothing; takeCarried() then answers null and drops what waited,
     // so the next synchronised backward is the gradients alone.
-    const ddps = await Promise.all((await groups(2)).map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg)));
+    const ddps = await Promise.all(
+      (await groups(2)).map((pg) =>
+        DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg),
+      ),
+    );
     const backward = (d: DistributedDataParallel, r: number) => {
       const { x, y } = data.batch(range(r * 8, r * 8 + 8));
       const xs = tf.tensor(x, [8, 16]);
       const ys = tf.tensor1d(y, 'int32');
       return d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4)).finally(() => tf.dispose([xs, ys]));
     };
-    const dropped = await Promise.all(ddps.map(async (d, r) => {
-      d.carry(Float32Array.of(7));
-      await d.noSync(() => backward(d, r));
-      return d.takeCarried();
-    }));
+    const dropped = await Promise.all(
+      ddps.map(async (d, r) => {
+        d.carry(Float32Array.of(7));
+        await d.noSync(() => backward(d, r));
+        return d.takeCarried();
+      }),
+    );
     expect(dropped).toEqual([null, null]);
     const before = ddps.map((d) => d.pg.bytesSent());
     await Promise.all(ddps.map((d, r) => backward(d, r)));
@@ -297,9 +349,13 @@ describe('errorIfNonfinite', () => {
    * Two ranks take one step; on rank 1 the loss adds NaN * sum(last bias), so only that
    * parameter's gradient is NaN there, and so its average on both ranks.
    */
-  async function nanStep(options: DDPOptions): Promise<{ ddps: DistributedDataParallel[]; results: PromiseSettledResult<{ loss: number }>[]; before: string[] }> {
+  async function nanStep(
+    options: DDPOptions,
+  ): Promise<{ ddps: DistributedDataParallel[]; results: PromiseSettledResult<{ loss: number }>[]; before: string[] }> {
     const pgs = await groups(2);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg, options)));
+    const ddps = await Promise.all(
+      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), pg, options)),
+    );
     const before = await Promise.all(ddps.map((d) => d.weightsHash()));
     const results = await Promise.allSettled(
       ddps.map(async (d, r) => {
@@ -343,7 +399,7 @@ describe('errorIfNonfinite', () => {
     for (const d of ddps) d.pg.destroy();
   });
 
-  it('with the option off (torch\'s default) a NaN gradient is averaged and applied', async () => {
+  it("with the option off (torch's default) a NaN gradient is averaged and applied", async () => {
     const { ddps, results } = await nanStep({ errorIfNonfinite: false });
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled']);
     expect(Number.isNaN((results[1] as PromiseFulfilledResult<{ loss: number }>).value.loss)).toBe(true);
@@ -355,7 +411,13 @@ describe('errorIfNonfinite', () => {
 
   it('keeps the live tensor count flat when it checks, and when a step fails', async () => {
     const pgs = await groups(2);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg, { errorIfNonfinite: true })));
+    const ddps = await Promise.all(
+      pgs.map((pg) =>
+        DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 2 }), pg, {
+          errorIfNonfinite: true,
+        }),
+      ),
+    );
     const opts = ddps.map(() => tf.train.adam(0.01));
     const batches = (r: number, from: number) => [range(from * 16 + r * 8, from * 16 + r * 8 + 8)];
     await Promise.all(ddps.map((d, r) => trainSteps(d, batches(r, 0), opts[r]!)));
@@ -367,7 +429,10 @@ describe('errorIfNonfinite', () => {
         const { x, y } = data.batch(range(r * 8, r * 8 + 8));
         const [xs, ys] = [tf.tensor(x, [8, 16]), tf.tensor1d(y, 'int32')];
         const kernel = d.model.trainableWeights[0]!.read();
-        const lossFn = () => tf.tidy(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4).add(kernel.sum().mul(Number.POSITIVE_INFINITY)) as tf.Scalar);
+        const lossFn = () =>
+          tf.tidy(
+            () => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4).add(kernel.sum().mul(Number.POSITIVE_INFINITY)) as tf.Scalar,
+          );
         return d.backward(lossFn).finally(() => tf.dispose([xs, ys]));
       }),
     );
@@ -388,7 +453,9 @@ describe('verifyReplicas', () => {
 
   it('passes while replicas agree and names the rank that diverged from the majority', async () => {
     const pgs = await groups(3);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)));
+    const ddps = await Promise.all(
+      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)),
+    );
     const agreed = await Promise.all(ddps.map((d) => d.verifyReplicas()));
     expect(new Set(agreed).size).toBe(1);
     expect(agreed[0]).toBe(await ddps[0]!.weightsHash());
@@ -407,10 +474,13 @@ describe('verifyReplicas', () => {
 
   it('with no majority (two ranks), names the ranks that differ from rank 0', async () => {
     const pgs = await groups(2);
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)));
+    const ddps = await Promise.all(
+      pgs.map((pg) => DistributedDataParallel.create(buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 4 }), pg)),
+    );
     perturb(ddps[1]!, -1e-3);
     const results = await Promise.allSettled(ddps.map((d) => verifyReplicas(d.pg, d.model)));
-    for (const res of results) expect((res as PromiseRejectedResult).reason).toMatchObject({ name: 'ReplicaDivergenceError', ranks: [1], byMajority: false });
+    for (const res of results)
+      expect((res as PromiseRejectedResult).reason).toMatchObject({ name: 'ReplicaDivergenceError', ranks: [1], byMajority: false });
     for (const p of pgs) p.destroy();
   });
 });

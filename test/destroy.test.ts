@@ -27,7 +27,17 @@ async function pair(): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('destroy');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
-    [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    [0, 1].map((rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: 2,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
   return { pgs, net };
 }

@@ -45,13 +45,15 @@ describe('device', () => {
     expect((err as DeviceLostError).message).toContain('No TF.js backend could start again');
   });
 
-  it("DeviceLostError says what happened and what to do; by itself a new round cannot fix it", () => {
+  it('DeviceLostError says what happened and what to do; by itself a new round cannot fix it', () => {
     const e = new DeviceLostError(1, 'unknown', 'GPU reset', 'step 12');
     expect(e.name).toBe('DeviceLostError');
     expect(e.message).toBe(
       `rank 1's WebGPU device was lost during step 12: the GPU was reset or taken away (a driver crash or update, the computer switching graphics cards, or too little GPU memory); the browser said "GPU reset". Every tensor on that device is gone. Reload the page to rejoin the session with a new device (runElastic rejoins by itself when given rebuildState).`,
     );
     expect(isRecoverable(e)).toBe(false);
-    expect(new DeviceLostError(-1, 'destroyed', 'x', 'evaluation').message).toMatch(/^this tab's WebGPU device was lost during evaluation: the page destroyed it/);
+    expect(new DeviceLostError(-1, 'destroyed', 'x', 'evaluation').message).toMatch(
+      /^this tab's WebGPU device was lost during evaluation: the page destroyed it/,
+    );
   });
 });

@@ -8,10 +8,28 @@ import { summarize } from '../launcher/summaries.ts';
 import { devicesLine, devicesSummary } from '../launcher/summary_devices.ts';
 import type { RankResult } from '../launcher/summary_fields.ts';
 
-const device = (d: number, over: Record<string, unknown> = {}) => ({ device: d, backend: 'cpu', steps: 15, samples: 240, meanComputeMs: 12.345, liveTensors: { min: 4, max: 4 }, ...over });
+const device = (d: number, over: Record<string, unknown> = {}) => ({
+  device: d,
+  backend: 'cpu',
+  steps: 15,
+  samples: 240,
+  meanComputeMs: 12.345,
+  liveTensors: { min: 4, max: 4 },
+  ...over,
+});
 
 function rank(r: number, over: Record<string, unknown> = {}): RankResult {
-  return { rank: r, worldSize: 2, backend: 'cpu', steps: 15, weightHash: 'same', seconds: 3, devices: 2, deviceReports: [device(0), device(1)], ...over };
+  return {
+    rank: r,
+    worldSize: 2,
+    backend: 'cpu',
+    steps: 15,
+    weightHash: 'same',
+    seconds: 3,
+    devices: 2,
+    deviceReports: [device(0), device(1)],
+    ...over,
+  };
 }
 
 describe('a run’s devices in the summary', () => {
@@ -39,8 +57,16 @@ describe('a run’s devices in the summary', () => {
 
   it('drops what a page made up: unknown backends, negative counts, and keeps a fallback reason short', () => {
     const s = devicesSummary([
-      rank(0, { deviceReports: [device(0, { backend: 'tpu' }), device(1, { steps: -3, liveTensors: { min: 'x', max: 1 }, fallbackReason: 'w'.repeat(2000) }), 'junk'] }),
+      rank(0, {
+        deviceReports: [
+          device(0, { backend: 'tpu' }),
+          device(1, { steps: -3, liveTensors: { min: 'x', max: 1 }, fallbackReason: 'w'.repeat(2000) }),
+          'junk',
+        ],
+      }),
     ]);
-    expect(s.deviceReports![0]!.devices).toEqual([{ ...device(1, { meanComputeMs: 12.35 }), steps: 0, liveTensors: null, fallbackReason: 'w'.repeat(500) }]);
+    expect(s.deviceReports![0]!.devices).toEqual([
+      { ...device(1, { meanComputeMs: 12.35 }), steps: 0, liveTensors: null, fallbackReason: 'w'.repeat(500) },
+    ]);
   });
 });

@@ -54,7 +54,17 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('diloco');
   const net = new MemoryNetwork();
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -86,7 +96,11 @@ describe('DiLoCo', () => {
         expect(new Set(after.map(hex)).size).toBe(1);
         expect(relativeError(after[0]!, Float32Array.from(phase.outer))).toBeLessThan(1e-6);
       }
-      expect(dilocos.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[4, 16], [4, 16], [4, 16]]);
+      expect(dilocos.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([
+        [4, 16],
+        [4, 16],
+        [4, 16],
+      ]);
       // A pseudo-gradient all-reduce of 24 float32 values per outer step, and nothing else.
       for (const pg of pgs) expect(pg.bytesSent() - sentBefore[pg.rank]!).toBeGreaterThanOrEqual(4 * 24 * 4);
       for (const pg of pgs) expect(pg.bytesSent() - sentBefore[pg.rank]!).toBeLessThan(4 * 24 * 4 * 3);
@@ -95,7 +109,7 @@ describe('DiLoCo', () => {
     }
   });
 
-  it('with int8 pseudo-gradients: bit-identical on every rank, and close to torch\'s float32 outer steps', async () => {
+  it("with int8 pseudo-gradients: bit-identical on every rank, and close to torch's float32 outer steps", async () => {
     const pgs = await groups(3);
     try {
       const models = pgs.map(() => smallModel());
@@ -110,7 +124,9 @@ describe('DiLoCo', () => {
         expect(new Set(after.map(hex)).size).toBe(1);
         errors.push(relativeError(after[0]!, Float32Array.from(phase.outer)));
       }
-      console.log(`DiLoCo with int8 pseudo-gradients vs torch's float32: relative error per outer step ${errors.map((e) => e.toExponential(1)).join(', ')}`);
+      console.log(
+        `DiLoCo with int8 pseudo-gradients vs torch's float32: relative error per outer step ${errors.map((e) => e.toExponential(1)).join(', ')}`,
+      );
       // Rounded, not wrong: each outer step within 1% of torch's (0.1% here), and not exact.
       for (const e of errors) expect(e).toBeLessThan(0.01);
       expect(errors.some((e) => e > 1e-6)).toBe(true);
@@ -203,12 +219,20 @@ describe('DiLoCo', () => {
       };
       expect(await run(b)).toBe(await run(a));
       // What a peer or a file may send is checked before it is taken.
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } })).toThrow(errorOf(RangeError, /momentum buffer of 3 values for 24 weights/));
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, fragmentSteps: '-1' } })).toThrow(errorOf(RangeError, /fragmentSteps "-1" is not 1 counts/));
-      expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(errorOf(RangeError, /it is for 1 fragments, this DiLoCo has 2/));
+      expect(() =>
+        new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, momentum_buffer: new Float32Array(3) } }),
+      ).toThrow(errorOf(RangeError, /momentum buffer of 3 values for 24 weights/));
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, meta: { ...state.meta, fragmentSteps: '-1' } })).toThrow(
+        errorOf(RangeError, /fragmentSteps "-1" is not 1 counts/),
+      );
+      expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(
+        errorOf(RangeError, /it is for 1 fragments, this DiLoCo has 2/),
+      );
       const nan = state.tensors['outer_weights']!.slice();
       nan[3] = NaN;
-      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(errorOf(RangeError, /non-finite/));
+      expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(
+        errorOf(RangeError, /non-finite/),
+      );
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -224,20 +248,28 @@ describe('DiLoCo', () => {
       await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
       const phase = torchRef.phases[0]!;
       // Ranks 0 and 1 trained 3 inner steps; rank 2 is a joiner (nothing held); the state transfer gave everyone rank 0's weights.
-      const held = await Promise.all(models.map(async (m, r) => {
-        assignFlatWeights(m, Float32Array.from(phase.local[r]!));
-        return r < 2 ? ds[r]!.hold(m, 3) : null;
-      }));
+      const held = await Promise.all(
+        models.map(async (m, r) => {
+          assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+          return r < 2 ? ds[r]!.hold(m, 3) : null;
+        }),
+      );
       models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
       const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
       expect(res).toEqual([0, 1, 2].map(() => ({ outerStep: true, contributors: 2 })));
       // The reference: SGD's first step (momentum buffer = gradient) on the average of two pseudo-gradients.
-      const g = start.map((s, i) => Math.fround(Math.fround(Math.fround(s - phase.local[0]![i]!) + Math.fround(s - phase.local[1]![i]!)) / 2));
+      const g = start.map((s, i) =>
+        Math.fround(Math.fround(Math.fround(s - phase.local[0]![i]!) + Math.fround(s - phase.local[1]![i]!)) / 2),
+      );
       const expected = start.map((s, i) => Math.fround(s + Math.fround(-0.7) * Math.fround(g[i]! + Math.fround(0.9) * g[i]!)));
       const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
       expect(new Set(after.map(hex)).size).toBe(1);
       expect(relativeError(after[0]!, expected)).toBeLessThan(1e-6);
-      expect(ds.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([[1, 3], [1, 3], [1, 3]]);
+      expect(ds.map((d) => [d.outerSteps, d.syncedAtStep])).toEqual([
+        [1, 3],
+        [1, 3],
+        [1, 3],
+      ]);
       // A rank whose held steps are not the group's (another outer phase) counts for nothing; with nobody, nothing changes.
       const stale = { ...(await ds[0]!.hold(models[0]!, 5)), outerSteps: 0 };
       expect(stale.samples).toBeNull(); // told no samples: each rank's pseudo-gradient weighs 1
@@ -268,11 +300,13 @@ describe('DiLoCo', () => {
       await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
       const phase = torchRef.phases[0]!;
       // Three inner steps: rank 0 trained 3 samples of 4 each, rank 1 one; rank 2 (a joiner) holds nothing.
-      const held = await Promise.all(models.map(async (m, r) => {
-        for (let k = 0; k < 3; k++) ds[r]!.countStep(r === 0 ? 3 : r === 1 ? 1 : 0, 4);
-        assignFlatWeights(m, Float32Array.from(phase.local[r]!));
-        return r < 2 ? ds[r]!.hold(m, 3) : null;
-      }));
+      const held = await Promise.all(
+        models.map(async (m, r) => {
+          for (let k = 0; k < 3; k++) ds[r]!.countStep(r === 0 ? 3 : r === 1 ? 1 : 0, 4);
+          assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+          return r < 2 ? ds[r]!.hold(m, 3) : null;
+        }),
+      );
       expect(held[0]!.samples).toEqual([9, 9]);
       models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
       const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
@@ -288,7 +322,11 @@ describe('DiLoCo', () => {
   });
 
   it('streaming: fragments take turns, staggered over the H steps; an overlapped all-reduce lands steps later and keeps the progress made meanwhile', async () => {
-    expect(fragmentRanges(10, 3)).toEqual([{ start: 0, end: 3 }, { start: 3, end: 6 }, { start: 6, end: 10 }]);
+    expect(fragmentRanges(10, 3)).toEqual([
+      { start: 0, end: 3 },
+      { start: 3, end: 6 },
+      { start: 6, end: 10 },
+    ]);
     expect(Array.from({ length: 8 }, (_, k) => fragmentsSyncingAt(k + 1, 8, 4))).toEqual([[], [0], [], [1], [], [2], [], [3]]);
     expect(Array.from({ length: 4 }, (_, k) => fragmentsSyncingAt(k + 1, 4, 1))).toEqual([[], [], [], [0]]);
     const pgs = await groups(2);
@@ -313,7 +351,9 @@ describe('DiLoCo', () => {
       // Step 3: it lands. Fragment 0 = new outer + what each rank trained since step 2; fragment 1 untouched.
       const three = await at(3);
       expect(three.landed).toEqual([1, 1]);
-      const g = Float32Array.from({ length: 12 }, (_, i) => Math.fround(Math.fround(Math.fround(start[i]! - local(0, 2)[i]!) + Math.fround(start[i]! - local(1, 2)[i]!)) / 2));
+      const g = Float32Array.from({ length: 12 }, (_, i) =>
+        Math.fround(Math.fround(Math.fround(start[i]! - local(0, 2)[i]!) + Math.fround(start[i]! - local(1, 2)[i]!)) / 2),
+      );
       const outer0 = Float32Array.from(g, (gi, i) => Math.fround(start[i]! + Math.fround(-0.7) * Math.fround(gi + Math.fround(0.9) * gi)));
       for (const [r, w] of three.weights.entries()) {
         const want = Float32Array.from({ length: 12 }, (_, i) => Math.fround(outer0[i]! + Math.fround(local(r, 3)[i]! - local(r, 2)[i]!)));
@@ -335,14 +375,30 @@ describe('DiLoCo', () => {
   });
 
   it('runElastic refuses diloco beside another hook or averager, and a voteEvery that is not a count, before joining', async () => {
-    const base = { url: server.url, session: 'x', token: tokenFor('x'), min: 1, max: 1, state: new TrainState({ model: smallModel(), optimizer: () => new AdamW({ lr: 0.01 }) }), datasetLength: 8, batchSize: 2, step: async () => {} };
-    await expect(runElastic({ ...base, diloco: { syncEvery: 4 }, modelAverager: { period: 4 } })).rejects.toThrow(errorOf(TypeError, /diloco is a strategy of its own: leave commHook and modelAverager unset/));
+    const base = {
+      url: server.url,
+      session: 'x',
+      token: tokenFor('x'),
+      min: 1,
+      max: 1,
+      state: new TrainState({ model: smallModel(), optimizer: () => new AdamW({ lr: 0.01 }) }),
+      datasetLength: 8,
+      batchSize: 2,
+      step: async () => {},
+    };
+    await expect(runElastic({ ...base, diloco: { syncEvery: 4 }, modelAverager: { period: 4 } })).rejects.toThrow(
+      errorOf(TypeError, /diloco is a strategy of its own: leave commHook and modelAverager unset/),
+    );
     await expect(runElastic({ ...base, voteEvery: 0 })).rejects.toThrow(errorOf(RangeError, /voteEvery must be an integer >= 1, got 0/));
   });
 
   it('refuses options that make no outer step', () => {
-    expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(errorOf(RangeError, /fragments must be an integer from 1 to syncEvery \(4\), got 5/));
-    expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(errorOf(RangeError, /overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/));
+    expect(() => new DiLoCo({ syncEvery: 4, fragments: 5 })).toThrow(
+      errorOf(RangeError, /fragments must be an integer from 1 to syncEvery \(4\), got 5/),
+    );
+    expect(() => new DiLoCo({ syncEvery: 8, fragments: 4, overlap: 2 })).toThrow(
+      errorOf(RangeError, /overlap must be an integer from 0 to below syncEvery \/ fragments \(2\), got 2/),
+    );
     expect(() => new DiLoCo({ syncEvery: 0 })).toThrow(errorOf(RangeError, /syncEvery must be an integer >= 1, got 0/));
     expect(() => new DiLoCo({ syncEvery: 4, outerLr: -1 })).toThrow(errorOf(RangeError, /outerLr must be a positive number/));
     expect(() => new DiLoCo({ syncEvery: 4, outerMomentum: 0 })).toThrow(errorOf(RangeError, /Nesterov needs an outer momentum/));
@@ -365,7 +421,25 @@ interface Member {
 }
 
 /** One member: AdamW inner steps on its samples, DiLoCo every `syncEvery` steps. */
-function member(net: MemoryNetwork, id: number, session: string, o: { min: number; max: number; syncEvery: number; fragments?: number; overlap?: number; voteEvery?: number; steps?: number; checkpointEvery?: number; resumeFrom?: string; extra?: (ctx: StepContext) => Promise<void>; balance?: boolean; slow?: number }): Member {
+function member(
+  net: MemoryNetwork,
+  id: number,
+  session: string,
+  o: {
+    min: number;
+    max: number;
+    syncEvery: number;
+    fragments?: number;
+    overlap?: number;
+    voteEvery?: number;
+    steps?: number;
+    checkpointEvery?: number;
+    resumeFrom?: string;
+    extra?: (ctx: StepContext) => Promise<void>;
+    balance?: boolean;
+    slow?: number;
+  },
+): Member {
   const events: ElasticEvent[] = [];
   const hashes = new Map<number, string>();
   const roundHashes: string[] = [];
@@ -374,7 +448,16 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
   const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 0 });
   const state = new TrainState({ model, optimizer: () => new AdamW({ lr: 0.01 }) });
   // A slow rank: `slow` ms more per step, whatever its batch (a straggler by factor times a Node step of ~1 ms is noise).
-  const straggler = o.slow === undefined ? undefined : { after: async () => { const t0 = performance.now(); await new Promise((r) => setTimeout(r, o.slow)); return performance.now() - t0; } };
+  const straggler =
+    o.slow === undefined
+      ? undefined
+      : {
+          after: async () => {
+            const t0 = performance.now();
+            await new Promise((r) => setTimeout(r, o.slow));
+            return performance.now() - t0;
+          },
+        };
   const result = runElastic({
     url: server.url,
     session,
@@ -411,9 +494,10 @@ function member(net: MemoryNetwork, id: number, session: string, o: { min: numbe
       const { x, y } = data.batch(ctx.indices);
       const xs = tf.tensor(x, [ctx.indices.length, 16]);
       const ys = tf.tensor1d(y, 'int32');
-      const { loss } = ctx.indices.length === 0
-        ? await ctx.ddp.backward(() => tf.scalar(0))
-        : await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler });
+      const { loss } =
+        ctx.indices.length === 0
+          ? await ctx.ddp.backward(() => tf.scalar(0))
+          : await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler });
       tf.dispose([xs, ys]);
       ctx.ddp.step(ctx.optimizer);
       return { loss };
@@ -445,13 +529,18 @@ describe('runElastic with diloco', () => {
   it('balanced batches: a slow rank trains fewer samples per inner step instead of holding the others; every sample once, identical at the end', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('diloco-balanced');
-    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 4, voteEvery: 2, steps: 24, balance: true, slow: id === 1 ? 25 : undefined }));
+    const members = [0, 1].map((id) =>
+      member(net, id, session, { min: 2, max: 2, syncEvery: 4, voteEvery: 2, steps: 24, balance: true, slow: id === 1 ? 25 : undefined }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     const events = members.flatMap((m) => m.events);
     expect(samplesSeen(events)[0]).toEqual({ samples: 96, exactlyOnce: true, complete: true });
     // After the first costs are in, the slow rank gets fewer samples than the fast one.
-    const trained = (rank: number) => events.filter((e) => e.type === 'batch' && e.rank === rank && e.step > 8).reduce((a, e) => a + (e.type === 'batch' ? e.indices.length : 0), 0);
+    const trained = (rank: number) =>
+      events
+        .filter((e) => e.type === 'batch' && e.rank === rank && e.step > 8)
+        .reduce((a, e) => a + (e.type === 'batch' ? e.indices.length : 0), 0);
     expect(trained(1)).toBeLessThan(trained(0));
     await closeAll(runs);
   });
@@ -465,9 +554,12 @@ describe('runElastic with diloco', () => {
         min: 2,
         max: 3,
         syncEvery: 4,
-        extra: id === 2 ? async (ctx) => {
-          if (ctx.step === 7) throw new TabClosed('closed at step 7');
-        } : undefined,
+        extra:
+          id === 2
+            ? async (ctx) => {
+                if (ctx.step === 7) throw new TabClosed('closed at step 7');
+              }
+            : undefined,
       }),
     );
     const outcomes = await Promise.allSettled(members.map((m) => m.result));
@@ -477,7 +569,9 @@ describe('runElastic with diloco', () => {
     // Step 7 was committed by the survivors but never by the lost rank: they go back to step 6 and
     // train step 7 again; their steps 5 and 6 count in an outer step as the new round starts.
     for (const m of members.slice(0, 2)) {
-      expect(roundNotes(m)).toContain('resumed at step 6 from the replica of rank 0, sent to 1 rank; step 7 is trained again; an outer step over the inner steps since step 4 of 2 ranks');
+      expect(roundNotes(m)).toContain(
+        'resumed at step 6 from the replica of rank 0, sent to 1 rank; step 7 is trained again; an outer step over the inner steps since step 4 of 2 ranks',
+      );
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }]);
     for (const m of members.slice(0, 2)) expect(new Set(m.roundHashes).size).toBe(2);
@@ -485,7 +579,7 @@ describe('runElastic with diloco', () => {
     await closeAll(done);
   });
 
-  it('voteEvery: the ranks meet only every few steps; each step still gets every rank\'s metrics, in order; a failed round goes back to the last vote', async () => {
+  it("voteEvery: the ranks meet only every few steps; each step still gets every rank's metrics, in order; a failed round goes back to the last vote", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('diloco-vote');
     class TabClosed extends Error {}
@@ -496,9 +590,12 @@ describe('runElastic with diloco', () => {
         syncEvery: 8,
         voteEvery: 4,
         steps: 16,
-        extra: id === 2 ? async (ctx) => {
-          if (ctx.step === 11) throw new TabClosed('closed at step 11');
-        } : undefined,
+        extra:
+          id === 2
+            ? async (ctx) => {
+                if (ctx.step === 11) throw new TabClosed('closed at step 11');
+              }
+            : undefined,
       }),
     );
     const outcomes = await Promise.allSettled(members.map((m) => m.result));
@@ -507,12 +604,25 @@ describe('runElastic with diloco', () => {
     expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
     const steps = members[0]!.events.flatMap((e) => (e.type === 'step' ? [[e.step, e.metrics.length]] : []));
     // Steps 1-8 with 3 ranks' metrics; 9 and 10 were not voted on (the round failed before step 12's vote); then 2 ranks from step 9 on.
-    expect(steps.slice(0, 9)).toEqual([[1, 3], [2, 3], [3, 3], [4, 3], [5, 3], [6, 3], [7, 3], [8, 3], [9, 2]]);
+    expect(steps.slice(0, 9)).toEqual([
+      [1, 3],
+      [2, 3],
+      [3, 3],
+      [4, 3],
+      [5, 3],
+      [6, 3],
+      [7, 3],
+      [8, 3],
+      [9, 2],
+    ]);
     expect(steps.map(([s]) => s)).toEqual(Array.from({ length: steps.length }, (_, i) => i + 1));
     // Back to the last vote (step 8, an outer step): steps 9 and 10, which the survivors took, are trained again with step 11.
     expect(roundNotes(members[0]!)).toContain('resumed at step 8 from the replica of rank 0, sent to 1 rank; step 9 is trained again');
     // Epoch 0 in steps 1-8 (3 ranks); epoch 1 from step 9, with 2 ranks after the loss: steps 9-16 train 64 of its 96 samples.
-    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }, { samples: 64, exactlyOnce: true, complete: false }]);
+    expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([
+      { samples: 96, exactlyOnce: true, complete: true },
+      { samples: 64, exactlyOnce: true, complete: false },
+    ]);
     await closeAll(done);
   });
 
@@ -527,9 +637,12 @@ describe('runElastic with diloco', () => {
         syncEvery: 4,
         fragments: 2,
         overlap: 1,
-        extra: id === 2 ? async (ctx) => {
-          if (ctx.step === 7) throw new TabClosed('closed at step 7');
-        } : undefined,
+        extra:
+          id === 2
+            ? async (ctx) => {
+                if (ctx.step === 7) throw new TabClosed('closed at step 7');
+              }
+            : undefined,
       });
       return m;
     });
@@ -539,9 +652,15 @@ describe('runElastic with diloco', () => {
     expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
     // Over both survivors' inner steps, or one's: the rank's loss can cut the all-reduce on the wire
     // when one survivor has its result and the other not; the one without it counts for nothing then.
-    for (const m of members.slice(0, 2)) expect(roundNotes(m).some((n) => /an outer step over the inner steps since step \d+ of [12] ranks?/.test(n)), JSON.stringify(roundNotes(m))).toBe(true);
+    for (const m of members.slice(0, 2))
+      expect(
+        roundNotes(m).some((n) => /an outer step over the inner steps since step \d+ of [12] ranks?/.test(n)),
+        JSON.stringify(roundNotes(m)),
+      ).toBe(true);
     // Replicas differ between outer steps (the progress made while a fragment was on the wire)...
-    const differ = [...members[0]!.hashes.keys()].filter((k) => members[1]!.hashes.has(k) && members[0]!.hashes.get(k) !== members[1]!.hashes.get(k));
+    const differ = [...members[0]!.hashes.keys()].filter(
+      (k) => members[1]!.hashes.has(k) && members[0]!.hashes.get(k) !== members[1]!.hashes.get(k),
+    );
     expect(differ.length).toBeGreaterThan(0);
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 96, exactlyOnce: true, complete: true }]);
     // ...the outer weights never do.
@@ -568,7 +687,11 @@ describe('runElastic with diloco', () => {
     );
     const done = await Promise.all(first.map((m) => m.result));
     const all = [...done, await joiner!.result];
-    expect(all.map((r) => [r.worldSize, r.steps])).toEqual([[3, 14], [3, 14], [3, 14]]);
+    expect(all.map((r) => [r.worldSize, r.steps])).toEqual([
+      [3, 14],
+      [3, 14],
+      [3, 14],
+    ]);
     expect(new Set(all.map((r) => r.weightHash)).size).toBe(1);
     // Every rank holds the same weights as the joiner's first round starts (the outer step over the two first ranks' inner steps).
     const joinedAt = joiner!.roundHashes[0];
@@ -580,7 +703,9 @@ describe('runElastic with diloco', () => {
   it("the outer state is saved in checkpoints and resumed: the resumed run's outer step matches the checkpoint's outer phase", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('diloco-ckpt');
-    const runs = await Promise.all([0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 3, steps: 6, checkpointEvery: 6 }).result));
+    const runs = await Promise.all(
+      [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, syncEvery: 3, steps: 6, checkpointEvery: 6 }).result),
+    );
     const saved = runs[0]!.weightHash;
     await closeAll(runs);
     const net2 = new MemoryNetwork();

@@ -19,7 +19,13 @@ import { powerSGD, type PowerSGDHook } from '../src/parallel/comm_hooks/powersgd
 import type { CommHook, CommHookState } from '../src/parallel/comm_hooks/types.ts';
 import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { appendCommHookState, splitCommHookState } from '../src/elastic/hook_state.ts';
-import { runElastic, type ElasticRunOptions, type ElasticRunResult, type RoundContext, type StepContext } from '../src/parallel/ddp/runner.ts';
+import {
+  runElastic,
+  type ElasticRunOptions,
+  type ElasticRunResult,
+  type RoundContext,
+  type StepContext,
+} from '../src/parallel/ddp/runner.ts';
 import type { ElasticEvent } from '../src/parallel/events.ts';
 import { buildModel, classificationLoss } from '../src/nn/models.ts';
 import { optimizerState, TrainState } from '../src/checkpoint/state_dict.ts';
@@ -46,7 +52,10 @@ interface Member {
   hooks: CommHook[];
 }
 
-type MemberOptions = Pick<ElasticRunOptions, 'min' | 'max' | 'steps' | 'checkpointEvery' | 'checkReplicasEvery' | 'resumeFrom' | 'commHook' | 'modelAverager'> & {
+type MemberOptions = Pick<
+  ElasticRunOptions,
+  'min' | 'max' | 'steps' | 'checkpointEvery' | 'checkReplicasEvery' | 'resumeFrom' | 'commHook' | 'modelAverager'
+> & {
   extra?: (ctx: StepContext) => Promise<void>;
   onRound?: (ctx: RoundContext) => void | Promise<void>;
   onStep?: (ctx: RoundContext) => void | Promise<void>;
@@ -78,11 +87,14 @@ function member(net: MemoryNetwork, id: number, session: string, opts: MemberOpt
     checkReplicasEvery: opts.checkReplicasEvery,
     resumeFrom: opts.resumeFrom,
     resumeFromToken: opts.resumeFrom == null ? undefined : tokenFor(opts.resumeFrom),
-    commHook: make === undefined ? undefined : () => {
-      const hook = make();
-      hooks.push(hook);
-      return hook;
-    },
+    commHook:
+      make === undefined
+        ? undefined
+        : () => {
+            const hook = make();
+            hooks.push(hook);
+            return hook;
+          },
     modelAverager: opts.modelAverager,
     onRound: opts.onRound,
     onStep: opts.onStep,
@@ -106,21 +118,25 @@ function member(net: MemoryNetwork, id: number, session: string, opts: MemberOpt
 const closeAll = (runs: ElasticRunResult[]) => Promise.all(runs.map((r) => r.close()));
 const hex = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
 /** A hook state with its tensors as hex, for bit-exact comparisons. */
-const bits = (s: CommHookState | null) => s && { name: s.name, meta: s.meta, tensors: Object.fromEntries(Object.entries(s.tensors).map(([k, v]) => [k, hex(v)])) };
+const bits = (s: CommHookState | null) =>
+  s && { name: s.name, meta: s.meta, tensors: Object.fromEntries(Object.entries(s.tensors).map(([k, v]) => [k, hex(v)])) };
 /** Only the tensors every rank shares (PowerSGD's Q's). */
 const shared = (s: CommHookState | null) => {
   const b = bits(s)!;
   return { ...b, tensors: Object.fromEntries(Object.entries(b.tensors).filter(([k]) => k.startsWith('q:'))) };
 };
 const psgd = () => powerSGD({ matrixApproximationRank: 1, startIter: 2 });
-const losses = (m: Member) => m.events.flatMap((e) => (e.type === 'step' ? [e.metrics.reduce((a, x) => a + (x.loss as number), 0) / e.metrics.length] : []));
+const losses = (m: Member) =>
+  m.events.flatMap((e) => (e.type === 'step' ? [e.metrics.reduce((a, x) => a + (x.loss as number), 0) / e.metrics.length] : []));
 const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
 
 describe('runElastic with communication hooks', () => {
   it('fp16CompressHook: replicas stay bit-identical every step, at about half the bytes', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('fp16');
-    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 8, checkReplicasEvery: 1, commHook: fp16CompressHook }));
+    const members = [0, 1].map((id) =>
+      member(net, id, session, { min: 2, max: 2, steps: 8, checkReplicasEvery: 1, commHook: fp16CompressHook }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     expect(runs.map((r) => r.steps)).toEqual([8, 8]);
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
@@ -133,7 +149,7 @@ describe('runElastic with communication hooks', () => {
     await closeAll(runs);
   });
 
-  it('powerSGD: replicas stay bit-identical every step, the loss goes down, the hook counts the run\'s steps', async () => {
+  it("powerSGD: replicas stay bit-identical every step, the loss goes down, the hook counts the run's steps", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psgd');
     const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 20, checkReplicasEvery: 1, commHook: psgd }));
@@ -202,14 +218,21 @@ describe('runElastic with communication hooks', () => {
     /** Each member's hook state after its latest step. */
     const lastStep = new Map<Member, CommHookState | null>();
     /** Each member's hook state as each round starts (after the state transfer), and as its previous step left it. */
-    const rounds: Array<{ who: Member; rank: number; step: number; state: CommHookState | null; before: CommHookState | null | undefined }> = [];
+    const rounds: Array<{
+      who: Member;
+      rank: number;
+      step: number;
+      state: CommHookState | null;
+      before: CommHookState | null | undefined;
+    }> = [];
     const opts = (self: () => Member): MemberOptions => ({
       min: 2,
       max: 3,
       steps: 12,
       checkReplicasEvery: 1,
       commHook: psgd,
-      onRound: (ctx) => void rounds.push({ who: self(), rank: ctx.pg.rank, step: ctx.step, state: ctx.ddp.commHookState(), before: lastStep.get(self()) }),
+      onRound: (ctx) =>
+        void rounds.push({ who: self(), rank: ctx.pg.rank, step: ctx.step, state: ctx.ddp.commHookState(), before: lastStep.get(self()) }),
       onStep: (ctx) => void lastStep.set(self(), ctx.ddp.commHookState()),
     });
     const first: Member[] = [];
@@ -218,7 +241,12 @@ describe('runElastic with communication hooks', () => {
         ...opts(() => m),
         extra: async (ctx) => {
           if (ctx.step === 4 && ctx.pg.rank === 0 && !joiner) {
-            const j: Member = member(net, 2, session, opts(() => j));
+            const j: Member = member(
+              net,
+              2,
+              session,
+              opts(() => j),
+            );
             joiner = j;
           }
         },
@@ -251,7 +279,7 @@ describe('runElastic with communication hooks', () => {
     await closeAll(all);
   });
 
-  it('a joiner whose hook is another kind than the group\'s ends its own run; the group goes on', async () => {
+  it("a joiner whose hook is another kind than the group's ends its own run; the group goes on", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('hook-mismatch');
     let joiner: Member | undefined;
@@ -263,13 +291,19 @@ describe('runElastic with communication hooks', () => {
         checkReplicasEvery: 1,
         commHook: psgd,
         extra: async (ctx) => {
-          if (ctx.step === 3 && ctx.pg.rank === 0 && !joiner) joiner = member(net, 2, session, { min: 2, max: 3, steps: 10, commHook: fp16CompressHook });
+          if (ctx.step === 3 && ctx.pg.rank === 0 && !joiner)
+            joiner = member(net, 2, session, { min: 2, max: 3, steps: 10, commHook: fp16CompressHook });
         },
       }),
     );
     const done = await Promise.all(first.map((m) => m.result));
-    await expect(joiner!.result).rejects.toThrow(/this rank's communication hook is fp16_compress, but the group's \(rank 0's\) is powerSGD/);
-    expect(done.map((r) => [r.steps, r.worldSize])).toEqual([[10, 2], [10, 2]]);
+    await expect(joiner!.result).rejects.toThrow(
+      /this rank's communication hook is fp16_compress, but the group's \(rank 0's\) is powerSGD/,
+    );
+    expect(done.map((r) => [r.steps, r.worldSize])).toEqual([
+      [10, 2],
+      [10, 2],
+    ]);
     expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
     await closeAll(done);
   });
@@ -349,7 +383,11 @@ describe("a hook's state in a checkpoint's optimizer section", () => {
     const opt = tf.train.adam(0.01);
     opt.minimize(() => tf.tidy(() => (model.apply(tf.ones([2, 16])) as tf.Tensor).square().mean() as tf.Scalar));
     const bundle = await optimizerState(opt);
-    const state: CommHookState = { name: 'powerSGD', meta: { iter: 7, seed: 0, note: 'x', flag: true, none: null }, tensors: { 'q:0/1': Float32Array.of(1, -2, 3.5), 'error:0/1': Float32Array.of(0.25, NaN, -0) } };
+    const state: CommHookState = {
+      name: 'powerSGD',
+      meta: { iter: 7, seed: 0, note: 'x', flag: true, none: null },
+      tensors: { 'q:0/1': Float32Array.of(1, -2, 3.5), 'error:0/1': Float32Array.of(0.25, NaN, -0) },
+    };
     const { optimizer, header } = appendCommHookState(bundle, state);
     expect(optimizer.weightSpecs.slice(-2)).toEqual([
       { name: 'commHook/q:0/1', shape: [3], dtype: 'float32' },
@@ -368,9 +406,21 @@ describe("a hook's state in a checkpoint's optimizer section", () => {
     expect(appendCommHookState(bundle, null)).toEqual({ optimizer: bundle, header: null });
 
     // A meta that does not match the section is a corrupt checkpoint.
-    const wrong = JSON.parse(JSON.stringify({ commHook: { ...header, tensors: [{ name: 'q:0/1', length: 4 }, { name: 'error:0/1', length: 3 }] } })) as Record<string, unknown>;
+    const wrong = JSON.parse(
+      JSON.stringify({
+        commHook: {
+          ...header,
+          tensors: [
+            { name: 'q:0/1', length: 4 },
+            { name: 'error:0/1', length: 3 },
+          ],
+        },
+      }),
+    ) as Record<string, unknown>;
     expect(() => splitCommHookState(wrong, optimizer, 'ckpt-x')).toThrow(CheckpointCorruptError);
-    expect(() => splitCommHookState({ commHook: { name: 'p', meta: { a: {} }, tensors: [] } }, optimizer)).toThrow(errorOf(CheckpointCorruptError, /meta's "a" is not a number/));
+    expect(() => splitCommHookState({ commHook: { name: 'p', meta: { a: {} }, tensors: [] } }, optimizer)).toThrow(
+      errorOf(CheckpointCorruptError, /meta's "a" is not a number/),
+    );
     opt.dispose();
     model.dispose();
   });

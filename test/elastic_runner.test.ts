@@ -156,7 +156,9 @@ describe('runElastic', () => {
           return gatherRows(...args);
         };
       };
-      const members = [0, 1, 2].map((id) => member(net, id, session, { min: 3, max: 3, steps: 10, voteWithGradients, voteAfter, extra: count(id) }));
+      const members = [0, 1, 2].map((id) =>
+        member(net, id, session, { min: 3, max: 3, steps: 10, voteWithGradients, voteAfter, extra: count(id) }),
+      );
       const runs = await Promise.all(members.map((m) => m.result));
       const steps = members.map((m) => m.events.flatMap((e) => (e.type === 'step' ? [{ step: e.step, metrics: e.metrics }] : [])));
       await closeAll(runs);
@@ -165,7 +167,10 @@ describe('runElastic', () => {
     const apart = await runWith(false);
     const riding = await runWith(true);
     // Votes go through the server, never over the peer links (where any member could write any row).
-    expect([apart.gathers, riding.gathers]).toEqual([[0, 0, 0], [0, 0, 0]]);
+    expect([apart.gathers, riding.gathers]).toEqual([
+      [0, 0, 0],
+      [0, 0, 0],
+    ]);
     // The first step's vote was started before the counter was in place.
     expect(apart.votes).toEqual([10, 10, 10]);
     // Steps 1-9's votes went out as steps 2-10 began (read after them); the run's last step voted on its own.
@@ -207,7 +212,10 @@ describe('runElastic', () => {
     expect(lost).toHaveLength(1);
     expect((lost[0] as PromiseRejectedResult).reason).toBeInstanceOf(TabClosed);
     const done = outcomes.filter((o): o is PromiseFulfilledResult<ElasticRunResult> => o.status === 'fulfilled').map((o) => o.value);
-    expect(done.map((r) => [r.rank, r.worldSize]).sort()).toEqual([[0, 2], [1, 2]]);
+    expect(done.map((r) => [r.rank, r.worldSize]).sort()).toEqual([
+      [0, 2],
+      [1, 2],
+    ]);
     expect(new Set(done.map((r) => r.weightHash)).size).toBe(1);
     for (const r of done) {
       expect(r.generations).toBe(2);
@@ -238,7 +246,9 @@ describe('runElastic', () => {
       broken = true;
       net.end(id, 1 - ctx.pg.rank)!.close('its data channel closed');
     };
-    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 10, failedRoundGraceMs: 300, extra: breakLinkAt(id) }));
+    const members = [0, 1].map((id) =>
+      member(net, id, session, { min: 2, max: 2, steps: 10, failedRoundGraceMs: 300, extra: breakLinkAt(id) }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     expect(runs.map((r) => r.steps)).toEqual([10, 10]);
     expect(runs.map((r) => r.generations)).toEqual([2, 2]);
@@ -255,19 +265,26 @@ describe('runElastic', () => {
     let broken = false;
     // checkReplicasEvery 2: step 2's vote is due a check. After that vote rank 1's link to rank 0
     // closes and rank 1's round fails in onStep, before the check; rank 0's fails in the check.
-    const failBeforeCheck = (id: number) => async ({ pg, step }: { pg: ProcessGroup; step: number }) => {
-      if (step !== 2 || pg.rank !== 1 || broken) return;
-      broken = true;
-      net.end(id, 0)!.close('its data channel closed');
-      await pg.allReduce(new Float32Array(1));
-    };
-    const members = [0, 1].map((id) => member(net, id, session, { min: 2, max: 2, steps: 8, checkReplicasEvery: 2, failedRoundGraceMs: 300, onStep: failBeforeCheck(id) }));
+    const failBeforeCheck =
+      (id: number) =>
+      async ({ pg, step }: { pg: ProcessGroup; step: number }) => {
+        if (step !== 2 || pg.rank !== 1 || broken) return;
+        broken = true;
+        net.end(id, 0)!.close('its data channel closed');
+        await pg.allReduce(new Float32Array(1));
+      };
+    const members = [0, 1].map((id) =>
+      member(net, id, session, { min: 2, max: 2, steps: 8, checkReplicasEvery: 2, failedRoundGraceMs: 300, onStep: failBeforeCheck(id) }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     expect(broken).toBe(true);
     expect(runs.map((r) => r.steps)).toEqual([8, 8]);
     expect(runs.map((r) => r.generations)).toEqual([2, 2]);
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
-    for (const m of members) expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { step: number; recoverable: boolean }).recoverable)).toEqual([true]);
+    for (const m of members)
+      expect(m.events.filter((e) => e.type === 'failure').map((e) => (e as { step: number; recoverable: boolean }).recoverable)).toEqual([
+        true,
+      ]);
     await closeAll(runs);
   });
 
@@ -297,7 +314,7 @@ describe('runElastic', () => {
     await closeAll(outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : [])));
   });
 
-  it("a rank whose last round fails as the others finish the run learns at once that the run ended, with its rank in the error", async () => {
+  it('a rank whose last round fails as the others finish the run learns at once that the run ended, with its rank in the error', async () => {
     // A collective can complete on some ranks and fail on another (a kill during the last step's
     // all-reduce): that rank waits for a next round that never forms. Here rank 2's round fails
     // after the last step's vote; the others end the run and close the rendezvous.

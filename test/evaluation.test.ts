@@ -32,7 +32,19 @@ afterAll(async () => {
 async function twoRanks(name: string): Promise<ProcessGroup[]> {
   const net = new MemoryNetwork();
   const session = uniqueSession(name);
-  return Promise.all([0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })));
+  return Promise.all(
+    [0, 1].map((rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: 2,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
+  );
 }
 
 describe('evaluate', () => {
@@ -82,7 +94,14 @@ describe('evaluate', () => {
     const test = syntheticDataset({ length: 600, inputSize: 16, numClasses: 4, seed: 3 });
     const model = buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 });
     const alone = uniqueSession('evaluate-alone');
-    const solo = await initProcessGroup({ url: server.url, session: alone, token: tokenFor(alone), worldSize: 1, rank: 0, timeoutMs: 5_000 });
+    const solo = await initProcessGroup({
+      url: server.url,
+      session: alone,
+      token: tokenFor(alone),
+      worldSize: 1,
+      rank: 0,
+      timeoutMs: 5_000,
+    });
     const whole = await evaluate(solo, model, test);
     solo.destroy();
     // Rank 1's tab closes as the run ends: rank 0's all-reduce of its totals loses it.
@@ -90,7 +109,9 @@ describe('evaluate', () => {
     const warnings: string[] = [];
     const result = await evaluateAfterRun(pgs[0]!, model, test, (m) => warnings.push(m));
     expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/final evaluation failed after training had ended \(lost rank 1: .*\): this rank evaluated the whole test set alone/);
+    expect(warnings[0]).toMatch(
+      /final evaluation failed after training had ended \(lost rank 1: .*\): this rank evaluated the whole test set alone/,
+    );
     // The whole set's figures, as one rank alone gets them.
     expect(result.testAccuracy).toBeCloseTo(whole.testAccuracy, 6);
     expect(result.testLoss).toBeCloseTo(whole.testLoss, 5);
@@ -98,7 +119,7 @@ describe('evaluate', () => {
     pgs[0]!.destroy();
   });
 
-  it("after the run, a skip heard by one rank mid-share ends the evaluation on both: the same answer, no hang", async () => {
+  it('after the run, a skip heard by one rank mid-share ends the evaluation on both: the same answer, no hang', async () => {
     const pgs = await twoRanks('evaluate-skip');
     // 2,000 samples: 1,000 a rank, in batches of 250, with progress after each.
     const test = syntheticDataset({ length: 2000, inputSize: 16, numClasses: 4, seed: 4 });

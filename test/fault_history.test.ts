@@ -100,7 +100,8 @@ describe("the group's fault history", () => {
     await waitFor('e admitted', () => (e.rounds.at(-1)?.rank ?? -1) >= 0);
     const eJoin = { kind: 'joined', round: latestRound(e), rank: e.rounds.at(-1)!.rank, reason: '' };
     await waitFor('every member to hear of e', () => [a, d, e].every((m) => record(m)!.counts.joined === 2));
-    for (const m of [a, d, e]) expect(record(m)).toEqual({ type: 'faults', counts: { ...expected.counts, joined: 2 }, entries: [...expected.entries, eJoin] });
+    for (const m of [a, d, e])
+      expect(record(m)).toEqual({ type: 'faults', counts: { ...expected.counts, joined: 2 }, entries: [...expected.entries, eJoin] });
     for (const m of [a, d, e]) m.client.close();
   });
 
@@ -109,7 +110,8 @@ describe("the group's fault history", () => {
     expect(lossKind(describeMemberClose(CloseCode.STALLED))).toBe('froze');
     expect(lossKind('was evicted: nothing received from it for 3100 ms (frozen or hung)')).toBe('froze');
     expect(lossKind(REMOVED_REASON)).toBe('removed');
-    for (const code of [1000, 1001, 1006, CloseCode.SLOW_READER, CloseCode.SERVER_CLOSING]) expect(lossKind(describeMemberClose(code))).toBe('failed');
+    for (const code of [1000, 1001, 1006, CloseCode.SLOW_READER, CloseCode.SERVER_CLOSING])
+      expect(lossKind(describeMemberClose(code))).toBe('failed');
   });
 
   it('is bounded: a long run keeps every count but lists only the latest entries; a client refuses a longer list', () => {
@@ -125,8 +127,12 @@ describe("the group's fault history", () => {
     expect(e.entries.at(-1)).toEqual({ kind: 'joined', round: 6 * MAX_FAULT_ENTRIES, rank: 1, reason: '' });
     expect(JSON.stringify(e).length).toBeLessThan(MAX_FAULT_ENTRIES * 400);
     expect(parseServerMessage(JSON.stringify(e))).toEqual(e);
-    expect(() => parseServerMessage(JSON.stringify({ ...e, entries: [...e.entries, e.entries[0]] }))).toThrow(errorOf(ServerMessageError, /entries/, { messageType: 'faults' }));
-    expect(() => parseServerMessage(JSON.stringify({ ...e, counts: { ...e.counts, froze: -1 } }))).toThrow(errorOf(ServerMessageError, /counts/, { messageType: 'faults' }));
+    expect(() => parseServerMessage(JSON.stringify({ ...e, entries: [...e.entries, e.entries[0]] }))).toThrow(
+      errorOf(ServerMessageError, /entries/, { messageType: 'faults' }),
+    );
+    expect(() => parseServerMessage(JSON.stringify({ ...e, counts: { ...e.counts, froze: -1 } }))).toThrow(
+      errorOf(ServerMessageError, /counts/, { messageType: 'faults' }),
+    );
   });
 
   it('the run record carried with the state stays bounded too: the first resume and the latest ones', () => {

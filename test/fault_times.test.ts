@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { FaultTimes } from '../launcher/fault_times.ts';
 import type { ElasticEvent } from '../src/parallel/events.ts';
 
-const round = (key: string, rank: number, worldSize: number): ElasticEvent => ({ type: 'round', round: key, rank, worldSize, step: 0, epoch: 0, position: 0 }) as ElasticEvent;
+const round = (key: string, rank: number, worldSize: number): ElasticEvent =>
+  ({ type: 'round', round: key, rank, worldSize, step: 0, epoch: 0, position: 0 }) as ElasticEvent;
 
 describe('FaultTimes', () => {
   it("a frozen page dropped by a join's regroup does not take a later kill's detection", () => {
@@ -16,7 +17,13 @@ describe('FaultTimes', () => {
     const join = t.add({ fault: 'open 1 more rank(s)', kind: 'join', atStep: 6, pages: [4] }, 2000);
     t.onEvent(0, { type: 'regroup', round: 'A', rank: 0, step: 6, waiting: 1 }, 3000);
     // Round B: the server evicted the frozen page; the joiner took its place.
-    for (const [page, rank] of [[0, 0], [1, 1], [2, 2], [4, 3]] as const) t.onEvent(page, round('B', rank, 4), 4000);
+    for (const [page, rank] of [
+      [0, 0],
+      [1, 1],
+      [2, 2],
+      [4, 3],
+    ] as const)
+      t.onEvent(page, round('B', rank, 4), 4000);
     const kill = t.add({ fault: 'kill rank 1', kind: 'kill', atStep: 9, page: 1 }, 50_000);
     t.onEvent(0, { type: 'peer-lost', round: 'B', rank: 0, peer: 1, reason: 'its tab closed' }, 50_400);
     expect(kill.detectedAfterMs).toBe(400);
@@ -50,11 +57,42 @@ describe('FaultTimes', () => {
     expect(t.lastRound()).toBeNull();
     for (let page = 0; page < 3; page++) t.onEvent(page, round('A', page, 3), 0);
     // Page 1 was lost; pages 0, 2 and a joiner (page 3) form round B.
-    for (const [page, rank] of [[0, 0], [2, 1], [3, 2]] as const) t.onEvent(page, round('B', rank, 3), 2000);
+    for (const [page, rank] of [
+      [0, 0],
+      [2, 1],
+      [3, 2],
+    ] as const)
+      t.onEvent(page, round('B', rank, 3), 2000);
     // Page 1's event for round A, read late.
     t.onEvent(1, round('A', 1, 3), 2100);
     // Pages 0 and 3 reach the end; page 2 (frozen at its last step, say) does not.
-    for (const [page, rank] of [[0, 0], [3, 2]] as const) t.onEvent(page, { type: 'end', round: 'B', rank, worldSize: 3, steps: 9, epoch: 1, generations: 2, stepsRedone: 0, stoppedBy: null, weightHash: 'ab' } as ElasticEvent, 3000);
-    expect(t.lastRound()).toEqual({ worldSize: 3, pages: [{ page: 0, rank: 0, ended: true }, { page: 2, rank: 1, ended: false }, { page: 3, rank: 2, ended: true }] });
+    for (const [page, rank] of [
+      [0, 0],
+      [3, 2],
+    ] as const)
+      t.onEvent(
+        page,
+        {
+          type: 'end',
+          round: 'B',
+          rank,
+          worldSize: 3,
+          steps: 9,
+          epoch: 1,
+          generations: 2,
+          stepsRedone: 0,
+          stoppedBy: null,
+          weightHash: 'ab',
+        } as ElasticEvent,
+        3000,
+      );
+    expect(t.lastRound()).toEqual({
+      worldSize: 3,
+      pages: [
+        { page: 0, rank: 0, ended: true },
+        { page: 2, rank: 1, ended: false },
+        { page: 3, rank: 2, ended: true },
+      ],
+    });
   });
 });

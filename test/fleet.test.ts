@@ -28,8 +28,24 @@ import { fleetRows } from '../client/ui/dashboard_fleet.ts';
 import { connect, withServer } from './fixtures/server.ts';
 import { uniqueSession } from './fixtures/session.ts';
 
-const PHONE: FleetInfo = { browser: 'Chrome 156', platform: 'Android phone', mobile: true, backend: 'webgl', device: 'Mali-G715', fallback: 'this browser has no WebGPU', memoryGB: 4 };
-const LAPTOP: FleetInfo = { browser: 'Firefox 128', platform: 'Linux', mobile: false, backend: 'cpu', device: 'CPU, 8 threads', fallback: null, memoryGB: null };
+const PHONE: FleetInfo = {
+  browser: 'Chrome 156',
+  platform: 'Android phone',
+  mobile: true,
+  backend: 'webgl',
+  device: 'Mali-G715',
+  fallback: 'this browser has no WebGPU',
+  memoryGB: 4,
+};
+const LAPTOP: FleetInfo = {
+  browser: 'Firefox 128',
+  platform: 'Linux',
+  mobile: false,
+  backend: 'cpu',
+  device: 'CPU, 8 threads',
+  fallback: null,
+  memoryGB: null,
+};
 
 describe('cleanText', () => {
   it('keeps plain text, trims and collapses spaces', () => {
@@ -55,12 +71,12 @@ describe('cleanText', () => {
 });
 
 describe('fleet values in the store', () => {
-  it('round-trips a rank\'s info', () => {
+  it("round-trips a rank's info", () => {
     expect(parseFleetInfo(new TextEncoder().encode(encodeFleetInfo(PHONE)))).toEqual(PHONE);
     expect(parseFleetInfo(encodeFleetInfo(LAPTOP))).toEqual(LAPTOP);
   });
 
-  it('drops what is not a rank\'s info: too long, not JSON, not an object, an unknown backend', () => {
+  it("drops what is not a rank's info: too long, not JSON, not an object, an unknown backend", () => {
     expect(parseFleetInfo(JSON.stringify({ ...PHONE, pad: 'x'.repeat(MAX_FLEET_VALUE_BYTES) }))).toBeNull();
     expect(parseFleetInfo('not json')).toBeNull();
     expect(parseFleetInfo('[1,2]')).toBeNull();
@@ -70,7 +86,15 @@ describe('fleet values in the store', () => {
   });
 
   it('cleans and caps every string another tab sends, and sane-checks the memory', () => {
-    const hostile = { browser: '<img src=x onerror=alert(1)>'.repeat(20), platform: 7, mobile: 'yes', backend: 'cpu', device: '\u202E'.repeat(3) + 'd'.repeat(500), fallback: 'f'.repeat(500), memoryGB: -1 };
+    const hostile = {
+      browser: '<img src=x onerror=alert(1)>'.repeat(20),
+      platform: 7,
+      mobile: 'yes',
+      backend: 'cpu',
+      device: '\u202E'.repeat(3) + 'd'.repeat(500),
+      fallback: 'f'.repeat(500),
+      memoryGB: -1,
+    };
     const got = parseFleetInfo(JSON.stringify(hostile))!;
     expect(Array.from(got.browser).length).toBeLessThanOrEqual(FLEET_TEXT_LIMITS.browser);
     // Markup stays text: the page sets it with textContent, and it is capped.
@@ -85,12 +109,23 @@ describe('fleet values in the store', () => {
     expect(parseFleetInfo(JSON.stringify({ ...LAPTOP, memoryGB: Infinity }))!.memoryGB).toBeNull();
   });
 
-  it('checks a published event\'s members: ranks in the group, each once, each valid', () => {
-    const members = [{ rank: 1, ...LAPTOP }, { rank: 0, ...PHONE }];
+  it("checks a published event's members: ranks in the group, each once, each valid", () => {
+    const members = [
+      { rank: 1, ...LAPTOP },
+      { rank: 0, ...PHONE },
+    ];
     expect(parseFleetMembers(members, 2)!.map((m) => m.rank)).toEqual([0, 1]);
     expect(parseFleetMembers(members, 1)).toBeNull(); // more members than ranks
     expect(parseFleetMembers([{ rank: 2, ...PHONE }], 2)).toBeNull();
-    expect(parseFleetMembers([{ rank: 0, ...PHONE }, { rank: 0, ...LAPTOP }], 2)).toBeNull();
+    expect(
+      parseFleetMembers(
+        [
+          { rank: 0, ...PHONE },
+          { rank: 0, ...LAPTOP },
+        ],
+        2,
+      ),
+    ).toBeNull();
     expect(parseFleetMembers([{ rank: 0.5, ...PHONE }], 2)).toBeNull();
     expect(parseFleetMembers([{ rank: 0, ...PHONE, backend: 'x' }], 2)).toBeNull();
     expect(parseFleetMembers('nope', 2)).toBeNull();
@@ -98,7 +133,9 @@ describe('fleet values in the store', () => {
 
   it('names the device the rank trains on', () => {
     expect(deviceText('webgpu', 'google swiftshader', null, 8)).toBe('google swiftshader');
-    expect(deviceText('webgl', null, 'ANGLE (Google, Vulkan 1.3.0 (SwiftShader Device), SwiftShader driver)', 8)).toBe('Google, Vulkan 1.3.0 (SwiftShader Device), SwiftShader driver');
+    expect(deviceText('webgl', null, 'ANGLE (Google, Vulkan 1.3.0 (SwiftShader Device), SwiftShader driver)', 8)).toBe(
+      'Google, Vulkan 1.3.0 (SwiftShader Device), SwiftShader driver',
+    );
     // A WebGPU adapter the tab does not train on says nothing about its device.
     expect(deviceText('cpu', 'google swiftshader', null, 8)).toBe('CPU, 8 threads');
     expect(deviceText('wasm', null, null, null)).toBe('CPU');
@@ -146,16 +183,18 @@ describe('FleetSharer over the real store', () => {
     expect(heard.at(-1)!.members).toEqual([{ rank: 0, ...PHONE }]);
   });
 
-  it('a value too large for one reply hides nobody else\'s', async () => {
+  it("a value too large for one reply hides nobody else's", async () => {
     // A server whose replies are at most 256 KiB: the multiGet of all three keys is refused.
     const small = await withServer({ limits: { maxReplyBytes: 256 * 1024 } });
     try {
       const session = uniqueSession('fleet');
-      const [g0, g1, g2] = await Promise.all([0, 1, 2].map(async (rank) => {
-        const client = await connect(small, session);
-        clients.push(client);
-        return { rank, worldSize: 3, store: new PrefixStore('pg/d.1', client) };
-      }));
+      const [g0, g1, g2] = await Promise.all(
+        [0, 1, 2].map(async (rank) => {
+          const client = await connect(small, session);
+          clients.push(client);
+          return { rank, worldSize: 3, store: new PrefixStore('pg/d.1', client) };
+        }),
+      );
       // Rank 2 (hostile) writes far past the fleet's bound and the reply limit.
       await Promise.all([g2!.store.set(fleetKey(2), 'x'.repeat(300 * 1024)), new FleetSharer(5_000).share(g1!, LAPTOP, () => {})]);
       const heard: FleetEvent[] = [];
@@ -169,7 +208,7 @@ describe('FleetSharer over the real store', () => {
     }
   });
 
-  it('a new round removes the rank\'s key of the old one, and drops what comes late for it', async () => {
+  it("a new round removes the rank's key of the old one, and drops what comes late for it", async () => {
     const session = uniqueSession('fleet');
     const sharer = new FleetSharer(2_000);
     const heard: FleetEvent[] = [];
@@ -198,7 +237,14 @@ function replay(events: DashboardEvent[], from?: DashboardState): DashboardState
 }
 
 function rankStep(rank: number, over: Partial<RankStepMetrics> = {}): RankStepMetrics {
-  return { rank, loss: 1, accuracy: 0.5, samplesPerSec: 100, breakdownMs: { compute: 10 * (rank + 1), readback: 1, allreduce: 5, apply: 1 }, ...over };
+  return {
+    rank,
+    loss: 1,
+    accuracy: 0.5,
+    samplesPerSec: 100,
+    breakdownMs: { compute: 10 * (rank + 1), readback: 1, allreduce: 5, apply: 1 },
+    ...over,
+  };
 }
 
 function step(n: number, ranks: RankStepMetrics[]): TrainEvent {
@@ -206,15 +252,44 @@ function step(n: number, ranks: RankStepMetrics[]): TrainEvent {
 }
 
 const joined = (rank: number, worldSize: number): TrainEvent => ({ type: 'joined', rank, worldSize, backend: 'cpu', adapter: null });
-const fleet = (worldSize: number, members: Array<[number, FleetInfo]>): TrainEvent => ({ type: 'fleet', worldSize, members: members.map(([rank, info]) => ({ rank, ...info })) });
+const fleet = (worldSize: number, members: Array<[number, FleetInfo]>): TrainEvent => ({
+  type: 'fleet',
+  worldSize,
+  members: members.map(([rank, info]) => ({ rank, ...info })),
+});
 
 describe('the fleet table', () => {
   it('lists every rank of the group, with what each said and its step time', () => {
-    const s = replay([joined(1, 2), fleet(2, [[1, LAPTOP]]), fleet(2, [[0, PHONE], [1, LAPTOP]]), step(1, [rankStep(0), rankStep(1)])]);
+    const s = replay([
+      joined(1, 2),
+      fleet(2, [[1, LAPTOP]]),
+      fleet(2, [
+        [0, PHONE],
+        [1, LAPTOP],
+      ]),
+      step(1, [rankStep(0), rankStep(1)]),
+    ]);
     const rows = fleetRows(s);
     expect(rows.map((r) => r.rank)).toEqual([0, 1]);
-    expect(rows[0]).toMatchObject({ self: false, browser: 'Chrome 156', platform: 'Android phone', backend: 'webgl', fallback: 'this browser has no WebGPU', device: 'Mali-G715 · 4 GB RAM', stepMs: 17, computeMs: 10 });
-    expect(rows[1]).toMatchObject({ self: true, browser: 'Firefox 128', platform: 'Linux', backend: 'cpu', fallback: null, device: 'CPU, 8 threads', stepMs: 27 });
+    expect(rows[0]).toMatchObject({
+      self: false,
+      browser: 'Chrome 156',
+      platform: 'Android phone',
+      backend: 'webgl',
+      fallback: 'this browser has no WebGPU',
+      device: 'Mali-G715 · 4 GB RAM',
+      stepMs: 17,
+      computeMs: 10,
+    });
+    expect(rows[1]).toMatchObject({
+      self: true,
+      browser: 'Firefox 128',
+      platform: 'Linux',
+      backend: 'cpu',
+      fallback: null,
+      device: 'CPU, 8 threads',
+      stepMs: 27,
+    });
     // The facts card says this tab's browser.
     expect(facts(s).browser).toBe('Firefox 128 · Linux');
     // Said once in the log, when the whole group is known.
@@ -223,7 +298,7 @@ describe('the fleet table', () => {
     ]);
   });
 
-  it('shows a rank that has not said yet, and this tab\'s own backend before its info arrives', () => {
+  it("shows a rank that has not said yet, and this tab's own backend before its info arrives", () => {
     const rows = fleetRows(replay([joined(0, 3)]));
     expect(rows.map((r) => [r.rank, r.browser, r.backend, r.share])).toEqual([
       [0, null, 'cpu', null],
@@ -233,12 +308,22 @@ describe('the fleet table', () => {
   });
 
   it('splits the batch evenly while the ranks do not report their samples', () => {
-    const s = replay([joined(0, 4), step(1, [0, 1, 2, 3].map((r) => rankStep(r)))]);
+    const s = replay([
+      joined(0, 4),
+      step(
+        1,
+        [0, 1, 2, 3].map((r) => rankStep(r)),
+      ),
+    ]);
     expect(fleetRows(s).map((r) => [r.share, r.shareEven])).toEqual(Array.from({ length: 4 }, () => [0.25, true]));
   });
 
   it('gives each rank samples / sum over ranks, over the recent steps, when they report samples', () => {
-    const s = replay([joined(0, 2), step(1, [rankStep(0, { samples: 48 }), rankStep(1, { samples: 16 })]), step(2, [rankStep(0, { samples: 40 }), rankStep(1, { samples: 24 })])]);
+    const s = replay([
+      joined(0, 2),
+      step(1, [rankStep(0, { samples: 48 }), rankStep(1, { samples: 16 })]),
+      step(2, [rankStep(0, { samples: 40 }), rankStep(1, { samples: 24 })]),
+    ]);
     expect(fleetRows(s).map((r) => [r.share, r.shareEven])).toEqual([
       [88 / 128, false],
       [40 / 128, false],
@@ -248,17 +333,31 @@ describe('the fleet table', () => {
     expect(fleetRows(mixed).map((r) => r.share)).toEqual([0.5, 0.5]);
   });
 
-  it('has no share of a global batch for a parameter-server run, whose steps are each worker\'s own', () => {
+  it("has no share of a global batch for a parameter-server run, whose steps are each worker's own", () => {
     const ps = parseTrainConfig((name) => ({ world: '3', strategy: 'ps' })[name] ?? null);
     const s = replay([{ type: 'config', config: ps }, joined(1, 3), step(1, [rankStep(1)])]);
     expect(fleetRows(s).map((r) => r.share)).toEqual([null, null, null]);
   });
 
   it('starts over with a new group, and ignores a late word about the old one', () => {
-    const before = replay([joined(0, 2), fleet(2, [[0, PHONE], [1, LAPTOP]])]);
+    const before = replay([
+      joined(0, 2),
+      fleet(2, [
+        [0, PHONE],
+        [1, LAPTOP],
+      ]),
+    ]);
     const regrouped = replay([joined(0, 3)], before);
     expect(regrouped.fleet).toEqual([]);
-    const late = replay([fleet(2, [[0, PHONE], [1, LAPTOP]])], regrouped);
+    const late = replay(
+      [
+        fleet(2, [
+          [0, PHONE],
+          [1, LAPTOP],
+        ]),
+      ],
+      regrouped,
+    );
     expect(late.fleet).toEqual([]);
     const now = replay([fleet(3, [[0, PHONE]])], regrouped);
     expect(now.fleet.map((m) => m.rank)).toEqual([0]);
@@ -267,7 +366,14 @@ describe('the fleet table', () => {
   it('a spectator takes the published fleet, checked and cleaned', () => {
     const published = JSON.stringify({
       events: [
-        { type: 'fleet', worldSize: 2, members: [{ rank: 0, ...PHONE, browser: `Chrome\u202E ${'x'.repeat(400)}` }, { rank: 1, ...LAPTOP }] },
+        {
+          type: 'fleet',
+          worldSize: 2,
+          members: [
+            { rank: 0, ...PHONE, browser: `Chrome\u202E ${'x'.repeat(400)}` },
+            { rank: 1, ...LAPTOP },
+          ],
+        },
         { type: 'fleet', worldSize: 2, members: [{ rank: 5, ...PHONE }] },
         { type: 'fleet', worldSize: 'two', members: [] },
         { type: 'step', epoch: 0, step: 1, totalSteps: 2, elapsedSec: 1, ranks: [{ ...rankStep(0), samples: -1 }] },

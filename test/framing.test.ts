@@ -1,11 +1,29 @@
 /** Framing and reassembly: chunk boundaries, and bad chunks rejected with an error. */
 import { describe, expect, it } from 'vitest';
-import { FrameKind, Collective, HEADER_BYTES, Reassembler, frames, readHeader, writeHeader, type FrameHeader } from '../src/wire/framing.ts';
+import {
+  FrameKind,
+  Collective,
+  HEADER_BYTES,
+  Reassembler,
+  frames,
+  readHeader,
+  writeHeader,
+  type FrameHeader,
+} from '../src/wire/framing.ts';
 import { FramingError, PeerLostError, RankStalledError } from '../src/wire/errors.ts';
 import { decodeAbortNotice, encodeAbortNotice } from '../src/transport/mailbox.ts';
 import { errorOf } from './fixtures/errors.ts';
 
-const base = { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 7, step: 2, numel: 100, root: 0 } as const;
+const base = {
+  kind: FrameKind.collective,
+  group: 0,
+  collective: Collective.allReduce,
+  reduceOp: 0,
+  seq: 7,
+  step: 2,
+  numel: 100,
+  root: 0,
+} as const;
 
 function payloadOf(n: number): Uint8Array {
   return Uint8Array.from({ length: n }, (_, i) => (i * 31 + 7) & 0xff);
@@ -106,7 +124,9 @@ describe('reassembly rejects bad chunks', () => {
   });
 
   it('a truncated chunk', () => {
-    expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(errorOf(FramingError, /truncated chunk: header says 64 payload bytes, frame carries 59/));
+    expect(() => readHeader(list[1].subarray(0, list[1].length - 5))).toThrow(
+      errorOf(FramingError, /truncated chunk: header says 64 payload bytes, frame carries 59/),
+    );
     expect(() => readHeader(new Uint8Array(10))).toThrow(errorOf(FramingError, /shorter than the 36-byte header/));
   });
 
@@ -135,7 +155,9 @@ describe('abort notices about the sender itself', () => {
     const got = roundTrip(new RankStalledError(1, 23_456, 'waiting for allReduce(sum) of 10 elements #42'), 1) as PeerLostError;
     expect(got).toBeInstanceOf(PeerLostError);
     expect(got.rank).toBe(1);
-    expect(got.message).toBe('lost rank 1: stalled: its page was paused for 23456 ms while it was waiting for allReduce(sum) of 10 elements #42');
+    expect(got.message).toBe(
+      'lost rank 1: stalled: its page was paused for 23456 ms while it was waiting for allReduce(sum) of 10 elements #42',
+    );
   });
 
   it('carry the group whose collective failed (0, the top-level group, unless told)', () => {
@@ -148,10 +170,12 @@ describe('abort notices about the sender itself', () => {
     expect(roundTrip(new PeerLostError(2, 'its tab closed'), 0).message).toBe('lost rank 2: reported by rank 0: its tab closed');
   });
 
-  it('a notice in another rank\'s name says who passed it on: a member cannot speak for an honest rank unnoticed', () => {
+  it("a notice in another rank's name says who passed it on: a member cannot speak for an honest rank unnoticed", () => {
     // Rank 3 sends a notice claiming rank 2 announced its own leaving.
     const forged = encodeAbortNotice(3, new PeerLostError(2, 'its tab closed'), 2);
-    expect(decodeAbortNotice(3, readHeader(forged), forged).message).toBe('lost rank 2: reported by rank 2 (passed on by rank 3): its tab closed');
+    expect(decodeAbortNotice(3, readHeader(forged), forged).message).toBe(
+      'lost rank 2: reported by rank 2 (passed on by rank 3): its tab closed',
+    );
     const aborted = encodeAbortNotice(3, new Error('boom'), 1);
     expect(decodeAbortNotice(0, readHeader(aborted), aborted).message).toContain('(passed on by rank 0)');
   });

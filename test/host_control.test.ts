@@ -40,8 +40,17 @@ async function client(session: string, host?: string): Promise<StoreClient> {
   return c;
 }
 
-async function agent(session: string, min: number, max: number, more: Partial<RendezvousOptions> = {}, listener?: (e: RendezvousEvent) => void): Promise<RendezvousHandler> {
-  const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min, max, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true, ...more }, listener);
+async function agent(
+  session: string,
+  min: number,
+  max: number,
+  more: Partial<RendezvousOptions> = {},
+  listener?: (e: RendezvousEvent) => void,
+): Promise<RendezvousHandler> {
+  const a = await RendezvousHandler.start(
+    { url: server!.url, session, token: tokenFor(session), min, max, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true, ...more },
+    listener,
+  );
   agents.push(a);
   return a;
 }
@@ -115,7 +124,16 @@ describe('host secret', () => {
     const host = newSessionToken();
     await client(session, host);
     const empty = new ArrayBuffer(0);
-    await saveCheckpoint(server.url, session, { meta: { step: 1 }, model: { modelTopology: {}, weightSpecs: [], weightData: empty }, optimizer: { weightSpecs: [], weightData: empty } }, { token: tokenFor(session) });
+    await saveCheckpoint(
+      server.url,
+      session,
+      {
+        meta: { step: 1 },
+        model: { modelTopology: {}, weightSpecs: [], weightData: empty },
+        optimizer: { weightSpecs: [], weightData: empty },
+      },
+      { token: tokenFor(session) },
+    );
     expect(await readFile(join(dir, session, HOST_FILE), 'utf8')).toMatch(/^[0-9a-f]{64}\n$/);
     const port = server.port;
     await server.close();
@@ -193,7 +211,9 @@ describe('control', () => {
     await h.control('stop');
     const stop: ControlEvent = { type: 'control', action: 'stop', by: 'host' };
     await expect.poll(() => raw).toEqual([[stop], [stop]]);
-    await expect.poll(() => heard.map((h) => h.filter((e) => e.type === 'control'))).toEqual([[{ type: 'control', action: 'stop' }], [{ type: 'control', action: 'stop' }], [{ type: 'control', action: 'stop' }]]);
+    await expect
+      .poll(() => heard.map((h) => h.filter((e) => e.type === 'control')))
+      .toEqual([[{ type: 'control', action: 'stop' }], [{ type: 'control', action: 'stop' }], [{ type: 'control', action: 'stop' }]]);
     // Stop only relays: the group goes on.
     expect(members[0]!.numNodesWaiting()).toBe(0);
     expect(server.sessions.get(session)?.ended).toBe(false);
@@ -219,7 +239,11 @@ describe('control', () => {
 
     const c = await agent(session, 1, 3);
     const g2 = await Promise.all([a.nextRendezvous(g1[0].id), b.nextRendezvous(g1[1].id), c.nextRendezvous(0)]);
-    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[3, 0, 3], [3, 1, 3], [3, 2, 3]]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [3, 0, 3],
+      [3, 1, 3],
+      [3, 2, 3],
+    ]);
     expect(rounds.at(-1)).toMatchObject({ round: 3, rank: 0, worldSize: 3, paused: false, min: 3 });
 
     // Lowering it while the group runs changes nothing but what everyone is told.
@@ -247,7 +271,10 @@ describe('control', () => {
     const [a, b] = [await agent(session, 3, 3), await agent(session, 3, 3)];
     await h.control('min', 2);
     const g = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
-    expect(g.map((x) => [x.rank, x.worldSize])).toEqual([[0, 2], [1, 2]]);
+    expect(g.map((x) => [x.rank, x.worldSize])).toEqual([
+      [0, 2],
+      [1, 2],
+    ]);
   });
 
   it('refuses min before the session has a group', async () => {
@@ -255,7 +282,10 @@ describe('control', () => {
     const session = uniqueSession('nogroup');
     const h = await client(session, newSessionToken());
     const err = await refusal(h.control('min', 2));
-    expect([err.code, err.message]).toEqual(['BAD_MESSAGE', `session "${session}" has no group yet: its minimum can be changed once a member has joined`]);
+    expect([err.code, err.message]).toEqual([
+      'BAD_MESSAGE',
+      `session "${session}" has no group yet: its minimum can be changed once a member has joined`,
+    ]);
   });
 
   it('end relays, closes every socket with 4008, drops the keys and refuses later hellos and requests', async () => {
@@ -300,14 +330,29 @@ describe('control', () => {
 
 describe('control messages', () => {
   it('parses control requests, host secrets and control events, and refuses malformed ones', () => {
-    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'min', min: 2 }))).toEqual({ type: 'control', id: 1, action: 'min', min: 2 });
+    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'min', min: 2 }))).toEqual({
+      type: 'control',
+      id: 1,
+      action: 'min',
+      min: 2,
+    });
     expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'end' }))).toEqual({ type: 'control', id: 1, action: 'end' });
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'pause' }))).toThrow(errorOf(ProtocolViolation, /"action" must be one of "stop", "end", "min"/, { code: 'BAD_MESSAGE' }));
-    expect(parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 'h' }))).toMatchObject({ host: 'h' });
-    expect(() => parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 5 }))).toThrow(errorOf(ProtocolViolation, /"host" must be a string/, { code: 'BAD_MESSAGE' }));
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'pause' }))).toThrow(
+      errorOf(ProtocolViolation, /"action" must be one of "stop", "end", "min"/, { code: 'BAD_MESSAGE' }),
+    );
+    expect(parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 'h' }))).toMatchObject({
+      host: 'h',
+    });
+    expect(() => parseRequest(JSON.stringify({ type: 'hello', id: 1, session: 's', version: 4, token: 't', host: 5 }))).toThrow(
+      errorOf(ProtocolViolation, /"host" must be a string/, { code: 'BAD_MESSAGE' }),
+    );
     const event = { type: 'control', action: 'min', min: 3, by: 'host' };
     expect(parseServerMessage(JSON.stringify(event))).toEqual(event);
-    expect(() => parseServerMessage(JSON.stringify({ ...event, by: 'rank 0' }))).toThrow(errorOf(ServerMessageError, /bad action or sender/, { messageType: 'control' }));
-    expect(() => parseServerMessage(JSON.stringify({ type: 'control', action: 'stop', min: 3, by: 'host' }))).toThrow(errorOf(ServerMessageError, /bad min/, { messageType: 'control' }));
+    expect(() => parseServerMessage(JSON.stringify({ ...event, by: 'rank 0' }))).toThrow(
+      errorOf(ServerMessageError, /bad action or sender/, { messageType: 'control' }),
+    );
+    expect(() => parseServerMessage(JSON.stringify({ type: 'control', action: 'stop', min: 3, by: 'host' }))).toThrow(
+      errorOf(ServerMessageError, /bad min/, { messageType: 'control' }),
+    );
   });
 });

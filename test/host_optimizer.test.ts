@@ -35,7 +35,17 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const net = new MemoryNetwork();
   const session = uniqueSession('hostopt');
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -135,7 +145,8 @@ describe('DDP with host optimizers', () => {
     const pgs = await groups(2);
     const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(mlp(), pg)));
     const opts = ddps.map(() => makeOpt());
-    for (let s = 0; s < 5; s++) await Promise.all(ddps.map((d, r) => step(d, r === 0 ? range(s * 32, s * 32 + 5) : range(s * 32 + 5, s * 32 + 32), opts[r]!)));
+    for (let s = 0; s < 5; s++)
+      await Promise.all(ddps.map((d, r) => step(d, r === 0 ? range(s * 32, s * 32 + 5) : range(s * 32 + 5, s * 32 + 32), opts[r]!)));
     const w = await ddps[0]!.flatWeights();
     for (const pg of pgs) pg.destroy();
     expect(maxRelErr(w, await single(makeOpt, 5, 32))).toBeGreaterThan(1e-3);

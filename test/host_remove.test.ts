@@ -16,7 +16,14 @@ import { CloseCode, ROTATED_TOKEN_MESSAGE, type TokenEvent } from '../src/wire/p
 import { parseRequest, parseServerMessage } from '../src/wire/protocol_validation.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { RendezvousHandler, type RendezvousOptions } from '../src/c10d/rendezvous.ts';
-import { NotHostError, RemovedByHostError, StoreError, TokenRotatedError, UnauthorizedError, ServerMessageError } from '../src/wire/errors.ts';
+import {
+  NotHostError,
+  RemovedByHostError,
+  StoreError,
+  TokenRotatedError,
+  UnauthorizedError,
+  ServerMessageError,
+} from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { saveCheckpoint } from '../src/checkpoint/checkpoint.ts';
 import { connect, withServer } from './fixtures/server.ts';
@@ -37,13 +44,28 @@ afterEach(async () => {
 });
 
 async function client(session: string, options: { host?: string; token?: string } = {}): Promise<StoreClient> {
-  const c = await StoreClient.connect(server!.url, { session, token: options.token ?? tokenFor(session), host: options.host, timeoutMs: 5_000 });
+  const c = await StoreClient.connect(server!.url, {
+    session,
+    token: options.token ?? tokenFor(session),
+    host: options.host,
+    timeoutMs: 5_000,
+  });
   clients.push(c);
   return c;
 }
 
 async function agent(session: string, more: Partial<RendezvousOptions> = {}): Promise<RendezvousHandler> {
-  const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min: 1, max: 3, timeoutMs: 10_000, heartbeatIntervalMs: 100, reconnect: true, ...more });
+  const a = await RendezvousHandler.start({
+    url: server!.url,
+    session,
+    token: tokenFor(session),
+    min: 1,
+    max: 3,
+    timeoutMs: 10_000,
+    heartbeatIntervalMs: 100,
+    reconnect: true,
+    ...more,
+  });
   agents.push(a);
   return a;
 }
@@ -113,7 +135,9 @@ describe('the host removes a tab', () => {
     const list = await fetch(new URL(`/api/checkpoints/${session}`, server.url), { headers: { authorization: `Bearer ${old}` } });
     expect(list.status).toBe(403);
     expect(await list.text()).toContain(ROTATED_TOKEN_MESSAGE);
-    expect((await fetch(new URL(`/api/checkpoints/${session}`, server.url), { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    expect(
+      (await fetch(new URL(`/api/checkpoints/${session}`, server.url), { headers: { authorization: `Bearer ${token}` } })).status,
+    ).toBe(200);
 
     // A member that reconnects later (its socket dropped) comes back with the new token.
     await a.rejoin();
@@ -135,15 +159,25 @@ describe('the host removes a tab', () => {
 
     const notHost = await rejection(a.store.removeMember({ rank: 1 }));
     expect(notHost).toBeInstanceOf(NotHostError);
-    expect([(notHost as StoreError).code, notHost.message]).toEqual(['NOT_HOST', `only the host of session "${session}" may remove a tab from it: this connection did not present the session's host secret (open the host link)`]);
+    expect([(notHost as StoreError).code, notHost.message]).toEqual([
+      'NOT_HOST',
+      `only the host of session "${session}" may remove a tab from it: this connection did not present the session's host secret (open the host link)`,
+    ]);
     const stale = (await rejection(host.removeMember({ rank: 1, round: ga.round + 5 }))) as StoreError;
-    expect([stale.code, stale.message]).toEqual(['UNKNOWN_PEER', expect.stringContaining(`round ${ga.round + 5} of session "${session}" is over (round ${ga.round} runs now`)]);
-    expect(((await rejection(host.removeMember({ rank: 2 }))) as StoreError).message).toBe(`round ${ga.round} of session "${session}" has no rank 2 (it left, or the round is smaller): nothing to remove`);
+    expect([stale.code, stale.message]).toEqual([
+      'UNKNOWN_PEER',
+      expect.stringContaining(`round ${ga.round + 5} of session "${session}" is over (round ${ga.round} runs now`),
+    ]);
+    expect(((await rejection(host.removeMember({ rank: 2 }))) as StoreError).message).toBe(
+      `round ${ga.round} of session "${session}" has no rank 2 (it left, or the round is smaller): nothing to remove`,
+    );
     expect(((await rejection(host.removeMember({ member: 999 }))) as StoreError).message).toContain('member 999 is not in the group');
     // Malformed: both or neither target, a target with another action.
     expect((await rejection(host.request('control', { action: 'remove' }))).message).toContain('one of the two');
     expect((await rejection(host.request('control', { action: 'remove', rank: 0, member: 1 }))).message).toContain('one of the two');
-    expect((await rejection(host.request('control', { action: 'stop', rank: 0 }))).message).toBe('field "rank" goes with action "remove" only, not "stop"');
+    expect((await rejection(host.request('control', { action: 'stop', rank: 0 }))).message).toBe(
+      'field "rank" goes with action "remove" only, not "stop"',
+    );
 
     // Nothing changed: the old token still opens the session, everyone is still in the group.
     await client(session);
@@ -168,7 +202,10 @@ describe('the host removes a tab', () => {
     const own = await agent(session, { host: hostSecret });
     const g = await own.nextRendezvous(0);
     const err = (await rejection(own.store.removeMember({ rank: g.rank }))) as StoreError;
-    expect([err.code, err.message]).toEqual(['BAD_MESSAGE', expect.stringContaining("is this tab, the host's own: to leave, close the tab")]);
+    expect([err.code, err.message]).toEqual([
+      'BAD_MESSAGE',
+      expect.stringContaining("is this tab, the host's own: to leave, close the tab"),
+    ]);
     expect(own.store.token).toBe(tokenFor(session));
   });
 
@@ -179,7 +216,16 @@ describe('the host removes a tab', () => {
     const session = uniqueSession('remove-persist');
     const host = await client(session, { host: newSessionToken() });
     const empty = new ArrayBuffer(0);
-    await saveCheckpoint(server.url, session, { meta: { step: 1 }, model: { modelTopology: {}, weightSpecs: [], weightData: empty }, optimizer: { weightSpecs: [], weightData: empty } }, { token: tokenFor(session) });
+    await saveCheckpoint(
+      server.url,
+      session,
+      {
+        meta: { step: 1 },
+        model: { modelTopology: {}, weightSpecs: [], weightData: empty },
+        optimizer: { weightSpecs: [], weightData: empty },
+      },
+      { token: tokenFor(session) },
+    );
     expect((await readFile(join(dir, session, TOKEN_FILE), 'utf8')).trim()).toBe(sha256(tokenFor(session)));
     const [a, b] = [await agent(session), await agent(session)];
     const [, gb] = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
@@ -197,15 +243,38 @@ describe('the host removes a tab', () => {
 
 describe('remove and token messages', () => {
   it('parses remove requests and token events, and refuses malformed ones', () => {
-    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 2, round: 7 }))).toEqual({ type: 'control', id: 1, action: 'remove', rank: 2, round: 7 });
-    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9 }))).toEqual({ type: 'control', id: 1, action: 'remove', member: 9 });
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9, round: 2 }))).toThrow(errorOf(ProtocolViolation, 'field "round" goes with field "rank" only', { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: -1 }))).toThrow(errorOf(ProtocolViolation, 'field "rank" is -1', { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 0, min: 1 }))).toThrow(errorOf(ProtocolViolation, 'field "min" goes with action "min" only', { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'kick' }))).toThrow(errorOf(ProtocolViolation, 'field "action" must be one of "stop", "end", "min", "remove"', { code: 'BAD_MESSAGE' }));
+    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 2, round: 7 }))).toEqual({
+      type: 'control',
+      id: 1,
+      action: 'remove',
+      rank: 2,
+      round: 7,
+    });
+    expect(parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9 }))).toEqual({
+      type: 'control',
+      id: 1,
+      action: 'remove',
+      member: 9,
+    });
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', member: 9, round: 2 }))).toThrow(
+      errorOf(ProtocolViolation, 'field "round" goes with field "rank" only', { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: -1 }))).toThrow(
+      errorOf(ProtocolViolation, 'field "rank" is -1', { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'remove', rank: 0, min: 1 }))).toThrow(
+      errorOf(ProtocolViolation, 'field "min" goes with action "min" only', { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'control', id: 1, action: 'kick' }))).toThrow(
+      errorOf(ProtocolViolation, 'field "action" must be one of "stop", "end", "min", "remove"', { code: 'BAD_MESSAGE' }),
+    );
     const event = { type: 'token', token: newSessionToken(), reason: 'the host removed rank 1 of round 3 from the session' };
     expect(parseServerMessage(JSON.stringify(event))).toEqual(event);
-    expect(() => parseServerMessage(JSON.stringify({ ...event, token: 'short' }))).toThrow(errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }));
-    expect(() => parseServerMessage(JSON.stringify({ type: 'token', token: event.token }))).toThrow(errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }));
+    expect(() => parseServerMessage(JSON.stringify({ ...event, token: 'short' }))).toThrow(
+      errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }),
+    );
+    expect(() => parseServerMessage(JSON.stringify({ type: 'token', token: event.token }))).toThrow(
+      errorOf(ServerMessageError, 'bad token or reason', { messageType: 'token' }),
+    );
   });
 });

@@ -59,7 +59,17 @@ import { MAX_OPEN_GATHERS } from '../src/wire/protocol.ts';
 import { groupSize, withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
-import { HostileMember, hostileBackward, hostileLoss, hostileOuterWeights, playOn, recordSignals, type Attempt, type FloodReport, type ValueAttack } from './fixtures/hostile_member.ts';
+import {
+  HostileMember,
+  hostileBackward,
+  hostileLoss,
+  hostileOuterWeights,
+  playOn,
+  recordSignals,
+  type Attempt,
+  type FloodReport,
+  type ValueAttack,
+} from './fixtures/hostile_member.ts';
 
 let server: RunningServer;
 beforeAll(async () => {
@@ -75,8 +85,14 @@ const mlp = () => buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, see
 const lossOf = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);
 /** The pipeline's model: 16 -> 24 -> 20 -> 4, seeded per layer, split in 2 stages. */
 const layers = (): LayerFactory[] =>
-  [24, 20, 4].map((units, i) => (inputShape?: number[]) =>
-    tf.layers.dense({ units, activation: i < 2 ? 'relu' : 'linear', kernelInitializer: tf.initializers.glorotUniform({ seed: 70 + i }), ...(inputShape ? { inputShape } : {}) }),
+  [24, 20, 4].map(
+    (units, i) => (inputShape?: number[]) =>
+      tf.layers.dense({
+        units,
+        activation: i < 2 ? 'relu' : 'linear',
+        kernelInitializer: tf.initializers.glorotUniform({ seed: 70 + i }),
+        ...(inputShape ? { inputShape } : {}),
+      }),
   );
 const STEPS = 6;
 const BATCH = 8;
@@ -99,7 +115,10 @@ interface Mischief {
 }
 
 /** `f` at the hostile rank's step `step`, once (a step trained again after a failed round does not play it again). */
-function once(step: number, f: (h: HostileMember, ddp: DistributedDataParallel | null) => Promise<Attempt[] | Attempt | void> | Attempt): NonNullable<Mischief['during']> {
+function once(
+  step: number,
+  f: (h: HostileMember, ddp: DistributedDataParallel | null) => Promise<Attempt[] | Attempt | void> | Attempt,
+): NonNullable<Mischief['during']> {
   let played = false;
   return async (h, s, ddp) => {
     if (s !== step || played) return;
@@ -164,7 +183,23 @@ interface Run {
 }
 
 function emptyOutcome(rank: number, hostile: boolean, model: tf.LayersModel | null, forgedFed: () => number): RankOutcome {
-  return { hostile, rank, error: null, steps: 0, stoppedBy: null, generations: 0, weights: null, model, worlds: [], failures: [], closedHeard: false, votes: [], forgedFed, judged: [], ps: null };
+  return {
+    hostile,
+    rank,
+    error: null,
+    steps: 0,
+    stoppedBy: null,
+    generations: 0,
+    weights: null,
+    model,
+    worlds: [],
+    failures: [],
+    closedHeard: false,
+    votes: [],
+    forgedFed,
+    judged: [],
+    ps: null,
+  };
 }
 
 /** One batch's tensors (disposed after `fn`). */
@@ -180,7 +215,15 @@ async function withBatch<T>(indices: number[], fn: (xs: tf.Tensor, ys: tf.Tensor
 }
 
 /** One member of a run: its runner started with the hostile member's connection when it is the hostile one. */
-function startMember(spec: RunSpec, srv: RunningServer, session: string, net: MemoryNetwork, rank: number, member: HostileMember | null, attempts: Attempt[]): { out: RankOutcome; done: Promise<void> } {
+function startMember(
+  spec: RunSpec,
+  srv: RunningServer,
+  session: string,
+  net: MemoryNetwork,
+  rank: number,
+  member: HostileMember | null,
+  attempts: Attempt[],
+): { out: RankOutcome; done: Promise<void> } {
   const hostile = member !== null;
   const mischief = hostile ? spec.mischief : undefined;
   const signals = recordSignals(net.factoryFor(rank));
@@ -223,7 +266,11 @@ function startMember(spec: RunSpec, srv: RunningServer, session: string, net: Me
       ...size,
       state,
       datasetLength: data.length,
-      ...(spec.kind === 'diloco' ? { diloco: { syncEvery: SYNC_EVERY, ...(spec.aggregation ? { aggregation: spec.aggregation } : {}) } } : spec.aggregation ? { ddp: { aggregation: spec.aggregation } } : {}),
+      ...(spec.kind === 'diloco'
+        ? { diloco: { syncEvery: SYNC_EVERY, ...(spec.aggregation ? { aggregation: spec.aggregation } : {}) } }
+        : spec.aggregation
+          ? { ddp: { aggregation: spec.aggregation } }
+          : {}),
       onEvent: (e) => {
         if (e.type === 'failure') out.failures.push(e.error);
         if (e.type === 'round') out.worlds.push(e.worldSize);
@@ -281,7 +328,13 @@ function startMember(spec: RunSpec, srv: RunningServer, session: string, net: Me
         const { x, y } = data.batch(indices);
         const inputs = stage.isFirst ? (attack ? playOn(Float32Array.from(x), attack) : x) : undefined;
         const loss = attack && stage.isLast ? hostileLoss(lossOf, attack) : lossOf;
-        const r = await stage.step({ ddp, batchSize: indices.length, microBatches: 2, ...(inputs ? { inputs } : {}), ...(stage.isLast ? { labels: Int32Array.from(y), loss } : {}) });
+        const r = await stage.step({
+          ddp,
+          batchSize: indices.length,
+          microBatches: 2,
+          ...(inputs ? { inputs } : {}),
+          ...(stage.isLast ? { labels: Int32Array.from(y), loss } : {}),
+        });
         await ddp.step(optimizer);
         await hold(step);
         return { loss: stage.isLast ? r.loss : 0, rank: mesh.world.rank };
@@ -331,7 +384,13 @@ async function settleElastic(result: Promise<ElasticRunResult>, out: RankOutcome
 async function settlePipeline(result: Promise<PipelineRunResult>, out: RankOutcome): Promise<void> {
   try {
     const r = await result;
-    Object.assign(out, { steps: r.steps, stoppedBy: r.stoppedBy, generations: r.generations, weights: await r.ddp.flatWeights(), model: r.stage.model });
+    Object.assign(out, {
+      steps: r.steps,
+      stoppedBy: r.stoppedBy,
+      generations: r.generations,
+      weights: await r.ddp.flatWeights(),
+      model: r.stage.model,
+    });
     await r.close();
   } catch (err) {
     out.error = err;
@@ -341,7 +400,13 @@ async function settlePipeline(result: Promise<PipelineRunResult>, out: RankOutco
 async function settlePs(result: Promise<ParameterServerRunResult>, out: RankOutcome): Promise<void> {
   try {
     const r = await result;
-    Object.assign(out, { steps: r.versions[0]!, stoppedBy: r.stoppedBy, generations: r.generations, weights: await flatTrainableWeights(r.model), ps: r });
+    Object.assign(out, {
+      steps: r.versions[0]!,
+      stoppedBy: r.stoppedBy,
+      generations: r.generations,
+      weights: await flatTrainableWeights(r.model),
+      ps: r,
+    });
     await r.close();
   } catch (err) {
     out.error = err;
@@ -368,7 +433,9 @@ async function run(spec: RunSpec): Promise<Run> {
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         const failures = started.flatMap((s) => s.out.failures.map((f) => `rank ${s.out.rank}: ${f}`));
-        reject(new Error(`the run did not end within ${spec.deadlineMs} ms; the honest ranks' failed rounds: ${failures.join('; ') || 'none'}`));
+        reject(
+          new Error(`the run did not end within ${spec.deadlineMs} ms; the honest ranks' failed rounds: ${failures.join('; ') || 'none'}`),
+        );
       }, spec.deadlineMs);
     });
     await Promise.race([ended, late]).finally(() => clearTimeout(timer));
@@ -419,52 +486,56 @@ async function expectCleanWeights(r: Run, kind: Kind): Promise<void> {
 function expectOwnRows(r: Run): void {
   for (const o of r.honest) {
     expect(o.votes.length, `honest rank ${o.rank}'s votes`).toBeGreaterThan(0);
-    for (const v of o.votes) for (const h of r.honest) expect(v[h.rank]!['rank'], `rank ${h.rank}'s row as rank ${o.rank} read it`).toBe(h.rank);
+    for (const v of o.votes)
+      for (const h of r.honest) expect(v[h.rank]!['rank'], `rank ${h.rank}'s row as rank ${o.rank} read it`).toBe(h.rank);
   }
 }
 
 describe('a hostile member: forged vote rows', () => {
-  it.each(KINDS)('%s: rows for its own gathers again (open and completed), for other rounds, and from a connection without a rank are refused; the run is the clean run', async (kind) => {
-    // The honest ranks wait at the end of step 3 until the second row behind the hostile rank's own
-    // next one is answered: that gather is then still open (a parameter-server run has no vote).
-    let behind: Attempt | null = null;
-    let answered!: () => void;
-    const open = new Promise<void>((resolve) => (answered = resolve));
-    const r = await run({
-      kind,
-      ...(kind === 'ps' ? {} : { holdAt: { step: 3, until: open } }),
-      mischief: {
-        during: once(3, async (h) => {
-          const forged = await h.forgeVoteRows();
-          if (kind !== 'ps') {
-            void h.secondRowBehindOwn().then((a) => {
-              behind = a;
-              answered();
-            });
-          }
-          return forged;
-        }),
-      },
-    });
-    if (kind !== 'ps') {
-      expect(behind).not.toBeNull();
-      expect(behind!.code, behind!.message).toBe('BAD_MESSAGE');
-      expect(behind!.message).toMatch(/gave its row of gather .* already: one row per rank/);
-    }
-    expectTrainedOn(r, kind);
-    await expectCleanWeights(r, kind);
-    if (kind !== 'ps') expectOwnRows(r);
-    // Its own tags again: one row per rank and tag (open or completed).
-    const own = r.attempts.filter((a) => a.what.startsWith('a second row'));
-    if (kind !== 'ps') expect(own.length, 'its own gathers so far').toBeGreaterThanOrEqual(2);
-    for (const a of own) expect(a.code, a.what).toBe('BAD_MESSAGE');
-    // Other rounds: only the running round's ranks give rows, to the running round.
-    const rounds = r.attempts.filter((a) => a.what.includes('not the running round'));
-    expect(rounds.length).toBeGreaterThan(0);
-    for (const a of rounds) expect(a.code, a.what).toBe('GATHER_ABORTED');
-    // A connection holding no rank has no row to give.
-    expect(r.attempts.filter((a) => a.what.includes('second connection')).map((a) => a.code)).toEqual(['NOT_JOINED']);
-  });
+  it.each(KINDS)(
+    '%s: rows for its own gathers again (open and completed), for other rounds, and from a connection without a rank are refused; the run is the clean run',
+    async (kind) => {
+      // The honest ranks wait at the end of step 3 until the second row behind the hostile rank's own
+      // next one is answered: that gather is then still open (a parameter-server run has no vote).
+      let behind: Attempt | null = null;
+      let answered!: () => void;
+      const open = new Promise<void>((resolve) => (answered = resolve));
+      const r = await run({
+        kind,
+        ...(kind === 'ps' ? {} : { holdAt: { step: 3, until: open } }),
+        mischief: {
+          during: once(3, async (h) => {
+            const forged = await h.forgeVoteRows();
+            if (kind !== 'ps') {
+              void h.secondRowBehindOwn().then((a) => {
+                behind = a;
+                answered();
+              });
+            }
+            return forged;
+          }),
+        },
+      });
+      if (kind !== 'ps') {
+        expect(behind).not.toBeNull();
+        expect(behind!.code, behind!.message).toBe('BAD_MESSAGE');
+        expect(behind!.message).toMatch(/gave its row of gather .* already: one row per rank/);
+      }
+      expectTrainedOn(r, kind);
+      await expectCleanWeights(r, kind);
+      if (kind !== 'ps') expectOwnRows(r);
+      // Its own tags again: one row per rank and tag (open or completed).
+      const own = r.attempts.filter((a) => a.what.startsWith('a second row'));
+      if (kind !== 'ps') expect(own.length, 'its own gathers so far').toBeGreaterThanOrEqual(2);
+      for (const a of own) expect(a.code, a.what).toBe('BAD_MESSAGE');
+      // Other rounds: only the running round's ranks give rows, to the running round.
+      const rounds = r.attempts.filter((a) => a.what.includes('not the running round'));
+      expect(rounds.length).toBeGreaterThan(0);
+      for (const a of rounds) expect(a.code, a.what).toBe('GATHER_ABORTED');
+      // A connection holding no rank has no row to give.
+      expect(r.attempts.filter((a) => a.what.includes('second connection')).map((a) => a.code)).toEqual(['NOT_JOINED']);
+    },
+  );
 
   it("ddp: the old trick (a stop in rank 0's row riding on the gradients' sum) no longer matches the honest ranks' all-reduce: every rank fails naming a mismatch, and no rank stops in another's name", async () => {
     const r = await run({
@@ -493,7 +564,7 @@ describe('a hostile member: forged vote rows', () => {
     expect(r.attempts[0]!.message).toMatch(/carry: values cannot ride on the gradients under robust aggregation/);
   });
 
-  it('ddp, elastic 3..4: gathers under tags of its own fill only its own budget (MAX_OPEN_GATHERS): the honest ranks\' votes are never refused and they train to the end', async () => {
+  it("ddp, elastic 3..4: gathers under tags of its own fill only its own budget (MAX_OPEN_GATHERS): the honest ranks' votes are never refused and they train to the end", async () => {
     const r = await run({
       kind: 'ddp',
       elastic: true,
@@ -521,25 +592,37 @@ describe('a hostile member: forged vote rows', () => {
       expect(o.error, `honest rank ${o.rank}`).toBeNull();
       expect(o.steps).toBe(STEPS);
       expect(o.stoppedBy).toBeNull();
-      expect(o.failures.filter((f) => /gather/.test(f)), `honest rank ${o.rank}'s votes refused`).toEqual([]);
+      expect(
+        o.failures.filter((f) => /gather/.test(f)),
+        `honest rank ${o.rank}'s votes refused`,
+      ).toEqual([]);
     }
     expect(new Set(r.honest.map((o) => hash(o.weights))).size).toBe(1);
   });
 });
 
 describe('a hostile member: signals naming other pairs', () => {
-  it.each(KINDS)("%s (links kept across rounds): signals for the link between two others reach neither end's link; no round fails; the run is the clean run", async (kind) => {
-    const r = await run({ kind, reuseLinks: true, timeoutMs: 4_000, deadlineMs: 8_000, mischief: { during: once(2, (h) => h.forgeSignals()) } });
-    // The server relays them (a signal is only data): what matters is what the honest ranks do with them.
-    expect(r.attempts.length).toBeGreaterThanOrEqual(3 * 2 * 3);
-    expect(r.attempts.filter((a) => a.code !== null)).toEqual([]);
-    expectTrainedOn(r, kind);
-    for (const o of r.honest) {
-      expect(o.forgedFed(), `forged signals fed to honest rank ${o.rank}'s links`).toBe(0);
-      expect(o.generations, `honest rank ${o.rank}'s rounds`).toBe(1);
-    }
-    await expectCleanWeights(r, kind);
-  });
+  it.each(KINDS)(
+    "%s (links kept across rounds): signals for the link between two others reach neither end's link; no round fails; the run is the clean run",
+    async (kind) => {
+      const r = await run({
+        kind,
+        reuseLinks: true,
+        timeoutMs: 4_000,
+        deadlineMs: 8_000,
+        mischief: { during: once(2, (h) => h.forgeSignals()) },
+      });
+      // The server relays them (a signal is only data): what matters is what the honest ranks do with them.
+      expect(r.attempts.length).toBeGreaterThanOrEqual(3 * 2 * 3);
+      expect(r.attempts.filter((a) => a.code !== null)).toEqual([]);
+      expectTrainedOn(r, kind);
+      for (const o of r.honest) {
+        expect(o.forgedFed(), `forged signals fed to honest rank ${o.rank}'s links`).toBe(0);
+        expect(o.generations, `honest rank ${o.rank}'s rounds`).toBe(1);
+      }
+      await expectCleanWeights(r, kind);
+    },
+  );
 
   it('ddp (a link per round): the group links take signals of their own pair from its attested rank only', async () => {
     const r = await run({ kind: 'ddp', timeoutMs: 4_000, deadlineMs: 8_000, mischief: { during: once(2, (h) => h.forgeSignals()) } });
@@ -550,12 +633,15 @@ describe('a hostile member: signals naming other pairs', () => {
 });
 
 describe('a hostile member: the run closed mid-run', () => {
-  it.each(KINDS)('%s: its close marks only itself done; the honest ranks are not told and train to the end, to the clean run', async (kind) => {
-    const r = await run({ kind, mischief: { during: once(2, (h) => h.closeRendezvous()) } });
-    expect(r.attempts.map((a) => a.code)).toEqual([null]);
-    expectTrainedOn(r, kind);
-    await expectCleanWeights(r, kind);
-  });
+  it.each(KINDS)(
+    '%s: its close marks only itself done; the honest ranks are not told and train to the end, to the clean run',
+    async (kind) => {
+      const r = await run({ kind, mischief: { during: once(2, (h) => h.closeRendezvous()) } });
+      expect(r.attempts.map((a) => a.code)).toEqual([null]);
+      expectTrainedOn(r, kind);
+      await expectCleanWeights(r, kind);
+    },
+  );
 
   it('ddp, elastic 3..4: it closes and leaves; the next round forms without it and the honest ranks train to the end', async () => {
     class Leaves extends Error {}
@@ -587,7 +673,11 @@ describe('a hostile member: the run closed mid-run', () => {
 describe('a hostile member: floods', () => {
   it("refused with named errors (UNKNOWN_PEER, BAD_MESSAGE, UNKNOWN_TYPE, NOT_JOINED, RATE_LIMITED, a socket closed past maxErrorsPerSocket); the session's honest ranks and another session train on", async () => {
     // Small budgets, so that the flood reaches them in a few requests.
-    const srv = await withServer({ settleMs: 300, limits: { maxFailedRegroupsPerMember: 2, regroupIntervalMs: 200, maxErrorsPerSocket: 40 }, joinRate: { burst: WORLD + 2, perSecond: 0.01 } });
+    const srv = await withServer({
+      settleMs: 300,
+      limits: { maxFailedRegroupsPerMember: 2, regroupIntervalMs: 200, maxErrorsPerSocket: 40 },
+      joinRate: { burst: WORLD + 2, perSecond: 0.01 },
+    });
     try {
       let floodStarted!: () => void;
       const started = new Promise<void>((resolve) => (floodStarted = resolve));
@@ -599,7 +689,15 @@ describe('a hostile member: floods', () => {
         mischief: {
           during: once(2, async (h) => {
             floodStarted();
-            report = await h.flood({ signals: 30, hugeGathers: 5, unknownTypes: 5, failedRegroups: 4, extraBurst: 80, joins: 6, joinAs: { min: WORLD, max: WORLD } });
+            report = await h.flood({
+              signals: 30,
+              hugeGathers: 5,
+              unknownTypes: 5,
+              failedRegroups: 4,
+              extraBurst: 80,
+              joins: 6,
+              joinAs: { min: WORLD, max: WORLD },
+            });
           }),
         },
       });
@@ -629,7 +727,11 @@ describe('a hostile member: floods', () => {
       expectTrainedOn(b, 'ddp');
       expect(new Set(b.ranks.map((o) => hash(o.weights))).size).toBe(1);
       // And the flooded session's store still answers a fresh connection.
-      const fresh = await StoreClient.connect(srv.url, { session: a.member!.client.session, token: tokenFor(a.member!.client.session), timeoutMs: 5_000 });
+      const fresh = await StoreClient.connect(srv.url, {
+        session: a.member!.client.session,
+        token: tokenFor(a.member!.client.session),
+        timeoutMs: 5_000,
+      });
       await fresh.set('after-the-flood', 'ok');
       expect(new TextDecoder().decode(await fresh.get('after-the-flood'))).toBe('ok');
       fresh.close();
@@ -659,7 +761,7 @@ describe('a hostile member: NaN contributions', () => {
     expect(allFinite(r.honest[0]!.weights!)).toBe(true);
   });
 
-  it("diloco, the mean: the outer step refuses it (NonFiniteWeightsError) on every rank, nothing applied", async () => {
+  it('diloco, the mean: the outer step refuses it (NonFiniteWeightsError) on every rank, nothing applied', async () => {
     const r = await run({ kind: 'diloco', mischief: nan });
     for (const o of r.ranks) {
       expect(o.error, `rank ${o.rank}`).toBeInstanceOf(NonFiniteWeightsError);
@@ -685,18 +787,21 @@ describe('a hostile member: NaN contributions', () => {
   it.each([
     [3, 'the last stage: NaN gradients to its replica and NaN activation gradients upstream'],
     [2, 'the first stage: NaN gradients to its replica and NaN activations downstream'],
-  ])('pipeline, hostile rank %i, %s: nothing checks them at the stage boundary; DDP refuses the stage\'s NaN gradients (NonFiniteGradientError) and no rank applies them', async (hostileRank) => {
-    // The first stage's ranks wait for activation gradients the last stage never sends (it failed
-    // first) and then for the group to be whole again: they end with the runner's timeout.
-    const r = await run({ kind: 'pipeline', hostileRank, mischief: nan, timeoutMs: 2_000 });
-    for (const o of r.ranks) {
-      const stage = o.rank % 2;
-      expect(o.error, `rank ${o.rank} (stage ${stage})`).toBeInstanceOf(stage === 1 ? NonFiniteGradientError : Error);
-      expect(allFinite(await flatTrainableWeights(o.model!)), `rank ${o.rank}'s weights`).toBe(true);
-    }
-    // The clean replica's last stage is refused by its all-reduce with the hostile replica's: the NaN never lands.
-    expect((r.ranks[1]!.error as Error).message).toMatch(/is not finite .*the update was not applied/);
-  });
+  ])(
+    "pipeline, hostile rank %i, %s: nothing checks them at the stage boundary; DDP refuses the stage's NaN gradients (NonFiniteGradientError) and no rank applies them",
+    async (hostileRank) => {
+      // The first stage's ranks wait for activation gradients the last stage never sends (it failed
+      // first) and then for the group to be whole again: they end with the runner's timeout.
+      const r = await run({ kind: 'pipeline', hostileRank, mischief: nan, timeoutMs: 2_000 });
+      for (const o of r.ranks) {
+        const stage = o.rank % 2;
+        expect(o.error, `rank ${o.rank} (stage ${stage})`).toBeInstanceOf(stage === 1 ? NonFiniteGradientError : Error);
+        expect(allFinite(await flatTrainableWeights(o.model!)), `rank ${o.rank}'s weights`).toBe(true);
+      }
+      // The clean replica's last stage is refused by its all-reduce with the hostile replica's: the NaN never lands.
+      expect((r.ranks[1]!.error as Error).message).toMatch(/is not finite .*the update was not applied/);
+    },
+  );
 
   it('parameter server (CentralStorage): the accumulator refuses a NaN push (the worker counts it refused); its next push completes the step, and the run is the clean run', async () => {
     let nanSteps = 0;
@@ -731,22 +836,30 @@ describe('a hostile member: NaN contributions', () => {
 describe('a hostile member: gradients x1000', () => {
   const scaled: Mischief = { spoil: { from: 1, attack: { kind: 'scale', factor: 1000 } } };
 
-  it.each(['ddp', 'diloco'] as const)('%s: the mean moves far off the clean run; a trimmed mean and centered clipping stay near it, every rank alike', async (kind) => {
-    const c = await clean(kind);
-    const init = await flatTrainableWeights(mlp());
-    const cleanW = c.ranks[0]!.weights!;
-    const progress = distance(cleanW, init);
-    const figures: Record<string, number> = {};
-    for (const aggregation of [{ kind: 'mean' }, { kind: 'trimmed-mean', trim: 1 }, { kind: 'centered-clip', tau: 'auto', iterations: 3 }] as AggregationSpec[]) {
-      const r = await run({ kind, aggregation, mischief: scaled });
-      expectTrainedOn(r, kind);
-      // Whatever the rule, every rank applied the same: the replicas are identical.
-      expect(new Set(r.ranks.map((o) => hash(o.weights))).size, aggregation.kind).toBe(1);
-      figures[aggregation.kind] = distance(r.honest[0]!.weights!, cleanW) / progress;
-    }
-    console.log(`${kind}: distance from the clean run / its progress, one rank x1000`, figures);
-    expect(figures['mean']!).toBeGreaterThan(1);
-    expect(figures['trimmed-mean']!).toBeLessThan(0.5);
-    expect(figures['centered-clip']!).toBeLessThan(0.5);
-  }, 30_000);
+  it.each(['ddp', 'diloco'] as const)(
+    '%s: the mean moves far off the clean run; a trimmed mean and centered clipping stay near it, every rank alike',
+    async (kind) => {
+      const c = await clean(kind);
+      const init = await flatTrainableWeights(mlp());
+      const cleanW = c.ranks[0]!.weights!;
+      const progress = distance(cleanW, init);
+      const figures: Record<string, number> = {};
+      for (const aggregation of [
+        { kind: 'mean' },
+        { kind: 'trimmed-mean', trim: 1 },
+        { kind: 'centered-clip', tau: 'auto', iterations: 3 },
+      ] as AggregationSpec[]) {
+        const r = await run({ kind, aggregation, mischief: scaled });
+        expectTrainedOn(r, kind);
+        // Whatever the rule, every rank applied the same: the replicas are identical.
+        expect(new Set(r.ranks.map((o) => hash(o.weights))).size, aggregation.kind).toBe(1);
+        figures[aggregation.kind] = distance(r.honest[0]!.weights!, cleanW) / progress;
+      }
+      console.log(`${kind}: distance from the clean run / its progress, one rank x1000`, figures);
+      expect(figures['mean']!).toBeGreaterThan(1);
+      expect(figures['trimmed-mean']!).toBeLessThan(0.5);
+      expect(figures['centered-clip']!).toBeLessThan(0.5);
+    },
+    30_000,
+  );
 });

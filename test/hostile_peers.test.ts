@@ -33,12 +33,24 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number, extra: { maxFrameBytes?: number; peerTimeoutMs?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+async function groups(
+  n: number,
+  extra: { maxFrameBytes?: number; peerTimeoutMs?: number } = {},
+): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('hostile');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
   return { pgs, net };
@@ -77,9 +89,24 @@ function rejection(r: PromiseSettledResult<unknown>): Error {
 
 describe('peer frames', () => {
   it('a chunk whose offset or length is not a multiple of 4 bytes is refused, naming the field', () => {
-    const [f] = [...frames(new Uint8Array(16), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 1, step: 0, numel: 4, root: 0 })];
-    expect(() => checkChunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(errorOf(FramingError, /chunk offset 2 is not a multiple of 4 bytes/));
-    expect(() => checkChunk(readHeader(tamper(f!, { length: 6 })))).toThrow(errorOf(FramingError, /chunk length 6 is not a multiple of 4 bytes/));
+    const [f] = [
+      ...frames(new Uint8Array(16), {
+        kind: FrameKind.collective,
+        group: 0,
+        collective: Collective.allReduce,
+        reduceOp: 0,
+        seq: 1,
+        step: 0,
+        numel: 4,
+        root: 0,
+      }),
+    ];
+    expect(() => checkChunk(readHeader(tamper(f!, { offset: 2, length: 12 })))).toThrow(
+      errorOf(FramingError, /chunk offset 2 is not a multiple of 4 bytes/),
+    );
+    expect(() => checkChunk(readHeader(tamper(f!, { length: 6 })))).toThrow(
+      errorOf(FramingError, /chunk length 6 is not a multiple of 4 bytes/),
+    );
     expect(() => checkChunk(readHeader(f!))).not.toThrow();
   });
 
@@ -125,8 +152,26 @@ describe('peer frames', () => {
 
 describe('mailbox bounds', () => {
   const frameFor = (seq: number, step = 0, bytes = 16) =>
-    [...frames(new Uint8Array(bytes), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq, step, numel: bytes / 4, root: 0 })][0]!;
-  const mailbox = () => new Mailbox(1, 60_000, () => {}, { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 }, () => 10);
+    [
+      ...frames(new Uint8Array(bytes), {
+        kind: FrameKind.collective,
+        group: 0,
+        collective: Collective.allReduce,
+        reduceOp: 0,
+        seq,
+        step,
+        numel: bytes / 4,
+        root: 0,
+      }),
+    ][0]!;
+  const mailbox = () =>
+    new Mailbox(
+      1,
+      60_000,
+      () => {},
+      { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 },
+      () => 10,
+    );
   const put = (mb: Mailbox, f: Uint8Array) => mb.put(0, f, readHeader(f));
 
   it('buffers frames up to maxSeqAhead past the last issued collective, and refuses the next', () => {
@@ -137,12 +182,23 @@ describe('mailbox bounds', () => {
   });
 
   it('refuses message numbers no collective of the group has', () => {
-    expect(() => put(mailbox(), frameFor(11, 2))).toThrow(errorOf(FramingError, /message step 2 of collective #11 is past the last a collective has \(1\)/));
+    expect(() => put(mailbox(), frameFor(11, 2))).toThrow(
+      errorOf(FramingError, /message step 2 of collective #11 is past the last a collective has \(1\)/),
+    );
   });
 
   it('bounds the bytes one peer can make this rank hold over all the groups they share, and a broken group gives its part back', () => {
     const shared = new Map<number, number>();
-    const inGroup = () => new Mailbox(1, 60_000, () => {}, { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 }, () => 10, '', shared);
+    const inGroup = () =>
+      new Mailbox(
+        1,
+        60_000,
+        () => {},
+        { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 200 },
+        () => 10,
+        '',
+        shared,
+      );
     const [a, b] = [inGroup(), inGroup()];
     put(a, frameFor(11, 0, 64)); // 100 bytes with the header
     put(b, frameFor(11, 0, 64)); // 200 over both groups
@@ -153,8 +209,20 @@ describe('mailbox bounds', () => {
 
   it('gives a message a deadline as a whole: a peer dripping chunks cannot hold a receive for ever', async () => {
     const lost: string[] = [];
-    const mb = new Mailbox(1, 100, (_peer, why) => lost.push(why), { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 1 << 16 }, () => 10);
-    const chunks = [...frames(new Uint8Array(64), { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 11, step: 0, numel: 16, root: 0 }, 16 + HEADER_BYTES)];
+    const mb = new Mailbox(
+      1,
+      100,
+      (_peer, why) => lost.push(why),
+      { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 1 << 16 },
+      () => 10,
+    );
+    const chunks = [
+      ...frames(
+        new Uint8Array(64),
+        { kind: FrameKind.collective, group: 0, collective: Collective.allReduce, reduceOp: 0, seq: 11, step: 0, numel: 16, root: 0 },
+        16 + HEADER_BYTES,
+      ),
+    ];
     const d = { collective: Collective.allReduce, reduceOp: 0, numel: 16, root: 0 } as const;
     void mb.receive(0, FrameKind.collective, 11, 0, d, 64, () => {}, Promise.resolve()).catch(() => {});
     // A chunk every 60 ms re-arms the 100 ms silence timer each time; the message's 104 ms do not wait.
@@ -210,7 +278,9 @@ describe('recovery source', () => {
       // The joiner holds state from somewhere else (another server, say) and claims a huge step.
       // As rank 0 it comes before the survivor, as a fixed group's asked-for rank could.
       const joinerClaim: StateClaim = { live: true, inFlight: -1, heldIn: { instance: 'elsewhere', round: 99 } };
-      const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === joinerRank ? joinerClaim : survivor(pg), options())));
+      const results = await Promise.all(
+        pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === joinerRank ? joinerClaim : survivor(pg), options())),
+      );
       for (const [r, result] of results.entries()) {
         expect(result).toMatchObject({ source: 'replica', from: survivorRank, redone: false });
         expect(states[r]!.progress.step).toBe(5);
@@ -234,7 +304,12 @@ describe('recovery source', () => {
     const states = pgs.map((pg) => trainState(3, pg.rank === 0 ? 5 : 6));
     const claims = pgs.map((pg): StateClaim => ({ ...survivor(pg), inFlight: pg.rank === 0 ? 6 : -1 }));
     const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), claims[pg.rank]!, options())));
-    for (const r of results) expect(r).toMatchObject({ from: 0, redone: true, note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank; step 6 is trained again' });
+    for (const r of results)
+      expect(r).toMatchObject({
+        from: 0,
+        redone: true,
+        note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank; step 6 is trained again',
+      });
     destroy(pgs);
   });
 });
@@ -251,7 +326,13 @@ describe('state kept, nothing sent', () => {
     const claims = pgs.map((pg): StateClaim => ({ ...survivor(pg), inFlight: pg.rank === 2 ? 6 : -1 }));
     const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), claims[pg.rank]!, options())));
     for (const r of results) {
-      expect(r).toMatchObject({ source: 'replica', from: 0, redone: true, transferred: false, note: 'resumed at step 5: every rank held the replica of rank 0, nothing sent; step 6 is trained again' });
+      expect(r).toMatchObject({
+        source: 'replica',
+        from: 0,
+        redone: true,
+        transferred: false,
+        note: 'resumed at step 5: every rank held the replica of rank 0, nothing sent; step 6 is trained again',
+      });
       expect(r.run).toMatchObject({ stepsRedone: 1, resumes: [r.note] });
     }
     // The claims' all-gather: 6 numbers from each of 3 ranks, far less than the model's weights.
@@ -261,13 +342,14 @@ describe('state kept, nothing sent', () => {
     destroy(pgs);
   });
 
-  it('a survivor whose weights differ (same round, same step) gets the source\'s state', async () => {
+  it("a survivor whose weights differ (same round, same step) gets the source's state", async () => {
     const { pgs } = await groups(3);
     // Rank 1's replica drifted (local SGD, or a bit flipped): its digest differs.
     const states = pgs.map((pg) => trainState(pg.rank === 1 ? 4 : 3, 5));
     const hash = await weightsHash(states[0]!.model);
     const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), options())));
-    for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank' });
+    for (const r of results)
+      expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 5 from the replica of rank 0, sent to 1 rank' });
     for (const s of states) expect(await weightsHash(s.model)).toBe(hash);
     destroy(pgs);
   });
@@ -290,7 +372,8 @@ describe('state kept, nothing sent', () => {
     for (const s of states.slice(0, 2)) for (let k = 0; k < 20; k++) adamStep(s, 8 * (k % 6));
     for (const s of states) s.progress = { step: 20, epoch: 0, position: 160 };
     const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), options())));
-    for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 20 from the replica of rank 0, sent to 1 rank' });
+    for (const r of results)
+      expect(r).toMatchObject({ from: 0, transferred: true, note: 'resumed at step 20 from the replica of rank 0, sent to 1 rank' });
     for (const s of states) for (let k = 0; k < 5; k++) adamStep(s, 8 * k);
     const hashes = await Promise.all(states.map((s) => weightsHash(s.model)));
     expect(new Set(hashes).size).toBe(1);
@@ -300,7 +383,9 @@ describe('state kept, nothing sent', () => {
   it('with keepSameState false the state is sent even when every rank holds it', async () => {
     const { pgs } = await groups(2);
     const states = pgs.map(() => trainState(3, 5));
-    const results = await Promise.all(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), { ...options(), keepSameState: false })));
+    const results = await Promise.all(
+      pgs.map((pg) => recover(pg, states[pg.rank]!, run(), survivor(pg), { ...options(), keepSameState: false })),
+    );
     for (const r of results) expect(r).toMatchObject({ from: 0, transferred: true });
     destroy(pgs);
   });
@@ -311,12 +396,16 @@ describe('state transfer', () => {
     const { pgs } = await groups(2);
     const states = [trainState(3, 5, 32), trainState(3, 0, 24)];
     const joiner: StateClaim = { live: false, inFlight: -1, heldIn: null };
-    const results = await Promise.allSettled(pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === 0 ? survivor(pg) : joiner, options())));
+    const results = await Promise.allSettled(
+      pgs.map((pg) => recover(pg, states[pg.rank]!, run(), pg.rank === 0 ? survivor(pg) : joiner, options())),
+    );
     const err = rejection(results[1]!) as StateTransferError;
     expect(err).toBeInstanceOf(StateTransferError);
     expect(err.rank).toBe(0);
     expect(err.parameter).toMatch(/^parameter 0 \(.*kernel\)$/);
-    expect(err.message).toMatch(/state from rank 0 refused: parameter 0 .*: it sends shape \[16, 32\] float32, this model has \[16, 24\] float32/);
+    expect(err.message).toMatch(
+      /state from rank 0 refused: parameter 0 .*: it sends shape \[16, 32\] float32, this model has \[16, 24\] float32/,
+    );
     destroy(pgs);
   });
 
@@ -329,8 +418,20 @@ describe('state transfer', () => {
    */
   type HostileSend = (pg: ProcessGroup, words: Float32Array[]) => Promise<void>;
   const paths: Array<{ path: string; ranks: number; send: HostileSend }> = [
-    { path: 'point to point', ranks: 2, send: async (pg, words) => { for (const w of words) await pg.send(w, 1); } },
-    { path: 'broadcast', ranks: 4, send: async (pg, words) => { for (const w of words) await pg.broadcast(w, 0); } },
+    {
+      path: 'point to point',
+      ranks: 2,
+      send: async (pg, words) => {
+        for (const w of words) await pg.send(w, 1);
+      },
+    },
+    {
+      path: 'broadcast',
+      ranks: 4,
+      send: async (pg, words) => {
+        for (const w of words) await pg.broadcast(w, 0);
+      },
+    },
   ];
   async function hostileSource(ranks: number, send: (pg: ProcessGroup) => Promise<void>): Promise<unknown> {
     const { pgs } = await groups(ranks, { peerTimeoutMs: 2_000 });
@@ -349,41 +450,53 @@ describe('state transfer', () => {
   }
 
   for (const { path, ranks, send } of paths) {
-  it(`a declared header length over the limit is refused before anything is allocated (${path})`, async () => {
-    const err = await hostileSource(ranks, (pg) => send(pg, [Float32Array.of(2 ** 30)]));
-    expect(err).toBeInstanceOf(StateTransferError);
-    expect((err as Error).message).toMatch(/state from rank 0 refused: header: a header of 1073741824 4-byte words is not a length up to 16777216 bytes/);
-  });
-
-  it(`optimizer tensors the model cannot have, or byte counts their specs do not make, are refused before allocation (${path})`, async () => {
-    const honest = await trainState(3, 0).stateDict();
-    const header = (optimizerSpecs: unknown[], optimizerBytes: number, modelBytes = honest.model.weightData.byteLength) => ({
-      progress: { step: 5, epoch: 0, position: 40 },
-      extras: null,
-      run: run(),
-      modelSpecs: honest.model.weightSpecs,
-      modelBytes,
-      optimizerSpecs,
-      optimizerBytes,
+    it(`a declared header length over the limit is refused before anything is allocated (${path})`, async () => {
+      const err = await hostileSource(ranks, (pg) => send(pg, [Float32Array.of(2 ** 30)]));
+      expect(err).toBeInstanceOf(StateTransferError);
+      expect((err as Error).message).toMatch(
+        /state from rank 0 refused: header: a header of 1073741824 4-byte words is not a length up to 16777216 bytes/,
+      );
     });
-    const sendHeader = (h: unknown) => async (pg: ProcessGroup) => {
-      const json = new TextEncoder().encode(JSON.stringify(h));
-      const words = new Float32Array(Math.ceil(json.length / 4));
-      new Uint8Array(words.buffer).set(json);
-      await send(pg, [Float32Array.of(words.length), words]);
-    };
-    const huge = await hostileSource(ranks, sendHeader(header([{ name: 'm', shape: [100_000, 100_000], dtype: 'float32' }], 4e10)));
-    expect(huge).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'optimizer tensor 0' });
-    const lying = await hostileSource(ranks, sendHeader(header([], 0, 2 ** 31)));
-    expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
-    expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
-    // A communication hook state bigger than any hook of this model keeps, or malformed.
-    const honestHeader = header(honest.optimizer.weightSpecs, honest.optimizer.weightData.byteLength);
-    const bigHook = await hostileSource(ranks, sendHeader({ ...honestHeader, commHookName: 'powerSGD', commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] } }));
-    expect(bigHook).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'communication hook state' });
-    expect((bigHook as Error).message).toMatch(/its tensors hold more than the \d+ values allowed/);
-    const oddHook = await hostileSource(ranks, sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }));
-    expect(oddHook).toMatchObject({ name: 'StateTransferError', parameter: 'communication hook state' });
-  });
+
+    it(`optimizer tensors the model cannot have, or byte counts their specs do not make, are refused before allocation (${path})`, async () => {
+      const honest = await trainState(3, 0).stateDict();
+      const header = (optimizerSpecs: unknown[], optimizerBytes: number, modelBytes = honest.model.weightData.byteLength) => ({
+        progress: { step: 5, epoch: 0, position: 40 },
+        extras: null,
+        run: run(),
+        modelSpecs: honest.model.weightSpecs,
+        modelBytes,
+        optimizerSpecs,
+        optimizerBytes,
+      });
+      const sendHeader = (h: unknown) => async (pg: ProcessGroup) => {
+        const json = new TextEncoder().encode(JSON.stringify(h));
+        const words = new Float32Array(Math.ceil(json.length / 4));
+        new Uint8Array(words.buffer).set(json);
+        await send(pg, [Float32Array.of(words.length), words]);
+      };
+      const huge = await hostileSource(ranks, sendHeader(header([{ name: 'm', shape: [100_000, 100_000], dtype: 'float32' }], 4e10)));
+      expect(huge).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'optimizer tensor 0' });
+      const lying = await hostileSource(ranks, sendHeader(header([], 0, 2 ** 31)));
+      expect(lying).toMatchObject({ name: 'StateTransferError', parameter: 'model' });
+      expect((lying as Error).message).toMatch(/announces 2147483648 bytes of weights, this model's weights take \d+/);
+      // A communication hook state bigger than any hook of this model keeps, or malformed.
+      const honestHeader = header(honest.optimizer.weightSpecs, honest.optimizer.weightData.byteLength);
+      const bigHook = await hostileSource(
+        ranks,
+        sendHeader({
+          ...honestHeader,
+          commHookName: 'powerSGD',
+          commHook: { name: 'powerSGD', meta: {}, tensors: [{ name: 'q:0/0', length: 2 ** 31 }] },
+        }),
+      );
+      expect(bigHook).toMatchObject({ name: 'StateTransferError', rank: 0, parameter: 'communication hook state' });
+      expect((bigHook as Error).message).toMatch(/its tensors hold more than the \d+ values allowed/);
+      const oddHook = await hostileSource(
+        ranks,
+        sendHeader({ ...honestHeader, commHook: { name: 'powerSGD', meta: { x: [1] }, tensors: [] } }),
+      );
+      expect(oddHook).toMatchObject({ name: 'StateTransferError', parameter: 'communication hook state' });
+    });
   }
 });

@@ -18,7 +18,12 @@ const SECRET = 'a-shared-secret-of-coturn-0123456789';
 
 describe('ICE configuration', () => {
   it('reads ICE_SERVERS and TURN_* from the environment', () => {
-    const c = iceConfigFromEnv({ ICE_SERVERS: '[{"urls":"stun:10.0.0.2:3478"}]', TURN_SECRET: SECRET, TURN_URLS: 'turn:10.0.0.2:3478?transport=udp, turns:relay.lan:5349', TURN_TTL: '600' });
+    const c = iceConfigFromEnv({
+      ICE_SERVERS: '[{"urls":"stun:10.0.0.2:3478"}]',
+      TURN_SECRET: SECRET,
+      TURN_URLS: 'turn:10.0.0.2:3478?transport=udp, turns:relay.lan:5349',
+      TURN_TTL: '600',
+    });
     expect(c.iceServers).toEqual([{ urls: ['stun:10.0.0.2:3478'] }]);
     expect(c.turn).toEqual({ secret: SECRET, urls: ['turn:10.0.0.2:3478?transport=udp', 'turns:relay.lan:5349'], ttlSec: 600 });
     expect(iceConfigFromEnv({})).toEqual({ iceServers: [] });
@@ -26,12 +31,22 @@ describe('ICE configuration', () => {
 
   it('says which setting is wrong', () => {
     expect(() => iceConfigFromEnv({ ICE_SERVERS: 'stun:x' })).toThrow(errorOf(IceConfigError, /ICE_SERVERS must be JSON/));
-    expect(() => iceConfigFromEnv({ ICE_SERVERS: '{"urls":"stun:x"}' })).toThrow(errorOf(IceConfigError, /ICE_SERVERS must be a JSON list/));
-    expect(() => iceConfigFromEnv({ ICE_SERVERS: '[{"urls":"http://x"}]' })).toThrow(errorOf(IceConfigError, /iceServers\[0\]: "urls" must be a stun:/));
+    expect(() => iceConfigFromEnv({ ICE_SERVERS: '{"urls":"stun:x"}' })).toThrow(
+      errorOf(IceConfigError, /ICE_SERVERS must be a JSON list/),
+    );
+    expect(() => iceConfigFromEnv({ ICE_SERVERS: '[{"urls":"http://x"}]' })).toThrow(
+      errorOf(IceConfigError, /iceServers\[0\]: "urls" must be a stun:/),
+    );
     expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET })).toThrow(errorOf(IceConfigError, /needs both TURN_SECRET .* and TURN_URLS/));
-    expect(() => iceConfigFromEnv({ TURN_SECRET: 'short', TURN_URLS: 'turn:x:3478' })).toThrow(errorOf(IceConfigError, /at least 16 characters/));
-    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'stun:x:3478' })).toThrow(errorOf(IceConfigError, /must be turn: or turns:/));
-    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'turn:x:3478', TURN_TTL: '5' })).toThrow(errorOf(IceConfigError, /TURN_TTL/));
+    expect(() => iceConfigFromEnv({ TURN_SECRET: 'short', TURN_URLS: 'turn:x:3478' })).toThrow(
+      errorOf(IceConfigError, /at least 16 characters/),
+    );
+    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'stun:x:3478' })).toThrow(
+      errorOf(IceConfigError, /must be turn: or turns:/),
+    );
+    expect(() => iceConfigFromEnv({ TURN_SECRET: SECRET, TURN_URLS: 'turn:x:3478', TURN_TTL: '5' })).toThrow(
+      errorOf(IceConfigError, /TURN_TTL/),
+    );
     expect(() => checkIceConfig({ iceServers: Array.from({ length: 9 }, () => ({ urls: ['stun:x'] })) })).toThrow(IceConfigError);
   });
 
@@ -60,7 +75,11 @@ describe('the server hands ICE servers to members', () => {
   });
 
   it('with the token: fixed servers plus TURN credentials for this session; without: nothing', async () => {
-    server = await startServer({ port: 0, log: () => {}, ice: { iceServers: [{ urls: ['stun:10.9.0.1:3478'] }], turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
+    server = await startServer({
+      port: 0,
+      log: () => {},
+      ice: { iceServers: [{ urls: ['stun:10.9.0.1:3478'] }], turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } },
+    });
     const before = Date.now();
     const client = await StoreClient.connect(server.url, { session: 'ice-a', token: tokenFor('ice-a'), timeoutMs: 5_000 });
     const after = Date.now();
@@ -77,27 +96,45 @@ describe('the server hands ICE servers to members', () => {
       client.close();
     }
     // A wrong token learns nothing: the hello is refused before any reply carries credentials.
-    await expect(StoreClient.connect(server.url, { session: 'ice-a', token: newSessionToken(), timeoutMs: 5_000 })).rejects.toBeInstanceOf(UnauthorizedError);
+    await expect(StoreClient.connect(server.url, { session: 'ice-a', token: newSessionToken(), timeoutMs: 5_000 })).rejects.toBeInstanceOf(
+      UnauthorizedError,
+    );
   });
 
   it('a stranger who makes up a session gets no relay credentials: only the host creates sessions', async () => {
     // loopbackCreates false: every connection here is treated as another machine's, as a stranger's on a LAN.
-    server = await startServer({ port: 0, log: () => {}, loopbackCreates: false, ice: { turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
+    server = await startServer({
+      port: 0,
+      log: () => {},
+      loopbackCreates: false,
+      ice: { turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } },
+    });
     const made = 'made-up';
     const refused = StoreClient.connect(server.url, { session: made, token: tokenFor(made), timeoutMs: 5_000 });
     await expect(refused).rejects.toBeInstanceOf(UnauthorizedError);
-    await expect(refused).rejects.toThrow(errorOf(UnauthorizedError, /session "made-up" does not exist on this server. Open the full link the host shared/, { code: 'UNAUTHORIZED' }));
+    await expect(refused).rejects.toThrow(
+      errorOf(UnauthorizedError, /session "made-up" does not exist on this server. Open the full link the host shared/, {
+        code: 'UNAUTHORIZED',
+      }),
+    );
     // Nothing was claimed: the name is still free, and the server holds no store for it.
     expect(server.sessions.has(made)).toBe(false);
     // A wrong admin secret creates nothing either.
-    await expect(StoreClient.connect(server.url, { session: made, token: tokenFor(made), admin: newSessionToken(), timeoutMs: 5_000 })).rejects.toThrow(errorOf(UnauthorizedError, /does not exist/, { code: 'UNAUTHORIZED' }));
+    await expect(
+      StoreClient.connect(server.url, { session: made, token: tokenFor(made), admin: newSessionToken(), timeoutMs: 5_000 }),
+    ).rejects.toThrow(errorOf(UnauthorizedError, /does not exist/, { code: 'UNAUTHORIZED' }));
 
     // The host creates it (the launcher's way, or a hello with the admin secret); its members get credentials.
     await server.createSession('class-1', tokenFor('class-1'));
     const member = await StoreClient.connect(server.url, { session: 'class-1', token: tokenFor('class-1'), timeoutMs: 5_000 });
     expect(member.iceServers[0]!.username).toMatch(/^\d+:class-1$/);
     member.close();
-    const host = await StoreClient.connect(server.url, { session: 'class-2', token: tokenFor('class-2'), admin: server.adminSecret, timeoutMs: 5_000 });
+    const host = await StoreClient.connect(server.url, {
+      session: 'class-2',
+      token: tokenFor('class-2'),
+      admin: server.adminSecret,
+      timeoutMs: 5_000,
+    });
     expect(host.iceServers).toHaveLength(1);
     host.close();
     // Creating an existing session with another token fails; with its own, changes nothing.
@@ -107,7 +144,12 @@ describe('the server hands ICE servers to members', () => {
 
   it('a member renews its TURN credentials while it is connected: links formed later get fresh ones', async () => {
     server = await startServer({ port: 0, log: () => {}, ice: { turn: { secret: SECRET, urls: ['turn:10.9.0.1:3478'], ttlSec: 600 } } });
-    const client = await StoreClient.connect(server.url, { session: 'ice-renew', token: tokenFor('ice-renew'), timeoutMs: 5_000, iceRenewMs: 200 });
+    const client = await StoreClient.connect(server.url, {
+      session: 'ice-renew',
+      token: tokenFor('ice-renew'),
+      timeoutMs: 5_000,
+      iceRenewMs: 200,
+    });
     try {
       const first = client.iceServers[0]!.username!;
       await expect.poll(() => client.iceServers[0]!.username, { timeout: 4_000, interval: 100 }).not.toBe(first);
@@ -127,6 +169,8 @@ describe('the server hands ICE servers to members', () => {
   });
 
   it('a bad configuration stops the server from starting, naming the setting', async () => {
-    await expect(startServer({ port: 0, log: () => {}, ice: { turn: { secret: 'x', urls: ['turn:a'] } } })).rejects.toThrow(errorOf(ServerStartError, /TURN_SECRET/, { code: 'EICECONFIG' }));
+    await expect(startServer({ port: 0, log: () => {}, ice: { turn: { secret: 'x', urls: ['turn:a'] } } })).rejects.toThrow(
+      errorOf(ServerStartError, /TURN_SECRET/, { code: 'EICECONFIG' }),
+    );
   });
 });

@@ -72,7 +72,9 @@ describe('offered image sizes', () => {
     await writeImageFolder(images, ['cat', 'dog'], 2);
     await writeFile(join(images, 'dog', 'bomb.png'), pngClaiming(100_000, 100_000));
     const message = await startRefusal(images);
-    expect(message).toMatch(/--data .*bomb: dog\/bomb\.png is 100000x100000 pixels; images of at most 4096x4096 are offered .*: resize it .* or leave it out/);
+    expect(message).toMatch(
+      /--data .*bomb: dog\/bomb\.png is 100000x100000 pixels; images of at most 4096x4096 are offered .*: resize it .* or leave it out/,
+    );
   });
 
   it('refuses a JPEG too wide, found past its other segments; starts with images within the bound', async () => {
@@ -95,7 +97,9 @@ describe('offered image sizes', () => {
     expect(await readImageSize(await at('b.jpg', jpegClaiming(640, 480)), 'jpeg')).toEqual({ width: 640, height: 480 });
     expect(await readImageSize(await at('c.jpg', jpegClaiming(30, 20, 0xc1)), 'jpeg')).toEqual({ width: 30, height: 20 });
     expect(await readImageSize(await at('d.jpg', jpegClaiming(640, 0)), 'jpeg')).toMatch(/frame header gives a size of 640x0/);
-    expect(await readImageSize(await at('e.jpg', Buffer.from([0xff, 0xd8, 0xff, 0xda, 0, 2, 0xff, 0xd9])), 'jpeg')).toMatch(/no frame header \(SOF\) before its image data/);
+    expect(await readImageSize(await at('e.jpg', Buffer.from([0xff, 0xd8, 0xff, 0xda, 0, 2, 0xff, 0xd9])), 'jpeg')).toMatch(
+      /no frame header \(SOF\) before its image data/,
+    );
     expect(await readImageSize(await at('f.jpg', Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x40])), 'jpeg')).toMatch(/ends inside a segment/);
     expect(await readImageSize(await at('g.png', pngClaiming(1, 1).subarray(0, 20)), 'png')).toMatch(/IHDR\) is missing or cut short/);
   });

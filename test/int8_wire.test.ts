@@ -27,8 +27,6 @@ afterAll(async () => {
   await server.close();
 });
 
-
-
 /** Rank `rank`'s input: values of very different sizes from block to block, as gradients are. */
 function input(rank: number, len: number): Float32Array {
   const r = rng(3000 + rank * 31 + len);
@@ -59,7 +57,7 @@ describe('int8 codec', () => {
     expect(() => checkWireDtype('int4')).toThrow(errorOf(RangeError, /unknown wire dtype "int4"; use float32, float16, bfloat16, int8/));
   });
 
-  it('rounds each value to within 1/127 of its block\'s largest, exactly and idempotently', () => {
+  it("rounds each value to within 1/127 of its block's largest, exactly and idempotently", () => {
     const values = input(0, 4099);
     const bytes = encodeInt8(values);
     expect(bytes.length).toBe(int8Bytes(values.length));
@@ -86,7 +84,7 @@ describe('int8 codec', () => {
     for (let i = 96; i < 100; i++) expect(Number.isFinite(back[i]!)).toBe(true);
   });
 
-  it('zeros, float32\'s extremes and tiny blocks', () => {
+  it("zeros, float32's extremes and tiny blocks", () => {
     const back = (v: number[]) => {
       const out = new Float32Array(v.length);
       decodeInt8(encodeInt8(Float32Array.from(v)), out);
@@ -107,7 +105,18 @@ describe('int8 codec', () => {
 async function groups(n: number, net = new MemoryNetwork()): Promise<ProcessGroup[]> {
   const session = uniqueSession('int8');
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), maxFrameBytes: 1024 })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        maxFrameBytes: 1024,
+      }),
+    ),
   );
 }
 
@@ -198,7 +207,9 @@ describe('allReduce on the int8 wire', () => {
 
   it('ranks that pass different wires are told so (a mismatch, not wrong numbers)', async () => {
     const pgs = await groups(2);
-    const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(input(pg.rank, 64), 'sum', { wire: pg.rank === 0 ? 'int8' : 'float16' })));
+    const results = await Promise.allSettled(
+      pgs.map((pg) => pg.allReduce(input(pg.rank, 64), 'sum', { wire: pg.rank === 0 ? 'int8' : 'float16' })),
+    );
     for (const r of results) {
       expect(r.status).toBe('rejected');
       expect(String((r as PromiseRejectedResult).reason)).toMatch(/int8/);

@@ -17,9 +17,21 @@ describe('parseReport', () => {
     expect(parseReport({ type: 'rank', rank: 1, worldSize: 2 })).toEqual({ type: 'rank', rank: 1, worldSize: 2 });
     const step = { type: 'step', round: 'a.1', rank: 0, step: 3, epoch: 0, totalSteps: 10, metrics: [], elapsedMs: 5 };
     expect(parseReport({ type: 'elastic', event: step })).toEqual({ type: 'elastic', event: step });
-    const result = { rank: 0, worldSize: 2, steps: 12, weightHash: '0a1b2c3d', weights: 'AAAAPw==', finalLoss: 0.5, commHook: { name: 'none' } };
+    const result = {
+      rank: 0,
+      worldSize: 2,
+      steps: 12,
+      weightHash: '0a1b2c3d',
+      weights: 'AAAAPw==',
+      finalLoss: 0.5,
+      commHook: { name: 'none' },
+    };
     expect(parseReport({ type: 'result', result })).toEqual({ type: 'result', result });
-    expect(parseReport({ type: 'error', name: 'RendezvousClosedError', message: 'the run has ended' })).toEqual({ type: 'error', name: 'RendezvousClosedError', message: 'the run has ended' });
+    expect(parseReport({ type: 'error', name: 'RendezvousClosedError', message: 'the run has ended' })).toEqual({
+      type: 'error',
+      name: 'RendezvousClosedError',
+      message: 'the run has ended',
+    });
   });
 
   it('refuses what is not a report, naming the field', () => {
@@ -28,7 +40,9 @@ describe('parseReport', () => {
     expect(refusal({ type: 'rank', rank: 2, worldSize: 2 }).message).toMatch(/^a 'rank' report needs a rank from 0 to worldSize - 1/);
     expect(refusal({ type: 'rank', rank: 0.5, worldSize: 2 })).toBeInstanceOf(ReportError);
     expect(refusal({ type: 'elastic', event: 'step' }).message).toBe("an 'elastic' report needs an event with a string type");
-    expect(refusal({ type: 'elastic', event: { type: 'step', step: -1 } }).message).toBe("the 'step' event's step must be a whole number >= 0, got -1");
+    expect(refusal({ type: 'elastic', event: { type: 'step', step: -1 } }).message).toBe(
+      "the 'step' event's step must be a whole number >= 0, got -1",
+    );
     expect(refusal({ type: 'result', result: [1, 2] }).message).toBe("a 'result' report needs its result as an object");
     expect(refusal({ type: 'result', result: { rank: 'zero' } }).message).toBe("a result's rank must be a whole number >= 0, got zero");
     expect(refusal({ type: 'result', result: { weightHash: 'a\nb' } }).message).toMatch(/^a result's weightHash must be a short token/);

@@ -1,13 +1,26 @@
 /** The pure parts of `--lan` (launcher/lan.ts): rates, names, subnet choice. The LAN itself is in test/e2e/lan.spec.ts (root). */
 import { describe, expect, it } from 'vitest';
-import { chooseSubnet, cidrRange, lanNames, ownerPid, parseDelay, parseRate, parseRates, rateOf, runOfName, runTag, tbfArgs } from '../launcher/lan.ts';
+import {
+  chooseSubnet,
+  cidrRange,
+  lanNames,
+  ownerPid,
+  parseDelay,
+  parseRate,
+  parseRates,
+  rateOf,
+  runOfName,
+  runTag,
+  tbfArgs,
+} from '../launcher/lan.ts';
 import { secureOriginArgs } from '../launcher/lan_driver.ts';
 
 describe('--lan rates', () => {
   it('takes a rate in Mbit/s and refuses nonsense, naming the flag', () => {
     expect(parseRate('--lan', '40')).toBe(40);
     expect(parseRate('--lan', '2.5')).toBe(2.5);
-    for (const bad of ['0', '-3', 'fast', '', undefined, '1e9']) expect(() => parseRate('--lan', bad)).toThrow(/--lan takes a link rate in Mbit\/s/);
+    for (const bad of ['0', '-3', 'fast', '', undefined, '1e9'])
+      expect(() => parseRate('--lan', bad)).toThrow(/--lan takes a link rate in Mbit\/s/);
   });
 
   it('--lan-rates gives one rate per rank; a wrong count names both flags and both numbers', () => {
@@ -28,7 +41,8 @@ describe('--lan rates', () => {
   it('--lan-delay takes a one-way delay of 1-1000 ms', () => {
     expect(parseDelay('40')).toBe(40);
     expect(parseDelay('2.5')).toBe(2.5);
-    for (const bad of ['0', '-3', 'slow', '', undefined, '1001']) expect(() => parseDelay(bad)).toThrow(/--lan-delay takes each host's one-way delay in ms, 1-1000/);
+    for (const bad of ['0', '-3', 'slow', '', undefined, '1001'])
+      expect(() => parseDelay(bad)).toThrow(/--lan-delay takes each host's one-way delay in ms, 1-1000/);
   });
 
   it('shapes with the verified tbf recipe, the burst growing with fast links', () => {
@@ -48,7 +62,7 @@ describe('--lan names', () => {
     expect(ownerPid('ddp')).toBeUndefined();
   });
 
-  it('a name tells its run only in the shapes a run makes (the sweep then also needs the run\'s own record)', () => {
+  it("a name tells its run only in the shapes a run makes (the sweep then also needs the run's own record)", () => {
     const tag = runTag(4_194_304, 36 ** 3 - 1);
     const n = lanNames(tag);
     for (const name of [n.lanNs, n.hostNs(0), n.hostNs(240), n.serverVeth]) expect(runOfName(name)).toBe(tag);

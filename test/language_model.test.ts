@@ -6,7 +6,14 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildLanguageModel, CharTokenizer, generate, languageModelLayers, languageModelLoss, type LanguageModelSpec } from '../src/nn/language_model.ts';
+import {
+  buildLanguageModel,
+  CharTokenizer,
+  generate,
+  languageModelLayers,
+  languageModelLoss,
+  type LanguageModelSpec,
+} from '../src/nn/language_model.ts';
 import { sequentialOf } from '../src/nn/models.ts';
 import { modelArtifacts } from '../src/checkpoint/state_dict.ts';
 import { errorOf } from './fixtures/errors.ts';
@@ -41,7 +48,13 @@ describe('the language model', () => {
     const x = tf.tensor2d([[3, 1, 4, 1, 5, 9, 2, 6]], [1, 8], 'int32');
     const want = await values(model.predict(x) as tf.Tensor);
     const a = await modelArtifacts(model);
-    const loaded = await tf.loadLayersModel(tf.io.fromMemory({ modelTopology: a.modelTopology as object, weightSpecs: a.weightSpecs as tf.io.WeightsManifestEntry[], weightData: a.weightData }));
+    const loaded = await tf.loadLayersModel(
+      tf.io.fromMemory({
+        modelTopology: a.modelTopology as object,
+        weightSpecs: a.weightSpecs as tf.io.WeightsManifestEntry[],
+        weightData: a.weightData,
+      }),
+    );
     expect(await values(loaded.predict(x) as tf.Tensor)).toEqual(want);
     // Same seed, same weights: stage 0 = embedding + block 1, stage 1 = block 2 + norm + head.
     const layers = languageModelLayers(SPEC);
@@ -67,8 +80,16 @@ describe('the language model', () => {
     let loss = Infinity;
     for (let step = 0; step < 60; step++) {
       const starts = Array.from({ length: 8 }, (_, k) => (step * 37 + k * 101) % (ids.length - spec.contextLength - 1));
-      const x = tf.tensor2d(starts.map((s) => Array.from(ids.subarray(s, s + spec.contextLength))), [8, spec.contextLength], 'int32');
-      const y = tf.tensor2d(starts.map((s) => Array.from(ids.subarray(s + 1, s + spec.contextLength + 1))), [8, spec.contextLength], 'int32');
+      const x = tf.tensor2d(
+        starts.map((s) => Array.from(ids.subarray(s, s + spec.contextLength))),
+        [8, spec.contextLength],
+        'int32',
+      );
+      const y = tf.tensor2d(
+        starts.map((s) => Array.from(ids.subarray(s + 1, s + spec.contextLength + 1))),
+        [8, spec.contextLength],
+        'int32',
+      );
       const l = optimizer.minimize(() => languageModelLoss(model.apply(x) as tf.Tensor, y), true)!;
       loss = (await l.data())[0]!;
       tf.dispose([x, y, l]);

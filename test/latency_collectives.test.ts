@@ -27,12 +27,24 @@ afterAll(async () => {
   await server.close();
 });
 
-async function groups(n: number, extra: { latencyThresholdBytes?: number; maxFrameBytes?: number } = {}): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
+async function groups(
+  n: number,
+  extra: { latencyThresholdBytes?: number; maxFrameBytes?: number } = {},
+): Promise<{ pgs: ProcessGroup[]; net: MemoryNetwork }> {
   const session = uniqueSession('latency');
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
   return { pgs, net };
@@ -54,7 +66,12 @@ function bits(a: Float32Array): number[] {
 }
 
 /** Every rank's all-reduce of `small` values by `algorithm` equals the exact reduction, for each length. */
-async function expectExact(pgs: ProcessGroup[], op: 'sum' | 'avg' | 'max' | 'min', algorithm: 'doubling' | 'tree', lengths: number[]): Promise<void> {
+async function expectExact(
+  pgs: ProcessGroup[],
+  op: 'sum' | 'avg' | 'max' | 'min',
+  algorithm: 'doubling' | 'tree',
+  lengths: number[],
+): Promise<void> {
   const n = pgs.length;
   for (const len of lengths) {
     const outs = await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, len), op, { algorithm })));
@@ -112,7 +129,7 @@ describe('recursive doubling all-reduce', () => {
     });
   }
 
-  it('a 16-bit wire: the same bits on every rank, within the wire\'s precision of the float32 sum', async () => {
+  it("a 16-bit wire: the same bits on every rank, within the wire's precision of the float32 sum", async () => {
     for (const n of [4, 5]) {
       const { pgs } = await groups(n);
       try {
@@ -129,7 +146,7 @@ describe('recursive doubling all-reduce', () => {
     }
   });
 
-  it('worlds 3 and 5 on a 16-bit or int8 wire: a folded rank\'s values are rounded to the wire as its partner\'s are, so the sum is the wire-rounded sum, bit for bit', async () => {
+  it("worlds 3 and 5 on a 16-bit or int8 wire: a folded rank's values are rounded to the wire as its partner's are, so the sum is the wire-rounded sum, bit for bit", async () => {
     const round = (wire: WireDtype, a: Float32Array) => roundToWire(wire, Float32Array.from(a));
     const add = (a: Float32Array, b: Float32Array) => a.map((v, i) => v + b[i]!);
     /** Doubling's sum as the wire has it: every value rounded before it is added to another, and the result once more. */
@@ -137,7 +154,9 @@ describe('recursive doubling all-reduce', () => {
       const p = 2 ** Math.floor(Math.log2(inputs.length));
       const extra = inputs.length - p;
       // The first 2 x extra ranks fold pairwise; the rest stand alone.
-      let v = Array.from({ length: p }, (_, i) => (i < extra ? add(round(wire, inputs[2 * i + 1]!), round(wire, inputs[2 * i]!)) : inputs[i + extra]!));
+      let v = Array.from({ length: p }, (_, i) =>
+        i < extra ? add(round(wire, inputs[2 * i + 1]!), round(wire, inputs[2 * i]!)) : inputs[i + extra]!,
+      );
       for (let mask = 1; mask < p; mask <<= 1) v = v.map((x, i) => add(round(wire, x), round(wire, v[i ^ mask]!)));
       return round(wire, v[0]!);
     };
@@ -146,7 +165,10 @@ describe('recursive doubling all-reduce', () => {
       try {
         for (const wire of ['float16', 'bfloat16', 'int8'] as const) {
           const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 257), 'sum', { algorithm: 'doubling', wire })));
-          const want = wireSum(pgs.map((pg) => noisy(pg.rank, 257)), wire);
+          const want = wireSum(
+            pgs.map((pg) => noisy(pg.rank, 257)),
+            wire,
+          );
           for (const out of outs) expect(bits(out)).toEqual(bits(want));
         }
       } finally {
@@ -191,7 +213,9 @@ describe('recursive doubling all-reduce', () => {
   it('a rank that forces another algorithm fails the collective on every rank with CollectiveMismatchError', async () => {
     const { pgs } = await groups(4);
     try {
-      const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 2 ? 'ring' : 'doubling' })));
+      const results = await Promise.allSettled(
+        pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 2 ? 'ring' : 'doubling' })),
+      );
       expect(results.some((r) => r.status === 'rejected' && r.reason instanceof CollectiveMismatchError)).toBe(true);
       expect(results.every((r) => r.status === 'rejected')).toBe(true);
     } finally {
@@ -214,7 +238,9 @@ describe('recursive doubling all-reduce', () => {
       expect(results.every((r) => r.status === 'rejected')).toBe(true);
       const three = results[3] as PromiseRejectedResult;
       expect(three.reason).toBeInstanceOf(CollectiveMismatchError);
-      expect((three.reason as Error).message).toMatch(/allReduce\(sum\) of 16 elements, rank 3 issued allReduce\(sum\) of 16 elements by recursive doubling/);
+      expect((three.reason as Error).message).toMatch(
+        /allReduce\(sum\) of 16 elements, rank 3 issued allReduce\(sum\) of 16 elements by recursive doubling/,
+      );
     } finally {
       for (const pg of pgs) pg.destroy();
     }
@@ -222,8 +248,12 @@ describe('recursive doubling all-reduce', () => {
 
   it('refuses an unknown algorithm, naming it; tree is for allReduce only', async () => {
     const { pgs } = await groups(1);
-    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(errorOf(RangeError, /algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/));
-    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(errorOf(RangeError, /tree is for allReduce only/));
+    await expect(pgs[0]!.allReduce(new Float32Array(4), 'sum', { algorithm: 'bush' as 'ring' })).rejects.toThrow(
+      errorOf(RangeError, /algorithm must be 'auto', 'ring', 'doubling', 'tree', got bush/),
+    );
+    await expect(pgs[0]!.broadcast(new Float32Array(4), 0, { algorithm: 'tree' as 'ring' })).rejects.toThrow(
+      errorOf(RangeError, /tree is for allReduce only/),
+    );
     pgs[0]!.destroy();
   });
 });
@@ -267,7 +297,9 @@ describe('tree all-reduce (up a binomial tree to rank 0 and back down)', () => {
       // With every link open (a link opens when both ends use it), the first wrong message tells.
       await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: 'doubling' })));
       await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: 'tree' })));
-      const results = await Promise.allSettled(pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 1 ? 'doubling' : 'tree' })));
+      const results = await Promise.allSettled(
+        pgs.map((pg) => pg.allReduce(small(pg.rank, 16), 'sum', { algorithm: pg.rank === 1 ? 'doubling' : 'tree' })),
+      );
       expect(results.some((r) => r.status === 'rejected' && r.reason instanceof CollectiveMismatchError)).toBe(true);
       expect(results.every((r) => r.status === 'rejected')).toBe(true);
     } finally {
@@ -287,7 +319,9 @@ describe("Bruck's all-gather and the binomial-tree broadcast", () => {
           for (const out of outs) expect(bits(out)).toEqual(want);
         }
         for (let root = 0; root < n; root++) {
-          const outs = await Promise.all(pgs.map((pg) => pg.broadcast(pg.rank === root ? noisy(root, 301) : new Float32Array(301), root, { algorithm: 'doubling' })));
+          const outs = await Promise.all(
+            pgs.map((pg) => pg.broadcast(pg.rank === root ? noisy(root, 301) : new Float32Array(301), root, { algorithm: 'doubling' })),
+          );
           for (const out of outs) expect(bits(out)).toEqual(bits(noisy(root, 301)));
         }
       } finally {

@@ -9,12 +9,24 @@ import { parseCommHook, type CommHookSpec } from '../src/jobs/comm_hook_spec.ts'
 import { parseAggregation, type AggregationConfig } from '../src/jobs/aggregation_spec.ts';
 
 /** One accepted text per hook; a Record over the spec's kinds, so a new kind fails to compile here until it is listed. */
-const ONE_OF_EACH: Record<CommHookSpec['kind'], string> = { none: 'none', fp16: 'fp16', bf16: 'bf16', powersgd: 'powersgd:2', localsgd: 'localsgd:4', diloco: 'diloco:64' };
+const ONE_OF_EACH: Record<CommHookSpec['kind'], string> = {
+  none: 'none',
+  fp16: 'fp16',
+  bf16: 'bf16',
+  powersgd: 'powersgd:2',
+  localsgd: 'localsgd:4',
+  diloco: 'diloco:64',
+};
 /** Candidate last items: the parser decides which each hook takes. */
 const ITEMS = ['fp16', 'bf16', 'int8', 'fp8', 'int4', 'stream4', 'stream4x2', 'nesterov'];
 
 /** One accepted text per aggregation, a Record over its kinds as ONE_OF_EACH. */
-const ONE_AGGREGATION_OF_EACH: Record<AggregationConfig['kind'], string> = { mean: 'mean', 'trimmed-mean': 'trimmed-mean:1', median: 'median', 'centered-clip': 'centered-clip' };
+const ONE_AGGREGATION_OF_EACH: Record<AggregationConfig['kind'], string> = {
+  mean: 'mean',
+  'trimmed-mean': 'trimmed-mean:1',
+  median: 'median',
+  'centered-clip': 'centered-clip',
+};
 
 /** Whether `parse` takes `text`. */
 const takes = (parse: (text: string) => unknown, text: string): boolean => {
@@ -60,7 +72,10 @@ describe("the launcher's usage text", () => {
       for (const item of ITEMS) {
         const taken = accepts(`${hook}:${item}`);
         // streamP[xD] stands for every stream4, stream4x2, ...
-        const named = form.includes(`:${item}`) || (/^stream\d+$/.test(item) && form.includes(':streamP')) || (/^stream\d+x\d+$/.test(item) && form.includes(':streamP[xD]'));
+        const named =
+          form.includes(`:${item}`) ||
+          (/^stream\d+$/.test(item) && form.includes(':streamP')) ||
+          (/^stream\d+x\d+$/.test(item) && form.includes(':streamP[xD]'));
         expect({ text: `${hook}:${item}`, named }).toEqual({ text: `${hook}:${item}`, named: taken });
       }
     }
@@ -81,7 +96,10 @@ describe("the launcher's usage text", () => {
       expect({ form, takesItems: takes(parseAggregation, withItems(items)) }).toEqual({ form, takesItems: true });
       expect({ form, takesMore: takes(parseAggregation, withItems(items + 1)) }).toEqual({ form, takesMore: false });
       for (const word of ['auto', 'max', 'none']) {
-        expect({ text: `${kind}:${word}`, named: form.includes(`|${word}`) }).toEqual({ text: `${kind}:${word}`, named: takes(parseAggregation, `${kind}:${word}`) });
+        expect({ text: `${kind}:${word}`, named: form.includes(`|${word}`) }).toEqual({
+          text: `${kind}:${word}`,
+          named: takes(parseAggregation, `${kind}:${word}`),
+        });
       }
     }
   });

@@ -44,7 +44,11 @@ const MAX_FILE_LINES = 500;
 
 /** Every module a file's text names: static imports and re-exports, side-effect imports, import() (types included). */
 function specifiers(text: string): string[] {
-  const patterns = [/(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]/g, /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g, /^\s*import\s*['"]([^'"]+)['"]/gm];
+  const patterns = [
+    /(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g,
+    /^\s*import\s*['"]([^'"]+)['"]/gm,
+  ];
   return patterns.flatMap((re) => [...text.matchAll(re)].map((m) => m[1]!));
 }
 
@@ -52,13 +56,17 @@ function specifiers(text: string): string[] {
 function resolveImport(file: string, spec: string): string | undefined {
   if (!spec.startsWith('.')) return undefined;
   const base = relative(ROOT, join(ROOT, dirname(file), spec));
-  return [base, base.replace(/\.js$/, '.ts'), `${base}.ts`, join(base, 'index.ts')].find((p) => existsSync(join(ROOT, p)) && statSync(join(ROOT, p)).isFile());
+  return [base, base.replace(/\.js$/, '.ts'), `${base}.ts`, join(base, 'index.ts')].find(
+    (p) => existsSync(join(ROOT, p)) && statSync(join(ROOT, p)).isFile(),
+  );
 }
 
 /** file -> the repository files it imports, for the code under `dirs` (declaration files left out). */
 function importGraph(dirs: string[]): Map<string, string[]> {
   const files = dirs.flatMap((d) => sources(d)).filter((f) => !f.endsWith('.d.ts'));
-  return new Map(files.map((f) => [f, [...new Set(specifiers(readFileSync(join(ROOT, f), 'utf8')).flatMap((s) => resolveImport(f, s) ?? []))]]));
+  return new Map(
+    files.map((f) => [f, [...new Set(specifiers(readFileSync(join(ROOT, f), 'utf8')).flatMap((s) => resolveImport(f, s) ?? []))]]),
+  );
 }
 
 /** A src/ file's floor: its folder's place in `floors`, the files at src/'s top (index.ts, its namespaces, the deprecated aliases) above them all; undefined for a folder without one. */
@@ -76,7 +84,9 @@ function upwardImports(graph: Map<string, string[]>, floors: readonly string[]):
     if (!file.startsWith('src/')) return [];
     const mine = floorOf(file, floors);
     if (mine === undefined) return [`${file}: its folder has no floor in FLOORS`];
-    return targets.filter((t) => t.startsWith('src/') && (floorOf(t, floors) ?? Number.POSITIVE_INFINITY) > mine).map((t) => `${name(file)} -> ${name(t)}`);
+    return targets
+      .filter((t) => t.startsWith('src/') && (floorOf(t, floors) ?? Number.POSITIVE_INFINITY) > mine)
+      .map((t) => `${name(file)} -> ${name(t)}`);
   });
 }
 

@@ -112,7 +112,10 @@ class Raw {
 
 /** Resolves within `ms` or fails saying what it waited for. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms))]);
+  return Promise.race([
+    p,
+    new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms)),
+  ]);
 }
 
 describe('store correctness', () => {
@@ -139,7 +142,12 @@ describe('store correctness', () => {
     await start({});
     const session = uniqueSession('dup');
     const s = await client(session);
-    for (const call of [s.multiGet(['a', 'b', 'a'], 100), s.wait(['a', 'a'], 100), s.check(['a', 'a']), s.multiSet(['a', 'a'], ['1', '2'])]) {
+    for (const call of [
+      s.multiGet(['a', 'b', 'a'], 100),
+      s.wait(['a', 'a'], 100),
+      s.check(['a', 'a']),
+      s.multiSet(['a', 'a'], ['1', '2']),
+    ]) {
       const err = await refusal(call);
       expect(err.code).toBe('DUPLICATE_KEYS');
       expect(err.message).toContain('names key "a" twice');
@@ -243,7 +251,11 @@ describe('limits', () => {
     a.close();
     // The server counts the socket free once it saw the close.
     let c: StoreClient | undefined;
-    await waitFor("a connection to be let in once the server saw a's close", async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined, { timeoutMs: BOUND_MS, intervalMs: 20 });
+    await waitFor(
+      "a connection to be let in once the server saw a's close",
+      async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined,
+      { timeoutMs: BOUND_MS, intervalMs: 20 },
+    );
     open.push(c!);
     expect(await c!.add('n', 1)).toBe(1);
   });
@@ -296,7 +308,10 @@ describe('limits', () => {
     const session = uniqueSession('slow');
     const keys = ['v0', 'v1', 'v2', 'v3'];
     const writer = await client(session);
-    await writer.multiSet(keys, keys.map((k) => k.repeat(50_000)));
+    await writer.multiSet(
+      keys,
+      keys.map((k) => k.repeat(50_000)),
+    );
     const slow = await Raw.open();
     await slow.hello(session);
     const socket = slow.pauseReading();

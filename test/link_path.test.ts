@@ -18,19 +18,69 @@ import { MemoryNetwork } from '../src/transport/memory_link.ts';
 /** What Chromium reported for a loopback data channel: the selected pair changed after the first pair carried the bytes. */
 function chromiumStats(localType = 'host', remoteType = 'host'): unknown[] {
   return [
-    { id: 'CPold', timestamp: 1795316465516.387, type: 'candidate-pair', bytesReceived: 4831, bytesSent: 107181, currentRoundTripTime: 0.039, localCandidateId: 'Iold', nominated: true, remoteCandidateId: 'Rold', state: 'succeeded', transportId: 'T01' },
-    { id: 'CPsel', timestamp: 1795316465516.387, type: 'candidate-pair', bytesReceived: 0, bytesSent: 0, currentRoundTripTime: 0.001, localCandidateId: 'Isel', nominated: true, remoteCandidateId: 'Rsel', state: 'succeeded', transportId: 'T01' },
+    {
+      id: 'CPold',
+      timestamp: 1795316465516.387,
+      type: 'candidate-pair',
+      bytesReceived: 4831,
+      bytesSent: 107181,
+      currentRoundTripTime: 0.039,
+      localCandidateId: 'Iold',
+      nominated: true,
+      remoteCandidateId: 'Rold',
+      state: 'succeeded',
+      transportId: 'T01',
+    },
+    {
+      id: 'CPsel',
+      timestamp: 1795316465516.387,
+      type: 'candidate-pair',
+      bytesReceived: 0,
+      bytesSent: 0,
+      currentRoundTripTime: 0.001,
+      localCandidateId: 'Isel',
+      nominated: true,
+      remoteCandidateId: 'Rsel',
+      state: 'succeeded',
+      transportId: 'T01',
+    },
     { id: 'Iold', type: 'local-candidate', address: '', candidateType: 'host', port: 56447, protocol: 'udp', transportId: 'T01' },
     { id: 'Rold', type: 'remote-candidate', address: '', candidateType: 'host', port: 48352, protocol: 'udp', transportId: 'T01' },
-    { id: 'Isel', type: 'local-candidate', address: '', candidateType: localType, port: 48324, protocol: 'udp', relayProtocol: 'udp', transportId: 'T01' },
+    {
+      id: 'Isel',
+      type: 'local-candidate',
+      address: '',
+      candidateType: localType,
+      port: 48324,
+      protocol: 'udp',
+      relayProtocol: 'udp',
+      transportId: 'T01',
+    },
     { id: 'Rsel', type: 'remote-candidate', address: '', candidateType: remoteType, port: 42928, protocol: 'udp', transportId: 'T01' },
-    { id: 'T01', timestamp: 1795316465516.387, type: 'transport', bytesReceived: 4831, bytesSent: 107181, dtlsState: 'connected', iceState: 'connected', selectedCandidatePairId: 'CPsel' },
+    {
+      id: 'T01',
+      timestamp: 1795316465516.387,
+      type: 'transport',
+      bytesReceived: 4831,
+      bytesSent: 107181,
+      dtlsState: 'connected',
+      iceState: 'connected',
+      selectedCandidatePairId: 'CPsel',
+    },
   ];
 }
 
 describe('selectedPath', () => {
   it("reads Chromium's report: the transport's selected pair, its candidates' types, its RTT, the transport's counters", () => {
-    expect(selectedPath(chromiumStats())).toEqual({ local: 'host', remote: 'host', protocol: 'udp', rttMs: 1, bytesSent: 107181, bytesReceived: 4831, at: 1795316465516.387 });
+    expect(selectedPath(chromiumStats())).toEqual({
+      local: 'host',
+      remote: 'host',
+      protocol: 'udp',
+      rttMs: 1,
+      bytesSent: 107181,
+      bytesReceived: 4831,
+      at: 1795316465516.387,
+    });
     expect(selectedPath(chromiumStats('relay', 'relay'))).toMatchObject({ local: 'relay', remote: 'relay' });
     expect(selectedPath(chromiumStats('srflx', 'prflx'))).toMatchObject({ local: 'srflx', remote: 'prflx' });
   });
@@ -45,7 +95,12 @@ describe('selectedPath', () => {
 
   it('says nothing before a pair is selected, and nothing it cannot vouch for', () => {
     expect(selectedPath([])).toBeUndefined();
-    expect(selectedPath([{ id: 'T', type: 'transport', selectedCandidatePairId: 'missing' }, { id: 'P', type: 'candidate-pair', state: 'in-progress', nominated: false }])).toBeUndefined();
+    expect(
+      selectedPath([
+        { id: 'T', type: 'transport', selectedCandidatePairId: 'missing' },
+        { id: 'P', type: 'candidate-pair', state: 'in-progress', nominated: false },
+      ]),
+    ).toBeUndefined();
     const odd = chromiumStats('bogus', 'host');
     const pair = odd[1] as Record<string, unknown>;
     pair.currentRoundTripTime = -3;
@@ -71,11 +126,26 @@ describe('selectedPath', () => {
 });
 
 describe('nextPathReading', () => {
-  const sample = (at: number, sent: number, received: number): PathSample => ({ local: 'relay', remote: 'relay', protocol: 'udp', rttMs: 2, bytesSent: sent, bytesReceived: received, at });
+  const sample = (at: number, sent: number, received: number): PathSample => ({
+    local: 'relay',
+    remote: 'relay',
+    protocol: 'udp',
+    rttMs: 2,
+    bytesSent: sent,
+    bytesReceived: received,
+    at,
+  });
 
   it('gives bytes per second between readings, none on the first', () => {
     const first = nextPathReading(undefined, sample(1_000, 0, 0));
-    expect(first.path).toEqual({ local: 'relay', remote: 'relay', protocol: 'udp', rttMs: 2, sentBytesPerSec: null, receivedBytesPerSec: null });
+    expect(first.path).toEqual({
+      local: 'relay',
+      remote: 'relay',
+      protocol: 'udp',
+      rttMs: 2,
+      sentBytesPerSec: null,
+      receivedBytesPerSec: null,
+    });
     const second = nextPathReading(first, sample(3_000, 4_000_000, 1_000_000));
     expect(second.path).toMatchObject({ sentBytesPerSec: 2_000_000, receivedBytesPerSec: 500_000 });
   });
@@ -103,7 +173,17 @@ describe('linkDetails', () => {
     const session = uniqueSession('path');
     const net = new MemoryNetwork();
     const pgs = await Promise.all(
-      [0, 1].map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+      [0, 1].map((rank) =>
+        initProcessGroup({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          worldSize: 2,
+          rank,
+          timeoutMs: 5_000,
+          linkFactory: net.factoryFor(rank),
+        }),
+      ),
     );
     try {
       await Promise.all(pgs.map((pg) => pg.allReduce(new Float32Array(1000))));
@@ -116,7 +196,7 @@ describe('linkDetails', () => {
     }
   });
 
-  it("a link whose stats answer late or fail gets no path, within the bound; the others theirs, with rates from the second reading", async () => {
+  it('a link whose stats answer late or fail gets no path, within the bound; the others theirs, with rates from the second reading', async () => {
     const net = new MemoryNetwork();
     let t = 0;
     // Peer 1 answers; peer 2 never does; peer 3's stats fail.

@@ -137,7 +137,13 @@ describe('LinkPool and signals from a member that names another pair', () => {
       o.sendSignal({ type: 'hello' });
       return link;
     };
-    const b = new LinkPool({ self: 2, instance: 'test', base, sendSignal: async (rank, data) => void sent.push({ rank, channel: data.channel }), link: LINK });
+    const b = new LinkPool({
+      self: 2,
+      instance: 'test',
+      base,
+      sendSignal: async (rank, data) => void sent.push({ rank, channel: data.channel }),
+      link: LINK,
+    });
     b.enterRound(1, [1, 2, 3]);
     const forged = { type: 'signal' as const, from: 2, member: 3, data: { channel: 'link:test:1-2:99', body: { type: 'offer' } } };
     expect(b.onSignal(forged)).toBe(true);
@@ -169,13 +175,27 @@ describe('rounds over kept links (real server, in-memory links)', () => {
     const net = new MemoryNetwork();
     for (let i = 0; i < 3; i++) {
       handlers.push(
-        await RendezvousHandler.start({ url: server.url, session, token: tokenFor(session), min: 2, max: 3, timeoutMs: 10_000, heartbeatIntervalMs: 100, linkFactory: net.factoryFor(100 + i), reuseLinks: true }),
+        await RendezvousHandler.start({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          min: 2,
+          max: 3,
+          timeoutMs: 10_000,
+          heartbeatIntervalMs: 100,
+          linkFactory: net.factoryFor(100 + i),
+          reuseLinks: true,
+        }),
       );
     }
     const r1 = await Promise.all(handlers.map((h) => h.nextRendezvous(0)));
     // An all-gather of 3 (Bruck's: each rank sends to the next two) links every pair.
     const gathered = await Promise.all(r1.map((r) => r.pg.allGather(Float32Array.of(r.rank + 1))));
-    expect(gathered.map((g) => [...g])).toEqual([[1, 2, 3], [1, 2, 3], [1, 2, 3]]);
+    expect(gathered.map((g) => [...g])).toEqual([
+      [1, 2, 3],
+      [1, 2, 3],
+      [1, 2, 3],
+    ]);
     const opened = net.links.length;
     expect(opened).toBe(6);
 

@@ -23,7 +23,10 @@ let url = '';
 const log: string[] = [];
 
 beforeAll(async () => {
-  server = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/server_process.ts', String(HEARTBEAT_MS), String(BUSY_MS)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  server = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/server_process.ts', String(HEARTBEAT_MS), String(BUSY_MS)], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const lines = createInterface({ input: server.stdout! });
   url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('the server process to print its URL (30 s)')), 30_000);
@@ -97,18 +100,36 @@ describe('the liveness bounds', () => {
   it('judges silence on the socket by the pulse: busy up to the busy bound, frozen without a pulse', () => {
     expect(judge(4_000, 200, 5_000, 10_000)).toEqual({ keep: true, busy: false });
     expect(judge(8_000, 200, 5_000, 10_000)).toEqual({ keep: true, busy: true });
-    expect(judge(8_000, undefined, 5_000, 10_000)).toEqual({ keep: false, reason: 'nothing received from it for 8000 ms (frozen or hung)' });
+    expect(judge(8_000, undefined, 5_000, 10_000)).toEqual({
+      keep: false,
+      reason: 'nothing received from it for 8000 ms (frozen or hung)',
+    });
     // A pulse that stopped too (a frozen tab whose Worker froze with it).
     expect(judge(8_000, 6_000, 5_000, 10_000)).toMatchObject({ keep: false });
-    expect(judge(11_000, 200, 5_000, 10_000)).toMatchObject({ keep: false, reason: expect.stringMatching(/^its page sent nothing for 11000 ms although its Worker still beat/) });
+    expect(judge(11_000, 200, 5_000, 10_000)).toMatchObject({
+      keep: false,
+      reason: expect.stringMatching(/^its page sent nothing for 11000 ms although its Worker still beat/),
+    });
   });
 
   it('npm start takes HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS, and says what to give for a bad one', () => {
     expect(livenessBoundsFromEnv({})).toEqual({});
-    expect(livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '20000' })).toEqual({ heartbeatTimeoutMs: 8000, busyTimeoutMs: 20000 });
+    expect(livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '20000' })).toEqual({
+      heartbeatTimeoutMs: 8000,
+      busyTimeoutMs: 20000,
+    });
     expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(LivenessConfigError);
-    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(errorOf(LivenessConfigError, 'HEARTBEAT_TIMEOUT_MS="8s" is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. HEARTBEAT_TIMEOUT_MS=8000'));
-    expect(() => livenessBoundsFromEnv({ BUSY_TIMEOUT_MS: '50' })).toThrow(errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS="50" is not a time/));
-    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '4000' })).toThrow(errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS \(4000\) is shorter than HEARTBEAT_TIMEOUT_MS \(8000\)/));
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8s' })).toThrow(
+      errorOf(
+        LivenessConfigError,
+        'HEARTBEAT_TIMEOUT_MS="8s" is not a time the server can use: give whole milliseconds from 100 to 600000, e.g. HEARTBEAT_TIMEOUT_MS=8000',
+      ),
+    );
+    expect(() => livenessBoundsFromEnv({ BUSY_TIMEOUT_MS: '50' })).toThrow(
+      errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS="50" is not a time/),
+    );
+    expect(() => livenessBoundsFromEnv({ HEARTBEAT_TIMEOUT_MS: '8000', BUSY_TIMEOUT_MS: '4000' })).toThrow(
+      errorOf(LivenessConfigError, /BUSY_TIMEOUT_MS \(4000\) is shorter than HEARTBEAT_TIMEOUT_MS \(8000\)/),
+    );
   });
 });

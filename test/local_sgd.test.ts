@@ -28,12 +28,23 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('lsgd');
   const net = new MemoryNetwork();
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
 const hex = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
-const values = (rank: number, step: number, length: number) => Float32Array.from({ length }, (_, i) => Math.sin(1 + i * 0.37 + rank * 1.3 + step * 0.11));
+const values = (rank: number, step: number, length: number) =>
+  Float32Array.from({ length }, (_, i) => Math.sin(1 + i * 0.37 + rank * 1.3 + step * 0.11));
 
 function bucket(buffer: Float32Array, step: number): GradBucket {
   return { index: 0, buffer, parameters: [{ index: 0, shape: [buffer.length], offset: 0, size: buffer.length }], step, isLast: true };
@@ -86,7 +97,12 @@ describe('post-local SGD', () => {
     const models = pgs.map(() => {
       const model = tf.sequential({
         layers: [
-          tf.layers.dense({ units: 5, inputShape: [4], activation: 'tanh', kernelInitializer: tf.initializers.glorotUniform({ seed: 11 }) }),
+          tf.layers.dense({
+            units: 5,
+            inputShape: [4],
+            activation: 'tanh',
+            kernelInitializer: tf.initializers.glorotUniform({ seed: 11 }),
+          }),
           tf.layers.dense({ units: 2, kernelInitializer: tf.initializers.glorotUniform({ seed: 12 }) }),
         ],
       });

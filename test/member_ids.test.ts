@@ -30,7 +30,7 @@ afterEach(async () => {
 });
 
 describe('member ids', () => {
-  it('a rendezvous past 2^24 ids admits members, and their round event passes the client\'s validation', () => {
+  it("a rendezvous past 2^24 ids admits members, and their round event passes the client's validation", () => {
     for (const first of [PAST_OLD_BOUND, 2 ** 52]) {
       const heard: ServerMessage[] = [];
       const rv = new Rendezvous({ min: 3, max: 3, ...timing }, 's', () => {}, 0, first);
@@ -56,7 +56,17 @@ describe('member ids', () => {
     const channels: string[] = [];
     const agents = await Promise.all(
       [0, 1].map(async (i) => {
-        const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min: 2, max: 2, timeoutMs: 5_000, heartbeatIntervalMs: 100, reuseLinks: true, linkFactory: (o) => (channels.push(o.channel), net.factoryFor(i)(o)) });
+        const a = await RendezvousHandler.start({
+          url: server!.url,
+          session,
+          token: tokenFor(session),
+          min: 2,
+          max: 2,
+          timeoutMs: 5_000,
+          heartbeatIntervalMs: 100,
+          reuseLinks: true,
+          linkFactory: (o) => (channels.push(o.channel), net.factoryFor(i)(o)),
+        });
         closers.push(() => a.shutdown());
         return a;
       }),
@@ -91,7 +101,9 @@ describe('join rate', () => {
     );
     expect(refused).toBeInstanceOf(StoreError);
     expect((refused as StoreError).code).toBe(ErrorCode.RATE_LIMITED);
-    expect((refused as StoreError).message).toMatch(/too many joins of session ".*" from .*: 3 at once, then 0\.01 a second; join again in \d+ ms/);
+    expect((refused as StoreError).message).toMatch(
+      /too many joins of session ".*" from .*: 3 at once, then 0\.01 a second; join again in \d+ ms/,
+    );
     // Another session's budget is its own.
     expect((await joinOnce(uniqueSession('other'))).memberId).toBe(1);
   });

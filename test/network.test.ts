@@ -22,7 +22,13 @@ async function started(options: Parameters<typeof withServer>[0]): Promise<Runni
 }
 
 /** A GET with chosen headers (fetch would not let a test set Host). */
-function get(port: number, path: string, headers: Record<string, string> = {}, method = 'GET', host = '127.0.0.1'): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+function get(
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+  method = 'GET',
+  host = '127.0.0.1',
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ host, port, path, method, headers }, (res) => {
       let body = '';
@@ -47,7 +53,12 @@ describe('LAN addresses', () => {
 
   it('lists every non-internal IPv4 address on 0.0.0.0, and the IPv6 ones after them on ::', () => {
     expect(lanUrls('0.0.0.0', 8080, fake)).toEqual(['http://192.168.1.20:8080/', 'http://10.0.0.7:8080/']);
-    expect(lanUrls('::', 8080, fake)).toEqual(['http://192.168.1.20:8080/', 'http://10.0.0.7:8080/', 'http://[fd00::20]:8080/', 'http://[2001:db8::7]:8080/']);
+    expect(lanUrls('::', 8080, fake)).toEqual([
+      'http://192.168.1.20:8080/',
+      'http://10.0.0.7:8080/',
+      'http://[fd00::20]:8080/',
+      'http://[2001:db8::7]:8080/',
+    ]);
   });
 
   it('lists the one address of a server bound to it, and none on loopback', () => {
@@ -56,7 +67,7 @@ describe('LAN addresses', () => {
     for (const loopback of ['127.0.0.1', 'localhost', '::1', '127.0.1.1']) expect(lanUrls(loopback, 9000, fake)).toEqual([]);
   });
 
-  it('GET /api/info on a server listening on 0.0.0.0 lists this machine\'s network addresses', async () => {
+  it("GET /api/info on a server listening on 0.0.0.0 lists this machine's network addresses", async () => {
     const server = await started({ host: '0.0.0.0' });
     // Computed here from the interfaces, independently of the server's code.
     const expected = Object.values(networkInterfaces())
@@ -68,7 +79,12 @@ describe('LAN addresses', () => {
     expect(res.headers['cache-control']).toBe('no-store');
     expect(res.headers['content-type']).toMatch(/^application\/json/);
     const info = JSON.parse(res.body) as { urls: string[]; secure: boolean; listening: string };
-    expect(info).toEqual({ urls: [...new Set(expected)], secure: false, listening: `0.0.0.0:${server.port}`, offers: { model: false, data: false } });
+    expect(info).toEqual({
+      urls: [...new Set(expected)],
+      secure: false,
+      listening: `0.0.0.0:${server.port}`,
+      offers: { model: false, data: false },
+    });
     expect(server.urls).toEqual(info.urls);
     // This machine has a network address: it must be listed, not loopback.
     if (expected.length > 0) expect(info.urls.some((u) => !u.includes('//127.'))).toBe(true);
@@ -76,14 +92,24 @@ describe('LAN addresses', () => {
     const lan = expected[0] ? new URL(expected[0]).host : undefined;
     if (lan) {
       const remote = await get(server.port, '/api/info', { host: lan }, 'GET', lan.replace(/:\d+$/, ''));
-      expect(JSON.parse(remote.body)).toEqual({ urls: [], secure: false, listening: `0.0.0.0:${server.port}`, offers: { model: false, data: false } });
+      expect(JSON.parse(remote.body)).toEqual({
+        urls: [],
+        secure: false,
+        listening: `0.0.0.0:${server.port}`,
+        offers: { model: false, data: false },
+      });
     }
   });
 
   it('answers an empty list on loopback, and applies the Host and Origin checks', async () => {
     const server = await started({});
     const ok = await get(server.port, '/api/info', { host: `localhost:${server.port}` });
-    expect(JSON.parse(ok.body)).toEqual({ urls: [], secure: false, listening: `127.0.0.1:${server.port}`, offers: { model: false, data: false } });
+    expect(JSON.parse(ok.body)).toEqual({
+      urls: [],
+      secure: false,
+      listening: `127.0.0.1:${server.port}`,
+      offers: { model: false, data: false },
+    });
     expect(server.urls).toEqual([]);
     expect((await get(server.port, '/api/info', { host: 'evil.example' })).status).toBe(403);
     expect((await get(server.port, '/api/info', { host: `127.0.0.1:${server.port}`, origin: 'https://evil.example' })).status).toBe(403);
@@ -100,7 +126,9 @@ describe('LAN addresses', () => {
       'Open http://localhost:8080/ to create a session, or open this link in two or three tabs to watch them train a short demo together: DEMO',
     ]);
     const local = startupLines({ url: 'http://127.0.0.1:8080/', urls: [], host: '127.0.0.1' }, 'DEMO');
-    expect(local[1]).toBe('Only this machine can open it (it listens on 127.0.0.1): for other machines on your network, start with HOST=0.0.0.0 npm start');
+    expect(local[1]).toBe(
+      'Only this machine can open it (it listens on 127.0.0.1): for other machines on your network, start with HOST=0.0.0.0 npm start',
+    );
     expect(local.at(-1)).toContain('DEMO');
   });
 });
@@ -111,7 +139,11 @@ describe('start errors', () => {
     const err = await startServer({ port: first.port, host: '127.0.0.1', log: () => {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ServerStartError);
     expect((err as ServerStartError).code).toBe('EADDRINUSE');
-    expect((err as ServerStartError).message).toMatch(new RegExp(`^port ${first.port} is already in use \\(another npm start\\?\\): stop it or choose another with PORT=(\\d+) npm start \\(\\1 was free just now\\)$`));
+    expect((err as ServerStartError).message).toMatch(
+      new RegExp(
+        `^port ${first.port} is already in use \\(another npm start\\?\\): stop it or choose another with PORT=(\\d+) npm start \\(\\1 was free just now\\)$`,
+      ),
+    );
     // The first server is unharmed.
     expect((await get(first.port, '/api/info', { host: `127.0.0.1:${first.port}` })).status).toBe(200);
   });
@@ -138,10 +170,12 @@ describe('start errors', () => {
     }
   });
 
-  it('says what to do for a port it may not bind and an address that is not this machine\'s', () => {
+  it("says what to do for a port it may not bind and an address that is not this machine's", () => {
     const denied = listenError(Object.assign(new Error('listen EACCES'), { code: 'EACCES' }), '0.0.0.0', 80);
     expect(denied).toBeInstanceOf(ServerStartError);
-    expect(denied.message).toBe('not allowed to listen on port 80 (ports below 1024 need administrator rights): choose another with PORT=8080 npm start');
+    expect(denied.message).toBe(
+      'not allowed to listen on port 80 (ports below 1024 need administrator rights): choose another with PORT=8080 npm start',
+    );
     const foreign = listenError(Object.assign(new Error('listen EADDRNOTAVAIL'), { code: 'EADDRNOTAVAIL' }), '203.0.113.9', 8080);
     expect(foreign.message).toContain('203.0.113.9 is not an address of this machine');
     const other = new Error('something else');

@@ -50,7 +50,9 @@ describe('what the host offers is checked when the server starts', () => {
     await writeModelFolder(model, userImageModel(3));
     const good = join(dir, 'good');
     await writeImageFolder(good, ['red', 'green'], 2);
-    expect(await refusal({ modelDir: model, dataPath: good })).toMatch(/has 3 outputs, --data .*good 2 classes: the model's last layer must have one unit per class/);
+    expect(await refusal({ modelDir: model, dataPath: good })).toMatch(
+      /has 3 outputs, --data .*good 2 classes: the model's last layer must have one unit per class/,
+    );
 
     // A text, for the language model: UTF-8 (the line of a bad byte named), long enough, a vocabulary of characters, no --model beside it.
     const latin1 = join(dir, 'latin1.txt');
@@ -64,7 +66,9 @@ describe('what the host offers is checked when the server starts', () => {
     expect(await refusal({ dataPath: cjk })).toMatch(/3000 distinct characters; the character-level model takes at most 1024/);
     const story = join(dir, 'story.txt');
     await writeFile(story, 'the cat sat on the mat. '.repeat(100));
-    expect(await refusal({ modelDir: model, dataPath: story })).toMatch(/is a text, which trains the built-in language model \(model lm\); leave out --model/);
+    expect(await refusal({ modelDir: model, dataPath: story })).toMatch(
+      /is a text, which trains the built-in language model \(model lm\); leave out --model/,
+    );
     expect(await refusal({ dataPath: join(dir, 'notes.md') })).toMatch(/no such file/);
 
     await truncate(join(model, 'weights.bin'), 100);
@@ -89,19 +93,25 @@ describe('what the host offers is checked when the server starts', () => {
     await writeModelFolder(json, userImageModel(3));
     await rename(join(json, 'model.json'), join(outside, 'model.json'));
     await symlink(join(outside, 'model.json'), join(json, 'model.json'));
-    expect(await refusal({ modelDir: json })).toMatch(/--model .*linked-json: .*model\.json is a symbolic link \(to .*outside\/model\.json\); .*copy the file into the folder in place of the link/);
+    expect(await refusal({ modelDir: json })).toMatch(
+      /--model .*linked-json: .*model\.json is a symbolic link \(to .*outside\/model\.json\); .*copy the file into the folder in place of the link/,
+    );
 
     const images = join(dir, 'linked-images');
     await writeImageFolder(images, ['cat', 'dog'], 2);
     await rename(join(images, 'dog', '001.png'), join(outside, 'dog.png'));
     await symlink(join(outside, 'dog.png'), join(images, 'dog', '001.png'));
-    expect(await refusal({ dataPath: images })).toMatch(/^--data .*linked-images: dog\/001\.png is a symbolic link \(to .*outside\/dog\.png\); the server offers only regular files inside the folder you name .*: copy the file into the folder in place of the link$/);
+    expect(await refusal({ dataPath: images })).toMatch(
+      /^--data .*linked-images: dog\/001\.png is a symbolic link \(to .*outside\/dog\.png\); the server offers only regular files inside the folder you name .*: copy the file into the folder in place of the link$/,
+    );
 
     const classes = join(dir, 'linked-class');
     await writeImageFolder(classes, ['cat', 'dog'], 2);
     await writeImageFolder(join(outside, 'birds'), ['bird'], 2);
     await symlink(join(outside, 'birds', 'bird'), join(classes, 'bird'));
-    expect(await refusal({ dataPath: classes })).toMatch(/^--data .*linked-class: bird is a symbolic link \(to .*outside\/birds\/bird\); .*: copy the class folder into the data folder in place of the link$/);
+    expect(await refusal({ dataPath: classes })).toMatch(
+      /^--data .*linked-class: bird is a symbolic link \(to .*outside\/birds\/bird\); .*: copy the class folder into the data folder in place of the link$/,
+    );
 
     // The folder the host names may itself be a link (theirs to follow); what lies in it may not.
     const good = join(dir, 'good-images');
@@ -124,17 +134,20 @@ describe('what the host offers is checked when the server starts', () => {
       const session = 'swapped';
       const token = newSessionToken();
       await server.createSession(session, token);
-      const get = (i: number) => fetch(`http://127.0.0.1:${server.port}/api/offer/data/${i}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
+      const get = (i: number) =>
+        fetch(`http://127.0.0.1:${server.port}/api/offer/data/${i}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
       const first = await get(0);
       expect(first.status).toBe(200);
       expect(Buffer.from(await first.arrayBuffer()).equals(await readFile(join(images, 'cat', '000.png')))).toBe(true);
       const secret = join(dir, 'swap-secret.png');
-      await writeFile(secret, 'the host\'s private bytes');
+      await writeFile(secret, "the host's private bytes");
       await unlink(join(images, 'cat', '000.png'));
       await symlink(secret, join(images, 'cat', '000.png'));
       const swapped = await get(0);
       expect(swapped.status).toBe(410);
-      expect(((await swapped.json()) as { message: string }).message).toMatch(/cat\/000\.png was offered at startup and cannot be read now \(or is no longer a regular file\)/);
+      expect(((await swapped.json()) as { message: string }).message).toMatch(
+        /cat\/000\.png was offered at startup and cannot be read now \(or is no longer a regular file\)/,
+      );
     } finally {
       await server.close();
     }
@@ -149,8 +162,15 @@ describe('what the host offers is checked when the server starts', () => {
       const session = 'tale';
       const token = newSessionToken();
       await server.createSession(session, token);
-      const get = (path: string) => fetch(`http://127.0.0.1:${server.port}${path}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
-      expect(((await (await get('/api/offer')).json()) as { data: unknown }).data).toEqual({ kind: 'text', name: 'tale.txt', classes: new Set(text).size, length: text.length, inputShape: null });
+      const get = (path: string) =>
+        fetch(`http://127.0.0.1:${server.port}${path}?session=${session}`, { headers: { authorization: `Bearer ${token}` } });
+      expect(((await (await get('/api/offer')).json()) as { data: unknown }).data).toEqual({
+        kind: 'text',
+        name: 'tale.txt',
+        classes: new Set(text).size,
+        length: text.length,
+        inputShape: null,
+      });
       expect(await (await get('/api/offer/data')).json()).toEqual({ kind: 'text', name: 'tale.txt', characters: text.length });
       const body = await get('/api/offer/data/0');
       expect(body.headers.get('content-type')).toBe('text/plain; charset=utf-8');
@@ -163,8 +183,11 @@ describe('what the host offers is checked when the server starts', () => {
 
   it('npm start says what was wrong and exits 1', async () => {
     const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      execFile('npx', ['tsx', 'signaling/main.ts', '--data', join(dir, 'missing')], { cwd: PROJECT_ROOT, env: { ...process.env, PORT: '0', CHECKPOINT_DIR: join(dir, 'ckpt') }, timeout: 60_000 }, (err, _out, stderr) =>
-        resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr }),
+      execFile(
+        'npx',
+        ['tsx', 'signaling/main.ts', '--data', join(dir, 'missing')],
+        { cwd: PROJECT_ROOT, env: { ...process.env, PORT: '0', CHECKPOINT_DIR: join(dir, 'ckpt') }, timeout: 60_000 },
+        (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr }),
       );
     });
     expect(code).toBe(1);
@@ -188,9 +211,10 @@ describe('the offer routes', () => {
   afterAll(async () => {
     await server?.close();
   });
-  const get = (path: string, auth?: string) => fetch(`http://127.0.0.1:${server.port}${path}`, { headers: auth ? { authorization: `Bearer ${auth}` } : {} });
+  const get = (path: string, auth?: string) =>
+    fetch(`http://127.0.0.1:${server.port}${path}`, { headers: auth ? { authorization: `Bearer ${auth}` } : {} });
 
-  it('answer the session\'s token only', async () => {
+  it("answer the session's token only", async () => {
     expect((await get(`/api/offer?session=${session}`)).status).toBe(401);
     const wrong = await get(`/api/offer?session=${session}`, newSessionToken());
     expect(wrong.status).toBe(403);
@@ -201,17 +225,30 @@ describe('the offer routes', () => {
   });
 
   it('say what is offered, and serve the model and each image by index', async () => {
-    const info = (await (await get(`/api/offer?session=${session}`, token)).json()) as { model: { inputShape: number[]; outputUnits: number }; data: { kind: string; classes: string[]; length: number } };
+    const info = (await (await get(`/api/offer?session=${session}`, token)).json()) as {
+      model: { inputShape: number[]; outputUnits: number };
+      data: { kind: string; classes: string[]; length: number };
+    };
     expect(info.model).toMatchObject({ inputShape: [12, 12, 3], outputUnits: 3 });
     expect(info.data).toMatchObject({ kind: 'images', classes: ['blue', 'green', 'red'], length: 6 });
-    const manifest = (await (await get(`/api/offer/data?session=${session}`, token)).json()) as { items: Array<{ file: string; label: number }> };
+    const manifest = (await (await get(`/api/offer/data?session=${session}`, token)).json()) as {
+      items: Array<{ file: string; label: number }>;
+    };
     expect(manifest.items[0]).toEqual({ file: 'blue/000.png', label: 0 });
     const image = await get(`/api/offer/data/5?session=${session}`, token);
     expect(image.headers.get('content-type')).toBe('image/png');
     expect(new Uint8Array(await image.arrayBuffer()).subarray(1, 4)).toEqual(new Uint8Array([0x50, 0x4e, 0x47]));
-    for (const bad of ['6', '-1', '..%2F..%2Fetc%2Fpasswd', '1.5']) expect((await get(`/api/offer/data/${bad}?session=${session}`, token)).status).toBe(404);
+    for (const bad of ['6', '-1', '..%2F..%2Fetc%2Fpasswd', '1.5'])
+      expect((await get(`/api/offer/data/${bad}?session=${session}`, token)).status).toBe(404);
     const weights = await get(`/api/offer/model/weights?session=${session}`, token);
     expect((await weights.arrayBuffer()).byteLength).toBe((3 * 3 * 3 * 4 + 4 + 5 * 5 * 4 * 3 + 3) * 4);
-    expect((await fetch(`http://127.0.0.1:${server.port}/api/offer?session=${session}`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).status).toBe(405);
+    expect(
+      (
+        await fetch(`http://127.0.0.1:${server.port}/api/offer?session=${session}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}` },
+        })
+      ).status,
+    ).toBe(405);
   });
 });

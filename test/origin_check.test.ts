@@ -79,7 +79,11 @@ describe('origin and host checks', () => {
 
   it('refuses API requests from a foreign page (a cross-site POST needs no preflight)', async () => {
     server = await withServer();
-    const res = await get(`${server.url}api/checkpoints/${uniqueSession()}`, { origin: 'http://evil.example', 'content-type': 'text/plain' }, 'POST');
+    const res = await get(
+      `${server.url}api/checkpoints/${uniqueSession()}`,
+      { origin: 'http://evil.example', 'content-type': 'text/plain' },
+      'POST',
+    );
     expect(res.status).toBe(403);
   });
 

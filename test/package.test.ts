@@ -23,7 +23,12 @@ const run = promisify(execFile);
 async function sh(cmd: string, args: string[], cwd: string, timeout: number, niced = false): Promise<string> {
   if (niced) [cmd, args] = ['nice', ['-n', '10', cmd, ...args]];
   try {
-    const { stdout, stderr } = await run(cmd, args, { cwd, timeout, maxBuffer: 64 << 20, env: { ...process.env, npm_config_update_notifier: 'false' } });
+    const { stdout, stderr } = await run(cmd, args, {
+      cwd,
+      timeout,
+      maxBuffer: 64 << 20,
+      env: { ...process.env, npm_config_update_notifier: 'false' },
+    });
     return stdout + stderr;
   } catch (e) {
     const { stdout = '', stderr = '', message } = e as { stdout?: string; stderr?: string; message: string };
@@ -47,7 +52,9 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'ddp-package-'));
   // The clone's files as git sees them (tracked, and new ones not ignored): what CI's clone holds.
   const clone = join(work, 'clone');
-  const listed = (await sh('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], PROJECT_ROOT, 30_000)).split('\0').filter(Boolean);
+  const listed = (await sh('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], PROJECT_ROOT, 30_000))
+    .split('\0')
+    .filter(Boolean);
   for (const file of listed) {
     if (file === 'node_modules' || !existsSync(join(PROJECT_ROOT, file))) continue;
     await mkdir(dirname(join(clone, file)), { recursive: true });
@@ -57,7 +64,10 @@ beforeAll(async () => {
   await sh('npm', ['pack', '--pack-destination', work], clone, 240_000, true);
   const pkg = JSON.parse(await readFile(join(clone, 'package.json'), 'utf8')) as { name: string; version: string };
   tarball = join(work, `${pkg.name}-${pkg.version}.tgz`);
-  files = (await sh('tar', ['-tzf', tarball], work, 30_000)).split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
+  files = (await sh('tar', ['-tzf', tarball], work, 30_000))
+    .split('\n')
+    .filter(Boolean)
+    .map((f) => f.replace(/^package\//, ''));
 
   // The fresh project: the tarball unpacked as npm installs it, its bin linked, its dependencies (only those) from this clone.
   app = join(work, 'app');
@@ -76,7 +86,10 @@ beforeAll(async () => {
     await chmod(join(installed, file), 0o755);
     await symlink(join('..', 'browser-ddp', file), join(app, 'node_modules', '.bin', name));
   }
-  await writeFile(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${tarball}` } }));
+  await writeFile(
+    join(app, 'package.json'),
+    JSON.stringify({ name: 'app', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${tarball}` } }),
+  );
 }, 300_000);
 
 afterAll(async () => {
@@ -87,10 +100,22 @@ describe('the package from npm pack', () => {
   test('ships the built library, its types, the launcher and the page; no tests, benches or TypeScript sources', async () => {
     const { size } = await stat(tarball);
     console.log(`npm pack: ${files.length} files, ${(size / 1e6).toFixed(2)} MB`);
-    for (const f of ['package.json', 'lib/src/index.js', 'lib/src/index.d.ts', 'lib/src/parallel/data_parallel/worker.js', 'lib/launcher/launch.js', 'lib/signaling/main.js', 'lib/client/script/harness.js', 'launcher/bin.mjs', 'dist/index.html']) {
+    for (const f of [
+      'package.json',
+      'lib/src/index.js',
+      'lib/src/index.d.ts',
+      'lib/src/parallel/data_parallel/worker.js',
+      'lib/launcher/launch.js',
+      'lib/signaling/main.js',
+      'lib/client/script/harness.js',
+      'launcher/bin.mjs',
+      'dist/index.html',
+    ]) {
       expect(files, f).toContain(f);
     }
-    const unwanted = files.filter((f) => /^(test|bench|examples|docs|\.ci)\//.test(f) || (f.endsWith('.ts') && !f.endsWith('.d.ts')) || f.startsWith('dist/scripts/'));
+    const unwanted = files.filter(
+      (f) => /^(test|bench|examples|docs|\.ci)\//.test(f) || (f.endsWith('.ts') && !f.endsWith('.d.ts')) || f.startsWith('dist/scripts/'),
+    );
     expect(unwanted).toEqual([]);
     // The prebuilt page (TF.js and its wasm binaries) is most of it; the library's JavaScript a few hundred kB.
     expect(size).toBeLessThan(2_500_000);
@@ -107,7 +132,7 @@ console.log(JSON.stringify({ indices: [...s], init: typeof initProcessGroup, ali
     expect(JSON.parse(out.trim().split('\n').at(-1)!)).toEqual({ indices: [1, 3, 5, 7, 9], init: 'function', alias: true, tcp: true });
   }, 70_000);
 
-  test("its types resolve for tsc, and its own declarations check strictly (skipLibCheck off)", async () => {
+  test('its types resolve for tsc, and its own declarations check strictly (skipLibCheck off)', async () => {
     await writeFile(
       join(app, 'typed.ts'),
       `import { DistributedSampler, wire, type HalfDtype, type LaunchContext } from 'browser-ddp';
@@ -122,11 +147,27 @@ new DistributedSampler({ numReplicas: 2, rank: 0 });
     );
     await writeFile(
       join(app, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2022', 'DOM', 'DOM.Iterable'], types: [], strict: true, noEmit: true, skipLibCheck: false }, files: ['typed.ts'] }),
+      JSON.stringify({
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'ESNext',
+          moduleResolution: 'Bundler',
+          lib: ['ES2022', 'DOM', 'DOM.Iterable'],
+          types: [],
+          strict: true,
+          noEmit: true,
+          skipLibCheck: false,
+        },
+        files: ['typed.ts'],
+      }),
     );
     let output = '';
     try {
-      await run('nice', ['-n', '10', process.execPath, join(PROJECT_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: app, timeout: 120_000, maxBuffer: 16 << 20 });
+      await run(
+        'nice',
+        ['-n', '10', process.execPath, join(PROJECT_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'],
+        { cwd: app, timeout: 120_000, maxBuffer: 16 << 20 },
+      );
     } catch (e) {
       // tsc exits 1 or 2 when it reports errors; anything else (not found, killed) is no check at all.
       const { code, stdout } = e as { code?: unknown; stdout?: string };
@@ -140,13 +181,25 @@ new DistributedSampler({ numReplicas: 2, rank: 0 });
 
   test('a Vite page that imports it builds, its DataParallel worker included', async () => {
     await writeFile(join(app, 'index.html'), '<!doctype html>\n<script type="module" src="./page.ts"></script>\n');
-    await writeFile(join(app, 'page.ts'), `import { DistributedSampler, DataParallel } from 'browser-ddp';\ndocument.body.textContent = JSON.stringify([...new DistributedSampler(4, { numReplicas: 1, rank: 0 })]) + typeof DataParallel;\n`);
+    await writeFile(
+      join(app, 'page.ts'),
+      `import { DistributedSampler, DataParallel } from 'browser-ddp';\ndocument.body.textContent = JSON.stringify([...new DistributedSampler(4, { numReplicas: 1, rank: 0 })]) + typeof DataParallel;\n`,
+    );
     // The project's own Vite (this clone's, as a devDependency of the project would be).
-    await sh(process.execPath, [join(PROJECT_ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--logLevel', 'warn'], app, 120_000, true);
+    await sh(
+      process.execPath,
+      [join(PROJECT_ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--logLevel', 'warn'],
+      app,
+      120_000,
+      true,
+    );
     const page = await readFile(join(app, 'dist', 'index.html'), 'utf8');
     expect(page).toMatch(/<script type="module"[^>]*src="\/assets\/index-[^"]+\.js"/);
     const assets = await readdir(join(app, 'dist', 'assets'));
-    expect(assets.some((a) => /^worker-.*\.js$/.test(a)), assets.join(' ')).toBe(true);
+    expect(
+      assets.some((a) => /^worker-.*\.js$/.test(a)),
+      assets.join(' '),
+    ).toBe(true);
   }, 130_000);
 
   test('npx browser-ddp launch runs a script of the project on 2 ranks', async () => {
@@ -162,8 +215,19 @@ export default async function main(ctx: LaunchContext) {
 }
 `,
     );
-    const out = await sh('npx', ['--no', 'browser-ddp', 'launch', '--nproc', '2', '--backend', 'cpu', '--timeout', '120', 'tiny.ts'], app, 180_000);
-    const summary = JSON.parse(out.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}') as Record<string, unknown>;
+    const out = await sh(
+      'npx',
+      ['--no', 'browser-ddp', 'launch', '--nproc', '2', '--backend', 'cpu', '--timeout', '120', 'tiny.ts'],
+      app,
+      180_000,
+    );
+    const summary = JSON.parse(
+      out
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .at(-1) ?? '{}',
+    ) as Record<string, unknown>;
     expect(summary, out).toMatchObject({ script: 'tiny.ts', worldSize: 2, sum: 3 });
   }, 190_000);
 });

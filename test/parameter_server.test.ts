@@ -34,7 +34,8 @@ afterAll(async () => {
 });
 
 const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
-const same = (a: Float32Array, b: Float32Array) => a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+const same = (a: Float32Array, b: Float32Array) =>
+  a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
 /** A seeded stream of float32 "gradients" in [-1, 1). */
 function randomGrads(n: number, seed: number): Float32Array {
   let s = seed >>> 0;
@@ -50,7 +51,10 @@ describe('shardParameters', () => {
     expect(shardParameters([512, 32, 128, 4], 2)).toMatchObject({ shards: [[0], [1, 2, 3]], shardNumel: [512, 164], owner: [0, 1, 1, 1] });
     expect(shardParameters([512, 32, 128, 4], 3).shards).toEqual([[0], [2], [1, 3]]);
     // Equal sizes: lower index first, to the lower server on a tie.
-    expect(shardParameters([10, 10, 10, 10], 2).shards).toEqual([[0, 2], [1, 3]]);
+    expect(shardParameters([10, 10, 10, 10], 2).shards).toEqual([
+      [0, 2],
+      [1, 3],
+    ]);
     // Empty servers come first on a tie of loads: every server gets a parameter.
     expect(shardParameters([5, 0, 0], 3).shards).toEqual([[0], [1], [2]]);
     expect(shardParameters([7, 3], 1).shards).toEqual([[0, 1]]);
@@ -70,7 +74,10 @@ describe('shardParameters', () => {
       }
       expect(Math.max(...layout.shardNumel) - Math.min(...layout.shardNumel)).toBeLessThanOrEqual(Math.max(...sizes));
       // The model's flat buffer and the shards' buffers convert both ways.
-      const flat = randomGrads(sizes.reduce((a, b) => a + b), trial);
+      const flat = randomGrads(
+        sizes.reduce((a, b) => a + b),
+        trial,
+      );
       const parts = splitByShard(layout, flat);
       expect(parts.map((p) => p.length)).toEqual(layout.shardNumel);
       expect(same(joinShards(layout, parts), flat)).toBe(true);
@@ -80,7 +87,9 @@ describe('shardParameters', () => {
   it('refuses a bad number of servers or bad sizes, saying what to do', () => {
     expect(() => shardParameters([1, 2], 0)).toThrow(RangeError);
     expect(() => shardParameters([1, 2], 1.5)).toThrow(errorOf(RangeError, /positive integer, got 1.5/));
-    expect(() => shardParameters([1, 2, 3, 4], 5)).toThrow(errorOf(RangeError, /cannot shard 4 parameter tensor\(s\) over 5 parameter servers.*use at most 4 server/));
+    expect(() => shardParameters([1, 2, 3, 4], 5)).toThrow(
+      errorOf(RangeError, /cannot shard 4 parameter tensor\(s\) over 5 parameter servers.*use at most 4 server/),
+    );
     expect(() => shardParameters([1, -2], 1)).toThrow(errorOf(RangeError, /parameter 1 has size -2/));
     expect(() => shardParameters([], 1)).toThrow(RangeError);
   });
@@ -107,7 +116,13 @@ describe('ParameterServerShard (asynchronous)', () => {
     let w = (await shard.pull()).values;
     expect(Array.from(w)).toEqual([1, 2, 3, 4, 5, 6, 7]);
 
-    expect(shard.apply({ worker: 0, stepId: 0, version: 0, grads: g(1) })).toEqual({ status: 'applied', version: 1, staleness: 0, scale: 1, checkpointDue: false });
+    expect(shard.apply({ worker: 0, stepId: 0, version: 0, grads: g(1) })).toEqual({
+      status: 'applied',
+      version: 1,
+      staleness: 0,
+      scale: 1,
+      checkpointDue: false,
+    });
     w = sgdByHand(w, g(1), 0.1);
     // Worker 1 computed on version 0 too: one update behind.
     expect(shard.apply({ worker: 1, stepId: 0, version: 0, grads: g(2) })).toMatchObject({ status: 'applied', version: 2, staleness: 1 });
@@ -152,28 +167,42 @@ describe('ParameterServerShard (asynchronous)', () => {
     // Delivered again after a round change: dropped as a duplicate, not counted stale twice.
     expect(shard.apply({ worker: 1, stepId: 1, version: 0, grads: g })).toMatchObject({ status: 'duplicate', lastStep: 1 });
     // A worker's pushes count up one by one: a step id far ahead (0xFFFFFFFF, say) is refused.
-    expect(shard.apply({ worker: 0, stepId: 2 + MAX_STEP_JUMP, version: 1, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step', detail: expect.stringMatching(/more than the 1024/) });
+    expect(shard.apply({ worker: 0, stepId: 2 + MAX_STEP_JUMP, version: 1, grads: g })).toMatchObject({
+      status: 'refused',
+      reason: 'bad-step',
+      detail: expect.stringMatching(/more than the 1024/),
+    });
     expect(shard.apply({ worker: 0, stepId: 0xffffffff, version: 1, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step' });
     expect(shard.apply({ worker: 0, stepId: 1 + MAX_STEP_JUMP, version: 1, grads: g })).toMatchObject({ status: 'applied', version: 2 });
     // Records loaded from a state dict (a checkpoint part anyone with the session's link may have
     // uploaded) are not trusted to block a worker: only the push they name is dropped again.
     const sd = await shard.stateDict();
     const restored = smallShard({ maxStaleness: 0 });
-    await restored.loadStateDict({ ...sd, lastSteps: [[2, 0xffffffff], [3, 7]] });
+    await restored.loadStateDict({
+      ...sd,
+      lastSteps: [
+        [2, 0xffffffff],
+        [3, 7],
+      ],
+    });
     expect(restored.apply({ worker: 3, stepId: 7, version: 2, grads: g })).toMatchObject({ status: 'duplicate', lastStep: 7 });
     expect(restored.apply({ worker: 2, stepId: 1, version: 2, grads: g })).toMatchObject({ status: 'applied', version: 3 });
     expect(restored.lastStep(2)).toBe(1);
     expect(restored.apply({ worker: 2, stepId: 1, version: 3, grads: g })).toMatchObject({ status: 'duplicate' });
     // Past a loaded record the jump bound holds again.
     expect(restored.apply({ worker: 3, stepId: 7 + MAX_STEP_JUMP, version: 3, grads: g })).toMatchObject({ status: 'applied' });
-    expect(restored.apply({ worker: 3, stepId: 8 + 2 * MAX_STEP_JUMP, version: 4, grads: g })).toMatchObject({ status: 'refused', reason: 'bad-step' });
+    expect(restored.apply({ worker: 3, stepId: 8 + 2 * MAX_STEP_JUMP, version: 4, grads: g })).toMatchObject({
+      status: 'refused',
+      reason: 'bad-step',
+    });
     shard.dispose();
     restored.dispose();
   });
 
   it('keeps records of at most maxWorkerRecords workers, forgetting the lowest ids (ids of gone tabs are never reused)', () => {
     const shard = smallShard({ maxWorkerRecords: 2 });
-    for (const worker of [0, 1, 2]) expect(shard.apply({ worker, stepId: 1, version: shard.version, grads: randomGrads(7, worker) }).status).toBe('applied');
+    for (const worker of [0, 1, 2])
+      expect(shard.apply({ worker, stepId: 1, version: shard.version, grads: randomGrads(7, worker) }).status).toBe('applied');
     expect(shard.stats().workers.map((w) => w.worker)).toEqual([1, 2]);
     expect(shard.lastStep(0)).toBe(-1);
     shard.dispose();
@@ -210,11 +239,15 @@ describe('ParameterServerShard (asynchronous)', () => {
       'bad-length',
     ]);
     expect(results[0]).toMatchObject({ detail: 'worker 0 step 0: the gradients hold a NaN or an infinity' });
-    expect(results[6]).toMatchObject({ detail: 'worker 0 step 0: version 1 is not an integer in [0, 0] (this shard\'s version)' });
+    expect(results[6]).toMatchObject({ detail: "worker 0 step 0: version 1 is not an integer in [0, 0] (this shard's version)" });
     const after = await shard.pull();
     expect(after.version).toBe(0);
     expect(same(after.values, before.values)).toBe(true);
-    expect(shard.stats()).toMatchObject({ applied: 0, refused: 9, refusedBy: { nonfinite: 2, 'bad-worker': 3, 'bad-step': 1, 'bad-version': 1, 'bad-length': 2 } });
+    expect(shard.stats()).toMatchObject({
+      applied: 0,
+      refused: 9,
+      refusedBy: { nonfinite: 2, 'bad-worker': 3, 'bad-step': 1, 'bad-version': 1, 'bad-length': 2 },
+    });
     // A refused step is not recorded: the worker may send that step again, finite.
     expect(shard.apply({ worker: 0, stepId: 0, version: 0, grads: ok })).toMatchObject({ status: 'applied' });
     shard.dispose();
@@ -223,12 +256,20 @@ describe('ParameterServerShard (asynchronous)', () => {
   it('scales the gradients by 1/(1+s): for SGD exactly the learning rate over 1+s', async () => {
     const shard = smallShard({ scaleLrByStaleness: true });
     let w = (await shard.pull()).values;
-    for (const [worker, seed] of [[0, 1], [1, 2], [2, 3]]) {
+    for (const [worker, seed] of [
+      [0, 1],
+      [1, 2],
+      [2, 3],
+    ]) {
       // All three computed on version 0: staleness 0, 1, 2.
       const g = randomGrads(7, seed);
       const r = shard.apply({ worker, stepId: 0, version: 0, grads: g });
       expect(r).toMatchObject({ status: 'applied', staleness: worker, scale: 1 / (1 + worker) });
-      w = sgdByHand(w, g.map((x) => x / (1 + worker)), 0.1);
+      w = sgdByHand(
+        w,
+        g.map((x) => x / (1 + worker)),
+        0.1,
+      );
     }
     expect(same((await shard.pull()).values, w)).toBe(true);
     shard.dispose();
@@ -236,7 +277,11 @@ describe('ParameterServerShard (asynchronous)', () => {
 
   it('flags a checkpoint every checkpointEvery updates', () => {
     const shard = smallShard({ checkpointEvery: 3 });
-    const due = range(0, 7).map((s) => (shard.apply({ worker: 0, stepId: s, version: shard.version, grads: randomGrads(7, s) }) as { checkpointDue: boolean }).checkpointDue);
+    const due = range(0, 7).map(
+      (s) =>
+        (shard.apply({ worker: 0, stepId: s, version: shard.version, grads: randomGrads(7, s) }) as { checkpointDue: boolean })
+          .checkpointDue,
+    );
     expect(due).toEqual([false, false, true, false, false, true, false]);
     shard.dispose();
   });
@@ -248,8 +293,7 @@ const mlp = (seed: number) => buildModel({ kind: 'mlp', inputShape: [16], numCla
 /** The loss of `model` on the samples `indices`. */
 function lossOn(model: tf.LayersModel, indices: number[]): () => tf.Scalar {
   const { x, y } = data.batch(indices);
-  return () =>
-    tf.tidy(() => classificationLoss(model.apply(tf.tensor(x, [indices.length, 16])) as tf.Tensor, tf.tensor1d(y, 'int32'), 4));
+  return () => tf.tidy(() => classificationLoss(model.apply(tf.tensor(x, [indices.length, 16])) as tf.Tensor, tf.tensor1d(y, 'int32'), 4));
 }
 
 /**
@@ -258,7 +302,10 @@ function lossOn(model: tf.LayersModel, indices: number[]): () => tf.Scalar {
  */
 async function centralStorageRun(steps: number, order: (step: number) => number[]): Promise<Float32Array> {
   const init = mlp(5);
-  const layout = shardParameters(init.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)), 1);
+  const layout = shardParameters(
+    init.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)),
+    1,
+  );
   const shard = ParameterServerShard.fromModel(init, layout, 0, { optimizer: () => tf.train.sgd(0.1) });
   init.dispose();
   const acc = new CentralStorageAccumulator(shard, { numWorkers: 2 });
@@ -296,7 +343,11 @@ describe('CentralStorageAccumulator (synchronous)', () => {
     const single = mlp(5);
     const opt = tf.train.sgd(0.1);
     for (let step = 0; step < steps; step++) {
-      opt.minimize(lossOn(single, range(step * 32, step * 32 + 32)), false, single.trainableWeights.map((w) => w.read() as tf.Variable));
+      opt.minimize(
+        lossOn(single, range(step * 32, step * 32 + 32)),
+        false,
+        single.trainableWeights.map((w) => w.read() as tf.Variable),
+      );
     }
     const ws = (await tf.concat(single.trainableWeights.map((w) => w.read().reshape([-1]))).data()) as Float32Array;
     let maxRel = 0;
@@ -315,7 +366,17 @@ describe('CentralStorageAccumulator (synchronous)', () => {
     const session = uniqueSession('ps-ddp');
     const net = new MemoryNetwork();
     const pgs = await Promise.all(
-      range(0, 2).map((rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 2, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })),
+      range(0, 2).map((rank) =>
+        initProcessGroup({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          worldSize: 2,
+          rank,
+          timeoutMs: 5_000,
+          linkFactory: net.factoryFor(rank),
+        }),
+      ),
     );
     const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(mlp(5), pg)));
     const opts = ddps.map(() => tf.train.sgd(0.1));
@@ -333,7 +394,14 @@ describe('CentralStorageAccumulator (synchronous)', () => {
     const grads = range(0, 3).map((w) => randomGrads(1000, 100 + w));
     // ((g0 + g1) + g2) / 3 in float32.
     const expected = grads[0].map((g0, i) => Math.fround(Math.fround(Math.fround(g0 + grads[1][i]) + grads[2][i]) / 3));
-    const orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+    const orders = [
+      [0, 1, 2],
+      [0, 2, 1],
+      [1, 0, 2],
+      [1, 2, 0],
+      [2, 0, 1],
+      [2, 1, 0],
+    ];
     for (const order of orders) {
       const shard = new ParameterServerShard({ initial: [tf.zeros([1000])], optimizer: () => tf.train.sgd(1) });
       const acc = new CentralStorageAccumulator(shard, { numWorkers: 3 });
@@ -361,13 +429,24 @@ describe('CentralStorageAccumulator (synchronous)', () => {
       throw new Error('not refused');
     };
     expect(acc.add(0, 0, g)).toEqual({ status: 'waiting', step: 0, arrived: 1, missing: [1] });
-    expect(refusal(() => acc.add(0, 0, g))).toMatchObject({ reason: 'twice', worker: 0, step: 0, expectedStep: 0, message: 'step 0 refuses a push of worker 0 for step 0: this worker already pushed for this step' });
+    expect(refusal(() => acc.add(0, 0, g))).toMatchObject({
+      reason: 'twice',
+      worker: 0,
+      step: 0,
+      expectedStep: 0,
+      message: 'step 0 refuses a push of worker 0 for step 0: this worker already pushed for this step',
+    });
     expect(refusal(() => acc.add(1, 1, g))).toMatchObject({ reason: 'future-step' });
     expect(refusal(() => acc.add(2, 0, g))).toMatchObject({ reason: 'bad-worker' });
     expect(refusal(() => acc.add(1, 0, g.subarray(1)))).toMatchObject({ reason: 'bad-length' });
     expect(refusal(() => acc.add(1, 0, Float32Array.of(1, Number.NaN, 3, 4)))).toMatchObject({ reason: 'nonfinite' });
     // Nothing of the refused pushes was kept: the step completes with worker 1's good push.
-    expect(acc.add(1, 0, Float32Array.of(3, 2, 1, 0))).toMatchObject({ status: 'applied', step: 0, version: 1, average: Float32Array.of(2, 2, 2, 2) });
+    expect(acc.add(1, 0, Float32Array.of(3, 2, 1, 0))).toMatchObject({
+      status: 'applied',
+      step: 0,
+      version: 1,
+      average: Float32Array.of(2, 2, 2, 2),
+    });
     expect(refusal(() => acc.add(0, 0, g))).toMatchObject({ reason: 'past-step', expectedStep: 1 });
     // Abandoning a step drops what arrived for it.
     acc.add(1, 1, g);
@@ -382,7 +461,10 @@ describe('state dicts and checkpoints', () => {
   /** A shard of all the MLP's 4 parameters (Adam by default: moments to carry). */
   const mlpShard = (seed: number, optimizer: () => tf.Optimizer = () => tf.train.adam(0.01)) => {
     const model = mlp(seed);
-    const layout = shardParameters(model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)), 1);
+    const layout = shardParameters(
+      model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)),
+      1,
+    );
     const shard = ParameterServerShard.fromModel(model, layout, 0, { optimizer, maxStaleness: 2 });
     model.dispose();
     return shard;
@@ -390,7 +472,12 @@ describe('state dicts and checkpoints', () => {
   const adamShard = (seed: number) => mlpShard(seed);
   /** Push i of a stream from 3 workers, some one version behind. */
   const push = (shard: ParameterServerShard, i: number) =>
-    shard.apply({ worker: i % 3, stepId: Math.floor(i / 3), version: Math.max(0, shard.version - (i % 2)), grads: randomGrads(shard.numel, 1000 + i) });
+    shard.apply({
+      worker: i % 3,
+      stepId: Math.floor(i / 3),
+      version: Math.max(0, shard.version - (i % 2)),
+      grads: randomGrads(shard.numel, 1000 + i),
+    });
 
   it('a shard restored from a state dict continues bit-identically to the original (Adam, momentum, SGD)', async () => {
     // Restored at versions where pow(beta, t) and Adam's running product of betas differ in the last bit, too.
@@ -406,7 +493,9 @@ describe('state dicts and checkpoints', () => {
         expect(restored.version).toBe(at);
         // The dedupe record came along: a retransmission is still a duplicate.
         expect(range(0, 3).map((w) => restored.lastStep(w))).toEqual(range(0, 3).map((w) => source.lastStep(w)));
-        expect(restored.apply({ worker: (at - 1) % 3, stepId: Math.floor((at - 1) / 3), version: at, grads: randomGrads(restored.numel, 1) })).toMatchObject({ status: 'duplicate' });
+        expect(
+          restored.apply({ worker: (at - 1) % 3, stepId: Math.floor((at - 1) / 3), version: at, grads: randomGrads(restored.numel, 1) }),
+        ).toMatchObject({ status: 'duplicate' });
         for (let i = at; i < at + 8; i++) expect(push(restored, i)).toEqual(push(source, i));
         const [a, b] = await Promise.all([source.pull(), restored.pull()]);
         expect(a.version).toBe(at + 8);
@@ -440,8 +529,13 @@ describe('state dicts and checkpoints', () => {
     const other = smallShard();
     await expect(other.loadStateDict(sd)).rejects.toThrow(ShardStateError);
     await expect(other.loadStateDict(sd)).rejects.toThrow(errorOf(ShardStateError, /it has 4 parameters, this shard 2/));
-    const wrongShape = { ...sd, params: { ...sd.params, weightSpecs: sd.params.weightSpecs.map((s, i) => (i === 1 ? { ...s, shape: [31] } : s)) } };
-    await expect(shard.loadStateDict(wrongShape)).rejects.toThrow(errorOf(ShardStateError, /parameter 1 \(param-1\) is \[31\] float32, this shard's is \[32\] float32/));
+    const wrongShape = {
+      ...sd,
+      params: { ...sd.params, weightSpecs: sd.params.weightSpecs.map((s, i) => (i === 1 ? { ...s, shape: [31] } : s)) },
+    };
+    await expect(shard.loadStateDict(wrongShape)).rejects.toThrow(
+      errorOf(ShardStateError, /parameter 1 \(param-1\) is \[31\] float32, this shard's is \[32\] float32/),
+    );
     await expect(shard.loadStateDict({ ...sd, lastSteps: [[5000, 1]] })).rejects.toThrow(errorOf(ShardStateError, /last step ids/));
     expect(shard.version).toBe(1);
     shard.dispose();
@@ -454,8 +548,12 @@ describe('state dicts and checkpoints', () => {
     (await connect(server, session)).close();
     const o = { url: server.url, session, token: tokenFor(session) };
     const model = mlp(5);
-    const layout = shardParameters(model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)), 2);
-    const make = (k: number) => ParameterServerShard.fromModel(model, layout, k, { optimizer: () => tf.train.adam(0.01), checkpointEvery: 2 });
+    const layout = shardParameters(
+      model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1)),
+      2,
+    );
+    const make = (k: number) =>
+      ParameterServerShard.fromModel(model, layout, k, { optimizer: () => tf.train.adam(0.01), checkpointEvery: 2 });
     const shards = [make(0), make(1)];
     const snapshots: Array<{ version: number; values: Float32Array }> = [];
     for (const shard of shards) {
@@ -473,7 +571,9 @@ describe('state dicts and checkpoints', () => {
     const back0 = make(0);
     expect(await restoreShard(back0, { ...o, version: 2 })).toMatchObject({ version: 2 });
     expect(same((await back0.pull()).values, snapshots[0].values)).toBe(true);
-    await expect(restoreShard(back0, { ...o, version: 3 })).rejects.toThrow(errorOf(CheckpointError, /part "ps-0" of session .* has no checkpoint at version 3 \(it has versions 2, 4\)/));
+    await expect(restoreShard(back0, { ...o, version: 3 })).rejects.toThrow(
+      errorOf(CheckpointError, /part "ps-0" of session .* has no checkpoint at version 3 \(it has versions 2, 4\)/),
+    );
     // A part nobody saved: start fresh.
     const fresh = uniqueSession('ps-none');
     (await connect(server, fresh)).close();
@@ -485,7 +585,11 @@ describe('state dicts and checkpoints', () => {
 
 describe('tensor hygiene', () => {
   it('keeps the live tensor count flat across applies, pulls, state dicts and synchronous steps', async () => {
-    const shard = new ParameterServerShard({ initial: [tf.zeros([16, 32]), tf.zeros([32])], optimizer: () => tf.train.adam(0.01), maxStaleness: 1 });
+    const shard = new ParameterServerShard({
+      initial: [tf.zeros([16, 32]), tf.zeros([32])],
+      optimizer: () => tf.train.adam(0.01),
+      maxStaleness: 1,
+    });
     const sync = new ParameterServerShard({ initial: [tf.zeros([64])], optimizer: () => tf.train.sgd(0.1) });
     const acc = new CentralStorageAccumulator(sync, { numWorkers: 2 });
     const round = async (i: number) => {

@@ -9,7 +9,13 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { launch, type Fault } from '../launcher/run.ts';
-import { membershipFaultProblem, parameterServerFlagsFor, parameterServerParams, parameterServerProblems, parameterServerRun } from '../launcher/job_flags.ts';
+import {
+  membershipFaultProblem,
+  parameterServerFlagsFor,
+  parameterServerParams,
+  parameterServerProblems,
+  parameterServerRun,
+} from '../launcher/job_flags.ts';
 import { summarize } from '../launcher/summaries.ts';
 import type { RankResult } from '../launcher/summary_fields.ts';
 import { parameterServerLines, parameterServerSummary } from '../launcher/summary_ps.ts';
@@ -34,10 +40,18 @@ describe('parameterServerProblems', () => {
   });
 
   it('leaves a worker: --nproc, --min and --max at least K + 1', () => {
-    expect(parameterServerProblems({ strategy: 'ps', ps: '2' }, { nproc: 2 })).toEqual(['--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3']);
-    expect(parameterServerProblems({ strategy: 'ps' }, { nproc: 1 })).toEqual(['--nproc 1 with --strategy ps (one server: --ps defaults to 1) leaves no worker: give --nproc at least 2']);
-    expect(parameterServerProblems({ strategy: 'central' }, { nproc: 1 })).toEqual(['--nproc 1 with --strategy central (one server) leaves no worker: give --nproc at least 2']);
-    expect(parameterServerProblems({ strategy: 'ps', ps: '4' }, { nproc: 2, nnodes: 2 })).toEqual(['--nnodes 2 x --nproc 2 = 4 ranks with --ps 4 leaves no worker: give --nproc at least 3']);
+    expect(parameterServerProblems({ strategy: 'ps', ps: '2' }, { nproc: 2 })).toEqual([
+      '--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3',
+    ]);
+    expect(parameterServerProblems({ strategy: 'ps' }, { nproc: 1 })).toEqual([
+      '--nproc 1 with --strategy ps (one server: --ps defaults to 1) leaves no worker: give --nproc at least 2',
+    ]);
+    expect(parameterServerProblems({ strategy: 'central' }, { nproc: 1 })).toEqual([
+      '--nproc 1 with --strategy central (one server) leaves no worker: give --nproc at least 2',
+    ]);
+    expect(parameterServerProblems({ strategy: 'ps', ps: '4' }, { nproc: 2, nnodes: 2 })).toEqual([
+      '--nnodes 2 x --nproc 2 = 4 ranks with --ps 4 leaves no worker: give --nproc at least 3',
+    ]);
     expect(parameterServerProblems({ strategy: 'ps', ps: '2', min: '2' }, { nproc: 4 })).toEqual([
       '--min 2 with --ps 2 leaves no worker in a world that small: give --min at least 3 (the servers and a worker), or leave it out (3 by default)',
     ]);
@@ -47,20 +61,34 @@ describe('parameterServerProblems', () => {
   it('wants --ps a positive integer, --max-staleness an integer >= 0, --staleness-lr no value, --strategy a known one', () => {
     // The schema's rules (and bounds), phrased as the flags.
     for (const bad of ['0', '-1', '1.5', 'two', 'true', '', '64']) {
-      expect(parameterServerProblems({ strategy: 'ps', ps: bad }, { nproc: 3 })).toEqual([`--ps must be an integer from 1 to 63 (the number of parameter-server ranks), got "${bad}"`]);
+      expect(parameterServerProblems({ strategy: 'ps', ps: bad }, { nproc: 3 })).toEqual([
+        `--ps must be an integer from 1 to 63 (the number of parameter-server ranks), got "${bad}"`,
+      ]);
     }
-    expect(parameterServerProblems({ strategy: 'ps', 'max-staleness': '-1' }, { nproc: 3 })).toEqual(['--max-staleness must be an integer from 0 to 1000000 (the most updates a push may be behind), got "-1"']);
-    expect(parameterServerProblems({ strategy: 'ps', 'staleness-lr': 'yes' }, { nproc: 3 })).toEqual(['--staleness-lr takes no value (or true or false), got "yes"']);
-    expect(parameterServerProblems({ strategy: 'async' }, { nproc: 3 })).toEqual(['--strategy must be one of ddp, ps, central (ps: asynchronous parameter servers, central: one server, synchronous), got "async"']);
+    expect(parameterServerProblems({ strategy: 'ps', 'max-staleness': '-1' }, { nproc: 3 })).toEqual([
+      '--max-staleness must be an integer from 0 to 1000000 (the most updates a push may be behind), got "-1"',
+    ]);
+    expect(parameterServerProblems({ strategy: 'ps', 'staleness-lr': 'yes' }, { nproc: 3 })).toEqual([
+      '--staleness-lr takes no value (or true or false), got "yes"',
+    ]);
+    expect(parameterServerProblems({ strategy: 'async' }, { nproc: 3 })).toEqual([
+      '--strategy must be one of ddp, ps, central (ps: asynchronous parameter servers, central: one server, synchronous), got "async"',
+    ]);
   });
 
   it('--ps needs --strategy ps; central keeps one server; the staleness flags are for ps', () => {
-    expect(parameterServerProblems({ ps: '2' }, { nproc: 3 })).toEqual(['--ps 2 needs --strategy ps: parameter servers are a strategy of their own (add --strategy ps)']);
-    expect(parameterServerProblems({ strategy: 'central', ps: '2' }, { nproc: 3 })).toEqual(['--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)']);
+    expect(parameterServerProblems({ ps: '2' }, { nproc: 3 })).toEqual([
+      '--ps 2 needs --strategy ps: parameter servers are a strategy of their own (add --strategy ps)',
+    ]);
+    expect(parameterServerProblems({ strategy: 'central', ps: '2' }, { nproc: 3 })).toEqual([
+      '--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)',
+    ]);
     expect(parameterServerProblems({ 'max-staleness': '2', 'staleness-lr': 'true' }, { nproc: 3 })).toEqual([
       '--max-staleness and --staleness-lr are for asynchronous parameter servers: add --strategy ps (and --ps K)',
     ]);
-    expect(parameterServerProblems({ strategy: 'central', maxStaleness: '2' }, { nproc: 3 })).toEqual(['--maxStaleness is for --strategy ps: --strategy central is synchronous, its pushes are never stale']);
+    expect(parameterServerProblems({ strategy: 'central', maxStaleness: '2' }, { nproc: 3 })).toEqual([
+      '--maxStaleness is for --strategy ps: --strategy central is synchronous, its pushes are never stale',
+    ]);
   });
 
   it('a PS strategy does not combine with --pp or --dp', () => {
@@ -92,7 +120,9 @@ describe('a PS run is elastic by default and takes the membership faults', () =>
     expect(membershipFaultProblem(faults, { strategy: 'central' }, true)).toBeUndefined();
     expect(membershipFaultProblem(faults, { min: '2' }, true)).toBeUndefined();
     expect(membershipFaultProblem(faults, { pp: '2' }, true)).toBeUndefined();
-    expect(membershipFaultProblem(faults, {}, true)).toMatch(/^--kill, --freeze and --join need an elastic run .* or a parameter-server run/);
+    expect(membershipFaultProblem(faults, {}, true)).toMatch(
+      /^--kill, --freeze and --join need an elastic run .* or a parameter-server run/,
+    );
     // --strategy is the train job's: another job with it is not elastic.
     expect(membershipFaultProblem(faults, { strategy: 'ps' }, false)).toMatch(/^--kill/);
     expect(membershipFaultProblem([{ kind: 'lose-device', rank: 1, step: 3 }], {}, true)).toBeUndefined();
@@ -105,13 +135,18 @@ describe('a PS run is elastic by default and takes the membership faults', () =>
 
   it('launch() checks them too, before anything starts', async () => {
     const opts = { session: 's', timeoutSec: 1 };
-    await expect(launch({ ...opts, nproc: 2, job: 'train', jobParams: { strategy: 'ps', ps: '2' } })).rejects.toThrow('--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3');
-    await expect(launch({ ...opts, nproc: 2, job: 'allreduce', jobParams: { strategy: 'ps' } })).rejects.toThrow('--strategy is for --job train, not --job allreduce');
+    await expect(launch({ ...opts, nproc: 2, job: 'train', jobParams: { strategy: 'ps', ps: '2' } })).rejects.toThrow(
+      '--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3',
+    );
+    await expect(launch({ ...opts, nproc: 2, job: 'allreduce', jobParams: { strategy: 'ps' } })).rejects.toThrow(
+      '--strategy is for --job train, not --job allreduce',
+    );
   });
 });
 
 describe('npm run launch -- --job train --strategy ...', () => {
-  const run = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
+  const run = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
 
   it('exits 2 with the message before starting anything', () => {
     const few = run('--nproc', '2', '--job', 'train', '--strategy', 'ps', '--ps', '2');
@@ -121,7 +156,9 @@ describe('npm run launch -- --job train --strategy ...', () => {
     expect(few.stdout).toBe('');
     const central = run('--nproc', '3', '--job', 'train', '--strategy', 'central', '--ps', '2');
     expect(central.status).toBe(2);
-    expect(central.stderr.split('\n')[0]).toBe('--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)');
+    expect(central.stderr.split('\n')[0]).toBe(
+      '--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)',
+    );
     // --staleness-lr takes no value; with ddp it is refused, and a pipeline with --strategy names both.
     const lr = run('--nproc', '3', '--job', 'train', '--staleness-lr', '--pp', '3');
     expect(lr.status).toBe(2);
@@ -186,8 +223,26 @@ describe('a parameter-server run in the summary', () => {
     expect(s.parameterServer).toEqual({
       strategy: 'async',
       servers: [
-        { index: 0, rank: 0, numel: 100_480, parameters: [0, 1], version: 310, pushes: { applied: 308, stale: 2, duplicate: 0, refused: 0 }, checkpoints: 3, restoredFrom: null },
-        { index: 1, rank: 1, numel: 1_290, parameters: [2, 3], version: 305, pushes: { applied: 307, stale: 2, duplicate: 1, refused: 0 }, checkpoints: 3, restoredFrom: null },
+        {
+          index: 0,
+          rank: 0,
+          numel: 100_480,
+          parameters: [0, 1],
+          version: 310,
+          pushes: { applied: 308, stale: 2, duplicate: 0, refused: 0 },
+          checkpoints: 3,
+          restoredFrom: null,
+        },
+        {
+          index: 1,
+          rank: 1,
+          numel: 1_290,
+          parameters: [2, 3],
+          version: 305,
+          pushes: { applied: 307, stale: 2, duplicate: 1, refused: 0 },
+          checkpoints: 3,
+          restoredFrom: null,
+        },
       ],
       workers: 2,
       versions: [310, 305],
@@ -219,7 +274,16 @@ describe('a parameter-server run in the summary', () => {
 
   it('says n/a for what is missing: server 0 not reporting, a worker without a rate, a null staleness', () => {
     const ps = parameterServerSummary([
-      result(1, {}, { staleness: { histogram: [], mean: null, p50: null, p90: null, max: null }, updatesPerSec: null, maxStaleness: null, stalenessLr: false }),
+      result(
+        1,
+        {},
+        {
+          staleness: { histogram: [], mean: null, p50: null, p90: null, max: null },
+          updatesPerSec: null,
+          maxStaleness: null,
+          stalenessLr: false,
+        },
+      ),
       result(2, {}, { worker: { workerId: 0, pulls: 1, pushes: 1, samples: 64, samplesPerSec: null } }),
     ])!;
     expect(ps.samples).toBeNull();
@@ -227,7 +291,12 @@ describe('a parameter-server run in the summary', () => {
     expect(ps.servers.map((s) => s.pushes === null)).toEqual([true, false]);
     const lines = parameterServerLines(ps);
     expect(lines[0]).toBe('parameter servers: strategy async, 2 servers, 2 workers in the last round');
-    expect(lines.slice(2)).toEqual(['  updates/s (server 0): n/a', '  samples (server 0): n/a', '  staleness (server 0): n/a', '  samples/s per worker: worker 0 (rank 2) n/a']);
+    expect(lines.slice(2)).toEqual([
+      '  updates/s (server 0): n/a',
+      '  samples (server 0): n/a',
+      '  staleness (server 0): n/a',
+      '  samples/s per worker: worker 0 (rank 2) n/a',
+    ]);
   });
 
   it('is absent when no rank reports one, and a malformed part is not believed', () => {
@@ -236,10 +305,28 @@ describe('a parameter-server run in the summary', () => {
       { rank: 1, worldSize: 2, steps: 10, breakdownMs: { compute: 1 }, seconds: 3, weightHash: 'a' },
     ]);
     expect(ddp.parameterServer).toBeUndefined();
-    expect(parameterServerSummary([result(0, { parameterServer: 'yes' }), result(1, { parameterServer: { strategy: 'ps', role: 'server', index: 0 } })])).toBeNull();
+    expect(
+      parameterServerSummary([
+        result(0, { parameterServer: 'yes' }),
+        result(1, { parameterServer: { strategy: 'ps', role: 'server', index: 0 } }),
+      ]),
+    ).toBeNull();
     expect(parameterServerSummary([result(0, {}, { role: 'boss' })])).toBeNull();
     // Counters that are not counts read as unknown, not as numbers.
-    const odd = parameterServerSummary([result(0, {}, { samples: { target: -1 }, versions: ['x', 2], servers: [{ index: 0, rank: 0, numel: 'many' }, { index: 1, rank: 1, parameters: [2], numel: 5 }] })])!;
+    const odd = parameterServerSummary([
+      result(
+        0,
+        {},
+        {
+          samples: { target: -1 },
+          versions: ['x', 2],
+          servers: [
+            { index: 0, rank: 0, numel: 'many' },
+            { index: 1, rank: 1, parameters: [2], numel: 5 },
+          ],
+        },
+      ),
+    ])!;
     expect(odd.samples).toBeNull();
     expect(odd.versions).toEqual([null, 2]);
     expect(odd.servers).toMatchObject([{ index: 1, rank: 1, numel: 5, version: 2 }]);

@@ -13,7 +13,7 @@ const memoryPair = connectedPair((rank) => network.factoryFor(rank));
 describe('PeerLink: MemoryLink', () => {
   // The credit window's checks are the WebRTC link's (the memory link has none: only its high-water mark).
   const checks = peerLinkChecks(memoryPair, { creditWindow: false });
-  it('runs every check but the credit window\'s', () => {
+  it("runs every check but the credit window's", () => {
     expect(checks.filter((c) => c.skip).map((c) => c.id)).toEqual(['window-awaited', 'window-at-once', 'window-at-once-max']);
   });
   for (const check of checks.filter((c) => !c.skip)) it(check.name, () => check.run(), 30_000);

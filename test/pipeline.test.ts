@@ -42,15 +42,33 @@ afterAll(async () => {
 const data = syntheticDataset({ length: 640, inputSize: 16, numClasses: 4, seed: 1 });
 /** A deeper MLP than the job's, so that 2 and 3 stages both split it: 16 -> 24 -> 20 -> 4, seeded per layer. */
 const layers = (): LayerFactory[] =>
-  [24, 20, 4].map((units, i) => (inputShape?: number[]) =>
-    tf.layers.dense({ units, activation: i < 2 ? 'relu' : 'linear', kernelInitializer: tf.initializers.glorotUniform({ seed: 70 + i }), ...(inputShape ? { inputShape } : {}) }),
+  [24, 20, 4].map(
+    (units, i) => (inputShape?: number[]) =>
+      tf.layers.dense({
+        units,
+        activation: i < 2 ? 'relu' : 'linear',
+        kernelInitializer: tf.initializers.glorotUniform({ seed: 70 + i }),
+        ...(inputShape ? { inputShape } : {}),
+      }),
   );
 const lossOf = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);
 
 async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('pp');
   const net = new MemoryNetwork();
-  return Promise.all(Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })));
+  return Promise.all(
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
+  );
 }
 
 /** The global batch of step k: samples 32k .. 32k+31. */
@@ -91,7 +109,14 @@ async function singleRank(steps: number): Promise<Float32Array> {
  * every D-th sample), M micro-batches. Returns the whole model's weights (replica 0's stages in
  * order), every stage's weights per replica, and each stage's parameter count.
  */
-async function pipelineRun(stages: number, replicas: number, m: number, steps: number, schedule: ScheduleKind = 'gpipe', activationDtype: 'float32' | 'float16' = 'float32') {
+async function pipelineRun(
+  stages: number,
+  replicas: number,
+  m: number,
+  steps: number,
+  schedule: ScheduleKind = 'gpipe',
+  activationDtype: 'float32' | 'float16' = 'float32',
+) {
   const pgs = await groups(stages * replicas);
   const out = await Promise.all(
     pgs.map(async (world) => {
@@ -110,13 +135,27 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
           schedule,
           activationDtype,
           ...(stage.isFirst ? { inputs: x } : {}),
-          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf, metric: (out: tf.Tensor, labels: tf.Tensor) => out.argMax(-1).equal(labels).sum() } : {}),
+          ...(stage.isLast
+            ? {
+                labels: Int32Array.from(y),
+                loss: lossOf,
+                metric: (out: tf.Tensor, labels: tf.Tensor) => out.argMax(-1).equal(labels).sum(),
+              }
+            : {}),
         });
         if (k === 0 && stage.isLast) first = { loss: r.loss, correct: r.metric };
         ddp.step(opt);
       }
       const weights = await flatTrainableWeights(stage.model);
-      const result = { rank: world.rank, stage: mesh.stage, replica: mesh.replica, weights, parameters: stage.parameterCount, layers: stage.layers.map((l) => l.index), first };
+      const result = {
+        rank: world.rank,
+        stage: mesh.stage,
+        replica: mesh.replica,
+        weights,
+        parameters: stage.parameterCount,
+        layers: stage.layers.map((l) => l.index),
+        first,
+      };
       stage.model.dispose();
       opt.dispose();
       return result;
@@ -134,9 +173,8 @@ async function pipelineRun(stages: number, replicas: number, m: number, steps: n
   return { whole, ranks: out };
 }
 
-
 describe('pipeline parallel', () => {
-  it('2 stages x 4 micro-batches at batch 32 train to one rank\'s weights after 20 SGD steps; each rank holds only its stage', async () => {
+  it("2 stages x 4 micro-batches at batch 32 train to one rank's weights after 20 SGD steps; each rank holds only its stage", async () => {
     const reference = await singleRank(20);
     const before = tf.memory().numTensors;
     const { whole, ranks } = await pipelineRun(2, 1, 4, 20);
@@ -148,10 +186,13 @@ describe('pipeline parallel', () => {
     expect(last.loss).toBeCloseTo(firstStep.loss, 5);
     expect(last.correct).toBe(firstStep.correct);
     // 16*24+24 = 408 on stage 0; 24*20+20 + 20*4+4 = 584 on stage 1: the whole model split, nothing doubled.
-    expect(ranks.map((r) => [r.stage, r.layers, r.parameters]).sort()).toEqual([[0, [0], 408], [1, [1, 2], 584]]);
+    expect(ranks.map((r) => [r.stage, r.layers, r.parameters]).sort()).toEqual([
+      [0, [0], 408],
+      [1, [1, 2], 584],
+    ]);
   });
 
-  it('uneven micro-batches (batch 32 in 5: 7, 7, 6, 6, 6) weigh each by its samples: still one rank\'s weights', async () => {
+  it("uneven micro-batches (batch 32 in 5: 7, 7, 6, 6, 6) weigh each by its samples: still one rank's weights", async () => {
     const reference = await singleRank(10);
     const { whole } = await pipelineRun(2, 1, 5, 10);
     expect(relativeError(whole, reference)).toBeLessThanOrEqual(1e-5);
@@ -173,7 +214,7 @@ describe('pipeline parallel', () => {
 
   // In memory the receiver keeps up; on real pages an evaluation's first stage ran 65 messages
   // ahead before forward() ended each call together (test/e2e/pipeline.spec.ts caught it).
-  it('inference through the pipeline: many calls in a row (an evaluation) give the whole model\'s outputs', async () => {
+  it("inference through the pipeline: many calls in a row (an evaluation) give the whole model's outputs", async () => {
     const pgs = await groups(2);
     const whole = sequentialOf(layers(), [16], 'whole');
     const outs = await Promise.all(
@@ -210,7 +251,9 @@ describe('pipeline parallel', () => {
     const stage = new PipelineStage({ layers: layers(), inputShape: [16], group: mesh.pipe });
     const ddp = await DistributedDataParallel.create(stage.model, mesh.dp);
     const { x, y } = data.batch(Array.from({ length: 100 }, (_, i) => i));
-    await expect(stage.step({ ddp, batchSize: 100, microBatches: 65, inputs: x, labels: Int32Array.from(y), loss: lossOf })).rejects.toThrow(errorOf(RangeError, /at most 64 micro-batches per call, got 65/));
+    await expect(
+      stage.step({ ddp, batchSize: 100, microBatches: 65, inputs: x, labels: Int32Array.from(y), loss: lossOf }),
+    ).rejects.toThrow(errorOf(RangeError, /at most 64 micro-batches per call, got 65/));
     stage.model.dispose();
     pg!.destroy();
   });
@@ -263,7 +306,13 @@ describe('runPipeline', () => {
           throw new DistTimeoutError(`an injected link failure of member ${id} at step ${step}`, 1);
         }
         const { x, y } = data.batch(indices);
-        const r = await stage.step({ ddp, batchSize: indices.length, microBatches: 2, ...(stage.isFirst ? { inputs: x } : {}), ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf } : {}) });
+        const r = await stage.step({
+          ddp,
+          batchSize: indices.length,
+          microBatches: 2,
+          ...(stage.isFirst ? { inputs: x } : {}),
+          ...(stage.isLast ? { labels: Int32Array.from(y), loss: lossOf } : {}),
+        });
         ddp.step(optimizer);
         return { loss: r.loss };
       },
@@ -272,12 +321,27 @@ describe('runPipeline', () => {
     return { events, result };
   }
 
-  it('refuses a schedule no run can use before it joins anything, naming the option (the agent\'s one check)', async () => {
-    const base = { url: server.url, session: uniqueSession('pp-bad'), token: 'unused', stages: 2, layers: layers(), inputShape: [16], optimizer: () => tf.train.sgd(0.1), datasetLength: 256, batchSize: 8, step: async () => {} };
+  it("refuses a schedule no run can use before it joins anything, naming the option (the agent's one check)", async () => {
+    const base = {
+      url: server.url,
+      session: uniqueSession('pp-bad'),
+      token: 'unused',
+      stages: 2,
+      layers: layers(),
+      inputShape: [16],
+      optimizer: () => tf.train.sgd(0.1),
+      datasetLength: 256,
+      batchSize: 8,
+      step: async () => {},
+    };
     await expect(runPipeline({ ...base, steps: 0 })).rejects.toThrow(errorOf(RangeError, /steps must be a positive integer, got 0/));
     await expect(runPipeline({ ...base, epochs: 1.5 })).rejects.toThrow(errorOf(RangeError, /epochs must be a positive integer, got 1.5/));
-    await expect(runPipeline({ ...base, datasetLength: -1 })).rejects.toThrow(errorOf(RangeError, /datasetLength must be a non-negative integer, got -1/));
-    await expect(runPipeline({ ...base, stopVote: 'most' as 'any' })).rejects.toThrow(errorOf(RangeError, /stopVote must be 'any' or 'all', got most/));
+    await expect(runPipeline({ ...base, datasetLength: -1 })).rejects.toThrow(
+      errorOf(RangeError, /datasetLength must be a non-negative integer, got -1/),
+    );
+    await expect(runPipeline({ ...base, stopVote: 'most' as 'any' })).rejects.toThrow(
+      errorOf(RangeError, /stopVote must be 'any' or 'all', got most/),
+    );
   });
 
   it('a round that fails with every member still here (a broken link) forms a new round of the same members, which resumes from the checkpoints and finishes', async () => {
@@ -285,7 +349,10 @@ describe('runPipeline', () => {
     const session = uniqueSession('ppfail');
     const members = [0, 1, 2, 3].map((id) => member(net, id, session, { rank: id, ...(id === 2 ? { failAt: 6 } : {}) }));
     const runs = await Promise.all(members.map((m) => m.result));
-    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: true, error: expect.stringMatching(/injected link failure/) });
+    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({
+      recoverable: true,
+      error: expect.stringMatching(/injected link failure/),
+    });
     for (const r of runs) {
       expect(r.steps).toBe(256 / 16);
       expect(r.generations).toBe(2);
@@ -295,7 +362,7 @@ describe('runPipeline', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
-  it('a lost rank stops every rank naming its stage; with a new tab the run resumes from every stage\'s checkpoint', async () => {
+  it("a lost rank stops every rank naming its stage; with a new tab the run resumes from every stage's checkpoint", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('pplost');
     // Member 1 holds stage 1 of replica 0 (rank 1) and closes at step 6: steps 5 and 6 are trained again from step 4's checkpoint.
@@ -303,7 +370,11 @@ describe('runPipeline', () => {
     await expect(members[1]!.result).rejects.toBeInstanceOf(TabClosed);
     const others = [0, 2, 3].map((i) => members[i]!);
     // Every other rank heard why: the rank, its stage and replica.
-    await waitFor("every other member to report rank 1's loss", () => others.every((m) => m.events.some((e) => e.type === 'failure' && /rank 1, stage 1 of 2 in replica 0, was lost/.test(e.error))), { timeoutMs: 20_000, intervalMs: 50 });
+    await waitFor(
+      "every other member to report rank 1's loss",
+      () => others.every((m) => m.events.some((e) => e.type === 'failure' && /rank 1, stage 1 of 2 in replica 0, was lost/.test(e.error))),
+      { timeoutMs: 20_000, intervalMs: 50 },
+    );
     const joiner = member(net, 4, session, { rank: 1 });
     const runs = await Promise.all([...others, joiner].map((m) => m.result));
     for (const r of runs) {

@@ -11,9 +11,11 @@ import { pipelineProblems, trainJobProblem } from '../launcher/job_flags.ts';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 describe('pipelineProblems', () => {
-  it('every other rule of the train job is checked with the pages\' own schema, before a page opens, naming the flag', () => {
+  it("every other rule of the train job is checked with the pages' own schema, before a page opens, naming the flag", () => {
     expect(trainJobProblem({ batchSize: '32', steps: '10' }, 2)).toBeUndefined();
-    expect(trainJobProblem({ strategy: 'ps', min: '2', 'comm-hook': 'powersgd:2' }, 3)).toMatch(/^--comm-hook powersgd:2: the train job takes none \(or left out\) with strategy ps/);
+    expect(trainJobProblem({ strategy: 'ps', min: '2', 'comm-hook': 'powersgd:2' }, 3)).toMatch(
+      /^--comm-hook powersgd:2: the train job takes none \(or left out\) with strategy ps/,
+    );
     expect(trainJobProblem({ dataset: 'cifar' }, 2)).toBe('--dataset cifar: the train job takes one of mnist, synthetic, text, user');
     expect(trainJobProblem({ model: 'mlp', hidden: '0' }, 2)).toMatch(/^--hidden 0: the train job takes from 1 to 4096 for the mlp/);
     expect(trainJobProblem({}, 65)).toMatch(/^--nproc \(x --nnodes\) 65: the train job takes an integer from 1 to 64/);
@@ -32,7 +34,9 @@ describe('pipelineProblems', () => {
   it('names --nproc, --pp and --dp when the world is not S x D', () => {
     expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3 })).toEqual(['--nproc 3 must be --pp 2 x --dp 2 = 4 ranks']);
     expect(pipelineProblems({ pp: '2' }, { nproc: 4 })).toEqual(['--nproc 4 must be --pp 2 x --dp 1 = 2 ranks (--dp defaults to 1)']);
-    expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3, nnodes: 2 })).toEqual(['--nnodes 2 x --nproc 3 = 6 ranks must be --pp 2 x --dp 2 = 4 ranks']);
+    expect(pipelineProblems({ pp: '2', dp: '2' }, { nproc: 3, nnodes: 2 })).toEqual([
+      '--nnodes 2 x --nproc 3 = 6 ranks must be --pp 2 x --dp 2 = 4 ranks',
+    ]);
   });
 
   it("wants integers in the schema's bounds (its rule, phrased as the flag)", () => {
@@ -47,15 +51,21 @@ describe('pipelineProblems', () => {
 
   it('--dp and --micro-batches need --pp', () => {
     expect(pipelineProblems({ dp: '2' }, { nproc: 2 })).toEqual(['--dp is for pipeline runs: add --pp S, the number of pipeline stages']);
-    expect(pipelineProblems({ dp: '2', microBatches: '4' }, { nproc: 2 })).toEqual(['--dp and --microBatches are for pipeline runs: add --pp S, the number of pipeline stages']);
+    expect(pipelineProblems({ dp: '2', microBatches: '4' }, { nproc: 2 })).toEqual([
+      '--dp and --microBatches are for pipeline runs: add --pp S, the number of pipeline stages',
+    ]);
     expect(pipelineProblems({ pp: '1', dp: '2' }, { nproc: 2 })[0]).toMatch(/^--dp 2 needs --pp 2 or more/);
     // --pp 1 is plain data parallelism: any size, elastic too.
     expect(pipelineProblems({ pp: '1', min: '2', max: '4' }, { nproc: 3 })).toEqual([]);
   });
 
   it('a pipeline run is a fixed size: --min or --max other than the world is refused', () => {
-    expect(pipelineProblems({ pp: '2', dp: '2', min: '2' }, { nproc: 4 })).toEqual(['a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks']);
-    expect(pipelineProblems({ pp: '2', dp: '2', min: '4', max: '6' }, { nproc: 4 })).toEqual(['a pipeline run is a fixed size: --max 6 must be left out or equal the 4 ranks']);
+    expect(pipelineProblems({ pp: '2', dp: '2', min: '2' }, { nproc: 4 })).toEqual([
+      'a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks',
+    ]);
+    expect(pipelineProblems({ pp: '2', dp: '2', min: '4', max: '6' }, { nproc: 4 })).toEqual([
+      'a pipeline run is a fixed size: --max 6 must be left out or equal the 4 ranks',
+    ]);
   });
 
   it('more micro-batches than samples in a batch is refused when the batch size is given', () => {
@@ -66,7 +76,8 @@ describe('pipelineProblems', () => {
 });
 
 describe('npm run launch -- --job train --pp ...', () => {
-  const launch = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
+  const launch = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
 
   it('exits 2 with the message before starting anything', () => {
     const r = launch('--nproc', '3', '--job', 'train', '--pp', '2', '--dp', '2');

@@ -5,7 +5,14 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { bubbleFraction, microBatchSizes, peakStashed, scheduleActions, type Action, type ScheduleKind } from '../src/parallel/pipeline/schedule.ts';
+import {
+  bubbleFraction,
+  microBatchSizes,
+  peakStashed,
+  scheduleActions,
+  type Action,
+  type ScheduleKind,
+} from '../src/parallel/pipeline/schedule.ts';
 import { balancedSplitPoints, checkSplitPoints, describeLayers, stageRanges } from '../src/parallel/pipeline/split.ts';
 import { packHalf, unpackHalf } from '../src/parallel/pipeline/stage.ts';
 import { buildModel, modelLayers } from '../src/nn/models.ts';
@@ -65,7 +72,9 @@ describe('schedules', () => {
           const order = simulate(kind, stages, m);
           expect(order.length).toBe(2 * stages * m);
           for (let s = 0; s < stages; s++) {
-            const bs = scheduleActions(kind, s, stages, m).filter((a) => a.phase === 'B').map((a) => a.microBatch);
+            const bs = scheduleActions(kind, s, stages, m)
+              .filter((a) => a.phase === 'B')
+              .map((a) => a.microBatch);
             expect(bs).toEqual(Array.from({ length: m }, (_, i) => i));
           }
         }
@@ -115,10 +124,14 @@ describe('splitting a model', () => {
     expect(() => checkSplitPoints([2, 1], 4, 3)).toThrow(errorOf(RangeError, /increasing layer indices in 1..3/));
     expect(() => checkSplitPoints([0], 4, 2)).toThrow(errorOf(RangeError, /increasing/));
     expect(() => checkSplitPoints([1, 2], 4, 2)).toThrow(errorOf(RangeError, /2 stages need 1 split point/));
-    expect(stageRanges([1, 3], 5)).toEqual([{ start: 0, end: 1 }, { start: 1, end: 3 }, { start: 3, end: 5 }]);
+    expect(stageRanges([1, 3], 5)).toEqual([
+      { start: 0, end: 1 },
+      { start: 1, end: 3 },
+      { start: 3, end: 5 },
+    ]);
   });
 
-  it('describes layers one at a time, with the whole model\'s parameter counts, and frees them', () => {
+  it("describes layers one at a time, with the whole model's parameter counts, and frees them", () => {
     const spec = { kind: 'cnn' as const, inputShape: [28, 28, 1], numClasses: 10, seed: 3 };
     const before = tf.memory().numTensors;
     const infos = describeLayers(modelLayers(spec), spec.inputShape);
@@ -135,7 +148,15 @@ describe('splitting a model', () => {
     const wide = buildModel({ ...spec, hidden: 128 });
     expect(plain.countParams()).toBe(5258);
     expect(wide.countParams()).toBe(53_866);
-    expect(wide.layers.map((l) => l.getClassName())).toEqual(['Conv2D', 'MaxPooling2D', 'Conv2D', 'MaxPooling2D', 'Flatten', 'Dense', 'Dense']);
+    expect(wide.layers.map((l) => l.getClassName())).toEqual([
+      'Conv2D',
+      'MaxPooling2D',
+      'Conv2D',
+      'MaxPooling2D',
+      'Flatten',
+      'Dense',
+      'Dense',
+    ]);
     // The convolutions start from the same weights with or without the hidden layer.
     const conv = (m: tf.LayersModel) => m.layers[0]!.getWeights()[0]!.data();
     expect(Array.from(await conv(wide))).toEqual(Array.from(await conv(plain)));

@@ -115,8 +115,22 @@ describe('a 2 x 2 pipeline run in the summary', () => {
   });
 
   it("keeps its own verdict over the elastic events' all-hashes-equal one", () => {
-    const end = (rank: number): ElasticEvent => ({ type: 'end', round: 'r1', rank, worldSize: 4, steps: 20, epoch: 1, generations: 1, stepsRedone: 0, stoppedBy: null, weightHash: STAGE_HASH[rank % 2]! });
-    const s = run([0, 1, 2, 3].map((r) => result(r)), [0, 1, 2, 3].map(end));
+    const end = (rank: number): ElasticEvent => ({
+      type: 'end',
+      round: 'r1',
+      rank,
+      worldSize: 4,
+      steps: 20,
+      epoch: 1,
+      generations: 1,
+      stepsRedone: 0,
+      stoppedBy: null,
+      weightHash: STAGE_HASH[rank % 2]!,
+    });
+    const s = run(
+      [0, 1, 2, 3].map((r) => result(r)),
+      [0, 1, 2, 3].map(end),
+    );
     expect(s.generations).toBe(1);
     expect(s.identical).toBe(true);
   });
@@ -131,7 +145,21 @@ describe('a 2 x 2 pipeline run in the summary', () => {
 
   it('checks every field: wrong types become null, a bad place or shape leaves the rank out, and nothing throws', () => {
     const bad = [
-      result(0, {}, { parameters: '100', peakLiveTensors: -1, bubble: { measured: 'x', formula: 7 }, breakdownMs: { compute: Number.NaN, apply: '1', allreduce: Infinity }, layers: [0, 'one'], layerClasses: [{}], schedule: 'zigzag', activationDtype: 'int8', weightHash: 42 }),
+      result(
+        0,
+        {},
+        {
+          parameters: '100',
+          peakLiveTensors: -1,
+          bubble: { measured: 'x', formula: 7 },
+          breakdownMs: { compute: Number.NaN, apply: '1', allreduce: Infinity },
+          layers: [0, 'one'],
+          layerClasses: [{}],
+          schedule: 'zigzag',
+          activationDtype: 'int8',
+          weightHash: 42,
+        },
+      ),
       result(1, {}, { stage: 5 }),
       result(2, {}, { stages: 3, replicas: 1, stage: 0, replica: 0 }),
       result(3, { pipeline: 'no' }),
@@ -168,7 +196,16 @@ describe('a 2 x 2 pipeline run in the summary', () => {
   });
 
   it('a plain data-parallel run has no pipeline part and compares every rank’s hash as before', () => {
-    const plain = [0, 1].map((rank) => ({ rank, worldSize: 2, backend: 'webgpu', steps: 5, weightHash: 'dddd', breakdownMs: { compute: 1 }, seconds: 3, finalLoss: 0.5 }));
+    const plain = [0, 1].map((rank) => ({
+      rank,
+      worldSize: 2,
+      backend: 'webgpu',
+      steps: 5,
+      weightHash: 'dddd',
+      breakdownMs: { compute: 1 },
+      seconds: 3,
+      finalLoss: 0.5,
+    }));
     const s = summarize('train', 2, plain);
     expect(s.pipeline).toBeUndefined();
     expect(s.identical).toBe(true);

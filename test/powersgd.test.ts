@@ -27,7 +27,17 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('psgd');
   const net = new MemoryNetwork();
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -107,7 +117,11 @@ const layouts: Layout[] = [
 async function step(pgs: ProcessGroup[], hooks: PowerSGDHook[], s: number, seed = 0): Promise<Float32Array[][]> {
   return Promise.all(
     pgs.map((pg, r) =>
-      Promise.all(layouts.map((layout, b) => hooks[r]!.reduce(pg, bucket(b, layout, randomArray(sizeOf(layout), seed + 1000 * s + 100 * r + b), s, b === layouts.length - 1)))),
+      Promise.all(
+        layouts.map((layout, b) =>
+          hooks[r]!.reduce(pg, bucket(b, layout, randomArray(sizeOf(layout), seed + 1000 * s + 100 * r + b), s, b === layouts.length - 1)),
+        ),
+      ),
     ),
   );
 }
@@ -159,7 +173,8 @@ describe('PowerSGD hook', () => {
       const inputs = pgs.map((_, r) => {
         const V = randomArray(cols * rank, 10 + r);
         const buf = new Float32Array(rows * cols + cols);
-        for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) for (let k = 0; k < rank; k++) buf[i * cols + j] += U[i * rank + k]! * V[j * rank + k]!;
+        for (let i = 0; i < rows; i++)
+          for (let j = 0; j < cols; j++) for (let k = 0; k < rank; k++) buf[i * cols + j] += U[i * rank + k]! * V[j * rank + k]!;
         buf.set(randomArray(cols, 20 + r), rows * cols);
         return buf;
       });
@@ -167,7 +182,9 @@ describe('PowerSGD hook', () => {
       for (const warmStart of [false, true]) {
         const hooks = pgs.map(() => powerSGD({ matrixApproximationRank: rank, startIter: 0, useErrorFeedback: false, warmStart }));
         const calls: Array<{ length: number; op: ReduceOpName }> = [];
-        const outs = await Promise.all(pgs.map((pg, r) => hooks[r]!.reduce(r === 0 ? spy(pg, calls) : pg, bucket(0, layout, inputs[r]!.slice(), 1, true))));
+        const outs = await Promise.all(
+          pgs.map((pg, r) => hooks[r]!.reduce(r === 0 ? spy(pg, calls) : pg, bucket(0, layout, inputs[r]!.slice(), 1, true))),
+        );
         const scale = Math.max(...want.map(Math.abs));
         expect(maxAbsDiff(outs[0]!, want) / scale).toBeLessThan(1e-5);
         // The bias: the plain average.
@@ -193,7 +210,9 @@ describe('PowerSGD hook', () => {
         for (let b = 0; b < layouts.length; b++) {
           const inputs = pgs.map((_, r) => randomArray(sizeOf(layouts[b]!), 7 * s + r + 50 * b));
           const calls: Array<{ length: number; op: ReduceOpName }> = [];
-          const outs = await Promise.all(pgs.map((pg, r) => hooks[r]!.reduce(spy(pg, calls), bucket(b, layouts[b]!, inputs[r]!.slice(), s, b === 1))));
+          const outs = await Promise.all(
+            pgs.map((pg, r) => hooks[r]!.reduce(spy(pg, calls), bucket(b, layouts[b]!, inputs[r]!.slice(), s, b === 1))),
+          );
           const plain = await Promise.all(pgs.map((pg, r) => pg.allReduce(inputs[r]!.slice(), 'avg')));
           for (let r = 0; r < 3; r++) expect(hex(outs[r]!)).toBe(hex(plain[r]!));
           expect(calls.map((c) => c.op)).toEqual(['avg', 'avg', 'avg']);
@@ -332,7 +351,9 @@ describe('PowerSGD hook', () => {
       for (const rank of next) for (const out of rank) expect(out.every((v) => Number.isFinite(v))).toBe(true);
       const bad = structuredClone(before[0]!);
       bad.tensors['q:0/3']![0] = Infinity;
-      expect(() => powerSGD(options).loadStateDict(bad)).toThrow(errorOf(PowerSGDStateError, /q:0\/3 for parameter 3 in bucket 0 holds a NaN or an infinity/));
+      expect(() => powerSGD(options).loadStateDict(bad)).toThrow(
+        errorOf(PowerSGDStateError, /q:0\/3 for parameter 3 in bucket 0 holds a NaN or an infinity/),
+      );
     } finally {
       destroy(pgs);
     }
@@ -347,22 +368,30 @@ describe('PowerSGD hook', () => {
       // A shape the hook has seen differently: refused at once, the hook unchanged.
       const transposed = structuredClone(state);
       transposed.meta['shape:0/3'] = '[12,16]';
-      expect(() => hooks[0]!.loadStateDict(transposed)).toThrow(errorOf(PowerSGDStateError, /parameter 3 in bucket 0 of shape \[12, 16\], but this model's has shape \[16, 12\]/));
+      expect(() => hooks[0]!.loadStateDict(transposed)).toThrow(
+        errorOf(PowerSGDStateError, /parameter 3 in bucket 0 of shape \[12, 16\], but this model's has shape \[16, 12\]/),
+      );
       expect(hex(hooks[0]!.stateDict().tensors['q:0/3']!)).toBe(hex(state.tensors['q:0/3']!));
       // A hook that has not seen the bucket takes it, and its reduce refuses the model's shape.
       // (Its error has the same size in either shape; its Q would not fit, so it goes.)
       delete transposed.tensors['q:0/3'];
       const other = powerSGD({ startIter: 0 });
       other.loadStateDict(transposed);
-      await expect(other.reduce(pgs[0]!, bucket(0, layouts[0]!, randomArray(sizeOf(layouts[0]!), 1), 2, false))).rejects.toThrow(PowerSGDStateError);
+      await expect(other.reduce(pgs[0]!, bucket(0, layouts[0]!, randomArray(sizeOf(layouts[0]!), 1), 2, false))).rejects.toThrow(
+        PowerSGDStateError,
+      );
       await expect(other.reduce(pgs[0]!, bucket(0, layouts[0]!, randomArray(sizeOf(layouts[0]!), 1), 2, false))).rejects.toThrow(
         /parameter 3 in bucket 0 has shape \[16, 12\], but the hook's state is for shape \[12, 16\]/,
       );
       // Arrays that do not fit their shapes, another rank, another hook.
       const short = structuredClone(state);
       short.tensors['error:0/3'] = new Float32Array(5);
-      expect(() => powerSGD().loadStateDict(short)).toThrow(errorOf(PowerSGDStateError, /error for parameter 3 in bucket 0 has 5 elements, its shape \[16, 12\] 192/));
-      expect(() => powerSGD({ matrixApproximationRank: 2 }).loadStateDict(state)).toThrow(errorOf(PowerSGDStateError, /Q matrices are of rank 1, but this hook's matrixApproximationRank is 2/));
+      expect(() => powerSGD().loadStateDict(short)).toThrow(
+        errorOf(PowerSGDStateError, /error for parameter 3 in bucket 0 has 5 elements, its shape \[16, 12\] 192/),
+      );
+      expect(() => powerSGD({ matrixApproximationRank: 2 }).loadStateDict(state)).toThrow(
+        errorOf(PowerSGDStateError, /Q matrices are of rank 1, but this hook's matrixApproximationRank is 2/),
+      );
       expect(() => powerSGD().loadStateDict({ ...state, name: 'postLocalSGD' })).toThrow(PowerSGDStateError);
       const noShape = structuredClone(state);
       delete noShape.meta['shape:1/0'];
@@ -380,7 +409,9 @@ describe('PowerSGD hook', () => {
         { index: 0, shape: [256] },
       ];
       const hooks = pgs.map(() => powerSGD({ startIter: 0 }));
-      const outs = await Promise.all(pgs.map((pg, r) => hooks[r]!.reduce(pg, bucket(0, layout, randomArray(sizeOf(layout), r + 3), 1, true))));
+      const outs = await Promise.all(
+        pgs.map((pg, r) => hooks[r]!.reduce(pg, bucket(0, layout, randomArray(sizeOf(layout), r + 3), 1, true))),
+      );
       expect(hex(outs[1]!)).toBe(hex(outs[0]!));
       const { elementsSent, elementsDense } = hooks[0]!.lastStats;
       expect(elementsDense).toBe(256 * 512 + 256);
@@ -425,7 +456,9 @@ describe('PowerSGD hook', () => {
   });
 
   it('checks its options', () => {
-    expect(() => powerSGD({ wire: 'float8' as unknown as PowerSGDOptions['wire'] })).toThrow(errorOf(RangeError, /unknown wire dtype "float8"/));
+    expect(() => powerSGD({ wire: 'float8' as unknown as PowerSGDOptions['wire'] })).toThrow(
+      errorOf(RangeError, /unknown wire dtype "float8"/),
+    );
     expect(() => powerSGD({ matrixApproximationRank: 0 })).toThrow(RangeError);
     expect(() => powerSGD({ startIter: -1 })).toThrow(RangeError);
     expect(() => powerSGD({ orthogonalizationEpsilon: -1 })).toThrow(RangeError);

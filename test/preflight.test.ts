@@ -76,17 +76,26 @@ describe('preflight', () => {
     expect(preflight(config({ world: '2', dataset: 'synthetic' }), { webrtc: true, deviceMemoryGB: 0.25 })).toBeNull();
   });
 
-  it('counts the model, its copies per device and the batch\'s activations', () => {
+  it("counts the model, its copies per device and the batch's activations", () => {
     const small = memoryNeedBytes(config({ dataset: 'synthetic' }));
     const wide = memoryNeedBytes(config({ dataset: 'synthetic', hidden: '4096' }));
     expect(wide - small).toBeGreaterThan((16 * 4096 + 4096 * 4) * 4 * 10);
     expect(memoryNeedBytes(config({ dataset: 'synthetic', hidden: '4096', devices: '4' }))).toBeGreaterThan(wide);
-    expect(memoryNeedBytes(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096' }))).toBeGreaterThan(memoryNeedBytes(config({ model: 'cnn', dataset: 'mnist', batchSize: '64' })) + 256 * 2 ** 20);
+    expect(memoryNeedBytes(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096' }))).toBeGreaterThan(
+      memoryNeedBytes(config({ model: 'cnn', dataset: 'mnist', batchSize: '64' })) + 256 * 2 ** 20,
+    );
     // The budget is a share of what the device reports.
     const need = memoryNeedBytes(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096', world: '2' }));
     const justEnough = need / 2 ** 30 / MEMORY_SHARE;
-    expect(preflight(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096', world: '2' }), { webrtc: true, deviceMemoryGB: justEnough })).toBeNull();
-    expect(preflight(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096', world: '2' }), { webrtc: true, deviceMemoryGB: justEnough * 0.99 })).not.toBeNull();
+    expect(
+      preflight(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096', world: '2' }), { webrtc: true, deviceMemoryGB: justEnough }),
+    ).toBeNull();
+    expect(
+      preflight(config({ model: 'cnn', dataset: 'mnist', batchSize: '4096', world: '2' }), {
+        webrtc: true,
+        deviceMemoryGB: justEnough * 0.99,
+      }),
+    ).not.toBeNull();
   });
 
   it('says plainly when no backend computes', () => {

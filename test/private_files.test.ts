@@ -27,7 +27,11 @@ const octal = (m: number) => m.toString(8);
 async function upload(): Promise<{ bytes: Uint8Array; source: () => ByteSource }> {
   const bytes = await encodeCheckpoint({
     meta: { step: 1 },
-    model: { modelTopology: { class_name: 'Sequential', config: { name: 's', layers: [] } }, weightSpecs: [{ name: 'w', shape: [2], dtype: 'float32' }], weightData: new Float32Array([1, 2]).buffer },
+    model: {
+      modelTopology: { class_name: 'Sequential', config: { name: 's', layers: [] } },
+      weightSpecs: [{ name: 'w', shape: [2], dtype: 'float32' }],
+      weightData: new Float32Array([1, 2]).buffer,
+    },
     optimizer: { weightSpecs: [], weightData: new ArrayBuffer(0) },
   });
   const all = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -55,7 +59,8 @@ describe('files under the data folder are private', () => {
     const part = await store.save(store.folder('sess', 'ps-0'), bytes.length, source);
     const files = [join(dir, 'sess', `${own.name}.ckpt`), join(dir, 'sess', 'parts', 'ps-0', `${part.name}.ckpt`)];
     for (const f of files) expect(octal(await modeOf(f)), f).toBe('600');
-    for (const d of [join(root, 'made'), dir, join(dir, 'sess'), join(dir, 'sess', 'parts'), join(dir, 'sess', 'parts', 'ps-0')]) expect(octal(await modeOf(d)), d).toBe('700');
+    for (const d of [join(root, 'made'), dir, join(dir, 'sess'), join(dir, 'sess', 'parts'), join(dir, 'sess', 'parts', 'ps-0')])
+      expect(octal(await modeOf(d)), d).toBe('700');
   });
 
   it('closes a session folder an older version left open (0755) at the next save; leaves the data folder the host made as it is', async () => {

@@ -101,7 +101,14 @@ describe('LeaseBook (asynchronous)', () => {
       epochEnd.pushed(0, 'applied', 0);
       return [l.epoch, l.count];
     });
-    expect(counts).toEqual([[0, 4], [0, 4], [0, 2], [1, 4], [1, 4], [1, 2]]);
+    expect(counts).toEqual([
+      [0, 4],
+      [0, 4],
+      [0, 2],
+      [1, 4],
+      [1, 4],
+      [1, 2],
+    ]);
   });
 
   it('a snapshot taken back is checked: damaged fields read as 0, a position past the dataset as its end', () => {
@@ -113,7 +120,9 @@ describe('LeaseBook (asynchronous)', () => {
   it('a worker refuses a lease it cannot read, naming it', () => {
     const o = { datasetLength: 10, batchSize: 4 };
     for (const bad of [{ replicas: 0 }, { rank: 2, replicas: 2 }, { position: 11 }, { count: 0 }, { count: 5 }]) {
-      expect(() => leaseIndices({ epoch: 0, position: 0, replicas: 1, rank: 0, count: 4, ...bad }, o)).toThrow(errorOf(RangeError, /cannot read/));
+      expect(() => leaseIndices({ epoch: 0, position: 0, replicas: 1, rank: 0, count: 4, ...bad }, o)).toThrow(
+        errorOf(RangeError, /cannot read/),
+      );
     }
   });
 });
@@ -155,11 +164,20 @@ describe('roles of a round', () => {
     expect(assignPlaces([14, -1], claims, members)).toEqual([14, 13]);
     expect(assignPlaces([14, -1, -1], claims, members)).toEqual([14, 13, 12]);
     // No new rank: the place stays vacant (the run waits for a tab to take it).
-    expect(assignPlaces([14, -1], [claims[0]!, { isNew: false, wasServer: -1 }, { isNew: false, wasServer: -1 }, claims[3]!], members)).toEqual([14, -1]);
+    expect(
+      assignPlaces([14, -1], [claims[0]!, { isNew: false, wasServer: -1 }, { isNew: false, wasServer: -1 }, claims[3]!], members),
+    ).toEqual([14, -1]);
   });
 
   it('roles from the holders: a holder outside the round leaves its place empty; everyone else works, by worker id', () => {
-    expect(rolesOf([13, 99], members)).toEqual({ serverRank: [2, -1], workers: [{ workerId: 11, rank: 0 }, { workerId: 12, rank: 1 }, { workerId: 14, rank: 3 }] });
+    expect(rolesOf([13, 99], members)).toEqual({
+      serverRank: [2, -1],
+      workers: [
+        { workerId: 11, rank: 0 },
+        { workerId: 12, rank: 1 },
+        { workerId: 14, rank: 3 },
+      ],
+    });
   });
 
   it('claims travel as float32 rows; malformed ones read as "not new"', () => {

@@ -15,7 +15,12 @@ import { syntheticDataset } from '../src/datasets/synthetic.ts';
 import { batchOf, planEpoch } from '../src/elastic/epoch.ts';
 import { classificationLoss } from '../src/nn/models.ts';
 import { flatGradients } from '../src/parallel/parameter_server/worker.ts';
-import { runParameterServer, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent } from '../src/parallel/parameter_server/runner.ts';
+import {
+  runParameterServer,
+  type ParameterServerRunOptions,
+  type ParameterServerRunResult,
+  type PsRunEvent,
+} from '../src/parallel/parameter_server/runner.ts';
 import { flatTrainableWeights } from '../src/parallel/replicas.ts';
 import { DistTimeoutError } from '../src/wire/errors.ts';
 import { connect, groupSize, text, withServer } from './fixtures/server.ts';
@@ -36,7 +41,9 @@ const data = syntheticDataset({ length: 512, inputSize: 16, numClasses: 4, seed:
 
 function model(): tf.Sequential {
   const m = tf.sequential();
-  m.add(tf.layers.dense({ units: 24, activation: 'relu', inputShape: [16], kernelInitializer: tf.initializers.glorotUniform({ seed: 5 }) }));
+  m.add(
+    tf.layers.dense({ units: 24, activation: 'relu', inputShape: [16], kernelInitializer: tf.initializers.glorotUniform({ seed: 5 }) }),
+  );
   m.add(tf.layers.dense({ units: 4, kernelInitializer: tf.initializers.glorotUniform({ seed: 6 }) }));
   return m;
 }
@@ -106,7 +113,10 @@ async function inOrder(session: string, ids: number[], start: (id: number) => Me
     started.push(start(id));
     const self = started[started.length - 1]!;
     // Admitted: counted in the group now, or already past its first round (a short run may end before the next look).
-    await waitFor(`member ${id} to be admitted to ${session}`, () => groupSize(server, session) >= started.length || self.events.length > 0);
+    await waitFor(
+      `member ${id} to be admitted to ${session}`,
+      () => groupSize(server, session) >= started.length || self.events.length > 0,
+    );
   }
   return started;
 }
@@ -151,11 +161,20 @@ describe('runParameterServer', () => {
     expect(runs.filter((r) => r.role === 'server').map((r) => r.rank)).toEqual([0]);
     // The store holds the roles, the server's version and the leases (records, never a tensor).
     const store = await connect(server, session);
-    const roles = JSON.parse(text(await store.get('ps/roles'))) as { servers: Array<{ index: number; rank: number }>; workers: Array<{ workerId: number }> };
+    const roles = JSON.parse(text(await store.get('ps/roles'))) as {
+      servers: Array<{ index: number; rank: number }>;
+      workers: Array<{ workerId: number }>;
+    };
     expect(roles.servers).toEqual([{ index: 0, rank: 0 }]);
     expect(roles.workers).toHaveLength(2);
-    await waitFor('server 0 to publish version 12', async () => (JSON.parse(text(await store.get('ps/server-0'))) as { version: number }).version === 12);
-    await waitFor('the leases to count 12 x 32 samples applied', async () => (JSON.parse(text(await store.get('ps/leases'))) as { applied: number }).applied === 12 * 32);
+    await waitFor(
+      'server 0 to publish version 12',
+      async () => (JSON.parse(text(await store.get('ps/server-0'))) as { version: number }).version === 12,
+    );
+    await waitFor(
+      'the leases to count 12 x 32 samples applied',
+      async () => (JSON.parse(text(await store.get('ps/leases'))) as { applied: number }).applied === 12 * 32,
+    );
     store.close();
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
@@ -163,7 +182,9 @@ describe('runParameterServer', () => {
   it('asynchronous training over 2 servers converges and accounts for every sample of 2 virtual epochs', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('async');
-    const members = await inOrder(session, [0, 1, 2, 3, 4], (id) => member(net, id, session, 5, { numServers: 2, epochs: 2, min: 5, ...(id === 4 ? { slowMs: 30 } : {}) }));
+    const members = await inOrder(session, [0, 1, 2, 3, 4], (id) =>
+      member(net, id, session, 5, { numServers: 2, epochs: 2, min: 5, ...(id === 4 ? { slowMs: 30 } : {}) }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     const s0 = runs.find((r) => r.role === 'server' && r.index === 0)!;
     expect(s0.samples.target).toBe(512);
@@ -188,7 +209,9 @@ describe('runParameterServer', () => {
   it('a worker that leaves costs its batch; the others go on and every sample is accounted for', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('pslost');
-    const members = await inOrder(session, [0, 1, 2, 3], (id) => member(net, id, session, 4, { epochs: 2, ...(id === 2 ? { leaveAtStep: 3 } : {}) }));
+    const members = await inOrder(session, [0, 1, 2, 3], (id) =>
+      member(net, id, session, 4, { epochs: 2, ...(id === 2 ? { leaveAtStep: 3 } : {}) }),
+    );
     await expect(members[2]!.result).rejects.toThrow(/closed at its step 3/);
     const runs = await Promise.all([0, 1, 3].map((i) => members[i]!.result));
     const s0 = runs.find((r) => r.role === 'server')!;
@@ -203,7 +226,7 @@ describe('runParameterServer', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
-  it('roles are the server\'s: a member cannot take a server\'s place, and a worker is its member id', async () => {
+  it("roles are the server's: a member cannot take a server's place, and a worker is its member id", async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psroles');
     const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 2, min: 3, slowMs: 5 }));
@@ -241,9 +264,14 @@ describe('runParameterServer', () => {
         return { grads, metrics: { loss } };
       },
     };
-    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { min: 3, failedRoundGraceMs: 300, ...(id === 2 ? failing : {}) }));
+    const members = await inOrder(session, [0, 1, 2], (id) =>
+      member(net, id, session, 3, { min: 3, failedRoundGraceMs: 300, ...(id === 2 ? failing : {}) }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
-    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({ recoverable: true, error: expect.stringMatching(/injected link failure/) });
+    expect(members[2]!.events.find((e) => e.type === 'failure')).toMatchObject({
+      recoverable: true,
+      error: expect.stringMatching(/injected link failure/),
+    });
     for (const r of runs) expect(r.generations).toBeGreaterThanOrEqual(2);
     const s0 = runs.find((r) => r.role === 'server')!;
     // The same members: nothing lost (the failed worker's lease was handed to it again).
@@ -276,7 +304,9 @@ describe('runParameterServer', () => {
   it('the staleness bound drops and counts stale pushes', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('psstale');
-    const members = await inOrder(session, [0, 1, 2, 3], (id) => member(net, id, session, 4, { epochs: 1, maxStaleness: 0, min: 4, slowMs: id === 3 ? 40 : 0 }));
+    const members = await inOrder(session, [0, 1, 2, 3], (id) =>
+      member(net, id, session, 4, { epochs: 1, maxStaleness: 0, min: 4, slowMs: id === 3 ? 40 : 0 }),
+    );
     const runs = await Promise.all(members.map((m) => m.result));
     const s0 = runs.find((r) => r.role === 'server')!;
     expect(s0.shard!.stale).toBeGreaterThan(0);
@@ -296,7 +326,11 @@ describe('runParameterServer', () => {
     // Close the server once it has saved a checkpoint and gone on a little.
     await waitFor('a checkpoint of version 8 or later', () => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
     members[0]!.abort.abort(new Error('the server tab closed'));
-    await waitFor('workers 1 and 2 to report server 0 lost', () => [1, 2].every((i) => members[i]!.events.some((e) => e.type === 'server-lost' && e.index === 0 && /parameter server 0 was lost/.test(e.message))));
+    await waitFor('workers 1 and 2 to report server 0 lost', () =>
+      [1, 2].every((i) =>
+        members[i]!.events.some((e) => e.type === 'server-lost' && e.index === 0 && /parameter server 0 was lost/.test(e.message)),
+      ),
+    );
     const joiner = member(net, 3, session, 3, { epochs: 3, checkpointEvery: 4 });
     const runs = await Promise.all([members[1]!, members[2]!, joiner].map((m) => m.result));
     const server0 = runs.find((r) => r.role === 'server')!;

@@ -21,17 +21,26 @@ describe('parseBrowsers', () => {
   });
 
   it('--browsers: one per rank, in rank order; pages opened by --join are Chromium', () => {
-    expect(parseBrowsers(undefined, 'chromium,firefox,chromium', 3)).toEqual({ ranks: ['chromium', 'firefox', 'chromium'], join: 'chromium' });
+    expect(parseBrowsers(undefined, 'chromium,firefox,chromium', 3)).toEqual({
+      ranks: ['chromium', 'firefox', 'chromium'],
+      join: 'chromium',
+    });
     expect(parseBrowsers(undefined, ' firefox , chromium', 2)).toEqual({ ranks: ['firefox', 'chromium'], join: 'chromium' });
   });
 
   it('refuses a list of the wrong length, an unknown browser and both flags at once, saying what to give', () => {
-    expect(() => parseBrowsers(undefined, 'chromium,firefox', 3)).toThrow('--browsers gives 2 browsers but --nproc is 3: give one per rank (e.g. --browsers chromium,firefox,chromium)');
+    expect(() => parseBrowsers(undefined, 'chromium,firefox', 3)).toThrow(
+      '--browsers gives 2 browsers but --nproc is 3: give one per rank (e.g. --browsers chromium,firefox,chromium)',
+    );
     expect(() => parseBrowsers(undefined, 'firefox', 2)).toThrow('--browsers gives 1 browser but --nproc is 2');
-    expect(() => parseBrowsers(undefined, 'chromium,safari', 2)).toThrow('--browsers takes chromium or firefox for each rank, comma-separated (e.g. --browsers chromium,firefox), got "safari"');
+    expect(() => parseBrowsers(undefined, 'chromium,safari', 2)).toThrow(
+      '--browsers takes chromium or firefox for each rank, comma-separated (e.g. --browsers chromium,firefox), got "safari"',
+    );
     expect(() => parseBrowsers(undefined, 'chromium,,firefox', 3)).toThrow('got ""');
     expect(() => parseBrowsers('webkit', undefined, 2)).toThrow('--browser must be chromium or firefox, got "webkit"');
-    expect(() => parseBrowsers('firefox', 'firefox,chromium', 2)).toThrow('give --browser B (every rank) or --browsers B0,B1,... (one per rank), not both');
+    expect(() => parseBrowsers('firefox', 'firefox,chromium', 2)).toThrow(
+      'give --browser B (every rank) or --browsers B0,B1,... (one per rank), not both',
+    );
   });
 
   it('says which browsers a plan opens', () => {
@@ -59,7 +68,7 @@ describe('firefoxProblems', () => {
 });
 
 describe('the Firefox profile', () => {
-  it("user.js turns off first-run pages, telemetry, updates and background networking", () => {
+  it('user.js turns off first-run pages, telemetry, updates and background networking', () => {
     const js = userJs();
     for (const line of [
       'user_pref("browser.aboutwelcome.enabled", false);',
@@ -81,10 +90,12 @@ describe('the Firefox profile', () => {
 describe('launch() with browsers', () => {
   const opts = { nproc: 2, job: 'train', session: 's', timeoutSec: 5, jobParams: {}, log: () => {} };
   it('checks the plan against the run before anything starts', async () => {
-    await expect(launch({ ...opts, browsers: parseBrowsers('firefox', undefined, 2), tabs: true })).rejects.toThrow(/^--tabs runs every rank as a tab/);
-    await expect(launch({ ...opts, jobParams: { min: '1', max: '3' }, faults: [{ kind: 'kill', rank: 'firefox', step: 3 }] })).rejects.toThrow(
-      'kill the firefox rank at step 3: no rank of this run opens in firefox (give --browser or --browsers with it)',
+    await expect(launch({ ...opts, browsers: parseBrowsers('firefox', undefined, 2), tabs: true })).rejects.toThrow(
+      /^--tabs runs every rank as a tab/,
     );
+    await expect(
+      launch({ ...opts, jobParams: { min: '1', max: '3' }, faults: [{ kind: 'kill', rank: 'firefox', step: 3 }] }),
+    ).rejects.toThrow('kill the firefox rank at step 3: no rank of this run opens in firefox (give --browser or --browsers with it)');
   });
 
   it('names a browser target in its fault', () => {
@@ -95,17 +106,33 @@ describe('launch() with browsers', () => {
 });
 
 describe('npm run launch -- --browser / --browsers', () => {
-  const run = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  const run = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
 
   // Six launcher processes, each a few seconds on a loaded two-core machine.
   it('exits 2 with the message before starting anything', { timeout: 120_000 }, () => {
     const cases: Array<[string[], string]> = [
-      [['--nproc', '3', '--job', 'train', '--browsers', 'chromium,firefox'], '--browsers gives 2 browsers but --nproc is 3: give one per rank (e.g. --browsers chromium,firefox,chromium)'],
+      [
+        ['--nproc', '3', '--job', 'train', '--browsers', 'chromium,firefox'],
+        '--browsers gives 2 browsers but --nproc is 3: give one per rank (e.g. --browsers chromium,firefox,chromium)',
+      ],
       [['--nproc', '2', '--job', 'train', '--browser', 'safari'], '--browser must be chromium or firefox, got "safari"'],
-      [['--nproc', '2', '--job', 'train', '--browser', 'firefox', '--browsers', 'firefox,firefox'], 'give --browser B (every rank) or --browsers B0,B1,... (one per rank), not both'],
-      [['--nproc', '2', '--job', 'train', '--browser', 'firefox', '--tabs'], '--tabs runs every rank as a tab of one headful Chromium: drop --tabs for Firefox ranks'],
-      [['--nproc', '2', '--job', 'train', '--min', '1', '--max', '3', '--kill', 'firefox@3'], '--kill firefox@3: no rank opens in firefox (give --browser firefox or --browsers with it)'],
-      [['--nproc', '2', '--job', 'train', '--min', '1', '--max', '3', '--kill', 'safari@3'], '--kill takes RANK@STEP or BROWSER@STEP (chromium, firefox), got "safari@3"'],
+      [
+        ['--nproc', '2', '--job', 'train', '--browser', 'firefox', '--browsers', 'firefox,firefox'],
+        'give --browser B (every rank) or --browsers B0,B1,... (one per rank), not both',
+      ],
+      [
+        ['--nproc', '2', '--job', 'train', '--browser', 'firefox', '--tabs'],
+        '--tabs runs every rank as a tab of one headful Chromium: drop --tabs for Firefox ranks',
+      ],
+      [
+        ['--nproc', '2', '--job', 'train', '--min', '1', '--max', '3', '--kill', 'firefox@3'],
+        '--kill firefox@3: no rank opens in firefox (give --browser firefox or --browsers with it)',
+      ],
+      [
+        ['--nproc', '2', '--job', 'train', '--min', '1', '--max', '3', '--kill', 'safari@3'],
+        '--kill takes RANK@STEP or BROWSER@STEP (chromium, firefox), got "safari@3"',
+      ],
     ];
     for (const [args, message] of cases) {
       const r = run(...args);

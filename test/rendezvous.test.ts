@@ -203,7 +203,9 @@ describe('rendezvous', () => {
     expect(await told).toEqual({ type: 'rendezvous-closed', round: 1, by: 1 });
     const late = (await waiter.rendezvous({ min: 2, max: 2 }).catch((e: unknown) => e)) as RendezvousClosedError;
     expect(late).toBeInstanceOf(RendezvousClosedError);
-    expect(late.message).toBe(`the run of session "${session}" has ended (rank 1 closed its rendezvous after round 1): a tab that arrives after the end has nothing to join; to train again, start a new session`);
+    expect(late.message).toBe(
+      `the run of session "${session}" has ended (rank 1 closed its rendezvous after round 1): a tab that arrives after the end has nothing to join; to train again, start a new session`,
+    );
     expect([late.round, late.closedBy]).toEqual([1, 1]);
     // A rank leaving after the end: the other hears it at once (its exit barrier fails), and no round forms.
     let rounds = 0;
@@ -279,7 +281,11 @@ describe('rendezvous', () => {
     const again = (await s2.gather(1, 'vote:1', [1, 0], 5_000).catch((e: unknown) => e)) as StoreError;
     expect(again.message).toContain('rank 2 gave its row of gather "vote:1" in round 1 already');
     const rows = Promise.all([s0.gather(1, 'vote:1', [0, 10], 5_000), s1.gather(1, 'vote:1', [0, 11], 5_000)]);
-    const expected = [[0, 10], [0, 11], [1, 12]];
+    const expected = [
+      [0, 10],
+      [0, 11],
+      [1, 12],
+    ];
     expect(await rows).toEqual([expected, expected]);
     expect(await hostile).toEqual(expected);
     const late = (await s2.gather(1, 'vote:1', [1, 0], 5_000).catch((e: unknown) => e)) as StoreError;
@@ -346,11 +352,18 @@ describe('places held by members (claim)', () => {
     expect(await c.claim(keys)).toEqual([idA, idB]);
     // Only members may look places up or take them.
     await expect(storeOnly.claim(keys, true)).rejects.toMatchObject({ code: 'NOT_JOINED' });
-    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(errorOf(StoreError, /1 to 64 places/, { code: 'BAD_MESSAGE' }));
-    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(errorOf(StoreError, /"take" must be true or false/, { code: 'BAD_MESSAGE' }));
+    await expect(storeOnly.request('claim', { keys: [], take: true })).rejects.toThrow(
+      errorOf(StoreError, /1 to 64 places/, { code: 'BAD_MESSAGE' }),
+    );
+    await expect(a.request('claim', { keys, take: 'yes' as unknown as boolean })).rejects.toThrow(
+      errorOf(StoreError, /"take" must be true or false/, { code: 'BAD_MESSAGE' }),
+    );
     // One member holds at most 16 places: it cannot take a session's places for itself.
     for (let i = 0; i < 15; i++) expect(await b.claim([`spam/${i}`], true)).toEqual([idB]);
-    await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({ code: 'QUOTA_KEYS', message: expect.stringMatching(/holds 16 places.*\(16\)/) });
+    await expect(b.claim(['spam/15'], true)).rejects.toMatchObject({
+      code: 'QUOTA_KEYS',
+      message: expect.stringMatching(/holds 16 places.*\(16\)/),
+    });
     // A member that leaves frees its place: the next taker gets it.
     a.close();
     await waitFor("a's place to come free", async () => (await c.claim(keys))[0] === -1);
@@ -383,7 +396,13 @@ describe('places held by members (claim)', () => {
       s.rendezvous!.remove(holders[0]!, 'its tab closed');
       expect(s.claim(late, ['p/late'], true)).toEqual([late]);
       expect(s.claim(late, ['p/0/0'], false)).toEqual([-1]);
-      expect(s.claim(late, holders.slice(1).map((_, i) => `p/${i + 1}/15`), false)).toEqual(holders.slice(1));
+      expect(
+        s.claim(
+          late,
+          holders.slice(1).map((_, i) => `p/${i + 1}/15`),
+          false,
+        ),
+      ).toEqual(holders.slice(1));
     } finally {
       s.rendezvous?.close();
     }

@@ -21,7 +21,17 @@ afterEach(async () => {
 });
 
 async function agent(session: string, min: number, max: number, rank?: number): Promise<RendezvousHandler> {
-  const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min, max, rank, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true });
+  const a = await RendezvousHandler.start({
+    url: server!.url,
+    session,
+    token: tokenFor(session),
+    min,
+    max,
+    rank,
+    timeoutMs: 5_000,
+    heartbeatIntervalMs: 100,
+    reconnect: true,
+  });
   agents.push(a);
   return a;
 }
@@ -38,7 +48,10 @@ describe('rendezvous rounds', () => {
     const lost = g1[0].pg.barrier(5_000).catch((e: Error) => e);
     b.shutdown();
     const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id)]);
-    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[2, 0, 2], [2, 1, 2]]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [2, 0, 2],
+      [2, 1, 2],
+    ]);
     expect(((await lost) as Error).message).toMatch(/lost rank 1|round 1 ended/);
     await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
   });
@@ -53,7 +66,11 @@ describe('rendezvous rounds', () => {
     members[1]!.shutdown();
     const g2 = await Promise.all([0, 2, 3].map((i) => members[i]!.nextRendezvous(g1[i]!.id)));
     // Ranks 0 and 2 keep theirs; rank 3 takes rank 1's place (renumbering in order would give 0, 1, 2).
-    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[2, 0, 3], [2, 2, 3], [2, 1, 3]]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [2, 0, 3],
+      [2, 2, 3],
+      [2, 1, 3],
+    ]);
     await lost;
     await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
   });
@@ -89,7 +106,10 @@ describe('rendezvous rounds', () => {
     // While b prepares, the others already train in a round of two.
     const rejoined = b.rejoin(async () => {
       const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id)]);
-      expect(g2.map((g) => [g.rank, g.worldSize])).toEqual([[0, 2], [1, 2]]);
+      expect(g2.map((g) => [g.rank, g.worldSize])).toEqual([
+        [0, 2],
+        [1, 2],
+      ]);
       prepared = true;
     });
     expect(await interrupted).toBeInstanceOf(Error);
@@ -100,7 +120,11 @@ describe('rendezvous rounds', () => {
     expect(await Promise.all(g2.map((g, i) => [a, c][i]!.regroup(g)))).toEqual([3, 3]);
     const g3 = await Promise.all([a.nextRendezvous(g2[0]!.id), c.nextRendezvous(g2[1]!.id), b.nextRendezvous(g1[1].id)]);
     // Survivors first, the rejoined member last.
-    expect(g3.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[3, 0, 3], [3, 1, 3], [3, 2, 3]]);
+    expect(g3.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [3, 0, 3],
+      [3, 1, 3],
+      [3, 2, 3],
+    ]);
     await Promise.all(g3.map((g) => g.pg.barrier(2_000)));
   });
 
@@ -135,7 +159,11 @@ describe('rendezvous rounds', () => {
     // A replacement takes the free rank; the rank asked for is kept, the survivor keeps its order.
     const d = await agent(session, 3, 3);
     const g2 = await Promise.all([a.nextRendezvous(g1[0].id), c.nextRendezvous(g1[2].id), d.nextRendezvous(0)]);
-    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[3, 2, 3], [3, 0, 3], [3, 1, 3]]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [3, 2, 3],
+      [3, 0, 3],
+      [3, 1, 3],
+    ]);
     await Promise.all(g2.map((g) => g.pg.barrier(2_000)));
   });
 
@@ -204,12 +232,26 @@ describe('rendezvous rounds', () => {
 
   it("reads a heartbeat's heard peers, and refuses them malformed", () => {
     expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4 }))).toEqual({ type: 'heartbeat', id: 4 });
-    expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } }))).toEqual({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } });
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: [0, 2] }))).toThrow(errorOf(ProtocolViolation, /field "heard" must be an object \{round, ranks\}/, { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: 'all' } }))).toThrow(errorOf(ProtocolViolation, /"heard.ranks" must be an array of at most 4096 ranks/, { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: new Array(5000).fill(0) } }))).toThrow(errorOf(ProtocolViolation, /at most 4096 ranks/, { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [-1] } }))).toThrow(errorOf(ProtocolViolation, /field "0"/, { code: 'BAD_MESSAGE' }));
-    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 'x', ranks: [] } }))).toThrow(errorOf(ProtocolViolation, /field "round"/, { code: 'BAD_MESSAGE' }));
+    expect(parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [0, 2] } }))).toEqual({
+      type: 'heartbeat',
+      id: 4,
+      heard: { round: 3, ranks: [0, 2] },
+    });
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: [0, 2] }))).toThrow(
+      errorOf(ProtocolViolation, /field "heard" must be an object \{round, ranks\}/, { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: 'all' } }))).toThrow(
+      errorOf(ProtocolViolation, /"heard.ranks" must be an array of at most 4096 ranks/, { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: new Array(5000).fill(0) } }))).toThrow(
+      errorOf(ProtocolViolation, /at most 4096 ranks/, { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 3, ranks: [-1] } }))).toThrow(
+      errorOf(ProtocolViolation, /field "0"/, { code: 'BAD_MESSAGE' }),
+    );
+    expect(() => parseRequest(JSON.stringify({ type: 'heartbeat', id: 4, heard: { round: 'x', ranks: [] } }))).toThrow(
+      errorOf(ProtocolViolation, /field "round"/, { code: 'BAD_MESSAGE' }),
+    );
   });
 
   it('does not evict live members when the server itself was held up past the heartbeat timeout', async () => {
@@ -264,7 +306,17 @@ describe('a member paused past its stall bound', () => {
     const reasons: string[] = [];
     const start = () =>
       RendezvousHandler.start(
-        { url: server!.url, session, token: tokenFor(session), min: 2, max: 3, timeoutMs: 10_000, heartbeatIntervalMs: 100, reconnect: true, stallTimeoutMs: 1_000 },
+        {
+          url: server!.url,
+          session,
+          token: tokenFor(session),
+          min: 2,
+          max: 3,
+          timeoutMs: 10_000,
+          heartbeatIntervalMs: 100,
+          reconnect: true,
+          stallTimeoutMs: 1_000,
+        },
         (e) => e.type === 'reconnecting' && reasons.push(e.reason),
       ).then((a) => (agents.push(a), a));
     const [a, b] = [await start(), await start()];

@@ -17,7 +17,11 @@ describe('segments', () => {
     }
   });
   it('gives the first length % parts segments the extra element', () => {
-    expect(segments(7, 3)).toEqual([{ start: 0, end: 3 }, { start: 3, end: 5 }, { start: 5, end: 7 }]);
+    expect(segments(7, 3)).toEqual([
+      { start: 0, end: 3 },
+      { start: 3, end: 5 },
+      { start: 5, end: 7 },
+    ]);
   });
 });
 

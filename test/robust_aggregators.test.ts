@@ -65,14 +65,19 @@ describe.skipIf(blocked !== undefined)(`robust aggregation against PyTorch${bloc
         center: center ? Array.from(center) : null,
       }));
       await writeFile(join(dir, 'in.json'), JSON.stringify({ cases }));
-      execFileSync('/usr/bin/python3', [join(import.meta.dirname, 'fixtures', 'robust_reference.py'), join(dir, 'in.json'), join(dir, 'out.json')], { stdio: 'pipe', timeout: 120_000 });
+      execFileSync(
+        '/usr/bin/python3',
+        [join(import.meta.dirname, 'fixtures', 'robust_reference.py'), join(dir, 'in.json'), join(dir, 'out.json')],
+        { stdio: 'pipe', timeout: 120_000 },
+      );
       const { results } = JSON.parse(await readFile(join(dir, 'out.json'), 'utf8')) as { results: number[][] };
       CASES.forEach(({ spec, blocks, center }, c) => {
         const ours = aggregate(spec, blocks, center).values;
         const theirs = results[c]!;
         expect(ours.length).toBe(theirs.length);
         let worst = 0;
-        for (let i = 0; i < ours.length; i++) worst = Math.max(worst, Math.abs(ours[i]! - theirs[i]!) / Math.max(1e-6, Math.abs(theirs[i]!)));
+        for (let i = 0; i < ours.length; i++)
+          worst = Math.max(worst, Math.abs(ours[i]! - theirs[i]!) / Math.max(1e-6, Math.abs(theirs[i]!)));
         // float64 sums rounded once to float32 on both sides: at most a last-bit difference.
         expect(worst, `case ${c} (${spec.kind})`).toBeLessThan(1e-6);
         // The median is a selection: torch's picks the very same float32 values (-0 or +0 where both are in the middle).
@@ -97,7 +102,14 @@ describe('robust aggregation', () => {
     expect(picked).toEqual([bits(Float32Array.of(-0)), bits(Float32Array.of(-0))]);
     // Centered clipping sums in rank order: the same inputs in the same order, the same bits.
     const cc = { kind: 'centered-clip', tau: 0.3, iterations: 4 } as const;
-    expect(bits(aggregate(cc, blocks).values)).toBe(bits(aggregate(cc, blocks.map((b) => b.slice())).values));
+    expect(bits(aggregate(cc, blocks).values)).toBe(
+      bits(
+        aggregate(
+          cc,
+          blocks.map((b) => b.slice()),
+        ).values,
+      ),
+    );
   });
 
   it('refuses a block holding a NaN or an infinity, names it and the index, and aggregates the rest', () => {
@@ -107,7 +119,12 @@ describe('robust aggregation', () => {
     const inf = blocks[3]!.slice();
     inf[4] = -Infinity;
     const withBad = [blocks[0]!, blocks[1]!, bad, inf, null];
-    for (const spec of [{ kind: 'trimmed-mean', trim: 1 }, { kind: 'median' }, { kind: 'centered-clip', tau: 1 }, { kind: 'mean' }] as const) {
+    for (const spec of [
+      { kind: 'trimmed-mean', trim: 1 },
+      { kind: 'median' },
+      { kind: 'centered-clip', tau: 1 },
+      { kind: 'mean' },
+    ] as const) {
       const r = aggregate(spec, withBad);
       expect(r.used).toBe(2);
       expect(r.judgments.map((j) => j.status)).toEqual(['used', 'used', 'refused', 'refused', 'absent']);
@@ -119,10 +136,12 @@ describe('robust aggregation', () => {
       expect(bits(r.values)).toBe(bits(aggregate(spec, [blocks[0]!, blocks[1]!], null).values));
     }
     expect(() => aggregate({ kind: 'median' }, [bad, null])).toThrow(NoContributionError);
-    expect(() => aggregate({ kind: 'median' }, [bad, null])).toThrow(errorOf(NoContributionError, /rank 0 refused \(non-finite value NaN at index 17\), rank 1 absent/));
+    expect(() => aggregate({ kind: 'median' }, [bad, null])).toThrow(
+      errorOf(NoContributionError, /rank 0 refused \(non-finite value NaN at index 17\), rank 1 absent/),
+    );
   });
 
-  it("judges each rank: a scaled contribution is far, trimmed everywhere and clipped hard; honest ones are not", () => {
+  it('judges each rank: a scaled contribution is far, trimmed everywhere and clipped hard; honest ones are not', () => {
     const honest = blocksOf(4, 400, 13);
     const hostile = honest[3]!.map((v) => v * 1000);
     const blocks = [honest[0]!, honest[1]!, honest[2]!, hostile];
@@ -163,9 +182,15 @@ describe('robust aggregation', () => {
 
   it('refuses specs no run can use', () => {
     expect(() => checkAggregationSpec({ kind: 'trimmed-mean', trim: -1 })).toThrow(errorOf(RangeError, /trim must be an integer >= 0/));
-    expect(() => checkAggregationSpec({ kind: 'centered-clip', tau: 0 })).toThrow(errorOf(RangeError, /tau must be a positive finite number or 'auto'/));
-    expect(() => checkAggregationSpec({ kind: 'centered-clip', tau: 1, iterations: 0 })).toThrow(errorOf(RangeError, /iterations must be an integer from 1/));
-    expect(() => checkAggregationSpec({ kind: 'krum' } as unknown as AggregationSpec)).toThrow(errorOf(RangeError, /unknown aggregation "krum"/));
+    expect(() => checkAggregationSpec({ kind: 'centered-clip', tau: 0 })).toThrow(
+      errorOf(RangeError, /tau must be a positive finite number or 'auto'/),
+    );
+    expect(() => checkAggregationSpec({ kind: 'centered-clip', tau: 1, iterations: 0 })).toThrow(
+      errorOf(RangeError, /iterations must be an integer from 1/),
+    );
+    expect(() => checkAggregationSpec({ kind: 'krum' } as unknown as AggregationSpec)).toThrow(
+      errorOf(RangeError, /unknown aggregation "krum"/),
+    );
   });
 });
 

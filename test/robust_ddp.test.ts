@@ -43,7 +43,17 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('robust');
   const net = new MemoryNetwork();
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -57,7 +67,11 @@ const WORLD = 4;
 async function train(aggregation: AggregationSpec, attack?: AttackKind): Promise<Float32Array[]> {
   const pgs = await groups(WORLD);
   try {
-    const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(mlp(), pg, { aggregation, ...(attack ? { attack: { kind: attack, attackers: 1 } } : {}) })));
+    const ddps = await Promise.all(
+      pgs.map((pg) =>
+        DistributedDataParallel.create(mlp(), pg, { aggregation, ...(attack ? { attack: { kind: attack, attackers: 1 } } : {}) }),
+      ),
+    );
     await Promise.all(
       ddps.map(async (d, r) => {
         const opt = new SGD({ lr: 0.2 });
@@ -92,7 +106,9 @@ describe('the direct all-gather', () => {
       const before = pgs.map((pg) => pg.bytesSent());
       const got = await Promise.all(pgs.map((pg, r) => gatherContributions(pg, r === 2 ? null : block(r), 5000)));
       for (const g of got) {
-        expect(g.blocks.map((b) => (b === null ? null : hashFloat32(b)))).toEqual([0, 1, null, 3].map((r) => (r === null ? null : hashFloat32(block(r)))));
+        expect(g.blocks.map((b) => (b === null ? null : hashFloat32(b)))).toEqual(
+          [0, 1, null, 3].map((r) => (r === null ? null : hashFloat32(block(r)))),
+        );
         expect(g.digests).toEqual(got[0]!.digests);
       }
       // The block and its presence flag, to each of the 3 others: (N-1) x what the ring all-reduce's 2(N-1)/N would send.
@@ -118,7 +134,9 @@ describe('a rank that sends different contributions to different ranks (equivoca
         const err = (got[r] as PromiseRejectedResult).reason as ContributionMismatchError;
         expect(err).toBeInstanceOf(ContributionMismatchError);
         expect([err.rank, err.step]).toEqual([2, 7]);
-        expect(err.message).toContain(`rank 2's contribution to step 7 as rank ${r} received it is not the one rank 2 published through the server`);
+        expect(err.message).toContain(
+          `rank 2's contribution to step 7 as rank ${r} received it is not the one rank 2 published through the server`,
+        );
       }
     } finally {
       await Promise.all(pgs.map((pg) => pg.destroy()));
@@ -138,7 +156,10 @@ describe('DistributedDataParallel with robust aggregation', () => {
     const clean = (await train({ kind: 'mean' }))[0]!;
     const progress = distance(clean, init);
     const off = (w: Float32Array) => distance(w, clean) / progress;
-    const robust: AggregationSpec[] = [{ kind: 'trimmed-mean', trim: 1 }, { kind: 'centered-clip', tau: 'auto', iterations: 3 }];
+    const robust: AggregationSpec[] = [
+      { kind: 'trimmed-mean', trim: 1 },
+      { kind: 'centered-clip', tau: 'auto', iterations: 3 },
+    ];
     const figures: Record<string, number> = {};
     // Without an attacker the robust rules train about as the mean does.
     for (const spec of robust) figures[`none/${spec.kind}`] = off((await train(spec))[0]!);
@@ -152,7 +173,7 @@ describe('DistributedDataParallel with robust aggregation', () => {
         figures[`${attack}/${spec.kind}`] = off(ranks[0]!);
       }
     }
-    console.log('distance from the clean run / the clean run\'s progress', figures);
+    console.log("distance from the clean run / the clean run's progress", figures);
     for (const spec of robust) expect(figures[`none/${spec.kind}`]!).toBeLessThan(0.5);
     for (const attack of ['scale', 'flip', 'noise'] as const) {
       expect(figures[`${attack}/mean`]!, attack).toBeGreaterThan(1);
@@ -189,7 +210,9 @@ describe('DistributedDataParallel with robust aggregation', () => {
       await Promise.all(ddps.map((d) => d.step(new SGD({ lr: 0.1 }))));
       expect(new Set(await Promise.all(ddps.map((d) => d.weightsHash()))).size).toBe(1);
       // When every rank's gradient is refused, the step fails on every rank, naming a parameter, and nothing is applied.
-      const all = await Promise.allSettled(ddps.map((d) => d.backward({ grads: Float32Array.from({ length: n }, () => NaN), loss: 1, computeMs: 0 })));
+      const all = await Promise.allSettled(
+        ddps.map((d) => d.backward({ grads: Float32Array.from({ length: n }, () => NaN), loss: 1, computeMs: 0 })),
+      );
       for (const r of all) expect(r.status === 'rejected' && r.reason instanceof NonFiniteGradientError).toBe(true);
       expect(() => ddps[0]!.step(new SGD({ lr: 0.1 }))).toThrow(/step\(\) before backward\(\)/);
     } finally {
@@ -200,7 +223,9 @@ describe('DistributedDataParallel with robust aggregation', () => {
   it('a rank without samples this step contributes no block and is marked absent', async () => {
     const pgs = await groups(3);
     try {
-      const ddps = await Promise.all(pgs.map((pg) => DistributedDataParallel.create(mlp(), pg, { aggregation: { kind: 'trimmed-mean', trim: 1 } })));
+      const ddps = await Promise.all(
+        pgs.map((pg) => DistributedDataParallel.create(mlp(), pg, { aggregation: { kind: 'trimmed-mean', trim: 1 } })),
+      );
       const { x, y } = data.batch(Array.from({ length: 8 }, (_, i) => i));
       await Promise.all(
         ddps.map(async (d, r) => {
@@ -225,10 +250,14 @@ describe('DistributedDataParallel with robust aggregation', () => {
     const [pg] = await groups(1);
     try {
       const d = await DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'trimmed-mean', trim: 1 } });
-      expect(() => d.registerCommHook(fp16CompressHook())).toThrow(/the communication hook fp16_compress cannot combine with robust aggregation \(trimmed-mean \(trim 1\)\)/);
+      expect(() => d.registerCommHook(fp16CompressHook())).toThrow(
+        /the communication hook fp16_compress cannot combine with robust aggregation \(trimmed-mean \(trim 1\)\)/,
+      );
       expect(() => d.registerCommHook(new DiLoCo({ syncEvery: 4 }))).toThrow(/DiLoCoOptions\.aggregation/);
       expect(() => d.carry(Float32Array.of(1))).toThrow(/carry: values cannot ride on the gradients under robust aggregation/);
-      await expect(DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'centered-clip', tau: -1 }, initSync: false })).rejects.toThrow(errorOf(RangeError, /tau must be a positive/));
+      await expect(
+        DistributedDataParallel.create(mlp(), pg!, { aggregation: { kind: 'centered-clip', tau: -1 }, initSync: false }),
+      ).rejects.toThrow(errorOf(RangeError, /tau must be a positive/));
       // A world of one exchanges nothing: its own gradient is the trimmed mean of one.
       const g = Float32Array.from({ length: d.parameterCount }, (_, i) => i / 100);
       await d.backward({ grads: g, loss: 0, computeMs: 0 });

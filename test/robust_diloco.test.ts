@@ -36,7 +36,17 @@ async function groups(n: number): Promise<ProcessGroup[]> {
   const session = uniqueSession('robust-diloco');
   const net = new MemoryNetwork();
   return Promise.all(
-    Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 10_000, linkFactory: net.factoryFor(rank) })),
+    Array.from({ length: n }, (_, rank) =>
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 10_000,
+        linkFactory: net.factoryFor(rank),
+      }),
+    ),
   );
 }
 
@@ -55,7 +65,10 @@ function innerDelta(r: number, p: number): Float32Array {
 }
 
 /** 4 ranks take `phases` outer steps with `options` (each rank's inner steps: outer weights less innerDelta): each rank's outer weights after. */
-async function outerSteps(options: Omit<DiLoCoOptions, 'syncEvery'>, phases: number): Promise<{ outer: Float32Array[]; dilocos: DiLoCo[] }> {
+async function outerSteps(
+  options: Omit<DiLoCoOptions, 'syncEvery'>,
+  phases: number,
+): Promise<{ outer: Float32Array[]; dilocos: DiLoCo[] }> {
   const pgs = await groups(4);
   try {
     const models = pgs.map(() => smallModel());
@@ -67,7 +80,10 @@ async function outerSteps(options: Omit<DiLoCoOptions, 'syncEvery'>, phases: num
       const outer = dilocos[0]!.stateDict().tensors['outer_weights']!;
       models.forEach((m, r) => {
         const d = innerDelta(r, p);
-        assignFlatWeights(m, outer.map((v, i) => v - d[i]!));
+        assignFlatWeights(
+          m,
+          outer.map((v, i) => v - d[i]!),
+        );
       });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, p)));
     }
@@ -159,7 +175,10 @@ describe("DiLoCo's outer step", () => {
           rank,
           timeoutMs: 10_000,
           linkFactory: net.factoryFor(rank),
-          state: new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), optimizer: () => new SGD({ lr: 0.1 }) }),
+          state: new TrainState({
+            model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }),
+            optimizer: () => new SGD({ lr: 0.1 }),
+          }),
           datasetLength: 96,
           batchSize: 8,
           steps: 4,

@@ -81,7 +81,9 @@ describe("runElastic's aggregation events", () => {
   it('a robust DDP run: one event per step on every rank, the same on each, the scaled rank far above the median norm', async () => {
     const events = await run({ ddp: { aggregation: { kind: 'trimmed-mean', trim: 1 }, attack: { kind: 'scale', attackers: 1 } } }, 4);
     for (const [rank, es] of events.entries()) {
-      expect(es.map((e) => [e.rank, e.step, e.of, e.kind, e.used])).toEqual([1, 2, 3, 4].map((step) => [rank, step, 'gradients', 'trimmed-mean', 3]));
+      expect(es.map((e) => [e.rank, e.step, e.of, e.kind, e.used])).toEqual(
+        [1, 2, 3, 4].map((step) => [rank, step, 'gradients', 'trimmed-mean', 3]),
+      );
     }
     expect(judged(events[1]!)).toEqual(judged(events[0]!));
     expect(judged(events[2]!)).toEqual(judged(events[0]!));
@@ -110,9 +112,13 @@ describe("runElastic's aggregation events", () => {
     expect(summary.ranks[2]!.meanNormRatio).toBeGreaterThan(100);
   });
 
-  it("DiLoCo with a robust outer step: an event per outer step, of the pseudo-gradients; a run under the mean reports none", async () => {
-    const events = await run({ diloco: { syncEvery: 2, aggregation: { kind: 'centered-clip', tau: 'auto' }, attack: { kind: 'scale', attackers: 1 } } }, 4);
-    for (const es of events) expect(es.map((e) => [e.step, e.of, e.kind])).toEqual([2, 4].map((step) => [step, 'pseudo-gradients', 'centered-clip']));
+  it('DiLoCo with a robust outer step: an event per outer step, of the pseudo-gradients; a run under the mean reports none', async () => {
+    const events = await run(
+      { diloco: { syncEvery: 2, aggregation: { kind: 'centered-clip', tau: 'auto' }, attack: { kind: 'scale', attackers: 1 } } },
+      4,
+    );
+    for (const es of events)
+      expect(es.map((e) => [e.step, e.of, e.kind])).toEqual([2, 4].map((step) => [step, 'pseudo-gradients', 'centered-clip']));
     expect(judged(events[2]!)).toEqual(judged(events[0]!));
     const hostile = events[0]!.map((e) => e.ranks[2]!);
     expect(hostile.every((r) => r.normRatio! > 100 && r.clipScale < 0.1)).toBe(true);

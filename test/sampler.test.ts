@@ -33,17 +33,10 @@ function isPermutation(values: ArrayLike<number>, n: number): boolean {
  * A literal transcription of torch/utils/data/distributed.py (__init__ + __iter__), list
  * operations and all, used as an oracle for the index arithmetic in src/datasets/sampler.ts.
  */
-function torchReference(
-  order: number[],
-  numReplicas: number,
-  rank: number,
-  dropLast: boolean,
-): number[] {
+function torchReference(order: number[], numReplicas: number, rank: number, dropLast: boolean): number[] {
   const len = order.length;
   const numSamples =
-    dropLast && len % numReplicas !== 0
-      ? Math.max(0, Math.ceil((len - numReplicas) / numReplicas))
-      : Math.ceil(len / numReplicas);
+    dropLast && len % numReplicas !== 0 ? Math.max(0, Math.ceil((len - numReplicas) / numReplicas)) : Math.ceil(len / numReplicas);
   const totalSize = numSamples * numReplicas;
   let indices = [...order];
   if (!dropLast) {
@@ -65,11 +58,7 @@ function torchReference(
   return out;
 }
 
-function allRanks(
-  datasetLength: number,
-  options: Omit<DistributedSamplerOptions, 'rank'>,
-  epoch = 0,
-): number[][] {
+function allRanks(datasetLength: number, options: Omit<DistributedSamplerOptions, 'rank'>, epoch = 0): number[][] {
   const out: number[][] = [];
   for (let rank = 0; rank < options.numReplicas; rank++) {
     const s = new DistributedSampler(datasetLength, { ...options, rank });
@@ -110,7 +99,7 @@ describe('Mt19937', () => {
     expect(out[38]).toBe(2756748748);
   });
 
-  it('only uses the low 32 bits of the seed, negative seeds as two\'s complement', () => {
+  it("only uses the low 32 bits of the seed, negative seeds as two's complement", () => {
     // at::mt19937_engine::init_with_uint32 stores `seed & 0xffffffff`; torch's Python
     // manual_seed maps negative ints to uint64 by two's complement (unpack_uint64).
     expect(take(new Mt19937(2 ** 32 + 137), 5)).toEqual(take(new Mt19937(137), 5));
@@ -419,12 +408,7 @@ describe('DistributedSampler startIndex', () => {
       [7, 5],
     ]);
     // Same remainder with dropLast: 6 % 4 != 0 -> ceil((6 - 4) / 4) = 1, total 4.
-    expect(allRanks(10, { numReplicas: 4, shuffle: false, startIndex: 4, dropLast: true })).toEqual([
-      [4],
-      [5],
-      [6],
-      [7],
-    ]);
+    expect(allRanks(10, { numReplicas: 4, shuffle: false, startIndex: 4, dropLast: true })).toEqual([[4], [5], [6], [7]]);
   });
 
   it('covers exactly the remaining indices of the shuffled order', () => {
@@ -494,14 +478,17 @@ describe('DistributedSampler state dict', () => {
     expect(rest.sort((a, b) => a - b)).toEqual(order.slice(40).sort((a, b) => a - b));
   });
 
-  it('counts the padding at the end of each rank\'s list (torch repeats the head of the order)', () => {
+  it("counts the padding at the end of each rank's list (torch repeats the head of the order)", () => {
     // 10 samples over 4 ranks: 3 each, 2 repeats, on ranks 2 and 3.
     const pads = [0, 1, 2, 3].map((rank) => new DistributedSampler(10, { numReplicas: 4, rank, shuffle: false }).numPadding);
     expect(pads).toEqual([0, 0, 1, 1]);
     expect(new DistributedSampler(10, { numReplicas: 4, rank: 3, shuffle: false }).indices()).toEqual([3, 7, 1]);
     // From position 7: 3 left over 2 ranks: rank 1 gets one repeat.
     const from7 = [0, 1].map((rank) => new DistributedSampler(10, { numReplicas: 2, rank, shuffle: false, startIndex: 7 }));
-    expect(from7.map((s) => [s.indices(), s.numPadding])).toEqual([[[7, 9], 0], [[8, 7], 1]]);
+    expect(from7.map((s) => [s.indices(), s.numPadding])).toEqual([
+      [[7, 9], 0],
+      [[8, 7], 1],
+    ]);
     // Nothing left, an even split, and dropLast: no padding.
     expect(new DistributedSampler(10, { numReplicas: 3, rank: 2, startIndex: 10 }).numPadding).toBe(0);
     expect(new DistributedSampler(12, { numReplicas: 4, rank: 3 }).numPadding).toBe(0);
@@ -537,15 +524,15 @@ describe('argument validation', () => {
   });
 
   it('datasetLength must be a non-negative integer', () => {
-    expect(() => new DistributedSampler(-1, ok)).toThrow(
-      'Invalid datasetLength -1, datasetLength should be a non-negative integer',
-    );
+    expect(() => new DistributedSampler(-1, ok)).toThrow('Invalid datasetLength -1, datasetLength should be a non-negative integer');
     expect(() => new DistributedSampler(2.5, ok)).toThrow(RangeError);
     expect(() => epochOrder(-3)).toThrow(errorOf(RangeError, /Invalid datasetLength -3/));
   });
 
   it('seed and epoch must be integers', () => {
-    expect(() => new DistributedSampler(10, { ...ok, seed: 0.5 })).toThrow(errorOf(RangeError, /Invalid seed 0.5, seed should be an integer/));
+    expect(() => new DistributedSampler(10, { ...ok, seed: 0.5 })).toThrow(
+      errorOf(RangeError, /Invalid seed 0.5, seed should be an integer/),
+    );
     const s = new DistributedSampler(10, ok);
     expect(() => s.setEpoch(1.5)).toThrow(errorOf(RangeError, /Invalid epoch 1.5, epoch should be an integer/));
     expect(() => s.setEpoch(Number.POSITIVE_INFINITY)).toThrow(RangeError);

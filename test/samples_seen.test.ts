@@ -41,7 +41,22 @@ function simulate(rounds: Simulated[]): ElasticEvent[] {
       ({ epoch, position } = history[step]!);
     }
     if (r.wrongPosition !== undefined) position = r.wrongPosition;
-    events.push({ type: 'round', round: key, rank: 0, worldSize: r.worldSize, step, epoch, position, datasetLength: LENGTH, shuffle: true, seed: SEED, dropLast: false, source: step === 0 ? 'fresh' : 'replica', from: 0, redone: false });
+    events.push({
+      type: 'round',
+      round: key,
+      rank: 0,
+      worldSize: r.worldSize,
+      step,
+      epoch,
+      position,
+      datasetLength: LENGTH,
+      shuffle: true,
+      seed: SEED,
+      dropLast: false,
+      source: step === 0 ? 'fresh' : 'replica',
+      from: 0,
+      redone: false,
+    });
     const shard = () =>
       Array.from({ length: r.worldSize }, (_, rank) => {
         const s = new DistributedSampler(LENGTH, { numReplicas: r.worldSize, rank, seed: SEED });
@@ -57,7 +72,15 @@ function simulate(rounds: Simulated[]): ElasticEvent[] {
         const { indices, padFrom } = shards[rank]!;
         const from = k * BATCH;
         const to = Math.min(from + BATCH, indices.length);
-        events.push({ type: 'batch', round: key, rank, step: step + 1, epoch, indices: indices.slice(from, to), padding: Math.max(0, to - Math.max(from, padFrom)) });
+        events.push({
+          type: 'batch',
+          round: key,
+          rank,
+          step: step + 1,
+          epoch,
+          indices: indices.slice(from, to),
+          padding: Math.max(0, to - Math.max(from, padFrom)),
+        });
       }
       if (n === r.steps) break; // the failed step is not committed
       const stepsInEpoch = Math.ceil(shards[0]!.indices.length / BATCH);
@@ -74,7 +97,18 @@ function simulate(rounds: Simulated[]): ElasticEvent[] {
   });
   const last = rounds[rounds.length - 1]!;
   for (let rank = 0; rank < last.worldSize; rank++) {
-    events.push({ type: 'end', round: `inst.${rounds.length}`, rank, worldSize: last.worldSize, steps: step, epoch, generations: rounds.length, stepsRedone: 0, stoppedBy: null, weightHash: 'h' });
+    events.push({
+      type: 'end',
+      round: `inst.${rounds.length}`,
+      rank,
+      worldSize: last.worldSize,
+      steps: step,
+      epoch,
+      generations: rounds.length,
+      stepsRedone: 0,
+      stoppedBy: null,
+      weightHash: 'h',
+    });
   }
   return events;
 }

@@ -26,10 +26,18 @@ const round = (key: string, rank: number, worldSize: number): ElasticEvent => ({
   from: 0,
   redone: false,
 });
-const batch = (key: string, rank: number): ElasticEvent => ({ type: 'batch', round: key, rank, step: 1, epoch: 0, indices: [], padding: 0 });
+const batch = (key: string, rank: number): ElasticEvent => ({
+  type: 'batch',
+  round: key,
+  rank,
+  step: 1,
+  epoch: 0,
+  indices: [],
+  padding: 0,
+});
 
 describe('FaultTimes', () => {
-  it('times a kill from the fault to its detection, the new round and the new round\'s first step', () => {
+  it("times a kill from the fault to its detection, the new round and the new round's first step", () => {
     const t = new FaultTimes();
     t.onEvent(0, round('i:1', 0, 4), 0);
     t.add({ fault: 'kill rank 2 at step 5', kind: 'kill', atStep: 5 }, 1000);
@@ -39,7 +47,9 @@ describe('FaultTimes', () => {
     t.onEvent(0, round('i:2', 0, 3), 1500);
     t.onEvent(0, batch('i:2', 0), 1700);
     t.onEvent(1, batch('i:2', 1), 1800);
-    expect(t.report()).toEqual([{ fault: 'kill rank 2 at step 5', atStep: 5, worldSize: 4, detectedAfterMs: 100, recoveredAfterMs: 400, regroupMs: 600 }]);
+    expect(t.report()).toEqual([
+      { fault: 'kill rank 2 at step 5', atStep: 5, worldSize: 4, detectedAfterMs: 100, recoveredAfterMs: 400, regroupMs: 600 },
+    ]);
   });
 
   it('detects a join at the vote that regroups, and leaves a fault nobody noticed without figures', () => {
@@ -90,7 +100,12 @@ describe('Churn', () => {
     vi.useFakeTimers();
     const got: ChurnFault[] = [];
     let ranks = [0, 1, 2, 3];
-    const churn = new Churn(1000, 2, () => [...ranks], async (f) => void got.push(f));
+    const churn = new Churn(
+      1000,
+      2,
+      () => [...ranks],
+      async (f) => void got.push(f),
+    );
     churn.start();
     churn.start(); // a second start does not double the rate
     await vi.advanceTimersByTimeAsync(4000);
@@ -110,10 +125,15 @@ describe('Churn', () => {
     vi.useFakeTimers();
     const got: ChurnFault[] = [];
     let done: () => void = () => {};
-    const churn = new Churn(1000, 1, () => [0, 1, 2], (f) => {
-      got.push(f);
-      return new Promise<void>((r) => (done = r));
-    });
+    const churn = new Churn(
+      1000,
+      1,
+      () => [0, 1, 2],
+      (f) => {
+        got.push(f);
+        return new Promise<void>((r) => (done = r));
+      },
+    );
     churn.start();
     vi.advanceTimersByTime(3000);
     expect(got).toHaveLength(1);
@@ -161,7 +181,12 @@ describe('timelineSummary', () => {
       { rank: 0, timelineMs: { compute: 10, waitSlowest: 0, wire: 4, vote: 2 }, bareAllReduceMs: 2 },
       { rank: 1, timelineMs: { compute: 20, waitSlowest: 8, wire: 4, vote: 4 }, bareAllReduceMs: 3 },
     ]);
-    expect(s).toEqual({ timelineMs: { compute: 15, waitSlowest: 4, wire: 4, vote: 3 }, bareAllReduceMs: 3, commOverBare: 3.67, wireOverBare: 1.33 });
+    expect(s).toEqual({
+      timelineMs: { compute: 15, waitSlowest: 4, wire: 4, vote: 3 },
+      bareAllReduceMs: 3,
+      commOverBare: 3.67,
+      wireOverBare: 1.33,
+    });
   });
 
   it('says nothing for ranks without a timeline (a pipeline, a parameter server)', () => {

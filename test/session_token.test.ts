@@ -58,12 +58,16 @@ describe('session tokens', () => {
     const owner = await connect(server, session);
     await owner.set('secret', 'weights of rank 0');
 
-    const wrong = (await StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 }).catch((e: unknown) => e)) as UnauthorizedError;
+    const wrong = (await StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 }).catch(
+      (e: unknown) => e,
+    )) as UnauthorizedError;
     expect(wrong).toBeInstanceOf(UnauthorizedError);
     expect(wrong.code).toBe('UNAUTHORIZED');
     expect(wrong.message).toContain(`wrong token for session "${session}"`);
 
-    const short = (await StoreClient.connect(server.url, { session, token: 'abc', timeoutMs: 2_000 }).catch((e: unknown) => e)) as UnauthorizedError;
+    const short = (await StoreClient.connect(server.url, { session, token: 'abc', timeoutMs: 2_000 }).catch(
+      (e: unknown) => e,
+    )) as UnauthorizedError;
     expect(short).toBeInstanceOf(UnauthorizedError);
     expect(short.message).toMatch(/22-128 characters/);
 
@@ -117,7 +121,9 @@ describe('session tokens', () => {
     const session = uniqueSession('pg');
     const member = initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 1, timeoutMs: 5_000 });
     const pg = await member;
-    const err = await initProcessGroup({ url: server.url, session, token: newSessionToken(), worldSize: 1, timeoutMs: 5_000 }).catch((e: unknown) => e);
+    const err = await initProcessGroup({ url: server.url, session, token: newSessionToken(), worldSize: 1, timeoutMs: 5_000 }).catch(
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(UnauthorizedError);
     expect(Array.from(await pg.allReduce(Float32Array.of(3)))).toEqual([3]);
     pg.destroy();
@@ -128,7 +134,9 @@ describe('session tokens', () => {
     const session = uniqueSession('idle');
     (await connect(server, session)).close();
     await expect.poll(() => server!.sessions.has(session), { timeout: 5_000, interval: 100 }).toBe(false);
-    await expect(StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 })).rejects.toThrow(errorOf(UnauthorizedError, /wrong token/, { code: 'UNAUTHORIZED' }));
+    await expect(StoreClient.connect(server.url, { session, token: newSessionToken(), timeoutMs: 2_000 })).rejects.toThrow(
+      errorOf(UnauthorizedError, /wrong token/, { code: 'UNAUTHORIZED' }),
+    );
     (await connect(server, session)).close();
   });
 

@@ -26,7 +26,9 @@ export default class SlowestVitestReporter implements Reporter {
         `Slowest test files (of ${files.length}; import + tests):`,
         ...files.slice(0, TOP).map((f) => `  ${seconds(f.ms).padStart(7)}  ${f.file} (import ${seconds(f.importMs)})`),
         `Slowest tests (of ${tests.length}):`,
-        ...tests.slice(0, TOP).map((t) => `  ${seconds(t.ms).padStart(7)}  ${t.title.length > 150 ? `${t.title.slice(0, 149)}…` : t.title}`),
+        ...tests
+          .slice(0, TOP)
+          .map((t) => `  ${seconds(t.ms).padStart(7)}  ${t.title.length > 150 ? `${t.title.slice(0, 149)}…` : t.title}`),
       ].join('\n'),
     );
   }

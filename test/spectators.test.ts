@@ -22,8 +22,17 @@ afterEach(async () => {
   server = undefined;
 });
 
-async function agent(session: string, min: number, max: number, more: Partial<RendezvousOptions> = {}, listener?: (e: RendezvousEvent) => void): Promise<RendezvousHandler> {
-  const a = await RendezvousHandler.start({ url: server!.url, session, token: tokenFor(session), min, max, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true, ...more }, listener);
+async function agent(
+  session: string,
+  min: number,
+  max: number,
+  more: Partial<RendezvousOptions> = {},
+  listener?: (e: RendezvousEvent) => void,
+): Promise<RendezvousHandler> {
+  const a = await RendezvousHandler.start(
+    { url: server!.url, session, token: tokenFor(session), min, max, timeoutMs: 5_000, heartbeatIntervalMs: 100, reconnect: true, ...more },
+    listener,
+  );
   agents.push(a);
   return a;
 }
@@ -32,7 +41,11 @@ async function agent(session: string, min: number, max: number, more: Partial<Re
 async function fullGroup(session: string) {
   const members = [await agent(session, 1, 3), await agent(session, 1, 3), await agent(session, 1, 3)];
   const rounds = await Promise.all(members.map((m) => m.nextRendezvous(0)));
-  expect(rounds.map((r) => [r.round, r.rank, r.worldSize])).toEqual([[1, 0, 3], [1, 1, 3], [1, 2, 3]]);
+  expect(rounds.map((r) => [r.round, r.rank, r.worldSize])).toEqual([
+    [1, 0, 3],
+    [1, 1, 3],
+    [1, 2, 3],
+  ]);
   return { members, rounds };
 }
 
@@ -49,7 +62,11 @@ describe('spectators', () => {
     // Member 1 (rank 1) leaves: survivors keep their order, the spectator takes the last rank.
     members[1]!.shutdown();
     const next = await Promise.all([members[0]!.nextRendezvous(rounds[0]!.id), members[2]!.nextRendezvous(rounds[2]!.id), first]);
-    expect(next.map((r) => [r.round, r.rank, r.worldSize])).toEqual([[2, 0, 3], [2, 1, 3], [2, 2, 3]]);
+    expect(next.map((r) => [r.round, r.rank, r.worldSize])).toEqual([
+      [2, 0, 3],
+      [2, 1, 3],
+      [2, 2, 3],
+    ]);
     await Promise.all(next.map((r) => r.pg.barrier(3_000)));
   });
 
@@ -86,10 +103,22 @@ describe('spectators', () => {
     const s1 = await agent(session, 1, 1, { spectate: true });
     const err = (await agent(session, 1, 1, { spectate: true }).catch((e: unknown) => e)) as RendezvousError;
     expect(err).toBeInstanceOf(RendezvousError);
-    expect([err.code, err.message]).toEqual(['SESSION_FULL', `session "${session}" is full: all 1 ranks have joined, and 1 spectators wait, the most it takes`]);
+    expect([err.code, err.message]).toEqual([
+      'SESSION_FULL',
+      `session "${session}" is full: all 1 ranks have joined, and 1 spectators wait, the most it takes`,
+    ]);
     expect(err.details).toMatchObject({ max: 1, spectators: 1, maxSpectators: 1 });
     s1.shutdown();
-    await expect.poll(() => agent(session, 1, 1, { spectate: true }).then(() => true, () => false), { timeout: 3_000 }).toBe(true);
+    await expect
+      .poll(
+        () =>
+          agent(session, 1, 1, { spectate: true }).then(
+            () => true,
+            () => false,
+          ),
+        { timeout: 3_000 },
+      )
+      .toBe(true);
   });
 
   it('numNodesWaiting counts only members a regroup could admit: spectators cause no regroup churn', async () => {
@@ -104,13 +133,19 @@ describe('spectators', () => {
     const c = await agent(session, 2, 3);
     const spectating: RendezvousEvent[] = [];
     const d = await agent(session, 2, 3, { spectate: true }, (e) => e.type === 'spectating' && spectating.push(e));
-    await expect.poll(() => waits.at(-1)).toEqual({ type: 'waiting', waiting: 1, spectators: 1, members: 4, min: 2, max: 3, running: true });
+    await expect
+      .poll(() => waits.at(-1))
+      .toEqual({ type: 'waiting', waiting: 1, spectators: 1, members: 4, min: 2, max: 3, running: true });
     expect(a.numNodesWaiting()).toBe(1);
     expect(spectating).toEqual([{ type: 'spectating', round: 1, worldSize: 2, max: 3 }]);
 
     expect(await Promise.all([a.regroup(g1[0]!), b.regroup(g1[1]!)])).toEqual([2, 2]);
     const g2 = await Promise.all([a.nextRendezvous(g1[0]!.id), b.nextRendezvous(g1[1]!.id), c.nextRendezvous(0)]);
-    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([[2, 0, 3], [2, 1, 3], [2, 2, 3]]);
+    expect(g2.map((g) => [g.round, g.rank, g.worldSize])).toEqual([
+      [2, 0, 3],
+      [2, 1, 3],
+      [2, 2, 3],
+    ]);
     // The spectator is told the new round runs without it.
     await expect.poll(() => spectating.at(-1)).toEqual({ type: 'spectating', round: 2, worldSize: 3, max: 3 });
     await expect.poll(() => waits.at(-1)).toMatchObject({ waiting: 0, spectators: 1, members: 4, running: true });
@@ -125,17 +160,32 @@ describe('spectators', () => {
 
 describe('spectator messages', () => {
   it('parses spectate and the waiting event with spectators, and refuses bad ones', () => {
-    expect(parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: true }))).toEqual({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: true });
-    expect(() => parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: 'yes' }))).toThrow(errorOf(ProtocolViolation, /"spectate" must be true or false/, { code: 'BAD_MESSAGE' }));
+    expect(parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: true }))).toEqual({
+      type: 'rendezvous',
+      id: 1,
+      min: 1,
+      max: 3,
+      spectate: true,
+    });
+    expect(() => parseRequest(JSON.stringify({ type: 'rendezvous', id: 1, min: 1, max: 3, spectate: 'yes' }))).toThrow(
+      errorOf(ProtocolViolation, /"spectate" must be true or false/, { code: 'BAD_MESSAGE' }),
+    );
     const waiting = { type: 'waiting', round: 1, waiting: 0, spectators: 70, members: 73, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(waiting))).toEqual(waiting);
-    expect(() => parseServerMessage(JSON.stringify({ ...waiting, spectators: undefined }))).toThrow(errorOf(ServerMessageError, /bad members or spectators/, { messageType: 'waiting' }));
+    expect(() => parseServerMessage(JSON.stringify({ ...waiting, spectators: undefined }))).toThrow(
+      errorOf(ServerMessageError, /bad members or spectators/, { messageType: 'waiting' }),
+    );
     const round = { type: 'round', round: 1, rank: -1, worldSize: 3, members: [4, 1, 9], paused: false, min: 1, max: 3 };
     expect(parseServerMessage(JSON.stringify(round))).toEqual(round);
     // Who is who comes from the server: one distinct member id per rank, or the round is refused.
     for (const members of [[4, 1], [4, 4, 9], [4, 0, 9], [4, 1.5, 9], undefined]) {
-      expect(() => parseServerMessage(JSON.stringify({ ...round, members }))).toThrow(errorOf(ServerMessageError, /bad members/, { messageType: 'round' }));
+      expect(() => parseServerMessage(JSON.stringify({ ...round, members }))).toThrow(
+        errorOf(ServerMessageError, /bad members/, { messageType: 'round' }),
+      );
     }
-    expect(parseServerMessage(JSON.stringify({ ...round, worldSize: 0, paused: true, members: [] }))).toMatchObject({ paused: true, members: [] });
+    expect(parseServerMessage(JSON.stringify({ ...round, worldSize: 0, paused: true, members: [] }))).toMatchObject({
+      paused: true,
+      members: [],
+    });
   });
 });

@@ -40,7 +40,16 @@ describe('a silent peer, judged on the time this page ran', () => {
     let now = 0;
     const gap = new TickGap(10_000, () => now, 2_000);
     const found: number[] = [];
-    const mb = new Mailbox(1, 600_000, () => found.push(now), { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 1 << 16 }, () => 0, '', new Map(), () => gap.running());
+    const mb = new Mailbox(
+      1,
+      600_000,
+      () => found.push(now),
+      { maxSeqAhead: 4, maxStep: 2, maxBufferedBytes: 1 << 16 },
+      () => 0,
+      '',
+      new Map(),
+      () => gap.running(),
+    );
     mb.heard(0); // its link opened at 0
     const d = { collective: Collective.allReduce, reduceOp: 0, numel: 4, root: 0 } as const;
     void mb.receive(0, FrameKind.collective, 1, 0, d, 16, () => {}, Promise.resolve()).catch(() => {});

@@ -50,7 +50,12 @@ class Schedule {
 
 describe('TrainState', () => {
   it('a replica that loads the state dict trains on bit-identically to the one it came from', async () => {
-    const make = (seed: number, extras = new Schedule()) => new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed }), optimizer: () => tf.train.adam(0.01), extras });
+    const make = (seed: number, extras = new Schedule()) =>
+      new TrainState({
+        model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed }),
+        optimizer: () => tf.train.adam(0.01),
+        extras,
+      });
     const sourceExtras = new Schedule();
     const source = make(1, sourceExtras);
     for (let s = 0; s < 3; s++) adamStep(source, s * 8);
@@ -76,25 +81,39 @@ describe('TrainState', () => {
   });
 
   it('refuses weights with a NaN or an infinity, and progress no run can be at, leaving the model as it was', async () => {
-    const state = new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 }), optimizer: () => tf.train.adam(0.01) });
+    const state = new TrainState({
+      model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 1 }),
+      optimizer: () => tf.train.adam(0.01),
+    });
     const before = await weightsHash(state.model);
     const sd = await state.stateDict();
     const poisoned = { ...sd, model: { ...sd.model, weightData: sd.model.weightData.slice(0) } };
     new Float32Array(poisoned.model.weightData)[5] = Number.NaN;
     await expect(state.loadStateDict(poisoned)).rejects.toThrow(NonFiniteWeightsError);
-    await expect(state.loadStateDict(poisoned)).rejects.toThrow(errorOf(NonFiniteWeightsError, /the loaded training state: parameter 0 \(.*kernel.*\) holds a NaN or an infinity/));
-    for (const progress of [{ step: -1, epoch: 0, position: 0 }, { step: 1, epoch: 2 ** 40, position: 0 }, { step: 1, epoch: 0, position: 0.5 }]) {
+    await expect(state.loadStateDict(poisoned)).rejects.toThrow(
+      errorOf(NonFiniteWeightsError, /the loaded training state: parameter 0 \(.*kernel.*\) holds a NaN or an infinity/),
+    );
+    for (const progress of [
+      { step: -1, epoch: 0, position: 0 },
+      { step: 1, epoch: 2 ** 40, position: 0 },
+      { step: 1, epoch: 0, position: 0.5 },
+    ]) {
       await expect(state.loadStateDict({ ...sd, progress })).rejects.toThrow(errorOf(RangeError, /progress\.(step|epoch|position)/));
     }
     const flat = await flatTrainableWeights(state.model);
     flat[flat.length - 1] = Number.POSITIVE_INFINITY;
-    expect(() => assignFlatWeights(state.model, flat, 'the model averaging')).toThrow(errorOf(NonFiniteWeightsError, /^the model averaging: parameter \d+ \(.*\) holds a NaN or an infinity/));
+    expect(() => assignFlatWeights(state.model, flat, 'the model averaging')).toThrow(
+      errorOf(NonFiniteWeightsError, /^the model averaging: parameter \d+ \(.*\) holds a NaN or an infinity/),
+    );
     expect(await weightsHash(state.model)).toBe(before);
     state.dispose();
   });
 
   it('loading a state again and again leaks no tensor', async () => {
-    const state = new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), optimizer: () => tf.train.adam(0.01) });
+    const state = new TrainState({
+      model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }),
+      optimizer: () => tf.train.adam(0.01),
+    });
     adamStep(state, 0);
     const sd = await state.stateDict();
     await state.loadStateDict(sd);
@@ -104,7 +123,10 @@ describe('TrainState', () => {
   });
 
   it('taking the state dict again and again leaks no tensor (a checkpoint, a recovery source)', async () => {
-    const state = new TrainState({ model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }), optimizer: () => tf.train.adam(0.01) });
+    const state = new TrainState({
+      model: buildModel({ kind: 'mlp', inputShape: [16], numClasses: 4, seed: 3 }),
+      optimizer: () => tf.train.adam(0.01),
+    });
     adamStep(state, 0);
     const before = tf.memory().numTensors;
     for (let i = 0; i < 5; i++) await state.stateDict();

@@ -33,7 +33,8 @@ interface Pair {
 /** A HashStore registers a blocking call's waiter in the call itself: nothing to wait for. */
 const atOnce = async () => {};
 /** Over the real server: its store's count of waiting calls. */
-const onServer = (session: string) => (n: number) => waitFor(`${n} blocking call(s) to wait on the server`, () => pendingWaiters(server, session) === n);
+const onServer = (session: string) => (n: number) =>
+  waitFor(`${n} blocking call(s) to wait on the server`, () => pendingWaiters(server, session) === n);
 
 const implementations: Array<[string, () => Promise<Pair>]> = [
   [
@@ -49,7 +50,12 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
     async () => {
       const session = uniqueSession('compliance');
       const [a, b] = await Promise.all([connect(server, session), connect(server, session)]);
-      return { a: new PrefixStore('pg/1', a), b: new PrefixStore('pg/1', b), close: () => (a.close(), b.close()), waiting: onServer(session) };
+      return {
+        a: new PrefixStore('pg/1', a),
+        b: new PrefixStore('pg/1', b),
+        close: () => (a.close(), b.close()),
+        waiting: onServer(session),
+      };
     },
   ],
   [

@@ -62,7 +62,8 @@ describe('parseSlow: RANK:FACTOR[,RANK:FACTOR...]', () => {
     expect(problem('1.5:4')).toBe('"1.5:4": RANK "1.5" is not an integer of at least 0');
     expect(problem('3:x')).toBe('"3:x": FACTOR "x" is not a number');
     expect(problem('3:0x10')).toBe('"3:0x10": FACTOR "0x10" is not a number');
-    for (const f of ['0.5', '0', '-2']) expect(problem(`3:${f}`)).toBe(`"3:${f}": FACTOR must be at least 1 (1 is full speed, 4 four times slower)`);
+    for (const f of ['0.5', '0', '-2'])
+      expect(problem(`3:${f}`)).toBe(`"3:${f}": FACTOR must be at least 1 (1 is full speed, 4 four times slower)`);
     for (const f of ['Infinity', '1e999']) expect(problem(`3:${f}`)).toBe(`"3:${f}": FACTOR must be finite`);
     expect(problem('4:2', 4)).toBe('"4:2": RANK 4 is out of range: the world has 4 rank(s), 0 to 3');
     expect(problem('1:2,3:4,1:3')).toBe('rank 1 is given twice ("1:2" and "1:3")');
@@ -166,7 +167,8 @@ describe('the launcher: --slow RANK:FACTOR, repeatable or comma-separated', () =
   });
 
   it('npm run launch exits 2 with the message before starting anything', () => {
-    const run = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
+    const run = (...args: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
     const far = run('--nproc', '2', '--job', 'train', '--slow', '1:2', '--slow', '2:4');
     expect(far.status).toBe(2);
     expect(far.stderr.split('\n')[0]).toMatch(/^--slow "2:4": RANK 2 is out of range: the world has 2 rank\(s\), 0 to 1/);
@@ -181,13 +183,17 @@ describe('the launcher: --slow RANK:FACTOR, repeatable or comma-separated', () =
 
   it("the run's summary lists the slowed ranks, their factors and waits", () => {
     expect(stragglers([{ rank: 0, worldSize: 2 }])).toEqual({});
-    expect(stragglers([{ rank: 0, slowFactor: 1, slowedMs: 0 }, { rank: 1, slowFactor: 4, slowedMs: 30.123 }])).toEqual({ stragglers: [{ rank: 1, slowFactor: 4, slowedMs: 30.12 }] });
+    expect(
+      stragglers([
+        { rank: 0, slowFactor: 1, slowedMs: 0 },
+        { rank: 1, slowFactor: 4, slowedMs: 30.123 },
+      ]),
+    ).toEqual({ stragglers: [{ rank: 1, slowFactor: 4, slowedMs: 30.12 }] });
   });
 });
 
 describe('the train job: option slow', () => {
-
-  it('reads the launcher\'s spec, is null unless given, and a link keeps it', () => {
+  it("reads the launcher's spec, is null unless given, and a link keeps it", () => {
     expect(parse('world=4').slow).toBeNull();
     expect(parse('world=4&slow=').slow).toBeNull();
     expect(parse('world=4&slow=3:4').slow).toEqual({ 3: 4 });
@@ -200,7 +206,9 @@ describe('the train job: option slow', () => {
 
   it('refuses a bad spec with a ConfigError naming the option and what is wrong', () => {
     expect(refusal('world=4&slow=abc')).toMatchObject({ name: 'ConfigError', option: 'slow', value: 'abc' });
-    expect(refusal('world=4&slow=abc').message).toBe('option slow must be RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4), got "abc"');
+    expect(refusal('world=4&slow=abc').message).toBe(
+      'option slow must be RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4), got "abc"',
+    );
     const far = refusal('world=4&slow=4:2');
     expect(far).toMatchObject({ option: 'slow', value: '4:2' });
     expect(far.message).toMatch(/RANK from 0 to 3 .*"4:2": RANK 4 is out of range/);
@@ -222,10 +230,30 @@ describe('on in-memory ranks (TF.js cpu)', () => {
 
   async function groups(n: number, net = new MemoryNetwork()): Promise<ProcessGroup[]> {
     const session = uniqueSession('slow');
-    return Promise.all(Array.from({ length: n }, (_, rank) => initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank) })));
+    return Promise.all(
+      Array.from({ length: n }, (_, rank) =>
+        initProcessGroup({
+          url: server.url,
+          session,
+          token: tokenFor(session),
+          worldSize: n,
+          rank,
+          timeoutMs: 5_000,
+          linkFactory: net.factoryFor(rank),
+        }),
+      ),
+    );
   }
 
-  const layers = () => [8, 4].map((units, i) => (inputShape?: number[]) => tf.layers.dense({ units, kernelInitializer: tf.initializers.glorotUniform({ seed: 5 + i }), ...(inputShape ? { inputShape } : {}) }));
+  const layers = () =>
+    [8, 4].map(
+      (units, i) => (inputShape?: number[]) =>
+        tf.layers.dense({
+          units,
+          kernelInitializer: tf.initializers.glorotUniform({ seed: 5 + i }),
+          ...(inputShape ? { inputShape } : {}),
+        }),
+    );
 
   /** A straggler whose waits the test releases: it records what it was told and returns 7 ms a call. */
   function gated() {
@@ -274,7 +302,12 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     const loss = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);
     const [first, last] = await Promise.all(
       stages.map((st, s) =>
-        st.step({ ddp: ddps[s]!, batchSize: 4, microBatches: 2, ...(st.isFirst ? { inputs, straggler: slow.straggler } : { labels, loss }) }),
+        st.step({
+          ddp: ddps[s]!,
+          batchSize: 4,
+          microBatches: 2,
+          ...(st.isFirst ? { inputs, straggler: slow.straggler } : { labels, loss }),
+        }),
       ),
     );
     // Stage 0 of 2 micro-batches: two forwards, two backwards (one bucket each, no input gradient to send).
@@ -289,6 +322,14 @@ describe('on in-memory ranks (TF.js cpu)', () => {
   /** A stage's data-parallel group: one rank of its own (no replicas). */
   async function groups1(st: PipelineStage): Promise<ProcessGroup> {
     const session = uniqueSession(`slow-dp${st.stage}`);
-    return initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: 1, rank: 0, timeoutMs: 5_000, linkFactory: new MemoryNetwork().factoryFor(0) });
+    return initProcessGroup({
+      url: server.url,
+      session,
+      token: tokenFor(session),
+      worldSize: 1,
+      rank: 0,
+      timeoutMs: 5_000,
+      linkFactory: new MemoryNetwork().factoryFor(0),
+    });
   }
 });

@@ -33,7 +33,9 @@ describe('StreamedDataset', () => {
     const src = fakeSource();
     const d = new StreamedDataset({ name: 'imgs', labels, inputShape: [2], numClasses: 3, load: src.load, concurrency: 3 });
     expect(d.length).toBe(20);
-    expect(() => d.batch([0])).toThrow(errorOf(DatasetError, /sample 0 is not loaded: a streamed dataset loads a batch's samples with prepare/));
+    expect(() => d.batch([0])).toThrow(
+      errorOf(DatasetError, /sample 0 is not loaded: a streamed dataset loads a batch's samples with prepare/),
+    );
     const b = await fetchBatch(d, [4, 1, 4]);
     expect(Array.from(b.x)).toEqual([4, 4.5, 1, 1.5, 4, 4.5]);
     expect(Array.from(b.y)).toEqual([1, 1, 1]);
@@ -61,12 +63,14 @@ describe('StreamedDataset', () => {
     const d = new StreamedDataset({ name: 'imgs', labels, inputShape: [2], numClasses: 3, load: src.load });
     await expect(d.prepare([6, 7])).rejects.toThrow('image 7.png: HTTP 410');
     await expect(d.prepare([8])).rejects.toThrow(errorOf(DatasetError, /imgs: sample 8 loaded 3 values, not the 2 of \[2\]/));
-    await expect(d.prepare([20])).rejects.toThrow(errorOf(DatasetError, /index 20 \(position 0\) is out of range for a dataset of length 20/));
+    await expect(d.prepare([20])).rejects.toThrow(
+      errorOf(DatasetError, /index 20 \(position 0\) is out of range for a dataset of length 20/),
+    );
     await expect(d.prepare([7])).rejects.toThrow('image 7.png');
     expect(src.loads.filter((i) => i === 7)).toHaveLength(2);
   });
 
-  it('a Subset of it streams: prepare maps its indices to the dataset\'s', async () => {
+  it("a Subset of it streams: prepare maps its indices to the dataset's", async () => {
     const src = fakeSource();
     const d = new StreamedDataset({ name: 'imgs', labels, inputShape: [2], numClasses: 3, load: src.load });
     const test = subset(d, [9, 19], 'imgs-test');

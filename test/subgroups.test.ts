@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { CollectiveMismatchError, DistTimeoutError, FramingError, GroupClosedError, PeerLostError, RankStalledError } from '../src/wire/errors.ts';
+import {
+  CollectiveMismatchError,
+  DistTimeoutError,
+  FramingError,
+  GroupClosedError,
+  PeerLostError,
+  RankStalledError,
+} from '../src/wire/errors.ts';
 import { FrameKind, HEADER_BYTES, readHeader, writeHeader } from '../src/wire/framing.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
@@ -35,7 +42,16 @@ async function groups(n: number, extra: Extra = {}): Promise<{ pgs: ProcessGroup
   const net = new MemoryNetwork();
   const pgs = await Promise.all(
     Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({ url: server.url, session, token: tokenFor(session), worldSize: n, rank, timeoutMs: 5_000, linkFactory: net.factoryFor(rank), ...extra }),
+      initProcessGroup({
+        url: server.url,
+        session,
+        token: tokenFor(session),
+        worldSize: n,
+        rank,
+        timeoutMs: 5_000,
+        linkFactory: net.factoryFor(rank),
+        ...extra,
+      }),
     ),
   );
   return { pgs, net };
@@ -74,7 +90,8 @@ async function fourRanks(extra: Extra = {}) {
 /** Small integers: sums are exact in float32. Keyed by the top-level rank. */
 const value = (rank: number, i: number) => ((i * 7 + rank * 13) % 17) - 8;
 const input = (rank: number, len: number) => Float32Array.from({ length: len }, (_, i) => value(rank, i));
-const sumOf = (ranks: readonly number[], len: number) => Float32Array.from({ length: len }, (_, i) => ranks.reduce((a, r) => a + value(r, i), 0));
+const sumOf = (ranks: readonly number[], len: number) =>
+  Float32Array.from({ length: len }, (_, i) => ranks.reduce((a, r) => a + value(r, i), 0));
 
 function destroy(pgs: ProcessGroup[]): void {
   for (const p of pgs) p.destroy();
@@ -111,7 +128,9 @@ describe('making subgroups', () => {
     }
     const dp13 = subs[3]![3]!;
     expect(dp13.globalRank(0)).toBe(1);
-    expect(() => dp13.groupRank(2)).toThrow(errorOf(RangeError, /rank 2 is not a member of subgroup 4 \[1, 3\]; its top-level ranks are \[1, 3\]/));
+    expect(() => dp13.groupRank(2)).toThrow(
+      errorOf(RangeError, /rank 2 is not a member of subgroup 4 \[1, 3\]; its top-level ranks are \[1, 3\]/),
+    );
     expect(() => dp13.globalRank(2)).toThrow(RangeError);
     destroy(pgs);
   });
@@ -143,10 +162,21 @@ describe('making subgroups', () => {
   it('refuses bad rank lists, saying what is wrong and what is allowed, and takes no id for them', async () => {
     const { pgs } = await groups(4);
     const pg = pgs[0]!;
-    await expect(pg.newGroup([])).rejects.toThrow(errorOf(RangeError, /newGroup needs at least one rank; the list is empty \(allowed: ranks of the group, integers in 0\.\.3, each at most once\)/));
-    await expect(pg.newGroup([0, 2, 2])).rejects.toThrow(errorOf(RangeError, /newGroup got rank 2 more than once in \[0, 2, 2\] \(allowed: .*each at most once\)/));
-    await expect(pg.newGroup([0, 1.5])).rejects.toThrow(errorOf(RangeError, /newGroup got 1\.5 at index 1, not an integer \(allowed: ranks of the group, integers in 0\.\.3/));
-    await expect(pg.newGroup([0, '1' as unknown as number])).rejects.toThrow(errorOf(RangeError, /newGroup got "1" at index 1, not an integer/));
+    await expect(pg.newGroup([])).rejects.toThrow(
+      errorOf(
+        RangeError,
+        /newGroup needs at least one rank; the list is empty \(allowed: ranks of the group, integers in 0\.\.3, each at most once\)/,
+      ),
+    );
+    await expect(pg.newGroup([0, 2, 2])).rejects.toThrow(
+      errorOf(RangeError, /newGroup got rank 2 more than once in \[0, 2, 2\] \(allowed: .*each at most once\)/),
+    );
+    await expect(pg.newGroup([0, 1.5])).rejects.toThrow(
+      errorOf(RangeError, /newGroup got 1\.5 at index 1, not an integer \(allowed: ranks of the group, integers in 0\.\.3/),
+    );
+    await expect(pg.newGroup([0, '1' as unknown as number])).rejects.toThrow(
+      errorOf(RangeError, /newGroup got "1" at index 1, not an integer/),
+    );
     await expect(pg.newGroup([1, 4])).rejects.toThrow(errorOf(RangeError, /newGroup got rank 4 at index 1, outside 0\.\.3/));
     await expect(pg.newGroup([-1])).rejects.toThrow(RangeError);
     // None of those took an id: the first good one is subgroup 1 on every rank.
@@ -232,7 +262,13 @@ describe('collectives in subgroups', () => {
     await Promise.all(pgs.map((pg, r) => pg.meshAllReduce(input(r, 4))));
     const links = net.links.length;
     expect(links).toBe(12); // 6 pairs, two ends each
-    await Promise.all(pgs.flatMap((_, r) => [pipe[r]!.allReduce(input(r, 100)), dp[r]!.meshAllReduce(input(r, 100)), dp[r]!.broadcast(new Float32Array(9), 0)]));
+    await Promise.all(
+      pgs.flatMap((_, r) => [
+        pipe[r]!.allReduce(input(r, 100)),
+        dp[r]!.meshAllReduce(input(r, 100)),
+        dp[r]!.broadcast(new Float32Array(9), 0),
+      ]),
+    );
     const more = await newGroups(pgs, [[0, 1, 3]]);
     await Promise.all(more.filter((row) => row[0]).map((row) => row[0]!.allGather(Float32Array.of(1))));
     expect(net.links.length).toBe(links);
@@ -254,7 +290,9 @@ describe('collectives in subgroups', () => {
     expect([...viaSub]).toEqual([1, 2, 3]);
     expect([...viaWorld]).toEqual([4, 5, 6]);
     // Top-level ranks are not group ranks.
-    await expect(sub1.send(a, 3)).rejects.toThrow(errorOf(RangeError, /dst must be a rank of subgroup 4 \[1, 3\] \(group ranks, not top-level ranks\) in 0\.\.1, got 3/));
+    await expect(sub1.send(a, 3)).rejects.toThrow(
+      errorOf(RangeError, /dst must be a rank of subgroup 4 \[1, 3\] \(group ranks, not top-level ranks\) in 0\.\.1, got 3/),
+    );
     await expect(sub1.recv(a, 0)).rejects.toThrow(errorOf(RangeError, /src must be another rank/));
     destroy(pgs);
   });
@@ -288,7 +326,11 @@ describe('failure in subgroups', () => {
     const { pgs, pipe, dp } = await fourRanks({ peerTimeoutMs: 5_000 });
     await Promise.all(pgs.map((_, r) => dp[r]!.allReduce(input(r, 4))));
     // Ranks 1 and 2 wait on subgroups with rank 3 in them (as group rank 1); rank 0 on one without it.
-    const waits = [pipe[0]!.allReduce(new Float32Array(10)), dp[1]!.recv(new Float32Array(10), 1), pipe[2]!.allReduce(new Float32Array(10))].map(settle);
+    const waits = [
+      pipe[0]!.allReduce(new Float32Array(10)),
+      dp[1]!.recv(new Float32Array(10), 1),
+      pipe[2]!.allReduce(new Float32Array(10)),
+    ].map(settle);
     // A scenario, not an order: the waits are all made, and rank 3 going at any time after them ends the same way.
     void sleep(100).then(() => pgs[3]!.destroy());
     const [at0, at1, at2] = await Promise.all(waits);
@@ -312,7 +354,9 @@ describe('failure in subgroups', () => {
     const err = (await settle(dp[1]!.allReduce(new Float32Array(8)))) as PeerLostError;
     expect(err).toBeInstanceOf(PeerLostError);
     expect(err.rank).toBe(3);
-    expect(err.message).toMatch(/^lost rank 3: sent nothing for 300 ms while this rank waited for allReduce\(sum\) of 8 elements #1 step 0 in subgroup 4 \[1, 3\]$/);
+    expect(err.message).toMatch(
+      /^lost rank 3: sent nothing for 300 ms while this rank waited for allReduce\(sum\) of 8 elements #1 step 0 in subgroup 4 \[1, 3\]$/,
+    );
     expect(pgs[1]!.error).toBe(err);
     destroy(pgs);
   });
@@ -325,7 +369,9 @@ describe('failure in subgroups', () => {
     const err = (await settle(dp[1]!.allReduce(Float32Array.of(1)))) as PeerLostError;
     expect(err).toBeInstanceOf(PeerLostError);
     expect(err.rank).toBe(3);
-    expect(err.message).toMatch(/stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 1 elements #2 step 0 in subgroup 4 \[1, 3\]/);
+    expect(err.message).toMatch(
+      /stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 1 elements #2 step 0 in subgroup 4 \[1, 3\]/,
+    );
     expect(Date.now() - t0).toBeLessThan(5_000);
     destroy(pgs);
   });
@@ -363,7 +409,9 @@ describe('failure in subgroups', () => {
     const results = await Promise.all([pipe[0]!.allReduce(new Float32Array(4)), pipe[1]!.allReduce(new Float32Array(5))].map(settle));
     for (const err of results) {
       expect(err).toBeInstanceOf(CollectiveMismatchError);
-      expect(err.message).toMatch(/collective #1 in subgroup 1 \[0, 1\] does not match: rank [01] issued allReduce\(sum\) of [45] elements, rank [01] issued/);
+      expect(err.message).toMatch(
+        /collective #1 in subgroup 1 \[0, 1\] does not match: rank [01] issued allReduce\(sum\) of [45] elements, rank [01] issued/,
+      );
     }
     for (const r of [0, 1]) {
       expect(pgs[r]!.error).toBeInstanceOf(CollectiveMismatchError);
@@ -411,8 +459,16 @@ describe('hostile frames for groups', () => {
   };
 
   for (const [what, group, message] of [
-    ['a group id this rank never created', 77, /^bad frame from rank 0: frame for group 77, a group this rank never created \(seq 2\); refused, not buffered$/],
-    ['a subgroup this rank is not a member of', 2, /^bad frame from rank 0: frame for group 2, a subgroup this rank is not a member of \(seq 2\); refused, not buffered$/],
+    [
+      'a group id this rank never created',
+      77,
+      /^bad frame from rank 0: frame for group 77, a group this rank never created \(seq 2\); refused, not buffered$/,
+    ],
+    [
+      'a subgroup this rank is not a member of',
+      2,
+      /^bad frame from rank 0: frame for group 2, a subgroup this rank is not a member of \(seq 2\); refused, not buffered$/,
+    ],
   ] as const) {
     it(`a frame for ${what} fails the groups at once with a FramingError naming the id`, async () => {
       const { pgs, net } = await groups(4, { peerTimeoutMs: 10_000 });
@@ -449,7 +505,9 @@ describe('hostile frames for groups', () => {
     const err = pgs[1]!.error as FramingError;
     expect(err).toBeInstanceOf(FramingError);
     expect(err).toMatchObject({ rank: 2, field: 'group' });
-    expect(err.message).toBe('bad frame from rank 2: frame for subgroup 1 [0, 1], which rank 2 is not a member of (seq 1); refused, not buffered');
+    expect(err.message).toBe(
+      'bad frame from rank 2: frame for subgroup 1 [0, 1], which rank 2 is not a member of (seq 1); refused, not buffered',
+    );
     expect(subs[1]![0]!.error).toBe(err);
     destroy(pgs);
   });

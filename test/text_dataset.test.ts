@@ -36,8 +36,12 @@ describe('TextDataset', () => {
 
   it('names what is wrong: a text too short for one window, a token outside the vocabulary, a window out of range', () => {
     expect(() => new TextDataset('t', ids.subarray(0, 3), 3, 10)).toThrow(errorOf(DatasetError, /3 tokens make no window of 3 \+ 1/));
-    expect(() => new TextDataset('t', Int32Array.of(0, 1, 12, 3), 2, 10)).toThrow(errorOf(DatasetError, /token 12 at 2 is outside the vocabulary \[0, 10\)/));
-    expect(() => new TextDataset('t', ids, 3, 10).batch([3])).toThrow(errorOf(DatasetError, /window 3 \(position 0\) is out of range for 3 windows/));
+    expect(() => new TextDataset('t', Int32Array.of(0, 1, 12, 3), 2, 10)).toThrow(
+      errorOf(DatasetError, /token 12 at 2 is outside the vocabulary \[0, 10\)/),
+    );
+    expect(() => new TextDataset('t', ids, 3, 10).batch([3])).toThrow(
+      errorOf(DatasetError, /window 3 \(position 0\) is out of range for 3 windows/),
+    );
     expect(() => new TextDataset('t', ids, 0, 10)).toThrow(errorOf(DatasetError, /context length must be a positive integer/));
   });
 
@@ -56,9 +60,30 @@ describe('TextDataset', () => {
 
 describe('losses over positions', () => {
   it("classificationLoss of [B, T, V] logits is the mean over every position, as torch's cross_entropy of the flattened logits", async () => {
-    const logits = tf.tensor3d([[[1, 2, 0], [0, 0, 3]], [[2, 1, 1], [0.5, 0.5, 0]]]);
-    const labels = tf.tensor2d([[1, 2], [0, 1]], undefined, 'int32');
-    const rows = [[1, 2, 0], [0, 0, 3], [2, 1, 1], [0.5, 0.5, 0]];
+    const logits = tf.tensor3d([
+      [
+        [1, 2, 0],
+        [0, 0, 3],
+      ],
+      [
+        [2, 1, 1],
+        [0.5, 0.5, 0],
+      ],
+    ]);
+    const labels = tf.tensor2d(
+      [
+        [1, 2],
+        [0, 1],
+      ],
+      undefined,
+      'int32',
+    );
+    const rows = [
+      [1, 2, 0],
+      [0, 0, 3],
+      [2, 1, 1],
+      [0.5, 0.5, 0],
+    ];
     const want = [1, 2, 0, 1].map((c, i) => {
       const r = rows[i]!;
       return Math.log(r.reduce((s, v) => s + Math.exp(v), 0)) - r[c]!;
@@ -71,8 +96,11 @@ describe('losses over positions', () => {
     tf.dispose([logits, labels]);
   });
 
-  it('a classifier\'s [B, C] logits and [B] labels: the same loss as before', async () => {
-    const logits = tf.tensor2d([[1, 2, 0], [0, 0, 3]]);
+  it("a classifier's [B, C] logits and [B] labels: the same loss as before", async () => {
+    const logits = tf.tensor2d([
+      [1, 2, 0],
+      [0, 0, 3],
+    ]);
     const labels = tf.tensor1d([1, 0], 'int32');
     const direct = tf.losses.softmaxCrossEntropy(tf.oneHot(labels, 3), logits);
     expect((await classificationLoss(logits, labels, 3).data())[0]).toBe((await direct.data())[0]);

@@ -17,8 +17,9 @@ import type { RankStepMetrics } from '../client/train/events.ts';
  * were reported at 76.45 s and 132.29 s, the end of the run.
  */
 const RECORDED = [
-  24.36, 25.81, 26.53, 27.43, 28.54, 29.98, 31.26, 32.32, 33.38, 34.62, 35.55, 37.14, 38.05, 39.12, 40.75, 42.37, 43.36, 44.25, 45.16, 45.21, 78.83, 79.86, 81.33, 82.45,
-  83.28, 84.99, 86.39, 87.5, 89.65, 90.07, 91.37, 92.23, 93.29, 94.33, 96.02, 97.2, 98.84, 99.7, 101.81, 101.89,
+  24.36, 25.81, 26.53, 27.43, 28.54, 29.98, 31.26, 32.32, 33.38, 34.62, 35.55, 37.14, 38.05, 39.12, 40.75, 42.37, 43.36, 44.25, 45.16,
+  45.21, 78.83, 79.86, 81.33, 82.45, 83.28, 84.99, 86.39, 87.5, 89.65, 90.07, 91.37, 92.23, 93.29, 94.33, 96.02, 97.2, 98.84, 99.7, 101.81,
+  101.89,
 ];
 const EVALS: Readonly<Record<number, number>> = { 20: 76.45, 40: 132.29 };
 const END = 132.29;
@@ -39,7 +40,14 @@ function act(s: DashboardState, atSec: number, event: DashboardEvent): Dashboard
 }
 
 function stepEvent(step: number, total: number, t: number, world = 3): DashboardEvent {
-  return { type: 'step', epoch: 1, step, totalSteps: total, ranks: Array.from({ length: world }, (_, r) => metrics(r)), elapsedSec: t - STARTED };
+  return {
+    type: 'step',
+    epoch: 1,
+    step,
+    totalSteps: total,
+    ranks: Array.from({ length: world }, (_, r) => metrics(r)),
+    elapsedSec: t - STARTED,
+  };
 }
 
 /** The recorded run replayed: the state after each step's event (before its evaluation, if any). */

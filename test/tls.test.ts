@@ -11,7 +11,16 @@ import { hostname, networkInterfaces, tmpdir, type NetworkInterfaceInfo } from '
 import { join } from 'node:path';
 import { WebSocket } from 'ws';
 import { ServerStartError, startServer, PROJECT_ROOT, type RunningServer } from '../signaling/server.ts';
-import { certificateNames, keptCertificate, machineNames, makeSelfSigned, readTlsFiles, spkiSha256, tlsFromEnv, trustLines } from '../signaling/tls.ts';
+import {
+  certificateNames,
+  keptCertificate,
+  machineNames,
+  makeSelfSigned,
+  readTlsFiles,
+  spkiSha256,
+  tlsFromEnv,
+  trustLines,
+} from '../signaling/tls.ts';
 import { trustArgs } from '../launcher/browser.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/wire/errors.ts';
@@ -55,9 +64,17 @@ function upgrade(url: string, ca: string, headers: Record<string, string>): Prom
 }
 
 describe('the kept self-signed certificate', () => {
-  it('covers this machine\'s names and addresses (not IPv6 link-local ones)', () => {
+  it("covers this machine's names and addresses (not IPv6 link-local ones)", () => {
     const iface = (address: string, family: 'IPv4' | 'IPv6'): NetworkInterfaceInfo =>
-      ({ address, family, internal: false, netmask: '', mac: '', cidr: null, ...(family === 'IPv6' ? { scopeid: 0 } : {}) }) as NetworkInterfaceInfo;
+      ({
+        address,
+        family,
+        internal: false,
+        netmask: '',
+        mac: '',
+        cidr: null,
+        ...(family === 'IPv6' ? { scopeid: 0 } : {}),
+      }) as NetworkInterfaceInfo;
     const names = machineNames({ eth0: [iface('192.168.1.20', 'IPv4'), iface('fe80::1', 'IPv6'), iface('fd00::20', 'IPv6')] }, 'LabHost');
     expect(names.dns).toEqual(['localhost', 'labhost', 'labhost.local']);
     expect(names.ips).toEqual(['127.0.0.1', '::1', '192.168.1.20', 'fd00::20']);
@@ -125,7 +142,7 @@ describe('the kept self-signed certificate', () => {
     expect(seen.join('\n')).toMatch(/was readable by others \(mode 644\): made it 0600/);
   });
 
-  it('the SPKI hash trustArgs gives Chromium is the SHA-256 of the key\'s public half', async () => {
+  it("the SPKI hash trustArgs gives Chromium is the SHA-256 of the key's public half", async () => {
     const { cert, key } = await testCertificate();
     const spki = createPublicKey(key).export({ type: 'spki', format: 'der' });
     const expected = createHash('sha256').update(spki).digest('base64');
@@ -167,19 +184,33 @@ describe('bad TLS_CERT and TLS_KEY', () => {
       throw new Error('did not fail');
     };
     const missing = failure(() => readTlsFiles(join(dir, 'nope.pem'), key));
-    expect(missing.message).toBe(`cannot read TLS_CERT=${join(dir, 'nope.pem')}: there is no such file. Give the path of the certificate (PEM)`);
-    expect(failure(() => readTlsFiles(garbage, key)).message).toMatch(new RegExp(`^the certificate ${garbage} \\(TLS_CERT\\) is not a PEM certificate .*: give the server's certificate in PEM form`));
-    expect(failure(() => readTlsFiles(cert, garbage)).message).toMatch(new RegExp(`^the key ${garbage} \\(TLS_KEY\\) is not a PEM private key`));
+    expect(missing.message).toBe(
+      `cannot read TLS_CERT=${join(dir, 'nope.pem')}: there is no such file. Give the path of the certificate (PEM)`,
+    );
+    expect(failure(() => readTlsFiles(garbage, key)).message).toMatch(
+      new RegExp(`^the certificate ${garbage} \\(TLS_CERT\\) is not a PEM certificate .*: give the server's certificate in PEM form`),
+    );
+    expect(failure(() => readTlsFiles(cert, garbage)).message).toMatch(
+      new RegExp(`^the key ${garbage} \\(TLS_KEY\\) is not a PEM private key`),
+    );
     const mismatch = failure(() => readTlsFiles(cert, otherKey));
     expect(mismatch.code).toBe('ERR_TLS_KEY_MISMATCH');
-    expect(mismatch.message).toMatch(new RegExp(`^the key ${otherKey} \\(TLS_KEY\\) is not the private key of the certificate ${cert} \\(TLS_CERT\\)`));
+    expect(mismatch.message).toMatch(
+      new RegExp(`^the key ${otherKey} \\(TLS_KEY\\) is not the private key of the certificate ${cert} \\(TLS_CERT\\)`),
+    );
     expect(readTlsFiles(cert, key).cert).toBe(good.cert);
 
-    await expect(tlsFromEnv(false, { TLS_CERT: cert })).rejects.toThrow(errorOf(ServerStartError, 'TLS_CERT and TLS_KEY go together, and TLS_KEY is not set', { code: 'ERR_TLS_ENV' }));
-    await expect(tlsFromEnv(false, { HTTPS: 'maybe' })).rejects.toThrow(errorOf(ServerStartError, 'HTTPS=maybe is not understood', { code: 'ERR_TLS_ENV' }));
+    await expect(tlsFromEnv(false, { TLS_CERT: cert })).rejects.toThrow(
+      errorOf(ServerStartError, 'TLS_CERT and TLS_KEY go together, and TLS_KEY is not set', { code: 'ERR_TLS_ENV' }),
+    );
+    await expect(tlsFromEnv(false, { HTTPS: 'maybe' })).rejects.toThrow(
+      errorOf(ServerStartError, 'HTTPS=maybe is not understood', { code: 'ERR_TLS_ENV' }),
+    );
     expect(await tlsFromEnv(false, {})).toBeUndefined();
     // startServer checks what it is given too, before listening.
-    await expect(startServer({ port: 0, log: () => {}, tls: { cert: good.cert, key: other.key } })).rejects.toThrow(errorOf(ServerStartError, /is not the private key of the TLS certificate/, { code: 'ERR_TLS_KEY_MISMATCH' }));
+    await expect(startServer({ port: 0, log: () => {}, tls: { cert: good.cert, key: other.key } })).rejects.toThrow(
+      errorOf(ServerStartError, /is not the private key of the TLS certificate/, { code: 'ERR_TLS_KEY_MISMATCH' }),
+    );
   });
 
   it('npm start says it in one line, without a stack, and exits 1', () => {
@@ -189,7 +220,9 @@ describe('bad TLS_CERT and TLS_KEY', () => {
       timeout: 30_000,
     });
     expect(run.status).toBe(1);
-    expect(run.stderr.trim()).toBe('cannot read TLS_CERT=/nonexistent/cert.pem: there is no such file. Give the path of the certificate (PEM)');
+    expect(run.stderr.trim()).toBe(
+      'cannot read TLS_CERT=/nonexistent/cert.pem: there is no such file. Give the path of the certificate (PEM)',
+    );
     expect(run.stdout).toBe('');
   });
 });
@@ -211,12 +244,16 @@ describe('the server over https and wss', () => {
     a.close();
     b.close();
 
-    const refused = (await StoreClient.connect(server.url, { session, token: tokenFor(session), connectTimeoutMs: 5_000 }).catch((e: unknown) => e)) as ConnectionClosedError;
+    const refused = (await StoreClient.connect(server.url, { session, token: tokenFor(session), connectTimeoutMs: 5_000 }).catch(
+      (e: unknown) => e,
+    )) as ConnectionClosedError;
     expect(refused).toBeInstanceOf(ConnectionClosedError);
     expect(refused.message).toMatch(/self-signed certificate\. Trust the server's certificate: pass it as `ca`/);
     // Another self-signed certificate is no better.
     const other = await makeSelfSigned({ dns: ['localhost'], ips: ['127.0.0.1'] });
-    await expect(StoreClient.connect(server.url, { session, token: tokenFor(session), ca: other.cert })).rejects.toThrow(ConnectionClosedError);
+    await expect(StoreClient.connect(server.url, { session, token: tokenFor(session), ca: other.cert })).rejects.toThrow(
+      ConnectionClosedError,
+    );
   });
 
   it('GET /api/info says secure and lists https URLs; the origin check takes its https origin only', async () => {
@@ -226,7 +263,11 @@ describe('the server over https and wss', () => {
     writeFileSync(join(staticDir, 'index.html'), '<!doctype html><title>page</title>');
     const server = await withServer({ tls, host: '0.0.0.0', staticDir });
     servers.push(server);
-    const info = JSON.parse((await get(`https://127.0.0.1:${server.port}/api/info`, tls.cert)).body) as { urls: string[]; secure: boolean; certificate: unknown };
+    const info = JSON.parse((await get(`https://127.0.0.1:${server.port}/api/info`, tls.cert)).body) as {
+      urls: string[];
+      secure: boolean;
+      certificate: unknown;
+    };
     expect(info.secure).toBe(true);
     expect(info.certificate).toEqual({ fingerprint256: new X509Certificate(tls.cert).fingerprint256, selfSigned: true });
     expect(info.urls.length).toBeGreaterThan(0);

@@ -40,9 +40,17 @@ function randomizeWeights(model: tf.LayersModel, seed: number): void {
 
 const MODELS: Array<{ name: string; make: () => tf.LayersModel; input: number[]; ints?: number }> = [
   // An image MLP whose Flatten has 2 channels: the first Dense's columns are reordered.
-  { name: 'the MLP on [6, 6, 2] images', make: () => buildModel({ kind: 'mlp', inputShape: [6, 6, 2], numClasses: 3, seed: 1, hidden: 16 }), input: [6, 6, 2] },
+  {
+    name: 'the MLP on [6, 6, 2] images',
+    make: () => buildModel({ kind: 'mlp', inputShape: [6, 6, 2], numClasses: 3, seed: 1, hidden: 16 }),
+    input: [6, 6, 2],
+  },
   // The training job's MNIST CNN with its hidden layer: Flatten of [5, 5, 16].
-  { name: 'the CNN on MNIST images', make: () => buildModel({ kind: 'cnn', inputShape: [28, 28, 1], numClasses: 10, seed: 2, hidden: 32 }), input: [28, 28, 1] },
+  {
+    name: 'the CNN on MNIST images',
+    make: () => buildModel({ kind: 'cnn', inputShape: [28, 28, 1], numClasses: 10, seed: 2, hidden: 32 }),
+    input: [28, 28, 1],
+  },
   {
     name: "a Keras-style CNN ('same' strided convolutions, batch norm, padded pools, global pooling, softmax)",
     make: () =>
@@ -103,7 +111,16 @@ describe('export to PyTorch: layouts and files', () => {
     const artifacts = await modelArtifacts(model);
     const out = exportForTorch(artifacts, { source: 'a test' });
     const { tensors, metadata } = decodeSafetensors(out.safetensors);
-    expect([...tensors.keys()]).toEqual(['conv1.weight', 'conv1.bias', 'conv2.weight', 'conv2.bias', 'fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias']);
+    expect([...tensors.keys()]).toEqual([
+      'conv1.weight',
+      'conv1.bias',
+      'conv2.weight',
+      'conv2.bias',
+      'fc1.weight',
+      'fc1.bias',
+      'fc2.weight',
+      'fc2.bias',
+    ]);
     expect(tensors.get('conv1.weight')!.shape).toEqual([8, 1, 3, 3]);
     expect(tensors.get('conv2.weight')!.shape).toEqual([16, 8, 3, 3]);
     expect(tensors.get('fc1.weight')!.shape).toEqual([32, 400]);
@@ -114,7 +131,9 @@ describe('export to PyTorch: layouts and files', () => {
     const kernel = (await model.weights[6]!.read().data()) as Float32Array;
     const fc2 = new Float32Array(tensors.get('fc2.weight')!.data.buffer);
     expect(fc2[3 * 32 + 5]).toBe(kernel[5 * 10 + 3]);
-    expect(out.python).toMatch(/\("conv1", +nn\.Conv2d\(1, 8, kernel_size=\(3, 3\), stride=\(1, 1\), padding=0, dilation=\(1, 1\), bias=True\)\),  # TF\.js layer "conv2d_Conv2D\d+"/);
+    expect(out.python).toMatch(
+      /\("conv1", +nn\.Conv2d\(1, 8, kernel_size=\(3, 3\), stride=\(1, 1\), padding=0, dilation=\(1, 1\), bias=True\)\),  # TF\.js layer "conv2d_Conv2D\d+"/,
+    );
     expect(out.python).toMatch(/\("flatten1", +nn\.Flatten\(\)\)/);
     model.dispose();
   });
@@ -136,17 +155,41 @@ describe('export to PyTorch: layouts and files', () => {
   });
 
   it('refuses a layer it cannot map, naming it and saying why', async () => {
-    const rnn = tf.sequential({ layers: [tf.layers.lstm({ units: 4, inputShape: [3, 2], name: 'my_lstm' }), tf.layers.dense({ units: 2 })] });
-    const refusal = await modelArtifacts(rnn).then(exportForTorch).catch((e: unknown) => e);
+    const rnn = tf.sequential({
+      layers: [tf.layers.lstm({ units: 4, inputShape: [3, 2], name: 'my_lstm' }), tf.layers.dense({ units: 2 })],
+    });
+    const refusal = await modelArtifacts(rnn)
+      .then(exportForTorch)
+      .catch((e: unknown) => e);
     expect(refusal).toBeInstanceOf(TorchExportError);
     expect((refusal as TorchExportError).layer).toBe('my_lstm');
-    expect((refusal as TorchExportError).message).toMatch(/cannot export layer "my_lstm" to PyTorch: LSTM layers have no mapping to torch here \(exported: Dense, Conv2D/);
-    const avg = tf.sequential({ layers: [tf.layers.averagePooling2d({ inputShape: [5, 5, 2], poolSize: 2, padding: 'same', name: 'border_avg' }), tf.layers.flatten(), tf.layers.dense({ units: 2 })] });
-    await expect(modelArtifacts(avg).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /cannot export layer "border_avg" to PyTorch: an average pool with 'same' padding/));
+    expect((refusal as TorchExportError).message).toMatch(
+      /cannot export layer "my_lstm" to PyTorch: LSTM layers have no mapping to torch here \(exported: Dense, Conv2D/,
+    );
+    const avg = tf.sequential({
+      layers: [
+        tf.layers.averagePooling2d({ inputShape: [5, 5, 2], poolSize: 2, padding: 'same', name: 'border_avg' }),
+        tf.layers.flatten(),
+        tf.layers.dense({ units: 2 }),
+      ],
+    });
+    await expect(modelArtifacts(avg).then(exportForTorch)).rejects.toThrow(
+      errorOf(TorchExportError, /cannot export layer "border_avg" to PyTorch: an average pool with 'same' padding/),
+    );
     const imageDense = tf.sequential({ layers: [tf.layers.dense({ inputShape: [4, 4, 3], units: 2, name: 'pixelwise' })] });
-    await expect(modelArtifacts(imageDense).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /layer "pixelwise".*without a Flatten/));
-    const afterFlatten = tf.sequential({ layers: [tf.layers.flatten({ inputShape: [4, 4, 3] }), tf.layers.batchNormalization({ name: 'bn_flat' }), tf.layers.dense({ units: 2 })] });
-    await expect(modelArtifacts(afterFlatten).then(exportForTorch)).rejects.toThrow(errorOf(TorchExportError, /layer "bn_flat".*follows a Flatten of an image/));
+    await expect(modelArtifacts(imageDense).then(exportForTorch)).rejects.toThrow(
+      errorOf(TorchExportError, /layer "pixelwise".*without a Flatten/),
+    );
+    const afterFlatten = tf.sequential({
+      layers: [
+        tf.layers.flatten({ inputShape: [4, 4, 3] }),
+        tf.layers.batchNormalization({ name: 'bn_flat' }),
+        tf.layers.dense({ units: 2 }),
+      ],
+    });
+    await expect(modelArtifacts(afterFlatten).then(exportForTorch)).rejects.toThrow(
+      errorOf(TorchExportError, /layer "bn_flat".*follows a Flatten of an image/),
+    );
     for (const m of [rnn, avg, imageDense, afterFlatten]) m.dispose();
   });
 
@@ -161,7 +204,9 @@ describe('export to PyTorch: layouts and files', () => {
     const grown = new Uint8Array(gap.byteLength + 4);
     grown.set(gap);
     expect(() => decodeSafetensors(grown)).toThrow(errorOf(SafetensorsError, /cover 4 of the 8 data bytes/));
-    expect(() => encodeSafetensors([{ name: 'a', dtype: 'F32', shape: [3], data: new Uint8Array(8) }])).toThrow(errorOf(SafetensorsError, /takes 12/));
+    expect(() => encodeSafetensors([{ name: 'a', dtype: 'F32', shape: [3], data: new Uint8Array(8) }])).toThrow(
+      errorOf(SafetensorsError, /takes 12/),
+    );
   });
 });
 
@@ -182,10 +227,20 @@ describe.skipIf(blocked !== undefined)(`in real PyTorch${blocked ? ` (skipped: $
         const xData = spec.ints ? new BigInt64Array(Array.from(await x.data(), (v) => BigInt(v))) : ((await x.data()) as Float32Array);
         await writeFile(join(dir, 'model.safetensors'), exported.safetensors);
         await writeFile(join(dir, 'model.py'), exported.python);
-        await writeFile(join(dir, 'inputs.safetensors'), encodeSafetensors([{ name: 'x', dtype: spec.ints ? 'I64' : 'F32', shape: x.shape, data: new Uint8Array(xData.buffer) }]));
-        execFileSync('/usr/bin/python3', [join(import.meta.dirname, 'fixtures', 'torch_forward.py'), dir], { stdio: 'pipe', timeout: 120_000 });
+        await writeFile(
+          join(dir, 'inputs.safetensors'),
+          encodeSafetensors([{ name: 'x', dtype: spec.ints ? 'I64' : 'F32', shape: x.shape, data: new Uint8Array(xData.buffer) }]),
+        );
+        execFileSync('/usr/bin/python3', [join(import.meta.dirname, 'fixtures', 'torch_forward.py'), dir], {
+          stdio: 'pipe',
+          timeout: 120_000,
+        });
 
-        const torchOut = JSON.parse(await readFile(join(dir, 'outputs.json'), 'utf8')) as { shape: number[]; values: number[]; names: string[] };
+        const torchOut = JSON.parse(await readFile(join(dir, 'outputs.json'), 'utf8')) as {
+          shape: number[];
+          values: number[];
+          names: string[];
+        };
         expect(torchOut.shape).toEqual(y.shape);
         expect(maxAbsDiff(torchOut.values, (await y.data()) as Float32Array)).toBeLessThanOrEqual(1e-4);
         expect(torchOut.names).toEqual([...decodeSafetensors(exported.safetensors).tensors.keys()]);

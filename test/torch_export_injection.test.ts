@@ -13,7 +13,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { modelArtifacts } from '../src/checkpoint/state_dict.ts';
-import { exportForTorch, importTorchStateDict, pythonString, TorchExportNameError, type ModelArtifactsLike } from '../src/checkpoint/torch_export.ts';
+import {
+  exportForTorch,
+  importTorchStateDict,
+  pythonString,
+  TorchExportNameError,
+  type ModelArtifactsLike,
+} from '../src/checkpoint/torch_export.ts';
 import { errorOf } from './fixtures/errors.ts';
 
 const PYTHON = '/usr/bin/python3';
@@ -29,7 +35,8 @@ function pythonBlocked(): string | undefined {
     return undefined;
   } catch {
     const reason = `needs ${PYTHON}`;
-    if (process.env.DDP_REQUIRE_ALL_TESTS) throw new Error(`${reason}, and DDP_REQUIRE_ALL_TESTS is set: CI must run these tests, not skip them`);
+    if (process.env.DDP_REQUIRE_ALL_TESTS)
+      throw new Error(`${reason}, and DDP_REQUIRE_ALL_TESTS is set: CI must run these tests, not skip them`);
     return reason;
   }
 }
@@ -40,7 +47,12 @@ let artifacts: ModelArtifactsLike;
 beforeAll(async () => {
   await tf.setBackend('cpu');
   dir = await mkdtemp(join(tmpdir(), 'torch-injection-'));
-  const model = tf.sequential({ layers: [tf.layers.dense({ inputShape: [4], units: 3, activation: 'relu', name: 'hidden' }), tf.layers.dense({ units: 2, name: 'head' })] });
+  const model = tf.sequential({
+    layers: [
+      tf.layers.dense({ inputShape: [4], units: 3, activation: 'relu', name: 'hidden' }),
+      tf.layers.dense({ units: 2, name: 'head' }),
+    ],
+  });
   artifacts = await modelArtifacts(model);
   model.dispose();
 });
@@ -53,7 +65,9 @@ afterAll(async () => {
 function renamed(from: string, to: string): ModelArtifactsLike {
   const topology = structuredClone(artifacts.modelTopology) as { config: { layers: Array<{ config: { name: string } }> } };
   for (const layer of topology.config.layers) if (layer.config.name === from) layer.config.name = to;
-  const weightSpecs = artifacts.weightSpecs.map((s) => (s.name.startsWith(`${from}/`) ? { ...s, name: `${to}${s.name.slice(from.length)}` } : s));
+  const weightSpecs = artifacts.weightSpecs.map((s) =>
+    s.name.startsWith(`${from}/`) ? { ...s, name: `${to}${s.name.slice(from.length)}` } : s,
+  );
   return { modelTopology: topology, weightSpecs, weightData: artifacts.weightData };
 }
 
@@ -78,18 +92,30 @@ describe('export to PyTorch: names from the file', () => {
     const e = refusal as TorchExportNameError;
     expect([e.kind, e.invalidName, e.file, e.message.includes('\n')]).toEqual(['layer', payload(), source, false]);
     // The reverse reads the same topology: refused too.
-    expect(() => importTorchStateDict(crafted, new Uint8Array(8))).toThrow(errorOf(TorchExportNameError, /the layer name "dense\\nimport os.* is not a valid TF.js name/));
+    expect(() => importTorchStateDict(crafted, new Uint8Array(8))).toThrow(
+      errorOf(TorchExportNameError, /the layer name "dense\\nimport os.* is not a valid TF.js name/),
+    );
   });
 
   it('refuses a weight name outside the pattern, and names outside it of every kind; accepts what TF.js accepts', () => {
-    const badWeight = { ...artifacts, weightSpecs: artifacts.weightSpecs.map((s, i) => (i === 0 ? { ...s, name: 'hidden/kernel\nimport os' } : s)) };
-    expect(() => exportForTorch(badWeight, { source: 'model.json' })).toThrow(errorOf(TorchExportNameError, 'cannot export to PyTorch: the weight name "hidden/kernel\\nimport os" in "model.json" is not a valid TF.js name'));
+    const badWeight = {
+      ...artifacts,
+      weightSpecs: artifacts.weightSpecs.map((s, i) => (i === 0 ? { ...s, name: 'hidden/kernel\nimport os' } : s)),
+    };
+    expect(() => exportForTorch(badWeight, { source: 'model.json' })).toThrow(
+      errorOf(
+        TorchExportNameError,
+        'cannot export to PyTorch: the weight name "hidden/kernel\\nimport os" in "model.json" is not a valid TF.js name',
+      ),
+    );
     for (const bad of ['', '_hidden', 'a b', 'a"b', 'a\\b', 'a#b', "a'b", 'a)b', 'dense\u2028x', 'dense\rx', 'dénse']) {
       expect(() => exportForTorch(renamed('hidden', bad)), JSON.stringify(bad)).toThrow(TorchExportNameError);
     }
     const numeric = structuredClone(artifacts.modelTopology) as { config: { layers: Array<{ config: { name: unknown } }> } };
     numeric.config.layers[1]!.config.name = 42;
-    expect(() => exportForTorch({ ...artifacts, modelTopology: numeric })).toThrow(errorOf(TorchExportNameError, 'the layer name 42 is not a valid TF.js name'));
+    expect(() => exportForTorch({ ...artifacts, modelTopology: numeric })).toThrow(
+      errorOf(TorchExportNameError, 'the layer name 42 is not a valid TF.js name'),
+    );
     for (const good of ['my.layer-1', 'block/dense_2', '0dense']) {
       expect(exportForTorch(renamed('hidden', good)).python, good).toContain(`# TF.js layer "${good}"`);
     }
@@ -101,17 +127,26 @@ describe('export to PyTorch: names from the file', () => {
     await rm(folder, { recursive: true, force: true });
     await mkdir(folder);
     await writeFile(join(folder, 'weights.bin'), new Uint8Array(crafted.weightData));
-    await writeFile(join(folder, 'model.json'), JSON.stringify({ modelTopology: crafted.modelTopology, weightsManifest: [{ paths: ['weights.bin'], weights: crafted.weightSpecs }] }));
+    await writeFile(
+      join(folder, 'model.json'),
+      JSON.stringify({ modelTopology: crafted.modelTopology, weightsManifest: [{ paths: ['weights.bin'], weights: crafted.weightSpecs }] }),
+    );
     const out = join(folder, 'out');
     let status: number | null = 0;
     let stderr = '';
     try {
-      execFileSync(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '..', 'launcher', 'export_torch.ts'), join(folder, 'model.json'), '--out', out], { stdio: 'pipe', timeout: 60_000 });
+      execFileSync(
+        process.execPath,
+        ['--import', 'tsx', join(import.meta.dirname, '..', 'launcher', 'export_torch.ts'), join(folder, 'model.json'), '--out', out],
+        { stdio: 'pipe', timeout: 60_000 },
+      );
     } catch (e) {
       ({ status } = e as { status: number | null });
       stderr = String((e as { stderr: Buffer }).stderr);
     }
-    expect(stderr).toContain(`export:torch: cannot export to PyTorch: the layer name ${JSON.stringify(payload())} in "model.json" is not a valid TF.js name`);
+    expect(stderr).toContain(
+      `export:torch: cannot export to PyTorch: the layer name ${JSON.stringify(payload())} in "model.json" is not a valid TF.js name`,
+    );
     expect(status).toBe(1);
     expect(existsSync(out)).toBe(false);
     expect(existsSync(marker())).toBe(false);
@@ -120,25 +155,27 @@ describe('export to PyTorch: names from the file', () => {
 
 const blocked = pythonBlocked();
 
-describe.skipIf(blocked !== undefined)(`export to PyTorch: Python's parser sees only the module${blocked ? ` (skipped: ${blocked})` : ''}`, () => {
-  // What the Python file is, statement by statement at its top level.
-  const STATEMENTS = [
-    'Expr:str', // the docstring
-    'Import:json',
-    'Import:math',
-    'Import:struct',
-    'ImportFrom:collections:OrderedDict',
-    'Import:torch',
-    'ImportFrom:torch:nn',
-    'ClassDef:Model',
-    'Assign:_DTYPES',
-    'FunctionDef:load_file',
-    "If:__name__ == '__main__'",
-  ];
+describe.skipIf(blocked !== undefined)(
+  `export to PyTorch: Python's parser sees only the module${blocked ? ` (skipped: ${blocked})` : ''}`,
+  () => {
+    // What the Python file is, statement by statement at its top level.
+    const STATEMENTS = [
+      'Expr:str', // the docstring
+      'Import:json',
+      'Import:math',
+      'Import:struct',
+      'ImportFrom:collections:OrderedDict',
+      'Import:torch',
+      'ImportFrom:torch:nn',
+      'ClassDef:Model',
+      'Assign:_DTYPES',
+      'FunctionDef:load_file',
+      "If:__name__ == '__main__'",
+    ];
 
-  // Reads a Python file: its top-level statements, its docstring, every identifier in it, and
-  // every token (of any kind but a string literal) holding one of the markers.
-  const CHECK = `
+    // Reads a Python file: its top-level statements, its docstring, every identifier in it, and
+    // every token (of any kind but a string literal) holding one of the markers.
+    const CHECK = `
 import ast, io, json, sys, tokenize
 path, markers = sys.argv[1], json.loads(sys.argv[2])
 src = open(path, encoding="utf-8").read()
@@ -171,51 +208,78 @@ outside = [[tokenize.tok_name[t.type], t.string] for t in tokenize.generate_toke
 print(json.dumps({"statements": [describe(s) for s in tree.body], "docstring": ast.get_docstring(tree, clean=False), "names": sorted(names), "outside": outside}))
 `;
 
-  interface Parsed {
-    syntaxError?: string;
-    statements?: string[];
-    docstring?: string;
-    names?: string[];
-    outside?: Array<[string, string]>;
-  }
+    interface Parsed {
+      syntaxError?: string;
+      statements?: string[];
+      docstring?: string;
+      names?: string[];
+      outside?: Array<[string, string]>;
+    }
 
-  async function parse(python: string, markers: string[]): Promise<Parsed> {
-    const file = join(dir, 'model.py');
-    await writeFile(file, python);
-    return JSON.parse(execFileSync(PYTHON, ['-c', CHECK, file, JSON.stringify(markers)], { encoding: 'utf8', timeout: 60_000 })) as Parsed;
-  }
+    async function parse(python: string, markers: string[]): Promise<Parsed> {
+      const file = join(dir, 'model.py');
+      await writeFile(file, python);
+      return JSON.parse(
+        execFileSync(PYTHON, ['-c', CHECK, file, JSON.stringify(markers)], { encoding: 'utf8', timeout: 60_000 }),
+      ) as Parsed;
+    }
 
-  const MARKERS = ['pwned', 'os.system', 'import os', 'evil'];
+    const MARKERS = ['pwned', 'os.system', 'import os', 'evil'];
 
-  // `""\\"` became `"""` under the old one-pass removal of `"""` and `\\`; the rest: newlines, both
-  // quote kinds, a trailing backslash, characters Python reads as line ends or refuses in source.
-  const SOURCES = [
-    `evil""\\"\nimport os; os.system('touch /tmp/pwned')\n""\\".ckpt`,
-    `evil"""\r\nimport os; os.system("touch /tmp/pwned") #'''\\`,
-    `evil\\"\\\\"\\"\u2028import os\u0000\x0c\x0bpwned \u{1F600}\ud800 \\`,
-  ];
+    // `""\\"` became `"""` under the old one-pass removal of `"""` and `\\`; the rest: newlines, both
+    // quote kinds, a trailing backslash, characters Python reads as line ends or refuses in source.
+    const SOURCES = [
+      `evil""\\"\nimport os; os.system('touch /tmp/pwned')\n""\\".ckpt`,
+      `evil"""\r\nimport os; os.system("touch /tmp/pwned") #'''\\`,
+      `evil\\"\\\\"\\"\u2028import os\u0000\x0c\x0bpwned \u{1F600}\ud800 \\`,
+    ];
 
-  for (const [i, source] of SOURCES.entries()) {
-    it(`a crafted file name (${i + 1} of ${SOURCES.length}) stays a string: exactly the module's statements, the name intact in the docstring`, async () => {
-      const out = exportForTorch(artifacts, { source, fileName: `evil"""\nimport os #${i}` });
-      const parsed = await parse(out.python, MARKERS);
-      expect(parsed.syntaxError).toBeUndefined();
-      expect(parsed.statements).toEqual(STATEMENTS);
-      expect(parsed.outside).toEqual([]);
-      expect(parsed.names).not.toContain('os');
-      expect(parsed.names).not.toContain('system');
-      expect(parsed.docstring).toContain(`Weights: "${source}"`);
-      // The layer names are in comments, quoted; the file name became a module name.
-      expect(out.python).toContain('# TF.js layer "hidden"');
-      expect(out.python).toContain(`load_file("evil____import_os__${i}.safetensors")`);
+    for (const [i, source] of SOURCES.entries()) {
+      it(`a crafted file name (${i + 1} of ${SOURCES.length}) stays a string: exactly the module's statements, the name intact in the docstring`, async () => {
+        const out = exportForTorch(artifacts, { source, fileName: `evil"""\nimport os #${i}` });
+        const parsed = await parse(out.python, MARKERS);
+        expect(parsed.syntaxError).toBeUndefined();
+        expect(parsed.statements).toEqual(STATEMENTS);
+        expect(parsed.outside).toEqual([]);
+        expect(parsed.names).not.toContain('os');
+        expect(parsed.names).not.toContain('system');
+        expect(parsed.docstring).toContain(`Weights: "${source}"`);
+        // The layer names are in comments, quoted; the file name became a module name.
+        expect(out.python).toContain('# TF.js layer "hidden"');
+        expect(out.python).toContain(`load_file("evil____import_os__${i}.safetensors")`);
+      });
+    }
+
+    it('pythonString: Python reads back exactly the string, from printable ASCII only', () => {
+      const strings = [
+        '',
+        'plain',
+        '"""',
+        "'''",
+        '\\',
+        'a\\',
+        '\\"',
+        '\n\r\t\0\x7f\x0b\x0c',
+        '\u0085\u2028\u2029',
+        'é ü 中文',
+        '\u{1F600}',
+        '\ud800',
+        `${'"'.repeat(7)}\\`,
+      ];
+      const literals = strings.map(pythonString);
+      for (const l of literals) expect(l).toMatch(/^"[\x20-\x7e]*"$/);
+      const back = JSON.parse(
+        execFileSync(
+          PYTHON,
+          [
+            '-c',
+            'import ast, json, sys; print(json.dumps([ast.literal_eval(s) for s in json.loads(sys.argv[1])]))',
+            JSON.stringify(literals),
+          ],
+          { encoding: 'utf8', timeout: 60_000 },
+        ),
+      ) as string[];
+      expect(back).toEqual(strings);
     });
-  }
-
-  it("pythonString: Python reads back exactly the string, from printable ASCII only", () => {
-    const strings = ['', 'plain', '"""', "'''", '\\', 'a\\', '\\"', '\n\r\t\0\x7f\x0b\x0c', '\u0085\u2028\u2029', 'é ü 中文', '\u{1F600}', '\ud800', `${'"'.repeat(7)}\\`];
-    const literals = strings.map(pythonString);
-    for (const l of literals) expect(l).toMatch(/^"[\x20-\x7e]*"$/);
-    const back = JSON.parse(execFileSync(PYTHON, ['-c', 'import ast, json, sys; print(json.dumps([ast.literal_eval(s) for s in json.loads(sys.argv[1])]))', JSON.stringify(literals)], { encoding: 'utf8', timeout: 60_000 })) as string[];
-    expect(back).toEqual(strings);
-  });
-});
+  },
+);

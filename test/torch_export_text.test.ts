@@ -56,7 +56,9 @@ describe('the vocabulary in the export', () => {
       }
       throw new Error(`accepted ${JSON.stringify(vocabulary)}`);
     };
-    expect(refused(tokenizer.chars.slice(1))).toContain(`the vocabulary has ${tokenizer.vocabSize - 1} characters; the model's embedding has ${tokenizer.vocabSize} token ids`);
+    expect(refused(tokenizer.chars.slice(1))).toContain(
+      `the vocabulary has ${tokenizer.vocabSize - 1} characters; the model's embedding has ${tokenizer.vocabSize} token ids`,
+    );
     expect(refused(['"]\nimport os\nos.system("x")#', ...tokenizer.chars.slice(1)])).toContain('vocabulary entry 0 must be one character');
     expect(refused([tokenizer.chars[1], ...tokenizer.chars.slice(1)])).toContain('vocabulary entry 1 ');
     expect(refused([7, ...tokenizer.chars.slice(1)])).toContain('vocabulary entry 0 must be one character, got 7');
@@ -115,23 +117,51 @@ json.dump(out, open(sys.argv[1] + "/text_out.json", "w", encoding="utf-8"))
   it('the CLI writes the vocabulary from a checkpoint, a model.json and --text, and says when it has none', async () => {
     const artifacts = await modelArtifacts(model);
     const cli = (file: string, out: string, ...more: string[]) =>
-      execFileSync(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '..', 'launcher', 'export_torch.ts'), file, '--out', out, ...more], { stdio: 'pipe', timeout: 60_000 }).toString();
-    const vocabularyOf = (folder: string) => execFileSync('/usr/bin/python3', ['-c', 'import json, sys; sys.path.insert(0, sys.argv[1]); import model; print(json.dumps(model.VOCABULARY))', folder], { stdio: 'pipe', timeout: 120_000 }).toString();
+      execFileSync(
+        process.execPath,
+        ['--import', 'tsx', join(import.meta.dirname, '..', 'launcher', 'export_torch.ts'), file, '--out', out, ...more],
+        { stdio: 'pipe', timeout: 60_000 },
+      ).toString();
+    const vocabularyOf = (folder: string) =>
+      execFileSync(
+        '/usr/bin/python3',
+        ['-c', 'import json, sys; sys.path.insert(0, sys.argv[1]); import model; print(json.dumps(model.VOCABULARY))', folder],
+        { stdio: 'pipe', timeout: 120_000 },
+      ).toString();
 
     const ckpt = join(dir, 'run.ckpt');
-    await writeFile(ckpt, await encodeCheckpoint({ meta: { step: 3, user: { config: {}, vocabulary: tokenizer.chars } }, model: artifacts, optimizer: { weightSpecs: [], weightData: new ArrayBuffer(0) } }));
+    await writeFile(
+      ckpt,
+      await encodeCheckpoint({
+        meta: { step: 3, user: { config: {}, vocabulary: tokenizer.chars } },
+        model: artifacts,
+        optimizer: { weightSpecs: [], weightData: new ArrayBuffer(0) },
+      }),
+    );
     expect(cli(ckpt, join(dir, 'from-ckpt'))).toContain(`text: a vocabulary of ${tokenizer.vocabSize} characters`);
     expect(JSON.parse(vocabularyOf(join(dir, 'from-ckpt')))).toEqual(tokenizer.chars);
 
     await writeFile(join(dir, 'w.bin'), new Uint8Array(artifacts.weightData));
     const json = join(dir, 'lm.json');
-    await writeFile(json, JSON.stringify({ modelTopology: artifacts.modelTopology, weightsManifest: [{ paths: ['w.bin'], weights: artifacts.weightSpecs }], userDefinedMetadata: { vocabulary: tokenizer.chars } }));
+    await writeFile(
+      json,
+      JSON.stringify({
+        modelTopology: artifacts.modelTopology,
+        weightsManifest: [{ paths: ['w.bin'], weights: artifacts.weightSpecs }],
+        userDefinedMetadata: { vocabulary: tokenizer.chars },
+      }),
+    );
     cli(json, join(dir, 'from-json'));
     expect(JSON.parse(vocabularyOf(join(dir, 'from-json')))).toEqual(tokenizer.chars);
 
     const bare = join(dir, 'bare.json');
-    await writeFile(bare, JSON.stringify({ modelTopology: artifacts.modelTopology, weightsManifest: [{ paths: ['w.bin'], weights: artifacts.weightSpecs }] }));
-    expect(cli(bare, join(dir, 'bare-out'))).toContain('this file carries no vocabulary; give the text the model trained on with --text FILE');
+    await writeFile(
+      bare,
+      JSON.stringify({ modelTopology: artifacts.modelTopology, weightsManifest: [{ paths: ['w.bin'], weights: artifacts.weightSpecs }] }),
+    );
+    expect(cli(bare, join(dir, 'bare-out'))).toContain(
+      'this file carries no vocabulary; give the text the model trained on with --text FILE',
+    );
     const corpus = join(dir, 'corpus.txt');
     await writeFile(corpus, CORPUS);
     cli(bare, join(dir, 'from-text'), '--text', corpus);

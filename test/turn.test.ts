@@ -12,7 +12,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { runTag } from '../launcher/lan.ts';
 import { linksOf } from '../launcher/summary_links.ts';
 import { iceServersFor } from '../signaling/ice.ts';
-import { findTurnserver, freeUdpPort, isStunBindingSuccess, killRunTurnserver, stunBindingRequest, turnserverConfig, TurnProcess, type TurnSettings } from '../launcher/turn.ts';
+import {
+  findTurnserver,
+  freeUdpPort,
+  isStunBindingSuccess,
+  killRunTurnserver,
+  stunBindingRequest,
+  turnserverConfig,
+  TurnProcess,
+  type TurnSettings,
+} from '../launcher/turn.ts';
 import { lanTestsBlocked } from './fixtures/lan.ts';
 
 const dirs: string[] = [];
@@ -54,7 +63,7 @@ function turnserversOf(dir: string): number[] {
 }
 
 describe('coturn configuration', () => {
-  it('authenticates with a shared secret, listens and relays on the run\'s addresses only, relays only to the run\'s peers', () => {
+  it("authenticates with a shared secret, listens and relays on the run's addresses only, relays only to the run's peers", () => {
     const lines = turnserverConfig(settings('/run/x/ddp1-0')).split('\n');
     for (const line of [
       'listening-ip=127.0.0.1',
@@ -127,10 +136,12 @@ describe.skipIf(lanTestsBlocked({ root: false, coturn: true }) !== undefined)('t
     expect(turnserversOf(dir)).toEqual([]);
   });
 
-  it('a relay that cannot listen fails within the bound, with coturn\'s own words, and is stopped', async () => {
+  it("a relay that cannot listen fails within the bound, with coturn's own words, and is stopped", async () => {
     const dir = runDir();
     // An address of no interface here: coturn cannot bind it.
-    const err = await TurnProcess.start(settings(dir, { listenIp: '192.0.2.77', relayIp: '192.0.2.77', listenPort: 3478 }), { readyTimeoutMs: 2_000 }).then(
+    const err = await TurnProcess.start(settings(dir, { listenIp: '192.0.2.77', relayIp: '192.0.2.77', listenPort: 3478 }), {
+      readyTimeoutMs: 2_000,
+    }).then(
       () => new Error('started'),
       (e: Error) => e,
     );
@@ -159,7 +170,7 @@ describe.skipIf(lanTestsBlocked({ root: false, coturn: true }) !== undefined)('t
  * coturn's own client, turnutils_uclient: it allocates a relay with the credentials the server
  * mints (signaling/ice.ts) and sends through it to a peer address. Root only.
  */
-describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)('the relay with the server\'s credentials (root)', () => {
+describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)("the relay with the server's credentials (root)", () => {
   const ns = `${runTag(process.pid, 46_000)}-turntest`;
   const secret = randomBytes(24).toString('base64url');
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], timeout: 15_000 }).toString();
@@ -167,7 +178,11 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)('th
   /** Starts coturn in the namespace with `allowedPeers`, runs the client once as `username`/`credential`, stops coturn; returns what both said. */
   async function relayOnce(allowedPeers: string[], username: string, credential: string): Promise<{ client: string; server: string }> {
     const dir = runDir();
-    writeFileSync(join(dir, 'turnserver.conf'), turnserverConfig(settings(dir, { listenIp: '10.0.0.1', relayIp: '10.0.0.1', secret, allowedPeers })), { mode: 0o600 });
+    writeFileSync(
+      join(dir, 'turnserver.conf'),
+      turnserverConfig(settings(dir, { listenIp: '10.0.0.1', relayIp: '10.0.0.1', secret, allowedPeers })),
+      { mode: 0o600 },
+    );
     const proc = spawn('ip', ['netns', 'exec', ns, coturn!, '-c', join(dir, 'turnserver.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
     let server = '';
     proc.stdout.on('data', (d: Buffer) => (server += d.toString()));
@@ -175,11 +190,19 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)('th
     try {
       // Ready when it answers STUN (the client would only say it could not allocate).
       for (let attempt = 0; ; attempt++) {
-        if (spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1', 'turnutils_stunclient', '-p', '3478', '10.0.0.1'], { timeout: 5_000 }).status === 0) break;
+        if (
+          spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1', 'turnutils_stunclient', '-p', '3478', '10.0.0.1'], { timeout: 5_000 })
+            .status === 0
+        )
+          break;
         if (attempt >= 30) throw new Error(`coturn did not answer STUN in the test namespace; it said:\n${server.slice(-2000)}`);
         await new Promise((res) => setTimeout(res, 200)); // between STUN probes of a coturn starting up: a bounded poll
       }
-      const r = spawnSync('ip', ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'], { timeout: 20_000 });
+      const r = spawnSync(
+        'ip',
+        ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'],
+        { timeout: 20_000 },
+      );
       return { client: `${r.stdout}${r.stderr}`, server };
     } finally {
       proc.kill('SIGKILL');

@@ -19,7 +19,20 @@ const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
 
 /** Rank r's figures as the DDP trainer reports them (a rank without samples: null loss and accuracy). */
 function figures(loss: number | null, accuracy: number | null, samples: number): Record<string, number | null> {
-  return { loss, accuracy, samples, samplesPerSec: samples > 0 ? 100 : 0, compute: 1, readback: 1, allreduce: 1, apply: 1, slowed: 0, comm: 0, hashHi: 0, hashLo: 0 };
+  return {
+    loss,
+    accuracy,
+    samples,
+    samplesPerSec: samples > 0 ? 100 : 0,
+    compute: 1,
+    readback: 1,
+    allreduce: 1,
+    apply: 1,
+    slowed: 0,
+    comm: 0,
+    hashHi: 0,
+    hashLo: 0,
+  };
 }
 
 /** A step of three ranks where rank 2 (a slow WebGPU tab) was given none of the 96 samples. */
@@ -73,13 +86,22 @@ describe('a rank given no samples in a step', () => {
     expect(cards.acc.value).toBe('80.0%');
     expect(sampleWeighted(s.lastStep!.ranks, 'loss')).toBeCloseTo(128 / 96, 12);
     // Jobs that do not report samples: equal shares; no figure at all: null.
-    expect(sampleWeighted([{ loss: 1, accuracy: 0 }, { loss: 3, accuracy: 0 }], 'loss')).toBe(2);
+    expect(
+      sampleWeighted(
+        [
+          { loss: 1, accuracy: 0 },
+          { loss: 3, accuracy: 0 },
+        ],
+        'loss',
+      ),
+    ).toBe(2);
     expect(sampleWeighted([{ loss: null, accuracy: null, samples: 0 }], 'loss')).toBeNull();
   });
 
-  it('says so on its tab and in the group\'s table, with the balance figures', () => {
+  it("says so on its tab and in the group's table, with the balance figures", () => {
     const s = dashboard(pageEvents([1, 2, 3]));
-    const words = 'no samples this step: the group gave them to faster tabs (measured cost 37.3 ms/sample + 120 ms a step; measured again at step 64)';
+    const words =
+      'no samples this step: the group gave them to faster tabs (measured cost 37.3 ms/sample + 120 ms a step; measured again at step 64)';
     expect(idleNote(s, 2)).toBe(words);
     expect(idleNote(s, 0)).toBeNull();
     const rows = fleetRows(s);
@@ -101,6 +123,8 @@ describe('a rank given no samples in a step', () => {
 
   it('a run that ends before the next measurement says so', () => {
     const events = pageEvents([5]).map((e) => (e.type === 'step' ? { ...e, totalSteps: 32 } : e));
-    expect(idleNote(dashboard(events), 2)).toBe('no samples this step: the group gave them to faster tabs (measured cost 37.3 ms/sample + 120 ms a step; the run ends at step 32, before its next measurement at step 64)');
+    expect(idleNote(dashboard(events), 2)).toBe(
+      'no samples this step: the group gave them to faster tabs (measured cost 37.3 ms/sample + 120 ms a step; the run ends at step 32, before its next measurement at step 64)',
+    );
   });
 });

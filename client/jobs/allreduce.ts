@@ -66,12 +66,15 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const op = (ctx.params.get('op') ?? 'sum') as ReduceOpName;
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
   const meshParam = ctx.params.get('mesh');
-  if (meshParam !== null && meshParam !== 'true' && meshParam !== 'false') throw new Error(`--mesh must be true or false, got "${meshParam}"`);
+  if (meshParam !== null && meshParam !== 'true' && meshParam !== 'false')
+    throw new Error(`--mesh must be true or false, got "${meshParam}"`);
   // 2 x 24 MiB over one link: a minute where a round trip holds the link to one credit window a trip.
   const measureParam = ctx.params.get('measure-link');
-  if (measureParam !== null && measureParam !== 'true' && measureParam !== 'false') throw new Error(`--measure-link must be true or false, got "${measureParam}"`);
+  if (measureParam !== null && measureParam !== 'true' && measureParam !== 'false')
+    throw new Error(`--measure-link must be true or false, got "${measureParam}"`);
   const forced = ctx.params.get('algorithm') ?? 'auto';
-  if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling' && forced !== 'tree') throw new Error(`--algorithm must be auto, ring, doubling or tree, got "${forced}"`);
+  if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling' && forced !== 'tree')
+    throw new Error(`--algorithm must be auto, ring, doubling or tree, got "${forced}"`);
   // Also time both algorithms, whichever the tuner picks: where the threshold should be.
   const compare = ctx.params.has('compare-algorithms') && ctx.params.get('compare-algorithms') !== 'false';
 
@@ -79,7 +82,8 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const n = pg.worldSize;
   // The mesh opens n(n-1)/2 links at once: past MESH_DEFAULT_MAX ranks that is the ring's point, not a useful comparison.
   const mesh = meshParam === null ? n <= MESH_DEFAULT_MAX : meshParam === 'true';
-  if (meshParam === null && !mesh) ctx.log(`no mesh comparison at ${n} ranks (it would open ${(n * (n - 1)) / 2} links): --mesh true asks for it`);
+  if (meshParam === null && !mesh)
+    ctx.log(`no mesh comparison at ${n} ranks (it would open ${(n * (n - 1)) / 2} links): --mesh true asks for it`);
   // Open every link either algorithm uses before timing anything.
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'ring' });
   await pg.allReduce(new Float32Array(n), op, { algorithm: 'doubling' });
@@ -87,7 +91,8 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const measure = measureParam !== 'false';
   const linkMBps = measure ? await measureLink(pg) : null;
   const duplexMBps = measure ? await measureLink(pg, true) : null;
-  if (linkMBps !== null) ctx.log(`link 0->1: ${linkMBps.toFixed(1)} MB/s alone, ${duplexMBps?.toFixed(1)} MB/s each way in both directions at once`);
+  if (linkMBps !== null)
+    ctx.log(`link 0->1: ${linkMBps.toFixed(1)} MB/s alone, ${duplexMBps?.toFixed(1)} MB/s each way in both directions at once`);
   await pg.barrier();
 
   const results: Array<Record<string, unknown>> = [];
@@ -124,9 +129,26 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
     const ringRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'ring' })) : undefined;
     const doublingRun = compare && n > 1 ? await time((b) => pg.allReduce(b, op, { algorithm: 'doubling' })) : undefined;
     const meshRun = mesh && n > 1 ? await time((b) => pg.meshAllReduce(b, op)) : undefined;
-    const row = { elements: size, bytes: size * 4, algorithm, ms: run.ms, afterBarrierMs, ringMs: ringRun?.ms ?? null, doublingMs: doublingRun?.ms ?? null, meshMs: meshRun?.ms ?? null, maxAbsErr, hash: hashFloat32(run.out) };
-    const also = [ringRun && `ring ${ringRun.ms.toFixed(2)} ms`, doublingRun && `doubling ${doublingRun.ms.toFixed(2)} ms`, meshRun && `mesh ${meshRun.ms.toFixed(2)} ms`].filter(Boolean);
-    ctx.log(`${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms (one alone after a barrier: ${afterBarrierMs.toFixed(2)} ms)${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`);
+    const row = {
+      elements: size,
+      bytes: size * 4,
+      algorithm,
+      ms: run.ms,
+      afterBarrierMs,
+      ringMs: ringRun?.ms ?? null,
+      doublingMs: doublingRun?.ms ?? null,
+      meshMs: meshRun?.ms ?? null,
+      maxAbsErr,
+      hash: hashFloat32(run.out),
+    };
+    const also = [
+      ringRun && `ring ${ringRun.ms.toFixed(2)} ms`,
+      doublingRun && `doubling ${doublingRun.ms.toFixed(2)} ms`,
+      meshRun && `mesh ${meshRun.ms.toFixed(2)} ms`,
+    ].filter(Boolean);
+    ctx.log(
+      `${size} elements: ${algorithm} ${run.ms.toFixed(2)} ms (one alone after a barrier: ${afterBarrierMs.toFixed(2)} ms)${also.length ? `, ${also.join(', ')}` : ''}, max abs err ${maxAbsErr}`,
+    );
     results.push(row);
   }
   // Before the barrier: every link is still open here.

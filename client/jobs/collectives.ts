@@ -23,13 +23,19 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
   const { rank, worldSize: n } = pg;
   const fill = (r: number, size: number) => Float32Array.from({ length: size }, (_, i) => fillValue(r, size, i));
   const loop = ctx.params.get('loop');
-  if (loop !== null) return allReduceLoop(ctx, pg, positive(loop, 'loop'), positive(ctx.params.get('loopSize') ?? '65537', 'loopSize'), fill);
+  if (loop !== null)
+    return allReduceLoop(ctx, pg, positive(loop, 'loop'), positive(ctx.params.get('loopSize') ?? '65537', 'loopSize'), fill);
   const cases: Case[] = [];
   const check = (name: string, got: Float32Array, want: Float32Array) => {
     let bad = -1;
     if (got.length !== want.length) bad = 0;
     else for (let i = 0; i < want.length && bad < 0; i++) if (!Object.is(got[i], want[i])) bad = i;
-    cases.push({ name, ok: bad < 0, hash: hashFloat32(got), ...(bad >= 0 ? { detail: `first difference at ${bad}: got ${got[bad]}, want ${want[bad]}` } : {}) });
+    cases.push({
+      name,
+      ok: bad < 0,
+      hash: hashFloat32(got),
+      ...(bad >= 0 ? { detail: `first difference at ${bad}: got ${got[bad]}, want ${want[bad]}` } : {}),
+    });
   };
 
   for (const op of ['sum', 'avg', 'max', 'min'] as ReduceOpName[]) {
@@ -37,7 +43,8 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
       const want = fill(0, size);
       for (let r = 1; r < n; r++) {
         const v = fill(r, size);
-        for (let i = 0; i < size; i++) want[i] = op === 'max' ? Math.max(want[i], v[i]) : op === 'min' ? Math.min(want[i], v[i]) : want[i] + v[i];
+        for (let i = 0; i < size; i++)
+          want[i] = op === 'max' ? Math.max(want[i], v[i]) : op === 'min' ? Math.min(want[i], v[i]) : want[i] + v[i];
       }
       if (op === 'avg') for (let i = 0; i < size; i++) want[i] /= n;
       // The algorithm the tuner picks, then each one forced: the same exact values either way.
@@ -50,12 +57,17 @@ export async function collectivesJob(ctx: JobContext): Promise<Record<string, un
   for (const src of [0, n - 1]) {
     const size = 10_001;
     for (const algorithm of ['ring', 'doubling'] as const) {
-      check(`broadcast src ${src} ${algorithm}`, await pg.broadcast(rank === src ? fill(src, size) : new Float32Array(size), src, { algorithm }), fill(src, size));
+      check(
+        `broadcast src ${src} ${algorithm}`,
+        await pg.broadcast(rank === src ? fill(src, size) : new Float32Array(size), src, { algorithm }),
+        fill(src, size),
+      );
     }
   }
   const wantGather = new Float32Array(333 * n);
   for (let r = 0; r < n; r++) wantGather.set(fill(r, 333), r * 333);
-  for (const algorithm of ['ring', 'doubling'] as const) check(`allGather 333 ${algorithm}`, await pg.allGather(fill(rank, 333), { algorithm }), wantGather);
+  for (const algorithm of ['ring', 'doubling'] as const)
+    check(`allGather 333 ${algorithm}`, await pg.allGather(fill(rank, 333), { algorithm }), wantGather);
   const k = 257;
   const full = new Float32Array(k * n);
   for (let r = 0; r < n; r++) {
@@ -82,7 +94,13 @@ function positive(raw: string, name: string): number {
 }
 
 /** `iterations` all-reduces (sum) of `size` elements, each checked; a line of progress every 50. */
-async function allReduceLoop(ctx: JobContext, pg: ProcessGroup, iterations: number, size: number, fill: (r: number, size: number) => Float32Array): Promise<Record<string, unknown>> {
+async function allReduceLoop(
+  ctx: JobContext,
+  pg: ProcessGroup,
+  iterations: number,
+  size: number,
+  fill: (r: number, size: number) => Float32Array,
+): Promise<Record<string, unknown>> {
   const want = fill(0, size);
   for (let r = 1; r < pg.worldSize; r++) {
     const v = fill(r, size);

@@ -10,5 +10,11 @@ export async function rendezvousJob(ctx: JobContext): Promise<Record<string, unk
   await pg.barrier();
   ctx.log('passed the barrier');
   pg.destroy();
-  return { rank: pg.rank, worldSize: pg.worldSize, adapter: gpu.adapter, webgpu: gpu.available, ...(gpu.reason ? { reason: gpu.reason } : {}) };
+  return {
+    rank: pg.rank,
+    worldSize: pg.worldSize,
+    adapter: gpu.adapter,
+    webgpu: gpu.available,
+    ...(gpu.reason ? { reason: gpu.reason } : {}),
+  };
 }

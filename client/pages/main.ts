@@ -28,7 +28,11 @@ const JOBS: Record<string, Job> = {
 const params = new URLSearchParams(location.search);
 const app = document.getElementById('app')!;
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, string> = {}, ...children: Array<Node | string>): HTMLElementTagNameMap[K] {
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  ...children: Array<Node | string>
+): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
   node.append(...children);
@@ -76,7 +80,18 @@ async function lobby(session: string, worldSize: number | undefined, rank: numbe
   app.append(
     el('h1', {}, `Session “${session}”`),
     status,
-    el('dl', { class: 'facts' }, el('dt', {}, 'This tab'), rankEl, el('dt', {}, 'World size'), worldEl, el('dt', {}, 'Joined'), membersEl, el('dt', {}, 'WebGPU'), gpuEl),
+    el(
+      'dl',
+      { class: 'facts' },
+      el('dt', {}, 'This tab'),
+      rankEl,
+      el('dt', {}, 'World size'),
+      worldEl,
+      el('dt', {}, 'Joined'),
+      membersEl,
+      el('dt', {}, 'WebGPU'),
+      gpuEl,
+    ),
   );
   void probeWebGpu().then((g) => {
     gpuEl.textContent = g.available ? `available: ${g.adapter}` : `not available: ${g.reason}`;
@@ -89,10 +104,13 @@ async function lobby(session: string, worldSize: number | undefined, rank: numbe
   }
   try {
     status.textContent = `Waiting for ${worldSize} tabs to join…`;
-    const handler = await RendezvousHandler.start({ url: location.origin, session, token: pageToken(), min: worldSize, max: worldSize, rank, timeoutMs: 3_600_000 }, (e) => {
-      if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
-      if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
-    });
+    const handler = await RendezvousHandler.start(
+      { url: location.origin, session, token: pageToken(), min: worldSize, max: worldSize, rank, timeoutMs: 3_600_000 },
+      (e) => {
+        if (e.type === 'waiting') membersEl.textContent = `${e.members} of ${worldSize}`;
+        if (e.type === 'paused') status.textContent = 'Waiting: a tab left the group.';
+      },
+    );
     handler.store.on('close', () => {
       status.textContent = 'Lost the connection to the server.';
       status.classList.add('error');
@@ -152,8 +170,12 @@ async function createSession(session: string, token: string, host: string): Prom
   try {
     client = await StoreClient.connect(location.origin, { session, token, host, ...(admin ? { admin } : {}) });
   } catch (err) {
-    if (err instanceof UnauthorizedError && /wrong token/.test(err.message)) throw new Error(`A session named “${session}” exists on this server already: choose another name.`);
-    if (err instanceof UnauthorizedError) throw new Error(`Only the host creates sessions on this server: open the start page on the server's own computer, or the admin link npm start printed. (${err.message})`);
+    if (err instanceof UnauthorizedError && /wrong token/.test(err.message))
+      throw new Error(`A session named “${session}” exists on this server already: choose another name.`);
+    if (err instanceof UnauthorizedError)
+      throw new Error(
+        `Only the host creates sessions on this server: open the start page on the server's own computer, or the admin link npm start printed. (${err.message})`,
+      );
     throw new Error(`The server did not create the session: ${(err as Error).message}`);
   }
   client.close();

@@ -75,7 +75,9 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `pipeline stage ${e.stage} of ${e.stages}${e.replicas > 1 ? ` in replica ${e.replica} of ${e.replicas}` : ''}: layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${params} parameters); ${e.schedule}, ${e.microBatches} micro-batches, bubble by the formula ${(e.bubbleFormula * 100).toFixed(1)}%`;
     }
     case 'devices':
-      return e.devices.some((d) => d.steps !== undefined) ? undefined : `devices: ${e.devices.map((d) => `${d.device} on ${d.backend}${d.fallbackReason ? ` (${d.fallbackReason})` : ''}`).join(', ')}`;
+      return e.devices.some((d) => d.steps !== undefined)
+        ? undefined
+        : `devices: ${e.devices.map((d) => `${d.device} on ${d.backend}${d.fallbackReason ? ` (${d.fallbackReason})` : ''}`).join(', ')}`;
     case 'timeline':
     case 'fleet': // the dashboard says it once the group's tabs are known
     case 'ps': // about once a second: the dashboard shows it, the console would drown in it
@@ -95,7 +97,14 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
 }
 
 /** Connects to the server, retrying with backoff (and saying so) while it is unreachable. */
-async function connectWithRetry(dash: Dashboard, origin: string, session: string, token: string, host: string | undefined, timeoutMs: number): Promise<StoreClient> {
+async function connectWithRetry(
+  dash: Dashboard,
+  origin: string,
+  session: string,
+  token: string,
+  host: string | undefined,
+  timeoutMs: number,
+): Promise<StoreClient> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {
@@ -105,7 +114,11 @@ async function connectWithRetry(dash: Dashboard, origin: string, session: string
     } catch (err) {
       if (!(err instanceof ConnectionClosedError || err instanceof DistTimeoutError) || Date.now() > deadline) throw err;
       const wait = Math.min(15_000, 1000 * 2 ** attempt);
-      dash.showError('Server unreachable', `Could not reach the training server at ${origin}.`, `Retrying in ${Math.round(wait / 1000)} s. Check that "npm start" is running on the host.`);
+      dash.showError(
+        'Server unreachable',
+        `Could not reach the training server at ${origin}.`,
+        `Retrying in ${Math.round(wait / 1000)} s. Check that "npm start" is running on the host.`,
+      );
       await new Promise((r) => setTimeout(r, wait));
     }
   }
@@ -184,7 +197,11 @@ function pageDashboard(root: HTMLElement, session: string, run: PageRun): Dashbo
   /** Asks the server to pass the host's action to every tab; only the host's tab offers these. */
   const control = (action: 'stop' | 'end' | 'min', min?: number) => {
     if (!run.store) return;
-    run.store.control(action, min).catch((err: Error) => dash.showError('The session did not take this', err.message, 'Reload this tab (it rejoins as the host) and try again.'));
+    run.store
+      .control(action, min)
+      .catch((err: Error) =>
+        dash.showError('The session did not take this', err.message, 'Reload this tab (it rejoins as the host) and try again.'),
+      );
   };
   const dash: Dashboard = new Dashboard(root, {
     session,
@@ -203,7 +220,15 @@ function pageDashboard(root: HTMLElement, session: string, run: PageRun): Dashbo
     onSetMin: (min) => control('min', min),
     // The server changes the session's token and tells every other tab; the removed one is closed.
     onRemove: (target) => {
-      run.store?.removeMember(target).catch((err: Error) => dash.showError('The tab was not removed', err.message, "Look at the group's tabs again and try again; if this tab lost its connection, reload it (it rejoins as the host)."));
+      run.store
+        ?.removeMember(target)
+        .catch((err: Error) =>
+          dash.showError(
+            'The tab was not removed',
+            err.message,
+            "Look at the group's tabs again and try again; if this tab lost its connection, reload it (it rejoins as the host).",
+          ),
+        );
     },
     // This tab rejoins the session: it takes the state of the live replicas, or the latest checkpoint.
     onContinue: () => location.reload(),
@@ -272,7 +297,15 @@ function pageEvents(dash: Dashboard, session: string, run: PageRun, logEvery: nu
 }
 
 /** Reads the configuration, connects, trains, and reports the result; throws what went wrong. */
-async function runTraining(opts: TrainPageOptions, dash: Dashboard, run: PageRun, secret: PageSecret, events: PageEvents, token: string, hostSecret: string | undefined): Promise<void> {
+async function runTraining(
+  opts: TrainPageOptions,
+  dash: Dashboard,
+  run: PageRun,
+  secret: PageSecret,
+  events: PageEvents,
+  token: string,
+  hostSecret: string | undefined,
+): Promise<void> {
   const { params, session } = opts;
   const config = parseTrainConfig((name) => urlOption(params, name));
   run.config = config;
@@ -416,13 +449,16 @@ function watchThrottling(warn: (message: string) => void): void {
     const minutes = hiddenSince === undefined ? 0 : (Date.now() - hiddenSince) / 60_000;
     hiddenSince = undefined;
     if (minutes >= 5) {
-      warn(`This tab was in the background for ${Math.round(minutes)} min. Browsers slow background tabs down; for full speed keep it in a window of its own that stays visible.`);
+      warn(
+        `This tab was in the background for ${Math.round(minutes)} min. Browsers slow background tabs down; for full speed keep it in a window of its own that stays visible.`,
+      );
     }
   });
   const battery = (navigator as { getBattery?: () => Promise<{ charging: boolean; level: number }> }).getBattery;
   battery?.call(navigator).then(
     (b) => {
-      if (!b.charging && b.level < 0.2) warn(`The battery is at ${Math.round(b.level * 100)}%: a battery saver may slow this tab. Plug the computer in for full speed.`);
+      if (!b.charging && b.level < 0.2)
+        warn(`The battery is at ${Math.round(b.level * 100)}%: a battery saver may slow this tab. Plug the computer in for full speed.`);
     },
     () => {},
   );
@@ -435,7 +471,11 @@ function watchThrottling(warn: (message: string) => void): void {
 function explain(e: Error, fixed: boolean): [string, string | undefined, boolean] {
   if (e instanceof CannotTrainError) return [e.title, e.action, false];
   if (e instanceof RendezvousClosedError) {
-    return ['This run has ended', "The session's training finished before this tab got a rank. To train, ask the host for a new link, or create a new session on the start page.", false];
+    return [
+      'This run has ended',
+      "The session's training finished before this tab got a rank. To train, ask the host for a new link, or create a new session on the start page.",
+      false,
+    ];
   }
   if (e instanceof RendezvousError) {
     switch (e.code) {
@@ -445,31 +485,80 @@ function explain(e: Error, fixed: boolean): [string, string | undefined, boolean
         return ['Could not join the session', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
     }
   }
-  if (e instanceof SessionEndedError) return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
+  if (e instanceof SessionEndedError)
+    return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
   if (e instanceof TokenRotatedError) {
-    return ['This link is no longer valid', "The host removed a tab from this session and changed its link, so this one no longer opens it. Ask the host for the new link.", false];
+    return [
+      'This link is no longer valid',
+      'The host removed a tab from this session and changed its link, so this one no longer opens it. Ask the host for the new link.',
+      false,
+    ];
   }
   if (e instanceof UnauthorizedError && /does not exist on this server/.test(e.message)) {
-    return ['No such session on this server', 'Open the full link the host shared (with its #token=...). Sessions are created by the host, on the start page.', false];
+    return [
+      'No such session on this server',
+      'Open the full link the host shared (with its #token=...). Sessions are created by the host, on the start page.',
+      false,
+    ];
   }
   if (e instanceof UnauthorizedError) {
-    return ['Wrong link for this session', 'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.', false];
+    return [
+      'Wrong link for this session',
+      'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.',
+      false,
+    ];
   }
-  if (e instanceof NonFiniteGradientError) return ['Training diverged', 'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.', false];
-  if (e instanceof ReplicaDivergenceError) return ['Replicas differ', 'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.', false];
+  if (e instanceof NonFiniteGradientError)
+    return [
+      'Training diverged',
+      'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.',
+      false,
+    ];
+  if (e instanceof ReplicaDivergenceError)
+    return [
+      'Replicas differ',
+      'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.',
+      false,
+    ];
   if (e instanceof MissingTokenError) {
-    return ['This link has no #token=... at its end', "That part is the session's secret, and chat apps and some editors cut links at the #. Open the full link the host shared, or create a new session on the start page.", false];
+    return [
+      'This link has no #token=... at its end',
+      "That part is the session's secret, and chat apps and some editors cut links at the #. Open the full link the host shared, or create a new session on the start page.",
+      false,
+    ];
   }
-  if (e instanceof ConfigMismatchError) return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
-  if (e instanceof ConfigError) return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
+  if (e instanceof ConfigMismatchError)
+    return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
+  if (e instanceof ConfigError)
+    return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
   if (e instanceof RankStalledError) {
-    const others = fixed ? 'the other tabs wait for this one to take its place again' : 'the other tabs train on and take this one back at their next step';
-    return ['This tab was paused', `Continue training to rejoin: ${others}. To avoid this, keep the computer awake and this tab in a window of its own.`, true];
+    const others = fixed
+      ? 'the other tabs wait for this one to take its place again'
+      : 'the other tabs train on and take this one back at their next step';
+    return [
+      'This tab was paused',
+      `Continue training to rejoin: ${others}. To avoid this, keep the computer awake and this tab in a window of its own.`,
+      true,
+    ];
   }
   if (e instanceof DeviceLostError) {
-    return ['This tab lost its GPU', 'The GPU was reset (a driver crash or update, or the computer switched graphics cards) and the model on it is gone. Continue training to rejoin: this tab gets the group\'s state from the other tabs, or the latest checkpoint.', true];
+    return [
+      'This tab lost its GPU',
+      "The GPU was reset (a driver crash or update, or the computer switched graphics cards) and the model on it is gone. Continue training to rejoin: this tab gets the group's state from the other tabs, or the latest checkpoint.",
+      true,
+    ];
   }
-  if (e instanceof PeerLostError) return [`Rank ${e.rank} was lost`, 'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.', true];
-  if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError) return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
-  return [`Unexpected error: ${e.name}`, 'Continue training to rejoin the session. If it happens again, create a new session and report the message above.', true];
+  if (e instanceof PeerLostError)
+    return [
+      `Rank ${e.rank} was lost`,
+      'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.',
+      true,
+    ];
+  if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError)
+    return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
+  return [
+    `Unexpected error: ${e.name}`,
+    'Continue training to rejoin the session. If it happens again, create a new session and report the message above.',
+    true,
+  ];
 }

@@ -32,7 +32,8 @@ export async function runScript(main: ScriptMain, name: string): Promise<void> {
     const min = intParam(params, 'min', nproc);
     const max = intParam(params, 'max', Math.max(nproc, min));
     const wanted = params.get('backend') ?? 'webgpu';
-    if (!(BACKENDS as readonly string[]).includes(wanted)) throw new Error(`--backend must be one of ${BACKENDS.join(', ')}, got "${wanted}"`);
+    if (!(BACKENDS as readonly string[]).includes(wanted))
+      throw new Error(`--backend must be one of ${BACKENDS.join(', ')}, got "${wanted}"`);
     const backend = await selectBackend(wanted as BackendName);
     if (backend.fallbackReason) page.log(`backend fallback: ${backend.fallbackReason}`);
     const argv = params.getAll('arg');

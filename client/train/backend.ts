@@ -34,14 +34,20 @@ export async function selectBackend(wanted: BackendSetting): Promise<BackendChoi
   if (wanted === 'auto') return selectBackend('webgpu');
   if (!(BACKENDS as readonly string[]).includes(wanted)) throw new Error(`unknown backend "${wanted}"; use auto, ${BACKENDS.join(', ')}`);
   const reasons: string[] = [];
-  const order = [wanted, ...(['webgpu', 'webgl', 'cpu'] as BackendName[]).filter((b) => b !== wanted && BACKENDS.indexOf(b) > BACKENDS.indexOf(wanted))];
+  const order = [
+    wanted,
+    ...(['webgpu', 'webgl', 'cpu'] as BackendName[]).filter((b) => b !== wanted && BACKENDS.indexOf(b) > BACKENDS.indexOf(wanted)),
+  ];
   for (const name of order) {
     const failure = await tryBackend(name);
     if (failure === undefined) {
       if (name === wanted) return { backend: name };
       // Plain http from another machine: say it is the page, not the browser, and how to get WebGPU.
       if (reasons[0] === INSECURE_PAGE_REASON) {
-        return { backend: name, fallbackReason: `${INSECURE_PAGE_REASON}. This tab trains on ${name} meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)` };
+        return {
+          backend: name,
+          fallbackReason: `${INSECURE_PAGE_REASON}. This tab trains on ${name} meanwhile; to use WebGPU, open the session over https (see docs/deployment.md, “Across machines”)`,
+        };
       }
       return { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
     }
@@ -70,9 +76,17 @@ const PROBE_ORDER: readonly BackendName[] = ['webgpu', 'cpu', 'wasm', 'webgl'];
  * is in the choice (the dashboard and the job's report show them). When no backend finished a
  * step, `fallback` (the usual order's choice) is kept, saying so.
  */
-export async function chooseFastest(newModel: () => Promise<tf.LayersModel>, data: Dataset, batchSize: number, fallback: BackendChoice): Promise<BackendChoice> {
+export async function chooseFastest(
+  newModel: () => Promise<tf.LayersModel>,
+  data: Dataset,
+  batchSize: number,
+  fallback: BackendChoice,
+): Promise<BackendChoice> {
   const n = Math.max(1, Math.min(batchSize, data.length));
-  const { x, y } = await fetchBatch(data, Array.from({ length: n }, (_, i) => i));
+  const { x, y } = await fetchBatch(
+    data,
+    Array.from({ length: n }, (_, i) => i),
+  );
   const prepare = async (): Promise<ProbeModel> => {
     const model = await newModel();
     const xs = tf.tensor(x, [n, ...data.inputShape]);
@@ -81,7 +95,10 @@ export async function chooseFastest(newModel: () => Promise<tf.LayersModel>, dat
     return {
       async step() {
         // The ops are issued here, at once; only the readback waits (and may be abandoned).
-        const { value, grads } = tf.variableGrads(() => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses), variables);
+        const { value, grads } = tf.variableGrads(
+          () => classificationLoss(model.apply(xs, { training: true }) as tf.Tensor, ys, data.numClasses),
+          variables,
+        );
         const all = [value, ...Object.values(grads)];
         try {
           await Promise.all(all.map((t) => t.data()));
@@ -96,10 +113,22 @@ export async function chooseFastest(newModel: () => Promise<tf.LayersModel>, dat
     };
   };
   const candidates = PROBE_ORDER.filter((b) => tf.findBackendFactory(b) !== null);
-  const { chosen, figures } = await probeBackends({ candidates, start: tryBackend, prepare, budgetMs: PROBE_BUDGET_MS, steps: PROBE_STEPS, skip: skipWebgl });
+  const { chosen, figures } = await probeBackends({
+    candidates,
+    start: tryBackend,
+    prepare,
+    budgetMs: PROBE_BUDGET_MS,
+    steps: PROBE_STEPS,
+    skip: skipWebgl,
+  });
   const name = chosen ?? fallback.backend;
   const failure = await tryBackend(name);
   if (failure !== undefined) throw noBackendError([`${name} was the fastest, and then failed to start: ${failure}`]);
-  if (chosen === null) return { ...fallback, fallbackReason: `no backend finished a step of this model in ${PROBE_BUDGET_MS / 1000} s (${probeText(figures, name)}); using ${name}`, probe: figures };
+  if (chosen === null)
+    return {
+      ...fallback,
+      fallbackReason: `no backend finished a step of this model in ${PROBE_BUDGET_MS / 1000} s (${probeText(figures, name)}); using ${name}`,
+      probe: figures,
+    };
   return { backend: name, probe: figures };
 }

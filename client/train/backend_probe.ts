@@ -19,7 +19,6 @@ import type { ProbeFigure } from '../backend_figures.ts';
 
 export { probeText, type ProbeFigure } from '../backend_figures.ts';
 
-
 /** A step of the job's model on the running backend, and how to free it. */
 export interface ProbeModel {
   /** One training step: forward, backward, the gradients read back to the page. */
@@ -70,7 +69,10 @@ async function timeOne(name: BackendName, o: ProbeOptions): Promise<ProbeFigure>
   const building = o.prepare();
   const model = await before(building, deadline);
   if (model === LATE) {
-    void building.then((m) => m.dispose(), () => {});
+    void building.then(
+      (m) => m.dispose(),
+      () => {},
+    );
     return { backend: name, msPerStep: null, steps: 0, note: `the model was not built within ${seconds}: abandoned` };
   }
   const times: number[] = [];
@@ -92,10 +94,20 @@ async function timeOne(name: BackendName, o: ProbeOptions): Promise<ProbeFigure>
     return { backend: name, msPerStep: null, steps: 0, note: `it cannot train this model: ${(err as Error).message}` };
   }
   // An abandoned step still reads its gradients back: free the model once it is done.
-  if (pending) void pending.then(() => model.dispose(), () => model.dispose());
+  if (pending)
+    void pending.then(
+      () => model.dispose(),
+      () => model.dispose(),
+    );
   else model.dispose();
   if (times.length > 0) return { backend: name, msPerStep: median(times), steps: times.length };
-  if (first !== null) return { backend: name, msPerStep: first, steps: 0, note: `only its first step fit in ${seconds} (a first step includes any compilation)` };
+  if (first !== null)
+    return {
+      backend: name,
+      msPerStep: first,
+      steps: 0,
+      note: `only its first step fit in ${seconds} (a first step includes any compilation)`,
+    };
   return { backend: name, msPerStep: null, steps: 0, note: `no step finished within ${seconds}: abandoned` };
 }
 
@@ -109,7 +121,8 @@ export async function probeBackends(o: ProbeOptions): Promise<{ chosen: BackendN
   const t0 = performance.now();
   const totalMs = o.totalMs ?? 4 * o.budgetMs;
   for (const name of o.candidates) {
-    const skipped = performance.now() - t0 >= totalMs ? `the probe had used its ${Math.round(totalMs / 100) / 10} s` : o.skip?.(name, figures);
+    const skipped =
+      performance.now() - t0 >= totalMs ? `the probe had used its ${Math.round(totalMs / 100) / 10} s` : o.skip?.(name, figures);
     if (skipped !== undefined) {
       figures.push({ backend: name, msPerStep: null, steps: 0, note: `not timed: ${skipped}`, started: false });
       continue;
@@ -129,4 +142,3 @@ export function skipWebgl(name: BackendName, figures: readonly ProbeFigure[]): s
   if (name !== 'webgl' || !figures.some((f) => f.backend === 'webgpu' && f.started)) return undefined;
   return 'WebGPU runs on this adapter (WebGL is timed only where it does not)';
 }
-

@@ -33,9 +33,18 @@ export function plainAllReduceBytes(elements: number, rank: number, worldSize: n
 }
 
 /** What DDP without a hook sends from this rank per synchronised backward: one float32 all-reduce per bucket. */
-export function denseStepBytes(buckets: ReadonlyArray<{ start: number; end: number }>, rank: number, worldSize: number, frameBytes = TRAIN_FRAME_BYTES, carried = 0): number {
+export function denseStepBytes(
+  buckets: ReadonlyArray<{ start: number; end: number }>,
+  rank: number,
+  worldSize: number,
+  frameBytes = TRAIN_FRAME_BYTES,
+  carried = 0,
+): number {
   // Values that rode on the last bucket (runElastic's vote) count in both the step's bytes and this baseline.
-  return buckets.reduce((sum, b, i) => sum + plainAllReduceBytes(b.end - b.start + (i === buckets.length - 1 ? carried : 0), rank, worldSize, frameBytes), 0);
+  return buckets.reduce(
+    (sum, b, i) => sum + plainAllReduceBytes(b.end - b.start + (i === buckets.length - 1 ? carried : 0), rank, worldSize, frameBytes),
+    0,
+  );
 }
 
 /** A hook made from a spec, with what the trainer needs besides it. */
@@ -73,12 +82,25 @@ export function commSetup(spec: CommHookSpec): CommSetup {
     }
     case 'localsgd': {
       const modelAverager = { period: spec.period, warmupSteps: spec.startStep };
-      return { ...none, hook: postLocalSGD({ startStep: spec.startStep }), modelAverager, averager: new PeriodicModelAverager(modelAverager) };
+      return {
+        ...none,
+        hook: postLocalSGD({ startStep: spec.startStep }),
+        modelAverager,
+        averager: new PeriodicModelAverager(modelAverager),
+      };
     }
     case 'diloco':
       return {
         ...none,
-        diloco: { syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, nesterov: spec.outerMomentum > 0, wire: spec.wire, fragments: Math.max(1, spec.stream), overlap: spec.overlap },
+        diloco: {
+          syncEvery: spec.syncEvery,
+          outerLr: spec.outerLr,
+          outerMomentum: spec.outerMomentum,
+          nesterov: spec.outerMomentum > 0,
+          wire: spec.wire,
+          fragments: Math.max(1, spec.stream),
+          overlap: spec.overlap,
+        },
       };
   }
 }

@@ -4,7 +4,12 @@
  * reports at the end carries them (the launcher's summary prints them: launcher/summaries.ts).
  */
 import type { ElasticEvent } from '../../src/parallel/events.ts';
-import { summarizeContributions, tallyContributions, type ContributionSummary, type ContributionTally } from '../../src/parallel/ddp/contributions.ts';
+import {
+  summarizeContributions,
+  tallyContributions,
+  type ContributionSummary,
+  type ContributionTally,
+} from '../../src/parallel/ddp/contributions.ts';
 
 export interface ContributionTracker {
   /** Tallies an 'aggregation' event, then hands every event on. */

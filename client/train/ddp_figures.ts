@@ -17,7 +17,11 @@ import type { CommMetrics } from './harness.ts';
  * step-boundary all-gather), page (onStep: the dashboard's events, evaluations; replica checks,
  * checkpoints) and other; total is the wall time per step.
  */
-export function stepTimeline(own: Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>, steps: number, run: StepTimeline): Record<string, number | null> {
+export function stepTimeline(
+  own: Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>,
+  steps: number,
+  run: StepTimeline,
+): Record<string, number | null> {
   const mean = (v: number) => (steps > 0 ? v / steps : null);
   const measured = (v: number) => (run.steps > 0 ? v : null);
   const { average, vote, page, other, total } = run;
@@ -28,7 +32,11 @@ export function stepTimeline(own: Record<'compute' | 'readback' | 'waitSlowest' 
 }
 
 /** Median ms of the buckets' float32 all-reduces, one after the other, over `iters` rounds (each after a barrier). */
-export async function bareBucketsAllReduce(pg: ProcessGroup, buckets: ReadonlyArray<{ start: number; end: number }>, iters = 5): Promise<number | null> {
+export async function bareBucketsAllReduce(
+  pg: ProcessGroup,
+  buckets: ReadonlyArray<{ start: number; end: number }>,
+  iters = 5,
+): Promise<number | null> {
   if (pg.worldSize < 2 || buckets.length === 0) return null;
   const times: number[] = [];
   for (let i = 0; i <= iters; i++) {
@@ -49,9 +57,20 @@ export const DILOCO_VOTE_EVERY = 16;
  * model averaging runElastic does after this step, when it averages: one float32 all-reduce of
  * every trainable weight, computed), and what the float32 all-reduce of the buckets would have.
  */
-export function stepBytes(comm: CommSetup, sent: { commBytes: number; carriedValues: number }, step: number, ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number }, pg: ProcessGroup): CommMetrics {
-  const averaging = comm.averager?.averagesAt(step) ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize) : outerStepBytes(comm, ddp.parameterCount, pg, step);
-  return { commBytes: sent.commBytes + averaging, commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize, TRAIN_FRAME_BYTES, sent.carriedValues) };
+export function stepBytes(
+  comm: CommSetup,
+  sent: { commBytes: number; carriedValues: number },
+  step: number,
+  ddp: { buckets: ReadonlyArray<{ start: number; end: number }>; parameterCount: number },
+  pg: ProcessGroup,
+): CommMetrics {
+  const averaging = comm.averager?.averagesAt(step)
+    ? plainAllReduceBytes(ddp.parameterCount, pg.rank, pg.worldSize)
+    : outerStepBytes(comm, ddp.parameterCount, pg, step);
+  return {
+    commBytes: sent.commBytes + averaging,
+    commDenseBytes: denseStepBytes(ddp.buckets, pg.rank, pg.worldSize, TRAIN_FRAME_BYTES, sent.carriedValues),
+  };
 }
 
 /** Whether some DiLoCo fragment takes its outer step after `step` (DiLoCo.syncsAt's rule). */
@@ -69,7 +88,15 @@ export function outerStepBytes(comm: CommSetup, parameterCount: number, pg: Proc
   if (!d) return 0;
   const ranges = fragmentRanges(parameterCount, d.fragments ?? 1);
   const turn = step === undefined ? ranges.map((_, f) => f) : fragmentsSyncingAt(step, d.syncEvery, d.fragments ?? 1);
-  return turn.reduce((sum, f) => sum + allReduceBytes(ranges[f]!.end - ranges[f]!.start, pg.rank, pg.worldSize, { frameBytes: TRAIN_FRAME_BYTES, wire: d.wire ?? 'float32' }), 0);
+  return turn.reduce(
+    (sum, f) =>
+      sum +
+      allReduceBytes(ranges[f]!.end - ranges[f]!.start, pg.rank, pg.worldSize, {
+        frameBytes: TRAIN_FRAME_BYTES,
+        wire: d.wire ?? 'float32',
+      }),
+    0,
+  );
 }
 
 /**
@@ -79,17 +106,50 @@ export function outerStepBytes(comm: CommSetup, parameterCount: number, pg: Proc
  * rank all-reduced, and those an uncompressed all-reduce would have); localsgd the averagings in
  * the timed steps and what one sends from this rank; diloco its outer steps and what one sends.
  */
-export function commHookSummary(comm: CommSetup, registered: string, parameterCount: number, pg: ProcessGroup, averagings: number): Record<string, unknown> {
+export function commHookSummary(
+  comm: CommSetup,
+  registered: string,
+  parameterCount: number,
+  pg: ProcessGroup,
+  averagings: number,
+): Record<string, unknown> {
   const spec = comm.spec;
   switch (spec.kind) {
     case 'powersgd': {
       const stats = comm.powerSGD!.lastStats;
-      return { name: spec.kind, registered, rank: spec.rank, startIter: spec.startIter, wire: spec.wire, statsStep: stats.step, elementsSent: stats.elementsSent, elementsDense: stats.elementsDense };
+      return {
+        name: spec.kind,
+        registered,
+        rank: spec.rank,
+        startIter: spec.startIter,
+        wire: spec.wire,
+        statsStep: stats.step,
+        elementsSent: stats.elementsSent,
+        elementsDense: stats.elementsDense,
+      };
     }
     case 'localsgd':
-      return { name: spec.kind, registered, period: spec.period, startStep: spec.startStep, averagings, averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize) };
+      return {
+        name: spec.kind,
+        registered,
+        period: spec.period,
+        startStep: spec.startStep,
+        averagings,
+        averageBytes: plainAllReduceBytes(parameterCount, pg.rank, pg.worldSize),
+      };
     case 'diloco':
-      return { name: spec.kind, registered, syncEvery: spec.syncEvery, outerLr: spec.outerLr, outerMomentum: spec.outerMomentum, wire: spec.wire, stream: spec.stream, overlap: spec.overlap, outerSteps: averagings, outerStepBytes: outerStepBytes(comm, parameterCount, pg) };
+      return {
+        name: spec.kind,
+        registered,
+        syncEvery: spec.syncEvery,
+        outerLr: spec.outerLr,
+        outerMomentum: spec.outerMomentum,
+        wire: spec.wire,
+        stream: spec.stream,
+        overlap: spec.overlap,
+        outerSteps: averagings,
+        outerStepBytes: outerStepBytes(comm, parameterCount, pg),
+      };
     default:
       return { name: spec.kind, registered };
   }
@@ -100,7 +160,12 @@ export function dilocoOverlap(d: DiLoCo): { commMs: number; exposedMs: number; h
   const c = d.comm;
   if (c.allReduces === 0 || c.spanMs <= 0) return null;
   const exposed = Math.min(c.exposedMs, c.spanMs);
-  return { commMs: c.spanMs / c.allReduces, exposedMs: exposed / c.allReduces, hiddenShare: 1 - exposed / c.spanMs, allReduces: c.allReduces };
+  return {
+    commMs: c.spanMs / c.allReduces,
+    exposedMs: exposed / c.allReduces,
+    hiddenShare: 1 - exposed / c.spanMs,
+    allReduces: c.allReduces,
+  };
 }
 
 /** Mean communication span and exposed wait per step, and the share of the span hidden behind the backward. */

@@ -36,7 +36,13 @@ export interface DdpRunRecord {
   readonly comm: CommSetup;
   readonly judged: Pick<ContributionTracker, 'result'>;
   readonly sums: StepBreakdownMs & { slowed: number };
-  readonly bytes: { readonly sent: number; readonly dense: number; readonly averagings: number; readonly afterStart: number; readonly stepsAfterStart: number };
+  readonly bytes: {
+    readonly sent: number;
+    readonly dense: number;
+    readonly averagings: number;
+    readonly afterStart: number;
+    readonly stepsAfterStart: number;
+  };
   readonly commSpan: number;
   readonly own: Readonly<Record<'compute' | 'readback' | 'waitSlowest' | 'wire' | 'apply' | 'batch', number>>;
   readonly slowedTotal: number;
@@ -85,14 +91,20 @@ export async function ddpResult(t: DdpRunRecord, run: ElasticRunResult): Promise
     ...(t.opts.flags.checkWeights ? { identicalEveryStep: t.hashChecks.every(Boolean), checkedSteps: t.hashChecks.length } : {}),
     ...(run.stoppedBy !== null ? { stoppedBy: run.stoppedBy } : {}),
     ...t.judged.result(),
-    ...(t.opts.flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
+    ...(t.opts.flags.returnWeights && pg.rank === 0
+      ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) }
+      : {}),
   };
   emit({ type: 'done', summary });
   return { summary, model: t.model, pg, close: run.close, probe };
 }
 
 /** The run and its model: who, on what, how far, how fast, how well (the language model's figures too). */
-function runPart(t: DdpRunRecord, run: ElasticRunResult, final: { testAccuracy: number; testLoss: number } | null): Pick<TrainJobResult, 'rank' | 'worldSize' | 'backend' | 'model' | 'dataset' | 'steps' | 'epochs'> & JobResult {
+function runPart(
+  t: DdpRunRecord,
+  run: ElasticRunResult,
+  final: { testAccuracy: number; testLoss: number } | null,
+): Pick<TrainJobResult, 'rank' | 'worldSize' | 'backend' | 'model' | 'dataset' | 'steps' | 'epochs'> & JobResult {
   const { config, backend, timedSteps, samplesPerSecTotal } = t;
   const { trainSet, text } = t.job;
   return {
@@ -118,7 +130,14 @@ function runPart(t: DdpRunRecord, run: ElasticRunResult, final: { testAccuracy: 
     // The language model: its test loss per character as a perplexity, the baseline of the
     // characters' frequencies, characters per second, and what it writes at the end.
     ...(text && t.lastSample
-      ? { perplexity: final === null ? null : Math.exp(final.testLoss), unigram: text.unigram, context: trainSet.inputShape[0], tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null, sample: t.lastSample.prompt + t.lastSample.text, sampleSteps: t.sampleSteps }
+      ? {
+          perplexity: final === null ? null : Math.exp(final.testLoss),
+          unigram: text.unigram,
+          context: trainSet.inputShape[0],
+          tokensPerSec: timedSteps > 0 ? (samplesPerSecTotal / timedSteps) * trainSet.inputShape[0]! : null,
+          sample: t.lastSample.prompt + t.lastSample.text,
+          sampleSteps: t.sampleSteps,
+        }
       : {}),
     // Averaged over ranks, as every figure of the breakdown (`slowed` only when the job has stragglers).
     breakdownMs: Object.fromEntries(
@@ -154,7 +173,9 @@ function tabPart(t: DdpRunRecord, run: ElasticRunResult): Pick<TrainJobResult, '
     devices: config.devices,
     ...(t.dp ? { deviceReports: t.dp.deviceStats() } : {}),
     // --slow: this rank's factor (in the last round) and the ms it waited per step on average.
-    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, run.pg.rank), slowedMs: timedSteps > 0 ? t.slowedTotal / timedSteps : null } : {}),
+    ...(config.slow !== null
+      ? { slowFactor: slowFactor(config.slow, run.pg.rank), slowedMs: timedSteps > 0 ? t.slowedTotal / timedSteps : null }
+      : {}),
     seconds: (performance.now() - t.started) / 1000,
     generations: run.generations,
     stepsRedone: run.stepsRedone,

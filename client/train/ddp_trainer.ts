@@ -4,7 +4,22 @@
  * (ddp_summary.ts; its figures in ddp_figures.ts).
  */
 import * as tf from '@tensorflow/tfjs';
-import { DataParallel, TrainState, type BackwardOptions, type DistributedDataParallel, classificationLoss, fetchBatch, runElastic, type ElasticRunOptions, type ElasticRunResult, type Json, type ProcessGroup, type RebuildContext, type RoundContext, type StepContext } from '../../src/index.ts';
+import {
+  DataParallel,
+  TrainState,
+  type BackwardOptions,
+  type DistributedDataParallel,
+  classificationLoss,
+  fetchBatch,
+  runElastic,
+  type ElasticRunOptions,
+  type ElasticRunResult,
+  type Json,
+  type ProcessGroup,
+  type RebuildContext,
+  type RoundContext,
+  type StepContext,
+} from '../../src/index.ts';
 import { correctPredictions } from '../../src/nn/losses.ts';
 import { labelsPerSample } from '../../src/datasets/dataset.ts';
 import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
@@ -16,7 +31,17 @@ import { setActiveDataParallel } from '../device_hook.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { contributionTracker } from './contributions.ts';
 import { evaluate, evaluateAndReport, labelsTensor } from './evaluation.ts';
-import { dashboardEvents, sampleText, startJob, watchLinks, type CommMetrics, type DeviceMetrics, type Metrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import {
+  dashboardEvents,
+  sampleText,
+  startJob,
+  watchLinks,
+  type CommMetrics,
+  type DeviceMetrics,
+  type Metrics,
+  type TrainerOptions,
+  type TrainResult,
+} from './harness.ts';
 import { DILOCO_VOTE_EVERY, stepBytes, syncsAt, weightedLoss } from './ddp_figures.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
 import { ddpResult, type DdpRunRecord } from './ddp_summary.ts';
@@ -116,12 +141,21 @@ export class DdpTrainer implements DdpRunRecord {
     if (this.dp?.model === m) return this.dp;
     this.dp?.close();
     this.dp = undefined;
-    const made = await DataParallel.create(m, { devices: config.devices, backend: config.backend === 'auto' ? this.backend.backend : config.backend, loss: { kind: 'softmaxCrossEntropy', numClasses: this.job.trainSet.numClasses } });
+    const made = await DataParallel.create(m, {
+      devices: config.devices,
+      backend: config.backend === 'auto' ? this.backend.backend : config.backend,
+      loss: { kind: 'softmaxCrossEntropy', numClasses: this.job.trainSet.numClasses },
+    });
     this.dp = made;
     setActiveDataParallel(made);
     emit({ type: 'devices', devices: made.devices });
-    for (const d of made.devices.filter((x) => x.fallbackReason)) emit({ type: 'log', level: 'warn', message: `Device ${d.device}: ${d.fallbackReason}` });
-    emit({ type: 'log', level: 'info', message: `This tab computes on ${made.devices.length} devices (Workers): ${made.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}` });
+    for (const d of made.devices.filter((x) => x.fallbackReason))
+      emit({ type: 'log', level: 'warn', message: `Device ${d.device}: ${d.fallbackReason}` });
+    emit({
+      type: 'log',
+      level: 'info',
+      message: `This tab computes on ${made.devices.length} devices (Workers): ${made.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}`,
+    });
     return made;
   }
 
@@ -176,12 +210,16 @@ export class DdpTrainer implements DdpRunRecord {
   private async backward(ctx: StepContext, x: Float32Array, y: Int32Array, stretch: BackwardOptions) {
     const { indices, step, ddp } = ctx;
     const devices = await this.devicesFor(this.model);
-    if (!devices || indices.length === 0) return { ...(await this.backwardHere(ddp, x, y, stretch)), deviceMetrics: { devices: 1, deviceMs: 0 } };
+    if (!devices || indices.length === 0)
+      return { ...(await this.backwardHere(ddp, x, y, stretch)), deviceMetrics: { devices: 1, deviceMs: 0 } };
     // The devices compute; DDP averages their gathered gradients across ranks (a straggler stretches their time).
     const local = await devices.computeGradients({ x, y });
     const result = await ddp.backward(local, stretch);
     const working = local.devices.filter((d) => d.samples > 0);
-    const deviceMetrics: DeviceMetrics = { devices: devices.devices.length, deviceMs: working.reduce((s, d) => s + d.computeMs, 0) / Math.max(1, working.length) };
+    const deviceMetrics: DeviceMetrics = {
+      devices: devices.devices.length,
+      deviceMs: working.reduce((s, d) => s + d.computeMs, 0) / Math.max(1, working.length),
+    };
     if (step % DEVICE_REPORT_EVERY === 0 || step === 1) this.emit({ type: 'devices', devices: devices.deviceStats() });
     return { result, correct: local.correct ?? 0, deviceMetrics };
   }
@@ -197,7 +235,12 @@ export class DdpTrainer implements DdpRunRecord {
     const { result, correct, deviceMetrics } = await this.backward(ctx, x, y, this.straggler.slow ? { straggler: this.straggler } : {});
     // Robust aggregation refused a rank's gradient (a NaN or an infinity): say which, every step it happens.
     for (const j of ddp.lastAggregation?.step === step ? ddp.lastAggregation.judgments : []) {
-      if (j.status === 'refused') this.emit({ type: 'log', level: 'warn', message: `Step ${step}: rank ${j.rank}'s gradient was refused (${j.reason ?? 'non-finite'}); the others' were aggregated` });
+      if (j.status === 'refused')
+        this.emit({
+          type: 'log',
+          level: 'warn',
+          message: `Step ${step}: rank ${j.rank}'s gradient was refused (${j.reason ?? 'non-finite'}); the others' were aggregated`,
+        });
     }
     const a0 = performance.now();
     await ddp.step(optimizer);
@@ -226,9 +269,23 @@ export class DdpTrainer implements DdpRunRecord {
   private onRound({ pg, ddp }: RoundContext): void {
     const { backend, emit } = this;
     const { gpu } = this.job;
-    emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
+    emit({
+      type: 'joined',
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      round: pg.round,
+      backend: backend.backend,
+      fallbackReason: backend.fallbackReason,
+      adapter: gpu.adapter,
+      ...(backend.probe ? { probe: backend.probe } : {}),
+    });
     this.shareFleet(pg, backend, gpu.adapter);
-    if (!this.announcedModel) emit({ type: 'log', level: 'info', message: `Model ${this.job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)` });
+    if (!this.announcedModel)
+      emit({
+        type: 'log',
+        level: 'info',
+        message: `Model ${this.job.modelName}: ${ddp.parameterCount} parameters in ${ddp.buckets.length} bucket(s)`,
+      });
     this.announcedModel = true;
     watchLinks(pg, emit);
   }
@@ -262,7 +319,8 @@ export class DdpTrainer implements DdpRunRecord {
     const { config } = this;
     // The global batch's loss: each rank's mean loss weighted by its samples (balanced batches differ).
     this.lastLoss = weightedLoss(metrics);
-    if (this.opts.flags.checkWeights) this.hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
+    if (this.opts.flags.checkWeights)
+      this.hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
     if (step > 1) this.addTimed(metrics, pg.rank, step);
     this.tensorCounts.push(tf.memory().numTensors);
     const atEpochEnd = this.state.progress.position >= this.job.trainSet.length;

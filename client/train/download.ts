@@ -52,9 +52,17 @@ export async function downloadModel(model: tf.LayersModel, baseName = 'browser-d
  * A language model's `vocabulary` goes into the .py (encode, decode, generate).
  * Throws TorchExportError, naming the layer, for a model with a layer torch has no match for.
  */
-export async function downloadTorchModel(model: tf.LayersModel, baseName = 'browser-ddp-model', vocabulary?: readonly string[]): Promise<void> {
+export async function downloadTorchModel(
+  model: tf.LayersModel,
+  baseName = 'browser-ddp-model',
+  vocabulary?: readonly string[],
+): Promise<void> {
   const name = pythonModuleName(fileName(baseName));
-  const exported = exportForTorch(await modelArtifacts(model), { source: `${baseName}, downloaded from the dashboard`, fileName: name, ...(vocabulary ? { vocabulary } : {}) });
+  const exported = exportForTorch(await modelArtifacts(model), {
+    source: `${baseName}, downloaded from the dashboard`,
+    fileName: name,
+    ...(vocabulary ? { vocabulary } : {}),
+  });
   clickDownload(`${name}.safetensors`, new Blob([exported.safetensors], { type: 'application/octet-stream' }));
   await new Promise((r) => setTimeout(r, 100));
   clickDownload(`${name}.py`, new Blob([exported.python], { type: 'text/x-python' }));

@@ -22,13 +22,23 @@ export function labelsTensor(set: Dataset, y: Int32Array, n: number): tf.Tensor 
 export function labelTotals(logits: tf.Tensor, ys: tf.Tensor, numClasses: number): tf.Tensor1D {
   return tf.tidy(() => {
     const flat = logits.reshape([-1, numClasses]);
-    const loss = tf.losses.softmaxCrossEntropy(tf.oneHot(ys.reshape([-1]).toInt() as tf.Tensor1D, numClasses), flat, undefined, undefined, tf.Reduction.SUM);
+    const loss = tf.losses.softmaxCrossEntropy(
+      tf.oneHot(ys.reshape([-1]).toInt() as tf.Tensor1D, numClasses),
+      flat,
+      undefined,
+      undefined,
+      tf.Reduction.SUM,
+    );
     return tf.stack([correctPredictions(logits, ys), loss as tf.Scalar]) as tf.Tensor1D;
   });
 }
 
 /** Test accuracy and loss per label (a language model's per character), each rank evaluating its share of the test set; sums all-reduced. */
-export async function evaluate(pg: ProcessGroup, model: tf.LayersModel, test: Dataset): Promise<{ testAccuracy: number; testLoss: number }> {
+export async function evaluate(
+  pg: ProcessGroup,
+  model: tf.LayersModel,
+  test: Dataset,
+): Promise<{ testAccuracy: number; testLoss: number }> {
   const totals = await shareTotals(model, test, pg.rank, pg.worldSize);
   await pg.allReduce(totals, 'sum');
   return figuresOf(totals);
@@ -47,7 +57,12 @@ export interface FinalEvalHooks {
  * that hears the skip stops its share and says so in the all-reduce (a fourth figure), so every
  * rank reaches the same answer at once, whichever heard it first.
  */
-export async function evaluateAfterRun(pg: ProcessGroup, model: tf.LayersModel, test: Dataset, warn: (message: string) => void): Promise<{ testAccuracy: number; testLoss: number }> {
+export async function evaluateAfterRun(
+  pg: ProcessGroup,
+  model: tf.LayersModel,
+  test: Dataset,
+  warn: (message: string) => void,
+): Promise<{ testAccuracy: number; testLoss: number }> {
   const figures = await evaluateFinal(pg, model, test, warn, {});
   // Without a skipped() hook nothing skips it.
   if (figures === null) throw new Error('the final evaluation was skipped without a skip hook');
@@ -55,7 +70,13 @@ export async function evaluateAfterRun(pg: ProcessGroup, model: tf.LayersModel, 
 }
 
 /** evaluateAfterRun with progress and the host's skip: null when skipped. */
-export async function evaluateFinal(pg: ProcessGroup, model: tf.LayersModel, test: Dataset, warn: (message: string) => void, hooks: FinalEvalHooks): Promise<{ testAccuracy: number; testLoss: number } | null> {
+export async function evaluateFinal(
+  pg: ProcessGroup,
+  model: tf.LayersModel,
+  test: Dataset,
+  warn: (message: string) => void,
+  hooks: FinalEvalHooks,
+): Promise<{ testAccuracy: number; testLoss: number } | null> {
   const skipped = () => hooks.skipped?.() === true;
   try {
     const totals = await shareTotals(model, test, pg.rank, pg.worldSize, hooks);
@@ -65,7 +86,9 @@ export async function evaluateFinal(pg: ProcessGroup, model: tf.LayersModel, tes
   } catch (err) {
     if (!isRecoverable(err)) throw err;
     if (skipped()) return null;
-    warn(`The group's final evaluation failed after training had ended (${(err as Error).message}): this rank evaluated the whole test set alone`);
+    warn(
+      `The group's final evaluation failed after training had ended (${(err as Error).message}): this rank evaluated the whole test set alone`,
+    );
     const alone = await shareTotals(model, test, 0, 1, hooks);
     return skipped() ? null : figuresOf(alone);
   }
@@ -75,7 +98,14 @@ export async function evaluateFinal(pg: ProcessGroup, model: tf.LayersModel, tes
  * evaluateFinal for a trainer, on weights that are final: 'evaluating' says so (the page offers
  * them at once) and how far this rank's share is, about every 5 %; null when it was skipped.
  */
-export async function evaluateAndReport(pg: ProcessGroup, model: tf.LayersModel, test: Dataset, step: number, emit: (e: TrainEvent) => void, skipped: () => boolean): Promise<{ testAccuracy: number; testLoss: number } | null> {
+export async function evaluateAndReport(
+  pg: ProcessGroup,
+  model: tf.LayersModel,
+  test: Dataset,
+  step: number,
+  emit: (e: TrainEvent) => void,
+  skipped: () => boolean,
+): Promise<{ testAccuracy: number; testLoss: number } | null> {
   const warn = (message: string) => emit({ type: 'log', level: 'warn', message });
   let last = { done: -1, total: 0 };
   const progress = (done: number, total: number) => {
@@ -96,7 +126,13 @@ function figuresOf(totals: Float32Array): { testAccuracy: number; testLoss: numb
 }
 
 /** The right predictions, the summed loss and the label count of share `rank` of `worldSize` of the test set. */
-async function shareTotals(model: tf.LayersModel, test: Dataset, rank: number, worldSize: number, hooks: FinalEvalHooks = {}): Promise<Float32Array> {
+async function shareTotals(
+  model: tf.LayersModel,
+  test: Dataset,
+  rank: number,
+  worldSize: number,
+  hooks: FinalEvalHooks = {},
+): Promise<Float32Array> {
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
   for (let i = rank; i < test.length; i += worldSize) mine.push(i);

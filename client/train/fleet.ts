@@ -55,7 +55,12 @@ export function cleanText(value: unknown, max: number): string | null {
     .trim();
   if (text === '') return null;
   const chars = Array.from(text);
-  return chars.length <= max ? text : `${chars.slice(0, max - 1).join('').trimEnd()}…`;
+  return chars.length <= max
+    ? text
+    : `${chars
+        .slice(0, max - 1)
+        .join('')
+        .trimEnd()}…`;
 }
 
 /** `info` with every field within its limits (this tab's own info goes through it too). */
@@ -67,7 +72,10 @@ export function cleanFleetInfo(info: FleetInfo): FleetInfo {
     backend: info.backend,
     device: cleanText(info.device, FLEET_TEXT_LIMITS.device),
     fallback: cleanText(info.fallback, FLEET_TEXT_LIMITS.fallback),
-    memoryGB: typeof info.memoryGB === 'number' && Number.isFinite(info.memoryGB) && info.memoryGB > 0 && info.memoryGB <= 65_536 ? info.memoryGB : null,
+    memoryGB:
+      typeof info.memoryGB === 'number' && Number.isFinite(info.memoryGB) && info.memoryGB > 0 && info.memoryGB <= 65_536
+        ? info.memoryGB
+        : null,
   };
 }
 
@@ -195,7 +203,12 @@ export class FleetSharer {
  * The device column: the WebGPU adapter on webgpu, the WebGL renderer on webgl, the CPU's
  * threads on wasm and cpu (a WebGPU adapter the tab does not train on says nothing about it).
  */
-export function deviceText(backend: BackendName, adapter: string | null, glRenderer: string | null, cpuThreads: number | null): string | null {
+export function deviceText(
+  backend: BackendName,
+  adapter: string | null,
+  glRenderer: string | null,
+  cpuThreads: number | null,
+): string | null {
   const threads = cpuThreads !== null && Number.isSafeInteger(cpuThreads) && cpuThreads > 0 ? `CPU, ${cpuThreads} threads` : 'CPU';
   switch (backend) {
     case 'webgpu':

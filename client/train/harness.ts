@@ -5,7 +5,26 @@
  * evaluation is evaluation.ts).
  */
 import * as tf from '@tensorflow/tfjs';
-import { buildModel, type CharTokenizer, generate, textDatasets, fetchOffer, loadMnistSplits, loadOfferedDataset, loadOfferedModel, loadOfferedText, subset, type OfferRequest, syntheticDataset, type Dataset, type ElasticEvent, type ModelSpec, type ProcessGroup, type RendezvousEvent, type StoreClient } from '../../src/index.ts';
+import {
+  buildModel,
+  type CharTokenizer,
+  generate,
+  textDatasets,
+  fetchOffer,
+  loadMnistSplits,
+  loadOfferedDataset,
+  loadOfferedModel,
+  loadOfferedText,
+  subset,
+  type OfferRequest,
+  syntheticDataset,
+  type Dataset,
+  type ElasticEvent,
+  type ModelSpec,
+  type ProcessGroup,
+  type RendezvousEvent,
+  type StoreClient,
+} from '../../src/index.ts';
 import { Mulberry32 } from '../../src/datasets/synthetic.ts';
 import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } from './backend.ts';
 import { probeText } from './backend_probe.ts';
@@ -70,7 +89,10 @@ export const OFFERED_IMAGE_SHAPE = [28, 28, 1];
  * The job's training and test sets. The host's data (dataset 'user') comes from the server with
  * `offer`'s token, resized to `offer.inputShape`; every tenth sample is held out as the test set.
  */
-export async function loadData(config: TrainConfig, offer?: { req: OfferRequest; inputShape: number[] }): Promise<{ train: Dataset; test: Dataset; text?: TextJob }> {
+export async function loadData(
+  config: TrainConfig,
+  offer?: { req: OfferRequest; inputShape: number[] },
+): Promise<{ train: Dataset; test: Dataset; text?: TextJob }> {
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
   if (config.model === 'lm') {
@@ -84,7 +106,10 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
       if (!res.ok) throw new Error(`the text did not load: HTTP ${res.status} from ${TEXT_CORPUS}`);
       corpus = { name: 'moby-dick', text: await res.text() };
     }
-    const { train, test, tokenizer, unigram } = textDatasets(corpus.text, { contextLength: config.context ?? DEFAULT_CONTEXT, name: corpus.name });
+    const { train, test, tokenizer, unigram } = textDatasets(corpus.text, {
+      contextLength: config.context ?? DEFAULT_CONTEXT,
+      name: corpus.name,
+    });
     // Moby-Dick's opening words, or the host's text's own first characters where those are not in its vocabulary.
     const fits = Array.from(SAMPLE_PROMPT).every((c) => tokenizer.chars.includes(c));
     const prompt = fits ? SAMPLE_PROMPT : Array.from(corpus.text).slice(0, 8).join('');
@@ -97,7 +122,10 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
     const ids = range(0, all.length);
     const test = all.length >= 10 ? ids.filter((i) => i % 10 === 9) : ids;
     const train = all.length >= 10 ? ids.filter((i) => i % 10 !== 9) : ids;
-    return { train: first(subset(all, train, `${all.name}-train`), config.trainSize), test: first(subset(all, test, `${all.name}-test`), config.testSize) };
+    return {
+      train: first(subset(all, train, `${all.name}-train`), config.trainSize),
+      test: first(subset(all, test, `${all.name}-test`), config.testSize),
+    };
   }
   if (config.dataset === 'mnist') {
     const { train, test } = await loadMnistSplits({ baseUrl: new URL('/datasets/mnist/', location.origin).toString() });
@@ -107,7 +135,10 @@ export async function loadData(config: TrainConfig, offer?: { req: OfferRequest;
   const length = config.trainSize > 0 ? config.trainSize : 4096;
   const testLength = config.testSize > 0 ? Math.min(config.testSize, 1024) : 1024;
   const all = syntheticDataset({ length: length + 1024, inputSize: 16, numClasses: 4, seed: config.seed });
-  return { train: subset(all, range(0, length), 'synthetic-train'), test: subset(all, range(length, length + testLength), 'synthetic-test') };
+  return {
+    train: subset(all, range(0, length), 'synthetic-train'),
+    test: subset(all, range(length, length + testLength), 'synthetic-test'),
+  };
 }
 
 /** The text the language model trains on (dataset 'text'): the project's copy of Moby-Dick, chapters 1-20 (datasets/). */
@@ -167,19 +198,36 @@ export type DeviceMetrics = { devices: number; deviceMs: number };
 /** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). Not for the host's model ('user'). */
 export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
   if (config.model === 'user') throw new Error("the host's model is loaded (newModelFor), not built from a spec");
-  return { kind: config.model, inputShape: data.inputShape, numClasses: data.numClasses, seed: config.seed, ...(config.hidden === null ? {} : { hidden: config.hidden }) };
+  return {
+    kind: config.model,
+    inputShape: data.inputShape,
+    numClasses: data.numClasses,
+    seed: config.seed,
+    ...(config.hidden === null ? {} : { hidden: config.hidden }),
+  };
 }
 
 /**
  * What every strategy's trainer does first: say the configuration, start the backend (saying
  * why when it falls back), load the data while agreeing on the configuration with the session.
  */
-export async function startJob(opts: TrainerOptions): Promise<{ backend: BackendChoice; gpu: Awaited<ReturnType<typeof probeWebGpu>>; trainSet: Dataset; testSet: Dataset; text?: TextJob; newModel: () => Promise<tf.LayersModel>; modelName: string }> {
+export async function startJob(
+  opts: TrainerOptions,
+): Promise<{
+  backend: BackendChoice;
+  gpu: Awaited<ReturnType<typeof probeWebGpu>>;
+  trainSet: Dataset;
+  testSet: Dataset;
+  text?: TextJob;
+  newModel: () => Promise<tf.LayersModel>;
+  modelName: string;
+}> {
   const { config, emit } = opts;
   emit({ type: 'config', config });
   let backend = await selectBackend(config.backend);
   // auto's first backend only serves until the probe: what it fell back from is not news.
-  if (backend.fallbackReason && config.backend !== 'auto') emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
+  if (backend.fallbackReason && config.backend !== 'auto')
+    emit({ type: 'log', level: 'warn', message: `Backend fallback: ${backend.fallbackReason}` });
   const gpu = await probeWebGpu();
   // The token at each request: streamed data keeps loading after the host removed a tab.
   const req: OfferRequest = {
@@ -190,19 +238,36 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
     },
   };
   const offered = config.model === 'user' || config.dataset === 'user' ? await fetchOffer(req) : null;
-  if (config.model === 'user' && !offered?.model) throw new Error("this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR");
-  if (config.dataset === 'user' && !offered?.data) throw new Error("this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt");
+  if (config.model === 'user' && !offered?.model)
+    throw new Error(
+      "this session trains the host's own model, and the server offers none: the host starts it with npm start -- --model DIR",
+    );
+  if (config.dataset === 'user' && !offered?.data)
+    throw new Error(
+      "this session trains on the host's own data, and the server offers none: the host starts it with npm start -- --data DIR|FILE.csv|FILE.txt",
+    );
   const inputShape = offered?.model && config.model === 'user' ? offered.model.inputShape : OFFERED_IMAGE_SHAPE;
   // The built-in models take one grey channel: a host's colour photos lose their colour, and the page says so.
-  if (config.dataset === 'user' && offered?.data?.kind === 'images' && config.model !== 'user') emit({ type: 'log', level: 'info', message: `The host's images reach the ${config.model} model as ${OFFERED_IMAGE_SHAPE[0]}x${OFFERED_IMAGE_SHAPE[1]} grey images (luminance, values 0..1): colour is kept only by the host's own model (npm start -- --model DIR taking [H, W, 3])` });
+  if (config.dataset === 'user' && offered?.data?.kind === 'images' && config.model !== 'user')
+    emit({
+      type: 'log',
+      level: 'info',
+      message: `The host's images reach the ${config.model} model as ${OFFERED_IMAGE_SHAPE[0]}x${OFFERED_IMAGE_SHAPE[1]} grey images (luminance, values 0..1): colour is kept only by the host's own model (npm start -- --model DIR taking [H, W, 3])`,
+    });
   const dataPromise = loadData(config, { req, inputShape });
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
   const { train: trainSet, test: testSet, text } = await dataPromise;
   if (config.model === 'user') {
     const m = offered!.model!;
-    if (m.inputShape.join(',') !== trainSet.inputShape.join(',')) throw new Error(`the host's model ${m.name} takes inputs [${m.inputShape.join(', ')}], and the ${config.dataset} data is [${trainSet.inputShape.join(', ')}]`);
-    if (m.outputUnits !== trainSet.numClasses) throw new Error(`the host's model ${m.name} has ${m.outputUnits} outputs, and the ${config.dataset} data ${trainSet.numClasses} classes`);
+    if (m.inputShape.join(',') !== trainSet.inputShape.join(','))
+      throw new Error(
+        `the host's model ${m.name} takes inputs [${m.inputShape.join(', ')}], and the ${config.dataset} data is [${trainSet.inputShape.join(', ')}]`,
+      );
+    if (m.outputUnits !== trainSet.numClasses)
+      throw new Error(
+        `the host's model ${m.name} has ${m.outputUnits} outputs, and the ${config.dataset} data ${trainSet.numClasses} classes`,
+      );
   }
   let told = false;
   const newModel = async (): Promise<tf.LayersModel> => {
@@ -214,9 +279,17 @@ export async function startJob(opts: TrainerOptions): Promise<{ backend: Backend
   };
   if (config.backend === 'auto') {
     // Timed on the job's own model and batch, now that both are known; before the first round.
-    emit({ type: 'log', level: 'info', message: `Backend auto: timing a few steps of this model on each backend (at most ${PROBE_BUDGET_MS / 1000} s each)…` });
+    emit({
+      type: 'log',
+      level: 'info',
+      message: `Backend auto: timing a few steps of this model on each backend (at most ${PROBE_BUDGET_MS / 1000} s each)…`,
+    });
     backend = await chooseFastest(newModel, trainSet, config.batchSize, backend);
-    emit({ type: 'log', level: backend.fallbackReason ? 'warn' : 'info', message: `Backend auto: ${backend.backend}, the fastest here for this model: ${probeText(backend.probe ?? [], backend.backend)}` });
+    emit({
+      type: 'log',
+      level: backend.fallbackReason ? 'warn' : 'info',
+      message: `Backend auto: ${backend.backend}, the fastest here for this model: ${probeText(backend.probe ?? [], backend.backend)}`,
+    });
   }
   // What the log calls the model: the host's by its name.
   const modelName = config.model === 'user' ? `"${offered!.model!.name}" (the host's)` : config.model;
@@ -237,7 +310,11 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
       case 'step': {
-        const ranks: RankStepMetrics[] = (e.metrics as unknown as Array<Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics> & { samples?: number }>).map((m, rank) => ({
+        const ranks: RankStepMetrics[] = (
+          e.metrics as unknown as Array<
+            Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics> & { samples?: number }
+          >
+        ).map((m, rank) => ({
           rank,
           loss: m.loss,
           accuracy: m.accuracy,
@@ -246,13 +323,31 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
           ...(m.samples === undefined ? {} : { samples: m.samples }),
           // Balanced batches gave it none: why, in the group's own figures.
           ...idleOf(e.balance, rank),
-          breakdownMs: { compute: m.compute, readback: m.readback, allreduce: m.allreduce, apply: m.apply, ...(m.slowed ? { slowed: m.slowed } : {}) },
+          breakdownMs: {
+            compute: m.compute,
+            readback: m.readback,
+            allreduce: m.allreduce,
+            apply: m.apply,
+            ...(m.slowed ? { slowed: m.slowed } : {}),
+          },
           // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
-          ...(m.commBytes === undefined ? {} : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
+          ...(m.commBytes === undefined
+            ? {}
+            : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
           // --devices K > 1: the rank's Workers and their mean compute this step.
           ...(m.devices !== undefined && m.devices > 1 ? { devices: { count: m.devices, meanMs: m.deviceMs ?? 0 } } : {}),
           // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
-          ...(m.stage === undefined ? {} : { pipeline: { stage: m.stage, replica: m.replica ?? 0, bubble: m.bubble ?? 0, waitActivations: m.waitActivations ?? 0, waitGradients: m.waitGradients ?? 0 } }),
+          ...(m.stage === undefined
+            ? {}
+            : {
+                pipeline: {
+                  stage: m.stage,
+                  replica: m.replica ?? 0,
+                  bubble: m.bubble ?? 0,
+                  waitActivations: m.waitActivations ?? 0,
+                  waitGradients: m.waitGradients ?? 0,
+                },
+              }),
         }));
         return emit({ type: 'step', epoch: e.epoch, step: e.step, totalSteps: e.totalSteps, ranks, elapsedSec: e.elapsedMs / 1000 });
       }
@@ -262,13 +357,19 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
         if (deviceLost) {
           const lost = deviceLost;
           deviceLost = undefined;
-          log('warn', `This tab's GPU was reset (${lost.reason}: ${lost.message}); it rejoined the group with a fresh ${lost.backend} backend at step ${e.step}`);
+          log(
+            'warn',
+            `This tab's GPU was reset (${lost.reason}: ${lost.message}); it rejoined the group with a fresh ${lost.backend} backend at step ${e.step}`,
+          );
         }
         if (e.stepsRedone !== undefined) emit({ type: 'steps-redone', steps: e.stepsRedone });
         return e.note ? log('info', `New group of ${e.worldSize}: ${e.note}`) : undefined;
       case 'device-lost':
         deviceLost = e;
-        return log('warn', `This tab's GPU was lost during ${e.during} (${e.reason}); ${e.backend} runs again after ${Math.round(e.rebuildMs)} ms: rejoining the group…`);
+        return log(
+          'warn',
+          `This tab's GPU was lost during ${e.during} (${e.reason}); ${e.backend} runs again after ${Math.round(e.rebuildMs)} ms: rejoining the group…`,
+        );
       case 'paused':
         paused = true;
         return;
@@ -282,9 +383,15 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
         const stalled = /^RankStalledError: this tab (.*)$/s.exec(e.error);
         if (stalled) {
           const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
-          return log('warn', `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`);
+          return log(
+            'warn',
+            `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`,
+          );
         }
-        return log('warn', `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`);
+        return log(
+          'warn',
+          `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`,
+        );
       }
       case 'reconnecting': {
         const when = `${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`;
@@ -366,7 +473,13 @@ export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): voi
           const prev = last.get(l.peer);
           last.set(l.peer, { t: now, bytes });
           if (prev && l.state === 'open') {
-            emit({ type: 'link', peer: l.peer, state: l.state, throughputMBps: (bytes - prev.bytes) / 1e6 / ((now - prev.t) / 1000), ...(l.path ? { path: l.path } : {}) });
+            emit({
+              type: 'link',
+              peer: l.peer,
+              state: l.state,
+              throughputMBps: (bytes - prev.bytes) / 1e6 / ((now - prev.t) / 1000),
+              ...(l.path ? { path: l.path } : {}),
+            });
           }
         }
       })

@@ -10,7 +10,14 @@ import type { TrainerOptions } from './harness.ts';
 
 /** The job's schedule (the runners' ScheduleOptions): the DistributedSampler's settings and the run's length. */
 export function jobSchedule(config: Pick<TrainConfig, 'batchSize' | 'epochs' | 'steps' | 'shuffle' | 'seed'>, datasetLength: number) {
-  return { datasetLength, batchSize: config.batchSize, epochs: config.epochs, steps: config.steps, shuffle: config.shuffle, seed: config.seed };
+  return {
+    datasetLength,
+    batchSize: config.batchSize,
+    epochs: config.epochs,
+    steps: config.steps,
+    shuffle: config.shuffle,
+    seed: config.seed,
+  };
 }
 
 /**
@@ -31,9 +38,15 @@ export function jobSession(opts: TrainerOptions) {
 }
 
 /** What `model` predicts on the first test samples (at most 8): the page's check of the trained model. */
-export async function probeOf(model: tf.LayersModel, testSet: Dataset): Promise<{ inputs: Float32Array; inputShape: number[]; logits: Float32Array }> {
+export async function probeOf(
+  model: tf.LayersModel,
+  testSet: Dataset,
+): Promise<{ inputs: Float32Array; inputShape: number[]; logits: Float32Array }> {
   const probeCount = Math.min(8, testSet.length);
-  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
+  const probeBatch = await fetchBatch(
+    testSet,
+    Array.from({ length: probeCount }, (_, i) => i),
+  );
   const logitsT = tf.tidy(() => model.predict(tf.tensor(probeBatch.x, [probeCount, ...testSet.inputShape])) as tf.Tensor);
   const logits = (await logitsT.data()) as Float32Array;
   logitsT.dispose();

@@ -55,7 +55,10 @@ export async function pipelineResult(t: PipelineRunRecord, run: PipelineRunResul
   const whole = t.opts.flags.returnWeights ? await gatherModelWeights(stage, mesh.replica, weights) : null;
   // What the trained pipeline predicts on the first test samples (the last stage holds the logits).
   const probeCount = Math.min(8, testSet.length);
-  const probeBatch = await fetchBatch(testSet, Array.from({ length: probeCount }, (_, i) => i));
+  const probeBatch = await fetchBatch(
+    testSet,
+    Array.from({ length: probeCount }, (_, i) => i),
+  );
   const logitsT = await stage.forward({ batchSize: probeCount, ...(stage.isFirst ? { inputs: probeBatch.x } : {}) });
   const logits = logitsT ? ((await logitsT.data()) as Float32Array) : new Float32Array(0);
   logitsT?.dispose();
@@ -104,7 +107,13 @@ export async function pipelineResult(t: PipelineRunRecord, run: PipelineRunResul
       peakLiveTensors: t.peakTensors,
       peakStashedMicroBatches: t.peakStashed,
       bubble: { measured: mean(sums.bubble), formula: bubbleFraction(mesh.stages, config.microBatches) },
-      breakdownMs: { compute: mean(sums.compute), waitActivations: mean(sums.waitActivations), waitGradients: mean(sums.waitGradients), allreduce: mean(sums.allreduce), apply: mean(sums.apply) },
+      breakdownMs: {
+        compute: mean(sums.compute),
+        waitActivations: mean(sums.waitActivations),
+        waitGradients: mean(sums.waitGradients),
+        allreduce: mean(sums.allreduce),
+        apply: mean(sums.apply),
+      },
       weightHash: hashFloat32(weights),
     },
     links,

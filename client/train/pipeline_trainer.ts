@@ -6,7 +6,16 @@
  * formula, where a step's time went, and the schedule's timeline.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, fetchBatch, runPipeline, type Dataset, type ElasticEvent, type PipelineRoundContext, type PipelineRunOptions, type PipelineStepContext } from '../../src/index.ts';
+import {
+  classificationLoss,
+  fetchBatch,
+  runPipeline,
+  type Dataset,
+  type ElasticEvent,
+  type PipelineRoundContext,
+  type PipelineRunOptions,
+  type PipelineStepContext,
+} from '../../src/index.ts';
 import { bubbleFraction } from '../../src/parallel/pipeline/schedule.ts';
 import { correctPredictions } from '../../src/nn/losses.ts';
 import { labelsPerSample } from '../../src/datasets/dataset.ts';
@@ -15,7 +24,16 @@ import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
 import { type TimelineEntry } from '../../src/parallel/pipeline/stage.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';
-import { modelSpecOf, startJob, dashboardEvents, watchLinks, type Metrics, type PipelineMetrics, type TrainerOptions, type TrainResult } from './harness.ts';
+import {
+  modelSpecOf,
+  startJob,
+  dashboardEvents,
+  watchLinks,
+  type Metrics,
+  type PipelineMetrics,
+  type TrainerOptions,
+  type TrainResult,
+} from './harness.ts';
 import { hostOptimizer, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
 import { pipelineResult, placeOf, type PipelineRunRecord } from './pipeline_summary.ts';
@@ -29,7 +47,8 @@ export type StepFigures = Metrics & PipelineMetrics;
 export async function trainPipeline(opts: TrainerOptions): Promise<TrainResult> {
   const job = await startJob(opts);
   // The host's model: loaded whole once, each stage built from its share of the layers, with their weights.
-  const layers = opts.config.model === 'user' ? layerFactoriesOf(await job.newModel()) : modelLayers(modelSpecOf(opts.config, job.trainSet));
+  const layers =
+    opts.config.model === 'user' ? layerFactoriesOf(await job.newModel()) : modelLayers(modelSpecOf(opts.config, job.trainSet));
   const trainer = new PipelineTrainer(opts, job);
   const run = await runPipeline<StepFigures>(trainer.runOptions(layers));
   return pipelineResult(trainer, run);
@@ -123,7 +142,9 @@ export class PipelineTrainer implements PipelineRunRecord {
       // A straggler stage waits after each pass in proportion to its compute, before sending on.
       ...(this.straggler.slow ? { straggler: this.straggler } : {}),
       ...(stage.isFirst ? { inputs: batch.x } : {}),
-      ...(stage.isLast ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor) => correctPredictions(out, labels) } : {}),
+      ...(stage.isLast
+        ? { labels: Int32Array.from(batch.y), loss, metric: (out: tf.Tensor, labels: tf.Tensor) => correctPredictions(out, labels) }
+        : {}),
     });
     const a0 = performance.now();
     await ddp.step(optimizer);
@@ -157,7 +178,16 @@ export class PipelineTrainer implements PipelineRunRecord {
   private onRound({ mesh, stage }: PipelineRoundContext): void {
     const { emit, config } = this;
     const { backend, gpu } = this.job;
-    emit({ type: 'joined', rank: mesh.world.rank, worldSize: mesh.world.worldSize, round: mesh.world.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
+    emit({
+      type: 'joined',
+      rank: mesh.world.rank,
+      worldSize: mesh.world.worldSize,
+      round: mesh.world.round,
+      backend: backend.backend,
+      fallbackReason: backend.fallbackReason,
+      adapter: gpu.adapter,
+      ...(backend.probe ? { probe: backend.probe } : {}),
+    });
     this.shareFleet(mesh.world, backend, gpu.adapter);
     emit({
       type: 'pipeline',
@@ -177,7 +207,9 @@ export class PipelineTrainer implements PipelineRunRecord {
     this.lastLoss = lastStage.reduce((s, m) => s + (m.loss ?? NaN), 0) / lastStage.length;
     if (this.opts.flags.checkWeights) {
       // Replicas of one stage must agree; different stages hold different weights.
-      this.hashChecks.push(metrics.every((m) => metrics.filter((o) => o.stage === m.stage).every((o) => o.hashHi === m.hashHi && o.hashLo === m.hashLo)));
+      this.hashChecks.push(
+        metrics.every((m) => metrics.filter((o) => o.stage === m.stage).every((o) => o.hashHi === m.hashHi && o.hashLo === m.hashLo)),
+      );
     }
     if (step > 1) {
       // The first step compiles shaders: leave it out of the averages.
@@ -209,7 +241,13 @@ function fillLosses(e: ElasticEvent, stages: number): ElasticEvent {
  * The schedule as it ran on replica 0's stages in the last step, gathered over the world (every
  * rank calls this at the same step: it is a collective) and sent to the dashboard.
  */
-async function emitTimeline(ctx: PipelineRoundContext, step: number, mine: { entries: TimelineEntry[]; total: number }, microBatches: number, emit: TrainerOptions['emit']): Promise<void> {
+async function emitTimeline(
+  ctx: PipelineRoundContext,
+  step: number,
+  mine: { entries: TimelineEntry[]; total: number },
+  microBatches: number,
+  emit: TrainerOptions['emit'],
+): Promise<void> {
   const slots = 2 * microBatches;
   const row = new Float32Array(1 + 4 * slots).fill(-1);
   row[0] = mine.total;
@@ -233,7 +271,12 @@ async function emitTimeline(ctx: PipelineRoundContext, step: number, mine: { ent
  * first stage feeding the inputs and its last computing the sums, which are all-reduced over
  * the world (the other stages add zeros).
  */
-export async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: number, microBatches: number): Promise<{ testAccuracy: number; testLoss: number }> {
+export async function evaluate(
+  ctx: PipelineRoundContext,
+  test: Dataset,
+  batch: number,
+  microBatches: number,
+): Promise<{ testAccuracy: number; testLoss: number }> {
   const { mesh, stage } = ctx;
   const totals = new Float32Array(3); // correct, loss sum, count
   const mine: number[] = [];
@@ -256,4 +299,3 @@ export async function evaluate(ctx: PipelineRoundContext, test: Dataset, batch: 
   await mesh.world.allReduce(totals, 'sum');
   return { testAccuracy: totals[0]! / totals[2]!, testLoss: totals[1]! / totals[2]! };
 }
-

@@ -46,7 +46,10 @@ export const BASELINE_BYTES = 64 * 2 ** 20;
 export const MEMORY_SHARE = 0.5;
 
 /** The model's parameters and the floats one sample's forward pass produces, as src/nn/models.ts builds it. */
-export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null }): { parameters: number; activationsPerSample: number } {
+export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null }): {
+  parameters: number;
+  activationsPerSample: number;
+} {
   // The host's model is known once loaded: not counted here (the baseline and the data still are).
   if (config.model === 'user') return { parameters: 0, activationsPerSample: 0 };
   const { inputShape, classes } = DATA[config.dataset];
@@ -91,7 +94,9 @@ function datasetBytes(config: Pick<TrainConfig, 'dataset' | 'trainSize'>): numbe
 }
 
 /** A generous estimate of the bytes this job holds in one tab. */
-export function memoryNeedBytes(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden' | 'trainSize' | 'batchSize' | 'devices'> & { context?: number | null }): number {
+export function memoryNeedBytes(
+  config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden' | 'trainSize' | 'batchSize' | 'devices'> & { context?: number | null },
+): number {
   const { parameters, activationsPerSample } = modelSize(config);
   const copies = Math.max(1, config.devices ?? 1);
   // Activations are kept for the backward pass, with their gradients: about three floats each.

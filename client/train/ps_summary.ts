@@ -16,7 +16,16 @@ import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import type { TrainJobResult } from '../../src/jobs/job_report.ts';
 
 /** This worker's figures: its steps after the first (which compiles shaders) are timed. */
-export type WorkerFigures = { steps: number; samples: number; timedSamples: number; firstStepEnd: number; lastStepEnd: number; slowed: number; compute: number; loss: number };
+export type WorkerFigures = {
+  steps: number;
+  samples: number;
+  timedSamples: number;
+  firstStepEnd: number;
+  lastStepEnd: number;
+  slowed: number;
+  compute: number;
+  loss: number;
+};
 
 /** What the summary reads of a parameter-server run on this tab (PsTrainer keeps it): the job, the strategy and this rank's figures. */
 export interface PsRunRecord {
@@ -45,7 +54,10 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
   emit({ type: 'eval', epoch: Math.max(0, run.samples.epoch - 1), step: run.versions[0] ?? 0, ...final });
   // The workers' throughput together: each worker's samples after its first step over the time they took.
   const elapsed = mine.lastStepEnd - mine.firstStepEnd;
-  const own = Float32Array.of(run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0, trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0);
+  const own = Float32Array.of(
+    run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0,
+    trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0,
+  );
   const rates = await pg.allGather(own).catch((err: unknown) => {
     if (!isRecoverable(err)) throw err;
     warn(`The workers' rates were not gathered after the run (${(err as Error).message}): this rank's own only`);
@@ -83,11 +95,24 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
     testLoss: final.testLoss,
     ...(config.model === 'lm' ? { perplexity: Math.exp(final.testLoss) } : {}),
     weightHash: hashFloat32(weights),
-    ...(run.role === 'worker' ? { breakdownMs: { compute: mine.steps > 0 ? mine.compute / mine.steps : null, ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}) } } : {}),
-    ...(config.slow !== null ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}),
+    ...(run.role === 'worker'
+      ? {
+          breakdownMs: {
+            compute: mine.steps > 0 ? mine.compute / mine.steps : null,
+            ...(config.slow !== null ? { slowed: mine.steps > 0 ? mine.slowed / mine.steps : null } : {}),
+          },
+        }
+      : {}),
+    ...(config.slow !== null
+      ? { slowFactor: slowFactor(config.slow, pg.rank), slowedMs: mine.steps > 0 ? mine.slowed / mine.steps : null }
+      : {}),
     seconds: (performance.now() - started) / 1000,
     generations: run.generations,
-    liveTensors: { steps: tensorCounts.length, min: tensorCounts.length ? Math.min(...tensorCounts) : tf.memory().numTensors, max: tensorCounts.length ? Math.max(...tensorCounts) : tf.memory().numTensors },
+    liveTensors: {
+      steps: tensorCounts.length,
+      min: tensorCounts.length ? Math.min(...tensorCounts) : tf.memory().numTensors,
+      max: tensorCounts.length ? Math.max(...tensorCounts) : tf.memory().numTensors,
+    },
     parameterServer: {
       strategy,
       role: run.role,
@@ -103,18 +128,36 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
       stalenessLr: config.stalenessLr,
       checkpoints: run.checkpoints,
       restoredFrom: run.restoredFrom,
-      ...(run.worker ? { worker: { workerId: run.worker.workerId, pulls: run.worker.pulls, pushes: run.worker.pushes, samples: run.worker.samples, samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : null } } : {}),
+      ...(run.worker
+        ? {
+            worker: {
+              workerId: run.worker.workerId,
+              pulls: run.worker.pulls,
+              pushes: run.worker.pushes,
+              samples: run.worker.samples,
+              samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : null,
+            },
+          }
+        : {}),
     },
     links,
     ...(run.stoppedBy === 'request' ? { stoppedBy: pg.rank } : {}),
-    ...(flags.returnWeights && pg.rank === 0 ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) } : {}),
+    ...(flags.returnWeights && pg.rank === 0
+      ? { weights: encodeValue(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength)) }
+      : {}),
   };
   emit({ type: 'done', summary });
   return { summary, model: run.model, pg, close: run.close, probe };
 }
 
 /** Mean, median, 90th percentile and largest staleness of a histogram (the last bucket counts as its own value). */
-export function stalenessSummary(histogram: number[]): { histogram: number[]; mean: number | null; p50: number | null; p90: number | null; max: number | null } {
+export function stalenessSummary(histogram: number[]): {
+  histogram: number[];
+  mean: number | null;
+  p50: number | null;
+  p90: number | null;
+  max: number | null;
+} {
   const total = histogram.reduce((a, b) => a + b, 0);
   if (total === 0) return { histogram, mean: null, p50: null, p90: null, max: null };
   const quantile = (q: number) => {

@@ -7,7 +7,17 @@
  * workers together, the staleness of the pushes, where every sample went.
  */
 import * as tf from '@tensorflow/tfjs';
-import { classificationLoss, fetchBatch, runParameterServer, type Json, type ParameterServerRunOptions, type ProcessGroup, type PsRunEvent, type StepMetrics, type WorkerStepContext } from '../../src/index.ts';
+import {
+  classificationLoss,
+  fetchBatch,
+  runParameterServer,
+  type Json,
+  type ParameterServerRunOptions,
+  type ProcessGroup,
+  type PsRunEvent,
+  type StepMetrics,
+  type WorkerStepContext,
+} from '../../src/index.ts';
 import { correctPredictions } from '../../src/nn/losses.ts';
 import { flatGradients } from '../../src/parallel/parameter_server/worker.ts';
 import { labelsPerSample } from '../../src/datasets/dataset.ts';
@@ -40,7 +50,16 @@ export class PsTrainer implements PsRunRecord {
   private straggler = new Straggler(1);
   private rank = -1;
   /** This worker's figures: its steps after the first (which compiles shaders) are timed. */
-  readonly mine: WorkerFigures = { steps: 0, samples: 0, timedSamples: 0, firstStepEnd: 0, lastStepEnd: 0, slowed: 0, compute: 0, loss: NaN };
+  readonly mine: WorkerFigures = {
+    steps: 0,
+    samples: 0,
+    timedSamples: 0,
+    firstStepEnd: 0,
+    lastStepEnd: 0,
+    slowed: 0,
+    compute: 0,
+    loss: NaN,
+  };
   readonly tensorCounts: number[] = [];
   trainingStarted = 0;
 
@@ -116,7 +135,10 @@ export class PsTrainer implements PsRunRecord {
     mine.compute += compute;
     mine.slowed += slowed;
     mine.loss = result.loss;
-    return { grads: result.grads, metrics: { loss: result.loss, accuracy: correct / (indices.length * labelsPerSample(trainSet)), compute, slowed } };
+    return {
+      grads: result.grads,
+      metrics: { loss: result.loss, accuracy: correct / (indices.length * labelsPerSample(trainSet)), compute, slowed },
+    };
   }
 
   private onWorkerStep({ stepId, indices, metrics }: { stepId: number; indices: number[]; metrics: StepMetrics | undefined }): void {
@@ -142,7 +164,13 @@ export class PsTrainer implements PsRunRecord {
           loss: metrics.loss ?? NaN,
           accuracy: metrics.accuracy ?? NaN,
           samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0,
-          breakdownMs: { compute: metrics.compute ?? 0, readback: 0, allreduce: 0, apply: 0, ...(metrics.slowed ? { slowed: metrics.slowed } : {}) },
+          breakdownMs: {
+            compute: metrics.compute ?? 0,
+            readback: 0,
+            allreduce: 0,
+            apply: 0,
+            ...(metrics.slowed ? { slowed: metrics.slowed } : {}),
+          },
         },
       ],
       elapsedSec: (now - this.started) / 1000,
@@ -152,7 +180,16 @@ export class PsTrainer implements PsRunRecord {
   private onRound(pg: ProcessGroup): void {
     const { backend, gpu } = this.job;
     this.rank = pg.rank;
-    this.emit({ type: 'joined', rank: pg.rank, worldSize: pg.worldSize, round: pg.round, backend: backend.backend, fallbackReason: backend.fallbackReason, adapter: gpu.adapter, ...(backend.probe ? { probe: backend.probe } : {}) });
+    this.emit({
+      type: 'joined',
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      round: pg.round,
+      backend: backend.backend,
+      fallbackReason: backend.fallbackReason,
+      adapter: gpu.adapter,
+      ...(backend.probe ? { probe: backend.probe } : {}),
+    });
     this.shareFleet(pg, backend, gpu.adapter);
     watchLinks(pg, this.emit);
   }

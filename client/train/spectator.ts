@@ -134,7 +134,8 @@ export function parseEvents(text: string): TrainEvent[] {
       }
     } else if (event.type === 'fleet') {
       // Another tab's words about the group's tabs: checked and cleaned like the store's values.
-      const members = int(event.worldSize) && (event.worldSize as number) <= 4096 ? parseFleetMembers(event.members, event.worldSize as number) : null;
+      const members =
+        int(event.worldSize) && (event.worldSize as number) <= 4096 ? parseFleetMembers(event.members, event.worldSize as number) : null;
       if (members) out.push({ type: 'fleet', worldSize: event.worldSize as number, members });
     } else if (isEvent(event)) out.push(event as unknown as TrainEvent);
   }
@@ -158,14 +159,31 @@ function isEvent(e: Record<string, unknown>): boolean {
           const b = m?.breakdownMs as Record<string, unknown> | undefined;
           const d = m?.devices as Record<string, unknown> | undefined;
           // --devices: a count of devices and their compute, when there.
-          const devicesOk = d === undefined || (typeof d === 'object' && d !== null && int(d.count) && (d.count as number) <= 64 && num(d.meanMs));
+          const devicesOk =
+            d === undefined || (typeof d === 'object' && d !== null && int(d.count) && (d.count as number) <= 64 && num(d.meanMs));
           // Uneven batches: the rank's samples this step, when the job says.
           const samplesOk = m?.samples === undefined || int(m.samples);
           // Balanced batches: a rank given no samples has no loss or accuracy (null), and its cost and next probe step.
           const i = m?.idle as Record<string, unknown> | undefined;
-          const idleOk = i === undefined || (typeof i === 'object' && i !== null && num(i.perSampleMs) && num(i.overheadMs) && int(i.probeAt));
+          const idleOk =
+            i === undefined || (typeof i === 'object' && i !== null && num(i.perSampleMs) && num(i.overheadMs) && int(i.probeAt));
           const figure = (v: unknown) => v === null || num(v);
-          return typeof m === 'object' && m !== null && samplesOk && idleOk && int(m.rank) && figure(m.loss) && figure(m.accuracy) && num(m.samplesPerSec) && !!b && num(b.compute) && num(b.readback) && num(b.allreduce) && num(b.apply) && devicesOk;
+          return (
+            typeof m === 'object' &&
+            m !== null &&
+            samplesOk &&
+            idleOk &&
+            int(m.rank) &&
+            figure(m.loss) &&
+            figure(m.accuracy) &&
+            num(m.samplesPerSec) &&
+            !!b &&
+            num(b.compute) &&
+            num(b.readback) &&
+            num(b.allreduce) &&
+            num(b.apply) &&
+            devicesOk
+          );
         })
       );
     case 'eval':

@@ -10,14 +10,23 @@ import './styles/bad_link.css';
 
 export function mountBadLink(root: HTMLElement, problem: LinkProblem): void {
   // Only the problem and what to do: a token problem offers no session of the person's own.
-  const create = problem.offerCreate === false ? [] : [el('p', { class: 'form-actions' }, el('a', { href: '/', class: 'btn btn-primary' }, 'Create a new session'))];
+  const create =
+    problem.offerCreate === false
+      ? []
+      : [el('p', { class: 'form-actions' }, el('a', { href: '/', class: 'btn btn-primary' }, 'Create a new session'))];
   root.append(
     el(
       'div',
       { class: 'ddp-ui bad-link-page' },
       el(
         'section',
-        { class: 'card bad-link', role: 'alert', 'aria-labelledby': 'bad-link-title', 'data-testid': 'bad-link', 'data-field': problem.field },
+        {
+          class: 'card bad-link',
+          role: 'alert',
+          'aria-labelledby': 'bad-link-title',
+          'data-testid': 'bad-link',
+          'data-field': problem.field,
+        },
         el('h1', { id: 'bad-link-title' }, problem.title),
         el('p', { class: 'bad-link-message', 'data-testid': 'bad-link-message' }, problem.message),
         el('p', { class: 'bad-link-action' }, el('strong', {}, 'What to do: '), problem.action),

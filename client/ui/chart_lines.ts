@@ -36,7 +36,13 @@ export function chartLines(ranks: readonly number[], selfRank: number | null): C
     { source: { kind: 'min' }, label: 'lowest rank', colour: '#9ca3af', width: 1.25, dash: [4, 4] },
     { source: { kind: 'max' }, label: 'highest rank', colour: '#9ca3af', width: 1.25, dash: [4, 4] },
   ];
-  if (selfRank !== null && ranks.includes(selfRank)) lines.unshift({ source: { kind: 'rank', rank: selfRank }, label: `rank ${selfRank} (this tab)`, colour: rankColour(selfRank), width: 2.5 });
+  if (selfRank !== null && ranks.includes(selfRank))
+    lines.unshift({
+      source: { kind: 'rank', rank: selfRank },
+      label: `rank ${selfRank} (this tab)`,
+      colour: rankColour(selfRank),
+      width: 2.5,
+    });
   return lines;
 }
 

@@ -159,7 +159,9 @@ export class MetricChart {
     // A log axis cannot show zero or negative values: leave them out rather than break the scale.
     const fix = this.log ? (c: Cell[]) => c.map((v) => (v !== null && v > 0 ? v : null)) : (c: Cell[]) => c;
     const column = (r: number) => table.col(`${this.spec.prefix}:${r}`);
-    const raw = lines.map(({ source }) => fix(source.kind === 'rank' ? column(source.rank) : aggregateColumn(ranks.map(column), source.kind)));
+    const raw = lines.map(({ source }) =>
+      fix(source.kind === 'rank' ? column(source.rank) : aggregateColumn(ranks.map(column), source.kind)),
+    );
     return [table.x, ...raw, ...raw.map((c) => smooth(c, smoothing)), fix(table.col(this.spec.evalColumn))];
   }
 
@@ -206,7 +208,14 @@ export class MetricChart {
         y: pct ? { range: [0, 1] } : this.log ? { distr: 3, log: 10 } : { range: (_u, _min, max) => [0, max > 0 ? max * 1.05 : 1] },
       },
       axes: [
-        { label: 'step', font: axisFont, labelFont: axisFont, stroke: '#374151', grid: { stroke: '#e5e7eb' }, ticks: { stroke: '#d1d5db' } },
+        {
+          label: 'step',
+          font: axisFont,
+          labelFont: axisFont,
+          stroke: '#374151',
+          grid: { stroke: '#e5e7eb' },
+          ticks: { stroke: '#d1d5db' },
+        },
         {
           label: this.spec.yLabel,
           font: axisFont,
@@ -216,7 +225,8 @@ export class MetricChart {
           ticks: { stroke: '#d1d5db' },
           size: 52,
           // uPlot passes null for splits it filtered out (log axes), despite the number[] type.
-          values: (_u, splits) => splits.map((v: number | null) => (v === null ? '' : pct ? `${Math.round(v * 100)}%` : String(Number(v.toPrecision(3))))),
+          values: (_u, splits) =>
+            splits.map((v: number | null) => (v === null ? '' : pct ? `${Math.round(v * 100)}%` : String(Number(v.toPrecision(3))))),
         },
       ],
       series: [{ label: 'step', value: (_u, v) => (v === null ? '–' : String(v)) }, ...rawSeries, ...smoothSeries, evalSeries],

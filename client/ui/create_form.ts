@@ -20,7 +20,24 @@ import './styles/base_media.css';
 import './styles/create_form.css';
 
 function randomName(): string {
-  const words = ['amber', 'brisk', 'cedar', 'delta', 'ember', 'fjord', 'gale', 'harbor', 'iris', 'juniper', 'kite', 'lumen', 'maple', 'nova', 'onyx', 'pine'];
+  const words = [
+    'amber',
+    'brisk',
+    'cedar',
+    'delta',
+    'ember',
+    'fjord',
+    'gale',
+    'harbor',
+    'iris',
+    'juniper',
+    'kite',
+    'lumen',
+    'maple',
+    'nova',
+    'onyx',
+    'pine',
+  ];
   const w = words[Math.floor(Math.random() * words.length)]!;
   return `${w}-${Math.random().toString(36).slice(2, 6)}`;
 }
@@ -41,13 +58,21 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
   const estimate = el('p', { class: 'estimate', id: 'cf-estimate', 'data-testid': 'estimate' });
   const fields = new FormFields(estimate);
 
-  const demo = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'demo-preset', 'aria-describedby': 'cf-demo-hint' }, 'Quick demo');
+  const demo = el(
+    'button',
+    { type: 'button', class: 'btn btn-secondary', 'data-testid': 'demo-preset', 'aria-describedby': 'cf-demo-hint' },
+    'Quick demo',
+  );
   form.append(
     el(
       'div',
       { class: 'presets' },
       demo,
-      el('p', { id: 'cf-demo-hint', class: 'field-hint' }, `Fills in a short run on synthetic data for ${DEMO_PRESET.world} tabs (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples): open its link in ${DEMO_PRESET.world} tabs; training starts once ${DEMO_PRESET.min} have joined, and every tab trains.`),
+      el(
+        'p',
+        { id: 'cf-demo-hint', class: 'field-hint' },
+        `Fills in a short run on synthetic data for ${DEMO_PRESET.world} tabs (${DEMO_PRESET.steps} steps over ${fmtInt(Number(DEMO_PRESET.trainSize))} samples): open its link in ${DEMO_PRESET.world} tabs; training starts once ${DEMO_PRESET.min} have joined, and every tab trains.`,
+      ),
     ),
   );
   form.append(...fields.nodes());
@@ -60,7 +85,12 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
   form.append(estimate, el('div', { class: 'form-actions' }, submit));
   fields.describe();
 
-  const result = el('section', { class: 'card create-result', hidden: true, 'aria-labelledby': 'cr-title', 'data-testid': 'create-result' });
+  const result = el('section', {
+    class: 'card create-result',
+    hidden: true,
+    'aria-labelledby': 'cr-title',
+    'data-testid': 'create-result',
+  });
 
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -81,7 +111,11 @@ export function mountCreateForm(root: HTMLElement, options: CreateFormOptions): 
         'header',
         { class: 'create-header' },
         el('h1', { id: 'create-title' }, 'New training session'),
-        el('p', { class: 'lede' }, 'Train one model together in several browser tabs: each tab is a rank, gradients are averaged over a WebRTC ring.'),
+        el(
+          'p',
+          { class: 'lede' },
+          'Train one model together in several browser tabs: each tab is a rank, gradients are averaged over a WebRTC ring.',
+        ),
       ),
       el('section', { class: 'card' }, form),
       result,
@@ -115,7 +149,10 @@ async function showResult(result: HTMLElement, options: CreateFormOptions, info:
   const note = el('p', { class: 'share-note', 'data-testid': 'share-note' });
   const showLink = (url: string) => {
     share.input.value = url;
-    qr.replaceChildren(qrSvg(url, 'QR code of the link to share'), el('figcaption', {}, 'The same link as a QR code: point a camera at it to open the session.'));
+    qr.replaceChildren(
+      qrSvg(url, 'QR code of the link to share'),
+      el('figcaption', {}, 'The same link as a QR code: point a camera at it to open the session.'),
+    );
     note.textContent = reachNote(url, server);
     note.hidden = note.textContent === '';
   };
@@ -127,18 +164,34 @@ async function showResult(result: HTMLElement, options: CreateFormOptions, info:
     chooser = el('div', { class: 'field origin-choice' }, el('label', { for: 'cr-origin' }, 'Address the other computers use'), select);
   }
   const { min, max } = formConfig(v);
-  const join = el('a', { href: own, class: 'btn btn-primary', 'data-testid': 'join-link', 'aria-describedby': 'cr-join-note' }, 'Join this session (open as a rank)');
-  const starts = min === max ? 'training starts when all have joined.' : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
+  const join = el(
+    'a',
+    { href: own, class: 'btn btn-primary', 'data-testid': 'join-link', 'aria-describedby': 'cr-join-note' },
+    'Join this session (open as a rank)',
+  );
+  const starts =
+    min === max
+      ? 'training starts when all have joined.'
+      : `training starts once ${min} ${min === 1 ? 'has' : 'have'} joined, and up to ${max} train together.`;
   result.replaceChildren(
     el('h2', { id: 'cr-title' }, `Session “${v.session}” is ready`),
-    el('p', {}, `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `, `Each tab becomes one rank; ${starts}`),
+    el(
+      'p',
+      {},
+      `Open the link below in ${min === max ? '' : 'up to '}${max} tab${max === 1 ? '' : 's'}, on this computer or others. `,
+      `Each tab becomes one rank; ${starts}`,
+    ),
     ...(chooser ? [chooser] : []),
     el('div', { class: 'share-with-qr' }, el('div', { class: 'share-col' }, share.root, note), qr),
     el(
       'p',
       { class: 'form-actions' },
       join,
-      el('span', { id: 'cr-join-note', class: 'field-hint' }, 'Your own tab: it can stop the training or end the session for everyone. Share the link above, not this one.'),
+      el(
+        'span',
+        { id: 'cr-join-note', class: 'field-hint' },
+        'Your own tab: it can stop the training or end the session for everyone. Share the link above, not this one.',
+      ),
     ),
   );
   showLink(share.input.value);

@@ -13,7 +13,11 @@ type Control = HTMLInputElement | HTMLSelectElement;
 function controlFor(field: FormField, id: string, describedBy: string): Control {
   const c = field.control;
   if (c.type === 'select') {
-    return el('select', { id, name: field.name, 'aria-describedby': describedBy }, ...c.choices.map((o, i) => el('option', { value: o }, c.labels?.[i] ?? o)));
+    return el(
+      'select',
+      { id, name: field.name, 'aria-describedby': describedBy },
+      ...c.choices.map((o, i) => el('option', { value: o }, c.labels?.[i] ?? o)),
+    );
   }
   return el('input', {
     id,
@@ -117,7 +121,10 @@ export class FormFields {
     const v = this.values();
     const minHint = this.controls.get('min')?.hint;
     if (minHint) minHint.textContent = minNote(v);
-    this.estimate.textContent = Object.keys(checkForm(v)).length === 0 ? estimateSentence(formConfig(v)) : 'Estimated duration: shown once every field above is valid.';
+    this.estimate.textContent =
+      Object.keys(checkForm(v)).length === 0
+        ? estimateSentence(formConfig(v))
+        : 'Estimated duration: shown once every field above is valid.';
   }
 
   /**
@@ -126,7 +133,10 @@ export class FormFields {
    */
   dropUnoffered(server: ServerInfo | null): void {
     if (!server?.offers) return;
-    for (const [name, offered] of [['model', server.offers.model], ['dataset', server.offers.data]] as const) {
+    for (const [name, offered] of [
+      ['model', server.offers.model],
+      ['dataset', server.offers.data],
+    ] as const) {
       const select = this.controls.get(name)?.control;
       if (offered || !(select instanceof HTMLSelectElement) || select.value === 'user') continue;
       for (const option of [...select.options]) if (option.value === 'user') option.remove();

@@ -12,7 +12,14 @@
 // layout and the UI-wide media rules, which override panel rules of the same weight.
 import './styles/base.css';
 import type { TrainEvent } from '../train/events.ts';
-import { initialDashboardState, reduceDashboard, type ControlAction, type DashboardEvent, type DashboardState, type Role } from './dashboard_state.ts';
+import {
+  initialDashboardState,
+  reduceDashboard,
+  type ControlAction,
+  type DashboardEvent,
+  type DashboardState,
+  type Role,
+} from './dashboard_state.ts';
 import { downloadBaseName } from './dashboard_controls.ts';
 import { displayPhase } from './dashboard_status.ts';
 import { el } from './dom.ts';
@@ -143,7 +150,14 @@ export class Dashboard {
       this.charts.node,
       this.pipeline.node,
       this.ps.node,
-      el('section', { class: 'system-grid', 'aria-label': 'Distributed system' }, this.fleet.node, this.ring.node, this.perf.node, this.log.node),
+      el(
+        'section',
+        { class: 'system-grid', 'aria-label': 'Distributed system' },
+        this.fleet.node,
+        this.ring.node,
+        this.perf.node,
+        this.log.node,
+      ),
     );
     host.append(this.root);
     this.drawNow();
@@ -196,7 +210,10 @@ export class Dashboard {
   }
 
   /** The group's fault history as the server recorded it (the same on every tab). */
-  faultHistory(counts: Extract<DashboardEvent, { type: 'faults' }>['counts'], entries: Extract<DashboardEvent, { type: 'faults' }>['entries']): void {
+  faultHistory(
+    counts: Extract<DashboardEvent, { type: 'faults' }>['counts'],
+    entries: Extract<DashboardEvent, { type: 'faults' }>['entries'],
+  ): void {
     this.dispatch({ type: 'faults', counts, entries });
   }
 
@@ -235,8 +252,36 @@ export class Dashboard {
     if (next === prev) return;
     this.scheduleDrawNow();
     // What the throttled parts (charts, stat cards, throughput table, pipeline and parameter-server panels) draw from.
-    const throttledInputs = [next.recent, next.lastStep, next.lastEval, next.summary, next.phase, next.lost, next.self, next.config, next.pipeline, next.timeline, next.pipelineRanks, next.ps, next.fleet] as const;
-    const before = [prev.recent, prev.lastStep, prev.lastEval, prev.summary, prev.phase, prev.lost, prev.self, prev.config, prev.pipeline, prev.timeline, prev.pipelineRanks, prev.ps, prev.fleet] as const;
+    const throttledInputs = [
+      next.recent,
+      next.lastStep,
+      next.lastEval,
+      next.summary,
+      next.phase,
+      next.lost,
+      next.self,
+      next.config,
+      next.pipeline,
+      next.timeline,
+      next.pipelineRanks,
+      next.ps,
+      next.fleet,
+    ] as const;
+    const before = [
+      prev.recent,
+      prev.lastStep,
+      prev.lastEval,
+      prev.summary,
+      prev.phase,
+      prev.lost,
+      prev.self,
+      prev.config,
+      prev.pipeline,
+      prev.timeline,
+      prev.pipelineRanks,
+      prev.ps,
+      prev.fleet,
+    ] as const;
     // The final figures are drawn at once rather than up to a quarter second later.
     if (throttledInputs.some((v, i) => v !== before[i])) this.scheduleRender(event.type === 'done');
   }

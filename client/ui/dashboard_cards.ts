@@ -29,7 +29,10 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     const loss = sampleWeighted(all, 'loss') ?? NaN;
     const span = Math.min(RECENT, s.stepClock.length);
     cards.loss = { value: fmtNumber(loss, loss < 1 ? 4 : 3), sub: span === 1 ? 'all ranks, last step' : `all ranks, last ${span} steps` };
-    cards.acc = { value: fmtPercent(sampleWeighted(all, 'accuracy') ?? NaN), sub: s.config?.model === 'lm' ? 'next character, training batches' : 'training batches, same window' };
+    cards.acc = {
+      value: fmtPercent(sampleWeighted(all, 'accuracy') ?? NaN),
+      sub: s.config?.model === 'lm' ? 'next character, training batches' : 'training batches, same window',
+    };
     const ranks = rankAverages(s);
     const p = s.pipeline;
     // Every sample of a pipeline run passes through each stage: a replica counts once, at its first stage.
@@ -41,8 +44,16 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
     const windowChars = s.config?.model === 'lm' ? (s.config.context ?? null) : null;
     cards.speed =
       windowChars !== null
-        ? { value: fmtInt(total * windowChars), unit: ' characters/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}` }
-        : { value: fmtInt(total), unit: ' samples/s', sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}` };
+        ? {
+            value: fmtInt(total * windowChars),
+            unit: ' characters/s',
+            sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'} windows of ${windowChars}`,
+          }
+        : {
+            value: fmtInt(total),
+            unit: ' samples/s',
+            sub: `${who} · global batch ${s.config ? fmtInt(s.config.batchSize * replicas) : '?'}`,
+          };
     cards.time = timeCard(s);
   }
   const final = s.summary?.testAccuracy;
@@ -50,7 +61,12 @@ export function statCards(s: DashboardState): Record<StatKey, StatCard> {
   const ev = s.lastEval;
   if (s.finished && typeof final === 'number') {
     // The job evaluates once more at the end (e.g. after a stop) without an 'eval' event.
-    const loss = typeof finalLoss !== 'number' ? '' : s.config?.model === 'lm' ? `, perplexity ${fmtNumber(Math.exp(finalLoss), 2)}` : `, loss ${fmtNumber(finalLoss, 3)}`;
+    const loss =
+      typeof finalLoss !== 'number'
+        ? ''
+        : s.config?.model === 'lm'
+          ? `, perplexity ${fmtNumber(Math.exp(finalLoss), 2)}`
+          : `, loss ${fmtNumber(finalLoss, 3)}`;
     cards.test = { value: fmtPercent(final), sub: `final${loss}` };
   } else if (ev) {
     const best = s.bestEval !== null && s.bestEval > ev.testAccuracy ? ` · best ${fmtPercent(s.bestEval)}` : '';
@@ -82,8 +98,8 @@ export function timeCard(s: DashboardState): StatCard {
             ? 'until the session ended'
             : s.phase === 'removed'
               ? 'until the host removed this tab'
-            : left === null
-              ? 'elapsed'
-              : `elapsed · ${left.text}`;
+              : left === null
+                ? 'elapsed'
+                : `elapsed · ${left.text}`;
   return { value: fmtDuration(runSeconds(s) ?? e.elapsedSec), sub };
 }

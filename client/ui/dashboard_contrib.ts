@@ -61,7 +61,12 @@ function cutText(kind: ContributionTally['kind'], m: ReturnType<typeof rankMeans
 
 export function contributionCell(t: ContributionTally, r: RankTally): ContributionCell {
   const m = rankMeans(r);
-  const text = [`norm ${fmtRatio(r.lastNormRatio)}`, cutText(t.kind, m), `refused ${r.refused}`, ...(r.absent > 0 ? [`absent ${r.absent}`] : [])].join(' · ');
+  const text = [
+    `norm ${fmtRatio(r.lastNormRatio)}`,
+    cutText(t.kind, m),
+    `refused ${r.refused}`,
+    ...(r.absent > 0 ? [`absent ${r.absent}`] : []),
+  ].join(' · ');
   return { text, warn: r.refused > 0 || far(r.lastNormRatio) || far(m.normRatio), title: contributionTitle(t, r, m) };
 }
 
@@ -76,12 +81,18 @@ function contributionTitle(t: ContributionTally, r: RankTally, m: ReturnType<typ
       : `Its last one was ${fmtRatio(r.lastNormRatio)} the median size (L2 norm) of the group's${m.normRatio === null ? '' : `; ${fmtRatio(m.normRatio)} on average`}. Far from 1× (above ${FAR_NORM_RATIO}× or below 1/${FAR_NORM_RATIO}) is suspect.`,
   );
   if (t.kind === 'centered-clip') {
-    lines.push(m.clipScale === null ? 'It was never used.' : `Its difference from the group's aggregate was scaled by ${fmtScale(m.clipScale)} on average (1: not clipped).`);
+    lines.push(
+      m.clipScale === null
+        ? 'It was never used.'
+        : `Its difference from the group's aggregate was scaled by ${fmtScale(m.clipScale)} on average (1: not clipped).`,
+    );
   } else if (m.trimmed !== null) {
     const cut = t.kind === 'median' ? 'were not the median chosen' : 'were trimmed (cut as among the largest or smallest)';
     lines.push(`On average ${fmtPercent(m.trimmed, 0)} of its values ${cut}.`);
   }
   if (r.cutMost > 0) lines.push(`It was the rank ${t.kind === 'centered-clip' ? 'clipped' : 'cut'} most in ${plural(r.cutMost, 'step')}.`);
-  lines.push(`Refused ${plural(r.refused, 'time')} (a NaN or an infinity)${r.lastReason ? `, last: ${r.lastReason}` : ''}; absent ${plural(r.absent, 'time')} (no samples).`);
+  lines.push(
+    `Refused ${plural(r.refused, 'time')} (a NaN or an infinity)${r.lastReason ? `, last: ${r.lastReason}` : ''}; absent ${plural(r.absent, 'time')} (no samples).`,
+  );
   return lines.join('\n');
 }

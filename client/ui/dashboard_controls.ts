@@ -35,7 +35,8 @@ export function controls(s: DashboardState): Controls {
   else if (s.stopRequested) stop = { ...stop, disabled: true, label: 'Stopping…' };
   const fe = s.finalEval;
   const skipEval = {
-    visible: (host || !hasHost) && !spectator && fe !== null && !fe.skipped && !s.finished && (s.phase === 'training' || s.phase === 'stopped'),
+    visible:
+      (host || !hasHost) && !spectator && fe !== null && !fe.skipped && !s.finished && (s.phase === 'training' || s.phase === 'stopped'),
     disabled: fe?.skipRequested === true,
     label: fe?.skipRequested ? 'Skipping the evaluation…' : 'Skip the evaluation',
   };
@@ -47,7 +48,8 @@ export function controls(s: DashboardState): Controls {
     end: { visible: host, disabled: s.phase === 'ended' },
     min: { visible: host && max > 1, disabled: isOver(s.phase), value: Math.min(min, max), max },
     remove: { visible: host && !spectator && s.round !== null && s.self !== null && !isOver(s.phase) },
-    note: !host && hasHost && s.phase !== 'ended' ? "The host's tab controls this session: it can stop the training or end the session." : null,
+    note:
+      !host && hasHost && s.phase !== 'ended' ? "The host's tab controls this session: it can stop the training or end the session." : null,
     continueVisible: s.phase === 'failed' && s.canContinue,
     downloadEnabled: s.downloadable ?? (s.finished || weightsFinal(s)),
   };

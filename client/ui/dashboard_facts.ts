@@ -44,7 +44,11 @@ export function facts(s: DashboardState): Facts {
     // On wasm and cpu a WebGPU adapter the tab has is not what it trains on.
     const detail = cpuOnly ? ' · on the CPU' : b.adapter ? ` · ${b.adapter}` : ' · adapter not reported';
     // The insecure-page reason says all itself (it is the page, not the browser, and what to do).
-    const fallback = !b.fallbackReason ? null : b.fallbackReason.startsWith(INSECURE_PAGE_REASON) ? `⚠ ${b.fallbackReason}.` : `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}`;
+    const fallback = !b.fallbackReason
+      ? null
+      : b.fallbackReason.startsWith(INSECURE_PAGE_REASON)
+        ? `⚠ ${b.fallbackReason}.`
+        : `⚠ Fallback from ${c?.backend ?? 'the requested backend'}: ${b.fallbackReason}`;
     // backend=auto: why this one, in figures.
     const probe = b.probe ? `auto, measured on this model: ${probeText(b.probe, b.name)}` : null;
     backend = { kind: 'running', name: b.name, detail, fallback, probe };
@@ -55,7 +59,10 @@ export function facts(s: DashboardState): Facts {
   const sh = s.shard;
   const mine = s.self === null ? undefined : s.fleet.find((m) => m.rank === s.self);
   return {
-    rank: { text: s.self !== null ? `rank ${s.self}${size}` : s.role.spectator ? `watching, no rank yet${size}` : `joining…${size}`, rank: s.self },
+    rank: {
+      text: s.self !== null ? `rank ${s.self}${size}` : s.role.spectator ? `watching, no rank yet${size}` : `joining…${size}`,
+      rank: s.self,
+    },
     browser: mine ? [mine.browser, mine.platform].filter(Boolean).join(' · ') : '–',
     backend,
     devices: s.devices === null ? null : s.devices.map(deviceFact),

@@ -43,7 +43,10 @@ export function idleNote(s: DashboardState, rank: number | null): string | null 
   const idle = m.idle;
   if (!idle) return 'no samples this step';
   const fixed = idle.overheadMs >= 0.05 ? ` + ${fmtMs(idle.overheadMs)} a step` : '';
-  const again = idle.probeAt <= e.totalSteps ? `measured again at step ${idle.probeAt}` : `the run ends at step ${e.totalSteps}, before its next measurement at step ${idle.probeAt}`;
+  const again =
+    idle.probeAt <= e.totalSteps
+      ? `measured again at step ${idle.probeAt}`
+      : `the run ends at step ${e.totalSteps}, before its next measurement at step ${idle.probeAt}`;
   return `no samples this step: the group gave them to faster tabs (measured cost ${fmtMs(idle.perSampleMs)}/sample${fixed}; ${again})`;
 }
 
@@ -65,8 +68,12 @@ export function fleetRows(s: DashboardState): FleetRow[] {
   let measured = stepRanks.length > 0;
   for (const r of stepRanks) {
     const list = s.recent.get(r) ?? [];
-    if (list.length === 0 || !list.every((m) => typeof m.samples === 'number' && Number.isFinite(m.samples) && m.samples >= 0)) measured = false;
-    sampleSums.set(r, list.reduce((sum, m) => sum + (m.samples ?? 0), 0));
+    if (list.length === 0 || !list.every((m) => typeof m.samples === 'number' && Number.isFinite(m.samples) && m.samples >= 0))
+      measured = false;
+    sampleSums.set(
+      r,
+      list.reduce((sum, m) => sum + (m.samples ?? 0), 0),
+    );
   }
   const total = [...sampleSums.values()].reduce((a, b) => a + b, 0);
   if (!(total > 0)) measured = false;

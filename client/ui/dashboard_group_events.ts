@@ -16,7 +16,17 @@ export function onJoined(state: DashboardState, event: Extract<DashboardEvent, {
   const regroup = state.self !== null;
   // The layout and the timeline stay until the new round's own replace them.
   const group: DashboardState = regroup
-    ? { ...state, joined: NO_RANKS, lost: NO_RANKS, links: new Map(), recent: new Map(), pipelineRanks: NO_PIPELINE_RANKS, ringProven: false, fleet: NO_FLEET, contributions: null }
+    ? {
+        ...state,
+        joined: NO_RANKS,
+        lost: NO_RANKS,
+        links: new Map(),
+        recent: new Map(),
+        pipelineRanks: NO_PIPELINE_RANKS,
+        ringProven: false,
+        fleet: NO_FLEET,
+        contributions: null,
+      }
     : state;
   const next: DashboardState = {
     ...group,
@@ -24,14 +34,27 @@ export function onJoined(state: DashboardState, event: Extract<DashboardEvent, {
     round: event.round ?? null,
     worldSize: event.worldSize,
     joined: withRank(group.joined, event.rank),
-    backend: { name: event.backend, adapter: event.adapter, fallbackReason: event.fallbackReason, ...(event.probe ? { probe: event.probe } : {}) },
+    backend: {
+      name: event.backend,
+      adapter: event.adapter,
+      fallbackReason: event.fallbackReason,
+      ...(event.probe ? { probe: event.probe } : {}),
+    },
     phase: state.phase === 'connecting' || state.phase === 'waiting' || state.phase === 'full' ? 'starting' : state.phase,
     // A rank of its own: this tab no longer watches from the side.
     role: state.role.spectator ? { ...state.role, spectator: false } : state.role,
   };
   if (regroup) return log(next, 'info', `New group: this tab is rank ${event.rank} of ${event.worldSize}.`);
-  const how = event.fallbackReason ? `, a fallback from ${state.config?.backend ?? 'the requested backend'}` : event.adapter ? `, ${event.adapter}` : '';
-  return log(next, event.fallbackReason ? 'warn' : 'info', `This tab joined as rank ${event.rank} of ${event.worldSize} (backend ${event.backend}${how}).`);
+  const how = event.fallbackReason
+    ? `, a fallback from ${state.config?.backend ?? 'the requested backend'}`
+    : event.adapter
+      ? `, ${event.adapter}`
+      : '';
+  return log(
+    next,
+    event.fallbackReason ? 'warn' : 'info',
+    `This tab joined as rank ${event.rank} of ${event.worldSize} (backend ${event.backend}${how}).`,
+  );
 }
 
 /** How many tabs are in the session, and whether the group is paused below its minimum. */
@@ -41,7 +64,11 @@ export function onWaiting(state: DashboardState, event: Extract<DashboardEvent, 
   const prev = state.waiting;
   let next: DashboardState = { ...state, waiting: counts, phase: phaseAfterWaiting(state, event) };
   if (event.paused && !prev?.paused) {
-    next = log(next, 'warn', `Paused: only ${plural(event.arrived, 'tab')} ${event.arrived === 1 ? 'is' : 'are'} left, below the minimum of ${event.min}. Training resumes when more tabs join.`);
+    next = log(
+      next,
+      'warn',
+      `Paused: only ${plural(event.arrived, 'tab')} ${event.arrived === 1 ? 'is' : 'are'} left, below the minimum of ${event.min}. Training resumes when more tabs join.`,
+    );
   } else if (prev?.arrived !== event.arrived) {
     next = log(next, 'info', `${tabsInSession(counts)}.`);
   }
@@ -55,7 +82,11 @@ export function onLink(state: DashboardState, event: Extract<DashboardEvent, { t
   const links = new Map(state.links);
   // A throughput figure and a path stay while the link stays open; an update without them keeps them.
   const path = event.path ?? (event.state === 'open' ? prev?.path : undefined);
-  links.set(event.peer, { state: event.state, throughputMBps: event.throughputMBps ?? (event.state === 'open' ? prev?.throughputMBps : undefined), ...(path ? { path } : {}) });
+  links.set(event.peer, {
+    state: event.state,
+    throughputMBps: event.throughputMBps ?? (event.state === 'open' ? prev?.throughputMBps : undefined),
+    ...(path ? { path } : {}),
+  });
   let next: DashboardState = { ...state, links };
   // The path's kind is news when first known or when it changes (ICE moved to another pair).
   if (event.path && (event.path.local !== prev?.path?.local || event.path.remote !== prev?.path?.remote)) {
@@ -115,5 +146,7 @@ function phaseAfterWaiting(state: DashboardState, e: WaitingEvent): Phase {
 
 /** "2 of 3 tabs in the session" (fixed size) or "2 tabs in the session (needs 2, up to 4)". */
 function tabsInSession(w: { arrived: number; min: number; max: number }): string {
-  return w.min === w.max ? `${w.arrived} of ${plural(w.max, 'tab')} in the session` : `${plural(w.arrived, 'tab')} in the session (needs ${w.min}, up to ${w.max})`;
+  return w.min === w.max
+    ? `${w.arrived} of ${plural(w.max, 'tab')} in the session`
+    : `${plural(w.arrived, 'tab')} in the session (needs ${w.min}, up to ${w.max})`;
 }

@@ -15,7 +15,12 @@ export function describeJob(c: TrainConfig): string {
   const slowed = c.slow ? Object.entries(c.slow).map(([rank, f]) => `rank ${rank} ${f}× slower`) : [];
   const subset = (c.trainSize > 0 ? ` · first ${fmtInt(c.trainSize)} samples` : '') + (slowed.length > 0 ? ` · ${slowed.join(', ')}` : '');
   // --hidden: said only when it is not the model's default (older configs have no such field).
-  const model = c.hidden === null || c.hidden === undefined ? c.model : c.hidden === 0 ? `${c.model} (no hidden layer)` : `${c.model} (${fmtInt(c.hidden)} hidden)`;
+  const model =
+    c.hidden === null || c.hidden === undefined
+      ? c.model
+      : c.hidden === 0
+        ? `${c.model} (no hidden layer)`
+        : `${c.model} (${fmtInt(c.hidden)} hidden)`;
   if (c.pp > 1) {
     // A pipeline run is a fixed size, and its batch is per replica (every stage of a replica sees it).
     const wire = c.activationDtype === 'float32' ? '' : `, ${c.activationDtype} activations`;
@@ -29,7 +34,9 @@ export function describeJob(c: TrainConfig): string {
   const devices = (c.devices ?? 1) > 1 ? ` · ${c.devices} devices per tab` : '';
   // --aggregation and --attack: said only when asked for (older configs have neither).
   const robust = c.aggregation && c.aggregation.kind !== 'mean' ? ` · ${describeAggregation(c.aggregation)} aggregation` : '';
-  const attack = c.attack ? ` · attack ${formatAttack(c.attack)} by the last ${plural(c.attack.attackers, 'rank')} (measuring defences)` : '';
+  const attack = c.attack
+    ? ` · attack ${formatAttack(c.attack)} by the last ${plural(c.attack.attackers, 'rank')} (measuring defences)`
+    : '';
   return `${model} on ${c.dataset} · ${c.optimizer} lr ${c.lr} · batch ${c.batchSize}/rank (${global}) · ${length}${subset}${tabs}${hook}${devices}${robust}${attack}`;
 }
 

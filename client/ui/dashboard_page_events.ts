@@ -14,7 +14,11 @@ export function reducePageEvent(state: DashboardState, event: PageEvent, at: num
       return { ...state, faults: { ...state.faults, counts: event.counts, entries: event.entries } };
     case 'skip-eval-requested':
       if (state.finalEval === null || state.finalEval.skipRequested || state.finished) return state;
-      return log({ ...state, finalEval: { ...state.finalEval, skipRequested: true } }, 'info', 'Skipping the evaluation, as asked by this tab.');
+      return log(
+        { ...state, finalEval: { ...state.finalEval, skipRequested: true } },
+        'info',
+        'Skipping the evaluation, as asked by this tab.',
+      );
 
     case 'stop-requested':
       if (state.stopRequested || isOver(state.phase)) return state;
@@ -38,7 +42,11 @@ export function reducePageEvent(state: DashboardState, event: PageEvent, at: num
       return onWatchedEnd(state, event, at);
     case 'full':
       if (isOver(state.phase)) return state;
-      return log({ ...state, phase: 'full', fullRanks: event.ranks }, 'warn', `The session is full${event.ranks !== null ? ` (${plural(event.ranks, 'rank')})` : ''}: this tab has no rank.`);
+      return log(
+        { ...state, phase: 'full', fullRanks: event.ranks },
+        'warn',
+        `The session is full${event.ranks !== null ? ` (${plural(event.ranks, 'rank')})` : ''}: this tab has no rank.`,
+      );
 
     case 'control':
       return onControl(state, event, log);
@@ -74,8 +82,10 @@ function onRole(state: DashboardState, event: Extract<DashboardEvent, { type: 'r
   const { type: _type, ...role } = event;
   if (role.host === state.role.host && role.hasHost === state.role.hasHost && role.spectator === state.role.spectator) return state;
   const next: DashboardState = { ...state, role };
-  if (role.spectator && !state.role.spectator) return log(next, 'info', `The session is full: this tab watches and takes a rank when one frees up.`);
-  if (role.host && !state.role.host) return log(next, 'info', 'This tab is the host: it can stop the training or end the session for everyone.');
+  if (role.spectator && !state.role.spectator)
+    return log(next, 'info', `The session is full: this tab watches and takes a rank when one frees up.`);
+  if (role.host && !state.role.host)
+    return log(next, 'info', 'This tab is the host: it can stop the training or end the session for everyone.');
   return next;
 }
 
@@ -90,7 +100,11 @@ function onWatchedEnd(state: DashboardState, event: Extract<DashboardEvent, { ty
       `The run ended without this tab: its last round failed here (rank ${event.rank}) while the other tabs finished it. The final model is theirs; this tab's replica stopped at its last committed step.`,
     );
   }
-  return log({ ...state, phase: 'done', finished: true, role: { ...state.role, spectator: false } }, 'info', 'The run finished before this tab got a rank: it trained without this tab.');
+  return log(
+    { ...state, phase: 'done', finished: true, role: { ...state.role, spectator: false } },
+    'info',
+    'The run finished before this tab got a rank: it trained without this tab.',
+  );
 }
 
 /** The person asked to continue after a failure. */
@@ -98,7 +112,19 @@ function onContinueRequested(state: DashboardState, at: number): DashboardState 
   const log = logAt(at);
   if (!state.canContinue) return state;
   return log(
-    { ...state, phase: 'starting', failure: null, error: null, canContinue: false, finished: false, finalEval: null, endedWithoutRank: null, stopRequested: false, stoppedBy: null, lost: NO_RANKS },
+    {
+      ...state,
+      phase: 'starting',
+      failure: null,
+      error: null,
+      canContinue: false,
+      finished: false,
+      finalEval: null,
+      endedWithoutRank: null,
+      stopRequested: false,
+      stoppedBy: null,
+      lost: NO_RANKS,
+    },
     'info',
     'Continuing the training from where it stopped.',
   );
@@ -110,14 +136,27 @@ function onFailed(state: DashboardState, event: Extract<DashboardEvent, { type: 
   const { type: _type, canContinue, ...error } = event;
   // After the host ended the session (or removed this tab), losing the connection is what that means.
   if (state.phase === 'ended' || state.phase === 'removed') return log(state, 'info', `${event.title}: ${event.detail}`);
-  return log({ ...state, failure: event.title, error, canContinue: canContinue === true, phase: state.finished ? state.phase : 'failed' }, 'error', `${event.title}: ${event.detail}`);
+  return log(
+    { ...state, failure: event.title, error, canContinue: canContinue === true, phase: state.finished ? state.phase : 'failed' },
+    'error',
+    `${event.title}: ${event.detail}`,
+  );
 }
 
-function onControl(state: DashboardState, e: Extract<PageEvent, { type: 'control' }>, log: (s: DashboardState, level: LogLevel, message: string) => DashboardState): DashboardState {
+function onControl(
+  state: DashboardState,
+  e: Extract<PageEvent, { type: 'control' }>,
+  log: (s: DashboardState, level: LogLevel, message: string) => DashboardState,
+): DashboardState {
   switch (e.action) {
     case 'stop':
       // A stop during the evaluation after the run skips it (train_page.ts).
-      if (state.finalEval !== null && !state.finished) return log({ ...state, finalEval: { ...state.finalEval, skipRequested: true } }, 'info', 'The host skipped the evaluation after the run.');
+      if (state.finalEval !== null && !state.finished)
+        return log(
+          { ...state, finalEval: { ...state.finalEval, skipRequested: true } },
+          'info',
+          'The host skipped the evaluation after the run.',
+        );
       return log({ ...state, stoppedByHost: true }, 'warn', 'The host stopped the run: every tab stops at the same step.');
     case 'end': {
       const next: DashboardState = { ...state, phase: 'ended', stopRequested: false, error: null };
@@ -127,23 +166,36 @@ function onControl(state: DashboardState, e: Extract<PageEvent, { type: 'control
       if (e.min === undefined) return state;
       const config = state.config ? { ...state.config, min: e.min } : state.config;
       const waiting = state.waiting ? { ...state.waiting, min: e.min } : state.waiting;
-      return log({ ...state, config, waiting, minRequested: null }, 'info', `The host set the minimum to ${plural(e.min, 'tab')}: training goes on while at least ${e.min} ${e.min === 1 ? 'is' : 'are'} in.`);
+      return log(
+        { ...state, config, waiting, minRequested: null },
+        'info',
+        `The host set the minimum to ${plural(e.min, 'tab')}: training goes on while at least ${e.min} ${e.min === 1 ? 'is' : 'are'} in.`,
+      );
     }
   }
 }
 
 /** The host removes a tab: its request, the link changing for the tabs that stay, and the removed tab's end. */
-function onRemoval(state: DashboardState, e: Extract<PageEvent, { type: 'remove-requested' | 'link-changed' | 'removed' }>, log: (s: DashboardState, level: LogLevel, message: string) => DashboardState): DashboardState {
+function onRemoval(
+  state: DashboardState,
+  e: Extract<PageEvent, { type: 'remove-requested' | 'link-changed' | 'removed' }>,
+  log: (s: DashboardState, level: LogLevel, message: string) => DashboardState,
+): DashboardState {
   switch (e.type) {
     case 'remove-requested':
       return log(state, 'info', `Removing rank ${e.rank} from the session, as asked by this tab (the host); the session's link changes.`);
     case 'link-changed': {
-      const share = state.role.host ? 'Share the new link below: the old one no longer opens the session.' : "This tab trains on; the link below is the session's new one.";
+      const share = state.role.host
+        ? 'Share the new link below: the old one no longer opens the session.'
+        : "This tab trains on; the link below is the session's new one.";
       return log(state, 'warn', `${e.reason.charAt(0).toUpperCase()}${e.reason.slice(1)}, so the session's link changed. ${share}`);
     }
     case 'removed':
       if (state.phase === 'removed') return state;
-      return log({ ...state, phase: 'removed', stopRequested: false, error: null, canContinue: false }, 'warn', 'The host removed this tab from the session: it stopped training, and its link no longer opens the session. Its replica can still be downloaded.');
+      return log(
+        { ...state, phase: 'removed', stopRequested: false, error: null, canContinue: false },
+        'warn',
+        'The host removed this tab from the session: it stopped training, and its link no longer opens the session. Its replica can still be downloaded.',
+      );
   }
 }
-

@@ -9,7 +9,12 @@ import { describeCommHook } from './dashboard_job.ts';
 import { fmtBytes, fmtNumber } from './format.ts';
 
 export const BREAKDOWN_PARTS: ReadonlyArray<keyof StepBreakdownMs> = ['compute', 'readback', 'allreduce', 'apply'];
-export const BREAKDOWN_NAME: Readonly<Record<keyof StepBreakdownMs, string>> = { compute: 'Compute', readback: 'Readback', allreduce: 'All-reduce', apply: 'Apply' };
+export const BREAKDOWN_NAME: Readonly<Record<keyof StepBreakdownMs, string>> = {
+  compute: 'Compute',
+  readback: 'Readback',
+  allreduce: 'All-reduce',
+  apply: 'Apply',
+};
 
 export interface RankAverages {
   rank: number;
@@ -41,7 +46,9 @@ export function rankAverages(s: DashboardState): RankAverages[] {
         breakdownMs,
         totalMs: BREAKDOWN_PARTS.reduce((sum, p) => sum + breakdownMs[p], 0),
         ...(Number.isFinite(sent) ? { bytesPerStep: sent } : {}),
-        ...(withDevices.length > 0 ? { devices: { count: withDevices.at(-1)!.devices!.count, meanMs: mean(withDevices.map((m) => m.devices!.meanMs)) } } : {}),
+        ...(withDevices.length > 0
+          ? { devices: { count: withDevices.at(-1)!.devices!.count, meanMs: mean(withDevices.map((m) => m.devices!.meanMs)) } }
+          : {}),
         self: rank === s.self,
         lost: s.lost.includes(rank),
       };

@@ -12,7 +12,9 @@ export function pipelineLine(p: PipelineLayout): string {
   const mine = p.layers.filter((l) => l.stage === p.stage);
   const params = mine.reduce((n, l) => n + l.parameters, 0);
   const replica = p.replicas > 1 ? ` (replica ${p.replica} of ${p.replicas})` : '';
-  const layers = mine.length ? `layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${fmtInt(params)} parameters)` : 'no layers reported';
+  const layers = mine.length
+    ? `layers ${mine.map((l) => `${l.index} ${l.className}`).join(', ')} (${fmtInt(params)} parameters)`
+    : 'no layers reported';
   return `Pipeline: this tab is stage ${p.stage} of ${p.stages}${replica}, ${layers}; ${p.schedule} schedule, ${plural(p.microBatches, 'micro-batch', 'micro-batches')}, bubble ${fmtPercent(p.bubbleFormula)} by the formula.`;
 }
 

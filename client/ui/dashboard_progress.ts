@@ -29,7 +29,13 @@ export function progressFigures(s: DashboardState): ProgressFigures {
   const e = s.lastStep;
   const total = e?.totalSteps ?? 0;
   const step = e?.step ?? 0;
-  const figures = { step, total, max: Math.max(total, 1), value: s.phase === 'done' && total > 0 ? total : Math.min(step, total || 1), done: s.finished };
+  const figures = {
+    step,
+    total,
+    max: Math.max(total, 1),
+    value: s.phase === 'done' && total > 0 ? total : Math.min(step, total || 1),
+    done: s.finished,
+  };
   if (!e) return { ...figures, text: 'No steps yet.' };
   const pct = e.totalSteps > 0 ? Math.floor((100 * e.step) / e.totalSteps) : 0;
   const parts = [`Epoch ${epochOf(s, e.epoch)}`, `step ${fmtInt(e.step)} / ${fmtInt(e.totalSteps)} (${pct}%)`];

@@ -196,7 +196,14 @@ export function psHistogram(histogram: readonly number[]): PsHistogram {
   const bars = counts.slice(0, shown).map((count, staleness): PsHistogramBar => {
     const tail = staleness === counts.length - 1 && counts.length > 1;
     const label = tail ? `${staleness}+` : `${staleness}`;
-    return { staleness, label, tail, count, height: max > 0 ? count / max : 0, ariaLabel: `staleness ${label}: ${pluralInt(count, 'push', 'pushes')}` };
+    return {
+      staleness,
+      label,
+      tail,
+      count,
+      height: max > 0 ? count / max : 0,
+      ariaLabel: `staleness ${label}: ${pluralInt(count, 'push', 'pushes')}`,
+    };
   });
   const caption =
     total === 0
@@ -213,26 +220,30 @@ export function psPanel(s: DashboardState): PsPanel | null {
   const servers = [...p.servers].sort((a, b) => a.index - b.index);
   const workers = [...p.workers].sort((a, b) => a.workerId - b.workerId);
   const layout: PsLayoutRow[] = [
-    ...servers.map((sv): PsLayoutRow => ({
-      role: 'server',
-      id: sv.index,
-      name: `server ${sv.index}`,
-      rank: sv.rank,
-      tensors: sv.parameters.length,
-      numel: sv.numel,
-      holds: sv.parameters.length ? `tensors ${fmtIndices(sv.parameters)}` : '–',
-      self: p.role === 'server' && sv.index === serverIndex,
-    })),
-    ...workers.map((w): PsLayoutRow => ({
-      role: 'worker',
-      id: w.workerId,
-      name: `worker ${w.workerId}`,
-      rank: w.rank,
-      tensors: null,
-      numel: null,
-      holds: '',
-      self: p.role === 'worker' && w.workerId === workerId,
-    })),
+    ...servers.map(
+      (sv): PsLayoutRow => ({
+        role: 'server',
+        id: sv.index,
+        name: `server ${sv.index}`,
+        rank: sv.rank,
+        tensors: sv.parameters.length,
+        numel: sv.numel,
+        holds: sv.parameters.length ? `tensors ${fmtIndices(sv.parameters)}` : '–',
+        self: p.role === 'server' && sv.index === serverIndex,
+      }),
+    ),
+    ...workers.map(
+      (w): PsLayoutRow => ({
+        role: 'worker',
+        id: w.workerId,
+        name: `worker ${w.workerId}`,
+        rank: w.rank,
+        tensors: null,
+        numel: null,
+        holds: '',
+        self: p.role === 'worker' && w.workerId === workerId,
+      }),
+    ),
   ];
   const me = p.role === 'server' ? `server ${serverIndex ?? '?'}` : `worker ${workerId ?? '?'}`;
   const shape = `${plural(p.servers.length, 'server')} · ${plural(p.workers.length, 'worker')} · ${PS_STRATEGY[p.strategy]} · this tab: ${me} (rank ${p.rank})`;
@@ -241,7 +252,9 @@ export function psPanel(s: DashboardState): PsPanel | null {
   if (p.server) {
     const sv = p.server;
     const info = p.servers.find((x) => x.index === sv.index);
-    const shardText = info ? `${info.parameters.length ? `tensors ${fmtIndices(info.parameters)}` : 'no tensors'} (${pluralInt(info.numel, 'parameter')})` : '–';
+    const shardText = info
+      ? `${info.parameters.length ? `tensors ${fmtIndices(info.parameters)}` : 'no tensors'} (${pluralInt(info.numel, 'parameter')})`
+      : '–';
     server = {
       index: sv.index,
       shardText,
@@ -258,7 +271,14 @@ export function psPanel(s: DashboardState): PsPanel | null {
       histogram: psHistogram(sv.stalenessHistogram),
       pushRates: [...sv.pushRates]
         .sort((a, b) => a.workerId - b.workerId)
-        .map((r) => ({ workerId: r.workerId, rank: r.rank, pushesPerSec: r.pushesPerSec, pushes: r.pushes, applied: r.applied, rateText: fmtRate(r.pushesPerSec) })),
+        .map((r) => ({
+          workerId: r.workerId,
+          rank: r.rank,
+          pushesPerSec: r.pushesPerSec,
+          pushes: r.pushes,
+          applied: r.applied,
+          rateText: fmtRate(r.pushesPerSec),
+        })),
     };
   }
 

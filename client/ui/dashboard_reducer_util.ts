@@ -42,4 +42,3 @@ export function withRank(ranks: readonly number[], rank: number): readonly numbe
 export function isOver(phase: Phase): boolean {
   return phase === 'done' || phase === 'stopped' || phase === 'failed' || phase === 'ended' || phase === 'removed';
 }
-

@@ -22,7 +22,20 @@ export interface SummaryEntry {
 
 /** Shown already in the header, or not for people (the weights themselves). */
 const SUMMARY_SKIP = new Set(['rank', 'worldSize', 'backend', 'model', 'dataset', 'weights']);
-const SUMMARY_FIRST = ['testAccuracy', 'testLoss', 'finalLoss', 'steps', 'epochs', 'seconds', 'elapsedSec', 'samplesPerSec', 'stoppedBy', 'generations', 'pausedGenerations', 'weightHash'];
+const SUMMARY_FIRST = [
+  'testAccuracy',
+  'testLoss',
+  'finalLoss',
+  'steps',
+  'epochs',
+  'seconds',
+  'elapsedSec',
+  'samplesPerSec',
+  'stoppedBy',
+  'generations',
+  'pausedGenerations',
+  'weightHash',
+];
 
 /**
  * The summary's scalar entries, most interesting first. One level of nested numbers (the
@@ -83,8 +96,16 @@ export function runReport(s: DashboardState): RunReport | null {
   if (steps !== undefined) {
     // Epochs as people count them: the first is epoch 1, also while the run is still inside it.
     const epoch = s.lastStep ? Number(epochLabel(s, s.lastStep.epoch)) : null;
-    const allEpochs = c !== null && c.steps === null && epoch === c.epochs && s.lastStep !== null && s.lastStep.step >= s.lastStep.totalSteps;
-    const epochs = epoch === null ? '' : allEpochs ? ` · ${plural(epoch, 'epoch')}` : c && c.steps === null ? ` · epoch ${epoch} of ${c.epochs}` : ` · in epoch ${epoch}`;
+    const allEpochs =
+      c !== null && c.steps === null && epoch === c.epochs && s.lastStep !== null && s.lastStep.step >= s.lastStep.totalSteps;
+    const epochs =
+      epoch === null
+        ? ''
+        : allEpochs
+          ? ` · ${plural(epoch, 'epoch')}`
+          : c && c.steps === null
+            ? ` · epoch ${epoch} of ${c.epochs}`
+            : ` · in epoch ${epoch}`;
     const tabs = s.worldSize !== null ? ` · ${plural(s.worldSize, 'tab')} at the end` : '';
     main.push({ key: 'training', label: 'Training', value: `${fmtInt(steps)} steps${epochs}${tabs}` });
   }
@@ -92,7 +113,8 @@ export function runReport(s: DashboardState): RunReport | null {
   if (seconds !== null) main.push({ key: 'time', label: 'Total time', value: fmtDuration(seconds) });
   const accuracy = finalTestAccuracy(s);
   if (accuracy !== null) main.push({ key: 'accuracy', label: 'Final test accuracy', value: fmtPercent(accuracy, 2) });
-  if (typeof summary.samplesPerSec === 'number') main.push({ key: 'speed', label: 'Speed', value: `${fmtInt(summary.samplesPerSec)} samples/s, all tabs together` });
+  if (typeof summary.samplesPerSec === 'number')
+    main.push({ key: 'speed', label: 'Speed', value: `${fmtInt(summary.samplesPerSec)} samples/s, all tabs together` });
   main.push({ key: 'faults', label: 'Faults survived', value: faultSummary(s) });
   return { main, details: summaryEntries(summary).filter((e) => !REPORTED.has(e.key)) };
 }
@@ -126,7 +148,9 @@ export function faultHistoryLines(s: DashboardState): string[] {
   const { counts, entries } = s.faults;
   const total = Object.values(counts).reduce((a, b) => a + b, 0);
   const earlier = total - entries.length;
-  const lines = entries.map((e) => (e.kind === 'joined' ? `Round ${e.round}: a tab joined as rank ${e.rank}` : `Round ${e.round}: lost rank ${e.rank} (${e.reason})`));
+  const lines = entries.map((e) =>
+    e.kind === 'joined' ? `Round ${e.round}: a tab joined as rank ${e.rank}` : `Round ${e.round}: lost rank ${e.rank} (${e.reason})`,
+  );
   return earlier > 0 ? [`${plural(earlier, 'earlier fault')} not listed`, ...lines] : lines;
 }
 
@@ -142,7 +166,10 @@ export function summaryLine(s: DashboardState): string {
 function humanKey(k: string): string {
   const base = isDurationKey(k) ? k.replace(/_?(sec|seconds)$/i, '') : k.replace(/Ms$/, '');
   if (base === '') return 'Time';
-  const words = base.replace(/([a-z0-9])([A-Z])/g, '$1 $2').replace(/[_-]+/g, ' ').toLowerCase();
+  const words = base
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .replace(/[_-]+/g, ' ')
+    .toLowerCase();
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 

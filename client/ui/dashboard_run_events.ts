@@ -47,7 +47,11 @@ export function onDevices(state: DashboardState, event: Extract<DashboardEvent, 
   const next = { ...state, devices: event.devices };
   // Said when they start (again: a rebuilt model gets new ones), not on every update of their figures.
   if (event.devices.some((d) => d.steps !== undefined)) return next;
-  return log(next, 'info', `This tab computes on ${plural(event.devices.length, 'device')} (Workers, each with its own copy of the model): ${event.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}.`);
+  return log(
+    next,
+    'info',
+    `This tab computes on ${plural(event.devices.length, 'device')} (Workers, each with its own copy of the model): ${event.devices.map((d) => `device ${d.device} on ${d.backend}`).join(', ')}.`,
+  );
 }
 
 /** The parameter server's status, about once a second. */
@@ -67,7 +71,12 @@ export function onPs(state: DashboardState, event: Extract<DashboardEvent, { typ
     const lost = now.lost - (was?.lost ?? 0);
     if (lost > 0) next = log(next, 'warn', `${pluralInt(lost, 'sample')} lost with a worker that left.`);
     const refused = now.refused - (was?.refused ?? 0);
-    if (refused > 0) next = log(next, 'warn', `${pluralInt(refused, 'sample')} refused by the parameter server: pushed malformed, or for a version it no longer has.`);
+    if (refused > 0)
+      next = log(
+        next,
+        'warn',
+        `${pluralInt(refused, 'sample')} refused by the parameter server: pushed malformed, or for a version it no longer has.`,
+      );
   }
   return next;
 }
@@ -93,9 +102,22 @@ export function onEvaluating(state: DashboardState, event: Extract<DashboardEven
   const log = logAt(at);
   const prev = state.finalEval;
   // The job logs the skip itself (the console hears it too).
-  const next: DashboardState = { ...state, finalEval: { step: event.step, done: event.done, total: event.total, skipRequested: prev?.skipRequested ?? false, skipped: event.skipped === true } };
+  const next: DashboardState = {
+    ...state,
+    finalEval: {
+      step: event.step,
+      done: event.done,
+      total: event.total,
+      skipRequested: prev?.skipRequested ?? false,
+      skipped: event.skipped === true,
+    },
+  };
   if (prev !== null) return next;
-  return log(next, 'info', `Training is over at step ${fmtInt(event.step)}: its weights are final and can be downloaded now, while they are evaluated on the test set.`);
+  return log(
+    next,
+    'info',
+    `Training is over at step ${fmtInt(event.step)}: its weights are final and can be downloaded now, while they are evaluated on the test set.`,
+  );
 }
 
 export function onStep(state: DashboardState, e: StepEvent, at: number): DashboardState {
@@ -113,7 +135,16 @@ export function onStep(state: DashboardState, e: StepEvent, at: number): Dashboa
     recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
     if (m.pipeline) (pipelineRanks ??= new Map(s.pipelineRanks)).set(m.rank, m.pipeline);
   }
-  const clock = [...s.stepClock, clockEntry(s.stepClock.at(-1), { step: e.step, elapsedSec: e.elapsedSec, evalT: s.evalClock.seconds, world: e.ranks.length, round: s.round })];
+  const clock = [
+    ...s.stepClock,
+    clockEntry(s.stepClock.at(-1), {
+      step: e.step,
+      elapsedSec: e.elapsedSec,
+      evalT: s.evalClock.seconds,
+      world: e.ranks.length,
+      round: s.round,
+    }),
+  ];
   let next: DashboardState = {
     ...s,
     phase: isOver(s.phase) ? s.phase : 'training',
@@ -130,4 +161,3 @@ export function onStep(state: DashboardState, e: StepEvent, at: number): Dashboa
   if (newEpoch) next = withLog(next, at, 'info', `Epoch ${epochLabel(next, e.epoch)} started at step ${e.step}.`);
   return next;
 }
-

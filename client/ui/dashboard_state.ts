@@ -27,7 +27,25 @@ import { reducePageEvent } from './dashboard_page_events.ts';
 // Their types are dashboard_types.ts's (the panel models read them there), exported here as well,
 // and so are the reducers' shared figures and isOver (dashboard_reducer_util.ts).
 export { RECENT, MAX_LOG, isOver } from './dashboard_reducer_util.ts';
-export type { Role, ControlAction, PageEvent, DashboardEvent, DashboardAction, Phase, LogLevel, PsStatus, PipelineLayout, PipelineTimeline, RankPipelineMetrics, LogEntry, ErrorMessage, DashboardState, FaultKind, FaultEntry, FaultHistory } from './dashboard_types.ts';
+export type {
+  Role,
+  ControlAction,
+  PageEvent,
+  DashboardEvent,
+  DashboardAction,
+  Phase,
+  LogLevel,
+  PsStatus,
+  PipelineLayout,
+  PipelineTimeline,
+  RankPipelineMetrics,
+  LogEntry,
+  ErrorMessage,
+  DashboardState,
+  FaultKind,
+  FaultEntry,
+  FaultHistory,
+} from './dashboard_types.ts';
 
 const NO_FAULTS: FaultHistory = { counts: { left: 0, froze: 0, removed: 0, failed: 0, joined: 0 }, entries: [], stepsRedone: 0 };
 
@@ -131,7 +149,11 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return onEval(state, event, at);
 
     case 'sample':
-      return log({ ...state, lastSample: event }, 'info', `At step ${event.step} the model writes: ${JSON.stringify(event.prompt + event.text)}`);
+      return log(
+        { ...state, lastSample: event },
+        'info',
+        `At step ${event.step} the model writes: ${JSON.stringify(event.prompt + event.text)}`,
+      );
 
     case 'log':
       return log(state, event.level, event.message);
@@ -147,9 +169,15 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'stopped':
       return log(
-        { ...state, stoppedBy: { by: event.by, atStep: event.atStep }, phase: !state.finished && !isOver(state.phase) ? 'stopped' : state.phase },
+        {
+          ...state,
+          stoppedBy: { by: event.by, atStep: event.atStep },
+          phase: !state.finished && !isOver(state.phase) ? 'stopped' : state.phase,
+        },
         'warn',
-        state.stoppedByHost ? `Training stopped at step ${event.atStep} by the host.` : `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
+        state.stoppedByHost
+          ? `Training stopped at step ${event.atStep} by the host.`
+          : `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
       );
 
     case 'evaluating':
@@ -167,4 +195,3 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
       return reducePageEvent(state, event, at);
   }
 }
-

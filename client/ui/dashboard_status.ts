@@ -79,7 +79,8 @@ export function statusText(s: DashboardState): string {
       }
       // This tab is one of the session's members, so at least one is here whatever a count says.
       const arrived = Math.max(1, w.arrived);
-      const here = w.min === w.max ? `${arrived} of ${w.max} here` : `${arrived} here; training starts with ${w.min}, up to ${w.max} can join`;
+      const here =
+        w.min === w.max ? `${arrived} of ${w.max} here` : `${arrived} here; training starts with ${w.min}, up to ${w.max} can join`;
       return `Waiting for ${plural(more, 'more tab')} (${here}). Share the link below.`;
     }
     case 'starting': {
@@ -93,7 +94,8 @@ export function statusText(s: DashboardState): string {
     case 'training': {
       const e = s.lastStep;
       const evaluating = finalEvalText(s);
-      if (evaluating !== null) return `Training finished at step ${fmtInt(s.finalEval!.step)}. ${evaluating} The model can be downloaded now.`;
+      if (evaluating !== null)
+        return `Training finished at step ${fmtInt(s.finalEval!.step)}. ${evaluating} The model can be downloaded now.`;
       const w = s.worldSize ?? 0;
       return `Training${e ? ` (epoch ${epochOf(s, e.epoch)})` : ''} on ${w || '?'} rank${w === 1 ? '' : 's'}.${lostNote}`;
     }
@@ -101,7 +103,8 @@ export function statusText(s: DashboardState): string {
       if (s.endedWithoutRank !== null) {
         return `The run finished without this tab: its last round failed here (rank ${s.endedWithoutRank}) while the other tabs finished it${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}. The final model is theirs; this tab's replica, from its last committed step, can be downloaded.`;
       }
-      if (s.self === null) return `The run finished before this tab got a rank${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}: it trained without this tab. To train, ask the host for a new session.`;
+      if (s.self === null)
+        return `The run finished before this tab got a rank${s.lastStep ? `, after ${fmtInt(s.lastStep.step)} steps` : ''}: it trained without this tab. To train, ask the host for a new session.`;
       const final = finalTestAccuracy(s);
       const acc = evalSkipped(s) ? ' The evaluation was skipped.' : final !== null ? ` Final test accuracy ${fmtPercent(final)}.` : '';
       const took = runSeconds(s);

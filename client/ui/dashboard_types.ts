@@ -161,7 +161,13 @@ export interface DashboardState {
   readonly stoppedBy: { by: number; atStep: number } | null;
   readonly summary: Readonly<Record<string, unknown>> | null;
   /** The evaluation after the run ('evaluating'): from its start the weights are final and can be saved. */
-  readonly finalEval: { readonly step: number; readonly done: number; readonly total: number; readonly skipRequested: boolean; readonly skipped: boolean } | null;
+  readonly finalEval: {
+    readonly step: number;
+    readonly done: number;
+    readonly total: number;
+    readonly skipRequested: boolean;
+    readonly skipped: boolean;
+  } | null;
   /** 'done' arrived: the model exists (also after a stop, which the job follows with 'done'). */
   readonly finished: boolean;
   /** This tab's rank in the last round when that round failed here as the other tabs finished the run. */

@@ -74,6 +74,12 @@ export function shareField(id: string, label: string, url: string): { root: HTML
   });
   // Clicking into the field selects it all: the only thing anyone does with it is copy it.
   input.addEventListener('focus', () => input.select());
-  const root = el('div', { class: 'share' }, el('label', { for: id, class: 'share-label' }, label), el('div', { class: 'share-row' }, input, button), msg);
+  const root = el(
+    'div',
+    { class: 'share' },
+    el('label', { for: id, class: 'share-label' }, label),
+    el('div', { class: 'share-row' }, input, button),
+    msg,
+  );
   return { root, input };
 }

@@ -136,7 +136,12 @@ export function estimateSentence(c: TrainConfig): string {
   const e = estimateRun(c);
   const tabs = c.max === 1 ? 'one tab' : `${c.max} tabs`;
   const fewer = c.min < c.max ? ' (longer with fewer)' : '';
-  const where = c.max === 1 ? 'one tab on a 2-core computer' : c.max === 2 ? 'two tabs on one 2-core computer' : 'up to three tabs on each 2-core computer';
+  const where =
+    c.max === 1
+      ? 'one tab on a 2-core computer'
+      : c.max === 2
+        ? 'two tabs on one 2-core computer'
+        : 'up to three tabs on each 2-core computer';
   const evals = e.evals === 1 ? 'the test-set evaluation' : `each of ${e.evals} test-set evaluations`;
   return `Estimated duration: ${e.text} for ${fmtInt(e.steps)} steps with ${tabs}${fewer}. It assumes ${fmtStep(e.stepSeconds)} a step and ${fmtStep(e.evalSeconds)} for ${evals}, as measured with ${where} without a GPU; a GPU is faster, and the dashboard shows the time left from the run's own steps.`;
 }

@@ -55,7 +55,13 @@ function bad(field: string, value: string, rule: string, action = AGAIN): LinkRe
   const noun = NOUN[field] ?? `the ${field.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)}`;
   return {
     kind: 'bad',
-    problem: { field, value, title: 'This link is not valid', message: `The link says “${field}=${value}”, but ${noun} must be ${rule}.`, action },
+    problem: {
+      field,
+      value,
+      title: 'This link is not valid',
+      message: `The link says “${field}=${value}”, but ${noun} must be ${rule}.`,
+      action,
+    },
   };
 }
 
@@ -78,7 +84,8 @@ export function readLink(params: URLSearchParams, jobs: readonly string[]): Link
   const session = params.get('session');
   const job = params.get('job');
   const allJobs = ['train', ...jobs];
-  if (job !== null && !allJobs.includes(job)) return bad('job', job, `one of ${allJobs.join(', ')}`, 'Check the link for a typo, or create a new session on the start page.');
+  if (job !== null && !allJobs.includes(job))
+    return bad('job', job, `one of ${allJobs.join(', ')}`, 'Check the link for a typo, or create a new session on the start page.');
   if (session === null || session === '') {
     if (job === null) return { kind: 'create' };
     return {
@@ -104,7 +111,13 @@ export function readLink(params: URLSearchParams, jobs: readonly string[]): Link
       if (!(err instanceof ConfigError)) throw err;
       return bad(err.option, err.value, err.rule);
     }
-    const rank = intIn(params, 'rank', 0, config.max - 1, `an integer from 0 to ${config.max - 1} (this session has ${config.max} rank${config.max === 1 ? '' : 's'})`);
+    const rank = intIn(
+      params,
+      'rank',
+      0,
+      config.max - 1,
+      `an integer from 0 to ${config.max - 1} (this session has ${config.max} rank${config.max === 1 ? '' : 's'})`,
+    );
     if (isProblem(rank)) return rank;
     return { kind: 'train', session, config, rank, timeoutMs: timeoutMs ?? 3_600_000 };
   }
@@ -156,10 +169,20 @@ export function tokenProblem(hash: string, session: string): LinkProblem | null 
 export function refusedLinkProblem(err: unknown, session: string): LinkProblem | null {
   const base = { field: 'token', value: null, offerCreate: false } as const;
   if (err instanceof TokenRotatedError) {
-    return { ...base, title: 'This link is no longer valid', message: `The host removed a tab from session “${session}” and changed its link: this link’s #token no longer opens it.`, action: 'Ask the host for the new link.' };
+    return {
+      ...base,
+      title: 'This link is no longer valid',
+      message: `The host removed a tab from session “${session}” and changed its link: this link’s #token no longer opens it.`,
+      action: 'Ask the host for the new link.',
+    };
   }
   if (err instanceof SessionEndedError) {
-    return { ...base, title: 'This session has ended', message: `The host ended session “${session}”: it takes no more tabs.`, action: 'Ask the host for the link of a new session.' };
+    return {
+      ...base,
+      title: 'This session has ended',
+      message: `The host ended session “${session}”: it takes no more tabs.`,
+      action: 'Ask the host for the link of a new session.',
+    };
   }
   if (!(err instanceof UnauthorizedError)) return null;
   if (/does not exist on this server/.test(err.message)) {

@@ -23,7 +23,14 @@ export function qrSvg(text: string, label: string): SVGSVGElement {
   const { size, d } = qrPath(text);
   return svg(
     'svg',
-    { class: 'qr-code', viewBox: `0 0 ${size} ${size}`, role: 'img', 'aria-label': label, 'shape-rendering': 'crispEdges', 'data-testid': 'qr-code' },
+    {
+      class: 'qr-code',
+      viewBox: `0 0 ${size} ${size}`,
+      role: 'img',
+      'aria-label': label,
+      'shape-rendering': 'crispEdges',
+      'data-testid': 'qr-code',
+    },
     svg('rect', { width: size, height: size, fill: '#fff' }),
     svg('path', { d, fill: '#000' }),
   );

@@ -60,7 +60,15 @@ function ringLinks(model: RingModel): RingLink[] {
     let link: RingLink = { from, to, state: 'unknown', observed: false };
     const peer = model.self === from ? to : model.self === to ? from : null;
     const seen = peer === null ? undefined : model.observedLinks.get(peer);
-    if (seen) link = { from, to, state: seen.state, observed: true, throughputMBps: seen.throughputMBps, ...(seen.path ? { path: seen.path } : {}) };
+    if (seen)
+      link = {
+        from,
+        to,
+        state: seen.state,
+        observed: true,
+        throughputMBps: seen.throughputMBps,
+        ...(seen.path ? { path: seen.path } : {}),
+      };
     else if (model.ringProven) link.state = 'open';
     // A lost rank's links cannot carry anything, whatever was last seen.
     if (model.lost.has(from) || model.lost.has(to)) link = { ...link, state: 'closed' };
@@ -91,7 +99,14 @@ export function pathLabel(p: LinkPath): string {
 /** The path in full, for the link's tooltip and the screen-reader summary. */
 function pathTitle(p: LinkPath): string {
   const rate = (v: number | null) => (v === null ? '…' : fmtMBps(v / 1e6));
-  const where = (t: string | null) => (t === 'relay' ? 'relay (TURN)' : t === 'host' ? 'host (direct)' : t === 'srflx' || t === 'prflx' ? `${t} (through NAT)` : (t ?? 'unknown'));
+  const where = (t: string | null) =>
+    t === 'relay'
+      ? 'relay (TURN)'
+      : t === 'host'
+        ? 'host (direct)'
+        : t === 'srflx' || t === 'prflx'
+          ? `${t} (through NAT)`
+          : (t ?? 'unknown');
   return `path ${where(p.local)} here, ${where(p.remote)} at the peer${p.protocol ? `, ${p.protocol.toUpperCase()}` : ''}${p.rttMs === null ? '' : `, round trip ${p.rttMs} ms`}, on the wire ${rate(p.sentBytesPerSec)} out, ${rate(p.receivedBytesPerSec)} in`;
 }
 
@@ -143,7 +158,9 @@ export class RingView {
 
     const who = model.self === null ? '' : ` This tab is rank ${model.self}.`;
     const lost = model.lost.size ? ` Lost: rank ${[...model.lost].join(', ')}.` : '';
-    const linkText = links.map((l) => `rank ${l.from} to ${l.to} ${linkLabel(l)}${l.path && l.state === 'open' ? `, ${pathTitle(l.path)}` : ''}`).join('; ');
+    const linkText = links
+      .map((l) => `rank ${l.from} to ${l.to} ${linkLabel(l)}${l.path && l.state === 'open' ? `, ${pathTitle(l.path)}` : ''}`)
+      .join('; ');
     this.summary.textContent = `Ring of ${model.worldSize} rank${model.worldSize === 1 ? '' : 's'}.${who}${lost}${linkText ? ` Links: ${linkText}.` : ''}`;
   }
 }
@@ -175,7 +192,20 @@ function arrowDefs(): SVGElement {
     'defs',
     {},
     ...(['open', 'connecting', 'closed', 'unknown'] as const).map((s) =>
-      svg('marker', { id: `arrow-${s}`, viewBox: '0 0 10 10', refX: 8, refY: 5, markerWidth: 6, markerHeight: 6, orient: 'auto-start-reverse', class: `arrow arrow-${s}` }, svg('path', { d: 'M0,0 L10,5 L0,10 z' })),
+      svg(
+        'marker',
+        {
+          id: `arrow-${s}`,
+          viewBox: '0 0 10 10',
+          refX: 8,
+          refY: 5,
+          markerWidth: 6,
+          markerHeight: 6,
+          orient: 'auto-start-reverse',
+          class: `arrow arrow-${s}`,
+        },
+        svg('path', { d: 'M0,0 L10,5 L0,10 z' }),
+      ),
     ),
   );
 }
@@ -207,7 +237,11 @@ function linkGroup(l: RingLink, layout: RingLayout, model: RingModel): SVGElemen
     'data-rtt': l.path?.rttMs ?? undefined,
   });
   g.append(
-    svg('title', {}, `rank ${l.from} → rank ${l.to}: ${linkLabel(l)}${l.path && l.state === 'open' ? `; ${pathTitle(l.path)}` : ''}${l.observed ? '' : ' (not a link of this tab)'}`),
+    svg(
+      'title',
+      {},
+      `rank ${l.from} → rank ${l.to}: ${linkLabel(l)}${l.path && l.state === 'open' ? `; ${pathTitle(l.path)}` : ''}${l.observed ? '' : ' (not a link of this tab)'}`,
+    ),
     svg('line', {
       x1,
       y1,
@@ -219,7 +253,8 @@ function linkGroup(l: RingLink, layout: RingLayout, model: RingModel): SVGElemen
       'marker-start': model.worldSize === 2 ? `url(#arrow-${l.state})` : undefined,
     }),
   );
-  if (model.active && l.state === 'open') g.append(svg('line', { x1, y1, x2, y2, class: 'link-flow', 'stroke-dashoffset': -FLOW_STRIDE * (model.step % 4) }));
+  if (model.active && l.state === 'open')
+    g.append(svg('line', { x1, y1, x2, y2, class: 'link-flow', 'stroke-dashoffset': -FLOW_STRIDE * (model.step % 4) }));
   return g;
 }
 
@@ -247,7 +282,13 @@ function linkLabels(l: RingLink, layout: RingLayout): SVGElement[] {
   const labels = [svg('text', { x: lx, y: ly + 4, 'text-anchor': anchor, class: `link-label label-${l.state}` }, linkLabel(l))];
   // The path on a second line: which way the bytes go is what a person debugging a slow ring asks first.
   if (l.path && l.state === 'open') {
-    labels.push(svg('text', { x: lx, y: ly + 17, 'text-anchor': anchor, class: 'link-label link-path', 'data-testid': 'ring-link-path' }, pathLabel(l.path)));
+    labels.push(
+      svg(
+        'text',
+        { x: lx, y: ly + 17, 'text-anchor': anchor, class: 'link-label link-path', 'data-testid': 'ring-link-path' },
+        pathLabel(l.path),
+      ),
+    );
   }
   return labels;
 }
@@ -295,7 +336,11 @@ function legend(): HTMLElement {
   ];
   for (const [state, text] of items) {
     const li = document.createElement('li');
-    const s = svg('svg', { viewBox: '0 0 28 8', width: 28, height: 8, 'aria-hidden': 'true', class: `ring-link link-${state}` }, svg('line', { x1: 1, y1: 4, x2: 27, y2: 4, class: 'link-line' }));
+    const s = svg(
+      'svg',
+      { viewBox: '0 0 28 8', width: 28, height: 8, 'aria-hidden': 'true', class: `ring-link link-${state}` },
+      svg('line', { x1: 1, y1: 4, x2: 27, y2: 4, class: 'link-line' }),
+    );
     li.append(s, document.createTextNode(text));
     ul.append(li);
   }

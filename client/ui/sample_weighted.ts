@@ -7,7 +7,10 @@ import type { RankStepMetrics } from '../train/events.ts';
  * figure (null: no samples that step; or not finite); figures of jobs that do not report samples count as equal
  * shares. null when none has the figure.
  */
-export function sampleWeighted(steps: ReadonlyArray<Pick<RankStepMetrics, 'loss' | 'accuracy' | 'samples'>>, key: 'loss' | 'accuracy'): number | null {
+export function sampleWeighted(
+  steps: ReadonlyArray<Pick<RankStepMetrics, 'loss' | 'accuracy' | 'samples'>>,
+  key: 'loss' | 'accuracy',
+): number | null {
   let weight = 0;
   let sum = 0;
   for (const m of steps) {

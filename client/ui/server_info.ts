@@ -27,11 +27,18 @@ export function parseServerInfo(body: unknown): ServerInfo | null {
   const c = b.certificate as Record<string, unknown> | undefined;
   // Shown to people as the thing to compare: only a well-formed fingerprint is.
   const certificate =
-    typeof c === 'object' && c !== null && typeof c.fingerprint256 === 'string' && /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(c.fingerprint256) && typeof c.selfSigned === 'boolean'
+    typeof c === 'object' &&
+    c !== null &&
+    typeof c.fingerprint256 === 'string' &&
+    /^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(c.fingerprint256) &&
+    typeof c.selfSigned === 'boolean'
       ? { fingerprint256: c.fingerprint256, selfSigned: c.selfSigned }
       : undefined;
   const o = b.offers as Record<string, unknown> | undefined;
-  const offers = typeof o === 'object' && o !== null && typeof o.model === 'boolean' && typeof o.data === 'boolean' ? { model: o.model, data: o.data } : undefined;
+  const offers =
+    typeof o === 'object' && o !== null && typeof o.model === 'boolean' && typeof o.data === 'boolean'
+      ? { model: o.model, data: o.data }
+      : undefined;
   return { urls, secure: b.secure, listening: b.listening, ...(certificate ? { certificate } : {}), ...(offers ? { offers } : {}) };
 }
 

@@ -6,7 +6,16 @@
  */
 import { SESSION_NAME } from '../../src/wire/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
-import { ConfigError, TRAIN_OPTIONS, configParams, parseOption, parseTrainConfig, type OptionSpec, type TrainConfig, type TrainOptionName } from '../../src/jobs/train_config.ts';
+import {
+  ConfigError,
+  TRAIN_OPTIONS,
+  configParams,
+  parseOption,
+  parseTrainConfig,
+  type OptionSpec,
+  type TrainConfig,
+  type TrainOptionName,
+} from '../../src/jobs/train_config.ts';
 import { FORM_DEFAULTS, TRAIN_FORM_LABELS } from './train_form_labels.ts';
 
 /** The form's text by field name, as typed (trimmed). A missing name counts as empty. */
@@ -65,7 +74,13 @@ function fieldControl(spec: OptionSpec<TrainOptionName>): FieldControl {
 /** The form's fields in order: the session name, then each schema option shown in the form. */
 export const FORM_FIELDS: readonly FormField[] = [
   SESSION_FIELD,
-  ...FORM_OPTIONS.map((spec) => ({ name: spec.name, label: TRAIN_FORM_LABELS[spec.name].label, hint: TRAIN_FORM_LABELS[spec.name].hint, control: fieldControl(spec), optional: spec.optional === true })),
+  ...FORM_OPTIONS.map((spec) => ({
+    name: spec.name,
+    label: TRAIN_FORM_LABELS[spec.name].label,
+    hint: TRAIN_FORM_LABELS[spec.name].hint,
+    control: fieldControl(spec),
+    optional: spec.optional === true,
+  })),
 ];
 
 /**
@@ -185,7 +200,8 @@ export function minNote(values: FormValues): string {
   if (min < world) {
     return `Tabs may close, reload or join while it runs: training goes on while at least ${min} ${min === 1 ? 'is' : 'are'} in, whereas a fixed size (${world} here) would pause whenever one leaves.`;
   }
-  if (world === 1) return 'One tab trains alone; with a larger world size, tabs may close, reload or join while training goes on with at least this many.';
+  if (world === 1)
+    return 'One tab trains alone; with a larger world size, tabs may close, reload or join while training goes on with at least this many.';
   return `A fixed size: training pauses whenever one of the ${world} tabs leaves, until one is back; a lower minimum keeps training while tabs close, reload or join.`;
 }
 
@@ -194,7 +210,16 @@ export function minNote(values: FormValues): string {
  * dashboard work before a real run (the learning rate follows the optimizer as usual).
  */
 /** A short run for three tabs that starts once two have joined: every tab opened on its link trains. */
-export const DEMO_PRESET: FormValues = { world: '3', min: '2', model: 'mlp', dataset: 'synthetic', batchSize: '32', epochs: '1', steps: '60', trainSize: '2048' };
+export const DEMO_PRESET: FormValues = {
+  world: '3',
+  min: '2',
+  model: 'mlp',
+  dataset: 'synthetic',
+  batchSize: '32',
+  epochs: '1',
+  steps: '60',
+  trainSize: '2048',
+};
 
 /** "Steps (optional)" -> "Steps": the label as the subject of a sentence. */
 function fieldName(label: string): string {

@@ -20,7 +20,10 @@ export const STEP_CLOCK = 41;
 export const WARMUP_STEPS = 2;
 
 /** The clock's entry for a step, after `prev` (the clock's last entry). */
-export function clockEntry(prev: ClockEntry | undefined, e: { step: number; elapsedSec: number; world: number; round: number | null; evalT: number }): ClockEntry {
+export function clockEntry(
+  prev: ClockEntry | undefined,
+  e: { step: number; elapsedSec: number; world: number; round: number | null; evalT: number },
+): ClockEntry {
   const same = prev !== undefined && prev.world === e.world && prev.round === e.round && e.step > prev.step;
   return { step: e.step, t: e.elapsedSec, evalT: e.evalT, world: e.world, round: e.round, inGroup: same ? prev.inGroup + 1 : 1 };
 }

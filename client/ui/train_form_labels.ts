@@ -5,7 +5,14 @@
  * label, or a label for no option, does not compile.
  */
 import { DEFAULT_LR, type TrainOptionName } from '../../src/jobs/train_config.ts';
-import { COMM_HOOK_FORMS, COMM_HOOK_NAMES, DEFAULT_COMM_HOOK_START, DEFAULT_DILOCO_OUTER_LR, DEFAULT_DILOCO_OUTER_MOMENTUM, type CommHookSpec } from '../../src/jobs/comm_hook_spec.ts';
+import {
+  COMM_HOOK_FORMS,
+  COMM_HOOK_NAMES,
+  DEFAULT_COMM_HOOK_START,
+  DEFAULT_DILOCO_OUTER_LR,
+  DEFAULT_DILOCO_OUTER_MOMENTUM,
+  type CommHookSpec,
+} from '../../src/jobs/comm_hook_spec.ts';
 
 export interface OptionText {
   label: string;
@@ -48,14 +55,23 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
     label: 'Train with at most (tabs)',
     hint: 'Tabs beyond this many are told the session is full. Default: the world size.',
   },
-  model: { label: 'Model', hint: 'lm: a small transformer that learns to write like its text (dataset text). user: the model the host offers (npm start -- --model DIR).' },
+  model: {
+    label: 'Model',
+    hint: 'lm: a small transformer that learns to write like its text (dataset text). user: the model the host offers (npm start -- --model DIR).',
+  },
   hidden: {
     label: 'Hidden units',
     hint: 'Width of the hidden dense layer: the mlp’s (default 128 on MNIST, 32 on synthetic data), or one the cnn adds before its classifier (default 0, none; 128 is the usual MNIST CNN).',
   },
-  dataset: { label: 'Dataset', hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm)." },
-  streamData: { label: 'Stream the data', hint: "The host's images: fetched as the steps need them (on), all at the start (off), or on once they would take more than 256 MB in a tab (auto)." },
-  context: { label: 'Context', hint: "Characters the language model sees at once (text only; default 64)." },
+  dataset: {
+    label: 'Dataset',
+    hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm).",
+  },
+  streamData: {
+    label: 'Stream the data',
+    hint: "The host's images: fetched as the steps need them (on), all at the start (off), or on once they would take more than 256 MB in a tab (auto).",
+  },
+  context: { label: 'Context', hint: 'Characters the language model sees at once (text only; default 64).' },
   batchSize: {
     label: 'Batch size per rank',
     hint: 'The global batch is this times the world size.',
@@ -98,7 +114,10 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   checkpointEvery: { label: 'Checkpoint every (steps)' },
   evalEvery: { label: 'Evaluate every (steps)' },
-  firstSample: { label: 'First sample after (steps)', hint: 'The language model writes a sample after N steps, then after 2N, 4N, 8N ..., besides at every evaluation (0: only there).' },
+  firstSample: {
+    label: 'First sample after (steps)',
+    hint: 'The language model writes a sample after N steps, then after 2N, 4N, 8N ..., besides at every evaluation (0: only there).',
+  },
   pp: {
     label: 'Pipeline stages',
     hint: 'Split the model into this many stages, one per tab (model parallelism); the world is stages x replicas tabs.',
@@ -166,4 +185,3 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
  * a session is made for several tabs: the world starts at 3, as the Quick demo's.
  */
 export const FORM_DEFAULTS: Readonly<Partial<Record<TrainOptionName, unknown>>> = { world: 3, min: 1 };
-

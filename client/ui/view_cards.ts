@@ -5,7 +5,13 @@ import { el } from './dom.ts';
 import { setText } from './view_dom.ts';
 import './styles/panel_cards.css';
 
-const STAT_LABEL: Record<StatKey, string> = { loss: 'Train loss', acc: 'Train accuracy', test: 'Test accuracy', speed: 'Throughput', time: 'Time' };
+const STAT_LABEL: Record<StatKey, string> = {
+  loss: 'Train loss',
+  acc: 'Train accuracy',
+  test: 'Test accuracy',
+  speed: 'Throughput',
+  time: 'Time',
+};
 const STAT_ORDER: readonly StatKey[] = ['loss', 'acc', 'test', 'speed', 'time'];
 
 /** The five latest figures (drawn on the throttled render). */

@@ -41,7 +41,12 @@ export class ChartsView {
       el(
         'figcaption',
         { class: 'chart-head' },
-        el('span', { id: 'loss-title', class: 'card-title' }, 'Loss per step', el('span', { class: 'card-note' }, ' · one line per rank, ● test loss')),
+        el(
+          'span',
+          { id: 'loss-title', class: 'card-title' },
+          'Loss per step',
+          el('span', { class: 'card-note' }, ' · one line per rank, ● test loss'),
+        ),
         el('label', { class: 'check', for: 'dash-logscale' }, logInput, 'Log scale'),
       ),
       lossHost,
@@ -50,12 +55,33 @@ export class ChartsView {
     this.accCard = el(
       'figure',
       { class: 'card chart-card', 'data-testid': 'accuracy-chart', ...hooks, 'aria-labelledby': 'acc-title' },
-      el('figcaption', { class: 'chart-head' }, el('span', { id: 'acc-title', class: 'card-title' }, 'Accuracy per step', el('span', { class: 'card-note' }, ' · train batch per rank, ● test set'))),
+      el(
+        'figcaption',
+        { class: 'chart-head' },
+        el(
+          'span',
+          { id: 'acc-title', class: 'card-title' },
+          'Accuracy per step',
+          el('span', { class: 'card-note' }, ' · train batch per rank, ● test set'),
+        ),
+      ),
       accHost,
       emptyNote(),
     );
-    this.lossChart = new MetricChart(lossHost, { prefix: 'loss', evalColumn: 'evalLoss', evalLabel: 'test loss', yLabel: 'loss', percent: false });
-    this.accChart = new MetricChart(accHost, { prefix: 'acc', evalColumn: 'evalAcc', evalLabel: 'test accuracy', yLabel: 'accuracy', percent: true });
+    this.lossChart = new MetricChart(lossHost, {
+      prefix: 'loss',
+      evalColumn: 'evalLoss',
+      evalLabel: 'test loss',
+      yLabel: 'loss',
+      percent: false,
+    });
+    this.accChart = new MetricChart(accHost, {
+      prefix: 'acc',
+      evalColumn: 'evalAcc',
+      evalLabel: 'test accuracy',
+      yLabel: 'accuracy',
+      percent: true,
+    });
 
     const smoothInput = el('input', { id: 'dash-smoothing', type: 'range', min: 0, max: 0.95, step: 0.05, value: this.smoothing });
     const smoothOut = el('output', { for: 'dash-smoothing', id: 'dash-smoothing-value' }, this.smoothing.toFixed(2));
@@ -68,7 +94,12 @@ export class ChartsView {
     this.node = el(
       'section',
       { class: 'charts-section', 'aria-labelledby': 'charts-title' },
-      el('div', { class: 'section-head' }, el('h2', { id: 'charts-title' }, 'Metrics'), el('div', { class: 'smoothing' }, el('label', { for: 'dash-smoothing' }, 'Smoothing'), smoothInput, smoothOut)),
+      el(
+        'div',
+        { class: 'section-head' },
+        el('h2', { id: 'charts-title' }, 'Metrics'),
+        el('div', { class: 'smoothing' }, el('label', { for: 'dash-smoothing' }, 'Smoothing'), smoothInput, smoothOut),
+      ),
       this.idle,
       el('div', { class: 'charts-grid' }, this.lossCard, this.accCard),
     );

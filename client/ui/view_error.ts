@@ -27,7 +27,13 @@ export class ErrorBannerView {
     const action = error.action ? [el('p', { class: 'error-action' }, el('strong', {}, 'What to do: '), error.action)] : [];
     this.node.replaceChildren(
       el('span', { class: 'error-icon', 'aria-hidden': 'true' }, '!'),
-      el('div', { class: 'error-body' }, el('p', { class: 'error-title' }, error.title), el('p', { class: 'error-detail' }, error.detail), ...action),
+      el(
+        'div',
+        { class: 'error-body' },
+        el('p', { class: 'error-title' }, error.title),
+        el('p', { class: 'error-detail' }, error.detail),
+        ...action,
+      ),
       dismiss,
     );
     this.node.hidden = false;

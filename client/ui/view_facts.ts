@@ -34,14 +34,37 @@ export class FactsView {
     faults.dd.setAttribute('data-testid', 'faults');
     // The group's fault history, the server's: shown once there is one.
     const list = el('ol', { class: 'fault-history-list' });
-    this.faultList = { root: el('details', { class: 'fault-history', 'data-testid': 'fault-history', hidden: true }, el('summary', {}, 'Fault history'), list), list };
-    this.dd = { rank: rank.dd, browser: browser.dd, backend: backend.dd, devices: devices.dd, shard: shard.dd, job: job.dd, faults: faults.dd };
+    this.faultList = {
+      root: el(
+        'details',
+        { class: 'fault-history', 'data-testid': 'fault-history', hidden: true },
+        el('summary', {}, 'Fault history'),
+        list,
+      ),
+      list,
+    };
+    this.dd = {
+      rank: rank.dd,
+      browser: browser.dd,
+      backend: backend.dd,
+      devices: devices.dd,
+      shard: shard.dd,
+      job: job.dd,
+      faults: faults.dd,
+    };
     this.share = shareField('dash-share', 'Link for more tabs', shareUrl);
     this.share.input.setAttribute('data-testid', 'dash-share-link');
     this.qr = el('details', { class: 'qr-details' }, el('summary', {}, 'Show the link as a QR code'));
     // Drawn when opened: most tabs never need it.
     this.qr.addEventListener('toggle', () => this.drawQr());
-    this.node = el('section', { class: 'card facts-card', 'aria-label': 'This tab and the job' }, el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node, faults.node), this.faultList.root, this.share.root, this.qr);
+    this.node = el(
+      'section',
+      { class: 'card facts-card', 'aria-label': 'This tab and the job' },
+      el('dl', { class: 'dash-facts' }, rank.node, browser.node, backend.node, devices.node, shard.node, job.node, faults.node),
+      this.faultList.root,
+      this.share.root,
+      this.qr,
+    );
   }
 
   /** The link shown for more tabs now. */
@@ -57,7 +80,12 @@ export class FactsView {
 
   private drawQr(): void {
     if (!this.qr.open) return;
-    const figure = el('figure', { class: 'qr' }, qrSvg(this.share.input.value, 'QR code of the link for more tabs'), el('figcaption', {}, 'Point a camera at it to open the session.'));
+    const figure = el(
+      'figure',
+      { class: 'qr' },
+      qrSvg(this.share.input.value, 'QR code of the link for more tabs'),
+      el('figcaption', {}, 'Point a camera at it to open the session.'),
+    );
     this.qr.querySelector('figure')?.remove();
     this.qr.append(figure);
   }
@@ -79,7 +107,12 @@ export class FactsView {
       setText(this.dd.backend, b.kind === 'requested' ? `${b.name} (requested)` : '–');
     }
     this.devicesNode.hidden = f.devices === null;
-    this.dd.devices.replaceChildren(...(f.devices ?? []).flatMap((d) => [el('span', { class: 'device' }, d.text), ...(d.fallback ? [el('span', { class: 'fallback' }, d.fallback)] : [])]));
+    this.dd.devices.replaceChildren(
+      ...(f.devices ?? []).flatMap((d) => [
+        el('span', { class: 'device' }, d.text),
+        ...(d.fallback ? [el('span', { class: 'fallback' }, d.fallback)] : []),
+      ]),
+    );
     setText(this.dd.shard, f.shard);
     setText(this.dd.job, f.job);
     setText(this.dd.faults, f.faults.text);

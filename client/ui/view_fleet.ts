@@ -36,13 +36,31 @@ export class FleetView {
     this.body = el('tbody');
     this.note = el('p', { class: 'card-note', 'data-testid': 'fleet-note' });
     const col = (text: string, cls = '') => el('th', { scope: 'col', ...(cls ? { class: cls } : {}) }, text);
-    this.contributionHead = el('th', { scope: 'col', title: "What the group's robust aggregation judged of each rank's contributions over this group's steps" }, 'Contribution');
+    this.contributionHead = el(
+      'th',
+      { scope: 'col', title: "What the group's robust aggregation judged of each rank's contributions over this group's steps" },
+      'Contribution',
+    );
     this.contributionHead.hidden = true;
     const table = el(
       'table',
       { class: 'perf-table fleet-table', 'data-testid': 'fleet-table', 'aria-describedby': 'fleet-note' },
       el('caption', { class: 'visually-hidden' }, "Each rank's browser, backend, device, time per step and share of the global batch"),
-      el('thead', {}, el('tr', {}, col('Rank'), col('Browser'), col('Backend'), col('Device'), col('Step time', 'num'), col('Share of batch', 'num'), this.contributionHead)),
+      el(
+        'thead',
+        {},
+        el(
+          'tr',
+          {},
+          col('Rank'),
+          col('Browser'),
+          col('Backend'),
+          col('Device'),
+          col('Step time', 'num'),
+          col('Share of batch', 'num'),
+          this.contributionHead,
+        ),
+      ),
       this.body,
     );
     this.note.id = 'fleet-note';
@@ -58,7 +76,23 @@ export class FleetView {
   }
 
   render(s: DashboardState): void {
-    if (!this.changed([s.fleet, s.recent, s.lastStep, s.self, s.lost, s.worldSize, s.backend, s.config, s.role, s.phase, s.round, s.contributions])) return;
+    if (
+      !this.changed([
+        s.fleet,
+        s.recent,
+        s.lastStep,
+        s.self,
+        s.lost,
+        s.worldSize,
+        s.backend,
+        s.config,
+        s.role,
+        s.phase,
+        s.round,
+        s.contributions,
+      ])
+    )
+      return;
     const rows = fleetRows(s);
     this.node.hidden = rows.length === 0;
     const removable = controls(s).remove.visible;
@@ -70,15 +104,30 @@ export class FleetView {
     const cells = robust ? contributionCells(s) : null;
     this.body.replaceChildren(...rows.map((row) => fleetRow(row, offered.includes(row.rank) ? this.removeButton(row.rank) : null, cells)));
     const even = rows.some((r) => r.shareEven);
-    const judged = robust ? ' Contribution: its last norm against the median of the group’s, the share of its values trimmed (or its clip scale), the steps refused; hover for more.' : '';
-    setText(this.note, `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.${judged}`);
+    const judged = robust
+      ? ' Contribution: its last norm against the median of the group’s, the share of its values trimmed (or its clip scale), the steps refused; hover for more.'
+      : '';
+    setText(
+      this.note,
+      `Step time and share of the global batch over the last ${RECENT} steps${even ? '; the ranks train equal batches' : ''}. Browser and device are as each tab reports itself.${judged}`,
+    );
   }
 
   /** The "Remove" button of `rank` (made once, then moved from row to row as the table redraws). */
   private removeButton(rank: number): HTMLButtonElement {
     let button = this.removeButtons.get(rank);
     if (!button) {
-      button = el('button', { type: 'button', class: 'btn btn-danger fleet-remove', 'data-testid': `remove-rank-${rank}`, 'aria-haspopup': 'dialog', 'aria-label': `Remove rank ${rank} from the session` }, 'Remove');
+      button = el(
+        'button',
+        {
+          type: 'button',
+          class: 'btn btn-danger fleet-remove',
+          'data-testid': `remove-rank-${rank}`,
+          'aria-haspopup': 'dialog',
+          'aria-label': `Remove rank ${rank} from the session`,
+        },
+        'Remove',
+      );
       button.addEventListener('click', () => {
         if (this.round !== null) this.removeDialog.open({ rank, round: this.round });
       });
@@ -99,8 +148,24 @@ class RemoveDialog {
   constructor(onRemove: (target: { rank: number; round: number }) => void) {
     this.node = el(
       'dialog',
-      { class: 'confirm-dialog', 'aria-labelledby': 'remove-dialog-title', 'aria-describedby': 'remove-dialog-body', 'data-testid': 'remove-dialog' },
-      el('form', { method: 'dialog' }, this.title, this.body, el('div', { class: 'dialog-actions' }, el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'), this.confirm)),
+      {
+        class: 'confirm-dialog',
+        'aria-labelledby': 'remove-dialog-title',
+        'aria-describedby': 'remove-dialog-body',
+        'data-testid': 'remove-dialog',
+      },
+      el(
+        'form',
+        { method: 'dialog' },
+        this.title,
+        this.body,
+        el(
+          'div',
+          { class: 'dialog-actions' },
+          el('button', { value: 'cancel', class: 'btn btn-secondary', autofocus: true }, 'Cancel'),
+          this.confirm,
+        ),
+      ),
     );
     this.node.addEventListener('close', () => {
       if (this.node.returnValue === 'confirm' && this.target) onRemove(this.target);
@@ -120,7 +185,11 @@ class RemoveDialog {
 }
 
 /** A rank's row; `removeButton` (the host's tab, another rank): its "Remove", which opens the confirmation; `cells`: the Contribution column's (robust runs). */
-function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null, cells: ReadonlyMap<number, ContributionCell> | null): HTMLTableRowElement {
+function fleetRow(
+  row: FleetRow,
+  removeButton: HTMLButtonElement | null,
+  cells: ReadonlyMap<number, ContributionCell> | null,
+): HTMLTableRowElement {
   const unknown = (text: string) => el('span', { class: 'muted' }, text);
   const backend: Array<Node | string> = row.backend ? [el('strong', {}, row.backend)] : [unknown('–')];
   if (row.fallback) backend.push(el('span', { class: 'fallback', 'data-testid': 'fleet-fallback' }, `⚠ fallback: ${row.fallback}`));
@@ -128,23 +197,65 @@ function fleetRow(row: FleetRow, removeButton: HTMLButtonElement | null, cells: 
   return el(
     'tr',
     { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },
-    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : '', ...(removeButton ? [removeButton] : [])),
-    el('td', { class: 'fleet-browser', 'data-col': 'browser', 'data-label': 'Browser' }, ...(row.browser ? [row.browser, ...(row.platform ? [el('span', { class: 'fleet-sub' }, row.platform)] : [])] : [unknown('not reported yet')])),
+    el(
+      'th',
+      { scope: 'row' },
+      el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }),
+      `rank ${row.rank}`,
+      row.self ? el('span', { class: 'you' }, ' (this tab)') : '',
+      ...(removeButton ? [removeButton] : []),
+    ),
+    el(
+      'td',
+      { class: 'fleet-browser', 'data-col': 'browser', 'data-label': 'Browser' },
+      ...(row.browser
+        ? [row.browser, ...(row.platform ? [el('span', { class: 'fleet-sub' }, row.platform)] : [])]
+        : [unknown('not reported yet')]),
+    ),
     el('td', { class: 'fleet-backend', 'data-col': 'backend', 'data-label': 'Backend' }, ...backend),
-    el('td', { class: 'fleet-device', 'data-col': 'device', 'data-label': 'Device' }, row.device ? el('span', { class: 'fleet-device-text' }, row.device) : unknown('–')),
+    el(
+      'td',
+      { class: 'fleet-device', 'data-col': 'device', 'data-label': 'Device' },
+      row.device ? el('span', { class: 'fleet-device-text' }, row.device) : unknown('–'),
+    ),
     el(
       'td',
       { class: 'num', 'data-col': 'step', 'data-label': 'Step time' },
       row.stepMs === null ? '–' : fmtMs(row.stepMs),
       ...(row.computeMs !== null && row.stepMs !== null ? [el('span', { class: 'fleet-sub' }, `compute ${fmtMs(row.computeMs)}`)] : []),
     ),
-    el('td', { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' }, el('span', { class: 'fleet-share', 'data-testid': 'fleet-share' }, share), ...(row.idle ? [el('span', { class: 'fleet-sub fleet-idle', 'data-testid': 'fleet-no-samples' }, row.idle)] : [])),
+    el(
+      'td',
+      { class: 'num', 'data-col': 'share', 'data-unit': 'of the batch' },
+      el('span', { class: 'fleet-share', 'data-testid': 'fleet-share' }, share),
+      ...(row.idle ? [el('span', { class: 'fleet-sub fleet-idle', 'data-testid': 'fleet-no-samples' }, row.idle)] : []),
+    ),
     ...(cells ? [contributionTd(cells.get(row.rank))] : []),
   );
 }
 
 /** The Contribution cell: its text, a warning style when the rank's norm is far off or it was refused, and the figures in words on hover. */
 function contributionTd(cell: ContributionCell | undefined): HTMLTableCellElement {
-  if (!cell) return el('td', { class: 'fleet-contribution', 'data-col': 'contribution', 'data-label': 'Contribution', title: 'No aggregation has judged this rank yet' }, el('span', { class: 'muted' }, '–'));
-  return el('td', { class: `fleet-contribution${cell.warn ? ' contribution-warn' : ''}`, 'data-col': 'contribution', 'data-label': 'Contribution', 'data-testid': 'fleet-contribution', title: cell.title }, `${cell.warn ? '⚠ ' : ''}${cell.text}`);
+  if (!cell)
+    return el(
+      'td',
+      {
+        class: 'fleet-contribution',
+        'data-col': 'contribution',
+        'data-label': 'Contribution',
+        title: 'No aggregation has judged this rank yet',
+      },
+      el('span', { class: 'muted' }, '–'),
+    );
+  return el(
+    'td',
+    {
+      class: `fleet-contribution${cell.warn ? ' contribution-warn' : ''}`,
+      'data-col': 'contribution',
+      'data-label': 'Contribution',
+      'data-testid': 'fleet-contribution',
+      title: cell.title,
+    },
+    `${cell.warn ? '⚠ ' : ''}${cell.text}`,
+  );
 }

@@ -28,7 +28,12 @@ function confirmDialog(kind: keyof typeof CONFIRM, onConfirm: () => void): { dia
   const text = CONFIRM[kind];
   const dialog = el(
     'dialog',
-    { class: 'confirm-dialog', 'aria-labelledby': `${kind}-dialog-title`, 'aria-describedby': `${kind}-dialog-body`, 'data-testid': `${kind}-dialog` },
+    {
+      class: 'confirm-dialog',
+      'aria-labelledby': `${kind}-dialog-title`,
+      'aria-describedby': `${kind}-dialog-body`,
+      'data-testid': `${kind}-dialog`,
+    },
     el(
       'form',
       { method: 'dialog' },
@@ -77,12 +82,38 @@ export class HeaderView {
     const stopDialog = confirmDialog('stop', on.stop);
     const endDialog = confirmDialog('end', on.end);
     this.stop = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'stop-button', 'aria-haspopup': 'dialog' });
-    this.end = el('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true }, 'End session');
-    this.skipEval = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'skip-eval-button', hidden: true }, 'Skip the evaluation');
+    this.end = el(
+      'button',
+      { type: 'button', class: 'btn btn-danger', 'data-testid': 'end-button', 'aria-haspopup': 'dialog', hidden: true },
+      'End session',
+    );
+    this.skipEval = el(
+      'button',
+      { type: 'button', class: 'btn btn-secondary', 'data-testid': 'skip-eval-button', hidden: true },
+      'Skip the evaluation',
+    );
     this.skipEval.addEventListener('click', on.skipEval);
-    this.continueButton = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true }, 'Continue training');
-    this.download = el('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' }, 'Download model');
-    this.downloadTorch = el('button', { type: 'button', class: 'btn btn-secondary', 'data-testid': 'download-torch-button', disabled: true, 'aria-describedby': 'download-hint' }, 'For PyTorch');
+    this.continueButton = el(
+      'button',
+      { type: 'button', class: 'btn btn-primary', 'data-testid': 'continue-button', hidden: true },
+      'Continue training',
+    );
+    this.download = el(
+      'button',
+      { type: 'button', class: 'btn btn-primary', 'data-testid': 'download-button', disabled: true, 'aria-describedby': 'download-hint' },
+      'Download model',
+    );
+    this.downloadTorch = el(
+      'button',
+      {
+        type: 'button',
+        class: 'btn btn-secondary',
+        'data-testid': 'download-torch-button',
+        disabled: true,
+        'aria-describedby': 'download-hint',
+      },
+      'For PyTorch',
+    );
     this.downloadHint = el('p', { id: 'download-hint', class: 'visually-hidden' }, 'Available once training stops or ends.');
     this.stop.addEventListener('click', stopDialog.open);
     this.end.addEventListener('click', endDialog.open);
@@ -91,7 +122,15 @@ export class HeaderView {
     this.downloadTorch.addEventListener('click', on.downloadTorch);
 
     // The host's control of the minimum: typed, then applied with the button (or Enter).
-    this.minInput = el('input', { id: 'dash-min', type: 'number', min: 1, step: 1, inputmode: 'numeric', 'data-testid': 'min-input', 'aria-describedby': 'dash-min-hint dash-min-error' });
+    this.minInput = el('input', {
+      id: 'dash-min',
+      type: 'number',
+      min: 1,
+      step: 1,
+      inputmode: 'numeric',
+      'data-testid': 'min-input',
+      'aria-describedby': 'dash-min-hint dash-min-error',
+    });
     this.minError = el('p', { id: 'dash-min-error', class: 'field-error', role: 'alert' });
     const setMin = el('button', { type: 'submit', class: 'btn btn-secondary', 'data-testid': 'min-set' }, 'Set');
     this.minGroup = el(
@@ -101,7 +140,11 @@ export class HeaderView {
       this.minInput,
       el('span', { 'aria-hidden': 'true' }, 'tabs'),
       setMin,
-      el('p', { id: 'dash-min-hint', class: 'field-hint' }, 'Tabs may close, reload or join: training goes on while at least this many are in.'),
+      el(
+        'p',
+        { id: 'dash-min-hint', class: 'field-hint' },
+        'Tabs may close, reload or join: training goes on while at least this many are in.',
+      ),
       this.minError,
     );
     this.minGroup.addEventListener('submit', (ev) => {
@@ -155,7 +198,12 @@ export class HeaderView {
     this.continueButton.hidden = !c.continueVisible;
     this.download.disabled = !c.downloadEnabled;
     this.downloadTorch.disabled = !c.downloadEnabled;
-    setText(this.downloadHint, c.downloadEnabled ? 'Download model saves it for TF.js, as two files named after the session and step: <session>-step-<n>.json and its .weights.bin. For PyTorch saves <session>_step_<n>.safetensors (a torch state dict) and <session>_step_<n>.py (the nn.Module that loads it).' : 'Available once training stops or ends.');
+    setText(
+      this.downloadHint,
+      c.downloadEnabled
+        ? 'Download model saves it for TF.js, as two files named after the session and step: <session>-step-<n>.json and its .weights.bin. For PyTorch saves <session>_step_<n>.safetensors (a torch state dict) and <session>_step_<n>.py (the nn.Module that loads it).'
+        : 'Available once training stops or ends.',
+    );
     this.minGroup.hidden = !c.min.visible;
     this.minInput.max = String(c.min.max);
     this.minInput.disabled = c.min.disabled;

@@ -12,8 +12,20 @@ export class LogView {
   private drawnUpTo = 0;
 
   constructor() {
-    this.list = el('ol', { class: 'event-log', 'data-testid': 'event-log', role: 'log', 'aria-live': 'polite', 'aria-labelledby': 'log-title', tabindex: 0 });
-    this.node = el('section', { class: 'card log-card', 'aria-labelledby': 'log-title' }, el('h2', { id: 'log-title', class: 'card-title' }, 'Event log', el('span', { class: 'card-note' }, ' · newest first')), this.list);
+    this.list = el('ol', {
+      class: 'event-log',
+      'data-testid': 'event-log',
+      role: 'log',
+      'aria-live': 'polite',
+      'aria-labelledby': 'log-title',
+      tabindex: 0,
+    });
+    this.node = el(
+      'section',
+      { class: 'card log-card', 'aria-labelledby': 'log-title' },
+      el('h2', { id: 'log-title', class: 'card-title' }, 'Event log', el('span', { class: 'card-note' }, ' · newest first')),
+      this.list,
+    );
   }
 
   render(s: DashboardState): void {

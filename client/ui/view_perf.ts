@@ -26,12 +26,23 @@ export class PerfView {
       el(
         'thead',
         {},
-        el('tr', {}, el('th', { scope: 'col' }, 'Rank'), el('th', { scope: 'col', class: 'num' }, 'Samples/s'), el('th', { scope: 'col', class: 'num' }, 'ms/step'), el('th', { scope: 'col', class: 'bar-col' }, 'Where the time goes')),
+        el(
+          'tr',
+          {},
+          el('th', { scope: 'col' }, 'Rank'),
+          el('th', { scope: 'col', class: 'num' }, 'Samples/s'),
+          el('th', { scope: 'col', class: 'num' }, 'ms/step'),
+          el('th', { scope: 'col', class: 'bar-col' }, 'Where the time goes'),
+        ),
       ),
       this.body,
       this.foot,
     );
-    const legend = el('ul', { class: 'perf-legend', 'aria-hidden': 'true' }, ...BREAKDOWN_PARTS.map((p) => el('li', {}, el('span', { class: `swatch seg-${p}` }), BREAKDOWN_NAME[p])));
+    const legend = el(
+      'ul',
+      { class: 'perf-legend', 'aria-hidden': 'true' },
+      ...BREAKDOWN_PARTS.map((p) => el('li', {}, el('span', { class: `swatch seg-${p}` }), BREAKDOWN_NAME[p])),
+    );
     this.node = el(
       'section',
       { class: 'card perf-card', 'aria-labelledby': 'perf-title' },
@@ -39,7 +50,11 @@ export class PerfView {
       el('div', { class: 'table-scroll' }, table),
       legend,
       this.comm,
-      el('p', { id: 'perf-note', class: 'card-note' }, `Averages over the last ${RECENT} steps. All-reduce time includes waiting for the slowest rank.`),
+      el(
+        'p',
+        { id: 'perf-note', class: 'card-note' },
+        `Averages over the last ${RECENT} steps. All-reduce time includes waiting for the slowest rank.`,
+      ),
     );
   }
 
@@ -53,7 +68,14 @@ export class PerfView {
     const total = rows.reduce((sum, r) => sum + (Number.isFinite(r.samplesPerSec) ? r.samplesPerSec : 0), 0);
     this.foot.replaceChildren(
       rows.length
-        ? el('tr', {}, el('th', { scope: 'row' }, 'All ranks'), el('td', { class: 'num', 'data-unit': 'samples/s' }, fmtInt(total)), el('td', { class: 'num' }, ''), el('td', { class: 'bar-col' }, ''))
+        ? el(
+            'tr',
+            {},
+            el('th', { scope: 'row' }, 'All ranks'),
+            el('td', { class: 'num', 'data-unit': 'samples/s' }, fmtInt(total)),
+            el('td', { class: 'num' }, ''),
+            el('td', { class: 'bar-col' }, ''),
+          )
         : el('tr', {}, el('td', { colspan: 4, class: 'empty' }, 'No steps yet.')),
     );
   }
@@ -61,7 +83,11 @@ export class PerfView {
 
 function perfRow(row: RankAverages, maxMs: number): HTMLTableRowElement {
   const b = row.breakdownMs;
-  const bar = el('div', { class: 'stack', role: 'img', 'aria-label': BREAKDOWN_PARTS.map((p) => `${BREAKDOWN_NAME[p]} ${b[p].toFixed(1)} ms`).join(', ') });
+  const bar = el('div', {
+    class: 'stack',
+    role: 'img',
+    'aria-label': BREAKDOWN_PARTS.map((p) => `${BREAKDOWN_NAME[p]} ${b[p].toFixed(1)} ms`).join(', '),
+  });
   bar.style.width = `${(100 * row.totalMs) / maxMs}%`;
   for (const p of BREAKDOWN_PARTS) {
     if (!(b[p] > 0)) continue;
@@ -69,15 +95,28 @@ function perfRow(row: RankAverages, maxMs: number): HTMLTableRowElement {
     seg.style.flexGrow = String(b[p]);
     bar.append(seg);
   }
-  const figures = el('div', { class: 'stack-figures' }, ...BREAKDOWN_PARTS.map((p) => el('span', { class: `fig fig-${p}` }, `${BREAKDOWN_NAME[p]} ${fmtMs(b[p])}`)));
+  const figures = el(
+    'div',
+    { class: 'stack-figures' },
+    ...BREAKDOWN_PARTS.map((p) => el('span', { class: `fig fig-${p}` }, `${BREAKDOWN_NAME[p]} ${fmtMs(b[p])}`)),
+  );
   // DDP runs: what the rank sent per step (--comm-hook).
   if (row.bytesPerStep !== undefined) figures.append(el('span', { class: 'sent' }, `Sent ${fmtBytes(row.bytesPerStep)}/step`));
   // --devices: the rank's Workers and their compute per step.
-  if (row.devices) figures.append(el('span', { class: 'devices', 'data-testid': 'rank-devices' }, `${row.devices.count} devices, ${fmtMs(row.devices.meanMs)} each`));
+  if (row.devices)
+    figures.append(
+      el('span', { class: 'devices', 'data-testid': 'rank-devices' }, `${row.devices.count} devices, ${fmtMs(row.devices.meanMs)} each`),
+    );
   return el(
     'tr',
     { class: `${row.self ? 'self-row' : ''}${row.lost ? ' lost-row' : ''}`, 'data-rank': row.rank },
-    el('th', { scope: 'row' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
+    el(
+      'th',
+      { scope: 'row' },
+      el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }),
+      `rank ${row.rank}`,
+      row.self ? el('span', { class: 'you' }, ' (this tab)') : '',
+    ),
     el('td', { class: 'num', 'data-unit': 'samples/s' }, fmtInt(row.samplesPerSec)),
     el('td', { class: 'num', 'data-unit': 'per step' }, fmtMs(row.totalMs)),
     el('td', { class: 'bar-col' }, bar, figures),

@@ -31,7 +31,11 @@ export class PipelineView {
     const table = el(
       'table',
       { class: 'perf-table pp-table' },
-      el('caption', { class: 'visually-hidden' }, 'Pipeline stages: the layers each holds, its parameters, the ranks holding it and its measured bubble'),
+      el(
+        'caption',
+        { class: 'visually-hidden' },
+        'Pipeline stages: the layers each holds, its parameters, the ranks holding it and its measured bubble',
+      ),
       el(
         'thead',
         {},
@@ -61,7 +65,15 @@ export class PipelineView {
     );
     this.timeline = el(
       'figure',
-      { class: 'pp-timeline', 'data-testid': 'pipeline-timeline', 'data-step': '', 'data-boxes': 0, 'aria-labelledby': 'pp-timeline-title', 'aria-describedby': 'pp-timeline-caption', hidden: true },
+      {
+        class: 'pp-timeline',
+        'data-testid': 'pipeline-timeline',
+        'data-step': '',
+        'data-boxes': 0,
+        'aria-labelledby': 'pp-timeline-title',
+        'aria-describedby': 'pp-timeline-caption',
+        hidden: true,
+      },
       el('figcaption', {}, this.timelineTitle),
       el('div', { class: 'table-scroll' }, this.rows),
       legend,
@@ -90,7 +102,10 @@ export class PipelineView {
     if (!panel) return;
     this.node.dataset.stages = String(panel.stages.length);
     this.node.dataset.selfStage = String(panel.selfStage);
-    setText(this.shape, `${panel.shape} · this tab holds stage ${panel.selfStage}${panel.stages[0] && panel.stages[0].ranks.length > 1 ? ` of replica ${panel.selfReplica}` : ''}`);
+    setText(
+      this.shape,
+      `${panel.shape} · this tab holds stage ${panel.selfStage}${panel.stages[0] && panel.stages[0].ranks.length > 1 ? ` of replica ${panel.selfReplica}` : ''}`,
+    );
     this.body.replaceChildren(
       ...panel.stages.map((row) =>
         el(
@@ -103,7 +118,12 @@ export class PipelineView {
             'td',
             { class: 'pp-ranks' },
             ...row.ranks.map((r) =>
-              el('span', { class: `pp-rank${row.lost.includes(r) ? ' lost' : ''}`, title: row.lost.includes(r) ? `rank ${r} (lost)` : `rank ${r}` }, el('span', { class: 'rank-swatch', style: `background:${rankColour(r)}` }), `${r}`),
+              el(
+                'span',
+                { class: `pp-rank${row.lost.includes(r) ? ' lost' : ''}`, title: row.lost.includes(r) ? `rank ${r} (lost)` : `rank ${r}` },
+                el('span', { class: 'rank-swatch', style: `background:${rankColour(r)}` }),
+                `${r}`,
+              ),
             ),
           ),
           el('td', { class: 'num', 'data-unit': 'bubble' }, row.bubble === null ? '–' : fmtPercent(row.bubble)),
@@ -126,14 +146,27 @@ export class PipelineView {
       el(
         'div',
         { class: `tl-row${row.self ? ' self' : ''}`, role: 'group', 'aria-label': row.label, 'data-stage': row.stage },
-        el('span', { class: 'tl-label', 'aria-hidden': 'true' }, `stage ${row.stage}`, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
+        el(
+          'span',
+          { class: 'tl-label', 'aria-hidden': 'true' },
+          `stage ${row.stage}`,
+          row.self ? el('span', { class: 'you' }, ' (this tab)') : '',
+        ),
         el(
           'div',
           { class: 'tl-track' },
           ...row.boxes.map((b) =>
             el(
               'span',
-              { class: `tl-box tl-${b.phase}`, role: 'img', 'aria-label': b.label, title: b.label, style: `left:${pct(b.left)};width:${pct(b.width)}`, 'data-phase': b.phase, 'data-micro-batch': b.microBatch },
+              {
+                class: `tl-box tl-${b.phase}`,
+                role: 'img',
+                'aria-label': b.label,
+                title: b.label,
+                style: `left:${pct(b.left)};width:${pct(b.width)}`,
+                'data-phase': b.phase,
+                'data-micro-batch': b.microBatch,
+              },
               el('span', { 'aria-hidden': 'true' }, String(b.microBatch)),
             ),
           ),
@@ -147,7 +180,9 @@ export class PipelineView {
       el(
         'div',
         { class: 'tl-track tl-ticks' },
-        ...model.ticks.map((t) => el('span', { class: `tl-tick${t.at === 0 ? ' first' : t.at > 0.97 ? ' last' : ''}`, style: `left:${pct(t.at)}` }, t.label)),
+        ...model.ticks.map((t) =>
+          el('span', { class: `tl-tick${t.at === 0 ? ' first' : t.at > 0.97 ? ' last' : ''}`, style: `left:${pct(t.at)}` }, t.label),
+        ),
       ),
     );
     this.rows.replaceChildren(...rows, axis);

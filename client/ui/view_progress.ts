@@ -16,7 +16,14 @@ export class ProgressView {
     this.text = el('p', { id: 'dash-progress-text', class: 'progress-text' });
     this.node = el(
       'section',
-      { class: 'card progress-card', 'data-testid': 'progress', 'data-step': 0, 'data-total': 0, 'data-done': 'false', 'aria-labelledby': 'dash-progress-label' },
+      {
+        class: 'card progress-card',
+        'data-testid': 'progress',
+        'data-step': 0,
+        'data-total': 0,
+        'data-done': 'false',
+        'aria-labelledby': 'dash-progress-label',
+      },
       el('label', { id: 'dash-progress-label', for: 'dash-progress', class: 'card-title' }, 'Progress'),
       this.bar,
       this.text,

@@ -13,7 +13,12 @@ function figureList(figures: readonly PsFigure[], className: string): HTMLDListE
     'dl',
     { class: `summary-list ps-figures ${className}` },
     ...figures.map((f) =>
-      el('div', { class: `summary-item${f.warn ? ' warn' : ''}`, 'data-figure': f.key }, el('dt', {}, f.label), el('dd', {}, f.warn ? el('span', { 'aria-hidden': 'true' }, '⚠ ') : '', f.value)),
+      el(
+        'div',
+        { class: `summary-item${f.warn ? ' warn' : ''}`, 'data-figure': f.key },
+        el('dt', {}, f.label),
+        el('dd', {}, f.warn ? el('span', { 'aria-hidden': 'true' }, '⚠ ') : '', f.value),
+      ),
     ),
   );
 }
@@ -51,7 +56,11 @@ export class PsView {
     const layout = el(
       'table',
       { class: 'perf-table ps-layout', 'data-testid': 'ps-layout' },
-      el('caption', { class: 'visually-hidden' }, 'Parameter-server layout: each server with the parameters it holds, and the workers, with their ranks now'),
+      el(
+        'caption',
+        { class: 'visually-hidden' },
+        'Parameter-server layout: each server with the parameters it holds, and the workers, with their ranks now',
+      ),
       el('thead', {}, el('tr', {}, col('Role'), col('Rank'), col('Holds'), col('Tensors', true), col('Parameters', true))),
       this.layoutBody,
     );
@@ -63,7 +72,13 @@ export class PsView {
     this.stalenessCaption = el('p', { id: 'ps-staleness-caption', class: 'card-note' });
     this.staleness = el(
       'figure',
-      { class: 'ps-staleness', 'data-testid': 'ps-staleness', 'data-total': 0, 'aria-labelledby': 'ps-staleness-title', 'aria-describedby': 'ps-staleness-caption' },
+      {
+        class: 'ps-staleness',
+        'data-testid': 'ps-staleness',
+        'data-total': 0,
+        'aria-labelledby': 'ps-staleness-title',
+        'aria-describedby': 'ps-staleness-caption',
+      },
       el('figcaption', { id: 'ps-staleness-title', class: 'ps-figure-title' }, 'Staleness of the pushes (versions behind)'),
       el('div', { class: 'table-scroll' }, this.bars),
       this.stalenessCaption,
@@ -141,9 +156,20 @@ export class PsView {
       ...panel.layout.map((row) =>
         el(
           'tr',
-          { class: row.self ? 'self-row' : '', 'data-role': row.role, 'data-id': row.id, 'data-rank': row.rank, 'data-self': row.self ? 'true' : 'false' },
+          {
+            class: row.self ? 'self-row' : '',
+            'data-role': row.role,
+            'data-id': row.id,
+            'data-rank': row.rank,
+            'data-self': row.self ? 'true' : 'false',
+          },
           el('th', { scope: 'row' }, row.name, row.self ? el('span', { class: 'you' }, ' (this tab)') : ''),
-          el('td', { class: 'pp-ranks' }, el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }), `rank ${row.rank}`),
+          el(
+            'td',
+            { class: 'pp-ranks' },
+            el('span', { class: 'rank-swatch', style: `background:${rankColour(row.rank)}` }),
+            `rank ${row.rank}`,
+          ),
           el('td', { class: 'ps-holds' }, row.holds),
           el('td', { class: 'num', 'data-unit': 'tensors' }, row.tensors === null ? '' : fmtInt(row.tensors)),
           el('td', { class: 'num', 'data-unit': 'parameters' }, row.numel === null ? '' : fmtInt(row.numel)),
@@ -182,7 +208,14 @@ export class PsView {
     setText(this.stalenessCaption, h.caption);
     this.bars.replaceChildren(
       ...h.bars.map((b) => {
-        const bar = el('span', { class: `ps-bar${b.tail ? ' tail' : ''}`, role: 'img', 'aria-label': b.ariaLabel, title: b.ariaLabel, 'data-staleness': b.staleness, 'data-count': b.count });
+        const bar = el('span', {
+          class: `ps-bar${b.tail ? ' tail' : ''}`,
+          role: 'img',
+          'aria-label': b.ariaLabel,
+          title: b.ariaLabel,
+          'data-staleness': b.staleness,
+          'data-count': b.count,
+        });
         // A bucket with pushes stays visible however tall the tallest is.
         bar.style.height = b.count > 0 ? `max(2px, ${(100 * b.height).toFixed(2)}%)` : '0';
         return el(

@@ -20,11 +20,28 @@ export class SummaryView {
     const report = runReport(s);
     if (!report) return;
     const list = (items: ReadonlyArray<{ label: string; value: string; key: string }>, cls: string) =>
-      el('dl', { class: cls }, ...items.map(({ label, value, key }) => el('div', { class: 'summary-item', 'data-key': key }, el('dt', {}, label), el('dd', {}, value))));
+      el(
+        'dl',
+        { class: cls },
+        ...items.map(({ label, value, key }) =>
+          el('div', { class: 'summary-item', 'data-key': key }, el('dt', {}, label), el('dd', {}, value)),
+        ),
+      );
     const details = report.details.length
-      ? [el('details', { class: 'summary-details', 'data-testid': 'summary-details' }, el('summary', {}, 'Details'), list(report.details, 'summary-list details-list'))]
+      ? [
+          el(
+            'details',
+            { class: 'summary-details', 'data-testid': 'summary-details' },
+            el('summary', {}, 'Details'),
+            list(report.details, 'summary-list details-list'),
+          ),
+        ]
       : [];
-    this.node.replaceChildren(el('h2', { id: 'summary-title', class: 'card-title' }, 'Run summary'), list(report.main, 'summary-list'), ...details);
+    this.node.replaceChildren(
+      el('h2', { id: 'summary-title', class: 'card-title' }, 'Run summary'),
+      list(report.main, 'summary-list'),
+      ...details,
+    );
     this.node.hidden = false;
   }
 }

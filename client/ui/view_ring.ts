@@ -13,10 +13,16 @@ export class RingCardView {
   private readonly changed = changeDetector();
 
   constructor() {
-    this.node = el('section', { class: 'card ring-card', 'aria-labelledby': 'ring-title' }, el('h2', { id: 'ring-title', class: 'card-title' }, 'Ring all-reduce'), this.ring.element);
+    this.node = el(
+      'section',
+      { class: 'card ring-card', 'aria-labelledby': 'ring-title' },
+      el('h2', { id: 'ring-title', class: 'card-title' }, 'Ring all-reduce'),
+      this.ring.element,
+    );
   }
 
   render(s: DashboardState): void {
-    if (this.changed([s.worldSize, s.config, s.self, s.joined, s.lost, s.links, s.ringProven, s.phase === 'training'])) this.ring.update(ringModel(s));
+    if (this.changed([s.worldSize, s.config, s.self, s.joined, s.lost, s.links, s.ringProven, s.phase === 'training']))
+      this.ring.update(ringModel(s));
   }
 }

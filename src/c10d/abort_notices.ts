@@ -55,7 +55,11 @@ export class AbortNotices {
     // Only collectives this rank issued, or a peer could have issued ahead of it, can be
     // aborted: the window bounds the notices kept and forwarded.
     if (h.seq < 1 || h.seq > last + maxSeqAhead) {
-      throw new FramingError(`abort notice for collective #${h.seq}${label} is outside the window of ${maxSeqAhead} past #${last}, the last this rank issued`, from, 'seq');
+      throw new FramingError(
+        `abort notice for collective #${h.seq}${label} is outside the window of ${maxSeqAhead} past #${last}, the last this rank issued`,
+        from,
+        'seq',
+      );
     }
     const err = decodeAbortNotice(from, h, frame);
     // Forward, so ranks that are not neighbours of the origin hear of it too.

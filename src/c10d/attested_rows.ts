@@ -28,6 +28,7 @@ export async function gatherRowsThroughServer(g: RowsGather, row: readonly numbe
     }),
     g.broken,
   ]);
-  if (rows.length !== g.worldSize) throw new Error(`gather "${g.tag}" of round ${g.round} came back with ${rows.length} rows for a group of ${g.worldSize}`);
+  if (rows.length !== g.worldSize)
+    throw new Error(`gather "${g.tag}" of round ${g.round} came back with ${rows.length} rows for a group of ${g.worldSize}`);
   return rows;
 }

@@ -30,7 +30,12 @@ export function allReduceBytes(elements: number, rank: number, worldSize: number
   if (worldSize <= 1) return 0;
   const wire = o.wire ?? 'float32';
   const frameBytes = o.frameBytes ?? DEFAULT_FRAME_BYTES;
-  const algorithm = chooseAlgorithm(wirePayloadBytes(wire, elements), worldSize, o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES, o.algorithm);
+  const algorithm = chooseAlgorithm(
+    wirePayloadBytes(wire, elements),
+    worldSize,
+    o.thresholdBytes ?? DEFAULT_LATENCY_THRESHOLD_BYTES,
+    o.algorithm,
+  );
   if (algorithm === 'tree') {
     // One message up to its parent (not rank 0) and one down to each child.
     return messageBytes(wirePayloadBytes(wire, elements), frameBytes) * (treeChildren(rank, worldSize).length + (rank === 0 ? 0 : 1));

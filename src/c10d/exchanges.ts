@@ -17,7 +17,13 @@ function rankBlocks(n: number, k: number): { start: number; end: number }[] {
 }
 
 /** All-reduce of `buf` in place: a ring reduce-scatter + all-gather, a tree, or recursive doubling. */
-export async function allReduceExchange(t: RingTransport, buf: Float32Array, op: ReduceOpName, wire: WireDtype, algorithm: AllReduceAlgorithm): Promise<Float32Array> {
+export async function allReduceExchange(
+  t: RingTransport,
+  buf: Float32Array,
+  op: ReduceOpName,
+  wire: WireDtype,
+  algorithm: AllReduceAlgorithm,
+): Promise<Float32Array> {
   if (algorithm !== 'ring') {
     await (algorithm === 'tree' ? treeAllReduce : doublingAllReduce)(t, buf, op, wire);
     return buf;
@@ -41,13 +47,23 @@ export async function meshReduceExchange(t: RingTransport, buf: Float32Array, op
 }
 
 /** `src`'s `buf` to every rank: pipelined along the ring, or down a binomial tree. */
-export async function broadcastExchange(t: RingTransport, buf: Float32Array, src: number, algorithm: AllReduceAlgorithm): Promise<Float32Array> {
+export async function broadcastExchange(
+  t: RingTransport,
+  buf: Float32Array,
+  src: number,
+  algorithm: AllReduceAlgorithm,
+): Promise<Float32Array> {
   await (algorithm === 'ring' ? ringBroadcast(t, asBytes(buf), src) : treeBroadcast(t, asBytes(buf), src));
   return buf;
 }
 
 /** Fills `out` (this rank's block already in place) with every rank's block: around the ring, or Bruck's. */
-export async function allGatherExchange(t: RingTransport, out: Float32Array, blockLength: number, algorithm: AllReduceAlgorithm): Promise<Float32Array> {
+export async function allGatherExchange(
+  t: RingTransport,
+  out: Float32Array,
+  blockLength: number,
+  algorithm: AllReduceAlgorithm,
+): Promise<Float32Array> {
   if (algorithm === 'doubling') {
     await bruckAllGather(t, out, blockLength);
     return out;

@@ -40,11 +40,17 @@ export class HashStore implements Store {
     let base = 0;
     if (current !== undefined) {
       const text = dec.decode(current).trim();
-      if (!INTEGER.test(text)) throw new StoreError(ErrorCode.NOT_AN_INTEGER, `add("${key}") needs an integer value, but the key holds ${JSON.stringify(text.slice(0, 40))}`, { key });
+      if (!INTEGER.test(text))
+        throw new StoreError(
+          ErrorCode.NOT_AN_INTEGER,
+          `add("${key}") needs an integer value, but the key holds ${JSON.stringify(text.slice(0, 40))}`,
+          { key },
+        );
       base = Number(text);
     }
     const next = base + amount;
-    if (!Number.isSafeInteger(next)) throw new StoreError(ErrorCode.NOT_AN_INTEGER, `add("${key}") overflows: ${base} + ${amount}`, { key });
+    if (!Number.isSafeInteger(next))
+      throw new StoreError(ErrorCode.NOT_AN_INTEGER, `add("${key}") overflows: ${base} + ${amount}`, { key });
     this.write(key, enc.encode(String(next)));
     return next;
   }
@@ -117,7 +123,13 @@ export class HashStore implements Store {
       const timer = setTimeout(() => {
         this.waiters.delete(check);
         const missing = keys.filter((k) => !this.data.has(k));
-        reject(new StoreTimeoutError(`timed out after ${timeoutMs} ms waiting for key${missing.length > 1 ? 's' : ''} ${missing.map((k) => `"${k}"`).join(', ')}`, missing, timeoutMs));
+        reject(
+          new StoreTimeoutError(
+            `timed out after ${timeoutMs} ms waiting for key${missing.length > 1 ? 's' : ''} ${missing.map((k) => `"${k}"`).join(', ')}`,
+            missing,
+            timeoutMs,
+          ),
+        );
       }, timeoutMs);
       this.waiters.add(check);
     });

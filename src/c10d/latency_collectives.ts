@@ -40,7 +40,12 @@ export type AllReduceAlgorithm = CollectiveAlgorithm | 'tree';
 export const DEFAULT_LATENCY_THRESHOLD_BYTES = 16 << 10;
 
 /** The algorithm of a collective of `bytes` per rank in a world of `worldSize`: the tuner. */
-export function chooseAlgorithm(bytes: number, worldSize: number, thresholdBytes: number, forced?: AllReduceAlgorithm | 'auto'): AllReduceAlgorithm {
+export function chooseAlgorithm(
+  bytes: number,
+  worldSize: number,
+  thresholdBytes: number,
+  forced?: AllReduceAlgorithm | 'auto',
+): AllReduceAlgorithm {
   if (forced !== undefined && forced !== 'auto') return forced;
   // Two ranks: both algorithms are one exchange; the ring's halves move half the bytes each way.
   if (worldSize <= 2) return 'ring';
@@ -57,7 +62,16 @@ const masks = (p: number): number[] => Array.from({ length: Math.log2(p) }, (_, 
  * place to what the wire carries (so what a rank sends is exactly what it keeps), `outgoing`
  * rounds it and gives the bytes to send, `receive` takes a peer's values into `into` (float32).
  */
-function wireCodec(t: RingTransport, buf: Float32Array, wire: WireDtype): { incoming: Float32Array; round(): void; outgoing(): Uint8Array; receive(peer: number, step: number, into?: Float32Array): Promise<void> } {
+function wireCodec(
+  t: RingTransport,
+  buf: Float32Array,
+  wire: WireDtype,
+): {
+  incoming: Float32Array;
+  round(): void;
+  outgoing(): Uint8Array;
+  receive(peer: number, step: number, into?: Float32Array): Promise<void>;
+} {
   const incoming = new Float32Array(buf.length);
   const half = wire === 'float16' || wire === 'bfloat16' ? wire : undefined;
   const bits = half ? new Uint16Array(buf.length) : undefined;
@@ -78,7 +92,9 @@ function wireCodec(t: RingTransport, buf: Float32Array, wire: WireDtype): { inco
     if (wire === 'int8') {
       // Blocks are decoded whole, once all their bytes are here.
       const whole = new Uint8Array(int8Bytes(buf.length));
-      return t.recv(peer, step, whole.length, (payload, offset) => whole.set(payload, offset)).then(() => decodeInt8(whole, into, 0, buf.length));
+      return t
+        .recv(peer, step, whole.length, (payload, offset) => whole.set(payload, offset))
+        .then(() => decodeInt8(whole, into, 0, buf.length));
     }
     return t.recv(peer, step, half ? buf.length * 2 : buf.length * 4, half ? decodeInto(half, into) : copyInto(into, 0));
   };
@@ -126,7 +142,9 @@ export async function doublingAllReduce(t: RingTransport, buf: Float32Array, op:
 /** A rank's children in the binomial tree rooted at rank 0, the nearest (smallest subtree) first. */
 export function treeChildren(rank: number, worldSize: number): number[] {
   const lowest = rank & -rank; // rank 0: 0, the root
-  return masks(2 ** Math.ceil(Math.log2(worldSize))).filter((m) => (rank === 0 || m < lowest) && rank + m < worldSize).map((m) => rank + m);
+  return masks(2 ** Math.ceil(Math.log2(worldSize)))
+    .filter((m) => (rank === 0 || m < lowest) && rank + m < worldSize)
+    .map((m) => rank + m);
 }
 
 /**
@@ -197,7 +215,9 @@ export async function treeBroadcast(t: RingTransport, bytes: Uint8Array, src: nu
   const v = (t.rank - src + n) % n;
   const real = (w: number) => (w + src) % n;
   const parent = v === 0 ? [] : [real(v - (v & -v))];
-  const children = masks(2 ** Math.ceil(Math.log2(n))).filter((m) => m < (v === 0 ? n : v & -v) && v + m < n).map((m) => real(v + m));
+  const children = masks(2 ** Math.ceil(Math.log2(n)))
+    .filter((m) => m < (v === 0 ? n : v & -v) && v + m < n)
+    .map((m) => real(v + m));
   await Promise.all([...parent, ...children].map((peer) => t.connect(peer)));
   let mask = 1;
   while (mask < n) {

@@ -13,6 +13,9 @@ export async function meshExchange(t: RingTransport, input: Float32Array): Promi
   const blocks: Float32Array[] = Array.from({ length: n }, (_, r) => (r === t.rank ? input.slice() : new Float32Array(input.length)));
   const peers = Array.from({ length: n }, (_, r) => r).filter((r) => r !== t.rank);
   const bytes = asBytes(input);
-  await Promise.all([...peers.map((p) => t.send(p, 0, bytes)), ...peers.map((p) => t.recv(p, 0, input.length * 4, copyInto(blocks[p]!, 0)))]);
+  await Promise.all([
+    ...peers.map((p) => t.send(p, 0, bytes)),
+    ...peers.map((p) => t.recv(p, 0, input.length * 4, copyInto(blocks[p]!, 0))),
+  ]);
   return blocks;
 }

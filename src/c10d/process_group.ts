@@ -49,8 +49,20 @@ export type { ReduceOpName } from '../wire/framing.ts';
 export type { WireDtype } from '../wire/half.ts';
 export type { LinkDetails, LinkPath, LinkStats } from '../transport/group_links.ts';
 export type { ProcessGroupEvent } from '../transport/shared_links.ts';
-export { DEFAULT_PEER_TIMEOUT_MS, DEFAULT_STALL_TIMEOUT_MS, type AllReduceOptions, type CollectiveOptions, type GroupInit, type LinkOptions } from './group_options.ts';
-export { DEFAULT_LATENCY_THRESHOLD_BYTES, chooseAlgorithm, type AllReduceAlgorithm, type CollectiveAlgorithm } from './latency_collectives.ts';
+export {
+  DEFAULT_PEER_TIMEOUT_MS,
+  DEFAULT_STALL_TIMEOUT_MS,
+  type AllReduceOptions,
+  type CollectiveOptions,
+  type GroupInit,
+  type LinkOptions,
+} from './group_options.ts';
+export {
+  DEFAULT_LATENCY_THRESHOLD_BYTES,
+  chooseAlgorithm,
+  type AllReduceAlgorithm,
+  type CollectiveAlgorithm,
+} from './latency_collectives.ts';
 export { subgroupRanks, type SubgroupSpec } from './subgroups.ts';
 
 export class ProcessGroup {
@@ -110,7 +122,10 @@ export class ProcessGroup {
       this.store = sub.store;
     } else {
       this.shared = topLevelLinks(init, options);
-      this.members = new GroupMembers(0, Array.from({ length: init.worldSize }, (_, r) => r));
+      this.members = new GroupMembers(
+        0,
+        Array.from({ length: init.worldSize }, (_, r) => r),
+      );
       this.rank = init.rank;
       this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
     }
@@ -202,7 +217,9 @@ export class ProcessGroup {
    */
   async newGroup(ranks: readonly number[]): Promise<ProcessGroup | null> {
     if (this.groupId !== 0) {
-      throw new Error(`newGroup was called on subgroup ${this.groupId} [${this.ranks.join(', ')}]: subgroups of subgroups are not supported; call newGroup on the top-level group, with top-level ranks`);
+      throw new Error(
+        `newGroup was called on subgroup ${this.groupId} [${this.ranks.join(', ')}]: subgroups of subgroups are not supported; call newGroup on the top-level group, with top-level ranks`,
+      );
     }
     const members = subgroupRanks(ranks, this.worldSize);
     this.throwIfBroken();
@@ -222,7 +239,10 @@ export class ProcessGroup {
   /** This group's rank of top-level rank `globalRank` (torch's `get_group_rank`); RangeError if it is not a member. */
   groupRank(globalRank: number): number {
     const r = this.ranks.indexOf(globalRank);
-    if (r < 0) throw new RangeError(`rank ${globalRank} is not a member of ${this.members.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
+    if (r < 0)
+      throw new RangeError(
+        `rank ${globalRank} is not a member of ${this.members.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`,
+      );
     return r;
   }
 
@@ -248,7 +268,8 @@ export class ProcessGroup {
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
     const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm, true);
-    const collective = algorithm === 'ring' ? Collective.allReduce : algorithm === 'tree' ? Collective.allReduceTree : Collective.allReduceDoubling;
+    const collective =
+      algorithm === 'ring' ? Collective.allReduce : algorithm === 'tree' ? Collective.allReduceTree : Collective.allReduceDoubling;
     const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
     const out = await this.run(d, buf, (t) => allReduceExchange(t, buf, op, wire, algorithm));
     // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
@@ -263,7 +284,9 @@ export class ProcessGroup {
   algorithmFor(bytes: number, forced?: AllReduceAlgorithm | 'auto', allReduce = false): AllReduceAlgorithm {
     const known = allReduce ? ['auto', 'ring', 'doubling', 'tree'] : ['auto', 'ring', 'doubling'];
     if (forced !== undefined && !known.includes(forced)) {
-      throw new RangeError(`algorithm must be ${known.map((a) => `'${a}'`).join(', ')}${allReduce ? '' : ' (tree is for allReduce only)'}, got ${String(forced)}`);
+      throw new RangeError(
+        `algorithm must be ${known.map((a) => `'${a}'`).join(', ')}${allReduce ? '' : ' (tree is for allReduce only)'}, got ${String(forced)}`,
+      );
     }
     return chooseAlgorithm(bytes, this.worldSize, this.latencyThresholdBytes, forced);
   }
@@ -276,9 +299,17 @@ export class ProcessGroup {
    * step figures, work times), not tensors. Top-level groups only (the server knows its ranks).
    */
   async gatherRows(row: readonly number[], timeoutMs = this.timeoutMs): Promise<number[][]> {
-    if (this.groupId !== 0) throw new Error(`gatherRows needs the top-level group: the server knows the ranks of round ${this.round}, not those${this.label}`);
+    if (this.groupId !== 0)
+      throw new Error(`gatherRows needs the top-level group: the server knows the ranks of round ${this.round}, not those${this.label}`);
     const tag = `rows:${this.attestedSeq++}`;
-    const gather = { client: this.init.client, round: this.round, tag, worldSize: this.worldSize, timeoutMs, broken: this.breakage.promise };
+    const gather = {
+      client: this.init.client,
+      round: this.round,
+      tag,
+      worldSize: this.worldSize,
+      timeoutMs,
+      broken: this.breakage.promise,
+    };
     return gatherRowsThroughServer(gather, row);
   }
 
@@ -355,7 +386,9 @@ export class ProcessGroup {
     this.members.checkPeer(src, this.rank, 'src');
     this.throwIfBroken();
     const t = this.transport(FrameKind.p2p, this.p2p.nextRecv(this.ranks[src]!), p2pDescriptor(buf.length));
-    await this.track(`recv #${t.seq} from ${this.members.who(src)}`, () => this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false));
+    await this.track(`recv #${t.seq} from ${this.members.who(src)}`, () =>
+      this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false),
+    );
     return buf;
   }
 

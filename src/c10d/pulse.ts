@@ -44,7 +44,11 @@ export interface PulseOptions {
 
 /** Whether this runtime has a browser Worker to beat from. */
 export function browserPulseAvailable(): boolean {
-  return typeof (globalThis as { Worker?: unknown }).Worker === 'function' && typeof Blob !== 'undefined' && typeof URL.createObjectURL === 'function';
+  return (
+    typeof (globalThis as { Worker?: unknown }).Worker === 'function' &&
+    typeof Blob !== 'undefined' &&
+    typeof URL.createObjectURL === 'function'
+  );
 }
 
 /** Starts the pulse; returns what stops it (the Worker ends, its socket closes), or undefined when none could start. */
@@ -64,7 +68,12 @@ export async function startPulse(options: PulseOptions): Promise<(() => void) | 
   return startNodePulse({ ...message, ...(options.ca === undefined ? {} : { ca: options.ca }) });
 }
 
-async function startNodePulse(data: { url: string; key: string; everyMs: number; ca?: PulseOptions['ca'] }): Promise<(() => void) | undefined> {
+async function startNodePulse(data: {
+  url: string;
+  key: string;
+  everyMs: number;
+  ca?: PulseOptions['ca'];
+}): Promise<(() => void) | undefined> {
   // Specifiers in variables: a browser bundle never loads these (and its bundler leaves them be).
   const threadsName = 'node:worker_threads';
   const moduleName = 'node:module';

@@ -14,14 +14,30 @@
  * rank, or arriving later, then fails at once with RendezvousClosedError instead of waiting out
  * its timeout for a group that will never train again.
  */
-import { DistTimeoutError, GroupClosedError, RemovedByHostError, RendezvousClosedError, SessionEndedError, UnauthorizedError } from '../wire/errors.ts';
+import {
+  DistTimeoutError,
+  GroupClosedError,
+  RemovedByHostError,
+  RendezvousClosedError,
+  SessionEndedError,
+  UnauthorizedError,
+} from '../wire/errors.ts';
 import { onPageHide, onPageRestored } from '../runtime/page_lifecycle.ts';
 import type { PeerLinkFactory } from '../transport/peer_link.ts';
 import { loadSimplePeer, simplePeerLinkFactory } from '../transport/webrtc_link.ts';
 import { LinkPool } from '../transport/link_pool.ts';
 import { ProcessGroup } from './process_group.ts';
 import { resolveLinkOptions, type ResolvedLinkOptions } from './group_options.ts';
-import { CloseCode, DEFAULT_STORE_TIMEOUT_MS, rendezvousClosedMessage, rendezvousClosedOnRankMessage, type CloseCodeValue, type RoundEvent, type SignalEvent, type WaitingEvent } from '../wire/protocol.ts';
+import {
+  CloseCode,
+  DEFAULT_STORE_TIMEOUT_MS,
+  rendezvousClosedMessage,
+  rendezvousClosedOnRankMessage,
+  type CloseCodeValue,
+  type RoundEvent,
+  type SignalEvent,
+  type WaitingEvent,
+} from '../wire/protocol.ts';
 import { StoreClient } from './store.ts';
 
 // The handler's contract (its options, its rounds, its events) is its own module; importable from here as before.
@@ -227,7 +243,9 @@ export class RendezvousHandler {
     if (l && !l.paused && l.rank < 0) {
       return `a free rank in session "${session}" (this member is spectating: round ${l.round} runs with ${l.worldSize} of at most ${l.max} ranks)`;
     }
-    const now = l ? ` (round ${l.round} ${l.paused ? `is paused with ${w?.members ?? '?'} member(s)` : `has ${l.worldSize} ranks without this member`})` : '';
+    const now = l
+      ? ` (round ${l.round} ${l.paused ? `is paused with ${w?.members ?? '?'} member(s)` : `has ${l.worldSize} ranks without this member`})`
+      : '';
     return `a round of session "${session}" with at least ${min} rank(s)${now}`;
   }
 
@@ -235,7 +253,9 @@ export class RendezvousHandler {
     const { url, session, host, timeoutMs, min, max, rank, spectate } = this.options;
     // The token the last connection had: a newer one than the options' after the host removed a tab.
     const token = (this.client as StoreClient | undefined)?.token ?? this.options.token;
-    const client = existing ?? (await StoreClient.connect(url, host === undefined ? { session, token, timeoutMs } : { session, token, host, timeoutMs }));
+    const client =
+      existing ??
+      (await StoreClient.connect(url, host === undefined ? { session, token, timeoutMs } : { session, token, host, timeoutMs }));
     this.client = client;
     for (const off of this.unsubscribe) off();
     this.signals = [];
@@ -255,12 +275,17 @@ export class RendezvousHandler {
           spectators: e.spectators,
         });
       }),
-      client.on('control', (e) => this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min })),
+      client.on('control', (e) =>
+        this.emit(e.min === undefined ? { type: 'control', action: e.action } : { type: 'control', action: e.action, min: e.min }),
+      ),
       // The run ended without this member: no round will ever give it a rank.
       client.on('rendezvous-closed', (e) => {
         // A rank of that round hears it too: it matters only if its round failed (nextRendezvous).
         const rank = this.current?.round === e.round ? this.current.rank : null;
-        const message = rank === null ? rendezvousClosedMessage(this.options.session, e.round, e.by) : rendezvousClosedOnRankMessage(this.options.session, e.round, e.by, rank);
+        const message =
+          rank === null
+            ? rendezvousClosedMessage(this.options.session, e.round, e.by)
+            : rendezvousClosedOnRankMessage(this.options.session, e.round, e.by, rank);
         this.fatal = new RendezvousClosedError(message, this.options.session, e.round, e.by, rank);
         this.emit({ type: 'closed', round: e.round, by: e.by });
         for (const w of [...this.waiters]) w();
@@ -319,7 +344,16 @@ export class RendezvousHandler {
       early,
       onStalled: () => this.onStalled(client),
     });
-    this.current = { id: ++this.localId, round: e.round, key, rank: e.rank, worldSize: e.worldSize, members: e.members, pg, receivedAt: performance.now() };
+    this.current = {
+      id: ++this.localId,
+      round: e.round,
+      key,
+      rank: e.rank,
+      worldSize: e.worldSize,
+      members: e.members,
+      pg,
+      receivedAt: performance.now(),
+    };
     old?.pg.destroy(false);
     this.emit({ type: 'round', id: this.current.id, round: e.round, rank: e.rank, worldSize: e.worldSize });
     for (const w of [...this.waiters]) w();
@@ -328,7 +362,8 @@ export class RendezvousHandler {
   /** The link pool for this connection's member (made at its first round), or undefined when links are not reused. */
   private poolFor(e: RoundEvent): LinkPool | undefined {
     if (!(this.options.reuseLinks ?? !this.options.linkFactory)) return undefined;
-    const base: PeerLinkFactory | undefined = this.options.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined);
+    const base: PeerLinkFactory | undefined =
+      this.options.linkFactory ?? (typeof RTCPeerConnection !== 'undefined' ? simplePeerLinkFactory() : undefined);
     const self = e.members[e.rank];
     if (!base || self === undefined) return undefined;
     if (this.pool?.self === self) return this.pool;
@@ -376,7 +411,10 @@ export class RendezvousHandler {
     switch (afterClose(code)) {
       case 'ended':
         // The host ended the session: rejoining would only be refused.
-        this.fatal = new SessionEndedError(reason || `the host ended session "${this.options.session}": create a new one`, this.options.session);
+        this.fatal = new SessionEndedError(
+          reason || `the host ended session "${this.options.session}": create a new one`,
+          this.options.session,
+        );
         for (const w of [...this.waiters]) w();
         return;
       case 'left':
@@ -384,7 +422,10 @@ export class RendezvousHandler {
       case 'removed': {
         // The host removed this tab and changed the session's link: rejoining would only be refused.
         const { session } = this.options;
-        this.fatal = new RemovedByHostError(`the host removed this tab from session "${session}" and changed the session's link, so this tab cannot rejoin; its replica stopped at its last committed step and can still be saved`, session);
+        this.fatal = new RemovedByHostError(
+          `the host removed this tab from session "${session}" and changed the session's link, so this tab cannot rejoin; its replica stopped at its last committed step and can still be saved`,
+          session,
+        );
         current?.pg.abort(this.fatal);
         this.closePool('the host removed this tab');
         for (const w of [...this.waiters]) w();

@@ -106,7 +106,13 @@ export interface RingTransport {
  * segment r (divided by n for avg), in float32. Each chunk is reduced as it arrives. With a
  * 16-bit `wire`, the partial sums travel as 16-bit values and are accumulated in float32.
  */
-export async function ringReduceScatter(t: RingTransport, buf: Float32Array, segs: Segment[], op: ReduceOpName, wire: WireDtype = 'float32'): Promise<void> {
+export async function ringReduceScatter(
+  t: RingTransport,
+  buf: Float32Array,
+  segs: Segment[],
+  op: ReduceOpName,
+  wire: WireDtype = 'float32',
+): Promise<void> {
   const n = t.worldSize;
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);
@@ -146,7 +152,13 @@ export async function ringReduceScatter(t: RingTransport, buf: Float32Array, seg
  * (it is rounded to the wire's precision); the 16-bit values then travel unchanged around the
  * ring and every rank decodes them: all ranks end with the same bits.
  */
-export async function ringAllGather(t: RingTransport, buf: Float32Array, segs: Segment[], stepBase = 0, wire: WireDtype = 'float32'): Promise<void> {
+export async function ringAllGather(
+  t: RingTransport,
+  buf: Float32Array,
+  segs: Segment[],
+  stepBase = 0,
+  wire: WireDtype = 'float32',
+): Promise<void> {
   const n = t.worldSize;
   const right = rightOf(t.rank, n);
   const left = leftOf(t.rank, n);

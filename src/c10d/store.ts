@@ -130,7 +130,8 @@ export class StoreClient implements Store {
       client.instance = hello.instance;
       client.hostReply = { host: hello.host, hasHost: hello.hasHost };
       // From the server, but checked before WebRTC sees it: a malformed list would throw deep inside.
-      if (hello.iceServers !== undefined && !isIceServers(hello.iceServers)) throw new Error(`the server sent malformed ICE servers in its hello reply: ${JSON.stringify(hello.iceServers).slice(0, 200)}`);
+      if (hello.iceServers !== undefined && !isIceServers(hello.iceServers))
+        throw new Error(`the server sent malformed ICE servers in its hello reply: ${JSON.stringify(hello.iceServers).slice(0, 200)}`);
       client.iceServers = hello.iceServers ?? [];
       client.renewIceServers(options.iceRenewMs ?? 30 * 60_000);
     } catch (err) {
@@ -349,7 +350,9 @@ export class StoreClient implements Store {
     const what = describeRequest(type, fields as Record<string, unknown>);
     if (this.closed) {
       const { code, reason } = this.closed;
-      return Promise.reject(new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${code} ${reason})`, code, reason));
+      return Promise.reject(
+        new ConnectionClosedError(`cannot ${what}: the connection to the store is closed (${code} ${reason})`, code, reason),
+      );
     }
     const id = this.nextId++;
     const limit = serverTimeoutMs === undefined ? this.requestTimeoutMs : serverTimeoutMs + 10_000;
@@ -438,10 +441,11 @@ export class StoreClient implements Store {
     this.stopWatchingPage();
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
-      p.reject(new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason));
+      p.reject(
+        new ConnectionClosedError(`connection to the store closed (${code} ${reason || 'no reason'}) during ${p.what}`, code, reason),
+      );
       this.pending.delete(id);
     }
     for (const h of this.handlers.close) h({ code, reason });
   }
 }
-

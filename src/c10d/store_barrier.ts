@@ -46,7 +46,12 @@ export async function barrierWait(group: BarrierGroup, n: number, timeoutMs: num
  * step fails as soon as the group breaks; DistTimeoutError after `timeoutMs`, naming the subgroup
  * (`subgroup`: "subgroup 1 [1, 3]") and how many members made it.
  */
-export async function meetNewGroup(group: BarrierGroup, timeoutMs: number, subgroup: string, track: (body: () => Promise<void>) => Promise<void>): Promise<void> {
+export async function meetNewGroup(
+  group: BarrierGroup,
+  timeoutMs: number,
+  subgroup: string,
+  track: (body: () => Promise<void>) => Promise<void>,
+): Promise<void> {
   const { store, worldSize } = group;
   const failFast = <T>(p: Promise<T>): Promise<T> => Promise.race([p, group.broken]);
   const key = 'created';
@@ -60,7 +65,8 @@ export async function meetNewGroup(group: BarrierGroup, timeoutMs: number, subgr
     if (!(err instanceof StoreTimeoutError)) throw err;
     const count = await store.add(key, 0).catch(() => '?');
     throw new DistTimeoutError(
-      `all ${worldSize} members of ${subgroup} to call newGroup (${count} did; ` + 'every rank must call newGroup for every subgroup, in the same order)',
+      `all ${worldSize} members of ${subgroup} to call newGroup (${count} did; ` +
+        'every rank must call newGroup for every subgroup, in the same order)',
       timeoutMs,
     );
   }

@@ -3,7 +3,16 @@
  * refused rendezvous, a rotated token, ...), and the names requests go by in messages.
  */
 import { ErrorCode } from '../wire/protocol.ts';
-import { NotHostError, RendezvousClosedError, RendezvousError, SessionEndedError, StoreError, StoreTimeoutError, TokenRotatedError, UnauthorizedError } from '../wire/errors.ts';
+import {
+  NotHostError,
+  RendezvousClosedError,
+  RendezvousError,
+  SessionEndedError,
+  StoreError,
+  StoreTimeoutError,
+  TokenRotatedError,
+  UnauthorizedError,
+} from '../wire/errors.ts';
 
 const RENDEZVOUS_CODES = new Set<string>([
   ErrorCode.WORLD_SIZE_MISMATCH,
@@ -22,12 +31,21 @@ export function toError(code: ErrorCode, message: string, details: Record<string
     return new StoreTimeoutError(message, keys, timeoutMs);
   }
   if (RENDEZVOUS_CODES.has(code)) return new RendezvousError(code, message, details);
-  if (code === ErrorCode.UNAUTHORIZED) return new (details.rotated === true ? TokenRotatedError : UnauthorizedError)(message, typeof details.session === 'string' ? details.session : '');
+  if (code === ErrorCode.UNAUTHORIZED)
+    return new (details.rotated === true ? TokenRotatedError : UnauthorizedError)(
+      message,
+      typeof details.session === 'string' ? details.session : '',
+    );
   if (code === ErrorCode.NOT_HOST) return new NotHostError(message, details);
   if (code === ErrorCode.SESSION_ENDED) return new SessionEndedError(message, typeof details.session === 'string' ? details.session : '');
   if (code === ErrorCode.RENDEZVOUS_CLOSED) {
     const int = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) ? v : -1);
-    return new RendezvousClosedError(message, typeof details.session === 'string' ? details.session : '', int(details.round), int(details.by));
+    return new RendezvousClosedError(
+      message,
+      typeof details.session === 'string' ? details.session : '',
+      int(details.round),
+      int(details.by),
+    );
   }
   return new StoreError(code, message, details);
 }

@@ -45,7 +45,10 @@ export class PrefixStore implements Store {
     return this.inner.compareSet(this.k(key), expected, desired);
   }
   wait(keys: string[], timeoutMs?: number) {
-    return this.inner.wait(keys.map((k) => this.k(k)), timeoutMs);
+    return this.inner.wait(
+      keys.map((k) => this.k(k)),
+      timeoutMs,
+    );
   }
   check(keys: string[]) {
     return this.inner.check(keys.map((k) => this.k(k)));
@@ -60,9 +63,15 @@ export class PrefixStore implements Store {
     return this.inner.append(this.k(key), value);
   }
   multiGet(keys: string[], timeoutMs?: number) {
-    return this.inner.multiGet(keys.map((k) => this.k(k)), timeoutMs);
+    return this.inner.multiGet(
+      keys.map((k) => this.k(k)),
+      timeoutMs,
+    );
   }
   multiSet(keys: string[], values: StoreValue[]) {
-    return this.inner.multiSet(keys.map((k) => this.k(k)), values);
+    return this.inner.multiSet(
+      keys.map((k) => this.k(k)),
+      values,
+    );
   }
 }

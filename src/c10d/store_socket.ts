@@ -98,7 +98,13 @@ export async function openSocket(wsUrl: string, options: StoreClientOptions, con
     socket.onclose = (ev) => {
       clearTimeout(timer);
       closedEarly = { code: ev.code, reason: ev.reason };
-      reject(new ConnectionClosedError(`could not connect to the store server at ${wsUrl} (code ${ev.code})${whyNotConnected(failure)}`, ev.code, ev.reason));
+      reject(
+        new ConnectionClosedError(
+          `could not connect to the store server at ${wsUrl} (code ${ev.code})${whyNotConnected(failure)}`,
+          ev.code,
+          ev.reason,
+        ),
+      );
     };
   });
   return { socket, closedEarly };

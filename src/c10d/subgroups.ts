@@ -29,12 +29,15 @@ export function subgroupRanks(ranks: readonly number[], worldSize: number): numb
   if (!Array.isArray(ranks)) throw new RangeError(`newGroup takes an array of ${allowed}; got ${String(ranks)}`);
   if (ranks.length === 0) throw new RangeError(`newGroup needs at least one rank; the list is empty (allowed: ${allowed})`);
   for (const [i, r] of ranks.entries()) {
-    if (!Number.isInteger(r)) throw new RangeError(`newGroup got ${JSON.stringify(r) ?? String(r)} at index ${i}, not an integer (allowed: ${allowed})`);
-    if (r < 0 || r >= worldSize) throw new RangeError(`newGroup got rank ${r} at index ${i}, outside 0..${worldSize - 1} (allowed: ${allowed})`);
+    if (!Number.isInteger(r))
+      throw new RangeError(`newGroup got ${JSON.stringify(r) ?? String(r)} at index ${i}, not an integer (allowed: ${allowed})`);
+    if (r < 0 || r >= worldSize)
+      throw new RangeError(`newGroup got rank ${r} at index ${i}, outside 0..${worldSize - 1} (allowed: ${allowed})`);
   }
   const sorted = [...ranks].sort((a, b) => a - b);
   for (let i = 1; i < sorted.length; i++) {
-    if (sorted[i] === sorted[i - 1]) throw new RangeError(`newGroup got rank ${sorted[i]} more than once in [${ranks.join(', ')}] (allowed: ${allowed})`);
+    if (sorted[i] === sorted[i - 1])
+      throw new RangeError(`newGroup got rank ${sorted[i]} more than once in [${ranks.join(', ')}] (allowed: ${allowed})`);
   }
   return sorted;
 }

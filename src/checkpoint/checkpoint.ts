@@ -9,7 +9,15 @@
  */
 import { DistTimeoutError } from '../wire/errors.ts';
 import { SESSION_NAME } from '../wire/protocol.ts';
-import { CHECKPOINT_PART, CHECKPOINT_PART_RULE, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint, isObject, type Checkpoint } from './checkpoint_format.ts';
+import {
+  CHECKPOINT_PART,
+  CHECKPOINT_PART_RULE,
+  CheckpointCorruptError,
+  decodeCheckpoint,
+  encodeCheckpoint,
+  isObject,
+  type Checkpoint,
+} from './checkpoint_format.ts';
 
 /** A checkpoint request failed: the server refused it, or it could not be reached. */
 export class CheckpointError extends Error {
@@ -89,7 +97,12 @@ export async function saveCheckpoint(
   const res = await request('POST', url, session, action, options, body);
   const reply = parseJson(res, url, session, action);
   if (!isObject(reply) || typeof reply.name !== 'string' || typeof reply.bytes !== 'number') {
-    throw new CheckpointError(`${action} for session "${session}": the server's reply has no name and bytes (POST ${url})`, session, url, res.status);
+    throw new CheckpointError(
+      `${action} for session "${session}": the server's reply has no name and bytes (POST ${url})`,
+      session,
+      url,
+      res.status,
+    );
   }
   return { name: reply.name, bytes: reply.bytes };
 }
@@ -101,11 +114,7 @@ export async function saveCheckpoint(
  * CheckpointError (HTTP 409) listing them rather than returning null: a job that started afresh
  * would soon prune them.
  */
-export async function loadCheckpoint(
-  serverUrl: string,
-  session: string,
-  options: LoadCheckpointOptions,
-): Promise<LoadedCheckpoint | null> {
+export async function loadCheckpoint(serverUrl: string, session: string, options: LoadCheckpointOptions): Promise<LoadedCheckpoint | null> {
   const { name: named, step, part } = options;
   if (named !== undefined && (!/^[A-Za-z0-9_.-]{1,128}$/.test(named) || named === '.' || named === '..')) {
     throw new TypeError(`checkpoint name ${JSON.stringify(named)} is not valid (use a name from listCheckpoints)`);
@@ -132,7 +141,12 @@ export async function listCheckpoints(serverUrl: string, session: string, option
   const res = await request('GET', url, session, action, options);
   const reply = parseJson(res, url, session, action);
   if (!isObject(reply) || !Array.isArray(reply.checkpoints)) {
-    throw new CheckpointError(`${action} for session "${session}": the server's reply has no checkpoint list (GET ${url})`, session, url, res.status);
+    throw new CheckpointError(
+      `${action} for session "${session}": the server's reply has no checkpoint list (GET ${url})`,
+      session,
+      url,
+      res.status,
+    );
   }
   return reply.checkpoints as CheckpointInfo[];
 }
@@ -142,7 +156,12 @@ export async function listCheckpoints(serverUrl: string, session: string, option
  * after its meta.step), tried newest first; one that fails verification, or was pruned since the
  * list, is passed over.
  */
-async function loadAtStep(serverUrl: string, session: string, step: number, options: LoadCheckpointOptions): Promise<LoadedCheckpoint | null> {
+async function loadAtStep(
+  serverUrl: string,
+  session: string,
+  step: number,
+  options: LoadCheckpointOptions,
+): Promise<LoadedCheckpoint | null> {
   const { name: _name, step: _step, ...rest } = options;
   const candidates = (await listCheckpoints(serverUrl, session, rest)).filter((c) => c.step === step).reverse();
   const skipped: Array<{ name: string; reason: string }> = [];
@@ -190,7 +209,9 @@ function checkpointUrl(serverUrl: string, session: string, part: string | undefi
     throw new TypeError(`session name ${JSON.stringify(session)} is not allowed: use 1-64 of A-Z a-z 0-9 _ . -`);
   }
   if (part !== undefined && (typeof part !== 'string' || !CHECKPOINT_PART.test(part))) {
-    throw new RangeError(`checkpoint part ${JSON.stringify(part)} is not allowed: use ${CHECKPOINT_PART_RULE} (${String(CHECKPOINT_PART)})`);
+    throw new RangeError(
+      `checkpoint part ${JSON.stringify(part)} is not allowed: use ${CHECKPOINT_PART_RULE} (${String(CHECKPOINT_PART)})`,
+    );
   }
   const u = new URL(serverUrl);
   if (u.protocol === 'ws:') u.protocol = 'http:';
@@ -255,12 +276,21 @@ async function request(
       if (timedOut) throw new DistTimeoutError(`${method} ${url} (${action} for session "${session}")`, timeoutMs);
       if (userSignal?.aborted) throw userSignal.reason;
       const why = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
-      throw new CheckpointError(`${action} for session "${session}" failed: could not reach the server: ${why} (${method} ${url})`, session, url);
+      throw new CheckpointError(
+        `${action} for session "${session}" failed: could not reach the server: ${why} (${method} ${url})`,
+        session,
+        url,
+      );
     }
     if (status >= 200 && status < 300) return { status, headers, body: bytes };
     const { code, message } = serverError(bytes);
     if (status === 404 && options.noneIs404 && code === 'no-checkpoint') return { status, headers, body: bytes };
-    throw new CheckpointError(`${action} for session "${session}" failed: HTTP ${status}: ${message} (${method} ${url})`, session, url, status);
+    throw new CheckpointError(
+      `${action} for session "${session}" failed: HTTP ${status}: ${message} (${method} ${url})`,
+      session,
+      url,
+      status,
+    );
   } finally {
     clearTimeout(timer);
     userSignal?.removeEventListener('abort', onUserAbort);
@@ -295,7 +325,9 @@ function parseSkipped(header: string | null): Array<{ name: string; reason: stri
   try {
     const parsed: unknown = JSON.parse(header);
     if (Array.isArray(parsed)) {
-      return parsed.filter((s): s is { name: string; reason: string } => isObject(s) && typeof s.name === 'string' && typeof s.reason === 'string');
+      return parsed.filter(
+        (s): s is { name: string; reason: string } => isObject(s) && typeof s.name === 'string' && typeof s.reason === 'string',
+      );
     }
   } catch {
     // A garbled report must not lose a good checkpoint.

@@ -106,7 +106,10 @@ export function readPreamble(head: Uint8Array, available: number): ContainerLayo
   const view = new DataView(head.buffer, head.byteOffset, PREAMBLE_BYTES);
   const version = view.getUint32(8, true);
   if (version !== CHECKPOINT_VERSION) {
-    throw new CheckpointCorruptError('bad-version', `unsupported format version ${version}; this build reads version ${CHECKPOINT_VERSION}`);
+    throw new CheckpointCorruptError(
+      'bad-version',
+      `unsupported format version ${version}; this build reads version ${CHECKPOINT_VERSION}`,
+    );
   }
   const headerBytes = view.getUint32(12, true);
   const modelBytes = Number(view.getBigUint64(16, true));
@@ -142,7 +145,10 @@ export function parseHeader(bytes: Uint8Array): CheckpointHeader {
   if (!isObject(meta)) throw bad('"meta" is not an object');
   if (!isObject(model) || !('modelTopology' in model)) throw bad('"model" has no modelTopology');
   if (!isObject(optimizer)) throw bad('"optimizer" is not an object');
-  for (const [where, specs] of [['model', model.weightSpecs], ['optimizer', optimizer.weightSpecs]] as const) {
+  for (const [where, specs] of [
+    ['model', model.weightSpecs],
+    ['optimizer', optimizer.weightSpecs],
+  ] as const) {
     if (!Array.isArray(specs) || !specs.every(isWeightSpec)) throw bad(`"${where}.weightSpecs" is not a list of {name, shape, dtype}`);
   }
   return raw as unknown as CheckpointHeader;
@@ -161,9 +167,13 @@ export async function encodeCheckpoint(c: Checkpoint): Promise<Uint8Array<ArrayB
   } catch (err) {
     throw new TypeError(`checkpoint meta or model topology is not JSON-serialisable: ${err instanceof Error ? err.message : String(err)}`);
   }
-  for (const [where, data] of [['model', modelData], ['optimizer', c.optimizer.weightData]] as const) {
+  for (const [where, data] of [
+    ['model', modelData],
+    ['optimizer', c.optimizer.weightData],
+  ] as const) {
     // A TF.js WeightData may be ArrayBuffer[]; new Uint8Array() of that would silently give zeros.
-    if (!isArrayBuffer(data)) throw new TypeError(`checkpoint ${where}.weightData must be one ArrayBuffer (join a list with tf.io.CompositeArrayBuffer.join)`);
+    if (!isArrayBuffer(data))
+      throw new TypeError(`checkpoint ${where}.weightData must be one ArrayBuffer (join a list with tf.io.CompositeArrayBuffer.join)`);
   }
   const header = new TextEncoder().encode(headerText);
   const model = new Uint8Array(modelData);
@@ -249,7 +259,9 @@ function isArrayBuffer(v: unknown): v is ArrayBuffer {
 export async function sha256(data: Uint8Array<ArrayBuffer>): Promise<Uint8Array> {
   const subtle = globalThis.crypto?.subtle;
   if (!subtle) {
-    throw new Error('checkpoints need SHA-256 from crypto.subtle, which browsers offer only to secure pages: open the page over https or on localhost');
+    throw new Error(
+      'checkpoints need SHA-256 from crypto.subtle, which browsers offer only to secure pages: open the page over https or on localhost',
+    );
   }
   return new Uint8Array(await subtle.digest('SHA-256', data));
 }

@@ -37,9 +37,11 @@ export function encodeSafetensors(tensors: NamedTensor[], metadata: Record<strin
   let offset = 0;
   for (const t of tensors) {
     if (t.name === '__metadata__' || t.name in header) throw new SafetensorsError(`tensor name "${t.name}" is used twice or reserved`);
-    if (!t.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new SafetensorsError(`tensor "${t.name}" has a bad shape [${t.shape.join(', ')}]`);
+    if (!t.shape.every((d) => Number.isSafeInteger(d) && d >= 0))
+      throw new SafetensorsError(`tensor "${t.name}" has a bad shape [${t.shape.join(', ')}]`);
     const bytes = elements(t.shape) * DTYPE_BYTES[t.dtype];
-    if (t.data.byteLength !== bytes) throw new SafetensorsError(`tensor "${t.name}" has ${t.data.byteLength} bytes; ${t.dtype} [${t.shape.join(', ')}] takes ${bytes}`);
+    if (t.data.byteLength !== bytes)
+      throw new SafetensorsError(`tensor "${t.name}" has ${t.data.byteLength} bytes; ${t.dtype} [${t.shape.join(', ')}] takes ${bytes}`);
     header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
     offset += bytes;
   }
@@ -69,10 +71,14 @@ export interface DecodedSafetensors {
 
 /** Reads a safetensors file, checking what the reference reader checks: the header, each range inside the data, no gaps or overlaps. */
 export function decodeSafetensors(bytes: Uint8Array): DecodedSafetensors {
-  if (bytes.byteLength < 8) throw new SafetensorsError(`a safetensors file starts with an 8-byte header length; this one has ${bytes.byteLength} bytes`);
+  if (bytes.byteLength < 8)
+    throw new SafetensorsError(`a safetensors file starts with an 8-byte header length; this one has ${bytes.byteLength} bytes`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const headerBytes = Number(view.getBigUint64(0, true));
-  if (headerBytes > MAX_HEADER_BYTES || 8 + headerBytes > bytes.byteLength) throw new SafetensorsError(`the header claims ${headerBytes} bytes, the file has ${bytes.byteLength - 8} after its length: truncated or not safetensors`);
+  if (headerBytes > MAX_HEADER_BYTES || 8 + headerBytes > bytes.byteLength)
+    throw new SafetensorsError(
+      `the header claims ${headerBytes} bytes, the file has ${bytes.byteLength - 8} after its length: truncated or not safetensors`,
+    );
   let header: unknown;
   try {
     header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + headerBytes)));
@@ -89,22 +95,28 @@ export function decodeSafetensors(bytes: Uint8Array): DecodedSafetensors {
       continue;
     }
     const v = value as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-    if (typeof v.dtype !== 'string' || !(v.dtype in DTYPE_BYTES)) throw new SafetensorsError(`tensor "${name}" has dtype ${String(v.dtype)}; this reader takes ${Object.keys(DTYPE_BYTES).join(', ')}`);
+    if (typeof v.dtype !== 'string' || !(v.dtype in DTYPE_BYTES))
+      throw new SafetensorsError(`tensor "${name}" has dtype ${String(v.dtype)}; this reader takes ${Object.keys(DTYPE_BYTES).join(', ')}`);
     const dtype = v.dtype as SafetensorsDtype;
-    if (!Array.isArray(v.shape) || !v.shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) throw new SafetensorsError(`tensor "${name}" has a bad shape`);
+    if (!Array.isArray(v.shape) || !v.shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0))
+      throw new SafetensorsError(`tensor "${name}" has a bad shape`);
     const shape = v.shape as number[];
     const offsets = v.data_offsets;
-    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o))) throw new SafetensorsError(`tensor "${name}" has bad data_offsets`);
+    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o)))
+      throw new SafetensorsError(`tensor "${name}" has bad data_offsets`);
     const [begin, end] = offsets as [number, number];
-    if (begin < 0 || end < begin || end > data.byteLength) throw new SafetensorsError(`tensor "${name}" lies at bytes ${begin}-${end}, outside the ${data.byteLength} bytes of data`);
-    if (end - begin !== elements(shape) * DTYPE_BYTES[dtype]) throw new SafetensorsError(`tensor "${name}": ${end - begin} bytes for ${dtype} [${shape.join(', ')}]`);
+    if (begin < 0 || end < begin || end > data.byteLength)
+      throw new SafetensorsError(`tensor "${name}" lies at bytes ${begin}-${end}, outside the ${data.byteLength} bytes of data`);
+    if (end - begin !== elements(shape) * DTYPE_BYTES[dtype])
+      throw new SafetensorsError(`tensor "${name}": ${end - begin} bytes for ${dtype} [${shape.join(', ')}]`);
     // A copy: the caller may keep it after `bytes` is gone, and typed arrays over it need alignment.
     entries.push({ name, dtype, shape, data: data.slice(begin, end), begin });
   }
   entries.sort((a, b) => a.begin - b.begin);
   let expected = 0;
   for (const e of entries) {
-    if (e.begin !== expected) throw new SafetensorsError(`tensor "${e.name}" starts at byte ${e.begin}, expected ${expected}: the tensors overlap or leave a gap`);
+    if (e.begin !== expected)
+      throw new SafetensorsError(`tensor "${e.name}" starts at byte ${e.begin}, expected ${expected}: the tensors overlap or leave a gap`);
     expected += e.data.byteLength;
   }
   if (expected !== data.byteLength) throw new SafetensorsError(`the tensors cover ${expected} of the ${data.byteLength} data bytes`);

@@ -173,7 +173,9 @@ export function checkProgress(p: unknown): void {
   const o = (typeof p === 'object' && p !== null ? p : {}) as Record<string, unknown>;
   for (const key of ['step', 'epoch', 'position'] as const) {
     const v = o[key];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new RangeError(`the state's progress.${key} must be an integer >= 0, got ${String(v)}: the checkpoint or state is damaged`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
+      throw new RangeError(`the state's progress.${key} must be an integer >= 0, got ${String(v)}: the checkpoint or state is damaged`);
   }
-  if ((o.epoch as number) > MAX_EPOCH) throw new RangeError(`the state's progress.epoch ${String(o.epoch)} is past ${MAX_EPOCH}: the checkpoint or state is damaged`);
+  if ((o.epoch as number) > MAX_EPOCH)
+    throw new RangeError(`the state's progress.epoch ${String(o.epoch)} is past ${MAX_EPOCH}: the checkpoint or state is damaged`);
 }

@@ -98,10 +98,13 @@ function tfWeights(artifacts: ModelArtifactsLike, file: string | undefined): Map
   let offset = 0;
   for (const spec of artifacts.weightSpecs) checkName('weight', spec.name, file);
   for (const spec of artifacts.weightSpecs) {
-    if ((spec as WeightSpec & { quantization?: unknown }).quantization) throw new TorchExportError(spec.name.split('/')[0], 'its weights are quantized; export the model without quantization');
-    if (spec.dtype !== 'float32') throw new TorchExportError(spec.name.split('/')[0], `its weight ${spec.name} is ${spec.dtype}; float32 weights are exported`);
+    if ((spec as WeightSpec & { quantization?: unknown }).quantization)
+      throw new TorchExportError(spec.name.split('/')[0], 'its weights are quantized; export the model without quantization');
+    if (spec.dtype !== 'float32')
+      throw new TorchExportError(spec.name.split('/')[0], `its weight ${spec.name} is ${spec.dtype}; float32 weights are exported`);
     const n = spec.shape.reduce((a, b) => a * b, 1);
-    if (offset + n * 4 > artifacts.weightData.byteLength) throw new TorchExportError(undefined, `the weights end before ${spec.name}: the weight data is truncated`);
+    if (offset + n * 4 > artifacts.weightData.byteLength)
+      throw new TorchExportError(undefined, `the weights end before ${spec.name}: the weight data is truncated`);
     out.set(spec.name, { spec, values: new Float32Array(artifacts.weightData.slice(offset, offset + n * 4)) });
     offset += n * 4;
   }
@@ -111,7 +114,8 @@ function tfWeights(artifacts: ModelArtifactsLike, file: string | undefined): Map
 function findWeight(weights: Map<string, { spec: WeightSpec; values: Float32Array }>, name: string, size: number): Float32Array {
   const w = weights.get(name);
   if (!w) throw new TorchExportError(name.split('/')[0], `its weight ${name} is not in the saved weights`);
-  if (w.values.length !== size) throw new TorchExportError(name.split('/')[0], `its weight ${name} has ${w.values.length} values; the topology says ${size}`);
+  if (w.values.length !== size)
+    throw new TorchExportError(name.split('/')[0], `its weight ${name} has ${w.values.length} values; the topology says ${size}`);
   return w.values;
 }
 
@@ -159,7 +163,10 @@ export function exportForTorch(artifacts: ModelArtifactsLike, options: TorchExpo
  * them) as TF.js weights for a model of `artifacts.modelTopology`, in the artifacts' weight
  * order (give them to `loadModelWeights`). Every parameter must be there with its shape.
  */
-export function importTorchStateDict(artifacts: Pick<ModelArtifactsLike, 'modelTopology' | 'weightSpecs'>, safetensors: Uint8Array): { weightSpecs: WeightSpec[]; weightData: ArrayBuffer } {
+export function importTorchStateDict(
+  artifacts: Pick<ModelArtifactsLike, 'modelTopology' | 'weightSpecs'>,
+  safetensors: Uint8Array,
+): { weightSpecs: WeightSpec[]; weightData: ArrayBuffer } {
   const plan = makePlan(artifacts.modelTopology, undefined);
   for (const spec of artifacts.weightSpecs) checkName('weight', spec.name, undefined);
   const { tensors } = decodeSafetensors(safetensors);
@@ -169,7 +176,11 @@ export function importTorchStateDict(artifacts: Pick<ModelArtifactsLike, 'modelT
     const t = tensors.get(p.torch);
     if (!t) throw new TorchExportError(p.tf.split('/')[0], `the state dict has no "${p.torch}"`);
     if (t.dtype !== 'F32') throw new TorchExportError(p.tf.split('/')[0], `"${p.torch}" is ${t.dtype}; float32 is loaded`);
-    if (t.shape.join(',') !== p.shape.join(',')) throw new TorchExportError(p.tf.split('/')[0], `"${p.torch}" has shape [${t.shape.join(', ')}]; this model's is [${p.shape.join(', ')}]`);
+    if (t.shape.join(',') !== p.shape.join(','))
+      throw new TorchExportError(
+        p.tf.split('/')[0],
+        `"${p.torch}" has shape [${t.shape.join(', ')}]; this model's is [${p.shape.join(', ')}]`,
+      );
     const values = new Float32Array(t.data.buffer, t.data.byteOffset, t.data.byteLength / 4);
     let out = values;
     if (p.gather) {
@@ -245,8 +256,18 @@ class TransformerBlock(nn.Module):
  */
 function pythonModule(plan: Plan, source: string | undefined, file: string, vocabulary: readonly string[] | undefined): string {
   const width = Math.max(...plan.modules.map((m) => m.name.length));
-  const modules = plan.modules.map((m) => `            (${pythonString(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),${m.from === undefined ? '' : `  # TF.js layer ${pythonString(m.from)}`}`).join('\n');
-  const layout = plan.tfInputShape.length === 3 ? `images [N, ${plan.inputShape.join(', ')}] (channels first; the tab's were [N, ${plan.tfInputShape.join(', ')}])` : plan.inputDtype === 'int64' ? `token ids, int64 [N, ${plan.inputShape.join(', ')}]` : `float32 [N, ${plan.inputShape.join(', ')}]`;
+  const modules = plan.modules
+    .map(
+      (m) =>
+        `            (${pythonString(m.name)},${' '.repeat(width - m.name.length + 1)}${m.ctor}),${m.from === undefined ? '' : `  # TF.js layer ${pythonString(m.from)}`}`,
+    )
+    .join('\n');
+  const layout =
+    plan.tfInputShape.length === 3
+      ? `images [N, ${plan.inputShape.join(', ')}] (channels first; the tab's were [N, ${plan.tfInputShape.join(', ')}])`
+      : plan.inputDtype === 'int64'
+        ? `token ids, int64 [N, ${plan.inputShape.join(', ')}]`
+        : `float32 [N, ${plan.inputShape.join(', ')}]`;
   return `"""A model trained in browser tabs (browser-ddp), for PyTorch.${source ? `\n\nWeights: ${pythonString(source)}` : ''}
 
     from ${file} import Model, load_file
@@ -254,10 +275,14 @@ function pythonModule(plan: Plan, source: string | undefined, file: string, voca
     model.load_state_dict(load_file(${pythonString(`${file}.safetensors`)}))
     model.eval()
 
-Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).${vocabulary ? `
+Input: ${layout}. Output: what the tab's model gave (logits for the training job's models).${
+    vocabulary
+      ? `
 
 Text: encode("...") gives token ids, decode(ids) the text back, and
-generate(model, "Call me ", 200) the prompt and 200 characters the model writes.` : ''}
+generate(model, "Call me ", 200) the prompt and 200 characters the model writes.`
+      : ''
+  }
 """
 import json
 import math
@@ -306,8 +331,12 @@ if __name__ == "__main__":
 
     model = Model()
     model.load_state_dict(load_file(sys.argv[1] if len(sys.argv) > 1 else ${pythonString(`${file}.safetensors`)}))
-    print(model)${vocabulary ? `
+    print(model)${
+      vocabulary
+        ? `
     model.eval()
-    print(generate(model, VOCABULARY[0], 80))` : ''}
+    print(generate(model, VOCABULARY[0], 80))`
+        : ''
+    }
 `;
 }

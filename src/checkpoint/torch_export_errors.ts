@@ -34,7 +34,10 @@ export class TorchExportNameError extends TorchExportError {
     readonly file: string | undefined,
   ) {
     // JSON: the message shows control characters escaped, on one line, and a long name cut.
-    super(undefined, `the ${kind} name ${shown(invalidName)}${file === undefined ? '' : ` in ${shown(file)}`} is not a valid TF.js name (${String(TFJS_NAME_PATTERN)}: a letter or digit, then letters, digits, - . _ /)`);
+    super(
+      undefined,
+      `the ${kind} name ${shown(invalidName)}${file === undefined ? '' : ` in ${shown(file)}`} is not a valid TF.js name (${String(TFJS_NAME_PATTERN)}: a letter or digit, then letters, digits, - . _ /)`,
+    );
   }
 }
 
@@ -47,4 +50,3 @@ export function checkName(kind: 'layer' | 'weight', name: unknown, file: string 
   if (typeof name !== 'string' || !TFJS_NAME_PATTERN.test(name)) throw new TorchExportNameError(kind, name, file);
   return name;
 }
-

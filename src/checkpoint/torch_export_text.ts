@@ -8,13 +8,16 @@
 
 /** Why `vocabulary` cannot be the vocabulary of a model with `vocabSize` token ids; undefined when it can. */
 export function vocabularyProblem(vocabulary: unknown, vocabSize: number | undefined): string | undefined {
-  if (vocabSize === undefined) return 'the model does not start with a token embedding, so it has no vocabulary to write (only a language model takes one)';
+  if (vocabSize === undefined)
+    return 'the model does not start with a token embedding, so it has no vocabulary to write (only a language model takes one)';
   if (!Array.isArray(vocabulary)) return `the vocabulary must be a list of characters, not ${typeof vocabulary}`;
-  if (vocabulary.length !== vocabSize) return `the vocabulary has ${vocabulary.length} characters; the model's embedding has ${vocabSize} token ids`;
+  if (vocabulary.length !== vocabSize)
+    return `the vocabulary has ${vocabulary.length} characters; the model's embedding has ${vocabSize} token ids`;
   const seen = new Set<string>();
   for (let i = 0; i < vocabulary.length; i++) {
     const c: unknown = vocabulary[i];
-    if (typeof c !== 'string' || Array.from(c).length !== 1) return `vocabulary entry ${i} must be one character, got ${String(JSON.stringify(c)).slice(0, 40)}`;
+    if (typeof c !== 'string' || Array.from(c).length !== 1)
+      return `vocabulary entry ${i} must be one character, got ${String(JSON.stringify(c)).slice(0, 40)}`;
     if (seen.has(c)) return `vocabulary entry ${i} (${JSON.stringify(c)}) repeats an earlier one: each character has one id`;
     seen.add(c);
   }

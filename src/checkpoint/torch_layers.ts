@@ -22,17 +22,24 @@ function weightOf(name: string): (w: string) => string {
 
 /** Image layers are exported in TF.js's channels_last layout only. */
 function channelsLast(c: Config, layer: string): void {
-  if ((c.data_format ?? 'channels_last') !== 'channels_last') throw new TorchExportError(layer, `its data_format is ${String(c.data_format)}; channels_last (TF.js's) is exported`);
+  if ((c.data_format ?? 'channels_last') !== 'channels_last')
+    throw new TorchExportError(layer, `its data_format is ${String(c.data_format)}; channels_last (TF.js's) is exported`);
 }
 
 /** nn.Linear, its kernel transposed (and its input columns reordered after a Flatten of an image). */
 function mapDense(b: PlanBuilder, c: Config, name: string): void {
   const weight = weightOf(name);
-  if (b.flow.image) throw new TorchExportError(name, `it is applied to an image [${b.flow.shape.join(', ')}] without a Flatten; Flatten first`);
+  if (b.flow.image)
+    throw new TorchExportError(name, `it is applied to an image [${b.flow.shape.join(', ')}] without a Flatten; Flatten first`);
   const units = count(c.units, 'units', name);
   const inputs = b.flow.shape[b.flow.shape.length - 1]!;
   const fc = b.add('fc', `nn.Linear(${inputs}, ${units}, bias=${c.use_bias === false ? 'False' : 'True'})`, name);
-  b.plan.params.push({ torch: `${fc}.weight`, tf: weight('kernel'), shape: [units, inputs], gather: denseGather([inputs], units, b.flow.flattened) });
+  b.plan.params.push({
+    torch: `${fc}.weight`,
+    tf: weight('kernel'),
+    shape: [units, inputs],
+    gather: denseGather([inputs], units, b.flow.flattened),
+  });
   if (c.use_bias !== false) b.plan.params.push({ torch: `${fc}.bias`, tf: weight('bias'), shape: [units] });
   b.flow = { shape: [...b.flow.shape.slice(0, -1), units], image: false };
   b.addActivation(c.activation, name);
@@ -62,8 +69,17 @@ function mapConv2D(b: PlanBuilder, c: Config, name: string): void {
     ow = Math.floor((w - (kw - 1) * dw - 1) / sw) + 1;
   } else throw new TorchExportError(name, `its padding "${String(c.padding)}" is not valid or same`);
   if (c.groups !== undefined && c.groups !== 1) throw new TorchExportError(name, 'grouped convolutions are not exported');
-  const conv = b.add('conv', `nn.Conv2d(${cin}, ${filters}, kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}), padding=${padding}, dilation=(${dh}, ${dw}), bias=${c.use_bias === false ? 'False' : 'True'})`, name);
-  b.plan.params.push({ torch: `${conv}.weight`, tf: weight('kernel'), shape: [filters, cin, kh, kw], gather: convGather(kh, kw, cin, filters) });
+  const conv = b.add(
+    'conv',
+    `nn.Conv2d(${cin}, ${filters}, kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}), padding=${padding}, dilation=(${dh}, ${dw}), bias=${c.use_bias === false ? 'False' : 'True'})`,
+    name,
+  );
+  b.plan.params.push({
+    torch: `${conv}.weight`,
+    tf: weight('kernel'),
+    shape: [filters, cin, kh, kw],
+    gather: convGather(kh, kw, cin, filters),
+  });
   if (c.use_bias !== false) b.plan.params.push({ torch: `${conv}.bias`, tf: weight('bias'), shape: [filters] });
   b.flow = { shape: [oh, ow, filters], image: true };
   b.addActivation(c.activation, name);
@@ -85,11 +101,21 @@ function mapPooling2D(b: PlanBuilder, c: Config, name: string, at: LayerAt): voi
     [oh, ow] = [py.out, px.out];
     if (py.before + py.after + px.before + px.after > 0) {
       // TF's padded pool ignores the padding; a max pool does so with -inf padding, an average pool cannot here.
-      if (!max) throw new TorchExportError(name, "an average pool with 'same' padding averages over fewer elements at the border, which torch's AvgPool2d does not do for this padding; use 'valid'");
+      if (!max)
+        throw new TorchExportError(
+          name,
+          "an average pool with 'same' padding averages over fewer elements at the border, which torch's AvgPool2d does not do for this padding; use 'valid'",
+        );
       b.add('pad', `nn.ConstantPad2d((${px.before}, ${px.after}, ${py.before}, ${py.after}), float('-inf'))`, name);
     }
   }
-  b.add('pool', max ? `nn.MaxPool2d(kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}))` : `nn.AvgPool2d(kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}))`, name);
+  b.add(
+    'pool',
+    max
+      ? `nn.MaxPool2d(kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}))`
+      : `nn.AvgPool2d(kernel_size=(${kh}, ${kw}), stride=(${sh}, ${sw}))`,
+    name,
+  );
   b.flow = { shape: [oh, ow, ch], image: true };
 }
 
@@ -139,20 +165,34 @@ function mapELU(b: PlanBuilder, c: Config, name: string): void {
 
 /** nn.Softmax over the last axis (the channels of an image). */
 function mapSoftmax(b: PlanBuilder, c: Config, name: string): void {
-  if (!lastAxis(c.axis, b.flow.shape.length)) throw new TorchExportError(name, 'a softmax over an axis other than the last is not exported');
+  if (!lastAxis(c.axis, b.flow.shape.length))
+    throw new TorchExportError(name, 'a softmax over an axis other than the last is not exported');
   b.add('softmax', `nn.Softmax(dim=${b.flow.image ? 1 : -1})`, name);
 }
 
 /** nn.BatchNorm1d or 2d with its running statistics, and torch's num_batches_tracked counter. */
 function mapBatchNormalization(b: PlanBuilder, c: Config, name: string): void {
   const weight = weightOf(name);
-  if (!lastAxis(c.axis, b.flow.shape.length)) throw new TorchExportError(name, 'a batch norm over an axis other than the last (the channels) is not exported');
-  if (b.flow.shape.length === 2) throw new TorchExportError(name, "a batch norm of a sequence [t, d] has no torch module of the same layout (BatchNorm1d wants [N, C, L])");
+  if (!lastAxis(c.axis, b.flow.shape.length))
+    throw new TorchExportError(name, 'a batch norm over an axis other than the last (the channels) is not exported');
+  if (b.flow.shape.length === 2)
+    throw new TorchExportError(
+      name,
+      'a batch norm of a sequence [t, d] has no torch module of the same layout (BatchNorm1d wants [N, C, L])',
+    );
   const scale = c.scale !== false;
   const center = c.center !== false;
-  if (scale !== center) throw new TorchExportError(name, "torch's batch norm has a weight and a bias or neither; this layer has only one (center and scale differ)");
+  if (scale !== center)
+    throw new TorchExportError(
+      name,
+      "torch's batch norm has a weight and a bias or neither; this layer has only one (center and scale differ)",
+    );
   const features = b.flow.shape[b.flow.shape.length - 1]!;
-  const bn = b.add('bn', `nn.BatchNorm${b.flow.image ? '2d' : '1d'}(${features}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, momentum=${1 - real(c.momentum ?? 0.99, 'momentum', name)}, affine=${scale ? 'True' : 'False'})`, name);
+  const bn = b.add(
+    'bn',
+    `nn.BatchNorm${b.flow.image ? '2d' : '1d'}(${features}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, momentum=${1 - real(c.momentum ?? 0.99, 'momentum', name)}, affine=${scale ? 'True' : 'False'})`,
+    name,
+  );
   if (scale) {
     b.plan.params.push({ torch: `${bn}.weight`, tf: weight('gamma'), shape: [features] });
     b.plan.params.push({ torch: `${bn}.bias`, tf: weight('beta'), shape: [features] });
@@ -165,13 +205,26 @@ function mapBatchNormalization(b: PlanBuilder, c: Config, name: string): void {
 /** nn.LayerNorm over the last axis. */
 function mapLayerNormalization(b: PlanBuilder, c: Config, name: string): void {
   const weight = weightOf(name);
-  if (b.flow.image) throw new TorchExportError(name, "a layer norm of an image's channels is not exported (torch's LayerNorm normalises the last axes, which are H and W there)");
-  if (!lastAxis(c.axis, b.flow.shape.length)) throw new TorchExportError(name, 'a layer norm over an axis other than the last is not exported');
+  if (b.flow.image)
+    throw new TorchExportError(
+      name,
+      "a layer norm of an image's channels is not exported (torch's LayerNorm normalises the last axes, which are H and W there)",
+    );
+  if (!lastAxis(c.axis, b.flow.shape.length))
+    throw new TorchExportError(name, 'a layer norm over an axis other than the last is not exported');
   const scale = c.scale !== false;
   const center = c.center !== false;
-  if (scale !== center) throw new TorchExportError(name, "torch's LayerNorm has a weight and a bias or neither; this layer has only one (center and scale differ)");
+  if (scale !== center)
+    throw new TorchExportError(
+      name,
+      "torch's LayerNorm has a weight and a bias or neither; this layer has only one (center and scale differ)",
+    );
   const d = b.flow.shape[b.flow.shape.length - 1]!;
-  const ln = b.add('ln', `nn.LayerNorm(${d}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, elementwise_affine=${scale ? 'True' : 'False'})`, name);
+  const ln = b.add(
+    'ln',
+    `nn.LayerNorm(${d}, eps=${real(c.epsilon ?? 1e-3, 'epsilon', name)}, elementwise_affine=${scale ? 'True' : 'False'})`,
+    name,
+  );
   if (scale) {
     b.plan.params.push({ torch: `${ln}.weight`, tf: weight('gamma'), shape: [d] });
     b.plan.params.push({ torch: `${ln}.bias`, tf: weight('beta'), shape: [d] });
@@ -181,7 +234,8 @@ function mapLayerNormalization(b: PlanBuilder, c: Config, name: string): void {
 /** nn.Embedding, the first layer: the model takes token ids. */
 function mapEmbedding(b: PlanBuilder, c: Config, name: string, at: LayerAt): void {
   const weight = weightOf(name);
-  if (at.index !== 0 && !(at.index === 1 && at.layers[0]!.class_name === 'InputLayer')) throw new TorchExportError(name, 'an Embedding is exported as the first layer (it takes token ids)');
+  if (at.index !== 0 && !(at.index === 1 && at.layers[0]!.class_name === 'InputLayer'))
+    throw new TorchExportError(name, 'an Embedding is exported as the first layer (it takes token ids)');
   const inputDim = count(c.input_dim, 'input_dim', name);
   const outputDim = count(c.output_dim, 'output_dim', name);
   if (c.mask_zero === true) throw new TorchExportError(name, 'mask_zero has no torch equivalent in nn.Embedding');
@@ -195,11 +249,13 @@ function mapEmbedding(b: PlanBuilder, c: Config, name: string, at: LayerAt): voi
 /** The language model's token and position embedding (a Python class of the file), the first layer. */
 function mapTokenAndPositionEmbedding(b: PlanBuilder, c: Config, name: string, at: LayerAt): void {
   const weight = weightOf(name);
-  if (at.index !== 0 && !(at.index === 1 && at.layers[0]!.class_name === 'InputLayer')) throw new TorchExportError(name, 'a TokenAndPositionEmbedding is exported as the first layer (it takes token ids)');
+  if (at.index !== 0 && !(at.index === 1 && at.layers[0]!.class_name === 'InputLayer'))
+    throw new TorchExportError(name, 'a TokenAndPositionEmbedding is exported as the first layer (it takes token ids)');
   const vocab = count(c.vocab_size ?? c.vocabSize, 'vocab_size', name);
   const context = count(c.context_length ?? c.contextLength, 'context_length', name);
   const d = count(c.d_model ?? c.dModel, 'd_model', name);
-  if (b.flow.shape.length !== 1 || b.flow.shape[0]! > context) throw new TorchExportError(name, `it takes token ids [T] with T <= ${context}, not [${b.flow.shape.join(', ')}]`);
+  if (b.flow.shape.length !== 1 || b.flow.shape[0]! > context)
+    throw new TorchExportError(name, `it takes token ids [T] with T <= ${context}, not [${b.flow.shape.join(', ')}]`);
   b.plan.helpers.add('TokenAndPositionEmbedding');
   const emb = b.add('embed', `TokenAndPositionEmbedding(${vocab}, ${context}, ${d})`, name);
   b.plan.params.push({ torch: `${emb}.tok.weight`, tf: weight('token_embeddings'), shape: [vocab, d] });
@@ -212,7 +268,8 @@ function mapTokenAndPositionEmbedding(b: PlanBuilder, c: Config, name: string, a
 /** The language model's transformer block (a Python class of the file): its norms and linears. */
 function mapTransformerBlock(b: PlanBuilder, c: Config, name: string): void {
   const weight = weightOf(name);
-  if (b.flow.shape.length !== 2) throw new TorchExportError(name, `a transformer block takes a sequence [T, d], not [${b.flow.shape.join(', ')}]`);
+  if (b.flow.shape.length !== 2)
+    throw new TorchExportError(name, `a transformer block takes a sequence [T, d], not [${b.flow.shape.join(', ')}]`);
   const d = count(c.d_model ?? c.dModel, 'd_model', name);
   const heads = count(c.heads, 'heads', name);
   const hidden = count(c.hidden ?? 4 * d, 'hidden', name);
@@ -224,7 +281,12 @@ function mapTransformerBlock(b: PlanBuilder, c: Config, name: string): void {
     b.plan.params.push({ torch: `${block}.${n}.bias`, tf: weight(`${n}_beta`), shape: [d] });
   };
   const linear = (n: string, inputs: number, outputs: number) => {
-    b.plan.params.push({ torch: `${block}.${n}.weight`, tf: weight(`${n}_kernel`), shape: [outputs, inputs], gather: denseGather([inputs], outputs) });
+    b.plan.params.push({
+      torch: `${block}.${n}.weight`,
+      tf: weight(`${n}_kernel`),
+      shape: [outputs, inputs],
+      gather: denseGather([inputs], outputs),
+    });
     b.plan.params.push({ torch: `${block}.${n}.bias`, tf: weight(`${n}_bias`), shape: [outputs] });
   };
   norm('ln1');
@@ -298,4 +360,3 @@ function lastAxis(axis: unknown, rank: number): boolean {
   const a = Array.isArray(axis) ? (axis.length === 1 ? axis[0] : undefined) : (axis ?? -1);
   return a === -1 || a === rank; // rank counts the batch axis out; Keras counts it in
 }
-

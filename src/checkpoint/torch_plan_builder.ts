@@ -74,7 +74,8 @@ export class PlanBuilder {
 
 export function pair(v: unknown, name: string, layer: string): [number, number] {
   const a = Array.isArray(v) ? v : [v, v];
-  if (a.length !== 2 || !a.every((x) => Number.isSafeInteger(x) && (x as number) >= 1)) throw new TorchExportError(layer, `its ${name} ${JSON.stringify(v)} is not one or two integers >= 1`);
+  if (a.length !== 2 || !a.every((x) => Number.isSafeInteger(x) && (x as number) >= 1))
+    throw new TorchExportError(layer, `its ${name} ${JSON.stringify(v)} is not one or two integers >= 1`);
   return a as [number, number];
 }
 
@@ -113,8 +114,11 @@ const ACTIVATIONS: Readonly<Record<string, { kind: string; ctor: string } | null
 /** The torch module for a Keras activation; null for 'linear'. `image` puts softmax on the channel axis. */
 function activationModule(activation: unknown, image: boolean, layer: string): { kind: string; ctor: string } | null {
   const name = String(activation ?? 'linear');
-  if (!Object.hasOwn(ACTIVATIONS, name)) throw new TorchExportError(layer, `its activation "${name}" has no torch module here (${Object.keys(ACTIVATIONS).join(', ')} are mapped)`);
+  if (!Object.hasOwn(ACTIVATIONS, name))
+    throw new TorchExportError(
+      layer,
+      `its activation "${name}" has no torch module here (${Object.keys(ACTIVATIONS).join(', ')} are mapped)`,
+    );
   const a = ACTIVATIONS[name]!;
   return a?.kind === 'softmax' && image ? { kind: 'softmax', ctor: 'nn.Softmax(dim=1)' } : a;
 }
-

@@ -1,7 +1,6 @@
 /** Tabular datasets from CSV text: numeric features and a label column. */
 import { DatasetError, InMemoryDataset } from './dataset.ts';
 
-
 export interface CsvDatasetOptions {
   /** Header name, or 0-based column index (negative counts from the end: -1 is the last column). */
   labelColumn: string | number;
@@ -73,12 +72,7 @@ export function csvDataset(text: string, options: CsvDatasetOptions): InMemoryDa
 const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 const CLASS_ID = /^\d+$/;
 
-function resolveLabelColumn(
-  name: string,
-  labelColumn: string | number,
-  width: number,
-  headerFields: string[] | undefined,
-): number {
+function resolveLabelColumn(name: string, labelColumn: string | number, width: number, headerFields: string[] | undefined): number {
   if (typeof labelColumn === 'string') {
     if (!headerFields) throw new DatasetError(`${name}: labelColumn "${labelColumn}" is a name, but hasHeader is false`);
     const c = headerFields.indexOf(labelColumn);

@@ -191,9 +191,7 @@ export function subset(dataset: Dataset, indices: ArrayLike<number>, name?: stri
 
 function checkIndex(dataset: Dataset, i: number, position: number): void {
   if (!Number.isInteger(i) || i < 0 || i >= dataset.length) {
-    throw new DatasetError(
-      `${dataset.name}: index ${i} (position ${position}) is out of range for a dataset of length ${dataset.length}`,
-    );
+    throw new DatasetError(`${dataset.name}: index ${i} (position ${position}) is out of range for a dataset of length ${dataset.length}`);
   }
 }
 

@@ -4,7 +4,6 @@
  */
 import { DatasetError, DatasetFetchError, InMemoryDataset, product } from './dataset.ts';
 
-
 export interface IdxArray {
   dims: number[];
   data: Uint8Array;
@@ -76,7 +75,6 @@ function magicHint(bytes: Uint8Array): string {
   return '';
 }
 
-
 const MNIST_SIDE = 28;
 const MNIST_CLASSES = 10;
 
@@ -85,22 +83,10 @@ const MNIST_CLASSES = 10;
  * labels 0..9. Images are decoded once here so `batch` only copies.
  */
 export function mnistFromIdx(images: Uint8Array, labels: Uint8Array, name = 'mnist'): InMemoryDataset {
-  return mnistFromParsed(
-    parseIdx(images, `${name} images`),
-    parseIdx(labels, `${name} labels`),
-    name,
-    `${name} images`,
-    `${name} labels`,
-  );
+  return mnistFromParsed(parseIdx(images, `${name} images`), parseIdx(labels, `${name} labels`), name, `${name} images`, `${name} labels`);
 }
 
-function mnistFromParsed(
-  images: IdxArray,
-  labels: IdxArray,
-  name: string,
-  imageSource: string,
-  labelSource: string,
-): InMemoryDataset {
+function mnistFromParsed(images: IdxArray, labels: IdxArray, name: string, imageSource: string, labelSource: string): InMemoryDataset {
   const [count, rows, cols] = images.dims;
   if (images.dims.length !== 3 || rows !== MNIST_SIDE || cols !== MNIST_SIDE) {
     throw new DatasetError(`${imageSource}: expected images of dims [n, 28, 28], got [${images.dims.join(', ')}]`);
@@ -109,9 +95,7 @@ function mnistFromParsed(
     throw new DatasetError(`${labelSource}: expected labels of dims [n], got [${labels.dims.join(', ')}]`);
   }
   if (count !== labels.dims[0]) {
-    throw new DatasetError(
-      `${name}: ${count} images (${imageSource}) but ${labels.dims[0]} labels (${labelSource})`,
-    );
+    throw new DatasetError(`${name}: ${count} images (${imageSource}) but ${labels.dims[0]} labels (${labelSource})`);
   }
   const inputs = new Float32Array(images.data.length);
   for (let i = 0; i < inputs.length; i++) inputs[i] = images.data[i]! / 255;
@@ -173,13 +157,7 @@ export async function loadMnist(options: LoadMnistOptions = {}): Promise<InMemor
     fetchIdxBytes(imagesUrl, fetchImpl, options.signal),
     fetchIdxBytes(labelsUrl, fetchImpl, options.signal),
   ]);
-  return mnistFromParsed(
-    parseIdx(imageBytes, imagesUrl),
-    parseIdx(labelBytes, labelsUrl),
-    `mnist-${split}`,
-    imagesUrl,
-    labelsUrl,
-  );
+  return mnistFromParsed(parseIdx(imageBytes, imagesUrl), parseIdx(labelBytes, labelsUrl), `mnist-${split}`, imagesUrl, labelsUrl);
 }
 
 export interface LoadMnistSplitsOptions extends Omit<LoadMnistOptions, 'split' | 'fileNames'> {
@@ -187,9 +165,7 @@ export interface LoadMnistSplitsOptions extends Omit<LoadMnistOptions, 'split' |
 }
 
 /** Both MNIST splits, downloaded in parallel. */
-export async function loadMnistSplits(
-  options: LoadMnistSplitsOptions = {},
-): Promise<{ train: InMemoryDataset; test: InMemoryDataset }> {
+export async function loadMnistSplits(options: LoadMnistSplitsOptions = {}): Promise<{ train: InMemoryDataset; test: InMemoryDataset }> {
   const { fileNames, ...common } = options;
   const [train, test] = await Promise.all([
     loadMnist({ ...common, split: 'train', fileNames: fileNames?.train }),

@@ -45,22 +45,30 @@ async function get(req: OfferRequest, path: string, what: string): Promise<Respo
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const res = await (req.fetch ?? fetch)(url, { headers: { authorization: `Bearer ${req.token}` }, signal }).catch((err: Error) => {
-      throw new DatasetFetchError(`${what}: no answer from ${url.pathname} (${err.name === 'TimeoutError' ? `nothing within ${timeoutMs} ms` : err.message})`, url.href);
+      throw new DatasetFetchError(
+        `${what}: no answer from ${url.pathname} (${err.name === 'TimeoutError' ? `nothing within ${timeoutMs} ms` : err.message})`,
+        url.href,
+      );
     });
     if (res.ok) return res;
     const body = (await res.json().catch(() => ({}))) as { message?: string };
     const retryAfter = Number(res.headers.get('retry-after'));
-    const waitMs = Math.min(Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 1, MAX_RETRY_AFTER_S) * 1000 * (1 + Math.random() / 2);
+    const waitMs =
+      Math.min(Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 1, MAX_RETRY_AFTER_S) * 1000 * (1 + Math.random() / 2);
     if ((res.status === 429 || res.status === 503) && Date.now() + waitMs < deadline) {
       await new Promise((r) => setTimeout(r, waitMs));
       continue;
     }
-    throw new DatasetFetchError(`${what}: HTTP ${res.status} from ${url.pathname}: ${body.message ?? res.statusText}`, url.href, res.status);
+    throw new DatasetFetchError(
+      `${what}: HTTP ${res.status} from ${url.pathname}: ${body.message ?? res.statusText}`,
+      url.href,
+      res.status,
+    );
   }
 }
 
 export async function fetchOffer(req: OfferRequest): Promise<OfferInfo> {
-  return (await (await get(req, '', "asking the server what it offers")).json()) as OfferInfo;
+  return (await (await get(req, '', 'asking the server what it offers')).json()) as OfferInfo;
 }
 
 /**
@@ -70,7 +78,10 @@ export async function fetchOffer(req: OfferRequest): Promise<OfferInfo> {
  */
 export async function loadOfferedModel(req: OfferRequest): Promise<{ model: tf.LayersModel; note: string | null }> {
   const what = "loading the host's model";
-  const { modelTopology, weightSpecs } = (await (await get(req, '/model', what)).json()) as { modelTopology: Record<string, unknown>; weightSpecs: WeightSpec[] };
+  const { modelTopology, weightSpecs } = (await (await get(req, '/model', what)).json()) as {
+    modelTopology: Record<string, unknown>;
+    weightSpecs: WeightSpec[];
+  };
   const weightData = await (await get(req, '/model/weights', what)).arrayBuffer();
   const topology = structuredClone(modelTopology);
   const { layers } = topologyLayers(topology);
@@ -80,7 +91,9 @@ export async function loadOfferedModel(req: OfferRequest): Promise<{ model: tf.L
     last.activation = 'linear';
     note = `the model's last layer "${String(last.name)}" had a softmax: it outputs logits here, and the loss applies the softmax (softmax cross-entropy); predictions are unchanged`;
   }
-  const model = await tf.loadLayersModel(tf.io.fromMemory({ modelTopology: topology, weightSpecs: weightSpecs as tf.io.WeightsManifestEntry[], weightData }));
+  const model = await tf.loadLayersModel(
+    tf.io.fromMemory({ modelTopology: topology, weightSpecs: weightSpecs as tf.io.WeightsManifestEntry[], weightData }),
+  );
   return { model, note };
 }
 
@@ -117,7 +130,10 @@ async function decodeImage(bytes: Blob, file: string, [h, w, c]: [number, number
 export async function loadOfferedText(req: OfferRequest): Promise<{ name: string; text: string }> {
   const what = "loading the host's text";
   const manifest = (await (await get(req, '/data', what)).json()) as { kind: string; name: string };
-  if (manifest.kind !== 'text') throw new DatasetError(`the host offers ${manifest.kind === 'csv' ? 'a CSV' : 'images'} (${manifest.name}), not a text: the language model trains on a text (npm start -- --data FILE.txt)`);
+  if (manifest.kind !== 'text')
+    throw new DatasetError(
+      `the host offers ${manifest.kind === 'csv' ? 'a CSV' : 'images'} (${manifest.name}), not a text: the language model trains on a text (npm start -- --data FILE.txt)`,
+    );
   return { name: manifest.name, text: await (await get(req, '/data/0', what)).text() };
 }
 
@@ -130,17 +146,26 @@ export const STREAM_ABOVE_BYTES = 256 * 2 ** 20;
  */
 export type StreamMode = 'auto' | 'on' | 'off';
 
-export async function loadOfferedDataset(req: OfferRequest, inputShape: number[], options: { stream?: StreamMode; cacheSamples?: number; onProgress?: (done: number, total: number) => void } = {}): Promise<Dataset> {
+export async function loadOfferedDataset(
+  req: OfferRequest,
+  inputShape: number[],
+  options: { stream?: StreamMode; cacheSamples?: number; onProgress?: (done: number, total: number) => void } = {},
+): Promise<Dataset> {
   const { onProgress } = options;
   const what = "loading the host's data";
-  const manifest = (await (await get(req, '/data', what)).json()) as { kind: 'images'; name: string; classes: string[]; items: Array<{ file: string; label: number }> } | { kind: 'csv'; name: string; labelColumn: string } | { kind: 'text'; name: string };
-  if (manifest.kind === 'text') throw new DatasetError(`the host offers a text (${manifest.name}), which trains the language model: choose model lm`);
+  const manifest = (await (await get(req, '/data', what)).json()) as
+    | { kind: 'images'; name: string; classes: string[]; items: Array<{ file: string; label: number }> }
+    | { kind: 'csv'; name: string; labelColumn: string }
+    | { kind: 'text'; name: string };
+  if (manifest.kind === 'text')
+    throw new DatasetError(`the host offers a text (${manifest.name}), which trains the language model: choose model lm`);
   if (manifest.kind === 'csv') {
     const text = await (await get(req, '/data/0', what)).text();
     const column = /^-?\d+$/.test(manifest.labelColumn) ? Number(manifest.labelColumn) : manifest.labelColumn;
     return csvDataset(text, { labelColumn: column, name: manifest.name });
   }
-  if (inputShape.length !== 3 || ![1, 3].includes(inputShape[2]!)) throw new DatasetError(`images are resized to the model's input [height, width, 1 or 3]; this model takes [${inputShape.join(', ')}]`);
+  if (inputShape.length !== 3 || ![1, 3].includes(inputShape[2]!))
+    throw new DatasetError(`images are resized to the model's input [height, width, 1 or 3]; this model takes [${inputShape.join(', ')}]`);
   const shape = inputShape as [number, number, number];
   const size = product(shape);
   const labels = Int32Array.from(manifest.items, (i) => i.label);
@@ -174,5 +199,12 @@ export async function loadOfferedDataset(req: OfferRequest, inputShape: number[]
     }
   };
   await Promise.all(Array.from({ length: 6 }, worker));
-  return new InMemoryDataset({ name: manifest.name, inputs, labels, inputShape: [...shape], numClasses: manifest.classes.length, classNames: manifest.classes });
+  return new InMemoryDataset({
+    name: manifest.name,
+    inputs,
+    labels,
+    inputShape: [...shape],
+    numClasses: manifest.classes.length,
+    classNames: manifest.classes,
+  });
 }

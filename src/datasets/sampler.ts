@@ -112,9 +112,7 @@ const RANDPERM_MAX_N = TWO_POW_32;
  */
 export function randpermWithGenerator(n: number, gen: Mt19937): Uint32Array {
   if (!Number.isSafeInteger(n) || n < 0 || n > RANDPERM_MAX_N) {
-    throw new RangeError(
-      `Invalid n ${String(n)}: n must be an integer in [0, ${RANDPERM_MAX_N}]`,
-    );
+    throw new RangeError(`Invalid n ${String(n)}: n must be an integer in [0, ${RANDPERM_MAX_N}]`);
   }
   const r = new Uint32Array(n);
   if (n < RANDPERM_SMALL_N_LIMIT) {
@@ -188,8 +186,7 @@ function epochOrderArray(datasetLength: number, options: EpochOrderOptions): Uin
   const effectiveSeed = seed + epoch;
   if (!Number.isSafeInteger(effectiveSeed)) {
     throw new RangeError(
-      `Invalid seed + epoch ${seed} + ${epoch}: the sum must be a safe integer ` +
-        `(|seed + epoch| <= ${Number.MAX_SAFE_INTEGER})`,
+      `Invalid seed + epoch ${seed} + ${epoch}: the sum must be a safe integer ` + `(|seed + epoch| <= ${Number.MAX_SAFE_INTEGER})`,
     );
   }
   return randpermWithGenerator(datasetLength, new Mt19937(effectiveSeed));
@@ -244,15 +241,11 @@ export class DistributedSampler implements Iterable<number> {
     checkDatasetLength(datasetLength);
     const { numReplicas, rank } = options;
     if (!Number.isSafeInteger(numReplicas) || numReplicas < 1) {
-      throw new RangeError(
-        `Invalid numReplicas ${String(numReplicas)}, numReplicas should be a positive integer`,
-      );
+      throw new RangeError(`Invalid numReplicas ${String(numReplicas)}, numReplicas should be a positive integer`);
     }
     // Same wording as torch's ValueError, plus the integer requirement.
     if (!Number.isSafeInteger(rank) || rank < 0 || rank >= numReplicas) {
-      throw new RangeError(
-        `Invalid rank ${String(rank)}, rank should be an integer in the interval [0, ${numReplicas - 1}]`,
-      );
+      throw new RangeError(`Invalid rank ${String(rank)}, rank should be an integer in the interval [0, ${numReplicas - 1}]`);
     }
     const seed = options.seed ?? 0;
     checkSafeInteger('seed', seed);
@@ -383,17 +376,14 @@ export class DistributedSampler implements Iterable<number> {
 
 function checkDatasetLength(datasetLength: number): void {
   if (!Number.isSafeInteger(datasetLength) || datasetLength < 0) {
-    throw new RangeError(
-      `Invalid datasetLength ${String(datasetLength)}, datasetLength should be a non-negative integer`,
-    );
+    throw new RangeError(`Invalid datasetLength ${String(datasetLength)}, datasetLength should be a non-negative integer`);
   }
 }
 
 function checkSafeInteger(name: string, value: number): void {
   if (!Number.isSafeInteger(value)) {
     throw new RangeError(
-      `Invalid ${name} ${String(value)}, ${name} should be an integer ` +
-        `(a safe integer, |${name}| <= ${Number.MAX_SAFE_INTEGER})`,
+      `Invalid ${name} ${String(value)}, ${name} should be an integer ` + `(a safe integer, |${name}| <= ${Number.MAX_SAFE_INTEGER})`,
     );
   }
 }

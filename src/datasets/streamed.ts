@@ -60,7 +60,10 @@ export class StreamedDataset implements Dataset {
   async prepare(indices: ArrayLike<number>): Promise<void> {
     const wanted = [...new Set(Array.from(indices))];
     for (const [k, i] of wanted.entries()) this.check(i, k);
-    if (wanted.length > this.cacheSamples) throw new DatasetError(`${this.name}: a batch of ${wanted.length} samples does not fit a cache of ${this.cacheSamples}: raise cacheSamples`);
+    if (wanted.length > this.cacheSamples)
+      throw new DatasetError(
+        `${this.name}: a batch of ${wanted.length} samples does not fit a cache of ${this.cacheSamples}: raise cacheSamples`,
+      );
     const loaded = await Promise.all(wanted.map((i) => this.cache.get(i) ?? this.loadOnce(i)));
     // Used now: newest in the cache, and nothing of this batch evicted to make room for it.
     wanted.forEach((i, k) => {
@@ -82,7 +85,10 @@ export class StreamedDataset implements Dataset {
       const i = indices[k]!;
       this.check(i, k);
       const input = this.cache.get(i);
-      if (!input) throw new DatasetError(`${this.name}: sample ${i} is not loaded: a streamed dataset loads a batch's samples with prepare(indices) (or fetchBatch) before batch()`);
+      if (!input)
+        throw new DatasetError(
+          `${this.name}: sample ${i} is not loaded: a streamed dataset loads a batch's samples with prepare(indices) (or fetchBatch) before batch()`,
+        );
       x.set(input, k * size);
       y[k] = this.labels[i]!;
     }
@@ -90,7 +96,8 @@ export class StreamedDataset implements Dataset {
   }
 
   private check(i: number, position: number): void {
-    if (!Number.isInteger(i) || i < 0 || i >= this.length) throw new DatasetError(`${this.name}: index ${i} (position ${position}) is out of range for a dataset of length ${this.length}`);
+    if (!Number.isInteger(i) || i < 0 || i >= this.length)
+      throw new DatasetError(`${this.name}: index ${i} (position ${position}) is out of range for a dataset of length ${this.length}`);
   }
 
   private loadOnce(i: number): Promise<Float32Array> {
@@ -98,7 +105,10 @@ export class StreamedDataset implements Dataset {
     if (!p) {
       p = this.throttled(() => this.load(i))
         .then((input) => {
-          if (input.length !== this.sampleSize) throw new DatasetError(`${this.name}: sample ${i} loaded ${input.length} values, not the ${this.sampleSize} of [${this.inputShape.join(', ')}]`);
+          if (input.length !== this.sampleSize)
+            throw new DatasetError(
+              `${this.name}: sample ${i} loaded ${input.length} values, not the ${this.sampleSize} of [${this.inputShape.join(', ')}]`,
+            );
           this.loads++;
           return input;
         })

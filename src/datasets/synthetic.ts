@@ -2,7 +2,6 @@
 import { DatasetError, InMemoryDataset } from './dataset.ts';
 import { hash32 } from '../wire/hash.ts';
 
-
 export interface SyntheticDatasetOptions {
   length: number;
   /** Features per sample; inputShape is [inputSize]. */

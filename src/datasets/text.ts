@@ -56,10 +56,15 @@ export class TextDataset implements Dataset {
     readonly contextLength: number,
     vocabSize: number,
   ) {
-    if (!Number.isSafeInteger(contextLength) || contextLength < 1) throw new DatasetError(`${name}: the context length must be a positive integer, got ${contextLength}`);
-    if (ids.length < contextLength + 1) throw new DatasetError(`${name}: ${ids.length} tokens make no window of ${contextLength} + 1: use a longer text or a shorter context`);
+    if (!Number.isSafeInteger(contextLength) || contextLength < 1)
+      throw new DatasetError(`${name}: the context length must be a positive integer, got ${contextLength}`);
+    if (ids.length < contextLength + 1)
+      throw new DatasetError(
+        `${name}: ${ids.length} tokens make no window of ${contextLength} + 1: use a longer text or a shorter context`,
+      );
     for (let i = 0; i < ids.length; i++) {
-      if (ids[i]! < 0 || ids[i]! >= vocabSize) throw new DatasetError(`${name}: token ${ids[i]} at ${i} is outside the vocabulary [0, ${vocabSize})`);
+      if (ids[i]! < 0 || ids[i]! >= vocabSize)
+        throw new DatasetError(`${name}: token ${ids[i]} at ${i} is outside the vocabulary [0, ${vocabSize})`);
     }
     this.name = name;
     this.length = Math.floor((ids.length - 1) / contextLength);
@@ -74,7 +79,8 @@ export class TextDataset implements Dataset {
     const y = new Int32Array(indices.length * t);
     for (let k = 0; k < indices.length; k++) {
       const w = indices[k]!;
-      if (!Number.isInteger(w) || w < 0 || w >= this.length) throw new DatasetError(`${this.name}: window ${w} (position ${k}) is out of range for ${this.length} windows`);
+      if (!Number.isInteger(w) || w < 0 || w >= this.length)
+        throw new DatasetError(`${this.name}: window ${w} (position ${k}) is out of range for ${this.length} windows`);
       x.set(this.ids.subarray(w * t, (w + 1) * t), k * t);
       y.set(this.ids.subarray(w * t + 1, (w + 1) * t + 1), k * t);
     }
@@ -88,7 +94,10 @@ export class TextDataset implements Dataset {
  * one tokenizer from the whole text. `unigram` is the entropy of the training text's characters,
  * in nats: the loss of a model that learnt only their frequencies, the baseline to beat.
  */
-export function textDatasets(text: string, options: { contextLength: number; name?: string; testFraction?: number }): { train: TextDataset; test: TextDataset; tokenizer: CharTokenizer; unigram: number } {
+export function textDatasets(
+  text: string,
+  options: { contextLength: number; name?: string; testFraction?: number },
+): { train: TextDataset; test: TextDataset; tokenizer: CharTokenizer; unigram: number } {
   const name = options.name ?? 'text';
   const tokenizer = CharTokenizer.fromText(text);
   const ids = tokenizer.encode(text);

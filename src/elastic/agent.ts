@@ -78,7 +78,8 @@ export function checkSchedule(o: ScheduleOptions & { stopVote?: unknown }): void
   if (!positiveInt(o.batchSize)) throw new RangeError(`batchSize must be a positive integer, got ${o.batchSize}`);
   if (o.epochs !== undefined && !positiveInt(o.epochs)) throw new RangeError(`epochs must be a positive integer, got ${o.epochs}`);
   if (o.steps != null && !positiveInt(o.steps)) throw new RangeError(`steps must be a positive integer, got ${o.steps}`);
-  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all') throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
+  if (o.stopVote !== undefined && o.stopVote !== 'any' && o.stopVote !== 'all')
+    throw new RangeError(`stopVote must be 'any' or 'all', got ${String(o.stopVote)}`);
 }
 
 /** What a round that did not end the run asks for: admit the members waiting. */

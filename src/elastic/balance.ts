@@ -151,7 +151,10 @@ export function splitByCost(count: number, models: readonly RankCost[], quantum:
   const unitSize = count >= q * n ? q : 1;
   const units = Math.floor(count / unitSize);
   const most = Math.ceil(units * maxShare(n));
-  const capacity = (T: number) => models.map((m) => (T >= m.overhead + m.perSample * unitSize ? Math.min(most, Math.floor((T - m.overhead) / (m.perSample * unitSize))) : 0));
+  const capacity = (T: number) =>
+    models.map((m) =>
+      T >= m.overhead + m.perSample * unitSize ? Math.min(most, Math.floor((T - m.overhead) / (m.perSample * unitSize))) : 0,
+    );
   const total = (caps: number[]) => caps.reduce((a, b) => a + b, 0);
   let lo = 0;
   let hi = Math.max(...models.map((m) => m.overhead + m.perSample * unitSize * units));
@@ -245,7 +248,12 @@ export class BatchBalancer {
     const ideal = splitByCost(count, models, quantum, probe);
     const kept = !probe && this.split !== null && keepSplit(this.split, ideal, models);
     if (!kept) this.split = ideal;
-    this.decisions.set(step, { counts: [...this.split!], perSampleMs: models.map((m) => m.perSample), overheadMs: models.map((m) => m.overhead), probeAt: (Math.floor(step / PROBE_EVERY) + 1) * PROBE_EVERY });
+    this.decisions.set(step, {
+      counts: [...this.split!],
+      perSampleMs: models.map((m) => m.perSample),
+      overheadMs: models.map((m) => m.overhead),
+      probeAt: (Math.floor(step / PROBE_EVERY) + 1) * PROBE_EVERY,
+    });
     if (this.decisions.size > DECISIONS_KEPT) this.decisions.delete(this.decisions.keys().next().value!);
     return [...this.split!];
   }

@@ -101,18 +101,22 @@ export async function saveState(
 ): Promise<{ name: string; bytes: number }> {
   const sd = await state.stateDict();
   const { optimizer, header } = appendCommHookState(sd.optimizer, o.commHook);
-  return saveCheckpoint(o.url, o.session, {
-    // `step` on top: the server names the file after it.
-    meta: {
-      step: sd.progress.step,
-      progress: { ...sd.progress },
-      run: { ...run },
-      extras: sd.extras,
-      ...(o.meta === undefined ? {} : { user: o.meta }),
-      ...(header === null ? {} : { commHook: header }),
+  return saveCheckpoint(
+    o.url,
+    o.session,
+    {
+      // `step` on top: the server names the file after it.
+      meta: {
+        step: sd.progress.step,
+        progress: { ...sd.progress },
+        run: { ...run },
+        extras: sd.extras,
+        ...(o.meta === undefined ? {} : { user: o.meta }),
+        ...(header === null ? {} : { commHook: header }),
+      },
+      model: sd.model,
+      optimizer,
     },
-    model: sd.model,
-    optimizer,
-  }, { token: o.token, ...(o.part === undefined ? {} : { part: o.part }) });
+    { token: o.token, ...(o.part === undefined ? {} : { part: o.part }) },
+  );
 }
-

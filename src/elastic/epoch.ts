@@ -28,7 +28,13 @@ export interface EpochOptions {
 
 /** The rest of the epoch `progress` is in, for sampler rank `o.rank` of `o.numReplicas`. */
 export function planEpoch(length: number, progress: Progress, o: EpochOptions): EpochPlan {
-  const sampler = new DistributedSampler(length, { numReplicas: o.numReplicas, rank: o.rank, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
+  const sampler = new DistributedSampler(length, {
+    numReplicas: o.numReplicas,
+    rank: o.rank,
+    shuffle: o.shuffle,
+    seed: o.seed,
+    dropLast: o.dropLast,
+  });
   sampler.loadStateDict({ epoch: progress.epoch, position: progress.position });
   const indices = sampler.indices();
   return {
@@ -36,7 +42,9 @@ export function planEpoch(length: number, progress: Progress, o: EpochOptions): 
     firstPadding: indices.length - sampler.numPadding,
     samples: sampler.numSamples,
     stepsLeft: Math.ceil(indices.length / o.batchSize),
-    fullEpochSteps: Math.ceil(new DistributedSampler(length, { numReplicas: o.numReplicas, rank: 0, dropLast: o.dropLast }).numSamples / o.batchSize),
+    fullEpochSteps: Math.ceil(
+      new DistributedSampler(length, { numReplicas: o.numReplicas, rank: 0, dropLast: o.dropLast }).numSamples / o.batchSize,
+    ),
   };
 }
 

@@ -52,7 +52,17 @@ export type AgentEvent =
    * rank given no samples reports null for its loss and accuracy). `balance`: with balanced
    * batches, the step's split and why (each rank's cost model; when ranks given none get some again).
    */
-  | { type: 'step'; round: string; rank: number; step: number; epoch: number; totalSteps: number; metrics: StepMetrics[]; elapsedMs: number; balance?: StepBalance }
+  | {
+      type: 'step';
+      round: string;
+      rank: number;
+      step: number;
+      epoch: number;
+      totalSteps: number;
+      metrics: StepMetrics[];
+      elapsedMs: number;
+      balance?: StepBalance;
+    }
   /** This rank's shard of an epoch in this round. */
   | { type: 'epoch'; round: string; rank: number; epoch: number; samples: number; datasetLength: number; stepsPerEpoch: number }
   | { type: 'peer-lost'; round: string; rank: number; peer: number; reason: string }

@@ -65,24 +65,35 @@ export function readHookStateHeader(raw: unknown, maxElements: number = Number.M
   const bad = (why: string) => new HookStateFormatError(why);
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw bad('it is not an object');
   const h = raw as Partial<Record<keyof HookStateHeader, unknown>>;
-  if (typeof h.name !== 'string' || h.name.length === 0 || h.name.length > MAX_NAME) throw bad('its name is not a string of 1 to 1000 characters');
+  if (typeof h.name !== 'string' || h.name.length === 0 || h.name.length > MAX_NAME)
+    throw bad('its name is not a string of 1 to 1000 characters');
   if (typeof h.meta !== 'object' || h.meta === null || Array.isArray(h.meta)) throw bad('its meta is not an object');
   const meta: HookState['meta'] = Object.fromEntries(
     Object.entries(h.meta).map(([key, value]) => {
-      if (!(value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value)))) {
+      if (
+        !(
+          value === null ||
+          typeof value === 'string' ||
+          typeof value === 'boolean' ||
+          (typeof value === 'number' && Number.isFinite(value))
+        )
+      ) {
         throw bad(`its meta's ${JSON.stringify(key.slice(0, 40))} is not a number, a string, a boolean or null`);
       }
       return [key, value as string | number | boolean | null];
     }),
   );
-  if (!Array.isArray(h.tensors) || h.tensors.length > MAX_HOOK_STATE_TENSORS) throw bad(`its tensors are not a list of at most ${MAX_HOOK_STATE_TENSORS}`);
+  if (!Array.isArray(h.tensors) || h.tensors.length > MAX_HOOK_STATE_TENSORS)
+    throw bad(`its tensors are not a list of at most ${MAX_HOOK_STATE_TENSORS}`);
   const names = new Set<string>();
   let total = 0;
   const tensors = h.tensors.map((t: unknown, i) => {
     const { name, length } = (typeof t === 'object' && t !== null ? t : {}) as { name?: unknown; length?: unknown };
-    if (typeof name !== 'string' || name.length > MAX_NAME || names.has(name)) throw bad(`tensor ${i}'s name is missing, too long or repeated`);
+    if (typeof name !== 'string' || name.length > MAX_NAME || names.has(name))
+      throw bad(`tensor ${i}'s name is missing, too long or repeated`);
     names.add(name);
-    if (typeof length !== 'number' || !Number.isSafeInteger(length) || length < 0) throw bad(`tensor ${i} (${JSON.stringify(name.slice(0, 40))}) has no length`);
+    if (typeof length !== 'number' || !Number.isSafeInteger(length) || length < 0)
+      throw bad(`tensor ${i} (${JSON.stringify(name.slice(0, 40))}) has no length`);
     total += length;
     if (total > maxElements) throw bad(`its tensors hold more than the ${maxElements} values allowed`);
     return { name, length };
@@ -110,7 +121,10 @@ const hookSpecName = (tensor: string) => `commHook/${tensor}`;
  * A checkpoint's optimizer section with `commHook`'s values after the optimizer's own, and the
  * header that goes in its meta (`meta.commHook`); the section unchanged and no header without one.
  */
-export function appendCommHookState(optimizer: TensorBundle, commHook: HookState | null | undefined): { optimizer: TensorBundle; header: HookStateHeader | null } {
+export function appendCommHookState(
+  optimizer: TensorBundle,
+  commHook: HookState | null | undefined,
+): { optimizer: TensorBundle; header: HookStateHeader | null } {
   if (!commHook) return { optimizer, header: null };
   const { header, data } = flattenHookState(commHook);
   const bytes = new Uint8Array(optimizer.weightData.byteLength + data.byteLength);
@@ -126,7 +140,11 @@ export function appendCommHookState(optimizer: TensorBundle, commHook: HookState
  * none, as every checkpoint saved before hooks were). Throws CheckpointCorruptError('header')
  * when `meta.commHook` does not match the section's last tensors.
  */
-export function splitCommHookState(meta: Record<string, unknown>, optimizer: TensorBundle, name?: string): { optimizer: TensorBundle; commHook: HookState | null } {
+export function splitCommHookState(
+  meta: Record<string, unknown>,
+  optimizer: TensorBundle,
+  name?: string,
+): { optimizer: TensorBundle; commHook: HookState | null } {
   if (meta.commHook === undefined || meta.commHook === null) return { optimizer, commHook: null };
   const corrupt = (why: string) => new CheckpointCorruptError('header', `its communication hook state ${why}`, name);
   let header: HookStateHeader;
@@ -140,12 +158,24 @@ export function splitCommHookState(meta: Record<string, unknown>, optimizer: Ten
   const specs = optimizer.weightSpecs;
   const own = specs.slice(0, specs.length - n);
   const theirs = specs.slice(specs.length - n);
-  if (specs.length < n || !theirs.every((s, i) => s.name === hookSpecName(header.tensors[i]!.name) && s.dtype === 'float32' && s.shape.length === 1 && s.shape[0] === header.tensors[i]!.length)) {
+  if (
+    specs.length < n ||
+    !theirs.every(
+      (s, i) =>
+        s.name === hookSpecName(header.tensors[i]!.name) &&
+        s.dtype === 'float32' &&
+        s.shape.length === 1 &&
+        s.shape[0] === header.tensors[i]!.length,
+    )
+  ) {
     throw corrupt(`lists ${n} tensors that are not the optimizer section's last ${n}`);
   }
   const hookBytes = 4 * hookStateElements(header);
   const total = optimizer.weightData.byteLength;
   if (hookBytes > total) throw corrupt(`needs ${hookBytes} bytes, the optimizer section has ${total}`);
   const values = new Float32Array(optimizer.weightData.slice(total - hookBytes));
-  return { optimizer: { weightSpecs: own, weightData: optimizer.weightData.slice(0, total - hookBytes) }, commHook: unflattenHookState(header, values) };
+  return {
+    optimizer: { weightSpecs: own, weightData: optimizer.weightData.slice(0, total - hookBytes) },
+    commHook: unflattenHookState(header, values),
+  };
 }

@@ -93,7 +93,14 @@ interface Status {
  * Gives every rank of `pg` the same state, from the source `chooseSource` picks among the ranks'
  * claims (or a checkpoint, or the seed, when nobody has live state).
  */
-export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecord, claim: StateClaim, o: RecoveryOptions, hook?: RecoveryHook): Promise<Recovered> {
+export async function recover(
+  pg: ProcessGroup,
+  state: TrainState,
+  run: RunRecord,
+  claim: StateClaim,
+  o: RecoveryOptions,
+  hook?: RecoveryHook,
+): Promise<Recovered> {
   const started = performance.now();
   const keep = o.keepSameState ?? true;
   // A live rank's state, read once: its digest goes with the claim, and the source sends it.
@@ -109,14 +116,28 @@ export async function recover(pg: ProcessGroup, state: TrainState, run: RunRecor
   );
   const gathered = await pg.allGather(mine);
   const claimsMs = performance.now() - started;
-  const statuses = Array.from({ length: pg.worldSize }, (_, r) => readStatus(r, gathered.subarray(CLAIM_WORDS * r, CLAIM_WORDS * r + CLAIM_WORDS)));
+  const statuses = Array.from({ length: pg.worldSize }, (_, r) =>
+    readStatus(r, gathered.subarray(CLAIM_WORDS * r, CLAIM_WORDS * r + CLAIM_WORDS)),
+  );
   const source = chooseSource(statuses, { instance: instanceTag(pg.instance), round: pg.round });
   if (source === undefined) {
     // Nobody has trained yet: a checkpoint, if there is one, else the seed.
     const restored = pg.rank === 0 ? await restoreFromCheckpoint(state, o) : null;
     const flag = await pg.broadcast(Float32Array.of(restored ? 1 : 0), 0);
-    if (flag[0] === 0) return { run: { generations: 0, stepsRedone: 0, resumes: [] }, source: 'fresh', from: 0, redone: false, transferred: false, claimsMs, skipped: [], commHook: { name: null, state: null } };
-    const mine = restored ? { run: restored.run, note: restored.note, commHook: restored.commHook, commHookName: restored.commHook?.name } : null;
+    if (flag[0] === 0)
+      return {
+        run: { generations: 0, stepsRedone: 0, resumes: [] },
+        source: 'fresh',
+        from: 0,
+        redone: false,
+        transferred: false,
+        claimsMs,
+        skipped: [],
+        commHook: { name: null, state: null },
+      };
+    const mine = restored
+      ? { run: restored.run, note: restored.note, commHook: restored.commHook, commHookName: restored.commHook?.name }
+      : null;
     const shared = await broadcastState(pg, 0, state, mine);
     const note = shared.note ?? 'resumed from a checkpoint';
     return {
@@ -187,14 +208,18 @@ const CLAIM_WORDS = 6;
  * match; local SGD's drifting replicas, a joiner or a rank a step behind do not.
  */
 function sameAs(s: Status, src: Status): boolean {
-  return s.live && s.digest !== null && s.digest === src.digest && s.step === src.step && s.instance === src.instance && s.round === src.round;
+  return (
+    s.live && s.digest !== null && s.digest === src.digest && s.step === src.step && s.instance === src.instance && s.round === src.round
+  );
 }
 
 /** What a state transfer would make every rank hold: progress, extras, run record, model and optimizer bytes. */
 function stateDigest(sd: TrainStateDict, run: RunRecord): [number, number] {
   // Shapes and types, not names: TF.js names layers by a counter of its own in each page.
   const layout = (specs: WeightSpec[]) => specs.map((w) => [w.shape, w.dtype]);
-  const text = new TextEncoder().encode(JSON.stringify([sd.progress, sd.extras, run, layout(sd.model.weightSpecs), layout(sd.optimizer.weightSpecs)]));
+  const text = new TextEncoder().encode(
+    JSON.stringify([sd.progress, sd.extras, run, layout(sd.model.weightSpecs), layout(sd.optimizer.weightSpecs)]),
+  );
   return digest48([text, new Uint8Array(sd.model.weightData), new Uint8Array(sd.optimizer.weightData)]);
 }
 
@@ -249,4 +274,3 @@ function instanceTag(instance: string): number {
   for (let i = 0; i < instance.length; i++) h = Math.imul(h ^ instance.charCodeAt(i), 0x01000193);
   return (h >>> 0) & 0xffffff;
 }
-

@@ -11,7 +11,15 @@ import { StateTransferError } from '../wire/errors.ts';
 import type { WeightSpec } from '../wire/tfjs_artifacts.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import type { Json, Progress, TrainState, TrainStateDict } from '../checkpoint/state_dict.ts';
-import { flattenHookState, hookStateElements, HookStateFormatError, readHookStateHeader, unflattenHookState, type HookState, type HookStateHeader } from './hook_state.ts';
+import {
+  flattenHookState,
+  hookStateElements,
+  HookStateFormatError,
+  readHookStateHeader,
+  unflattenHookState,
+  type HookState,
+  type HookStateHeader,
+} from './hook_state.ts';
 import { isProgress, isRunRecord, type RunRecord } from './run_record.ts';
 
 interface Header {
@@ -72,7 +80,12 @@ export async function broadcastState(pg: ProcessGroup, source: number, state: Tr
   const words = packed ? packed.header : new Float32Array(headerWords(source, length[0]!));
   await pg.broadcast(words, source);
   const { header, layout, bodyWords } = readHeader(source, words, state.model);
-  if (packed && packed.body.length !== bodyWords) throw new StateTransferError(source, 'communication hook state', `its header announces ${bodyWords} words of state, its tensors hold ${packed.body.length}`);
+  if (packed && packed.body.length !== bodyWords)
+    throw new StateTransferError(
+      source,
+      'communication hook state',
+      `its header announces ${bodyWords} words of state, its tensors hold ${packed.body.length}`,
+    );
   // Weights, optimizer state and the hook's values in one broadcast: each broadcast is a round
   // trip through the whole group (at 32 tabs on two cores about 0.6 s).
   const body = packed ? packed.body : new Float32Array(bodyWords);
@@ -87,7 +100,13 @@ export async function broadcastState(pg: ProcessGroup, source: number, state: Tr
  * without waiting for an answer); the others take part in nothing. One message's latency rather
  * than three broadcasts' through the whole group.
  */
-export async function sendToNeeders(pg: ProcessGroup, holders: number[], needers: number[], state: TrainState, mine: SourceExtras): Promise<Shared | null> {
+export async function sendToNeeders(
+  pg: ProcessGroup,
+  holders: number[],
+  needers: number[],
+  state: TrainState,
+  mine: SourceExtras,
+): Promise<Shared | null> {
   const senderOf = (k: number) => holders[k % holders.length]!;
   const me = pg.rank;
   if (holders.includes(me)) {
@@ -150,13 +169,21 @@ async function packState(state: TrainState, mine: SourceExtras): Promise<{ heade
 /** A declared header length, checked before anything is allocated for it. */
 function headerWords(source: number, declared: number): number {
   if (!Number.isSafeInteger(declared) || declared < 0 || declared * 4 > MAX_STATE_HEADER_BYTES) {
-    throw new StateTransferError(source, 'header', `a header of ${declared} 4-byte words is not a length up to ${MAX_STATE_HEADER_BYTES} bytes`);
+    throw new StateTransferError(
+      source,
+      'header',
+      `a header of ${declared} 4-byte words is not a length up to ${MAX_STATE_HEADER_BYTES} bytes`,
+    );
   }
   return declared;
 }
 
 /** The header from `source`, checked against this rank's model, and the body's length it announces. */
-function readHeader(source: number, words: Float32Array, model: tf.LayersModel): { header: Header; layout: ReturnType<typeof checkLayout>; bodyWords: number } {
+function readHeader(
+  source: number,
+  words: Float32Array,
+  model: tf.LayersModel,
+): { header: Header; layout: ReturnType<typeof checkLayout>; bodyWords: number } {
   const header = parseHeader(source, words);
   const layout = checkLayout(source, header, model);
   const hookWords = layout.commHook ? hookStateElements(layout.commHook) : 0;
@@ -168,7 +195,9 @@ async function loadState(state: TrainState, header: Header, layout: ReturnType<t
   const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
   const model = bytes.slice(0, layout.modelBytes).buffer;
   const optimizer = bytes.slice(layout.modelBytes, layout.modelBytes + layout.optimizerBytes).buffer;
-  const hookState = layout.commHook ? unflattenHookState(layout.commHook, body.slice((layout.modelBytes + layout.optimizerBytes) / 4)) : null;
+  const hookState = layout.commHook
+    ? unflattenHookState(layout.commHook, body.slice((layout.modelBytes + layout.optimizerBytes) / 4))
+    : null;
   await state.loadStateDict({
     progress: header.progress,
     extras: header.extras,
@@ -194,7 +223,8 @@ function parseHeader(source: number, words: Float32Array): Header {
   if (h.note !== undefined && typeof h.note !== 'string') throw bad('its note is not a string');
   if (!Array.isArray(h.modelSpecs) || !Array.isArray(h.optimizerSpecs)) throw bad('its weight specs are not lists');
   if (typeof h.modelBytes !== 'number' || typeof h.optimizerBytes !== 'number') throw bad('its byte counts are not numbers');
-  if (h.commHookName !== undefined && (typeof h.commHookName !== 'string' || h.commHookName.length > 1_000)) throw bad('its communication hook name is not a string');
+  if (h.commHookName !== undefined && (typeof h.commHookName !== 'string' || h.commHookName.length > 1_000))
+    throw bad('its communication hook name is not a string');
   return { ...h, extras: h.extras ?? null } as Header;
 }
 
@@ -208,7 +238,13 @@ function checkLayout(
   source: number,
   h: Header,
   model: tf.LayersModel,
-): { modelSpecs: WeightSpec[]; modelBytes: number; optimizerSpecs: WeightSpec[]; optimizerBytes: number; commHook: HookStateHeader | null } {
+): {
+  modelSpecs: WeightSpec[];
+  modelBytes: number;
+  optimizerSpecs: WeightSpec[];
+  optimizerBytes: number;
+  commHook: HookStateHeader | null;
+} {
   const weights = model.weights;
   if (h.modelSpecs.length !== weights.length) {
     throw new StateTransferError(source, 'model', `it sends ${h.modelSpecs.length} weight tensors, this model has ${weights.length}`);
@@ -216,7 +252,8 @@ function checkLayout(
   const names = new Set<string>();
   const cleanName = (spec: unknown, where: string): string => {
     const name = (spec as Partial<WeightSpec> | null)?.name;
-    if (typeof name !== 'string' || name.length > 1_000 || names.has(name)) throw new StateTransferError(source, where, 'its name is missing, too long or repeated');
+    if (typeof name !== 'string' || name.length > 1_000 || names.has(name))
+      throw new StateTransferError(source, where, 'its name is missing, too long or repeated');
     names.add(name);
     return name;
   };
@@ -226,17 +263,26 @@ function checkLayout(
     const where = `parameter ${i} (${w.originalName})`;
     const s = spec as Partial<WeightSpec> | null;
     if (!sameShape(s?.shape, w.shape) || s?.dtype !== w.dtype || !fourByte(w.dtype)) {
-      throw new StateTransferError(source, where, `it sends shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)}, this model has [${w.shape.join(', ')}] ${w.dtype}`);
+      throw new StateTransferError(
+        source,
+        where,
+        `it sends shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)}, this model has [${w.shape.join(', ')}] ${w.dtype}`,
+      );
     }
     modelBytes += numel(w.shape as number[]) * 4;
     return { name: cleanName(spec, where), shape: [...(w.shape as number[])], dtype: w.dtype };
   });
-  if (h.modelBytes !== modelBytes) throw new StateTransferError(source, 'model', `it announces ${h.modelBytes} bytes of weights, this model's weights take ${modelBytes}`);
+  if (h.modelBytes !== modelBytes)
+    throw new StateTransferError(source, 'model', `it announces ${h.modelBytes} bytes of weights, this model's weights take ${modelBytes}`);
 
   const slotShapes = [[], ...model.trainableWeights.map((w) => w.shape as number[])];
   const maxSlots = 1 + 3 * model.trainableWeights.length;
   if (h.optimizerSpecs.length > maxSlots) {
-    throw new StateTransferError(source, 'optimizer', `it sends ${h.optimizerSpecs.length} optimizer tensors, more than the ${maxSlots} an optimizer of this model's ${model.trainableWeights.length} trainable weights has`);
+    throw new StateTransferError(
+      source,
+      'optimizer',
+      `it sends ${h.optimizerSpecs.length} optimizer tensors, more than the ${maxSlots} an optimizer of this model's ${model.trainableWeights.length} trainable weights has`,
+    );
   }
   let optimizerBytes = 0;
   const optimizerSpecs = h.optimizerSpecs.map((spec: unknown, i): WeightSpec => {
@@ -244,13 +290,21 @@ function checkLayout(
     const where = `optimizer tensor ${i}`;
     const shape = slotShapes.find((sh) => sameShape(s?.shape, sh));
     if (!shape || typeof s?.dtype !== 'string' || !fourByte(s.dtype)) {
-      throw new StateTransferError(source, where, `shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)} is neither a scalar nor the shape of one of this model's trainable weights`);
+      throw new StateTransferError(
+        source,
+        where,
+        `shape ${describeShape(s?.shape)} ${String(s?.dtype).slice(0, 20)} is neither a scalar nor the shape of one of this model's trainable weights`,
+      );
     }
     optimizerBytes += numel(shape) * 4;
     return { name: cleanName(spec, where), shape: [...shape], dtype: s.dtype };
   });
   if (h.optimizerBytes !== optimizerBytes) {
-    throw new StateTransferError(source, 'optimizer', `it announces ${h.optimizerBytes} bytes of optimizer state, its tensors take ${optimizerBytes}`);
+    throw new StateTransferError(
+      source,
+      'optimizer',
+      `it announces ${h.optimizerBytes} bytes of optimizer state, its tensors take ${optimizerBytes}`,
+    );
   }
   let commHook: HookStateHeader | null = null;
   if (h.commHook != null) {
@@ -269,7 +323,12 @@ function sameShape(a: unknown, b: readonly (number | null)[]): boolean {
 }
 
 function describeShape(shape: unknown): string {
-  return Array.isArray(shape) ? `[${shape.slice(0, 8).map((d) => String(d).slice(0, 12)).join(', ')}${shape.length > 8 ? ', ...' : ''}]` : 'none';
+  return Array.isArray(shape)
+    ? `[${shape
+        .slice(0, 8)
+        .map((d) => String(d).slice(0, 12))
+        .join(', ')}${shape.length > 8 ? ', ...' : ''}]`
+    : 'none';
 }
 
 function numel(shape: readonly number[]): number {
@@ -280,4 +339,3 @@ function numel(shape: readonly number[]): number {
 function fourByte(dtype: string): boolean {
   return dtype === 'float32' || dtype === 'int32';
 }
-

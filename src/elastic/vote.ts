@@ -33,11 +33,7 @@ export interface StepVote<M extends StepMetrics> {
  * runElastic's `balance`). `stopVote` 'all' stops only when
  * every rank asks at the same step.
  */
-export async function stepVote<M extends StepMetrics>(
-  pg: ProcessGroup,
-  mine: M,
-  wishes: VoteWishes,
-): Promise<StepVote<M>> {
+export async function stepVote<M extends StepMetrics>(pg: ProcessGroup, mine: M, wishes: VoteWishes): Promise<StepVote<M>> {
   const v = await stepsVote(pg, [mine], wishes);
   return { stoppedBy: v.stoppedBy, regroup: v.regroup, metrics: v.steps[0]!, works: v.works };
 }
@@ -126,7 +122,13 @@ function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): numb
  * wrong length (a hostile or broken rank's) counts as no wish and unknown (NaN) figures: every
  * rank reads the same rows, so every rank decides the same.
  */
-function readVote<M extends StepMetrics>(rows: number[][], rowLength: number, stepCount: number, names: string[], stopVote: 'any' | 'all' | undefined): StepsVote<M> {
+function readVote<M extends StepMetrics>(
+  rows: number[][],
+  rowLength: number,
+  stepCount: number,
+  names: string[],
+  stopVote: 'any' | 'all' | undefined,
+): StepsVote<M> {
   let stoppedBy: number | null = null;
   let stopVotes = 0;
   let regroup = false;

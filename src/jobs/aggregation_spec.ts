@@ -10,7 +10,11 @@ import { DEFAULT_CLIP_ITERATIONS, MAX_CLIP_ITERATIONS, type AggregationSpec } fr
 import { ATTACK_KINDS, type AttackKind, type AttackPlan } from '../parallel/robust/attacks.ts';
 
 /** An AggregationSpec as the job's configuration holds it: every field set (JSON as it is, in checkpoints' metadata). */
-export type AggregationConfig = { kind: 'mean' } | { kind: 'trimmed-mean'; trim: number } | { kind: 'median' } | { kind: 'centered-clip'; tau: number | 'auto'; iterations: number };
+export type AggregationConfig =
+  | { kind: 'mean' }
+  | { kind: 'trimmed-mean'; trim: number }
+  | { kind: 'median' }
+  | { kind: 'centered-clip'; tau: number | 'auto'; iterations: number };
 
 /**
  * The attack as the job's configuration holds it (for measuring defences): its kind, its
@@ -28,7 +32,11 @@ export type AttackConfig = {
 export function attackPlanOf(c: AttackConfig): AttackPlan {
   const { kind, strength, attackers } = c;
   if (strength === null) return { kind, attackers };
-  return kind === 'noise' ? { kind, std: strength, attackers } : kind === 'alie' ? { kind, z: strength, attackers } : { kind, factor: strength, attackers };
+  return kind === 'noise'
+    ? { kind, std: strength, attackers }
+    : kind === 'alie'
+      ? { kind, z: strength, attackers }
+      : { kind, factor: strength, attackers };
 }
 
 /**
@@ -73,15 +81,23 @@ export function parseAggregation(raw: string): AggregationConfig {
     case 'trimmed-mean': {
       const b = args.length === 1 && /^\d{1,3}$/.test(args[0]!) ? Number(args[0]) : NaN;
       if (!(Number.isSafeInteger(b) && b >= 1 && b < MAX_RANKS / 2)) {
-        throw bad(`trimmed-mean:B with B, the values cut at each end of every coordinate, an integer from 1 to ${MAX_RANKS / 2 - 1} (e.g. trimmed-mean:1, which needs at least 3 tabs to cut anything)`);
+        throw bad(
+          `trimmed-mean:B with B, the values cut at each end of every coordinate, an integer from 1 to ${MAX_RANKS / 2 - 1} (e.g. trimmed-mean:1, which needs at least 3 tabs to cut anything)`,
+        );
       }
       return { kind, trim: b };
     }
     case 'centered-clip': {
-      if (args.length > 2) throw bad(`${AGGREGATION_FORMS['centered-clip']} (e.g. centered-clip, centered-clip:0.5 or centered-clip:auto:5): at most two items after centered-clip`);
+      if (args.length > 2)
+        throw bad(
+          `${AGGREGATION_FORMS['centered-clip']} (e.g. centered-clip, centered-clip:0.5 or centered-clip:auto:5): at most two items after centered-clip`,
+        );
       const [tauText = 'auto', itText] = args;
       const tau = tauText === 'auto' ? 'auto' : /^\d{1,6}(\.\d{1,12})?(e-?\d{1,2})?$/.test(tauText) ? Number(tauText) : NaN;
-      if (tau !== 'auto' && !(Number.isFinite(tau) && tau > 0)) throw bad(`centered-clip:TAU with TAU a positive decimal number (the clipping radius, in the gradients' units) or auto (the median distance each iteration); "${tauText}" is not one`);
+      if (tau !== 'auto' && !(Number.isFinite(tau) && tau > 0))
+        throw bad(
+          `centered-clip:TAU with TAU a positive decimal number (the clipping radius, in the gradients' units) or auto (the median distance each iteration); "${tauText}" is not one`,
+        );
       const iterations = itText === undefined ? DEFAULT_CLIP_ITERATIONS : /^\d{1,3}$/.test(itText) ? Number(itText) : NaN;
       if (!(Number.isSafeInteger(iterations) && iterations >= 1 && iterations <= MAX_CLIP_ITERATIONS)) {
         throw bad(`centered-clip:TAU:ITERATIONS with ITERATIONS an integer from 1 to ${MAX_CLIP_ITERATIONS}; "${itText ?? ''}" is not one`);
@@ -109,7 +125,8 @@ export function formatAggregation(spec: AggregationSpec): string {
 }
 
 /** What the attack option may be, in words. */
-export const ATTACK_RULE = 'scale[:FACTOR], flip[:FACTOR], noise[:STD] or alie[:Z] (for measuring defences: the last `attackers` ranks play it on their own gradients; e.g. scale, flip:-4, noise:1, alie:1)';
+export const ATTACK_RULE =
+  'scale[:FACTOR], flip[:FACTOR], noise[:STD] or alie[:Z] (for measuring defences: the last `attackers` ranks play it on their own gradients; e.g. scale, flip:-4, noise:1, alie:1)';
 
 /** `scale[:FACTOR]`, `flip[:FACTOR]`, `noise[:STD]` or `alie[:Z]` as its kind and strength (null: the default in robust/attacks.ts). Throws ConfigError (option attack). */
 export function parseAttack(raw: string): Omit<AttackConfig, 'attackers'> {
@@ -119,8 +136,12 @@ export function parseAttack(raw: string): Omit<AttackConfig, 'attackers'> {
   const k = kind as AttackKind;
   if (args.length === 0) return { kind: k, strength: null };
   const n = args.length === 1 && /^-?\d{1,9}(\.\d{1,12})?$/.test(args[0]!) ? Number(args[0]) : NaN;
-  const what = k === 'noise' ? 'STD, a standard deviation >= 0' : k === 'alie' ? 'Z, the standard deviations to shift by' : 'FACTOR, the multiplier';
-  if (!Number.isFinite(n) || (k === 'noise' && n < 0)) throw bad(`${k}:${k === 'noise' ? 'STD' : k === 'alie' ? 'Z' : 'FACTOR'} with ${what} (a decimal number); "${args.join(':')}" is not one`);
+  const what =
+    k === 'noise' ? 'STD, a standard deviation >= 0' : k === 'alie' ? 'Z, the standard deviations to shift by' : 'FACTOR, the multiplier';
+  if (!Number.isFinite(n) || (k === 'noise' && n < 0))
+    throw bad(
+      `${k}:${k === 'noise' ? 'STD' : k === 'alie' ? 'Z' : 'FACTOR'} with ${what} (a decimal number); "${args.join(':')}" is not one`,
+    );
   return { kind: k, strength: n };
 }
 
@@ -132,12 +153,21 @@ export function formatAttack(spec: Pick<AttackConfig, 'kind' | 'strength'>): str
 /** `attack` and `attackers` as a plan (null: no attack), the attackers fewer than the smallest world (`min`). Throws ConfigError. */
 export function attackPlan(raw: string | null, attackers: number, min: number): AttackConfig | null {
   if (raw === null) {
-    if (attackers > 0) throw new ConfigError('attackers', String(attackers), '0 (or left out) without attack: it says how many ranks play the attack (give attack=scale|flip|noise|alie)');
+    if (attackers > 0)
+      throw new ConfigError(
+        'attackers',
+        String(attackers),
+        '0 (or left out) without attack: it says how many ranks play the attack (give attack=scale|flip|noise|alie)',
+      );
     return null;
   }
   const spec = parseAttack(raw);
   if (attackers < 1 || attackers >= min) {
-    throw new ConfigError('attackers', String(attackers), `from 1 to ${min - 1}, below the smallest world (min ${min}): the last K ranks attack and at least one must stay honest`);
+    throw new ConfigError(
+      'attackers',
+      String(attackers),
+      `from 1 to ${min - 1}, below the smallest world (min ${min}): the last K ranks attack and at least one must stay honest`,
+    );
   }
   return { ...spec, attackers };
 }
@@ -147,13 +177,34 @@ export function attackPlan(raw: string | null, attackers: number, min: number): 
  * pipelines, and (robust kinds) with a hook other than DiLoCo, whose outer step takes the
  * aggregation instead. Throws ConfigError.
  */
-export function checkRobust(raw: string, aggregation: AggregationConfig, attack: AttackConfig | null, hook: CommHookSpec, strategy: string, pp: number): void {
+export function checkRobust(
+  raw: string,
+  aggregation: AggregationConfig,
+  attack: AttackConfig | null,
+  hook: CommHookSpec,
+  strategy: string,
+  pp: number,
+): void {
   const option = aggregation.kind !== 'mean' ? 'aggregation' : attack ? 'attack' : null;
   if (option === null) return;
   const value = option === 'aggregation' ? raw : formatAttack(attack!);
-  if (strategy !== 'ddp') throw new ConfigError(option, value, `left out with strategy ${strategy}: robust aggregation and attacks are DDP's (every rank's gradients combined), and parameter servers take each push on its own`);
-  if (pp > 1) throw new ConfigError(option, value, `left out with pipeline stages (here pp ${pp}): robust aggregation with pipelines is not supported yet`);
+  if (strategy !== 'ddp')
+    throw new ConfigError(
+      option,
+      value,
+      `left out with strategy ${strategy}: robust aggregation and attacks are DDP's (every rank's gradients combined), and parameter servers take each push on its own`,
+    );
+  if (pp > 1)
+    throw new ConfigError(
+      option,
+      value,
+      `left out with pipeline stages (here pp ${pp}): robust aggregation with pipelines is not supported yet`,
+    );
   if (aggregation.kind !== 'mean' && hook.kind !== 'none' && hook.kind !== 'diloco') {
-    throw new ConfigError('aggregation', raw, `mean (or left out) with commHook ${formatCommHook(hook)}: robust aggregation needs every rank's whole gradient as sent, which a communication hook compresses or skips (with diloco, the outer step aggregates robustly)`);
+    throw new ConfigError(
+      'aggregation',
+      raw,
+      `mean (or left out) with commHook ${formatCommHook(hook)}: robust aggregation needs every rank's whole gradient as sent, which a communication hook compresses or skips (with diloco, the outer step aggregates robustly)`,
+    );
   }
 }

@@ -47,7 +47,10 @@ export const DEFAULT_DILOCO_OUTER_LR = 0.7;
 export const DEFAULT_DILOCO_OUTER_MOMENTUM = 0.9;
 
 /** A wire item's words, `:fp16|:bf16`, as the grammar writes them. */
-const wireItems = (wires: Record<string, unknown>): string => Object.keys(wires).map((w) => `:${w}`).join('|');
+const wireItems = (wires: Record<string, unknown>): string =>
+  Object.keys(wires)
+    .map((w) => `:${w}`)
+    .join('|');
 
 /**
  * The one rule of the option's text: each hook's name and form (the launcher's usage, the
@@ -70,7 +73,11 @@ export const COMM_HOOK_WIRES = { powersgd: Object.keys(POWERSGD_WIRES), diloco: 
 export const COMM_HOOK_GRAMMAR = COMM_HOOK_NAMES.map((k) => COMM_HOOK_FORMS[k]).join('|');
 
 /** What the option may be, in words (the option's rule, and the error for an unknown hook). */
-export const COMM_HOOK_RULE = `${COMM_HOOK_NAMES.slice(0, -1).map((k) => COMM_HOOK_FORMS[k]).join(', ')} or ${COMM_HOOK_FORMS[COMM_HOOK_NAMES.at(-1)!]} (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)`;
+export const COMM_HOOK_RULE = `${COMM_HOOK_NAMES.slice(0, -1)
+  .map((k) => COMM_HOOK_FORMS[k])
+  .join(
+    ', ',
+  )} or ${COMM_HOOK_FORMS[COMM_HOOK_NAMES.at(-1)!]} (e.g. fp16, powersgd:2, powersgd:2:fp16, localsgd:4, diloco:64 or diloco:64:stream4)`;
 
 /**
  * The option's text as a CommHookSpec: one of COMM_HOOK_FORMS. RANK and H are positive
@@ -82,7 +89,15 @@ export function parseCommHook(raw: string): CommHookSpec {
   const [kind = '', ...args] = raw.split(':');
   const bad = (rule: string) => new ConfigError('commHook', raw, rule);
   /** `item` (RANK, H, START) of `form` as a whole number in least..most; the error says what it is for and shows `example`. */
-  const item = (name: string, text: string | undefined, least: number, most: number, form: string, what: string, example: string): number => {
+  const item = (
+    name: string,
+    text: string | undefined,
+    least: number,
+    most: number,
+    form: string,
+    what: string,
+    example: string,
+  ): number => {
     const n = text !== undefined && /^\d{1,16}$/.test(text) ? Number(text) : NaN;
     if (Number.isSafeInteger(n) && n >= least && n <= most) return n;
     const range = least === 1 ? `a positive integer up to ${most}` : `an integer from ${least} to ${most}`;
@@ -100,15 +115,49 @@ export function parseCommHook(raw: string): CommHookSpec {
       const last = args[args.length - 1];
       const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
       const numbers = wire === 'float32' ? args : args.slice(0, -1);
-      if (numbers.length > 2) throw bad(`${COMM_HOOK_FORMS.powersgd} (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally ${COMM_HOOK_WIRES.powersgd.join(' or ')}`);
+      if (numbers.length > 2)
+        throw bad(
+          `${COMM_HOOK_FORMS.powersgd} (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally ${COMM_HOOK_WIRES.powersgd.join(' or ')}`,
+        );
       const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
-      const startIter = numbers.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', numbers[1], 0, MAX_COMM_HOOK_START, `powersgd:${rank}:START`, 'the steps of plain all-reduce before compression starts', `powersgd:${rank}:100`);
+      const startIter =
+        numbers.length < 2
+          ? DEFAULT_COMM_HOOK_START
+          : item(
+              'START',
+              numbers[1],
+              0,
+              MAX_COMM_HOOK_START,
+              `powersgd:${rank}:START`,
+              'the steps of plain all-reduce before compression starts',
+              `powersgd:${rank}:100`,
+            );
       return { kind: 'powersgd', rank, startIter, wire };
     }
     case 'localsgd': {
-      if (args.length > 2) throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
-      const period = item('H', args[0], 1, MAX_LOCALSGD_PERIOD, 'localsgd:H', 'the steps between two averagings of the models', 'localsgd:4');
-      const startStep = args.length < 2 ? DEFAULT_COMM_HOOK_START : item('START', args[1], 0, MAX_COMM_HOOK_START, `localsgd:${period}:START`, 'the steps of averaged gradients before local steps start', `localsgd:${period}:100`);
+      if (args.length > 2)
+        throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
+      const period = item(
+        'H',
+        args[0],
+        1,
+        MAX_LOCALSGD_PERIOD,
+        'localsgd:H',
+        'the steps between two averagings of the models',
+        'localsgd:4',
+      );
+      const startStep =
+        args.length < 2
+          ? DEFAULT_COMM_HOOK_START
+          : item(
+              'START',
+              args[1],
+              0,
+              MAX_COMM_HOOK_START,
+              `localsgd:${period}:START`,
+              'the steps of averaged gradients before local steps start',
+              `localsgd:${period}:100`,
+            );
       return { kind: 'localsgd', period, startStep };
     }
     case 'diloco': {
@@ -120,7 +169,8 @@ export function parseCommHook(raw: string): CommHookSpec {
       const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
       if (streamItem !== undefined) rest = rest.slice(0, -1);
       const numbers = rest;
-      if (numbers.length > 3) throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then ${COMM_HOOK_WIRES.diloco.join(', ')}`);
+      if (numbers.length > 3)
+        throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then ${COMM_HOOK_WIRES.diloco.join(', ')}`);
       const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
       /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
       const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
@@ -128,8 +178,24 @@ export function parseCommHook(raw: string): CommHookSpec {
         if (Number.isFinite(n) && ok(n)) return n;
         throw bad(`${form} with ${name} ${rule}; "${text ?? ''}" is not one`);
       };
-      const outerLr = numbers.length < 2 ? DEFAULT_DILOCO_OUTER_LR : decimal('OUTER_LR', numbers[1], (n) => n > 0 && n <= 100, 'a decimal number above 0 and up to 100 (the outer SGD\'s learning rate, e.g. 0.7)');
-      const outerMomentum = numbers.length < 3 ? DEFAULT_DILOCO_OUTER_MOMENTUM : decimal('MOMENTUM', numbers[2], (n) => n >= 0 && n < 1, 'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)');
+      const outerLr =
+        numbers.length < 2
+          ? DEFAULT_DILOCO_OUTER_LR
+          : decimal(
+              'OUTER_LR',
+              numbers[1],
+              (n) => n > 0 && n <= 100,
+              "a decimal number above 0 and up to 100 (the outer SGD's learning rate, e.g. 0.7)",
+            );
+      const outerMomentum =
+        numbers.length < 3
+          ? DEFAULT_DILOCO_OUTER_MOMENTUM
+          : decimal(
+              'MOMENTUM',
+              numbers[2],
+              (n) => n >= 0 && n < 1,
+              'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)',
+            );
       let stream = 0;
       let overlap = 0;
       if (streamItem !== undefined) {
@@ -138,11 +204,16 @@ export function parseCommHook(raw: string): CommHookSpec {
         const m = /^stream(\d{1,7})(?:x(\d{1,7}))?$/.exec(streamItem);
         const p = m ? Number(m[1]) : NaN;
         if (!(Number.isSafeInteger(p) && p >= 1 && p <= most)) {
-          throw bad(`${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step (streamPxD: the next D); "${streamItem}" is not one`);
+          throw bad(
+            `${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step (streamPxD: the next D); "${streamItem}" is not one`,
+          );
         }
         const d = m?.[2] === undefined ? 1 : Number(m[2]);
         const gap = syncEvery / p;
-        if (!(d >= 1 && d < gap)) throw bad(`${form} with streamPxD: D inner steps an all-reduce runs behind, from 1 to below H / P (here ${gap}); "${streamItem}" is not one`);
+        if (!(d >= 1 && d < gap))
+          throw bad(
+            `${form} with streamPxD: D inner steps an all-reduce runs behind, from 1 to below H / P (here ${gap}); "${streamItem}" is not one`,
+          );
         stream = p;
         overlap = d;
       }
@@ -174,9 +245,17 @@ export function formatCommHook(spec: CommHookSpec): string {
 export function checkCommHook(raw: string, spec: CommHookSpec, strategy: string, pp: number): void {
   if (spec.kind === 'none') return;
   if (strategy !== 'ddp') {
-    throw new ConfigError('commHook', raw, `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`);
+    throw new ConfigError(
+      'commHook',
+      raw,
+      `none (or left out) with strategy ${strategy}: communication hooks replace DDP's all-reduce, and with parameter servers the workers push their gradients to the servers instead (leave out commHook, or strategy)`,
+    );
   }
   if (pp > 1) {
-    throw new ConfigError('commHook', raw, `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`);
+    throw new ConfigError(
+      'commHook',
+      raw,
+      `none (or left out) with pipeline stages (here pp ${pp}): communication hooks with pipelines are not supported yet (leave out commHook, or pp)`,
+    );
   }
 }

@@ -75,18 +75,24 @@ export function parseReport(raw: unknown): Report {
   if (!isObject(raw) || typeof raw.type !== 'string') throw new ReportError('a report must be an object with a string type');
   switch (raw.type) {
     case 'rank':
-      if (!isCount(raw.rank) || !isCount(raw.worldSize) || raw.worldSize < 1 || raw.rank >= raw.worldSize) throw new ReportError(`a 'rank' report needs a rank from 0 to worldSize - 1 (whole numbers), got ${String(raw.rank)} of ${String(raw.worldSize)}`);
+      if (!isCount(raw.rank) || !isCount(raw.worldSize) || raw.worldSize < 1 || raw.rank >= raw.worldSize)
+        throw new ReportError(
+          `a 'rank' report needs a rank from 0 to worldSize - 1 (whole numbers), got ${String(raw.rank)} of ${String(raw.worldSize)}`,
+        );
       return { type: 'rank', rank: raw.rank, worldSize: raw.worldSize };
     case 'elastic':
-      if (!isObject(raw.event) || typeof raw.event.type !== 'string') throw new ReportError("an 'elastic' report needs an event with a string type");
+      if (!isObject(raw.event) || typeof raw.event.type !== 'string')
+        throw new ReportError("an 'elastic' report needs an event with a string type");
       for (const k of ['step', 'totalSteps', 'rank', 'worldSize'] as const) {
-        if (raw.event[k] !== undefined && !isCount(raw.event[k])) throw new ReportError(`the '${raw.event.type}' event's ${k} must be a whole number >= 0, got ${String(raw.event[k])}`);
+        if (raw.event[k] !== undefined && !isCount(raw.event[k]))
+          throw new ReportError(`the '${raw.event.type}' event's ${k} must be a whole number >= 0, got ${String(raw.event[k])}`);
       }
       return { type: 'elastic', event: raw.event as unknown as ElasticEvent };
     case 'result':
       return { type: 'result', result: parseJobResult(raw.result) };
     case 'error':
-      if (typeof raw.name !== 'string' || typeof raw.message !== 'string') throw new ReportError("an 'error' report needs a string name and message");
+      if (typeof raw.name !== 'string' || typeof raw.message !== 'string')
+        throw new ReportError("an 'error' report needs a string name and message");
       return { type: 'error', name: cut(raw.name), message: cut(raw.message) };
     default:
       throw new ReportError(`a report's type must be rank, elastic, result or error, got "${cut(raw.type)}"`);
@@ -97,9 +103,12 @@ export function parseReport(raw: unknown): Report {
 function parseJobResult(raw: unknown): JobResult {
   if (!isObject(raw)) throw new ReportError("a 'result' report needs its result as an object");
   for (const k of ['rank', 'worldSize', 'steps'] as const) {
-    if (raw[k] !== undefined && !isCount(raw[k])) throw new ReportError(`a result's ${k} must be a whole number >= 0, got ${String(raw[k])}`);
+    if (raw[k] !== undefined && !isCount(raw[k]))
+      throw new ReportError(`a result's ${k} must be a whole number >= 0, got ${String(raw[k])}`);
   }
-  if (raw.weightHash !== undefined && !(typeof raw.weightHash === 'string' && /^[0-9A-Za-z._:-]{1,128}$/.test(raw.weightHash))) throw new ReportError("a result's weightHash must be a short token (1-128 of A-Z a-z 0-9 . _ : -), as hashFloat32's 8 hex digits are");
-  if (raw.weights !== undefined && !(typeof raw.weights === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(raw.weights))) throw new ReportError("a result's weights must be base64 text");
+  if (raw.weightHash !== undefined && !(typeof raw.weightHash === 'string' && /^[0-9A-Za-z._:-]{1,128}$/.test(raw.weightHash)))
+    throw new ReportError("a result's weightHash must be a short token (1-128 of A-Z a-z 0-9 . _ : -), as hashFloat32's 8 hex digits are");
+  if (raw.weights !== undefined && !(typeof raw.weights === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(raw.weights)))
+    throw new ReportError("a result's weights must be base64 text");
   return raw as JobResult;
 }

@@ -12,11 +12,31 @@ import { LM_DEFAULTS } from '../nn/models.ts';
 export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';
 import { checkCommHook, COMM_HOOK_RULE, formatCommHook, parseCommHook, type CommHookSpec } from './comm_hook_spec.ts';
-import { AGGREGATION_PRESETS, AGGREGATION_RULE, ATTACK_RULE, attackPlan, checkRobust, formatAggregation, formatAttack, parseAggregation, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
+import {
+  AGGREGATION_PRESETS,
+  AGGREGATION_RULE,
+  ATTACK_RULE,
+  attackPlan,
+  checkRobust,
+  formatAggregation,
+  formatAttack,
+  parseAggregation,
+  type AggregationConfig,
+  type AttackConfig,
+} from './aggregation_spec.ts';
 
 // The schema's parts, importable from here as before.
 export { ConfigError, describeRule, kebabCase, parseOption, urlOption, type OptionKind, type OptionSpec } from './config_option.ts';
-export { AGGREGATION_PRESETS, attackPlanOf, formatAggregation, formatAttack, parseAggregation, parseAttack, type AggregationConfig, type AttackConfig } from './aggregation_spec.ts';
+export {
+  AGGREGATION_PRESETS,
+  attackPlanOf,
+  formatAggregation,
+  formatAttack,
+  parseAggregation,
+  parseAttack,
+  type AggregationConfig,
+  type AttackConfig,
+} from './aggregation_spec.ts';
 export {
   DEFAULT_COMM_HOOK_START,
   MAX_COMM_HOOK_START,
@@ -208,8 +228,19 @@ const OPTIONS = [
   { name: 'max', kind: int(1, MAX_WORLD_SIZE), inForm: false, defaultValue: (p) => p.world },
   { name: 'model', kind: { type: 'choice', choices: MODELS }, inForm: true, defaultValue: fixed('mlp') },
   { name: 'hidden', kind: int(0, MAX_HIDDEN_UNITS), inForm: false, optional: true, defaultValue: fixed(null) },
-  { name: 'dataset', kind: { type: 'choice', choices: DATASETS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist') },
-  { name: 'context', kind: int(2, MAX_CONTEXT), inForm: false, optional: true, defaultValue: (p) => (p.model === 'lm' ? DEFAULT_CONTEXT : null) },
+  {
+    name: 'dataset',
+    kind: { type: 'choice', choices: DATASETS },
+    inForm: true,
+    defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist'),
+  },
+  {
+    name: 'context',
+    kind: int(2, MAX_CONTEXT),
+    inForm: false,
+    optional: true,
+    defaultValue: (p) => (p.model === 'lm' ? DEFAULT_CONTEXT : null),
+  },
   { name: 'streamData', kind: { type: 'choice', choices: STREAM_MODES }, inForm: false, defaultValue: fixed('auto') },
   // The language model's sample is a window of 64 characters: 16 of them are already 1,024 predictions.
   { name: 'batchSize', kind: int(1, 4096), inForm: true, defaultValue: (p) => (p.model === 'lm' ? 16 : 64) },
@@ -227,9 +258,19 @@ const OPTIONS = [
   { name: 'testSize', kind: int(0, 10_000_000), inForm: false, defaultValue: fixed(0) },
   // auto for the language model, whose speed differs most between backends (SwiftShader's WebGPU
   // took 20-27 s a step where the cpu backend takes well under one); the small models keep WebGPU.
-  { name: 'backend', kind: { type: 'choice', choices: BACKEND_SETTINGS }, inForm: true, defaultValue: (p) => (p.model === 'lm' ? 'auto' : 'webgpu') },
+  {
+    name: 'backend',
+    kind: { type: 'choice', choices: BACKEND_SETTINGS },
+    inForm: true,
+    defaultValue: (p) => (p.model === 'lm' ? 'auto' : 'webgpu'),
+  },
   // The syntax here; what each item may be in parseAggregation. The form offers the presets as a select.
-  { name: 'aggregation', kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS }, inForm: true, defaultValue: fixed('mean') },
+  {
+    name: 'aggregation',
+    kind: { type: 'text', pattern: /^[a-z-]{1,16}(:[0-9A-Za-z.+-]{1,24}){0,2}$/, rule: AGGREGATION_RULE, presets: AGGREGATION_PRESETS },
+    inForm: true,
+    defaultValue: fixed('mean'),
+  },
   { name: 'seed', kind: int(Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER), inForm: false, defaultValue: fixed(0) },
   { name: 'shuffle', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
   { name: 'voteWithGradients', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(true) },
@@ -263,7 +304,11 @@ const OPTIONS = [
   {
     name: 'slow',
     // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
-    kind: { type: 'text', pattern: /^\d{1,4}:[0-9.eE+-]{1,24}(,\d{1,4}:[0-9.eE+-]{1,24}){0,63}$/, rule: 'RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4)' },
+    kind: {
+      type: 'text',
+      pattern: /^\d{1,4}:[0-9.eE+-]{1,24}(,\d{1,4}:[0-9.eE+-]{1,24}){0,63}$/,
+      rule: 'RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4)',
+    },
     inForm: false,
     defaultValue: fixed(null),
   },
@@ -275,12 +320,22 @@ const OPTIONS = [
     defaultValue: fixed('none'),
   },
   { name: 'devices', kind: int(1, MAX_DEVICES_PER_TAB), inForm: false, defaultValue: fixed(1) },
-  { name: 'attack', kind: { type: 'text', pattern: /^[a-z]{1,8}(:-?[0-9.]{1,24})?$/, rule: ATTACK_RULE }, inForm: false, defaultValue: fixed(null) },
+  {
+    name: 'attack',
+    kind: { type: 'text', pattern: /^[a-z]{1,8}(:-?[0-9.]{1,24})?$/, rule: ATTACK_RULE },
+    inForm: false,
+    defaultValue: fixed(null),
+  },
   // The last K ranks attack: 1 when an attack is given, else none.
   { name: 'attackers', kind: int(0, MAX_WORLD_SIZE - 1), inForm: false, defaultValue: (p) => (p.attack == null ? 0 : 1) },
   // The links' credit window (src/transport/flow_control.ts), bytes; 0: none. Left out: the library's 128 KiB.
   { name: 'linkWindowBytes', kind: int(0, 64 << 20), inForm: false, optional: true, defaultValue: fixed(null) },
-  { name: 'resumeFrom', kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' }, inForm: false, defaultValue: fixed(null) },
+  {
+    name: 'resumeFrom',
+    kind: { type: 'text', pattern: /^[A-Za-z0-9_.-]{1,64}$/, rule: '1-64 of A-Z a-z 0-9 _ . -' },
+    inForm: false,
+    defaultValue: fixed(null),
+  },
 ] as const satisfies readonly OptionSpec[];
 
 /** An option's name (its URL parameter): what the page's labels are keyed by. */
@@ -307,7 +362,11 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const { strategy, pp } = layout;
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
     const other = strategy !== 'ddp' ? `strategy ${strategy}` : `pipeline stages (pp ${pp})`;
-    throw new ConfigError('devices', String(devices), `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+    throw new ConfigError(
+      'devices',
+      String(devices),
+      `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`,
+    );
   }
   return configOf(values, { ...layout, ...ddp, slow });
 }
@@ -323,15 +382,24 @@ function checkLayout(values: Values): Pick<TrainConfig, 'min' | 'max' | 'pp' | '
   const ps = values.ps as number;
   checkStrategy(strategy, ps, values.maxStaleness as number | null, values.stalenessLr as boolean, { min, max, pp, dp });
   if (pp > 1 && (pp * dp !== max || min !== max)) {
-    throw new ConfigError('pp', String(pp), `such that stages x replicas is the world size, a fixed one: pp ${pp} x dp ${dp} = ${pp * dp} ranks, but the world is ${min === max ? max : `${min}..${max}`}`);
+    throw new ConfigError(
+      'pp',
+      String(pp),
+      `such that stages x replicas is the world size, a fixed one: pp ${pp} x dp ${dp} = ${pp * dp} ranks, but the world is ${min === max ? max : `${min}..${max}`}`,
+    );
   }
-  if (pp === 1 && dp !== 1) throw new ConfigError('dp', String(dp), '1 without pipeline stages (pp): plain data parallelism uses every rank as a replica');
+  if (pp === 1 && dp !== 1)
+    throw new ConfigError('dp', String(dp), '1 without pipeline stages (pp): plain data parallelism uses every rank as a replica');
   const splitPoints = values.splitPoints === null ? null : (values.splitPoints as string).split(',').map(Number);
   if (splitPoints && splitPoints.length !== pp - 1) {
     throw new ConfigError('splitPoints', splitPoints.join(','), `${pp - 1} layer index(es) for ${pp} stages (pp)`);
   }
   if (pp > 1 && (values.microBatches as number) > (values.batchSize as number)) {
-    throw new ConfigError('microBatches', String(values.microBatches), `at most the batch size per replica (${values.batchSize as number})`);
+    throw new ConfigError(
+      'microBatches',
+      String(values.microBatches),
+      `at most the batch size per replica (${values.batchSize as number})`,
+    );
   }
   return { min, max, pp, dp, strategy, ps, splitPoints };
 }
@@ -343,18 +411,32 @@ function slowOf(raw: string | null, max: number): Record<number, number> | null 
     return parseSlow(raw, max);
   } catch (err) {
     if (!(err instanceof StragglerSpecError)) throw err;
-    throw new ConfigError('slow', raw, `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`);
+    throw new ConfigError(
+      'slow',
+      raw,
+      `RANK:FACTOR items with RANK from 0 to ${max - 1} (the world size - 1), each rank once, and FACTOR a finite number of at least 1: ${err.problem}`,
+    );
   }
 }
 
 /** DDP's own options (the hook, balanced batches, robust aggregation and attacks), refused where they would do nothing. Throws ConfigError. */
-function checkDdpOptions(values: Values, layout: { min: number; strategy: StrategyName; pp: number }): Pick<TrainConfig, 'commHook' | 'aggregation' | 'attack'> {
+function checkDdpOptions(
+  values: Values,
+  layout: { min: number; strategy: StrategyName; pp: number },
+): Pick<TrainConfig, 'commHook' | 'aggregation' | 'attack'> {
   const { min, strategy, pp } = layout;
   const commHook = parseCommHook(values.commHook as string);
   checkCommHook(values.commHook as string, commHook, strategy, pp);
   if (values.balance === true && (strategy !== 'ddp' || pp > 1)) {
-    const other = strategy !== 'ddp' ? `strategy ${strategy}, whose workers each take their own batches` : `pipeline stages (here pp ${pp}), where every stage of a replica takes the same batch`;
-    throw new ConfigError('balance', 'true', `false (or left out) with ${other}: balanced batches split DDP's global batch between its ranks (leave out balance, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`);
+    const other =
+      strategy !== 'ddp'
+        ? `strategy ${strategy}, whose workers each take their own batches`
+        : `pipeline stages (here pp ${pp}), where every stage of a replica takes the same batch`;
+    throw new ConfigError(
+      'balance',
+      'true',
+      `false (or left out) with ${other}: balanced batches split DDP's global batch between its ranks (leave out balance, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`,
+    );
   }
   const aggregation = parseAggregation(values.aggregation as string);
   const attack = attackPlan(values.attack as string | null, values.attackers as number, min);
@@ -365,16 +447,32 @@ function checkDdpOptions(values: Values, layout: { min: number; strategy: Strate
 /** The model against its data: the mlp's hidden layer, the language model's text, the host's model and images. Throws ConfigError. */
 function checkModel(values: Values): void {
   const hidden = values.hidden as number | null;
-  if (hidden === 0 && values.model === 'mlp') throw new ConfigError('hidden', '0', `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`);
+  if (hidden === 0 && values.model === 'mlp')
+    throw new ConfigError(
+      'hidden',
+      '0',
+      `from 1 to ${MAX_HIDDEN_UNITS} for the mlp, whose hidden layer is all it has (0, no hidden layer, is for the cnn)`,
+    );
   checkLanguageModel(values.model as ModelKind, values.dataset as DatasetKind, values.context as number | null, hidden);
   if (values.streamData !== 'auto' && (values.dataset !== 'user' || values.model === 'lm')) {
-    throw new ConfigError('streamData', values.streamData as string, "auto (or left out) unless the dataset is the host's images (dataset user): the other data sets are held whole");
+    throw new ConfigError(
+      'streamData',
+      values.streamData as string,
+      "auto (or left out) unless the dataset is the host's images (dataset user): the other data sets are held whole",
+    );
   }
-  if (hidden !== null && values.model === 'user') throw new ConfigError('hidden', String(hidden), 'left out with model user: the host\'s model has the layers it was saved with');
+  if (hidden !== null && values.model === 'user')
+    throw new ConfigError('hidden', String(hidden), "left out with model user: the host's model has the layers it was saved with");
 }
 
 /** The checked values as a TrainConfig (`checked`: what the checks made of their options). */
-function configOf(values: Values, checked: Pick<TrainConfig, 'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints' | 'slow' | 'commHook' | 'aggregation' | 'attack'>): TrainConfig {
+function configOf(
+  values: Values,
+  checked: Pick<
+    TrainConfig,
+    'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints' | 'slow' | 'commHook' | 'aggregation' | 'attack'
+  >,
+): TrainConfig {
   const { min, max, pp, dp, strategy, ps, splitPoints, slow, commHook, aggregation, attack } = checked;
   const hidden = values.hidden as number | null;
   const devices = values.devices as number;
@@ -428,11 +526,22 @@ function configOf(values: Values, checked: Pick<TrainConfig, 'min' | 'max' | 'pp
  */
 function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: number | null, hidden: number | null): void {
   // 'user' with lm is the host's text (npm start -- --data FILE.txt): the tab checks what the server offers.
-  if (model === 'lm' && dataset !== 'text' && dataset !== 'user') throw new ConfigError('dataset', dataset, "text (or user, the host's own text) with model lm: the language model predicts the next character of a text (leave out dataset, or choose another model)");
-  if (dataset === 'text' && model !== 'lm') throw new ConfigError('model', model, 'lm with dataset text: the text is windows of characters, which only the language model reads');
-  if (context !== null && model !== 'lm') throw new ConfigError('context', String(context), "left out unless model is lm: it is the language model's window on the text");
+  if (model === 'lm' && dataset !== 'text' && dataset !== 'user')
+    throw new ConfigError(
+      'dataset',
+      dataset,
+      "text (or user, the host's own text) with model lm: the language model predicts the next character of a text (leave out dataset, or choose another model)",
+    );
+  if (dataset === 'text' && model !== 'lm')
+    throw new ConfigError('model', model, 'lm with dataset text: the text is windows of characters, which only the language model reads');
+  if (context !== null && model !== 'lm')
+    throw new ConfigError('context', String(context), "left out unless model is lm: it is the language model's window on the text");
   if (model === 'lm' && hidden !== null && (hidden < LM_DEFAULTS.heads || hidden % LM_DEFAULTS.heads !== 0 || hidden > MAX_LM_WIDTH)) {
-    throw new ConfigError('hidden', String(hidden), `a multiple of ${LM_DEFAULTS.heads} (the language model's heads) from ${LM_DEFAULTS.heads} to ${MAX_LM_WIDTH}: it is the model's width`);
+    throw new ConfigError(
+      'hidden',
+      String(hidden),
+      `a multiple of ${LM_DEFAULTS.heads} (the language model's heads) from ${LM_DEFAULTS.heads} to ${MAX_LM_WIDTH}: it is the model's width`,
+    );
   }
 }
 
@@ -441,28 +550,62 @@ function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: num
  * only where the strategy uses them, no pipeline with a PS strategy, and at least one worker
  * besides the servers in the largest world and in the smallest (min). Throws ConfigError.
  */
-function checkStrategy(strategy: StrategyName, ps: number, maxStaleness: number | null, stalenessLr: boolean, world: { min: number; max: number; pp: number; dp: number }): void {
+function checkStrategy(
+  strategy: StrategyName,
+  ps: number,
+  maxStaleness: number | null,
+  stalenessLr: boolean,
+  world: { min: number; max: number; pp: number; dp: number },
+): void {
   const { min, max, pp, dp } = world;
   if (strategy !== 'ddp' && (pp > 1 || dp > 1)) {
     const pipeline = [pp > 1 ? `pp ${pp}` : '', dp > 1 ? `dp ${dp}` : ''].filter(Boolean).join(', ');
-    throw new ConfigError('strategy', strategy, `ddp with pipeline stages or replicas (here ${pipeline}): a pipeline splits the model between tabs while parameter servers hold all of it, so leave out pp and dp, or strategy`);
+    throw new ConfigError(
+      'strategy',
+      strategy,
+      `ddp with pipeline stages or replicas (here ${pipeline}): a pipeline splits the model between tabs while parameter servers hold all of it, so leave out pp and dp, or strategy`,
+    );
   }
-  if (strategy === 'ddp' && ps !== 1) throw new ConfigError('ps', String(ps), '1 (or left out) unless strategy is ps: parameter servers need strategy=ps');
-  if (strategy === 'central' && ps !== 1) throw new ConfigError('ps', String(ps), '1 with strategy central, which keeps every variable on one server (for several, use strategy=ps)');
+  if (strategy === 'ddp' && ps !== 1)
+    throw new ConfigError('ps', String(ps), '1 (or left out) unless strategy is ps: parameter servers need strategy=ps');
+  if (strategy === 'central' && ps !== 1)
+    throw new ConfigError(
+      'ps',
+      String(ps),
+      '1 with strategy central, which keeps every variable on one server (for several, use strategy=ps)',
+    );
   if (maxStaleness !== null && strategy !== 'ps') {
-    throw new ConfigError('maxStaleness', String(maxStaleness), `left out unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`);
+    throw new ConfigError(
+      'maxStaleness',
+      String(maxStaleness),
+      `left out unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`,
+    );
   }
   if (stalenessLr && strategy !== 'ps') {
-    throw new ConfigError('stalenessLr', 'true', `false (or left out) unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`);
+    throw new ConfigError(
+      'stalenessLr',
+      'true',
+      `false (or left out) unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`,
+    );
   }
   if (strategy === 'ddp') return;
   const servers = `${ps} parameter server${ps === 1 ? '' : 's'}`;
   if (ps >= max) {
     // The default single server in a world of one tab: the world is what to change.
-    if (ps === 1) throw new ConfigError('world', String(max), `at least 2 with strategy ${strategy}: a parameter server and at least one worker`);
-    throw new ConfigError('ps', String(ps), `at most ${max - 1}, the world size (${max}) less one: every tab that is not a server is a worker, and at least one is needed`);
+    if (ps === 1)
+      throw new ConfigError('world', String(max), `at least 2 with strategy ${strategy}: a parameter server and at least one worker`);
+    throw new ConfigError(
+      'ps',
+      String(ps),
+      `at most ${max - 1}, the world size (${max}) less one: every tab that is not a server is a worker, and at least one is needed`,
+    );
   }
-  if (min < ps + 1) throw new ConfigError('min', String(min), `at least ${ps + 1} with strategy ${strategy}: the ${servers} and one worker (with fewer tabs nothing trains)`);
+  if (min < ps + 1)
+    throw new ConfigError(
+      'min',
+      String(min),
+      `at least ${ps + 1} with strategy ${strategy}: the ${servers} and one worker (with fewer tabs nothing trains)`,
+    );
 }
 
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */

@@ -39,7 +39,8 @@ export class TokenAndPositionEmbedding extends tf.layers.Layer {
 
   override build(): void {
     // GPT-2's initialisation: normal, standard deviation 0.02.
-    const init = (k: number) => tf.initializers.randomNormal({ mean: 0, stddev: 0.02, ...(this.seed === undefined ? {} : { seed: this.seed + k }) });
+    const init = (k: number) =>
+      tf.initializers.randomNormal({ mean: 0, stddev: 0.02, ...(this.seed === undefined ? {} : { seed: this.seed + k }) });
     this.tokens = this.addWeight('token_embeddings', [this.vocabSize, this.dModel], 'float32', init(0));
     this.positions = this.addWeight('position_embeddings', [this.contextLength, this.dModel], 'float32', init(1));
     this.built = true;
@@ -60,7 +61,13 @@ export class TokenAndPositionEmbedding extends tf.layers.Layer {
   }
 
   override getConfig(): tf.serialization.ConfigDict {
-    return { ...super.getConfig(), vocabSize: this.vocabSize, contextLength: this.contextLength, dModel: this.dModel, ...(this.seed === undefined ? {} : { seed: this.seed }) };
+    return {
+      ...super.getConfig(),
+      vocabSize: this.vocabSize,
+      contextLength: this.contextLength,
+      dModel: this.dModel,
+      ...(this.seed === undefined ? {} : { seed: this.seed }),
+    };
   }
 }
 
@@ -86,7 +93,21 @@ export class TransformerBlock extends tf.layers.Layer {
   /** The number of blocks in the model: the residual projections start smaller (GPT-2: 0.02 / sqrt(2 x blocks)). */
   readonly blocks: number;
   private readonly seed: number | undefined;
-  private w!: Record<'ln1Gamma' | 'ln1Beta' | 'qkvKernel' | 'qkvBias' | 'projKernel' | 'projBias' | 'ln2Gamma' | 'ln2Beta' | 'fc1Kernel' | 'fc1Bias' | 'fc2Kernel' | 'fc2Bias', tf.LayerVariable>;
+  private w!: Record<
+    | 'ln1Gamma'
+    | 'ln1Beta'
+    | 'qkvKernel'
+    | 'qkvBias'
+    | 'projKernel'
+    | 'projBias'
+    | 'ln2Gamma'
+    | 'ln2Beta'
+    | 'fc1Kernel'
+    | 'fc1Bias'
+    | 'fc2Kernel'
+    | 'fc2Bias',
+    tf.LayerVariable
+  >;
 
   constructor(args: { dModel: number; heads: number; hidden?: number; epsilon?: number; blocks?: number; seed?: number } & LayerArgs) {
     super(args);
@@ -104,7 +125,8 @@ export class TransformerBlock extends tf.layers.Layer {
   override build(): void {
     const d = this.dModel;
     let k = 0;
-    const normal = (stddev: number) => tf.initializers.randomNormal({ mean: 0, stddev, ...(this.seed === undefined ? {} : { seed: this.seed + k++ }) });
+    const normal = (stddev: number) =>
+      tf.initializers.randomNormal({ mean: 0, stddev, ...(this.seed === undefined ? {} : { seed: this.seed + k++ }) });
     const residual = 0.02 / Math.sqrt(2 * this.blocks);
     const add = (name: string, shape: number[], init: Initializer) => this.addWeight(name, shape, 'float32', init);
     this.w = {
@@ -135,7 +157,8 @@ export class TransformerBlock extends tf.layers.Layer {
       const h = this.heads;
       const hd = d / h;
       const w = Object.fromEntries(Object.entries(this.w).map(([name, v]) => [name, v.read()])) as Record<keyof typeof this.w, tf.Tensor>;
-      const linear = (v: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) => tf.add(tf.matMul(v.reshape([b * t, v.shape[2]!]), kernel), bias).reshape([b, t, kernel.shape[1]!]);
+      const linear = (v: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) =>
+        tf.add(tf.matMul(v.reshape([b * t, v.shape[2]!]), kernel), bias).reshape([b, t, kernel.shape[1]!]);
       // Attention: every head sees positions up to its own (the causal mask), scaled by 1/sqrt(head width).
       const qkv = linear(layerNorm(x, w.ln1Gamma, w.ln1Beta, this.epsilon), w.qkvKernel, w.qkvBias);
       const [q, k, v] = tf.split(qkv, 3, 2).map((p) => p.reshape([b, t, h, hd]).transpose([0, 2, 1, 3]));
@@ -150,7 +173,15 @@ export class TransformerBlock extends tf.layers.Layer {
   }
 
   override getConfig(): tf.serialization.ConfigDict {
-    return { ...super.getConfig(), dModel: this.dModel, heads: this.heads, hidden: this.hidden, epsilon: this.epsilon, blocks: this.blocks, ...(this.seed === undefined ? {} : { seed: this.seed }) };
+    return {
+      ...super.getConfig(),
+      dModel: this.dModel,
+      heads: this.heads,
+      hidden: this.hidden,
+      epsilon: this.epsilon,
+      blocks: this.blocks,
+      ...(this.seed === undefined ? {} : { seed: this.seed }),
+    };
   }
 }
 
@@ -176,9 +207,17 @@ export function languageModelLayers(spec: LanguageModelSpec): LayerFactory[] {
   const shape = (s: number[] | undefined) => (s ? { inputShape: s } : {});
   return [
     (s?: number[]) => new TokenAndPositionEmbedding({ vocabSize, contextLength, dModel, seed: seed * 1000, ...shape(s) }),
-    ...Array.from({ length: blocks }, (_, i) => (s?: number[]) => new TransformerBlock({ dModel, heads, blocks, seed: seed * 1000 + 100 * (i + 1), ...shape(s) })),
+    ...Array.from(
+      { length: blocks },
+      (_, i) => (s?: number[]) => new TransformerBlock({ dModel, heads, blocks, seed: seed * 1000 + 100 * (i + 1), ...shape(s) }),
+    ),
     (s?: number[]) => tf.layers.layerNormalization({ epsilon: 1e-5, ...shape(s) }),
-    (s?: number[]) => tf.layers.dense({ units: vocabSize, kernelInitializer: tf.initializers.randomNormal({ mean: 0, stddev: 0.02, seed: seed * 1000 + 99 }), ...shape(s) }),
+    (s?: number[]) =>
+      tf.layers.dense({
+        units: vocabSize,
+        kernelInitializer: tf.initializers.randomNormal({ mean: 0, stddev: 0.02, seed: seed * 1000 + 99 }),
+        ...shape(s),
+      }),
   ];
 }
 
@@ -201,7 +240,12 @@ export { CharTokenizer } from '../datasets/text.ts';
  * Samples `count` tokens after `prompt` (ids), one at a time, from the model's last-position
  * distribution at `temperature` (0: the most likely token). `random` draws in [0, 1).
  */
-export async function generate(model: tf.LayersModel, prompt: ArrayLike<number>, count: number, options: { temperature?: number; random?: () => number } = {}): Promise<number[]> {
+export async function generate(
+  model: tf.LayersModel,
+  prompt: ArrayLike<number>,
+  count: number,
+  options: { temperature?: number; random?: () => number } = {},
+): Promise<number[]> {
   const contextLength = (model.inputs[0]!.shape[1] as number) ?? 1;
   const temperature = options.temperature ?? 0.8;
   const random = options.random ?? Math.random;

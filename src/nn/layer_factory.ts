@@ -25,13 +25,18 @@ export function sequentialOf(layers: LayerFactory[], inputShape: number[], name:
  * The loaded model must stay alive while stages are built from it.
  */
 export function layerFactoriesOf(model: tf.LayersModel): LayerFactory[] {
-  type LayerClass = tf.serialization.SerializableConstructor<tf.layers.Layer> & { fromConfig(cls: unknown, config: tf.serialization.ConfigDict): tf.layers.Layer };
+  type LayerClass = tf.serialization.SerializableConstructor<tf.layers.Layer> & {
+    fromConfig(cls: unknown, config: tf.serialization.ConfigDict): tf.layers.Layer;
+  };
   return model.layers
     .filter((layer) => layer.getClassName() !== 'InputLayer')
     .map((layer) => {
       const cls = layer.constructor as unknown as LayerClass;
       return (inputShape?: number[]) => {
-        const config: tf.serialization.ConfigDict = { ...layer.getConfig(), weights: layer.getWeights() as unknown as tf.serialization.ConfigDictValue };
+        const config: tf.serialization.ConfigDict = {
+          ...layer.getConfig(),
+          weights: layer.getWeights() as unknown as tf.serialization.ConfigDictValue,
+        };
         delete config.batchInputShape;
         delete config.inputShape;
         if (inputShape) config.batchInputShape = [null, ...inputShape];

@@ -58,7 +58,8 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
     const k2 = kernel();
     const k3 = kernel();
     const hidden = spec.hidden ?? 0;
-    if (!Number.isSafeInteger(hidden) || hidden < 0) throw new Error(`the cnn's hidden layer must be a width >= 0 (0: none), got ${hidden}`);
+    if (!Number.isSafeInteger(hidden) || hidden < 0)
+      throw new Error(`the cnn's hidden layer must be a width >= 0 (0: none), got ${hidden}`);
     // Drawn after the others' seeds, so a CNN without it keeps the weights it always had.
     const kh = kernel();
     return [
@@ -67,7 +68,9 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
       (s?: number[]) => tf.layers.conv2d({ filters: 16, kernelSize: 3, activation: 'relu', kernelInitializer: k2(), ...shape(s) }),
       (s?: number[]) => tf.layers.maxPooling2d({ poolSize: 2, ...shape(s) }),
       (s?: number[]) => tf.layers.flatten(shape(s)),
-      ...(hidden > 0 ? [(s?: number[]) => tf.layers.dense({ units: hidden, activation: 'relu', kernelInitializer: kh(), ...shape(s) })] : []),
+      ...(hidden > 0
+        ? [(s?: number[]) => tf.layers.dense({ units: hidden, activation: 'relu', kernelInitializer: kh(), ...shape(s) })]
+        : []),
       (s?: number[]) => tf.layers.dense({ units: numClasses, kernelInitializer: k3(), ...shape(s) }),
     ];
   }
@@ -75,8 +78,16 @@ export function modelLayers(spec: ModelSpec): LayerFactory[] {
     // Inputs are windows of token ids [T]; the classes are the vocabulary.
     if (inputShape.length !== 1) throw new Error(`the language model needs windows of token ids [T], got shape [${inputShape.join(', ')}]`);
     const dModel = spec.hidden ?? LM_DEFAULTS.dModel;
-    if (!Number.isSafeInteger(dModel) || dModel < LM_DEFAULTS.heads || dModel % LM_DEFAULTS.heads !== 0) throw new Error(`the language model's width must be a multiple of its ${LM_DEFAULTS.heads} heads, got ${dModel}`);
-    return languageModelLayers({ vocabSize: numClasses, contextLength: inputShape[0]!, dModel, heads: LM_DEFAULTS.heads, blocks: LM_DEFAULTS.blocks, seed });
+    if (!Number.isSafeInteger(dModel) || dModel < LM_DEFAULTS.heads || dModel % LM_DEFAULTS.heads !== 0)
+      throw new Error(`the language model's width must be a multiple of its ${LM_DEFAULTS.heads} heads, got ${dModel}`);
+    return languageModelLayers({
+      vocabSize: numClasses,
+      contextLength: inputShape[0]!,
+      dModel,
+      heads: LM_DEFAULTS.heads,
+      blocks: LM_DEFAULTS.blocks,
+      seed,
+    });
   }
   const unknown: never = kind;
   throw new Error(`unknown model "${String(unknown)}"; use mlp, cnn or lm`);

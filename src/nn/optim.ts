@@ -78,7 +78,8 @@ export abstract class HostOptimizer extends tf.Optimizer {
    * same at every step.
    */
   stepFlat(params: Float32Array, grads: Float32Array, layout: ParamLayout[]): void {
-    if (params.length !== grads.length) throw new RangeError(`stepFlat: ${params.length} parameter values but ${grads.length} gradient values`);
+    if (params.length !== grads.length)
+      throw new RangeError(`stepFlat: ${params.length} parameter values but ${grads.length} gradient values`);
     this.attach(layout, params.length);
     this.steps++;
     this.update(params, grads);
@@ -93,7 +94,8 @@ export abstract class HostOptimizer extends tf.Optimizer {
       for (const name of this.bufferNames()) if (!this.buffers.has(name)) this.buffers.set(name, new Float32Array(numel));
       return;
     }
-    const same = this.layout.length === layout.length && this.layout.every((p, i) => p.offset === layout[i]!.offset && p.size === layout[i]!.size);
+    const same =
+      this.layout.length === layout.length && this.layout.every((p, i) => p.offset === layout[i]!.offset && p.size === layout[i]!.size);
     if (!same) throw new RangeError('stepFlat: the parameters changed between steps; an optimizer serves one model');
   }
 
@@ -128,8 +130,17 @@ export abstract class HostOptimizer extends tf.Optimizer {
       // SGD without momentum keeps only its step count.
       const only = specs[0]!;
       const steps = new Float32Array(state.weightData)[0];
-      if (specs.length !== 1 || only.name !== 'step' || only.shape.length !== 0 || state.weightData.byteLength !== 4 || !Number.isSafeInteger(steps) || steps! < 0) {
-        throw new OptimizerStateError(`${this.getClassName()} state: expected only a scalar 'step' count, got ${specs.length} tensors starting with '${String(only.name).slice(0, 40)}'`);
+      if (
+        specs.length !== 1 ||
+        only.name !== 'step' ||
+        only.shape.length !== 0 ||
+        state.weightData.byteLength !== 4 ||
+        !Number.isSafeInteger(steps) ||
+        steps! < 0
+      ) {
+        throw new OptimizerStateError(
+          `${this.getClassName()} state: expected only a scalar 'step' count, got ${specs.length} tensors starting with '${String(only.name).slice(0, 40)}'`,
+        );
       }
       this.steps = steps!;
       this.layout = null;
@@ -138,7 +149,9 @@ export abstract class HostOptimizer extends tf.Optimizer {
     }
     const perBuffer = (specs.length - 1) / names.length;
     if (specs[0]!.name !== 'step' || specs[0]!.shape.length !== 0 || !Number.isInteger(perBuffer)) {
-      throw new OptimizerStateError(`${this.getClassName()} state: expected a scalar 'step' then ${names.join(', ')} per parameter, got ${specs.length} tensors starting with '${String(specs[0]!.name).slice(0, 40)}'`);
+      throw new OptimizerStateError(
+        `${this.getClassName()} state: expected a scalar 'step' then ${names.join(', ')} per parameter, got ${specs.length} tensors starting with '${String(specs[0]!.name).slice(0, 40)}'`,
+      );
     }
     const layout: ParamLayout[] = [];
     let offset = 0;
@@ -152,16 +165,21 @@ export abstract class HostOptimizer extends tf.Optimizer {
       for (let i = 0; i < perBuffer; i++) {
         const spec = specs[1 + b * perBuffer + i]!;
         if (spec.name !== `${i}/${name}` || spec.dtype !== 'float32' || spec.shape.join(',') !== layout[i]!.shape.join(',')) {
-          throw new OptimizerStateError(`${this.getClassName()} state: tensor ${1 + b * perBuffer + i} is '${String(spec.name).slice(0, 40)}' [${spec.shape.join(', ')}], expected '${i}/${name}' [${layout[i]!.shape.join(', ')}]`);
+          throw new OptimizerStateError(
+            `${this.getClassName()} state: tensor ${1 + b * perBuffer + i} is '${String(spec.name).slice(0, 40)}' [${spec.shape.join(', ')}], expected '${i}/${name}' [${layout[i]!.shape.join(', ')}]`,
+          );
         }
       }
     });
     const values = new Float32Array(state.weightData);
-    if (values.length !== 1 + names.length * offset) throw new OptimizerStateError(`${this.getClassName()} state: ${values.length} values, its specs need ${1 + names.length * offset}`);
+    if (values.length !== 1 + names.length * offset)
+      throw new OptimizerStateError(`${this.getClassName()} state: ${values.length} values, its specs need ${1 + names.length * offset}`);
     const steps = values[0]!;
-    if (!Number.isSafeInteger(steps) || steps < 0) throw new OptimizerStateError(`${this.getClassName()} state: step ${steps} is not a count`);
+    if (!Number.isSafeInteger(steps) || steps < 0)
+      throw new OptimizerStateError(`${this.getClassName()} state: step ${steps} is not a count`);
     for (let i = 1; i < values.length; i++) {
-      if (!Number.isFinite(values[i]!)) throw new OptimizerStateError(`${this.getClassName()} state: value ${i} is ${values[i]}; non-finite state is never loaded`);
+      if (!Number.isFinite(values[i]!))
+        throw new OptimizerStateError(`${this.getClassName()} state: value ${i} is ${values[i]}; non-finite state is never loaded`);
     }
     this.steps = steps;
     this.layout = layout;
@@ -176,7 +194,9 @@ export abstract class HostOptimizer extends tf.Optimizer {
 
   /** The gradients are on the device here: a host optimizer takes them through `ddp.step(optimizer)`. */
   applyGradients(): void {
-    throw new Error(`${this.getClassName()} is a host optimizer (src/nn/optim.ts): apply it with ddp.step(optimizer), or stepFlat(params, grads, layout) with gradients on the host; it cannot run inside tf.Optimizer.minimize`);
+    throw new Error(
+      `${this.getClassName()} is a host optimizer (src/nn/optim.ts): apply it with ddp.step(optimizer), or stepFlat(params, grads, layout) with gradients on the host; it cannot run inside tf.Optimizer.minimize`,
+    );
   }
 
   override async getWeights(): Promise<NamedTensor[]> {
@@ -233,7 +253,8 @@ export class SGD extends HostOptimizer {
     checkNumber('momentum', this.momentum, 0);
     checkNumber('dampening', this.dampening, 0);
     checkNumber('weightDecay', this.weightDecay, 0);
-    if (this.nesterov && (this.momentum <= 0 || this.dampening !== 0)) throw new RangeError('SGD: Nesterov momentum requires a momentum and zero dampening (as torch)');
+    if (this.nesterov && (this.momentum <= 0 || this.dampening !== 0))
+      throw new RangeError('SGD: Nesterov momentum requires a momentum and zero dampening (as torch)');
   }
 
   protected bufferNames(): string[] {
@@ -261,7 +282,13 @@ export class SGD extends HostOptimizer {
   }
 
   getConfig(): tf.serialization.ConfigDict {
-    return { lr: this.learningRate, momentum: this.momentum, dampening: this.dampening, weightDecay: this.weightDecay, nesterov: this.nesterov };
+    return {
+      lr: this.learningRate,
+      momentum: this.momentum,
+      dampening: this.dampening,
+      weightDecay: this.weightDecay,
+      nesterov: this.nesterov,
+    };
   }
 }
 
@@ -283,7 +310,10 @@ export class Adam extends HostOptimizer {
   private beta1Power = 1;
   private beta2Power = 1;
 
-  constructor(o: AdamOptions = {}, protected readonly decoupled = false) {
+  constructor(
+    o: AdamOptions = {},
+    protected readonly decoupled = false,
+  ) {
     super(o.lr ?? 1e-3);
     [this.beta1, this.beta2] = o.betas ?? [0.9, 0.999];
     this.eps = o.eps ?? 1e-8;
@@ -339,7 +369,13 @@ export class Adam extends HostOptimizer {
   }
 
   getConfig(): tf.serialization.ConfigDict {
-    return { lr: this.learningRate, betas: [this.beta1, this.beta2], eps: this.eps, weightDecay: this.weightDecay, decoupled: this.decoupled };
+    return {
+      lr: this.learningRate,
+      betas: [this.beta1, this.beta2],
+      eps: this.eps,
+      weightDecay: this.weightDecay,
+      decoupled: this.decoupled,
+    };
   }
 }
 
@@ -353,6 +389,8 @@ export class AdamW extends Adam {
 
 function checkNumber(name: string, v: number, min: number, maxExclusive?: number): void {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min || (maxExclusive !== undefined && v >= maxExclusive)) {
-    throw new RangeError(`optimizer option ${name} must be a finite number >= ${min}${maxExclusive !== undefined ? ` and < ${maxExclusive}` : ''}, got ${String(v)}`);
+    throw new RangeError(
+      `optimizer option ${name} must be a finite number >= ${min}${maxExclusive !== undefined ? ` and < ${maxExclusive}` : ''}, got ${String(v)}`,
+    );
   }
 }

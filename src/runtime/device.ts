@@ -165,10 +165,21 @@ export async function recreateBackend(options: RecreateBackendOptions = {}): Pro
   for (const name of options.fallbacks ?? ['webgl', 'cpu']) {
     if (name === WEBGPU || !tf.findBackendFactory(name)) continue;
     const failure = await startBackend(name);
-    if (failure === undefined) return { backend: name, fallbackReason: `WebGPU did not come back: ${reasons.join('; ')}; using ${name} instead`, ms: performance.now() - started };
+    if (failure === undefined)
+      return {
+        backend: name,
+        fallbackReason: `WebGPU did not come back: ${reasons.join('; ')}; using ${name} instead`,
+        ms: performance.now() - started,
+      };
     reasons.push(failure);
   }
-  throw new DeviceLostError(options.rank ?? -1, 'unknown', 'no backend could start after the loss', options.during ?? 'the re-creation of the backend', `No TF.js backend could start again: ${reasons.join('; ')}. Reload the page; if WebGPU stays unavailable, open the session with backend=webgl.`);
+  throw new DeviceLostError(
+    options.rank ?? -1,
+    'unknown',
+    'no backend could start after the loss',
+    options.during ?? 'the re-creation of the backend',
+    `No TF.js backend could start again: ${reasons.join('; ')}. Reload the page; if WebGPU stays unavailable, open the session with backend=webgl.`,
+  );
 }
 
 /** Starts TF.js backend `name` and checks it computes; undefined when it works, else why not. */

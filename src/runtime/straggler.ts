@@ -33,7 +33,8 @@ export class StragglerSpecError extends Error {
 }
 
 /** How a spec is written, for messages. */
-export const SLOW_SPEC_RULE = 'RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4), RANK an integer from 0 to the world size - 1, each rank once, FACTOR a number of at least 1';
+export const SLOW_SPEC_RULE =
+  'RANK:FACTOR items separated by commas (e.g. 3:4 or 1:2.5,3:4), RANK an integer from 0 to the world size - 1, each rank once, FACTOR a number of at least 1';
 
 /** A decimal number, signed or not, or an infinity (refused later, by name). */
 const NUMBER = /^[+-]?((\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|Infinity)$/;
@@ -55,13 +56,17 @@ export function parseSlow(spec: string, worldSize?: number): Record<number, numb
     const rankText = m[1]!.trim();
     const factorText = m[2]!.trim();
     const rank = Number(rankText);
-    if (!/^\d+$/.test(rankText) || !Number.isSafeInteger(rank)) throw new StragglerSpecError(spec, `"${item}": RANK "${rankText}" is not an integer of at least 0`);
+    if (!/^\d+$/.test(rankText) || !Number.isSafeInteger(rank))
+      throw new StragglerSpecError(spec, `"${item}": RANK "${rankText}" is not an integer of at least 0`);
     if (!NUMBER.test(factorText)) throw new StragglerSpecError(spec, `"${item}": FACTOR "${factorText}" is not a number`);
     const factor = Number(factorText);
     if (!Number.isFinite(factor)) throw new StragglerSpecError(spec, `"${item}": FACTOR must be finite`);
     if (factor < 1) throw new StragglerSpecError(spec, `"${item}": FACTOR must be at least 1 (1 is full speed, 4 four times slower)`);
     if (worldSize !== undefined && rank >= worldSize) {
-      throw new StragglerSpecError(spec, `"${item}": RANK ${rank} is out of range: the world has ${worldSize} rank(s), 0 to ${worldSize - 1}`);
+      throw new StragglerSpecError(
+        spec,
+        `"${item}": RANK ${rank} is out of range: the world has ${worldSize} rank(s), 0 to ${worldSize - 1}`,
+      );
     }
     if (slow[rank] !== undefined) throw new StragglerSpecError(spec, `rank ${rank} is given twice ("${rank}:${slow[rank]}" and "${item}")`);
     slow[rank] = factor;
@@ -104,7 +109,8 @@ export class Straggler {
 
   /** `factor` >= 1 and finite; 1 never waits. */
   constructor(factor: number) {
-    if (!(Number.isFinite(factor) && factor >= 1)) throw new RangeError(`a straggler's factor must be a finite number of at least 1, got ${factor}`);
+    if (!(Number.isFinite(factor) && factor >= 1))
+      throw new RangeError(`a straggler's factor must be a finite number of at least 1, got ${factor}`);
     this.factor = factor;
   }
 

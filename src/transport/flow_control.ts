@@ -112,7 +112,8 @@ export class SendQueue {
   async beforeSend(): Promise<void> {
     const window = this.window;
     if (!window) return;
-    while (!window.open) await this.wait(() => `its page acknowledged nothing for ${this.stallTimeoutMs} ms (${window.outstanding} bytes unacknowledged)`);
+    while (!window.open)
+      await this.wait(() => `its page acknowledged nothing for ${this.stallTimeoutMs} ms (${window.outstanding} bytes unacknowledged)`);
   }
 
   /** Call after queueing a message: resolves once the queue is back under the high-water mark. */

@@ -61,16 +61,29 @@ const MIN_RATE_WINDOW_MS = 500;
  * The next reading of one link: `cur` with rates over the interval since `prev.sample`, or the
  * previous rates when the interval is too short (the previous sample is then kept as the base).
  */
-export function nextPathReading(prev: { sample: PathSample; path: LinkPath } | undefined, cur: PathSample): { sample: PathSample; path: LinkPath } {
+export function nextPathReading(
+  prev: { sample: PathSample; path: LinkPath } | undefined,
+  cur: PathSample,
+): { sample: PathSample; path: LinkPath } {
   const base = { local: cur.local, remote: cur.remote, protocol: cur.protocol, rttMs: cur.rttMs };
   if (!prev) return { sample: cur, path: { ...base, sentBytesPerSec: null, receivedBytesPerSec: null } };
   const dt = (cur.at - prev.sample.at) / 1000;
   if (!(dt * 1000 >= MIN_RATE_WINDOW_MS)) {
-    return { sample: prev.sample, path: { ...base, sentBytesPerSec: prev.path.sentBytesPerSec, receivedBytesPerSec: prev.path.receivedBytesPerSec } };
+    return {
+      sample: prev.sample,
+      path: { ...base, sentBytesPerSec: prev.path.sentBytesPerSec, receivedBytesPerSec: prev.path.receivedBytesPerSec },
+    };
   }
   // Counters that went backwards (a new transport) give no rate rather than a negative one.
   const rate = (a: number, b: number) => (b >= a ? Math.round((b - a) / dt) : null);
-  return { sample: cur, path: { ...base, sentBytesPerSec: rate(prev.sample.bytesSent, cur.bytesSent), receivedBytesPerSec: rate(prev.sample.bytesReceived, cur.bytesReceived) } };
+  return {
+    sample: cur,
+    path: {
+      ...base,
+      sentBytesPerSec: rate(prev.sample.bytesSent, cur.bytesSent),
+      receivedBytesPerSec: rate(prev.sample.bytesReceived, cur.bytesReceived),
+    },
+  };
 }
 
 export class GroupLinks {
@@ -91,7 +104,10 @@ export class GroupLinks {
     }
     if (pending.link.state === 'open') return Promise.resolve(pending.link);
     return new Promise<PeerLink>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new DistTimeoutError(`a WebRTC link to rank ${peer} to open (${this.noPathHint()})`, this.o.linkTimeoutMs)), this.o.linkTimeoutMs);
+      const timer = setTimeout(
+        () => reject(new DistTimeoutError(`a WebRTC link to rank ${peer} to open (${this.noPathHint()})`, this.o.linkTimeoutMs)),
+        this.o.linkTimeoutMs,
+      );
       pending.opened.then(
         () => {
           clearTimeout(timer);
@@ -125,7 +141,12 @@ export class GroupLinks {
   }
 
   stats(): LinkStats[] {
-    return [...this.links.values()].map(({ link }) => ({ peer: link.peer, state: link.state, bytesSent: link.bytesSent, bytesReceived: link.bytesReceived }));
+    return [...this.links.values()].map(({ link }) => ({
+      peer: link.peer,
+      state: link.state,
+      bytesSent: link.bytesSent,
+      bytesReceived: link.bytesReceived,
+    }));
   }
 
   /** `stats()` with each open link's network path, read from the transport; a link that does not answer within `timeoutMs` gets `path: null`. */
@@ -154,7 +175,9 @@ export class GroupLinks {
 
   private create(peer: number): PendingLink {
     if (!this.o.factory) {
-      throw new Error(`rank ${this.o.rank} needs a peer link to rank ${peer}, but WebRTC is not available here: run in a browser or pass linkFactory`);
+      throw new Error(
+        `rank ${this.o.rank} needs a peer link to rank ${peer}, but WebRTC is not available here: run in a browser or pass linkFactory`,
+      );
     }
     const channel = this.channel(peer);
     const pending = this.o.factory({

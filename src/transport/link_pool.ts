@@ -88,7 +88,9 @@ export class LinkPool {
     return (options) => {
       const member = members[options.peer];
       if (member === undefined || round !== this.round) {
-        throw new Error(`no member has rank ${options.peer} in round ${round} (the pool is at round ${this.round} with ${members.length} members)`);
+        throw new Error(
+          `no member has rank ${options.peer} in round ${round} (the pool is at round ${this.round} with ${members.length} members)`,
+        );
       }
       return new RoundLink(options.peer, round, () => this.carrierFor(member, round));
     };
@@ -256,7 +258,8 @@ class Carrier {
 
   /** Sends `bytes` for `round`, after the marker when this side's sends were for an earlier round. */
   send(round: number, bytes: Uint8Array): Promise<void> {
-    if (round < this.sendRound) return Promise.reject(new PeerLostError(-1, `round ${round} is over on this link (it carries round ${this.sendRound})`));
+    if (round < this.sendRound)
+      return Promise.reject(new PeerLostError(-1, `round ${round} is over on this link (it carries round ${this.sendRound})`));
     // The common case: no switch; the physical send runs synchronously up to its first wait.
     if (round === this.sendRound && !this.switching) return this.counted(bytes);
     return this.switchTo(round).then(() => this.counted(bytes));
@@ -301,7 +304,9 @@ class Carrier {
     if (this.recvRound >= this.pool.currentRound) {
       this.aheadBytes += bytes.length;
       if (this.aheadBytes > MAX_AHEAD_BYTES) {
-        return this.close(`member ${this.member} sent over ${MAX_AHEAD_BYTES} bytes for round ${this.recvRound}, which this tab has not reached`);
+        return this.close(
+          `member ${this.member} sent over ${MAX_AHEAD_BYTES} bytes for round ${this.recvRound}, which this tab has not reached`,
+        );
       }
       this.ahead.push({ round: this.recvRound, bytes });
     }

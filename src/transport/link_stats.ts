@@ -37,7 +37,9 @@ export function selectedPath(stats: Iterable<unknown>, now = Date.now()): PathSa
     }
   }
   pair ??= pairs.find((p) => p.selected === true);
-  pair ??= pairs.filter((p) => p.nominated === true && p.state === 'succeeded').sort((a, b) => (num(b.bytesSent) ?? 0) - (num(a.bytesSent) ?? 0))[0];
+  pair ??= pairs
+    .filter((p) => p.nominated === true && p.state === 'succeeded')
+    .sort((a, b) => (num(b.bytesSent) ?? 0) - (num(a.bytesSent) ?? 0))[0];
   if (!pair) return undefined;
   transport ??= transports.find((t) => t.id === pair.transportId);
   const candidate = (id: unknown): Record<string, unknown> | undefined => (typeof id === 'string' ? byId.get(id) : undefined);

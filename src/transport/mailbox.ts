@@ -116,7 +116,16 @@ export class Mailbox {
    * `expectedBytes` long; calls `onChunk` for each chunk in order. Rejects if `ready` rejects
    * (the link to the peer failed to open).
    */
-  receive(peer: number, kind: FrameKind, seq: number, step: number, descriptor: Descriptor, expectedBytes: number, onChunk: OnChunk, ready: Promise<unknown>): Promise<void> {
+  receive(
+    peer: number,
+    kind: FrameKind,
+    seq: number,
+    step: number,
+    descriptor: Descriptor,
+    expectedBytes: number,
+    onChunk: OnChunk,
+    ready: Promise<unknown>,
+  ): Promise<void> {
     const key = inboxKey(peer, kind, seq, step);
     return new Promise<void>((resolve, reject) => {
       const receiver: Receiver = {
@@ -173,7 +182,10 @@ export class Mailbox {
 
   private mismatch(h: Descriptor, seq: number, mine: Descriptor, from?: number): CollectiveMismatchError {
     const who = from === undefined ? 'a rank' : `rank ${from}`;
-    return new CollectiveMismatchError(`collective #${seq}${this.label} does not match: ${who} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(mine)}`, seq);
+    return new CollectiveMismatchError(
+      `collective #${seq}${this.label} does not match: ${who} issued ${describeCollective(h)}, rank ${this.rank} issued ${describeCollective(mine)}`,
+      seq,
+    );
   }
 
   /** Any sign of life from `peer`: a frame of any kind, or its link opening. */
@@ -190,7 +202,10 @@ export class Mailbox {
     for (const r of [...this.receivers]) {
       const last = this.lastHeard.get(r.peer);
       if (last === undefined || now - last <= stallMs) continue;
-      this.onSilentPeer(r.peer, `stalled: no sign of life for ${now - last} ms (its page is paused, frozen or gone) while this rank waited for ${r.what}`);
+      this.onSilentPeer(
+        r.peer,
+        `stalled: no sign of life for ${now - last} ms (its page is paused, frozen or gone) while this rank waited for ${r.what}`,
+      );
       return; // the group is broken now: every receive has been rejected
     }
   }
@@ -203,7 +218,11 @@ export class Mailbox {
     this.heard(from);
     const key = inboxKey(from, h.kind, h.seq, h.step);
     if (this.completed.has(key)) {
-      throw new FramingError(`rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`, from, 'seq');
+      throw new FramingError(
+        `rank ${from} sent a chunk (offset ${h.offset}) for a message already complete (seq ${h.seq} step ${h.step})`,
+        from,
+        'seq',
+      );
     }
     let entry = this.inbox.get(key);
     if (entry?.receiver) return this.deliver(entry.receiver, frame, h);
@@ -224,7 +243,11 @@ export class Mailbox {
       );
     }
     if (h.step >= this.limits.maxStep) {
-      throw new FramingError(`message step ${h.step} of ${what} #${h.seq} is past the last a collective has (${this.limits.maxStep - 1})`, from, 'step');
+      throw new FramingError(
+        `message step ${h.step} of ${what} #${h.seq} is past the last a collective has (${this.limits.maxStep - 1})`,
+        from,
+        'step',
+      );
     }
     const held = (this.allHeld.get(from) ?? 0) + frame.length;
     if (held > this.limits.maxBufferedBytes) {
@@ -324,7 +347,10 @@ export function encodeAbortNotice(seq: number, err: Error, origin: number, group
           ? 'mismatch'
           : err instanceof FramingError
             ? 'framing'
-            : err instanceof GroupClosedError || err instanceof ConnectionClosedError || err instanceof DistTimeoutError || err instanceof CollectiveAbortedError
+            : err instanceof GroupClosedError ||
+                err instanceof ConnectionClosedError ||
+                err instanceof DistTimeoutError ||
+                err instanceof CollectiveAbortedError
               ? 'recoverable'
               : 'other',
     // A lost rank's notice carries the reason alone: the receiver says "lost rank N: " itself.
@@ -334,7 +360,19 @@ export function encodeAbortNotice(seq: number, err: Error, origin: number, group
   };
   const payload = new TextEncoder().encode(JSON.stringify(notice));
   const frame = new Uint8Array(HEADER_BYTES + payload.length);
-  writeHeader(frame, { kind: FrameKind.abort, group, collective: Collective.allReduce, reduceOp: 0, seq, step: 0, numel: 0, root: 0, total: payload.length, offset: 0, length: payload.length });
+  writeHeader(frame, {
+    kind: FrameKind.abort,
+    group,
+    collective: Collective.allReduce,
+    reduceOp: 0,
+    seq,
+    step: 0,
+    numel: 0,
+    root: 0,
+    total: payload.length,
+    offset: 0,
+    length: payload.length,
+  });
   frame.set(payload, HEADER_BYTES);
   return frame;
 }

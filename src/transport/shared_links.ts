@@ -175,7 +175,9 @@ export class SharedLinks {
       init.client.on('peer-left', (e) => {
         if (e.round === init.round) this.markLost(e.rank, e.reason);
       }),
-      init.client.on('close', (e) => this.fail(new ConnectionClosedError(`the connection to the server closed (${e.code} ${e.reason})`, e.code, e.reason))),
+      init.client.on('close', (e) =>
+        this.fail(new ConnectionClosedError(`the connection to the server closed (${e.code} ${e.reason})`, e.code, e.reason)),
+      ),
       onPageHide(() => this.leave()),
     );
     for (const e of init.early ?? []) this.links.onSignal(e);
@@ -280,16 +282,19 @@ export class SharedLinks {
 
   private onFrame(from: number, frame: Uint8Array): void {
     try {
-      if (frame.length > MAX_FRAME_BYTES) throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
+      if (frame.length > MAX_FRAME_BYTES)
+        throw new FramingError(`frame of ${frame.length} bytes is over the ${MAX_FRAME_BYTES}-byte limit`, from, 'length');
       const h = readHeader(frame);
       checkChunk(h);
       if (h.kind === FrameKind.alive) {
-        if (h.group !== 0) throw new FramingError(`a liveness frame is about the link and carries group 0, this one group ${h.group}`, from, 'group');
+        if (h.group !== 0)
+          throw new FramingError(`a liveness frame is about the link and carries group 0, this one group ${h.group}`, from, 'group');
         this.heard(from);
         return;
       }
       if (h.kind === FrameKind.bye) {
-        if (h.group !== 0 || h.step > 1) throw new FramingError(`a bye frame carries group 0 and step 0 or 1, this one group ${h.group}, step ${h.step}`, from, 'group');
+        if (h.group !== 0 || h.step > 1)
+          throw new FramingError(`a bye frame carries group 0 and step 0 or 1, this one group ${h.group}, step ${h.step}`, from, 'group');
         this.heard(from);
         // The peer destroys its group: everything it sent came before this; answer so it can close.
         if (h.step === 0) for (const link of this.links.open()) if (link.peer === from) link.send(encodeBye(true)).catch(() => {});
@@ -303,12 +308,18 @@ export class SharedLinks {
         throw new FramingError(`frame for group ${h.group}, ${why} (seq ${h.seq}); refused, not buffered`, from, 'group');
       }
       if (!g.has(from)) {
-        throw new FramingError(`frame for subgroup ${h.group} [${g.ranks.join(', ')}], which rank ${from} is not a member of (seq ${h.seq}); refused, not buffered`, from, 'group');
+        throw new FramingError(
+          `frame for subgroup ${h.group} [${g.ranks.join(', ')}], which rank ${from} is not a member of (seq ${h.seq}); refused, not buffered`,
+          from,
+          'group',
+        );
       }
       this.heard(from);
       g.deliver(from, frame, h);
     } catch (err) {
-      this.fail(err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error));
+      this.fail(
+        err instanceof FramingError ? new FramingError(`bad frame from rank ${from}: ${err.message}`, from, err.field) : (err as Error),
+      );
     }
   }
 
@@ -341,12 +352,16 @@ export class SharedLinks {
    */
   leave(): void {
     if (!this.broken) {
-      const notice = encodeAbortNotice(Math.max(1, this.groups.get(0)?.lastSeq() ?? 0), new PeerLostError(this.rank, 'its tab closed'), this.rank, 0);
+      const notice = encodeAbortNotice(
+        Math.max(1, this.groups.get(0)?.lastSeq() ?? 0),
+        new PeerLostError(this.rank, 'its tab closed'),
+        this.rank,
+        0,
+      );
       for (const link of this.links.open()) link.send(notice).catch(() => {});
     }
     const reason = new GroupClosedError(`this tab is closing (or going into the back/forward cache): rank ${this.rank} left the group`);
     this.fail(reason);
     this.links.closeAll(reason);
   }
-
 }

@@ -121,7 +121,10 @@ class SimplePeerLink implements PeerLink, PendingLink {
     const channel = this.channel;
     if (this.state !== 'open' || !channel || channel.readyState !== 'open') {
       // The channel can close a moment before simple-peer says so: name what is known then.
-      const what = this.state === 'open' ? `its data channel is ${channel?.readyState ?? 'gone'} (the peer closed it or the connection dropped)` : `link is ${this.state}`;
+      const what =
+        this.state === 'open'
+          ? `its data channel is ${channel?.readyState ?? 'gone'} (the peer closed it or the connection dropped)`
+          : `link is ${this.state}`;
       throw new PeerLostError(this.peer, this.closeReason || what);
     }
     channel.send(bytes as Uint8Array<ArrayBuffer>);

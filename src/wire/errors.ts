@@ -294,7 +294,9 @@ export class NonFiniteGradientError extends Error {
     /** Its index in `model.trainableWeights`. */
     readonly index: number,
   ) {
-    super(`rank ${rank}: the averaged gradient of parameter ${index} (${parameter}) is not finite (NaN or infinity); the update was not applied`);
+    super(
+      `rank ${rank}: the averaged gradient of parameter ${index} (${parameter}) is not finite (NaN or infinity); the update was not applied`,
+    );
   }
 }
 
@@ -404,7 +406,10 @@ export class DeviceLostError extends Error {
       reason === 'destroyed'
         ? 'the page destroyed it (GPUDevice.destroy())'
         : 'the GPU was reset or taken away (a driver crash or update, the computer switching graphics cards, or too little GPU memory)';
-    super(`${who} WebGPU device was lost during ${during}: ${why}; the browser said "${detail}". Every tensor on that device is gone. ${advice}`, options);
+    super(
+      `${who} WebGPU device was lost during ${during}: ${why}; the browser said "${detail}". Every tensor on that device is gone. ${advice}`,
+      options,
+    );
   }
 }
 

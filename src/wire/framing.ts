@@ -47,11 +47,21 @@ export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5 } a
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
-export const Collective = { allReduce: 1, broadcast: 2, allGather: 3, reduceScatter: 4, meshAllReduce: 5, p2p: 6, allReduceDoubling: 7, allGatherBruck: 8, broadcastTree: 9, allReduceTree: 10, meshAllGather: 11 } as const;
+export const Collective = {
+  allReduce: 1,
+  broadcast: 2,
+  allGather: 3,
+  reduceScatter: 4,
+  meshAllReduce: 5,
+  p2p: 6,
+  allReduceDoubling: 7,
+  allGatherBruck: 8,
+  broadcastTree: 9,
+  allReduceTree: 10,
+  meshAllGather: 11,
+} as const;
 export type Collective = (typeof Collective)[keyof typeof Collective];
-export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(
-  Object.entries(Collective).map(([name, code]) => [code, name]),
-);
+export const COLLECTIVE_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Collective).map(([name, code]) => [code, name]));
 
 export const ReduceOp = { sum: 0, avg: 1, max: 2, min: 3 } as const;
 export type ReduceOpName = keyof typeof ReduceOp;
@@ -89,17 +99,28 @@ const ALGORITHM_OF: Record<number, [string, string]> = {
 export function describeCollective(d: Descriptor): string {
   const [called, how] = ALGORITHM_OF[d.collective] ?? [COLLECTIVE_NAMES[d.collective] ?? `collective#${d.collective}`, ''];
   const name = called;
-  const op = d.collective === Collective.allReduce || d.collective === Collective.reduceScatter || d.collective === Collective.meshAllReduce || d.collective === Collective.allReduceDoubling || d.collective === Collective.allReduceTree
-    ? `(${REDUCE_OP_NAMES[d.reduceOp] ?? d.reduceOp})`
-    : d.collective === Collective.broadcast || d.collective === Collective.broadcastTree
-      ? `(src ${d.root})`
-      : '';
+  const op =
+    d.collective === Collective.allReduce ||
+    d.collective === Collective.reduceScatter ||
+    d.collective === Collective.meshAllReduce ||
+    d.collective === Collective.allReduceDoubling ||
+    d.collective === Collective.allReduceTree
+      ? `(${REDUCE_OP_NAMES[d.reduceOp] ?? d.reduceOp})`
+      : d.collective === Collective.broadcast || d.collective === Collective.broadcastTree
+        ? `(src ${d.root})`
+        : '';
   const dtype = d.dtype ? ` with a ${WIRE_DTYPE_NAMES[d.dtype] ?? `dtype#${d.dtype}`} wire` : '';
   return `${name}${op} of ${d.numel} elements${dtype}${how}`;
 }
 
 export function sameDescriptor(a: Descriptor, b: Descriptor): boolean {
-  return a.collective === b.collective && a.reduceOp === b.reduceOp && a.numel === b.numel && a.root === b.root && (a.dtype ?? 0) === (b.dtype ?? 0);
+  return (
+    a.collective === b.collective &&
+    a.reduceOp === b.reduceOp &&
+    a.numel === b.numel &&
+    a.root === b.root &&
+    (a.dtype ?? 0) === (b.dtype ?? 0)
+  );
 }
 
 /** Bytes per element of a payload of wire dtype `code`. */
@@ -134,7 +155,13 @@ export function readHeader(frame: Uint8Array): FrameHeader {
   const v = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   if (v.getUint8(0) !== MAGIC) throw new FramingError(`frame has magic 0x${v.getUint8(0).toString(16)}, expected 0xd7`);
   const kind = v.getUint8(1);
-  if (kind !== FrameKind.collective && kind !== FrameKind.p2p && kind !== FrameKind.abort && kind !== FrameKind.alive && kind !== FrameKind.bye) {
+  if (
+    kind !== FrameKind.collective &&
+    kind !== FrameKind.p2p &&
+    kind !== FrameKind.abort &&
+    kind !== FrameKind.alive &&
+    kind !== FrameKind.bye
+  ) {
     throw new FramingError(`frame has unknown kind ${kind}`);
   }
   const h: FrameHeader = {
@@ -162,7 +189,11 @@ export function readHeader(frame: Uint8Array): FrameHeader {
     );
   }
   if (h.offset + h.length > h.total) {
-    throw new FramingError(`chunk [${h.offset}, ${h.offset + h.length}) runs past the message's ${h.total} bytes (seq ${h.seq})`, undefined, 'length');
+    throw new FramingError(
+      `chunk [${h.offset}, ${h.offset + h.length}) runs past the message's ${h.total} bytes (seq ${h.seq})`,
+      undefined,
+      'length',
+    );
   }
   return h;
 }
@@ -177,12 +208,19 @@ export function readHeader(frame: Uint8Array): FrameHeader {
 export function checkChunk(h: FrameHeader): void {
   if (h.kind === FrameKind.abort) return;
   if (h.kind === FrameKind.alive || h.kind === FrameKind.bye) {
-    if (h.length !== 0 || h.total !== 0) throw new FramingError(`a ${h.kind === FrameKind.bye ? 'bye' : 'liveness'} frame carries no payload, this one ${h.length} bytes`, undefined, 'length');
+    if (h.length !== 0 || h.total !== 0)
+      throw new FramingError(
+        `a ${h.kind === FrameKind.bye ? 'bye' : 'liveness'} frame carries no payload, this one ${h.length} bytes`,
+        undefined,
+        'length',
+      );
     return;
   }
   const size = elementBytes(h.dtype);
-  if (h.offset % size !== 0) throw new FramingError(`chunk offset ${h.offset} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'offset');
-  if (h.length % size !== 0) throw new FramingError(`chunk length ${h.length} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'length');
+  if (h.offset % size !== 0)
+    throw new FramingError(`chunk offset ${h.offset} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'offset');
+  if (h.length % size !== 0)
+    throw new FramingError(`chunk length ${h.length} is not a multiple of ${size} bytes (seq ${h.seq})`, undefined, 'length');
 }
 
 /**
@@ -240,7 +278,8 @@ export class Reassembler {
     }
     // An empty chunk of a non-empty message carries nothing but would count as a sign of progress:
     // a hostile peer could keep a receive waiting forever with them.
-    if (h.length === 0 && this.total > 0) throw new FramingError(`empty chunk at offset ${h.offset} of a ${this.total}-byte message (seq ${h.seq})`);
+    if (h.length === 0 && this.total > 0)
+      throw new FramingError(`empty chunk at offset ${h.offset} of a ${this.total}-byte message (seq ${h.seq})`);
     this.started = true;
     this.received += h.length;
     this.onChunk(frame.subarray(HEADER_BYTES), h.offset, frame);
@@ -251,12 +290,36 @@ export class Reassembler {
 /** A bye frame: `answer` false for the leaving rank's, true for the peer's answer. */
 export function encodeBye(answer: boolean): Uint8Array {
   const frame = new Uint8Array(HEADER_BYTES);
-  writeHeader(frame, { kind: FrameKind.bye, group: 0, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: answer ? 1 : 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
+  writeHeader(frame, {
+    kind: FrameKind.bye,
+    group: 0,
+    collective: 0 as FrameHeader['collective'],
+    reduceOp: 0,
+    seq: 0,
+    step: answer ? 1 : 0,
+    numel: 0,
+    root: 0,
+    total: 0,
+    offset: 0,
+    length: 0,
+  });
   return frame;
 }
 
 export function encodeAlive(): Uint8Array {
   const frame = new Uint8Array(HEADER_BYTES);
-  writeHeader(frame, { kind: FrameKind.alive, group: 0, collective: 0 as FrameHeader['collective'], reduceOp: 0, seq: 0, step: 0, numel: 0, root: 0, total: 0, offset: 0, length: 0 });
+  writeHeader(frame, {
+    kind: FrameKind.alive,
+    group: 0,
+    collective: 0 as FrameHeader['collective'],
+    reduceOp: 0,
+    seq: 0,
+    step: 0,
+    numel: 0,
+    root: 0,
+    total: 0,
+    offset: 0,
+    length: 0,
+  });
   return frame;
 }

@@ -67,12 +67,12 @@ function halfOfBits(x: number): number {
     const half = mant >>> shift;
     const rest = mant & ((1 << shift) - 1);
     const mid = 1 << (shift - 1);
-    return sign | (half + (rest > mid || (rest === mid && (half & 1)) ? 1 : 0));
+    return sign | (half + (rest > mid || (rest === mid && half & 1) ? 1 : 0));
   }
   const half = (e << 10) | (mant >>> 13);
   const rest = mant & 0x1fff;
   // A carry out of the mantissa rolls into the exponent, which is what rounding up means.
-  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && (half & 1)) ? 1 : 0));
+  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && half & 1) ? 1 : 0));
 }
 
 /** The bfloat16 bits of float32 bits `x` (round to nearest even; NaN stays a quiet NaN). */

@@ -174,4 +174,14 @@ export interface FaultsEvent {
   entries: FaultEntry[];
 }
 
-export type ServerMessage = ReplyMessage | ErrorMessage | SignalEvent | PeerLeftEvent | RoundEvent | WaitingEvent | ControlEvent | RendezvousClosedEvent | TokenEvent | FaultsEvent;
+export type ServerMessage =
+  | ReplyMessage
+  | ErrorMessage
+  | SignalEvent
+  | PeerLeftEvent
+  | RoundEvent
+  | WaitingEvent
+  | ControlEvent
+  | RendezvousClosedEvent
+  | TokenEvent
+  | FaultsEvent;

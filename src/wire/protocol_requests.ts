@@ -202,9 +202,7 @@ export interface ResultOf {
 }
 
 export type RequestType = keyof RequestFields;
-export type Request<T extends RequestType = RequestType> = T extends RequestType
-  ? { type: T; id: number } & RequestFields[T]
-  : never;
+export type Request<T extends RequestType = RequestType> = T extends RequestType ? { type: T; id: number } & RequestFields[T] : never;
 
 /** A signaling payload: opaque to the server, small, JSON. */
 export interface SignalPayload {

@@ -35,7 +35,6 @@ import {
 } from './protocol.ts';
 import { ServerMessageError } from './errors.ts';
 
-
 export class ProtocolViolation extends Error {
   override name = 'ProtocolViolation';
   constructor(
@@ -113,7 +112,11 @@ function keyList(m: Obj, field: string, id: number, limits: Limits): string[] {
   for (const [i, k] of keys.entries()) {
     const j = first.get(k);
     if (j !== undefined) {
-      throw new ProtocolViolation(ErrorCode.DUPLICATE_KEYS, `field "${field}" names key ${JSON.stringify(k)} twice (at ${j} and ${i}); name each key once`, id);
+      throw new ProtocolViolation(
+        ErrorCode.DUPLICATE_KEYS,
+        `field "${field}" names key ${JSON.stringify(k)} twice (at ${j} and ${i}); name each key once`,
+        id,
+      );
     }
     first.set(k, i);
   }
@@ -151,8 +154,15 @@ const REQUEST_FIELDS: { [T in RequestType]: FieldsOf<T> } = {
   },
   set: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), value: value(raw, 'value', id) }),
   get: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), timeoutMs: timeout(raw, id, limits) }),
-  add: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) }),
-  compareSet: (raw, id, limits) => ({ key: key(raw, 'key', id, limits), expected: value(raw, 'expected', id), desired: value(raw, 'desired', id) }),
+  add: (raw, id, limits) => ({
+    key: key(raw, 'key', id, limits),
+    amount: int(raw, 'amount', id, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER),
+  }),
+  compareSet: (raw, id, limits) => ({
+    key: key(raw, 'key', id, limits),
+    expected: value(raw, 'expected', id),
+    desired: value(raw, 'desired', id),
+  }),
   wait: (raw, id, limits) => ({ keys: keyList(raw, 'keys', id, limits), timeoutMs: timeout(raw, id, limits) }),
   check: (raw, id, limits) => ({ keys: keyList(raw, 'keys', id, limits) }),
   deleteKey: (raw, id, limits) => ({ key: key(raw, 'key', id, limits) }),
@@ -174,7 +184,8 @@ const REQUEST_FIELDS: { [T in RequestType]: FieldsOf<T> } = {
   closeRendezvous: () => ({}),
   claim: (raw, id, limits) => {
     const keys = keyList(raw, 'keys', id, limits);
-    if (keys.length === 0 || keys.length > MAX_CLAIM_KEYS) fail(id, `field "keys" must name 1 to ${MAX_CLAIM_KEYS} places, got ${keys.length}`);
+    if (keys.length === 0 || keys.length > MAX_CLAIM_KEYS)
+      fail(id, `field "keys" must name 1 to ${MAX_CLAIM_KEYS} places, got ${keys.length}`);
     if (typeof raw.take !== 'boolean') fail(id, `field "take" must be true or false, got ${describe(raw.take)}`);
     return { keys, take: raw.take as boolean };
   },
@@ -200,7 +211,8 @@ function rendezvousFields(raw: Obj, id: number): RequestFields['rendezvous'] {
   const max = int(raw, 'max', id, 1, MAX_WORLD);
   if (max < min) fail(id, `field "max" (${max}) must be at least "min" (${min})`);
   const spectate = raw.spectate;
-  if (spectate !== undefined && typeof spectate !== 'boolean') fail(id, `field "spectate" must be true or false, got ${describe(spectate)}`);
+  if (spectate !== undefined && typeof spectate !== 'boolean')
+    fail(id, `field "spectate" must be true or false, got ${describe(spectate)}`);
   const base = spectate === undefined ? { min, max } : { min, max, spectate };
   if (raw.rank === undefined) return base;
   if (min !== max) fail(id, `field "rank" can only be given for a fixed world size (min = max), not for ${min}..${max}`);
@@ -214,7 +226,8 @@ function controlFields(raw: Obj, id: number): RequestFields['control'] {
   }
   const a = action as HostAction;
   if (a === 'remove') return { action: a, ...removeTarget(raw, id) };
-  for (const f of ['rank', 'round', 'member']) if (raw[f] !== undefined) fail(id, `field "${f}" goes with action "remove" only, not "${a}"`);
+  for (const f of ['rank', 'round', 'member'])
+    if (raw[f] !== undefined) fail(id, `field "${f}" goes with action "remove" only, not "${a}"`);
   if (a !== 'min') {
     if (raw.min !== undefined) fail(id, `field "min" goes with action "min" only, not "${a}"`);
     return { action: a };
@@ -226,11 +239,13 @@ function controlFields(raw: Obj, id: number): RequestFields['control'] {
 function heartbeatFields(raw: Obj, id: number): RequestFields['heartbeat'] {
   if (raw.heard === undefined) return {};
   const heard = raw.heard;
-  if (typeof heard !== 'object' || heard === null || Array.isArray(heard)) fail(id, `field "heard" must be an object {round, ranks}, got ${describe(heard)}`);
+  if (typeof heard !== 'object' || heard === null || Array.isArray(heard))
+    fail(id, `field "heard" must be an object {round, ranks}, got ${describe(heard)}`);
   const h = heard as Obj;
   const round = int(h, 'round', id, 0, Number.MAX_SAFE_INTEGER);
   const ranks = h.ranks;
-  if (!Array.isArray(ranks) || ranks.length > MAX_WORLD) fail(id, `field "heard.ranks" must be an array of at most ${MAX_WORLD} ranks, got ${describe(ranks)}`);
+  if (!Array.isArray(ranks) || ranks.length > MAX_WORLD)
+    fail(id, `field "heard.ranks" must be an array of at most ${MAX_WORLD} ranks, got ${describe(ranks)}`);
   return { heard: { round, ranks: (ranks as unknown[]).map((_, i) => int(ranks as unknown as Obj, String(i), id, 0, MAX_WORLD - 1)) } };
 }
 
@@ -268,7 +283,8 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
   const type = raw.type;
   if (typeof type !== 'string') fail(id, `field "type" must be a string, got ${describe(type)}`);
   // Own keys only: "constructor" or "__proto__" is an unknown type, not a validator.
-  if (!Object.hasOwn(REQUEST_FIELDS, type)) throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(type)}`, id);
+  if (!Object.hasOwn(REQUEST_FIELDS, type))
+    throw new ProtocolViolation(ErrorCode.UNKNOWN_TYPE, `unknown message type ${describe(type)}`, id);
   const t = type as RequestType;
   const fields = (REQUEST_FIELDS[t] as FieldsOf<RequestType>)(raw, id, limits);
   return { type: t, id, ...fields } as Request;
@@ -296,43 +312,74 @@ export function parseServerMessage(text: string): ServerMessage {
       need(raw.details === undefined || isObj(raw.details), 'bad details');
       return raw as unknown as ErrorMessage;
     case 'signal':
-      need(isInt(raw.from, 0, MAX_WORLD - 1) && isInt(raw.member, 1, MAX_MEMBER_ID) && isObj(raw.data) && typeof raw.data.channel === 'string', 'bad sender or data');
+      need(
+        isInt(raw.from, 0, MAX_WORLD - 1) && isInt(raw.member, 1, MAX_MEMBER_ID) && isObj(raw.data) && typeof raw.data.channel === 'string',
+        'bad sender or data',
+      );
       return raw as unknown as SignalEvent;
     case 'peer-left':
-      need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.rank, 0, MAX_WORLD - 1) && typeof raw.reason === 'string', 'bad round, rank or reason');
+      need(
+        isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.rank, 0, MAX_WORLD - 1) && typeof raw.reason === 'string',
+        'bad round, rank or reason',
+      );
       return raw as unknown as PeerLeftEvent;
     case 'round':
       need(isInt(raw.round, 1, Number.MAX_SAFE_INTEGER), 'bad round');
-      need(isInt(raw.worldSize, 0, MAX_WORLD) && isInt(raw.rank, -1, MAX_WORLD - 1) && (raw.rank as number) < Math.max(1, raw.worldSize as number), 'bad rank or world size');
+      need(
+        isInt(raw.worldSize, 0, MAX_WORLD) &&
+          isInt(raw.rank, -1, MAX_WORLD - 1) &&
+          (raw.rank as number) < Math.max(1, raw.worldSize as number),
+        'bad rank or world size',
+      );
       need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
       need(
-        Array.isArray(raw.members) && raw.members.length === (raw.paused ? 0 : raw.worldSize) && raw.members.every((m) => isInt(m, 1, MAX_MEMBER_ID)) && new Set(raw.members).size === raw.members.length,
+        Array.isArray(raw.members) &&
+          raw.members.length === (raw.paused ? 0 : raw.worldSize) &&
+          raw.members.every((m) => isInt(m, 1, MAX_MEMBER_ID)) &&
+          new Set(raw.members).size === raw.members.length,
         'bad members (one distinct member id per rank)',
       );
       return raw as unknown as RoundEvent;
     case 'waiting':
       // Members and spectators may outnumber the largest group (spectators wait beyond it).
       need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.waiting, 0, MAX_WORLD), 'bad round or waiting');
-      need(isInt(raw.members, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.spectators, 0, Number.MAX_SAFE_INTEGER), 'bad members or spectators');
+      need(
+        isInt(raw.members, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.spectators, 0, Number.MAX_SAFE_INTEGER),
+        'bad members or spectators',
+      );
       need(isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad min or max');
       return raw as unknown as WaitingEvent;
     case 'control':
-      need(typeof raw.action === 'string' && (CONTROL_ACTIONS as readonly string[]).includes(raw.action) && raw.by === 'host', 'bad action or sender');
+      need(
+        typeof raw.action === 'string' && (CONTROL_ACTIONS as readonly string[]).includes(raw.action) && raw.by === 'host',
+        'bad action or sender',
+      );
       need(raw.action === 'min' ? isInt(raw.min, 1, MAX_WORLD) : raw.min === undefined, 'bad min');
       return raw as unknown as ControlEvent;
     case 'rendezvous-closed':
       need(isInt(raw.round, 0, Number.MAX_SAFE_INTEGER) && isInt(raw.by, 0, MAX_WORLD - 1), 'bad round or rank');
       return raw as unknown as RendezvousClosedEvent;
     case 'token':
-      need(typeof raw.token === 'string' && SESSION_TOKEN.test(raw.token) && typeof raw.reason === 'string' && raw.reason.length <= 1_000, 'bad token or reason');
+      need(
+        typeof raw.token === 'string' && SESSION_TOKEN.test(raw.token) && typeof raw.reason === 'string' && raw.reason.length <= 1_000,
+        'bad token or reason',
+      );
       return raw as unknown as TokenEvent;
     case 'faults': {
       const counts = raw.counts;
-      need(isObj(counts) && FAULT_KINDS.every((k) => isInt(counts[k], 0, Number.MAX_SAFE_INTEGER)), 'bad counts (one non-negative integer per kind)');
+      need(
+        isObj(counts) && FAULT_KINDS.every((k) => isInt(counts[k], 0, Number.MAX_SAFE_INTEGER)),
+        'bad counts (one non-negative integer per kind)',
+      );
       const entries = raw.entries;
       need(Array.isArray(entries) && entries.length <= MAX_FAULT_ENTRIES, `bad entries (a list of at most ${MAX_FAULT_ENTRIES})`);
       const goodEntry = (e: unknown) =>
-        isObj(e) && (FAULT_KINDS as readonly unknown[]).includes(e.kind) && isInt(e.round, 1, Number.MAX_SAFE_INTEGER) && isInt(e.rank, 0, MAX_WORLD - 1) && typeof e.reason === 'string' && e.reason.length <= MAX_FAULT_REASON;
+        isObj(e) &&
+        (FAULT_KINDS as readonly unknown[]).includes(e.kind) &&
+        isInt(e.round, 1, Number.MAX_SAFE_INTEGER) &&
+        isInt(e.rank, 0, MAX_WORLD - 1) &&
+        typeof e.reason === 'string' &&
+        e.reason.length <= MAX_FAULT_REASON;
       need((entries as unknown[]).every(goodEntry), 'bad entry (kind, round, rank, reason)');
       return raw as unknown as FaultsEvent;
     }
@@ -349,7 +396,11 @@ export function parseServerMessage(text: string): ServerMessage {
  */
 function removeTarget(raw: Obj, id: number): { rank: number; round?: number } | { member: number } {
   if (raw.min !== undefined) fail(id, 'field "min" goes with action "min" only, not "remove"');
-  if ((raw.rank === undefined) === (raw.member === undefined)) fail(id, 'action "remove" names a tab by its field "rank" (in the running round) or its field "member" (its member id), one of the two');
+  if ((raw.rank === undefined) === (raw.member === undefined))
+    fail(
+      id,
+      'action "remove" names a tab by its field "rank" (in the running round) or its field "member" (its member id), one of the two',
+    );
   if (raw.member !== undefined) {
     if (raw.round !== undefined) fail(id, 'field "round" goes with field "rank" only, not "member"');
     return { member: int(raw, 'member', id, 1, MAX_MEMBER_ID) };

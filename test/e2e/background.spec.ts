@@ -43,7 +43,9 @@ test('a rank whose tab goes to the background at step 5 trains on to the end (he
   ]);
 });
 
-test('a tab hidden while it waits for the group, under intensive throttling, keeps its place and trains when the group fills', async ({ server }) => {
+test('a tab hidden while it waits for the group, under intensive throttling, keeps its place and trains when the group fills', async ({
+  server,
+}) => {
   // Intensive throttling (one timer wake-up a minute) after 5 s hidden instead of minutes. A rank
   // that waits in the lobby has no WebRTC link and no title updates, so nothing exempts it: only
   // heartbeats that tick from a Worker keep the server from evicting it.
@@ -81,7 +83,18 @@ test('a tab hidden while it waits for the group, under intensive throttling, kee
         onCrash: (reason) => settle.reject(new Error(`rank ${rank}: ${reason}`)),
       });
       const url = new URL(server.url);
-      url.search = new URLSearchParams({ session, world: '2', rank: String(rank), job: 'train', dataset: 'synthetic', trainSize: '1024', batchSize: '32', steps: '20', evalEvery: '0', backend: 'cpu' }).toString();
+      url.search = new URLSearchParams({
+        session,
+        world: '2',
+        rank: String(rank),
+        job: 'train',
+        dataset: 'synthetic',
+        trainSize: '1024',
+        batchSize: '32',
+        steps: '20',
+        evalEvery: '0',
+        backend: 'cpu',
+      }).toString();
       await tab.open(withToken(url, tokenFor(session)));
       return { tab, reports, result };
     };

@@ -115,7 +115,10 @@ async function expectTokenPage(page: Page, name: string, title: string, message:
   await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
 }
 
-test('a training link whose token cannot join says what is wrong with it and to ask the host, and nothing else', async ({ browser, server }) => {
+test('a training link whose token cannot join says what is wrong with it and to ask the host, and nothing else', async ({
+  browser,
+  server,
+}) => {
   await mkdir(SHOTS, { recursive: true });
   const context = await browser.newContext({ viewport: { width: 1000, height: 640 } });
   const page = await context.newPage();
@@ -123,17 +126,32 @@ test('a training link whose token cannot join says what is wrong with it and to 
 
   const cut = sessionName('cut');
   await page.goto(train(cut));
-  await expectTokenPage(page, 'token-missing', 'This link has no #token', `The link ends without its #token=..., the secret that lets a tab join session “${cut}”. Chat apps and some editors cut links at the #.`);
+  await expectTokenPage(
+    page,
+    'token-missing',
+    'This link has no #token',
+    `The link ends without its #token=..., the secret that lets a tab join session “${cut}”. Chat apps and some editors cut links at the #.`,
+  );
 
   // A token of the wrong form is not "no token".
   await page.goto(`${train(sessionName('abc'))}#token=abc`);
-  await expectTokenPage(page, 'token-malformed', 'This link’s #token is not valid', /^The link says “#token=abc”, but a session’s token is 22 to 128 letters, digits, “-” or “_” \(this one has 3\): it is not one this server issued\./);
+  await expectTokenPage(
+    page,
+    'token-malformed',
+    'This link’s #token is not valid',
+    /^The link says “#token=abc”, but a session’s token is 22 to 128 letters, digits, “-” or “_” \(this one has 3\): it is not one this server issued\./,
+  );
 
   // A well-formed token the server did not issue for this session.
   const guarded = sessionName('guarded');
   const owner = await StoreClient.connect(server.url, { session: guarded, token: tokenFor(guarded) });
   await page.goto(withToken(train(guarded), newSessionToken()));
-  await expectTokenPage(page, 'token-wrong', 'This link’s #token does not open this session', new RegExp(`^Session “${guarded}” exists on this server, but the #token=\\.\\.\\. in this link is not its token`));
+  await expectTokenPage(
+    page,
+    'token-wrong',
+    'This link’s #token does not open this session',
+    new RegExp(`^Session “${guarded}” exists on this server, but the #token=\\.\\.\\. in this link is not its token`),
+  );
   owner.close();
 
   // The host ended the session: its link joins nothing any more.
@@ -154,8 +172,12 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   // A session is for a class: the world starts at the Quick demo's 3 tabs (issue 52).
   await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
   await page.getByLabel('World size (tabs)').fill('4');
-  await expect(page.getByTestId('hint-min')).toHaveText('Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.');
-  await expect(page.getByTestId('estimate')).toContainText(/^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. It assumes .+ a step and .+ for each of 3 test-set evaluations, as measured with up to three tabs on each 2-core computer without a GPU/);
+  await expect(page.getByTestId('hint-min')).toHaveText(
+    'Tabs may close, reload or join while it runs: training goes on while at least 1 is in, whereas a fixed size (4 here) would pause whenever one leaves.',
+  );
+  await expect(page.getByTestId('estimate')).toContainText(
+    /^Estimated duration: about .+ for 235 steps with 4 tabs \(longer with fewer\)\. It assumes .+ a step and .+ for each of 3 test-set evaluations, as measured with up to three tabs on each 2-core computer without a GPU/,
+  );
   await page.getByTestId('demo-preset').click();
   // A demo of several tabs: every tab opened on its link trains.
   await expect(page.getByLabel('World size (tabs)')).toHaveValue('3');
@@ -167,7 +189,11 @@ test('the create form starts elastic, estimates the duration, and shares a link 
   await page.getByRole('button', { name: 'Create session' }).click();
   const link = page.getByTestId('share-link');
   // Today's server has no /api/info: the link uses the page's own address, and says who can open it.
-  await expect(link).toHaveValue(new RegExp(`^${server.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\?session=class-demo&world=3&job=train&min=2&.*#token=[A-Za-z0-9_-]{43}$`));
+  await expect(link).toHaveValue(
+    new RegExp(
+      `^${server.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\?session=class-demo&world=3&job=train&min=2&.*#token=[A-Za-z0-9_-]{43}$`,
+    ),
+  );
   await expect(page.getByTestId('share-note')).toContainText('HOST=0.0.0.0 npm start');
   await expect(page.getByTestId('qr-code')).toBeVisible();
   await expect(page.getByTestId('join-link')).toHaveAttribute('href', /#token=[A-Za-z0-9_-]{43}&host=[A-Za-z0-9_-]{43}$/);

@@ -9,7 +9,8 @@ import { expect, sessionName, test } from './fixtures.ts';
 
 const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
 /** Waits until the page's dashboard shows a step past `beyond`. */
-const passes = (page: Page, beyond: number, timeout = 90_000) => expect.poll(() => stepOf(page), { timeout, message: `${page.url()} past step ${beyond}` }).toBeGreaterThan(beyond);
+const passes = (page: Page, beyond: number, timeout = 90_000) =>
+  expect.poll(() => stepOf(page), { timeout, message: `${page.url()} past step ${beyond}` }).toBeGreaterThan(beyond);
 
 /** The teacher fills the form: 3 tabs, a long synthetic run; returns the shared link, and the teacher's tab joins with the host link. */
 async function createSession(context: BrowserContext, serverUrl: string): Promise<{ teacher: Page; shared: string; session: string }> {
@@ -94,22 +95,34 @@ test('a class session survives a closed tab, a reload and a fourth tab; only the
   // The group's faults are one record (the server's): every tab shows the same, while running
   // and at the end, also Alice's reloaded tab and Carol's, which came after most of them.
   const tabs = [teacher, alice, carol];
-  await expectSameFaults(tabs, (page) => page.getByTestId('faults'), /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/);
+  await expectSameFaults(
+    tabs,
+    (page) => page.getByTestId('faults'),
+    /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/,
+  );
 
   // Only the host stops, after confirming; every tab ends at the same step and can download.
   await teacher.getByTestId('stop-button').click();
   await expect(teacher.getByTestId('stop-dialog')).toBeVisible();
   await teacher.getByTestId('stop-confirm').click();
-  for (const page of [teacher, alice, carol]) await expect(page.getByTestId('progress')).toHaveAttribute('data-done', 'true', { timeout: 90_000 });
+  for (const page of [teacher, alice, carol])
+    await expect(page.getByTestId('progress')).toHaveAttribute('data-done', 'true', { timeout: 90_000 });
   const finals = await Promise.all([teacher, alice, carol].map(stepOf));
   expect(new Set(finals).size).toBe(1);
   expect(finals[0]).toBeLessThan(2000);
-  await expectSameFaults(tabs, (page) => page.locator('[data-testid="summary"] [data-key="faults"] dd'), /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/);
+  await expectSameFaults(
+    tabs,
+    (page) => page.locator('[data-testid="summary"] [data-key="faults"] dd'),
+    /^3 tabs closed, \d+ tabs joined mid-run(, \d+ steps? trained again)?$/,
+  );
   await expect(alice.getByTestId('download-button')).toBeEnabled();
   await context.close();
 });
 
-test('one closed tab is one fault on every tab: one error, about the tab that closed, and "1 tab closed" first in every summary', async ({ browser, server }) => {
+test('one closed tab is one fault on every tab: one error, about the tab that closed, and "1 tab closed" first in every summary', async ({
+  browser,
+  server,
+}) => {
   test.setTimeout(240_000);
   const context = await browser.newContext();
   const { teacher, shared } = await createSession(context, server.url);
@@ -137,7 +150,10 @@ test('one closed tab is one fault on every tab: one error, about the tab that cl
   await context.close();
 });
 
-test('the host ends the session: every tab keeps its replica and downloads it, named after the session and step', async ({ browser, server }) => {
+test('the host ends the session: every tab keeps its replica and downloads it, named after the session and step', async ({
+  browser,
+  server,
+}) => {
   test.setTimeout(240_000);
   const context = await browser.newContext();
   const { teacher, shared, session } = await createSession(context, server.url);
@@ -158,7 +174,9 @@ test('the host ends the session: every tab keeps its replica and downloads it, n
   await context.close();
 });
 
-test('on all interfaces, the form shares a link other machines can open, and it opens; another machine creates sessions only with the admin link', async ({ browser }) => {
+test('on all interfaces, the form shares a link other machines can open, and it opens; another machine creates sessions only with the admin link', async ({
+  browser,
+}) => {
   const server = await startServer({ port: 0, host: '0.0.0.0', log: () => {} });
   try {
     const lan = server.urls[0];

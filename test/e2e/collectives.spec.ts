@@ -28,7 +28,10 @@ for (const n of [2, 3, 4]) {
 }
 
 // '@solo' (test/e2e/lanes.ts): the rejection is timed; alone on the machine.
-test('a peer closed mid-collective makes every survivor reject naming it, within the bound', { tag: '@solo' }, async ({ browser, server }) => {
+test('a peer closed mid-collective makes every survivor reject naming it, within the bound', { tag: '@solo' }, async ({
+  browser,
+  server,
+}) => {
   // Large, repeated all-reduces so that the close lands in the middle of one.
   const ranks = await openRanks(browser, server, 4, {
     session: sessionName('lost'),

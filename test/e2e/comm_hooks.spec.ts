@@ -9,22 +9,50 @@ import { launch } from '../../launcher/run.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
-const base = { job: 'train', dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', seed: '7', steps: '12', batchSize: '32', checkWeights: 'true' };
+const base = {
+  job: 'train',
+  dataset: 'synthetic',
+  model: 'mlp',
+  optimizer: 'sgd',
+  lr: '0.1',
+  seed: '7',
+  steps: '12',
+  batchSize: '32',
+  checkWeights: 'true',
+};
 // The issue's measure: the usual MNIST CNN (the job's cnn with a hidden layer of 128, 53,866
 // parameters), a few steps on a slice of MNIST. On the cpu backend: the bytes do not depend on it,
 // and SwiftShader takes seconds per CNN step, which made this test (eight pages in turn) run past
 // its time limit on a busy 2-core machine.
-const cnn = { ...base, dataset: 'mnist', model: 'cnn', hidden: '128', backend: 'cpu', steps: '4', batchSize: '32', trainSize: '512', testSize: '100' };
+const cnn = {
+  ...base,
+  dataset: 'mnist',
+  model: 'cnn',
+  hidden: '128',
+  backend: 'cpu',
+  steps: '4',
+  batchSize: '32',
+  trainSize: '512',
+  testSize: '100',
+};
 // The job's default cnn (5,258 parameters, no hidden layer): its 400 x 10 classifier alone keeps
 // PowerSGD rank 2 above a fifth ((400 + 10) x 2 of 4,000 values), in torch as here.
 const smallCnn = { ...cnn, hidden: '0' };
 
-async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], commHook: string, params: Record<string, string> = base): Promise<Result[]> {
+async function run(
+  browser: Parameters<typeof openRanks>[0],
+  server: Parameters<typeof openRanks>[1],
+  commHook: string,
+  params: Record<string, string> = base,
+): Promise<Result[]> {
   const pages = await openRanks(browser, server, 2, { session: sessionName('hook'), ...params, commHook });
   return Promise.all(pages.map((p) => p.result));
 }
 
-test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16 sends <= 0.55 and PowerSGD rank 2 <= 0.2 of the plain all-reduce', async ({ browser, server }) => {
+test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16 sends <= 0.55 and PowerSGD rank 2 <= 0.2 of the plain all-reduce', async ({
+  browser,
+  server,
+}) => {
   const none = await run(browser, server, 'none', cnn);
   const noneBytes = none[0]!.bytesPerStep as number;
   expect(none[0]!.parameters).toBe(53_866);
@@ -48,7 +76,9 @@ test('on the CNN, fp16 and PowerSGD keep replicas bit-identical every step; fp16
     expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
     // The small CNN's ratio is the summary's, against the float32 all-reduce computed from the ring's schedule.
     const ratio = params === cnn ? (runs[0]!.bytesPerStep as number) / noneBytes : (runs[0]!.compressionRatio as number);
-    console.log(`cnn (hidden ${params.hidden}) ${hook}: ${runs[0]!.bytesPerStep} bytes per step per rank, ${ratio.toFixed(3)} of the plain all-reduce's`);
+    console.log(
+      `cnn (hidden ${params.hidden}) ${hook}: ${runs[0]!.bytesPerStep} bytes per step per rank, ${ratio.toFixed(3)} of the plain all-reduce's`,
+    );
     // The ratio the summary reports is the same figure, against the computed float32 baseline
     // (the plain run's bytes also hold its vote, which rides on its last bucket: ~0.1% here).
     expect(Math.abs((runs[0]!.compressionRatio as number) - ratio)).toBeLessThan(0.002 * ratio);
@@ -67,7 +97,10 @@ test('local SGD: replicas drift between averagings and are identical at the end 
   expect(comm.averagings).toBe(2);
 });
 
-test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a tab killed between outer steps and one joining cost no sample twice or never', async ({ browser, server }) => {
+test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a tab killed between outer steps and one joining cost no sample twice or never', async ({
+  browser,
+  server,
+}) => {
   // Two pages, 12 steps of diloco:4: outer steps after 4, 8 and 12, one pseudo-gradient all-reduce each.
   const runs = await run(browser, server, 'diloco:4');
   expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
@@ -86,7 +119,10 @@ test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a ta
     session: sessionName('diloco'),
     timeoutSec: 240,
     jobParams: { dataset: 'synthetic', trainSize: '24576', batchSize: '32', backend: 'cpu', min: '2', max: '4', commHook: 'diloco:4:int8' },
-    faults: [{ kind: 'kill', rank: 1, step: 10 }, { kind: 'join', count: 1, step: 4 }],
+    faults: [
+      { kind: 'kill', rank: 1, step: 10 },
+      { kind: 'join', count: 1, step: 4 },
+    ],
     log: (l) => lines.push(l),
   });
   if (!ok) console.log(lines.slice(-40).join('\n'));

@@ -57,7 +57,9 @@ test('three tabs train together on the dashboard; the downloaded model matches t
     // Each tab sees its own two ring links open.
     await expect.poll(() => r.page.locator('[data-testid=ring-link][data-state=open]').count()).toBeGreaterThanOrEqual(2);
     // And which way their bytes go (getStats' selected candidate pair): directly, on loopback.
-    await expect.poll(() => r.page.locator('[data-testid=ring-link][data-local=host][data-remote=host]').count(), { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+    await expect
+      .poll(() => r.page.locator('[data-testid=ring-link][data-local=host][data-remote=host]').count(), { timeout: 15_000 })
+      .toBeGreaterThanOrEqual(2);
     await expect(r.page.getByTestId('ring-link-path').first()).toContainText('host');
     // Open links show their dots while training, and nothing on the page animates without end:
     // an infinite animation repaints the tab every frame, time a shared machine takes from training.
@@ -150,8 +152,16 @@ test('three tabs train together on the dashboard; the downloaded model matches t
     try {
       await copyFile(torchFiles[`${base}.py`], join(dir, 'model.py'));
       await copyFile(torchFiles[`${base}.safetensors`], join(dir, 'model.safetensors'));
-      await writeFile(join(dir, 'inputs.safetensors'), encodeSafetensors([{ name: 'x', dtype: 'F32', shape: [n, ...probe.inputShape], data: new Uint8Array(new Float32Array(probe.inputs).buffer) }]));
-      execFileSync('/usr/bin/python3', [join(PROJECT_ROOT, 'test', 'fixtures', 'torch_forward.py'), dir], { stdio: 'pipe', timeout: 120_000 });
+      await writeFile(
+        join(dir, 'inputs.safetensors'),
+        encodeSafetensors([
+          { name: 'x', dtype: 'F32', shape: [n, ...probe.inputShape], data: new Uint8Array(new Float32Array(probe.inputs).buffer) },
+        ]),
+      );
+      execFileSync('/usr/bin/python3', [join(PROJECT_ROOT, 'test', 'fixtures', 'torch_forward.py'), dir], {
+        stdio: 'pipe',
+        timeout: 120_000,
+      });
       const torchOut = JSON.parse(await readFile(join(dir, 'outputs.json'), 'utf8')) as { values: number[] };
       const torchDiff = Math.max(...torchOut.values.map((v, i) => Math.abs(v - probe.logits[i]!)));
       expect(torchDiff, 'PyTorch on the download vs page predictions').toBeLessThanOrEqual(1e-4);
@@ -163,13 +173,26 @@ test('three tabs train together on the dashboard; the downloaded model matches t
   expect(new Set(results.map((r) => r.weightHash)).size).toBe(1);
 });
 
-test('after the host stops, the model downloads at once while the evaluation runs, and skipping it ends the run on every tab', async ({ browser, server }, testInfo) => {
+test('after the host stops, the model downloads at once while the evaluation runs, and skipping it ends the run on every tab', async ({
+  browser,
+  server,
+}, testInfo) => {
   test.setTimeout(180_000);
   const session = sessionName('stop-eval');
   const token = tokenFor(session);
   // MNIST's whole test set: the MLP's evaluation after the run takes long enough (many batches
   // of 250) to download and skip during it; the steps before it are quick.
-  const params = new URLSearchParams({ session, job: 'train', world: '2', model: 'mlp', dataset: 'mnist', trainSize: '512', batchSize: '8', steps: '5000', evalEvery: '0' });
+  const params = new URLSearchParams({
+    session,
+    job: 'train',
+    world: '2',
+    model: 'mlp',
+    dataset: 'mnist',
+    trainSize: '512',
+    batchSize: '8',
+    steps: '5000',
+    evalEvery: '0',
+  });
   const context = await browser.newContext();
   const results: Array<Promise<Record<string, unknown>>> = [];
   const open = async (fragment: string) => {
@@ -189,7 +212,9 @@ test('after the host stops, the model downloads at once while the evaluation run
   const host = await open(`token=${token}&host=${newSessionToken()}`);
   await expect(host.getByTestId('stop-button')).toBeVisible({ timeout: 60_000 });
   const student = await open(`token=${token}`);
-  await expect.poll(async () => Number(await host.getByTestId('progress').getAttribute('data-step')), { timeout: 120_000 }).toBeGreaterThanOrEqual(2);
+  await expect
+    .poll(async () => Number(await host.getByTestId('progress').getAttribute('data-step')), { timeout: 120_000 })
+    .toBeGreaterThanOrEqual(2);
   await host.getByTestId('stop-button').click();
   await host.getByTestId('stop-confirm').click();
 
@@ -211,7 +236,10 @@ test('after the host stops, the model downloads at once while the evaluation run
   });
   await student.getByTestId('download-button').click();
   await both;
-  expect(Object.keys(files).sort()).toEqual([expect.stringMatching(/^stop-eval-.*-step-\d+\.json$/), expect.stringMatching(/^stop-eval-.*-step-\d+\.weights\.bin$/)]);
+  expect(Object.keys(files).sort()).toEqual([
+    expect.stringMatching(/^stop-eval-.*-step-\d+\.json$/),
+    expect.stringMatching(/^stop-eval-.*-step-\d+\.weights\.bin$/),
+  ]);
   for (const [name, bytes] of Object.entries(files)) expect(bytes, name).toBeGreaterThan(0);
 
   // The host skips the evaluation: every tab ends cleanly, none failed, and says it was skipped.

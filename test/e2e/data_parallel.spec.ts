@@ -11,13 +11,35 @@ import { join } from 'node:path';
 
 type DeviceReport = { device: number; backend: string; samples: number; steps: number; liveTensors: { min: number; max: number } | null };
 
-const sgd = { job: 'train', dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '15', seed: '7', returnWeights: 'true' };
+const sgd = {
+  job: 'train',
+  dataset: 'synthetic',
+  model: 'mlp',
+  optimizer: 'sgd',
+  lr: '0.1',
+  steps: '15',
+  seed: '7',
+  returnWeights: 'true',
+};
 
 test('the launcher: --devices 2 on cpu at batch 32 trains to the weights of the run without devices, and the summary says devices: 2', async () => {
   const dir = tmpdir();
   const a = join(dir, `dp-a-${process.pid}.bin`);
   const b = join(dir, `dp-b-${process.pid}.bin`);
-  const common = ['--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--steps', '15', '--batch-size', '32'];
+  const common = [
+    '--job',
+    'train',
+    '--model',
+    'mlp',
+    '--dataset',
+    'synthetic',
+    '--optimizer',
+    'sgd',
+    '--steps',
+    '15',
+    '--batch-size',
+    '32',
+  ];
   try {
     const withDevices = await launchCommand(['--nproc', '1', '--devices', '2', '--backend', 'cpu', ...common, '--dump-weights', a]);
     expect(withDevices.code, withDevices.output).toBe(0);
@@ -46,7 +68,10 @@ test('the launcher: --devices 2 on cpu at batch 32 trains to the weights of the 
   }
 });
 
-test('the default backend: 2 devices on WebGPU in Workers at an uneven batch (33) equal one device; the dashboard shows them', async ({ browser, server }) => {
+test('the default backend: 2 devices on WebGPU in Workers at an uneven batch (33) equal one device; the dashboard shows them', async ({
+  browser,
+  server,
+}) => {
   const [one] = await openRanks(browser, server, 1, { session: sessionName('dp1'), ...sgd, batchSize: '33' });
   const [two] = await openRanks(browser, server, 1, { session: sessionName('dp2'), ...sgd, batchSize: '33', devices: '2' });
   const [r1, r2] = await Promise.all([one!.result, two!.result]);
@@ -67,9 +92,19 @@ test('the default backend: 2 devices on WebGPU in Workers at an uneven batch (33
   await expect(page.locator('[data-testid="rank-devices"]').first()).toContainText('2 devices');
 });
 
-test('DDP x DataParallel: 2 ranks of 2 cpu devices at batch 16 train to 1 rank at batch 32, replicas identical every step', async ({ browser, server }) => {
+test('DDP x DataParallel: 2 ranks of 2 cpu devices at batch 16 train to 1 rank at batch 32, replicas identical every step', async ({
+  browser,
+  server,
+}) => {
   const [single] = await openRanks(browser, server, 1, { session: sessionName('dp-one'), ...sgd, backend: 'cpu', batchSize: '32' });
-  const pair = await openRanks(browser, server, 2, { session: sessionName('dp-ddp'), ...sgd, backend: 'cpu', batchSize: '16', devices: '2', checkWeights: 'true' });
+  const pair = await openRanks(browser, server, 2, {
+    session: sessionName('dp-ddp'),
+    ...sgd,
+    backend: 'cpu',
+    batchSize: '16',
+    devices: '2',
+    checkWeights: 'true',
+  });
   const [s, p0, p1] = await Promise.all([single!.result, pair[0]!.result, pair[1]!.result]);
   for (const r of [p0!, p1!]) {
     expect(r.identicalEveryStep).toBe(true);
@@ -81,7 +116,14 @@ test('DDP x DataParallel: 2 ranks of 2 cpu devices at batch 16 train to 1 rank a
 });
 
 test('a device that crashes ends the run with an error naming the device and its reason', async ({ browser, server }) => {
-  const [rank] = await openRanks(browser, server, 1, { session: sessionName('dp-crash'), ...sgd, backend: 'cpu', batchSize: '32', steps: '100000', devices: '2' });
+  const [rank] = await openRanks(browser, server, 1, {
+    session: sessionName('dp-crash'),
+    ...sgd,
+    backend: 'cpu',
+    batchSize: '32',
+    steps: '100000',
+    devices: '2',
+  });
   const page = rank!.page;
   // Once training runs, device 1 crashes as a Worker that dies does.
   await expect(page.locator('[data-fact="devices"]')).toContainText('device 1: cpu', { timeout: 60_000 });
@@ -91,5 +133,7 @@ test('a device that crashes ends the run with an error naming the device and its
     (e: Error) => e,
   );
   expect(err?.name).toBe('DataParallelDeviceError');
-  expect(err?.message).toMatch(/^DataParallel device 1 \(a Worker on cpu\) failed during (step \d+|its run): the Worker threw: .*a crash injected by DataParallel\.injectFault/);
+  expect(err?.message).toMatch(
+    /^DataParallel device 1 \(a Worker on cpu\) failed during (step \d+|its run): the Worker threw: .*a crash injected by DataParallel\.injectFault/,
+  );
 });

@@ -20,7 +20,12 @@ type Summary = Record<string, unknown> & {
   faults: Array<{ fault: string; atStep: number; detectedAfterMs?: number; rejoinedAfterMs?: number }>;
 };
 
-async function run(nproc: number, params: Record<string, string>, faults: Fault[], extra: Partial<LaunchOptions> = {}): Promise<{ summary: Summary; lines: string[]; results: RankResult[] }> {
+async function run(
+  nproc: number,
+  params: Record<string, string>,
+  faults: Fault[],
+  extra: Partial<LaunchOptions> = {},
+): Promise<{ summary: Summary; lines: string[]; results: RankResult[] }> {
   const lines: string[] = [];
   const { ok, summary, results } = await launch({
     nproc,
@@ -54,17 +59,30 @@ function expectRejoined(s: Summary, lines: string[], results: RankResult[], rank
   // The lost device's model and optimizer were disposed: live tensors stay flat on every rank.
   for (const r of results) expect(r.liveTensors, `rank ${r.rank}`).toMatchObject({ min: (r.liveTensors as { max: number }).max });
   // What the person at that tab reads.
-  expect(lines.some((l) => /\[rank \d\] warn: This tab's GPU was reset \(destroyed: .*\); it rejoined the group with a fresh webgpu backend at step \d+/.test(l)), lines.join('\n')).toBe(true);
+  expect(
+    lines.some((l) =>
+      /\[rank \d\] warn: This tab's GPU was reset \(destroyed: .*\); it rejoined the group with a fresh webgpu backend at step \d+/.test(l),
+    ),
+    lines.join('\n'),
+  ).toBe(true);
 }
 
-test('elastic 3 ranks (min 2): rank 1 loses its WebGPU device at step 6, rejoins with a fresh backend, and all finish identical', { tag: '@solo' }, async () => {
-  const { summary: s, lines, results } = await run(3, { min: '2', max: '3', trainSize: '1152' }, [{ kind: 'lose-device', rank: 1, step: 6 }]);
+test('elastic 3 ranks (min 2): rank 1 loses its WebGPU device at step 6, rejoins with a fresh backend, and all finish identical', {
+  tag: '@solo',
+}, async () => {
+  const {
+    summary: s,
+    lines,
+    results,
+  } = await run(3, { min: '2', max: '3', trainSize: '1152' }, [{ kind: 'lose-device', rank: 1, step: 6 }]);
   expect(s.worldSize).toBe(3);
   expect(s.weightHashes).toHaveLength(3);
   expectRejoined(s, lines, results, 1, 1152);
 });
 
-test('fixed world size 2: rank 0 loses its device at step 6; the other waits, rank 0 takes its number again, and both finish identical', { tag: '@solo' }, async () => {
+test('fixed world size 2: rank 0 loses its device at step 6; the other waits, rank 0 takes its number again, and both finish identical', {
+  tag: '@solo',
+}, async () => {
   const { summary: s, lines, results } = await run(2, { trainSize: '1024' }, [{ kind: 'lose-device', rank: 0, step: 6 }]);
   expect(s.worldSize).toBe(2);
   expectRejoined(s, lines, results, 0, 1024);

@@ -16,7 +16,14 @@ type Summary = Record<string, unknown> & {
   stepsRedone: number;
   generations: number;
   samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
-  faults?: Array<{ fault: string; atStep: number; detectedAfterMs?: number; recoveredAfterMs?: number; regroupMs?: number; admittedAfterMs?: number }>;
+  faults?: Array<{
+    fault: string;
+    atStep: number;
+    detectedAfterMs?: number;
+    recoveredAfterMs?: number;
+    regroupMs?: number;
+    admittedAfterMs?: number;
+  }>;
   timelineMs?: Record<string, number | null>;
   leftBeforeEnd?: Array<{ page: number; rank: number | null; message: string }>;
   lastRound?: { worldSize: number; without: Array<{ page: number; rank: number; why: string }>; pages: unknown[] };
@@ -54,9 +61,18 @@ function expectHealthy(s: Summary, worldSize: number, samples = TRAIN_SIZE): voi
   // finished the run. Each such rank is named with why; none is missing unexplained, and every
   // rank that reached the end holds the same weights.
   const without = s.lastRound?.without ?? [];
-  const context = JSON.stringify({ lastRound: s.lastRound, faults: s.faults, leftBeforeEnd: s.leftBeforeEnd, arrivedAfterEnd: s.arrivedAfterEnd });
+  const context = JSON.stringify({
+    lastRound: s.lastRound,
+    faults: s.faults,
+    leftBeforeEnd: s.leftBeforeEnd,
+    arrivedAfterEnd: s.arrivedAfterEnd,
+  });
   for (const w of without) expect(w.why, context).not.toBe('no end');
-  if (without.length > 0) expect(s.faults!.some((f) => /^(kill|freeze)/.test(f.fault)), context).toBe(true);
+  if (without.length > 0)
+    expect(
+      s.faults!.some((f) => /^(kill|freeze)/.test(f.fault)),
+      context,
+    ).toBe(true);
   expect(s.weightHashes, context).toHaveLength(worldSize - without.length);
   if (without.length === 0) expect(s.identical).toBe(true);
   else expect(new Set(s.weightHashes).size, context).toBe(1);
@@ -85,11 +101,17 @@ test('4 ranks, one killed at step 10: the rest finish, at most one step redone, 
 });
 
 // '@solo' (test/e2e/lanes.ts): the faults come on a clock and are timed; alone on the machine.
-test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', { tag: '@solo' }, async () => {
+test('--churn: tabs killed, frozen and joining on a clock; every sample once, identical replicas, each fault timed', {
+  tag: '@solo',
+}, async () => {
   // busyTimeoutMs: as in the frozen-rank test below (the launcher's freeze leaves the Worker beating).
   // Long enough for three faults 4 s apart where the group trains 6,500 samples/s (a quiet 2-core
   // machine; 16,384 samples once ended after the first).
-  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], { churnEverySec: 4, timeoutSec: 150, serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 } });
+  const s = await run(4, { min: '2', max: '4', trainSize: '40960' }, [], {
+    churnEverySec: 4,
+    timeoutSec: 150,
+    serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 },
+  });
   expectHealthy(s, s.worldSize as number, 40960);
   const kinds = s.faults!.map((f) => f.fault.split(' ')[0]);
   expect(kinds.slice(0, 3)).toEqual(['kill', 'open', 'freeze']);
@@ -107,7 +129,9 @@ test('a frozen rank is evicted within the heartbeat bound and the rest continue'
   // busyTimeoutMs as the heartbeat bound: the launcher's freeze pauses the page's thread but not
   // its Worker (headless Chromium freezes no page), whose pulse would make it a busy page, kept
   // up to 6 s; a tab the browser really freezes has its Worker frozen with it.
-  const s = await run(3, { min: '2', max: '3', backend: 'webgpu', trainSize: '2048' }, [{ kind: 'freeze', rank: 2, step: 8 }], { serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 } });
+  const s = await run(3, { min: '2', max: '3', backend: 'webgpu', trainSize: '2048' }, [{ kind: 'freeze', rank: 2, step: 8 }], {
+    serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 },
+  });
   expectHealthy(s, 2, 2048);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
   const detected = s.faults![0].detectedAfterMs!;

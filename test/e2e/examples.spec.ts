@@ -14,9 +14,34 @@ import { PROJECT_ROOT } from '../../signaling/server.ts';
 import { expect, launchCommand, test } from './fixtures.ts';
 
 test('03_elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish with the same weights, each sample once', async () => {
-  const r = await launchCommand(['--nproc', '4', '--min', '2', '--max', '4', '--kill', '2@8', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1']);
+  const r = await launchCommand([
+    '--nproc',
+    '4',
+    '--min',
+    '2',
+    '--max',
+    '4',
+    '--kill',
+    '2@8',
+    'examples/03_elastic_train.ts',
+    '--dataset',
+    'synthetic',
+    '--train-size',
+    '2048',
+    '--batch-size',
+    '32',
+    '--epochs',
+    '1',
+  ]);
   expect(r.code, r.output).toBe(0);
-  const s = r.summary as { generations: number; stepsRedone: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>; finalLoss: number; faults: Array<{ detectedAfterMs: number }> };
+  const s = r.summary as {
+    generations: number;
+    stepsRedone: number;
+    weightHashes: string[];
+    samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
+    finalLoss: number;
+    faults: Array<{ detectedAfterMs: number }>;
+  };
   console.log(JSON.stringify(s));
   expect(s.generations).toBeGreaterThanOrEqual(2);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
@@ -29,9 +54,34 @@ test('03_elastic_train.ts: 4 ranks, rank 2 killed at step 8; the rest finish wit
 
 test('03_elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force and takes the hook state; all three end with the same weights', async () => {
   // 2 ranks, 32 steps of 64 samples; compression from step 11; the third tab joins at step 14.
-  const r = await launchCommand(['--nproc', '2', '--min', '2', '--max', '3', '--join', '1@14', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--powersgd', '2']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--min',
+    '2',
+    '--max',
+    '3',
+    '--join',
+    '1@14',
+    'examples/03_elastic_train.ts',
+    '--dataset',
+    'synthetic',
+    '--train-size',
+    '2048',
+    '--batch-size',
+    '32',
+    '--epochs',
+    '1',
+    '--powersgd',
+    '2',
+  ]);
   expect(r.code, r.output).toBe(0);
-  const s = r.summary as { generations: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean }>; finalLoss: number };
+  const s = r.summary as {
+    generations: number;
+    weightHashes: string[];
+    samplesSeen: Array<{ samples: number; exactlyOnce: boolean }>;
+    finalLoss: number;
+  };
   expect(s.generations).toBeGreaterThanOrEqual(2);
   expect(s.weightHashes).toHaveLength(3);
   expect(new Set(s.weightHashes).size).toBe(1);
@@ -41,9 +91,37 @@ test('03_elastic_train.ts --powersgd 2: a rank joins while PowerSGD is in force 
 
 test('03_elastic_train.ts --diloco 8 --stream 2: streaming DiLoCo through a kill; the survivors end with the same weights, each sample once', async () => {
   // 3 ranks, 2048 samples of 96 a step: 22 steps; fragments at steps 4 and 8 of every 8; rank 1 killed at step 6.
-  const r = await launchCommand(['--nproc', '3', '--min', '2', '--max', '3', '--kill', '1@6', 'examples/03_elastic_train.ts', '--dataset', 'synthetic', '--train-size', '2048', '--batch-size', '32', '--epochs', '1', '--diloco', '8', '--stream', '2']);
+  const r = await launchCommand([
+    '--nproc',
+    '3',
+    '--min',
+    '2',
+    '--max',
+    '3',
+    '--kill',
+    '1@6',
+    'examples/03_elastic_train.ts',
+    '--dataset',
+    'synthetic',
+    '--train-size',
+    '2048',
+    '--batch-size',
+    '32',
+    '--epochs',
+    '1',
+    '--diloco',
+    '8',
+    '--stream',
+    '2',
+  ]);
   expect(r.code, r.output).toBe(0);
-  const s = r.summary as { generations: number; weightHashes: string[]; samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>; finalLoss: number; bytesPerStep: number };
+  const s = r.summary as {
+    generations: number;
+    weightHashes: string[];
+    samplesSeen: Array<{ samples: number; exactlyOnce: boolean; complete: boolean }>;
+    finalLoss: number;
+    bytesPerStep: number;
+  };
   expect(s.generations).toBeGreaterThanOrEqual(2);
   expect(s.weightHashes).toHaveLength(2);
   expect(new Set(s.weightHashes).size).toBe(1);
@@ -54,7 +132,17 @@ test('03_elastic_train.ts --diloco 8 --stream 2: streaming DiLoCo through a kill
 });
 
 test('02_ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weights', async () => {
-  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/02_ddp_train.ts', '--dataset', 'synthetic', '--epochs', '2']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--backend',
+    'cpu',
+    'examples/02_ddp_train.ts',
+    '--dataset',
+    'synthetic',
+    '--epochs',
+    '2',
+  ]);
   expect(r.code, r.output).toBe(0);
   expect(r.summary).toMatchObject({ script: 'examples/02_ddp_train.ts', worldSize: 2, ok: true });
   expect(r.summary.finalLoss as number).toBeLessThan(1.2);
@@ -63,7 +151,17 @@ test('02_ddp_train.ts: plain DDP on 2 ranks trains and reports its loss and weig
 });
 
 test('04_dataparallel_train.ts: 2 ranks of 2 cpu devices each train with DDP and end with the same weights', async () => {
-  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/04_dataparallel_train.ts', '--devices', '2', '--dataset', 'synthetic']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--backend',
+    'cpu',
+    'examples/04_dataparallel_train.ts',
+    '--devices',
+    '2',
+    '--dataset',
+    'synthetic',
+  ]);
   expect(r.code, r.output).toBe(0);
   expect(r.summary).toMatchObject({ script: 'examples/04_dataparallel_train.ts', worldSize: 2, ok: true });
   expect(r.summary.finalLoss as number).toBeLessThan(1.2);
@@ -87,7 +185,23 @@ test('01_collectives.ts: every collective checks out on 3 ranks', async () => {
 });
 
 test('05_pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its layers and both bubbles', async () => {
-  const { code, summary, output } = await launchCommand(['--nproc', '4', '--backend', 'cpu', 'examples/05_pipeline_train.ts', '--stages', '2', '--micro-batches', '4', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '12']);
+  const { code, summary, output } = await launchCommand([
+    '--nproc',
+    '4',
+    '--backend',
+    'cpu',
+    'examples/05_pipeline_train.ts',
+    '--stages',
+    '2',
+    '--micro-batches',
+    '4',
+    '--dataset',
+    'synthetic',
+    '--batch-size',
+    '32',
+    '--steps',
+    '12',
+  ]);
   if (code !== 0) console.log(output.split('\n').slice(-30).join('\n'));
   expect(code).toBe(0);
   // Rank 0's result: stage 0 holds the first Dense layer (16 x 32 + 32 parameters).
@@ -98,7 +212,21 @@ test('05_pipeline_train.ts: 2 stages x 2 replicas train; each stage reports its 
 });
 
 test('06_ps_train.ts: 1 server and 2 workers train asynchronously; every sample is accounted for', async () => {
-  const { code, summary, output } = await launchCommand(['--nproc', '3', '--backend', 'cpu', 'examples/06_ps_train.ts', '--ps', '1', '--dataset', 'synthetic', '--batch-size', '32', '--steps', '24']);
+  const { code, summary, output } = await launchCommand([
+    '--nproc',
+    '3',
+    '--backend',
+    'cpu',
+    'examples/06_ps_train.ts',
+    '--ps',
+    '1',
+    '--dataset',
+    'synthetic',
+    '--batch-size',
+    '32',
+    '--steps',
+    '24',
+  ]);
   if (code !== 0) console.log(output.split('\n').slice(-30).join('\n'));
   expect(code).toBe(0);
   // Rank 0's result: the server, which applied every push (24 steps of 32 samples, by the workers together).
@@ -107,11 +235,14 @@ test('06_ps_train.ts: 1 server and 2 workers train asynchronously; every sample 
   expect(output).toMatch(/worker \d+ \(\d+ pushes\); samples applied 768/);
 });
 
-test('a project outside the clone depends on the package, and its script runs under the package\'s launcher (npx browser-ddp launch)', async () => {
+test("a project outside the clone depends on the package, and its script runs under the package's launcher (npx browser-ddp launch)", async () => {
   const dir = await mkdtemp(join(tmpdir(), 'my-training-'));
   try {
     // A project of its own, depending on the clone by path, as the README says; offline: nothing is downloaded.
-    await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'my-training', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${PROJECT_ROOT}` } }));
+    await writeFile(
+      join(dir, 'package.json'),
+      JSON.stringify({ name: 'my-training', private: true, type: 'module', dependencies: { 'browser-ddp': `file:${PROJECT_ROOT}` } }),
+    );
     const installed = await run('npm', ['install', '--offline', '--no-audit', '--no-fund'], dir);
     expect(installed.code, installed.output).toBe(0);
     const source = await readFile('examples/01_collectives.ts', 'utf8');
@@ -119,7 +250,13 @@ test('a project outside the clone depends on the package, and its script runs un
     expect(await readFile(join(dir, 'my_collectives.ts'), 'utf8')).toContain("from 'browser-ddp'");
     const r = await run('npx', ['--offline', 'browser-ddp', 'launch', '--nproc', '2', 'my_collectives.ts'], dir);
     expect(r.code, r.output).toBe(0);
-    const summary = JSON.parse(r.output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1) ?? '{}') as Record<string, unknown>;
+    const summary = JSON.parse(
+      r.output
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .at(-1) ?? '{}',
+    ) as Record<string, unknown>;
     expect(summary).toMatchObject({ script: 'my_collectives.ts', worldSize: 2, checks: 5, ok: true });
     // A wrong command says what the package's command does.
     const wrong = await run('npx', ['--offline', 'browser-ddp', 'train'], dir);
@@ -151,7 +288,10 @@ async function docsScript(marker: string): Promise<string> {
 
 for (const { marker, args } of [
   { marker: "Without the elastic runner, torch's shape, as a whole script", args: ['--nproc', '2', '--backend', 'cpu'] },
-  { marker: 'A training script for the launcher (`examples/03_elastic_train.ts`, shortened', args: ['--nproc', '2', '--min', '1', '--max', '4', '--backend', 'cpu'] },
+  {
+    marker: 'A training script for the launcher (`examples/03_elastic_train.ts`, shortened',
+    args: ['--nproc', '2', '--min', '1', '--max', '4', '--backend', 'cpu'],
+  },
 ]) {
   test(`docs/library.md's script "${marker.slice(0, 40)}…" runs as written, from a folder outside the clone`, async () => {
     const dir = await mkdtemp(join(tmpdir(), 'readme-script-'));
@@ -210,9 +350,36 @@ test('a script that does not exist, or a script argument before the path, is ref
 });
 
 test('08_language_model.ts: 2 ranks train the character transformer on Moby-Dick; same weights, the loss falls, it writes', async () => {
-  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', 'examples/08_language_model.ts', '--steps', '40', '--batch-size', '8', '--context', '32', '--width', '32', '--blocks', '1', '--log-every', '20', '--lr', '0.01']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--backend',
+    'cpu',
+    'examples/08_language_model.ts',
+    '--steps',
+    '40',
+    '--batch-size',
+    '8',
+    '--context',
+    '32',
+    '--width',
+    '32',
+    '--blocks',
+    '1',
+    '--log-every',
+    '20',
+    '--lr',
+    '0.01',
+  ]);
   expect(r.code, r.output.slice(-3000)).toBe(0);
-  const s = r.summary as { finalLoss: number; unigram: number; vocabSize: number; weightHash: string; sample: string; curve: Array<{ tokens: number; loss: number }> };
+  const s = r.summary as {
+    finalLoss: number;
+    unigram: number;
+    vocabSize: number;
+    weightHash: string;
+    sample: string;
+    curve: Array<{ tokens: number; loss: number }>;
+  };
   console.log(JSON.stringify({ ...s, curve: s.curve }));
   expect(s.vocabSize).toBe(76);
   // ln 76 = 4.33 at the start; the unigram baseline is about 3.1.

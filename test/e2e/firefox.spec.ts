@@ -93,7 +93,18 @@ test('the language model on a Chromium tab (WebGPU) and a Firefox tab (WebGL): i
   // A tiny transformer (width 16, windows of 16): its attention, layer norms and GELU on two browsers' GPUs
   // (backend webgpu, not the language model's default auto, which picks the cpu here).
   const r = await run({
-    jobParams: { model: 'lm', backend: 'webgpu', hidden: '16', context: '16', batchSize: '4', steps: '6', evalEvery: '0', testSize: '16', lr: '0.01', checkWeights: 'true' },
+    jobParams: {
+      model: 'lm',
+      backend: 'webgpu',
+      hidden: '16',
+      context: '16',
+      batchSize: '4',
+      steps: '6',
+      evalEvery: '0',
+      testSize: '16',
+      lr: '0.01',
+      checkWeights: 'true',
+    },
   });
   if (!r.ok) console.log(r.lines.slice(-40).join('\n'));
   expect(r.ok, JSON.stringify(r.summary)).toBe(true);
@@ -110,7 +121,17 @@ test('the language model on a Chromium tab (WebGPU) and a Firefox tab (WebGL): i
 
 test('elastic: the Firefox rank is killed mid-run, a tab joins, every sample is trained once and the replicas stay identical', async () => {
   const r = await run({
-    jobParams: { dataset: 'synthetic', model: 'mlp', trainSize: '768', batchSize: '16', epochs: '1', evalEvery: '0', checkWeights: 'true', min: '1', max: '3' },
+    jobParams: {
+      dataset: 'synthetic',
+      model: 'mlp',
+      trainSize: '768',
+      batchSize: '16',
+      epochs: '1',
+      evalEvery: '0',
+      checkWeights: 'true',
+      min: '1',
+      max: '3',
+    },
     faults: [
       { kind: 'kill', rank: 'firefox', step: 5 },
       { kind: 'join', count: 1, step: 6 },
@@ -150,7 +171,14 @@ test('a run that fails still ends its Firefox rank and removes its profile', asy
   expect(r.summary.errors).toEqual([expect.stringMatching(/^timed out after 6 s waiting for rank 0, rank 1 to finish job "train"$/)]);
   // Where each page went quiet: its last report and how long before the timeout.
   for (const rank of [0, 1]) {
-    expect(r.lines.some((l) => new RegExp(`^\\[launch\\] rank ${rank} \\(page ${rank}\\): (last reported .+, \\d+\\.\\d s before the timeout|reported nothing)$`).test(l)), r.lines.join('\n')).toBe(true);
+    expect(
+      r.lines.some((l) =>
+        new RegExp(
+          `^\\[launch\\] rank ${rank} \\(page ${rank}\\): (last reported .+, \\d+\\.\\d s before the timeout|reported nothing)$`,
+        ).test(l),
+      ),
+      r.lines.join('\n'),
+    ).toBe(true);
   }
   expect(firefoxLeftovers(r.lines)).toEqual({ started: 1, left: [] });
 });

@@ -118,7 +118,11 @@ export function launchCommand(args: string[]): Promise<Launched> {
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     child.on('error', reject);
     child.on('close', (code) => {
-      const last = output.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+      const last = output
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .at(-1);
       let summary: Record<string, unknown> = {};
       try {
         summary = JSON.parse(last ?? '{}') as Record<string, unknown>;

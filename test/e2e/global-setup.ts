@@ -25,5 +25,7 @@ export default async function globalSetup(): Promise<void> {
 
 /** A script that does not build fails the tests that launch it, with the launcher's message, not the whole run. */
 async function prebuild(script: string): Promise<void> {
-  await buildScript(script, () => {}).catch((e: Error) => console.log(`(global setup: ${script} did not build; its tests will say why: ${e.message.split('\n')[0]})`));
+  await buildScript(script, () => {}).catch((e: Error) =>
+    console.log(`(global setup: ${script} did not build; its tests will say why: ${e.message.split('\n')[0]})`),
+  );
 }

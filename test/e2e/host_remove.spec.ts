@@ -39,12 +39,27 @@ async function openTab(context: BrowserContext, link: string, name: string): Pro
 const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
 const tokenIn = (url: string) => new URLSearchParams(new URL(url).hash.slice(1)).get('token');
 
-test('the host removes a tab: it is told and cannot come back with its link; the others get the new link and train on to identical weights', async ({ browser, server }) => {
+test('the host removes a tab: it is told and cannot come back with its link; the others get the new link and train on to identical weights', async ({
+  browser,
+  server,
+}) => {
   test.setTimeout(180_000);
   const session = sessionName('remove');
   const [token, hostSecret] = [newSessionToken(), newSessionToken()];
   await server.createSession(session, token, hostSecret);
-  const params = new URLSearchParams({ session, world: '3', min: '1', job: 'train', model: 'mlp', dataset: 'synthetic', backend: 'cpu', batchSize: '16', trainSize: '2048', steps: '400', evalEvery: '0' });
+  const params = new URLSearchParams({
+    session,
+    world: '3',
+    min: '1',
+    job: 'train',
+    model: 'mlp',
+    dataset: 'synthetic',
+    backend: 'cpu',
+    batchSize: '16',
+    trainSize: '2048',
+    steps: '400',
+    evalEvery: '0',
+  });
   const link = `${server.url}?${params.toString()}`;
   const context = await browser.newContext();
   const host = await openTab(context, `${link}#token=${token}&host=${hostSecret}`, 'host');
@@ -96,7 +111,9 @@ test('the host removes a tab: it is told and cannot come back with its link; the
 
   // The two left train on to the end, past the removal, with the same weights.
   const [hostResult, aliceResult] = await Promise.all([host.result, alice.result]);
-  console.log(`removed rank ${bobRank} at step ${atRemoval}; finished at step ${String(hostResult.steps)} on ${String(hostResult.worldSize)} ranks`);
+  console.log(
+    `removed rank ${bobRank} at step ${atRemoval}; finished at step ${String(hostResult.steps)} on ${String(hostResult.worldSize)} ranks`,
+  );
   expect(hostResult.steps).toBe(400);
   expect(aliceResult.steps).toBe(400);
   expect([hostResult.worldSize, aliceResult.worldSize]).toEqual([2, 2]);

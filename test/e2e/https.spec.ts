@@ -47,7 +47,17 @@ test('a page by a non-localhost name over https is a secure context with WebGPU,
       browser,
       server,
       2,
-      { session: sessionName('https'), job: 'train', dataset: 'synthetic', model: 'mlp', trainSize: '512', batchSize: '16', steps: '6', evalEvery: '0', checkWeights: 'true' },
+      {
+        session: sessionName('https'),
+        job: 'train',
+        dataset: 'synthetic',
+        model: 'mlp',
+        trainSize: '512',
+        batchSize: '16',
+        steps: '6',
+        evalEvery: '0',
+        checkWeights: 'true',
+      },
       base,
     );
     for (const r of ranks) {
@@ -87,7 +97,15 @@ test('launch({ https: true }) serves its ranks over https and both have WebGPU',
   process.env.CERT_DIR = dir;
   const lines: string[] = [];
   try {
-    const { ok, summary } = await launch({ nproc: 2, job: 'rendezvous', https: true, session: sessionName('launch-https'), timeoutSec: 120, jobParams: {}, log: (l) => lines.push(l) });
+    const { ok, summary } = await launch({
+      nproc: 2,
+      job: 'rendezvous',
+      https: true,
+      session: sessionName('launch-https'),
+      timeoutSec: 120,
+      jobParams: {},
+      log: (l) => lines.push(l),
+    });
     expect(ok, lines.join('\n')).toBe(true);
     expect(summary.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+\/$/);
     const ranks = summary.ranks as Array<{ rank: number; webgpu: boolean; adapter: string }>;

@@ -18,8 +18,10 @@ function leftovers(lan: LanSummary): string[] {
   const out: string[] = [];
   const prefix = lan.subnet.replace(/\.0\/24$/, '.');
   for (const ns of execFileSync('ip', ['netns', 'list']).toString().split('\n')) if (ns.startsWith(lan.run)) out.push(`netns ${ns}`);
-  for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n')) if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
-  for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n')) if (a.includes(` ${prefix}`)) out.push(`addr ${a.slice(0, 60)}`);
+  for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n'))
+    if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
+  for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n'))
+    if (a.includes(` ${prefix}`)) out.push(`addr ${a.slice(0, 60)}`);
   return out;
 }
 
@@ -55,7 +57,12 @@ async function run(o: Partial<LaunchOptions> & Pick<LaunchOptions, 'nproc' | 'jo
 
 // '@solo' (test/e2e/lanes.ts): a shaped link, measured; alone on the machine.
 test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on one /24, nothing left', { tag: '@solo' }, async () => {
-  const { ok, summary, lan, results } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40 }, jobParams: { sizes: '1,1000', iters: '2' } });
+  const { ok, summary, lan, results } = await run({
+    nproc: 2,
+    job: 'allreduce',
+    lan: { rateMbit: 40 },
+    jobParams: { sizes: '1,1000', iters: '2' },
+  });
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(lan.rateMbit).toBe(40);
   expect(lan.rates).toBeUndefined();
@@ -68,7 +75,8 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
   for (const a of addresses) expect(a.startsWith(prefix)).toBe(true);
   for (const r of lan.ranks) expect(r).toMatchObject({ rateMbit: 40, finished: true });
   expect(results).toHaveLength(2);
-  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
+  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>)
+    expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
   // Hosts of one LAN connect directly: host candidates at both ends, no relay configured.
   const links = summary.links as Array<{ rank: number; peer: number; local: string; remote: string; rttMs: number | null }>;
   expect(links.map((l) => [l.rank, l.peer])).toEqual([
@@ -81,12 +89,20 @@ test('allreduce on 2 hosts of a 40 Mbit/s LAN: exact results, two addresses on o
 });
 
 // '@solo': the delay is measured, and no delay line of any run may be left (a machine-wide look).
-test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', { tag: '@solo' }, async () => {
-  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 40, delayMs: 40 }, jobParams: { sizes: '1000', iters: '2', 'measure-link': 'false' } });
+test('--lan-delay: a round trip between 2 hosts takes twice the delay more; the delay lines go with the LAN', {
+  tag: '@solo',
+}, async () => {
+  const { ok, summary, lan } = await run({
+    nproc: 2,
+    job: 'allreduce',
+    lan: { rateMbit: 40, delayMs: 40 },
+    jobParams: { sizes: '1000', iters: '2', 'measure-link': 'false' },
+  });
   expect(ok, JSON.stringify(summary)).toBe(true);
   expect(lan.delayMs).toBe(40);
   expect(summary.linkMBps).toBeNull(); // not measured (--measure-link false)
-  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>) expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
+  for (const row of summary.results as Array<{ maxAbsErr: number; identical: boolean }>)
+    expect(row).toMatchObject({ maxAbsErr: 0, identical: true });
   // WebRTC's own measure of the link (its STUN checks take the same path as the data): each end holds 40 ms.
   const links = summary.links as Array<{ rttMs: number | null }>;
   for (const l of links) expect(l.rttMs ?? 0, JSON.stringify(links)).toBeGreaterThanOrEqual(80);
@@ -107,7 +123,12 @@ test('elastic training on the LAN with a killed host: the others finish, each sa
     jobParams: { dataset: 'synthetic', trainSize: '768', batchSize: '32', min: '2', max: '3', backend: 'cpu' },
   });
   expect(ok, JSON.stringify(summary)).toBe(true);
-  const s = summary as { identical: boolean; stepsRedone: number; samplesSeen: Array<{ exactlyOnce: boolean; complete: boolean }>; faults: Array<{ detectedAfterMs?: number }> };
+  const s = summary as {
+    identical: boolean;
+    stepsRedone: number;
+    samplesSeen: Array<{ exactlyOnce: boolean; complete: boolean }>;
+    faults: Array<{ detectedAfterMs?: number }>;
+  };
   expect(s.identical).toBe(true);
   expect(s.stepsRedone).toBeLessThanOrEqual(1);
   for (const epoch of s.samplesSeen) expect(epoch, JSON.stringify(summary)).toMatchObject({ exactlyOnce: true, complete: true });
@@ -119,7 +140,13 @@ test('elastic training on the LAN with a killed host: the others finish, each sa
 });
 
 test('a run that fails (timeout) still removes its LAN', async () => {
-  const { ok, summary, lan } = await run({ nproc: 2, job: 'allreduce', lan: { rateMbit: 10 }, timeoutSec: 3, jobParams: { sizes: '1048576', iters: '50' } });
+  const { ok, summary, lan } = await run({
+    nproc: 2,
+    job: 'allreduce',
+    lan: { rateMbit: 10 },
+    timeoutSec: 3,
+    jobParams: { sizes: '1048576', iters: '50' },
+  });
   expect(ok).toBe(false);
   expect(JSON.stringify(summary.errors)).toContain('timed out after 3 s');
   expect(lan.ranks).toHaveLength(2);
@@ -128,10 +155,14 @@ test('a run that fails (timeout) still removes its LAN', async () => {
 
 test('Ctrl-C on the launcher removes its LAN', async () => {
   // As a terminal does it: SIGINT to the whole process group (tsx, its node and the Chromiums).
-  const child = spawn('node_modules/.bin/tsx', ['launcher/launch.ts', '--nproc', '2', '--lan', '40', '--job', 'allreduce', '--sizes', '4194304', '--iters', '20'], {
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    'node_modules/.bin/tsx',
+    ['launcher/launch.ts', '--nproc', '2', '--lan', '40', '--job', 'allreduce', '--sizes', '4194304', '--iters', '20'],
+    {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));

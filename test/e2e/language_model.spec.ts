@@ -9,16 +9,39 @@ import { expect, openRanks, sessionName, test, relativeError, weightsOf } from '
 
 type Result = Record<string, unknown>;
 // A small model for a short test: width 32, windows of 32 characters, 8 windows per rank and step.
-const lm = { job: 'train', model: 'lm', dataset: 'text', backend: 'cpu', hidden: '32', context: '32', batchSize: '8', optimizer: 'adam', lr: '0.01', seed: '3', testSize: '64' };
+const lm = {
+  job: 'train',
+  model: 'lm',
+  dataset: 'text',
+  backend: 'cpu',
+  hidden: '32',
+  context: '32',
+  batchSize: '8',
+  optimizer: 'adam',
+  lr: '0.01',
+  seed: '3',
+  testSize: '64',
+};
 const VOCABULARY = 76;
 
 type Figure = { backend: string; msPerStep: number | null; steps: number; note?: string };
 
-test('2 tabs train the language model with DDP, each on the backend it measured fastest (auto): identical replicas every step, the loss falls, the first sample after 5 steps, both dashboards show the same sample and the perplexity', async ({ browser, server }) => {
+test('2 tabs train the language model with DDP, each on the backend it measured fastest (auto): identical replicas every step, the loss falls, the first sample after 5 steps, both dashboards show the same sample and the perplexity', async ({
+  browser,
+  server,
+}) => {
   // The probe (at most 4 x 3 s per tab) comes before the 20 steps.
   test.setTimeout(300_000);
   // backend auto (the language model's default): each tab times this model on its backends and keeps the fastest.
-  const pages = await openRanks(browser, server, 2, { session: sessionName('lm'), ...lm, backend: 'auto', steps: '20', evalEvery: '10', firstSample: '5', checkWeights: 'true' });
+  const pages = await openRanks(browser, server, 2, {
+    session: sessionName('lm'),
+    ...lm,
+    backend: 'auto',
+    steps: '20',
+    evalEvery: '10',
+    firstSample: '5',
+    checkWeights: 'true',
+  });
   const results = await Promise.all(pages.map((p) => p.result));
   for (const r of results) {
     // Whatever each tab chose, the host optimizer keeps the replicas bit-identical.
@@ -36,7 +59,9 @@ test('2 tabs train the language model with DDP, each on the backend it measured 
     expect(r.sampleSteps).toEqual([5, 10, 20]);
   }
   const r = results[0]!;
-  console.log(`language model, 2 tabs, 20 steps: loss ${(r.finalLoss as number).toFixed(3)}, test loss ${(r.testLoss as number).toFixed(3)} (perplexity ${(r.perplexity as number).toFixed(2)}), ${Math.round(r.tokensPerSec as number)} characters/s; ${JSON.stringify(r.sample)}`);
+  console.log(
+    `language model, 2 tabs, 20 steps: loss ${(r.finalLoss as number).toFixed(3)}, test loss ${(r.testLoss as number).toFixed(3)} (perplexity ${(r.perplexity as number).toFixed(2)}), ${Math.round(r.tokensPerSec as number)} characters/s; ${JSON.stringify(r.sample)}`,
+  );
   for (const q of results) console.log(`rank ${q.rank as number} chose ${q.backend as string}: ${JSON.stringify(q.backendProbe)}`);
   expect(r.model).toBe('lm');
   expect(r.context).toBe(32);
@@ -59,10 +84,15 @@ test('2 tabs train the language model with DDP, each on the backend it measured 
   }
 });
 
-test('the language model as a pipeline of 2 stages equals one rank; with DiLoCo the replicas end identical', async ({ browser, server }) => {
+test('the language model as a pipeline of 2 stages equals one rank; with DiLoCo the replicas end identical', async ({
+  browser,
+  server,
+}) => {
   const sgdLm = { ...lm, optimizer: 'sgd', lr: '0.5', steps: '8', returnWeights: 'true' };
   const [single] = await Promise.all((await openRanks(browser, server, 1, { session: sessionName('lm1'), ...sgdLm })).map((p) => p.result));
-  const staged = await Promise.all((await openRanks(browser, server, 2, { session: sessionName('lmpp'), ...sgdLm, pp: '2', microBatches: '2' })).map((p) => p.result));
+  const staged = await Promise.all(
+    (await openRanks(browser, server, 2, { session: sessionName('lmpp'), ...sgdLm, pp: '2', microBatches: '2' })).map((p) => p.result),
+  );
   const err = relativeError(weightsOf(staged.find((r) => r.rank === 0)!), weightsOf(single!));
   console.log(`language model, 2 stages x 2 micro-batches vs 1 rank, 8 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThanOrEqual(1e-5);
@@ -71,7 +101,11 @@ test('the language model as a pipeline of 2 stages equals one rank; with DiLoCo 
   expect(single!.finalLoss as number).toBeLessThan(Math.log(VOCABULARY));
 
   // DiLoCo: 8 inner steps, an outer step after every 4 (the last after step 8).
-  const diloco: Result[] = await Promise.all((await openRanks(browser, server, 2, { session: sessionName('lmdiloco'), ...lm, steps: '8', commHook: 'diloco:4' })).map((p) => p.result));
+  const diloco: Result[] = await Promise.all(
+    (await openRanks(browser, server, 2, { session: sessionName('lmdiloco'), ...lm, steps: '8', commHook: 'diloco:4' })).map(
+      (p) => p.result,
+    ),
+  );
   expect(new Set(diloco.map((r) => r.weightHash)).size).toBe(1);
   expect(diloco[0]!.commHook).toMatchObject({ name: 'diloco', outerSteps: 2 });
   expect(diloco[0]!.finalLoss as number).toBeLessThan(Math.log(VOCABULARY));

@@ -12,7 +12,10 @@ import { expect, openRanks, sessionName, test } from './fixtures.ts';
 // Times heartbeats, stalls or the network: alone on the machine (test/e2e/lanes.ts).
 test.use({ solo: true });
 
-test('a fixed group: a rank paused mid-collective is lost as stalled within the bound, and says it was paused when it resumes', async ({ browser, server }) => {
+test('a fixed group: a rank paused mid-collective is lost as stalled within the bound, and says it was paused when it resumes', async ({
+  browser,
+  server,
+}) => {
   const STALL_MS = 3_000;
   const ranks = await openRanks(browser, server, 3, {
     session: sessionName('pause'),
@@ -25,7 +28,12 @@ test('a fixed group: a rank paused mid-collective is lost as stalled within the 
   await expect.poll(() => ranks.every((r) => r.reports.some((x) => x.type === 'rank')), { timeout: 30_000 }).toBe(true);
   await ranks[0].page.waitForTimeout(2_000); // the loop runs: every rank is always mid all-reduce
   // When each rank's failure arrived (its report), measured as it arrives.
-  const failedAt = ranks.map((r) => r.result.then(() => Number.NaN, () => Date.now()));
+  const failedAt = ranks.map((r) =>
+    r.result.then(
+      () => Number.NaN,
+      () => Date.now(),
+    ),
+  );
   const before = Date.now();
   const resume = await freezePage(ranks[1].page, () => {});
   const frozen = Date.now(); // the page is paused between `before` and here
@@ -38,7 +46,9 @@ test('a fixed group: a rank paused mid-collective is lost as stalled within the 
     console.log(`rank ${r}: ${err.name} ${after} ms after the pause: ${err.message}`);
     expect(err.name).toBe('PeerLostError');
     expect(err.message).toContain('lost rank 1');
-    expect(err.message).toMatch(/stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 20000 elements #\d+/);
+    expect(err.message).toMatch(
+      /stalled: no sign of life for \d+ ms .* while this rank waited for allReduce\(sum\) of 20000 elements #\d+/,
+    );
     // The bound, from the last frame rank 1 sent (at most a tick before the pause), checked every tick.
     expect((await failedAt[r]) - before).toBeGreaterThanOrEqual(STALL_MS - 1_000);
     expect(after).toBeLessThan(STALL_MS + 2_500);
@@ -60,11 +70,19 @@ test('a fixed group: a rank paused mid-collective is lost as stalled within the 
   expect(Number(/paused for ([\d.]+) s/.exec(own.message)![1])).toBeGreaterThanOrEqual(7);
 });
 
-test('a rank whose page is busy for 7 s mid-run (past the 5 s heartbeat bound) is kept: its Worker beats, and the run goes on', async ({ browser }) => {
+test('a rank whose page is busy for 7 s mid-run (past the 5 s heartbeat bound) is kept: its Worker beats, and the run goes on', async ({
+  browser,
+}) => {
   const lines: string[] = [];
   const server = await startServer({ port: 0, log: (l) => lines.push(l) });
   try {
-    const ranks = await openRanks(browser, server, 2, { session: sessionName('busy'), job: 'collectives', loop: '1000000', loopSize: '20000', timeoutMs: '60000' });
+    const ranks = await openRanks(browser, server, 2, {
+      session: sessionName('busy'),
+      job: 'collectives',
+      loop: '1000000',
+      loopSize: '20000',
+      timeoutMs: '60000',
+    });
     const failures: string[] = [];
     for (const r of ranks) r.result.catch((e: Error) => failures.push(e.message));
     const progress: number[] = [];
@@ -82,7 +100,10 @@ test('a rank whose page is busy for 7 s mid-run (past the 5 s heartbeat bound) i
     expect(failures).toEqual([]);
     expect(lines.filter((l) => /evicting member/.test(l))).toEqual([]);
     // Kept because its Worker's pulse beat, not by luck.
-    expect(lines.some((l) => /but its Worker beats: busy, kept up to 10000 ms/.test(l)), lines.join('\n')).toBe(true);
+    expect(
+      lines.some((l) => /but its Worker beats: busy, kept up to 10000 ms/.test(l)),
+      lines.join('\n'),
+    ).toBe(true);
   } finally {
     await server.close();
   }
@@ -114,7 +135,10 @@ test('a tab closed mid-run announces it left: the others regroup at once and are
   // 'peer-left'. The notice is best effort (SharedLinks.leave): when the link goes down first, a
   // survivor may hear "its WebRTC link closed" before the server's word (seen in CI, 2026-11-25).
   for (const rank of [0, 2]) {
-    expect(told.filter((l) => l.startsWith(`[rank ${rank}]`)).some((l) => /lost rank 1: (reported by rank \d: )?its tab closed/.test(l)), told.join(' | ')).toBe(true);
+    expect(
+      told.filter((l) => l.startsWith(`[rank ${rank}]`)).some((l) => /lost rank 1: (reported by rank \d: )?its tab closed/.test(l)),
+      told.join(' | '),
+    ).toBe(true);
   }
   expect(summary.identical).toBe(true);
   expect(summary.worldSize).toBe(2);

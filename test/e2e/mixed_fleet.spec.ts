@@ -18,7 +18,17 @@ test('a WebGPU tab and a tab without WebGPU (WebGL) train 60 steps with identica
   const noGpu = await chromium.launch({ executablePath: chromiumPath(), args: NO_WEBGPU_ARGS, headless: true });
   try {
     const session = sessionName('mixed');
-    const params = { session, job: 'train', dataset: 'synthetic', model: 'mlp', batchSize: '16', steps: '60', optimizer: 'adam', checkWeights: 'true', world: '2' };
+    const params = {
+      session,
+      job: 'train',
+      dataset: 'synthetic',
+      model: 'mlp',
+      batchSize: '16',
+      steps: '60',
+      optimizer: 'adam',
+      checkWeights: 'true',
+      world: '2',
+    };
     const [gpuRank] = await openRanks(browser, server, 1, { ...params, rank: '0' });
     const [glRank] = await openRanks(noGpu, server, 1, { ...params, rank: '1' });
     const results = await Promise.all([gpuRank!.result, glRank!.result]);

@@ -7,7 +7,13 @@ import { launch, type LaunchOutcome } from '../../launcher/run.ts';
 import { tokenFor } from '../fixtures/session.ts';
 import { expect, sessionName, test } from './fixtures.ts';
 
-const node = (server: string, session: string, nodeRank: number, jobParams: Record<string, string>, job = 'allreduce'): Promise<LaunchOutcome> =>
+const node = (
+  server: string,
+  session: string,
+  nodeRank: number,
+  jobParams: Record<string, string>,
+  job = 'allreduce',
+): Promise<LaunchOutcome> =>
   launch({ nproc: 2, nnodes: 2, nodeRank, server, session, token: tokenFor(session), job, timeoutSec: 120, jobParams, log: () => {} });
 
 test('two launchers with --nnodes 2 --node-rank 0|1 --nproc 2 finish one all-reduce job as one world of 4', async ({ server }) => {

@@ -47,7 +47,12 @@ async function pageScript(): Promise<string> {
     configFile: false,
     logLevel: 'warn',
     plugins: [entry],
-    build: { write: false, target: 'es2022', minify: false, lib: { entry: ENTRY, formats: ['iife'], name: 'peerLinkPage', fileName: 'peer_link_page' } },
+    build: {
+      write: false,
+      target: 'es2022',
+      minify: false,
+      lib: { entry: ENTRY, formats: ['iife'], name: 'peerLinkPage', fileName: 'peer_link_page' },
+    },
   });
   const output = (Array.isArray(built) ? built : [built]).flatMap((b) => ('output' in b ? b.output : []));
   const chunk = output.find((o) => o.type === 'chunk');
@@ -68,5 +73,10 @@ test('the WebRTC link passes the PeerLink compliance suite', async ({ page, serv
   expect(results.filter((r) => r.status === 'failed').map((r) => `${r.name}: ${r.detail}`)).toEqual([]);
   // Everything ran but the sizes over Chromium's message limit; the credit window's checks among them.
   expect(results.filter((r) => r.status === 'skipped').map((r) => r.id)).toEqual([`size-${1 << 20}`]);
-  expect(results.filter((r) => r.id.startsWith('window-') && r.status === 'passed').map((r) => r.id)).toEqual(['window-awaited', 'window-at-once', 'window-at-once-max', 'window-off']);
+  expect(results.filter((r) => r.id.startsWith('window-') && r.status === 'passed').map((r) => r.id)).toEqual([
+    'window-awaited',
+    'window-at-once',
+    'window-at-once-max',
+    'window-off',
+  ]);
 });

@@ -39,9 +39,15 @@ async function expectFits(page: Page, view: string): Promise<void> {
         return r.width > 1 && r.right > innerWidth + 0.5;
       })
       .slice(0, 6)
-      .map((e) => `${e.tagName.toLowerCase()}.${String((e as HTMLElement).className)} (right edge ${Math.round(e.getBoundingClientRect().right)})`),
+      .map(
+        (e) =>
+          `${e.tagName.toLowerCase()}.${String((e as HTMLElement).className)} (right edge ${Math.round(e.getBoundingClientRect().right)})`,
+      ),
   }));
-  expect(m.scrollWidth, `${view}: the page scrolls sideways (${m.scrollWidth} > ${m.innerWidth}); past the edge: ${m.past.join(', ')}`).toBeLessThanOrEqual(m.innerWidth);
+  expect(
+    m.scrollWidth,
+    `${view}: the page scrolls sideways (${m.scrollWidth} > ${m.innerWidth}); past the edge: ${m.past.join(', ')}`,
+  ).toBeLessThanOrEqual(m.innerWidth);
 }
 
 /** Each uPlot chart is as wide as its card's content and no wider, and wide enough to read. */
@@ -76,12 +82,17 @@ async function expectQrVisible(page: Page, where: string): Promise<void> {
 
 const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
 
-test('a phone creates the session, shares its QR code and trains with a laptop; every view fits the phone', async ({ browser, server }, testInfo) => {
+test('a phone creates the session, shares its QR code and trains with a laptop; every view fits the phone', async ({
+  browser,
+  server,
+}, testInfo) => {
   test.setTimeout(240_000);
   const phoneContext = await browser.newContext(phone(browser));
   // This phone's GPU gives no WebGL context: TF.js's webgl backend cannot start there.
   await phoneContext.addInitScript(() => {
-    for (const proto of [HTMLCanvasElement.prototype, OffscreenCanvas.prototype] as Array<{ getContext(kind: string, ...rest: unknown[]): unknown }>) {
+    for (const proto of [HTMLCanvasElement.prototype, OffscreenCanvas.prototype] as Array<{
+      getContext(kind: string, ...rest: unknown[]): unknown;
+    }>) {
       const original = proto.getContext;
       proto.getContext = function (this: unknown, kind: string, ...rest: unknown[]) {
         return /^(experimental-)?webgl/.test(kind) ? null : original.call(this, kind, ...rest);
@@ -137,9 +148,14 @@ test('a phone creates the session, shares its QR code and trains with a laptop; 
     const table = page.getByTestId('fleet-table');
     for (const rank of [0, 1]) {
       const row = table.locator(`tbody tr[data-rank="${rank}"]`);
-      await expect(row.locator('[data-col=browser]'), `${name}'s table: rank ${rank}'s browser`).toContainText(/Chrom(e|ium) \d+/, { timeout: 30_000 });
+      await expect(row.locator('[data-col=browser]'), `${name}'s table: rank ${rank}'s browser`).toContainText(/Chrom(e|ium) \d+/, {
+        timeout: 30_000,
+      });
       // The figure itself (a rank given no samples this step has a note beside it).
-      await expect(row.locator('[data-col=share] [data-testid=fleet-share]'), `${name}'s table: rank ${rank}'s share of the batch`).toHaveText(/^\d+(\.\d)?%$/);
+      await expect(
+        row.locator('[data-col=share] [data-testid=fleet-share]'),
+        `${name}'s table: rank ${rank}'s share of the batch`,
+      ).toHaveText(/^\d+(\.\d)?%$/);
       await expect(row.locator('[data-col=step]'), `${name}'s table: rank ${rank}'s step time`).toContainText('ms');
     }
     // Each rank's samples over the sum (uneven when the ranks' speeds differ): the shares make the whole batch.
@@ -173,7 +189,9 @@ test('a phone creates the session, shares its QR code and trains with a laptop; 
   const topShot = await p.screenshot({ path: testInfo.outputPath('phone-done.png') });
 
   // The README's picture: the three phone screens side by side.
-  const board = await (await browser.newContext({ viewport: { width: 3 * 390 + 4 * 24, height: 844 + 2 * 24 }, deviceScaleFactor: 1.5 })).newPage();
+  const board = await (
+    await browser.newContext({ viewport: { width: 3 * 390 + 4 * 24, height: 844 + 2 * 24 }, deviceScaleFactor: 1.5 })
+  ).newPage();
   const img = (png: Buffer, alt: string) => `<img alt="${alt}" src="data:image/png;base64,${png.toString('base64')}">`;
   await board.setContent(
     `<style>body{margin:0;padding:24px;display:flex;gap:24px;background:#e5e7eb}img{width:390px;height:844px;border-radius:18px;box-shadow:0 2px 10px #0003}</style>` +
@@ -193,7 +211,18 @@ test('a tab that cannot take part is told why and joins nothing; the other tab t
   const session = sessionName('cannot');
   const link = (params: Record<string, string>, name = session) => {
     const url = new URL(server.url);
-    url.search = new URLSearchParams({ session: name, world: '2', min: '1', job: 'train', dataset: 'synthetic', trainSize: '512', batchSize: '32', steps: '20', backend: 'cpu', ...params }).toString();
+    url.search = new URLSearchParams({
+      session: name,
+      world: '2',
+      min: '1',
+      job: 'train',
+      dataset: 'synthetic',
+      trainSize: '512',
+      batchSize: '32',
+      steps: '20',
+      backend: 'cpu',
+      ...params,
+    }).toString();
     return withToken(url, tokenFor(name));
   };
 
@@ -206,7 +235,9 @@ test('a tab that cannot take part is told why and joins nothing; the other tab t
   });
   const lonely = await noRtc.newPage();
   await lonely.goto(link({}));
-  await expect(lonely.getByTestId('error-banner')).toHaveAttribute('data-title', 'This browser cannot join the training', { timeout: 30_000 });
+  await expect(lonely.getByTestId('error-banner')).toHaveAttribute('data-title', 'This browser cannot join the training', {
+    timeout: 30_000,
+  });
   await expect(lonely.getByTestId('error-banner')).toContainText('no WebRTC');
   await expect(lonely.getByTestId('error-banner')).toContainText('the other tabs train on without it');
   await expect(lonely.getByTestId('phase-pill')).toHaveAttribute('data-phase', 'failed');

@@ -10,19 +10,50 @@
 import { expect, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
-type Pipeline = { stage: number; stages: number; replica: number; layers: number[]; parameters: number; weightHash: string; bubble: { measured: number; formula: number }; peakStashedMicroBatches: number };
+type Pipeline = {
+  stage: number;
+  stages: number;
+  replica: number;
+  layers: number[];
+  parameters: number;
+  weightHash: string;
+  bubble: { measured: number; formula: number };
+  peakStashedMicroBatches: number;
+};
 
-async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<Result[]> {
+async function run(
+  browser: Parameters<typeof openRanks>[0],
+  server: Parameters<typeof openRanks>[1],
+  n: number,
+  params: Record<string, string>,
+): Promise<Result[]> {
   return Promise.all((await open(browser, server, n, params)).map((r) => r.result));
 }
 
-function open(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>) {
+function open(
+  browser: Parameters<typeof openRanks>[0],
+  server: Parameters<typeof openRanks>[1],
+  n: number,
+  params: Record<string, string>,
+) {
   return openRanks(browser, server, n, { session: sessionName('pp'), job: 'train', ...params });
 }
 
-const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '20', seed: '7', returnWeights: 'true', backend: 'cpu' };
+const sgd = {
+  dataset: 'synthetic',
+  model: 'mlp',
+  optimizer: 'sgd',
+  lr: '0.1',
+  steps: '20',
+  seed: '7',
+  returnWeights: 'true',
+  backend: 'cpu',
+};
 
-test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal one rank at batch 32 after 20 SGD steps; 1F1B equals GPipe; each rank holds only its stage', async ({ browser, server }) => {
+test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal one rank at batch 32 after 20 SGD steps; 1F1B equals GPipe; each rank holds only its stage', async ({
+  browser,
+  server,
+}) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
   const pages = await open(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' });
   const gpipe = await Promise.all(pages.map((p) => p.result));
@@ -43,7 +74,10 @@ test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal o
   expect(gpipe[0]!.testAccuracy).toBeCloseTo(single!.testAccuracy as number, 3);
   // The synthetic MLP is 16 -> 32 (relu) -> 4: 544 parameters on stage 0, 132 on stage 1, 676 in all.
   const stages = gpipe.map((r) => r.pipeline as Pipeline).sort((a, b) => a.stage - b.stage);
-  expect(stages.map((p) => [p.layers, p.parameters])).toEqual([[[0], 544], [[1], 132]]);
+  expect(stages.map((p) => [p.layers, p.parameters])).toEqual([
+    [[0], 544],
+    [[1], 132],
+  ]);
   expect(weightsOf(single!).length).toBe(544 + 132);
   for (const p of stages) {
     expect(p.bubble.formula).toBeCloseTo(1 / 5);
@@ -66,8 +100,33 @@ test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal o
   expect(gridErr).toBeLessThanOrEqual(1e-5);
 });
 
-test('launcher: a lost rank stops every rank naming its stage; the run resumes from every stage\'s checkpoint', async () => {
-  const out = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--steps', '12', '--batch-size', '16', '--checkpoint-every', '4', '--kill', '1@6', '--join', '1@6']);
+test("launcher: a lost rank stops every rank naming its stage; the run resumes from every stage's checkpoint", async () => {
+  const out = await launchCommand([
+    '--nproc',
+    '2',
+    '--pp',
+    '2',
+    '--micro-batches',
+    '2',
+    '--job',
+    'train',
+    '--model',
+    'mlp',
+    '--dataset',
+    'synthetic',
+    '--optimizer',
+    'sgd',
+    '--steps',
+    '12',
+    '--batch-size',
+    '16',
+    '--checkpoint-every',
+    '4',
+    '--kill',
+    '1@6',
+    '--join',
+    '1@6',
+  ]);
   const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
   expect(out.code).toBe(0);

@@ -26,8 +26,29 @@ const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', s
 test('CentralStorage: 2 workers at batch 16 equal one rank at batch 32 after 15 SGD steps', async ({ browser, server }) => {
   // The cpu backend: the subject is the equivalence of the strategy's arithmetic, not the device
   // (four SwiftShader pages took most of this test's time).
-  const [single] = await Promise.all((await openRanks(browser, server, 1, { session: sessionName('one'), job: 'train', ...sgd, backend: 'cpu', steps: '15', batchSize: '32', returnWeights: 'true' })).map((p) => p.result));
-  const pages = await openRanks(browser, server, 3, { session: sessionName('central'), job: 'train', ...sgd, backend: 'cpu', steps: '15', batchSize: '16', strategy: 'central', returnWeights: 'true' });
+  const [single] = await Promise.all(
+    (
+      await openRanks(browser, server, 1, {
+        session: sessionName('one'),
+        job: 'train',
+        ...sgd,
+        backend: 'cpu',
+        steps: '15',
+        batchSize: '32',
+        returnWeights: 'true',
+      })
+    ).map((p) => p.result),
+  );
+  const pages = await openRanks(browser, server, 3, {
+    session: sessionName('central'),
+    job: 'train',
+    ...sgd,
+    backend: 'cpu',
+    steps: '15',
+    batchSize: '16',
+    strategy: 'central',
+    returnWeights: 'true',
+  });
   const runs = await Promise.all(pages.map((p) => p.result));
   const rank0 = runs.find((r) => r.rank === 0)!;
   expect(psOf(rank0).role).toBe('server');
@@ -39,8 +60,20 @@ test('CentralStorage: 2 workers at batch 16 equal one rank at batch 32 after 15 
   expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
 });
 
-test('async: training converges; a closed worker stops nobody and its samples are accounted for; no push is applied twice; the dashboard shows the server', async ({ browser, server }) => {
-  const pages = await openRanks(browser, server, 4, { session: sessionName('async'), job: 'train', ...sgd, trainSize: '1024', epochs: '4', batchSize: '32', strategy: 'ps', min: '2' });
+test('async: training converges; a closed worker stops nobody and its samples are accounted for; no push is applied twice; the dashboard shows the server', async ({
+  browser,
+  server,
+}) => {
+  const pages = await openRanks(browser, server, 4, {
+    session: sessionName('async'),
+    job: 'train',
+    ...sgd,
+    trainSize: '1024',
+    epochs: '4',
+    batchSize: '32',
+    strategy: 'ps',
+    min: '2',
+  });
   // The server's card: its shard, and the staleness of the pushes.
   const card = pages[0]!.page.getByTestId('ps');
   await expect(card).toBeVisible({ timeout: 60_000 });
@@ -72,7 +105,18 @@ test('async: the staleness bound drops and counts stale pushes', async ({ browse
   // nothing from the server reached the 3x straggler for over 10 s although the server kept
   // sending (its liveness sends were not held back), so the straggler took the server for stalled
   // and the server waited out peerTimeoutMs for the straggler's next push.
-  const pages = await openRanks(browser, server, 4, { session: sessionName('stale'), job: 'train', ...sgd, trainSize: '1024', epochs: '1', batchSize: '32', strategy: 'ps', maxStaleness: '0', slow: '3:3', backend: 'cpu' });
+  const pages = await openRanks(browser, server, 4, {
+    session: sessionName('stale'),
+    job: 'train',
+    ...sgd,
+    trainSize: '1024',
+    epochs: '1',
+    batchSize: '32',
+    strategy: 'ps',
+    maxStaleness: '0',
+    slow: '3:3',
+    backend: 'cpu',
+  });
   const runs = await Promise.all(pages.map((p) => p.result));
   const s0 = psOf(runs.find((r) => psOf(r).role === 'server')!);
   expect(s0.pushes.stale).toBeGreaterThan(0);
@@ -84,7 +128,32 @@ test('async: the staleness bound drops and counts stale pushes', async ({ browse
 });
 
 test('launcher: a lost server stops the workers until a tab takes its place, which resumes from the shard checkpoint', async () => {
-  const out = await launchCommand(['--nproc', '3', '--strategy', 'ps', '--job', 'train', '--model', 'mlp', '--dataset', 'synthetic', '--optimizer', 'sgd', '--train-size', '1024', '--epochs', '1', '--batch-size', '16', '--checkpoint-every', '8', '--kill', '0@12', '--join', '1@12']);
+  const out = await launchCommand([
+    '--nproc',
+    '3',
+    '--strategy',
+    'ps',
+    '--job',
+    'train',
+    '--model',
+    'mlp',
+    '--dataset',
+    'synthetic',
+    '--optimizer',
+    'sgd',
+    '--train-size',
+    '1024',
+    '--epochs',
+    '1',
+    '--batch-size',
+    '16',
+    '--checkpoint-every',
+    '8',
+    '--kill',
+    '0@12',
+    '--join',
+    '1@12',
+  ]);
   const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
   expect(out.code).toBe(0);

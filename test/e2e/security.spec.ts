@@ -17,7 +17,9 @@ import { expect, sessionName, test } from './fixtures.ts';
 
 /** Another site: a plain page on another port of this machine (another origin). */
 async function foreignSite(): Promise<{ origin: string; server: Server }> {
-  const server = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>elsewhere</title>'));
+  const server = createServer((_req, res) =>
+    res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>elsewhere</title>'),
+  );
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
 }
@@ -36,7 +38,9 @@ test('a page of another site cannot open the store socket or post a checkpoint',
           s.onclose = (e) => resolve(`closed ${e.code}`);
         });
         // A "simple" cross-site request: no preflight, the browser sends it and hides the answer.
-        await fetch(api, { method: 'POST', mode: 'no-cors', headers: { 'content-type': 'text/plain' }, body: 'not a checkpoint' }).catch(() => undefined);
+        await fetch(api, { method: 'POST', mode: 'no-cors', headers: { 'content-type': 'text/plain' }, body: 'not a checkpoint' }).catch(
+          () => undefined,
+        );
         const read = await fetch(api).then(
           (r) => `status ${r.status}`,
           (e: Error) => `blocked: ${e.name}`,
@@ -56,7 +60,10 @@ test('a page of another site cannot open the store socket or post a checkpoint',
 
 test('a foreign host name resolved to this server (DNS rebinding) gets 403 for the page and the socket', async ({ server }) => {
   const port = new URL(server.url).port;
-  const browser = await chromium.launch({ executablePath: chromiumPath(), args: [...CHROMIUM_ARGS, '--host-resolver-rules=MAP rebind.test 127.0.0.1'] });
+  const browser = await chromium.launch({
+    executablePath: chromiumPath(),
+    args: [...CHROMIUM_ARGS, '--host-resolver-rules=MAP rebind.test 127.0.0.1'],
+  });
   try {
     const page = await browser.newPage();
     const response = await page.goto(`http://rebind.test:${port}/?session=x&world=1`);

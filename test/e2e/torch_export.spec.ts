@@ -18,7 +18,7 @@ import { expect, sessionName, test } from './fixtures.ts';
 // DDP_REQUIRE_ALL_TESTS, under which torchTestsBlocked throws instead of skipping.
 const blocked = torchTestsBlocked();
 
-test('2 tabs train the CNN; its checkpoint, exported, gives the tab\'s logits in PyTorch (max abs difference <= 1e-4)', async () => {
+test("2 tabs train the CNN; its checkpoint, exported, gives the tab's logits in PyTorch (max abs difference <= 1e-4)", async () => {
   test.skip(blocked !== undefined, blocked);
   const dir = await mkdtemp(join(tmpdir(), 'torch-e2e-'));
   try {
@@ -42,13 +42,25 @@ test('2 tabs train the CNN; its checkpoint, exported, gives the tab\'s logits in
     const files = await readdir(join(dir, 'ckpt', session));
     expect(files).toContain(`${result.checkpoint}.ckpt`);
     const out = join(dir, 'torch');
-    const cli = execFileSync('npm', ['run', '--silent', 'export:torch', '--', join(dir, 'ckpt', session, `${result.checkpoint}.ckpt`), '--out', out], { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 60_000 });
+    const cli = execFileSync(
+      'npm',
+      ['run', '--silent', 'export:torch', '--', join(dir, 'ckpt', session, `${result.checkpoint}.ckpt`), '--out', out],
+      { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 60_000 },
+    );
     expect(cli).toContain('conv1.weight');
     expect(cli).toMatch(/input: float32 \[N, 1, 28, 28\]/);
 
     const n = result.inputs.length / 784;
-    await writeFile(join(out, 'inputs.safetensors'), encodeSafetensors([{ name: 'x', dtype: 'F32', shape: [n, ...result.inputShape], data: new Uint8Array(new Float32Array(result.inputs).buffer) }]));
-    execFileSync('/usr/bin/python3', [join(PROJECT_ROOT, 'test', 'fixtures', 'torch_forward.py'), out], { stdio: 'pipe', timeout: 120_000 });
+    await writeFile(
+      join(out, 'inputs.safetensors'),
+      encodeSafetensors([
+        { name: 'x', dtype: 'F32', shape: [n, ...result.inputShape], data: new Uint8Array(new Float32Array(result.inputs).buffer) },
+      ]),
+    );
+    execFileSync('/usr/bin/python3', [join(PROJECT_ROOT, 'test', 'fixtures', 'torch_forward.py'), out], {
+      stdio: 'pipe',
+      timeout: 120_000,
+    });
     const torchOut = JSON.parse(await readFile(join(out, 'outputs.json'), 'utf8')) as { shape: number[]; values: number[] };
     expect(torchOut.shape).toEqual([n, 10]);
     const diff = Math.max(...torchOut.values.map((v, i) => Math.abs(v - result.logits[i]!)));

@@ -8,17 +8,30 @@ import { expect, openRanks, sessionName, test, type RankPage, relativeError, wei
 
 type Result = Record<string, unknown>;
 
-async function run(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<Result[]> {
+async function run(
+  browser: Parameters<typeof openRanks>[0],
+  server: Parameters<typeof openRanks>[1],
+  n: number,
+  params: Record<string, string>,
+): Promise<Result[]> {
   return Promise.all((await start(browser, server, n, params)).map((r) => r.result));
 }
 
-function start(browser: Parameters<typeof openRanks>[0], server: Parameters<typeof openRanks>[1], n: number, params: Record<string, string>): Promise<RankPage[]> {
+function start(
+  browser: Parameters<typeof openRanks>[0],
+  server: Parameters<typeof openRanks>[1],
+  n: number,
+  params: Record<string, string>,
+): Promise<RankPage[]> {
   return openRanks(browser, server, n, { session: sessionName('train'), job: 'train', ...params });
 }
 
 const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '12', seed: '7', returnWeights: 'true' };
 
-test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step; a tab opened after the end is told the run ended', async ({ browser, server }) => {
+test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step; a tab opened after the end is told the run ended', async ({
+  browser,
+  server,
+}) => {
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
   const session = sessionName('train');
   const pairParams = { session, job: 'train', ...sgd, batchSize: '16', checkWeights: 'true' };
@@ -37,7 +50,10 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   // The link opened once the run is over (the pair's tabs still open): the run closed its
   // rendezvous, so the tab learns at once that it ended instead of waiting 300 s for a group.
   const [late] = await openRanks(browser, server, 1, { ...pairParams, world: '2' });
-  const refused = await late.result.then(() => new Error('the late tab trained'), (e: Error) => e);
+  const refused = await late.result.then(
+    () => new Error('the late tab trained'),
+    (e: Error) => e,
+  );
   expect(`${refused.name}: ${refused.message}`).toContain(`RendezvousClosedError: the run of session "${session}" has ended`);
   // A run that ended well is no failure of this tab: it says so plainly.
   await expect(late.page.getByTestId('status')).toContainText('The run finished before this tab got a rank');
@@ -45,7 +61,10 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   await expect(late.page.getByTestId('error-banner')).toBeHidden();
 });
 
-test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend), a 20x slower one given no samples: no loss for it, a gap in its line, the headline sample-weighted, and its tab says why', async ({ browser, server }) => {
+test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend), a 20x slower one given no samples: no loss for it, a gap in its line, the headline sample-weighted, and its tab says why', async ({
+  browser,
+  server,
+}) => {
   // The cpu backend: 4 SwiftShader devices on two cores take most of a minute, and WebGPU's
   // exactness is the 2-rank test's; this one is about the ring of 4.
   const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32', backend: 'cpu' });
@@ -65,7 +84,9 @@ test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)
   // Every rank-step without samples (rank 3's, and any other rank a noisy measurement starved).
   const zeros = steps.flatMap((e) => e.metrics.flatMap((m, rank) => (m.samples === 0 ? [{ e, m, rank }] : [])));
   const rank3 = zeros.filter((z) => z.rank === 3).map((z) => z.e.step);
-  console.log(`rank 3 (20x slower) trained no samples at ${rank3.length} of 12 steps: ${rank3.join(', ')}; other ranks at ${zeros.length - rank3.length} steps`);
+  console.log(
+    `rank 3 (20x slower) trained no samples at ${rank3.length} of 12 steps: ${rank3.join(', ')}; other ranks at ${zeros.length - rank3.length} steps`,
+  );
   expect(rank3.length).toBeGreaterThanOrEqual(1);
   for (const { e, m, rank } of zeros) {
     expect([m.loss, m.accuracy]).toEqual([null, null]);
@@ -79,12 +100,15 @@ test('4 ranks at batch B train to the same weights as 1 rank at 4B (cpu backend)
     return all.reduce((s, m) => s + m[key]! * m.samples!, 0) / all.reduce((s, m) => s + m.samples!, 0);
   };
   const loss = weighted('loss');
-  await expect(pages[0]!.page.locator('[data-stat=loss] .stat-value')).toHaveText(loss.toLocaleString('en-US', { maximumFractionDigits: loss < 1 ? 4 : 3 }));
+  await expect(pages[0]!.page.locator('[data-stat=loss] .stat-value')).toHaveText(
+    loss.toLocaleString('en-US', { maximumFractionDigits: loss < 1 ? 4 : 3 }),
+  );
   await expect(pages[0]!.page.locator('[data-stat=acc] .stat-value')).toHaveText(`${(weighted('accuracy') * 100).toFixed(1)}%`);
   // The last step gave rank 3 nothing: its own tab and the group's table say so, and why.
   const idleLast = steps.at(-1)!.metrics.flatMap((m, rank) => (m.samples === 0 ? [rank] : []));
   expect(idleLast).toContain(3);
-  const why = /no samples this step: the group gave them to faster tabs \(measured cost [\d.]+ ms\/sample.*; the run ends at step 12, before its next measurement at step 64\)/;
+  const why =
+    /no samples this step: the group gave them to faster tabs \(measured cost [\d.]+ ms\/sample.*; the run ends at step 12, before its next measurement at step 64\)/;
   await expect(pages[3]!.page.getByTestId('idle-note')).toHaveText(new RegExp(`This tab trained ${why.source}`));
   await expect(pages[0]!.page.getByTestId('idle-note')).toBeVisible({ visible: idleLast.includes(0) });
   await expect(pages[0]!.page.locator('[data-testid=fleet-table] tr[data-rank="3"] [data-testid=fleet-no-samples]')).toHaveText(why);
@@ -95,17 +119,30 @@ test('across one epoch the ranks see every sample exactly once apart from paddin
   // 1030 samples over 4 ranks: torch pads to 1032 by repeating the first 2 indices of the order.
   // balance=false: torch's DistributedSampler shards (balanced batches are checked in test/balance.test.ts).
   // The cpu backend: the sampler and the tensor count are the subject (the WebGPU backend's count is the MNIST test's).
-  const ranks = await start(browser, server, 4, { dataset: 'synthetic', trainSize: '1030', batchSize: '50', epochs: '1', seed: '3', balance: 'false', backend: 'cpu' });
+  const ranks = await start(browser, server, 4, {
+    dataset: 'synthetic',
+    trainSize: '1030',
+    batchSize: '50',
+    epochs: '1',
+    seed: '3',
+    balance: 'false',
+    backend: 'cpu',
+  });
   const results = await Promise.all(ranks.map((r) => r.result));
   // The samples each rank reported training, step by step.
   const counts = new Map<number, number>();
   for (const r of ranks) {
     for (const report of r.reports) {
-      if (report.type === 'elastic' && report.event.type === 'batch') for (const i of report.event.indices) counts.set(i, (counts.get(i) ?? 0) + 1);
+      if (report.type === 'elastic' && report.event.type === 'batch')
+        for (const i of report.event.indices) counts.set(i, (counts.get(i) ?? 0) + 1);
     }
   }
   // Should this fail, the rounds each rank went through say why (a regroup trains steps again).
-  const rounds = ranks.map((r) => r.reports.flatMap((report) => (report.type === 'elastic' && report.event.type === 'round' ? [`round ${report.event.round} from step ${report.event.step}`] : [])));
+  const rounds = ranks.map((r) =>
+    r.reports.flatMap((report) =>
+      report.type === 'elastic' && report.event.type === 'round' ? [`round ${report.event.round} from step ${report.event.step}`] : [],
+    ),
+  );
   const why = `rounds per rank: ${JSON.stringify(rounds)}`;
   expect(counts.size, why).toBe(1030);
   const twice = [...counts.values()].filter((c) => c === 2).length;

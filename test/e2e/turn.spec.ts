@@ -35,8 +35,10 @@ function leftovers(lan: LanSummary): string[] {
   const out: string[] = [];
   const prefixes = [lan.subnet.replace(/\.0\/24$/, '.'), ...(lan.turn ? [lan.turn.relay.replace(/\.1$/, '.')] : [])];
   for (const ns of execFileSync('ip', ['netns', 'list']).toString().split('\n')) if (ns.startsWith(lan.run)) out.push(`netns ${ns}`);
-  for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n')) if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
-  for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n')) if (prefixes.some((p) => a.includes(` ${p}`))) out.push(`addr ${a.slice(0, 60)}`);
+  for (const l of execFileSync('ip', ['-o', 'link']).toString().split('\n'))
+    if (l.includes(` ${lan.run}`)) out.push(`link ${l.slice(0, 40)}`);
+  for (const a of execFileSync('ip', ['-o', '-4', 'addr']).toString().split('\n'))
+    if (prefixes.some((p) => a.includes(` ${p}`))) out.push(`addr ${a.slice(0, 60)}`);
   for (const pid of turnservers(lan.run)) out.push(`turnserver pid ${pid}`);
   return out;
 }
@@ -109,11 +111,29 @@ test('a run with a relay that fails (timeout) still stops coturn and removes its
   await expect.poll(() => leftovers(lan), { timeout: 5_000 }).toEqual([]);
 });
 
-test("the launcher killed outright (SIGKILL): its reaper stops coturn and removes the LAN", async () => {
-  const child = spawn('node_modules/.bin/tsx', ['launcher/launch.ts', '--nproc', '2', '--lan', '40', '--lan-isolate', '--turn', '--job', 'allreduce', '--sizes', '4194304', '--iters', '20'], {
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+test('the launcher killed outright (SIGKILL): its reaper stops coturn and removes the LAN', async () => {
+  const child = spawn(
+    'node_modules/.bin/tsx',
+    [
+      'launcher/launch.ts',
+      '--nproc',
+      '2',
+      '--lan',
+      '40',
+      '--lan-isolate',
+      '--turn',
+      '--job',
+      'allreduce',
+      '--sizes',
+      '4194304',
+      '--iters',
+      '20',
+    ],
+    {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -124,7 +144,10 @@ test("the launcher killed outright (SIGKILL): its reaper stops coturn and remove
     const lan = { subnet: m[1]!, run: m[2]!, turn: { url: '', relay: relay[1]! } } as LanSummary;
     expect(turnservers(lan.run)).toHaveLength(1);
     // Only the launcher's node process (tsx's child), not its process group: coturn and the reaper stay behind.
-    const node = execFileSync('pgrep', ['-P', String(child.pid), '-f', 'launcher/launch.ts']).toString().trim().split('\n')[0]!;
+    const node = execFileSync('pgrep', ['-P', String(child.pid), '-f', 'launcher/launch.ts'])
+      .toString()
+      .trim()
+      .split('\n')[0]!;
     process.kill(Number(node), 'SIGKILL');
     await expect.poll(() => leftovers(lan), { timeout: 10_000 }).toEqual([]);
   } finally {

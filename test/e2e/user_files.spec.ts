@@ -29,7 +29,26 @@ test.afterAll(async () => {
 
 test("2 tabs train the host's own model on its own image folder (launcher --model-dir, --data-dir)", async () => {
   // 60 images, every tenth held out: 54 to train, 6 to test; 2 ranks x 6 a step, 10 epochs.
-  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '10', '--lr', '0.01', '--timeout', '180']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--job',
+    'train',
+    '--model-dir',
+    join(dir, 'model'),
+    '--data-dir',
+    join(dir, 'images'),
+    '--backend',
+    'cpu',
+    '--batch-size',
+    '6',
+    '--epochs',
+    '10',
+    '--lr',
+    '0.01',
+    '--timeout',
+    '180',
+  ]);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   const s = r.summary as { worldSize: number; identical: boolean; testAccuracy: number; model: string; dataset: string };
   expect(s.worldSize).toBe(2);
@@ -41,7 +60,23 @@ test("2 tabs train the host's own model on its own image folder (launcher --mode
 });
 
 test("a script gets the host's model and data from its context (examples/02_ddp_train.ts with --model-dir, --data-dir)", async () => {
-  const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--timeout', '180', 'examples/02_ddp_train.ts', '--batch-size', '6', '--epochs', '4']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--backend',
+    'cpu',
+    '--model-dir',
+    join(dir, 'model'),
+    '--data-dir',
+    join(dir, 'images'),
+    '--timeout',
+    '180',
+    'examples/02_ddp_train.ts',
+    '--batch-size',
+    '6',
+    '--epochs',
+    '4',
+  ]);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   expect(r.summary).toMatchObject({ script: 'examples/02_ddp_train.ts', worldSize: 2, ok: true });
   // The offered model (its softmax folded into the loss) on the 60 images of 3 classes, not the built-in MLP and set.
@@ -52,7 +87,28 @@ test("a script gets the host's model and data from its context (examples/02_ddp_
 
 test("the host's images streamed (fetched as the steps need them) train to the same weights as loaded at the start", async () => {
   // Torch's equal shards (no balancing by measured speed, which differs from run to run): the same samples on the same rank at every step.
-  const args = ['--nproc', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '2', '--lr', '0.01', '--balance', 'false', '--timeout', '180'];
+  const args = [
+    '--nproc',
+    '2',
+    '--job',
+    'train',
+    '--model-dir',
+    join(dir, 'model'),
+    '--data-dir',
+    join(dir, 'images'),
+    '--backend',
+    'cpu',
+    '--batch-size',
+    '6',
+    '--epochs',
+    '2',
+    '--lr',
+    '0.01',
+    '--balance',
+    'false',
+    '--timeout',
+    '180',
+  ];
   const whole = await launchCommand([...args, '--stream-data', 'off']);
   const streamed = await launchCommand([...args, '--stream-data', 'on']);
   for (const r of [whole, streamed]) expect(r.code, r.output.slice(-3000)).toBe(0);
@@ -67,11 +123,37 @@ test("the host's images streamed (fetched as the steps need them) train to the s
 test("2 tabs train the language model on the host's own text (launcher --data-dir FILE.txt)", async () => {
   // A text of a few sentences over and over: 24 distinct characters, none of them a capital C,
   // so the samples start from the text's own first characters instead of Moby-Dick's "Call me ".
-  const sentences = ['the whale sang to the moon. ', 'a gull flew over the bay. ', 'the sea was calm and grey. ', 'we rowed home at night. '];
+  const sentences = [
+    'the whale sang to the moon. ',
+    'a gull flew over the bay. ',
+    'the sea was calm and grey. ',
+    'we rowed home at night. ',
+  ];
   const text = Array.from({ length: 240 }, (_, i) => sentences[(i * 7) % 4]).join('');
   const file = join(dir, 'ballad.txt');
   await writeFile(file, text);
-  const r = await launchCommand(['--nproc', '2', '--job', 'train', '--data-dir', file, '--backend', 'cpu', '--hidden', '16', '--context', '16', '--batch-size', '8', '--steps', '20', '--lr', '0.02', '--timeout', '180']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--job',
+    'train',
+    '--data-dir',
+    file,
+    '--backend',
+    'cpu',
+    '--hidden',
+    '16',
+    '--context',
+    '16',
+    '--batch-size',
+    '8',
+    '--steps',
+    '20',
+    '--lr',
+    '0.02',
+    '--timeout',
+    '180',
+  ]);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   const s = r.summary as { worldSize: number; identical: boolean; model: string; dataset: string; perplexity: number; sample: string };
   expect(s).toMatchObject({ worldSize: 2, identical: true, model: 'lm', dataset: 'user' });
@@ -83,7 +165,30 @@ test("2 tabs train the language model on the host's own text (launcher --data-di
 });
 
 test("the host's model split into 2 pipeline stages (a tab each), from its saved weights", async () => {
-  const r = await launchCommand(['--nproc', '2', '--pp', '2', '--micro-batches', '2', '--job', 'train', '--model-dir', join(dir, 'model'), '--data-dir', join(dir, 'images'), '--backend', 'cpu', '--batch-size', '6', '--epochs', '10', '--lr', '0.01', '--timeout', '180']);
+  const r = await launchCommand([
+    '--nproc',
+    '2',
+    '--pp',
+    '2',
+    '--micro-batches',
+    '2',
+    '--job',
+    'train',
+    '--model-dir',
+    join(dir, 'model'),
+    '--data-dir',
+    join(dir, 'images'),
+    '--backend',
+    'cpu',
+    '--batch-size',
+    '6',
+    '--epochs',
+    '10',
+    '--lr',
+    '0.01',
+    '--timeout',
+    '180',
+  ]);
   expect(r.code, r.output.slice(-3000)).toBe(0);
   const s = r.summary as { worldSize: number; testAccuracy: number; pipeline: { stages: Array<{ layerClasses: string[] }> } };
   expect(s.worldSize).toBe(2);
@@ -102,7 +207,10 @@ test('an image that does not decode stops the job, naming its file', async () =>
   const crc = Buffer.alloc(4);
   crc.writeUInt32BE(crc32(ihdr));
   const length = Buffer.from([0, 0, 0, 13]);
-  await writeFile(join(images, 'b', 'zz-broken.png'), Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), length, ihdr, crc, Buffer.alloc(64, 7)]));
+  await writeFile(
+    join(images, 'b', 'zz-broken.png'),
+    Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), length, ihdr, crc, Buffer.alloc(64, 7)]),
+  );
   const lines: string[] = [];
   const { ok } = await launch({
     nproc: 1,

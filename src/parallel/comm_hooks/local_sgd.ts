@@ -34,7 +34,8 @@ export interface PostLocalSGDOptions {
 /** torch's `post_localSGD_hook` (without a subgroup): averaged gradients up to `startStep`, then local ones. */
 export function postLocalSGD(options: PostLocalSGDOptions): CommHook {
   const { startStep } = options;
-  if (!Number.isSafeInteger(startStep) || startStep < 0) throw new RangeError(`postLocalSGD: startStep must be an integer >= 0, got ${startStep}`);
+  if (!Number.isSafeInteger(startStep) || startStep < 0)
+    throw new RangeError(`postLocalSGD: startStep must be an integer >= 0, got ${startStep}`);
   return {
     name: 'postLocalSGD',
     reduce(pg: ProcessGroup, bucket: GradBucket): Promise<Float32Array> {
@@ -63,8 +64,10 @@ export class PeriodicModelAverager {
 
   constructor(options: PeriodicModelAveragerOptions) {
     const { period, warmupSteps = 0 } = options;
-    if (!Number.isSafeInteger(period) || period < 1) throw new RangeError(`PeriodicModelAverager: period must be an integer >= 1, got ${period}`);
-    if (!Number.isSafeInteger(warmupSteps) || warmupSteps < 0) throw new RangeError(`PeriodicModelAverager: warmupSteps must be an integer >= 0, got ${warmupSteps}`);
+    if (!Number.isSafeInteger(period) || period < 1)
+      throw new RangeError(`PeriodicModelAverager: period must be an integer >= 1, got ${period}`);
+    if (!Number.isSafeInteger(warmupSteps) || warmupSteps < 0)
+      throw new RangeError(`PeriodicModelAverager: warmupSteps must be an integer >= 0, got ${warmupSteps}`);
     this.period = period;
     this.warmupSteps = warmupSteps;
   }

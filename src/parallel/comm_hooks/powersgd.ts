@@ -181,7 +181,8 @@ export class PowerSGDHook implements CommHook {
     if (!Number.isSafeInteger(o.matrixApproximationRank) || o.matrixApproximationRank < 1) {
       throw new RangeError(`PowerSGD: matrixApproximationRank must be an integer >= 1, got ${o.matrixApproximationRank}`);
     }
-    if (!Number.isSafeInteger(o.startIter) || o.startIter < 0) throw new RangeError(`PowerSGD: startIter must be an integer >= 0, got ${o.startIter}`);
+    if (!Number.isSafeInteger(o.startIter) || o.startIter < 0)
+      throw new RangeError(`PowerSGD: startIter must be an integer >= 0, got ${o.startIter}`);
     if (!Number.isFinite(o.minCompressionRate) || o.minCompressionRate < 0) {
       throw new RangeError(`PowerSGD: minCompressionRate must be a finite number >= 0, got ${o.minCompressionRate}`);
     }
@@ -225,7 +226,8 @@ export class PowerSGDHook implements CommHook {
   private async reduceInOrder(pg: ProcessGroup, bucket: GradBucket, issued: () => void): Promise<Float32Array> {
     checkBucket(bucket);
     const buffer = bucket.buffer;
-    if (this.stats.done || this.stats.step !== bucket.step) this.stats = { step: bucket.step, elementsSent: 0, elementsDense: 0, done: false };
+    if (this.stats.done || this.stats.step !== bucket.step)
+      this.stats = { step: bucket.step, elementsSent: 0, elementsDense: 0, done: false };
     this.stats.elementsDense += buffer.length;
 
     if (bucket.step <= this.options.startIter) {
@@ -286,7 +288,18 @@ export class PowerSGDHook implements CommHook {
         const e = entry.error;
         for (let i = 0; i < M.length; i++) M[i] += e[i]!;
       }
-      plan.compressed.push({ key, index: param.index, shape: [...param.shape], offset: param.offset, n, m, r, M, pAt: plan.pSize, qAt: plan.qSize });
+      plan.compressed.push({
+        key,
+        index: param.index,
+        shape: [...param.shape],
+        offset: param.offset,
+        n,
+        m,
+        r,
+        M,
+        pAt: plan.pSize,
+        qAt: plan.qSize,
+      });
       plan.pSize += n * r;
       plan.qSize += m * r;
     }
@@ -378,14 +391,19 @@ export class PowerSGDHook implements CommHook {
    */
   loadStateDict(state: CommHookState, options: LoadCommHookStateOptions = {}): void {
     const ownErrors = !options.otherRank;
-    if (state.name !== this.name) throw new PowerSGDStateError(`PowerSGD: the state is a ${JSON.stringify(state.name)} hook's, not PowerSGD's`);
+    if (state.name !== this.name)
+      throw new PowerSGDStateError(`PowerSGD: the state is a ${JSON.stringify(state.name)} hook's, not PowerSGD's`);
     const iter = state.meta.iter;
-    if (typeof iter !== 'number' || !Number.isSafeInteger(iter) || iter < 0) throw new PowerSGDStateError(`PowerSGD: the state's iter must be an integer >= 0, got ${String(iter)}`);
+    if (typeof iter !== 'number' || !Number.isSafeInteger(iter) || iter < 0)
+      throw new PowerSGDStateError(`PowerSGD: the state's iter must be an integer >= 0, got ${String(iter)}`);
     const r0 = this.options.matrixApproximationRank;
     const entries = new Map<string, Entry>();
     for (const [name, data] of Object.entries(state.tensors)) {
       const match = /^(q|error):(\d+)\/(\d+)$/.exec(name);
-      if (!match) throw new PowerSGDStateError(`PowerSGD: unknown tensor ${JSON.stringify(name)} in the state (expected q:<bucket>/<parameter> or error:<bucket>/<parameter>)`);
+      if (!match)
+        throw new PowerSGDStateError(
+          `PowerSGD: unknown tensor ${JSON.stringify(name)} in the state (expected q:<bucket>/<parameter> or error:<bucket>/<parameter>)`,
+        );
       const [, kind, b, p] = match;
       const key = `${Number(b)}/${Number(p)}`;
       const where = `parameter ${Number(p)} in bucket ${Number(b)}`;
@@ -393,7 +411,9 @@ export class PowerSGDHook implements CommHook {
       if (!shape) throw new PowerSGDStateError(`PowerSGD: the state has no valid shape:${key} for ${where}`);
       const seen = this.seen.get(key);
       if (seen && !sameShape(seen, shape)) {
-        throw new PowerSGDStateError(`PowerSGD: the state is for ${where} of shape [${shape.join(', ')}], but this model's has shape [${seen.join(', ')}]`);
+        throw new PowerSGDStateError(
+          `PowerSGD: the state is for ${where} of shape [${shape.join(', ')}], but this model's has shape [${seen.join(', ')}]`,
+        );
       }
       if (!(data instanceof Float32Array)) throw new PowerSGDStateError(`PowerSGD: the state's ${name} is not a Float32Array`);
       // A poisoned checkpoint or a hostile rank's warm start: one NaN would spread to every later step.
@@ -402,15 +422,21 @@ export class PowerSGDHook implements CommHook {
       const entry = entries.get(key) ?? { shape };
       entries.set(key, entry);
       if (kind === 'error') {
-        if (data.length !== n * m) throw new PowerSGDStateError(`PowerSGD: the state's error for ${where} has ${data.length} elements, its shape [${shape.join(', ')}] ${n * m}`);
+        if (data.length !== n * m)
+          throw new PowerSGDStateError(
+            `PowerSGD: the state's error for ${where} has ${data.length} elements, its shape [${shape.join(', ')}] ${n * m}`,
+          );
         if (this.options.useErrorFeedback && ownErrors) entry.error = data.slice();
       } else {
         const saved = state.meta.matrixApproximationRank;
         if (saved !== r0) {
-          throw new PowerSGDStateError(`PowerSGD: the state's Q matrices are of rank ${String(saved)}, but this hook's matrixApproximationRank is ${r0}`);
+          throw new PowerSGDStateError(
+            `PowerSGD: the state's Q matrices are of rank ${String(saved)}, but this hook's matrixApproximationRank is ${r0}`,
+          );
         }
         const r = Math.min(n, m, r0);
-        if (data.length !== m * r) throw new PowerSGDStateError(`PowerSGD: the state's Q for ${where} has ${data.length} elements, expected ${m} x ${r} = ${m * r}`);
+        if (data.length !== m * r)
+          throw new PowerSGDStateError(`PowerSGD: the state's Q for ${where} has ${data.length} elements, expected ${m} x ${r} = ${m * r}`);
         if (this.options.warmStart) entry.q = data.slice();
       }
     }

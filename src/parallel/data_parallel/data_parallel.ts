@@ -24,7 +24,15 @@ import * as tf from '@tensorflow/tfjs';
 import { DataParallelDeviceError } from '../../wire/errors.ts';
 import { flatTrainableWeights } from '../replicas.ts';
 import { chunkSizes, gatherMean, scatter } from './scatter_gather.ts';
-import { DEVICE_BACKENDS, parseFromDevice, type DataParallelLoss, type DeviceBackend, type DeviceFault, type FromDevice, type ToDevice } from './protocol.ts';
+import {
+  DEVICE_BACKENDS,
+  parseFromDevice,
+  type DataParallelLoss,
+  type DeviceBackend,
+  type DeviceFault,
+  type FromDevice,
+  type ToDevice,
+} from './protocol.ts';
 
 /** The link to one device. */
 export interface DeviceChannel {
@@ -176,13 +184,15 @@ export class DataParallel {
    */
   static async create(model: tf.LayersModel, options: DataParallelOptions): Promise<DataParallel> {
     const k = options.devices;
-    if (!Number.isSafeInteger(k) || k < 1 || k > MAX_DEVICES) throw new RangeError(`devices must be an integer from 1 to ${MAX_DEVICES}, got ${k}`);
+    if (!Number.isSafeInteger(k) || k < 1 || k > MAX_DEVICES)
+      throw new RangeError(`devices must be an integer from 1 to ${MAX_DEVICES}, got ${k}`);
     if (options.loss.kind === 'softmaxCrossEntropy' && !(Number.isSafeInteger(options.loss.numClasses) && options.loss.numClasses >= 1)) {
       throw new RangeError(`softmaxCrossEntropy needs numClasses, a positive integer; got ${options.loss.numClasses}`);
     }
     const running = tf.getBackend();
     const backend = options.backend ?? ((DEVICE_BACKENDS as readonly string[]).includes(running) ? (running as DeviceBackend) : 'cpu');
-    if (!(DEVICE_BACKENDS as readonly string[]).includes(backend)) throw new RangeError(`a device's backend is one of ${DEVICE_BACKENDS.join(', ')}, got "${backend}"`);
+    if (!(DEVICE_BACKENDS as readonly string[]).includes(backend))
+      throw new RangeError(`a device's backend is one of ${DEVICE_BACKENDS.join(', ')}, got "${backend}"`);
     const dp = new DataParallel(model, options);
     const spawn = options.spawn ?? webWorkerDevice;
     const topology = model.toJSON(null, false);
@@ -222,7 +232,13 @@ export class DataParallel {
   deviceStats(): DeviceStats[] {
     return this.devices.map((info, d) => {
       const s = this.stats[d]!;
-      return { ...info, steps: s.steps, samples: s.samples, meanComputeMs: s.steps > 0 ? s.ms / s.steps : null, liveTensors: s.steps > 0 ? { min: s.minTensors, max: s.maxTensors } : null };
+      return {
+        ...info,
+        steps: s.steps,
+        samples: s.samples,
+        meanComputeMs: s.steps > 0 ? s.ms / s.steps : null,
+        liveTensors: s.steps > 0 ? { min: s.minTensors, max: s.maxTensors } : null,
+      };
     });
   }
 
@@ -237,10 +253,14 @@ export class DataParallel {
     if (this.busy) throw new Error('computeGradients is already running: await it before the next call');
     const samples = batch.x.length / this.perSample;
     if (!Number.isSafeInteger(samples) || samples < 1) {
-      throw new RangeError(`the batch's inputs have ${batch.x.length} values, not a positive multiple of the ${this.perSample} each sample of the model's input has`);
+      throw new RangeError(
+        `the batch's inputs have ${batch.x.length} values, not a positive multiple of the ${this.perSample} each sample of the model's input has`,
+      );
     }
     if (batch.y.length !== samples * this.perTarget) {
-      throw new RangeError(`the batch has ${samples} samples but ${batch.y.length} ${this.loss.kind === 'softmaxCrossEntropy' ? 'labels' : 'target values'} (${samples * this.perTarget} expected)`);
+      throw new RangeError(
+        `the batch has ${samples} samples but ${batch.y.length} ${this.loss.kind === 'softmaxCrossEntropy' ? 'labels' : 'target values'} (${samples * this.perTarget} expected)`,
+      );
     }
     this.busy = true;
     const t0 = performance.now();
@@ -256,11 +276,30 @@ export class DataParallel {
           const w = weights.slice();
           const y = ys[j]!.values;
           const answer = this.request(d, id, this.stepTimeoutMs, `step ${id} (${chunk.samples} samples)`);
-          this.channels[d]!.post({ type: 'step', id, weights: w, x: chunk.values, y, samples: chunk.samples }, [w.buffer, chunk.values.buffer, y.buffer]);
+          this.channels[d]!.post({ type: 'step', id, weights: w, x: chunk.values, y, samples: chunk.samples }, [
+            w.buffer,
+            chunk.values.buffer,
+            y.buffer,
+          ]);
           const msg = await answer;
-          if (msg.type !== 'grads') throw this.fail(new DataParallelDeviceError(d, this.info[d]?.backend ?? null, `step ${id}`, `answered "${msg.type}" where gradients were due`));
+          if (msg.type !== 'grads')
+            throw this.fail(
+              new DataParallelDeviceError(
+                d,
+                this.info[d]?.backend ?? null,
+                `step ${id}`,
+                `answered "${msg.type}" where gradients were due`,
+              ),
+            );
           if (msg.grads.length !== this.numel) {
-            throw this.fail(new DataParallelDeviceError(d, this.info[d]?.backend ?? null, `step ${id}`, `returned ${msg.grads.length} gradient values; the model has ${this.numel}`));
+            throw this.fail(
+              new DataParallelDeviceError(
+                d,
+                this.info[d]?.backend ?? null,
+                `step ${id}`,
+                `returned ${msg.grads.length} gradient values; the model has ${this.numel}`,
+              ),
+            );
           }
           return { device: d, samples: chunk.samples, msg };
         }),
@@ -314,7 +353,10 @@ export class DataParallel {
    */
   injectFault(device: number, kind: DeviceFault): void {
     const channel = this.channels[device];
-    if (!channel) throw new RangeError(`there is no device ${device}: this DataParallel has ${this.channels.length} (0 to ${this.channels.length - 1})`);
+    if (!channel)
+      throw new RangeError(
+        `there is no device ${device}: this DataParallel has ${this.channels.length} (0 to ${this.channels.length - 1})`,
+      );
     channel.post({ type: 'fault', kind });
   }
 
@@ -347,7 +389,14 @@ export class DataParallel {
   private request(d: number, id: number, timeoutMs: number, what: string): Promise<FromDevice> {
     return new Promise<FromDevice>((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.fail(new DataParallelDeviceError(d, this.info[d]?.backend ?? null, id < 0 ? 'start' : `step ${id}`, `it did not ${id < 0 ? what : `answer ${what}`} within ${Math.round(timeoutMs / 100) / 10} s`));
+        this.fail(
+          new DataParallelDeviceError(
+            d,
+            this.info[d]?.backend ?? null,
+            id < 0 ? 'start' : `step ${id}`,
+            `it did not ${id < 0 ? what : `answer ${what}`} within ${Math.round(timeoutMs / 100) / 10} s`,
+          ),
+        );
       }, timeoutMs);
       this.pending.set(d, { id, resolve, reject, timer });
     });

@@ -101,7 +101,14 @@ export function parseFromDevice(data: unknown): FromDevice | string {
       if (!isInt(m.liveTensors)) return '"ready" has no tensor count';
       return m as FromDevice;
     case 'grads':
-      if (!isInt(m.id) || !(m.grads instanceof Float32Array) || !isNumber(m.loss) || !isInt(m.correct) || !isNumber(m.computeMs) || !isInt(m.liveTensors)) {
+      if (
+        !isInt(m.id) ||
+        !(m.grads instanceof Float32Array) ||
+        !isNumber(m.loss) ||
+        !isInt(m.correct) ||
+        !isNumber(m.computeMs) ||
+        !isInt(m.liveTensors)
+      ) {
         return '"grads" lacks one of id, grads (a Float32Array), loss, correct, computeMs, liveTensors';
       }
       return m as FromDevice;
@@ -122,15 +129,27 @@ export function parseToDevice(data: unknown): ToDevice | string {
   const type = m.type as ToDevice['type'];
   switch (type) {
     case 'init': {
-      if (!isInt(m.device) || !(DEVICE_BACKENDS as readonly unknown[]).includes(m.backend)) return '"init" lacks its device index or names an unknown backend';
-      if (!Array.isArray(m.shapes) || !m.shapes.every((s) => Array.isArray(s) && s.every((d) => isInt(d) && d >= 0))) return '"init" lacks the weights\' shapes';
+      if (!isInt(m.device) || !(DEVICE_BACKENDS as readonly unknown[]).includes(m.backend))
+        return '"init" lacks its device index or names an unknown backend';
+      if (!Array.isArray(m.shapes) || !m.shapes.every((s) => Array.isArray(s) && s.every((d) => isInt(d) && d >= 0)))
+        return '"init" lacks the weights\' shapes';
       const loss = m.loss as Record<string, unknown> | null;
-      const lossOk = typeof loss === 'object' && loss !== null && (loss.kind === 'meanSquaredError' || (loss.kind === 'softmaxCrossEntropy' && isInt(loss.numClasses) && loss.numClasses >= 1));
+      const lossOk =
+        typeof loss === 'object' &&
+        loss !== null &&
+        (loss.kind === 'meanSquaredError' || (loss.kind === 'softmaxCrossEntropy' && isInt(loss.numClasses) && loss.numClasses >= 1));
       if (!lossOk) return '"init" names an unknown loss';
       return m as ToDevice;
     }
     case 'step':
-      if (!isInt(m.id) || !(m.weights instanceof Float32Array) || !(m.x instanceof Float32Array) || !(m.y instanceof Int32Array || m.y instanceof Float32Array) || !isInt(m.samples) || m.samples < 1) {
+      if (
+        !isInt(m.id) ||
+        !(m.weights instanceof Float32Array) ||
+        !(m.x instanceof Float32Array) ||
+        !(m.y instanceof Int32Array || m.y instanceof Float32Array) ||
+        !isInt(m.samples) ||
+        m.samples < 1
+      ) {
         return '"step" lacks one of id, weights, x, y, samples';
       }
       return m as ToDevice;

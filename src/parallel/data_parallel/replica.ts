@@ -30,15 +30,20 @@ function hasConvolutions(topology: unknown): boolean {
  * Starts `wanted` or, failing that, the backends after it in DEVICE_BACKENDS order (webgpu,
  * webgl, wasm, cpu), skipping wasm for models with convolutions; says why when it falls back.
  */
-export async function startDeviceBackend(wanted: DeviceBackend, options: { convolutions: boolean; precheck?: BackendPrecheck }): Promise<{ backend: DeviceBackend; fallbackReason?: string }> {
+export async function startDeviceBackend(
+  wanted: DeviceBackend,
+  options: { convolutions: boolean; precheck?: BackendPrecheck },
+): Promise<{ backend: DeviceBackend; fallbackReason?: string }> {
   const order = DEVICE_BACKENDS.slice(DEVICE_BACKENDS.indexOf(wanted));
   const reasons: string[] = [];
   for (const name of order) {
     let failure = options.precheck?.(name);
-    if (failure === undefined && name === 'wasm' && options.convolutions) failure = 'the wasm backend cannot train convolutions (it has no Conv2DBackpropFilter kernel)';
+    if (failure === undefined && name === 'wasm' && options.convolutions)
+      failure = 'the wasm backend cannot train convolutions (it has no Conv2DBackpropFilter kernel)';
     if (failure === undefined && !tf.findBackendFactory(name)) failure = `the ${name} backend is not in this build`;
     if (failure === undefined) failure = await startBackend(name);
-    if (failure === undefined) return name === wanted ? { backend: name } : { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
+    if (failure === undefined)
+      return name === wanted ? { backend: name } : { backend: name, fallbackReason: `${reasons.join('; ')}; using ${name} instead` };
     reasons.push(failure);
   }
   throw new Error(`no TF.js backend could start in this worker: ${reasons.join('; ')}`);
@@ -105,19 +110,29 @@ export class DeviceReplica {
 
   private async init(msg: Extract<ToDevice, { type: 'init' }>): Promise<void> {
     try {
-      const started = await startDeviceBackend(msg.backend, { convolutions: hasConvolutions(msg.topology), ...(this.precheck ? { precheck: this.precheck } : {}) });
+      const started = await startDeviceBackend(msg.backend, {
+        convolutions: hasConvolutions(msg.topology),
+        ...(this.precheck ? { precheck: this.precheck } : {}),
+      });
       const model = await tf.models.modelFromJSON({ modelTopology: msg.topology as tf.io.ModelJSON['modelTopology'] });
       const shapes = model.trainableWeights.map((w) => w.shape.map((d) => d ?? 1));
       if (JSON.stringify(shapes) !== JSON.stringify(msg.shapes)) {
         model.dispose();
-        throw new Error(`the replica built from the architecture has weights of shapes ${JSON.stringify(shapes)}, the main model ${JSON.stringify(msg.shapes)}`);
+        throw new Error(
+          `the replica built from the architecture has weights of shapes ${JSON.stringify(shapes)}, the main model ${JSON.stringify(msg.shapes)}`,
+        );
       }
       this.model = model;
       this.variables = model.trainableWeights.map((w) => w.read() as tf.Variable);
       this.inputShape = model.inputs[0]!.shape.slice(1).map((d) => d ?? 1);
       this.outputShape = model.outputs[0]!.shape.slice(1).map((d) => d ?? 1);
       this.loss = msg.loss;
-      this.post({ type: 'ready', backend: started.backend, ...(started.fallbackReason ? { fallbackReason: started.fallbackReason } : {}), liveTensors: tf.memory().numTensors });
+      this.post({
+        type: 'ready',
+        backend: started.backend,
+        ...(started.fallbackReason ? { fallbackReason: started.fallbackReason } : {}),
+        liveTensors: tf.memory().numTensors,
+      });
     } catch (err) {
       this.post({ type: 'failed', id: -1, reason: describe(err) });
     }
@@ -128,13 +143,20 @@ export class DeviceReplica {
     try {
       if (!this.model) throw new Error('a step before the replica was built');
       const perSample = this.inputShape.reduce((a, b) => a * b, 1);
-      if (msg.x.length !== msg.samples * perSample) throw new Error(`the chunk's inputs have ${msg.x.length} values, ${msg.samples} samples of shape [${this.inputShape.join(', ')}] need ${msg.samples * perSample}`);
+      if (msg.x.length !== msg.samples * perSample)
+        throw new Error(
+          `the chunk's inputs have ${msg.x.length} values, ${msg.samples} samples of shape [${this.inputShape.join(', ')}] need ${msg.samples * perSample}`,
+        );
       const perTarget = this.targetShape().reduce((a, b) => a * b, 1);
-      if (msg.y.length !== msg.samples * perTarget) throw new Error(`the chunk has ${msg.y.length} labels or targets for ${msg.samples} samples`);
+      if (msg.y.length !== msg.samples * perTarget)
+        throw new Error(`the chunk has ${msg.y.length} labels or targets for ${msg.samples} samples`);
       // Re-replicate: the main replica's weights before this forward.
       assignFlatWeights(this.model, msg.weights);
       const { loss, grads, correct } = await this.gradients(msg);
-      this.post({ type: 'grads', id: msg.id, loss, grads, correct, computeMs: performance.now() - t0, liveTensors: tf.memory().numTensors }, [grads.buffer]);
+      this.post(
+        { type: 'grads', id: msg.id, loss, grads, correct, computeMs: performance.now() - t0, liveTensors: tf.memory().numTensors },
+        [grads.buffer],
+      );
     } catch (err) {
       this.post({ type: 'failed', id: msg.id, reason: describe(err) });
     }
@@ -163,7 +185,11 @@ export class DeviceReplica {
         return classificationLoss(out, ys, loss.numClasses);
       }, this.variables));
       flat = tf.tidy(() => tf.concat(this.variables.map((v) => named[v.name]!.reshape([-1]))));
-      const [lossValue, gradValues, correctValue] = await Promise.all([value.data(), flat.data(), correctT ? correctT.data() : Promise.resolve(Int32Array.of(-1))]);
+      const [lossValue, gradValues, correctValue] = await Promise.all([
+        value.data(),
+        flat.data(),
+        correctT ? correctT.data() : Promise.resolve(Int32Array.of(-1)),
+      ]);
       return { loss: lossValue[0]!, grads: gradValues as Float32Array, correct: correctValue[0]! };
     } finally {
       tf.dispose([xs, ys, ...(correctT ? [correctT] : []), ...(value ? [value] : []), ...Object.values(named), ...(flat ? [flat] : [])]);

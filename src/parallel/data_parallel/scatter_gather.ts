@@ -52,14 +52,18 @@ export function scatter<T extends Float32Array | Int32Array>(values: T, perSampl
  * The whole batch's mean-loss gradient from the chunks' ones: sum over chunks of
  * (samples_k / total) x grads_k, in float64, in the order given. Also the loss, weighted alike.
  */
-export function gatherMean(parts: ReadonlyArray<{ samples: number; loss: number; grads: Float32Array }>): { loss: number; grads: Float32Array } {
+export function gatherMean(parts: ReadonlyArray<{ samples: number; loss: number; grads: Float32Array }>): {
+  loss: number;
+  grads: Float32Array;
+} {
   if (parts.length === 0) throw new RangeError('nothing to gather: no device computed a chunk');
   const total = parts.reduce((a, p) => a + p.samples, 0);
   const length = parts[0]!.grads.length;
   const sum = new Float64Array(length);
   let loss = 0;
   for (const p of parts) {
-    if (p.grads.length !== length) throw new RangeError(`a device returned ${p.grads.length} gradient values where the others returned ${length}`);
+    if (p.grads.length !== length)
+      throw new RangeError(`a device returned ${p.grads.length} gradient values where the others returned ${length}`);
     const w = p.samples / total;
     const g = p.grads;
     for (let i = 0; i < length; i++) sum[i] += w * g[i]!;

@@ -18,7 +18,8 @@ const scope = self as unknown as WorkerScope;
 const replica = new DeviceReplica(
   (message, transfer = []) => scope.postMessage(message, transfer),
   (backend) => {
-    if (backend === 'webgpu' && !('gpu' in navigator)) return 'no WebGPU in this Worker (navigator.gpu is missing: this browser offers WebGPU to pages only, or not at all)';
+    if (backend === 'webgpu' && !('gpu' in navigator))
+      return 'no WebGPU in this Worker (navigator.gpu is missing: this browser offers WebGPU to pages only, or not at all)';
     if (backend === 'webgl' && typeof OffscreenCanvas === 'undefined') return 'no WebGL in this Worker (OffscreenCanvas is missing)';
     return undefined;
   },

@@ -135,7 +135,20 @@ export interface ContributionTally {
 }
 
 function emptyRank(rank: number): RankTally {
-  return { rank, steps: 0, used: 0, refused: 0, absent: 0, cutMost: 0, normRatioSum: 0, normRatios: 0, lastNormRatio: null, trimmedSum: 0, clipScaleSum: 0, lastReason: null };
+  return {
+    rank,
+    steps: 0,
+    used: 0,
+    refused: 0,
+    absent: 0,
+    cutMost: 0,
+    normRatioSum: 0,
+    normRatios: 0,
+    lastNormRatio: null,
+    trimmedSum: 0,
+    clipScaleSum: 0,
+    lastReason: null,
+  };
 }
 
 /** The ranks cut most in `e`: the largest trimmed fraction above 0, or the smallest clip scale below 1, among those used. */
@@ -198,7 +211,15 @@ export interface ContributionSummary {
   aggregations: number;
   fromStep: number;
   toStep: number;
-  ranks: Array<{ rank: number; refusedSteps: number; absentSteps: number; cutMostSteps: number; meanNormRatio: number | null; meanTrimmed: number | null; meanClipScale: number | null }>;
+  ranks: Array<{
+    rank: number;
+    refusedSteps: number;
+    absentSteps: number;
+    cutMostSteps: number;
+    meanNormRatio: number | null;
+    meanTrimmed: number | null;
+    meanClipScale: number | null;
+  }>;
 }
 
 export function summarizeContributions(t: ContributionTally): ContributionSummary {
@@ -211,7 +232,15 @@ export function summarizeContributions(t: ContributionTally): ContributionSummar
     toStep: t.lastStep,
     ranks: t.ranks.map((x) => {
       const m = rankMeans(x);
-      return { rank: x.rank, refusedSteps: x.refused, absentSteps: x.absent, cutMostSteps: x.cutMost, meanNormRatio: r(m.normRatio), meanTrimmed: m.trimmed === null ? null : frac3(m.trimmed), meanClipScale: r(m.clipScale) };
+      return {
+        rank: x.rank,
+        refusedSteps: x.refused,
+        absentSteps: x.absent,
+        cutMostSteps: x.cutMost,
+        meanNormRatio: r(m.normRatio),
+        meanTrimmed: m.trimmed === null ? null : frac3(m.trimmed),
+        meanClipScale: r(m.clipScale),
+      };
     }),
   };
 }

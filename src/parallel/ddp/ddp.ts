@@ -108,7 +108,11 @@ export class DistributedDataParallel {
     const startStep = options.startStep ?? 1;
     if (!Number.isSafeInteger(startStep) || startStep < 1) throw new RangeError(`startStep must be a positive integer, got ${startStep}`);
     this.startStep = startStep;
-    this.paramLayout = this.sizes.map((size, i) => ({ shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1), offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0), size }));
+    this.paramLayout = this.sizes.map((size, i) => ({
+      shape: model.trainableWeights[i]!.shape.map((d) => d ?? 1),
+      offset: this.sizes.slice(0, i).reduce((a, b) => a + b, 0),
+      size,
+    }));
     const shapes = model.trainableWeights.map((w) => w.shape.map((d) => d ?? 1));
     this.layouts = this.buckets.map((b) => bucketParameters(b, shapes, this.sizes));
     this.combine = new DDPAggregation(options, pg.rank, pg.worldSize);
@@ -184,7 +188,10 @@ export class DistributedDataParallel {
     // No samples this step (balanced batches gave them to faster ranks): nothing to compute; the
     // rank still takes part in the reductions, with zeros, and receives the averages.
     if (this.gradientScale === 0) {
-      if (options.inputs && options.inputs.length > 0) throw new Error('backward with inputs needs samples: a rank with no samples (setBatchShare(0, ...)) has no inputs to differentiate');
+      if (options.inputs && options.inputs.length > 0)
+        throw new Error(
+          'backward with inputs needs samples: a rank with no samples (setBatchShare(0, ...)) has no inputs to differentiate',
+        );
       return this.reduceGradients({ grads: new Float32Array(this.numel), loss: 0, computeMs: 0 }, {});
     }
     const t0 = performance.now();
@@ -198,7 +205,8 @@ export class DistributedDataParallel {
     try {
       const bucketed = { buckets: this.buckets, variables: this.variables, sizes: this.sizes, grad: this.grad, accumulate: this.hasGrad };
       // Under the mean, each bucket's reduction starts as soon as it is read back.
-      const reduce = syncing && !this.robust ? (p: BucketPass, index: number, view: Float32Array) => this.startReduction(p, index, view, step) : null;
+      const reduce =
+        syncing && !this.robust ? (p: BucketPass, index: number, view: Float32Array) => this.startReduction(p, index, view, step) : null;
       pass = await readBuckets(bucketed, grads, t1 - t0, options.straggler, reduce);
     } catch (err) {
       for (const g of inputGrads) g.dispose();
@@ -271,9 +279,12 @@ export class DistributedDataParallel {
 
   /** `backward` for gradients computed elsewhere (see LocalGradients): accumulated, then each bucket reduced. */
   private async reduceGradients(local: LocalGradients, options: BackwardOptions): Promise<BackwardResult> {
-    if (options.inputs && options.inputs.length > 0) throw new Error('backward(localGradients) takes no inputs: their gradients must come with the loss function');
+    if (options.inputs && options.inputs.length > 0)
+      throw new Error('backward(localGradients) takes no inputs: their gradients must come with the loss function');
     if (!(local.grads instanceof Float32Array) || local.grads.length !== this.numel) {
-      throw new RangeError(`backward(localGradients): ${local.grads instanceof Float32Array ? `${local.grads.length} gradient values` : 'no Float32Array of gradients'}, the model has ${this.numel} trainable values`);
+      throw new RangeError(
+        `backward(localGradients): ${local.grads instanceof Float32Array ? `${local.grads.length} gradient values` : 'no Float32Array of gradients'}, the model has ${this.numel} trainable values`,
+      );
     }
     let slowed = 0;
     // A straggler waits in proportion to the devices' compute, before the first reduction.
@@ -292,7 +303,9 @@ export class DistributedDataParallel {
     }
     const sentBefore = this.pg.bytesSent();
     const w0 = performance.now();
-    const reductions = this.robust ? [] : this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
+    const reductions = this.robust
+      ? []
+      : this.buckets.map((bucket, index) => this.reduceBucket(index, this.grad.subarray(bucket.start, bucket.end), step));
     const averaged = await Promise.all(reductions);
     const robustFinite = this.robust ? await this.reduceRobustly(step) : true;
     const commEnd = performance.now();
@@ -366,8 +379,16 @@ export class DistributedDataParallel {
    * own mean unweighted.
    */
   setBatchShare(samples: number, globalSamples: number): void {
-    if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
-      throw new RangeError(`setBatchShare: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`);
+    if (
+      !Number.isSafeInteger(samples) ||
+      !Number.isSafeInteger(globalSamples) ||
+      samples < 0 ||
+      globalSamples < 1 ||
+      samples > globalSamples
+    ) {
+      throw new RangeError(
+        `setBatchShare: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`,
+      );
     }
     this.gradientScale = (samples * this.pg.worldSize) / globalSamples;
   }

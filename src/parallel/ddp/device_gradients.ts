@@ -18,7 +18,11 @@ export interface LossGradients {
 }
 
 /** Differentiates `lossFn` with respect to `variables` and `inputs`, and reads the loss back. */
-export async function lossGradients(lossFn: () => tf.Scalar, variables: readonly tf.Variable[], inputs: readonly tf.Variable[]): Promise<LossGradients> {
+export async function lossGradients(
+  lossFn: () => tf.Scalar,
+  variables: readonly tf.Variable[],
+  inputs: readonly tf.Variable[],
+): Promise<LossGradients> {
   const { value, grads } = tf.variableGrads(lossFn, [...variables, ...inputs]);
   // The inputs' gradients go back to the caller (a pipeline stage sends them upstream), not into the buckets.
   const inputGrads = inputs.map((v) => {
@@ -108,7 +112,12 @@ export async function readBuckets(
 }
 
 /** Applies the flat gradients `grad` (the variables' `sizes`, in order) with a TF.js optimizer, on the device. */
-export function applyOnDevice(optimizer: tf.Optimizer, variables: readonly tf.Variable[], grad: Float32Array, sizes: readonly number[]): void {
+export function applyOnDevice(
+  optimizer: tf.Optimizer,
+  variables: readonly tf.Variable[],
+  grad: Float32Array,
+  sizes: readonly number[],
+): void {
   tf.tidy(() => {
     const named: tf.NamedTensorMap = {};
     let offset = 0;

@@ -19,10 +19,14 @@ export class HookSlot {
   /** Registers `hook` (see DistributedDataParallel.registerCommHook); `syncs`: synchronised backwards so far; `check`: the DDP's own refusal. */
   register(hook: CommHook, syncs: number, check: (hook: CommHook) => void): void {
     if (this.registered) {
-      throw new Error(`a communication hook is already registered (${this.current.name}); registerCommHook can only be called once (as torch's register_comm_hook)`);
+      throw new Error(
+        `a communication hook is already registered (${this.current.name}); registerCommHook can only be called once (as torch's register_comm_hook)`,
+      );
     }
     if (syncs > 0) {
-      throw new Error(`registerCommHook must be called before the first backward; ${syncs} synchronised backward(s) already ran with ${this.current.name}`);
+      throw new Error(
+        `registerCommHook must be called before the first backward; ${syncs} synchronised backward(s) already ran with ${this.current.name}`,
+      );
     }
     if (!hook || typeof hook.reduce !== 'function' || typeof hook.name !== 'string') {
       throw new TypeError('registerCommHook takes a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
@@ -38,7 +42,8 @@ export class HookSlot {
 
   load(state: CommHookState, options?: LoadCommHookStateOptions): void {
     const hook = this.current;
-    if (state.name !== hook.name) throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${hook.name}`);
+    if (state.name !== hook.name)
+      throw new Error(`the communication hook state is ${state.name}'s, but the registered hook is ${hook.name}`);
     if (!hook.loadStateDict) throw new Error(`the communication hook ${hook.name} keeps no state to load`);
     hook.loadStateDict(state, options);
   }
@@ -49,7 +54,9 @@ export class HookSlot {
     const out = await this.current.reduce(pg, bucket);
     if (out !== view) {
       if (!(out instanceof Float32Array) || out.length !== view.length) {
-        throw new TypeError(`the communication hook ${this.current.name} returned ${out instanceof Float32Array ? `${out.length} values` : String(out)} for bucket ${bucket.index}, which has ${view.length}`);
+        throw new TypeError(
+          `the communication hook ${this.current.name} returned ${out instanceof Float32Array ? `${out.length} values` : String(out)} for bucket ${bucket.index}, which has ${view.length}`,
+        );
       }
       view.set(out);
     }

@@ -26,7 +26,12 @@ import type { Recovered } from '../../elastic/recovery.ts';
  * another hook is passed over (a run may change its hook when it resumes), and the note returned
  * says so.
  */
-export function loadRecoveredHookState(hook: CommHook | undefined, hookName: string, r: Recovered, at: { wasLive: boolean; rank: number; groupState: boolean }): string | undefined {
+export function loadRecoveredHookState(
+  hook: CommHook | undefined,
+  hookName: string,
+  r: Recovered,
+  at: { wasLive: boolean; rank: number; groupState: boolean },
+): string | undefined {
   const { wasLive, rank } = at;
   const { name, state } = r.commHook;
   if (r.source === 'replica') {

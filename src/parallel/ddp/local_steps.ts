@@ -77,7 +77,10 @@ export class LocalSteps {
   /** DiLoCo: every rank has finished the step committed last (its vote or outer step completed): the point a failed round goes back to. */
   async confirm(state: TrainState): Promise<void> {
     if (!this.diloco) return;
-    this.confirmed = { progress: { ...state.progress }, held: await this.guard.whileLives(this.diloco.hold(state.model, state.progress.step)) };
+    this.confirmed = {
+      progress: { ...state.progress },
+      held: await this.guard.whileLives(this.diloco.hold(state.model, state.progress.step)),
+    };
   }
 
   /**

@@ -178,7 +178,13 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       failed: (round, err) => this.failed(round, err),
       regrouping: (round) => {
         this.leftRoundAt = performance.now();
-        this.emit({ type: 'regroup', round: round.key, rank: round.pg.rank, step: this.state.progress.step, waiting: this.handler.numNodesWaiting() });
+        this.emit({
+          type: 'regroup',
+          round: round.key,
+          rank: round.pg.rank,
+          step: this.state.progress.step,
+          waiting: this.handler.numNodesWaiting(),
+        });
       },
       peerLost: (round, e) => this.emit({ type: 'peer-lost', round: round.key, rank: round.pg.rank, peer: e.rank, reason: e.reason }),
     });
@@ -198,7 +204,11 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       // The DDP numbers its steps on from the run's, which is what hooks see as GradBucket.step.
       // Its start-up sync (a shape check and a broadcast) is what the state transfer just did,
       // unless nobody had a state and every rank starts from its own seeded model.
-      this.ddp = await DistributedDataParallel.create(this.state.model, pg, { ...o.ddp, startStep: this.state.progress.step + 1, initSync: source === 'fresh' });
+      this.ddp = await DistributedDataParallel.create(this.state.model, pg, {
+        ...o.ddp,
+        startStep: this.state.progress.step + 1,
+        initSync: source === 'fresh',
+      });
       if (this.hook) this.ddp.registerCommHook(this.hook);
       this.guard.activity = `onRound of round ${round.key}`;
       await this.guard.whileLives(o.onRound?.({ pg, ddp: this.ddp, step: this.state.progress.step, epoch: this.state.progress.epoch }));
@@ -211,7 +221,18 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     const weightHash = await this.guard.whileLives(ddp.weightsHash());
     const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
     const p = this.state.progress;
-    this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash });
+    this.emit({
+      type: 'end',
+      round: round.key,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      steps: p.step,
+      epoch: p.epoch,
+      generations: this.record.generations,
+      stepsRedone: this.record.stepsRedone,
+      stoppedBy,
+      weightHash,
+    });
     return {
       pg,
       ddp,
@@ -243,7 +264,15 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     // A rank without its device can go on only with a state rebuilt on a new backend.
     const recoverable = lost ? this.o.rebuildState !== undefined : isRecoverable(err);
     const error = failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
-    this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.state.progress.step, inFlight: this.inFlight > 0 ? this.inFlight : null, error, recoverable });
+    this.emit({
+      type: 'failure',
+      round: round.key,
+      rank: round.pg.rank,
+      step: this.state.progress.step,
+      inFlight: this.inFlight > 0 ? this.inFlight : null,
+      error,
+      recoverable,
+    });
     if (!recoverable) throw failure;
     if (!lost) return 'retry';
     // A rank that lost its device leaves and joins again, which makes the next round.
@@ -264,9 +293,15 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       const backend = await recreateBackend({ rank: lost.rank, during: lost.during });
       this.guard.watchAgain();
       const old = this.state;
-      const fresh = await this.o.rebuildState!({ backend: backend.backend, ...(backend.fallbackReason ? { fallbackReason: backend.fallbackReason } : {}), error: lost });
+      const fresh = await this.o.rebuildState!({
+        backend: backend.backend,
+        ...(backend.fallbackReason ? { fallbackReason: backend.fallbackReason } : {}),
+        error: lost,
+      });
       if (!fresh || fresh === old || fresh.model === old.model) {
-        throw new TypeError('rebuildState must return a new TrainState with a new model, built after the backend was re-created (the old one lived on the lost device)');
+        throw new TypeError(
+          'rebuildState must return a new TrainState with a new model, built after the backend was re-created (the old one lived on the lost device)',
+        );
       }
       // The old tensors lived on the lost device: free what the engine still counts.
       disposeQuietly(old, old.model);
@@ -306,12 +341,23 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       this.state,
       this.record,
       claim,
-      { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken, keepSameState: !this.local.diloco },
+      {
+        url: o.url,
+        session: o.session,
+        token: o.token,
+        resumeFrom: o.resumeFrom,
+        resumeFromToken: o.resumeFromToken,
+        keepSameState: !this.local.diloco,
+      },
       { name: this.hookName, state: () => hook?.stateDict?.() ?? null },
     );
     // Loaded onto a device lost meanwhile, the state is not live: the catch handles the loss.
     this.guard.throwIfLost();
-    const hookNote = loadRecoveredHookState(this.hook, this.hookName, r, { wasLive: claim.live, rank: pg.rank, groupState: this.local.diloco !== undefined });
+    const hookNote = loadRecoveredHookState(this.hook, this.hookName, r, {
+      wasLive: claim.live,
+      rank: pg.rank,
+      groupState: this.local.diloco !== undefined,
+    });
     let outerNote: string | undefined;
     const diloco = this.local.diloco;
     if (diloco) {
@@ -320,7 +366,8 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       // An outer step of the failed round that landed but was never told is not this round's.
       this.judgments.pass(diloco.lastAggregation);
       const j = await diloco.rejoin(pg, this.state.model, held, this.state.progress.step);
-      if (j.outerStep) outerNote = `an outer step over the inner steps since step ${since} of ${j.contributors} rank${j.contributors === 1 ? '' : 's'}`;
+      if (j.outerStep)
+        outerNote = `an outer step over the inner steps since step ${since} of ${j.contributors} rank${j.contributors === 1 ? '' : 's'}`;
     }
     const note = [r.note, hookNote, outerNote].filter((n) => n !== undefined).join('; ');
     await this.local.confirm(this.state);
@@ -333,7 +380,9 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     // A checkpoint (or a peer's state) from another dataset, or a damaged one: past this dataset's
     // end no sampler position means anything, and every resume would fail the same way.
     if (p.position > o.datasetLength) {
-      throw new RangeError(`the restored state is at sample ${p.position} of epoch ${p.epoch}, past this dataset's ${o.datasetLength} samples: it is another run's (resume from another checkpoint, or start a new session)`);
+      throw new RangeError(
+        `the restored state is at sample ${p.position} of epoch ${p.epoch}, past this dataset's ${o.datasetLength} samples: it is another run's (resume from another checkpoint, or start a new session)`,
+      );
     }
     this.emit({
       type: 'round',
@@ -372,7 +421,13 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     const step = this.state.progress.step;
     try {
       const commHook = this.hook?.stateDict?.() ?? null;
-      const saved = await saveState(this.state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta: this.o.checkpointMeta, commHook });
+      const saved = await saveState(this.state, this.record, {
+        url: this.o.url,
+        session: this.o.session,
+        token: this.o.token,
+        meta: this.o.checkpointMeta,
+        commHook,
+      });
       this.emit({ type: 'checkpoint', step, name: saved.name, bytes: saved.bytes });
     } catch (err) {
       // Not a failed save but a lost device: the run handles that.

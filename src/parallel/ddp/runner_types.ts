@@ -48,7 +48,10 @@ export interface RoundContext {
  * rejoins after losing the server) and the training to do in it.
  */
 export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
-  extends Omit<RendezvousOptions, 'reconnect'>, ScheduleOptions, RunHooks<ElasticEvent>, LockstepHooks<RoundContext, M> {
+  extends Omit<RendezvousOptions, 'reconnect'>,
+    ScheduleOptions,
+    RunHooks<ElasticEvent>,
+    LockstepHooks<RoundContext, M> {
   state: TrainState;
   /**
    * Split each step's `batchSize * worldSize` samples between the ranks by their measured cost
@@ -193,13 +196,18 @@ export interface RebuildContext {
 /** Refuses options no run can use, saying which and what was given. */
 export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
   checkSchedule(o);
-  if (o.diloco && (o.commHook || o.modelAverager)) throw new TypeError('diloco is a strategy of its own: leave commHook and modelAverager unset with it (DiLoCo is its own hook, and its outer step averages the models)');
+  if (o.diloco && (o.commHook || o.modelAverager))
+    throw new TypeError(
+      'diloco is a strategy of its own: leave commHook and modelAverager unset with it (DiLoCo is its own hook, and its outer step averages the models)',
+    );
   const aggregation = o.ddp?.aggregation;
   if (aggregation !== undefined) {
     checkAggregationSpec(aggregation);
     if (aggregation.kind !== 'mean' && (o.diloco || o.commHook || o.modelAverager)) {
       const other = o.diloco ? 'diloco' : o.commHook ? 'commHook' : 'modelAverager';
-      throw new TypeError(`ddp.aggregation ${aggregation.kind} does not combine with ${other}: robust aggregation replaces the gradients' all-reduce${o.diloco ? "; with DiLoCo, give it to diloco.aggregation (the outer step's pseudo-gradients)" : ', which a hook or local SGD would compress or skip'}`);
+      throw new TypeError(
+        `ddp.aggregation ${aggregation.kind} does not combine with ${other}: robust aggregation replaces the gradients' all-reduce${o.diloco ? "; with DiLoCo, give it to diloco.aggregation (the outer step's pseudo-gradients)" : ', which a hook or local SGD would compress or skip'}`,
+      );
     }
   }
   if (o.ddp?.attack) checkAttackPlan(o.ddp.attack);
@@ -209,9 +217,12 @@ export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
     if (o[name] !== undefined && typeof o[name] !== 'boolean') throw new TypeError(`${name} must be true or false, got ${String(o[name])}`);
   }
   if (o.balance !== undefined && o.balanceBatches !== undefined && o.balance !== o.balanceBatches) {
-    throw new TypeError(`balance ${o.balance} and balanceBatches ${o.balanceBatches} disagree: balanceBatches is balance's old name, give balance alone`);
+    throw new TypeError(
+      `balance ${o.balance} and balanceBatches ${o.balanceBatches} disagree: balanceBatches is balance's old name, give balance alone`,
+    );
   }
-  if (o.voteEvery !== undefined && !(Number.isSafeInteger(o.voteEvery) && o.voteEvery >= 1)) throw new RangeError(`voteEvery must be an integer >= 1, got ${o.voteEvery}`);
+  if (o.voteEvery !== undefined && !(Number.isSafeInteger(o.voteEvery) && o.voteEvery >= 1))
+    throw new RangeError(`voteEvery must be an integer >= 1, got ${o.voteEvery}`);
   for (const name of ['checkpointEvery', 'checkReplicasEvery'] as const) {
     const v = o[name];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) throw new RangeError(`${name} must be a non-negative integer, got ${v}`);

@@ -137,7 +137,16 @@ export class StepLoop<M extends StepMetrics> {
     const { stepsLeft, fullEpochSteps } = (plan ?? globalPlan)!;
     const totalSteps = Math.min(host.maxSteps, p.step + stepsLeft + (host.maxEpochs - p.epoch - 1) * fullEpochSteps);
     const epochSamples = plan ? plan.samples : Math.ceil(length / n);
-    if (stepsLeft > 0) host.emit({ type: 'epoch', round: this.round.key, rank: pg.rank, epoch: p.epoch, samples: epochSamples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+    if (stepsLeft > 0)
+      host.emit({
+        type: 'epoch',
+        round: this.round.key,
+        rank: pg.rank,
+        epoch: p.epoch,
+        samples: epochSamples,
+        datasetLength: length,
+        stepsPerEpoch: fullEpochSteps,
+      });
     return { plan, globalPlan, stepsLeft, totalSteps };
   }
 
@@ -174,7 +183,9 @@ export class StepLoop<M extends StepMetrics> {
     host.emit({ type: 'batch', round: this.round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
     const sent = this.sendVote();
     timeline.lap('other');
-    const metrics = (await guard.whileLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg }))) ?? ({} as M);
+    const metrics =
+      (await guard.whileLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg }))) ??
+      ({} as M);
     // Commit: the step's samples are trained on; the group's position moves past them.
     p.position = k === rest.stepsLeft - 1 ? o.datasetLength : Math.min(o.datasetLength, p.position + o.batchSize * this.n);
     p.step++;
@@ -198,7 +209,14 @@ export class StepLoop<M extends StepMetrics> {
     const { host, n, pg } = this;
     const { o } = host;
     if (rest.globalPlan) {
-      const b = balancedBatchOf(rest.globalPlan, k, o.batchSize * n, (count) => this.balancer!.splitOf(count, host.state.progress.step + 1), pg.rank, n);
+      const b = balancedBatchOf(
+        rest.globalPlan,
+        k,
+        o.batchSize * n,
+        (count) => this.balancer!.splitOf(count, host.state.progress.step + 1),
+        pg.rank,
+        n,
+      );
       this.ddp.setBatchShare(b.indices.length, b.globalSamples);
       return b;
     }
@@ -212,7 +230,8 @@ export class StepLoop<M extends StepMetrics> {
     const { n, pg } = this;
     if (!rest.globalPlan) return batchOf(rest.plan!, k, this.host.o.batchSize).indices;
     const last = this.balancer?.split;
-    const split = (count: number) => (last && last.length === n && last.reduce((a, b) => a + b, 0) === count ? last : splitBatch(count, new Array<number>(n).fill(1), 1));
+    const split = (count: number) =>
+      last && last.length === n && last.reduce((a, b) => a + b, 0) === count ? last : splitBatch(count, new Array<number>(n).fill(1), 1);
     return balancedBatchOf(rest.globalPlan, k, this.host.o.batchSize * n, split, pg.rank, n).indices;
   }
 
@@ -221,7 +240,11 @@ export class StepLoop<M extends StepMetrics> {
     const { o, handler } = this.host;
     const wishedStop = this.voteDuringStep ? (o.shouldStop?.() ?? false) : false;
     const vote = this.voteDuringStep
-      ? startVote<M>(this.pg, this.pending.map((x) => x.metrics), { stop: wishedStop, join: handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: this.unvotedWork?.work ?? 0 })
+      ? startVote<M>(
+          this.pg,
+          this.pending.map((x) => x.metrics),
+          { stop: wishedStop, join: handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: this.unvotedWork?.work ?? 0 },
+        )
       : null;
     return { vote, wishedStop, split: this.unvotedWork?.split ?? null };
   }
@@ -230,7 +253,10 @@ export class StepLoop<M extends StepMetrics> {
    * After a committed step: the vote (read, or held now), DiLoCo's outer step, the voted steps'
    * events and onStep, the replica check and the checkpoint; the outcome when the round ends.
    */
-  private async meet(s: { metrics: M; totalSteps: number; work: number; averaged: boolean; lastOfRound: boolean }, sent: VoteInFlight<M>): Promise<Outcome | null> {
+  private async meet(
+    s: { metrics: M; totalSteps: number; work: number; averaged: boolean; lastOfRound: boolean },
+    sent: VoteInFlight<M>,
+  ): Promise<Outcome | null> {
     const { host, pg } = this;
     const { o, timeline, local } = host;
     const p = host.state.progress;
@@ -305,7 +331,11 @@ export class StepLoop<M extends StepMetrics> {
    */
   private vote(work: number, wishedStop: boolean): Promise<StepsVote<M>> {
     const { o, handler } = this.host;
-    return stepsVote(this.pg, this.pending.map((x) => x.metrics), { stop: wishedStop || (o.shouldStop?.() ?? false), join: handler.numNodesWaiting() > 0, stopVote: o.stopVote, work });
+    return stepsVote(
+      this.pg,
+      this.pending.map((x) => x.metrics),
+      { stop: wishedStop || (o.shouldStop?.() ?? false), join: handler.numNodesWaiting() > 0, stopVote: o.stopVote, work },
+    );
   }
 
   /** The voted steps' events and onStep, in order, with every rank's metrics. */
@@ -315,7 +345,17 @@ export class StepLoop<M extends StepMetrics> {
       const all = vote.steps[j]!;
       // Balanced batches: the split's reasons (a rank given no samples has no loss for the step).
       const balance = this.balancer?.decisionOf(x.step);
-      host.emit({ type: 'step', round: this.round.key, rank: pg.rank, step: x.step, epoch: x.epoch, totalSteps: x.totalSteps, metrics: all, elapsedMs: performance.now() - host.started, ...(balance ? { balance } : {}) });
+      host.emit({
+        type: 'step',
+        round: this.round.key,
+        rank: pg.rank,
+        step: x.step,
+        epoch: x.epoch,
+        totalSteps: x.totalSteps,
+        metrics: all,
+        elapsedMs: performance.now() - host.started,
+        ...(balance ? { balance } : {}),
+      });
       await host.guard.whileLives(host.o.onStep?.({ pg, ddp, step: x.step, epoch: x.epoch, metrics: all }));
     }
   }

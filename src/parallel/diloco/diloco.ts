@@ -53,7 +53,15 @@ import type { AggregationSpec } from '../robust/aggregators.ts';
 import type { AttackPlan } from '../robust/attacks.ts';
 import type { AggregationReport } from '../robust/reducer.ts';
 import { OuterAggregation } from '../robust/outer_aggregation.ts';
-import { fragmentRanges, fragmentsSyncingAt, outerStateDict, parseOuterState, rejoinMean, rejoinRobust, type Fragment } from './fragments.ts';
+import {
+  fragmentRanges,
+  fragmentsSyncingAt,
+  outerStateDict,
+  parseOuterState,
+  rejoinMean,
+  rejoinRobust,
+  type Fragment,
+} from './fragments.ts';
 
 export { fragmentRanges, fragmentsSyncingAt } from './fragments.ts';
 
@@ -130,15 +138,20 @@ export class DiLoCo implements CommHook {
 
   constructor(o: DiLoCoOptions) {
     const { syncEvery, outerLr = 0.7, outerMomentum = 0.9, nesterov = true, wire = 'float32', fragments = 1, overlap = 0 } = o;
-    if (!Number.isSafeInteger(syncEvery) || syncEvery < 1) throw new RangeError(`DiLoCo: syncEvery must be an integer >= 1, got ${syncEvery}`);
+    if (!Number.isSafeInteger(syncEvery) || syncEvery < 1)
+      throw new RangeError(`DiLoCo: syncEvery must be an integer >= 1, got ${syncEvery}`);
     if (!(Number.isFinite(outerLr) && outerLr > 0)) throw new RangeError(`DiLoCo: outerLr must be a positive number, got ${outerLr}`);
-    if (!(Number.isFinite(outerMomentum) && outerMomentum >= 0 && outerMomentum < 1)) throw new RangeError(`DiLoCo: outerMomentum must be in [0, 1), got ${outerMomentum}`);
+    if (!(Number.isFinite(outerMomentum) && outerMomentum >= 0 && outerMomentum < 1))
+      throw new RangeError(`DiLoCo: outerMomentum must be in [0, 1), got ${outerMomentum}`);
     if (nesterov && outerMomentum === 0) throw new RangeError('DiLoCo: Nesterov needs an outer momentum > 0 (or nesterov: false)');
-    if (wire !== 'float32' && wire !== 'float16' && wire !== 'bfloat16' && wire !== 'int8') throw new RangeError(`DiLoCo: wire must be float32, float16, bfloat16 or int8, got ${String(wire)}`);
-    if (!Number.isSafeInteger(fragments) || fragments < 1 || fragments > syncEvery) throw new RangeError(`DiLoCo: fragments must be an integer from 1 to syncEvery (${syncEvery}), got ${fragments}`);
+    if (wire !== 'float32' && wire !== 'float16' && wire !== 'bfloat16' && wire !== 'int8')
+      throw new RangeError(`DiLoCo: wire must be float32, float16, bfloat16 or int8, got ${String(wire)}`);
+    if (!Number.isSafeInteger(fragments) || fragments < 1 || fragments > syncEvery)
+      throw new RangeError(`DiLoCo: fragments must be an integer from 1 to syncEvery (${syncEvery}), got ${fragments}`);
     // A fragment's all-reduce lands before the next fragment's starts: one on the wire at a time.
     const gap = Math.floor(syncEvery / fragments);
-    if (!Number.isSafeInteger(overlap) || overlap < 0 || (overlap > 0 && overlap >= gap)) throw new RangeError(`DiLoCo: overlap must be an integer from 0 to below syncEvery / fragments (${gap}), got ${overlap}`);
+    if (!Number.isSafeInteger(overlap) || overlap < 0 || (overlap > 0 && overlap >= gap))
+      throw new RangeError(`DiLoCo: overlap must be an integer from 0 to below syncEvery / fragments (${gap}), got ${overlap}`);
     this.syncEvery = syncEvery;
     this.outerLr = outerLr;
     this.outerMomentum = outerMomentum;
@@ -202,8 +215,16 @@ export class DiLoCo implements CommHook {
    * Equal shares weigh exactly 1. Without calls, every rank weighs 1 (torchft's DiLoCo).
    */
   countStep(samples: number, globalSamples: number): void {
-    if (!Number.isSafeInteger(samples) || !Number.isSafeInteger(globalSamples) || samples < 0 || globalSamples < 1 || samples > globalSamples) {
-      throw new RangeError(`DiLoCo.countStep: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`);
+    if (
+      !Number.isSafeInteger(samples) ||
+      !Number.isSafeInteger(globalSamples) ||
+      samples < 0 ||
+      globalSamples < 1 ||
+      samples > globalSamples
+    ) {
+      throw new RangeError(
+        `DiLoCo.countStep: samples must be an integer in 0..globalSamples and globalSamples a positive integer, got ${samples} of ${globalSamples}`,
+      );
     }
     this.counted = true;
     for (const f of this.fragments) {
@@ -247,7 +268,9 @@ export class DiLoCo implements CommHook {
    * merged by `land` `overlap` steps later. Resolves with whether the replicas are identical now.
    */
   async sync(pg: ProcessGroup, model: tf.LayersModel, step: number): Promise<boolean> {
-    const due = fragmentsSyncingAt(step, this.syncEvery, this.fragmentCount).map((f) => this.fragments[f]!).filter((f) => f.syncedAt < step && f.inFlight === null);
+    const due = fragmentsSyncingAt(step, this.syncEvery, this.fragmentCount)
+      .map((f) => this.fragments[f]!)
+      .filter((f) => f.syncedAt < step && f.inFlight === null);
     if (due.length === 0) return false;
     const local = await this.localWeights(model);
     this.outerWeightsFor(local);
@@ -322,7 +345,9 @@ export class DiLoCo implements CommHook {
     if (step <= this.syncedAtStep) return { outerStep: false, contributors: 0 };
     const prev = this.outerWeights;
     const counts = held !== null && held.outerSteps === this.outerSteps && held.step === step && held.weights.length === prev.length;
-    const combined = await (this.combine.robust ? rejoinRobust(pg, prev, this.fragments, counts ? held : null, this.combine, step) : rejoinMean(pg, prev, this.fragments, counts ? held : null));
+    const combined = await (this.combine.robust
+      ? rejoinRobust(pg, prev, this.fragments, counts ? held : null, this.combine, step)
+      : rejoinMean(pg, prev, this.fragments, counts ? held : null));
     if (combined === null) return { outerStep: false, contributors: 0 };
     const { delta, contributors } = combined;
     const now = await this.localWeights(model);
@@ -354,7 +379,11 @@ export class DiLoCo implements CommHook {
 
   /** Every fragment's outer step with the averaged pseudo-gradient `delta` (the whole model's), `local` then assigned to the model. */
   private apply(model: tf.LayersModel, local: Float32Array, delta: Float32Array, sent: Float32Array, step: number): void {
-    this.outerStep(model, local, this.fragments.map((f) => ({ f, delta: delta.subarray(f.start, f.end), sent: sent.slice(f.start, f.end), step })));
+    this.outerStep(
+      model,
+      local,
+      this.fragments.map((f) => ({ f, delta: delta.subarray(f.start, f.end), sent: sent.slice(f.start, f.end), step })),
+    );
   }
 
   /**
@@ -366,7 +395,11 @@ export class DiLoCo implements CommHook {
    * back and NonFiniteWeightsError thrown, and the outer weights, momentum, counts and model stay
    * as they were (a refused step leaves nothing non-finite behind).
    */
-  private outerStep(model: tf.LayersModel, local: Float32Array, parts: Array<{ f: Fragment; delta: Float32Array; sent: Float32Array; step: number }>): void {
+  private outerStep(
+    model: tf.LayersModel,
+    local: Float32Array,
+    parts: Array<{ f: Fragment; delta: Float32Array; sent: Float32Array; step: number }>,
+  ): void {
     const outer = this.outerWeights!;
     const next = local.slice();
     const nextOuter = outer.slice();
@@ -422,14 +455,25 @@ export class DiLoCo implements CommHook {
   private outerWeightsFor(like: Float32Array): Float32Array {
     const prev = this.outerWeights;
     if (prev === null) throw new Error('DiLoCo: no outer weights yet: rejoin(...) sets them at the start of the first round');
-    if (prev.length !== like.length) throw new RangeError(`DiLoCo: the outer weights have ${prev.length} values, the model ${like.length}: the state is another model's`);
+    if (prev.length !== like.length)
+      throw new RangeError(`DiLoCo: the outer weights have ${prev.length} values, the model ${like.length}: the state is another model's`);
     return prev;
   }
 
   /** Outer weights and fresh fragments over them (no outer step taken yet). */
   private setOuterWeights(weights: Float32Array, step: number): void {
     this.outerWeights = weights;
-    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({ start, end, outer: this.newOuterOptimizer(), steps: 0, syncedAt: step, inFlight: null, mine: 0, all: 0, robust: this.combine.newReducer() }));
+    this.fragments = fragmentRanges(weights.length, this.fragmentCount).map(({ start, end }) => ({
+      start,
+      end,
+      outer: this.newOuterOptimizer(),
+      steps: 0,
+      syncedAt: step,
+      inFlight: null,
+      mine: 0,
+      all: 0,
+      robust: this.combine.newReducer(),
+    }));
   }
 
   private newOuterOptimizer(): SGD {
@@ -438,12 +482,25 @@ export class DiLoCo implements CommHook {
 
   /** The outer state: every part of it is the same on every rank. In-flight all-reduces are not part of it (their progress is still in the weights). */
   stateDict(): CommHookState {
-    return { name: this.name, ...outerStateDict(this.outerWeights, this.fragments, { fragments: this.fragmentCount, syncEvery: this.syncEvery, outerSteps: this.outerSteps }) };
+    return {
+      name: this.name,
+      ...outerStateDict(this.outerWeights, this.fragments, {
+        fragments: this.fragmentCount,
+        syncEvery: this.syncEvery,
+        outerSteps: this.outerSteps,
+      }),
+    };
   }
 
   /** Loads the group's outer state (a checkpoint's, or the round's source's); checks it first, since it came from a file or a peer. */
   loadStateDict(state: CommHookState): void {
-    const loaded = parseOuterState(state, this.fragmentCount, this.outerMomentum, () => this.newOuterOptimizer(), () => this.combine.newReducer());
+    const loaded = parseOuterState(
+      state,
+      this.fragmentCount,
+      this.outerMomentum,
+      () => this.newOuterOptimizer(),
+      () => this.combine.newReducer(),
+    );
     this.outerWeights = loaded?.weights ?? null;
     this.fragments = loaded?.fragments ?? [];
   }

@@ -13,7 +13,10 @@ import type { OuterAggregation } from '../robust/outer_aggregation.ts';
 
 /** The contiguous ranges [start, end) of `fragments` nearly equal fragments of `numel` weights. */
 export function fragmentRanges(numel: number, fragments: number): Array<{ start: number; end: number }> {
-  return Array.from({ length: fragments }, (_, f) => ({ start: Math.floor((f * numel) / fragments), end: Math.floor(((f + 1) * numel) / fragments) }));
+  return Array.from({ length: fragments }, (_, f) => ({
+    start: Math.floor((f * numel) / fragments),
+    end: Math.floor(((f + 1) * numel) / fragments),
+  }));
 }
 
 /** The fragments whose outer step falls after `step`: fragment f's every `syncEvery` steps, staggered by f's share of them (one fragment: every syncEvery-th step). */
@@ -45,7 +48,11 @@ interface Held {
 }
 
 /** The outer state as a hook state's meta and tensors (without the name). */
-export function outerStateDict(outerWeights: Float32Array | null, fragments: readonly Fragment[], meta: CommHookState['meta']): Omit<CommHookState, 'name'> {
+export function outerStateDict(
+  outerWeights: Float32Array | null,
+  fragments: readonly Fragment[],
+  meta: CommHookState['meta'],
+): Omit<CommHookState, 'name'> {
   const tensors: Record<string, Float32Array> = {};
   const out: CommHookState['meta'] = { ...meta };
   if (outerWeights) {
@@ -67,22 +74,33 @@ export function outerStateDict(outerWeights: Float32Array | null, fragments: rea
 }
 
 /** A hook state's outer weights and fragments, checked (RangeError naming what is wrong); null for a state without outer weights. */
-export function parseOuterState(state: CommHookState, fragmentCount: number, outerMomentum: number, newOptimizer: () => SGD, newReducer: () => RobustReducer | null): { weights: Float32Array; fragments: Fragment[] } | null {
+export function parseOuterState(
+  state: CommHookState,
+  fragmentCount: number,
+  outerMomentum: number,
+  newOptimizer: () => SGD,
+  newReducer: () => RobustReducer | null,
+): { weights: Float32Array; fragments: Fragment[] } | null {
   const bad = (what: string) => new RangeError(`DiLoCo state: ${what}`);
-  if (state.meta['fragments'] !== fragmentCount) throw bad(`it is for ${String(state.meta['fragments'])} fragments, this DiLoCo has ${fragmentCount}: every rank must cut the model alike`);
+  if (state.meta['fragments'] !== fragmentCount)
+    throw bad(
+      `it is for ${String(state.meta['fragments'])} fragments, this DiLoCo has ${fragmentCount}: every rank must cut the model alike`,
+    );
   const weights = state.tensors['outer_weights'] ?? null;
   const momentum = state.tensors['momentum_buffer'] ?? null;
   if (!weights) {
     if (momentum) throw bad('a momentum buffer without outer weights');
     return null;
   }
-  if (momentum && momentum.length !== weights.length) throw bad(`a momentum buffer of ${momentum.length} values for ${weights.length} weights`);
+  if (momentum && momentum.length !== weights.length)
+    throw bad(`a momentum buffer of ${momentum.length} values for ${weights.length} weights`);
   for (const t of [weights, momentum]) if (t && !allFinite(t)) throw bad('a non-finite value; non-finite state is never loaded');
   if (momentum && outerMomentum === 0) throw bad('it has an outer momentum buffer, and this DiLoCo no outer momentum (outerMomentum)');
   const counts = (key: string): number[] => {
     const v = state.meta[key];
     const items = typeof v === 'string' && v.length <= 16 * fragmentCount ? v.split(',').map(Number) : [];
-    if (items.length !== fragmentCount || !items.every((n) => Number.isSafeInteger(n) && n >= 0)) throw bad(`${key} "${String(v).slice(0, 40)}" is not ${fragmentCount} counts`);
+    if (items.length !== fragmentCount || !items.every((n) => Number.isSafeInteger(n) && n >= 0))
+      throw bad(`${key} "${String(v).slice(0, 40)}" is not ${fragmentCount} counts`);
     return items;
   };
   const steps = counts('fragmentSteps');
@@ -92,7 +110,10 @@ export function parseOuterState(state: CommHookState, fragmentCount: number, out
     const taken = steps[f]!;
     if (taken > 0 && outerMomentum > 0) {
       if (!momentum) throw bad(`no outer momentum buffer after ${taken} outer steps with momentum`);
-      const specs: WeightSpec[] = [{ name: 'step', shape: [], dtype: 'float32' }, { name: '0/momentum_buffer', shape: [end - start], dtype: 'float32' }];
+      const specs: WeightSpec[] = [
+        { name: 'step', shape: [], dtype: 'float32' },
+        { name: '0/momentum_buffer', shape: [end - start], dtype: 'float32' },
+      ];
       const data = new Float32Array(1 + end - start);
       data[0] = taken;
       data.set(momentum.subarray(start, end), 1);
@@ -110,7 +131,12 @@ export function parseOuterState(state: CommHookState, fragmentCount: number, out
  * less `held`'s weights; `held` null: this rank's do not count) averaged, each weighed by its
  * samples per fragment; null when no rank's count.
  */
-export async function rejoinMean(pg: ProcessGroup, prev: Float32Array, fragments: readonly Fragment[], held: Held | null): Promise<{ delta: Float32Array; contributors: number } | null> {
+export async function rejoinMean(
+  pg: ProcessGroup,
+  prev: Float32Array,
+  fragments: readonly Fragment[],
+  held: Held | null,
+): Promise<{ delta: Float32Array; contributors: number } | null> {
   // The pseudo-gradient weighed by samples, then a slot per fragment for the samples and one
   // counting the ranks it comes from: one all-reduce.
   const n = prev.length;
@@ -140,7 +166,14 @@ export async function rejoinMean(pg: ProcessGroup, prev: Float32Array, fragments
  * rejoinMean's robust counterpart: fragment by fragment, the pseudo-gradients of the ranks that
  * trained samples on it aggregated (unweighted); `contributors` is the most ranks any fragment took in.
  */
-export async function rejoinRobust(pg: ProcessGroup, prev: Float32Array, fragments: readonly Fragment[], held: Held | null, combine: OuterAggregation, step: number): Promise<{ delta: Float32Array; contributors: number } | null> {
+export async function rejoinRobust(
+  pg: ProcessGroup,
+  prev: Float32Array,
+  fragments: readonly Fragment[],
+  held: Held | null,
+  combine: OuterAggregation,
+  step: number,
+): Promise<{ delta: Float32Array; contributors: number } | null> {
   const parts = fragments.map((f, k) => {
     const present = held !== null && (held.samples?.[k] ?? 1) > 0;
     const mine = new Float32Array(f.end - f.start);

@@ -101,15 +101,20 @@ export class CentralStorageAccumulator {
    */
   add(worker: number, step: number, grads: Float32Array): SyncResult {
     const expected = this.step;
-    const refuse = (reason: SyncRefusal, why: string) => new SyncPushError(reason, worker, step, expected, `step ${expected} refuses a push of worker ${worker} for step ${step}: ${why}`);
-    if (!Number.isSafeInteger(worker) || worker < 0 || worker >= this.numWorkers) throw refuse('bad-worker', `worker ids are integers in [0, ${this.numWorkers})`);
+    const refuse = (reason: SyncRefusal, why: string) =>
+      new SyncPushError(reason, worker, step, expected, `step ${expected} refuses a push of worker ${worker} for step ${step}: ${why}`);
+    if (!Number.isSafeInteger(worker) || worker < 0 || worker >= this.numWorkers)
+      throw refuse('bad-worker', `worker ids are integers in [0, ${this.numWorkers})`);
     if (step !== expected) {
       if (Number.isSafeInteger(step) && step < expected) throw refuse('past-step', `step ${step} was already applied (a retransmission?)`);
       throw refuse('future-step', `only step ${expected} is being collected; pull its parameters first`);
     }
     if (this.arrived[worker]) throw refuse('twice', 'this worker already pushed for this step');
     if (!(grads instanceof Float32Array) || grads.length !== this.shard.numel) {
-      throw refuse('bad-length', `${grads instanceof Float32Array ? `${grads.length} gradients` : 'no Float32Array'}, the shard holds ${this.shard.numel} elements`);
+      throw refuse(
+        'bad-length',
+        `${grads instanceof Float32Array ? `${grads.length} gradients` : 'no Float32Array'}, the shard holds ${this.shard.numel} elements`,
+      );
     }
     if (!allFinite(grads)) throw refuse('nonfinite', 'the gradients hold a NaN or an infinity');
     this.pushes[worker]++;

@@ -4,7 +4,13 @@
  * lost server loses at most that many updates. The part's `step` is the shard's version. Shards
  * save and restore independently: in asynchronous training each shard's versions are its own.
  */
-import { CheckpointError, listCheckpoints, loadCheckpoint, saveCheckpoint, type CheckpointRequestOptions } from '../../checkpoint/checkpoint.ts';
+import {
+  CheckpointError,
+  listCheckpoints,
+  loadCheckpoint,
+  saveCheckpoint,
+  type CheckpointRequestOptions,
+} from '../../checkpoint/checkpoint.ts';
 import { CheckpointCorruptError, type Checkpoint } from '../../checkpoint/checkpoint_format.ts';
 import type { Json } from '../../checkpoint/state_dict.ts';
 import type { ParameterServerShard, ShardStateDict } from './shard.ts';
@@ -18,7 +24,16 @@ export function psPart(k: number): string {
 export function shardCheckpoint(sd: ShardStateDict, meta?: Json): Checkpoint {
   return {
     // `step` on top: the server names the file after it.
-    meta: { step: sd.version, parameterServer: { index: sd.index, version: sd.version, lastSteps: sd.lastSteps, ...(sd.betaPowers ? { betaPowers: sd.betaPowers } : {}) }, ...(meta === undefined ? {} : { user: meta }) },
+    meta: {
+      step: sd.version,
+      parameterServer: {
+        index: sd.index,
+        version: sd.version,
+        lastSteps: sd.lastSteps,
+        ...(sd.betaPowers ? { betaPowers: sd.betaPowers } : {}),
+      },
+      ...(meta === undefined ? {} : { user: meta }),
+    },
     model: { modelTopology: null, weightSpecs: sd.params.weightSpecs, weightData: sd.params.weightData },
     optimizer: sd.optimizer,
   };
@@ -27,10 +42,23 @@ export function shardCheckpoint(sd: ShardStateDict, meta?: Json): Checkpoint {
 /** The shard state dict in a checkpoint written by `shardCheckpoint` (the shard checks the rest when it loads it). */
 export function shardStateFromCheckpoint(c: Checkpoint, name?: string): ShardStateDict {
   const ps = c.meta.parameterServer as Partial<Pick<ShardStateDict, 'index' | 'version' | 'lastSteps' | 'betaPowers'>> | undefined;
-  if (typeof ps !== 'object' || ps === null || typeof ps.index !== 'number' || typeof ps.version !== 'number' || !Array.isArray(ps.lastSteps)) {
+  if (
+    typeof ps !== 'object' ||
+    ps === null ||
+    typeof ps.index !== 'number' ||
+    typeof ps.version !== 'number' ||
+    !Array.isArray(ps.lastSteps)
+  ) {
     throw new CheckpointCorruptError('header', 'it has no parameter-server shard record (was it written by saveShard?)', name);
   }
-  return { index: ps.index, version: ps.version, lastSteps: ps.lastSteps, ...(ps.betaPowers === undefined ? {} : { betaPowers: ps.betaPowers }), params: { weightSpecs: c.model.weightSpecs, weightData: c.model.weightData }, optimizer: c.optimizer };
+  return {
+    index: ps.index,
+    version: ps.version,
+    lastSteps: ps.lastSteps,
+    ...(ps.betaPowers === undefined ? {} : { betaPowers: ps.betaPowers }),
+    params: { weightSpecs: c.model.weightSpecs, weightData: c.model.weightData },
+    optimizer: c.optimizer,
+  };
 }
 
 export interface ShardCheckpointOptions extends Omit<CheckpointRequestOptions, 'part'> {
@@ -39,7 +67,10 @@ export interface ShardCheckpointOptions extends Omit<CheckpointRequestOptions, '
 }
 
 /** Saves `shard` as part `ps-<index>` of the session's checkpoints, at its current version. */
-export async function saveShard(shard: ParameterServerShard, o: ShardCheckpointOptions & { meta?: Json }): Promise<{ name: string; bytes: number; version: number }> {
+export async function saveShard(
+  shard: ParameterServerShard,
+  o: ShardCheckpointOptions & { meta?: Json },
+): Promise<{ name: string; bytes: number; version: number }> {
   const sd = await shard.stateDict();
   const saved = await saveCheckpoint(o.url, o.session, shardCheckpoint(sd, o.meta), { ...o, part: psPart(shard.index) });
   return { ...saved, version: sd.version };
@@ -51,17 +82,25 @@ export async function saveShard(shard: ParameterServerShard, o: ShardCheckpointO
  * Returns null when the part has no checkpoint (start fresh); with `version`, a missing one is an
  * error naming the versions the part has.
  */
-export async function restoreShard(shard: ParameterServerShard, o: ShardCheckpointOptions & { version?: number }): Promise<{ name: string; version: number; meta?: Json } | null> {
+export async function restoreShard(
+  shard: ParameterServerShard,
+  o: ShardCheckpointOptions & { version?: number },
+): Promise<{ name: string; version: number; meta?: Json } | null> {
   const part = psPart(shard.index);
   const request = { ...o, part };
   const loaded = await loadCheckpoint(o.url, o.session, o.version === undefined ? request : { ...request, step: o.version });
   if (!loaded) {
     if (o.version === undefined) return null;
     const versions = (await listCheckpoints(o.url, o.session, request)).map((c) => c.step ?? 'none');
-    throw new CheckpointError(`part "${part}" of session "${o.session}" has no checkpoint at version ${o.version} (it has ${versions.length === 0 ? 'none' : `versions ${versions.join(', ')}`})`, o.session, o.url);
+    throw new CheckpointError(
+      `part "${part}" of session "${o.session}" has no checkpoint at version ${o.version} (it has ${versions.length === 0 ? 'none' : `versions ${versions.join(', ')}`})`,
+      o.session,
+      o.url,
+    );
   }
   const sd = shardStateFromCheckpoint(loaded.checkpoint, loaded.name);
-  if (sd.index !== shard.index) throw new CheckpointCorruptError('header', `it holds shard ${sd.index}, not shard ${shard.index}`, loaded.name);
+  if (sd.index !== shard.index)
+    throw new CheckpointCorruptError('header', `it holds shard ${sd.index}, not shard ${shard.index}`, loaded.name);
   await shard.loadStateDict(sd);
   const meta = loaded.checkpoint.meta.user;
   return { name: loaded.name, version: sd.version, ...(meta === undefined ? {} : { meta: meta as Json }) };

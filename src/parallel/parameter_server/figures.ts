@@ -48,9 +48,25 @@ export class ServerFigures {
       while (snaps.length > 1 && now - snaps[0]![0] > RATE_WINDOW_MS) snaps.shift();
       this.pushSnapshots.set(w.worker, snaps);
       const [t0, p0] = snaps[0]!;
-      return { workerId: w.worker, rank: rankOf.get(w.worker) ?? null, pushesPerSec: now > t0 ? ((w.pushes - p0) / (now - t0)) * 1000 : 0, pushes: w.pushes, applied: w.applied };
+      return {
+        workerId: w.worker,
+        rank: rankOf.get(w.worker) ?? null,
+        pushesPerSec: now > t0 ? ((w.pushes - p0) / (now - t0)) * 1000 : 0,
+        pushes: w.pushes,
+        applied: w.applied,
+      };
     });
-    return { index: shard.index, version: stats.version, updatesPerSec, applied: stats.applied, stale: stats.stale, duplicate: stats.duplicate, refused: stats.refused, stalenessHistogram: stats.stalenessHistogram, pushRates };
+    return {
+      index: shard.index,
+      version: stats.version,
+      updatesPerSec,
+      applied: stats.applied,
+      stale: stats.stale,
+      duplicate: stats.duplicate,
+      refused: stats.refused,
+      stalenessHistogram: stats.stalenessHistogram,
+      pushRates,
+    };
   }
 }
 
@@ -79,11 +95,28 @@ export class WorkerFigures {
 
   /** The worker's part of a status report. */
   status(workerId: number): NonNullable<PsStatus['worker']> {
-    return { workerId, pulls: this.pulls, pushes: this.pushes, applied: this.applied, stale: this.stale, samples: this.samples, lastStaleness: this.lastStaleness };
+    return {
+      workerId,
+      pulls: this.pulls,
+      pushes: this.pushes,
+      applied: this.applied,
+      stale: this.stale,
+      samples: this.samples,
+      lastStaleness: this.lastStaleness,
+    };
   }
 
   /** The worker's part of the run's result. */
   result(workerId: number): NonNullable<ParameterServerRunResult['worker']> {
-    return { workerId, pulls: this.pulls, pushes: this.pushes, applied: this.applied, stale: this.stale, refused: this.refused, samples: this.samples, stalenessHistogram: [...this.histogram] };
+    return {
+      workerId,
+      pulls: this.pulls,
+      pushes: this.pushes,
+      applied: this.applied,
+      stale: this.stale,
+      refused: this.refused,
+      samples: this.samples,
+      stalenessHistogram: [...this.histogram],
+    };
   }
 }

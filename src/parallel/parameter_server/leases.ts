@@ -58,7 +58,10 @@ export class LeaseBook {
 
   constructor(private readonly o: LeaseOptions) {
     const epochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
-    const target = o.steps != null ? o.steps * o.batchSize * (o.strategy === 'central' ? Math.max(1, o.workersPerStep ?? 1) : 1) : epochs * o.datasetLength;
+    const target =
+      o.steps != null
+        ? o.steps * o.batchSize * (o.strategy === 'central' ? Math.max(1, o.workersPerStep ?? 1) : 1)
+        : epochs * o.datasetLength;
     this.counts = { target, leased: 0, applied: 0, stale: 0, refused: 0, lost: 0, epoch: 0 };
   }
 
@@ -91,8 +94,22 @@ export class LeaseBook {
     const length = o.datasetLength;
     if (o.strategy === 'central') {
       if (this.exhausted(version)) return null;
-      const lease = { epoch: this.cursor.epoch, position: this.cursor.position, replicas: numWorkers, rank: workerIndex, count: o.batchSize };
-      const samples = batchOf(planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: workerIndex, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed }), 0, o.batchSize).indices.length;
+      const lease = {
+        epoch: this.cursor.epoch,
+        position: this.cursor.position,
+        replicas: numWorkers,
+        rank: workerIndex,
+        count: o.batchSize,
+      };
+      const samples = batchOf(
+        planEpoch(
+          length,
+          { ...this.cursor, step: 0 },
+          { numReplicas: numWorkers, rank: workerIndex, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed },
+        ),
+        0,
+        o.batchSize,
+      ).indices.length;
       this.inFlight.set(workerId, { lease, samples });
       return lease;
     }
@@ -116,7 +133,11 @@ export class LeaseBook {
   stepApplied(numWorkers: number): void {
     const o = this.o;
     const length = o.datasetLength;
-    const plan = planEpoch(length, { ...this.cursor, step: 0 }, { numReplicas: numWorkers, rank: 0, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed });
+    const plan = planEpoch(
+      length,
+      { ...this.cursor, step: 0 },
+      { numReplicas: numWorkers, rank: 0, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed },
+    );
     const position = plan.stepsLeft <= 1 ? length : Math.min(length, this.cursor.position + o.batchSize * numWorkers);
     this.cursor = position >= length ? { epoch: this.cursor.epoch + 1, position: 0 } : { epoch: this.cursor.epoch, position };
     this.counts.epoch = this.cursor.epoch;
@@ -160,7 +181,15 @@ export class LeaseBook {
   /** Takes a snapshot back (from `ps-0`'s checkpoint metadata: untrusted, so every field is checked). */
   load(l: Partial<LeaseSnapshot>): void {
     const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : 0);
-    this.counts = { ...this.counts, leased: n(l.leased), applied: n(l.applied), stale: n(l.stale), refused: n(l.refused), lost: n(l.lost), epoch: n(l.epoch) };
+    this.counts = {
+      ...this.counts,
+      leased: n(l.leased),
+      applied: n(l.applied),
+      stale: n(l.stale),
+      refused: n(l.refused),
+      lost: n(l.lost),
+      epoch: n(l.epoch),
+    };
     this.cursor = { epoch: n(l.epoch), position: Math.min(n(l.position), this.o.datasetLength) };
   }
 }
@@ -169,8 +198,14 @@ export class LeaseBook {
 export function leaseIndices(l: Lease, o: Omit<ScheduleOptions, 'dropLast'>): number[] {
   const length = o.datasetLength;
   if (!(l.replicas >= 1 && l.rank < l.replicas && l.position <= length && l.count >= 1 && l.count <= Math.max(o.batchSize, 1))) {
-    throw new RangeError(`parameter server 0 handed out a lease this worker cannot read: ${JSON.stringify(l)} (dataset of ${length}, batch ${o.batchSize})`);
+    throw new RangeError(
+      `parameter server 0 handed out a lease this worker cannot read: ${JSON.stringify(l)} (dataset of ${length}, batch ${o.batchSize})`,
+    );
   }
-  const plan = planEpoch(length, { epoch: l.epoch, position: l.position, step: 0 }, { numReplicas: l.replicas, rank: l.rank, batchSize: l.count, shuffle: o.shuffle, seed: o.seed });
+  const plan = planEpoch(
+    length,
+    { epoch: l.epoch, position: l.position, step: 0 },
+    { numReplicas: l.replicas, rank: l.rank, batchSize: l.count, shuffle: o.shuffle, seed: o.seed },
+  );
   return batchOf(plan, 0, l.count).indices;
 }

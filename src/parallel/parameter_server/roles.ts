@@ -26,8 +26,16 @@ export function assignPlaces(before: readonly number[], claims: readonly RoleCla
     intended[k] = members[r]!;
     placed.add(r);
   };
-  for (let k = 0; k < intended.length; k++) give(k, newRanks.find((r) => !placed.has(r) && claims[r]!.wasServer === k));
-  for (let k = 0; k < intended.length; k++) give(k, newRanks.find((r) => !placed.has(r)));
+  for (let k = 0; k < intended.length; k++)
+    give(
+      k,
+      newRanks.find((r) => !placed.has(r) && claims[r]!.wasServer === k),
+    );
+  for (let k = 0; k < intended.length; k++)
+    give(
+      k,
+      newRanks.find((r) => !placed.has(r)),
+    );
   return intended;
 }
 
@@ -35,7 +43,10 @@ export function assignPlaces(before: readonly number[], claims: readonly RoleCla
  * The round's roles from the places' holders: each place's rank (-1: its holder is not in this
  * round, or nobody holds it) and the workers (every other rank), by worker id.
  */
-export function rolesOf(holders: readonly number[], members: readonly number[]): { serverRank: number[]; workers: Array<{ workerId: number; rank: number }> } {
+export function rolesOf(
+  holders: readonly number[],
+  members: readonly number[],
+): { serverRank: number[]; workers: Array<{ workerId: number; rank: number }> } {
   const rankOf = new Map(members.map((m, r) => [m, r]));
   const serverRank = holders.map((h) => rankOf.get(h) ?? -1);
   const serving = new Set(serverRank);

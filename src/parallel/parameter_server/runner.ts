@@ -52,7 +52,14 @@ import { LeaseBook, leaseIndices, type Lease, type PsSampleCounts } from './leas
 import { assignFlatWeights } from '../replicas.ts';
 import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from './roles.ts';
 import { ParameterServerShard } from './shard.ts';
-import { checkOptions, type ParameterServerRunOptions, type ParameterServerRunResult, type PsRunEvent, type PsServerSlot, type PsStrategy } from './types.ts';
+import {
+  checkOptions,
+  type ParameterServerRunOptions,
+  type ParameterServerRunResult,
+  type PsRunEvent,
+  type PsServerSlot,
+  type PsStrategy,
+} from './types.ts';
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
 import { CONTROL, REQ_END, REQ_PULL, REQ_PUSH, message, payload, readReply, writeRequest, type Control } from './wire.ts';
 import { serveRound } from './serve.ts';
@@ -61,7 +68,16 @@ import { ServerFigures, WorkerFigures } from './figures.ts';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../../wire/protocol.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
-export type { ParameterServerRunOptions, ParameterServerRunResult, PsRunEvent, PsServerSlot, PsStatus, PsStrategy, WorkerStepContext, WorkerStepResult } from './types.ts';
+export type {
+  ParameterServerRunOptions,
+  ParameterServerRunResult,
+  PsRunEvent,
+  PsServerSlot,
+  PsStatus,
+  PsStrategy,
+  WorkerStepContext,
+  WorkerStepResult,
+} from './types.ts';
 
 /** What a worker holds between computing and delivering a push (kept across rounds). */
 interface PendingPush {
@@ -132,7 +148,16 @@ class PsRun<M extends StepMetrics> {
     const sizes = o.model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
     this.layout = shardParameters(sizes, this.numServers);
     this.versions = new Array<number>(this.numServers).fill(0);
-    this.book = new LeaseBook({ strategy: this.strategy, datasetLength: o.datasetLength, batchSize: o.batchSize, epochs: o.epochs, steps: o.steps, shuffle: o.shuffle, seed: o.seed, workersPerStep: o.max - this.numServers });
+    this.book = new LeaseBook({
+      strategy: this.strategy,
+      datasetLength: o.datasetLength,
+      batchSize: o.batchSize,
+      epochs: o.epochs,
+      steps: o.steps,
+      shuffle: o.shuffle,
+      seed: o.seed,
+      workersPerStep: o.max - this.numServers,
+    });
   }
 
   stopStatus(): void {
@@ -170,7 +195,15 @@ class PsRun<M extends StepMetrics> {
     const error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
     const recoverable = isRecoverable(err);
     this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, error, recoverable });
-    recordEvent({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.stepId, inFlight: this.pending?.stepId ?? null, error, recoverable });
+    recordEvent({
+      type: 'failure',
+      round: round.key,
+      rank: round.pg.rank,
+      step: this.stepId,
+      inFlight: this.pending?.stepId ?? null,
+      error,
+      recoverable,
+    });
     if (!recoverable) throw err;
     // CentralStorage collects the step again from the new round's workers, sharded among them.
     if (this.strategy === 'central') this.pending = null;
@@ -213,7 +246,12 @@ class PsRun<M extends StepMetrics> {
     for (let k = 0; k < K; k++) if (holders[k] !== intended[k]) throw placeConflict(keys[k]!, holders[k]!, intended[k]!);
     // A holder that is in the group but not in this round (waiting) leaves its place empty for now.
     const { serverRank, workers } = rolesOf(holders, members);
-    const servers = serverRank.map((rank, index) => ({ index, rank, parameters: this.layout.shards[index]!, numel: this.layout.shardNumel[index]! }));
+    const servers = serverRank.map((rank, index) => ({
+      index,
+      rank,
+      parameters: this.layout.shards[index]!,
+      numel: this.layout.shardNumel[index]!,
+    }));
     const myIndex = serverRank.indexOf(pg.rank);
     this.role = myIndex >= 0 ? { kind: 'server', index: myIndex } : { kind: 'worker' };
     this.current = { pg, servers, workers };
@@ -226,7 +264,8 @@ class PsRun<M extends StepMetrics> {
     }
     if (this.role.kind === 'server' && this.role.index === 0) {
       // Workers of the last round that are gone took their leases with them.
-      for (const { workerId, samples } of this.book.roundChanged(new Set(workers.map((w) => w.workerId)))) this.emit({ type: 'samples-lost', workerId, samples });
+      for (const { workerId, samples } of this.book.roundChanged(new Set(workers.map((w) => w.workerId))))
+        this.emit({ type: 'samples-lost', workerId, samples });
     }
     const index = this.role.kind === 'server' ? this.role.index : this.workerId;
     this.emit({ type: 'round', round: round.key, rank: pg.rank, worldSize: pg.worldSize, role: this.role.kind, index, servers, workers });
@@ -251,7 +290,8 @@ class PsRun<M extends StepMetrics> {
     });
     this.o.onRound?.({ pg, role: this.role.kind, index });
     // The roles in the session's store (server 0 writes them): who serves what, who works.
-    if (this.role.kind === 'server' && index === 0) this.record('ps/roles', { round: round.key, servers: servers.map(({ index: k, rank }) => ({ index: k, rank })), workers });
+    if (this.role.kind === 'server' && index === 0)
+      this.record('ps/roles', { round: round.key, servers: servers.map(({ index: k, rank }) => ({ index: k, rank })), workers });
     this.reportStatus();
     const vacant = serverRank.indexOf(-1);
     return vacant >= 0 ? vacant : workers.length === 0 ? -1 : null;
@@ -292,7 +332,11 @@ class PsRun<M extends StepMetrics> {
     const deadline = Date.now() + timeoutMs;
     while (this.handler.numNodesWaiting() === 0) {
       if (round.pg.error) throw round.pg.error;
-      if (Date.now() > deadline) throw new DistTimeoutError(`a tab to take the place of ${index >= 0 ? `parameter server ${index}` : 'a worker'} (${message})`, timeoutMs);
+      if (Date.now() > deadline)
+        throw new DistTimeoutError(
+          `a tab to take the place of ${index >= 0 ? `parameter server ${index}` : 'a worker'} (${message})`,
+          timeoutMs,
+        );
       await sleep(200);
     }
   }
@@ -338,7 +382,9 @@ class PsRun<M extends StepMetrics> {
         this.checkpoints++;
         this.emit({ type: 'checkpoint', index, version: saved.version, name: saved.name, bytes: saved.bytes });
       })
-      .catch((err: unknown) => this.emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) }))
+      .catch((err: unknown) =>
+        this.emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) }),
+      )
       .finally(() => (this.saving = false));
   }
 
@@ -360,7 +406,17 @@ class PsRun<M extends StepMetrics> {
       for (let k = 0; k < K; k++) {
         const ending = k > 0 && control !== CONTROL.continue;
         const kind = (pending ? REQ_PUSH : REQ_PULL) | (ending ? REQ_END : 0);
-        writeRequest(bufs[k]!, { kind, stepId: pending?.stepId ?? 0, version: pending?.versions[k] ?? 0, samples: pending?.samples ?? 0, endControl: ending ? control : 0 }, pending ? pending.parts[k]! : null);
+        writeRequest(
+          bufs[k]!,
+          {
+            kind,
+            stepId: pending?.stepId ?? 0,
+            version: pending?.versions[k] ?? 0,
+            samples: pending?.samples ?? 0,
+            endControl: ending ? control : 0,
+          },
+          pending ? pending.parts[k]! : null,
+        );
         const server = servers[k]!;
         await pg.send(bufs[k]!, server.rank);
         const r = readReply(await pg.recv(replies[k]!, server.rank));
@@ -369,7 +425,9 @@ class PsRun<M extends StepMetrics> {
         if (k === 0) {
           control = r.control as Control;
           if (control !== CONTROL.continue && control !== CONTROL.stop && control !== CONTROL.regroup) {
-            throw new RangeError(`parameter server 0 (rank ${server.rank}) sent control ${control}, which is none of continue, stop, regroup`);
+            throw new RangeError(
+              `parameter server 0 (rank ${server.rank}) sent control ${control}, which is none of continue, stop, regroup`,
+            );
           }
           lease = r.lease;
           this.heardSamples = r.counts;
@@ -389,7 +447,16 @@ class PsRun<M extends StepMetrics> {
       this.wstats.pushes++;
       this.wstats.samples += indices.length;
       o.onWorkerStep?.({ workerId: this.workerId, stepId, indices, metrics, computeMs, staleness: this.wstats.lastStaleness });
-      recordEvent({ type: 'step', round: this.roundKey, rank: pg.rank, step: stepId, epoch: lease!.epoch, totalSteps: 0, metrics: metrics ? [metrics] : [], elapsedMs: performance.now() - this.started });
+      recordEvent({
+        type: 'step',
+        round: this.roundKey,
+        rank: pg.rank,
+        step: stepId,
+        epoch: lease!.epoch,
+        totalSteps: 0,
+        metrics: metrics ? [metrics] : [],
+        elapsedMs: performance.now() - this.started,
+      });
     }
   }
 
@@ -407,11 +474,22 @@ class PsRun<M extends StepMetrics> {
       const buf = mine ? (await this.shard!.pull()).values : new Float32Array(s.numel);
       parts.push(await pg.broadcast(buf, s.rank));
     }
-    assignFlatWeights(this.o.model, joinShards(this.layout, parts), 'the parameter servers\' final values');
+    assignFlatWeights(this.o.model, joinShards(this.layout, parts), "the parameter servers' final values");
     const isServer0 = this.role?.kind === 'server' && this.role.index === 0;
     const c = this.book.samples;
-    const counts = await pg.broadcast(isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7), servers[0]!.rank);
-    const samples: PsSampleCounts = { target: counts[0]!, leased: counts[1]!, applied: counts[2]!, stale: counts[3]!, refused: counts[4]!, lost: counts[5]!, epoch: counts[6]! };
+    const counts = await pg.broadcast(
+      isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7),
+      servers[0]!.rank,
+    );
+    const samples: PsSampleCounts = {
+      target: counts[0]!,
+      leased: counts[1]!,
+      applied: counts[2]!,
+      stale: counts[3]!,
+      refused: counts[4]!,
+      lost: counts[5]!,
+      epoch: counts[6]!,
+    };
     const versionRow = new Float32Array(this.numServers);
     if (this.role?.kind === 'server') versionRow[this.role.index] = this.shard!.version;
     const versions = Array.from(await pg.allReduce(versionRow, 'sum'));
@@ -419,8 +497,21 @@ class PsRun<M extends StepMetrics> {
     this.reportStatus();
     const role = this.role!;
     const weightHash = hashFloat32(await flatTrainableWeights(this.o.model));
-    recordEvent({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: versions[0] ?? 0, epoch: samples.epoch, generations: this.generations, stepsRedone: 0, stoppedBy: null, weightHash });
-    const shardStats = this.shard ? { ...this.shard.stats(), updatesPerSec: this.figures.overallUpdatesPerSec(this.shard.version, this.restoredFrom) } : undefined;
+    recordEvent({
+      type: 'end',
+      round: round.key,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      steps: versions[0] ?? 0,
+      epoch: samples.epoch,
+      generations: this.generations,
+      stepsRedone: 0,
+      stoppedBy: null,
+      weightHash,
+    });
+    const shardStats = this.shard
+      ? { ...this.shard.stats(), updatesPerSec: this.figures.overallUpdatesPerSec(this.shard.version, this.restoredFrom) }
+      : undefined;
     return {
       role: role.kind,
       index: role.kind === 'server' ? role.index : this.workerId,
@@ -453,7 +544,12 @@ class PsRun<M extends StepMetrics> {
     if (this.role.kind === 'server' && this.shard) {
       // Each server's version, and server 0's leases, in the session's store as they go.
       const stats = this.shard.stats();
-      this.record(`ps/server-${this.shard.index}`, { rank: cur.pg.rank, version: stats.version, applied: stats.applied, stale: stats.stale });
+      this.record(`ps/server-${this.shard.index}`, {
+        rank: cur.pg.rank,
+        version: stats.version,
+        applied: stats.applied,
+        stale: stats.stale,
+      });
       if (this.shard.index === 0) this.record('ps/leases', { ...this.book.snapshot() });
     }
     if (!this.o.onStatus) return;

@@ -10,7 +10,19 @@ import { CentralStorageAccumulator, SyncPushError } from './central_storage.ts';
 import type { LeaseBook } from './leases.ts';
 import type { ParameterServerShard } from './shard.ts';
 import type { PsStrategy } from './types.ts';
-import { CONTROL, NO_COUNTS, REQ_END, REQ_PUSH, VERDICT, message, payload, readRequest, writeReply, type Control, type RequestHead } from './wire.ts';
+import {
+  CONTROL,
+  NO_COUNTS,
+  REQ_END,
+  REQ_PUSH,
+  VERDICT,
+  message,
+  payload,
+  readRequest,
+  writeReply,
+  type Control,
+  type RequestHead,
+} from './wire.ts';
 
 /** What a server's round needs from the run. */
 export interface ServingContext {
@@ -53,7 +65,9 @@ export async function serveRound(ctx: ServingContext): Promise<Control> {
   const { workers, shard } = ctx;
   let roundControl: Control = CONTROL.continue;
   const central: CentralStep | null =
-    ctx.strategy === 'central' ? { acc: new CentralStorageAccumulator(shard, { numWorkers: workers.length }), done: new Deferred<void>(), control: null } : null;
+    ctx.strategy === 'central'
+      ? { acc: new CentralStorageAccumulator(shard, { numWorkers: workers.length }), done: new Deferred<void>(), control: null }
+      : null;
   // A host's stop and a regroup hold for every worker of the round; the end of the samples
   // for each worker (one holding an unanswered lease trains it first).
   const decide: Decide = (workerId) => {
@@ -69,7 +83,13 @@ export async function serveRound(ctx: ServingContext): Promise<Control> {
 }
 
 /** Answers worker `w` (the round's i-th) until it is told to stop or regroup, or says it ended. */
-async function serveWorker(ctx: ServingContext, w: { workerId: number; rank: number }, i: number, central: CentralStep | null, decide: Decide): Promise<Control> {
+async function serveWorker(
+  ctx: ServingContext,
+  w: { workerId: number; rank: number },
+  i: number,
+  central: CentralStep | null,
+  decide: Decide,
+): Promise<Control> {
   const { pg, shard, index, book, workers } = ctx;
   const buf = message(shard.numel);
   const reply = message(shard.numel);
@@ -77,7 +97,8 @@ async function serveWorker(ctx: ServingContext, w: { workerId: number; rank: num
     await pg.recv(buf, w.rank);
     const req = readRequest(buf);
     const grads = payload(buf);
-    const { verdict, staleness } = req.kind & REQ_PUSH ? await takePush(ctx, w, i, req, grads, central, decide) : { verdict: VERDICT.none, staleness: 0 };
+    const { verdict, staleness } =
+      req.kind & REQ_PUSH ? await takePush(ctx, w, i, req, grads, central, decide) : { verdict: VERDICT.none, staleness: 0 };
     let control: Control;
     if (req.kind & REQ_END) control = CONTROL.ended;
     else if (index !== 0) control = CONTROL.continue;
@@ -87,7 +108,11 @@ async function serveWorker(ctx: ServingContext, w: { workerId: number; rank: num
     const lease = index === 0 && control === CONTROL.continue ? book.lease(w.workerId, i, workers.length, shard.version) : null;
     if (index === 0 && control === CONTROL.continue && lease === null) control = decide(w.workerId); // the last lease went to someone else
     const pulled = await shard.pull();
-    writeReply(reply, { verdict, version: pulled.version, control, lease, staleness, counts: index === 0 ? book.samples : NO_COUNTS }, pulled.values);
+    writeReply(
+      reply,
+      { verdict, version: pulled.version, control, lease, staleness, counts: index === 0 ? book.samples : NO_COUNTS },
+      pulled.values,
+    );
     await pg.send(reply, w.rank);
     if (control === CONTROL.ended) return req.endControl === CONTROL.regroup ? CONTROL.regroup : CONTROL.stop;
     if (control !== CONTROL.continue) return control;

@@ -132,7 +132,6 @@ let shardCounter = 0;
 /** Most a worker's step id may pass its last handled one by (its pushes count up by one). */
 export const MAX_STEP_JUMP = 1024;
 
-
 const isCount = (x: unknown): x is number => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
 
 export class ParameterServerShard {
@@ -154,7 +153,13 @@ export class ParameterServerShard {
   /** Workers whose last step id came from a state dict, and no push since. */
   private readonly loadedSteps = new Set<number>();
   private readonly counts = { applied: 0, stale: 0, duplicate: 0 };
-  private readonly refusedBy: Record<RefusalReason, number> = { 'bad-worker': 0, 'bad-step': 0, 'bad-version': 0, 'bad-length': 0, nonfinite: 0 };
+  private readonly refusedBy: Record<RefusalReason, number> = {
+    'bad-worker': 0,
+    'bad-step': 0,
+    'bad-version': 0,
+    'bad-length': 0,
+    nonfinite: 0,
+  };
   private readonly histogram: number[];
   private readonly perWorker = new Map<number, { pushes: number; applied: number }>();
   private disposed = false;
@@ -164,11 +169,14 @@ export class ParameterServerShard {
     if (!isCount(this.index)) throw new RangeError(`the shard index must be a non-negative integer, got ${o.index}`);
     if (o.initial.length === 0) throw new RangeError('a parameter-server shard needs at least one parameter');
     this.maxStaleness = o.maxStaleness ?? Infinity;
-    if (!(this.maxStaleness === Infinity || isCount(this.maxStaleness))) throw new RangeError(`maxStaleness must be a non-negative integer or Infinity, got ${o.maxStaleness}`);
+    if (!(this.maxStaleness === Infinity || isCount(this.maxStaleness)))
+      throw new RangeError(`maxStaleness must be a non-negative integer or Infinity, got ${o.maxStaleness}`);
     this.numWorkers = o.numWorkers ?? 1024;
-    if (!isCount(this.numWorkers) || this.numWorkers < 1) throw new RangeError(`numWorkers must be a positive integer, got ${o.numWorkers}`);
+    if (!isCount(this.numWorkers) || this.numWorkers < 1)
+      throw new RangeError(`numWorkers must be a positive integer, got ${o.numWorkers}`);
     this.maxWorkerRecords = o.maxWorkerRecords ?? 4096;
-    if (!isCount(this.maxWorkerRecords) || this.maxWorkerRecords < 1) throw new RangeError(`maxWorkerRecords must be a positive integer, got ${o.maxWorkerRecords}`);
+    if (!isCount(this.maxWorkerRecords) || this.maxWorkerRecords < 1)
+      throw new RangeError(`maxWorkerRecords must be a positive integer, got ${o.maxWorkerRecords}`);
     const buckets = o.histogramBuckets ?? 32;
     if (!isCount(buckets) || buckets < 1) throw new RangeError(`histogramBuckets must be a positive integer, got ${o.histogramBuckets}`);
     this.histogram = new Array<number>(buckets).fill(0);
@@ -190,7 +198,12 @@ export class ParameterServerShard {
   }
 
   /** Shard `k` of `layout`, initialised from `model`'s trainable weights (the parameters `layout.shards[k]`). */
-  static fromModel(model: tf.LayersModel, layout: ShardLayout, k: number, options: Omit<ParameterServerShardOptions, 'initial' | 'index' | 'names'>): ParameterServerShard {
+  static fromModel(
+    model: tf.LayersModel,
+    layout: ShardLayout,
+    k: number,
+    options: Omit<ParameterServerShardOptions, 'initial' | 'index' | 'names'>,
+  ): ParameterServerShard {
     const params = layout.shards[k];
     if (params === undefined) throw new RangeError(`the layout has ${layout.numServers} servers, there is no shard ${k}`);
     if (model.trainableWeights.length !== layout.sizes.length) {
@@ -226,12 +239,16 @@ export class ParameterServerShard {
       this.refusedBy[reason]++;
       return { status: 'refused', version: this.currentVersion, reason, detail };
     };
-    if (!isCount(worker) || worker >= this.numWorkers) return refuse('bad-worker', `worker ${String(worker)} is not an integer in [0, ${this.numWorkers})`);
+    if (!isCount(worker) || worker >= this.numWorkers)
+      return refuse('bad-worker', `worker ${String(worker)} is not an integer in [0, ${this.numWorkers})`);
     const record = this.recordOf(worker);
     record.pushes++;
     if (!isCount(stepId)) return refuse('bad-step', `step id ${String(stepId)} of worker ${worker} is not a non-negative integer`);
     if (!isCount(version) || version > this.currentVersion) {
-      return refuse('bad-version', `worker ${worker} step ${stepId}: version ${String(version)} is not an integer in [0, ${this.currentVersion}] (this shard's version)`);
+      return refuse(
+        'bad-version',
+        `worker ${worker} step ${stepId}: version ${String(version)} is not an integer in [0, ${this.currentVersion}] (this shard's version)`,
+      );
     }
     if (!(grads instanceof Float32Array) || grads.length !== this.numel) {
       const got = grads instanceof Float32Array ? `${grads.length} gradients` : 'no Float32Array';
@@ -249,7 +266,10 @@ export class ParameterServerShard {
       return { status: 'duplicate', version: this.currentVersion, lastStep };
     }
     if (!loaded && lastStep >= 0 && stepId - lastStep > MAX_STEP_JUMP) {
-      return refuse('bad-step', `worker ${worker} step ${stepId}: ${stepId - lastStep} past its last handled step ${lastStep}, more than the ${MAX_STEP_JUMP} a worker's pushes may skip`);
+      return refuse(
+        'bad-step',
+        `worker ${worker} step ${stepId}: ${stepId - lastStep} past its last handled step ${lastStep}, more than the ${MAX_STEP_JUMP} a worker's pushes may skip`,
+      );
     }
     const staleness = this.currentVersion - version;
     this.histogram[Math.min(staleness, this.histogram.length - 1)]++;
@@ -290,7 +310,8 @@ export class ParameterServerShard {
    */
   applyGradients(grads: Float32Array): number {
     this.checkOpen();
-    if (grads.length !== this.numel) throw new RangeError(`shard ${this.index} holds ${this.numel} elements, got ${grads.length} gradients`);
+    if (grads.length !== this.numel)
+      throw new RangeError(`shard ${this.index} holds ${this.numel} elements, got ${grads.length} gradients`);
     tf.tidy(() => {
       let offset = 0;
       const named = this.variables.map((v, i) => {
@@ -327,7 +348,14 @@ export class ParameterServerShard {
     const workers = [...this.perWorker.entries()]
       .sort(([a], [b]) => a - b)
       .map(([worker, r]) => ({ worker, pushes: r.pushes, applied: r.applied, lastStep: this.lastStep(worker) }));
-    return { version: this.currentVersion, ...this.counts, refused, refusedBy: { ...this.refusedBy }, stalenessHistogram: [...this.histogram], workers };
+    return {
+      version: this.currentVersion,
+      ...this.counts,
+      refused,
+      refusedBy: { ...this.refusedBy },
+      stalenessHistogram: [...this.histogram],
+      workers,
+    };
   }
 
   /**
@@ -353,7 +381,14 @@ export class ParameterServerShard {
       const powers = betaPowerVariables(opt)?.map((v) => tf.clone(v));
       try {
         const betaPowers = powers ? await Promise.all(powers.map(async (p) => (await p.data())[0])) : undefined;
-        return { index: this.index, version, lastSteps, params: await encode(params), optimizer: await encode(optimizer), ...(betaPowers ? { betaPowers } : {}) };
+        return {
+          index: this.index,
+          version,
+          lastSteps,
+          params: await encode(params),
+          optimizer: await encode(optimizer),
+          ...(betaPowers ? { betaPowers } : {}),
+        };
       } finally {
         tf.dispose([...params.map((p) => p.tensor), ...optimizer.map((w) => w.tensor), ...(powers ?? [])]);
       }
@@ -378,7 +413,9 @@ export class ParameterServerShard {
     } catch (err) {
       fresh.dispose();
       tf.dispose(Object.values(named));
-      throw new ShardStateError(`shard ${this.index}: the optimizer state does not load: ${err instanceof Error ? err.message : String(err)}`);
+      throw new ShardStateError(
+        `shard ${this.index}: the optimizer state does not load: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
     if (this.disposed) {
       fresh.dispose();
@@ -413,18 +450,30 @@ export class ParameterServerShard {
   /** Refuses a state dict that does not fit this shard, before anything is allocated. */
   private checkState(s: ShardStateDict): void {
     const bad = (why: string) => new ShardStateError(`shard ${this.index}: the state dict does not fit: ${why}`);
-    if (s.betaPowers !== undefined && !(Array.isArray(s.betaPowers) && s.betaPowers.length === 2 && s.betaPowers.every((b) => typeof b === 'number' && Number.isFinite(b)))) {
+    if (
+      s.betaPowers !== undefined &&
+      !(Array.isArray(s.betaPowers) && s.betaPowers.length === 2 && s.betaPowers.every((b) => typeof b === 'number' && Number.isFinite(b)))
+    ) {
       throw bad('its beta powers are not two finite numbers');
     }
     if (!isCount(s.version)) throw bad(`its version ${String(s.version)} is not a non-negative integer`);
-    if (!Array.isArray(s.lastSteps) || s.lastSteps.length > this.maxWorkerRecords || !s.lastSteps.every((e) => Array.isArray(e) && isCount(e[0]) && e[0] < this.numWorkers && isCount(e[1]))) {
-      throw bad(`its last step ids are not at most ${this.maxWorkerRecords} [worker < ${this.numWorkers}, step] pairs of non-negative integers`);
+    if (
+      !Array.isArray(s.lastSteps) ||
+      s.lastSteps.length > this.maxWorkerRecords ||
+      !s.lastSteps.every((e) => Array.isArray(e) && isCount(e[0]) && e[0] < this.numWorkers && isCount(e[1]))
+    ) {
+      throw bad(
+        `its last step ids are not at most ${this.maxWorkerRecords} [worker < ${this.numWorkers}, step] pairs of non-negative integers`,
+      );
     }
     const specs = s.params?.weightSpecs;
-    if (!Array.isArray(specs) || specs.length !== this.shapes.length) throw bad(`it has ${Array.isArray(specs) ? specs.length : 'no'} parameters, this shard ${this.shapes.length}`);
+    if (!Array.isArray(specs) || specs.length !== this.shapes.length)
+      throw bad(`it has ${Array.isArray(specs) ? specs.length : 'no'} parameters, this shard ${this.shapes.length}`);
     specs.forEach((spec, i) => {
       if (spec.dtype !== 'float32' || !sameShape(spec.shape, this.shapes[i])) {
-        throw bad(`parameter ${i} (${this.names[i]}) is [${String(spec.shape)}] ${spec.dtype}, this shard's is [${this.shapes[i].join(', ')}] float32`);
+        throw bad(
+          `parameter ${i} (${this.names[i]}) is [${String(spec.shape)}] ${spec.dtype}, this shard's is [${this.shapes[i].join(', ')}] float32`,
+        );
       }
     });
     if (new Set(specs.map((sp) => sp.name)).size !== specs.length) throw bad('its parameter names repeat');
@@ -432,14 +481,17 @@ export class ParameterServerShard {
       throw bad(`its parameters take ${s.params.weightData?.byteLength} bytes, this shard's ${this.numel * 4}`);
     }
     const slots = s.optimizer?.weightSpecs;
-    if (!Array.isArray(slots) || slots.length > 1 + 3 * this.shapes.length) throw bad('its optimizer state is not a list of at most 1 + 3 per parameter tensors');
+    if (!Array.isArray(slots) || slots.length > 1 + 3 * this.shapes.length)
+      throw bad('its optimizer state is not a list of at most 1 + 3 per parameter tensors');
     let bytes = 0;
     for (const slot of slots) {
       const shape = [[], ...this.shapes].find((sh) => sameShape(slot.shape, sh));
-      if (!shape || (slot.dtype !== 'float32' && slot.dtype !== 'int32')) throw bad(`optimizer tensor ${slot.name} is [${String(slot.shape)}] ${slot.dtype}: neither a scalar nor a parameter's shape`);
+      if (!shape || (slot.dtype !== 'float32' && slot.dtype !== 'int32'))
+        throw bad(`optimizer tensor ${slot.name} is [${String(slot.shape)}] ${slot.dtype}: neither a scalar nor a parameter's shape`);
       bytes += shape.reduce((a, b) => a * b, 1) * 4;
     }
-    if (s.optimizer.weightData?.byteLength !== bytes) throw bad(`its optimizer state takes ${s.optimizer.weightData?.byteLength} bytes, its tensors ${bytes}`);
+    if (s.optimizer.weightData?.byteLength !== bytes)
+      throw bad(`its optimizer state takes ${s.optimizer.weightData?.byteLength} bytes, its tensors ${bytes}`);
   }
 }
 

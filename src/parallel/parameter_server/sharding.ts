@@ -43,7 +43,8 @@ export function shardParameters(sizes: number[], numServers: number): ShardLayou
     throw new RangeError(`the number of parameter servers must be a positive integer, got ${numServers}`);
   }
   sizes.forEach((s, i) => {
-    if (!Number.isSafeInteger(s) || s < 0) throw new RangeError(`parameter ${i} has size ${s}: sizes must be non-negative integers (element counts)`);
+    if (!Number.isSafeInteger(s) || s < 0)
+      throw new RangeError(`parameter ${i} has size ${s}: sizes must be non-negative integers (element counts)`);
   });
   if (numServers > sizes.length) {
     throw new RangeError(
@@ -97,9 +98,11 @@ export function splitByShard(layout: ShardLayout, flat: Float32Array): Float32Ar
 
 /** The servers' flat buffers put back together into the model's flat buffer. */
 export function joinShards(layout: ShardLayout, parts: Float32Array[]): Float32Array {
-  if (parts.length !== layout.numServers) throw new RangeError(`got ${parts.length} shard buffer(s), the layout has ${layout.numServers} servers`);
+  if (parts.length !== layout.numServers)
+    throw new RangeError(`got ${parts.length} shard buffer(s), the layout has ${layout.numServers} servers`);
   parts.forEach((part, k) => {
-    if (part.length !== layout.shardNumel[k]) throw new RangeError(`shard ${k}'s buffer has ${part.length} elements, the layout gives it ${layout.shardNumel[k]}`);
+    if (part.length !== layout.shardNumel[k])
+      throw new RangeError(`shard ${k}'s buffer has ${part.length} elements, the layout gives it ${layout.shardNumel[k]}`);
   });
   const flat = new Float32Array(layout.shardNumel.reduce((a, b) => a + b, 0));
   layout.sizes.forEach((size, p) => {

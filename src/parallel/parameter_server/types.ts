@@ -13,7 +13,6 @@ import type { ParameterServerShard } from './shard.ts';
 
 export type PsStrategy = 'async' | 'central';
 
-
 export interface PsServerSlot {
   index: number;
   rank: number;
@@ -64,13 +63,30 @@ export interface PsStatus {
     pushRates: Array<{ workerId: number; rank: number | null; pushesPerSec: number; pushes: number; applied: number }>;
   };
   /** This tab as a worker: its verdicts are server 0's; `lastStaleness` its last push's there. */
-  worker?: { workerId: number; pulls: number; pushes: number; applied: number; stale: number; samples: number; lastStaleness: number | null };
+  worker?: {
+    workerId: number;
+    pulls: number;
+    pushes: number;
+    applied: number;
+    stale: number;
+    samples: number;
+    lastStaleness: number | null;
+  };
   /** The run's samples (server 0 counts them; null on a tab that has not heard them yet). */
   samples: PsSampleCounts | null;
 }
 
 export type PsRunEvent =
-  | { type: 'round'; round: string; rank: number; worldSize: number; role: 'server' | 'worker'; index: number; servers: PsServerSlot[]; workers: Array<{ workerId: number; rank: number }> }
+  | {
+      type: 'round';
+      round: string;
+      rank: number;
+      worldSize: number;
+      role: 'server' | 'worker';
+      index: number;
+      servers: PsServerSlot[];
+      workers: Array<{ workerId: number; rank: number }>;
+    }
   /** A server's place is empty: every worker waits for a tab to take it. */
   | { type: 'server-lost'; round: string; index: number; message: string }
   | { type: 'restored'; index: number; version: number; name: string }
@@ -84,7 +100,9 @@ export type PsRunEvent =
   | { type: 'stop'; round: string; rank: number; reason: string };
 
 export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics>
-  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'rank'>, Omit<ScheduleOptions, 'dropLast'>, RunHooks<PsRunEvent> {
+  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'rank'>,
+    Omit<ScheduleOptions, 'dropLast'>,
+    RunHooks<PsRunEvent> {
   /** 'async' (default): ParameterServerStrategy; 'central': CentralStorageStrategy (K = 1, synchronous). */
   strategy?: PsStrategy;
   /** K: ranks that serve the variables. Default 1. */
@@ -113,7 +131,14 @@ export interface ParameterServerRunOptions<M extends StepMetrics = StepMetrics>
   /** Asked by server 0 at each request: true once the run should end (a host's stop, say). */
   shouldStop?(): boolean;
   /** After each of this worker's steps, with its metrics. */
-  onWorkerStep?(e: { workerId: number; stepId: number; indices: number[]; metrics: M | undefined; computeMs: number; staleness: number | null }): void;
+  onWorkerStep?(e: {
+    workerId: number;
+    stepId: number;
+    indices: number[];
+    metrics: M | undefined;
+    computeMs: number;
+    staleness: number | null;
+  }): void;
   /** About once a second (`statusIntervalMs`), and at each round. */
   onStatus?(s: PsStatus): void;
   statusIntervalMs?: number;
@@ -140,7 +165,16 @@ export interface ParameterServerRunResult {
   /** This server's shard figures (role server). */
   shard?: ReturnType<ParameterServerShard['stats']> & { updatesPerSec: number | null };
   /** This worker's figures (role worker). */
-  worker?: { workerId: number; pulls: number; pushes: number; applied: number; stale: number; refused: number; samples: number; stalenessHistogram: number[] };
+  worker?: {
+    workerId: number;
+    pulls: number;
+    pushes: number;
+    applied: number;
+    stale: number;
+    refused: number;
+    samples: number;
+    stalenessHistogram: number[];
+  };
   checkpoints: number;
   restoredFrom: number | null;
   generations: number;
@@ -152,15 +186,23 @@ export interface ParameterServerRunResult {
 /** Refuses options no run can use, saying what to give instead. */
 export function checkOptions(o: ParameterServerRunOptions<StepMetrics>, strategy: PsStrategy, K: number): void {
   const positiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
-  if (strategy !== 'async' && strategy !== 'central') throw new RangeError(`strategy must be 'async' or 'central', got ${String(strategy)}`);
+  if (strategy !== 'async' && strategy !== 'central')
+    throw new RangeError(`strategy must be 'async' or 'central', got ${String(strategy)}`);
   if (!positiveInt(K)) throw new RangeError(`numServers must be a positive integer, got ${K}`);
-  if (strategy === 'central' && K !== 1) throw new RangeError(`CentralStorage keeps every variable on one server: numServers must be 1, got ${K}`);
-  if (!(positiveInt(o.max) && o.max > K)) throw new RangeError(`max must leave at least one worker beside the ${K} server(s): got ${o.max}, give at least ${K + 1}`);
-  if (o.min !== undefined && !(positiveInt(o.min) && o.min > K && o.min <= o.max)) throw new RangeError(`min must be from ${K + 1} (the servers and one worker) to max ${o.max}, got ${o.min}`);
+  if (strategy === 'central' && K !== 1)
+    throw new RangeError(`CentralStorage keeps every variable on one server: numServers must be 1, got ${K}`);
+  if (!(positiveInt(o.max) && o.max > K))
+    throw new RangeError(`max must leave at least one worker beside the ${K} server(s): got ${o.max}, give at least ${K + 1}`);
+  if (o.min !== undefined && !(positiveInt(o.min) && o.min > K && o.min <= o.max))
+    throw new RangeError(`min must be from ${K + 1} (the servers and one worker) to max ${o.max}, got ${o.min}`);
   // Leases cycle through the dataset: it cannot be empty (a DDP run's may).
-  if (!(Number.isSafeInteger(o.datasetLength) && o.datasetLength > 0)) throw new RangeError(`datasetLength must be a positive integer, got ${o.datasetLength}`);
+  if (!(Number.isSafeInteger(o.datasetLength) && o.datasetLength > 0))
+    throw new RangeError(`datasetLength must be a positive integer, got ${o.datasetLength}`);
   checkSchedule(o);
-  if (o.maxStaleness !== undefined && !(Number.isSafeInteger(o.maxStaleness) && o.maxStaleness >= 0)) throw new RangeError(`maxStaleness must be a non-negative integer, got ${o.maxStaleness}`);
-  if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0)) throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
-  if (strategy === 'central' && (o.maxStaleness !== undefined || o.scaleLrByStaleness)) throw new RangeError('maxStaleness and scaleLrByStaleness are for asynchronous training; CentralStorage is synchronous (staleness 0)');
+  if (o.maxStaleness !== undefined && !(Number.isSafeInteger(o.maxStaleness) && o.maxStaleness >= 0))
+    throw new RangeError(`maxStaleness must be a non-negative integer, got ${o.maxStaleness}`);
+  if (o.checkpointEvery !== undefined && !(Number.isSafeInteger(o.checkpointEvery) && o.checkpointEvery >= 0))
+    throw new RangeError(`checkpointEvery must be a non-negative integer, got ${o.checkpointEvery}`);
+  if (strategy === 'central' && (o.maxStaleness !== undefined || o.scaleLrByStaleness))
+    throw new RangeError('maxStaleness and scaleLrByStaleness are for asynchronous training; CentralStorage is synchronous (staleness 0)');
 }

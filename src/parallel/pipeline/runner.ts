@@ -53,7 +53,9 @@ export function meshRank(stages: number, replica: number, stage: number): number
  */
 export async function pipelineMesh(world: ProcessGroup, stages: number, replicas: number): Promise<PipelineMesh> {
   if (world.worldSize !== stages * replicas) {
-    throw new RangeError(`a pipeline of ${stages} stage(s) x ${replicas} replica(s) needs ${stages * replicas} ranks, the group has ${world.worldSize}`);
+    throw new RangeError(
+      `a pipeline of ${stages} stage(s) x ${replicas} replica(s) needs ${stages * replicas} ranks, the group has ${world.worldSize}`,
+    );
   }
   const stage = world.rank % stages;
   const replica = Math.floor(world.rank / stages);
@@ -96,7 +98,10 @@ export interface PipelineRoundContext {
 }
 
 export interface PipelineRunOptions<M extends StepMetrics = StepMetrics>
-  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'max'>, ScheduleOptions, RunHooks<ElasticEvent>, LockstepHooks<PipelineRoundContext, M> {
+  extends Omit<RendezvousOptions, 'reconnect' | 'min' | 'max'>,
+    ScheduleOptions,
+    RunHooks<ElasticEvent>,
+    LockstepHooks<PipelineRoundContext, M> {
   /** S: stages per pipeline. */
   stages: number;
   /** D: replicas of the pipeline. Default 1. */
@@ -154,10 +159,16 @@ type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number };
 export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M>): Promise<PipelineRunResult> {
   const replicas = o.replicas ?? 1;
   checkSchedule(o);
-  for (const [name, v] of [['stages', o.stages], ['replicas', replicas]] as const) {
+  for (const [name, v] of [
+    ['stages', o.stages],
+    ['replicas', replicas],
+  ] as const) {
     if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
   }
-  if (o.layers.length < o.stages) throw new RangeError(`a model of ${o.layers.length} layers cannot be split into ${o.stages} stages: each stage needs at least one layer`);
+  if (o.layers.length < o.stages)
+    throw new RangeError(
+      `a model of ${o.layers.length} layers cannot be split into ${o.stages} stages: each stage needs at least one layer`,
+    );
   const world = o.stages * replicas;
   const emit = (e: ElasticEvent) => {
     o.onEvent?.(e);
@@ -169,7 +180,8 @@ export async function runPipeline<M extends StepMetrics>(o: PipelineRunOptions<M
     o.onRendezvous?.(e);
     // What the dashboard shows while the pipeline waits for its ranks.
     if (e.type === 'paused') emit({ type: 'paused', min: e.min });
-    else if (e.type === 'waiting') emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
+    else if (e.type === 'waiting')
+      emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
     else if (e.type === 'reconnecting') emit({ type: 'reconnecting', attempt: e.attempt, waitMs: e.waitMs, reason: e.reason });
     else if (e.type === 'reconnected') emit({ type: 'reconnected' });
   });
@@ -217,7 +229,18 @@ class PipelineRun<M extends StepMetrics> {
     const outcome = await this.train(round, mesh, stage, ddp, state, ctx);
     const p = state.progress;
     const stoppedBy = outcome.kind === 'stopped' ? outcome.by : null;
-    this.emit({ type: 'end', round: round.key, rank: pg.rank, worldSize: pg.worldSize, steps: p.step, epoch: p.epoch, generations: this.record.generations, stepsRedone: this.record.stepsRedone, stoppedBy, weightHash: await ddp.weightsHash() });
+    this.emit({
+      type: 'end',
+      round: round.key,
+      rank: pg.rank,
+      worldSize: pg.worldSize,
+      steps: p.step,
+      epoch: p.epoch,
+      generations: this.record.generations,
+      stepsRedone: this.record.stepsRedone,
+      stoppedBy,
+      weightHash: await ddp.weightsHash(),
+    });
     return {
       mesh,
       stage,
@@ -239,7 +262,15 @@ class PipelineRun<M extends StepMetrics> {
   private async failed(round: Round, err: unknown): Promise<'retry'> {
     const recoverable = isRecoverable(err);
     const error = describeMeshFailure(err, this.o.stages, this.replicas);
-    this.emit({ type: 'failure', round: round.key, rank: round.pg.rank, step: this.state?.progress.step ?? 0, inFlight: null, error, recoverable });
+    this.emit({
+      type: 'failure',
+      round: round.key,
+      rank: round.pg.rank,
+      step: this.state?.progress.step ?? 0,
+      inFlight: null,
+      error,
+      recoverable,
+    });
     if (!recoverable) throw err;
     return 'retry';
   }
@@ -250,7 +281,12 @@ class PipelineRun<M extends StepMetrics> {
       this.state.dispose();
       this.stage!.model.dispose();
     }
-    const stage = new PipelineStage({ layers: this.o.layers, inputShape: this.o.inputShape, group: mesh.pipe, ...(this.o.splitPoints ? { splitPoints: this.o.splitPoints } : {}) });
+    const stage = new PipelineStage({
+      layers: this.o.layers,
+      inputShape: this.o.inputShape,
+      group: mesh.pipe,
+      ...(this.o.splitPoints ? { splitPoints: this.o.splitPoints } : {}),
+    });
     this.stage = stage;
     this.state = new TrainState({ model: stage.model, optimizer: this.o.optimizer });
     return { stage, state: this.state };
@@ -274,7 +310,15 @@ class PipelineRun<M extends StepMetrics> {
     let source: 'fresh' | 'checkpoint' = 'fresh';
     let note: string | undefined;
     if (step >= 0) {
-      const r = await restoreStatePart(state, { url: o.url, session: o.session, token: o.token, resumeFrom: o.resumeFrom, resumeFromToken: o.resumeFromToken, part, step });
+      const r = await restoreStatePart(state, {
+        url: o.url,
+        session: o.session,
+        token: o.token,
+        resumeFrom: o.resumeFrom,
+        resumeFromToken: o.resumeFromToken,
+        part,
+        step,
+      });
       source = 'checkpoint';
       note = `every stage resumed from its checkpoint at step ${step}`;
       this.record = { ...r.run, resumes: [...r.run.resumes, note] };
@@ -303,27 +347,61 @@ class PipelineRun<M extends StepMetrics> {
     });
   }
 
-  private async train(round: Round, mesh: PipelineMesh, stage: PipelineStage, ddp: DistributedDataParallel, state: TrainState, ctx: () => PipelineRoundContext): Promise<Outcome> {
+  private async train(
+    round: Round,
+    mesh: PipelineMesh,
+    stage: PipelineStage,
+    ddp: DistributedDataParallel,
+    state: TrainState,
+    ctx: () => PipelineRoundContext,
+  ): Promise<Outcome> {
     const o = this.o;
     const p = state.progress;
     const d = this.replicas;
     const length = o.datasetLength;
     while (p.epoch < this.maxEpochs && p.step < this.maxSteps) {
       // The sampler shards by replica: every stage of a replica walks the same samples.
-      const plan = planEpoch(length, p, { numReplicas: d, rank: mesh.replica, batchSize: o.batchSize, shuffle: o.shuffle, seed: o.seed, dropLast: o.dropLast });
+      const plan = planEpoch(length, p, {
+        numReplicas: d,
+        rank: mesh.replica,
+        batchSize: o.batchSize,
+        shuffle: o.shuffle,
+        seed: o.seed,
+        dropLast: o.dropLast,
+      });
       const { stepsLeft, fullEpochSteps } = plan;
       const totalSteps = Math.min(this.maxSteps, p.step + stepsLeft + (this.maxEpochs - p.epoch - 1) * fullEpochSteps);
-      if (stepsLeft > 0) this.emit({ type: 'epoch', round: round.key, rank: mesh.world.rank, epoch: p.epoch, samples: plan.samples, datasetLength: length, stepsPerEpoch: fullEpochSteps });
+      if (stepsLeft > 0)
+        this.emit({
+          type: 'epoch',
+          round: round.key,
+          rank: mesh.world.rank,
+          epoch: p.epoch,
+          samples: plan.samples,
+          datasetLength: length,
+          stepsPerEpoch: fullEpochSteps,
+        });
       for (let k = 0; k < stepsLeft && p.step < this.maxSteps; k++) {
         const { indices: batch, padding } = batchOf(plan, k, o.batchSize);
         // One stage per replica reports the samples: the others train on the same ones.
-        if (mesh.stage === 0) this.emit({ type: 'batch', round: round.key, rank: mesh.replica, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
-        const metrics = (await o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, stage, ddp, optimizer: state.optimizer, mesh })) ?? ({} as M);
+        if (mesh.stage === 0)
+          this.emit({ type: 'batch', round: round.key, rank: mesh.replica, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
+        const metrics =
+          (await o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, stage, ddp, optimizer: state.optimizer, mesh })) ?? ({} as M);
         p.position = k === stepsLeft - 1 ? length : Math.min(length, p.position + o.batchSize * d);
         p.step++;
         this.furthest = Math.max(this.furthest, p.step);
         const vote = await stepVote(mesh.world, metrics, { stop: o.shouldStop?.() ?? false, join: false, stopVote: o.stopVote });
-        this.emit({ type: 'step', round: round.key, rank: mesh.world.rank, step: p.step, epoch: p.epoch, totalSteps, metrics: vote.metrics, elapsedMs: performance.now() - this.started });
+        this.emit({
+          type: 'step',
+          round: round.key,
+          rank: mesh.world.rank,
+          step: p.step,
+          epoch: p.epoch,
+          totalSteps,
+          metrics: vote.metrics,
+          elapsedMs: performance.now() - this.started,
+        });
         await o.onStep?.({ ...ctx(), metrics: vote.metrics });
         if ((o.checkReplicasEvery ?? 0) > 0 && p.step % o.checkReplicasEvery! === 0) await verifyReplicas(mesh.dp, stage.model);
         if ((o.checkpointEvery ?? 0) > 0 && p.step % o.checkpointEvery! === 0) await this.checkpoint(mesh, state);
@@ -344,9 +422,18 @@ class PipelineRun<M extends StepMetrics> {
     if (mesh.replica !== 0) return;
     const step = state.progress.step;
     const stage = this.stage!;
-    const meta: Json = { ...(isObject(this.o.checkpointMeta) ? this.o.checkpointMeta : {}), pipeline: { stage: mesh.stage, stages: mesh.stages, splitPoints: stage.splitPoints } };
+    const meta: Json = {
+      ...(isObject(this.o.checkpointMeta) ? this.o.checkpointMeta : {}),
+      pipeline: { stage: mesh.stage, stages: mesh.stages, splitPoints: stage.splitPoints },
+    };
     try {
-      const saved = await saveState(state, this.record, { url: this.o.url, session: this.o.session, token: this.o.token, meta, part: stagePart(mesh.stage) });
+      const saved = await saveState(state, this.record, {
+        url: this.o.url,
+        session: this.o.session,
+        token: this.o.token,
+        meta,
+        part: stagePart(mesh.stage),
+      });
       this.emit({ type: 'checkpoint', step, name: `${stagePart(mesh.stage)}/${saved.name}`, bytes: saved.bytes });
     } catch (err) {
       this.emit({ type: 'checkpoint-failed', step, error: `${stagePart(mesh.stage)}: ${(err as Error).message}` });

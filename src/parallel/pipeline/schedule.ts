@@ -23,7 +23,8 @@ export interface Action {
 export function scheduleActions(kind: ScheduleKind, stage: number, stages: number, microBatches: number): Action[] {
   if (!Number.isSafeInteger(stages) || stages < 1) throw new RangeError(`stages must be a positive integer, got ${stages}`);
   if (!Number.isSafeInteger(stage) || stage < 0 || stage >= stages) throw new RangeError(`stage must be in 0..${stages - 1}, got ${stage}`);
-  if (!Number.isSafeInteger(microBatches) || microBatches < 1) throw new RangeError(`microBatches must be a positive integer, got ${microBatches}`);
+  if (!Number.isSafeInteger(microBatches) || microBatches < 1)
+    throw new RangeError(`microBatches must be a positive integer, got ${microBatches}`);
   const F = (microBatch: number): Action => ({ phase: 'F', microBatch });
   const B = (microBatch: number): Action => ({ phase: 'B', microBatch });
   const all = Array.from({ length: microBatches }, (_, i) => i);

@@ -28,7 +28,13 @@ export function describeLayers(layers: LayerFactory[], inputShape: number[]): La
     layer.build(batchShape);
     const parameters = layer.countParams();
     for (const w of layer.weights) w.dispose();
-    const info: LayerInfo = { index, className: layer.getClassName(), parameters, inputShape: shape, outputShape: out.slice(1).map((d) => d ?? 0) };
+    const info: LayerInfo = {
+      index,
+      className: layer.getClassName(),
+      parameters,
+      inputShape: shape,
+      outputShape: out.slice(1).map((d) => d ?? 0),
+    };
     shape = info.outputShape;
     return info;
   });
@@ -71,11 +77,14 @@ export function balancedSplitPoints(parameters: number[], stages: number): numbe
 
 /** Checks explicit split points against a model of `numLayers` layers; throws RangeError saying what is wrong. */
 export function checkSplitPoints(points: number[], numLayers: number, stages: number): void {
-  if (points.length !== stages - 1) throw new RangeError(`${stages} stages need ${stages - 1} split point(s), got ${points.length} ([${points.join(', ')}])`);
+  if (points.length !== stages - 1)
+    throw new RangeError(`${stages} stages need ${stages - 1} split point(s), got ${points.length} ([${points.join(', ')}])`);
   let prev = 0;
   for (const p of points) {
     if (!Number.isSafeInteger(p) || p <= prev || p >= numLayers) {
-      throw new RangeError(`split points must be increasing layer indices in 1..${numLayers - 1} (every stage at least one layer), got [${points.join(', ')}]`);
+      throw new RangeError(
+        `split points must be increasing layer indices in 1..${numLayers - 1} (every stage at least one layer), got [${points.join(', ')}]`,
+      );
     }
     prev = p;
   }

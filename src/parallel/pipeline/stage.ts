@@ -150,7 +150,12 @@ export class PipelineStage {
     this.stage = o.group.rank;
     this.numStages = o.group.worldSize;
     const infos = describeLayers(o.layers, o.inputShape);
-    const points = o.splitPoints ?? balancedSplitPoints(infos.map((l) => l.parameters), this.numStages);
+    const points =
+      o.splitPoints ??
+      balancedSplitPoints(
+        infos.map((l) => l.parameters),
+        this.numStages,
+      );
     checkSplitPoints(points, infos.length, this.numStages);
     this.splitPoints = points;
     const ranges = stageRanges(points, infos.length);
@@ -289,7 +294,8 @@ export class PipelineStage {
         : () => tf.sum(tf.mul(this.model.apply(input, { training: true }) as tf.Tensor, dy!)) as tf.Scalar;
       const last = i === run.sizes.length - 1;
       // The straggler stretches the backward inside DDP, before the replicas' all-reduce.
-      const backward = () => o.ddp.backward(lossFn, { ...(xv ? { inputs: [xv] } : {}), ...(o.straggler ? { straggler: o.straggler } : {}) });
+      const backward = () =>
+        o.ddp.backward(lossFn, { ...(xv ? { inputs: [xv] } : {}), ...(o.straggler ? { straggler: o.straggler } : {}) });
       const r = last ? await backward() : await o.ddp.noSync(backward);
       t.allreduce += r.timings.allreduce;
       t.compute += r.timings.compute + r.timings.readback;
@@ -318,7 +324,11 @@ export class PipelineStage {
     const labelShape = this.outputShape.slice(0, -1);
     const perSample = labelShape.reduce((a, b) => a * b, 1);
     const { starts, sizes } = run;
-    return tf.tensor(run.o.labels!.subarray(starts[i]! * perSample, (starts[i]! + sizes[i]!) * perSample), [sizes[i]!, ...labelShape], 'int32');
+    return tf.tensor(
+      run.o.labels!.subarray(starts[i]! * perSample, (starts[i]! + sizes[i]!) * perSample),
+      [sizes[i]!, ...labelShape],
+      'int32',
+    );
   }
 
   /** Stretches a pass's compute (--slow) before what follows it is sent. */
@@ -344,9 +354,16 @@ export class PipelineStage {
    * size. The first stage takes `inputs`; the last returns the model's outputs for the batch
    * (the caller disposes them); the others return null.
    */
-  async forward(o: { batchSize: number; inputs?: Float32Array; microBatches?: number; activationDtype?: ActivationDtype }): Promise<tf.Tensor | null> {
+  async forward(o: {
+    batchSize: number;
+    inputs?: Float32Array;
+    microBatches?: number;
+    activationDtype?: ActivationDtype;
+  }): Promise<tf.Tensor | null> {
     if (this.isFirst && (!o.inputs || o.inputs.length !== o.batchSize * this.inElems)) {
-      throw new RangeError(`stage 0 needs ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${o.batchSize * this.inElems} floats), got ${o.inputs ? o.inputs.length : 'none'}`);
+      throw new RangeError(
+        `stage 0 needs ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${o.batchSize * this.inElems} floats), got ${o.inputs ? o.inputs.length : 'none'}`,
+      );
     }
     const half = (o.activationDtype ?? 'float32') === 'float16';
     const sizes = microBatchSizes(o.batchSize, o.microBatches ?? 1);
@@ -396,11 +413,17 @@ export class PipelineStage {
   private checkStepInputs(o: StageStepOptions): void {
     if (this.isFirst) {
       const want = o.batchSize * this.inElems;
-      if (!o.inputs || o.inputs.length !== want) throw new RangeError(`stage 0 needs the batch's inputs: ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${want} floats), got ${o.inputs ? o.inputs.length : 'none'}`);
+      if (!o.inputs || o.inputs.length !== want)
+        throw new RangeError(
+          `stage 0 needs the batch's inputs: ${o.batchSize} samples of [${this.inputShape.join(', ')}] (${want} floats), got ${o.inputs ? o.inputs.length : 'none'}`,
+        );
     }
     if (this.isLast) {
       const want = o.batchSize * this.outputShape.slice(0, -1).reduce((a, b) => a * b, 1);
-      if (!o.labels || o.labels.length !== want) throw new RangeError(`the last stage (${this.stage}) needs ${want} labels (${o.batchSize} samples of output [${this.outputShape.join(', ')}]), got ${o.labels ? o.labels.length : 'none'}`);
+      if (!o.labels || o.labels.length !== want)
+        throw new RangeError(
+          `the last stage (${this.stage}) needs ${want} labels (${o.batchSize} samples of output [${this.outputShape.join(', ')}]), got ${o.labels ? o.labels.length : 'none'}`,
+        );
       if (!o.loss) throw new RangeError(`the last stage (${this.stage}) needs a loss function`);
     }
   }
@@ -414,5 +437,8 @@ export class PipelineStage {
 export const MAX_MICRO_BATCHES = 64;
 
 function checkMicroBatches(count: number): void {
-  if (count > MAX_MICRO_BATCHES) throw new RangeError(`at most ${MAX_MICRO_BATCHES} micro-batches per call, got ${count}: a stage sends them all before the next one takes any, and a receiver keeps at most ${MAX_MICRO_BATCHES} waiting`);
+  if (count > MAX_MICRO_BATCHES)
+    throw new RangeError(
+      `at most ${MAX_MICRO_BATCHES} micro-batches per call, got ${count}: a stage sends them all before the next one takes any, and a receiver keeps at most ${MAX_MICRO_BATCHES} waiting`,
+    );
 }

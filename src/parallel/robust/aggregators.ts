@@ -82,7 +82,9 @@ export interface Aggregation {
 export class NoContributionError extends Error {
   override name = 'NoContributionError';
   constructor(readonly judgments: RankJudgment[]) {
-    super(`no contribution could be aggregated: ${judgments.map((j) => `rank ${j.rank} ${j.status}${j.reason ? ` (${j.reason})` : ''}`).join(', ')}`);
+    super(
+      `no contribution could be aggregated: ${judgments.map((j) => `rank ${j.rank} ${j.status}${j.reason ? ` (${j.reason})` : ''}`).join(', ')}`,
+    );
   }
 }
 
@@ -93,17 +95,24 @@ export function checkAggregationSpec(spec: AggregationSpec): void {
     case 'median':
       return;
     case 'trimmed-mean':
-      if (!Number.isSafeInteger(spec.trim) || spec.trim < 0) throw new RangeError(`trimmed-mean: trim must be an integer >= 0 (values cut per side and coordinate), got ${String(spec.trim)}`);
+      if (!Number.isSafeInteger(spec.trim) || spec.trim < 0)
+        throw new RangeError(`trimmed-mean: trim must be an integer >= 0 (values cut per side and coordinate), got ${String(spec.trim)}`);
       return;
     case 'centered-clip': {
-      if (spec.tau !== 'auto' && !(typeof spec.tau === 'number' && Number.isFinite(spec.tau) && spec.tau > 0)) throw new RangeError(`centered-clip: tau must be a positive finite number or 'auto', got ${String(spec.tau)}`);
+      if (spec.tau !== 'auto' && !(typeof spec.tau === 'number' && Number.isFinite(spec.tau) && spec.tau > 0))
+        throw new RangeError(`centered-clip: tau must be a positive finite number or 'auto', got ${String(spec.tau)}`);
       const it = spec.iterations ?? DEFAULT_CLIP_ITERATIONS;
-      if (!Number.isSafeInteger(it) || it < 1 || it > MAX_CLIP_ITERATIONS) throw new RangeError(`centered-clip: iterations must be an integer from 1 to ${MAX_CLIP_ITERATIONS}, got ${String(spec.iterations)}`);
+      if (!Number.isSafeInteger(it) || it < 1 || it > MAX_CLIP_ITERATIONS)
+        throw new RangeError(
+          `centered-clip: iterations must be an integer from 1 to ${MAX_CLIP_ITERATIONS}, got ${String(spec.iterations)}`,
+        );
       return;
     }
     default: {
       const unknown: never = spec;
-      throw new RangeError(`unknown aggregation ${JSON.stringify((unknown as { kind?: unknown }).kind)}: use mean, trimmed-mean, median or centered-clip`);
+      throw new RangeError(
+        `unknown aggregation ${JSON.stringify((unknown as { kind?: unknown }).kind)}: use mean, trimmed-mean, median or centered-clip`,
+      );
     }
   }
 }
@@ -134,14 +143,29 @@ function distance(a: Float32Array, b: Float32Array): number {
  * `center`: centered clipping's starting point (the previous aggregate; zeros when null).
  * Throws NoContributionError when no block is usable, RangeError for blocks of different lengths.
  */
-export function aggregate(spec: AggregationSpec, blocks: ReadonlyArray<Float32Array | null>, center: Float32Array | null = null): Aggregation {
+export function aggregate(
+  spec: AggregationSpec,
+  blocks: ReadonlyArray<Float32Array | null>,
+  center: Float32Array | null = null,
+): Aggregation {
   checkAggregationSpec(spec);
   const lengths = new Set(blocks.filter((b): b is Float32Array => b !== null).map((b) => b.length));
   if (lengths.size > 1) throw new RangeError(`aggregate: the blocks have different lengths (${[...lengths].join(', ')})`);
   const judgments: RankJudgment[] = blocks.map((b, rank) => {
-    if (b === null) return { rank, status: 'absent', norm: null, distance: null, trimmed: 0, clipScale: 1, reason: 'no block (no samples)' };
+    if (b === null)
+      return { rank, status: 'absent', norm: null, distance: null, trimmed: 0, clipScale: 1, reason: 'no block (no samples)' };
     const bad = firstNonfinite(b);
-    if (bad >= 0) return { rank, status: 'refused', norm: null, distance: null, trimmed: 0, clipScale: 1, reason: `non-finite value ${b[bad]} at index ${bad}`, nonfiniteIndex: bad };
+    if (bad >= 0)
+      return {
+        rank,
+        status: 'refused',
+        norm: null,
+        distance: null,
+        trimmed: 0,
+        clipScale: 1,
+        reason: `non-finite value ${b[bad]} at index ${bad}`,
+        nonfiniteIndex: bad,
+      };
     return { rank, status: 'used', norm: l2(b), distance: 0, trimmed: 0, clipScale: 1 };
   });
   const used = judgments.filter((j) => j.status === 'used').map((j) => j.rank);
@@ -254,7 +278,13 @@ function lowerMedianOf(values: Float64Array): number {
   return sorted[Math.floor((sorted.length - 1) / 2)]!;
 }
 
-function centeredClip(xs: Float32Array[], n: number, tauSpec: number | 'auto', iterations: number, center: Float32Array | null): { values: Float32Array; clipScales: Float64Array; tau: number } {
+function centeredClip(
+  xs: Float32Array[],
+  n: number,
+  tauSpec: number | 'auto',
+  iterations: number,
+  center: Float32Array | null,
+): { values: Float32Array; clipScales: Float64Array; tau: number } {
   const k = xs.length;
   const v = new Float64Array(n);
   if (center) for (let i = 0; i < n; i++) v[i] = center[i]!;

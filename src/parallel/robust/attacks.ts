@@ -45,8 +45,10 @@ export const DEFAULT_ATTACK = { scaleFactor: 1000, flipFactor: -4, std: 1, z: 1 
 
 /** Refuses a plan no run can play, saying what was given. */
 export function checkAttackPlan(plan: AttackPlan): void {
-  if (!(ATTACK_KINDS as readonly string[]).includes(plan.kind)) throw new RangeError(`attack: kind must be ${ATTACK_KINDS.join(', ')}, got ${String(plan.kind)}`);
-  if (!Number.isSafeInteger(plan.attackers) || plan.attackers < 0) throw new RangeError(`attack: attackers must be an integer >= 0 (the last K ranks attack), got ${String(plan.attackers)}`);
+  if (!(ATTACK_KINDS as readonly string[]).includes(plan.kind))
+    throw new RangeError(`attack: kind must be ${ATTACK_KINDS.join(', ')}, got ${String(plan.kind)}`);
+  if (!Number.isSafeInteger(plan.attackers) || plan.attackers < 0)
+    throw new RangeError(`attack: attackers must be an integer >= 0 (the last K ranks attack), got ${String(plan.attackers)}`);
   for (const key of ['factor', 'std', 'z', 'seed'] as const) {
     const v = plan[key];
     if (v !== undefined && !Number.isFinite(v)) throw new RangeError(`attack: ${key} must be a finite number, got ${String(v)}`);

@@ -34,14 +34,20 @@ export class DDPAggregation {
   /** Throws if `hook` cannot reduce under this aggregation (any hook but the plain all-reduce, under a robust kind). */
   checkHook(hook: CommHook): void {
     if (!this.reducer || isPlainAllreduce(hook)) return;
-    const diloco = hook.localSteps ? "; for DiLoCo, give the aggregation to DiLoCo's outer step (DiLoCoOptions.aggregation) and leave DDP's the mean" : '';
-    throw new Error(`the communication hook ${hook.name} cannot combine with robust aggregation (${describeAggregation(this.spec)}): the aggregation replaces the all-reduce a hook would compress or skip, and needs every rank's whole gradient as sent${diloco}`);
+    const diloco = hook.localSteps
+      ? "; for DiLoCo, give the aggregation to DiLoCo's outer step (DiLoCoOptions.aggregation) and leave DDP's the mean"
+      : '';
+    throw new Error(
+      `the communication hook ${hook.name} cannot combine with robust aggregation (${describeAggregation(this.spec)}): the aggregation replaces the all-reduce a hook would compress or skip, and needs every rank's whole gradient as sent${diloco}`,
+    );
   }
 
   /** Throws under a robust kind: nothing rides on a sum there. */
   checkCarry(): void {
     if (!this.reducer) return;
-    throw new Error(`carry: values cannot ride on the gradients under robust aggregation (${describeAggregation(this.spec)}): the gradients are gathered and aggregated, not summed, and a sum could not carry per-rank facts anyway (any rank adds into any value); exchange them on their own (runElastic does: no votes on the gradients then)`);
+    throw new Error(
+      `carry: values cannot ride on the gradients under robust aggregation (${describeAggregation(this.spec)}): the gradients are gathered and aggregated, not summed, and a sum could not carry per-rank facts anyway (any rank adds into any value); exchange them on their own (runElastic does: no votes on the gradients then)`,
+    );
   }
 
   /** Plays this rank's attack on its own contribution (`part`: a bucket's index), when it has one and samples. */

@@ -37,8 +37,14 @@ export interface GatheredContributions {
  * Collective: gathers every rank's `values` of `numel` values (null: this rank contributes none
  * this step), each checked against the digest its sender published. `step` names the step in errors.
  */
-export async function gatherContributions(pg: ProcessGroup, values: Float32Array | null, numel: number, step = -1): Promise<GatheredContributions> {
-  if (values !== null && values.length !== numel) throw new RangeError(`gatherContributions: ${values.length} values, the contribution has ${numel}`);
+export async function gatherContributions(
+  pg: ProcessGroup,
+  values: Float32Array | null,
+  numel: number,
+  step = -1,
+): Promise<GatheredContributions> {
+  if (values !== null && values.length !== numel)
+    throw new RangeError(`gatherContributions: ${values.length} values, the contribution has ${numel}`);
   const block = new Float32Array(numel + 1);
   if (values !== null) {
     block.set(values);

@@ -43,7 +43,14 @@ export class OuterAggregation {
    * none when `present` is false), with how many ranks' entered. When no rank had one, zeros
    * (as the mean of nothing weighed); when every one was refused, NoContributionError.
    */
-  reduce(pg: ProcessGroup, reducer: RobustReducer, delta: Float32Array, present: boolean, step: number, part: number): Promise<{ values: Float32Array; used: number }> {
+  reduce(
+    pg: ProcessGroup,
+    reducer: RobustReducer,
+    delta: Float32Array,
+    present: boolean,
+    step: number,
+    part: number,
+  ): Promise<{ values: Float32Array; used: number }> {
     if (present) this.attackOwn(pg, delta, step, part);
     return reducer.reduce(pg, present ? delta : null, delta.length, step).then(
       (report) => {
@@ -51,7 +58,8 @@ export class OuterAggregation {
         return { values: report.values, used: report.used };
       },
       (err: unknown) => {
-        if (err instanceof NoContributionError && err.judgments.every((j) => j.status === 'absent')) return { values: new Float32Array(delta.length), used: 0 };
+        if (err instanceof NoContributionError && err.judgments.every((j) => j.status === 'absent'))
+          return { values: new Float32Array(delta.length), used: 0 };
         throw err;
       },
     );
