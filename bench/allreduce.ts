@@ -160,6 +160,6 @@ lines.push(
 );
 const table = lines.join('\n');
 await mkdir(dir, { recursive: true });
-if (!values['table-only']) await writeFile(join(dir, `${name}.json`), JSON.stringify({ date, machine, iters, runs }, null, 2) + '\n');
-await writeFile(join(dir, `${name}.md`), table + '\n');
-console.log('\n' + table);
+if (!values['table-only']) await writeFile(join(dir, `${name}.json`), `${JSON.stringify({ date, machine, iters, runs }, null, 2)}\n`);
+await writeFile(join(dir, `${name}.md`), `${table}\n`);
+console.log(`\n${table}`);

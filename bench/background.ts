@@ -71,6 +71,6 @@ const out = {
 };
 const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
-await writeFile(join(dir, 'background.json'), JSON.stringify(out, null, 2) + '\n');
+await writeFile(join(dir, 'background.json'), `${JSON.stringify(out, null, 2)}\n`);
 console.log(`wrote ${join(dir, 'background.json')}`);
 process.exitCode = visible.ok && hidden.ok && intensive.ok ? 0 : 1;

@@ -428,7 +428,7 @@ async function writeResults(): Promise<string> {
   await mkdir(dir, { recursive: true });
   await writeFile(
     join(dir, `${values.name}.json`),
-    JSON.stringify(
+    `${JSON.stringify(
       {
         date,
         machine,
@@ -440,12 +440,12 @@ async function writeResults(): Promise<string> {
       },
       null,
       2,
-    ) + '\n',
+    )}\n`,
   );
-  await writeFile(join(dir, `${values.name}.md`), table + '\n');
+  await writeFile(join(dir, `${values.name}.md`), `${table}\n`);
   return table;
 }
-console.log('\n' + (await writeResults()));
+console.log(`\n${await writeResults()}`);
 const failed = rows.filter((r) => !r.ok);
 if (failed.length > 0) {
   console.log(`\n[bench] ${failed.length} of ${rows.length} run(s) failed`);

@@ -102,6 +102,6 @@ const lines = [
 const table = lines.join('\n');
 const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
-await writeFile(join(dir, 'ddp_lan.json'), JSON.stringify({ date, machine, nproc, steps: Number(values.steps), rows }, null, 2) + '\n');
-await writeFile(join(dir, 'ddp_lan.md'), table + '\n');
-console.log('\n' + table);
+await writeFile(join(dir, 'ddp_lan.json'), `${JSON.stringify({ date, machine, nproc, steps: Number(values.steps), rows }, null, 2)}\n`);
+await writeFile(join(dir, 'ddp_lan.md'), `${table}\n`);
+console.log(`\n${table}`);

@@ -323,7 +323,7 @@ const dir = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(dir, { recursive: true });
 await writeFile(
   join(dir, 'ps.json'),
-  JSON.stringify(
+  `${JSON.stringify(
     {
       date,
       machine,
@@ -343,8 +343,8 @@ await writeFile(
     },
     null,
     2,
-  ) + '\n',
+  )}\n`,
 );
-await writeFile(join(dir, 'ps.md'), table + '\n');
-console.log('\n' + table);
+await writeFile(join(dir, 'ps.md'), `${table}\n`);
+console.log(`\n${table}`);
 if (rows.some((r) => !r.ok)) process.exitCode = 1;

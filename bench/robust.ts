@@ -146,8 +146,8 @@ const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown C
 async function save(): Promise<void> {
   const when = new Date().toISOString().slice(0, 10);
   const head = `# Robust aggregation against hostile ranks\n\n${when}, ${machine}. \`npm run bench:robust -- --nproc ${nproc} --attacks ${attacks.join(',')} --attackers ${attackerCounts.join(',')} --aggregations ${aggregations.join(',')} --backend ${values.backend} --batch-size ${values['batch-size']} --train-size ${values['train-size']} --test-size ${values['test-size']}\`: the train job's MNIST MLP (784-128-10, Adam), ${nproc} tabs, the last K ranks attacking their own gradient (src/parallel/robust/attacks.ts).\n\n`;
-  await writeFile(join(outDir, `${values.name}.json`), JSON.stringify({ date: when, machine, nproc, rows }, null, 2) + '\n');
-  await writeFile(join(outDir, `${values.name}.md`), head + table(rows) + '\n');
+  await writeFile(join(outDir, `${values.name}.json`), `${JSON.stringify({ date: when, machine, nproc, rows }, null, 2)}\n`);
+  await writeFile(join(outDir, `${values.name}.md`), `${head + table(rows)}\n`);
 }
 
 const plan: Array<[string, string, number]> = [];

@@ -38,11 +38,11 @@ async function shot(page: Page, name: string): Promise<void> {
   const cards = [
     await page
       .getByTestId('progress')
-      .innerText()
+      .textContent()
       .catch(() => ''),
     await page
       .locator('section.stats')
-      .innerText()
+      .textContent()
       .catch(() => ''),
   ].join(' · ');
   console.log(`saved ${path}\n  ${cards.replace(/\s*\n\s*/g, ' · ')}`);

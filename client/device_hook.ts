@@ -8,9 +8,9 @@
  * destroy the device or terminate the Workers anyway.
  */
 import * as tf from '@tensorflow/tfjs';
-import { type DataParallel } from '../src/index.ts';
+import type { DataParallel } from '../src/index.ts';
 import { destroyDevice } from '../src/runtime/device.ts';
-import { type DeviceFault } from '../src/parallel/data_parallel/protocol.ts';
+import type { DeviceFault } from '../src/parallel/data_parallel/protocol.ts';
 
 /** What __ddpLoseDevice answers when it destroyed the device. */
 export const DEVICE_DESTROYED = 'destroyed';

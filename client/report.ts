@@ -4,7 +4,7 @@
  * `elastic` reports carry the library's own events (rounds, the samples each step trained,
  * the end), from the built-in job and from user scripts alike.
  */
-import { type ProcessGroup } from '../src/index.ts';
+import type { ProcessGroup } from '../src/index.ts';
 import { setEventHandler } from '../src/parallel/events.ts';
 import type { LinkReport, Report } from '../src/jobs/job_report.ts';
 

@@ -9,7 +9,7 @@
  *   npm run launch -- --nproc 4 examples/05_pipeline_train.ts --stages 2 --micro-batches 4 \
  *     --dataset synthetic --batch-size 32 --epochs 1   (or --steps N)
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import { classificationLoss, intArg, loadMnist, nn, pipeline, runPipeline, runtime, syntheticDataset, SGD } from '../src/index.ts';
 import type { LaunchContext } from '../src/index.ts';
 

@@ -98,11 +98,9 @@ export const FIREFOX_PREFS: Readonly<Record<string, string | number | boolean>> 
 
 /** The profile's user.js for `prefs`. */
 export function userJs(prefs: Readonly<Record<string, string | number | boolean>> = FIREFOX_PREFS): string {
-  return (
-    Object.entries(prefs)
-      .map(([k, v]) => `user_pref(${JSON.stringify(k)}, ${JSON.stringify(v)});`)
-      .join('\n') + '\n'
-  );
+  return `${Object.entries(prefs)
+    .map(([k, v]) => `user_pref(${JSON.stringify(k)}, ${JSON.stringify(v)});`)
+    .join('\n')}\n`;
 }
 
 /** The environment without MOZ_HEADLESS (Firefox is headless when it is set to anything, even empty). */

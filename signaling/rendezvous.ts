@@ -368,7 +368,7 @@ export class Rendezvous {
     if (rank === undefined || round !== this.round || this.closedBy) {
       throw new StoreRefusal(
         ErrorCode.GATHER_ABORTED,
-        `only a rank of the running round may give a row to a gather: this member ${rank === undefined ? 'has no rank in' : 'asked about round ' + round + ', not'} the running round ${this.round} of session "${this.sessionName}"`,
+        `only a rank of the running round may give a row to a gather: this member ${rank === undefined ? 'has no rank in' : `asked about round ${round}, not`} the running round ${this.round} of session "${this.sessionName}"`,
         { round: this.round, tag },
         false,
       );

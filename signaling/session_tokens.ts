@@ -250,11 +250,11 @@ export class SessionTokens {
 
   private async writeHash(session: string, name: string, hash: Buffer): Promise<void> {
     const existing = await this.readPersisted(session, name);
-    if (existing !== undefined && existing.equals(hash)) return;
+    if (existing?.equals(hash)) return;
     const file = join(this.dir, session, name);
     // Unique: two first uploads of a session may persist at the same time.
     const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-    await writeFile(tmp, hash.toString('hex') + '\n', { mode: PRIVATE_FILE_MODE });
+    await writeFile(tmp, `${hash.toString('hex')}\n`, { mode: PRIVATE_FILE_MODE });
     await rename(tmp, file);
   }
 

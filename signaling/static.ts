@@ -70,7 +70,7 @@ export async function serveStatic(
     const info = await stat(file);
     if (!info.isFile()) throw new Error('not a file');
   } catch {
-    if (rel === '/index.html' || rel === sep + 'index.html') {
+    if (rel === '/index.html' || rel === `${sep}index.html`) {
       res.writeHead(503, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(`The page is not built: ${root} has no index.html. Run "npm run build" (npm start does it for you).`);
       return;

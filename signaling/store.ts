@@ -208,7 +208,9 @@ export class KeyValueStore {
   multiSet(keys: string[], values: Uint8Array[]): void {
     // All or nothing: check the quota for the whole batch first.
     this.reserve(keys.map((k, i) => [k, values[i].length]));
-    keys.forEach((k, i) => this.write(k, values[i]));
+    keys.forEach((k, i) => {
+      this.write(k, values[i]);
+    });
   }
 
   /** Drops every waiter a departed socket left behind (their promises never settle). */

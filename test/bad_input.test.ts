@@ -35,7 +35,7 @@ class Raw {
     this.closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
   }
   static async open(): Promise<Raw> {
-    const ws = new WebSocket(server.url.replace('http', 'ws') + 'ws');
+    const ws = new WebSocket(`${server.url.replace('http', 'ws')}ws`);
     await new Promise((r, j) => {
       ws.once('open', r);
       ws.once('error', j);

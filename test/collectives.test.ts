@@ -103,7 +103,9 @@ describe('collectives over in-memory links', () => {
     for (const g of gathered) expect(g).toEqual(want);
     const scattered = await Promise.all(pgs.map((pg) => pg.reduceScatter(input(pg.rank, 12), 'sum')));
     const full = expected(3, 12, 'sum');
-    scattered.forEach((s, r) => expect(s).toEqual(full.slice(r * 4, r * 4 + 4)));
+    scattered.forEach((s, r) => {
+      expect(s).toEqual(full.slice(r * 4, r * 4 + 4));
+    });
     await expect(pgs[0].reduceScatter(new Float32Array(7))).rejects.toThrow(errorOf(RangeError, /divisible by the world size 3, got 7/));
     destroy(pgs);
   });

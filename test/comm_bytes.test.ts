@@ -156,7 +156,10 @@ describe('DDP without a hook sends exactly the computed baseline; the hooks send
     }
     return { bytes, dense: ddps.map((d) => denseStepBytes(d.buckets, d.pg.rank, d.pg.worldSize)), ddps };
   }
-  const done = (ddps: DistributedDataParallel[]) => ddps.forEach((d) => d.pg.destroy());
+  const done = (ddps: DistributedDataParallel[]) =>
+    ddps.forEach((d) => {
+      d.pg.destroy();
+    });
 
   it('none: commBytes is the computed float32 all-reduce of the buckets, every step, on every rank (a ratio of exactly 1)', async () => {
     const { bytes, dense, ddps } = await sent('none', 2);
@@ -192,7 +195,9 @@ describe('DDP without a hook sends exactly the computed baseline; the hooks send
     const before = pgs.map((pg) => pg.bytesSent());
     await Promise.all(pgs.map((pg, r) => averager.average(pg, models[r]!, 1)));
     expect(pgs.map((pg, r) => pg.bytesSent() - before[r]!)).toEqual(pgs.map((pg) => plainAllReduceBytes(parameters, pg.rank, 3)));
-    pgs.forEach((pg) => pg.destroy());
+    pgs.forEach((pg) => {
+      pg.destroy();
+    });
   });
 });
 

@@ -62,7 +62,10 @@ async function groups(n: number, net = new MemoryNetwork(), extra: { maxFrameByt
   );
 }
 
-const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
+const destroy = (pgs: ProcessGroup[]) =>
+  pgs.forEach((pg) => {
+    pg.destroy();
+  });
 const bitsOf = (v: number) => new Uint32Array(Float32Array.of(v).buffer)[0]!;
 
 /** Rank `rank`'s input: values in [-4, 4) that are not exact in 16 bits. */
@@ -168,14 +171,20 @@ describe('16-bit floats', () => {
       encode16(dtype, values, bits);
       const to = dtype === 'float16' ? toFloat16Bits : toBfloat16Bits;
       const from = dtype === 'float16' ? fromFloat16Bits : fromBfloat16Bits;
-      values.forEach((v, i) => expect(bits[i]).toBe(to(v)));
+      values.forEach((v, i) => {
+        expect(bits[i]).toBe(to(v));
+      });
       const back = new Float32Array(values.length);
       decode16(dtype, bits, back);
-      back.forEach((v, i) => expect(Object.is(v, Math.fround(from(bits[i]!)))).toBe(true));
+      back.forEach((v, i) => {
+        expect(Object.is(v, Math.fround(from(bits[i]!)))).toBe(true);
+      });
       expect(hex(roundToWire(dtype, values.slice()))).toBe(hex(back));
       // Already rounded: rounding again changes no bit (NaNs compared as NaN).
       const again = roundToWire(dtype, back.slice());
-      again.forEach((v, i) => (Number.isNaN(v) ? expect(back[i]).toBeNaN() : expect(bitsOf(v)).toBe(bitsOf(back[i]!))));
+      again.forEach((v, i) => {
+        Number.isNaN(v) ? expect(back[i]).toBeNaN() : expect(bitsOf(v)).toBe(bitsOf(back[i]!));
+      });
     }
     expect(stagePackHalf).toBe(packHalf);
     const odd = values.subarray(0, 7);

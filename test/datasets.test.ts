@@ -19,7 +19,9 @@ function idx(dims: number[], data: number[], typeCode = 0x08): Uint8Array {
   const view = new DataView(out.buffer);
   out[2] = typeCode;
   out[3] = dims.length;
-  dims.forEach((d, k) => view.setUint32(4 + 4 * k, d, false));
+  dims.forEach((d, k) => {
+    view.setUint32(4 + 4 * k, d, false);
+  });
   out.set(data, 4 + 4 * dims.length);
   return out;
 }

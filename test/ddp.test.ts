@@ -301,7 +301,10 @@ describe('carry', () => {
         }
       }
       // One all-reduce of the gradients and the 3 values, not a second collective.
-      for (const step of carried.sent) step.forEach((bytes, r) => expect(bytes).toBe(allReduceBytes(carried.numel + 3, r, n)));
+      for (const step of carried.sent)
+        step.forEach((bytes, r) => {
+          expect(bytes).toBe(allReduceBytes(carried.numel + 3, r, n));
+        });
       // Summed then divided as 'avg' divides: the same weights as without the ride, to the bit.
       for (const w of carried.weights) expect(same(w, plain.weights[0]!)).toBe(true);
     }
@@ -338,7 +341,9 @@ describe('carry', () => {
     expect(dropped).toEqual([null, null]);
     const before = ddps.map((d) => d.pg.bytesSent());
     await Promise.all(ddps.map((d, r) => backward(d, r)));
-    ddps.forEach((d, r) => expect(d.pg.bytesSent() - before[r]!).toBe(allReduceBytes(d.parameterCount, r, 2)));
+    ddps.forEach((d, r) => {
+      expect(d.pg.bytesSent() - before[r]!).toBe(allReduceBytes(d.parameterCount, r, 2));
+    });
     expect(ddps.map((d) => d.takeCarried())).toEqual([null, null]);
     for (const d of ddps) d.pg.destroy();
   });

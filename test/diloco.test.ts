@@ -84,11 +84,15 @@ describe('DiLoCo', () => {
       const models = pgs.map(() => smallModel());
       const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 4, outerLr: torchRef.lr, outerMomentum: torchRef.momentum }));
       const start = Float32Array.from(torchRef.start);
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
       const sentBefore = pgs.map((pg) => pg.bytesSent());
       for (const [p, phase] of torchRef.phases.entries()) {
-        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+        });
         // Not an outer step: the models stay each rank's own.
         expect(await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 3)))).toEqual([false, false, false]);
         expect(await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 4)))).toEqual([true, true, true]);
@@ -114,11 +118,15 @@ describe('DiLoCo', () => {
     try {
       const models = pgs.map(() => smallModel());
       const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 4, outerLr: torchRef.lr, outerMomentum: torchRef.momentum, wire: 'int8' }));
-      models.forEach((m) => assignFlatWeights(m, Float32Array.from(torchRef.start)));
+      models.forEach((m) => {
+        assignFlatWeights(m, Float32Array.from(torchRef.start));
+      });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
       const errors: number[] = [];
       for (const [p, phase] of torchRef.phases.entries()) {
-        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+        });
         await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 4)));
         const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
         expect(new Set(after.map(hex)).size).toBe(1);
@@ -140,13 +148,19 @@ describe('DiLoCo', () => {
     try {
       const models = pgs.map(() => smallModel());
       const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 4, outerLr: torchRef.lr, outerMomentum: torchRef.momentum }));
-      models.forEach((m) => assignFlatWeights(m, Float32Array.from(torchRef.start)));
+      models.forEach((m) => {
+        assignFlatWeights(m, Float32Array.from(torchRef.start));
+      });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
       for (const [p, phase] of torchRef.weighted.entries()) {
         const all = phase.samples.reduce((a, b) => a + b, 0);
-        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+        });
         // The phase's inner steps trained these samples (a rank given none counts for nothing).
-        dilocos.forEach((d, r) => d.countStep(phase.samples[r]!, all));
+        dilocos.forEach((d, r) => {
+          d.countStep(phase.samples[r]!, all);
+        });
         await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 4 * p + 4)));
         const after = await Promise.all(models.map((m) => flatTrainableWeights(m)));
         expect(new Set(after.map(hex)).size).toBe(1);
@@ -155,9 +169,13 @@ describe('DiLoCo', () => {
       // Equal shares: the same bits as a DiLoCo told nothing.
       const run = async (count: boolean) => {
         const ds = pgs.map(() => new DiLoCo({ syncEvery: 4 }));
-        models.forEach((m) => assignFlatWeights(m, Float32Array.from(torchRef.start)));
+        models.forEach((m) => {
+          assignFlatWeights(m, Float32Array.from(torchRef.start));
+        });
         await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
-        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(torchRef.phases[0]!.local[r]!)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, Float32Array.from(torchRef.phases[0]!.local[r]!));
+        });
         if (count) for (const d of ds) d.countStep(5, 15);
         await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, 4)));
         return hex(await flatTrainableWeights(models[0]!));
@@ -176,11 +194,17 @@ describe('DiLoCo', () => {
       const x = tf.tensor2d([[0.5, -1, 2, 0.25, 1]]);
       const loss = (m: tf.LayersModel) => () => tf.sum(tf.square(m.apply(x) as tf.Tensor)) as tf.Scalar;
       const models = pgs.map(() => smallModel());
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       const ddps = await Promise.all(pgs.map((pg, r) => DistributedDataParallel.create(models[r]!, pg)));
-      ddps.forEach((d) => d.registerCommHook(new DiLoCo({ syncEvery: 4 })));
+      ddps.forEach((d) => {
+        d.registerCommHook(new DiLoCo({ syncEvery: 4 }));
+      });
       // Rank 0 trains 1 of the step's 4 samples, rank 1 three: a plain DDP would weigh them 0.5 and 1.5.
-      ddps.forEach((d, r) => d.setBatchShare(r === 0 ? 1 : 3, 4));
+      ddps.forEach((d, r) => {
+        d.setBatchShare(r === 0 ? 1 : 3, 4);
+      });
       await Promise.all(ddps.map((d, r) => d.backward(loss(models[r]!))));
       await Promise.all(ddps.map((d) => d.step(new SGD({ lr: 1 }))));
       const ref = smallModel();
@@ -202,10 +226,14 @@ describe('DiLoCo', () => {
       const models = pgs.map(() => smallModel());
       const a = pgs.map(() => new DiLoCo({ syncEvery: 1 }));
       const start = Float32Array.from(torchRef.start);
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       await Promise.all(pgs.map((pg, r) => a[r]!.rejoin(pg, models[r]!, null, 0)));
       const phase = torchRef.phases[0]!;
-      models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(phase.local[r]!)));
+      models.forEach((m, r) => {
+        assignFlatWeights(m, Float32Array.from(phase.local[r]!));
+      });
       await Promise.all(pgs.map((pg, r) => a[r]!.sync(pg, models[r]!, 1)));
       const state = a[0]!.stateDict();
       expect(Object.keys(state.tensors).sort()).toEqual(['momentum_buffer', 'outer_weights']);
@@ -213,7 +241,9 @@ describe('DiLoCo', () => {
       for (const d of b) d.loadStateDict(state);
       const next = torchRef.phases[1]!;
       const run = async (ds: DiLoCo[]) => {
-        models.forEach((m, r) => assignFlatWeights(m, Float32Array.from(next.local[r]!)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, Float32Array.from(next.local[r]!));
+        });
         await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, 2)));
         return hex(await flatTrainableWeights(models[0]!));
       };
@@ -228,7 +258,7 @@ describe('DiLoCo', () => {
       expect(() => new DiLoCo({ syncEvery: 4, fragments: 2 }).loadStateDict(state)).toThrow(
         errorOf(RangeError, /it is for 1 fragments, this DiLoCo has 2/),
       );
-      const nan = state.tensors['outer_weights']!.slice();
+      const nan = state.tensors.outer_weights!.slice();
       nan[3] = NaN;
       expect(() => new DiLoCo({ syncEvery: 1 }).loadStateDict({ ...state, tensors: { ...state.tensors, outer_weights: nan } })).toThrow(
         errorOf(RangeError, /non-finite/),
@@ -244,7 +274,9 @@ describe('DiLoCo', () => {
       const models = pgs.map(() => smallModel());
       const ds = pgs.map(() => new DiLoCo({ syncEvery: 8 }));
       const start = Float32Array.from(torchRef.start);
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
       const phase = torchRef.phases[0]!;
       // Ranks 0 and 1 trained 3 inner steps; rank 2 is a joiner (nothing held); the state transfer gave everyone rank 0's weights.
@@ -254,7 +286,9 @@ describe('DiLoCo', () => {
           return r < 2 ? ds[r]!.hold(m, 3) : null;
         }),
       );
-      models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
+      models.forEach((m) => {
+        assignFlatWeights(m, Float32Array.from(phase.local[0]!));
+      });
       const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
       expect(res).toEqual([0, 1, 2].map(() => ({ outerStep: true, contributors: 2 })));
       // The reference: SGD's first step (momentum buffer = gradient) on the average of two pseudo-gradients.
@@ -296,7 +330,9 @@ describe('DiLoCo', () => {
       const models = pgs.map(() => smallModel());
       const ds = pgs.map(() => new DiLoCo({ syncEvery: 8, fragments: 2 }));
       const start = Float32Array.from(torchRef.start);
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
       const phase = torchRef.phases[0]!;
       // Three inner steps: rank 0 trained 3 samples of 4 each, rank 1 one; rank 2 (a joiner) holds nothing.
@@ -308,7 +344,9 @@ describe('DiLoCo', () => {
         }),
       );
       expect(held[0]!.samples).toEqual([9, 9]);
-      models.forEach((m) => assignFlatWeights(m, Float32Array.from(phase.local[0]!)));
+      models.forEach((m) => {
+        assignFlatWeights(m, Float32Array.from(phase.local[0]!));
+      });
       const res = await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, held[r]!, 3)));
       expect(res.map((x) => x.contributors)).toEqual([2, 2, 2]);
       const g = start.map((s, i) => (9 * (s - phase.local[0]![i]!) + 3 * (s - phase.local[1]![i]!)) / 12);
@@ -334,11 +372,15 @@ describe('DiLoCo', () => {
       const models = pgs.map(() => smallModel());
       const ds = pgs.map(() => new DiLoCo({ syncEvery: 4, fragments: 2, overlap: 1 }));
       const start = Float32Array.from(torchRef.start);
-      models.forEach((m) => assignFlatWeights(m, start));
+      models.forEach((m) => {
+        assignFlatWeights(m, start);
+      });
       await Promise.all(pgs.map((pg, r) => ds[r]!.rejoin(pg, models[r]!, null, 0)));
       const local = (r: number, step: number) => Float32Array.from(start, (v, i) => v + 0.01 * Math.sin(r * 3 + step * 0.7 + i));
       const at = async (step: number) => {
-        models.forEach((m, r) => assignFlatWeights(m, local(r, step)));
+        models.forEach((m, r) => {
+          assignFlatWeights(m, local(r, step));
+        });
         const landed = await Promise.all(ds.map((d, r) => d.land(models[r]!, step)));
         const inSync = await Promise.all(pgs.map((pg, r) => ds[r]!.sync(pg, models[r]!, step)));
         return { landed, inSync, weights: await Promise.all(models.map((m) => flatTrainableWeights(m))) };
@@ -360,7 +402,7 @@ describe('DiLoCo', () => {
         expect(relativeError(w.subarray(0, 12), want)).toBeLessThan(1e-6);
         expect(hex(w.subarray(12))).toBe(hex(local(r, 3).subarray(12)));
       }
-      const outerOf = (d: DiLoCo) => hex(d.stateDict().tensors['outer_weights']!);
+      const outerOf = (d: DiLoCo) => hex(d.stateDict().tensors.outer_weights!);
       expect(outerOf(ds[0]!)).toBe(outerOf(ds[1]!));
       expect(ds.map((d) => d.outerSteps)).toEqual([1, 1]);
       // Step 4: fragment 1's turn; a full outer step at the end lands it and leaves the replicas identical.
@@ -486,7 +528,7 @@ function member(
     },
     onStep: async (ctx) => {
       hashes.set(ctx.step, await ctx.ddp.weightsHash());
-      const outer = ctx.ddp.commHookState()?.tensors['outer_weights'];
+      const outer = ctx.ddp.commHookState()?.tensors.outer_weights;
       if (outer) outerWeights.set(ctx.step, hex(outer));
     },
     async step(ctx) {

@@ -86,7 +86,9 @@ describe('evaluate', () => {
     expect(r0.testAccuracy).toBeCloseTo(whole! / test.length, 6);
     expect(tf.memory().numTensors).toBe(before);
     model.dispose();
-    pgs.forEach((pg) => pg.destroy());
+    pgs.forEach((pg) => {
+      pg.destroy();
+    });
   });
 
   it('after the run, a rank lost during the evaluation: the survivor evaluates the whole set alone and says so', async () => {
@@ -145,6 +147,8 @@ describe('evaluate', () => {
     expect(f0!.testAccuracy).toBeGreaterThan(0);
     expect(tf.memory().numTensors).toBe(before);
     model.dispose();
-    pgs.forEach((pg) => pg.destroy());
+    pgs.forEach((pg) => {
+      pg.destroy();
+    });
   });
 });

@@ -232,7 +232,9 @@ const T0 = Date.UTC(2024, 0, 1, 12, 0, 0);
 
 function replay(events: DashboardEvent[], from?: DashboardState): DashboardState {
   let s = from ?? initialDashboardState({ session: 'fleet', at: T0 });
-  events.forEach((event, i) => (s = reduceDashboard(s, { at: T0 + 1000 * (i + 1), event })));
+  events.forEach((event, i) => {
+    s = reduceDashboard(s, { at: T0 + 1000 * (i + 1), event });
+  });
   return s;
 }
 

@@ -167,7 +167,7 @@ describe('host secret', () => {
     const t = new SessionTokens(dir);
     expect(await t.claimSession('t', token, undefined, true)).toEqual({ ok: true, created: true });
     await t.persist('t');
-    await writeFile(join(dir, 't', HOST_FILE), 'a'.repeat(64) + '\n');
+    await writeFile(join(dir, 't', HOST_FILE), `${'a'.repeat(64)}\n`);
     await t.persist('t');
     await expect(readFile(join(dir, 't', HOST_FILE))).rejects.toThrow();
     expect(await readFile(join(dir, 't', TOKEN_FILE), 'utf8')).toMatch(/^[0-9a-f]{64}\n$/);

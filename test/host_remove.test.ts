@@ -19,7 +19,7 @@ import { RendezvousHandler, type RendezvousOptions } from '../src/c10d/rendezvou
 import {
   NotHostError,
   RemovedByHostError,
-  StoreError,
+  type StoreError,
   TokenRotatedError,
   UnauthorizedError,
   ServerMessageError,

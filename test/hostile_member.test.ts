@@ -487,7 +487,7 @@ function expectOwnRows(r: Run): void {
   for (const o of r.honest) {
     expect(o.votes.length, `honest rank ${o.rank}'s votes`).toBeGreaterThan(0);
     for (const v of o.votes)
-      for (const h of r.honest) expect(v[h.rank]!['rank'], `rank ${h.rank}'s row as rank ${o.rank} read it`).toBe(h.rank);
+      for (const h of r.honest) expect(v[h.rank]!.rank, `rank ${h.rank}'s row as rank ${o.rank} read it`).toBe(h.rank);
   }
 }
 
@@ -703,16 +703,16 @@ describe('a hostile member: floods', () => {
       });
       const [a, b] = await Promise.all([flooded, other]);
       const f = report!;
-      expect(f.member['UNKNOWN_PEER']).toBe(30);
-      expect(f.member['BAD_MESSAGE']).toBe(5);
-      expect(f.member['UNKNOWN_TYPE']).toBe(5);
+      expect(f.member.UNKNOWN_PEER).toBe(30);
+      expect(f.member.BAD_MESSAGE).toBe(5);
+      expect(f.member.UNKNOWN_TYPE).toBe(5);
       // Two regroups after a "failure" are this member's budget; the third is refused.
-      expect(f.member['taken']).toBe(2);
-      expect(f.member['RATE_LIMITED']).toBe(1);
+      expect(f.member.taken).toBe(2);
+      expect(f.member.RATE_LIMITED).toBe(1);
       expect(f.memberOpen).toBe(true);
       // The extra socket: refused one by one, then closed after its 41st counted refusal.
       expect(f.extraClosedWith).toBe(4001);
-      const refusedThenClosed = (f.extra['NOT_JOINED'] ?? 0) + (f.extra['BAD_MESSAGE'] ?? 0) + (f.extra['UNKNOWN_TYPE'] ?? 0);
+      const refusedThenClosed = (f.extra.NOT_JOINED ?? 0) + (f.extra.BAD_MESSAGE ?? 0) + (f.extra.UNKNOWN_TYPE ?? 0);
       expect(refusedThenClosed).toBe(41);
       expect(f.extra['CLOSED 4001']).toBe(80 - 41);
       // Joins: the session's 4 and 2 more are the burst; then RATE_LIMITED.
@@ -856,7 +856,7 @@ describe('a hostile member: gradients x1000', () => {
         figures[aggregation.kind] = distance(r.honest[0]!.weights!, cleanW) / progress;
       }
       console.log(`${kind}: distance from the clean run / its progress, one rank x1000`, figures);
-      expect(figures['mean']!).toBeGreaterThan(1);
+      expect(figures.mean!).toBeGreaterThan(1);
       expect(figures['trimmed-mean']!).toBeLessThan(0.5);
       expect(figures['centered-clip']!).toBeLessThan(0.5);
     },

@@ -56,7 +56,10 @@ async function groups(
   return { pgs, net };
 }
 
-const destroy = (pgs: ProcessGroup[]) => pgs.forEach((pg) => pg.destroy());
+const destroy = (pgs: ProcessGroup[]) =>
+  pgs.forEach((pg) => {
+    pg.destroy();
+  });
 
 /** A copy of `frame` with header fields changed and its payload cut to the new length. */
 function tamper(frame: Uint8Array, change: { offset?: number; length?: number; seq?: number }): Uint8Array {

@@ -146,7 +146,9 @@ describe('allReduce on the int8 wire', () => {
           }
         }
       }
-      pgs.forEach((pg) => pg.destroy());
+      pgs.forEach((pg) => {
+        pg.destroy();
+      });
     });
   }
 
@@ -160,7 +162,9 @@ describe('allReduce on the int8 wire', () => {
       // The inputs rounded once on the way, the extreme once more by its owner.
       for (let i = 0; i < 101; i++) expect(Math.abs(outs[0]![i]! - want[i]!)).toBeLessThanOrEqual((3 * nearMax(rawMax, i)) / 127);
     }
-    pgs.forEach((pg) => pg.destroy());
+    pgs.forEach((pg) => {
+      pg.destroy();
+    });
   });
 
   it('a world of one rounds as the wire would', async () => {
@@ -201,7 +205,9 @@ describe('allReduce on the int8 wire', () => {
         expect(i8[r]).toBe(allReduceBytes(len, r, n, { wire: 'int8', frameBytes: 1024 }));
         expect(pgs[r]!.bytesSent()).toBeGreaterThan(0);
       }
-      pgs.forEach((pg) => pg.destroy());
+      pgs.forEach((pg) => {
+        pg.destroy();
+      });
     });
   }
 
@@ -214,6 +220,8 @@ describe('allReduce on the int8 wire', () => {
       expect(r.status).toBe('rejected');
       expect(String((r as PromiseRejectedResult).reason)).toMatch(/int8/);
     }
-    pgs.forEach((pg) => pg.destroy());
+    pgs.forEach((pg) => {
+      pg.destroy();
+    });
   });
 });

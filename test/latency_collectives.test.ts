@@ -138,7 +138,9 @@ describe('recursive doubling all-reduce', () => {
           const outs = await Promise.all(pgs.map((pg) => pg.allReduce(noisy(pg.rank, 257), 'sum', { algorithm: 'doubling', wire })));
           for (const out of outs) expect(bits(out)).toEqual(bits(outs[0]!));
           const tolerance = wire === 'float16' ? 2 ** -8 : 2 ** -5;
-          outs[0]!.forEach((v, i) => expect(Math.abs(v - exact[0]![i]!)).toBeLessThanOrEqual(tolerance * (Math.abs(exact[0]![i]!) + 1)));
+          outs[0]!.forEach((v, i) => {
+            expect(Math.abs(v - exact[0]![i]!)).toBeLessThanOrEqual(tolerance * (Math.abs(exact[0]![i]!) + 1));
+          });
         }
       } finally {
         for (const pg of pgs) pg.destroy();
@@ -285,7 +287,9 @@ describe('tree all-reduce (up a binomial tree to rank 0 and back down)', () => {
       await Promise.all(pgs.map((pg) => pg.allReduce(small(pg.rank, 64), 'sum', { algorithm: 'tree' })));
       expect(seen.messages.size).toBe(2 * 7);
       expect([...seen.codes]).toEqual([Collective.allReduceTree]);
-      pgs.forEach((pg, r) => expect(pg.bytesSent() - before[r]!).toBe(allReduceBytes(64, r, 8, { algorithm: 'tree' })));
+      pgs.forEach((pg, r) => {
+        expect(pg.bytesSent() - before[r]!).toBe(allReduceBytes(64, r, 8, { algorithm: 'tree' }));
+      });
     } finally {
       for (const pg of pgs) pg.destroy();
     }

@@ -87,7 +87,7 @@ class Raw {
     open.push({ close: () => ws.terminate() });
   }
   static async open(options: { autoPong?: boolean } = {}): Promise<Raw> {
-    const ws = new WebSocket(server!.url.replace('http', 'ws') + 'ws', options);
+    const ws = new WebSocket(`${server!.url.replace('http', 'ws')}ws`, options);
     await new Promise((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', reject);

@@ -18,7 +18,7 @@ afterEach(async () => {
 /** Opens a socket with these headers; resolves with the HTTP status of a refused upgrade, or 101. */
 function upgrade(url: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url.replace('http', 'ws') + 'ws', { headers });
+    const ws = new WebSocket(`${url.replace('http', 'ws')}ws`, { headers });
     const timer = setTimeout(() => reject(new Error('upgrade neither opened nor was refused in 5 s')), 5_000);
     ws.on('open', () => {
       clearTimeout(timer);
@@ -95,7 +95,7 @@ describe('origin and host checks', () => {
     expect((await upgrade(server.url, { origin: 'https://other.example.org' })).status).toBe(403);
     // A session still works over a socket from the allowed origin.
     const session = uniqueSession();
-    const ws = new WebSocket(server.url.replace('http', 'ws') + 'ws', { headers: { origin: 'https://ddp.example.org' } });
+    const ws = new WebSocket(`${server.url.replace('http', 'ws')}ws`, { headers: { origin: 'https://ddp.example.org' } });
     await new Promise((r) => ws.once('open', r));
     const reply = new Promise<string>((r) => ws.once('message', (d) => r(d.toString())));
     ws.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) }));

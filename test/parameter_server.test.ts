@@ -382,7 +382,9 @@ describe('CentralStorageAccumulator (synchronous)', () => {
     const opts = ddps.map(() => tf.train.sgd(0.1));
     for (let step = 0; step < steps; step++) {
       await Promise.all(ddps.map((d, r) => d.backward(lossOn(d.model, range(step * 32 + r * 16, step * 32 + r * 16 + 16)))));
-      ddps.forEach((d, r) => d.step(opts[r]));
+      ddps.forEach((d, r) => {
+        d.step(opts[r]);
+      });
     }
     const ddpWeights = await ddps[0].flatWeights();
     expect(same(ddpWeights, await centralStorageRun(steps, (s) => (s % 2 ? [1, 0] : [0, 1])))).toBe(true);

@@ -294,7 +294,9 @@ describe('PowerSGD hook', () => {
       expect(Object.keys(states[0]!.tensors).sort()).toEqual(['error:0/3', 'error:1/0', 'error:1/1', 'q:0/3', 'q:1/0', 'q:1/1']);
       expect(states[0]!.meta).toMatchObject({ iter: 5, 'shape:0/3': '[16,12]', 'shape:1/1': '[3,3,8,16]' });
       const loaded = pgs.map(() => powerSGD(options));
-      loaded.forEach((h, r) => h.loadStateDict(structuredClone(states[r]!)));
+      loaded.forEach((h, r) => {
+        h.loadStateDict(structuredClone(states[r]!));
+      });
       expect(loaded[0]!.iteration).toBe(5);
       const fresh = pgs.map(() => powerSGD(options));
       const a = await step(pgs, hooks, 6);

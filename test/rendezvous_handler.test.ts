@@ -6,7 +6,7 @@ import { RendezvousHandler, type RendezvousEvent, type Round } from '../src/c10d
 import { StoreClient } from '../src/c10d/store.ts';
 import { PROTOCOL_VERSION } from '../src/wire/protocol.ts';
 import { parseRequest } from '../src/wire/protocol_validation.ts';
-import { RankStalledError, RendezvousError } from '../src/wire/errors.ts';
+import { RankStalledError, type RendezvousError } from '../src/wire/errors.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { errorOf } from './fixtures/errors.ts';
@@ -172,7 +172,7 @@ describe('rendezvous rounds', () => {
     const session = uniqueSession('freeze');
     const a = await agent(session, 1, 3);
     // A member that joins and then goes silent, like a frozen page: raw socket, no heartbeats.
-    const raw = new WebSocket(server.url.replace('http', 'ws') + 'ws');
+    const raw = new WebSocket(`${server.url.replace('http', 'ws')}ws`);
     await new Promise((r) => raw.once('open', r));
     raw.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) }));
     raw.send(JSON.stringify({ type: 'rendezvous', id: 2, min: 1, max: 3 }));
@@ -194,7 +194,7 @@ describe('rendezvous rounds', () => {
     server = await withServer({ settleMs: 100, heartbeatTimeoutMs: 400 });
     /** A member on a raw socket at a fixed rank of 2: it sends nothing after joining unless told to. */
     const member = async (session: string, rank: number) => {
-      const ws = new WebSocket(server!.url.replace('http', 'ws') + 'ws');
+      const ws = new WebSocket(`${server!.url.replace('http', 'ws')}ws`);
       await new Promise((r) => ws.once('open', r));
       const rounds: number[] = [];
       ws.on('message', (m: Buffer) => {

@@ -206,7 +206,9 @@ describe('attacks (for measuring defences)', () => {
     expect(play({ kind: 'flip' })).toEqual([-4, 8, -12, 16]);
     expect(play({ kind: 'flip', factor: -1 })).toEqual([-1, 2, -3, 4]);
     const rms = Math.sqrt((1 + 4 + 9 + 16) / 4);
-    play({ kind: 'alie' }).forEach((v, i) => expect(v).toBeCloseTo(g[i]! - rms, 5));
+    play({ kind: 'alie' }).forEach((v, i) => {
+      expect(v).toBeCloseTo(g[i]! - rms, 5);
+    });
     // Noise: seeded (the same draw for the same rank and step), with about the std asked for.
     const big = new Float32Array(20_000);
     applyAttack({ kind: 'noise', std: 3 }, big, { rank: 1, step: 2 });

@@ -112,7 +112,9 @@ describe('the direct all-gather', () => {
         expect(g.digests).toEqual(got[0]!.digests);
       }
       // The block and its presence flag, to each of the 3 others: (N-1) x what the ring all-reduce's 2(N-1)/N would send.
-      pgs.forEach((pg, r) => expect(pg.bytesSent() - before[r]!).toBe(meshAllGatherBytes(5001, 4)));
+      pgs.forEach((pg, r) => {
+        expect(pg.bytesSent() - before[r]!).toBe(meshAllGatherBytes(5001, 4));
+      });
       expect(new Set(got[0]!.digests.map((d) => d.join(','))).size).toBe(4);
     } finally {
       await Promise.all(pgs.map((pg) => pg.destroy()));

@@ -73,11 +73,13 @@ async function outerSteps(
   try {
     const models = pgs.map(() => smallModel());
     const start = Float32Array.from({ length: 24 }, (_, i) => Math.sin(i) / 4);
-    models.forEach((m) => assignFlatWeights(m, start));
+    models.forEach((m) => {
+      assignFlatWeights(m, start);
+    });
     const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 1, ...options }));
     await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
     for (let p = 1; p <= phases; p++) {
-      const outer = dilocos[0]!.stateDict().tensors['outer_weights']!;
+      const outer = dilocos[0]!.stateDict().tensors.outer_weights!;
       models.forEach((m, r) => {
         const d = innerDelta(r, p);
         assignFlatWeights(
@@ -87,7 +89,7 @@ async function outerSteps(
       });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, p)));
     }
-    return { outer: dilocos.map((d) => d.stateDict().tensors['outer_weights']!), dilocos };
+    return { outer: dilocos.map((d) => d.stateDict().tensors.outer_weights!), dilocos };
   } finally {
     await Promise.all(pgs.map((pg) => pg.destroy()));
   }
@@ -105,7 +107,9 @@ describe("DiLoCo's outer step", () => {
     try {
       const models = pgs.map(() => smallModel());
       const zeros = new Float32Array(24);
-      models.forEach((m) => assignFlatWeights(m, zeros));
+      models.forEach((m) => {
+        assignFlatWeights(m, zeros);
+      });
       const dilocos = pgs.map(() => new DiLoCo({ syncEvery: 1 }));
       const control = pgs.map(() => new DiLoCo({ syncEvery: 1 }));
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.rejoin(pg, models[r]!, null, 0)));
@@ -114,14 +118,16 @@ describe("DiLoCo's outer step", () => {
       // Each rank's pseudo-gradient is 3e38 at index 0: finite, but their float32 average overflows.
       const huge = zeros.slice();
       huge[0] = -3e38;
-      models.forEach((m) => assignFlatWeights(m, huge));
+      models.forEach((m) => {
+        assignFlatWeights(m, huge);
+      });
       const refused = await Promise.allSettled(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 1)));
       for (const r of refused) expect(r.status === 'rejected' && r.reason instanceof NonFiniteWeightsError).toBe(true);
       for (const d of dilocos) {
         const after = d.stateDict();
-        expect(allFinite(after.tensors['outer_weights']!)).toBe(true);
-        expect(hex(after.tensors['outer_weights']!)).toBe(hex(before.tensors['outer_weights']!));
-        expect(after.tensors['momentum_buffer']).toBeUndefined();
+        expect(allFinite(after.tensors.outer_weights!)).toBe(true);
+        expect(hex(after.tensors.outer_weights!)).toBe(hex(before.tensors.outer_weights!));
+        expect(after.tensors.momentum_buffer).toBeUndefined();
         expect(after.meta).toEqual(before.meta);
         expect(d.outerSteps).toBe(0);
       }
@@ -129,15 +135,19 @@ describe("DiLoCo's outer step", () => {
       expect(hex(await flatTrainableWeights(models[0]!))).toBe(hex(huge));
       // A good step next: the very state of a DiLoCo that never saw the bad one.
       const good = Float32Array.from({ length: 24 }, (_, i) => -0.01 * i);
-      models.forEach((m) => assignFlatWeights(m, good));
+      models.forEach((m) => {
+        assignFlatWeights(m, good);
+      });
       await Promise.all(pgs.map((pg, r) => dilocos[r]!.sync(pg, models[r]!, 2)));
       const controlModels = pgs.map(() => smallModel());
-      controlModels.forEach((m) => assignFlatWeights(m, good));
+      controlModels.forEach((m) => {
+        assignFlatWeights(m, good);
+      });
       await Promise.all(pgs.map((pg, r) => control[r]!.sync(pg, controlModels[r]!, 2)));
       const ours = dilocos[0]!.stateDict();
       const theirs = control[0]!.stateDict();
-      expect(hex(ours.tensors['outer_weights']!)).toBe(hex(theirs.tensors['outer_weights']!));
-      expect(hex(ours.tensors['momentum_buffer']!)).toBe(hex(theirs.tensors['momentum_buffer']!));
+      expect(hex(ours.tensors.outer_weights!)).toBe(hex(theirs.tensors.outer_weights!));
+      expect(hex(ours.tensors.momentum_buffer!)).toBe(hex(theirs.tensors.momentum_buffer!));
     } finally {
       await Promise.all(pgs.map((pg) => pg.destroy()));
     }

@@ -27,7 +27,7 @@ afterEach(async () => {
 
 /** A raw socket that sends frames and collects every server message, and how it closed. */
 async function rawClient(url: string) {
-  const ws = new WebSocket(url.replace('http', 'ws') + 'ws');
+  const ws = new WebSocket(`${url.replace('http', 'ws')}ws`);
   await new Promise((r) => ws.once('open', r));
   const messages: Array<Record<string, unknown>> = [];
   ws.on('message', (d) => messages.push(JSON.parse(d.toString()) as Record<string, unknown>));

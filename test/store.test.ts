@@ -1,7 +1,7 @@
 /** The store client against the real server over real WebSockets: what only a server does (many sockets, one going away, waiters of a departed client). Every Store's rules: store_compliance.test.ts. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { StoreClient } from '../src/c10d/store.ts';
+import type { StoreClient } from '../src/c10d/store.ts';
 import { ConnectionClosedError } from '../src/wire/errors.ts';
 import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
 import { uniqueSession } from './fixtures/session.ts';

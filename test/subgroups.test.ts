@@ -209,7 +209,9 @@ describe('collectives in subgroups', () => {
   it('two disjoint subgroups run collectives at the same time', async () => {
     const { pgs, pipe } = await fourRanks({ maxFrameBytes: 256 });
     const outs = await Promise.all(pgs.map((_, r) => pipe[r]!.allReduce(input(r, 1001))));
-    outs.forEach((out, r) => expect(out).toEqual(sumOf(r < 2 ? [0, 1] : [2, 3], 1001)));
+    outs.forEach((out, r) => {
+      expect(out).toEqual(sumOf(r < 2 ? [0, 1] : [2, 3], 1001));
+    });
     destroy(pgs);
   });
 

@@ -103,12 +103,16 @@ describe('the time left', () => {
     s = act(s, 1, { type: 'joined', rank: 0, worldSize: 3, round: 1, backend: 'webgpu', adapter: null });
     // Three tabs: a 5 s first step, a 3 s second one, then 1 s steps.
     const times = [5, 8, 9, 10, 11, 12, 13];
-    times.forEach((t, i) => (s = act(s, t, stepEvent(i + 1, 100, t + STARTED))));
+    times.forEach((t, i) => {
+      s = act(s, t, stepEvent(i + 1, 100, t + STARTED));
+    });
     expect(stepSeconds(s)).toBe(1);
     // A tab leaves: 20 s to regroup, then two tabs at 2 s a step, of 150 steps in all now.
     s = act(s, 34, { type: 'joined', rank: 0, worldSize: 2, round: 2, backend: 'webgpu', adapter: null });
     const after = [33, 38, 40, 42, 44];
-    after.forEach((t, i) => (s = act(s, t, stepEvent(8 + i, 150, t + STARTED, 2))));
+    after.forEach((t, i) => {
+      s = act(s, t, stepEvent(8 + i, 150, t + STARTED, 2));
+    });
     expect(stepSeconds(s)).toBe(2);
     expect(timeLeft(s)!.seconds).toBe((150 - 12) * 2);
   });

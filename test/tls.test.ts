@@ -53,7 +53,7 @@ const get = (url: string, ca: string, headers: Record<string, string> = {}) => r
 /** A wss upgrade with these headers: 101 when it opens, else the refusal's status. */
 function upgrade(url: string, ca: string, headers: Record<string, string>): Promise<number> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url.replace(/^https/, 'wss') + 'ws', { ca, headers });
+    const ws = new WebSocket(`${url.replace(/^https/, 'wss')}ws`, { ca, headers });
     ws.on('open', () => {
       ws.close();
       resolve(101);

@@ -6,7 +6,7 @@
  * throughput, the bound the ring's bus bandwidth is held against (nccl-tests' definitions, see
  * DESIGN.md).
  */
-import { type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import type { ProcessGroup, ReduceOpName } from '../../src/index.ts';
 import { hashFloat32 } from '../../src/wire/hash.ts';
 import { joinGroup, type JobContext } from './job.ts';
 import { linkReport } from '../report.ts';

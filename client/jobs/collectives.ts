@@ -4,7 +4,7 @@
  * so that the caller can check every rank is bit-identical. With `loop=N` it runs N checked
  * all-reduces of `loopSize` elements instead: a group that is always mid-collective, for fault tests.
  */
-import { type ProcessGroup, type ReduceOpName } from '../../src/index.ts';
+import type { ProcessGroup, ReduceOpName } from '../../src/index.ts';
 import { hashFloat32 } from '../../src/wire/hash.ts';
 import { fillValue } from './allreduce.ts';
 import { joinGroup, type JobContext } from './job.ts';

@@ -4,7 +4,7 @@
  * (their URL, so that a reload works; their link for more tabs; their later requests), and the
  * removed tab, whose socket the server closed with REMOVED, stops and says so.
  */
-import { type StoreClient } from '../../src/index.ts';
+import type { StoreClient } from '../../src/index.ts';
 import { CloseCode } from '../../src/wire/protocol.ts';
 import { adoptToken } from '../page_token.ts';
 

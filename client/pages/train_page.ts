@@ -2,7 +2,7 @@
  * The training page: the dashboard, the trainer, and the controls that connect them. Humans and
  * the launcher's headless ranks use the same page; the launcher also gets reports.
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import {
   ConnectionClosedError,
   DeviceLostError,

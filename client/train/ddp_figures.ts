@@ -4,9 +4,9 @@
  * global batch's loss, and the bare all-reduce measured after the run.
  */
 import type { ProcessGroup } from '../../src/index.ts';
-import { type StepTimeline } from '../../src/elastic/timeline.ts';
+import type { StepTimeline } from '../../src/elastic/timeline.ts';
 import { allReduceBytes } from '../../src/c10d/collective_bytes.ts';
-import { DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco/diloco.ts';
+import { type DiLoCo, fragmentRanges, fragmentsSyncingAt } from '../../src/parallel/diloco/diloco.ts';
 import { denseStepBytes, plainAllReduceBytes, TRAIN_FRAME_BYTES, type CommSetup } from './comm.ts';
 import type { CommMetrics } from './harness.ts';
 

@@ -6,9 +6,9 @@
 
 import type { ProbeFigure } from './backend_probe.ts';
 import type { LinkPath } from '../../src/index.ts';
-import { type AggregationJudged } from '../../src/parallel/ddp/contributions.ts';
-import { type DeviceInfo, type DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
-import { type PsSampleCounts, type PsServerSlot, type PsStatus } from '../../src/parallel/parameter_server/runner.ts';
+import type { AggregationJudged } from '../../src/parallel/ddp/contributions.ts';
+import type { DeviceInfo, DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
+import type { PsSampleCounts, PsServerSlot, PsStatus } from '../../src/parallel/parameter_server/runner.ts';
 import type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
 import type { FleetEvent } from './fleet.ts';
 

@@ -4,7 +4,7 @@
  * agreed with the session, the figures the ranks vote on, the dashboard's events and the links (the test-set
  * evaluation is evaluation.ts).
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import {
   buildModel,
   type CharTokenizer,
@@ -211,9 +211,7 @@ export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
  * What every strategy's trainer does first: say the configuration, start the backend (saying
  * why when it falls back), load the data while agreeing on the configuration with the session.
  */
-export async function startJob(
-  opts: TrainerOptions,
-): Promise<{
+export async function startJob(opts: TrainerOptions): Promise<{
   backend: BackendChoice;
   gpu: Awaited<ReturnType<typeof probeWebGpu>>;
   trainSet: Dataset;
@@ -490,7 +488,7 @@ export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): voi
 
 /** A rank that balanced batches gave no samples this step: its cost as the group measured it, and when it gets samples again. */
 function idleOf(balance: StepBalance | undefined, rank: number): Pick<RankStepMetrics, 'idle'> {
-  if (!balance || balance.counts[rank] !== 0) return {};
+  if (balance?.counts[rank] !== 0) return {};
   const perSampleMs = balance.perSampleMs[rank];
   const overheadMs = balance.overheadMs[rank];
   if (perSampleMs === undefined || overheadMs === undefined) return {};

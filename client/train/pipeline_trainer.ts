@@ -21,7 +21,7 @@ import { correctPredictions } from '../../src/nn/losses.ts';
 import { labelsPerSample } from '../../src/datasets/dataset.ts';
 import { layerFactoriesOf, modelLayers } from '../../src/nn/models.ts';
 import { slowFactor, Straggler } from '../../src/runtime/straggler.ts';
-import { type TimelineEntry } from '../../src/parallel/pipeline/stage.ts';
+import type { TimelineEntry } from '../../src/parallel/pipeline/stage.ts';
 import { fleetReporter } from './fleet_local.ts';
 import { labelsTensor, labelTotals } from './evaluation.ts';
 import {
@@ -251,7 +251,9 @@ async function emitTimeline(
   const slots = 2 * microBatches;
   const row = new Float32Array(1 + 4 * slots).fill(-1);
   row[0] = mine.total;
-  mine.entries.slice(0, slots).forEach((t, i) => row.set([t.phase === 'F' ? 0 : 1, t.microBatch, t.start, t.end], 1 + 4 * i));
+  mine.entries.slice(0, slots).forEach((t, i) => {
+    row.set([t.phase === 'F' ? 0 : 1, t.microBatch, t.start, t.end], 1 + 4 * i);
+  });
   const all = await ctx.mesh.world.allGather(row);
   const stages = Array.from({ length: ctx.mesh.stages }, (_, s) => {
     const r = all.subarray(s * row.length, (s + 1) * row.length);

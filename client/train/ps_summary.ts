@@ -169,6 +169,8 @@ export function stalenessSummary(histogram: number[]): {
     return histogram.length - 1;
   };
   let max = 0;
-  histogram.forEach((n, s) => n > 0 && (max = s));
+  histogram.forEach((n, s) => {
+    n > 0 && (max = s);
+  });
   return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
 }

@@ -31,7 +31,9 @@ export class StepTable {
       this.x.splice(at, 0, step);
       for (const c of this.cols.values()) c.splice(at, 0, null);
       this.rowOf.clear();
-      this.x.forEach((s, i) => this.rowOf.set(s, i));
+      this.x.forEach((s, i) => {
+        this.rowOf.set(s, i);
+      });
       return at;
     }
     this.x.push(step);

@@ -1,7 +1,7 @@
 /**
  * The facts card's model: this tab's rank, browser and backend, its devices, its data shard and the job.
  */
-import { type DeviceInfo, type DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
+import type { DeviceInfo, DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
 import type { BackendName } from '../train/events.ts';
 import type { BackendSetting } from '../../src/jobs/train_config.ts';
 import type { DashboardState } from './dashboard_state.ts';

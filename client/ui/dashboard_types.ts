@@ -3,8 +3,8 @@
  * and returns, apart from it so that the panel models it calls (dashboard_*.ts) can read them.
  */
 import type { ProbeFigure } from '../backend_figures.ts';
-import { type ContributionTally } from '../../src/parallel/ddp/contributions.ts';
-import { type DeviceInfo, type DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
+import type { ContributionTally } from '../../src/parallel/ddp/contributions.ts';
+import type { DeviceInfo, DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
 import type { BackendName, FleetMember, RankStepMetrics, TrainConfig, TrainEvent } from '../train/events.ts';
 import type { LinkObservation } from './ring_view.ts';
 import type { FaultEntry, FaultKind } from '../../src/wire/protocol.ts';

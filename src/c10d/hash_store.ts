@@ -96,7 +96,9 @@ export class HashStore implements Store {
 
   async multiSet(keys: string[], values: StoreValue[]): Promise<void> {
     if (keys.length !== values.length) throw new RangeError(`multiSet has ${keys.length} keys but ${values.length} values`);
-    keys.forEach((k, i) => this.data.set(k, bytesOf(values[i]!)));
+    keys.forEach((k, i) => {
+      this.data.set(k, bytesOf(values[i]!));
+    });
     this.wake();
   }
 

@@ -185,7 +185,9 @@ export function importTorchStateDict(
     let out = values;
     if (p.gather) {
       out = new Float32Array(values.length);
-      p.gather.forEach((from, j) => (out[from] = values[j]!));
+      p.gather.forEach((from, j) => {
+        out[from] = values[j]!;
+      });
     }
     byTf.set(p.tf, out);
   }
@@ -212,7 +214,7 @@ const PYTHON_HELPERS: Readonly<Record<PythonHelper, string>> = {
   TokenAndPositionEmbedding: `
 
 class TokenAndPositionEmbedding(nn.Module):
-    \"\"\"Token ids [N, T] to a token embedding plus a learned position embedding, [N, T, d].\"\"\"
+    """Token ids [N, T] to a token embedding plus a learned position embedding, [N, T, d]."""
 
     def __init__(self, vocab_size, context_length, d_model):
         super().__init__()
@@ -225,7 +227,7 @@ class TokenAndPositionEmbedding(nn.Module):
   TransformerBlock: `
 
 class TransformerBlock(nn.Module):
-    \"\"\"Pre-norm block: x + causal self-attention(ln1(x)), then + MLP(ln2(x)) with GELU (tanh).\"\"\"
+    """Pre-norm block: x + causal self-attention(ln1(x)), then + MLP(ln2(x)) with GELU (tanh)."""
 
     def __init__(self, d_model, heads, hidden, eps=1e-5):
         super().__init__()

@@ -10,12 +10,12 @@ export interface IdxArray {
 }
 
 const IDX_TYPE_NAMES: Record<number, string> = {
-  0x08: 'unsigned byte',
-  0x09: 'signed byte',
-  0x0b: 'int16',
-  0x0c: 'int32',
-  0x0d: 'float32',
-  0x0e: 'float64',
+  8: 'unsigned byte',
+  9: 'signed byte',
+  11: 'int16',
+  12: 'int32',
+  13: 'float32',
+  14: 'float64',
 };
 
 /**

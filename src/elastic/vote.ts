@@ -113,7 +113,11 @@ function voteRow(mine: StepMetrics[], names: string[], wishes: VoteWishes): numb
   row[0] = wishes.stop ? 1 : 0;
   row[1] = wishes.join ? 1 : 0;
   row[2] = encodeMetric(wishes.work ?? 0);
-  mine.forEach((m, k) => names.forEach((name, i) => (row[3 + k * names.length + i] = encodeMetric(m[name] ?? null))));
+  mine.forEach((m, k) => {
+    names.forEach((name, i) => {
+      row[3 + k * names.length + i] = encodeMetric(m[name] ?? null);
+    });
+  });
   return row;
 }
 
@@ -146,7 +150,9 @@ function readVote<M extends StepMetrics>(
     // A peer's figure is untrusted: anything but a positive finite time is unknown (0).
     const work = row[2] ?? 0;
     works.push(Number.isFinite(work) && work > 0 ? work : 0);
-    steps.forEach((step, k) => step.push(Object.fromEntries(names.map((name, i) => [name, row[3 + k * names.length + i]!])) as M));
+    steps.forEach((step, k) => {
+      step.push(Object.fromEntries(names.map((name, i) => [name, row[3 + k * names.length + i]!])) as M);
+    });
   }
   if (stopVote === 'all' && stopVotes < n) stoppedBy = null;
   return { stoppedBy, regroup, steps, works };

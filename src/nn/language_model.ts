@@ -224,7 +224,9 @@ export function languageModelLayers(spec: LanguageModelSpec): LayerFactory[] {
 /** The whole model: token ids [batch, T] in, logits [batch, T, vocab] out. */
 export function buildLanguageModel(spec: LanguageModelSpec): tf.Sequential {
   const model = tf.sequential({ name: `gpt-${spec.blocks}x${spec.dModel}-seed${spec.seed}` });
-  languageModelLayers(spec).forEach((make, i) => model.add(make(i === 0 ? [spec.contextLength] : undefined)));
+  languageModelLayers(spec).forEach((make, i) => {
+    model.add(make(i === 0 ? [spec.contextLength] : undefined));
+  });
   return model;
 }
 

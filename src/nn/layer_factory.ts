@@ -14,7 +14,9 @@ export type LayerFactory = (inputShape?: number[]) => tf.layers.Layer;
 /** `layers` as one Sequential model taking inputs of `inputShape` (a whole model, or one pipeline stage). */
 export function sequentialOf(layers: LayerFactory[], inputShape: number[], name: string): tf.Sequential {
   const model = tf.sequential({ name });
-  layers.forEach((make, i) => model.add(make(i === 0 ? inputShape : undefined)));
+  layers.forEach((make, i) => {
+    model.add(make(i === 0 ? inputShape : undefined));
+  });
   return model;
 }
 

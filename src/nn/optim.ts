@@ -53,7 +53,7 @@ export abstract class HostOptimizer extends tf.Optimizer {
 
   /** tf.Optimizer's own check says yes to any optimizer (it looks for minimize, applyGradients ...): look at the prototype chain. */
   static override [Symbol.hasInstance](instance: unknown): boolean {
-    return typeof instance === 'object' && instance !== null && Object.prototype.isPrototypeOf.call(this.prototype, instance);
+    return typeof instance === 'object' && instance !== null && Object.prototype.isPrototypeOf.call(HostOptimizer.prototype, instance);
   }
 
   protected constructor(lr: number) {
@@ -109,7 +109,9 @@ export abstract class HostOptimizer extends tf.Optimizer {
     let at = 1;
     for (const name of names) {
       const buf = this.buffers.get(name)!;
-      this.layout.forEach((p, i) => specs.push({ name: `${i}/${name}`, shape: [...p.shape], dtype: 'float32' }));
+      this.layout.forEach((p, i) => {
+        specs.push({ name: `${i}/${name}`, shape: [...p.shape], dtype: 'float32' });
+      });
       out.set(buf, at);
       at += this.numel;
     }
@@ -185,7 +187,9 @@ export abstract class HostOptimizer extends tf.Optimizer {
     this.layout = layout;
     this.numel = offset;
     this.buffers.clear();
-    names.forEach((name, b) => this.buffers.set(name, values.slice(1 + b * offset, 1 + (b + 1) * offset)));
+    names.forEach((name, b) => {
+      this.buffers.set(name, values.slice(1 + b * offset, 1 + (b + 1) * offset));
+    });
     this.restored();
   }
 

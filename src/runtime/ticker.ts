@@ -18,7 +18,14 @@ export function startTicker(intervalMs: number, tick: () => void): () => void {
   let clock = clocks.get(ms);
   if (!clock) {
     const listeners = new Set<() => void>();
-    clock = { listeners, stop: startClock(ms, () => [...listeners].forEach((l) => l())) };
+    clock = {
+      listeners,
+      stop: startClock(ms, () =>
+        [...listeners].forEach((l) => {
+          l();
+        }),
+      ),
+    };
     clocks.set(ms, clock);
   }
   const mine = clock;

@@ -72,7 +72,9 @@ export class LinkPool {
   enterRound(round: number, members: readonly number[]): void {
     this.round = round;
     this.members = [...members];
-    members.forEach((m, rank) => this.rankOf.set(m, rank));
+    members.forEach((m, rank) => {
+      this.rankOf.set(m, rank);
+    });
     const keep = new Set(members);
     for (const [member, c] of this.carriers) {
       if (!keep.has(member)) c.close(`member ${member} is not in round ${round}`);

@@ -56,7 +56,7 @@ async function pageScript(): Promise<string> {
   });
   const output = (Array.isArray(built) ? built : [built]).flatMap((b) => ('output' in b ? b.output : []));
   const chunk = output.find((o) => o.type === 'chunk');
-  if (!chunk || chunk.type !== 'chunk') throw new Error('the page script did not build');
+  if (chunk?.type !== 'chunk') throw new Error('the page script did not build');
   return chunk.code;
 }
 

@@ -35,7 +35,7 @@
  * (the shape check), hook.ts (the hook slot), carry.ts (values carried on the sum), robust/
  * (robust aggregation and, for measuring it, attacks).
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import { flatTrainableWeights, verifyReplicas, weightsHash } from '../replicas.ts';
 import { NonFiniteGradientError } from '../../wire/errors.ts';

@@ -299,7 +299,9 @@ export class DiLoCo implements CommHook {
       const parts = this.fragments.map((f) => this.combineDelta(pg, f, local.slice(f.start, f.end), step));
       await this.timed(
         Promise.all(parts).then((sums) => {
-          sums.forEach((v, k) => delta.set(v, this.fragments[k]!.start));
+          sums.forEach((v, k) => {
+            delta.set(v, this.fragments[k]!.start);
+          });
           return delta;
         }),
       );
@@ -413,7 +415,9 @@ export class DiLoCo implements CommHook {
       refuseNonfinite(model, nextOuter, "DiLoCo's outer step (the new outer weights)");
       assignFlatWeights(model, next, "DiLoCo's outer step");
     } catch (err) {
-      parts.forEach(({ f }, k) => f.outer.loadStateBundle(saved[k]!));
+      parts.forEach(({ f }, k) => {
+        f.outer.loadStateBundle(saved[k]!);
+      });
       throw err;
     }
     outer.set(nextOuter);

@@ -56,7 +56,7 @@ export function outerStateDict(
   const tensors: Record<string, Float32Array> = {};
   const out: CommHookState['meta'] = { ...meta };
   if (outerWeights) {
-    tensors['outer_weights'] = outerWeights.slice();
+    tensors.outer_weights = outerWeights.slice();
     const momentum = new Float32Array(outerWeights.length);
     let any = false;
     for (const f of fragments) {
@@ -66,9 +66,9 @@ export function outerStateDict(
         any = true;
       }
     }
-    if (any) tensors['momentum_buffer'] = momentum;
-    out['fragmentSteps'] = fragments.map((f) => f.steps).join(',');
-    out['fragmentSyncedAt'] = fragments.map((f) => f.syncedAt).join(',');
+    if (any) tensors.momentum_buffer = momentum;
+    out.fragmentSteps = fragments.map((f) => f.steps).join(',');
+    out.fragmentSyncedAt = fragments.map((f) => f.syncedAt).join(',');
   }
   return { meta: out, tensors };
 }
@@ -82,12 +82,10 @@ export function parseOuterState(
   newReducer: () => RobustReducer | null,
 ): { weights: Float32Array; fragments: Fragment[] } | null {
   const bad = (what: string) => new RangeError(`DiLoCo state: ${what}`);
-  if (state.meta['fragments'] !== fragmentCount)
-    throw bad(
-      `it is for ${String(state.meta['fragments'])} fragments, this DiLoCo has ${fragmentCount}: every rank must cut the model alike`,
-    );
-  const weights = state.tensors['outer_weights'] ?? null;
-  const momentum = state.tensors['momentum_buffer'] ?? null;
+  if (state.meta.fragments !== fragmentCount)
+    throw bad(`it is for ${String(state.meta.fragments)} fragments, this DiLoCo has ${fragmentCount}: every rank must cut the model alike`);
+  const weights = state.tensors.outer_weights ?? null;
+  const momentum = state.tensors.momentum_buffer ?? null;
   if (!weights) {
     if (momentum) throw bad('a momentum buffer without outer weights');
     return null;
@@ -184,6 +182,8 @@ export async function rejoinRobust(
   const contributors = Math.max(0, ...results.map((r) => r.used));
   if (contributors < 1) return null;
   const delta = new Float32Array(prev.length);
-  results.forEach((r, k) => delta.set(r.values, fragments[k]!.start));
+  results.forEach((r, k) => {
+    delta.set(r.values, fragments[k]!.start);
+  });
   return { delta, contributors };
 }

@@ -409,7 +409,12 @@ export class ParameterServerShard {
     try {
       await loadOptimizerState(fresh, state.optimizer);
       const powers = betaPowerVariables(fresh);
-      if (powers && state.betaPowers) tf.tidy(() => powers.forEach((v, i) => v.assign(tf.scalar(state.betaPowers![i]))));
+      if (powers && state.betaPowers)
+        tf.tidy(() =>
+          powers.forEach((v, i) => {
+            v.assign(tf.scalar(state.betaPowers![i]));
+          }),
+        );
     } catch (err) {
       fresh.dispose();
       tf.dispose(Object.values(named));
@@ -422,7 +427,9 @@ export class ParameterServerShard {
       tf.dispose(Object.values(named));
       this.checkOpen();
     }
-    state.params.weightSpecs.forEach((spec, i) => this.variables[i].assign(named[spec.name] as tf.Tensor));
+    state.params.weightSpecs.forEach((spec, i) => {
+      this.variables[i].assign(named[spec.name] as tf.Tensor);
+    });
     tf.dispose(Object.values(named));
     this.opt.dispose();
     this.opt = fresh;

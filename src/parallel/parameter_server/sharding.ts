@@ -66,7 +66,9 @@ export function shardParameters(sizes: number[], numServers: number): ShardLayou
     count[best]++;
   }
   const shards: number[][] = Array.from({ length: numServers }, () => []);
-  owner.forEach((k, p) => shards[k].push(p));
+  owner.forEach((k, p) => {
+    shards[k].push(p);
+  });
   const offsetInShard = new Array<number>(sizes.length).fill(0);
   for (const shard of shards) {
     let at = 0;

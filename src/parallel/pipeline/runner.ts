@@ -12,7 +12,7 @@
  * rank rebuilds its stage and loads its part of the latest checkpoint (each stage saves its own
  * part, `stage-<s>`, every `checkpointEvery` steps), or starts afresh when there is none.
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import { listCheckpoints } from '../../checkpoint/checkpoint.ts';
 import { DistributedDataParallel, type DDPOptions } from '../ddp/ddp.ts';
 import { PeerLostError, isRecoverable } from '../../wire/errors.ts';

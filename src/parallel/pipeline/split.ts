@@ -4,7 +4,7 @@
  * most parameters has as few as possible. Finding each layer's shape and parameter count builds
  * one layer at a time and frees it at once, so no rank ever holds the whole model.
  */
-import * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs';
 import type { LayerFactory } from '../../nn/models.ts';
 
 export interface LayerInfo {
