@@ -105,7 +105,10 @@ describe('backend=auto', () => {
     const started: string[] = [];
     const capped = await probeBackends({
       candidates: ['cpu', 'webgpu'],
-      start: async (name) => (started.push(name), undefined),
+      start: async (name) => {
+        started.push(name);
+        return undefined;
+      },
       prepare: async () => realModel(),
       budgetMs: 5000,
       steps: 1,
@@ -126,7 +129,10 @@ describe('backend=auto', () => {
     const gl = async (webgpuStarts: boolean) =>
       probeBackends({
         candidates: ['webgpu', 'webgl'],
-        start: async (name) => (tried.push(name), name === 'webgpu' && !webgpuStarts ? 'no WebGPU adapter' : undefined),
+        start: async (name) => {
+          tried.push(name);
+          return name === 'webgpu' && !webgpuStarts ? 'no WebGPU adapter' : undefined;
+        },
         prepare: async () => realModel(),
         budgetMs: 5000,
         steps: 1,
@@ -154,7 +160,15 @@ describe('backend=auto', () => {
       },
       prepare: async () => {
         const m = realModel();
-        return running === 'wasm' ? { step: async () => (await m.step(), await delay()), dispose: m.dispose } : m;
+        return running === 'wasm'
+          ? {
+              step: async () => {
+                await m.step();
+                return await delay();
+              },
+              dispose: m.dispose,
+            }
+          : m;
       },
       budgetMs: 5000,
       steps: 2,

@@ -207,14 +207,20 @@ describe('runElastic with balance', () => {
       ...(option === 'balance' ? { balance: true } : { balanceBatches: true }),
       onEvent: (e) => events.push(e),
       async step(ctx) {
-        (samples[ctx.pg.rank] ??= []).push(ctx.indices.length);
+        samples[ctx.pg.rank] ??= [];
+        samples[ctx.pg.rank]!.push(ctx.indices.length);
         const { x, y } = data.batch(ctx.indices);
         const xs = tf.tensor(x, [ctx.indices.length, 16]);
         const ys = tf.tensor1d(y, 'int32');
         // A device that takes `overheadMs` a step (with samples) plus `msPerSample` per sample: a wait (not this process's one thread, which
         // both ranks share) in the straggler's slot, which DDP counts as this rank's own time.
         const ms = ctx.indices.length > 0 ? (cost.overheadMs ?? 0) + ctx.indices.length * cost.msPerSample : 0;
-        const device = { after: async () => (await sleep(ms), ms) };
+        const device = {
+          after: async () => {
+            await sleep(ms);
+            return ms;
+          },
+        };
         const { loss } = await ctx.ddp.backward(() => classificationLoss(model.apply(xs) as tf.Tensor, ys, 4), { straggler: device });
         tf.dispose([xs, ys]);
         await ctx.ddp.step(ctx.optimizer);

@@ -518,7 +518,13 @@ describe('DistributedDataParallel communication hooks', () => {
     const [solo] = await groups(1);
     const steps: number[] = [];
     const ddp = await DistributedDataParallel.create(mlp(), solo!, { startStep: 41 });
-    ddp.registerCommHook({ name: 'steps', reduce: async (_pg, b) => (steps.push(b.step), b.buffer) });
+    ddp.registerCommHook({
+      name: 'steps',
+      reduce: async (_pg, b) => {
+        steps.push(b.step);
+        return b.buffer;
+      },
+    });
     const { x, y } = data.batch(range(0, 8));
     const xs = tf.tensor(x, [8, 16]);
     const ys = tf.tensor1d(y, 'int32');

@@ -107,7 +107,7 @@ const KINDS: Kind[] = ['ddp', 'diloco', 'pipeline', 'ps'];
 /** What the hostile rank does besides its honest step. */
 interface Mischief {
   /** At the start of its step `step` (before it computes): the protocol-level attacks. */
-  during?(h: HostileMember, step: number, ddp: DistributedDataParallel | null): Promise<Attempt[] | Attempt | void>;
+  during?(h: HostileMember, step: number, ddp: DistributedDataParallel | null): Promise<Attempt[] | Attempt | undefined>;
   /** From step `from` on, its own contribution is spoiled. */
   spoil?: { from: number; attack: ValueAttack };
   /** Spoil one contribution only (the first at or after `spoil.from`). */
@@ -117,7 +117,7 @@ interface Mischief {
 /** `f` at the hostile rank's step `step`, once (a step trained again after a failed round does not play it again). */
 function once(
   step: number,
-  f: (h: HostileMember, ddp: DistributedDataParallel | null) => Promise<Attempt[] | Attempt | void> | Attempt,
+  f: (h: HostileMember, ddp: DistributedDataParallel | null) => Promise<Attempt[] | Attempt | undefined> | Attempt,
 ): NonNullable<Mischief['during']> {
   let played = false;
   return async (h, s, ddp) => {
@@ -449,7 +449,10 @@ const cleanRuns = new Map<Kind, Promise<Run>>();
 /** The run with every rank honest (once per strategy; the parameter server's is CentralStorage, deterministic). */
 function clean(kind: Kind): Promise<Run> {
   let r = cleanRuns.get(kind);
-  if (!r) cleanRuns.set(kind, (r = run({ kind })));
+  if (!r) {
+    r = run({ kind });
+    cleanRuns.set(kind, r);
+  }
   return r;
 }
 
@@ -698,6 +701,7 @@ describe('a hostile member: floods', () => {
               joins: 6,
               joinAs: { min: WORLD, max: WORLD },
             });
+            return undefined;
           }),
         },
       });

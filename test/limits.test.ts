@@ -253,7 +253,10 @@ describe('limits', () => {
     let c: StoreClient | undefined;
     await waitFor(
       "a connection to be let in once the server saw a's close",
-      async () => (c = await connect(server!, session).catch(() => undefined)) !== undefined,
+      async () => {
+        c = await connect(server!, session).catch(() => undefined);
+        return c !== undefined;
+      },
       { timeoutMs: BOUND_MS, intervalMs: 20 },
     );
     open.push(c!);

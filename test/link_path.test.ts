@@ -201,7 +201,10 @@ describe('linkDetails', () => {
     let t = 0;
     // Peer 1 answers; peer 2 never does; peer 3's stats fail.
     const behaviour: Record<number, () => Promise<PathSample | undefined>> = {
-      1: async () => ({ local: 'host', remote: 'host', protocol: 'udp', rttMs: 0.4, bytesSent: (t += 1000) * 10, bytesReceived: 0, at: t }),
+      1: async () => {
+        t += 1000;
+        return { local: 'host', remote: 'host', protocol: 'udp', rttMs: 0.4, bytesSent: t * 10, bytesReceived: 0, at: t };
+      },
       2: () => new Promise(() => {}),
       3: () => Promise.reject(new Error('stats unavailable')),
     };

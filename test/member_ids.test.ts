@@ -65,7 +65,10 @@ describe('member ids', () => {
           timeoutMs: 5_000,
           heartbeatIntervalMs: 100,
           reuseLinks: true,
-          linkFactory: (o) => (channels.push(o.channel), net.factoryFor(i)(o)),
+          linkFactory: (o) => {
+            channels.push(o.channel);
+            return net.factoryFor(i)(o);
+          },
         });
         closers.push(() => a.shutdown());
         return a;

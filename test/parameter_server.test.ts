@@ -518,7 +518,10 @@ describe('state dicts and checkpoints', () => {
     const copy = adamShard(6);
     await copy.loadStateDict(sd);
     expect(same((await copy.pull()).values, (await shard.pull()).values)).toBe(true);
-    for (let i = 4; i < 8; i++) push(shard, i), push(copy, i);
+    for (let i = 4; i < 8; i++) {
+      push(shard, i);
+      push(copy, i);
+    }
     expect(same((await copy.pull()).values, (await shard.pull()).values)).toBe(true);
     shard.dispose();
     copy.dispose();

@@ -169,7 +169,7 @@ describe('splitting a model', () => {
 
 describe('float16 on the wire', () => {
   it('round-trips values within half precision, and exactly for halves', () => {
-    const values = Float32Array.from([0, -0, 1, -2.5, 65504, 1e-8, 3.14159, -1234.5678, 6.1e-5, Infinity, -Infinity]);
+    const values = Float32Array.from([0, -0, 1, -2.5, 65504, 1e-8, Math.PI, -1234.5678, 6.1e-5, Infinity, -Infinity]);
     const back = unpackHalf(packHalf(values), values.length);
     for (let i = 0; i < values.length; i++) {
       const v = values[i]!;

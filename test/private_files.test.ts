@@ -44,7 +44,11 @@ async function upload(): Promise<{ bytes: Uint8Array; source: () => ByteSource }
           sent = true;
           return all;
         },
-        next: async () => (sent ? null : ((sent = true), all)),
+        next: async () => {
+          if (sent) return null;
+          sent = true;
+          return all;
+        },
       };
     },
   };

@@ -318,7 +318,10 @@ describe('a member paused past its stall bound', () => {
           stallTimeoutMs: 1_000,
         },
         (e) => e.type === 'reconnecting' && reasons.push(e.reason),
-      ).then((a) => (agents.push(a), a));
+      ).then((a) => {
+        agents.push(a);
+        return a;
+      });
     const [a, b] = [await start(), await start()];
     const g1 = await Promise.all([a.nextRendezvous(0), b.nextRendezvous(0)]);
     // Both members live in this process: a long synchronous block pauses both, well under the

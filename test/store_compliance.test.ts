@@ -42,7 +42,15 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
     async () => {
       const session = uniqueSession('compliance');
       const [a, b] = await Promise.all([connect(server, session), connect(server, session)]);
-      return { a, b, close: () => (a.close(), b.close()), waiting: onServer(session) };
+      return {
+        a,
+        b,
+        close: () => {
+          a.close();
+          b.close();
+        },
+        waiting: onServer(session),
+      };
     },
   ],
   [
@@ -53,7 +61,10 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
       return {
         a: new PrefixStore('pg/1', a),
         b: new PrefixStore('pg/1', b),
-        close: () => (a.close(), b.close()),
+        close: () => {
+          a.close();
+          b.close();
+        },
         waiting: onServer(session),
       };
     },

@@ -260,7 +260,17 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     const told: number[] = [];
     let open: () => void = () => {};
     const gate = new Promise<void>((r) => (open = r));
-    return { told, open: () => open(), straggler: { after: async (ms: number) => (told.push(ms), await gate, 7) } };
+    return {
+      told,
+      open: () => open(),
+      straggler: {
+        after: async (ms: number) => {
+          told.push(ms);
+          await gate;
+          return 7;
+        },
+      },
+    };
   }
 
   it("DDP: the straggler's wait comes before its all-reduce, so the other rank's backward waits for it", async () => {
@@ -275,7 +285,10 @@ describe('on in-memory ranks (TF.js cpu)', () => {
       return d.backward(() => classificationLoss(d.model.apply(xs) as tf.Tensor, ys, 4), options).finally(() => tf.dispose([xs, ys]));
     };
     let fastDone = false;
-    const fast = backward(ddps[0]!).then((r) => ((fastDone = true), r));
+    const fast = backward(ddps[0]!).then((r) => {
+      fastDone = true;
+      return r;
+    });
     const slowed = backward(ddps[1]!, { straggler: slow.straggler });
     await vi.waitFor(() => expect(slow.told.length).toBe(1));
     // The fast rank is in its all-reduce, and the held rank has sent it nothing: it can only wait.
@@ -296,7 +309,15 @@ describe('on in-memory ranks (TF.js cpu)', () => {
     const pgs = await groups(2);
     const stages = pgs.map((pg) => new PipelineStage({ layers: layers(), inputShape: [6], group: pg }));
     const ddps = await Promise.all(stages.map(async (st) => DistributedDataParallel.create(st.model, await groups1(st))));
-    const slow = { told: [] as number[], straggler: { after: async (ms: number) => (slow.told.push(ms), 7) } };
+    const slow = {
+      told: [] as number[],
+      straggler: {
+        after: async (ms: number) => {
+          slow.told.push(ms);
+          return 7;
+        },
+      },
+    };
     const inputs = new Float32Array(4 * 6).fill(1);
     const labels = Int32Array.from([0, 1, 2, 3]);
     const loss = (out: tf.Tensor, y: tf.Tensor) => classificationLoss(out, y, 4);

@@ -60,8 +60,12 @@ function pageEvents(steps: number[]): TrainEvent[] {
 function dashboard(events: TrainEvent[], self = 2): DashboardState {
   let s = initialDashboardState({ session: 's', at: T0 });
   let at = T0;
-  s = reduceDashboard(s, { at: (at += 1000), event: { type: 'joined', rank: self, worldSize: 3, backend: 'webgpu', adapter: null } });
-  for (const event of events) s = reduceDashboard(s, { at: (at += 1000), event });
+  at += 1000;
+  s = reduceDashboard(s, { at, event: { type: 'joined', rank: self, worldSize: 3, backend: 'webgpu', adapter: null } });
+  for (const event of events) {
+    at += 1000;
+    s = reduceDashboard(s, { at, event });
+  }
   return s;
 }
 

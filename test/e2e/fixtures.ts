@@ -14,14 +14,14 @@ export interface RankPage {
   reports: Report[];
 }
 
-export const test = base.extend<{ server: RunningServer; closeContexts: void; solo: boolean; lane: void }>({
+export const test = base.extend<{ server: RunningServer; closeContexts: undefined; solo: boolean; lane: undefined }>({
   // A file that times heartbeats, stalls or the network says `test.use({ solo: true })`, a test of
   // that kind in another file has the tag '@solo': they run with the other Playwright worker idle
   // (test/e2e/lanes.ts); the others may run in pairs.
   solo: [false, { option: true }],
   lane: [
     async ({ solo }, use, testInfo) => {
-      if (testInfo.config.workers < 2) return use();
+      if (testInfo.config.workers < 2) return use(undefined);
       const asked = Date.now();
       const mode = solo || testInfo.tags.includes('@solo') ? 'solo' : 'shared';
       // The bound only guards against a lock left behind: a shared test may wait out a run of solo files.
@@ -31,7 +31,7 @@ export const test = base.extend<{ server: RunningServer; closeContexts: void; so
       if (waited > 0) testInfo.setTimeout(testInfo.timeout + waited);
       if (waited >= 100) testInfo.annotations.push({ type: 'lane-wait', description: String(waited) });
       try {
-        await use();
+        await use(undefined);
       } finally {
         await release();
       }
@@ -50,7 +50,7 @@ export const test = base.extend<{ server: RunningServer; closeContexts: void; so
   closeContexts: [
     async ({ browser, lane }, use) => {
       void lane; // closed before the lane is given back, so a solo test starts with no page of this one running
-      await use();
+      await use(undefined);
       await Promise.all(browser.contexts().map((c) => c.close().catch(() => {})));
     },
     { auto: true },
