@@ -18,26 +18,34 @@
  *
  * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
  * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
- * algorithms), framing.ts (the frames); beside this module, group_options.ts (the options and
- * their defaults), group_transport.ts (a group's mailbox, transports and routing),
- * exchanges.ts (each collective's exchange), group_break.ts (the broken state),
- * subgroups.ts (a subgroup's members), p2p.ts (send/recv's numbering), abort_notices.ts (a
- * failed collective told to the other members), store_barrier.ts (barriers through the store)
- * and attested_rows.ts (`gatherRows` through the server).
+ * algorithms), framing.ts (the frames); beside this module, group_options.ts (the options and their
+ * defaults), group_identity.ts (who a group is), group_transport.ts (a group's mailbox, transports and
+ * routing), collective_descriptors.ts (what each collective's frames say it is), exchanges.ts (each
+ * collective's exchange), group_break.ts (the broken state), subgroups.ts (a subgroup's members),
+ * p2p.ts (send/recv's numbering), abort_notices.ts (a failed collective told to the other members),
+ * store_barrier.ts (barriers through the store) and attested_rows.ts (`gatherRows` through the server).
  */
 import { GroupClosedError } from '../wire/errors.ts';
-import { Collective, FrameKind, ReduceOp, describeCollective, type Descriptor, type ReduceOpName } from '../wire/framing.ts';
+import { Collective, FrameKind, describeCollective, type Descriptor, type ReduceOpName } from '../wire/framing.ts';
 import type { LinkDetails, LinkStats } from '../transport/group_links.ts';
 import type { Mailbox } from '../transport/mailbox.ts';
-import { WIRE_DTYPE_CODES, checkWireDtype, roundToWire, wirePayloadBytes } from '../wire/half.ts';
+import { checkWireDtype, roundToWire, wirePayloadBytes } from '../wire/half.ts';
 import { asBytes, copyInto, type RingTransport } from './ring.ts';
 import type { ProcessGroupEvent, SharedLinks } from '../transport/shared_links.ts';
 import { PrefixStore, type Store } from './store_interface.ts';
 import { resolveLinkOptions, type AllReduceOptions, type CollectiveOptions, type GroupInit } from './group_options.ts';
 import { chooseAlgorithm, type AllReduceAlgorithm } from './latency_collectives.ts';
+import {
+  allGatherDescriptor,
+  allReduceDescriptor,
+  broadcastDescriptor,
+  checkAlgorithm,
+  reduceDescriptor,
+} from './collective_descriptors.ts';
 import { allGatherExchange, allReduceExchange, broadcastExchange, meshReduceExchange, reduceScatterExchange } from './exchanges.ts';
-import { groupMailbox, groupTransport, routedGroup, topLevelLinks, type GroupWires } from './group_transport.ts';
-import { GroupMembers, subgroupRanks, type SubgroupSpec } from './subgroups.ts';
+import { groupMailbox, groupTransport, routedGroup, type GroupWires } from './group_transport.ts';
+import { groupIdentity } from './group_identity.ts';
+import { subgroupRanks, type GroupMembers, type SubgroupSpec } from './subgroups.ts';
 import { P2PSequences, p2pDescriptor } from './p2p.ts';
 import { AbortNotices } from './abort_notices.ts';
 import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts';
@@ -115,20 +123,11 @@ export class ProcessGroup {
     const options = resolveLinkOptions(init);
     this.maxFrameBytes = options.maxFrameBytes;
     this.latencyThresholdBytes = options.latencyThresholdBytes;
-    if (sub) {
-      this.shared = sub.shared;
-      this.members = new GroupMembers(sub.id, sub.ranks);
-      this.rank = this.members.ranks.indexOf(this.shared.rank);
-      this.store = sub.store;
-    } else {
-      this.shared = topLevelLinks(init, options);
-      this.members = new GroupMembers(
-        0,
-        Array.from({ length: init.worldSize }, (_, r) => r),
-      );
-      this.rank = init.rank;
-      this.store = new PrefixStore(`pg/${init.groupKey}`, init.client);
-    }
+    const who = groupIdentity(init, options, sub);
+    this.shared = who.shared;
+    this.members = who.members;
+    this.rank = who.rank;
+    this.store = who.store;
     this.worldSize = this.members.ranks.length;
     this.groupId = this.members.groupId;
     this.ranks = this.members.ranks;
@@ -222,7 +221,7 @@ export class ProcessGroup {
       );
     }
     const members = subgroupRanks(ranks, this.worldSize);
-    this.throwIfBroken();
+    this.breakage.throwIfBroken();
     const id = this.shared.takeGroupId();
     if (!members.includes(this.rank)) return null;
     const sub = new ProcessGroup(this.init, { shared: this.shared, store: new PrefixStore(`sub${id}`, this.store), id, ranks: members });
@@ -232,18 +231,12 @@ export class ProcessGroup {
 
   /** The top-level rank of this group's rank `groupRank` (torch's `get_global_rank`). */
   globalRank(groupRank: number): number {
-    this.members.checkRank(groupRank, 'groupRank');
-    return this.ranks[groupRank]!;
+    return this.members.globalRank(groupRank);
   }
 
   /** This group's rank of top-level rank `globalRank` (torch's `get_group_rank`); RangeError if it is not a member. */
   groupRank(globalRank: number): number {
-    const r = this.ranks.indexOf(globalRank);
-    if (r < 0)
-      throw new RangeError(
-        `rank ${globalRank} is not a member of ${this.members.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`,
-      );
-    return r;
+    return this.members.groupRank(globalRank);
   }
 
   /** A new subgroup's members meet in the store, so that none sends it frames before all have made it. */
@@ -268,9 +261,7 @@ export class ProcessGroup {
   async allReduce(buf: Float32Array, op: ReduceOpName = 'sum', options: AllReduceOptions = {}): Promise<Float32Array> {
     const wire = checkWireDtype(options.wire ?? 'float32');
     const algorithm = this.algorithmFor(wirePayloadBytes(wire, buf.length), options.algorithm, true);
-    const collective =
-      algorithm === 'ring' ? Collective.allReduce : algorithm === 'tree' ? Collective.allReduceTree : Collective.allReduceDoubling;
-    const d = { ...this.descriptor(collective, buf.length, op), dtype: WIRE_DTYPE_CODES[wire] };
+    const d = allReduceDescriptor(algorithm, buf.length, op, wire);
     const out = await this.run(d, buf, (t) => allReduceExchange(t, buf, op, wire, algorithm));
     // A world of one exchanges nothing; its values are rounded as a wire would have rounded them.
     if (this.worldSize === 1) roundToWire(wire, buf);
@@ -282,12 +273,7 @@ export class ProcessGroup {
    * per-call option): every rank computes the same from the same inputs.
    */
   algorithmFor(bytes: number, forced?: AllReduceAlgorithm | 'auto', allReduce = false): AllReduceAlgorithm {
-    const known = allReduce ? ['auto', 'ring', 'doubling', 'tree'] : ['auto', 'ring', 'doubling'];
-    if (forced !== undefined && !known.includes(forced)) {
-      throw new RangeError(
-        `algorithm must be ${known.map((a) => `'${a}'`).join(', ')}${allReduce ? '' : ' (tree is for allReduce only)'}, got ${String(forced)}`,
-      );
-    }
+    checkAlgorithm(forced, allReduce);
     return chooseAlgorithm(bytes, this.worldSize, this.latencyThresholdBytes, forced);
   }
 
@@ -318,7 +304,7 @@ export class ProcessGroup {
    * other, as DISCO does). For comparison in benchmarks; the ring is the one to use.
    */
   async meshAllReduce(buf: Float32Array, op: ReduceOpName = 'sum'): Promise<Float32Array> {
-    return this.run(this.descriptor(Collective.meshAllReduce, buf.length, op), buf, (t) => meshReduceExchange(t, buf, op));
+    return this.run(reduceDescriptor(Collective.meshAllReduce, buf.length, op), buf, (t) => meshReduceExchange(t, buf, op));
   }
 
   /**
@@ -339,9 +325,7 @@ export class ProcessGroup {
   async broadcast(buf: Float32Array, src: number, options: CollectiveOptions = {}): Promise<Float32Array> {
     this.members.checkRank(src, 'src');
     const algorithm = this.algorithmFor(buf.byteLength, options.algorithm);
-    const collective = algorithm === 'ring' ? Collective.broadcast : Collective.broadcastTree;
-    const d: Descriptor = { collective, reduceOp: 0, numel: buf.length, root: src };
-    return this.run(d, buf, (t) => broadcastExchange(t, buf, src, algorithm));
+    return this.run(broadcastDescriptor(algorithm, buf.length, src), buf, (t) => broadcastExchange(t, buf, src, algorithm));
   }
 
   /**
@@ -353,9 +337,7 @@ export class ProcessGroup {
     const out = new Float32Array(input.length * n);
     out.set(input, this.rank * input.length);
     const algorithm = this.algorithmFor(out.byteLength, options.algorithm);
-    const collective = algorithm === 'ring' ? Collective.allGather : Collective.allGatherBruck;
-    const d: Descriptor = { collective, reduceOp: 0, numel: input.length, root: 0 };
-    return this.run(d, out, (t) => allGatherExchange(t, out, input.length, algorithm));
+    return this.run(allGatherDescriptor(algorithm, input.length), out, (t) => allGatherExchange(t, out, input.length, algorithm));
   }
 
   /**
@@ -370,13 +352,13 @@ export class ProcessGroup {
     const k = input.length / n;
     const work = input.slice();
     const single = work.subarray(this.rank * k, (this.rank + 1) * k);
-    return this.run(this.descriptor(Collective.reduceScatter, input.length, op), single, (t) => reduceScatterExchange(t, work, k, op));
+    return this.run(reduceDescriptor(Collective.reduceScatter, input.length, op), single, (t) => reduceScatterExchange(t, work, k, op));
   }
 
   /** Point-to-point: sends `buf` to `dst` (a rank of this group), matched with `dst`'s `recv(_, thisRank)` in order. */
   async send(buf: Float32Array, dst: number): Promise<void> {
     this.members.checkPeer(dst, this.rank, 'dst');
-    this.throwIfBroken();
+    this.breakage.throwIfBroken();
     const t = this.transport(FrameKind.p2p, this.p2p.nextSend(this.ranks[dst]!), p2pDescriptor(buf.length));
     await this.track(`send #${t.seq} to ${this.members.who(dst)}`, () => this.guard(t.seq, () => t.send(dst, 0, asBytes(buf)), false));
   }
@@ -384,7 +366,7 @@ export class ProcessGroup {
   /** Point-to-point: fills `buf` with the next message from `src` (a rank of this group); lengths must agree. */
   async recv(buf: Float32Array, src: number): Promise<Float32Array> {
     this.members.checkPeer(src, this.rank, 'src');
-    this.throwIfBroken();
+    this.breakage.throwIfBroken();
     const t = this.transport(FrameKind.p2p, this.p2p.nextRecv(this.ranks[src]!), p2pDescriptor(buf.length));
     await this.track(`recv #${t.seq} from ${this.members.who(src)}`, () =>
       this.guard(t.seq, () => t.recv(src, 0, buf.length * 4, copyInto(buf, 0)), false),
@@ -397,7 +379,7 @@ export class ProcessGroup {
    * Fails at once, naming the rank, if a member is lost while waiting.
    */
   async barrier(timeoutMs = this.timeoutMs): Promise<void> {
-    this.throwIfBroken();
+    this.breakage.throwIfBroken();
     const n = ++this.barrierCount;
     return this.track(`barrier #${n}`, () => barrierWait(this.barrierGroup(), n, timeoutMs, this.label));
   }
@@ -441,14 +423,9 @@ export class ProcessGroup {
 
   // --- Running a collective ----------------------------------------------------------------------
 
-  private descriptor(collective: Collective, numel: number, op: ReduceOpName): Descriptor {
-    if (!(op in ReduceOp)) throw new RangeError(`unknown reduce op ${JSON.stringify(op)}; use sum, avg, max or min`);
-    return { collective, reduceOp: ReduceOp[op], numel, root: 0 };
-  }
-
   /** Takes the next sequence number and runs `body`, except on a world of one. */
   private async run<T>(d: Descriptor, single: T, body: (t: RingTransport) => Promise<T>): Promise<T> {
-    this.throwIfBroken();
+    this.breakage.throwIfBroken();
     const seq = ++this.seq;
     // One rank: nothing to exchange. avg of one value is the value.
     if (this.worldSize === 1) return single;
@@ -515,9 +492,5 @@ export class ProcessGroup {
   /** Runs `body`, noting what this rank waits for meanwhile (for RankStalledError). */
   private track<T>(what: string, body: () => Promise<T>): Promise<T> {
     return this.shared.track(`${what}${this.label}`, body);
-  }
-
-  private throwIfBroken(): void {
-    this.breakage.throwIfBroken();
   }
 }

@@ -33,12 +33,12 @@ import {
   DEFAULT_STORE_TIMEOUT_MS,
   rendezvousClosedMessage,
   rendezvousClosedOnRankMessage,
-  type CloseCodeValue,
   type RoundEvent,
   type SignalEvent,
   type WaitingEvent,
 } from '../wire/protocol.ts';
 import { StoreClient } from './store.ts';
+import { afterClose } from './close_meaning.ts';
 
 // The handler's contract (its options, its rounds, its events) is its own module; importable from here as before.
 export type { RendezvousEvent, RendezvousOptions, Round } from './rendezvous_types.ts';
@@ -475,35 +475,6 @@ export class RendezvousHandler {
         }
         if (Date.now() > deadline) return; // nextRendezvous times out and says what it waited for
       }
-    }
-  }
-}
-
-/** What a closed connection means for a member: the session is over, its tab left, or it may join again. */
-function afterClose(code: number): 'ended' | 'left' | 'removed' | 'rejoin' {
-  const known = code as CloseCodeValue;
-  switch (known) {
-    case CloseCode.SESSION_ENDED:
-      return 'ended';
-    case CloseCode.REMOVED:
-      return 'removed';
-    case CloseCode.LEFT:
-      return 'left';
-    case CloseCode.STALLED:
-    case CloseCode.EVICTED:
-    case CloseCode.SERVER_CLOSING:
-    case CloseCode.MESSAGE_TOO_BIG:
-    case CloseCode.TOO_MANY_ERRORS:
-    case CloseCode.HELLO_TIMEOUT:
-    case CloseCode.SLOW_READER:
-    case CloseCode.UNAUTHORIZED: // the rejoin's hello is refused again, and that ends it (UnauthorizedError)
-    case CloseCode.TOO_MANY_CONNECTIONS:
-      return 'rejoin';
-    default: {
-      // Any other code: the socket closed or broke (1000, 1001, 1006): the server may be back soon.
-      const other: never = known;
-      void other;
-      return 'rejoin';
     }
   }
 }

@@ -83,6 +83,20 @@ export class GroupMembers {
     }
   }
 
+  /** The top-level rank of group rank `groupRank`; RangeError if it is not one. */
+  globalRank(groupRank: number): number {
+    this.checkRank(groupRank, 'groupRank');
+    return this.ranks[groupRank]!;
+  }
+
+  /** The group rank of top-level rank `globalRank`; RangeError if it is not a member. */
+  groupRank(globalRank: number): number {
+    const r = this.ranks.indexOf(globalRank);
+    if (r < 0)
+      throw new RangeError(`rank ${globalRank} is not a member of ${this.describe()}; its top-level ranks are [${this.ranks.join(', ')}]`);
+    return r;
+  }
+
   /** `checkRank`, and `r` must not be `self` (this rank's group rank). */
   checkPeer(r: number, self: number, what: string): void {
     this.checkRank(r, what);

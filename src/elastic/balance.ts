@@ -242,7 +242,10 @@ export class BatchBalancer {
   splitOf(count: number, step: number): number[] {
     const costs = this.costs;
     const quantum = Math.max(1, Math.floor(this.batchSize / 8));
-    if (!costs.known) return (this.split = splitBatch(count, new Array<number>(costs.worldSize).fill(1), quantum));
+    if (!costs.known) {
+      this.split = splitBatch(count, new Array<number>(costs.worldSize).fill(1), quantum);
+      return this.split;
+    }
     const models = costs.models();
     const probe = step % PROBE_EVERY === 0 && (this.split?.some((c) => c === 0) ?? false);
     const ideal = splitByCost(count, models, quantum, probe);

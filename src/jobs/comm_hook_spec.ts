@@ -87,141 +87,144 @@ export const COMM_HOOK_RULE = `${COMM_HOOK_NAMES.slice(0, -1)
  */
 export function parseCommHook(raw: string): CommHookSpec {
   const [kind = '', ...args] = raw.split(':');
-  const bad = (rule: string) => new ConfigError('commHook', raw, rule);
-  /** `item` (RANK, H, START) of `form` as a whole number in least..most; the error says what it is for and shows `example`. */
-  const item = (
-    name: string,
-    text: string | undefined,
-    least: number,
-    most: number,
-    form: string,
-    what: string,
-    example: string,
-  ): number => {
-    const n = text !== undefined && /^\d{1,16}$/.test(text) ? Number(text) : NaN;
-    if (Number.isSafeInteger(n) && n >= least && n <= most) return n;
-    const range = least === 1 ? `a positive integer up to ${most}` : `an integer from ${least} to ${most}`;
-    const problem = text === undefined || text === '' ? `${name} is missing` : `${name} "${text}" is not one`;
-    throw bad(`${form} with ${name} ${range}, ${what} (e.g. ${example}); ${problem}`);
-  };
+  const bad: Bad = (rule: string) => new ConfigError('commHook', raw, rule);
+  const item = itemReader(bad);
   switch (kind) {
     case 'none':
     case 'fp16':
     case 'bf16':
       if (args.length > 0) throw bad(`just ${kind}, without "${args.join(':')}" after it`);
       return { kind };
-    case 'powersgd': {
-      // A last item fp16 or bf16: P, Q and the rest go 16-bit on the wire.
-      const last = args[args.length - 1];
-      const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
-      const numbers = wire === 'float32' ? args : args.slice(0, -1);
-      if (numbers.length > 2)
-        throw bad(
-          `${COMM_HOOK_FORMS.powersgd} (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally ${COMM_HOOK_WIRES.powersgd.join(' or ')}`,
-        );
-      const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
-      const startIter =
-        numbers.length < 2
-          ? DEFAULT_COMM_HOOK_START
-          : item(
-              'START',
-              numbers[1],
-              0,
-              MAX_COMM_HOOK_START,
-              `powersgd:${rank}:START`,
-              'the steps of plain all-reduce before compression starts',
-              `powersgd:${rank}:100`,
-            );
-      return { kind: 'powersgd', rank, startIter, wire };
-    }
-    case 'localsgd': {
-      if (args.length > 2)
-        throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
-      const period = item(
-        'H',
-        args[0],
-        1,
-        MAX_LOCALSGD_PERIOD,
-        'localsgd:H',
-        'the steps between two averagings of the models',
-        'localsgd:4',
-      );
-      const startStep =
-        args.length < 2
-          ? DEFAULT_COMM_HOOK_START
-          : item(
-              'START',
-              args[1],
-              0,
-              MAX_COMM_HOOK_START,
-              `localsgd:${period}:START`,
-              'the steps of averaged gradients before local steps start',
-              `localsgd:${period}:100`,
-            );
-      return { kind: 'localsgd', period, startStep };
-    }
-    case 'diloco': {
-      let rest = args;
-      const last = rest[rest.length - 1];
-      const wire = last !== undefined && last in DILOCO_WIRES && rest.length > 1 ? DILOCO_WIRES[last]! : 'float32';
-      if (wire !== 'float32') rest = rest.slice(0, -1);
-      const form = `${COMM_HOOK_FORMS.diloco} (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8, diloco:64:fp16 or diloco:64:stream4:int8)`;
-      const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
-      if (streamItem !== undefined) rest = rest.slice(0, -1);
-      const numbers = rest;
-      if (numbers.length > 3)
-        throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then ${COMM_HOOK_WIRES.diloco.join(', ')}`);
-      const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
-      /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
-      const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
-        const n = text !== undefined && /^\d{1,6}(\.\d{1,12})?$/.test(text) ? Number(text) : NaN;
-        if (Number.isFinite(n) && ok(n)) return n;
-        throw bad(`${form} with ${name} ${rule}; "${text ?? ''}" is not one`);
-      };
-      const outerLr =
-        numbers.length < 2
-          ? DEFAULT_DILOCO_OUTER_LR
-          : decimal(
-              'OUTER_LR',
-              numbers[1],
-              (n) => n > 0 && n <= 100,
-              "a decimal number above 0 and up to 100 (the outer SGD's learning rate, e.g. 0.7)",
-            );
-      const outerMomentum =
-        numbers.length < 3
-          ? DEFAULT_DILOCO_OUTER_MOMENTUM
-          : decimal(
-              'MOMENTUM',
-              numbers[2],
-              (n) => n >= 0 && n < 1,
-              'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)',
-            );
-      let stream = 0;
-      let overlap = 0;
-      if (streamItem !== undefined) {
-        // Each fragment's all-reduce overlaps the next D inner steps (default 1) and lands before that fragment's next turn: D < H / P.
-        const most = Math.floor(syncEvery / 2);
-        const m = /^stream(\d{1,7})(?:x(\d{1,7}))?$/.exec(streamItem);
-        const p = m ? Number(m[1]) : NaN;
-        if (!(Number.isSafeInteger(p) && p >= 1 && p <= most)) {
-          throw bad(
-            `${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step (streamPxD: the next D); "${streamItem}" is not one`,
-          );
-        }
-        const d = m?.[2] === undefined ? 1 : Number(m[2]);
-        const gap = syncEvery / p;
-        if (!(d >= 1 && d < gap))
-          throw bad(
-            `${form} with streamPxD: D inner steps an all-reduce runs behind, from 1 to below H / P (here ${gap}); "${streamItem}" is not one`,
-          );
-        stream = p;
-        overlap = d;
-      }
-      return { kind: 'diloco', syncEvery, outerLr, outerMomentum, wire, stream, overlap };
-    }
+    case 'powersgd':
+      return parsePowerSGD(args, bad, item);
+    case 'localsgd':
+      return parseLocalSGD(args, bad, item);
+    case 'diloco':
+      return parseDiLoCo(args, bad, item);
     default:
       throw bad(`${COMM_HOOK_RULE}; "${kind}" is not a hook`);
   }
+}
+
+/** The errors of parseCommHook: ConfigError (option commHook) for the raw text, with `rule` saying what to write. */
+type Bad = (rule: string) => ConfigError;
+/** `item` (RANK, H, START) of `form` as a whole number in least..most; the error says what it is for and shows `example`. */
+type Item = (name: string, text: string | undefined, least: number, most: number, form: string, what: string, example: string) => number;
+
+function itemReader(bad: Bad): Item {
+  return (name: string, text: string | undefined, least: number, most: number, form: string, what: string, example: string): number => {
+    const n = text !== undefined && /^\d{1,16}$/.test(text) ? Number(text) : NaN;
+    if (Number.isSafeInteger(n) && n >= least && n <= most) return n;
+    const range = least === 1 ? `a positive integer up to ${most}` : `an integer from ${least} to ${most}`;
+    const problem = text === undefined || text === '' ? `${name} is missing` : `${name} "${text}" is not one`;
+    throw bad(`${form} with ${name} ${range}, ${what} (e.g. ${example}); ${problem}`);
+  };
+}
+
+/** powersgd:RANK[:START][:fp16|bf16]. */
+function parsePowerSGD(args: string[], bad: Bad, item: Item): Extract<CommHookSpec, { kind: 'powersgd' }> {
+  // A last item fp16 or bf16: P, Q and the rest go 16-bit on the wire.
+  const last = args[args.length - 1];
+  const wire = last !== undefined && last in POWERSGD_WIRES && args.length > 1 ? POWERSGD_WIRES[last]! : 'float32';
+  const numbers = wire === 'float32' ? args : args.slice(0, -1);
+  if (numbers.length > 2)
+    throw bad(
+      `${COMM_HOOK_FORMS.powersgd} (e.g. powersgd:2, powersgd:2:100 or powersgd:2:fp16): at most two numbers after powersgd, then optionally ${COMM_HOOK_WIRES.powersgd.join(' or ')}`,
+    );
+  const rank = item('RANK', numbers[0], 1, MAX_POWERSGD_RANK, 'powersgd:RANK', 'the rank of the low-rank approximation', 'powersgd:2');
+  const startIter =
+    numbers.length < 2
+      ? DEFAULT_COMM_HOOK_START
+      : item(
+          'START',
+          numbers[1],
+          0,
+          MAX_COMM_HOOK_START,
+          `powersgd:${rank}:START`,
+          'the steps of plain all-reduce before compression starts',
+          `powersgd:${rank}:100`,
+        );
+  return { kind: 'powersgd', rank, startIter, wire };
+}
+
+/** localsgd:H[:START]. */
+function parseLocalSGD(args: string[], bad: Bad, item: Item): Extract<CommHookSpec, { kind: 'localsgd' }> {
+  if (args.length > 2) throw bad('localsgd:H or localsgd:H:START (e.g. localsgd:4 or localsgd:4:100): at most two numbers after localsgd');
+  const period = item('H', args[0], 1, MAX_LOCALSGD_PERIOD, 'localsgd:H', 'the steps between two averagings of the models', 'localsgd:4');
+  const startStep =
+    args.length < 2
+      ? DEFAULT_COMM_HOOK_START
+      : item(
+          'START',
+          args[1],
+          0,
+          MAX_COMM_HOOK_START,
+          `localsgd:${period}:START`,
+          'the steps of averaged gradients before local steps start',
+          `localsgd:${period}:100`,
+        );
+  return { kind: 'localsgd', period, startStep };
+}
+
+/** diloco:H[:OUTER_LR[:MOMENTUM]][:streamP[xD]][:fp16|bf16|int8]. */
+function parseDiLoCo(args: string[], bad: Bad, item: Item): Extract<CommHookSpec, { kind: 'diloco' }> {
+  let rest = args;
+  const last = rest[rest.length - 1];
+  const wire = last !== undefined && last in DILOCO_WIRES && rest.length > 1 ? DILOCO_WIRES[last]! : 'float32';
+  if (wire !== 'float32') rest = rest.slice(0, -1);
+  const form = `${COMM_HOOK_FORMS.diloco} (e.g. diloco:64, diloco:64:0.7:0.9, diloco:64:stream4, diloco:128:stream4x8, diloco:64:fp16 or diloco:64:stream4:int8)`;
+  const streamItem = rest.length > 1 && /^stream/.test(rest[rest.length - 1]!) ? rest[rest.length - 1]! : undefined;
+  if (streamItem !== undefined) rest = rest.slice(0, -1);
+  const numbers = rest;
+  if (numbers.length > 3)
+    throw bad(`${form}: at most three numbers after diloco, then optionally streamP, then ${COMM_HOOK_WIRES.diloco.join(', ')}`);
+  const syncEvery = item('H', numbers[0], 1, MAX_LOCALSGD_PERIOD, 'diloco:H', 'the inner steps between two outer steps', 'diloco:64');
+  /** A decimal in (least, most) or [least, most), for the outer learning rate and momentum. */
+  const decimal = (name: string, text: string | undefined, ok: (n: number) => boolean, rule: string): number => {
+    const n = text !== undefined && /^\d{1,6}(\.\d{1,12})?$/.test(text) ? Number(text) : NaN;
+    if (Number.isFinite(n) && ok(n)) return n;
+    throw bad(`${form} with ${name} ${rule}; "${text ?? ''}" is not one`);
+  };
+  const outerLr =
+    numbers.length < 2
+      ? DEFAULT_DILOCO_OUTER_LR
+      : decimal(
+          'OUTER_LR',
+          numbers[1],
+          (n) => n > 0 && n <= 100,
+          "a decimal number above 0 and up to 100 (the outer SGD's learning rate, e.g. 0.7)",
+        );
+  const outerMomentum =
+    numbers.length < 3
+      ? DEFAULT_DILOCO_OUTER_MOMENTUM
+      : decimal(
+          'MOMENTUM',
+          numbers[2],
+          (n) => n >= 0 && n < 1,
+          'a decimal number from 0 to below 1 (the outer Nesterov momentum, e.g. 0.9; 0 for none)',
+        );
+  const { stream, overlap } = streamItem === undefined ? { stream: 0, overlap: 0 } : parseStream(streamItem, syncEvery, form, bad);
+  return { kind: 'diloco', syncEvery, outerLr, outerMomentum, wire, stream, overlap };
+}
+
+/** DiLoCo's streamP or streamPxD item: P fragments, each all-reduce D inner steps behind. */
+function parseStream(streamItem: string, syncEvery: number, form: string, bad: Bad): { stream: number; overlap: number } {
+  // Each fragment's all-reduce overlaps the next D inner steps (default 1) and lands before that fragment's next turn: D < H / P.
+  const most = Math.floor(syncEvery / 2);
+  const m = /^stream(\d{1,7})(?:x(\d{1,7}))?$/.exec(streamItem);
+  const p = m ? Number(m[1]) : NaN;
+  if (!(Number.isSafeInteger(p) && p >= 1 && p <= most)) {
+    throw bad(
+      `${form} with streamP: P fragments from 1 to H / 2 (here ${most}), each all-reduce overlapped with the next inner step (streamPxD: the next D); "${streamItem}" is not one`,
+    );
+  }
+  const d = m?.[2] === undefined ? 1 : Number(m[2]);
+  const gap = syncEvery / p;
+  if (!(d >= 1 && d < gap))
+    throw bad(
+      `${form} with streamPxD: D inner steps an all-reduce runs behind, from 1 to below H / P (here ${gap}); "${streamItem}" is not one`,
+    );
+  return { stream: p, overlap: d };
 }
 
 /** A CommHookSpec as the option's text (what parseCommHook reads back), START only when not the default. */

@@ -50,7 +50,7 @@ export interface LaunchContext {
 }
 
 /** A script's default export. */
-export type ScriptMain = (ctx: LaunchContext) => Promise<Record<string, unknown> | void>;
+export type ScriptMain = (ctx: LaunchContext) => Promise<Record<string, unknown> | undefined> | Promise<void>;
 
 /** "--name value", "--name=value" and lone "--flag" (true); anything else is an error naming it. */
 export function parseScriptArgs(argv: string[]): Record<string, string> {

@@ -272,7 +272,10 @@ export async function generate(
     let next = 0;
     if (temperature > 0) {
       let r = random();
-      for (next = 0; next < p.length - 1; next++) if ((r -= p[next]!) < 0) break;
+      for (next = 0; next < p.length - 1; next++) {
+        r -= p[next]!;
+        if (r < 0) break;
+      }
     } else for (let i = 1; i < p.length; i++) if (p[i]! > p[next]!) next = i;
     ids.push(next);
     out.push(next);

@@ -296,19 +296,24 @@ class Carrier {
   private receive(bytes: Uint8Array): void {
     const marker = readRoundMarker(bytes);
     if (marker !== undefined) {
-      if (marker < this.recvRound) return this.close(`member ${this.member} went back from round ${this.recvRound} to ${marker}`);
+      if (marker < this.recvRound) {
+        this.close(`member ${this.member} went back from round ${this.recvRound} to ${marker}`);
+        return;
+      }
       this.recvRound = marker;
       return;
     }
     const view = this.views.get(this.recvRound);
-    if (view) return view.deliver(bytes);
+    if (view) {
+      view.deliver(bytes);
+      return;
+    }
     // A round not reached yet here, or whose group has not used this link yet: kept, within a bound.
     if (this.recvRound >= this.pool.currentRound) {
       this.aheadBytes += bytes.length;
       if (this.aheadBytes > MAX_AHEAD_BYTES) {
-        return this.close(
-          `member ${this.member} sent over ${MAX_AHEAD_BYTES} bytes for round ${this.recvRound}, which this tab has not reached`,
-        );
+        this.close(`member ${this.member} sent over ${MAX_AHEAD_BYTES} bytes for round ${this.recvRound}, which this tab has not reached`);
+        return;
       }
       this.ahead.push({ round: this.recvRound, bytes });
     }

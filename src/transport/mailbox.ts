@@ -152,7 +152,10 @@ export class Mailbox {
       ready.catch((err: Error) => receiver.reject(err));
       this.receivers.add(receiver);
       let entry = this.inbox.get(key);
-      if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
+      if (!entry) {
+        entry = { buffered: [] };
+        this.inbox.set(key, entry);
+      }
       entry.receiver = receiver;
       this.armTimer(receiver);
       const limitMs = this.peerTimeoutMs + Math.ceil(expectedBytes / MESSAGE_MIN_RATE);
@@ -225,12 +228,18 @@ export class Mailbox {
       );
     }
     let entry = this.inbox.get(key);
-    if (entry?.receiver) return this.deliver(entry.receiver, frame, h);
+    if (entry?.receiver) {
+      this.deliver(entry.receiver, frame, h);
+      return;
+    }
     // Another message of a collective this rank waits in: a peer that ran another algorithm (or
     // another collective) sends at steps this rank never posts, so it is caught here, not at a match.
     if (h.kind === FrameKind.collective) {
       const waiting = [...this.receivers].find((r) => r.kind === FrameKind.collective && r.seq === h.seq);
-      if (waiting && !sameDescriptor(h, waiting.descriptor)) return waiting.reject(this.mismatch(h, h.seq, waiting.descriptor, from));
+      if (waiting && !sameDescriptor(h, waiting.descriptor)) {
+        waiting.reject(this.mismatch(h, h.seq, waiting.descriptor, from));
+        return;
+      }
     }
     // Nobody waits for it yet: keep it only if an honest peer could have sent it by now.
     const issued = this.issued(from, h.kind);
@@ -258,7 +267,10 @@ export class Mailbox {
       );
     }
     this.hold(from, frame.length);
-    if (!entry) this.inbox.set(key, (entry = { buffered: [] }));
+    if (!entry) {
+      entry = { buffered: [] };
+      this.inbox.set(key, entry);
+    }
     entry.buffered.push({ frame, header: h });
   }
 

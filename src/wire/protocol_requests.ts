@@ -40,8 +40,7 @@ export interface RequestFields {
   wait: { keys: string[]; timeoutMs: number };
   check: { keys: string[] };
   deleteKey: { key: string };
-  // eslint-disable-next-line @typescript-eslint/no-empty-object-type
-  numKeys: {};
+  numKeys: Record<string, never>;
   append: { key: string; value: WireValue };
   multiGet: { keys: string[]; timeoutMs: number };
   multiSet: { keys: string[]; values: WireValue[] };
@@ -74,9 +73,9 @@ export interface RequestFields {
    * later frames are beats, sent from a Worker, which beats on while the page's thread is busy
    * (the server then keeps the member for longer: signaling/pulse.ts). Members only (NOT_JOINED).
    */
-  pulse: {};
+  pulse: Record<string, never>;
   /** Fresh ICE servers for the session (TURN credentials minted now): a member renews them before its old ones expire. */
-  iceServers: {};
+  iceServers: Record<string, never>;
   /**
    * Ask for a new round unless one newer than `fromRound` exists: to admit waiting members, or,
    * with `failed`, because round `fromRound` failed on this rank while every member is still
@@ -104,7 +103,7 @@ export interface RequestFields {
    * group that will never train again. Members with a rank in the running round only; closing a
    * closed rendezvous changes nothing.
    */
-  closeRendezvous: {};
+  closeRendezvous: Record<string, never>;
   /**
    * Places held by members (ZooKeeper's ephemeral nodes): each key names a place the server holds
    * for the member that took it, for as long as that member is in the session's group; a member

@@ -290,6 +290,48 @@ export function parseRequest(text: string, limits: Limits = DEFAULT_LIMITS): Req
   return { type: t, id, ...fields } as Request;
 }
 
+/** A check of a server message: throws ServerMessageError saying `what` is bad unless `ok`. */
+type Need = (ok: boolean, what: string) => void;
+
+/** A safe integer in min..max. */
+const isInt = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min && v <= max;
+
+/** A `round` event's fields: its round, this tab's rank in a group of worldSize, and one distinct member id per rank. */
+function checkRound(raw: Obj, need: Need): void {
+  need(isInt(raw.round, 1, Number.MAX_SAFE_INTEGER), 'bad round');
+  need(
+    isInt(raw.worldSize, 0, MAX_WORLD) && isInt(raw.rank, -1, MAX_WORLD - 1) && (raw.rank as number) < Math.max(1, raw.worldSize as number),
+    'bad rank or world size',
+  );
+  need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
+  need(
+    Array.isArray(raw.members) &&
+      raw.members.length === (raw.paused ? 0 : raw.worldSize) &&
+      raw.members.every((m) => isInt(m, 1, MAX_MEMBER_ID)) &&
+      new Set(raw.members).size === raw.members.length,
+    'bad members (one distinct member id per rank)',
+  );
+}
+
+/** A `faults` event's fields: a count per fault kind and a bounded list of entries. */
+function checkFaults(raw: Obj, need: Need): void {
+  const counts = raw.counts;
+  need(
+    isObj(counts) && FAULT_KINDS.every((k) => isInt(counts[k], 0, Number.MAX_SAFE_INTEGER)),
+    'bad counts (one non-negative integer per kind)',
+  );
+  const entries = raw.entries;
+  need(Array.isArray(entries) && entries.length <= MAX_FAULT_ENTRIES, `bad entries (a list of at most ${MAX_FAULT_ENTRIES})`);
+  const goodEntry = (e: unknown) =>
+    isObj(e) &&
+    (FAULT_KINDS as readonly unknown[]).includes(e.kind) &&
+    isInt(e.round, 1, Number.MAX_SAFE_INTEGER) &&
+    isInt(e.rank, 0, MAX_WORLD - 1) &&
+    typeof e.reason === 'string' &&
+    e.reason.length <= MAX_FAULT_REASON;
+  need((entries as unknown[]).every(goodEntry), 'bad entry (kind, round, rank, reason)');
+}
+
 /**
  * Parses a server frame on the client side. Throws on anything malformed: a client acts only on
  * messages whose fields it has checked.
@@ -298,10 +340,9 @@ export function parseServerMessage(text: string): ServerMessage {
   const raw: unknown = JSON.parse(text);
   if (!isObj(raw) || typeof raw.type !== 'string') throw new ServerMessageError('server sent a frame that is not a message');
   const t = raw.type as ServerMessage['type'];
-  const need = (ok: boolean, what: string) => {
+  const need: Need = (ok, what) => {
     if (!ok) throw new ServerMessageError(`server sent a bad "${t}" message: ${what}`, t);
   };
-  const isInt = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min && v <= max;
   switch (t) {
     case 'reply':
       need(isInt(raw.id, 0, Number.MAX_SAFE_INTEGER) && 'result' in raw, 'no id or result');
@@ -324,21 +365,7 @@ export function parseServerMessage(text: string): ServerMessage {
       );
       return raw as unknown as PeerLeftEvent;
     case 'round':
-      need(isInt(raw.round, 1, Number.MAX_SAFE_INTEGER), 'bad round');
-      need(
-        isInt(raw.worldSize, 0, MAX_WORLD) &&
-          isInt(raw.rank, -1, MAX_WORLD - 1) &&
-          (raw.rank as number) < Math.max(1, raw.worldSize as number),
-        'bad rank or world size',
-      );
-      need(typeof raw.paused === 'boolean' && isInt(raw.min, 1, MAX_WORLD) && isInt(raw.max, 1, MAX_WORLD), 'bad paused, min or max');
-      need(
-        Array.isArray(raw.members) &&
-          raw.members.length === (raw.paused ? 0 : raw.worldSize) &&
-          raw.members.every((m) => isInt(m, 1, MAX_MEMBER_ID)) &&
-          new Set(raw.members).size === raw.members.length,
-        'bad members (one distinct member id per rank)',
-      );
+      checkRound(raw, need);
       return raw as unknown as RoundEvent;
     case 'waiting':
       // Members and spectators may outnumber the largest group (spectators wait beyond it).
@@ -366,21 +393,7 @@ export function parseServerMessage(text: string): ServerMessage {
       );
       return raw as unknown as TokenEvent;
     case 'faults': {
-      const counts = raw.counts;
-      need(
-        isObj(counts) && FAULT_KINDS.every((k) => isInt(counts[k], 0, Number.MAX_SAFE_INTEGER)),
-        'bad counts (one non-negative integer per kind)',
-      );
-      const entries = raw.entries;
-      need(Array.isArray(entries) && entries.length <= MAX_FAULT_ENTRIES, `bad entries (a list of at most ${MAX_FAULT_ENTRIES})`);
-      const goodEntry = (e: unknown) =>
-        isObj(e) &&
-        (FAULT_KINDS as readonly unknown[]).includes(e.kind) &&
-        isInt(e.round, 1, Number.MAX_SAFE_INTEGER) &&
-        isInt(e.rank, 0, MAX_WORLD - 1) &&
-        typeof e.reason === 'string' &&
-        e.reason.length <= MAX_FAULT_REASON;
-      need((entries as unknown[]).every(goodEntry), 'bad entry (kind, round, rank, reason)');
+      checkFaults(raw, need);
       return raw as unknown as FaultsEvent;
     }
     default: {

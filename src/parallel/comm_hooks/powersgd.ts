@@ -335,9 +335,13 @@ export class PowerSGDHook implements CommHook {
       matMulT(p, q, out, c.n, c.m, c.r);
       if (keepState) continue;
       let entry = this.entries.get(c.key);
-      if (!entry) this.entries.set(c.key, (entry = { shape: c.shape }));
+      if (!entry) {
+        entry = { shape: c.shape };
+        this.entries.set(c.key, entry);
+      }
       if (this.options.useErrorFeedback) {
-        const e = (entry.error ??= new Float32Array(c.M.length));
+        entry.error ??= new Float32Array(c.M.length);
+        const e = entry.error;
         for (let i = 0; i < e.length; i++) e[i] = c.M[i]! - out[i]!;
       }
       if (this.options.warmStart) entry.q = q.slice();

@@ -142,13 +142,17 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     switch (e.type) {
       case 'paused':
         this.paused++;
-        return this.emit({ type: 'paused', min: e.min });
+        this.emit({ type: 'paused', min: e.min });
+        return;
       case 'waiting':
-        return this.emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
+        this.emit({ type: 'waiting', waiting: e.waiting, members: e.members, min: e.min, max: e.max, running: e.running });
+        return;
       case 'reconnecting':
-        return this.emit({ type: 'reconnecting', attempt: e.attempt, waitMs: e.waitMs, reason: e.reason });
+        this.emit({ type: 'reconnecting', attempt: e.attempt, waitMs: e.waitMs, reason: e.reason });
+        return;
       case 'reconnected':
-        return this.emit({ type: 'reconnected' });
+        this.emit({ type: 'reconnected' });
+        return;
       case 'round':
       case 'spectating': // a spectator waits in nextRendezvous; the page hears it through onRendezvous
       case 'control': // the page decides what a host's control means for it

@@ -69,7 +69,7 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
   balanceBatches?: boolean;
 
   /** One training step on this rank's samples. */
-  step(ctx: StepContext): Promise<M | void>;
+  step(ctx: StepContext): Promise<M | undefined> | Promise<void>;
   /**
    * Called as each step starts with this rank's likely samples of the next step of the epoch, so
    * that a streamed dataset loads them while this step computes. With balanced batches it is a

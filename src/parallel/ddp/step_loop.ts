@@ -183,9 +183,9 @@ export class StepLoop<M extends StepMetrics> {
     host.emit({ type: 'batch', round: this.round.key, rank: pg.rank, step: p.step + 1, epoch: p.epoch, indices: batch, padding });
     const sent = this.sendVote();
     timeline.lap('other');
-    const metrics =
-      (await guard.whileLives(o.step({ indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg }))) ??
-      ({} as M);
+    // A step that returns nothing resolves to undefined: the same as one that returns no metrics.
+    const ctx = { indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg };
+    const metrics = (await guard.whileLives(o.step(ctx) as Promise<M | undefined>)) ?? ({} as M);
     // Commit: the step's samples are trained on; the group's position moves past them.
     p.position = k === rest.stepsLeft - 1 ? o.datasetLength : Math.min(o.datasetLength, p.position + o.batchSize * this.n);
     p.step++;

@@ -66,3 +66,6 @@ export function decodeClaims(all: Float32Array, worldSize: number): RoleClaim[] 
     return { isNew: all[2 * r] === 1, wasServer: Number.isSafeInteger(wasServer) && wasServer >= 0 ? wasServer : -1 };
   });
 }
+
+/** What a tab is in a round: parameter server `index`, or a worker. */
+export type Role = { kind: 'server'; index: number } | { kind: 'worker' };

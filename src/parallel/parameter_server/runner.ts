@@ -36,9 +36,10 @@
  * leases (`ps/leases`), about once a second: the server holds records, never a tensor.
  *
  * Beside this module: serve.ts (a server's side of a round), figures.ts (the rates and counts
- * the status reports give), roles.ts, leases.ts, shard.ts, wire.ts (the pull/push messages).
+ * the status reports give), places.ts (claiming server places), final_values.ts (the run's last
+ * collectives), roles.ts, leases.ts, shard.ts, wire.ts (the pull/push messages).
  */
-import { DistTimeoutError, RoleConflictError, isRecoverable } from '../../wire/errors.ts';
+import { isRecoverable } from '../../wire/errors.ts';
 import { REGROUP, runAgent, samplerSettings } from '../../elastic/agent.ts';
 import { recordEvent } from '../events.ts';
 import { hashFloat32 } from '../../wire/hash.ts';
@@ -50,8 +51,11 @@ import type { Json } from '../../checkpoint/state_dict.ts';
 import { restoreShard, saveShard } from './checkpoint.ts';
 import { LeaseBook, leaseIndices, type Lease, type PsSampleCounts } from './leases.ts';
 import { assignFlatWeights } from '../replicas.ts';
-import { assignPlaces, decodeClaims, encodeClaim, rolesOf } from './roles.ts';
-import { ParameterServerShard } from './shard.ts';
+import { rolesOf, type Role } from './roles.ts';
+import { claimPlaces, newShard, waitForServer } from './places.ts';
+import type { PendingPush } from './worker.ts';
+import { gatherFinal } from './final_values.ts';
+import type { ParameterServerShard } from './shard.ts';
 import {
   checkOptions,
   type ParameterServerRunOptions,
@@ -63,9 +67,7 @@ import {
 import { joinShards, shardParameters, splitByShard, type ShardLayout } from './sharding.ts';
 import { CONTROL, REQ_END, REQ_PULL, REQ_PUSH, message, payload, readReply, writeRequest, type Control } from './wire.ts';
 import { serveRound } from './serve.ts';
-import { MAX_MEMBER_ID } from '../../wire/protocol_validation.ts';
 import { ServerFigures, WorkerFigures } from './figures.ts';
-import { DEFAULT_STORE_TIMEOUT_MS } from '../../wire/protocol.ts';
 
 export type { Lease, PsSampleCounts } from './leases.ts';
 export type {
@@ -78,16 +80,6 @@ export type {
   WorkerStepContext,
   WorkerStepResult,
 } from './types.ts';
-
-/** What a worker holds between computing and delivering a push (kept across rounds). */
-interface PendingPush {
-  stepId: number;
-  parts: Float32Array[];
-  versions: number[];
-  samples: number;
-}
-
-type Role = { kind: 'server'; index: number } | { kind: 'worker' };
 
 export async function runParameterServer<M extends StepMetrics>(options: ParameterServerRunOptions<M>): Promise<ParameterServerRunResult> {
   const run = new PsRun(options);
@@ -184,7 +176,7 @@ class PsRun<M extends StepMetrics> {
     this.generations++;
     const vacant = await this.startRound(round);
     if (vacant !== null) {
-      await this.waitForServer(round, vacant);
+      await waitForServer(this.handler, round, vacant, this.o, (e) => this.emit(e));
       return REGROUP;
     }
     const outcome = this.role!.kind === 'server' ? await this.serve(round.pg) : await this.work(round.pg);
@@ -229,21 +221,8 @@ class PsRun<M extends StepMetrics> {
       this.stepId = 0;
       this.pending = null;
     }
-    const store = this.handler.store;
-    const keys = Array.from({ length: K }, (_, k) => placeKey(k));
-    const before = await store.claim(keys);
     const wasServer = this.role?.kind === 'server' ? this.role.index : -1;
-    const isNew = this.role === null || (wasServer >= 0 && before[wasServer] !== me);
-    const claims = decodeClaims(await pg.allGather(encodeClaim({ isNew, wasServer })), pg.worldSize);
-    const intended = assignPlaces(before, claims, members);
-    const mine = intended.indexOf(me);
-    if (mine >= 0 && before[mine] !== me) {
-      const [holder] = await store.claim([keys[mine]!], true);
-      if (holder !== me) throw placeConflict(keys[mine]!, holder!, me);
-    }
-    await pg.barrier();
-    const holders = await store.claim(keys);
-    for (let k = 0; k < K; k++) if (holders[k] !== intended[k]) throw placeConflict(keys[k]!, holders[k]!, intended[k]!);
+    const holders = await claimPlaces(pg, this.handler.store, members, K, this.role === null, wasServer);
     // A holder that is in the group but not in this round (waiting) leaves its place empty for now.
     const { serverRank, workers } = rolesOf(holders, members);
     const servers = serverRank.map((rank, index) => ({
@@ -302,14 +281,7 @@ class PsRun<M extends StepMetrics> {
     if (this.shard?.index === k) return;
     this.shard?.dispose();
     const o = this.o;
-    this.shard = ParameterServerShard.fromModel(o.model, this.layout, k, {
-      optimizer: o.optimizer,
-      ...(o.maxStaleness === undefined ? {} : { maxStaleness: o.maxStaleness }),
-      scaleLrByStaleness: o.scaleLrByStaleness ?? false,
-      // Workers are member ids (the server's): below MAX_MEMBER_ID, never reused while it runs.
-      numWorkers: MAX_MEMBER_ID + 1,
-      checkpointEvery: o.checkpointEvery ?? 0,
-    });
+    this.shard = newShard(o, this.layout, k);
     if (o.resume ?? true) {
       const restored = await restoreShard(this.shard, { url: o.url, session: o.session, token: o.token });
       if (restored) {
@@ -318,26 +290,6 @@ class PsRun<M extends StepMetrics> {
         const leases = (restored.meta as { leases?: Parameters<LeaseBook['load']>[0] } | undefined)?.leases;
         if (k === 0 && typeof leases === 'object' && leases !== null) this.book.load(leases);
       }
-    }
-  }
-
-  /** Every rank waits until a tab arrives to take the empty server place (or the group has no worker left). */
-  private async waitForServer(round: Round, index: number): Promise<void> {
-    const message =
-      index >= 0
-        ? `parameter server ${index} was lost: training waits for a tab to take its place, which then resumes from the shard's last checkpoint (every ${this.o.checkpointEvery ?? 0} updates${(this.o.checkpointEvery ?? 0) === 0 ? ': none are saved, so it starts from the initial values' : ''})`
-        : 'every worker was lost: the servers wait for a tab to join as a worker';
-    this.emit({ type: 'server-lost', round: round.key, index, message });
-    const timeoutMs = this.o.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
-    const deadline = Date.now() + timeoutMs;
-    while (this.handler.numNodesWaiting() === 0) {
-      if (round.pg.error) throw round.pg.error;
-      if (Date.now() > deadline)
-        throw new DistTimeoutError(
-          `a tab to take the place of ${index >= 0 ? `parameter server ${index}` : 'a worker'} (${message})`,
-          timeoutMs,
-        );
-      await sleep(200);
     }
   }
 
@@ -359,13 +311,9 @@ class PsRun<M extends StepMetrics> {
         return true;
       },
       waiting: () => this.handler.numNodesWaiting(),
-      noteUpdate: () => this.noteUpdate(),
+      noteUpdate: () => this.figures.noteUpdate(this.shard!.version),
       checkpoint: () => this.checkpoint(index),
     });
-  }
-
-  private noteUpdate(): void {
-    this.figures.noteUpdate(this.shard!.version);
   }
 
   /** Saves the shard in the background (one save at a time; a failed save is reported, training goes on). */
@@ -467,32 +415,8 @@ class PsRun<M extends StepMetrics> {
     const { pg } = round;
     const { servers, workers } = this.current!;
     this.emit({ type: 'stop', round: round.key, rank: pg.rank, reason: this.stopReason });
-    await pg.barrier();
-    const parts: Float32Array[] = [];
-    for (const s of servers) {
-      const mine = this.role?.kind === 'server' && this.role.index === s.index;
-      const buf = mine ? (await this.shard!.pull()).values : new Float32Array(s.numel);
-      parts.push(await pg.broadcast(buf, s.rank));
-    }
-    assignFlatWeights(this.o.model, joinShards(this.layout, parts), "the parameter servers' final values");
-    const isServer0 = this.role?.kind === 'server' && this.role.index === 0;
-    const c = this.book.samples;
-    const counts = await pg.broadcast(
-      isServer0 ? Float32Array.of(c.target, c.leased, c.applied, c.stale, c.refused, c.lost, c.epoch) : new Float32Array(7),
-      servers[0]!.rank,
-    );
-    const samples: PsSampleCounts = {
-      target: counts[0]!,
-      leased: counts[1]!,
-      applied: counts[2]!,
-      stale: counts[3]!,
-      refused: counts[4]!,
-      lost: counts[5]!,
-      epoch: counts[6]!,
-    };
-    const versionRow = new Float32Array(this.numServers);
-    if (this.role?.kind === 'server') versionRow[this.role.index] = this.shard!.version;
-    const versions = Array.from(await pg.allReduce(versionRow, 'sum'));
+    const serving = this.role?.kind === 'server' ? this.role.index : -1;
+    const { samples, versions } = await gatherFinal(pg, servers, this.layout, this.o.model, serving, this.shard, this.book);
     this.heardSamples = samples;
     this.reportStatus();
     const role = this.role!;
@@ -570,23 +494,4 @@ class PsRun<M extends StepMetrics> {
   private emit(e: PsRunEvent): void {
     this.o.onEvent?.(e);
   }
-}
-
-/** The server-held place of parameter server k (`StoreClient.claim`). */
-function placeKey(k: number): string {
-  return `ps/place-${k}`;
-}
-
-function placeConflict(place: string, holder: number, expected: number): RoleConflictError {
-  const who = (m: number) => (m < 0 ? 'nobody' : `member ${m}`);
-  return new RoleConflictError(
-    `the server says ${who(holder)} holds ${place}, but the ranks agreed on ${who(expected)}: a member took the place while the round started; the round is formed again`,
-    place,
-    holder,
-    expected,
-  );
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

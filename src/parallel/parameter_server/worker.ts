@@ -21,3 +21,11 @@ export async function flatGradients(model: tf.LayersModel, lossFn: () => tf.Scal
     tf.dispose([value, flat, ...Object.values(grads)]);
   }
 }
+
+/** What a worker holds between computing and delivering a push (kept across rounds). */
+export interface PendingPush {
+  stepId: number;
+  parts: Float32Array[];
+  versions: number[];
+  samples: number;
+}

@@ -115,7 +115,7 @@ export interface PipelineRunOptions<M extends StepMetrics = StepMetrics>
   optimizer: () => tf.Optimizer;
 
   /** One training step of this rank's stage (run the stage's schedule, then `ddp.step(optimizer)`). */
-  step(ctx: PipelineStepContext): Promise<M | void>;
+  step(ctx: PipelineStepContext): Promise<M | undefined> | Promise<void>;
   /** Each stage's replica 0 saves the stage's part every this many steps (0: never). */
   checkpointEvery?: number;
   /** Resume from this session's checkpoints. Default: this session's. */
