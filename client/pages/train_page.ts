@@ -21,7 +21,7 @@ import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
 import { parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { train } from '../train/trainer.ts';
-import { type TrainResult } from '../train/harness.ts';
+import type { TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { sampleWeighted } from '../ui/sample_weighted.ts';
 import { downloadModel, downloadTorchModel } from '../train/download.ts';
