@@ -170,7 +170,7 @@ export function stalenessSummary(histogram: number[]): {
   };
   let max = 0;
   histogram.forEach((n, s) => {
-    n > 0 && (max = s);
+    if (n > 0) max = s;
   });
   return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
 }
