@@ -4,10 +4,21 @@
  */
 import { withToken } from '../src/wire/session_token.ts';
 import type { RankPage } from './rank_page.ts';
-import type { RankRunSetup } from './rank_run.ts';
+import type { LaunchOptions } from './run_options.ts';
+
+/** What the link is made of (a part of RankRunSetup, rank_run.ts). */
+export interface RankLinkSetup {
+  opts: LaunchOptions;
+  token: string;
+  script: boolean;
+  /** The page the ranks open: '/' for a job, the script's own page. */
+  entry: string;
+  worldSize: number;
+  jobParams: Record<string, string>;
+}
 
 /** Opens rank page `rp`'s link on the server at `url`. */
-export async function openRankLink(rp: RankPage, setup: RankRunSetup, url: string): Promise<void> {
+export async function openRankLink(rp: RankPage, setup: RankLinkSetup, url: string): Promise<void> {
   const { opts, entry, worldSize, script, jobParams, token } = setup;
   const u = new URL(entry, url);
   const params = new URLSearchParams({

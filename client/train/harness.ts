@@ -161,39 +161,8 @@ export async function sampleText(model: tf.LayersModel, text: TextJob, step: num
   return { type: 'sample', step, prompt: text.prompt, text: text.tokenizer.decode(ids) };
 }
 
-/** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
-export type PipelineMetrics = { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
-
-/** The figures each rank contributes per step (gathered with the step's vote). */
-export type Metrics = {
-  /** null: the rank trained no samples this step (balanced batches), so it has no loss or accuracy. */
-  loss: number | null;
-  accuracy: number | null;
-  samplesPerSec: number;
-  hashHi: number;
-  hashLo: number;
-  compute: number;
-  readback: number;
-  allreduce: number;
-  apply: number;
-  /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
-  slowed: number;
-  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
-  comm: number;
-  /** The samples this rank trained this step. */
-  samples: number;
-};
-
-/**
- * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
- * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
- * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
- * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
- */
-export type CommMetrics = { commBytes: number; commDenseBytes: number };
-
-/** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
-export type DeviceMetrics = { devices: number; deviceMs: number };
+// The per-step figures live with their dashboard view (step_figures.ts); trainers import them from here.
+export type { CommMetrics, DeviceMetrics, Metrics, PipelineMetrics } from './step_figures.ts';
 
 /** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). Not for the host's model ('user'). */
 export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {

@@ -1,11 +1,45 @@
 /**
- * Each rank's figures of a step as the dashboard's fleet table shows them, from the library's
- * step event: kept apart from the harness (harness.ts), which only passes them on.
+ * The figures each rank contributes per step, and how the dashboard's fleet table shows them
+ * (from the library's step event): kept apart from the harness (harness.ts), which re-exports the
+ * types and only passes the figures on.
  */
 import type { ElasticEvent } from '../../src/index.ts';
 import type { StepBalance } from '../../src/elastic/balance.ts';
 import type { RankStepMetrics } from './events.ts';
-import type { CommMetrics, DeviceMetrics, Metrics, PipelineMetrics } from './harness.ts';
+
+/** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
+export type PipelineMetrics = { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
+
+/** The figures each rank contributes per step (gathered with the step's vote). */
+export type Metrics = {
+  /** null: the rank trained no samples this step (balanced batches), so it has no loss or accuracy. */
+  loss: number | null;
+  accuracy: number | null;
+  samplesPerSec: number;
+  hashHi: number;
+  hashLo: number;
+  compute: number;
+  readback: number;
+  allreduce: number;
+  apply: number;
+  /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
+  slowed: number;
+  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
+  comm: number;
+  /** The samples this rank trained this step. */
+  samples: number;
+};
+
+/**
+ * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
+ * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
+ * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
+ * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
+ */
+export type CommMetrics = { commBytes: number; commDenseBytes: number };
+
+/** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
+export type DeviceMetrics = { devices: number; deviceMs: number };
 
 /** Each rank's figures of a step, as the dashboard's fleet table shows them. */
 export function stepRanks(e: Extract<ElasticEvent, { type: 'step' }>): RankStepMetrics[] {
