@@ -93,11 +93,12 @@ export class FaultTimes {
       case 'failure':
       case 'device-lost':
         // The failed step is when the rank noticed; 'device-lost' follows once it has rebuilt.
-        return this.detect(
+        this.detect(
           this.injected.find((x) => x.kind === 'lose-device' && x.page === page && x.detectedAfterMs === undefined),
           e.type === 'failure' ? e.round : null,
           now,
         );
+        return;
       case 'peer-lost': {
         // How long the survivors took to notice a killed or frozen rank: the fault on the page that
         // held the lost rank in that round (another fault's regroup may have dropped a frozen page
@@ -106,21 +107,19 @@ export class FaultTimes {
         const onPage = undetected.find(
           (x) => x.page !== undefined && this.rankOf.get(x.page)?.round === e.round && this.rankOf.get(x.page)?.rank === e.peer,
         );
-        return this.detect(
-          onPage ?? undetected.find((x) => x.page === undefined || this.rankOf.get(x.page)?.round !== e.round),
-          e.round,
-          now,
-        );
+        this.detect(onPage ?? undetected.find((x) => x.page === undefined || this.rankOf.get(x.page)?.round !== e.round), e.round, now);
+        return;
       }
       case 'regroup':
         // The step's vote saw a tab waiting: the group regroups to admit it (the oldest joiner not admitted yet).
-        return this.detect(
+        this.detect(
           this.injected.find(
             (x) => x.kind === 'join' && x.pages !== undefined && x.detectedAfterMs === undefined && x.admittedAfterMs === undefined,
           ),
           e.round,
           now,
         );
+        return;
       default:
         return;
     }

@@ -8,7 +8,6 @@ import { ensureBuilt } from '../signaling/build.ts';
 import { startServer, type RunningServer, type ServerOptions } from '../signaling/server.ts';
 import type { TlsOptions } from '../signaling/tls.ts';
 import type { ElasticEvent } from '../src/parallel/events.ts';
-import { withToken } from '../src/wire/session_token.ts';
 import { parseReport, ReportError, type Report } from '../src/jobs/job_report.ts';
 import type { RankDriver, RankTarget } from './driver.ts';
 import { describeReport, type HiddenTab, type RankPage } from './rank_page.ts';
@@ -18,7 +17,9 @@ import { globalRank, NodeGroup } from './multinode.ts';
 import { FaultTimes } from './fault_times.ts';
 import { Churn } from './churn.ts';
 import type { RankResult } from './summary_fields.ts';
-import { runSummary, type EndedRun } from './run_summary.ts';
+import { failedOutcome, runSummary, type EndedRun } from './run_summary.ts';
+import { openRankLink } from './rank_link.ts';
+import { browsersPart, lanPart } from './summary_parts.ts';
 import { describeFault, describeTarget, type Fault, type FaultTarget, type LaunchOptions, type LaunchOutcome } from './run_options.ts';
 
 /** After a rank fails, how long the others get to report their own failure before the run stops. */
@@ -92,18 +93,7 @@ export class RankRun implements EndedRun {
       return await runSummary(this, how);
     } catch (err) {
       this.log(`[launch] ${(err as Error).message}`);
-      return {
-        ok: false,
-        summary: {
-          ...this.s.summaryBase,
-          ...this.opened,
-          ok: false,
-          errors: [(err as Error).message],
-          ...this.browsersPart(),
-          ...this.lanPart(),
-        },
-        results: [],
-      };
+      return failedOutcome(this, [(err as Error).message], []);
     } finally {
       // A run that failed ends its churn too: no fault may outlive the browsers it would hit.
       this.churn?.stop();
@@ -114,33 +104,14 @@ export class RankRun implements EndedRun {
     }
   }
 
-  /** --browser/--browsers: each page's browser, rank and whether it finished (killed pages and late arrivals included), in every summary. */
+  /** --browser/--browsers: each page's browser, rank and whether it finished, in every summary (summary_parts.ts). */
   browsersPart(): Record<string, unknown> {
-    const { browserOf } = this.s;
-    return browserOf
-      ? {
-          browsers: this.pages.map((p) => ({
-            page: p.index,
-            rank: p.rank ?? null,
-            browser: p.browser ?? 'chromium',
-            finished: p.expected && p.result !== undefined,
-          })),
-        }
-      : {};
+    return browsersPart(this.pages, this.s.browserOf);
   }
 
   /** --lan: each rank's address and rate, in every summary (failures too). */
   lanPart(): Record<string, unknown> {
-    const { lan } = this.s;
-    return lan
-      ? {
-          lan: lan.summary(
-            this.pages
-              .filter((p) => p.page?.host)
-              .map((p) => ({ rank: p.rank, host: p.page.host!, finished: p.expected && p.result !== undefined })),
-          ),
-        }
-      : {};
+    return lanPart(this.pages, this.s.lan);
   }
 
   /** Each running tab's visibility (--tabs). */
@@ -456,7 +427,8 @@ export class RankRun implements EndedRun {
       r = parseReport(raw);
     } catch (err) {
       if (!(err instanceof ReportError)) throw err;
-      return this.finish(rp, `${rp.label} sent a report that is not one: ${err.message}`);
+      this.finish(rp, `${rp.label} sent a report that is not one: ${err.message}`);
+      return;
     }
     rp.lastReport = { what: describeReport(r), at: Date.now() };
     switch (r.type) {
@@ -465,12 +437,15 @@ export class RankRun implements EndedRun {
         rp.label = `rank ${r.rank}`;
         return;
       case 'elastic':
-        return this.onEvent(rp, r.event);
+        this.onEvent(rp, r.event);
+        return;
       case 'result':
         rp.result = { rank: rp.rank ?? rp.index, ...r.result } as RankResult;
-        return this.finish(rp);
+        this.finish(rp);
+        return;
       case 'error':
-        return this.onError(rp, r);
+        this.onError(rp, r);
+        return;
     }
   }
 
@@ -507,31 +482,9 @@ export class RankRun implements EndedRun {
     this.finish(rp, `${rp.label}: ${r.name}: ${r.message}`);
   }
 
-  /** Opens the rank's link (its session, world, job options and token) in its page. */
-  private async navigate(rp: RankPage): Promise<void> {
-    const { opts, entry, worldSize, script, jobParams, token } = this.s;
-    const u = new URL(entry, this.url);
-    const params = new URLSearchParams({
-      session: opts.session,
-      world: String(worldSize),
-      ...(script ? {} : { job: opts.job }),
-      ...jobParams,
-    });
-    if (rp.rank !== undefined && jobParams.min === undefined && !script) params.set('rank', String(rp.rank));
-    for (const arg of opts.scriptArgs ?? []) params.append('arg', arg);
-    u.search = params.toString();
-    try {
-      await rp.page.open(withToken(u, token));
-    } catch (err) {
-      const cert = /net::(ERR_CERT_[A-Z_]+)/.exec((err as Error).message)?.[1];
-      if (!cert) throw err;
-      // Playwright's message carries the page's link, token included: say what to do instead.
-      throw new Error(
-        opts.https
-          ? `the ranks refused the launcher's own certificate (${cert}): remove certs/ (or CERT_DIR) to make a new one`
-          : `the ranks do not trust ${this.url}'s certificate (${cert}): for a self-signed server give its certificate with --server-cert FILE (its certs/cert.pem)`,
-      );
-    }
+  /** Opens the rank's link in its page (rank_link.ts). */
+  private navigate(rp: RankPage): Promise<void> {
+    return openRankLink(rp, this.s, this.url);
   }
 
   private async openPage(rank: number | undefined): Promise<void> {

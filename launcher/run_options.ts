@@ -115,5 +115,6 @@ export function isScript(job: string): boolean {
 
 /** `text` with control characters (escape sequences, line breaks) shown as \xNN; tabs kept. */
 export function printable(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is this function's purpose (they are shown escaped)
   return text.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }

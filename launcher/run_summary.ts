@@ -45,20 +45,25 @@ export interface EndedRun {
   sampleVisibility(): Promise<Array<{ rank: number; state: string }>>;
 }
 
+/** A run that failed (its errors), with what every summary carries: the server it opened, its browsers and addresses. */
+export function failedOutcome(run: EndedRun, errors: string[], results: RankResult[]): LaunchOutcome {
+  return {
+    ok: false,
+    summary: { ...run.s.summaryBase, ...run.opened, ok: false, errors, ...run.browsersPart(), ...run.lanPart() },
+    results,
+  };
+}
+
 /** The run's outcome once it ended (`how`: every page settled, or the timeout). */
 export async function runSummary(run: EndedRun, how: 'settled' | 'timeout'): Promise<LaunchOutcome> {
-  const { opts, script, worldSize, nodes, summaryBase } = run.s;
+  const { opts, script, worldSize, nodes } = run.s;
   const log = run.s.log;
   run.endFailures(how);
   await run.nodeOutcomes();
   const results = run.results();
   if (run.failures.length > 0) {
     for (const f of run.failures) log(`[launch] FAILED ${f}`);
-    return {
-      ok: false,
-      summary: { ...summaryBase, ...run.opened, ok: false, errors: [...run.failures], ...run.browsersPart(), ...run.lanPart() },
-      results,
-    };
+    return failedOutcome(run, [...run.failures], results);
   }
   const visibility = opts.tabs ? await run.sampleVisibility() : undefined;
   if (visibility) log(`[launch] visibility at the end: ${visibility.map((v) => `rank ${v.rank} ${v.state}`).join(', ')}`);

@@ -73,10 +73,13 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
  * any local user drive the tabs and read the session's token from their URLs. Pages are
  * sessions on the one pipe (Target.attachToTarget with flatten).
  */
+/** An event's params as the DevTools protocol sends them (JSON objects; each listener reads the fields of its method). */
+type CdpParams = Record<string, unknown>;
+
 class CdpPipe {
   private nextId = 0;
-  private readonly pending = new Map<number, { resolve: (v: any) => void; reject: (e: Error) => void; method: string }>();
-  private readonly listeners = new Map<string, Array<(method: string, params: any) => void>>();
+  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; method: string }>();
+  private readonly listeners = new Map<string, Array<(method: string, params: CdpParams) => void>>();
   private buffered = '';
   closed = false;
   constructor(
@@ -106,7 +109,7 @@ class CdpPipe {
     if (m.method === 'Target.detachedFromTarget') this.emit(m.params.sessionId, '__closed', { reason: 'the tab was detached' });
     this.emit(m.sessionId ?? '', m.method, m.params);
   }
-  private emit(sessionId: string, method: string, params: any): void {
+  private emit(sessionId: string, method: string, params: CdpParams): void {
     for (const l of this.listeners.get(sessionId) ?? []) l(method, params);
   }
   private onClose(): void {
@@ -116,15 +119,15 @@ class CdpPipe {
     this.pending.clear();
     for (const ls of this.listeners.values()) for (const l of ls) l('__closed', { reason: 'the browser closed its DevTools pipe' });
   }
-  send<T = any>(method: string, params: Record<string, unknown> = {}, sessionId?: string): Promise<T> {
+  send<T = unknown>(method: string, params: Record<string, unknown> = {}, sessionId?: string): Promise<T> {
     if (this.closed) return Promise.reject(new Error(`${method}: the DevTools pipe is closed`));
     const id = ++this.nextId;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, method });
+      this.pending.set(id, { resolve: (v) => resolve(v as T), reject, method });
       this.out.write(`${JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) })}\0`);
     });
   }
-  on(sessionId: string, listener: (method: string, params: any) => void): void {
+  on(sessionId: string, listener: (method: string, params: CdpParams) => void): void {
     const ls = this.listeners.get(sessionId) ?? [];
     ls.push(listener);
     this.listeners.set(sessionId, ls);
@@ -143,8 +146,8 @@ class CdpPipe {
 }
 
 interface Cdp {
-  send<T = any>(method: string, params?: Record<string, unknown>): Promise<T>;
-  on(listener: (method: string, params: any) => void): void;
+  send<T = unknown>(method: string, params?: Record<string, unknown>): Promise<T>;
+  on(listener: (method: string, params: CdpParams) => void): void;
   close(): void;
 }
 
@@ -319,16 +322,16 @@ interface RankTab {
 }
 
 /** Passes a rank page's DevTools event on to the run: reports, console lines, crashes. */
-function forwardPageEvent(h: RankHandlers, tab: RankTab, method: string, params: any): void {
+function forwardPageEvent(h: RankHandlers, tab: RankTab, method: string, params: CdpParams): void {
   switch (method) {
     case 'Runtime.bindingCalled':
-      if (params.name === '__ddpReportJson') h.onReport(JSON.parse(params.payload) as Report);
+      if (params.name === '__ddpReportJson') h.onReport(JSON.parse(String(params.payload)) as Report);
       return;
     case 'Runtime.consoleAPICalled':
-      h.onConsole(consoleLine(params.args ?? []));
+      h.onConsole(consoleLine((params.args ?? []) as Parameters<typeof consoleLine>[0]));
       return;
     case 'Runtime.exceptionThrown': {
-      const d = params.exceptionDetails;
+      const d = params.exceptionDetails as { exception?: { description?: string }; text?: string } | undefined;
       h.onConsole(`page error: ${d?.exception?.description ?? d?.text ?? 'unknown'}`);
       return;
     }

@@ -26,17 +26,13 @@
  * file on this machine and would go to every token holder; an item is opened without following a
  * link at request time too. The bytes routes (/model/weights, /data/<i>) stream with backpressure
  * and are bounded per address, per session and server-wide, and a reader that stalls is cut
- * (`FileSendLimits`, limits.ts).
+ * (`FileSendLimits`, limits.ts). The routes are in offer_routes.ts.
  */
 import { createHash } from 'node:crypto';
-import type { Readable } from 'node:stream';
 import { constants } from 'node:fs';
 import { lstat, open, readdir, realpath, stat, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path';
-import type { SessionTokens } from './session_tokens.ts';
-import { bufferStream, FILE_SEND_CHUNK_BYTES, FILE_SEND_RETRY_AFTER_S, FileSends } from './limits.ts';
-import { validSession } from './checkpoint_store.ts';
+import { basename, dirname, extname, join, resolve, sep } from 'node:path';
 import { csvDataset } from '../src/datasets/csv.ts';
 import { topologyLayers, type WeightSpec } from '../src/checkpoint/checkpoint_format.ts';
 import { imageSizeProblem } from './image_size.ts';
@@ -68,7 +64,7 @@ export const MAX_TEXT_VOCABULARY = 1024;
 export const MIN_TEXT_CHARACTERS = 2000;
 export const MAX_MODEL_BYTES = 512 * 2 ** 20;
 
-interface OfferedModel {
+export interface OfferedModel {
   name: string;
   modelTopology: unknown;
   weightSpecs: WeightSpec[];
@@ -79,7 +75,7 @@ interface OfferedModel {
   hash: string;
 }
 
-type OfferedData =
+export type OfferedData =
   | { kind: 'images'; name: string; root: string; classes: string[]; items: Array<{ file: string; label: number; kind: 'png' | 'jpeg' }> }
   | { kind: 'csv'; name: string; file: string; labelColumn: string; classes: number; length: number; features: number }
   | { kind: 'text'; name: string; file: string; characters: number; vocabulary: number };
@@ -92,8 +88,6 @@ export interface Offer {
   /** The routes: true when the request was one of them. */
   handle(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
 }
-
-const BEARER = /^Bearer +(\S+) *$/i;
 
 function shapeOf(topology: unknown): { inputShape: number[]; outputUnits: number } {
   const { layers } = topologyLayers(topology);
@@ -147,7 +141,7 @@ const READ_NO_FOLLOW = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0);
  * Opens a file checked at startup, again without following a link and only if it is still a
  * regular file (it may have been replaced since): its handle and size, or null.
  */
-async function openRegular(path: string): Promise<{ fh: FileHandle; size: number } | null> {
+export async function openRegular(path: string): Promise<{ fh: FileHandle; size: number } | null> {
   const fh = await open(path, READ_NO_FOLLOW).catch(() => null);
   if (fh === null) return null;
   const info = await fh.stat().catch(() => null);
@@ -424,172 +418,4 @@ export async function readOffer(options: OfferOptions): Promise<OfferFiles> {
     }
   }
   return { model, data };
-}
-
-/**
- * The offer's routes over what the host offers: the options (read and checked here), or files
- * `readOffer` has read already. Every request is checked against `tokens`; the bytes routes take
- * a slot of `sends` (per address, per session, server-wide) and stream through it.
- */
-export async function loadOffer(
-  source: OfferOptions | OfferFiles,
-  tokens: SessionTokens,
-  sends: FileSends = new FileSends(),
-): Promise<Offer> {
-  const { model, data } = 'model' in source && 'data' in source ? source : await readOffer(source);
-  const describe = () => ({
-    model: model && {
-      name: model.name,
-      inputShape: model.inputShape,
-      outputUnits: model.outputUnits,
-      parameters: model.parameters,
-      hash: model.hash,
-    },
-    data:
-      data &&
-      (data.kind === 'images'
-        ? { kind: data.kind, name: data.name, classes: data.classes, length: data.items.length, inputShape: null }
-        : data.kind === 'text'
-          ? { kind: data.kind, name: data.name, classes: data.vocabulary, length: data.characters, inputShape: null }
-          : { kind: data.kind, name: data.name, classes: data.classes, length: data.length, inputShape: [data.features] }),
-  });
-
-  // Both answer the request, so a route ends with `return send(...)`.
-  const send = (res: ServerResponse, status: number, body: unknown): true => {
-    res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
-    return true;
-  };
-  const refuse = (res: ServerResponse, status: number, error: string, message: string): true => send(res, status, { error, message });
-
-  /**
-   * Sends `open()`'s bytes to the reader within a slot of `sends`: refused with 429/503 and
-   * Retry-After when a bound is full; the body is read only as the reader takes it.
-   */
-  async function sendBytes(
-    req: IncomingMessage,
-    res: ServerResponse,
-    session: string,
-    what: string,
-    type: string,
-    open: () => Promise<{ body: Readable; size: number } | null>,
-    gone: string,
-  ): Promise<true> {
-    const release = sends.tryStart(req.socket.remoteAddress ?? 'unknown', session);
-    if (typeof release !== 'function') {
-      res.setHeader('retry-after', String(FILE_SEND_RETRY_AFTER_S));
-      return refuse(res, release.status, release.error, release.message);
-    }
-    try {
-      const opened = await open();
-      if (opened === null) return refuse(res, 410, 'gone', gone);
-      res.writeHead(200, { 'content-type': type, 'content-length': String(opened.size), 'cache-control': 'no-store' });
-      await sends.stream(res, opened.body, what);
-      return true;
-    } finally {
-      release();
-    }
-  }
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
-    const url = new URL(req.url ?? '/', 'http://x');
-    if (url.pathname !== '/api/offer' && !url.pathname.startsWith('/api/offer/')) return false;
-    if (req.method !== 'GET') {
-      return refuse(res, 405, 'method-not-allowed', 'the offer routes answer GET only');
-    }
-    const session = url.searchParams.get('session') ?? '';
-    if (!validSession(session)) {
-      return refuse(res, 400, 'bad-session', "the offer routes need ?session=<the session's name>");
-    }
-    const token = BEARER.exec(req.headers.authorization ?? '')?.[1];
-    const verdict = await tokens.verify(session, token);
-    if (verdict !== 'ok') {
-      const status = verdict === 'missing' ? 401 : 403;
-      return refuse(
-        res,
-        status,
-        status === 401 ? 'unauthorized' : 'forbidden',
-        `the host's model and data are for the tabs of a session: send "Authorization: Bearer <token>" with the #token=... of session "${session}"'s link (${verdict === 'unknown' ? 'nobody has connected to that session yet' : verdict === 'wrong' ? "this token is not that session's" : 'no well-formed token was sent'})`,
-      );
-    }
-    const path = url.pathname.slice('/api/offer'.length);
-    if (path === '' || path === '/') return send(res, 200, describe());
-    if (path === '/model' || path === '/model/weights') {
-      if (!model) return refuse(res, 404, 'no-model', 'this server offers no model: start it with npm start -- --model DIR');
-      if (path === '/model') return send(res, 200, { modelTopology: model.modelTopology, weightSpecs: model.weightSpecs });
-      const weights = model.weights;
-      return sendBytes(
-        req,
-        res,
-        session,
-        `GET /api/offer/model/weights (session "${session}")`,
-        'application/octet-stream',
-        () => Promise.resolve({ body: bufferStream(weights), size: weights.byteLength }),
-        "the model's weights cannot be sent",
-      );
-    }
-    if (path === '/data' || path.startsWith('/data/')) {
-      if (!data) return refuse(res, 404, 'no-data', 'this server offers no data: start it with npm start -- --data DIR|FILE.csv');
-      if (path === '/data') {
-        if (data.kind === 'text') return send(res, 200, { kind: data.kind, name: data.name, characters: data.characters });
-        return send(
-          res,
-          200,
-          data.kind === 'images'
-            ? {
-                kind: data.kind,
-                name: data.name,
-                classes: data.classes,
-                items: data.items.map(({ file, label }) => ({ file: file.split(sep).join('/'), label })),
-              }
-            : { kind: data.kind, name: data.name, labelColumn: data.labelColumn },
-        );
-      }
-      const index = Number(path.slice('/data/'.length));
-      const count = data.kind === 'images' ? data.items.length : 1;
-      if (!Number.isSafeInteger(index) || index < 0 || index >= count)
-        return refuse(res, 404, 'no-such-item', `item ${path.slice(6)} is not one of the ${count} offered (0 .. ${count - 1})`);
-      // Only files found at startup, by index: a request names no path.
-      const file = data.kind === 'images' ? join(data.root, data.items[index]!.file) : data.file;
-      const type =
-        data.kind === 'csv'
-          ? 'text/csv; charset=utf-8'
-          : data.kind === 'text'
-            ? 'text/plain; charset=utf-8'
-            : data.items[index]!.kind === 'png'
-              ? 'image/png'
-              : 'image/jpeg';
-      // Opened without following a link, and only while it is still a regular file.
-      const openItem = async () => {
-        const opened = await openRegular(file);
-        // Exactly the bytes the Content-Length promises, should the file grow meanwhile.
-        return (
-          opened && {
-            body: opened.fh.createReadStream({
-              highWaterMark: FILE_SEND_CHUNK_BYTES,
-              autoClose: true,
-              start: 0,
-              ...(opened.size > 0 ? { end: opened.size - 1 } : {}),
-            }),
-            size: opened.size,
-          }
-        );
-      };
-      return sendBytes(
-        req,
-        res,
-        session,
-        `GET /api/offer/data/${index} (session "${session}")`,
-        type,
-        openItem,
-        `${relative(process.cwd(), file)} was offered at startup and cannot be read now (or is no longer a regular file)`,
-      );
-    }
-    return refuse(
-      res,
-      404,
-      'not-found',
-      `${url.pathname} is not an offer route (/api/offer, /api/offer/model, /api/offer/model/weights, /api/offer/data, /api/offer/data/<i>)`,
-    );
-  }
-  return { model, data, describe, handle };
 }

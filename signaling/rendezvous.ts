@@ -43,13 +43,15 @@
  * - Each rank lost from a running round, and each member given a rank after the first round, goes
  *   in the group's fault history (fault_record.ts), which every member gets, a late one included.
  */
-import { ErrorCode, type RequestFields, type RoundEvent, type WaitingEvent } from '../src/wire/protocol.ts';
+import { ErrorCode, type RequestFields, type RoundEvent } from '../src/wire/protocol.ts';
 import { StoreRefusal } from './store.ts';
 import { RoundGathers } from './round_gather.ts';
 import { FaultRecord } from './fault_record.ts';
 import { refuseArrival } from './rendezvous_admission.ts';
 import { assignRanks, describeLosses, fillPlaces } from './rank_places.ts';
 import { countFailedRegroup, type RegroupHistory } from './regroup_budget.ts';
+import { RegroupPacing } from './regroup_pacing.ts';
+import { roundEventFor, waitingEventFor } from './rendezvous_events.ts';
 import { LOSS_GATHER_MS, type Participant, type RendezvousOptions } from './rendezvous_options.ts';
 
 // The contract lives beside it (rendezvous_options.ts); session.ts reads it from here.
@@ -84,14 +86,12 @@ export class Rendezvous {
   private nextId = 1;
   private readonly members = new Map<number, Member>();
   private settleTimer: ReturnType<typeof setTimeout> | undefined;
-  /** When `regroup` last formed a round. */
-  private lastRegroupAt = Number.NEGATIVE_INFINITY;
   /** When any round last formed. */
   private lastFormedAt = Number.NEGATIVE_INFINITY;
   /** Ranks of the running round lost since it formed (their places are -1 in `active` until the next round): the timer that forms it, and why. */
   private losses: { timer: ReturnType<typeof setTimeout>; why: string[] } | undefined;
-  /** A regroup asked for inside the interval: its timer, the requests waiting for their answer, and whether one came from a failed round. */
-  private deferred: { timer: ReturnType<typeof setTimeout>; answers: Array<(round: number) => void>; failedBy?: number } | undefined;
+  /** When regroups may form rounds, and the ones deferred until then (regroup_pacing.ts). */
+  private readonly pacing: RegroupPacing;
 
   constructor(
     readonly options: RendezvousOptions,
@@ -105,6 +105,7 @@ export class Rendezvous {
     this.round = previousRound;
     this.nextId = firstMemberId;
     this.gathers = new RoundGathers(sessionName);
+    this.pacing = new RegroupPacing(options);
     this.min = options.min;
   }
 
@@ -171,8 +172,10 @@ export class Rendezvous {
   setMin(min: number, why: string): void {
     this.min = min;
     if (this.closedBy) return; // the run is over: no round forms again
-    if (this.running && this.liveRanks < min) return this.form(why);
-    if (this.started && this.paused && this.members.size >= min) return this.form(why);
+    if ((this.running && this.liveRanks < min) || (this.started && this.paused && this.members.size >= min)) {
+      this.form(why);
+      return;
+    }
     if (!this.started) {
       if (this.members.size >= min && this.members.size > 0) this.settleSoon();
       else this.cancelSettle();
@@ -244,21 +247,16 @@ export class Rendezvous {
     const failedBy = failed ? this.rankOf(id) : undefined;
     // Spectators alone (no free rank) are no reason for a new round.
     if (this.admittable === 0 && failedBy === undefined) return Promise.resolve(this.round);
-    const wait = this.lastRegroupAt + this.options.regroupIntervalMs - Date.now();
+    const wait = this.pacing.waitMs();
     if (wait <= 0) {
       this.formByRegroup(failedBy);
       return Promise.resolve(this.round);
     }
     // Too soon after the last one: form it when the interval ends, and answer then.
-    const deferred = (this.deferred ??= {
-      answers: [],
-      timer: setTimeout(() => {
-        if (this.running && (this.admittable > 0 || deferred.failedBy !== undefined)) this.formByRegroup(deferred.failedBy);
-        else this.answerDeferred(); // the waiting members left meanwhile
-      }, wait),
+    return this.pacing.defer(wait, failedBy, (deferredFailedBy) => {
+      if (this.running && (this.admittable > 0 || deferredFailedBy !== undefined)) this.formByRegroup(deferredFailedBy);
+      else this.pacing.answer(this.round); // the waiting members left meanwhile
     });
-    deferred.failedBy ??= failedBy;
-    return new Promise<number>((resolve) => deferred.answers.push(resolve));
   }
 
   /** The rank of a member in the running round, if it has one. */
@@ -322,7 +320,7 @@ export class Rendezvous {
     this.closedBy = { round: this.round, rank };
     this.cancelSettle();
     this.cancelLosses();
-    this.answerDeferred();
+    this.pacing.answer(this.round);
     this.gathers.reset(this.round, 'the rendezvous closed');
     const unranked = this.waiting.filter((w) => this.members.has(w));
     this.log(
@@ -379,7 +377,7 @@ export class Rendezvous {
   close(): void {
     this.cancelSettle();
     this.cancelLosses();
-    this.answerDeferred();
+    this.pacing.answer(this.round);
   }
 
   /** Ranks of the running round still here (lost ones leave a hole until the next round). */
@@ -418,16 +416,7 @@ export class Rendezvous {
 
   /** The running round as a member with `rank` sees it. */
   private roundEvent(rank: number): RoundEvent {
-    return {
-      type: 'round',
-      round: this.round,
-      rank,
-      worldSize: this.paused ? 0 : this.active.length,
-      members: this.paused ? [] : [...this.active],
-      paused: this.paused,
-      min: this.min,
-      max: this.options.max,
-    };
+    return roundEventFor(this.round, rank, this.paused ? undefined : this.active, this.min, this.options.max);
   }
 
   private activeMembers(): Participant[] {
@@ -438,17 +427,12 @@ export class Rendezvous {
 
   /** Tells every member how many wait for the next round. */
   private announceWaiting(): void {
-    const waiting = this.running ? this.admittable : this.members.size;
-    const event: WaitingEvent = {
-      type: 'waiting',
-      round: this.round,
-      waiting,
-      // Beyond a full group only while one runs: a group not running has no more than max members.
-      spectators: this.running ? this.waiting.length - waiting : 0,
-      members: this.members.size,
-      min: this.min,
-      max: this.options.max,
-    };
+    const event = waitingEventFor(
+      this.round,
+      this.running ? this.admittable : this.members.size,
+      this.running ? this.waiting.length : 0,
+      this,
+    );
     for (const m of this.members.values()) m.participant.send(event);
   }
 
@@ -473,19 +457,10 @@ export class Rendezvous {
   }
 
   private formByRegroup(failedBy?: number): void {
-    this.lastRegroupAt = Date.now();
+    this.pacing.formed();
     const admitting = this.admittable > 0 ? 'admitting waiting ranks' : '';
     const failed = failedBy !== undefined ? `round ${this.round} failed on rank ${failedBy}` : '';
     this.form([failed, admitting].filter(Boolean).join(', '));
-  }
-
-  /** Answers deferred regroups with the latest round (whatever formed it). */
-  private answerDeferred(): void {
-    const deferred = this.deferred;
-    if (!deferred) return;
-    this.deferred = undefined;
-    clearTimeout(deferred.timer);
-    for (const answer of deferred.answers) answer(this.round);
   }
 
   /**
@@ -516,6 +491,6 @@ export class Rendezvous {
     // left waiting, everyone learns how many there are now.
     if (this.paused || this.waiting.length > 0) this.announceWaiting();
     // Any new round answers regroups deferred for the old one (after its events went out).
-    this.answerDeferred();
+    this.pacing.answer(this.round);
   }
 }

@@ -29,7 +29,7 @@ export function rendezvous(ctx: ServerContext, conn: Connection, session: Sessio
   const range =
     req.min === req.max ? `world size ${req.max}${req.rank === undefined ? '' : `, rank ${req.rank}`}` : `elastic ${req.min}..${req.max}`;
   log(`[server] session "${session.name}": member ${conn.memberId} arrived (${range}${req.spectate ? ', may spectate' : ''})`);
-  return reply(conn, req, { memberId: conn.memberId });
+  reply(conn, req, { memberId: conn.memberId });
 }
 
 export function claim(conn: Connection, session: Session, req: Request<'claim'>): void {
@@ -39,7 +39,7 @@ export function claim(conn: Connection, session: Session, req: Request<'claim'>)
       "only a member of the session's group may hold or look up places (claim): rendezvous first",
     );
   }
-  return reply(conn, req, { holders: session.claim(conn.memberId, req.keys, req.take) });
+  reply(conn, req, { holders: session.claim(conn.memberId, req.keys, req.take) });
 }
 
 export function closeRendezvous(conn: Connection, session: Session, req: Request<'closeRendezvous'>): void {
@@ -47,7 +47,7 @@ export function closeRendezvous(conn: Connection, session: Session, req: Request
   if (conn.memberId === undefined || !rendezvous)
     throw new StoreRefusal(ErrorCode.NOT_JOINED, 'closing the rendezvous needs a rank in the running round: rendezvous first');
   rendezvous.closeGroup(conn.memberId);
-  return reply(conn, req, null);
+  reply(conn, req, null);
 }
 
 export async function regroup(ctx: ServerContext, conn: Connection, session: Session, req: Request<'regroup'>): Promise<void> {
@@ -75,7 +75,7 @@ export function signal(conn: Connection, session: Session, req: Request<'signal'
   if (fromRank === undefined)
     throw new StoreRefusal(ErrorCode.NOT_JOINED, 'this member has no rank in the running round: it cannot signal', undefined, false);
   target.send({ type: 'signal', from: fromRank, member: conn.memberId, data: req.data });
-  return reply(conn, req, null);
+  reply(conn, req, null);
 }
 
 /** A rank's row of a server-attested gather (votes): answered with every rank's row once all gave theirs. */

@@ -40,7 +40,8 @@ import { freePortAfter, infoHandler, lanUrls, listenError, listeningLabel, Serve
 import { certificateFacts, checkTls, type CertificateFacts, type TlsOptions } from './tls.ts';
 import type { ServerContext } from './server_context.ts';
 import { httpHandler } from './http.ts';
-import { loadOffer, OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
+import { OfferError, type Offer, type OfferFiles, type OfferOptions } from './offer.ts';
+import { loadOffer } from './offer_routes.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
 import { mnistModulesDir, PROJECT_ROOT } from './package_root.ts';

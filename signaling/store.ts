@@ -173,7 +173,10 @@ export class KeyValueStore {
       for (const k of keys) {
         if (this.data.has(k)) continue;
         let set = this.waiters.get(k);
-        if (!set) this.waiters.set(k, (set = new Set()));
+        if (!set) {
+          set = new Set();
+          this.waiters.set(k, set);
+        }
         set.add(waiter);
       }
     });
@@ -193,7 +196,10 @@ export class KeyValueStore {
 
   append(key: string, value: Uint8Array): void {
     const current = this.data.get(key);
-    if (current === undefined) return this.set(key, value);
+    if (current === undefined) {
+      this.set(key, value);
+      return;
+    }
     const joined = new Uint8Array(current.length + value.length);
     joined.set(current);
     joined.set(value, current.length);

@@ -55,29 +55,73 @@ export async function measureLink(pg: ProcessGroup, duplex = false, bytes = 8 <<
   return pg.rank === 0 ? median(rates) : null;
 }
 
-export async function allreduceJob(ctx: JobContext): Promise<Record<string, unknown>> {
-  const sizes = (ctx.params.get('sizes') ?? '1024,262144,1048576').split(',').map((s) => {
+/** The job's options (--sizes, --iters, --op, --mesh, --measure-link, --algorithm, --compare-algorithms), checked. */
+function allreduceOptions(params: URLSearchParams): {
+  sizes: number[];
+  iters: number;
+  op: ReduceOpName;
+  meshParam: string | null;
+  measureParam: string | null;
+  forced: 'auto' | 'ring' | 'doubling' | 'tree';
+  compare: boolean;
+} {
+  const sizes = (params.get('sizes') ?? '1024,262144,1048576').split(',').map((s) => {
     const n = Number(s.trim());
     if (!Number.isInteger(n) || n < 0) throw new Error(`--sizes takes element counts, got "${s}"`);
     return n;
   });
-  const iters = Number(ctx.params.get('iters') ?? 5);
-  if (!Number.isInteger(iters) || iters < 1) throw new Error(`--iters must be a positive integer, got ${ctx.params.get('iters')}`);
-  const op = (ctx.params.get('op') ?? 'sum') as ReduceOpName;
+  const iters = Number(params.get('iters') ?? 5);
+  if (!Number.isInteger(iters) || iters < 1) throw new Error(`--iters must be a positive integer, got ${params.get('iters')}`);
+  const op = (params.get('op') ?? 'sum') as ReduceOpName;
   if (!['sum', 'avg', 'max', 'min'].includes(op)) throw new Error(`--op must be sum, avg, max or min, got "${op}"`);
-  const meshParam = ctx.params.get('mesh');
+  const meshParam = params.get('mesh');
   if (meshParam !== null && meshParam !== 'true' && meshParam !== 'false')
     throw new Error(`--mesh must be true or false, got "${meshParam}"`);
   // 2 x 24 MiB over one link: a minute where a round trip holds the link to one credit window a trip.
-  const measureParam = ctx.params.get('measure-link');
+  const measureParam = params.get('measure-link');
   if (measureParam !== null && measureParam !== 'true' && measureParam !== 'false')
     throw new Error(`--measure-link must be true or false, got "${measureParam}"`);
-  const forced = ctx.params.get('algorithm') ?? 'auto';
+  const forced = params.get('algorithm') ?? 'auto';
   if (forced !== 'auto' && forced !== 'ring' && forced !== 'doubling' && forced !== 'tree')
     throw new Error(`--algorithm must be auto, ring, doubling or tree, got "${forced}"`);
   // Also time both algorithms, whichever the tuner picks: where the threshold should be.
-  const compare = ctx.params.has('compare-algorithms') && ctx.params.get('compare-algorithms') !== 'false';
+  const compare = params.has('compare-algorithms') && params.get('compare-algorithms') !== 'false';
+  return { sizes, iters, op, meshParam, measureParam, forced, compare };
+}
 
+/**
+ * Timers of one size's all-reduce over `template`: nccl-tests' figure (`iters` back to back after a
+ * warm-up and a sync over the wire, their mean) and the median of each alone after the store's barrier.
+ */
+function allreduceTimers(pg: ProcessGroup, template: Float32Array, iters: number) {
+  // nccl-tests' figure: after a warm-up and a sync over the wire, `iters` back to back, their mean.
+  const time = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<{ ms: number; out: Float32Array }> => {
+    await fn(template.slice());
+    const bufs = Array.from({ length: iters }, () => template.slice());
+    await pg.allReduce(new Float32Array(1), 'sum', { algorithm: 'doubling' });
+    const t0 = performance.now();
+    let out: Float32Array = template;
+    for (const buf of bufs) out = await fn(buf);
+    return { ms: (performance.now() - t0) / iters, out };
+  };
+  // Each alone after the store's barrier, the median: adds the ranks' skew leaving the barrier
+  // (its release reaches 16 pages sharing 2 cores over tens of ms).
+  const timeAfterBarrier = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<number> => {
+    const times: number[] = [];
+    for (let it = 0; it < iters; it++) {
+      const buf = template.slice();
+      await pg.barrier();
+      const t0 = performance.now();
+      await fn(buf);
+      times.push(performance.now() - t0);
+    }
+    return median(times);
+  };
+  return { time, timeAfterBarrier };
+}
+
+export async function allreduceJob(ctx: JobContext): Promise<Record<string, unknown>> {
+  const { sizes, iters, op, meshParam, measureParam, forced, compare } = allreduceOptions(ctx.params);
   const pg = await joinGroup(ctx);
   const n = pg.worldSize;
   // The mesh opens n(n-1)/2 links at once: past MESH_DEFAULT_MAX ranks that is the ring's point, not a useful comparison.
@@ -98,29 +142,7 @@ export async function allreduceJob(ctx: JobContext): Promise<Record<string, unkn
   const results: Array<Record<string, unknown>> = [];
   for (const size of sizes) {
     const template = Float32Array.from({ length: size }, (_, i) => fillValue(pg.rank, size, i));
-    // nccl-tests' figure: after a warm-up and a sync over the wire, `iters` back to back, their mean.
-    const time = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<{ ms: number; out: Float32Array }> => {
-      await fn(template.slice());
-      const bufs = Array.from({ length: iters }, () => template.slice());
-      await pg.allReduce(new Float32Array(1), 'sum', { algorithm: 'doubling' });
-      const t0 = performance.now();
-      let out: Float32Array = template;
-      for (const buf of bufs) out = await fn(buf);
-      return { ms: (performance.now() - t0) / iters, out };
-    };
-    // Each alone after the store's barrier, the median: adds the ranks' skew leaving the barrier
-    // (its release reaches 16 pages sharing 2 cores over tens of ms).
-    const timeAfterBarrier = async (fn: (b: Float32Array) => Promise<Float32Array>): Promise<number> => {
-      const times: number[] = [];
-      for (let it = 0; it < iters; it++) {
-        const buf = template.slice();
-        await pg.barrier();
-        const t0 = performance.now();
-        await fn(buf);
-        times.push(performance.now() - t0);
-      }
-      return median(times);
-    };
+    const { time, timeAfterBarrier } = allreduceTimers(pg, template, iters);
     const algorithm = pg.algorithmFor(size * 4, forced, true);
     const run = await time((b) => pg.allReduce(b, op, { algorithm: forced }));
     const afterBarrierMs = await timeAfterBarrier((b) => pg.allReduce(b, op, { algorithm: forced }));

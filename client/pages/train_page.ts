@@ -5,38 +5,31 @@
 import type * as tf from '@tensorflow/tfjs';
 import {
   ConnectionClosedError,
-  DeviceLostError,
   DistTimeoutError,
-  NonFiniteGradientError,
-  PeerLostError,
-  RankStalledError,
   RemovedByHostError,
   RendezvousClosedError,
   RendezvousError,
-  ReplicaDivergenceError,
-  SessionEndedError,
   StoreClient,
-  TokenRotatedError,
-  UnauthorizedError,
   type RendezvousEvent,
 } from '../../src/index.ts';
-import { MissingTokenError, pageHostSecret, pageToken } from '../page_token.ts';
+import { pageHostSecret, pageToken } from '../page_token.ts';
 import { mountBadLink } from '../ui/bad_link.ts';
 import { refusedLinkProblem, tokenProblem, type LinkProblem } from '../ui/link_check.ts';
 import { PageSecret } from './page_secret.ts';
 import { DashboardPublisher, watchDashboard } from '../train/spectator.ts';
 import { Dashboard } from '../ui/dashboard.ts';
 import { report, reportElasticEvents } from '../report.ts';
-import { ConfigError, parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
+import { parseTrainConfig, urlOption, type TrainConfig } from '../../src/jobs/train_config.ts';
 import { train } from '../train/trainer.ts';
-import { ConfigMismatchError, type TrainResult } from '../train/harness.ts';
+import type { TrainResult } from '../train/harness.ts';
 import type { TrainEvent } from '../train/events.ts';
 import { sampleWeighted } from '../ui/sample_weighted.ts';
 import { downloadModel, downloadTorchModel } from '../train/download.ts';
 import { probeText } from '../backend_figures.ts';
 import { installDeviceLossHook } from '../device_hook.ts';
-import { CannotTrainError, preflight, tabAbilities } from '../train/preflight.ts';
+import { preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
+import { explain } from './failure_advice.ts';
 
 export interface TrainPageOptions {
   root: HTMLElement;
@@ -413,7 +406,8 @@ function showFailure(root: HTMLElement, session: string, dash: Dashboard, run: P
   const refused = run.joinedAt === undefined ? refusedLinkProblem(e, session) : null;
   if (refused) {
     dash.destroy();
-    return showBadLink(root, session, refused);
+    showBadLink(root, session, refused);
+    return;
   }
   if (e instanceof RendezvousError && e.code === 'SESSION_FULL') {
     // Even the spectators' seats are taken: not a failure of training.
@@ -462,103 +456,4 @@ function watchThrottling(warn: (message: string) => void): void {
     },
     () => {},
   );
-}
-
-/**
- * A title, a next step a person can act on, and whether rejoining may help, for each way a run
- * can fail. `fixed`: the session has a fixed number of tabs (the others wait for a lost one).
- */
-function explain(e: Error, fixed: boolean): [string, string | undefined, boolean] {
-  if (e instanceof CannotTrainError) return [e.title, e.action, false];
-  if (e instanceof RendezvousClosedError) {
-    return [
-      'This run has ended',
-      "The session's training finished before this tab got a rank. To train, ask the host for a new link, or create a new session on the start page.",
-      false,
-    ];
-  }
-  if (e instanceof RendezvousError) {
-    switch (e.code) {
-      case 'WORLD_SIZE_MISMATCH':
-        return ['World size disagrees with the session', 'Open the link exactly as it was shared.', false];
-      default:
-        return ['Could not join the session', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
-    }
-  }
-  if (e instanceof SessionEndedError)
-    return ['The host ended this session', 'Download the model if you want to keep it; to train again, create a new session.', false];
-  if (e instanceof TokenRotatedError) {
-    return [
-      'This link is no longer valid',
-      'The host removed a tab from this session and changed its link, so this one no longer opens it. Ask the host for the new link.',
-      false,
-    ];
-  }
-  if (e instanceof UnauthorizedError && /does not exist on this server/.test(e.message)) {
-    return [
-      'No such session on this server',
-      'Open the full link the host shared (with its #token=...). Sessions are created by the host, on the start page.',
-      false,
-    ];
-  }
-  if (e instanceof UnauthorizedError) {
-    return [
-      'Wrong link for this session',
-      'This session is guarded by the secret in its link (#token=...). Open the full link the host shared; a shortened or retyped link cannot join.',
-      false,
-    ];
-  }
-  if (e instanceof NonFiniteGradientError)
-    return [
-      'Training diverged',
-      'A gradient became NaN or infinite. Try a lower learning rate in a new session; if it persists, a tab of this session may be sending bad gradients.',
-      false,
-    ];
-  if (e instanceof ReplicaDivergenceError)
-    return [
-      'Replicas differ',
-      'The named ranks no longer hold the same weights as the others (a faulty or tampered tab). Start a new session without them.',
-      false,
-    ];
-  if (e instanceof MissingTokenError) {
-    return [
-      'This link has no #token=... at its end',
-      "That part is the session's secret, and chat apps and some editors cut links at the #. Open the full link the host shared, or create a new session on the start page.",
-      false,
-    ];
-  }
-  if (e instanceof ConfigMismatchError)
-    return ['Configuration disagrees with the session', 'Open the link exactly as it was shared, or create a new session.', false];
-  if (e instanceof ConfigError)
-    return ['This link is not valid', 'Open the link exactly as it was shared, or create a new session on the start page.', false];
-  if (e instanceof RankStalledError) {
-    const others = fixed
-      ? 'the other tabs wait for this one to take its place again'
-      : 'the other tabs train on and take this one back at their next step';
-    return [
-      'This tab was paused',
-      `Continue training to rejoin: ${others}. To avoid this, keep the computer awake and this tab in a window of its own.`,
-      true,
-    ];
-  }
-  if (e instanceof DeviceLostError) {
-    return [
-      'This tab lost its GPU',
-      "The GPU was reset (a driver crash or update, or the computer switched graphics cards) and the model on it is gone. Continue training to rejoin: this tab gets the group's state from the other tabs, or the latest checkpoint.",
-      true,
-    ];
-  }
-  if (e instanceof PeerLostError)
-    return [
-      `Rank ${e.rank} was lost`,
-      'Continue training to rejoin: the session goes on from the live replicas or its latest checkpoint.',
-      true,
-    ];
-  if (e instanceof ConnectionClosedError || e instanceof DistTimeoutError)
-    return ['Server unreachable', 'Check that "npm start" is running on the host, then continue training.', true];
-  return [
-    `Unexpected error: ${e.name}`,
-    'Continue training to rejoin the session. If it happens again, create a new session and report the message above.',
-    true,
-  ];
 }

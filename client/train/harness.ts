@@ -30,8 +30,8 @@ import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } fro
 import { probeText } from './backend_probe.ts';
 import { probeWebGpu } from '../webgpu.ts';
 import { DEFAULT_CONTEXT, type TrainConfig } from '../../src/jobs/train_config.ts';
-import type { RankStepMetrics, TrainEvent } from './events.ts';
-import type { StepBalance } from '../../src/elastic/balance.ts';
+import type { TrainEvent } from './events.ts';
+import { stepRanks } from './step_figures.ts';
 
 export interface TrainerOptions {
   serverUrl: string;
@@ -161,39 +161,8 @@ export async function sampleText(model: tf.LayersModel, text: TextJob, step: num
   return { type: 'sample', step, prompt: text.prompt, text: text.tokenizer.decode(ids) };
 }
 
-/** What a pipeline run's ranks add to `Metrics` (see pipeline_trainer.ts). */
-export type PipelineMetrics = { stage: number; replica: number; bubble: number; waitActivations: number; waitGradients: number };
-
-/** The figures each rank contributes per step (gathered with the step's vote). */
-export type Metrics = {
-  /** null: the rank trained no samples this step (balanced batches), so it has no loss or accuracy. */
-  loss: number | null;
-  accuracy: number | null;
-  samplesPerSec: number;
-  hashHi: number;
-  hashLo: number;
-  compute: number;
-  readback: number;
-  allreduce: number;
-  apply: number;
-  /** --slow: ms this rank waited this step to be its factor slower (0 for the others). */
-  slowed: number;
-  /** The span of this step's gradient communication (first bucket's start to last bucket's end), ms. */
-  comm: number;
-  /** The samples this rank trained this step. */
-  samples: number;
-};
-
-/**
- * What a DDP run's ranks add to `Metrics`: the bytes this rank sent to keep the replicas in step
- * (its backward's `commBytes`, measured; with --comm-hook localsgd plus, at the steps the models
- * are averaged, that averaging's all-reduce, computed: runElastic runs it after the step), and
- * what the plain float32 all-reduce of the same buckets would have sent (computed, see comm.ts).
- */
-export type CommMetrics = { commBytes: number; commDenseBytes: number };
-
-/** What a DDP run's ranks add about their devices (--devices): how many, and their mean compute this step (ms; 0 with one device). */
-export type DeviceMetrics = { devices: number; deviceMs: number };
+// The per-step figures live with their dashboard view (step_figures.ts); trainers import them from here.
+export type { CommMetrics, DeviceMetrics, Metrics, PipelineMetrics } from './step_figures.ts';
 
 /** The model the job trains, as every strategy builds it (whole, or a pipeline stage's layers). Not for the host's model ('user'). */
 export function modelSpecOf(config: TrainConfig, data: Dataset): ModelSpec {
@@ -297,6 +266,17 @@ export async function startJob(opts: TrainerOptions): Promise<{
 /** A started job: its backend, data and model maker (what startJob resolves to). */
 export type StartedJob = Awaited<ReturnType<typeof startJob>>;
 
+/** A failed round in plain words; this tab's own pause (`fixed`: min = max tabs) says what to do. */
+function failureMessage(e: Extract<ElasticEvent, { type: 'failure' }>, fixed: boolean): string {
+  // This tab's own pause, in plain words: the errors after it (closed links) would only confuse.
+  const stalled = /^RankStalledError: this tab (.*)$/s.exec(e.error);
+  if (stalled) {
+    const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
+    return `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`;
+  }
+  return `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`;
+}
+
 /** What the dashboard and the console hear of the run's own events. `fixed`: min = max tabs. */
 export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): (e: ElasticEvent) => void {
   const log = (level: 'info' | 'warn', message: string) => emit({ type: 'log', level, message });
@@ -307,48 +287,15 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
     switch (e.type) {
       case 'epoch':
         return emit({ type: 'shard', epoch: e.epoch, samples: e.samples, datasetSize: e.datasetLength, stepsPerEpoch: e.stepsPerEpoch });
-      case 'step': {
-        const ranks: RankStepMetrics[] = (
-          e.metrics as unknown as Array<
-            Metrics & Partial<PipelineMetrics> & Partial<CommMetrics> & Partial<DeviceMetrics> & { samples?: number }
-          >
-        ).map((m, rank) => ({
-          rank,
-          loss: m.loss,
-          accuracy: m.accuracy,
-          samplesPerSec: m.samplesPerSec,
-          // Uneven batches: the samples this rank trained (the fleet table's share of the global batch).
-          ...(m.samples === undefined ? {} : { samples: m.samples }),
-          // Balanced batches gave it none: why, in the group's own figures.
-          ...idleOf(e.balance, rank),
-          breakdownMs: {
-            compute: m.compute,
-            readback: m.readback,
-            allreduce: m.allreduce,
-            apply: m.apply,
-            ...(m.slowed ? { slowed: m.slowed } : {}),
-          },
-          // A DDP run's ranks: the bytes each sent this step, and the float32 all-reduce's.
-          ...(m.commBytes === undefined
-            ? {}
-            : { commBytes: m.commBytes, ...(m.commDenseBytes === undefined ? {} : { commDenseBytes: m.commDenseBytes }) }),
-          // --devices K > 1: the rank's Workers and their mean compute this step.
-          ...(m.devices !== undefined && m.devices > 1 ? { devices: { count: m.devices, meanMs: m.deviceMs ?? 0 } } : {}),
-          // A pipeline run's ranks: which stage, and how long it waited for its neighbours.
-          ...(m.stage === undefined
-            ? {}
-            : {
-                pipeline: {
-                  stage: m.stage,
-                  replica: m.replica ?? 0,
-                  bubble: m.bubble ?? 0,
-                  waitActivations: m.waitActivations ?? 0,
-                  waitGradients: m.waitGradients ?? 0,
-                },
-              }),
-        }));
-        return emit({ type: 'step', epoch: e.epoch, step: e.step, totalSteps: e.totalSteps, ranks, elapsedSec: e.elapsedMs / 1000 });
-      }
+      case 'step':
+        return emit({
+          type: 'step',
+          epoch: e.epoch,
+          step: e.step,
+          totalSteps: e.totalSteps,
+          ranks: stepRanks(e),
+          elapsedSec: e.elapsedMs / 1000,
+        });
       case 'round':
         // 'joined' (from onRound) tells the dashboard the rank; a resumed run also says from where.
         paused = false;
@@ -376,21 +323,8 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
         return emit({ type: 'waiting', arrived: e.members, min: e.min, max: e.max, paused });
       case 'regroup':
         return log('info', `Tabs are waiting to join: regrouping after step ${e.step}`);
-      case 'failure': {
-        // This tab's own pause, in plain words: the errors after it (closed links) would only confuse.
-        const stalled = /^RankStalledError: this tab (.*)$/s.exec(e.error);
-        if (stalled) {
-          const next = fixed ? 'the other tabs wait for it' : 'the other tabs train on and take it back at their next step';
-          return log(
-            'warn',
-            `This tab ${stalled[1]}. It rejoins now: ${next}. To avoid this, keep the computer awake and this tab in a window of its own.`,
-          );
-        }
-        return log(
-          'warn',
-          `Round failed at step ${e.step}${e.inFlight !== null ? ` (step ${e.inFlight} in flight)` : ''}: ${e.recoverable ? `${e.error.replace(/\.$/, '')}; waiting for the next round…` : e.error}`,
-        );
-      }
+      case 'failure':
+        return log('warn', failureMessage(e, fixed));
       case 'reconnecting': {
         const when = `${Math.round(e.waitMs / 100) / 10} s (attempt ${e.attempt})`;
         // Only a closed connection means the server may be gone; an eviction or a pause is this tab's own story.
@@ -484,13 +418,4 @@ export function watchLinks(pg: ProcessGroup, emit: (e: TrainEvent) => void): voi
       .catch(() => {})
       .finally(() => (reading = false));
   }, 2000);
-}
-
-/** A rank that balanced batches gave no samples this step: its cost as the group measured it, and when it gets samples again. */
-function idleOf(balance: StepBalance | undefined, rank: number): Pick<RankStepMetrics, 'idle'> {
-  if (balance?.counts[rank] !== 0) return {};
-  const perSampleMs = balance.perSampleMs[rank];
-  const overheadMs = balance.overheadMs[rank];
-  if (perSampleMs === undefined || overheadMs === undefined) return {};
-  return { idle: { perSampleMs, overheadMs, probeAt: balance.probeAt } };
 }

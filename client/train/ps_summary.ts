@@ -42,7 +42,7 @@ export interface PsRunRecord {
 }
 
 export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): Promise<TrainResult> {
-  const { config, emit, mine, tensorCounts, trainingStarted, strategy, started } = t;
+  const { config, emit, mine, tensorCounts, trainingStarted, started } = t;
   const { flags } = t.opts;
   const { testSet, backend } = t.job;
   const { pg } = run;
@@ -58,24 +58,10 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
     run.role === 'worker' && elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : 0,
     trainingStarted > 0 ? (performance.now() - trainingStarted) / 1000 : 0,
   );
-  const rates = await pg.allGather(own).catch((err: unknown) => {
-    if (!isRecoverable(err)) throw err;
-    warn(`The workers' rates were not gathered after the run (${(err as Error).message}): this rank's own only`);
-    return own;
-  });
-  const workerRates: number[] = [];
-  let trainSeconds = 0;
-  for (let r = 0; r < rates.length / 2; r++) {
-    if (rates[2 * r]! > 0) workerRates.push(rates[2 * r]!);
-    trainSeconds = Math.max(trainSeconds, rates[2 * r + 1]!);
-  }
+  const { workerRates, trainSeconds } = await gatherRates(pg, own, warn);
   const weights = await flatTrainableWeights(run.model);
   const probe = await probeOf(run.model, testSet);
   const links = await linkReport(pg);
-  const histogram = run.shard?.stalenessHistogram ?? run.worker?.stalenessHistogram ?? [];
-  const pushes = run.shard
-    ? { applied: run.shard.applied, stale: run.shard.stale, duplicate: run.shard.duplicate, refused: run.shard.refused }
-    : { applied: run.worker?.applied ?? 0, stale: run.worker?.stale ?? 0, duplicate: 0, refused: run.worker?.refused ?? 0 };
   const processed = run.samples.applied + run.samples.stale;
   const summary: TrainJobResult = {
     rank: pg.rank,
@@ -113,33 +99,7 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
       min: tensorCounts.length ? Math.min(...tensorCounts) : tf.memory().numTensors,
       max: tensorCounts.length ? Math.max(...tensorCounts) : tf.memory().numTensors,
     },
-    parameterServer: {
-      strategy,
-      role: run.role,
-      index: run.index,
-      servers: run.servers,
-      workers: run.workers,
-      versions: run.versions,
-      updatesPerSec: run.shard?.updatesPerSec ?? null,
-      samples: run.samples,
-      pushes,
-      staleness: stalenessSummary(histogram),
-      maxStaleness: config.maxStaleness,
-      stalenessLr: config.stalenessLr,
-      checkpoints: run.checkpoints,
-      restoredFrom: run.restoredFrom,
-      ...(run.worker
-        ? {
-            worker: {
-              workerId: run.worker.workerId,
-              pulls: run.worker.pulls,
-              pushes: run.worker.pushes,
-              samples: run.worker.samples,
-              samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : null,
-            },
-          }
-        : {}),
-    },
+    parameterServer: parameterServerFigures(t, run, elapsed),
     links,
     ...(run.stoppedBy === 'request' ? { stoppedBy: pg.rank } : {}),
     ...(flags.returnWeights && pg.rank === 0
@@ -148,6 +108,62 @@ export async function psResult(t: PsRunRecord, run: ParameterServerRunResult): P
   };
   emit({ type: 'done', summary });
   return { summary, model: run.model, pg, close: run.close, probe };
+}
+
+/** The workers' throughput together (each one's samples after its first step over the time they took), and the longest training time of any rank. */
+async function gatherRates(
+  pg: ParameterServerRunResult['pg'],
+  own: Float32Array,
+  warn: (message: string) => void,
+): Promise<{ workerRates: number[]; trainSeconds: number }> {
+  const rates = await pg.allGather(own).catch((err: unknown) => {
+    if (!isRecoverable(err)) throw err;
+    warn(`The workers' rates were not gathered after the run (${(err as Error).message}): this rank's own only`);
+    return own;
+  });
+  const workerRates: number[] = [];
+  let trainSeconds = 0;
+  for (let r = 0; r < rates.length / 2; r++) {
+    if (rates[2 * r]! > 0) workerRates.push(rates[2 * r]!);
+    trainSeconds = Math.max(trainSeconds, rates[2 * r + 1]!);
+  }
+  return { workerRates, trainSeconds };
+}
+
+/** The summary's parameter-server part: roles, versions, pushes and staleness, and (a worker) its own figures. */
+function parameterServerFigures(t: PsRunRecord, run: ParameterServerRunResult, elapsed: number): TrainJobResult['parameterServer'] {
+  const { config, mine, strategy } = t;
+  const histogram = run.shard?.stalenessHistogram ?? run.worker?.stalenessHistogram ?? [];
+  const pushes = run.shard
+    ? { applied: run.shard.applied, stale: run.shard.stale, duplicate: run.shard.duplicate, refused: run.shard.refused }
+    : { applied: run.worker?.applied ?? 0, stale: run.worker?.stale ?? 0, duplicate: 0, refused: run.worker?.refused ?? 0 };
+  return {
+    strategy,
+    role: run.role,
+    index: run.index,
+    servers: run.servers,
+    workers: run.workers,
+    versions: run.versions,
+    updatesPerSec: run.shard?.updatesPerSec ?? null,
+    samples: run.samples,
+    pushes,
+    staleness: stalenessSummary(histogram),
+    maxStaleness: config.maxStaleness,
+    stalenessLr: config.stalenessLr,
+    checkpoints: run.checkpoints,
+    restoredFrom: run.restoredFrom,
+    ...(run.worker
+      ? {
+          worker: {
+            workerId: run.worker.workerId,
+            pulls: run.worker.pulls,
+            pushes: run.worker.pushes,
+            samples: run.worker.samples,
+            samplesPerSec: elapsed > 0 ? (mine.timedSamples / elapsed) * 1000 : null,
+          },
+        }
+      : {}),
+  };
 }
 
 /** Mean, median, 90th percentile and largest staleness of a histogram (the last bucket counts as its own value). */
@@ -170,7 +186,7 @@ export function stalenessSummary(histogram: number[]): {
   };
   let max = 0;
   histogram.forEach((n, s) => {
-    n > 0 && (max = s);
+    if (n > 0) max = s;
   });
   return { histogram, mean: histogram.reduce((a, n, s) => a + n * s, 0) / total, p50: quantile(0.5), p90: quantile(0.9), max };
 }

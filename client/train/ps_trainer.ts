@@ -202,23 +202,31 @@ function tellPage(e: PsRunEvent, emit: (e: TrainEvent) => void): void {
     case 'round':
       return; // onRound says 'joined'; the Parameter server card shows the roles
     case 'server-lost':
-      return log('warn', `${e.message[0]!.toUpperCase()}${e.message.slice(1)}.`);
+      log('warn', `${e.message[0]!.toUpperCase()}${e.message.slice(1)}.`);
+      return;
     case 'restored':
-      return log('info', `Parameter server ${e.index} resumed from checkpoint ${e.name} (version ${e.version}).`);
+      log('info', `Parameter server ${e.index} resumed from checkpoint ${e.name} (version ${e.version}).`);
+      return;
     case 'checkpoint':
-      return log('info', `Shard ${e.index} saved at version ${e.version} (${e.name}, ${e.bytes} bytes).`);
+      log('info', `Shard ${e.index} saved at version ${e.version} (${e.name}, ${e.bytes} bytes).`);
+      return;
     case 'checkpoint-failed':
-      return log('warn', `Shard ${e.index}'s checkpoint at version ${e.version} failed: ${e.error}`);
+      log('warn', `Shard ${e.index}'s checkpoint at version ${e.version} failed: ${e.error}`);
+      return;
     case 'samples-lost':
       return; // the Parameter server card warns when the lost samples grow
     case 'peer-lost':
-      return emit({ type: 'rank-lost', rank: e.peer, reason: e.reason });
+      emit({ type: 'rank-lost', rank: e.peer, reason: e.reason });
+      return;
     case 'failure':
-      return log('warn', e.recoverable ? `The group changed (${e.error.replace(/\.$/, '')}); going on in the next round…` : e.error);
+      log('warn', e.recoverable ? `The group changed (${e.error.replace(/\.$/, '')}); going on in the next round…` : e.error);
+      return;
     case 'regroup':
-      return log('info', `${e.waiting} tab(s) waiting to join: regrouping`);
+      log('info', `${e.waiting} tab(s) waiting to join: regrouping`);
+      return;
     case 'stop':
-      return log('info', e.reason === 'request' ? 'Stopping: asked to stop.' : 'Every sample of the run is handed out: stopping.');
+      log('info', e.reason === 'request' ? 'Stopping: asked to stop.' : 'Every sample of the run is handed out: stopping.');
+      return;
     default: {
       const unknown: never = e;
       void unknown;

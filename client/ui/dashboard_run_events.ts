@@ -133,7 +133,10 @@ export function onStep(state: DashboardState, e: StepEvent, at: number): Dashboa
     joined = withRank(joined, m.rank);
     const list = [...(recent.get(m.rank) ?? []), m];
     recent.set(m.rank, list.length > RECENT ? list.slice(-RECENT) : list);
-    if (m.pipeline) (pipelineRanks ??= new Map(s.pipelineRanks)).set(m.rank, m.pipeline);
+    if (m.pipeline) {
+      pipelineRanks ??= new Map(s.pipelineRanks);
+      pipelineRanks.set(m.rank, m.pipeline);
+    }
   }
   const clock = [
     ...s.stepClock,

@@ -59,6 +59,49 @@ function confirmDialog(kind: keyof typeof CONFIRM, onConfirm: () => void): { dia
   };
 }
 
+/** The host's control of the minimum number of tabs: a form whose input is checked (1..its max) before `setMin` is called. */
+function minimumControl(setMin: (n: number) => void): { group: HTMLElement; input: HTMLInputElement } {
+  const input = el('input', {
+    id: 'dash-min',
+    type: 'number',
+    min: 1,
+    step: 1,
+    inputmode: 'numeric',
+    'data-testid': 'min-input',
+    'aria-describedby': 'dash-min-hint dash-min-error',
+  });
+  const error = el('p', { id: 'dash-min-error', class: 'field-error', role: 'alert' });
+  const setButton = el('button', { type: 'submit', class: 'btn btn-secondary', 'data-testid': 'min-set' }, 'Set');
+  const group = el(
+    'form',
+    { class: 'host-controls', 'aria-label': 'Host controls', hidden: true, novalidate: true },
+    el('label', { for: 'dash-min' }, 'Keep training with at least'),
+    input,
+    el('span', { 'aria-hidden': 'true' }, 'tabs'),
+    setButton,
+    el(
+      'p',
+      { id: 'dash-min-hint', class: 'field-hint' },
+      'Tabs may close, reload or join: training goes on while at least this many are in.',
+    ),
+    error,
+  );
+  group.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const max = Number(input.max);
+    const n = Number(input.value);
+    if (!Number.isInteger(n) || n < 1 || n > max) {
+      error.textContent = `Enter a whole number from 1 to ${max}.`;
+      input.setAttribute('aria-invalid', 'true');
+      return;
+    }
+    error.textContent = '';
+    input.removeAttribute('aria-invalid');
+    setMin(n);
+  });
+  return { group, input };
+}
+
 /** Title, phase pill, the session's controls (as this tab's role allows), and the status line. */
 export class HeaderView {
   readonly node: HTMLElement;
@@ -73,7 +116,6 @@ export class HeaderView {
   private readonly downloadHint: HTMLElement;
   private readonly minGroup: HTMLElement;
   private readonly minInput: HTMLInputElement;
-  private readonly minError: HTMLElement;
   private readonly note: HTMLElement;
 
   constructor(session: string, on: HeaderActions) {
@@ -122,44 +164,7 @@ export class HeaderView {
     this.downloadTorch.addEventListener('click', on.downloadTorch);
 
     // The host's control of the minimum: typed, then applied with the button (or Enter).
-    this.minInput = el('input', {
-      id: 'dash-min',
-      type: 'number',
-      min: 1,
-      step: 1,
-      inputmode: 'numeric',
-      'data-testid': 'min-input',
-      'aria-describedby': 'dash-min-hint dash-min-error',
-    });
-    this.minError = el('p', { id: 'dash-min-error', class: 'field-error', role: 'alert' });
-    const setMin = el('button', { type: 'submit', class: 'btn btn-secondary', 'data-testid': 'min-set' }, 'Set');
-    this.minGroup = el(
-      'form',
-      { class: 'host-controls', 'aria-label': 'Host controls', hidden: true, novalidate: true },
-      el('label', { for: 'dash-min' }, 'Keep training with at least'),
-      this.minInput,
-      el('span', { 'aria-hidden': 'true' }, 'tabs'),
-      setMin,
-      el(
-        'p',
-        { id: 'dash-min-hint', class: 'field-hint' },
-        'Tabs may close, reload or join: training goes on while at least this many are in.',
-      ),
-      this.minError,
-    );
-    this.minGroup.addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      const max = Number(this.minInput.max);
-      const n = Number(this.minInput.value);
-      if (!Number.isInteger(n) || n < 1 || n > max) {
-        this.minError.textContent = `Enter a whole number from 1 to ${max}.`;
-        this.minInput.setAttribute('aria-invalid', 'true');
-        return;
-      }
-      this.minError.textContent = '';
-      this.minInput.removeAttribute('aria-invalid');
-      on.setMin(n);
-    });
+    ({ group: this.minGroup, input: this.minInput } = minimumControl((n) => on.setMin(n)));
     this.note = el('p', { class: 'role-note', 'data-testid': 'role-note', hidden: true });
 
     this.node = el(
