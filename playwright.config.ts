@@ -5,10 +5,11 @@ import { CHROMIUM_ARGS, chromiumPath } from './launcher/browser.ts';
 export default defineConfig({
   testDir: 'test/e2e',
   globalSetup: './test/e2e/global-setup.ts',
-  // Two lanes on two cores: a test may run beside another one, but a file that times heartbeats,
-  // stalls or the network runs alone (`test.use({ solo: true })`, test/e2e/lanes.ts). Files, not
-  // tests, are spread over the workers: a file's tests share its order and its fixtures.
-  workers: Number(process.env.E2E_WORKERS ?? 2),
+  // One worker on CI's two cores: the pages (SwiftShader, Chromium) use both, so two workers made
+  // each test 2-3x slower and the run no shorter (docs/testing.md). E2E_WORKERS=2 on a bigger machine:
+  // a test may then run beside another, but a file or test marked solo (timings, bounds) runs alone
+  // (test/e2e/lanes.ts).
+  workers: Number(process.env.E2E_WORKERS ?? 1),
   fullyParallel: false,
   timeout: 180_000,
   expect: { timeout: 30_000 },
