@@ -324,7 +324,14 @@ describe('runParameterServer', () => {
     const session = uniqueSession('pslostps');
     const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
     // Close the server once it has saved a checkpoint and gone on a little.
-    await waitFor('a checkpoint of version 8 or later', () => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8));
+    await waitForNamed(
+      'a checkpoint of version 8 or later',
+      () => members[0]!.events.some((e) => e.type === 'checkpoint' && e.version >= 8),
+      {
+        timeoutMs: 60_000,
+        intervalMs: 50,
+      },
+    );
     members[0]!.abort.abort(new Error('the server tab closed'));
     // The workers learn it when their collectives with the server time out (timeoutMs 20 s): on a loaded
     // machine that plus the regroup takes more than the fixture's 30 s, so this wait has its own bound.
@@ -345,7 +352,7 @@ describe('runParameterServer', () => {
     const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));
     for (const f of finals) expect(f).toEqual(finals[0]);
     await Promise.all(runs.map((r) => r.close()));
-  }, 150_000);
+  }, 180_000);
 });
 
 /** These runs train for real: a longer bound than the fixture's default. */
