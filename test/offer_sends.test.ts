@@ -174,9 +174,10 @@ describe("the offer's downloads are bounded", () => {
       expect(res.statusCode).toBe(200);
       expect(res.headers['content-length']).toBe(String(BIG));
     }
-    // Read whole per request, twelve unread 16 MiB images would pin 192 MiB; streamed, a chunk or two each.
+    // Read whole per request, twelve unread 16 MiB images would pin 192 MiB; streamed, a chunk or two each
+    // (about 2 MiB a reader with the sockets' buffers: 25.1 MiB once on CI, so the bound is a third of 192).
     const grown = held() - before;
-    expect(grown).toBeLessThan(24 * 2 ** 20);
+    expect(grown).toBeLessThan(64 * 2 ** 20);
     // Nothing was cut (the reader is only unread for a moment; the timeout is a minute).
     expect(unread.every(({ res }) => !res.complete && !res.destroyed)).toBe(true);
   });
