@@ -5,9 +5,8 @@
  * K + 1), the membership faults are allowed, and the summary gathers the ranks' `parameterServer`
  * parts into one `parameterServer` and a few printed lines.
  */
-import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { refusalLine, refusalOf } from './fixtures/launch_cli.ts';
 import { launch, type Fault } from '../launcher/run.ts';
 import {
   membershipFaultProblem,
@@ -19,8 +18,6 @@ import {
 import { summarize } from '../launcher/summaries.ts';
 import type { RankResult } from '../launcher/summary_fields.ts';
 import { parameterServerLines, parameterServerSummary } from '../launcher/summary_ps.ts';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 describe('parameterServerProblems', () => {
   it('accepts K servers and at least one worker, in kebab or camel case', () => {
@@ -145,27 +142,21 @@ describe('a PS run is elastic by default and takes the membership faults', () =>
 });
 
 describe('npm run launch -- --job train --strategy ...', () => {
-  const run = (...args: string[]) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
-
-  it('exits 2 with the message before starting anything', () => {
-    const few = run('--nproc', '2', '--job', 'train', '--strategy', 'ps', '--ps', '2');
-    expect(few.status).toBe(2);
-    expect(few.stderr.split('\n')[0]).toBe('--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3');
-    expect(few.stderr).toMatch(/--ps K \(with --strategy ps/);
-    expect(few.stdout).toBe('');
-    const central = run('--nproc', '3', '--job', 'train', '--strategy', 'central', '--ps', '2');
-    expect(central.status).toBe(2);
-    expect(central.stderr.split('\n')[0]).toBe(
+  // What the command line prints before it exits 2 (test/fixtures/launch_cli.ts; rank_browsers runs the real command).
+  it('refuses the command line before starting anything, saying what to give', () => {
+    const few = refusalOf('--nproc', '2', '--job', 'train', '--strategy', 'ps', '--ps', '2');
+    expect(few.split('\n')[0]).toBe('--nproc 2 with --ps 2 leaves no worker: give --nproc at least 3');
+    expect(few).toMatch(/--ps K \(with --strategy ps/);
+    expect(refusalLine('--nproc', '3', '--job', 'train', '--strategy', 'central', '--ps', '2')).toBe(
       '--strategy central keeps every variable on one server: --ps must be 1 (for several servers, use --strategy ps)',
     );
     // --staleness-lr takes no value; with ddp it is refused, and a pipeline with --strategy names both.
-    const lr = run('--nproc', '3', '--job', 'train', '--staleness-lr', '--pp', '3');
-    expect(lr.status).toBe(2);
-    expect(lr.stderr.split('\n')[0]).toBe('--staleness-lr is for asynchronous parameter servers: add --strategy ps (and --ps K)');
-    const pipeline = run('--nproc', '4', '--job', 'train', '--strategy', 'ps', '--pp', '2', '--dp', '2');
-    expect(pipeline.status).toBe(2);
-    expect(pipeline.stderr.split('\n')[0]).toMatch(/^--strategy ps does not combine with --pp 2/);
+    expect(refusalLine('--nproc', '3', '--job', 'train', '--staleness-lr', '--pp', '3')).toBe(
+      '--staleness-lr is for asynchronous parameter servers: add --strategy ps (and --ps K)',
+    );
+    expect(refusalLine('--nproc', '4', '--job', 'train', '--strategy', 'ps', '--pp', '2', '--dp', '2')).toMatch(
+      /^--strategy ps does not combine with --pp 2/,
+    );
   });
 });
 

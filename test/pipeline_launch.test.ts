@@ -3,12 +3,9 @@
  * anything starts: the pure check in launcher/run.ts, and the command line's exit code 2 with the
  * message (each case fails before a server or a browser would start).
  */
-import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { refusalLine, refusalOf } from './fixtures/launch_cli.ts';
 import { pipelineProblems, trainJobProblem } from '../launcher/job_flags.ts';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 describe('pipelineProblems', () => {
   it("every other rule of the train job is checked with the pages' own schema, before a page opens, naming the flag", () => {
@@ -76,20 +73,16 @@ describe('pipelineProblems', () => {
 });
 
 describe('npm run launch -- --job train --pp ...', () => {
-  const launch = (...args: string[]) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'launcher/launch.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
-
-  it('exits 2 with the message before starting anything', () => {
-    const r = launch('--nproc', '3', '--job', 'train', '--pp', '2', '--dp', '2');
-    expect(r.status).toBe(2);
-    expect(r.stderr.split('\n')[0]).toBe('--nproc 3 must be --pp 2 x --dp 2 = 4 ranks');
-    expect(r.stderr).toMatch(/--pp S \(stages, one per rank\)/);
-    expect(r.stdout).toBe('');
-    const noPp = launch('--nproc', '2', '--job', 'train', '--micro-batches', '4');
-    expect(noPp.status).toBe(2);
-    expect(noPp.stderr.split('\n')[0]).toBe('--micro-batches is for pipeline runs: add --pp S, the number of pipeline stages');
-    const elastic = launch('--nproc', '4', '--job', 'train', '--pp', '2', '--dp', '2', '--min', '2', '--max', '4');
-    expect(elastic.status).toBe(2);
-    expect(elastic.stderr.split('\n')[0]).toBe('a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks');
+  // What the command line prints before it exits 2 (test/fixtures/launch_cli.ts; rank_browsers runs the real command).
+  it('refuses the command line before starting anything, saying what to give', () => {
+    const r = refusalOf('--nproc', '3', '--job', 'train', '--pp', '2', '--dp', '2');
+    expect(r.split('\n')[0]).toBe('--nproc 3 must be --pp 2 x --dp 2 = 4 ranks');
+    expect(r).toMatch(/--pp S \(stages, one per rank\)/);
+    expect(refusalLine('--nproc', '2', '--job', 'train', '--micro-batches', '4')).toBe(
+      '--micro-batches is for pipeline runs: add --pp S, the number of pipeline stages',
+    );
+    expect(refusalLine('--nproc', '4', '--job', 'train', '--pp', '2', '--dp', '2', '--min', '2', '--max', '4')).toBe(
+      'a pipeline run is a fixed size: --min 2 must be left out or equal the 4 ranks',
+    );
   });
 });
