@@ -175,8 +175,8 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)("th
   const secret = randomBytes(24).toString('base64url');
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], timeout: 15_000 }).toString();
 
-  /** Starts coturn in the namespace with `allowedPeers`, runs the client once as `username`/`credential`, stops coturn; returns what both said. */
-  async function relayOnce(allowedPeers: string[], username: string, credential: string): Promise<{ client: string; server: string }> {
+  /** Starts coturn in the namespace with `allowedPeers`, runs the client once per login (username, credential), stops coturn; returns what they said. */
+  async function relay(allowedPeers: string[], logins: Array<[string, string]>): Promise<{ clients: string[]; server: string }> {
     const dir = runDir();
     writeFileSync(
       join(dir, 'turnserver.conf'),
@@ -198,12 +198,15 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)("th
         if (attempt >= 30) throw new Error(`coturn did not answer STUN in the test namespace; it said:\n${server.slice(-2000)}`);
         await new Promise((res) => setTimeout(res, 200)); // between STUN probes of a coturn starting up: a bounded poll
       }
-      const r = spawnSync(
-        'ip',
-        ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'],
-        { timeout: 20_000 },
-      );
-      return { client: `${r.stdout}${r.stderr}`, server };
+      const clients = logins.map(([username, credential]) => {
+        const r = spawnSync(
+          'ip',
+          ['netns', 'exec', ns, 'turnutils_uclient', '-y', '-n', '3', '-u', username, '-w', credential, '-p', '3478', '10.0.0.1'],
+          { timeout: 20_000 },
+        );
+        return `${r.stdout}${r.stderr}`;
+      });
+      return { clients, server };
     } finally {
       proc.kill('SIGKILL');
       await new Promise((res) => (proc.exitCode !== null ? res(undefined) : proc.once('exit', res)));
@@ -228,16 +231,27 @@ describe.skipIf(lanTestsBlocked({ root: true, coturn: true }) !== undefined)("th
     ip('-n', ns, 'link', 'set', 'vb', 'up');
     const [minted] = iceServersFor({ turn: { secret, urls: ['turn:10.0.0.1:3478'] } }, 'a-session');
     // -y: two clients relay to each other's relay address, as two ranks do through --turn.
-    const allowed = await relayOnce(['10.0.0.1'], minted!.username!, minted!.credential!);
-    expect(allowed.client, allowed.client).toMatch(/tot_recv_msgs=[1-9]/);
-    const denied = await relayOnce(['10.0.0.2'], minted!.username!, minted!.credential!);
-    expect(denied.client, denied.client).toContain('403 (Forbidden IP)');
-    expect(denied.client).not.toMatch(/tot_recv_msgs=[1-9]/);
     const credential = minted!.credential!;
-    const wrong = await relayOnce(['10.0.0.1'], minted!.username!, `${credential[0] === 'A' ? 'B' : 'A'}${credential.slice(1)}`);
-    expect(wrong.client, wrong.client).not.toMatch(/tot_recv_msgs=[1-9]/);
-    // coturn answered STUN just before: the allocation fails on the credential (coturn answers 401 to each try).
-    expect(wrong.client).toContain('Cannot complete Allocation');
+    const forged = `${credential[0] === 'A' ? 'B' : 'A'}${credential.slice(1)}`;
+    // One coturn for the minted login and a forged one: coturn answered STUN before both.
+    const {
+      clients: [allowed, wrong],
+    } = await relay(
+      ['10.0.0.1'],
+      [
+        [minted!.username!, credential],
+        [minted!.username!, forged],
+      ],
+    );
+    expect(allowed, allowed).toMatch(/tot_recv_msgs=[1-9]/);
+    expect(wrong, wrong).not.toMatch(/tot_recv_msgs=[1-9]/);
+    // The allocation fails on the credential (coturn answers 401 to each try).
+    expect(wrong).toContain('Cannot complete Allocation');
+    const {
+      clients: [denied],
+    } = await relay(['10.0.0.2'], [[minted!.username!, credential]]);
+    expect(denied, denied).toContain('403 (Forbidden IP)');
+    expect(denied).not.toMatch(/tot_recv_msgs=[1-9]/);
   }, 60_000);
 });
 
