@@ -41,9 +41,10 @@ test('a peer closed mid-collective makes every survivor reject naming it, within
     mesh: 'false',
     timeoutMs: '60000',
   });
-  await expect.poll(() => ranks[0].reports.some((r) => r.type === 'rank'), { timeout: 60_000 }).toBe(true);
-  // Let the first timed all-reduce get going, then close rank 2's page.
-  await ranks[0].page.waitForTimeout(4_000);
+  // Rank 0 logs its link's throughput just before the timed all-reduces (a barrier, a warm-up, then 2 x 50
+  // of 8 MB, seconds in all); a second later they are under way. Then close rank 2's page.
+  await ranks[0].page.waitForEvent('console', { predicate: (m) => m.text().startsWith('link 0->1: '), timeout: 60_000 });
+  await ranks[0].page.waitForTimeout(1_000);
   const closedAt = Date.now();
   await ranks[2].page.close();
   for (const r of [0, 1, 3]) {
