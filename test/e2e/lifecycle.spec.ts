@@ -116,10 +116,14 @@ test('a tab closed mid-run announces it left: the others regroup at once and are
     job: 'train',
     session: sessionName('leave'),
     timeoutSec: 180,
-    // The default backend, on purpose: the group starts with the first two tabs, and every rank
-    // must be in it when rank 1 closes at step 6. On the cpu backend step 6 came before the third
-    // tab had joined (CI, 2026-11-25), and only one survivor was there to be told.
-    jobParams: { dataset: 'synthetic', trainSize: '1024', batchSize: '32', min: '2', max: '3' },
+    // Every rank must be in the group when rank 1 closes at step 6: on the cpu backend step 6 once
+    // came before the third tab had joined (CI, 2026-11-25), and only one survivor was there to be
+    // told (the first round then waited 1 s for more than the minimum). It forms as soon as all 3
+    // tabs are there, or when 2 are and no other came for settleMs: the launcher's 5 s, 20 s here.
+    // 8,192 samples (85 steps): the kill (reports taken, then the page closed: up to 2 s on a loaded
+    // machine, while the group trains on) lands well before the end.
+    jobParams: { dataset: 'synthetic', trainSize: '8192', batchSize: '32', min: '2', max: '3', backend: 'cpu' },
+    serverOptions: { settleMs: 20_000 },
     faults: [{ kind: 'kill', rank: 1, step: 6 }],
     log: (l) => lines.push(l),
   });
