@@ -26,7 +26,18 @@ function start(
   return openRanks(browser, server, n, { session: sessionName('train'), job: 'train', ...params });
 }
 
-const sgd = { dataset: 'synthetic', model: 'mlp', optimizer: 'sgd', lr: '0.1', steps: '12', seed: '7', returnWeights: 'true' };
+// testSize 32: these tests check weights, not test figures, and an evaluation in batches of the
+// training's shapes reuses its compiled shaders (the default 1,024 doubled the wait after a WebGPU run).
+const sgd = {
+  dataset: 'synthetic',
+  model: 'mlp',
+  optimizer: 'sgd',
+  lr: '0.1',
+  steps: '12',
+  seed: '7',
+  returnWeights: 'true',
+  testSize: '32',
+};
 
 test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas identical every step; a tab opened after the end is told the run ended', async ({
   browser,
@@ -44,8 +55,9 @@ test('2 ranks at batch B train to the same weights as 1 rank at 2B, replicas ide
   const err = relativeError(weightsOf(pair[0]), weightsOf(single));
   console.log(`2 ranks x 16 vs 1 rank x 32 after 12 SGD steps: relative error ${err.toExponential(2)}`);
   expect(err).toBeLessThan(1e-5);
-  // And the weights really moved: the comparison is not between two untrained models.
-  const [untrained] = await run(browser, server, 1, { ...sgd, batchSize: '32', steps: '1', lr: '0.000001' });
+  // And the weights really moved: the comparison is not between two untrained models. The
+  // seeded initial weights do not depend on the backend: cpu spares a page's shader compilation.
+  const [untrained] = await run(browser, server, 1, { ...sgd, batchSize: '32', steps: '1', lr: '0.000001', backend: 'cpu' });
   expect(relativeError(weightsOf(untrained), weightsOf(single))).toBeGreaterThan(1e-2);
   // The link opened once the run is over (the pair's tabs still open): the run closed its
   // rendezvous, so the tab learns at once that it ended instead of waiting 300 s for a group.
@@ -155,8 +167,14 @@ test('across one epoch the ranks see every sample exactly once apart from paddin
   }
 });
 
-test('MNIST: an MLP on 2 ranks learns on WebGPU (CI size: 6000 training images); tensors do not leak', async ({ browser, server }) => {
-  const results = await run(browser, server, 2, { dataset: 'mnist', trainSize: '6000', epochs: '1' });
+test('MNIST: an MLP on 2 ranks learns on WebGPU (CI size: 6000 training images, 2000 test images); tensors do not leak', async ({
+  browser,
+  server,
+}) => {
+  // The 47 steps are what learns (23 steps at twice the batch or on half the images stay near 82-85%,
+  // measured); the evaluation is only the measure: its first 2000 images cost a fifth of the 10,000's
+  // time on SwiftShader (14 s on a busy 2-core machine) and read 87.7% where all 10,000 read 90.1%.
+  const results = await run(browser, server, 2, { dataset: 'mnist', trainSize: '6000', testSize: '2000', epochs: '1' });
   for (const r of results) {
     expect(r.backend).toBe('webgpu');
     expect(r.weightHash).toBe(results[0].weightHash);
@@ -164,6 +182,6 @@ test('MNIST: an MLP on 2 ranks learns on WebGPU (CI size: 6000 training images);
     const live = r.liveTensors as { min: number; max: number };
     expect(live.max, `live tensors per step ranged ${live.min}..${live.max}`).toBe(live.min);
   }
-  console.log(`MNIST 6000 images, 2 ranks: test accuracy ${((results[0].testAccuracy as number) * 100).toFixed(2)}%`);
+  console.log(`MNIST 6000 images, 2 ranks: test accuracy on 2000 images ${((results[0].testAccuracy as number) * 100).toFixed(2)}%`);
   expect(results[0].testAccuracy as number).toBeGreaterThan(0.85);
 });
