@@ -113,6 +113,8 @@ test('elastic: the Firefox rank is killed mid-run, a tab joins, every sample is 
       dataset: 'synthetic',
       model: 'mlp',
       trainSize: '768',
+      // A small test set: the evaluation at the end, on each rank's GPU, is not the subject.
+      testSize: '64',
       batchSize: '16',
       epochs: '1',
       evalEvery: '0',
