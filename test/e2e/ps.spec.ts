@@ -5,7 +5,7 @@
  * for, the staleness bound drops and counts, no push is applied twice; and, from the launcher, a
  * lost server stops the workers until a tab takes its place, which resumes from its checkpoint.
  */
-import { expect, launchCommand, openRanks, type RankPage, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+import { expect, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 interface Ps {
@@ -64,9 +64,6 @@ test('async: training converges; a closed worker stops nobody and its samples ar
   browser,
   server,
 }) => {
-  // The cpu backend: the subject is the servers' bookkeeping and the dashboard, not the device
-  // (four SwiftShader pages took most of this test's time; the launcher's PS run below is on the
-  // default backend, WebGPU).
   const pages = await openRanks(browser, server, 4, {
     session: sessionName('async'),
     job: 'train',
@@ -76,20 +73,20 @@ test('async: training converges; a closed worker stops nobody and its samples ar
     batchSize: '32',
     strategy: 'ps',
     min: '2',
-    backend: 'cpu',
   });
-  // Close worker rank 2 once it has pushed 3 times, well before the end (128 pushes in all): on
-  // its own step reports, which arrive as it pushes (the card's count may show seconds late, and
-  // a close after the end would hit the other tabs' summary, not the training: a CI run saw that).
-  const pushes = (r: RankPage) => r.reports.filter((x) => x.type === 'elastic' && x.event.type === 'step').length;
-  await expect
-    .poll(() => pushes(pages[2]!), { timeout: 60_000, intervals: [20], message: 'worker rank 2 pushing 3 times' })
-    .toBeGreaterThanOrEqual(3);
+  // The server's card: its shard, and the staleness of the pushes.
+  const card = pages[0]!.page.getByTestId('ps');
+  await expect(card).toBeVisible({ timeout: 60_000 });
+  await expect(card).toHaveAttribute('data-role', 'server');
+  await expect(pages[0]!.page.getByTestId('ps-staleness')).toBeVisible();
+  await expect(pages[2]!.page.getByTestId('ps-worker')).toBeVisible();
+  // Close worker rank 2 once it has pushed a little, well before the end: 128 pushes in all, and
+  // the card may show a count seconds late (its redraws are spaced out on a loaded machine). A
+  // close after the end would hit the other tabs' summary, not the training (a CI run saw that).
+  await expect(pages[2]!.page.getByTestId('ps-worker')).toContainText(/Pushes\D{0,3}([3-9]|\d\d)/, { timeout: 60_000 });
   await pages[2]!.page.close();
-  const closedAfter = pushes(pages[2]!);
   const runs = await Promise.all([0, 1, 3].map((i) => pages[i]!.result));
   const s0 = psOf(runs.find((r) => psOf(r).role === 'server')!);
-  console.log(`worker rank 2 closed after ${closedAfter} of its pushes; the server counted ${s0.samples.lost} samples lost`);
   expect(s0.samples.target).toBe(4096);
   expect(accounted(s0)).toBe(4096);
   // What the closed worker held: at most one batch.
@@ -100,12 +97,6 @@ test('async: training converges; a closed worker stops nobody and its samples ar
   expect(s0.samples.applied).toBeLessThanOrEqual(32 * s0.pushes.applied);
   for (const r of runs) expect(r.testAccuracy as number).toBeGreaterThan(0.9);
   expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
-  // The server's card: its shard, and the staleness of the pushes; a worker's card, its pushes.
-  const card = pages[0]!.page.getByTestId('ps');
-  await expect(card).toBeVisible();
-  await expect(card).toHaveAttribute('data-role', 'server');
-  await expect(pages[0]!.page.getByTestId('ps-staleness')).toBeVisible();
-  await expect(pages[1]!.page.getByTestId('ps-worker')).toContainText(/Pushes\D{0,3}([3-9]|\d\d)/);
 });
 
 test('async: the staleness bound drops and counts stale pushes', async ({ browser, server }) => {
@@ -151,7 +142,7 @@ test('launcher: a lost server stops the workers until a tab takes its place, whi
     '--optimizer',
     'sgd',
     '--train-size',
-    '768',
+    '1024',
     '--epochs',
     '1',
     '--batch-size',
@@ -162,9 +153,9 @@ test('launcher: a lost server stops the workers until a tab takes its place, whi
     '--test-size',
     '256',
     '--kill',
-    '0@10',
+    '0@12',
     '--join',
-    '1@10',
+    '1@12',
   ]);
   const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
