@@ -34,7 +34,8 @@ import {
   type TrainerOptions,
   type TrainResult,
 } from './harness.ts';
-import { hostOptimizer, type TrainConfig } from '../../src/jobs/train_config.ts';
+import { hostOptimizer } from '../../src/jobs/host_optimizer.ts';
+import type { TrainConfig } from '../../src/jobs/train_config.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
 import { pipelineResult, placeOf, type PipelineRunRecord } from './pipeline_summary.ts';
 

@@ -6,7 +6,7 @@
  * trainer read the resulting `TrainConfig`; nothing else repeats a default.
  */
 import { formatSlow, parseSlow, StragglerSpecError } from '../runtime/straggler.ts';
-import { LM_DEFAULTS } from '../nn/models.ts';
+import { LM_DEFAULTS } from '../nn/lm_defaults.ts';
 
 export { LM_DEFAULTS };
 import { ConfigError, parseOption, type OptionKind, type OptionSpec } from './config_option.ts';

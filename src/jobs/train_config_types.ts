@@ -4,7 +4,6 @@
  * optimizer, when the language model writes). Apart from the schema and its rules
  * (train_config.ts), which parse into it, so that that file stays the schema.
  */
-import { Adam, SGD, type HostOptimizer } from '../nn/optim.ts';
 import type { CommHookSpec } from './comm_hook_spec.ts';
 import type { AggregationConfig, AttackConfig } from './aggregation_spec.ts';
 
@@ -168,14 +167,6 @@ export const MAX_WORLD_SIZE = 64;
 
 /** The learning rate each optimizer defaults to (measured on MNIST, see README). */
 export const DEFAULT_LR: Record<OptimizerKind, number> = { adam: 0.003, sgd: 0.05 };
-
-/**
- * The job's optimizer for replicated weights (DDP, pipeline stages): torch's formulas on the host
- * (src/nn/optim.ts), so that tabs on different backends and browsers keep bit-identical replicas.
- */
-export function hostOptimizer(config: Pick<TrainConfig, 'optimizer' | 'lr'>): HostOptimizer {
-  return config.optimizer === 'adam' ? new Adam({ lr: config.lr }) : new SGD({ lr: config.lr });
-}
 
 /** Whether the language model writes after `step` besides at evaluations: after N, 2N, 4N, 8N ... (N = `first`; 0: never). */
 export function sampleDue(step: number, first: number): boolean {

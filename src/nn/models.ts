@@ -10,12 +10,12 @@
 import * as tf from '@tensorflow/tfjs';
 import { languageModelLayers } from './language_model.ts';
 import { sequentialOf, type LayerFactory } from './layer_factory.ts';
+import { LM_DEFAULTS } from './lm_defaults.ts';
 
 /** 'lm': the character-level transformer of language_model.ts, on windows of text (datasets/text.ts). */
 export type ModelKind = 'mlp' | 'cnn' | 'lm';
 
-/** The language model's shape in the training job: its width is `hidden`, the rest fixed (nanoGPT's small char model, smaller). */
-export const LM_DEFAULTS = { dModel: 64, heads: 4, blocks: 2 } as const;
+export { LM_DEFAULTS };
 
 export interface ModelSpec {
   kind: ModelKind;

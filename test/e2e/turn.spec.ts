@@ -85,7 +85,8 @@ test('the same isolated hosts without a relay cannot connect: the link times out
     job: 'allreduce',
     lan: { rateMbit: 100, isolate: true },
     timeoutSec: 40,
-    jobParams: { sizes: '1000', iters: '1', linkTimeoutMs: '6000' },
+    // Hosts of one LAN link up in well under a second: 3 s would be plenty for a path that existed.
+    jobParams: { sizes: '1000', iters: '1', linkTimeoutMs: '3000' },
   });
   expect(ok).toBe(false);
   const errors = JSON.stringify(summary.errors);
@@ -102,11 +103,12 @@ test('a run with a relay that fails (timeout) still stops coturn and removes its
     nproc: 2,
     job: 'allreduce',
     lan: { rateMbit: 10, isolate: true, turn: true },
-    timeoutSec: 3,
+    // Short: the run cannot end in it (50 all-reduces of 4 MiB at 10 Mbit/s take over a minute).
+    timeoutSec: 1,
     jobParams: { sizes: '1048576', iters: '50' },
   });
   expect(ok).toBe(false);
-  expect(JSON.stringify(summary.errors)).toContain('timed out after 3 s');
+  expect(JSON.stringify(summary.errors)).toContain('timed out after 1 s');
   expect(lan.turn).toBeDefined();
   await expect.poll(() => leftovers(lan), { timeout: 5_000 }).toEqual([]);
 });
