@@ -376,7 +376,7 @@ test('08_language_model.ts: 2 ranks train the character transformer on Moby-Dick
     'cpu',
     'examples/08_language_model.ts',
     '--steps',
-    '20',
+    '10',
     '--batch-size',
     '8',
     '--context',
@@ -386,7 +386,7 @@ test('08_language_model.ts: 2 ranks train the character transformer on Moby-Dick
     '--blocks',
     '1',
     '--log-every',
-    '10',
+    '5',
     '--lr',
     '0.01',
   ]);
@@ -401,9 +401,11 @@ test('08_language_model.ts: 2 ranks train the character transformer on Moby-Dick
   };
   console.log(JSON.stringify({ ...s, curve: s.curve }));
   expect(s.vocabSize).toBe(76);
-  // ln 76 = 4.33 at the start; the unigram baseline is about 3.1 (reached in 10 to 20 steps at this rate).
+  // ln 76 = 4.33 at the start; the unigram baseline is about 3.05, reached in about 10 steps at
+  // this rate (3.47 after 5 steps, 3.01 to 3.05 after 10, in runs on 2 cores).
   expect(s.finalLoss).toBeLessThan(Math.log(s.vocabSize) - 0.8);
+  expect(s.curve[1]!.loss).toBeLessThan(s.curve[0]!.loss);
   expect(s.sample.startsWith('Call me ')).toBe(true);
   expect(s.sample.length).toBe('Call me '.length + 80);
-  expect(s.curve.map((c) => c.tokens)).toEqual([10 * 8 * 32 * 2, 20 * 8 * 32 * 2]);
+  expect(s.curve.map((c) => c.tokens)).toEqual([5 * 8 * 32 * 2, 10 * 8 * 32 * 2]);
 });
