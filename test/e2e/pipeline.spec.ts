@@ -1,7 +1,8 @@
 /**
  * Pipeline parallelism on real pages (WebRTC between the stages; the equality test on the cpu
  * backend, since the schedules are what it tests and SwiftShader made it the slowest test; the
- * launcher test and examples.spec.ts's 05_pipeline_train.ts train on WebGPU):
+ * launcher test on WebGPU, whose slower steps let its kill at step 6 land before the checkpoint
+ * at step 8: a cpu run would be past it):
  * 2 stages x 4 micro-batches train to one rank's weights; 2 stages x 2 replicas at batch 16 to
  * one rank's at batch 32; 1F1B to GPipe's bit for bit; each rank holds only its stage; and, from
  * the launcher, a lost rank stops every rank naming its stage, and the run resumes from every
