@@ -1,7 +1,8 @@
 /**
  * Pipeline parallelism on real pages (WebRTC between the stages; the equality test on the cpu
  * backend, since the schedules are what it tests and SwiftShader made it the slowest test; the
- * launcher test and examples.spec.ts's 05_pipeline_train.ts train on WebGPU):
+ * launcher test on WebGPU, whose slower steps let its kill at step 6 land before the checkpoint
+ * at step 8: a cpu run would be past it):
  * 2 stages x 4 micro-batches train to one rank's weights; 2 stages x 2 replicas at batch 16 to
  * one rank's at batch 32; 1F1B to GPipe's bit for bit; each rank holds only its stage; and, from
  * the launcher, a lost rank stops every rank naming its stage, and the run resumes from every
@@ -54,8 +55,13 @@ test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal o
   browser,
   server,
 }) => {
-  const [single] = await run(browser, server, 1, { ...sgd, batchSize: '32' });
-  const pages = await open(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' });
+  // The four runs side by side, each its own session: one rank, GPipe, 1F1B, and 2 stages x 2 replicas.
+  const [[single], pages, oneFOneB, grid] = await Promise.all([
+    run(browser, server, 1, { ...sgd, batchSize: '32' }),
+    open(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4' }),
+    run(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4', schedule: '1f1b' }),
+    run(browser, server, 4, { ...sgd, batchSize: '16', pp: '2', dp: '2', microBatches: '2', checkWeights: 'true' }),
+  ]);
   const gpipe = await Promise.all(pages.map((p) => p.result));
   // The dashboard shows which layers each tab holds, and the schedule as it ran.
   const card = pages[1]!.page.getByTestId('pipeline');
@@ -84,13 +90,11 @@ test('2 stages x 4 micro-batches, and 2 stages x 2 replicas at batch 16, equal o
     expect(p.bubble.measured).toBeGreaterThan(0);
     expect(p.peakStashedMicroBatches).toBe(4);
   }
-  const oneFOneB = await run(browser, server, 2, { ...sgd, batchSize: '32', pp: '2', microBatches: '4', schedule: '1f1b' });
   expect(Array.from(weightsOf(oneFOneB[0]!))).toEqual(Array.from(weightsOf(gpipe[0]!)));
   // 1F1B keeps fewer micro-batches on the first stage: S - s = 2.
   expect((oneFOneB.find((r) => (r.pipeline as Pipeline).stage === 0)!.pipeline as Pipeline).peakStashedMicroBatches).toBe(2);
 
   // DDP x pipeline: each stage's gradients averaged over its 2 replicas.
-  const grid = await run(browser, server, 4, { ...sgd, batchSize: '16', pp: '2', dp: '2', microBatches: '2', checkWeights: 'true' });
   for (const r of grid) expect(r.identicalEveryStep).toBe(true);
   const byStage = (s: number) => grid.filter((r) => (r.pipeline as Pipeline).stage === s).map((r) => (r.pipeline as Pipeline).weightHash);
   expect(new Set(byStage(0)).size).toBe(1);
