@@ -1,0 +1,491 @@
+/**
+ * The RPC agent of one worker (torch's RpcAgent, TensorPipe's role): calls to functions of other
+ * workers by their registered names, over the process group's message channel
+ * (c10d/message_channel.ts), and the owner's side of RRefs.
+ *
+ * A call is a message {t: "call", id, fn, args}; the callee runs the function registered under
+ * `fn` (never code from the wire) and answers {t: "reply", id, result} or {t: "reply", id, error}.
+ * A function that returns a promise does not hold the callee while it waits: JavaScript runs the
+ * next call meanwhile, which is what torch's @rpc.functions.async_execution asks for.
+ *
+ * Tensors: the callee's arguments are new tensors, and the agent disposes them, and the tensors of
+ * the result, once the reply is sent, except variables and tensors the function marked with
+ * tf.keep (a function that keeps an argument keeps it with tf.keep or a copy). The caller owns the
+ * tensors of the result it receives.
+ */
+import type * as tf from '@tensorflow/tfjs';
+import type { MessageChannel } from '../c10d/message_channel.ts';
+import { decodeMessage, encodeMessage, type RRefCodec, type WireRRef } from './codec.ts';
+import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
+import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
+import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
+import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
+import { DEFAULT_RPC_TIMEOUT_MS, NAME, type RpcAgentOptions, type RpcFunction } from './agent_options.ts';
+import { callMethod, disposeAfterCall, failure, tensorsIn, waitUntil } from './call_values.ts';
+
+export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
+
+interface Pending {
+  resolve(v: unknown): void;
+  reject(e: Error): void;
+  worker: string;
+  fn: string;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+export class RpcAgent implements RRefHost {
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly name: string;
+  readonly rpcTimeoutMs: number;
+  private readonly names: Array<string | undefined>;
+  private readonly functions = new Map<string, RpcFunction>();
+  private readonly pending = new Map<number, Pending>();
+  private readonly owned: OwnerTable;
+  /** This worker's live RRef objects by fork id (weakly: a collected one is released by the registry). */
+  private readonly live = new Map<string, WeakRef<RRef>>();
+  private readonly collected = new FinalizationRegistry<{ owner: number; id: string; fork: string }>((f) => this.releaseFork(f));
+  private readonly running = new Map<number, number>();
+  /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
+  private readonly order = new Map<number, Promise<unknown>>();
+  /** Fork requests in flight, by value id: a release of the value waits for them. */
+  private readonly forking = new Map<string, Set<Promise<unknown>>>();
+  private readonly doneFrom = new Set<number>();
+  private readonly helloWaiters: Array<() => void> = [];
+  private readonly doneWaiters: Array<() => void> = [];
+  private nextCall = 1;
+  private nextValue = 1;
+  private nextFork = 1;
+  private closed: Error | undefined;
+  private readonly maxCallsPerWorker: number;
+  private readonly rrefCodec: RRefCodec<RRef>;
+
+  constructor(
+    private readonly channel: MessageChannel,
+    worldSize: number,
+    options: RpcAgentOptions,
+  ) {
+    if (!NAME.test(options.name))
+      throw new RangeError(`RPC worker name "${options.name}": use 1 to 128 letters, digits, "_", "-", ":" or "."`);
+    this.rank = channel.rank;
+    this.worldSize = worldSize;
+    this.name = options.name;
+    this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
+    this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
+    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
+    this.names = Array.from({ length: worldSize }, (_, r) => (r === this.rank ? this.name : undefined));
+    this.rrefCodec = { toWire: (v, to) => this.rrefToWire(v, to), fromWire: (w, from) => this.rrefFromWire(w, from) };
+    channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
+    channel.onBroken((err) => this.close(err));
+  }
+
+  /** Says this worker's name to every other and waits for theirs (torch's init_rpc rendezvous). */
+  async start(timeoutMs = 60_000): Promise<void> {
+    for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) void this.post(r, { t: 'hello', name: this.name }).catch(() => {});
+    await waitUntil(
+      this.name,
+      () => this.names.every((n) => n !== undefined) || this.closed !== undefined,
+      this.helloWaiters,
+      timeoutMs,
+      () => `the names of workers ${this.missingNames().join(', ')} (RPC start)`,
+    );
+    if (this.closed) throw this.closed;
+    const seen = new Map<string, number>();
+    for (const [rank, name] of this.names.entries()) {
+      if (seen.has(name!))
+        throw new RangeError(`workers ${seen.get(name!)} and ${rank} are both named "${name}": give each worker its own name`);
+      seen.set(name!, rank);
+    }
+  }
+
+  /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
+  register(name: string, fn: RpcFunction): void {
+    if (typeof fn !== 'function') throw new TypeError(`rpc.register("${name}", ...) needs a function`);
+    if (name.startsWith('__')) throw new RangeError(`function names starting with "__" are the agent's own: rename "${name}"`);
+    this.functions.set(name, fn);
+  }
+
+  /** Every worker, in rank order. */
+  workerInfos(): WorkerInfo[] {
+    return this.names.map((name, id) => ({ name: name ?? `rank ${id}`, id }));
+  }
+
+  /** The worker named `name` (this one when left out); throws naming the known workers. */
+  getWorkerInfo(name?: string): WorkerInfo {
+    if (name === undefined) return { name: this.name, id: this.rank };
+    const id = this.names.indexOf(name);
+    if (id < 0) throw new RangeError(`no RPC worker is named "${name}" (workers: ${this.names.join(', ')})`);
+    return { name, id };
+  }
+
+  workerInfo(rank: number): WorkerInfo {
+    return { name: this.names[rank] ?? `rank ${rank}`, id: rank };
+  }
+
+  /** Calls `fn` on worker `to` and resolves with its result (torch's rpc_async; rpcSync is the same promise). */
+  rpcAsync<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): Promise<R> {
+    const rank = this.rankOf(to);
+    return this.request(rank, fn, { t: 'call', fn }, { args }, timeoutMs) as Promise<R>;
+  }
+
+  /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
+  remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
+    const owner = this.rankOf(to);
+    const id = `${this.rank}.${this.nextValue++}`;
+    const fork = this.newFork(this.rank);
+    const rref = this.track(new RRef<R>(this, owner, id, fork));
+    // On this worker the value is known at once (the call itself comes back through the loopback).
+    if (owner === this.rank) this.owned.create(id, fork);
+    // The owner's failure to make the value is the RRef's: toHere() reports it.
+    void this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs).catch(() => {});
+    return rref;
+  }
+
+  // --- RRefHost ----------------------------------------------------------------------------------
+
+  fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown> {
+    if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id);
+    return this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs);
+  }
+
+  callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
+    if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
+    return this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs);
+  }
+
+  ownedValue(id: string) {
+    return this.owned.peek(id);
+  }
+
+  releaseRRef(rref: RRef): void {
+    this.live.delete(rref.fork);
+    this.collected.unregister(rref);
+    this.releaseFork({ owner: rref.ownerRank, id: rref.id, fork: rref.fork });
+  }
+
+  /** The values this worker owns for RRefs and their live forks (torch's get_debug_info counts). */
+  ownedRRefs(): Array<{ id: string; forks: number; state: 'pending' | 'ready' | 'failed' }> {
+    return this.owned.counts();
+  }
+
+  /** Live RRef objects on this worker (its forks, owned values' included). */
+  liveRRefs(): number {
+    return this.live.size;
+  }
+
+  // --- Shutdown ----------------------------------------------------------------------------------
+
+  /**
+   * torch's rpc.shutdown. Graceful (the default): waits for this worker's outstanding calls,
+   * releases its RRefs, then waits until every worker has done the same (so every call and every
+   * reference in the group has ended) before closing. Not graceful: fails what is outstanding now.
+   */
+  async shutdown({ graceful = true, timeoutMs = 60_000 }: { graceful?: boolean; timeoutMs?: number } = {}): Promise<void> {
+    if (this.closed) return;
+    if (graceful) {
+      await waitUntil(
+        this.name,
+        () => this.pending.size === 0 || this.closed !== undefined,
+        this.doneWaiters,
+        timeoutMs,
+        () => this.outstanding(),
+      );
+      for (const ref of [...this.live.values()]) ref.deref()?.release();
+      for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
+      await waitUntil(
+        this.name,
+        () => this.doneFrom.size === this.worldSize - 1 || this.closed !== undefined,
+        this.doneWaiters,
+        timeoutMs,
+        () => `workers ${this.notDone().join(', ')} to shut down too (graceful shutdown)`,
+      );
+    }
+    this.close(new RpcError(`the RPC agent of ${this.name} was shut down`, this.name, 'shutdown'));
+  }
+
+  // --- Messages ----------------------------------------------------------------------------------
+
+  private async request(
+    rank: number,
+    fn: string,
+    head: RequestHead,
+    values: Record<string, unknown>,
+    timeoutMs?: number,
+  ): Promise<unknown> {
+    const worker = this.workerInfo(rank).name;
+    if (this.closed) throw new RpcUnreachableError(worker, fn, this.closed.message, { cause: this.closed });
+    const id = this.nextCall++;
+    const ms = timeoutMs ?? this.rpcTimeoutMs;
+    const reply = new Promise<unknown>((resolve, reject) => {
+      const timer = ms > 0 ? setTimeout(() => this.settle(id, new RpcTimeoutError(worker, fn, ms)), ms) : undefined;
+      this.pending.set(id, { resolve, reject, worker, fn, timer });
+    });
+    try {
+      await this.post(rank, { ...head, id } as Head, values, head.t !== 'fork');
+    } catch (err) {
+      this.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
+    }
+    return reply;
+  }
+
+  private settle(id: number, outcome: Error | { value: unknown }): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    if (outcome instanceof Error) p.reject(outcome);
+    else p.resolve(outcome.value);
+    this.wake(this.doneWaiters);
+  }
+
+  /**
+   * Encodes and sends one message to `rank` (to itself through a loopback, as torch allows), after
+   * the messages posted to it before (a fetch never overtakes the call that makes the value). Fork
+   * requests go at once (`ordered` false): a message being encoded may be waiting for one.
+   */
+  private post(rank: number, head: Head, values: Record<string, unknown> = {}, ordered = true): Promise<void> {
+    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefCodec, rank);
+    const deliver = async (bytes: Uint8Array) => {
+      if (rank === this.rank) queueMicrotask(() => void this.onMessage(rank, bytes));
+      else await this.channel.send(rank, bytes);
+    };
+    if (!ordered) return encoded.then(deliver);
+    const sent = (this.order.get(rank) ?? Promise.resolve()).then(() => encoded).then(deliver);
+    this.order.set(
+      rank,
+      sent.catch(() => {}),
+    );
+    return sent;
+  }
+
+  private async onMessage(from: number, bytes: Uint8Array): Promise<void> {
+    let msg: ReturnType<typeof decodeMessage>;
+    let head: Head;
+    try {
+      msg = decodeMessage(bytes);
+      head = checkHead(msg.head);
+    } catch (err) {
+      console.warn(`[rpc] dropped a malformed message from rank ${from}: ${(err as Error).message}`);
+      return;
+    }
+    switch (head.t) {
+      case 'hello':
+        if (this.names[from] === undefined) this.names[from] = head.name;
+        return this.wake(this.helloWaiters);
+      case 'done':
+        this.doneFrom.add(from);
+        return this.wake(this.doneWaiters);
+      case 'reply':
+        return this.onReply(from, head, msg);
+      case 'release':
+        if (holderOf(head.fork) === from) this.owned.removeFork(head.rref, head.fork);
+        return;
+      case 'call':
+      case 'method':
+      case 'fetch':
+      case 'fork':
+        return this.serve(from, head, msg);
+    }
+  }
+
+  private onReply(from: number, head: Extract<Head, { t: 'reply' }>, msg: ReturnType<typeof decodeMessage>): void {
+    const p = this.pending.get(head.id);
+    if (!p || this.names.indexOf(p.worker) !== from) return;
+    if (head.error) {
+      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
+      return;
+    }
+    try {
+      this.settle(head.id, { value: msg.value('result', this.rrefCodec, from) });
+    } catch (err) {
+      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
+    }
+  }
+
+  /** Answers a call, a method call, a fetch or a fork request from `from`. */
+  private async serve(from: number, head: Extract<Head, { id: number }>, msg: ReturnType<typeof decodeMessage>): Promise<void> {
+    const count = this.running.get(from) ?? 0;
+    if (count >= this.maxCallsPerWorker)
+      return this.answer(
+        from,
+        head.id,
+        failure(new RangeError(`${this.name} already runs ${count} calls from this worker (maxCallsPerWorker)`)),
+      );
+    this.running.set(from, count + 1);
+    const inputs: tf.Tensor[] = [];
+    let result: { value: unknown } | RemoteFailure;
+    try {
+      result = { value: await this.handle(from, head, msg, inputs) };
+    } catch (err) {
+      result = failure(err);
+    }
+    try {
+      await this.answer(from, head.id, result);
+    } finally {
+      this.running.set(from, (this.running.get(from) ?? 1) - 1);
+      disposeAfterCall([...inputs, ...('value' in result && head.t !== 'fetch' ? tensorsIn(result.value) : [])], undefined);
+    }
+  }
+
+  private async handle(from: number, head: Extract<Head, { id: number }>, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
+    switch (head.t) {
+      case 'call': {
+        const args = this.argsOf(msg, from, inputs);
+        if (!head.rref) return this.runLocal(head.fn, args);
+        if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
+          throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
+        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork);
+        // The value outlives the reply: its arguments are disposed when it is made, not now.
+        const held = inputs.splice(0);
+        const { id } = head.rref;
+        this.runLocal(head.fn, args).then(
+          (value) => {
+            this.owned.settle(id, { value });
+            disposeAfterCall(held, value);
+          },
+          (error: Error) => {
+            this.owned.settle(id, { error });
+            disposeAfterCall(held, undefined);
+          },
+        );
+        return null;
+      }
+      case 'method': {
+        this.checkHeld(head.rref, from);
+        return callMethod(await this.owned.whenReady(head.rref), head.method, this.argsOf(msg, from, inputs));
+      }
+      case 'fetch':
+        this.checkHeld(head.rref, from);
+        return this.owned.whenReady(head.rref);
+      case 'fork':
+        this.checkHeld(head.rref, from);
+        this.owned.addFork(head.rref, head.fork);
+        return null;
+    }
+  }
+
+  private argsOf(msg: ReturnType<typeof decodeMessage>, from: number, inputs: tf.Tensor[]): unknown[] {
+    const args = msg.value('args', this.rrefCodec, from);
+    if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
+    inputs.push(...tensorsIn(args));
+    return args;
+  }
+
+  private checkHeld(id: string, from: number): void {
+    if (!this.owned.heldBy(id, from)) throw new RangeError(`worker ${this.workerInfo(from).name} holds no reference to RRef ${id} here`);
+  }
+
+  private async answer(to: number, id: number, result: { value: unknown } | RemoteFailure): Promise<void> {
+    try {
+      if ('value' in result) await this.post(to, { t: 'reply', id }, { result: result.value });
+      else await this.post(to, { t: 'reply', id, error: result.error });
+    } catch (err) {
+      // A result that cannot be sent (not serializable, too large) is the caller's error.
+      if (this.closed) return;
+      await this.post(to, { t: 'reply', id, error: failure(err).error }).catch(() => {});
+    }
+  }
+
+  private async runLocal(fn: string, args: unknown[]): Promise<unknown> {
+    const f = this.functions.get(fn);
+    if (!f) {
+      const known = [...this.functions.keys()].join(', ') || 'none';
+      throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
+    }
+    return await (f as (...a: unknown[]) => unknown)(...args);
+  }
+
+  // --- RRefs on the wire -------------------------------------------------------------------------
+
+  /**
+   * A reference to send to `to`: a new fork, registered with the owner before it leaves, so the
+   * owner never deletes a value a message carries. Sent to the owner itself, the fork is
+   * registered when the message arrives (this worker's own fork keeps the value meanwhile: its
+   * release goes after the message on the same ordered link).
+   */
+  private rrefToWire(v: unknown, to: number): Promise<WireRRef> | undefined {
+    if (!(v instanceof RRef)) return undefined;
+    if (v.isReleased) throw new RangeError(`RRef ${v.id} was released on this worker and cannot be sent`);
+    const fork = this.newFork(to);
+    const wire = { owner: v.ownerRank, id: v.id, fork };
+    if (v.ownerRank === this.rank && to !== this.rank) this.owned.addFork(v.id, fork);
+    if (v.ownerRank === this.rank || v.ownerRank === to) return Promise.resolve(wire);
+    const forked = this.request(v.ownerRank, 'fork', { t: 'fork', rref: v.id, fork }, {});
+    const inFlight = this.forking.get(v.id) ?? new Set();
+    this.forking.set(v.id, inFlight.add(forked));
+    const done = () => {
+      inFlight.delete(forked);
+      if (inFlight.size === 0) this.forking.delete(v.id);
+    };
+    forked.then(done, done);
+    return forked.then(() => wire);
+  }
+
+  private rrefFromWire(w: WireRRef, from: number): RRef {
+    if (holderOf(w.fork) !== this.rank) throw new RangeError(`rank ${from} sent a reference forked for rank ${holderOf(w.fork)}`);
+    if (w.owner >= this.worldSize) throw new RangeError(`an RRef owned by rank ${w.owner}, outside the group of ${this.worldSize}`);
+    if (w.owner === this.rank && from !== this.rank) {
+      // A reference to a value of this worker, sent by a holder: the fork is registered now (see rrefToWire).
+      if (!this.owned.heldBy(w.id, from)) throw new RangeError(`rank ${from} sent a reference to RRef ${w.id}, which it does not hold`);
+      this.owned.addFork(w.id, w.fork);
+    }
+    return this.track(new RRef(this, w.owner, w.id, w.fork));
+  }
+
+  private track<T>(rref: RRef<T>): RRef<T> {
+    this.live.set(rref.fork, new WeakRef(rref as RRef));
+    this.collected.register(rref, { owner: rref.ownerRank, id: rref.id, fork: rref.fork }, rref);
+    return rref;
+  }
+
+  private releaseFork(f: { owner: number; id: string; fork: string }): void {
+    this.live.delete(f.fork);
+    if (f.owner === this.rank) {
+      this.owned.removeFork(f.id, f.fork);
+      return;
+    }
+    // After this worker's fork requests for the value: they need its fork to still count.
+    const before = Promise.allSettled([...(this.forking.get(f.id) ?? [])]);
+    void before.then(() => (this.closed ? undefined : this.post(f.owner, { t: 'release', rref: f.id, fork: f.fork }))).catch(() => {});
+  }
+
+  private newFork(holder: number): string {
+    return `${holder}.${this.rank}.${this.nextFork++}`;
+  }
+
+  // --- Helpers -----------------------------------------------------------------------------------
+
+  private rankOf(to: string | number | WorkerInfo): number {
+    const rank = typeof to === 'number' ? to : typeof to === 'string' ? this.getWorkerInfo(to).id : to.id;
+    if (!Number.isInteger(rank) || rank < 0 || rank >= this.worldSize)
+      throw new RangeError(`RPC worker ${String(rank)} is outside the group of ${this.worldSize} workers`);
+    return rank;
+  }
+
+  private close(err: Error): void {
+    if (this.closed) return;
+    this.closed = err;
+    for (const [id, p] of [...this.pending]) this.settle(id, new RpcUnreachableError(p.worker, p.fn, err.message, { cause: err }));
+    this.wake(this.helloWaiters);
+    this.wake(this.doneWaiters);
+  }
+
+  private wake(waiters: Array<() => void>): void {
+    for (const w of waiters.splice(0)) w();
+  }
+
+  private missingNames(): number[] {
+    return this.names.flatMap((n, r) => (n === undefined ? [r] : []));
+  }
+
+  private notDone(): string[] {
+    return this.workerInfos()
+      .filter((w) => w.id !== this.rank && !this.doneFrom.has(w.id))
+      .map((w) => w.name);
+  }
+
+  private outstanding(): string {
+    const calls = [...this.pending.values()].map((p) => `"${p.fn}" on ${p.worker}`);
+    return `this worker's ${calls.length} outstanding calls (${calls.slice(0, 5).join(', ')}) before shutdown`;
+  }
+}
