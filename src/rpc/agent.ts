@@ -15,7 +15,8 @@
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { MessageChannel } from '../c10d/message_channel.ts';
-import { decodeMessage, encodeMessage, type RRefCodec, type WireRRef } from './codec.ts';
+import { decodeMessage, encodeMessage } from './codec.ts';
+import { RRefWire } from './rref_wire.ts';
 import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
@@ -42,23 +43,17 @@ export class RpcAgent implements RRefHost {
   private readonly functions = new Map<string, RpcFunction>();
   private readonly pending = new Map<number, Pending>();
   private readonly owned: OwnerTable;
-  /** This worker's live RRef objects by fork id (weakly: a collected one is released by the registry). */
-  private readonly live = new Map<string, WeakRef<RRef>>();
-  private readonly collected = new FinalizationRegistry<{ owner: number; id: string; fork: string }>((f) => this.releaseFork(f));
   private readonly running = new Map<number, number>();
   /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
   private readonly order = new Map<number, Promise<unknown>>();
-  /** Fork requests in flight, by value id: a release of the value waits for them. */
-  private readonly forking = new Map<string, Set<Promise<unknown>>>();
   private readonly doneFrom = new Set<number>();
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
   private nextCall = 1;
   private nextValue = 1;
-  private nextFork = 1;
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
-  private readonly rrefCodec: RRefCodec<RRef>;
+  private readonly rrefs: RRefWire;
 
   constructor(
     private readonly channel: MessageChannel,
@@ -74,7 +69,14 @@ export class RpcAgent implements RRefHost {
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
     this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
     this.names = Array.from({ length: worldSize }, (_, r) => (r === this.rank ? this.name : undefined));
-    this.rrefCodec = { toWire: (v, to) => this.rrefToWire(v, to), fromWire: (w, from) => this.rrefFromWire(w, from) };
+    this.rrefs = new RRefWire({
+      rank: this.rank,
+      worldSize,
+      owned: this.owned,
+      host: this,
+      fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
+      release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
+    });
     channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
     channel.onBroken((err) => this.close(err));
   }
@@ -132,8 +134,8 @@ export class RpcAgent implements RRefHost {
   remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
     const owner = this.rankOf(to);
     const id = `${this.rank}.${this.nextValue++}`;
-    const fork = this.newFork(this.rank);
-    const rref = this.track(new RRef<R>(this, owner, id, fork));
+    const fork = this.rrefs.newFork(this.rank);
+    const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
     // On this worker the value is known at once (the call itself comes back through the loopback).
     if (owner === this.rank) this.owned.create(id, fork);
     // The owner's failure to make the value is the RRef's: toHere() reports it.
@@ -158,9 +160,7 @@ export class RpcAgent implements RRefHost {
   }
 
   releaseRRef(rref: RRef): void {
-    this.live.delete(rref.fork);
-    this.collected.unregister(rref);
-    this.releaseFork({ owner: rref.ownerRank, id: rref.id, fork: rref.fork });
+    this.rrefs.release(rref);
   }
 
   /** The values this worker owns for RRefs and their live forks (torch's get_debug_info counts). */
@@ -170,7 +170,7 @@ export class RpcAgent implements RRefHost {
 
   /** Live RRef objects on this worker (its forks, owned values' included). */
   liveRRefs(): number {
-    return this.live.size;
+    return this.rrefs.liveCount;
   }
 
   // --- Shutdown ----------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ export class RpcAgent implements RRefHost {
         timeoutMs,
         () => this.outstanding(),
       );
-      for (const ref of [...this.live.values()]) ref.deref()?.release();
+      this.rrefs.releaseAll();
       for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
       await waitUntil(
         this.name,
@@ -244,7 +244,7 @@ export class RpcAgent implements RRefHost {
    * requests go at once (`ordered` false): a message being encoded may be waiting for one.
    */
   private post(rank: number, head: Head, values: Record<string, unknown> = {}, ordered = true): Promise<void> {
-    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefCodec, rank);
+    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefs, rank);
     const deliver = async (bytes: Uint8Array) => {
       if (rank === this.rank) queueMicrotask(() => void this.onMessage(rank, bytes));
       else await this.channel.send(rank, bytes);
@@ -296,7 +296,7 @@ export class RpcAgent implements RRefHost {
       return;
     }
     try {
-      this.settle(head.id, { value: msg.value('result', this.rrefCodec, from) });
+      this.settle(head.id, { value: msg.value('result', this.rrefs, from) });
     } catch (err) {
       this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
     }
@@ -365,7 +365,7 @@ export class RpcAgent implements RRefHost {
   }
 
   private argsOf(msg: ReturnType<typeof decodeMessage>, from: number, inputs: tf.Tensor[]): unknown[] {
-    const args = msg.value('args', this.rrefCodec, from);
+    const args = msg.value('args', this.rrefs, from);
     if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
     inputs.push(...tensorsIn(args));
     return args;
@@ -396,62 +396,6 @@ export class RpcAgent implements RRefHost {
   }
 
   // --- RRefs on the wire -------------------------------------------------------------------------
-
-  /**
-   * A reference to send to `to`: a new fork, registered with the owner before it leaves, so the
-   * owner never deletes a value a message carries. Sent to the owner itself, the fork is
-   * registered when the message arrives (this worker's own fork keeps the value meanwhile: its
-   * release goes after the message on the same ordered link).
-   */
-  private rrefToWire(v: unknown, to: number): Promise<WireRRef> | undefined {
-    if (!(v instanceof RRef)) return undefined;
-    if (v.isReleased) throw new RangeError(`RRef ${v.id} was released on this worker and cannot be sent`);
-    const fork = this.newFork(to);
-    const wire = { owner: v.ownerRank, id: v.id, fork };
-    if (v.ownerRank === this.rank && to !== this.rank) this.owned.addFork(v.id, fork);
-    if (v.ownerRank === this.rank || v.ownerRank === to) return Promise.resolve(wire);
-    const forked = this.request(v.ownerRank, 'fork', { t: 'fork', rref: v.id, fork }, {});
-    const inFlight = this.forking.get(v.id) ?? new Set();
-    this.forking.set(v.id, inFlight.add(forked));
-    const done = () => {
-      inFlight.delete(forked);
-      if (inFlight.size === 0) this.forking.delete(v.id);
-    };
-    forked.then(done, done);
-    return forked.then(() => wire);
-  }
-
-  private rrefFromWire(w: WireRRef, from: number): RRef {
-    if (holderOf(w.fork) !== this.rank) throw new RangeError(`rank ${from} sent a reference forked for rank ${holderOf(w.fork)}`);
-    if (w.owner >= this.worldSize) throw new RangeError(`an RRef owned by rank ${w.owner}, outside the group of ${this.worldSize}`);
-    if (w.owner === this.rank && from !== this.rank) {
-      // A reference to a value of this worker, sent by a holder: the fork is registered now (see rrefToWire).
-      if (!this.owned.heldBy(w.id, from)) throw new RangeError(`rank ${from} sent a reference to RRef ${w.id}, which it does not hold`);
-      this.owned.addFork(w.id, w.fork);
-    }
-    return this.track(new RRef(this, w.owner, w.id, w.fork));
-  }
-
-  private track<T>(rref: RRef<T>): RRef<T> {
-    this.live.set(rref.fork, new WeakRef(rref as RRef));
-    this.collected.register(rref, { owner: rref.ownerRank, id: rref.id, fork: rref.fork }, rref);
-    return rref;
-  }
-
-  private releaseFork(f: { owner: number; id: string; fork: string }): void {
-    this.live.delete(f.fork);
-    if (f.owner === this.rank) {
-      this.owned.removeFork(f.id, f.fork);
-      return;
-    }
-    // After this worker's fork requests for the value: they need its fork to still count.
-    const before = Promise.allSettled([...(this.forking.get(f.id) ?? [])]);
-    void before.then(() => (this.closed ? undefined : this.post(f.owner, { t: 'release', rref: f.id, fork: f.fork }))).catch(() => {});
-  }
-
-  private newFork(holder: number): string {
-    return `${holder}.${this.rank}.${this.nextFork++}`;
-  }
 
   // --- Helpers -----------------------------------------------------------------------------------
 
