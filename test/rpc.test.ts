@@ -319,3 +319,64 @@ describe('rpc: initRpc and the module functions', () => {
     expect(() => rpcSync('solo', 'add', [1, 1])).toThrow('RPC is not initialized on this page');
   });
 });
+
+describe('rpc: distributed autograd', () => {
+  it("the gradients across workers equal one tab's (rel. error <= 1e-6), with a worker reached twice and a parameter used on two workers", async () => {
+    const rand = (shape: number[], seed: number) => tf.randomNormal(shape, 0, 1, 'float32', seed);
+    const W1 = tf.variable(rand([4, 3], 1), true, 'rpc_test_W1');
+    const W2 = tf.variable(rand([3, 2], 2), true, 'rpc_test_W2');
+    const W0 = tf.variable(rand([2, 1], 3), true, 'rpc_test_W0');
+    const [x1, x2, y] = [rand([5, 4], 4), rand([5, 4], 5), rand([5, 1], 6)];
+    const a = (x: tf.Tensor) => tf.relu(x.matMul(W1));
+    const b = (h: tf.Tensor) => h.matMul(W2);
+    const lossOf = (o1: tf.Tensor, o2: tf.Tensor, w1: tf.Tensor) =>
+      tf.sum(tf.square(o1.add(o2).matMul(W0).sub(y))).add(tf.sum(tf.square(w1))) as tf.Scalar;
+    // One tab: the same model, every parameter local.
+    const single = tf.variableGrads(() => lossOf(b(a(x1!)), b(a(x2!)), W1), [W1, W2, W0]);
+    const set = await agents(3, (rank): Record<string, RpcFunction> => (rank === 1 ? { a, w1: () => W1 } : rank === 2 ? { b } : {}));
+    const [driver, one, two] = set.all;
+    const w1ref = driver!.remote<tf.Variable>(1, 'w1');
+    let loss = 0;
+    let grads: Array<tf.Tensor | undefined> = [];
+    await driver!.autograd.context(async (ctx) => {
+      // Worker 1 twice; worker 2 on each of its outputs; W1 itself fetched and used here too.
+      const h1 = await driver!.rpcAsync<tf.Tensor>(1, 'a', [x1]);
+      const h2 = await driver!.rpcAsync<tf.Tensor>(1, 'a', [x2]);
+      const o1 = await driver!.rpcAsync<tf.Tensor>(2, 'b', [h1]);
+      const o2 = await driver!.rpcAsync<tf.Tensor>(2, 'b', [h2]);
+      const w1 = await w1ref.toHere();
+      loss = await driver!.autograd.backward(ctx, () => lossOf(o1, o2, w1));
+      grads = [
+        one!.autograd.getGradients(ctx).get(W1),
+        two!.autograd.getGradients(ctx).get(W2),
+        driver!.autograd.getGradients(ctx).get(W0),
+      ];
+      grads = grads.map((g) => g?.clone());
+    });
+    expect(loss).toBeCloseTo((await tf.tidy(() => lossOf(b(a(x1!)), b(a(x2!)), W1)).data())[0]!, 4);
+    const names = ['rpc_test_W1', 'rpc_test_W2', 'rpc_test_W0'];
+    for (const [i, name] of names.entries()) {
+      const want = await single.grads[name]!.data();
+      const got = await grads[i]!.data();
+      let diff = 0;
+      let norm = 0;
+      for (let k = 0; k < want.length; k++) {
+        diff += (got[k]! - want[k]!) ** 2;
+        norm += want[k]! ** 2;
+      }
+      expect(Math.sqrt(diff / norm), name).toBeLessThanOrEqual(1e-6);
+    }
+    // The context is gone everywhere once it ended.
+    await waitFor('worker 1 to drop the context', () => {
+      try {
+        one!.autograd.getGradients('0.1');
+        return false;
+      } catch {
+        return true;
+      }
+    });
+    w1ref.release();
+    tf.dispose([...grads.filter((g) => g !== undefined), ...Object.values(single.grads), single.value, x1!, x2!, y!, W1, W2, W0]);
+    await close(set);
+  });
+});

@@ -13,10 +13,11 @@
  * tf.keep (a function that keeps an argument keeps it with tf.keep or a copy). The caller owns the
  * tensors of the result it receives.
  */
-import type * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs';
 import type { MessageChannel } from '../c10d/message_channel.ts';
 import { decodeMessage, encodeMessage } from './codec.ts';
 import { RRefWire } from './rref_wire.ts';
+import { DistAutograd } from './dist_autograd.ts';
 import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
@@ -26,7 +27,11 @@ import { callMethod, disposeAfterCall, failure, tensorsIn, waitUntil } from './c
 
 export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
 
+/** A request this worker serves. */
+type Served = Exclude<Extract<Head, { id: number }>, { t: 'reply' }>;
+
 interface Pending {
+  rank: number;
   resolve(v: unknown): void;
   reject(e: Error): void;
   worker: string;
@@ -54,6 +59,8 @@ export class RpcAgent implements RRefHost {
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
+  /** Distributed autograd's contexts on this worker (torch.distributed.autograd). */
+  readonly autograd: DistAutograd;
 
   constructor(
     private readonly channel: MessageChannel,
@@ -76,6 +83,11 @@ export class RpcAgent implements RRefHost {
       host: this,
       fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
       release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
+    });
+    this.autograd = new DistAutograd({
+      rank: this.rank,
+      sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
+      releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
     });
     channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
     channel.onBroken((err) => this.close(err));
@@ -151,7 +163,9 @@ export class RpcAgent implements RRefHost {
   }
 
   callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
-    if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
+    // On the owner, at once; in an autograd context, through the loopback, so the call is recorded.
+    if (rref.ownerRank === this.rank && this.autograd.current === undefined)
+      return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
     return this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs);
   }
 
@@ -218,10 +232,14 @@ export class RpcAgent implements RRefHost {
     const ms = timeoutMs ?? this.rpcTimeoutMs;
     const reply = new Promise<unknown>((resolve, reject) => {
       const timer = ms > 0 ? setTimeout(() => this.settle(id, new RpcTimeoutError(worker, fn, ms)), ms) : undefined;
-      this.pending.set(id, { resolve, reject, worker, fn, timer });
+      this.pending.set(id, { resolve, reject, worker, fn, timer, rank });
     });
+    // A call, method call or fetch made in a distributed autograd context carries it (dist_autograd.ts).
+    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? this.autograd.current : undefined;
+    const sink: tf.Tensor[] = [];
+    if (ctx !== undefined) this.autograd.sent(ctx, `a:${id}`, rank, sink);
     try {
-      await this.post(rank, { ...head, id } as Head, values, head.t !== 'fork');
+      await this.post(rank, { ...head, id, ...(ctx === undefined ? {} : { ctx }) } as Head, values, head.t !== 'fork', sink);
     } catch (err) {
       this.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
     }
@@ -243,8 +261,8 @@ export class RpcAgent implements RRefHost {
    * the messages posted to it before (a fetch never overtakes the call that makes the value). Fork
    * requests go at once (`ordered` false): a message being encoded may be waiting for one.
    */
-  private post(rank: number, head: Head, values: Record<string, unknown> = {}, ordered = true): Promise<void> {
-    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefs, rank);
+  private post(rank: number, head: Head, values: Record<string, unknown> = {}, ordered = true, tensors?: tf.Tensor[]): Promise<void> {
+    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefs, rank, tensors);
     const deliver = async (bytes: Uint8Array) => {
       if (rank === this.rank) queueMicrotask(() => void this.onMessage(rank, bytes));
       else await this.channel.send(rank, bytes);
@@ -280,30 +298,38 @@ export class RpcAgent implements RRefHost {
       case 'release':
         if (holderOf(head.fork) === from) this.owned.removeFork(head.rref, head.fork);
         return;
+      case 'ctx':
+        if (creatorOf(head.ctx) === from) this.autograd.close(head.ctx);
+        return;
       case 'call':
       case 'method':
       case 'fetch':
       case 'fork':
+      case 'grad':
         return this.serve(from, head, msg);
     }
   }
 
   private onReply(from: number, head: Extract<Head, { t: 'reply' }>, msg: ReturnType<typeof decodeMessage>): void {
     const p = this.pending.get(head.id);
-    if (!p || this.names.indexOf(p.worker) !== from) return;
+    if (!p || p.rank !== from) return;
     if (head.error) {
       this.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
       return;
     }
+    const { ctx } = head;
+    const key = `r:${this.rank}:${head.id}`;
+    const onTensor =
+      ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
     try {
-      this.settle(head.id, { value: msg.value('result', this.rrefs, from) });
+      this.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
     } catch (err) {
       this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
     }
   }
 
   /** Answers a call, a method call, a fetch or a fork request from `from`. */
-  private async serve(from: number, head: Extract<Head, { id: number }>, msg: ReturnType<typeof decodeMessage>): Promise<void> {
+  private async serve(from: number, head: Served, msg: ReturnType<typeof decodeMessage>): Promise<void> {
     const count = this.running.get(from) ?? 0;
     if (count >= this.maxCallsPerWorker)
       return this.answer(
@@ -320,25 +346,26 @@ export class RpcAgent implements RRefHost {
       result = failure(err);
     }
     try {
-      await this.answer(from, head.id, result);
+      await this.answer(from, head.id, result, 'ctx' in head && head.t !== 'grad' ? head.ctx : undefined);
     } finally {
       this.running.set(from, (this.running.get(from) ?? 1) - 1);
       disposeAfterCall([...inputs, ...('value' in result && head.t !== 'fetch' ? tensorsIn(result.value) : [])], undefined);
     }
   }
 
-  private async handle(from: number, head: Extract<Head, { id: number }>, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
+  private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
     switch (head.t) {
       case 'call': {
-        const args = this.argsOf(msg, from, inputs);
-        if (!head.rref) return this.runLocal(head.fn, args);
+        const args = this.argsOf(msg, from, inputs, head);
+        const invoke = () => this.invoke(head.fn, args);
+        if (!head.rref) return this.run(head.ctx, head.fn, invoke);
         if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
           throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
         if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork);
         // The value outlives the reply: its arguments are disposed when it is made, not now.
         const held = inputs.splice(0);
         const { id } = head.rref;
-        this.runLocal(head.fn, args).then(
+        this.run(head.ctx, head.fn, invoke).then(
           (value) => {
             this.owned.settle(id, { value });
             disposeAfterCall(held, value);
@@ -352,7 +379,9 @@ export class RpcAgent implements RRefHost {
       }
       case 'method': {
         this.checkHeld(head.rref, from);
-        return callMethod(await this.owned.whenReady(head.rref), head.method, this.argsOf(msg, from, inputs));
+        const value = await this.owned.whenReady(head.rref);
+        const args = this.argsOf(msg, from, inputs, head);
+        return this.run(head.ctx, head.method, () => callMethod(value, head.method, args));
       }
       case 'fetch':
         this.checkHeld(head.rref, from);
@@ -361,11 +390,31 @@ export class RpcAgent implements RRefHost {
         this.checkHeld(head.rref, from);
         this.owned.addFork(head.rref, head.fork);
         return null;
+      case 'grad': {
+        const grad = msg.value('grad', this.rrefs, from);
+        if (!(grad instanceof tf.Tensor)) throw new TypeError('a gradient message carries a tensor');
+        inputs.push(grad);
+        await this.autograd.onGrad(from, head.ctx, head.key, head.index, grad);
+        return null;
+      }
     }
   }
 
-  private argsOf(msg: ReturnType<typeof decodeMessage>, from: number, inputs: tf.Tensor[]): unknown[] {
-    const args = msg.value('args', this.rrefs, from);
+  /** Runs a served function; in a distributed autograd context, records how to recompute it. */
+  private async run(ctx: string | undefined, fn: string, invoke: () => unknown): Promise<unknown> {
+    const raw = invoke();
+    const value = await raw;
+    if (ctx !== undefined) this.autograd.served(ctx, fn, invoke, value, value !== raw);
+    return value;
+  }
+
+  /** A call's arguments; in a context, each tensor becomes the context's variable, recorded with where it came from. */
+  private argsOf(msg: ReturnType<typeof decodeMessage>, from: number, inputs: tf.Tensor[], head: { id: number; ctx?: string }): unknown[] {
+    const { ctx } = head;
+    const key = `a:${head.id}`;
+    const onTensor =
+      ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
+    const args = msg.value('args', this.rrefs, from, onTensor);
     if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
     inputs.push(...tensorsIn(args));
     return args;
@@ -375,10 +424,13 @@ export class RpcAgent implements RRefHost {
     if (!this.owned.heldBy(id, from)) throw new RangeError(`worker ${this.workerInfo(from).name} holds no reference to RRef ${id} here`);
   }
 
-  private async answer(to: number, id: number, result: { value: unknown } | RemoteFailure): Promise<void> {
+  private async answer(to: number, id: number, result: { value: unknown } | RemoteFailure, ctx?: string): Promise<void> {
     try {
-      if ('value' in result) await this.post(to, { t: 'reply', id }, { result: result.value });
-      else await this.post(to, { t: 'reply', id, error: result.error });
+      if ('value' in result) {
+        const sink: tf.Tensor[] = [];
+        if (ctx !== undefined) this.autograd.sent(ctx, `r:${to}:${id}`, to, sink);
+        await this.post(to, { t: 'reply', id, ...(ctx === undefined ? {} : { ctx }) }, { result: result.value }, true, sink);
+      } else await this.post(to, { t: 'reply', id, error: result.error });
     } catch (err) {
       // A result that cannot be sent (not serializable, too large) is the caller's error.
       if (this.closed) return;
@@ -386,13 +438,13 @@ export class RpcAgent implements RRefHost {
     }
   }
 
-  private async runLocal(fn: string, args: unknown[]): Promise<unknown> {
+  private invoke(fn: string, args: unknown[]): unknown {
     const f = this.functions.get(fn);
     if (!f) {
       const known = [...this.functions.keys()].join(', ') || 'none';
       throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
     }
-    return await (f as (...a: unknown[]) => unknown)(...args);
+    return (f as (...a: unknown[]) => unknown)(...args);
   }
 
   // --- RRefs on the wire -------------------------------------------------------------------------

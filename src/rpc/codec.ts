@@ -43,11 +43,21 @@ export interface RRefCodec<R> {
   fromWire(wire: WireRRef, from: number): R;
 }
 
-/** Encodes `head` (whose `value` field, if any, is a user value) into one message's bytes. */
-export async function encodeMessage(head: Record<string, unknown>, values: Record<string, unknown>, rrefs: RRefCodec<unknown>, to: number) {
+/**
+ * Encodes `head` and the user values `values` (each under its key) into one message's bytes.
+ * `tensors`, when given, receives the message's tensors in their order (distributed autograd
+ * records what crossed).
+ */
+export async function encodeMessage(
+  head: Record<string, unknown>,
+  values: Record<string, unknown>,
+  rrefs: RRefCodec<unknown>,
+  to: number,
+  tensors: tf.Tensor[] = [],
+): Promise<Uint8Array> {
   const blobs: Uint8Array[] = [];
   const encoded: Record<string, unknown> = { ...head };
-  for (const [key, value] of Object.entries(values)) encoded[key] = await encodeValue(value, key, 0, { blobs, rrefs, to });
+  for (const [key, value] of Object.entries(values)) encoded[key] = await encodeValue(value, key, 0, { blobs, rrefs, to, tensors });
   const attachments: Attachment[] = [];
   let offset = 0;
   for (const b of blobs) {
@@ -70,6 +80,7 @@ interface EncodeState {
   blobs: Uint8Array[];
   rrefs: RRefCodec<unknown>;
   to: number;
+  tensors: tf.Tensor[];
 }
 
 async function encodeValue(v: unknown, path: string, depth: number, s: EncodeState): Promise<unknown> {
@@ -80,6 +91,7 @@ async function encodeValue(v: unknown, path: string, depth: number, s: EncodeSta
   if (v instanceof tf.Tensor) {
     if (!(TENSOR_DTYPES as readonly string[]).includes(v.dtype))
       throw new RpcSerializationError(`a ${v.dtype} tensor cannot be sent (float32, int32 and bool can)`, path);
+    s.tensors.push(v);
     const data = await v.data();
     const bytes = v.dtype === 'bool' ? Uint8Array.from(data as Uint8Array) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     return { $t: attach(s, bytes, path), dtype: v.dtype, shape: v.shape };
@@ -121,8 +133,11 @@ function pad8(n: number): number {
 /** A decoded message: its head, and a function that decodes a user value of it. */
 export interface DecodedMessage {
   head: Record<string, unknown>;
-  /** Decodes the field `key`; tensors come out as new tensors the caller owns. Throws RpcSerializationError. */
-  value<R>(key: string, rrefs: RRefCodec<R>, from: number): unknown;
+  /**
+   * Decodes the field `key`; tensors come out as new tensors the caller owns, or as what `onTensor`
+   * makes of each (given the tensor and its index in the message). Throws RpcSerializationError.
+   */
+  value<R>(key: string, rrefs: RRefCodec<R>, from: number, onTensor?: (t: tf.Tensor, index: number) => tf.Tensor): unknown;
 }
 
 /** Reads a message's head; throws RpcSerializationError (path "message") on anything malformed. */
@@ -150,13 +165,19 @@ export function decodeMessage(bytes: Uint8Array): DecodedMessage {
       throw bad(`attachment ${i} is outside the message`);
     return bytes.subarray(start + offset!, start + offset! + n!);
   });
-  return { head: h, value: (key, rrefs, from) => decodeValue(h[key], key, 0, { blobs, rrefs, from }) };
+  return {
+    head: h,
+    value: (key, rrefs, from, onTensor) => decodeValue(h[key], key, 0, { blobs, rrefs, from, onTensor, tensors: 0 }),
+  };
 }
 
 interface DecodeState {
   blobs: Uint8Array[];
   rrefs: RRefCodec<unknown>;
   from: number;
+  onTensor: ((t: tf.Tensor, index: number) => tf.Tensor) | undefined;
+  /** Tensors decoded so far (their index in the message). */
+  tensors: number;
 }
 
 function decodeValue(v: unknown, path: string, depth: number, s: DecodeState): unknown {
@@ -164,7 +185,11 @@ function decodeValue(v: unknown, path: string, depth: number, s: DecodeState): u
   if (v === null || typeof v !== 'object') return v;
   if (Array.isArray(v)) return v.map((x, i) => decodeValue(x, `${path}[${i}]`, depth + 1, s));
   const o = v as Record<string, unknown>;
-  if ('$t' in o) return decodeTensor(o, path, s);
+  if ('$t' in o) {
+    const t = decodeTensor(o, path, s);
+    const index = s.tensors++;
+    return s.onTensor ? s.onTensor(t, index) : t;
+  }
   if ('$a' in o) return decodeArray(o, path, s);
   if ('$r' in o) return s.rrefs.fromWire(checkRRef(o.$r, path), s.from);
   if ('$n' in o) {

@@ -12,18 +12,25 @@ export interface RemoteFailure {
 export type Head =
   /** A worker's name, sent once to every other worker at start. */
   | { t: 'hello'; name: string }
-  /** Calls `fn` with the message's `args`; with `rref`, the caller made an RRef and the result stays here. */
-  | { t: 'call'; id: number; fn: string; rref?: { id: string; fork: string } }
+  /**
+   * Calls `fn` with the message's `args`; with `rref`, the caller made an RRef and the result stays
+   * here. `ctx`: the distributed autograd context the call runs in (dist_autograd.ts).
+   */
+  | { t: 'call'; id: number; fn: string; rref?: { id: string; fork: string }; ctx?: string }
   /** Calls method `method` of the owned value `rref` with the message's `args`. */
-  | { t: 'method'; id: number; rref: string; method: string }
+  | { t: 'method'; id: number; rref: string; method: string; ctx?: string }
   /** The owned value `rref`, as the result. */
-  | { t: 'fetch'; id: number; rref: string }
+  | { t: 'fetch'; id: number; rref: string; ctx?: string }
+  /** The message's `grad` for tensor `index` of message `key` its receiver sent, in context `ctx`. */
+  | { t: 'grad'; id: number; ctx: string; key: string; index: number }
+  /** Context `ctx` ended (sent by the worker that opened it). */
+  | { t: 'ctx'; ctx: string }
   /** Registers fork `fork` of the owned value `rref` (for a reference about to be sent). */
   | { t: 'fork'; id: number; rref: string; fork: string }
   /** Ends fork `fork` of the owned value `rref` (sent by the fork's holder). */
   | { t: 'release'; rref: string; fork: string }
   /** The answer to call `id`: the message's `result`, or `error`. */
-  | { t: 'reply'; id: number; error?: RemoteFailure['error'] }
+  | { t: 'reply'; id: number; error?: RemoteFailure['error']; ctx?: string }
   /** This worker finished its graceful shutdown's part. */
   | { t: 'done' };
 
@@ -32,6 +39,7 @@ type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 export type RequestHead = WithoutId<Exclude<Extract<Head, { id: number }>, { t: 'reply' }>>;
 
 const ID = /^\d{1,10}\.\d{1,15}$/;
+const KEY = /^(a:\d{1,15}|r:\d{1,10}:\d{1,15})$/;
 const FORK = /^\d{1,10}\.\d{1,10}\.\d{1,15}$/;
 const NAME = /^[A-Za-z0-9_\-:.]{1,128}$/;
 const MAX_TEXT = 4096;
@@ -55,6 +63,11 @@ function matching(v: unknown, re: RegExp, field: string): string {
   return v;
 }
 
+/** The optional context id of a head. */
+function ctxOf(h: Record<string, unknown>): { ctx?: string } {
+  return h.ctx === undefined ? {} : { ctx: matching(h.ctx, ID, 'ctx') };
+}
+
 /** The head of a message from a peer, checked; throws TypeError saying what is wrong. */
 export function checkHead(h: Record<string, unknown>): Head {
   const t = h.t;
@@ -64,22 +77,29 @@ export function checkHead(h: Record<string, unknown>): Head {
     case 'done':
       return { t };
     case 'call': {
-      const head: Head = { t, id: callId(h.id), fn: text(h.fn, 'fn') };
+      const head: Head = { t, id: callId(h.id), fn: text(h.fn, 'fn'), ...ctxOf(h) };
       if (h.rref === undefined) return head;
       const r = (h.rref ?? {}) as Record<string, unknown>;
       return { ...head, rref: { id: matching(r.id, ID, 'rref.id'), fork: matching(r.fork, FORK, 'rref.fork') } };
     }
     case 'method':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method') };
+      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method'), ...ctxOf(h) };
     case 'fetch':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref') };
+      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), ...ctxOf(h) };
+    case 'grad': {
+      const index = h.index;
+      if (!Number.isSafeInteger(index) || (index as number) < 0) fail('has no valid "index"');
+      return { t, id: callId(h.id), ctx: matching(h.ctx, ID, 'ctx'), key: matching(h.key, KEY, 'key'), index: index as number };
+    }
+    case 'ctx':
+      return { t, ctx: matching(h.ctx, ID, 'ctx') };
     case 'fork':
       return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
     case 'release':
       return { t, rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
     case 'reply': {
       const id = callId(h.id);
-      if (h.error === undefined) return { t, id };
+      if (h.error === undefined) return { t, id, ...ctxOf(h) };
       const e = (h.error ?? {}) as Record<string, unknown>;
       return {
         t,
