@@ -14,6 +14,9 @@ import { RpcAgent, type RpcFunction } from '../src/rpc/agent.ts';
 import { initRpc, rpcSync, remote, shutdown, getWorkerInfo } from '../src/rpc/api.ts';
 import { RpcRemoteError, RpcSerializationError, RpcTimeoutError, RpcUnreachableError } from '../src/rpc/errors.ts';
 import type { RRef } from '../src/rpc/rref.ts';
+import { DistributedOptimizer } from '../src/rpc/distributed_optimizer.ts';
+import { RemoteModule } from '../src/rpc/remote_module.ts';
+import { SGD } from '../src/nn/optim.ts';
 import { withServer } from './fixtures/server.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
@@ -377,6 +380,78 @@ describe('rpc: distributed autograd', () => {
     });
     w1ref.release();
     tf.dispose([...grads.filter((g) => g !== undefined), ...Object.values(single.grads), single.value, x1!, x2!, y!, W1, W2, W0]);
+    await close(set);
+  });
+});
+
+describe('rpc: RemoteModule and DistributedOptimizer', () => {
+  /** A linear layer whose parameters are variables of the worker that makes it. */
+  class Linear {
+    readonly w: tf.Variable;
+    readonly b: tf.Variable;
+    constructor(seed: number) {
+      this.w = tf.variable(tf.randomNormal([3, 2], 0, 1, 'float32', seed));
+      this.b = tf.variable(tf.zeros([2]));
+    }
+    forward(x: tf.Tensor): tf.Tensor {
+      return tf.tidy(() => x.matMul(this.w).add(this.b));
+    }
+    parameters(): tf.Variable[] {
+      return [this.w, this.b];
+    }
+  }
+
+  it('a module made on another worker is called from here; DistributedOptimizer steps its parameters there as SGD does in one tab', async () => {
+    const made: Linear[] = [];
+    const set = await agents(2, () => ({
+      linear: (seed: number) => {
+        made.push(new Linear(seed));
+        return made.at(-1);
+      },
+    }));
+    const driver = set.all[0]!;
+    const module = new RemoteModule<Linear>(driver, 'worker1', 'linear', [7]);
+    const params = await module.remoteParameters();
+    expect(params.map((p) => p.ownerName())).toEqual(['worker1', 'worker1']);
+    expect(set.all[1]!.ownedRRefs().map((o) => o.forks)).toEqual([1, 1, 1]);
+    const reference = new Linear(7);
+    const x = tf.randomNormal([4, 3], 0, 1, 'float32', 8);
+    const y = tf.randomNormal([4, 2], 0, 1, 'float32', 9);
+    const lossOf = (out: tf.Tensor) => tf.mean(tf.square(out.sub(y))) as tf.Scalar;
+    const optimizer = new DistributedOptimizer(driver, SGD, params, { lr: 0.1 });
+    const local = new SGD({ lr: 0.1 });
+    for (let step = 0; step < 3; step++) {
+      await driver.autograd.context(async (ctx) => {
+        const out = (await module.forward(x)) as tf.Tensor;
+        await driver.autograd.backward(ctx, () => lossOf(out));
+        await optimizer.step(ctx);
+      });
+      // One tab: the same step with the same host optimizer.
+      const { grads } = tf.variableGrads(() => lossOf(reference.forward(x)), reference.parameters());
+      const flat = (ts: tf.Tensor[]) => Float32Array.from(ts.flatMap((t) => Array.from(t.dataSync())));
+      const p = flat(reference.parameters());
+      local.stepFlat(p, flat(reference.parameters().map((v) => grads[v.name]!)), [
+        { shape: [3, 2], offset: 0, size: 6 },
+        { shape: [2], offset: 6, size: 2 },
+      ]);
+      reference.w.assign(tf.tensor(p.subarray(0, 6), [3, 2]));
+      reference.b.assign(tf.tensor(p.subarray(6), [2]));
+      tf.dispose(Object.values(grads));
+    }
+    const remote = made[0]!;
+    for (const [got, want] of [
+      [remote.w, reference.w],
+      [remote.b, reference.b],
+    ] as const) {
+      const g = await got.data();
+      const w = await want.data();
+      for (let k = 0; k < w.length; k++) expect(Math.abs(g[k]! - w[k]!)).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(w[k]!)));
+    }
+    for (const p of params) p.release();
+    module.release();
+    await waitFor('the owner to delete the module and its parameter references', () => set.all[1]!.ownedRRefs().length === 0);
+    expect(remote.w.isDisposed).toBe(false);
+    tf.dispose([x, y, reference.w, reference.b, remote.w, remote.b]);
     await close(set);
   });
 });

@@ -17,13 +17,16 @@ import * as tf from '@tensorflow/tfjs';
 import type { MessageChannel } from '../c10d/message_channel.ts';
 import { decodeMessage, encodeMessage } from './codec.ts';
 import { RRefWire } from './rref_wire.ts';
+import { WorkerNames } from './worker_names.ts';
 import { DistAutograd } from './dist_autograd.ts';
 import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
 import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
 import { DEFAULT_RPC_TIMEOUT_MS, NAME, type RpcAgentOptions, type RpcFunction } from './agent_options.ts';
-import { callMethod, disposeAfterCall, failure, tensorsIn, waitUntil } from './call_values.ts';
+import { callMethod, disposeAfterCall, failure, rrefsIn, tensorsIn, waitUntil } from './call_values.ts';
+import { serveDistributedOptimizer } from './distributed_optimizer.ts';
+import { serveRemoteModules } from './remote_module.ts';
 
 export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
 
@@ -44,7 +47,7 @@ export class RpcAgent implements RRefHost {
   readonly worldSize: number;
   readonly name: string;
   readonly rpcTimeoutMs: number;
-  private readonly names: Array<string | undefined>;
+  private readonly workers: WorkerNames;
   private readonly functions = new Map<string, RpcFunction>();
   private readonly pending = new Map<number, Pending>();
   private readonly owned: OwnerTable;
@@ -59,6 +62,8 @@ export class RpcAgent implements RRefHost {
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
+  /** RRefs made for a reply (ownForReply): released once it is sent. */
+  private readonly transient = new WeakSet<RRef>();
   /** Distributed autograd's contexts on this worker (torch.distributed.autograd). */
   readonly autograd: DistAutograd;
 
@@ -75,7 +80,7 @@ export class RpcAgent implements RRefHost {
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
     this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
-    this.names = Array.from({ length: worldSize }, (_, r) => (r === this.rank ? this.name : undefined));
+    this.workers = new WorkerNames(this.rank, worldSize, this.name);
     this.rrefs = new RRefWire({
       rank: this.rank,
       worldSize,
@@ -89,6 +94,8 @@ export class RpcAgent implements RRefHost {
       sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
       releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
     });
+    serveDistributedOptimizer(this);
+    serveRemoteModules(this);
     channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
     channel.onBroken((err) => this.close(err));
   }
@@ -98,18 +105,29 @@ export class RpcAgent implements RRefHost {
     for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) void this.post(r, { t: 'hello', name: this.name }).catch(() => {});
     await waitUntil(
       this.name,
-      () => this.names.every((n) => n !== undefined) || this.closed !== undefined,
+      () => this.workers.complete || this.closed !== undefined,
       this.helloWaiters,
       timeoutMs,
-      () => `the names of workers ${this.missingNames().join(', ')} (RPC start)`,
+      () => `the names of workers ${this.workers.missing().join(', ')} (RPC start)`,
     );
     if (this.closed) throw this.closed;
-    const seen = new Map<string, number>();
-    for (const [rank, name] of this.names.entries()) {
-      if (seen.has(name!))
-        throw new RangeError(`workers ${seen.get(name!)} and ${rank} are both named "${name}": give each worker its own name`);
-      seen.set(name!, rank);
-    }
+    this.workers.checkUnique();
+  }
+
+  /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
+  registerInternal(name: string, fn: RpcFunction): void {
+    this.functions.set(name, fn);
+  }
+
+  /** An RRef of this worker to `value`, which it owns, released once the reply carrying it is sent (the caller's fork keeps it). */
+  ownForReply<T>(value: T): RRef<T> {
+    const id = `${this.rank}.${this.nextValue++}`;
+    const fork = this.rrefs.newFork(this.rank);
+    this.owned.create(id, fork);
+    this.owned.settle(id, { value });
+    const rref = this.rrefs.track(new RRef<T>(this, this.rank, id, fork));
+    this.transient.add(rref);
+    return rref;
   }
 
   /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
@@ -121,30 +139,28 @@ export class RpcAgent implements RRefHost {
 
   /** Every worker, in rank order. */
   workerInfos(): WorkerInfo[] {
-    return this.names.map((name, id) => ({ name: name ?? `rank ${id}`, id }));
+    return this.workers.all();
   }
 
   /** The worker named `name` (this one when left out); throws naming the known workers. */
   getWorkerInfo(name?: string): WorkerInfo {
     if (name === undefined) return { name: this.name, id: this.rank };
-    const id = this.names.indexOf(name);
-    if (id < 0) throw new RangeError(`no RPC worker is named "${name}" (workers: ${this.names.join(', ')})`);
-    return { name, id };
+    return this.workers.byName(name);
   }
 
   workerInfo(rank: number): WorkerInfo {
-    return { name: this.names[rank] ?? `rank ${rank}`, id: rank };
+    return this.workers.byRank(rank);
   }
 
   /** Calls `fn` on worker `to` and resolves with its result (torch's rpc_async; rpcSync is the same promise). */
   rpcAsync<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): Promise<R> {
-    const rank = this.rankOf(to);
+    const rank = this.workers.rankOf(to);
     return this.request(rank, fn, { t: 'call', fn }, { args }, timeoutMs) as Promise<R>;
   }
 
   /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
   remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
-    const owner = this.rankOf(to);
+    const owner = this.workers.rankOf(to);
     const id = `${this.rank}.${this.nextValue++}`;
     const fork = this.rrefs.newFork(this.rank);
     const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
@@ -288,7 +304,7 @@ export class RpcAgent implements RRefHost {
     }
     switch (head.t) {
       case 'hello':
-        if (this.names[from] === undefined) this.names[from] = head.name;
+        this.workers.heard(from, head.name);
         return this.wake(this.helloWaiters);
       case 'done':
         this.doneFrom.add(from);
@@ -350,6 +366,7 @@ export class RpcAgent implements RRefHost {
     } finally {
       this.running.set(from, (this.running.get(from) ?? 1) - 1);
       disposeAfterCall([...inputs, ...('value' in result && head.t !== 'fetch' ? tensorsIn(result.value) : [])], undefined);
+      if ('value' in result) for (const r of rrefsIn(result.value)) if (this.transient.has(r)) r.release();
     }
   }
 
@@ -441,7 +458,7 @@ export class RpcAgent implements RRefHost {
   private invoke(fn: string, args: unknown[]): unknown {
     const f = this.functions.get(fn);
     if (!f) {
-      const known = [...this.functions.keys()].join(', ') || 'none';
+      const known = [...this.functions.keys()].filter((n) => !n.startsWith('__')).join(', ') || 'none';
       throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
     }
     return (f as (...a: unknown[]) => unknown)(...args);
@@ -450,13 +467,6 @@ export class RpcAgent implements RRefHost {
   // --- RRefs on the wire -------------------------------------------------------------------------
 
   // --- Helpers -----------------------------------------------------------------------------------
-
-  private rankOf(to: string | number | WorkerInfo): number {
-    const rank = typeof to === 'number' ? to : typeof to === 'string' ? this.getWorkerInfo(to).id : to.id;
-    if (!Number.isInteger(rank) || rank < 0 || rank >= this.worldSize)
-      throw new RangeError(`RPC worker ${String(rank)} is outside the group of ${this.worldSize} workers`);
-    return rank;
-  }
 
   private close(err: Error): void {
     if (this.closed) return;
@@ -468,10 +478,6 @@ export class RpcAgent implements RRefHost {
 
   private wake(waiters: Array<() => void>): void {
     for (const w of waiters.splice(0)) w();
-  }
-
-  private missingNames(): number[] {
-    return this.names.flatMap((n, r) => (n === undefined ? [r] : []));
   }
 
   private notDone(): string[] {

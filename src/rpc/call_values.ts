@@ -6,6 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { RpcError } from './errors.ts';
 import type { RemoteFailure } from './messages.ts';
+import { RRef } from './rref.ts';
 
 export function failure(err: unknown): RemoteFailure {
   const e = err instanceof Error ? err : new Error(String(err));
@@ -19,6 +20,16 @@ export function callMethod(value: unknown, method: string, args: unknown[]): unk
   const f = (value as Record<string, unknown>)[method];
   if (typeof f !== 'function') throw new TypeError(`the RRef's value has no method "${method}"`);
   return (f as (...a: unknown[]) => unknown).apply(value, args);
+}
+
+/** The RRefs in a value (arrays and plain objects walked). */
+export function rrefsIn(v: unknown, out: RRef[] = [], depth = 0): RRef[] {
+  if (depth > 64) return out;
+  if (v instanceof RRef) out.push(v);
+  else if (Array.isArray(v)) for (const x of v) rrefsIn(x, out, depth + 1);
+  else if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype)
+    for (const x of Object.values(v)) rrefsIn(x, out, depth + 1);
+  return out;
 }
 
 export function tensorsIn(v: unknown, out: tf.Tensor[] = [], depth = 0): tf.Tensor[] {
