@@ -58,12 +58,9 @@ export class RpcAgent implements RRefHost {
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
   private nextCall = 1;
-  private nextValue = 1;
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
-  /** RRefs made for a reply (ownForReply): released once it is sent. */
-  private readonly transient = new WeakSet<RRef>();
   /** Distributed autograd's contexts on this worker (torch.distributed.autograd). */
   readonly autograd: DistAutograd;
 
@@ -72,11 +69,11 @@ export class RpcAgent implements RRefHost {
     worldSize: number,
     options: RpcAgentOptions,
   ) {
-    if (!NAME.test(options.name))
-      throw new RangeError(`RPC worker name "${options.name}": use 1 to 128 letters, digits, "_", "-", ":" or "."`);
     this.rank = channel.rank;
+    const name = typeof options.name === 'function' ? options.name(this.rank) : options.name;
+    if (!NAME.test(name)) throw new RangeError(`RPC worker name "${name}": use 1 to 128 letters, digits, "_", "-", ":" or "."`);
     this.worldSize = worldSize;
-    this.name = options.name;
+    this.name = name;
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
     this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
@@ -114,20 +111,22 @@ export class RpcAgent implements RRefHost {
     this.workers.checkUnique();
   }
 
+  /**
+   * An RRef owned by this worker to `value` (torch's rpc.RRef(value)): send it to other workers
+   * and they reach the value here; it lives while any reference to it does.
+   */
+  localRRef<T>(value: T): RRef<T> {
+    return this.rrefs.own(value, false);
+  }
+
   /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
   registerInternal(name: string, fn: RpcFunction): void {
     this.functions.set(name, fn);
   }
 
-  /** An RRef of this worker to `value`, which it owns, released once the reply carrying it is sent (the caller's fork keeps it). */
+  /** An RRef of this worker to `value`, released once the reply carrying it is sent (the caller's fork keeps it). */
   ownForReply<T>(value: T): RRef<T> {
-    const id = `${this.rank}.${this.nextValue++}`;
-    const fork = this.rrefs.newFork(this.rank);
-    this.owned.create(id, fork);
-    this.owned.settle(id, { value });
-    const rref = this.rrefs.track(new RRef<T>(this, this.rank, id, fork));
-    this.transient.add(rref);
-    return rref;
+    return this.rrefs.own(value, true);
   }
 
   /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
@@ -161,7 +160,7 @@ export class RpcAgent implements RRefHost {
   /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
   remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
     const owner = this.workers.rankOf(to);
-    const id = `${this.rank}.${this.nextValue++}`;
+    const id = this.rrefs.newValueId();
     const fork = this.rrefs.newFork(this.rank);
     const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
     // On this worker the value is known at once (the call itself comes back through the loopback).
@@ -366,7 +365,7 @@ export class RpcAgent implements RRefHost {
     } finally {
       this.running.set(from, (this.running.get(from) ?? 1) - 1);
       disposeAfterCall([...inputs, ...('value' in result && head.t !== 'fetch' ? tensorsIn(result.value) : [])], undefined);
-      if ('value' in result) for (const r of rrefsIn(result.value)) if (this.transient.has(r)) r.release();
+      if ('value' in result) for (const r of rrefsIn(result.value)) if (this.rrefs.isTransient(r)) r.release();
     }
   }
 

@@ -4,8 +4,11 @@
 export type RpcFunction = (...args: never[]) => unknown;
 
 export interface RpcAgentOptions {
-  /** This worker's name (torch's: letters, digits, "_", "-", ":" and ".", up to 128). */
-  name: string;
+  /**
+   * This worker's name (torch's rule: letters, digits, "_", "-", ":" and ".", up to 128), or a
+   * function of its rank, for a page that learns its rank when the group forms.
+   */
+  name: string | ((rank: number) => string);
   /** A call's default timeout (torch's default: 60 s); 0: none. */
   rpcTimeoutMs?: number;
   /** How long start() waits for every worker to say its name. Default 60 s. */

@@ -9,6 +9,7 @@
 import { initProcessGroup, type InitProcessGroupOptions } from '../c10d/init_process_group.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { RpcAgent, type RpcAgentOptions, type RpcFunction } from './agent.ts';
+import type * as tf from '@tensorflow/tfjs';
 import type { RRef, WorkerInfo } from './rref.ts';
 
 export interface InitRpcOptions extends RpcAgentOptions, Partial<InitProcessGroupOptions> {
@@ -95,6 +96,27 @@ export function register(name: string, fn: RpcFunction): void {
 export function getWorkerInfo(name?: string): WorkerInfo {
   return currentAgent().getWorkerInfo(name);
 }
+
+/** torch's rpc.RRef(value): an RRef owned by this worker. */
+export function localRRef<T>(value: T): RRef<T> {
+  return currentAgent().localRRef(value);
+}
+
+/** torch.distributed.autograd's functions, through this page's agent. */
+export const distAutograd = {
+  /** `with dist_autograd.context() as context_id:` — runs `body` in a new context, then ends it everywhere. */
+  context<T>(body: (contextId: string) => Promise<T>): Promise<T> {
+    return currentAgent().autograd.context(body);
+  },
+  /** dist_autograd.backward(context_id, [loss]), with the loss as a synchronous function of what the context received. */
+  backward(contextId: string, lossFn: () => tf.Scalar): Promise<number> {
+    return currentAgent().autograd.backward(contextId, lossFn);
+  },
+  /** dist_autograd.get_gradients(context_id): this worker's variables and their gradients in the context. */
+  getGradients(contextId: string): Map<tf.Variable, tf.Tensor> {
+    return currentAgent().autograd.getGradients(contextId);
+  },
+};
 
 /** torch's rpc.shutdown: graceful by default (see RpcAgent.shutdown); destroys the group initRpc joined. */
 export async function shutdown(options: { graceful?: boolean; timeoutMs?: number } = {}): Promise<void> {

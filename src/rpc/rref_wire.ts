@@ -26,11 +26,34 @@ export class RRefWire implements RRefCodec<RRef> {
   /** Fork requests in flight, by value id: a release of the value waits for them. */
   private readonly forking = new Map<string, Set<Promise<unknown>>>();
   private nextFork = 1;
+  private nextValue = 1;
+  /** RRefs made for a reply (`own(value, true)`): released once it is sent. */
+  private readonly transient = new WeakSet<RRef>();
 
   constructor(private readonly d: RRefWireDeps) {}
 
   get liveCount(): number {
     return this.live.size;
+  }
+
+  /** A new value id ("creator.n"). */
+  newValueId(): string {
+    return `${this.d.rank}.${this.nextValue++}`;
+  }
+
+  /** An RRef of this worker to `value`, which it now owns; `transient`: to be released once the reply carrying it is sent. */
+  own<T>(value: T, transient: boolean): RRef<T> {
+    const id = this.newValueId();
+    const fork = this.newFork(this.d.rank);
+    this.d.owned.create(id, fork);
+    this.d.owned.settle(id, { value });
+    const rref = this.track(new RRef<T>(this.d.host, this.d.rank, id, fork));
+    if (transient) this.transient.add(rref);
+    return rref;
+  }
+
+  isTransient(rref: RRef): boolean {
+    return this.transient.has(rref);
   }
 
   /** A new fork id for a reference held by `holder` ("holder.creator.n"). */
