@@ -410,7 +410,7 @@ describe('rpc: RemoteModule and DistributedOptimizer', () => {
       },
     }));
     const driver = set.all[0]!;
-    const module = new RemoteModule<Linear>(driver, 'worker1', 'linear', [7]);
+    const module = new RemoteModule<Linear>('worker1', 'linear', [7], driver);
     const params = await module.remoteParameters();
     expect(params.map((p) => p.ownerName())).toEqual(['worker1', 'worker1']);
     expect(set.all[1]!.ownedRRefs().map((o) => o.forks)).toEqual([1, 1, 1]);
@@ -418,7 +418,7 @@ describe('rpc: RemoteModule and DistributedOptimizer', () => {
     const x = tf.randomNormal([4, 3], 0, 1, 'float32', 8);
     const y = tf.randomNormal([4, 2], 0, 1, 'float32', 9);
     const lossOf = (out: tf.Tensor) => tf.mean(tf.square(out.sub(y))) as tf.Scalar;
-    const optimizer = new DistributedOptimizer(driver, SGD, params, { lr: 0.1 });
+    const optimizer = new DistributedOptimizer(SGD, params, { lr: 0.1 }, driver);
     const local = new SGD({ lr: 0.1 });
     for (let step = 0; step < 3; step++) {
       await driver.autograd.context(async (ctx) => {

@@ -9,6 +9,7 @@
 import { initProcessGroup, type InitProcessGroupOptions } from '../c10d/init_process_group.ts';
 import type { ProcessGroup } from '../c10d/process_group.ts';
 import { RpcAgent, type RpcAgentOptions, type RpcFunction } from './agent.ts';
+import { setCurrentAgent } from './current.ts';
 import type * as tf from '@tensorflow/tfjs';
 import type { RRef, WorkerInfo } from './rref.ts';
 
@@ -36,10 +37,12 @@ export async function initRpc(options: InitRpcOptions): Promise<RpcAgent> {
     const agent = new RpcAgent(group.openMessageChannel(options.maxMessageBytes), group.worldSize, options);
     for (const [name, fn] of Object.entries(options.functions ?? {})) agent.register(name, fn);
     current = { agent, ownGroup };
+    setCurrentAgent(agent);
     await agent.start(options.startTimeoutMs);
     return agent;
   } catch (err) {
     current = undefined;
+    setCurrentAgent(undefined);
     await ownGroup?.destroy();
     throw err;
   }
@@ -126,6 +129,7 @@ export async function shutdown(options: { graceful?: boolean; timeoutMs?: number
     await agent.shutdown(options);
   } finally {
     current = undefined;
+    setCurrentAgent(undefined);
     await ownGroup?.destroy();
   }
 }

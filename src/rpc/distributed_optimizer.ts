@@ -8,6 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { Adam, AdamW, SGD, type AdamOptions, type HostOptimizer, type ParamLayout, type SGDOptions } from '../nn/optim.ts';
 import type { RRef } from './rref.ts';
+import { currentAgentAs } from './current.ts';
 
 /** The host optimizers a DistributedOptimizer runs, by the name that crosses the wire. */
 const OPTIMIZERS = { SGD, Adam, AdamW } as const;
@@ -30,11 +31,15 @@ export class DistributedOptimizer {
   readonly id: string;
   private readonly name: OptimizerName;
 
+  /**
+   * torch's DistributedOptimizer(optimizer_class, params_rref, **options): `host` is this page's
+   * agent (initRpc's) unless given.
+   */
   constructor(
-    private readonly host: OptimizerHost,
     optimizer: OptimizerClass,
     private readonly params: Array<RRef<tf.Variable>>,
     private readonly options: SGDOptions | AdamOptions,
+    private readonly host: OptimizerHost = currentAgentAs<OptimizerHost>(),
   ) {
     const name = (Object.keys(OPTIMIZERS) as OptimizerName[]).find((n) => OPTIMIZERS[n] === optimizer);
     if (!name) throw new TypeError('DistributedOptimizer runs SGD, Adam or AdamW (src/nn/optim.ts)');

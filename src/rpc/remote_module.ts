@@ -9,6 +9,7 @@
  */
 import type * as tf from '@tensorflow/tfjs';
 import type { RRef } from './rref.ts';
+import { currentAgentAs } from './current.ts';
 
 /** What a module made remotely has: a forward pass, and its parameters one of two ways. */
 export interface RemoteModuleValue {
@@ -32,12 +33,15 @@ export class RemoteModule<M extends RemoteModuleValue = RemoteModuleValue> {
   /** The module on its worker (torch's module_rref). */
   readonly moduleRRef: RRef<M>;
 
-  /** Makes the module on worker `on` with the registered function `factory`, called with `args`. */
+  /**
+   * Makes the module on worker `on` with the registered function `factory`, called with `args`
+   * (torch's RemoteModule(remote_device, module_cls, args)); `host` is this page's agent unless given.
+   */
   constructor(
-    private readonly host: ModuleHost,
     on: string | number,
     factory: string,
     args: unknown[] = [],
+    private readonly host: ModuleHost = currentAgentAs<ModuleHost>(),
   ) {
     this.moduleRRef = host.remote<M>(on, factory, args);
   }
