@@ -219,7 +219,8 @@ export class RpcAgent implements RRefHost {
         timeoutMs,
         () => this.outstanding(),
       );
-      this.rrefs.releaseAll();
+      // Every release leaves before this worker's "done": an owner that has every "done" has every release.
+      await this.rrefs.releaseAll();
       for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
       await waitUntil(
         this.name,

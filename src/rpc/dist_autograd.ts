@@ -39,12 +39,15 @@ class AutogradContext {
   /** What this worker sent under each key: to whom, and the tensors in message order. */
   readonly sent = new Map<string, { to: number; tensors: tf.Tensor[] }>();
   readonly received: tf.Variable[] = [];
+  /** Received tensors without gradients, kept for recomputing. */
+  readonly held: tf.Tensor[] = [];
   readonly peers = new Set<number>();
 
   constructor(readonly id: string) {}
 
   dispose(): void {
     for (const v of this.received) v.dispose();
+    for (const t of this.held) t.dispose();
     for (const g of this.grads.values()) g.dispose();
     this.grads.clear();
   }
@@ -115,10 +118,18 @@ export class DistAutograd {
     ctx.sent.set(key, { to, tensors });
   }
 
-  /** A tensor received in context `id`: a variable of the context, recorded with its origin. Takes `t`. */
-  received(id: string, t: tf.Tensor, origin: Origin): tf.Variable {
+  /**
+   * A tensor received in context `id`: a float32 one becomes a variable of the context, recorded
+   * with its origin (takes `t`); an int32 or bool one (indices, masks) has no gradient: it is kept
+   * as it is until the context ends (a served call's backward recomputes with it).
+   */
+  received(id: string, t: tf.Tensor, origin: Origin): tf.Tensor {
     const ctx = this.open(id);
     ctx.peers.add(origin.worker);
+    if (t.dtype !== 'float32') {
+      ctx.held.push(tf.keep(t));
+      return t;
+    }
     const v = tf.variable(t, true, `rpc_ctx_${id}_${origin.worker}_${origin.key}_${origin.index}`.replace(/[^A-Za-z0-9_]/g, '_'));
     t.dispose();
     ctx.received.push(v);

@@ -26,6 +26,8 @@ export class RRefWire implements RRefCodec<RRef> {
   /** Fork requests in flight, by value id: a release of the value waits for them. */
   private readonly forking = new Map<string, Set<Promise<unknown>>>();
   private nextFork = 1;
+  /** Releases on their way to owners. */
+  private readonly releasing = new Set<Promise<unknown>>();
   private nextValue = 1;
   /** RRefs made for a reply (`own(value, true)`): released once it is sent. */
   private readonly transient = new WeakSet<RRef>();
@@ -109,9 +111,10 @@ export class RRefWire implements RRefCodec<RRef> {
     this.end({ owner: rref.ownerRank, id: rref.id, fork: rref.fork });
   }
 
-  /** Releases every live RRef of this worker (shutdown). */
-  releaseAll(): void {
+  /** Releases every live RRef of this worker (shutdown); resolves once every release has left. */
+  releaseAll(): Promise<unknown> {
     for (const ref of [...this.live.values()]) ref.deref()?.release();
+    return Promise.allSettled([...this.releasing]);
   }
 
   private end(f: { owner: number; id: string; fork: string }): void {
@@ -122,6 +125,8 @@ export class RRefWire implements RRefCodec<RRef> {
     }
     // After this worker's fork requests for the value: they need its fork to still count.
     const before = Promise.allSettled([...(this.forking.get(f.id) ?? [])]);
-    void before.then(() => this.d.release(f.owner, f.id, f.fork)).catch(() => {});
+    const sent = before.then(() => this.d.release(f.owner, f.id, f.fork)).catch(() => {});
+    this.releasing.add(sent);
+    void sent.then(() => this.releasing.delete(sent));
   }
 }
