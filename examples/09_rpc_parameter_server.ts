@@ -102,6 +102,7 @@ export default async function main(ctx: LaunchContext) {
     ctx.args.dataset === 'mnist'
       ? await loadMnist({ baseUrl: new URL('/datasets/mnist/', ctx.url).href })
       : syntheticDataset({ length: 2048, inputSize: 16, numClasses: 4, seed: 0 });
+  const reports: Array<Record<string, unknown>> = [];
   const agent = await initRpc({
     name: (rank) => (rank === 0 ? 'parameter_server' : `trainer_${rank}`),
     url: ctx.url,
@@ -109,7 +110,8 @@ export default async function main(ctx: LaunchContext) {
     token: ctx.token,
     worldSize: ctx.nproc,
     timeoutMs: ctx.timeoutMs,
-    functions: { getParameterServer },
+    // `report`: each trainer's figures, for the launcher's summary (rank 0's result).
+    functions: { getParameterServer, report: (r: Record<string, unknown>) => void reports.push(r) },
   });
   let result: Record<string, unknown> = { role: 'parameter_server' };
   if (agent.rank > 0) {
@@ -124,8 +126,10 @@ export default async function main(ctx: LaunchContext) {
     ctx.log(`final loss ${finalLoss.toFixed(4)}, accuracy ${(accuracy * 100).toFixed(1)}%`);
     net.paramServerRRef.release();
     result = { role: 'trainer', finalLoss, accuracy };
+    await rpc.rpcSync('parameter_server', 'report', [{ rank: agent.rank, finalLoss, accuracy }]);
   }
   // Graceful: waits for every trainer, then the server has nothing left to keep.
   await rpc.shutdown();
-  return { ...result, ownedAfterShutdown: agent.ownedRRefs().length };
+  const trainers = reports.sort((a, b) => Number(a.rank) - Number(b.rank));
+  return { ...result, ...(agent.rank === 0 ? { trainers } : {}), ownedAfterShutdown: agent.ownedRRefs().length };
 }

@@ -112,15 +112,21 @@ export default async function main(ctx: LaunchContext) {
     timeoutMs: ctx.timeoutMs,
   });
   // Every rank makes the trainers' subgroup, in the same order (torch's new_group rule); the server is not in it.
-  const trainers = await pg.newGroup(Array.from({ length: ctx.nproc - 1 }, (_, i) => i + 1));
+  const trainerGroup = await pg.newGroup(Array.from({ length: ctx.nproc - 1 }, (_, i) => i + 1));
+  const reports: Array<Record<string, unknown>> = [];
   const agent = await initRpc({
     group: pg,
     name: (rank) => (rank === 0 ? 'ps' : `trainer${rank}`),
-    functions: { EmbeddingBag: () => new EmbeddingBag() },
+    // `report`: each trainer's figures, for the launcher's summary (rank 0's result).
+    functions: { EmbeddingBag: () => new EmbeddingBag(), report: (r: Record<string, unknown>) => void reports.push(r) },
   });
-  const result = trainers ? await runTrainer(ctx, agent.rank, trainers) : undefined;
-  if (result) ctx.log(`final loss ${result.finalLoss.toFixed(4)}, accuracy ${(result.accuracy * 100).toFixed(1)}%`);
+  const result = trainerGroup ? await runTrainer(ctx, agent.rank, trainerGroup) : undefined;
+  if (result) {
+    ctx.log(`final loss ${result.finalLoss.toFixed(4)}, accuracy ${(result.accuracy * 100).toFixed(1)}%`);
+    await rpc.rpcSync('ps', 'report', [{ rank: agent.rank, ...result }]);
+  }
   await rpc.shutdown();
   await pg.destroy();
-  return { role: agent.name, ...result, ownedAfterShutdown: agent.ownedRRefs().length };
+  const trainers = reports.sort((a, b) => Number(a.rank) - Number(b.rank));
+  return { role: agent.name, ...result, ...(agent.rank === 0 ? { trainers } : {}), ownedAfterShutdown: agent.ownedRRefs().length };
 }

@@ -109,6 +109,7 @@ class Trainer {
 }
 
 export default async function main(ctx: LaunchContext) {
+  const reports: Array<Record<string, unknown>> = [];
   const agent = await initRpc({
     name: (rank) => (rank === 0 ? 'ps' : `trainer${rank}`),
     url: ctx.url,
@@ -119,6 +120,8 @@ export default async function main(ctx: LaunchContext) {
     functions: {
       getServer: (trainers: number) => (server ??= new BatchUpdateParameterServer(trainers)),
       updateAndFetchModel: BatchUpdateParameterServer.updateAndFetchModel,
+      // Each trainer's figures, for the launcher's summary (rank 0's result).
+      report: (r: Record<string, unknown>) => void reports.push(r),
     },
   });
   let result: Record<string, unknown> = { role: agent.name };
@@ -129,7 +132,9 @@ export default async function main(ctx: LaunchContext) {
     ctx.log(`final loss ${finalLoss.toFixed(4)}, accuracy ${(accuracy * 100).toFixed(1)}%`);
     trainer.release();
     result = { ...result, finalLoss, accuracy };
+    await rpc.rpcSync('ps', 'report', [{ rank: agent.rank, finalLoss, accuracy }]);
   }
   await rpc.shutdown();
-  return { ...result, ownedAfterShutdown: agent.ownedRRefs().length };
+  const trainers = reports.sort((a, b) => Number(a.rank) - Number(b.rank));
+  return { ...result, ...(agent.rank === 0 ? { trainers } : {}), ownedAfterShutdown: agent.ownedRRefs().length };
 }
