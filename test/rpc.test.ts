@@ -176,8 +176,10 @@ describe('rpc: calls by name', () => {
     await close(set);
   });
 
-  it('a callee whose group closes mid-call fails the caller at once, naming the worker, the function and the lost rank', async () => {
-    const set = await agents(2, () => ({ never: () => new Promise(() => {}) }), 30_000);
+  it('a callee whose group closes mid-call fails the caller at once, naming the worker, the function and the lost rank; its RRefs say their owner is gone', async () => {
+    const set = await agents(2, () => ({ never: () => new Promise(() => {}), box: () => ({ x: 1 }) }), 30_000);
+    const rref = set.all[0]!.remote('worker1', 'box');
+    await rref.toHere();
     const call = rejection(set.all[0]!.rpcAsync('worker1', 'never'));
     const started = Date.now();
     set.pgs[1]!.leave();
@@ -187,6 +189,10 @@ describe('rpc: calls by name', () => {
     expect((err as Error).cause).toBeInstanceOf(PeerLostError);
     expect((err as Error).message).toContain('lost rank 1');
     expect(Date.now() - started).toBeLessThan(5_000);
+    // An RRef whose owner is gone says so.
+    const gone = await rejection(rref.toHere());
+    expect(gone).toBeInstanceOf(RpcUnreachableError);
+    expect(gone).toMatchObject({ worker: 'worker1', fn: 'toHere' });
     await close(set);
   });
 
