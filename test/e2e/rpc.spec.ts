@@ -5,6 +5,9 @@
  * nothing: every RRef was released. The numbers of steps are small; their single-tab versions
  * reach 0.98 (PS, pipeline), 1.0 (DDP + RPC) and 0.97 (batch) on the same synthetic data.
  */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { expect, launchCommand, test } from './fixtures.ts';
 
 interface Trainer {
@@ -45,4 +48,48 @@ test('11: the DDP + RPC tutorial: a remote embedding table and a dense layer und
 test('12: the batch-update tutorial: asynchronous executions answer both trainers once per batch; both learn', async () => {
   const s = await run('12_rpc_batch_server.ts', 20);
   for (const t of s.trainers!) expect(t.accuracy).toBeGreaterThan(0.85);
+});
+
+test('a callee whose tab closes mid-call fails the caller at once, naming the worker, the function and the lost rank', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'rpc-close-'));
+  try {
+    const script = join(dir, 'callee_closes.ts');
+    // Rank 1 takes the call, then leaves as a closing tab does (its pagehide); rank 0 reports how its call ended.
+    await writeFile(
+      script,
+      `import { initProcessGroup, initRpc, rpc, type LaunchContext } from 'browser-ddp';
+export default async function main(ctx: LaunchContext) {
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: 2 });
+  let called = () => {};
+  const started = new Promise<void>((r) => (called = r));
+  const hang = () => {
+    called();
+    return new Promise(() => {});
+  };
+  const agent = await initRpc({ group: pg, name: (r) => 'w' + r, functions: { hang } });
+  if (agent.rank === 1) {
+    await started;
+    pg.leave();
+    return { left: true };
+  }
+  const t0 = performance.now();
+  try {
+    await rpc.rpcSync('w1', 'hang', [], { timeoutMs: 30000 });
+    return { error: null };
+  } catch (e) {
+    const err = e as Error & { worker?: string; fn?: string; cause?: Error };
+    return { error: err.name, worker: err.worker, fn: err.fn, cause: err.cause?.name, message: err.message, ms: performance.now() - t0 };
+  }
+}
+`,
+    );
+    const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', script]);
+    expect(r.code, r.output.slice(-3000)).toBe(0);
+    const s = r.summary as { error: string; worker: string; fn: string; cause: string; message: string; ms: number };
+    expect(s).toMatchObject({ error: 'RpcUnreachableError', worker: 'w1', fn: 'hang', cause: 'PeerLostError' });
+    expect(s.message).toContain('lost rank 1');
+    expect(s.ms).toBeLessThan(10_000); // not the call's 30 s timeout
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
