@@ -193,6 +193,11 @@ export {
 } from './nn/language_model.ts';
 export { classificationLoss } from './nn/losses.ts';
 
+// torch.distributed.rpc, .optim and .nn: the RPC framework's entry and its two classes (the rest in `rpc`).
+export { initRpc, type InitRpcOptions } from './rpc/api.ts';
+export { DistributedOptimizer } from './rpc/distributed_optimizer.ts';
+export { RemoteModule } from './rpc/remote_module.ts';
+
 // torchrun: what the launcher hands a script, and its arguments read as integers.
 export { intArg, type LaunchContext, type ScriptMain } from './jobs/launch_context.ts';
 
@@ -209,6 +214,8 @@ export * as parallel from './parallel_namespace.ts';
 export * as pipeline from './pipeline_namespace.ts';
 export * as parameterServer from './parameter_server_namespace.ts';
 export * as robust from './robust_namespace.ts';
+export * as rpc from './rpc_namespace.ts';
+export * as distAutograd from './dist_autograd_namespace.ts';
 
 // The names that moved into the namespaces, kept as deprecated aliases for existing scripts.
 export * from './deprecated.ts';

@@ -217,12 +217,32 @@ const TOP_LEVEL = [
   'TransformerBlock',
   'LanguageModelSpec',
   'classificationLoss',
+  // torch.distributed.rpc, .optim, .nn
+  'initRpc',
+  'InitRpcOptions',
+  'DistributedOptimizer',
+  'RemoteModule',
   // torchrun
   'LaunchContext',
   'ScriptMain',
   'intArg',
 ];
-const NAMESPACES = ['util', 'wire', 'c10d', 'runtime', 'data', 'nn', 'io', 'elastic', 'parallel', 'pipeline', 'parameterServer', 'robust'];
+const NAMESPACES = [
+  'util',
+  'wire',
+  'c10d',
+  'runtime',
+  'data',
+  'nn',
+  'io',
+  'elastic',
+  'parallel',
+  'pipeline',
+  'parameterServer',
+  'robust',
+  'rpc',
+  'distAutograd',
+];
 
 interface Exported {
   name: string;

@@ -16,14 +16,9 @@
  * prefix, so the top-level group and its subgroups run collectives at the same time without
  * mixing. Failure is all-or-nothing: whatever fails one group of a rank fails all of them.
  *
- * The pieces: `SharedLinks` (the links, liveness and frame routing every group of a rank
- * shares), `GroupLinks` (the peer links), `Mailbox` (frames to receives), ring.ts (the
- * algorithms), framing.ts (the frames); beside this module, group_options.ts (the options and their
- * defaults), group_identity.ts (who a group is), group_transport.ts (a group's mailbox, transports and
- * routing), collective_descriptors.ts (what each collective's frames say it is), exchanges.ts (each
- * collective's exchange), group_break.ts (the broken state), subgroups.ts (a subgroup's members),
- * p2p.ts (send/recv's numbering), abort_notices.ts (a failed collective told to the other members),
- * store_barrier.ts (barriers through the store) and attested_rows.ts (`gatherRows` through the server).
+ * The pieces: `SharedLinks` (links, liveness, routing), `GroupLinks`, `Mailbox`, ring.ts, framing.ts;
+ * beside this module, one file per part (options, identity, transport, descriptors, exchanges, break,
+ * subgroups, p2p, abort notices, store barrier, attested rows, the RPC agent's message channel).
  */
 import { GroupClosedError } from '../wire/errors.ts';
 import { Collective, FrameKind, describeCollective, type Descriptor, type ReduceOpName } from '../wire/framing.ts';
@@ -52,6 +47,7 @@ import { barrierWait, meetNewGroup, type BarrierGroup } from './store_barrier.ts
 import { meshExchange } from './mesh_gather.ts';
 import { GroupBreak } from './group_break.ts';
 import { gatherRowsThroughServer } from './attested_rows.ts';
+import { MessageChannel } from './message_channel.ts';
 
 export type { ReduceOpName } from '../wire/framing.ts';
 export type { WireDtype } from '../wire/half.ts';
@@ -113,6 +109,12 @@ export class ProcessGroup {
   /** Bytes of this group's collective and point-to-point frames this rank sent (see `bytesSent`). */
   private sentBytes = 0;
   private readonly timeoutMs: number;
+
+  /** Whole messages to any rank of the round, for an RPC agent (src/rpc/): top-level group, one per rank. */
+  openMessageChannel(maxMessageBytes?: number): MessageChannel {
+    if (this.groupId !== 0) throw new Error(`open the message channel on the top-level group, not ${this.members.describe()}`);
+    return new MessageChannel(this.shared, { maxFrameBytes: this.maxFrameBytes, ...(maxMessageBytes ? { maxMessageBytes } : {}) });
+  }
 
   /** Made by the rendezvous (`initProcessGroup`); subgroups by `newGroup` (`sub` is internal). */
   constructor(init: GroupInit, sub?: SubgroupSpec) {

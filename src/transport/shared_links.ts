@@ -36,6 +36,14 @@ const BYE_POLL_MS = 5;
 /** Peers in events are top-level ranks, in every group. */
 export type ProcessGroupEvent = { type: 'link'; peer: number; state: LinkState } | { type: 'peer-lost'; rank: number; reason: string };
 
+/** Where a rank's RPC frames go (c10d/message_channel.ts): the top-level group's links carry them. */
+export interface MessageSink {
+  /** An RPC frame from `from` (any rank of the round). Throws FramingError. */
+  deliver(from: number, frame: Uint8Array, h: FrameHeader): void;
+  /** The rank's groups failed with `err`: nothing more arrives or leaves. */
+  broke(err: Error): void;
+}
+
 /** One process group as the shared links see it. */
 export interface RoutedGroup {
   /** 0 for the top-level group; 1, 2, ... for subgroups. */
@@ -105,6 +113,8 @@ export class SharedLinks {
   private readonly byeAnswered = new Set<number>();
   private nextId = 1;
   private broken: Error | undefined;
+  /** The rank's RPC agent's channel, once it opened one. */
+  private messages: MessageSink | undefined;
   /** Gaps in this page's own ticks: this rank was paused. */
   private readonly gap: TickGap;
   private readonly onStalled: ((err: RankStalledError) => void) | undefined;
@@ -199,6 +209,13 @@ export class SharedLinks {
     if (this.broken) g.broke(this.broken);
   }
 
+  /** RPC frames go to `sink` from now on (one per rank). A rank that is already broken tells it at once. */
+  attachMessages(sink: MessageSink): void {
+    if (this.messages) throw new Error('this rank already has a message channel (one RPC agent per process group)');
+    this.messages = sink;
+    if (this.broken) sink.broke(this.broken);
+  }
+
   /** A subgroup destroyed on this rank: its frames are dropped from now on. */
   retire(id: number): void {
     this.groups.delete(id);
@@ -241,6 +258,7 @@ export class SharedLinks {
     this.broken = err;
     this.links.stop(err);
     for (const g of [...this.groups.values()]) g.broke(err);
+    this.messages?.broke(err);
     if (err instanceof RankStalledError) this.onStalled?.(err);
   }
 
@@ -299,6 +317,13 @@ export class SharedLinks {
         // The peer destroys its group: everything it sent came before this; answer so it can close.
         if (h.step === 0) for (const link of this.links.open()) if (link.peer === from) link.send(encodeBye(true)).catch(() => {});
         if (h.step === 1) this.byeAnswered.add(from);
+        return;
+      }
+      if (h.kind === FrameKind.rpc) {
+        if (h.group !== 0) throw new FramingError(`an RPC frame carries group 0, this one group ${h.group}`, from, 'group');
+        if (!this.messages) throw new FramingError(`an RPC frame (seq ${h.seq}), but this rank runs no RPC agent`, from, 'kind');
+        this.heard(from);
+        this.messages.deliver(from, frame, h);
         return;
       }
       const g = this.groups.get(h.group);

@@ -43,7 +43,11 @@ export const DEFAULT_FRAME_BYTES = 32_768;
  * (step 0), and the answer of a peer that received it (step 1): once answered, everything sent
  * before it has arrived (the link is ordered), and the links can close.
  */
-export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5 } as const;
+/**
+ * `rpc`: a message of the rank's RPC agent (src/rpc/), group 0: opaque bytes the agent decodes,
+ * numbered per peer and direction in `seq` (c10d/message_channel.ts).
+ */
+export const FrameKind = { collective: 1, p2p: 2, abort: 3, alive: 4, bye: 5, rpc: 6 } as const;
 export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** The latency-optimal algorithms have codes of their own: ranks that chose differently mismatch. */
@@ -160,7 +164,8 @@ export function readHeader(frame: Uint8Array): FrameHeader {
     kind !== FrameKind.p2p &&
     kind !== FrameKind.abort &&
     kind !== FrameKind.alive &&
-    kind !== FrameKind.bye
+    kind !== FrameKind.bye &&
+    kind !== FrameKind.rpc
   ) {
     throw new FramingError(`frame has unknown kind ${kind}`);
   }
@@ -203,10 +208,10 @@ export function readHeader(frame: Uint8Array): FrameHeader {
  * unless a 16-bit wire was asked for (`frames` cuts them on 4-byte boundaries, so only a
  * 16-bit message's last chunk may end on a 2-byte one); int8 blocks are bytes. A chunk that does not start and end on
  * an element's boundary cannot be viewed as values. Throws FramingError naming the field. Abort
- * notices carry JSON and are not checked.
+ * notices carry JSON and RPC messages bytes: neither is checked.
  */
 export function checkChunk(h: FrameHeader): void {
-  if (h.kind === FrameKind.abort) return;
+  if (h.kind === FrameKind.abort || h.kind === FrameKind.rpc) return;
   if (h.kind === FrameKind.alive || h.kind === FrameKind.bye) {
     if (h.length !== 0 || h.total !== 0)
       throw new FramingError(

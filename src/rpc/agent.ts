@@ -1,0 +1,493 @@
+/**
+ * The RPC agent of one worker (torch's RpcAgent, TensorPipe's role): calls to functions of other
+ * workers by their registered names, over the process group's message channel
+ * (c10d/message_channel.ts), and the owner's side of RRefs.
+ *
+ * A call is a message {t: "call", id, fn, args}; the callee runs the function registered under
+ * `fn` (never code from the wire) and answers {t: "reply", id, result} or {t: "reply", id, error}.
+ * A function that returns a promise does not hold the callee while it waits: JavaScript runs the
+ * next call meanwhile, which is what torch's @rpc.functions.async_execution asks for.
+ *
+ * Tensors: the callee's arguments are new tensors, and the agent disposes them, and the tensors of
+ * the result, once the reply is sent, except variables and tensors the function marked with
+ * tf.keep (a function that keeps an argument keeps it with tf.keep or a copy). The caller owns the
+ * tensors of the result it receives.
+ */
+import * as tf from '@tensorflow/tfjs';
+import type { MessageChannel } from '../c10d/message_channel.ts';
+import { decodeMessage, encodeMessage } from './codec.ts';
+import { RRefWire } from './rref_wire.ts';
+import { WorkerNames } from './worker_names.ts';
+import { DistAutograd } from './dist_autograd.ts';
+import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
+import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
+import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
+import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
+import { DEFAULT_RPC_TIMEOUT_MS, NAME, type RpcAgentOptions, type RpcFunction } from './agent_options.ts';
+import { callMethod, disposeAfterCall, failure, rrefsIn, tensorsIn, waitUntil } from './call_values.ts';
+import { serveDistributedOptimizer } from './distributed_optimizer.ts';
+import { serveRemoteModules } from './remote_module.ts';
+
+export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
+
+/** A request this worker serves. */
+type Served = Exclude<Extract<Head, { id: number }>, { t: 'reply' }>;
+
+interface Pending {
+  rank: number;
+  resolve(v: unknown): void;
+  reject(e: Error): void;
+  worker: string;
+  fn: string;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+export class RpcAgent implements RRefHost {
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly name: string;
+  readonly rpcTimeoutMs: number;
+  private readonly workers: WorkerNames;
+  private readonly functions = new Map<string, RpcFunction>();
+  private readonly pending = new Map<number, Pending>();
+  private readonly owned: OwnerTable;
+  private readonly running = new Map<number, number>();
+  /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
+  private readonly order = new Map<number, Promise<unknown>>();
+  private readonly doneFrom = new Set<number>();
+  private readonly helloWaiters: Array<() => void> = [];
+  private readonly doneWaiters: Array<() => void> = [];
+  private nextCall = 1;
+  private closed: Error | undefined;
+  private readonly maxCallsPerWorker: number;
+  private readonly rrefs: RRefWire;
+  /** Distributed autograd's contexts on this worker (torch.distributed.autograd). */
+  readonly autograd: DistAutograd;
+
+  constructor(
+    private readonly channel: MessageChannel,
+    worldSize: number,
+    options: RpcAgentOptions,
+  ) {
+    this.rank = channel.rank;
+    const name = typeof options.name === 'function' ? options.name(this.rank) : options.name;
+    if (!NAME.test(name)) throw new RangeError(`RPC worker name "${name}": use 1 to 128 letters, digits, "_", "-", ":" or "."`);
+    this.worldSize = worldSize;
+    this.name = name;
+    this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
+    this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
+    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
+    this.workers = new WorkerNames(this.rank, worldSize, this.name);
+    this.rrefs = new RRefWire({
+      rank: this.rank,
+      worldSize,
+      owned: this.owned,
+      host: this,
+      fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
+      release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
+    });
+    this.autograd = new DistAutograd({
+      rank: this.rank,
+      sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
+      releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
+    });
+    serveDistributedOptimizer(this);
+    serveRemoteModules(this);
+    channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
+    channel.onBroken((err) => this.close(err));
+  }
+
+  /** Says this worker's name to every other and waits for theirs (torch's init_rpc rendezvous). */
+  async start(timeoutMs = 60_000): Promise<void> {
+    for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) void this.post(r, { t: 'hello', name: this.name }).catch(() => {});
+    await waitUntil(
+      this.name,
+      () => this.workers.complete || this.closed !== undefined,
+      this.helloWaiters,
+      timeoutMs,
+      () => `the names of workers ${this.workers.missing().join(', ')} (RPC start)`,
+    );
+    if (this.closed) throw this.closed;
+    this.workers.checkUnique();
+  }
+
+  /**
+   * An RRef owned by this worker to `value` (torch's rpc.RRef(value)): send it to other workers
+   * and they reach the value here; it lives while any reference to it does.
+   */
+  localRRef<T>(value: T): RRef<T> {
+    return this.rrefs.own(value, false);
+  }
+
+  /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
+  registerInternal(name: string, fn: RpcFunction): void {
+    this.functions.set(name, fn);
+  }
+
+  /** An RRef of this worker to `value`, released once the reply carrying it is sent (the caller's fork keeps it). */
+  ownForReply<T>(value: T): RRef<T> {
+    return this.rrefs.own(value, true);
+  }
+
+  /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
+  register(name: string, fn: RpcFunction): void {
+    if (typeof fn !== 'function') throw new TypeError(`rpc.register("${name}", ...) needs a function`);
+    if (name.startsWith('__')) throw new RangeError(`function names starting with "__" are the agent's own: rename "${name}"`);
+    this.functions.set(name, fn);
+  }
+
+  /** Every worker, in rank order. */
+  workerInfos(): WorkerInfo[] {
+    return this.workers.all();
+  }
+
+  /** The worker named `name` (this one when left out); throws naming the known workers. */
+  getWorkerInfo(name?: string): WorkerInfo {
+    if (name === undefined) return { name: this.name, id: this.rank };
+    return this.workers.byName(name);
+  }
+
+  workerInfo(rank: number): WorkerInfo {
+    return this.workers.byRank(rank);
+  }
+
+  /** Calls `fn` on worker `to` and resolves with its result (torch's rpc_async; rpcSync is the same promise). */
+  rpcAsync<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): Promise<R> {
+    const rank = this.workers.rankOf(to);
+    return this.request(rank, fn, { t: 'call', fn }, { args }, timeoutMs) as Promise<R>;
+  }
+
+  /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
+  remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
+    const owner = this.workers.rankOf(to);
+    const id = this.rrefs.newValueId();
+    const fork = this.rrefs.newFork(this.rank);
+    const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
+    // On this worker the value is known at once (the call itself comes back through the loopback).
+    if (owner === this.rank) this.owned.create(id, fork);
+    // The owner's failure to make the value is the RRef's: toHere() reports it.
+    void this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs).catch(() => {});
+    return rref;
+  }
+
+  // --- RRefHost ----------------------------------------------------------------------------------
+
+  fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown> {
+    if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id);
+    return this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs);
+  }
+
+  callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
+    // On the owner, at once; in an autograd context, through the loopback, so the call is recorded.
+    if (rref.ownerRank === this.rank && this.autograd.current === undefined)
+      return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
+    return this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs);
+  }
+
+  ownedValue(id: string) {
+    return this.owned.peek(id);
+  }
+
+  releaseRRef(rref: RRef): void {
+    this.rrefs.release(rref);
+  }
+
+  /** The values this worker owns for RRefs and their live forks (torch's get_debug_info counts). */
+  ownedRRefs(): Array<{ id: string; forks: number; state: 'pending' | 'ready' | 'failed' }> {
+    return this.owned.counts();
+  }
+
+  /** Live RRef objects on this worker (its forks, owned values' included). */
+  liveRRefs(): number {
+    return this.rrefs.liveCount;
+  }
+
+  // --- Shutdown ----------------------------------------------------------------------------------
+
+  /**
+   * torch's rpc.shutdown. Graceful (the default): waits for this worker's outstanding calls,
+   * releases its RRefs, then waits until every worker has done the same (so every call and every
+   * reference in the group has ended) before closing. Not graceful: fails what is outstanding now.
+   */
+  async shutdown({ graceful = true, timeoutMs = 60_000 }: { graceful?: boolean; timeoutMs?: number } = {}): Promise<void> {
+    if (this.closed) return;
+    if (graceful) {
+      await waitUntil(
+        this.name,
+        () => this.pending.size === 0 || this.closed !== undefined,
+        this.doneWaiters,
+        timeoutMs,
+        () => this.outstanding(),
+      );
+      // Every release leaves before this worker's "done": an owner that has every "done" has every release.
+      await this.rrefs.releaseAll();
+      for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
+      await waitUntil(
+        this.name,
+        () => this.doneFrom.size === this.worldSize - 1 || this.closed !== undefined,
+        this.doneWaiters,
+        timeoutMs,
+        () => `workers ${this.notDone().join(', ')} to shut down too (graceful shutdown)`,
+      );
+    }
+    this.close(new RpcError(`the RPC agent of ${this.name} was shut down`, this.name, 'shutdown'));
+  }
+
+  // --- Messages ----------------------------------------------------------------------------------
+
+  private async request(
+    rank: number,
+    fn: string,
+    head: RequestHead,
+    values: Record<string, unknown>,
+    timeoutMs?: number,
+  ): Promise<unknown> {
+    const worker = this.workerInfo(rank).name;
+    if (this.closed) throw new RpcUnreachableError(worker, fn, this.closed.message, { cause: this.closed });
+    const id = this.nextCall++;
+    const ms = timeoutMs ?? this.rpcTimeoutMs;
+    const reply = new Promise<unknown>((resolve, reject) => {
+      const timer = ms > 0 ? setTimeout(() => this.settle(id, new RpcTimeoutError(worker, fn, ms)), ms) : undefined;
+      this.pending.set(id, { resolve, reject, worker, fn, timer, rank });
+    });
+    // A call, method call or fetch made in a distributed autograd context carries it (dist_autograd.ts).
+    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? this.autograd.current : undefined;
+    const sink: tf.Tensor[] = [];
+    if (ctx !== undefined) this.autograd.sent(ctx, `a:${id}`, rank, sink);
+    try {
+      await this.post(rank, { ...head, id, ...(ctx === undefined ? {} : { ctx }) } as Head, values, head.t !== 'fork', sink);
+    } catch (err) {
+      this.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
+    }
+    return reply;
+  }
+
+  private settle(id: number, outcome: Error | { value: unknown }): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    if (outcome instanceof Error) p.reject(outcome);
+    else p.resolve(outcome.value);
+    this.wake(this.doneWaiters);
+  }
+
+  /**
+   * Encodes and sends one message to `rank` (to itself through a loopback, as torch allows), after
+   * the messages posted to it before (a fetch never overtakes the call that makes the value). Fork
+   * requests go at once (`ordered` false): a message being encoded may be waiting for one.
+   */
+  private post(rank: number, head: Head, values: Record<string, unknown> = {}, ordered = true, tensors?: tf.Tensor[]): Promise<void> {
+    const encoded = encodeMessage(head as unknown as Record<string, unknown>, values, this.rrefs, rank, tensors);
+    const deliver = async (bytes: Uint8Array) => {
+      if (rank === this.rank) queueMicrotask(() => void this.onMessage(rank, bytes));
+      else await this.channel.send(rank, bytes);
+    };
+    if (!ordered) return encoded.then(deliver);
+    const sent = (this.order.get(rank) ?? Promise.resolve()).then(() => encoded).then(deliver);
+    this.order.set(
+      rank,
+      sent.catch(() => {}),
+    );
+    return sent;
+  }
+
+  private async onMessage(from: number, bytes: Uint8Array): Promise<void> {
+    let msg: ReturnType<typeof decodeMessage>;
+    let head: Head;
+    try {
+      msg = decodeMessage(bytes);
+      head = checkHead(msg.head);
+    } catch (err) {
+      console.warn(`[rpc] dropped a malformed message from rank ${from}: ${(err as Error).message}`);
+      return;
+    }
+    switch (head.t) {
+      case 'hello':
+        this.workers.heard(from, head.name);
+        return this.wake(this.helloWaiters);
+      case 'done':
+        this.doneFrom.add(from);
+        return this.wake(this.doneWaiters);
+      case 'reply':
+        return this.onReply(from, head, msg);
+      case 'release':
+        if (holderOf(head.fork) === from) this.owned.removeFork(head.rref, head.fork);
+        return;
+      case 'ctx':
+        if (creatorOf(head.ctx) === from) this.autograd.close(head.ctx);
+        return;
+      case 'call':
+      case 'method':
+      case 'fetch':
+      case 'fork':
+      case 'grad':
+        return this.serve(from, head, msg);
+    }
+  }
+
+  private onReply(from: number, head: Extract<Head, { t: 'reply' }>, msg: ReturnType<typeof decodeMessage>): void {
+    const p = this.pending.get(head.id);
+    if (!p || p.rank !== from) return;
+    if (head.error) {
+      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
+      return;
+    }
+    const { ctx } = head;
+    const key = `r:${this.rank}:${head.id}`;
+    const onTensor =
+      ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
+    try {
+      this.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
+    } catch (err) {
+      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
+    }
+  }
+
+  /** Answers a call, a method call, a fetch or a fork request from `from`. */
+  private async serve(from: number, head: Served, msg: ReturnType<typeof decodeMessage>): Promise<void> {
+    const count = this.running.get(from) ?? 0;
+    if (count >= this.maxCallsPerWorker)
+      return this.answer(
+        from,
+        head.id,
+        failure(new RangeError(`${this.name} already runs ${count} calls from this worker (maxCallsPerWorker)`)),
+      );
+    this.running.set(from, count + 1);
+    const inputs: tf.Tensor[] = [];
+    let result: { value: unknown } | RemoteFailure;
+    try {
+      result = { value: await this.handle(from, head, msg, inputs) };
+    } catch (err) {
+      result = failure(err);
+    }
+    try {
+      await this.answer(from, head.id, result, 'ctx' in head && head.t !== 'grad' ? head.ctx : undefined);
+    } finally {
+      this.running.set(from, (this.running.get(from) ?? 1) - 1);
+      disposeAfterCall([...inputs, ...('value' in result && head.t !== 'fetch' ? tensorsIn(result.value) : [])], undefined);
+      if ('value' in result) for (const r of rrefsIn(result.value)) if (this.rrefs.isTransient(r)) r.release();
+    }
+  }
+
+  private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
+    switch (head.t) {
+      case 'call': {
+        const args = this.argsOf(msg, from, inputs, head);
+        const invoke = () => this.invoke(head.fn, args);
+        if (!head.rref) return this.run(head.ctx, head.fn, invoke);
+        if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
+          throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
+        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork);
+        // The value outlives the reply: its arguments are disposed when it is made, not now.
+        const held = inputs.splice(0);
+        const { id } = head.rref;
+        this.run(head.ctx, head.fn, invoke).then(
+          (value) => {
+            this.owned.settle(id, { value });
+            disposeAfterCall(held, value);
+          },
+          (error: Error) => {
+            this.owned.settle(id, { error });
+            disposeAfterCall(held, undefined);
+          },
+        );
+        return null;
+      }
+      case 'method': {
+        this.checkHeld(head.rref, from);
+        const value = await this.owned.whenReady(head.rref);
+        const args = this.argsOf(msg, from, inputs, head);
+        return this.run(head.ctx, head.method, () => callMethod(value, head.method, args));
+      }
+      case 'fetch':
+        this.checkHeld(head.rref, from);
+        return this.owned.whenReady(head.rref);
+      case 'fork':
+        this.checkHeld(head.rref, from);
+        this.owned.addFork(head.rref, head.fork);
+        return null;
+      case 'grad': {
+        const grad = msg.value('grad', this.rrefs, from);
+        if (!(grad instanceof tf.Tensor)) throw new TypeError('a gradient message carries a tensor');
+        inputs.push(grad);
+        await this.autograd.onGrad(from, head.ctx, head.key, head.index, grad);
+        return null;
+      }
+    }
+  }
+
+  /** Runs a served function; in a distributed autograd context, records how to recompute it. */
+  private async run(ctx: string | undefined, fn: string, invoke: () => unknown): Promise<unknown> {
+    const raw = invoke();
+    const value = await raw;
+    if (ctx !== undefined) this.autograd.served(ctx, fn, invoke, value, value !== raw);
+    return value;
+  }
+
+  /** A call's arguments; in a context, each tensor becomes the context's variable, recorded with where it came from. */
+  private argsOf(msg: ReturnType<typeof decodeMessage>, from: number, inputs: tf.Tensor[], head: { id: number; ctx?: string }): unknown[] {
+    const { ctx } = head;
+    const key = `a:${head.id}`;
+    const onTensor =
+      ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
+    const args = msg.value('args', this.rrefs, from, onTensor);
+    if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
+    inputs.push(...tensorsIn(args));
+    return args;
+  }
+
+  private checkHeld(id: string, from: number): void {
+    if (!this.owned.heldBy(id, from)) throw new RangeError(`worker ${this.workerInfo(from).name} holds no reference to RRef ${id} here`);
+  }
+
+  private async answer(to: number, id: number, result: { value: unknown } | RemoteFailure, ctx?: string): Promise<void> {
+    try {
+      if ('value' in result) {
+        const sink: tf.Tensor[] = [];
+        if (ctx !== undefined) this.autograd.sent(ctx, `r:${to}:${id}`, to, sink);
+        await this.post(to, { t: 'reply', id, ...(ctx === undefined ? {} : { ctx }) }, { result: result.value }, true, sink);
+      } else await this.post(to, { t: 'reply', id, error: result.error });
+    } catch (err) {
+      // A result that cannot be sent (not serializable, too large) is the caller's error.
+      if (this.closed) return;
+      await this.post(to, { t: 'reply', id, error: failure(err).error }).catch(() => {});
+    }
+  }
+
+  private invoke(fn: string, args: unknown[]): unknown {
+    const f = this.functions.get(fn);
+    if (!f) {
+      const known = [...this.functions.keys()].filter((n) => !n.startsWith('__')).join(', ') || 'none';
+      throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
+    }
+    return (f as (...a: unknown[]) => unknown)(...args);
+  }
+
+  // --- RRefs on the wire -------------------------------------------------------------------------
+
+  // --- Helpers -----------------------------------------------------------------------------------
+
+  private close(err: Error): void {
+    if (this.closed) return;
+    this.closed = err;
+    for (const [id, p] of [...this.pending]) this.settle(id, new RpcUnreachableError(p.worker, p.fn, err.message, { cause: err }));
+    this.wake(this.helloWaiters);
+    this.wake(this.doneWaiters);
+  }
+
+  private wake(waiters: Array<() => void>): void {
+    for (const w of waiters.splice(0)) w();
+  }
+
+  private notDone(): string[] {
+    return this.workerInfos()
+      .filter((w) => w.id !== this.rank && !this.doneFrom.has(w.id))
+      .map((w) => w.name);
+  }
+
+  private outstanding(): string {
+    const calls = [...this.pending.values()].map((p) => `"${p.fn}" on ${p.worker}`);
+    return `this worker's ${calls.length} outstanding calls (${calls.slice(0, 5).join(', ')}) before shutdown`;
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * The values this worker owns for RRefs (rref.ts): each value, whether it is made yet, and the
+ * live forks that reference it. The last fork released deletes the value (a tensor is disposed);
+ * a value that finishes being made after its last fork is gone is disposed at once.
+ */
+import * as tf from '@tensorflow/tfjs';
+
+interface Owned {
+  state: 'pending' | 'ready' | 'failed';
+  value?: unknown;
+  error?: Error;
+  readonly forks: Set<string>;
+  readonly waiters: Array<() => void>;
+}
+
+/** A fork's holder: the rank before the first dot of its id ("holder.creator.n"). */
+export function holderOf(fork: string): number {
+  return Number(fork.slice(0, fork.indexOf('.')));
+}
+
+/** A value's creator: the rank before the dot of its id ("creator.n"). */
+export function creatorOf(id: string): number {
+  return Number(id.slice(0, id.indexOf('.')));
+}
+
+export class OwnerTable {
+  private readonly values = new Map<string, Owned>();
+
+  constructor(
+    /** Values held at once (a bound on what callers can make this worker keep). */
+    private readonly maxValues: number,
+  ) {}
+
+  /** A new value, being made, referenced by `fork`. Throws if the id is taken or the table is full. */
+  create(id: string, fork: string): void {
+    if (this.values.has(id)) throw new Error(`RRef id ${id} is already in use on its owner`);
+    if (this.values.size >= this.maxValues)
+      throw new Error(`this worker already owns ${this.maxValues} RRef values (maxOwnedRRefs): release some first`);
+    this.values.set(id, { state: 'pending', forks: new Set([fork]), waiters: [] });
+  }
+
+  settle(id: string, outcome: { value: unknown } | { error: Error }): void {
+    const o = this.values.get(id);
+    if (!o) {
+      if ('value' in outcome) disposeValue(outcome.value);
+      return;
+    }
+    if ('value' in outcome) {
+      o.state = 'ready';
+      o.value = outcome.value;
+    } else {
+      o.state = 'failed';
+      o.error = outcome.error;
+    }
+    for (const wake of o.waiters.splice(0)) wake();
+  }
+
+  /** The value once made; rejects with its error if making it failed, or if it is gone. */
+  async whenReady(id: string): Promise<unknown> {
+    const o = this.values.get(id);
+    if (!o) throw new Error(`RRef ${id} has no value on its owner (every reference to it was released)`);
+    if (o.state === 'pending') await new Promise<void>((r) => o.waiters.push(r));
+    if (o.state === 'failed') throw o.error!;
+    if (o.state === 'pending') throw new Error(`RRef ${id}'s every reference was released before its value was made`);
+    return o.value;
+  }
+
+  /** Reads a value without waiting (RRef.localValue). */
+  peek(id: string): { ready: true; value: unknown } | { ready: false; error?: Error } | undefined {
+    const o = this.values.get(id);
+    if (!o) return undefined;
+    if (o.state === 'ready') return { ready: true, value: o.value };
+    return o.error ? { ready: false, error: o.error } : { ready: false };
+  }
+
+  /** Whether rank `rank` holds a live fork of `id` (it may then fork it, fetch it, call it). */
+  heldBy(id: string, rank: number): boolean {
+    const o = this.values.get(id);
+    return o !== undefined && [...o.forks].some((f) => holderOf(f) === rank);
+  }
+
+  addFork(id: string, fork: string): void {
+    const o = this.values.get(id);
+    if (!o) throw new Error(`RRef ${id} has no value on its owner`);
+    if (o.forks.has(fork)) throw new Error(`fork ${fork} of RRef ${id} exists already`);
+    o.forks.add(fork);
+  }
+
+  /** Ends `fork`; the last one deletes the value. Returns whether the fork existed. */
+  removeFork(id: string, fork: string): boolean {
+    const o = this.values.get(id);
+    if (!o?.forks.delete(fork)) return false;
+    if (o.forks.size === 0) {
+      this.values.delete(id);
+      if (o.state === 'ready') disposeValue(o.value);
+      for (const wake of o.waiters.splice(0)) wake();
+    }
+    return true;
+  }
+
+  /** Each value and its live forks: what tests and shutdown count. */
+  counts(): Array<{ id: string; forks: number; state: Owned['state'] }> {
+    return [...this.values].map(([id, o]) => ({ id, forks: o.forks.size, state: o.state }));
+  }
+
+  get size(): number {
+    return this.values.size;
+  }
+}
+
+/** A deleted value's memory: a tensor (not a variable a model holds) is disposed; other objects are left to the garbage collector. */
+function disposeValue(value: unknown): void {
+  if (value instanceof tf.Tensor && !(value instanceof tf.Variable) && !value.isDisposed) value.dispose();
+}

@@ -1,0 +1,95 @@
+/**
+ * torch's four RPC tutorials, ported (examples/09-12), run as the README shows them: the launcher
+ * opens 3 ranks in Chromium on the cpu backend (their subject is the RPC framework over real
+ * WebRTC links, not the device), each trains, and every worker ends its graceful shutdown owning
+ * nothing: every RRef was released. The numbers of steps are small; their single-tab versions
+ * reach 0.98 (PS, pipeline), 1.0 (DDP + RPC) and 0.97 (batch) on the same synthetic data.
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect, launchCommand, test } from './fixtures.ts';
+
+interface Trainer {
+  rank: number;
+  finalLoss: number;
+  accuracy: number;
+  fcHash?: string;
+}
+
+async function run(example: string, steps: number) {
+  const r = await launchCommand(['--nproc', '3', '--backend', 'cpu', `examples/${example}`, '--steps', String(steps)]);
+  expect(r.code, r.output).toBe(0);
+  const s = r.summary as { ownedAfterShutdown: number; trainers?: Trainer[]; accuracy?: number; finalLoss?: number };
+  console.log(JSON.stringify(s));
+  expect(s.ownedAfterShutdown, 'rank 0 owns nothing after the graceful shutdown').toBe(0);
+  return s;
+}
+
+test('09: the parameter-server tutorial: 2 trainers train the server model through RPC, distributed autograd and DistributedOptimizer', async () => {
+  const s = await run('09_rpc_parameter_server.ts', 20);
+  expect(s.trainers!.map((t) => t.rank)).toEqual([1, 2]);
+  for (const t of s.trainers!) expect(t.accuracy).toBeGreaterThan(0.9); // 4 classes: 0.25 by chance
+});
+
+test('10: the pipeline tutorial: the master drives micro-batches through 2 shards on 2 tabs and trains both', async () => {
+  const s = await run('10_rpc_pipeline.ts', 20);
+  expect(s.accuracy).toBeGreaterThan(0.9);
+  expect(s.finalLoss).toBeLessThan(1.0); // ln 4 = 1.39 at the start
+});
+
+test('11: the DDP + RPC tutorial: a remote embedding table and a dense layer under DDP on 2 trainers, identical on both', async () => {
+  const s = await run('11_rpc_ddp.ts', 30);
+  const [a, b] = s.trainers!;
+  expect(a!.fcHash).toBe(b!.fcHash);
+  for (const t of s.trainers!) expect(t.accuracy).toBeGreaterThan(0.8);
+});
+
+test('12: the batch-update tutorial: asynchronous executions answer both trainers once per batch; both learn', async () => {
+  const s = await run('12_rpc_batch_server.ts', 20);
+  for (const t of s.trainers!) expect(t.accuracy).toBeGreaterThan(0.85);
+});
+
+test('a callee whose tab closes mid-call fails the caller at once, naming the worker, the function and the lost rank', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'rpc-close-'));
+  try {
+    const script = join(dir, 'callee_closes.ts');
+    // Rank 1 takes the call, then leaves as a closing tab does (its pagehide); rank 0 reports how its call ended.
+    await writeFile(
+      script,
+      `import { initProcessGroup, initRpc, rpc, type LaunchContext } from 'browser-ddp';
+export default async function main(ctx: LaunchContext) {
+  const pg = await initProcessGroup({ url: ctx.url, session: ctx.session, token: ctx.token, worldSize: 2 });
+  let called = () => {};
+  const started = new Promise<void>((r) => (called = r));
+  const hang = () => {
+    called();
+    return new Promise(() => {});
+  };
+  const agent = await initRpc({ group: pg, name: (r) => 'w' + r, functions: { hang } });
+  if (agent.rank === 1) {
+    await started;
+    pg.leave();
+    return { left: true };
+  }
+  const t0 = performance.now();
+  try {
+    await rpc.rpcSync('w1', 'hang', [], { timeoutMs: 30000 });
+    return { error: null };
+  } catch (e) {
+    const err = e as Error & { worker?: string; fn?: string; cause?: Error };
+    return { error: err.name, worker: err.worker, fn: err.fn, cause: err.cause?.name, message: err.message, ms: performance.now() - t0 };
+  }
+}
+`,
+    );
+    const r = await launchCommand(['--nproc', '2', '--backend', 'cpu', script]);
+    expect(r.code, r.output.slice(-3000)).toBe(0);
+    const s = r.summary as { error: string; worker: string; fn: string; cause: string; message: string; ms: number };
+    expect(s).toMatchObject({ error: 'RpcUnreachableError', worker: 'w1', fn: 'hang', cause: 'PeerLostError' });
+    expect(s.message).toContain('lost rank 1');
+    expect(s.ms).toBeLessThan(10_000); // not the call's 30 s timeout
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
