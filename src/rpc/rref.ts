@@ -8,7 +8,7 @@
  * the value, and the owner keeps the value while any fork is live. Passing an RRef to another
  * worker in a call's arguments or result makes a new fork there, registered with the owner before
  * the message leaves (so the owner never deletes a value a message is carrying). A fork ends with
- * `release()` (or `[Symbol.dispose]`, or when the object is garbage-collected, or at shutdown); the
+ * `release()` (or when the object is garbage-collected, or at shutdown); the
  * last one ends the value: the owner deletes it, disposing it if it is a tensor.
  */
 
@@ -108,10 +108,6 @@ export class RRef<T = unknown> {
     if (this.released) return;
     this.released = true;
     this.host.releaseRRef(this);
-  }
-
-  [Symbol.dispose](): void {
-    this.release();
   }
 
   toString(): string {
