@@ -5,11 +5,11 @@ import { CHROMIUM_ARGS, chromiumPath } from './launcher/browser.ts';
 export default defineConfig({
   testDir: 'test/e2e',
   globalSetup: './test/e2e/global-setup.ts',
-  // One worker on CI's two cores: the pages (SwiftShader, Chromium) use both, so two workers made
-  // each test 2-3x slower and the run no shorter (docs/testing.md). E2E_WORKERS=2 on a bigger machine:
-  // a test may then run beside another, but a file or test marked solo (timings, bounds) runs alone
-  // (test/e2e/lanes.ts).
-  workers: Number(process.env.E2E_WORKERS ?? 1),
+  // Two workers on CI's two cores: most tests now train on the cpu backend and wait on pages,
+  // launchers and the network, so two at a time finish the run sooner (docs/testing.md, its
+  // figures); a file or test marked solo (timings, bounds) runs with the other worker idle
+  // (test/e2e/lanes.ts). E2E_WORKERS=1 runs one at a time.
+  workers: Number(process.env.E2E_WORKERS ?? 2),
   fullyParallel: false,
   timeout: 180_000,
   expect: { timeout: 30_000 },
