@@ -30,27 +30,27 @@ class BatchUpdateParameterServer {
   }
 
   /** The tutorial's update_and_fetch_model: an asynchronous function, answered once the batch is complete. */
-  static updateAndFetchModel(psRRef: rpc.RRef<BatchUpdateParameterServer>, grads: tf.Tensor[]): Promise<tf.Tensor[]> {
+  static async updateAndFetchModel(psRRef: rpc.RRef<BatchUpdateParameterServer>, grads: tf.Tensor[]): Promise<tf.Tensor[]> {
     const self = psRRef.localValue();
     psRRef.release();
     let offset = 0;
     for (const g of grads) {
-      const values = g.dataSync();
+      const values = await g.data();
       for (let i = 0; i < values.length; i++) self.sums[offset + i]! += values[i]!;
       offset += values.length;
     }
     const reply = new Promise<tf.Tensor[]>((resolve) => self.waiting.push(resolve));
-    if (++self.updates >= self.batchUpdateSize) self.update();
+    if (++self.updates >= self.batchUpdateSize) await self.update();
     return reply;
   }
 
-  private update(): void {
+  private async update(): Promise<void> {
     const weights = this.model.trainableWeights.map((w) => w.read() as tf.Variable);
     const params = new Float32Array(this.sums.length);
     const layout: nn.ParamLayout[] = [];
     let offset = 0;
     for (const w of weights) {
-      params.set(w.dataSync() as Float32Array, offset);
+      params.set((await w.data()) as Float32Array, offset);
       layout.push({ shape: [...w.shape], offset, size: w.size });
       offset += w.size;
     }

@@ -60,19 +60,24 @@ export class DistributedOptimizer {
 
 /** The owner's side: one host optimizer per DistributedOptimizer, stepping this worker's parameters. */
 export function serveDistributedOptimizer(host: OptimizerHost): void {
-  const optimizers = new Map<string, { name: OptimizerName; optimizer: HostOptimizer }>();
+  // `last`: each optimizer's steps one after another (a step reads the parameters, awaits, writes them back).
+  const optimizers = new Map<string, { name: OptimizerName; optimizer: HostOptimizer; last: Promise<unknown> }>();
   const step = async (id: string, name: OptimizerName, options: SGDOptions & AdamOptions, contextId: string, refs: RRef<tf.Variable>[]) => {
     if (!Object.hasOwn(OPTIMIZERS, name)) throw new TypeError(`no optimizer "${String(name)}" (SGD, Adam, AdamW)`);
     let entry = optimizers.get(id);
     if (!entry) {
-      entry = { name, optimizer: name === 'SGD' ? new SGD(options) : new OPTIMIZERS[name](options) };
+      entry = { name, optimizer: name === 'SGD' ? new SGD(options) : new OPTIMIZERS[name](options), last: Promise.resolve() };
       optimizers.set(id, entry);
     }
     if (entry.name !== name) throw new TypeError(`optimizer ${id} is ${entry.name}, not ${name}`);
     try {
       const variables = refs.map((r) => r.localValue());
       if (!variables.every((v) => v instanceof tf.Variable)) throw new TypeError('every parameter RRef holds a tf.Variable');
-      stepVariables(entry.optimizer, variables, host.autograd.getGradients(contextId));
+      const grads = host.autograd.getGradients(contextId);
+      const { optimizer } = entry;
+      const stepped = entry.last.catch(() => {}).then(() => stepVariables(optimizer, variables, grads));
+      entry.last = stepped;
+      await stepped;
     } finally {
       for (const r of refs) r.release();
     }
@@ -81,8 +86,11 @@ export function serveDistributedOptimizer(host: OptimizerHost): void {
   host.registerInternal(STEP, step as (...args: never[]) => unknown);
 }
 
-/** One optimizer step of `variables` on the host, with their gradients (zero where the context has none). */
-function stepVariables(optimizer: HostOptimizer, variables: tf.Variable[], grads: Map<tf.Variable, tf.Tensor>): void {
+/**
+ * One optimizer step of `variables` on the host, with their gradients (zero where the context has
+ * none). Read back with data(): dataSync() reads zeros on the WebGPU backend here (PLATFORM.md).
+ */
+async function stepVariables(optimizer: HostOptimizer, variables: tf.Variable[], grads: Map<tf.Variable, tf.Tensor>): Promise<void> {
   const layout: ParamLayout[] = [];
   let offset = 0;
   for (const v of variables) {
@@ -91,11 +99,11 @@ function stepVariables(optimizer: HostOptimizer, variables: tf.Variable[], grads
   }
   const params = new Float32Array(offset);
   const flatGrads = new Float32Array(offset);
-  variables.forEach((v, i) => {
-    params.set(v.dataSync() as Float32Array, layout[i]!.offset);
+  for (const [i, v] of variables.entries()) {
+    params.set((await v.data()) as Float32Array, layout[i]!.offset);
     const g = grads.get(v);
-    if (g) flatGrads.set(g.dataSync() as Float32Array, layout[i]!.offset);
-  });
+    if (g) flatGrads.set((await g.data()) as Float32Array, layout[i]!.offset);
+  }
   optimizer.stepFlat(params, flatGrads, layout);
   variables.forEach((v, i) => {
     const { offset: at, size, shape } = layout[i]!;
