@@ -6,10 +6,8 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { PeerLostError } from '../src/wire/errors.ts';
-import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { RpcAgent, type RpcFunction } from '../src/rpc/agent.ts';
 import { initRpc, rpcSync, remote, shutdown, getWorkerInfo } from '../src/rpc/api.ts';
 import { RpcRemoteError, RpcSerializationError, RpcTimeoutError, RpcUnreachableError } from '../src/rpc/errors.ts';
@@ -18,6 +16,7 @@ import { DistributedOptimizer } from '../src/rpc/distributed_optimizer.ts';
 import { RemoteModule } from '../src/rpc/remote_module.ts';
 import { SGD } from '../src/nn/optim.ts';
 import { withServer } from './fixtures/server.ts';
+import { memoryGroups } from './fixtures/memory_groups.ts';
 import { tokenFor, uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
 
@@ -41,21 +40,7 @@ afterAll(async () => {
 });
 
 async function groups(n: number): Promise<ProcessGroup[]> {
-  const session = uniqueSession('rpc');
-  const net = new MemoryNetwork();
-  return Promise.all(
-    Array.from({ length: n }, (_, rank) =>
-      initProcessGroup({
-        url: server.url,
-        session,
-        token: tokenFor(session),
-        worldSize: n,
-        rank,
-        timeoutMs: 5_000,
-        linkFactory: net.factoryFor(rank),
-      }),
-    ),
-  );
+  return (await memoryGroups(server.url, n, 'rpc')).pgs;
 }
 
 /** n agents named worker0.., each with `functions` (made per rank), started together. */

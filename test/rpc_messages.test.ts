@@ -6,14 +6,12 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
-import { initProcessGroup } from '../src/c10d/init_process_group.ts';
-import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { RpcAgent } from '../src/rpc/agent.ts';
 import { decodeMessage, encodeMessage, MAX_DEPTH, type RRefCodec } from '../src/rpc/codec.ts';
 import { RpcSerializationError } from '../src/rpc/errors.ts';
 import { checkHead } from '../src/rpc/messages.ts';
 import { withServer } from './fixtures/server.ts';
-import { tokenFor, uniqueSession } from './fixtures/session.ts';
+import { memoryGroups } from './fixtures/memory_groups.ts';
 import { waitFor } from './fixtures/wait.ts';
 
 const noRRefs: RRefCodec<never> = {
@@ -111,21 +109,7 @@ describe('rpc: a hostile member that speaks the protocol', () => {
   });
 
   it('cannot release, fetch or fork a reference it does not hold, create ids in another name, or rename a worker', async () => {
-    const session = uniqueSession('rpc-hostile');
-    const net = new MemoryNetwork();
-    const pgs = await Promise.all(
-      [0, 1, 2].map((rank) =>
-        initProcessGroup({
-          url: server.url,
-          session,
-          token: tokenFor(session),
-          worldSize: 3,
-          rank,
-          timeoutMs: 5_000,
-          linkFactory: net.factoryFor(rank),
-        }),
-      ),
-    );
+    const { pgs } = await memoryGroups(server.url, 3, 'rpc-hostile');
     const [owner, user] = [0, 1].map((r) => new RpcAgent(pgs[r]!.openMessageChannel(), 3, { name: `w${r}` }));
     owner!.register('box', () => ({ x: 1 }));
     // Rank 2 speaks the protocol by hand over its own channel.

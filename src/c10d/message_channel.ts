@@ -7,7 +7,7 @@
  * time), so one reassembly per peer is enough, and a message is bounded by `maxMessageBytes`
  * before any of it is held.
  */
-import { FramingError, GroupClosedError } from '../wire/errors.ts';
+import { FramingError } from '../wire/errors.ts';
 import { FrameKind, Reassembler, frames, type FrameHeader } from '../wire/framing.ts';
 import type { MessageSink, SharedLinks } from '../transport/shared_links.ts';
 
@@ -134,7 +134,7 @@ export class MessageChannel implements MessageSink {
 
   broke(err: Error): void {
     if (this.broken) return;
-    this.broken = err instanceof Error ? err : new GroupClosedError(String(err));
+    this.broken = err;
     this.incoming.clear();
     for (const handler of [...this.breakHandlers]) handler(this.broken);
   }
