@@ -108,7 +108,7 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     await server.close();
   });
 
-  it('cannot release, fetch or fork a reference it does not hold, create ids in another name, or rename a worker', async () => {
+  it('cannot release, fetch or fork a reference it does not hold, create ids or call in contexts in another name, or rename a worker', async () => {
     const { pgs } = await memoryGroups(server.url, 3, 'rpc-hostile');
     const [owner, user] = [0, 1].map((r) => new RpcAgent(pgs[r]!.openMessageChannel(), 3, { name: `w${r}` }));
     owner!.register('box', () => ({ x: 1 }));
@@ -132,12 +132,14 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     await send(0, { t: 'fetch', id: 1, rref: id });
     await send(0, { t: 'fork', id: 2, rref: id, fork: '2.2.1' });
     await send(0, { t: 'call', id: 3, fn: 'box', rref: { id: '1.99', fork: '2.2.2' } }, { args: [] }); // an id in rank 1's name
+    await send(0, { t: 'call', id: 4, fn: 'box', ctx: '1.1' }, { args: [] }); // in rank 1's autograd context
     await send(0, { t: 'hello', name: 'w0' }); // a second name, someone else's
-    await waitFor('the owner to answer the three requests', () => replies.length === 3);
+    await waitFor('the owner to answer the four requests', () => replies.length === 4);
     expect(replies.map((r) => (r.error as { message: string }).message)).toEqual([
       `worker w2 holds no reference to RRef ${id} here`,
       `worker w2 holds no reference to RRef ${id} here`,
       'rank 2 may create only RRef ids and forks of its own',
+      'rank 2 may call only in distributed autograd contexts of its own, not 1.1',
     ]);
     expect(owner!.ownedRRefs()).toEqual(before);
     expect(owner!.workerInfos().map((w) => w.name)).toEqual(['w0', 'w1', 'w2']);

@@ -371,6 +371,9 @@ export class RpcAgent implements RRefHost {
   }
 
   private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
+    // A call runs in its caller's own context only (gradients, which may come from any worker of it, are checked by their keys).
+    if (head.t !== 'grad' && 'ctx' in head && head.ctx !== undefined && creatorOf(head.ctx) !== from)
+      throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${head.ctx}`);
     switch (head.t) {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
