@@ -219,7 +219,7 @@ export class DistributedDataParallel {
     try {
       await Promise.all(pass.reductions);
       if (syncing && this.robust) {
-        pass.commStart = performance.now();
+        pass.commStart = w0;
         if (!(await this.reduceRobustly(step)) && this.errorIfNonfinite) pass.nonfinite.push(...this.buckets);
         pass.commEnd = performance.now();
       }
@@ -227,13 +227,16 @@ export class DistributedDataParallel {
       for (const g of inputGrads) g.dispose();
       throw err;
     }
-    const waiting = performance.now() - w0;
+    // The wait ends when the last reduction landed, not when this continuation ran: on a busy page
+    // the event loop's delay after that is not communication (and the span would not cover it).
+    const communicated = pass.reductions.length > 0 || (syncing && this.robust);
+    const waiting = (communicated ? Math.max(pass.commEnd, w0) : performance.now()) - w0;
     const commBytes = syncing ? this.countComm(sentBefore) : 0;
     if (pass.nonfinite.length > 0) {
       for (const g of inputGrads) g.dispose();
       this.dropNonfinite(pass.nonfinite);
     }
-    const comm = pass.reductions.length > 0 || (syncing && this.robust) ? pass.commEnd - pass.commStart : 0;
+    const comm = communicated ? pass.commEnd - pass.commStart : 0;
     const timings = { compute: t1 - t0, readback: pass.readback, allreduce: waiting, slowed: pass.slowed, comm };
     this.lastTimingsValue = timings;
     return { loss, timings, commBytes, carriedValues, inputGrads };
