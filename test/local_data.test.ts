@@ -210,6 +210,10 @@ describe('localData, bad input', () => {
     expect(d.countsPerClass()).toEqual([6, 7, 6]);
     expect(d.batch([0]).x).toEqual(Float32Array.of(1, -1));
     expect(() => d.remove(19)).toThrow(DatasetError);
+    // A fifth of each class held out, at least one of each class on each side.
+    const split = d.withHeldOut(0.2, 3);
+    expect([split.countsPerClass(), split.heldOut!.length]).toEqual([[5, 6, 5], 3]);
+    expect(() => d.withHeldOut(1)).toThrow(/held-out fraction must be in \[0, 1\), got 1/);
   });
 
   it('zero samples on every rank: the run ends on every rank saying so; a rank with none beside one with some trains', async () => {
