@@ -17,6 +17,7 @@ import { samplesSeen } from '../launcher/samples_seen.ts';
 import { DatasetError } from '../src/datasets/dataset.ts';
 import { LocalDataset } from '../src/datasets/local.ts';
 import { splitByRemaining } from '../src/elastic/local_epoch.ts';
+import { countCorrect } from '../src/elastic/local_eval.ts';
 import { classificationLoss } from '../src/nn/models.ts';
 import type { ElasticRunResult } from '../src/parallel/ddp/runner.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
@@ -111,7 +112,7 @@ describe('localData: the union of the ranks’ own samples', () => {
     ['Adam', () => tf.train.adam(0.01)],
   ] as const) {
     it(`2 ranks with 5 and 27 samples per step train the weights one model trains on the union's batch (${name})`, async () => {
-      const datas = [localSamples(15, 1), localSamples(81, 2)];
+      const datas = [localSamples(15, 1, 6), localSamples(81, 2, 10)];
       const { members, runs } = await train(datas, { min: 2, max: 2, batchSize: 16, optimizer });
       expect(runs.map((r) => r.steps)).toEqual([3, 3]);
       expect(new Set(runs.map((r) => r.weightHash)).size).toBe(1);
@@ -122,6 +123,16 @@ describe('localData: the union of the ranks’ own samples', () => {
       }
       const counts = members[0]!.local.find((e) => e.type === 'local-counts')!;
       expect(counts.type === 'local-counts' && [...counts.remaining].sort((a, b) => a - b)).toEqual([15, 81]);
+      // Each rank's accuracy on its own held-out samples, and the group's: the sample-weighted mean.
+      for (const [i, m] of members.entries()) {
+        const ev = runs[i]!.localEvaluation!;
+        const own = await countCorrect(runs[i]!.ddp.model, m.data.heldOut!);
+        expect(ev.own).toEqual({ correct: own, count: m.data.heldOut!.length, accuracy: own / m.data.heldOut!.length });
+        expect(ev.ranks.map((r) => r.count).sort((a, b) => a - b)).toEqual([6, 10]);
+        const correct = ev.ranks.reduce((a, r) => a + r.correct, 0);
+        expect(ev.group).toEqual({ correct, count: 16, accuracy: correct / 16 });
+        expect(m.local.filter((e) => e.type === 'local-evaluation').map((e) => e.step)).toEqual([3]);
+      }
       const ref = reference(members, 3, optimizer());
       expect(maxRelativeError(flatWeights(runs[0]!.ddp.model), ref)).toBeLessThanOrEqual(1e-5);
       await closeAll(runs);

@@ -89,6 +89,8 @@ async function run(samples: number): Promise<{ traffic: Traffic; datas: LocalDat
       }),
     );
     const runs = await Promise.all(members.map((m) => m.result));
+    // A run that ends mid-epoch evaluates at its end (each rank's own held-out samples: none here).
+    for (const r of runs) expect(r.localEvaluation?.group).toEqual({ correct: 0, count: 0, accuracy: null });
     await Promise.all(runs.map((r) => r.close()));
     return { traffic, datas };
   } finally {
