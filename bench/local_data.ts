@@ -171,10 +171,10 @@ const md = [
   `# Data that never leaves its tab: MNIST split by label across 3 ranks (${date})`,
   '',
   `Node, TF.js cpu backend, ${setup.cpus} cores; MLP (128 hidden), Adam 0.003, ${EPOCHS} epochs of the first ${train.n} training samples, global batch ${BATCH * 3} (${BATCH} per rank on 3); test set: the first ${test.n} test samples.`,
-  'Rank 0 holds digits 0-3, rank 1 digits 4-6, rank 2 digits 7-9. "group held-out": the group accuracy from each rank\'s own held-out samples (its digits of the test set), sample-weighted.',
+  'Rank 0 holds digits 0-3, rank 1 digits 4-6, rank 2 digits 7-9. "held-out": the accuracy from each rank\'s own held-out samples (its digits of the test set), sample-weighted over the group\'s ranks (a rank alone: on its own digits only). Seconds are wall time on cores shared with other work: not a speed figure.',
   'Command: `npx tsx bench/local_data.ts` (options in bench/local_data.ts).',
   '',
-  '| run | ranks | samples per rank | steps | seconds | test accuracy | group held-out | replicas identical |',
+  '| run | ranks | samples per rank | steps | seconds | test accuracy | held-out | replicas identical |',
   '| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |',
   ...rows.map(
     (r) =>
