@@ -165,7 +165,16 @@ await server.close();
 const date = new Date().toISOString().slice(0, 10);
 const out = join(PROJECT_ROOT, 'bench', 'results');
 await mkdir(out, { recursive: true });
-const setup = { train: train.n, test: test.n, epochs: EPOCHS, batchPerRank: BATCH, globalBatch: BATCH * 3, diloco: H, cpus: cpus().length, date };
+const setup = {
+  train: train.n,
+  test: test.n,
+  epochs: EPOCHS,
+  batchPerRank: BATCH,
+  globalBatch: BATCH * 3,
+  diloco: H,
+  cpus: cpus().length,
+  date,
+};
 await writeFile(join(out, 'local_data.json'), `${JSON.stringify({ setup, rows }, null, 2)}\n`);
 const md = [
   `# Data that never leaves its tab: MNIST split by label across 3 ranks (${date})`,
