@@ -16,7 +16,7 @@ import type { RunningServer } from '../signaling/server.ts';
 import { samplesSeen } from '../launcher/samples_seen.ts';
 import { DatasetError } from '../src/datasets/dataset.ts';
 import { LocalDataset } from '../src/datasets/local.ts';
-import { splitByRemaining } from '../src/elastic/local_epoch.ts';
+import { countsFromRows, splitByRemaining } from '../src/elastic/local_epoch.ts';
 import { countCorrect } from '../src/elastic/local_eval.ts';
 import { classificationLoss } from '../src/nn/models.ts';
 import type { ElasticRunResult } from '../src/parallel/ddp/runner.ts';
@@ -105,6 +105,21 @@ describe('localData: the union of the ranks’ own samples', () => {
     expect(splitByRemaining(8, [1, 23, 0])).toEqual([0, 8, 0]);
     expect(splitByRemaining(5, [1, 1, 3])).toEqual([1, 1, 3]);
     expect(() => splitByRemaining(6, [1, 1, 3])).toThrow(/6 samples from ranks holding 5/);
+    // Each row is its own rank's word (placed by the server); one that is not sane counts as a rank without samples.
+    const rows = [
+      [3, 5, 0],
+      [9, 5, 0],
+      [1, 2 ** 25, 0],
+      [2, 4, 7],
+      [1.5, 4, 0],
+      [2, 4],
+      [0, 0, 1],
+    ];
+    expect(countsFromRows(rows)).toEqual({
+      remaining: [3, 0, 0, 0, 0, 0, 0],
+      samples: [5, 0, 0, 0, 0, 0, 0],
+      joined: [false, false, false, false, false, false, true],
+    });
   });
 
   for (const [name, optimizer] of [
