@@ -45,6 +45,7 @@ import { loadOffer } from './offer_routes.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
 import { mnistModulesDir, PROJECT_ROOT } from './package_root.ts';
+import { parseStoreUrl, RedisEngine, StoreUrlError } from './engine_store.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -124,6 +125,13 @@ export interface ServerOptions {
    * A certificate or key that cannot be used rejects with `ServerStartError`. Default: plain http.
    */
   tls?: TlsOptions;
+  /**
+   * The sessions' store on a shared engine, `redis://:PASSWORD@HOST:PORT` (`npm start -- --store`;
+   * signaling/engine_store.ts): servers on one engine share every session's keys, counters and
+   * waits. A bad URL or an engine that does not answer rejects with `ServerStartError`. Default:
+   * each server's own memory.
+   */
+  store?: string;
 }
 
 export interface RunningServer {
@@ -189,7 +197,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       options.port ?? 0,
       options.host ?? '',
     );
-  const sessions = new Sessions(limits, tokens, sessionIdleMs);
+  const sessions = await openSessions(options, limits, tokens, sessionIdleMs, log);
   const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
@@ -258,6 +266,32 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         http.closeAllConnections();
       }),
   };
+}
+
+/** The sessions, their keys in this server's memory or (`store`) on the shared engine. */
+async function openSessions(
+  options: ServerOptions,
+  limits: Limits,
+  tokens: SessionTokens,
+  idleMs: number,
+  log: (line: string) => void,
+): Promise<Sessions> {
+  if (options.store === undefined) return new Sessions(limits, tokens, idleMs);
+  // The engine keeps a session's keys while any server holds it, and a while after (Sessions touches them).
+  const engine = await openEngine(options.store, log, 2 * idleMs + 60_000, options.port ?? 0, options.host ?? '');
+  return new Sessions(limits, tokens, idleMs, engine);
+}
+
+/** Connects to the shared store's engine; a bad URL or an engine that does not answer stops the start, naming it. */
+async function openEngine(raw: string, log: (line: string) => void, ttlMs: number, port: number, host: string): Promise<RedisEngine> {
+  try {
+    const engine = new RedisEngine(parseStoreUrl(raw), ttlMs, log);
+    await engine.connect();
+    return engine;
+  } catch (err) {
+    if (err instanceof StoreUrlError) throw new ServerStartError(err.message, 'ESTORE', port, host);
+    throw err;
+  }
 }
 
 /** The checkpoint routes, with the options' limits. */
