@@ -69,7 +69,11 @@ export async function waitForPort(port: number, what: string, timeoutMs = 15_000
 }
 
 /** Starts `kind` on free loopback ports, data in a new temporary folder; resolves once it listens. */
-export async function startEngine(kind: EngineKind, options: { port?: number; dir?: string } = {}): Promise<EngineProcess> {
+export async function startEngine(
+  kind: EngineKind,
+  /** A port, folder or (Redis) password of an engine to start again (a restart); default new ones. */
+  options: { port?: number; dir?: string; password?: string } = {},
+): Promise<EngineProcess> {
   const missing = engineMissing(kind);
   if (missing) throw new Error(`cannot start ${kind}: it ${missing}`);
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), `ddp-${kind}-`));
@@ -77,7 +81,7 @@ export async function startEngine(kind: EngineKind, options: { port?: number; di
   let child: ChildProcess;
   let url: string;
   if (kind === 'redis') {
-    const password = randomBytes(18).toString('base64url');
+    const password = options.password ?? randomBytes(18).toString('base64url');
     // The password on stdin's config, not the command line (another user's `ps` would show it).
     child = spawn('redis-server', ['-'], { cwd: dir, stdio: ['pipe', 'ignore', 'pipe'] });
     child.stdin!.end(

@@ -86,3 +86,12 @@ local out = {}
 for i, k in ipairs(ARGV) do out[i] = redis.call('HEXISTS', KEYS[1], k) end
 return out
 `;
+
+/** KEYS: auth. ARGV: token hash (hex), host hash (hex, '' for none), ttlMs. Fixes both unless set; returns the kept pair. */
+export const CLAIM_AUTH_LUA = `
+if redis.call('HEXISTS', KEYS[1], 'token') == 0 then
+  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'host', ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return redis.call('HMGET', KEYS[1], 'token', 'host')
+`;

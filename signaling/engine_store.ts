@@ -9,7 +9,8 @@
  */
 import { Redis } from 'ioredis';
 import { ErrorCode } from '../src/wire/protocol.ts';
-import { DELETE_LUA, EXISTS_LUA, WRITE_LUA } from './engine_lua.ts';
+import { CLAIM_AUTH_LUA, DELETE_LUA, EXISTS_LUA, WRITE_LUA } from './engine_lua.ts';
+import { TOKEN_FILE, type SharedHashes } from './session_tokens.ts';
 import { StoreRefusal, type StoreQuota } from './store.ts';
 import type { SessionStore } from './session_store.ts';
 
@@ -58,6 +59,10 @@ type Waiter = {
   done: boolean;
 };
 
+/** How long the engine keeps a session's token hashes after their last use (as SessionTokens keeps them in memory). */
+const AUTH_TTL_MS = 24 * 3600_000;
+const authKey = (session: string) => `ddp:{${session}}:auth`;
+
 type ScriptCall = (...args: Array<string | Buffer | number>) => Promise<unknown>;
 
 /** One server's connections to the engine: commands, and a subscriber that routes each session's writes to its store. */
@@ -69,6 +74,8 @@ export class RedisEngine {
   /** Each channel's subscription (the promise of its confirmation) while a waiter needs it. */
   private readonly subscribed = new Map<string, { count: number; ready: Promise<unknown> }>();
   private closed = false;
+  /** The connection's last error (a refused password shows here, not in the failed connect). */
+  private lastError: string | undefined;
 
   constructor(
     url: URL,
@@ -94,6 +101,7 @@ export class RedisEngine {
     this.sub = new Redis(options);
     let down = false;
     this.cmd.on('error', (err: Error) => {
+      this.lastError = err.message;
       if (!down && !this.closed) this.log(`[store] ${this.shown} does not answer (${err.message}); retrying`);
       down = true;
     });
@@ -105,10 +113,29 @@ export class RedisEngine {
     this.cmd.defineCommand('ddpWrite', { numberOfKeys: 2, lua: WRITE_LUA });
     this.cmd.defineCommand('ddpDelete', { numberOfKeys: 2, lua: DELETE_LUA });
     this.cmd.defineCommand('ddpExists', { numberOfKeys: 1, lua: EXISTS_LUA });
+    this.cmd.defineCommand('ddpClaimAuth', { numberOfKeys: 1, lua: CLAIM_AUTH_LUA });
     this.sub.on('messageBuffer', (channel: Buffer, message: Buffer) => {
       this.stores.get(channel.toString())?.written(JSON.parse(message.toString()) as string[]);
     });
   }
+
+  /** The sessions' token and host-secret hashes, shared by the servers (kept a day after their last use). */
+  readonly auth: SharedHashes = {
+    read: async (session, name) => {
+      const field = name === TOKEN_FILE ? 'token' : 'host';
+      const hex = await this.run((c) => c.hget(authKey(session), field));
+      if (hex) void this.run((c) => c.pexpire(authKey(session), AUTH_TTL_MS)).catch(() => {});
+      return hex ? Buffer.from(hex, 'hex') : undefined;
+    },
+    claim: async (session, token, host) => {
+      const args = [authKey(session), token.toString('hex'), host?.toString('hex') ?? '', AUTH_TTL_MS];
+      const [t, h] = (await this.run((c) => c.ddpClaimAuth!(...args))) as [string, string];
+      return { token: Buffer.from(t, 'hex'), host: h ? Buffer.from(h, 'hex') : null };
+    },
+    replace: async (session, token) => {
+      await this.run((c) => c.hset(authKey(session), 'token', token.toString('hex')));
+    },
+  };
 
   /** Connects and checks the password; rejects naming the engine and what to do. */
   async connect(): Promise<void> {
@@ -117,7 +144,7 @@ export class RedisEngine {
       await this.cmd.ping();
     } catch (err) {
       this.close();
-      const why = (err as Error).message;
+      const why = this.lastError ?? (err as Error).message;
       const auth = /NOAUTH|WRONGPASS|AUTH/i.test(why);
       throw new StoreUrlError(
         auth

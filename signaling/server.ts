@@ -188,7 +188,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const checkpointDir = resolve(options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'));
   // Tokens outlive their stores (a day): bounded well above the live sessions.
   const maxKnownSessions = limits.maxSessions * 8;
-  const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
   const adminSecret = options.adminSecret ?? newSessionToken();
   if (!SESSION_TOKEN.test(adminSecret))
     throw new ServerStartError(
@@ -197,7 +196,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       options.port ?? 0,
       options.host ?? '',
     );
-  const sessions = await openSessions(options, limits, tokens, sessionIdleMs, log);
+  const { tokens, sessions } = await openSessions(options, limits, checkpointDir, maxKnownSessions, sessionIdleMs, log);
   const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
@@ -268,18 +267,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   };
 }
 
-/** The sessions, their keys in this server's memory or (`store`) on the shared engine. */
+/** The sessions and their tokens, in this server's memory or (`store`) on the shared engine too. */
 async function openSessions(
   options: ServerOptions,
   limits: Limits,
-  tokens: SessionTokens,
+  checkpointDir: string,
+  maxKnownSessions: number,
   idleMs: number,
   log: (line: string) => void,
-): Promise<Sessions> {
-  if (options.store === undefined) return new Sessions(limits, tokens, idleMs);
+): Promise<{ tokens: SessionTokens; sessions: Sessions }> {
+  if (options.store === undefined) {
+    const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
+    return { tokens, sessions: new Sessions(limits, tokens, idleMs) };
+  }
   // The engine keeps a session's keys while any server holds it, and a while after (Sessions touches them).
   const engine = await openEngine(options.store, log, 2 * idleMs + 60_000, options.port ?? 0, options.host ?? '');
-  return new Sessions(limits, tokens, idleMs, engine);
+  // Tokens' hashes shared too: a session's links work on every server (after a failover too).
+  const tokens = new SessionTokens(checkpointDir, maxKnownSessions, undefined, engine.auth);
+  return { tokens, sessions: new Sessions(limits, tokens, idleMs, engine) };
 }
 
 /** Connects to the shared store's engine; a bad URL or an engine that does not answer stops the start, naming it. */
