@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import { StoreError } from '../src/wire/errors.ts';
+import type { StoreError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { engineMissing, freePort, startEngine, type EngineProcess } from '../scripts/cluster_engines.ts';
 import { withServer } from './fixtures/server.ts';
