@@ -110,7 +110,7 @@ function stopProcess(child: ChildProcess): Promise<void> {
 }
 
 /** Starts Redis, `servers` servers on it and HAProxy in front (on `port`, default a free one). */
-export async function startCluster(options: { servers: number; port?: number; settleMs?: number }): Promise<Cluster> {
+export async function startCluster(options: { servers: number; port?: number; settleMs?: number; proxyLog?: boolean }): Promise<Cluster> {
   for (const need of [engineMissing('redis'), haproxyMissing()]) if (need) throw new Error(`the cluster ${need}`);
   const dir = mkdtempSync(join(tmpdir(), 'ddp-cluster-'));
   const started: ChildProcess[] = [];
@@ -139,7 +139,7 @@ export async function startCluster(options: { servers: number; port?: number; se
       { mode: 0o600 },
     );
     // -db: in the foreground, so it is this process's child and ends with it.
-    const proxy = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const proxy = spawn('haproxy', ['-f', cfg, '-db'], { stdio: ['ignore', 'ignore', options.proxyLog ? 'inherit' : 'ignore'] });
     started.push(proxy);
     await waitForPort(port, 'haproxy');
     return { url: `http://127.0.0.1:${port}/`, engine, servers, proxy, stop };
@@ -172,7 +172,7 @@ async function main(): Promise<void> {
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`--port ${values.port}: give a port 1-65535`);
   const { ensureBuilt } = await import('../signaling/build.ts');
   await ensureBuilt();
-  const cluster = await startCluster({ servers: n, port });
+  const cluster = await startCluster({ servers: n, port, proxyLog: true });
   console.log(`Redis (the shared store) on 127.0.0.1:${cluster.engine.port}, its data in ${cluster.engine.dir}`);
   for (const s of cluster.servers) console.log(`server on ${s.url} (pid ${s.process.pid})`);
   console.log(`Open ${cluster.url} : HAProxy in front of ${n} servers. Ctrl-C stops them all.`);
