@@ -14,6 +14,8 @@ const server = await startServer({
   host: '127.0.0.1',
   store,
   ...(settle ? { settleMs: Number(settle) } : {}),
+  // Behind the proxy every socket comes from the proxy's address: the per-address bound would cap the whole server.
+  limits: { maxConnectionsPerAddress: 8_192 },
   log: (line) => console.log(line),
 });
 console.log(JSON.stringify({ url: server.url }));
