@@ -119,15 +119,14 @@ async function etcdBackend(engine: EngineProcess): Promise<Backend> {
         const missing = new Set(keys);
         const watchers = await Promise.all(keys.map((k) => ns.watch().key(k).create()));
         const done = new Promise<void>((resolve) => {
-          watchers.forEach((w, i) =>
+          for (const [i, w] of watchers.entries())
             w.on('put', () => {
               missing.delete(keys[i]!);
               if (missing.size === 0) resolve();
-            }),
-          );
+            });
         });
         const found = await Promise.all(keys.map((k) => ns.get(k).buffer()));
-        found.forEach((v, i) => v && missing.delete(keys[i]!));
+        for (const [i, v] of found.entries()) if (v) missing.delete(keys[i]!);
         if (missing.size > 0) await done;
         await Promise.all(watchers.map((w) => w.cancel()));
       };
