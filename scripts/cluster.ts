@@ -3,7 +3,7 @@
  * machine: Redis (the shared store), N server processes on it, and HAProxy in front, each on
  * loopback ports of its own; Ctrl-C stops them all and removes their temporary folder. The proxy
  * routes each session's sockets to one server (a consistent hash of the socket URL's `session`),
- * spreads the rest (pages, API) over all, checks each server every half second and sends a dead
+ * spreads the rest (pages, API) over all, checks each server every second and sends a dead
  * one's sessions to the others; the store's keys and tokens are in Redis, so they rejoin there.
  * `startCluster` is the same for tests.
  */
@@ -33,7 +33,7 @@ export interface Cluster {
   stop(): Promise<void>;
 }
 
-/** HAProxy's configuration: WebSockets to one server per session (consistent hash), health checks every 500 ms. */
+/** HAProxy's configuration: WebSockets to one server per session (consistent hash), health checks every second. */
 export function haproxyConfig(port: number, servers: number[]): string {
   return [
     'global',
@@ -43,6 +43,8 @@ export function haproxyConfig(port: number, servers: number[]): string {
     '  timeout connect 2s',
     '  timeout client 60s',
     '  timeout server 60s',
+    // A loaded server (hundreds of tabs joining at once) answers its check late, not never.
+    '  timeout check 3s',
     // An open WebSocket is a tunnel: idle for up to an hour between frames (the server pings every 15 s).
     '  timeout tunnel 1h',
     'frontend ddp',
@@ -55,7 +57,7 @@ export function haproxyConfig(port: number, servers: number[]): string {
     '  option httpchk',
     '  http-check send meth GET uri /api/info ver HTTP/1.1 hdr Host 127.0.0.1',
     '  http-check expect status 200',
-    '  default-server inter 500ms fall 2 rise 2',
+    '  default-server inter 1s fall 3 rise 2',
     ...servers.map((p, i) => `  server s${i + 1} 127.0.0.1:${p} check`),
     '',
   ].join('\n');
