@@ -54,6 +54,9 @@ export function haproxyConfig(port: number, servers: number[]): string {
     // Every socket of a session to one server; a server down moves only its own sessions.
     '  balance url_param session',
     '  hash-type consistent',
+    // A socket to a server that just died (not yet marked down) goes to another at once.
+    '  option redispatch',
+    '  retries 2',
     '  option httpchk',
     '  http-check send meth GET uri /api/info ver HTTP/1.1 hdr Host 127.0.0.1',
     '  http-check expect status 200',
