@@ -62,6 +62,8 @@ type Waiter = {
 /** How long the engine keeps a session's token hashes after their last use (as SessionTokens keeps them in memory). */
 const AUTH_TTL_MS = 24 * 3600_000;
 const authKey = (session: string) => `ddp:{${session}}:auth`;
+/** An all-zero hash matches no token (as a damaged token file, session_tokens.ts): an ended session's. */
+const ENDED_TOKEN_HASH = '0'.repeat(64);
 
 type ScriptCall = (...args: Array<string | Buffer | number>) => Promise<unknown>;
 
@@ -209,6 +211,7 @@ export class RedisSessionStore implements SessionStore {
   private readonly kv: string;
   private readonly n: string;
   private readonly waiters = new Set<Waiter>();
+  private readonly auth: string;
 
   constructor(
     private readonly engine: RedisEngine,
@@ -220,6 +223,7 @@ export class RedisSessionStore implements SessionStore {
     this.kv = `ddp:{${session}}:kv`;
     this.n = `ddp:{${session}}:n`;
     this.channel = `ddp:{${session}}:w`;
+    this.auth = authKey(session);
   }
 
   get pendingWaiters(): number {
@@ -399,9 +403,10 @@ export class RedisSessionStore implements SessionStore {
     this.engine.forget(this);
   }
 
+  /** The host ended the session: its keys go, and its token becomes one no token matches, so no server opens it again. */
   async clear(): Promise<void> {
     this.close();
-    await this.engine.run((c) => c.del(this.kv, this.n));
+    await this.engine.run((c) => c.multi().del(this.kv, this.n).hset(this.auth, 'token', ENDED_TOKEN_HASH).exec());
   }
 
   touch(): void {

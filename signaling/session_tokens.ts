@@ -123,9 +123,11 @@ export class SessionTokens {
   async claimSession(session: string, token: string | undefined, host: string | undefined, mayCreate: boolean): Promise<Claim> {
     if (token === undefined || !SESSION_TOKEN.test(token)) return { ok: false, why: 'token' };
     const hash = sha256(token);
-    const known = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
+    // Shared with other servers: theirs is the current one (another server's host may have ended or rotated it).
+    const shared = await this.shared?.read(session, TOKEN_FILE);
+    const known = shared ?? this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     // Another hello may have fixed it while this one read the disk: the first one wins.
-    const current = this.hashes.get(session) ?? known;
+    const current = shared ?? this.hashes.get(session) ?? known;
     if (current === undefined) {
       if (!mayCreate) return { ok: false, why: 'unknown' };
       if (this.hashes.size >= this.maxSessions) return { ok: false, why: 'full' };

@@ -90,6 +90,26 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
     b.close();
   });
 
+  it('a session its host ended through one server opens through no other', async () => {
+    const session = uniqueSession('engine-ended');
+    const token = newSessionToken();
+    const host = await StoreClient.connect(servers[0]!.url, { session, token, host: newSessionToken() });
+    const member = await StoreClient.connect(servers[1]!.url, { session, token });
+    await host.control('end');
+    await expect
+      .poll(
+        () =>
+          StoreClient.connect(servers[1]!.url, { session, token }).then(
+            (c) => (c.close(), 'opened'),
+            (e: StoreError) => e.code,
+          ),
+        { timeout: 5_000 },
+      )
+      .toBe('UNAUTHORIZED');
+    host.close();
+    member.close();
+  });
+
   it('an engine that goes away: requests fail with STORE_UNAVAILABLE, saying so; once it is back the server serves again', async () => {
     const session = uniqueSession('engine-down');
     const token = newSessionToken();
