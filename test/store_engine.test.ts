@@ -100,7 +100,10 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
       .poll(
         () =>
           StoreClient.connect(servers[1]!.url, { session, token }).then(
-            (c) => (c.close(), 'opened'),
+            (c) => {
+              c.close();
+              return 'opened';
+            },
             (e: StoreError) => e.code,
           ),
         { timeout: 5_000 },
