@@ -10,6 +10,7 @@ import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { LivenessConfigError, livenessBoundsFromEnv } from './pulse.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
+import { parseStoreUrl, StoreUrlError } from './engine_store.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
@@ -46,13 +47,21 @@ try {
   const liveness = livenessBoundsFromEnv(process.env);
   // Nor should a bad certificate or key.
   tls = await tlsFromEnv(values.https === true);
+  // Nor a --store that is no Redis URL (an engine that does not answer is found by startServer).
+  if (values.store !== undefined) parseStoreUrl(values.store);
   // So is bad data: read and checked here, and handed to the server as it is.
   offered = await readOffer(offer);
   await ensureBuilt();
   server = await startServer({ ...(tls ? { tls } : {}), offer: offered, ...liveness, ...(values.store ? { store: values.store } : {}) });
 } catch (err) {
   // A taken port, a bad HOST or certificate is the user's to fix: the message says how; a stack would bury it.
-  if (!(err instanceof ServerStartError) && !(err instanceof OfferError) && !(err instanceof LivenessConfigError)) throw err;
+  if (
+    !(err instanceof ServerStartError) &&
+    !(err instanceof OfferError) &&
+    !(err instanceof LivenessConfigError) &&
+    !(err instanceof StoreUrlError)
+  )
+    throw err;
   console.error(err.message);
   process.exit(1);
 }

@@ -6,9 +6,10 @@
  * goes away makes requests fail with STORE_UNAVAILABLE, and the server serves again once it is
  * back. A real redis-server, started here on its own port, data in a temporary folder.
  */
+import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
+import { PROJECT_ROOT, ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
 import type { StoreError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
@@ -36,6 +37,18 @@ describe('--store: what it takes', () => {
     expect([notUrl.code, notUrl.message]).toEqual(['ESTORE', expect.stringContaining('redis://:PASSWORD@HOST:PORT')]);
     expect((await startError('http://127.0.0.1:6379')).message).toMatch(/--store takes redis:\/\/:PASSWORD@HOST:PORT, not "http:"/);
     expect((await startError('etcd://127.0.0.1:2379')).message).toMatch(/runs on Redis/);
+  });
+
+  it('npm start -- --store with a bad URL stops at once (before building the page), saying what to give', () => {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'signaling/main.ts', '--store', 'etcd://127.0.0.1:2379'], {
+      cwd: PROJECT_ROOT,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr.trim()).toBe(
+      '--store etcd://127.0.0.1:2379: etcd was measured (bench/results/store_engine.md) but the shared store runs on Redis: give redis://:PASSWORD@HOST:PORT',
+    );
   });
 
   it.skipIf(redisMissing !== undefined)('names an engine it cannot reach, without its password, and what to do', async () => {
