@@ -91,7 +91,7 @@ export async function startEngine(
         'protected-mode yes',
         `requirepass ${password}`,
         `dir ${dir}`,
-        // The store's keys are a run's coordination, rebuilt by its tabs: a snapshot on shutdown keeps them over a restart.
+        // No snapshots: the store's keys are a run's coordination, which its tabs write again (checkpoints are the servers' files).
         'save ""',
         'appendonly no',
         'daemonize no',
