@@ -39,40 +39,41 @@ async function inSession(ctx: ServerContext, conn: Connection, req: Request<Excl
   const store = session.store;
   switch (req.type) {
     case 'set':
-      store.set(req.key, b(req.value));
+      await store.set(req.key, b(req.value));
       return reply(conn, req, null);
     case 'get': {
-      const value = await blocking(ctx, conn, !store.has(req.key), () => store.get(req.key, req.timeoutMs, conn));
-      checkReplySize([value], limits.maxReplyBytes);
-      return reply(conn, req, b64(value));
+      const [value] = (await store.getNow([req.key])) ?? [await blocking(ctx, conn, true, () => store.get(req.key, req.timeoutMs, conn))];
+      checkReplySize([value!], limits.maxReplyBytes);
+      return reply(conn, req, b64(value!));
     }
     case 'add':
-      return reply(conn, req, store.add(req.key, req.amount));
+      return reply(conn, req, await store.add(req.key, req.amount));
     case 'compareSet': {
       // The answer may be the current value, which appends can make larger than any frame.
-      const value = store.compareSet(req.key, b(req.expected), b(req.desired));
+      const value = await store.compareSet(req.key, b(req.expected), b(req.desired));
       checkReplySize([value], limits.maxReplyBytes);
       return reply(conn, req, b64(value));
     }
     case 'wait':
-      await blocking(ctx, conn, !store.check(req.keys), () => store.wait(req.keys, req.timeoutMs, conn));
+      if (!(await store.check(req.keys))) await blocking(ctx, conn, true, () => store.wait(req.keys, req.timeoutMs, conn));
       return reply(conn, req, null);
     case 'check':
-      return reply(conn, req, store.check(req.keys));
+      return reply(conn, req, await store.check(req.keys));
     case 'deleteKey':
-      return reply(conn, req, store.deleteKey(req.key));
+      return reply(conn, req, await store.deleteKey(req.key));
     case 'numKeys':
-      return reply(conn, req, store.numKeys);
+      return reply(conn, req, await store.numKeys);
     case 'append':
-      store.append(req.key, b(req.value));
+      await store.append(req.key, b(req.value));
       return reply(conn, req, null);
     case 'multiGet': {
-      const values = await blocking(ctx, conn, !store.check(req.keys), () => store.multiGet(req.keys, req.timeoutMs, conn));
+      const values =
+        (await store.getNow(req.keys)) ?? (await blocking(ctx, conn, true, () => store.multiGet(req.keys, req.timeoutMs, conn)));
       checkReplySize(values, limits.maxReplyBytes);
       return reply(conn, req, values.map(b64));
     }
     case 'multiSet':
-      store.multiSet(req.keys, req.values.map(b));
+      await store.multiSet(req.keys, req.values.map(b));
       return reply(conn, req, null);
     case 'heartbeat':
       if (req.heard && conn.memberId !== undefined) session.vouch(conn.memberId, req.heard.round, req.heard.ranks, Date.now());

@@ -10,16 +10,23 @@ import { ServerStartError, startServer, type RunningServer } from './server.ts';
 import { startupLines } from './network.ts';
 import { LivenessConfigError, livenessBoundsFromEnv } from './pulse.ts';
 import { tlsFromEnv, trustLines } from './tls.ts';
+import { parseStoreUrl, StoreUrlError } from './engine_store.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { DEMO_PRESET, sessionUrl } from '../client/ui/session_link.ts';
 
 const USAGE =
-  "npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) and --label COLUMN (the CSV's label column; default the last); PORT, HOST, HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS are set in the environment";
-let values: { https?: boolean; model?: string; data?: string; label?: string };
+  "npm start takes --https (serve https with a self-signed or TLS_CERT/TLS_KEY certificate), --model DIR (a TF.js Layers model: model.json and its weight files), --data DIR|FILE.csv|FILE.txt (images in one sub-folder per class, a CSV, or a text for the language model) --label COLUMN (the CSV's label column; default the last) and --store redis://:PASSWORD@HOST:PORT (a Redis shared by several servers; default: this server's memory); PORT, HOST, HEARTBEAT_TIMEOUT_MS and BUSY_TIMEOUT_MS are set in the environment";
+let values: { https?: boolean; model?: string; data?: string; label?: string; store?: string };
 try {
   ({ values } = parseArgs({
     args: process.argv.slice(2),
-    options: { https: { type: 'boolean' }, model: { type: 'string' }, data: { type: 'string' }, label: { type: 'string' } },
+    options: {
+      https: { type: 'boolean' },
+      model: { type: 'string' },
+      data: { type: 'string' },
+      label: { type: 'string' },
+      store: { type: 'string' },
+    },
     allowPositionals: false,
   }));
 } catch (err) {
@@ -40,13 +47,21 @@ try {
   const liveness = livenessBoundsFromEnv(process.env);
   // Nor should a bad certificate or key.
   tls = await tlsFromEnv(values.https === true);
+  // Nor a --store that is no Redis URL (an engine that does not answer is found by startServer).
+  if (values.store !== undefined) parseStoreUrl(values.store);
   // So is bad data: read and checked here, and handed to the server as it is.
   offered = await readOffer(offer);
   await ensureBuilt();
-  server = await startServer({ ...(tls ? { tls } : {}), offer: offered, ...liveness });
+  server = await startServer({ ...(tls ? { tls } : {}), offer: offered, ...liveness, ...(values.store ? { store: values.store } : {}) });
 } catch (err) {
   // A taken port, a bad HOST or certificate is the user's to fix: the message says how; a stack would bury it.
-  if (!(err instanceof ServerStartError) && !(err instanceof OfferError) && !(err instanceof LivenessConfigError)) throw err;
+  if (
+    !(err instanceof ServerStartError) &&
+    !(err instanceof OfferError) &&
+    !(err instanceof LivenessConfigError) &&
+    !(err instanceof StoreUrlError)
+  )
+    throw err;
   console.error(err.message);
   process.exit(1);
 }

@@ -45,6 +45,7 @@ import { loadOffer } from './offer_routes.ts';
 import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
 import { mnistModulesDir, PROJECT_ROOT } from './package_root.ts';
+import { parseStoreUrl, RedisEngine, StoreUrlError } from './engine_store.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -124,6 +125,13 @@ export interface ServerOptions {
    * A certificate or key that cannot be used rejects with `ServerStartError`. Default: plain http.
    */
   tls?: TlsOptions;
+  /**
+   * The sessions' store on a shared engine, `redis://:PASSWORD@HOST:PORT` (`npm start -- --store`;
+   * signaling/engine_store.ts): servers on one engine share every session's keys, counters and
+   * waits. A bad URL or an engine that does not answer rejects with `ServerStartError`. Default:
+   * each server's own memory.
+   */
+  store?: string;
 }
 
 export interface RunningServer {
@@ -180,7 +188,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const checkpointDir = resolve(options.checkpointDir ?? process.env.CHECKPOINT_DIR ?? join(PROJECT_ROOT, 'checkpoints'));
   // Tokens outlive their stores (a day): bounded well above the live sessions.
   const maxKnownSessions = limits.maxSessions * 8;
-  const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
   const adminSecret = options.adminSecret ?? newSessionToken();
   if (!SESSION_TOKEN.test(adminSecret))
     throw new ServerStartError(
@@ -189,7 +196,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       options.port ?? 0,
       options.host ?? '',
     );
-  const sessions = new Sessions(limits, tokens, sessionIdleMs);
+  const { tokens, sessions } = await openSessions(options, limits, checkpointDir, maxKnownSessions, sessionIdleMs, log);
   const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
@@ -258,6 +265,38 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         http.closeAllConnections();
       }),
   };
+}
+
+/** The sessions and their tokens, in this server's memory or (`store`) on the shared engine too. */
+async function openSessions(
+  options: ServerOptions,
+  limits: Limits,
+  checkpointDir: string,
+  maxKnownSessions: number,
+  idleMs: number,
+  log: (line: string) => void,
+): Promise<{ tokens: SessionTokens; sessions: Sessions }> {
+  if (options.store === undefined) {
+    const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
+    return { tokens, sessions: new Sessions(limits, tokens, idleMs) };
+  }
+  // The engine keeps a session's keys while any server holds it, and a while after (Sessions touches them).
+  const engine = await openEngine(options.store, log, 2 * idleMs + 60_000, options.port ?? 0, options.host ?? '');
+  // Tokens' hashes shared too: a session's links work on every server (after a failover too).
+  const tokens = new SessionTokens(checkpointDir, maxKnownSessions, undefined, engine.auth);
+  return { tokens, sessions: new Sessions(limits, tokens, idleMs, engine) };
+}
+
+/** Connects to the shared store's engine; a bad URL or an engine that does not answer stops the start, naming it. */
+async function openEngine(raw: string, log: (line: string) => void, ttlMs: number, port: number, host: string): Promise<RedisEngine> {
+  try {
+    const engine = new RedisEngine(parseStoreUrl(raw), ttlMs, log);
+    await engine.connect();
+    return engine;
+  } catch (err) {
+    if (err instanceof StoreUrlError) throw new ServerStartError(err.message, 'ESTORE', port, host);
+    throw err;
+  }
 }
 
 /** The checkpoint routes, with the options' limits. */

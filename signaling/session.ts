@@ -4,10 +4,12 @@
  */
 import { ErrorCode, MAX_CLAIMS_PER_MEMBER, MAX_CLAIMS_PER_SESSION, type RequestFields } from '../src/wire/protocol.ts';
 import { KeyValueStore, StoreRefusal, type StoreQuota } from './store.ts';
+import type { SessionStore } from './session_store.ts';
 import { Rendezvous, type Participant, type RendezvousOptions } from './rendezvous.ts';
 
 export class Session {
-  readonly store: KeyValueStore;
+  /** In memory (the default) or on the shared engine (`--store`; engine_store.ts). */
+  readonly store: SessionStore;
   /**
    * The group; its size range is fixed by the first member and forgotten when the last leaves,
    * unless a rank closed it (the run ended): then it refuses arrivals until the session is dropped.
@@ -28,8 +30,9 @@ export class Session {
   constructor(
     readonly name: string,
     quota: StoreQuota,
+    store?: SessionStore,
   ) {
-    this.store = new KeyValueStore(quota);
+    this.store = store ?? new KeyValueStore(quota);
   }
 
   /** Admits a member to the group (see Rendezvous.admit for the refusals); returns its member id. */
@@ -123,7 +126,7 @@ export class Session {
     this.rendezvous?.close();
     // No more rounds or peer-left events while its sockets close.
     this.rendezvous = undefined;
-    this.store.close();
+    void Promise.resolve(this.store.clear()).catch(() => {});
   }
 
   /** The session is dropped: its bytes go back to the server's budget. */

@@ -58,6 +58,20 @@ export type TokenCheck =
   /** The session has no token yet (it never had a connection and has no checkpoints). */
   | 'unknown';
 
+/**
+ * Token and host-secret hashes the servers on one engine share (`--store`; engine_store.ts), so
+ * that a session created through one server opens on every other. Hashes only: a reader of the
+ * engine cannot join a session with them.
+ */
+export interface SharedHashes {
+  /** The session's shared hash `name` (TOKEN_FILE, HOST_FILE), if any; a session without a host secret has none for HOST_FILE. */
+  read(session: string, name: string): Promise<Buffer | undefined>;
+  /** Fixes the session's token and host hashes unless another server did first; resolves with the ones kept. */
+  claim(session: string, token: Buffer, host: Buffer | null): Promise<{ token: Buffer; host: Buffer | null }>;
+  /** The token changed (the host removed a tab). */
+  replace(session: string, token: Buffer): Promise<void>;
+}
+
 export class SessionTokens {
   private readonly hashes = new Map<string, Buffer>();
   /** Host secret hashes; null: the session has none (known, so the disk is not read again). */
@@ -78,6 +92,8 @@ export class SessionTokens {
     private readonly dir: string,
     private readonly maxSessions = 4096,
     private readonly keepMs = 24 * 3600_000,
+    /** Shared with the other servers of one engine: read before the disk, fixed on creation. */
+    private readonly shared?: SharedHashes,
   ) {}
 
   /**
@@ -107,12 +123,15 @@ export class SessionTokens {
   async claimSession(session: string, token: string | undefined, host: string | undefined, mayCreate: boolean): Promise<Claim> {
     if (token === undefined || !SESSION_TOKEN.test(token)) return { ok: false, why: 'token' };
     const hash = sha256(token);
-    const known = this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
+    // Shared with other servers: theirs is the current one (another server's host may have ended or rotated it).
+    const shared = await this.shared?.read(session, TOKEN_FILE);
+    const known = shared ?? this.hashes.get(session) ?? (await this.readPersisted(session, TOKEN_FILE));
     // Another hello may have fixed it while this one read the disk: the first one wins.
-    const current = this.hashes.get(session) ?? known;
+    const current = shared ?? this.hashes.get(session) ?? known;
     if (current === undefined) {
       if (!mayCreate) return { ok: false, why: 'unknown' };
       if (this.hashes.size >= this.maxSessions) return { ok: false, why: 'full' };
+      if (this.shared) return this.claimShared(session, hash, host === undefined ? null : sha256(host));
       this.hashes.set(session, hash);
       this.hosts.set(session, host === undefined ? null : sha256(host));
       return { ok: true, created: true };
@@ -122,6 +141,17 @@ export class SessionTokens {
     this.hashes.set(session, current);
     this.idle.delete(session);
     return { ok: true, created: false };
+  }
+
+  /** Creation on a shared engine: the first server's claim wins; this one's hello is then checked against it. */
+  private async claimShared(session: string, hash: Buffer, host: Buffer | null): Promise<Claim> {
+    const kept = await this.shared!.claim(session, hash, host);
+    this.hashes.set(session, kept.token);
+    this.hosts.set(session, kept.host);
+    if (!timingSafeEqual(kept.token, hash)) return { ok: false, why: 'token' };
+    // Fixed by this hello only if the host hash is the one it gave too (else another server's hello did).
+    const same = kept.host === null ? host === null : host !== null && timingSafeEqual(kept.host, host);
+    return { ok: true, created: same };
   }
 
   /**
@@ -134,6 +164,7 @@ export class SessionTokens {
     if (old === undefined) throw new Error(`session "${session}" has no token in memory to replace`);
     if (!SESSION_TOKEN.test(next)) throw new Error('a session token is 22-128 characters of A-Z a-z 0-9 _ - (newSessionToken() makes one)');
     this.hashes.set(session, sha256(next));
+    void this.shared?.replace(session, sha256(next)).catch(() => {});
     const retired = [...(this.retired.get(session) ?? []), old];
     this.retired.set(session, retired.slice(-MAX_RETIRED));
   }
@@ -259,6 +290,8 @@ export class SessionTokens {
   }
 
   private async readPersisted(session: string, name: string): Promise<Buffer | undefined> {
+    const shared = await this.shared?.read(session, name);
+    if (shared !== undefined) return shared;
     let text: string;
     try {
       text = await readFile(join(this.dir, session, name), 'utf8');

@@ -6,7 +6,8 @@
  */
 import { ErrorCode, type Limits } from '../src/wire/protocol.ts';
 import { Session } from './session.ts';
-import { StoreRefusal, type ByteBudget } from './store.ts';
+import { StoreRefusal, type ByteBudget, type StoreQuota } from './store.ts';
+import type { SessionStore } from './session_store.ts';
 import type { SessionTokens } from './session_tokens.ts';
 
 export class Sessions {
@@ -19,6 +20,8 @@ export class Sessions {
     private readonly limits: Limits,
     private readonly tokens: SessionTokens,
     private readonly idleMs: number,
+    /** Where a session's keys live: none, in this server's memory; else the shared engine's (engine_store.ts). */
+    private readonly engine?: { open(name: string, quota: StoreQuota): SessionStore; close(): void },
   ) {
     this.bytes = { used: 0, max: limits.maxServerBytes };
     this.sweeper = setInterval(
@@ -26,6 +29,8 @@ export class Sessions {
         const now = Date.now();
         for (const [name, s] of this.map) {
           if (s.connections === 0 && now - s.idleSince > idleMs) this.drop(name);
+          // Sockets here: the engine keeps the session's keys (other servers may have let it go).
+          else if (s.connections > 0) s.store.touch?.();
         }
         this.tokens.expire(now);
       },
@@ -64,7 +69,8 @@ export class Sessions {
       this.tokens.release(name);
       throw err;
     }
-    session = new Session(name, { maxKeys: this.limits.maxKeysPerSession, maxBytes: this.limits.maxBytesPerSession, server: this.bytes });
+    const quota = { maxKeys: this.limits.maxKeysPerSession, maxBytes: this.limits.maxBytesPerSession, server: this.bytes };
+    session = new Session(name, quota, this.engine?.open(name, quota));
     this.map.set(name, session);
     return session;
   }
@@ -82,5 +88,6 @@ export class Sessions {
   close(): void {
     clearInterval(this.sweeper);
     for (const s of this.map.values()) s.close();
+    this.engine?.close();
   }
 }

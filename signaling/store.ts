@@ -5,6 +5,7 @@
  * the deadline passes.
  */
 import { ErrorCode } from '../src/wire/protocol.ts';
+import type { SessionStore } from './session_store.ts';
 
 /**
  * Refusals a correct client can meet through no fault of its own request: a blocking call timed
@@ -24,6 +25,7 @@ const ORDINARY_REFUSALS = new Set<ErrorCode>([
   ErrorCode.ELASTIC_MISMATCH,
   ErrorCode.UNKNOWN_PEER,
   ErrorCode.SESSION_ENDED,
+  ErrorCode.STORE_UNAVAILABLE,
 ]);
 
 export class StoreRefusal extends Error {
@@ -65,7 +67,7 @@ const INTEGER = /^[+-]?\d+$/;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-export class KeyValueStore {
+export class KeyValueStore implements SessionStore {
   private readonly data = new Map<string, Uint8Array>();
   private bytes = 0;
   private readonly waiters = new Map<string, Set<Waiter>>();
@@ -82,6 +84,10 @@ export class KeyValueStore {
 
   has(key: string): boolean {
     return this.data.has(key);
+  }
+
+  getNow(keys: string[]): Uint8Array[] | undefined {
+    return this.check(keys) ? this.snapshot(keys) : undefined;
   }
 
   set(key: string, value: Uint8Array): void {
@@ -237,6 +243,10 @@ export class KeyValueStore {
     this.waiters.clear();
     this.account(-this.bytes);
     this.data.clear();
+  }
+
+  clear(): void {
+    this.close();
   }
 
   get pendingWaiters(): number {

@@ -53,7 +53,7 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
       return;
     }
     // A member's Worker beating on its own socket (signaling/pulse.ts), not a protocol socket.
-    if (new URL(req.url ?? '/', 'http://x').search === `?${PULSE_QUERY}`) return acceptPulse(ctx, ws, () => perAddress.release(address));
+    if (new URL(req.url ?? '/', 'http://x').searchParams.has(PULSE_QUERY)) return acceptPulse(ctx, ws, () => perAddress.release(address));
     const conn = new Connection(ws, address, limits, quiet);
     connections.add(conn);
     ws.on('message', (data, isBinary) => {

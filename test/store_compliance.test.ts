@@ -1,7 +1,9 @@
 /**
  * The Store interface's compliance suite (as c10d's StoreTestBase): the same tests on every
  * implementation: the client of the real server over real WebSockets (TCPStore), a PrefixStore
- * over it, the in-memory HashStore and a PrefixStore over that. What only the real server does
+ * over it, the in-memory HashStore and a PrefixStore over that; and the server on a real Redis
+ * (`--store redis://`, started here on its own port): one server, and two servers on one Redis
+ * with the pair's handles on different servers. What only the real server does
  * (many sockets, a server that goes away, waiters of a departed client) is in store.test.ts.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,13 +14,26 @@ import { PrefixStore, type Store } from '../src/c10d/store.ts';
 import { connect, pendingWaiters, text, withServer } from './fixtures/server.ts';
 import { uniqueSession } from './fixtures/session.ts';
 import { waitFor } from './fixtures/wait.ts';
+import { engineMissing, startEngine, type EngineProcess } from '../scripts/cluster_engines.ts';
 
 let server: RunningServer;
+/** Two servers on one Redis (engineServers[0] alone for the single-server rows). */
+const engineServers: RunningServer[] = [];
+let engine: EngineProcess | undefined;
+// Skipped without redis-server on a developer's machine; CI (DDP_REQUIRE_ALL_TESTS) requires it.
+const redisMissing = engineMissing('redis');
+if (redisMissing && process.env.DDP_REQUIRE_ALL_TESTS)
+  throw new Error(`the engine-backed store's rows ${redisMissing}, and DDP_REQUIRE_ALL_TESTS is set: CI must run them, not skip them`);
 beforeAll(async () => {
   server = await withServer();
+  if (redisMissing) return;
+  engine = await startEngine('redis');
+  for (let i = 0; i < 2; i++) engineServers.push(await withServer({ store: engine.url }));
 });
 afterAll(async () => {
   await server.close();
+  await Promise.all(engineServers.map((s) => s.close()));
+  await engine?.stop();
 });
 
 /** Two handles onto one fresh store (as two ranks hold it), and how to let go of them. */
@@ -35,6 +50,22 @@ const atOnce = async () => {};
 /** Over the real server: its store's count of waiting calls. */
 const onServer = (session: string) => (n: number) =>
   waitFor(`${n} blocking call(s) to wait on the server`, () => pendingWaiters(server, session) === n);
+
+/** A pair on the engine: handle a on server `ia`, b on server `ib` (both on one Redis). */
+const onEngine = (ia: number, ib: number) => async (): Promise<Pair> => {
+  const session = uniqueSession('compliance-redis');
+  const a = await connect(engineServers[ia]!, session);
+  const b = await connect(engineServers[ib]!, session);
+  return {
+    a,
+    b,
+    close: () => {
+      a.close();
+      b.close();
+    },
+    waiting: (n: number) => waitFor(`${n} blocking call(s) to wait on the server`, () => pendingWaiters(engineServers[ia]!, session) === n),
+  };
+};
 
 const implementations: Array<[string, () => Promise<Pair>]> = [
   [
@@ -83,6 +114,12 @@ const implementations: Array<[string, () => Promise<Pair>]> = [
       return { a: new PrefixStore('sub1', s), b: new PrefixStore('sub1', s), close: () => {}, waiting: atOnce };
     },
   ],
+  ...(redisMissing
+    ? []
+    : ([
+        ['StoreClient (the server on Redis)', onEngine(0, 0)],
+        ['StoreClient, two servers on one Redis', onEngine(0, 1)],
+      ] as Array<[string, () => Promise<Pair>]>)),
 ];
 
 describe.each(implementations)('Store: %s', (_name, open) => {

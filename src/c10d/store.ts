@@ -114,9 +114,11 @@ export class StoreClient implements Store {
   static async connect(url: string, options: StoreClientOptions): Promise<StoreClient> {
     const wsUrl = storeSocketUrl(url);
     const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
-    const { socket, closedEarly } = await openSocket(wsUrl, options, connectTimeoutMs);
+    // The session in the URL too: a proxy in front of several servers routes each session's sockets to one (docs/deployment.md).
+    const route = `session=${encodeURIComponent(options.session)}`;
+    const { socket, closedEarly } = await openSocket(`${wsUrl}?${route}`, options, connectTimeoutMs);
     const client = new StoreClient(socket, options, options.requestTimeoutMs ?? 30_000);
-    client.pulseUrl = `${wsUrl}?pulse`;
+    client.pulseUrl = `${wsUrl}?pulse&${route}`;
     if (closedEarly) client.onClose(closedEarly.code, closedEarly.reason);
     try {
       const fields = {

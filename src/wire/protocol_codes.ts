@@ -70,6 +70,8 @@ export const ErrorCode = {
   RENDEZVOUS_CLOSED: 'RENDEZVOUS_CLOSED',
   /** A `gather` whose round ended (a rank left, or a new round formed) before every rank gave its row. */
   GATHER_ABORTED: 'GATHER_ABORTED',
+  /** The server's shared store (`--store redis://...`) does not answer: the server keeps trying; try again in a few seconds. */
+  STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
