@@ -19,7 +19,8 @@ import { decodeMessage, encodeMessage } from './codec.ts';
 import { RRefWire } from './rref_wire.ts';
 import { WorkerNames } from './worker_names.ts';
 import { DistAutograd } from './dist_autograd.ts';
-import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
+import { RpcError, RpcRemoteError, RpcUnreachableError } from './errors.ts';
+import { PendingCalls } from './pending_calls.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
 import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
@@ -33,15 +34,6 @@ export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
 /** A request this worker serves. */
 type Served = Exclude<Extract<Head, { id: number }>, { t: 'reply' }>;
 
-interface Pending {
-  rank: number;
-  resolve(v: unknown): void;
-  reject(e: Error): void;
-  worker: string;
-  fn: string;
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
-
 export class RpcAgent implements RRefHost {
   readonly rank: number;
   readonly worldSize: number;
@@ -49,7 +41,7 @@ export class RpcAgent implements RRefHost {
   readonly rpcTimeoutMs: number;
   private readonly workers: WorkerNames;
   private readonly functions = new Map<string, RpcFunction>();
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new PendingCalls(() => this.wake(this.doneWaiters));
   private readonly owned: OwnerTable;
   private readonly running = new Map<number, number>();
   /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
@@ -57,7 +49,12 @@ export class RpcAgent implements RRefHost {
   private readonly doneFrom = new Set<number>();
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
-  private nextCall = 1;
+  /** The rank whose call runs now (its synchronous part): RRef values made meanwhile are charged to it. */
+  private servingFor: number | undefined;
+  /** RRefs that arrived in the arguments of a call in a context: their toHere() fetches in it. */
+  private readonly argContexts = new WeakMap<RRef, string>();
+  /** The calls that made this worker's remote() RRefs. */
+  private readonly creations = new WeakMap<RRef, Promise<unknown>>();
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
@@ -76,8 +73,8 @@ export class RpcAgent implements RRefHost {
     this.name = name;
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
-    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
     this.workers = new WorkerNames(this.rank, worldSize, this.name);
+    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536, { self: this.name, of: (r) => this.workerName(r) });
     this.rrefs = new RRefWire({
       rank: this.rank,
       worldSize,
@@ -86,11 +83,15 @@ export class RpcAgent implements RRefHost {
       fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
       release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
     });
-    this.autograd = new DistAutograd({
-      rank: this.rank,
-      sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
-      releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
-    });
+    this.autograd = new DistAutograd(
+      {
+        rank: this.rank,
+        sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
+        releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
+        workerName: (r) => this.workerName(r),
+      },
+      options.maxAutogradContexts,
+    );
     serveDistributedOptimizer(this);
     serveRemoteModules(this);
     channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
@@ -116,7 +117,7 @@ export class RpcAgent implements RRefHost {
    * and they reach the value here; it lives while any reference to it does.
    */
   localRRef<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, false);
+    return this.rrefs.own(value, false, this.servingFor ?? this.rank);
   }
 
   /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
@@ -126,7 +127,7 @@ export class RpcAgent implements RRefHost {
 
   /** An RRef of this worker to `value`, released once the reply carrying it is sent (the caller's fork keeps it). */
   ownForReply<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, true);
+    return this.rrefs.own(value, true, this.servingFor ?? this.rank);
   }
 
   /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
@@ -164,24 +165,41 @@ export class RpcAgent implements RRefHost {
     const fork = this.rrefs.newFork(this.rank);
     const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
     // On this worker the value is known at once (the call itself comes back through the loopback).
-    if (owner === this.rank) this.owned.create(id, fork);
-    // The owner's failure to make the value is the RRef's: toHere() reports it.
-    void this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs).catch(() => {});
+    if (owner === this.rank) this.owned.create(id, fork, this.rank);
+    // The owner's failure to make the value (or its refusal to keep it) is the RRef's: toHere() reports it.
+    const made = this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs);
+    made.catch(() => {});
+    this.creations.set(rref, made);
     return rref;
+  }
+
+  /** `use` of an RRef; if it fails and the call that made the RRef failed, that call's error says why. */
+  private madeFirst(rref: RRef, use: Promise<unknown>): Promise<unknown> {
+    const made = this.creations.get(rref);
+    return made === undefined
+      ? use
+      : use.catch(async (err: unknown) => {
+          await made;
+          throw err;
+        });
   }
 
   // --- RRefHost ----------------------------------------------------------------------------------
 
   fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown> {
     if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id);
-    return this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs);
+    // In a context (this page's, or the one of the call whose arguments brought the RRef): recorded, once.
+    const argCtx = this.argContexts.get(rref);
+    const ctx = this.autograd.current ?? (this.autograd.has(argCtx) ? argCtx : undefined);
+    const fetch = () => this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs, ctx);
+    return this.madeFirst(rref, ctx === undefined ? fetch() : this.autograd.fetchOnce(ctx, rref, fetch));
   }
 
   callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
     // On the owner, at once; in an autograd context, through the loopback, so the call is recorded.
     if (rref.ownerRank === this.rank && this.autograd.current === undefined)
       return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
-    return this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs);
+    return this.madeFirst(rref, this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs));
   }
 
   ownedValue(id: string) {
@@ -217,7 +235,7 @@ export class RpcAgent implements RRefHost {
         () => this.pending.size === 0 || this.closed !== undefined,
         this.doneWaiters,
         timeoutMs,
-        () => this.outstanding(),
+        () => this.pending.describe(),
       );
       // Every release leaves before this worker's "done": an owner that has every "done" has every release.
       await this.rrefs.releaseAll();
@@ -241,35 +259,21 @@ export class RpcAgent implements RRefHost {
     head: RequestHead,
     values: Record<string, unknown>,
     timeoutMs?: number,
+    inContext?: string,
   ): Promise<unknown> {
     const worker = this.workerInfo(rank).name;
     if (this.closed) throw new RpcUnreachableError(worker, fn, this.closed.message, { cause: this.closed });
-    const id = this.nextCall++;
-    const ms = timeoutMs ?? this.rpcTimeoutMs;
-    const reply = new Promise<unknown>((resolve, reject) => {
-      const timer = ms > 0 ? setTimeout(() => this.settle(id, new RpcTimeoutError(worker, fn, ms)), ms) : undefined;
-      this.pending.set(id, { resolve, reject, worker, fn, timer, rank });
-    });
     // A call, method call or fetch made in a distributed autograd context carries it (dist_autograd.ts).
-    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? this.autograd.current : undefined;
+    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? (inContext ?? this.autograd.current) : undefined;
+    const { id, reply } = this.pending.open(rank, worker, fn, timeoutMs ?? this.rpcTimeoutMs, ctx);
     const sink: tf.Tensor[] = [];
     if (ctx !== undefined) this.autograd.sent(ctx, `a:${id}`, rank, sink);
     try {
       await this.post(rank, { ...head, id, ...(ctx === undefined ? {} : { ctx }) } as Head, values, head.t !== 'fork', sink);
     } catch (err) {
-      this.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
+      this.pending.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
     }
     return reply;
-  }
-
-  private settle(id: number, outcome: Error | { value: unknown }): void {
-    const p = this.pending.get(id);
-    if (!p) return;
-    this.pending.delete(id);
-    clearTimeout(p.timer);
-    if (outcome instanceof Error) p.reject(outcome);
-    else p.resolve(outcome.value);
-    this.wake(this.doneWaiters);
   }
 
   /**
@@ -327,20 +331,21 @@ export class RpcAgent implements RRefHost {
   }
 
   private onReply(from: number, head: Extract<Head, { t: 'reply' }>, msg: ReturnType<typeof decodeMessage>): void {
-    const p = this.pending.get(head.id);
-    if (!p || p.rank !== from) return;
+    const p = this.pending.from(head.id, from);
+    if (!p) return;
     if (head.error) {
-      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
+      this.pending.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
       return;
     }
-    const { ctx } = head;
+    // Recorded in the call's own context only: a reply cannot name (and so open) another.
+    const ctx = head.ctx !== undefined && head.ctx === p.ctx ? p.ctx : undefined;
     const key = `r:${this.rank}:${head.id}`;
     const onTensor =
       ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
     try {
-      this.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
+      this.pending.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
     } catch (err) {
-      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
+      this.pending.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
     }
   }
 
@@ -371,17 +376,19 @@ export class RpcAgent implements RRefHost {
   }
 
   private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
-    // A call runs in its caller's own context only (gradients, which may come from any worker of it, are checked by their keys).
+    // A call runs in its caller's own context only (gradients, which may come from any worker of it, are
+    // checked by their keys); a fetch may join one open here (an RRef its creator's call passed on).
     if (head.t !== 'grad' && 'ctx' in head && head.ctx !== undefined && creatorOf(head.ctx) !== from)
-      throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${head.ctx}`);
+      if (head.t !== 'fetch' || !this.autograd.has(head.ctx))
+        throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${head.ctx}`);
     switch (head.t) {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
-        const invoke = () => this.invoke(head.fn, args);
+        const invoke = () => this.invoke(head.fn, args, from);
         if (!head.rref) return this.run(head.ctx, head.fn, invoke);
         if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
           throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
-        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork);
+        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork, from);
         // The value outlives the reply: its arguments are disposed when it is made, not now.
         const held = inputs.splice(0);
         const { id } = head.rref;
@@ -401,14 +408,14 @@ export class RpcAgent implements RRefHost {
         this.checkHeld(head.rref, from);
         const value = await this.owned.whenReady(head.rref);
         const args = this.argsOf(msg, from, inputs, head);
-        return this.run(head.ctx, head.method, () => callMethod(value, head.method, args));
+        return this.run(head.ctx, head.method, () => this.serving(from, () => callMethod(value, head.method, args)));
       }
       case 'fetch':
         this.checkHeld(head.rref, from);
         return this.owned.whenReady(head.rref);
       case 'fork':
         this.checkHeld(head.rref, from);
-        this.owned.addFork(head.rref, head.fork);
+        this.owned.addFork(head.rref, head.fork, from);
         return null;
       case 'grad': {
         const grad = msg.value('grad', this.rrefs, from);
@@ -437,6 +444,7 @@ export class RpcAgent implements RRefHost {
     const args = msg.value('args', this.rrefs, from, onTensor);
     if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
     inputs.push(...tensorsIn(args));
+    if (ctx !== undefined) for (const r of rrefsIn(args)) this.argContexts.set(r, ctx);
     return args;
   }
 
@@ -458,23 +466,36 @@ export class RpcAgent implements RRefHost {
     }
   }
 
-  private invoke(fn: string, args: unknown[]): unknown {
+  private invoke(fn: string, args: unknown[], from: number): unknown {
     const f = this.functions.get(fn);
     if (!f) {
       const known = [...this.functions.keys()].filter((n) => !n.startsWith('__')).join(', ') || 'none';
       throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
     }
-    return (f as (...a: unknown[]) => unknown)(...args);
+    return this.serving(from, () => (f as (...a: unknown[]) => unknown)(...args));
   }
 
-  // --- RRefs on the wire -------------------------------------------------------------------------
+  /** Runs `body` (a served function's synchronous part) with what it makes this worker keep charged to `from`. */
+  private serving<T>(from: number, body: () => T): T {
+    const outer = this.servingFor;
+    this.servingFor = from;
+    try {
+      return body();
+    } finally {
+      this.servingFor = outer;
+    }
+  }
+
+  private workerName(rank: number): string {
+    return this.workers.complete || rank === this.rank ? this.workerInfo(rank).name : `rank ${rank}`;
+  }
 
   // --- Helpers -----------------------------------------------------------------------------------
 
   private close(err: Error): void {
     if (this.closed) return;
     this.closed = err;
-    for (const [id, p] of [...this.pending]) this.settle(id, new RpcUnreachableError(p.worker, p.fn, err.message, { cause: err }));
+    this.pending.failAll(err);
     this.wake(this.helloWaiters);
     this.wake(this.doneWaiters);
   }
@@ -487,10 +508,5 @@ export class RpcAgent implements RRefHost {
     return this.workerInfos()
       .filter((w) => w.id !== this.rank && !this.doneFrom.has(w.id))
       .map((w) => w.name);
-  }
-
-  private outstanding(): string {
-    const calls = [...this.pending.values()].map((p) => `"${p.fn}" on ${p.worker}`);
-    return `this worker's ${calls.length} outstanding calls (${calls.slice(0, 5).join(', ')}) before shutdown`;
   }
 }

@@ -43,11 +43,14 @@ export class RRefWire implements RRefCodec<RRef> {
     return `${this.d.rank}.${this.nextValue++}`;
   }
 
-  /** An RRef of this worker to `value`, which it now owns; `transient`: to be released once the reply carrying it is sent. */
-  own<T>(value: T, transient: boolean): RRef<T> {
+  /**
+   * An RRef of this worker to `value`, which it now owns, charged to rank `charge`; `transient`:
+   * to be released once the reply carrying it is sent.
+   */
+  own<T>(value: T, transient: boolean, charge: number): RRef<T> {
     const id = this.newValueId();
     const fork = this.newFork(this.d.rank);
-    this.d.owned.create(id, fork);
+    this.d.owned.create(id, fork, charge);
     this.d.owned.settle(id, { value });
     const rref = this.track(new RRef<T>(this.d.host, this.d.rank, id, fork));
     if (transient) this.transient.add(rref);
@@ -74,7 +77,8 @@ export class RRefWire implements RRefCodec<RRef> {
     if (v.isReleased) throw new RangeError(`RRef ${v.id} was released on this worker and cannot be sent`);
     const fork = this.newFork(to);
     const wire = { owner: v.ownerRank, id: v.id, fork };
-    if (v.ownerRank === this.d.rank) this.d.owned.addFork(v.id, fork);
+    // The owner's own value sent: the new fork is the receiver's to hold, and charged to it.
+    if (v.ownerRank === this.d.rank) this.d.owned.addFork(v.id, fork, to);
     if (v.ownerRank === this.d.rank || v.ownerRank === to) return Promise.resolve(wire);
     const forked = this.d.fork(v.ownerRank, v.id, fork);
     const inFlight = this.forking.get(v.id) ?? new Set();
@@ -94,7 +98,7 @@ export class RRefWire implements RRefCodec<RRef> {
     if (w.owner === rank && from !== rank) {
       // A reference to a value of this worker, sent by a holder: the fork is registered now (see toWire).
       if (!owned.heldBy(w.id, from)) throw new RangeError(`rank ${from} sent a reference to RRef ${w.id}, which it does not hold`);
-      owned.addFork(w.id, w.fork);
+      owned.addFork(w.id, w.fork, from);
     }
     return this.track(new RRef(this.d.host, w.owner, w.id, w.fork));
   }
