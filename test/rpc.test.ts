@@ -375,6 +375,65 @@ describe('rpc: distributed autograd', () => {
   });
 });
 
+describe('rpc: an RRef handed into a differentiated forward (the pipeline tutorial)', () => {
+  it("fetched with toHere() inside each shard's forward, the gradients come back through both hops to the master's input, as one tab's (rel. error <= 1e-6)", async () => {
+    const rand = (shape: number[], seed: number) => tf.randomNormal(shape, 0, 1, 'float32', seed);
+    const W1 = tf.variable(rand([4, 3], 11), true, 'rpc_pipe_W1');
+    const W2 = tf.variable(rand([3, 2], 12), true, 'rpc_pipe_W2');
+    const X = tf.variable(rand([5, 4], 13), true, 'rpc_pipe_X');
+    const y = rand([5, 2], 14);
+    const shard1 = (x: tf.Tensor) => tf.tidy(() => tf.relu(x.matMul(W1)));
+    const shard2 = (h: tf.Tensor) => tf.tidy(() => h.matMul(W2));
+    const lossOf = (z: tf.Tensor) => tf.sum(tf.square(z.sub(y))) as tf.Scalar;
+    const single = tf.variableGrads(() => lossOf(shard2(shard1(X))), [W1, W2, X]);
+    // torch's Shard1/Shard2.forward(x_rref): x = x_rref.to_here(), inside the forward.
+    const set = await agents(
+      3,
+      (rank): Record<string, RpcFunction> =>
+        rank === 1
+          ? { forward1: async (r: RRef<tf.Tensor>) => shard1(await r.toHere()) }
+          : rank === 2
+            ? { forward2: async (r: RRef<tf.Tensor>) => shard2(await r.toHere()) }
+            : {},
+    );
+    const [master, one, two] = set.all;
+    let grads: tf.Tensor[] = [];
+    await master!.autograd.context(async (ctx) => {
+      // x_rref = RRef(x); y_rref = p1.remote().forward(x_rref); z = p2.rpc_sync().forward(y_rref)
+      const xRef = master!.localRRef(X);
+      const yRef = master!.remote<tf.Tensor>(1, 'forward1', [xRef]);
+      const z = await master!.rpcAsync<tf.Tensor>(2, 'forward2', [yRef]);
+      await master!.autograd.backward(ctx, () => lossOf(z));
+      grads = [
+        one!.autograd.getGradients(ctx).get(W1),
+        two!.autograd.getGradients(ctx).get(W2),
+        master!.autograd.getGradients(ctx).get(X),
+      ].map((g, i) => {
+        if (!g) throw new Error(`no gradient for ${['W1 on shard 1', 'W2 on shard 2', 'X on the master'][i]}`);
+        return g.clone();
+      });
+      xRef.release();
+      yRef.release();
+    });
+    for (const [i, name] of ['rpc_pipe_W1', 'rpc_pipe_W2', 'rpc_pipe_X'].entries()) {
+      const want = await single.grads[name]!.data();
+      const got = await grads[i]!.data();
+      let diff = 0;
+      let norm = 0;
+      for (let k = 0; k < want.length; k++) {
+        diff += (got[k]! - want[k]!) ** 2;
+        norm += want[k]! ** 2;
+      }
+      expect(Math.sqrt(diff / norm), name).toBeLessThanOrEqual(1e-6);
+    }
+    // Shard 2's fork of shard 1's output lives until collected, or until the graceful shutdown ends it.
+    await Promise.all(set.all.map((a) => a.shutdown()));
+    for (const a of set.all) expect(a.ownedRRefs()).toEqual([]);
+    tf.dispose([...grads, ...Object.values(single.grads), single.value, W1, W2, X, y]);
+    await Promise.all(set.pgs.map((pg) => pg.destroy()));
+  });
+});
+
 describe('rpc: RemoteModule and DistributedOptimizer', () => {
   /** A linear layer whose parameters are variables of the worker that makes it. */
   class Linear {

@@ -21,6 +21,7 @@ import { WorkerNames } from './worker_names.ts';
 import { DistAutograd } from './dist_autograd.ts';
 import { RpcError, RpcRemoteError, RpcUnreachableError } from './errors.ts';
 import { PendingCalls } from './pending_calls.ts';
+import { FunctionTable } from './function_table.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
 import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
@@ -40,7 +41,7 @@ export class RpcAgent implements RRefHost {
   readonly name: string;
   readonly rpcTimeoutMs: number;
   private readonly workers: WorkerNames;
-  private readonly functions = new Map<string, RpcFunction>();
+  private readonly functions: FunctionTable;
   private readonly pending = new PendingCalls(() => this.wake(this.doneWaiters));
   private readonly owned: OwnerTable;
   private readonly running = new Map<number, number>();
@@ -49,8 +50,6 @@ export class RpcAgent implements RRefHost {
   private readonly doneFrom = new Set<number>();
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
-  /** The rank whose call runs now (its synchronous part): RRef values made meanwhile are charged to it. */
-  private servingFor: number | undefined;
   /** RRefs that arrived in the arguments of a call in a context: their toHere() fetches in it. */
   private readonly argContexts = new WeakMap<RRef, string>();
   /** The calls that made this worker's remote() RRefs. */
@@ -74,6 +73,7 @@ export class RpcAgent implements RRefHost {
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
     this.workers = new WorkerNames(this.rank, worldSize, this.name);
+    this.functions = new FunctionTable(this.name);
     this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536, { self: this.name, of: (r) => this.workerName(r) });
     this.rrefs = new RRefWire({
       rank: this.rank,
@@ -117,24 +117,22 @@ export class RpcAgent implements RRefHost {
    * and they reach the value here; it lives while any reference to it does.
    */
   localRRef<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, false, this.servingFor ?? this.rank);
+    return this.rrefs.own(value, false, this.functions.caller ?? this.rank);
   }
 
   /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
   registerInternal(name: string, fn: RpcFunction): void {
-    this.functions.set(name, fn);
+    this.functions.registerInternal(name, fn);
   }
 
   /** An RRef of this worker to `value`, released once the reply carrying it is sent (the caller's fork keeps it). */
   ownForReply<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, true, this.servingFor ?? this.rank);
+    return this.rrefs.own(value, true, this.functions.caller ?? this.rank);
   }
 
   /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
   register(name: string, fn: RpcFunction): void {
-    if (typeof fn !== 'function') throw new TypeError(`rpc.register("${name}", ...) needs a function`);
-    if (name.startsWith('__')) throw new RangeError(`function names starting with "__" are the agent's own: rename "${name}"`);
-    this.functions.set(name, fn);
+    this.functions.register(name, fn);
   }
 
   /** Every worker, in rank order. */
@@ -384,7 +382,7 @@ export class RpcAgent implements RRefHost {
     switch (head.t) {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
-        const invoke = () => this.invoke(head.fn, args, from);
+        const invoke = () => this.functions.invoke(head.fn, args, from);
         if (!head.rref) return this.run(head.ctx, head.fn, invoke);
         if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
           throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
@@ -408,12 +406,14 @@ export class RpcAgent implements RRefHost {
         this.checkHeld(head.rref, from);
         const value = await this.owned.whenReady(head.rref);
         const args = this.argsOf(msg, from, inputs, head);
-        return this.run(head.ctx, head.method, () => this.serving(from, () => callMethod(value, head.method, args)));
+        return this.run(head.ctx, head.method, () => this.functions.serving(from, () => callMethod(value, head.method, args)));
       }
       case 'fetch':
         this.checkHeld(head.rref, from);
         return this.owned.whenReady(head.rref);
       case 'fork':
+        // Its creator's fork request may overtake the call that makes the value (forks go at once).
+        if (creatorOf(head.rref) === from) await this.owned.created(head.rref, this.rpcTimeoutMs || DEFAULT_RPC_TIMEOUT_MS);
         this.checkHeld(head.rref, from);
         this.owned.addFork(head.rref, head.fork, from);
         return null;
@@ -463,26 +463,6 @@ export class RpcAgent implements RRefHost {
       // A result that cannot be sent (not serializable, too large) is the caller's error.
       if (this.closed) return;
       await this.post(to, { t: 'reply', id, error: failure(err).error }).catch(() => {});
-    }
-  }
-
-  private invoke(fn: string, args: unknown[], from: number): unknown {
-    const f = this.functions.get(fn);
-    if (!f) {
-      const known = [...this.functions.keys()].filter((n) => !n.startsWith('__')).join(', ') || 'none';
-      throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
-    }
-    return this.serving(from, () => (f as (...a: unknown[]) => unknown)(...args));
-  }
-
-  /** Runs `body` (a served function's synchronous part) with what it makes this worker keep charged to `from`. */
-  private serving<T>(from: number, body: () => T): T {
-    const outer = this.servingFor;
-    this.servingFor = from;
-    try {
-      return body();
-    } finally {
-      this.servingFor = outer;
     }
   }
 

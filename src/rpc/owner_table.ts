@@ -33,6 +33,8 @@ export class OwnerTable {
   private readonly values = new Map<string, Owned>();
   /** Forks (a value's first included) charged to each rank. */
   private readonly charged = new Map<number, number>();
+  /** Fork requests waiting for the call that creates their value (see created()). */
+  private readonly creating = new Map<string, Array<() => void>>();
 
   constructor(
     /** Forks held at once for one rank (a bound on what each caller can make this worker keep). */
@@ -43,9 +45,36 @@ export class OwnerTable {
 
   /** A new value, being made, referenced by `fork`, charged to `charge`. Throws if the id is taken or its share is full. */
   create(id: string, fork: string, charge: number): void {
-    if (this.values.has(id)) throw new Error(`RRef id ${id} is already in use on its owner`);
-    this.charge(charge);
-    this.values.set(id, { state: 'pending', forks: new Map([[fork, charge]]), waiters: [] });
+    try {
+      if (this.values.has(id)) throw new Error(`RRef id ${id} is already in use on its owner`);
+      this.charge(charge);
+      this.values.set(id, { state: 'pending', forks: new Map([[fork, charge]]), waiters: [] });
+    } finally {
+      for (const wake of this.creating.get(id)?.splice(0) ?? []) wake();
+      this.creating.delete(id);
+    }
+  }
+
+  /**
+   * Waits until the call that creates value `id` arrived (made or refused): a fork request, sent
+   * at once, may overtake the call its creator posted first. Past `timeoutMs`, throws naming it.
+   */
+  async created(id: string, timeoutMs: number): Promise<void> {
+    if (this.values.has(id)) return;
+    const waiters = this.creating.get(id) ?? [];
+    this.creating.set(id, waiters);
+    await new Promise<void>((resolve, reject) => {
+      const wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        waiters.splice(waiters.indexOf(wake), 1);
+        if (waiters.length === 0) this.creating.delete(id);
+        reject(new Error(`RRef ${id} was not created on its owner within ${timeoutMs} ms of a request to fork it`));
+      }, timeoutMs);
+      waiters.push(wake);
+    });
   }
 
   /** How many forks are charged to `rank` here. */
