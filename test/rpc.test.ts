@@ -161,6 +161,38 @@ describe('rpc: calls by name', () => {
     await close(set);
   });
 
+  it('a callee that stops answering (its page paused, not closed) times out, naming it and the bound; the caller goes on calling the others', async () => {
+    const { pgs, net } = await memoryGroups(server.url, 3, 'rpc-frozen');
+    const all = pgs.map((pg, rank) => new RpcAgent(pg.openMessageChannel(), 3, { name: `worker${rank}`, rpcTimeoutMs: 300 }));
+    for (const a of all) a.register('echo', (x: unknown) => x);
+    await Promise.all(all.map((a) => a.start(5_000)));
+    const [caller] = all;
+    const rref = caller!.remote<number[]>('worker1', 'echo', [[1, 2]]);
+    expect(await rref.toHere()).toEqual([1, 2]);
+    // Worker 1 freezes: it reads nothing more, and nothing of it arrives (its links stay open).
+    for (const peer of [0, 2]) {
+      net.end(1, peer)!.stall();
+      net.end(peer, 1)!.stall();
+    }
+    const frozen = await Promise.all([rejection(caller!.rpcAsync('worker1', 'echo', [1])), rejection(rref.toHere())]);
+    for (const [err, fn] of [
+      [frozen[0], 'echo'],
+      [frozen[1], 'toHere'],
+    ] as const) {
+      expect(err).toBeInstanceOf(RpcTimeoutError);
+      expect(err).toMatchObject({ worker: 'worker1', fn, timeoutMs: 300 });
+      expect(err.message).toBe(`rpc to worker1 calling "${fn}" timed out after 300 ms with no reply`);
+    }
+    // The others still answer, well past the bound, and a new call to the frozen one times out on its own.
+    for (let i = 0; i < 3; i++) expect(await caller!.rpcAsync('worker2', 'echo', [i])).toBe(i);
+    expect(await all[2]!.rpcAsync('worker0', 'echo', ['back'])).toBe('back');
+    expect(await rejection(caller!.rpcAsync('worker1', 'echo', [2], 200))).toMatchObject({ worker: 'worker1', timeoutMs: 200 });
+    rref.release();
+    await Promise.all(all.map((a) => a.shutdown({ graceful: false })));
+    // Not awaited: the stalled links never drain, and destroy closes them after its 2 s grace.
+    for (const pg of pgs) void pg.destroy();
+  });
+
   it('a callee whose group closes mid-call fails the caller at once, naming the worker, the function and the lost rank; its RRefs say their owner is gone', async () => {
     const set = await agents(2, () => ({ never: () => new Promise(() => {}), box: () => ({ x: 1 }) }), 30_000);
     const rref = set.all[0]!.remote('worker1', 'box');
