@@ -29,7 +29,7 @@ const args = ['--steps', values.steps!, '--eval', values.eval!, '--batch-size', 
 
 async function run(nproc: number, job: string, extra: string[]) {
   const t0 = Date.now();
-  const { ok, summary } = await launch({
+  const { ok, summary, results } = await launch({
     nproc,
     job: join(PROJECT_ROOT, job),
     scriptArgs: [...args, ...extra],
@@ -41,11 +41,19 @@ async function run(nproc: number, job: string, extra: string[]) {
     console.error(`bench:rpc-ps-accuracy: ${job} failed: ${JSON.stringify(summary).slice(0, 2000)}`);
     process.exit(1);
   }
-  return { summary: summary as Record<string, unknown>, seconds: (Date.now() - t0) / 1000 };
+  return {
+    summary: summary as Record<string, unknown>,
+    results: results as Array<Record<string, unknown>>,
+    seconds: (Date.now() - t0) / 1000,
+  };
 }
 
 const rpc = await run(3, 'examples/09_rpc_parameter_server.ts', ['--dataset', 'mnist']);
-const trainers = (rpc.summary.trainers ?? []) as Array<{ rank: number; finalLoss: number; accuracy: number }>;
+// Each rank's own result (the launcher's page order is not the RPC ranks').
+const trainers = rpc.results
+  .filter((r) => r.role === 'trainer')
+  .map((r) => ({ rank: Number(r.rank), finalLoss: Number(r.finalLoss), accuracy: Number(r.accuracy) }))
+  .sort((a, b) => a.rank - b.rank);
 if (trainers.length !== 2) {
   console.error(`bench:rpc-ps-accuracy: expected 2 trainers' figures, got ${JSON.stringify(rpc.summary).slice(0, 500)}`);
   process.exit(1);

@@ -136,7 +136,7 @@ export default async function main(ctx: LaunchContext) {
     const accuracy = await getAccuracy(net, test, intArg(ctx.args, 'eval', 512));
     ctx.log(`final loss ${finalLoss.toFixed(4)}, accuracy ${(accuracy * 100).toFixed(1)}%`);
     net.paramServerRRef.release();
-    result = { role: 'trainer', finalLoss, accuracy };
+    result = { role: 'trainer', rank: agent.rank, finalLoss, accuracy };
     await rpc.rpcSync('parameter_server', 'report', [{ rank: agent.rank, finalLoss, accuracy }]);
   }
   // Graceful: waits for every trainer, then the server has nothing left to keep.

@@ -418,23 +418,23 @@ describe('rpc: an RRef handed into a differentiated forward (the pipeline tutori
     const shard2 = (h: tf.Tensor) => tf.tidy(() => h.matMul(W2));
     const lossOf = (z: tf.Tensor) => tf.sum(tf.square(z.sub(y))) as tf.Scalar;
     const single = tf.variableGrads(() => lossOf(shard2(shard1(X))), [W1, W2, X]);
-    // torch's Shard1/Shard2.forward(x_rref): x = x_rref.to_here(), inside the forward.
-    const set = await agents(
-      3,
-      (rank): Record<string, RpcFunction> =>
-        rank === 1
-          ? { forward1: async (r: RRef<tf.Tensor>) => shard1(await r.toHere()) }
-          : rank === 2
-            ? { forward2: async (r: RRef<tf.Tensor>) => shard2(await r.toHere()) }
-            : {},
-    );
+    // torch's ResNetShard1/2.forward(x_rref): x = x_rref.to_here(), inside the forward.
+    class Shard {
+      constructor(private readonly layer: (x: tf.Tensor) => tf.Tensor) {}
+      async forward(r: RRef<tf.Tensor>): Promise<tf.Tensor> {
+        return this.layer(await r.toHere());
+      }
+    }
+    const set = await agents(3, () => ({ Shard1: () => new Shard(shard1), Shard2: () => new Shard(shard2) }));
     const [master, one, two] = set.all;
+    const p1 = master!.remote<Shard>(1, 'Shard1');
+    const p2 = master!.remote<Shard>(2, 'Shard2');
     let grads: tf.Tensor[] = [];
     await master!.autograd.context(async (ctx) => {
-      // x_rref = RRef(x); y_rref = p1.remote().forward(x_rref); z = p2.rpc_sync().forward(y_rref)
+      // x_rref = RRef(x); y_rref = self.p1_rref.remote().forward(x_rref); z_fut = self.p2_rref.rpc_async().forward(y_rref)
       const xRef = master!.localRRef(X);
-      const yRef = master!.remote<tf.Tensor>(1, 'forward1', [xRef]);
-      const z = await master!.rpcAsync<tf.Tensor>(2, 'forward2', [yRef]);
+      const yRef = p1.remote().forward(xRef);
+      const z = await p2.rpcAsync().forward(yRef);
       await master!.autograd.backward(ctx, () => lossOf(z));
       grads = [
         one!.autograd.getGradients(ctx).get(W1),
@@ -458,6 +458,8 @@ describe('rpc: an RRef handed into a differentiated forward (the pipeline tutori
       }
       expect(Math.sqrt(diff / norm), name).toBeLessThanOrEqual(1e-6);
     }
+    p1.release();
+    p2.release();
     // Shard 2's fork of shard 1's output lives until collected, or until the graceful shutdown ends it.
     await Promise.all(set.all.map((a) => a.shutdown()));
     for (const a of set.all) expect(a.ownedRRefs()).toEqual([]);

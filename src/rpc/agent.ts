@@ -50,10 +50,6 @@ export class RpcAgent implements RRefHost {
   private readonly doneFrom = new Set<number>();
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
-  /** RRefs that arrived in the arguments of a call in a context: their toHere() fetches in it. */
-  private readonly argContexts = new WeakMap<RRef, string>();
-  /** The calls that made this worker's remote() RRefs. */
-  private readonly creations = new WeakMap<RRef, Promise<unknown>>();
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
@@ -158,28 +154,18 @@ export class RpcAgent implements RRefHost {
 
   /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
   remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
-    const owner = this.workers.rankOf(to);
-    const id = this.rrefs.newValueId();
-    const fork = this.rrefs.newFork(this.rank);
-    const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
-    // On this worker the value is known at once (the call itself comes back through the loopback).
-    if (owner === this.rank) this.owned.create(id, fork, this.rank);
-    // The owner's failure to make the value (or its refusal to keep it) is the RRef's: toHere() reports it.
-    const made = this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs);
-    made.catch(() => {});
-    this.creations.set(rref, made);
-    return rref;
+    return this.newRemote(this.workers.rankOf(to), fn, (rref) => ({ t: 'call', fn, rref }), args, timeoutMs);
   }
 
-  /** `use` of an RRef; if it fails and the call that made the RRef failed, that call's error says why. */
-  private madeFirst(rref: RRef, use: Promise<unknown>): Promise<unknown> {
-    const made = this.creations.get(rref);
-    return made === undefined
-      ? use
-      : use.catch(async (err: unknown) => {
-          await made;
-          throw err;
-        });
+  /** An RRef to what `owner` makes by the request `head` (a call, or a method of an RRef's value), returned at once. */
+  private newRemote<R>(owner: number, fn: string, head: (v: { id: string; fork: string }) => RequestHead, args: unknown[], ms?: number) {
+    const value = { id: this.rrefs.newValueId(), fork: this.rrefs.newFork(this.rank) };
+    const rref = this.rrefs.track(new RRef<R>(this, owner, value.id, value.fork));
+    // On this worker the value is known at once (the call itself comes back through the loopback).
+    if (owner === this.rank) this.owned.create(value.id, value.fork, this.rank);
+    // The owner's failure to make the value (or its refusal to keep it) is the RRef's: toHere() reports it.
+    this.rrefs.madeBy(rref, this.request(owner, fn, head(value), { args }, ms));
+    return rref;
   }
 
   // --- RRefHost ----------------------------------------------------------------------------------
@@ -187,17 +173,20 @@ export class RpcAgent implements RRefHost {
   fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown> {
     if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id);
     // In a context (this page's, or the one of the call whose arguments brought the RRef): recorded, once.
-    const argCtx = this.argContexts.get(rref);
-    const ctx = this.autograd.current ?? (this.autograd.has(argCtx) ? argCtx : undefined);
+    const ctx = this.autograd.contextFor(rref);
     const fetch = () => this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs, ctx);
-    return this.madeFirst(rref, ctx === undefined ? fetch() : this.autograd.fetchOnce(ctx, rref, fetch));
+    return this.rrefs.madeFirst(rref, ctx === undefined ? fetch() : this.autograd.fetchOnce(ctx, rref, fetch));
   }
 
   callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
     // On the owner, at once; in an autograd context, through the loopback, so the call is recorded.
     if (rref.ownerRank === this.rank && this.autograd.current === undefined)
       return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
-    return this.madeFirst(rref, this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs));
+    return this.rrefs.madeFirst(rref, this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs));
+  }
+
+  remoteOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): RRef {
+    return this.newRemote(rref.ownerRank, method, (result) => ({ t: 'method', rref: rref.id, method, result }), args, timeoutMs);
   }
 
   ownedValue(id: string) {
@@ -383,30 +372,19 @@ export class RpcAgent implements RRefHost {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
         const invoke = () => this.functions.invoke(head.fn, args, from);
-        if (!head.rref) return this.run(head.ctx, head.fn, invoke);
-        if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
-          throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
-        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork, from);
-        // The value outlives the reply: its arguments are disposed when it is made, not now.
-        const held = inputs.splice(0);
-        const { id } = head.rref;
-        this.run(head.ctx, head.fn, invoke).then(
-          (value) => {
-            this.owned.settle(id, { value });
-            disposeAfterCall(held, value);
-          },
-          (error: Error) => {
-            this.owned.settle(id, { error });
-            disposeAfterCall(held, undefined);
-          },
-        );
-        return null;
+        return head.rref
+          ? this.keep(head.rref, from, inputs, () => this.run(head.ctx, head.fn, invoke))
+          : this.run(head.ctx, head.fn, invoke);
       }
       case 'method': {
         this.checkHeld(head.rref, from);
-        const value = await this.owned.whenReady(head.rref);
         const args = this.argsOf(msg, from, inputs, head);
-        return this.run(head.ctx, head.method, () => this.functions.serving(from, () => callMethod(value, head.method, args)));
+        // A value to keep is registered before the wait: the caller's next messages may name it.
+        const call = async () => {
+          const value = await this.owned.whenReady(head.rref);
+          return this.run(head.ctx, head.method, () => this.functions.serving(from, () => callMethod(value, head.method, args)));
+        };
+        return head.result ? this.keep(head.result, from, inputs, call) : call();
       }
       case 'fetch':
         this.checkHeld(head.rref, from);
@@ -427,6 +405,26 @@ export class RpcAgent implements RRefHost {
     }
   }
 
+  /** Keeps what `make` resolves to as the value `v` the caller `from` asked for (remote()); answers null at once. */
+  private keep(v: { id: string; fork: string }, from: number, inputs: tf.Tensor[], make: () => Promise<unknown>): null {
+    if (creatorOf(v.id) !== from || holderOf(v.fork) !== from)
+      throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
+    if (from !== this.rank) this.owned.create(v.id, v.fork, from);
+    // The value outlives the reply: its arguments are disposed when it is made, not now.
+    const held = inputs.splice(0);
+    make().then(
+      (value) => {
+        this.owned.settle(v.id, { value });
+        disposeAfterCall(held, value);
+      },
+      (error: Error) => {
+        this.owned.settle(v.id, { error });
+        disposeAfterCall(held, undefined);
+      },
+    );
+    return null;
+  }
+
   /** Runs a served function; in a distributed autograd context, records how to recompute it. */
   private async run(ctx: string | undefined, fn: string, invoke: () => unknown): Promise<unknown> {
     const raw = invoke();
@@ -444,7 +442,7 @@ export class RpcAgent implements RRefHost {
     const args = msg.value('args', this.rrefs, from, onTensor);
     if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
     inputs.push(...tensorsIn(args));
-    if (ctx !== undefined) for (const r of rrefsIn(args)) this.argContexts.set(r, ctx);
+    if (ctx !== undefined) this.autograd.bindArguments(ctx, rrefsIn(args));
     return args;
   }
 

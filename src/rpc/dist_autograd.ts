@@ -80,6 +80,8 @@ export class DistAutograd {
   private readonly contexts = new Map<string, AutogradContext>();
   /** Open contexts by the rank that opened them: each caller has its own bound. */
   private readonly perCreator = new Map<number, number>();
+  /** RRefs that arrived in the arguments of a call in a context: their toHere() fetches in it. */
+  private readonly argContexts = new WeakMap<object, string>();
   private active: string | undefined;
   private next = 1;
 
@@ -147,6 +149,17 @@ export class DistAutograd {
     const n = (this.perCreator.get(creator) ?? 1) - 1;
     if (n > 0) this.perCreator.set(creator, n);
     else this.perCreator.delete(creator);
+  }
+
+  /** RRefs that arrived in the arguments of a call in context `id`. */
+  bindArguments(id: string, rrefs: object[]): void {
+    for (const r of rrefs) this.argContexts.set(r, id);
+  }
+
+  /** The context an RRef's toHere() fetches in: this page's open one, or the one of the call that brought the RRef, while open. */
+  contextFor(rref: object): string | undefined {
+    const bound = this.argContexts.get(rref);
+    return this.active ?? (this.has(bound) ? bound : undefined);
   }
 
   /** An RRef fetch in context `id`: made once per RRef object (a recompute of the call that made it reads the same tensors). */

@@ -17,8 +17,8 @@ export type Head =
    * here. `ctx`: the distributed autograd context the call runs in (dist_autograd.ts).
    */
   | { t: 'call'; id: number; fn: string; rref?: { id: string; fork: string }; ctx?: string }
-  /** Calls method `method` of the owned value `rref` with the message's `args`. */
-  | { t: 'method'; id: number; rref: string; method: string; ctx?: string }
+  /** Calls method `method` of the owned value `rref` with the message's `args`; with `result`, keeps the result here (rref.remote()). */
+  | { t: 'method'; id: number; rref: string; method: string; ctx?: string; result?: { id: string; fork: string } }
   /** The owned value `rref`, as the result. */
   | { t: 'fetch'; id: number; rref: string; ctx?: string }
   /** The message's `grad` for tensor `index` of message `key` its receiver sent, in context `ctx`. */
@@ -68,6 +68,12 @@ function ctxOf(h: Record<string, unknown>): { ctx?: string } {
   return h.ctx === undefined ? {} : { ctx: matching(h.ctx, ID, 'ctx') };
 }
 
+/** A value the caller asks this worker to keep: its id and the caller's fork. */
+function newValue(v: unknown, field: string): { id: string; fork: string } {
+  const r = (v ?? {}) as Record<string, unknown>;
+  return { id: matching(r.id, ID, `${field}.id`), fork: matching(r.fork, FORK, `${field}.fork`) };
+}
+
 /** The head of a message from a peer, checked; throws TypeError saying what is wrong. */
 export function checkHead(h: Record<string, unknown>): Head {
   const t = h.t;
@@ -78,12 +84,12 @@ export function checkHead(h: Record<string, unknown>): Head {
       return { t };
     case 'call': {
       const head: Head = { t, id: callId(h.id), fn: text(h.fn, 'fn'), ...ctxOf(h) };
-      if (h.rref === undefined) return head;
-      const r = (h.rref ?? {}) as Record<string, unknown>;
-      return { ...head, rref: { id: matching(r.id, ID, 'rref.id'), fork: matching(r.fork, FORK, 'rref.fork') } };
+      return h.rref === undefined ? head : { ...head, rref: newValue(h.rref, 'rref') };
     }
-    case 'method':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method'), ...ctxOf(h) };
+    case 'method': {
+      const head: Head = { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method'), ...ctxOf(h) };
+      return h.result === undefined ? head : { ...head, result: newValue(h.result, 'result') };
+    }
     case 'fetch':
       return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), ...ctxOf(h) };
     case 'grad': {

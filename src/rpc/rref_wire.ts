@@ -31,6 +31,8 @@ export class RRefWire implements RRefCodec<RRef> {
   private nextValue = 1;
   /** RRefs made for a reply (`own(value, true)`): released once it is sent. */
   private readonly transient = new WeakSet<RRef>();
+  /** The calls that made this worker's remote() RRefs. */
+  private readonly creations = new WeakMap<RRef, Promise<unknown>>();
 
   constructor(private readonly d: RRefWireDeps) {}
 
@@ -55,6 +57,23 @@ export class RRefWire implements RRefCodec<RRef> {
     const rref = this.track(new RRef<T>(this.d.host, this.d.rank, id, fork));
     if (transient) this.transient.add(rref);
     return rref;
+  }
+
+  /** `rref` is made by the call `made` (remote()): its failure is the RRef's. */
+  madeBy(rref: RRef, made: Promise<unknown>): void {
+    made.catch(() => {});
+    this.creations.set(rref, made);
+  }
+
+  /** `use` of an RRef; if it fails and the call that made the RRef failed, that call's error says why. */
+  madeFirst<T>(rref: RRef, use: Promise<T>): Promise<T> {
+    const made = this.creations.get(rref);
+    return made === undefined
+      ? use
+      : use.catch(async (err: unknown) => {
+          await made;
+          throw err;
+        });
   }
 
   isTransient(rref: RRef): boolean {
