@@ -429,6 +429,8 @@ describe('rpc: an RRef handed into a differentiated forward (the pipeline tutori
     const [master, one, two] = set.all;
     const p1 = master!.remote<Shard>(1, 'Shard1');
     const p2 = master!.remote<Shard>(2, 'Shard2');
+    // The shards are done with their own work: their graceful shutdowns begin now, and wait for the master's.
+    const shardsDown = [one!.shutdown(), two!.shutdown()];
     let grads: tf.Tensor[] = [];
     await master!.autograd.context(async (ctx) => {
       // x_rref = RRef(x); y_rref = self.p1_rref.remote().forward(x_rref); z_fut = self.p2_rref.rpc_async().forward(y_rref)
@@ -461,7 +463,7 @@ describe('rpc: an RRef handed into a differentiated forward (the pipeline tutori
     p1.release();
     p2.release();
     // Shard 2's fork of shard 1's output lives until collected, or until the graceful shutdown ends it.
-    await Promise.all(set.all.map((a) => a.shutdown()));
+    await Promise.all([master!.shutdown(), ...shardsDown]);
     for (const a of set.all) expect(a.ownedRRefs()).toEqual([]);
     tf.dispose([...grads, ...Object.values(single.grads), single.value, W1, W2, X, y]);
     await Promise.all(set.pgs.map((pg) => pg.destroy()));

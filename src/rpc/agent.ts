@@ -47,7 +47,8 @@ export class RpcAgent implements RRefHost {
   private readonly running = new Map<number, number>();
   /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
   private readonly order = new Map<number, Promise<unknown>>();
-  private readonly doneFrom = new Set<number>();
+  /** The workers that said each step of their graceful shutdown. */
+  private readonly heard = { leaving: new Set<number>(), done: new Set<number>() };
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
   private closed: Error | undefined;
@@ -217,25 +218,40 @@ export class RpcAgent implements RRefHost {
   async shutdown({ graceful = true, timeoutMs = 60_000 }: { graceful?: boolean; timeoutMs?: number } = {}): Promise<void> {
     if (this.closed) return;
     if (graceful) {
-      await waitUntil(
-        this.name,
-        () => this.pending.size === 0 || this.closed !== undefined,
-        this.doneWaiters,
-        timeoutMs,
-        () => this.pending.describe(),
-      );
+      const idle = () =>
+        waitUntil(
+          this.name,
+          () => this.pending.size === 0 || this.closed !== undefined,
+          this.doneWaiters,
+          timeoutMs,
+          () => this.pending.describe(),
+        );
+      await idle();
+      // Once every worker leaves, no call starts but those served work makes, which end before the calls they serve do.
+      await this.barrier('leaving', timeoutMs);
+      await idle();
       // Every release leaves before this worker's "done": an owner that has every "done" has every release.
       await this.rrefs.releaseAll();
-      for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
-      await waitUntil(
-        this.name,
-        () => this.doneFrom.size === this.worldSize - 1 || this.closed !== undefined,
-        this.doneWaiters,
-        timeoutMs,
-        () => `workers ${this.notDone().join(', ')} to shut down too (graceful shutdown)`,
-      );
+      await this.barrier('done', timeoutMs);
     }
     this.close(new RpcError(`the RPC agent of ${this.name} was shut down`, this.name, 'shutdown'));
+  }
+
+  /** Tells every other worker `t` (a step of the graceful shutdown) and waits until each has told this one. */
+  private async barrier(t: 'leaving' | 'done', timeoutMs: number): Promise<void> {
+    const heard = this.heard[t];
+    for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t }).catch(() => {});
+    const others = () => this.workerInfos().filter((w) => w.id !== this.rank && !heard.has(w.id));
+    await waitUntil(
+      this.name,
+      () => heard.size === this.worldSize - 1 || this.closed !== undefined,
+      this.doneWaiters,
+      timeoutMs,
+      () =>
+        `workers ${others()
+          .map((w) => w.name)
+          .join(', ')} to shut down too (graceful shutdown, "${t}")`,
+    );
   }
 
   // --- Messages ----------------------------------------------------------------------------------
@@ -297,8 +313,9 @@ export class RpcAgent implements RRefHost {
       case 'hello':
         this.workers.heard(from, head.name);
         return this.wake(this.helloWaiters);
+      case 'leaving':
       case 'done':
-        this.doneFrom.add(from);
+        this.heard[head.t].add(from);
         return this.wake(this.doneWaiters);
       case 'reply':
         return this.onReply(from, head, msg);
@@ -409,19 +426,8 @@ export class RpcAgent implements RRefHost {
   private keep(v: { id: string; fork: string }, from: number, inputs: tf.Tensor[], make: () => Promise<unknown>): null {
     if (creatorOf(v.id) !== from || holderOf(v.fork) !== from)
       throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
-    if (from !== this.rank) this.owned.create(v.id, v.fork, from);
     // The value outlives the reply: its arguments are disposed when it is made, not now.
-    const held = inputs.splice(0);
-    make().then(
-      (value) => {
-        this.owned.settle(v.id, { value });
-        disposeAfterCall(held, value);
-      },
-      (error: Error) => {
-        this.owned.settle(v.id, { error });
-        disposeAfterCall(held, undefined);
-      },
-    );
+    this.owned.make(v.id, v.fork, from, from === this.rank, make, inputs.splice(0));
     return null;
   }
 
@@ -480,11 +486,5 @@ export class RpcAgent implements RRefHost {
 
   private wake(waiters: Array<() => void>): void {
     for (const w of waiters.splice(0)) w();
-  }
-
-  private notDone(): string[] {
-    return this.workerInfos()
-      .filter((w) => w.id !== this.rank && !this.doneFrom.has(w.id))
-      .map((w) => w.name);
   }
 }

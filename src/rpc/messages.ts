@@ -31,6 +31,8 @@ export type Head =
   | { t: 'release'; rref: string; fork: string }
   /** The answer to call `id`: the message's `result`, or `error`. */
   | { t: 'reply'; id: number; error?: RemoteFailure['error']; ctx?: string }
+  /** This worker began its graceful shutdown: it starts no call of its own any more. */
+  | { t: 'leaving' }
   /** This worker finished its graceful shutdown's part. */
   | { t: 'done' };
 
@@ -80,6 +82,7 @@ export function checkHead(h: Record<string, unknown>): Head {
   switch (t) {
     case 'hello':
       return { t, name: matching(h.name, NAME, 'name') };
+    case 'leaving':
     case 'done':
       return { t };
     case 'call': {

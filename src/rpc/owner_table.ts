@@ -9,6 +9,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import { RpcLimitError } from './errors.ts';
+import { disposeAfterCall } from './call_values.ts';
 
 interface Owned {
   state: 'pending' | 'ready' | 'failed';
@@ -100,6 +101,25 @@ export class OwnerTable {
     const n = this.chargedTo(rank) - 1;
     if (n > 0) this.charged.set(rank, n);
     else this.charged.delete(rank);
+  }
+
+  /**
+   * Value `id` (fork `fork`, charged to `charge`; `known`: created already, by this worker's own
+   * remote()) is what `make` resolves to, or its error; `held` (the call's argument tensors) are
+   * disposed once it is made, except what the value keeps.
+   */
+  make(id: string, fork: string, charge: number, known: boolean, make: () => Promise<unknown>, held: tf.Tensor[]): void {
+    if (!known) this.create(id, fork, charge);
+    make().then(
+      (value) => {
+        this.settle(id, { value });
+        disposeAfterCall(held, value);
+      },
+      (error: Error) => {
+        this.settle(id, { error });
+        disposeAfterCall(held, undefined);
+      },
+    );
   }
 
   settle(id: string, outcome: { value: unknown } | { error: Error }): void {

@@ -20,8 +20,8 @@ export interface RRefWireDeps {
 }
 
 export class RRefWire implements RRefCodec<RRef> {
-  /** This worker's live RRef objects by fork id (weakly: a collected one is released by the registry). */
-  private readonly live = new Map<string, WeakRef<RRef>>();
+  /** This worker's live RRef objects by fork id (weakly: a collected one is released by the registry), and their forks. */
+  private readonly live = new Map<string, { ref: WeakRef<RRef>; fork: { owner: number; id: string; fork: string } }>();
   private readonly collected = new FinalizationRegistry<{ owner: number; id: string; fork: string }>((f) => this.end(f));
   /** Fork requests in flight, by value id: a release of the value waits for them. */
   private readonly forking = new Map<string, Set<Promise<unknown>>>();
@@ -123,8 +123,9 @@ export class RRefWire implements RRefCodec<RRef> {
   }
 
   track<T>(rref: RRef<T>): RRef<T> {
-    this.live.set(rref.fork, new WeakRef(rref as RRef));
-    this.collected.register(rref, { owner: rref.ownerRank, id: rref.id, fork: rref.fork }, rref);
+    const fork = { owner: rref.ownerRank, id: rref.id, fork: rref.fork };
+    this.live.set(rref.fork, { ref: new WeakRef(rref as RRef), fork });
+    this.collected.register(rref, fork, rref);
     return rref;
   }
 
@@ -136,12 +137,18 @@ export class RRefWire implements RRefCodec<RRef> {
 
   /** Releases every live RRef of this worker (shutdown); resolves once every release has left. */
   releaseAll(): Promise<unknown> {
-    for (const ref of [...this.live.values()]) ref.deref()?.release();
+    // A collected RRef whose finalizer has not run yet is ended here too (its finalizer then finds nothing).
+    for (const { ref, fork } of [...this.live.values()]) {
+      const rref = ref.deref();
+      if (rref) rref.release();
+      else this.end(fork);
+    }
     return Promise.allSettled([...this.releasing]);
   }
 
   private end(f: { owner: number; id: string; fork: string }): void {
-    this.live.delete(f.fork);
+    // Once: a collected RRef ended by releaseAll() is still in the finalization registry.
+    if (!this.live.delete(f.fork)) return;
     if (f.owner === this.d.rank) {
       this.d.owned.removeFork(f.id, f.fork);
       return;
