@@ -108,7 +108,7 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     await server.close();
   });
 
-  it('cannot release, fetch or fork a reference it does not hold, create ids or call in contexts in another name, or rename a worker', async () => {
+  it('cannot release, fetch or fork a reference it does not hold, create ids or call or fetch in contexts in another name, or rename a worker', async () => {
     const { pgs } = await memoryGroups(server.url, 3, 'rpc-hostile');
     const [owner, user] = [0, 1].map((r) => new RpcAgent(pgs[r]!.openMessageChannel(), 3, { name: `w${r}` }));
     owner!.register('box', () => ({ x: 1 }));
@@ -144,6 +144,20 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     expect(owner!.ownedRRefs()).toEqual(before);
     expect(owner!.workerInfos().map((w) => w.name)).toEqual(['w0', 'w1', 'w2']);
     expect(await rref.toHere()).toEqual({ x: 1 });
+    // A reference of its own, fetched in another's context open on the owner: refused (only a
+    // context's creator lets a worker in, by passing it a reference in that context).
+    await send(0, { t: 'call', id: 5, fn: 'box', rref: { id: '2.1', fork: '2.2.1' } }, { args: [] });
+    let ctx = '';
+    await user!.autograd.context(async (id) => {
+      ctx = id;
+      await user!.rpcAsync('w0', 'box');
+      await send(0, { t: 'fetch', id: 6, rref: '2.1', ctx: id });
+      await waitFor('the owner to answer the fetch', () => replies.length === 6);
+    });
+    expect(replies[4]!.error).toBeUndefined();
+    expect((replies[5]!.error as { message: string }).message).toBe(
+      `rank 2 may call only in distributed autograd contexts of its own, not ${ctx}`,
+    );
     await Promise.all([owner!.shutdown({ graceful: false }), user!.shutdown({ graceful: false })]);
     await Promise.all(pgs.map((pg) => pg.destroy()));
   });

@@ -77,7 +77,7 @@ export class RpcAgent implements RRefHost {
       worldSize,
       owned: this.owned,
       host: this,
-      fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
+      fork: (owner, id, fork, ctx) => this.request(owner, 'fork', { t: 'fork', rref: id, fork, ...(ctx === undefined ? {} : { ctx }) }, {}),
       release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
     });
     this.autograd = new DistAutograd(
@@ -381,10 +381,12 @@ export class RpcAgent implements RRefHost {
 
   private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
     // A call runs in its caller's own context only (gradients, which may come from any worker of it, are
-    // checked by their keys); a fetch may join one open here (an RRef its creator's call passed on).
-    if (head.t !== 'grad' && 'ctx' in head && head.ctx !== undefined && creatorOf(head.ctx) !== from)
-      if (head.t !== 'fetch' || !this.autograd.has(head.ctx))
-        throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${head.ctx}`);
+    // checked by their keys; a fork names the context of the message it is for); a fetch may join one
+    // open here with a reference the context's creator passed on in it (fetchesIn).
+    const { ctx } = head as { ctx?: string };
+    if (head.t !== 'grad' && head.t !== 'fork' && ctx !== undefined && creatorOf(ctx) !== from)
+      if (head.t !== 'fetch' || !this.autograd.has(ctx) || !this.owned.fetchesIn(head.rref, from, ctx))
+        throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${ctx}`);
     switch (head.t) {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
@@ -410,7 +412,8 @@ export class RpcAgent implements RRefHost {
         // Its creator's fork request may overtake the call that makes the value (forks go at once).
         if (creatorOf(head.rref) === from) await this.owned.created(head.rref, this.rpcTimeoutMs || DEFAULT_RPC_TIMEOUT_MS);
         this.checkHeld(head.rref, from);
-        this.owned.addFork(head.rref, head.fork, from);
+        // Bound to the context only when its creator asks: no one else can let a worker into it.
+        this.owned.addFork(head.rref, head.fork, from, ctx !== undefined && creatorOf(ctx) === from ? ctx : undefined);
         return null;
       case 'grad': {
         const grad = msg.value('grad', this.rrefs, from);

@@ -25,8 +25,11 @@ export type Head =
   | { t: 'grad'; id: number; ctx: string; key: string; index: number }
   /** Context `ctx` ended (sent by the worker that opened it). */
   | { t: 'ctx'; ctx: string }
-  /** Registers fork `fork` of the owned value `rref` (for a reference about to be sent). */
-  | { t: 'fork'; id: number; rref: string; fork: string }
+  /**
+   * Registers fork `fork` of the owned value `rref` (for a reference about to be sent); `ctx`: the
+   * message that carries it is in that context (the fork's holder may then fetch in it).
+   */
+  | { t: 'fork'; id: number; rref: string; fork: string; ctx?: string }
   /** Ends fork `fork` of the owned value `rref` (sent by the fork's holder). */
   | { t: 'release'; rref: string; fork: string }
   /** The answer to call `id`: the message's `result`, or `error`. */
@@ -103,7 +106,7 @@ export function checkHead(h: Record<string, unknown>): Head {
     case 'ctx':
       return { t, ctx: matching(h.ctx, ID, 'ctx') };
     case 'fork':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
+      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork'), ...ctxOf(h) };
     case 'release':
       return { t, rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
     case 'reply': {

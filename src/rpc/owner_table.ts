@@ -15,8 +15,8 @@ interface Owned {
   state: 'pending' | 'ready' | 'failed';
   value?: unknown;
   error?: Error;
-  /** Each live fork and the rank it is charged to. */
-  readonly forks: Map<string, number>;
+  /** Each live fork: the rank it is charged to, and the context it was passed on in by that context's creator. */
+  readonly forks: Map<string, { charge: number; ctx?: string }>;
   readonly waiters: Array<() => void>;
 }
 
@@ -49,7 +49,7 @@ export class OwnerTable {
     try {
       if (this.values.has(id)) throw new Error(`RRef id ${id} is already in use on its owner`);
       this.charge(charge);
-      this.values.set(id, { state: 'pending', forks: new Map([[fork, charge]]), waiters: [] });
+      this.values.set(id, { state: 'pending', forks: new Map([[fork, { charge }]]), waiters: [] });
     } finally {
       for (const wake of this.creating.get(id)?.splice(0) ?? []) wake();
       this.creating.delete(id);
@@ -162,22 +162,31 @@ export class OwnerTable {
     return o !== undefined && [...o.forks.keys()].some((f) => holderOf(f) === rank);
   }
 
-  /** A new fork of `id`, charged to `charge`. */
-  addFork(id: string, fork: string, charge: number): void {
+  /**
+   * Whether `rank` may fetch `id` in context `ctx` that it did not open: it holds a fork that the
+   * context's creator passed on to it in that context (torch's pipeline: shard 2 fetching shard 1's output).
+   */
+  fetchesIn(id: string, rank: number, ctx: string): boolean {
+    const o = this.values.get(id);
+    return o !== undefined && [...o.forks].some(([f, e]) => holderOf(f) === rank && e.ctx === ctx);
+  }
+
+  /** A new fork of `id`, charged to `charge`; `ctx`: passed on in that context by its creator. */
+  addFork(id: string, fork: string, charge: number, ctx?: string): void {
     const o = this.values.get(id);
     if (!o) throw new Error(`RRef ${id} has no value on its owner`);
     if (o.forks.has(fork)) throw new Error(`fork ${fork} of RRef ${id} exists already`);
     this.charge(charge);
-    o.forks.set(fork, charge);
+    o.forks.set(fork, ctx === undefined ? { charge } : { charge, ctx });
   }
 
   /** Ends `fork`; the last one deletes the value. Returns whether the fork existed. */
   removeFork(id: string, fork: string): boolean {
     const o = this.values.get(id);
-    const charged = o?.forks.get(fork);
-    if (!o || charged === undefined) return false;
+    const entry = o?.forks.get(fork);
+    if (!o || entry === undefined) return false;
     o.forks.delete(fork);
-    this.uncharge(charged);
+    this.uncharge(entry.charge);
     if (o.forks.size === 0) {
       this.values.delete(id);
       if (o.state === 'ready') disposeValue(o.value);

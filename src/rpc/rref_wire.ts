@@ -13,8 +13,8 @@ export interface RRefWireDeps {
   worldSize: number;
   owned: OwnerTable;
   host: RRefHost;
-  /** Registers fork `fork` of value `id` with its owner; resolves once the owner answered. */
-  fork(owner: number, id: string, fork: string): Promise<unknown>;
+  /** Registers fork `fork` of value `id` with its owner (sent in context `ctx`); resolves once the owner answered. */
+  fork(owner: number, id: string, fork: string, ctx: string | undefined): Promise<unknown>;
   /** Tells the owner that fork `fork` of value `id` ended. */
   release(owner: number, id: string, fork: string): Promise<void>;
 }
@@ -91,15 +91,15 @@ export class RRefWire implements RRefCodec<RRef> {
    * registered when the message arrives (this worker's own fork keeps the value meanwhile: its
    * release goes after the message on the same ordered link).
    */
-  toWire(v: unknown, to: number): Promise<WireRRef> | undefined {
+  toWire(v: unknown, to: number, ctx?: string): Promise<WireRRef> | undefined {
     if (!(v instanceof RRef)) return undefined;
     if (v.isReleased) throw new RangeError(`RRef ${v.id} was released on this worker and cannot be sent`);
     const fork = this.newFork(to);
     const wire = { owner: v.ownerRank, id: v.id, fork };
     // The owner's own value sent: the new fork is the receiver's to hold, and charged to it.
-    if (v.ownerRank === this.d.rank) this.d.owned.addFork(v.id, fork, to);
+    if (v.ownerRank === this.d.rank) this.d.owned.addFork(v.id, fork, to, ctx);
     if (v.ownerRank === this.d.rank || v.ownerRank === to) return Promise.resolve(wire);
-    const forked = this.d.fork(v.ownerRank, v.id, fork);
+    const forked = this.d.fork(v.ownerRank, v.id, fork, ctx);
     const inFlight = this.forking.get(v.id) ?? new Set();
     this.forking.set(v.id, inFlight.add(forked));
     const done = () => {
