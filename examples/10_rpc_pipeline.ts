@@ -1,14 +1,13 @@
 /**
  * PyTorch's tutorial "Distributed Pipeline Parallelism Using RPC", ported: a model split into two
  * shards, each on its own worker; the master (rank 0) holds their RRefs, cuts each batch into
- * micro-batches and drives them through both shards with rpcAsync, so shard 1 works on one
- * micro-batch while shard 2 works on the one before. Distributed autograd takes the gradients
- * back through both shards, and a DistributedOptimizer steps each shard's parameters where they
- * live. Names follow the tutorial's (Shard1, Shard2, DistNet, parameterRRefs).
- *
- * One difference: in the tutorial shard 2 fetches shard 1's output by its RRef (to_here) inside
- * its forward; a function differentiated across workers computes synchronously here
- * (docs/rpc.md), so the master passes shard 1's output to shard 2 itself.
+ * micro-batches and drives them through both shards, so shard 1 works on one micro-batch while
+ * shard 2 works on the one before: as the tutorial's, each micro-batch goes as an RRef
+ * (`x_rref = RRef(x)`), shard 1 keeps its output where it is (`p1_rref.remote().forward(x_rref)`),
+ * and shard 2 fetches it by that RRef inside its own forward (`x_rref.to_here()`). Distributed
+ * autograd takes the gradients back through both shards, and a DistributedOptimizer steps each
+ * shard's parameters where they live. Names follow the tutorial's (Shard1, Shard2, DistNet,
+ * parameterRRefs).
  *
  *   npm run launch -- --nproc 3 examples/10_rpc_pipeline.ts [--steps 30] [--batch-size 32] [--split-size 8]
  */
@@ -37,7 +36,8 @@ function dense(inputs: number, units: number, seed: number) {
 class Shard1 {
   private readonly l1 = dense(16, 64, 1);
   private readonly l2 = dense(64, 32, 2);
-  forward(x: tf.Tensor): tf.Tensor {
+  async forward(xRRef: rpc.RRef<tf.Tensor>): Promise<tf.Tensor> {
+    const x = await xRRef.toHere();
     return tf.tidy(() => tf.relu(this.l2.apply(tf.relu(this.l1.apply(x)))));
   }
   parameters(): tf.Variable[] {
@@ -48,8 +48,9 @@ class Shard1 {
 /** The second half. */
 class Shard2 {
   private readonly l3 = dense(32, 4, 3);
-  forward(x: tf.Tensor): tf.Tensor {
-    return this.l3.apply(x);
+  async forward(xRRef: rpc.RRef<tf.Tensor>): Promise<tf.Tensor> {
+    const x = await xRRef.toHere();
+    return tf.tidy(() => this.l3.apply(x));
   }
   parameters(): tf.Variable[] {
     return [this.l3.w, this.l3.b];
@@ -64,10 +65,19 @@ class DistNet {
   constructor(private readonly splitSize: number) {}
 
   async forward(xs: tf.Tensor): Promise<tf.Tensor[]> {
-    // Each micro-batch goes on to shard 2 as soon as shard 1 has it: the shards overlap.
+    const outFutures: Array<Promise<tf.Tensor>> = [];
+    const refs: rpc.RRef[] = [];
     const micro = tf.split(xs, Math.ceil(xs.shape[0]! / this.splitSize));
-    const outs = await Promise.all(micro.map(async (x) => (await this.p2.forward(await this.p1.forward(x))) as tf.Tensor));
-    tf.dispose(micro);
+    for (const x of micro) {
+      const xRRef = rpc.localRRef(x);
+      const yRRef = this.p1.moduleRRef.remote().forward(xRRef);
+      const zFut = this.p2.moduleRRef.rpcAsync().forward(yRRef);
+      outFutures.push(zFut);
+      refs.push(xRRef, yRRef);
+    }
+    const outs = await Promise.all(outFutures);
+    // Python drops them when forward returns; here, explicitly (the owners delete the micro-batches).
+    for (const r of refs) r.release();
     return outs;
   }
 

@@ -17,7 +17,7 @@ export {
 } from './rpc/api.ts';
 export { RpcAgent, type RpcAgentOptions, type RpcFunction } from './rpc/agent.ts';
 export { DEFAULT_RPC_TIMEOUT_MS } from './rpc/agent_options.ts';
-export { RRef, type RRefProxy, type WorkerInfo } from './rpc/rref.ts';
-export { RpcError, RpcTimeoutError, RpcRemoteError, RpcUnreachableError, RpcSerializationError } from './rpc/errors.ts';
+export { RRef, type RRefProxy, type RRefRemoteProxy, type WorkerInfo } from './rpc/rref.ts';
+export { RpcError, RpcTimeoutError, RpcRemoteError, RpcUnreachableError, RpcSerializationError, RpcLimitError } from './rpc/errors.ts';
 export { DistributedOptimizer, type OptimizerClass } from './rpc/distributed_optimizer.ts';
 export { RemoteModule, type RemoteModuleValue } from './rpc/remote_module.ts';

@@ -161,6 +161,38 @@ describe('rpc: calls by name', () => {
     await close(set);
   });
 
+  it('a callee that stops answering (its page paused, not closed) times out, naming it and the bound; the caller goes on calling the others', async () => {
+    const { pgs, net } = await memoryGroups(server.url, 3, 'rpc-frozen');
+    const all = pgs.map((pg, rank) => new RpcAgent(pg.openMessageChannel(), 3, { name: `worker${rank}`, rpcTimeoutMs: 300 }));
+    for (const a of all) a.register('echo', (x: unknown) => x);
+    await Promise.all(all.map((a) => a.start(5_000)));
+    const [caller] = all;
+    const rref = caller!.remote<number[]>('worker1', 'echo', [[1, 2]]);
+    expect(await rref.toHere()).toEqual([1, 2]);
+    // Worker 1 freezes: it reads nothing more, and nothing of it arrives (its links stay open).
+    for (const peer of [0, 2]) {
+      net.end(1, peer)!.stall();
+      net.end(peer, 1)!.stall();
+    }
+    const frozen = await Promise.all([rejection(caller!.rpcAsync('worker1', 'echo', [1])), rejection(rref.toHere())]);
+    for (const [err, fn] of [
+      [frozen[0], 'echo'],
+      [frozen[1], 'toHere'],
+    ] as const) {
+      expect(err).toBeInstanceOf(RpcTimeoutError);
+      expect(err).toMatchObject({ worker: 'worker1', fn, timeoutMs: 300 });
+      expect(err.message).toBe(`rpc to worker1 calling "${fn}" timed out after 300 ms with no reply`);
+    }
+    // The others still answer, well past the bound, and a new call to the frozen one times out on its own.
+    for (let i = 0; i < 3; i++) expect(await caller!.rpcAsync('worker2', 'echo', [i])).toBe(i);
+    expect(await all[2]!.rpcAsync('worker0', 'echo', ['back'])).toBe('back');
+    expect(await rejection(caller!.rpcAsync('worker1', 'echo', [2], 200))).toMatchObject({ worker: 'worker1', timeoutMs: 200 });
+    rref.release();
+    await Promise.all(all.map((a) => a.shutdown({ graceful: false })));
+    // Not awaited: the stalled links never drain, and destroy closes them after its 2 s grace.
+    for (const pg of pgs) void pg.destroy();
+  });
+
   it('a callee whose group closes mid-call fails the caller at once, naming the worker, the function and the lost rank; its RRefs say their owner is gone', async () => {
     const set = await agents(2, () => ({ never: () => new Promise(() => {}), box: () => ({ x: 1 }) }), 30_000);
     const rref = set.all[0]!.remote('worker1', 'box');
@@ -372,6 +404,69 @@ describe('rpc: distributed autograd', () => {
     w1ref.release();
     tf.dispose([...grads.filter((g) => g !== undefined), ...Object.values(single.grads), single.value, x1!, x2!, y!, W1, W2, W0]);
     await close(set);
+  });
+});
+
+describe('rpc: an RRef handed into a differentiated forward (the pipeline tutorial)', () => {
+  it("fetched with toHere() inside each shard's forward, the gradients come back through both hops to the master's input, as one tab's (rel. error <= 1e-6)", async () => {
+    const rand = (shape: number[], seed: number) => tf.randomNormal(shape, 0, 1, 'float32', seed);
+    const W1 = tf.variable(rand([4, 3], 11), true, 'rpc_pipe_W1');
+    const W2 = tf.variable(rand([3, 2], 12), true, 'rpc_pipe_W2');
+    const X = tf.variable(rand([5, 4], 13), true, 'rpc_pipe_X');
+    const y = rand([5, 2], 14);
+    const shard1 = (x: tf.Tensor) => tf.tidy(() => tf.relu(x.matMul(W1)));
+    const shard2 = (h: tf.Tensor) => tf.tidy(() => h.matMul(W2));
+    const lossOf = (z: tf.Tensor) => tf.sum(tf.square(z.sub(y))) as tf.Scalar;
+    const single = tf.variableGrads(() => lossOf(shard2(shard1(X))), [W1, W2, X]);
+    // torch's ResNetShard1/2.forward(x_rref): x = x_rref.to_here(), inside the forward.
+    class Shard {
+      constructor(private readonly layer: (x: tf.Tensor) => tf.Tensor) {}
+      async forward(r: RRef<tf.Tensor>): Promise<tf.Tensor> {
+        return this.layer(await r.toHere());
+      }
+    }
+    const set = await agents(3, () => ({ Shard1: () => new Shard(shard1), Shard2: () => new Shard(shard2) }));
+    const [master, one, two] = set.all;
+    const p1 = master!.remote<Shard>(1, 'Shard1');
+    const p2 = master!.remote<Shard>(2, 'Shard2');
+    // The shards are done with their own work: their graceful shutdowns begin now, and wait for the master's.
+    const shardsDown = [one!.shutdown(), two!.shutdown()];
+    let grads: tf.Tensor[] = [];
+    await master!.autograd.context(async (ctx) => {
+      // x_rref = RRef(x); y_rref = self.p1_rref.remote().forward(x_rref); z_fut = self.p2_rref.rpc_async().forward(y_rref)
+      const xRef = master!.localRRef(X);
+      const yRef = p1.remote().forward(xRef);
+      const z = await p2.rpcAsync().forward(yRef);
+      await master!.autograd.backward(ctx, () => lossOf(z));
+      grads = [
+        one!.autograd.getGradients(ctx).get(W1),
+        two!.autograd.getGradients(ctx).get(W2),
+        master!.autograd.getGradients(ctx).get(X),
+      ].map((g, i) => {
+        if (!g) throw new Error(`no gradient for ${['W1 on shard 1', 'W2 on shard 2', 'X on the master'][i]}`);
+        return g.clone();
+      });
+      xRef.release();
+      yRef.release();
+    });
+    for (const [i, name] of ['rpc_pipe_W1', 'rpc_pipe_W2', 'rpc_pipe_X'].entries()) {
+      const want = await single.grads[name]!.data();
+      const got = await grads[i]!.data();
+      let diff = 0;
+      let norm = 0;
+      for (let k = 0; k < want.length; k++) {
+        diff += (got[k]! - want[k]!) ** 2;
+        norm += want[k]! ** 2;
+      }
+      expect(Math.sqrt(diff / norm), name).toBeLessThanOrEqual(1e-6);
+    }
+    p1.release();
+    p2.release();
+    // Shard 2's fork of shard 1's output lives until collected, or until the graceful shutdown ends it.
+    await Promise.all([master!.shutdown(), ...shardsDown]);
+    for (const a of set.all) expect(a.ownedRRefs()).toEqual([]);
+    tf.dispose([...grads, ...Object.values(single.grads), single.value, W1, W2, X, y]);
+    await Promise.all(set.pgs.map((pg) => pg.destroy()));
   });
 });
 

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { RpcAgent } from '../src/rpc/agent.ts';
 import { decodeMessage, encodeMessage, MAX_DEPTH, type RRefCodec } from '../src/rpc/codec.ts';
-import { RpcSerializationError } from '../src/rpc/errors.ts';
+import { RpcRemoteError, RpcSerializationError } from '../src/rpc/errors.ts';
 import { checkHead } from '../src/rpc/messages.ts';
 import { withServer } from './fixtures/server.ts';
 import { memoryGroups } from './fixtures/memory_groups.ts';
@@ -108,7 +108,7 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     await server.close();
   });
 
-  it('cannot release, fetch or fork a reference it does not hold, create ids or call in contexts in another name, or rename a worker', async () => {
+  it('cannot release, fetch or fork a reference it does not hold, create ids or call or fetch in contexts in another name, or rename a worker', async () => {
     const { pgs } = await memoryGroups(server.url, 3, 'rpc-hostile');
     const [owner, user] = [0, 1].map((r) => new RpcAgent(pgs[r]!.openMessageChannel(), 3, { name: `w${r}` }));
     owner!.register('box', () => ({ x: 1 }));
@@ -144,7 +144,72 @@ describe('rpc: a hostile member that speaks the protocol', () => {
     expect(owner!.ownedRRefs()).toEqual(before);
     expect(owner!.workerInfos().map((w) => w.name)).toEqual(['w0', 'w1', 'w2']);
     expect(await rref.toHere()).toEqual({ x: 1 });
+    // A reference of its own, fetched in another's context open on the owner: refused (only a
+    // context's creator lets a worker in, by passing it a reference in that context).
+    await send(0, { t: 'call', id: 5, fn: 'box', rref: { id: '2.1', fork: '2.2.1' } }, { args: [] });
+    let ctx = '';
+    await user!.autograd.context(async (id) => {
+      ctx = id;
+      await user!.rpcAsync('w0', 'box');
+      await send(0, { t: 'fetch', id: 6, rref: '2.1', ctx: id });
+      await waitFor('the owner to answer the fetch', () => replies.length === 6);
+    });
+    expect(replies[4]!.error).toBeUndefined();
+    expect((replies[5]!.error as { message: string }).message).toBe(
+      `rank 2 may call only in distributed autograd contexts of its own, not ${ctx}`,
+    );
     await Promise.all([owner!.shutdown({ graceful: false }), user!.shutdown({ graceful: false })]);
+    await Promise.all(pgs.map((pg) => pg.destroy()));
+  });
+  it("has each caller's share of a worker's RRefs and autograd contexts bounded apart: a member that fills its own leaves the others served", async () => {
+    const { pgs } = await memoryGroups(server.url, 3, 'rpc-shares');
+    const owner = new RpcAgent(pgs[0]!.openMessageChannel(), 3, { name: 'w0', maxOwnedRRefs: 4, maxAutogradContexts: 2 });
+    const user = new RpcAgent(pgs[1]!.openMessageChannel(), 3, { name: 'w1' });
+    owner.register('box', () => ({ x: 1 }));
+    const hostile = pgs[2]!.openMessageChannel();
+    const replies = new Map<number, Record<string, unknown>>();
+    hostile.onMessage((_from, bytes) => {
+      const head = decodeMessage(bytes).head;
+      if (head.t === 'reply') replies.set(head.id as number, head);
+    });
+    const send = async (to: number, head: Record<string, unknown>) =>
+      hostile.send(to, await encodeMessage(head, { args: [] }, noRRefs, to));
+    await Promise.all([send(0, { t: 'hello', name: 'w2' }), send(1, { t: 'hello', name: 'w2' }), owner.start(5_000), user.start(5_000)]);
+
+    // Rank 2 makes the owner keep 5 values in its own name and opens 3 contexts there, ending none.
+    for (let n = 1; n <= 5; n++) await send(0, { t: 'call', id: n, fn: 'box', rref: { id: `2.${n}`, fork: `2.2.${n}` } });
+    for (let n = 1; n <= 3; n++) await send(0, { t: 'call', id: 10 + n, fn: 'box', ctx: `2.${n}` });
+    await waitFor('the owner to answer the eight requests', () => replies.size === 8);
+    const refused = [...replies.values()].filter((r) => r.error).map((r) => r.error as { type: string; message: string });
+    expect(refused).toEqual([
+      {
+        type: 'RpcLimitError',
+        message:
+          'w0 already keeps 4 RRef values and references for w2, its bound per caller (maxOwnedRRefs): release RRefs it no longer needs (rref.release()) before making more, or raise maxOwnedRRefs on the owner',
+      },
+      {
+        type: 'RpcLimitError',
+        message:
+          'w0 already keeps 2 distributed autograd contexts for w2, its bound per caller (maxAutogradContexts): end its contexts (distAutograd.context returns) before opening more, or raise maxAutogradContexts',
+      },
+    ]);
+    expect(owner.ownedRRefs()).toHaveLength(4);
+
+    // Another caller has its whole share: 4 values, and contexts.
+    const refs = Array.from({ length: 4 }, () => user.remote<{ x: number }>('w0', 'box'));
+    for (const r of refs) expect(await r.toHere()).toEqual({ x: 1 });
+    for (let i = 0; i < 2; i++) await user.autograd.context(async () => expect(await user.rpcAsync('w0', 'box')).toEqual({ x: 1 }));
+    // Its fifth is refused in its own name, and the RRef says why.
+    const fifth = user.remote('w0', 'box');
+    const err = await fifth.toHere().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(RpcRemoteError);
+    expect(err).toMatchObject({ worker: 'w0', fn: 'box', remoteType: 'RpcLimitError' });
+    expect((err as Error).message).toContain('w0 already keeps 4 RRef values and references for w1');
+    expect(owner.ownedRRefs()).toHaveLength(8);
+    await Promise.all([owner.shutdown({ graceful: false }), user.shutdown({ graceful: false })]);
     await Promise.all(pgs.map((pg) => pg.destroy()));
   });
 });

@@ -19,7 +19,9 @@ import { decodeMessage, encodeMessage } from './codec.ts';
 import { RRefWire } from './rref_wire.ts';
 import { WorkerNames } from './worker_names.ts';
 import { DistAutograd } from './dist_autograd.ts';
-import { RpcError, RpcRemoteError, RpcTimeoutError, RpcUnreachableError } from './errors.ts';
+import { RpcError, RpcRemoteError, RpcUnreachableError } from './errors.ts';
+import { PendingCalls } from './pending_calls.ts';
+import { FunctionTable } from './function_table.ts';
 import { OwnerTable, creatorOf, holderOf } from './owner_table.ts';
 import { RRef, type RRefHost, type WorkerInfo } from './rref.ts';
 import { checkHead, type Head, type RemoteFailure, type RequestHead } from './messages.ts';
@@ -33,31 +35,22 @@ export type { RpcAgentOptions, RpcFunction } from './agent_options.ts';
 /** A request this worker serves. */
 type Served = Exclude<Extract<Head, { id: number }>, { t: 'reply' }>;
 
-interface Pending {
-  rank: number;
-  resolve(v: unknown): void;
-  reject(e: Error): void;
-  worker: string;
-  fn: string;
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
-
 export class RpcAgent implements RRefHost {
   readonly rank: number;
   readonly worldSize: number;
   readonly name: string;
   readonly rpcTimeoutMs: number;
   private readonly workers: WorkerNames;
-  private readonly functions = new Map<string, RpcFunction>();
-  private readonly pending = new Map<number, Pending>();
+  private readonly functions: FunctionTable;
+  private readonly pending = new PendingCalls(() => this.wake(this.doneWaiters));
   private readonly owned: OwnerTable;
   private readonly running = new Map<number, number>();
   /** Each destination's messages leave in the order they were posted (encoding may finish out of order). */
   private readonly order = new Map<number, Promise<unknown>>();
-  private readonly doneFrom = new Set<number>();
+  /** The workers that said each step of their graceful shutdown. */
+  private readonly heard = { leaving: new Set<number>(), done: new Set<number>() };
   private readonly helloWaiters: Array<() => void> = [];
   private readonly doneWaiters: Array<() => void> = [];
-  private nextCall = 1;
   private closed: Error | undefined;
   private readonly maxCallsPerWorker: number;
   private readonly rrefs: RRefWire;
@@ -76,21 +69,26 @@ export class RpcAgent implements RRefHost {
     this.name = name;
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
     this.maxCallsPerWorker = options.maxCallsPerWorker ?? 1024;
-    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536);
     this.workers = new WorkerNames(this.rank, worldSize, this.name);
+    this.functions = new FunctionTable(this.name);
+    this.owned = new OwnerTable(options.maxOwnedRRefs ?? 65_536, { self: this.name, of: (r) => this.workerName(r) });
     this.rrefs = new RRefWire({
       rank: this.rank,
       worldSize,
       owned: this.owned,
       host: this,
-      fork: (owner, id, fork) => this.request(owner, 'fork', { t: 'fork', rref: id, fork }, {}),
+      fork: (owner, id, fork, ctx) => this.request(owner, 'fork', { t: 'fork', rref: id, fork, ...(ctx === undefined ? {} : { ctx }) }, {}),
       release: (owner, id, fork) => (this.closed ? Promise.resolve() : this.post(owner, { t: 'release', rref: id, fork })),
     });
-    this.autograd = new DistAutograd({
-      rank: this.rank,
-      sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
-      releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
-    });
+    this.autograd = new DistAutograd(
+      {
+        rank: this.rank,
+        sendGrad: (to, ctx, key, index, grad) => this.request(to, 'backward', { t: 'grad', ctx, key, index }, { grad }),
+        releaseContext: (to, ctx) => void this.post(to, { t: 'ctx', ctx }).catch(() => {}),
+        workerName: (r) => this.workerName(r),
+      },
+      options.maxAutogradContexts,
+    );
     serveDistributedOptimizer(this);
     serveRemoteModules(this);
     channel.onMessage((from, bytes) => void this.onMessage(from, bytes));
@@ -116,24 +114,22 @@ export class RpcAgent implements RRefHost {
    * and they reach the value here; it lives while any reference to it does.
    */
   localRRef<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, false);
+    return this.rrefs.own(value, false, this.functions.caller ?? this.rank);
   }
 
   /** The agent's own services (DistributedOptimizer, RemoteModule): names starting with "__". */
   registerInternal(name: string, fn: RpcFunction): void {
-    this.functions.set(name, fn);
+    this.functions.registerInternal(name, fn);
   }
 
   /** An RRef of this worker to `value`, released once the reply carrying it is sent (the caller's fork keeps it). */
   ownForReply<T>(value: T): RRef<T> {
-    return this.rrefs.own(value, true);
+    return this.rrefs.own(value, true, this.functions.caller ?? this.rank);
   }
 
   /** Makes `fn` callable by other workers as `name` (every worker registers the same functions). */
   register(name: string, fn: RpcFunction): void {
-    if (typeof fn !== 'function') throw new TypeError(`rpc.register("${name}", ...) needs a function`);
-    if (name.startsWith('__')) throw new RangeError(`function names starting with "__" are the agent's own: rename "${name}"`);
-    this.functions.set(name, fn);
+    this.functions.register(name, fn);
   }
 
   /** Every worker, in rank order. */
@@ -159,14 +155,17 @@ export class RpcAgent implements RRefHost {
 
   /** Runs `fn` on worker `to` and keeps its result there; the RRef is returned at once (torch's remote). */
   remote<R = unknown>(to: string | number | WorkerInfo, fn: string, args: unknown[] = [], timeoutMs?: number): RRef<R> {
-    const owner = this.workers.rankOf(to);
-    const id = this.rrefs.newValueId();
-    const fork = this.rrefs.newFork(this.rank);
-    const rref = this.rrefs.track(new RRef<R>(this, owner, id, fork));
+    return this.newRemote(this.workers.rankOf(to), fn, (rref) => ({ t: 'call', fn, rref }), args, timeoutMs);
+  }
+
+  /** An RRef to what `owner` makes by the request `head` (a call, or a method of an RRef's value), returned at once. */
+  private newRemote<R>(owner: number, fn: string, head: (v: { id: string; fork: string }) => RequestHead, args: unknown[], ms?: number) {
+    const value = { id: this.rrefs.newValueId(), fork: this.rrefs.newFork(this.rank) };
+    const rref = this.rrefs.track(new RRef<R>(this, owner, value.id, value.fork));
     // On this worker the value is known at once (the call itself comes back through the loopback).
-    if (owner === this.rank) this.owned.create(id, fork);
-    // The owner's failure to make the value is the RRef's: toHere() reports it.
-    void this.request(owner, fn, { t: 'call', fn, rref: { id, fork } }, { args }, timeoutMs).catch(() => {});
+    if (owner === this.rank) this.owned.create(value.id, value.fork, this.rank);
+    // The owner's failure to make the value (or its refusal to keep it) is the RRef's: toHere() reports it.
+    this.rrefs.madeBy(rref, this.request(owner, fn, head(value), { args }, ms));
     return rref;
   }
 
@@ -174,14 +173,21 @@ export class RpcAgent implements RRefHost {
 
   fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown> {
     if (rref.ownerRank === this.rank) return this.owned.whenReady(rref.id);
-    return this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs);
+    // In a context (this page's, or the one of the call whose arguments brought the RRef): recorded, once.
+    const ctx = this.autograd.contextFor(rref);
+    const fetch = () => this.request(rref.ownerRank, 'toHere', { t: 'fetch', rref: rref.id }, {}, timeoutMs, ctx);
+    return this.rrefs.madeFirst(rref, ctx === undefined ? fetch() : this.autograd.fetchOnce(ctx, rref, fetch));
   }
 
   callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown> {
     // On the owner, at once; in an autograd context, through the loopback, so the call is recorded.
     if (rref.ownerRank === this.rank && this.autograd.current === undefined)
       return this.owned.whenReady(rref.id).then((v) => callMethod(v, method, args));
-    return this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs);
+    return this.rrefs.madeFirst(rref, this.request(rref.ownerRank, method, { t: 'method', rref: rref.id, method }, { args }, timeoutMs));
+  }
+
+  remoteOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): RRef {
+    return this.newRemote(rref.ownerRank, method, (result) => ({ t: 'method', rref: rref.id, method, result }), args, timeoutMs);
   }
 
   ownedValue(id: string) {
@@ -212,25 +218,40 @@ export class RpcAgent implements RRefHost {
   async shutdown({ graceful = true, timeoutMs = 60_000 }: { graceful?: boolean; timeoutMs?: number } = {}): Promise<void> {
     if (this.closed) return;
     if (graceful) {
-      await waitUntil(
-        this.name,
-        () => this.pending.size === 0 || this.closed !== undefined,
-        this.doneWaiters,
-        timeoutMs,
-        () => this.outstanding(),
-      );
+      const idle = () =>
+        waitUntil(
+          this.name,
+          () => this.pending.size === 0 || this.closed !== undefined,
+          this.doneWaiters,
+          timeoutMs,
+          () => this.pending.describe(),
+        );
+      await idle();
+      // Once every worker leaves, no call starts but those served work makes, which end before the calls they serve do.
+      await this.barrier('leaving', timeoutMs);
+      await idle();
       // Every release leaves before this worker's "done": an owner that has every "done" has every release.
       await this.rrefs.releaseAll();
-      for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t: 'done' }).catch(() => {});
-      await waitUntil(
-        this.name,
-        () => this.doneFrom.size === this.worldSize - 1 || this.closed !== undefined,
-        this.doneWaiters,
-        timeoutMs,
-        () => `workers ${this.notDone().join(', ')} to shut down too (graceful shutdown)`,
-      );
+      await this.barrier('done', timeoutMs);
     }
     this.close(new RpcError(`the RPC agent of ${this.name} was shut down`, this.name, 'shutdown'));
+  }
+
+  /** Tells every other worker `t` (a step of the graceful shutdown) and waits until each has told this one. */
+  private async barrier(t: 'leaving' | 'done', timeoutMs: number): Promise<void> {
+    const heard = this.heard[t];
+    for (let r = 0; r < this.worldSize; r++) if (r !== this.rank) await this.post(r, { t }).catch(() => {});
+    const others = () => this.workerInfos().filter((w) => w.id !== this.rank && !heard.has(w.id));
+    await waitUntil(
+      this.name,
+      () => heard.size === this.worldSize - 1 || this.closed !== undefined,
+      this.doneWaiters,
+      timeoutMs,
+      () =>
+        `workers ${others()
+          .map((w) => w.name)
+          .join(', ')} to shut down too (graceful shutdown, "${t}")`,
+    );
   }
 
   // --- Messages ----------------------------------------------------------------------------------
@@ -241,35 +262,21 @@ export class RpcAgent implements RRefHost {
     head: RequestHead,
     values: Record<string, unknown>,
     timeoutMs?: number,
+    inContext?: string,
   ): Promise<unknown> {
     const worker = this.workerInfo(rank).name;
     if (this.closed) throw new RpcUnreachableError(worker, fn, this.closed.message, { cause: this.closed });
-    const id = this.nextCall++;
-    const ms = timeoutMs ?? this.rpcTimeoutMs;
-    const reply = new Promise<unknown>((resolve, reject) => {
-      const timer = ms > 0 ? setTimeout(() => this.settle(id, new RpcTimeoutError(worker, fn, ms)), ms) : undefined;
-      this.pending.set(id, { resolve, reject, worker, fn, timer, rank });
-    });
     // A call, method call or fetch made in a distributed autograd context carries it (dist_autograd.ts).
-    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? this.autograd.current : undefined;
+    const ctx = head.t === 'call' || head.t === 'method' || head.t === 'fetch' ? (inContext ?? this.autograd.current) : undefined;
+    const { id, reply } = this.pending.open(rank, worker, fn, timeoutMs ?? this.rpcTimeoutMs, ctx);
     const sink: tf.Tensor[] = [];
     if (ctx !== undefined) this.autograd.sent(ctx, `a:${id}`, rank, sink);
     try {
       await this.post(rank, { ...head, id, ...(ctx === undefined ? {} : { ctx }) } as Head, values, head.t !== 'fork', sink);
     } catch (err) {
-      this.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
+      this.pending.settle(id, err instanceof RpcError ? err : new RpcUnreachableError(worker, fn, (err as Error).message, { cause: err }));
     }
     return reply;
-  }
-
-  private settle(id: number, outcome: Error | { value: unknown }): void {
-    const p = this.pending.get(id);
-    if (!p) return;
-    this.pending.delete(id);
-    clearTimeout(p.timer);
-    if (outcome instanceof Error) p.reject(outcome);
-    else p.resolve(outcome.value);
-    this.wake(this.doneWaiters);
   }
 
   /**
@@ -306,8 +313,9 @@ export class RpcAgent implements RRefHost {
       case 'hello':
         this.workers.heard(from, head.name);
         return this.wake(this.helloWaiters);
+      case 'leaving':
       case 'done':
-        this.doneFrom.add(from);
+        this.heard[head.t].add(from);
         return this.wake(this.doneWaiters);
       case 'reply':
         return this.onReply(from, head, msg);
@@ -327,20 +335,21 @@ export class RpcAgent implements RRefHost {
   }
 
   private onReply(from: number, head: Extract<Head, { t: 'reply' }>, msg: ReturnType<typeof decodeMessage>): void {
-    const p = this.pending.get(head.id);
-    if (!p || p.rank !== from) return;
+    const p = this.pending.from(head.id, from);
+    if (!p) return;
     if (head.error) {
-      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
+      this.pending.settle(head.id, new RpcRemoteError(p.worker, p.fn, head.error.type, head.error.message));
       return;
     }
-    const { ctx } = head;
+    // Recorded in the call's own context only: a reply cannot name (and so open) another.
+    const ctx = head.ctx !== undefined && head.ctx === p.ctx ? p.ctx : undefined;
     const key = `r:${this.rank}:${head.id}`;
     const onTensor =
       ctx === undefined ? undefined : (t: tf.Tensor, index: number) => this.autograd.received(ctx, t, { worker: from, key, index });
     try {
-      this.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
+      this.pending.settle(head.id, { value: msg.value('result', this.rrefs, from, onTensor) });
     } catch (err) {
-      this.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
+      this.pending.settle(head.id, new RpcRemoteError(p.worker, p.fn, 'RpcSerializationError', (err as Error).message));
     }
   }
 
@@ -371,44 +380,40 @@ export class RpcAgent implements RRefHost {
   }
 
   private async handle(from: number, head: Served, msg: ReturnType<typeof decodeMessage>, inputs: tf.Tensor[]) {
-    // A call runs in its caller's own context only (gradients, which may come from any worker of it, are checked by their keys).
-    if (head.t !== 'grad' && 'ctx' in head && head.ctx !== undefined && creatorOf(head.ctx) !== from)
-      throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${head.ctx}`);
+    // A call runs in its caller's own context only (gradients, which may come from any worker of it, are
+    // checked by their keys; a fork names the context of the message it is for); a fetch may join one
+    // open here with a reference the context's creator passed on in it (fetchesIn).
+    const { ctx } = head as { ctx?: string };
+    if (head.t !== 'grad' && head.t !== 'fork' && ctx !== undefined && creatorOf(ctx) !== from)
+      if (head.t !== 'fetch' || !this.autograd.has(ctx) || !this.owned.fetchesIn(head.rref, from, ctx))
+        throw new RangeError(`rank ${from} may call only in distributed autograd contexts of its own, not ${ctx}`);
     switch (head.t) {
       case 'call': {
         const args = this.argsOf(msg, from, inputs, head);
-        const invoke = () => this.invoke(head.fn, args);
-        if (!head.rref) return this.run(head.ctx, head.fn, invoke);
-        if (creatorOf(head.rref.id) !== from || holderOf(head.rref.fork) !== from)
-          throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
-        if (from !== this.rank) this.owned.create(head.rref.id, head.rref.fork);
-        // The value outlives the reply: its arguments are disposed when it is made, not now.
-        const held = inputs.splice(0);
-        const { id } = head.rref;
-        this.run(head.ctx, head.fn, invoke).then(
-          (value) => {
-            this.owned.settle(id, { value });
-            disposeAfterCall(held, value);
-          },
-          (error: Error) => {
-            this.owned.settle(id, { error });
-            disposeAfterCall(held, undefined);
-          },
-        );
-        return null;
+        const invoke = () => this.functions.invoke(head.fn, args, from);
+        return head.rref
+          ? this.keep(head.rref, from, inputs, () => this.run(head.ctx, head.fn, invoke))
+          : this.run(head.ctx, head.fn, invoke);
       }
       case 'method': {
         this.checkHeld(head.rref, from);
-        const value = await this.owned.whenReady(head.rref);
         const args = this.argsOf(msg, from, inputs, head);
-        return this.run(head.ctx, head.method, () => callMethod(value, head.method, args));
+        // A value to keep is registered before the wait: the caller's next messages may name it.
+        const call = async () => {
+          const value = await this.owned.whenReady(head.rref);
+          return this.run(head.ctx, head.method, () => this.functions.serving(from, () => callMethod(value, head.method, args)));
+        };
+        return head.result ? this.keep(head.result, from, inputs, call) : call();
       }
       case 'fetch':
         this.checkHeld(head.rref, from);
         return this.owned.whenReady(head.rref);
       case 'fork':
+        // Its creator's fork request may overtake the call that makes the value (forks go at once).
+        if (creatorOf(head.rref) === from) await this.owned.created(head.rref, this.rpcTimeoutMs || DEFAULT_RPC_TIMEOUT_MS);
         this.checkHeld(head.rref, from);
-        this.owned.addFork(head.rref, head.fork);
+        // Bound to the context only when its creator asks: no one else can let a worker into it.
+        this.owned.addFork(head.rref, head.fork, from, ctx !== undefined && creatorOf(ctx) === from ? ctx : undefined);
         return null;
       case 'grad': {
         const grad = msg.value('grad', this.rrefs, from);
@@ -418,6 +423,15 @@ export class RpcAgent implements RRefHost {
         return null;
       }
     }
+  }
+
+  /** Keeps what `make` resolves to as the value `v` the caller `from` asked for (remote()); answers null at once. */
+  private keep(v: { id: string; fork: string }, from: number, inputs: tf.Tensor[], make: () => Promise<unknown>): null {
+    if (creatorOf(v.id) !== from || holderOf(v.fork) !== from)
+      throw new RangeError(`rank ${from} may create only RRef ids and forks of its own`);
+    // The value outlives the reply: its arguments are disposed when it is made, not now.
+    this.owned.make(v.id, v.fork, from, from === this.rank, make, inputs.splice(0));
+    return null;
   }
 
   /** Runs a served function; in a distributed autograd context, records how to recompute it. */
@@ -437,6 +451,7 @@ export class RpcAgent implements RRefHost {
     const args = msg.value('args', this.rrefs, from, onTensor);
     if (!Array.isArray(args)) throw new TypeError('a call\'s "args" is a list');
     inputs.push(...tensorsIn(args));
+    if (ctx !== undefined) this.autograd.bindArguments(ctx, rrefsIn(args));
     return args;
   }
 
@@ -458,39 +473,21 @@ export class RpcAgent implements RRefHost {
     }
   }
 
-  private invoke(fn: string, args: unknown[]): unknown {
-    const f = this.functions.get(fn);
-    if (!f) {
-      const known = [...this.functions.keys()].filter((n) => !n.startsWith('__')).join(', ') || 'none';
-      throw new RangeError(`no function "${fn}" is registered on worker ${this.name} (registered: ${known}): register it on every worker`);
-    }
-    return (f as (...a: unknown[]) => unknown)(...args);
+  private workerName(rank: number): string {
+    return this.workers.complete || rank === this.rank ? this.workerInfo(rank).name : `rank ${rank}`;
   }
-
-  // --- RRefs on the wire -------------------------------------------------------------------------
 
   // --- Helpers -----------------------------------------------------------------------------------
 
   private close(err: Error): void {
     if (this.closed) return;
     this.closed = err;
-    for (const [id, p] of [...this.pending]) this.settle(id, new RpcUnreachableError(p.worker, p.fn, err.message, { cause: err }));
+    this.pending.failAll(err);
     this.wake(this.helloWaiters);
     this.wake(this.doneWaiters);
   }
 
   private wake(waiters: Array<() => void>): void {
     for (const w of waiters.splice(0)) w();
-  }
-
-  private notDone(): string[] {
-    return this.workerInfos()
-      .filter((w) => w.id !== this.rank && !this.doneFrom.has(w.id))
-      .map((w) => w.name);
-  }
-
-  private outstanding(): string {
-    const calls = [...this.pending.values()].map((p) => `"${p.fn}" on ${p.worker}`);
-    return `this worker's ${calls.length} outstanding calls (${calls.slice(0, 5).join(', ')}) before shutdown`;
   }
 }

@@ -17,8 +17,14 @@ export interface RpcAgentOptions {
   maxMessageBytes?: number;
   /** Calls from one worker running here at once; more are refused with an error. Default 1024. */
   maxCallsPerWorker?: number;
-  /** RRef values this worker keeps at once for others. Default 65,536. */
+  /**
+   * RRef values and references this worker keeps at once for one caller (each charged to the rank
+   * that made it keep them: the caller of remote(), the worker that forked a reference, ...);
+   * more are refused with RpcLimitError naming the caller. Default 65,536 per caller.
+   */
   maxOwnedRRefs?: number;
+  /** Distributed autograd contexts one worker may have open here at once; more are refused with RpcLimitError. Default 1,024 per caller. */
+  maxAutogradContexts?: number;
 }
 
 /** A worker's name: torch's rule. */

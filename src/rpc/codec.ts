@@ -39,7 +39,8 @@ interface Attachment {
 /** How RRefs in a value become wire references and back (the agent's, rref.ts). */
 export interface RRefCodec<R> {
   /** The reference to send for `rref` to rank `to` (may first register a fork with the owner). */
-  toWire(value: unknown, to: number): Promise<WireRRef> | undefined;
+  /** `ctx`: the distributed autograd context of the message that carries it. */
+  toWire(value: unknown, to: number, ctx?: string): Promise<WireRRef> | undefined;
   fromWire(wire: WireRRef, from: number): R;
 }
 
@@ -57,7 +58,8 @@ export async function encodeMessage(
 ): Promise<Uint8Array> {
   const blobs: Uint8Array[] = [];
   const encoded: Record<string, unknown> = { ...head };
-  for (const [key, value] of Object.entries(values)) encoded[key] = await encodeValue(value, key, 0, { blobs, rrefs, to, tensors });
+  const ctx = typeof head.ctx === 'string' ? head.ctx : undefined;
+  for (const [key, value] of Object.entries(values)) encoded[key] = await encodeValue(value, key, 0, { blobs, rrefs, to, tensors, ctx });
   const attachments: Attachment[] = [];
   let offset = 0;
   for (const b of blobs) {
@@ -81,6 +83,7 @@ interface EncodeState {
   rrefs: RRefCodec<unknown>;
   to: number;
   tensors: tf.Tensor[];
+  ctx: string | undefined;
 }
 
 async function encodeValue(v: unknown, path: string, depth: number, s: EncodeState): Promise<unknown> {
@@ -100,7 +103,7 @@ async function encodeValue(v: unknown, path: string, depth: number, s: EncodeSta
     const kind: ArrayKind = v instanceof Float32Array ? 'f32' : v instanceof Int32Array ? 'i32' : 'u8';
     return { $a: attach(s, new Uint8Array(v.buffer, v.byteOffset, v.byteLength), path), kind };
   }
-  const rref = s.rrefs.toWire(v, s.to);
+  const rref = s.rrefs.toWire(v, s.to, s.ctx);
   if (rref) return { $r: await rref };
   if (Array.isArray(v)) {
     const out: unknown[] = [];

@@ -9,13 +9,20 @@
  * receiving worker, so that a gradient with respect to it can be taken (`tf.variableGrads`). TF.js
  * records no graph that outlives a call, so a worker's part of the backward pass recomputes the
  * forward of each call it served, with the variables it received, under `tf.variableGrads` (as
- * activation checkpointing does): a function called in a context must compute its result
- * synchronously and deterministically (a module's forward does). Gradients are linear in their
+ * activation checkpointing does): a function called in a context must be deterministic (a
+ * module's forward is). One that awaits (an RRef's toHere() in its forward, as torch's pipeline
+ * tutorial's shards do) is recomputed with the engine's tape open across its awaits
+ * (async_grads.ts), its fetches answered from the context: in a context, toHere() of one RRef
+ * fetches once, and an RRef that arrived in a call's arguments fetches in that call's context.
+ * Gradients are linear in their
  * upstream gradient, so each one arriving is carried back on its own and the parameters' sum is
  * the whole gradient: a worker reached twice, or a parameter used on two workers, sums both.
  */
 import * as tf from '@tensorflow/tfjs';
 import { tensorsIn } from './call_values.ts';
+import { asyncVariableGrads } from './async_grads.ts';
+import { RpcLimitError } from './errors.ts';
+import { creatorOf } from './owner_table.ts';
 
 /** Where a received tensor came from: the worker, the message key there, its index in the message. */
 export interface Origin {
@@ -42,6 +49,8 @@ class AutogradContext {
   /** Received tensors without gradients, kept for recomputing. */
   readonly held: tf.Tensor[] = [];
   readonly peers = new Set<number>();
+  /** RRef fetches made in the context, by RRef object: each fetches once (a recompute reads the same). */
+  readonly fetches = new Map<object, Promise<unknown>>();
 
   constructor(readonly id: string) {}
 
@@ -60,17 +69,26 @@ export interface AutogradTransport {
   sendGrad(to: number, context: string, key: string, index: number, grad: tf.Tensor): Promise<unknown>;
   /** Tells `to` that the context ended. */
   releaseContext(to: number, context: string): void;
+  /** A rank's worker name, for errors. */
+  workerName(rank: number): string;
 }
 
-/** Contexts held at once on one worker (a bound on what other workers can make it keep). */
-const MAX_CONTEXTS = 1024;
+/** Contexts one worker's calls may open at once on another (a bound on what each caller can make it keep). */
+export const DEFAULT_MAX_CONTEXTS = 1024;
 
 export class DistAutograd {
   private readonly contexts = new Map<string, AutogradContext>();
+  /** Open contexts by the rank that opened them: each caller has its own bound. */
+  private readonly perCreator = new Map<number, number>();
+  /** RRefs that arrived in the arguments of a call in a context: their toHere() fetches in it. */
+  private readonly argContexts = new WeakMap<object, string>();
   private active: string | undefined;
   private next = 1;
 
-  constructor(private readonly t: AutogradTransport) {}
+  constructor(
+    private readonly t: AutogradTransport,
+    private readonly maxContexts = DEFAULT_MAX_CONTEXTS,
+  ) {}
 
   /** The context this page's calls run in now, if any. */
   get current(): string | undefined {
@@ -95,20 +113,64 @@ export class DistAutograd {
     }
   }
 
-  /** The context `id` on this worker, made at its first message here. */
+  /** The context `id` on this worker, made at its first message here, charged to the rank that opened it. */
   open(id: string): AutogradContext {
     let ctx = this.contexts.get(id);
     if (!ctx) {
-      if (this.contexts.size >= MAX_CONTEXTS) throw new RangeError(`this worker already holds ${MAX_CONTEXTS} autograd contexts`);
+      const creator = creatorOf(id);
+      const n = this.perCreator.get(creator) ?? 0;
+      if (n >= this.maxContexts)
+        throw new RpcLimitError(
+          this.t.workerName(this.t.rank),
+          this.t.workerName(creator),
+          'maxAutogradContexts',
+          this.maxContexts,
+          'distributed autograd contexts',
+          'end its contexts (distAutograd.context returns) before opening more, or raise maxAutogradContexts',
+        );
+      this.perCreator.set(creator, n + 1);
       ctx = new AutogradContext(id);
       this.contexts.set(id, ctx);
     }
     return ctx;
   }
 
+  /** Whether context `id` is open on this worker. */
+  has(id: string | undefined): id is string {
+    return id !== undefined && this.contexts.has(id);
+  }
+
   close(id: string): void {
-    this.contexts.get(id)?.dispose();
+    const ctx = this.contexts.get(id);
+    if (!ctx) return;
+    ctx.dispose();
     this.contexts.delete(id);
+    const creator = creatorOf(id);
+    const n = (this.perCreator.get(creator) ?? 1) - 1;
+    if (n > 0) this.perCreator.set(creator, n);
+    else this.perCreator.delete(creator);
+  }
+
+  /** RRefs that arrived in the arguments of a call in context `id`. */
+  bindArguments(id: string, rrefs: object[]): void {
+    for (const r of rrefs) this.argContexts.set(r, id);
+  }
+
+  /** The context an RRef's toHere() fetches in: this page's open one, or the one of the call that brought the RRef, while open. */
+  contextFor(rref: object): string | undefined {
+    const bound = this.argContexts.get(rref);
+    return this.active ?? (this.has(bound) ? bound : undefined);
+  }
+
+  /** An RRef fetch in context `id`: made once per RRef object (a recompute of the call that made it reads the same tensors). */
+  fetchOnce(id: string, rref: object, fetch: () => Promise<unknown>): Promise<unknown> {
+    const ctx = this.open(id);
+    let fetched = ctx.fetches.get(rref);
+    if (!fetched) {
+      fetched = fetch();
+      ctx.fetches.set(rref, fetched);
+    }
+    return fetched;
   }
 
   /** This worker sent `tensors` under `key` to `to` in context `id`. */
@@ -191,17 +253,17 @@ export class DistAutograd {
 
   /** One served call's share of the backward pass: its forward again, under variableGrads, with `dy` at output `index`. */
   private async recompute(ctx: AutogradContext, served: Served, index: number, dy: tf.Tensor): Promise<void> {
-    if (served.async)
-      throw new TypeError(
-        `"${served.fn}" returned a promise in distributed autograd context ${ctx.id}: a function differentiated across workers computes its result synchronously (its backward recomputes it)`,
-      );
+    const output = (result: unknown) => {
+      const out = tensorsIn(result)[index];
+      if (!out) throw new RangeError(`"${served.fn}" returned fewer tensors when recomputed: it must be deterministic`);
+      return tf.sum(tf.mul(out, dy)) as tf.Scalar;
+    };
     let grads: tf.NamedTensorMap = {};
     try {
-      grads = tf.variableGrads(() => {
-        const out = tensorsIn(served.run())[index];
-        if (!out) throw new RangeError(`"${served.fn}" returned fewer tensors when recomputed: it must be deterministic`);
-        return tf.sum(tf.mul(out, dy)) as tf.Scalar;
-      }).grads;
+      // A function that awaits (an RRef's toHere()) is recomputed with the tape open across its awaits.
+      grads = served.async
+        ? await asyncVariableGrads(async () => served.run(), output, disposeRecomputed)
+        : tf.variableGrads(() => output(served.run())).grads;
     } catch (err) {
       // No variable reaches the output: nothing to carry back.
       if (!/Cannot find a connection between any variable/.test((err as Error).message)) throw err;
@@ -217,4 +279,9 @@ export class DistAutograd {
       tf.dispose(Object.values(grads));
     }
   }
+}
+
+/** A recomputed result's tensors, once its gradients are taken (variables and kept tensors stay). */
+function disposeRecomputed(result: unknown): void {
+  for (const t of tensorsIn(result)) if (!(t instanceof tf.Variable) && !t.kept && !t.isDisposed) t.dispose();
 }

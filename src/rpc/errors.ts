@@ -67,3 +67,26 @@ export class RpcSerializationError extends TypeError {
     this.name = 'RpcSerializationError';
   }
 }
+
+/**
+ * A caller reached one of a worker's per-caller bounds (the RRefs it makes the worker keep, its
+ * autograd contexts there): which worker refused, for which caller, which bound and what to do.
+ * Each caller has its own share, so one member filling its own leaves every other one served.
+ * It crosses to the caller as an RpcRemoteError whose remoteType is "RpcLimitError".
+ */
+export class RpcLimitError extends RangeError {
+  constructor(
+    /** The worker that refused. */
+    readonly worker: string,
+    /** The caller whose share is full (the rank the link attests, never a name from the message). */
+    readonly caller: string,
+    /** The option that sets the bound: "maxOwnedRRefs", "maxAutogradContexts". */
+    readonly bound: string,
+    readonly limit: number,
+    what: string,
+    advice: string,
+  ) {
+    super(`${worker} already keeps ${limit} ${what} for ${caller}, its bound per caller (${bound}): ${advice}`);
+    this.name = 'RpcLimitError';
+  }
+}

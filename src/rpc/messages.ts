@@ -17,20 +17,25 @@ export type Head =
    * here. `ctx`: the distributed autograd context the call runs in (dist_autograd.ts).
    */
   | { t: 'call'; id: number; fn: string; rref?: { id: string; fork: string }; ctx?: string }
-  /** Calls method `method` of the owned value `rref` with the message's `args`. */
-  | { t: 'method'; id: number; rref: string; method: string; ctx?: string }
+  /** Calls method `method` of the owned value `rref` with the message's `args`; with `result`, keeps the result here (rref.remote()). */
+  | { t: 'method'; id: number; rref: string; method: string; ctx?: string; result?: { id: string; fork: string } }
   /** The owned value `rref`, as the result. */
   | { t: 'fetch'; id: number; rref: string; ctx?: string }
   /** The message's `grad` for tensor `index` of message `key` its receiver sent, in context `ctx`. */
   | { t: 'grad'; id: number; ctx: string; key: string; index: number }
   /** Context `ctx` ended (sent by the worker that opened it). */
   | { t: 'ctx'; ctx: string }
-  /** Registers fork `fork` of the owned value `rref` (for a reference about to be sent). */
-  | { t: 'fork'; id: number; rref: string; fork: string }
+  /**
+   * Registers fork `fork` of the owned value `rref` (for a reference about to be sent); `ctx`: the
+   * message that carries it is in that context (the fork's holder may then fetch in it).
+   */
+  | { t: 'fork'; id: number; rref: string; fork: string; ctx?: string }
   /** Ends fork `fork` of the owned value `rref` (sent by the fork's holder). */
   | { t: 'release'; rref: string; fork: string }
   /** The answer to call `id`: the message's `result`, or `error`. */
   | { t: 'reply'; id: number; error?: RemoteFailure['error']; ctx?: string }
+  /** This worker began its graceful shutdown: it starts no call of its own any more. */
+  | { t: 'leaving' }
   /** This worker finished its graceful shutdown's part. */
   | { t: 'done' };
 
@@ -68,22 +73,29 @@ function ctxOf(h: Record<string, unknown>): { ctx?: string } {
   return h.ctx === undefined ? {} : { ctx: matching(h.ctx, ID, 'ctx') };
 }
 
+/** A value the caller asks this worker to keep: its id and the caller's fork. */
+function newValue(v: unknown, field: string): { id: string; fork: string } {
+  const r = (v ?? {}) as Record<string, unknown>;
+  return { id: matching(r.id, ID, `${field}.id`), fork: matching(r.fork, FORK, `${field}.fork`) };
+}
+
 /** The head of a message from a peer, checked; throws TypeError saying what is wrong. */
 export function checkHead(h: Record<string, unknown>): Head {
   const t = h.t;
   switch (t) {
     case 'hello':
       return { t, name: matching(h.name, NAME, 'name') };
+    case 'leaving':
     case 'done':
       return { t };
     case 'call': {
       const head: Head = { t, id: callId(h.id), fn: text(h.fn, 'fn'), ...ctxOf(h) };
-      if (h.rref === undefined) return head;
-      const r = (h.rref ?? {}) as Record<string, unknown>;
-      return { ...head, rref: { id: matching(r.id, ID, 'rref.id'), fork: matching(r.fork, FORK, 'rref.fork') } };
+      return h.rref === undefined ? head : { ...head, rref: newValue(h.rref, 'rref') };
     }
-    case 'method':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method'), ...ctxOf(h) };
+    case 'method': {
+      const head: Head = { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), method: text(h.method, 'method'), ...ctxOf(h) };
+      return h.result === undefined ? head : { ...head, result: newValue(h.result, 'result') };
+    }
     case 'fetch':
       return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), ...ctxOf(h) };
     case 'grad': {
@@ -94,7 +106,7 @@ export function checkHead(h: Record<string, unknown>): Head {
     case 'ctx':
       return { t, ctx: matching(h.ctx, ID, 'ctx') };
     case 'fork':
-      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
+      return { t, id: callId(h.id), rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork'), ...ctxOf(h) };
     case 'release':
       return { t, rref: matching(h.rref, ID, 'rref'), fork: matching(h.fork, FORK, 'fork') };
     case 'reply': {

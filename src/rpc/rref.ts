@@ -24,9 +24,16 @@ export interface RRefHost {
   workerInfo(rank: number): WorkerInfo;
   fetchRRef(rref: RRef, timeoutMs?: number): Promise<unknown>;
   callOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): Promise<unknown>;
+  /** Calls a method of the value where it lives and keeps the result there (rref.remote()). */
+  remoteOnRRef(rref: RRef, method: string, args: unknown[], timeoutMs?: number): RRef;
   ownedValue(id: string): { ready: true; value: unknown } | { ready: false; error?: Error } | undefined;
   releaseRRef(rref: RRef): void;
 }
+
+/** Methods of T, called where the value lives, the result kept there: each returns an RRef to it at once. */
+export type RRefRemoteProxy<T> = {
+  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => RRef<Awaited<R>> : never;
+};
 
 /** Methods of T, called where the value lives: each returns a promise of the method's result. */
 export type RRefProxy<T> = {
@@ -101,6 +108,20 @@ export class RRef<T = unknown> {
   /** The same as rpcSync() here: every call returns a promise (torch's rref.rpc_async()). */
   rpcAsync(timeoutMs?: number): RRefProxy<T> {
     return this.proxy(timeoutMs);
+  }
+
+  /**
+   * Calls the value's methods on the owner and keeps each result there (torch's rref.remote()):
+   * an RRef to the result, at once, owned by this RRef's owner.
+   */
+  remote(timeoutMs?: number): RRefRemoteProxy<T> {
+    this.checkLive('remote');
+    return new Proxy({} as RRefRemoteProxy<T>, {
+      get: (_target, method) => {
+        if (typeof method !== 'string' || method === 'then') return undefined;
+        return (...args: unknown[]) => this.host.remoteOnRRef(this, method, args, timeoutMs);
+      },
+    });
   }
 
   /** Ends this reference: the owner deletes the value once no reference is left. Idempotent. */

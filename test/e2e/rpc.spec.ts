@@ -3,12 +3,14 @@
  * opens 3 ranks in Chromium, each trains, and every worker ends its graceful shutdown owning
  * nothing: every RRef was released. The parameter server runs on WebGPU (its owners read the
  * device back in DistributedOptimizer's step); the others on the cpu backend (their subject is the
- * RPC framework over real WebRTC links, not the device). The numbers of steps are small.
+ * RPC framework over real WebRTC links, not the device). The numbers of steps are small. Last,
+ * RPC between two browsers: a Chromium rank (cpu) and a Firefox ESR rank (WebGL: no WebGPU).
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { expect, launchCommand, test } from './fixtures.ts';
+import { launch } from '../../launcher/run.ts';
+import { expect, launchCommand, sessionName, test } from './fixtures.ts';
 
 interface Trainer {
   rank: number;
@@ -90,6 +92,89 @@ export default async function main(ctx: LaunchContext) {
     expect(s).toMatchObject({ error: 'RpcUnreachableError', worker: 'w1', fn: 'hang', cause: 'PeerLostError' });
     expect(s.message).toContain('lost rank 1');
     expect(s.ms).toBeLessThan(10_000); // not the call's 30 s timeout
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+/** The cross-browser script: each rank calls the other (tensors, an RRef, one distributed backward). */
+const CROSS_BROWSER = `import * as tf from '@tensorflow/tfjs';
+import { distAutograd, initRpc, rpc, type LaunchContext } from 'browser-ddp';
+export default async function main(ctx: LaunchContext) {
+  // The rank without WebGPU (Firefox on Linux) computes on WebGL.
+  if (!('gpu' in navigator)) await tf.setBackend('webgl');
+  const w = tf.variable(tf.tensor2d([[0.5, -1], [2, 0.25], [-0.75, 1.5]]), true, 'w');
+  const agent = await initRpc({
+    url: ctx.url, session: ctx.session, token: ctx.token, worldSize: 2, name: (r) => 'w' + r, rpcTimeoutMs: 15000,
+    functions: {
+      info: () => ({ userAgent: navigator.userAgent, backend: tf.getBackend() }),
+      scale: (t: tf.Tensor, k: number) => t.mul(k),
+      inc: (t: tf.Tensor) => t.add(tf.scalar(1, 'int32')),
+      box: (n: number) => ({ n, list: [1, 'two', null] }),
+      layer: (x: tf.Tensor) => tf.tidy(() => x.matMul(w)),
+    },
+  });
+  const other = agent.rank === 0 ? 'w1' : 'w0';
+  const peer = await rpc.rpcSync(other, 'info');
+  const y = await rpc.rpcSync<tf.Tensor>(other, 'scale', [tf.tensor2d([1, 2, 3, 4], [2, 2]), 3]);
+  const i = await rpc.rpcSync<tf.Tensor>(other, 'inc', [tf.tensor1d([1, -2], 'int32')]);
+  const ref = rpc.remote(other, 'box', [7]);
+  const box = await ref.toHere();
+  ref.release();
+  // x through the other browser's layer: its gradient here, against this tab's own of the same layer.
+  const x = tf.variable(tf.tensor2d([[1, 2, 3], [-1, 0.5, 2]]), true, 'x');
+  const target = tf.tensor2d([[1, 0], [0, 1]]);
+  const lossOf = (out: tf.Tensor) => tf.sum(tf.square(out.sub(target))) as tf.Scalar;
+  let remote: number[] = [];
+  await distAutograd.context(async (id) => {
+    const out = await rpc.rpcSync<tf.Tensor>(other, 'layer', [x]);
+    await distAutograd.backward(id, () => lossOf(out));
+    remote = Array.from(await distAutograd.getGradients(id).get(x)!.data());
+  });
+  const local = tf.variableGrads(() => lossOf(x.matMul(w)), [x]);
+  const result = {
+    rank: agent.rank, backend: tf.getBackend(), peer,
+    scaled: { shape: y.shape, dtype: y.dtype, values: Array.from(await y.data()) },
+    ints: { dtype: i.dtype, values: Array.from(await i.data()) },
+    box, remote, local: Array.from(await local.grads['x']!.data()),
+  };
+  await rpc.shutdown();
+  return { ...result, ownedAfterShutdown: agent.ownedRRefs().length };
+}
+`;
+
+test('RPC between a Chromium rank (cpu) and a Firefox ESR rank (WebGL, no WebGPU): tensors, an RRef and a distributed backward, both ways', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'rpc-firefox-'));
+  try {
+    const script = join(dir, 'cross_browser.ts');
+    await writeFile(script, CROSS_BROWSER);
+    const { ok, summary, results } = await launch({
+      nproc: 2,
+      job: script,
+      session: sessionName('rpc-firefox'),
+      timeoutSec: 60,
+      browsers: { ranks: ['chromium', 'firefox'], join: 'chromium' },
+      jobParams: { backend: 'cpu' },
+    });
+    expect(ok, JSON.stringify(summary)).toBe(true);
+    type Side = Record<string, unknown> & { backend: string; peer: { userAgent: string; backend: string } };
+    const byRank = [0, 1].map((r) => results.find((x) => x.rank === r) as unknown as Side);
+    expect(byRank.map((r) => [r.backend, r.peer.backend])).toEqual([
+      ['cpu', 'webgl'],
+      ['webgl', 'cpu'],
+    ]);
+    expect(byRank[0]!.peer.userAgent).toContain('Firefox/');
+    expect(byRank[1]!.peer.userAgent).toContain('Chrome/');
+    for (const r of byRank) {
+      expect(r.scaled).toEqual({ shape: [2, 2], dtype: 'float32', values: [3, 6, 9, 12] });
+      expect(r.ints).toEqual({ dtype: 'int32', values: [2, -1] });
+      expect(r.box).toEqual({ n: 7, list: [1, 'two', null] });
+      // Computed on the other browser's backend: equal to this tab's own within float rounding.
+      const [got, want] = [r.remote as number[], r.local as number[]];
+      expect(got).toHaveLength(6);
+      for (let k = 0; k < 6; k++) expect(Math.abs(got[k]! - want[k]!)).toBeLessThanOrEqual(1e-4 * Math.max(1, Math.abs(want[k]!)));
+      expect(r.ownedAfterShutdown).toBe(0);
+    }
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
