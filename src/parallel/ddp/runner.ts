@@ -69,6 +69,7 @@ import { LocalSteps } from './local_steps.ts';
 import { StepLoop, type StepLoopHost } from './step_loop.ts';
 import { loadRecoveredHookState } from './hook_recovery.ts';
 import type { DiLoCoHeld } from '../diloco/diloco.ts';
+import { LocalDataRun } from './local_data.ts';
 
 export type { StepMetrics } from '../../elastic/vote.ts';
 
@@ -76,15 +77,22 @@ export type { ElasticRunOptions, ElasticRunResult, RebuildContext, RoundContext,
 import { checkOptions, type ElasticRunOptions, type ElasticRunResult } from './runner_types.ts';
 
 /** Trains with `options.step` until the epochs or steps are done or a rank asks to stop. */
-export async function runElastic<M extends StepMetrics>(options: ElasticRunOptions<M>): Promise<ElasticRunResult> {
-  checkOptions(options);
-  const run = new ElasticRun(options);
-  const handler = await RendezvousHandler.start({ ...options, reconnect: true }, (e) => run.onRendezvous(e));
+export async function runElastic<M extends StepMetrics>(given: ElasticRunOptions<M>): Promise<ElasticRunResult> {
+  checkOptions(given);
+  // With this rank's own samples, the length is theirs (fixed while the run trains on them).
+  const options = given.localData ? { ...given, datasetLength: given.localData.length } : given;
+  const release = options.localData?.beginTraining('runElastic');
   try {
-    return await run.run(handler);
-  } catch (err) {
-    handler.shutdown();
-    throw err;
+    const run = new ElasticRun(options);
+    const handler = await RendezvousHandler.start({ ...options, reconnect: true }, (e) => run.onRendezvous(e));
+    try {
+      return await run.run(handler);
+    } catch (err) {
+      handler.shutdown();
+      throw err;
+    }
+  } finally {
+    release?.();
   }
 }
 
@@ -119,6 +127,8 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
   readonly local: LocalSteps;
   /** Balanced batches: the batch sizes this page has trained (a new size compiles kernels: its time is not its cost). */
   readonly sizesRun = new Set<number>();
+  /** With `localData`: this rank's own samples' run. */
+  readonly localData: LocalDataRun | null;
   /** The running round's DDP (null between rounds). */
   private ddp: DistributedDataParallel | null = null;
   /** Where this rank's steps spend their time (ElasticRunResult.timeline). */
@@ -133,6 +143,7 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       throw new TypeError('commHook must return a CommHook: { name, reduce(pg, bucket) } (see comm_hooks/)');
     }
     this.hookName = this.hook?.name ?? allreduceHook().name;
+    this.localData = o.localData ? new LocalDataRun(o.localData, o, (e) => o.onLocalData?.(e)) : null;
     this.maxSteps = o.steps ?? Number.POSITIVE_INFINITY;
     this.maxEpochs = o.steps == null ? (o.epochs ?? 1) : Number.POSITIVE_INFINITY;
   }
@@ -251,6 +262,7 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       stoppedBy,
       weightHash,
       timeline: this.timeline.read(),
+      ...(this.localData ? { localEvaluation: this.localData.lastEvaluation } : {}),
       close: async () => {
         // A rank that left early would end the round under the others' last collectives.
         await pg.barrier().catch(() => {});
@@ -383,7 +395,8 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
     const p = this.state.progress;
     // A checkpoint (or a peer's state) from another dataset, or a damaged one: past this dataset's
     // end no sampler position means anything, and every resume would fail the same way.
-    if (p.position > o.datasetLength) {
+    // (With local data the position counts the union's samples, which no rank can check.)
+    if (!this.localData && p.position > o.datasetLength) {
       throw new RangeError(
         `the restored state is at sample ${p.position} of epoch ${p.epoch}, past this dataset's ${o.datasetLength} samples: it is another run's (resume from another checkpoint, or start a new session)`,
       );

@@ -16,6 +16,9 @@ import { checkSchedule, type LockstepHooks, type RunHooks, type ScheduleOptions 
 import type { StepMetrics } from '../../elastic/vote.ts';
 import type { StepTimeline } from '../../elastic/timeline.ts';
 import { checkAggregationSpec } from '../robust/aggregators.ts';
+import { LocalDataset } from '../../datasets/local.ts';
+import type { LocalDataEvent } from './local_data.ts';
+import type { LocalEvaluation } from '../../elastic/local_eval.ts';
 import { checkAttackPlan } from '../robust/attacks.ts';
 
 export interface StepContext {
@@ -67,6 +70,21 @@ export interface ElasticRunOptions<M extends StepMetrics = StepMetrics>
   balance?: boolean;
   /** @deprecated The same option as `balance` (its name before; read, with a warning once). */
   balanceBatches?: boolean;
+
+  /**
+   * This rank's own samples, which never leave it (datasets/local.ts): every rank samples only
+   * its own LocalDataset (`ctx.indices` index it), an epoch is over the union of the ranks'
+   * samples, each step's `batchSize * worldSize` samples split between the ranks in proportion
+   * to their samples left in the epoch, and each rank's gradient weighed by its share: the step's
+   * gradient is the mean over the union of the step's batches. A rank without samples (or whose
+   * samples are done) takes part with none. Every rank of the run must give one (an empty one
+   * will do). `datasetLength` is then not read (runElastic takes localData.length). At each
+   * epoch's end the ranks evaluate on their own `heldOut` samples (`onLocalData`,
+   * ElasticRunResult.localEvaluation). Not with `balance` (yet).
+   */
+  localData?: LocalDataset;
+  /** With `localData`: each epoch's counts (every rank's samples left, how many left with ranks that went) and each evaluation. */
+  onLocalData?(e: LocalDataEvent): void;
 
   /** One training step on this rank's samples. */
   step(ctx: StepContext): Promise<M | undefined> | Promise<void>;
@@ -181,6 +199,8 @@ export interface ElasticRunResult {
   weightHash: string;
   /** Where this rank's steps spent their time: mean ms per step, by phase. */
   timeline: StepTimeline;
+  /** With `localData`: the last epoch end's evaluation (this rank's own held-out accuracy, every rank's and the group's). */
+  localEvaluation?: LocalEvaluation | null;
   /** Waits until every rank of the group is done (a barrier), then leaves it and closes the connection. */
   close(): Promise<void>;
 }
@@ -211,6 +231,14 @@ export function checkOptions(o: ElasticRunOptions<StepMetrics>): void {
     }
   }
   if (o.ddp?.attack) checkAttackPlan(o.ddp.attack);
+  if (o.localData !== undefined) {
+    if (!(o.localData instanceof LocalDataset))
+      throw new TypeError("localData must be a LocalDataset (datasets/local.ts): this rank's own samples");
+    if (balanceOf(o))
+      throw new TypeError(
+        'balance does not combine with localData yet: each step is split by the samples each rank has left; leave balance unset',
+      );
+  }
   if (o.diloco?.aggregation) checkAggregationSpec(o.diloco.aggregation);
   if (o.diloco?.attack) checkAttackPlan(o.diloco.attack);
   for (const name of ['balance', 'balanceBatches'] as const) {

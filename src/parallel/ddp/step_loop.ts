@@ -20,6 +20,8 @@ import type { TimelineRecorder } from '../../elastic/timeline.ts';
 import { yieldToEventLoop } from '../../runtime/ticker.ts';
 import type { DeviceGuard } from './device_guard.ts';
 import type { LocalSteps } from './local_steps.ts';
+import type { LocalDataRun } from './local_data.ts';
+import type { LocalEpochRest } from '../../elastic/local_epoch.ts';
 import { balanceOf, type ElasticRunOptions } from './runner_types.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'stopped'; by: number } | { kind: 'regroup' };
@@ -40,16 +42,19 @@ export interface StepLoopHost<M extends StepMetrics> {
   readonly maxEpochs: number;
   /** The step started here but not committed, or -1. */
   inFlight: number;
+  /** With `localData`: this rank's own samples' run (null without). */
+  readonly localData: LocalDataRun | null;
   emit(e: ElasticEvent): void;
   tellJudgments(of: ContributionOf, report: AggregationReport | null | undefined): void;
   /** Rank 0 saves a checkpoint (a failed save is reported, not thrown). */
   checkpoint(pg: ProcessGroup): Promise<void>;
 }
 
-/** The rest of an epoch in this round: this rank's shard (even), or the whole group's (balanced). */
+/** The rest of an epoch in this round: this rank's shard (even), the whole group's (balanced), or the union of the ranks' own samples (localData). */
 interface EpochRest {
   plan: ReturnType<typeof planEpoch> | null;
   globalPlan: ReturnType<typeof planGlobalEpoch> | null;
+  local: LocalEpochRest | null;
   stepsLeft: number;
   totalSteps: number;
 }
@@ -114,12 +119,13 @@ export class StepLoop<M extends StepMetrics> {
     const { host } = this;
     const p = host.state.progress;
     while (p.epoch < host.maxEpochs && p.step < host.maxSteps) {
-      const rest = this.epochRest();
-      for (let k = 0; k < rest.stepsLeft && p.step < host.maxSteps; k++) {
+      const rest = host.localData ? await this.localRest(host.localData) : this.epochRest();
+      let k = 0;
+      for (; k < rest.stepsLeft && p.step < host.maxSteps; k++) {
         const outcome = await this.step(rest, k);
         if (outcome) return outcome;
       }
-      if (p.position >= host.o.datasetLength) await this.endEpoch();
+      if (rest.local ? k >= rest.stepsLeft : p.position >= host.o.datasetLength) await this.endEpoch();
     }
     await host.local.atEnd(this.pg, host.state);
     return { kind: 'done' };
@@ -147,7 +153,28 @@ export class StepLoop<M extends StepMetrics> {
         datasetLength: length,
         stepsPerEpoch: fullEpochSteps,
       });
-    return { plan, globalPlan, stepsLeft, totalSteps };
+    return { plan, globalPlan, local: null, stepsLeft, totalSteps };
+  }
+
+  /** localData: the epoch's rest over the union of the ranks' own samples, from the counts exchange; its 'epoch' event. */
+  private async localRest(localData: LocalDataRun): Promise<EpochRest> {
+    const { host, pg } = this;
+    const p = host.state.progress;
+    host.guard.activity = `the local data counts of epoch ${p.epoch}`;
+    const local = await host.guard.whileLives(localData.plan(pg, this.round.key, p, host.o.batchSize * this.n));
+    const { stepsLeft, fullEpochSteps } = local;
+    const totalSteps = Math.min(host.maxSteps, p.step + stepsLeft + (host.maxEpochs - p.epoch - 1) * fullEpochSteps);
+    if (stepsLeft > 0)
+      host.emit({
+        type: 'epoch',
+        round: this.round.key,
+        rank: pg.rank,
+        epoch: p.epoch,
+        samples: local.counts.remaining[pg.rank]!,
+        datasetLength: localData.dataset.length,
+        stepsPerEpoch: fullEpochSteps,
+      });
+    return { plan: null, globalPlan: null, local, stepsLeft, totalSteps };
   }
 
   /** An epoch's end: local SGD's final averaging when the run ends (an evaluation there sees the one model), onEpochEnd, the checkpoint. */
@@ -156,6 +183,10 @@ export class StepLoop<M extends StepMetrics> {
     const { o } = host;
     const p = host.state.progress;
     if (p.epoch + 1 >= host.maxEpochs || p.step >= host.maxSteps) await host.local.atEnd(pg, host.state);
+    if (host.localData) {
+      host.guard.activity = `the evaluation on local held-out samples at the end of epoch ${p.epoch}`;
+      await host.guard.whileLives(host.localData.evaluate(pg, host.state.model, this.round.key, p));
+    }
     host.guard.activity = `the end of epoch ${p.epoch}`;
     await host.guard.whileLives(o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch }));
     p.epoch++;
@@ -187,8 +218,10 @@ export class StepLoop<M extends StepMetrics> {
     const ctx = { indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg };
     const metrics = (await guard.whileLives(o.step(ctx) as Promise<M | undefined>)) ?? ({} as M);
     // Commit: the step's samples are trained on; the group's position moves past them.
-    p.position = k === rest.stepsLeft - 1 ? o.datasetLength : Math.min(o.datasetLength, p.position + o.batchSize * this.n);
+    if (rest.local) p.position += globalSamples;
+    else p.position = k === rest.stepsLeft - 1 ? o.datasetLength : Math.min(o.datasetLength, p.position + o.batchSize * this.n);
     p.step++;
+    if (rest.local) host.localData!.commit(rest.local, k, p);
     host.inFlight = -1;
     host.tellJudgments('gradients', ddp.lastAggregation);
     // DiLoCo weighs each rank's pseudo-gradient by the samples it trained (balanced batches give a slow rank fewer).
@@ -208,6 +241,12 @@ export class StepLoop<M extends StepMetrics> {
   private samplesOf(rest: EpochRest, k: number): { indices: number[]; padding: number; globalSamples: number } {
     const { host, n, pg } = this;
     const { o } = host;
+    if (rest.local) {
+      // Each rank's own samples: its share of the split, its gradient weighed by it.
+      const b = rest.local.batchAt(k);
+      this.ddp.setBatchShare(b.indices.length, b.globalSamples);
+      return { indices: b.indices, padding: 0, globalSamples: b.globalSamples };
+    }
     if (rest.globalPlan) {
       const b = balancedBatchOf(
         rest.globalPlan,
@@ -228,6 +267,7 @@ export class StepLoop<M extends StepMetrics> {
   /** This rank's samples of step k of the epoch, with balanced batches as split now (prefetch's guess; the split itself is left as it is). */
   private nextBatch(rest: EpochRest, k: number): number[] {
     const { n, pg } = this;
+    if (rest.local) return rest.local.peekNext(k - 1);
     if (!rest.globalPlan) return batchOf(rest.plan!, k, this.host.o.batchSize).indices;
     const last = this.balancer?.split;
     const split = (count: number) =>
