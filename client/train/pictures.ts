@@ -101,7 +101,10 @@ export class PictureSet {
   toDataset(name: string): LocalDataset {
     const train: Picture[] = [];
     const held: Picture[] = [];
-    for (const list of this.byClass) list.forEach((p, i) => (PictureSet.heldOutAt(i) ? held : train).push(p));
+    for (const list of this.byClass)
+      list.forEach((p, i) => {
+        (PictureSet.heldOutAt(i) ? held : train).push(p);
+      });
     const pack = (ps: Picture[]) => {
       const inputs = new Float32Array(ps.length * this.sampleSize);
       ps.forEach((p, i) => inputs.set(p.pixels, i * this.sampleSize));
