@@ -55,6 +55,8 @@ describe('dataset local: the classes, size and colour of each tab’s own pictur
     expect(refusal('world=2&dataset=local&model=user').rule).toMatch(/^mlp or cnn with dataset local/);
     expect(refusal('world=2&dataset=local&strategy=ps').rule).toMatch(/^ddp without pipeline stages/);
     expect(refusal('world=2&dataset=local&pp=2&dp=1').option).toBe('pp');
+    expect(refusal('world=2&dataset=local&balance=true').rule).toMatch(/split by the pictures each tab has left/);
+    expect(parse('world=2&dataset=local').balance).toBe(false);
     expect(refusal('world=2&dataset=local&trainSize=100').rule).toMatch(/each tab trains on all of its own pictures/);
     expect(refusal('world=2&dataset=local&testSize=10').rule).toMatch(/held-out pictures/);
   });

@@ -112,6 +112,12 @@ export function checkLocalData(values: Record<string, unknown>): LocalDataConfig
       String(values.strategy !== 'ddp' ? values.strategy : values.pp),
       "ddp without pipeline stages (leave out strategy and pp) with dataset local: each tab's pictures train its own replica, averaged by DDP",
     );
+  if (values.balance === true)
+    throw new ConfigError(
+      'balance',
+      'true',
+      'false (or left out) with dataset local: each step is split by the pictures each tab has left, not by its speed',
+    );
   if ((values.trainSize as number) !== 0)
     throw new ConfigError('trainSize', String(values.trainSize), 'left out with dataset local: each tab trains on all of its own pictures');
   if ((values.testSize as number) !== 0)

@@ -175,7 +175,13 @@ const OPTIONS = [
   { name: 'maxStaleness', kind: int(0, 1_000_000), inForm: false, defaultValue: fixed(null) },
   { name: 'stalenessLr', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(false) },
   // DDP's (the only strategy that splits a global batch): true there, false where it would do nothing (refused if given).
-  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 },
+  // Not with each tab's own pictures (dataset local), whose steps are split by the pictures each tab has left.
+  {
+    name: 'balance',
+    kind: { type: 'bool' },
+    inForm: false,
+    defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 && p.dataset !== 'local',
+  },
   {
     name: 'slow',
     // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
