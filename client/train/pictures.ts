@@ -107,7 +107,7 @@ export class PictureSet {
       });
     const pack = (ps: Picture[]) => {
       const inputs = new Float32Array(ps.length * this.sampleSize);
-      ps.forEach((p, i) => inputs.set(p.pixels, i * this.sampleSize));
+      for (const [i, p] of ps.entries()) inputs.set(p.pixels, i * this.sampleSize);
       return { inputs, labels: Int32Array.from(ps, (p) => p.label) };
     };
     const { classes } = this.local;
