@@ -10,7 +10,7 @@ import type { Dashboard } from '../ui/dashboard.ts';
 
 /** Shows the capture panel and resolves with the tab's pictures as its LocalDataset once the person joins; the panel stays, fixed. */
 export async function capturePictures(root: HTMLElement, local: LocalDataConfig, session: string, dash: Dashboard): Promise<LocalDataset> {
-  const panel = new CapturePanel(local);
+  const panel = new CapturePanel(local, session);
   root.prepend(panel.node);
   dash.setVisible(false);
   document.title = `pictures · ${session} · Browser DDP`;

@@ -48,7 +48,10 @@ export class CapturePanel {
   private join!: () => void;
   private readonly joinedPromise = new Promise<void>((resolve) => (this.join = resolve));
 
-  constructor(readonly local: LocalDataConfig) {
+  constructor(
+    readonly local: LocalDataConfig,
+    session: string,
+  ) {
     this.pictures = new PictureSet(local);
     this.rows = local.classes.map((name, label) => this.classRow(name, label));
     this.video.hidden = true;
@@ -58,7 +61,17 @@ export class CapturePanel {
     const section = el(
       'section',
       { class: 'card capture', 'data-testid': 'capture-panel', 'aria-labelledby': 'capture-title' },
-      el('h2', { id: 'capture-title', class: 'card-title' }, 'Your pictures'),
+      el(
+        'h1',
+        { id: 'capture-title', class: 'capture-title' },
+        'Your pictures',
+        el('span', { class: 'capture-session' }, ` · session ${session}`),
+      ),
+      el(
+        'p',
+        { class: 'capture-lede' },
+        `Take pictures of each class (${local.classes.join(', ')}) with the camera or from files, then join the training: every tab trains one model on all the tabs’ pictures together.`,
+      ),
       el(
         'div',
         { class: 'capture-privacy', 'data-testid': 'privacy' },

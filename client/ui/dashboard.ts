@@ -172,7 +172,8 @@ export class Dashboard {
 
   /** Shown or not: a tab of a session on its own pictures shows the dashboard once it joins. */
   setVisible(visible: boolean): void {
-    this.root.hidden = !visible;
+    // Its own display (a grid) would win over the hidden attribute's.
+    this.root.style.display = visible ? '' : 'none';
   }
 
   /** A prominent banner that says what went wrong and what the person can do about it. */
