@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { inputToRgba, PictureError, rgbaToInput, squareCrop } from '../client/ui/picture_resize.ts';
-import { HOLD_OUT_EVERY, MAX_PICTURES_PER_CLASS, PictureSet, PictureSetError } from '../client/train/pictures.ts';
+import { HOLD_OUT_EVERY, MAX_PICTURES_PER_CLASS, PictureSet, PictureSetError } from '../client/ui/pictures.ts';
 import { errorOf } from './fixtures/errors.ts';
 
 describe('resizing a picture in its tab', () => {

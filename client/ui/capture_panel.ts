@@ -7,7 +7,7 @@
  * group trains on them the pictures are fixed (a LocalDataset does not change under a run).
  */
 import type { LocalDataConfig } from '../../src/jobs/train_config.ts';
-import { MAX_PICTURES_PER_CLASS, PictureSet, PictureSetError, type Picture } from '../train/pictures.ts';
+import { MAX_PICTURES_PER_CLASS, PictureSet, PictureSetError, type Picture } from './pictures.ts';
 import { cameraProblem, holdToCapture, startCamera, stopCamera } from './camera.ts';
 import { el } from './dom.ts';
 import { drawInput, fileToInput, PICTURE_ACCEPT, PictureError, resizeToInput } from './picture_resize.ts';
