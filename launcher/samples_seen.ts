@@ -37,7 +37,8 @@ export function samplesSeen(events: ElasticEvent[]): EpochSeen[] {
     }
     if (e.type === 'end') finalStep = Math.max(finalStep, e.steps);
   }
-  if (rounds.length === 0) return [];
+  // Each rank's own samples (localData): no global order to check them against.
+  if (rounds.length === 0 || rounds.some((r) => r.localData)) return [];
   const { datasetLength, shuffle, seed } = rounds[0]!;
 
   // A round's steps count up to the lowest step any later round resumed from.

@@ -148,6 +148,39 @@ export class LocalDataset implements Dataset {
   }
 
   /**
+   * A new LocalDataset of these samples with `fraction` of each class held out (seeded: the same
+   * split for the same samples and seed; a class of 2 or more samples keeps at least one on each
+   * side) as its `heldOut`, replacing any it had: what a page does with a tab's pictures before
+   * training, so that each tab's accuracy is on pictures it did not train on.
+   */
+  withHeldOut(fraction: number, seed = 0): LocalDataset {
+    if (!(Number.isFinite(fraction) && fraction >= 0 && fraction < 1))
+      throw new DatasetError(`${this.name}: the held-out fraction must be in [0, 1), got ${fraction}`);
+    const order = this.order(0, seed);
+    const seen = new Array<number>(this.numClasses).fill(0);
+    const counts = this.countsPerClass();
+    const held: number[] = [];
+    const kept: number[] = [];
+    for (const i of order) {
+      const c = this.targets[i]!;
+      const want = counts[c]! >= 2 && fraction > 0 ? Math.min(counts[c]! - 1, Math.max(1, Math.floor(fraction * counts[c]!))) : 0;
+      (seen[c]!++ < want ? held : kept).push(i);
+    }
+    const sorted = (a: number[]) => a.sort((x, y) => x - y);
+    const train = this.batch(sorted(kept));
+    const test = this.batch(sorted(held));
+    return new LocalDataset({
+      name: this.name,
+      inputs: train.x,
+      labels: train.y,
+      inputShape: this.inputShape,
+      numClasses: this.numClasses,
+      ...(this.classNames ? { classNames: this.classNames } : {}),
+      heldOut: { inputs: test.x, labels: test.y },
+    });
+  }
+
+  /**
    * Marks the dataset as trained on by `by` (runElastic) until the returned function is called:
    * add and remove throw meanwhile, since the epoch's order and counts are fixed.
    */

@@ -33,6 +33,8 @@ export type AgentEvent =
       /** Steps the run has trained again so far: its run record's, carried with the state, so the same on every rank of the round (a late one included). */
       stepsRedone?: number;
       note?: string;
+      /** The ranks train on their own samples (runElastic's localData): 'batch' events index each rank's own data, `datasetLength` is this rank's. */
+      localData?: boolean;
       /** How many ranks report 'batch' events, each its own shard (the pipeline's replicas); default worldSize. */
       samplers?: number;
       /**

@@ -30,13 +30,15 @@ export type LocalDataEvent =
       left: number | null;
       stepsLeft: number;
     }
-  /** An epoch ended: this rank's accuracy on its own held-out samples, every rank's and the group's. */
+  /** An epoch ended (or the run, mid-epoch): this rank's accuracy on its own held-out samples, every rank's and the group's. */
   | ({ type: 'local-evaluation'; round: string; rank: number; epoch: number; step: number } & LocalEvaluation);
 
 /** A run's local data: this rank's progress through its samples (across rounds) and what it last evaluated. */
 export class LocalDataRun {
   readonly progress: LocalProgress;
   lastEvaluation: LocalEvaluation | null = null;
+  /** The step the last evaluation saw the model of (-1: none yet). */
+  evaluatedAt = -1;
 
   constructor(
     readonly dataset: LocalDataset,
@@ -74,6 +76,7 @@ export class LocalDataRun {
   async evaluate(pg: ProcessGroup, model: tf.LayersModel, round: string, p: Progress): Promise<void> {
     const e = await evaluateLocal(pg, model, this.dataset.heldOut);
     this.lastEvaluation = e;
+    this.evaluatedAt = p.step;
     this.tell({ type: 'local-evaluation', round, rank: pg.rank, epoch: p.epoch, step: p.step, ...e });
   }
 }

@@ -410,6 +410,7 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       epoch: p.epoch,
       position: p.position,
       ...samplerSettings(o),
+      ...(this.localData ? { localData: true } : {}),
       source: r.source,
       from: r.from,
       redone: r.redone,

@@ -128,6 +128,8 @@ export class StepLoop<M extends StepMetrics> {
       if (rest.local ? k >= rest.stepsLeft : p.position >= host.o.datasetLength) await this.endEpoch();
     }
     await host.local.atEnd(this.pg, host.state);
+    // A run that ends mid-epoch (its steps are done) evaluates the model it ends with; every rank ends at the same step.
+    if (host.localData && host.localData.evaluatedAt !== p.step) await this.evaluateLocal(host.localData);
     return { kind: 'done' };
   }
 
@@ -183,15 +185,20 @@ export class StepLoop<M extends StepMetrics> {
     const { o } = host;
     const p = host.state.progress;
     if (p.epoch + 1 >= host.maxEpochs || p.step >= host.maxSteps) await host.local.atEnd(pg, host.state);
-    if (host.localData) {
-      host.guard.activity = `the evaluation on local held-out samples at the end of epoch ${p.epoch}`;
-      await host.guard.whileLives(host.localData.evaluate(pg, host.state.model, this.round.key, p));
-    }
+    if (host.localData) await this.evaluateLocal(host.localData);
     host.guard.activity = `the end of epoch ${p.epoch}`;
     await host.guard.whileLives(o.onEpochEnd?.({ pg, ddp, step: p.step, epoch: p.epoch }));
     p.epoch++;
     p.position = 0;
     if (o.checkpointAtEpochEnd ?? (o.min < o.max || (o.checkpointEvery ?? 0) > 0)) await host.checkpoint(pg);
+  }
+
+  /** localData: every rank's accuracy on its own held-out samples, and the group's (a collective). */
+  private async evaluateLocal(localData: LocalDataRun): Promise<void> {
+    const { host } = this;
+    const p = host.state.progress;
+    host.guard.activity = `the evaluation on local held-out samples after step ${p.step}`;
+    await host.guard.whileLives(localData.evaluate(this.pg, host.state.model, this.round.key, p));
   }
 
   /** Step k of the epoch's rest: trained, committed, and met on; the round's outcome when it ends here. */
