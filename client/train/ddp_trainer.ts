@@ -185,8 +185,8 @@ export class DdpTrainer implements DdpRunRecord {
 
   /** The evaluation after the run (see evaluateAndReport); null when the host skipped it. */
   async finalEvaluation(pg: ProcessGroup, step: number, epoch: number) {
-    // Each tab's own held-out pictures: a few dozen, evaluated at once (nothing to skip).
-    if (this.local) return this.evaluateAndEmit(pg, step, epoch);
+    // Each tab's own held-out pictures: the run evaluated the model it ended with (a few dozen pictures, nothing to skip).
+    if (this.local) return this.evaluateAndEmit(pg, step, epoch, this.local.evaluatedAt(step));
     const figures = await evaluateAndReport(pg, this.model, this.job.testSet, step, this.emit, () => this.opts.skipEvaluation?.() === true);
     return figures === null ? null : this.evaluateAndEmit(pg, step, epoch, figures);
   }

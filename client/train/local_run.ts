@@ -17,7 +17,7 @@ export type LocalFigures = { testAccuracy: number; testLoss: number };
 export class LocalRun {
   /** The step the current epoch ends at (from its counts), or null before the first. */
   private epochEnd: number | null = null;
-  /** The run's own evaluation at the last epoch end, for onEpochEnd at that step. */
+  /** The run's own evaluation at the last epoch end (or at the run's end), for onEpochEnd and the evaluation after the run at that step. */
   private last: { step: number; figures: LocalFigures } | null = null;
 
   constructor(
@@ -46,7 +46,7 @@ export class LocalRun {
     return this.epochEnd === step;
   }
 
-  /** The run's evaluation at `step` (an epoch's end), if it made one there. */
+  /** The run's evaluation at `step` (an epoch's end, the run's end), if it made one there. */
   evaluatedAt(step: number): LocalFigures | undefined {
     return this.last?.step === step ? this.last.figures : undefined;
   }
