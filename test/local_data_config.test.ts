@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { configParams, parseTrainConfig, urlOption } from '../src/jobs/train_config.ts';
 import { checkForm, fieldApplies, fieldDefaults, formConfig, sessionUrl } from '../client/ui/session_link.ts';
 import { readLink } from '../client/ui/link_check.ts';
+import { trainJobProblem } from '../launcher/job_flags.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { parse, refusal } from './fixtures/train_config.ts';
 
@@ -65,6 +66,11 @@ describe('dataset local: the classes, size and colour of each tab’s own pictur
     const c = parse(`world=3&dataset=local&classes=${encodeURIComponent('rock,paper,scissors')}&imageSize=48&color=gray`);
     const again = parseTrainConfig((name) => urlOption(configParams(c), name));
     expect(again).toEqual(c);
+  });
+
+  it('the launcher refuses it: its headless tabs hold no pictures and nobody presses their Join', () => {
+    expect(trainJobProblem({ dataset: 'local' }, 2)).toMatch(/^--dataset local: each tab's own pictures are taken by people in their tabs/);
+    expect(trainJobProblem({ dataset: 'local', classes: 'x' }, 2)).toMatch(/^--classes x: the train job takes 2 to 10 class names/);
   });
 
   it('a bad link says which option is wrong before the tab joins anything', () => {

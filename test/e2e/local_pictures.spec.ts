@@ -207,6 +207,7 @@ async function trainOnPictures(url: string, cameras: BrowserContext[], refused: 
   // The pictures stayed: no request body at all, and no WebSocket frame as large as one picture.
   for (const t of [...tabs, filesTab]) {
     expect(t.sent.bodies).toEqual([]);
+    expect(t.sent.frames.length, 'the tab spoke to the server once it joined').toBeGreaterThan(0);
     expect(Math.max(...t.sent.frames)).toBeLessThan(PICTURE_BYTES);
   }
   await expect(tabs[0]!.page.getByTestId('capture-panel')).toContainText('fixed while the group trains');
