@@ -212,6 +212,8 @@ export class CapturePanel {
 
   /** Adds a picture and its thumbnail; false (and says why) when the set refuses it. */
   private addPicture(label: number, pixels: Float32Array): boolean {
+    // A file still decoding when the person joined: the tab trains on the pictures it had then.
+    if (this.locked) return false;
     let picture: Picture;
     try {
       picture = this.pictures.add(label, pixels);
