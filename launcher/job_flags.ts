@@ -261,7 +261,10 @@ export function slowParam(values: string[], worldSize: number): string {
 export function trainJobProblem(jobParams: Record<string, string>, worldSize: number): string | undefined {
   const params = new URLSearchParams({ ...jobParams, world: String(worldSize) });
   try {
-    parseTrainConfig((name) => urlOption(params, name));
+    const config = parseTrainConfig((name) => urlOption(params, name));
+    // Headless tabs hold no pictures and no person presses their "Join": they would wait forever.
+    if (config.dataset === 'local')
+      return "--dataset local: each tab's own pictures are taken by people in their tabs (camera or files); create the session on the page instead (npm start, then the form's dataset \"each tab's own pictures\"), or use runElastic's localData in a script (examples/)";
     return undefined;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;

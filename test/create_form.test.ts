@@ -89,6 +89,10 @@ describe('the create form', () => {
       min: '1',
       model: 'mlp',
       dataset: 'mnist',
+      // Only for each tab's own pictures (dataset local): hidden and empty otherwise.
+      classes: '',
+      imageSize: '',
+      color: '',
       batchSize: '64',
       optimizer: 'adam',
       lr: '0.003',

@@ -91,6 +91,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     model: 'mlp',
     hidden: null,
     dataset: 'mnist',
+    local: null,
     context: null,
     streamData: 'auto',
     batchSize: 64,

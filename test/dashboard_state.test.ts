@@ -26,6 +26,7 @@ function config(over: Partial<TrainConfig> = {}): TrainConfig {
     model: 'mlp',
     hidden: null,
     dataset: 'synthetic',
+    local: null,
     context: null,
     streamData: 'auto',
     batchSize: 64,

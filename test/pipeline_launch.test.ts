@@ -13,7 +13,9 @@ describe('pipelineProblems', () => {
     expect(trainJobProblem({ strategy: 'ps', min: '2', 'comm-hook': 'powersgd:2' }, 3)).toMatch(
       /^--comm-hook powersgd:2: the train job takes none \(or left out\) with strategy ps/,
     );
-    expect(trainJobProblem({ dataset: 'cifar' }, 2)).toBe('--dataset cifar: the train job takes one of mnist, synthetic, text, user');
+    expect(trainJobProblem({ dataset: 'cifar' }, 2)).toBe(
+      '--dataset cifar: the train job takes one of mnist, synthetic, text, user, local',
+    );
     expect(trainJobProblem({ model: 'mlp', hidden: '0' }, 2)).toMatch(/^--hidden 0: the train job takes from 1 to 4096 for the mlp/);
     expect(trainJobProblem({}, 65)).toMatch(/^--nproc \(x --nnodes\) 65: the train job takes an integer from 1 to 64/);
   });

@@ -22,6 +22,7 @@ describe('parseTrainConfig', () => {
       model: 'mlp',
       hidden: null,
       dataset: 'mnist',
+      local: null,
       context: null,
       streamData: 'auto',
       batchSize: 64,

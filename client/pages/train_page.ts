@@ -30,6 +30,7 @@ import { installDeviceLossHook } from '../device_hook.ts';
 import { preflight, tabAbilities } from '../train/preflight.ts';
 import { browserLabel, thisBrowser } from '../user_agent.ts';
 import { explain } from './failure_advice.ts';
+import { capturePictures } from './local_pictures.ts';
 
 export interface TrainPageOptions {
   root: HTMLElement;
@@ -54,6 +55,8 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `epoch ${e.epoch + 1} step ${e.step}: test accuracy ${(e.testAccuracy * 100).toFixed(2)}%, test loss ${e.testLoss.toFixed(4)}`;
     case 'sample':
       return `step ${e.step}: the model writes ${JSON.stringify(e.prompt + e.text)}`;
+    case 'local-eval':
+      return `step ${e.step}: accuracy on held-out pictures: this tab ${e.own.correct}/${e.own.count}, the group ${e.group.correct}/${e.group.count}`;
     case 'log':
       return `${e.level}: ${e.message}`;
     case 'shard':
@@ -77,6 +80,7 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
     case 'aggregation': // every step: the dashboard's table shows it, refusals are logged apart
     case 'steps-redone': // the run's own figure, in its summary
     case 'config':
+    case 'local-counts': // the dashboard's table shows them
     case 'waiting':
     case 'link':
     case 'done':
@@ -306,6 +310,8 @@ async function runTraining(
   const refusal = preflight(config, tabAbilities(browserLabel(thisBrowser())));
   if (refusal) throw refusal;
   const flags = { checkWeights: params.get('checkWeights') === 'true', returnWeights: params.get('returnWeights') === 'true' };
+  // Each tab's own pictures: taken here first; the tab connects only once the person joins.
+  const localData = config.local ? await capturePictures(opts.root, config.local, session, dash) : undefined;
   const connected = await connectWithRetry(dash, location.origin, session, token, hostSecret, opts.timeoutMs);
   run.store = connected;
   // The first connection's events; the rendezvous handler's onToken follows the later ones.
@@ -340,6 +346,7 @@ async function runTraining(
       run.liveVocabulary = vocabulary;
     },
     onRendezvous: (e) => onRendezvousEvent(e, dash, run, session, connected, role),
+    ...(localData ? { localData } : {}),
   });
   run.result = result;
   // For tests: what the page's model predicts on the first test samples.

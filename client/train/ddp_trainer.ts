@@ -46,6 +46,8 @@ import {
 import { DILOCO_VOTE_EVERY, stepBytes, syncsAt, weightedLoss } from './ddp_figures.ts';
 import { jobSchedule, jobSession } from './job_options.ts';
 import { ddpResult, type DdpRunRecord } from './ddp_summary.ts';
+import { LocalRun } from './local_run.ts';
+import { LocalDataset } from '../../src/datasets/local.ts';
 
 /** Every how many steps the page hears its devices' figures. */
 const DEVICE_REPORT_EVERY = 10;
@@ -105,6 +107,8 @@ export class DdpTrainer implements DdpRunRecord {
   lastSample: Extract<TrainEvent, { type: 'sample' }> | undefined;
   /** The steps after which the language model wrote (the job's report lists them). */
   readonly sampleSteps: number[] = [];
+  /** Dataset local: this tab's own pictures' run (its evaluations are on every tab's own held-out pictures). */
+  readonly local: LocalRun | null;
 
   constructor(
     readonly opts: TrainerOptions,
@@ -117,6 +121,7 @@ export class DdpTrainer implements DdpRunRecord {
     this.comm = commSetup(this.config.commHook);
     this.robust = { aggregation: this.config.aggregation, ...(this.config.attack ? { attack: attackPlanOf(this.config.attack) } : {}) };
     this.judged = contributionTracker(dashboardEvents(this.emit, this.config.min === this.config.max));
+    this.local = job.trainSet instanceof LocalDataset ? new LocalRun(job.trainSet, this.emit) : null;
     const spec = this.comm.spec;
     this.hookStart = spec.kind === 'powersgd' ? spec.startIter : spec.kind === 'localsgd' ? spec.startStep : 0;
   }
@@ -169,7 +174,9 @@ export class DdpTrainer implements DdpRunRecord {
   }
 
   async evaluateAndEmit(pg: ProcessGroup, step: number, epoch: number, figures?: { testAccuracy: number; testLoss: number }) {
-    const result = { step, ...(figures ?? (await evaluate(pg, this.model, this.job.testSet))) };
+    const figured =
+      figures ?? (this.local ? await this.local.evaluate(pg, this.model, step, epoch) : await evaluate(pg, this.model, this.job.testSet));
+    const result = { step, ...figured };
     this.evals.push(result);
     this.emit({ type: 'eval', epoch, ...result });
     await this.writeSample(step);
@@ -178,6 +185,8 @@ export class DdpTrainer implements DdpRunRecord {
 
   /** The evaluation after the run (see evaluateAndReport); null when the host skipped it. */
   async finalEvaluation(pg: ProcessGroup, step: number, epoch: number) {
+    // Each tab's own held-out pictures: the run evaluated the model it ended with (a few dozen pictures, nothing to skip).
+    if (this.local) return this.evaluateAndEmit(pg, step, epoch, this.local.evaluatedAt(step));
     const figures = await evaluateAndReport(pg, this.model, this.job.testSet, step, this.emit, () => this.opts.skipEvaluation?.() === true);
     return figures === null ? null : this.evaluateAndEmit(pg, step, epoch, figures);
   }
@@ -324,7 +333,7 @@ export class DdpTrainer implements DdpRunRecord {
       this.hashChecks.push(metrics.every((m) => m.hashHi === metrics[0]!.hashHi && m.hashLo === metrics[0]!.hashLo));
     if (step > 1) this.addTimed(metrics, pg.rank, step);
     this.tensorCounts.push(tf.memory().numTensors);
-    const atEpochEnd = this.state.progress.position >= this.job.trainSet.length;
+    const atEpochEnd = this.local ? this.local.endsEpoch(step) : this.state.progress.position >= this.job.trainSet.length;
     if (config.evalEvery > 0 && step % config.evalEvery === 0 && !atEpochEnd) await this.evaluateAndEmit(pg, step, epoch);
     // Between evaluations too, early and then ever more rarely (N, 2N, 4N ...): the writing shows
     // within the first minute, and later samples cost little. Every rank at the same steps.
@@ -379,8 +388,10 @@ export class DdpTrainer implements DdpRunRecord {
       onRound: (ctx) => this.onRound(ctx),
       onStep: (ctx) => this.onStep(ctx),
       onEpochEnd: async ({ pg, step, epoch }) => {
-        await this.evaluateAndEmit(pg, step, epoch);
+        // Each tab's own pictures: the run has just evaluated on every tab's held-out ones.
+        await this.evaluateAndEmit(pg, step, epoch, this.local?.evaluatedAt(step));
       },
+      ...(this.local ? { localData: this.local.data, onLocalData: this.local.onLocalData } : {}),
       rebuildState: (ctx) => this.rebuildState(ctx),
       onEvent: this.judged.onEvent,
     };

@@ -10,6 +10,7 @@ import type { AggregationJudged } from '../../src/parallel/ddp/contributions.ts'
 import type { DeviceInfo, DeviceStats } from '../../src/parallel/data_parallel/data_parallel.ts';
 import type { PsSampleCounts, PsServerSlot, PsStatus } from '../../src/parallel/parameter_server/runner.ts';
 import type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
+import type { Accuracy } from '../../src/elastic/local_eval.ts';
 import type { FleetEvent } from './fleet.ts';
 
 export type { BackendName, TrainConfig } from '../../src/jobs/train_config.ts';
@@ -117,6 +118,13 @@ export type TrainEvent =
    */
   | ({ type: 'aggregation'; round: string } & AggregationJudged)
   | { type: 'eval'; epoch: number; step: number; testAccuracy: number; testLoss: number }
+  /**
+   * Each tab's own pictures (dataset local): every rank's accuracy on its own held-out pictures
+   * (each as the rank itself said), this tab's, and the group's (the sample-weighted mean).
+   */
+  | { type: 'local-eval'; epoch: number; step: number; own: Accuracy; ranks: Accuracy[]; group: Accuracy }
+  /** Each tab's own pictures: at an epoch's start in a round, every rank's pictures held and left in the epoch, and how many left with tabs that went (null: this tab cannot tell). */
+  | { type: 'local-counts'; epoch: number; step: number; samples: number[]; remaining: number[]; left: number | null }
   /** A language model's text after `prompt`, sampled from this tab's replica at `step` (seeded by the step: the same on identical replicas). */
   | { type: 'sample'; step: number; prompt: string; text: string }
   | {

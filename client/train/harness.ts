@@ -26,6 +26,8 @@ import {
   type StoreClient,
 } from '../../src/index.ts';
 import { Mulberry32 } from '../../src/datasets/synthetic.ts';
+import { InMemoryDataset } from '../../src/datasets/dataset.ts';
+import type { LocalDataset } from '../../src/datasets/local.ts';
 import { chooseFastest, PROBE_BUDGET_MS, selectBackend, type BackendChoice } from './backend.ts';
 import { probeText } from './backend_probe.ts';
 import { probeWebGpu } from '../webgpu.ts';
@@ -66,6 +68,8 @@ export interface TrainerOptions {
   onRendezvous?(e: RendezvousEvent): void;
   /** Polled between batches of the evaluation after the run: true once the host skipped it. */
   skipEvaluation?(): boolean;
+  /** Dataset local: this tab's own pictures (the capture panel's), which never leave it; an empty one trains with zero samples. */
+  localData?: LocalDataset;
 }
 
 export interface TrainResult {
@@ -92,7 +96,21 @@ export const OFFERED_IMAGE_SHAPE = [28, 28, 1];
 export async function loadData(
   config: TrainConfig,
   offer?: { req: OfferRequest; inputShape: number[] },
+  localData?: LocalDataset,
 ): Promise<{ train: Dataset; test: Dataset; text?: TextJob }> {
+  if (config.dataset === 'local') {
+    // This tab's own pictures: its held-out ones are its test set (the others' it never sees).
+    if (!localData) throw new Error("this session trains on each tab's own pictures, and this tab brought none (not even an empty set)");
+    const { inputs, labels } = { inputs: new Float32Array(0), labels: new Int32Array(0) };
+    const none = new InMemoryDataset({
+      name: `${localData.name} (held out)`,
+      inputs,
+      labels,
+      inputShape: localData.inputShape,
+      numClasses: localData.numClasses,
+    });
+    return { train: localData, test: localData.heldOut ?? none };
+  }
   const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
   const first = (d: Dataset, n: number) => (n > 0 && n < d.length ? subset(d, range(0, n)) : d);
   if (config.model === 'lm') {
@@ -221,7 +239,7 @@ export async function startJob(opts: TrainerOptions): Promise<{
       level: 'info',
       message: `The host's images reach the ${config.model} model as ${OFFERED_IMAGE_SHAPE[0]}x${OFFERED_IMAGE_SHAPE[1]} grey images (luminance, values 0..1): colour is kept only by the host's own model (npm start -- --model DIR taking [H, W, 3])`,
     });
-  const dataPromise = loadData(config, { req, inputShape });
+  const dataPromise = loadData(config, { req, inputShape }, opts.localData);
   dataPromise.catch(() => {});
   await agreeOnConfig(opts);
   const { train: trainSet, test: testSet, text } = await dataPromise;

@@ -43,6 +43,8 @@ export async function probeOf(
   testSet: Dataset,
 ): Promise<{ inputs: Float32Array; inputShape: number[]; logits: Float32Array }> {
   const probeCount = Math.min(8, testSet.length);
+  // A tab with no test samples of its own (dataset local, no pictures held out) has nothing to probe.
+  if (probeCount === 0) return { inputs: new Float32Array(0), inputShape: testSet.inputShape, logits: new Float32Array(0) };
   const probeBatch = await fetchBatch(
     testSet,
     Array.from({ length: probeCount }, (_, i) => i),

@@ -4,7 +4,7 @@
  * that fails at its first collective (no WebRTC), crashes mid-run (too little memory), or has no
  * backend that computes. Pure, apart from `tabAbilities` and `deviceMemoryGB`, which read the page.
  */
-import { DEFAULT_CONTEXT, LM_DEFAULTS, type TrainConfig } from '../../src/jobs/train_config.ts';
+import { DEFAULT_CONTEXT, LM_DEFAULTS, localInputShape, type TrainConfig } from '../../src/jobs/train_config.ts';
 
 /** A reason this tab cannot take part: a title, what happened, and what the person can do. */
 export class CannotTrainError extends Error {
@@ -29,7 +29,7 @@ export interface TabAbilities {
 }
 
 /** The datasets' shapes and sizes as the trainer loads them (trainer.ts: loadData). */
-const DATA: Readonly<Record<TrainConfig['dataset'], { inputShape: number[]; classes: number }>> = {
+const DATA: Readonly<Record<Exclude<TrainConfig['dataset'], 'local'>, { inputShape: number[]; classes: number }>> = {
   mnist: { inputShape: [28, 28, 1], classes: 10 },
   synthetic: { inputShape: [16], classes: 4 },
   // The host's images, resized for the built-in models (harness.ts: OFFERED_IMAGE_SHAPE); a CSV's size is not known here.
@@ -46,13 +46,19 @@ export const BASELINE_BYTES = 64 * 2 ** 20;
 export const MEMORY_SHARE = 0.5;
 
 /** The model's parameters and the floats one sample's forward pass produces, as src/nn/models.ts builds it. */
-export function modelSize(config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null }): {
+export function modelSize(
+  config: Pick<TrainConfig, 'model' | 'dataset' | 'hidden'> & { context?: number | null; local?: TrainConfig['local'] },
+): {
   parameters: number;
   activationsPerSample: number;
 } {
   // The host's model is known once loaded: not counted here (the baseline and the data still are).
   if (config.model === 'user') return { parameters: 0, activationsPerSample: 0 };
-  const { inputShape, classes } = DATA[config.dataset];
+  // Each tab's own pictures: the session's size, colour and classes.
+  const { inputShape, classes } =
+    config.dataset === 'local'
+      ? { inputShape: config.local ? localInputShape(config.local) : [32, 32, 3], classes: config.local?.classes.length ?? 2 }
+      : DATA[config.dataset];
   if (config.model === 'lm') {
     // Embeddings, blocks of 12 d^2 + 13 d (qkv, projection, 4d MLP, two layer norms), final norm and head.
     const t = config.context ?? DEFAULT_CONTEXT;

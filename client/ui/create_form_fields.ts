@@ -3,7 +3,16 @@
  * error, the values that follow their defaults until the person types their own, the checks and
  * the sentences that depend on several fields.
  */
-import { FORM_FIELDS, checkForm, fieldDefaults, formConfig, minNote, type FormField, type FormValues } from './session_link.ts';
+import {
+  FORM_FIELDS,
+  checkForm,
+  fieldApplies,
+  fieldDefaults,
+  formConfig,
+  minNote,
+  type FormField,
+  type FormValues,
+} from './session_link.ts';
 import { el } from './dom.ts';
 import { estimateSentence } from './estimate.ts';
 import type { ServerInfo } from './server_info.ts';
@@ -35,7 +44,7 @@ function controlFor(field: FormField, id: string, describedBy: string): Control 
 }
 
 export class FormFields {
-  private readonly controls = new Map<string, { control: Control; error: HTMLElement; hint: HTMLElement | null }>();
+  private readonly controls = new Map<string, { control: Control; error: HTMLElement; hint: HTMLElement | null; node: HTMLElement }>();
   /** Fields the person typed their own value into; the others follow their default. */
   private readonly edited = new Set<string>();
 
@@ -57,7 +66,7 @@ export class FormFields {
     const hint = field.hint ? el('p', { id: hintId, class: 'field-hint', 'data-testid': `hint-${field.name}` }, field.hint) : null;
     if (hint) node.append(hint);
     node.append(error);
-    this.controls.set(field.name, { control, error, hint });
+    this.controls.set(field.name, { control, error, hint, node });
     control.addEventListener(control instanceof HTMLSelectElement ? 'change' : 'input', () => {
       // A value chosen or typed is the person's own; clearing a field hands it back to its default.
       if (control.value.trim() === '') this.edited.delete(field.name);
@@ -116,9 +125,10 @@ export class FormFields {
     return firstBad;
   }
 
-  /** The sentences that depend on several fields: the minimum's meaning and the duration. */
+  /** The sentences that depend on several fields: the minimum's meaning and the duration; and the fields that apply. */
   describe(): void {
     const v = this.values();
+    for (const [name, c] of this.controls) c.node.hidden = !fieldApplies(name, v);
     const minHint = this.controls.get('min')?.hint;
     if (minHint) minHint.textContent = minNote(v);
     this.estimate.textContent =

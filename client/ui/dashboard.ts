@@ -38,6 +38,7 @@ import { PipelineView } from './view_pipeline.ts';
 import { ProgressView } from './view_progress.ts';
 import { PsView } from './view_ps.ts';
 import { SampleView } from './view_sample.ts';
+import { LocalView } from './view_local.ts';
 import { SummaryView } from './view_report.ts';
 import { RingCardView } from './view_ring.ts';
 import { redrawDelay } from './redraw.ts';
@@ -78,6 +79,7 @@ export class Dashboard {
   private readonly progress = new ProgressView();
   private readonly summary = new SummaryView();
   private readonly sample = new SampleView();
+  private readonly local = new LocalView();
   private readonly stats = new StatsView();
   private readonly charts: ChartsView;
   private readonly ring = new RingCardView();
@@ -147,6 +149,7 @@ export class Dashboard {
       this.summary.node,
       this.stats.node,
       this.sample.node,
+      this.local.node,
       this.charts.node,
       this.pipeline.node,
       this.ps.node,
@@ -165,6 +168,12 @@ export class Dashboard {
 
   handle(event: TrainEvent): void {
     this.dispatch(event);
+  }
+
+  /** Shown or not: a tab of a session on its own pictures shows the dashboard once it joins. */
+  setVisible(visible: boolean): void {
+    // Its own display (a grid) would win over the hidden attribute's.
+    this.root.style.display = visible ? '' : 'none';
   }
 
   /** A prominent banner that says what went wrong and what the person can do about it. */
@@ -310,6 +319,7 @@ export class Dashboard {
     this.stats.renderTime(s);
     this.summary.render(s);
     this.sample.render(s);
+    this.local.render(s);
     this.ring.render(s);
     this.log.render(s);
   }

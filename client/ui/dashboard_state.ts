@@ -21,6 +21,7 @@ import { NO_FLEET, NO_PIPELINE_RANKS, NO_RANKS, NO_ROLE, isOver, logAt, withLog 
 import { onJoined, onLink, onRankLost, onFleet, onWaiting } from './dashboard_group_events.ts';
 import { onDevices, onEval, onEvaluating, onPipeline, onPs, onShard, onStep } from './dashboard_run_events.ts';
 import { reducePageEvent } from './dashboard_page_events.ts';
+import { onLocal } from './dashboard_local.ts';
 
 // ---------------------------------------------------------------- actions and state
 
@@ -97,6 +98,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     devices: null,
     fleet: NO_FLEET,
     contributions: null,
+    local: null,
   };
   return withLog(state, options.at, 'info', `Opened session “${options.session}”.`);
 }
@@ -147,6 +149,10 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
 
     case 'eval':
       return onEval(state, event, at);
+
+    case 'local-eval':
+    case 'local-counts':
+      return onLocal(state, event, at);
 
     case 'sample':
       return log(

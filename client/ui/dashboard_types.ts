@@ -221,6 +221,14 @@ export interface DashboardState {
    * or DiLoCo's outer steps), from 'aggregation' events; null under the mean or before the first.
    */
   readonly contributions: ContributionTally | null;
+  /**
+   * Each tab's own pictures (dataset local): the latest evaluation on every tab's own held-out
+   * pictures and the latest epoch's counts; null for other datasets and before the first.
+   */
+  readonly local: {
+    readonly evaluation: Extract<TrainEvent, { type: 'local-eval' }> | null;
+    readonly counts: Extract<TrainEvent, { type: 'local-counts' }> | null;
+  } | null;
 }
 
 export type { FaultKind, FaultEntry };

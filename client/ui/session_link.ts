@@ -8,6 +8,7 @@ import { SESSION_NAME } from '../../src/wire/protocol.ts';
 import { isLoopbackHost, type ServerInfo } from './server_info.ts';
 import {
   ConfigError,
+  LOCAL_DATA_OPTION_NAMES,
   TRAIN_OPTIONS,
   configParams,
   parseOption,
@@ -108,10 +109,19 @@ export function fieldDefaults(values: FormValues): Record<string, string> {
   return out;
 }
 
+/**
+ * Whether a field is shown and read: the classes and pictures' size and colour only for
+ * dataset local (each tab's own pictures); every other field always.
+ */
+export function fieldApplies(name: string, values: FormValues): boolean {
+  return !LOCAL_DATA_OPTION_NAMES.includes(name) || values.dataset === 'local';
+}
+
 /** The job the form describes; throws ConfigError, as the page would on the same link. */
 export function formConfig(values: FormValues): TrainConfig {
   const inForm = new Set<string>(FORM_OPTIONS.map((o) => o.name));
-  return parseTrainConfig((name) => (inForm.has(name) ? (values[name] ?? '') : null));
+  // A hidden field's leftover text (classes typed, then another dataset chosen) is not part of the job.
+  return parseTrainConfig((name) => (inForm.has(name) ? (fieldApplies(name, values) ? (values[name] ?? '') : '') : null));
 }
 
 /** A message for each field that is wrong; an empty object when the form is good. */
@@ -121,6 +131,7 @@ export function checkForm(values: FormValues): Record<string, string> {
   if (session === '') errors.session = 'Session name is required.';
   else if (!SESSION_NAME.test(session)) errors.session = 'Use only letters, digits, “-”, “_” and “.” (at most 64 characters).';
   for (const spec of FORM_OPTIONS) {
+    if (!fieldApplies(spec.name, values)) continue;
     const raw = values[spec.name] ?? '';
     if (raw === '') {
       if (!spec.optional) errors[spec.name] = `${fieldName(TRAIN_FORM_LABELS[spec.name].label)} is required.`;

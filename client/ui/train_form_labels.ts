@@ -65,7 +65,21 @@ export const TRAIN_FORM_LABELS: Readonly<Record<TrainOptionName, OptionText>> = 
   },
   dataset: {
     label: 'Dataset',
-    hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm).",
+    hint: "text: Moby-Dick's first 20 chapters, for model lm. user: the images, CSV or text the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text goes with model lm). Each tab's own pictures: every tab takes pictures of the classes below with its camera or from files; the pictures never leave the tab, only gradients do.",
+    choiceLabels: { local: "each tab's own pictures" },
+  },
+  classes: {
+    label: 'Classes',
+    hint: `The things the model tells apart, separated by commas (2 to 10; e.g. rock,paper,scissors). Every tab takes its own pictures of each.`,
+  },
+  imageSize: {
+    label: 'Picture size (px)',
+    hint: 'Each picture is cut square and shrunk to this many pixels a side in its tab (32 is quick; 64 sees more detail, 4 times the work).',
+  },
+  color: {
+    label: 'Colours',
+    hint: 'rgb keeps the colours; gray keeps only brightness (3 times less work, for shapes whose colour does not matter).',
+    choiceLabels: { rgb: 'colour (rgb)', gray: 'grey' },
   },
   streamData: {
     label: 'Stream the data',

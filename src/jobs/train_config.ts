@@ -21,6 +21,8 @@ import {
   formatAttack,
   parseAggregation,
 } from './aggregation_spec.ts';
+import { checkStrategy } from './strategy_spec.ts';
+import { checkLocalData, LOCAL_DATA_OPTIONS, localDataParams } from './local_data_spec.ts';
 import {
   ACTIVATION_DTYPE_NAMES,
   BACKEND_SETTINGS,
@@ -71,6 +73,20 @@ export {
   type PowerSGDWire,
 } from './comm_hook_spec.ts';
 
+export {
+  CLASSES_RULE,
+  COLORS,
+  MAX_CLASSES,
+  MAX_IMAGE_SIZE,
+  MIN_CLASSES,
+  MIN_IMAGE_SIZE,
+  LOCAL_DATA_OPTION_NAMES,
+  localInputShape,
+  parseClasses,
+  type ColorName,
+  type LocalDataConfig,
+} from './local_data_spec.ts';
+
 // The configuration as data (its choice lists, bounds, TrainConfig and what the trainer reads off it), importable from here as before.
 export * from './train_config_types.ts';
 
@@ -91,6 +107,8 @@ const OPTIONS = [
     inForm: true,
     defaultValue: (p) => (p.model === 'lm' ? 'text' : 'mnist'),
   },
+  // Each tab's own pictures (dataset local): their classes, size and colour.
+  ...LOCAL_DATA_OPTIONS,
   {
     name: 'context',
     kind: int(2, MAX_CONTEXT),
@@ -157,7 +175,13 @@ const OPTIONS = [
   { name: 'maxStaleness', kind: int(0, 1_000_000), inForm: false, defaultValue: fixed(null) },
   { name: 'stalenessLr', kind: { type: 'bool' }, inForm: false, defaultValue: fixed(false) },
   // DDP's (the only strategy that splits a global batch): true there, false where it would do nothing (refused if given).
-  { name: 'balance', kind: { type: 'bool' }, inForm: false, defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 },
+  // Not with each tab's own pictures (dataset local), whose steps are split by the pictures each tab has left.
+  {
+    name: 'balance',
+    kind: { type: 'bool' },
+    inForm: false,
+    defaultValue: (p) => p.strategy === 'ddp' && p.pp === 1 && p.dataset !== 'local',
+  },
   {
     name: 'slow',
     // The syntax here; ranks against the world size, each once, and factors >= 1 in parseTrainConfig.
@@ -215,6 +239,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
   const slow = slowOf(values.slow as string | null, layout.max);
   const ddp = checkDdpOptions(values, layout);
   checkModel(values);
+  const local = checkLocalData(values);
   const devices = values.devices as number;
   const { strategy, pp } = layout;
   if (devices > 1 && (strategy !== 'ddp' || pp > 1)) {
@@ -225,7 +250,7 @@ export function parseTrainConfig(get: (name: string) => string | null): TrainCon
       `1 (or left out) with ${other}: devices per tab (DataParallel) work with DDP for now (leave out devices, or ${strategy !== 'ddp' ? 'strategy' : 'pp'})`,
     );
   }
-  return configOf(values, { ...layout, ...ddp, slow });
+  return configOf(values, { ...layout, ...ddp, slow, local });
 }
 
 /** The world and how it is split: min..max, the pipeline (pp x dp, split points, micro-batches) and the strategy's servers. Throws ConfigError. */
@@ -327,16 +352,17 @@ function configOf(
   values: Values,
   checked: Pick<
     TrainConfig,
-    'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints' | 'slow' | 'commHook' | 'aggregation' | 'attack'
+    'min' | 'max' | 'pp' | 'dp' | 'strategy' | 'ps' | 'splitPoints' | 'slow' | 'commHook' | 'aggregation' | 'attack' | 'local'
   >,
 ): TrainConfig {
-  const { min, max, pp, dp, strategy, ps, splitPoints, slow, commHook, aggregation, attack } = checked;
+  const { min, max, pp, dp, strategy, ps, splitPoints, slow, commHook, aggregation, attack, local } = checked;
   const hidden = values.hidden as number | null;
   const devices = values.devices as number;
   return {
     model: values.model as ModelKind,
     hidden,
     dataset: values.dataset as DatasetKind,
+    local,
     context: values.context as number | null,
     streamData: values.streamData as StreamModeName,
     batchSize: values.batchSize as number,
@@ -402,69 +428,6 @@ function checkLanguageModel(model: ModelKind, dataset: DatasetKind, context: num
   }
 }
 
-/**
- * The parameter-server options against each other and the world: ps and the staleness options
- * only where the strategy uses them, no pipeline with a PS strategy, and at least one worker
- * besides the servers in the largest world and in the smallest (min). Throws ConfigError.
- */
-function checkStrategy(
-  strategy: StrategyName,
-  ps: number,
-  maxStaleness: number | null,
-  stalenessLr: boolean,
-  world: { min: number; max: number; pp: number; dp: number },
-): void {
-  const { min, max, pp, dp } = world;
-  if (strategy !== 'ddp' && (pp > 1 || dp > 1)) {
-    const pipeline = [pp > 1 ? `pp ${pp}` : '', dp > 1 ? `dp ${dp}` : ''].filter(Boolean).join(', ');
-    throw new ConfigError(
-      'strategy',
-      strategy,
-      `ddp with pipeline stages or replicas (here ${pipeline}): a pipeline splits the model between tabs while parameter servers hold all of it, so leave out pp and dp, or strategy`,
-    );
-  }
-  if (strategy === 'ddp' && ps !== 1)
-    throw new ConfigError('ps', String(ps), '1 (or left out) unless strategy is ps: parameter servers need strategy=ps');
-  if (strategy === 'central' && ps !== 1)
-    throw new ConfigError(
-      'ps',
-      String(ps),
-      '1 with strategy central, which keeps every variable on one server (for several, use strategy=ps)',
-    );
-  if (maxStaleness !== null && strategy !== 'ps') {
-    throw new ConfigError(
-      'maxStaleness',
-      String(maxStaleness),
-      `left out unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`,
-    );
-  }
-  if (stalenessLr && strategy !== 'ps') {
-    throw new ConfigError(
-      'stalenessLr',
-      'true',
-      `false (or left out) unless strategy is ps: ${strategy === 'central' ? 'strategy central is synchronous, its pushes are never stale' : 'only asynchronous parameter servers take stale pushes'}`,
-    );
-  }
-  if (strategy === 'ddp') return;
-  const servers = `${ps} parameter server${ps === 1 ? '' : 's'}`;
-  if (ps >= max) {
-    // The default single server in a world of one tab: the world is what to change.
-    if (ps === 1)
-      throw new ConfigError('world', String(max), `at least 2 with strategy ${strategy}: a parameter server and at least one worker`);
-    throw new ConfigError(
-      'ps',
-      String(ps),
-      `at most ${max - 1}, the world size (${max}) less one: every tab that is not a server is a worker, and at least one is needed`,
-    );
-  }
-  if (min < ps + 1)
-    throw new ConfigError(
-      'min',
-      String(min),
-      `at least ${ps + 1} with strategy ${strategy}: the ${servers} and one worker (with fewer tabs nothing trains)`,
-    );
-}
-
 /** The URL parameters that reproduce `config` (what a share link carries), in schema order. */
 export function configParams(config: TrainConfig): URLSearchParams {
   const p = new URLSearchParams();
@@ -476,6 +439,7 @@ export function configParams(config: TrainConfig): URLSearchParams {
     aggregation: formatAggregation(config.aggregation),
     attack: config.attack ? formatAttack(config.attack) : null,
     attackers: config.attack?.attackers ?? 0,
+    ...localDataParams(config.local),
   };
   for (const spec of TRAIN_OPTIONS) {
     const v = byName[spec.name];

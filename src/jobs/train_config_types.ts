@@ -6,11 +6,15 @@
  */
 import type { CommHookSpec } from './comm_hook_spec.ts';
 import type { AggregationConfig, AttackConfig } from './aggregation_spec.ts';
+import type { LocalDataConfig } from './local_data_spec.ts';
 
 /** 'lm': a small character-level transformer (src/nn/language_model.ts), on 'text'. 'user': the model the host offers (npm start -- --model DIR; signaling/offer.ts). */
 export const MODELS = ['mlp', 'cnn', 'lm', 'user'] as const;
-/** 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text is for 'lm'). */
-export const DATASETS = ['mnist', 'synthetic', 'text', 'user'] as const;
+/**
+ * 'text': chapters 1-20 of Moby-Dick as windows of characters (datasets/), for 'lm'. 'user': the data the host offers (npm start -- --data DIR|FILE.csv|FILE.txt; a text is for 'lm').
+ * 'local': each tab's own pictures, from its camera or files, which never leave it (the classes set by the host: TrainConfig.local).
+ */
+export const DATASETS = ['mnist', 'synthetic', 'text', 'user', 'local'] as const;
 export const OPTIMIZERS = ['adam', 'sgd'] as const;
 export const BACKENDS = ['webgpu', 'webgl', 'wasm', 'cpu'] as const;
 export const SCHEDULE_KINDS = ['gpipe', '1f1b'] as const;
@@ -42,6 +46,8 @@ export interface TrainConfig {
   /** Width of the model's hidden dense layer (ModelSpec.hidden; the language model's width); null: the model's default (mlp 128 on MNIST, cnn none, lm 64). */
   hidden: number | null;
   dataset: DatasetKind;
+  /** Dataset 'local' (each tab's own pictures): the classes, the pictures' size and colour; null for every other dataset. */
+  local: LocalDataConfig | null;
   /** The text's window (the language model's context), characters; null unless the model is lm (then 64 when left out). */
   context: number | null;
   /** The host's images (dataset user): streamed as the steps need them, loaded at the start, or by their size (src/datasets/streamed.ts). */
