@@ -24,6 +24,9 @@ const TIMED = [
   'subgroups',
 ].map((name) => `test/${name}.test.ts`);
 
+/** VITEST_WORKERS: how many `unit` files run at a time (docs/testing.md has the figures behind the default). */
+const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 2);
+
 const shared = {
   exclude: ['test/e2e/**', 'node_modules/**'],
   testTimeout: 20_000,
@@ -43,7 +46,7 @@ export default defineConfig({
           name: 'unit',
           include: ['test/**/*.test.ts'],
           exclude: [...shared.exclude, ...TIMED],
-          maxWorkers: 2,
+          maxWorkers: UNIT_WORKERS,
           sequence: { groupOrder: 0 },
         },
       },

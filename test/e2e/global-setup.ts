@@ -1,5 +1,6 @@
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { buildScript } from '../../launcher/build_script.ts';
 import { ensureBuilt } from '../../signaling/build.ts';
 import { PROJECT_ROOT } from '../../signaling/server.ts';
@@ -7,7 +8,9 @@ import { PROJECT_ROOT } from '../../signaling/server.ts';
 /**
  * The pages under test are the built ones, as `npm start` serves them; the examples' pages too,
  * built here once (two builds at a time) instead of by the first test that launches each: every
- * launch after finds its page up to date (launcher/build_script.ts).
+ * launch after finds its page up to date (launcher/build_script.ts). `npm test` runs this file as
+ * a script beside the unit tests (`tsx test/e2e/global-setup.ts`), so that Playwright's own call
+ * finds everything up to date and the builds cost no time of their own.
  */
 export default async function globalSetup(): Promise<void> {
   const examples = (await readdir(join(PROJECT_ROOT, 'examples'))).filter((f) => /^\d\d_.*\.ts$/.test(f)).sort();
@@ -29,3 +32,6 @@ async function prebuild(script: string): Promise<void> {
     console.log(`(global setup: ${script} did not build; its tests will say why: ${e.message.split('\n')[0]})`),
   );
 }
+
+// Run as a script (`npm test` starts it beside the unit tests, which mostly wait on sockets).
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await globalSetup();
