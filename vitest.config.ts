@@ -25,7 +25,7 @@ const TIMED = [
 ].map((name) => `test/${name}.test.ts`);
 
 /** VITEST_WORKERS: how many `unit` files run at a time (docs/testing.md has the figures behind the default). */
-const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 2);
+const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 3);
 
 const shared = {
   exclude: ['test/e2e/**', 'node_modules/**'],
@@ -39,8 +39,8 @@ export default defineConfig({
     reporters: ['default', './test/slowest_vitest_reporter.ts'],
     projects: [
       {
-        // Two files at a time, also on two cores (Vitest's default there is one: cores - 1): most
-        // files wait on sockets, timers and child processes rather than compute, so two overlap.
+        // Three files at a time, also on two cores (Vitest's default there is one: cores - 1): most
+        // files wait on sockets, timers and child processes rather than compute, so they overlap.
         test: {
           ...shared,
           name: 'unit',
