@@ -24,6 +24,9 @@ const TIMED = [
   'subgroups',
 ].map((name) => `test/${name}.test.ts`);
 
+/** VITEST_WORKERS: how many `unit` files run at a time (docs/testing.md has the figures behind the default). */
+const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 3);
+
 const shared = {
   exclude: ['test/e2e/**', 'node_modules/**'],
   testTimeout: 20_000,
@@ -36,14 +39,14 @@ export default defineConfig({
     reporters: ['default', './test/slowest_vitest_reporter.ts'],
     projects: [
       {
-        // Two files at a time, also on two cores (Vitest's default there is one: cores - 1): most
-        // files wait on sockets, timers and child processes rather than compute, so two overlap.
+        // Three files at a time, also on two cores (Vitest's default there is one: cores - 1): most
+        // files wait on sockets, timers and child processes rather than compute, so they overlap.
         test: {
           ...shared,
           name: 'unit',
           include: ['test/**/*.test.ts'],
           exclude: [...shared.exclude, ...TIMED],
-          maxWorkers: 2,
+          maxWorkers: UNIT_WORKERS,
           sequence: { groupOrder: 0 },
         },
       },

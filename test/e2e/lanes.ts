@@ -1,12 +1,13 @@
 /**
- * Two lanes on two cores: Playwright runs two workers, and most tests may run beside another one
- * (much of their time is waiting: on pages starting, on a launcher's child process, on the
- * network); a file that times heartbeats, stalls or the network (`test.use({ solo: true })`) runs
- * with the other lane idle, as the whole suite ran before. A readers-writer lock between the
+ * Lanes on two cores: Playwright runs several workers (playwright.config.ts), and most tests may
+ * run beside others (much of their time is waiting: on pages starting, on a launcher's child
+ * process, on the network); a file that times heartbeats, stalls or the network
+ * (`test.use({ solo: true })`) or a test tagged '@solo' runs with every other lane idle, as the
+ * whole suite ran before. A readers-writer lock between the
  * workers: a file per worker in a folder of the run's own (the workers' parent is the runner),
  * changed under a mkdir mutex. A solo request goes first: a shared test waits while a solo one
  * runs or waits, and for a moment after one ends (the worker's next test may be solo too), so a
- * solo file's tests run back to back instead of each waiting out one of the other worker's tests.
+ * solo file's tests run back to back instead of each waiting out the other workers' tests.
  * A shared test waits at most for the rest of the solo tests of one file.
  */
 import { mkdir, readdir, readFile, rm, rmdir, stat, writeFile } from 'node:fs/promises';
@@ -51,7 +52,9 @@ export async function acquireLane(worker: number, mode: LaneMode, timeoutMs: num
     if (granted) return () => release(own, mode);
     if (Date.now() - since > timeoutMs) {
       await rm(own, { force: true });
-      throw new Error(`waited ${timeoutMs} ms for the other Playwright worker's test to end, to run this ${mode} test (test/e2e/lanes.ts)`);
+      throw new Error(
+        `waited ${timeoutMs} ms for the other Playwright workers' tests to end, to run this ${mode} test (test/e2e/lanes.ts)`,
+      );
     }
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
