@@ -561,7 +561,14 @@ describe('checkpoint server', () => {
     await fh.write(Buffer.from([0x55]), 0, 1, before.size >> 1);
     await fh.close();
     await utimes(newerPath, whole, whole);
+    // The kernel stamps ctimes from a coarse clock (a few ms a tick): within one tick of the touch
+    // above, the ctime would not move. Touch again until it has, as any later change would.
+    for (let i = 0; i < 100 && (await stat(newerPath)).ctimeMs === before.ctimeMs; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      await utimes(newerPath, whole, whole);
+    }
     const after = await stat(newerPath);
+    expect(after.ctimeMs).not.toBe(before.ctimeMs);
     expect([after.size, after.mtimeMs]).toEqual([before.size, before.mtimeMs]);
 
     const loaded = await loadCheckpoint(srv.url, s, auth(s));
