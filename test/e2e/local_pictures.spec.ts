@@ -8,10 +8,13 @@
  * leaves its tab: nothing at all goes out while the tabs take pictures (they are not connected
  * yet), and while they train no request carries a body and no WebSocket frame is as large as one
  * picture (the gradients go peer to peer; the library's own byte count is test/local_data*.test.ts).
+ * The model exports as with any data: its TF.js files predict what the page did, and "For PyTorch".
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright';
 import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
 import { withToken } from '../../src/wire/session_token.ts';
@@ -115,7 +118,7 @@ async function recordAll(page: Page, n: number): Promise<void> {
   for (let i = 1; i <= COLORS.length; i++) await recordClass(page, (now + i) % COLORS.length, n);
 }
 
-test('tabs train one model on their own pictures from the camera and files; no picture leaves its tab', async ({ server }) => {
+test('tabs train one model on their own pictures from the camera and files; no picture leaves its tab; the model exports as with any data', async ({ server }) => {
   test.setTimeout(120_000);
   const session = sessionName('pictures');
   const params = new URLSearchParams({
@@ -211,4 +214,52 @@ async function trainOnPictures(url: string, cameras: BrowserContext[], refused: 
     expect(Math.max(...t.sent.frames)).toBeLessThan(PICTURE_BYTES);
   }
   await expect(tabs[0]!.page.getByTestId('capture-panel')).toContainText('fixed while the group trains');
+
+  // Export as with every dataset: the TF.js files load and predict what the page predicted on its
+  // held-out pictures; "For PyTorch" gives the module and its weights.
+  const page = tabs[0]!.page;
+  const tfjsFiles = await downloads(page, 'download-button');
+  const json = JSON.parse(tfjsFiles.find((f) => f.name.endsWith('.json'))!.bytes.toString('utf8')) as {
+    modelTopology: object;
+    weightsManifest: Array<{ weights: tf.io.WeightsManifestEntry[] }>;
+  };
+  const bin = tfjsFiles.find((f) => f.name.endsWith('.bin'))!.bytes;
+  await tf.setBackend('cpu');
+  const model = await tf.loadLayersModel(
+    tf.io.fromMemory({
+      modelTopology: json.modelTopology,
+      weightSpecs: json.weightsManifest[0]!.weights,
+      weightData: bin.buffer.slice(bin.byteOffset, bin.byteOffset + bin.byteLength),
+    }),
+  );
+  const probe = results[0]!.probe as { inputs: number[]; inputShape: number[]; logits: number[] };
+  expect(probe.inputShape).toEqual([SIZE, SIZE, 3]);
+  const rows = probe.logits.length / COLORS.length;
+  expect(rows, 'the page predicted some held-out pictures').toBeGreaterThan(0);
+  const out = model.predict(tf.tensor(probe.inputs, [rows, ...probe.inputShape])) as tf.Tensor;
+  const logits = await out.data();
+  out.dispose();
+  model.dispose();
+  expect(Math.max(...Array.from(logits, (v, i) => Math.abs(v - probe.logits[i]!))), 'downloaded model vs page').toBeLessThan(1e-4);
+  const torchFiles = await downloads(page, 'download-torch-button');
+  expect(torchFiles.map((f) => f.name.replace(/^.*\./, '')).sort()).toEqual(['py', 'safetensors']);
+}
+
+/** The two files a download button gives, read into memory. */
+async function downloads(page: Page, button: string): Promise<Array<{ name: string; bytes: Buffer }>> {
+  const files: Array<{ name: string; bytes: Buffer }> = [];
+  const both = new Promise<void>((resolve) => {
+    page.removeAllListeners('download');
+    page.on('download', async (d) => {
+      files.push({ name: d.suggestedFilename(), bytes: await readFile((await d.path())!) });
+      if (files.length === 2) resolve();
+    });
+  });
+  await expect(page.getByTestId(button)).toBeEnabled();
+  await page.getByTestId(button).click();
+  await Promise.race([
+    both,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`two files from ${button} within 20 s`)), 20_000)),
+  ]);
+  return files;
 }
