@@ -118,7 +118,9 @@ async function recordAll(page: Page, n: number): Promise<void> {
   for (let i = 1; i <= COLORS.length; i++) await recordClass(page, (now + i) % COLORS.length, n);
 }
 
-test('tabs train one model on their own pictures from the camera and files; no picture leaves its tab; the model exports as with any data', async ({ server }) => {
+test('tabs train one model on their own pictures from the camera and files; no picture leaves its tab; the model exports as with any data', async ({
+  server,
+}) => {
   test.setTimeout(120_000);
   const session = sessionName('pictures');
   const params = new URLSearchParams({
