@@ -9,7 +9,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { Server as HttpsServer } from 'node:https';
 import type { IncomingMessage } from 'node:http';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { CloseCode, ErrorCode, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/wire/protocol.ts';
+import { CloseCode, ErrorCode, SESSION_NAME, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/wire/protocol.ts';
 import { ProtocolViolation, parseRequest } from '../src/wire/protocol_validation.ts';
 import { Connection } from './connection.ts';
 import { AddressCounts } from './limits.ts';
@@ -59,7 +59,7 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
     ws.on('close', release);
     // A member's Worker beating on its own socket (signaling/pulse.ts), not a protocol socket.
     if (params.has(PULSE_QUERY)) return acceptPulse(ctx, ws, () => perAddress.release(address));
-    serveProtocol(ctx, ws, address, () => perAddress.release(address));
+    serveProtocol(ctx, ws, address, session, () => perAddress.release(address));
   };
   ctx.relay?.start((ws, open) => serve(ws, open.address, open.url));
   wss.on('connection', (ws, req) => {
@@ -79,7 +79,8 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
 /** A socket of a session another server owns (relay.ts) is marked to be relayed there. */
 async function route(ctx: ServerContext, req: IncomingMessage, owners: WeakMap<IncomingMessage, { session: string; server: string }>) {
   const session = new URL(req.url ?? '/', 'http://x').searchParams.get('session');
-  if (!ctx.relay || session === null) return;
+  // A name no session may have is served here, where its hello is refused (no engine key for it).
+  if (!ctx.relay || session === null || !SESSION_NAME.test(session)) return;
   try {
     const server = await ctx.relay.route(session);
     if (server !== undefined) owners.set(req, { session, server });
@@ -89,7 +90,7 @@ async function route(ctx: ServerContext, req: IncomingMessage, owners: WeakMap<I
 }
 
 /** One protocol socket: its requests in order behind its `hello`, and its close. */
-function serveProtocol(ctx: ServerContext, ws: WebSocket, address: string, release: () => void): void {
+function serveProtocol(ctx: ServerContext, ws: WebSocket, address: string, routed: string | null, release: () => void): void {
   const { limits, quiet, connections } = ctx;
   const conn = new Connection(ws, address, limits, quiet);
   connections.add(conn);
@@ -104,6 +105,13 @@ function serveProtocol(ctx: ServerContext, ws: WebSocket, address: string, relea
       request = parseRequest(data.toString(), limits);
     } catch (err) {
       refuse(ctx, conn, err);
+      return;
+    }
+    // Sessions shared with other servers: the URL's session routed this socket to its owner (relay.ts), so the hello must be for that one.
+    if (ctx.relay && request.type === 'hello' && request.session !== routed) {
+      const where = `/ws?session=${encodeURIComponent(request.session)}`;
+      const why = `this server shares its sessions with other servers: open the socket at ${where}, the session of its hello`;
+      refuse(ctx, conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, why), request.id);
       return;
     }
     const run = () => dispatch(ctx, conn, request).catch((err: unknown) => refuse(ctx, conn, err, request.id));

@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../signaling/server.ts';
 import { StoreClient } from '../src/c10d/store.ts';
-import type { ControlEvent, RoundEvent, SignalEvent } from '../src/wire/protocol.ts';
+import { WebSocket } from 'ws';
+import { CloseCode, PROTOCOL_VERSION, type ControlEvent, type RoundEvent, type SignalEvent } from '../src/wire/protocol.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { engineMissing, startEngine, type EngineProcess } from '../scripts/cluster_engines.ts';
 import { text, withServer } from './fixtures/server.ts';
@@ -76,4 +77,35 @@ describe.skipIf(redisMissing !== undefined)('one session on two servers', () => 
     await h.control('stop');
     await expect.poll(() => heard, { timeout: 5_000 }).toEqual([{ type: 'control', action: 'stop', by: 'host' }]);
   }, 30_000);
+
+  it("a socket's hello must be for the session its URL names (the URL routed it to that session's owner)", async () => {
+    const session = uniqueSession('route');
+    await servers[0]!.createSession(session, tokenFor(session));
+    const ws = new WebSocket(`${servers[1]!.url.replace('http', 'ws')}ws?session=${uniqueSession('other')}`);
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    const reply = new Promise<{ code: string; message: string }>((resolve) => ws.once('message', (d) => resolve(JSON.parse(String(d)))));
+    ws.send(JSON.stringify({ type: 'hello', id: 1, session, version: PROTOCOL_VERSION, token: tokenFor(session) }));
+    expect(await reply).toMatchObject({
+      code: 'BAD_MESSAGE',
+      message: expect.stringContaining(`open the socket at /ws?session=${session}`),
+    });
+    ws.close();
+  });
+
+  it("when the owner goes, the other server's relayed sockets close with SERVER_CLOSING; the next socket makes that server the owner, with the session's keys", async () => {
+    const session = uniqueSession('takeover');
+    await servers[0]!.createSession(session, tokenFor(session));
+    const a = await connect(servers[0]!, session);
+    const b = await connect(servers[1]!, session);
+    await a.set('k', 'kept');
+    const closed = new Promise<number>((resolve) => b.on('close', (e) => resolve(e.code)));
+    await servers[0]!.close();
+    expect(await closed).toBe(CloseCode.SERVER_CLOSING);
+    const again = await connect(servers[1]!, session);
+    expect(text(await again.get('k', 2_000))).toBe('kept');
+    expect(servers[1]!.sessions.has(session)).toBe(true);
+  }, 20_000);
 });
