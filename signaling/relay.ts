@@ -114,6 +114,7 @@ export class SessionRelay {
   private readonly edges = new Map<string, { ws: WebSocket; owner: string; session: string }>();
   private readonly timer: ReturnType<typeof setInterval>;
   private serve: Serve = () => {};
+  private lost: (session: string) => void = () => {};
   /** Resolves once relayed sockets can reach this server. */
   readonly ready: Promise<unknown>;
 
@@ -137,15 +138,22 @@ export class SessionRelay {
     this.cmd.on('error', () => {});
     this.sub.on('error', () => {});
     this.cmd.defineCommand('ddpClaimOwner', { numberOfKeys: 1, lua: CLAIM_LUA });
-    this.sub.on('messageBuffer', (_channel: Buffer, message: Buffer) => this.received(message));
+    this.sub.on('messageBuffer', (_channel: Buffer, message: Buffer) => {
+      try {
+        this.received(message);
+      } catch (err) {
+        this.log(`[server] a relayed frame could not be read: ${(err as Error).message}`);
+      }
+    });
     this.ready = this.sub.subscribe(channelOf(this.id));
     this.timer = setInterval(() => void this.tick(), RENEW_MS);
     this.timer.unref();
   }
 
-  /** `serve` takes the sockets relayed here. */
-  start(serve: Serve): void {
+  /** `serve` takes the sockets relayed here; `lost` closes a session's sockets here once another server owns it. */
+  start(serve: Serve, lost: (session: string) => void): void {
     this.serve = serve;
+    this.lost = lost;
   }
 
   /** The owner of `session`: this server (undefined) when it holds or now claims the lease, else the owner's id. */
@@ -244,7 +252,14 @@ export class SessionRelay {
   /** Renews the leases of sessions held here; closes relayed sockets whose owner's lease lapsed or moved. */
   private async tick(): Promise<void> {
     try {
-      await Promise.all([...this.held.keys()].map((s) => this.claim(s)));
+      const held = [...this.held.keys()];
+      const owners = await Promise.all(held.map((s) => this.claim(s)));
+      // Our lease lapsed meanwhile (the engine was away) and another server took the session: one owner only.
+      owners.forEach((owner, i) => {
+        if (owner === this.id) return;
+        this.log(`[server] session "${held[i]}": another server owns it now: its sockets here reconnect`);
+        this.lost(held[i]!);
+      });
       const sessions = new Map<string, string>();
       for (const e of this.edges.values()) sessions.set(e.session, e.owner);
       for (const [session, owner] of sessions) {

@@ -61,7 +61,13 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
     if (params.has(PULSE_QUERY)) return acceptPulse(ctx, ws, () => perAddress.release(address));
     serveProtocol(ctx, ws, address, session, () => perAddress.release(address));
   };
-  ctx.relay?.start((ws, open) => serve(ws, open.address, open.url));
+  ctx.relay?.start(
+    (ws, open) => serve(ws, open.address, open.url),
+    (session) => {
+      for (const conn of ctx.connections)
+        if (conn.session?.name === session) conn.close(CloseCode.SERVER_CLOSING, 'another server holds this session now: reconnect');
+    },
+  );
   wss.on('connection', (ws, req) => {
     const address = req.socket.remoteAddress ?? 'unknown';
     ws.on('error', () => {});
