@@ -3,8 +3,9 @@
  * on it, a real HAProxy in front): 4 tabs of one session train through the proxy (on one server:
  * the proxy routes a session to one); that server is killed (SIGKILL) mid-run; the tabs reconnect
  * through the proxy to the other server, rejoin, and the run finishes with identical replicas, at
- * most one step redone and every sample once. The cpu backend and a tiny model: the subject is
- * the servers, not the device.
+ * most one step redone and every sample once. Then one session held by both servers at once
+ * (signaling/relay.ts): 2 tabs straight to each server, the session's owner killed mid-run and
+ * restarted. The cpu backend and a tiny model: the subject is the servers, not the device.
  */
 import { launch } from '../../launcher/run.ts';
 import { LAST_CALL_MS } from '../../launcher/run_options.ts';
