@@ -42,14 +42,21 @@ export function checkMultiNode(o: { nnodes: number; nodeRank: number; server?: s
 export class NodeGroup {
   private closed = false;
   private constructor(
-    private readonly store: StoreClient,
+    private store: StoreClient,
     readonly nnodes: number,
     readonly nodeRank: number,
+    private readonly reconnect: () => Promise<StoreClient>,
   ) {}
 
   static async join(url: string, session: string, token: string, nnodes: number, nodeRank: number, timeoutMs: number): Promise<NodeGroup> {
-    const store = await StoreClient.connect(url, { session, token, timeoutMs });
-    return new NodeGroup(store, nnodes, nodeRank);
+    const connect = () => StoreClient.connect(url, { session, token, timeoutMs });
+    return new NodeGroup(await connect(), nnodes, nodeRank, connect);
+  }
+
+  /** The store, connected again if its server went away meanwhile (it restarted, or another server took the session over). */
+  private async live(): Promise<StoreClient> {
+    if (this.store.isClosed && !this.closed) this.store = await this.reconnect();
+    return this.store;
   }
 
   /** Calls `onFailure` once another node (or this one) posts a failure; until close(). */
@@ -72,11 +79,12 @@ export class NodeGroup {
 
   /** Posts this node's outcome; a failure also tells every other node to stop. */
   async report(outcome: NodeOutcome): Promise<void> {
-    await this.store.set(nodeKey(this.nodeRank), JSON.stringify(outcome));
+    const store = await this.live();
+    await store.set(nodeKey(this.nodeRank), JSON.stringify(outcome));
     if (!outcome.ok) {
       const why = `node ${this.nodeRank} failed: ${(outcome.errors ?? []).join('; ') || 'no reason given'}`;
       // The first failure is the one every node reports.
-      await this.store.compareSet(FAILED_KEY, '', why);
+      await store.compareSet(FAILED_KEY, '', why);
     }
   }
 
@@ -84,7 +92,7 @@ export class NodeGroup {
   async outcomes(timeoutMs: number): Promise<NodeOutcome[]> {
     const keys = Array.from({ length: this.nnodes }, (_, r) => nodeKey(r));
     try {
-      const values = await this.store.multiGet(keys, timeoutMs);
+      const values = await (await this.live()).multiGet(keys, timeoutMs);
       return values.map((v) => JSON.parse(new TextDecoder().decode(v)) as NodeOutcome);
     } catch (err) {
       throw new Error(`waited ${Math.round(timeoutMs / 1000)} s for every node's outcome (${keys.join(', ')}): ${(err as Error).message}`);

@@ -66,7 +66,7 @@ export function haproxyConfig(port: number, servers: number[]): string {
   ].join('\n');
 }
 
-async function startClusterServer(port: number, store: string, settleMs?: number): Promise<ClusterServer> {
+export async function startClusterServer(port: number, store: string, settleMs?: number): Promise<ClusterServer> {
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', join(PROJECT_ROOT, 'scripts', 'cluster_server.ts'), String(port), ...(settleMs ? [String(settleMs)] : [])],

@@ -46,6 +46,7 @@ import { acceptSockets, watchSockets } from './upgrade.ts';
 import { JoinRate, type JoinRateOptions } from './join_rate.ts';
 import { mnistModulesDir, PROJECT_ROOT } from './package_root.ts';
 import { parseStoreUrl, RedisEngine, StoreUrlError } from './engine_store.ts';
+import { SessionRelay } from './relay.ts';
 
 export { ServerStartError } from './network.ts';
 
@@ -196,12 +197,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       options.port ?? 0,
       options.host ?? '',
     );
-  const { tokens, sessions } = await openSessions(options, limits, checkpointDir, maxKnownSessions, sessionIdleMs, log);
+  const opened = await openSessions(options, limits, checkpointDir, maxKnownSessions, sessionIdleMs, log);
+  const { tokens, sessions, relay } = opened;
   const checkpoints = checkpointRoutes(options, checkpointDir, tokens, log);
   const port = options.port ?? Number(process.env.PORT ?? 8080);
   const host = options.host ?? process.env.HOST ?? '127.0.0.1';
   const { fileSends, offer, ice } = await loadServedParts(options, tokens, quiet, port, host);
-  const ctx = serverContext(options, { limits, log, quiet, sessions, tokens, ice, maxKnownSessions, adminSecret });
+  const ctx = serverContext(options, { ...opened, limits, log, quiet, ice, maxKnownSessions, adminSecret });
   const secure = tls !== undefined;
   const scheme = secure ? 'https' : 'http';
   const origins = new OriginPolicy({
@@ -224,14 +226,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const http = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, onRequest) : createHttpServer(onRequest);
   const wss = acceptSockets(http, ctx, origins);
   const stopWatching = watchSockets(ctx);
-
-  await listen(http, port, host, () => {
-    // Nothing may keep running for a server that never started.
+  const stopParts = () => {
     stopWatching();
     quiet.close();
     sessions.close();
+    relay?.close();
     wss.close();
-  });
+  };
+  // Nothing may keep running for a server that never started.
+  await listen(http, port, host, stopParts);
   bound = (http.address() as AddressInfo).port;
   const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
 
@@ -256,11 +259,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     },
     close: () =>
       new Promise<void>((done) => {
-        stopWatching();
-        quiet.close();
-        sessions.close();
         for (const client of wss.clients) client.close(CloseCode.SERVER_CLOSING, 'server shutting down');
-        wss.close();
+        stopParts();
         http.close(() => done());
         http.closeAllConnections();
       }),
@@ -275,7 +275,7 @@ async function openSessions(
   maxKnownSessions: number,
   idleMs: number,
   log: (line: string) => void,
-): Promise<{ tokens: SessionTokens; sessions: Sessions }> {
+): Promise<{ tokens: SessionTokens; sessions: Sessions; relay?: SessionRelay }> {
   if (options.store === undefined) {
     const tokens = new SessionTokens(checkpointDir, maxKnownSessions);
     return { tokens, sessions: new Sessions(limits, tokens, idleMs) };
@@ -284,7 +284,10 @@ async function openSessions(
   const engine = await openEngine(options.store, log, 2 * idleMs + 60_000, options.port ?? 0, options.host ?? '');
   // Tokens' hashes shared too: a session's links work on every server (after a failover too).
   const tokens = new SessionTokens(checkpointDir, maxKnownSessions, undefined, engine.auth);
-  return { tokens, sessions: new Sessions(limits, tokens, idleMs, engine) };
+  // A session held by several servers: one owns it, the others relay its sockets there.
+  const relay = new SessionRelay(parseStoreUrl(options.store), limits, log);
+  await relay.ready;
+  return { tokens, sessions: new Sessions(limits, tokens, idleMs, engine), relay };
 }
 
 /** Connects to the shared store's engine; a bad URL or an engine that does not answer stops the start, naming it. */
@@ -353,7 +356,7 @@ async function loadServedParts(
 /** The state every socket and request handler shares, from the options and the parts made so far. */
 function serverContext(
   options: ServerOptions,
-  parts: Pick<ServerContext, 'limits' | 'log' | 'quiet' | 'sessions' | 'tokens' | 'ice' | 'maxKnownSessions' | 'adminSecret'>,
+  parts: Pick<ServerContext, 'limits' | 'log' | 'quiet' | 'sessions' | 'tokens' | 'ice' | 'maxKnownSessions' | 'adminSecret' | 'relay'>,
 ): ServerContext {
   const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5_000;
   return {

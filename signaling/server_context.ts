@@ -9,6 +9,7 @@ import type { JoinRate } from './join_rate.ts';
 import type { QuietLog } from './limits.ts';
 import type { SessionTokens } from './session_tokens.ts';
 import type { Sessions } from './sessions.ts';
+import type { SessionRelay } from './relay.ts';
 
 export interface ServerContext {
   /** Every limit, options' over `DEFAULT_LIMITS`. */
@@ -39,4 +40,6 @@ export interface ServerContext {
   readonly loopbackCreates: boolean;
   /** How fast an address may join a session's group (ServerOptions.joinRate). */
   readonly joins: JoinRate;
+  /** On a shared engine: each session's owner server, and the sockets relayed to it (relay.ts). */
+  readonly relay?: SessionRelay;
 }

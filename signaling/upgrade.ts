@@ -7,8 +7,9 @@
  */
 import type { Server as HttpServer } from 'node:http';
 import type { Server as HttpsServer } from 'node:https';
-import { WebSocketServer } from 'ws';
-import { CloseCode, ErrorCode, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/wire/protocol.ts';
+import type { IncomingMessage } from 'node:http';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { CloseCode, ErrorCode, SESSION_NAME, VOUCH_LIMIT, describeMemberClose, type Request } from '../src/wire/protocol.ts';
 import { ProtocolViolation, parseRequest } from '../src/wire/protocol_validation.ts';
 import { Connection } from './connection.ts';
 import { AddressCounts } from './limits.ts';
@@ -20,9 +21,10 @@ import type { ServerContext } from './server_context.ts';
 
 /** Serves the protocol's sockets on `/ws` of `http`; its sockets join `ctx.connections`. */
 export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext, origins: OriginPolicy): WebSocketServer {
-  const { limits, log, quiet, connections } = ctx;
+  const { limits, log, quiet } = ctx;
   const perAddress = new AddressCounts();
   let lastOriginLog = 0;
+  const owners = new WeakMap<IncomingMessage, { session: string; server: string }>();
   const wss = new WebSocketServer({
     server: http,
     path: '/ws',
@@ -30,7 +32,7 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
     // Refused at the upgrade, before a socket exists: a foreign page or host name gets HTTP 403.
     verifyClient: ({ req }, done) => {
       const verdict = origins.check(req);
-      if (verdict.ok) return done(true);
+      if (verdict.ok) return route(ctx, req, owners).then(() => done(true));
       // At most one line a few seconds: a hostile page may retry in a loop.
       if (Date.now() - lastOriginLog > 5_000) {
         lastOriginLog = Date.now();
@@ -42,9 +44,7 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
 
   // ws re-emits the HTTP server's errors (a taken port); they are handled where listen is awaited.
   wss.on('error', () => {});
-  wss.on('connection', (ws, req) => {
-    const address = req.socket.remoteAddress ?? 'unknown';
-    ws.on('error', () => {});
+  const serve = (ws: WebSocket, address: string, url: string) => {
     if (!perAddress.tryAdd(address, limits.maxConnectionsPerAddress)) {
       // Accepted only to say why: a browser sees a close code and reason, never an HTTP status.
       quiet.note('socket close 4007', `[server] refused a socket from ${address}: it has ${limits.maxConnectionsPerAddress} open already`);
@@ -52,39 +52,88 @@ export function acceptSockets(http: HttpServer | HttpsServer, ctx: ServerContext
       setTimeout(() => ws.terminate(), 1_000).unref();
       return;
     }
+    const params = new URL(url, 'http://x').searchParams;
+    // Served here, so this server owns its session (relay.ts): the lease is renewed while it is open.
+    const session = params.get('session');
+    const release = ctx.relay && session !== null ? ctx.relay.hold(session) : () => {};
+    ws.on('close', release);
     // A member's Worker beating on its own socket (signaling/pulse.ts), not a protocol socket.
-    if (new URL(req.url ?? '/', 'http://x').searchParams.has(PULSE_QUERY)) return acceptPulse(ctx, ws, () => perAddress.release(address));
-    const conn = new Connection(ws, address, limits, quiet);
-    connections.add(conn);
-    ws.on('message', (data, isBinary) => {
-      conn.lastSeen = Date.now();
-      if (isBinary) {
-        refuse(ctx, conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'binary frames are not part of the protocol'));
-        return;
-      }
-      let request: Request;
-      try {
-        request = parseRequest(data.toString(), limits);
-      } catch (err) {
-        refuse(ctx, conn, err);
-        return;
-      }
-      const run = () => dispatch(ctx, conn, request).catch((err: unknown) => refuse(ctx, conn, err, request.id));
-      // Checking a token may read the disk: requests sent right behind `hello` wait for it.
-      // A second hello runs after the first, so it meets ALREADY_IN_SESSION rather than racing it.
-      if (request.type === 'hello') conn.hello = conn.hello ? conn.hello.then(run) : run();
-      else if (conn.hello) void conn.hello.then(run);
-      else void run();
-    });
-    // A socket error (e.g. an oversized frame) is followed by 'close'.
-    ws.on('close', (code) => {
-      connections.delete(conn);
-      perAddress.release(address);
-      conn.closed();
-      detach(ctx, conn, code);
-    });
+    if (params.has(PULSE_QUERY)) return acceptPulse(ctx, ws, () => perAddress.release(address));
+    serveProtocol(ctx, ws, address, session, () => perAddress.release(address));
+  };
+  ctx.relay?.start(
+    (ws, open) => serve(ws, open.address, open.url),
+    (session) => {
+      for (const conn of ctx.connections)
+        if (conn.session?.name === session) conn.close(CloseCode.SERVER_CLOSING, 'another server holds this session now: reconnect');
+    },
+  );
+  wss.on('connection', (ws, req) => {
+    const address = req.socket.remoteAddress ?? 'unknown';
+    ws.on('error', () => {});
+    const owner = owners.get(req);
+    if (ctx.relay && owner) {
+      // Another server holds this session: the socket is relayed there, which applies every limit.
+      ctx.relay.edge(ws, owner.server, { session: owner.session, address, url: req.url ?? '/ws' });
+      return;
+    }
+    serve(ws, address, req.url ?? '/ws');
   });
   return wss;
+}
+
+/** A socket of a session another server owns (relay.ts) is marked to be relayed there. */
+async function route(ctx: ServerContext, req: IncomingMessage, owners: WeakMap<IncomingMessage, { session: string; server: string }>) {
+  const session = new URL(req.url ?? '/', 'http://x').searchParams.get('session');
+  // A name no session may have is served here, where its hello is refused (no engine key for it).
+  if (!ctx.relay || session === null || !SESSION_NAME.test(session)) return;
+  try {
+    const server = await ctx.relay.route(session);
+    if (server !== undefined) owners.set(req, { session, server });
+  } catch {
+    // The engine does not answer: served here, where its requests meet STORE_UNAVAILABLE.
+  }
+}
+
+/** One protocol socket: its requests in order behind its `hello`, and its close. */
+function serveProtocol(ctx: ServerContext, ws: WebSocket, address: string, routed: string | null, release: () => void): void {
+  const { limits, quiet, connections } = ctx;
+  const conn = new Connection(ws, address, limits, quiet);
+  connections.add(conn);
+  ws.on('message', (data, isBinary) => {
+    conn.lastSeen = Date.now();
+    if (isBinary) {
+      refuse(ctx, conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, 'binary frames are not part of the protocol'));
+      return;
+    }
+    let request: Request;
+    try {
+      request = parseRequest(data.toString(), limits);
+    } catch (err) {
+      refuse(ctx, conn, err);
+      return;
+    }
+    // Sessions shared with other servers: the URL's session routed this socket to its owner (relay.ts), so the hello must be for that one.
+    if (ctx.relay && request.type === 'hello' && request.session !== routed) {
+      const where = `/ws?session=${encodeURIComponent(request.session)}`;
+      const why = `this server shares its sessions with other servers: open the socket at ${where}, the session of its hello`;
+      refuse(ctx, conn, new ProtocolViolation(ErrorCode.BAD_MESSAGE, why), request.id);
+      return;
+    }
+    const run = () => dispatch(ctx, conn, request).catch((err: unknown) => refuse(ctx, conn, err, request.id));
+    // Checking a token may read the disk: requests sent right behind `hello` wait for it.
+    // A second hello runs after the first, so it meets ALREADY_IN_SESSION rather than racing it.
+    if (request.type === 'hello') conn.hello = conn.hello ? conn.hello.then(run) : run();
+    else if (conn.hello) void conn.hello.then(run);
+    else void run();
+  });
+  // A socket error (e.g. an oversized frame) is followed by 'close'.
+  ws.on('close', (code) => {
+    connections.delete(conn);
+    release();
+    conn.closed();
+    detach(ctx, conn, code);
+  });
 }
 
 /**

@@ -3,14 +3,16 @@
  * on it, a real HAProxy in front): 4 tabs of one session train through the proxy (on one server:
  * the proxy routes a session to one); that server is killed (SIGKILL) mid-run; the tabs reconnect
  * through the proxy to the other server, rejoin, and the run finishes with identical replicas, at
- * most one step redone and every sample once. The cpu backend and a tiny model: the subject is
- * the servers, not the device.
+ * most one step redone and every sample once. Then one session held by both servers at once
+ * (signaling/relay.ts): 2 tabs straight to each server, the session's owner killed mid-run and
+ * restarted. The cpu backend and a tiny model: the subject is the servers, not the device.
  */
 import { launch } from '../../launcher/run.ts';
 import { LAST_CALL_MS } from '../../launcher/run_options.ts';
 import { newSessionToken } from '../../src/wire/session_token.ts';
-import { startCluster, type Cluster } from '../../scripts/cluster.ts';
+import { startCluster, startClusterServer, type Cluster, type ClusterServer } from '../../scripts/cluster.ts';
 import { expect, sessionName, test } from './fixtures.ts';
+import { tokenFor } from '../fixtures/session.ts';
 
 type Summary = {
   identical: boolean;
@@ -60,6 +62,55 @@ test('4 tabs through the proxy; their server killed mid-run: they rejoin on the 
     // The run went on on the other server.
     expect(cluster.servers[1 - holder]!.log.some((l) => l.includes(`session "${session}": round`))).toBe(true);
   } finally {
+    await cluster.stop();
+  }
+});
+
+test('one session on two servers at once: 2 tabs on each, straight to its server; the owner killed mid-run and restarted: the run finishes, replicas identical, at most one step redone', async () => {
+  const cluster = await startCluster({ servers: 2, settleMs: LAST_CALL_MS });
+  let restarted: ClusterServer | undefined;
+  try {
+    const session = sessionName('span');
+    const lines: string[] = [];
+    // Killed once its round of 4 trained a moment, then started again on its port: its tabs come back to it.
+    const killed = killHolderMidRun(cluster, session, 800).then(async (holder) => {
+      const dead = cluster.servers[holder]!;
+      await new Promise((r) => dead.process.once('exit', r));
+      restarted = await startClusterServer(dead.port, cluster.engine.url, LAST_CALL_MS);
+      return holder;
+    });
+    const node = (nodeRank: number) =>
+      launch({
+        nproc: 2,
+        nnodes: 2,
+        nodeRank,
+        job: 'train',
+        server: cluster.servers[nodeRank]!.url,
+        session,
+        token: tokenFor(session),
+        timeoutSec: 120,
+        jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', backend: 'cpu', min: '2', max: '4' },
+        log: (l) => lines.push(`node ${nodeRank} ${l}`),
+      });
+    const outcomes = await Promise.all([node(0), node(1)]);
+    const holder = await killed;
+    for (const o of outcomes) expect(o.ok, `${JSON.stringify(o.summary)}\n${lines.slice(-40).join('\n')}`).toBe(true);
+    const s = outcomes.map((o) => o.summary as unknown as Summary & { weightHashes: string[] });
+    // One world of 4: each node's final ranks hold the same weights as the other's.
+    const hashes = s.flatMap((x) => x.weightHashes);
+    expect(hashes).toHaveLength(4);
+    expect(new Set(hashes).size).toBe(1);
+    for (const x of s) {
+      expect(x.stepsRedone).toBeLessThanOrEqual(1);
+      expect(x.generations).toBeGreaterThanOrEqual(2);
+    }
+    // Each node saw its own ranks' samples: together, every sample of each epoch (once each within a node).
+    const epochs = s[0]!.samplesSeen.length;
+    for (let e = 0; e < epochs; e++) expect(s[0]!.samplesSeen[e]!.samples + (s[1]!.samplesSeen[e]?.samples ?? 0)).toBe(4096);
+    // Both servers held the session: the owner's rounds were formed with tabs relayed from the other.
+    expect(cluster.servers[1 - holder]!.log.some((l) => l.includes(`session "${session}": its server went away`))).toBe(true);
+  } finally {
+    restarted?.process.kill('SIGKILL');
     await cluster.stop();
   }
 });
