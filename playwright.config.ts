@@ -5,12 +5,10 @@ import { CHROMIUM_ARGS, chromiumPath } from './launcher/browser.ts';
 export default defineConfig({
   testDir: 'test/e2e',
   globalSetup: './test/e2e/global-setup.ts',
-  // Four workers on CI's two cores: most tests train on the cpu backend and wait on pages,
-  // launchers and the network (two workers kept the cores about a quarter busy), so four at a
-  // time finish the run sooner (docs/testing.md, its figures); a file or test marked solo
-  // (timings, bounds) runs with the other workers idle (test/e2e/lanes.ts). E2E_WORKERS=N runs N
-  // at a time (1: one at a time).
-  workers: Number(process.env.E2E_WORKERS ?? 4),
+  // Two workers on CI's two cores: a file or test marked solo (timings, bounds) runs with the
+  // other worker idle (test/e2e/lanes.ts). Four were tried and lost on a quiet clean clone: each
+  // test took about twice as long (docs/testing.md, its figures). E2E_WORKERS=N runs N at a time.
+  workers: Number(process.env.E2E_WORKERS ?? 2),
   fullyParallel: false,
   timeout: 180_000,
   expect: { timeout: 30_000 },

@@ -8,6 +8,9 @@
  */
 import { StoreClient } from '../src/c10d/store.ts';
 
+/** How long a node tries to reach its server again after it went away (restarted, or the session moved to another server). */
+const RECONNECT_MS = 30_000;
+
 export interface NodeOutcome {
   nodeRank: number;
   ok: boolean;
@@ -55,8 +58,21 @@ export class NodeGroup {
 
   /** The store, connected again if its server went away meanwhile (it restarted, or another server took the session over). */
   private async live(): Promise<StoreClient> {
-    if (this.store.isClosed && !this.closed) this.store = await this.reconnect();
-    return this.store;
+    if (!this.store.isClosed || this.closed) return this.store;
+    // A restarted server takes seconds to listen again on a loaded machine: try until the bound.
+    const deadline = Date.now() + RECONNECT_MS;
+    for (let wait = 250; ; wait = Math.min(wait * 2, 2_000)) {
+      try {
+        this.store = await this.reconnect();
+        return this.store;
+      } catch (err) {
+        if (Date.now() + wait > deadline)
+          throw new Error(
+            `this node's store stayed unreachable for ${RECONNECT_MS / 1000} s after its server went away: ${(err as Error).message}`,
+          );
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
   }
 
   /** Calls `onFailure` once another node (or this one) posts a failure; until close(). */
