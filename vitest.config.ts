@@ -49,8 +49,8 @@ export default defineConfig({
           maxWorkers: UNIT_WORKERS,
           // One module graph per worker, not per file: each file imported TF.js and the library
           // afresh, 74 of the phase's CPU-seconds; shared, the phase took 82 s instead of 147 alone
-          // (all files passing, also in a shuffled order). A file that changes global state
-          // (a backend, an env flag) puts it back, as each already does for the files after it.
+          // (all files passing, also in a shuffled order). A file that changes global state (a
+          // backend, an env flag) must put it back: the next file in its worker sees it.
           isolate: false,
           sequence: { groupOrder: 0 },
         },
