@@ -56,7 +56,7 @@ async function train(datas: LocalDataset[], o: MemberOptions): Promise<{ members
 }
 
 /** One model trained on each step's union of the members' batches (their lineage), with the same optimizer. */
-function reference(members: LocalMember[], steps: number, optimizer: tf.Optimizer): Float32Array {
+async function reference(members: LocalMember[], steps: number, optimizer: tf.Optimizer): Promise<Float32Array> {
   const model = newModel();
   const lines = members.map(lineage);
   for (let s = 1; s <= steps; s++) {
@@ -76,7 +76,7 @@ function reference(members: LocalMember[], steps: number, optimizer: tf.Optimize
     optimizer.applyGradients(grads);
     tf.dispose([xs, ys, value, ...Object.values(grads)]);
   }
-  const w = flatWeights(model);
+  const w = await flatWeights(model);
   model.dispose();
   optimizer.dispose();
   return w;
@@ -148,8 +148,8 @@ describe('localData: the union of the ranks’ own samples', () => {
         expect(ev.group).toEqual({ correct, count: 16, accuracy: correct / 16 });
         expect(m.local.filter((e) => e.type === 'local-evaluation').map((e) => e.step)).toEqual([3]);
       }
-      const ref = reference(members, 3, optimizer());
-      expect(maxRelativeError(flatWeights(runs[0]!.ddp.model), ref)).toBeLessThanOrEqual(1e-5);
+      const ref = await reference(members, 3, optimizer());
+      expect(maxRelativeError(await flatWeights(runs[0]!.ddp.model), ref)).toBeLessThanOrEqual(1e-5);
       await closeAll(runs);
     });
   }
@@ -170,8 +170,8 @@ describe('localData: the union of the ranks’ own samples', () => {
     for (const epoch of [0, 1]) for (const m of members) expect(samplesOf(m, epoch)).toEqual(all(m.data.length));
     // The launcher's check of a global order has none to check here: it says nothing rather than something wrong.
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([]);
-    const ref = reference(members, 6, tf.train.adam(0.01));
-    expect(maxRelativeError(flatWeights(runs[0]!.ddp.model), ref)).toBeLessThanOrEqual(1e-5);
+    const ref = await reference(members, 6, tf.train.adam(0.01));
+    expect(maxRelativeError(await flatWeights(runs[0]!.ddp.model), ref)).toBeLessThanOrEqual(1e-5);
     await closeAll(runs);
   });
 });

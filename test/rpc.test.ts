@@ -514,9 +514,9 @@ describe('rpc: RemoteModule and DistributedOptimizer', () => {
       });
       // One tab: the same step with the same host optimizer.
       const { grads } = tf.variableGrads(() => lossOf(reference.forward(x)), reference.parameters());
-      const flat = (ts: tf.Tensor[]) => Float32Array.from(ts.flatMap((t) => Array.from(t.dataSync())));
-      const p = flat(reference.parameters());
-      local.stepFlat(p, flat(reference.parameters().map((v) => grads[v.name]!)), [
+      const flat = async (ts: tf.Tensor[]) => Float32Array.from((await Promise.all(ts.map((t) => t.data()))).flatMap((d) => Array.from(d)));
+      const p = await flat(reference.parameters());
+      local.stepFlat(p, await flat(reference.parameters().map((v) => grads[v.name]!)), [
         { shape: [3, 2], offset: 0, size: 6 },
         { shape: [2], offset: 6, size: 2 },
       ]);
