@@ -22,21 +22,14 @@
  *
  * Runs in the browser and in Node: typed arrays only, no TF.js.
  */
-import { DatasetError, InMemoryDataset, product, type Dataset } from './dataset.ts';
+import { DatasetError, InMemoryDataset, product, type Dataset, type InMemoryDatasetInit } from './dataset.ts';
 import { randpermWithGenerator, Mt19937 } from './sampler.ts';
 
 /** The most samples one rank may hold (and claim to hold in the counts exchange): 16 M. */
 export const MAX_LOCAL_SAMPLES = 1 << 24;
 
-export interface LocalDatasetInit {
-  name: string;
-  /** The samples there are at the start (none: empty arrays), row-major: labels.length * prod(inputShape) floats. */
-  inputs: Float32Array;
-  /** One label per sample, each in [0, numClasses). */
-  labels: Int32Array;
-  inputShape: number[];
-  numClasses: number;
-  classNames?: readonly string[];
+/** An in-memory set's fields (no samples yet: empty arrays), and this tab's held-out samples. */
+export interface LocalDatasetInit extends InMemoryDatasetInit {
   /** This tab's own evaluation samples (never trained on, never sent). */
   heldOut?: { inputs: Float32Array; labels: Int32Array };
 }
@@ -58,9 +51,9 @@ export class LocalDataset implements Dataset {
   private trainingBy: string | null = null;
 
   constructor(init: LocalDatasetInit) {
-    const { name, inputs, labels, inputShape, numClasses, classNames } = init;
+    const { name, inputs, labels, inputShape, numClasses } = init;
     // The in-memory set checks shapes, lengths and labels alike, with the same messages.
-    const checked = new InMemoryDataset({ name, inputs, labels, inputShape, numClasses, ...(classNames ? { classNames } : {}) });
+    const checked = new InMemoryDataset(init);
     if (labels.length > MAX_LOCAL_SAMPLES)
       throw new DatasetError(`${name}: ${labels.length} samples is more than one rank may hold (${MAX_LOCAL_SAMPLES})`);
     this.name = name;
@@ -75,7 +68,13 @@ export class LocalDataset implements Dataset {
     this.targets.set(labels);
     this.count = labels.length;
     this.heldOut = init.heldOut
-      ? new InMemoryDataset({ name: `${name} (held out)`, ...init.heldOut, inputShape, numClasses, ...(classNames ? { classNames } : {}) })
+      ? new InMemoryDataset({
+          name: `${name} (held out)`,
+          ...init.heldOut,
+          inputShape,
+          numClasses,
+          ...(this.classNames ? { classNames: this.classNames } : {}),
+        })
       : null;
   }
 
