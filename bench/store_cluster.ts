@@ -9,7 +9,6 @@
  * proxy) shares this machine's cores: the ratios say what the shared store costs here, not what
  * more machines would gain.
  */
-import { spawn } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
@@ -21,6 +20,7 @@ import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { processUsage } from '../scripts/cluster_engines.ts';
 import { startCluster } from '../scripts/cluster.ts';
+import { startServerProcess } from './server_process.ts';
 
 const { values } = parseArgs({
   options: {
@@ -42,25 +42,8 @@ interface Setup {
 }
 
 async function inMemoryServer(): Promise<Setup> {
-  const code = `
-    import { startServer } from './signaling/server.ts';
-    const s = await startServer({ port: 0, log: () => {}, limits: { maxConnectionsPerAddress: ${SESSIONS * RANKS + 64}, maxSessions: ${SESSIONS + 16} } });
-    console.log(JSON.stringify({ url: s.url }));
-  `;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
-    cwd: PROJECT_ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.startsWith('{'));
-      if (line) resolve((JSON.parse(line) as { url: string }).url);
-    });
-    child.on('exit', (c) => reject(new Error(`the server process exited (${c}) before it listened`)));
-  });
-  return { url, pids: { servers: [child.pid!] }, stop: async () => void child.kill() };
+  const s = await startServerProcess({ sockets: SESSIONS * RANKS, sessions: SESSIONS });
+  return { url: s.url, pids: { servers: [s.pid] }, stop: async () => s.stop() };
 }
 
 async function clusterOf(n: number): Promise<Setup> {

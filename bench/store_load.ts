@@ -8,7 +8,6 @@
  * bench/results/store_load.md: p50/p99 latency of the store operations, the rendezvous' wall
  * time, the server's memory per session and CPU per message.
  */
-import { spawn } from 'node:child_process';
 import { readFile, mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +17,7 @@ import { initProcessGroup } from '../src/c10d/init_process_group.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import type { ProcessGroup } from '../src/c10d/process_group.ts';
 import { MemoryNetwork } from '../src/transport/memory_link.ts';
+import { startServerProcess } from './server_process.ts';
 
 const { values } = parseArgs({
   options: {
@@ -29,30 +29,6 @@ const { values } = parseArgs({
 const SESSIONS = Number(values.sessions);
 const RANKS = Number(values.ranks);
 const STEPS = Number(values.steps);
-
-/** The server, alone in its process, with room for every socket of this bench on one address. */
-async function startServerProcess(): Promise<{ url: string; pid: number; stop(): void }> {
-  const code = `
-    import { startServer } from './signaling/server.ts';
-    const s = await startServer({ port: 0, log: () => {}, limits: { maxConnectionsPerAddress: ${SESSIONS * RANKS + 64}, maxSessions: ${SESSIONS + 16} } });
-    console.log(JSON.stringify({ url: s.url }));
-  `;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
-    cwd: PROJECT_ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.startsWith('{'));
-      if (line) resolve((JSON.parse(line) as { url: string }).url);
-    });
-    child.on('exit', (c) => reject(new Error(`the server process exited (${c}) before it listened`)));
-    setTimeout(() => reject(new Error('the server process did not listen within 30 s')), 30_000).unref();
-  });
-  return { url, pid: child.pid!, stop: () => child.kill() };
-}
 
 /** The process's CPU seconds (user + system) and resident memory (bytes), from /proc. */
 async function usage(pid: number): Promise<{ cpuSec: number; rssBytes: number }> {
@@ -67,7 +43,7 @@ const percentile = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? 0;
 };
 
-const server = await startServerProcess();
+const server = await startServerProcess({ sockets: SESSIONS * RANKS, sessions: SESSIONS });
 const idle = await usage(server.pid);
 console.log(`server pid ${server.pid} at ${server.url}: ${(idle.rssBytes / 2 ** 20).toFixed(1)} MiB resident before any session`);
 
