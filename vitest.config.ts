@@ -26,6 +26,8 @@ const TIMED = [
 
 /** VITEST_WORKERS: how many `unit` files run at a time (docs/testing.md has the figures behind the default). */
 const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 3);
+/** TIMED_WORKERS: how many `timed` files run at a time. */
+const TIMED_WORKERS = Number(process.env.TIMED_WORKERS ?? 1);
 
 const shared = {
   exclude: ['test/e2e/**', 'node_modules/**'],
@@ -55,7 +57,7 @@ export default defineConfig({
           sequence: { groupOrder: 0 },
         },
       },
-      { test: { ...shared, name: 'timed', include: TIMED, maxWorkers: 1, sequence: { groupOrder: 1 } } },
+      { test: { ...shared, name: 'timed', include: TIMED, maxWorkers: TIMED_WORKERS, sequence: { groupOrder: 1 } } },
     ],
   },
 });
