@@ -10,7 +10,7 @@ import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { CHROMIUM_ARGS, chromiumPath, launchChromium } from '../launcher/browser.ts';
+import { chromiumArgs, chromiumPath, launchChromium } from '../launcher/browser.ts';
 import { ensureBuilt } from '../signaling/build.ts';
 import { PROJECT_ROOT, startServer } from '../signaling/server.ts';
 
@@ -19,7 +19,7 @@ const { values } = parseArgs({
 });
 const outDir = values.out ?? join(PROJECT_ROOT, 'docs', 'walkthrough');
 const lmSteps = Number(values['lm-steps']);
-const NO_WEBGPU_ARGS = [...CHROMIUM_ARGS.filter((a) => !/webgpu|Vulkan/i.test(a)), '--disable-features=WebGPU'];
+const NO_WEBGPU_ARGS = chromiumArgs({ webgpu: false });
 
 const stepOf = async (page: Page) => Number((await page.getByTestId('progress').getAttribute('data-step')) ?? 0);
 

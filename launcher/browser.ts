@@ -11,21 +11,57 @@ export function chromiumPath(): string {
   return path;
 }
 
-export const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-timer-throttling',
-  '--disable-renderer-backgrounding',
-  '--disable-backgrounding-occluded-windows',
-  // WebGPU without a GPU: SwiftShader through Vulkan.
-  '--enable-unsafe-webgpu',
-  '--use-webgpu-adapter=swiftshader',
-  '--enable-features=Vulkan',
+/**
+ * Chromium keeps only the last --disable-features and --enable-features it is given, and the
+ * args below come after Playwright's own: its lists (playwright-core 1.64's chromiumSwitches) are
+ * restated here, or they would be lost.
+ */
+const PLAYWRIGHT_DISABLED_FEATURES = [
+  'AimEnabled',
+  'AvoidCorsURLLoaderRestartOnRedirect',
+  'AvoidUnnecessaryBeforeUnloadCheckSync',
+  'DestroyProfileOnBrowserClose',
+  'HttpsFirstBalancedModeAutoEnable',
+  'HttpsUpgrades',
+  'LensOverlay',
+  'MediaRouter',
+  'NetworkTimeServiceQuerying',
+  'OptimizationHints',
+  'PaintHolding',
+  'PreconnectToSearch',
+  'TcpPortRandomizationWin',
+  'ThirdPartyStoragePartitioning',
+  'msEdgeUpdateLaunchServicesPreferredVersion',
+  'msForceBrowserSignIn',
 ];
+const PLAYWRIGHT_ENABLED_FEATURES = ['CDPScreenshotNewSurface', 'SkipListAccountsWithoutGaiaCookies'];
+/**
+ * The omnibox popup's WebUI: Chromium 156 preloads it in a renderer of its own at every start,
+ * headless too (about 1.5 CPU-seconds a launch, a tenth of a churn run's CPU), for a popup no rank
+ * shows (test/e2e/mixed_fleet.spec.ts checks it is gone).
+ */
+const OMNIBOX_WEBUI = ['WebUIOmniboxPopup', 'WebUIOmniboxAimPopup'];
+
+/** The flags of a headless rank; `webgpu: false` for a Chromium without WebGPU (a fleet's WebGL tab). */
+export function chromiumArgs({ webgpu = true }: { webgpu?: boolean } = {}): string[] {
+  return [
+    '--no-sandbox',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-timer-throttling',
+    '--disable-renderer-backgrounding',
+    '--disable-backgrounding-occluded-windows',
+    // WebGPU without a GPU: SwiftShader through Vulkan.
+    ...(webgpu ? ['--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader'] : []),
+    `--enable-features=${[...PLAYWRIGHT_ENABLED_FEATURES, ...(webgpu ? ['Vulkan'] : [])].join(',')}`,
+    `--disable-features=${[...PLAYWRIGHT_DISABLED_FEATURES, ...OMNIBOX_WEBUI, ...(webgpu ? [] : ['WebGPU'])].join(',')}`,
+  ];
+}
+
+export const CHROMIUM_ARGS = chromiumArgs();
 
 /** `extraArgs`: e.g. `trustArgs(cert)` for a server with a self-signed certificate. */
 export function launchChromium(extraArgs: readonly string[] = []): Promise<Browser> {

@@ -7,11 +7,11 @@
  * Firefox beside Chromium is test/e2e/firefox.spec.ts.
  */
 import { chromium } from 'playwright';
-import { CHROMIUM_ARGS, chromiumPath } from '../../launcher/browser.ts';
+import { chromiumArgs, chromiumPath } from '../../launcher/browser.ts';
 import { expect, openRanks, sessionName, test } from './fixtures.ts';
 
 /** Chromium without WebGPU: the page falls back to WebGL (SwiftShader GL). */
-const NO_WEBGPU_ARGS = [...CHROMIUM_ARGS.filter((a) => !/webgpu|Vulkan/i.test(a)), '--disable-features=WebGPU'];
+const NO_WEBGPU_ARGS = chromiumArgs({ webgpu: false });
 
 test('a WebGPU tab and a tab without WebGPU (WebGL) train 60 steps with identical weights at every step', async ({ browser, server }) => {
   test.setTimeout(240_000);
@@ -37,6 +37,14 @@ test('a WebGPU tab and a tab without WebGPU (WebGL) train 60 steps with identica
       expect(r.identicalEveryStep).toBe(true);
       expect(r.checkedSteps).toBe(60);
       expect(r.weightHash).toBe(results[0]!.weightHash);
+    }
+    // Both browsers run with the flags' one --disable-features (launcher/browser.ts): no renderer
+    // of the browser's own UI (the omnibox popup it would preload), beside WebGPU on and off above.
+    for (const b of [browser, noGpu]) {
+      const cdp = await b.newBrowserCDPSession();
+      const { targetInfos } = (await cdp.send('Target.getTargets')) as { targetInfos: Array<{ type: string; url: string }> };
+      expect(targetInfos.filter((t) => t.type === 'browser_ui' || t.url.startsWith('chrome:')).map((t) => t.url)).toEqual([]);
+      await cdp.detach();
     }
   } finally {
     await noGpu.close();
