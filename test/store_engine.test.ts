@@ -5,6 +5,8 @@
  * with its token, and nobody else's; the engine holds token hashes, never tokens; an engine that
  * is killed makes requests fail with STORE_UNAVAILABLE, and once it is restarted on its folder (an
  * append-only file) the servers serve again and the sessions are still there: tokens and keys.
+ * One that stops answering (SIGSTOP) makes a client try its repeatable requests again, within a
+ * bound, saying so (a 'store' event) as it goes and comes back (src/c10d/store_unavailable.ts).
  * A real redis-server, started here on its own port, data in a temporary folder.
  */
 import { spawnSync } from 'node:child_process';
@@ -12,7 +14,9 @@ import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { PROJECT_ROOT, ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
+import { RendezvousHandler, type RendezvousEvent } from '../src/c10d/rendezvous.ts';
 import { StoreClient } from '../src/c10d/store.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import type { StoreError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { engineMissing, freePort, startEngine, type EngineProcess } from '../scripts/cluster_engines.ts';
@@ -133,7 +137,8 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
   it('a Redis killed (SIGKILL) fails requests with STORE_UNAVAILABLE, not a hang; restarted on its folder it still has the session: its token opens it on a new server, its keys are there', async () => {
     const session = uniqueSession('engine-restart');
     const token = newSessionToken();
-    const client = await StoreClient.connect(servers[0]!.url, { session, token });
+    // Not tried again (storeUnavailableRetryMs: 0): each refusal during the outage is seen as the server gives it.
+    const client = await StoreClient.connect(servers[0]!.url, { session, token, storeUnavailableRetryMs: 0 });
     await client.set('checkpoints/latest', 'step 41');
     await client.add('epoch', 3);
     const { port, dir } = engine;
@@ -167,5 +172,37 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
     expect((wrong as StoreError).code).toBe('UNAUTHORIZED');
     again.close();
     client.close();
+  }, 30_000);
+
+  it('a Redis that stops answering (SIGSTOP): a set is tried again until it answers (SIGCONT), the rendezvous handler saying so each way; an add is refused at once; past the bound a set is refused', async () => {
+    const session = uniqueSession('engine-paused');
+    const token = newSessionToken();
+    const events: RendezvousEvent[] = [];
+    const handler = await RendezvousHandler.start(
+      { url: servers[0]!.url, session, token, min: 1, max: 1, timeoutMs: 20_000, linkFactory: new MemoryNetwork().factoryFor(0) },
+      (e) => events.push(e),
+    );
+    const bounded = await StoreClient.connect(servers[0]!.url, { session, token, storeUnavailableRetryMs: 1_000 });
+    const stored = () => events.filter((e) => e.type === 'store');
+    try {
+      await handler.nextRendezvous(0, 20_000);
+      process.kill(engine.pid, 'SIGSTOP');
+      const setting = handler.store.set('k', 'v');
+      await expect.poll(() => stored().length, { timeout: 10_000, message: "the handler's 'store' event" }).toBe(1);
+      expect(stored()[0]).toMatchObject({ available: false, message: expect.stringMatching(/^store unavailable: /) });
+      // Not repeatable (it may have counted already): the caller's at once.
+      expect(((await handler.store.add('n', 1).catch((e: unknown) => e)) as StoreError).code).toBe('STORE_UNAVAILABLE');
+      const refused = (await bounded.set('b', '1').catch((e: unknown) => e)) as StoreError;
+      expect(refused.code).toBe('STORE_UNAVAILABLE');
+      expect(refused.message).toMatch(/\(tried again for \d+\.\d s\)$/);
+      process.kill(engine.pid, 'SIGCONT');
+      await setting;
+      expect(stored().map((e) => e.type === 'store' && e.available)).toEqual([false, true]);
+      expect(text(await handler.store.get('k', 2_000))).toBe('v');
+    } finally {
+      process.kill(engine.pid, 'SIGCONT');
+      handler.shutdown();
+      bounded.close();
+    }
   }, 30_000);
 });
