@@ -24,17 +24,17 @@ type Summary = {
 
 /**
  * Kills the server that holds `session` once its first round of several ranks formed and trained a
- * moment; resolves with its index. With `redisPausedMs`, Redis stops answering (SIGSTOP) as the round
- * forms and answers again (SIGCONT) that long after the kill: the tabs' rejoin meets STORE_UNAVAILABLE.
+ * moment; resolves with its index. With `redisPausedMs`, Redis stops answering (SIGSTOP) at the kill and
+ * answers again (SIGCONT) that long after: the tabs' rejoin on the other server meets STORE_UNAVAILABLE.
  */
 async function killHolderMidRun(cluster: Cluster, session: string, afterMs: number, redisPausedMs = 0): Promise<number> {
   const round = new RegExp(`session "${session}": round \\d+, [2-9] rank`);
   for (const deadline = Date.now() + 60_000; Date.now() < deadline; ) {
     const holder = cluster.servers.findIndex((s) => s.log.some((l) => round.test(l)));
     if (holder >= 0) {
+      await new Promise((r) => setTimeout(r, afterMs));
       if (redisPausedMs > 0) process.kill(cluster.engine.pid, 'SIGSTOP');
       try {
-        await new Promise((r) => setTimeout(r, afterMs));
         cluster.servers[holder]!.process.kill('SIGKILL');
         await new Promise((r) => setTimeout(r, redisPausedMs));
       } finally {
@@ -52,7 +52,7 @@ test('4 tabs through the proxy; their server killed mid-run, Redis not answering
   try {
     const session = sessionName('cluster');
     const lines: string[] = [];
-    // Paused past the tabs' first rejoin on the other server: its owner check and their hello each wait 2 s for Redis.
+    // Paused past the tabs' first rejoin on the other server (after 0.5 s): its owner check and their hello each wait 2 s for Redis.
     const killed = killHolderMidRun(cluster, session, 1_500, 6_000);
     const { ok, summary } = await launch({
       nproc: 4,
