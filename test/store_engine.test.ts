@@ -174,7 +174,7 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
     client.close();
   }, 30_000);
 
-  it('a Redis that stops answering (SIGSTOP): a set is tried again until it answers (SIGCONT), the rendezvous handler saying so each way; an add is refused at once; past the bound a set is refused', async () => {
+  it('a Redis that stops answering (SIGSTOP): a set is tried again until it answers (SIGCONT), the rendezvous handler saying so each way; an add is refused at once; past the bound a set is refused, and the store heard back without another request', async () => {
     const session = uniqueSession('engine-paused');
     const token = newSessionToken();
     const events: RendezvousEvent[] = [];
@@ -183,6 +183,8 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
       (e) => events.push(e),
     );
     const bounded = await StoreClient.connect(servers[0]!.url, { session, token, storeUnavailableRetryMs: 1_000 });
+    const boundedHeard: boolean[] = [];
+    bounded.on('store', (e) => boundedHeard.push(e.available));
     const stored = () => events.filter((e) => e.type === 'store');
     try {
       await handler.nextRendezvous(0, 20_000);
@@ -199,6 +201,8 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
       await setting;
       expect(stored().map((e) => e.type === 'store' && e.available)).toEqual([false, true]);
       expect(text(await handler.store.get('k', 2_000))).toBe('v');
+      // A client with no request of its own left hears that the store answers again too (it probes).
+      await expect.poll(() => boundedHeard, { timeout: 10_000, message: "the bounded client's 'store' events" }).toEqual([false, true]);
     } finally {
       process.kill(engine.pid, 'SIGCONT');
       handler.shutdown();

@@ -108,9 +108,13 @@ export class StoreClient implements Store {
     this.session = options.session;
     this.currentToken = options.token;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
-    this.availability = new StoreAvailability(options.storeUnavailableRetryMs ?? DEFAULT_STORE_UNAVAILABLE_RETRY_MS, (e) => {
-      for (const h of this.handlers.store) h(e);
-    });
+    this.availability = new StoreAvailability(
+      options.storeUnavailableRetryMs ?? DEFAULT_STORE_UNAVAILABLE_RETRY_MS,
+      (e) => {
+        for (const h of this.handlers.store) h(e);
+      },
+      () => this.send('numKeys', {}),
+    );
     socket.onmessage = (ev) => this.onMessage(ev.data);
     socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
     // A closing tab says so: the server tells its group at once that it left, and why, instead

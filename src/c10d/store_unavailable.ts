@@ -33,13 +33,50 @@ export function isStoreUnavailable(err: unknown): err is StoreError {
 /** One client's view of its store's availability: tries repeatable requests again and reports the changes. */
 export class StoreAvailability {
   private down = false;
+  private probing = false;
 
   constructor(
     /** 0: never try again (each refusal is the caller's). */
     private readonly boundMs: number,
     private readonly report: (e: StoreAvailabilityEvent) => void,
+    /**
+     * A cheap request the engine serves, sent while the store is down until it answers: so that
+     * "available" is heard even when no request of the caller's is left to find out (an `add`
+     * refused, a retry given up). It stops once it rejects with anything but STORE_UNAVAILABLE (the
+     * socket closed, say).
+     */
+    private readonly probe: () => Promise<unknown>,
   ) {
     if (!(boundMs >= 0)) throw new RangeError(`storeUnavailableRetryMs must be 0 or more milliseconds, got ${boundMs}`);
+  }
+
+  private wentDown(message: string, retryInMs: number): void {
+    if (this.down) return;
+    this.down = true;
+    this.report({ available: false, message, retryInMs });
+    void this.probeUntilUp();
+  }
+
+  private async probeUntilUp(): Promise<void> {
+    if (this.probing) return;
+    this.probing = true;
+    try {
+      for (let waitMs = FIRST_WAIT_MS * 4; this.down; waitMs = Math.min(MOST_WAIT_MS, waitMs * 2)) {
+        // Unref'd: a client left open does not keep a Node process alive by probing.
+        await new Promise((r) => (setTimeout(r, waitMs) as { unref?: () => void }).unref?.());
+        if (!this.down) return;
+        try {
+          await this.probe();
+          this.answered();
+        } catch (err) {
+          if (isStoreUnavailable(err)) continue;
+          if (err instanceof StoreError) this.answered();
+          return;
+        }
+      }
+    } finally {
+      this.probing = false;
+    }
   }
 
   /** The store answered a request: it is available (again). */
@@ -78,10 +115,7 @@ export class StoreAvailability {
         const spent = Date.now() - start;
         const last = !REPEATABLE.has(type) || closed() || spent + waitMs > this.boundMs || (remaining !== undefined && remaining <= waitMs);
         // Said once as it goes (and once as it comes back: `answered`), not at every try.
-        if (!this.down) {
-          this.down = true;
-          this.report({ available: false, message: err.message, retryInMs: last ? 0 : waitMs });
-        }
+        this.wentDown(err.message, last ? 0 : waitMs);
         if (last) throw REPEATABLE.has(type) && this.boundMs > 0 ? triedFor(err, spent) : err;
         await new Promise((r) => setTimeout(r, waitMs));
       }
