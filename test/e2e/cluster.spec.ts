@@ -33,12 +33,16 @@ async function killHolderMidRun(cluster: Cluster, session: string, afterMs: numb
     const holder = cluster.servers.findIndex((s) => s.log.some((l) => round.test(l)));
     if (holder >= 0) {
       await new Promise((r) => setTimeout(r, afterMs));
-      if (redisPausedMs > 0) process.kill(cluster.engine.pid, 'SIGSTOP');
+      if (redisPausedMs === 0) {
+        cluster.servers[holder]!.process.kill('SIGKILL');
+        return holder;
+      }
+      process.kill(cluster.engine.pid, 'SIGSTOP');
       try {
         cluster.servers[holder]!.process.kill('SIGKILL');
         await new Promise((r) => setTimeout(r, redisPausedMs));
       } finally {
-        if (redisPausedMs > 0) process.kill(cluster.engine.pid, 'SIGCONT');
+        process.kill(cluster.engine.pid, 'SIGCONT');
       }
       return holder;
     }
@@ -91,7 +95,8 @@ test('one session on two servers at once: 2 tabs on each, straight to its server
     // Killed once its round of 4 trained a moment, then started again on its port: its tabs come back to it.
     const killed = killHolderMidRun(cluster, session, 800).then(async (holder) => {
       const dead = cluster.servers[holder]!;
-      await new Promise((r) => dead.process.once('exit', r));
+      // It may have exited already: its 'exit' event would not come again.
+      if (dead.process.exitCode === null && dead.process.signalCode === null) await new Promise((r) => dead.process.once('exit', r));
       restarted = await startClusterServer(dead.port, cluster.engine.url, LAST_CALL_MS);
       return holder;
     });
@@ -118,7 +123,7 @@ test('one session on two servers at once: 2 tabs on each, straight to its server
     expect(new Set(hashes).size).toBe(1);
     for (const x of s) {
       expect(x.stepsRedone).toBeLessThanOrEqual(1);
-      expect(x.generations).toBeGreaterThanOrEqual(2);
+      expect(x.generations, lines.slice(-40).join('\n')).toBeGreaterThanOrEqual(2);
     }
     // Each node saw its own ranks' samples: together, every sample of each epoch (once each within a node).
     const epochs = s[0]!.samplesSeen.length;
