@@ -1,7 +1,8 @@
 /**
  * The engines a shared store runs on (Debian's redis-server and etcd), started as child processes
  * for a bench, a test or `npm run cluster`: each on a free loopback port of its own, its data in a
- * new temporary folder, Redis with a password of its own; `stop()` ends it and removes the folder.
+ * new temporary folder, Redis with a password of its own and an append-only file there (so that a
+ * restart on the same folder keeps the sessions); `stop()` ends it and removes the folder.
  * A process that exits on its own (killed, out of memory) is reported by `exited`.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -91,9 +92,11 @@ export async function startEngine(
         'protected-mode yes',
         `requirepass ${password}`,
         `dir ${dir}`,
-        // No snapshots: the store's keys are a run's coordination, which its tabs write again (checkpoints are the servers' files).
+        // An append-only file, flushed to the disk every second: a Redis that restarts (crashed,
+        // killed, upgraded) comes back with every session's token hashes and keys. No snapshots besides.
         'save ""',
-        'appendonly no',
+        'appendonly yes',
+        'appendfsync everysec',
         'daemonize no',
         'loglevel warning',
       ].join('\n'),

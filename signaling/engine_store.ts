@@ -4,8 +4,8 @@
  * quota-checked, published on the session's channel); a blocking call subscribes to its
  * session's channel, then reads, and reads again on each write of one of its keys, so a write
  * through any server wakes it. The engine bound to loopback (or a private network) with its own
- * password; an engine that does not answer makes requests fail with STORE_UNAVAILABLE while
- * ioredis reconnects, and the server serves on once it is back.
+ * password; an engine that does not answer (gone, or silent for 2 s) makes requests fail with
+ * STORE_UNAVAILABLE while ioredis reconnects, and the server serves on once it is back.
  */
 import { Redis } from 'ioredis';
 import { ErrorCode } from '../src/wire/protocol.ts';
@@ -97,6 +97,9 @@ export class RedisEngine {
       // A request while the engine is away fails after one reconnect attempt (STORE_UNAVAILABLE);
       // the connection keeps retrying behind it, so the server recovers by itself.
       maxRetriesPerRequest: 1,
+      // An engine that holds the connection but does not answer (stopped, overloaded, a network
+      // that drops packets) fails a request after this too, instead of hanging it.
+      commandTimeout: 2_000,
       retryStrategy: (attempt: number) => Math.min(100 * attempt, 2_000),
     };
     this.cmd = new Redis(options);

@@ -130,6 +130,9 @@ export class SessionRelay {
       username: decodeURIComponent(url.username) || undefined,
       db: url.pathname.length > 1 ? Number(url.pathname.slice(1)) : 0,
       connectTimeout: 2_000,
+      // An engine that holds the connection but does not answer: a socket's owner is not waited for
+      // past this (it is served here, where its requests meet STORE_UNAVAILABLE), as the store's requests.
+      commandTimeout: 2_000,
       maxRetriesPerRequest: 1,
       retryStrategy: (attempt: number) => Math.min(100 * attempt, 2_000),
     };

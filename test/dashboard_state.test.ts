@@ -116,6 +116,18 @@ function training(over: Partial<TrainConfig> = {}): DashboardState {
 }
 
 describe('phases and the status line', () => {
+  it("says the session's store is unavailable while it is (logged once each way), and goes back to training once it answers", () => {
+    const down = replay([{ type: 'store', unavailable: "store unavailable: the server's shared store does not answer" }], training());
+    expect(statusText(down)).toBe("The session's store is unavailable (its server's Redis does not answer); retrying…");
+    expect(down.log[0]).toMatchObject({
+      level: 'warn',
+      message: expect.stringContaining("The session's store is unavailable: store unavailable"),
+    });
+    const up = replay([step(6), { type: 'store', unavailable: null }], down);
+    expect(statusText(up)).toBe(statusText(training()));
+    expect(up.log[0]).toMatchObject({ level: 'info', message: "The session's store answers again." });
+  });
+
   it('starts connecting, and the log says which session was opened', () => {
     const s = initialDashboardState({ session: 'my-run', at: T0 });
     expect(s.phase).toBe('connecting');

@@ -3,18 +3,24 @@
  * compliance suite's, store_compliance.test.ts): a bad --store and an engine that cannot be
  * reached stop the start naming it; a session created through one server opens through another
  * with its token, and nobody else's; the engine holds token hashes, never tokens; an engine that
- * goes away makes requests fail with STORE_UNAVAILABLE, and the server serves again once it is
- * back. A real redis-server, started here on its own port, data in a temporary folder.
+ * is killed makes requests fail with STORE_UNAVAILABLE, and once it is restarted on its folder (an
+ * append-only file) the servers serve again and the sessions are still there: tokens and keys.
+ * One that stops answering (SIGSTOP) makes a client try its repeatable requests again, within a
+ * bound, saying so (a 'store' event) as it goes and comes back (src/c10d/store_unavailable.ts).
+ * A real redis-server, started here on its own port, data in a temporary folder.
  */
 import { spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { PROJECT_ROOT, ServerStartError, startServer, type RunningServer } from '../signaling/server.ts';
+import { RendezvousHandler, type RendezvousEvent } from '../src/c10d/rendezvous.ts';
 import { StoreClient } from '../src/c10d/store.ts';
+import { MemoryNetwork } from '../src/transport/memory_link.ts';
 import type { StoreError } from '../src/wire/errors.ts';
 import { newSessionToken } from '../src/wire/session_token.ts';
 import { engineMissing, freePort, startEngine, type EngineProcess } from '../scripts/cluster_engines.ts';
-import { withServer } from './fixtures/server.ts';
+import { text, withServer } from './fixtures/server.ts';
 import { uniqueSession } from './fixtures/session.ts';
 
 const redisMissing = engineMissing('redis');
@@ -73,6 +79,8 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
   afterAll(async () => {
     await Promise.all(servers.map((s) => s.close()));
     await engine?.stop();
+    // A restarted engine was given its folder, which its stop() leaves.
+    if (engine) rmSync(engine.dir, { recursive: true, force: true });
   });
 
   it('refuses a wrong password, naming the engine', async () => {
@@ -126,17 +134,23 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
     member.close();
   });
 
-  it('an engine that goes away: requests fail with STORE_UNAVAILABLE, saying so; once it is back the server serves again', async () => {
-    const session = uniqueSession('engine-down');
+  it('a Redis killed (SIGKILL) fails requests with STORE_UNAVAILABLE, not a hang; restarted on its folder it still has the session: its token opens it on a new server, its keys are there', async () => {
+    const session = uniqueSession('engine-restart');
     const token = newSessionToken();
-    const client = await StoreClient.connect(servers[0]!.url, { session, token });
-    await client.set('before', '1');
+    // Not tried again (storeUnavailableRetryMs: 0): each refusal during the outage is seen as the server gives it.
+    const client = await StoreClient.connect(servers[0]!.url, { session, token, storeUnavailableRetryMs: 0 });
+    await client.set('checkpoints/latest', 'step 41');
+    await client.add('epoch', 3);
+    const { port, dir } = engine;
     const password = new URL(engine.url).password;
-    await engine.stop();
+    // A crash, not a clean shutdown: what a clean one writes on its way out is no help then.
+    process.kill(engine.pid, 'SIGKILL');
+    await engine.exited;
+    // Settles (refused) while Redis is away: a hang here would time the test out, Redis never back.
     const err = (await client.set('during', '2').catch((e: unknown) => e)) as StoreError;
     expect(err.code).toBe('STORE_UNAVAILABLE');
     expect(err.message).toMatch(/^store unavailable: .*try again in a few seconds/);
-    engine = await startEngine('redis', { port: engine.port, password });
+    engine = await startEngine('redis', { port, password, dir });
     await expect
       .poll(
         () =>
@@ -147,7 +161,52 @@ describe.skipIf(redisMissing !== undefined)('servers on one Redis', () => {
         { timeout: 15_000, message: 'a set once Redis is back' },
       )
       .toBe(true);
-    expect(new TextDecoder().decode(await client.get('after', 1_000))).toBe('3');
+    // A server that never saw the session (nor creates one): all it knows is what Redis kept.
+    const fresh = await withServer({ store: engine.url, loopbackCreates: false });
+    servers.push(fresh);
+    const again = await StoreClient.connect(fresh.url, { session, token });
+    expect(text(await again.get('checkpoints/latest', 1_000))).toBe('step 41');
+    expect(await again.add('epoch', 0)).toBe(3);
+    expect(text(await again.get('after', 1_000))).toBe('3');
+    const wrong = await StoreClient.connect(fresh.url, { session, token: newSessionToken() }).catch((e: unknown) => e);
+    expect((wrong as StoreError).code).toBe('UNAUTHORIZED');
+    again.close();
     client.close();
+  }, 30_000);
+
+  it('a Redis that stops answering (SIGSTOP): a set is tried again until it answers (SIGCONT), the rendezvous handler saying so each way; an add is refused at once; past the bound a set is refused, and the store heard back without another request', async () => {
+    const session = uniqueSession('engine-paused');
+    const token = newSessionToken();
+    const events: RendezvousEvent[] = [];
+    const handler = await RendezvousHandler.start(
+      { url: servers[0]!.url, session, token, min: 1, max: 1, timeoutMs: 20_000, linkFactory: new MemoryNetwork().factoryFor(0) },
+      (e) => events.push(e),
+    );
+    const bounded = await StoreClient.connect(servers[0]!.url, { session, token, storeUnavailableRetryMs: 1_000 });
+    const boundedHeard: boolean[] = [];
+    bounded.on('store', (e) => boundedHeard.push(e.available));
+    const stored = () => events.filter((e) => e.type === 'store');
+    try {
+      await handler.nextRendezvous(0, 20_000);
+      process.kill(engine.pid, 'SIGSTOP');
+      const setting = handler.store.set('k', 'v');
+      await expect.poll(() => stored().length, { timeout: 10_000, message: "the handler's 'store' event" }).toBe(1);
+      expect(stored()[0]).toMatchObject({ available: false, message: expect.stringMatching(/^store unavailable: /) });
+      // Not repeatable (it may have counted already): the caller's at once.
+      expect(((await handler.store.add('n', 1).catch((e: unknown) => e)) as StoreError).code).toBe('STORE_UNAVAILABLE');
+      const refused = (await bounded.set('b', '1').catch((e: unknown) => e)) as StoreError;
+      expect(refused.code).toBe('STORE_UNAVAILABLE');
+      expect(refused.message).toMatch(/\(tried again for \d+\.\d s\)$/);
+      process.kill(engine.pid, 'SIGCONT');
+      await setting;
+      expect(stored().map((e) => e.type === 'store' && e.available)).toEqual([false, true]);
+      expect(text(await handler.store.get('k', 2_000))).toBe('v');
+      // A client with no request of its own left hears that the store answers again too (it probes).
+      await expect.poll(() => boundedHeard, { timeout: 10_000, message: "the bounded client's 'store' events" }).toEqual([false, true]);
+    } finally {
+      process.kill(engine.pid, 'SIGCONT');
+      handler.shutdown();
+      bounded.close();
+    }
   }, 30_000);
 });

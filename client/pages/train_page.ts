@@ -59,6 +59,10 @@ function logLine(e: TrainEvent, logEvery: number): string | undefined {
       return `step ${e.step}: accuracy on held-out pictures: this tab ${e.own.correct}/${e.own.count}, the group ${e.group.correct}/${e.group.count}`;
     case 'log':
       return `${e.level}: ${e.message}`;
+    case 'store':
+      return e.unavailable === null
+        ? "info: the session's store answers again"
+        : `warn: the session's store is unavailable (${e.unavailable}); retrying`;
     case 'shard':
       return `epoch ${e.epoch + 1}: ${e.samples} of ${e.datasetSize} samples on this rank, ${e.stepsPerEpoch} steps`;
     case 'stopped':

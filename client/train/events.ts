@@ -137,6 +137,8 @@ export type TrainEvent =
       path?: LinkPath;
     }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
+  /** The session's store (its server's Redis) refuses this tab's requests, which are tried again (`unavailable`: the server's words), or answers again (null). */
+  | { type: 'store'; unavailable: string | null }
   /** Each rank's browser, backend and device (from the store, untrusted and cleaned: see fleet.ts), once per round. */
   | FleetEvent
   /**

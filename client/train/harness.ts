@@ -351,6 +351,8 @@ export function dashboardEvents(emit: (e: TrainEvent) => void, fixed: boolean): 
       }
       case 'reconnected':
         return log('info', 'Reconnected to the server');
+      case 'store':
+        return emit({ type: 'store', unavailable: e.available ? null : e.message });
       case 'checkpoint':
         return log('info', `Checkpoint ${e.name} saved (step ${e.step}, ${e.bytes} bytes)`);
       case 'checkpoint-failed':

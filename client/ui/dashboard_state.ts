@@ -79,6 +79,7 @@ export function initialDashboardState(options: { session: string; at: number }):
     summary: null,
     finished: false,
     endedWithoutRank: null,
+    storeUnavailable: null,
     failure: null,
     error: null,
     epochBase: null,
@@ -185,6 +186,13 @@ export function reduceDashboard(state: DashboardState, action: DashboardAction):
           ? `Training stopped at step ${event.atStep} by the host.`
           : `Training stopped by rank ${event.by}${event.by === state.self ? ' (this tab)' : ''} at step ${event.atStep}.`,
       );
+
+    case 'store':
+      // Said once as it goes and once as it comes back; the status line says it meanwhile.
+      if ((event.unavailable === null) === (state.storeUnavailable === null)) return { ...state, storeUnavailable: event.unavailable };
+      return event.unavailable === null
+        ? log({ ...state, storeUnavailable: null }, 'info', "The session's store answers again.")
+        : log({ ...state, storeUnavailable: event.unavailable }, 'warn', `The session's store is unavailable: ${event.unavailable}`);
 
     case 'evaluating':
       return onEvaluating(state, event, at);

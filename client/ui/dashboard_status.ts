@@ -66,6 +66,8 @@ export function statusText(s: DashboardState): string {
     const at = s.lastStep ? ` Training is at step ${fmtInt(s.lastStep.step)}.` : '';
     return `The session is full${n !== null ? ` (${plural(n, 'rank')})` : ''}: this tab watches and takes a rank when one frees up.${at}`;
   }
+  if (s.storeUnavailable !== null && !isOver(s.phase))
+    return "The session's store is unavailable (its server's Redis does not answer); retrying…";
   switch (s.phase) {
     case 'connecting':
       return 'Connecting to the server…';

@@ -172,6 +172,8 @@ export interface DashboardState {
   readonly finished: boolean;
   /** This tab's rank in the last round when that round failed here as the other tabs finished the run. */
   readonly endedWithoutRank: number | null;
+  /** The session's store (its server's Redis) does not answer: the server's words, while this tab's requests are tried again; null once it answers. */
+  readonly storeUnavailable: string | null;
   /** Title of the error that ended the run. */
   readonly failure: string | null;
   /** The banner's message, until dismissed. */

@@ -39,6 +39,7 @@ import {
 } from '../wire/protocol.ts';
 import { StoreClient } from './store.ts';
 import { afterClose } from './close_meaning.ts';
+import { isStoreUnavailable, type StoreAvailabilityEvent } from './store_unavailable.ts';
 
 // The handler's contract (its options, its rounds, its events) is its own module; importable from here as before.
 export type { RendezvousEvent, RendezvousOptions, Round } from './rendezvous_types.ts';
@@ -65,6 +66,7 @@ export class RendezvousHandler {
   /** The page was hidden (closed, or put in the back/forward cache): its connections are gone. */
   private hidden = false;
   private rejoining = false;
+  private storeDown = false;
   private readonly stopWatchingPage: Array<() => void>;
   /** The link options with their defaults, resolved (and checked) once for every round's links. */
   private readonly link: ResolvedLinkOptions;
@@ -228,6 +230,13 @@ export class RendezvousHandler {
 
   // --- Internals -----------------------------------------------------------------------------------
 
+  /** The server's shared store went or came back (this connection's requests, or a hello refused): said once each way. */
+  private storeState(e: StoreAvailabilityEvent): void {
+    if (this.storeDown === !e.available) return;
+    this.storeDown = !e.available;
+    this.emit({ type: 'store', ...e });
+  }
+
   private emit(e: RendezvousEvent): void {
     for (const l of this.listeners) l(e);
   }
@@ -298,6 +307,7 @@ export class RendezvousHandler {
       }),
       client.on('token', (e) => this.options.onToken?.(e.token)),
       client.on('faults', (e) => this.emit({ type: 'faults', counts: e.counts, entries: e.entries })),
+      client.on('store', (e) => this.storeState(e)),
       client.on('close', (e) => void this.onClose(e.code, e.reason)),
     ];
     try {
@@ -463,9 +473,14 @@ export class RendezvousHandler {
       await new Promise((r) => setTimeout(r, waitMs));
       try {
         await this.connect();
+        // Its hello was answered: the token was read from the server's store.
+        this.storeState({ available: true });
         this.emit({ type: 'reconnected' });
         return;
       } catch (err) {
+        // The server's shared store refused this member's hello (its token is checked there): say so, and try again.
+        if (isStoreUnavailable(err))
+          this.storeState({ available: false, message: err.message, retryInMs: Math.min(5_000, 250 * 2 ** (attempt + 1)) });
         // The session's token no longer opens it (the name was claimed anew), its host ended it
         // meanwhile, or its run ended: retrying cannot help.
         if (err instanceof UnauthorizedError || err instanceof SessionEndedError || err instanceof RendezvousClosedError) {

@@ -5,6 +5,7 @@
 import type { LinkOptions, ProcessGroup } from './process_group.ts';
 import type { ControlAction, FaultsEvent } from '../wire/protocol.ts';
 import type { StoreClient } from './store.ts';
+import type { StoreAvailabilityEvent } from './store_unavailable.ts';
 
 export interface RendezvousOptions extends LinkOptions {
   /** The server: http://host:port/ (the page's origin) or ws://host:port/ws. */
@@ -95,4 +96,6 @@ export type RendezvousEvent =
   /** The group's fault history as the server recorded it (the same on every member): on each change, and as this member arrives. */
   | { type: 'faults'; counts: FaultsEvent['counts']; entries: FaultsEvent['entries'] }
   | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
-  | { type: 'reconnected' };
+  | { type: 'reconnected' }
+  /** The server's shared store (a Redis) refuses this member's requests, which are tried again; or it answers again (store_unavailable.ts). */
+  | ({ type: 'store' } & StoreAvailabilityEvent);

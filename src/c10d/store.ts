@@ -36,6 +36,7 @@ import type { Store, StoreValue } from './store_interface.ts';
 import type { StoreClientOptions } from './store_options.ts';
 import { OPEN, openSocket, storeSocketUrl, type SocketLike } from './store_socket.ts';
 import { describeRequest, toError } from './store_errors.ts';
+import { DEFAULT_STORE_UNAVAILABLE_RETRY_MS, STORE_REQUESTS, StoreAvailability, type StoreAvailabilityEvent } from './store_unavailable.ts';
 
 export { PrefixStore, type Store, type StoreValue } from './store_interface.ts';
 export type { StoreClientOptions } from './store_options.ts';
@@ -53,6 +54,8 @@ interface EventMap {
   token: TokenEvent;
   /** The group's fault history, as the server recorded it (on each change, and as this member arrives). */
   faults: FaultsEvent;
+  /** The server's shared store refuses requests (STORE_UNAVAILABLE; they are tried again for a while), or answers again: store_unavailable.ts. */
+  store: StoreAvailabilityEvent;
   close: { code: number; reason: string };
 }
 
@@ -77,6 +80,7 @@ export class StoreClient implements Store {
     'rendezvous-closed': new Set(),
     token: new Set(),
     faults: new Set(),
+    store: new Set(),
     close: new Set(),
   };
   /** The server's instance id (changes when the server restarts). */
@@ -94,6 +98,7 @@ export class StoreClient implements Store {
   private iceRenewal: ReturnType<typeof setInterval> | undefined;
   private closed: { code: number; reason: string } | undefined;
   private readonly stopWatchingPage: () => void;
+  private readonly availability: StoreAvailability;
 
   private constructor(
     private readonly socket: SocketLike,
@@ -103,6 +108,13 @@ export class StoreClient implements Store {
     this.session = options.session;
     this.currentToken = options.token;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    this.availability = new StoreAvailability(
+      options.storeUnavailableRetryMs ?? DEFAULT_STORE_UNAVAILABLE_RETRY_MS,
+      (e) => {
+        for (const h of this.handlers.store) h(e);
+      },
+      () => this.send('numKeys', {}),
+    );
     socket.onmessage = (ev) => this.onMessage(ev.data);
     socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
     // A closing tab says so: the server tells its group at once that it left, and why, instead
@@ -349,6 +361,17 @@ export class StoreClient implements Store {
    * plus a grace period on this side, so a dead server still fails the call.
    */
   request<T extends RequestType>(type: T, fields: RequestFields[T], serverTimeoutMs?: number): Promise<ResultOf[T]> {
+    if (!STORE_REQUESTS.has(type)) return this.send(type, fields, serverTimeoutMs);
+    // A blocking request tried again waits what is left of its timeout.
+    return this.availability.run(
+      type,
+      serverTimeoutMs,
+      (left) => this.send(type, left === undefined ? fields : { ...fields, timeoutMs: left }, left),
+      () => this.isClosed,
+    );
+  }
+
+  private send<T extends RequestType>(type: T, fields: RequestFields[T], serverTimeoutMs?: number): Promise<ResultOf[T]> {
     const what = describeRequest(type, fields as Record<string, unknown>);
     if (this.closed) {
       const { code, reason } = this.closed;

@@ -28,6 +28,13 @@ export interface StoreClientOptions {
   /** How long a non-blocking request may go unanswered before it fails. Default 30 s. */
   requestTimeoutMs?: number;
   /**
+   * How long a store request refused with STORE_UNAVAILABLE (the server's shared store, a Redis,
+   * does not answer) is tried again, with backoff, before the refusal is the caller's; `on('store')`
+   * hears the store go and come back. Only requests that may be repeated safely (not `add`,
+   * `append`, `deleteKey`): store_unavailable.ts. Default 30 s; 0: never.
+   */
+  storeUnavailableRetryMs?: number;
+  /**
    * How often to renew TURN credentials the server minted for this session (`iceServers`), so
    * that links formed hours into a run still get valid ones. Default 30 min; 0: never.
    */

@@ -7,6 +7,7 @@
  */
 import type { StepMetrics } from './vote.ts';
 import type { StepBalance } from './balance.ts';
+import type { StoreAvailabilityEvent } from '../c10d/store_unavailable.ts';
 
 export type AgentEvent =
   /** A round started training: every rank now holds the same state, taken from `source`. */
@@ -73,6 +74,8 @@ export type AgentEvent =
   | { type: 'waiting'; waiting: number; members: number; min: number; max: number; running: boolean }
   | { type: 'reconnecting'; attempt: number; waitMs: number; reason: string }
   | { type: 'reconnected' }
+  /** The server's shared store does not answer (this rank's store requests are tried again), or answers again: c10d/store_unavailable.ts. */
+  | ({ type: 'store' } & StoreAvailabilityEvent)
   | { type: 'regroup'; round: string; rank: number; step: number; waiting: number }
   | { type: 'checkpoint'; step: number; name: string; bytes: number }
   | { type: 'checkpoint-failed'; step: number; error: string }

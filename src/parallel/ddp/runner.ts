@@ -164,6 +164,9 @@ class ElasticRun<M extends StepMetrics> implements StepLoopHost<M> {
       case 'reconnected':
         this.emit({ type: 'reconnected' });
         return;
+      case 'store':
+        this.emit(e);
+        return;
       case 'round':
       case 'spectating': // a spectator waits in nextRendezvous; the page hears it through onRendezvous
       case 'control': // the page decides what a host's control means for it
