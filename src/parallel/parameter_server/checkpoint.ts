@@ -158,13 +158,15 @@ export class ShardSaver {
   private async saveOnce(): Promise<void> {
     const { shard: current, meta, emit } = this.run;
     const shard = current();
-    if (!shard) return;
+    const ended = () => this.request.signal?.aborted === true;
+    if (!shard || ended()) return;
     const { index, version } = shard;
     try {
       const saved = await saveShard(shard, { ...this.request, meta: meta(index) });
       this.saved++;
       emit({ type: 'checkpoint', index, version: saved.version, name: saved.name, bytes: saved.bytes });
     } catch (err) {
+      if (ended()) return; // the run was ended (its tab closed): nothing to report
       emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) });
     }
   }

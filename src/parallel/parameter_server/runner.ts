@@ -141,7 +141,8 @@ class PsRun<M extends StepMetrics> {
     this.layout = shardParameters(sizes, this.numServers);
     this.versions = new Array<number>(this.numServers).fill(0);
     this.saves = new ShardSaver(
-      { url: o.url, session: o.session, token: o.token },
+      // The run's signal ends its saves too: an aborted run, like a closed tab, saves nothing more.
+      { url: o.url, session: o.session, token: o.token, ...(o.signal ? { signal: o.signal } : {}) },
       {
         shard: () => this.shard,
         // Server 0's leases go with its shard: the tab that takes its place hands out the rest.
