@@ -66,14 +66,19 @@ interface Member {
   steps: number;
 }
 
-type Extra = Partial<ParameterServerRunOptions> & { leaveAtStep?: number; slowMs?: number };
+/** `holdAt`: the worker waits before that step until `until` resolves (the test closes a server meanwhile). */
+type Extra = Partial<ParameterServerRunOptions> & {
+  leaveAtStep?: number;
+  slowMs?: number;
+  holdAt?: { step: number; until: Promise<void> };
+};
 
 function member(net: MemoryNetwork, id: number, session: string, max: number, extra: Extra = {}): Member {
   const events: PsRunEvent[] = [];
   const abort = new AbortController();
   const m = model();
   const self: Member = { events, abort, steps: 0, result: Promise.resolve() as unknown as Promise<ParameterServerRunResult> };
-  const { leaveAtStep, slowMs, ...options } = extra;
+  const { leaveAtStep, slowMs, holdAt, ...options } = extra;
   self.result = runParameterServer({
     url: server.url,
     session,
@@ -92,6 +97,7 @@ function member(net: MemoryNetwork, id: number, session: string, max: number, ex
     async step({ indices, model: mm }) {
       self.steps++;
       if (self.steps === leaveAtStep) abort.abort(new Error(`member ${id} closed at its step ${self.steps}`));
+      if (holdAt?.step === self.steps) await holdAt.until;
       if (slowMs) await sleep(slowMs); // a slow worker: the behaviour under test
       const { loss, grads } = await gradsOf(mm, indices);
       return { grads, metrics: { loss } };
@@ -119,6 +125,29 @@ async function inOrder(session: string, ids: number[], start: (id: number) => Me
     );
   }
   return started;
+}
+
+/**
+ * Holds the first upload of server 0's checkpoint in `session` until `release()`: a save as slow
+ * as a loaded machine makes one, at will. The upload itself is the real one, to the real server.
+ */
+function holdFirstSave(session: string): { held: () => boolean; release: () => void; restore: () => void } {
+  const real = globalThis.fetch;
+  let held = false;
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  globalThis.fetch = async (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (!held && init?.method === 'POST' && url.includes(`/api/checkpoints/${session}?part=ps-0`)) {
+      held = true;
+      await released;
+    }
+    return real(input, init);
+  };
+  const restore = () => {
+    globalThis.fetch = real;
+  };
+  return { held: () => held, release, restore };
 }
 
 function accounted(r: ParameterServerRunResult): number {
@@ -319,10 +348,42 @@ describe('runParameterServer', () => {
     await Promise.all(runs.map((r) => r.close()));
   }, 60_000);
 
+  it("a save due while one uploads follows it; a server's run ends once its last save is stored, and counts it", async () => {
+    const net = new MemoryNetwork();
+    const session = uniqueSession('pssaves');
+    const saves = holdFirstSave(session);
+    try {
+      const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 1, min: 3, checkpointEvery: 4 }));
+      // The workers finish (16 updates) while server 0's first save (version 4) uploads: 8, 12 and 16 fall due meanwhile.
+      const workers = await Promise.all([members[1]!.result, members[2]!.result]);
+      expect(saves.held()).toBe(true);
+      saves.release();
+      const s0 = await members[0]!.result;
+      // One more save, at the version then (the last), and the run's result waited for it.
+      expect(members[0]!.events.flatMap((e) => (e.type === 'checkpoint' ? [e.version] : []))).toEqual([4, 16]);
+      expect(s0.checkpoints).toBe(2);
+      expect(s0.versions).toEqual([16]);
+      await Promise.all([s0, ...workers].map((r) => r.close()));
+    } finally {
+      saves.restore();
+    }
+  }, 60_000);
+
   it('a lost server stops the workers until a tab takes its place; it resumes from the shard checkpoint', async () => {
     const net = new MemoryNetwork();
     const session = uniqueSession('pslostps');
-    const members = await inOrder(session, [0, 1, 2], (id) => member(net, id, session, 3, { epochs: 3, checkpointEvery: 4, slowMs: 5 }));
+    // The workers wait before their 7th step until the server is closed: 12 updates are in, and the run
+    // cannot end before the close (on a loaded machine it used to, while its first save still uploaded).
+    let serverClosed!: () => void;
+    const closed = new Promise<void>((r) => (serverClosed = r));
+    const members = await inOrder(session, [0, 1, 2], (id) =>
+      member(net, id, session, 3, {
+        epochs: 3,
+        checkpointEvery: 4,
+        slowMs: 5,
+        ...(id === 0 ? {} : { holdAt: { step: 7, until: closed } }),
+      }),
+    );
     // Close the server once it has saved a checkpoint and gone on a little.
     await waitForNamed(
       'a checkpoint of version 8 or later',
@@ -333,8 +394,8 @@ describe('runParameterServer', () => {
       },
     );
     members[0]!.abort.abort(new Error('the server tab closed'));
-    // The workers learn it when their collectives with the server time out (timeoutMs 20 s): on a loaded
-    // machine that plus the regroup takes more than the fixture's 30 s, so this wait has its own bound.
+    serverClosed();
+    // The workers learn it at once: the server's links close, and the server forms a round without it.
     await waitForNamed(
       'workers 1 and 2 to report server 0 lost',
       () =>
@@ -347,6 +408,7 @@ describe('runParameterServer', () => {
     const runs = await Promise.all([members[1]!, members[2]!, joiner].map((m) => m.result));
     const server0 = runs.find((r) => r.role === 'server')!;
     expect(server0.restoredFrom).toBeGreaterThanOrEqual(8);
+    expect(server0.restoredFrom).toBeLessThanOrEqual(12); // the lost server had 12 updates
     expect(joiner.events.some((e) => e.type === 'restored' && e.index === 0)).toBe(true);
     expect(server0.samples.leased).toBe(768);
     const finals = await Promise.all(runs.map((r) => flatTrainableWeights(r.model)));

@@ -1,8 +1,9 @@
 /**
  * Parameter-server checkpoints: each server saves its own shard as its own part of the session's
  * checkpoints (`ps-<k>`), every `checkpointEvery` updates (the shard flags `checkpointDue`), so a
- * lost server loses at most that many updates. The part's `step` is the shard's version. Shards
+ * lost server loses at most that many updates, and those applied while a save uploads. The part's `step` is the shard's version. Shards
  * save and restore independently: in asynchronous training each shard's versions are its own.
+ * `ShardSaver` makes a server's saves in the background, one at a time.
  */
 import {
   CheckpointError,
@@ -14,6 +15,7 @@ import {
 import { CheckpointCorruptError, type Checkpoint } from '../../checkpoint/checkpoint_format.ts';
 import type { Json } from '../../checkpoint/state_dict.ts';
 import type { ParameterServerShard, ShardStateDict } from './shard.ts';
+import type { PsRunEvent } from './types.ts';
 
 /** The checkpoint part server `k` saves its shard as. */
 export function psPart(k: number): string {
@@ -104,4 +106,68 @@ export async function restoreShard(
   await shard.loadStateDict(sd);
   const meta = loaded.checkpoint.meta.user;
   return { name: loaded.name, version: sd.version, ...(meta === undefined ? {} : { meta: meta as Json }) };
+}
+
+/** What a server's saves report (the run's 'checkpoint' and 'checkpoint-failed' events). */
+export type ShardSaveEvent = Extract<PsRunEvent, { type: 'checkpoint' | 'checkpoint-failed' }>;
+
+/**
+ * A server's saves of its shard, in the background and one at a time. A save that falls due
+ * while one is in flight is made as soon as that one ends (at the version then), not dropped:
+ * dropping it let a slow save (a loaded machine, a slow upload) skip every due version until
+ * training ended, so a lost server lost far more than `checkpointEvery` updates. A failed save
+ * is reported and training goes on. `settle` waits for the saves, so that a run ends with its
+ * last checkpoint stored and no event after its result.
+ */
+export class ShardSaver {
+  /** Saves completed. */
+  saved = 0;
+  private inFlight: Promise<void> | null = null;
+  private again = false;
+
+  constructor(
+    private readonly request: ShardCheckpointOptions,
+    private readonly run: {
+      /** The shard this tab serves now (null: none). */
+      shard(): ParameterServerShard | null;
+      /** The metadata to save with the shard, read as its save starts. */
+      meta(index: number): Json;
+      emit(e: ShardSaveEvent): void;
+    },
+  ) {}
+
+  /** The shard's checkpoint is due: save it now, or once the save in flight ends. */
+  due(): void {
+    if (this.inFlight) {
+      this.again = true;
+      return;
+    }
+    this.inFlight = this.saveOnce().finally(() => {
+      this.inFlight = null;
+      if (!this.again) return;
+      this.again = false;
+      this.due();
+    });
+  }
+
+  /** Resolves once no save is in flight or due; each save is bounded by its request's timeout (which names it). */
+  async settle(): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+  }
+
+  private async saveOnce(): Promise<void> {
+    const { shard: current, meta, emit } = this.run;
+    const shard = current();
+    const ended = () => this.request.signal?.aborted === true;
+    if (!shard || ended()) return;
+    const { index, version } = shard;
+    try {
+      const saved = await saveShard(shard, { ...this.request, meta: meta(index) });
+      this.saved++;
+      emit({ type: 'checkpoint', index, version: saved.version, name: saved.name, bytes: saved.bytes });
+    } catch (err) {
+      if (ended()) return; // the run was ended (its tab closed): nothing to report
+      emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) });
+    }
+  }
 }

@@ -25,7 +25,8 @@
  * goes on; what a lost worker costs is the batch it held. A lost server stops every worker
  * ("parameter server k was lost ...") until a tab joins and takes its place; that tab loads the
  * shard's latest checkpoint (each server saves its own, `ps-<k>`, every `checkpointEvery`
- * updates), so at most that many updates are lost. Tabs that join while training runs are
+ * updates; one due while a save uploads follows it), so at most that many updates are lost, and
+ * those applied while a save uploads. Tabs that join while training runs are
  * admitted at once (server 0 sends everyone to a regroup), pull the parameters and start.
  *
  * Roles follow tabs, not ranks (ranks change from round to round), and the server, not the tabs,
@@ -48,7 +49,7 @@ import type { StepMetrics } from '../../elastic/vote.ts';
 import type { ProcessGroup } from '../../c10d/process_group.ts';
 import { RendezvousHandler, type Round } from '../../c10d/rendezvous.ts';
 import type { Json } from '../../checkpoint/state_dict.ts';
-import { restoreShard, saveShard } from './checkpoint.ts';
+import { restoreShard, ShardSaver } from './checkpoint.ts';
 import { LeaseBook, leaseIndices, type Lease, type PsSampleCounts } from './leases.ts';
 import { assignFlatWeights } from '../replicas.ts';
 import { rolesOf, type Role } from './roles.ts';
@@ -120,8 +121,7 @@ class PsRun<M extends StepMetrics> {
   /** Server 0's book of the run's samples (the others keep one unused: any tab may become server 0). */
   private readonly book: LeaseBook;
   // Server figures.
-  private checkpoints = 0;
-  private saving = false;
+  private readonly saves: ShardSaver;
   private restoredFrom: number | null = null;
   private readonly figures = new ServerFigures();
   private generations = 0;
@@ -140,6 +140,19 @@ class PsRun<M extends StepMetrics> {
     const sizes = o.model.trainableWeights.map((w) => w.shape.reduce<number>((a, b) => a * (b ?? 1), 1));
     this.layout = shardParameters(sizes, this.numServers);
     this.versions = new Array<number>(this.numServers).fill(0);
+    this.saves = new ShardSaver(
+      // The run's signal ends its saves too: an aborted run, like a closed tab, saves nothing more.
+      { url: o.url, session: o.session, token: o.token, ...(o.signal ? { signal: o.signal } : {}) },
+      {
+        shard: () => this.shard,
+        // Server 0's leases go with its shard: the tab that takes its place hands out the rest.
+        meta: (index) => {
+          const leases = index === 0 ? this.book.snapshot() : undefined;
+          return { ...(o.checkpointMeta === undefined ? {} : { user: o.checkpointMeta }), ...(leases ? { leases } : {}) } as Json;
+        },
+        emit: (e) => this.emit(e),
+      },
+    );
     this.book = new LeaseBook({
       strategy: this.strategy,
       datasetLength: o.datasetLength,
@@ -312,28 +325,8 @@ class PsRun<M extends StepMetrics> {
       },
       waiting: () => this.handler.numNodesWaiting(),
       noteUpdate: () => this.figures.noteUpdate(this.shard!.version),
-      checkpoint: () => this.checkpoint(index),
+      checkpoint: () => this.saves.due(),
     });
-  }
-
-  /** Saves the shard in the background (one save at a time; a failed save is reported, training goes on). */
-  private checkpoint(index: number): void {
-    const shard = this.shard;
-    if (!shard || this.saving) return;
-    this.saving = true;
-    const o = this.o;
-    const leases = index === 0 ? this.book.snapshot() : undefined;
-    const meta = { ...(o.checkpointMeta === undefined ? {} : { user: o.checkpointMeta }), ...(leases ? { leases } : {}) } as Json;
-    const version = shard.version;
-    saveShard(shard, { url: o.url, session: o.session, token: o.token, meta })
-      .then((saved) => {
-        this.checkpoints++;
-        this.emit({ type: 'checkpoint', index, version: saved.version, name: saved.name, bytes: saved.bytes });
-      })
-      .catch((err: unknown) =>
-        this.emit({ type: 'checkpoint-failed', index, version, error: err instanceof Error ? err.message : String(err) }),
-      )
-      .finally(() => (this.saving = false));
   }
 
   // ---- workers ----
@@ -417,6 +410,8 @@ class PsRun<M extends StepMetrics> {
     this.emit({ type: 'stop', round: round.key, rank: pg.rank, reason: this.stopReason });
     const serving = this.role?.kind === 'server' ? this.role.index : -1;
     const { samples, versions } = await gatherFinal(pg, servers, this.layout, this.o.model, serving, this.shard, this.book);
+    // After the last collective (the workers need not wait): the result counts the last save, and no event follows it.
+    await this.saves.settle();
     this.heardSamples = samples;
     this.reportStatus();
     const role = this.role!;
@@ -449,7 +444,7 @@ class PsRun<M extends StepMetrics> {
       samples,
       ...(shardStats ? { shard: shardStats } : {}),
       ...(role.kind === 'worker' ? { worker: this.wstats.result(this.workerId) } : {}),
-      checkpoints: this.checkpoints,
+      checkpoints: this.saves.saved,
       restoredFrom: this.restoredFrom,
       generations: this.generations,
       stoppedBy: this.stopReason,
