@@ -18,16 +18,11 @@ const TIMED = [
   'limits',
   'liveness',
   'offer_sends',
+  'ps_runner',
   'rendezvous_handler',
   'straggler',
   'subgroups',
 ].map((name) => `test/${name}.test.ts`);
-
-/**
- * Alone, last: ps_runner's lost-server test waits for the collectives' 20 s timeout, and failed
- * beside another file in 2 of 3 clean-clone runs (and 1 of 4 beside the other timed files).
- */
-const TIMED_ALONE = ['test/ps_runner.test.ts'];
 
 /** VITEST_WORKERS: how many `unit` files run at a time (docs/testing.md has the figures behind the default). */
 const UNIT_WORKERS = Number(process.env.VITEST_WORKERS ?? 3);
@@ -52,7 +47,7 @@ export default defineConfig({
           ...shared,
           name: 'unit',
           include: ['test/**/*.test.ts'],
-          exclude: [...shared.exclude, ...TIMED, ...TIMED_ALONE],
+          exclude: [...shared.exclude, ...TIMED],
           maxWorkers: UNIT_WORKERS,
           // One module graph per worker, not per file: each file imported TF.js and the library
           // afresh (74 of the phase's CPU-seconds, 38 shared): on a clean clone, with tsc and the
@@ -63,7 +58,6 @@ export default defineConfig({
         },
       },
       { test: { ...shared, name: 'timed', include: TIMED, maxWorkers: TIMED_WORKERS, sequence: { groupOrder: 1 } } },
-      { test: { ...shared, name: 'timed-alone', include: TIMED_ALONE, maxWorkers: 1, sequence: { groupOrder: 2 } } },
     ],
   },
 });
