@@ -113,14 +113,24 @@ test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a ta
   // Through the launcher, on the cpu backend, the pseudo-gradients as int8 blocks: 3 tabs, a
   // fourth opened at step 4, rank 1 killed at step 10. The launcher injects the kill once the
   // joiner is in a round (its page can take 10 s to load on a busy machine): the run must still be
-  // training then, so 256 steps.
+  // training then, so 128 steps, each held 4 times its compute (--slow: a wait, not work; as long a
+  // run as 256 steps without, for half the CPU).
   const lines: string[] = [];
   const { ok, summary } = await launch({
     nproc: 3,
     job: 'train',
     session: sessionName('diloco'),
     timeoutSec: 240,
-    jobParams: { dataset: 'synthetic', trainSize: '24576', batchSize: '32', backend: 'cpu', min: '2', max: '4', commHook: 'diloco:4:int8' },
+    jobParams: {
+      dataset: 'synthetic',
+      trainSize: '12288',
+      batchSize: '32',
+      backend: 'cpu',
+      min: '2',
+      max: '4',
+      commHook: 'diloco:4:int8',
+      slow: '0:4,1:4,2:4,3:4',
+    },
     faults: [
       { kind: 'kill', rank: 1, step: 10 },
       { kind: 'join', count: 1, step: 4 },
@@ -135,7 +145,7 @@ test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a ta
   expect(s.commHook?.wire).toBe('int8');
   // 3 - 1 killed + 1 joined: the joiner trained in the last round.
   expect(s.worldSize).toBe(3);
-  expect(s.samplesSeen).toEqual([{ samples: 24576, exactlyOnce: true, complete: true }]);
+  expect(s.samplesSeen).toEqual([{ samples: 12288, exactlyOnce: true, complete: true }]);
   // Two regroups. The join's, at an outer step's vote: an outer step over the inner steps the 3
   // ranks took since the last one. The kill's: back to the last step every rank finished (the
   // last outer step: the train job votes at outer steps), its inner steps trained again.

@@ -35,6 +35,13 @@ type Summary = Record<string, unknown> & {
 // tabs the launcher opens one after another, or at a fault's step, to arrive well before the end.
 // A fault aimed at a rank comes after a regroup that all the first tabs were in (the frozen rank below).
 const TRAIN_SIZE = 4096;
+/**
+ * Each rank's steps held 4 times their compute (the launcher's --slow: a wait, not work), as on a
+ * slower device: a run that must outlast a page's load or a fault's detection lasts as long in
+ * fewer steps, and the machine's two cores are left to the other tests. The churn run took 125
+ * CPU-seconds for 30,720 samples, 27 held at 12,288. Every rank up to the run's `max`.
+ */
+const held = (maxWorld: number) => Array.from({ length: maxWorld }, (_, r) => `${r}:4`).join(',');
 
 async function run(nproc: number, params: Record<string, string>, faults: Fault[], extra: Partial<LaunchOptions> = {}): Promise<Summary> {
   const lines: string[] = [];
@@ -133,16 +140,16 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
   // busyTimeoutMs: as in the frozen rank's test above (the launcher's freeze leaves the Worker beating).
   // A fault every 3 s: the first three (a kill, a joiner, a freeze) within 9 s of the first step.
   // A frozen rank holds the group until it is evicted (about 4.5 s later), and the joiner's page
-  // (4-6 s to load on CI) is admitted by then: the run must only last until the freeze. 30,720
-  // samples: as many per second until it as 40,960 were at 4 s apart (a run that went through 17
-  // faults where 3 are checked); at 2 s apart the faults and the pages they open slowed the
-  // training more than they saved.
-  const s = await run(4, { min: '2', max: '4', trainSize: '30720' }, [], {
+  // (4-6 s to load on CI) is admitted by then: the run must only last until the freeze. 16,384
+  // samples of held steps (`held`): as long a run as 30,720 without (and those as many per second
+  // until the freeze as 40,960 were at 4 s apart); at 2 s apart the faults and the pages they open
+  // slowed the training more than they saved.
+  const s = await run(4, { min: '2', max: '4', trainSize: '16384', slow: held(4) }, [], {
     churnEverySec: 3,
     timeoutSec: 150,
     serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 },
   });
-  expectHealthy(s, s.worldSize as number, 30720);
+  expectHealthy(s, s.worldSize as number, 16384);
   const kinds = s.faults!.map((f) => f.fault.split(' ')[0]);
   expect(kinds.slice(0, 3)).toEqual(['kill', 'open', 'freeze']);
   const kill = s.faults!.find((f) => f.fault.startsWith('kill'))!;
@@ -153,11 +160,11 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
 });
 
 test('a fifth tab joins mid-run, gets the state, and ends with the same weights', async () => {
-  // 16,384 samples: at 4 tabs on the cpu backend the group trains about 1,800 samples/s, and the
-  // joiner's page takes 4-6 s to load: opened at step 2, it has about 9 s; with 8,192 the run could
-  // end before it was admitted (24,576 left it more than 100 steps to train at 5).
-  const s = await run(4, { min: '2', max: '5', trainSize: '16384' }, [{ kind: 'join', count: 1, step: 2 }]);
-  expectHealthy(s, 5, 16384);
+  // 8,192 samples of held steps (`held`): the group trains them in about the time it trained 16,384
+  // without (at 4 tabs on the cpu backend about 1,800 samples/s), and the joiner's page takes 4-6 s
+  // to load: opened at step 2, it has about 9 s (8,192 without `held` could end before it was admitted).
+  const s = await run(4, { min: '2', max: '5', trainSize: '8192', slow: held(5) }, [{ kind: 'join', count: 1, step: 2 }]);
+  expectHealthy(s, 5, 8192);
   expect(s.stepsRedone).toBe(0);
 });
 
