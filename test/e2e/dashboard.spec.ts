@@ -31,6 +31,9 @@ test('three tabs train together on the dashboard; the downloaded model matches t
     batchSize: '32',
     epochs: '2',
     backend: 'cpu',
+    // Every rank trains every step (a point each on the charts, checked below): on the cpu backend
+    // balancing gave a tab whose steps cost more no samples at some steps (a gap in its line).
+    balance: 'false',
   });
   const page = ranks[0].page;
   const progress = page.getByTestId('progress');
