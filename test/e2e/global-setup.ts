@@ -9,7 +9,7 @@ import { PROJECT_ROOT } from '../../signaling/server.ts';
  * The pages under test are the built ones, as `npm start` serves them; the examples' pages too,
  * built here once (after the page, two builds at a time) instead of by the first test that
  * launches each: every launch after finds its page up to date (launcher/build_script.ts).
- * `npm test` runs this file as a script beside the unit tests (`tsx test/e2e/global-setup.ts`),
+ * `npm test` runs this file as a script beside vitest's timed tests (`tsx test/e2e/global-setup.ts`),
  * so that Playwright's own call finds everything up to date and takes a second, not twenty.
  */
 export default async function globalSetup(): Promise<void> {
@@ -32,5 +32,5 @@ async function prebuild(script: string): Promise<void> {
   );
 }
 
-// Run as a script: `npm test` starts it, at a lower priority, beside vitest's unit project.
+// Run as a script: `npm test` starts it, at a lower priority, beside vitest's timed project.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await globalSetup();

@@ -32,7 +32,7 @@ const POLL_MS = 50;
 /** A mutex older than this was left by a worker that died holding it. */
 const STALE_MUTEX_MS = 5_000;
 /** How long after a solo test the lane stays this worker's, for its next test. */
-const SOLO_GRACE_MS = 3_000;
+const SOLO_GRACE_MS = 1_500;
 
 /** Waits until this worker may run a test of `mode`; resolves with a release function. */
 export async function acquireLane(worker: number, mode: LaneMode, timeoutMs: number): Promise<() => Promise<void>> {
