@@ -8,7 +8,7 @@
  * (test/comm_hooks.test.ts).
  */
 import { launch } from '../../launcher/run.ts';
-import { expect, openRanks, sessionName, test } from './fixtures.ts';
+import { expect, heldSteps, openRanks, sessionName, test } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 const base = {
@@ -129,7 +129,7 @@ test('DiLoCo: identical replicas after the run; with int8 pseudo-gradients, a ta
       min: '2',
       max: '4',
       commHook: 'diloco:4:int8',
-      slow: '0:4,1:4,2:4,3:4',
+      slow: heldSteps(4),
     },
     faults: [
       { kind: 'kill', rank: 1, step: 10 },

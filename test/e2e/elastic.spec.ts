@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { launch, type Fault, type LaunchOptions } from '../../launcher/run.ts';
 import { newSessionToken } from '../../src/wire/session_token.ts';
-import { expect, sessionName, test } from './fixtures.ts';
+import { expect, heldSteps, sessionName, test } from './fixtures.ts';
 
 type Summary = Record<string, unknown> & {
   weightHashes: string[];
@@ -35,13 +35,8 @@ type Summary = Record<string, unknown> & {
 // tabs the launcher opens one after another, or at a fault's step, to arrive well before the end.
 // A fault aimed at a rank comes after a regroup that all the first tabs were in (the frozen rank below).
 const TRAIN_SIZE = 4096;
-/**
- * Each rank's steps held 4 times their compute (the launcher's --slow: a wait, not work), as on a
- * slower device: a run that must outlast a page's load or a fault's detection lasts as long in
- * fewer steps, and the machine's two cores are left to the other tests. The churn run took 125
- * CPU-seconds for 30,720 samples, 27 held at 12,288. Every rank up to the run's `max`.
- */
-const held = (maxWorld: number) => Array.from({ length: maxWorld }, (_, r) => `${r}:4`).join(',');
+// Runs held with heldSteps (fixtures.ts): the churn run took 125 CPU-seconds for 30,720 samples,
+// 27 held at 12,288.
 
 async function run(nproc: number, params: Record<string, string>, faults: Fault[], extra: Partial<LaunchOptions> = {}): Promise<Summary> {
   const lines: string[] = [];
@@ -141,10 +136,10 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
   // A fault every 3 s: the first three (a kill, a joiner, a freeze) within 9 s of the first step.
   // A frozen rank holds the group until it is evicted (about 4.5 s later), and the joiner's page
   // (4-6 s to load on CI) is admitted by then: the run must only last until the freeze. 16,384
-  // samples of held steps (`held`): as long a run as 30,720 without (and those as many per second
+  // samples of held steps (`heldSteps`): as long a run as 30,720 without (and those as many per second
   // until the freeze as 40,960 were at 4 s apart); at 2 s apart the faults and the pages they open
   // slowed the training more than they saved.
-  const s = await run(4, { min: '2', max: '4', trainSize: '16384', slow: held(4) }, [], {
+  const s = await run(4, { min: '2', max: '4', trainSize: '16384', slow: heldSteps(4) }, [], {
     churnEverySec: 3,
     timeoutSec: 150,
     serverOptions: { heartbeatTimeoutMs: 3_000, busyTimeoutMs: 3_000 },
@@ -160,10 +155,10 @@ test('--churn: tabs killed, frozen and joining on a clock; every sample once, id
 });
 
 test('a fifth tab joins mid-run, gets the state, and ends with the same weights', async () => {
-  // 8,192 samples of held steps (`held`): the group trains them in about the time it trained 16,384
+  // 8,192 samples of held steps (`heldSteps`): the group trains them in about the time it trained 16,384
   // without (at 4 tabs on the cpu backend about 1,800 samples/s), and the joiner's page takes 4-6 s
-  // to load: opened at step 2, it has about 9 s (8,192 without `held` could end before it was admitted).
-  const s = await run(4, { min: '2', max: '5', trainSize: '8192', slow: held(5) }, [{ kind: 'join', count: 1, step: 2 }]);
+  // to load: opened at step 2, it has about 9 s (8,192 unheld could end before it was admitted).
+  const s = await run(4, { min: '2', max: '5', trainSize: '8192', slow: heldSteps(5) }, [{ kind: 'join', count: 1, step: 2 }]);
   expectHealthy(s, 5, 8192);
   expect(s.stepsRedone).toBe(0);
 });

@@ -95,6 +95,15 @@ export async function openRanks(
   return ranks;
 }
 
+/**
+ * A `slow` spec (the launcher's --slow) that holds every rank's steps, up to `maxWorld`, `factor`
+ * times their compute: a wait, not work, as on a slower device. A run that must outlast a page's
+ * load or a fault's detection then does it in fewer steps, leaving the cores to the other tests.
+ */
+export function heldSteps(maxWorld: number, factor = 4): string {
+  return Array.from({ length: maxWorld }, (_, r) => `${r}:${factor}`).join(',');
+}
+
 /** The weights a rank returned (`returnWeights`), as float32. */
 export function weightsOf(r: Record<string, unknown>): Float32Array {
   const bytes = Buffer.from(r.weights as string, 'base64');

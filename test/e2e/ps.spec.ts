@@ -5,7 +5,7 @@
  * for, the staleness bound drops and counts, no push is applied twice; and, from the launcher, a
  * lost server stops the workers until a tab takes its place, which resumes from its checkpoint.
  */
-import { expect, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
+import { expect, heldSteps, launchCommand, openRanks, sessionName, test, relativeError, weightsOf } from './fixtures.ts';
 
 type Result = Record<string, unknown>;
 interface Ps {
@@ -162,7 +162,7 @@ test('launcher: a lost server stops the workers until a tab takes its place, whi
     '--train-size',
     '4096',
     '--slow',
-    '0:4,1:4,2:4',
+    heldSteps(3),
     '--epochs',
     '1',
     '--batch-size',
