@@ -49,6 +49,9 @@ export interface CheckpointStoreOptions {
   /**
    * Disk budget for all sessions together: stored checkpoints plus saves in progress (counted at
    * their declared length). A save that would pass it is refused ('insufficient-storage'). Default 4 GiB.
+   * The stored bytes come from a scan of `dir` at the start, refreshed behind a save every 10 s (this store's
+   * own saves and deletions are counted in between); a save the figure has no room for scans
+   * again before it is refused, so files another server writes are seen within about 10 s.
    */
   maxDiskBytes?: number;
   /** Where notes about refused saves go. Default: nowhere. */
@@ -133,6 +136,12 @@ const STALE_TMP_MS = 15 * 60_000;
 const MAX_HEADER_BYTES = 16 * 1024 * 1024;
 /** Files whose verification `latest` remembers. */
 const VERIFIED_CACHE_ENTRIES = 1024;
+/**
+ * How old the figure of stored bytes may get before a save refreshes it, behind the save. Scanning
+ * every session's files before each save cost 80 ms on a quiet machine and seconds on a loaded
+ * one (each file a stat), enough to hold a parameter server's saves back for its whole run.
+ */
+const STORED_SCAN_FRESH_MS = 10_000;
 
 export function checkpointStore(options: CheckpointStoreOptions): CheckpointStore {
   const store = new DiskCheckpointStore(options);
@@ -170,6 +179,10 @@ class DiskCheckpointStore {
   private readonly verifiedFiles = new VerifiedFiles(VERIFIED_CACHE_ENTRIES);
   /** The last name's time, so that two saves in one millisecond still get ordered, distinct names. */
   private lastNameMs = 0;
+  /** The bytes stored at the last scan, plus this store's own saves and deletions since (null: no scan yet). */
+  private stored: { bytes: number; scannedAt: number } | null = null;
+  /** The scan in flight, and what this store wrote (or deleted) since it began. */
+  private scanning: { since: number; done: Promise<number> } | null = null;
 
   constructor(options: CheckpointStoreOptions) {
     this.dir = resolve(options.dir);
@@ -182,6 +195,8 @@ class DiskCheckpointStore {
     };
     positiveInteger('keep', this.keep);
     positiveInteger('maxDiskBytes', this.maxDiskBytes);
+    // The figure from the start, so that even the first save does not wait for a scan.
+    this.scanStored().catch(() => {});
   }
 
   async openCheckpoint(folder: string, name: string): Promise<FileHandle | null> {
@@ -277,7 +292,9 @@ class DiskCheckpointStore {
     this.reservedBytes -= declared;
     upload.reserved = false;
     // Verified above: `latest` need not hash it again while it stays as written.
-    this.verifiedFiles.set(path, await stat(path), null);
+    const info = await stat(path);
+    this.verifiedFiles.set(path, info, null);
+    this.countStored(info.size);
     await syncDir(folder);
     await this.prune(folder);
     return { name, bytes: size, step };
@@ -306,8 +323,15 @@ class DiskCheckpointStore {
 
   /** Refuses a save that would take the stored checkpoints of all sessions past maxDiskBytes. */
   private async checkDiskBudget(declared: number): Promise<void> {
-    // reservedBytes includes this upload; the files of uploads in progress are left out of the scan.
-    const stored = await storedBytes(this.dir, this.uploading);
+    // reservedBytes includes this upload. A figure with room lets the save go on at once (one
+    // older than STORED_SCAN_FRESH_MS is refreshed behind it); a refusal is always decided on a
+    // new scan, as another server sharing the folder, or a person, may have deleted files since.
+    const known = this.stored;
+    if (known && known.bytes + this.reservedBytes <= this.maxDiskBytes) {
+      if (Date.now() - known.scannedAt >= STORED_SCAN_FRESH_MS) this.scanStored().catch(() => {});
+      return;
+    }
+    const stored = await this.scanStored();
     const used = stored + this.reservedBytes - declared;
     if (stored + this.reservedBytes <= this.maxDiskBytes) return;
     this.log(
@@ -355,17 +379,53 @@ class DiskCheckpointStore {
    */
   private async prune(folder: string): Promise<void> {
     const names = await checkpointNames(folder);
+    const remove = async (path: string, size: number) => {
+      if (
+        await unlink(path).then(
+          () => true,
+          () => false,
+        )
+      )
+        this.countStored(-size);
+    };
     for (const old of names.slice(0, Math.max(0, names.length - this.keep))) {
       const path = join(folder, old + EXT);
       this.verifiedFiles.delete(path);
-      await unlink(path).catch(() => {});
+      const info = await stat(path).catch(() => undefined);
+      if (info) await remove(path, info.size);
     }
     for (const file of await readdir(folder)) {
       const path = join(folder, file);
       if (!file.endsWith(TMP_EXT) || this.uploading.has(path)) continue;
       const info = await stat(path).catch(() => undefined);
-      if (info && Date.now() - info.mtimeMs > STALE_TMP_MS) await unlink(path).catch(() => {});
+      if (info && Date.now() - info.mtimeMs > STALE_TMP_MS) await remove(path, info.size);
     }
+  }
+
+  /** This store wrote (or deleted) `bytes`: the last scan's figure follows, until the next scan. */
+  private countStored(bytes: number): void {
+    if (this.stored) this.stored.bytes = Math.max(0, this.stored.bytes + bytes);
+    // A scan in flight may have missed it: its figure gets it too (counted twice at worst, which
+    // errs toward a new scan, never toward passing the budget).
+    if (this.scanning) this.scanning.since += bytes;
+  }
+
+  /** The bytes stored by all sessions, scanned now (a scan already in flight is shared). */
+  private scanStored(): Promise<number> {
+    if (this.scanning) return this.scanning.done;
+    const scan = { since: 0, done: Promise.resolve(0) };
+    const scannedAt = Date.now();
+    // The files of uploads in progress are left out of the scan: reservedBytes counts them.
+    scan.done = storedBytes(this.dir, this.uploading)
+      .then((bytes) => {
+        this.stored = { bytes: Math.max(0, bytes + scan.since), scannedAt };
+        return this.stored.bytes;
+      })
+      .finally(() => {
+        this.scanning = null;
+      });
+    this.scanning = scan;
+    return scan.done;
   }
 
   /** verifyOpen, unless this file was verified (or found corrupt) as it is now. */

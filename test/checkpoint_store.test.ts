@@ -371,12 +371,31 @@ describe('checkpoint store: refused saves leave nothing behind', () => {
     expect(await readdir(dir)).toEqual(['iota']); // the refused save made no folder
   });
 
+  it('trusts a recent scan, kept true by its own saves and prunes, for a save that fits; refuses only on a fresh scan', async () => {
+    const bytes = await container({ step: 1 });
+    const { dir, store } = await freshStore({ maxDiskBytes: Math.floor(bytes.length * 2.5), keep: 1 });
+    await saveBytes(store, store.folder('mu'), bytes); // the scan: nothing stored
+    // Its own saves and prunes keep the figure: with keep 1, one file stays, and each save fits beside it.
+    for (let i = 0; i < 4; i++) await saveBytes(store, store.folder('mu'), bytes);
+    // Files the store did not write (another server sharing the folder) are not rescanned for a
+    // save the figure has room for...
+    await mkdir(join(dir, 'other'));
+    await writeFile(join(dir, 'other', 'a.ckpt'), Buffer.alloc(bytes.length));
+    await saveBytes(store, store.folder('nu'), bytes);
+    // ...but a save the figure has no room for is decided on a fresh scan, which finds them.
+    const err = await refusal(saveBytes(store, store.folder('xi'), bytes));
+    expect(err.message).toContain(`${3 * bytes.length} bytes are stored or being uploaded`);
+    expect(await readdir(dir)).toEqual(['mu', 'nu', 'other']);
+  });
+
   it("counts leftover .tmp files in the budget, and frees a refused save's share of it", async () => {
     const bytes = await container({ step: 1 });
-    const { dir, store } = await freshStore({ maxDiskBytes: bytes.length + 10 });
-    await mkdir(join(dir, 'old'));
+    // Left by a server that crashed mid-upload, before this one started.
+    const dir = join(root, `store-${++stores}`);
+    await mkdir(join(dir, 'old'), { recursive: true });
     const leftover = join(dir, 'old', 'upload-crashed.tmp');
     await writeFile(leftover, Buffer.alloc(100));
+    const store = checkpointStore({ dir, maxDiskBytes: bytes.length + 10 });
     expect((await refusal(saveBytes(store, store.folder('lambda'), bytes))).code).toBe('insufficient-storage');
     await unlink(leftover);
     // Had the refused save kept its reservation, this one would not fit.

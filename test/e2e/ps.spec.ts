@@ -157,8 +157,8 @@ test('launcher: a lost server stops the workers until a tab takes its place, whi
     // The cpu backend: the subject is the lost server, not the device.
     '--backend',
     'cpu',
-    // 256 pushes, each step held 4 times as long (a wait, not work): on the cpu backend 64 fast
-    // pushes ended before the kill at version 12 reached the page.
+    // 256 pushes, each step held 4 times as long (a wait, not work): on the cpu backend fast
+    // pushes could end the run before the kill reached the page.
     '--train-size',
     '4096',
     '--slow',
@@ -172,10 +172,12 @@ test('launcher: a lost server stops the workers until a tab takes its place, whi
     // The end's evaluation on 256 samples, not 1,024.
     '--test-size',
     '256',
+    // Halfway: the server's first save makes its session's folders, two fsyncs that took seconds
+    // on a loaded machine (a kill before any save leaves nothing to resume from).
     '--kill',
-    '0@12',
+    '0@64',
     '--join',
-    '1@12',
+    '1@64',
   ]);
   const summary = out.summary;
   if (out.code !== 0) console.log(out.output.split('\n').slice(-40).join('\n'));
