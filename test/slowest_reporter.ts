@@ -10,7 +10,15 @@ import { join, relative } from 'node:path';
 const TOP = 10;
 
 export default class SlowestReporter implements Reporter {
-  private readonly tests: Array<{ title: string; file: string; ms: number }> = [];
+  private readonly tests: Array<{
+    title: string;
+    file: string;
+    ms: number;
+    startMs: number;
+    endMs: number;
+    worker: number;
+    waitedMs: number;
+  }> = [];
   private readonly started = Date.now();
 
   onTestEnd(test: TestCase, result: TestResult): void {
@@ -18,7 +26,16 @@ export default class SlowestReporter implements Reporter {
     // A retried test counts every try: each one took the suite's time.
     // Time spent waiting for the other worker's test (test/e2e/lanes.ts) is not this test's.
     const waited = Number(result.annotations.find((a) => a.type === 'lane-wait')?.description ?? 0);
-    this.tests.push({ title: `${file}:${test.location.line} › ${test.title}`, file, ms: result.duration - waited });
+    const startMs = result.startTime.getTime() - this.started;
+    this.tests.push({
+      title: `${file}:${test.location.line} › ${test.title}`,
+      file,
+      ms: result.duration - waited,
+      startMs,
+      endMs: startMs + result.duration,
+      worker: result.parallelIndex,
+      waitedMs: waited,
+    });
   }
 
   onEnd(_result: FullResult): void {
@@ -38,9 +55,13 @@ export default class SlowestReporter implements Reporter {
       ...tests.map((t) => `  ${seconds(t.ms).padStart(7)}  ${t.title.length > 150 ? `${t.title.slice(0, 149)}…` : t.title}`),
     ];
     console.log(lines.join('\n'));
-    // Every test's own time, slowest first, for a closer look than the ten above (docs/testing.md).
+    // Every test's own time, slowest first, for a closer look than the ten above (docs/testing.md);
+    // when it ran, on which worker, and how long it waited for a solo test: where the lanes idled.
     mkdirSync('test-results', { recursive: true });
-    const all = [...this.tests].sort((a, b) => b.ms - a.ms).map((t) => ({ test: t.title, seconds: Number((t.ms / 1000).toFixed(1)) }));
+    const s = (ms: number) => Number((ms / 1000).toFixed(1));
+    const all = [...this.tests]
+      .sort((a, b) => b.ms - a.ms)
+      .map((t) => ({ test: t.title, seconds: s(t.ms), worker: t.worker, start: s(t.startMs), end: s(t.endMs), waited: s(t.waitedMs) }));
     writeFileSync(join('test-results', 'timings.json'), `${JSON.stringify(all, null, 1)}\n`);
   }
 
