@@ -14,16 +14,16 @@ export interface RankPage {
   reports: Report[];
 }
 
-export const test = base.extend<{ server: RunningServer; closeContexts: undefined; solo: boolean; lane: undefined }>({
-  // A file that times heartbeats, stalls or the network says `test.use({ solo: true })`, a test of
-  // that kind in another file has the tag '@solo': they run with the other Playwright worker idle
-  // (test/e2e/lanes.ts); the others may run in pairs.
-  solo: [false, { option: true }],
+export const test = base.extend<{ server: RunningServer; closeContexts: undefined; lane: undefined }>({
+  // A test that times heartbeats, stalls or the network has the tag '@solo': playwright.config.ts
+  // runs those after the others, and the lane (test/e2e/lanes.ts) holds one back until the other
+  // worker's last test has ended.
   lane: [
-    async ({ solo }, use, testInfo) => {
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright reads a fixture's dependencies from this pattern; it has none.
+    async ({}, use, testInfo) => {
       if (testInfo.config.workers < 2) return use(undefined);
       const asked = Date.now();
-      const mode = solo || testInfo.tags.includes('@solo') ? 'solo' : 'shared';
+      const mode = testInfo.tags.includes('@solo') ? 'solo' : 'shared';
       // The bound only guards against a lock left behind: a shared test may wait out a run of solo files.
       const release = await acquireLane(testInfo.parallelIndex, mode, 1_800_000);
       const waited = Date.now() - asked;
