@@ -20,13 +20,15 @@ export default defineConfig({
   ],
   outputDir: 'test-results',
   // The tests tagged '@solo' (they time heartbeats, stalls, faults, throttling or a shaped link)
-  // come after all the others, one at a time: their project is queued last. Interleaved, each
-  // made the other worker idle twice, while it waited for that worker's test to end and while it
-  // ran: 167 s of the two workers' time in a run of 605 s (docs/testing.md). The lanes
-  // (test/e2e/lanes.ts) still hold the first one back until the other worker's last test ends.
+  // are a project of their own, one at a time, queued first: while they run the other worker
+  // holds its first shared test back (test/e2e/lanes.ts), and then both run the rest. Interleaved
+  // with the others, each solo test left the other worker idle twice, while it waited for that
+  // worker's test to end and while it ran: 167 s of the two workers' time in a run of 605 s.
+  // Queued last, the last shared file waited out all of them (docs/testing.md). Not a dependency
+  // of the shared project: Playwright would run all of a dependency's tests for one solo file.
   projects: [
-    { name: 'shared', grepInvert: /@solo/ },
     { name: 'solo', grep: /@solo/, workers: 1 },
+    { name: 'shared', grepInvert: /@solo/ },
   ],
   use: {
     browserName: 'chromium',

@@ -6,13 +6,15 @@
  * the tabs reconnect through the proxy to the other server, rejoin, and the run finishes with identical replicas, at
  * most one step redone and every sample once. Then one session held by both servers at once
  * (signaling/relay.ts): 2 tabs straight to each server, the session's owner killed mid-run and
- * restarted. The cpu backend and a tiny model: the subject is the servers, not the device.
+ * restarted. The cpu backend and a tiny model: the subject is the servers, not the device; its
+ * steps held 4 times their compute (heldSteps: a wait, not work), so the kill after the first
+ * step lands mid-run.
  */
 import { launch } from '../../launcher/run.ts';
 import { LAST_CALL_MS } from '../../launcher/run_options.ts';
 import { newSessionToken } from '../../src/wire/session_token.ts';
 import { startCluster, startClusterServer, type Cluster, type ClusterServer } from '../../scripts/cluster.ts';
-import { expect, sessionName, test } from './fixtures.ts';
+import { expect, heldSteps, sessionName, test } from './fixtures.ts';
 import { tokenFor } from '../fixtures/session.ts';
 
 type Summary = {
@@ -23,16 +25,18 @@ type Summary = {
 };
 
 /**
- * Kills the server that holds `session` once its first round of several ranks formed and trained a
- * moment; resolves with its index. With `redisPausedMs`, Redis stops answering (SIGSTOP) at the kill and
- * answers again (SIGCONT) that long after: the tabs' rejoin on the other server meets STORE_UNAVAILABLE.
+ * Kills the server that holds `session` once its round has trained a step (a rank's "step N/M"
+ * line in `lines`: a moment after the round formed was, on a loaded machine, before the first
+ * step, and then nothing was mid-run); resolves with its index. With `redisPausedMs`, Redis stops
+ * answering (SIGSTOP) at the kill and answers again (SIGCONT) that long after: the tabs' rejoin on
+ * the other server meets STORE_UNAVAILABLE.
  */
-async function killHolderMidRun(cluster: Cluster, session: string, afterMs: number, redisPausedMs = 0): Promise<number> {
+async function killHolderMidRun(cluster: Cluster, session: string, lines: readonly string[], redisPausedMs = 0): Promise<number> {
   const round = new RegExp(`session "${session}": round \\d+, [2-9] rank`);
+  const trained = /\[rank \d+\] epoch \d+ step \d+\//;
   for (const deadline = Date.now() + 60_000; Date.now() < deadline; ) {
     const holder = cluster.servers.findIndex((s) => s.log.some((l) => round.test(l)));
-    if (holder >= 0) {
-      await new Promise((r) => setTimeout(r, afterMs));
+    if (holder >= 0 && lines.some((l) => trained.test(l))) {
       if (redisPausedMs === 0) {
         cluster.servers[holder]!.process.kill('SIGKILL');
         return holder;
@@ -46,9 +50,9 @@ async function killHolderMidRun(cluster: Cluster, session: string, afterMs: numb
       }
       return holder;
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`no server formed a round of session "${session}" within 60 s`);
+  throw new Error(`no server formed a round of session "${session}" that trained a step within 60 s`);
 }
 
 test('4 tabs through the proxy; their server killed mid-run, Redis not answering meanwhile: the pages say the store is unavailable until it answers; they rejoin on the other and finish, replicas identical, at most one step redone, each sample once', async () => {
@@ -57,7 +61,7 @@ test('4 tabs through the proxy; their server killed mid-run, Redis not answering
     const session = sessionName('cluster');
     const lines: string[] = [];
     // Paused past the tabs' first rejoin on the other server (after 0.5 s): its owner check and their hello each wait 2 s for Redis.
-    const killed = killHolderMidRun(cluster, session, 1_500, 6_000);
+    const killed = killHolderMidRun(cluster, session, lines, 6_000);
     const { ok, summary } = await launch({
       nproc: 4,
       job: 'train',
@@ -65,7 +69,7 @@ test('4 tabs through the proxy; their server killed mid-run, Redis not answering
       session,
       token: newSessionToken(),
       timeoutSec: 120,
-      jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', backend: 'cpu', min: '2', max: '4' },
+      jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', backend: 'cpu', min: '2', max: '4', slow: heldSteps(4) },
       log: (l) => lines.push(l),
     });
     const holder = await killed;
@@ -92,8 +96,8 @@ test('one session on two servers at once: 2 tabs on each, straight to its server
   try {
     const session = sessionName('span');
     const lines: string[] = [];
-    // Killed once its round of 4 trained a moment, then started again on its port: its tabs come back to it.
-    const killed = killHolderMidRun(cluster, session, 800).then(async (holder) => {
+    // Killed once its round of 4 trained a step, then started again on its port: its tabs come back to it.
+    const killed = killHolderMidRun(cluster, session, lines).then(async (holder) => {
       const dead = cluster.servers[holder]!;
       // It may have exited already: its 'exit' event would not come again.
       if (dead.process.exitCode === null && dead.process.signalCode === null) await new Promise((r) => dead.process.once('exit', r));
@@ -110,7 +114,7 @@ test('one session on two servers at once: 2 tabs on each, straight to its server
         session,
         token: tokenFor(session),
         timeoutSec: 120,
-        jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', backend: 'cpu', min: '2', max: '4' },
+        jobParams: { dataset: 'synthetic', trainSize: '4096', batchSize: '32', backend: 'cpu', min: '2', max: '4', slow: heldSteps(4) },
         log: (l) => lines.push(`node ${nodeRank} ${l}`),
       });
     const outcomes = await Promise.all([node(0), node(1)]);

@@ -16,8 +16,8 @@ export interface RankPage {
 
 export const test = base.extend<{ server: RunningServer; closeContexts: undefined; lane: undefined }>({
   // A test that times heartbeats, stalls or the network has the tag '@solo': playwright.config.ts
-  // runs those after the others, and the lane (test/e2e/lanes.ts) holds one back until the other
-  // worker's last test has ended.
+  // runs those first, on one worker, and the lane (test/e2e/lanes.ts) holds the other worker's
+  // tests back until they have run.
   lane: [
     // biome-ignore lint/correctness/noEmptyPattern: Playwright reads a fixture's dependencies from this pattern; it has none.
     async ({}, use, testInfo) => {

@@ -3,8 +3,8 @@
  * run beside others (much of their time is waiting: on pages starting, on a launcher's child
  * process, on the network); a test that times heartbeats, stalls or the network (tagged '@solo')
  * runs with every other lane idle, as the whole suite ran before. playwright.config.ts queues
- * them after the others, so in a whole run this lock only holds the first one back until the
- * other worker's last test has ended. A readers-writer lock between the
+ * them first, on one worker, so in a whole run this lock holds the other worker's first test back
+ * until they have all run. A readers-writer lock between the
  * workers: a file per worker in a folder of the run's own (the workers' parent is the runner),
  * changed under a mkdir mutex. A solo request goes first: a shared test waits while a solo one
  * runs or waits, and for a moment after one ends (the worker's next test may be solo too), so a
