@@ -23,7 +23,7 @@ describe('credit messages', () => {
 
 describe('CreditWindow', () => {
   it('lets a sender go until a window is unacknowledged, a whole message while any is left', () => {
-    const w = new CreditWindow(1000, () => {});
+    const w = new CreditWindow(1000, () => true);
     expect(w.open).toBe(true);
     w.sentBytes(600);
     expect(w.open).toBe(true);
@@ -37,7 +37,7 @@ describe('CreditWindow', () => {
 
   it('acknowledges every quarter window with the running count', () => {
     const sent: number[] = [];
-    const w = new CreditWindow(1000, (m) => sent.push(readCredit(m)!));
+    const w = new CreditWindow(1000, (m) => sent.push(readCredit(m)!) > 0);
     w.took(100);
     w.took(100);
     expect(sent).toEqual([]);
@@ -48,8 +48,11 @@ describe('CreditWindow', () => {
   });
 
   it('never deadlocks: what is left unacknowledged is under a quarter window, so a sender always has room', () => {
-    const sender = new CreditWindow(1000, () => {});
-    const receiver = new CreditWindow(1000, (m) => sender.credit(readCredit(m)!));
+    const sender = new CreditWindow(1000, () => true);
+    const receiver = new CreditWindow(1000, (m) => {
+      sender.credit(readCredit(m)!);
+      return true;
+    });
     for (let i = 0; i < 50; i++) {
       expect(sender.open).toBe(true);
       const size = [900, 1, 333, 1000, 70][i % 5]!;
@@ -59,8 +62,33 @@ describe('CreditWindow', () => {
     }
   });
 
+  it('sends a credit that could not go (the link not open from this side yet) on flush, so the sender is not left waiting', () => {
+    const sender = new CreditWindow(1000, () => true);
+    let open = false;
+    const receiver = new CreditWindow(1000, (m) => {
+      if (!open) return false;
+      sender.credit(readCredit(m)!);
+      return true;
+    });
+    // The first window arrives before this side's link says it is open: every credit is held back.
+    for (const size of [400, 400, 300]) {
+      sender.sentBytes(size);
+      receiver.took(size);
+    }
+    expect(sender.open).toBe(false);
+    // Nothing more comes (the sender waits), so only the link's opening can send the count.
+    open = true;
+    receiver.flush();
+    expect(sender.outstanding).toBe(0);
+    expect(sender.open).toBe(true);
+    receiver.flush(); // nothing new taken: no credit
+    receiver.took(100);
+    sender.sentBytes(100);
+    expect(sender.outstanding).toBe(100); // under a quarter window: not yet acknowledged
+  });
+
   it('takes nothing from a hostile peer: credits that go backwards, are not numbers, or exceed what was sent', () => {
-    const w = new CreditWindow(1000, () => {});
+    const w = new CreditWindow(1000, () => true);
     w.sentBytes(1500);
     expect(w.credit(Number.NaN)).toBe(false);
     expect(w.credit(Number.POSITIVE_INFINITY)).toBe(false);
@@ -75,7 +103,7 @@ describe('CreditWindow', () => {
 
   it('is always open with a window of 0 (flow control off), and then never acknowledges', () => {
     const sent: Uint8Array[] = [];
-    const w = new CreditWindow(0, (m) => sent.push(m));
+    const w = new CreditWindow(0, (m) => sent.push(m) > 0);
     w.sentBytes(1e9);
     w.took(1e9);
     expect(w.open).toBe(true);
@@ -85,7 +113,7 @@ describe('CreditWindow', () => {
 
 describe('SendQueue with a credit window', () => {
   it('holds a sender until a credit opens the window', async () => {
-    const w = new CreditWindow(100, () => {});
+    const w = new CreditWindow(100, () => true);
     const q = new SendQueue(3, 1 << 20, 5_000, () => 0, w);
     w.sentBytes(150);
     let went = false;
@@ -101,7 +129,7 @@ describe('SendQueue with a credit window', () => {
   });
 
   it('fails a sender whose peer acknowledges nothing for the stall timeout, naming the peer and the bytes', async () => {
-    const w = new CreditWindow(100, () => {});
+    const w = new CreditWindow(100, () => true);
     const q = new SendQueue(3, 1 << 20, 50, () => 0, w);
     w.sentBytes(400);
     const err = await q.beforeSend().catch((e: unknown) => e);

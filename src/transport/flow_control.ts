@@ -55,8 +55,11 @@ export class CreditWindow {
 
   constructor(
     private readonly windowBytes: number,
-    /** Sends a credit message to the peer. */
-    private readonly sendCredit: (message: Uint8Array) => void,
+    /**
+     * Sends a credit message to the peer; false when it cannot go yet (the link's channel is not
+     * open from this side): the count is then sent by the next acknowledgement or by `flush`.
+     */
+    private readonly sendCredit: (message: Uint8Array) => boolean,
   ) {}
 
   /** Whether another message may go now (a whole message goes while any window is left). */
@@ -83,10 +86,21 @@ export class CreditWindow {
   /** The page took `n` bytes off the link: acknowledge once a quarter window has built up. */
   took(n: number): void {
     this.taken += n;
-    if (this.windowBytes > 0 && this.taken - this.acknowledged >= this.windowBytes / 4) {
-      this.acknowledged = this.taken;
-      this.sendCredit(encodeCredit(this.taken));
-    }
+    if (this.windowBytes > 0 && this.taken - this.acknowledged >= this.windowBytes / 4) this.acknowledge();
+  }
+
+  /**
+   * Acknowledges whatever was taken and not yet acknowledged (the link calls it once it can send).
+   * A credit that could not go must go later: the sender waits for it, and sends nothing that
+   * would make this side acknowledge again (a 2-rank all-reduce stalled for its whole 120 s bound
+   * when the first window arrived before simple-peer's 'connect' and every credit was dropped).
+   */
+  flush(): void {
+    if (this.windowBytes > 0 && this.taken > this.acknowledged) this.acknowledge();
+  }
+
+  private acknowledge(): void {
+    if (this.sendCredit(encodeCredit(this.taken))) this.acknowledged = this.taken;
   }
 }
 

@@ -61,9 +61,13 @@ class SimplePeerLink implements PeerLink, PendingLink {
     options: LinkFactoryOptions,
   ) {
     this.window = new CreditWindow(options.windowBytes, (credit) => {
-      if (this.channel?.readyState !== 'open') return;
-      this.channel.send(credit as Uint8Array<ArrayBuffer>);
+      // Data arrives as soon as the channel opens, before simple-peer says 'connect' (it first
+      // polls the connection's stats for the selected path, 100 ms at a time): credit on that channel.
+      const channel = this.channel ?? (sp as unknown as { _channel?: RTCDataChannel })._channel;
+      if (channel?.readyState !== 'open') return false;
+      channel.send(credit as Uint8Array<ArrayBuffer>);
       this.bytesSent += credit.byteLength;
+      return true;
     });
     this.queue = new SendQueue(peer, options.highWaterMark, options.stallTimeoutMs, () => this.channel?.bufferedAmount ?? 0, this.window);
     this.opened = new Promise<void>((resolve, reject) => {
@@ -73,6 +77,8 @@ class SimplePeerLink implements PeerLink, PendingLink {
         this.channel = (sp as unknown as { _channel: RTCDataChannel })._channel;
         this.channel.bufferedAmountLowThreshold = Math.floor(options.highWaterMark / 4);
         this.channel.addEventListener('bufferedamountlow', () => this.queue.drained());
+        // What arrived before a credit could go (the peer waits for it before it sends more).
+        this.window.flush();
         resolve();
       });
       sp.once('close', () => reject(new PeerLostError(peer, this.closeReason || 'link closed before it opened')));

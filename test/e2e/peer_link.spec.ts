@@ -29,6 +29,44 @@ export async function run() {
   });
   return runChecks(checks);
 }
+
+/**
+ * Data before 'connect': simple-peer says 'connect' only once getStats shows the selected path
+ * (polled every 100 ms), while the channel already carries data. Here the receiving end's
+ * getStats answers 1.5 s late; the sender bursts four credit windows as soon as its own end is
+ * open. The receiver's credits must reach it before its own 'connect', or the sender waits out
+ * its stall bound (5 s here; a 2-rank run once stalled its whole 120 s so).
+ */
+export async function earlyData() {
+  await loadSimplePeer();
+  class LateStats extends RTCPeerConnection {
+    getStats(...args) {
+      return new Promise((r) => setTimeout(r, 1500)).then(() => super.getStats(...args));
+    }
+  }
+  const late = { RTCPeerConnection: LateStats, RTCSessionDescription, RTCIceCandidate };
+  const makePair = connectedPair((rank) => simplePeerLinkFactory(rank === 1 ? late : undefined), []);
+  const { a, b } = makePair({ highWaterMark: 4 << 20, stallTimeoutMs: 5000, windowBytes: 128 << 10 });
+  let received = 0;
+  b.link.onMessage((bytes) => (received += bytes.byteLength));
+  let receiverOpen = false;
+  b.opened.then(() => (receiverOpen = true));
+  await a.opened;
+  const frame = new Uint8Array(32 << 10);
+  let error = null;
+  try {
+    for (let i = 0; i < 16; i++) await a.link.send(frame);
+  } catch (e) {
+    error = String(e);
+  }
+  const sentBeforeReceiverOpen = !receiverOpen;
+  await b.opened;
+  for (const deadline = performance.now() + 5000; received < 16 * frame.byteLength && performance.now() < deadline; )
+    await new Promise((r) => setTimeout(r, 20));
+  a.link.close();
+  b.link.close();
+  return { sentBeforeReceiverOpen, received, error };
+}
 `;
 
 /**
@@ -79,4 +117,24 @@ test('the WebRTC link passes the PeerLink compliance suite', async ({ page, serv
     'window-at-once-max',
     'window-off',
   ]);
+});
+
+test("data that arrives before the receiving end's 'connect' is credited: the sender is not held to its stall bound", async ({
+  page,
+  server,
+}) => {
+  const script = await pageScript();
+  const url = new URL('/peer-link-early-data', server.url).href;
+  await page.route(url, (route) => route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>Early data</title>' }));
+  await page.goto(url);
+  await page.addScriptTag({ content: script });
+  const r = await page.evaluate(() =>
+    (
+      window as unknown as {
+        peerLinkPage: { earlyData(): Promise<{ sentBeforeReceiverOpen: boolean; received: number; error: string | null }> };
+      }
+    ).peerLinkPage.earlyData(),
+  );
+  // The burst of four windows went while the receiver had not said 'connect' yet, and all of it arrived.
+  expect(r).toEqual({ sentBeforeReceiverOpen: true, received: 16 * (32 << 10), error: null });
 });
