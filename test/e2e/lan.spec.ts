@@ -163,7 +163,8 @@ test('Ctrl-C on the launcher removes its LAN', async () => {
     const lan = { subnet: m[1]!, run: m[2]! } as LanSummary;
     expect(leftovers(lan).length).toBeGreaterThan(0);
     process.kill(-child.pid!, 'SIGINT');
-    expect(await exited).toBe(130);
+    // The launcher's output says why when it exits otherwise (it exited 1 once, in 1 of 13 runs).
+    expect(await exited, out.slice(-3000)).toBe(130);
     await expectTornDown(lan);
   } finally {
     try {
