@@ -380,13 +380,12 @@ class DiskCheckpointStore {
   private async prune(folder: string): Promise<void> {
     const names = await checkpointNames(folder);
     const remove = async (path: string, size: number) => {
-      if (
-        await unlink(path).then(
-          () => true,
-          () => false,
-        )
-      )
+      try {
+        await unlink(path);
         this.countStored(-size);
+      } catch {
+        // Gone already (another server pruned it, or a person): nothing of ours to count.
+      }
     };
     for (const old of names.slice(0, Math.max(0, names.length - this.keep))) {
       const path = join(folder, old + EXT);

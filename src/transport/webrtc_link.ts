@@ -43,6 +43,11 @@ export function simplePeerLinkFactory(wrtc?: SimplePeerOptions['wrtc']): PeerLin
   };
 }
 
+/** simple-peer keeps its data channel private (undefined until it has one). */
+function channelOf(sp: SimplePeerInstance): RTCDataChannel | undefined {
+  return (sp as unknown as { _channel?: RTCDataChannel | null })._channel ?? undefined;
+}
+
 class SimplePeerLink implements PeerLink, PendingLink {
   state: LinkState = 'connecting';
   bytesSent = 0;
@@ -63,7 +68,7 @@ class SimplePeerLink implements PeerLink, PendingLink {
     this.window = new CreditWindow(options.windowBytes, (credit) => {
       // Data arrives as soon as the channel opens, before simple-peer says 'connect' (it first
       // polls the connection's stats for the selected path, 100 ms at a time): credit on that channel.
-      const channel = this.channel ?? (sp as unknown as { _channel?: RTCDataChannel })._channel;
+      const channel = this.channel ?? channelOf(sp);
       if (channel?.readyState !== 'open') return false;
       channel.send(credit as Uint8Array<ArrayBuffer>);
       this.bytesSent += credit.byteLength;
@@ -73,11 +78,12 @@ class SimplePeerLink implements PeerLink, PendingLink {
     this.opened = new Promise<void>((resolve, reject) => {
       sp.on('connect', () => {
         this.state = 'open';
-        // simple-peer keeps the channel private; backpressure needs its bufferedAmount.
-        this.channel = (sp as unknown as { _channel: RTCDataChannel })._channel;
+        // Backpressure needs the channel's bufferedAmount.
+        this.channel = channelOf(sp)!;
         this.channel.bufferedAmountLowThreshold = Math.floor(options.highWaterMark / 4);
         this.channel.addEventListener('bufferedamountlow', () => this.queue.drained());
-        // What arrived before a credit could go (the peer waits for it before it sends more).
+        // What arrived before a credit could go (the peer waits for it before it sends more): none
+        // while simple-peer exposes its channel as above, all of the first window if it ever did not.
         this.window.flush();
         resolve();
       });
