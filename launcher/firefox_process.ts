@@ -6,9 +6,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
-
-/** The launcher's signals and the exit status it ends with after each (128 + the signal's number). */
-const SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+import { signalExitCode, TERMINATION_SIGNALS } from './signals.ts';
 
 export class FirefoxProcessGroup {
   private readonly child: ChildProcess;
@@ -21,7 +19,7 @@ export class FirefoxProcessGroup {
   private readonly onProcessExit = () => this.killNow();
   private readonly onSignal = (signal: NodeJS.Signals) => {
     this.killNow();
-    process.exit(SIGNALS[signal as keyof typeof SIGNALS] ?? 1);
+    process.exit(signalExitCode(signal));
   };
 
   constructor(
@@ -35,7 +33,7 @@ export class FirefoxProcessGroup {
     // Its own process group: the browser, its content processes (and Xvfb) go together.
     this.child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env });
     process.once('exit', this.onProcessExit);
-    for (const signal of Object.keys(SIGNALS) as NodeJS.Signals[]) process.once(signal, this.onSignal);
+    for (const signal of TERMINATION_SIGNALS) process.once(signal, this.onSignal);
     this.listening = this.scanForAddress(command);
     this.child.once('exit', (code, signal) => this.leaderExited(code, signal));
   }
@@ -94,7 +92,7 @@ export class FirefoxProcessGroup {
 
   private unhook(): void {
     process.removeListener('exit', this.onProcessExit);
-    for (const signal of Object.keys(SIGNALS)) process.removeListener(signal, this.onSignal);
+    for (const signal of TERMINATION_SIGNALS) process.removeListener(signal, this.onSignal);
   }
 
   /** Firefox prints "WebDriver BiDi listening on ws://127.0.0.1:PORT" once its agent is up. */

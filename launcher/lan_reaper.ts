@@ -4,6 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stateRoot } from './lan_state.ts';
+import { signalExitCode, TERMINATION_SIGNALS } from './signals.ts';
 
 /** What the handlers tear down: a live LAN (lan.ts's Lan). */
 export interface LiveLan {
@@ -66,7 +67,6 @@ export function startReaper(ip: string, tag: string): ChildProcess {
 
 /** Live LANs of this process, torn down on 'exit' (synchronously) and on signals. */
 const live = new Set<LiveLan>();
-const SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
 const onExit = () => {
   for (const lan of [...live]) lan.closeSync();
 };
@@ -76,7 +76,7 @@ const onExit = () => {
 // else calls process.exit, the 'exit' handler and the reaper do.
 let exiting = false;
 const onSignal = (signal: NodeJS.Signals) => {
-  const code = SIGNALS[signal as keyof typeof SIGNALS] ?? 1;
+  const code = signalExitCode(signal);
   if (exiting) return;
   exiting = true;
   setTimeout(() => process.exit(code), 5_000).unref();
@@ -85,12 +85,12 @@ const onSignal = (signal: NodeJS.Signals) => {
 export function track(lan: LiveLan): void {
   if (live.size === 0) {
     process.on('exit', onExit);
-    for (const s of Object.keys(SIGNALS)) process.on(s, onSignal);
+    for (const s of TERMINATION_SIGNALS) process.on(s, onSignal);
   }
   live.add(lan);
 }
 export function untrack(lan: LiveLan): void {
   if (!live.delete(lan) || live.size > 0) return;
   process.removeListener('exit', onExit);
-  for (const s of Object.keys(SIGNALS)) process.removeListener(s, onSignal);
+  for (const s of TERMINATION_SIGNALS) process.removeListener(s, onSignal);
 }

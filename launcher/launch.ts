@@ -13,6 +13,7 @@
 import { writeFile } from 'node:fs/promises';
 import { launch, type LaunchOptions } from './run.ts';
 import { parseLaunchArgs } from './launch_args.ts';
+import { exitAsSignalled } from './signals.ts';
 import { USAGE } from './usage.ts';
 
 async function main(): Promise<number> {
@@ -49,4 +50,5 @@ async function main(): Promise<number> {
   return ok ? 0 : 1;
 }
 
+exitAsSignalled();
 process.exitCode = await main();

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Report } from '../src/jobs/job_report.ts';
 import { CHROMIUM_ARGS, chromiumPath } from './browser.ts';
+import { signalExitCode, TERMINATION_SIGNALS } from './signals.ts';
 import { LOSE_DEVICE_EXPRESSION, checkDeviceLost, type RankDriver, type RankHandlers, type RankTarget } from './driver.ts';
 
 /** The browser's default throttling: the headless flags minus the three that disable it. */
@@ -223,9 +224,6 @@ interface TabsChromium {
   unhook(): void;
 }
 
-/** The launcher's signals and the exit status it ends with after each (128 + the signal's number). */
-const SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
-
 /** Spawns headful Chromium under xvfb-run, in a process group of its own, driven over a pipe. */
 function startChromium(options: TabsOptions): TabsChromium {
   const args = tabsArgs(options);
@@ -264,13 +262,13 @@ function startChromium(options: TabsOptions): TabsChromium {
   // handlers on a signal, so take it, clean up, and exit as the signal would have.
   const onSignal = (signal: NodeJS.Signals) => {
     killAll();
-    process.exit(SIGNALS[signal as keyof typeof SIGNALS] ?? 1);
+    process.exit(signalExitCode(signal));
   };
-  for (const signal of Object.keys(SIGNALS) as NodeJS.Signals[]) process.once(signal, onSignal);
+  for (const signal of TERMINATION_SIGNALS) process.once(signal, onSignal);
   const pipe = new CdpPipe(child.stdio[3] as NodeJS.WritableStream, child.stdio[4] as NodeJS.ReadableStream);
   const unhook = () => {
     process.removeListener('exit', onExit);
-    for (const signal of Object.keys(SIGNALS)) process.removeListener(signal, onSignal);
+    for (const signal of TERMINATION_SIGNALS) process.removeListener(signal, onSignal);
   };
   return { pipe, exited: () => exited, killAll, unhook };
 }
