@@ -108,10 +108,15 @@ function member(
   return { events, result };
 }
 
-/** A member that leaves for good at `step` (as a closing tab does): its run fails, the others go on. */
+/**
+ * A member that leaves for good during `step` (as a tab closing mid-step does: its vote for the
+ * step before went out as the step began): its run fails, the others go on.
+ */
 class TabClosed extends Error {}
 const leaveAt = (step: number) => async (ctx: StepContext) => {
-  if (ctx.step === step) throw new TabClosed(`rank ${ctx.pg.rank} closed at step ${step}`);
+  if (ctx.step !== step) return;
+  await new Promise((r) => setTimeout(r, 250));
+  throw new TabClosed(`rank ${ctx.pg.rank} closed at step ${step}`);
 };
 
 /** Every rank closes at once: close() waits for the others at a barrier. */
@@ -225,6 +230,10 @@ describe('runElastic', () => {
       expect(r.resumes).toEqual(['resumed at step 3: every rank held the replica of rank 0, nothing sent; step 4 is trained again']);
     }
     expect(samplesSeen(members.flatMap((m) => m.events))).toEqual([{ samples: 120, exactlyOnce: true, complete: true }]);
+    // Every step has its step event (and onStep) once on each survivor, step 3 too: its vote had
+    // come back when step 4 failed (before, the step before every fault had none).
+    for (const m of members.filter((_, i) => outcomes[i]!.status === 'fulfilled'))
+      expect(m.events.flatMap((e) => (e.type === 'step' ? [e.step] : []))).toEqual(Array.from({ length: 14 }, (_, i) => i + 1));
     // Each round event says where the rank's way into it went: no rendezvous before the first;
     // after the loss, times that are never negative, whichever came first (the round or the failure).
     for (const m of members) {

@@ -58,7 +58,11 @@ export interface LockstepHooks<C, M> {
   stopVote?: 'any' | 'all';
   /** A round starts training (its state shared and loaded). */
   onRound?(ctx: C): void | Promise<void>;
-  /** After each committed step and its vote. */
+  /**
+   * After each committed step and its vote. Where votes ride on the next step, the step before a
+   * fault has one when its vote came back before the group broke, and none when it did not: its
+   * ranks' metrics never met.
+   */
   onStep?(ctx: C & { metrics: M[] }): void | Promise<void>;
   /** After an epoch's last step. */
   onEpochEnd?(ctx: C): void | Promise<void>;

@@ -73,6 +73,8 @@ interface VoteInFlight<M extends StepMetrics> {
   wishedStop: boolean;
   /** The split the step before ran with, whose work the vote carries. */
   split: number[] | null;
+  /** The vote's outcome once it has come back (the step's own failure may come after it). */
+  met: StepsVote<M> | null;
 }
 
 export class StepLoop<M extends StepMetrics> {
@@ -223,7 +225,11 @@ export class StepLoop<M extends StepMetrics> {
     timeline.lap('other');
     // A step that returns nothing resolves to undefined: the same as one that returns no metrics.
     const ctx = { indices: batch, step: p.step + 1, epoch: p.epoch, ddp, optimizer: host.state.optimizer, pg };
-    const metrics = (await guard.whileLives(o.step(ctx) as Promise<M | undefined>)) ?? ({} as M);
+    const metrics =
+      (await guard.whileLives(o.step(ctx) as Promise<M | undefined>).catch(async (err: unknown) => {
+        await this.reportMetVote(sent);
+        throw err;
+      })) ?? ({} as M);
     // Commit: the step's samples are trained on; the group's position moves past them.
     if (rest.local) p.position += globalSamples;
     else p.position = k === rest.stepsLeft - 1 ? o.datasetLength : Math.min(o.datasetLength, p.position + o.batchSize * this.n);
@@ -293,7 +299,25 @@ export class StepLoop<M extends StepMetrics> {
           { stop: wishedStop, join: handler.numNodesWaiting() > 0, stopVote: o.stopVote, work: this.unvotedWork?.work ?? 0 },
         )
       : null;
-    return { vote, wishedStop, split: this.unvotedWork?.split ?? null };
+    const sent: VoteInFlight<M> = { vote, wishedStop, split: this.unvotedWork?.split ?? null, met: null };
+    vote?.then(
+      (v) => (sent.met = v),
+      () => {},
+    );
+    return sent;
+  }
+
+  /**
+   * A step that failed after its vote came back (a rank lost mid-step had sent its row as the step
+   * began): the steps that vote carries are reported all the same, as they would have been after
+   * the step; without this the step before every fault had no step event and no onStep. Only in
+   * a group that broke: a hook's collectives then fail at once (what they fail with is the round's
+   * failure again), where after another error (a timeout, a bug in the step) they would wait on
+   * ranks still in their step.
+   */
+  private async reportMetVote(sent: VoteInFlight<M>): Promise<void> {
+    if (!sent.met || this.pending.length === 0 || this.pg.error === undefined) return;
+    await this.report(this.pending.splice(0), sent.met).catch(() => {});
   }
 
   /**
